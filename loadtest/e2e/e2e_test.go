@@ -1,0 +1,366 @@
+// Package e2e runs the built limiter and detector binaries against real
+// infrastructure: Redis and InfluxDB from the local stack, a Kafka-protocol broker
+// over TCP whose topics come from the migrations, and a local PagerDuty receiver.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/migrations"
+	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/redisx"
+)
+
+type checkResponse struct {
+	Allowed           bool              `json:"allowed"`
+	Tier              string            `json:"tier"`
+	Limit             int               `json:"limit"`
+	Remaining         int               `json:"remaining"`
+	PenaltyMultiplier float64           `json:"penalty_multiplier"`
+	Headers           map[string]string `json:"headers"`
+	Problem           *struct {
+		Type string `json:"type"`
+	} `json:"problem"`
+}
+
+// TestRapidFireIsPenalizedEndToEnd: a bot firing far above the detector's threshold
+// is penalized within seconds and its next decisions use the reduced limit, while
+// a normal user sharing the same limiter keeps its full limit.
+func TestRapidFireIsPenalizedEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test needs the local stack; run `make test`")
+	}
+	env := config.NewEnv(os.Getenv)
+	redisAddr := env.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs)
+	influxURL := env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	rdb := redisx.NewClient(redisx.Options{Addrs: redisAddr})
+	defer rdb.Close()
+	require.NoError(t, redisx.Ping(ctx, rdb), "Redis from the local stack must be running (make up)")
+
+	// A fresh broker whose topics come from the migrations, as in production.
+	brokers := kafkatest.Start(t, nil)
+	ms, err := migrations.Load()
+	require.NoError(t, err)
+	runner := &migrations.Runner{
+		Kafka: migrations.NewKafka([]string{brokers}, 1), Influx: &migrations.Influx{URL: influxURL},
+		Now: time.Now, Report: func(line string) { t.Log(line) },
+	}
+	require.NoError(t, runner.Apply(ctx, ms), "migrations against the broker and InfluxDB (make up)")
+
+	pages := newPagerReceiver(t)
+	bin := buildServices(t)
+	run := time.Now().UnixNano()
+	bot := events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("e2e_bot_%d", run)}
+	user := events.Principal{Kind: events.PrincipalUser, ID: fmt.Sprintf("e2e_user_%d", run)}
+	limiterAddr, detectorAddr := freeAddr(t), freeAddr(t)
+	common := []string{
+		"FLOODGATE_KAFKA_BROKERS=" + brokers,
+		"FLOODGATE_REDIS_ADDRS=" + strings.Join(redisAddr, ","),
+		"FLOODGATE_INFLUX_URL=" + influxURL,
+	}
+	startProcess(t, filepath.Join(bin, "limiter"), append(common,
+		"FLOODGATE_LIMITER_ADDR="+limiterAddr,
+		"FLOODGATE_LIMITER_PRINCIPAL_LIMIT=50",
+		"FLOODGATE_GATEWAY=e2e",
+	))
+	startProcess(t, filepath.Join(bin, "detector"), append(common,
+		"FLOODGATE_DETECTOR_ADDR="+detectorAddr,
+		fmt.Sprintf("FLOODGATE_DETECTOR_GROUP=e2e-detector-%d", run),
+		fmt.Sprintf("FLOODGATE_PAGER_GROUP=e2e-pager-%d", run),
+		"FLOODGATE_DETECTOR_WINDOW=5s",
+		"FLOODGATE_DETECTOR_RAPID_FIRE_RATE=20",
+		"FLOODGATE_DETECTOR_PENALTY_MULTIPLIER=0.1",
+		"FLOODGATE_DETECTOR_PENALTY_TTL=2m",
+		"FLOODGATE_PAGERDUTY_ROUTING_KEY=e2e-routing-key",
+		"FLOODGATE_PAGERDUTY_URL="+pages.URL,
+	))
+	waitReady(t, "http://"+limiterAddr+"/readyz")
+	waitReady(t, "http://"+detectorAddr+"/readyz")
+
+	client := &http.Client{Timeout: 2 * time.Second}
+	check := func(p events.Principal, ip string) checkResponse {
+		body := fmt.Sprintf(`{"principal":{"kind":%q,"id":%q},"ip":%q,"method":"POST","route":"/channels/{channel_id}/messages","resource":"channel:1"}`, p.Kind, p.ID, ip)
+		resp, err := client.Post("http://"+limiterAddr+"/v1/check", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		var out checkResponse
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+		return out
+	}
+
+	first := check(user, "198.51.100.7")
+	require.True(t, first.Allowed)
+	require.Equal(t, 50, first.Limit, "the rule's limit before any penalty")
+
+	// The bot fires ~100 checks/s, five times the detection threshold, until its
+	// decisions show the penalty; the user keeps a human pace throughout.
+	var penalized *checkResponse
+	userResults := []checkResponse{first}
+	deadline := time.Now().Add(60 * time.Second)
+	for i := 0; penalized == nil && time.Now().Before(deadline); i++ {
+		r := check(bot, "203.0.113.9")
+		if r.PenaltyMultiplier < 1 {
+			penalized = &r
+			break
+		}
+		if i%50 == 0 {
+			userResults = append(userResults, check(user, "198.51.100.7"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.NotNil(t, penalized, "the rapid-fire bot was never penalized")
+	require.InDelta(t, 0.1, penalized.PenaltyMultiplier, 1e-9)
+	require.Equal(t, 5, penalized.Limit, "effective limit = rule 50 × penalty 0.1")
+
+	// Its next decisions keep the reduced limit; once the 5 tokens are spent the
+	// denial is attributed to the penalty, with the matching 429 problem type.
+	var denied *checkResponse
+	for i := 0; i < 20 && denied == nil; i++ {
+		r := check(bot, "203.0.113.9")
+		require.Equal(t, 5, r.Limit)
+		if !r.Allowed {
+			denied = &r
+		}
+	}
+	require.NotNil(t, denied, "20 rapid checks against a limit of 5 must be denied")
+	require.Equal(t, "penalty", denied.Tier)
+	require.Equal(t, "penalty", denied.Headers["X-RateLimit-Scope"])
+	require.NotEmpty(t, denied.Headers["Retry-After"])
+	require.NotNil(t, denied.Problem)
+	require.Contains(t, denied.Problem.Type, "abnormal-usage")
+
+	// The normal user was never touched.
+	userResults = append(userResults, check(user, "198.51.100.7"))
+	for _, r := range userResults {
+		require.True(t, r.Allowed)
+		require.Equal(t, 50, r.Limit)
+		require.Equal(t, 1.0, r.PenaltyMultiplier)
+	}
+	exists, err := rdb.Exists(ctx, redisx.PenaltyKey(string(user.Kind), user.ID)).Result()
+	require.NoError(t, err)
+	require.Zero(t, exists, "no penalty key for the normal user")
+	ttl, err := rdb.PTTL(ctx, redisx.PenaltyKey(string(bot.Kind), bot.ID)).Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, time.Minute, "penalty carries its TTL")
+
+	// The abuse event on Kafka carries the evidence.
+	abuse := readAbuse(t, ctx, brokers, bot)
+	require.Equal(t, events.PatternRapidFire, abuse.Pattern)
+	require.Greater(t, abuse.Evidence.ObservedRate, 60.0, "the bot's real pace (~100/s), not the window average")
+	require.Contains(t, []events.Severity{events.SeverityHigh, events.SeverityCritical}, abuse.Severity)
+	require.Equal(t, int64(1), abuse.Evidence.DistinctIPs)
+	require.Equal(t, events.PenaltyEnforced, abuse.Penalty.Mode)
+	require.False(t, abuse.FirstEventAt.After(abuse.DetectedAt))
+
+	// PagerDuty got one trigger for the bot, none for the user.
+	page := pages.waitFor(t, "floodgate:rapid_fire:"+bot.Key())
+	require.Equal(t, "trigger", page["event_action"])
+	require.Equal(t, "e2e-routing-key", page["routing_key"])
+	require.False(t, pages.has("floodgate:rapid_fire:"+user.Key()))
+
+	// The detection reached InfluxDB.
+	requireInfluxDetection(t, ctx, influxURL, abuse.DetectedAt)
+}
+
+func readAbuse(t *testing.T, ctx context.Context, brokers string, p events.Principal) events.Abuse {
+	t.Helper()
+	// The abuse topic has several partitions; read them all.
+	conn, err := kafka.DialContext(ctx, "tcp", brokers)
+	require.NoError(t, err)
+	parts, err := conn.ReadPartitions(config.DefaultAbuseTopic)
+	conn.Close()
+	require.NoError(t, err)
+	for _, part := range parts {
+		pr := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{brokers}, Topic: config.DefaultAbuseTopic, Partition: part.ID, MaxWait: 200 * time.Millisecond})
+		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		for {
+			m, err := pr.ReadMessage(rctx)
+			if err != nil {
+				break
+			}
+			if string(m.Key) == p.Key() {
+				cancel()
+				pr.Close()
+				a, err := events.DecodeAbuse(m.Value)
+				require.NoError(t, err)
+				return a
+			}
+		}
+		cancel()
+		pr.Close()
+	}
+	t.Fatalf("no abuse event for %s on %s", p.Key(), config.DefaultAbuseTopic)
+	return events.Abuse{}
+}
+
+func requireInfluxDetection(t *testing.T, ctx context.Context, url string, at time.Time) {
+	t.Helper()
+	client := influxdb2.NewClient(url, "")
+	defer client.Close()
+	q := fmt.Sprintf(`from(bucket: %q) |> range(start: %s) |> filter(fn: (r) => r._measurement == "abuse_detections" and r._field == "score")`,
+		config.DefaultInfluxBucket, at.Add(-time.Second).UTC().Format(time.RFC3339))
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		res, err := client.QueryAPI("").Query(ctx, q)
+		require.NoError(t, err)
+		found := false
+		for res.Next() {
+			if res.Record().Value() != nil {
+				found = true
+			}
+		}
+		require.NoError(t, res.Err())
+		if found {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("no abuse_detections point in InfluxDB since %s", at)
+}
+
+type pagerReceiver struct {
+	*httptest.Server
+	mu     sync.Mutex
+	events []map[string]any
+}
+
+func newPagerReceiver(t *testing.T) *pagerReceiver {
+	p := &pagerReceiver{}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v2/enqueue" {
+			http.NotFound(w, r)
+			return
+		}
+		var ev map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&ev); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		p.mu.Lock()
+		p.events = append(p.events, ev)
+		p.mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = io.WriteString(w, `{"status":"success","message":"Event processed","dedup_key":"x"}`)
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+func (p *pagerReceiver) has(dedup string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, ev := range p.events {
+		if ev["dedup_key"] == dedup {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *pagerReceiver) waitFor(t *testing.T, dedup string) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		p.mu.Lock()
+		for _, ev := range p.events {
+			if ev["dedup_key"] == dedup {
+				p.mu.Unlock()
+				return ev
+			}
+		}
+		p.mu.Unlock()
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("no PagerDuty event with dedup key %s", dedup)
+	return nil
+}
+
+func buildServices(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-o", dir+"/", "./services/limiter", "./services/detector")
+	cmd.Dir = repoRoot(t)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	return dir
+}
+
+func repoRoot(t *testing.T) string {
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	return filepath.Clean(filepath.Join(wd, "..", ".."))
+}
+
+func startProcess(t *testing.T, path string, env []string) {
+	t.Helper()
+	var logs bytes.Buffer
+	cmd := exec.Command(path)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("%s exited with %v", filepath.Base(path), err)
+			}
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Errorf("%s did not drain within 20s", filepath.Base(path))
+		}
+		if t.Failed() {
+			t.Logf("%s log:\n%s", filepath.Base(path), logs.String())
+		}
+	})
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func waitReady(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s not ready after 30s", url)
+}

@@ -1,0 +1,80 @@
+// Command migrate applies Floodgate's versioned migrations to Kafka, DynamoDB and InfluxDB.
+//
+//	go run ./migrations/cmd/migrate [-only kafka,dynamodb,influxdb]
+//
+// It reads the same environment as the services (FLOODGATE_KAFKA_BROKERS,
+// FLOODGATE_DYNAMODB_ENDPOINT, FLOODGATE_INFLUX_URL, ...) and is safe to run again.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/migrations"
+	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/dynamo"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv); err != nil {
+		slog.Error("migrate", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, getenv config.Getenv) error {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	only := fs.String("only", "kafka,dynamodb,influxdb", "backends to reconcile (the ledger is written only when all three run)")
+	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	env := config.NewEnv(getenv)
+	brokers := env.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers)
+	rf := env.Int("FLOODGATE_KAFKA_REPLICATION_FACTOR", 1)
+	ddbEndpoint := env.String("FLOODGATE_DYNAMODB_ENDPOINT", "")
+	prefix := env.String("FLOODGATE_DYNAMODB_TABLE_PREFIX", "")
+	influxURL := env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL)
+	influxToken := env.String("FLOODGATE_INFLUX_TOKEN", "")
+	if err := env.Err(); err != nil {
+		return err
+	}
+	backends := strings.Split(*only, ",")
+	for _, b := range backends {
+		if !slices.Contains([]string{"kafka", "dynamodb", "influxdb"}, b) {
+			return fmt.Errorf("-only: %q is not one of kafka|dynamodb|influxdb", b)
+		}
+	}
+	ms, err := migrations.Load()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+
+	r := &migrations.Runner{Now: time.Now, Report: func(line string) { fmt.Println(line) }}
+	if slices.Contains(backends, "kafka") {
+		r.Kafka = migrations.NewKafka(brokers, rf)
+	}
+	if slices.Contains(backends, "dynamodb") {
+		client, err := dynamo.NewClient(ctx, dynamo.Options{Endpoint: ddbEndpoint})
+		if err != nil {
+			return err
+		}
+		r.Dynamo = &migrations.Dynamo{Client: client, Prefix: prefix}
+	}
+	if slices.Contains(backends, "influxdb") {
+		r.Influx = &migrations.Influx{URL: influxURL, Token: influxToken}
+	}
+	return r.Apply(ctx, ms)
+}

@@ -1,0 +1,135 @@
+// Package config reads service configuration from environment variables.
+//
+// Every Floodgate service is configured the same way: a Config struct filled by
+// an Env reader, then validated once at start-up. The reader collects every
+// problem it meets and reports them together, each naming its variable, so an
+// operator fixes a broken deployment in one pass instead of one restart per typo.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Local defaults shared by every service, tool and test (DESIGN.md "Local defaults").
+const (
+	DefaultKafkaBrokers     = "127.0.0.1:9092"
+	DefaultRedisAddrs       = "127.0.0.1:6379"
+	DefaultInfluxURL        = "http://127.0.0.1:8086"
+	DefaultInfluxBucket     = "floodgate/d30"
+	DefaultDecisionsTopic   = "floodgate.decisions.v1"
+	DefaultAbuseTopic       = "floodgate.abuse.v1"
+	DefaultAdjustmentsTopic = "floodgate.adjustments.v1"
+)
+
+// Getenv looks up one environment variable; os.Getenv satisfies it and tests pass a map lookup.
+type Getenv func(string) string
+
+// Env reads typed values and remembers every malformed one.
+// It is not safe for concurrent use; services read their config once, in main.
+type Env struct {
+	get  Getenv
+	errs []error
+}
+
+// NewEnv returns a reader over getenv.
+func NewEnv(getenv Getenv) *Env { return &Env{get: getenv} }
+
+// Err reports every variable that could not be parsed, or nil.
+func (e *Env) Err() error { return errors.Join(e.errs...) }
+
+func (e *Env) fail(name, value, want string) {
+	e.errs = append(e.errs, fmt.Errorf("%s=%q: %s", name, value, want))
+}
+
+// String returns the variable or def when it is unset or empty.
+func (e *Env) String(name, def string) string {
+	if v := strings.TrimSpace(e.get(name)); v != "" {
+		return v
+	}
+	return def
+}
+
+// List splits a comma-separated variable, dropping empty items.
+func (e *Env) List(name, def string) []string {
+	var out []string
+	for _, item := range strings.Split(e.String(name, def), ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+// Int parses a base-10 integer.
+func (e *Env) Int(name string, def int) int {
+	v := e.String(name, "")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		e.fail(name, v, "want an integer")
+		return def
+	}
+	return n
+}
+
+// Float parses a decimal number.
+func (e *Env) Float(name string, def float64) float64 {
+	v := e.String(name, "")
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		e.fail(name, v, "want a number")
+		return def
+	}
+	return f
+}
+
+// Bool parses true/false/1/0.
+func (e *Env) Bool(name string, def bool) bool {
+	v := e.String(name, "")
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		e.fail(name, v, "want true or false")
+		return def
+	}
+	return b
+}
+
+// Duration parses a Go duration such as 250ms or 10s.
+func (e *Env) Duration(name string, def time.Duration) time.Duration {
+	v := e.String(name, "")
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		e.fail(name, v, "want a duration such as 250ms or 10s")
+		return def
+	}
+	return d
+}
+
+// Check collects relation and range errors found by a Validate method:
+// each names the field (its environment variable) and what is allowed.
+type Check struct{ errs []error }
+
+// Require records msg for field when ok is false.
+func (c *Check) Require(ok bool, field, format string, args ...any) {
+	if !ok {
+		c.errs = append(c.errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+}
+
+// Err joins every failed requirement, or returns nil.
+func (c *Check) Err() error { return errors.Join(c.errs...) }

@@ -1,0 +1,45 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestEnvParsesAndNamesBadVariables(t *testing.T) {
+	vars := map[string]string{
+		"A_LIST": " x:1 , ,y:2 ", "A_INT": "12", "A_DUR": "250ms", "A_BOOL": "true", "A_FLOAT": "0.5",
+		"BAD_INT": "twelve", "BAD_DUR": "5 minutes",
+	}
+	e := NewEnv(func(k string) string { return vars[k] })
+	if got := e.List("A_LIST", "d"); strings.Join(got, "|") != "x:1|y:2" {
+		t.Fatalf("List = %q", got)
+	}
+	if e.Int("A_INT", 1) != 12 || e.Duration("A_DUR", 0) != 250*time.Millisecond || !e.Bool("A_BOOL", false) || e.Float("A_FLOAT", 0) != 0.5 {
+		t.Fatal("typed values not parsed")
+	}
+	if e.String("UNSET", "def") != "def" || e.Int("UNSET", 7) != 7 {
+		t.Fatal("defaults not applied")
+	}
+	if err := e.Err(); err != nil {
+		t.Fatalf("no error expected yet: %v", err)
+	}
+	e.Int("BAD_INT", 1)
+	e.Duration("BAD_DUR", time.Second)
+	err := e.Err()
+	if err == nil || !strings.Contains(err.Error(), "BAD_INT") || !strings.Contains(err.Error(), "BAD_DUR") {
+		t.Fatalf("want both bad variables named, got %v", err)
+	}
+}
+
+func TestCheckNamesFields(t *testing.T) {
+	var c Check
+	c.Require(true, "OK_FIELD", "never")
+	if c.Err() != nil {
+		t.Fatal("passing requirement reported")
+	}
+	c.Require(false, "FLOODGATE_X", "%d: must be positive", -1)
+	if err := c.Err(); err == nil || err.Error() != "FLOODGATE_X: -1: must be positive" {
+		t.Fatalf("got %v", err)
+	}
+}

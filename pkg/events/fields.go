@@ -1,0 +1,371 @@
+package events
+
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// MaxSafeInteger is the largest integer that every JSON implementation reads
+// exactly (2^53-1, as I-JSON recommends); no integer in an event may exceed it.
+const MaxSafeInteger = 1<<53 - 1
+
+// Limits of the string fields, shared with the JSON Schemas.
+const (
+	MaxIDLen          = 64   // id: characters of [A-Za-z0-9_-]
+	MaxPrincipalIDLen = 128  // principal.id: UTF-8 bytes
+	MaxRouteLen       = 256  // route: bytes (routes are ASCII)
+	MaxResourceLen    = 128  // resource: bytes (resources are ASCII)
+	MaxGatewayLen     = 64   // gateway: characters
+	MaxRuleLen        = 128  // rule: characters
+	MaxVersionLen     = 64   // detector_version: characters
+	MaxScopeLen       = 256  // scope: characters
+	MaxActorIDLen     = 128  // actor.id: characters
+	MaxReasonLen      = 1024 // reason: characters
+	MaxTopItems       = 10   // evidence.top_routes and evidence.top_ips: items
+)
+
+// ValidID reports whether s is a valid event id: 1–64 characters of
+// [A-Za-z0-9_-] (a UUID, ULID or similar).
+func ValidID(s string) error { return asError(validID(s)) }
+
+func validID(s string) *ValidationError {
+	if s == "" {
+		return reason("must not be empty")
+	}
+	if len(s) > MaxIDLen {
+		return reason(fmt.Sprintf("%s is %d characters long, the limit is %d", quote(s), len(s), MaxIDLen))
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !isIDByte(c) {
+			return reason(fmt.Sprintf("%s has %s at byte %d; allowed are A-Z a-z 0-9 _ -", quote(s), quoteRuneAt(s, i), i))
+		}
+	}
+	return nil
+}
+
+func isIDByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-'
+}
+
+// ValidRoute reports whether s is a templated route: it starts with "/", is at
+// most 256 bytes, and each segment between slashes is either a literal of
+// [A-Za-z0-9._~-]+ or a parameter "{name}" with name [a-z_][a-z0-9_]*. Empty
+// segments (a trailing slash, "//") are not allowed except for the lone route
+// "/", and there is no query string. Example: "/channels/{channel_id}/messages".
+func ValidRoute(s string) error { return asError(validRoute(s)) }
+
+func validRoute(s string) *ValidationError {
+	switch {
+	case s == "":
+		return reason("must not be empty")
+	case len(s) > MaxRouteLen:
+		return reason(fmt.Sprintf("%s is %d bytes long, the limit is %d", quote(s), len(s), MaxRouteLen))
+	case s[0] != '/':
+		return reason(fmt.Sprintf("%s does not start with \"/\"", quote(s)))
+	case s == "/":
+		return nil
+	}
+	start := 1 // first byte of the current segment
+	for i := 1; i <= len(s); i++ {
+		if i < len(s) && s[i] != '/' {
+			continue
+		}
+		seg := s[start:i]
+		if seg == "" {
+			return reason(fmt.Sprintf("%s has an empty segment at byte %d", quote(s), start))
+		}
+		if seg[0] == '{' {
+			if len(seg) < 3 || seg[len(seg)-1] != '}' || !validParamName(seg[1:len(seg)-1]) {
+				return reason(fmt.Sprintf("%s has an invalid parameter segment %s; parameters are {name} with name [a-z_][a-z0-9_]*", quote(s), quote(seg)))
+			}
+		} else {
+			for j := 0; j < len(seg); j++ {
+				if c := seg[j]; !isRouteLiteralByte(c) {
+					if c == '?' {
+						return reason(fmt.Sprintf("%s has a query string; routes are paths only", quote(s)))
+					}
+					return reason(fmt.Sprintf("%s has %s at byte %d; literal segments are [A-Za-z0-9._~-]+", quote(s), quoteRuneAt(s, start+j), start+j))
+				}
+			}
+		}
+		start = i + 1
+	}
+	return nil
+}
+
+func isRouteLiteralByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '.' || c == '_' || c == '~' || c == '-'
+}
+
+func validParamName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case 'a' <= c && c <= 'z', c == '_':
+		case '0' <= c && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return name != ""
+}
+
+// ValidIP reports whether s is an IPv4 or IPv6 address literal as net/netip
+// parses it, without a zone: "203.0.113.7", "2001:db8::1", "::ffff:192.0.2.1".
+func ValidIP(s string) error {
+	_, err := ParseIP(s)
+	return err
+}
+
+// ParseIP parses s as ValidIP accepts it.
+func ParseIP(s string) (netip.Addr, error) {
+	a, err := parseIP(s)
+	return a, asError(err)
+}
+
+func parseIP[S ~string | ~[]byte](s S) (netip.Addr, *ValidationError) {
+	v6 := false
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '%':
+			return netip.Addr{}, reason(fmt.Sprintf("%s has a zone; zones are not allowed", quote(string(s))))
+		case ':':
+			v6 = true
+		}
+	}
+	if !v6 {
+		if a, ok := parseIPv4(s); ok {
+			return a, nil
+		}
+	} else if a, err := netip.ParseAddr(string(s)); err == nil {
+		return a, nil
+	}
+	return netip.Addr{}, reason(fmt.Sprintf("%s is not an IPv4 or IPv6 address", quote(string(s))))
+}
+
+// parseIPv4 parses dotted decimal exactly as netip.ParseAddr does (four fields
+// of 0–255, no leading zeros), without allocating.
+func parseIPv4[S ~string | ~[]byte](s S) (netip.Addr, bool) {
+	var ip [4]byte
+	field, n, digits := 0, 0, 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case '0' <= c && c <= '9':
+			if digits > 0 && n == 0 { // leading zero
+				return netip.Addr{}, false
+			}
+			n = n*10 + int(c-'0')
+			digits++
+			if n > 255 {
+				return netip.Addr{}, false
+			}
+		case c == '.':
+			if digits == 0 || field == 3 {
+				return netip.Addr{}, false
+			}
+			ip[field] = byte(n)
+			field++
+			n, digits = 0, 0
+		default:
+			return netip.Addr{}, false
+		}
+	}
+	if field != 3 || digits == 0 {
+		return netip.Addr{}, false
+	}
+	ip[3] = byte(n)
+	return netip.AddrFrom4(ip), true
+}
+
+func validAddr(a netip.Addr) *ValidationError {
+	switch {
+	case !a.IsValid():
+		return reason("is required")
+	case a.Zone() != "":
+		return reason(fmt.Sprintf("%s has a zone; zones are not allowed", quote(a.String())))
+	}
+	return nil
+}
+
+// ValidResource reports whether s is a resource reference "type:id": type is
+// [a-z][a-z0-9_]*, id is one or more visible ASCII characters (0x21–0x7E), and the
+// whole is at most 128 bytes. Example: "channel:123".
+func ValidResource(s string) error { return asError(validResource(s)) }
+
+func validResource(s string) *ValidationError {
+	if s == "" {
+		return reason("must not be empty")
+	}
+	if len(s) > MaxResourceLen {
+		return reason(fmt.Sprintf("%s is %d bytes long, the limit is %d", quote(s), len(s), MaxResourceLen))
+	}
+	colon := strings.IndexByte(s, ':')
+	if colon < 1 || colon == len(s)-1 || s[0] < 'a' || s[0] > 'z' {
+		return reason(fmt.Sprintf("%s is not of the form type:id, e.g. \"channel:123\"", quote(s)))
+	}
+	for i := 1; i < colon; i++ {
+		if c := s[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_') {
+			return reason(fmt.Sprintf("%s has %s at byte %d; the type is [a-z][a-z0-9_]*", quote(s), quoteRuneAt(s, i), i))
+		}
+	}
+	for i := colon + 1; i < len(s); i++ {
+		if c := s[i]; c < '!' || c > '~' {
+			return reason(fmt.Sprintf("%s has %s at byte %d; the id is visible ASCII", quote(s), quoteRuneAt(s, i), i))
+		}
+	}
+	return nil
+}
+
+// Methods lists the HTTP methods a decision may carry.
+const Methods = "GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS"
+
+// ValidMethod reports whether s is one of Methods (upper case).
+func ValidMethod(s string) error {
+	if _, ok := method(s); ok {
+		return nil
+	}
+	return oneOf(s, Methods)
+}
+
+// method returns the constant for a valid method, so decoding does not allocate.
+func method[S ~string | ~[]byte](s S) (string, bool) {
+	switch string(s) {
+	case "GET":
+		return "GET", true
+	case "HEAD":
+		return "HEAD", true
+	case "POST":
+		return "POST", true
+	case "PUT":
+		return "PUT", true
+	case "PATCH":
+		return "PATCH", true
+	case "DELETE":
+		return "DELETE", true
+	case "OPTIONS":
+		return "OPTIONS", true
+	}
+	return "", false
+}
+
+// oneOf checks s against the "|"-separated options.
+func oneOf(s, options string) *ValidationError {
+	for opts := options; ; {
+		opt, rest, more := strings.Cut(opts, "|")
+		if s == opt {
+			return nil
+		}
+		if !more {
+			break
+		}
+		opts = rest
+	}
+	if s == "" {
+		return reason("must be one of " + options)
+	}
+	return reason(fmt.Sprintf("%s is not one of %s", quote(s), options))
+}
+
+// ValidPrincipalID reports whether s is a valid principal id: 1–128 bytes of
+// UTF-8 without control characters.
+func ValidPrincipalID(s string) error { return asError(validPrincipalID(s)) }
+
+func validPrincipalID(s string) *ValidationError {
+	if s == "" {
+		return reason("must not be empty")
+	}
+	if len(s) > MaxPrincipalIDLen {
+		return reason(fmt.Sprintf("%s is %d bytes long, the limit is %d bytes", quote(s), len(s), MaxPrincipalIDLen))
+	}
+	return noControl(s, false)
+}
+
+// validText checks a free-text field: 1–max characters (Unicode code points, as
+// JSON Schema's maxLength counts them), valid UTF-8, no control characters
+// (Unicode category Cc) except tab and newline when multiline.
+func validText(s string, max int, multiline bool) *ValidationError {
+	if s == "" {
+		return reason("must not be empty")
+	}
+	if err := noControl(s, multiline); err != nil {
+		return err
+	}
+	if n := utf8.RuneCountInString(s); n > max {
+		return reason(fmt.Sprintf("%s is %d characters long, the limit is %d", quote(s), n, max))
+	}
+	return nil
+}
+
+// noControl rejects invalid UTF-8 and control characters (U+0000–U+001F,
+// U+007F–U+009F), allowing tab and newline when multiline.
+func noControl(s string, multiline bool) *ValidationError {
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c < 0x20 && !(multiline && (c == '\t' || c == '\n')) || c == 0x7f {
+				return reason(fmt.Sprintf("%s has control character %U at byte %d", quote(s), c, i))
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			return reason(fmt.Sprintf("%s is not valid UTF-8 at byte %d", quote(s), i))
+		}
+		if r <= 0x9f {
+			return reason(fmt.Sprintf("%s has control character %U at byte %d", quote(s), r, i))
+		}
+		i += size
+	}
+	return nil
+}
+
+// quoteRuneAt quotes the character starting at byte i of s.
+func quoteRuneAt(s string, i int) string {
+	r, _ := utf8.DecodeRuneInString(s[i:])
+	return strconv.QuoteRune(r)
+}
+
+func intRange(v, min, max int64) *ValidationError {
+	if v < min || v > max {
+		return reason(fmt.Sprintf("must be between %d and %d, got %d", min, max, v))
+	}
+	return nil
+}
+
+// Float bounds used by the contracts. Every bound is 0, 1 or 10; the decoder
+// relies on that to compare boundary values exactly (see decoder.float).
+func atLeast0(v float64) *ValidationError {
+	if !(v >= 0) || math.IsInf(v, 0) {
+		return reason("must be a finite number >= 0, got " + fmtFloat(v))
+	}
+	return nil
+}
+
+func fraction(v float64) *ValidationError { // [0, 1]
+	if !(v >= 0 && v <= 1) {
+		return reason("must be >= 0 and <= 1, got " + fmtFloat(v))
+	}
+	return nil
+}
+
+func multiplier(v float64) *ValidationError { // (0, 1]
+	if !(v > 0 && v <= 1) {
+		return reason("must be > 0 and <= 1, got " + fmtFloat(v))
+	}
+	return nil
+}
+
+func scale(v float64) *ValidationError { // (0, 10]
+	if !(v > 0 && v <= 10) {
+		return reason("must be > 0 and <= 10, got " + fmtFloat(v))
+	}
+	return nil
+}
+
+func fmtFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }

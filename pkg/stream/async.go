@@ -1,0 +1,428 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+)
+
+// AsyncProducer defaults.
+const (
+	DefaultAsyncBufferSize    = 65536
+	DefaultAsyncBatchSize     = 1000
+	DefaultAsyncBatchTimeout  = 5 * time.Millisecond
+	DefaultAsyncWriteAttempts = 5
+	DefaultAsyncDrainTimeout  = 5 * time.Second
+)
+
+// ErrUndelivered is wrapped by AsyncProducer.Run's error when messages were
+// still unsent at the drain deadline.
+var ErrUndelivered = errors.New("messages not delivered")
+
+// AsyncProducerConfig configures an AsyncProducer.
+type AsyncProducerConfig struct {
+	// Brokers are the bootstrap broker addresses (host:port). Required.
+	Brokers []string
+	// Topic is the default topic for messages whose Topic is empty.
+	Topic string
+	// Name labels the producer's metrics (producer="..."); default Topic,
+	// or "async" when Topic is empty.
+	Name string
+	// Balancer picks a message's partition; default &kafka.Hash{} on the key.
+	Balancer kafka.Balancer
+	// BufferSize is how many messages TryPublish can queue; default 65536.
+	BufferSize int
+	// BatchSize is the most messages written at once; default 1000.
+	BatchSize int
+	// BatchTimeout is the longest a message waits for its batch to fill;
+	// default 5ms.
+	BatchTimeout time.Duration
+	// WriteAttempts is how many times a batch is written (each write itself
+	// retries inside kafka-go) before its messages count as failed; default 5.
+	WriteAttempts int
+	// InitialBackoff and MaxBackoff bound the jittered backoff between write
+	// attempts; defaults 100ms and 5s.
+	InitialBackoff time.Duration
+	MaxBackoff     time.Duration
+	// DrainTimeout bounds sending what is buffered once Run's ctx is done;
+	// default 5s.
+	DrainTimeout time.Duration
+	// OnFailed, if set, receives the messages that could not be written
+	// (after WriteAttempts, or at the drain deadline); this is the hook for an
+	// on-disk journal to replay later. It is called from Run's goroutine, must
+	// not block for long, and owns the slice. Messages reported at the drain
+	// deadline may have been written after all (at-least-once).
+	OnFailed func([]kafka.Message)
+
+	// Logger and Registerer: nil discards logs and leaves metrics unregistered.
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Validate checks the configuration; zero values that have defaults are valid.
+func (c AsyncProducerConfig) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: AsyncProducerConfig.%s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))
+	}
+	checkBrokers(c.Brokers, func(msg string) { bad("Brokers", "%s", msg) })
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"BufferSize", int64(c.BufferSize)}, {"BatchSize", int64(c.BatchSize)},
+		{"WriteAttempts", int64(c.WriteAttempts)}, {"BatchTimeout", int64(c.BatchTimeout)},
+		{"InitialBackoff", int64(c.InitialBackoff)}, {"MaxBackoff", int64(c.MaxBackoff)},
+		{"DrainTimeout", int64(c.DrainTimeout)},
+	} {
+		if f.v < 0 {
+			bad(f.name, "must not be negative, got %d", f.v)
+		}
+	}
+	d := c.withDefaults()
+	if d.MaxBackoff < d.InitialBackoff {
+		bad("MaxBackoff", "must be at least InitialBackoff (%v), got %v", d.InitialBackoff, d.MaxBackoff)
+	}
+	return errors.Join(errs...)
+}
+
+func (c AsyncProducerConfig) withDefaults() AsyncProducerConfig {
+	if c.Name == "" {
+		c.Name = c.Topic
+	}
+	if c.Name == "" {
+		c.Name = "async"
+	}
+	if c.BufferSize == 0 {
+		c.BufferSize = DefaultAsyncBufferSize
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultAsyncBatchSize
+	}
+	if c.BatchTimeout == 0 {
+		c.BatchTimeout = DefaultAsyncBatchTimeout
+	}
+	if c.WriteAttempts == 0 {
+		c.WriteAttempts = DefaultAsyncWriteAttempts
+	}
+	if c.InitialBackoff == 0 {
+		c.InitialBackoff = DefaultInitialBackoff
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = max(DefaultMaxBackoff, c.InitialBackoff)
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DefaultAsyncDrainTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// AsyncProducer queues messages without ever blocking the caller and writes
+// them in batches, reliably (acks=all), from Run. When the buffer is full,
+// TryPublish drops the message and counts it. TryPublish is safe for
+// concurrent use.
+type AsyncProducer struct {
+	cfg AsyncProducerConfig
+	log *slog.Logger
+	p   *Producer
+	ch  chan kafka.Message
+
+	// mu orders TryPublish against the drain: once closed is set under the
+	// write lock, no send into ch can still be in progress.
+	mu     sync.RWMutex
+	closed bool
+
+	droppedFull, droppedClosed prometheus.Counter
+	sent, failed               prometheus.Counter
+	queued                     prometheus.Gauge
+
+	ran atomic.Bool
+}
+
+// NewAsyncProducer creates an AsyncProducer; messages are written once Run is
+// running. Call cfg.Validate first: NewAsyncProducer does not fail.
+func NewAsyncProducer(cfg AsyncProducerConfig) *AsyncProducer {
+	cfg = cfg.withDefaults()
+	metrics, err := NewMetrics(cfg.Registerer)
+	if err != nil {
+		cfg.Logger.Error("stream metrics left unregistered", "err", err)
+		metrics, _ = NewMetrics(nil)
+	}
+	log := cfg.Logger.With("producer", cfg.Name)
+	p := newProducer(ProducerConfig{
+		Brokers:  cfg.Brokers,
+		Topic:    cfg.Topic,
+		Balancer: cfg.Balancer,
+		// Run already forms the batches; kafka-go splits one per partition
+		// and sends a partition's batch when full or after its own timeout,
+		// so keep that timeout short.
+		BatchSize:    cfg.BatchSize,
+		BatchTimeout: time.Millisecond,
+		MaxAttempts:  3,
+		Logger:       log,
+	}.withDefaults(), metrics)
+	return &AsyncProducer{
+		cfg:           cfg,
+		log:           log,
+		p:             p,
+		ch:            make(chan kafka.Message, cfg.BufferSize),
+		droppedFull:   metrics.asyncDropped.WithLabelValues(cfg.Name, dropFull),
+		droppedClosed: metrics.asyncDropped.WithLabelValues(cfg.Name, dropClosed),
+		sent:          metrics.asyncSent.WithLabelValues(cfg.Name),
+		failed:        metrics.asyncFailed.WithLabelValues(cfg.Name),
+		queued:        metrics.asyncQueued.WithLabelValues(cfg.Name),
+	}
+}
+
+// TryPublish queues msg and returns true, or returns false at once — counting
+// floodgate_stream_async_dropped_total — when the buffer is full or Run has
+// stopped. It never blocks. A message without a Topic goes to the producer's
+// default topic. The caller must not modify msg's slices afterwards.
+func (a *AsyncProducer) TryPublish(msg kafka.Message) bool {
+	a.mu.RLock()
+	if a.closed {
+		a.mu.RUnlock()
+		a.droppedClosed.Inc()
+		return false
+	}
+	select {
+	case a.ch <- msg:
+		a.mu.RUnlock()
+		return true
+	default:
+		a.mu.RUnlock()
+		a.droppedFull.Inc()
+		return false
+	}
+}
+
+// Run writes queued messages until ctx is done, then stops accepting
+// messages, writes what is buffered until DrainTimeout, and closes the
+// writer. It returns nil when everything accepted was written or reported
+// failed (and passed to OnFailed) during normal operation, and an error
+// wrapping ErrUndelivered, with the count, when messages were still unsent at
+// the drain deadline (those are also passed to OnFailed). Run may be called
+// once.
+func (a *AsyncProducer) Run(ctx context.Context) error {
+	if !a.ran.CompareAndSwap(false, true) {
+		return errors.New("stream: AsyncProducer.Run called twice")
+	}
+	// Writes outlive ctx by DrainTimeout, so the drain can still send.
+	wctx, cancelWrites := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWrites()
+	var drainDeadline atomic.Pointer[time.Time]
+	stopAfter := context.AfterFunc(ctx, func() {
+		deadline := time.Now().Add(a.cfg.DrainTimeout)
+		drainDeadline.Store(&deadline)
+		time.AfterFunc(a.cfg.DrainTimeout, cancelWrites)
+	})
+	defer stopAfter()
+
+	batch := make([]kafka.Message, 0, a.cfg.BatchSize)
+	timer := time.NewTimer(a.cfg.BatchTimeout)
+	timer.Stop()
+	defer timer.Stop()
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case msg := <-a.ch:
+			batch = append(batch[:0], msg)
+			batch = a.fill(ctx, batch, timer)
+			a.write(wctx, batch)
+			a.queued.Set(float64(len(a.ch)))
+		}
+	}
+
+	// Drain: refuse new messages, then send what is left.
+	a.mu.Lock()
+	a.closed = true
+	a.mu.Unlock()
+	buffered := len(a.ch)
+	a.log.Info("async producer draining", "buffered", buffered)
+	var undelivered int
+	for {
+		batch = batch[:0]
+		for len(batch) < a.cfg.BatchSize {
+			select {
+			case msg := <-a.ch:
+				batch = append(batch, msg)
+				continue
+			default:
+			}
+			break
+		}
+		if len(batch) == 0 {
+			break
+		}
+		if wctx.Err() != nil {
+			undelivered += len(batch)
+			a.fail(batch, wctx.Err(), "drain deadline passed")
+			continue
+		}
+		undelivered += a.write(wctx, batch)
+	}
+	a.queued.Set(0)
+
+	closed := make(chan error, 1)
+	go func() { closed <- a.p.Close() }()
+	closeWait := time.Second
+	if p := drainDeadline.Load(); p != nil {
+		closeWait = max(closeWait, time.Until(*p))
+	}
+	select {
+	case err := <-closed:
+		if err != nil {
+			a.log.Warn("close writer", "err", err)
+		}
+	case <-time.After(closeWait):
+		a.log.Warn("writer still flushing after drain; not waiting for it")
+	}
+	if undelivered > 0 {
+		a.log.Error("async producer stopped with undelivered messages", "undelivered", undelivered, "buffered_at_drain", buffered)
+		return fmt.Errorf("async producer %s: %w: %d at the drain deadline", a.cfg.Name, ErrUndelivered, undelivered)
+	}
+	a.log.Info("async producer stopped", "buffered_at_drain", buffered)
+	return nil
+}
+
+// fill adds queued messages to batch until it is full, BatchTimeout has passed
+// since its first message, or ctx is done.
+func (a *AsyncProducer) fill(ctx context.Context, batch []kafka.Message, timer *time.Timer) []kafka.Message {
+	armed := false
+	defer func() {
+		if armed {
+			timer.Stop()
+		}
+	}()
+	for len(batch) < a.cfg.BatchSize {
+		select {
+		case msg := <-a.ch:
+			batch = append(batch, msg)
+			continue
+		default:
+		}
+		if !armed {
+			timer.Reset(a.cfg.BatchTimeout)
+			armed = true
+		}
+		select {
+		case msg := <-a.ch:
+			batch = append(batch, msg)
+		case <-timer.C:
+			armed = false
+			return batch
+		case <-ctx.Done():
+			return batch
+		}
+	}
+	return batch
+}
+
+// write writes batch, retrying what failed up to WriteAttempts times, and
+// returns how many messages it gave up on (reported through fail).
+func (a *AsyncProducer) write(ctx context.Context, batch []kafka.Message) int {
+	var rejected int
+	if a.cfg.Topic != "" {
+		_ = a.p.fillTopic(batch) // cannot fail with a default topic
+	} else {
+		batch, rejected = a.dropTopicless(batch)
+		if len(batch) == 0 {
+			return rejected
+		}
+	}
+	return rejected + a.send(ctx, batch)
+}
+
+// send writes batch, whose messages all name a topic; see write.
+func (a *AsyncProducer) send(ctx context.Context, batch []kafka.Message) int {
+	pending := batch
+	var bo *backoff.ExponentialBackOff
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = a.p.write(ctx, pending)
+		if err == nil {
+			a.sent.Add(float64(len(pending)))
+			return 0
+		}
+		var tooLarge kafka.MessageTooLargeError
+		if errors.As(err, &tooLarge) {
+			// kafka-go sends nothing when one message is too large: drop it
+			// and retry the rest at once.
+			a.fail([]kafka.Message{tooLarge.Message}, err, "message too large")
+			pending = tooLarge.Remaining
+			attempt--
+			if len(pending) == 0 {
+				return 1
+			}
+			continue
+		}
+		var werrs kafka.WriteErrors
+		if errors.As(err, &werrs) && len(werrs) == len(pending) {
+			var failed []kafka.Message
+			for i, e := range werrs {
+				if e != nil {
+					failed = append(failed, pending[i])
+				}
+			}
+			a.sent.Add(float64(len(pending) - len(failed)))
+			pending = failed
+		}
+		if attempt >= a.cfg.WriteAttempts || ctx.Err() != nil {
+			break
+		}
+		if bo == nil {
+			bo = backoff.NewExponentialBackOff()
+			bo.InitialInterval = a.cfg.InitialBackoff
+			bo.MaxInterval = a.cfg.MaxBackoff
+			bo.Reset()
+		}
+		wait := min(bo.NextBackOff(), a.cfg.MaxBackoff)
+		a.log.Warn("async write failed; retrying", "messages", len(pending), "attempt", attempt, "backoff", wait, "err", err)
+		if !sleepCtx(ctx, wait) {
+			break
+		}
+	}
+	a.fail(pending, err, "write attempts exhausted")
+	return len(pending)
+}
+
+// dropTopicless removes, in place, the messages that name no topic (the
+// producer has no default) and reports them failed.
+func (a *AsyncProducer) dropTopicless(batch []kafka.Message) ([]kafka.Message, int) {
+	var bad []kafka.Message
+	kept := batch[:0]
+	for _, m := range batch {
+		if m.Topic == "" {
+			bad = append(bad, m)
+		} else {
+			kept = append(kept, m)
+		}
+	}
+	a.fail(bad, ErrNoTopic, "message has no topic")
+	return kept, len(bad)
+}
+
+// fail counts msgs as failed, logs them, and hands a copy to OnFailed.
+func (a *AsyncProducer) fail(msgs []kafka.Message, err error, why string) {
+	if len(msgs) == 0 {
+		return
+	}
+	a.failed.Add(float64(len(msgs)))
+	a.log.Error("async messages not delivered", "messages", len(msgs), "reason", why, "err", err)
+	if a.cfg.OnFailed != nil {
+		cp := make([]kafka.Message, len(msgs))
+		copy(cp, msgs)
+		a.cfg.OnFailed(cp)
+	}
+}

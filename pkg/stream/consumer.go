@@ -1,0 +1,730 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+)
+
+// Consumer defaults.
+const (
+	DefaultMaxAttempts    = 5
+	DefaultInitialBackoff = 100 * time.Millisecond
+	DefaultMaxBackoff     = 5 * time.Second
+	DefaultCommitInterval = time.Second
+	DefaultDrainTimeout   = 10 * time.Second
+	DefaultMaxWait        = time.Second
+)
+
+const (
+	drainGrace   = 250 * time.Millisecond // after DrainTimeout, for handlers to notice ctx
+	fetchBackoff = 500 * time.Millisecond // after a FetchMessage error
+)
+
+// Handler handles one message. It returns nil when the message is done, an
+// error wrapped with Permanent (or implementing Permanent() bool) when it can
+// never succeed, and any other error to have it retried. ctx is cancelled only
+// when the consumer's drain deadline passes, never merely because shutdown
+// began. A handler must not modify msg's Key, Value or Headers in place: the
+// same bytes go to the dead-letter topic if it fails. Handlers of different
+// partitions run concurrently; one partition's messages are handled one at a
+// time, in order.
+type Handler func(ctx context.Context, msg kafka.Message) error
+
+// ConsumerConfig configures a Consumer.
+type ConsumerConfig struct {
+	// Brokers are the bootstrap broker addresses (host:port). Required.
+	Brokers []string
+	// Topic is consumed. Required.
+	Topic string
+	// GroupID is the consumer group. Required.
+	GroupID string
+	// Service names the service in dead-letter records. Required.
+	Service string
+	// DLQTopic receives dead letters; default Topic + ".dlq". The topic must
+	// exist: producers never create topics.
+	DLQTopic string
+	// MaxAttempts is how many times a transiently failing message is handled
+	// before it is dead-lettered; default 5.
+	MaxAttempts int
+	// InitialBackoff and MaxBackoff bound the exponential, jittered backoff
+	// between attempts (also between dead-letter publish retries); defaults
+	// 100ms and 5s.
+	InitialBackoff time.Duration
+	MaxBackoff     time.Duration
+	// CommitInterval is how often finished offsets are committed; default
+	// 1s. Offsets are also committed on drain.
+	CommitInterval time.Duration
+	// DrainTimeout is how long in-flight handlers get after ctx is cancelled
+	// before their own context is cancelled; default 10s. On a rebalance
+	// they get min(DrainTimeout, RebalanceTimeout/2).
+	DrainTimeout time.Duration
+	// StartOffset is where a group with no committed offset starts:
+	// kafka.FirstOffset (the default) or kafka.LastOffset.
+	StartOffset int64
+
+	// Group protocol and fetch tuning; zero keeps kafka-go's defaults
+	// (heartbeat 3s, session 30s, rebalance 30s, join backoff 5s). MaxWait
+	// is the longest a fetch waits for data; it also bounds how long closing
+	// the reader takes; default 1s.
+	HeartbeatInterval time.Duration
+	SessionTimeout    time.Duration
+	RebalanceTimeout  time.Duration
+	JoinGroupBackoff  time.Duration
+	MaxWait           time.Duration
+
+	// Logger and Registerer are required.
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Validate checks the configuration and how its fields relate. Zero values
+// that have defaults are valid. Errors wrap ErrInvalidConfig and name the field.
+func (c ConsumerConfig) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: ConsumerConfig.%s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))
+	}
+	checkBrokers(c.Brokers, func(msg string) { bad("Brokers", "%s", msg) })
+	if c.Topic == "" {
+		bad("Topic", "required")
+	}
+	if c.GroupID == "" {
+		bad("GroupID", "required")
+	}
+	if c.Service == "" {
+		bad("Service", "required")
+	}
+	if c.DLQTopic != "" && c.DLQTopic == c.Topic {
+		bad("DLQTopic", "must differ from Topic %q", c.Topic)
+	}
+	if c.MaxAttempts < 0 {
+		bad("MaxAttempts", "must be at least 1 (0 means %d), got %d", DefaultMaxAttempts, c.MaxAttempts)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"InitialBackoff", c.InitialBackoff}, {"MaxBackoff", c.MaxBackoff},
+		{"CommitInterval", c.CommitInterval}, {"DrainTimeout", c.DrainTimeout},
+		{"HeartbeatInterval", c.HeartbeatInterval}, {"SessionTimeout", c.SessionTimeout},
+		{"RebalanceTimeout", c.RebalanceTimeout}, {"JoinGroupBackoff", c.JoinGroupBackoff},
+		{"MaxWait", c.MaxWait},
+	} {
+		if d.v < 0 {
+			bad(d.name, "must not be negative, got %v", d.v)
+		}
+	}
+	d := c.withDefaults()
+	if d.MaxBackoff < d.InitialBackoff {
+		bad("MaxBackoff", "must be at least InitialBackoff (%v), got %v", d.InitialBackoff, d.MaxBackoff)
+	}
+	if c.HeartbeatInterval > 0 && c.SessionTimeout > 0 && c.HeartbeatInterval >= c.SessionTimeout {
+		bad("HeartbeatInterval", "must be less than SessionTimeout (%v), got %v", c.SessionTimeout, c.HeartbeatInterval)
+	}
+	if c.StartOffset != 0 && c.StartOffset != kafka.FirstOffset && c.StartOffset != kafka.LastOffset {
+		bad("StartOffset", "must be kafka.FirstOffset (%d) or kafka.LastOffset (%d), got %d", kafka.FirstOffset, kafka.LastOffset, c.StartOffset)
+	}
+	if c.Logger == nil {
+		bad("Logger", "required")
+	}
+	if c.Registerer == nil {
+		bad("Registerer", "required")
+	}
+	return errors.Join(errs...)
+}
+
+func (c ConsumerConfig) withDefaults() ConsumerConfig {
+	if c.DLQTopic == "" && c.Topic != "" {
+		c.DLQTopic = c.Topic + ".dlq"
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.InitialBackoff == 0 {
+		c.InitialBackoff = DefaultInitialBackoff
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = max(DefaultMaxBackoff, c.InitialBackoff)
+	}
+	if c.CommitInterval == 0 {
+		c.CommitInterval = DefaultCommitInterval
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.StartOffset == 0 {
+		c.StartOffset = kafka.FirstOffset
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = DefaultMaxWait
+	}
+	return c
+}
+
+// partitionReader reads one partition; kafka-go's Reader without a GroupID.
+type partitionReader interface {
+	SetOffset(offset int64) error
+	FetchMessage(ctx context.Context) (kafka.Message, error)
+	Close() error
+}
+
+// publisher writes messages reliably; it must be safe for concurrent use.
+type publisher interface {
+	Publish(ctx context.Context, msgs ...kafka.Message) error
+}
+
+var (
+	_ partitionReader = (*kafka.Reader)(nil)
+	_ groupSession    = (*kafka.ConsumerGroup)(nil)
+	_ publisher       = (*Producer)(nil)
+)
+
+// Consumer consumes one topic as a member of a consumer group, at least once:
+// FetchMessage, handle, then commit. Each assigned partition is fetched and
+// handled by its own goroutine, so partitions proceed in parallel while one
+// partition's messages are handled in order. Failed messages are retried and
+// then dead-lettered (see Handler).
+type Consumer struct {
+	cfg     ConsumerConfig
+	handler Handler
+	log     *slog.Logger
+	metrics *Metrics
+
+	newGroup           func() (groupSession, error)
+	newPartitionReader func(partition int) partitionReader
+	dlq                publisher
+	closeDLQ           func() error
+
+	// pre-resolved metric children
+	okCount, retriedCount, dlqCount prometheus.Counter
+	retryCount, commitCount         prometheus.Counter
+	commitErrCount, fetchErrCount   prometheus.Counter
+	groupErrCount                   prometheus.Counter
+	redeliveredCount, abandonCount  prometheus.Counter
+	rebalanceCount                  prometheus.Counter
+	handleSeconds                   prometheus.Observer
+	lag                             prometheus.Gauge
+	dlqPublishErrs                  prometheus.Counter
+
+	ran atomic.Bool
+}
+
+// NewConsumer validates cfg, applies its defaults and returns a Consumer for
+// h. It connects nothing until Run.
+func NewConsumer(cfg ConsumerConfig, h Handler) (*Consumer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if h == nil {
+		return nil, fmt.Errorf("%w: NewConsumer: handler is nil", ErrInvalidConfig)
+	}
+	cfg = cfg.withDefaults()
+	metrics, err := NewMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("new consumer %s/%s: %w", cfg.Topic, cfg.GroupID, err)
+	}
+	log := cfg.Logger.With("topic", cfg.Topic, "group", cfg.GroupID)
+	dlq := newProducer(ProducerConfig{
+		Brokers:     cfg.Brokers,
+		Topic:       cfg.DLQTopic,
+		MaxAttempts: 3, // the consumer retries dead-lettering itself, forever
+		Logger:      log,
+	}.withDefaults(), metrics)
+	c := &Consumer{
+		cfg:      cfg,
+		handler:  h,
+		log:      log,
+		metrics:  metrics,
+		dlq:      dlq,
+		closeDLQ: dlq.Close,
+
+		okCount:          metrics.consumed.WithLabelValues(cfg.Topic, cfg.GroupID, outcomeOK),
+		retriedCount:     metrics.consumed.WithLabelValues(cfg.Topic, cfg.GroupID, outcomeRetried),
+		dlqCount:         metrics.consumed.WithLabelValues(cfg.Topic, cfg.GroupID, outcomeDLQ),
+		retryCount:       metrics.retries.WithLabelValues(cfg.Topic, cfg.GroupID),
+		commitCount:      metrics.commits.WithLabelValues(cfg.Topic, cfg.GroupID),
+		commitErrCount:   metrics.commitErrors.WithLabelValues(cfg.Topic, cfg.GroupID),
+		fetchErrCount:    metrics.fetchErrors.WithLabelValues(cfg.Topic, cfg.GroupID),
+		groupErrCount:    metrics.groupErrors.WithLabelValues(cfg.Topic, cfg.GroupID),
+		redeliveredCount: metrics.redelivered.WithLabelValues(cfg.Topic, cfg.GroupID),
+		abandonCount:     metrics.abandoned.WithLabelValues(cfg.Topic, cfg.GroupID),
+		rebalanceCount:   metrics.rebalances.WithLabelValues(cfg.Topic, cfg.GroupID),
+		handleSeconds:    metrics.handleSeconds.WithLabelValues(cfg.Topic, cfg.GroupID),
+		lag:              metrics.lag.WithLabelValues(cfg.Topic, cfg.GroupID),
+		dlqPublishErrs:   metrics.dlqPublishErrors.WithLabelValues(cfg.Topic),
+	}
+	// The consumer drives kafka-go's ConsumerGroup itself rather than a
+	// group Reader: a group Reader gives no sign of revoked partitions, so
+	// its user keeps handling and committing partitions that moved to
+	// another member, and commits there can move the group's offsets back.
+	// Per generation we know the assignment, commit only what we own, and
+	// commit before rejoining.
+	c.newGroup = func() (groupSession, error) {
+		return kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+			ID:                    cfg.GroupID,
+			Brokers:               cfg.Brokers,
+			Topics:                []string{cfg.Topic},
+			StartOffset:           cfg.StartOffset,
+			HeartbeatInterval:     cfg.HeartbeatInterval,
+			SessionTimeout:        cfg.SessionTimeout,
+			RebalanceTimeout:      cfg.RebalanceTimeout,
+			JoinGroupBackoff:      cfg.JoinGroupBackoff,
+			WatchPartitionChanges: true,
+			ErrorLogger:           kafkaLogger(log, slog.LevelWarn, "kafka consumer group"),
+		})
+	}
+	c.newPartitionReader = func(partition int) partitionReader {
+		return kafka.NewReader(kafka.ReaderConfig{
+			Brokers:     cfg.Brokers,
+			Topic:       cfg.Topic,
+			Partition:   partition,
+			MaxWait:     cfg.MaxWait,
+			ErrorLogger: kafkaLogger(log, slog.LevelWarn, "kafka reader"),
+		})
+	}
+	return c, nil
+}
+
+// Run consumes until ctx is done, then drains: it stops fetching, lets the
+// handlers that are running finish (their context is cancelled DrainTimeout
+// after ctx), commits every finished offset and leaves the group. Messages
+// fetched but not started stay uncommitted, to be redelivered. Run returns
+// nil after a clean drain, and an error if the final commit failed or a
+// handler outlived the drain deadline (nothing is lost then either: what was
+// not committed is redelivered). Run may be called once.
+//
+// Rebalances are handled the same way: when the group rebalances, every
+// partition of the ending generation stops fetching, its running handler gets
+// until min(DrainTimeout, RebalanceTimeout/2) to finish, and the finished
+// offsets are committed before the consumer rejoins. Offsets are only ever
+// committed for partitions this consumer owns in the current generation.
+func (c *Consumer) Run(ctx context.Context) error {
+	if !c.ran.CompareAndSwap(false, true) {
+		return errors.New("stream: Consumer.Run called twice")
+	}
+	defer func() {
+		if err := c.closeDLQ(); err != nil {
+			c.log.Warn("close dlq producer", "err", err)
+		}
+	}()
+
+	// Handlers run on a context that outlives ctx by DrainTimeout.
+	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHandlers()
+	drainStarted := make(chan time.Time, 1)
+	stopAfter := context.AfterFunc(ctx, func() {
+		drainStarted <- time.Now()
+		time.AfterFunc(c.cfg.DrainTimeout, cancelHandlers)
+	})
+	defer stopAfter()
+
+	group, err := c.newGroup()
+	if err != nil {
+		return fmt.Errorf("consumer %s/%s: %w", c.cfg.Topic, c.cfg.GroupID, err)
+	}
+	c.log.Info("consumer started")
+
+	var errs []error
+	for ctx.Err() == nil {
+		gen, err := group.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			c.groupErrCount.Inc()
+			c.log.Warn("join consumer group", "err", err)
+			sleepCtx(ctx, fetchBackoff)
+			continue
+		}
+		g := &generationRun{c: c, gen: gen, drainStarted: drainStarted}
+		if err := g.run(ctx, hctx); err != nil {
+			if ctx.Err() != nil {
+				errs = append(errs, fmt.Errorf("drain: %w", err))
+			} else {
+				c.log.Warn("end of generation", "generation", gen.ID, "err", err)
+			}
+		}
+	}
+
+	// Leave the group. Closing waits for the generation's goroutines, which
+	// have drained already unless a handler ignores its context.
+	closed := make(chan struct{})
+	go func() {
+		_ = group.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(c.cfg.DrainTimeout + drainGrace):
+		errs = append(errs, errors.New("drain: leaving the consumer group timed out"))
+	}
+	c.log.Info("consumer stopped")
+	return errors.Join(errs...)
+}
+
+// groupSession is what the consumer needs of a kafka-go ConsumerGroup.
+type groupSession interface {
+	Next(ctx context.Context) (*kafka.Generation, error)
+	Close() error
+}
+
+// generationRun consumes the partitions assigned in one group generation.
+type generationRun struct {
+	c            *Consumer
+	gen          *kafka.Generation
+	drainStarted chan time.Time
+	parts        map[int]*partitionState // fixed before any goroutine starts
+}
+
+type partitionState struct {
+	id    int
+	track *offsetTrack
+	lag   atomic.Int64
+}
+
+// run starts a goroutine per assigned partition plus a commit loop, all
+// inside the generation, and returns when the generation ended (after its
+// final commit) or, once ctx is done, after the drain and final commit; the
+// generation's goroutines then wait for the group to close it.
+func (g *generationRun) run(ctx, hctx context.Context) error {
+	c := g.c
+	assigned := g.gen.Assignments[c.cfg.Topic]
+	g.parts = make(map[int]*partitionState, len(assigned))
+	ids := make([]int, 0, len(assigned))
+	for _, a := range assigned {
+		g.parts[a.ID] = &partitionState{id: a.ID, track: newOffsetTrack()}
+		ids = append(ids, a.ID)
+	}
+	c.rebalanceCount.Inc()
+	c.log.Info("joined consumer group generation", "generation", g.gen.ID, "partitions", ids)
+
+	// Handlers of this generation are cancelled at the rebalance deadline.
+	genHctx, cancelGen := context.WithCancel(hctx)
+	defer cancelGen()
+
+	var drained sync.WaitGroup
+	for _, a := range assigned {
+		drained.Add(1)
+		ps := g.parts[a.ID]
+		g.gen.Start(func(gctx context.Context) {
+			g.consume(ctx, gctx, genHctx, a, ps, &drained)
+		})
+	}
+	result := make(chan error, 1)
+	g.gen.Start(func(gctx context.Context) {
+		result <- g.commitLoop(ctx, gctx, &drained, cancelGen)
+		// Keep the generation open until the group ends it: on shutdown
+		// that is Close, after which the group is left, not rejoined.
+		<-gctx.Done()
+	})
+	err := <-result
+	for _, ps := range g.parts {
+		c.metrics.partitionLag.DeleteLabelValues(c.cfg.Topic, c.cfg.GroupID, strconv.Itoa(ps.id))
+	}
+	return err
+}
+
+// consume fetches one partition from its committed offset and handles its
+// messages in order until ctx or gctx is done.
+func (g *generationRun) consume(ctx, gctx, hctx context.Context, a kafka.PartitionAssignment, ps *partitionState, drained *sync.WaitGroup) {
+	c := g.c
+	stop, cancelStop := context.WithCancel(gctx)
+	defer cancelStop()
+	defer context.AfterFunc(ctx, cancelStop)()
+
+	r := c.newPartitionReader(a.ID)
+	defer func() {
+		if err := r.Close(); err != nil {
+			c.log.Warn("close partition reader", "partition", a.ID, "err", err)
+		}
+	}()
+	lag := c.metrics.partitionLag.WithLabelValues(c.cfg.Topic, c.cfg.GroupID, strconv.Itoa(a.ID))
+	if err := r.SetOffset(a.Offset); err != nil {
+		c.log.Error("set partition offset", "partition", a.ID, "offset", a.Offset, "err", err)
+		drained.Done()
+		return // ends the generation: the group rebalances and retries
+	}
+	for {
+		msg, err := r.FetchMessage(stop)
+		if err != nil {
+			if stop.Err() != nil {
+				break
+			}
+			c.fetchErrCount.Inc()
+			c.log.Warn("fetch message", "partition", a.ID, "err", err)
+			if !sleepCtx(stop, fetchBackoff) {
+				break
+			}
+			continue
+		}
+		if !ps.track.begin(msg.Offset) {
+			c.redeliveredCount.Inc()
+			continue
+		}
+		if stop.Err() != nil {
+			// Fetched, never started: it stays pending, so nothing at or
+			// after it is committed.
+			break
+		}
+		if !c.process(hctx, msg) {
+			c.abandonCount.Inc()
+			break
+		}
+		ps.track.finish(msg.Offset)
+		if msg.HighWaterMark > 0 {
+			l := max(0, msg.HighWaterMark-msg.Offset-1)
+			ps.lag.Store(l)
+			lag.Set(float64(l))
+		}
+	}
+	drained.Done()
+	<-gctx.Done()
+}
+
+// commitLoop commits finished offsets every CommitInterval. When ctx is done
+// (shutdown) or gctx is done (rebalance) it waits for the partitions to drain,
+// commits a last time, and returns.
+func (g *generationRun) commitLoop(ctx, gctx context.Context, drained *sync.WaitGroup, cancelHandlers context.CancelFunc) error {
+	c := g.c
+	t := time.NewTicker(c.cfg.CommitInterval)
+	defer t.Stop()
+	var deadline time.Time
+	var why string
+loop:
+	for {
+		select {
+		case <-t.C:
+			if err := g.commit(); err != nil {
+				c.log.Warn("commit offsets; retrying next interval", "err", err)
+			}
+			var total int64
+			for _, ps := range g.parts {
+				total += ps.lag.Load()
+			}
+			c.lag.Set(float64(total))
+		case <-ctx.Done():
+			why = "shutdown"
+			started := time.Now()
+			select {
+			case started = <-g.drainStarted:
+				g.drainStarted <- started // for the next reader, if any
+			default:
+			}
+			deadline = started.Add(c.cfg.DrainTimeout + drainGrace)
+			break loop
+		case <-gctx.Done():
+			why = "rebalance"
+			budget := c.revokeTimeout()
+			time.AfterFunc(budget, cancelHandlers)
+			deadline = time.Now().Add(budget + drainGrace)
+			break loop
+		}
+	}
+	var errs []error
+	if !waitTimeout(drained, deadline) {
+		errs = append(errs, fmt.Errorf("%s: handlers still running at the deadline; their messages stay uncommitted", why))
+	}
+	if err := g.commit(); err != nil {
+		errs = append(errs, err)
+	}
+	inFlight := 0
+	for _, ps := range g.parts {
+		inFlight += ps.track.inFlight()
+	}
+	c.log.Info("generation drained", "generation", g.gen.ID, "reason", why, "uncommitted_fetched", inFlight)
+	return errors.Join(errs...)
+}
+
+// commit commits, for every partition of the generation, the end of its
+// finished prefix if it moved since the last commit.
+func (g *generationRun) commit() error {
+	c := g.c
+	offsets := make(map[int]int64)
+	for id, ps := range g.parts {
+		if off, ok := ps.track.commitPoint(); ok {
+			offsets[id] = off + 1 // the committed offset is the next one to read
+		}
+	}
+	if len(offsets) == 0 {
+		return nil
+	}
+	if err := g.gen.CommitOffsets(map[string]map[int]int64{c.cfg.Topic: offsets}); err != nil {
+		c.commitErrCount.Inc()
+		return fmt.Errorf("commit offsets of %d partitions: %w", len(offsets), err)
+	}
+	c.commitCount.Inc()
+	for id, off := range offsets {
+		g.parts[id].track.markCommitted(off - 1)
+	}
+	return nil
+}
+
+// revokeTimeout is how long a running handler may take when the group
+// rebalances: the broker waits RebalanceTimeout for members to rejoin.
+func (c *Consumer) revokeTimeout() time.Duration {
+	rebalance := c.cfg.RebalanceTimeout
+	if rebalance == 0 {
+		rebalance = 30 * time.Second // kafka-go's default
+	}
+	return min(c.cfg.DrainTimeout, rebalance/2)
+}
+
+// waitTimeout waits for wg until deadline and reports whether it finished.
+func waitTimeout(wg *sync.WaitGroup, deadline time.Time) bool {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// process handles msg until it is handled or dead-lettered, and reports
+// whether it was; false means hctx ended first (drain or rebalance deadline)
+// and msg must not be committed.
+func (c *Consumer) process(hctx context.Context, msg kafka.Message) bool {
+	var firstFailure time.Time
+	var bo *backoff.ExponentialBackOff
+	for attempt := 1; ; attempt++ {
+		start := time.Now()
+		err := c.invoke(hctx, msg)
+		c.handleSeconds.Observe(time.Since(start).Seconds())
+		if err == nil {
+			if attempt == 1 {
+				c.okCount.Inc()
+			} else {
+				c.retriedCount.Inc()
+			}
+			return true
+		}
+		if hctx.Err() != nil {
+			// The drain deadline passed; the failure may be the cancellation.
+			c.log.Warn("handler stopped by the drain or rebalance deadline; message left for redelivery",
+				"partition", msg.Partition, "offset", msg.Offset, "err", err)
+			return false
+		}
+		if firstFailure.IsZero() {
+			firstFailure = start
+		}
+		var class ErrorClass
+		var perr *panicError
+		switch {
+		case errors.As(err, &perr):
+			class = ClassHandlerPanic
+			c.log.Error("handler panicked", "partition", msg.Partition, "offset", msg.Offset,
+				"panic", fmt.Sprint(perr.value), "stack", string(perr.stack))
+		case IsPermanent(err):
+			class = ClassPoison
+		case attempt < c.cfg.MaxAttempts:
+			c.retryCount.Inc()
+			if bo == nil {
+				bo = c.newBackoff()
+			}
+			wait := min(bo.NextBackOff(), c.cfg.MaxBackoff)
+			c.log.Debug("handler failed; retrying", "partition", msg.Partition, "offset", msg.Offset,
+				"attempt", attempt, "backoff", wait, "err", err)
+			if !sleepCtx(hctx, wait) {
+				return false
+			}
+			continue
+		default:
+			class = ClassTransientExhausted
+		}
+		return c.deadLetter(hctx, msg, DLQRecord{
+			Key:           msg.Key,
+			Value:         msg.Value,
+			Headers:       msg.Headers,
+			SourceTopic:   msg.Topic,
+			Partition:     msg.Partition,
+			Offset:        msg.Offset,
+			Timestamp:     msg.Time,
+			ConsumerGroup: c.cfg.GroupID,
+			Service:       c.cfg.Service,
+			ErrorClass:    class,
+			ErrorMessage:  err.Error(),
+			Attempts:      attempt,
+			FirstFailure:  firstFailure,
+		})
+	}
+}
+
+// invoke calls the handler, turning a panic into an error.
+func (c *Consumer) invoke(ctx context.Context, msg kafka.Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &panicError{value: v, stack: debug.Stack()}
+		}
+	}()
+	return c.handler(ctx, msg)
+}
+
+// deadLetter publishes rec to the DLQ, retrying until it succeeds or ctx ends;
+// it reports whether it succeeded.
+func (c *Consumer) deadLetter(ctx context.Context, msg kafka.Message, rec DLQRecord) bool {
+	out := rec.Message(c.cfg.DLQTopic)
+	var bo *backoff.ExponentialBackOff
+	for {
+		err := c.dlq.Publish(ctx, out)
+		if err == nil {
+			c.dlqCount.Inc()
+			c.metrics.dlq.WithLabelValues(c.cfg.Topic, string(rec.ErrorClass)).Inc()
+			c.log.Warn("message dead-lettered", "partition", msg.Partition, "offset", msg.Offset,
+				"dlq_topic", c.cfg.DLQTopic, "class", rec.ErrorClass, "attempts", rec.Attempts,
+				"err", truncateUTF8(rec.ErrorMessage, MaxDLQErrorMessageBytes))
+			return true
+		}
+		c.dlqPublishErrs.Inc()
+		if bo == nil {
+			bo = c.newBackoff()
+		}
+		wait := min(bo.NextBackOff(), c.cfg.MaxBackoff)
+		c.log.Error("publish to dlq failed; retrying", "partition", msg.Partition, "offset", msg.Offset,
+			"dlq_topic", c.cfg.DLQTopic, "backoff", wait, "err", err)
+		if !sleepCtx(ctx, wait) {
+			c.log.Error("dlq publish abandoned at the drain or rebalance deadline; message left for redelivery",
+				"partition", msg.Partition, "offset", msg.Offset)
+			return false
+		}
+	}
+}
+
+func (c *Consumer) newBackoff() *backoff.ExponentialBackOff {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = c.cfg.InitialBackoff
+	bo.MaxInterval = c.cfg.MaxBackoff
+	bo.Reset()
+	return bo
+}
+
+// sleepCtx sleeps for d or until ctx is done; it reports whether it slept.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

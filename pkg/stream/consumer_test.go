@@ -1,0 +1,553 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+)
+
+const waitFor = 20 * time.Second
+
+func TestConsumerOrderedDeliveryAndCommit(t *testing.T) {
+	const (
+		topic      = "orders"
+		partitions = 3
+		keys       = 12
+		perKey     = 25
+	)
+	addr := kafkatest.Start(t, map[string]int32{topic: partitions, topic + ".dlq": 1})
+
+	var msgs []kafka.Message
+	for i := range perKey {
+		for k := range keys {
+			msgs = append(msgs, kafka.Message{Topic: topic, Key: []byte("principal-" + strconv.Itoa(k)), Value: []byte(strconv.Itoa(i))})
+		}
+	}
+	publish(t, addr, msgs...)
+
+	var mu sync.Mutex
+	seen := map[string][]int{}                // key → values in handling order
+	offsets := map[int][]int64{}              // partition → offsets in handling order
+	keyPartition := map[string]map[int]bool{} // key → partitions it was seen on
+	var total atomic.Int64
+	reg := prometheus.NewRegistry()
+	c, err := NewConsumer(fastConsumerConfig(t, addr, topic, "g-ordered", reg), func(_ context.Context, m kafka.Message) error {
+		v, err := strconv.Atoi(string(m.Value))
+		if err != nil {
+			return Permanent(err)
+		}
+		mu.Lock()
+		k := string(m.Key)
+		seen[k] = append(seen[k], v)
+		offsets[m.Partition] = append(offsets[m.Partition], m.Offset)
+		if keyPartition[k] == nil {
+			keyPartition[k] = map[int]bool{}
+		}
+		keyPartition[k][m.Partition] = true
+		mu.Unlock()
+		total.Add(1)
+		return nil
+	})
+	require.NoError(t, err)
+	stop := runConsumer(t, c)
+
+	require.Eventually(t, func() bool { return total.Load() == int64(len(msgs)) }, waitFor, 10*time.Millisecond)
+	require.NoError(t, stop())
+
+	require.Len(t, seen, keys)
+	for k, vs := range seen {
+		require.Len(t, vs, perKey, "key %s handled exactly once per message", k)
+		for i, v := range vs {
+			require.Equal(t, i, v, "key %s out of order: %v", k, vs)
+		}
+		require.Len(t, keyPartition[k], 1, "a key stays on one partition")
+	}
+	for p, offs := range offsets {
+		for i := 1; i < len(offs); i++ {
+			require.Greater(t, offs[i], offs[i-1], "partition %d handled out of order", p)
+		}
+	}
+	require.Equal(t, endOffsets(t, addr, topic, partitions), committedOffsets(t, addr, "g-ordered", topic, partitions),
+		"drain commits every handled offset")
+	require.Equal(t, float64(len(msgs)), metricValue(t, reg, "floodgate_stream_consumed_total",
+		map[string]string{"topic": topic, "group": "g-ordered", "outcome": "ok"}))
+	require.Equal(t, float64(len(msgs)), metricValue(t, reg, "floodgate_stream_handle_seconds", nil))
+}
+
+// permanentType is a decoder-style error that marks itself permanent.
+type permanentType struct{}
+
+func (permanentType) Error() string   { return "schema violation: field ts missing" }
+func (permanentType) Permanent() bool { return true }
+
+func TestConsumerFailureHandling(t *testing.T) {
+	const maxAttempts = 3
+	transientErr := errors.New("dynamodb throttled")
+	tests := []struct {
+		name string
+		// fail decides the outcome of attempt n (1-based) on the target message.
+		fail         func(attempt int) error
+		wantDLQ      bool
+		wantClass    ErrorClass
+		wantAttempts int // handler invocations on the target
+		wantErrMsg   string
+		wantOutcome  string // consumed_total outcome for the target
+	}{
+		{
+			name: "transient twice then success",
+			fail: func(n int) error {
+				if n <= 2 {
+					return transientErr
+				}
+				return nil
+			},
+			wantAttempts: 3,
+			wantOutcome:  outcomeRetried,
+		},
+		{
+			name:         "poison goes to the DLQ at once",
+			fail:         func(int) error { return fmt.Errorf("decode decision: %w", Permanent(errors.New("bad json"))) },
+			wantDLQ:      true,
+			wantClass:    ClassPoison,
+			wantAttempts: 1,
+			wantErrMsg:   "decode decision: bad json",
+			wantOutcome:  outcomeDLQ,
+		},
+		{
+			name:         "error with Permanent() is poison",
+			fail:         func(int) error { return fmt.Errorf("validate: %w", permanentType{}) },
+			wantDLQ:      true,
+			wantClass:    ClassPoison,
+			wantAttempts: 1,
+			wantErrMsg:   "validate: schema violation: field ts missing",
+			wantOutcome:  outcomeDLQ,
+		},
+		{
+			name:         "retries exhausted",
+			fail:         func(int) error { return transientErr },
+			wantDLQ:      true,
+			wantClass:    ClassTransientExhausted,
+			wantAttempts: maxAttempts,
+			wantErrMsg:   "dynamodb throttled",
+			wantOutcome:  outcomeDLQ,
+		},
+		{
+			name:         "panic",
+			fail:         func(int) error { panic("nil map in scorer") },
+			wantDLQ:      true,
+			wantClass:    ClassHandlerPanic,
+			wantAttempts: 1,
+			wantErrMsg:   "handler panic: nil map in scorer",
+			wantOutcome:  outcomeDLQ,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			const topic, dlqTopic, group = "decisions", "decisions.dlq", "g-fail"
+			addr := kafkatest.Start(t, map[string]int32{topic: 1, dlqTopic: 1})
+			target := kafka.Message{
+				Topic:   topic,
+				Key:     []byte("bot_abc123"),
+				Value:   []byte{'{', 0x00, 0xff, 0xfe, '}'}, // not even UTF-8: must survive byte for byte
+				Headers: CloudEventHeaders("decision.v1", "evt-1", "test", time.Now()),
+				Time:    time.Date(2026, 5, 6, 7, 8, 9, 10_000_000, time.UTC),
+			}
+			publish(t, addr,
+				kafka.Message{Topic: topic, Key: []byte("bot_abc123"), Value: []byte("before")},
+				target,
+				kafka.Message{Topic: topic, Key: []byte("bot_abc123"), Value: []byte("after")},
+			)
+
+			var mu sync.Mutex
+			var handled []string // successful handling, in order
+			attempts := 0
+			reg := prometheus.NewRegistry()
+			cfg := fastConsumerConfig(t, addr, topic, group, reg)
+			cfg.MaxAttempts = maxAttempts
+			start := time.Now()
+			c, err := NewConsumer(cfg, func(_ context.Context, m kafka.Message) error {
+				if m.Offset == 1 {
+					mu.Lock()
+					attempts++
+					n := attempts
+					mu.Unlock()
+					if err := tt.fail(n); err != nil {
+						return err
+					}
+				}
+				mu.Lock()
+				handled = append(handled, string(m.Value))
+				mu.Unlock()
+				return nil
+			})
+			require.NoError(t, err)
+			stop := runConsumer(t, c)
+			require.Eventually(t, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(handled) > 0 && handled[len(handled)-1] == "after"
+			}, waitFor, 10*time.Millisecond)
+			require.NoError(t, stop())
+
+			mu.Lock()
+			defer mu.Unlock()
+			require.Equal(t, tt.wantAttempts, attempts)
+			if tt.wantDLQ {
+				require.Equal(t, []string{"before", "after"}, handled)
+			} else {
+				require.Equal(t, []string{"before", string(target.Value), "after"}, handled, "handled once, in order")
+			}
+			require.Equal(t, []int64{3}, committedOffsets(t, addr, group, topic, 1), "everything committed")
+			require.Equal(t, 1.0, metricValue(t, reg, "floodgate_stream_consumed_total",
+				map[string]string{"outcome": tt.wantOutcome}))
+
+			dlqEnd := endOffsets(t, addr, dlqTopic, 1)[0]
+			if !tt.wantDLQ {
+				require.Zero(t, dlqEnd, "nothing dead-lettered")
+				require.Zero(t, metricValue(t, reg, "floodgate_stream_dlq_total", nil))
+				return
+			}
+			require.EqualValues(t, 1, dlqEnd)
+			require.Equal(t, 1.0, metricValue(t, reg, "floodgate_stream_dlq_total",
+				map[string]string{"topic": topic, "class": string(tt.wantClass)}))
+			dl := readPartition(t, addr, dlqTopic, 0, 1)[0]
+			require.Equal(t, target.Key, dl.Key, "key byte-identical")
+			require.Equal(t, target.Value, dl.Value, "value byte-identical")
+
+			h := headerMap(dl.Headers)
+			for _, orig := range target.Headers {
+				require.Equal(t, string(orig.Value), h[orig.Key], "original header %s kept", orig.Key)
+			}
+			require.Equal(t, topic, h[HeaderDLQSourceTopic])
+			require.Equal(t, "0", h[HeaderDLQPartition])
+			require.Equal(t, "1", h[HeaderDLQOffset])
+			require.Equal(t, "2026-05-06T07:08:09.010Z", h[HeaderDLQTimestamp])
+			require.Equal(t, group, h[HeaderDLQConsumerGroup])
+			require.Equal(t, "stream-test", h[HeaderDLQService])
+			require.Equal(t, string(tt.wantClass), h[HeaderDLQErrorClass])
+			require.Equal(t, tt.wantErrMsg, h[HeaderDLQErrorMessage])
+			require.Equal(t, strconv.Itoa(tt.wantAttempts), h[HeaderDLQAttempts])
+
+			rec, err := ParseDLQRecord(dl)
+			require.NoError(t, err)
+			require.Equal(t, tt.wantClass, rec.ErrorClass)
+			require.Equal(t, tt.wantAttempts, rec.Attempts)
+			require.True(t, target.Time.Equal(rec.Timestamp))
+			require.WithinRange(t, rec.FirstFailure, start.Add(-time.Second).Truncate(time.Millisecond), time.Now())
+			require.Len(t, rec.Headers, len(target.Headers))
+		})
+	}
+}
+
+// flakyPublisher fails its first n publishes, then delegates.
+type flakyPublisher struct {
+	next      publisher
+	failFirst int64
+	calls     atomic.Int64
+}
+
+func (f *flakyPublisher) Publish(ctx context.Context, msgs ...kafka.Message) error {
+	if f.calls.Add(1) <= f.failFirst {
+		return errors.New("broker not available")
+	}
+	return f.next.Publish(ctx, msgs...)
+}
+
+func TestConsumerDLQPublishRetriedBeforeCommit(t *testing.T) {
+	tests := []struct {
+		name       string
+		failFirst  int64 // DLQ publishes that fail
+		wantCommit int64 // committed offset after shutdown
+		wantDLQ    int64
+	}{
+		// The DLQ recovers: the poison message is dead-lettered, then
+		// everything is committed.
+		{name: "dlq recovers", failFirst: 3, wantCommit: 3, wantDLQ: 1},
+		// The DLQ never recovers: at the drain deadline the poison message is
+		// neither handled nor dead-lettered, so nothing from it on is committed.
+		{name: "dlq down until shutdown", failFirst: 1 << 40, wantCommit: 1, wantDLQ: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			const topic, dlqTopic, group = "events", "events.dlq", "g-dlq"
+			addr := kafkatest.Start(t, map[string]int32{topic: 1, dlqTopic: 1})
+			publish(t, addr,
+				kafka.Message{Topic: topic, Value: []byte("ok")},
+				kafka.Message{Topic: topic, Value: []byte("poison")},
+				kafka.Message{Topic: topic, Value: []byte("ok")},
+			)
+			reg := prometheus.NewRegistry()
+			cfg := fastConsumerConfig(t, addr, topic, group, reg)
+			cfg.DrainTimeout = 300 * time.Millisecond
+			var handledAfter atomic.Bool
+			c, err := NewConsumer(cfg, func(_ context.Context, m kafka.Message) error {
+				if string(m.Value) == "poison" {
+					return Permanent(errors.New("poison"))
+				}
+				if m.Offset == 2 {
+					handledAfter.Store(true)
+				}
+				return nil
+			})
+			require.NoError(t, err)
+			flaky := &flakyPublisher{next: c.dlq, failFirst: tt.failFirst}
+			c.dlq = flaky
+			stop := runConsumer(t, c)
+
+			require.Eventually(t, func() bool { return flaky.calls.Load() > min(tt.failFirst, 5) }, waitFor, 5*time.Millisecond)
+			if tt.wantDLQ > 0 {
+				require.Eventually(t, handledAfter.Load, waitFor, 5*time.Millisecond)
+			} else {
+				// Give the commit loop a few intervals: it must not move past
+				// the poison message while its dead-lettering is retried.
+				time.Sleep(4 * cfg.CommitInterval)
+				require.Equal(t, []int64{1}, committedOffsets(t, addr, group, topic, 1))
+				require.False(t, handledAfter.Load(), "the partition waits for the poison message")
+			}
+			require.NoError(t, stop())
+			require.Equal(t, []int64{tt.wantCommit}, committedOffsets(t, addr, group, topic, 1))
+			require.Equal(t, []int64{tt.wantDLQ}, endOffsets(t, addr, dlqTopic, 1))
+			require.GreaterOrEqual(t, metricValue(t, reg, "floodgate_stream_dlq_publish_errors_total", nil), 1.0)
+		})
+	}
+}
+
+func TestConsumerGracefulDrainAndResume(t *testing.T) {
+	const (
+		topic      = "resume"
+		partitions = 2
+		n          = 200
+		group      = "g-resume"
+	)
+	addr := kafkatest.Start(t, map[string]int32{topic: partitions, topic + ".dlq": 1})
+	var msgs []kafka.Message
+	for i := range n {
+		msgs = append(msgs, kafka.Message{Topic: topic, Key: []byte("k" + strconv.Itoa(i%10)), Value: []byte(strconv.Itoa(i))})
+	}
+	publish(t, addr, msgs...)
+
+	type pos struct {
+		partition int
+		offset    int64
+	}
+	reg := prometheus.NewRegistry()
+
+	// First consumer: slow handlers; stop it mid-stream.
+	var mu sync.Mutex
+	first := map[pos]bool{}
+	var inFlightAtCancel atomic.Int64
+	var cancelled atomic.Bool
+	var ctxErrDuringDrain atomic.Int64
+	c1, err := NewConsumer(fastConsumerConfig(t, addr, topic, group, reg), func(ctx context.Context, m kafka.Message) error {
+		wasCancelled := cancelled.Load()
+		time.Sleep(20 * time.Millisecond)
+		if cancelled.Load() && !wasCancelled {
+			inFlightAtCancel.Add(1)
+		}
+		if cancelled.Load() && ctx.Err() != nil {
+			ctxErrDuringDrain.Add(1)
+		}
+		mu.Lock()
+		first[pos{m.Partition, m.Offset}] = true
+		mu.Unlock()
+		return nil
+	})
+	require.NoError(t, err)
+	stop1 := runConsumer(t, c1)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(first) >= 40
+	}, waitFor, 5*time.Millisecond)
+	cancelled.Store(true)
+	require.NoError(t, stop1(), "clean drain")
+	require.Zero(t, ctxErrDuringDrain.Load(), "handler context stays alive during the drain")
+
+	committed := committedOffsets(t, addr, group, topic, partitions)
+	mu.Lock()
+	handled1 := len(first)
+	for p := range partitions {
+		// Each partition is handled in order, so the first consumer handled
+		// exactly the offsets below what it committed.
+		for o := int64(0); o < committed[p]; o++ {
+			require.True(t, first[pos{p, o}], "partition %d offset %d committed but not handled", p, o)
+		}
+		for q := range first {
+			if q.partition == p {
+				require.Less(t, q.offset, committed[p], "partition %d offset %d handled but not committed", p, q.offset)
+			}
+		}
+	}
+	mu.Unlock()
+	require.Less(t, handled1, n, "stopped mid-stream")
+	t.Logf("first consumer handled %d, committed %v, %d handlers were in flight at cancel", handled1, committed, inFlightAtCancel.Load())
+
+	// Second consumer, same group: resumes exactly at the committed offsets.
+	var second sync.Map
+	var count2 atomic.Int64
+	firstSeen := make([]atomic.Int64, partitions)
+	for p := range firstSeen {
+		firstSeen[p].Store(-1)
+	}
+	c2, err := NewConsumer(fastConsumerConfig(t, addr, topic, group, reg), func(_ context.Context, m kafka.Message) error {
+		firstSeen[m.Partition].CompareAndSwap(-1, m.Offset)
+		if _, dup := second.LoadOrStore(pos{m.Partition, m.Offset}, true); !dup {
+			count2.Add(1)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	stop2 := runConsumer(t, c2)
+	require.Eventually(t, func() bool { return int(count2.Load()) == n-handled1 }, waitFor, 5*time.Millisecond)
+	require.NoError(t, stop2())
+
+	redelivered := 0
+	for p := range partitions {
+		if committed[p] < endOffsets(t, addr, topic, partitions)[p] {
+			require.Equal(t, committed[p], firstSeen[p].Load(), "partition %d resumes right after the last committed offset", p)
+		}
+	}
+	second.Range(func(k, _ any) bool {
+		if first[k.(pos)] {
+			redelivered++
+		}
+		return true
+	})
+	require.Zero(t, redelivered, "a clean drain commits everything handled: no redelivery")
+	require.Equal(t, n, handled1+int(count2.Load()), "no message lost")
+	require.Equal(t, endOffsets(t, addr, topic, partitions), committedOffsets(t, addr, group, topic, partitions))
+}
+
+func TestConsumerRunTwice(t *testing.T) {
+	addr := kafkatest.Start(t, map[string]int32{"x": 1})
+	c, err := NewConsumer(fastConsumerConfig(t, addr, "x", "g", prometheus.NewRegistry()),
+		func(context.Context, kafka.Message) error { return nil })
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.NoError(t, c.Run(ctx), "a consumer cancelled before it starts stops cleanly")
+	require.Error(t, c.Run(context.Background()))
+}
+
+func TestConsumerRebalanceLosesNothing(t *testing.T) {
+	const (
+		topic      = "rebalance"
+		partitions = 4
+		n          = 400
+		group      = "g-rebalance"
+	)
+	addr := kafkatest.Start(t, map[string]int32{topic: partitions, topic + ".dlq": 1})
+	var msgs []kafka.Message
+	for i := range n {
+		msgs = append(msgs, kafka.Message{Topic: topic, Key: []byte("k" + strconv.Itoa(i%40)), Value: []byte(strconv.Itoa(i))})
+	}
+	publish(t, addr, msgs...)
+
+	type pos struct {
+		partition int
+		offset    int64
+	}
+	var mu sync.Mutex
+	handled := map[pos]int{}
+	byConsumer := [2]map[int]bool{{}, {}} // partitions each consumer handled
+	handler := func(id int) Handler {
+		return func(_ context.Context, m kafka.Message) error {
+			time.Sleep(2 * time.Millisecond)
+			mu.Lock()
+			handled[pos{m.Partition, m.Offset}]++
+			byConsumer[id][m.Partition] = true
+			mu.Unlock()
+			return nil
+		}
+	}
+	distinct := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(handled)
+	}
+	reg := prometheus.NewRegistry()
+	c1, err := NewConsumer(fastConsumerConfig(t, addr, topic, group, reg), handler(0))
+	require.NoError(t, err)
+	stop1 := runConsumer(t, c1)
+	require.Eventually(t, func() bool { return distinct() >= 60 }, waitFor, 5*time.Millisecond)
+
+	joined := time.Now()
+	c2, err := NewConsumer(fastConsumerConfig(t, addr, topic, group, reg), handler(1))
+	require.NoError(t, err)
+	stop2 := runConsumer(t, c2)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(byConsumer[1]) > 0
+	}, waitFor, 5*time.Millisecond, "the second member gets partitions")
+	t.Logf("second member handling after %v", time.Since(joined).Round(time.Millisecond))
+
+	require.Eventually(t, func() bool { return distinct() == n }, waitFor, 5*time.Millisecond)
+	require.NoError(t, stop1())
+	require.NoError(t, stop2())
+
+	mu.Lock()
+	defer mu.Unlock()
+	dups := 0
+	for _, times := range handled {
+		dups += times - 1
+	}
+	t.Logf("rebalance: %d redelivered (handled twice), partitions c1=%v c2=%v", dups, byConsumer[0], byConsumer[1])
+	// The first member commits what it finished before it rejoins, and stops
+	// fetching its old partitions: the new owner starts where it stopped.
+	require.Zero(t, dups, "commit on revoke: nothing handled twice")
+	require.Equal(t, endOffsets(t, addr, topic, partitions), committedOffsets(t, addr, group, topic, partitions))
+}
+
+func TestConsumerRebalanceCutsOffSlowHandler(t *testing.T) {
+	const topic, group = "slow", "g-slow"
+	addr := kafkatest.Start(t, map[string]int32{topic: 1, topic + ".dlq": 1})
+	publish(t, addr, kafka.Message{Topic: topic, Value: []byte("slow")})
+
+	reg := prometheus.NewRegistry()
+	blocking := make(chan struct{})
+	var calls, handled atomic.Int64
+	handler := func(ctx context.Context, m kafka.Message) error {
+		if calls.Add(1) == 1 {
+			close(blocking)
+			<-ctx.Done() // a long call that honours its context
+			return ctx.Err()
+		}
+		handled.Add(1)
+		return nil
+	}
+	c1, err := NewConsumer(fastConsumerConfig(t, addr, topic, group, reg), handler)
+	require.NoError(t, err)
+	stop1 := runConsumer(t, c1)
+	select {
+	case <-blocking:
+	case <-time.After(waitFor):
+		t.Fatal("first handler call never started")
+	}
+
+	// A second member joins: the first must give up the running handler at
+	// the rebalance deadline (RebalanceTimeout/2), commit nothing past it,
+	// and whoever owns the partition next handles the message again.
+	c2, err := NewConsumer(fastConsumerConfig(t, addr, topic, group, reg), handler)
+	require.NoError(t, err)
+	stop2 := runConsumer(t, c2)
+	require.Eventually(t, func() bool { return handled.Load() == 1 }, waitFor, 5*time.Millisecond)
+	require.NoError(t, stop1())
+	require.NoError(t, stop2())
+
+	require.EqualValues(t, 2, calls.Load(), "cut off once, then handled once")
+	require.Equal(t, 1.0, metricValue(t, reg, "floodgate_stream_abandoned_total", nil))
+	require.Zero(t, metricValue(t, reg, "floodgate_stream_dlq_total", nil), "a cut-off handler is not a failure")
+	require.Equal(t, []int64{1}, committedOffsets(t, addr, group, topic, 1))
+}

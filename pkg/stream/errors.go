@@ -1,0 +1,82 @@
+package stream
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrInvalidConfig is wrapped by every configuration error (Validate, NewConsumer).
+var ErrInvalidConfig = errors.New("invalid config")
+
+// ErrorClass says why a message was dead-lettered; it is the value of the
+// dlq_error_class header.
+type ErrorClass string
+
+// The dead-letter error classes.
+const (
+	// ClassPoison: the handler said the message can never succeed (Permanent).
+	ClassPoison ErrorClass = "poison"
+	// ClassTransientExhausted: the handler kept failing for MaxAttempts attempts.
+	ClassTransientExhausted ErrorClass = "transient_exhausted"
+	// ClassHandlerPanic: the handler panicked.
+	ClassHandlerPanic ErrorClass = "handler_panic"
+)
+
+// Valid reports whether c is one of the known classes.
+func (c ErrorClass) Valid() bool {
+	switch c {
+	case ClassPoison, ClassTransientExhausted, ClassHandlerPanic:
+		return true
+	}
+	return false
+}
+
+// Permanent marks err as permanent: the consumer dead-letters the message at
+// once instead of retrying it. Permanent(nil) is nil. errors.Is and errors.As
+// still see err through the wrapper.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string   { return e.err.Error() }
+func (e *permanentError) Unwrap() error   { return e.err }
+func (e *permanentError) Permanent() bool { return true }
+
+// IsPermanent reports whether any error in err's tree (following Unwrap() error
+// and Unwrap() []error) has a Permanent() bool method that returns true. Types
+// such as a decoder's validation error can implement that method instead of
+// being wrapped with Permanent at every call site.
+func IsPermanent(err error) bool {
+	for err != nil {
+		if p, ok := err.(interface{ Permanent() bool }); ok && p.Permanent() {
+			return true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if IsPermanent(e) {
+					return true
+				}
+			}
+			return false
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// panicError is what a recovered handler panic becomes.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("handler panic: %v", e.value) }

@@ -1,0 +1,124 @@
+// Package app wires the detector: the decisions consumer that scores and
+// penalizes, the abuse consumer that pages, and their telemetry.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/services/detector/internal/detector"
+)
+
+// Run consumes until ctx is done, then drains both consumers and flushes metrics.
+func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
+	cfg, err := detector.ServiceConfigFromEnv(getenv)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second})
+	defer rdb.Close()
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = redisx.Ping(pingCtx, rdb)
+	cancel()
+	if err != nil {
+		return err
+	}
+
+	influx := influxdb2.NewClientWithOptions(cfg.InfluxURL, cfg.InfluxToken, influxdb2.DefaultOptions().SetBatchSize(500).SetFlushInterval(1000))
+	defer influx.Close()
+	recorder := detector.NewInfluxRecorder(influx, cfg.InfluxOrg, cfg.InfluxBucket, log)
+	defer recorder.Flush()
+
+	producer := stream.NewProducer(stream.ProducerConfig{Brokers: cfg.KafkaBrokers, Logger: log, Registerer: reg})
+	defer producer.Close()
+
+	det := detector.New(detector.Config{
+		RapidFire: cfg.RapidFire, Policy: cfg.Policy, Penalties: detector.NewPenaltyStore(rdb),
+		Publisher: producer, AbuseTopic: cfg.AbuseTopic, Recorder: recorder, Logger: log, Registerer: reg,
+	})
+	decisions, err := stream.NewConsumer(stream.ConsumerConfig{
+		Brokers: cfg.KafkaBrokers, Topic: cfg.DecisionsTopic, GroupID: cfg.Group, Service: "detector",
+		Logger: log, Registerer: reg,
+	}, det.Handle)
+	if err != nil {
+		return err
+	}
+
+	var g errgroup.Group
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRun()
+	g.Go(func() error { return decisions.Run(runCtx) })
+	g.Go(func() error { return det.Sweep(runCtx, 5*time.Second, time.Now) })
+
+	if cfg.PagerRoutingKey != "" {
+		pager, err := detector.NewPager(cfg.PagerRoutingKey, cfg.PagerURL, cfg.PagerSeverity, time.Now, log)
+		if err != nil {
+			return err
+		}
+		abuse, err := stream.NewConsumer(stream.ConsumerConfig{
+			Brokers: cfg.KafkaBrokers, Topic: cfg.AbuseTopic, GroupID: cfg.PagerGroup, Service: "detector-pager",
+			Logger: log, Registerer: reg,
+		}, pager.Handle)
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return abuse.Run(runCtx) })
+	} else {
+		log.Warn("paging disabled: FLOODGATE_PAGERDUTY_ROUTING_KEY is not set")
+	}
+
+	var ready atomic.Bool
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		stopRun()
+		_ = g.Wait()
+		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
+	}
+	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	g.Go(func() error {
+		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	ready.Store(true)
+	log.Info("detector running", "addr", ln.Addr().String(), "topic", cfg.DecisionsTopic, "group", cfg.Group,
+		"mode", cfg.Mode, "threshold", cfg.RapidFire.Threshold, "window", cfg.RapidFire.Window.String())
+
+	<-ctx.Done()
+	ready.Store(false)
+	log.Info("detector draining")
+	stopRun() // consumers drain in-flight messages and commit before Run returns
+	shutCtx, cancelShut := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancelShut()
+	_ = httpSrv.Shutdown(shutCtx)
+	return g.Wait()
+}

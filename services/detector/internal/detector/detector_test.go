@@ -1,0 +1,137 @@
+package detector
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stream"
+)
+
+func TestPenaltyStoreIsIdempotentAndKeepsTheStrongest(t *testing.T) {
+	rdb := redistest.Client(t)
+	store := NewPenaltyStore(rdb)
+	ctx := context.Background()
+	p := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "pen")}
+	exp := time.Now().Add(time.Minute).Truncate(time.Millisecond)
+
+	n, err := store.Apply(ctx, p, "ab_1", events.Penalty{Multiplier: 0.1, ExpiresAt: exp, Level: 1})
+	require.NoError(t, err)
+	require.Equal(t, PenaltyApplied, n)
+	n, err = store.Apply(ctx, p, "ab_1", events.Penalty{Multiplier: 0.1, ExpiresAt: exp, Level: 1})
+	require.NoError(t, err)
+	require.Equal(t, PenaltyUnchanged, n, "a redelivered detection changes nothing")
+
+	// A weaker, shorter penalty does not loosen the stronger one.
+	n, err = store.Apply(ctx, p, "ab_2", events.Penalty{Multiplier: 0.5, ExpiresAt: exp.Add(-30 * time.Second), Level: 1})
+	require.NoError(t, err)
+	require.Equal(t, PenaltyUnchanged, n)
+	m, until, err := store.Get(ctx, p)
+	require.NoError(t, err)
+	require.Equal(t, 0.1, m)
+	require.Equal(t, exp.UTC(), until)
+
+	// A longer one extends the expiry but keeps the strongest multiplier.
+	n, err = store.Apply(ctx, p, "ab_3", events.Penalty{Multiplier: 0.5, ExpiresAt: exp.Add(time.Minute), Level: 2})
+	require.NoError(t, err)
+	require.Equal(t, PenaltyApplied, n)
+	m, until, err = store.Get(ctx, p)
+	require.NoError(t, err)
+	require.Equal(t, 0.1, m)
+	require.Equal(t, exp.Add(time.Minute).UTC(), until)
+	ttl, err := rdb.PTTL(ctx, redisx.PenaltyKey(string(p.Kind), p.ID)).Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, time.Minute)
+
+	// Replaying old history: the penalty would already be over, so nothing is written.
+	q := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "stale")}
+	n, err = store.Apply(ctx, q, "ab_4", events.Penalty{Multiplier: 0.1, ExpiresAt: time.Now().Add(-time.Hour), Level: 1})
+	require.NoError(t, err)
+	require.Equal(t, PenaltyStale, n)
+	m, _, err = store.Get(ctx, q)
+	require.NoError(t, err)
+	require.Equal(t, 1.0, m)
+}
+
+type flakyPublisher struct {
+	mu    sync.Mutex
+	fails int
+	msgs  []kafka.Message
+}
+
+func (f *flakyPublisher) Publish(_ context.Context, msgs ...kafka.Message) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fails > 0 {
+		f.fails--
+		return errors.New("broker unavailable")
+	}
+	f.msgs = append(f.msgs, msgs...)
+	return nil
+}
+
+func newTestDetector(t *testing.T, pub Publisher) *Detector {
+	return New(Config{
+		RapidFire: RapidFireConfig{Window: 5 * time.Second, Threshold: 10, Cooldown: time.Minute},
+		Policy:    PenaltyPolicy{Multiplier: 0.1, TTL: time.Hour, Enforce: true},
+		Penalties: NewPenaltyStore(redistest.Client(t)), Publisher: pub, AbuseTopic: "abuse",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry(),
+	})
+}
+
+func encodeDecision(t *testing.T, d *events.Decision) []byte {
+	b, err := events.EncodeDecision(d)
+	require.NoError(t, err)
+	return b
+}
+
+func TestHandleSendsPoisonStraightToDLQ(t *testing.T) {
+	d := newTestDetector(t, &flakyPublisher{})
+	err := d.Handle(context.Background(), kafka.Message{Value: []byte(`{"id":"x"}`)})
+	require.True(t, stream.IsPermanent(err), "malformed events are poison: %v", err)
+	require.ErrorIs(t, err, events.ErrInvalid)
+}
+
+func TestHandleRetryReusesTheDetection(t *testing.T) {
+	pub := &flakyPublisher{fails: 2}
+	d := newTestDetector(t, pub)
+	ctx := context.Background()
+	bot := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "retry")}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+
+	var failing kafka.Message
+	for i := 0; i < 100; i++ {
+		ev := decision(bot, now.Add(time.Duration(i)*10*time.Millisecond), "203.0.113.9", "/a")
+		ev.ID = "d" + string(rune('a'+i%26))
+		msg := kafka.Message{Partition: 3, Offset: int64(i), Value: encodeDecision(t, ev)}
+		if err := d.Handle(ctx, msg); err != nil {
+			failing = msg
+			break
+		}
+	}
+	require.NotNil(t, failing.Value, "the detection's publish should have failed")
+	// The consume loop retries the same message: the second attempt fails too, the
+	// third publishes the abuse event that the first scoring produced.
+	require.Error(t, d.Handle(ctx, failing))
+	require.NoError(t, d.Handle(ctx, failing))
+	require.Len(t, pub.msgs, 1)
+	a, err := events.DecodeAbuse(pub.msgs[0].Value)
+	require.NoError(t, err)
+	require.Equal(t, bot, a.Principal)
+	require.Equal(t, events.PenaltyEnforced, a.Penalty.Mode)
+	require.Equal(t, bot.Key(), string(pub.msgs[0].Key))
+	m, _, err := d.penalties.Get(ctx, bot)
+	require.NoError(t, err)
+	require.Equal(t, 0.1, m)
+}

@@ -1,0 +1,80 @@
+package limiter
+
+import (
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
+)
+
+// Problem is an RFC 9457 problem document.
+type Problem struct {
+	Type          string `json:"type"`
+	Title         string `json:"title"`
+	Status        int    `json:"status"`
+	Detail        string `json:"detail,omitempty"`
+	Instance      string `json:"instance,omitempty"`
+	CorrelationID string `json:"correlation_id"`
+}
+
+// Problem types a gateway sends with a 429, one per reason a request is refused.
+const (
+	ProblemRateLimited = "https://floodgate.dev/problems/rate-limited"
+	ProblemPenalized   = "https://floodgate.dev/problems/abnormal-usage-detected"
+	ProblemQuota       = "https://floodgate.dev/problems/quota-exceeded"
+	ProblemBadRequest  = "https://floodgate.dev/problems/invalid-request"
+	ProblemUnavailable = "https://floodgate.dev/problems/unavailable"
+)
+
+// Headers is the exact set of response headers a gateway must send for a decision:
+// the de-facto X-RateLimit-* family, the IETF RateLimit-Policy / RateLimit fields
+// (draft-ietf-httpapi-ratelimit-headers), the deciding scope, a correlation id and,
+// on a denial, Retry-After.
+func Headers(r Result, period time.Duration, correlationID string) map[string]string {
+	reset := ceilSeconds(r.ResetAfter)
+	h := map[string]string{
+		"X-RateLimit-Limit":     strconv.Itoa(r.Limit),
+		"X-RateLimit-Remaining": strconv.Itoa(r.Remaining),
+		"X-RateLimit-Reset":     strconv.FormatInt(reset, 10),
+		"X-RateLimit-Scope":     string(r.Tier),
+		"RateLimit-Policy":      `"` + string(r.Tier) + `";q=` + strconv.Itoa(r.Limit) + ";w=" + strconv.FormatInt(ceilSeconds(period), 10),
+		"RateLimit":             `"` + string(r.Tier) + `";r=` + strconv.Itoa(r.Remaining) + ";t=" + strconv.FormatInt(reset, 10),
+		"X-Request-Id":          correlationID,
+	}
+	if !r.Allowed {
+		h["Retry-After"] = strconv.FormatInt(max(ceilSeconds(r.RetryAfter), 1), 10)
+	}
+	return h
+}
+
+// DenialProblem is the body a gateway returns with the 429.
+func DenialProblem(r Result, correlationID string) *Problem {
+	if r.Allowed {
+		return nil
+	}
+	p := &Problem{
+		Type:          ProblemRateLimited,
+		Title:         "Too Many Requests",
+		Status:        429,
+		Detail:        "rate limit of the " + string(r.Tier) + " tier exceeded; retry after " + strconv.FormatInt(max(ceilSeconds(r.RetryAfter), 1), 10) + "s",
+		Instance:      "urn:floodgate:decision:" + correlationID,
+		CorrelationID: correlationID,
+	}
+	switch r.Tier {
+	case events.TierPenalty:
+		p.Type = ProblemPenalized
+		p.Detail = "abnormal usage detected: limits for this client are temporarily reduced"
+	case events.TierQuota:
+		p.Type = ProblemQuota
+		p.Detail = "daily quota exceeded"
+	}
+	return p
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(d.Seconds()))
+}
