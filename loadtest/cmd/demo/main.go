@@ -127,8 +127,8 @@ func run(ctx context.Context, args []string) error {
 
 func printAbuse(a events.Abuse) {
 	fmt.Printf("\n  ** %s detected: %s (severity %s, score %.1f)\n", a.Pattern, a.Principal.Key(), a.Severity, a.Score)
-	fmt.Printf("     evidence: %.1f checks/s over %ds vs threshold %.1f; %d events; %d distinct IPs; first event %s\n",
-		a.Evidence.ObservedRate, a.Window.Seconds, a.Evidence.Threshold, a.Evidence.EventCount, a.Evidence.DistinctIPs,
+	fmt.Printf("     evidence: %.1f checks/s vs threshold %.1f/s (window %ds); %d events; %d distinct IPs; first event %s\n",
+		a.Evidence.ObservedRate, a.Evidence.Threshold, a.Window.Seconds, a.Evidence.EventCount, a.Evidence.DistinctIPs,
 		events.FormatTime(a.FirstEventAt))
 	for _, r := range a.Evidence.TopRoutes {
 		fmt.Printf("     route %-40s %d\n", r.Route, r.Count)
