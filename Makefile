@@ -38,7 +38,7 @@ build: ## build every service and tool into .local/bin
 
 .PHONY: demo
 demo: build ## run the pipeline on the local stack: normal users and a rapid-fire bot (Ctrl-C stops all it started)
-	@deploy/local/with-stack.sh bash -c '$(BIN)/migrate >/dev/null && $(BIN)/demo $(DEMO_ARGS)'
+	@FLOODGATE_WITH_CLUSTER=0 deploy/local/with-stack.sh bash -c '$(BIN)/migrate >/dev/null && $(BIN)/demo $(DEMO_ARGS)'
 
 .PHONY: test
 test: ## install and start what is needed, run unit and integration tests on the real stack, stop what was started

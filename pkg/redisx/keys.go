@@ -6,6 +6,14 @@
 //
 //	fg:{<kind>:<id>}:tb:<tier>   token-bucket state of one tier
 //	fg:{<kind>:<id>}:pen         the principal's penalty (hash: m, level, abuse_id, expires_at)
+//	fg:{<kind>:<id>}:day:<date>  units the principal was allowed on that UTC day (YYYY-MM-DD);
+//	                             the limiter increments it, the quota service re-seeds it
+//
+// Limit scales are global per scope, so they cannot live under a principal's tag:
+//
+//	fg:scales                    hash scope → scale in (0,10]; written by the adjuster,
+//	                             polled by every limiter (about once a second) and passed
+//	                             into the check script as arguments
 //
 // Principal ids and IP literals come from the outside world. Escape encodes the
 // bytes that could change a key's meaning (':' separates parts, '{' and '}'
@@ -100,3 +108,11 @@ func BucketKey(kind, id, tier string) string {
 func PenaltyKey(kind, id string) string {
 	return "fg:" + PrincipalTag(kind, id) + ":pen"
 }
+
+// DayUsageKey is the key of a principal's allowed units on one UTC day (YYYY-MM-DD).
+func DayUsageKey(kind, id, day string) string {
+	return "fg:" + PrincipalTag(kind, id) + ":day:" + Escape(day)
+}
+
+// ScalesKey is the hash of limit scales by scope (global, tier:<tier>, route:<class>).
+const ScalesKey = "fg:scales"
