@@ -1,0 +1,170 @@
+// Package bench measures the limiter over HTTP: open-loop runs at fixed offered
+// rates (latency measured from each request's intended start, so a stalled server
+// is charged for the requests it delayed — no coordinated omission) and a
+// closed-loop run at saturation.
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Target is the check endpoint and the bodies to send, cycled in order.
+type Target struct {
+	URL    string
+	Bodies [][]byte
+	Client *http.Client
+}
+
+// NewTarget returns a target sending checks for n principals to base (http://host:port).
+func NewTarget(base string, n, conns int) *Target {
+	t := &Target{
+		URL: base + "/v1/check",
+		Client: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+			MaxIdleConns: conns, MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns, IdleConnTimeout: time.Minute,
+		}},
+	}
+	for i := 0; i < n; i++ {
+		t.Bodies = append(t.Bodies, []byte(fmt.Sprintf(
+			`{"principal":{"kind":"bot","id":"bench_%06d"},"ip":"203.0.113.%d","method":"POST","route":"/channels/{channel_id}/messages","resource":"channel:%d"}`,
+			i, 1+i%250, i%1000)))
+	}
+	return t
+}
+
+// Result summarises one run. Latencies are in microseconds.
+type Result struct {
+	Name     string
+	Offered  float64 // requests/s asked for; 0 for a closed-loop run
+	Achieved float64 // responses/s
+	Requests int64
+	Errors   int64
+	Hist     *hdrhistogram.Histogram
+	Elapsed  time.Duration
+}
+
+// Quantile returns a latency quantile (0..100).
+func (r Result) Quantile(q float64) time.Duration {
+	return time.Duration(r.Hist.ValueAtQuantile(q)) * time.Microsecond
+}
+
+func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 60_000_000, 3) }
+
+// do sends one check and reports whether it got a 200.
+func (t *Target) do(ctx context.Context, i int64) bool {
+	body := t.Bodies[int(i%int64(len(t.Bodies)))]
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(body))
+	if err != nil {
+		return false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := t.Client.Do(req)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// OpenLoop offers rate requests/s for d with up to workers requests in flight.
+// Each request's latency runs from when it should have been sent, so queueing
+// behind a slow server shows up in the tail instead of lowering the offered load.
+func (t *Target) OpenLoop(ctx context.Context, rate float64, d time.Duration, workers int) Result {
+	interval := time.Duration(float64(time.Second) / rate)
+	total := int64(d / interval)
+	jobs := make(chan time.Time, workers*4)
+	var mu sync.Mutex
+	hist := newHist()
+	var errs, seq atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			local := newHist()
+			for intended := range jobs {
+				ok := t.do(ctx, seq.Add(1))
+				if !ok {
+					errs.Add(1)
+				}
+				_ = local.RecordValue(time.Since(intended).Microseconds())
+			}
+			mu.Lock()
+			hist.Merge(local)
+			mu.Unlock()
+		}()
+	}
+	start := time.Now()
+	for i := int64(0); i < total && ctx.Err() == nil; i++ {
+		intended := start.Add(time.Duration(i) * interval)
+		if wait := time.Until(intended); wait > 0 {
+			time.Sleep(wait)
+		}
+		jobs <- intended // blocks only when every worker is busy and the queue is full: latency keeps counting
+	}
+	close(jobs)
+	wg.Wait()
+	elapsed := time.Since(start)
+	return Result{Name: fmt.Sprintf("open %.0f/s", rate), Offered: rate, Achieved: float64(hist.TotalCount()) / elapsed.Seconds(),
+		Requests: hist.TotalCount(), Errors: errs.Load(), Hist: hist, Elapsed: elapsed}
+}
+
+// ClosedLoop runs workers back-to-back senders for d: throughput at saturation.
+func (t *Target) ClosedLoop(ctx context.Context, d time.Duration, workers int) Result {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var mu sync.Mutex
+	hist := newHist()
+	var errs, seq atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			local := newHist()
+			for ctx.Err() == nil {
+				s := time.Now()
+				ok := t.do(ctx, seq.Add(1))
+				if ctx.Err() != nil {
+					break // the deadline cut this request short: not a server error
+				}
+				if !ok {
+					errs.Add(1)
+				}
+				_ = local.RecordValue(time.Since(s).Microseconds())
+			}
+			mu.Lock()
+			hist.Merge(local)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	return Result{Name: fmt.Sprintf("closed, %d workers", workers), Achieved: float64(hist.TotalCount()) / elapsed.Seconds(),
+		Requests: hist.TotalCount(), Errors: errs.Load(), Hist: hist, Elapsed: elapsed}
+}
+
+// Markdown renders results as a table.
+func Markdown(rs []Result) string {
+	var b bytes.Buffer
+	b.WriteString("| run | offered/s | achieved/s | requests | errors | p50 | p99 | p99.9 | max |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rs {
+		offered := "—"
+		if r.Offered > 0 {
+			offered = fmt.Sprintf("%.0f", r.Offered)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %.0f | %d | %d | %s | %s | %s | %s |\n", r.Name, offered, r.Achieved, r.Requests, r.Errors,
+			r.Quantile(50), r.Quantile(99), r.Quantile(99.9), time.Duration(r.Hist.Max())*time.Microsecond)
+	}
+	return b.String()
+}

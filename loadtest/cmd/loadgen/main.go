@@ -1,0 +1,112 @@
+// Command loadgen measures the limiter over HTTP: closed-loop saturation, then
+// open-loop runs at fixed offered rates, printed as a Markdown table.
+//
+//	loadgen -url http://127.0.0.1:8080 -rates 1000,10000,30000 -duration 10s
+//	loadgen -start .local/bin/limiter ...   # start a limiter for the run (high limits, local Redis)
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/loadtest/bench"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		slog.Error("loadgen", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	url := fs.String("url", "http://127.0.0.1:8080", "limiter base URL")
+	start := fs.String("start", "", "path of a limiter binary to start for the run (on -url's port)")
+	rates := fs.String("rates", "1000,10000,30000", "open-loop offered rates, checks/s")
+	duration := fs.Duration("duration", 10*time.Second, "length of each run")
+	workers := fs.Int("workers", 256, "concurrent requests in flight (and connections)")
+	satWorkers := fs.Int("saturation-workers", 64, "senders for the closed-loop saturation run (0 skips it)")
+	principals := fs.Int("principals", 10000, "distinct principals the checks are spread over")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *start != "" {
+		stopLimiter, err := startLimiter(ctx, *start, strings.TrimPrefix(*url, "http://"))
+		if err != nil {
+			return err
+		}
+		defer stopLimiter()
+	}
+	if err := waitReady(ctx, *url+"/readyz"); err != nil {
+		return err
+	}
+	target := bench.NewTarget(*url, *principals, *workers)
+	// Warm connections, the script cache and the buckets.
+	target.ClosedLoop(ctx, time.Second, *satWorkers)
+
+	var results []bench.Result
+	if *satWorkers > 0 {
+		results = append(results, target.ClosedLoop(ctx, *duration, *satWorkers))
+	}
+	for _, s := range strings.Split(*rates, ",") {
+		rate, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil || rate <= 0 {
+			return fmt.Errorf("-rates: %q is not a positive number", s)
+		}
+		results = append(results, target.OpenLoop(ctx, rate, *duration, *workers))
+	}
+	host, _ := os.Hostname()
+	fmt.Printf("limiter over HTTP, %s per run, %d principals, %d in flight; machine %s: %d CPUs, %s; load generator, limiter and Redis on the same machine\n\n",
+		*duration, *principals, *workers, host, runtime.NumCPU(), runtime.Version())
+	fmt.Print(bench.Markdown(results))
+	return nil
+}
+
+func startLimiter(ctx context.Context, path, addr string) (func(), error) {
+	cmd := exec.Command(path)
+	cmd.Env = append(os.Environ(),
+		"FLOODGATE_LIMITER_ADDR="+addr,
+		"FLOODGATE_GATEWAY=loadgen",
+		"FLOODGATE_LIMITER_PRINCIPAL_LIMIT=1000000000", // measure the decision path, not denials
+	)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", path, err)
+	}
+	return func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}, nil
+}
+
+func waitReady(ctx context.Context, url string) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s not ready after 20s", url)
+}
