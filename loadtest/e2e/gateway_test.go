@@ -1,0 +1,82 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/migrations"
+	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/gateway"
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+)
+
+// TestReverseProxyEnforcesRealLimiter puts pkg/gateway's reverse proxy in front of
+// an upstream, asking the real limiter binary (real Redis, real broker): the first
+// requests reach the upstream, the rest get the limiter's 429 contract.
+func TestReverseProxyEnforcesRealLimiter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test needs the local stack; run `make test`")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	brokers := kafkatest.Start(t, nil)
+	ms, err := migrations.Load()
+	require.NoError(t, err)
+	require.NoError(t, (&migrations.Runner{Kafka: migrations.NewKafka([]string{brokers}, 1), Now: time.Now, Report: func(string) {}}).Apply(ctx, ms))
+
+	bin := buildServices(t)
+	addr := freeAddr(t)
+	redisAddrs := config.NewEnv(os.Getenv).List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs)
+	startProcess(t, filepath.Join(bin, "limiter"), []string{
+		"FLOODGATE_KAFKA_BROKERS=" + brokers, "FLOODGATE_REDIS_ADDRS=" + strings.Join(redisAddrs, ","),
+		"FLOODGATE_LIMITER_ADDR=" + addr, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=3", "FLOODGATE_LIMITER_PRINCIPAL_PERIOD=1m",
+	})
+	waitReady(t, "http://"+addr+"/readyz")
+
+	hits := 0
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits++ }))
+	defer upstream.Close()
+	u, _ := url.Parse(upstream.URL)
+	trusted, err := gateway.ParseTrustedProxies([]string{"127.0.0.1"})
+	require.NoError(t, err)
+	router, err := gateway.NewRouter([]gateway.Route{{Method: "POST", Template: "/channels/{channel_id}/messages", Resource: "channel:{channel_id}"}}, "")
+	require.NoError(t, err)
+	proxy, err := gateway.NewReverseProxy(u, gateway.Options{
+		Checker: gateway.NewClient("http://"+addr, time.Second), Router: router, TrustedProxies: trusted,
+		Principal: gateway.PrincipalFromHeaders("X-Principal-Kind", "X-Principal-Id", trusted),
+	})
+	require.NoError(t, err)
+	front := httptest.NewServer(proxy)
+	defer front.Close()
+
+	id := fmt.Sprintf("gw_bot_%d", time.Now().UnixNano())
+	var codes []int
+	var last *http.Response
+	for i := 0; i < 5; i++ {
+		req, _ := http.NewRequest(http.MethodPost, front.URL+"/channels/42/messages", nil)
+		req.Header.Set("X-Principal-Kind", "bot")
+		req.Header.Set("X-Principal-Id", id)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+		last = resp
+	}
+	require.Equal(t, []int{200, 200, 200, 429, 429}, codes)
+	require.Equal(t, 3, hits, "denied requests never reach the upstream")
+	require.Equal(t, "3", last.Header.Get("X-RateLimit-Limit"))
+	require.Equal(t, "0", last.Header.Get("X-RateLimit-Remaining"))
+	require.Equal(t, "principal", last.Header.Get("X-RateLimit-Scope"))
+	require.Equal(t, "20", last.Header.Get("Retry-After"), "one token per 20s at 3 per minute")
+	require.Equal(t, "application/problem+json", last.Header.Get("Content-Type"))
+}

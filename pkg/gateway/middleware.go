@@ -1,0 +1,140 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
+)
+
+// PrincipalFunc identifies who made a request. It runs after the gateway's own
+// authentication; ok=false falls back to an anonymous principal keyed by client IP.
+type PrincipalFunc func(r *http.Request) (events.Principal, bool)
+
+// Options configure the middleware.
+type Options struct {
+	Checker        Checker
+	Router         *Router
+	Principal      PrincipalFunc // nil: every request is anonymous, keyed by client IP
+	TrustedProxies TrustedProxies
+	// FailClosed answers 503 when the limiter cannot be asked; the default (false)
+	// lets the request through and marks the response with X-RateLimit-Error, so a
+	// limiter outage never becomes an outage of the API behind it.
+	FailClosed bool
+	Timeout    time.Duration // per check; default 50ms
+	Logger     *slog.Logger
+}
+
+// Middleware enforces the limiter's decisions on next: allowed requests go through
+// with the rate-limit headers added, denied ones get a 429 with the headers and the
+// RFC 9457 problem body the limiter chose.
+func Middleware(o Options) (func(http.Handler) http.Handler, error) {
+	if o.Checker == nil {
+		return nil, errors.New("gateway: Options.Checker is required")
+	}
+	if o.Router == nil {
+		r, err := NewRouter(nil, "")
+		if err != nil {
+			return nil, err
+		}
+		o.Router = r
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 50 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ip, err := ClientIP(r, o.TrustedProxies)
+			if err != nil {
+				writeProblem(w, http.StatusBadRequest, "https://floodgate.dev/problems/invalid-request", err.Error())
+				return
+			}
+			m := o.Router.Match(r.Method, r.URL.Path)
+			p, ok := events.Principal{}, false
+			if o.Principal != nil {
+				p, ok = o.Principal(r)
+			}
+			if !ok {
+				p = events.Principal{Kind: events.PrincipalAnonymous, ID: ip.String()}
+			}
+			ctx, cancel := context.WithTimeout(r.Context(), o.Timeout)
+			d, err := o.Checker.Check(ctx, Request{Principal: p, IP: ip.String(), Method: r.Method, Route: m.Template, Resource: m.Resource, Cost: m.Cost})
+			cancel()
+			if err != nil {
+				o.Logger.Warn("rate-limit check failed", "principal", p.Key(), "err", err)
+				if o.FailClosed {
+					w.Header().Set("X-RateLimit-Error", "limiter unavailable; failing closed")
+					writeProblem(w, http.StatusServiceUnavailable, "https://floodgate.dev/problems/unavailable", "rate limiter unavailable")
+					return
+				}
+				w.Header().Set("X-RateLimit-Error", "limiter unavailable; failing open")
+				next.ServeHTTP(w, r)
+				return
+			}
+			for k, v := range d.Headers {
+				w.Header().Set(k, v)
+			}
+			if !d.Allowed {
+				w.Header().Set("Content-Type", "application/problem+json")
+				w.WriteHeader(http.StatusTooManyRequests)
+				_, _ = w.Write(d.Problem)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}, nil
+}
+
+// PrincipalFromHeaders reads the principal from headers an authenticating layer in
+// front of the proxy sets (e.g. X-Principal-Kind / X-Principal-Id). Those headers
+// must be stripped from client requests by that layer; they are believed only when
+// the request came through a trusted proxy.
+func PrincipalFromHeaders(kindHeader, idHeader string, trusted TrustedProxies) PrincipalFunc {
+	return func(r *http.Request) (events.Principal, bool) {
+		p := events.Principal{Kind: events.PrincipalKind(r.Header.Get(kindHeader)), ID: r.Header.Get(idHeader)}
+		if p.Validate() != nil || !fromTrusted(r, trusted) {
+			return events.Principal{}, false
+		}
+		return p, true
+	}
+}
+
+func fromTrusted(r *http.Request, trusted TrustedProxies) bool {
+	peer, err := peerAddr(r)
+	return err == nil && trusted.contains(peer)
+}
+
+// NewReverseProxy puts the middleware in front of upstream: Floodgate as a
+// rate-limiting reverse proxy for services that do not embed it.
+func NewReverseProxy(upstream *url.URL, o Options) (http.Handler, error) {
+	mw, err := Middleware(o)
+	if err != nil {
+		return nil, err
+	}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			pr.SetXForwarded()
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			o.Logger.Warn("upstream", "err", err)
+			writeProblem(w, http.StatusBadGateway, "https://floodgate.dev/problems/upstream-unavailable", "upstream unavailable")
+		},
+	}
+	return mw(proxy), nil
+}
+
+func writeProblem(w http.ResponseWriter, status int, typ, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"type": typ, "title": http.StatusText(status), "status": status, "detail": detail})
+}
