@@ -57,4 +57,5 @@ const (
 	TableAuditLog      = "floodgate_audit_log"
 	TableRuntimeConfig = "floodgate_runtime_config"
 	TableMigrations    = "floodgate_schema_migrations"
+	TableDLQRecords    = "floodgate_dlq_records"
 )

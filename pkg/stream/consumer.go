@@ -207,15 +207,15 @@ type Consumer struct {
 	closeDLQ           func() error
 
 	// pre-resolved metric children
-	okCount, retriedCount, dlqCount prometheus.Counter
-	retryCount, commitCount         prometheus.Counter
-	commitErrCount, fetchErrCount   prometheus.Counter
-	groupErrCount                   prometheus.Counter
-	redeliveredCount, abandonCount  prometheus.Counter
-	rebalanceCount                  prometheus.Counter
-	handleSeconds                   prometheus.Observer
-	lag                             prometheus.Gauge
-	dlqPublishErrs                  prometheus.Counter
+	okCount, retriedCount, dlqCount, replaySkipped prometheus.Counter
+	retryCount, commitCount                        prometheus.Counter
+	commitErrCount, fetchErrCount                  prometheus.Counter
+	groupErrCount                                  prometheus.Counter
+	redeliveredCount, abandonCount                 prometheus.Counter
+	rebalanceCount                                 prometheus.Counter
+	handleSeconds                                  prometheus.Observer
+	lag                                            prometheus.Gauge
+	dlqPublishErrs                                 prometheus.Counter
 
 	ran atomic.Bool
 }
@@ -252,6 +252,7 @@ func NewConsumer(cfg ConsumerConfig, h Handler) (*Consumer, error) {
 		okCount:          metrics.consumed.WithLabelValues(cfg.Topic, cfg.GroupID, outcomeOK),
 		retriedCount:     metrics.consumed.WithLabelValues(cfg.Topic, cfg.GroupID, outcomeRetried),
 		dlqCount:         metrics.consumed.WithLabelValues(cfg.Topic, cfg.GroupID, outcomeDLQ),
+		replaySkipped:    metrics.consumed.WithLabelValues(cfg.Topic, cfg.GroupID, outcomeReplaySkipped),
 		retryCount:       metrics.retries.WithLabelValues(cfg.Topic, cfg.GroupID),
 		commitCount:      metrics.commits.WithLabelValues(cfg.Topic, cfg.GroupID),
 		commitErrCount:   metrics.commitErrors.WithLabelValues(cfg.Topic, cfg.GroupID),
@@ -601,6 +602,13 @@ func waitTimeout(wg *sync.WaitGroup, deadline time.Time) bool {
 // whether it was; false means hctx ended first (drain or rebalance deadline)
 // and msg must not be committed.
 func (c *Consumer) process(hctx context.Context, msg kafka.Message) bool {
+	if g, ok := replayedFor(msg, c.cfg.Topic); ok && g != c.cfg.GroupID {
+		// A dead letter put back on the topic for the group that failed it: every
+		// other group already handled the original, so handling it again here would
+		// count it twice.
+		c.replaySkipped.Inc()
+		return true
+	}
 	var firstFailure time.Time
 	var bo *backoff.ExponentialBackOff
 	for attempt := 1; ; attempt++ {

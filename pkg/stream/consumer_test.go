@@ -551,3 +551,54 @@ func TestConsumerRebalanceCutsOffSlowHandler(t *testing.T) {
 	require.Zero(t, metricValue(t, reg, "floodgate_stream_dlq_total", nil), "a cut-off handler is not a failure")
 	require.Equal(t, []int64{1}, committedOffsets(t, addr, group, topic, 1))
 }
+
+// TestConsumerHandlesReplaysOnlyForTheFailedGroup: a dead letter replayed onto its
+// source topic reaches the handler of the group that failed it and no other group,
+// which already handled the original.
+func TestConsumerHandlesReplaysOnlyForTheFailedGroup(t *testing.T) {
+	const topic = "replayed"
+	addr := kafkatest.Start(t, map[string]int32{topic: 1, topic + ".dlq": 1})
+	rec := DLQRecord{Key: []byte("k"), Value: []byte("replayed"), SourceTopic: topic, Partition: 0, Offset: 7,
+		Timestamp: time.Now(), ConsumerGroup: "g-failed", Service: "quota", ErrorClass: ClassTransientExhausted,
+		ErrorMessage: "dynamodb throttled", Attempts: 5, FirstFailure: time.Now()}
+	publish(t, addr, kafka.Message{Topic: topic, Key: []byte("k"), Value: []byte("fresh")}, rec.Replay())
+
+	for _, tc := range []struct {
+		group string
+		want  []string
+	}{
+		{"g-failed", []string{"fresh", "replayed"}},
+		{"g-other", []string{"fresh"}},
+	} {
+		t.Run(tc.group, func(t *testing.T) {
+			var mu sync.Mutex
+			var got []string
+			reg := prometheus.NewRegistry()
+			c, err := NewConsumer(fastConsumerConfig(t, addr, topic, tc.group, reg), func(_ context.Context, m kafka.Message) error {
+				mu.Lock()
+				got = append(got, string(m.Value))
+				mu.Unlock()
+				return nil
+			})
+			require.NoError(t, err)
+			stop := runConsumer(t, c)
+			require.Eventually(t, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(got) == len(tc.want)
+			}, waitFor, 10*time.Millisecond)
+			require.Eventually(t, func() bool {
+				return metricValue(t, reg, "floodgate_stream_consumed_total",
+					map[string]string{"topic": topic, "group": tc.group, "outcome": "ok"})+
+					metricValue(t, reg, "floodgate_stream_consumed_total",
+						map[string]string{"topic": topic, "group": tc.group, "outcome": "replay_skipped"}) == 2
+			}, waitFor, 10*time.Millisecond)
+			require.NoError(t, stop())
+			require.Equal(t, int64(2), committedOffsets(t, addr, tc.group, topic, 1)[0], "both messages are committed either way")
+			require.Equal(t, tc.want, got)
+			skipped := float64(2 - len(tc.want))
+			require.Equal(t, skipped, metricValue(t, reg, "floodgate_stream_consumed_total",
+				map[string]string{"topic": topic, "group": tc.group, "outcome": "replay_skipped"}))
+		})
+	}
+}

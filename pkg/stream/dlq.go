@@ -82,11 +82,30 @@ func (r DLQRecord) Message(dlqTopic string) kafka.Message {
 	return kafka.Message{Topic: dlqTopic, Key: r.Key, Value: r.Value, Headers: headers}
 }
 
-// Original rebuilds the message as it was on its source topic, for replay:
-// topic, key, value and headers (the message's timestamp is left for the
-// producer to set).
-func (r DLQRecord) Original() kafka.Message {
-	return kafka.Message{Topic: r.SourceTopic, Key: r.Key, Value: r.Value, Headers: r.Headers}
+// Replay builds the message that puts r back on its source topic: the original
+// key, value and headers, plus r's dlq_* headers. Those headers address the replay
+// to the consumer group that failed it — every Consumer of another group skips it,
+// since that group already handled the original — and let an idempotent sink fence
+// it by its original partition and offset. (The message's timestamp is left for the
+// producer to set.)
+func (r DLQRecord) Replay() kafka.Message { return r.Message(r.SourceTopic) }
+
+// replayedFor reports the consumer group a message read from topic is addressed
+// to, when it is a dead letter replayed onto its source topic. A message on a DLQ
+// topic carries the same headers but names another source topic: it is a dead
+// letter, not a replay.
+func replayedFor(msg kafka.Message, topic string) (string, bool) {
+	var source, group string
+	var haveGroup bool
+	for _, h := range msg.Headers {
+		switch h.Key {
+		case HeaderDLQSourceTopic:
+			source = string(h.Value)
+		case HeaderDLQConsumerGroup:
+			group, haveGroup = string(h.Value), true
+		}
+	}
+	return group, haveGroup && source == topic
 }
 
 // ParseDLQRecord reads a dead-lettered message back. Every dlq_* header must be

@@ -37,10 +37,11 @@ type Metrics struct {
 
 // Consumer outcomes (label outcome of floodgate_stream_consumed_total).
 const (
-	outcomeOK      = "ok"      // handled on the first attempt
-	outcomeRetried = "retried" // handled after at least one retry
-	outcomeDLQ     = "dlq"     // dead-lettered
-	outcomeError   = "error"   // (producer) not written
+	outcomeOK            = "ok"             // handled on the first attempt
+	outcomeReplaySkipped = "replay_skipped" // a DLQ replay addressed to another consumer group
+	outcomeRetried       = "retried"        // handled after at least one retry
+	outcomeDLQ           = "dlq"            // dead-lettered
+	outcomeError         = "error"          // (producer) not written
 )
 
 // Async drop reasons (label reason of floodgate_stream_async_dropped_total).

@@ -192,9 +192,17 @@ func TestDLQRecordRoundTrip(t *testing.T) {
 	require.Equal(t, "quota", got.ConsumerGroup)
 	require.Equal(t, "quota", got.Service)
 
-	replay := got.Original()
+	replay := got.Replay()
 	require.Equal(t, rec.SourceTopic, replay.Topic)
 	require.Equal(t, rec.Value, replay.Value)
+	group, ok := replayedFor(replay, rec.SourceTopic)
+	require.True(t, ok, "a replay carries its provenance")
+	require.Equal(t, "quota", group)
+	_, ok = replayedFor(got.Message(rec.SourceTopic+".dlq"), rec.SourceTopic+".dlq")
+	require.False(t, ok, "a dead letter read from its DLQ topic is not a replay")
+	again, err := ParseDLQRecord(replay)
+	require.NoError(t, err, "a replay can be read back as the record it came from")
+	require.Equal(t, rec.Offset, again.Offset)
 }
 
 func TestParseDLQRecordErrors(t *testing.T) {

@@ -44,7 +44,7 @@ func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	duration := fs.Duration("duration", 60*time.Second, "how long to send traffic (Ctrl-C stops earlier)")
 	users := fs.Int("users", 40, "normal users, about one check a second each")
-	botRate := fs.Float64("bot-rate", 120, "checks per second of the rapid-fire bot")
+	botRate := fs.Float64("bot-rate", 300, "checks per second of the rapid-fire bot")
 	binDir := fs.String("bin", ".local/bin", "where `make build` put the services")
 	logDir := fs.String("logs", ".local/log", "where service logs go")
 	if err := fs.Parse(args); err != nil {
@@ -62,10 +62,14 @@ func run(ctx context.Context, args []string) error {
 		name string
 		env  []string
 	}{
-		{"limiter", []string{"FLOODGATE_LIMITER_ADDR=" + limiterAddr, "FLOODGATE_GATEWAY=demo"}},
+		// One 50/s bucket per principal keeps the story readable: 50 → 5 under the penalty.
+		{"limiter", []string{"FLOODGATE_LIMITER_ADDR=" + limiterAddr, "FLOODGATE_GATEWAY=demo", "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=50",
+			"FLOODGATE_JOURNAL_DIR=.local/data/journal/demo-limiter"}},
 		{"detector", []string{
-			"FLOODGATE_DETECTOR_ADDR=" + detectorAddr, "FLOODGATE_DETECTOR_GROUP=demo-detector-" + runID,
-			"FLOODGATE_PAGER_GROUP=demo-pager-" + runID, "FLOODGATE_DETECTOR_WINDOW=10s",
+			// Stable groups: a later demo resumes where the last stopped instead of
+			// re-scoring the whole topic history.
+			"FLOODGATE_DETECTOR_ADDR=" + detectorAddr, "FLOODGATE_DETECTOR_GROUP=floodgate-demo-detector",
+			"FLOODGATE_PAGER_GROUP=floodgate-demo-pager", "FLOODGATE_DETECTOR_WINDOW=10s",
 			"FLOODGATE_DETECTOR_RAPID_FIRE_RATE=20", "FLOODGATE_DETECTOR_PENALTY_TTL=2m",
 			"FLOODGATE_PAGERDUTY_ROUTING_KEY=demo", "FLOODGATE_PAGERDUTY_URL=" + pagerURL,
 		}},

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/detector/internal/detector"
@@ -50,10 +51,51 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 	producer := stream.NewProducer(stream.ProducerConfig{Brokers: cfg.KafkaBrokers, Logger: log, Registerer: reg})
 	defer producer.Close()
 
-	det := detector.New(detector.Config{
-		RapidFire: cfg.RapidFire, Policy: cfg.Policy, Penalties: detector.NewPenaltyStore(rdb),
+	var records *detector.DynamoRecords
+	allow := &detector.Allowlist{}
+	if cfg.Records == "dynamodb" {
+		ddb, err := dynamo.NewClient(ctx, dynamo.Options{Endpoint: cfg.DynamoEndpoint, TablePrefix: cfg.DynamoPrefix})
+		if err != nil {
+			return err
+		}
+		records = &detector.DynamoRecords{Client: ddb, AbuseTable: cfg.DynamoPrefix + dynamo.TableAbuseRecords,
+			RuntimeTable: cfg.DynamoPrefix + dynamo.TableRuntimeConfig, Retention: cfg.RecordRetention}
+		loadCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		entries, err := records.LoadAllowlist(loadCtx, time.Now())
+		cancel()
+		if err != nil {
+			return fmt.Errorf("dynamodb (FLOODGATE_DYNAMODB_ENDPOINT, or FLOODGATE_DETECTOR_RECORDS=off): %w", err)
+		}
+		allow.Set(entries)
+	} else {
+		log.Warn("abuse records, escalation and allowlists disabled: FLOODGATE_DETECTOR_RECORDS=off")
+	}
+
+	var pager *detector.Pager
+	if cfg.PagerRoutingKey != "" {
+		pager, err = detector.NewPager(detector.PagerConfig{
+			RoutingKey: cfg.PagerRoutingKey, Endpoint: cfg.PagerURL, MinSeverity: cfg.PagerSeverity, PerMinute: cfg.PagerPerMinute,
+			Redis: rdb, Now: time.Now, Logger: log, Registerer: reg,
+		})
+		if err != nil {
+			return err
+		}
+	} else {
+		log.Warn("paging disabled: FLOODGATE_PAGERDUTY_ROUTING_KEY is not set")
+	}
+
+	dcfg := detector.Config{
+		Score: cfg.Score, Policies: cfg.Policies, Escalation: cfg.Escalation, BlastLimit: cfg.BlastLimit,
+		Penalties: detector.NewPenaltyStore(rdb), Allowlist: allow,
 		Publisher: producer, AbuseTopic: cfg.AbuseTopic, Recorder: recorder, Logger: log, Registerer: reg,
-	})
+	}
+	if records != nil {
+		dcfg.Records = records
+	}
+	if pager != nil {
+		dcfg.Alerter = pager
+	}
+	det := detector.New(dcfg)
 	decisions, err := stream.NewConsumer(stream.ConsumerConfig{
 		Brokers: cfg.KafkaBrokers, Topic: cfg.DecisionsTopic, GroupID: cfg.Group, Service: "detector",
 		Logger: log, Registerer: reg,
@@ -66,13 +108,11 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRun()
 	g.Go(func() error { return decisions.Run(runCtx) })
-	g.Go(func() error { return det.Sweep(runCtx, 5*time.Second, time.Now) })
-
-	if cfg.PagerRoutingKey != "" {
-		pager, err := detector.NewPager(cfg.PagerRoutingKey, cfg.PagerURL, cfg.PagerSeverity, time.Now, log)
-		if err != nil {
-			return err
-		}
+	g.Go(func() error { return det.Maintain(runCtx, 5*time.Second) })
+	if records != nil {
+		g.Go(func() error { return allow.Refresh(runCtx, records.LoadAllowlist, cfg.AllowRefresh, time.Now, log) })
+	}
+	if pager != nil {
 		abuse, err := stream.NewConsumer(stream.ConsumerConfig{
 			Brokers: cfg.KafkaBrokers, Topic: cfg.AbuseTopic, GroupID: cfg.PagerGroup, Service: "detector-pager",
 			Logger: log, Registerer: reg,
@@ -81,8 +121,7 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 			return err
 		}
 		g.Go(func() error { return abuse.Run(runCtx) })
-	} else {
-		log.Warn("paging disabled: FLOODGATE_PAGERDUTY_ROUTING_KEY is not set")
+		g.Go(func() error { return pager.Resolve(runCtx, cfg.PagerResolve) })
 	}
 
 	var ready atomic.Bool
@@ -111,7 +150,7 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 	})
 	ready.Store(true)
 	log.Info("detector running", "addr", ln.Addr().String(), "topic", cfg.DecisionsTopic, "group", cfg.Group,
-		"mode", cfg.Mode, "threshold", cfg.RapidFire.Threshold, "window", cfg.RapidFire.Window.String())
+		"mode", cfg.Mode, "threshold", cfg.Score.Threshold, "floor", cfg.Score.Floor, "window", cfg.Score.Window.String())
 
 	<-ctx.Done()
 	ready.Store(false)

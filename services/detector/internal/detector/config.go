@@ -5,6 +5,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/services/detector/internal/score"
 )
 
 // ServiceConfig is the detector's start-up configuration, read from the environment.
@@ -16,22 +17,32 @@ type ServiceConfig struct {
 	AbuseTopic      string   // FLOODGATE_ABUSE_TOPIC
 	Group           string   // FLOODGATE_DETECTOR_GROUP
 	PagerGroup      string   // FLOODGATE_PAGER_GROUP
-	RapidFire       RapidFireConfig
-	Policy          PenaltyPolicy
-	Mode            string // FLOODGATE_DETECTOR_MODE: enforce | simulate
-	InfluxURL       string // FLOODGATE_INFLUX_URL
-	InfluxToken     string // FLOODGATE_INFLUX_TOKEN
-	InfluxOrg       string // FLOODGATE_INFLUX_ORG (ignored by InfluxDB 1.8)
-	InfluxBucket    string // FLOODGATE_INFLUX_BUCKET ("db/rp" on 1.8)
-	PagerRoutingKey string // FLOODGATE_PAGERDUTY_ROUTING_KEY; empty disables paging
-	PagerURL        string // FLOODGATE_PAGERDUTY_URL; empty means PagerDuty's Events API
-	PagerSeverity   string // FLOODGATE_PAGERDUTY_MIN_SEVERITY
-	ShutdownTimeout time.Duration
+	Score           score.Config
+	Mode            string // FLOODGATE_DETECTOR_MODE: enforce | simulate (default of every pattern)
+	Policies        map[events.Pattern]PatternPolicy
+	Escalation      Escalation
+	BlastLimit      int           // FLOODGATE_DETECTOR_BLAST_LIMIT: penalties per pattern per minute
+	Records         string        // FLOODGATE_DETECTOR_RECORDS: dynamodb | off
+	DynamoEndpoint  string        // FLOODGATE_DYNAMODB_ENDPOINT (unset = AWS)
+	DynamoPrefix    string        // FLOODGATE_DYNAMODB_TABLE_PREFIX
+	RecordRetention time.Duration // FLOODGATE_DETECTOR_RECORD_RETENTION
+	AllowRefresh    time.Duration // FLOODGATE_DETECTOR_ALLOWLIST_REFRESH
+	InfluxURL       string        // FLOODGATE_INFLUX_URL
+	InfluxToken     string        // FLOODGATE_INFLUX_TOKEN
+	InfluxOrg       string        // FLOODGATE_INFLUX_ORG (ignored by InfluxDB 1.8)
+	InfluxBucket    string        // FLOODGATE_INFLUX_BUCKET ("db/rp" on 1.8)
+	PagerRoutingKey string        // FLOODGATE_PAGERDUTY_ROUTING_KEY; empty disables paging
+	PagerURL        string        // FLOODGATE_PAGERDUTY_URL; empty means PagerDuty's Events API
+	PagerSeverity   string        // FLOODGATE_PAGERDUTY_MIN_SEVERITY (critical = score ≥ 10)
+	PagerPerMinute  int           // FLOODGATE_PAGERDUTY_MAX_PER_MINUTE
+	PagerResolve    time.Duration // FLOODGATE_PAGERDUTY_RESOLVE_INTERVAL
+	ShutdownTimeout time.Duration // FLOODGATE_SHUTDOWN_TIMEOUT
 }
 
 // ServiceConfigFromEnv reads and validates the configuration.
 func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 	e := config.NewEnv(getenv)
+	def := score.DefaultConfig()
 	c := ServiceConfig{
 		HTTPAddr:       e.String("FLOODGATE_DETECTOR_ADDR", "127.0.0.1:8082"),
 		RedisAddrs:     e.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs),
@@ -40,29 +51,72 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 		AbuseTopic:     e.String("FLOODGATE_ABUSE_TOPIC", config.DefaultAbuseTopic),
 		Group:          e.String("FLOODGATE_DETECTOR_GROUP", "floodgate-detector"),
 		PagerGroup:     e.String("FLOODGATE_PAGER_GROUP", "floodgate-pager"),
-		RapidFire: RapidFireConfig{
-			Window:    e.Duration("FLOODGATE_DETECTOR_WINDOW", 10*time.Second),
-			Threshold: e.Float("FLOODGATE_DETECTOR_RAPID_FIRE_RATE", 20),
-			Cooldown:  e.Duration("FLOODGATE_DETECTOR_COOLDOWN", time.Minute),
+		Score: score.Config{
+			Window:             e.Duration("FLOODGATE_DETECTOR_WINDOW", def.Window),
+			Threshold:          e.Float("FLOODGATE_DETECTOR_RAPID_FIRE_THRESHOLD", def.Threshold),
+			Floor:              e.Float("FLOODGATE_DETECTOR_RAPID_FIRE_RATE", def.Floor),
+			BaselineK:          e.Float("FLOODGATE_DETECTOR_BASELINE_K", def.BaselineK),
+			BaselineHalfLife:   e.Duration("FLOODGATE_DETECTOR_BASELINE_HALF_LIFE", def.BaselineHalfLife),
+			RouteQuantile:      e.Float("FLOODGATE_DETECTOR_ROUTE_QUANTILE", def.RouteQuantile),
+			RouteMinPrincipals: e.Int("FLOODGATE_DETECTOR_ROUTE_MIN_PRINCIPALS", def.RouteMinPrincipals),
+			Cooldown:           e.Duration("FLOODGATE_DETECTOR_COOLDOWN", def.Cooldown),
+			IPWindow:           e.Duration("FLOODGATE_DETECTOR_IP_WINDOW", def.IPWindow),
+			MinDistinctIPs:     e.Int("FLOODGATE_DETECTOR_IP_MIN_DISTINCT", def.MinDistinctIPs),
+			MinDiversity:       e.Float("FLOODGATE_DETECTOR_IP_MIN_DIVERSITY", def.MinDiversity),
+			SharedIPPrincipals: e.Int("FLOODGATE_DETECTOR_SHARED_IP_PRINCIPALS", def.SharedIPPrincipals),
+			BotLikeMinGaps:     e.Int("FLOODGATE_DETECTOR_BOT_LIKE_MIN_GAPS", def.BotLikeMinGaps),
+			BotLikeMaxCV:       e.Float("FLOODGATE_DETECTOR_BOT_LIKE_MAX_CV", def.BotLikeMaxCV),
+			BotLikeMaxMeanGap:  e.Duration("FLOODGATE_DETECTOR_BOT_LIKE_MAX_MEAN_GAP", def.BotLikeMaxMeanGap),
 		},
-		Policy: PenaltyPolicy{
-			Multiplier: e.Float("FLOODGATE_DETECTOR_PENALTY_MULTIPLIER", 0.1),
-			TTL:        e.Duration("FLOODGATE_DETECTOR_PENALTY_TTL", 5*time.Minute),
+		Mode: e.String("FLOODGATE_DETECTOR_MODE", "enforce"),
+		Escalation: Escalation{
+			Lookback: e.Duration("FLOODGATE_DETECTOR_ESCALATION_LOOKBACK", 7*24*time.Hour),
+			Factor:   e.Float("FLOODGATE_DETECTOR_ESCALATION_FACTOR", 2),
+			MaxTTL:   e.Duration("FLOODGATE_DETECTOR_ESCALATION_MAX_TTL", 72*time.Hour),
+			Jitter:   e.Float("FLOODGATE_DETECTOR_ESCALATION_JITTER", 0.1),
 		},
-		Mode:            e.String("FLOODGATE_DETECTOR_MODE", "enforce"),
+		BlastLimit:      e.Int("FLOODGATE_DETECTOR_BLAST_LIMIT", 100),
+		Records:         e.String("FLOODGATE_DETECTOR_RECORDS", "dynamodb"),
+		DynamoEndpoint:  e.String("FLOODGATE_DYNAMODB_ENDPOINT", ""),
+		DynamoPrefix:    e.String("FLOODGATE_DYNAMODB_TABLE_PREFIX", ""),
+		RecordRetention: e.Duration("FLOODGATE_DETECTOR_RECORD_RETENTION", 90*24*time.Hour),
+		AllowRefresh:    e.Duration("FLOODGATE_DETECTOR_ALLOWLIST_REFRESH", 30*time.Second),
 		InfluxURL:       e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
 		InfluxToken:     e.String("FLOODGATE_INFLUX_TOKEN", ""),
 		InfluxOrg:       e.String("FLOODGATE_INFLUX_ORG", ""),
 		InfluxBucket:    e.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket),
 		PagerRoutingKey: e.String("FLOODGATE_PAGERDUTY_ROUTING_KEY", ""),
 		PagerURL:        e.String("FLOODGATE_PAGERDUTY_URL", ""),
-		PagerSeverity:   e.String("FLOODGATE_PAGERDUTY_MIN_SEVERITY", "high"),
+		PagerSeverity:   e.String("FLOODGATE_PAGERDUTY_MIN_SEVERITY", "critical"),
+		PagerPerMinute:  e.Int("FLOODGATE_PAGERDUTY_MAX_PER_MINUTE", 10),
+		PagerResolve:    e.Duration("FLOODGATE_PAGERDUTY_RESOLVE_INTERVAL", 30*time.Second),
 		ShutdownTimeout: e.Duration("FLOODGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
+	}
+	c.Policies = map[events.Pattern]PatternPolicy{}
+	for _, p := range []struct {
+		pattern         events.Pattern
+		env             string
+		mult            float64
+		ttl             time.Duration
+		multEnv, ttlEnv string
+	}{
+		{score.RapidFire, "FLOODGATE_DETECTOR_RAPID_FIRE_MODE", 0.1, 30 * time.Minute, "FLOODGATE_DETECTOR_PENALTY_MULTIPLIER", "FLOODGATE_DETECTOR_PENALTY_TTL"},
+		{score.DistributedIP, "FLOODGATE_DETECTOR_DISTRIBUTED_IP_MODE", 0.05, 6 * time.Hour, "FLOODGATE_DETECTOR_DISTRIBUTED_IP_MULTIPLIER", "FLOODGATE_DETECTOR_DISTRIBUTED_IP_TTL"},
+		{score.BotLike, "FLOODGATE_DETECTOR_BOT_LIKE_MODE", 0.2, time.Hour, "FLOODGATE_DETECTOR_BOT_LIKE_MULTIPLIER", "FLOODGATE_DETECTOR_BOT_LIKE_TTL"},
+	} {
+		mode := e.String(p.env, c.Mode)
+		c.Policies[p.pattern] = PatternPolicy{Multiplier: e.Float(p.multEnv, p.mult), TTL: e.Duration(p.ttlEnv, p.ttl), Enforce: mode == "enforce"}
+		if mode != "enforce" && mode != "simulate" {
+			var v config.Check
+			v.Require(false, p.env, "%q is not one of enforce|simulate", mode)
+			if err := v.Err(); err != nil {
+				return ServiceConfig{}, err
+			}
+		}
 	}
 	if err := e.Err(); err != nil {
 		return ServiceConfig{}, err
 	}
-	c.Policy.Enforce = c.Mode == "enforce"
 	return c, c.Validate()
 }
 
@@ -73,16 +127,28 @@ func (c ServiceConfig) Validate() error {
 	v.Require(len(c.KafkaBrokers) > 0, "FLOODGATE_KAFKA_BROKERS", "at least one host:port")
 	v.Require(c.DecisionsTopic != "" && c.AbuseTopic != "", "FLOODGATE_DECISIONS_TOPIC/FLOODGATE_ABUSE_TOPIC", "required")
 	v.Require(c.Group != "" && c.PagerGroup != "" && c.Group != c.PagerGroup, "FLOODGATE_DETECTOR_GROUP/FLOODGATE_PAGER_GROUP", "two different, non-empty consumer groups")
-	w := c.RapidFire.Window
-	v.Require(w >= time.Second && w <= 10*time.Minute && w%time.Second == 0, "FLOODGATE_DETECTOR_WINDOW", "%s: whole seconds in 1s..10m", w)
-	v.Require(c.RapidFire.Threshold > 0, "FLOODGATE_DETECTOR_RAPID_FIRE_RATE", "%g: must be positive (events per second)", c.RapidFire.Threshold)
-	v.Require(c.RapidFire.Cooldown >= 0, "FLOODGATE_DETECTOR_COOLDOWN", "must not be negative")
-	v.Require(c.Policy.Multiplier > 0 && c.Policy.Multiplier <= 1, "FLOODGATE_DETECTOR_PENALTY_MULTIPLIER", "%g: must be in (0, 1]", c.Policy.Multiplier)
-	v.Require(c.Policy.TTL >= time.Second && c.Policy.TTL <= 30*24*time.Hour, "FLOODGATE_DETECTOR_PENALTY_TTL", "%s: must be in 1s..720h", c.Policy.TTL)
+	if err := c.Score.Validate(); err != nil {
+		v.Require(false, "score", "%v", err)
+	}
 	v.Require(c.Mode == "enforce" || c.Mode == "simulate", "FLOODGATE_DETECTOR_MODE", "%q is not one of enforce|simulate", c.Mode)
+	for pattern, p := range c.Policies {
+		v.Require(p.Multiplier > 0 && p.Multiplier <= 1, "FLOODGATE_DETECTOR_*_MULTIPLIER", "%s: %g must be in (0, 1]", pattern, p.Multiplier)
+		v.Require(p.TTL >= time.Second && p.TTL <= 30*24*time.Hour, "FLOODGATE_DETECTOR_*_TTL", "%s: %s must be in 1s..720h", pattern, p.TTL)
+	}
+	v.Require(c.Escalation.Lookback >= 0, "FLOODGATE_DETECTOR_ESCALATION_LOOKBACK", "must not be negative")
+	v.Require(c.Escalation.Factor >= 1 && c.Escalation.Factor <= 10, "FLOODGATE_DETECTOR_ESCALATION_FACTOR", "%g: must be in 1..10", c.Escalation.Factor)
+	v.Require(c.Escalation.MaxTTL >= time.Second && c.Escalation.MaxTTL <= 30*24*time.Hour, "FLOODGATE_DETECTOR_ESCALATION_MAX_TTL", "%s: must be in 1s..720h", c.Escalation.MaxTTL)
+	v.Require(c.Escalation.Jitter >= 0 && c.Escalation.Jitter < 0.5, "FLOODGATE_DETECTOR_ESCALATION_JITTER", "%g: must be in [0, 0.5)", c.Escalation.Jitter)
+	v.Require(c.BlastLimit >= 1, "FLOODGATE_DETECTOR_BLAST_LIMIT", "%d: at least 1", c.BlastLimit)
+	v.Require(c.Records == "dynamodb" || c.Records == "off", "FLOODGATE_DETECTOR_RECORDS", "%q is not one of dynamodb|off", c.Records)
+	v.Require(c.RecordRetention >= 24*time.Hour, "FLOODGATE_DETECTOR_RECORD_RETENTION", "%s: at least 24h", c.RecordRetention)
+	v.Require(c.RecordRetention >= c.Escalation.Lookback, "FLOODGATE_DETECTOR_RECORD_RETENTION", "must cover FLOODGATE_DETECTOR_ESCALATION_LOOKBACK")
+	v.Require(c.AllowRefresh >= time.Second, "FLOODGATE_DETECTOR_ALLOWLIST_REFRESH", "at least 1s")
 	v.Require(c.InfluxURL != "" && c.InfluxBucket != "", "FLOODGATE_INFLUX_URL/FLOODGATE_INFLUX_BUCKET", "required")
 	_, sevOK := severityRank[events.Severity(c.PagerSeverity)]
 	v.Require(sevOK, "FLOODGATE_PAGERDUTY_MIN_SEVERITY", "%q is not one of low|medium|high|critical", c.PagerSeverity)
+	v.Require(c.PagerPerMinute >= 1, "FLOODGATE_PAGERDUTY_MAX_PER_MINUTE", "%d: at least 1", c.PagerPerMinute)
+	v.Require(c.PagerResolve >= time.Second, "FLOODGATE_PAGERDUTY_RESOLVE_INTERVAL", "at least 1s")
 	v.Require(c.ShutdownTimeout > 0, "FLOODGATE_SHUTDOWN_TIMEOUT", "must be positive")
 	return v.Err()
 }

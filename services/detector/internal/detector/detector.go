@@ -1,7 +1,12 @@
+// Package detector turns the decision stream into penalties, abuse events,
+// abuse records, metrics and pages. Scoring lives in the score package.
 package detector
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -13,10 +18,11 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/services/detector/internal/score"
 )
 
 // Version is stamped on every abuse event.
-const Version = "rapid-fire/0.1"
+const Version = "detector/0.2"
 
 // Publisher sends messages and returns once the broker acknowledged them.
 type Publisher interface {
@@ -25,174 +31,314 @@ type Publisher interface {
 
 // Recorder receives detections for metrics; it must not block.
 type Recorder interface {
-	RecordDetection(a *events.Abuse)
+	RecordDetection(a *events.Abuse, latency time.Duration)
+	RecordActivePenalties(n map[events.Pattern]int, at time.Time)
 }
 
-// PenaltyPolicy is what a rapid-fire detection costs the principal.
-type PenaltyPolicy struct {
-	Multiplier float64
-	TTL        time.Duration
-	Enforce    bool // false: simulate — publish what would have been applied, write nothing
+// Records is the abuse history: Put must be idempotent by abuse id.
+type Records interface {
+	Put(ctx context.Context, a *events.Abuse) error
+	PriorOffenses(ctx context.Context, p events.Principal, at time.Time, lookback time.Duration, exclude string) (int, error)
 }
 
-// Detector is the decisions-topic handler: decode, score, and act on detections.
-type Detector struct {
-	rapid      *RapidFire
-	policy     PenaltyPolicy
-	penalties  *PenaltyStore
-	pub        Publisher
-	abuseTopic string
-	rec        Recorder
-	log        *slog.Logger
-	metrics    *metrics
-
-	mu      sync.Mutex
-	pending map[int]pendingDetection // by partition: a detection whose effects are being retried
+// Alerter pages on-call about the detector itself (the blast-radius guard).
+type Alerter interface {
+	Alert(ctx context.Context, dedupKey, summary string, details map[string]any) error
 }
 
-type pendingDetection struct {
-	offset int64
-	det    *Detection
-}
-
-type metrics struct {
-	decoded    prometheus.Counter
-	detections *prometheus.CounterVec
-	penalties  *prometheus.CounterVec
-	tracked    prometheus.GaugeFunc
-}
-
-// Config wires a Detector.
+// Config wires a Detector. Records, Allowlist, Alerter and Recorder may be nil.
 type Config struct {
-	RapidFire  RapidFireConfig
-	Policy     PenaltyPolicy
+	Score      score.Config
+	Policies   map[events.Pattern]PatternPolicy
+	Escalation Escalation
+	BlastLimit int // enforced penalties per pattern per minute before enforcement is held
 	Penalties  *PenaltyStore
+	Records    Records
+	Allowlist  *Allowlist
+	Alerter    Alerter
 	Publisher  Publisher
 	AbuseTopic string
 	Recorder   Recorder
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
+	Now        func() time.Time
+}
+
+// Detector is the decisions-topic handler: decode, score, decide, act.
+// Handle is safe for concurrent use by different partitions.
+type Detector struct {
+	cfg     Config
+	ips     *score.IPStore
+	blast   *BlastGuard
+	log     *slog.Logger
+	metrics *metrics
+
+	mu      sync.Mutex
+	scorers map[int]*score.Scorer
+	warm    map[int]int64 // partition → first offset whose effects count (after a rewind)
+	pending map[int]pending
+	active  map[string]activePenalty // principal|pattern → enforced penalty, for the gauge
+}
+
+type pending struct {
+	offset int64
+	dets   []score.Detection // scored, not yet decided
+	abuses []events.Abuse    // decided; their effects are idempotent and retried
+}
+
+type activePenalty struct {
+	pattern events.Pattern
+	until   time.Time
+}
+
+type metrics struct {
+	decoded    prometheus.Counter
+	warmup     prometheus.Counter
+	detections *prometheus.CounterVec
+	penalties  *prometheus.CounterVec
+	suppressed *prometheus.CounterVec
+	held       *prometheus.CounterVec
 }
 
 // New returns a detector.
 func New(c Config) *Detector {
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	d := &Detector{
-		rapid: NewRapidFire(c.RapidFire), policy: c.Policy, penalties: c.Penalties, pub: c.Publisher,
-		abuseTopic: c.AbuseTopic, rec: c.Recorder, log: c.Logger, pending: map[int]pendingDetection{},
+		cfg: c, ips: score.NewIPStore(c.Score), blast: &BlastGuard{Limit: c.BlastLimit, Now: c.Now}, log: c.Logger,
+		scorers: map[int]*score.Scorer{}, warm: map[int]int64{}, pending: map[int]pending{}, active: map[string]activePenalty{},
+	}
+	if d.blast.Limit <= 0 {
+		d.blast.Limit = 1 << 30
 	}
 	f := promauto.With(c.Registerer)
 	d.metrics = &metrics{
 		decoded:    f.NewCounter(prometheus.CounterOpts{Name: "floodgate_detector_events_total", Help: "Decision events scored."}),
-		detections: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_detector_detections_total", Help: "Detections by pattern and severity."}, []string{"pattern", "severity"}),
+		warmup:     f.NewCounter(prometheus.CounterOpts{Name: "floodgate_detector_warmup_events_total", Help: "Events re-scored after a rewind, without effects."}),
+		detections: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_detector_detections_total", Help: "Detections by pattern, severity and mode."}, []string{"pattern", "severity", "mode"}),
 		penalties:  f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_detector_penalty_writes_total", Help: "Penalty writes by outcome."}, []string{"outcome"}),
+		suppressed: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_detector_suppressed_total", Help: "Detections not acted on, by pattern and reason."}, []string{"pattern", "reason"}),
+		held:       f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_detector_blast_radius_held_total", Help: "Enforcements held by the blast-radius guard."}, []string{"pattern"}),
 	}
-	d.metrics.tracked = f.NewGaugeFunc(prometheus.GaugeOpts{Name: "floodgate_detector_tracked_principals", Help: "Principals held in the rapid-fire window."},
-		func() float64 { return float64(d.rapid.Len()) })
+	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "floodgate_detector_tracked_principals", Help: "Principals held in scoring state."},
+		func() float64 {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			n := 0
+			for _, s := range d.scorers {
+				n += s.Stats().Principals
+			}
+			return float64(n)
+		})
 	return d
 }
 
-// Handle scores one decision event. Malformed events are poison (straight to the
-// DLQ); failed side effects are transient and retried by the consume loop. A retry
-// of the same message re-uses its detection instead of scoring the event twice.
+func (d *Detector) scorer(partition int) *score.Scorer {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.scorers[partition]
+	if s == nil {
+		s = score.New(d.cfg.Score, d.ips)
+		d.scorers[partition] = s
+	}
+	return s
+}
+
+// Handle scores one decision event. Malformed events are poison (straight to
+// the DLQ); failed side effects are transient and retried by the consume loop.
+// A retry of the same message re-uses its decided abuse events instead of
+// scoring the event twice.
 func (d *Detector) Handle(ctx context.Context, msg kafka.Message) error {
-	det, ok := d.takePending(msg)
+	p, ok := d.takePending(msg)
 	if !ok {
 		ev, err := events.DecodeDecision(msg.Value)
 		if err != nil {
 			return stream.Permanent(err)
 		}
 		d.metrics.decoded.Inc()
-		det = d.rapid.Observe(&ev)
-		if det == nil {
-			return nil
+		p.dets = d.scorer(msg.Partition).Observe(&ev, nil)
+		if d.warmingUp(msg) {
+			d.metrics.warmup.Inc()
+			return nil // rebuilding state after a rewind: these were acted on before
 		}
 	}
-	if err := d.act(ctx, det); err != nil {
-		d.setPending(msg, det)
-		return err
+	for len(p.dets) > 0 {
+		a, act, err := d.decide(ctx, &p.dets[0])
+		if err != nil {
+			d.setPending(msg, p) // what is decided stays decided
+			return err
+		}
+		if act {
+			p.abuses = append(p.abuses, a)
+		}
+		p.dets = p.dets[1:]
+	}
+	for i := range p.abuses {
+		if err := d.effects(ctx, &p.abuses[i]); err != nil {
+			d.setPending(msg, p)
+			return err
+		}
 	}
 	return nil
 }
 
-func (d *Detector) takePending(msg kafka.Message) (*Detection, bool) {
+func (d *Detector) warmingUp(msg kafka.Message) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	until, ok := d.warm[msg.Partition]
+	return ok && msg.Offset < until
+}
+
+func (d *Detector) takePending(msg kafka.Message) (pending, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	p, ok := d.pending[msg.Partition]
 	if !ok {
-		return nil, false
+		return pending{}, false
 	}
 	delete(d.pending, msg.Partition) // an older offset was dead-lettered: its retry is over
-	return p.det, p.offset == msg.Offset
+	if p.offset != msg.Offset {
+		return pending{}, false
+	}
+	return p, true
 }
 
-func (d *Detector) setPending(msg kafka.Message, det *Detection) {
+func (d *Detector) setPending(msg kafka.Message, p pending) {
+	p.offset = msg.Offset
 	d.mu.Lock()
-	d.pending[msg.Partition] = pendingDetection{offset: msg.Offset, det: det}
+	d.pending[msg.Partition] = p
 	d.mu.Unlock()
 }
 
-// act applies the penalty, then publishes the abuse event that describes it. Both
-// are idempotent, so a retry after a partial failure repeats them harmlessly.
-func (d *Detector) act(ctx context.Context, det *Detection) error {
-	abuse := d.abuseEvent(det)
+// decide turns a detection into the abuse event to act on, applying the
+// pattern's policy, the allowlist, escalation and the blast-radius guard. It
+// reports false when nothing is to be done.
+func (d *Detector) decide(ctx context.Context, det *score.Detection) (events.Abuse, bool, error) {
+	pattern := det.Pattern
+	policy, ok := d.cfg.Policies[pattern]
+	a := d.abuseEvent(det, policy)
+	if !ok || !pattern.Valid() {
+		// Scored but not part of abuse.v1 yet (bot_like): counted and logged only.
+		d.metrics.suppressed.WithLabelValues(string(pattern), "unpublished_pattern").Inc()
+		if d.cfg.Recorder != nil {
+			a.Penalty.Mode = events.PenaltySimulated
+			d.cfg.Recorder.RecordDetection(&a, d.cfg.Now().Sub(det.At))
+		}
+		d.log.Info("detection of a pattern abuse.v1 does not carry yet; not published", "pattern", pattern,
+			"principal", det.Principal.Key(), "score", det.Score)
+		return a, false, nil
+	}
+	if d.cfg.Allowlist != nil {
+		if allowed, why := d.cfg.Allowlist.Allows(det.Principal, a.Evidence.TopIPs, d.cfg.Now()); allowed {
+			d.metrics.suppressed.WithLabelValues(string(pattern), "allowlisted_"+why).Inc()
+			d.log.Info("detection allowlisted", "pattern", pattern, "principal", det.Principal.Key(), "by", why)
+			return a, false, nil
+		}
+	}
+	if policy.Enforce {
+		if d.cfg.Records != nil {
+			n, err := d.cfg.Records.PriorOffenses(ctx, det.Principal, det.At, d.cfg.Escalation.Lookback, a.ID)
+			if err != nil {
+				return a, false, err
+			}
+			a.Penalty.Level = int64(n) + 1
+		}
+		ttl := d.cfg.Escalation.penaltyTTL(policy.TTL, a.Penalty.Level, a.ID)
+		a.Penalty.ExpiresAt = det.At.Add(ttl)
+		if ok, started := d.blast.Admit(pattern); !ok {
+			a.Penalty.Mode = events.PenaltySimulated
+			d.metrics.held.WithLabelValues(string(pattern)).Inc()
+			if started {
+				d.log.Error("blast-radius guard: enforcement held", "pattern", pattern, "limit_per_minute", d.blast.Limit)
+				if d.cfg.Alerter != nil {
+					if err := d.cfg.Alerter.Alert(ctx, "floodgate:blast_radius:"+string(pattern),
+						fmt.Sprintf("Floodgate detector held %s enforcement: more than %d principals a minute", pattern, d.blast.Limit),
+						map[string]any{"pattern": pattern, "limit_per_minute": d.blast.Limit}); err != nil {
+						d.log.Warn("page blast-radius hold", "err", err)
+					}
+				}
+			}
+		}
+	}
+	return a, true, nil
+}
+
+// effects applies the penalty, records the detection, then publishes the abuse
+// event that describes it. All are idempotent, so a retry after a partial
+// failure repeats them harmlessly.
+func (d *Detector) effects(ctx context.Context, a *events.Abuse) error {
 	outcome := "simulated"
-	if d.policy.Enforce {
-		n, err := d.penalties.Apply(ctx, det.Principal, abuse.ID, abuse.Penalty)
+	if a.Penalty.Mode == events.PenaltyEnforced {
+		n, err := d.cfg.Penalties.Apply(ctx, a.Principal, a.ID, a.Penalty)
 		if err != nil {
 			return err
 		}
 		outcome = penaltyOutcomes[n]
 	}
-	d.metrics.penalties.WithLabelValues(outcome).Inc()
-
-	value, err := events.EncodeAbuse(&abuse)
+	if d.cfg.Records != nil {
+		if err := d.cfg.Records.Put(ctx, a); err != nil {
+			return err
+		}
+	}
+	value, err := events.EncodeAbuse(a)
 	if err != nil {
 		return stream.Permanent(fmt.Errorf("encode abuse event: %w", err))
 	}
 	msg := kafka.Message{
-		Topic: d.abuseTopic, Key: []byte(det.Principal.Key()), Value: value,
-		Headers: stream.CloudEventHeaders(events.CETypeAbuse, abuse.ID, "floodgate/detector", abuse.DetectedAt),
+		Topic: d.cfg.AbuseTopic, Key: []byte(a.Principal.Key()), Value: value,
+		Headers: stream.CloudEventHeaders(events.CETypeAbuse, a.ID, "floodgate/detector", a.DetectedAt),
 	}
-	if err := d.pub.Publish(ctx, msg); err != nil {
-		return fmt.Errorf("publish abuse event %s: %w", abuse.ID, err)
+	if err := d.cfg.Publisher.Publish(ctx, msg); err != nil {
+		return fmt.Errorf("publish abuse event %s: %w", a.ID, err)
 	}
-	d.metrics.detections.WithLabelValues(string(abuse.Pattern), string(abuse.Severity)).Inc()
-	if d.rec != nil {
-		d.rec.RecordDetection(&abuse)
+	d.metrics.penalties.WithLabelValues(outcome).Inc()
+	d.metrics.detections.WithLabelValues(string(a.Pattern), string(a.Severity), string(a.Penalty.Mode)).Inc()
+	if a.Penalty.Mode == events.PenaltyEnforced {
+		d.mu.Lock()
+		k := a.Principal.Key() + "|" + string(a.Pattern)
+		if cur, ok := d.active[k]; !ok || cur.until.Before(a.Penalty.ExpiresAt) {
+			d.active[k] = activePenalty{pattern: a.Pattern, until: a.Penalty.ExpiresAt}
+		}
+		d.mu.Unlock()
 	}
-	d.log.Info("rapid fire detected", "principal", det.Principal.Key(), "abuse_id", abuse.ID,
-		"rate", det.Rate, "threshold", det.Threshold, "penalty", outcome, "multiplier", abuse.Penalty.Multiplier)
+	if d.cfg.Recorder != nil {
+		d.cfg.Recorder.RecordDetection(a, d.cfg.Now().Sub(a.DetectedAt))
+	}
+	d.log.Info("abuse detected", "pattern", a.Pattern, "principal", a.Principal.Key(), "abuse_id", a.ID,
+		"score", a.Score, "penalty", outcome, "multiplier", a.Penalty.Multiplier, "level", a.Penalty.Level,
+		"until", a.Penalty.ExpiresAt)
 	return nil
 }
 
-func (d *Detector) abuseEvent(det *Detection) events.Abuse {
-	score := det.Rate / det.Threshold
+func (d *Detector) abuseEvent(det *score.Detection, policy PatternPolicy) events.Abuse {
 	mode := events.PenaltySimulated
-	if d.policy.Enforce {
+	if policy.Enforce {
 		mode = events.PenaltyEnforced
 	}
+	ev := events.Evidence{
+		ObservedRate: det.ObservedRate, EventCount: max(det.Count, 1),
+		DistinctIPs: det.DistinctIPs, DistinctIP24: det.DistinctIP24, DistinctIP64: det.DistinctIP64,
+		TopRoutes: det.TopRoutes, TopIPs: det.TopIPs,
+	}
+	if det.Pattern == score.RapidFire {
+		ev.BaselineRate, ev.Threshold = det.ExpectedRate, det.ExpectedRate*det.Threshold
+	}
+	id := AbuseID(det.Principal, det.Pattern, det.WindowStart)
 	return events.Abuse{
-		ID:           AbuseID(det.Principal, events.PatternRapidFire, det.WindowStart),
-		DetectedAt:   det.At,
-		Principal:    det.Principal,
-		Pattern:      events.PatternRapidFire,
-		Severity:     severity(score),
-		Score:        score,
-		Window:       events.Window{Start: det.WindowStart, End: det.WindowStart.Add(det.Window), Seconds: int64(det.Window / time.Second)},
+		ID: id, DetectedAt: det.At, Principal: det.Principal, Pattern: det.Pattern,
+		Severity: severity(det.Score), Score: det.Score,
+		Window:       events.Window{Start: det.WindowStart, End: det.WindowStart.Add(det.Window), Seconds: max(int64(det.Window/time.Second), 1)},
 		FirstEventAt: det.FirstEventAt,
-		Evidence: events.Evidence{
-			ObservedRate: det.Rate, BaselineRate: 0, Threshold: det.Threshold, EventCount: int64(det.Count),
-			DistinctIPs: det.DistinctIPs, DistinctIP24: det.DistinctIP24, DistinctIP64: det.DistinctIP64,
-			TopRoutes: det.TopRoutes, TopIPs: det.TopIPs,
-		},
+		Evidence:     ev,
 		Penalty: events.Penalty{
-			Multiplier: d.policy.Multiplier, ExpiresAt: det.At.Add(d.policy.TTL), Level: 1, Mode: mode,
+			Multiplier: max(policy.Multiplier, 0.001), ExpiresAt: det.At.Add(max(policy.TTL, time.Second)), Level: 1, Mode: mode,
 		},
 		DetectorVersion: Version,
 	}
 }
 
-// severity grades how far over the threshold the principal went.
+// severity grades how far over the line the principal went.
 func severity(score float64) events.Severity {
 	switch {
 	case score >= 10:
@@ -207,8 +353,17 @@ func severity(score float64) events.Severity {
 
 var penaltyOutcomes = map[int]string{PenaltyStale: "stale", PenaltyApplied: "applied", PenaltyUnchanged: "unchanged"}
 
-// Sweep forgets idle principals; Run calls it every interval until ctx is done.
-func (d *Detector) Sweep(ctx context.Context, every time.Duration, now func() time.Time) error {
+// AbuseID is the deterministic id of a detection: the same principal, pattern
+// and window always give the same id, so a replayed detection is recognisably
+// the same (and its penalty, record and page are written once).
+func AbuseID(p events.Principal, pattern events.Pattern, windowStart time.Time) string {
+	h := sha256.Sum256([]byte(p.Key() + "\x00" + string(pattern) + "\x00" + windowStart.UTC().Format(time.RFC3339Nano)))
+	return "ab_" + hex.EncodeToString(h[:12])
+}
+
+// Maintain sweeps the shared IP store and reports active penalties every
+// interval until ctx is done.
+func (d *Detector) Maintain(ctx context.Context, every time.Duration) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -216,7 +371,105 @@ func (d *Detector) Sweep(ctx context.Context, every time.Duration, now func() ti
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			d.rapid.Sweep(now())
+		}
+		d.mu.Lock()
+		var newest time.Time
+		for _, s := range d.scorers {
+			if w := s.Watermark(); w.After(newest) {
+				newest = w
+			}
+		}
+		now := d.cfg.Now()
+		counts := map[events.Pattern]int{}
+		for k, p := range d.active {
+			if !p.until.After(now) {
+				delete(d.active, k)
+				continue
+			}
+			counts[p.pattern]++
+		}
+		d.mu.Unlock()
+		if !newest.IsZero() {
+			d.ips.Sweep(newest.UnixMilli())
+		}
+		if d.cfg.Recorder != nil {
+			d.cfg.Recorder.RecordActivePenalties(counts, now)
 		}
 	}
+}
+
+// OffsetLookup finds, in one partition of the decisions topic, the first
+// offset whose timestamp is at or after t.
+type OffsetLookup interface {
+	OffsetAt(ctx context.Context, partition int, t time.Time) (int64, error)
+}
+
+// Rewind is the hook a consumer calls when it is assigned partition with the
+// group's committed offset: it drops the partition's old state and returns
+// where to start fetching — far enough back (by rewind) that the windows are
+// full again. Events before committed are re-scored without effects: they
+// were acted on before the restart or rebalance.
+func (d *Detector) Rewind(ctx context.Context, lookup OffsetLookup, partition int, committed int64, rewind time.Duration) (int64, error) {
+	start := committed
+	if committed > 0 && rewind > 0 {
+		off, err := lookup.OffsetAt(ctx, partition, d.cfg.Now().Add(-rewind))
+		if err != nil {
+			return 0, fmt.Errorf("rewind partition %d: %w", partition, err)
+		}
+		if off >= 0 && off < committed {
+			start = off
+		}
+	}
+	d.mu.Lock()
+	delete(d.scorers, partition)
+	delete(d.pending, partition)
+	d.warm[partition] = committed
+	d.mu.Unlock()
+	return start, nil
+}
+
+// Revoked drops a partition's state when it moves to another instance.
+func (d *Detector) Revoked(partition int) {
+	d.mu.Lock()
+	delete(d.scorers, partition)
+	delete(d.pending, partition)
+	delete(d.warm, partition)
+	d.mu.Unlock()
+}
+
+// KafkaOffsets looks offsets up by time with a kafka-go client.
+type KafkaOffsets struct {
+	Client *kafka.Client
+	Topic  string
+}
+
+var _ OffsetLookup = (*KafkaOffsets)(nil)
+
+// OffsetAt implements OffsetLookup; -1 means no message at or after t.
+func (k *KafkaOffsets) OffsetAt(ctx context.Context, partition int, t time.Time) (int64, error) {
+	resp, err := k.Client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{
+		k.Topic: {kafka.TimeOffsetOf(partition, t)},
+	}})
+	if err != nil {
+		return 0, fmt.Errorf("list offsets of %s/%d at %s: %w", k.Topic, partition, t.Format(time.RFC3339), err)
+	}
+	for _, p := range resp.Topics[k.Topic] {
+		if p.Partition != partition {
+			continue
+		}
+		if p.Error != nil {
+			return 0, fmt.Errorf("list offsets of %s/%d: %w", k.Topic, partition, p.Error)
+		}
+		best := int64(-1)
+		for off := range p.Offsets {
+			if best < 0 || off < best {
+				best = off
+			}
+		}
+		if best < 0 && p.LastOffset >= 0 {
+			best = p.LastOffset
+		}
+		return best, nil
+	}
+	return 0, errors.New("list offsets: partition missing from the answer")
 }

@@ -3,8 +3,10 @@ package detector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -17,7 +19,15 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/services/detector/internal/score"
 )
+
+var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+
+func decision(p events.Principal, at time.Time, ip, route string) *events.Decision {
+	return &events.Decision{ID: "d", TS: at, Principal: p, IP: netip.MustParseAddr(ip), Method: "POST", Route: route, Allowed: true,
+		Tier: events.TierPrincipal, Cost: 1, Limit: 50, Remaining: 10, Gateway: "t"}
+}
 
 func TestPenaltyStoreIsIdempotentAndKeepsTheStrongest(t *testing.T) {
 	rdb := redistest.Client(t)
@@ -81,13 +91,20 @@ func (f *flakyPublisher) Publish(_ context.Context, msgs ...kafka.Message) error
 	return nil
 }
 
-func newTestDetector(t *testing.T, pub Publisher) *Detector {
-	return New(Config{
-		RapidFire: RapidFireConfig{Window: 5 * time.Second, Threshold: 10, Cooldown: time.Minute},
-		Policy:    PenaltyPolicy{Multiplier: 0.1, TTL: time.Hour, Enforce: true},
-		Penalties: NewPenaltyStore(redistest.Client(t)), Publisher: pub, AbuseTopic: "abuse",
+func newTestDetector(t *testing.T, pub Publisher, mod func(*Config)) *Detector {
+	sc := score.DefaultConfig()
+	sc.Window = 5 * time.Second
+	c := Config{
+		Score:      sc,
+		Policies:   map[events.Pattern]PatternPolicy{score.RapidFire: {Multiplier: 0.1, TTL: time.Hour, Enforce: true}, score.DistributedIP: {Multiplier: 0.05, TTL: 6 * time.Hour, Enforce: true}},
+		Escalation: Escalation{Lookback: 24 * time.Hour, Factor: 2, MaxTTL: 72 * time.Hour, Jitter: 0.1},
+		Penalties:  NewPenaltyStore(redistest.Client(t)), Publisher: pub, AbuseTopic: "abuse",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry(),
-	})
+	}
+	if mod != nil {
+		mod(&c)
+	}
+	return New(c)
 }
 
 func encodeDecision(t *testing.T, d *events.Decision) []byte {
@@ -97,7 +114,7 @@ func encodeDecision(t *testing.T, d *events.Decision) []byte {
 }
 
 func TestHandleSendsPoisonStraightToDLQ(t *testing.T) {
-	d := newTestDetector(t, &flakyPublisher{})
+	d := newTestDetector(t, &flakyPublisher{}, nil)
 	err := d.Handle(context.Background(), kafka.Message{Value: []byte(`{"id":"x"}`)})
 	require.True(t, stream.IsPermanent(err), "malformed events are poison: %v", err)
 	require.ErrorIs(t, err, events.ErrInvalid)
@@ -105,15 +122,15 @@ func TestHandleSendsPoisonStraightToDLQ(t *testing.T) {
 
 func TestHandleRetryReusesTheDetection(t *testing.T) {
 	pub := &flakyPublisher{fails: 2}
-	d := newTestDetector(t, pub)
+	d := newTestDetector(t, pub, nil)
 	ctx := context.Background()
 	bot := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "retry")}
 	now := time.Now().UTC().Truncate(time.Millisecond)
 
 	var failing kafka.Message
-	for i := 0; i < 100; i++ {
+	for i := 0; i < 1000; i++ {
 		ev := decision(bot, now.Add(time.Duration(i)*10*time.Millisecond), "203.0.113.9", "/a")
-		ev.ID = "d" + string(rune('a'+i%26))
+		ev.ID = fmt.Sprintf("d%d", i)
 		msg := kafka.Message{Partition: 3, Offset: int64(i), Value: encodeDecision(t, ev)}
 		if err := d.Handle(ctx, msg); err != nil {
 			failing = msg
@@ -131,7 +148,7 @@ func TestHandleRetryReusesTheDetection(t *testing.T) {
 	require.Equal(t, bot, a.Principal)
 	require.Equal(t, events.PenaltyEnforced, a.Penalty.Mode)
 	require.Equal(t, bot.Key(), string(pub.msgs[0].Key))
-	m, _, err := d.penalties.Get(ctx, bot)
+	m, _, err := d.cfg.Penalties.Get(ctx, bot)
 	require.NoError(t, err)
 	require.Equal(t, 0.1, m)
 }

@@ -2,6 +2,7 @@ package detector
 
 import (
 	"log/slog"
+	"time"
 
 	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
 	"github.com/influxdata/influxdb-client-go/v2/api"
@@ -9,9 +10,14 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 )
 
-// InfluxRecorder writes detections to InfluxDB through the client's batching,
-// non-blocking write API. Principal ids and IPs are not written: measurement
-// tags stay low-cardinality and analytics hold no personal data.
+// InfluxRecorder writes detections and active penalties to InfluxDB through
+// the client's batching, non-blocking write API. Principal ids and IPs are not
+// written: tags stay low-cardinality and analytics hold no personal data.
+//
+//	abuse_detections  tags pattern, severity, mode, principal_kind, detector_version
+//	                  fields score, observed_rate, threshold, event_count, distinct_ips,
+//	                  multiplier, level, latency_ms (wall clock at decision − event time), count
+//	active_penalties  tag pattern; field count (enforced penalties this instance applied, unexpired)
 type InfluxRecorder struct {
 	w api.WriteAPI
 }
@@ -31,7 +37,7 @@ func NewInfluxRecorder(client influxdb2.Client, org, bucket string, log *slog.Lo
 }
 
 // RecordDetection queues one point per detection.
-func (r *InfluxRecorder) RecordDetection(a *events.Abuse) {
+func (r *InfluxRecorder) RecordDetection(a *events.Abuse, latency time.Duration) {
 	r.w.WritePoint(influxdb2.NewPoint("abuse_detections",
 		map[string]string{
 			"pattern": string(a.Pattern), "severity": string(a.Severity), "mode": string(a.Penalty.Mode),
@@ -40,9 +46,18 @@ func (r *InfluxRecorder) RecordDetection(a *events.Abuse) {
 		map[string]any{
 			"score": a.Score, "observed_rate": a.Evidence.ObservedRate, "threshold": a.Evidence.Threshold,
 			"event_count": a.Evidence.EventCount, "distinct_ips": a.Evidence.DistinctIPs,
-			"multiplier": a.Penalty.Multiplier, "count": 1,
+			"multiplier": a.Penalty.Multiplier, "level": a.Penalty.Level,
+			"latency_ms": float64(latency) / float64(time.Millisecond), "count": 1,
 		},
 		a.DetectedAt))
+}
+
+// RecordActivePenalties queues one point per pattern.
+func (r *InfluxRecorder) RecordActivePenalties(n map[events.Pattern]int, at time.Time) {
+	for _, p := range []events.Pattern{events.PatternRapidFire, events.PatternDistributedIP} {
+		r.w.WritePoint(influxdb2.NewPoint("active_penalties", map[string]string{"pattern": string(p)},
+			map[string]any{"count": n[p]}, at))
+	}
 }
 
 // Flush writes what is queued.

@@ -1,5 +1,6 @@
-// Package app wires the limiter: Redis, the decision engine, the decision-event
-// producer and the HTTP API, with an orderly shutdown.
+// Package app wires the limiter: Redis, the rules and their reloader, the
+// decision engine, the decision-event producer, the InfluxDB counts and the HTTP
+// API, with an orderly shutdown.
 package app
 
 import (
@@ -9,22 +10,26 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
+	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
-	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/limiter/internal/limiter"
 )
 
 // Run serves until ctx is done, then drains: not ready → stop accepting → finish
-// in-flight checks → flush queued decision events → close clients.
-func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
+// in-flight checks → flush queued decision events and counts → close clients.
+// defaultRules is the rules file used when FLOODGATE_LIMITER_RULES is unset.
+func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRules []byte) error {
 	cfg, err := limiter.ConfigFromEnv(getenv)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
@@ -32,32 +37,74 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	// Rules: a watched file, the single-bucket grid of FLOODGATE_LIMITER_PRINCIPAL_LIMIT, or the built-in grid.
+	var rules *limiter.Ruleset
+	var data []byte
+	switch {
+	case cfg.RulesPath != "":
+		if rules, data, err = limiter.LoadRulesFile(cfg.RulesPath); err != nil {
+			return fmt.Errorf("FLOODGATE_LIMITER_RULES: %w", err)
+		}
+	case cfg.PrincipalLimit > 0:
+		rules = limiter.SinglePrincipalRules(cfg.PrincipalLimit, cfg.PrincipalPeriod)
+	default:
+		if rules, err = limiter.ParseRules("built-in rate-limits.yaml", defaultRules); err != nil {
+			return err
+		}
+	}
+	store := limiter.NewRuleStore(rules)
+	var reloader *limiter.Reloader
+	if cfg.RulesPath != "" {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		reloader = limiter.NewReloader(cfg.RulesPath, data, store, cfg.RulesPoll, hup, log, reg)
+	}
+
 	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second,
 		ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout})
 	defer rdb.Close()
 
-	rules := []limiter.Rule{{Tier: events.TierPrincipal, Limit: cfg.PrincipalLimit, Period: cfg.PrincipalPeriod}}
-	engine, err := limiter.NewEngine(rdb, rules)
+	runtime := limiter.NewRuntime(rdb, log, reg)
+	engine, err := limiter.NewEngine(limiter.EngineConfig{
+		Redis: rdb, Rules: store, Runtime: runtime, Budget: cfg.RedisTimeout,
+		BreakerFailures: uint32(cfg.BreakerFailures), BreakerOpen: cfg.BreakerOpen,
+		OverLimitEntries: cfg.OverLimitCache, Shadow: cfg.Shadow, Logger: log, Registry: reg,
+	})
 	if err != nil {
 		return err
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	err = engine.Load(startCtx)
+	if err == nil {
+		err = runtime.Refresh(startCtx)
+	}
 	cancel()
 	if err != nil {
-		return fmt.Errorf("load check script into redis %v: %w", cfg.RedisAddrs, err)
+		return fmt.Errorf("load check script and scales from redis %v: %w", cfg.RedisAddrs, err)
 	}
 
-	pcfg := stream.AsyncProducerConfig{
-		Name: "decisions", Brokers: cfg.KafkaBrokers, BufferSize: cfg.EventBuffer, Logger: log, Registerer: reg,
+	producer, err := stream.NewDurableProducer(stream.DurableProducerConfig{
+		Async: stream.AsyncProducerConfig{Name: "decisions", Brokers: cfg.KafkaBrokers, Topic: cfg.DecisionsTopic,
+			BufferSize: cfg.EventBuffer, Logger: log, Registerer: reg},
+		Journal: cfg.Journal, // Dir "" disables: the plain in-memory producer
+	})
+	if err != nil {
+		return fmt.Errorf("decision producer: %w", err)
 	}
-	if err := pcfg.Validate(); err != nil {
-		return err
+
+	var counts *limiter.ScopeCounts
+	var observer limiter.Observer
+	var influx influxdb2.Client
+	if cfg.InfluxInterval > 0 {
+		influx = influxdb2.NewClient(cfg.InfluxURL, cfg.InfluxToken)
+		defer influx.Close()
+		counts = limiter.NewScopeCounts(influx, "", cfg.InfluxBucket, cfg.Gateway, time.Now, log)
+		observer = counts
 	}
-	producer := stream.NewAsyncProducer(pcfg)
 	srv := limiter.NewServer(limiter.ServerConfig{
-		Engine: engine, Rules: rules, Publisher: producer, Topic: cfg.DecisionsTopic,
-		Gateway: cfg.Gateway, RedisTimeout: cfg.RedisTimeout, Logger: log, Registry: reg,
+		Engine: engine, Publisher: producer, Observer: observer, Topic: cfg.DecisionsTopic,
+		Gateway: cfg.Gateway, Logger: log, Registry: reg,
 	})
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -65,10 +112,17 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 	}
 	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
 
-	// The producer outlives the HTTP server so the last decisions still get out.
-	producerCtx, stopProducer := context.WithCancel(context.WithoutCancel(ctx))
+	// The producer and the counts outlive the HTTP server so the last decisions still get out.
+	tailCtx, stopTail := context.WithCancel(context.WithoutCancel(ctx))
 	var g errgroup.Group
-	g.Go(func() error { return producer.Run(producerCtx) })
+	g.Go(func() error { return producer.Run(tailCtx) })
+	if counts != nil {
+		g.Go(func() error { return counts.Run(tailCtx, cfg.InfluxInterval) })
+	}
+	g.Go(func() error { return runtime.Run(tailCtx, cfg.RuntimePoll) })
+	if reloader != nil {
+		g.Go(func() error { return reloader.Run(tailCtx) })
+	}
 	g.Go(func() error {
 		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -76,7 +130,8 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 		return nil
 	})
 	srv.SetReady(true)
-	log.Info("limiter serving", "addr", ln.Addr().String(), "redis", cfg.RedisAddrs, "kafka", cfg.KafkaBrokers, "topic", cfg.DecisionsTopic)
+	log.Info("limiter serving", "addr", ln.Addr().String(), "redis", cfg.RedisAddrs, "kafka", cfg.KafkaBrokers,
+		"topic", cfg.DecisionsTopic, "rules", rules.Source, "rule_count", len(rules.Rules), "shadow", rules.Shadow || cfg.Shadow)
 
 	<-ctx.Done()
 	srv.SetReady(false)
@@ -86,6 +141,6 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 	if err := httpSrv.Shutdown(shutCtx); err != nil {
 		log.Warn("http shutdown", "err", err)
 	}
-	stopProducer()
+	stopTail()
 	return g.Wait()
 }

@@ -1,78 +1,264 @@
--- Floodgate multi-tier token-bucket check: one round trip, all or nothing.
+-- Floodgate multi-tier check: one round trip, all or nothing.
 --
--- KEYS[1]      the principal's penalty hash (field m = multiplier in (0,1])
--- KEYS[2..n+1] one bucket hash per tier (fields t = tokens, ts = last refill, ms)
--- ARGV[1]      cost of this request
--- ARGV[2i], ARGV[2i+1]  limit and period_ms of tier i
+-- Every key of one call shares one cluster hash tag (a principal's, or one IP
+-- prefix's), so Redis Cluster runs the script on one slot. Time comes from Redis
+-- TIME unless ARGV[2] carries a fixed time (tests only). Every rule is evaluated
+-- first; state is written only when no enforcing rule denies, so a denied request
+-- consumes nothing. Shadow rules are evaluated and reported but never deny; they
+-- consume only when they would have allowed.
 --
--- All keys share the principal's hash tag, so Redis Cluster runs this on one slot.
--- Time comes from Redis TIME, never the caller. Every tier is evaluated first; state
--- is written only when all tiers allow, so a denied request consumes nothing.
+-- KEYS[1]          the penalty hash of the tag (field m = multiplier in (0,1])
+-- KEYS[2..]        state keys, one per rule (two for a daily quota near midnight)
+-- ARGV[1]          mode: "c" check and commit, "r" refund the rules marked in ARGV[4]
+-- ARGV[2]          fixed now in ms, or "" for Redis TIME
+-- ARGV[3]          "1" applies the penalty multiplier to this call's rules
+-- ARGV[4]          refund mask: one "0"/"1" per rule (mode "r")
+-- ARGV[5]          number of rules
+-- then per rule:   algorithm code, limit, period_ms, burst (0 = limit), scale,
+--                  cost, shadow (0/1), number of keys n, then n UTC day numbers
+--                  for a "day" rule (one per key)
 --
--- Returns {allowed, tier_index, limit, remaining, reset_after_ms, retry_after_ms,
---          now_ms, multiplier_string}; tier_index is the denying tier, or when
--- allowed the tier with the least room left (the one the headers describe).
+-- Effective limit = floor(limit × scale × penalty), at least 1 (the daily quota
+-- is neither scaled nor penalized).
+--
+-- Returns {allowed, now_ms, multiplier, consumed_mask, then per rule: ok, limit,
+-- remaining, reset_after_ms, retry_after_ms (-1 = cannot fit at this limit)}.
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local cost = tonumber(ARGV[1])
+local now
+if ARGV[2] ~= '' then
+  now = tonumber(ARGV[2])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local mode = ARGV[1]
 
-local m = tonumber(redis.call('HGET', KEYS[1], 'm'))
-if m == nil or m <= 0 or m > 1 then m = 1 end
+local m = 1
+if ARGV[3] == '1' then
+  m = tonumber(redis.call('HGET', KEYS[1], 'm'))
+  if m == nil or m <= 0 or m > 1 then m = 1 end
+end
 
-local n = #KEYS - 1
-local state = {}
-local decide, decide_room = 0, nil
-local denied = false
+local DAY = 86400000
+local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
+local function fmt(x) return string.format('%.17g', x) end
 
+local n = tonumber(ARGV[5])
+local rules = {}
+local a, k = 6, 2
 for i = 1, n do
-  local limit = tonumber(ARGV[2 * i])
-  local period = tonumber(ARGV[2 * i + 1])
-  local cap = math.max(1, math.floor(limit * m))
-  local rate = cap / period -- tokens per millisecond
-  local cur = redis.call('HMGET', KEYS[i + 1], 't', 'ts')
-  local tokens, ts = tonumber(cur[1]), tonumber(cur[2])
-  if tokens == nil or ts == nil then
-    tokens, ts = cap, now
+  local r = {
+    alg = ARGV[a], limit = tonumber(ARGV[a + 1]), period = tonumber(ARGV[a + 2]),
+    burst = tonumber(ARGV[a + 3]), scale = tonumber(ARGV[a + 4]), cost = tonumber(ARGV[a + 5]),
+    shadow = ARGV[a + 6] == '1',
+  }
+  local nk = tonumber(ARGV[a + 7])
+  a = a + 8
+  r.key = KEYS[k]
+  if r.alg == 'day' then
+    local today = floor(now / DAY)
+    for j = 0, nk - 1 do
+      if tonumber(ARGV[a + j]) == today then r.key = KEYS[k + j] end
+    end
+    a = a + nk
   end
+  k = k + nk
+  local function eff(x)
+    if r.alg == 'day' then return x end
+    return max(1, floor(x * r.scale * m + 1e-9))
+  end
+  r.lim = eff(r.limit)
+  if r.burst > 0 then r.cap = eff(r.burst) else r.cap = r.lim end
+  rules[i] = r
+end
+
+-- Each evaluator returns ok, remaining, reset_after, retry_after and a commit
+-- function that writes the consumed state.
+local eval = {}
+
+eval.tb = function(r)
+  local cap, cost, rate = r.cap, r.cost, r.lim / r.period
+  local cur = redis.call('HMGET', r.key, 't', 'ts')
+  local tokens, ts = tonumber(cur[1]), tonumber(cur[2])
+  if tokens == nil or ts == nil then tokens, ts = cap, now end
   if now > ts then tokens = tokens + (now - ts) * rate end
   if tokens > cap then tokens = cap end
-
   local ok = tokens >= cost
   local left = tokens
   if ok then left = tokens - cost end
-  local s = {cap = cap, rate = rate, tokens = tokens, left = left, period = period}
+  local reset = ceil((cap - left) / rate)
+  local retry = 0
+  if not ok then
+    if cost <= cap then retry = ceil((cost - tokens) / rate) else retry = -1 end
+  end
+  return ok, floor(left), reset, retry, function()
+    redis.call('HSET', r.key, 't', fmt(left), 'ts', now)
+    redis.call('PEXPIRE', r.key, reset + 1000)
+  end
+end
+
+eval.lb = function(r)
+  local cap, cost, rate = r.cap, r.cost, r.lim / r.period
+  local cur = redis.call('HMGET', r.key, 'l', 'ts')
+  local level, ts = tonumber(cur[1]), tonumber(cur[2])
+  if level == nil or ts == nil then level, ts = 0, now end
+  if now > ts then level = level - (now - ts) * rate end
+  if level < 0 then level = 0 end
+  local ok = level + cost <= cap
+  local after = level
+  if ok then after = level + cost end
+  local reset = ceil(after / rate)
+  local retry = 0
+  if not ok then
+    if cost <= cap then retry = ceil((level + cost - cap) / rate) else retry = -1 end
+  end
+  return ok, floor(cap - after), reset, retry, function()
+    redis.call('HSET', r.key, 'l', fmt(after), 'ts', now)
+    redis.call('PEXPIRE', r.key, reset + 1000)
+  end
+end
+
+eval.gcra = function(r)
+  local cost, T = r.cost, r.period / r.lim
+  local tat = tonumber(redis.call('HGET', r.key, 'tat'))
+  if tat == nil or tat < now then tat = now end
+  local new_tat = tat + cost * T
+  local allow_at = new_tat - r.cap * T
+  local ok = allow_at - now <= 1e-6
   if ok then
-    s.retry = 0
-  elseif cost <= cap then
-    s.retry = math.ceil((cost - tokens) / rate)
-  else
-    s.retry = -1 -- can never fit under the current (penalized) limit
+    local reset = ceil(new_tat - now)
+    return true, floor((now - allow_at) / T + 1e-9), reset, 0, function()
+      redis.call('HSET', r.key, 'tat', fmt(new_tat))
+      redis.call('PEXPIRE', r.key, reset + 1000)
+    end
   end
-  state[i] = s
-
-  if not ok and not denied then
-    denied, decide = true, i
-  elseif not denied then
-    local room = left / cap
-    if decide_room == nil or room < decide_room then decide, decide_room = i, room end
-  end
+  local retry = -1
+  if cost <= r.cap then retry = ceil(allow_at - now) end
+  return false, max(0, floor((now - (tat - r.cap * T)) / T + 1e-9)), ceil(tat - now), retry, nil
 end
 
-if not denied then
+eval.fw = function(r)
+  local lim, cost, period = r.lim, r.cost, r.period
+  local win = now - now % period
+  local cur = redis.call('HMGET', r.key, 'w', 'c')
+  local c = tonumber(cur[2]) or 0
+  if tonumber(cur[1]) ~= win then c = 0 end
+  local ok = c + cost <= lim
+  local reset = win + period - now
+  if ok then
+    return true, lim - c - cost, reset, 0, function()
+      redis.call('HSET', r.key, 'w', win, 'c', c + cost)
+      redis.call('PEXPIRE', r.key, reset + 1000)
+    end
+  end
+  local retry = -1
+  if cost <= lim then retry = reset end
+  return false, max(0, lim - c), reset, retry, nil
+end
+
+eval.sw = function(r)
+  local lim, cost, period = r.lim, r.cost, r.period
+  local win = now - now % period
+  local cur = redis.call('HMGET', r.key, 'w', 'c', 'p')
+  local w, c, p = tonumber(cur[1]), tonumber(cur[2]) or 0, tonumber(cur[3]) or 0
+  if w == nil then
+    c, p = 0, 0
+  elseif w ~= win then
+    if w == win - period then p = c else p = 0 end
+    c = 0
+  end
+  local elapsed = now - win
+  local est = p * (period - elapsed) / period + c
+  local ok = est + cost <= lim
+  if ok then
+    local reset = win + 2 * period - now
+    return true, floor(lim - est - cost), reset, 0, function()
+      redis.call('HSET', r.key, 'w', win, 'c', c + cost, 'p', p)
+      redis.call('PEXPIRE', r.key, reset + 1000)
+    end
+  end
+  local reset = win + period - now
+  if c > 0 then reset = reset + period end
+  local retry = -1
+  if cost <= lim then
+    local need = est + cost - lim
+    if p > 0 then
+      local t1 = ceil(need * period / p)
+      if t1 <= period - elapsed then retry = t1 end
+    end
+    if retry == -1 then
+      retry = period - elapsed
+      if c + cost > lim then retry = retry + ceil((c + cost - lim) * period / c) end
+    end
+  end
+  return false, max(0, floor(lim - est)), reset, retry, nil
+end
+
+eval.day = function(r)
+  local lim, cost = r.lim, r.cost
+  local used = tonumber(redis.call('GET', r.key)) or 0
+  local reset = DAY - now % DAY
+  if used + cost <= lim then
+    return true, lim - used - cost, reset, 0, function()
+      redis.call('INCRBY', r.key, cost)
+      redis.call('PEXPIRE', r.key, reset + 2 * DAY)
+    end
+  end
+  return false, max(0, lim - used), reset, reset, nil
+end
+
+if mode == 'r' then
+  local mask = ARGV[4]
   for i = 1, n do
-    local s = state[i]
-    redis.call('HSET', KEYS[i + 1], 't', tostring(s.left), 'ts', now)
-    local full_in = math.ceil((s.cap - s.left) / s.rate)
-    redis.call('PEXPIRE', KEYS[i + 1], full_in + 1000)
+    local r = rules[i]
+    if string.sub(mask, i, i) == '1' then
+      if r.alg == 'tb' then
+        local t = tonumber(redis.call('HGET', r.key, 't'))
+        if t ~= nil then redis.call('HSET', r.key, 't', fmt(min(r.cap, t + r.cost))) end
+      elseif r.alg == 'lb' then
+        local l = tonumber(redis.call('HGET', r.key, 'l'))
+        if l ~= nil then redis.call('HSET', r.key, 'l', fmt(max(0, l - r.cost))) end
+      elseif r.alg == 'gcra' then
+        local tat = tonumber(redis.call('HGET', r.key, 'tat'))
+        if tat ~= nil then redis.call('HSET', r.key, 'tat', fmt(tat - r.cost * r.period / r.lim)) end
+      elseif r.alg == 'fw' or r.alg == 'sw' then
+        local cur = redis.call('HMGET', r.key, 'w', 'c')
+        if tonumber(cur[1]) == now - now % r.period and tonumber(cur[2]) then
+          redis.call('HSET', r.key, 'c', max(0, tonumber(cur[2]) - r.cost))
+        end
+      elseif r.alg == 'day' then
+        if redis.call('EXISTS', r.key) == 1 then redis.call('DECRBY', r.key, r.cost) end
+      end
+    end
   end
+  return {1, now, tostring(m), mask}
 end
 
-local d = state[decide]
-local remaining = math.floor(d.left)
-local reset_after = math.ceil((d.cap - d.left) / d.rate)
-local retry = d.retry
-if retry == -1 then retry = math.max(reset_after, d.period) end
-local allowed = 0
-if not denied then allowed = 1 end
-return {allowed, decide, d.cap, remaining, reset_after, retry, now, tostring(m)}
+local out = {0, now, tostring(m), ''}
+local denied = false
+local commits = {}
+for i = 1, n do
+  local r = rules[i]
+  local ok, remaining, reset, retry, commit = eval[r.alg](r)
+  if not ok and not r.shadow then denied = true end
+  commits[i] = ok and commit or false
+  local base = 4 + (i - 1) * 5
+  out[base + 1] = ok and 1 or 0
+  out[base + 2] = r.lim
+  out[base + 3] = remaining
+  out[base + 4] = reset
+  out[base + 5] = retry
+end
+
+local mask = {}
+for i = 1, n do
+  if not denied and commits[i] then
+    commits[i]()
+    mask[i] = '1'
+  else
+    mask[i] = '0'
+  end
+end
+if not denied then out[1] = 1 end
+out[4] = table.concat(mask)
+return out

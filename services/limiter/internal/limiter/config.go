@@ -1,9 +1,11 @@
 package limiter
 
 import (
+	"errors"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
 // Config is the limiter's start-up configuration, read from the environment.
@@ -13,11 +15,25 @@ type Config struct {
 	KafkaBrokers    []string      // FLOODGATE_KAFKA_BROKERS
 	DecisionsTopic  string        // FLOODGATE_DECISIONS_TOPIC
 	Gateway         string        // FLOODGATE_GATEWAY: names this limiter in decision events
-	PrincipalLimit  int           // FLOODGATE_LIMITER_PRINCIPAL_LIMIT: tokens per period per principal
+	RulesPath       string        // FLOODGATE_LIMITER_RULES: rules file; "" = the built-in default grid
+	PrincipalLimit  int           // FLOODGATE_LIMITER_PRINCIPAL_LIMIT: with no rules file, one principal bucket of this size for every kind
 	PrincipalPeriod time.Duration // FLOODGATE_LIMITER_PRINCIPAL_PERIOD
+	RulesPoll       time.Duration // FLOODGATE_LIMITER_RULES_POLL: how often the rules file is checked for changes
+	RuntimePoll     time.Duration // FLOODGATE_LIMITER_RUNTIME_POLL: how often scales and overrides are read from Redis
+	Shadow          bool          // FLOODGATE_LIMITER_SHADOW: every rule in shadow mode, whatever the file says
 	RedisTimeout    time.Duration // FLOODGATE_LIMITER_REDIS_TIMEOUT: budget of one check
+	BreakerFailures int           // FLOODGATE_LIMITER_BREAKER_FAILURES: consecutive Redis failures that open the breaker
+	BreakerOpen     time.Duration // FLOODGATE_LIMITER_BREAKER_OPEN: how long it stays open before one probe
+	OverLimitCache  int           // FLOODGATE_LIMITER_OVERLIMIT_CACHE: entries of the local over-limit cache; 0 disables
+	InfluxURL       string        // FLOODGATE_INFLUX_URL
+	InfluxToken     string        // FLOODGATE_INFLUX_TOKEN
+	InfluxBucket    string        // FLOODGATE_INFLUX_BUCKET ("db/rp" on InfluxDB 1.8)
+	InfluxInterval  time.Duration // FLOODGATE_LIMITER_INFLUX_INTERVAL: per-scope counts flush; 0 disables
 	EventBuffer     int           // FLOODGATE_LIMITER_EVENT_BUFFER: decision events held while Kafka is slow
 	ShutdownTimeout time.Duration // FLOODGATE_SHUTDOWN_TIMEOUT
+	// Journal keeps decision events on disk while Kafka is unreachable
+	// (FLOODGATE_JOURNAL_*; an empty FLOODGATE_JOURNAL_DIR disables it).
+	Journal stream.JournalConfig
 }
 
 // ConfigFromEnv reads the configuration and validates it.
@@ -29,15 +45,28 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		KafkaBrokers:    e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
 		DecisionsTopic:  e.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
 		Gateway:         e.String("FLOODGATE_GATEWAY", "local"),
-		PrincipalLimit:  e.Int("FLOODGATE_LIMITER_PRINCIPAL_LIMIT", 50),
+		RulesPath:       e.String("FLOODGATE_LIMITER_RULES", ""),
+		PrincipalLimit:  e.Int("FLOODGATE_LIMITER_PRINCIPAL_LIMIT", 0),
 		PrincipalPeriod: e.Duration("FLOODGATE_LIMITER_PRINCIPAL_PERIOD", time.Second),
+		RulesPoll:       e.Duration("FLOODGATE_LIMITER_RULES_POLL", time.Second),
+		RuntimePoll:     e.Duration("FLOODGATE_LIMITER_RUNTIME_POLL", time.Second),
+		Shadow:          e.Bool("FLOODGATE_LIMITER_SHADOW", false),
 		RedisTimeout:    e.Duration("FLOODGATE_LIMITER_REDIS_TIMEOUT", 50*time.Millisecond),
+		BreakerFailures: e.Int("FLOODGATE_LIMITER_BREAKER_FAILURES", 5),
+		BreakerOpen:     e.Duration("FLOODGATE_LIMITER_BREAKER_OPEN", time.Second),
+		OverLimitCache:  e.Int("FLOODGATE_LIMITER_OVERLIMIT_CACHE", 100_000),
+		InfluxURL:       e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
+		InfluxToken:     e.String("FLOODGATE_INFLUX_TOKEN", ""),
+		InfluxBucket:    e.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket),
+		InfluxInterval:  e.Duration("FLOODGATE_LIMITER_INFLUX_INTERVAL", 10*time.Second),
 		EventBuffer:     e.Int("FLOODGATE_LIMITER_EVENT_BUFFER", 65536),
 		ShutdownTimeout: e.Duration("FLOODGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 	}
-	if err := e.Err(); err != nil {
+	jc, jerr := stream.JournalConfigFromEnv(getenv)
+	if err := errors.Join(e.Err(), jerr); err != nil {
 		return Config{}, err
 	}
+	c.Journal = jc
 	return c, c.Validate()
 }
 
@@ -49,10 +78,21 @@ func (c Config) Validate() error {
 	v.Require(len(c.KafkaBrokers) > 0, "FLOODGATE_KAFKA_BROKERS", "at least one host:port")
 	v.Require(c.DecisionsTopic != "", "FLOODGATE_DECISIONS_TOPIC", "required")
 	v.Require(len(c.Gateway) >= 1 && len(c.Gateway) <= 64, "FLOODGATE_GATEWAY", "1 to 64 characters")
-	v.Require(c.PrincipalLimit >= 1, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT", "%d: must be at least 1", c.PrincipalLimit)
+	v.Require(c.PrincipalLimit >= 0, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT", "%d: must be at least 1 (or unset)", c.PrincipalLimit)
+	v.Require(c.PrincipalLimit == 0 || c.RulesPath == "", "FLOODGATE_LIMITER_PRINCIPAL_LIMIT", "set together with FLOODGATE_LIMITER_RULES; put the limit in the rules file instead")
+	v.Require(c.RulesPoll >= 10*time.Millisecond, "FLOODGATE_LIMITER_RULES_POLL", "%s: must be at least 10ms", c.RulesPoll)
+	v.Require(c.RuntimePoll >= 10*time.Millisecond, "FLOODGATE_LIMITER_RUNTIME_POLL", "%s: must be at least 10ms", c.RuntimePoll)
+	v.Require(c.BreakerFailures >= 1 && c.BreakerFailures <= 1000, "FLOODGATE_LIMITER_BREAKER_FAILURES", "%d: must be in 1..1000", c.BreakerFailures)
+	v.Require(c.BreakerOpen >= 10*time.Millisecond && c.BreakerOpen <= time.Minute, "FLOODGATE_LIMITER_BREAKER_OPEN", "%s: must be in 10ms..1m", c.BreakerOpen)
+	v.Require(c.OverLimitCache >= 0, "FLOODGATE_LIMITER_OVERLIMIT_CACHE", "%d: must be 0 (off) or more", c.OverLimitCache)
+	v.Require(c.InfluxInterval == 0 || c.InfluxInterval >= 100*time.Millisecond, "FLOODGATE_LIMITER_INFLUX_INTERVAL", "%s: must be 0 (off) or at least 100ms", c.InfluxInterval)
+	v.Require(c.InfluxInterval == 0 || c.InfluxURL != "", "FLOODGATE_INFLUX_URL", "required while FLOODGATE_LIMITER_INFLUX_INTERVAL is not 0")
 	v.Require(c.PrincipalPeriod >= time.Millisecond, "FLOODGATE_LIMITER_PRINCIPAL_PERIOD", "%s: must be at least 1ms", c.PrincipalPeriod)
 	v.Require(c.RedisTimeout >= time.Millisecond && c.RedisTimeout <= 5*time.Second, "FLOODGATE_LIMITER_REDIS_TIMEOUT", "%s: must be in 1ms..5s", c.RedisTimeout)
 	v.Require(c.EventBuffer >= 1, "FLOODGATE_LIMITER_EVENT_BUFFER", "%d: must be at least 1", c.EventBuffer)
 	v.Require(c.ShutdownTimeout > 0, "FLOODGATE_SHUTDOWN_TIMEOUT", "must be positive")
+	if c.Journal.Dir != "" {
+		return errors.Join(v.Err(), c.Journal.Validate())
+	}
 	return v.Err()
 }

@@ -23,15 +23,25 @@ const (
 	ProblemRateLimited = "https://floodgate.dev/problems/rate-limited"
 	ProblemPenalized   = "https://floodgate.dev/problems/abnormal-usage-detected"
 	ProblemQuota       = "https://floodgate.dev/problems/quota-exceeded"
-	ProblemBadRequest  = "https://floodgate.dev/problems/invalid-request"
-	ProblemUnavailable = "https://floodgate.dev/problems/unavailable"
+	// ProblemReducedCapacity: the adjuster scaled the deciding limit below 1
+	// (the platform is shedding load), not the client's own excess.
+	ProblemReducedCapacity = "https://floodgate.dev/problems/temporarily-reduced-capacity"
+	ProblemBadRequest      = "https://floodgate.dev/problems/invalid-request"
+	ProblemUnavailable     = "https://floodgate.dev/problems/unavailable"
 )
 
 // Headers is the exact set of response headers a gateway must send for a decision:
 // the de-facto X-RateLimit-* family, the IETF RateLimit-Policy / RateLimit fields
-// (draft-ietf-httpapi-ratelimit-headers), the deciding scope, a correlation id and,
-// on a denial, Retry-After.
-func Headers(r Result, period time.Duration, correlationID string) map[string]string {
+// (draft-ietf-httpapi-ratelimit-headers), the deciding scope, a correlation id,
+// on a denial Retry-After, and on a degraded answer X-RateLimit-Error.
+//
+// Retry-After is whole seconds rounded up and at least 1. For the daily quota it
+// is never earlier than the quota's reset (00:00 UTC).
+func Headers(r Result, correlationID string) map[string]string {
+	period := r.Period
+	if period <= 0 {
+		period = time.Second
+	}
 	reset := ceilSeconds(r.ResetAfter)
 	h := map[string]string{
 		"X-RateLimit-Limit":     strconv.Itoa(r.Limit),
@@ -43,9 +53,20 @@ func Headers(r Result, period time.Duration, correlationID string) map[string]st
 		"X-Request-Id":          correlationID,
 	}
 	if !r.Allowed {
-		h["Retry-After"] = strconv.FormatInt(max(ceilSeconds(r.RetryAfter), 1), 10)
+		h["Retry-After"] = strconv.FormatInt(retryAfterSeconds(r), 10)
+	}
+	if r.Degraded {
+		h["X-RateLimit-Error"] = r.Error + "; answered by fail policy"
 	}
 	return h
+}
+
+func retryAfterSeconds(r Result) int64 {
+	retry := r.RetryAfter
+	if r.Tier == events.TierQuota {
+		retry = max(retry, r.ResetAfter)
+	}
+	return max(ceilSeconds(retry), 1)
 }
 
 // DenialProblem is the body a gateway returns with the 429.
@@ -53,21 +74,25 @@ func DenialProblem(r Result, correlationID string) *Problem {
 	if r.Allowed {
 		return nil
 	}
+	retry := strconv.FormatInt(retryAfterSeconds(r), 10)
 	p := &Problem{
 		Type:          ProblemRateLimited,
 		Title:         "Too Many Requests",
 		Status:        429,
-		Detail:        "rate limit of the " + string(r.Tier) + " tier exceeded; retry after " + strconv.FormatInt(max(ceilSeconds(r.RetryAfter), 1), 10) + "s",
+		Detail:        "rate limit of the " + string(r.Tier) + " tier exceeded; retry after " + retry + "s",
 		Instance:      "urn:floodgate:decision:" + correlationID,
 		CorrelationID: correlationID,
 	}
-	switch r.Tier {
-	case events.TierPenalty:
+	switch {
+	case r.Tier == events.TierPenalty:
 		p.Type = ProblemPenalized
-		p.Detail = "abnormal usage detected: limits for this client are temporarily reduced"
-	case events.TierQuota:
+		p.Detail = "abnormal usage detected: limits for this client are temporarily reduced; retry after " + retry + "s"
+	case r.Tier == events.TierQuota:
 		p.Type = ProblemQuota
-		p.Detail = "daily quota exceeded"
+		p.Detail = "daily quota exceeded; it resets at 00:00 UTC, in " + retry + "s"
+	case r.Scale < 1:
+		p.Type = ProblemReducedCapacity
+		p.Detail = "capacity is temporarily reduced to protect the service; retry after " + retry + "s"
 	}
 	return p
 }

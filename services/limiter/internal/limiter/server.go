@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"regexp"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,14 +30,19 @@ type Publisher interface {
 	TryPublish(kafka.Message) bool
 }
 
-// Server answers POST /v1/check and the health endpoints.
+// Observer receives every decision's per-scope outcome (the InfluxDB counts).
+// Must be safe for concurrent use and must not block.
+type Observer interface {
+	Observe(scope string, tier events.Tier, allowed, shadow bool)
+}
+
+// Server answers POST /v1/check, POST /v1/check/batch and the health endpoints.
 type Server struct {
 	engine  *Engine
-	period  map[events.Tier]time.Duration
 	pub     Publisher
+	obs     Observer
 	topic   string
 	gateway string
-	timeout time.Duration
 	log     *slog.Logger
 	metrics *metrics
 	ready   atomic.Bool
@@ -45,43 +51,46 @@ type Server struct {
 
 type metrics struct {
 	decisions *prometheus.CounterVec
+	shadow    *prometheus.CounterVec
+	nearLimit *prometheus.CounterVec
+	degraded  prometheus.Counter
 	duration  prometheus.Histogram
 	errors    *prometheus.CounterVec
+	batch     prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	f := promauto.With(reg)
 	return &metrics{
 		decisions: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_decisions_total", Help: "Decisions by deciding tier and outcome."}, []string{"tier", "outcome"}),
+		shadow:    f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_shadow_total", Help: "Requests a shadow rule would have denied, by rule (scope)."}, []string{"scope"}),
+		nearLimit: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_near_limit_total", Help: "Allowed decisions at or over the near-limit ratio of their deciding rule, by rule (scope)."}, []string{"scope"}),
+		degraded:  f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_degraded_decisions_total", Help: "Decisions answered by fail policies because Redis was not asked in time."}),
 		duration: f.NewHistogram(prometheus.HistogramOpts{Name: "floodgate_limiter_check_seconds", Help: "Time to decide one check, Redis round trip included.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1}}),
 		errors: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_errors_total", Help: "Checks that could not be decided normally, by kind."}, []string{"kind"}),
+		batch: f.NewHistogram(prometheus.HistogramOpts{Name: "floodgate_limiter_batch_size", Help: "Checks per batch request.",
+			Buckets: []float64{1, 2, 5, 10, 20, 50, 100}}),
 	}
 }
 
 // ServerConfig wires a Server.
 type ServerConfig struct {
-	Engine       *Engine
-	Rules        []Rule
-	Publisher    Publisher
-	Topic        string
-	Gateway      string
-	RedisTimeout time.Duration
-	Logger       *slog.Logger
-	Registry     *prometheus.Registry
+	Engine    *Engine
+	Publisher Publisher
+	Observer  Observer // nil = none
+	Topic     string
+	Gateway   string
+	Logger    *slog.Logger
+	Registry  *prometheus.Registry
 }
 
 // NewServer returns a server; it reports ready once SetReady(true) is called.
 func NewServer(c ServerConfig) *Server {
-	s := &Server{
-		engine: c.Engine, pub: c.Publisher, topic: c.Topic, gateway: c.Gateway,
-		timeout: c.RedisTimeout, log: c.Logger, reg: c.Registry,
-		metrics: newMetrics(c.Registry), period: map[events.Tier]time.Duration{},
+	return &Server{
+		engine: c.Engine, pub: c.Publisher, obs: c.Observer, topic: c.Topic, gateway: c.Gateway,
+		log: c.Logger, reg: c.Registry, metrics: newMetrics(c.Registry),
 	}
-	for _, r := range c.Rules {
-		s.period[r.Tier] = r.Period
-	}
-	return s
 }
 
 // SetReady flips /readyz; main marks the server not ready first thing on SIGTERM.
@@ -91,6 +100,7 @@ func (s *Server) SetReady(ok bool) { s.ready.Store(ok) }
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/check", s.handleCheck)
+	mux.HandleFunc("POST /v1/check/batch", s.handleBatch)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {
@@ -111,6 +121,7 @@ type CheckRequest struct {
 	Route     string           `json:"route"`
 	Resource  string           `json:"resource,omitempty"`
 	Cost      int              `json:"cost,omitempty"`
+	Plan      string           `json:"plan,omitempty"`
 
 	addr netip.Addr // IP, parsed by validate
 }
@@ -120,51 +131,123 @@ type CheckResponse struct {
 	ID                string            `json:"id"`
 	Allowed           bool              `json:"allowed"`
 	Tier              events.Tier       `json:"tier"`
+	Rule              string            `json:"rule,omitempty"`
 	Limit             int               `json:"limit"`
 	Remaining         int               `json:"remaining"`
 	ResetAfterMS      int64             `json:"reset_after_ms"`
 	RetryAfterMS      int64             `json:"retry_after_ms"`
 	PenaltyMultiplier float64           `json:"penalty_multiplier"`
+	Scale             float64           `json:"scale"`
+	Shadow            bool              `json:"shadow,omitempty"`
+	NearLimit         bool              `json:"near_limit,omitempty"`
+	Degraded          bool              `json:"degraded,omitempty"`
 	Headers           map[string]string `json:"headers"`
 	Problem           *Problem          `json:"problem,omitempty"`
 }
+
+// BatchRequest is the body of POST /v1/check/batch: up to MaxBatch checks,
+// each decided independently (one may be denied while the next is allowed).
+type BatchRequest struct {
+	Checks []json.RawMessage `json:"checks"`
+}
+
+// BatchResponse answers a batch in order: each result is a CheckResponse, or a
+// problem (status 400) for a check that did not validate.
+type BatchResponse struct {
+	Results []BatchResult `json:"results"`
+}
+
+// BatchResult is one check's answer within a batch.
+type BatchResult struct {
+	Status int `json:"status"` // 200 decided, 400 invalid
+	*CheckResponse
+	Error *Problem `json:"error,omitempty"`
+}
+
+// MaxBatch bounds a batch.
+const MaxBatch = 100
 
 const maxCheckBody = 8 << 10
 
 var correlationIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
+func requestID(r *http.Request) string {
 	id := r.Header.Get("X-Request-Id")
 	if !correlationIDPattern.MatchString(id) {
 		id = uuid.Must(uuid.NewV7()).String()
 	}
+	return id
+}
+
+func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+	id := requestID(r)
 	var req CheckRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, maxCheckBody))
 	if err := dec.Decode(&req); err != nil {
 		s.problem(w, id, http.StatusBadRequest, ProblemBadRequest, "body: "+err.Error())
 		return
 	}
-	if req.Cost == 0 {
-		req.Cost = 1
-	}
 	if err := req.validate(); err != nil {
 		s.problem(w, id, http.StatusBadRequest, ProblemBadRequest, err.Error())
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
-	res, err := s.engine.Check(ctx, Request{Principal: req.Principal, Cost: req.Cost})
-	cancel()
-	if err != nil {
-		// Fail closed would turn a Redis outage into an outage of every API behind
-		// the gateway; this first limiter fails open and says so in the header.
-		s.metrics.errors.WithLabelValues("redis").Inc()
-		s.log.Warn("check failed, failing open", "principal", req.Principal.Key(), "err", err)
-		s.writeJSON(w, http.StatusOK, CheckResponse{
-			ID: id, Allowed: true, Tier: events.TierPrincipal, PenaltyMultiplier: 1,
-			Headers: map[string]string{"X-RateLimit-Error": "redis unavailable; failing open", "X-Request-Id": id},
-		})
+	s.writeJSON(w, http.StatusOK, s.decide(r.Context(), id, &req))
+}
+
+func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
+	id := requestID(r)
+	var br BatchRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, MaxBatch*maxCheckBody))
+	if err := dec.Decode(&br); err != nil {
+		s.problem(w, id, http.StatusBadRequest, ProblemBadRequest, "body: "+err.Error())
 		return
+	}
+	if len(br.Checks) == 0 || len(br.Checks) > MaxBatch {
+		s.problem(w, id, http.StatusBadRequest, ProblemBadRequest, fmt.Sprintf("checks: %d items, want 1..%d", len(br.Checks), MaxBatch))
+		return
+	}
+	s.metrics.batch.Observe(float64(len(br.Checks)))
+	out := BatchResponse{Results: make([]BatchResult, len(br.Checks))}
+	var wg sync.WaitGroup
+	for i, raw := range br.Checks {
+		cid := fmt.Sprintf("%s-%d", id, i)
+		if len(cid) > 64 {
+			cid = uuid.Must(uuid.NewV7()).String()
+		}
+		var req CheckRequest
+		err := json.Unmarshal(raw, &req)
+		if err == nil {
+			err = req.validate()
+		}
+		if err != nil {
+			out.Results[i] = BatchResult{Status: http.StatusBadRequest, Error: &Problem{Type: ProblemBadRequest,
+				Title: http.StatusText(http.StatusBadRequest), Status: http.StatusBadRequest, Detail: err.Error(), CorrelationID: cid}}
+			continue
+		}
+		wg.Add(1)
+		go func() { // independent principals live on independent keys: decide them concurrently
+			defer wg.Done()
+			resp := s.decide(r.Context(), cid, &req)
+			out.Results[i] = BatchResult{Status: http.StatusOK, CheckResponse: &resp}
+		}()
+	}
+	wg.Wait()
+	w.Header().Set("X-Request-Id", id)
+	s.writeJSON(w, http.StatusOK, out)
+}
+
+// decide runs one validated check, records and publishes it, and builds the answer.
+func (s *Server) decide(ctx context.Context, id string, req *CheckRequest) CheckResponse {
+	start := time.Now()
+	res, err := s.engine.Check(ctx, Request{Principal: req.Principal, IP: req.addr, Method: req.Method,
+		Route: req.Route, Resource: req.Resource, Plan: req.Plan, Cost: req.Cost})
+	if err != nil {
+		// Only a caller gone away or a malformed script answer end here; fail open
+		// and say so, like every degraded answer.
+		s.metrics.errors.WithLabelValues("check").Inc()
+		s.log.Warn("check failed, failing open", "principal", req.Principal.Key(), "err", err)
+		res = Result{Allowed: true, Tier: events.TierPrincipal, Penalty: 1, Scale: 1, Degraded: true,
+			Error: "check failed", Now: time.Now().UTC(), Cost: max(req.Cost, 1)}
 	}
 	s.metrics.duration.Observe(time.Since(start).Seconds())
 	outcome := "allowed"
@@ -172,33 +255,44 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		outcome = "denied"
 	}
 	s.metrics.decisions.WithLabelValues(string(res.Tier), outcome).Inc()
+	scope := res.Rule
+	if scope == "" {
+		scope = "none"
+	}
+	if res.Shadow {
+		s.metrics.shadow.WithLabelValues(res.ShadowRule).Inc()
+	}
+	if res.NearLimit {
+		s.metrics.nearLimit.WithLabelValues(scope).Inc()
+	}
+	if res.Degraded {
+		s.metrics.degraded.Inc()
+	}
+	if s.obs != nil {
+		s.obs.Observe(scope, res.Tier, res.Allowed, false)
+		if res.Shadow {
+			s.obs.Observe(res.ShadowRule, res.Tier, res.Allowed, true)
+		}
+	}
 	s.publish(id, req, res)
-
-	s.writeJSON(w, http.StatusOK, CheckResponse{
-		ID: id, Allowed: res.Allowed, Tier: res.Tier, Limit: res.Limit, Remaining: res.Remaining,
+	return CheckResponse{
+		ID: id, Allowed: res.Allowed, Tier: res.Tier, Rule: res.Rule, Limit: res.Limit, Remaining: res.Remaining,
 		ResetAfterMS: res.ResetAfter.Milliseconds(), RetryAfterMS: res.RetryAfter.Milliseconds(),
-		PenaltyMultiplier: res.Penalty,
-		Headers:           Headers(res, s.periodOf(res.Tier), id),
-		Problem:           DenialProblem(res, id),
-	})
+		PenaltyMultiplier: res.Penalty, Scale: res.Scale, Shadow: res.Shadow, NearLimit: res.NearLimit, Degraded: res.Degraded,
+		Headers: Headers(res, id),
+		Problem: DenialProblem(res, id),
+	}
 }
 
-func (s *Server) periodOf(t events.Tier) time.Duration {
-	if p, ok := s.period[t]; ok {
-		return p
-	}
-	for _, p := range s.period { // penalty and quota decisions describe the bucket's window
-		return p
-	}
-	return time.Second
-}
-
-func (s *Server) publish(id string, req CheckRequest, res Result) {
+func (s *Server) publish(id string, req *CheckRequest, res Result) {
 	ev := events.Decision{
 		ID: id, TS: res.Now, Principal: req.Principal, IP: req.addr,
 		Method: req.Method, Route: req.Route, Resource: req.Resource, Allowed: res.Allowed,
-		Tier: res.Tier, Cost: int64(req.Cost), Limit: int64(res.Limit), Remaining: int64(res.Remaining), Gateway: s.gateway,
-		NearLimit: res.Allowed && res.Limit > 0 && float64(res.Limit-res.Remaining) >= 0.8*float64(res.Limit),
+		Tier: res.Tier, Shadow: res.Shadow, Cost: int64(min(max(res.Cost, 1), 1_000_000)), Limit: int64(res.Limit), Remaining: int64(res.Remaining),
+		Gateway: s.gateway, NearLimit: res.NearLimit, Degraded: res.Degraded, Rule: res.Rule,
+	}
+	if ev.Rule == "" && res.Shadow {
+		ev.Rule = res.ShadowRule
 	}
 	if res.Penalty < 1 {
 		ev.PenaltyMultiplier = res.Penalty
@@ -219,6 +313,9 @@ func (s *Server) publish(id string, req CheckRequest, res Result) {
 }
 
 func (req *CheckRequest) validate() error {
+	if req.Cost == 0 {
+		req.Cost = 1
+	}
 	if err := req.Principal.Validate(); err != nil {
 		return err
 	}
@@ -237,6 +334,9 @@ func (req *CheckRequest) validate() error {
 		if err := events.ValidResource(req.Resource); err != nil {
 			return fmt.Errorf("resource: %w", err)
 		}
+	}
+	if req.Plan != "" && !planPattern.MatchString(req.Plan) {
+		return errors.New("plan: want [a-z0-9][a-z0-9_-]{0,31}")
 	}
 	if req.Cost < 1 || req.Cost > 1_000_000 {
 		return errors.New("cost: must be in 1..1000000")

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -32,13 +33,15 @@ func (c *capture) TryPublish(m kafka.Message) bool {
 }
 
 func newTestServer(t *testing.T, limit int) (*httptest.Server, *capture) {
+	return newTestServerRules(t, fmt.Sprintf("version: 1\nrules:\n  - {id: principal, tier: principal, limit: %d, period: 1m}\n", limit), nil)
+}
+
+func newTestServerRules(t *testing.T, rules string, obs Observer) (*httptest.Server, *capture) {
 	rdb := redistest.Client(t)
-	rules := []Rule{{Tier: events.TierPrincipal, Limit: limit, Period: time.Minute}}
-	e, err := NewEngine(rdb, rules)
-	require.NoError(t, err)
+	e := newTestEngine(t, rdb, rules, nil)
 	pub := &capture{}
-	s := NewServer(ServerConfig{Engine: e, Rules: rules, Publisher: pub, Topic: "decisions", Gateway: "test",
-		RedisTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registry: prometheus.NewRegistry()})
+	s := NewServer(ServerConfig{Engine: e, Publisher: pub, Observer: obs, Topic: "decisions", Gateway: "test",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registry: prometheus.NewRegistry()})
 	s.SetReady(true)
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
@@ -130,27 +133,125 @@ func TestCheckRejectsBadInputWithProblem(t *testing.T) {
 
 func TestDenialProblemTypes(t *testing.T) {
 	cases := []struct {
-		tier events.Tier
-		want string
+		name  string
+		tier  events.Tier
+		scale float64
+		want  string
 	}{
-		{events.TierPrincipal, ProblemRateLimited},
-		{events.TierPenalty, ProblemPenalized},
-		{events.TierQuota, ProblemQuota},
+		{"rate limited", events.TierPrincipal, 1, ProblemRateLimited},
+		{"penalty", events.TierPenalty, 1, ProblemPenalized},
+		{"penalty beats a reduced scale", events.TierPenalty, 0.5, ProblemPenalized},
+		{"quota", events.TierQuota, 1, ProblemQuota},
+		{"adjuster reduced capacity", events.TierEndpoint, 0.5, ProblemReducedCapacity},
 	}
 	for _, tc := range cases {
-		t.Run(string(tc.tier), func(t *testing.T) {
-			p := DenialProblem(Result{Tier: tc.tier, RetryAfter: 1500 * time.Millisecond}, "cid")
+		t.Run(tc.name, func(t *testing.T) {
+			p := DenialProblem(Result{Tier: tc.tier, Scale: tc.scale, RetryAfter: 1500 * time.Millisecond}, "cid")
 			require.Equal(t, tc.want, p.Type)
 			require.Equal(t, "cid", p.CorrelationID)
+			require.Equal(t, "urn:floodgate:decision:cid", p.Instance)
 		})
 	}
 	require.Nil(t, DenialProblem(Result{Allowed: true}, "cid"))
 }
 
 func TestHeadersRoundRetryUp(t *testing.T) {
-	h := Headers(Result{Tier: events.TierEndpoint, Limit: 5, Remaining: 0, ResetAfter: 1100 * time.Millisecond, RetryAfter: 100 * time.Millisecond}, 5*time.Second, "cid")
+	h := Headers(Result{Tier: events.TierEndpoint, Limit: 5, Remaining: 0, ResetAfter: 1100 * time.Millisecond, RetryAfter: 100 * time.Millisecond, Period: 5 * time.Second}, "cid")
 	require.Equal(t, "1", h["Retry-After"], "never 0: a client must wait")
 	require.Equal(t, "2", h["X-RateLimit-Reset"])
-	allowed := Headers(Result{Allowed: true, Tier: events.TierEndpoint, Limit: 5, Remaining: 4}, 5*time.Second, "cid")
+	require.Equal(t, `"endpoint";q=5;w=5`, h["RateLimit-Policy"])
+	require.NotContains(t, h, "X-RateLimit-Error")
+	allowed := Headers(Result{Allowed: true, Tier: events.TierEndpoint, Limit: 5, Remaining: 4}, "cid")
 	require.NotContains(t, allowed, "Retry-After")
+	// The quota's Retry-After is never earlier than its reset at 00:00 UTC.
+	q := Headers(Result{Tier: events.TierQuota, Limit: 10, RetryAfter: time.Second, ResetAfter: 3*time.Hour + 1}, "cid")
+	require.Equal(t, "10801", q["Retry-After"])
+	d := Headers(Result{Allowed: true, Tier: events.TierPrincipal, Degraded: true, Error: "redis circuit open"}, "cid")
+	require.Equal(t, "redis circuit open; answered by fail policy", d["X-RateLimit-Error"])
+}
+
+func TestBatchAnswersEachCheckIndependently(t *testing.T) {
+	srv, pub := newTestServer(t, 1)
+	a, b := redistest.Unique(t, "a"), redistest.Unique(t, "b")
+	item := func(id string) string {
+		return `{"principal":{"kind":"bot","id":"` + id + `"},"ip":"192.0.2.1","method":"GET","route":"/x"}`
+	}
+	body := `{"checks":[` + item(a) + `,` + item(b) + `,{"principal":{"kind":"robot","id":"x"}},` + item(a) + `]}`
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/check/batch", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("X-Request-Id", "batch1")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var out BatchResponse
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	require.Len(t, out.Results, 4)
+	require.Equal(t, http.StatusOK, out.Results[1].Status)
+	require.True(t, out.Results[1].Allowed, "b has its own bucket")
+	require.Equal(t, http.StatusBadRequest, out.Results[2].Status)
+	require.Equal(t, ProblemBadRequest, out.Results[2].Error.Type)
+	require.Contains(t, out.Results[2].Error.Detail, "kind")
+	// a's two checks run concurrently: exactly one gets the single token.
+	require.NotEqual(t, out.Results[0].Allowed, out.Results[3].Allowed)
+	denied := out.Results[0]
+	if denied.Allowed {
+		denied = out.Results[3]
+	}
+	require.Equal(t, ProblemRateLimited, denied.Problem.Type)
+	require.Regexp(t, `^batch1-[03]$`, denied.ID, "each check gets its own correlation id")
+	require.Len(t, pub.msgs, 3, "one event per decided check")
+
+	for _, bad := range []string{`{"checks":[]}`, `{"checks":` + strings.Repeat("[", 1) + strings.TrimSuffix(strings.Repeat(item(a)+",", MaxBatch+1), ",") + `]}`, `nope`} {
+		resp, b := postPath(t, srv.URL+"/v1/check/batch", bad)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(b))
+	}
+}
+
+func postPath(t *testing.T, url, body string) (*http.Response, []byte) {
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, b
+}
+
+type observed struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (o *observed) Observe(scope string, tier events.Tier, allowed, shadow bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.seen = append(o.seen, fmt.Sprintf("%s/%s/%v/%v", scope, tier, allowed, shadow))
+}
+
+func TestEventsCarryShadowNearLimitAndRule(t *testing.T) {
+	obs := &observed{}
+	srv, pub := newTestServerRules(t, "version: 1\nrules:\n  - {id: real, tier: principal, limit: 5, period: 1h}\n  - {id: trial, tier: principal, limit: 1, period: 1h, shadow: true}\n", obs)
+	id := redistest.Unique(t, "bot")
+	body := `{"principal":{"kind":"bot","id":"` + id + `"},"ip":"192.0.2.1","method":"GET","route":"/x"}`
+	var last CheckResponse
+	for range 4 {
+		_, b := post(t, srv.URL, body, nil)
+		require.NoError(t, json.Unmarshal(b, &last))
+	}
+	require.True(t, last.Allowed)
+	require.True(t, last.Shadow)
+	require.True(t, last.NearLimit, "4 of 5 used")
+	require.Equal(t, "real", last.Rule)
+	d, err := events.DecodeDecision(pub.msgs[3].Value)
+	require.NoError(t, err)
+	require.True(t, d.Shadow)
+	require.True(t, d.NearLimit)
+	require.Equal(t, "real", d.Rule)
+	require.False(t, d.Degraded)
+	first, err := events.DecodeDecision(pub.msgs[0].Value)
+	require.NoError(t, err)
+	require.False(t, first.Shadow)
+	require.False(t, first.NearLimit)
+	require.Contains(t, obs.seen, "trial/principal/true/true", "shadow counts per scope")
+	require.Contains(t, obs.seen, "real/principal/true/false")
 }

@@ -1,0 +1,925 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/floodgate-dev/floodgate/pkg/config"
+)
+
+// Journal defaults.
+const (
+	DefaultJournalSegmentBytes  = 64 << 20
+	DefaultJournalMaxBytes      = 1 << 30
+	DefaultJournalSyncInterval  = 100 * time.Millisecond
+	DefaultJournalQueueSize     = 65536
+	DefaultJournalReplayBatch   = 500
+	DefaultJournalReplayTimeout = 30 * time.Second
+
+	// MinJournalSegmentBytes is the smallest SegmentBytes Validate accepts.
+	MinJournalSegmentBytes = 4 << 10
+)
+
+// Journal errors callers can branch on.
+var (
+	// ErrJournalClosed: the journal was closed (Run returned, or Close).
+	ErrJournalClosed = errors.New("journal closed")
+	// ErrJournalFull: the batch did not fit under MaxBytes even after the
+	// oldest segments were dropped (it was dropped and counted instead).
+	ErrJournalFull = errors.New("journal full")
+	// ErrJournalLocked: another Journal (in this or another process) has
+	// the directory open.
+	ErrJournalLocked = errors.New("journal directory in use")
+)
+
+// JournalSync says when appended records are fsynced.
+type JournalSync int
+
+const (
+	// JournalSyncBatch fsyncs after every appended batch: once Append
+	// returns, the batch survives a machine crash. The default.
+	JournalSyncBatch JournalSync = iota
+	// JournalSyncInterval fsyncs the active segment every SyncInterval (and
+	// on every segment roll and on Close): up to SyncInterval of appended
+	// records can be lost to a machine (not process) crash.
+	JournalSyncInterval
+)
+
+// String returns "batch" or "interval".
+func (s JournalSync) String() string {
+	switch s {
+	case JournalSyncBatch:
+		return "batch"
+	case JournalSyncInterval:
+		return "interval"
+	}
+	return "JournalSync(" + strconv.Itoa(int(s)) + ")"
+}
+
+// ParseJournalSync parses "batch" or "interval".
+func ParseJournalSync(s string) (JournalSync, error) {
+	switch s {
+	case "batch":
+		return JournalSyncBatch, nil
+	case "interval":
+		return JournalSyncInterval, nil
+	}
+	return 0, fmt.Errorf("parse journal sync policy %q: want batch or interval", s)
+}
+
+// JournalConfig configures a Journal. Each field names the environment
+// variable JournalConfigFromEnv reads it from.
+type JournalConfig struct {
+	// Dir holds the segment files (created if missing). Required. One
+	// journal per directory: OpenJournal locks it.
+	// FLOODGATE_JOURNAL_DIR; empty disables the journal.
+	Dir string
+	// Name labels the metrics (journal="..."); default "journal".
+	Name string
+	// SegmentBytes is the size at which the active segment is sealed and a
+	// new one started; default 64 MiB. FLOODGATE_JOURNAL_SEGMENT_BYTES.
+	SegmentBytes int64
+	// MaxBytes caps the bytes on disk; appending past it drops the oldest
+	// segments, counting their unreplayed messages in
+	// floodgate_stream_journal_dropped_total{reason="cap"}. At least
+	// 2×SegmentBytes; default 1 GiB. FLOODGATE_JOURNAL_MAX_BYTES.
+	MaxBytes int64
+	// Sync is the fsync policy; default JournalSyncBatch.
+	// FLOODGATE_JOURNAL_SYNC (batch | interval).
+	Sync JournalSync
+	// SyncInterval is the fsync period under JournalSyncInterval; default
+	// 100ms. FLOODGATE_JOURNAL_SYNC_INTERVAL.
+	SyncInterval time.Duration
+	// QueueSize bounds the in-memory hand-off from Offer (the producer's
+	// overflow) to the disk writer; default 65536. FLOODGATE_JOURNAL_QUEUE.
+	QueueSize int
+	// ReplayBatchSize is the most messages published at once by the
+	// drainer (and written, with one fsync, at once by the overflow
+	// writer); default 500.
+	ReplayBatchSize int
+	// ReplayInitialBackoff and ReplayMaxBackoff bound the jittered backoff
+	// between failed replay attempts; defaults 100ms and 5s.
+	ReplayInitialBackoff time.Duration
+	ReplayMaxBackoff     time.Duration
+	// ReplayTimeout bounds one replay Publish; default 30s.
+	ReplayTimeout time.Duration
+
+	// Logger and Registerer: nil discards logs and leaves metrics unregistered.
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// JournalConfigFromEnv reads the FLOODGATE_JOURNAL_* variables (see
+// JournalConfig); the result is not validated. Dir is empty, which disables
+// the journal, unless FLOODGATE_JOURNAL_DIR is set.
+func JournalConfigFromEnv(getenv config.Getenv) (JournalConfig, error) {
+	e := config.NewEnv(getenv)
+	c := JournalConfig{
+		Dir:          e.String("FLOODGATE_JOURNAL_DIR", ""),
+		SegmentBytes: int64(e.Int("FLOODGATE_JOURNAL_SEGMENT_BYTES", DefaultJournalSegmentBytes)),
+		MaxBytes:     int64(e.Int("FLOODGATE_JOURNAL_MAX_BYTES", DefaultJournalMaxBytes)),
+		SyncInterval: e.Duration("FLOODGATE_JOURNAL_SYNC_INTERVAL", DefaultJournalSyncInterval),
+		QueueSize:    e.Int("FLOODGATE_JOURNAL_QUEUE", DefaultJournalQueueSize),
+	}
+	sync, err := ParseJournalSync(e.String("FLOODGATE_JOURNAL_SYNC", "batch"))
+	if err != nil {
+		return c, errors.Join(e.Err(), fmt.Errorf("FLOODGATE_JOURNAL_SYNC: %w", err))
+	}
+	c.Sync = sync
+	return c, e.Err()
+}
+
+// Validate checks the configuration; zero values that have defaults are valid.
+func (c JournalConfig) Validate() error {
+	var errs []error
+	bad := func(field, env, format string, args ...any) {
+		if env != "" {
+			field += " (" + env + ")"
+		}
+		errs = append(errs, fmt.Errorf("%w: JournalConfig.%s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))
+	}
+	if c.Dir == "" {
+		bad("Dir", "FLOODGATE_JOURNAL_DIR", "required")
+	}
+	d := c.withDefaults()
+	if c.SegmentBytes < 0 || d.SegmentBytes < MinJournalSegmentBytes {
+		bad("SegmentBytes", "FLOODGATE_JOURNAL_SEGMENT_BYTES", "must be at least %d, got %d", MinJournalSegmentBytes, c.SegmentBytes)
+	}
+	if c.MaxBytes < 0 || d.MaxBytes < 2*d.SegmentBytes {
+		bad("MaxBytes", "FLOODGATE_JOURNAL_MAX_BYTES", "must be at least 2×SegmentBytes (%d), got %d", 2*d.SegmentBytes, c.MaxBytes)
+	}
+	if c.Sync != JournalSyncBatch && c.Sync != JournalSyncInterval {
+		bad("Sync", "FLOODGATE_JOURNAL_SYNC", "want batch or interval, got %v", c.Sync)
+	}
+	if c.SyncInterval < 0 {
+		bad("SyncInterval", "FLOODGATE_JOURNAL_SYNC_INTERVAL", "must not be negative, got %v", c.SyncInterval)
+	}
+	if c.QueueSize < 0 {
+		bad("QueueSize", "FLOODGATE_JOURNAL_QUEUE", "must not be negative, got %d", c.QueueSize)
+	}
+	if c.ReplayBatchSize < 0 {
+		bad("ReplayBatchSize", "", "must not be negative, got %d", c.ReplayBatchSize)
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"ReplayInitialBackoff", c.ReplayInitialBackoff}, {"ReplayMaxBackoff", c.ReplayMaxBackoff}, {"ReplayTimeout", c.ReplayTimeout}} {
+		if f.v < 0 {
+			bad(f.name, "", "must not be negative, got %v", f.v)
+		}
+	}
+	if d.ReplayMaxBackoff < d.ReplayInitialBackoff {
+		bad("ReplayMaxBackoff", "", "must be at least ReplayInitialBackoff (%v), got %v", d.ReplayInitialBackoff, d.ReplayMaxBackoff)
+	}
+	return errors.Join(errs...)
+}
+
+func (c JournalConfig) withDefaults() JournalConfig {
+	if c.Name == "" {
+		c.Name = "journal"
+	}
+	if c.SegmentBytes == 0 {
+		c.SegmentBytes = DefaultJournalSegmentBytes
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = max(DefaultJournalMaxBytes, 2*c.SegmentBytes)
+	}
+	if c.SyncInterval == 0 {
+		c.SyncInterval = DefaultJournalSyncInterval
+	}
+	if c.QueueSize == 0 {
+		c.QueueSize = DefaultJournalQueueSize
+	}
+	if c.ReplayBatchSize == 0 {
+		c.ReplayBatchSize = DefaultJournalReplayBatch
+	}
+	if c.ReplayInitialBackoff == 0 {
+		c.ReplayInitialBackoff = DefaultInitialBackoff
+	}
+	if c.ReplayMaxBackoff == 0 {
+		c.ReplayMaxBackoff = max(DefaultMaxBackoff, c.ReplayInitialBackoff)
+	}
+	if c.ReplayTimeout == 0 {
+		c.ReplayTimeout = DefaultJournalReplayTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Journal sources (label source of floodgate_stream_journaled_total).
+const (
+	journalSourceFailed   = "failed"   // the async producer gave up on them
+	journalSourceOverflow = "overflow" // the async producer's buffer was full
+)
+
+// Journal drop reasons (label reason of floodgate_stream_journal_dropped_total).
+const (
+	journalDropCap        = "cap"         // oldest segment dropped, or batch refused, at MaxBytes
+	journalDropQueueFull  = "queue_full"  // Offer refused: the hand-off queue was full
+	journalDropClosed     = "closed"      // offered or appended after the journal closed
+	journalDropWriteError = "write_error" // the disk write failed
+	journalDropNoTopic    = "no_topic"    // a message without a topic cannot be replayed
+	journalDropCorrupt    = "corrupt"     // a stored record could not be read back
+)
+
+// Journal is an append-only, segmented, checksummed on-disk log of Kafka
+// messages that could not be delivered, with a drainer (Run) that
+// re-publishes them, oldest first, once Kafka takes them again.
+//
+// Append and Offer are safe for concurrent use. Offer never blocks. Append
+// writes (and, under JournalSyncBatch, fsyncs) before it returns.
+type Journal struct {
+	cfg      JournalConfig
+	log      *slog.Logger
+	lockFile *os.File
+
+	journaledFailed, journaledOverflow, replayed prometheus.Counter
+	dropped                                      map[string]prometheus.Counter
+	bytesGauge, segmentsGauge, pendingGauge      prometheus.Gauge
+	truncatedBytes, replayErrors, fsyncErrors    prometheus.Counter
+	fsyncSeconds                                 prometheus.Observer
+
+	mu      sync.Mutex
+	segs    []*journalSegment // oldest first; the active one, if any, is last
+	active  *os.File          // open for append; nil until the next append
+	dirty   bool              // active has unsynced writes
+	bytes   int64             // on disk, all segments
+	pending int64             // records not yet acknowledged by Kafka
+	nextID  uint64
+	closed  bool
+	buf     []byte
+
+	wake chan struct{} // an append happened: the drainer may have work
+
+	qmu     sync.RWMutex // orders Offer against closing the queue
+	qclosed bool
+	queue   chan kafka.Message
+
+	lost atomic.Int64 // messages Append or Offer could not keep, cap drops excluded
+	ran  atomic.Bool
+}
+
+type journalSegment struct {
+	id       uint64
+	dir      string
+	size     int64 // bytes written (valid records), magic included
+	records  int64
+	ackedOff int64 // every record before this offset is acknowledged
+	prefix   int64 // records before ackedOff
+	acked    int64 // records acknowledged (some may lie past ackedOff)
+	sealed   bool  // no more appends; replayable
+	busy     bool  // the drainer is publishing from it: the cap must not drop it
+	dropped  bool  // removed by the cap
+}
+
+func (s *journalSegment) path() string {
+	return filepath.Join(s.dir, fmt.Sprintf("%020d%s", s.id, segmentFileSuffix))
+}
+
+func (s *journalSegment) checkpointPath() string {
+	return filepath.Join(s.dir, fmt.Sprintf("%020d%s", s.id, checkpointSuffix))
+}
+
+// OpenJournal opens (or creates) the journal in cfg.Dir and recovers it:
+// a torn or corrupt tail of any segment is truncated (the bytes cut are
+// counted in floodgate_stream_journal_truncated_bytes_total), and each
+// segment's replay checkpoint is restored. Run replays what it finds.
+func OpenJournal(cfg JournalConfig) (*Journal, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	m, err := newJournalMetrics(cfg.Registerer)
+	if err != nil {
+		cfg.Logger.Error("journal metrics left unregistered", "err", err)
+		m, _ = newJournalMetrics(nil)
+	}
+	j := &Journal{
+		cfg:               cfg,
+		log:               cfg.Logger.With("journal", cfg.Name),
+		journaledFailed:   m.journaled.WithLabelValues(cfg.Name, journalSourceFailed),
+		journaledOverflow: m.journaled.WithLabelValues(cfg.Name, journalSourceOverflow),
+		replayed:          m.replayed.WithLabelValues(cfg.Name),
+		dropped:           map[string]prometheus.Counter{},
+		bytesGauge:        m.bytes.WithLabelValues(cfg.Name),
+		segmentsGauge:     m.segments.WithLabelValues(cfg.Name),
+		pendingGauge:      m.pending.WithLabelValues(cfg.Name),
+		truncatedBytes:    m.truncated.WithLabelValues(cfg.Name),
+		replayErrors:      m.replayErrors.WithLabelValues(cfg.Name),
+		fsyncErrors:       m.fsyncErrors.WithLabelValues(cfg.Name),
+		fsyncSeconds:      m.fsyncSeconds.WithLabelValues(cfg.Name),
+		wake:              make(chan struct{}, 1),
+		queue:             make(chan kafka.Message, cfg.QueueSize),
+	}
+	for _, r := range []string{journalDropCap, journalDropQueueFull, journalDropClosed, journalDropWriteError, journalDropNoTopic, journalDropCorrupt} {
+		j.dropped[r] = m.dropped.WithLabelValues(cfg.Name, r)
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
+		return nil, fmt.Errorf("create journal dir: %w", err)
+	}
+	if j.lockFile, err = lockDir(cfg.Dir); err != nil {
+		return nil, err
+	}
+	if err := j.recover(); err != nil {
+		_ = j.lockFile.Close()
+		return nil, fmt.Errorf("recover journal %s: %w", cfg.Dir, err)
+	}
+	j.updateGauges()
+	if j.pending > 0 {
+		j.log.Info("journal has messages to replay", "pending", j.pending, "segments", len(j.segs), "bytes", j.bytes)
+	}
+	return j, nil
+}
+
+// recover scans the directory's segments; see OpenJournal.
+func (j *Journal) recover() error {
+	entries, err := os.ReadDir(j.cfg.Dir)
+	if err != nil {
+		return fmt.Errorf("list journal dir: %w", err)
+	}
+	var ids []uint64
+	checkpoints := map[uint64]bool{}
+	for _, e := range entries {
+		name := e.Name()
+		base, suffix, ok := strings.Cut(name, ".")
+		if !ok || e.IsDir() {
+			continue
+		}
+		id, err := strconv.ParseUint(base, 10, 64)
+		if err != nil || len(base) != 20 {
+			continue
+		}
+		switch "." + suffix {
+		case segmentFileSuffix:
+			ids = append(ids, id)
+		case checkpointSuffix:
+			checkpoints[id] = true
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		delete(checkpoints, id)
+		j.nextID = id + 1
+		seg := &journalSegment{id: id, dir: j.cfg.Dir, sealed: true}
+		keep, err := j.recoverSegment(seg)
+		if err != nil {
+			return err
+		}
+		if keep {
+			j.segs = append(j.segs, seg)
+			j.bytes += seg.size
+			j.pending += seg.records - seg.acked
+		}
+	}
+	for id := range checkpoints { // a segment deleted before its checkpoint
+		_ = os.Remove((&journalSegment{id: id, dir: j.cfg.Dir}).checkpointPath())
+	}
+	return nil
+}
+
+// recoverSegment scans one segment, truncates a torn tail, restores its
+// checkpoint, and deletes it when nothing in it is left to replay.
+func (j *Journal) recoverSegment(seg *journalSegment) (keep bool, err error) {
+	f, err := os.OpenFile(seg.path(), os.O_RDWR, 0)
+	if err != nil {
+		return false, fmt.Errorf("open segment: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return false, fmt.Errorf("stat segment: %w", err)
+	}
+	ckOff, ckRecords, ckOK := int64(0), int64(0), false
+	if b, err := os.ReadFile(seg.checkpointPath()); err == nil {
+		ckOff, ckRecords, ckOK = decodeCheckpoint(b)
+		if !ckOK {
+			j.log.Warn("journal checkpoint unreadable; replaying the segment from its start (consumers dedupe by ce_id)", "segment", seg.id)
+		}
+	}
+	seg.ackedOff = int64(len(segmentMagic))
+	records, valid, torn, err := scanSegment(f, func(end int64) {
+		if ckOK && end == ckOff {
+			seg.ackedOff = ckOff
+		}
+	})
+	if err != nil {
+		return false, fmt.Errorf("segment %d: %w", seg.id, err)
+	}
+	if seg.ackedOff == ckOff && ckOK {
+		seg.prefix, seg.acked = ckRecords, ckRecords
+	} else if ckOK {
+		j.log.Warn("journal checkpoint not on a record boundary; replaying the segment from its start", "segment", seg.id, "offset", ckOff)
+	}
+	if torn {
+		cut := st.Size() - valid
+		j.truncatedBytes.Add(float64(cut))
+		if valid < int64(len(segmentMagic)) {
+			j.log.Warn("journal segment torn before its header; removing it", "segment", seg.id, "bytes", st.Size())
+			j.removeSegmentFiles(seg)
+			return false, nil
+		}
+		j.log.Warn("journal segment has a torn or corrupt tail; truncating", "segment", seg.id, "valid_bytes", valid, "cut_bytes", cut, "records", records)
+		if err := f.Truncate(valid); err != nil {
+			return false, fmt.Errorf("truncate segment %d: %w", seg.id, err)
+		}
+		if err := f.Sync(); err != nil {
+			return false, fmt.Errorf("sync segment %d: %w", seg.id, err)
+		}
+	}
+	seg.size, seg.records = valid, records
+	if seg.acked > seg.records {
+		seg.prefix, seg.acked = seg.records, seg.records
+	}
+	if seg.acked >= seg.records {
+		j.removeSegmentFiles(seg)
+		return false, nil
+	}
+	return true, nil
+}
+
+// Append writes msgs to the journal (fsynced before it returns under
+// JournalSyncBatch) and counts them as source "failed". It is the hook for
+// AsyncProducerConfig.OnFailed (see OnFailed). Messages without a topic are
+// dropped and counted (they could never be replayed). When the batch does
+// not fit under MaxBytes the oldest segments are dropped and counted; if it
+// still does not fit it is dropped, counted, and ErrJournalFull returned.
+func (j *Journal) Append(msgs []kafka.Message) error {
+	return j.append(msgs, j.journaledFailed)
+}
+
+// OnFailed is Append for AsyncProducerConfig.OnFailed; errors are counted and
+// logged.
+func (j *Journal) OnFailed(msgs []kafka.Message) { _ = j.Append(msgs) }
+
+// Offer hands msg to Run's disk writer without blocking and reports whether
+// it was taken; a full hand-off queue, or a stopped journal, refuses it and
+// counts it in floodgate_stream_journal_dropped_total. Messages offered are
+// counted as source "overflow".
+func (j *Journal) Offer(msg kafka.Message) bool {
+	j.qmu.RLock()
+	if j.qclosed {
+		j.qmu.RUnlock()
+		j.dropped[journalDropClosed].Inc()
+		return false
+	}
+	select {
+	case j.queue <- msg:
+		j.qmu.RUnlock()
+		return true
+	default:
+		j.qmu.RUnlock()
+		j.dropped[journalDropQueueFull].Inc()
+		return false
+	}
+}
+
+func (j *Journal) append(msgs []kafka.Message, counter prometheus.Counter) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		j.drop(journalDropClosed, int64(len(msgs)), true)
+		return ErrJournalClosed
+	}
+	buf := j.buf[:0]
+	var n int64
+	for i := range msgs {
+		if msgs[i].Topic == "" {
+			j.drop(journalDropNoTopic, 1, true)
+			continue
+		}
+		buf = appendRecord(buf, &msgs[i])
+		n++
+	}
+	if cap(buf) <= 4<<20 {
+		j.buf = buf
+	} else {
+		j.buf = nil // do not pin a huge buffer after one huge batch
+	}
+	if n == 0 {
+		return nil
+	}
+	need := int64(len(buf))
+	if !j.makeRoom(need + int64(len(segmentMagic))) {
+		j.drop(journalDropCap, n, false)
+		j.log.Error("journal full: batch dropped", "messages", n, "bytes", need, "max_bytes", j.cfg.MaxBytes)
+		return fmt.Errorf("append %d messages: %w", n, ErrJournalFull)
+	}
+	seg := j.activeSegment()
+	if seg != nil && seg.records > 0 && seg.size+need > j.cfg.SegmentBytes {
+		j.sealActive()
+		seg = nil
+	}
+	if seg == nil {
+		var err error
+		if seg, err = j.startSegment(); err != nil {
+			j.drop(journalDropWriteError, n, true)
+			j.log.Error("journal segment not created: batch dropped", "messages", n, "err", err)
+			return fmt.Errorf("append %d messages: %w", n, err)
+		}
+	}
+	if _, err := j.active.Write(buf); err != nil {
+		j.drop(journalDropWriteError, n, true)
+		j.log.Error("journal write failed: batch dropped", "messages", n, "err", err)
+		// Cut the partial record so later appends stay readable; if that
+		// fails too, seal the segment: the drainer reads only up to
+		// seg.size and the next OpenJournal truncates the torn tail.
+		if terr := j.active.Truncate(seg.size); terr != nil {
+			j.sealActive()
+		}
+		return fmt.Errorf("append %d messages: %w", n, err)
+	}
+	seg.size += need
+	seg.records += n
+	j.bytes += need
+	j.pending += n
+	j.dirty = true
+	counter.Add(float64(n))
+	if j.cfg.Sync == JournalSyncBatch {
+		j.syncActive()
+	}
+	j.updateGauges()
+	select {
+	case j.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// drop counts n messages dropped for reason; lost marks messages that were
+// never stored (cap drops of stored segments are accounted separately).
+func (j *Journal) drop(reason string, n int64, lost bool) {
+	if n <= 0 {
+		return
+	}
+	j.dropped[reason].Add(float64(n))
+	if lost {
+		j.lost.Add(n)
+	}
+}
+
+// activeSegment returns the segment being appended to, or nil. j.mu held.
+func (j *Journal) activeSegment() *journalSegment {
+	if j.active == nil || len(j.segs) == 0 {
+		return nil
+	}
+	return j.segs[len(j.segs)-1]
+}
+
+// makeRoom drops the oldest segments the drainer is not publishing from
+// until need more bytes fit under MaxBytes. j.mu held.
+func (j *Journal) makeRoom(need int64) bool {
+	for j.bytes+need > j.cfg.MaxBytes {
+		var victim *journalSegment
+		for _, s := range j.segs {
+			if !s.busy {
+				victim = s
+				break
+			}
+		}
+		if victim == nil {
+			return false
+		}
+		if !victim.sealed {
+			j.sealActive()
+		}
+		j.dropSegment(victim)
+	}
+	return true
+}
+
+// dropSegment deletes seg because of the cap, counting what it still held.
+// j.mu held.
+func (j *Journal) dropSegment(seg *journalSegment) {
+	lostRecords := seg.records - seg.acked
+	j.segs = slices.DeleteFunc(j.segs, func(s *journalSegment) bool { return s == seg })
+	seg.dropped = true
+	j.bytes -= seg.size
+	j.pending -= lostRecords
+	j.drop(journalDropCap, lostRecords, false)
+	j.removeSegmentFiles(seg)
+	j.log.Error("journal over its size cap: oldest segment dropped", "segment", seg.id,
+		"messages_lost", lostRecords, "bytes", seg.size, "max_bytes", j.cfg.MaxBytes)
+}
+
+func (j *Journal) removeSegmentFiles(seg *journalSegment) {
+	if err := os.Remove(seg.path()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		j.log.Error("remove journal segment", "segment", seg.id, "err", err)
+	}
+	if err := os.Remove(seg.checkpointPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		j.log.Warn("remove journal checkpoint", "segment", seg.id, "err", err)
+	}
+}
+
+// startSegment creates the next segment and makes it active. j.mu held.
+func (j *Journal) startSegment() (*journalSegment, error) {
+	seg := &journalSegment{id: j.nextID, dir: j.cfg.Dir, size: int64(len(segmentMagic)), ackedOff: int64(len(segmentMagic))}
+	f, err := os.OpenFile(seg.path(), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("create segment: %w", err)
+	}
+	j.nextID++
+	if _, err := f.Write([]byte(segmentMagic)); err != nil {
+		_ = f.Close()
+		_ = os.Remove(seg.path())
+		return nil, fmt.Errorf("write segment header: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		_ = os.Remove(seg.path())
+		return nil, fmt.Errorf("sync segment: %w", err)
+	}
+	if err := syncDir(j.cfg.Dir); err != nil {
+		j.log.Warn("sync journal dir", "err", err)
+	}
+	j.active = f
+	j.segs = append(j.segs, seg)
+	j.bytes += seg.size
+	return seg, nil
+}
+
+// sealActive fsyncs and closes the active segment; it becomes replayable.
+// j.mu held.
+func (j *Journal) sealActive() {
+	seg := j.activeSegment()
+	if seg == nil {
+		return
+	}
+	j.syncActive()
+	if err := j.active.Close(); err != nil {
+		j.log.Warn("close journal segment", "segment", seg.id, "err", err)
+	}
+	j.active = nil
+	seg.sealed = true
+}
+
+// syncActive fsyncs the active segment if it has unsynced writes. j.mu held.
+func (j *Journal) syncActive() {
+	if j.active == nil || !j.dirty {
+		return
+	}
+	start := time.Now()
+	err := j.active.Sync()
+	j.fsyncSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		// Linux may drop the dirty pages after a failed fsync: the records
+		// are still readable by this process but may not survive a crash.
+		j.fsyncErrors.Inc()
+		j.log.Error("journal fsync failed", "err", err)
+		return
+	}
+	j.dirty = false
+}
+
+// Sync fsyncs the active segment now (whatever the policy).
+func (j *Journal) Sync() {
+	j.mu.Lock()
+	j.syncActive()
+	j.mu.Unlock()
+}
+
+func (j *Journal) updateGauges() {
+	j.bytesGauge.Set(float64(j.bytes))
+	j.segmentsGauge.Set(float64(len(j.segs)))
+	j.pendingGauge.Set(float64(j.pending))
+}
+
+// JournalStats is a snapshot of a journal's state.
+type JournalStats struct {
+	Pending  int64 // messages stored and not yet acknowledged by Kafka
+	Bytes    int64 // bytes on disk
+	Segments int
+	Queued   int // messages offered and not yet written
+}
+
+// Stats returns a snapshot of the journal's state.
+func (j *Journal) Stats() JournalStats {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return JournalStats{Pending: j.pending, Bytes: j.bytes, Segments: len(j.segs), Queued: len(j.queue)}
+}
+
+// ReplayPublisher publishes messages and returns once all of them are
+// acknowledged by all in-sync replicas; on error some may have been written
+// (a kafka.WriteErrors in the chain gives each message's outcome). *Producer
+// is one. It must be safe for use from one goroutine at a time.
+type ReplayPublisher interface {
+	Publish(ctx context.Context, msgs ...kafka.Message) error
+}
+
+var _ ReplayPublisher = (*Producer)(nil)
+
+// Run writes offered messages to disk, fsyncs on the interval policy, and
+// replays the journal through pub (nil: store only) until ctx is done. Then
+// it refuses new offers, writes what was offered, fsyncs and closes the
+// journal; an in-flight replay is cancelled (its messages stay journaled and
+// are replayed, perhaps again, after the next OpenJournal). Run may be called
+// once; Append still works while it runs and until it returns.
+func (j *Journal) Run(ctx context.Context, pub ReplayPublisher) error {
+	if !j.ran.CompareAndSwap(false, true) {
+		return errors.New("stream: Journal.Run called twice")
+	}
+	bg, stopBG := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	if pub != nil {
+		wg.Go(func() { j.replayLoop(bg, pub) })
+	}
+	if j.cfg.Sync == JournalSyncInterval {
+		wg.Go(func() {
+			t := time.NewTicker(j.cfg.SyncInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-bg.Done():
+					return
+				case <-t.C:
+					j.Sync()
+				}
+			}
+		})
+	}
+	j.writeLoop(ctx)
+	stopBG()
+	wg.Wait()
+	return j.Close()
+}
+
+// writeLoop moves offered messages to disk in batches until ctx is done, then
+// closes the queue and writes what is left.
+func (j *Journal) writeLoop(ctx context.Context) {
+	batch := make([]kafka.Message, 0, j.cfg.ReplayBatchSize)
+	for {
+		select {
+		case <-ctx.Done():
+			j.closeQueue()
+			return
+		case m := <-j.queue:
+			batch = j.fillFromQueue(append(batch[:0], m))
+			_ = j.append(batch, j.journaledOverflow)
+			clear(batch)
+		}
+	}
+}
+
+func (j *Journal) fillFromQueue(batch []kafka.Message) []kafka.Message {
+	for len(batch) < cap(batch) {
+		select {
+		case m := <-j.queue:
+			batch = append(batch, m)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// closeQueue refuses further offers and writes what is queued.
+func (j *Journal) closeQueue() {
+	j.qmu.Lock()
+	already := j.qclosed
+	j.qclosed = true
+	j.qmu.Unlock()
+	if already {
+		return
+	}
+	batch := make([]kafka.Message, 0, max(j.cfg.ReplayBatchSize, 1))
+	for {
+		batch = j.fillFromQueue(batch[:0])
+		if len(batch) == 0 {
+			return
+		}
+		_ = j.append(batch, j.journaledOverflow)
+	}
+}
+
+// Close writes what was offered, fsyncs and closes the active segment, and
+// releases the directory. Later Appends and Offers are refused and counted.
+// Close is idempotent; Run calls it.
+func (j *Journal) Close() error {
+	j.closeQueue()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return nil
+	}
+	j.closed = true
+	var errs []error
+	if j.active != nil {
+		j.syncActive()
+		if err := j.active.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close journal segment: %w", err))
+		}
+		j.active = nil
+	}
+	if err := j.lockFile.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("unlock journal dir: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+// journalMetrics are the floodgate_stream_journal* collectors, labelled by
+// journal name.
+type journalMetrics struct {
+	journaled    *prometheus.CounterVec // journal, source
+	replayed     *prometheus.CounterVec // journal
+	dropped      *prometheus.CounterVec // journal, reason
+	bytes        *prometheus.GaugeVec   // journal
+	segments     *prometheus.GaugeVec   // journal
+	pending      *prometheus.GaugeVec   // journal
+	truncated    *prometheus.CounterVec // journal
+	replayErrors *prometheus.CounterVec // journal
+	fsyncErrors  *prometheus.CounterVec // journal
+	fsyncSeconds *prometheus.HistogramVec
+}
+
+func newJournalMetrics(reg prometheus.Registerer) (*journalMetrics, error) {
+	name := []string{"journal"}
+	m := &journalMetrics{
+		journaled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_stream_journaled_total",
+			Help: "Messages written to the on-disk journal, by source: failed (the async producer gave up on them) or overflow (its buffer was full).",
+		}, []string{"journal", "source"}),
+		replayed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_stream_journal_replayed_total",
+			Help: "Journaled messages re-published and acknowledged by Kafka (acks=all).",
+		}, name),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_stream_journal_dropped_total",
+			Help: "Messages the journal lost or refused, by reason: cap (size cap), queue_full, closed, write_error, no_topic, corrupt.",
+		}, []string{"journal", "reason"}),
+		bytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_stream_journal_bytes",
+			Help: "Bytes of journal segments on disk.",
+		}, name),
+		segments: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_stream_journal_segments",
+			Help: "Journal segment files on disk.",
+		}, name),
+		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_stream_journal_pending",
+			Help: "Journaled messages not yet acknowledged by Kafka.",
+		}, name),
+		truncated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_stream_journal_truncated_bytes_total",
+			Help: "Bytes cut from torn or corrupt segment tails when the journal was opened.",
+		}, name),
+		replayErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_stream_journal_replay_errors_total",
+			Help: "Failed replay attempts (retried with backoff).",
+		}, name),
+		fsyncErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_stream_journal_fsync_errors_total",
+			Help: "Failed fsyncs of the active journal segment.",
+		}, name),
+		fsyncSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "floodgate_stream_journal_fsync_seconds",
+			Help:    "Duration of one journal fsync.",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 4, 9), // 50µs .. 3.3s
+		}, name),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var errs []error
+	m.journaled = register(reg, m.journaled, &errs)
+	m.replayed = register(reg, m.replayed, &errs)
+	m.dropped = register(reg, m.dropped, &errs)
+	m.bytes = register(reg, m.bytes, &errs)
+	m.segments = register(reg, m.segments, &errs)
+	m.pending = register(reg, m.pending, &errs)
+	m.truncated = register(reg, m.truncated, &errs)
+	m.replayErrors = register(reg, m.replayErrors, &errs)
+	m.fsyncErrors = register(reg, m.fsyncErrors, &errs)
+	m.fsyncSeconds = register(reg, m.fsyncSeconds, &errs)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("register journal metrics: %w", errors.Join(errs...))
+	}
+	return m, nil
+}

@@ -1,0 +1,268 @@
+// Package app wires the adjuster: signals from InfluxDB, the control loop,
+// scales to Redis, adjustment events to Kafka, runtime settings and the audit
+// log in DynamoDB, and the admin API; plus the simulate and token commands.
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/dynamo"
+	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/services/adjuster/internal/admin"
+	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
+	"github.com/floodgate-dev/floodgate/services/adjuster/internal/effects"
+	"github.com/floodgate-dev/floodgate/services/adjuster/internal/loop"
+	"github.com/floodgate-dev/floodgate/services/adjuster/internal/settings"
+	"github.com/floodgate-dev/floodgate/services/adjuster/internal/signals"
+	"github.com/floodgate-dev/floodgate/services/adjuster/internal/simulate"
+)
+
+const usage = `usage:
+  adjuster                      run the control loop and the admin API
+  adjuster simulate [flags]     replay a signal series through candidate rules and plot it
+  adjuster token NAME ROLE      print a new API token and its FLOODGATE_ADJUSTER_TOKENS entry`
+
+// Run dispatches on args (os.Args[1:]).
+func Run(ctx context.Context, args []string, getenv config.Getenv, stdout io.Writer, log *slog.Logger) error {
+	if len(args) == 0 {
+		return Serve(ctx, getenv, log)
+	}
+	switch args[0] {
+	case "simulate":
+		return Simulate(ctx, args[1:], getenv, stdout)
+	case "token":
+		if len(args) != 3 || (args[2] != admin.RoleSRE && args[2] != admin.RoleViewer) {
+			return fmt.Errorf("token: want NAME and ROLE (sre|viewer)\n%s", usage)
+		}
+		tok, err := admin.NewToken()
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "token (give to %s, shown once): %s\nFLOODGATE_ADJUSTER_TOKENS entry: %s:%s:%s\n",
+			args[1], tok, args[1], args[2], admin.HashToken(tok))
+		return err
+	case "-h", "--help", "help":
+		_, err := fmt.Fprintln(stdout, usage)
+		return err
+	}
+	return fmt.Errorf("unknown command %q\n%s", args[0], usage)
+}
+
+// Serve runs the loop and the admin API until ctx is done.
+func Serve(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
+	cfg, err := ConfigFromEnv(getenv)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second})
+	defer rdb.Close()
+	startCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := redisx.Ping(startCtx, rdb); err != nil {
+		return err
+	}
+	ddb, err := dynamo.NewClient(startCtx, dynamo.Options{Endpoint: cfg.DynamoEndpoint, TablePrefix: cfg.DynamoTablePrefix})
+	if err != nil {
+		return err
+	}
+	store := &settings.Dynamo{Client: ddb, RuntimeTable: cfg.DynamoTablePrefix + dynamo.TableRuntimeConfig,
+		AuditTable: cfg.DynamoTablePrefix + dynamo.TableAuditLog}
+
+	influx := influxdb2.NewClient(cfg.InfluxURL, cfg.InfluxToken)
+	defer influx.Close()
+	producer := stream.NewProducer(stream.ProducerConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.AdjustmentsTopic, Logger: log, Registerer: reg})
+	defer producer.Close()
+
+	src := &signals.Influx{Query: influx.QueryAPI(cfg.InfluxOrg), Bucket: cfg.InfluxBucket,
+		Filters: signals.Filters{Hosts: cfg.HostTags, HTTP: cfg.HTTPTags, Abuse: cfg.AbuseTags}}
+	lc := loop.Config{
+		Source: src, Scales: &effects.RedisScales{Client: rdb, Key: cfg.ScalesKey},
+		Publisher: &effects.KafkaAdjustments{Producer: producer, Topic: cfg.AdjustmentsTopic, Source: "floodgate/adjuster"},
+		Series:    &effects.InfluxSeries{Write: influx.WriteAPIBlocking(cfg.InfluxOrg, cfg.InfluxBucket)},
+		Settings:  store, Defaults: cfg.Rules, ActorID: cfg.ActorID, Logger: log, Registerer: reg,
+	}
+	if cfg.PagerRoutingKey != "" {
+		lc.Alerter = effects.NewPagerDuty(cfg.PagerRoutingKey, cfg.PagerURL)
+	}
+	l := loop.New(lc)
+	if err := l.Start(startCtx); err != nil {
+		return fmt.Errorf("start loop: %w", err)
+	}
+	if len(cfg.Tokens) == 0 {
+		log.Warn("no admin API tokens configured (FLOODGATE_ADJUSTER_TOKENS): every admin call will be refused")
+	}
+	srv := admin.NewServer(admin.Config{Tokens: cfg.Tokens, Store: store, Loop: l, Defaults: cfg.Rules, Logger: log, Registry: reg})
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
+	}
+	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return l.Run(gctx) })
+	g.Go(func() error {
+		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		srv.SetReady(false)
+		shutCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		return httpSrv.Shutdown(shutCtx)
+	})
+	srv.SetReady(true)
+	log.Info("adjuster running", "addr", ln.Addr().String(), "scales_key", cfg.ScalesKey, "topic", cfg.AdjustmentsTopic,
+		"tick", l.Settings().Rules.Tick.String(), "settings_version", l.Settings().Version)
+	return g.Wait()
+}
+
+// Simulate runs the simulate command.
+func Simulate(ctx context.Context, args []string, getenv config.Getenv, stdout io.Writer) error {
+	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	series := fs.String("series", "", "CSV series to replay (header "+strings.Join(simulate.CSVHeader, ",")+")")
+	fromInflux := fs.Bool("from-influx", false, "record the series from InfluxDB (FLOODGATE_INFLUX_*) instead")
+	start := fs.String("start", "", "with --from-influx: start time, RFC 3339 or a duration ago such as 2h")
+	stop := fs.String("stop", "", "with --from-influx: stop time, RFC 3339 (default now)")
+	rulesFile := fs.String("rules", "", "candidate rules YAML (default: the built-in rules)")
+	out := fs.String("out", "", "plot file: .html (page with the change table) or .svg")
+	save := fs.String("save", "", "also write the replayed series as CSV (useful with --from-influx)")
+	title := fs.String("title", "", "plot title")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	rules := control.Defaults()
+	if *rulesFile != "" {
+		data, err := os.ReadFile(*rulesFile)
+		if err != nil {
+			return fmt.Errorf("read rules: %w", err)
+		}
+		if rules, err = control.ParseRules(data); err != nil {
+			return fmt.Errorf("%s: %w", *rulesFile, err)
+		}
+	}
+	ext := strings.ToLower(filepath.Ext(*out))
+	if *out == "" || (ext != ".html" && ext != ".svg") {
+		return fmt.Errorf("--out must name a .html or .svg file")
+	}
+	var rows []simulate.Row
+	switch {
+	case *series != "" && !*fromInflux:
+		f, err := os.Open(*series)
+		if err != nil {
+			return fmt.Errorf("open series: %w", err)
+		}
+		rows, err = simulate.ReadCSV(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", *series, err)
+		}
+	case *fromInflux && *series == "":
+		e := config.NewEnv(getenv)
+		now := time.Now().UTC()
+		t0, err := parseWhen(*start, now)
+		if err != nil {
+			return fmt.Errorf("--start: %w", err)
+		}
+		t1 := now
+		if *stop != "" {
+			if t1, err = parseWhen(*stop, now); err != nil {
+				return fmt.Errorf("--stop: %w", err)
+			}
+		}
+		client := influxdb2.NewClient(e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL), e.String("FLOODGATE_INFLUX_TOKEN", ""))
+		defer client.Close()
+		tags := func(name string) (map[string]string, error) { return parseTags(e.String(name, "")) }
+		host, err1 := tags("FLOODGATE_ADJUSTER_HOST_TAGS")
+		httpT, err2 := tags("FLOODGATE_ADJUSTER_HTTP_TAGS")
+		abuse, err3 := tags("FLOODGATE_ADJUSTER_ABUSE_TAGS")
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return err
+		}
+		src := &signals.Influx{Query: client.QueryAPI(e.String("FLOODGATE_INFLUX_ORG", "")),
+			Bucket:  e.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket),
+			Filters: signals.Filters{Hosts: host, HTTP: httpT, Abuse: abuse}}
+		if rows, err = simulate.FromSource(ctx, src, t0, t1, rules.Tick.D(), rules.Window.D()); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("give exactly one of --series FILE or --from-influx")
+	}
+	res, err := simulate.Run(rules, rows, nil)
+	if err != nil {
+		return err
+	}
+	if *save != "" {
+		if err := writeFile(*save, func(w io.Writer) error { return simulate.WriteCSV(w, rows) }); err != nil {
+			return err
+		}
+	}
+	if *title == "" {
+		*title = "Floodgate adjuster what-if"
+		if *rulesFile != "" {
+			*title += ": " + filepath.Base(*rulesFile)
+		}
+	}
+	render := res.SVG
+	if ext == ".html" {
+		render = res.HTML
+	}
+	if err := writeFile(*out, func(w io.Writer) error { return render(w, *title) }); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "%swrote %s\n", res.Summary(), *out)
+	return err
+}
+
+func parseWhen(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, errors.New("required")
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q: want RFC 3339 or a duration ago such as 2h", s)
+	}
+	return t, nil
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", path, err)
+	}
+	return nil
+}

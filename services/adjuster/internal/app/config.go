@@ -1,0 +1,118 @@
+package app
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/services/adjuster/internal/admin"
+	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
+)
+
+// Config is the adjuster's start-up configuration, read from the environment.
+type Config struct {
+	HTTPAddr          string            // FLOODGATE_ADJUSTER_ADDR: admin API, /healthz, /readyz, /metrics
+	RulesFile         string            // FLOODGATE_ADJUSTER_RULES: YAML rules; empty = built-in defaults (= adjuster.yaml)
+	Rules             control.Rules     // parsed from RulesFile
+	Tokens            []admin.Token     // FLOODGATE_ADJUSTER_TOKENS: name:role:sha256hex,…
+	ActorID           string            // FLOODGATE_ADJUSTER_ID: names this loop in adjustment events
+	RedisAddrs        []string          // FLOODGATE_REDIS_ADDRS
+	ScalesKey         string            // FLOODGATE_ADJUSTER_SCALES_KEY (tests only; default fg:scales)
+	KafkaBrokers      []string          // FLOODGATE_KAFKA_BROKERS
+	AdjustmentsTopic  string            // FLOODGATE_ADJUSTMENTS_TOPIC
+	DynamoEndpoint    string            // FLOODGATE_DYNAMODB_ENDPOINT (empty = AWS)
+	DynamoTablePrefix string            // FLOODGATE_DYNAMODB_TABLE_PREFIX
+	InfluxURL         string            // FLOODGATE_INFLUX_URL
+	InfluxToken       string            // FLOODGATE_INFLUX_TOKEN
+	InfluxOrg         string            // FLOODGATE_INFLUX_ORG (ignored by InfluxDB 1.8)
+	InfluxBucket      string            // FLOODGATE_INFLUX_BUCKET ("db/rp" on 1.8)
+	HostTags          map[string]string // FLOODGATE_ADJUSTER_HOST_TAGS: k=v,… narrowing cpu/mem
+	HTTPTags          map[string]string // FLOODGATE_ADJUSTER_HTTP_TAGS: k=v,… narrowing http_responses
+	AbuseTags         map[string]string // FLOODGATE_ADJUSTER_ABUSE_TAGS: k=v,… narrowing abuse_detections/decisions
+	PagerRoutingKey   string            // FLOODGATE_PAGERDUTY_ROUTING_KEY; empty disables paging
+	PagerURL          string            // FLOODGATE_PAGERDUTY_URL
+	ShutdownTimeout   time.Duration     // FLOODGATE_SHUTDOWN_TIMEOUT
+}
+
+// ConfigFromEnv reads and validates the configuration.
+func ConfigFromEnv(getenv config.Getenv) (Config, error) {
+	e := config.NewEnv(getenv)
+	host, _ := os.Hostname()
+	c := Config{
+		HTTPAddr:          e.String("FLOODGATE_ADJUSTER_ADDR", "127.0.0.1:8083"),
+		RulesFile:         e.String("FLOODGATE_ADJUSTER_RULES", ""),
+		ActorID:           e.String("FLOODGATE_ADJUSTER_ID", "adjuster@"+host),
+		RedisAddrs:        e.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs),
+		ScalesKey:         e.String("FLOODGATE_ADJUSTER_SCALES_KEY", redisx.ScalesKey),
+		KafkaBrokers:      e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
+		AdjustmentsTopic:  e.String("FLOODGATE_ADJUSTMENTS_TOPIC", config.DefaultAdjustmentsTopic),
+		DynamoEndpoint:    e.String("FLOODGATE_DYNAMODB_ENDPOINT", ""),
+		DynamoTablePrefix: e.String("FLOODGATE_DYNAMODB_TABLE_PREFIX", ""),
+		InfluxURL:         e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
+		InfluxToken:       e.String("FLOODGATE_INFLUX_TOKEN", ""),
+		InfluxOrg:         e.String("FLOODGATE_INFLUX_ORG", ""),
+		InfluxBucket:      e.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket),
+		PagerRoutingKey:   e.String("FLOODGATE_PAGERDUTY_ROUTING_KEY", ""),
+		PagerURL:          e.String("FLOODGATE_PAGERDUTY_URL", ""),
+		ShutdownTimeout:   e.Duration("FLOODGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
+	}
+	var v config.Check
+	var err error
+	c.HostTags, err = parseTags(e.String("FLOODGATE_ADJUSTER_HOST_TAGS", ""))
+	v.Require(err == nil, "FLOODGATE_ADJUSTER_HOST_TAGS", "%v", err)
+	c.HTTPTags, err = parseTags(e.String("FLOODGATE_ADJUSTER_HTTP_TAGS", ""))
+	v.Require(err == nil, "FLOODGATE_ADJUSTER_HTTP_TAGS", "%v", err)
+	c.AbuseTags, err = parseTags(e.String("FLOODGATE_ADJUSTER_ABUSE_TAGS", ""))
+	v.Require(err == nil, "FLOODGATE_ADJUSTER_ABUSE_TAGS", "%v", err)
+	c.Tokens, err = admin.ParseTokens(e.String("FLOODGATE_ADJUSTER_TOKENS", ""))
+	v.Require(err == nil, "FLOODGATE_ADJUSTER_TOKENS", "%v", err)
+	c.Rules = control.Defaults()
+	if c.RulesFile != "" {
+		data, err := os.ReadFile(c.RulesFile)
+		if err == nil {
+			c.Rules, err = control.ParseRules(data)
+		}
+		v.Require(err == nil, "FLOODGATE_ADJUSTER_RULES", "%s: %v", c.RulesFile, err)
+	}
+	if err := e.Err(); err != nil {
+		return Config{}, err
+	}
+	if err := v.Err(); err != nil {
+		return Config{}, err
+	}
+	return c, c.Validate()
+}
+
+// Validate checks ranges and how fields relate; errors name the variable.
+func (c Config) Validate() error {
+	var v config.Check
+	v.Require(c.HTTPAddr != "", "FLOODGATE_ADJUSTER_ADDR", "required (host:port)")
+	v.Require(len(c.RedisAddrs) > 0, "FLOODGATE_REDIS_ADDRS", "at least one host:port")
+	v.Require(c.ScalesKey != "", "FLOODGATE_ADJUSTER_SCALES_KEY", "must not be empty")
+	v.Require(len(c.KafkaBrokers) > 0, "FLOODGATE_KAFKA_BROKERS", "at least one host:port")
+	v.Require(c.AdjustmentsTopic != "", "FLOODGATE_ADJUSTMENTS_TOPIC", "required")
+	v.Require(c.InfluxURL != "" && c.InfluxBucket != "", "FLOODGATE_INFLUX_URL/FLOODGATE_INFLUX_BUCKET", "required")
+	v.Require(c.ActorID != "" && len(c.ActorID) <= 128, "FLOODGATE_ADJUSTER_ID", "1-128 characters")
+	v.Require(c.ShutdownTimeout > 0, "FLOODGATE_SHUTDOWN_TIMEOUT", "must be positive")
+	v.Require(c.Rules.Validate() == nil, "FLOODGATE_ADJUSTER_RULES", "%v", c.Rules.Validate())
+	return v.Err()
+}
+
+// parseTags reads "k=v,k2=v2".
+func parseTags(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		k, val, ok := strings.Cut(item, "=")
+		if !ok || k == "" || val == "" {
+			return nil, fmt.Errorf("%q: want tag=value", item)
+		}
+		out[k] = val
+	}
+	return out, nil
+}

@@ -1,0 +1,469 @@
+// Package loop runs the adjuster's control loop: every tick it reads the
+// runtime settings and the signals, steps the controller, and applies the
+// changes — scales to Redis first, then adjustment events, then the series.
+package loop
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
+	"github.com/floodgate-dev/floodgate/services/adjuster/internal/effects"
+	"github.com/floodgate-dev/floodgate/services/adjuster/internal/settings"
+)
+
+// Source reads the signals over the window ending at now.
+type Source interface {
+	Read(ctx context.Context, now time.Time, window time.Duration) (control.Signals, error)
+}
+
+// Scales is where the limiter reads the scales from.
+type Scales interface {
+	Load(ctx context.Context) (map[string]float64, error)
+	Set(ctx context.Context, scales map[string]float64) error
+}
+
+// Publisher publishes adjustment.v1 events and returns once they are acknowledged.
+type Publisher interface {
+	Publish(ctx context.Context, adj []events.Adjustment) error
+}
+
+// Series records each tick's scales and signals.
+type Series interface {
+	Record(ctx context.Context, p effects.Point) error
+}
+
+// Alerter pages on-call; key identifies the alert (one incident per key).
+type Alerter interface {
+	Trigger(ctx context.Context, key, summary string, details map[string]any) error
+	Resolve(ctx context.Context, key string) error
+}
+
+// SettingsSource returns the stored runtime settings (found false: none stored).
+type SettingsSource interface {
+	Get(ctx context.Context) (settings.Settings, bool, error)
+}
+
+// Config wires a Loop. Series and Alerter are optional.
+type Config struct {
+	Source    Source
+	Scales    Scales
+	Publisher Publisher
+	Series    Series
+	Alerter   Alerter
+	Settings  SettingsSource
+	// Defaults are the rules from the YAML file, used until settings are stored.
+	Defaults control.Rules
+	// ActorID names this loop in adjustment events, e.g. "adjuster@host-1".
+	ActorID string
+	Now     func() time.Time
+	Logger  *slog.Logger
+	// Registerer gets the floodgate_adjuster_* loop metrics; nil leaves them unregistered.
+	Registerer prometheus.Registerer
+}
+
+// maxPending bounds the adjustment events kept for retry while Kafka is down.
+const maxPending = 10000
+
+// Loop is the control loop. Its methods are safe for concurrent use.
+type Loop struct {
+	cfg   Config
+	m     *metrics
+	nudge chan struct{}
+
+	// tickMu serializes ticks and owns what only a tick touches.
+	tickMu   sync.Mutex
+	ctrl     *control.Controller
+	alerting map[string]bool
+	pending  []events.Adjustment
+	wasDry   bool
+	started  bool
+
+	// mu guards what the admin API reads and writes while a tick runs.
+	mu       sync.Mutex
+	settings settings.Settings
+	status   Status
+}
+
+// Status is what the last tick saw and did.
+type Status struct {
+	At       time.Time           `json:"at"`
+	Version  int64               `json:"settings_version"`
+	DryRun   bool                `json:"dry_run"`
+	Frozen   bool                `json:"frozen"`
+	Scales   map[string]float64  `json:"scales"`
+	Signals  map[string]*float64 `json:"signals"`
+	Stale    []string            `json:"stale"`
+	Engaged  map[string][]string `json:"engaged"`
+	Held     map[string]string   `json:"held"`
+	Changes  []control.Change    `json:"changes"`
+	Override map[string]float64  `json:"overrides"`
+	Errors   []string            `json:"errors,omitempty"`
+	Pending  int                 `json:"pending_events"`
+}
+
+// New returns a loop; call Start (or Run) before Tick.
+func New(cfg Config) *Loop {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Loop{cfg: cfg, m: newMetrics(cfg.Registerer), nudge: make(chan struct{}, 1), alerting: map[string]bool{}}
+}
+
+// Start loads the settings and the current scales, so the controller resumes
+// from what the limiter applies now.
+func (l *Loop) Start(ctx context.Context) error {
+	s, err := l.loadSettings(ctx)
+	if err != nil {
+		return err
+	}
+	scales, err := l.cfg.Scales.Load(ctx)
+	if err != nil {
+		return err
+	}
+	l.tickMu.Lock()
+	defer l.tickMu.Unlock()
+	l.mu.Lock()
+	l.settings = s
+	l.mu.Unlock()
+	l.ctrl = control.NewController(s.Rules, scales)
+	l.wasDry = s.DryRun
+	l.started = true
+	return nil
+}
+
+func (l *Loop) loadSettings(ctx context.Context) (settings.Settings, error) {
+	s, found, err := l.cfg.Settings.Get(ctx)
+	if err != nil {
+		return settings.Settings{}, err
+	}
+	if !found {
+		s = settings.Settings{Rules: l.cfg.Defaults.Clone(), Overrides: map[string]settings.Override{}}
+	}
+	return s, nil
+}
+
+// Nudge asks for a tick now (after a settings change).
+func (l *Loop) Nudge() {
+	select {
+	case l.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// Use makes s the current settings at once (the admin API calls it after a
+// successful write, before the next refresh would see it).
+func (l *Loop) Use(s settings.Settings) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s.Version >= l.settings.Version {
+		l.settings = s
+	}
+}
+
+// Status returns what the last tick saw and did.
+func (l *Loop) Status() Status {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.status
+}
+
+// Settings returns the settings the loop runs with.
+func (l *Loop) Settings() settings.Settings {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.settings.Clone()
+}
+
+// Run ticks every rules.tick (and on Nudge) until ctx is done.
+func (l *Loop) Run(ctx context.Context) error {
+	l.tickMu.Lock()
+	started := l.started
+	l.tickMu.Unlock()
+	if !started {
+		if err := l.Start(ctx); err != nil {
+			return fmt.Errorf("start adjuster loop: %w", err)
+		}
+	}
+	for {
+		tickCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		l.Tick(tickCtx)
+		cancel()
+		l.mu.Lock()
+		tick := l.settings.Rules.Tick.D()
+		l.mu.Unlock()
+		t := time.NewTimer(tick)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		case <-l.nudge:
+			t.Stop()
+		}
+	}
+}
+
+// Tick runs one step of the loop. Failures are logged, counted and kept in
+// Status; a scale change that could not be written is retried next tick.
+func (l *Loop) Tick(ctx context.Context) {
+	l.tickMu.Lock()
+	defer l.tickMu.Unlock()
+	var errs []string
+	fail := func(what string, err error) {
+		l.cfg.Logger.Error("adjuster tick", "step", what, "err", err)
+		l.m.errors.WithLabelValues(what).Inc()
+		errs = append(errs, what+": "+err.Error())
+	}
+
+	// Settings: the stored document wins over the in-memory copy when newer.
+	stored, found, err := l.cfg.Settings.Get(ctx)
+	if err != nil {
+		fail("settings", err)
+	}
+	l.mu.Lock()
+	if found && stored.Version > l.settings.Version {
+		l.settings = stored
+	}
+	st := l.settings.Clone()
+	l.mu.Unlock()
+	now := l.cfg.Now()
+	var current map[string]float64
+	if loaded, err := l.cfg.Scales.Load(ctx); err != nil {
+		fail("load_scales", err)
+	} else {
+		current = loaded
+	}
+	l.ctrl.SetRules(st.Rules, current)
+	if l.wasDry && !st.DryRun && current != nil {
+		// Back from a dry run: continue from the scales actually applied (a scope
+		// never written is at its maximum, where every scope starts).
+		for scope, b := range st.Rules.Scopes {
+			v, ok := current[scope]
+			if !ok {
+				v = b.Max
+			}
+			l.ctrl.Reset(scope, v)
+		}
+		l.cfg.Logger.Info("dry run ended; resuming from applied scales", "scales", l.ctrl.Scales())
+	}
+	l.wasDry = st.DryRun
+
+	sig, err := l.cfg.Source.Read(ctx, now, st.Rules.Window.D())
+	if err != nil {
+		fail("signals", err)
+		sig = control.Signals{}
+	}
+	overrides := st.Active(now)
+	out := l.ctrl.Step(control.Input{Now: now, Signals: sig, Overrides: overrides, Frozen: st.Frozen})
+	l.alert(ctx, now, out.Stale, sig)
+
+	// Which changes take effect: all of them live; only operator overrides in a dry run.
+	write := map[string]float64{}
+	if !st.DryRun {
+		maps.Copy(write, l.ctrl.Scales())
+	}
+	var applied []control.Change
+	for _, ch := range out.Changes {
+		if !st.DryRun || ch.Rule == control.RuleOverride {
+			write[ch.Scope] = ch.New
+			applied = append(applied, ch)
+		}
+	}
+	writeOK := true
+	if len(write) > 0 && current != nil && !equalScales(write, current) {
+		if err := l.cfg.Scales.Set(ctx, write); err != nil {
+			fail("write_scales", err)
+			writeOK = false
+		}
+	} else if len(applied) > 0 && current == nil {
+		// Redis could not even be read: do not pretend anything was applied.
+		writeOK = false
+	}
+	var adj []events.Adjustment
+	for _, ch := range out.Changes {
+		dry := st.DryRun && ch.Rule != control.RuleOverride
+		if !dry && !writeOK {
+			continue // retried next tick: the controller did not move
+		}
+		l.ctrl.Commit(now, ch)
+		adj = append(adj, l.event(now, ch, dry, sig, st))
+		l.m.adjustments.WithLabelValues(ch.Scope, ch.Rule, fmt.Sprint(dry)).Inc()
+		l.cfg.Logger.Info("scale change", "scope", ch.Scope, "old", ch.Old, "new", ch.New, "rule", ch.Rule, "why", ch.Why, "dry_run", dry)
+	}
+	l.pending = append(l.pending, adj...)
+	if len(l.pending) > maxPending {
+		l.m.dropped.Add(float64(len(l.pending) - maxPending))
+		l.pending = l.pending[len(l.pending)-maxPending:]
+	}
+	if len(l.pending) > 0 {
+		if err := l.cfg.Publisher.Publish(ctx, l.pending); err != nil {
+			fail("publish", err)
+		} else {
+			l.pending = nil
+		}
+	}
+	scales := l.ctrl.Scales()
+	if l.cfg.Series != nil {
+		if err := l.cfg.Series.Record(ctx, effects.Point{At: now, Scales: scales, Signals: sig, DryRun: st.DryRun, Frozen: st.Frozen}); err != nil {
+			fail("series", err)
+		}
+	}
+	for scope, v := range scales {
+		l.m.scale.WithLabelValues(scope, fmt.Sprint(st.DryRun)).Set(v)
+	}
+	outcome := "ok"
+	switch {
+	case len(errs) > 0:
+		outcome = "error"
+	case st.Frozen:
+		outcome = "frozen"
+	case st.DryRun:
+		outcome = "dry_run"
+	}
+	l.m.ticks.WithLabelValues(outcome).Inc()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.status = Status{
+		At: now, Version: st.Version, DryRun: st.DryRun, Frozen: st.Frozen, Scales: scales,
+		Signals: signalMap(sig), Stale: out.Stale, Engaged: l.ctrl.Engaged(), Held: out.Held,
+		Changes: out.Changes, Override: overrides, Errors: errs, Pending: len(l.pending),
+	}
+}
+
+// alert logs, counts and pages when a signal goes missing or stale, and resolves when it returns.
+func (l *Loop) alert(ctx context.Context, now time.Time, stale []string, sig control.Signals) {
+	for _, name := range control.AllSignals {
+		isStale := slices.Contains(stale, name)
+		if isStale {
+			l.m.stale.WithLabelValues(name).Inc()
+			l.m.fresh.WithLabelValues(name).Set(0)
+		} else {
+			l.m.fresh.WithLabelValues(name).Set(1)
+			if r := sig.Get(name); r.OK {
+				l.m.signal.WithLabelValues(name).Set(r.Value)
+			}
+		}
+		switch {
+		case isStale && !l.alerting[name]:
+			l.alerting[name] = true
+			last := sig.Get(name).At
+			l.cfg.Logger.Warn("signal missing or stale: holding scales that depend on it", "signal", name, "last_point", last)
+			l.m.alerts.WithLabelValues(name).Inc()
+			if l.cfg.Alerter != nil {
+				summary := fmt.Sprintf("Floodgate adjuster: signal %s is missing or stale; limits will not rise", name)
+				if err := l.cfg.Alerter.Trigger(ctx, "signal:"+name, summary, map[string]any{"signal": name, "last_point": last, "checked_at": now}); err != nil {
+					l.cfg.Logger.Error("page", "signal", name, "err", err)
+				}
+			}
+		case !isStale && l.alerting[name]:
+			delete(l.alerting, name)
+			l.cfg.Logger.Info("signal fresh again", "signal", name)
+			if l.cfg.Alerter != nil {
+				if err := l.cfg.Alerter.Resolve(ctx, "signal:"+name); err != nil {
+					l.cfg.Logger.Error("resolve page", "signal", name, "err", err)
+				}
+			}
+		}
+	}
+}
+
+func (l *Loop) event(now time.Time, ch control.Change, dry bool, sig control.Signals, st settings.Settings) events.Adjustment {
+	actor := events.Actor{Kind: events.ActorLoop, ID: l.cfg.ActorID}
+	reason := ch.Why
+	if ch.Rule == control.RuleOverride {
+		if o, ok := st.Overrides[ch.Scope]; ok {
+			actor = events.Actor{Kind: events.ActorOperator, ID: o.Actor}
+			reason = fmt.Sprintf("%s until %s: %s", ch.Why, o.ExpiresAt.UTC().Format(time.RFC3339), o.Reason)
+		}
+	}
+	if sig.AbuseRate.OK {
+		reason += fmt.Sprintf(" (abuse share of decisions %.4g)", sig.AbuseRate.Value)
+	}
+	if len(reason) > events.MaxReasonLen {
+		reason = reason[:events.MaxReasonLen]
+	}
+	value := func(r control.Reading) float64 {
+		if r.OK {
+			return r.Value
+		}
+		return 0
+	}
+	return events.Adjustment{
+		ID: uuid.NewString(), TS: now, Scope: ch.Scope, OldScale: ch.Old, NewScale: ch.New,
+		Signals: events.Signals{CPU: value(sig.CPU), ErrorRate: value(sig.ErrorRate), AbuseRate: sig.AbusePerSec},
+		Rule:    ch.Rule, DryRun: dry, Actor: actor, Reason: strings.ToValidUTF8(reason, "?"),
+	}
+}
+
+func equalScales(want, have map[string]float64) bool {
+	for k, v := range want {
+		if h, ok := have[k]; !ok || h != v {
+			return false
+		}
+	}
+	return true
+}
+
+func signalMap(sig control.Signals) map[string]*float64 {
+	out := map[string]*float64{}
+	for _, name := range control.AllSignals {
+		if r := sig.Get(name); r.OK {
+			v := r.Value
+			out[name] = &v
+		} else {
+			out[name] = nil
+		}
+	}
+	return out
+}
+
+type metrics struct {
+	ticks       *prometheus.CounterVec
+	adjustments *prometheus.CounterVec
+	errors      *prometheus.CounterVec
+	stale       *prometheus.CounterVec
+	alerts      *prometheus.CounterVec
+	dropped     prometheus.Counter
+	fresh       *prometheus.GaugeVec
+	signal      *prometheus.GaugeVec
+	scale       *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
+	return &metrics{
+		ticks: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_adjuster_ticks_total",
+			Help: "Loop ticks by outcome (ok, dry_run, frozen, error)."}, []string{"outcome"}),
+		adjustments: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_adjuster_adjustments_total",
+			Help: "Scale changes by scope, rule and dry_run."}, []string{"scope", "rule", "dry_run"}),
+		errors: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_adjuster_errors_total",
+			Help: "Tick step failures by step (settings, signals, load_scales, write_scales, publish, series)."}, []string{"step"}),
+		stale: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_adjuster_stale_signals_total",
+			Help: "Ticks at which a signal was missing or stale."}, []string{"signal"}),
+		alerts: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_adjuster_alerts_total",
+			Help: "Alerts raised because a signal went missing or stale."}, []string{"signal"}),
+		dropped: f.NewCounter(prometheus.CounterOpts{Name: "floodgate_adjuster_dropped_events_total",
+			Help: "Adjustment events dropped because too many were waiting for Kafka."}),
+		fresh: f.NewGaugeVec(prometheus.GaugeOpts{Name: "floodgate_adjuster_signal_fresh",
+			Help: "1 when the signal was fresh at the last tick."}, []string{"signal"}),
+		signal: f.NewGaugeVec(prometheus.GaugeOpts{Name: "floodgate_adjuster_signal",
+			Help: "The signal's value at the last tick (fraction)."}, []string{"signal"}),
+		scale: f.NewGaugeVec(prometheus.GaugeOpts{Name: "floodgate_adjuster_scale",
+			Help: "Each scope's scale after the last tick."}, []string{"scope", "dry_run"}),
+	}
+}

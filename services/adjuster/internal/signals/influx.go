@@ -1,0 +1,211 @@
+// Package signals reads the adjuster's inputs from InfluxDB with Flux queries.
+//
+// What is read (all over the window ending at the step's time):
+//
+//	cpu               Telegraf's cpu input: 1 - mean(usage_idle)/100 where cpu = "cpu-total"
+//	mem               Telegraf's mem input: mean(used_percent)/100
+//	error rate        http_responses (field count = responses since the previous point,
+//	                  tag code_class = 1xx..5xx): sum(5xx) / sum(all)
+//	abuse rate        abuse_detections (written by the detector; field event_count = the
+//	                  decisions that made up the detection) over decisions (field count =
+//	                  decisions since the previous point): sum(event_count) / sum(count)
+//
+// A signal with no point in the window is missing (Reading.OK false); the time of
+// the newest point decides whether it is stale.
+package signals
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/influxdata/influxdb-client-go/v2/api"
+
+	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
+)
+
+// Measurement and field names the queries read.
+const (
+	MeasurementHTTPResponses   = "http_responses"
+	MeasurementDecisions       = "decisions"
+	MeasurementAbuseDetections = "abuse_detections"
+)
+
+// Filters narrow each query to a fleet: tag = value pairs ANDed together.
+type Filters struct {
+	// Hosts applies to cpu and mem (e.g. {"role": "api"}).
+	Hosts map[string]string
+	// HTTP applies to http_responses (e.g. {"service": "gateway"}).
+	HTTP map[string]string
+	// Abuse applies to abuse_detections and decisions.
+	Abuse map[string]string
+}
+
+// Influx reads signals with Flux from InfluxDB 2.x or 1.8 (bucket "db/rp").
+type Influx struct {
+	Query   api.QueryAPI
+	Bucket  string
+	Filters Filters
+}
+
+// Read returns the signals over the window (how far back each query
+// aggregates) ending at now.
+func (x *Influx) Read(ctx context.Context, now time.Time, win time.Duration) (control.Signals, error) {
+	var s control.Signals
+	if win <= 0 {
+		return s, fmt.Errorf("read signals: window %s must be positive", win)
+	}
+	start, stop := now.Add(-win), now
+	idle, err := x.aggregate(ctx, start, stop, "cpu", "usage_idle", merge(x.Filters.Hosts, map[string]string{"cpu": "cpu-total"}), "mean")
+	if err != nil {
+		return s, fmt.Errorf("read cpu: %w", err)
+	}
+	if idle.OK {
+		s.CPU = control.Reading{Value: clamp01(1 - idle.Value/100), At: idle.At, OK: true}
+	}
+	mem, err := x.aggregate(ctx, start, stop, "mem", "used_percent", x.Filters.Hosts, "mean")
+	if err != nil {
+		return s, fmt.Errorf("read mem: %w", err)
+	}
+	if mem.OK {
+		s.Mem = control.Reading{Value: clamp01(mem.Value / 100), At: mem.At, OK: true}
+	}
+	all, err := x.aggregate(ctx, start, stop, MeasurementHTTPResponses, "count", x.Filters.HTTP, "sum")
+	if err != nil {
+		return s, fmt.Errorf("read http responses: %w", err)
+	}
+	if all.OK && all.Value > 0 {
+		five, err := x.aggregate(ctx, start, stop, MeasurementHTTPResponses, "count", merge(x.Filters.HTTP, map[string]string{"code_class": "5xx"}), "sum")
+		if err != nil {
+			return s, fmt.Errorf("read http 5xx: %w", err)
+		}
+		s.ErrorRate = control.Reading{Value: clamp01(five.Value / all.Value), At: all.At, OK: true}
+	}
+	decisions, err := x.aggregate(ctx, start, stop, MeasurementDecisions, "count", x.Filters.Abuse, "sum")
+	if err != nil {
+		return s, fmt.Errorf("read decisions: %w", err)
+	}
+	if decisions.OK && decisions.Value > 0 {
+		abusive, err := x.aggregate(ctx, start, stop, MeasurementAbuseDetections, "event_count", x.Filters.Abuse, "sum")
+		if err != nil {
+			return s, fmt.Errorf("read abuse detections: %w", err)
+		}
+		detections, err := x.aggregate(ctx, start, stop, MeasurementAbuseDetections, "event_count", x.Filters.Abuse, "count")
+		if err != nil {
+			return s, fmt.Errorf("count abuse detections: %w", err)
+		}
+		s.AbuseRate = control.Reading{Value: clamp01(abusive.Value / decisions.Value), At: decisions.At, OK: true}
+		s.AbusePerSec = detections.Value / win.Seconds()
+	}
+	return s, nil
+}
+
+// agg is one aggregate and the time of the newest point it covered.
+type agg struct {
+	Value float64
+	At    time.Time
+	OK    bool
+}
+
+// aggregate runs fn (mean, sum or count) over one field across every series
+// that matches, and finds the newest point's time, in one query.
+func (x *Influx) aggregate(ctx context.Context, start, stop time.Time, measurement, field string, tags map[string]string, fn string) (agg, error) {
+	q := FluxAggregate(x.Bucket, start, stop, measurement, field, tags, fn)
+	res, err := x.Query.Query(ctx, q)
+	if err != nil {
+		return agg{}, err
+	}
+	defer res.Close()
+	var out agg
+	var haveValue bool
+	for res.Next() {
+		rec := res.Record()
+		switch rec.Result() {
+		case "agg":
+			v, ok := toFloat(rec.Value())
+			if ok && !math.IsNaN(v) {
+				out.Value, haveValue = v, true
+			}
+		case "last":
+			if ts, ok := rec.ValueByKey("_time").(time.Time); ok {
+				out.At = ts
+			}
+		}
+	}
+	if err := res.Err(); err != nil {
+		return agg{}, err
+	}
+	out.OK = haveValue && !out.At.IsZero()
+	return out, nil
+}
+
+// FluxAggregate builds the query aggregate runs. Every value from
+// configuration is quoted as a Flux string literal.
+func FluxAggregate(bucket string, start, stop time.Time, measurement, field string, tags map[string]string, fn string) string {
+	var f strings.Builder
+	fmt.Fprintf(&f, "r._measurement == %s and r._field == %s", Quote(measurement), Quote(field))
+	for _, k := range slices.Sorted(maps.Keys(tags)) {
+		fmt.Fprintf(&f, " and r[%s] == %s", Quote(k), Quote(tags[k]))
+	}
+	return fmt.Sprintf(`data = from(bucket: %s)
+  |> range(start: %s, stop: %s)
+  |> filter(fn: (r) => %s)
+  |> toFloat()
+  |> group()
+data |> %s() |> yield(name: "agg")
+data |> max(column: "_time") |> keep(columns: ["_time"]) |> yield(name: "last")
+`, Quote(bucket), start.UTC().Format(time.RFC3339Nano), stop.UTC().Format(time.RFC3339Nano), f.String(), fn)
+}
+
+// Quote returns s as a Flux string literal: backslash, double quote and the
+// interpolation opener "${" are escaped, so no value can end the literal or
+// splice an expression into the query.
+func Quote(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\' || c == '"':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c == '$' && i+1 < len(s) && s[i+1] == '{':
+			b.WriteString(`\$`)
+		case c == '\n':
+			b.WriteString(`\n`)
+		case c == '\r':
+			b.WriteString(`\r`)
+		case c == '\t':
+			b.WriteString(`\t`)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+func merge(a, b map[string]string) map[string]string {
+	out := make(map[string]string, len(a)+len(b))
+	maps.Copy(out, a)
+	maps.Copy(out, b)
+	return out
+}
+
+func toFloat(v any) (float64, bool) {
+	switch n := v.(type) {
+	case float64:
+		return n, true
+	case int64:
+		return float64(n), true
+	case uint64:
+		return float64(n), true
+	}
+	return 0, false
+}
+
+func clamp01(v float64) float64 { return math.Min(1, math.Max(0, v)) }

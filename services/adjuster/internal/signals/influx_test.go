@@ -1,0 +1,124 @@
+package signals
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
+	"github.com/influxdata/influxdb-client-go/v2/api/write"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/config"
+)
+
+// TestInfluxReadsSignals writes Telegraf-shaped and Floodgate points tagged
+// with a value no other run uses into the real InfluxDB, then reads them back
+// through the Flux queries.
+func TestInfluxReadsSignals(t *testing.T) {
+	env := config.NewEnv(os.Getenv)
+	url := env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL)
+	bucket := env.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket)
+	client := influxdb2.NewClient(url, env.String("FLOODGATE_INFLUX_TOKEN", ""))
+	t.Cleanup(client.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ok, err := client.Ping(ctx)
+	require.NoError(t, err, "influxdb at %s is not reachable — start the local stack with `make up`", url)
+	require.True(t, ok)
+
+	run := "adjtest_" + strings.ReplaceAll(time.Now().UTC().Format("150405.000000000"), ".", "_")
+	now := time.Now().UTC().Truncate(time.Second)
+	at := func(ago time.Duration) time.Time { return now.Add(-ago) }
+	hosts := map[string]string{"fleet": run}
+	pts := []*write.Point{
+		influxdb2.NewPoint("cpu", map[string]string{"fleet": run, "cpu": "cpu-total", "host": "a"}, map[string]any{"usage_idle": 20.0}, at(40*time.Second)),
+		influxdb2.NewPoint("cpu", map[string]string{"fleet": run, "cpu": "cpu-total", "host": "b"}, map[string]any{"usage_idle": 10.0}, at(20*time.Second)),
+		// A per-core series must not count.
+		influxdb2.NewPoint("cpu", map[string]string{"fleet": run, "cpu": "cpu0", "host": "a"}, map[string]any{"usage_idle": 99.0}, at(10*time.Second)),
+		influxdb2.NewPoint("mem", map[string]string{"fleet": run, "host": "a"}, map[string]any{"used_percent": 50.0}, at(30*time.Second)),
+		influxdb2.NewPoint(MeasurementHTTPResponses, map[string]string{"fleet": run, "code_class": "2xx"}, map[string]any{"count": int64(880)}, at(30*time.Second)),
+		influxdb2.NewPoint(MeasurementHTTPResponses, map[string]string{"fleet": run, "code_class": "4xx"}, map[string]any{"count": int64(20)}, at(30*time.Second)),
+		influxdb2.NewPoint(MeasurementHTTPResponses, map[string]string{"fleet": run, "code_class": "5xx"}, map[string]any{"count": int64(100)}, at(15*time.Second)),
+		influxdb2.NewPoint(MeasurementDecisions, map[string]string{"fleet": run}, map[string]any{"count": int64(600)}, at(50*time.Second)),
+		influxdb2.NewPoint(MeasurementDecisions, map[string]string{"fleet": run}, map[string]any{"count": int64(400)}, at(5*time.Second)),
+		influxdb2.NewPoint(MeasurementAbuseDetections, map[string]string{"fleet": run, "pattern": "rapid_fire"}, map[string]any{"event_count": int64(150), "count": int64(1)}, at(25*time.Second)),
+		influxdb2.NewPoint(MeasurementAbuseDetections, map[string]string{"fleet": run, "pattern": "rapid_fire"}, map[string]any{"event_count": int64(50), "count": int64(1)}, at(24*time.Second)),
+	}
+	require.NoError(t, client.WriteAPIBlocking("", bucket).WritePoint(ctx, pts...))
+
+	src := &Influx{
+		Query: client.QueryAPI(""), Bucket: bucket,
+		Filters: Filters{Hosts: hosts, HTTP: map[string]string{"fleet": run}, Abuse: map[string]string{"fleet": run}},
+	}
+	t.Run("fresh window", func(t *testing.T) {
+		s, err := src.Read(ctx, now.Add(time.Second), time.Minute)
+		require.NoError(t, err)
+		require.True(t, s.CPU.OK && s.Mem.OK && s.ErrorRate.OK && s.AbuseRate.OK, "%+v", s)
+		require.InDelta(t, 0.85, s.CPU.Value, 1e-9, "1 - mean(20, 10)/100")
+		require.Equal(t, at(20*time.Second), s.CPU.At)
+		require.InDelta(t, 0.5, s.Mem.Value, 1e-9)
+		require.InDelta(t, 0.1, s.ErrorRate.Value, 1e-9, "100 of 1000")
+		require.Equal(t, at(15*time.Second), s.ErrorRate.At)
+		require.InDelta(t, 0.2, s.AbuseRate.Value, 1e-9, "200 of 1000 decisions")
+		require.Equal(t, at(5*time.Second), s.AbuseRate.At)
+		require.InDelta(t, 2.0/60, s.AbusePerSec, 1e-9)
+	})
+	t.Run("a window past every point reads missing signals", func(t *testing.T) {
+		s, err := src.Read(ctx, now.Add(5*time.Minute), time.Minute)
+		require.NoError(t, err)
+		require.False(t, s.CPU.OK || s.Mem.OK || s.ErrorRate.OK || s.AbuseRate.OK, "%+v", s)
+	})
+	t.Run("a filter nothing matches reads missing signals", func(t *testing.T) {
+		other := *src
+		other.Filters = Filters{Hosts: map[string]string{"fleet": run + "_none"}, HTTP: map[string]string{"fleet": `x" or true or "`}}
+		s, err := other.Read(ctx, now.Add(time.Second), time.Minute)
+		require.NoError(t, err)
+		require.False(t, s.CPU.OK || s.Mem.OK || s.ErrorRate.OK, "%+v", s)
+	})
+	t.Run("a query error is returned", func(t *testing.T) {
+		other := *src
+		other.Bucket = "no_such_db_" + run + "/rp"
+		_, err := other.Read(ctx, now, time.Minute)
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "read cpu")
+	})
+}
+
+func TestQuote(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"floodgate/d30", `"floodgate/d30"`},
+		{`a"b`, `"a\"b"`},
+		{`back\slash`, `"back\\slash"`},
+		{"${x}", `"\${x}"`},
+		{"$5", `"$5"`},
+		{"line\nbreak", `"line\nbreak"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.in, func(t *testing.T) { require.Equal(t, tc.want, Quote(tc.in)) })
+	}
+}
+
+// FuzzQuote: the literal never ends early and never opens an interpolation.
+func FuzzQuote(f *testing.F) {
+	for _, s := range []string{"", `"`, `\`, "${", `\${`, `$\{`, "a\"b${c}"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		q := Quote(s)
+		body := q[1 : len(q)-1]
+		for i := 0; i < len(body); i++ {
+			switch body[i] {
+			case '\\':
+				i++ // escaped byte
+				require.Less(t, i, len(body), "dangling backslash in %q", q)
+			case '"':
+				t.Fatalf("unescaped quote in %q", q)
+			case '$':
+				require.False(t, i+1 < len(body) && body[i+1] == '{', "interpolation in %q", q)
+			}
+		}
+	})
+}

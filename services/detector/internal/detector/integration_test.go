@@ -1,0 +1,288 @@
+package detector
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/migrations"
+	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/dynamo"
+	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/services/detector/internal/score"
+)
+
+// dynamoRecords creates the detector's tables under a unique prefix in
+// DynamoDB Local (FLOODGATE_DYNAMODB_ENDPOINT) and drops them afterwards.
+func dynamoRecords(t *testing.T) *DynamoRecords {
+	t.Helper()
+	ctx := context.Background()
+	endpoint := config.NewEnv(os.Getenv).String("FLOODGATE_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000")
+	ddb, err := dynamo.NewClient(ctx, dynamo.Options{Endpoint: endpoint})
+	require.NoError(t, err)
+	ms, err := migrations.Load()
+	require.NoError(t, err)
+	prefix := fmt.Sprintf("det%d_", time.Now().UnixNano())
+	var specs []migrations.TableSpec
+	for _, m := range ms {
+		for _, tb := range m.DynamoDB.Tables {
+			if tb.Name == dynamo.TableAbuseRecords || tb.Name == dynamo.TableRuntimeConfig {
+				specs = append(specs, tb)
+			}
+		}
+	}
+	require.Len(t, specs, 2)
+	require.NoError(t, (&migrations.Dynamo{Client: ddb, Prefix: prefix}).Apply(ctx, specs, func(string) {}), "DynamoDB Local at %s (make up)", endpoint)
+	t.Cleanup(func() {
+		for _, tb := range specs {
+			_, _ = ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(prefix + tb.Name)})
+		}
+	})
+	return &DynamoRecords{Client: ddb, AbuseTable: prefix + dynamo.TableAbuseRecords, RuntimeTable: prefix + dynamo.TableRuntimeConfig, Retention: 90 * 24 * time.Hour}
+}
+
+// botBurst sends a rapid-fire burst for p starting at start through d and
+// returns how many events it took to detect.
+func botBurst(t *testing.T, d *Detector, p events.Principal, start time.Time, ip string) {
+	t.Helper()
+	for i := 0; i < 2000; i++ {
+		ev := decision(p, start.Add(time.Duration(i)*5*time.Millisecond), ip, "/a")
+		ev.ID = fmt.Sprintf("e%d", i)
+		require.NoError(t, d.Handle(context.Background(), kafka.Message{Partition: 1, Offset: int64(i), Value: encodeDecision(t, ev)}))
+	}
+}
+
+func TestDetectorRecordsEscalatesAndIsIdempotent(t *testing.T) {
+	records := dynamoRecords(t)
+	pub := &flakyPublisher{}
+	d := newTestDetector(t, pub, func(c *Config) { c.Records = records })
+	ctx := context.Background()
+	bot := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "esc")}
+	now := time.Now().UTC().Truncate(time.Second)
+
+	botBurst(t, d, bot, now.Add(-10*time.Minute), "203.0.113.9")
+	botBurst(t, d, bot, now.Add(-5*time.Minute), "203.0.113.9")
+	require.Len(t, pub.msgs, 2, "two detections, a cool-down apart")
+	var got []events.Abuse
+	for _, m := range pub.msgs {
+		a, err := events.DecodeAbuse(m.Value)
+		require.NoError(t, err)
+		got = append(got, a)
+	}
+	require.Equal(t, int64(1), got[0].Penalty.Level)
+	require.Equal(t, int64(2), got[1].Penalty.Level, "a repeat offender escalates")
+	ttl1 := got[0].Penalty.ExpiresAt.Sub(got[0].DetectedAt)
+	ttl2 := got[1].Penalty.ExpiresAt.Sub(got[1].DetectedAt)
+	require.InDelta(t, float64(time.Hour), float64(ttl1), float64(6*time.Minute)+1, "base TTL ±10%% jitter")
+	require.InDelta(t, float64(2*time.Hour), float64(ttl2), float64(12*time.Minute)+1, "doubled ±10%% jitter")
+
+	// The stored record: one per detection, IPs truncated, day index filled.
+	out, err := records.Client.Query(ctx, &dynamodb.QueryInput{TableName: aws.String(records.AbuseTable),
+		KeyConditionExpression:    aws.String("pk = :pk"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: bot.Key()}}})
+	require.NoError(t, err)
+	require.Len(t, out.Items, 2)
+	stored, err := events.DecodeAbuse([]byte(str(out.Items[0]["event"])))
+	require.NoError(t, err)
+	require.Equal(t, netip.MustParseAddr("203.0.113.0"), stored.Evidence.TopIPs[0].IP, "truncated to the /24")
+	require.Equal(t, "day#"+got[0].DetectedAt.Format("2006-01-02"), str(out.Items[0]["gsi1pk"]))
+
+	// Replaying the second detection: same id, same level, same penalty, no new record.
+	require.NoError(t, records.Put(ctx, &got[1]))
+	n, err := records.PriorOffenses(ctx, bot, got[1].DetectedAt, 24*time.Hour, got[1].ID)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	fresh := newTestDetector(t, &flakyPublisher{}, func(c *Config) { c.Records = records })
+	replay := &flakyPublisher{}
+	fresh.cfg.Publisher = replay
+	botBurst(t, fresh, bot, now.Add(-5*time.Minute), "203.0.113.9")
+	require.Len(t, replay.msgs, 1)
+	again, err := events.DecodeAbuse(replay.msgs[0].Value)
+	require.NoError(t, err)
+	require.Equal(t, got[1].ID, again.ID)
+	require.Equal(t, got[1].Penalty, again.Penalty, "replays are idempotent: same level, same jittered expiry")
+}
+
+func TestDetectorAllowlist(t *testing.T) {
+	records := dynamoRecords(t)
+	ctx := context.Background()
+	allowedBot := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "allowed")}
+	require.NoError(t, records.PutAllow(ctx, AllowEntry{Principal: allowedBot.Key(), ExpiresAt: time.Now().Add(time.Hour), Comment: "load test of a partner", CreatedBy: "alice"}))
+	require.NoError(t, records.PutAllow(ctx, AllowEntry{CIDR: netip.MustParsePrefix("192.0.2.0/24"), ExpiresAt: time.Now().Add(time.Hour), Comment: "office", CreatedBy: "bob"}))
+	require.NoError(t, records.PutAllow(ctx, AllowEntry{CIDR: netip.MustParsePrefix("198.18.0.0/15"), ExpiresAt: time.Now().Add(-time.Hour), Comment: "expired", CreatedBy: "bob"}))
+	entries, err := records.LoadAllowlist(ctx, time.Now())
+	require.NoError(t, err)
+	require.Len(t, entries, 2, "the expired entry is not loaded")
+	allow := &Allowlist{}
+	allow.Set(entries)
+
+	cases := []struct {
+		name      string
+		principal events.Principal
+		ip        string
+		penalized bool
+	}{
+		{"allowlisted principal", allowedBot, "203.0.113.9", false},
+		{"from an allowlisted CIDR", events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "office")}, "192.0.2.44", false},
+		{"expired CIDR entry does not protect", events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "exp")}, "198.18.0.1", true},
+		{"anyone else", events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "other")}, "203.0.113.9", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pub := &flakyPublisher{}
+			d := newTestDetector(t, pub, func(c *Config) { c.Records = records; c.Allowlist = allow })
+			botBurst(t, d, tc.principal, time.Now().Add(-time.Minute), tc.ip)
+			m, _, err := d.cfg.Penalties.Get(ctx, tc.principal)
+			require.NoError(t, err)
+			if tc.penalized {
+				require.Equal(t, 0.1, m)
+				require.Len(t, pub.msgs, 1)
+			} else {
+				require.Equal(t, 1.0, m)
+				require.Empty(t, pub.msgs)
+			}
+		})
+	}
+}
+
+type alerts struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+func (a *alerts) Alert(_ context.Context, key, _ string, _ map[string]any) error {
+	a.mu.Lock()
+	a.keys = append(a.keys, key)
+	a.mu.Unlock()
+	return nil
+}
+
+func TestBlastRadiusGuardHoldsEnforcementAndPages(t *testing.T) {
+	pub := &flakyPublisher{}
+	al := &alerts{}
+	d := newTestDetector(t, pub, func(c *Config) { c.BlastLimit = 3; c.Alerter = al })
+	run := redistest.Unique(t, "blast")
+	start := time.Now().Add(-time.Minute)
+	for b := 0; b < 5; b++ {
+		botBurst(t, d, events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("%s_%d", run, b)}, start, "203.0.113.9")
+	}
+	require.Len(t, pub.msgs, 5)
+	modes := map[events.PenaltyMode]int{}
+	for _, m := range pub.msgs {
+		a, err := events.DecodeAbuse(m.Value)
+		require.NoError(t, err)
+		modes[a.Penalty.Mode]++
+	}
+	require.Equal(t, map[events.PenaltyMode]int{events.PenaltyEnforced: 3, events.PenaltySimulated: 2}, modes)
+	require.Equal(t, []string{"floodgate:blast_radius:rapid_fire"}, al.keys, "one page for the hold")
+	m, _, err := d.cfg.Penalties.Get(context.Background(), events.Principal{Kind: events.PrincipalBot, ID: run + "_4"})
+	require.NoError(t, err)
+	require.Equal(t, 1.0, m, "held: no penalty written")
+}
+
+func TestSimulatedPatternWritesNoPenalty(t *testing.T) {
+	pub := &flakyPublisher{}
+	d := newTestDetector(t, pub, func(c *Config) {
+		c.Policies[score.RapidFire] = PatternPolicy{Multiplier: 0.1, TTL: time.Hour, Enforce: false}
+	})
+	bot := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "shadow")}
+	botBurst(t, d, bot, time.Now().Add(-time.Minute), "203.0.113.9")
+	require.Len(t, pub.msgs, 1)
+	a, err := events.DecodeAbuse(pub.msgs[0].Value)
+	require.NoError(t, err)
+	require.Equal(t, events.PenaltySimulated, a.Penalty.Mode)
+	m, _, err := d.cfg.Penalties.Get(context.Background(), bot)
+	require.NoError(t, err)
+	require.Equal(t, 1.0, m)
+}
+
+type pdReceiver struct {
+	mu     sync.Mutex
+	events []map[string]any
+}
+
+func (r *pdReceiver) serve(t *testing.T) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var ev map[string]any
+		_ = json.NewDecoder(req.Body).Decode(&ev)
+		r.mu.Lock()
+		r.events = append(r.events, ev)
+		r.mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = io.WriteString(w, `{"status":"success","dedup_key":"x"}`)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func (r *pdReceiver) actions() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, e := range r.events {
+		out = append(out, fmt.Sprint(e["event_action"], " ", e["dedup_key"]))
+	}
+	return out
+}
+
+func TestPagerTriggersCapsAndResolvesWhenThePenaltyIsLifted(t *testing.T) {
+	rdb := redistest.Client(t)
+	ctx := context.Background()
+	recv := &pdReceiver{}
+	url := recv.serve(t)
+	p, err := NewPager(PagerConfig{RoutingKey: "rk", Endpoint: url, MinSeverity: "critical", PerMinute: 2, Redis: rdb, Now: time.Now,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	t.Cleanup(func() { rdb.Del(ctx, OpenIncidentsKey) })
+	store := NewPenaltyStore(rdb)
+
+	var bots []events.Principal
+	for i := 0; i < 3; i++ {
+		bot := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, fmt.Sprint("pg", i))}
+		bots = append(bots, bot)
+		a := events.Abuse{ID: fmt.Sprintf("ab_%d_%d", i, time.Now().UnixNano()), DetectedAt: time.Now().UTC().Truncate(time.Millisecond), Principal: bot,
+			Pattern: events.PatternRapidFire, Severity: events.SeverityCritical, Score: 12,
+			Window:       events.Window{Start: time.Now().UTC().Truncate(time.Second), End: time.Now().UTC().Truncate(time.Second).Add(10 * time.Second), Seconds: 10},
+			FirstEventAt: time.Now().UTC().Truncate(time.Millisecond), Evidence: events.Evidence{ObservedRate: 24, EventCount: 240},
+			Penalty:         events.Penalty{Multiplier: 0.1, ExpiresAt: time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond), Level: 1, Mode: events.PenaltyEnforced},
+			DetectorVersion: Version}
+		_, err := store.Apply(ctx, bot, a.ID, a.Penalty)
+		require.NoError(t, err)
+		b, err := events.EncodeAbuse(&a)
+		require.NoError(t, err)
+		require.NoError(t, p.Handle(ctx, kafka.Message{Value: b}))
+	}
+	require.Len(t, recv.actions(), 2, "the per-minute cap holds the third trigger")
+
+	// Nothing is resolved while penalties are in force.
+	n, err := p.ResolveOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	// The console lifts bot 0's penalty (deletes its key): its incident resolves.
+	require.NoError(t, rdb.Del(ctx, redisx.PenaltyKey(string(bots[0].Kind), bots[0].ID)).Err())
+	n, err = p.ResolveOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Contains(t, recv.actions(), "resolve "+DedupKey(events.PatternRapidFire, bots[0]))
+	n, err = p.ResolveOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "resolved once")
+}

@@ -1,0 +1,218 @@
+package detector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
+)
+
+// DynamoRecords keeps the abuse history in floodgate_abuse_records and reads
+// allowlists from floodgate_runtime_config. Safe for concurrent use.
+//
+// Abuse record: pk = principal key (kind:id), sk = detected_at#id,
+// gsi1pk = day#YYYY-MM-DD, gsi1sk = detected_at, expires_at (TTL, epoch
+// seconds), the pattern, severity, score, penalty, and the abuse event with
+// every IP truncated to its /24 (IPv4) or /64 (IPv6). The put is conditional
+// on the key not existing, so a replayed detection writes nothing.
+type DynamoRecords struct {
+	Client       *dynamodb.Client
+	AbuseTable   string        // prefix + floodgate_abuse_records
+	RuntimeTable string        // prefix + floodgate_runtime_config
+	Retention    time.Duration // how long a record is kept
+}
+
+// Put stores a once; a second put of the same detection is a no-op.
+func (r *DynamoRecords) Put(ctx context.Context, a *events.Abuse) error {
+	stored := TruncateIPs(*a)
+	body, err := events.EncodeAbuse(&stored)
+	if err != nil {
+		return fmt.Errorf("encode abuse record %s: %w", a.ID, err)
+	}
+	at := a.DetectedAt.UTC().Format("2006-01-02T15:04:05.000Z")
+	item := map[string]types.AttributeValue{
+		"pk":               &types.AttributeValueMemberS{Value: a.Principal.Key()},
+		"sk":               &types.AttributeValueMemberS{Value: at + "#" + a.ID},
+		"gsi1pk":           &types.AttributeValueMemberS{Value: "day#" + a.DetectedAt.UTC().Format("2006-01-02")},
+		"gsi1sk":           &types.AttributeValueMemberS{Value: at},
+		"id":               &types.AttributeValueMemberS{Value: a.ID},
+		"pattern":          &types.AttributeValueMemberS{Value: string(a.Pattern)},
+		"severity":         &types.AttributeValueMemberS{Value: string(a.Severity)},
+		"score":            &types.AttributeValueMemberN{Value: strconv.FormatFloat(a.Score, 'f', -1, 64)},
+		"mode":             &types.AttributeValueMemberS{Value: string(a.Penalty.Mode)},
+		"level":            &types.AttributeValueMemberN{Value: strconv.FormatInt(a.Penalty.Level, 10)},
+		"multiplier":       &types.AttributeValueMemberN{Value: strconv.FormatFloat(a.Penalty.Multiplier, 'f', -1, 64)},
+		"penalty_until":    &types.AttributeValueMemberS{Value: a.Penalty.ExpiresAt.UTC().Format(time.RFC3339)},
+		"detector_version": &types.AttributeValueMemberS{Value: a.DetectorVersion},
+		"event":            &types.AttributeValueMemberS{Value: string(body)},
+		"expires_at":       &types.AttributeValueMemberN{Value: strconv.FormatInt(a.DetectedAt.Add(r.Retention).Unix(), 10)},
+	}
+	_, err = r.Client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String(r.AbuseTable), Item: item,
+		ConditionExpression: aws.String("attribute_not_exists(pk)"),
+	})
+	var cond *types.ConditionalCheckFailedException
+	if errors.As(err, &cond) {
+		return nil // already recorded: a redelivery or a replay
+	}
+	if err != nil {
+		return fmt.Errorf("put abuse record %s: %w", a.ID, err)
+	}
+	return nil
+}
+
+// PriorOffenses counts the enforced detections of p in (at-lookback, at),
+// other than the one with id exclude. Event time bounds make it give the same
+// answer on a replay, which keeps the escalation level (and so the penalty)
+// idempotent.
+func (r *DynamoRecords) PriorOffenses(ctx context.Context, p events.Principal, at time.Time, lookback time.Duration, exclude string) (int, error) {
+	from := at.Add(-lookback).UTC().Format("2006-01-02T15:04:05.000Z")
+	to := at.UTC().Format("2006-01-02T15:04:05.000Z")
+	n := 0
+	var start map[string]types.AttributeValue
+	for {
+		out, err := r.Client.Query(ctx, &dynamodb.QueryInput{
+			TableName:              aws.String(r.AbuseTable),
+			KeyConditionExpression: aws.String("pk = :pk AND sk BETWEEN :from AND :to"),
+			FilterExpression:       aws.String("#m = :enforced AND id <> :id"),
+			ExpressionAttributeNames: map[string]string{
+				"#m": "mode",
+			},
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":pk": &types.AttributeValueMemberS{Value: p.Key()}, ":from": &types.AttributeValueMemberS{Value: from},
+				":to": &types.AttributeValueMemberS{Value: to}, ":enforced": &types.AttributeValueMemberS{Value: string(events.PenaltyEnforced)},
+				":id": &types.AttributeValueMemberS{Value: exclude},
+			},
+			ProjectionExpression: aws.String("id"),
+			ExclusiveStartKey:    start,
+		})
+		if err != nil {
+			return 0, fmt.Errorf("query offenses of %s: %w", p.Key(), err)
+		}
+		n += len(out.Items)
+		if len(out.LastEvaluatedKey) == 0 {
+			return n, nil
+		}
+		start = out.LastEvaluatedKey
+	}
+}
+
+// Allowlist items in floodgate_runtime_config, editable by an admin tool:
+//
+//	pk = "detector#allow#principal#<kind:id>"   or   "detector#allow#cidr#<prefix>"
+//	expires_at (N, epoch seconds; also the table's TTL), comment (S), created_by (S), created_at (S)
+const (
+	allowPrincipalPrefix = "detector#allow#principal#"
+	allowCIDRPrefix      = "detector#allow#cidr#"
+)
+
+// AllowEntry is one allowlist entry.
+type AllowEntry struct {
+	Principal string       // kind:id, or empty for a CIDR entry
+	CIDR      netip.Prefix // valid for a CIDR entry
+	ExpiresAt time.Time
+	Comment   string
+	CreatedBy string
+}
+
+// PutAllow writes an allowlist entry (the admin side; tests use it too).
+func (r *DynamoRecords) PutAllow(ctx context.Context, e AllowEntry) error {
+	pk := allowPrincipalPrefix + e.Principal
+	if e.Principal == "" {
+		pk = allowCIDRPrefix + e.CIDR.Masked().String()
+	}
+	_, err := r.Client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(r.RuntimeTable), Item: map[string]types.AttributeValue{
+		"pk":         &types.AttributeValueMemberS{Value: pk},
+		"expires_at": &types.AttributeValueMemberN{Value: strconv.FormatInt(e.ExpiresAt.Unix(), 10)},
+		"comment":    &types.AttributeValueMemberS{Value: e.Comment},
+		"created_by": &types.AttributeValueMemberS{Value: e.CreatedBy},
+		"created_at": &types.AttributeValueMemberS{Value: time.Now().UTC().Format(time.RFC3339)},
+	}})
+	if err != nil {
+		return fmt.Errorf("put allowlist entry %s: %w", pk, err)
+	}
+	return nil
+}
+
+// LoadAllowlist reads every unexpired entry.
+func (r *DynamoRecords) LoadAllowlist(ctx context.Context, now time.Time) ([]AllowEntry, error) {
+	var out []AllowEntry
+	var start map[string]types.AttributeValue
+	for {
+		page, err := r.Client.Scan(ctx, &dynamodb.ScanInput{
+			TableName:                 aws.String(r.RuntimeTable),
+			FilterExpression:          aws.String("begins_with(pk, :p) AND expires_at > :now"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: "detector#allow#"}, ":now": &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Unix(), 10)}},
+			ExclusiveStartKey:         start,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("scan allowlist: %w", err)
+		}
+		for _, it := range page.Items {
+			pk := str(it["pk"])
+			exp, _ := strconv.ParseInt(num(it["expires_at"]), 10, 64)
+			e := AllowEntry{ExpiresAt: time.Unix(exp, 0).UTC(), Comment: str(it["comment"]), CreatedBy: str(it["created_by"])}
+			switch {
+			case strings.HasPrefix(pk, allowPrincipalPrefix):
+				e.Principal = strings.TrimPrefix(pk, allowPrincipalPrefix)
+			case strings.HasPrefix(pk, allowCIDRPrefix):
+				p, err := netip.ParsePrefix(strings.TrimPrefix(pk, allowCIDRPrefix))
+				if err != nil {
+					continue // an admin typo must not stop detection; the admin tool validates
+				}
+				e.CIDR = p.Masked()
+			default:
+				continue
+			}
+			out = append(out, e)
+		}
+		if len(page.LastEvaluatedKey) == 0 {
+			return out, nil
+		}
+		start = page.LastEvaluatedKey
+	}
+}
+
+func str(v types.AttributeValue) string {
+	if s, ok := v.(*types.AttributeValueMemberS); ok {
+		return s.Value
+	}
+	return ""
+}
+
+func num(v types.AttributeValue) string {
+	if s, ok := v.(*types.AttributeValueMemberN); ok {
+		return s.Value
+	}
+	return ""
+}
+
+// TruncateIPs returns a copy of a whose top IPs are cut to their /24 (IPv4)
+// or /64 (IPv6) network address, for storage outside the short-lived topic.
+func TruncateIPs(a events.Abuse) events.Abuse {
+	ips := make([]events.IPCount, len(a.Evidence.TopIPs))
+	for i, ip := range a.Evidence.TopIPs {
+		ips[i] = ip
+		ips[i].IP = truncateIP(ip.IP)
+	}
+	a.Evidence.TopIPs = ips
+	return a
+}
+
+func truncateIP(ip netip.Addr) netip.Addr {
+	bits := 64
+	if ip.Is4() {
+		bits = 24
+	}
+	p, _ := ip.Prefix(bits)
+	return p.Addr()
+}

@@ -1,0 +1,808 @@
+package score
+
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"math"
+	"net/netip"
+	"sort"
+	"time"
+
+	"github.com/DataDog/sketches-go/ddsketch"
+	"github.com/axiomhq/hyperloglog"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
+)
+
+// Pattern names. bot_like is not (yet) an abuse.v1 pattern: see the detector.
+const (
+	RapidFire     events.Pattern = events.PatternRapidFire
+	DistributedIP events.Pattern = events.PatternDistributedIP
+	BotLike       events.Pattern = "bot_like"
+)
+
+const (
+	pRapid = iota
+	pDistributed
+	pBotLike
+	numPatterns
+)
+
+// Detection is what a scorer found; the detector turns it into a penalty and
+// an abuse event. Everything in it is derived from event time, so replaying a
+// partition yields the same detections.
+type Detection struct {
+	Pattern      events.Pattern
+	Principal    events.Principal
+	At           time.Time // event time of the event that crossed the threshold
+	FirstEventAt time.Time // start of the oldest bucket (or IP) that counted
+	WindowStart  time.Time
+	Window       time.Duration
+	Score        float64 // higher is worse; the pattern fires above Threshold
+	Threshold    float64
+	ObservedRate float64 // events/s over the window
+	ExpectedRate float64 // rapid_fire: max(baseline × k, route quantile, floor)
+	Baseline     float64 // the principal's own EWMA rate on Route
+	RouteRate    float64 // the route's population quantile (0: not enough samples)
+	Count        int64   // events in the window (rapid_fire: on Route)
+	Route        string
+	DistinctIPs  int64 // IPv4 addresses + IPv6 /64s in the IP window
+	UnsharedIPs  int64 // of those, not shared with SharedIPPrincipals principals
+	DistinctIP24 int64
+	DistinctIP64 int64
+	Diversity    float64 // distinct IPs / requests in the IP window
+	GapMean      float64 // bot_like: mean inter-arrival gap, seconds
+	GapCV        float64 // bot_like: coefficient of variation of gaps
+	TopRoutes    []events.RouteCount
+	TopIPs       []events.IPCount
+}
+
+// rfState is one principal × route: NumBuckets counts over the window, the
+// newest bucket's index and the EWMA baseline. 24 bytes, no pointers.
+type rfState struct {
+	counts [NumBuckets]uint16
+	head   uint32  // bucket index of the newest bucket
+	ewma   float32 // events/s
+}
+
+// pState is one principal: a compact windowed IP set, request counts for
+// diversity, inter-arrival statistics and per-pattern cool-downs. No pointers.
+type pState struct {
+	ips     [inlineIPs]slot
+	reqCur  uint16 // requests in the current IP-window epoch (saturating)
+	reqPrev uint16 // and in the previous one
+	epoch   uint32
+	lastSec uint32
+	lastMs  uint32 // newest event, ms since baseMs modulo 2^32 (gaps)
+	gapMean float32
+	gapVar  float32
+	gaps    uint16
+	big     bool
+	cool    [numPatterns]uint32 // second before which the pattern does not fire again
+}
+
+// Flags in the low bits of a bigIPSet key.
+const (
+	v6Full   = 1
+	v6Folded = 3
+)
+
+const (
+	inlineIPs   = 3
+	maxExactIPs = 1024
+	maxEvidence = 32
+	routeEpoch  = 600 // seconds per route-sketch epoch
+	maxRoutes   = 4096
+	sweepEvery  = 10 // seconds of event time between sweeps
+)
+
+// bigIPSet holds the IPs of a principal with more than inlineIPs in the
+// window: exact up to maxExactIPs, then two HyperLogLog epochs.
+type bigIPSet struct {
+	exact    map[uint64]uint32 // ipKey<<2 | v6Full or v6Folded → last second
+	hll      [2]*hyperloglog.Sketch
+	hll24    [2]*hyperloglog.Sketch
+	epoch    uint32
+	lastEval uint32
+}
+
+// evidence is collected only for hot principals (close to a threshold): the
+// busiest routes and IPs a reviewer needs, bounded by maxEvidence keys each.
+type evidence struct {
+	since  uint32
+	routes map[string]int64
+	ips    map[netip.Addr]int64
+}
+
+type routeStats struct {
+	id         uint32
+	cur, prev  *ddsketch.DDSketch
+	who        [2]*hyperloglog.Sketch // distinct principals that fed cur, prev
+	epoch      uint32
+	q          float64
+	qSec       uint32
+	lastSample uint32
+}
+
+// Scorer scores one partition's events. It is not safe for concurrent use:
+// a partition's messages are handled one at a time. The IPStore it is given is
+// shared by every partition of the instance.
+type Scorer struct {
+	cfg       Config
+	ips       *IPStore
+	widthMs   int64
+	windowSec float64
+	decay     []float64 // decay[g] = d^g for EWMA over g buckets, g < len
+	ipWinSec  uint32
+	coolSec   uint32
+	rf        map[uint64]rfState
+	ps        map[uint64]pState
+	big       map[uint64]*bigIPSet
+	ev        map[uint64]*evidence
+	routes    map[string]*routeStats
+	watermark int64 // newest event time seen, ms
+	lastSweep uint32
+}
+
+// New returns a scorer for one partition. cfg must be valid.
+func New(cfg Config, ips *IPStore) *Scorer {
+	width := cfg.Window.Milliseconds() / NumBuckets
+	d := math.Pow(0.5, float64(width)/float64(cfg.BaselineHalfLife.Milliseconds()))
+	decay := make([]float64, 4*NumBuckets)
+	for g := range decay {
+		decay[g] = math.Pow(d, float64(g))
+	}
+	return &Scorer{
+		cfg: cfg, ips: ips, widthMs: width, windowSec: cfg.Window.Seconds(), decay: decay,
+		ipWinSec: uint32(cfg.IPWindow.Seconds()), coolSec: uint32(cfg.Cooldown.Seconds()),
+		rf: map[uint64]rfState{}, ps: map[uint64]pState{}, big: map[uint64]*bigIPSet{},
+		ev: map[uint64]*evidence{}, routes: map[string]*routeStats{},
+	}
+}
+
+func (s *Scorer) principalHash(p events.Principal) uint64 {
+	var h maphash.Hash
+	h.SetSeed(s.ips.seed)
+	_, _ = h.WriteString(string(p.Kind))
+	_ = h.WriteByte(0)
+	_, _ = h.WriteString(p.ID)
+	return h.Sum64()
+}
+
+// Observe scores one decision and appends its detections (at most one per
+// pattern) to out.
+func (s *Scorer) Observe(d *events.Decision, out []Detection) []Detection {
+	ms := d.TS.UnixMilli()
+	if ms < baseMs {
+		return out
+	}
+	sec := seconds(ms)
+	s.watermark = max(s.watermark, ms)
+	if wsec := seconds(s.watermark); wsec >= s.lastSweep+sweepEvery {
+		s.lastSweep = wsec
+		s.Sweep()
+	}
+	ph := s.principalHash(d.Principal)
+	key, v6 := ipKey(d.IP)
+	s.ips.touch(key, ph, sec)
+
+	p := s.ps[ph]
+	newIP := s.touchIPs(ph, &p, key, v6, sec)
+	s.countRequest(&p, sec)
+	s.gap(&p, ms)
+	p.lastSec = max(p.lastSec, sec)
+
+	rt := s.route(d.Route)
+	rfScore, det := s.rapid(d, ph, rt, &p, ms, sec)
+	if det != nil {
+		out = append(out, *det)
+	}
+	hot := rfScore > s.cfg.Threshold/2
+	if newIP || (p.big && s.big[ph].lastEval != sec) {
+		var near bool
+		if det, near = s.distributed(d, ph, &p, sec); det != nil {
+			out = append(out, *det)
+		}
+		hot = hot || near
+	}
+	if det, near := s.botLike(d, ph, &p, sec); det != nil {
+		out = append(out, *det)
+	} else {
+		hot = hot || near
+	}
+	s.ps[ph] = p
+	if e := s.ev[ph]; e != nil || hot {
+		if e == nil {
+			e = &evidence{since: sec, routes: map[string]int64{}, ips: map[netip.Addr]int64{}}
+			s.ev[ph] = e
+		}
+		if _, ok := e.routes[d.Route]; ok || len(e.routes) < maxEvidence {
+			e.routes[d.Route]++
+		}
+		if _, ok := e.ips[d.IP]; ok || len(e.ips) < maxEvidence {
+			e.ips[d.IP]++
+		}
+	}
+	for i := range out {
+		if out[i].Principal == d.Principal && out[i].At.Equal(d.TS) && out[i].TopRoutes == nil {
+			s.fillEvidence(&out[i], ph, d)
+		}
+	}
+	return out
+}
+
+// route interns a route and its population sketch.
+func (s *Scorer) route(r string) *routeStats {
+	if rt := s.routes[r]; rt != nil {
+		return rt
+	}
+	if len(s.routes) >= maxRoutes {
+		return nil
+	}
+	cur, _ := ddsketch.NewDefaultDDSketch(0.01)
+	prev, _ := ddsketch.NewDefaultDDSketch(0.01)
+	rt := &routeStats{id: uint32(len(s.routes) + 1), cur: cur, prev: prev,
+		who: [2]*hyperloglog.Sketch{newDenseHLL(), newDenseHLL()}}
+	s.routes[r] = rt
+	return rt
+}
+
+// newDenseHLL is a 1 KiB dense sketch (±3%): enough to tell whether a route
+// has RouteMinPrincipals, and inserts never pay the sparse list's merges.
+func newDenseHLL() *hyperloglog.Sketch {
+	sk, _ := hyperloglog.NewSketch(10, false)
+	return sk
+}
+
+// sample adds one principal's window rate to the route's population.
+func (rt *routeStats) sample(ph uint64, rate float64, sec uint32, cfg *Config) {
+	e := sec / routeEpoch
+	if e > rt.epoch {
+		rt.prev, rt.cur = rt.cur, rt.prev
+		rt.who[0], rt.who[1] = rt.who[1], rt.who[0]
+		rt.cur.Clear()
+		rt.who[0].Reset()
+		if e > rt.epoch+1 {
+			rt.prev.Clear()
+			rt.who[1].Reset()
+		}
+		rt.epoch = e
+	}
+	_ = rt.cur.Add(rate)
+	rt.who[0].InsertHash(ph)
+	rt.lastSample = sec
+	if sec < rt.qSec+5 {
+		return
+	}
+	rt.qSec = sec
+	rt.q = 0
+	who := rt.who[0].Clone()
+	_ = who.Merge(rt.who[1])
+	if who.Estimate() >= uint64(cfg.RouteMinPrincipals) {
+		m := rt.prev.Copy()
+		_ = m.MergeWith(rt.cur)
+		rt.q, _ = m.GetValueAtQuantile(cfg.RouteQuantile)
+	}
+}
+
+// rapid updates the principal × route window and reports its score and a
+// detection when the score crosses the threshold outside the cool-down.
+func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState, ms int64, sec uint32) (float64, *Detection) {
+	var rid uint32
+	if rt != nil {
+		rid = rt.id
+	}
+	key := ph ^ (uint64(rid)+1)*0x9E3779B97F4A7C15
+	st := s.rf[key]
+	b := uint32((ms - baseMs) / s.widthMs)
+	switch {
+	case st.head == 0 && st.counts == [NumBuckets]uint16{}:
+		st.head = b
+	case b > st.head:
+		s.advance(&st, ph, b, rt, sec)
+	case b+NumBuckets <= st.head:
+		s.rf[key] = st
+		return 0, nil // older than the window: a late event does not count
+	}
+	if c := &st.counts[b%NumBuckets]; *c < math.MaxUint16 {
+		*c++
+	}
+	sum := int64(0)
+	for _, c := range st.counts {
+		sum += int64(c)
+	}
+	s.rf[key] = st
+	observed := float64(sum) / s.windowSec
+	baseline := float64(st.ewma)
+	routeRate := 0.0
+	if rt != nil {
+		routeRate = rt.q
+	}
+	expected := max(baseline*s.cfg.BaselineK, routeRate, s.cfg.Floor)
+	score := observed / expected
+	if score <= s.cfg.Threshold || sec < p.cool[pRapid] {
+		return score, nil
+	}
+	// A shared IP alone never penalizes: an anonymous principal is usually
+	// identified by its address, so on a shared one it is many people.
+	if d.Principal.Kind == events.PrincipalAnonymous && s.ips.principals(ipKeyOnly(d.IP), sec) >= int64(s.cfg.SharedIPPrincipals) {
+		return score, nil
+	}
+	p.cool[pRapid] = sec + s.coolSec
+	oldest := st.head + 1 - NumBuckets
+	if st.head+1 < NumBuckets {
+		oldest = 0
+	}
+	first := oldest
+	for i := oldest; i <= st.head; i++ {
+		if st.counts[i%NumBuckets] > 0 {
+			first = i
+			break
+		}
+	}
+	return score, &Detection{
+		Pattern: RapidFire, Principal: d.Principal, At: d.TS,
+		FirstEventAt: minTime(bucketTime(first, s.widthMs), d.TS), WindowStart: bucketTime(oldest, s.widthMs), Window: s.cfg.Window,
+		Score: score, Threshold: s.cfg.Threshold, ObservedRate: observed, ExpectedRate: expected,
+		Baseline: baseline, RouteRate: routeRate, Count: sum, Route: d.Route,
+	}
+}
+
+func ipKeyOnly(ip netip.Addr) uint64 { k, _ := ipKey(ip); return k }
+
+func bucketTime(b uint32, widthMs int64) time.Time {
+	return time.UnixMilli(baseMs + int64(b)*widthMs).UTC()
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return b
+	}
+	return a
+}
+
+// advance moves a window to bucket b: the newest closed bucket feeds the EWMA
+// baseline and the window's rate the route's population sketch; the buckets
+// that fall out of the window are cleared.
+func (s *Scorer) advance(st *rfState, ph uint64, b uint32, rt *routeStats, sec uint32) {
+	gap := b - st.head
+	sum := 0
+	for _, c := range st.counts {
+		sum += int(c)
+	}
+	observed := float64(sum) / s.windowSec
+	// Robust EWMA: a closed bucket teaches at most the current expected rate,
+	// so a burst (or an attack) moves the baseline by a bounded step, and
+	// the baseline can grow by at most a factor k per half-life or so.
+	rate := min(float64(st.counts[st.head%NumBuckets])*1000/float64(s.widthMs), max(float64(st.ewma)*s.cfg.BaselineK, s.cfg.Floor))
+	st.ewma = float32(float64(st.ewma)*s.pow(gap) + rate*(1-s.decay[1])*s.pow(gap-1))
+	// Only windows that are not anomalous feed the route's population: a
+	// crowd of bots, active in every bucket while people are active in a few,
+	// would otherwise become the route's p99 and raise everyone's bar.
+	if rt != nil && sum > 0 && observed <= max(float64(st.ewma)*s.cfg.BaselineK, rt.q, s.cfg.Floor)*s.cfg.Threshold {
+		rt.sample(ph, observed, sec, &s.cfg)
+	}
+	if gap >= NumBuckets {
+		st.counts = [NumBuckets]uint16{}
+	} else {
+		for i := st.head + 1; i <= b; i++ {
+			st.counts[i%NumBuckets] = 0
+		}
+	}
+	st.head = b
+}
+
+func (s *Scorer) pow(g uint32) float64 {
+	if int(g) < len(s.decay) {
+		return s.decay[g]
+	}
+	return math.Pow(s.decay[1], float64(g))
+}
+
+// touchIPs records key in the principal's IP set and reports whether it is new
+// in the window.
+func (s *Scorer) touchIPs(ph uint64, p *pState, key uint64, v6 bool, sec uint32) bool {
+	k32 := fold32(key)
+	last := sec
+	if v6 {
+		last |= v6Flag
+	}
+	if p.big {
+		return s.big[ph].add(key, v6, sec, s.ipWinSec)
+	}
+	free := -1
+	for i := range p.ips {
+		sl := p.ips[i]
+		switch {
+		case sl.last != 0 && sl.key == k32 && sl.v6() == v6:
+			isNew := sl.sec()+s.ipWinSec < sec
+			p.ips[i].last = last
+			return isNew
+		case free < 0 && (sl.last == 0 || sl.sec()+s.ipWinSec < sec):
+			free = i
+		}
+	}
+	if free >= 0 {
+		p.ips[free] = slot{key: k32, last: last}
+		return true
+	}
+	// Spill: inline IPv6 slots hold folded keys; add replaces them by the
+	// full key when the same /64 is seen again.
+	bs := &bigIPSet{exact: make(map[uint64]uint32, 2*inlineIPs)}
+	for _, sl := range p.ips {
+		k := uint64(sl.key) << 2
+		if sl.v6() {
+			k |= v6Folded
+		}
+		bs.exact[k] = sl.sec()
+	}
+	// From here on the principal is worth evidence: seed it with the IPv4
+	// addresses seen so far (IPv6 slots hold only a fold of their /64).
+	if s.ev[ph] == nil {
+		e := &evidence{since: sec, routes: map[string]int64{}, ips: map[netip.Addr]int64{}}
+		for _, sl := range p.ips {
+			if !sl.v6() && sl.sec()+s.ipWinSec >= sec {
+				var a [4]byte
+				binary.BigEndian.PutUint32(a[:], sl.key)
+				e.ips[netip.AddrFrom4(a)] = 1
+			}
+		}
+		s.ev[ph] = e
+	}
+	p.ips = [inlineIPs]slot{}
+	p.big = true
+	s.big[ph] = bs
+	return bs.add(key, v6, sec, s.ipWinSec)
+}
+
+func (b *bigIPSet) add(key uint64, v6 bool, sec, win uint32) bool {
+	if b.hll[0] != nil {
+		b.rotate(sec, win)
+		b.hll[0].InsertHash(key * 0x9E3779B97F4A7C15)
+		if !v6 {
+			b.hll24[0].InsertHash((key >> 8) * 0xC2B2AE3D27D4EB4F)
+		}
+		return false // unknown: evaluated once a second instead
+	}
+	k := key << 2
+	if v6 {
+		k |= v6Full
+		if folded := uint64(fold32(key))<<2 | v6Folded; b.exact[folded] != 0 {
+			if b.exact[k] < b.exact[folded] {
+				b.exact[k] = b.exact[folded]
+			}
+			delete(b.exact, folded)
+		}
+	}
+	last, ok := b.exact[k]
+	b.exact[k] = sec
+	isNew := !ok || last+win < sec
+	if isNew && len(b.exact) > maxExactIPs {
+		b.prune(sec, win)
+		if len(b.exact) > maxExactIPs {
+			b.toHLL(sec, win)
+		}
+	}
+	return isNew
+}
+
+func (b *bigIPSet) prune(sec, win uint32) {
+	for k, last := range b.exact {
+		if last+win < sec {
+			delete(b.exact, k)
+		}
+	}
+}
+
+func (b *bigIPSet) toHLL(sec, win uint32) {
+	for i := range b.hll {
+		b.hll[i], b.hll24[i] = hyperloglog.New14(), hyperloglog.New14()
+	}
+	b.epoch = sec / win
+	for k := range b.exact {
+		key := k >> 2
+		b.hll[0].InsertHash(key * 0x9E3779B97F4A7C15)
+		if k&v6Full == 0 {
+			b.hll24[0].InsertHash((key >> 8) * 0xC2B2AE3D27D4EB4F)
+		}
+	}
+	b.exact = nil
+}
+
+func (b *bigIPSet) rotate(sec, win uint32) {
+	e := sec / win
+	switch {
+	case e == b.epoch:
+	case e == b.epoch+1:
+		b.hll[0], b.hll[1] = b.hll[1], b.hll[0]
+		b.hll24[0], b.hll24[1] = b.hll24[1], b.hll24[0]
+		b.hll[0].Reset()
+		b.hll24[0].Reset()
+		b.epoch = e
+	case e > b.epoch:
+		for i := range b.hll {
+			b.hll[i].Reset()
+			b.hll24[i].Reset()
+		}
+		b.epoch = e
+	}
+}
+
+// countRequest counts a request in the IP window's epochs (a sliding-window
+// counter: the previous epoch is weighted by how much of it is still inside).
+func (s *Scorer) countRequest(p *pState, sec uint32) {
+	e := sec / s.ipWinSec
+	switch {
+	case e == p.epoch:
+	case e == p.epoch+1:
+		p.reqPrev, p.reqCur = p.reqCur, 0
+		p.epoch = e
+	case e > p.epoch:
+		p.reqPrev, p.reqCur = 0, 0
+		p.epoch = e
+	default:
+		return // late event from an older epoch: not counted
+	}
+	if p.reqCur < math.MaxUint16 {
+		p.reqCur++
+	}
+}
+
+func (s *Scorer) requests(p *pState, sec uint32) float64 {
+	into := float64(sec%s.ipWinSec) / float64(s.ipWinSec)
+	return float64(p.reqCur) + float64(p.reqPrev)*(1-into)
+}
+
+// ipCounts are the distinct IPs of a principal in the window ending at sec.
+type ipCounts struct {
+	distinct, unshared, nets24, nets64 int64
+	oldest                             uint32
+}
+
+func (s *Scorer) countIPs(ph uint64, p *pState, sec uint32, withShared bool) ipCounts {
+	var c ipCounts
+	c.oldest = sec
+	shared := int64(s.cfg.SharedIPPrincipals)
+	if !p.big {
+		var nets [inlineIPs]uint32
+		n24 := 0
+		for _, sl := range p.ips {
+			if sl.last == 0 || sl.sec()+s.ipWinSec < sec {
+				continue
+			}
+			c.distinct++
+			c.oldest = min(c.oldest, sl.sec())
+			if sl.v6() {
+				c.nets64++
+			} else {
+				n := sl.key >> 8
+				dup := false
+				for _, x := range nets[:n24] {
+					dup = dup || x == n
+				}
+				if !dup {
+					nets[n24] = n
+					n24++
+				}
+			}
+		}
+		c.nets24 = int64(n24)
+		c.unshared = c.distinct
+		return c
+	}
+	b := s.big[ph]
+	if b.hll[0] != nil {
+		u := b.hll[0].Clone()
+		u24 := b.hll24[0].Clone()
+		if sec/s.ipWinSec == b.epoch {
+			_ = u.Merge(b.hll[1])
+			_ = u24.Merge(b.hll24[1])
+		}
+		c.distinct = int64(u.Estimate())
+		c.nets24 = int64(u24.Estimate())
+		c.unshared = c.distinct // beyond maxExactIPs in a window no account is one person
+		c.oldest = (b.epoch - 1) * s.ipWinSec
+		return c
+	}
+	nets24 := map[uint64]struct{}{}
+	for k, last := range b.exact {
+		if last+s.ipWinSec < sec {
+			continue
+		}
+		c.distinct++
+		c.oldest = min(c.oldest, last)
+		if k&v6Full != 0 {
+			c.nets64++
+			// A folded key (an inline slot before the spill) cannot be looked
+			// up: it counts as unshared until the /64 is seen again.
+			if !withShared || k&v6Folded == v6Folded || s.ips.principals(k>>2, sec) < shared {
+				c.unshared++
+			}
+			continue
+		}
+		key := k >> 2
+		nets24[key>>8] = struct{}{}
+		if !withShared || s.ips.principals(key, sec) < shared {
+			c.unshared++
+		}
+	}
+	c.nets24 = int64(len(nets24))
+	return c
+}
+
+// distributed evaluates distributed_ip; it also reports whether the principal
+// is near the thresholds (worth collecting evidence for).
+func (s *Scorer) distributed(d *events.Decision, ph uint64, p *pState, sec uint32) (*Detection, bool) {
+	if p.big {
+		s.big[ph].lastEval = sec
+	}
+	if sec < p.cool[pDistributed] {
+		return nil, false
+	}
+	c := s.countIPs(ph, p, sec, false)
+	minIPs := int64(s.cfg.MinDistinctIPs)
+	near := c.distinct > minIPs/2
+	if c.distinct <= minIPs {
+		return nil, near
+	}
+	reqs := max(s.requests(p, sec), 1)
+	diversity := math.Min(float64(c.distinct)/reqs, 1)
+	if diversity <= s.cfg.MinDiversity {
+		return nil, near
+	}
+	c = s.countIPs(ph, p, sec, true)
+	if c.unshared <= minIPs {
+		return nil, near
+	}
+	p.cool[pDistributed] = sec + s.coolSec
+	win := s.cfg.IPWindow
+	start := d.TS.Add(-win)
+	return &Detection{
+		Pattern: DistributedIP, Principal: d.Principal, At: d.TS,
+		FirstEventAt: minTime(time.UnixMilli(baseMs+int64(c.oldest-1)*1000).UTC(), d.TS), WindowStart: start, Window: win,
+		Score: float64(c.unshared) / float64(minIPs), Threshold: 1, ObservedRate: reqs / win.Seconds(),
+		Count: int64(math.Round(reqs)), Route: d.Route, DistinctIPs: c.distinct, UnsharedIPs: c.unshared,
+		DistinctIP24: c.nets24, DistinctIP64: c.nets64, Diversity: diversity,
+	}, true
+}
+
+// gap updates the exponentially weighted mean and variance of inter-arrival gaps.
+func (s *Scorer) gap(p *pState, unixMs int64) {
+	ms := uint32(unixMs - baseMs)
+	if p.lastSec == 0 || int32(ms-p.lastMs) < 0 {
+		if p.lastSec == 0 {
+			p.lastMs = ms
+		}
+		return // first event, or a late one
+	}
+	g := float64(ms-p.lastMs) / 1000
+	p.lastMs = ms
+	if g > s.cfg.BotLikeMaxMeanGap.Seconds()*4 {
+		p.gaps, p.gapMean, p.gapVar = 0, 0, 0 // a long pause starts a new session
+		return
+	}
+	if p.gaps < math.MaxUint16 {
+		p.gaps++
+	}
+	alpha := 1 / float64(min(p.gaps, 64))
+	delta := g - float64(p.gapMean)
+	mean := float64(p.gapMean) + alpha*delta
+	p.gapMean = float32(mean)
+	p.gapVar = float32((1 - alpha) * (float64(p.gapVar) + alpha*delta*delta))
+}
+
+// botLike fires for a user or anonymous principal whose request gaps are too
+// regular for a person.
+func (s *Scorer) botLike(d *events.Decision, ph uint64, p *pState, sec uint32) (*Detection, bool) {
+	if d.Principal.Kind != events.PrincipalUser && d.Principal.Kind != events.PrincipalAnonymous {
+		return nil, false
+	}
+	mean := float64(p.gapMean)
+	if mean <= 0 || mean > s.cfg.BotLikeMaxMeanGap.Seconds() {
+		return nil, false
+	}
+	cv := math.Sqrt(max(float64(p.gapVar), 0)) / mean
+	near := int(p.gaps) >= s.cfg.BotLikeMinGaps/2 && cv < 2*s.cfg.BotLikeMaxCV
+	if int(p.gaps) < s.cfg.BotLikeMinGaps || cv >= s.cfg.BotLikeMaxCV || sec < p.cool[pBotLike] {
+		return nil, near
+	}
+	if d.Principal.Kind == events.PrincipalAnonymous && s.ips.principals(ipKeyOnly(d.IP), sec) >= int64(s.cfg.SharedIPPrincipals) {
+		return nil, near
+	}
+	p.cool[pBotLike] = sec + s.coolSec
+	span := time.Duration(mean * float64(p.gaps) * float64(time.Second))
+	return &Detection{
+		Pattern: BotLike, Principal: d.Principal, At: d.TS, FirstEventAt: d.TS.Add(-span),
+		WindowStart: d.TS.Add(-span).Truncate(time.Second), Window: max(span.Truncate(time.Second), time.Second),
+		Score: min(s.cfg.BotLikeMaxCV/max(cv, 1e-3), 100), Threshold: 1, ObservedRate: 1 / mean,
+		Count: int64(p.gaps) + 1, Route: d.Route, GapMean: mean, GapCV: cv,
+	}, true
+}
+
+// fillEvidence adds top routes, top IPs (with how many other principals share
+// each) and IP counts to a detection.
+func (s *Scorer) fillEvidence(det *Detection, ph uint64, d *events.Decision) {
+	sec := seconds(d.TS.UnixMilli())
+	if det.DistinctIPs == 0 {
+		p := s.ps[ph]
+		c := s.countIPs(ph, &p, sec, false)
+		det.DistinctIPs, det.DistinctIP24, det.DistinctIP64 = max(c.distinct, 1), c.nets24, c.nets64
+		if det.Diversity == 0 {
+			det.Diversity = math.Min(float64(c.distinct)/max(s.requests(&p, sec), 1), 1)
+		}
+	}
+	e := s.ev[ph]
+	if e == nil {
+		e = &evidence{routes: map[string]int64{d.Route: 1}, ips: map[netip.Addr]int64{d.IP: 1}}
+	}
+	for r, n := range e.routes {
+		det.TopRoutes = append(det.TopRoutes, events.RouteCount{Route: r, Count: n})
+	}
+	sort.Slice(det.TopRoutes, func(i, j int) bool {
+		a, b := det.TopRoutes[i], det.TopRoutes[j]
+		return a.Count > b.Count || (a.Count == b.Count && a.Route < b.Route)
+	})
+	det.TopRoutes = det.TopRoutes[:min(len(det.TopRoutes), 10)]
+	for ip, n := range e.ips {
+		det.TopIPs = append(det.TopIPs, events.IPCount{IP: ip, Count: n})
+	}
+	sort.Slice(det.TopIPs, func(i, j int) bool {
+		a, b := det.TopIPs[i], det.TopIPs[j]
+		return a.Count > b.Count || (a.Count == b.Count && a.IP.Less(b.IP))
+	})
+	det.TopIPs = det.TopIPs[:min(len(det.TopIPs), 10)]
+	for i := range det.TopIPs {
+		det.TopIPs[i].SharedPrincipals = max(s.ips.principals(ipKeyOnly(det.TopIPs[i].IP), sec)-1, 0)
+	}
+}
+
+// Sweep forgets what left every window before the newest event time seen:
+// idle principal × route windows (keeping baselines that still matter for
+// a few half-lives), idle principals, their IP sets and evidence.
+func (s *Scorer) Sweep() {
+	now := seconds(s.watermark)
+	nowB := uint32((s.watermark - baseMs) / s.widthMs)
+	keepB := uint32(4 * s.cfg.BaselineHalfLife.Milliseconds() / s.widthMs)
+	for k, st := range s.rf {
+		idle := nowB - min(st.head, nowB)
+		if idle >= NumBuckets && (float64(st.ewma)*s.cfg.BaselineK < s.cfg.Floor || idle > keepB) {
+			delete(s.rf, k)
+		}
+	}
+	keep := max(s.ipWinSec, uint32(s.windowSec), uint32(4*s.cfg.BotLikeMaxMeanGap.Seconds()))
+	for k, p := range s.ps {
+		cooling := false
+		for _, c := range p.cool {
+			cooling = cooling || c > now
+		}
+		if p.lastSec+keep < now && !cooling {
+			delete(s.ps, k)
+			delete(s.big, k)
+			delete(s.ev, k)
+			continue
+		}
+		if p.big {
+			if b := s.big[k]; b.exact != nil {
+				b.prune(now, s.ipWinSec)
+			}
+		}
+	}
+	for k, e := range s.ev {
+		if e.since+s.ipWinSec < now {
+			delete(s.ev, k)
+		}
+	}
+}
+
+// Stats describes what a scorer holds.
+type Stats struct {
+	Windows, Principals, BigIPSets, Evidence, Routes int
+}
+
+// Stats returns the sizes of the scorer's maps.
+func (s *Scorer) Stats() Stats {
+	return Stats{Windows: len(s.rf), Principals: len(s.ps), BigIPSets: len(s.big), Evidence: len(s.ev), Routes: len(s.routes)}
+}
+
+// Watermark is the newest event time seen.
+func (s *Scorer) Watermark() time.Time { return time.UnixMilli(s.watermark).UTC() }

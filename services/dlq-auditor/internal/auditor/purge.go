@@ -1,0 +1,74 @@
+package auditor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// PurgeRequest selects stored records to delete.
+type PurgeRequest struct {
+	IDs           []string
+	Actor         string
+	Role          string
+	Reason        string
+	CorrelationID string
+}
+
+// PurgeItem is one record's outcome: "purged" or StatusNotFound.
+type PurgeItem struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+}
+
+// PurgeResult reports a purge.
+type PurgeResult struct {
+	Purged int         `json:"purged"`
+	Items  []PurgeItem `json:"items"`
+}
+
+// Purger deletes stored records, each together with its audit entry. The
+// dead letter itself stays on its DLQ topic until retention removes it.
+type Purger struct {
+	Store   *Store
+	Max     int
+	Now     func() time.Time
+	NewID   func() string
+	Metrics *Metrics
+}
+
+// Purge deletes every selected record that is stored. It stops at the first
+// storage error, reporting what was purged before it.
+func (p *Purger) Purge(ctx context.Context, req PurgeRequest) (PurgeResult, error) {
+	if len(req.IDs) == 0 || len(req.IDs) > p.Max {
+		return PurgeResult{}, fmt.Errorf("%w: select 1..%d records, got %d", ErrBadRequest, p.Max, len(req.IDs))
+	}
+	if strings.TrimSpace(req.Reason) == "" {
+		return PurgeResult{}, fmt.Errorf("%w: a reason is required (it goes to the audit log)", ErrBadRequest)
+	}
+	for _, id := range req.IDs {
+		if _, _, _, err := ParseID(id); err != nil {
+			return PurgeResult{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+	}
+	var res PurgeResult
+	for _, id := range req.IDs {
+		err := p.Store.Purge(ctx, id, AuditEntry{
+			ID: p.NewID(), At: p.Now(), Actor: req.Actor, Role: req.Role, Action: ActionPurge,
+			Subject: SubjectOf(id), Reason: req.Reason, CorrelationID: req.CorrelationID,
+		})
+		switch {
+		case errors.Is(err, ErrNotFound):
+			res.Items = append(res.Items, PurgeItem{ID: id, Status: StatusNotFound})
+		case err != nil:
+			return res, err
+		default:
+			res.Purged++
+			p.Metrics.purged.Inc()
+			res.Items = append(res.Items, PurgeItem{ID: id, Status: "purged"})
+		}
+	}
+	return res, nil
+}

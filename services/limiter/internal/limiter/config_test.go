@@ -1,0 +1,34 @@
+package limiter
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestConfigFromEnvNamesBadVariables(t *testing.T) {
+	cases := []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"defaults are valid", map[string]string{}, ""},
+		{"limit and rules file together", map[string]string{"FLOODGATE_LIMITER_PRINCIPAL_LIMIT": "50", "FLOODGATE_LIMITER_RULES": "r.yaml"}, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT"},
+		{"breaker failures", map[string]string{"FLOODGATE_LIMITER_BREAKER_FAILURES": "0"}, "FLOODGATE_LIMITER_BREAKER_FAILURES"},
+		{"breaker open", map[string]string{"FLOODGATE_LIMITER_BREAKER_OPEN": "2h"}, "FLOODGATE_LIMITER_BREAKER_OPEN"},
+		{"cache size", map[string]string{"FLOODGATE_LIMITER_OVERLIMIT_CACHE": "-1"}, "FLOODGATE_LIMITER_OVERLIMIT_CACHE"},
+		{"shadow not a bool", map[string]string{"FLOODGATE_LIMITER_SHADOW": "maybe"}, "FLOODGATE_LIMITER_SHADOW"},
+		{"rules poll", map[string]string{"FLOODGATE_LIMITER_RULES_POLL": "1ms"}, "FLOODGATE_LIMITER_RULES_POLL"},
+		{"influx interval", map[string]string{"FLOODGATE_LIMITER_INFLUX_INTERVAL": "1ms"}, "FLOODGATE_LIMITER_INFLUX_INTERVAL"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ConfigFromEnv(func(k string) string { return tc.env[k] })
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}

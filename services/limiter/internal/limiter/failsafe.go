@@ -1,0 +1,167 @@
+package limiter
+
+import (
+	"sync"
+	"time"
+)
+
+// overLimitCache remembers keys Redis said are over their limit, until their
+// retry time, so an attack on one key is denied in-process (envoy ratelimit's
+// local over-limit cache). An entry denied for cost c stands for any cost ≥ c.
+// A penalty lifted or a scale raised meanwhile takes effect at the entry's expiry.
+type overLimitCache struct {
+	mu      sync.Mutex
+	max     int
+	entries map[string]overLimitEntry
+}
+
+type overLimitEntry struct {
+	tier    TierResult
+	penalty float64 // the principal's multiplier when Redis denied: the 429 keeps its reason
+	cost    int64
+	until   time.Time
+}
+
+func newOverLimitCache(max int) *overLimitCache {
+	return &overLimitCache{max: max, entries: make(map[string]overLimitEntry)}
+}
+
+func (c *overLimitCache) put(key string, t TierResult, penalty float64, cost int64, until time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.entries) >= c.max {
+		now := time.Now()
+		for k, e := range c.entries {
+			if !now.Before(e.until) {
+				delete(c.entries, k)
+			}
+		}
+		if len(c.entries) >= c.max {
+			return // full of live entries: Redis keeps answering
+		}
+	}
+	c.entries[key] = overLimitEntry{tier: t, penalty: penalty, cost: cost, until: until}
+}
+
+func (c *overLimitCache) get(key string, cost int64, now time.Time) (overLimitEntry, time.Duration, bool) {
+	c.mu.Lock()
+	e, ok := c.entries[key]
+	if ok && !now.Before(e.until) {
+		delete(c.entries, key)
+		ok = false
+	}
+	c.mu.Unlock()
+	if !ok || cost < e.cost {
+		return overLimitEntry{}, 0, false
+	}
+	return e, e.until.Sub(now), true
+}
+
+func (e *Engine) fromOverLimitCache(groups []*group, cost int64) (Result, bool) {
+	if e.overLimit == nil {
+		return Result{}, false
+	}
+	now := e.clock()
+	for _, g := range groups {
+		for _, b := range g.rules {
+			if b.shadow {
+				continue
+			}
+			ent, left, ok := e.overLimit.get(b.keys[0], cost, now)
+			if !ok {
+				continue
+			}
+			t := ent.tier
+			t.RetryAfter, t.Remaining = left, 0
+			t.ResetAfter = max(t.ResetAfter, left)
+			r := Result{Allowed: false, Cached: true, Penalty: ent.penalty, Now: now.UTC(), Cost: int(cost), Tiers: []TierResult{t}}
+			return r, true
+		}
+	}
+	return Result{}, false
+}
+
+// localBuckets are the in-process token buckets of the "local" fail policy: each
+// limiter instance enforces the rule's full limit on its own while Redis is away.
+type localBuckets struct {
+	mu      sync.Mutex
+	max     int
+	buckets map[string]*localBucket
+}
+
+type localBucket struct {
+	tokens float64
+	ts     time.Time
+}
+
+func newLocalBuckets(max int) *localBuckets {
+	return &localBuckets{max: max, buckets: make(map[string]*localBucket)}
+}
+
+// take consumes cost from the bucket of key (capacity cap, refilling cap per
+// period). It reports whether it fits, the tokens left and the wait for cost.
+func (l *localBuckets) take(key string, limit, capacity, cost int64, period time.Duration, now time.Time) (bool, int64, time.Duration) {
+	rate := float64(limit) / float64(period) // tokens per ns
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := l.buckets[key]
+	if !ok {
+		if len(l.buckets) >= l.max {
+			clear(l.buckets) // bounded memory beats perfect memory while degraded
+		}
+		b = &localBucket{tokens: float64(capacity), ts: now}
+		l.buckets[key] = b
+	}
+	if d := now.Sub(b.ts); d > 0 {
+		b.tokens = min(float64(capacity), b.tokens+float64(d)*rate)
+		b.ts = now
+	}
+	if b.tokens >= float64(cost) {
+		b.tokens -= float64(cost)
+		return true, int64(b.tokens), 0
+	}
+	if cost > capacity {
+		return false, int64(b.tokens), period
+	}
+	return false, int64(b.tokens), time.Duration((float64(cost) - b.tokens) / rate)
+}
+
+// degrade answers from each rule's fail policy without Redis.
+func (e *Engine) degrade(groups []*group, cost int64, reason string) Result {
+	now := e.clock()
+	r := Result{Allowed: true, Degraded: true, Error: reason, Penalty: 1, Now: now.UTC(), Cost: int(cost)}
+	for _, g := range groups {
+		for _, b := range g.rules {
+			if b.shadow {
+				continue // shadow rules cannot deny; without Redis there is nothing to report
+			}
+			lim := b.limit
+			if b.alg != dayQuota {
+				lim = max(1, int64(float64(b.limit)*b.scale+1e-9))
+			}
+			t := TierResult{Rule: b.id, Tier: b.tier, Algorithm: b.alg, Limit: lim, Remaining: lim, Period: b.period, Scale: b.scale, Allowed: true}
+			switch b.fail {
+			case FailClosed:
+				t.Allowed, t.Remaining, t.RetryAfter, t.ResetAfter = false, 0, min(b.period, time.Second), min(b.period, time.Second)
+			case FailLocal:
+				capacity := lim
+				if b.burst > 0 {
+					capacity = max(lim, int64(float64(b.burst)*b.scale+1e-9))
+				}
+				ok, left, wait := e.local.take(b.keys[0], lim, capacity, cost, b.period, now)
+				t.Allowed, t.Remaining, t.RetryAfter = ok, left, wait
+				if !ok {
+					t.ResetAfter = wait
+				}
+			}
+			outcome := "allowed"
+			if !t.Allowed {
+				outcome = "denied"
+				r.Allowed = false
+			}
+			e.m.degraded.WithLabelValues(string(b.fail), outcome).Inc()
+			r.Tiers = append(r.Tiers, t)
+		}
+	}
+	return r
+}

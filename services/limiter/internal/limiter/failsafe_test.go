@@ -1,0 +1,214 @@
+package limiter
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+)
+
+// countingHook counts every command and pipeline a client sends (or tries to).
+type countingHook struct{ calls atomic.Int64 }
+
+func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.calls.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.calls.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// deadRedis is a client for a port nothing listens on.
+func deadRedis(t *testing.T) (redis.UniversalClient, *countingHook) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	c := redisx.NewClient(redisx.Options{Addrs: []string{addr}, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	h := &countingHook{}
+	c.AddHook(h)
+	return c, h
+}
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+const failRules = `
+version: 1
+rules:
+  - {id: lenient, tier: principal, kinds: [user], limit: 1, period: 1h, fail: open}
+  - {id: strict, tier: principal, kinds: [bot], limit: 100, period: 1h, fail: closed}
+  - {id: local, tier: principal, kinds: [api_key], limit: 2, period: 1h, fail: local}
+  - {id: trial, tier: principal, kinds: [api_key], limit: 1, period: 1h, fail: closed, shadow: true}
+`
+
+func TestEngineFailPoliciesWhenRedisIsUnreachable(t *testing.T) {
+	rdb, _ := deadRedis(t)
+	clock := &fakeClock{now: time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)}
+	e := newTestEngine(t, rdb, failRules, func(c *EngineConfig) {
+		c.Budget, c.BreakerFailures, c.Clock = 300*time.Millisecond, 1000, clock.Now
+	})
+	cases := []struct {
+		name    string
+		kind    events.PrincipalKind
+		allowed []bool
+	}{
+		{"open allows", events.PrincipalUser, []bool{true, true, true}},
+		{"closed denies", events.PrincipalBot, []bool{false, false}},
+		{"local enforces an in-process bucket", events.PrincipalAPIKey, []bool{true, true, false, false}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := events.Principal{Kind: tc.kind, ID: redistest.Unique(t, "dead")}
+			for i, want := range tc.allowed {
+				r := check(t, e, Request{Principal: p, Cost: 1})
+				require.Equal(t, want, r.Allowed, "request %d", i)
+				require.True(t, r.Degraded)
+				require.Contains(t, r.Error, "redis")
+				require.False(t, r.Shadow, "shadow rules are not evaluated without Redis")
+				if !want {
+					require.Positive(t, r.RetryAfter)
+					h := Headers(r, "cid")
+					require.Contains(t, h["X-RateLimit-Error"], "redis")
+					require.NotEmpty(t, h["Retry-After"])
+				}
+			}
+		})
+	}
+	t.Run("local bucket refills on the local clock", func(t *testing.T) {
+		p := events.Principal{Kind: events.PrincipalAPIKey, ID: redistest.Unique(t, "dead")}
+		require.True(t, check(t, e, Request{Principal: p, Cost: 2}).Allowed)
+		require.False(t, check(t, e, Request{Principal: p, Cost: 1}).Allowed)
+		clock.Advance(30 * time.Minute)
+		require.True(t, check(t, e, Request{Principal: p, Cost: 1}).Allowed)
+	})
+}
+
+func TestBreakerStopsCallingADeadRedis(t *testing.T) {
+	rdb, hook := deadRedis(t)
+	e := newTestEngine(t, rdb, failRules, func(c *EngineConfig) {
+		c.Budget, c.BreakerFailures, c.BreakerOpen = 300*time.Millisecond, 2, time.Hour
+	})
+	p := events.Principal{Kind: events.PrincipalUser, ID: "breaker"}
+	for range 2 {
+		r := check(t, e, Request{Principal: p, Cost: 1})
+		require.True(t, r.Degraded)
+		require.Equal(t, "redis unavailable", r.Error)
+	}
+	before := hook.calls.Load()
+	require.Positive(t, before, "the first checks did try Redis")
+	for range 100 {
+		r := check(t, e, Request{Principal: p, Cost: 1})
+		require.True(t, r.Allowed, "fail open")
+		require.True(t, r.Degraded)
+		require.Equal(t, "redis circuit open", r.Error)
+	}
+	require.Equal(t, before, hook.calls.Load(), "an open breaker must not call Redis")
+}
+
+func TestOverLimitCacheDeniesWithoutRedis(t *testing.T) {
+	rdb := redistest.Client(t)
+	hook := &countingHook{}
+	rdb.AddHook(hook)
+	clock := &fakeClock{now: time.Now()}
+	rules := "version: 1\nrules:\n  - {id: p, tier: principal, limit: 2, period: 1m}\n  - {id: s, tier: principal, limit: 1, period: 1m, shadow: true}\n"
+	e := newTestEngine(t, rdb, rules, func(c *EngineConfig) { c.OverLimitEntries, c.Clock = 100, clock.Now })
+	p := principal(t)
+	require.True(t, check(t, e, Request{Principal: p, Cost: 1}).Allowed)
+	require.True(t, check(t, e, Request{Principal: p, Cost: 1}).Allowed, "shadow denials are never cached")
+	r := check(t, e, Request{Principal: p, Cost: 1})
+	require.False(t, r.Allowed)
+	require.False(t, r.Cached)
+	calls := hook.calls.Load()
+
+	for range 50 {
+		r = check(t, e, Request{Principal: p, Cost: 1})
+		require.False(t, r.Allowed)
+		require.True(t, r.Cached)
+		require.Equal(t, "p", r.Rule)
+		require.Equal(t, 2, r.Limit)
+		require.Positive(t, r.RetryAfter)
+	}
+	require.Equal(t, calls, hook.calls.Load(), "keys known over their limit must not reach Redis")
+
+	// Another principal is unaffected; after the retry time Redis is asked again.
+	require.True(t, check(t, e, Request{Principal: principal(t), Cost: 1}).Allowed)
+	clock.Advance(31 * time.Second)
+	calls = hook.calls.Load()
+	r = check(t, e, Request{Principal: p, Cost: 1})
+	require.False(t, r.Cached)
+	require.Greater(t, hook.calls.Load(), calls)
+}
+
+func TestOverLimitCacheEntryCoversOnlyLargerCosts(t *testing.T) {
+	c := newOverLimitCache(2)
+	now := time.Now()
+	c.put("k", TierResult{Rule: "r"}, 0.5, 5, now.Add(time.Minute))
+	_, _, ok := c.get("k", 4, now)
+	require.False(t, ok, "a denial of cost 5 says nothing about cost 4")
+	ent, left, ok := c.get("k", 5, now)
+	require.True(t, ok)
+	require.Equal(t, 0.5, ent.penalty)
+	require.Equal(t, time.Minute, left)
+	_, _, ok = c.get("k", 9, now.Add(time.Minute))
+	require.False(t, ok, "expired")
+	c.put("a", TierResult{}, 1, 1, now.Add(time.Hour))
+	c.put("b", TierResult{}, 1, 1, now.Add(time.Hour))
+	c.put("c", TierResult{}, 1, 1, now.Add(time.Hour))
+	_, _, ok = c.get("c", 1, now)
+	require.False(t, ok, "a full cache of live entries takes no more")
+}
+
+func TestDegradedErrorsNameRedis(t *testing.T) {
+	r := finish(Result{Allowed: true, Degraded: true, Error: "redis unavailable"}, 0.8)
+	require.True(t, strings.HasPrefix(Headers(r, "x")["X-RateLimit-Error"], "redis unavailable"))
+}
+
+func TestOverLimitCacheKeepsThePenaltyReason(t *testing.T) {
+	rdb := redistest.Client(t)
+	e := newTestEngine(t, rdb, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 10, period: 1h}\n", func(c *EngineConfig) { c.OverLimitEntries = 100 })
+	p := principal(t)
+	require.NoError(t, rdb.HSet(context.Background(), redisx.PenaltyKey(string(p.Kind), p.ID), "m", "0.1").Err())
+	require.True(t, check(t, e, Request{Principal: p, Cost: 1}).Allowed)
+	for i := range 3 {
+		r := check(t, e, Request{Principal: p, Cost: 1})
+		require.False(t, r.Allowed)
+		require.Equal(t, i > 0, r.Cached)
+		require.Equal(t, events.TierPenalty, r.Tier, "check %d", i)
+		require.InDelta(t, 0.1, r.Penalty, 1e-9)
+		require.Equal(t, ProblemPenalized, DenialProblem(r, "c").Type)
+	}
+}

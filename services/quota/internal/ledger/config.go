@@ -1,0 +1,132 @@
+package ledger
+
+import (
+	"time"
+
+	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/dynamo"
+)
+
+// Config is the quota service's start-up configuration, read from the environment.
+type Config struct {
+	HTTPAddr       string   // FLOODGATE_QUOTA_ADDR: usage API, /healthz, /readyz, /metrics
+	KafkaBrokers   []string // FLOODGATE_KAFKA_BROKERS
+	DecisionsTopic string   // FLOODGATE_DECISIONS_TOPIC
+	Group          string   // FLOODGATE_QUOTA_GROUP
+	RedisAddrs     []string // FLOODGATE_REDIS_ADDRS
+	Dynamo         dynamo.Options
+
+	// FlushInterval is how long a partition aggregates before it writes the
+	// ledger and commits (FLOODGATE_QUOTA_FLUSH_INTERVAL).
+	FlushInterval time.Duration
+	// MaxBatchEvents flushes a partition early when this many messages were
+	// aggregated, bounding memory (FLOODGATE_QUOTA_MAX_BATCH_EVENTS).
+	MaxBatchEvents int
+	// WriteConcurrency bounds the UpdateItem calls in flight across all
+	// partitions (FLOODGATE_QUOTA_WRITE_CONCURRENCY).
+	WriteConcurrency int
+	// RetentionDays is how long a ledger item lives after its day ends
+	// (FLOODGATE_QUOTA_RETENTION_DAYS), enforced by the table's TTL.
+	RetentionDays int
+	// ReseedMargin is added to the end of the day for the TTL of a re-seeded
+	// Redis day counter (FLOODGATE_QUOTA_RESEED_MARGIN).
+	ReseedMargin time.Duration
+	// DrainTimeout bounds the last flush on shutdown and on a rebalance
+	// (FLOODGATE_QUOTA_DRAIN_TIMEOUT).
+	DrainTimeout time.Duration
+	// Consumer-group timings; zero keeps kafka-go's defaults
+	// (FLOODGATE_QUOTA_SESSION_TIMEOUT, _HEARTBEAT_INTERVAL, _REBALANCE_TIMEOUT,
+	// _JOIN_BACKOFF).
+	SessionTimeout    time.Duration
+	HeartbeatInterval time.Duration
+	RebalanceTimeout  time.Duration
+	JoinGroupBackoff  time.Duration
+	// MaxWait bounds one fetch (FLOODGATE_QUOTA_FETCH_MAX_WAIT).
+	MaxWait time.Duration
+	// ShutdownTimeout bounds the HTTP server's shutdown (FLOODGATE_SHUTDOWN_TIMEOUT).
+	ShutdownTimeout time.Duration
+}
+
+// Defaults.
+const (
+	DefaultAddr           = "127.0.0.1:8085"
+	DefaultGroup          = "floodgate-quota"
+	DefaultFlushInterval  = time.Second
+	DefaultMaxBatchEvents = 200_000
+	DefaultConcurrency    = 32
+	DefaultRetentionDays  = 400
+	DefaultReseedMargin   = time.Hour
+	DefaultDrainTimeout   = 10 * time.Second
+)
+
+// ConfigFromEnv reads and validates the configuration.
+func ConfigFromEnv(getenv config.Getenv) (Config, error) {
+	e := config.NewEnv(getenv)
+	c := Config{
+		HTTPAddr:       e.String("FLOODGATE_QUOTA_ADDR", DefaultAddr),
+		KafkaBrokers:   e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
+		DecisionsTopic: e.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
+		Group:          e.String("FLOODGATE_QUOTA_GROUP", DefaultGroup),
+		RedisAddrs:     e.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs),
+		Dynamo: dynamo.Options{
+			Endpoint:    e.String("FLOODGATE_DYNAMODB_ENDPOINT", ""),
+			Region:      e.String("FLOODGATE_DYNAMODB_REGION", ""),
+			TablePrefix: e.String("FLOODGATE_DYNAMODB_TABLE_PREFIX", ""),
+		},
+		FlushInterval:     e.Duration("FLOODGATE_QUOTA_FLUSH_INTERVAL", DefaultFlushInterval),
+		MaxBatchEvents:    e.Int("FLOODGATE_QUOTA_MAX_BATCH_EVENTS", DefaultMaxBatchEvents),
+		WriteConcurrency:  e.Int("FLOODGATE_QUOTA_WRITE_CONCURRENCY", DefaultConcurrency),
+		RetentionDays:     e.Int("FLOODGATE_QUOTA_RETENTION_DAYS", DefaultRetentionDays),
+		ReseedMargin:      e.Duration("FLOODGATE_QUOTA_RESEED_MARGIN", DefaultReseedMargin),
+		DrainTimeout:      e.Duration("FLOODGATE_QUOTA_DRAIN_TIMEOUT", DefaultDrainTimeout),
+		SessionTimeout:    e.Duration("FLOODGATE_QUOTA_SESSION_TIMEOUT", 0),
+		HeartbeatInterval: e.Duration("FLOODGATE_QUOTA_HEARTBEAT_INTERVAL", 0),
+		RebalanceTimeout:  e.Duration("FLOODGATE_QUOTA_REBALANCE_TIMEOUT", 0),
+		JoinGroupBackoff:  e.Duration("FLOODGATE_QUOTA_JOIN_BACKOFF", 0),
+		MaxWait:           e.Duration("FLOODGATE_QUOTA_FETCH_MAX_WAIT", 500*time.Millisecond),
+		ShutdownTimeout:   e.Duration("FLOODGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
+	}
+	if err := e.Err(); err != nil {
+		return Config{}, err
+	}
+	return c, c.Validate()
+}
+
+// Validate checks ranges and how fields relate; errors name the variable.
+func (c Config) Validate() error {
+	var v config.Check
+	v.Require(c.HTTPAddr != "", "FLOODGATE_QUOTA_ADDR", "required (host:port)")
+	v.Require(len(c.KafkaBrokers) > 0, "FLOODGATE_KAFKA_BROKERS", "at least one host:port")
+	v.Require(c.DecisionsTopic != "", "FLOODGATE_DECISIONS_TOPIC", "required")
+	v.Require(c.Group != "", "FLOODGATE_QUOTA_GROUP", "required")
+	v.Require(len(c.RedisAddrs) > 0, "FLOODGATE_REDIS_ADDRS", "at least one host:port")
+	v.Require(c.FlushInterval >= 10*time.Millisecond && c.FlushInterval <= time.Minute,
+		"FLOODGATE_QUOTA_FLUSH_INTERVAL", "%s: must be in 10ms..1m", c.FlushInterval)
+	v.Require(c.MaxBatchEvents >= 1 && c.MaxBatchEvents <= 10_000_000,
+		"FLOODGATE_QUOTA_MAX_BATCH_EVENTS", "%d: must be in 1..10000000", c.MaxBatchEvents)
+	v.Require(c.WriteConcurrency >= 1 && c.WriteConcurrency <= 1024,
+		"FLOODGATE_QUOTA_WRITE_CONCURRENCY", "%d: must be in 1..1024", c.WriteConcurrency)
+	v.Require(c.RetentionDays >= 1 && c.RetentionDays <= 3650,
+		"FLOODGATE_QUOTA_RETENTION_DAYS", "%d: must be in 1..3650", c.RetentionDays)
+	v.Require(c.ReseedMargin >= 0 && c.ReseedMargin <= 48*time.Hour,
+		"FLOODGATE_QUOTA_RESEED_MARGIN", "%s: must be in 0..48h", c.ReseedMargin)
+	v.Require(c.DrainTimeout > 0, "FLOODGATE_QUOTA_DRAIN_TIMEOUT", "must be positive")
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"FLOODGATE_QUOTA_SESSION_TIMEOUT", c.SessionTimeout},
+		{"FLOODGATE_QUOTA_HEARTBEAT_INTERVAL", c.HeartbeatInterval},
+		{"FLOODGATE_QUOTA_REBALANCE_TIMEOUT", c.RebalanceTimeout},
+		{"FLOODGATE_QUOTA_JOIN_BACKOFF", c.JoinGroupBackoff},
+	} {
+		v.Require(d.v >= 0, d.name, "must not be negative")
+	}
+	if c.SessionTimeout > 0 && c.HeartbeatInterval > 0 {
+		v.Require(c.HeartbeatInterval < c.SessionTimeout, "FLOODGATE_QUOTA_HEARTBEAT_INTERVAL",
+			"%s: must be less than FLOODGATE_QUOTA_SESSION_TIMEOUT (%s)", c.HeartbeatInterval, c.SessionTimeout)
+	}
+	v.Require(c.MaxWait >= 10*time.Millisecond, "FLOODGATE_QUOTA_FETCH_MAX_WAIT", "%s: must be at least 10ms", c.MaxWait)
+	v.Require(c.ShutdownTimeout > 0, "FLOODGATE_SHUTDOWN_TIMEOUT", "must be positive")
+	return v.Err()
+}

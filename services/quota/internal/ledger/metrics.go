@@ -1,0 +1,93 @@
+package ledger
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Metrics are the floodgate_quota_* collectors.
+type Metrics struct {
+	Messages     *prometheus.CounterVec // result
+	Units        prometheus.Counter
+	Writes       *prometheus.CounterVec // kind, outcome
+	WriteErrors  prometheus.Counter
+	FencedUnits  prometheus.Counter
+	Flushes      prometheus.Counter
+	FlushSeconds prometheus.Histogram
+	LedgerLag    prometheus.Histogram
+	Reseeds      *prometheus.CounterVec // outcome
+	Commits      *prometheus.CounterVec // outcome
+	DLQ          prometheus.Counter
+	Rebalances   prometheus.Counter
+	Abandoned    prometheus.Counter
+}
+
+// Message results (label result of floodgate_quota_messages_total).
+const (
+	resultAllowed       = "allowed"        // allowed decision, units aggregated
+	resultDenied        = "denied"         // denied decision, no units
+	resultPoison        = "poison"         // undecodable, dead-lettered
+	resultReplay        = "replay"         // replay of this group's dead letter, aggregated
+	resultReplayIgnored = "replay_ignored" // replay of another group's dead letter
+)
+
+// NewMetrics registers the quota metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
+	return &Metrics{
+		Messages: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_quota_messages_total",
+			Help: "Decision messages handled, by result: allowed, denied, poison, replay, replay_ignored.",
+		}, []string{"result"}),
+		Units: f.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_quota_units_total",
+			Help: "Allowed units aggregated from the stream (before fencing; redeliveries count again).",
+		}),
+		Writes: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_quota_ledger_writes_total",
+			Help: "Conditional UpdateItem calls answered by DynamoDB, by kind (partition, replay).",
+		}, []string{"kind"}),
+		WriteErrors: f.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_quota_ledger_write_errors_total",
+			Help: "UpdateItem calls that failed (throttling, network) and were retried with backoff.",
+		}),
+		FencedUnits: f.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_quota_fenced_units_total",
+			Help: "Units not written because the ledger already held their offsets (redeliveries, replays seen before).",
+		}),
+		Flushes: f.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_quota_flushes_total",
+			Help: "Partition batches written to the ledger and committed.",
+		}),
+		FlushSeconds: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "floodgate_quota_flush_seconds",
+			Help:    "Duration of one partition flush: ledger writes, re-seed and commit.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		}),
+		LedgerLag: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "floodgate_quota_ledger_lag_seconds",
+			Help:    "Age of the oldest message of a batch (its Kafka timestamp) when the batch's flush completed.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
+		}),
+		Reseeds: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_quota_reseeds_total",
+			Help: "Redis day counters re-seeded from the ledger, by outcome (ok, error).",
+		}, []string{"outcome"}),
+		Commits: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_quota_commits_total",
+			Help: "Offset commits after a flush, by outcome (ok, error).",
+		}, []string{"outcome"}),
+		DLQ: f.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_quota_dlq_total",
+			Help: "Messages dead-lettered as poison.",
+		}),
+		Rebalances: f.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_quota_rebalances_total",
+			Help: "Consumer group generations joined.",
+		}),
+		Abandoned: f.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_quota_abandoned_total",
+			Help: "Batches not flushed by the drain or rebalance deadline (left uncommitted, redelivered, fenced).",
+		}),
+	}
+}

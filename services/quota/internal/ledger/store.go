@@ -1,0 +1,261 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// DynamoAPI is what the ledger needs of a DynamoDB client. *dynamodb.Client
+// satisfies it; tests wrap it to inject throttling and lost responses. It must
+// be safe for concurrent use.
+type DynamoAPI interface {
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+}
+
+var _ DynamoAPI = (*dynamodb.Client)(nil)
+
+// Item attributes of the ledger table (migrations/0001_initial.yaml).
+const (
+	attrPK      = "pk"         // principal key "kind:id"
+	attrSK      = "sk"         // UTC day "YYYY-MM-DD"
+	attrUnits   = "units"      // allowed units of the day (N)
+	attrExpires = "expires_at" // TTL, epoch seconds
+	attrUpdated = "updated_at" // epoch milliseconds of the last write
+	attrReplays = "r"          // string set of "<partition>/<offset>" replays applied
+	// attrOffsetPrefix + partition: the highest offset of that partition of
+	// the decisions topic whose units are in the item (N).
+	attrOffsetPrefix = "o_"
+)
+
+// DayLayout formats a UTC day as the sort key.
+const DayLayout = "2006-01-02"
+
+// Entry is one allowed decision's units at its offset.
+type Entry struct {
+	Offset int64
+	Cost   int64
+}
+
+// Store reads and writes the ledger table. It is safe for concurrent use.
+type Store struct {
+	db        DynamoAPI
+	table     string
+	retention time.Duration
+	now       func() time.Time
+}
+
+// NewStore returns a Store on table (prefix included). Items expire
+// retentionDays after the end of their day.
+func NewStore(db DynamoAPI, table string, retentionDays int, now func() time.Time) *Store {
+	return &Store{db: db, table: table, retention: time.Duration(retentionDays) * 24 * time.Hour, now: now}
+}
+
+// WriteResult says what one conditional write did.
+type WriteResult struct {
+	Total   int64 // the item's units after the write (or as found, when fenced)
+	Applied int64 // units added by this call
+	Fenced  int64 // units skipped because the item already held their offsets
+	Writes  int   // UpdateItem calls that reached DynamoDB and answered
+}
+
+// ApplyPartition adds entries (ascending offsets, all of partition, all of
+// principal's day) to the item exactly once. The item keeps o_<partition>, the
+// highest offset of partition whose units it holds; the write is conditional
+// on o_<partition> being below the first entry's offset, and sets it to the
+// last entry's. When the condition fails (a redelivery after a crash, or a
+// former owner of the partition that flushed a different slice of the same
+// messages) the item's o_<partition> comes back with the failure and only the
+// entries above it are written, again conditionally. Invariant: every entry of
+// the principal-day on partition at or below o_<partition> is counted, and
+// none twice. A write that errors is not retried here (see Flusher).
+func (s *Store) ApplyPartition(ctx context.Context, principal, day string, partition int, entries []Entry) (WriteResult, error) {
+	var res WriteResult
+	fence := attrOffsetPrefix + strconv.Itoa(partition)
+	for len(entries) > 0 {
+		var n int64
+		for _, e := range entries {
+			n += e.Cost
+		}
+		lo, hi := entries[0].Offset, entries[len(entries)-1].Offset
+		out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:           aws.String(s.table),
+			Key:                 s.key(principal, day),
+			UpdateExpression:    aws.String("ADD #units :n SET #o = :hi, #exp = :exp, #upd = :upd"),
+			ConditionExpression: aws.String("attribute_not_exists(#o) OR #o < :lo"),
+			ExpressionAttributeNames: map[string]string{
+				"#units": attrUnits, "#o": fence, "#exp": attrExpires, "#upd": attrUpdated,
+			},
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":n":   num(n),
+				":hi":  num(hi),
+				":lo":  num(lo),
+				":exp": num(s.expiresAt(day)),
+				":upd": num(s.now().UnixMilli()),
+			},
+			ReturnValues:                        types.ReturnValueUpdatedNew,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		})
+		var ccf *types.ConditionalCheckFailedException
+		switch {
+		case err == nil:
+			res.Writes++
+			res.Applied += n
+			res.Total = numAttr(out.Attributes[attrUnits])
+			return res, nil
+		case errors.As(err, &ccf):
+			res.Writes++
+			done, ok := numAttrOK(ccf.Item[fence])
+			if !ok {
+				// Without the item as it was, the fence is unknown; guessing
+				// could skip or double units. The caller retries.
+				return res, fmt.Errorf("update ledger %s %s partition %d: condition failed without the item's %s", principal, day, partition, fence)
+			}
+			res.Total = numAttr(ccf.Item[attrUnits])
+			i := 0
+			for i < len(entries) && entries[i].Offset <= done {
+				res.Fenced += entries[i].Cost
+				i++
+			}
+			if i == 0 {
+				// The condition failed although o_<partition> is below lo: the
+				// item changed between the two reads. Try again as is.
+				continue
+			}
+			entries = entries[i:]
+		default:
+			return res, fmt.Errorf("update ledger %s %s partition %d offsets %d..%d: %w", principal, day, partition, lo, hi, err)
+		}
+	}
+	return res, nil
+}
+
+// ApplyReplay adds the units of one dead-lettered decision replayed onto the
+// topic, exactly once per original position: the item's string set r holds
+// "<partition>/<offset>" of every replay applied, and the write is
+// conditional on the position not being in it.
+func (s *Store) ApplyReplay(ctx context.Context, principal, day string, partition int, offset, cost int64) (WriteResult, error) {
+	id := strconv.Itoa(partition) + "/" + strconv.FormatInt(offset, 10)
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:           aws.String(s.table),
+		Key:                 s.key(principal, day),
+		UpdateExpression:    aws.String("ADD #units :n, #r :id SET #exp = :exp, #upd = :upd"),
+		ConditionExpression: aws.String("attribute_not_exists(#r) OR NOT contains(#r, :idv)"),
+		ExpressionAttributeNames: map[string]string{
+			"#units": attrUnits, "#r": attrReplays, "#exp": attrExpires, "#upd": attrUpdated,
+		},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":n":   num(cost),
+			":id":  &types.AttributeValueMemberSS{Value: []string{id}},
+			":idv": &types.AttributeValueMemberS{Value: id},
+			":exp": num(s.expiresAt(day)),
+			":upd": num(s.now().UnixMilli()),
+		},
+		ReturnValues:                        types.ReturnValueUpdatedNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case err == nil:
+		return WriteResult{Total: numAttr(out.Attributes[attrUnits]), Applied: cost, Writes: 1}, nil
+	case errors.As(err, &ccf):
+		return WriteResult{Total: numAttr(ccf.Item[attrUnits]), Fenced: cost, Writes: 1}, nil
+	default:
+		return WriteResult{}, fmt.Errorf("update ledger %s %s replay %s: %w", principal, day, id, err)
+	}
+}
+
+// DayUsage is one day of a principal's ledger.
+type DayUsage struct {
+	Day   string `json:"day"`
+	Units int64  `json:"units"`
+}
+
+// Usage returns the principal's units for the days from..to (inclusive,
+// YYYY-MM-DD), oldest first, with zero for days without an item.
+func (s *Store) Usage(ctx context.Context, principal string, from, to time.Time) ([]DayUsage, error) {
+	from, to = from.UTC().Truncate(24*time.Hour), to.UTC().Truncate(24*time.Hour)
+	found := map[string]int64{}
+	var start map[string]types.AttributeValue
+	for {
+		out, err := s.db.Query(ctx, &dynamodb.QueryInput{
+			TableName:              aws.String(s.table),
+			KeyConditionExpression: aws.String("#pk = :pk AND #sk BETWEEN :from AND :to"),
+			ExpressionAttributeNames: map[string]string{
+				"#pk": attrPK, "#sk": attrSK, "#units": attrUnits,
+			},
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":pk":   &types.AttributeValueMemberS{Value: principal},
+				":from": &types.AttributeValueMemberS{Value: from.Format(DayLayout)},
+				":to":   &types.AttributeValueMemberS{Value: to.Format(DayLayout)},
+			},
+			ProjectionExpression: aws.String("#sk, #units"),
+			ConsistentRead:       aws.Bool(true),
+			ExclusiveStartKey:    start,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("query ledger %s: %w", principal, err)
+		}
+		for _, it := range out.Items {
+			if sk, ok := it[attrSK].(*types.AttributeValueMemberS); ok {
+				found[sk.Value] = numAttr(it[attrUnits])
+			}
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			break
+		}
+		start = out.LastEvaluatedKey
+	}
+	var days []DayUsage
+	for d := from; !d.After(to); d = d.Add(24 * time.Hour) {
+		k := d.Format(DayLayout)
+		days = append(days, DayUsage{Day: k, Units: found[k]})
+	}
+	return days, nil
+}
+
+func (s *Store) key(principal, day string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		attrPK: &types.AttributeValueMemberS{Value: principal},
+		attrSK: &types.AttributeValueMemberS{Value: day},
+	}
+}
+
+// expiresAt is the item's TTL: the end of its day plus the retention.
+func (s *Store) expiresAt(day string) int64 {
+	t, err := time.Parse(DayLayout, day)
+	if err != nil {
+		t = s.now().UTC().Truncate(24 * time.Hour)
+	}
+	return t.Add(24*time.Hour + s.retention).Unix()
+}
+
+func num(n int64) *types.AttributeValueMemberN {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
+
+// numAttr reads an N attribute; absent or malformed reads as 0.
+func numAttr(v types.AttributeValue) int64 {
+	i, _ := numAttrOK(v)
+	return i
+}
+
+// numAttrOK reads an N attribute and reports whether it was there and well formed.
+func numAttrOK(v types.AttributeValue) (int64, bool) {
+	n, ok := v.(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.ParseInt(n.Value, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return i, true
+}
