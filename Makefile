@@ -49,15 +49,25 @@ test-unit: ## unit tests only (no stack): pure logic, codecs, fuzz seeds
 	$(GO) test -count=1 -short ./...
 
 .PHONY: bench
-bench: ## benchmarks: event codec, Kafka loops (in-process broker)
-	$(GO) test -run '^$$' -bench . -benchmem -cpu 1 ./pkg/events/ ./pkg/redisx/
-	$(GO) test -run '^$$' -bench . -benchmem ./pkg/stream/
+bench: ## benchmarks: codec, Kafka loops, journal, limiter engine, detector scoring, quota ledger, limiter over HTTP
+	$(GO) test -run '^$$' -bench . -benchmem -cpu 1 ./pkg/events/ ./pkg/redisx/ ./services/detector/internal/score/
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/stream/ ./services/limiter/internal/limiter/
+	$(GO) test -run '^$$' -bench BenchmarkLedger -benchtime=1x ./services/quota/internal/ledger
+	$(GO) test -run TestFaultExactness -timeout 30m ./services/quota/ -quota.big
+	@$(MAKE) --no-print-directory build >/dev/null
+	$(BIN)/loadgen -start $(BIN)/limiter -url http://127.0.0.1:18080 -rates 1000,10000,30000 -duration 10s
+
+FUZZ_TARGETS := \
+	./pkg/events/:FuzzDecodeDecision ./pkg/events/:FuzzDecodeAbuse ./pkg/events/:FuzzDecodeAdjustment \
+	./pkg/events/:FuzzParseIP ./pkg/events/:FuzzParseTime ./pkg/events/:FuzzValidRoute ./pkg/events/:FuzzParsePrincipalKey \
+	./pkg/redisx/:FuzzEscape ./pkg/stream/:FuzzJournalRecord ./pkg/stream/:FuzzJournalSegmentScan \
+	./services/adjuster/internal/signals/:FuzzQuote ./services/adjuster/internal/simulate/:FuzzReadCSV \
+	./services/dlq-auditor/internal/auditor/:FuzzParseID ./services/dlq-auditor/internal/auditor/:FuzzScrubBytes
 
 .PHONY: fuzz
-fuzz: ## run each fuzz target for FUZZTIME (default 30s)
-	$(GO) test -run '^$$' -fuzz FuzzDecodeDecision -fuzztime $${FUZZTIME:-30s} ./pkg/events/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeAbuse -fuzztime $${FUZZTIME:-30s} ./pkg/events/
-	$(GO) test -run '^$$' -fuzz FuzzEscape -fuzztime $${FUZZTIME:-30s} ./pkg/redisx/
+fuzz: ## run every fuzz target for FUZZTIME each (default 30s)
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzz $$fn ($$pkg)"; $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $${FUZZTIME:-30s} $$pkg || exit 1; done
 
 .PHONY: lint
 lint: ## gofmt and go vet

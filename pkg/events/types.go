@@ -140,9 +140,10 @@ const (
 	PatternDistributedIP      Pattern = "distributed_ip"
 	PatternCredentialStuffing Pattern = "credential_stuffing"
 	PatternScraping           Pattern = "scraping"
+	PatternBotLike            Pattern = "bot_like" // inter-arrival times too regular for a person
 )
 
-const patterns = "rapid_fire|distributed_ip|credential_stuffing|scraping"
+const patterns = "rapid_fire|distributed_ip|credential_stuffing|scraping|bot_like"
 
 // Valid reports whether p is one of the patterns.
 func (p Pattern) Valid() bool { return oneOf(string(p), patterns) == nil }

@@ -9,11 +9,18 @@
 //	fg:{<kind>:<id>}:day:<date>  units the principal was allowed on that UTC day (YYYY-MM-DD);
 //	                             the limiter increments it, the quota service re-seeds it
 //
-// Limit scales are global per scope, so they cannot live under a principal's tag:
+// The limiter's IP tier counts an address (IPv4) or a /64 (IPv6) as a principal of
+// kind "ip" — fg:{ip:<addr>}:tb:<rule> — which no principal kind can collide with.
+//
+// Global keys, not under any principal's tag:
 //
 //	fg:scales                    hash scope → scale in (0,10]; written by the adjuster,
 //	                             polled by every limiter (about once a second) and passed
 //	                             into the check script as arguments
+//	fg:overrides                 hash of per-principal and per-plan rule overrides, polled
+//	                             by the limiter (services/limiter runtime.go)
+//	fg:detector:pager:open       hash of open PagerDuty incidents the detector resolves
+//	                             when their penalty expires or is lifted
 //
 // Principal ids and IP literals come from the outside world. Escape encodes the
 // bytes that could change a key's meaning (':' separates parts, '{' and '}'

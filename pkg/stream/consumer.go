@@ -72,6 +72,18 @@ type ConsumerConfig struct {
 	// StartOffset is where a group with no committed offset starts:
 	// kafka.FirstOffset (the default) or kafka.LastOffset.
 	StartOffset int64
+	// StartFrom, when set, is called as a partition is assigned with the group's
+	// committed offset and returns where to fetch from: that offset, or earlier
+	// for a handler that rebuilds state from recent history (a detector refilling
+	// its windows after a restart). Messages before the committed offset are
+	// handed to the handler again — it must not repeat their effects — and the
+	// group's offset is never committed below where it was. It is not called for
+	// a partition without a committed offset.
+	StartFrom func(ctx context.Context, partition int, committed int64) (int64, error)
+	// OnRevoke, when set, is called for each partition of a generation after its
+	// handlers finished and its offsets were committed, as the consumer rejoins
+	// the group or stops: per-partition state can be dropped.
+	OnRevoke func(partition int)
 
 	// Group protocol and fetch tuning; zero keeps kafka-go's defaults
 	// (heartbeat 3s, session 30s, rebalance 30s, join backoff 5s). MaxWait
@@ -451,8 +463,22 @@ func (g *generationRun) consume(ctx, gctx, hctx context.Context, a kafka.Partiti
 		}
 	}()
 	lag := c.metrics.partitionLag.WithLabelValues(c.cfg.Topic, c.cfg.GroupID, strconv.Itoa(a.ID))
-	if err := r.SetOffset(a.Offset); err != nil {
-		c.log.Error("set partition offset", "partition", a.ID, "offset", a.Offset, "err", err)
+	start := a.Offset
+	if c.cfg.StartFrom != nil && a.Offset >= 0 {
+		s, err := c.cfg.StartFrom(stop, a.ID, a.Offset)
+		if err != nil {
+			c.log.Error("choose start offset", "partition", a.ID, "committed", a.Offset, "err", err)
+			drained.Done()
+			return // ends the generation: the group rebalances and retries
+		}
+		if s >= 0 && s < a.Offset {
+			start = s
+			ps.track.markCommitted(a.Offset - 1) // re-read history never moves the group back
+			c.log.Info("rewound partition", "partition", a.ID, "committed", a.Offset, "from", s)
+		}
+	}
+	if err := r.SetOffset(start); err != nil {
+		c.log.Error("set partition offset", "partition", a.ID, "offset", start, "err", err)
 		drained.Done()
 		return // ends the generation: the group rebalances and retries
 	}
@@ -544,6 +570,11 @@ loop:
 		inFlight += ps.track.inFlight()
 	}
 	c.log.Info("generation drained", "generation", g.gen.ID, "reason", why, "uncommitted_fetched", inFlight)
+	if c.cfg.OnRevoke != nil {
+		for id := range g.parts {
+			c.cfg.OnRevoke(id)
+		}
+	}
 	return errors.Join(errs...)
 }
 

@@ -602,3 +602,67 @@ func TestConsumerHandlesReplaysOnlyForTheFailedGroup(t *testing.T) {
 		})
 	}
 }
+
+// TestConsumerStartFromRewindsWithoutMovingCommitsBack: a consumer that rebuilds
+// state from history re-reads messages before the committed offset, and the
+// group's committed offset never goes back meanwhile; OnRevoke reports the partition.
+func TestConsumerStartFromRewindsWithoutMovingCommitsBack(t *testing.T) {
+	const topic = "rewind"
+	addr := kafkatest.Start(t, map[string]int32{topic: 1, topic + ".dlq": 1})
+	for i := range 10 {
+		publish(t, addr, kafka.Message{Topic: topic, Value: []byte(strconv.Itoa(i))})
+	}
+	var mu sync.Mutex
+	var offsets []int64
+	pause := make(chan struct{})
+	paused := make(chan struct{}, 1)
+	handler := func(_ context.Context, m kafka.Message) error {
+		if m.Offset == 8 && pause != nil {
+			paused <- struct{}{}
+			<-pause
+		}
+		mu.Lock()
+		offsets = append(offsets, m.Offset)
+		mu.Unlock()
+		return nil
+	}
+	seen := func() []int64 { mu.Lock(); defer mu.Unlock(); return append([]int64(nil), offsets...) }
+
+	first, err := NewConsumer(fastConsumerConfig(t, addr, topic, "g-rewind", prometheus.NewRegistry()), func(ctx context.Context, m kafka.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		offsets = append(offsets, m.Offset)
+		return nil
+	})
+	require.NoError(t, err)
+	stop := runConsumer(t, first)
+	require.Eventually(t, func() bool { return len(seen()) == 10 }, waitFor, 10*time.Millisecond)
+	require.NoError(t, stop())
+	require.Equal(t, int64(10), committedOffsets(t, addr, "g-rewind", topic, 1)[0])
+
+	mu.Lock()
+	offsets = nil
+	mu.Unlock()
+	publish(t, addr, kafka.Message{Topic: topic, Value: []byte("10")})
+	cfg := fastConsumerConfig(t, addr, topic, "g-rewind", prometheus.NewRegistry())
+	var asked []int64
+	var revoked []int
+	cfg.StartFrom = func(_ context.Context, partition int, committed int64) (int64, error) {
+		asked = append(asked, committed)
+		return committed - 4, nil
+	}
+	cfg.OnRevoke = func(partition int) { revoked = append(revoked, partition) }
+	second, err := NewConsumer(cfg, handler)
+	require.NoError(t, err)
+	stop = runConsumer(t, second)
+	<-paused // offsets 6 and 7 are re-handled; several commit intervals pass
+	time.Sleep(10 * cfg.CommitInterval)
+	require.Equal(t, int64(10), committedOffsets(t, addr, "g-rewind", topic, 1)[0], "re-reading history moved the group's offset back")
+	close(pause)
+	require.Eventually(t, func() bool { return len(seen()) == 5 }, waitFor, 10*time.Millisecond)
+	require.NoError(t, stop())
+	require.Equal(t, []int64{10}, asked, "StartFrom gets the committed offset")
+	require.Equal(t, []int64{6, 7, 8, 9, 10}, seen(), "history from the rewound offset, then the new message")
+	require.Equal(t, int64(11), committedOffsets(t, addr, "g-rewind", topic, 1)[0])
+	require.Equal(t, []int{0}, revoked)
+}

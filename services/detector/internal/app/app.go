@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/segmentio/kafka-go"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
@@ -96,9 +97,18 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 		dcfg.Alerter = pager
 	}
 	det := detector.New(dcfg)
+	// After a restart or rebalance a partition is re-read from one window back
+	// (the longer of the rate and IP windows) so scoring is never blind; events
+	// before the committed offset rebuild state without repeating effects.
+	offsets := &detector.KafkaOffsets{Client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Timeout: 10 * time.Second}, Topic: cfg.DecisionsTopic}
+	rewind := max(cfg.Score.Window, cfg.Score.IPWindow)
 	decisions, err := stream.NewConsumer(stream.ConsumerConfig{
 		Brokers: cfg.KafkaBrokers, Topic: cfg.DecisionsTopic, GroupID: cfg.Group, Service: "detector",
 		Logger: log, Registerer: reg,
+		StartFrom: func(ctx context.Context, partition int, committed int64) (int64, error) {
+			return det.Rewind(ctx, offsets, partition, committed, rewind)
+		},
+		OnRevoke: det.Revoked,
 	}, det.Handle)
 	if err != nil {
 		return err

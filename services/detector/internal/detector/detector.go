@@ -219,7 +219,7 @@ func (d *Detector) decide(ctx context.Context, det *score.Detection) (events.Abu
 	policy, ok := d.cfg.Policies[pattern]
 	a := d.abuseEvent(det, policy)
 	if !ok || !pattern.Valid() {
-		// Scored but not part of abuse.v1 yet (bot_like): counted and logged only.
+		// A pattern without a policy or unknown to abuse.v1: counted and logged only.
 		d.metrics.suppressed.WithLabelValues(string(pattern), "unpublished_pattern").Inc()
 		if d.cfg.Recorder != nil {
 			a.Penalty.Mode = events.PenaltySimulated

@@ -14,11 +14,11 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 )
 
-// Pattern names. bot_like is not (yet) an abuse.v1 pattern: see the detector.
+// Pattern names.
 const (
 	RapidFire     events.Pattern = events.PatternRapidFire
 	DistributedIP events.Pattern = events.PatternDistributedIP
-	BotLike       events.Pattern = "bot_like"
+	BotLike       events.Pattern = events.PatternBotLike
 )
 
 const (
