@@ -309,7 +309,7 @@ func (p *pagerReceiver) waitFor(t *testing.T, dedup string) map[string]any {
 func buildServices(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./services/limiter", "./services/detector")
+	cmd := exec.Command("go", "build", "-o", dir+"/", "./services/limiter", "./services/detector", "./services/quota", "./services/dlq-auditor")
 	cmd.Dir = repoRoot(t)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
