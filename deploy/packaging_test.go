@@ -88,6 +88,8 @@ type model struct {
 	base       *kustomization
 	overlay    *kustomization
 	dashboards map[string]*dashboard // file name → dashboard
+	alerts     alertRules            // deploy/prometheus/alerts.yml
+	runbooks   string                // docs/runbooks.md
 	prometheus *promConfig
 	grafana    grafanaProvisioning
 	docs       string
@@ -151,6 +153,8 @@ func loadModel(t *testing.T) *model {
 	m.prometheus = &promConfig{}
 	require.NoError(t, yaml.Unmarshal(readFile(t, filepath.Join(root, "deploy/grafana/prometheus.yml")), m.prometheus))
 	require.NoError(t, yaml.Unmarshal(readFile(t, filepath.Join(root, "deploy/grafana/provisioning/dashboards/floodgate.yaml")), &m.grafana))
+	require.NoError(t, yaml.Unmarshal(readFile(t, filepath.Join(root, "deploy/prometheus/alerts.yml")), &m.alerts))
+	m.runbooks = string(readFile(t, filepath.Join(root, "docs/runbooks.md")))
 	m.docs = string(readFile(t, filepath.Join(root, "docs/deployment.md")))
 	return m
 }
@@ -788,6 +792,7 @@ var checks = []check{
 	{"k8s-network-policies", checkNetworkPolicies},
 	{"k8s-overlay", checkOverlay},
 	{"grafana", checkGrafana},
+	{"alerts", checkAlerts},
 	{"docs", checkDocs},
 }
 
@@ -1789,46 +1794,7 @@ func checkGrafana(m *model) []string {
 				walk(p.Panels)
 				for _, tg := range p.Targets {
 					n++
-					where := fmt.Sprintf("grafana %s panel %q", file, p.Title)
-					metrics := metricRe.FindAllString(tg.Expr, -1)
-					if len(metrics) == 0 {
-						out = append(out, fmt.Sprintf("%s: expression %q uses no floodgate_ metric", where, tg.Expr))
-					}
-					var known []string
-					found := false
-					for _, name := range metrics {
-						labels, ok := m.metricLabels(name)
-						if !ok {
-							out = append(out, fmt.Sprintf("%s: metric %s is exported by no Go source under services/, pkg/, migrations/", where, name))
-							continue
-						}
-						found = true
-						known = append(known, labels...)
-					}
-					if !found {
-						continue
-					}
-					var labels []string
-					for _, sel := range selectorRe.FindAllStringSubmatch(tg.Expr, -1) {
-						for _, mm := range matcherRe.FindAllStringSubmatch(sel[1], -1) {
-							labels = append(labels, mm[1])
-						}
-					}
-					for _, g := range groupingRe.FindAllStringSubmatch(tg.Expr, -1) {
-						for _, l := range strings.Split(g[1], ",") {
-							if l = strings.TrimSpace(l); l != "" {
-								labels = append(labels, l)
-							}
-						}
-					}
-					for _, l := range labels {
-						if slices.Contains(targetLabels, l) {
-							continue
-						}
-						if !slices.Contains(known, l) {
-							out = append(out, fmt.Sprintf("%s: label %q is not one of %v, the labels of %v", where, l, known, metrics))
-						}
-					}
+					out = append(out, m.checkExpr(fmt.Sprintf("grafana %s panel %q", file, p.Title), tg.Expr)...)
 				}
 			}
 		}
@@ -1838,6 +1804,102 @@ func checkGrafana(m *model) []string {
 		}
 	}
 	return out
+}
+
+// checkExpr checks one PromQL expression: it uses floodgate_ metrics the Go sources
+// export, and filters or groups only by labels those metrics declare.
+func (m *model) checkExpr(where, expr string) []string {
+	var out []string
+	metrics := metricRe.FindAllString(expr, -1)
+	if len(metrics) == 0 {
+		return []string{fmt.Sprintf("%s: expression %q uses no floodgate_ metric", where, expr)}
+	}
+	var known []string
+	found := false
+	for _, name := range metrics {
+		labels, ok := m.metricLabels(name)
+		if !ok {
+			out = append(out, fmt.Sprintf("%s: metric %s is exported by no Go source under services/, pkg/, migrations/", where, name))
+			continue
+		}
+		found = true
+		known = append(known, labels...)
+	}
+	if !found {
+		return out
+	}
+	var labels []string
+	for _, sel := range selectorRe.FindAllStringSubmatch(expr, -1) {
+		for _, mm := range matcherRe.FindAllStringSubmatch(sel[1], -1) {
+			labels = append(labels, mm[1])
+		}
+	}
+	for _, g := range groupingRe.FindAllStringSubmatch(expr, -1) {
+		for _, l := range strings.Split(g[1], ",") {
+			if l = strings.TrimSpace(l); l != "" {
+				labels = append(labels, l)
+			}
+		}
+	}
+	for _, l := range labels {
+		if !slices.Contains(targetLabels, l) && l != "le" && !slices.Contains(known, l) {
+			out = append(out, fmt.Sprintf("%s: label %q is not one of %v, the labels of %v", where, l, known, metrics))
+		}
+	}
+	return out
+}
+
+type alertRules struct {
+	Groups []struct {
+		Name  string `yaml:"name"`
+		Rules []struct {
+			Alert       string            `yaml:"alert"`
+			Expr        string            `yaml:"expr"`
+			Annotations map[string]string `yaml:"annotations"`
+		} `yaml:"rules"`
+	} `yaml:"groups"`
+}
+
+// checkAlerts checks deploy/prometheus/alerts.yml: every expression against the
+// code's metrics, every alert linking a runbook section that exists.
+func checkAlerts(m *model) []string {
+	var out []string
+	anchors := map[string]bool{}
+	for _, line := range strings.Split(m.runbooks, "\n") {
+		if h, ok := strings.CutPrefix(line, "### "); ok {
+			anchors[slug(h)] = true
+		}
+	}
+	n := 0
+	for _, g := range m.alerts.Groups {
+		for _, r := range g.Rules {
+			n++
+			where := fmt.Sprintf("alert %s", r.Alert)
+			out = append(out, m.checkExpr(where, r.Expr)...)
+			file, anchor, ok := strings.Cut(r.Annotations["runbook"], "#")
+			if !ok || file != "docs/runbooks.md" || !anchors[anchor] {
+				out = append(out, fmt.Sprintf("%s: runbook %q is not a section of docs/runbooks.md", where, r.Annotations["runbook"]))
+			}
+		}
+	}
+	if n == 0 {
+		out = append(out, "deploy/prometheus/alerts.yml: no alerts")
+	}
+	return out
+}
+
+// slug is the anchor GitHub gives a Markdown heading.
+func slug(h string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(h)) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_':
+			b.WriteRune(r)
+		case r == ' ':
+			b.WriteRune('-')
+		}
+	}
+	return b.String()
 }
 
 func checkDocs(m *model) []string {
@@ -2079,6 +2141,15 @@ func TestChecksCatchDrift(t *testing.T) {
 				}{{Expr: "sum(rate(floodgate_limiter_blocks_total[5m]))"}}})
 			}
 		}, "metric floodgate_limiter_blocks_total is exported by no Go source"},
+		{"alert metric the code does not export", checkAlerts, func(m *model) {
+			m.alerts.Groups[0].Rules[0].Expr = "sum(rate(floodgate_limiter_blocks_total[5m])) > 0"
+		}, "alert FloodgateLimiterRedisUnavailable: metric floodgate_limiter_blocks_total is exported by no Go source"},
+		{"alert label the metric lacks", checkAlerts, func(m *model) {
+			m.alerts.Groups[0].Rules[0].Expr = "max by (pod_name) (floodgate_limiter_breaker_open) > 0"
+		}, `label "pod_name" is not one of`},
+		{"alert runbook section missing", checkAlerts, func(m *model) {
+			m.runbooks = strings.ReplaceAll(m.runbooks, "### consumer-lag", "### lag")
+		}, `alert FloodgateConsumerLag: runbook "docs/runbooks.md#consumer-lag" is not a section`},
 		{"dashboard label the metric lacks", checkGrafana, func(m *model) {
 			for _, d := range m.dashboards {
 				d.Panels = append(d.Panels, panel{Title: "x", Targets: []struct {
