@@ -42,6 +42,7 @@ demo: build ## run the pipeline on the local stack: normal users and a rapid-fir
 
 .PHONY: test
 test: ## install and start what is needed, run unit and integration tests on the real stack, stop what was started
+	@deploy/local/browser.sh >/dev/null
 	@deploy/local/with-stack.sh bash -c '$(GO) run ./migrations/cmd/migrate >/dev/null && $(GO) test -count=1 -timeout 20m ./...'
 
 .PHONY: test-unit
@@ -68,6 +69,10 @@ FUZZ_TARGETS := \
 fuzz: ## run every fuzz target for FUZZTIME each (default 30s)
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 		echo "fuzz $$fn ($$pkg)"; $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $${FUZZTIME:-30s} $$pkg || exit 1; done
+
+.PHONY: chaos
+chaos: ## fault scenarios under load (broker kill, Redis restart, consumer SIGKILL, DynamoDB errors, InfluxDB/PagerDuty down); writes docs/chaos.md
+	@FLOODGATE_WITH_CLUSTER=0 deploy/local/with-stack.sh bash -c '$(GO) run ./loadtest/cmd/chaos $(CHAOS_ARGS)'
 
 .PHONY: lint
 lint: ## gofmt and go vet

@@ -21,6 +21,8 @@
 //	                             by the limiter (services/limiter runtime.go)
 //	fg:detector:pager:open       hash of open PagerDuty incidents the detector resolves
 //	                             when their penalty expires or is lifted
+//	fg:console:session:<sha256>  a console session (server-side, expiring); the cookie
+//	                             holds the id, Redis only its hash
 //
 // Principal ids and IP literals come from the outside world. Escape encodes the
 // bytes that could change a key's meaning (':' separates parts, '{' and '}'

@@ -22,6 +22,10 @@ type Config struct {
 	// MaxBatchEvents flushes a partition early when this many messages were
 	// aggregated, bounding memory (FLOODGATE_QUOTA_MAX_BATCH_EVENTS).
 	MaxBatchEvents int
+	// DedupeWindow is how many recent decision ids each partition remembers, so a
+	// decision the producer wrote twice (a retry after a lost acknowledgement:
+	// same id, another offset) is counted once (FLOODGATE_QUOTA_DEDUPE_WINDOW).
+	DedupeWindow int
 	// WriteConcurrency bounds the UpdateItem calls in flight across all
 	// partitions (FLOODGATE_QUOTA_WRITE_CONCURRENCY).
 	WriteConcurrency int
@@ -53,6 +57,7 @@ const (
 	DefaultGroup          = "floodgate-quota"
 	DefaultFlushInterval  = time.Second
 	DefaultMaxBatchEvents = 200_000
+	DefaultDedupeWindow   = 65_536
 	DefaultConcurrency    = 32
 	DefaultRetentionDays  = 400
 	DefaultReseedMargin   = time.Hour
@@ -75,6 +80,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		},
 		FlushInterval:     e.Duration("FLOODGATE_QUOTA_FLUSH_INTERVAL", DefaultFlushInterval),
 		MaxBatchEvents:    e.Int("FLOODGATE_QUOTA_MAX_BATCH_EVENTS", DefaultMaxBatchEvents),
+		DedupeWindow:      e.Int("FLOODGATE_QUOTA_DEDUPE_WINDOW", DefaultDedupeWindow),
 		WriteConcurrency:  e.Int("FLOODGATE_QUOTA_WRITE_CONCURRENCY", DefaultConcurrency),
 		RetentionDays:     e.Int("FLOODGATE_QUOTA_RETENTION_DAYS", DefaultRetentionDays),
 		ReseedMargin:      e.Duration("FLOODGATE_QUOTA_RESEED_MARGIN", DefaultReseedMargin),
@@ -104,6 +110,8 @@ func (c Config) Validate() error {
 		"FLOODGATE_QUOTA_FLUSH_INTERVAL", "%s: must be in 10ms..1m", c.FlushInterval)
 	v.Require(c.MaxBatchEvents >= 1 && c.MaxBatchEvents <= 10_000_000,
 		"FLOODGATE_QUOTA_MAX_BATCH_EVENTS", "%d: must be in 1..10000000", c.MaxBatchEvents)
+	v.Require(c.DedupeWindow >= 1 && c.DedupeWindow <= 10_000_000,
+		"FLOODGATE_QUOTA_DEDUPE_WINDOW", "%d: must be in 1..10000000", c.DedupeWindow)
 	v.Require(c.WriteConcurrency >= 1 && c.WriteConcurrency <= 1024,
 		"FLOODGATE_QUOTA_WRITE_CONCURRENCY", "%d: must be in 1..1024", c.WriteConcurrency)
 	v.Require(c.RetentionDays >= 1 && c.RetentionDays <= 3650,

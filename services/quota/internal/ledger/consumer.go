@@ -175,9 +175,10 @@ type batch struct {
 	partition int
 	days      map[dayKey]*dayAgg
 	replays   []replayUnit
-	last      int64     // offset of the last message handled, -1 if none
-	count     int       // messages handled
-	oldest    time.Time // Kafka timestamp of the first message
+	last      int64      // offset of the last message handled, -1 if none
+	count     int        // messages handled
+	oldest    time.Time  // Kafka timestamp of the first message
+	ids       *recentIDs // survives flushes: the partition's recent decision ids
 }
 
 type dayKey struct{ principal, day string }
@@ -193,8 +194,38 @@ type replayUnit struct {
 	offset, cost             int64
 }
 
-func newBatch(partition int) *batch {
-	return &batch{partition: partition, days: make(map[dayKey]*dayAgg), last: -1}
+func newBatch(partition, dedupeWindow int) *batch {
+	return &batch{partition: partition, days: make(map[dayKey]*dayAgg), last: -1, ids: newRecentIDs(dedupeWindow)}
+}
+
+// recentIDs remembers the last n decision ids of a partition. Offsets fence
+// redelivery of the same message; a producer that retried a write whose
+// acknowledgement was lost (a broker crash) leaves the same decision at two
+// offsets, and only its id tells them apart. Duplicates of that kind sit close
+// together in one partition (the key is the principal), so a bounded window
+// catches them; one straddling a restart of this consumer is not caught.
+type recentIDs struct {
+	ring []string
+	next int
+	set  map[string]struct{}
+}
+
+func newRecentIDs(n int) *recentIDs {
+	return &recentIDs{ring: make([]string, n), set: make(map[string]struct{}, n)}
+}
+
+// seen records id and reports whether it was already in the window.
+func (r *recentIDs) seen(id string) bool {
+	if _, ok := r.set[id]; ok {
+		return true
+	}
+	if old := r.ring[r.next]; old != "" {
+		delete(r.set, old)
+	}
+	r.ring[r.next] = id
+	r.set[id] = struct{}{}
+	r.next = (r.next + 1) % len(r.ring)
+	return false
 }
 
 func (b *batch) reset() {
@@ -236,7 +267,7 @@ func (c *Consumer) consumePartition(ctx, gctx context.Context, gen *kafka.Genera
 		return fmt.Errorf("partition %d: set offset %d: %w", partition, offset, err)
 	}
 	log := c.log.With("partition", partition)
-	b := newBatch(partition)
+	b := newBatch(partition, c.cfg.DedupeWindow)
 	flushAt := c.now().Add(c.cfg.FlushInterval)
 	flush := func() error {
 		if b.count == 0 {
@@ -305,6 +336,10 @@ func (c *Consumer) handle(ctx context.Context, b *batch, msg kafka.Message) erro
 			Key: msg.Key, Value: msg.Value, Headers: msg.Headers,
 			SourceTopic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset, Timestamp: msg.Time,
 		}, err)
+	}
+	if b.ids.seen(d.ID) {
+		c.metrics.Messages.WithLabelValues(resultDuplicate).Inc()
+		return nil
 	}
 	if !d.Allowed {
 		c.metrics.Messages.WithLabelValues(resultDenied).Inc()

@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"os"
 	"strconv"
@@ -64,6 +65,18 @@ func TestConsumerExactUnderInjectedFaults(t *testing.T) {
 
 	w := quotatest.NewWorkload(7, 40)
 	msgs := w.Messages(3000, 250)
+	// A producer retry after a lost acknowledgement writes the same decision again
+	// at a later offset: every 10th message comes twice and must count once.
+	var withDups []kafka.Message
+	dups := 0
+	for i, m := range msgs {
+		withDups = append(withDups, m)
+		if i%10 == 0 && json.Valid(m.Value) { // not the poison ones
+			withDups = append(withDups, m)
+			dups++
+		}
+	}
+	msgs = withDups
 	writer := quotatest.Writer(broker)
 	defer writer.Close()
 	quotatest.Produce(ctx, t, writer, cfg.DecisionsTopic, msgs)
@@ -77,6 +90,7 @@ func TestConsumerExactUnderInjectedFaults(t *testing.T) {
 	require.Positive(t, faulty.throttled.Load())
 	require.Positive(t, faulty.lost.Load())
 	require.Equal(t, float64(12), counterValue(t, metrics.DLQ), "every poison message is dead-lettered")
+	require.Equal(t, float64(dups), counterValue(t, metrics.Messages.WithLabelValues("duplicate")), "every retried write is recognised")
 
 	// Today's counters were re-seeded from the ledger.
 	today := time.Now().UTC().Format(ledger.DayLayout)

@@ -26,6 +26,7 @@ type Metrics struct {
 const (
 	resultAllowed       = "allowed"        // allowed decision, units aggregated
 	resultDenied        = "denied"         // denied decision, no units
+	resultDuplicate     = "duplicate"      // a decision id seen moments ago at another offset
 	resultPoison        = "poison"         // undecodable, dead-lettered
 	resultReplay        = "replay"         // replay of this group's dead letter, aggregated
 	resultReplayIgnored = "replay_ignored" // replay of another group's dead letter

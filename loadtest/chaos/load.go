@@ -1,0 +1,157 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
+)
+
+// Check is the outcome of one check the load generator sent.
+type Check struct {
+	Start     time.Time
+	Latency   time.Duration
+	Principal events.Principal
+	OK        bool   // answered 200 with a decision
+	ID        string // the decision id (the event's ce_id)
+	Allowed   bool
+	Degraded  bool // X-RateLimit-Error set
+	Penalty   float64
+}
+
+// Load sends checks to a limiter at a fixed total rate from a pool of
+// workers, each paced (open loop per worker), and records every outcome.
+type Load struct {
+	URL     string
+	Rate    int // checks/s in total
+	Workers int
+	// Next returns the principal of the i-th check of worker w.
+	Next  func(w, i int) events.Principal
+	Route string
+
+	mu      sync.Mutex
+	results []Check
+}
+
+// Run sends checks until ctx is done.
+func (l *Load) Run(ctx context.Context) {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: l.Workers}}
+	interval := time.Duration(float64(time.Second) * float64(l.Workers) / float64(max(l.Rate, 1)))
+	route := l.Route
+	if route == "" {
+		route = "/v1/things"
+	}
+	var wg sync.WaitGroup
+	for w := range l.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			local := make([]Check, 0, 1024)
+			next := time.Now().Add(time.Duration(w) * interval / time.Duration(l.Workers))
+			for i := 0; ctx.Err() == nil; i++ {
+				if d := time.Until(next); d > 0 {
+					select {
+					case <-ctx.Done():
+					case <-time.After(d):
+					}
+					if ctx.Err() != nil {
+						break
+					}
+				}
+				next = next.Add(interval)
+				if time.Until(next) < -time.Second {
+					next = time.Now() // do not burst to catch up after a long stall
+				}
+				local = append(local, l.one(client, l.Next(w, i), route))
+			}
+			l.mu.Lock()
+			l.results = append(l.results, local...)
+			l.mu.Unlock()
+		}()
+	}
+	wg.Wait()
+}
+
+func (l *Load) one(client *http.Client, p events.Principal, route string) Check {
+	body, _ := json.Marshal(map[string]any{"principal": p, "ip": "198.51.100.23", "method": "GET", "route": route})
+	c := Check{Start: time.Now(), Principal: p}
+	resp, err := client.Post(l.URL+"/v1/check", "application/json", bytes.NewReader(body))
+	if err == nil {
+		var out struct {
+			ID                string            `json:"id"`
+			Allowed           bool              `json:"allowed"`
+			Degraded          bool              `json:"degraded"`
+			PenaltyMultiplier float64           `json:"penalty_multiplier"`
+			Headers           map[string]string `json:"headers"`
+		}
+		if resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&out) == nil {
+			c.OK, c.ID, c.Allowed, c.Penalty = true, out.ID, out.Allowed, out.PenaltyMultiplier
+			c.Degraded = out.Headers["X-RateLimit-Error"] != "" || out.Degraded
+		}
+		_ = resp.Body.Close()
+	}
+	c.Latency = time.Since(c.Start)
+	return c
+}
+
+// Results returns every check sent (after Run returned).
+func (l *Load) Results() []Check {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.results
+}
+
+// Window summarises the checks that started in [from, to).
+type Window struct {
+	Sent, Answered, Degraded, Allowed int
+	P50, P99, Max                     time.Duration
+}
+
+// Summarise the checks that started in [from, to) (zero to: no end).
+func Summarise(checks []Check, from, to time.Time) Window {
+	var w Window
+	var lat []time.Duration
+	for _, c := range checks {
+		if c.Start.Before(from) || (!to.IsZero() && !c.Start.Before(to)) {
+			continue
+		}
+		w.Sent++
+		lat = append(lat, c.Latency)
+		if c.OK {
+			w.Answered++
+			if c.Degraded {
+				w.Degraded++
+			}
+			if c.Allowed {
+				w.Allowed++
+			}
+		}
+	}
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		w.P50 = lat[len(lat)/2]
+		w.P99 = lat[min(len(lat)-1, len(lat)*99/100)]
+		w.Max = lat[len(lat)-1]
+	}
+	return w
+}
+
+// Availability is the share of checks answered, as a percentage string.
+func (w Window) Availability() string {
+	if w.Sent == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f %%", 100*float64(w.Answered)/float64(w.Sent))
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+// ipOf spreads normal traffic over a few documentation addresses.
+func ipOf(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 51, 100, byte(i % 4)}) }

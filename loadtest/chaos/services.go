@@ -1,0 +1,130 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Service is a started Floodgate service with its HTTP address.
+type Service struct {
+	*Proc
+	Addr string
+}
+
+func (e *Env) startService(ctx context.Context, name string, env []string) (*Service, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	key := map[string]string{"limiter": "FLOODGATE_LIMITER_ADDR", "detector": "FLOODGATE_DETECTOR_ADDR", "quota": "FLOODGATE_QUOTA_ADDR"}[name]
+	p, err := e.Start(name, filepath.Join(e.Bin, name), nil, append(env, key+"="+addr, "FLOODGATE_SHUTDOWN_TIMEOUT=20s"))
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{Proc: p, Addr: addr}
+	client := &http.Client{Timeout: time.Second}
+	err = waitFor(ctx, 30*time.Second, name+" /readyz", func() error {
+		if p.Exited() {
+			return fmt.Errorf("exited, see %s: %w", p.LogPath, errStop)
+		}
+		resp, err := client.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	})
+	if err != nil {
+		p.Kill()
+		return nil, err
+	}
+	return s, nil
+}
+
+// StartLimiter starts the limiter against the broker and Redis; a non-empty
+// journal directory turns the decision-event journal on.
+func (e *Env) StartLimiter(ctx context.Context, b *Broker, r *Redis, journalDir string, extra ...string) (*Service, error) {
+	env := []string{
+		"FLOODGATE_KAFKA_BROKERS=" + b.Addr, "FLOODGATE_REDIS_ADDRS=" + r.Addr,
+		"FLOODGATE_LIMITER_PRINCIPAL_LIMIT=100000", "FLOODGATE_LIMITER_INFLUX_INTERVAL=0", "FLOODGATE_GATEWAY=chaos",
+		"FLOODGATE_JOURNAL_DIR=" + journalDir,
+	}
+	return e.startService(ctx, "limiter", append(env, extra...))
+}
+
+// StartQuota starts one quota instance in group with short group timings.
+func (e *Env) StartQuota(ctx context.Context, b *Broker, r *Redis, dynamoEndpoint, prefix, group string) (*Service, error) {
+	return e.startService(ctx, "quota", []string{
+		"FLOODGATE_KAFKA_BROKERS=" + b.Addr, "FLOODGATE_REDIS_ADDRS=" + r.Addr,
+		"FLOODGATE_DYNAMODB_ENDPOINT=" + dynamoEndpoint, "FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix,
+		"FLOODGATE_QUOTA_GROUP=" + group, "FLOODGATE_QUOTA_FLUSH_INTERVAL=200ms",
+		"FLOODGATE_QUOTA_SESSION_TIMEOUT=1s", "FLOODGATE_QUOTA_HEARTBEAT_INTERVAL=200ms",
+		"FLOODGATE_QUOTA_REBALANCE_TIMEOUT=3s", "FLOODGATE_QUOTA_JOIN_BACKOFF=100ms",
+		"FLOODGATE_QUOTA_FETCH_MAX_WAIT=100ms", "FLOODGATE_QUOTA_DRAIN_TIMEOUT=3s",
+	})
+}
+
+// StartDetector starts the detector (abuse records off) with the end-to-end
+// test's rapid-fire settings: a principal above 100 events/s over 5 s is
+// detected.
+func (e *Env) StartDetector(ctx context.Context, b *Broker, r *Redis, group, influxURL string, extra ...string) (*Service, error) {
+	env := []string{
+		"FLOODGATE_KAFKA_BROKERS=" + b.Addr, "FLOODGATE_REDIS_ADDRS=" + r.Addr,
+		"FLOODGATE_DETECTOR_GROUP=" + group, "FLOODGATE_PAGER_GROUP=" + group + "-pager",
+		"FLOODGATE_DETECTOR_RECORDS=off", "FLOODGATE_INFLUX_URL=" + influxURL,
+		"FLOODGATE_DETECTOR_WINDOW=5s", "FLOODGATE_DETECTOR_RAPID_FIRE_RATE=20",
+		"FLOODGATE_DETECTOR_PENALTY_TTL=10m",
+	}
+	return e.startService(ctx, "detector", append(env, extra...))
+}
+
+// Metric sums the samples of a Prometheus metric on the service's /metrics.
+func (s *Service) Metric(ctx context.Context, name string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.Addr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("scrape %s: %w", s.Name, err)
+	}
+	defer resp.Body.Close()
+	var sum float64
+	found := false
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != ' ' && line[len(name)] != '{') {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err == nil {
+			sum += v
+			found = true
+		}
+	}
+	if !found {
+		return 0, fmt.Errorf("%s: no metric %s", s.Name, name)
+	}
+	return sum, sc.Err()
+}
+
+// closedURL is an http URL on a port nothing listens on ("down").
+func closedURL() string {
+	port, err := FreePort()
+	if err != nil {
+		port = 1
+	}
+	return "http://127.0.0.1:" + strconv.Itoa(port)
+}

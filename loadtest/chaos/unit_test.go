@@ -1,0 +1,110 @@
+package chaos
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestSummarise(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	checks := []Check{
+		{Start: t0, Latency: time.Millisecond, OK: true, Allowed: true},
+		{Start: t0.Add(time.Second), Latency: 2 * time.Millisecond, OK: true, Degraded: true, Allowed: true},
+		{Start: t0.Add(2 * time.Second), Latency: 3 * time.Millisecond},
+		{Start: t0.Add(3 * time.Second), Latency: 4 * time.Millisecond, OK: true},
+	}
+	for _, tc := range []struct {
+		name     string
+		from, to time.Time
+		want     Window
+		avail    string
+	}{
+		{"all", time.Time{}, time.Time{}, Window{Sent: 4, Answered: 3, Degraded: 1, Allowed: 2, P50: 3 * time.Millisecond, P99: 4 * time.Millisecond, Max: 4 * time.Millisecond}, "75.00 %"},
+		{"half-open window", t0.Add(time.Second), t0.Add(3 * time.Second), Window{Sent: 2, Answered: 1, Degraded: 1, Allowed: 1, P50: 3 * time.Millisecond, P99: 3 * time.Millisecond, Max: 3 * time.Millisecond}, "50.00 %"},
+		{"empty", t0.Add(time.Hour), time.Time{}, Window{}, "n/a"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := Summarise(checks, tc.from, tc.to)
+			require.Equal(t, tc.want, w)
+			require.Equal(t, tc.avail, w.Availability())
+		})
+	}
+}
+
+func TestCompareLedger(t *testing.T) {
+	a, b := DayKey{"user:a", "2026-11-22"}, DayKey{"user:b", "2026-11-22"}
+	for _, tc := range []struct {
+		name      string
+		want, got map[DayKey]int64
+		wrong     int
+	}{
+		{"exact", map[DayKey]int64{a: 3, b: 4}, map[DayKey]int64{a: 3, b: 4}, 0},
+		{"double counted", map[DayKey]int64{a: 3, b: 4}, map[DayKey]int64{a: 6, b: 4}, 1},
+		{"missing item", map[DayKey]int64{a: 3, b: 4}, map[DayKey]int64{a: 3}, 1},
+		{"unexpected item", map[DayKey]int64{a: 3}, map[DayKey]int64{a: 3, b: 1}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wrong, _, _ := CompareLedger(tc.want, tc.got)
+			require.Equal(t, tc.wrong, wrong)
+		})
+	}
+}
+
+// TestDynamoFaults checks the proxy against a fake upstream: reads always
+// pass, writes fail at the set share in the three ways, and a lost answer
+// still reaches the upstream.
+func TestDynamoFaults(t *testing.T) {
+	var upstreamWrites atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.Header.Get("X-Amz-Target"), "UpdateItem") {
+			upstreamWrites.Add(1)
+		}
+		_, _ = io.WriteString(w, `{}`)
+	}))
+	defer up.Close()
+	f, err := NewDynamoFaults(up.URL)
+	require.NoError(t, err)
+	defer f.Close()
+	call := func(op string) int {
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, f.URL, strings.NewReader(`{}`))
+		require.NoError(t, err)
+		req.Header.Set("X-Amz-Target", "DynamoDB_20120810."+op)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		name       string
+		rate       float64
+		op         string
+		wantFailed int
+	}{
+		{"off", 0, "UpdateItem", 0},
+		{"reads pass", 1, "GetItem", 0},
+		{"every write fails", 1, "UpdateItem", 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f.SetRate(tc.rate)
+			failed := 0
+			for range 30 {
+				if call(tc.op) != http.StatusOK {
+					failed++
+				}
+			}
+			require.Equal(t, tc.wantFailed, failed)
+		})
+	}
+	counts, writes := f.Counts()
+	require.Equal(t, map[string]int64{"throttled": 10, "server_error": 10, "lost_answer": 10}, counts)
+	require.Equal(t, int64(60), writes)
+	require.Equal(t, int64(30+10), upstreamWrites.Load(), "30 passed while off, 10 applied with a lost answer")
+}

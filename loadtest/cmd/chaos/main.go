@@ -1,0 +1,95 @@
+// Command chaos runs Floodgate's fault scenarios (loadtest/chaos) against
+// processes it starts itself and DynamoDB Local, prints a Markdown report and
+// writes it into the results section of docs/chaos.md.
+//
+//	go run ./loadtest/cmd/chaos            # every scenario, full size (make chaos)
+//	go run ./loadtest/cmd/chaos -quick     # the CI subset (< 90 s)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/loadtest/chaos"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if err := run(ctx, os.Args[1:], os.Getenv, log); err != nil {
+		log.Error("chaos", "err", err)
+		os.Exit(1)
+	}
+}
+
+const beginMark, endMark = "<!-- chaos:results:begin -->", "<!-- chaos:results:end -->"
+
+func run(ctx context.Context, args []string, getenv func(string) string, log *slog.Logger) error {
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	quick := fs.Bool("quick", false, "run the CI subset at CI size")
+	doc := fs.String("doc", "docs/chaos.md", "write the report between the result markers of this file (empty: do not write)")
+	only := fs.String("only", "", "comma-separated scenario names to run (default: all)")
+	keep := fs.Bool("keep", false, "keep the work directory (logs, data) after the run")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	size, command := chaos.Full, "go run ./loadtest/cmd/chaos"
+	if *quick {
+		size, command = chaos.Quick, command+" -quick"
+	}
+	e, err := chaos.NewEnv(ctx, chaos.Options{DynamoEndpoint: getenv("FLOODGATE_DYNAMODB_ENDPOINT"), KeepWorkDir: *keep, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	started := time.Now()
+	results := chaos.RunAll(ctx, e, size, *quick, func(r chaos.Result) { fmt.Fprintln(os.Stderr, r.Line()) }, splitNames(*only)...)
+	report := chaos.Markdown(results, command, started)
+	fmt.Print(report)
+	if *doc != "" && *only == "" {
+		if err := writeDoc(*doc, report); err != nil {
+			return err
+		}
+	}
+	for _, r := range results {
+		if !r.OK() {
+			e.Keep()
+			return fmt.Errorf("scenario %s failed (logs in %s)", r.Name, e.Dir)
+		}
+	}
+	return nil
+}
+
+func splitNames(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+// writeDoc replaces the text between the result markers of path.
+func writeDoc(path, report string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	s := string(b)
+	i, j := strings.Index(s, beginMark), strings.Index(s, endMark)
+	if i < 0 || j < i {
+		return errors.New(path + ": no " + beginMark + " … " + endMark + " section")
+	}
+	s = s[:i+len(beginMark)] + "\n" + report + s[j:]
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
