@@ -251,6 +251,9 @@ func loadProgram(t *testing.T, root, modPath, name, dir string) *program {
 				require.NotEmpty(t, def, "%s: default of %s (%s) not found", name, mm[1], mm[2])
 			}
 			addr, _ := strconv.Unquote(def)
+			if addr == "" {
+				continue // no default: the listener is off unless configured
+			}
 			_, port, err := net.SplitHostPort(addr)
 			require.NoError(t, err, "%s: default of %s", name, mm[1])
 			p.listen[mm[1]], err = strconv.Atoi(port)
@@ -874,10 +877,12 @@ func checkConnections(where string, p *program, env map[string]string, args []st
 }
 
 // listenPort checks the program's *_ADDR in env: it listens on all interfaces at the port of
-// its local default. It returns that port (0 when there is none).
+// its local default. It returns the primary (HTTP: health, metrics) port, the one of the
+// shortest variable name (FLOODGATE_LIMITER_ADDR rather than FLOODGATE_LIMITER_GRPC_ADDR);
+// 0 when there is none. listenPorts lists every port set.
 func (m *model) listenPort(where string, p *program, env map[string]string) (int, []string) {
 	var out []string
-	port := 0
+	port, primary := 0, ""
 	for _, k := range sortedKeys(env) {
 		if !strings.HasSuffix(k, "_ADDR") || !strings.HasPrefix(k, "FLOODGATE_") {
 			continue
@@ -897,12 +902,31 @@ func (m *model) listenPort(where string, p *program, env map[string]string) (int
 		case n != def:
 			out = append(out, fmt.Sprintf("%s: %s port %d differs from the code's default %d", where, k, n, def))
 		}
-		port = n
+		if primary == "" || len(k) < len(primary) {
+			port, primary = n, k
+		}
 	}
 	if port == 0 && len(p.listen) > 0 {
 		out = append(out, fmt.Sprintf("%s: %s listens on 127.0.0.1 by default; set one of %v to 0.0.0.0:<port>", where, p.name, sortedKeys(p.listen)))
 	}
 	return port, out
+}
+
+// listenPorts are the ports of every listen address the program has a default for in env.
+func (m *model) listenPorts(p *program, env map[string]string) []int {
+	var out []int
+	for _, k := range sortedKeys(env) {
+		if _, ok := p.listen[k]; !ok {
+			continue
+		}
+		if _, ps, err := net.SplitHostPort(env[k]); err == nil {
+			if n, err := strconv.Atoi(ps); err == nil && !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+		}
+	}
+	sort.Ints(out)
+	return out
 }
 
 var urlPortRe = regexp.MustCompile(`https?://127\.0\.0\.1:(\d+)/(\w+)`)
@@ -949,8 +973,10 @@ func checkDockerfile(m *model) []string {
 		if port == 0 {
 			continue
 		}
-		if !slices.Contains(st.expose, port) {
-			out = append(out, fmt.Sprintf("Dockerfile %s: EXPOSE %v lacks its port %d", p.name, st.expose, port))
+		for _, lp := range m.listenPorts(p, st.env) {
+			if !slices.Contains(st.expose, lp) {
+				out = append(out, fmt.Sprintf("Dockerfile %s: EXPOSE %v lacks its port %d", p.name, st.expose, lp))
+			}
 		}
 		if mm := urlPortRe.FindStringSubmatch(st.healthcheck); mm == nil || mm[1] != strconv.Itoa(port) || mm[2] != "healthz" {
 			out = append(out, fmt.Sprintf("Dockerfile %s: HEALTHCHECK %q must probe http://127.0.0.1:%d/healthz", p.name, st.healthcheck, port))
@@ -1290,13 +1316,16 @@ func checkServices(m *model) []string {
 		if port == 0 {
 			continue
 		}
-		if !slices.ContainsFunc(c.Ports, func(p struct {
-			Name          string `yaml:"name"`
-			ContainerPort int    `yaml:"containerPort"`
-		}) bool {
-			return p.ContainerPort == port
-		}) {
-			out = append(out, fmt.Sprintf("%s: containerPort %d (its *_ADDR) is not declared", where, port))
+		ports := m.listenPorts(w.prog, w.env(m.baseConfig()))
+		for _, lp := range ports {
+			if !slices.ContainsFunc(c.Ports, func(p struct {
+				Name          string `yaml:"name"`
+				ContainerPort int    `yaml:"containerPort"`
+			}) bool {
+				return p.ContainerPort == lp
+			}) {
+				out = append(out, fmt.Sprintf("%s: containerPort %d (its *_ADDR) is not declared", where, lp))
+			}
 		}
 		for _, pr := range []struct {
 			name, path string
@@ -1321,8 +1350,8 @@ func checkServices(m *model) []string {
 			continue
 		}
 		for _, sp := range svc.Spec.Ports {
-			if got := c.port(sp.TargetPort); got != port {
-				out = append(out, fmt.Sprintf("k8s Service %s: port %s targets %d, but %s listens on %d", svc.Metadata.Name, sp.Name, got, w.prog.name, port))
+			if got := c.port(sp.TargetPort); !slices.Contains(ports, got) {
+				out = append(out, fmt.Sprintf("k8s Service %s: port %s targets %d, but %s listens on %s", svc.Metadata.Name, sp.Name, got, w.prog.name, strings.Trim(fmt.Sprint(ports), "[]")))
 			}
 		}
 	}
@@ -2058,6 +2087,20 @@ func TestChecksCatchDrift(t *testing.T) {
 				}
 			}
 		}, "differs from the code's default 8082"},
+		{"image lacks EXPOSE of a second listener", checkDockerfile, func(m *model) {
+			st := m.docker.stage("limiter")
+			st.expose = slices.DeleteFunc(st.expose, func(p int) bool { return p == 8081 })
+		}, "lacks its port 8081"},
+		{"k8s second listener not declared", checkServices, func(m *model) {
+			c := ctr(m, "limiter")
+			c.Ports = c.Ports[:1]
+		}, "containerPort 8081 (its *_ADDR) is not declared"},
+		{"k8s gRPC port unreachable from gateways", checkNetworkPolicies, func(m *model) {
+			drop(m.base, "NetworkPolicy", "limiter-from-gateways")
+		}, "no NetworkPolicy admits traffic to limiter port 8081"},
+		{"compose console without its port", checkCompose, func(m *model) {
+			delete(m.compose.Services["console"].Environment, "FLOODGATE_CONSOLE_ADDR")
+		}, "console listens on 127.0.0.1 by default"},
 		{"k8s Service targets the wrong port", checkServices, func(m *model) {
 			m.base.find("Service", "limiter").Spec.Ports[0].TargetPort = intOrString{num: 9090}
 		}, "targets 9090, but limiter listens on 8080"},

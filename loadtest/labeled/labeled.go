@@ -92,7 +92,7 @@ func New(sc Scenario) *Stream {
 			heap.Push(&s.actors, a)
 		}
 	}
-	routes := []string{"/channels/{channel_id}/messages", "/channels/{channel_id}", "/users/@me", "/guilds/{guild_id}/members", "/gateway", "/invites/{code}"}
+	routes := []string{"/channels/{channel_id}/messages", "/channels/{channel_id}", "/users/me", "/guilds/{guild_id}/members", "/gateway", "/invites/{code}"}
 	person := func(a *actor) {
 		a.routes = []string{routes[a.rng.IntN(len(routes))], routes[a.rng.IntN(len(routes))], routes[0]}
 		a.home = s.homeIP(a.rng)
@@ -124,7 +124,7 @@ func New(sc Scenario) *Stream {
 		a.routes, a.home, a.rate, a.next, a.behave = []string{routes[a.rng.IntN(len(routes))]}, s.homeIP(a.rng), 20+280*a.rng.Float64(), abuseStart(a), (*actor).poisson
 	})
 	add("botnet", true, events.PrincipalUser, sc.Botnets, func(a *actor) {
-		a.routes = []string{"/invites/{code}", "/users/@me"}
+		a.routes = []string{"/invites/{code}", "/users/me"}
 		a.botnet = make([]netip.Addr, 50+a.rng.IntN(351))
 		for i := range a.botnet {
 			a.botnet[i] = netip.AddrFrom4([4]byte{byte(11 + a.rng.IntN(180)), byte(a.rng.IntN(256)), byte(a.rng.IntN(256)), byte(1 + a.rng.IntN(254))})
@@ -132,7 +132,7 @@ func New(sc Scenario) *Stream {
 		a.rate, a.next, a.behave = 1+3*a.rng.Float64(), abuseStart(a), (*actor).botnetStep
 	})
 	add("low_and_slow", true, events.PrincipalUser, sc.LowAndSlow, func(a *actor) {
-		a.routes, a.home = []string{"/users/@me", "/guilds/{guild_id}/members"}, s.homeIP(a.rng)
+		a.routes, a.home = []string{"/users/me", "/guilds/{guild_id}/members"}, s.homeIP(a.rng)
 		a.period = time.Duration(2+4*a.rng.Float64()) * time.Second
 		a.next, a.behave = abuseStart(a), (*actor).regular
 	})
@@ -210,7 +210,7 @@ func (a *actor) person() (netip.Addr, string) {
 			a.next = a.nextPoll
 			a.scheduleBurst(at)
 		}
-		return a.ip(at), "/users/@me"
+		return a.ip(at), "/users/me"
 	}
 	if a.burstLeft == 0 {
 		a.burstLeft = 3 + a.rng.IntN(38)

@@ -95,7 +95,7 @@ func Serve(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 	defer producer.Close()
 
 	src := &signals.Influx{Query: influx.QueryAPI(cfg.InfluxOrg), Bucket: cfg.InfluxBucket,
-		Filters: signals.Filters{Hosts: cfg.HostTags, HTTP: cfg.HTTPTags, Abuse: cfg.AbuseTags}}
+		Filters: cfg.Filters}
 	lc := loop.Config{
 		Source: src, Scales: &effects.RedisScales{Client: rdb, Key: cfg.ScalesKey},
 		Publisher: &effects.KafkaAdjustments{Producer: producer, Topic: cfg.AdjustmentsTopic, Source: "floodgate/adjuster"},
@@ -196,16 +196,13 @@ func Simulate(ctx context.Context, args []string, getenv config.Getenv, stdout i
 		}
 		client := influxdb2.NewClient(e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL), e.String("FLOODGATE_INFLUX_TOKEN", ""))
 		defer client.Close()
-		tags := func(name string) (map[string]string, error) { return parseTags(e.String(name, "")) }
-		host, err1 := tags("FLOODGATE_ADJUSTER_HOST_TAGS")
-		httpT, err2 := tags("FLOODGATE_ADJUSTER_HTTP_TAGS")
-		abuse, err3 := tags("FLOODGATE_ADJUSTER_ABUSE_TAGS")
-		if err := errors.Join(err1, err2, err3); err != nil {
+		filters, err := signalFilters(e)
+		if err != nil {
 			return err
 		}
 		src := &signals.Influx{Query: client.QueryAPI(e.String("FLOODGATE_INFLUX_ORG", "")),
 			Bucket:  e.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket),
-			Filters: signals.Filters{Hosts: host, HTTP: httpT, Abuse: abuse}}
+			Filters: filters}
 		if rows, err = simulate.FromSource(ctx, src, t0, t1, rules.Tick.D(), rules.Window.D()); err != nil {
 			return err
 		}

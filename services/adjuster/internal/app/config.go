@@ -1,6 +1,7 @@
 package app
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -10,31 +11,30 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/admin"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
+	"github.com/floodgate-dev/floodgate/services/adjuster/internal/signals"
 )
 
 // Config is the adjuster's start-up configuration, read from the environment.
 type Config struct {
-	HTTPAddr          string            // FLOODGATE_ADJUSTER_ADDR: admin API, /healthz, /readyz, /metrics
-	RulesFile         string            // FLOODGATE_ADJUSTER_RULES: YAML rules; empty = built-in defaults (= adjuster.yaml)
-	Rules             control.Rules     // parsed from RulesFile
-	Tokens            []admin.Token     // FLOODGATE_ADJUSTER_TOKENS: name:role:sha256hex,…
-	ActorID           string            // FLOODGATE_ADJUSTER_ID: names this loop in adjustment events
-	RedisAddrs        []string          // FLOODGATE_REDIS_ADDRS
-	ScalesKey         string            // FLOODGATE_ADJUSTER_SCALES_KEY (tests only; default fg:scales)
-	KafkaBrokers      []string          // FLOODGATE_KAFKA_BROKERS
-	AdjustmentsTopic  string            // FLOODGATE_ADJUSTMENTS_TOPIC
-	DynamoEndpoint    string            // FLOODGATE_DYNAMODB_ENDPOINT (empty = AWS)
-	DynamoTablePrefix string            // FLOODGATE_DYNAMODB_TABLE_PREFIX
-	InfluxURL         string            // FLOODGATE_INFLUX_URL
-	InfluxToken       string            // FLOODGATE_INFLUX_TOKEN
-	InfluxOrg         string            // FLOODGATE_INFLUX_ORG (ignored by InfluxDB 1.8)
-	InfluxBucket      string            // FLOODGATE_INFLUX_BUCKET ("db/rp" on 1.8)
-	HostTags          map[string]string // FLOODGATE_ADJUSTER_HOST_TAGS: k=v,… narrowing cpu/mem
-	HTTPTags          map[string]string // FLOODGATE_ADJUSTER_HTTP_TAGS: k=v,… narrowing http_responses
-	AbuseTags         map[string]string // FLOODGATE_ADJUSTER_ABUSE_TAGS: k=v,… narrowing abuse_detections/decisions
-	PagerRoutingKey   string            // FLOODGATE_PAGERDUTY_ROUTING_KEY; empty disables paging
-	PagerURL          string            // FLOODGATE_PAGERDUTY_URL
-	ShutdownTimeout   time.Duration     // FLOODGATE_SHUTDOWN_TIMEOUT
+	HTTPAddr          string          // FLOODGATE_ADJUSTER_ADDR: admin API, /healthz, /readyz, /metrics
+	RulesFile         string          // FLOODGATE_ADJUSTER_RULES: YAML rules; empty = built-in defaults (= adjuster.yaml)
+	Rules             control.Rules   // parsed from RulesFile
+	Tokens            []admin.Token   // FLOODGATE_ADJUSTER_TOKENS: name:role:sha256hex,…
+	ActorID           string          // FLOODGATE_ADJUSTER_ID: names this loop in adjustment events
+	RedisAddrs        []string        // FLOODGATE_REDIS_ADDRS
+	ScalesKey         string          // FLOODGATE_ADJUSTER_SCALES_KEY (tests only; default fg:scales)
+	KafkaBrokers      []string        // FLOODGATE_KAFKA_BROKERS
+	AdjustmentsTopic  string          // FLOODGATE_ADJUSTMENTS_TOPIC
+	DynamoEndpoint    string          // FLOODGATE_DYNAMODB_ENDPOINT (empty = AWS)
+	DynamoTablePrefix string          // FLOODGATE_DYNAMODB_TABLE_PREFIX
+	InfluxURL         string          // FLOODGATE_INFLUX_URL
+	InfluxToken       string          // FLOODGATE_INFLUX_TOKEN
+	InfluxOrg         string          // FLOODGATE_INFLUX_ORG (ignored by InfluxDB 1.8)
+	InfluxBucket      string          // FLOODGATE_INFLUX_BUCKET ("db/rp" on 1.8)
+	Filters           signals.Filters // FLOODGATE_ADJUSTER_{HOST,HTTP,ABUSE,DECISION}_TAGS (see signalFilters)
+	PagerRoutingKey   string          // FLOODGATE_PAGERDUTY_ROUTING_KEY; empty disables paging
+	PagerURL          string          // FLOODGATE_PAGERDUTY_URL
+	ShutdownTimeout   time.Duration   // FLOODGATE_SHUTDOWN_TIMEOUT
 }
 
 // ConfigFromEnv reads and validates the configuration.
@@ -61,12 +61,8 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 	}
 	var v config.Check
 	var err error
-	c.HostTags, err = parseTags(e.String("FLOODGATE_ADJUSTER_HOST_TAGS", ""))
-	v.Require(err == nil, "FLOODGATE_ADJUSTER_HOST_TAGS", "%v", err)
-	c.HTTPTags, err = parseTags(e.String("FLOODGATE_ADJUSTER_HTTP_TAGS", ""))
-	v.Require(err == nil, "FLOODGATE_ADJUSTER_HTTP_TAGS", "%v", err)
-	c.AbuseTags, err = parseTags(e.String("FLOODGATE_ADJUSTER_ABUSE_TAGS", ""))
-	v.Require(err == nil, "FLOODGATE_ADJUSTER_ABUSE_TAGS", "%v", err)
+	c.Filters, err = signalFilters(e)
+	v.Require(err == nil, "FLOODGATE_ADJUSTER_*_TAGS", "%v", err)
 	c.Tokens, err = admin.ParseTokens(e.String("FLOODGATE_ADJUSTER_TOKENS", ""))
 	v.Require(err == nil, "FLOODGATE_ADJUSTER_TOKENS", "%v", err)
 	c.Rules = control.Defaults()
@@ -115,4 +111,27 @@ func parseTags(s string) (map[string]string, error) {
 		out[k] = val
 	}
 	return out, nil
+}
+
+// signalFilters reads the tag filters that narrow each signal to one fleet, as
+// k=v,… lists: FLOODGATE_ADJUSTER_HOST_TAGS (cpu, mem), _HTTP_TAGS
+// (http_responses), _ABUSE_TAGS (abuse_detections) and _DECISION_TAGS
+// (limiter_decisions, e.g. gateway=edge-eu).
+func signalFilters(e *config.Env) (signals.Filters, error) {
+	var f signals.Filters
+	var errs []error
+	for _, t := range []struct {
+		env string
+		dst *map[string]string
+	}{
+		{"FLOODGATE_ADJUSTER_HOST_TAGS", &f.Hosts}, {"FLOODGATE_ADJUSTER_HTTP_TAGS", &f.HTTP},
+		{"FLOODGATE_ADJUSTER_ABUSE_TAGS", &f.Abuse}, {"FLOODGATE_ADJUSTER_DECISION_TAGS", &f.Decisions},
+	} {
+		m, err := parseTags(e.String(t.env, ""))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", t.env, err))
+		}
+		*t.dst = m
+	}
+	return f, errors.Join(errs...)
 }

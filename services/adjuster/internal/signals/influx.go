@@ -4,11 +4,16 @@
 //
 //	cpu               Telegraf's cpu input: 1 - mean(usage_idle)/100 where cpu = "cpu-total"
 //	mem               Telegraf's mem input: mean(used_percent)/100
-//	error rate        http_responses (field count = responses since the previous point,
-//	                  tag code_class = 1xx..5xx): sum(5xx) / sum(all)
-//	abuse rate        abuse_detections (written by the detector; field event_count = the
-//	                  decisions that made up the detection) over decisions (field count =
-//	                  decisions since the previous point): sum(event_count) / sum(count)
+//	error rate        http_responses (written by gateways; field count = responses since
+//	                  the previous point, tag code_class = 1xx..5xx): sum(5xx) / sum(all).
+//	                  Nothing in Floodgate writes it yet: without points the signal is
+//	                  missing and the scopes depending on it hold.
+//	abuse rate        sum(event_count) of the detector's enforced abuse_detections
+//	                  (tag mode = "enforced"; event_count = the decisions that made up
+//	                  the detection) over sum(allowed + blocked) of the limiter's
+//	                  limiter_decisions (one point per gateway, scope and tier per flush,
+//	                  counts since the previous flush; the shadow field is left out, it
+//	                  counts a second observation of a decision already counted)
 //
 // A signal with no point in the window is missing (Reading.OK false); the time of
 // the newest point decides whether it is stale.
@@ -30,9 +35,15 @@ import (
 
 // Measurement and field names the queries read.
 const (
-	MeasurementHTTPResponses   = "http_responses"
-	MeasurementDecisions       = "decisions"
-	MeasurementAbuseDetections = "abuse_detections"
+	MeasurementHTTPResponses   = "http_responses"    // gateways (contract in docs/adjuster.md)
+	MeasurementDecisions       = "limiter_decisions" // services/limiter ScopeCounts
+	MeasurementAbuseDetections = "abuse_detections"  // services/detector InfluxRecorder
+)
+
+// Fields and tags of the measurements above that the queries depend on.
+var (
+	decisionFields = []string{"allowed", "blocked"}
+	enforcedOnly   = map[string]string{"mode": "enforced"}
 )
 
 // Filters narrow each query to a fleet: tag = value pairs ANDed together.
@@ -41,8 +52,12 @@ type Filters struct {
 	Hosts map[string]string
 	// HTTP applies to http_responses (e.g. {"service": "gateway"}).
 	HTTP map[string]string
-	// Abuse applies to abuse_detections and decisions.
+	// Abuse applies to abuse_detections (tags pattern, severity, mode,
+	// principal_kind, detector_version); mode is always "enforced".
 	Abuse map[string]string
+	// Decisions applies to limiter_decisions (tags gateway, scope, tier),
+	// e.g. {"gateway": "edge-eu"}.
+	Decisions map[string]string
 }
 
 // Influx reads signals with Flux from InfluxDB 2.x or 1.8 (bucket "db/rp").
@@ -60,44 +75,47 @@ func (x *Influx) Read(ctx context.Context, now time.Time, win time.Duration) (co
 		return s, fmt.Errorf("read signals: window %s must be positive", win)
 	}
 	start, stop := now.Add(-win), now
-	idle, err := x.aggregate(ctx, start, stop, "cpu", "usage_idle", merge(x.Filters.Hosts, map[string]string{"cpu": "cpu-total"}), "mean")
+	idle, err := x.aggregate(ctx, start, stop, "cpu", []string{"usage_idle"}, merge(x.Filters.Hosts, map[string]string{"cpu": "cpu-total"}), "mean")
 	if err != nil {
 		return s, fmt.Errorf("read cpu: %w", err)
 	}
 	if idle.OK {
 		s.CPU = control.Reading{Value: clamp01(1 - idle.Value/100), At: idle.At, OK: true}
 	}
-	mem, err := x.aggregate(ctx, start, stop, "mem", "used_percent", x.Filters.Hosts, "mean")
+	mem, err := x.aggregate(ctx, start, stop, "mem", []string{"used_percent"}, x.Filters.Hosts, "mean")
 	if err != nil {
 		return s, fmt.Errorf("read mem: %w", err)
 	}
 	if mem.OK {
 		s.Mem = control.Reading{Value: clamp01(mem.Value / 100), At: mem.At, OK: true}
 	}
-	all, err := x.aggregate(ctx, start, stop, MeasurementHTTPResponses, "count", x.Filters.HTTP, "sum")
+	all, err := x.aggregate(ctx, start, stop, MeasurementHTTPResponses, []string{"count"}, x.Filters.HTTP, "sum")
 	if err != nil {
 		return s, fmt.Errorf("read http responses: %w", err)
 	}
 	if all.OK && all.Value > 0 {
-		five, err := x.aggregate(ctx, start, stop, MeasurementHTTPResponses, "count", merge(x.Filters.HTTP, map[string]string{"code_class": "5xx"}), "sum")
+		five, err := x.aggregate(ctx, start, stop, MeasurementHTTPResponses, []string{"count"}, merge(x.Filters.HTTP, map[string]string{"code_class": "5xx"}), "sum")
 		if err != nil {
 			return s, fmt.Errorf("read http 5xx: %w", err)
 		}
 		s.ErrorRate = control.Reading{Value: clamp01(five.Value / all.Value), At: all.At, OK: true}
 	}
-	decisions, err := x.aggregate(ctx, start, stop, MeasurementDecisions, "count", x.Filters.Abuse, "sum")
+	decisions, err := x.aggregate(ctx, start, stop, MeasurementDecisions, decisionFields, x.Filters.Decisions, "sum")
 	if err != nil {
-		return s, fmt.Errorf("read decisions: %w", err)
+		return s, fmt.Errorf("read limiter decisions: %w", err)
 	}
 	if decisions.OK && decisions.Value > 0 {
-		abusive, err := x.aggregate(ctx, start, stop, MeasurementAbuseDetections, "event_count", x.Filters.Abuse, "sum")
+		abuse := merge(x.Filters.Abuse, enforcedOnly)
+		abusive, err := x.aggregate(ctx, start, stop, MeasurementAbuseDetections, []string{"event_count"}, abuse, "sum")
 		if err != nil {
 			return s, fmt.Errorf("read abuse detections: %w", err)
 		}
-		detections, err := x.aggregate(ctx, start, stop, MeasurementAbuseDetections, "event_count", x.Filters.Abuse, "count")
+		detections, err := x.aggregate(ctx, start, stop, MeasurementAbuseDetections, []string{"event_count"}, abuse, "count")
 		if err != nil {
 			return s, fmt.Errorf("count abuse detections: %w", err)
 		}
+		// No detection in the window is a rate of 0, not a missing signal:
+		// the limiter's points prove the pipeline is alive.
 		s.AbuseRate = control.Reading{Value: clamp01(abusive.Value / decisions.Value), At: decisions.At, OK: true}
 		s.AbusePerSec = detections.Value / win.Seconds()
 	}
@@ -111,10 +129,11 @@ type agg struct {
 	OK    bool
 }
 
-// aggregate runs fn (mean, sum or count) over one field across every series
-// that matches, and finds the newest point's time, in one query.
-func (x *Influx) aggregate(ctx context.Context, start, stop time.Time, measurement, field string, tags map[string]string, fn string) (agg, error) {
-	q := FluxAggregate(x.Bucket, start, stop, measurement, field, tags, fn)
+// aggregate runs fn (mean, sum or count) over the fields across every series
+// that matches (the fields' values pooled), and finds the newest point's time,
+// in one query.
+func (x *Influx) aggregate(ctx context.Context, start, stop time.Time, measurement string, fields []string, tags map[string]string, fn string) (agg, error) {
+	q := FluxAggregate(x.Bucket, start, stop, measurement, fields, tags, fn)
 	res, err := x.Query.Query(ctx, q)
 	if err != nil {
 		return agg{}, err
@@ -145,9 +164,16 @@ func (x *Influx) aggregate(ctx context.Context, start, stop time.Time, measureme
 
 // FluxAggregate builds the query aggregate runs. Every value from
 // configuration is quoted as a Flux string literal.
-func FluxAggregate(bucket string, start, stop time.Time, measurement, field string, tags map[string]string, fn string) string {
+func FluxAggregate(bucket string, start, stop time.Time, measurement string, fields []string, tags map[string]string, fn string) string {
 	var f strings.Builder
-	fmt.Fprintf(&f, "r._measurement == %s and r._field == %s", Quote(measurement), Quote(field))
+	fmt.Fprintf(&f, "r._measurement == %s and (", Quote(measurement))
+	for i, field := range fields {
+		if i > 0 {
+			f.WriteString(" or ")
+		}
+		fmt.Fprintf(&f, "r._field == %s", Quote(field))
+	}
+	f.WriteString(")")
 	for _, k := range slices.Sorted(maps.Keys(tags)) {
 		fmt.Fprintf(&f, " and r[%s] == %s", Quote(k), Quote(tags[k]))
 	}

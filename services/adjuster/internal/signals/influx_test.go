@@ -33,6 +33,18 @@ func TestInfluxReadsSignals(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Second)
 	at := func(ago time.Duration) time.Time { return now.Add(-ago) }
 	hosts := map[string]string{"fleet": run}
+	limiterPoint := func(scope, tier string, allowed, blocked, shadow int64, ts time.Time) *write.Point {
+		return influxdb2.NewPoint(MeasurementDecisions, map[string]string{"gateway": run, "scope": scope, "tier": tier},
+			map[string]any{"allowed": allowed, "blocked": blocked, "shadow": shadow}, ts)
+	}
+	detectorPoint := func(pattern, mode string, events int64, ts time.Time) *write.Point {
+		return influxdb2.NewPoint(MeasurementAbuseDetections,
+			map[string]string{"pattern": pattern, "severity": "high", "mode": mode, "principal_kind": "user", "detector_version": run},
+			map[string]any{
+				"score": 7.5, "observed_rate": 40.0, "threshold": 10.0, "event_count": events, "distinct_ips": int64(1),
+				"multiplier": 0.1, "level": 1, "latency_ms": 12.5, "count": 1,
+			}, ts)
+	}
 	pts := []*write.Point{
 		influxdb2.NewPoint("cpu", map[string]string{"fleet": run, "cpu": "cpu-total", "host": "a"}, map[string]any{"usage_idle": 20.0}, at(40*time.Second)),
 		influxdb2.NewPoint("cpu", map[string]string{"fleet": run, "cpu": "cpu-total", "host": "b"}, map[string]any{"usage_idle": 10.0}, at(20*time.Second)),
@@ -42,16 +54,25 @@ func TestInfluxReadsSignals(t *testing.T) {
 		influxdb2.NewPoint(MeasurementHTTPResponses, map[string]string{"fleet": run, "code_class": "2xx"}, map[string]any{"count": int64(880)}, at(30*time.Second)),
 		influxdb2.NewPoint(MeasurementHTTPResponses, map[string]string{"fleet": run, "code_class": "4xx"}, map[string]any{"count": int64(20)}, at(30*time.Second)),
 		influxdb2.NewPoint(MeasurementHTTPResponses, map[string]string{"fleet": run, "code_class": "5xx"}, map[string]any{"count": int64(100)}, at(15*time.Second)),
-		influxdb2.NewPoint(MeasurementDecisions, map[string]string{"fleet": run}, map[string]any{"count": int64(600)}, at(50*time.Second)),
-		influxdb2.NewPoint(MeasurementDecisions, map[string]string{"fleet": run}, map[string]any{"count": int64(400)}, at(5*time.Second)),
-		influxdb2.NewPoint(MeasurementAbuseDetections, map[string]string{"fleet": run, "pattern": "rapid_fire"}, map[string]any{"event_count": int64(150), "count": int64(1)}, at(25*time.Second)),
-		influxdb2.NewPoint(MeasurementAbuseDetections, map[string]string{"fleet": run, "pattern": "rapid_fire"}, map[string]any{"event_count": int64(50), "count": int64(1)}, at(24*time.Second)),
+		// limiter_decisions as services/limiter's ScopeCounts writes them: one point per
+		// gateway, scope and tier per flush. allowed + blocked = 1000; shadow must not count.
+		limiterPoint("rule_a", "principal", 500, 100, 40, at(50*time.Second)),
+		limiterPoint("rule_b", "ip", 250, 50, 0, at(30*time.Second)),
+		limiterPoint("none", "penalty", 0, 100, 0, at(5*time.Second)),
+		// Another gateway's decisions must not count.
+		influxdb2.NewPoint(MeasurementDecisions, map[string]string{"gateway": run + "_other", "scope": "rule_a", "tier": "principal"},
+			map[string]any{"allowed": int64(9000), "blocked": int64(0), "shadow": int64(0)}, at(10*time.Second)),
+		// abuse_detections as services/detector's InfluxRecorder writes them: 150 + 50
+		// enforced; the simulated detection must not count.
+		detectorPoint("rapid_fire", "enforced", 150, at(25*time.Second)),
+		detectorPoint("bot_like", "enforced", 50, at(24*time.Second)),
+		detectorPoint("distributed_ip", "simulated", 700, at(23*time.Second)),
 	}
 	require.NoError(t, client.WriteAPIBlocking("", bucket).WritePoint(ctx, pts...))
 
 	src := &Influx{
 		Query: client.QueryAPI(""), Bucket: bucket,
-		Filters: Filters{Hosts: hosts, HTTP: map[string]string{"fleet": run}, Abuse: map[string]string{"fleet": run}},
+		Filters: Filters{Hosts: hosts, HTTP: map[string]string{"fleet": run}, Abuse: map[string]string{"detector_version": run}, Decisions: map[string]string{"gateway": run}},
 	}
 	t.Run("fresh window", func(t *testing.T) {
 		s, err := src.Read(ctx, now.Add(time.Second), time.Minute)
@@ -62,9 +83,24 @@ func TestInfluxReadsSignals(t *testing.T) {
 		require.InDelta(t, 0.5, s.Mem.Value, 1e-9)
 		require.InDelta(t, 0.1, s.ErrorRate.Value, 1e-9, "100 of 1000")
 		require.Equal(t, at(15*time.Second), s.ErrorRate.At)
-		require.InDelta(t, 0.2, s.AbuseRate.Value, 1e-9, "200 of 1000 decisions")
+		require.InDelta(t, 0.2, s.AbuseRate.Value, 1e-9, "200 enforced events of 1000 decisions")
 		require.Equal(t, at(5*time.Second), s.AbuseRate.At)
-		require.InDelta(t, 2.0/60, s.AbusePerSec, 1e-9)
+		require.InDelta(t, 2.0/60, s.AbusePerSec, 1e-9, "two enforced detections a minute")
+	})
+	t.Run("decisions without detections read an abuse rate of zero", func(t *testing.T) {
+		s, err := src.Read(ctx, now.Add(time.Second), 20*time.Second)
+		require.NoError(t, err)
+		require.True(t, s.AbuseRate.OK, "%+v", s)
+		require.InDelta(t, 0.0, s.AbuseRate.Value, 1e-9, "only the penalty-tier point (100 blocked) is in the last 20 s")
+		require.Equal(t, at(5*time.Second), s.AbuseRate.At)
+		require.Zero(t, s.AbusePerSec)
+	})
+	t.Run("detections without limiter decisions read a missing abuse rate", func(t *testing.T) {
+		other := *src
+		other.Filters.Decisions = map[string]string{"gateway": run + "_none"}
+		s, err := other.Read(ctx, now.Add(time.Second), time.Minute)
+		require.NoError(t, err)
+		require.False(t, s.AbuseRate.OK, "%+v", s)
 	})
 	t.Run("a window past every point reads missing signals", func(t *testing.T) {
 		s, err := src.Read(ctx, now.Add(5*time.Minute), time.Minute)

@@ -123,8 +123,11 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 		g.Go(func() error { return allow.Refresh(runCtx, records.LoadAllowlist, cfg.AllowRefresh, time.Now, log) })
 	}
 	if pager != nil {
+		// A page waits out a PagerDuty outage of several minutes (retries up to 30s
+		// apart) before it is dead-lettered; the abuse partition waits with it.
 		abuse, err := stream.NewConsumer(stream.ConsumerConfig{
 			Brokers: cfg.KafkaBrokers, Topic: cfg.AbuseTopic, GroupID: cfg.PagerGroup, Service: "detector-pager",
+			MaxAttempts: 25, MaxBackoff: 30 * time.Second,
 			Logger: log, Registerer: reg,
 		}, pager.Handle)
 		if err != nil {

@@ -54,7 +54,7 @@ func (r *InfluxRecorder) RecordDetection(a *events.Abuse, latency time.Duration)
 
 // RecordActivePenalties queues one point per pattern.
 func (r *InfluxRecorder) RecordActivePenalties(n map[events.Pattern]int, at time.Time) {
-	for _, p := range []events.Pattern{events.PatternRapidFire, events.PatternDistributedIP} {
+	for _, p := range []events.Pattern{events.PatternRapidFire, events.PatternDistributedIP, events.PatternBotLike} {
 		r.w.WritePoint(influxdb2.NewPoint("active_penalties", map[string]string{"pattern": string(p)},
 			map[string]any{"count": n[p]}, at))
 	}

@@ -217,6 +217,7 @@ func TestSimulatedPatternWritesNoPenalty(t *testing.T) {
 type pdReceiver struct {
 	mu     sync.Mutex
 	events []map[string]any
+	down   int // answer 500 to this many requests first, recording nothing
 }
 
 func (r *pdReceiver) serve(t *testing.T) string {
@@ -224,6 +225,12 @@ func (r *pdReceiver) serve(t *testing.T) string {
 		var ev map[string]any
 		_ = json.NewDecoder(req.Body).Decode(&ev)
 		r.mu.Lock()
+		if r.down > 0 {
+			r.down--
+			r.mu.Unlock()
+			http.Error(w, `{"status":"unavailable"}`, http.StatusInternalServerError)
+			return
+		}
 		r.events = append(r.events, ev)
 		r.mu.Unlock()
 		w.WriteHeader(http.StatusAccepted)
@@ -248,10 +255,11 @@ func TestPagerTriggersCapsAndResolvesWhenThePenaltyIsLifted(t *testing.T) {
 	ctx := context.Background()
 	recv := &pdReceiver{}
 	url := recv.serve(t)
-	p, err := NewPager(PagerConfig{RoutingKey: "rk", Endpoint: url, MinSeverity: "critical", PerMinute: 2, Redis: rdb, Now: time.Now,
+	openKey := redistest.Unique(t, OpenIncidentsKey)
+	p, err := NewPager(PagerConfig{RoutingKey: "rk", Endpoint: url, MinSeverity: "critical", PerMinute: 2, Redis: rdb, OpenKey: openKey, Now: time.Now,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
-	t.Cleanup(func() { rdb.Del(ctx, OpenIncidentsKey) })
+	t.Cleanup(func() { rdb.Del(ctx, openKey) })
 	store := NewPenaltyStore(rdb)
 
 	var bots []events.Principal
@@ -285,4 +293,39 @@ func TestPagerTriggersCapsAndResolvesWhenThePenaltyIsLifted(t *testing.T) {
 	n, err = p.ResolveOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "resolved once")
+}
+
+// TestPagerOutageDoesNotUseUpTheCap: attempts that fail while PagerDuty is down
+// are retried (an error for the consume loop) and do not count against the
+// per-minute cap, so every page goes out once PagerDuty is back.
+func TestPagerOutageDoesNotUseUpTheCap(t *testing.T) {
+	rdb := redistest.Client(t)
+	ctx := context.Background()
+	recv := &pdReceiver{down: 5}
+	url := recv.serve(t)
+	openKey := redistest.Unique(t, OpenIncidentsKey)
+	p, err := NewPager(PagerConfig{RoutingKey: "rk", Endpoint: url, MinSeverity: "critical", PerMinute: 2, Redis: rdb, OpenKey: openKey, Now: time.Now,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	t.Cleanup(func() { rdb.Del(ctx, openKey) })
+	page := func(i int) kafka.Message {
+		bot := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, fmt.Sprint("out", i))}
+		now := time.Now().UTC().Truncate(time.Millisecond)
+		a := events.Abuse{ID: fmt.Sprintf("ab_out_%d_%d", i, now.UnixNano()), DetectedAt: now, Principal: bot,
+			Pattern: events.PatternRapidFire, Severity: events.SeverityCritical, Score: 12,
+			Window:       events.Window{Start: now.Truncate(time.Second), End: now.Truncate(time.Second).Add(10 * time.Second), Seconds: 10},
+			FirstEventAt: now, Evidence: events.Evidence{ObservedRate: 24, EventCount: 240},
+			Penalty:         events.Penalty{Multiplier: 0.1, ExpiresAt: now.Add(time.Hour), Level: 1, Mode: events.PenaltyEnforced},
+			DetectorVersion: Version}
+		b, err := events.EncodeAbuse(&a)
+		require.NoError(t, err)
+		return kafka.Message{Value: b}
+	}
+	first, second := page(1), page(2)
+	for range 5 { // PagerDuty is down: every attempt fails and is reported for a retry
+		require.Error(t, p.Handle(ctx, first))
+	}
+	require.NoError(t, p.Handle(ctx, first), "back up: the retried page goes out")
+	require.NoError(t, p.Handle(ctx, second))
+	require.Len(t, recv.actions(), 2, "failed attempts did not use up the cap of 2 a minute")
 }

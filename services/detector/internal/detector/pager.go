@@ -1,6 +1,7 @@
 package detector
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -36,6 +37,7 @@ type Pager struct {
 	minLevel   int
 	perMinute  int
 	rdb        redis.Cmdable
+	openKey    string
 	now        func() time.Time
 	log        *slog.Logger
 
@@ -55,6 +57,7 @@ type PagerConfig struct {
 	MinSeverity string
 	PerMinute   int
 	Redis       redis.Cmdable
+	OpenKey     string // the open-incidents hash; default OpenIncidentsKey (tests use their own)
 	Now         func() time.Time
 	Logger      *slog.Logger
 	Registerer  prometheus.Registerer
@@ -73,7 +76,7 @@ func NewPager(c PagerConfig) (*Pager, error) {
 	f := promauto.With(c.Registerer)
 	return &Pager{
 		client: pagerduty.NewClient("", opts...), routingKey: c.RoutingKey, minLevel: rank, perMinute: max(c.PerMinute, 1),
-		rdb: c.Redis, now: c.Now, log: c.Logger,
+		rdb: c.Redis, openKey: cmp.Or(c.OpenKey, OpenIncidentsKey), now: c.Now, log: c.Logger,
 		sent:    f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_detector_pages_total", Help: "PagerDuty events sent, by action."}, []string{"action"}),
 		dropped: f.NewCounter(prometheus.CounterOpts{Name: "floodgate_detector_pages_dropped_total", Help: "Triggers over the per-minute cap."}),
 	}, nil
@@ -95,6 +98,17 @@ func (p *Pager) admit() bool {
 	return true
 }
 
+// release gives back the slot admit took for a page that was not delivered, so
+// failed attempts during a PagerDuty outage do not use up the cap and drop the
+// pages that follow once it is back.
+func (p *Pager) release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.recent); n > 0 {
+		p.recent = p.recent[:n-1]
+	}
+}
+
 // DedupKey is the PagerDuty dedup key of a principal's pattern.
 func DedupKey(pattern events.Pattern, p events.Principal) string {
 	return "floodgate:" + string(pattern) + ":" + p.Key()
@@ -113,7 +127,7 @@ func (p *Pager) Handle(ctx context.Context, msg kafka.Message) error {
 	// Remember the incident before triggering it: a resolve for an incident
 	// that was never opened is harmless, an open one never resolved is not.
 	open := a.Principal.Key() + "|" + a.ID + "|" + strconv.FormatInt(a.Penalty.ExpiresAt.UnixMilli(), 10)
-	if err := p.rdb.HSet(ctx, OpenIncidentsKey, dedup, open).Err(); err != nil {
+	if err := p.rdb.HSet(ctx, p.openKey, dedup, open).Err(); err != nil {
 		return fmt.Errorf("record open incident %s: %w", dedup, err)
 	}
 	if !p.admit() {
@@ -150,7 +164,8 @@ func (p *Pager) Handle(ctx context.Context, msg kafka.Message) error {
 		},
 	}
 	if _, err := p.client.ManageEventWithContext(ctx, ev); err != nil {
-		return fmt.Errorf("page %s: %w", a.ID, err)
+		p.release()
+		return fmt.Errorf("page %s: %w", a.ID, err) // retried by the consume loop
 	}
 	p.sent.WithLabelValues("trigger").Inc()
 	p.log.Info("paged", "abuse_id", a.ID, "principal", a.Principal.Key(), "severity", a.Severity)
@@ -174,7 +189,7 @@ func (p *Pager) Alert(ctx context.Context, dedupKey, summary string, details map
 // ResolveOnce resolves every open incident whose penalty is gone: expired, or
 // lifted (the console deletes the penalty key). It returns how many it resolved.
 func (p *Pager) ResolveOnce(ctx context.Context) (int, error) {
-	open, err := p.rdb.HGetAll(ctx, OpenIncidentsKey).Result()
+	open, err := p.rdb.HGetAll(ctx, p.openKey).Result()
 	if err != nil {
 		return 0, fmt.Errorf("read open incidents: %w", err)
 	}
@@ -183,12 +198,12 @@ func (p *Pager) ResolveOnce(ctx context.Context) (int, error) {
 	for dedup, v := range open {
 		parts := strings.Split(v, "|")
 		if len(parts) != 3 {
-			p.rdb.HDel(ctx, OpenIncidentsKey, dedup)
+			p.rdb.HDel(ctx, p.openKey, dedup)
 			continue
 		}
 		principal, err := events.ParsePrincipalKey(parts[0])
 		if err != nil {
-			p.rdb.HDel(ctx, OpenIncidentsKey, dedup)
+			p.rdb.HDel(ctx, p.openKey, dedup)
 			continue
 		}
 		exp, err := p.rdb.HGet(ctx, redisx.PenaltyKey(string(principal.Kind), principal.ID), "expires_at").Int64()
@@ -205,7 +220,7 @@ func (p *Pager) ResolveOnce(ctx context.Context) (int, error) {
 		p.sent.WithLabelValues("resolve").Inc()
 		// Delete only what was read: a trigger in between keeps its incident open.
 		if err := p.rdb.Eval(ctx, `if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end return 0`,
-			[]string{OpenIncidentsKey}, dedup, v).Err(); err != nil {
+			[]string{p.openKey}, dedup, v).Err(); err != nil {
 			return resolved, fmt.Errorf("close incident %s: %w", dedup, err)
 		}
 		resolved++

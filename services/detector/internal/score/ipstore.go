@@ -57,7 +57,7 @@ type IPStore struct {
 
 type ipShard struct {
 	mu   sync.Mutex
-	m    map[uint64]ipInfo
+	m    table[ipInfo]
 	many map[uint64]*manyPrincipals // IPs with more than three principals
 }
 
@@ -85,7 +85,6 @@ const maxExactPrincipals = 512
 func NewIPStore(cfg Config) *IPStore {
 	s := &IPStore{seed: maphash.MakeSeed(), winSec: uint32(cfg.IPWindow.Seconds())}
 	for i := range s.shards {
-		s.shards[i].m = map[uint64]ipInfo{}
 		s.shards[i].many = map[uint64]*manyPrincipals{}
 	}
 	return s
@@ -99,7 +98,7 @@ func (s *IPStore) shard(key uint64) *ipShard {
 func (s *IPStore) touch(key uint64, ph uint64, sec uint32) {
 	sh := s.shard(key)
 	sh.mu.Lock()
-	info := sh.m[key]
+	info, _ := sh.m.Get(key)
 	p32 := uint32(ph)
 	if info.isMany() {
 		sh.many[key].add(ph, p32, sec, s.winSec)
@@ -111,7 +110,7 @@ func (s *IPStore) touch(key uint64, ph uint64, sec uint32) {
 		switch {
 		case info.ps[i].key == p32 && info.ps[i].last != 0:
 			info.ps[i].last = max(info.ps[i].last, sec)
-			sh.m[key] = info
+			sh.m.Put(key, info)
 			sh.mu.Unlock()
 			return
 		case free < 0 && (info.ps[i].last == 0 || info.ps[i].last+s.winSec < sec):
@@ -129,7 +128,7 @@ func (s *IPStore) touch(key uint64, ph uint64, sec uint32) {
 		sh.many[key] = m
 		info.ps = [3]slot{{last: manyMark}}
 	}
-	sh.m[key] = info
+	sh.m.Put(key, info)
 	sh.mu.Unlock()
 }
 
@@ -197,7 +196,7 @@ func (s *IPStore) principals(key uint64, sec uint32) int64 {
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	info, ok := sh.m[key]
+	info, ok := sh.m.Get(key)
 	if !ok {
 		return 0
 	}
@@ -227,7 +226,7 @@ func (s *IPStore) Sweep(nowMs int64) int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, info := range sh.m {
+		sh.m.DeleteFunc(func(k uint64, info *ipInfo) bool {
 			newest := uint32(0)
 			if info.isMany() {
 				m := sh.many[k]
@@ -243,11 +242,12 @@ func (s *IPStore) Sweep(nowMs int64) int {
 				}
 			}
 			if newest+s.winSec < sec {
-				delete(sh.m, k)
 				delete(sh.many, k)
+				return true
 			}
-		}
-		left += len(sh.m)
+			return false
+		})
+		left += sh.m.Len()
 		sh.mu.Unlock()
 	}
 	return left
@@ -258,7 +258,7 @@ func (s *IPStore) Len() int {
 	n := 0
 	for i := range s.shards {
 		s.shards[i].mu.Lock()
-		n += len(s.shards[i].m)
+		n += s.shards[i].m.Len()
 		s.shards[i].mu.Unlock()
 	}
 	return n

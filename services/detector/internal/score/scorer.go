@@ -135,8 +135,8 @@ type Scorer struct {
 	decay     []float64 // decay[g] = d^g for EWMA over g buckets, g < len
 	ipWinSec  uint32
 	coolSec   uint32
-	rf        map[uint64]rfState
-	ps        map[uint64]pState
+	rf        table[rfState] // principal × route windows
+	ps        table[pState]  // principals
 	big       map[uint64]*bigIPSet
 	ev        map[uint64]*evidence
 	routes    map[string]*routeStats
@@ -155,8 +155,8 @@ func New(cfg Config, ips *IPStore) *Scorer {
 	return &Scorer{
 		cfg: cfg, ips: ips, widthMs: width, windowSec: cfg.Window.Seconds(), decay: decay,
 		ipWinSec: uint32(cfg.IPWindow.Seconds()), coolSec: uint32(cfg.Cooldown.Seconds()),
-		rf: map[uint64]rfState{}, ps: map[uint64]pState{}, big: map[uint64]*bigIPSet{},
-		ev: map[uint64]*evidence{}, routes: map[string]*routeStats{},
+		big: map[uint64]*bigIPSet{},
+		ev:  map[uint64]*evidence{}, routes: map[string]*routeStats{},
 	}
 }
 
@@ -186,7 +186,7 @@ func (s *Scorer) Observe(d *events.Decision, out []Detection) []Detection {
 	key, v6 := ipKey(d.IP)
 	s.ips.touch(key, ph, sec)
 
-	p := s.ps[ph]
+	p, _ := s.ps.Get(ph)
 	newIP := s.touchIPs(ph, &p, key, v6, sec)
 	s.countRequest(&p, sec)
 	s.gap(&p, ms)
@@ -210,7 +210,7 @@ func (s *Scorer) Observe(d *events.Decision, out []Detection) []Detection {
 	} else {
 		hot = hot || near
 	}
-	s.ps[ph] = p
+	s.ps.Put(ph, p)
 	if e := s.ev[ph]; e != nil || hot {
 		if e == nil {
 			e = &evidence{since: sec, routes: map[string]int64{}, ips: map[netip.Addr]int64{}}
@@ -293,7 +293,7 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 		rid = rt.id
 	}
 	key := ph ^ (uint64(rid)+1)*0x9E3779B97F4A7C15
-	st := s.rf[key]
+	st, _ := s.rf.Get(key)
 	b := uint32((ms - baseMs) / s.widthMs)
 	switch {
 	case st.head == 0 && st.counts == [NumBuckets]uint16{}:
@@ -301,7 +301,7 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 	case b > st.head:
 		s.advance(&st, ph, b, rt, sec)
 	case b+NumBuckets <= st.head:
-		s.rf[key] = st
+		s.rf.Put(key, st)
 		return 0, nil // older than the window: a late event does not count
 	}
 	if c := &st.counts[b%NumBuckets]; *c < math.MaxUint16 {
@@ -311,7 +311,7 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 	for _, c := range st.counts {
 		sum += int64(c)
 	}
-	s.rf[key] = st
+	s.rf.Put(key, st)
 	observed := float64(sum) / s.windowSec
 	baseline := float64(st.ewma)
 	routeRate := 0.0
@@ -724,7 +724,7 @@ func (s *Scorer) botLike(d *events.Decision, ph uint64, p *pState, sec uint32) (
 func (s *Scorer) fillEvidence(det *Detection, ph uint64, d *events.Decision) {
 	sec := seconds(d.TS.UnixMilli())
 	if det.DistinctIPs == 0 {
-		p := s.ps[ph]
+		p, _ := s.ps.Get(ph)
 		c := s.countIPs(ph, &p, sec, false)
 		det.DistinctIPs, det.DistinctIP24, det.DistinctIP64 = max(c.distinct, 1), c.nets24, c.nets64
 		if det.Diversity == 0 {
@@ -763,30 +763,28 @@ func (s *Scorer) Sweep() {
 	now := seconds(s.watermark)
 	nowB := uint32((s.watermark - baseMs) / s.widthMs)
 	keepB := uint32(4 * s.cfg.BaselineHalfLife.Milliseconds() / s.widthMs)
-	for k, st := range s.rf {
+	s.rf.DeleteFunc(func(_ uint64, st *rfState) bool {
 		idle := nowB - min(st.head, nowB)
-		if idle >= NumBuckets && (float64(st.ewma)*s.cfg.BaselineK < s.cfg.Floor || idle > keepB) {
-			delete(s.rf, k)
-		}
-	}
+		return idle >= NumBuckets && (float64(st.ewma)*s.cfg.BaselineK < s.cfg.Floor || idle > keepB)
+	})
 	keep := max(s.ipWinSec, uint32(s.windowSec), uint32(4*s.cfg.BotLikeMaxMeanGap.Seconds()))
-	for k, p := range s.ps {
+	s.ps.DeleteFunc(func(k uint64, p *pState) bool {
 		cooling := false
 		for _, c := range p.cool {
 			cooling = cooling || c > now
 		}
 		if p.lastSec+keep < now && !cooling {
-			delete(s.ps, k)
 			delete(s.big, k)
 			delete(s.ev, k)
-			continue
+			return true
 		}
 		if p.big {
 			if b := s.big[k]; b.exact != nil {
 				b.prune(now, s.ipWinSec)
 			}
 		}
-	}
+		return false
+	})
 	for k, e := range s.ev {
 		if e.since+s.ipWinSec < now {
 			delete(s.ev, k)
@@ -801,7 +799,7 @@ type Stats struct {
 
 // Stats returns the sizes of the scorer's maps.
 func (s *Scorer) Stats() Stats {
-	return Stats{Windows: len(s.rf), Principals: len(s.ps), BigIPSets: len(s.big), Evidence: len(s.ev), Routes: len(s.routes)}
+	return Stats{Windows: s.rf.Len(), Principals: s.ps.Len(), BigIPSets: len(s.big), Evidence: len(s.ev), Routes: len(s.routes)}
 }
 
 // Watermark is the newest event time seen.

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -19,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
@@ -69,7 +72,7 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRul
 	engine, err := limiter.NewEngine(limiter.EngineConfig{
 		Redis: rdb, Rules: store, Runtime: runtime, Budget: cfg.RedisTimeout,
 		BreakerFailures: uint32(cfg.BreakerFailures), BreakerOpen: cfg.BreakerOpen,
-		OverLimitEntries: cfg.OverLimitCache, Shadow: cfg.Shadow, Logger: log, Registry: reg,
+		OverLimitEntries: cfg.OverLimitCache, RedisBatch: cfg.RedisBatch, Shadow: cfg.Shadow, Logger: log, Registry: reg,
 	})
 	if err != nil {
 		return err
@@ -112,6 +115,40 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRul
 	}
 	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
 
+	// Envoy's rate-limit service and gRPC health on FLOODGATE_LIMITER_GRPC_ADDR.
+	var grpcSrv *grpc.Server
+	var grpcLn net.Listener
+	var hs *health.Server
+	if cfg.GRPCAddr != "off" {
+		grpcLn, err = net.Listen("tcp", cfg.GRPCAddr)
+		switch {
+		case err != nil && cfg.GRPCAddrSet:
+			ln.Close()
+			return fmt.Errorf("listen %s (FLOODGATE_LIMITER_GRPC_ADDR): %w", cfg.GRPCAddr, err)
+		case err != nil: // the default port is taken (another limiter on this host): say so, serve HTTP
+			log.Warn("envoy rate-limit service not started; set FLOODGATE_LIMITER_GRPC_ADDR", "addr", cfg.GRPCAddr, "err", err)
+			grpcLn = nil
+		default:
+			grpcSrv, hs = limiter.NewGRPCServer(srv)
+		}
+	}
+	// net/http/pprof on its own listener, off unless FLOODGATE_LIMITER_DEBUG_ADDR is set.
+	var debugSrv *http.Server
+	var debugLn net.Listener
+	if cfg.DebugAddr != "" {
+		if debugLn, err = net.Listen("tcp", cfg.DebugAddr); err != nil {
+			ln.Close()
+			return fmt.Errorf("listen %s (FLOODGATE_LIMITER_DEBUG_ADDR): %w", cfg.DebugAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		debugSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	}
+
 	// The producer and the counts outlive the HTTP server so the last decisions still get out.
 	tailCtx, stopTail := context.WithCancel(context.WithoutCancel(ctx))
 	var g errgroup.Group
@@ -129,17 +166,50 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRul
 		}
 		return nil
 	})
+	if grpcSrv != nil {
+		g.Go(func() error { return grpcSrv.Serve(grpcLn) })
+	}
+	if debugSrv != nil {
+		g.Go(func() error {
+			if err := debugSrv.Serve(debugLn); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+	}
 	srv.SetReady(true)
-	log.Info("limiter serving", "addr", ln.Addr().String(), "redis", cfg.RedisAddrs, "kafka", cfg.KafkaBrokers,
+	if hs != nil {
+		limiter.SetServing(hs, true)
+	}
+	grpcAddr := "off"
+	if grpcLn != nil {
+		grpcAddr = grpcLn.Addr().String()
+	}
+	log.Info("limiter serving", "addr", ln.Addr().String(), "grpc_addr", grpcAddr, "debug_addr", cfg.DebugAddr, "redis", cfg.RedisAddrs, "kafka", cfg.KafkaBrokers,
 		"topic", cfg.DecisionsTopic, "rules", rules.Source, "rule_count", len(rules.Rules), "shadow", rules.Shadow || cfg.Shadow)
 
 	<-ctx.Done()
 	srv.SetReady(false)
+	if hs != nil {
+		hs.Shutdown() // every service NOT_SERVING
+	}
 	log.Info("limiter draining")
 	shutCtx, cancelShut := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancelShut()
+	if grpcSrv != nil {
+		stopped := make(chan struct{})
+		go func() { grpcSrv.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-shutCtx.Done():
+			grpcSrv.Stop()
+		}
+	}
 	if err := httpSrv.Shutdown(shutCtx); err != nil {
 		log.Warn("http shutdown", "err", err)
+	}
+	if debugSrv != nil {
+		_ = debugSrv.Close()
 	}
 	stopTail()
 	return g.Wait()

@@ -13,7 +13,8 @@ import (
 )
 
 // BenchmarkEngineCheck measures in-process decisions per second against the
-// local Redis (go test -bench EngineCheck -benchtime 5s ./services/limiter/internal/limiter).
+// local Redis (go test -bench EngineCheck -benchtime 5s ./services/limiter/internal/limiter),
+// with each check its own Redis call (batch=1) and with concurrent checks sharing pipelines.
 // Each parallel worker is its own principal, as under real traffic.
 func BenchmarkEngineCheck(b *testing.B) {
 	rdb := redistest.Client(b)
@@ -39,42 +40,44 @@ func BenchmarkEngineCheck(b *testing.B) {
 			Request{Method: "GET", Route: "/x", Cost: 1}, true},
 	}
 	for _, tc := range cases {
-		b.Run(tc.name, func(b *testing.B) {
-			e := newTestEngine(b, rdb, tc.rules, func(c *EngineConfig) { c.OverLimitEntries = 100_000 })
-			if err := e.Load(context.Background()); err != nil {
-				b.Fatal(err)
-			}
-			base := redistest.Unique(b, "bench")
-			var worker, denied, cached atomic.Int64
-			b.SetParallelism(16) // 32 checks in flight on 2 cores, as under a busy gateway
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				w := worker.Add(1)
-				req := tc.req
-				req.Principal = events.Principal{Kind: tc.kind, ID: fmt.Sprintf("%s_%d", base, w)}
-				req.IP = netip.AddrFrom4([4]byte{10, byte(w >> 8), byte(w), 1})
-				ctx := context.Background()
-				for i := 0; pb.Next(); i++ {
-					if !tc.cached && i%4 == 0 { // a new principal and IP every 4 checks: buckets never run dry
-						req.Principal.ID = fmt.Sprintf("%s_%d_%d", base, w, i)
-						req.IP = netip.AddrFrom4([4]byte{10, byte(w), byte(i >> 10), byte(i >> 2)})
-					}
-					r, err := e.Check(ctx, req)
-					if err != nil || r.Degraded {
-						b.Errorf("check: %v %s", err, r.Error)
-						return
-					}
-					if !r.Allowed {
-						denied.Add(1)
-					}
-					if r.Cached {
-						cached.Add(1)
-					}
+		for _, batch := range []int{1, 64} { // every check its own Redis call, or sharing pipelines
+			b.Run(fmt.Sprintf("%s/batch=%d", tc.name, batch), func(b *testing.B) {
+				e := newTestEngine(b, rdb, tc.rules, func(c *EngineConfig) { c.OverLimitEntries, c.RedisBatch = 100_000, batch })
+				if err := e.Load(context.Background()); err != nil {
+					b.Fatal(err)
 				}
+				base := redistest.Unique(b, "bench")
+				var worker, denied, cached atomic.Int64
+				b.SetParallelism(16) // 32 checks in flight on 2 cores, as under a busy gateway
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					w := worker.Add(1)
+					req := tc.req
+					req.Principal = events.Principal{Kind: tc.kind, ID: fmt.Sprintf("%s_%d", base, w)}
+					req.IP = netip.AddrFrom4([4]byte{10, byte(w >> 8), byte(w), 1})
+					ctx := context.Background()
+					for i := 0; pb.Next(); i++ {
+						if !tc.cached && i%4 == 0 { // a new principal and IP every 4 checks: buckets never run dry
+							req.Principal.ID = fmt.Sprintf("%s_%d_%d", base, w, i)
+							req.IP = netip.AddrFrom4([4]byte{10, byte(w), byte(i >> 10), byte(i >> 2)})
+						}
+						r, err := e.Check(ctx, req)
+						if err != nil || r.Degraded {
+							b.Errorf("check: %v %s", err, r.Error)
+							return
+						}
+						if !r.Allowed {
+							denied.Add(1)
+						}
+						if r.Cached {
+							cached.Add(1)
+						}
+					}
+				})
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
+				b.ReportMetric(100*float64(denied.Load())/float64(b.N), "%denied")
+				b.ReportMetric(100*float64(cached.Load())/float64(b.N), "%cached")
 			})
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
-			b.ReportMetric(100*float64(denied.Load())/float64(b.N), "%denied")
-			b.ReportMetric(100*float64(cached.Load())/float64(b.N), "%cached")
-		})
+		}
 	}
 }

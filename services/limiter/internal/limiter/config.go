@@ -8,9 +8,19 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
+// DefaultGRPCAddr is where Envoy's rate-limit service listens by default.
+const DefaultGRPCAddr = "127.0.0.1:8081"
+
 // Config is the limiter's start-up configuration, read from the environment.
 type Config struct {
-	HTTPAddr        string        // FLOODGATE_LIMITER_ADDR
+	HTTPAddr string // FLOODGATE_LIMITER_ADDR
+	// GRPCAddr serves Envoy's rate-limit service and gRPC health
+	// (FLOODGATE_LIMITER_GRPC_ADDR, "off" disables). GRPCAddrSet is false when the
+	// variable was unset: then a taken default port is logged, not fatal.
+	GRPCAddr    string
+	GRPCAddrSet bool
+	// DebugAddr serves net/http/pprof (FLOODGATE_LIMITER_DEBUG_ADDR); "" = off.
+	DebugAddr       string
 	RedisAddrs      []string      // FLOODGATE_REDIS_ADDRS
 	KafkaBrokers    []string      // FLOODGATE_KAFKA_BROKERS
 	DecisionsTopic  string        // FLOODGATE_DECISIONS_TOPIC
@@ -25,6 +35,7 @@ type Config struct {
 	BreakerFailures int           // FLOODGATE_LIMITER_BREAKER_FAILURES: consecutive Redis failures that open the breaker
 	BreakerOpen     time.Duration // FLOODGATE_LIMITER_BREAKER_OPEN: how long it stays open before one probe
 	OverLimitCache  int           // FLOODGATE_LIMITER_OVERLIMIT_CACHE: entries of the local over-limit cache; 0 disables
+	RedisBatch      int           // FLOODGATE_LIMITER_REDIS_BATCH: concurrent checks per pipelined Redis write; 1 disables batching
 	InfluxURL       string        // FLOODGATE_INFLUX_URL
 	InfluxToken     string        // FLOODGATE_INFLUX_TOKEN
 	InfluxBucket    string        // FLOODGATE_INFLUX_BUCKET ("db/rp" on InfluxDB 1.8)
@@ -41,6 +52,9 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 	e := config.NewEnv(getenv)
 	c := Config{
 		HTTPAddr:        e.String("FLOODGATE_LIMITER_ADDR", "127.0.0.1:8080"),
+		GRPCAddr:        e.String("FLOODGATE_LIMITER_GRPC_ADDR", DefaultGRPCAddr),
+		GRPCAddrSet:     e.String("FLOODGATE_LIMITER_GRPC_ADDR", "") != "",
+		DebugAddr:       e.String("FLOODGATE_LIMITER_DEBUG_ADDR", ""),
 		RedisAddrs:      e.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs),
 		KafkaBrokers:    e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
 		DecisionsTopic:  e.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
@@ -55,6 +69,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		BreakerFailures: e.Int("FLOODGATE_LIMITER_BREAKER_FAILURES", 5),
 		BreakerOpen:     e.Duration("FLOODGATE_LIMITER_BREAKER_OPEN", time.Second),
 		OverLimitCache:  e.Int("FLOODGATE_LIMITER_OVERLIMIT_CACHE", 100_000),
+		RedisBatch:      e.Int("FLOODGATE_LIMITER_REDIS_BATCH", 64),
 		InfluxURL:       e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
 		InfluxToken:     e.String("FLOODGATE_INFLUX_TOKEN", ""),
 		InfluxBucket:    e.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket),
@@ -74,6 +89,8 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 func (c Config) Validate() error {
 	var v config.Check
 	v.Require(c.HTTPAddr != "", "FLOODGATE_LIMITER_ADDR", "required")
+	v.Require(c.GRPCAddr != "" && c.GRPCAddr != c.HTTPAddr, "FLOODGATE_LIMITER_GRPC_ADDR", "host:port other than FLOODGATE_LIMITER_ADDR, or off")
+	v.Require(c.DebugAddr == "" || (c.DebugAddr != c.HTTPAddr && c.DebugAddr != c.GRPCAddr), "FLOODGATE_LIMITER_DEBUG_ADDR", "host:port other than the HTTP and gRPC addresses, or unset")
 	v.Require(len(c.RedisAddrs) > 0, "FLOODGATE_REDIS_ADDRS", "at least one host:port")
 	v.Require(len(c.KafkaBrokers) > 0, "FLOODGATE_KAFKA_BROKERS", "at least one host:port")
 	v.Require(c.DecisionsTopic != "", "FLOODGATE_DECISIONS_TOPIC", "required")
@@ -84,6 +101,7 @@ func (c Config) Validate() error {
 	v.Require(c.RuntimePoll >= 10*time.Millisecond, "FLOODGATE_LIMITER_RUNTIME_POLL", "%s: must be at least 10ms", c.RuntimePoll)
 	v.Require(c.BreakerFailures >= 1 && c.BreakerFailures <= 1000, "FLOODGATE_LIMITER_BREAKER_FAILURES", "%d: must be in 1..1000", c.BreakerFailures)
 	v.Require(c.BreakerOpen >= 10*time.Millisecond && c.BreakerOpen <= time.Minute, "FLOODGATE_LIMITER_BREAKER_OPEN", "%s: must be in 10ms..1m", c.BreakerOpen)
+	v.Require(c.RedisBatch >= 1 && c.RedisBatch <= 1024, "FLOODGATE_LIMITER_REDIS_BATCH", "%d: must be in 1..1024", c.RedisBatch)
 	v.Require(c.OverLimitCache >= 0, "FLOODGATE_LIMITER_OVERLIMIT_CACHE", "%d: must be 0 (off) or more", c.OverLimitCache)
 	v.Require(c.InfluxInterval == 0 || c.InfluxInterval >= 100*time.Millisecond, "FLOODGATE_LIMITER_INFLUX_INTERVAL", "%s: must be 0 (off) or at least 100ms", c.InfluxInterval)
 	v.Require(c.InfluxInterval == 0 || c.InfluxURL != "", "FLOODGATE_INFLUX_URL", "required while FLOODGATE_LIMITER_INFLUX_INTERVAL is not 0")

@@ -19,6 +19,10 @@ func TestConfigFromEnvNamesBadVariables(t *testing.T) {
 		{"cache size", map[string]string{"FLOODGATE_LIMITER_OVERLIMIT_CACHE": "-1"}, "FLOODGATE_LIMITER_OVERLIMIT_CACHE"},
 		{"shadow not a bool", map[string]string{"FLOODGATE_LIMITER_SHADOW": "maybe"}, "FLOODGATE_LIMITER_SHADOW"},
 		{"rules poll", map[string]string{"FLOODGATE_LIMITER_RULES_POLL": "1ms"}, "FLOODGATE_LIMITER_RULES_POLL"},
+		{"grpc on the http address", map[string]string{"FLOODGATE_LIMITER_ADDR": "127.0.0.1:9", "FLOODGATE_LIMITER_GRPC_ADDR": "127.0.0.1:9"}, "FLOODGATE_LIMITER_GRPC_ADDR"},
+		{"redis batch", map[string]string{"FLOODGATE_LIMITER_REDIS_BATCH": "0"}, "FLOODGATE_LIMITER_REDIS_BATCH"},
+		{"grpc off", map[string]string{"FLOODGATE_LIMITER_GRPC_ADDR": "off"}, ""},
+		{"debug on the grpc address", map[string]string{"FLOODGATE_LIMITER_DEBUG_ADDR": "127.0.0.1:8081"}, "FLOODGATE_LIMITER_DEBUG_ADDR"},
 		{"influx interval", map[string]string{"FLOODGATE_LIMITER_INFLUX_INTERVAL": "1ms"}, "FLOODGATE_LIMITER_INFLUX_INTERVAL"},
 	}
 	for _, tc := range cases {

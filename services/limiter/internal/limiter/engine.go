@@ -97,6 +97,9 @@ type EngineConfig struct {
 	OverLimitEntries int
 	// LocalBuckets bounds the in-process buckets of the "local" fail policy.
 	LocalBuckets int
+	// RedisBatch bounds how many concurrent checks share one pipelined Redis
+	// write (FLOODGATE_LIMITER_REDIS_BATCH); 0 = 64, 1 = every check on its own.
+	RedisBatch int
 	// Shadow puts every rule in shadow mode (FLOODGATE_LIMITER_SHADOW).
 	Shadow   bool
 	Logger   *slog.Logger
@@ -117,7 +120,8 @@ type Engine struct {
 	log       *slog.Logger
 	m         *engineMetrics
 	shadow    bool
-	fixedNow  func() int64 // tests only: a fixed time for the script instead of Redis TIME
+	batch     *scriptBatcher // nil: one Redis call per check
+	fixedNow  func() int64   // tests only: a fixed time for the script instead of Redis TIME
 }
 
 type engineMetrics struct {
@@ -165,6 +169,12 @@ func NewEngine(c EngineConfig) (*Engine, error) {
 	e := &Engine{
 		rdb: c.Redis, script: redis.NewScript(checkSource), rules: c.Rules, rt: c.Runtime, clock: c.Clock,
 		budget: c.Budget, shadow: c.Shadow, local: newLocalBuckets(c.LocalBuckets), log: c.Logger, m: m,
+	}
+	if c.RedisBatch == 0 {
+		c.RedisBatch = 64
+	}
+	if c.RedisBatch > 1 {
+		e.batch = &scriptBatcher{rdb: c.Redis, script: e.script, max: c.RedisBatch, maxFlushers: 4, budget: c.Budget}
 	}
 	if c.OverLimitEntries > 0 {
 		e.overLimit = newOverLimitCache(c.OverLimitEntries)
@@ -432,6 +442,13 @@ func (e *Engine) nowArg() string {
 // falling back to EVAL when a node answers NOSCRIPT).
 func (e *Engine) run(ctx context.Context, groups []*group) ([]any, error) {
 	now := e.nowArg()
+	if e.batch != nil {
+		calls := make([]scriptCall, len(groups))
+		for i, g := range groups {
+			calls[i].keys, calls[i].args = g.args("c", now, "")
+		}
+		return e.batch.run(ctx, calls)
+	}
 	if len(groups) == 1 {
 		keys, args := groups[0].args("c", now, "")
 		v, err := e.script.Run(ctx, e.rdb, keys, args...).Result()

@@ -2,8 +2,11 @@ package limiter
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -411,4 +414,40 @@ func TestEngineSkipsRedisWhenNoRuleApplies(t *testing.T) {
 	r := check(t, e, Request{Principal: events.Principal{Kind: events.PrincipalUser, ID: "u"}, Cost: 1})
 	require.True(t, r.Allowed)
 	require.Zero(t, hook.calls.Load())
+}
+
+// Concurrent checks share pipelines: every one is answered, and exactly the
+// limit is admitted, with batching on and off.
+func TestConcurrentChecksSharePipelinesExactly(t *testing.T) {
+	rdb := redistest.Client(t)
+	for _, batch := range []int{1, 64} {
+		t.Run(fmt.Sprintf("batch %d", batch), func(t *testing.T) {
+			e := newTestEngine(t, rdb, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 100, period: 1h}\n  - {id: ip, tier: ip, limit: 1000, period: 1h}\n",
+				func(c *EngineConfig) { c.RedisBatch = batch })
+			base := redistest.Unique(t, "pipe")
+			var allowed, other atomic.Int64
+			var wg sync.WaitGroup
+			for i := range 300 {
+				wg.Go(func() {
+					req := Request{Principal: events.Principal{Kind: events.PrincipalBot, ID: base}, Method: "GET", Route: "/x", Cost: 1,
+						IP: netip.AddrFrom4([4]byte{198, 51, 100, byte(i % 7)})}
+					if i%3 == 0 { // other principals in the same pipelines
+						req.Principal.ID = fmt.Sprintf("%s_%d", base, i)
+						r, err := e.Check(context.Background(), req)
+						if err == nil && r.Allowed && !r.Degraded {
+							other.Add(1)
+						}
+						return
+					}
+					r, err := e.Check(context.Background(), req)
+					if err == nil && r.Allowed && !r.Degraded {
+						allowed.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			require.Equal(t, int64(100), allowed.Load(), "200 checks of one principal, limit 100")
+			require.Equal(t, int64(100), other.Load(), "100 fresh principals, all allowed")
+		})
+	}
 }

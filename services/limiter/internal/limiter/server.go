@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"regexp"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -191,7 +192,17 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, id, http.StatusBadRequest, ProblemBadRequest, err.Error())
 		return
 	}
-	s.writeJSON(w, http.StatusOK, s.decide(r.Context(), id, &req))
+	res := s.decideResult(r.Context(), id, &req)
+	bp := respBufs.Get().(*[]byte)
+	buf := appendCheckResponse((*bp)[:0], id, res)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(buf)))
+	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write(buf); err != nil {
+		s.log.Debug("write response", "err", err)
+	}
+	*bp = buf
+	respBufs.Put(bp)
 }
 
 func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
@@ -238,6 +249,12 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 
 // decide runs one validated check, records and publishes it, and builds the answer.
 func (s *Server) decide(ctx context.Context, id string, req *CheckRequest) CheckResponse {
+	return checkResponse(id, s.decideResult(ctx, id, req))
+}
+
+// decideResult runs one validated check, counts it and publishes its decision
+// event; every interface (HTTP, batch, Envoy gRPC) goes through it.
+func (s *Server) decideResult(ctx context.Context, id string, req *CheckRequest) Result {
 	start := time.Now()
 	res, err := s.engine.Check(ctx, Request{Principal: req.Principal, IP: req.addr, Method: req.Method,
 		Route: req.Route, Resource: req.Resource, Plan: req.Plan, Cost: req.Cost})
@@ -275,6 +292,10 @@ func (s *Server) decide(ctx context.Context, id string, req *CheckRequest) Check
 		}
 	}
 	s.publish(id, req, res)
+	return res
+}
+
+func checkResponse(id string, res Result) CheckResponse {
 	return CheckResponse{
 		ID: id, Allowed: res.Allowed, Tier: res.Tier, Rule: res.Rule, Limit: res.Limit, Remaining: res.Remaining,
 		ResetAfterMS: res.ResetAfter.Milliseconds(), RetryAfterMS: res.RetryAfter.Milliseconds(),

@@ -1,0 +1,204 @@
+// Package adjuster calls the adjuster's admin API (docs/adjuster.md): settings
+// with their ETag, status, audit, and the version-checked changes.
+package adjuster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Settings is GET /v1/settings; Rules stays raw JSON (the console shows and
+// forwards it, the adjuster validates it).
+type Settings struct {
+	Version   int64                      `json:"version"`
+	Rules     json.RawMessage            `json:"rules"`
+	DryRun    bool                       `json:"dry_run"`
+	Frozen    bool                       `json:"frozen"`
+	Overrides map[string]json.RawMessage `json:"overrides"`
+	UpdatedAt time.Time                  `json:"updated_at"`
+	UpdatedBy string                     `json:"updated_by"`
+}
+
+// Change is one scale change of the last tick, with its cause.
+type Change struct {
+	Scope string  `json:"scope"`
+	Old   float64 `json:"old"`
+	New   float64 `json:"new"`
+	Rule  string  `json:"rule"`
+	Why   string  `json:"why"`
+}
+
+// Status is GET /v1/status: the last tick.
+type Status struct {
+	At      time.Time           `json:"at"`
+	Version int64               `json:"settings_version"`
+	DryRun  bool                `json:"dry_run"`
+	Frozen  bool                `json:"frozen"`
+	Scales  map[string]float64  `json:"scales"`
+	Signals map[string]*float64 `json:"signals"`
+	Stale   []string            `json:"stale"`
+	Engaged map[string][]string `json:"engaged"`
+	Held    map[string]string   `json:"held"`
+	Changes []Change            `json:"changes"`
+	Errors  []string            `json:"errors"`
+}
+
+// AuditRecord is one settings change the adjuster audited.
+type AuditRecord struct {
+	ID            string          `json:"id"`
+	At            time.Time       `json:"at"`
+	Actor         string          `json:"actor"`
+	Role          string          `json:"role"`
+	Action        string          `json:"action"`
+	Reason        string          `json:"reason"`
+	CorrelationID string          `json:"correlation_id"`
+	VersionBefore int64           `json:"version_before"`
+	VersionAfter  int64           `json:"version_after"`
+	Before        json.RawMessage `json:"before"`
+	After         json.RawMessage `json:"after"`
+}
+
+// Error is a refusal from the adjuster (its status code and message).
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+	ETag    string // the current ETag on a 412
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("adjuster answered %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// ErrUnavailable wraps transport failures and 5xx answers.
+var ErrUnavailable = errors.New("adjuster unavailable")
+
+// Client is an admin-API client with one bearer token.
+type Client struct {
+	base, token string
+	http        *http.Client
+}
+
+// New returns a client for the admin API at base.
+func New(base, token string, hc *http.Client) (*Client, error) {
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("parse adjuster URL %q: want http(s)://host:port", base)
+	}
+	if hc == nil {
+		hc = &http.Client{Timeout: 5 * time.Second}
+	}
+	return &Client{base: strings.TrimRight(base, "/"), token: token, http: hc}, nil
+}
+
+func (c *Client) do(ctx context.Context, method, path, ifMatch, corr string, body, out any) (http.Header, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s %s: %w", method, path, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, fmt.Errorf("build %s %s: %w", method, path, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if ifMatch != "" {
+		req.Header.Set("If-Match", ifMatch)
+	}
+	if corr != "" {
+		req.Header.Set("X-Request-Id", corr)
+	}
+	res, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s %s: %w", ErrUnavailable, method, path, err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(res.Body, 4<<20))
+	if err != nil {
+		return nil, fmt.Errorf("%w: read %s %s: %w", ErrUnavailable, method, path, err)
+	}
+	if res.StatusCode >= 300 {
+		var e struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		_ = json.Unmarshal(raw, &e)
+		ae := &Error{Status: res.StatusCode, Code: e.Error.Code, Message: e.Error.Message, ETag: res.Header.Get("ETag")}
+		if res.StatusCode >= 500 {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ae)
+		}
+		return nil, ae
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return nil, fmt.Errorf("decode %s %s: %w", method, path, err)
+		}
+	}
+	return res.Header, nil
+}
+
+// Settings reads the settings and their ETag.
+func (c *Client) Settings(ctx context.Context) (Settings, string, error) {
+	var s Settings
+	h, err := c.do(ctx, http.MethodGet, "/v1/settings", "", "", nil, &s)
+	if err != nil {
+		return Settings{}, "", err
+	}
+	return s, h.Get("ETag"), nil
+}
+
+// Status reads the last tick.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var s Status
+	_, err := c.do(ctx, http.MethodGet, "/v1/status", "", "", nil, &s)
+	return s, err
+}
+
+// Audit reads the newest settings changes.
+func (c *Client) Audit(ctx context.Context, limit int) ([]AuditRecord, error) {
+	var out struct {
+		Records []AuditRecord `json:"records"`
+	}
+	_, err := c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/audit?limit=%d", limit), "", "", nil, &out)
+	return out.Records, err
+}
+
+// Result is a change's answer: the new settings, their ETag and the adjuster's audit id.
+type Result struct {
+	Settings Settings `json:"settings"`
+	AuditID  string   `json:"audit_id"`
+	ETag     string   `json:"-"`
+}
+
+func (c *Client) put(ctx context.Context, path, etag, corr string, body any) (Result, error) {
+	var r Result
+	h, err := c.do(ctx, http.MethodPut, path, etag, corr, body, &r)
+	if err != nil {
+		return Result{}, err
+	}
+	r.ETag = h.Get("ETag")
+	return r, nil
+}
+
+// PutRules merges the rule fields in rules (a JSON object) into the settings at etag.
+func (c *Client) PutRules(ctx context.Context, etag, corr string, rules json.RawMessage, reason string) (Result, error) {
+	return c.put(ctx, "/v1/settings/rules", etag, corr, map[string]any{"rules": rules, "reason": reason})
+}
+
+// PutMode sets dry run and the kill switch at etag.
+func (c *Client) PutMode(ctx context.Context, etag, corr string, dryRun, frozen bool, reason string) (Result, error) {
+	return c.put(ctx, "/v1/settings/mode", etag, corr, map[string]any{"dry_run": dryRun, "frozen": frozen, "reason": reason})
+}

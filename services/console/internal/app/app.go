@@ -1,0 +1,265 @@
+// Package app wires the console: configuration, clients, the HTTP server and
+// the user/token subcommands.
+package app
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/dynamo"
+	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/services/console/internal/adjuster"
+	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
+	"github.com/floodgate-dev/floodgate/services/console/internal/blockrate"
+	"github.com/floodgate-dev/floodgate/services/console/internal/dlq"
+	"github.com/floodgate-dev/floodgate/services/console/internal/quota"
+	"github.com/floodgate-dev/floodgate/services/console/internal/store"
+	"github.com/floodgate-dev/floodgate/services/console/internal/web"
+)
+
+// Config is the console's configuration, read from the environment.
+type Config struct {
+	Addr          string        // FLOODGATE_CONSOLE_ADDR
+	UsersFile     string        // FLOODGATE_CONSOLE_USERS
+	SecureCookies bool          // FLOODGATE_CONSOLE_SECURE_COOKIES
+	SessionIdle   time.Duration // FLOODGATE_CONSOLE_SESSION_IDLE
+	SessionMax    time.Duration // FLOODGATE_CONSOLE_SESSION_MAX
+	PollInterval  time.Duration // FLOODGATE_CONSOLE_POLL_INTERVAL
+	RedisAddrs    []string      // FLOODGATE_REDIS_ADDRS
+	DynamoDB      dynamo.Options
+	ScalesKey     string        // FLOODGATE_CONSOLE_SCALES_KEY
+	QuotaURL      string        // FLOODGATE_CONSOLE_QUOTA_URL
+	AdjusterURL   string        // FLOODGATE_CONSOLE_ADJUSTER_URL
+	AdjusterToken string        // FLOODGATE_CONSOLE_ADJUSTER_TOKEN
+	DLQURL        string        // FLOODGATE_CONSOLE_DLQ_URL
+	DLQToken      string        // FLOODGATE_CONSOLE_DLQ_TOKEN
+	InfluxURL     string        // FLOODGATE_INFLUX_URL
+	InfluxToken   string        // FLOODGATE_INFLUX_TOKEN
+	InfluxOrg     string        // FLOODGATE_INFLUX_ORG
+	InfluxBucket  string        // FLOODGATE_INFLUX_BUCKET
+	Shutdown      time.Duration // FLOODGATE_SHUTDOWN_TIMEOUT
+}
+
+// ConfigFromEnv reads and validates the configuration.
+func ConfigFromEnv(getenv config.Getenv) (Config, error) {
+	e := config.NewEnv(getenv)
+	c := Config{
+		Addr:          e.String("FLOODGATE_CONSOLE_ADDR", "127.0.0.1:8090"),
+		UsersFile:     e.String("FLOODGATE_CONSOLE_USERS", ""),
+		SecureCookies: e.Bool("FLOODGATE_CONSOLE_SECURE_COOKIES", false),
+		SessionIdle:   e.Duration("FLOODGATE_CONSOLE_SESSION_IDLE", 30*time.Minute),
+		SessionMax:    e.Duration("FLOODGATE_CONSOLE_SESSION_MAX", 12*time.Hour),
+		PollInterval:  e.Duration("FLOODGATE_CONSOLE_POLL_INTERVAL", 5*time.Second),
+		RedisAddrs:    e.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs),
+		DynamoDB: dynamo.Options{
+			Endpoint:    e.String("FLOODGATE_DYNAMODB_ENDPOINT", ""),
+			Region:      e.String("FLOODGATE_DYNAMODB_REGION", ""),
+			TablePrefix: e.String("FLOODGATE_DYNAMODB_TABLE_PREFIX", ""),
+		},
+		ScalesKey:     e.String("FLOODGATE_CONSOLE_SCALES_KEY", redisx.ScalesKey),
+		QuotaURL:      e.String("FLOODGATE_CONSOLE_QUOTA_URL", "http://127.0.0.1:8085"),
+		AdjusterURL:   e.String("FLOODGATE_CONSOLE_ADJUSTER_URL", "http://127.0.0.1:8083"),
+		AdjusterToken: e.String("FLOODGATE_CONSOLE_ADJUSTER_TOKEN", ""),
+		DLQURL:        e.String("FLOODGATE_CONSOLE_DLQ_URL", "http://127.0.0.1:8084"),
+		DLQToken:      e.String("FLOODGATE_CONSOLE_DLQ_TOKEN", ""),
+		InfluxURL:     e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
+		InfluxToken:   e.String("FLOODGATE_INFLUX_TOKEN", ""),
+		InfluxOrg:     e.String("FLOODGATE_INFLUX_ORG", ""),
+		InfluxBucket:  e.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket),
+		Shutdown:      e.Duration("FLOODGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
+	}
+	if err := e.Err(); err != nil {
+		return Config{}, err
+	}
+	return c, c.Validate()
+}
+
+// Validate checks the fields and how they relate.
+func (c Config) Validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_ADDR: %q is not host:port", c.Addr))
+	}
+	if c.UsersFile == "" {
+		errs = append(errs, errors.New("FLOODGATE_CONSOLE_USERS: set it to the users file (make entries with `console user add NAME ROLE`)"))
+	}
+	if c.SessionIdle < time.Minute || c.SessionIdle > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_SESSION_IDLE: %s not in 1m..24h", c.SessionIdle))
+	}
+	if c.SessionMax < c.SessionIdle || c.SessionMax > 7*24*time.Hour {
+		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_SESSION_MAX: %s must be at least FLOODGATE_CONSOLE_SESSION_IDLE (%s) and at most 168h", c.SessionMax, c.SessionIdle))
+	}
+	if c.PollInterval < time.Second || c.PollInterval > 5*time.Minute {
+		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_POLL_INTERVAL: %s not in 1s..5m", c.PollInterval))
+	}
+	if len(c.RedisAddrs) == 0 {
+		errs = append(errs, errors.New("FLOODGATE_REDIS_ADDRS: empty"))
+	}
+	if _, err := adjuster.New(c.AdjusterURL, c.AdjusterToken, nil); err != nil {
+		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_ADJUSTER_URL: %w", err))
+	}
+	if _, err := dlq.New(c.DLQURL, c.DLQToken, nil); err != nil {
+		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_DLQ_URL: %w", err))
+	}
+	if _, err := quota.New(c.QuotaURL, nil); err != nil {
+		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_QUOTA_URL: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Main runs a subcommand: none or "serve" serves; "user add NAME ROLE" and
+// "token add NAME ROLE" print users-file entries.
+func Main(ctx context.Context, args []string, getenv config.Getenv, stdin io.Reader, stdout io.Writer, log *slog.Logger) error {
+	switch {
+	case len(args) == 0 || (len(args) == 1 && args[0] == "serve"):
+		return Run(ctx, getenv, log)
+	case len(args) == 4 && args[0] == "user" && args[1] == "add":
+		return userAdd(args[2], args[3], stdin, stdout)
+	case len(args) == 4 && args[0] == "token" && args[1] == "add":
+		return tokenAdd(args[2], args[3], stdout)
+	}
+	return fmt.Errorf("usage: console [serve] | console user add NAME ROLE | console token add NAME ROLE (got %q)", strings.Join(args, " "))
+}
+
+func userAdd(name, roleName string, stdin io.Reader, stdout io.Writer) error {
+	role, err := auth.ParseRole(roleName)
+	if err != nil {
+		return err
+	}
+	if !auth.ValidName(name) {
+		return fmt.Errorf("user name %q: 1-64 of [A-Za-z0-9._@-]", name)
+	}
+	line, err := bufio.NewReader(stdin).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read password from stdin: %w", err)
+	}
+	hash, err := auth.HashPassword(strings.TrimRight(line, "\r\n"))
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "# add under users: in the users file\n%s\n", auth.UserLine(name, role, hash))
+	return err
+}
+
+func tokenAdd(name, roleName string, stdout io.Writer) error {
+	role, err := auth.ParseRole(roleName)
+	if err != nil {
+		return err
+	}
+	if !auth.ValidName(name) {
+		return fmt.Errorf("token name %q: 1-64 of [A-Za-z0-9._@-]", name)
+	}
+	token, sum, err := auth.NewToken()
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "token (shown once; send as Authorization: Bearer): %s\n# add under tokens: in the users file\n%s\n", token, auth.TokenLine(name, role, sum))
+	return err
+}
+
+// Run serves the console until ctx is done.
+func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
+	cfg, err := ConfigFromEnv(getenv)
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	dir, err := auth.LoadFile(cfg.UsersFile)
+	if err != nil {
+		return err
+	}
+	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	defer func() { _ = rdb.Close() }()
+	ddb, err := dynamo.NewClient(ctx, cfg.DynamoDB)
+	if err != nil {
+		return err
+	}
+	qc, err := quota.New(cfg.QuotaURL, nil)
+	if err != nil {
+		return err
+	}
+	var adj *adjuster.Client
+	if cfg.AdjusterToken != "" {
+		if adj, err = adjuster.New(cfg.AdjusterURL, cfg.AdjusterToken, nil); err != nil {
+			return err
+		}
+	} else {
+		log.Warn("FLOODGATE_CONSOLE_ADJUSTER_TOKEN is not set: the adjuster page says so and offers no change")
+	}
+	var dc *dlq.Client
+	if cfg.DLQToken != "" {
+		if dc, err = dlq.New(cfg.DLQURL, cfg.DLQToken, nil); err != nil {
+			return err
+		}
+	} else {
+		log.Warn("FLOODGATE_CONSOLE_DLQ_TOKEN is not set: the dead-letters page says so and offers no replay")
+	}
+	influx := influxdb2.NewClient(cfg.InfluxURL, cfg.InfluxToken)
+	defer influx.Close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := web.New(web.Config{
+		Directory:     dir,
+		Sessions:      auth.NewSessions(rdb, "fg:console:session:", cfg.SessionIdle, cfg.SessionMax, time.Now),
+		Store:         store.New(ddb, rdb, cfg.DynamoDB.TablePrefix, time.Now),
+		Log:           log,
+		Registry:      reg,
+		SecureCookies: cfg.SecureCookies,
+		PollInterval:  cfg.PollInterval,
+		ScalesKey:     cfg.ScalesKey,
+		Quota:         qc,
+		Adjuster:      adj,
+		DLQ:           dc,
+		BlockRate:     &blockrate.Reader{Query: influx.QueryAPI(cfg.InfluxOrg), Bucket: cfg.InfluxBucket},
+	})
+	if err != nil {
+		return err
+	}
+	var ready atomic.Bool // false until serving and again from the start of shutdown
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/", srv)
+	hs := &http.Server{Addr: cfg.Addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	log.Info("console listening", "addr", ln.Addr().String(), "users_file", cfg.UsersFile)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	ready.Store(true)
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	ready.Store(false)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.Shutdown)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shut down: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,87 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestConfigFromEnv(t *testing.T) {
+	base := map[string]string{"FLOODGATE_CONSOLE_USERS": "users.yaml"}
+	cases := []struct {
+		name    string
+		env     map[string]string
+		wantErr string
+	}{
+		{name: "defaults", env: map[string]string{}},
+		{name: "quota URL", env: map[string]string{"FLOODGATE_CONSOLE_QUOTA_URL": "127.0.0.1:8085"}, wantErr: "FLOODGATE_CONSOLE_QUOTA_URL"},
+		{name: "adjuster URL", env: map[string]string{"FLOODGATE_CONSOLE_ADJUSTER_URL": "ftp://x"}, wantErr: "FLOODGATE_CONSOLE_ADJUSTER_URL"},
+		{name: "dlq URL", env: map[string]string{"FLOODGATE_CONSOLE_DLQ_URL": "http://"}, wantErr: "FLOODGATE_CONSOLE_DLQ_URL"},
+		{name: "users file", env: map[string]string{"FLOODGATE_CONSOLE_USERS": ""}, wantErr: "FLOODGATE_CONSOLE_USERS"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{}
+			for k, v := range base {
+				env[k] = v
+			}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			c, err := ConfigFromEnv(func(k string) string { return env[k] })
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, "http://127.0.0.1:8085", c.QuotaURL)
+			require.Equal(t, "http://127.0.0.1:8083", c.AdjusterURL)
+			require.Equal(t, "http://127.0.0.1:8084", c.DLQURL)
+			require.Equal(t, "floodgate/d30", c.InfluxBucket)
+		})
+	}
+}
+
+// TestRunServesReadiness runs the console against the local stack: /readyz is 200
+// while it serves, and Run returns cleanly when its context ends.
+func TestRunServesReadiness(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the local stack; run `make test`")
+	}
+	users := filepath.Join(t.TempDir(), "users.yaml")
+	require.NoError(t, os.WriteFile(users, []byte("users: []\ntokens: []\n"), 0o600))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	env := map[string]string{"FLOODGATE_CONSOLE_USERS": users, "FLOODGATE_CONSOLE_ADDR": addr,
+		"FLOODGATE_DYNAMODB_ENDPOINT": "http://127.0.0.1:8000"}
+	if v := os.Getenv("FLOODGATE_DYNAMODB_ENDPOINT"); v != "" {
+		env["FLOODGATE_DYNAMODB_ENDPOINT"] = v
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, func(k string) string { return env[k] }, slog.New(slog.DiscardHandler)) }()
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 20*time.Second, 50*time.Millisecond, "the console never became ready")
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+}

@@ -1,0 +1,157 @@
+package web
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/services/console/internal/store"
+)
+
+// TestBrowser drives the console in headless Chromium (Debian's chromium at
+// FLOODGATE_CHROMIUM, default /usr/bin/chromium; `deploy/local/browser.sh`
+// installs it): an analyst signs in, opens an alert from the list, lifts its
+// penalty with a reason — the Redis penalty key is gone and the audit row
+// exists — then a viewer finds no action to take. It fails when Chromium is
+// missing. Screenshots go to FLOODGATE_CONSOLE_SCREENSHOTS when set
+// (docs/screenshots), else to a temporary directory.
+func TestBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives a real browser against the local stack; run `make test`")
+	}
+	bin := os.Getenv("FLOODGATE_CHROMIUM")
+	if bin == "" {
+		bin = "/usr/bin/chromium"
+	}
+	if st, err := os.Stat(bin); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		t.Fatalf("chromium not found at %s (set FLOODGATE_CHROMIUM or run deploy/local/browser.sh): %v", bin, err)
+	}
+	shots := os.Getenv("FLOODGATE_CONSOLE_SCREENSHOTS")
+	if shots == "" {
+		shots = t.TempDir()
+	}
+	require.NoError(t, os.MkdirAll(shots, 0o755))
+
+	e := newEnv(t)
+	now := time.Now()
+	e.seed(t, "older", now.Add(-40*time.Minute), events.PatternDistributedIP, events.SeverityHigh, false)
+	e.seed(t, "sim", now.Add(-20*time.Minute), events.PatternRapidFire, events.SeverityMedium, false)
+	a := e.seed(t, "browser", now.Add(-time.Minute), events.PatternRapidFire, events.SeverityCritical, true)
+	require.NoError(t, e.rdb.HSet(context.Background(), "fg:test:"+e.run+":scales", "global", "0.7", "tier:ip", "0.5", "route:write", "1").Err())
+
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(bin), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	bctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	// The first Run starts the browser; it must not carry the test's timeout.
+	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate("about:blank")), "start %s", bin)
+	ctx, cancelT := context.WithTimeout(bctx, 90*time.Second)
+	defer cancelT()
+
+	shot := func(name string) chromedp.Action[chromedp.Void] {
+		return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+			buf, err := chromedp.FullScreenshot(100)(ctx, tg)
+			if err != nil {
+				return chromedp.Void{}, err
+			}
+			return chromedp.Void{}, os.WriteFile(filepath.Join(shots, name+".png"), buf, 0o644)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		require.NoError(t, err, "text of %s", sel)
+		return v
+	}
+	signIn := func(user string) chromedp.Action[chromedp.Void] {
+		return chromedp.Steps(
+			chromedp.Navigate(e.srv.URL+"/login"),
+			chromedp.WaitVisible(chromedp.ID("username")),
+			chromedp.SendKeys(chromedp.ID("username"), user),
+			chromedp.SendKeys(chromedp.ID("password"), testPassword),
+			chromedp.Submit(chromedp.ID("password")),
+			chromedp.WaitVisible(chromedp.ID("alert-rows")),
+		)
+	}
+
+	// Analyst: sign in → alerts list → the alert → lift its penalty with a reason.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(e.srv.URL+"/login"),
+		chromedp.WaitVisible(chromedp.ID("username")),
+		shot("console-login"),
+		signIn("analyst1"),
+		shot("console-alerts"),
+	))
+	require.Contains(t, text("#alert-rows"), a.Principal)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`a[href*="`+a.ID+`"]`)),
+		chromedp.WaitVisible(chromedp.ID("lift-form")),
+		shot("console-alert"),
+		chromedp.SendKeys(chromedp.ID("lift-reason"), "TS-42: verified partner load test"),
+		chromedp.Click(chromedp.CSS(`#lift-form button[type=submit]`)),
+		chromedp.WaitVisible(chromedp.CSS(`p.ok`)),
+		shot("console-alert-lifted"),
+	))
+	afterLift := text("#main")
+	require.Contains(t, afterLift, "Penalty lifted")
+	require.Contains(t, afterLift, "TS-42: verified partner load test", "the audit row is on the page")
+	require.False(t, e.penaltyExists(t, a), "the Redis penalty key is gone")
+	log, err := e.st.AuditLog(context.Background(), a.Principal, 5)
+	require.NoError(t, err)
+	require.Len(t, log, 1)
+	require.Equal(t, store.ActionLift, log[0].Action)
+	require.Equal(t, "analyst1", log[0].Actor)
+	require.Equal(t, "TS-42: verified partner load test", log[0].Reason)
+
+	// A new alert appears in the open list without a reload.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(e.srv.URL+"/alerts"), chromedp.WaitVisible(chromedp.ID("alert-rows"))))
+	fresh := e.seed(t, "live", time.Now(), events.PatternRapidFire, events.SeverityCritical, false)
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`tr[data-id="`+fresh.ID+`"]`))))
+	require.Contains(t, text("#live"), "1 new alert")
+
+	// The SRE-facing pages render; then sign out.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(e.srv.URL+"/scales"), chromedp.WaitVisible(chromedp.CSS(`svg.chart`)), shot("console-scales"),
+		chromedp.Navigate(e.srv.URL+"/false-positives"), chromedp.WaitVisible(chromedp.CSS(`h1`)), shot("console-false-positives"),
+		chromedp.Click(chromedp.CSS(`button.link`)), chromedp.WaitVisible(chromedp.ID("username")),
+	))
+
+	// Viewer: reads the alert, is offered nothing, and a forged POST is refused.
+	other := e.seed(t, "viewer", now.Add(-2*time.Minute), events.PatternRapidFire, events.SeverityHigh, true)
+	require.NoError(t, chromedp.Do(ctx,
+		signIn("viewer1"),
+		chromedp.Click(chromedp.CSS(`a[href*="`+other.ID+`"]`)),
+		chromedp.WaitVisible(chromedp.ID("read-only")),
+		shot("console-alert-viewer"),
+	))
+	require.Contains(t, text("#read-only"), "read-only")
+	forms, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('form[action^="/alert/"]').length`))
+	require.NoError(t, err)
+	require.Zero(t, forms, "no action form for a viewer")
+	status, err := chromedp.Run(ctx, chromedp.Evaluate[int](`(async () => {
+		const csrf = document.querySelector('input[name=csrf]').value;
+		const body = new URLSearchParams({csrf, p: `+jsString(other.Principal)+`, k: `+jsString(other.SK)+`, reason: "try"});
+		const res = await fetch("/alert/lift", {method: "POST", body, redirect: "manual"});
+		return res.status;
+	})()`, chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	require.Equal(t, 403, status)
+	require.True(t, e.penaltyExists(t, other), "the viewer's forged lift changed nothing")
+}
+
+func jsString(s string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s) + `"`
+}

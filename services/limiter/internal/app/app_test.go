@@ -1,0 +1,75 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// The limiter binary's wiring: HTTP, Envoy's rate-limit service with gRPC health,
+// and the pprof listener, against the local Redis and Kafka-protocol broker.
+func TestRunServesEnvoyRateLimitServiceAndHealth(t *testing.T) {
+	redistest.Client(t) // fails loudly when the local Redis is missing
+	httpAddr, grpcAddr, debugAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	env := map[string]string{
+		"FLOODGATE_LIMITER_ADDR": httpAddr, "FLOODGATE_LIMITER_GRPC_ADDR": grpcAddr, "FLOODGATE_LIMITER_DEBUG_ADDR": debugAddr,
+		"FLOODGATE_GATEWAY": "app-test", "FLOODGATE_LIMITER_PRINCIPAL_LIMIT": "2", "FLOODGATE_LIMITER_PRINCIPAL_PERIOD": "1m",
+		"FLOODGATE_LIMITER_INFLUX_INTERVAL": "0",
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, func(k string) string { return env[k] }, slog.New(slog.DiscardHandler), nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	health := healthpb.NewHealthClient(conn)
+	require.Eventually(t, func() bool {
+		r, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
+		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	}, 10*time.Second, 50*time.Millisecond)
+
+	rls := rlsv3.NewRateLimitServiceClient(conn)
+	d := &rlcommon.RateLimitDescriptor{}
+	for _, kv := range [][2]string{{"principal_kind", "bot"}, {"principal_id", redistest.Unique(t, "app_bot")},
+		{"remote_address", "203.0.113.9"}, {"method", "GET"}, {"route", "/x"}} {
+		d.Entries = append(d.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: kv[0], Value: kv[1]})
+	}
+	var codes []rlsv3.RateLimitResponse_Code
+	for range 3 {
+		r, err := rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{d}})
+		require.NoError(t, err)
+		codes = append(codes, r.GetOverallCode())
+	}
+	require.Equal(t, []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT}, codes)
+
+	resp, err := http.Get("http://" + debugAddr + "/debug/pprof/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	cancel()
+	require.NoError(t, <-done)
+	done <- nil // for the cleanup
+}

@@ -1,0 +1,138 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// scriptCall is one check-script call: its keys and arguments.
+type scriptCall struct {
+	keys []string
+	args []any
+}
+
+// batchItem is one check's calls (one per hash tag) waiting for a pipeline.
+type batchItem struct {
+	calls []scriptCall
+	out   []any
+	err   error
+	done  chan struct{}
+}
+
+// scriptBatcher sends the script calls of concurrent checks in shared pipelines
+// (group commit): a check that finds a free flusher slot sends everything queued
+// in one write, and keeps flushing until its own calls are answered; checks
+// arriving meanwhile queue for the next pipeline. Under light load a pipeline
+// carries one check (no added wait); under heavy load one write and one read
+// carry up to max checks, on the limiter's side and on Redis's. A flusher that
+// leaves work behind hands it to a goroutine, so nothing queued is left waiting.
+type scriptBatcher struct {
+	rdb         redis.UniversalClient
+	script      *redis.Script
+	max         int           // checks per pipeline
+	maxFlushers int           // pipelines in flight at once
+	budget      time.Duration // bound of one pipeline's round trip
+
+	mu       sync.Mutex
+	pending  []*batchItem
+	flushers int
+}
+
+// run sends calls in the next pipeline and returns one result per call. It
+// returns ctx's error when ctx ends first (the calls may still be sent).
+func (b *scriptBatcher) run(ctx context.Context, calls []scriptCall) ([]any, error) {
+	it := &batchItem{calls: calls, done: make(chan struct{})}
+	b.mu.Lock()
+	b.pending = append(b.pending, it)
+	if b.flushers < b.maxFlushers {
+		b.flushers++
+		b.flushUntil(it)
+	} else {
+		b.mu.Unlock()
+	}
+	select {
+	case <-it.done:
+		return it.out, it.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// flushUntil is called with mu held and a flusher slot taken; it returns with
+// mu released, once own is answered (own == nil: once nothing is pending).
+func (b *scriptBatcher) flushUntil(own *batchItem) {
+	for len(b.pending) > 0 {
+		n := min(len(b.pending), b.max)
+		batch := b.pending[:n:n]
+		if b.pending = b.pending[n:]; len(b.pending) == 0 {
+			b.pending = nil
+		}
+		b.mu.Unlock()
+		b.flush(batch)
+		b.mu.Lock()
+		if own != nil && isDone(own) && len(b.pending) > 0 {
+			go func() { // hand the rest over: the flusher's own check is answered
+				b.mu.Lock()
+				b.flushUntil(nil)
+			}()
+			b.mu.Unlock()
+			return
+		}
+	}
+	b.flushers--
+	b.mu.Unlock()
+}
+
+func isDone(it *batchItem) bool {
+	select {
+	case <-it.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// flush sends every call of batch in one pipeline (EVALSHA, then EVAL for the
+// calls a node answered NOSCRIPT) and answers each item.
+func (b *scriptBatcher) flush(batch []*batchItem) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.budget)
+	defer cancel()
+	cmds := make([][]*redis.Cmd, len(batch))
+	pipe := b.rdb.Pipeline()
+	for i, it := range batch {
+		cmds[i] = make([]*redis.Cmd, len(it.calls))
+		for j, c := range it.calls {
+			cmds[i][j] = b.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		}
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+	var retry redis.Pipeliner
+	for i, it := range batch {
+		for j, c := range it.calls {
+			if err := cmds[i][j].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				if retry == nil {
+					retry = b.rdb.Pipeline()
+				}
+				cmds[i][j] = b.script.Eval(ctx, retry, c.keys, c.args...)
+			}
+		}
+	}
+	if retry != nil {
+		_, _ = retry.Exec(ctx)
+	}
+	for i, it := range batch {
+		it.out = make([]any, len(it.calls))
+		for j, c := range cmds[i] {
+			if err := c.Err(); err != nil {
+				it.out, it.err = nil, fmt.Errorf("run check script: %w", err)
+				break
+			}
+			it.out[j] = c.Val()
+		}
+		close(it.done)
+	}
+}

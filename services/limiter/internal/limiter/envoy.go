@@ -1,0 +1,310 @@
+package limiter
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
+)
+
+// Descriptor entry keys the Envoy rate-limit service accepts. Each descriptor is
+// one Floodgate check: put every key of a request in one descriptor (one
+// rate_limits entry in Envoy) so all its tiers are decided in one round trip.
+const (
+	KeyPrincipalKind = "principal_kind" // user | bot | api_key | anonymous (required)
+	KeyPrincipalID   = "principal_id"   // required
+	KeyRemoteAddress = "remote_address" // client IP, Envoy's remote_address action (required)
+	KeyMethod        = "method"         // HTTP method (required)
+	KeyRoute         = "route"          // route template, e.g. /channels/{channel_id}/messages (required)
+	KeyResource      = "resource"       // "type:id" (optional)
+	KeyPlan          = "plan"           // optional
+	KeyRequestID     = "request_id"     // optional correlation id ([A-Za-z0-9_-]{1,64}); default a UUIDv7
+)
+
+var envoyKeys = []string{KeyPrincipalKind, KeyPrincipalID, KeyRemoteAddress, KeyMethod, KeyRoute, KeyResource, KeyPlan, KeyRequestID}
+
+// EnvoyRLS serves envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit on
+// top of a Server: the same engine, metrics, decision events and 429 contract.
+type EnvoyRLS struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	s        *Server
+	requests *prometheus.CounterVec
+}
+
+var _ rlsv3.RateLimitServiceServer = (*EnvoyRLS)(nil)
+
+// NewEnvoyRLS returns the gRPC rate-limit service of s; its metrics go on s's registry.
+func NewEnvoyRLS(s *Server) *EnvoyRLS {
+	return &EnvoyRLS{s: s, requests: promauto.With(s.reg).NewCounterVec(prometheus.CounterOpts{
+		Name: "floodgate_limiter_envoy_requests_total",
+		Help: "Envoy ShouldRateLimit calls by result (ok, over_limit, invalid).",
+	}, []string{"result"})}
+}
+
+// NewGRPCServer returns a gRPC server with Envoy's rate-limit service on s and
+// the standard health service. Health reports SERVING (for "" and for
+// envoy.service.ratelimit.v3.RateLimitService) once SetServing(hs, true) is called.
+func NewGRPCServer(s *Server) (*grpc.Server, *health.Server) {
+	// Envoy keeps HTTP/2 connections open indefinitely; a bounded connection age
+	// makes clients reconnect now and then, so limiter replicas added by the
+	// autoscaler receive their share of checks.
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(1<<20), grpc.KeepaliveParams(keepalive.ServerParameters{
+		MaxConnectionAge: 5 * time.Minute, MaxConnectionAgeGrace: 30 * time.Second,
+	}))
+	rlsv3.RegisterRateLimitServiceServer(g, NewEnvoyRLS(s))
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(g, hs)
+	SetServing(hs, false)
+	return g, hs
+}
+
+// SetServing flips the gRPC health of the limiter's services.
+func SetServing(hs *health.Server, ok bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ok {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	hs.SetServingStatus("", st)
+	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, st)
+}
+
+// ShouldRateLimit decides every descriptor of the request as one Floodgate check
+// (concurrently when there are several). The overall code is OVER_LIMIT when any
+// descriptor is; the response headers (and on a denial the problem body) are the
+// 429 contract of the deciding descriptor. A descriptor that does not map to a
+// check fails the whole call with InvalidArgument, before anything is consumed.
+func (e *EnvoyRLS) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	reqs, ids, err := envoyChecks(in)
+	if err != nil {
+		e.requests.WithLabelValues("invalid").Inc()
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	results := make([]Result, len(reqs))
+	if len(reqs) == 1 {
+		results[0] = e.s.decideResult(ctx, ids[0], &reqs[0])
+	} else {
+		var wg sync.WaitGroup
+		for i := range reqs {
+			wg.Go(func() { results[i] = e.s.decideResult(ctx, ids[i], &reqs[i]) })
+		}
+		wg.Wait()
+	}
+	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(results))}
+	decide := 0
+	for i, r := range results {
+		out.Statuses[i] = descriptorStatus(r)
+		if !r.Allowed {
+			out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if moreDecisive(r, results[decide]) {
+			decide = i
+		}
+	}
+	d, id := results[decide], ids[decide]
+	h := Headers(d, id)
+	keys := make([]string, 0, len(h)+1)
+	for k := range h {
+		keys = append(keys, k)
+	}
+	if p := DenialProblem(d, id); p != nil {
+		body, err := json.Marshal(p)
+		if err != nil {
+			return nil, status.Error(codes.Internal, fmt.Sprintf("encode problem: %v", err))
+		}
+		out.RawBody = body
+		h["Content-Type"] = "application/problem+json"
+		keys = append(keys, "Content-Type")
+	}
+	slices.Sort(keys)
+	out.ResponseHeadersToAdd = make([]*corev3.HeaderValue, len(keys))
+	for i, k := range keys {
+		out.ResponseHeadersToAdd[i] = &corev3.HeaderValue{Key: k, Value: h[k]}
+	}
+	result := "ok"
+	if out.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		result = "over_limit"
+	}
+	e.requests.WithLabelValues(result).Inc()
+	return out, nil
+}
+
+// moreDecisive reports whether a should set the response headers instead of b:
+// a denial over an allow, the longer Retry-After among denials, the least room
+// left among allows.
+func moreDecisive(a, b Result) bool {
+	switch {
+	case a.Allowed != b.Allowed:
+		return !a.Allowed
+	case !a.Allowed:
+		return a.RetryAfter > b.RetryAfter
+	case a.Limit <= 0:
+		return false
+	case b.Limit <= 0:
+		return true
+	}
+	return float64(a.Remaining)/float64(a.Limit) < float64(b.Remaining)/float64(b.Limit)
+}
+
+// envoyChecks maps every descriptor to a validated check and its correlation id.
+func envoyChecks(in *rlsv3.RateLimitRequest) ([]CheckRequest, []string, error) {
+	if in.GetDomain() == "" {
+		return nil, nil, fmt.Errorf("domain: must not be empty")
+	}
+	ds := in.GetDescriptors()
+	if len(ds) == 0 || len(ds) > MaxBatch {
+		return nil, nil, fmt.Errorf("descriptors: %d, want 1..%d", len(ds), MaxBatch)
+	}
+	reqs := make([]CheckRequest, len(ds))
+	ids := make([]string, len(ds))
+	for i, d := range ds {
+		id, err := envoyCheck(d, in.GetHitsAddend(), &reqs[i])
+		if err != nil {
+			return nil, nil, fmt.Errorf("descriptor %d: %w", i, err)
+		}
+		switch {
+		case id == "":
+			id = uuid.Must(uuid.NewV7()).String()
+		case len(ds) > 1:
+			if id += "-" + strconv.Itoa(i); len(id) > 64 {
+				id = uuid.Must(uuid.NewV7()).String()
+			}
+		}
+		ids[i] = id
+	}
+	return reqs, ids, nil
+}
+
+// envoyCheck fills req from one descriptor and returns its request_id ("" = none).
+func envoyCheck(d *rlcommon.RateLimitDescriptor, requestHits uint32, req *CheckRequest) (string, error) {
+	if d.GetLimit() != nil {
+		return "", fmt.Errorf("limit: per-descriptor limit overrides are not supported; use the rules file or fg:overrides")
+	}
+	if d.GetIsNegativeHits() {
+		return "", fmt.Errorf("is_negative_hits: refunds are not supported")
+	}
+	var id string
+	seen := make(map[string]bool, len(d.GetEntries()))
+	for _, en := range d.GetEntries() {
+		k, v := en.GetKey(), en.GetValue()
+		if seen[k] {
+			return "", fmt.Errorf("key %q appears twice", k)
+		}
+		seen[k] = true
+		switch k {
+		case KeyPrincipalKind:
+			req.Principal.Kind = events.PrincipalKind(v)
+		case KeyPrincipalID:
+			req.Principal.ID = v
+		case KeyRemoteAddress:
+			req.IP = v
+		case KeyMethod:
+			req.Method = v
+		case KeyRoute:
+			req.Route = v
+		case KeyResource:
+			req.Resource = v
+		case KeyPlan:
+			req.Plan = v
+		case KeyRequestID:
+			if !correlationIDPattern.MatchString(v) {
+				return "", fmt.Errorf("request_id: %q, want [A-Za-z0-9_-]{1,64}", v)
+			}
+			id = v
+		default:
+			return "", fmt.Errorf("unknown key %q; accepted keys: %v", k, envoyKeys)
+		}
+	}
+	for _, k := range []string{KeyPrincipalKind, KeyPrincipalID, KeyRemoteAddress, KeyMethod, KeyRoute} {
+		if !seen[k] {
+			return "", fmt.Errorf("missing key %q (required: principal_kind, principal_id, remote_address, method, route)", k)
+		}
+	}
+	cost, err := envoyCost(d.GetHitsAddend(), requestHits)
+	if err != nil {
+		return "", err
+	}
+	req.Cost = cost
+	if err := req.validate(); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// envoyCost is the descriptor's hits_addend, else the request's, else 1.
+func envoyCost(descriptor *wrapperspb.UInt64Value, request uint32) (int, error) {
+	if descriptor != nil {
+		v := descriptor.GetValue()
+		if v < 1 || v > 1_000_000 {
+			return 0, fmt.Errorf("hits_addend: %d, must be in 1..1000000 (a zero-cost peek is not supported)", v)
+		}
+		return int(v), nil
+	}
+	if request == 0 { // unset: Envoy's default of one hit
+		return 1, nil
+	}
+	if request > 1_000_000 {
+		return 0, fmt.Errorf("hits_addend: %d, must be in 1..1000000", request)
+	}
+	return int(request), nil
+}
+
+func descriptorStatus(r Result) *rlsv3.RateLimitResponse_DescriptorStatus {
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{
+		Code:               rlsv3.RateLimitResponse_OK,
+		LimitRemaining:     uint32(min(max(r.Remaining, 0), 1<<32-1)),
+		DurationUntilReset: durationpb.New(r.ResetAfter),
+	}
+	if !r.Allowed {
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	if r.Limit > 0 {
+		st.CurrentLimit = currentLimit(r)
+	}
+	return st
+}
+
+// currentLimit expresses the deciding rule's limit per period as Envoy's
+// requests per (unit × multiplier): 5 per 5s is 5 per 5 SECOND.
+func currentLimit(r Result) *rlsv3.RateLimitResponse_RateLimit {
+	l := &rlsv3.RateLimitResponse_RateLimit{Name: string(r.Tier) + ":" + r.Rule, RequestsPerUnit: uint32(min(r.Limit, 1<<32-1))}
+	for _, u := range []struct {
+		d    time.Duration
+		unit rlsv3.RateLimitResponse_RateLimit_Unit
+	}{
+		{24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY},
+		{time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR},
+		{time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+		{time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND},
+	} {
+		if r.Period >= u.d && r.Period%u.d == 0 {
+			l.Unit = u.unit
+			if n := r.Period / u.d; n > 1 {
+				l.UnitMultiplier = wrapperspb.UInt32(uint32(min(n, 1<<32-1)))
+			}
+			return l
+		}
+	}
+	// Sub-second or fractional periods have no Envoy unit; the name carries it.
+	l.Name += " per " + r.Period.String()
+	return l
+}

@@ -1,0 +1,354 @@
+package limiter
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+)
+
+type rlsFixture struct {
+	rls    rlsv3.RateLimitServiceClient
+	health healthpb.HealthClient
+	pub    *capture
+	reg    *prometheus.Registry
+}
+
+// newRLS serves the Envoy rate-limit service over TCP on the real engine and
+// Redis, and dials it with a real gRPC client.
+func newRLS(t testing.TB, rules string) rlsFixture {
+	t.Helper()
+	rdb := redistest.Client(t)
+	e := newTestEngine(t, rdb, rules, func(c *EngineConfig) { c.OverLimitEntries = 1000 })
+	require.NoError(t, e.Load(context.Background()))
+	pub := &capture{}
+	reg := prometheus.NewRegistry()
+	s := NewServer(ServerConfig{Engine: e, Publisher: pub, Topic: "decisions", Gateway: "envoy-test",
+		Logger: slog.New(slog.DiscardHandler), Registry: reg})
+	g, hs := NewGRPCServer(s)
+	SetServing(hs, true)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = g.Serve(ln) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	return rlsFixture{rls: rlsv3.NewRateLimitServiceClient(conn), health: healthpb.NewHealthClient(conn), pub: pub, reg: reg}
+}
+
+func descriptor(kv ...string) *rlcommon.RateLimitDescriptor {
+	d := &rlcommon.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+func botDescriptor(id string, extra ...string) *rlcommon.RateLimitDescriptor {
+	return descriptor(append([]string{"principal_kind", "bot", "principal_id", id, "remote_address", "203.0.113.7",
+		"method", "POST", "route", "/channels/{channel_id}/messages"}, extra...)...)
+}
+
+func headerMap(r *rlsv3.RateLimitResponse) map[string]string {
+	h := map[string]string{}
+	for _, v := range r.GetResponseHeadersToAdd() {
+		h[v.GetKey()] = v.GetValue()
+	}
+	return h
+}
+
+func TestEnvoyShouldRateLimitDecidesWithContractAndPublishes(t *testing.T) {
+	f := newRLS(t, "version: 1\nrules:\n  - {id: bot-global, tier: principal, limit: 2, period: 1m}\n")
+	ctx := context.Background()
+	id := redistest.Unique(t, "envoy_bot")
+
+	var resps []*rlsv3.RateLimitResponse
+	for i := range 3 {
+		r, err := f.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge",
+			Descriptors: []*rlcommon.RateLimitDescriptor{botDescriptor(id, "request_id", "envoy-req-"+string(rune('a'+i)))}})
+		require.NoError(t, err)
+		resps = append(resps, r)
+	}
+
+	t.Run("allowed answers OK with the limit and what is left", func(t *testing.T) {
+		r := resps[0]
+		require.Equal(t, rlsv3.RateLimitResponse_OK, r.GetOverallCode())
+		require.Len(t, r.GetStatuses(), 1)
+		st := r.GetStatuses()[0]
+		require.Equal(t, rlsv3.RateLimitResponse_OK, st.GetCode())
+		require.Equal(t, uint32(2), st.GetCurrentLimit().GetRequestsPerUnit())
+		require.Equal(t, rlsv3.RateLimitResponse_RateLimit_MINUTE, st.GetCurrentLimit().GetUnit())
+		require.Equal(t, "principal:bot-global", st.GetCurrentLimit().GetName())
+		require.Equal(t, uint32(1), st.GetLimitRemaining())
+		h := headerMap(r)
+		require.Equal(t, "2", h["X-RateLimit-Limit"])
+		require.Equal(t, "1", h["X-RateLimit-Remaining"])
+		require.Equal(t, "envoy-req-a", h["X-Request-Id"])
+		require.NotContains(t, h, "Retry-After")
+		require.Empty(t, r.GetRawBody())
+	})
+	t.Run("over the limit answers OVER_LIMIT with the 429 contract and problem body", func(t *testing.T) {
+		r := resps[2]
+		require.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, r.GetOverallCode())
+		st := r.GetStatuses()[0]
+		require.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, st.GetCode())
+		require.Equal(t, uint32(0), st.GetLimitRemaining())
+		require.Positive(t, st.GetDurationUntilReset().AsDuration())
+		h := headerMap(r)
+		require.Equal(t, "0", h["X-RateLimit-Remaining"])
+		require.Equal(t, "principal", h["X-RateLimit-Scope"])
+		require.NotEmpty(t, h["Retry-After"])
+		require.Contains(t, h["RateLimit-Policy"], `"principal";q=2;w=60`)
+		require.Equal(t, "application/problem+json", h["Content-Type"])
+		var p Problem
+		require.NoError(t, json.Unmarshal(r.GetRawBody(), &p))
+		require.Equal(t, ProblemRateLimited, p.Type)
+		require.Equal(t, 429, p.Status)
+		require.Equal(t, "envoy-req-c", p.CorrelationID)
+	})
+	t.Run("every decision is published as decision.v1", func(t *testing.T) {
+		f.pub.mu.Lock()
+		defer f.pub.mu.Unlock()
+		require.Len(t, f.pub.msgs, 3)
+		for i, m := range f.pub.msgs {
+			ev, err := events.DecodeDecision(m.Value)
+			require.NoError(t, err)
+			require.Equal(t, "envoy-req-"+string(rune('a'+i)), ev.ID)
+			require.Equal(t, id, ev.Principal.ID)
+			require.Equal(t, "/channels/{channel_id}/messages", ev.Route)
+			require.Equal(t, "envoy-test", ev.Gateway)
+			require.Equal(t, i < 2, ev.Allowed)
+		}
+	})
+	t.Run("counted by result", func(t *testing.T) {
+		require.Equal(t, 2.0, counterValue(t, f.reg, "floodgate_limiter_envoy_requests_total", "ok"))
+		require.Equal(t, 1.0, counterValue(t, f.reg, "floodgate_limiter_envoy_requests_total", "over_limit"))
+	})
+}
+
+func counterValue(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetValue() == label {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func TestEnvoyHitsAddendIsTheCost(t *testing.T) {
+	f := newRLS(t, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 10, period: 1s}\n")
+	cases := []struct {
+		name          string
+		requestHits   uint32
+		descriptorHit *wrapperspb.UInt64Value
+		wantRemaining uint32
+		wantCost      int64
+	}{
+		{"unset means one hit", 0, nil, 9, 1},
+		{"request hits_addend", 3, nil, 7, 3},
+		{"descriptor hits_addend overrides the request's", 3, wrapperspb.UInt64(5), 5, 5},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := botDescriptor(redistest.Unique(t, "envoy_hits"))
+			d.HitsAddend = tc.descriptorHit
+			r, err := f.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: tc.requestHits,
+				Descriptors: []*rlcommon.RateLimitDescriptor{d}})
+			require.NoError(t, err)
+			require.Equal(t, tc.wantRemaining, r.GetStatuses()[0].GetLimitRemaining())
+			require.Equal(t, rlsv3.RateLimitResponse_RateLimit_SECOND, r.GetStatuses()[0].GetCurrentLimit().GetUnit())
+			f.pub.mu.Lock()
+			ev, err := events.DecodeDecision(f.pub.msgs[len(f.pub.msgs)-1].Value)
+			f.pub.mu.Unlock()
+			require.NoError(t, err)
+			require.Equal(t, tc.wantCost, ev.Cost)
+		})
+	}
+}
+
+func TestEnvoyDescriptorsAreIndependentChecks(t *testing.T) {
+	f := newRLS(t, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 1, period: 1h}\n")
+	ctx := context.Background()
+	spent, fresh := redistest.Unique(t, "envoy_spent"), redistest.Unique(t, "envoy_fresh")
+	_, err := f.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{botDescriptor(spent)}})
+	require.NoError(t, err)
+
+	r, err := f.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge",
+		Descriptors: []*rlcommon.RateLimitDescriptor{botDescriptor(fresh, "request_id", "multi"), botDescriptor(spent, "request_id", "multi")}})
+	require.NoError(t, err)
+	require.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, r.GetOverallCode())
+	require.Equal(t, rlsv3.RateLimitResponse_OK, r.GetStatuses()[0].GetCode())
+	require.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, r.GetStatuses()[1].GetCode())
+	h := headerMap(r)
+	require.Equal(t, "multi-1", h["X-Request-Id"], "the denying descriptor sets the contract")
+	require.Equal(t, "0", h["X-RateLimit-Remaining"])
+	require.Equal(t, rlsv3.RateLimitResponse_RateLimit_HOUR, r.GetStatuses()[1].GetCurrentLimit().GetUnit())
+}
+
+func TestEnvoyMappingErrorsAreInvalidArgument(t *testing.T) {
+	f := newRLS(t, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 10, period: 1s}\n")
+	id := redistest.Unique(t, "envoy_bad")
+	ok := func() *rlcommon.RateLimitDescriptor { return botDescriptor(id) }
+	many := make([]*rlcommon.RateLimitDescriptor, MaxBatch+1)
+	for i := range many {
+		many[i] = ok()
+	}
+	cases := []struct {
+		name string
+		req  *rlsv3.RateLimitRequest
+		want string
+	}{
+		{"no domain", &rlsv3.RateLimitRequest{Descriptors: []*rlcommon.RateLimitDescriptor{ok()}}, "domain"},
+		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "edge"}, "descriptors: 0"},
+		{"too many descriptors", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: many}, "descriptors: 101"},
+		{"unknown key", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{botDescriptor(id, "generic_key", "x")}}, `unknown key "generic_key"`},
+		{"duplicate key", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{botDescriptor(id, "method", "GET")}}, `"method" appears twice`},
+		{"missing principal", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{descriptor("remote_address", "203.0.113.7", "method", "GET", "route", "/x")}}, `missing key "principal_kind"`},
+		{"missing remote address", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{descriptor("principal_kind", "bot", "principal_id", id, "method", "GET", "route", "/x")}}, `missing key "remote_address"`},
+		{"bad kind", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{descriptor("principal_kind", "robot", "principal_id", id, "remote_address", "203.0.113.7", "method", "GET", "route", "/x")}}, "kind"},
+		{"bad ip", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{descriptor("principal_kind", "bot", "principal_id", id, "remote_address", "not-an-ip", "method", "GET", "route", "/x")}}, "ip:"},
+		{"bad method", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{descriptor("principal_kind", "bot", "principal_id", id, "remote_address", "203.0.113.7", "method", "FETCH", "route", "/x")}}, "method:"},
+		{"bad route", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{descriptor("principal_kind", "bot", "principal_id", id, "remote_address", "203.0.113.7", "method", "GET", "route", "x")}}, "route:"},
+		{"bad resource", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{botDescriptor(id, "resource", "no-colon")}}, "resource:"},
+		{"bad request id", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{botDescriptor(id, "request_id", "a b")}}, "request_id"},
+		{"zero descriptor hits", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{func() *rlcommon.RateLimitDescriptor {
+			d := ok()
+			d.HitsAddend = wrapperspb.UInt64(0)
+			return d
+		}()}}, "hits_addend: 0"},
+		{"huge request hits", &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 2_000_000, Descriptors: []*rlcommon.RateLimitDescriptor{ok()}}, "hits_addend: 2000000"},
+		{"limit override", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{func() *rlcommon.RateLimitDescriptor {
+			d := ok()
+			d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_SECOND}
+			return d
+		}()}}, "limit overrides are not supported"},
+		{"negative hits", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{func() *rlcommon.RateLimitDescriptor {
+			d := ok()
+			d.IsNegativeHits = true
+			return d
+		}()}}, "is_negative_hits"},
+		{"one bad descriptor fails the call", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{ok(), descriptor("principal_kind", "bot")}}, "descriptor 1: missing key"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := f.rls.ShouldRateLimit(context.Background(), tc.req)
+			require.Error(t, err)
+			st, isStatus := status.FromError(err)
+			require.True(t, isStatus)
+			require.Equal(t, codes.InvalidArgument, st.Code())
+			require.Contains(t, st.Message(), tc.want)
+		})
+	}
+	f.pub.mu.Lock()
+	defer f.pub.mu.Unlock()
+	require.Empty(t, f.pub.msgs, "nothing decided, nothing published")
+	require.Equal(t, float64(len(cases)), counterValue(t, f.reg, "floodgate_limiter_envoy_requests_total", "invalid"))
+}
+
+func TestEnvoyHealth(t *testing.T) {
+	f := newRLS(t, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 10, period: 1s}\n")
+	for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
+		t.Run("service "+svc, func(t *testing.T) {
+			r, err := f.health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+			require.NoError(t, err)
+			require.Equal(t, healthpb.HealthCheckResponse_SERVING, r.GetStatus())
+		})
+	}
+}
+
+func TestEnvoyCurrentLimitUnits(t *testing.T) {
+	cases := []struct {
+		name   string
+		period time.Duration
+		unit   rlsv3.RateLimitResponse_RateLimit_Unit
+		mult   uint32 // 0: no multiplier
+	}{
+		{"one second", time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND, 0},
+		{"five seconds", 5 * time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND, 5},
+		{"ninety seconds", 90 * time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND, 90},
+		{"one minute", time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE, 0},
+		{"one hour", time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR, 0},
+		{"one day", 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY, 0},
+		{"a week in days", 168 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY, 7},
+		{"sub-second has no unit", 250 * time.Millisecond, rlsv3.RateLimitResponse_RateLimit_UNKNOWN, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := currentLimit(Result{Tier: events.TierPrincipal, Rule: "r", Limit: 7, Period: tc.period})
+			require.Equal(t, uint32(7), l.GetRequestsPerUnit())
+			require.Equal(t, tc.unit, l.GetUnit())
+			require.Equal(t, tc.mult, l.GetUnitMultiplier().GetValue())
+		})
+	}
+}
+
+// FuzzEnvoyCheck: any descriptor either maps to a check that validates or is refused.
+func FuzzEnvoyCheck(f *testing.F) {
+	f.Add("principal_kind", "bot", "principal_id", "b1", "remote_address", "203.0.113.7", "route", "/x", uint64(1))
+	f.Add("principal_kind", "anonymous", "resource", "channel:1", "remote_address", "::1", "plan", "pro", uint64(0))
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3, k4, v4 string, hits uint64) {
+		d := descriptor(k1, v1, k2, v2, k3, v3, k4, v4, "method", "GET")
+		if hits > 0 {
+			d.HitsAddend = wrapperspb.UInt64(hits)
+		}
+		var req CheckRequest
+		if _, err := envoyCheck(d, 0, &req); err != nil {
+			return
+		}
+		again := req
+		require.NoError(t, again.validate())
+		require.GreaterOrEqual(t, req.Cost, 1)
+	})
+}
+
+// BenchmarkEnvoyShouldRateLimit: Envoy RLS calls over gRPC on loopback TCP, one
+// descriptor each, against the real engine and Redis (go test -run '^$' -bench EnvoyShouldRateLimit).
+func BenchmarkEnvoyShouldRateLimit(b *testing.B) {
+	f := newRLS(b, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 1000000000, period: 1s}\n")
+	base := redistest.Unique(b, "envoy_bench")
+	var worker atomic.Int64
+	b.SetParallelism(16)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		w := worker.Add(1)
+		for i := 0; pb.Next(); i++ {
+			r, err := f.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "bench",
+				Descriptors: []*rlcommon.RateLimitDescriptor{botDescriptor(base + "_" + strconv.FormatInt(w, 10) + "_" + strconv.Itoa(i%1000))}})
+			if err != nil || r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+				b.Errorf("should rate limit: %v %v", err, r.GetOverallCode())
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
+}
