@@ -29,6 +29,10 @@ type Options struct {
 	FailClosed bool
 	Timeout    time.Duration // per check; default 50ms
 	Logger     *slog.Logger
+	// Responses, when set, counts every response by the status the client
+	// received (429s from the limiter included), e.g. an InfluxResponses that feeds
+	// the adjuster's error-rate signal.
+	Responses ResponseCounter
 }
 
 // Middleware enforces the limiter's decisions on next: allowed requests go through
@@ -53,6 +57,16 @@ func Middleware(o Options) (func(http.Handler) http.Handler, error) {
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if o.Responses != nil {
+				rec := &statusRecorder{ResponseWriter: w}
+				defer func() {
+					if rec.status == 0 {
+						rec.status = http.StatusOK
+					}
+					o.Responses.Count(rec.status)
+				}()
+				w = rec
+			}
 			ip, err := ClientIP(r, o.TrustedProxies)
 			if err != nil {
 				writeProblem(w, http.StatusBadRequest, "https://floodgate.dev/problems/invalid-request", err.Error())
