@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -86,34 +85,9 @@ func TestBrowserSRE(t *testing.T) {
 		}
 	}
 
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(bin), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	bctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate("about:blank")), "start %s", bin)
-	ctx, cancelT := context.WithTimeout(bctx, 90*time.Second)
-	defer cancelT()
-	shot := func(name string) chromedp.Action[chromedp.Void] {
-		return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
-			buf, err := chromedp.FullScreenshot(100)(ctx, tg)
-			if err != nil {
-				return chromedp.Void{}, err
-			}
-			return chromedp.Void{}, os.WriteFile(filepath.Join(shots, name+".png"), buf, 0o644)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		require.NoError(t, err, "text of %s", sel)
-		return v
-	}
+	ctx := startBrowser(t, bin)
+	shot := func(name string) chromedp.Action[chromedp.Void] { return screenshot(shots, name) }
+	text := func(sel string) string { t.Helper(); return textOf(t, ctx, sel) }
 
 	// SRE: sign in → the alert → its principal page.
 	require.NoError(t, chromedp.Do(ctx,

@@ -46,36 +46,9 @@ func TestBrowser(t *testing.T) {
 	a := e.seed(t, "browser", now.Add(-time.Minute), events.PatternRapidFire, events.SeverityCritical, true)
 	require.NoError(t, e.rdb.HSet(context.Background(), "fg:test:"+e.run+":scales", "global", "0.7", "tier:ip", "0.5", "route:write", "1").Err())
 
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(bin), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	bctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	// The first Run starts the browser; it must not carry the test's timeout.
-	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate("about:blank")), "start %s", bin)
-	ctx, cancelT := context.WithTimeout(bctx, 90*time.Second)
-	defer cancelT()
-
-	shot := func(name string) chromedp.Action[chromedp.Void] {
-		return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
-			buf, err := chromedp.FullScreenshot(100)(ctx, tg)
-			if err != nil {
-				return chromedp.Void{}, err
-			}
-			return chromedp.Void{}, os.WriteFile(filepath.Join(shots, name+".png"), buf, 0o644)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		require.NoError(t, err, "text of %s", sel)
-		return v
-	}
+	ctx := startBrowser(t, bin)
+	shot := func(name string) chromedp.Action[chromedp.Void] { return screenshot(shots, name) }
+	text := func(sel string) string { t.Helper(); return textOf(t, ctx, sel) }
 	signIn := func(user string) chromedp.Action[chromedp.Void] {
 		return chromedp.Steps(
 			chromedp.Navigate(e.srv.URL+"/login"),
@@ -154,4 +127,43 @@ func TestBrowser(t *testing.T) {
 
 func jsString(s string) string {
 	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s) + `"`
+}
+
+// startBrowser starts headless Chromium at bin with the flags this machine needs
+// (no sandbox as root, no background networking) and returns a context bounded to
+// 90 s; the browser is closed when the test ends.
+func startBrowser(t *testing.T, bin string) context.Context {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(bin), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	bctx, cancel := chromedp.NewContext(actx)
+	// The first Run starts the browser; it must not carry the test's timeout.
+	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate("about:blank")), "start %s", bin)
+	ctx, cancelT := context.WithTimeout(bctx, 90*time.Second)
+	t.Cleanup(func() { cancelT(); cancel(); cancelAlloc() })
+	return ctx
+}
+
+// screenshot saves a full-page PNG named name into dir.
+func screenshot(dir, name string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		buf, err := chromedp.FullScreenshot(100)(ctx, tg)
+		if err != nil {
+			return chromedp.Void{}, err
+		}
+		return chromedp.Void{}, os.WriteFile(filepath.Join(dir, name+".png"), buf, 0o644)
+	}
+}
+
+// textOf returns the text of the first element matching sel.
+func textOf(t *testing.T, ctx context.Context, sel string) string {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+	require.NoError(t, err, "text of %s", sel)
+	return v
 }
