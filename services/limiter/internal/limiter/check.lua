@@ -19,7 +19,9 @@
 --                  for a "day" rule (one per key)
 --
 -- Effective limit = floor(limit × scale × penalty), at least 1 (the daily quota
--- is neither scaled nor penalized).
+-- is neither scaled nor penalized). A sliding-window log's limit is also capped
+-- at LOG_MAX, which bounds its sorted set's size (an override may raise a rule's
+-- limit past what the rules loader accepts).
 --
 -- Returns {allowed, now_ms, multiplier, consumed_mask, then per rule: ok, limit,
 -- remaining, reset_after_ms, retry_after_ms (-1 = cannot fit at this limit)}.
@@ -40,6 +42,7 @@ if ARGV[3] == '1' then
 end
 
 local DAY = 86400000
+local LOG_MAX = 10000
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 local function fmt(x) return string.format('%.17g', x) end
 
@@ -68,6 +71,7 @@ for i = 1, n do
     return max(1, floor(x * r.scale * m + 1e-9))
   end
   r.lim = eff(r.limit)
+  if r.alg == 'swl' then r.lim = min(r.lim, LOG_MAX) end
   if r.burst > 0 then r.cap = eff(r.burst) else r.cap = r.lim end
   rules[i] = r
 end
@@ -194,6 +198,50 @@ eval.sw = function(r)
   return false, max(0, floor(lim - est)), reset, retry, nil
 end
 
+-- Sliding-window log: a sorted set of one member per consumed unit, scored by
+-- the Redis time it was consumed. A unit counts while score > now − period.
+-- Members are "<ms>:<index>" with the index zero-padded and consecutive from 0
+-- among the members of one score (trims drop whole scores, refunds pop the
+-- highest index), so new members never collide with live ones.
+eval.swl = function(r)
+  local lim, cost, period = r.lim, r.cost, r.period
+  local lo = '(' .. (now - period)
+  local count = redis.call('ZCOUNT', r.key, lo, '+inf')
+  local newest = now
+  if count > 0 then
+    local last = redis.call('ZRANGE', r.key, '+inf', lo, 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
+    newest = tonumber(last[2])
+  end
+  if count + cost <= lim then
+    local reset = max(newest, now) + period - now
+    return true, lim - count - cost, reset, 0, function()
+      redis.call('ZREMRANGEBYSCORE', r.key, '-inf', now - period)
+      local base = redis.call('ZCOUNT', r.key, now, now)
+      local j = 0
+      while j < cost do
+        local args = {}
+        for x = j, min(cost, j + 1000) - 1 do
+          args[#args + 1] = now
+          args[#args + 1] = string.format('%d:%06d', now, base + x)
+        end
+        redis.call('ZADD', r.key, unpack(args))
+        j = j + 1000
+      end
+      redis.call('PEXPIRE', r.key, reset)
+    end
+  end
+  local reset = 0
+  if count > 0 then reset = newest + period - now end
+  local retry = -1
+  if cost <= lim then
+    -- The need oldest live units must expire first.
+    local need = count + cost - lim
+    local e = redis.call('ZRANGE', r.key, lo, '+inf', 'BYSCORE', 'LIMIT', need - 1, 1, 'WITHSCORES')
+    retry = tonumber(e[2]) + period - now
+  end
+  return false, max(0, lim - count), reset, retry, nil
+end
+
 eval.day = function(r)
   local lim, cost = r.lim, r.cost
   local used = tonumber(redis.call('GET', r.key)) or 0
@@ -226,6 +274,8 @@ if mode == 'r' then
         if tonumber(cur[1]) == now - now % r.period and tonumber(cur[2]) then
           redis.call('HSET', r.key, 'c', max(0, tonumber(cur[2]) - r.cost))
         end
+      elseif r.alg == 'swl' then
+        redis.call('ZPOPMAX', r.key, r.cost)
       elseif r.alg == 'day' then
         if redis.call('EXISTS', r.key) == 1 then redis.call('DECRBY', r.key, r.cost) end
       end

@@ -21,6 +21,7 @@ import (
 // require identical decisions.
 type model struct {
 	state map[string]map[string]float64
+	logs  map[string][]float64 // sliding_window_log: one score per unit, ascending
 }
 
 type modelRule struct {
@@ -46,6 +47,9 @@ func (md *model) check(now float64, rules []modelRule, cost float64, m float64) 
 		capacity := lim
 		if r.burst > 0 {
 			capacity = eff(r.burst, r.scale, m)
+		}
+		if r.alg == "swl" {
+			lim = math.Min(lim, maxLogLimit)
 		}
 		st := md.state[r.key]
 		var o modelOut
@@ -176,6 +180,38 @@ func (md *model) check(now float64, rules []modelRule, cost float64, m float64) 
 				}
 				o = modelOut{remaining: int64(math.Max(0, math.Floor(lim-est))), reset: int64(reset), retry: int64(retry)}
 			}
+		case "swl":
+			var live []float64 // units still in the window: score > now − period
+			for _, sc := range md.logs[r.key] {
+				if sc > now-r.period {
+					live = append(live, sc)
+				}
+			}
+			count := float64(len(live))
+			newest := now
+			if len(live) > 0 {
+				newest = live[len(live)-1]
+			}
+			if count+cost <= lim {
+				o = modelOut{ok: true, remaining: int64(lim - count - cost), reset: int64(math.Max(newest, now) + r.period - now)}
+				commit = func() {
+					for range int(cost) {
+						live = append(live, now)
+					}
+					if md.logs == nil {
+						md.logs = map[string][]float64{}
+					}
+					md.logs[r.key] = live
+				}
+			} else {
+				o = modelOut{remaining: int64(math.Max(0, lim-count)), retry: -1}
+				if count > 0 {
+					o.reset = int64(newest + r.period - now)
+				}
+				if cost <= lim {
+					o.retry = int64(live[int(count+cost-lim)-1] + r.period - now)
+				}
+			}
 		}
 		o.limit = int64(lim)
 		if !o.ok && !r.shadow {
@@ -198,7 +234,7 @@ func (md *model) check(now float64, rules []modelRule, cost float64, m float64) 
 func TestAlgorithmsMatchReferenceModel(t *testing.T) {
 	rdb := redistest.Client(t)
 	ctx := context.Background()
-	algs := []Algorithm{TokenBucket, GCRA, FixedWindow, SlidingWindow, LeakyBucket}
+	algs := []Algorithm{TokenBucket, GCRA, FixedWindow, SlidingWindow, LeakyBucket, SlidingLog}
 	for _, alg := range algs {
 		for seed := range uint64(6) {
 			t.Run(fmt.Sprintf("%s/seed%d", alg, seed), func(t *testing.T) {
@@ -239,8 +275,9 @@ func TestAlgorithmsMatchReferenceModel(t *testing.T) {
 					mrules[i] = modelRule{key: fmt.Sprint(i), alg: alg.code(), limit: float64(s.limit), period: float64(s.period.Milliseconds()),
 						burst: float64(s.burst), scale: 1, shadow: s.shadow}
 				}
+				var lastRetry []int64 // the engine's last retry per rule: stepping exactly onto it tests the boundary
 				for step := range 300 {
-					switch rng.IntN(4) {
+					switch rng.IntN(6) {
 					case 0: // same millisecond
 					case 1:
 						now += int64(rng.IntN(20))
@@ -248,6 +285,12 @@ func TestAlgorithmsMatchReferenceModel(t *testing.T) {
 						now += int64(rng.IntN(int(shapes[0].period.Milliseconds())))
 					case 3:
 						now += int64(rng.IntN(3 * int(shapes[1].period.Milliseconds())))
+					case 4: // one period ± 1 ms: a unit consumed at the last step is about to, just, or just did expire
+						now += shapes[rng.IntN(2)].period.Milliseconds() + int64(rng.IntN(3)) - 1
+					case 5:
+						if len(lastRetry) > 0 {
+							now += lastRetry[rng.IntN(len(lastRetry))]
+						}
 					}
 					cost := 1
 					if rng.IntN(5) == 0 {
@@ -258,6 +301,10 @@ func TestAlgorithmsMatchReferenceModel(t *testing.T) {
 					allowed, outs := md.check(float64(now), mrules, float64(cost), m)
 					require.Equal(t, allowed, res.Allowed, "step %d now %d cost %d", step, now, cost)
 					require.Len(t, res.Tiers, len(outs))
+					lastRetry = lastRetry[:0]
+					for _, tr := range res.Tiers {
+						lastRetry = append(lastRetry, tr.RetryAfter.Milliseconds())
+					}
 					for i, o := range outs {
 						got := res.Tiers[i]
 						if o.retry == -1 { // cannot fit at this limit: the engine says wait a full window

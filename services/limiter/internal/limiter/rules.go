@@ -26,10 +26,16 @@ const (
 	FixedWindow   Algorithm = "fixed_window"
 	SlidingWindow Algorithm = "sliding_window"
 	LeakyBucket   Algorithm = "leaky_bucket"
+	SlidingLog    Algorithm = "sliding_window_log"
 	dayQuota      Algorithm = "day_quota" // internal: the daily quota counter
 )
 
-const algorithms = "token_bucket|gcra|fixed_window|sliding_window|leaky_bucket"
+const algorithms = "token_bucket|gcra|fixed_window|sliding_window|leaky_bucket|sliding_window_log"
+
+// maxLogLimit bounds a sliding_window_log rule's limit: its state is one sorted
+// set member per unit in the window. check.lua caps the effective limit at the
+// same value (LOG_MAX) so an override cannot grow the set past it either.
+const maxLogLimit = 10_000
 
 func (a Algorithm) code() string {
 	switch a {
@@ -43,6 +49,8 @@ func (a Algorithm) code() string {
 		return "sw"
 	case LeakyBucket:
 		return "lb"
+	case SlidingLog:
+		return "swl"
 	case dayQuota:
 		return "day"
 	}
@@ -337,6 +345,8 @@ func ParseRules(name string, data []byte) (*Ruleset, error) {
 		}
 		if fr.Limit < 1 || fr.Limit > 1_000_000_000 {
 			p.fail(p.line(n, "limit"), path+".limit", "%d: must be in 1..1000000000", fr.Limit)
+		} else if r.Algorithm == SlidingLog && fr.Limit > maxLogLimit {
+			p.fail(p.line(n, "limit"), path+".limit", "%d: sliding_window_log keeps one entry per unit; must be at most %d (use sliding_window)", fr.Limit, maxLogLimit)
 		}
 		d, err := time.ParseDuration(fr.Period)
 		switch {

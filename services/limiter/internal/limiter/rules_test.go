@@ -105,6 +105,9 @@ func TestParseRulesRejectsWithFileAndLine(t *testing.T) {
 		{"duplicate id", "version: 1\nrules:\n  - {id: a, tier: ip, limit: 1, period: 1s}\n  - {id: a, tier: ip, limit: 1, period: 1s}\n", `test.yaml:4: rules[1].id: "a" is already the id of the rule at line 3`, false},
 		{"burst below limit", "version: 1\nrules:\n  - {id: a, tier: ip, limit: 5, burst: 2, period: 1s}\n", "test.yaml:3: rules[0] (a).burst: 2: must be at least the limit 5", false},
 		{"burst on a window", "version: 1\nrules:\n  - {id: a, tier: ip, limit: 5, burst: 9, period: 1s, algorithm: fixed_window}\n", "rules[0] (a).burst: fixed_window has no burst", true},
+		{"burst on a log", "version: 1\nrules:\n  - {id: a, tier: ip, limit: 5, burst: 9, period: 1s, algorithm: sliding_window_log}\n", "rules[0] (a).burst: sliding_window_log has no burst", true},
+		{"log limit past its memory bound", "version: 1\nrules:\n  - {id: a, tier: ip, limit: 10001, period: 1s, algorithm: sliding_window_log}\n", "test.yaml:3: rules[0] (a).limit: 10001: sliding_window_log keeps one entry per unit; must be at most 10000", true},
+		{"log limit past its bound via defaults", "version: 1\ndefaults:\n  algorithm: sliding_window_log\nrules:\n  - {id: a, tier: ip, limit: 10001, period: 1s}\n", "rules[0] (a).limit: 10001: sliding_window_log", false},
 		{"bad algorithm", "version: 1\nrules:\n  - {id: a, tier: ip, limit: 5, period: 1s, algorithm: magic}\n", `rules[0] (a).algorithm: "magic"`, true},
 		{"bad fail policy", "version: 1\ndefaults:\n  fail: maybe\nrules:\n  - {id: a, tier: ip, limit: 5, period: 1s}\n", `test.yaml:3: defaults.fail: "maybe"`, true},
 		{"bad kind", "version: 1\nrules:\n  - {id: a, tier: ip, kinds: [robot], limit: 5, period: 1s}\n", `rules[0] (a).kinds[0]: "robot"`, true},
@@ -126,6 +129,50 @@ func TestParseRulesRejectsWithFileAndLine(t *testing.T) {
 		_, err := ParseRules("test.yaml", []byte("version: 1\nrules:\n  - {id: a, tier: ip, limit: 0, period: 1s}\n  - {id: b, tier: ip, limit: 1, period: x}\n"))
 		require.ErrorContains(t, err, "test.yaml:3:")
 		require.ErrorContains(t, err, "test.yaml:4:")
+	})
+}
+
+func TestEveryAlgorithmNameValidates(t *testing.T) {
+	schema := compileRulesSchema(t)
+	cases := []struct {
+		name string
+		alg  Algorithm
+		code string
+	}{
+		{"token bucket", TokenBucket, "tb"},
+		{"gcra", GCRA, "gcra"},
+		{"fixed window", FixedWindow, "fw"},
+		{"sliding window counter", SlidingWindow, "sw"},
+		{"leaky bucket", LeakyBucket, "lb"},
+		{"sliding window log", SlidingLog, "swl"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.code, tc.alg.code())
+			require.Contains(t, strings.Split(algorithms, "|"), string(tc.alg), "named in the loader's error message")
+			for _, doc := range []string{
+				"version: 1\nrules:\n  - {id: a, tier: principal, limit: 10000, period: 1m, algorithm: " + string(tc.alg) + "}\n",
+				"version: 1\ndefaults:\n  algorithm: " + string(tc.alg) + "\nrules:\n  - {id: a, tier: principal, limit: 10000, period: 1m}\n",
+			} {
+				rs, err := ParseRules("test.yaml", []byte(doc))
+				require.NoError(t, err)
+				require.Equal(t, tc.alg, rs.Rule("a").Algorithm)
+				require.NoError(t, schemaValidate(t, schema, []byte(doc)), "the JSON Schema accepts %s", tc.alg)
+			}
+		})
+	}
+	t.Run("the schema enum lists exactly the loader's algorithms", func(t *testing.T) {
+		raw, err := os.ReadFile(rulesSchema)
+		require.NoError(t, err)
+		var doc struct {
+			Defs struct {
+				Algorithm struct {
+					Enum []string `json:"enum"`
+				} `json:"algorithm"`
+			} `json:"$defs"`
+		}
+		require.NoError(t, json.Unmarshal(raw, &doc))
+		require.ElementsMatch(t, strings.Split(algorithms, "|"), doc.Defs.Algorithm.Enum)
 	})
 }
 
