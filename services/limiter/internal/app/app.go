@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/grpc/health"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/limiter/internal/limiter"
@@ -149,6 +151,15 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRul
 		debugSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	}
 
+	var proxySrv *http.Server
+	var proxyLn net.Listener
+	if cfg.ProxyAddr != "" {
+		if proxySrv, proxyLn, err = newProxy(cfg, srv, log); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+
 	// The producer and the counts outlive the HTTP server so the last decisions still get out.
 	tailCtx, stopTail := context.WithCancel(context.WithoutCancel(ctx))
 	var g errgroup.Group
@@ -168,6 +179,14 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRul
 	})
 	if grpcSrv != nil {
 		g.Go(func() error { return grpcSrv.Serve(grpcLn) })
+	}
+	if proxySrv != nil {
+		g.Go(func() error {
+			if err := proxySrv.Serve(proxyLn); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
 	}
 	if debugSrv != nil {
 		g.Go(func() error {
@@ -205,6 +224,11 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRul
 			grpcSrv.Stop()
 		}
 	}
+	if proxySrv != nil {
+		if err := proxySrv.Shutdown(shutCtx); err != nil {
+			log.Warn("proxy shutdown", "err", err)
+		}
+	}
 	if err := httpSrv.Shutdown(shutCtx); err != nil {
 		log.Warn("http shutdown", "err", err)
 	}
@@ -213,4 +237,31 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRul
 	}
 	stopTail()
 	return g.Wait()
+}
+
+// newProxy builds the limiter's reverse-proxy mode: pkg/gateway's reverse proxy in
+// front of the upstream, deciding in-process with the limiter's own engine.
+func newProxy(cfg limiter.Config, srv *limiter.Server, log *slog.Logger) (*http.Server, net.Listener, error) {
+	upstream, err := url.Parse(cfg.ProxyUpstream)
+	if err != nil {
+		return nil, nil, fmt.Errorf("FLOODGATE_LIMITER_PROXY_UPSTREAM: %w", err)
+	}
+	router, err := gateway.NewRouter(cfg.ProxyRoutes, "")
+	if err != nil {
+		return nil, nil, fmt.Errorf("FLOODGATE_LIMITER_PROXY_ROUTES: %w", err)
+	}
+	handler, err := gateway.NewReverseProxy(upstream, gateway.Options{
+		Checker: srv.Embedded(), Router: router, TrustedProxies: cfg.ProxyTrusted, Logger: log,
+		Principal: gateway.PrincipalFromHeaders(cfg.ProxyKindHeader, cfg.ProxyIDHeader, cfg.ProxyTrusted),
+		Timeout:   cfg.RedisTimeout * 4,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.ProxyAddr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen %s (FLOODGATE_LIMITER_PROXY_ADDR): %w", cfg.ProxyAddr, err)
+	}
+	log.Info("reverse proxy", "addr", ln.Addr().String(), "upstream", upstream.String(), "routes", len(cfg.ProxyRoutes))
+	return &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}, ln, nil
 }

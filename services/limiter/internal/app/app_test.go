@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -72,4 +73,57 @@ func TestRunServesEnvoyRateLimitServiceAndHealth(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 	done <- nil // for the cleanup
+}
+
+// The limiter's reverse-proxy mode: requests through it reach the upstream until
+// the (in-process) decision denies, then get the 429 contract; the principal comes
+// from headers only through a trusted proxy, the route from the configured templates.
+func TestRunReverseProxyMode(t *testing.T) {
+	redistest.Client(t)
+	hits := 0
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits++ }))
+	defer upstream.Close()
+	httpAddr, proxyAddr := freeAddr(t), freeAddr(t)
+	env := map[string]string{
+		"FLOODGATE_LIMITER_ADDR": httpAddr, "FLOODGATE_LIMITER_GRPC_ADDR": "off", "FLOODGATE_GATEWAY": "proxy-test",
+		"FLOODGATE_LIMITER_PRINCIPAL_LIMIT": "2", "FLOODGATE_LIMITER_PRINCIPAL_PERIOD": "1m", "FLOODGATE_LIMITER_INFLUX_INTERVAL": "0",
+		"FLOODGATE_LIMITER_PROXY_ADDR": proxyAddr, "FLOODGATE_LIMITER_PROXY_UPSTREAM": upstream.URL,
+		"FLOODGATE_LIMITER_PROXY_ROUTES":  "POST /channels/{channel_id}/messages resource=channel:{channel_id}",
+		"FLOODGATE_LIMITER_PROXY_TRUSTED": "127.0.0.1",
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, func(k string) string { return env[k] }, slog.New(slog.DiscardHandler), nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+	require.Eventually(t, func() bool {
+		r, err := http.Get("http://" + httpAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		r.Body.Close()
+		return r.StatusCode == http.StatusOK
+	}, 10*time.Second, 50*time.Millisecond)
+
+	id := redistest.Unique(t, "proxy_bot")
+	var codes []int
+	var last *http.Response
+	for range 3 {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+proxyAddr+"/channels/7/messages", nil)
+		req.Header.Set("X-Principal-Kind", "bot")
+		req.Header.Set("X-Principal-Id", id)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+		last = resp
+	}
+	require.Equal(t, []int{200, 200, 429}, codes)
+	require.Equal(t, 2, hits, "the denied request never reached the upstream")
+	require.Equal(t, "2", last.Header.Get("X-RateLimit-Limit"))
+	require.Equal(t, "30", last.Header.Get("Retry-After"))
+	require.Equal(t, "application/problem+json", last.Header.Get("Content-Type"))
+
+	cancel()
+	require.NoError(t, <-done)
+	done <- nil
 }

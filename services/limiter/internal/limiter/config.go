@@ -2,9 +2,13 @@ package limiter
 
 import (
 	"errors"
+	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
@@ -42,6 +46,14 @@ type Config struct {
 	InfluxInterval  time.Duration // FLOODGATE_LIMITER_INFLUX_INTERVAL: per-scope counts flush; 0 disables
 	EventBuffer     int           // FLOODGATE_LIMITER_EVENT_BUFFER: decision events held while Kafka is slow
 	ShutdownTimeout time.Duration // FLOODGATE_SHUTDOWN_TIMEOUT
+	// Proxy puts the limiter in front of an upstream (its reverse-proxy mode):
+	// FLOODGATE_LIMITER_PROXY_ADDR ("" = off), _UPSTREAM, _ROUTES ("METHOD /template
+	// [resource=type:{param}] [cost=N]" separated by ";"), _TRUSTED (CIDRs whose
+	// X-Forwarded-For entries are believed), _KIND_HEADER and _ID_HEADER (where an
+	// authenticating layer in front puts the principal). Decisions are in-process.
+	ProxyAddr, ProxyUpstream, ProxyKindHeader, ProxyIDHeader string
+	ProxyRoutes                                              []gateway.Route
+	ProxyTrusted                                             gateway.TrustedProxies
 	// Journal keeps decision events on disk while Kafka is unreachable
 	// (FLOODGATE_JOURNAL_*; an empty FLOODGATE_JOURNAL_DIR disables it).
 	Journal stream.JournalConfig
@@ -77,8 +89,28 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		EventBuffer:     e.Int("FLOODGATE_LIMITER_EVENT_BUFFER", 65536),
 		ShutdownTimeout: e.Duration("FLOODGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 	}
+	c.ProxyAddr = e.String("FLOODGATE_LIMITER_PROXY_ADDR", "")
+	c.ProxyUpstream = e.String("FLOODGATE_LIMITER_PROXY_UPSTREAM", "")
+	c.ProxyKindHeader = e.String("FLOODGATE_LIMITER_PROXY_KIND_HEADER", "X-Principal-Kind")
+	c.ProxyIDHeader = e.String("FLOODGATE_LIMITER_PROXY_ID_HEADER", "X-Principal-Id")
+	var perr []error
+	for _, line := range strings.Split(e.String("FLOODGATE_LIMITER_PROXY_ROUTES", ""), ";") {
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		rt, err := gateway.ParseRoute(line)
+		if err != nil {
+			perr = append(perr, fmt.Errorf("FLOODGATE_LIMITER_PROXY_ROUTES: %w", err))
+		}
+		c.ProxyRoutes = append(c.ProxyRoutes, rt)
+	}
+	trusted, err := gateway.ParseTrustedProxies(e.List("FLOODGATE_LIMITER_PROXY_TRUSTED", ""))
+	if err != nil {
+		perr = append(perr, fmt.Errorf("FLOODGATE_LIMITER_PROXY_TRUSTED: %w", err))
+	}
+	c.ProxyTrusted = trusted
 	jc, jerr := stream.JournalConfigFromEnv(getenv)
-	if err := errors.Join(e.Err(), jerr); err != nil {
+	if err := errors.Join(append(perr, e.Err(), jerr)...); err != nil {
 		return Config{}, err
 	}
 	c.Journal = jc
@@ -109,6 +141,12 @@ func (c Config) Validate() error {
 	v.Require(c.RedisTimeout >= time.Millisecond && c.RedisTimeout <= 5*time.Second, "FLOODGATE_LIMITER_REDIS_TIMEOUT", "%s: must be in 1ms..5s", c.RedisTimeout)
 	v.Require(c.EventBuffer >= 1, "FLOODGATE_LIMITER_EVENT_BUFFER", "%d: must be at least 1", c.EventBuffer)
 	v.Require(c.ShutdownTimeout > 0, "FLOODGATE_SHUTDOWN_TIMEOUT", "must be positive")
+	if c.ProxyAddr != "" {
+		u, err := url.Parse(c.ProxyUpstream)
+		v.Require(err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "", "FLOODGATE_LIMITER_PROXY_UPSTREAM",
+			"%q: an http(s) URL is required in proxy mode", c.ProxyUpstream)
+		v.Require(c.ProxyAddr != c.HTTPAddr && c.ProxyAddr != c.GRPCAddr, "FLOODGATE_LIMITER_PROXY_ADDR", "must differ from the HTTP and gRPC addresses")
+	}
 	if c.Journal.Dir != "" {
 		return errors.Join(v.Err(), c.Journal.Validate())
 	}
