@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net/netip"
 	"sync"
@@ -231,7 +232,20 @@ func TestEngineIPTierIsAllOrNothingWithThePrincipal(t *testing.T) {
 	e := newTestEngine(t, rdb, ipRules, nil)
 	ctx := context.Background()
 	id := redistest.Unique(t, "anon")
-	addr := netip.MustParseAddr("2001:db8:7:" + id[len(id)-4:] + "::1")
+	// Each run gets its own /64s: IP buckets are shared by every run on this Redis,
+	// and a timestamp's last digits repeat too often to tell runs apart.
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	seg := fmt.Sprintf("%x", h.Sum32()&0xffff)
+	addr := netip.MustParseAddr("2001:db8:7:" + seg + "::1")
+	t.Cleanup(func() {
+		for _, net64 := range []string{"2001:db8:7:" + seg, "2001:db8:8:" + seg} {
+			keys, _ := rdb.Keys(ctx, "fg:{ip:"+redisx.Escape(net64)+"*").Result()
+			if len(keys) > 0 {
+				rdb.Del(ctx, keys...)
+			}
+		}
+	})
 	anon := func(n string) events.Principal { return events.Principal{Kind: events.PrincipalAnonymous, ID: id + n} }
 
 	t.Run("IP denies: the principal is refunded", func(t *testing.T) {
@@ -245,7 +259,7 @@ func TestEngineIPTierIsAllOrNothingWithThePrincipal(t *testing.T) {
 		require.NoError(t, err)
 		require.InDelta(t, 100, tokens, 0.01, "the principal group committed and was refunded")
 		// Another /64 is a different IP bucket.
-		other := netip.MustParseAddr("2001:db8:8:" + id[len(id)-4:] + "::1")
+		other := netip.MustParseAddr("2001:db8:8:" + seg + "::1")
 		require.True(t, check(t, e, Request{Principal: anon("c"), IP: other, Cost: 1}).Allowed)
 	})
 
