@@ -66,10 +66,10 @@ func run(ctx context.Context, args []string) error {
 		{"limiter", []string{"FLOODGATE_LIMITER_ADDR=" + limiterAddr, "FLOODGATE_GATEWAY=demo", "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=50",
 			"FLOODGATE_JOURNAL_DIR=.local/data/journal/demo-limiter"}},
 		{"detector", []string{
-			// Stable groups: a later demo resumes where the last stopped instead of
-			// re-scoring the whole topic history.
-			"FLOODGATE_DETECTOR_ADDR=" + detectorAddr, "FLOODGATE_DETECTOR_GROUP=floodgate-demo-detector",
-			"FLOODGATE_PAGER_GROUP=floodgate-demo-pager", "FLOODGATE_DETECTOR_WINDOW=10s",
+			// Fresh groups that start at the end of the topics: the demo shows live
+			// traffic only, whatever history earlier runs or benchmarks left there.
+			"FLOODGATE_DETECTOR_ADDR=" + detectorAddr, "FLOODGATE_DETECTOR_GROUP=demo-detector-" + runID,
+			"FLOODGATE_PAGER_GROUP=demo-pager-" + runID, "FLOODGATE_DETECTOR_START_OFFSET=last", "FLOODGATE_DETECTOR_WINDOW=10s",
 			"FLOODGATE_DETECTOR_RAPID_FIRE_RATE=20", "FLOODGATE_DETECTOR_PENALTY_TTL=2m",
 			"FLOODGATE_PAGERDUTY_ROUTING_KEY=demo", "FLOODGATE_PAGERDUTY_URL=" + pagerURL,
 		}},

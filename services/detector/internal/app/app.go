@@ -104,7 +104,7 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 	rewind := max(cfg.Score.Window, cfg.Score.IPWindow)
 	decisions, err := stream.NewConsumer(stream.ConsumerConfig{
 		Brokers: cfg.KafkaBrokers, Topic: cfg.DecisionsTopic, GroupID: cfg.Group, Service: "detector",
-		Logger: log, Registerer: reg,
+		Logger: log, Registerer: reg, StartOffset: startOffset(cfg.StartOffset),
 		StartFrom: func(ctx context.Context, partition int, committed int64) (int64, error) {
 			return det.Rewind(ctx, offsets, partition, committed, rewind)
 		},
@@ -173,4 +173,12 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 	defer cancelShut()
 	_ = httpSrv.Shutdown(shutCtx)
 	return g.Wait()
+}
+
+// startOffset maps FLOODGATE_DETECTOR_START_OFFSET to kafka-go's sentinels.
+func startOffset(s string) int64 {
+	if s == "last" {
+		return kafka.LastOffset
+	}
+	return kafka.FirstOffset
 }

@@ -10,13 +10,17 @@ import (
 
 // ServiceConfig is the detector's start-up configuration, read from the environment.
 type ServiceConfig struct {
-	HTTPAddr        string   // FLOODGATE_DETECTOR_ADDR: /healthz, /readyz, /metrics
-	RedisAddrs      []string // FLOODGATE_REDIS_ADDRS
-	KafkaBrokers    []string // FLOODGATE_KAFKA_BROKERS
-	DecisionsTopic  string   // FLOODGATE_DECISIONS_TOPIC
-	AbuseTopic      string   // FLOODGATE_ABUSE_TOPIC
-	Group           string   // FLOODGATE_DETECTOR_GROUP
-	PagerGroup      string   // FLOODGATE_PAGER_GROUP
+	HTTPAddr       string   // FLOODGATE_DETECTOR_ADDR: /healthz, /readyz, /metrics
+	RedisAddrs     []string // FLOODGATE_REDIS_ADDRS
+	KafkaBrokers   []string // FLOODGATE_KAFKA_BROKERS
+	DecisionsTopic string   // FLOODGATE_DECISIONS_TOPIC
+	AbuseTopic     string   // FLOODGATE_ABUSE_TOPIC
+	Group          string   // FLOODGATE_DETECTOR_GROUP
+	// StartOffset is where a new detector group starts on the decisions topic
+	// (FLOODGATE_DETECTOR_START_OFFSET): "first" (default) scores the whole
+	// retained history; "last" only live traffic, for a throwaway group.
+	StartOffset     string
+	PagerGroup      string // FLOODGATE_PAGER_GROUP
 	Score           score.Config
 	Mode            string // FLOODGATE_DETECTOR_MODE: enforce | simulate (default of every pattern)
 	Policies        map[events.Pattern]PatternPolicy
@@ -51,6 +55,7 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 		AbuseTopic:     e.String("FLOODGATE_ABUSE_TOPIC", config.DefaultAbuseTopic),
 		Group:          e.String("FLOODGATE_DETECTOR_GROUP", "floodgate-detector"),
 		PagerGroup:     e.String("FLOODGATE_PAGER_GROUP", "floodgate-pager"),
+		StartOffset:    e.String("FLOODGATE_DETECTOR_START_OFFSET", "first"),
 		Score: score.Config{
 			Window:             e.Duration("FLOODGATE_DETECTOR_WINDOW", def.Window),
 			Threshold:          e.Float("FLOODGATE_DETECTOR_RAPID_FIRE_THRESHOLD", def.Threshold),
@@ -123,6 +128,7 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 // Validate checks ranges and how fields relate; errors name the variable.
 func (c ServiceConfig) Validate() error {
 	var v config.Check
+	v.Require(c.StartOffset == "first" || c.StartOffset == "last", "FLOODGATE_DETECTOR_START_OFFSET", "%q is not one of first|last", c.StartOffset)
 	v.Require(len(c.RedisAddrs) > 0, "FLOODGATE_REDIS_ADDRS", "at least one host:port")
 	v.Require(len(c.KafkaBrokers) > 0, "FLOODGATE_KAFKA_BROKERS", "at least one host:port")
 	v.Require(c.DecisionsTopic != "" && c.AbuseTopic != "", "FLOODGATE_DECISIONS_TOPIC/FLOODGATE_ABUSE_TOPIC", "required")
