@@ -570,11 +570,15 @@ func (d *decoder) nonNegative(field string) (float64, *ValidationError) {
 }
 
 func (d *decoder) topRoutes() ([]RouteCount, *ValidationError) {
-	const field = "evidence.top_routes"
+	return topList(d, "evidence.top_routes", (*decoder).routeCount)
+}
+
+// topList decodes an evidence array of at most MaxTopItems objects, each by elem.
+func topList[T any](d *decoder, field string, elem func(*decoder, *T) *ValidationError) ([]T, *ValidationError) {
 	if err := d.array(field); err != nil {
 		return nil, err
 	}
-	var out []RouteCount
+	var out []T
 	first := true
 	for i := 0; ; i++ {
 		ok, err := d.element(&first)
@@ -587,11 +591,12 @@ func (d *decoder) topRoutes() ([]RouteCount, *ValidationError) {
 		if i == MaxTopItems {
 			return nil, d.invalid(field, reason("has more than "+strconv.Itoa(MaxTopItems)+" items"))
 		}
-		var r RouteCount
-		if err := d.routeCount(&r); err != nil {
+		var zero T
+		out = append(out, zero)
+		// Decode into the slice's element: a local passed through elem would escape.
+		if err := elem(d, &out[len(out)-1]); err != nil {
 			return nil, within(field+"["+strconv.Itoa(i)+"]", err)
 		}
-		out = append(out, r)
 	}
 }
 
@@ -637,29 +642,7 @@ func (d *decoder) routeCount(r *RouteCount) *ValidationError {
 }
 
 func (d *decoder) topIPs() ([]IPCount, *ValidationError) {
-	const field = "evidence.top_ips"
-	if err := d.array(field); err != nil {
-		return nil, err
-	}
-	var out []IPCount
-	first := true
-	for i := 0; ; i++ {
-		ok, err := d.element(&first)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return out, nil
-		}
-		if i == MaxTopItems {
-			return nil, d.invalid(field, reason("has more than "+strconv.Itoa(MaxTopItems)+" items"))
-		}
-		var c IPCount
-		if err := d.ipCount(&c); err != nil {
-			return nil, within(field+"["+strconv.Itoa(i)+"]", err)
-		}
-		out = append(out, c)
-	}
+	return topList(d, "evidence.top_ips", (*decoder).ipCount)
 }
 
 func (d *decoder) ipCount(c *IPCount) *ValidationError {
