@@ -52,7 +52,7 @@ test-unit: ## unit tests only (no stack): pure logic, codecs, fuzz seeds
 .PHONY: bench
 bench: ## benchmarks: codec, Kafka loops, journal, limiter engine, detector scoring, quota ledger, limiter over HTTP
 	$(GO) test -run '^$$' -bench . -benchmem -cpu 1 ./pkg/events/ ./pkg/redisx/ ./services/detector/internal/score/
-	$(GO) test -run '^$$' -bench . -benchmem ./pkg/stream/ ./services/limiter/internal/limiter/
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/stream/ ./pkg/limiter/
 	$(GO) test -run '^$$' -bench BenchmarkLedger -benchtime=1x ./services/quota/internal/ledger
 	$(GO) test -run TestFaultExactness -timeout 30m ./services/quota/ -quota.big
 	@$(MAKE) --no-print-directory build >/dev/null

@@ -4,6 +4,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,16 +27,15 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
+	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
-	"github.com/floodgate-dev/floodgate/pkg/stream"
-	"github.com/floodgate-dev/floodgate/services/limiter/internal/limiter"
 )
 
 // Run serves until ctx is done, then drains: not ready → stop accepting → finish
 // in-flight checks → flush queued decision events and counts → close clients.
 // defaultRules is the rules file used when FLOODGATE_LIMITER_RULES is unset.
 func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRules []byte) error {
-	cfg, err := limiter.ConfigFromEnv(getenv)
+	cfg, err := ConfigFromEnv(getenv)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
@@ -44,12 +44,12 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRul
 
 	// Rules: a watched file, the single-bucket grid of FLOODGATE_LIMITER_PRINCIPAL_LIMIT, or the built-in grid.
 	var rules *limiter.Ruleset
-	var data []byte
+	var hup chan os.Signal
 	switch {
 	case cfg.RulesPath != "":
-		if rules, data, err = limiter.LoadRulesFile(cfg.RulesPath); err != nil {
-			return fmt.Errorf("FLOODGATE_LIMITER_RULES: %w", err)
-		}
+		hup = make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
 	case cfg.PrincipalLimit > 0:
 		rules = limiter.SinglePrincipalRules(cfg.PrincipalLimit, cfg.PrincipalPeriod)
 	default:
@@ -57,60 +57,37 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRul
 			return err
 		}
 	}
-	store := limiter.NewRuleStore(rules)
-	var reloader *limiter.Reloader
-	if cfg.RulesPath != "" {
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		reloader = limiter.NewReloader(cfg.RulesPath, data, store, cfg.RulesPoll, hup, log, reg)
-	}
 
 	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second,
 		ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout})
 	defer rdb.Close()
 
-	runtime := limiter.NewRuntime(rdb, log, reg)
-	engine, err := limiter.NewEngine(limiter.EngineConfig{
-		Redis: rdb, Rules: store, Runtime: runtime, Budget: cfg.RedisTimeout,
-		BreakerFailures: uint32(cfg.BreakerFailures), BreakerOpen: cfg.BreakerOpen,
-		OverLimitEntries: cfg.OverLimitCache, RedisBatch: cfg.RedisBatch, Shadow: cfg.Shadow, Logger: log, Registry: reg,
-	})
-	if err != nil {
-		return err
-	}
-	startCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = engine.Load(startCtx)
-	if err == nil {
-		err = runtime.Refresh(startCtx)
-	}
-	cancel()
-	if err != nil {
-		return fmt.Errorf("load check script and scales from redis %v: %w", cfg.RedisAddrs, err)
-	}
-
-	producer, err := stream.NewDurableProducer(stream.DurableProducerConfig{
-		Async: stream.AsyncProducerConfig{Name: "decisions", Brokers: cfg.KafkaBrokers, Topic: cfg.DecisionsTopic,
-			BufferSize: cfg.EventBuffer, Logger: log, Registerer: reg},
-		Journal: cfg.Journal, // Dir "" disables: the plain in-memory producer
-	})
-	if err != nil {
-		return fmt.Errorf("decision producer: %w", err)
-	}
-
 	var counts *limiter.ScopeCounts
 	var observer limiter.Observer
-	var influx influxdb2.Client
 	if cfg.InfluxInterval > 0 {
-		influx = influxdb2.NewClient(cfg.InfluxURL, cfg.InfluxToken)
+		influx := influxdb2.NewClient(cfg.InfluxURL, cfg.InfluxToken)
 		defer influx.Close()
 		counts = limiter.NewScopeCounts(influx, "", cfg.InfluxBucket, cfg.Gateway, time.Now, log)
 		observer = counts
 	}
-	srv := limiter.NewServer(limiter.ServerConfig{
-		Engine: engine, Publisher: producer, Observer: observer, Topic: cfg.DecisionsTopic,
-		Gateway: cfg.Gateway, Logger: log, Registry: reg,
+	startCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	core, err := limiter.NewEmbedded(startCtx, limiter.EmbedConfig{
+		Redis: rdb, Rules: rules, RulesFile: cfg.RulesPath, RulesPoll: cfg.RulesPoll, Reload: hup,
+		Brokers: cfg.KafkaBrokers, Topic: cfg.DecisionsTopic, Journal: cfg.Journal, EventBuffer: cfg.EventBuffer,
+		Gateway: cfg.Gateway, Observer: observer,
+		Budget: cfg.RedisTimeout, BreakerFailures: cfg.BreakerFailures, BreakerOpen: cfg.BreakerOpen,
+		OverLimitEntries: cmp.Or(cfg.OverLimitCache, -1), RedisBatch: cfg.RedisBatch, Shadow: cfg.Shadow,
+		RuntimePoll: cfg.RuntimePoll, Logger: log, Registry: reg,
 	})
+	cancel()
+	if err != nil {
+		if cfg.RulesPath != "" && errors.Is(err, limiter.ErrRulesFile) {
+			return fmt.Errorf("FLOODGATE_LIMITER_RULES: %w", err)
+		}
+		return fmt.Errorf("redis %v: %w", cfg.RedisAddrs, err)
+	}
+	srv := core.Server()
+	srv.SetReady(false) // ready once every listener is up
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
@@ -163,13 +140,9 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRul
 	// The producer and the counts outlive the HTTP server so the last decisions still get out.
 	tailCtx, stopTail := context.WithCancel(context.WithoutCancel(ctx))
 	var g errgroup.Group
-	g.Go(func() error { return producer.Run(tailCtx) })
+	g.Go(func() error { return core.Run(tailCtx) })
 	if counts != nil {
 		g.Go(func() error { return counts.Run(tailCtx, cfg.InfluxInterval) })
-	}
-	g.Go(func() error { return runtime.Run(tailCtx, cfg.RuntimePoll) })
-	if reloader != nil {
-		g.Go(func() error { return reloader.Run(tailCtx) })
 	}
 	g.Go(func() error {
 		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -205,7 +178,7 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRul
 		grpcAddr = grpcLn.Addr().String()
 	}
 	log.Info("limiter serving", "addr", ln.Addr().String(), "grpc_addr", grpcAddr, "debug_addr", cfg.DebugAddr, "redis", cfg.RedisAddrs, "kafka", cfg.KafkaBrokers,
-		"topic", cfg.DecisionsTopic, "rules", rules.Source, "rule_count", len(rules.Rules), "shadow", rules.Shadow || cfg.Shadow)
+		"topic", cfg.DecisionsTopic, "rules", core.Rules().Source, "rule_count", len(core.Rules().Rules), "shadow", core.Rules().Shadow || cfg.Shadow)
 
 	<-ctx.Done()
 	srv.SetReady(false)
@@ -241,7 +214,7 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRul
 
 // newProxy builds the limiter's reverse-proxy mode: pkg/gateway's reverse proxy in
 // front of the upstream, deciding in-process with the limiter's own engine.
-func newProxy(cfg limiter.Config, srv *limiter.Server, log *slog.Logger) (*http.Server, net.Listener, error) {
+func newProxy(cfg Config, srv *limiter.Server, log *slog.Logger) (*http.Server, net.Listener, error) {
 	upstream, err := url.Parse(cfg.ProxyUpstream)
 	if err != nil {
 		return nil, nil, fmt.Errorf("FLOODGATE_LIMITER_PROXY_UPSTREAM: %w", err)

@@ -20,9 +20,9 @@ import (
 )
 
 const (
-	shippedRules = "../../rate-limits.yaml"
-	e2eRules     = "../../testdata/e2e-rules.yaml"
-	rulesSchema  = "../../../../schemas/rate-limits.schema.json"
+	shippedRules = "../../services/limiter/rate-limits.yaml"
+	e2eRules     = "../../services/limiter/testdata/e2e-rules.yaml"
+	rulesSchema  = "../../schemas/rate-limits.schema.json"
 )
 
 func compileRulesSchema(t *testing.T) *jsonschema.Schema {

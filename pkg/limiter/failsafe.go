@@ -8,7 +8,10 @@ import (
 // overLimitCache remembers keys Redis said are over their limit, until their
 // retry time, so an attack on one key is denied in-process (envoy ratelimit's
 // local over-limit cache). An entry denied for cost c stands for any cost ≥ c.
-// A penalty lifted or a scale raised meanwhile takes effect at the entry's expiry.
+// An entry stands only while its rule binds the same way (limit, burst, period,
+// algorithm, adjuster scale), so a reloaded rules file, an override or a new scale
+// takes effect at once; a penalty lifted meanwhile (it lives in Redis) takes
+// effect at the entry's expiry.
 type overLimitCache struct {
 	mu      sync.Mutex
 	max     int
@@ -20,13 +23,26 @@ type overLimitEntry struct {
 	penalty float64 // the principal's multiplier when Redis denied: the 429 keeps its reason
 	cost    int64
 	until   time.Time
+	rule    ruleSig // how the rule was bound when Redis denied
+}
+
+// ruleSig is what of a bound rule decides its limit.
+type ruleSig struct {
+	alg          Algorithm
+	limit, burst int64
+	period       time.Duration
+	scale        float64
+}
+
+func (b *bound) sig() ruleSig {
+	return ruleSig{alg: b.alg, limit: b.limit, burst: b.burst, period: b.period, scale: b.scale}
 }
 
 func newOverLimitCache(max int) *overLimitCache {
 	return &overLimitCache{max: max, entries: make(map[string]overLimitEntry)}
 }
 
-func (c *overLimitCache) put(key string, t TierResult, penalty float64, cost int64, until time.Time) {
+func (c *overLimitCache) put(key string, rule ruleSig, t TierResult, penalty float64, cost int64, until time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.entries) >= c.max {
@@ -40,13 +56,13 @@ func (c *overLimitCache) put(key string, t TierResult, penalty float64, cost int
 			return // full of live entries: Redis keeps answering
 		}
 	}
-	c.entries[key] = overLimitEntry{tier: t, penalty: penalty, cost: cost, until: until}
+	c.entries[key] = overLimitEntry{tier: t, penalty: penalty, cost: cost, until: until, rule: rule}
 }
 
-func (c *overLimitCache) get(key string, cost int64, now time.Time) (overLimitEntry, time.Duration, bool) {
+func (c *overLimitCache) get(key string, rule ruleSig, cost int64, now time.Time) (overLimitEntry, time.Duration, bool) {
 	c.mu.Lock()
 	e, ok := c.entries[key]
-	if ok && !now.Before(e.until) {
+	if ok && (!now.Before(e.until) || e.rule != rule) {
 		delete(c.entries, key)
 		ok = false
 	}
@@ -67,7 +83,7 @@ func (e *Engine) fromOverLimitCache(groups []*group, cost int64) (Result, bool) 
 			if b.shadow {
 				continue
 			}
-			ent, left, ok := e.overLimit.get(b.keys[0], cost, now)
+			ent, left, ok := e.overLimit.get(b.keys[0], b.sig(), cost, now)
 			if !ok {
 				continue
 			}

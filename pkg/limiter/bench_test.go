@@ -13,7 +13,7 @@ import (
 )
 
 // BenchmarkEngineCheck measures in-process decisions per second against the
-// local Redis (go test -bench EngineCheck -benchtime 5s ./services/limiter/internal/limiter),
+// local Redis (go test -bench EngineCheck -benchtime 5s ./pkg/limiter),
 // with each check its own Redis call (batch=1) and with concurrent checks sharing pipelines.
 // Each parallel worker is its own principal, as under real traffic.
 func BenchmarkEngineCheck(b *testing.B) {

@@ -2,6 +2,9 @@
 // its penalty multiplier, the adjuster's scales and its daily quota are evaluated
 // in one Lua script under the principal's hash tag; the IP tier (another slot)
 // goes in the same pipelined round trip. Nothing is consumed when any tier denies.
+//
+// The limiter service (services/limiter) serves it over HTTP, Envoy's gRPC API and
+// its reverse-proxy mode; Go gateways embed it with NewEmbedded.
 package limiter
 
 import (
@@ -415,7 +418,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 			}
 			res.Tiers = append(res.Tiers, t)
 			if !t.Allowed && !t.Shadow && e.overLimit != nil && t.RetryAfter > 0 {
-				e.overLimit.put(b.keys[0], t, o.mult, cost, e.clock().Add(t.RetryAfter))
+				e.overLimit.put(b.keys[0], b.sig(), t, o.mult, cost, e.clock().Add(t.RetryAfter))
 			}
 		}
 	}

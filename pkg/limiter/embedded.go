@@ -1,0 +1,255 @@
+package limiter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/gateway"
+	"github.com/floodgate-dev/floodgate/pkg/stream"
+)
+
+// EmbedConfig runs the limiter inside another Go program — a gateway that wants
+// decisions without a network hop. The embedded limiter shares Redis (buckets,
+// penalties, the adjuster's scales, overrides) and the decisions topic with the
+// limiter service, so both can serve the same traffic side by side.
+type EmbedConfig struct {
+	// Redis holds the buckets; a *redis.ClusterClient works (every key of one
+	// principal shares a hash tag). Required. The caller closes it.
+	Redis redis.UniversalClient
+	// Rules are the rules in force (ParseRules). With RulesFile set instead, the
+	// file is loaded, polled every RulesPoll (default 1s) and re-read on every
+	// value received from Reload (e.g. SIGHUP); an invalid new file keeps the
+	// old rules. Exactly one of Rules and RulesFile is required.
+	Rules     *Ruleset
+	RulesFile string
+	RulesPoll time.Duration
+	Reload    <-chan os.Signal
+
+	// Brokers and Topic (default config.DefaultDecisionsTopic) receive the
+	// decision events the detector and the quota ledger consume. Journal keeps
+	// them on disk while Kafka is unreachable (an empty Dir disables it) and
+	// EventBuffer bounds the in-memory queue (default 65,536). Publisher, when
+	// set, replaces the Kafka producer (Brokers and Journal are then unused).
+	Brokers     []string
+	Topic       string
+	Journal     stream.JournalConfig
+	EventBuffer int
+	Publisher   Publisher
+
+	// Gateway names this gateway in decision events. Required, 1..64 characters.
+	Gateway string
+	// Observer receives per-scope counts (e.g. NewScopeCounts); nil = none.
+	Observer Observer
+
+	// Budget bounds one check's Redis round trip (default 50ms); past it, or
+	// while the breaker is open (BreakerFailures consecutive failures, default
+	// 5, for BreakerOpen, default 1s), checks are answered by the rules' fail
+	// policies. OverLimitEntries sizes the over-limit cache (default 100,000;
+	// negative disables), RedisBatch the pipelined batch (default 64).
+	Budget           time.Duration
+	BreakerFailures  int
+	BreakerOpen      time.Duration
+	OverLimitEntries int
+	RedisBatch       int
+	// Shadow puts every rule in shadow mode.
+	Shadow bool
+	// RuntimePoll is how often scales and overrides are re-read (default 1s).
+	RuntimePoll time.Duration
+
+	Logger   *slog.Logger         // default slog.Default()
+	Registry *prometheus.Registry // default a private registry (see Embedded.Registry)
+}
+
+func (c *EmbedConfig) defaults() {
+	if c.Topic == "" {
+		c.Topic = config.DefaultDecisionsTopic
+	}
+	if c.RulesPoll == 0 {
+		c.RulesPoll = time.Second
+	}
+	if c.RuntimePoll == 0 {
+		c.RuntimePoll = time.Second
+	}
+	if c.EventBuffer == 0 {
+		c.EventBuffer = 65536
+	}
+	if c.Budget == 0 {
+		c.Budget = 50 * time.Millisecond
+	}
+	if c.BreakerFailures == 0 {
+		c.BreakerFailures = 5
+	}
+	if c.BreakerOpen == 0 {
+		c.BreakerOpen = time.Second
+	}
+	switch {
+	case c.OverLimitEntries == 0:
+		c.OverLimitEntries = 100_000
+	case c.OverLimitEntries < 0:
+		c.OverLimitEntries = 0
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+}
+
+func (c *EmbedConfig) validate() error {
+	var v config.Check
+	v.Require(c.Redis != nil, "Redis", "required")
+	v.Require((c.Rules == nil) != (c.RulesFile == ""), "Rules", "exactly one of Rules and RulesFile is required")
+	v.Require(len(c.Gateway) >= 1 && len(c.Gateway) <= 64, "Gateway", "1 to 64 characters")
+	v.Require(c.Publisher != nil || len(c.Brokers) > 0, "Brokers", "at least one host:port (or a Publisher)")
+	v.Require(c.RulesPoll >= 10*time.Millisecond, "RulesPoll", "%s: must be at least 10ms", c.RulesPoll)
+	v.Require(c.RuntimePoll >= 10*time.Millisecond, "RuntimePoll", "%s: must be at least 10ms", c.RuntimePoll)
+	v.Require(c.Budget >= time.Millisecond && c.Budget <= 5*time.Second, "Budget", "%s: must be in 1ms..5s", c.Budget)
+	v.Require(c.BreakerFailures >= 1 && c.BreakerFailures <= 1000, "BreakerFailures", "%d: must be in 1..1000", c.BreakerFailures)
+	v.Require(c.BreakerOpen >= 10*time.Millisecond && c.BreakerOpen <= time.Minute, "BreakerOpen", "%s: must be in 10ms..1m", c.BreakerOpen)
+	v.Require(c.RedisBatch >= 0 && c.RedisBatch <= 1024, "RedisBatch", "%d: must be in 0..1024 (0 = default)", c.RedisBatch)
+	v.Require(c.EventBuffer >= 1, "EventBuffer", "%d: must be at least 1", c.EventBuffer)
+	return v.Err()
+}
+
+// ErrRulesFile wraps NewEmbedded's errors about EmbedConfig.RulesFile.
+var ErrRulesFile = errors.New("embedded limiter: rules file")
+
+// Embedded decides in-process — the same engine, metrics, 429 contract and
+// decision events as the limiter's POST /v1/check, without the HTTP hop. It is a
+// gateway.Checker, so pkg/gateway's Middleware and NewReverseProxy take it as is.
+// Safe for concurrent use.
+type Embedded struct {
+	s *Server
+	// set by NewEmbedded; nil for Server.Embedded (the server's owner runs them)
+	run func(ctx context.Context) error
+}
+
+var _ gateway.Checker = (*Embedded)(nil)
+
+// Embedded returns an in-process checker on s; s's owner runs its producer.
+func (s *Server) Embedded() *Embedded { return &Embedded{s: s} }
+
+// NewEmbedded builds a limiter inside the calling program: it loads the check
+// script and the current scales and overrides from Redis (both bounded by ctx)
+// and prepares the decision-event producer. Call Run to start the background
+// loops; checks made before Run are decided, and their events queue until Run.
+func NewEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
+	c.defaults()
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("embedded limiter: %w", err)
+	}
+	rules, data := c.Rules, []byte(nil)
+	if c.RulesFile != "" {
+		var err error
+		if rules, data, err = LoadRulesFile(c.RulesFile); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrRulesFile, err)
+		}
+	}
+	store := NewRuleStore(rules)
+	runtime := NewRuntime(c.Redis, c.Logger, c.Registry)
+	engine, err := NewEngine(EngineConfig{
+		Redis: c.Redis, Rules: store, Runtime: runtime, Budget: c.Budget,
+		BreakerFailures: uint32(c.BreakerFailures), BreakerOpen: c.BreakerOpen,
+		OverLimitEntries: c.OverLimitEntries, RedisBatch: c.RedisBatch, Shadow: c.Shadow,
+		Logger: c.Logger, Registry: c.Registry,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded limiter: %w", err)
+	}
+	if err := engine.Load(ctx); err != nil {
+		return nil, fmt.Errorf("embedded limiter: load check script: %w", err)
+	}
+	if err := runtime.Refresh(ctx); err != nil {
+		return nil, fmt.Errorf("embedded limiter: %w", err)
+	}
+
+	var runs []func(context.Context) error
+	pub := c.Publisher
+	if pub == nil {
+		p, err := stream.NewDurableProducer(stream.DurableProducerConfig{
+			Async: stream.AsyncProducerConfig{Name: "decisions", Brokers: c.Brokers, Topic: c.Topic,
+				BufferSize: c.EventBuffer, Logger: c.Logger, Registerer: c.Registry},
+			Journal: c.Journal,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("embedded limiter: decision producer: %w", err)
+		}
+		pub = p
+		runs = append(runs, p.Run)
+	}
+	runs = append(runs, func(ctx context.Context) error { return runtime.Run(ctx, c.RuntimePoll) })
+	if c.RulesFile != "" {
+		r := NewReloader(c.RulesFile, data, store, c.RulesPoll, c.Reload, c.Logger, c.Registry)
+		runs = append(runs, r.Run)
+	}
+	srv := NewServer(ServerConfig{Engine: engine, Publisher: pub, Observer: c.Observer, Topic: c.Topic,
+		Gateway: c.Gateway, Logger: c.Logger, Registry: c.Registry})
+	srv.SetReady(true)
+	e := &Embedded{s: srv}
+	e.run = func(ctx context.Context) error {
+		var g errgroup.Group
+		for _, f := range runs {
+			g.Go(func() error { return f(ctx) })
+		}
+		return g.Wait()
+	}
+	return e, nil
+}
+
+// Run runs the background loops — the decision-event producer (with its
+// journal), the scales and overrides poll, the rules-file reloader — until ctx
+// is done, then flushes the queued decision events (bounded by the producer's
+// own timeouts; with a journal, what Kafka does not take stays on disk for the
+// next start). For a checker from Server.Embedded it only waits for ctx.
+func (e *Embedded) Run(ctx context.Context) error {
+	if e.run == nil {
+		<-ctx.Done()
+		return nil
+	}
+	return e.run(ctx)
+}
+
+// Server is the limiter's HTTP API on the same engine (POST /v1/check, the
+// batch form, /healthz, /readyz, /metrics), for a gateway that also wants to
+// answer remote checks; NewGRPCServer(e.Server()) adds Envoy's API.
+func (e *Embedded) Server() *Server { return e.s }
+
+// Rules returns the rules in force.
+func (e *Embedded) Rules() *Ruleset { return e.s.engine.rules.Rules() }
+
+// Registry is where the embedded limiter's Prometheus metrics are registered.
+func (e *Embedded) Registry() *prometheus.Registry { return e.s.reg }
+
+// Check validates and decides one request exactly as the HTTP API does.
+func (e *Embedded) Check(ctx context.Context, r gateway.Request) (gateway.Decision, error) {
+	req := CheckRequest{Principal: r.Principal, IP: r.IP, Method: r.Method, Route: r.Route, Resource: r.Resource, Cost: r.Cost}
+	if err := req.validate(); err != nil {
+		return gateway.Decision{}, fmt.Errorf("check: %w", err)
+	}
+	resp := e.s.decide(ctx, uuid.Must(uuid.NewV7()).String(), &req)
+	d := gateway.Decision{
+		ID: resp.ID, Allowed: resp.Allowed, Tier: string(resp.Tier), Limit: resp.Limit, Remaining: resp.Remaining,
+		ResetAfterMS: resp.ResetAfterMS, RetryAfterMS: resp.RetryAfterMS, PenaltyMultiplier: resp.PenaltyMultiplier,
+		Headers: resp.Headers,
+	}
+	if resp.Problem != nil {
+		p, err := json.Marshal(resp.Problem)
+		if err != nil {
+			return gateway.Decision{}, fmt.Errorf("encode problem: %w", err)
+		}
+		d.Problem = p
+	}
+	return d, nil
+}
