@@ -139,3 +139,31 @@ func BenchmarkConsumerThroughput(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
 }
+
+// BenchmarkAsyncProducerTrickle offers messages a few at a time, as a limiter
+// does below saturation: Run writes many small batches spread over 12
+// partitions. B/op is the garbage per message (kafka-go sizes every partition
+// batch at the writer's BatchSize, see NewAsyncProducer); ns/op is the pacing.
+func BenchmarkAsyncProducerTrickle(b *testing.B) {
+	const topic = "bench.async.trickle"
+	addr := kafkatest.Start(b, map[string]int32{topic: 12})
+	a := NewAsyncProducer(AsyncProducerConfig{Brokers: []string{addr}, Topic: topic, Registerer: prometheus.NewRegistry()})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	msgs := benchMessages(1000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if !a.TryPublish(msgs[i%len(msgs)]) {
+			b.Fatal("buffer full at a trickle")
+		}
+		if i%8 == 7 {
+			time.Sleep(time.Millisecond) // ~8 messages per 1 ms: batches of a few messages
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+}
