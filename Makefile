@@ -50,13 +50,8 @@ test-unit: ## unit tests only (no stack): pure logic, codecs, fuzz seeds
 	$(GO) test -count=1 -short ./...
 
 .PHONY: bench
-bench: ## benchmarks: codec, Kafka loops, journal, limiter engine, detector scoring, quota ledger, limiter over HTTP
-	$(GO) test -run '^$$' -bench . -benchmem -cpu 1 ./pkg/events/ ./pkg/redisx/ ./services/detector/internal/score/
-	$(GO) test -run '^$$' -bench . -benchmem ./pkg/stream/ ./pkg/limiter/
-	$(GO) test -run '^$$' -bench BenchmarkLedger -benchtime=1x ./services/quota/internal/ledger
-	$(GO) test -run TestFaultExactness -timeout 30m ./services/quota/ -quota.big
-	@$(MAKE) --no-print-directory build >/dev/null
-	$(BIN)/loadgen -start $(BIN)/limiter -url http://127.0.0.1:18080 -rates 1000,10000,30000 -duration 10s
+bench: ## run the benchmark suite on the local stack; writes docs/benchmarks.md and its plots in docs/bench/ (BENCH_ARGS="-quick -only limiter,pipeline,detector,ledger")
+	@FLOODGATE_WITH_CLUSTER=0 deploy/local/with-stack.sh bash -c '$(GO) run ./migrations/cmd/migrate >/dev/null && $(GO) run ./loadtest/cmd/benchreport $(BENCH_ARGS)'
 
 FUZZ_TARGETS := \
 	./pkg/events/:FuzzDecodeDecision ./pkg/events/:FuzzDecodeAbuse ./pkg/events/:FuzzDecodeAdjustment \

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,25 +18,44 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 )
 
-// Target is the check endpoint and the bodies to send, cycled in order.
+// Target is the check endpoint and the bodies to send, cycled in order. With
+// Batch > 1 each body is a POST /v1/check/batch of Batch checks.
 type Target struct {
 	URL    string
 	Bodies [][]byte
+	Batch  int // checks per request
 	Client *http.Client
 }
 
-// NewTarget returns a target sending checks for n principals to base (http://host:port).
-func NewTarget(base string, n, conns int) *Target {
+// NewTarget returns a target sending checks for n principals to base
+// (http://host:port), batch checks per request (1: POST /v1/check, more: POST
+// /v1/check/batch).
+func NewTarget(base string, n, conns, batch int) *Target {
+	batch = max(batch, 1)
 	t := &Target{
-		URL: base + "/v1/check",
+		URL:   base + "/v1/check",
+		Batch: batch,
 		Client: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 			MaxIdleConns: conns, MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns, IdleConnTimeout: time.Minute,
 		}},
 	}
-	for i := 0; i < n; i++ {
-		t.Bodies = append(t.Bodies, []byte(fmt.Sprintf(
-			`{"principal":{"kind":"bot","id":"bench_%06d"},"ip":"203.0.113.%d","method":"POST","route":"/channels/{channel_id}/messages","resource":"channel:%d"}`,
-			i, 1+i%250, i%1000)))
+	check := func(i int) string {
+		return fmt.Sprintf(`{"principal":{"kind":"bot","id":"bench_%06d"},"ip":"203.0.113.%d","method":"POST","route":"/channels/{channel_id}/messages","resource":"channel:%d"}`,
+			i, 1+i%250, i%1000)
+	}
+	if batch == 1 {
+		for i := 0; i < n; i++ {
+			t.Bodies = append(t.Bodies, []byte(check(i)))
+		}
+		return t
+	}
+	t.URL += "/batch"
+	for i := 0; i < max(n/batch, 1); i++ {
+		checks := make([]string, batch)
+		for j := range checks {
+			checks[j] = check((i*batch + j) % n)
+		}
+		t.Bodies = append(t.Bodies, []byte(`{"checks":[`+strings.Join(checks, ",")+`]}`))
 	}
 	return t
 }
@@ -43,6 +63,7 @@ func NewTarget(base string, n, conns int) *Target {
 // Result summarises one run. Latencies are in microseconds.
 type Result struct {
 	Name     string
+	Batch    int     // checks per request
 	Offered  float64 // requests/s asked for; 0 for a closed-loop run
 	Achieved float64 // responses/s
 	Requests int64
@@ -114,7 +135,7 @@ func (t *Target) OpenLoop(ctx context.Context, rate float64, d time.Duration, wo
 	close(jobs)
 	wg.Wait()
 	elapsed := time.Since(start)
-	return Result{Name: fmt.Sprintf("open %.0f/s", rate), Offered: rate, Achieved: float64(hist.TotalCount()) / elapsed.Seconds(),
+	return Result{Name: fmt.Sprintf("open %.0f/s", rate), Batch: t.Batch, Offered: rate, Achieved: float64(hist.TotalCount()) / elapsed.Seconds(),
 		Requests: hist.TotalCount(), Errors: errs.Load(), Hist: hist, Elapsed: elapsed}
 }
 
@@ -150,21 +171,61 @@ func (t *Target) ClosedLoop(ctx context.Context, d time.Duration, workers int) R
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	return Result{Name: fmt.Sprintf("closed, %d workers", workers), Achieved: float64(hist.TotalCount()) / elapsed.Seconds(),
+	return Result{Name: fmt.Sprintf("closed, %d workers", workers), Batch: t.Batch, Achieved: float64(hist.TotalCount()) / elapsed.Seconds(),
 		Requests: hist.TotalCount(), Errors: errs.Load(), Hist: hist, Elapsed: elapsed}
 }
 
-// Markdown renders results as a table.
+// Markdown renders results as a table; rates are requests/s, and checks/s is
+// requests/s × checks per request.
 func Markdown(rs []Result) string {
 	var b bytes.Buffer
-	b.WriteString("| run | offered/s | achieved/s | requests | errors | p50 | p99 | p99.9 | max |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| run | checks/req | offered req/s | achieved req/s | checks/s | requests | errors | p50 | p99 | p99.9 | max |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		offered := "—"
 		if r.Offered > 0 {
 			offered = fmt.Sprintf("%.0f", r.Offered)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.0f | %d | %d | %s | %s | %s | %s |\n", r.Name, offered, r.Achieved, r.Requests, r.Errors,
+		fmt.Fprintf(&b, "| %s | %d | %s | %.0f | %.0f | %d | %d | %s | %s | %s | %s |\n", r.Name, max(r.Batch, 1), offered, r.Achieved,
+			r.Achieved*float64(max(r.Batch, 1)), r.Requests, r.Errors,
 			r.Quantile(50), r.Quantile(99), r.Quantile(99.9), time.Duration(r.Hist.Max())*time.Microsecond)
 	}
 	return b.String()
+}
+
+// Run is one result in machine-readable form (loadgen -json): rates in
+// requests/s (each request carries Batch checks), latencies in milliseconds.
+type Run struct {
+	Name     string  `json:"name"`
+	Batch    int     `json:"checks_per_request"`
+	Closed   bool    `json:"closed"` // the closed-loop saturation run
+	Offered  float64 `json:"offered_per_s"`
+	Achieved float64 `json:"achieved_per_s"`
+	Requests int64   `json:"requests"`
+	Errors   int64   `json:"errors"`
+	Seconds  float64 `json:"seconds"`
+	P50      float64 `json:"p50_ms"`
+	P90      float64 `json:"p90_ms"`
+	P99      float64 `json:"p99_ms"`
+	P999     float64 `json:"p99_9_ms"`
+	Max      float64 `json:"max_ms"`
+}
+
+// Report is what loadgen -json writes: the settings of the sweep and its runs.
+type Report struct {
+	URL        string  `json:"url"`
+	Duration   float64 `json:"duration_s"` // per run
+	Principals int     `json:"principals"`
+	Batch      int     `json:"checks_per_request"` // 1: POST /v1/check; more: POST /v1/check/batch
+	Workers    int     `json:"workers"`            // open-loop requests in flight
+	SatWorkers int     `json:"saturation_workers"`
+	Runs       []Run   `json:"runs"`
+}
+
+// Run returns r in machine-readable form.
+func (r Result) Run() Run {
+	ms := func(us int64) float64 { return float64(us) / 1000 }
+	return Run{Name: r.Name, Batch: max(r.Batch, 1), Closed: r.Offered == 0, Offered: r.Offered, Achieved: r.Achieved,
+		Requests: r.Requests, Errors: r.Errors, Seconds: r.Elapsed.Seconds(),
+		P50: ms(r.Hist.ValueAtQuantile(50)), P90: ms(r.Hist.ValueAtQuantile(90)), P99: ms(r.Hist.ValueAtQuantile(99)),
+		P999: ms(r.Hist.ValueAtQuantile(99.9)), Max: ms(r.Hist.Max())}
 }

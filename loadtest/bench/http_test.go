@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/limiter"
 )
 
 func TestOpenLoopSendsTheOfferedCountAndChargesQueueing(t *testing.T) {
@@ -23,7 +26,7 @@ func TestOpenLoopSendsTheOfferedCountAndChargesQueueing(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer srv.Close()
-	tg := NewTarget(srv.URL, 3, 4)
+	tg := NewTarget(srv.URL, 3, 4, 1)
 
 	r := tg.OpenLoop(context.Background(), 200, time.Second, 4)
 	require.Equal(t, int64(200), r.Requests)
@@ -36,7 +39,13 @@ func TestOpenLoopSendsTheOfferedCountAndChargesQueueing(t *testing.T) {
 	r = tg.OpenLoop(context.Background(), 100, 200*time.Millisecond, 1)
 	require.Equal(t, int64(20), r.Requests)
 	require.Greater(t, r.Quantile(100), 500*time.Millisecond, "queueing behind a slow server must show in the tail")
-	require.Contains(t, Markdown([]Result{r}), "| open 100/s | 100 |")
+	require.Contains(t, Markdown([]Result{r}), "| open 100/s | 1 | 100 |")
+	run := r.Run()
+	require.Equal(t, Run{Name: "open 100/s", Batch: 1, Offered: 100, Achieved: r.Achieved, Requests: 20, Seconds: r.Elapsed.Seconds(),
+		P50: run.P50, P90: run.P90, P99: run.P99, P999: run.P999, Max: run.Max}, run)
+	require.Greater(t, run.Max, 500.0, "milliseconds")
+	require.LessOrEqual(t, run.P50, run.P99)
+	require.LessOrEqual(t, run.P99, run.Max)
 }
 
 func TestClosedLoopCountsErrors(t *testing.T) {
@@ -46,7 +55,47 @@ func TestClosedLoopCountsErrors(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	r := NewTarget(srv.URL, 1, 2).ClosedLoop(context.Background(), 100*time.Millisecond, 2)
+	r := NewTarget(srv.URL, 1, 2, 1).ClosedLoop(context.Background(), 100*time.Millisecond, 2)
 	require.Positive(t, r.Requests)
 	require.Equal(t, r.Requests, r.Errors)
+	require.True(t, r.Run().Closed)
+}
+
+// A batch target posts the limiter's batch body: every check valid, principals
+// cycling through all n, and checks/s counted as requests × batch.
+func TestBatchTargetSendsValidBatches(t *testing.T) {
+	var checks atomic.Int64
+	seen := map[string]bool{}
+	var mu = make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/check/batch" {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		var br limiter.BatchRequest
+		if err := json.NewDecoder(r.Body).Decode(&br); err != nil || len(br.Checks) != 10 {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		for _, raw := range br.Checks {
+			var c limiter.CheckRequest
+			if err := json.Unmarshal(raw, &c); err != nil || c.Principal.Validate() != nil || c.Route == "" || c.IP == "" {
+				w.WriteHeader(http.StatusBadRequest)
+				return
+			}
+			mu <- struct{}{}
+			seen[c.Principal.ID] = true
+			<-mu
+			checks.Add(1)
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	r := NewTarget(srv.URL, 50, 4, 10).OpenLoop(context.Background(), 100, 100*time.Millisecond, 4)
+	require.Zero(t, r.Errors)
+	require.Equal(t, int64(10), r.Requests)
+	require.Equal(t, int64(100), checks.Load())
+	require.Len(t, seen, 50, "every principal in rotation")
+	require.Contains(t, Markdown([]Result{r}), "| open 100/s | 10 | 100 |")
+	require.Equal(t, 10, r.Run().Batch)
 }

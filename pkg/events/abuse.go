@@ -1,6 +1,8 @@
 package events
 
 import (
+	"fmt"
+	"math"
 	"net/netip"
 	"strconv"
 	"time"
@@ -55,6 +57,54 @@ type Evidence struct {
 	TopRoutes []RouteCount
 	// TopIPs are the busiest client addresses, at most 10, busiest first.
 	TopIPs []IPCount
+	// CrossingEvent, when set, is where the decision event that crossed the
+	// threshold was read (optional: absent in events of older detectors).
+	CrossingEvent *EventRef
+}
+
+// EventRef names one Kafka message: a topic, a partition and an offset.
+type EventRef struct {
+	// Topic is a Kafka topic name: 1–249 characters of [A-Za-z0-9._-].
+	Topic string
+	// Partition is the partition, 0–2147483647.
+	Partition int32
+	// Offset is the message's offset in the partition, 0–2^53-1.
+	Offset int64
+}
+
+// MaxTopicLen is the longest Kafka topic name.
+const MaxTopicLen = 249
+
+// ValidTopic reports whether s is a Kafka topic name: 1–249 characters of
+// [A-Za-z0-9._-].
+func ValidTopic(s string) error { return asError(validTopic(s)) }
+
+func validTopic(s string) *ValidationError {
+	if s == "" {
+		return reason("must not be empty")
+	}
+	if len(s) > MaxTopicLen {
+		return reason(fmt.Sprintf("%s is %d characters long, the limit is %d", quote(s), len(s), MaxTopicLen))
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !isIDByte(c) && c != '.' {
+			return reason(fmt.Sprintf("%s has %s at byte %d; allowed are A-Z a-z 0-9 . _ -", quote(s), quoteRuneAt(s, i), i))
+		}
+	}
+	return nil
+}
+
+func (r *EventRef) validate() *ValidationError {
+	if err := validTopic(r.Topic); err != nil {
+		return at("topic", err)
+	}
+	if err := intRange(int64(r.Partition), 0, math.MaxInt32); err != nil {
+		return at("partition", err)
+	}
+	if err := intRange(r.Offset, 0, MaxSafeInteger); err != nil {
+		return at("offset", err)
+	}
+	return nil
 }
 
 // RouteCount is one of Evidence.TopRoutes.
@@ -178,6 +228,11 @@ func (e *Evidence) validate() *ValidationError {
 			return at("top_ips["+strconv.Itoa(i)+"]", err)
 		}
 	}
+	if e.CrossingEvent != nil {
+		if err := e.CrossingEvent.validate(); err != nil {
+			return at("crossing_event", err)
+		}
+	}
 	return nil
 }
 
@@ -292,7 +347,17 @@ func AppendAbuse(dst []byte, a *Abuse) ([]byte, error) {
 		b = strconv.AppendInt(b, c.SharedPrincipals, 10)
 		b = append(b, '}')
 	}
-	b = append(b, `]},"penalty":{"multiplier":`...)
+	b = append(b, ']')
+	if r := e.CrossingEvent; r != nil {
+		b = append(b, `,"crossing_event":{"topic":`...)
+		b = appendString(b, r.Topic)
+		b = append(b, `,"partition":`...)
+		b = strconv.AppendInt(b, int64(r.Partition), 10)
+		b = append(b, `,"offset":`...)
+		b = strconv.AppendInt(b, r.Offset, 10)
+		b = append(b, '}')
+	}
+	b = append(b, `},"penalty":{"multiplier":`...)
 	b = appendFloat(b, a.Penalty.Multiplier)
 	b = append(b, `,"expires_at":`...)
 	b = appendTimeString(b, a.Penalty.ExpiresAt)
@@ -493,6 +558,7 @@ func (d *decoder) evidence(e *Evidence) *ValidationError {
 		bDistinctIP64
 		bTopRoutes
 		bTopIPs
+		bCrossingEvent
 	)
 	if err := d.object("evidence"); err != nil {
 		return err
@@ -543,6 +609,11 @@ func (d *decoder) evidence(e *Evidence) *ValidationError {
 		case "top_ips":
 			if err = d.seen(&seen, bTopIPs, "top_ips"); err == nil {
 				e.TopIPs, err = d.topIPs()
+			}
+		case "crossing_event":
+			if err = d.seen(&seen, bCrossingEvent, "crossing_event"); err == nil {
+				e.CrossingEvent = &EventRef{}
+				err = d.eventRef(e.CrossingEvent)
 			}
 		default:
 			err = d.skip(1)
@@ -685,6 +756,54 @@ func (d *decoder) ipCount(c *IPCount) *ValidationError {
 		}
 	}
 	return d.required("", seen, []req{{bIP, "ip"}, {bCount, "count"}, {bShared, "shared_principals"}})
+}
+
+func (d *decoder) eventRef(r *EventRef) *ValidationError {
+	const (
+		bTopic uint32 = 1 << iota
+		bPartition
+		bOffset
+	)
+	if err := d.object("evidence.crossing_event"); err != nil {
+		return err
+	}
+	var seen uint32
+	first := true
+	for {
+		name, ok, err := d.member(&first)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		switch string(name) {
+		case "topic":
+			if err = d.seen(&seen, bTopic, "topic"); err == nil {
+				if r.Topic, err = d.str("evidence.crossing_event.topic"); err == nil {
+					if e := validTopic(r.Topic); e != nil {
+						err = d.invalid("evidence.crossing_event.topic", e)
+					}
+				}
+			}
+		case "partition":
+			if err = d.seen(&seen, bPartition, "partition"); err == nil {
+				var p int64
+				p, err = d.integer("evidence.crossing_event.partition", 0, math.MaxInt32)
+				r.Partition = int32(p)
+			}
+		case "offset":
+			if err = d.seen(&seen, bOffset, "offset"); err == nil {
+				r.Offset, err = d.integer("evidence.crossing_event.offset", 0, MaxSafeInteger)
+			}
+		default:
+			err = d.skip(1)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return d.required("evidence.crossing_event", seen, []req{{bTopic, "topic"}, {bPartition, "partition"}, {bOffset, "offset"}})
 }
 
 func (d *decoder) penalty(p *Penalty) *ValidationError {

@@ -271,6 +271,20 @@ func TestValidateOnEncode(t *testing.T) {
 		a.Evidence.TopRoutes = make([]RouteCount, 11)
 		require.EqualError(t, a.Validate(), "abuse.v1: evidence.top_routes: has 11 items, the limit is 10")
 	})
+	t.Run("abuse crossing event", func(t *testing.T) {
+		a, err := DecodeAbuse(loadExample(t, "abuse.v1.rapid_fire"))
+		require.NoError(t, err)
+		require.Equal(t, &EventRef{Topic: "floodgate.decisions.v1", Partition: 3, Offset: 1048576}, a.Evidence.CrossingEvent)
+		a.Evidence.CrossingEvent = &EventRef{Topic: "decisions v1"}
+		_, err = EncodeAbuse(&a)
+		require.EqualError(t, err, `abuse.v1: evidence.crossing_event.topic: "decisions v1" has ' ' at byte 9; allowed are A-Z a-z 0-9 . _ -`)
+		a.Evidence.CrossingEvent = &EventRef{Topic: "t", Partition: -1}
+		require.EqualError(t, a.Validate(), "abuse.v1: evidence.crossing_event.partition: must be between 0 and 2147483647, got -1")
+		a.Evidence.CrossingEvent = nil
+		enc, err := EncodeAbuse(&a)
+		require.NoError(t, err)
+		require.NotContains(t, string(enc), "crossing_event", "absent stays absent")
+	})
 	t.Run("adjustment", func(t *testing.T) {
 		a, err := DecodeAdjustment(loadExample(t, "adjustment.v1"))
 		require.NoError(t, err)

@@ -12,7 +12,43 @@ import (
 // writes — same fields, same order, map keys sorted, trailing newline — without
 // reflection or the headers map. The hot path of POST /v1/check uses it.
 func appendCheckResponse(b []byte, id string, r Result) []byte {
-	b = append(b, `{"id":`...)
+	b = append(b, '{')
+	return append(appendCheckFields(b, id, r), "}\n"...)
+}
+
+// batchAnswer is one check of a batch: its correlation id and decision, or the
+// problem that kept it from being decided.
+type batchAnswer struct {
+	id      string
+	res     Result
+	invalid *Problem
+}
+
+// appendBatchResponse appends exactly what json.NewEncoder(w).Encode of the
+// BatchResponse of answers writes (BatchResult embeds *CheckResponse, so a
+// decided check's fields follow its status in the same object).
+func appendBatchResponse(b []byte, answers []batchAnswer) []byte {
+	b = append(b, `{"results":[`...)
+	for i, a := range answers {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if a.invalid != nil {
+			b = append(b, `{"status":`...)
+			b = strconv.AppendInt(b, int64(a.invalid.Status), 10)
+			b = append(b, `,"error":`...)
+			b = append(appendProblem(b, a.invalid), '}')
+			continue
+		}
+		b = append(b, `{"status":200,`...)
+		b = append(appendCheckFields(b, a.id, a.res), '}')
+	}
+	return append(b, "]}\n"...)
+}
+
+// appendCheckFields appends CheckResponse's fields, without the braces.
+func appendCheckFields(b []byte, id string, r Result) []byte {
+	b = append(b, `"id":`...)
 	b = appendString(b, id)
 	b = append(b, `,"allowed":`...)
 	b = strconv.AppendBool(b, r.Allowed)
@@ -49,7 +85,7 @@ func appendCheckResponse(b []byte, id string, r Result) []byte {
 		b = append(b, `,"problem":`...)
 		b = appendProblem(b, p)
 	}
-	return append(b, "}\n"...)
+	return b
 }
 
 // appendHeaders writes Headers(r, id) as a JSON object with its keys in

@@ -84,3 +84,26 @@ func BenchmarkEncodeCheckResponse(b *testing.B) {
 		}
 	})
 }
+
+func TestAppendBatchResponseMatchesEncodingJSON(t *testing.T) {
+	answers := []batchAnswer{
+		{id: "req-0", res: Result{Allowed: true, Tier: events.TierPrincipal, Rule: "bot-global", Limit: 50, Remaining: 49,
+			ResetAfter: 20 * time.Millisecond, Period: time.Second, Penalty: 1, Scale: 1}},
+		{id: "req-1", invalid: &Problem{Type: ProblemBadRequest, Title: "Bad Request", Status: 400, Detail: `ip: "x<y" is not an address`, CorrelationID: "req-1"}},
+		{id: "req-2", res: Result{Tier: events.TierPenalty, Rule: "bot-global", Limit: 12, ResetAfter: time.Second,
+			RetryAfter: 80 * time.Millisecond, Period: time.Second, Penalty: 0.25, Scale: 1}},
+		{id: "req-3", res: Result{Allowed: true, Tier: events.TierIP, Degraded: true, Error: "redis circuit open", Penalty: 1, Scale: 2.5, NearLimit: true}},
+	}
+	want := BatchResponse{Results: make([]BatchResult, len(answers))}
+	for i, a := range answers {
+		if a.invalid != nil {
+			want.Results[i] = BatchResult{Status: a.invalid.Status, Error: a.invalid}
+			continue
+		}
+		resp := checkResponse(a.id, a.res)
+		want.Results[i] = BatchResult{Status: 200, CheckResponse: &resp}
+	}
+	var buf bytes.Buffer
+	require.NoError(t, json.NewEncoder(&buf).Encode(want))
+	require.Equal(t, buf.String(), string(appendBatchResponse(nil, answers)))
+}

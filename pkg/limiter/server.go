@@ -218,7 +218,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.metrics.batch.Observe(float64(len(br.Checks)))
-	out := BatchResponse{Results: make([]BatchResult, len(br.Checks))}
+	answers := make([]batchAnswer, len(br.Checks))
 	var wg sync.WaitGroup
 	for i, raw := range br.Checks {
 		cid := fmt.Sprintf("%s-%d", id, i)
@@ -231,20 +231,28 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 			err = req.validate()
 		}
 		if err != nil {
-			out.Results[i] = BatchResult{Status: http.StatusBadRequest, Error: &Problem{Type: ProblemBadRequest,
+			answers[i] = batchAnswer{id: cid, invalid: &Problem{Type: ProblemBadRequest,
 				Title: http.StatusText(http.StatusBadRequest), Status: http.StatusBadRequest, Detail: err.Error(), CorrelationID: cid}}
 			continue
 		}
 		wg.Add(1)
 		go func() { // independent principals live on independent keys: decide them concurrently
 			defer wg.Done()
-			resp := s.decide(r.Context(), cid, &req)
-			out.Results[i] = BatchResult{Status: http.StatusOK, CheckResponse: &resp}
+			answers[i] = batchAnswer{id: cid, res: s.decideResult(r.Context(), cid, &req)}
 		}()
 	}
 	wg.Wait()
+	bp := respBufs.Get().(*[]byte)
+	buf := appendBatchResponse((*bp)[:0], answers)
 	w.Header().Set("X-Request-Id", id)
-	s.writeJSON(w, http.StatusOK, out)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(buf)))
+	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write(buf); err != nil {
+		s.log.Debug("write response", "err", err)
+	}
+	*bp = buf
+	respBufs.Put(bp)
 }
 
 // decide runs one validated check, records and publishes it, and builds the answer.
@@ -370,12 +378,4 @@ func (s *Server) problem(w http.ResponseWriter, id string, status int, typ, deta
 	w.Header().Set("X-Request-Id", id)
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(Problem{Type: typ, Title: http.StatusText(status), Status: status, Detail: detail, CorrelationID: id})
-}
-
-func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	if err := json.NewEncoder(w).Encode(v); err != nil {
-		s.log.Debug("write response", "err", err)
-	}
 }

@@ -1,12 +1,16 @@
 // Command loadgen measures the limiter over HTTP: closed-loop saturation, then
-// open-loop runs at fixed offered rates, printed as a Markdown table.
+// open-loop runs at fixed offered rates, printed as a Markdown table (and
+// written as JSON with -json, for loadtest/cmd/benchreport).
 //
 //	loadgen -url http://127.0.0.1:8080 -rates 1000,10000,30000 -duration 10s
 //	loadgen -start .local/bin/limiter ...   # start a limiter for the run (high limits, local Redis)
+//	loadgen ... -json /tmp/loadgen.json     # also write the results as JSON
+//	loadgen ... -batch 100 -rates 100,300   # POST /v1/check/batch, 100 checks per request
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -41,8 +45,21 @@ func run(ctx context.Context, args []string) error {
 	workers := fs.Int("workers", 256, "concurrent requests in flight (and connections)")
 	satWorkers := fs.Int("saturation-workers", 64, "senders for the closed-loop saturation run (0 skips it)")
 	principals := fs.Int("principals", 10000, "distinct principals the checks are spread over")
+	jsonOut := fs.String("json", "", "also write the results to this file as JSON (bench.Report)")
+	batch := fs.Int("batch", 1, "checks per request: 1 sends POST /v1/check, more send POST /v1/check/batch (rates are then requests/s)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *batch < 1 || *batch > 100 {
+		return fmt.Errorf("-batch: %d: must be in 1..100 (the limiter's MaxBatch)", *batch)
+	}
+	var offered []float64
+	for _, s := range strings.Split(*rates, ",") {
+		rate, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil || rate <= 0 {
+			return fmt.Errorf("-rates: %q is not a positive number", s)
+		}
+		offered = append(offered, rate)
 	}
 	if *start != "" {
 		stopLimiter, err := startLimiter(ctx, *start, strings.TrimPrefix(*url, "http://"))
@@ -54,7 +71,7 @@ func run(ctx context.Context, args []string) error {
 	if err := waitReady(ctx, *url+"/readyz"); err != nil {
 		return err
 	}
-	target := bench.NewTarget(*url, *principals, *workers)
+	target := bench.NewTarget(*url, *principals, *workers, *batch)
 	// Warm connections, the script cache and the buckets.
 	target.ClosedLoop(ctx, time.Second, *satWorkers)
 
@@ -62,17 +79,29 @@ func run(ctx context.Context, args []string) error {
 	if *satWorkers > 0 {
 		results = append(results, target.ClosedLoop(ctx, *duration, *satWorkers))
 	}
-	for _, s := range strings.Split(*rates, ",") {
-		rate, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-		if err != nil || rate <= 0 {
-			return fmt.Errorf("-rates: %q is not a positive number", s)
-		}
+	for _, rate := range offered {
 		results = append(results, target.OpenLoop(ctx, rate, *duration, *workers))
 	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("interrupted: %w", err)
+	}
 	host, _ := os.Hostname()
-	fmt.Printf("limiter over HTTP, %s per run, %d principals, %d in flight; machine %s: %d CPUs, %s; load generator, limiter and Redis on the same machine\n\n",
-		*duration, *principals, *workers, host, runtime.NumCPU(), runtime.Version())
+	fmt.Printf("limiter over HTTP, %s per run, %d principals, %d checks per request, %d in flight; machine %s: %d CPUs, %s; load generator, limiter and Redis on the same machine\n\n",
+		*duration, *principals, *batch, *workers, host, runtime.NumCPU(), runtime.Version())
 	fmt.Print(bench.Markdown(results))
+	if *jsonOut != "" {
+		rep := bench.Report{URL: *url, Duration: duration.Seconds(), Principals: *principals, Batch: *batch, Workers: *workers, SatWorkers: *satWorkers}
+		for _, r := range results {
+			rep.Runs = append(rep.Runs, r.Run())
+		}
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return fmt.Errorf("encode -json: %w", err)
+		}
+		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("write -json: %w", err)
+		}
+	}
 	return nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/series"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
 )
@@ -110,8 +111,8 @@ type InfluxSeries struct {
 
 // MeasurementScales and MeasurementSignals are the series the adjuster writes.
 const (
-	MeasurementScales  = "adjuster_scales"
-	MeasurementSignals = "adjuster_signals"
+	MeasurementScales  = series.AdjusterScales
+	MeasurementSignals = series.AdjusterSignals
 )
 
 // Record writes one tick.
@@ -120,8 +121,8 @@ func (x *InfluxSeries) Record(ctx context.Context, p Point) error {
 	dry := strconv.FormatBool(p.DryRun)
 	for _, scope := range slices.Sorted(maps.Keys(p.Scales)) {
 		pts = append(pts, influxdb2.NewPoint(MeasurementScales,
-			map[string]string{"scope": scope, "dry_run": dry},
-			map[string]any{"scale": p.Scales[scope], "frozen": p.Frozen}, p.At))
+			map[string]string{series.TagScope: scope, series.TagDryRun: dry},
+			map[string]any{series.FieldScale: p.Scales[scope], series.FieldFrozen: p.Frozen}, p.At))
 	}
 	fields := map[string]any{"abuse_per_sec": p.Signals.AbusePerSec}
 	for _, name := range control.AllSignals {
@@ -129,7 +130,7 @@ func (x *InfluxSeries) Record(ctx context.Context, p Point) error {
 			fields[name] = r.Value
 		}
 	}
-	pts = append(pts, influxdb2.NewPoint(MeasurementSignals, map[string]string{"dry_run": dry}, fields, p.At))
+	pts = append(pts, influxdb2.NewPoint(MeasurementSignals, map[string]string{series.TagDryRun: dry}, fields, p.At))
 	if err := x.Write.WritePoint(ctx, pts...); err != nil {
 		return fmt.Errorf("write scale series: %w", err)
 	}

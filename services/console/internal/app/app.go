@@ -19,9 +19,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/segmentio/kafka-go"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
+	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/gateway"
+	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/services/console/internal/adjuster"
 	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
@@ -53,6 +57,15 @@ type Config struct {
 	InfluxOrg     string        // FLOODGATE_INFLUX_ORG
 	InfluxBucket  string        // FLOODGATE_INFLUX_BUCKET
 	Shutdown      time.Duration // FLOODGATE_SHUTDOWN_TIMEOUT
+
+	KafkaBrokers   []string      // FLOODGATE_KAFKA_BROKERS (sample events on the alert page)
+	DecisionsTopic string        // FLOODGATE_DECISIONS_TOPIC
+	SamplesTimeout time.Duration // FLOODGATE_CONSOLE_SAMPLES_TIMEOUT
+	TrustedProxies []string      // FLOODGATE_CONSOLE_TRUSTED_PROXIES (whose X-Forwarded-For the sign-in limits believe)
+
+	AdjustmentsTopic string        // FLOODGATE_ADJUSTMENTS_TOPIC (scale changes and their causes on the scales page)
+	OverridesKey     string        // FLOODGATE_CONSOLE_OVERRIDES_KEY (the limiter's overrides hash)
+	OverrideSweep    time.Duration // FLOODGATE_CONSOLE_OVERRIDE_SWEEP (how often expired overrides are removed)
 }
 
 // ConfigFromEnv reads and validates the configuration.
@@ -82,6 +95,15 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		InfluxOrg:     e.String("FLOODGATE_INFLUX_ORG", ""),
 		InfluxBucket:  e.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket),
 		Shutdown:      e.Duration("FLOODGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
+
+		KafkaBrokers:   e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
+		DecisionsTopic: e.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
+		SamplesTimeout: e.Duration("FLOODGATE_CONSOLE_SAMPLES_TIMEOUT", 3*time.Second),
+		TrustedProxies: e.List("FLOODGATE_CONSOLE_TRUSTED_PROXIES", ""),
+
+		AdjustmentsTopic: e.String("FLOODGATE_ADJUSTMENTS_TOPIC", config.DefaultAdjustmentsTopic),
+		OverridesKey:     e.String("FLOODGATE_CONSOLE_OVERRIDES_KEY", limiter.OverridesKey),
+		OverrideSweep:    e.Duration("FLOODGATE_CONSOLE_OVERRIDE_SWEEP", 30*time.Second),
 	}
 	if err := e.Err(); err != nil {
 		return Config{}, err
@@ -118,6 +140,27 @@ func (c Config) Validate() error {
 	}
 	if _, err := quota.New(c.QuotaURL, nil); err != nil {
 		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_QUOTA_URL: %w", err))
+	}
+	if len(c.KafkaBrokers) == 0 {
+		errs = append(errs, errors.New("FLOODGATE_KAFKA_BROKERS: empty"))
+	}
+	if err := events.ValidTopic(c.DecisionsTopic); err != nil {
+		errs = append(errs, fmt.Errorf("FLOODGATE_DECISIONS_TOPIC: %w", err))
+	}
+	if c.SamplesTimeout < 100*time.Millisecond || c.SamplesTimeout > 30*time.Second {
+		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_SAMPLES_TIMEOUT: %s not in 100ms..30s", c.SamplesTimeout))
+	}
+	if _, err := gateway.ParseTrustedProxies(c.TrustedProxies); err != nil {
+		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_TRUSTED_PROXIES: %w", err))
+	}
+	if err := events.ValidTopic(c.AdjustmentsTopic); err != nil {
+		errs = append(errs, fmt.Errorf("FLOODGATE_ADJUSTMENTS_TOPIC: %w", err))
+	}
+	if c.OverridesKey == "" {
+		errs = append(errs, errors.New("FLOODGATE_CONSOLE_OVERRIDES_KEY: empty"))
+	}
+	if c.OverrideSweep < time.Second || c.OverrideSweep > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_OVERRIDE_SWEEP: %s not in 1s..10m", c.OverrideSweep))
 	}
 	return errors.Join(errs...)
 }
@@ -210,6 +253,12 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 	}
 	influx := influxdb2.NewClient(cfg.InfluxURL, cfg.InfluxToken)
 	defer influx.Close()
+	proxies, err := gateway.ParseTrustedProxies(cfg.TrustedProxies)
+	if err != nil {
+		return err
+	}
+	samples := &store.SampleReader{Client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Timeout: cfg.SamplesTimeout},
+		Topic: cfg.DecisionsTopic, Timeout: cfg.SamplesTimeout}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := web.New(web.Config{
@@ -224,7 +273,14 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 		Quota:         qc,
 		Adjuster:      adj,
 		DLQ:           dc,
+		Samples:       samples,
+		SignIn:        auth.NewLimiter(rdb, "fg:console:authfail:"),
+		Proxies:       proxies,
 		BlockRate:     &blockrate.Reader{Query: influx.QueryAPI(cfg.InfluxOrg), Bucket: cfg.InfluxBucket},
+		ScaleSeries:   &adjuster.Series{Query: influx.QueryAPI(cfg.InfluxOrg), Bucket: cfg.InfluxBucket},
+		Adjustments: &adjuster.Adjustments{Client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Timeout: 10 * time.Second},
+			Topic: cfg.AdjustmentsTopic},
+		OverridesKey: cfg.OverridesKey,
 	})
 	if err != nil {
 		return err
@@ -249,6 +305,7 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 	log.Info("console listening", "addr", ln.Addr().String(), "users_file", cfg.UsersFile)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
+	go func() { _ = srv.ExpireOverrides(ctx, cfg.OverrideSweep) }() // returns when ctx is done
 	ready.Store(true)
 	select {
 	case err := <-errc:

@@ -204,3 +204,23 @@ func (c *Client) Replay(ctx context.Context, ids []string, reason, corr string) 
 	err := c.do(ctx, http.MethodPost, "/v1/replays", corr, map[string]any{"ids": ids, "reason": reason}, &out)
 	return out, err
 }
+
+// PurgeItem is one record's outcome in a purge: "purged" or "not_found".
+type PurgeItem struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+}
+
+// PurgeResult is POST /v1/purges' answer.
+type PurgeResult struct {
+	Purged int         `json:"purged"`
+	Items  []PurgeItem `json:"items"`
+}
+
+// Purge deletes the stored records (each audited by the auditor, role sre);
+// the dead letters stay on their DLQ topic until retention removes them.
+func (c *Client) Purge(ctx context.Context, ids []string, reason, corr string) (PurgeResult, error) {
+	var out PurgeResult
+	err := c.do(ctx, http.MethodPost, "/v1/purges", corr, map[string]any{"ids": ids, "reason": reason}, &out)
+	return out, err
+}

@@ -407,19 +407,23 @@ func (s *Store) write(ctx context.Context, e AuditEntry, items ...types.Transact
 	if strings.TrimSpace(e.Reason) == "" {
 		return fmt.Errorf("%w: a reason is required", ErrInvalid)
 	}
-	row := map[string]types.AttributeValue{
+	all := append([]types.TransactWriteItem{{Put: &types.Put{TableName: aws.String(s.audit), Item: auditItem(e),
+		ConditionExpression: aws.String("attribute_not_exists(pk)")}}}, items...)
+	if _, err := s.ddb.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: all}); err != nil {
+		return fmt.Errorf("write audit row %s: %w", e.SK, err)
+	}
+	return nil
+}
+
+// auditItem is the floodgate_audit_log item of e.
+func auditItem(e AuditEntry) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
 		"pk": sv(e.Subject), "sk": sv(e.SK), "gsi1pk": sv("actor#" + e.Actor), "gsi1sk": sv(e.SK),
 		"at": sv(e.At.Format(time.RFC3339Nano)), "actor": sv(e.Actor), "role": sv(e.Role), "action": sv(e.Action),
 		"reason": sv(e.Reason), "correlation_id": sv(e.CorrelationID), "abuse_id": sv(e.AbuseID),
 		"before": sv(e.Before), "after": sv(e.After), "service": sv("console"),
 		"expires_at": nv(e.At.Add(AuditRetention).Unix()),
 	}
-	all := append([]types.TransactWriteItem{{Put: &types.Put{TableName: aws.String(s.audit), Item: row,
-		ConditionExpression: aws.String("attribute_not_exists(pk)")}}}, items...)
-	if _, err := s.ddb.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: all}); err != nil {
-		return fmt.Errorf("write audit row %s: %w", e.SK, err)
-	}
-	return nil
 }
 
 // Scale is one limit scale the adjuster wrote.

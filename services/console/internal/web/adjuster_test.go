@@ -25,6 +25,13 @@ import (
 // scales key and an in-process broker, and returns its URL and an sre token.
 func startAdjuster(t *testing.T, prefix string) (string, string) {
 	t.Helper()
+	return startAdjusterOn(t, prefix, broker(t))
+}
+
+// startAdjusterOn is startAdjuster on the broker at addr (whose
+// floodgate.adjustments.v1 then carries its adjustment events).
+func startAdjusterOn(t *testing.T, prefix, brokerAddr string) (string, string) {
+	t.Helper()
 	b := make([]byte, 32)
 	_, err := rand.Read(b)
 	require.NoError(t, err)
@@ -36,7 +43,7 @@ func startAdjuster(t *testing.T, prefix string) (string, string) {
 	t.Cleanup(func() { _ = rdb.Del(context.Background(), key).Err() })
 	startProcess(t, serviceBinary(t, "adjuster"), []string{
 		"FLOODGATE_ADJUSTER_ADDR=" + addr, "FLOODGATE_ADJUSTER_TOKENS=console:sre:" + hex.EncodeToString(sum[:]),
-		"FLOODGATE_ADJUSTER_SCALES_KEY=" + key, "FLOODGATE_KAFKA_BROKERS=" + broker(t),
+		"FLOODGATE_ADJUSTER_SCALES_KEY=" + key, "FLOODGATE_KAFKA_BROKERS=" + brokerAddr,
 		"FLOODGATE_DYNAMODB_ENDPOINT=" + dynamoEndpoint(), "FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix,
 	})
 	waitReady(t, "http://"+addr+"/healthz")

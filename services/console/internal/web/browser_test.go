@@ -4,14 +4,18 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
 )
 
@@ -39,11 +43,24 @@ func TestBrowser(t *testing.T) {
 	}
 	require.NoError(t, os.MkdirAll(shots, 0o755))
 
-	e := newEnv(t)
+	b := broker(t)
+	e := newEnvWith(t, func(cfg *Config, _ string) {
+		cfg.Samples = &store.SampleReader{Client: &kafka.Client{Addr: kafka.TCP(b), Timeout: 5 * time.Second}, Topic: decisionsTopic}
+		cfg.SignIn = auth.NewLimiter(redistest.Client(t), "fg:console:test:"+redistest.Unique(t, "authfail")+":")
+	})
 	now := time.Now()
 	e.seed(t, "older", now.Add(-40*time.Minute), events.PatternDistributedIP, events.SeverityHigh, false)
 	e.seed(t, "sim", now.Add(-20*time.Minute), events.PatternRapidFire, events.SeverityMedium, false)
 	a := e.seed(t, "browser", now.Add(-time.Minute), events.PatternRapidFire, events.SeverityCritical, true)
+	// The principal's decisions on partition 2, as the limiter produced them;
+	// the detection crossed on the last one.
+	kind, id := a.PrincipalParts()
+	var ds []*events.Decision
+	for i := 0; i < 12; i++ {
+		ds = append(ds, sampleDecision(events.Principal{Kind: events.PrincipalKind(kind), ID: id}, i, now.Add(-time.Minute-time.Duration(12-i)*time.Second), "203.0.113.77"))
+	}
+	crossing := produce(t, b, 2, ds) + 11
+	a = e.setCrossing(t, a, &events.EventRef{Topic: decisionsTopic, Partition: 2, Offset: crossing})
 	require.NoError(t, e.rdb.HSet(context.Background(), "fg:test:"+e.run+":scales", "global", "0.7", "tier:ip", "0.5", "route:write", "1").Err())
 
 	ctx := startBrowser(t, bin)
@@ -72,12 +89,19 @@ func TestBrowser(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Click(chromedp.CSS(`a[href*="`+a.ID+`"]`)),
 		chromedp.WaitVisible(chromedp.ID("lift-form")),
+		chromedp.WaitVisible(chromedp.ID("samples")),
 		shot("console-alert"),
 		chromedp.SendKeys(chromedp.ID("lift-reason"), "TS-42: verified partner load test"),
 		chromedp.Click(chromedp.CSS(`#lift-form button[type=submit]`)),
 		chromedp.WaitVisible(chromedp.CSS(`p.ok`)),
 		shot("console-alert-lifted"),
 	))
+	samples := text("#samples")
+	require.Contains(t, samples, strconv.FormatInt(crossing, 10), "the crossing offset")
+	require.Contains(t, samples, strconv.FormatInt(crossing-11, 10), "the oldest sample's offset")
+	require.Contains(t, samples, "crossed the threshold")
+	require.Contains(t, samples, "203.0.113.0")
+	require.NotContains(t, samples, "203.0.113.77")
 	afterLift := text("#main")
 	require.Contains(t, afterLift, "Penalty lifted")
 	require.Contains(t, afterLift, "TS-42: verified partner load test", "the audit row is on the page")
@@ -89,6 +113,20 @@ func TestBrowser(t *testing.T) {
 	require.Equal(t, "analyst1", log[0].Actor)
 	require.Equal(t, "TS-42: verified partner load test", log[0].Reason)
 
+	// Allowlist the alert's busiest network (offered from the evidence), then see it listed.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.SendKeys(chromedp.ID("cidr-comment"), "partner office NAT"),
+		chromedp.SendKeys(chromedp.ID("cidr-reason"), "TS-43: partner's office range"),
+		chromedp.Click(chromedp.CSS(`#cidr-form button[type=submit]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#networks a[href="/allowlist"]`)),
+	))
+	require.Contains(t, text("p.ok"), "Network allowlisted")
+	require.NotEmpty(t, e.runtimeItem(t, "detector#allow#cidr#203.0.113.0/24"), "the entry the detector reads")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(e.srv.URL+"/allowlist"), chromedp.WaitVisible(chromedp.ID("allow-entries")), shot("console-allowlist"),
+	))
+	require.Contains(t, text("#allow-entries"), "partner office NAT")
+
 	// A new alert appears in the open list without a reload.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(e.srv.URL+"/alerts"), chromedp.WaitVisible(chromedp.ID("alert-rows"))))
 	fresh := e.seed(t, "live", time.Now(), events.PatternRapidFire, events.SeverityCritical, false)
@@ -97,7 +135,7 @@ func TestBrowser(t *testing.T) {
 
 	// The SRE-facing pages render; then sign out.
 	require.NoError(t, chromedp.Do(ctx,
-		chromedp.Navigate(e.srv.URL+"/scales"), chromedp.WaitVisible(chromedp.CSS(`svg.chart`)), shot("console-scales"),
+		chromedp.Navigate(e.srv.URL+"/scales"), chromedp.WaitVisible(chromedp.CSS(`svg.chart`)), // console-scales.png: TestBrowserSRE (with history)
 		chromedp.Navigate(e.srv.URL+"/false-positives"), chromedp.WaitVisible(chromedp.CSS(`h1`)), shot("console-false-positives"),
 		chromedp.Click(chromedp.CSS(`button.link`)), chromedp.WaitVisible(chromedp.ID("username")),
 	))
@@ -114,6 +152,9 @@ func TestBrowser(t *testing.T) {
 	forms, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('form[action^="/alert/"]').length`))
 	require.NoError(t, err)
 	require.Zero(t, forms, "no action form for a viewer")
+	cidrForms, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('form[action^="/allowlist/"]').length`))
+	require.NoError(t, err)
+	require.Zero(t, cidrForms, "no allowlist form for a viewer")
 	status, err := chromedp.Run(ctx, chromedp.Evaluate[int](`(async () => {
 		const csrf = document.querySelector('input[name=csrf]').value;
 		const body = new URLSearchParams({csrf, p: `+jsString(other.Principal)+`, k: `+jsString(other.SK)+`, reason: "try"});
@@ -123,6 +164,28 @@ func TestBrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 403, status)
 	require.True(t, e.penaltyExists(t, other), "the viewer's forged lift changed nothing")
+	status, err = chromedp.Run(ctx, chromedp.Evaluate[int](`(async () => {
+		const csrf = document.querySelector('input[name=csrf]').value;
+		const body = new URLSearchParams({csrf, cidr: "192.0.2.0/24", duration: "1d", comment: "c", reason: "try"});
+		const res = await fetch("/allowlist/cidr", {method: "POST", body, redirect: "manual"});
+		return res.status;
+	})()`, chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	require.Equal(t, 403, status)
+	require.Empty(t, e.runtimeItem(t, "detector#allow#cidr#192.0.2.0/24"))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(e.srv.URL+"/allowlist"), chromedp.WaitVisible(chromedp.ID("read-only")),
+		chromedp.Click(chromedp.CSS(`button.link`)), chromedp.WaitVisible(chromedp.ID("username"))))
+
+	// Five wrong passwords lock the account: the sixth attempt is told so.
+	for i := 0; i < 6; i++ {
+		require.NoError(t, chromedp.Do(ctx,
+			chromedp.Navigate(e.srv.URL+"/login"), chromedp.WaitVisible(chromedp.ID("username")),
+			chromedp.SendKeys(chromedp.ID("username"), "admin1"), chromedp.SendKeys(chromedp.ID("password"), "guess number "+strconv.Itoa(i)),
+			chromedp.Submit(chromedp.ID("password")), chromedp.WaitVisible(chromedp.CSS(`p.error`)),
+		))
+	}
+	require.NoError(t, chromedp.Do(ctx, shot("console-login-locked")))
+	require.Contains(t, text("p.error"), "Too many failed sign-ins for this account")
 }
 
 func jsString(s string) string {

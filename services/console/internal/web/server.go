@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/services/console/internal/adjuster"
 	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
 	"github.com/floodgate-dev/floodgate/services/console/internal/blockrate"
@@ -53,13 +54,19 @@ type Config struct {
 	Log           *slog.Logger
 	Registry      prometheus.Registerer
 	Now           func() time.Time
-	SecureCookies bool              // Secure flag on cookies (always set when the request came over TLS)
-	PollInterval  time.Duration     // how often the alerts page asks for new alerts
-	ScalesKey     string            // fg:scales
-	Quota         *quota.Client     // the quota service's usage API (nil: the principal page says it is not configured)
-	Adjuster      *adjuster.Client  // the adjuster's admin API (nil: the page says it is not configured)
-	DLQ           *dlq.Client       // the dlq-auditor's API (nil: the page says it is not configured)
-	BlockRate     *blockrate.Reader // limiter_decisions in InfluxDB (nil: the page says it is not configured)
+	SecureCookies bool                   // Secure flag on cookies (always set when the request came over TLS)
+	PollInterval  time.Duration          // how often the alerts page asks for new alerts
+	ScalesKey     string                 // fg:scales
+	Quota         *quota.Client          // the quota service's usage API (nil: the principal page says it is not configured)
+	Adjuster      *adjuster.Client       // the adjuster's admin API (nil: the page says it is not configured)
+	DLQ           *dlq.Client            // the dlq-auditor's API (nil: the page says it is not configured)
+	BlockRate     *blockrate.Reader      // limiter_decisions in InfluxDB (nil: the page says it is not configured)
+	ScaleSeries   *adjuster.Series       // adjuster_scales in InfluxDB (nil: the scales page has no history chart)
+	Adjustments   *adjuster.Adjustments  // adjustment.v1 events on Kafka (nil: the scales page lists no changes)
+	OverridesKey  string                 // the limiter's overrides hash (default limiter.OverridesKey)
+	Samples       SampleSource           // decision events around a detection, from Kafka (nil: the alert page says it is not configured)
+	SignIn        *auth.Limiter          // sign-in and API-token failure limits in Redis (nil: no limit)
+	Proxies       gateway.TrustedProxies // whose X-Forwarded-For names the client for the failure limits
 }
 
 // Server is the console's HTTP handler.
@@ -68,6 +75,7 @@ type Server struct {
 	pages   map[string]*template.Template
 	mux     *http.ServeMux
 	metrics metrics
+	signIn  signInMetrics
 }
 
 type metrics struct {
@@ -94,6 +102,7 @@ func New(cfg Config) (*Server, error) {
 		actions:  f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_console_actions_total", Help: "Trust-and-safety actions by action and outcome."}, []string{"action", "outcome"}),
 		logins:   f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_console_logins_total", Help: "Sign-in attempts by outcome."}, []string{"outcome"}),
 	}
+	s.signIn = newSignInMetrics(f)
 	funcs := template.FuncMap{
 		"ts":    func(t time.Time) string { return fmtTime(t) },
 		"tsms":  func(ms int64) string { return fmtTime(time.UnixMilli(ms)) },
@@ -108,8 +117,10 @@ func New(cfg Config) (*Server, error) {
 		},
 		"pct":      func(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + " %" },
 		"statusfr": func(s string) string { return strings.ReplaceAll(s, "_", " ") },
+		"tsmilli":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
+		"cidrof":   func(pk string) string { return strings.TrimPrefix(pk, store.AllowCIDRPrefix) },
 	}
-	for _, page := range []string{"login", "alerts", "alert", "rows", "scales", "fps", "error", "principal", "adjuster", "dlq", "dlqrecord", "blockrate"} {
+	for _, page := range []string{"login", "alerts", "alert", "rows", "scales", "fps", "error", "principal", "adjuster", "dlq", "dlqrecord", "blockrate", "overrides", "dlqpurge", "allowlist"} {
 		files := []string{"templates/layout.html", "templates/" + page + ".html"}
 		if page == "alerts" {
 			files = append(files, "templates/rows.html")
@@ -144,10 +155,17 @@ func New(cfg Config) (*Server, error) {
 	s.route("GET /sre/dlq", s.authed(auth.RoleViewer, s.dlqPage))
 	s.route("GET /sre/dlq/record", s.authed(auth.RoleViewer, s.dlqRecord))
 	s.route("POST /sre/dlq/replay", s.authed(auth.RoleSRE, s.dlqReplay))
+	s.route("POST /sre/dlq/purge", s.authed(auth.RoleSRE, s.dlqPurge))
+	s.route("GET /sre/overrides", s.authed(auth.RoleViewer, s.overridesPage))
+	s.route("POST /sre/overrides", s.authed(auth.RoleSRE, s.overrideSave))
+	s.route("POST /sre/overrides/delete", s.authed(auth.RoleSRE, s.overrideDelete))
 	s.route("GET /sre/block-rate", s.authed(auth.RoleViewer, s.blockRate))
 	s.route("GET /scales", s.authed(auth.RoleViewer, s.scales))
 	s.route("GET /false-positives", s.authed(auth.RoleViewer, s.fps))
 	s.route("GET /api/v1/alerts", s.authed(auth.RoleViewer, s.apiAlerts))
+	s.route("GET /allowlist", s.authed(auth.RoleViewer, s.allowlistPage))
+	s.route("POST /allowlist/cidr", s.authed(auth.RoleAnalyst, s.allowCIDR))
+	s.route("POST /allowlist/remove", s.authed(auth.RoleAnalyst, s.removeAllow))
 	return s, nil
 }
 
@@ -210,8 +228,18 @@ func (s *Server) authed(need auth.Role, h http.HandlerFunc) http.HandlerFunc {
 		}
 		w.Header().Set("X-Correlation-Id", req.corr)
 		if tok := auth.BearerToken(r.Header.Get("Authorization")); tok != "" {
+			ip := s.clientIP(r)
+			lock, err := s.lockedOut(w, r.Context(), "token", "", ip)
+			if err != nil { // tokens are 256-bit: fail open rather than lock every token out
+				s.cfg.Log.Error("check token failures", "err", err, "correlation_id", req.corr)
+			}
+			if lock.Locked {
+				s.fail(w, r, http.StatusTooManyRequests, "too many failed API-token authentications from your address; retry after "+w.Header().Get("Retry-After")+" s")
+				return
+			}
 			id, ok := s.cfg.Directory.Token(tok)
 			if !ok {
+				s.failed(r.Context(), "token", "", ip)
 				s.fail(w, r, http.StatusUnauthorized, "unknown API token")
 				return
 			}
@@ -337,9 +365,26 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.PostFormValue("username")
+	ip := s.clientIP(r)
+	lock, err := s.lockedOut(w, r.Context(), "password", name, ip)
+	if err != nil {
+		s.cfg.Log.Error("check sign-in failures", "err", err)
+		s.fail(w, r, http.StatusServiceUnavailable, "sign-in is unavailable (Redis); try again")
+		return
+	}
+	if lock.Locked {
+		s.metrics.logins.WithLabelValues("locked").Inc()
+		w.WriteHeader(http.StatusTooManyRequests)
+		token, _ := auth.RandomString(24)
+		http.SetCookie(w, s.cookie(r, LoginCookie, token, 600))
+		s.render(w, r, "login", map[string]any{"Title": "Sign in", "LoginCSRF": token, "Next": safeNext(r.PostFormValue("next")),
+			"Error": lockoutMessage(lock), "Username": name})
+		return
+	}
 	who, ok := s.cfg.Directory.Password(name, r.PostFormValue("password"))
 	if !ok {
 		s.metrics.logins.WithLabelValues("denied").Inc()
+		s.failed(r.Context(), "password", name, ip)
 		s.cfg.Log.Warn("sign-in refused", "user", name, "remote", r.RemoteAddr)
 		w.WriteHeader(http.StatusUnauthorized)
 		token, _ := auth.RandomString(24)
@@ -353,6 +398,11 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.cfg.Log.Error("create session", "err", err)
 		s.fail(w, r, http.StatusServiceUnavailable, "sessions are unavailable; try again")
 		return
+	}
+	if s.cfg.SignIn != nil {
+		if err := s.cfg.SignIn.Succeed(r.Context(), name); err != nil {
+			s.cfg.Log.Warn("clear sign-in failures", "user", name, "err", err)
+		}
 	}
 	s.metrics.logins.WithLabelValues("ok").Inc()
 	s.cfg.Log.Info("signed in", "user", who.Name, "role", who.Role.String())
@@ -541,10 +591,11 @@ func (s *Server) apiAlerts(w http.ResponseWriter, r *http.Request) {
 }
 
 type ipView struct {
-	IP     string
-	Count  int64
-	Shared int64
-	IsNAT  bool
+	IP      string
+	Count   int64
+	Shared  int64
+	IsNAT   bool
+	Allowed *store.AllowEntry // the network allowlist entry covering it
 }
 
 type detailView struct {
@@ -559,17 +610,22 @@ type detailView struct {
 	History    []store.Alert
 	Audit      []store.AuditEntry
 	Chart      template.HTML
+	Samples    samplesView
+	CIDRAllow  map[string]store.AllowEntry // the alert's networks (address) → the CIDR entry covering it
+	Networks   []string                    // the alert's networks as prefixes, to allowlist
 	CanAct     bool
+	IsAdmin    bool
 	Done       string
 	Errors     []string
 	Version    string
 }
 
 var doneMessages = map[string]string{
-	"lifted":         "Penalty lifted. The limiter stops applying it at the principal's next check.",
-	"extended":       "Penalty extended.",
-	"allowlisted":    "Principal allowlisted. The detector drops its detections from its next allowlist refresh (about 30 s).",
-	"false_positive": "Marked as a false positive and counted for the detector.",
+	"lifted":           "Penalty lifted. The limiter stops applying it at the principal's next check.",
+	"extended":         "Penalty extended.",
+	"allowlisted":      "Principal allowlisted. The detector drops its detections from its next allowlist refresh (about 30 s).",
+	"false_positive":   "Marked as a false positive and counted for the detector.",
+	"cidr_allowlisted": "Network allowlisted. The detector stops acting on detections whose every top address is in allowlisted networks from its next refresh (about 30 s).",
 }
 
 func (s *Server) loadDetail(r *http.Request, principal, sk string) (detailView, error) {
@@ -598,6 +654,11 @@ func (s *Server) loadDetail(r *http.Request, principal, sk string) (detailView, 
 	}
 	if v.Audit, err = s.cfg.Store.AuditLog(ctx, principal, 20); err != nil {
 		errs = append(errs, "audit log unavailable: "+err.Error())
+	}
+	v.Samples = s.loadSamples(ctx, a)
+	v.IsAdmin = current(r).who.Role.Allows(auth.RoleAdmin)
+	if err := s.loadCIDRAllow(ctx, &v); err != nil {
+		errs = append(errs, "network allowlist unavailable: "+err.Error())
 	}
 	v.Errors = errs
 	return v, nil
@@ -749,24 +810,6 @@ func (s *Server) falsePositive(w http.ResponseWriter, r *http.Request) {
 }
 
 // --- SRE pages ---
-
-type scalesView struct {
-	Title  string
-	Scales []store.Scale
-	Bars   template.HTML
-	Error  string
-}
-
-func (s *Server) scales(w http.ResponseWriter, r *http.Request) {
-	v := scalesView{Title: "Limit scales"}
-	var err error
-	if v.Scales, err = s.cfg.Store.Scales(r.Context(), s.cfg.ScalesKey); err != nil {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		v.Error = "Scales could not be read (Redis): " + err.Error()
-	}
-	v.Bars = scaleBars(v.Scales)
-	s.render(w, r, "scales", v)
-}
 
 type fpView struct {
 	Title  string

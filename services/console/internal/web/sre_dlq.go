@@ -39,6 +39,7 @@ type dlqView struct {
 	Records   []dlq.Record
 	CanReplay bool
 	Result    *dlq.ReplayResult
+	Purged    *dlq.PurgeResult
 	Console   []store.AuditEntry
 	Errors    []string
 }

@@ -169,6 +169,13 @@ func (d *Detector) Handle(ctx context.Context, msg kafka.Message) error {
 			d.setPending(msg, p) // what is decided stays decided
 			return err
 		}
+		// The event that crossed the threshold is this message: the console
+		// reads the principal's events backwards from here. A message without
+		// a usable position (a test's, a hand-fed one) leaves it out rather
+		// than make the event unencodable.
+		if events.ValidTopic(msg.Topic) == nil && msg.Offset >= 0 {
+			a.Evidence.CrossingEvent = &events.EventRef{Topic: msg.Topic, Partition: int32(msg.Partition), Offset: msg.Offset}
+		}
 		if act {
 			p.abuses = append(p.abuses, a)
 		}

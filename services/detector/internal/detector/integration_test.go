@@ -66,7 +66,7 @@ func botBurst(t *testing.T, d *Detector, p events.Principal, start time.Time, ip
 	for i := 0; i < 2000; i++ {
 		ev := decision(p, start.Add(time.Duration(i)*5*time.Millisecond), ip, "/a")
 		ev.ID = fmt.Sprintf("e%d", i)
-		require.NoError(t, d.Handle(context.Background(), kafka.Message{Partition: 1, Offset: int64(i), Value: encodeDecision(t, ev)}))
+		require.NoError(t, d.Handle(context.Background(), kafka.Message{Topic: "floodgate.decisions.v1", Partition: 1, Offset: int64(i), Value: encodeDecision(t, ev)}))
 	}
 }
 
@@ -89,6 +89,17 @@ func TestDetectorRecordsEscalatesAndIsIdempotent(t *testing.T) {
 	}
 	require.Equal(t, int64(1), got[0].Penalty.Level)
 	require.Equal(t, int64(2), got[1].Penalty.Level, "a repeat offender escalates")
+	// Each names the message that crossed the threshold: the burst's event i
+	// is at offset i and at start + 5 ms × i, and the detection's time is the
+	// crossing event's time.
+	for i, start := range []time.Time{now.Add(-10 * time.Minute), now.Add(-5 * time.Minute)} {
+		ref := got[i].Evidence.CrossingEvent
+		require.NotNil(t, ref, "detection %d names its crossing event", i)
+		require.Equal(t, "floodgate.decisions.v1", ref.Topic)
+		require.Equal(t, int32(1), ref.Partition)
+		require.Positive(t, ref.Offset, "a burst crosses after some events, not on its first")
+		require.Equal(t, start.Add(time.Duration(ref.Offset)*5*time.Millisecond), got[i].DetectedAt, "offset %d is the crossing event", ref.Offset)
+	}
 	ttl1 := got[0].Penalty.ExpiresAt.Sub(got[0].DetectedAt)
 	ttl2 := got[1].Penalty.ExpiresAt.Sub(got[1].DetectedAt)
 	require.InDelta(t, float64(time.Hour), float64(ttl1), float64(6*time.Minute)+1, "base TTL ±10%% jitter")
@@ -103,6 +114,7 @@ func TestDetectorRecordsEscalatesAndIsIdempotent(t *testing.T) {
 	stored, err := events.DecodeAbuse([]byte(str(out.Items[0]["event"])))
 	require.NoError(t, err)
 	require.Equal(t, netip.MustParseAddr("203.0.113.0"), stored.Evidence.TopIPs[0].IP, "truncated to the /24")
+	require.NotNil(t, stored.Evidence.CrossingEvent, "the record keeps where the crossing event was read (the console reads samples from there)")
 	require.Equal(t, "day#"+got[0].DetectedAt.Format("2006-01-02"), str(out.Items[0]["gsi1pk"]))
 
 	// Replaying the second detection: same id, same level, same penalty, no new record.
@@ -328,4 +340,60 @@ func TestPagerOutageDoesNotUseUpTheCap(t *testing.T) {
 	require.NoError(t, p.Handle(ctx, first), "back up: the retried page goes out")
 	require.NoError(t, p.Handle(ctx, second))
 	require.Len(t, recv.actions(), 2, "failed attempts did not use up the cap of 2 a minute")
+}
+
+// TestConsoleWrittenAllowlistEntries reads allowlist items written the way the
+// console writes them (services/console/internal/store: AllowCIDR and
+// Allowlist put exactly pk, expires_at, comment, created_by, created_at) with
+// the detector's own loader, and checks they spare detections.
+func TestConsoleWrittenAllowlistEntries(t *testing.T) {
+	records := dynamoRecords(t)
+	ctx := context.Background()
+	now := time.Now()
+	bot := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "console")}
+	put := func(pk string, exp time.Time) {
+		_, err := records.Client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(records.RuntimeTable), Item: map[string]types.AttributeValue{
+			"pk":         &types.AttributeValueMemberS{Value: pk},
+			"expires_at": &types.AttributeValueMemberN{Value: fmt.Sprint(exp.Unix())},
+			"comment":    &types.AttributeValueMemberS{Value: "partner office NAT"},
+			"created_by": &types.AttributeValueMemberS{Value: "analyst1"},
+			"created_at": &types.AttributeValueMemberS{Value: now.UTC().Format(time.RFC3339)},
+		}})
+		require.NoError(t, err)
+	}
+	put("detector#allow#cidr#203.0.113.0/24", now.Add(7*24*time.Hour))
+	put("detector#allow#cidr#2001:db8:abcd::/56", now.Add(time.Hour))
+	put("detector#allow#cidr#198.51.100.0/24", now.Add(-time.Minute)) // expired
+	put("detector#allow#principal#"+bot.Key(), now.Add(time.Hour))
+
+	entries, err := records.LoadAllowlist(ctx, now)
+	require.NoError(t, err)
+	var al Allowlist
+	al.Set(entries)
+	ips := func(s ...string) []events.IPCount {
+		var out []events.IPCount
+		for _, v := range s {
+			out = append(out, events.IPCount{IP: netip.MustParseAddr(v), Count: 1})
+		}
+		return out
+	}
+	other := events.Principal{Kind: events.PrincipalUser, ID: "u"}
+	for _, c := range []struct {
+		name string
+		p    events.Principal
+		ips  []events.IPCount
+		ok   bool
+		why  string
+	}{
+		{"every IP in a console CIDR", other, ips("203.0.113.7", "2001:db8:abcd:12::1"), true, "cidr"},
+		{"one IP outside", other, ips("203.0.113.7", "192.0.2.1"), false, ""},
+		{"expired CIDR", other, ips("198.51.100.5"), false, ""},
+		{"console principal entry", bot, ips("192.0.2.1"), true, "principal"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ok, why := al.Allows(c.p, c.ips, now)
+			require.Equal(t, c.ok, ok)
+			require.Equal(t, c.why, why)
+		})
+	}
 }

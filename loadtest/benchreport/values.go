@@ -1,0 +1,284 @@
+package benchreport
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/floodgate-dev/floodgate/loadtest/bench"
+)
+
+// Val is one measured number the report names (in prose, targets, charts).
+type Val struct {
+	V    float64
+	Unit string // "/s", "ms", "s", "B", "%", "events", "" (a count)
+}
+
+func (v Val) String() string { return fmtValue(v.V, v.Unit) }
+
+// fmtValue formats v for a reader: rates and counts with thousands
+// separators, latencies with three significant digits.
+func fmtValue(v float64, unit string) string {
+	if math.IsNaN(v) {
+		return "n/a"
+	}
+	if math.IsInf(v, 1) {
+		return "∞"
+	}
+	switch unit {
+	case "/s":
+		return thousands(v) + "/s"
+	case "ms", "s":
+		return sig3(v) + " " + unit
+	case "B":
+		return strconv.FormatFloat(v, 'f', 1, 64) + " B"
+	case "%":
+		return sig3(v) + " %"
+	case "x":
+		return sig3(v) + "×"
+	case "":
+		return thousands(v)
+	}
+	return sig3(v) + " " + unit
+}
+
+func sig3(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case a == 0:
+		return "0"
+	case a >= 100:
+		return thousands(v)
+	case a >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	case a >= 1:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+func thousands(v float64) string {
+	s := strconv.FormatFloat(math.Round(v), 'f', 0, 64)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// fmtUnit formats a benchmark value in its printed unit.
+func fmtUnit(v float64, unit string) string {
+	switch {
+	case unit == "ns/op" && v >= 1e6:
+		return sig3(v/1e6) + " ms/op"
+	case unit == "ns/op" && v >= 1e4:
+		return sig3(v/1e3) + " µs/op"
+	case strings.HasSuffix(unit, "/s") && unit != "MB/s":
+		return thousands(v)
+	case unit == "B/op" || unit == "allocs/op" || unit == "ns/op":
+		return thousands(v)
+	}
+	return sig3(v)
+}
+
+var (
+	legitLog  = regexp.MustCompile(`(\d+) of (\d+) legitimate principals penalized`)
+	recallLog = regexp.MustCompile(`recall (\d+)/(\d+) abusive principals`)
+	lagLog    = regexp.MustCompile(`max lag (\d+) events \(([0-9.]+) s of production\)`)
+)
+
+// short is a benchmark's name without "Benchmark".
+func short(name string) string { return strings.TrimPrefix(name, "Benchmark") }
+
+// extract puts the numbers of a step's results into vals under stable keys.
+func extract(r *StepResult, vals map[string]Val) {
+	if r.HTTP != nil {
+		// Single checks under "http", batches under "httpbatch"; rates in checks/s
+		// (requests/s × checks per request), latencies per request.
+		prefix, per := "http", float64(max(r.HTTP.Batch, 1))
+		if per > 1 {
+			prefix = "httpbatch"
+		}
+		for _, run := range r.HTTP.Runs {
+			key := prefix + ".saturation"
+			if !run.Closed {
+				key = prefix + "@" + strconv.FormatFloat(run.Offered*per, 'f', -1, 64)
+			}
+			vals[key+".achieved"] = Val{run.Achieved * per, "/s"}
+			vals[key+".p50"] = Val{run.P50, "ms"}
+			vals[key+".p99"] = Val{run.P99, "ms"}
+			vals[key+".p99.9"] = Val{run.P999, "ms"}
+			vals[key+".errors"] = Val{float64(run.Errors), ""}
+		}
+	}
+	if r.Step.Kind == GoTest && r.Err == nil {
+		vals["test."+r.Step.ID] = Val{1, ""}
+	}
+	for _, b := range r.Bench.Benchmarks {
+		name := short(b.Name)
+		for _, v := range b.Values {
+			unit := ""
+			switch {
+			case strings.HasSuffix(v.Unit, "/s") && v.Unit != "MB/s":
+				unit = "/s"
+			case strings.HasSuffix(v.Unit, "_ms"):
+				unit = "ms"
+			case strings.HasSuffix(v.Unit, "-s"):
+				unit = "s"
+			case v.Unit == "bytes/principal":
+				unit = "B"
+			}
+			vals[name+":"+v.Unit] = Val{v.Value, unit}
+		}
+		for _, l := range b.Log {
+			if m := legitLog.FindStringSubmatch(l); m != nil {
+				fp, _ := strconv.ParseFloat(m[1], 64)
+				n, _ := strconv.ParseFloat(m[2], 64)
+				vals[name+":legitimate"] = Val{n, ""}
+				if n > 0 {
+					vals[name+":false_positive_rate"] = Val{100 * fp / n, "%"}
+				}
+			}
+			if m := recallLog.FindStringSubmatch(l); m != nil {
+				n, _ := strconv.ParseFloat(m[2], 64)
+				vals[name+":abusive"] = Val{n, ""}
+			}
+			if m := lagLog.FindStringSubmatch(l); m != nil {
+				s, _ := strconv.ParseFloat(m[2], 64)
+				vals[name+":max_lag_s"] = Val{s, "s"}
+			}
+		}
+	}
+}
+
+// stepOf returns the result of the step with id in the sections, if it ran.
+func stepOf(secs []*SectionResult, id string) *StepResult {
+	for _, s := range secs {
+		for _, r := range s.Steps {
+			if r.Step.ID == id {
+				return r
+			}
+		}
+	}
+	return nil
+}
+
+// benchTable is every result of a go test -bench run, one column per unit.
+func benchTable(o Output) string {
+	var units []string
+	for _, b := range o.Benchmarks {
+		for _, v := range b.Values {
+			if !slices.Contains(units, v.Unit) {
+				units = append(units, v.Unit)
+			}
+		}
+	}
+	var b strings.Builder
+	b.WriteString("| benchmark | GOMAXPROCS | iterations | " + strings.Join(units, " | ") + " |\n|---|---|---|" + strings.Repeat("---|", len(units)) + "\n")
+	for _, bm := range o.Benchmarks {
+		fmt.Fprintf(&b, "| %s | %d | %s |", mdEscape(short(bm.Name)), bm.Procs, thousands(float64(bm.Iters)))
+		for _, u := range units {
+			if v, ok := bm.Get(u); ok {
+				b.WriteString(" " + fmtUnit(v, u) + " |")
+			} else {
+				b.WriteString(" |")
+			}
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// benchLogs is the benchmarks' b.Log lines, folded.
+func benchLogs(o Output) string {
+	var b strings.Builder
+	for _, bm := range o.Benchmarks {
+		if len(bm.Log) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "%s:\n", short(bm.Name))
+		for _, l := range bm.Log {
+			b.WriteString("    " + l + "\n")
+		}
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return "<details><summary>benchmark log</summary>\n\n```\n" + b.String() + "```\n\n</details>\n\n"
+}
+
+func httpTable(r *bench.Report) string {
+	var b strings.Builder
+	per := float64(max(r.Batch, 1))
+	fmt.Fprintf(&b, "%s per run, %d principals, %s checks per request, %d requests in flight (open loop), %d senders (closed loop). Rates are checks/s; latencies are per request.\n\n",
+		fmtValue(r.Duration, "s"), r.Principals, thousands(per), r.Workers, r.SatWorkers)
+	b.WriteString("| run | offered checks/s | achieved checks/s | requests | errors | p50 | p90 | p99 | p99.9 | max |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, run := range r.Runs {
+		offered := "—"
+		if !run.Closed {
+			offered = thousands(run.Offered * per)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", run.Name, offered, thousands(run.Achieved*per),
+			thousands(float64(run.Requests)), thousands(float64(run.Errors)), fmtValue(run.P50, "ms"), fmtValue(run.P90, "ms"),
+			fmtValue(run.P99, "ms"), fmtValue(run.P999, "ms"), fmtValue(run.Max, "ms"))
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// engineCases are the EngineCheck cases in the order they ran, and the
+// checks/s by case and batch.
+func engineCases(vals map[string]Val) (cases []string, byBatch map[string][]float64) {
+	byBatch = map[string][]float64{}
+	var keys []string
+	for k := range vals {
+		if strings.HasPrefix(k, "EngineCheck/") && strings.HasSuffix(k, ":checks/s") {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		name := strings.TrimSuffix(strings.TrimPrefix(k, "EngineCheck/"), ":checks/s")
+		c, _, _ := strings.Cut(name, "/")
+		if !slices.Contains(cases, c) {
+			cases = append(cases, c)
+		}
+	}
+	for _, k := range keys {
+		name := strings.TrimSuffix(strings.TrimPrefix(k, "EngineCheck/"), ":checks/s")
+		c, batch, _ := strings.Cut(name, "/")
+		if byBatch[batch] == nil {
+			byBatch[batch] = nanSlice(len(cases))
+		}
+		byBatch[batch][slices.Index(cases, c)] = vals[k].V
+	}
+	return cases, byBatch
+}
+
+func nanSlice(n int) []float64 {
+	s := make([]float64, n)
+	for i := range s {
+		s[i] = math.NaN()
+	}
+	return s
+}
+
+func get(vals map[string]Val, key string) float64 {
+	if v, ok := vals[key]; ok {
+		return v.V
+	}
+	return math.NaN()
+}

@@ -1,0 +1,94 @@
+package web
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/floodgate-dev/floodgate/services/console/internal/dlq"
+	"github.com/floodgate-dev/floodgate/services/console/internal/store"
+)
+
+// actionDLQPurge is the console's audit action for a purge through the dlq-auditor.
+const actionDLQPurge = "dlq.purge"
+
+type dlqPurgeView struct {
+	Title  string
+	IDs    []string
+	Reason string
+}
+
+// dlqPurge deletes the selected stored dead letters through the auditor
+// (POST /v1/purges, role sre there too) in two steps: without confirm=yes it
+// shows what would be purged and asks; with it, it purges and writes the
+// console's audit row.
+func (s *Server) dlqPurge(w http.ResponseWriter, r *http.Request) {
+	req := current(r)
+	_ = r.ParseForm()
+	ids := r.PostForm["id"]
+	who := store.Actor{Name: req.who.Name, Role: req.who.Role.String(), Reason: strings.TrimSpace(r.PostFormValue("reason")), CorrelationID: req.corr}
+	refuse := func(code int, msg string) {
+		s.metrics.actions.WithLabelValues(actionDLQPurge, map[bool]string{true: "error", false: "refused"}[code >= 500]).Inc()
+		if wantsJSON(r) {
+			s.fail(w, r, code, msg)
+			return
+		}
+		v := s.loadDLQ(r, "", "24h")
+		v.Errors = append([]string{msg}, v.Errors...)
+		w.WriteHeader(code)
+		s.render(w, r, "dlq", v)
+	}
+	switch {
+	case s.cfg.DLQ == nil:
+		refuse(http.StatusServiceUnavailable, "no dlq-auditor is configured")
+		return
+	case len(ids) == 0:
+		refuse(http.StatusUnprocessableEntity, "select at least one dead letter to purge")
+		return
+	case len(ids) > 1000:
+		refuse(http.StatusUnprocessableEntity, "at most 1000 dead letters per purge")
+		return
+	case who.Reason == "":
+		refuse(http.StatusUnprocessableEntity, "a reason is required")
+		return
+	case len(who.Reason) > store.MaxReason:
+		refuse(http.StatusUnprocessableEntity, fmt.Sprintf("the reason is longer than %d bytes", store.MaxReason))
+		return
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		if wantsJSON(r) {
+			s.fail(w, r, http.StatusPreconditionRequired, "a purge cannot be undone: send confirm=yes")
+			return
+		}
+		s.render(w, r, "dlqpurge", dlqPurgeView{Title: "Purge dead letters?", IDs: ids, Reason: who.Reason})
+		return
+	}
+	res, err := s.cfg.DLQ.Purge(r.Context(), ids, who.Reason+" (console user "+who.Name+")", req.corr)
+	var de *dlq.Error
+	switch {
+	case errors.As(err, &de) && de.Status < 500:
+		refuse(de.Status, "The dlq-auditor refused the purge: "+de.Message)
+		return
+	case err != nil:
+		s.cfg.Log.Error("dlq purge", "err", err, "correlation_id", req.corr)
+		refuse(http.StatusBadGateway, "The dlq-auditor failed or could not be reached; some records may have been purged (each one it purged is in its audit trail): "+err.Error())
+		return
+	}
+	after := map[string]any{"purged": res.Purged, "items": res.Items}
+	if err := s.cfg.Store.RecordRemote(r.Context(), store.SubjectDLQ, actionDLQPurge, "", who, map[string]any{"ids": ids}, after); err != nil {
+		s.metrics.actions.WithLabelValues(actionDLQPurge, "audit_error").Inc()
+		s.cfg.Log.Error("console audit row", "action", actionDLQPurge, "err", err, "correlation_id", req.corr)
+		s.fail(w, r, http.StatusServiceUnavailable, fmt.Sprintf("The purge ran (%d purged, each audited by the dlq-auditor) but the console's own audit row failed: %v", res.Purged, err))
+		return
+	}
+	s.metrics.actions.WithLabelValues(actionDLQPurge, "ok").Inc()
+	s.cfg.Log.Info("action", "action", actionDLQPurge, "actor", who.Name, "purged", res.Purged, "correlation_id", req.corr)
+	if wantsJSON(r) {
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
+	v := s.loadDLQ(r, "", "24h")
+	v.Purged = &res
+	s.render(w, r, "dlq", v)
+}
