@@ -199,7 +199,7 @@ func TestReportHasEverySectionCommandTableAndPlot(t *testing.T) {
 		"limiter-throughput.svg":  {"achieved (open loop)", "target: ≥ 40,000 checks/s sustained", "saturation (closed loop)", "achieved, batch endpoint (100 checks/request)", "batch endpoint saturation"},
 		"limiter-engine.svg":      {"batch=1", "batch=64", "one-tier", "Envoy ShouldRateLimit over gRPC"},
 		"pipeline-throughput.svg": {"detector drain", "ledger backlog", "producer"},
-		"pipeline-lag.svg":        {"p50", "p99", "quota ledger, steady"},
+		"pipeline-lag.svg":        {"ledger steady: p50", "ledger steady: p99", "detector live: max"},
 		"detector-latency.svg":    {"measured", "target: p99 ≤ 2,000 ms"},
 		"detector-quality.svg":    {"abusive penalized (recall)", "legitimate left alone"},
 		"ledger-writes.svg":       {"backlog/1M-events/1k-principals", "steady/10k-per-s/500-principals"},
@@ -312,4 +312,56 @@ func TestFailedCommandIsReported(t *testing.T) {
 	require.Contains(t, det, "no-such-package", "the tail of the command's output")
 	require.Contains(t, md, "| DecodeAdjustment/floodgate |")
 	require.Contains(t, md, "_Not run in this report (left out with `-only`)._")
+}
+
+// Reload reads back what a run left beside the report, and the plots drawn from
+// it are the plots the run drew.
+func TestReloadRedrawsThePlotsOfARun(t *testing.T) {
+	o := testOptions(t)
+	data := t.TempDir()
+	o.DataDir = data
+	for _, s := range Suite(o) {
+		for _, st := range s.Steps {
+			switch st.Kind {
+			case GoBench:
+				require.NoError(t, os.WriteFile(filepath.Join(data, st.ID+".txt"), readTestdata(t, st.ID+".txt"), 0o644))
+			case LoadGen:
+				require.NoError(t, os.WriteFile(filepath.Join(data, st.ID+".txt"), []byte("loadgen table\n"), 0o644))
+				require.NoError(t, os.WriteFile(st.JSON, readTestdata(t, filepath.Base(st.JSON)), 0o644))
+			case GoTest:
+				require.NoError(t, os.WriteFile(filepath.Join(data, st.ID+".txt"), []byte("ok  \tgithub.com/floodgate-dev/floodgate/services/quota\t1.0s\n"), 0o644))
+			}
+		}
+	}
+	want := fixtureReport(t, o)
+	want.Build()
+
+	r := &Runner{Dir: t.TempDir()} // JSON paths are absolute here; the directory must not matter
+	got := &Report{Sections: r.Reload(Suite(o), data)}
+	for _, s := range got.Sections {
+		for _, st := range s.Steps {
+			require.NoError(t, st.Err, st.Step.ID)
+		}
+	}
+	out := t.TempDir()
+	require.NoError(t, got.WriteCharts(out))
+	require.Equal(t, len(want.Charts()), len(got.Charts()))
+	for name, b := range want.Charts() {
+		drawn, err := os.ReadFile(filepath.Join(out, name))
+		require.NoError(t, err, name)
+		require.Equal(t, string(b), string(drawn), name)
+	}
+
+	// A failed test, or a missing output, is a failed step, not a pass.
+	require.NoError(t, os.WriteFile(filepath.Join(data, "quota-exactness.txt"), []byte("--- FAIL: TestFaultExactness\nFAIL\n"), 0o644))
+	require.NoError(t, os.Remove(filepath.Join(data, "stream.txt")))
+	failed := map[string]bool{}
+	for _, s := range r.Reload(Suite(o), data) {
+		for _, st := range s.Steps {
+			if st.Err != nil {
+				failed[st.Step.ID] = true
+			}
+		}
+	}
+	require.Equal(t, map[string]bool{"quota-exactness": true, "stream": true}, failed)
 }

@@ -198,6 +198,20 @@ func (rep *Report) Write(out, tmpl string) error {
 // Charts returns the rendered charts by file name.
 func (rep *Report) Charts() map[string][]byte { return rep.charts }
 
+// WriteCharts builds the report and writes only its plots into dir.
+func (rep *Report) WriteCharts(dir string) error {
+	rep.Build()
+	if len(rep.errs) > 0 {
+		return fmt.Errorf("plots: %s", strings.Join(rep.errs, "; "))
+	}
+	for name, b := range rep.charts {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			return fmt.Errorf("write plot: %w", err)
+		}
+	}
+	return nil
+}
+
 func (rep *Report) machineMarkdown() string {
 	m := rep.Machine
 	var b strings.Builder

@@ -110,6 +110,13 @@ func (r *Runner) Run(ctx context.Context, s *Step) *StepResult {
 	res.Elapsed = time.Since(res.Started)
 	res.LoadAfter = LoadAverage()
 	res.Output = out.Bytes()
+	r.read(res)
+	return res
+}
+
+// read fills res's results from its output and, for loadgen, its JSON file.
+func (r *Runner) read(res *StepResult) {
+	s := res.Step
 	switch s.Kind {
 	case GoBench:
 		o, err := ParseGoBench(bytes.NewReader(res.Output))
@@ -135,8 +142,39 @@ func (r *Runner) Run(ctx context.Context, s *Step) *StepResult {
 				res.Err, res.HTTP = fmt.Errorf("read loadgen results: %w", err), nil
 			}
 		}
+	case GoTest:
+		if res.Err == nil && !bytes.Contains(res.Output, []byte("\nok ")) && !bytes.HasPrefix(res.Output, []byte("ok ")) {
+			res.Err = errors.New("no passing test in the output")
+		}
 	}
-	return res
+}
+
+// Reload reads the results of a report written earlier from its raw outputs
+// in dataDir (<step>.txt, and the loadgen JSON files the steps name), without
+// running anything: enough to redraw the plots (`benchreport -replot`).
+// Times and load averages are not in the raw outputs and stay zero.
+func (r *Runner) Reload(sections []Section, dataDir string) []*SectionResult {
+	var out []*SectionResult
+	done := map[*Step]*StepResult{}
+	for _, s := range sections {
+		sr := &SectionResult{Section: s, Ran: true}
+		for _, st := range s.Steps {
+			res, ok := done[st]
+			if !ok {
+				res = &StepResult{Step: st, RawFile: st.ID + ".txt"}
+				var err error
+				if res.Output, err = os.ReadFile(filepath.Join(dataDir, res.RawFile)); err != nil {
+					res.Err = fmt.Errorf("read raw output: %w", err)
+				} else {
+					r.read(res)
+				}
+				done[st] = res
+			}
+			sr.Steps = append(sr.Steps, res)
+		}
+		out = append(out, sr)
+	}
+	return out
 }
 
 func status(err error) string {

@@ -47,6 +47,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	url := fs.String("url", "http://127.0.0.1:18080", "where loadgen's limiter listens")
 	tmpl := fs.String("template", "", "a template to render instead of the embedded loadtest/benchreport/benchmarks.md.tmpl")
 	verbose := fs.Bool("v", false, "copy every command's output to stderr")
+	replot := fs.Bool("replot", false, "run nothing: redraw the plots beside -out from the raw outputs an earlier run left there (the Markdown is not rewritten)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -104,6 +105,14 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		command += " " + strings.Join(args, " ")
 	}
 	r := &benchreport.Runner{Dir: dir, Env: append(os.Environ(), "FLOODGATE_DYNAMODB_ENDPOINT="+dynamo), Progress: os.Stderr, Verbose: *verbose}
+	if *replot {
+		rep := &benchreport.Report{Sections: r.Reload(benchreport.Suite(o), plotDir)}
+		if err := rep.WriteCharts(plotDir); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "benchreport: redrew the plots in %s/ from its raw outputs\n", plotDir)
+		return nil
+	}
 	rep := &benchreport.Report{Machine: benchreport.ReadMachine(ctx, dir), Command: command, Quick: *quick}
 	started := time.Now()
 	rep.Sections = benchreport.Run(ctx, r, benchreport.Suite(o), o.Selected)

@@ -67,7 +67,7 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRul
 	if cfg.InfluxInterval > 0 {
 		influx := influxdb2.NewClient(cfg.InfluxURL, cfg.InfluxToken)
 		defer influx.Close()
-		counts = limiter.NewScopeCounts(influx, "", cfg.InfluxBucket, cfg.Gateway, time.Now, log)
+		counts = limiter.NewScopeCounts(influx, cfg.InfluxOrg, cfg.InfluxBucket, cfg.Gateway, time.Now, log)
 		observer = counts
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -42,6 +42,7 @@ type Config struct {
 	RedisBatch      int           // FLOODGATE_LIMITER_REDIS_BATCH: concurrent checks per pipelined Redis write; 1 disables batching
 	InfluxURL       string        // FLOODGATE_INFLUX_URL
 	InfluxToken     string        // FLOODGATE_INFLUX_TOKEN
+	InfluxOrg       string        // FLOODGATE_INFLUX_ORG (InfluxDB 2; ignored by InfluxDB 1.8)
 	InfluxBucket    string        // FLOODGATE_INFLUX_BUCKET ("db/rp" on InfluxDB 1.8)
 	InfluxInterval  time.Duration // FLOODGATE_LIMITER_INFLUX_INTERVAL: per-scope counts flush; 0 disables
 	EventBuffer     int           // FLOODGATE_LIMITER_EVENT_BUFFER: decision events held while Kafka is slow
@@ -84,6 +85,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		RedisBatch:      e.Int("FLOODGATE_LIMITER_REDIS_BATCH", 64),
 		InfluxURL:       e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
 		InfluxToken:     e.String("FLOODGATE_INFLUX_TOKEN", ""),
+		InfluxOrg:       e.String("FLOODGATE_INFLUX_ORG", ""),
 		InfluxBucket:    e.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket),
 		InfluxInterval:  e.Duration("FLOODGATE_LIMITER_INFLUX_INTERVAL", 10*time.Second),
 		EventBuffer:     e.Int("FLOODGATE_LIMITER_EVENT_BUFFER", 65536),
