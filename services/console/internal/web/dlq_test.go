@@ -29,75 +29,11 @@ import (
 // in-process broker: a dead letter of the quota service is summarised,
 // inspected and replayed from the console, and the quota service then counts it.
 func TestDeadLetters(t *testing.T) {
-	b := broker(t)
-	dlqAddr, quotaAddr := freeAddr(t), freeAddr(t)
-	raw := make([]byte, 32)
-	_, err := rand.Read(raw)
-	require.NoError(t, err)
-	token := "fgdlq_" + base64.RawURLEncoding.EncodeToString(raw)
-	sum := sha256.Sum256([]byte(token))
-	tokens := filepath.Join(t.TempDir(), "tokens")
-	require.NoError(t, os.WriteFile(tokens, []byte("console sre "+hex.EncodeToString(sum[:])+"\n"), 0o600))
-
-	var prefix string
-	e := newEnvWith(t, func(cfg *Config, p string) {
-		prefix = p
-		c, err := dlq.New("http://"+dlqAddr, token, nil)
-		require.NoError(t, err)
-		cfg.DLQ = c
-		q, err := quota.New("http://"+quotaAddr, nil)
-		require.NoError(t, err)
-		cfg.Quota = q
-	})
-	group := "quota-" + e.run
-	startProcess(t, serviceBinary(t, "quota"), []string{
-		"FLOODGATE_QUOTA_ADDR=" + quotaAddr, "FLOODGATE_KAFKA_BROKERS=" + b, "FLOODGATE_QUOTA_GROUP=" + group,
-		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + dynamoEndpoint(),
-	})
-	startProcess(t, serviceBinary(t, "dlq-auditor"), []string{
-		"FLOODGATE_DLQ_ADDR=" + dlqAddr, "FLOODGATE_KAFKA_BROKERS=" + b, "FLOODGATE_DLQ_GROUP=auditor-" + e.run,
-		"FLOODGATE_DLQ_DISCOVER_INTERVAL=1s", "FLOODGATE_DLQ_TOKENS_FILE=" + tokens, "FLOODGATE_DLQ_CANARY_TIMEOUT=30s",
-		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + dynamoEndpoint(),
-	})
-	waitReady(t, "http://"+quotaAddr+"/readyz")
-	waitReady(t, "http://"+dlqAddr+"/healthz")
-
-	// Two dead letters of the quota service: a valid decision it failed to
-	// write (transient) and a poison message.
+	dl := startDeadLetters(t)
+	e, direct, d, goodID, poisonID := dl.env, dl.direct, dl.decision, dl.goodID, dl.poisonID
+	topic := config.DefaultDecisionsTopic
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	now := time.Now().UTC()
-	d := events.Decision{ID: "ev_" + e.run, TS: now, Principal: events.Principal{Kind: events.PrincipalBot, ID: e.run + "_dlq"},
-		IP: netip.MustParseAddr("203.0.113.7"), Method: "POST", Route: "/channels/{channel_id}/messages",
-		Allowed: true, Tier: events.TierPrincipal, Cost: 3, Limit: 50, Remaining: 10, Gateway: "test"}
-	v, err := events.EncodeDecision(&d)
-	require.NoError(t, err)
-	topic := config.DefaultDecisionsTopic
-	good := stream.DLQRecord{Key: []byte(d.Key()), Value: v, Headers: stream.CloudEventHeaders(events.CETypeDecision, d.ID, "/test", d.TS),
-		SourceTopic: topic, Partition: 0, Offset: 41, Timestamp: now, ConsumerGroup: group, Service: "quota",
-		ErrorClass: stream.ClassTransientExhausted, ErrorMessage: "update ledger: throttled", Attempts: 8, FirstFailure: now}
-	poison := stream.DLQRecord{Key: []byte("bot:x"), Value: []byte(`{"type":"decision.v1","id":"p1"`), SourceTopic: topic, Partition: 0, Offset: 42,
-		Timestamp: now, ConsumerGroup: group, Service: "quota", ErrorClass: stream.ClassPoison, ErrorMessage: "decode decision: unexpected EOF", Attempts: 1, FirstFailure: now}
-	p := stream.NewProducer(stream.ProducerConfig{Brokers: []string{b}})
-	t.Cleanup(func() { _ = p.Close() })
-	require.NoError(t, p.Publish(ctx, good.Message(topic+".dlq"), poison.Message(topic+".dlq")))
-	direct, err := dlq.New("http://"+dlqAddr, token, nil)
-	require.NoError(t, err)
-	var goodID, poisonID string
-	require.Eventually(t, func() bool {
-		recs, _, err := direct.List(ctx, topic, "", now.Add(-time.Hour), time.Now().Add(time.Minute), 100)
-		if err != nil || len(recs) < 2 {
-			return false
-		}
-		for _, r := range recs {
-			if r.Class == string(stream.ClassPoison) {
-				poisonID = r.ID
-			} else {
-				goodID = r.ID
-			}
-		}
-		return true
-	}, 60*time.Second, 300*time.Millisecond, "the auditor stores both dead letters")
 
 	sre := e.client(t)
 	sre.login("sre1")
@@ -197,4 +133,91 @@ func TestDeadLetters(t *testing.T) {
 		require.Equal(t, http.StatusOK, res.StatusCode, body)
 		require.Contains(t, body, "Purged 0 of 1.", "already gone: not_found")
 	})
+}
+
+// deadLetters is a console wired to a real dlq-auditor and quota service
+// (binaries) on an in-process broker, with two dead letters of the quota
+// service on the decisions topic's DLQ, both stored by the auditor.
+type deadLetters struct {
+	env      *testEnv
+	direct   *dlq.Client     // the auditor's API with the console's (sre) token
+	decision events.Decision // the valid decision the quota service failed to write
+	goodID   string          // its dead letter (transient_exhausted)
+	poisonID string          // the poison message's dead letter
+}
+
+// startDeadLetters starts the auditor and the quota service, produces the two
+// dead letters and waits until the auditor stores both.
+func startDeadLetters(t *testing.T) *deadLetters {
+	t.Helper()
+	b := broker(t)
+	dlqAddr, quotaAddr := freeAddr(t), freeAddr(t)
+	raw := make([]byte, 32)
+	_, err := rand.Read(raw)
+	require.NoError(t, err)
+	token := "fgdlq_" + base64.RawURLEncoding.EncodeToString(raw)
+	sum := sha256.Sum256([]byte(token))
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(tokens, []byte("console sre "+hex.EncodeToString(sum[:])+"\n"), 0o600))
+
+	var prefix string
+	e := newEnvWith(t, func(cfg *Config, p string) {
+		prefix = p
+		c, err := dlq.New("http://"+dlqAddr, token, nil)
+		require.NoError(t, err)
+		cfg.DLQ = c
+		q, err := quota.New("http://"+quotaAddr, nil)
+		require.NoError(t, err)
+		cfg.Quota = q
+	})
+	group := "quota-" + e.run
+	startProcess(t, serviceBinary(t, "quota"), []string{
+		"FLOODGATE_QUOTA_ADDR=" + quotaAddr, "FLOODGATE_KAFKA_BROKERS=" + b, "FLOODGATE_QUOTA_GROUP=" + group,
+		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + dynamoEndpoint(),
+	})
+	startProcess(t, serviceBinary(t, "dlq-auditor"), []string{
+		"FLOODGATE_DLQ_ADDR=" + dlqAddr, "FLOODGATE_KAFKA_BROKERS=" + b, "FLOODGATE_DLQ_GROUP=auditor-" + e.run,
+		"FLOODGATE_DLQ_DISCOVER_INTERVAL=1s", "FLOODGATE_DLQ_TOKENS_FILE=" + tokens, "FLOODGATE_DLQ_CANARY_TIMEOUT=30s",
+		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + dynamoEndpoint(),
+	})
+	waitReady(t, "http://"+quotaAddr+"/readyz")
+	waitReady(t, "http://"+dlqAddr+"/healthz")
+
+	// Two dead letters of the quota service: a valid decision it failed to
+	// write (transient) and a poison message.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	now := time.Now().UTC()
+	d := events.Decision{ID: "ev_" + e.run, TS: now, Principal: events.Principal{Kind: events.PrincipalBot, ID: e.run + "_dlq"},
+		IP: netip.MustParseAddr("203.0.113.7"), Method: "POST", Route: "/channels/{channel_id}/messages",
+		Allowed: true, Tier: events.TierPrincipal, Cost: 3, Limit: 50, Remaining: 10, Gateway: "test"}
+	v, err := events.EncodeDecision(&d)
+	require.NoError(t, err)
+	topic := config.DefaultDecisionsTopic
+	good := stream.DLQRecord{Key: []byte(d.Key()), Value: v, Headers: stream.CloudEventHeaders(events.CETypeDecision, d.ID, "/test", d.TS),
+		SourceTopic: topic, Partition: 0, Offset: 41, Timestamp: now, ConsumerGroup: group, Service: "quota",
+		ErrorClass: stream.ClassTransientExhausted, ErrorMessage: "update ledger: throttled", Attempts: 8, FirstFailure: now}
+	poison := stream.DLQRecord{Key: []byte("bot:x"), Value: []byte(`{"type":"decision.v1","id":"p1"`), SourceTopic: topic, Partition: 0, Offset: 42,
+		Timestamp: now, ConsumerGroup: group, Service: "quota", ErrorClass: stream.ClassPoison, ErrorMessage: "decode decision: unexpected EOF", Attempts: 1, FirstFailure: now}
+	p := stream.NewProducer(stream.ProducerConfig{Brokers: []string{b}})
+	t.Cleanup(func() { _ = p.Close() })
+	require.NoError(t, p.Publish(ctx, good.Message(topic+".dlq"), poison.Message(topic+".dlq")))
+	direct, err := dlq.New("http://"+dlqAddr, token, nil)
+	require.NoError(t, err)
+	var goodID, poisonID string
+	require.Eventually(t, func() bool {
+		recs, _, err := direct.List(ctx, topic, "", now.Add(-time.Hour), time.Now().Add(time.Minute), 100)
+		if err != nil || len(recs) < 2 {
+			return false
+		}
+		for _, r := range recs {
+			if r.Class == string(stream.ClassPoison) {
+				poisonID = r.ID
+			} else {
+				goodID = r.ID
+			}
+		}
+		return true
+	}, 60*time.Second, 300*time.Millisecond, "the auditor stores both dead letters")
+	return &deadLetters{env: e, direct: direct, decision: d, goodID: goodID, poisonID: poisonID}
 }
