@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
@@ -77,6 +78,15 @@ func TestBrowser(t *testing.T) {
 		)
 	}
 
+	// A real limiter engine on the same Redis applies the detector's penalty to the
+	// alert's principal before the lift, and stops applying it after.
+	principal, err := events.ParsePrincipalKey(a.Principal)
+	require.NoError(t, err)
+	botLimit := penaltyEngine(t, e)
+	limit, mult := botLimit(principal)
+	require.Equal(t, 0.1, mult, "the penalty is applied before the lift")
+	require.Equal(t, int64(10), limit, "100 × 0.1")
+
 	// Analyst: sign in → alerts list → the alert → lift its penalty with a reason.
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(e.srv.URL+"/login"),
@@ -106,6 +116,9 @@ func TestBrowser(t *testing.T) {
 	require.Contains(t, afterLift, "Penalty lifted")
 	require.Contains(t, afterLift, "TS-42: verified partner load test", "the audit row is on the page")
 	require.False(t, e.penaltyExists(t, a), "the Redis penalty key is gone")
+	limit, mult = botLimit(principal)
+	require.Equal(t, 1.0, mult, "the limiter no longer applies the lifted penalty")
+	require.Equal(t, int64(100), limit)
 	log, err := e.st.AuditLog(context.Background(), a.Principal, 5)
 	require.NoError(t, err)
 	require.Len(t, log, 1)
@@ -229,4 +242,23 @@ func textOf(t *testing.T, ctx context.Context, sel string) string {
 	v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
 	require.NoError(t, err, "text of %s", sel)
 	return v
+}
+
+// penaltyEngine is a real limiter engine on the test's Redis with one bot rule of
+// 100 per hour; the function it returns checks p once and reports the limit the
+// engine applied and the penalty multiplier it read.
+func penaltyEngine(t *testing.T, e *testEnv) func(p events.Principal) (int64, float64) {
+	t.Helper()
+	rs, err := limiter.ParseRules("test.yaml", []byte("version: 1\nrules:\n  - {id: bots, tier: principal, kinds: [bot], limit: 100, period: 1h}\n"))
+	require.NoError(t, err)
+	eng, err := limiter.NewEngine(limiter.EngineConfig{Redis: e.rdb, Rules: limiter.NewRuleStore(rs), Budget: 2 * time.Second})
+	require.NoError(t, err)
+	require.NoError(t, eng.Load(context.Background()))
+	return func(p events.Principal) (int64, float64) {
+		t.Helper()
+		r, err := eng.Check(context.Background(), limiter.Request{Principal: p, Method: "GET", Route: "/x", Cost: 1})
+		require.NoError(t, err)
+		require.Len(t, r.Tiers, 1)
+		return r.Tiers[0].Limit, r.Penalty
+	}
 }
