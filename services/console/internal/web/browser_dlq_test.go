@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/url"
-	"os"
 	"testing"
 	"time"
 
@@ -22,21 +21,7 @@ import (
 // on the next page, and the auditor no longer has it; then a viewer finds no
 // replay or purge form. Screenshots as in TestBrowser.
 func TestBrowserDeadLetters(t *testing.T) {
-	if testing.Short() {
-		t.Skip("drives a real browser against the local stack; run `make test`")
-	}
-	bin := os.Getenv("FLOODGATE_CHROMIUM")
-	if bin == "" {
-		bin = "/usr/bin/chromium"
-	}
-	if st, err := os.Stat(bin); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-		t.Fatalf("chromium not found at %s (set FLOODGATE_CHROMIUM or run deploy/local/browser.sh): %v", bin, err)
-	}
-	shots := os.Getenv("FLOODGATE_CONSOLE_SCREENSHOTS")
-	if shots == "" {
-		shots = t.TempDir()
-	}
-	require.NoError(t, os.MkdirAll(shots, 0o755))
+	bin, shots := browserSetup(t)
 
 	dl := startDeadLetters(t)
 	e := dl.env

@@ -36,21 +36,7 @@ import (
 // page, then switches the adjuster to dry run with a reason (the adjuster's
 // settings change and both audit rows exist), and looks at the block rate.
 func TestBrowserSRE(t *testing.T) {
-	if testing.Short() {
-		t.Skip("drives a real browser against the local stack; run `make test`")
-	}
-	bin := os.Getenv("FLOODGATE_CHROMIUM")
-	if bin == "" {
-		bin = "/usr/bin/chromium"
-	}
-	if st, err := os.Stat(bin); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-		t.Fatalf("chromium not found at %s (set FLOODGATE_CHROMIUM or run deploy/local/browser.sh): %v", bin, err)
-	}
-	shots := os.Getenv("FLOODGATE_CONSOLE_SCREENSHOTS")
-	if shots == "" {
-		shots = t.TempDir()
-	}
-	require.NoError(t, os.MkdirAll(shots, 0o755))
+	bin, shots := browserSetup(t)
 
 	env := config.NewEnv(os.Getenv)
 	influx := influxdb2.NewClient(env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL), env.String("FLOODGATE_INFLUX_TOKEN", ""))

@@ -28,21 +28,7 @@ import (
 // missing. Screenshots go to FLOODGATE_CONSOLE_SCREENSHOTS when set
 // (docs/screenshots), else to a temporary directory.
 func TestBrowser(t *testing.T) {
-	if testing.Short() {
-		t.Skip("drives a real browser against the local stack; run `make test`")
-	}
-	bin := os.Getenv("FLOODGATE_CHROMIUM")
-	if bin == "" {
-		bin = "/usr/bin/chromium"
-	}
-	if st, err := os.Stat(bin); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-		t.Fatalf("chromium not found at %s (set FLOODGATE_CHROMIUM or run deploy/local/browser.sh): %v", bin, err)
-	}
-	shots := os.Getenv("FLOODGATE_CONSOLE_SCREENSHOTS")
-	if shots == "" {
-		shots = t.TempDir()
-	}
-	require.NoError(t, os.MkdirAll(shots, 0o755))
+	bin, shots := browserSetup(t)
 
 	b := broker(t)
 	e := newEnvWith(t, func(cfg *Config, _ string) {
@@ -261,4 +247,27 @@ func penaltyEngine(t *testing.T, e *testEnv) func(p events.Principal) (int64, fl
 		require.Len(t, r.Tiers, 1)
 		return r.Tiers[0].Limit, r.Penalty
 	}
+}
+
+// browserSetup skips in -short mode, fails when Chromium is missing, and
+// returns its path (FLOODGATE_CHROMIUM, default /usr/bin/chromium) and the
+// screenshot directory (FLOODGATE_CONSOLE_SCREENSHOTS, else a temporary one).
+func browserSetup(t *testing.T) (bin, shots string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("drives a real browser against the local stack; run `make test`")
+	}
+	bin = os.Getenv("FLOODGATE_CHROMIUM")
+	if bin == "" {
+		bin = "/usr/bin/chromium"
+	}
+	if st, err := os.Stat(bin); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		t.Fatalf("chromium not found at %s (set FLOODGATE_CHROMIUM or run deploy/local/browser.sh): %v", bin, err)
+	}
+	shots = os.Getenv("FLOODGATE_CONSOLE_SCREENSHOTS")
+	if shots == "" {
+		shots = t.TempDir()
+	}
+	require.NoError(t, os.MkdirAll(shots, 0o755))
+	return bin, shots
 }

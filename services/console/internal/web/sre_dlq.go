@@ -168,21 +168,8 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(code)
 		s.render(w, r, "dlq", v)
 	}
-	switch {
-	case s.cfg.DLQ == nil:
-		refuse(http.StatusServiceUnavailable, "no dlq-auditor is configured")
-		return
-	case len(ids) == 0:
-		refuse(http.StatusUnprocessableEntity, "select at least one dead letter to replay")
-		return
-	case len(ids) > 1000:
-		refuse(http.StatusUnprocessableEntity, "at most 1000 dead letters per replay")
-		return
-	case who.Reason == "":
-		refuse(http.StatusUnprocessableEntity, "a reason is required")
-		return
-	case len(who.Reason) > store.MaxReason:
-		refuse(http.StatusUnprocessableEntity, fmt.Sprintf("the reason is longer than %d bytes", store.MaxReason))
+	if code, msg := s.checkDLQSelection(ids, who, "replay"); code != 0 {
+		refuse(code, msg)
 		return
 	}
 	res, err := s.cfg.DLQ.Replay(r.Context(), ids, who.Reason+" (console user "+who.Name+")", req.corr)
@@ -212,4 +199,21 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request) {
 	v = s.loadDLQ(r, "", "24h")
 	v.Result = &res
 	s.render(w, r, "dlq", v)
+}
+
+// checkDLQSelection validates a replay or purge request; code 0 means valid.
+func (s *Server) checkDLQSelection(ids []string, who store.Actor, verb string) (int, string) {
+	switch {
+	case s.cfg.DLQ == nil:
+		return http.StatusServiceUnavailable, "no dlq-auditor is configured"
+	case len(ids) == 0:
+		return http.StatusUnprocessableEntity, "select at least one dead letter to " + verb
+	case len(ids) > 1000:
+		return http.StatusUnprocessableEntity, "at most 1000 dead letters per " + verb
+	case who.Reason == "":
+		return http.StatusUnprocessableEntity, "a reason is required"
+	case len(who.Reason) > store.MaxReason:
+		return http.StatusUnprocessableEntity, fmt.Sprintf("the reason is longer than %d bytes", store.MaxReason)
+	}
+	return 0, ""
 }

@@ -39,21 +39,8 @@ func (s *Server) dlqPurge(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(code)
 		s.render(w, r, "dlq", v)
 	}
-	switch {
-	case s.cfg.DLQ == nil:
-		refuse(http.StatusServiceUnavailable, "no dlq-auditor is configured")
-		return
-	case len(ids) == 0:
-		refuse(http.StatusUnprocessableEntity, "select at least one dead letter to purge")
-		return
-	case len(ids) > 1000:
-		refuse(http.StatusUnprocessableEntity, "at most 1000 dead letters per purge")
-		return
-	case who.Reason == "":
-		refuse(http.StatusUnprocessableEntity, "a reason is required")
-		return
-	case len(who.Reason) > store.MaxReason:
-		refuse(http.StatusUnprocessableEntity, fmt.Sprintf("the reason is longer than %d bytes", store.MaxReason))
+	if code, msg := s.checkDLQSelection(ids, who, "purge"); code != 0 {
+		refuse(code, msg)
 		return
 	}
 	if r.PostFormValue("confirm") != "yes" {
