@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -66,7 +67,7 @@ func TestClosedLoopCountsErrors(t *testing.T) {
 func TestBatchTargetSendsValidBatches(t *testing.T) {
 	var checks atomic.Int64
 	seen := map[string]bool{}
-	var mu = make(chan struct{}, 1)
+	var mu sync.Mutex
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/check/batch" {
 			w.WriteHeader(http.StatusNotFound)
@@ -83,9 +84,9 @@ func TestBatchTargetSendsValidBatches(t *testing.T) {
 				w.WriteHeader(http.StatusBadRequest)
 				return
 			}
-			mu <- struct{}{}
+			mu.Lock()
 			seen[c.Principal.ID] = true
-			<-mu
+			mu.Unlock()
 			checks.Add(1)
 		}
 		w.WriteHeader(http.StatusOK)

@@ -19,9 +19,10 @@ import (
 var defaultRules []byte
 
 // defaultGCPercent replaces Go's GOGC=100 unless GOGC is set. The limiter's live
-// heap is small (~15 MB) and every check allocates, so at 100 it collected many
-// times a second; at 400 the heap stays under ~80 MB at saturation and a paired
-// run gave 14–15k checks/s instead of ~9k (docs/benchmarks.md).
+// heap is small (17.5 MB after a GC at saturation) and every check allocates, so
+// at 100 it collected many times a second; at 400 a paired run gave 14–15k
+// checks/s instead of ~9k, for a larger heap between collections (resident
+// memory up to ~200 MB in a 10 s saturation run). docs/benchmarks.md.
 const defaultGCPercent = 400
 
 func main() {
