@@ -1,0 +1,118 @@
+// Package service runs a Floodgate service: every main.go is
+//
+//	func main() { service.Main("adjuster", app.Run) }
+//
+// Main reads FLOODGATE_LOG_LEVEL, sets the Go memory limit from the cgroup,
+// turns SIGTERM/SIGINT into a cancelled context and hands the app an Env. The
+// app's serve path builds its parts and hands them to a Runner, which owns
+// the ready/live endpoints, the listeners and workers, the drain order and
+// the shutdown deadline.
+package service
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
+)
+
+// Env is everything a service gets from its process.
+type Env struct {
+	Name     string   // the service, e.g. "adjuster"
+	Args     []string // the arguments after the program name
+	Getenv   config.Getenv
+	Stdin    io.Reader
+	Stdout   io.Writer
+	Stderr   io.Writer
+	Log      *slog.Logger
+	Registry *prometheus.Registry // with the Go and process collectors
+	Now      func() time.Time
+}
+
+// Func is every service's entry point: it runs the subcommand in env.Args
+// (none: serve) until ctx is done.
+type Func func(ctx context.Context, env Env) error
+
+// Stdio is the process's side of an Env.
+type Stdio struct {
+	Args   []string
+	Getenv config.Getenv
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// Main runs run as the process and exits with its status: 0, 1 when run
+// failed, 2 when the shared configuration (log level) is wrong.
+func Main(name string, run Func) {
+	os.Exit(Exec(context.Background(), name, run, Stdio{Args: os.Args[1:], Getenv: os.Getenv,
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}))
+}
+
+// Exec is Main without the exit: it cancels ctx on SIGTERM or SIGINT (a
+// second signal kills the process the default way) and returns the status.
+func Exec(ctx context.Context, name string, run Func, io Stdio) int {
+	log, err := NewLogger(io.Getenv, io.Stderr)
+	if err != nil {
+		fmt.Fprintf(io.Stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	log = log.With("service", name)
+	SetMemoryLimit(io.Getenv, "/sys/fs/cgroup", log)
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() { <-ctx.Done(); stop() }() // from now on a second signal kills
+	if err := run(ctx, NewEnv(name, io, log)); err != nil {
+		log.Error(name+" stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// NewEnv builds an Env with a fresh registry (Go and process collectors)
+// and the wall clock.
+func NewEnv(name string, io Stdio, log *slog.Logger) Env {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if io.Getenv == nil {
+		io.Getenv = func(string) string { return "" }
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return Env{Name: name, Args: io.Args, Getenv: io.Getenv, Stdin: io.Stdin, Stdout: io.Stdout, Stderr: io.Stderr,
+		Log: log, Registry: reg, Now: time.Now}
+}
+
+// LogLevels are the values FLOODGATE_LOG_LEVEL takes.
+var logLevels = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
+
+// ParseLogLevel reads FLOODGATE_LOG_LEVEL: debug|info|warn|error (default info).
+func ParseLogLevel(getenv config.Getenv) (slog.Level, error) {
+	v := config.NewEnv(getenv).String("FLOODGATE_LOG_LEVEL", "info")
+	l, ok := logLevels[v]
+	if !ok {
+		return 0, fmt.Errorf("FLOODGATE_LOG_LEVEL=%q: want debug, info, warn or error", v)
+	}
+	return l, nil
+}
+
+// NewLogger is the JSON logger every service writes to w (stderr), at
+// FLOODGATE_LOG_LEVEL, adding the correlation id of a request's context.
+func NewLogger(getenv config.Getenv, w io.Writer) (*slog.Logger, error) {
+	level, err := ParseLogLevel(getenv)
+	if err != nil {
+		return nil, err
+	}
+	return slog.New(httpapi.LogHandler{Handler: slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})}), nil
+}
