@@ -8,17 +8,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/loop"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/settings"
@@ -42,29 +38,28 @@ type Loop interface {
 const (
 	MaxReason      = 1024
 	MaxOverrideTTL = 7 * 24 * time.Hour
-	maxBody        = 64 << 10
+	MaxBody        = 64 << 10 // request body limit
 )
 
 // Config wires a Server.
 type Config struct {
-	Tokens   []Token
+	Tokens   *httpapi.Tokens
 	Store    Store
 	Loop     Loop
 	Defaults control.Rules // used while no settings are stored
 	Now      func() time.Time
 	Logger   *slog.Logger
-	// Registry gets the admin metrics and serves /metrics.
-	Registry *prometheus.Registry
 }
 
-// Server is the admin HTTP API.
+// Server is the admin HTTP API. Its health endpoints, metrics
+// (floodgate_adjuster_admin_requests_total{route,code}) and correlation ids
+// come from the service runner and pkg/httpapi.
 type Server struct {
-	cfg      Config
-	ready    atomic.Bool
-	requests *prometheus.CounterVec
+	cfg  Config
+	auth *httpapi.Auth
 }
 
-// NewServer returns the API; SetReady(true) once the loop runs.
+// NewServer returns the API.
 func NewServer(cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -72,32 +67,21 @@ func NewServer(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	var reg prometheus.Registerer
-	if cfg.Registry != nil {
-		reg = cfg.Registry
-	}
-	return &Server{cfg: cfg, requests: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{
-		Name: "floodgate_adjuster_admin_requests_total", Help: "Admin API requests by route and status code.",
-	}, []string{"route", "code"})}
+	s := &Server{cfg: cfg}
+	s.auth = &httpapi.Auth{Tokens: cfg.Tokens, Roles: roles, Realm: "floodgate-adjuster", Now: cfg.Now,
+		Audit: func(ctx context.Context, e httpapi.AuthEvent) {
+			if e.Outcome != httpapi.AuthAllowed {
+				cfg.Logger.WarnContext(ctx, "admin request refused", "route", e.Route, "reason", string(e.Outcome),
+					"actor", e.Caller.Name, "role", e.Caller.Role)
+			}
+		}}
+	return s
 }
 
-// SetReady flips /readyz.
-func (s *Server) SetReady(v bool) { s.ready.Store(v) }
-
-// Handler routes the API.
+// Handler routes the API (wrap it in httpapi.Middleware, as the runner does,
+// for correlation ids).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !s.ready.Load() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-	})
-	if s.cfg.Registry != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
-	}
 	s.route(mux, "GET /v1/settings", RoleViewer, s.getSettings)
 	s.route(mux, "PUT /v1/settings/rules", RoleSRE, s.putRules)
 	s.route(mux, "PUT /v1/settings/mode", RoleSRE, s.putMode)
@@ -111,84 +95,23 @@ func (s *Server) Handler() http.Handler {
 // request is one authenticated call.
 type request struct {
 	*http.Request
-	who  Token
+	who  httpapi.Caller
 	corr string
 }
 
-// apiError is what every failure answers with.
-type apiError struct {
-	status int
-	code   string
-	msg    string
+func fail(status int, typ, format string, args ...any) *httpapi.Error {
+	return httpapi.Errorf(status, typ, format, args...)
 }
-
-func (e *apiError) Error() string { return e.msg }
-
-func fail(status int, code, format string, args ...any) *apiError {
-	return &apiError{status: status, code: code, msg: fmt.Sprintf(format, args...)}
-}
-
-var correlationRE = regexp.MustCompile(`^[A-Za-z0-9_.\-]{1,64}$`)
-
-type statusWriter struct {
-	http.ResponseWriter
-	code int
-}
-
-func (w *statusWriter) WriteHeader(code int) { w.code = code; w.ResponseWriter.WriteHeader(code) }
 
 func (s *Server) route(mux *http.ServeMux, pattern, role string, h func(http.ResponseWriter, *request) error) {
-	mux.HandleFunc(pattern, func(rw http.ResponseWriter, r *http.Request) {
-		w := &statusWriter{ResponseWriter: rw, code: http.StatusOK}
-		defer func() { s.requests.WithLabelValues(pattern, strconv.Itoa(w.code)).Inc() }()
-		corr := r.Header.Get("X-Request-Id")
-		if !correlationRE.MatchString(corr) {
-			corr = uuid.NewString()
-		}
-		w.Header().Set("X-Correlation-Id", corr)
-		who, err := s.auth(r, role)
-		if err == nil {
-			err = h(w, &request{Request: r, who: who, corr: corr})
-		}
-		if err != nil {
-			var ae *apiError
-			if !errors.As(err, &ae) {
-				s.cfg.Logger.Error("admin request", "route", pattern, "correlation_id", corr, "err", err)
-				ae = fail(http.StatusInternalServerError, "internal", "internal error; quote correlation id %s", corr)
-			}
-			if ae.status == http.StatusUnauthorized {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate-adjuster"`)
-			}
-			writeJSON(w, ae.status, map[string]any{"error": map[string]string{
-				"code": ae.code, "message": ae.msg, "correlation_id": corr,
-			}})
-		}
-	})
+	name := pattern[strings.IndexByte(pattern, ' ')+1:]
+	mux.Handle(pattern, s.auth.Require(name, role, httpapi.Handle(s.cfg.Logger, func(w http.ResponseWriter, r *http.Request) error {
+		who, _ := httpapi.CallerFrom(r.Context())
+		return h(w, &request{Request: r, who: who, corr: httpapi.RequestID(r.Context())})
+	})))
 }
 
-func (s *Server) auth(r *http.Request, role string) (Token, error) {
-	h := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok || tok == "" {
-		return Token{}, fail(http.StatusUnauthorized, "unauthenticated", "send Authorization: Bearer <token>")
-	}
-	who, ok := authenticate(s.cfg.Tokens, tok)
-	if !ok {
-		return Token{}, fail(http.StatusUnauthorized, "unauthenticated", "unknown token")
-	}
-	if !allowed(who.Role, role) {
-		return Token{}, fail(http.StatusForbidden, "forbidden", "role %s may not do this; it needs role %s", who.Role, role)
-	}
-	return who, nil
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpapi.WriteJSON(w, status, v) }
 
 func etag(version int64) string { return `"` + strconv.FormatInt(version, 10) + `"` }
 
@@ -227,7 +150,7 @@ func (s *Server) getAudit(w http.ResponseWriter, r *request) error {
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 500 {
-			return fail(http.StatusBadRequest, "invalid", "limit %q: want 1..500", v)
+			return fail(http.StatusBadRequest, httpapi.ProblemInvalidRequest, "limit %q: want 1..500", v)
 		}
 		limit = n
 	}
@@ -243,15 +166,15 @@ func (s *Server) getAudit(w http.ResponseWriter, r *request) error {
 // current settings and returns a validation error as an *apiError.
 func (s *Server) change(w http.ResponseWriter, r *request, action, reason string, mutate func(*settings.Settings) error) error {
 	if reason = strings.TrimSpace(reason); reason == "" || len(reason) > MaxReason {
-		return fail(http.StatusBadRequest, "invalid", "reason is required (1-%d characters): say why", MaxReason)
+		return fail(http.StatusBadRequest, httpapi.ProblemInvalidRequest, "reason is required (1-%d characters): say why", MaxReason)
 	}
 	match := r.Header.Get("If-Match")
 	if match == "" {
-		return fail(http.StatusPreconditionRequired, "precondition_required", "send If-Match with the ETag of GET /v1/settings")
+		return fail(http.StatusPreconditionRequired, httpapi.ProblemPreconditionRequired, "send If-Match with the ETag of GET /v1/settings")
 	}
 	want, err := strconv.ParseInt(strings.Trim(strings.TrimPrefix(match, "W/"), `"`), 10, 64)
 	if err != nil {
-		return fail(http.StatusPreconditionFailed, "precondition_failed", "If-Match %q is not a settings ETag", match)
+		return fail(http.StatusPreconditionFailed, httpapi.ProblemPreconditionFailed, "If-Match %q is not a settings ETag", match)
 	}
 	ctx := r.Context()
 	before, err := s.current(ctx)
@@ -260,7 +183,7 @@ func (s *Server) change(w http.ResponseWriter, r *request, action, reason string
 	}
 	if before.Version != want {
 		w.Header().Set("ETag", etag(before.Version))
-		return fail(http.StatusPreconditionFailed, "precondition_failed", "settings are at version %d, not %d: read them again", before.Version, want)
+		return fail(http.StatusPreconditionFailed, httpapi.ProblemPreconditionFailed, "settings are at version %d, not %d: read them again", before.Version, want)
 	}
 	now := s.cfg.Now().UTC()
 	after := before.Clone()
@@ -269,7 +192,7 @@ func (s *Server) change(w http.ResponseWriter, r *request, action, reason string
 		return err
 	}
 	if err := after.Rules.Validate(); err != nil {
-		return fail(http.StatusUnprocessableEntity, "invalid_rules", "%v", err)
+		return fail(http.StatusUnprocessableEntity, httpapi.ProblemUnprocessable, "%v", err)
 	}
 	after.Version = before.Version + 1
 	after.UpdatedAt, after.UpdatedBy = now, r.who.Name
@@ -284,12 +207,12 @@ func (s *Server) change(w http.ResponseWriter, r *request, action, reason string
 	}
 	if err := s.cfg.Store.Put(ctx, before.Version, after, rec); err != nil {
 		if errors.Is(err, settings.ErrConflict) {
-			return fail(http.StatusPreconditionFailed, "precondition_failed", "settings changed concurrently: read them again")
+			return fail(http.StatusPreconditionFailed, httpapi.ProblemPreconditionFailed, "settings changed concurrently: read them again")
 		}
 		return err
 	}
-	s.cfg.Logger.Info("settings changed", "action", action, "actor", r.who.Name, "version", after.Version,
-		"reason", reason, "correlation_id", r.corr)
+	s.cfg.Logger.InfoContext(ctx, "settings changed", "action", action, "actor", r.who.Name, "version", after.Version,
+		"reason", reason)
 	if s.cfg.Loop != nil {
 		s.cfg.Loop.Use(after)
 		s.cfg.Loop.Nudge()
@@ -307,17 +230,14 @@ func decode(r *request, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fail(http.StatusBadRequest, "invalid", "body: %v", err)
+		return fail(http.StatusBadRequest, httpapi.ProblemInvalidRequest, "body: %v", err)
 	}
 	return nil
 }
 
 func readBody(r *request) ([]byte, error) {
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(http.MaxBytesReader(nil, r.Body, maxBody)); err != nil {
-		return nil, fail(http.StatusRequestEntityTooLarge, "too_large", "body over %d bytes", maxBody)
-	}
-	return buf.Bytes(), nil
+	r.Body = http.MaxBytesReader(nil, r.Body, MaxBody)
+	return httpapi.ReadBody(r.Request)
 }
 
 // putRules replaces the fields the body names; fields left out keep their values.
@@ -333,12 +253,12 @@ func (s *Server) putRules(w http.ResponseWriter, r *request) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&env); err != nil || len(env.Rules) == 0 {
-		return fail(http.StatusBadRequest, "invalid", `body: want {"rules": {...}, "reason": "..."}`)
+		return fail(http.StatusBadRequest, httpapi.ProblemInvalidRequest, `body: want {"rules": {...}, "reason": "..."}`)
 	}
 	return s.change(w, r, "rules.update", env.Reason, func(st *settings.Settings) error {
 		var keys map[string]json.RawMessage
 		if err := json.Unmarshal(env.Rules, &keys); err != nil {
-			return fail(http.StatusBadRequest, "invalid", "rules: %v", err)
+			return fail(http.StatusBadRequest, httpapi.ProblemInvalidRequest, "rules: %v", err)
 		}
 		if _, ok := keys["scopes"]; ok {
 			st.Rules.Scopes = nil // the body's scopes replace the old set
@@ -346,7 +266,7 @@ func (s *Server) putRules(w http.ResponseWriter, r *request) error {
 		d := json.NewDecoder(bytes.NewReader(env.Rules))
 		d.DisallowUnknownFields()
 		if err := d.Decode(&st.Rules); err != nil {
-			return fail(http.StatusBadRequest, "invalid", "rules: %v", err)
+			return fail(http.StatusBadRequest, httpapi.ProblemInvalidRequest, "rules: %v", err)
 		}
 		return nil
 	})
@@ -362,7 +282,7 @@ func (s *Server) putMode(w http.ResponseWriter, r *request) error {
 		return err
 	}
 	if body.DryRun == nil && body.Frozen == nil {
-		return fail(http.StatusBadRequest, "invalid", "set dry_run and/or frozen")
+		return fail(http.StatusBadRequest, httpapi.ProblemInvalidRequest, "set dry_run and/or frozen")
 	}
 	return s.change(w, r, "mode.update", body.Reason, func(st *settings.Settings) error {
 		if body.DryRun != nil {
@@ -386,17 +306,17 @@ func (s *Server) putOverride(w http.ResponseWriter, r *request) error {
 		return err
 	}
 	if err := control.ValidScope(body.Scope); err != nil {
-		return fail(http.StatusBadRequest, "invalid", "%v", err)
+		return fail(http.StatusBadRequest, httpapi.ProblemInvalidRequest, "%v", err)
 	}
 	if !(body.Scale > 0 && body.Scale <= 10) {
-		return fail(http.StatusBadRequest, "invalid", "scale %g: must be in (0, 10]", body.Scale)
+		return fail(http.StatusBadRequest, httpapi.ProblemInvalidRequest, "scale %g: must be in (0, 10]", body.Scale)
 	}
 	if body.TTL.D() < time.Minute || body.TTL.D() > MaxOverrideTTL {
-		return fail(http.StatusBadRequest, "invalid", "ttl %s: must be in 1m..%s", body.TTL, MaxOverrideTTL)
+		return fail(http.StatusBadRequest, httpapi.ProblemInvalidRequest, "ttl %s: must be in 1m..%s", body.TTL, MaxOverrideTTL)
 	}
 	return s.change(w, r, "override.set", body.Reason, func(st *settings.Settings) error {
 		if _, ok := st.Rules.Scopes[body.Scope]; !ok {
-			return fail(http.StatusUnprocessableEntity, "invalid", "scope %q is not managed; add it to the rules' scopes first", body.Scope)
+			return fail(http.StatusUnprocessableEntity, httpapi.ProblemUnprocessable, "scope %q is not managed; add it to the rules' scopes first", body.Scope)
 		}
 		now := s.cfg.Now().UTC()
 		st.Overrides[body.Scope] = settings.Override{Scale: body.Scale, ExpiresAt: now.Add(body.TTL.D()),
@@ -415,7 +335,7 @@ func (s *Server) deleteOverride(w http.ResponseWriter, r *request) error {
 	}
 	return s.change(w, r, "override.delete", body.Reason, func(st *settings.Settings) error {
 		if _, ok := st.Overrides[body.Scope]; !ok {
-			return fail(http.StatusNotFound, "not_found", "no active override on scope %q", body.Scope)
+			return fail(http.StatusNotFound, httpapi.ProblemNotFound, "no active override on scope %q", body.Scope)
 		}
 		delete(st.Overrides, body.Scope)
 		return nil

@@ -9,22 +9,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/admin"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
@@ -40,14 +36,15 @@ const usage = `usage:
   adjuster simulate [flags]     replay a signal series through candidate rules and plot it
   adjuster token NAME ROLE      print a new API token and its FLOODGATE_ADJUSTER_TOKENS entry`
 
-// Run dispatches on args (os.Args[1:]).
-func Run(ctx context.Context, args []string, getenv config.Getenv, stdout io.Writer, log *slog.Logger) error {
+// Run dispatches on env.Args: none serves.
+func Run(ctx context.Context, env service.Env) error {
+	args, stdout := env.Args, env.Stdout
 	if len(args) == 0 {
-		return Serve(ctx, getenv, log)
+		return Serve(ctx, env)
 	}
 	switch args[0] {
 	case "simulate":
-		return Simulate(ctx, args[1:], getenv, stdout)
+		return Simulate(ctx, args[1:], env.Getenv, stdout)
 	case "token":
 		if len(args) != 3 || (args[2] != admin.RoleSRE && args[2] != admin.RoleViewer) {
 			return fmt.Errorf("token: want NAME and ROLE (sre|viewer)\n%s", usage)
@@ -67,32 +64,37 @@ func Run(ctx context.Context, args []string, getenv config.Getenv, stdout io.Wri
 }
 
 // Serve runs the loop and the admin API until ctx is done.
-func Serve(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
-	cfg, err := ConfigFromEnv(getenv)
+func Serve(ctx context.Context, env service.Env) error {
+	log, reg := env.Log, env.Registry
+	cfg, err := ConfigFromEnv(env.Getenv)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	run, err := service.NewRunner(env, httpapi.DefaultServerConfig())
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 
 	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second})
-	defer rdb.Close()
+	run.Closer("redis", rdb.Close)
 	startCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := redisx.Ping(startCtx, rdb); err != nil {
+		_ = rdb.Close()
 		return err
 	}
 	ddb, err := dynamo.NewClient(startCtx, dynamo.Options{Endpoint: cfg.DynamoEndpoint, TablePrefix: cfg.DynamoTablePrefix})
 	if err != nil {
+		_ = rdb.Close()
 		return err
 	}
 	store := &settings.Dynamo{Client: ddb, RuntimeTable: cfg.DynamoTablePrefix + dynamo.TableRuntimeConfig,
 		AuditTable: cfg.DynamoTablePrefix + dynamo.TableAuditLog}
 
 	influx := influxdb2.NewClient(cfg.InfluxURL, cfg.InfluxToken)
-	defer influx.Close()
+	run.Closer("influxdb", func() error { influx.Close(); return nil })
 	producer := stream.NewProducer(stream.ProducerConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.AdjustmentsTopic, Logger: log, Registerer: reg})
-	defer producer.Close()
+	run.Closer("kafka producer", producer.Close) // after the loop stopped: flushes its last adjustments
 
 	src := &signals.Influx{Query: influx.QueryAPI(cfg.InfluxOrg), Bucket: cfg.InfluxBucket,
 		Filters: cfg.Filters}
@@ -107,37 +109,27 @@ func Serve(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 	}
 	l := loop.New(lc)
 	if err := l.Start(startCtx); err != nil {
+		_ = producer.Close()
+		influx.Close()
+		_ = rdb.Close()
 		return fmt.Errorf("start loop: %w", err)
 	}
-	if len(cfg.Tokens) == 0 {
+	if cfg.Tokens.Len() == 0 {
 		log.Warn("no admin API tokens configured (FLOODGATE_ADJUSTER_TOKENS): every admin call will be refused")
 	}
-	srv := admin.NewServer(admin.Config{Tokens: cfg.Tokens, Store: store, Loop: l, Defaults: cfg.Rules, Logger: log, Registry: reg})
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	srv := admin.NewServer(admin.Config{Tokens: cfg.Tokens, Store: store, Loop: l, Defaults: cfg.Rules, Logger: log})
+	addr, err := run.Serve(service.API{Name: "admin", Addr: cfg.HTTPAddr, Handler: srv.Handler(), Health: true,
+		Metrics: "floodgate_adjuster_admin", AccessLog: true, MaxBody: admin.MaxBody})
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
+		_ = producer.Close()
+		influx.Close()
+		_ = rdb.Close()
+		return err
 	}
-	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
-
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return l.Run(gctx) })
-	g.Go(func() error {
-		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		srv.SetReady(false)
-		shutCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-		defer cancel()
-		return httpSrv.Shutdown(shutCtx)
-	})
-	srv.SetReady(true)
-	log.Info("adjuster running", "addr", ln.Addr().String(), "scales_key", cfg.ScalesKey, "topic", cfg.AdjustmentsTopic,
+	run.Worker("control loop", l.Run)
+	log.Info("adjuster starting", "addr", addr.String(), "scales_key", cfg.ScalesKey, "topic", cfg.AdjustmentsTopic,
 		"tick", l.Settings().Rules.Tick.String(), "settings_version", l.Settings().Version)
-	return g.Wait()
+	return run.Run(ctx)
 }
 
 // Simulate runs the simulate command.

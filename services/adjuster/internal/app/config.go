@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/admin"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
@@ -19,7 +19,7 @@ type Config struct {
 	HTTPAddr          string          // FLOODGATE_ADJUSTER_ADDR: admin API, /healthz, /readyz, /metrics
 	RulesFile         string          // FLOODGATE_ADJUSTER_RULES: YAML rules; empty = built-in defaults (= adjuster.yaml)
 	Rules             control.Rules   // parsed from RulesFile
-	Tokens            []admin.Token   // FLOODGATE_ADJUSTER_TOKENS: name:role:sha256hex,…
+	Tokens            *httpapi.Tokens // FLOODGATE_ADJUSTER_TOKENS: name:role:sha256hex,…
 	ActorID           string          // FLOODGATE_ADJUSTER_ID: names this loop in adjustment events
 	RedisAddrs        []string        // FLOODGATE_REDIS_ADDRS
 	ScalesKey         string          // FLOODGATE_ADJUSTER_SCALES_KEY (tests only; default fg:scales)
@@ -34,7 +34,6 @@ type Config struct {
 	Filters           signals.Filters // FLOODGATE_ADJUSTER_{HOST,HTTP,ABUSE,DECISION}_TAGS (see signalFilters)
 	PagerRoutingKey   string          // FLOODGATE_PAGERDUTY_ROUTING_KEY; empty disables paging
 	PagerURL          string          // FLOODGATE_PAGERDUTY_URL
-	ShutdownTimeout   time.Duration   // FLOODGATE_SHUTDOWN_TIMEOUT
 }
 
 // ConfigFromEnv reads and validates the configuration.
@@ -57,7 +56,6 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		InfluxBucket:      e.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket),
 		PagerRoutingKey:   e.String("FLOODGATE_PAGERDUTY_ROUTING_KEY", ""),
 		PagerURL:          e.String("FLOODGATE_PAGERDUTY_URL", ""),
-		ShutdownTimeout:   e.Duration("FLOODGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 	}
 	var v config.Check
 	var err error
@@ -92,7 +90,6 @@ func (c Config) Validate() error {
 	v.Require(c.AdjustmentsTopic != "", "FLOODGATE_ADJUSTMENTS_TOPIC", "required")
 	v.Require(c.InfluxURL != "" && c.InfluxBucket != "", "FLOODGATE_INFLUX_URL/FLOODGATE_INFLUX_BUCKET", "required")
 	v.Require(c.ActorID != "" && len(c.ActorID) <= 128, "FLOODGATE_ADJUSTER_ID", "1-128 characters")
-	v.Require(c.ShutdownTimeout > 0, "FLOODGATE_SHUTDOWN_TIMEOUT", "must be positive")
 	v.Require(c.Rules.Validate() == nil, "FLOODGATE_ADJUSTER_RULES", "%v", c.Rules.Validate())
 	return v.Err()
 }
