@@ -4,27 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
-
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/services/dlq-auditor/internal/auditor"
 )
 
-// HeaderCorrelationID carries a request's correlation id; the server accepts
-// a well-formed one from the caller and otherwise makes one up.
-const HeaderCorrelationID = "X-Correlation-ID"
-
 // Server serves the API. Every /v1 route needs a bearer token; viewer routes
-// read, sre routes change (and are audited by the auditor package).
+// read, sre routes change (and are audited by the auditor package). Errors
+// are RFC 9457 problems; the correlation id is X-Request-Id (pkg/httpapi).
 type Server struct {
 	Store    *auditor.Store
 	Replayer *auditor.Replayer
@@ -32,18 +24,24 @@ type Server struct {
 	Checker  *auditor.Checker
 	Tokens   *Tokens
 	Now      func() time.Time
-	NewID    func() string
 	Logger   *slog.Logger
 
-	requests *prometheus.CounterVec
+	auth *httpapi.Auth
 }
 
-// NewServer registers the API's metrics on reg.
-func NewServer(s Server, reg prometheus.Registerer) *Server {
-	s.requests = promauto.With(reg).NewCounterVec(prometheus.CounterOpts{
-		Name: "floodgate_dlq_auditor_api_requests_total",
-		Help: "API requests by route and status code.",
-	}, []string{"route", "code"})
+// NewServer returns the API.
+func NewServer(s Server) *Server {
+	if s.Logger == nil {
+		s.Logger = slog.New(slog.DiscardHandler)
+	}
+	log := s.Logger
+	s.auth = &httpapi.Auth{Tokens: s.Tokens.httpapi(), Roles: roles, Realm: "floodgate-dlq", Now: s.Now,
+		Audit: func(ctx context.Context, e httpapi.AuthEvent) {
+			if e.Outcome != httpapi.AuthAllowed {
+				log.WarnContext(ctx, "api request refused", "route", e.Route, "reason", string(e.Outcome),
+					"actor", e.Caller.Name, "role", e.Caller.Role)
+			}
+		}}
 	return &s
 }
 
@@ -56,73 +54,34 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.Handle("GET /v1/completeness", s.route("completeness", RoleViewer, s.completeness))
 }
 
-// ErrorBody is every error response: {"error": {...}}.
-type ErrorBody struct {
-	Error APIError `json:"error"`
-}
-
-// APIError describes an error; Code is stable for programs to branch on.
-type APIError struct {
-	Code          string `json:"code"` // unauthenticated, forbidden, bad_request, not_found, conflict, internal
-	Message       string `json:"message"`
-	CorrelationID string `json:"correlation_id"`
-}
-
 type request struct {
 	w       http.ResponseWriter
 	r       *http.Request
 	who     Principal
 	corr    string
-	status  int
 	written bool
 }
 
 func (q *request) json(status int, v any) {
-	q.status, q.written = status, true
-	q.w.Header().Set("Content-Type", "application/json")
-	q.w.WriteHeader(status)
-	enc := json.NewEncoder(q.w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+	q.written = true
+	httpapi.WriteJSON(q.w, status, v)
 }
 
-func (q *request) fail(status int, code, msg string) {
-	q.json(status, ErrorBody{Error: APIError{Code: code, Message: msg, CorrelationID: q.corr}})
+// fail answers a problem of type typ (an httpapi.Problem* constant).
+func (q *request) fail(status int, typ, msg string) {
+	q.written = true
+	httpapi.WriteProblem(q.w, q.r, httpapi.Problem{Type: typ, Status: status, Detail: msg})
 }
-
-var correlationID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
 func (s *Server) route(name, role string, h func(*request)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		q := &request{w: w, r: r, corr: r.Header.Get(HeaderCorrelationID)}
-		if !correlationID.MatchString(q.corr) {
-			q.corr = s.NewID()
-		}
-		w.Header().Set(HeaderCorrelationID, q.corr)
-		defer func() {
-			s.requests.WithLabelValues(name, strconv.Itoa(q.status)).Inc()
-		}()
-		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		who, found := s.Tokens.Lookup(strings.TrimSpace(token))
-		if !ok || !found {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate-dlq"`)
-			q.fail(http.StatusUnauthorized, "unauthenticated", "a valid API token is required: Authorization: Bearer <token>")
-			s.Logger.Warn("api request refused", "route", name, "reason", "unauthenticated", "correlation_id", q.corr)
-			return
-		}
-		q.who = who
-		if !who.Allows(role) {
-			q.fail(http.StatusForbidden, "forbidden", "role "+who.Role+" may not "+name+"; it needs role "+role)
-			s.Logger.Warn("api request refused", "route", name, "actor", who.Name, "role", who.Role, "reason", "forbidden", "correlation_id", q.corr)
-			return
-		}
-		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+	return s.auth.Require(name, role, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		who, _ := httpapi.CallerFrom(r.Context())
+		q := &request{w: w, r: r, who: who, corr: httpapi.RequestID(r.Context())}
 		h(q)
 		if !q.written {
-			q.fail(http.StatusInternalServerError, "internal", "no response")
+			q.fail(http.StatusInternalServerError, httpapi.ProblemInternal, "no response")
 		}
-		s.Logger.Info("api request", "route", name, "actor", who.Name, "role", who.Role, "status", q.status, "correlation_id", q.corr)
-	})
+	}))
 }
 
 // failErr maps an error to its response; unexpected errors are logged with
@@ -130,14 +89,14 @@ func (s *Server) route(name, role string, h func(*request)) http.Handler {
 func (s *Server) failErr(q *request, err error) {
 	switch {
 	case errors.Is(err, auditor.ErrBadRequest), errors.Is(err, auditor.ErrBadFilter), errors.Is(err, auditor.ErrBadID):
-		q.fail(http.StatusBadRequest, "bad_request", err.Error())
+		q.fail(http.StatusBadRequest, httpapi.ProblemInvalidRequest, err.Error())
 	case errors.Is(err, auditor.ErrNotFound):
-		q.fail(http.StatusNotFound, "not_found", err.Error())
+		q.fail(http.StatusNotFound, httpapi.ProblemNotFound, err.Error())
 	case errors.Is(err, auditor.ErrReplayRunning):
-		q.fail(http.StatusConflict, "conflict", err.Error())
+		q.fail(http.StatusConflict, httpapi.ProblemConflict, err.Error())
 	default:
-		s.Logger.Error("api request failed", "err", err, "correlation_id", q.corr)
-		q.fail(http.StatusInternalServerError, "internal", "internal error; quote the correlation id to an operator")
+		s.Logger.ErrorContext(q.r.Context(), "api request failed", "err", err)
+		q.fail(http.StatusInternalServerError, httpapi.ProblemInternal, "internal error; quote the correlation id to an operator")
 	}
 }
 
@@ -148,7 +107,7 @@ func parseTime(q *request, name string, def time.Time) (time.Time, bool) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
-		q.fail(http.StatusBadRequest, "bad_request", name+"="+strconv.Quote(v)+": want an RFC 3339 time such as 2026-01-02T15:04:05Z")
+		q.fail(http.StatusBadRequest, httpapi.ProblemInvalidRequest, name+"="+strconv.Quote(v)+": want an RFC 3339 time such as 2026-01-02T15:04:05Z")
 		return time.Time{}, false
 	}
 	return t, true
@@ -168,7 +127,7 @@ func (s *Server) list(q *request) {
 	if v := q.r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			q.fail(http.StatusBadRequest, "bad_request", "limit="+strconv.Quote(v)+": want an integer in 1..1000")
+			q.fail(http.StatusBadRequest, httpapi.ProblemInvalidRequest, "limit="+strconv.Quote(v)+": want an integer in 1..1000")
 			return
 		}
 		limit = n
@@ -241,17 +200,24 @@ type PurgeBody struct {
 }
 
 func decodeBody(q *request, v any) bool {
-	dec := json.NewDecoder(q.r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		q.fail(http.StatusBadRequest, "bad_request", "request body: "+err.Error())
-		return false
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		q.fail(http.StatusBadRequest, "bad_request", "request body: one JSON object expected")
+	if err := httpapi.DecodeJSON(q.r, v); err != nil {
+		var pe *httpapi.Error
+		if errors.As(err, &pe) {
+			q.written = true
+			httpapi.WriteProblem(q.w, q.r, pe.Problem)
+			return false
+		}
+		q.fail(http.StatusBadRequest, httpapi.ProblemInvalidRequest, err.Error())
 		return false
 	}
 	return true
+}
+
+// noWriteDeadline lifts the server's write timeout for an answer that waits
+// on a replay or purge (a canary is watched up to FLOODGATE_DLQ_CANARY_TIMEOUT,
+// a replay runs at the replay rate).
+func noWriteDeadline(q *request) {
+	_ = http.NewResponseController(q.w).SetWriteDeadline(time.Time{})
 }
 
 func (s *Server) replay(q *request) {
@@ -259,6 +225,7 @@ func (s *Server) replay(q *request) {
 	if !decodeBody(q, &body) {
 		return
 	}
+	noWriteDeadline(q)
 	// The replay outlives a client that goes away: stopping halfway through
 	// would leave the selection half replayed with no one to read the result.
 	ctx := context.WithoutCancel(q.r.Context())
@@ -278,6 +245,7 @@ func (s *Server) purge(q *request) {
 	if !decodeBody(q, &body) {
 		return
 	}
+	noWriteDeadline(q)
 	res, err := s.Purger.Purge(context.WithoutCancel(q.r.Context()), auditor.PurgeRequest{
 		IDs: body.IDs, Reason: body.Reason, Actor: q.who.Name, Role: q.who.Role, CorrelationID: q.corr,
 	})

@@ -3,15 +3,10 @@
 package api
 
 import (
-	"bufio"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"fmt"
 	"io"
-	"regexp"
-	"strings"
+
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 )
 
 // Roles. An sre can do everything a viewer can.
@@ -20,93 +15,55 @@ const (
 	RoleSRE    = "sre"    // and replay, purge
 )
 
+var roles = httpapi.Roles{RoleViewer, RoleSRE}
+
 // TokenPrefix starts every API token.
 const TokenPrefix = "fgdlq_"
 
 // Principal is an authenticated caller.
-type Principal struct {
-	Name string
-	Role string
-}
+type Principal = httpapi.Caller
 
-// Allows reports whether p may act with role.
-func (p Principal) Allows(role string) bool {
-	return p.Role == role || p.Role == RoleSRE && role == RoleViewer
-}
+// Allows reports whether a caller with role have may act with role need.
+func Allows(have, need string) bool { return roles.Allows(have, need) }
 
-// Tokens holds API tokens by their SHA-256; the tokens themselves are never
-// stored. A token is 32 random bytes, so an unsalted hash is enough: there is
-// nothing to guess from it. Immutable once loaded, so safe for concurrent use.
-type Tokens struct {
-	byHash map[string]Principal
-}
-
-var tokenName = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,64}$`)
+// Tokens holds API tokens by their SHA-256 (pkg/httpapi); the tokens
+// themselves are never stored. Immutable once loaded, so safe for concurrent use.
+type Tokens struct{ set *httpapi.Tokens }
 
 // HashToken returns the hex SHA-256 of token, as stored in the tokens file.
-func HashToken(token string) string {
-	sum := sha256.Sum256([]byte(token))
-	return hex.EncodeToString(sum[:])
-}
+func HashToken(token string) string { return httpapi.HashToken(token) }
 
 // NewToken returns a fresh random token and its tokens-file line.
 func NewToken(name, role string) (token, line string, err error) {
-	if !tokenName.MatchString(name) {
+	if !httpapi.ValidTokenName(name) {
 		return "", "", fmt.Errorf("token name %q: want 1-64 of [A-Za-z0-9._@-]", name)
 	}
-	if role != RoleViewer && role != RoleSRE {
+	if !roles.Valid(role) {
 		return "", "", fmt.Errorf("role %q is not one of %s|%s", role, RoleViewer, RoleSRE)
 	}
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", "", fmt.Errorf("generate token: %w", err)
+	if token, err = httpapi.NewToken(TokenPrefix); err != nil {
+		return "", "", err
 	}
-	token = TokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
 	return token, fmt.Sprintf("%s %s %s", name, role, HashToken(token)), nil
 }
 
 // ParseTokens reads a tokens file: one "<name> <role> <sha256 hex>" per line;
 // blank lines and lines starting with # are ignored. Errors name the line.
 func ParseTokens(r io.Reader) (*Tokens, error) {
-	t := &Tokens{byHash: map[string]Principal{}}
-	sc := bufio.NewScanner(r)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) != 3 {
-			return nil, fmt.Errorf("tokens line %d: want <name> <role> <sha256 hex>", n)
-		}
-		name, role, hash := f[0], f[1], strings.ToLower(f[2])
-		if !tokenName.MatchString(name) {
-			return nil, fmt.Errorf("tokens line %d: name %q: want 1-64 of [A-Za-z0-9._@-]", n, name)
-		}
-		if role != RoleViewer && role != RoleSRE {
-			return nil, fmt.Errorf("tokens line %d: role %q is not one of %s|%s", n, role, RoleViewer, RoleSRE)
-		}
-		if raw, err := hex.DecodeString(hash); err != nil || len(raw) != sha256.Size {
-			return nil, fmt.Errorf("tokens line %d: %q is not a hex SHA-256", n, f[2])
-		}
-		if _, dup := t.byHash[hash]; dup {
-			return nil, fmt.Errorf("tokens line %d: the same token is listed twice", n)
-		}
-		t.byHash[hash] = Principal{Name: name, Role: role}
+	set, err := httpapi.ParseTokenFile(roles, r)
+	if err != nil {
+		return nil, err
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read tokens: %w", err)
-	}
-	return t, nil
+	return &Tokens{set: set}, nil
 }
 
-// Lookup returns the principal of token.
+// Lookup returns the principal of token (constant-time, pkg/httpapi).
 func (t *Tokens) Lookup(token string) (Principal, bool) {
-	if t == nil || !strings.HasPrefix(token, TokenPrefix) {
+	if t == nil {
 		return Principal{}, false
 	}
-	p, ok := t.byHash[HashToken(token)]
-	return p, ok
+	tok, ok := t.set.Lookup(token)
+	return Principal{Name: tok.Name, Role: tok.Role}, ok
 }
 
 // Len is the number of tokens.
@@ -114,5 +71,12 @@ func (t *Tokens) Len() int {
 	if t == nil {
 		return 0
 	}
-	return len(t.byHash)
+	return t.set.Len()
+}
+
+func (t *Tokens) httpapi() *httpapi.Tokens {
+	if t == nil {
+		return nil
+	}
+	return t.set
 }

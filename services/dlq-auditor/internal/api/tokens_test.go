@@ -34,8 +34,8 @@ func TestTokens(t *testing.T) {
 			require.Equal(t, tc.ok, ok)
 			require.Equal(t, tc.who, p.Name)
 			if ok {
-				require.True(t, p.Allows(RoleViewer))
-				require.Equal(t, tc.mayChange, p.Allows(RoleSRE))
+				require.True(t, Allows(p.Role, RoleViewer))
+				require.Equal(t, tc.mayChange, Allows(p.Role, RoleSRE))
 			}
 		})
 	}

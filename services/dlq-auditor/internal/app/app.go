@@ -5,27 +5,20 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"os"
-	"sync/atomic"
 	"time"
 
 	"github.com/PagerDuty/go-pagerduty"
 	"github.com/google/uuid"
 	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/segmentio/kafka-go"
-	"golang.org/x/sync/errgroup"
 
-	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
+	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/dlq-auditor/internal/api"
 	"github.com/floodgate-dev/floodgate/services/dlq-auditor/internal/auditor"
@@ -47,21 +40,21 @@ The client commands call the API at FLOODGATE_DLQ_URL (default http://127.0.0.1:
 with the token in FLOODGATE_DLQ_TOKEN.
 `
 
-// Run runs the subcommand in args (args[0] is the first argument, not the
-// program name). Serve returns when ctx is done, after draining.
-func Run(ctx context.Context, args []string, getenv config.Getenv, stdout io.Writer, log *slog.Logger) error {
-	cmd := "serve"
+// Run runs the subcommand in env.Args (none: serve). Serve returns when ctx
+// is done, after draining.
+func Run(ctx context.Context, env service.Env) error {
+	cmd, args := "serve", env.Args
 	if len(args) > 0 {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
 	case "serve":
-		return Serve(ctx, getenv, log, nil)
+		return Serve(ctx, env, nil)
 	case "help", "-h", "--help":
-		_, err := io.WriteString(stdout, Usage)
+		_, err := io.WriteString(env.Stdout, Usage)
 		return err
 	default:
-		return runClient(ctx, cmd, args, getenv, stdout)
+		return runClient(ctx, cmd, args, env.Getenv, env.Stdout)
 	}
 }
 
@@ -78,12 +71,18 @@ type Hooks struct {
 	AlertInterval time.Duration
 }
 
-// Serve runs the auditor until ctx is done.
-func Serve(ctx context.Context, getenv config.Getenv, log *slog.Logger, hooks *Hooks) error {
+// Serve runs the auditor until ctx is done. The API stops first (running
+// replays and purges finish), then the DLQ consumers and the alerter.
+func Serve(ctx context.Context, env service.Env, hooks *Hooks) error {
 	if hooks == nil {
 		hooks = &Hooks{}
 	}
-	cfg, err := auditor.ServiceConfigFromEnv(getenv)
+	log, reg := env.Log, env.Registry
+	cfg, err := auditor.ServiceConfigFromEnv(env.Getenv)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	run, err := service.NewRunner(env, httpapi.DefaultServerConfig())
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
@@ -103,8 +102,6 @@ func Serve(ctx context.Context, getenv config.Getenv, log *slog.Logger, hooks *H
 		log.Warn("no API tokens: every API call will be refused; set FLOODGATE_DLQ_TOKENS_FILE (see `dlq-auditor token`)")
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := auditor.NewMetrics(reg)
 	if _, err := stream.NewMetrics(reg); err != nil {
 		return err
@@ -117,14 +114,23 @@ func Serve(ctx context.Context, getenv config.Getenv, log *slog.Logger, hooks *H
 	store := auditor.NewStore(ddb, cfg.TablePrefix)
 
 	influx := influxdb2.NewClientWithOptions(cfg.InfluxURL, cfg.InfluxToken, influxdb2.DefaultOptions().SetBatchSize(500).SetFlushInterval(1000))
-	defer influx.Close()
+	run.Closer("influxdb", func() error { influx.Close(); return nil })
 	points := influx.WriteAPI(cfg.InfluxOrg, cfg.InfluxBucket)
-	go func() {
-		for err := range points.Errors() {
-			log.Warn("influxdb write", "err", err)
+	run.Closer("influxdb points", func() error { points.Flush(); return nil })
+	writeErrs := points.Errors()
+	run.Tail("influxdb write errors", func(ctx context.Context) error {
+		for {
+			select {
+			case err, ok := <-writeErrs:
+				if !ok {
+					return nil
+				}
+				log.Warn("influxdb write", "err", err)
+			case <-ctx.Done():
+				return nil
+			}
 		}
-	}()
-	defer points.Flush()
+	})
 
 	sender := hooks.Sender
 	if sender == nil && cfg.PagerRoutingKey != "" {
@@ -139,10 +145,10 @@ func Serve(ctx context.Context, getenv config.Getenv, log *slog.Logger, hooks *H
 	}
 	alerter := auditor.NewAlerter(auditor.AlerterConfig{
 		Threshold: cfg.AlertThreshold, Window: cfg.AlertWindow, RoutingKey: cfg.PagerRoutingKey,
-		Sender: sender, Now: time.Now, Logger: log, Metrics: metrics,
+		Sender: sender, Now: env.Now, Logger: log, Metrics: metrics,
 	})
 	ingester := &auditor.Ingester{Store: store, Points: points, Alerter: alerter, TTL: cfg.RecordTTL,
-		Now: time.Now, Logger: log, Metrics: metrics}
+		Now: env.Now, Logger: log, Metrics: metrics}
 
 	kc := &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Timeout: 15 * time.Second,
 		Transport: &kafka.Transport{MetadataTTL: time.Second}}
@@ -168,59 +174,30 @@ func Serve(ctx context.Context, getenv config.Getenv, log *slog.Logger, hooks *H
 	srv := api.NewServer(api.Server{
 		Store: store,
 		Replayer: &auditor.Replayer{Store: store, Kafka: kc, Rate: cfg.ReplayRate, Max: cfg.ReplayMax,
-			CanaryTimeout: cfg.CanaryTimeout, Now: time.Now, NewID: newID, Logger: log, Metrics: metrics},
-		Purger:  &auditor.Purger{Store: store, Max: cfg.ReplayMax, Now: time.Now, NewID: newID, Metrics: metrics},
+			CanaryTimeout: cfg.CanaryTimeout, Now: env.Now, NewID: newID, Logger: log, Metrics: metrics},
+		Purger:  &auditor.Purger{Store: store, Max: cfg.ReplayMax, Now: env.Now, NewID: newID, Metrics: metrics},
 		Checker: &auditor.Checker{Store: store, Kafka: kc},
-		Tokens:  tokens, Now: time.Now, NewID: newID, Logger: log,
-	}, reg)
-
-	var ready atomic.Bool
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
+		Tokens:  tokens, Now: env.Now, Logger: log,
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux := http.NewServeMux()
 	srv.Register(mux)
-
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	addr, err := run.Serve(service.API{Name: "api", Addr: cfg.HTTPAddr, Handler: mux, Health: true,
+		Metrics: "floodgate_dlq_auditor_api", AccessLog: true})
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
+		return err
 	}
-	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-
-	var g errgroup.Group
-	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopRun()
-	g.Go(func() error { return sup.Run(runCtx) })
+	// The consumers and the alerter stop once the API has drained: a replay
+	// in flight still sees its canary dead-lettered again.
+	run.Tail("dlq consumers", sup.Run)
 	alertEvery := hooks.AlertInterval
 	if alertEvery <= 0 {
 		alertEvery = 10 * time.Second
 	}
-	g.Go(func() error { return alerter.Run(runCtx, alertEvery) })
-	g.Go(func() error {
-		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
-	ready.Store(true)
-	log.Info("dlq-auditor running", "addr", ln.Addr().String(), "group", cfg.Group,
+	run.Tail("alerter", func(ctx context.Context) error { return alerter.Run(ctx, alertEvery) })
+	log.Info("dlq-auditor starting", "addr", addr.String(), "group", cfg.Group,
 		"alert_threshold", cfg.AlertThreshold, "alert_window", cfg.AlertWindow.String(), "tokens", tokens.Len())
 	if hooks.Listening != nil {
-		hooks.Listening(ln.Addr().String())
+		hooks.Listening(addr.String())
 	}
-
-	<-ctx.Done()
-	ready.Store(false)
-	log.Info("dlq-auditor draining")
-	shutCtx, cancelShut := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer cancelShut()
-	_ = httpSrv.Shutdown(shutCtx) // finishes running replays and purges first
-	stopRun()
-	return g.Wait()
+	return run.Run(ctx)
 }

@@ -29,7 +29,9 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	svc "github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/dlq-auditor/internal/api"
 	"github.com/floodgate-dev/floodgate/services/dlq-auditor/internal/auditor"
@@ -263,7 +265,7 @@ func TestDeadLettersAreAuditedReplayedAndAccountedFor(t *testing.T) {
 	auditorCtx, stopAuditor := context.WithCancel(ctx)
 	auditorDone := make(chan error, 1)
 	go func() {
-		auditorDone <- Serve(auditorCtx, getenv, testLogger(t), &Hooks{
+		auditorDone <- Serve(auditorCtx, svc.NewEnv("dlq-auditor", svc.Stdio{Getenv: getenv}, testLogger(t)), &Hooks{
 			Listening: func(a string) { addrCh <- a }, Consumer: fastTimings, AlertInterval: 100 * time.Millisecond,
 		})
 	}()
@@ -387,25 +389,27 @@ func TestDeadLettersAreAuditedReplayedAndAccountedFor(t *testing.T) {
 			{"viewer cannot replay", http.MethodPost, "/v1/replays", viewerToken, api.ReplayBody{IDs: []string{someID}, Reason: "x"}, http.StatusForbidden, "forbidden"},
 			{"viewer cannot purge", http.MethodPost, "/v1/purges", viewerToken, api.PurgeBody{IDs: []string{someID}, Reason: "x"}, http.StatusForbidden, "forbidden"},
 			{"sre may read", http.MethodGet, "/v1/records/" + someID, sreToken, nil, http.StatusOK, ""},
-			{"unknown record", http.MethodGet, "/v1/records/" + topic + ".dlq:0:999999", viewerToken, nil, http.StatusNotFound, "not_found"},
-			{"bad id", http.MethodGet, "/v1/records/nope", viewerToken, nil, http.StatusBadRequest, "bad_request"},
-			{"replay needs a reason", http.MethodPost, "/v1/replays", sreToken, api.ReplayBody{IDs: []string{someID}}, http.StatusBadRequest, "bad_request"},
-			{"list needs topic or service", http.MethodGet, "/v1/records", viewerToken, nil, http.StatusBadRequest, "bad_request"},
+			{"unknown record", http.MethodGet, "/v1/records/" + topic + ".dlq:0:999999", viewerToken, nil, http.StatusNotFound, "not-found"},
+			{"bad id", http.MethodGet, "/v1/records/nope", viewerToken, nil, http.StatusBadRequest, "invalid-request"},
+			{"replay needs a reason", http.MethodPost, "/v1/replays", sreToken, api.ReplayBody{IDs: []string{someID}}, http.StatusBadRequest, "invalid-request"},
+			{"list needs topic or service", http.MethodGet, "/v1/records", viewerToken, nil, http.StatusBadRequest, "invalid-request"},
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
-				var eb api.ErrorBody
+				var eb httpapi.Problem
 				var out any = &eb
 				if tc.code == "" {
 					out = nil
 				}
 				code, hdr := call(tc.method, tc.path, tc.token, tc.body, out)
 				require.Equal(t, tc.want, code)
-				require.NotEmpty(t, hdr.Get(api.HeaderCorrelationID))
-				if tc.code != "" {
-					require.Equal(t, tc.code, eb.Error.Code)
-					require.Equal(t, hdr.Get(api.HeaderCorrelationID), eb.Error.CorrelationID)
-					require.NotEmpty(t, eb.Error.Message)
+				require.NotEmpty(t, hdr.Get(httpapi.HeaderRequestID))
+				if tc.code != "" { // an RFC 9457 problem
+					require.Equal(t, httpapi.ContentTypeProblem, hdr.Get("Content-Type"))
+					require.Equal(t, tc.code, eb.Code())
+					require.Equal(t, tc.want, eb.Status)
+					require.Equal(t, hdr.Get(httpapi.HeaderRequestID), eb.CorrelationID)
+					require.NotEmpty(t, eb.Detail)
 				}
 			})
 		}
@@ -451,7 +455,7 @@ func TestDeadLettersAreAuditedReplayedAndAccountedFor(t *testing.T) {
 		var out bytes.Buffer
 		env["FLOODGATE_DLQ_TOKEN"] = sreToken
 		args := append([]string{"replay", "-reason", "ledger fixed", "-canary", "1"}, brokenRecordIDs...)
-		require.NoError(t, Run(ctx, args, getenv, &out, testLogger(t)), out.String())
+		require.NoError(t, Run(ctx, cliEnv(t, getenv, &out, args)), out.String())
 		var res auditor.ReplayResult
 		require.NoError(t, json.Unmarshal(out.Bytes(), &res))
 		require.False(t, res.Aborted, res.AbortReason)
@@ -460,7 +464,7 @@ func TestDeadLettersAreAuditedReplayedAndAccountedFor(t *testing.T) {
 
 		// Replay the same records again: the consumer sees them twice, counts once.
 		out.Reset()
-		require.NoError(t, Run(ctx, append([]string{"replay", "-reason", "again, to prove idempotence"}, brokenRecordIDs...), getenv, &out, testLogger(t)))
+		require.NoError(t, Run(ctx, cliEnv(t, getenv, &out, append([]string{"replay", "-reason", "again, to prove idempotence"}, brokenRecordIDs...))))
 		eventually(t, 20*time.Second, "the second replay to be consumed", func() bool {
 			_, seen := sink.snapshot()
 			for _, id := range brokenIDs {
@@ -494,7 +498,7 @@ func TestDeadLettersAreAuditedReplayedAndAccountedFor(t *testing.T) {
 
 	t.Run("a poison canary stops its replay", func(t *testing.T) {
 		var out bytes.Buffer
-		err := Run(ctx, []string{"replay", "-reason", "try the poison", poisonID, brokenRecordIDs[0]}, getenv, &out, testLogger(t))
+		err := Run(ctx, cliEnv(t, getenv, &out, []string{"replay", "-reason", "try the poison", poisonID, brokenRecordIDs[0]}))
 		require.ErrorContains(t, err, "aborted")
 		var res auditor.ReplayResult
 		require.NoError(t, json.Unmarshal(out.Bytes(), &res))
@@ -507,14 +511,14 @@ func TestDeadLettersAreAuditedReplayedAndAccountedFor(t *testing.T) {
 	t.Run("purge is audited", func(t *testing.T) {
 		env["FLOODGATE_DLQ_TOKEN"] = viewerToken
 		var out bytes.Buffer
-		err := Run(ctx, []string{"purge", "-reason", "x", poisonID}, getenv, &out, testLogger(t))
+		err := Run(ctx, cliEnv(t, getenv, &out, []string{"purge", "-reason", "x", poisonID}))
 		var apiErr *APIError
 		require.ErrorAs(t, err, &apiErr)
-		require.Equal(t, "forbidden", apiErr.Code)
+		require.Equal(t, "forbidden", apiErr.Code())
 
 		env["FLOODGATE_DLQ_TOKEN"] = sreToken
 		out.Reset()
-		require.NoError(t, Run(ctx, []string{"purge", "-reason", "known bad test event", poisonID}, getenv, &out, testLogger(t)))
+		require.NoError(t, Run(ctx, cliEnv(t, getenv, &out, []string{"purge", "-reason", "known bad test event", poisonID})))
 		var res auditor.PurgeResult
 		require.NoError(t, json.Unmarshal(out.Bytes(), &res))
 		require.Equal(t, 1, res.Purged)
@@ -595,4 +599,9 @@ func originalOf(t *testing.T, broker string, r auditor.Record) kafka.Message {
 	_, err := stream.ParseDLQRecord(m)
 	require.True(t, errors.Is(err, stream.ErrNotDLQRecord), "the source message has no dlq headers")
 	return m
+}
+
+// cliEnv is the Env of one command-line call.
+func cliEnv(t *testing.T, getenv func(string) string, out io.Writer, args []string) svc.Env {
+	return svc.NewEnv("dlq-auditor", svc.Stdio{Args: args, Getenv: getenv, Stdout: out}, testLogger(t))
 }

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,11 +10,11 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/services/dlq-auditor/internal/api"
 	"github.com/floodgate-dev/floodgate/services/dlq-auditor/internal/auditor"
 )
@@ -23,60 +22,17 @@ import (
 // ErrUsage is wrapped by errors about the command line.
 var ErrUsage = errors.New("usage")
 
-// APIError is an error answer of the API.
-type APIError struct {
-	Status int
-	api.APIError
-}
+// APIError is an error answer of the API: an RFC 9457 problem.
+type APIError = httpapi.Error
 
-func (e *APIError) Error() string {
-	return fmt.Sprintf("%s (%d): %s [correlation id %s]", e.Code, e.Status, e.Message, e.CorrelationID)
-}
-
-type client struct {
-	base  string
-	token string
-	http  *http.Client
-}
+type client struct{ api *httpapi.Client }
 
 func (c *client) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
-	u := strings.TrimRight(c.base, "/") + path
 	if len(query) > 0 {
-		u += "?" + query.Encode()
+		path += "?" + query.Encode()
 	}
-	var rd io.Reader
-	if body != nil {
-		raw, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return fmt.Errorf("%s %s: read answer: %w", method, path, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var eb api.ErrorBody
-		if json.Unmarshal(raw, &eb) == nil && eb.Error.Code != "" {
-			return &APIError{Status: resp.StatusCode, APIError: eb.Error}
-		}
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(raw))
-	}
-	return json.Unmarshal(raw, out)
+	_, err := c.api.Do(ctx, httpapi.Call{Method: method, Path: path, Body: body, Out: out})
+	return err
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -91,11 +47,14 @@ func runClient(ctx context.Context, cmd string, args []string, getenv config.Get
 		return tokenCmd(args, stdout)
 	}
 	env := config.NewEnv(getenv)
-	c := &client{
-		base:  env.String("FLOODGATE_DLQ_URL", "http://"+auditor.DefaultAddr),
-		token: env.String("FLOODGATE_DLQ_TOKEN", ""),
-		http:  &http.Client{Timeout: 30 * time.Minute}, // a replay at a low rate takes a while
+	token := env.String("FLOODGATE_DLQ_TOKEN", "")
+	apiClient, err := httpapi.NewClient(httpapi.ClientConfig{Name: "dlq-auditor", BaseURL: env.String("FLOODGATE_DLQ_URL", "http://"+auditor.DefaultAddr),
+		Token: token, Timeout: 30 * time.Minute, // a replay at a low rate takes a while
+		MaxBody: 64 << 20})
+	if err != nil {
+		return fmt.Errorf("%w: FLOODGATE_DLQ_URL: %w", ErrUsage, err)
 	}
+	c := &client{api: apiClient}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	topic := fs.String("topic", "", "source topic (or its .dlq topic)")
@@ -116,7 +75,7 @@ func runClient(ctx context.Context, cmd string, args []string, getenv config.Get
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrUsage, cmd, err)
 	}
-	if c.token == "" {
+	if token == "" {
 		return fmt.Errorf("%w: FLOODGATE_DLQ_TOKEN is not set", ErrUsage)
 	}
 	filter := url.Values{}
