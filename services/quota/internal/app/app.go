@@ -5,29 +5,22 @@ package app
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/sync/errgroup"
-
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
-
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/ledger"
+	"github.com/floodgate-dev/floodgate/services/quota/internal/usageapi"
 )
 
 const usageText = `usage:
@@ -35,17 +28,18 @@ const usageText = `usage:
   quota usage <kind:id> [--days N]    print a principal's usage for the last N days (default 1: today)
 `
 
-// Run runs the subcommand in args (without the program name): none runs the
-// service until ctx is done; "usage" prints a principal's ledger to stdout.
-func Run(ctx context.Context, args []string, getenv config.Getenv, stdout io.Writer, log *slog.Logger) error {
+// Run runs the subcommand in env.Args: none runs the service until ctx is
+// done; "usage" prints a principal's ledger to stdout.
+func Run(ctx context.Context, env service.Env) error {
+	args := env.Args
 	if len(args) == 0 {
-		return Serve(ctx, getenv, log)
+		return Serve(ctx, env)
 	}
 	switch args[0] {
 	case "usage":
-		return Usage(ctx, args[1:], getenv, stdout)
+		return Usage(ctx, args[1:], env.Getenv, env.Stdout)
 	case "help", "-h", "--help":
-		_, err := io.WriteString(stdout, usageText)
+		_, err := io.WriteString(env.Stdout, usageText)
 		return err
 	default:
 		return fmt.Errorf("unknown command %q\n%s", args[0], usageText)
@@ -110,75 +104,53 @@ func PrintReport(w io.Writer, rep ledger.Report, asJSON bool) error {
 
 // Serve runs the ledger consumer and the HTTP API until ctx is done, then
 // drains: not ready, stop fetching, flush and commit, close clients.
-func Serve(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
-	cfg, err := ledger.ConfigFromEnv(getenv)
+func Serve(ctx context.Context, env service.Env) error {
+	log, reg := env.Log, env.Registry
+	cfg, err := ledger.ConfigFromEnv(env.Getenv)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	run, err := service.NewRunner(env, httpapi.DefaultServerConfig())
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 	metrics := ledger.NewMetrics(reg)
 
 	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second})
-	defer rdb.Close()
+	run.Closer("redis", rdb.Close)
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	err = redisx.Ping(pingCtx, rdb)
 	cancel()
 	if err != nil {
+		_ = rdb.Close()
 		return err
 	}
 	db, err := dynamo.NewClient(ctx, cfg.Dynamo)
 	if err != nil {
+		_ = rdb.Close()
 		return err
 	}
 	table := cfg.Dynamo.TablePrefix + dynamo.TableQuotaLedger
-	store := ledger.NewStore(db, table, cfg.RetentionDays, time.Now)
+	store := ledger.NewStore(db, table, cfg.RetentionDays, env.Now)
 	dlq := stream.NewProducer(stream.ProducerConfig{
 		Brokers: cfg.KafkaBrokers, Topic: cfg.DecisionsTopic + ".dlq", Logger: log, Registerer: reg,
 	})
-	defer dlq.Close()
-	consumer := ledger.NewConsumer(cfg, store, ledger.NewReseeder(rdb, cfg.ReseedMargin, time.Now), dlq, log, metrics, time.Now)
+	run.Closer("dlq producer", dlq.Close)
+	consumer := ledger.NewConsumer(cfg, store, ledger.NewReseeder(rdb, cfg.ReseedMargin, env.Now), dlq, log, metrics, env.Now)
 
-	var ready atomic.Bool
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.Handle("GET /v1/usage/{kind}/{id}", ledger.UsageHandler(store, time.Now))
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	usageapi.Register(mux, store, env.Now, log)
+	addr, err := run.Serve(service.API{Name: "usage api", Addr: cfg.HTTPAddr, Handler: mux, Health: true,
+		Metrics: "floodgate_quota_api", AccessLog: true})
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
+		_ = dlq.Close()
+		_ = rdb.Close()
+		return err
 	}
-	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-
-	var g errgroup.Group
-	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopRun()
-	g.Go(func() error { return consumer.Run(runCtx) })
-	g.Go(func() error {
-		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
-	ready.Store(true)
-	log.Info("quota running", "addr", ln.Addr().String(), "topic", cfg.DecisionsTopic, "group", cfg.Group,
+	run.Worker("ledger consumer", consumer.Run) // stops fetching, flushes and commits before it returns
+	log.Info("quota starting", "addr", addr.String(), "topic", cfg.DecisionsTopic, "group", cfg.Group,
 		"table", table, "flush_interval", cfg.FlushInterval.String())
-
-	<-ctx.Done()
-	ready.Store(false)
-	log.Info("quota draining")
-	stopRun()
-	shutCtx, cancelShut := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer cancelShut()
-	_ = httpSrv.Shutdown(shutCtx)
-	return g.Wait()
+	return run.Run(ctx)
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -2,11 +2,8 @@ package ledger
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
@@ -58,38 +55,4 @@ func UsageReport(ctx context.Context, r UsageReader, kind, id string, days int, 
 		rep.Today = list[len(list)-1].Units
 	}
 	return rep, nil
-}
-
-// UsageHandler serves GET /v1/usage/{kind}/{id}?days=N (default 1: today).
-func UsageHandler(r UsageReader, now func() time.Time) http.HandlerFunc {
-	return func(w http.ResponseWriter, req *http.Request) {
-		days := 1
-		if v := req.URL.Query().Get("days"); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				writeProblem(w, http.StatusBadRequest, fmt.Sprintf("days=%q: want an integer in 1..%d", v, MaxDays))
-				return
-			}
-			days = n
-		}
-		rep, err := UsageReport(req.Context(), r, req.PathValue("kind"), req.PathValue("id"), days, now())
-		switch {
-		case errors.Is(err, ErrBadRequest):
-			writeProblem(w, http.StatusBadRequest, err.Error())
-			return
-		case err != nil:
-			writeProblem(w, http.StatusServiceUnavailable, "ledger unavailable")
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(rep)
-	}
-}
-
-func writeProblem(w http.ResponseWriter, status int, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"type": "about:blank", "title": http.StatusText(status), "status": status, "detail": detail,
-	})
 }

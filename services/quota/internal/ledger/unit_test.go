@@ -1,11 +1,6 @@
 package ledger_test
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -38,58 +33,6 @@ func TestConfigFromEnv(t *testing.T) {
 				return
 			}
 			require.ErrorContains(t, err, tc.wantErr)
-		})
-	}
-}
-
-type fakeReader struct {
-	days []ledger.DayUsage
-	err  error
-	got  struct {
-		principal string
-		from, to  time.Time
-	}
-}
-
-func (f *fakeReader) Usage(_ context.Context, principal string, from, to time.Time) ([]ledger.DayUsage, error) {
-	f.got.principal, f.got.from, f.got.to = principal, from, to
-	return f.days, f.err
-}
-
-func TestUsageHandler(t *testing.T) {
-	now := time.Date(2026, 3, 10, 15, 0, 0, 0, time.UTC)
-	days := []ledger.DayUsage{{Day: "2026-03-08", Units: 5}, {Day: "2026-03-09", Units: 0}, {Day: "2026-03-10", Units: 7}}
-	tests := []struct {
-		name       string
-		path       string
-		err        error
-		wantStatus int
-		wantFrom   string
-	}{
-		{"three days", "/v1/usage/bot/abc?days=3", nil, http.StatusOK, "2026-03-08"},
-		{"today by default", "/v1/usage/bot/abc", nil, http.StatusOK, "2026-03-10"},
-		{"unknown kind", "/v1/usage/robot/abc", nil, http.StatusBadRequest, ""},
-		{"days not a number", "/v1/usage/bot/abc?days=x", nil, http.StatusBadRequest, ""},
-		{"too many days", "/v1/usage/bot/abc?days=401", nil, http.StatusBadRequest, ""},
-		{"ledger down", "/v1/usage/bot/abc", errors.New("boom"), http.StatusServiceUnavailable, ""},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			r := &fakeReader{days: days, err: tc.err}
-			mux := http.NewServeMux()
-			mux.Handle("GET /v1/usage/{kind}/{id}", ledger.UsageHandler(r, func() time.Time { return now }))
-			rec := httptest.NewRecorder()
-			mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tc.path, nil))
-			require.Equal(t, tc.wantStatus, rec.Code, rec.Body.String())
-			if tc.wantStatus != http.StatusOK {
-				require.Equal(t, "application/problem+json", rec.Header().Get("Content-Type"))
-				return
-			}
-			require.Equal(t, "bot:abc", r.got.principal)
-			require.Equal(t, tc.wantFrom, r.got.from.Format(ledger.DayLayout))
-			var rep ledger.Report
-			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &rep))
-			require.Equal(t, ledger.Report{Principal: "bot:abc", Today: 7, Total: 12, Days: days}, rep)
 		})
 	}
 }
