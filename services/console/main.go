@@ -7,21 +7,8 @@
 package main
 
 import (
-	"context"
-	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
-
+	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/services/console/internal/app"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	if err := app.Main(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, log); err != nil {
-		log.Error("console stopped", "err", err)
-		os.Exit(1)
-	}
-}
+func main() { service.Main("console", app.Run) }

@@ -3,16 +3,14 @@
 package adjuster
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
-	"strings"
 	"time"
+
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 )
 
 // Settings is GET /v1/settings; Rules stays raw JSON (the console shows and
@@ -66,11 +64,11 @@ type AuditRecord struct {
 	After         json.RawMessage `json:"after"`
 }
 
-// Error is a refusal from the adjuster (its status code and message).
+// Error is a refusal from the adjuster (its status code and problem).
 type Error struct {
 	Status  int
-	Code    string
-	Message string
+	Code    string // the problem type's code, e.g. "precondition-failed"
+	Message string // the problem's detail
 	ETag    string // the current ETag on a 412
 }
 
@@ -81,73 +79,41 @@ func (e *Error) Error() string {
 // ErrUnavailable wraps transport failures and 5xx answers.
 var ErrUnavailable = errors.New("adjuster unavailable")
 
-// Client is an admin-API client with one bearer token.
-type Client struct {
-	base, token string
-	http        *http.Client
-}
+// Client is an admin-API client with one bearer token (pkg/httpapi's client:
+// the caller's X-Request-Id goes along).
+type Client struct{ api *httpapi.Client }
 
 // New returns a client for the admin API at base.
 func New(base, token string, hc *http.Client) (*Client, error) {
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("parse adjuster URL %q: want http(s)://host:port", base)
+	c, err := httpapi.NewClient(httpapi.ClientConfig{Name: "adjuster", BaseURL: base, Token: token, HTTP: hc,
+		Timeout: 5 * time.Second, MaxBody: 4 << 20})
+	if err != nil {
+		return nil, err
 	}
-	if hc == nil {
-		hc = &http.Client{Timeout: 5 * time.Second}
-	}
-	return &Client{base: strings.TrimRight(base, "/"), token: token, http: hc}, nil
+	return &Client{api: c}, nil
 }
 
 func (c *Client) do(ctx context.Context, method, path, ifMatch, corr string, body, out any) (http.Header, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, fmt.Errorf("encode %s %s: %w", method, path, err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
-	if err != nil {
-		return nil, fmt.Errorf("build %s %s: %w", method, path, err)
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if ifMatch != "" {
-		req.Header.Set("If-Match", ifMatch)
-	}
 	if corr != "" {
-		req.Header.Set("X-Request-Id", corr)
+		ctx = httpapi.WithRequestID(ctx, corr)
 	}
-	res, err := c.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s %s: %w", ErrUnavailable, method, path, err)
+	call := httpapi.Call{Method: method, Path: path, Body: body, Out: out}
+	if ifMatch != "" {
+		call.Header = http.Header{"If-Match": {ifMatch}}
 	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(res.Body, 4<<20))
-	if err != nil {
-		return nil, fmt.Errorf("%w: read %s %s: %w", ErrUnavailable, method, path, err)
-	}
-	if res.StatusCode >= 300 {
-		var e struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
-		_ = json.Unmarshal(raw, &e)
-		ae := &Error{Status: res.StatusCode, Code: e.Error.Code, Message: e.Error.Message, ETag: res.Header.Get("ETag")}
-		if res.StatusCode >= 500 {
+	h, err := c.api.Do(ctx, call)
+	var pe *httpapi.Error
+	if errors.As(err, &pe) {
+		ae := &Error{Status: pe.Status, Code: pe.Code(), Message: pe.Detail, ETag: pe.Header.Get("ETag")}
+		if pe.Status >= 500 {
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ae)
 		}
 		return nil, ae
 	}
-	if out != nil {
-		if err := json.Unmarshal(raw, out); err != nil {
-			return nil, fmt.Errorf("decode %s %s: %w", method, path, err)
-		}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	return res.Header, nil
+	return h, nil
 }
 
 // Settings reads the settings and their ETag.

@@ -8,25 +8,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
-	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/services/console/internal/adjuster"
 	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
 	"github.com/floodgate-dev/floodgate/services/console/internal/blockrate"
@@ -46,17 +42,16 @@ type Config struct {
 	PollInterval  time.Duration // FLOODGATE_CONSOLE_POLL_INTERVAL
 	RedisAddrs    []string      // FLOODGATE_REDIS_ADDRS
 	DynamoDB      dynamo.Options
-	ScalesKey     string        // FLOODGATE_CONSOLE_SCALES_KEY
-	QuotaURL      string        // FLOODGATE_CONSOLE_QUOTA_URL
-	AdjusterURL   string        // FLOODGATE_CONSOLE_ADJUSTER_URL
-	AdjusterToken string        // FLOODGATE_CONSOLE_ADJUSTER_TOKEN
-	DLQURL        string        // FLOODGATE_CONSOLE_DLQ_URL
-	DLQToken      string        // FLOODGATE_CONSOLE_DLQ_TOKEN
-	InfluxURL     string        // FLOODGATE_INFLUX_URL
-	InfluxToken   string        // FLOODGATE_INFLUX_TOKEN
-	InfluxOrg     string        // FLOODGATE_INFLUX_ORG
-	InfluxBucket  string        // FLOODGATE_INFLUX_BUCKET
-	Shutdown      time.Duration // FLOODGATE_SHUTDOWN_TIMEOUT
+	ScalesKey     string // FLOODGATE_CONSOLE_SCALES_KEY
+	QuotaURL      string // FLOODGATE_CONSOLE_QUOTA_URL
+	AdjusterURL   string // FLOODGATE_CONSOLE_ADJUSTER_URL
+	AdjusterToken string // FLOODGATE_CONSOLE_ADJUSTER_TOKEN
+	DLQURL        string // FLOODGATE_CONSOLE_DLQ_URL
+	DLQToken      string // FLOODGATE_CONSOLE_DLQ_TOKEN
+	InfluxURL     string // FLOODGATE_INFLUX_URL
+	InfluxToken   string // FLOODGATE_INFLUX_TOKEN
+	InfluxOrg     string // FLOODGATE_INFLUX_ORG
+	InfluxBucket  string // FLOODGATE_INFLUX_BUCKET
 
 	KafkaBrokers   []string      // FLOODGATE_KAFKA_BROKERS (sample events on the alert page)
 	DecisionsTopic string        // FLOODGATE_DECISIONS_TOPIC
@@ -94,7 +89,6 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		InfluxToken:   e.String("FLOODGATE_INFLUX_TOKEN", ""),
 		InfluxOrg:     e.String("FLOODGATE_INFLUX_ORG", ""),
 		InfluxBucket:  e.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket),
-		Shutdown:      e.Duration("FLOODGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 
 		KafkaBrokers:   e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
 		DecisionsTopic: e.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
@@ -165,18 +159,27 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Main runs a subcommand: none or "serve" serves; "user add NAME ROLE" and
-// "token add NAME ROLE" print users-file entries.
-func Main(ctx context.Context, args []string, getenv config.Getenv, stdin io.Reader, stdout io.Writer, log *slog.Logger) error {
+// Run runs the subcommand in env.Args: none or "serve" serves; "user add
+// NAME ROLE" and "token add NAME ROLE" print users-file entries.
+func Run(ctx context.Context, env service.Env) error {
+	args := env.Args
 	switch {
 	case len(args) == 0 || (len(args) == 1 && args[0] == "serve"):
-		return Run(ctx, getenv, log)
+		return Serve(ctx, env)
 	case len(args) == 4 && args[0] == "user" && args[1] == "add":
-		return userAdd(args[2], args[3], stdin, stdout)
+		return userAdd(args[2], args[3], env.Stdin, env.Stdout)
 	case len(args) == 4 && args[0] == "token" && args[1] == "add":
-		return tokenAdd(args[2], args[3], stdout)
+		return tokenAdd(args[2], args[3], env.Stdout)
 	}
 	return fmt.Errorf("usage: console [serve] | console user add NAME ROLE | console token add NAME ROLE (got %q)", strings.Join(args, " "))
+}
+
+// ServerDefaults are the console's HTTP limits unless FLOODGATE_HTTP_* says
+// otherwise: pages and their forms need less than the API default write time.
+func ServerDefaults() httpapi.ServerConfig {
+	sc := httpapi.DefaultServerConfig()
+	sc.WriteTimeout, sc.IdleTimeout = 30*time.Second, 2*time.Minute
+	return sc
 }
 
 func userAdd(name, roleName string, stdin io.Reader, stdout io.Writer) error {
@@ -215,9 +218,14 @@ func tokenAdd(name, roleName string, stdout io.Writer) error {
 	return err
 }
 
-// Run serves the console until ctx is done.
-func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
-	cfg, err := ConfigFromEnv(getenv)
+// Serve serves the console until ctx is done.
+func Serve(ctx context.Context, env service.Env) error {
+	log := env.Log
+	cfg, err := ConfigFromEnv(env.Getenv)
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	run, err := service.NewRunner(env, ServerDefaults())
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
@@ -226,18 +234,21 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 		return err
 	}
 	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
-	defer func() { _ = rdb.Close() }()
+	run.Closer("redis", rdb.Close)
 	ddb, err := dynamo.NewClient(ctx, cfg.DynamoDB)
 	if err != nil {
+		_ = rdb.Close()
 		return err
 	}
 	qc, err := quota.New(cfg.QuotaURL, nil)
 	if err != nil {
+		_ = rdb.Close()
 		return err
 	}
 	var adj *adjuster.Client
 	if cfg.AdjusterToken != "" {
 		if adj, err = adjuster.New(cfg.AdjusterURL, cfg.AdjusterToken, nil); err != nil {
+			_ = rdb.Close()
 			return err
 		}
 	} else {
@@ -246,27 +257,27 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 	var dc *dlq.Client
 	if cfg.DLQToken != "" {
 		if dc, err = dlq.New(cfg.DLQURL, cfg.DLQToken, nil); err != nil {
+			_ = rdb.Close()
 			return err
 		}
 	} else {
 		log.Warn("FLOODGATE_CONSOLE_DLQ_TOKEN is not set: the dead-letters page says so and offers no replay")
 	}
 	influx := influxdb2.NewClient(cfg.InfluxURL, cfg.InfluxToken)
-	defer influx.Close()
+	run.Closer("influxdb", func() error { influx.Close(); return nil })
 	proxies, err := gateway.ParseTrustedProxies(cfg.TrustedProxies)
 	if err != nil {
 		return err
 	}
 	samples := &store.SampleReader{Client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Timeout: cfg.SamplesTimeout},
 		Topic: cfg.DecisionsTopic, Timeout: cfg.SamplesTimeout}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := web.New(web.Config{
 		Directory:     dir,
-		Sessions:      auth.NewSessions(rdb, "fg:console:session:", cfg.SessionIdle, cfg.SessionMax, time.Now),
-		Store:         store.New(ddb, rdb, cfg.DynamoDB.TablePrefix, time.Now),
+		Sessions:      auth.NewSessions(rdb, "fg:console:session:", cfg.SessionIdle, cfg.SessionMax, env.Now),
+		Store:         store.New(ddb, rdb, cfg.DynamoDB.TablePrefix, env.Now),
 		Log:           log,
-		Registry:      reg,
+		Registry:      env.Registry,
+		Now:           env.Now,
 		SecureCookies: cfg.SecureCookies,
 		PollInterval:  cfg.PollInterval,
 		ScalesKey:     cfg.ScalesKey,
@@ -285,38 +296,12 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	var ready atomic.Bool // false until serving and again from the start of shutdown
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle("/", srv)
-	hs := &http.Server{Addr: cfg.Addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
-	ln, err := net.Listen("tcp", cfg.Addr)
+	addr, err := run.Serve(service.API{Name: "console", Addr: cfg.Addr, Handler: srv, Health: true,
+		Metrics: "floodgate_console", AccessLog: true})
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+		return err
 	}
-	log.Info("console listening", "addr", ln.Addr().String(), "users_file", cfg.UsersFile)
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	go func() { _ = srv.ExpireOverrides(ctx, cfg.OverrideSweep) }() // returns when ctx is done
-	ready.Store(true)
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	ready.Store(false)
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.Shutdown)
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shut down: %w", err)
-	}
-	return nil
+	run.Worker("override sweeper", func(ctx context.Context) error { return srv.ExpireOverrides(ctx, cfg.OverrideSweep) })
+	log.Info("console listening", "addr", addr.String(), "users_file", cfg.UsersFile)
+	return run.Run(ctx)
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/service"
 )
 
 func TestConfigFromEnv(t *testing.T) {
@@ -68,7 +70,9 @@ func TestRunServesReadiness(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, func(k string) string { return env[k] }, slog.New(slog.DiscardHandler)) }()
+	go func() {
+		done <- Run(ctx, service.NewEnv("console", service.Stdio{Getenv: func(k string) string { return env[k] }}, slog.New(slog.DiscardHandler)))
+	}()
 	require.Eventually(t, func() bool {
 		resp, err := http.Get("http://" + addr + "/readyz")
 		if err != nil {

@@ -3,17 +3,16 @@
 package dlq
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 )
 
 // Header is one Kafka header of a stored dead letter.
@@ -82,10 +81,10 @@ type ReplayResult struct {
 	Items       []ReplayItem `json:"items"`
 }
 
-// Error is a refusal from the auditor.
+// Error is a refusal from the auditor (its status code and problem).
 type Error struct {
 	Status        int
-	Code, Message string
+	Code, Message string // the problem type's code and the problem's detail
 }
 
 func (e *Error) Error() string {
@@ -95,67 +94,36 @@ func (e *Error) Error() string {
 // ErrUnavailable wraps transport failures and 5xx answers.
 var ErrUnavailable = errors.New("dlq-auditor unavailable")
 
-// Client is an API client with one bearer token.
-type Client struct {
-	base, token string
-	http        *http.Client
-}
+// Client is an API client with one bearer token (pkg/httpapi's client: the
+// caller's X-Request-Id goes along).
+type Client struct{ api *httpapi.Client }
 
 // New returns a client for the API at base.
 func New(base, token string, hc *http.Client) (*Client, error) {
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("parse dlq-auditor URL %q: want http(s)://host:port", base)
+	// A replay waits for its canary to be consumed (FLOODGATE_DLQ_CANARY_TIMEOUT).
+	c, err := httpapi.NewClient(httpapi.ClientConfig{Name: "dlq-auditor", BaseURL: base, Token: token, HTTP: hc,
+		Timeout: 2 * time.Minute, MaxBody: 16 << 20})
+	if err != nil {
+		return nil, err
 	}
-	if hc == nil {
-		// A replay waits for its canary to be consumed (FLOODGATE_DLQ_CANARY_TIMEOUT).
-		hc = &http.Client{Timeout: 2 * time.Minute}
-	}
-	return &Client{base: strings.TrimRight(base, "/"), token: token, http: hc}, nil
+	return &Client{api: c}, nil
 }
 
 func (c *Client) do(ctx context.Context, method, path, corr string, body, out any) error {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return fmt.Errorf("encode %s %s: %w", method, path, err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
-	if err != nil {
-		return fmt.Errorf("build %s %s: %w", method, path, err)
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
 	if corr != "" {
-		req.Header.Set("X-Request-Id", corr)
+		ctx = httpapi.WithRequestID(ctx, corr)
 	}
-	res, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("%w: %s %s: %w", ErrUnavailable, method, path, err)
-	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(res.Body, 16<<20))
-	if err != nil {
-		return fmt.Errorf("%w: read %s %s: %w", ErrUnavailable, method, path, err)
-	}
-	if res.StatusCode >= 300 {
-		var e struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
-		_ = json.Unmarshal(raw, &e)
-		de := &Error{Status: res.StatusCode, Code: e.Error.Code, Message: e.Error.Message}
-		if res.StatusCode >= 500 {
+	_, err := c.api.Do(ctx, httpapi.Call{Method: method, Path: path, Body: body, Out: out})
+	var pe *httpapi.Error
+	if errors.As(err, &pe) {
+		de := &Error{Status: pe.Status, Code: pe.Code(), Message: pe.Detail}
+		if pe.Status >= 500 {
 			return fmt.Errorf("%w: %w", ErrUnavailable, de)
 		}
 		return de
 	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		return fmt.Errorf("decode %s %s: %w", method, path, err)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return nil
 }

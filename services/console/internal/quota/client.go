@@ -4,15 +4,14 @@ package quota
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 )
 
 // MaxDays is the longest window the usage API serves.
@@ -32,22 +31,17 @@ type Report struct {
 	Days      []Day  `json:"days"`
 }
 
-// Client calls the usage API.
-type Client struct {
-	base string
-	http *http.Client
-}
+// Client calls the usage API (pkg/httpapi's client: the caller's
+// X-Request-Id goes along).
+type Client struct{ api *httpapi.Client }
 
 // New returns a client for the usage API at base (e.g. http://127.0.0.1:8085).
 func New(base string, hc *http.Client) (*Client, error) {
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("parse quota URL %q: want http(s)://host:port", base)
+	c, err := httpapi.NewClient(httpapi.ClientConfig{Name: "quota", BaseURL: base, HTTP: hc, Timeout: 3 * time.Second, MaxBody: 1 << 20})
+	if err != nil {
+		return nil, err
 	}
-	if hc == nil {
-		hc = &http.Client{Timeout: 3 * time.Second}
-	}
-	return &Client{base: strings.TrimRight(base, "/"), http: hc}, nil
+	return &Client{api: c}, nil
 }
 
 // Usage reads the last days days of kind:id's usage.
@@ -55,30 +49,14 @@ func (c *Client) Usage(ctx context.Context, kind, id string, days int) (Report, 
 	if days < 1 || days > MaxDays {
 		return Report{}, fmt.Errorf("read usage: days %d not in 1..%d", days, MaxDays)
 	}
-	u := c.base + "/v1/usage/" + url.PathEscape(kind) + "/" + url.PathEscape(id) + "?days=" + strconv.Itoa(days)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return Report{}, fmt.Errorf("build usage request: %w", err)
-	}
-	res, err := c.http.Do(req)
-	if err != nil {
-		return Report{}, fmt.Errorf("read usage: %w", err)
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
-	if err != nil {
-		return Report{}, fmt.Errorf("read usage body: %w", err)
-	}
-	if res.StatusCode != http.StatusOK {
-		var p struct {
-			Detail string `json:"detail"`
-		}
-		_ = json.Unmarshal(body, &p)
-		return Report{}, fmt.Errorf("read usage: quota service answered %d %s", res.StatusCode, p.Detail)
-	}
 	var rep Report
-	if err := json.Unmarshal(body, &rep); err != nil {
-		return Report{}, fmt.Errorf("decode usage: %w", err)
+	path := "/v1/usage/" + url.PathEscape(kind) + "/" + url.PathEscape(id) + "?days=" + strconv.Itoa(days)
+	if _, err := c.api.Do(ctx, httpapi.Call{Method: http.MethodGet, Path: path, Out: &rep}); err != nil {
+		var pe *httpapi.Error
+		if errors.As(err, &pe) {
+			return Report{}, fmt.Errorf("read usage: quota service answered %d %s", pe.Status, pe.Detail)
+		}
+		return Report{}, fmt.Errorf("read usage: %w", err)
 	}
 	for _, d := range rep.Days {
 		if _, err := time.Parse("2006-01-02", d.Day); err != nil {

@@ -15,17 +15,16 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/services/console/internal/adjuster"
 	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
 	"github.com/floodgate-dev/floodgate/services/console/internal/blockrate"
@@ -78,10 +77,11 @@ type Server struct {
 	signIn  signInMetrics
 }
 
+// metrics are the console's own; its request metrics
+// (floodgate_console_requests_total{route,code}) come from pkg/httpapi.
 type metrics struct {
-	requests *prometheus.CounterVec
-	actions  *prometheus.CounterVec
-	logins   *prometheus.CounterVec
+	actions *prometheus.CounterVec
+	logins  *prometheus.CounterVec
 }
 
 // New builds the handler.
@@ -98,9 +98,8 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, pages: map[string]*template.Template{}, mux: http.NewServeMux()}
 	f := promauto.With(cfg.Registry)
 	s.metrics = metrics{
-		requests: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_console_requests_total", Help: "HTTP requests by route and status code."}, []string{"route", "code"}),
-		actions:  f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_console_actions_total", Help: "Trust-and-safety actions by action and outcome."}, []string{"action", "outcome"}),
-		logins:   f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_console_logins_total", Help: "Sign-in attempts by outcome."}, []string{"outcome"}),
+		actions: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_console_actions_total", Help: "Trust-and-safety actions by action and outcome."}, []string{"action", "outcome"}),
+		logins:  f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_console_logins_total", Help: "Sign-in attempts by outcome."}, []string{"outcome"}),
 	}
 	s.signIn = newSignInMetrics(f)
 	funcs := template.FuncMap{
@@ -176,8 +175,15 @@ func fmtTime(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04:05Z")
 }
 
-// ServeHTTP adds security headers and a correlation id to every response.
+// ServeHTTP adds security headers and a correlation id to every response
+// (the one httpapi.Middleware put in the context, else the caller's
+// X-Request-Id or a new one).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if httpapi.RequestID(r.Context()) == "" {
+		id := httpapi.RequestIDFrom(r)
+		w.Header().Set(httpapi.HeaderRequestID, id)
+		r = r.WithContext(httpapi.WithRequestID(r.Context(), id))
+	}
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -187,23 +193,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
-type statusWriter struct {
-	http.ResponseWriter
-	code int
-}
-
-func (w *statusWriter) WriteHeader(code int) { w.code = code; w.ResponseWriter.WriteHeader(code) }
-
-func (s *Server) route(pattern string, h http.HandlerFunc) {
-	name := pattern
-	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
-		h(sw, r)
-		s.metrics.requests.WithLabelValues(name, strconv.Itoa(sw.code)).Inc()
-	})
-}
-
-var corrRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+func (s *Server) route(pattern string, h http.HandlerFunc) { s.mux.HandleFunc(pattern, h) }
 
 type request struct {
 	who  auth.Identity
@@ -222,11 +212,7 @@ func current(r *http.Request) request {
 // its role and, for a session's POST, its CSRF token.
 func (s *Server) authed(need auth.Role, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		req := request{corr: r.Header.Get("X-Request-Id")}
-		if !corrRE.MatchString(req.corr) {
-			req.corr = uuid.NewString()
-		}
-		w.Header().Set("X-Correlation-Id", req.corr)
+		req := request{corr: httpapi.RequestID(r.Context())}
 		if tok := auth.BearerToken(r.Header.Get("Authorization")); tok != "" {
 			ip := s.clientIP(r)
 			lock, err := s.lockedOut(w, r.Context(), "token", "", ip)
@@ -289,13 +275,40 @@ func wantsJSON(r *http.Request) bool {
 }
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, code int, msg string) {
-	if wantsJSON(r) {
-		writeJSON(w, code, map[string]any{"error": map[string]any{"code": http.StatusText(code), "message": msg,
-			"correlation_id": w.Header().Get("X-Correlation-Id")}})
+	if wantsJSON(r) { // an RFC 9457 problem
+		httpapi.WriteProblem(w, r, httpapi.Problem{Type: problemType(code), Status: code, Detail: msg})
 		return
 	}
 	w.WriteHeader(code)
 	s.render(w, r, "error", map[string]any{"Title": http.StatusText(code), "Code": code, "Message": msg})
+}
+
+// problemType is the problem type of a console API refusal.
+func problemType(code int) string {
+	switch code {
+	case http.StatusBadRequest:
+		return httpapi.ProblemInvalidRequest
+	case http.StatusUnauthorized:
+		return httpapi.ProblemUnauthenticated
+	case http.StatusForbidden:
+		return httpapi.ProblemForbidden
+	case http.StatusNotFound:
+		return httpapi.ProblemNotFound
+	case http.StatusConflict:
+		return httpapi.ProblemConflict
+	case http.StatusUnprocessableEntity:
+		return httpapi.ProblemUnprocessable
+	case http.StatusTooManyRequests:
+		return httpapi.ProblemTooManyRequests
+	case http.StatusBadGateway:
+		return httpapi.ProblemBadGateway
+	case http.StatusServiceUnavailable:
+		return httpapi.ProblemUnavailable
+	}
+	if code >= 500 {
+		return httpapi.ProblemInternal
+	}
+	return "about:blank"
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -92,7 +92,7 @@ func TestSignInLimits(t *testing.T) {
 }
 
 // TestTokenFailureLimits: 20 unknown API tokens from one address lock it out
-// (429 JSON with Retry-After), even for a valid token.
+// (429 problem with Retry-After), even for a valid token.
 func TestTokenFailureLimits(t *testing.T) {
 	e, reg := limitedEnv(t)
 	get := func(tok string) *http.Response {
@@ -110,7 +110,7 @@ func TestTokenFailureLimits(t *testing.T) {
 	}
 	res := get(e.tokens["viewer"])
 	require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
-	require.Equal(t, "application/json", res.Header.Get("Content-Type"))
+	require.Equal(t, "application/problem+json", res.Header.Get("Content-Type")) // RFC 9457
 	require.NotEmpty(t, res.Header.Get("Retry-After"))
 	require.Equal(t, 20.0, mustCounter(t, reg, "floodgate_console_auth_failures_total", "token"))
 	require.Equal(t, 1.0, mustCounter(t, reg, "floodgate_console_auth_lockouts_total", "token", "ip"))
