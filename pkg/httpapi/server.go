@@ -194,6 +194,7 @@ func Middleware(o Options, next http.Handler) http.Handler {
 		start := time.Now()
 		id := RequestIDFrom(r)
 		w.Header().Set(HeaderRequestID, id)
+		r.Header.Set(HeaderRequestID, id) // handlers that read the header see the same id
 		r = r.WithContext(context.WithValue(WithRequestID(r.Context(), id), callerSlotKey{}, &Caller{}))
 		if maxBody > 0 && r.Body != nil && r.Body != http.NoBody {
 			r.Body = http.MaxBytesReader(w, r.Body, maxBody)

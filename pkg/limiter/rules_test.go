@@ -20,7 +20,7 @@ import (
 )
 
 const (
-	shippedRules = "../../services/limiter/rate-limits.yaml"
+	shippedRules = "../../services/limiter/internal/app/rate-limits.yaml"
 	e2eRules     = "../../services/limiter/testdata/e2e-rules.yaml"
 	rulesSchema  = "../../schemas/rate-limits.schema.json"
 )

@@ -6,6 +6,7 @@ package app
 import (
 	"cmp"
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,32 +16,50 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
 	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
 
-	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/service"
 )
 
-// Run serves until ctx is done, then drains: not ready → stop accepting → finish
-// in-flight checks → flush queued decision events and counts → close clients.
-// defaultRules is the rules file used when FLOODGATE_LIMITER_RULES is unset.
-func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRules []byte) error {
-	cfg, err := ConfigFromEnv(getenv)
+// defaultRules is the grid served when FLOODGATE_LIMITER_RULES is unset.
+//
+//go:embed rate-limits.yaml
+var defaultRules []byte
+
+// defaultGCPercent replaces Go's GOGC=100 unless GOGC is set. The limiter's live
+// heap is small (17.5 MB after a GC at saturation) and every check allocates, so
+// at 100 it collected many times a second; at 400 a paired run gave 14–15k
+// checks/s instead of ~9k, for a larger heap between collections (resident
+// memory up to ~200 MB in a 10 s saturation run). docs/benchmarks.md.
+const defaultGCPercent = 400
+
+// Run serves until ctx is done, then drains (pkg/service): not ready → stop
+// accepting (HTTP, gRPC, proxy) → finish in-flight checks → flush queued
+// decision events and counts → close clients.
+func Run(ctx context.Context, env service.Env) error {
+	if len(env.Args) > 0 && env.Args[0] != "serve" {
+		return fmt.Errorf("usage: limiter [serve] (got %q)", env.Args)
+	}
+	if env.Getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
+	}
+	log, reg := env.Log, env.Registry
+	cfg, err := ConfigFromEnv(env.Getenv)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	run, err := service.NewRunner(env, ServerDefaults())
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 
 	// Rules: a watched file, the single-bucket grid of FLOODGATE_LIMITER_PRINCIPAL_LIMIT, or the built-in grid.
 	var rules *limiter.Ruleset
@@ -60,14 +79,18 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRul
 
 	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second,
 		ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout})
-	defer rdb.Close()
+	run.Closer("redis", rdb.Close)
+	fail := func(err error) error {
+		_ = rdb.Close()
+		return err
+	}
 
 	var counts *limiter.ScopeCounts
 	var observer limiter.Observer
 	if cfg.InfluxInterval > 0 {
 		influx := influxdb2.NewClient(cfg.InfluxURL, cfg.InfluxToken)
-		defer influx.Close()
-		counts = limiter.NewScopeCounts(influx, cfg.InfluxOrg, cfg.InfluxBucket, cfg.Gateway, time.Now, log)
+		run.Closer("influxdb", func() error { influx.Close(); return nil })
+		counts = limiter.NewScopeCounts(influx, cfg.InfluxOrg, cfg.InfluxBucket, cfg.Gateway, env.Now, log)
 		observer = counts
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -82,146 +105,104 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRul
 	cancel()
 	if err != nil {
 		if cfg.RulesPath != "" && errors.Is(err, limiter.ErrRulesFile) {
-			return fmt.Errorf("FLOODGATE_LIMITER_RULES: %w", err)
+			return fail(fmt.Errorf("FLOODGATE_LIMITER_RULES: %w", err))
 		}
-		return fmt.Errorf("redis %v: %w", cfg.RedisAddrs, err)
+		return fail(fmt.Errorf("redis %v: %w", cfg.RedisAddrs, err))
 	}
 	srv := core.Server()
 	srv.SetReady(false) // ready once every listener is up
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	run.OnReady(srv.SetReady)
+	// The check API: no access log and no request metrics on the hot path
+	// (the engine counts decisions itself).
+	addr, err := run.Serve(service.API{Name: "check api", Addr: cfg.HTTPAddr, Handler: srv.Handler(), Health: true})
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
+		return fail(err)
 	}
-	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
 
 	// Envoy's rate-limit service and gRPC health on FLOODGATE_LIMITER_GRPC_ADDR.
-	var grpcSrv *grpc.Server
-	var grpcLn net.Listener
-	var hs *health.Server
+	grpcAddr := "off"
 	if cfg.GRPCAddr != "off" {
-		grpcLn, err = net.Listen("tcp", cfg.GRPCAddr)
+		grpcLn, err := net.Listen("tcp", cfg.GRPCAddr)
 		switch {
 		case err != nil && cfg.GRPCAddrSet:
-			ln.Close()
-			return fmt.Errorf("listen %s (FLOODGATE_LIMITER_GRPC_ADDR): %w", cfg.GRPCAddr, err)
+			return fail(fmt.Errorf("listen %s (FLOODGATE_LIMITER_GRPC_ADDR): %w", cfg.GRPCAddr, err))
 		case err != nil: // the default port is taken (another limiter on this host): say so, serve HTTP
 			log.Warn("envoy rate-limit service not started; set FLOODGATE_LIMITER_GRPC_ADDR", "addr", cfg.GRPCAddr, "err", err)
-			grpcLn = nil
 		default:
-			grpcSrv, hs = limiter.NewGRPCServer(srv)
+			grpcAddr = grpcLn.Addr().String()
+			grpcSrv, hs := limiter.NewGRPCServer(srv)
+			run.OnReady(func(ready bool) {
+				if ready {
+					limiter.SetServing(hs, true)
+				} else {
+					hs.Shutdown() // every service NOT_SERVING
+				}
+			})
+			run.Listener("envoy rls grpc", func() error { return grpcSrv.Serve(grpcLn) }, func(ctx context.Context) error {
+				stopped := make(chan struct{})
+				go func() { grpcSrv.GracefulStop(); close(stopped) }()
+				select {
+				case <-stopped:
+					return nil
+				case <-ctx.Done():
+					grpcSrv.Stop()
+					<-stopped
+					return ctx.Err()
+				}
+			})
 		}
 	}
 	// net/http/pprof on its own listener, off unless FLOODGATE_LIMITER_DEBUG_ADDR is set.
-	var debugSrv *http.Server
-	var debugLn net.Listener
 	if cfg.DebugAddr != "" {
-		if debugLn, err = net.Listen("tcp", cfg.DebugAddr); err != nil {
-			ln.Close()
-			return fmt.Errorf("listen %s (FLOODGATE_LIMITER_DEBUG_ADDR): %w", cfg.DebugAddr, err)
-		}
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		debugSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		dc := run.Config().HTTP
+		dc.WriteTimeout = 10 * time.Minute // a CPU profile or trace takes as long as asked
+		if _, err := run.Serve(service.API{Name: "pprof (FLOODGATE_LIMITER_DEBUG_ADDR)", Addr: cfg.DebugAddr, Handler: mux, Server: &dc}); err != nil {
+			return fail(err)
+		}
 	}
-
-	var proxySrv *http.Server
-	var proxyLn net.Listener
 	if cfg.ProxyAddr != "" {
-		if proxySrv, proxyLn, err = newProxy(cfg, srv, log); err != nil {
-			ln.Close()
-			return err
+		if err := newProxy(cfg, srv, run, log); err != nil {
+			return fail(err)
 		}
 	}
 
-	// The producer and the counts outlive the HTTP server so the last decisions still get out.
-	tailCtx, stopTail := context.WithCancel(context.WithoutCancel(ctx))
-	var g errgroup.Group
-	g.Go(func() error { return core.Run(tailCtx) })
+	// The producer and the counts outlive the listeners so the last decisions still get out.
+	run.Tail("decision events", core.Run)
 	if counts != nil {
-		g.Go(func() error { return counts.Run(tailCtx, cfg.InfluxInterval) })
+		run.Tail("influxdb counts", func(ctx context.Context) error { return counts.Run(ctx, cfg.InfluxInterval) })
 	}
-	g.Go(func() error {
-		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
-	if grpcSrv != nil {
-		g.Go(func() error { return grpcSrv.Serve(grpcLn) })
-	}
-	if proxySrv != nil {
-		g.Go(func() error {
-			if err := proxySrv.Serve(proxyLn); !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		})
-	}
-	if debugSrv != nil {
-		g.Go(func() error {
-			if err := debugSrv.Serve(debugLn); !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		})
-	}
-	srv.SetReady(true)
-	if hs != nil {
-		limiter.SetServing(hs, true)
-	}
-	grpcAddr := "off"
-	if grpcLn != nil {
-		grpcAddr = grpcLn.Addr().String()
-	}
-	log.Info("limiter serving", "addr", ln.Addr().String(), "grpc_addr", grpcAddr, "debug_addr", cfg.DebugAddr, "redis", cfg.RedisAddrs, "kafka", cfg.KafkaBrokers,
+	log.Info("limiter serving", "addr", addr.String(), "grpc_addr", grpcAddr, "debug_addr", cfg.DebugAddr, "redis", cfg.RedisAddrs, "kafka", cfg.KafkaBrokers,
 		"topic", cfg.DecisionsTopic, "rules", core.Rules().Source, "rule_count", len(core.Rules().Rules), "shadow", core.Rules().Shadow || cfg.Shadow)
+	return run.Run(ctx)
+}
 
-	<-ctx.Done()
-	srv.SetReady(false)
-	if hs != nil {
-		hs.Shutdown() // every service NOT_SERVING
-	}
-	log.Info("limiter draining")
-	shutCtx, cancelShut := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer cancelShut()
-	if grpcSrv != nil {
-		stopped := make(chan struct{})
-		go func() { grpcSrv.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-shutCtx.Done():
-			grpcSrv.Stop()
-		}
-	}
-	if proxySrv != nil {
-		if err := proxySrv.Shutdown(shutCtx); err != nil {
-			log.Warn("proxy shutdown", "err", err)
-		}
-	}
-	if err := httpSrv.Shutdown(shutCtx); err != nil {
-		log.Warn("http shutdown", "err", err)
-	}
-	if debugSrv != nil {
-		_ = debugSrv.Close()
-	}
-	stopTail()
-	return g.Wait()
+// ServerDefaults are the limiter's HTTP limits unless FLOODGATE_HTTP_* says
+// otherwise: a gateway fleet keeps many connections open to each limiter.
+func ServerDefaults() httpapi.ServerConfig {
+	sc := httpapi.DefaultServerConfig()
+	sc.MaxConns = 16384
+	sc.ReadTimeout, sc.WriteTimeout = 10*time.Second, 10*time.Second
+	return sc
 }
 
 // newProxy builds the limiter's reverse-proxy mode: pkg/gateway's reverse proxy in
-// front of the upstream, deciding in-process with the limiter's own engine.
-func newProxy(cfg Config, srv *limiter.Server, log *slog.Logger) (*http.Server, net.Listener, error) {
+// front of the upstream, deciding in-process with the limiter's own engine. Bodies
+// stream to and from the upstream, so only the header and idle timeouts and the
+// connection limit apply, not the read and write timeouts.
+func newProxy(cfg Config, srv *limiter.Server, run *service.Runner, log *slog.Logger) error {
 	upstream, err := url.Parse(cfg.ProxyUpstream)
 	if err != nil {
-		return nil, nil, fmt.Errorf("FLOODGATE_LIMITER_PROXY_UPSTREAM: %w", err)
+		return fmt.Errorf("FLOODGATE_LIMITER_PROXY_UPSTREAM: %w", err)
 	}
 	router, err := gateway.NewRouter(cfg.ProxyRoutes, "")
 	if err != nil {
-		return nil, nil, fmt.Errorf("FLOODGATE_LIMITER_PROXY_ROUTES: %w", err)
+		return fmt.Errorf("FLOODGATE_LIMITER_PROXY_ROUTES: %w", err)
 	}
 	handler, err := gateway.NewReverseProxy(upstream, gateway.Options{
 		Checker: srv.Embedded(), Router: router, TrustedProxies: cfg.ProxyTrusted, Logger: log,
@@ -229,12 +210,15 @@ func newProxy(cfg Config, srv *limiter.Server, log *slog.Logger) (*http.Server, 
 		Timeout:   cfg.RedisTimeout * 4,
 	})
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	ln, err := net.Listen("tcp", cfg.ProxyAddr)
+	sc := run.Config().HTTP
+	sc.ReadTimeout, sc.WriteTimeout = 0, 0
+	addr, err := run.Serve(service.API{Name: "reverse proxy (FLOODGATE_LIMITER_PROXY_ADDR)", Addr: cfg.ProxyAddr,
+		Handler: handler, MaxBody: -1, Server: &sc})
 	if err != nil {
-		return nil, nil, fmt.Errorf("listen %s (FLOODGATE_LIMITER_PROXY_ADDR): %w", cfg.ProxyAddr, err)
+		return err
 	}
-	log.Info("reverse proxy", "addr", ln.Addr().String(), "upstream", upstream.String(), "routes", len(cfg.ProxyRoutes))
-	return &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}, ln, nil
+	log.Info("reverse proxy", "addr", addr.String(), "upstream", upstream.String(), "routes", len(cfg.ProxyRoutes))
+	return nil
 }

@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/service"
 )
 
 func freeAddr(t *testing.T) string {
@@ -39,7 +40,9 @@ func TestRunServesEnvoyRateLimitServiceAndHealth(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, func(k string) string { return env[k] }, slog.New(slog.DiscardHandler), nil) }()
+	go func() {
+		done <- Run(ctx, service.NewEnv("limiter", service.Stdio{Getenv: func(k string) string { return env[k] }}, slog.New(slog.DiscardHandler)))
+	}()
 	t.Cleanup(func() { cancel(); <-done })
 
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -93,7 +96,9 @@ func TestRunReverseProxyMode(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, func(k string) string { return env[k] }, slog.New(slog.DiscardHandler), nil) }()
+	go func() {
+		done <- Run(ctx, service.NewEnv("limiter", service.Stdio{Getenv: func(k string) string { return env[k] }}, slog.New(slog.DiscardHandler)))
+	}()
 	t.Cleanup(func() { cancel(); <-done })
 	require.Eventually(t, func() bool {
 		r, err := http.Get("http://" + httpAddr + "/readyz")

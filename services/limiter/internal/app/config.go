@@ -46,7 +46,6 @@ type Config struct {
 	InfluxBucket    string        // FLOODGATE_INFLUX_BUCKET ("db/rp" on InfluxDB 1.8)
 	InfluxInterval  time.Duration // FLOODGATE_LIMITER_INFLUX_INTERVAL: per-scope counts flush; 0 disables
 	EventBuffer     int           // FLOODGATE_LIMITER_EVENT_BUFFER: decision events held while Kafka is slow
-	ShutdownTimeout time.Duration // FLOODGATE_SHUTDOWN_TIMEOUT
 	// Proxy puts the limiter in front of an upstream (its reverse-proxy mode):
 	// FLOODGATE_LIMITER_PROXY_ADDR ("" = off), _UPSTREAM, _ROUTES ("METHOD /template
 	// [resource=type:{param}] [cost=N]" separated by ";"), _TRUSTED (CIDRs whose
@@ -89,7 +88,6 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		InfluxBucket:    e.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket),
 		InfluxInterval:  e.Duration("FLOODGATE_LIMITER_INFLUX_INTERVAL", 10*time.Second),
 		EventBuffer:     e.Int("FLOODGATE_LIMITER_EVENT_BUFFER", 65536),
-		ShutdownTimeout: e.Duration("FLOODGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 	}
 	c.ProxyAddr = e.String("FLOODGATE_LIMITER_PROXY_ADDR", "")
 	c.ProxyUpstream = e.String("FLOODGATE_LIMITER_PROXY_UPSTREAM", "")
@@ -142,7 +140,6 @@ func (c Config) Validate() error {
 	v.Require(c.PrincipalPeriod >= time.Millisecond, "FLOODGATE_LIMITER_PRINCIPAL_PERIOD", "%s: must be at least 1ms", c.PrincipalPeriod)
 	v.Require(c.RedisTimeout >= time.Millisecond && c.RedisTimeout <= 5*time.Second, "FLOODGATE_LIMITER_REDIS_TIMEOUT", "%s: must be in 1ms..5s", c.RedisTimeout)
 	v.Require(c.EventBuffer >= 1, "FLOODGATE_LIMITER_EVENT_BUFFER", "%d: must be at least 1", c.EventBuffer)
-	v.Require(c.ShutdownTimeout > 0, "FLOODGATE_SHUTDOWN_TIMEOUT", "must be positive")
 	if c.ProxyAddr != "" {
 		u, err := url.Parse(c.ProxyUpstream)
 		v.Require(err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "", "FLOODGATE_LIMITER_PROXY_UPSTREAM",
