@@ -3,20 +3,13 @@ package main
 
 import (
 	"context"
-	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/services/detector/internal/app"
 )
 
+// The detector's app still drains on its own (its wiring is being changed on
+// another branch); the runner gives it signals, the log level and the memory limit.
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	if err := app.Run(ctx, os.Getenv, log); err != nil {
-		log.Error("detector stopped", "err", err)
-		os.Exit(1)
-	}
+	service.Main("detector", func(ctx context.Context, env service.Env) error { return app.Run(ctx, env.Getenv, env.Log) })
 }
