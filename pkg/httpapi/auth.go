@@ -280,8 +280,8 @@ func (a *Auth) Require(route, need string, next http.Handler) http.Handler {
 		}
 		ev.Caller, ev.Outcome = Caller{Name: tok.Name, Role: tok.Role}, AuthAllowed
 		a.audit(r.Context(), ev)
-		if slot, ok := r.Context().Value(callerSlotKey{}).(*Caller); ok {
-			*slot = ev.Caller // for the access log
+		if info, ok := r.Context().Value(requestIDKey{}).(*requestInfo); ok {
+			info.caller = ev.Caller // for the access log
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, ev.Caller)))
 	})

@@ -22,6 +22,13 @@ const LogKey = "correlation_id"
 
 type requestIDKey struct{}
 
+// requestInfo is what Middleware keeps in a request's context: its id and,
+// once Auth ran, its caller (for the access log). One value, one allocation.
+type requestInfo struct {
+	id     string
+	caller Caller
+}
+
 // ValidRequestID reports whether id may be taken from a caller: 1-64 of
 // [A-Za-z0-9._-]. Anything else is replaced by a minted id.
 func ValidRequestID(id string) bool {
@@ -53,16 +60,27 @@ func WithRequestID(ctx context.Context, id string) context.Context {
 
 // RequestID is ctx's correlation id, or "".
 func RequestID(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey{}).(string)
-	return id
+	switch v := ctx.Value(requestIDKey{}).(type) {
+	case string:
+		return v
+	case *requestInfo:
+		return v.id
+	}
+	return ""
 }
 
 // RequestIDFrom returns the caller's well-formed X-Request-Id or a new one.
 func RequestIDFrom(r *http.Request) string {
+	id, _ := requestIDFrom(r)
+	return id
+}
+
+// requestIDFrom also reports whether the id was minted.
+func requestIDFrom(r *http.Request) (string, bool) {
 	if id := r.Header.Get(HeaderRequestID); ValidRequestID(id) {
-		return id
+		return id, false
 	}
-	return NewRequestID()
+	return NewRequestID(), true
 }
 
 // RequestIDs puts the request id in the request's context and on the answer.

@@ -192,10 +192,13 @@ func Middleware(o Options, next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		id := RequestIDFrom(r)
-		w.Header().Set(HeaderRequestID, id)
-		r.Header.Set(HeaderRequestID, id) // handlers that read the header see the same id
-		r = r.WithContext(context.WithValue(WithRequestID(r.Context(), id), callerSlotKey{}, &Caller{}))
+		id, minted := requestIDFrom(r)
+		w.Header()[HeaderRequestID] = []string{id}
+		if minted {
+			r.Header.Set(HeaderRequestID, id) // handlers that read the header see the same id
+		}
+		info := &requestInfo{id: id}
+		r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, info))
 		if maxBody > 0 && r.Body != nil && r.Body != http.NoBody {
 			r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 		}
@@ -232,7 +235,7 @@ func Middleware(o Options, next http.Handler) http.Handler {
 				attrs := []slog.Attr{slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("route", route),
 					slog.Int("status", code), slog.Int64("bytes", sw.bytes), slog.Duration("duration", elapsed),
 					slog.String("remote", r.RemoteAddr)}
-				if c, ok := callerOf(r); ok {
+				if c := info.caller; c.Name != "" {
 					attrs = append(attrs, slog.String("actor", c.Name), slog.String("role", c.Role))
 				}
 				o.Log.LogAttrs(r.Context(), level, "http request", attrs...)
@@ -241,16 +244,6 @@ func Middleware(o Options, next http.Handler) http.Handler {
 		next.ServeHTTP(sw, r)
 	})
 }
-
-// callerOf finds the caller recorded by Auth on the way down.
-func callerOf(r *http.Request) (Caller, bool) {
-	if rec, ok := r.Context().Value(callerSlotKey{}).(*Caller); ok && rec.Name != "" {
-		return *rec, true
-	}
-	return Caller{}, false
-}
-
-type callerSlotKey struct{}
 
 // statusWriter records the status and size of an answer. It unwraps for
 // http.ResponseController (a handler may lift its write deadline).
