@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 )
 
 // Descriptor entry keys the Envoy rate-limit service accepts. Each descriptor is
@@ -226,8 +227,8 @@ func envoyCheck(d *rlcommon.RateLimitDescriptor, requestHits uint32, req *CheckR
 		case KeyPlan:
 			req.Plan = v
 		case KeyRequestID:
-			if !correlationIDPattern.MatchString(v) {
-				return "", fmt.Errorf("request_id: %q, want [A-Za-z0-9_-]{1,64}", v)
+			if !httpapi.ValidRequestID(v) {
+				return "", fmt.Errorf("request_id: %q, want 1-64 of [A-Za-z0-9._-]", v)
 			}
 			id = v
 		default:

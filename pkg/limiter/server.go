@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -22,6 +21,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
@@ -170,14 +170,13 @@ const MaxBatch = 100
 
 const maxCheckBody = 8 << 10
 
-var correlationIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
+// requestID is the request's correlation id (pkg/httpapi): the one its
+// middleware put in the context, else the caller's X-Request-Id or a new one.
 func requestID(r *http.Request) string {
-	id := r.Header.Get("X-Request-Id")
-	if !correlationIDPattern.MatchString(id) {
-		id = uuid.Must(uuid.NewV7()).String()
+	if id := httpapi.RequestID(r.Context()); id != "" {
+		return id
 	}
-	return id
+	return httpapi.RequestIDFrom(r)
 }
 
 func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
@@ -374,8 +373,6 @@ func (req *CheckRequest) validate() error {
 }
 
 func (s *Server) problem(w http.ResponseWriter, id string, status int, typ, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("X-Request-Id", id)
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(Problem{Type: typ, Title: http.StatusText(status), Status: status, Detail: detail, CorrelationID: id})
+	w.Header().Set(httpapi.HeaderRequestID, id)
+	httpapi.WriteProblem(w, nil, httpapi.Problem{Type: typ, Status: status, Detail: detail, CorrelationID: id})
 }
