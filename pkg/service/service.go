@@ -94,17 +94,20 @@ func NewEnv(name string, io Stdio, log *slog.Logger) Env {
 		Log: log, Registry: reg, Now: time.Now}
 }
 
-// LogLevels are the values FLOODGATE_LOG_LEVEL takes.
-var logLevels = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
-
 // ParseLogLevel reads FLOODGATE_LOG_LEVEL: debug|info|warn|error (default info).
 func ParseLogLevel(getenv config.Getenv) (slog.Level, error) {
 	v := config.NewEnv(getenv).String("FLOODGATE_LOG_LEVEL", "info")
-	l, ok := logLevels[v]
-	if !ok {
-		return 0, fmt.Errorf("FLOODGATE_LOG_LEVEL=%q: want debug, info, warn or error", v)
+	switch v {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
 	}
-	return l, nil
+	return 0, fmt.Errorf("FLOODGATE_LOG_LEVEL=%q: want debug, info, warn or error", v)
 }
 
 // NewLogger is the JSON logger every service writes to w (stderr), at

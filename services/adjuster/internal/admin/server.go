@@ -68,7 +68,7 @@ func NewServer(cfg Config) *Server {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg}
-	s.auth = &httpapi.Auth{Tokens: cfg.Tokens, Roles: roles, Realm: "floodgate-adjuster", Now: cfg.Now,
+	s.auth = &httpapi.Auth{Tokens: cfg.Tokens, Roles: roles(), Realm: "floodgate-adjuster", Now: cfg.Now,
 		Audit: func(ctx context.Context, e httpapi.AuthEvent) {
 			if e.Outcome != httpapi.AuthAllowed {
 				cfg.Logger.WarnContext(ctx, "admin request refused", "route", e.Route, "reason", string(e.Outcome),

@@ -35,7 +35,7 @@ func NewServer(s Server) *Server {
 		s.Logger = slog.New(slog.DiscardHandler)
 	}
 	log := s.Logger
-	s.auth = &httpapi.Auth{Tokens: s.Tokens.httpapi(), Roles: roles, Realm: "floodgate-dlq", Now: s.Now,
+	s.auth = &httpapi.Auth{Tokens: s.Tokens.httpapi(), Roles: roles(), Realm: "floodgate-dlq", Now: s.Now,
 		Audit: func(ctx context.Context, e httpapi.AuthEvent) {
 			if e.Outcome != httpapi.AuthAllowed {
 				log.WarnContext(ctx, "api request refused", "route", e.Route, "reason", string(e.Outcome),

@@ -15,7 +15,8 @@ const (
 	RoleSRE    = "sre"    // and replay, purge
 )
 
-var roles = httpapi.Roles{RoleViewer, RoleSRE}
+// roles orders the API's roles, least privileged first.
+func roles() httpapi.Roles { return httpapi.Roles{RoleViewer, RoleSRE} }
 
 // TokenPrefix starts every API token.
 const TokenPrefix = "fgdlq_"
@@ -24,7 +25,7 @@ const TokenPrefix = "fgdlq_"
 type Principal = httpapi.Caller
 
 // Allows reports whether a caller with role have may act with role need.
-func Allows(have, need string) bool { return roles.Allows(have, need) }
+func Allows(have, need string) bool { return roles().Allows(have, need) }
 
 // Tokens holds API tokens by their SHA-256 (pkg/httpapi); the tokens
 // themselves are never stored. Immutable once loaded, so safe for concurrent use.
@@ -38,7 +39,7 @@ func NewToken(name, role string) (token, line string, err error) {
 	if !httpapi.ValidTokenName(name) {
 		return "", "", fmt.Errorf("token name %q: want 1-64 of [A-Za-z0-9._@-]", name)
 	}
-	if !roles.Valid(role) {
+	if !roles().Valid(role) {
 		return "", "", fmt.Errorf("role %q is not one of %s|%s", role, RoleViewer, RoleSRE)
 	}
 	if token, err = httpapi.NewToken(TokenPrefix); err != nil {
@@ -50,7 +51,7 @@ func NewToken(name, role string) (token, line string, err error) {
 // ParseTokens reads a tokens file: one "<name> <role> <sha256 hex>" per line;
 // blank lines and lines starting with # are ignored. Errors name the line.
 func ParseTokens(r io.Reader) (*Tokens, error) {
-	set, err := httpapi.ParseTokenFile(roles, r)
+	set, err := httpapi.ParseTokenFile(roles(), r)
 	if err != nil {
 		return nil, err
 	}
