@@ -243,7 +243,13 @@ func (d *Detector) decide(ctx context.Context, det *score.Detection) (events.Abu
 			return a, false, nil
 		}
 	}
-	if policy.Enforce {
+	if policy.Enforce && !det.Penalize {
+		// A signal that alone harms nobody (regular timing): reported for
+		// review, never written as a penalty, never escalated.
+		a.Penalty.Mode = events.PenaltySimulated
+		d.metrics.suppressed.WithLabelValues(string(pattern), "signal_only").Inc()
+	}
+	if a.Penalty.Mode == events.PenaltyEnforced {
 		if d.cfg.Records != nil {
 			n, err := d.cfg.Records.PriorOffenses(ctx, det.Principal, det.At, d.cfg.Escalation.Lookback, a.ID)
 			if err != nil {
@@ -331,10 +337,13 @@ func (d *Detector) abuseEvent(det *score.Detection, policy PatternPolicy) events
 	if det.Pattern == score.RapidFire {
 		ev.BaselineRate, ev.Threshold = det.ExpectedRate, det.ExpectedRate*det.Threshold
 	}
+	if !det.Severity.Valid() {
+		det.Severity = severity(det.Score)
+	}
 	id := AbuseID(det.Principal, det.Pattern, det.WindowStart)
 	return events.Abuse{
 		ID: id, DetectedAt: det.At, Principal: det.Principal, Pattern: det.Pattern,
-		Severity: severity(det.Score), Score: det.Score,
+		Severity: det.Severity, Score: det.Score,
 		Window:       events.Window{Start: det.WindowStart, End: det.WindowStart.Add(det.Window), Seconds: max(int64(det.Window/time.Second), 1)},
 		FirstEventAt: det.FirstEventAt,
 		Evidence:     ev,

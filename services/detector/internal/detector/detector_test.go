@@ -24,9 +24,12 @@ import (
 
 var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 
+// decision is one of a test bot's requests: the bots here send 100–200/s
+// against a limit of 50, so the limiter denies them, and a bot hammering past
+// its limit is what rapid_fire detects in automation.
 func decision(p events.Principal, at time.Time, ip, route string) *events.Decision {
-	return &events.Decision{ID: "d", TS: at, Principal: p, IP: netip.MustParseAddr(ip), Method: "POST", Route: route, Allowed: true,
-		Tier: events.TierPrincipal, Cost: 1, Limit: 50, Remaining: 10, Gateway: "t"}
+	return &events.Decision{ID: "d", TS: at, Principal: p, IP: netip.MustParseAddr(ip), Method: "POST", Route: route, Allowed: false,
+		Tier: events.TierPrincipal, Cost: 1, Limit: 50, Remaining: 0, Gateway: "t"}
 }
 
 func TestPenaltyStoreIsIdempotentAndKeepsTheStrongest(t *testing.T) {
