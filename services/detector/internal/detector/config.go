@@ -79,6 +79,7 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 		Mode: e.String("FLOODGATE_DETECTOR_MODE", "enforce"),
 		Escalation: Escalation{
 			Lookback: e.Duration("FLOODGATE_DETECTOR_ESCALATION_LOOKBACK", 7*24*time.Hour),
+			Quiet:    e.Duration("FLOODGATE_DETECTOR_INCIDENT_QUIET", 10*time.Minute),
 			Factor:   e.Float("FLOODGATE_DETECTOR_ESCALATION_FACTOR", 2),
 			MaxTTL:   e.Duration("FLOODGATE_DETECTOR_ESCALATION_MAX_TTL", 72*time.Hour),
 			Jitter:   e.Float("FLOODGATE_DETECTOR_ESCALATION_JITTER", 0.1),
@@ -145,6 +146,7 @@ func (c ServiceConfig) Validate() error {
 		v.Require(p.TTL >= time.Second && p.TTL <= 30*24*time.Hour, "FLOODGATE_DETECTOR_*_TTL", "%s: %s must be in 1s..720h", pattern, p.TTL)
 	}
 	v.Require(c.Escalation.Lookback >= 0, "FLOODGATE_DETECTOR_ESCALATION_LOOKBACK", "must not be negative")
+	v.Require(c.Escalation.Quiet >= 0, "FLOODGATE_DETECTOR_INCIDENT_QUIET", "must not be negative")
 	v.Require(c.Escalation.Factor >= 1 && c.Escalation.Factor <= 10, "FLOODGATE_DETECTOR_ESCALATION_FACTOR", "%g: must be in 1..10", c.Escalation.Factor)
 	v.Require(c.Escalation.MaxTTL >= time.Second && c.Escalation.MaxTTL <= 30*24*time.Hour, "FLOODGATE_DETECTOR_ESCALATION_MAX_TTL", "%s: must be in 1s..720h", c.Escalation.MaxTTL)
 	v.Require(c.Escalation.Jitter >= 0 && c.Escalation.Jitter < 0.5, "FLOODGATE_DETECTOR_ESCALATION_JITTER", "%g: must be in [0, 0.5)", c.Escalation.Jitter)

@@ -38,7 +38,8 @@ type Recorder interface {
 // Records is the abuse history: Put must be idempotent by abuse id.
 type Records interface {
 	Put(ctx context.Context, a *events.Abuse) error
-	PriorOffenses(ctx context.Context, p events.Principal, at time.Time, lookback time.Duration, exclude string) (int, error)
+	// PriorIncidents counts p's incidents that were over by at (see DynamoRecords).
+	PriorIncidents(ctx context.Context, p events.Principal, at time.Time, lookback, quiet time.Duration, exclude string) (int, error)
 }
 
 // Alerter pages on-call about the detector itself (the blast-radius guard).
@@ -251,7 +252,7 @@ func (d *Detector) decide(ctx context.Context, det *score.Detection) (events.Abu
 	}
 	if a.Penalty.Mode == events.PenaltyEnforced {
 		if d.cfg.Records != nil {
-			n, err := d.cfg.Records.PriorOffenses(ctx, det.Principal, det.At, d.cfg.Escalation.Lookback, a.ID)
+			n, err := d.cfg.Records.PriorIncidents(ctx, det.Principal, det.At, d.cfg.Escalation.Lookback, d.cfg.Escalation.Quiet, a.ID)
 			if err != nil {
 				return a, false, err
 			}

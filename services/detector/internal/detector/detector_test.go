@@ -100,7 +100,7 @@ func newTestDetector(t *testing.T, pub Publisher, mod func(*Config)) *Detector {
 	c := Config{
 		Score:      sc,
 		Policies:   map[events.Pattern]PatternPolicy{score.RapidFire: {Multiplier: 0.1, TTL: time.Hour, Enforce: true}, score.DistributedIP: {Multiplier: 0.05, TTL: 6 * time.Hour, Enforce: true}},
-		Escalation: Escalation{Lookback: 24 * time.Hour, Factor: 2, MaxTTL: 72 * time.Hour, Jitter: 0.1},
+		Escalation: Escalation{Lookback: 24 * time.Hour, Quiet: 10 * time.Minute, Factor: 2, MaxTTL: 72 * time.Hour, Jitter: 0.1},
 		Penalties:  NewPenaltyStore(redistest.Client(t)), Publisher: pub, AbuseTopic: "abuse",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry(),
 	}
@@ -154,4 +154,29 @@ func TestHandleRetryReusesTheDetection(t *testing.T) {
 	m, _, err := d.cfg.Penalties.Get(ctx, bot)
 	require.NoError(t, err)
 	require.Equal(t, 0.1, m)
+}
+
+func TestEndedIncidents(t *testing.T) {
+	at := func(m int) time.Time { return time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC).Add(time.Duration(m) * time.Minute) }
+	o := func(from, until int) offense { return offense{at(from), at(until)} }
+	quiet := 10 * time.Minute
+	cases := []struct {
+		name string
+		offs []offense
+		now  int
+		want int
+	}{
+		{"none", nil, 0, 0},
+		{"one, still penalized", []offense{o(0, 30)}, 20, 0},
+		{"one, penalty over but within quiet", []offense{o(0, 30)}, 35, 0},
+		{"one, over", []offense{o(0, 30)}, 41, 1},
+		{"re-detections of one attack are one incident", []offense{o(0, 30), o(2, 32), o(5, 35), o(38, 68)}, 70, 0},
+		{"two incidents a quiet period apart", []offense{o(0, 30), o(50, 110)}, 200, 2},
+		{"the second still running", []offense{o(0, 30), o(50, 110)}, 60, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, endedIncidents(tc.offs, at(tc.now), quiet))
+		})
+	}
 }
