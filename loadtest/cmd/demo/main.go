@@ -1,7 +1,11 @@
 // Command demo runs the Floodgate pipeline on the local stack and narrates it:
-// it starts the limiter and the detector, sends normal users and one rapid-fire
-// bot through the limiter, and prints decisions per second and the penalty the
-// detector applied, with its evidence. Ctrl-C stops everything it started.
+// it starts the limiter and the detector, sends traffic that looks like people
+// and services (people arriving at random, NAT'd users, app pollers, declared
+// bots inside their limits) and two abusers (a spamming bot, an account
+// takeover fanning out over new networks) through the limiter, and prints
+// decisions per second, each detection with its evidence, and at the end how
+// many legitimate principals were penalized (the answer must be 0) and which
+// abusers were caught. Ctrl-C stops everything it started.
 //
 // `make demo` brings the stack up, migrates and builds first.
 package main
@@ -34,59 +38,74 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
+	if _, err := run(ctx, os.Args[1:], os.Stdout); err != nil {
 		slog.Error("demo", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, args []string) error {
+// summary is what the demo shows at the end.
+type summary struct {
+	Legit, Abusers              int
+	LegitPenalized, AbuseCaught []string
+}
+
+func run(ctx context.Context, args []string, out io.Writer) (summary, error) {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	duration := fs.Duration("duration", 60*time.Second, "how long to send traffic (Ctrl-C stops earlier)")
-	users := fs.Int("users", 40, "normal users, about one check a second each")
+	users := fs.Int("users", 40, "people arriving at random, 0.2–1.5 checks a second each (plus a quarter as many NAT'd users and app pollers)")
 	botRate := fs.Float64("bot-rate", 300, "checks per second of the rapid-fire bot")
 	binDir := fs.String("bin", ".local/bin", "where `make build` put the services")
 	logDir := fs.String("logs", ".local/log", "where service logs go")
+	limiterAddr := fs.String("limiter-addr", "127.0.0.1:8080", "the limiter's HTTP address")
+	detectorAddr := fs.String("detector-addr", "127.0.0.1:8082", "the detector's HTTP address")
+	grpcAddr := fs.String("limiter-grpc-addr", "127.0.0.1:8081", "the limiter's gRPC address")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return summary{}, err
 	}
 	runID := time.Now().UTC().Format("150405")
 	brokers := config.NewEnv(os.Getenv).List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers)
 
 	pager, pagerURL, pages := pagerReceiver()
 	defer pager.Close()
-	limiterAddr, detectorAddr := "127.0.0.1:8080", "127.0.0.1:8082"
 	procs := []*exec.Cmd{}
-	defer func() { stopAll(procs) }()
+	defer func() { stopAll(procs, out) }()
+	local := []string{}
+	if os.Getenv("FLOODGATE_DYNAMODB_ENDPOINT") == "" { // the demo runs on the local stack, never on AWS
+		local = append(local, "FLOODGATE_DYNAMODB_ENDPOINT=http://127.0.0.1:8000")
+	}
 	for _, svc := range []struct {
 		name string
 		env  []string
 	}{
 		// One 50/s bucket per principal keeps the story readable: 50 → 5 under the penalty.
-		{"limiter", []string{"FLOODGATE_LIMITER_ADDR=" + limiterAddr, "FLOODGATE_GATEWAY=demo", "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=50",
-			"FLOODGATE_JOURNAL_DIR=.local/data/journal/demo-limiter"}},
+		{"limiter", []string{"FLOODGATE_LIMITER_ADDR=" + *limiterAddr, "FLOODGATE_LIMITER_GRPC_ADDR=" + *grpcAddr, "FLOODGATE_GATEWAY=demo",
+			"FLOODGATE_LIMITER_PRINCIPAL_LIMIT=50", "FLOODGATE_JOURNAL_DIR=" + filepath.Join(*logDir, "demo-limiter-journal-"+runID)}},
 		{"detector", []string{
 			// Fresh groups that start at the end of the topics: the demo shows live
 			// traffic only, whatever history earlier runs or benchmarks left there.
-			"FLOODGATE_DETECTOR_ADDR=" + detectorAddr, "FLOODGATE_DETECTOR_GROUP=demo-detector-" + runID,
+			"FLOODGATE_DETECTOR_ADDR=" + *detectorAddr, "FLOODGATE_DETECTOR_GROUP=demo-detector-" + runID,
 			"FLOODGATE_PAGER_GROUP=demo-pager-" + runID, "FLOODGATE_DETECTOR_START_OFFSET=last", "FLOODGATE_DETECTOR_WINDOW=10s",
 			"FLOODGATE_DETECTOR_RAPID_FIRE_RATE=20", "FLOODGATE_DETECTOR_PENALTY_TTL=2m",
 			"FLOODGATE_PAGERDUTY_ROUTING_KEY=demo", "FLOODGATE_PAGERDUTY_URL=" + pagerURL,
 		}},
 	} {
-		cmd, err := startService(filepath.Join(*binDir, svc.name), filepath.Join(*logDir, "demo-"+svc.name+".log"), svc.env)
+		cmd, err := startService(filepath.Join(*binDir, svc.name), filepath.Join(*logDir, "demo-"+svc.name+".log"), append(local, svc.env...))
 		if err != nil {
-			return err
+			return summary{}, err
 		}
 		procs = append(procs, cmd)
 	}
-	for _, url := range []string{"http://" + limiterAddr + "/readyz", "http://" + detectorAddr + "/readyz"} {
+	for _, url := range []string{"http://" + *limiterAddr + "/readyz", "http://" + *detectorAddr + "/readyz"} {
 		if err := waitReady(ctx, url); err != nil {
-			return fmt.Errorf("%w (logs in %s)", err, *logDir)
+			return summary{}, fmt.Errorf("%w (logs in %s)", err, *logDir)
 		}
 	}
-	fmt.Printf("limiter on %s, detector on %s; logs in %s\n", limiterAddr, detectorAddr, *logDir)
-	fmt.Printf("traffic: %d normal users at ~1 check/s, 1 bot at %.0f checks/s, for %s (Ctrl-C to stop)\n\n", *users, *botRate, *duration)
+	actors := traffic.DemoActors(*users, *botRate, runID)
+	fmt.Fprintf(out, "limiter on %s, detector on %s; logs in %s\n", *limiterAddr, *detectorAddr, *logDir)
+	fmt.Fprintf(out, "traffic for %s (Ctrl-C to stop): %d people at random times (%d behind one NAT), %d app pollers,\n"+
+		"6 declared bots at 2–30 checks/s inside their limits; abusers: a bot at %.0f checks/s, an account taken over after 20 s\n\n",
+		*duration, *users+max(*users/4, 1), max(*users/4, 1), max(*users/4, 1), *botRate)
 
 	abuse := make(chan events.Abuse, 16)
 	watchCtx, stopWatch := context.WithCancel(ctx)
@@ -95,49 +114,93 @@ func run(ctx context.Context, args []string) error {
 
 	trafficCtx, stopTraffic := context.WithTimeout(ctx, *duration)
 	defer stopTraffic()
-	runner := traffic.NewRunner("http://" + limiterAddr)
+	runner := traffic.NewRunner("http://" + *limiterAddr)
 	done := make(chan struct{})
-	go func() { runner.Run(trafficCtx, traffic.DemoActors(*users, *botRate, runID)); close(done) }()
+	go func() { runner.Run(trafficCtx, actors); close(done) }()
 
-	normal, bot := runner.Stats("normal"), runner.Stats("bot")
-	var prevN, prevB [2]int64
+	classes := []string{"people", "pollers", "bots", "spammer", "takeover"}
+	prev := map[string][2]int64{}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	start := time.Now()
-	fmt.Printf("%5s | %-25s | %-40s\n", "t", "normal users ok/blocked /s", "bot ok/blocked /s   limit   penalty")
+	fmt.Fprintf(out, "%5s |", "t")
+	for _, c := range classes {
+		fmt.Fprintf(out, " %-17s |", c+" ok/denied")
+	}
+	fmt.Fprintf(out, " spammer limit  penalty\n")
 	for {
 		select {
 		case <-done:
-			fmt.Printf("\ntotals: normal users %d allowed, %d blocked, %d errors; bot %d allowed, %d blocked, %d errors\n",
-				normal.Allowed.Load(), normal.Denied.Load(), normal.Errors.Load(), bot.Allowed.Load(), bot.Denied.Load(), bot.Errors.Load())
-			return nil
+			return finish(out, runner, actors, classes), nil
 		case a := <-abuse:
-			printAbuse(a)
+			printAbuse(out, a)
 		case p := <-pages:
-			fmt.Printf("      >> PagerDuty page: %s\n", p)
+			if p != "" { // resolves carry no summary
+				fmt.Fprintf(out, "      >> PagerDuty page: %s\n", p)
+			}
 		case <-tick.C:
-			n := [2]int64{normal.Allowed.Load(), normal.Denied.Load()}
-			b := [2]int64{bot.Allowed.Load(), bot.Denied.Load()}
+			fmt.Fprintf(out, "%4.0fs |", time.Since(start).Seconds())
+			for _, c := range classes {
+				st := runner.Stats(c)
+				now := [2]int64{st.Allowed.Load(), st.Denied.Load()}
+				fmt.Fprintf(out, " %7d / %-7d |", now[0]-prev[c][0], now[1]-prev[c][1])
+				prev[c] = now
+			}
+			bot := runner.Stats("spammer")
 			pen := "none"
 			if m := bot.Multiplier(); m > 0 && m < 1 {
 				pen = fmt.Sprintf("x%.2f", m)
 			}
-			fmt.Printf("%4.0fs | %8d / %-14d | %8d / %-8d %7d   %s\n", time.Since(start).Seconds(),
-				n[0]-prevN[0], n[1]-prevN[1], b[0]-prevB[0], b[1]-prevB[1], bot.LastLimit.Load(), pen)
-			prevN, prevB = n, b
+			fmt.Fprintf(out, " %13d  %s\n", bot.LastLimit.Load(), pen)
 		}
 	}
 }
 
-func printAbuse(a events.Abuse) {
-	fmt.Printf("\n  ** %s detected: %s (severity %s, score %.1f)\n", a.Pattern, a.Principal.Key(), a.Severity, a.Score)
-	fmt.Printf("     evidence: %.1f checks/s vs threshold %.1f/s (window %ds); %d events; %d distinct IPs; first event %s\n",
-		a.Evidence.ObservedRate, a.Evidence.Threshold, a.Window.Seconds, a.Evidence.EventCount, a.Evidence.DistinctIPs,
-		events.FormatTime(a.FirstEventAt))
-	for _, r := range a.Evidence.TopRoutes {
-		fmt.Printf("     route %-40s %d\n", r.Route, r.Count)
+// finish prints the totals and the verdict: legitimate principals penalized
+// (must be none) and abusers caught.
+func finish(out io.Writer, runner *traffic.Runner, actors []traffic.Actor, classes []string) summary {
+	var sum summary
+	for _, a := range actors {
+		if a.Abusive {
+			sum.Abusers++
+		} else {
+			sum.Legit++
+		}
 	}
-	fmt.Printf("     penalty: limits x%.2f, level %d, %s, until %s\n\n", a.Penalty.Multiplier, a.Penalty.Level, a.Penalty.Mode,
+	sum.LegitPenalized, sum.AbuseCaught = runner.Penalized(actors)
+	fmt.Fprintf(out, "\ntotals:")
+	for _, c := range classes {
+		st := runner.Stats(c)
+		fmt.Fprintf(out, " %s %d allowed / %d denied / %d errors;", c, st.Allowed.Load(), st.Denied.Load(), st.Errors.Load())
+	}
+	fmt.Fprintf(out, "\nlegitimate principals penalized: %d of %d %v\n", len(sum.LegitPenalized), sum.Legit, sum.LegitPenalized)
+	fmt.Fprintf(out, "abusers caught: %d of %d %v\n", len(sum.AbuseCaught), sum.Abusers, sum.AbuseCaught)
+	return sum
+}
+
+func printAbuse(out io.Writer, a events.Abuse) {
+	fmt.Fprintf(out, "\n  ** %s detected: %s (severity %s, score %.1f)\n", a.Pattern, a.Principal.Key(), a.Severity, a.Score)
+	switch a.Pattern {
+	case events.PatternDistributedIP:
+		fmt.Fprintf(out, "     evidence: %d distinct addresses (%d /24s, %d /64s) in %ds; %d events; first event %s\n",
+			a.Evidence.DistinctIPs, a.Evidence.DistinctIP24, a.Evidence.DistinctIP64, a.Window.Seconds, a.Evidence.EventCount,
+			events.FormatTime(a.FirstEventAt))
+	default:
+		fmt.Fprintf(out, "     evidence: %.1f checks/s vs threshold %.1f/s (window %ds); %d events; %d distinct IPs; first event %s\n",
+			a.Evidence.ObservedRate, a.Evidence.Threshold, a.Window.Seconds, a.Evidence.EventCount, a.Evidence.DistinctIPs,
+			events.FormatTime(a.FirstEventAt))
+	}
+	if b := a.Evidence.Basis; b != nil {
+		fmt.Fprintf(out, "     measured against: %s (%s baselines); %.0f%% of its requests denied by the limiter", b.Source, b.BaselineKind, 100*b.DenialRatio)
+		if b.Source == events.BasisNetworks {
+			fmt.Fprintf(out, "; fires at %d unshared networks, %d new within seconds", b.NetworkThreshold, b.NewNetworks)
+		}
+		fmt.Fprintln(out)
+	}
+	for _, r := range a.Evidence.TopRoutes {
+		fmt.Fprintf(out, "     route %-40s %d\n", r.Route, r.Count)
+	}
+	fmt.Fprintf(out, "     penalty: limits x%.2f, level %d, %s, until %s\n\n", a.Penalty.Multiplier, a.Penalty.Level, a.Penalty.Mode,
 		events.FormatTime(a.Penalty.ExpiresAt))
 }
 
@@ -212,7 +275,7 @@ func startService(path, logPath string, env []string) (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-func stopAll(procs []*exec.Cmd) {
+func stopAll(procs []*exec.Cmd, out io.Writer) {
 	for _, p := range procs {
 		_ = p.Process.Signal(syscall.SIGTERM)
 	}
@@ -225,7 +288,7 @@ func stopAll(procs []*exec.Cmd) {
 			_ = p.Process.Kill()
 		}
 	}
-	fmt.Println("stopped the limiter and the detector")
+	fmt.Fprintln(out, "stopped the limiter and the detector")
 }
 
 func waitReady(ctx context.Context, url string) error {

@@ -338,6 +338,10 @@ func (d *Detector) abuseEvent(det *score.Detection, policy PatternPolicy) events
 	if det.Pattern == score.RapidFire {
 		ev.BaselineRate, ev.Threshold = det.ExpectedRate, det.ExpectedRate*det.Threshold
 	}
+	if det.BaselineSource != "" {
+		ev.Basis = &events.Basis{Source: det.BaselineSource, BaselineKind: det.Principal.Kind, DenialRatio: min(max(det.DenialRatio, 0), 1),
+			NewNetworks: det.NewNetworks, NetworkThreshold: det.NetworkThreshold}
+	}
 	if !det.Severity.Valid() {
 		det.Severity = severity(det.Score)
 	}

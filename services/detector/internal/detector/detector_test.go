@@ -157,7 +157,9 @@ func TestHandleRetryReusesTheDetection(t *testing.T) {
 }
 
 func TestEndedIncidents(t *testing.T) {
-	at := func(m int) time.Time { return time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC).Add(time.Duration(m) * time.Minute) }
+	at := func(m int) time.Time {
+		return time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC).Add(time.Duration(m) * time.Minute)
+	}
 	o := func(from, until int) offense { return offense{at(from), at(until)} }
 	quiet := 10 * time.Minute
 	cases := []struct {

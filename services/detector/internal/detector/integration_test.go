@@ -89,6 +89,12 @@ func TestDetectorRecordsEscalatesAndIsIdempotent(t *testing.T) {
 		all = append(all, a)
 	}
 	require.Equal(t, int64(1), all[0].Penalty.Level)
+	basis := all[0].Evidence.Basis
+	require.NotNil(t, basis, "the evidence says what the bot was measured against")
+	require.Equal(t, events.BasisLimit, basis.Source, "automation is measured against its limit")
+	require.Equal(t, events.PrincipalBot, basis.BaselineKind)
+	require.GreaterOrEqual(t, basis.DenialRatio, 0.5)
+	require.Greater(t, all[0].Score, 2.0, "its rate against what the limiter let through")
 	require.Equal(t, int64(1), all[1].Penalty.Level, "a re-detection while the penalty runs is the same incident: no escalation")
 	require.True(t, all[1].Penalty.ExpiresAt.After(all[0].Penalty.ExpiresAt), "it extends the penalty")
 	got := []events.Abuse{all[0], all[2]}

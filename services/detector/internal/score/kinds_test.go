@@ -86,6 +86,8 @@ func TestAutomationHammeringPastItsLimitIsRapidFire(t *testing.T) {
 	d := got[0]
 	require.Equal(t, SourceLimit, d.BaselineSource)
 	require.GreaterOrEqual(t, d.DenialRatio, 0.5)
+	require.InDelta(t, 1/(1-d.DenialRatio), d.Score, 1e-6, "the rate against what the limiter let through")
+	require.Equal(t, 2.0, d.Threshold, "fires past twice its limit (half denied)")
 	require.Contains(t, []events.Severity{events.SeverityMedium, events.SeverityHigh}, d.Severity)
 	require.True(t, d.Penalize)
 	require.Less(t, d.At.Sub(t0), 3*time.Second, "detected within the window of the start")

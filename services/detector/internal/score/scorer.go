@@ -65,7 +65,8 @@ type Detection struct {
 	// (bot_like): the detector reports it without writing a penalty.
 	Penalize bool
 	// BaselineSource says which expectation the score was measured against:
-	// "principal_history", "route_population", "kind_floor" or "limit".
+	// "principal_history", "route_population", "kind_floor" or "limit"
+	// (rapid_fire), "networks" (distributed_ip); empty for bot_like.
 	BaselineSource string
 	// DenialRatio is the share of the principal's decisions in about one
 	// window that the limiter denied (penalty denials excluded).
@@ -73,6 +74,9 @@ type Detection struct {
 	// NewNetworks is distributed_ip's new-network velocity: networks new to
 	// the principal within FanoutInterval (0 when diversity fired).
 	NewNetworks int64
+	// NetworkThreshold is the count of unshared networks at which
+	// distributed_ip fired: the diversity minimum or the fan-out one.
+	NetworkThreshold int64
 }
 
 // Baseline sources.
@@ -81,6 +85,7 @@ const (
 	SourcePopulation = "route_population"
 	SourceFloor      = "kind_floor"
 	SourceLimit      = "limit"
+	SourceNetworks   = "networks"
 )
 
 // automated reports whether a kind is automated by design: bots and API keys
@@ -381,6 +386,7 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 		return score, nil
 	}
 	var sev events.Severity
+	threshold := s.cfg.Threshold
 	source := SourceFloor
 	switch {
 	case baseline*s.cfg.BaselineK >= max(routeRate, s.cfg.Floor):
@@ -400,7 +406,12 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 			return score, nil
 		}
 		source = SourceLimit
-		// The rate against the limit is 1 / (1 - denial ratio).
+		// Measured against the limit: expected is what the limiter let
+		// through, the score the rate against it, 1 / (1 - denial ratio),
+		// and the line is where AutomatedDenialRatio puts it.
+		expected = max(observed*(1-denialRatio), 1e-3)
+		score = observed / expected
+		threshold = 1 / max(1-s.cfg.AutomatedDenialRatio, 0.01)
 		switch {
 		case denialRatio >= 0.9:
 			sev = events.SeverityCritical
@@ -413,7 +424,7 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 		if score <= s.cfg.Threshold {
 			return score, nil
 		}
-		sev = severityOf(score / s.cfg.Threshold * 5)
+		sev = severityOf(score)
 	}
 	// A shared IP alone never penalizes: an anonymous principal is usually
 	// identified by its address, so on a shared one it is many people.
@@ -435,7 +446,7 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 	return score, &Detection{
 		Pattern: RapidFire, Principal: d.Principal, At: d.TS,
 		FirstEventAt: minTime(bucketTime(first, s.widthMs), d.TS), WindowStart: bucketTime(oldest, s.widthMs), Window: s.cfg.Window,
-		Score: score, Threshold: s.cfg.Threshold, ObservedRate: observed, ExpectedRate: expected,
+		Score: score, Threshold: threshold, ObservedRate: observed, ExpectedRate: expected,
 		Baseline: baseline, RouteRate: routeRate, Count: sum, Route: d.Route,
 		Severity: sev, Penalize: true, BaselineSource: source, DenialRatio: denialRatio,
 	}
@@ -865,7 +876,9 @@ func (s *Scorer) distributedDetection(d *events.Decision, p *pState, sec uint32,
 	reqs := max(s.requests(p, sec), 1)
 	score := float64(c.unshared) / float64(s.cfg.MinDistinctIPs)
 	first := minTime(time.UnixMilli(baseMs+int64(c.oldest-1)*1000).UTC(), d.TS)
+	netThreshold := int64(s.cfg.MinDistinctIPs)
 	if fresh > 0 {
+		netThreshold = int64(s.cfg.FanoutMinNetworks)
 		score = max(score, float64(fresh)/float64(s.cfg.FanoutMinNetworks))
 		// The fan-out began with the new networks, not with the history.
 		first = maxTime(first, d.TS.Add(-s.cfg.FanoutInterval))
@@ -877,6 +890,7 @@ func (s *Scorer) distributedDetection(d *events.Decision, p *pState, sec uint32,
 		Count: int64(math.Round(reqs)), Route: d.Route, DistinctIPs: c.distinct, UnsharedIPs: c.unshared,
 		DistinctIP24: c.nets24, DistinctIP64: c.nets64, Diversity: math.Min(float64(c.distinct)/reqs, 1),
 		Severity: severityOf(score * 2), Penalize: true, NewNetworks: fresh,
+		BaselineSource: SourceNetworks, NetworkThreshold: netThreshold, DenialRatio: s.denialRatio(p, sec),
 	}
 }
 
