@@ -5,6 +5,7 @@ package app
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,7 +41,8 @@ import (
 // Config is the console's configuration, read from the environment.
 type Config struct {
 	Addr          string        // FLOODGATE_CONSOLE_ADDR
-	UsersFile     string        // FLOODGATE_CONSOLE_USERS
+	UsersFile     string        // FLOODGATE_CONSOLE_USERS (re-read every 2 s when it changes)
+	SessionSecret string        // FLOODGATE_CONSOLE_SESSION_SECRET: ≥ 32 bytes, the same on every replica; never in Redis
 	SecureCookies bool          // FLOODGATE_CONSOLE_SECURE_COOKIES
 	SessionIdle   time.Duration // FLOODGATE_CONSOLE_SESSION_IDLE
 	SessionMax    time.Duration // FLOODGATE_CONSOLE_SESSION_MAX
@@ -74,6 +77,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 	c := Config{
 		Addr:          e.String("FLOODGATE_CONSOLE_ADDR", "127.0.0.1:8090"),
 		UsersFile:     e.String("FLOODGATE_CONSOLE_USERS", ""),
+		SessionSecret: e.String("FLOODGATE_CONSOLE_SESSION_SECRET", ""),
 		SecureCookies: e.Bool("FLOODGATE_CONSOLE_SECURE_COOKIES", false),
 		SessionIdle:   e.Duration("FLOODGATE_CONSOLE_SESSION_IDLE", 30*time.Minute),
 		SessionMax:    e.Duration("FLOODGATE_CONSOLE_SESSION_MAX", 12*time.Hour),
@@ -116,6 +120,12 @@ func (c Config) Validate() error {
 	var errs []error
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_ADDR: %q is not host:port", c.Addr))
+	}
+	if c.SessionSecret != "" && len(c.SessionSecret) < auth.MinSessionSecret {
+		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_SESSION_SECRET: %d bytes, at least %d (e.g. `openssl rand -hex 32`)", len(c.SessionSecret), auth.MinSessionSecret))
+	}
+	if c.SessionSecret == "" && c.SecureCookies {
+		errs = append(errs, errors.New("FLOODGATE_CONSOLE_SESSION_SECRET: required with FLOODGATE_CONSOLE_SECURE_COOKIES (production): sessions must survive restarts and be valid on every replica"))
 	}
 	if c.UsersFile == "" {
 		errs = append(errs, errors.New("FLOODGATE_CONSOLE_USERS: set it to the users file (make entries with `console user add NAME ROLE`)"))
@@ -221,9 +231,9 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	dir, err := auth.LoadFile(cfg.UsersFile)
+	dir, err := auth.LoadReloading(cfg.UsersFile, log)
 	if err != nil {
-		return err
+		return fmt.Errorf("users file: %w", err)
 	}
 	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
 	defer func() { _ = rdb.Close() }()
@@ -261,9 +271,21 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 		Topic: cfg.DecisionsTopic, Timeout: cfg.SamplesTimeout}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	secret := []byte(cfg.SessionSecret)
+	if len(secret) == 0 {
+		secret = make([]byte, 32)
+		if _, err := rand.Read(secret); err != nil {
+			return fmt.Errorf("session secret: %w", err)
+		}
+		log.Warn("FLOODGATE_CONSOLE_SESSION_SECRET is not set: a random secret was made, so sessions end when this console restarts and are valid on this replica only")
+	}
+	sessions, err := auth.NewSessions(rdb, "fg:console:session:", secret, cfg.SessionIdle, cfg.SessionMax, time.Now)
+	if err != nil {
+		return err
+	}
 	srv, err := web.New(web.Config{
 		Directory:     dir,
-		Sessions:      auth.NewSessions(rdb, "fg:console:session:", cfg.SessionIdle, cfg.SessionMax, time.Now),
+		Sessions:      sessions,
 		Store:         store.New(ddb, rdb, cfg.DynamoDB.TablePrefix, time.Now),
 		Log:           log,
 		Registry:      reg,
@@ -305,7 +327,11 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 	log.Info("console listening", "addr", ln.Addr().String(), "users_file", cfg.UsersFile)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
-	go func() { _ = srv.ExpireOverrides(ctx, cfg.OverrideSweep) }() // returns when ctx is done
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	bg.Add(2)
+	go func() { defer bg.Done(); _ = srv.ExpireOverrides(ctx, cfg.OverrideSweep) }() // returns when ctx is done
+	go func() { defer bg.Done(); _ = dir.Run(ctx, 2*time.Second) }()
 	ready.Store(true)
 	select {
 	case err := <-errc:

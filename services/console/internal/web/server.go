@@ -48,7 +48,7 @@ const (
 
 // Config wires a Server.
 type Config struct {
-	Directory     *auth.Directory
+	Directory     auth.Users
 	Sessions      *auth.Sessions
 	Store         *store.Store
 	Log           *slog.Logger
@@ -260,7 +260,15 @@ func (s *Server) authed(need auth.Role, h http.HandlerFunc) http.HandlerFunc {
 				s.fail(w, r, http.StatusServiceUnavailable, "sessions are unavailable; try again")
 				return
 			}
-			req.who, req.sess = sess.Identity, &sess
+			// The role is the users file's, read now: a removed user or a
+			// changed role takes effect on the next request.
+			who, ok := s.cfg.Directory.User(sess.Identity.Name)
+			if !ok {
+				_ = s.cfg.Sessions.Delete(r.Context(), c.Value)
+				s.toLogin(w, r)
+				return
+			}
+			req.who, req.sess = who, &sess
 			if r.Method == http.MethodPost && !auth.Equal(r.PostFormValue("csrf"), sess.CSRF) {
 				s.fail(w, r, http.StatusForbidden, "the form has expired or did not come from this console (CSRF check failed); reload the page and try again")
 				return

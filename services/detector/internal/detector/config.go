@@ -11,6 +11,7 @@ import (
 // ServiceConfig is the detector's start-up configuration, read from the environment.
 type ServiceConfig struct {
 	HTTPAddr       string   // FLOODGATE_DETECTOR_ADDR: /healthz, /readyz, /metrics
+	SharedIPs      string   // FLOODGATE_DETECTOR_SHARED_IPS: redis (share per-address counts across instances) | off
 	RedisAddrs     []string // FLOODGATE_REDIS_ADDRS
 	KafkaBrokers   []string // FLOODGATE_KAFKA_BROKERS
 	DecisionsTopic string   // FLOODGATE_DECISIONS_TOPIC
@@ -86,6 +87,7 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 		},
 		BlastLimit:      e.Int("FLOODGATE_DETECTOR_BLAST_LIMIT", 100),
 		Records:         e.String("FLOODGATE_DETECTOR_RECORDS", "dynamodb"),
+		SharedIPs:       e.String("FLOODGATE_DETECTOR_SHARED_IPS", "redis"),
 		DynamoEndpoint:  e.String("FLOODGATE_DYNAMODB_ENDPOINT", ""),
 		DynamoPrefix:    e.String("FLOODGATE_DYNAMODB_TABLE_PREFIX", ""),
 		RecordRetention: e.Duration("FLOODGATE_DETECTOR_RECORD_RETENTION", 90*24*time.Hour),
@@ -152,6 +154,7 @@ func (c ServiceConfig) Validate() error {
 	v.Require(c.Escalation.Jitter >= 0 && c.Escalation.Jitter < 0.5, "FLOODGATE_DETECTOR_ESCALATION_JITTER", "%g: must be in [0, 0.5)", c.Escalation.Jitter)
 	v.Require(c.BlastLimit >= 1, "FLOODGATE_DETECTOR_BLAST_LIMIT", "%d: at least 1", c.BlastLimit)
 	v.Require(c.Records == "dynamodb" || c.Records == "off", "FLOODGATE_DETECTOR_RECORDS", "%q is not one of dynamodb|off", c.Records)
+	v.Require(c.SharedIPs == "redis" || c.SharedIPs == "off", "FLOODGATE_DETECTOR_SHARED_IPS", "%q is not one of redis|off", c.SharedIPs)
 	v.Require(c.RecordRetention >= 24*time.Hour, "FLOODGATE_DETECTOR_RECORD_RETENTION", "%s: at least 24h", c.RecordRetention)
 	v.Require(c.RecordRetention >= c.Escalation.Lookback, "FLOODGATE_DETECTOR_RECORD_RETENTION", "must cover FLOODGATE_DETECTOR_ESCALATION_LOOKBACK")
 	v.Require(c.AllowRefresh >= time.Second, "FLOODGATE_DETECTOR_ALLOWLIST_REFRESH", "at least 1s")

@@ -49,7 +49,10 @@ type Alerter interface {
 
 // Config wires a Detector. Records, Allowlist, Alerter and Recorder may be nil.
 type Config struct {
-	Score      score.Config
+	Score score.Config
+	// SharedIPs, when set, shares per-address principal counts with the other
+	// instances of the group (see score.RemoteIPs).
+	SharedIPs  score.RemoteIPs
 	Policies   map[events.Pattern]PatternPolicy
 	Escalation Escalation
 	BlastLimit int // enforced penalties per pattern per minute before enforcement is held
@@ -112,6 +115,9 @@ func New(c Config) *Detector {
 	}
 	if d.blast.Limit <= 0 {
 		d.blast.Limit = 1 << 30
+	}
+	if c.SharedIPs != nil {
+		d.ips.ShareWith(c.SharedIPs)
 	}
 	f := promauto.With(c.Registerer)
 	d.metrics = &metrics{

@@ -234,6 +234,9 @@ func (s *Scorer) Observe(d *events.Decision, out []Detection) []Detection {
 	ph := s.principalHash(d.Principal)
 	key, v6 := ipKey(d.IP)
 	s.ips.touch(key, ph, sec)
+	if s.ips.remote != nil {
+		s.ips.remote.Add(key, StableHash(d.Principal), sec)
+	}
 
 	p, _ := s.ps.Get(ph)
 	newIP := s.touchIPs(ph, &p, key, v6, sec)
