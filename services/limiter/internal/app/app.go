@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/health"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/envoyconf"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
@@ -95,6 +96,18 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRul
 	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
 
 	// Envoy's rate-limit service and gRPC health on FLOODGATE_LIMITER_GRPC_ADDR.
+	// envoy ratelimit's configuration, served on the gRPC API beside Floodgate's own.
+	var envoySrc *envoyconf.Source
+	var envoyHup chan os.Signal
+	if cfg.EnvoyConfigDir != "" {
+		if envoySrc, err = envoyconf.OpenDir(cfg.EnvoyConfigDir, envoyconf.Options{MergeDomains: cfg.EnvoyMerge}, log); err != nil {
+			return fmt.Errorf("FLOODGATE_LIMITER_ENVOY_CONFIG: %w", err)
+		}
+		envoyHup = make(chan os.Signal, 1)
+		signal.Notify(envoyHup, syscall.SIGHUP)
+		defer signal.Stop(envoyHup)
+		log.Info("envoy ratelimit configuration loaded", "dir", cfg.EnvoyConfigDir, "domains", envoySrc.Config().Domains())
+	}
 	var grpcSrv *grpc.Server
 	var grpcLn net.Listener
 	var hs *health.Server
@@ -108,7 +121,12 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRul
 			log.Warn("envoy rate-limit service not started; set FLOODGATE_LIMITER_GRPC_ADDR", "addr", cfg.GRPCAddr, "err", err)
 			grpcLn = nil
 		default:
-			grpcSrv, hs = limiter.NewGRPCServer(srv)
+			var opts []limiter.GRPCOption
+			if envoySrc != nil {
+				opts = append(opts, limiter.WithEnvoyConfig(&limiter.EnvoyConfig{Source: envoySrc,
+					Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoy:", GlobalShadow: cfg.EnvoyShadow}}))
+			}
+			grpcSrv, hs = limiter.NewGRPCServer(srv, opts...)
 		}
 	}
 	// net/http/pprof on its own listener, off unless FLOODGATE_LIMITER_DEBUG_ADDR is set.
@@ -141,6 +159,9 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRul
 	tailCtx, stopTail := context.WithCancel(context.WithoutCancel(ctx))
 	var g errgroup.Group
 	g.Go(func() error { return core.Run(tailCtx) })
+	if envoySrc != nil {
+		g.Go(func() error { return envoySrc.Run(tailCtx, 2*time.Second, envoyHup) })
+	}
 	if counts != nil {
 		g.Go(func() error { return counts.Run(tailCtx, cfg.InfluxInterval) })
 	}

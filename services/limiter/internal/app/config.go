@@ -58,6 +58,14 @@ type Config struct {
 	// Journal keeps decision events on disk while Kafka is unreachable
 	// (FLOODGATE_JOURNAL_*; an empty FLOODGATE_JOURNAL_DIR disables it).
 	Journal stream.JournalConfig
+	// EnvoyConfigDir holds envoy ratelimit configuration files
+	// (FLOODGATE_LIMITER_ENVOY_CONFIG, every *.yaml in it); their domains are
+	// answered on the gRPC API with envoy ratelimit's semantics. EnvoyShadow
+	// is its global shadow switch (FLOODGATE_LIMITER_ENVOY_SHADOW_MODE),
+	// EnvoyMerge its MERGE_DOMAIN_CONFIG (FLOODGATE_LIMITER_ENVOY_MERGE_DOMAINS).
+	EnvoyConfigDir string
+	EnvoyShadow    bool
+	EnvoyMerge     bool
 }
 
 // ConfigFromEnv reads the configuration and validates it.
@@ -73,6 +81,9 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		DecisionsTopic:  e.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
 		Gateway:         e.String("FLOODGATE_GATEWAY", "local"),
 		RulesPath:       e.String("FLOODGATE_LIMITER_RULES", ""),
+		EnvoyConfigDir:  e.String("FLOODGATE_LIMITER_ENVOY_CONFIG", ""),
+		EnvoyShadow:     e.Bool("FLOODGATE_LIMITER_ENVOY_SHADOW_MODE", false),
+		EnvoyMerge:      e.Bool("FLOODGATE_LIMITER_ENVOY_MERGE_DOMAINS", false),
 		PrincipalLimit:  e.Int("FLOODGATE_LIMITER_PRINCIPAL_LIMIT", 0),
 		PrincipalPeriod: e.Duration("FLOODGATE_LIMITER_PRINCIPAL_PERIOD", time.Second),
 		RulesPoll:       e.Duration("FLOODGATE_LIMITER_RULES_POLL", time.Second),
