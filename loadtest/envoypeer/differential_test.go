@@ -97,18 +97,18 @@ func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 		},
 		"two levels; too long and too short descriptors": append(times(4, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("key", "value", "subkey", "s")}}),
 			call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("key", "value"), d("key", "value", "subkey", "s", "x", "y")}}),
-		"unlimited and a per-minute limit":            times(5, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("ldap", "x"), d("azure", "y")}}),
-		"shadow mode answers OK while counting":       times(3, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("service", "s", "user", "user-a"), d("service", "s", "user", "user-b")}}),
-		"replaces lifts the named limit":              times(5, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("key_1", "value_1", "user", "bkthomps"), d("key_2", "value_2", "user", "bkthomps")}}),
-		"trailing wildcard, one counter per value":    times(4, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("path", "/files/a.pdf"), d("path", "/files/b.pdf")}}),
-		"share_threshold: one counter for all values": {{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("bucket", "shared-a")}}, {domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("bucket", "shared-b")}}, {domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("bucket", "shared-c")}}, {domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("bucket", "shared-d")}}},
+		"unlimited and a per-minute limit":                          times(5, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("ldap", "x"), d("azure", "y")}}),
+		"shadow mode answers OK while counting":                     times(3, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("service", "s", "user", "user-a"), d("service", "s", "user", "user-b")}}),
+		"replaces lifts the named limit":                            times(5, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("key_1", "value_1", "user", "bkthomps"), d("key_2", "value_2", "user", "bkthomps")}}),
+		"trailing wildcard, one counter per value":                  times(4, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("path", "/files/a.pdf"), d("path", "/files/b.pdf")}}),
+		"share_threshold: one counter for all values":               {{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("bucket", "shared-a")}}, {domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("bucket", "shared-b")}}, {domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("bucket", "shared-c")}}, {domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("bucket", "shared-d")}}},
 		"quota mode reports the violation and never fails the call": times(3, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("q", "hot"), d("azure", "quota")}}),
-		"request hits_addend":                  times(3, call{domain: dom("example"), hits: 2, descs: []*rlcommon.RateLimitDescriptor{d("hour_key", "h")}}),
-		"descriptor hits_addend":               times(2, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{withHits}}),
-		"descriptor limit override":            times(3, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{override}}),
-		"a descriptor that matches nothing":    {{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("nothing", "here")}}},
-		"per-second limit inside one second":   times(3, call{domain: dom("mongo_cps"), descs: []*rlcommon.RateLimitDescriptor{d("database", "default")}}),
-		"an empty descriptor list is an error": {{domain: dom("example")}},
+		"request hits_addend":                                       times(3, call{domain: dom("example"), hits: 2, descs: []*rlcommon.RateLimitDescriptor{d("hour_key", "h")}}),
+		"descriptor hits_addend":                                    times(2, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{withHits}}),
+		"descriptor limit override":                                 times(3, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{override}}),
+		"a descriptor that matches nothing":                         {{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("nothing", "here")}}},
+		"per-second limit inside one second":                        times(3, call{domain: dom("mongo_cps"), descs: []*rlcommon.RateLimitDescriptor{d("database", "default")}}),
+		"an empty descriptor list is an error":                      {{domain: dom("example")}},
 	}
 	compared := 0
 	for name, seq := range sequences {
@@ -142,7 +142,7 @@ func summary(r *rlsv3.RateLimitResponse) string {
 			fmt.Fprintf(&b, " limit=%q %d/%s", l.GetName(), l.GetRequestsPerUnit(), l.GetUnit())
 		}
 		if rs := s.GetDurationUntilReset(); rs != nil {
-			fmt.Fprintf(&b, " reset=%ds", (rs.AsDuration() + 500*time.Millisecond).Truncate(time.Second)/time.Second)
+			fmt.Fprintf(&b, " reset=%ds", (rs.AsDuration()+500*time.Millisecond).Truncate(time.Second)/time.Second)
 		}
 	}
 	return b.String()
