@@ -55,7 +55,12 @@ func Headers(r Result, correlationID string) map[string]string {
 	if !r.Allowed {
 		h["Retry-After"] = strconv.FormatInt(retryAfterSeconds(r), 10)
 	}
-	if r.Degraded {
+	switch {
+	case r.Degraded && r.Error == ShedReason:
+		// Busy, not down: enforced from local state, so a gateway must not
+		// treat it as the limiter's outage.
+		h["X-RateLimit-Shed"] = "answered from local state"
+	case r.Degraded:
 		h["X-RateLimit-Error"] = r.Error + "; answered by fail policy"
 	}
 	return h

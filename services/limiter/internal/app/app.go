@@ -85,7 +85,7 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRul
 		if cfg.RulesPath != "" && errors.Is(err, limiter.ErrRulesFile) {
 			return fmt.Errorf("FLOODGATE_LIMITER_RULES: %w", err)
 		}
-		return fmt.Errorf("redis %v: %w", cfg.RedisAddrs, err)
+		return fmt.Errorf("start limiter: %w", err)
 	}
 	srv := core.Server()
 	srv.SetReady(false) // ready once every listener is up

@@ -36,8 +36,8 @@ type Config struct {
 	RuntimePoll     time.Duration // FLOODGATE_LIMITER_RUNTIME_POLL: how often scales and overrides are read from Redis
 	Shadow          bool          // FLOODGATE_LIMITER_SHADOW: every rule in shadow mode, whatever the file says
 	RedisTimeout    time.Duration // FLOODGATE_LIMITER_REDIS_TIMEOUT: budget of one check
-	BreakerFailures int           // FLOODGATE_LIMITER_BREAKER_FAILURES: consecutive Redis failures that open the breaker
-	BreakerOpen     time.Duration // FLOODGATE_LIMITER_BREAKER_OPEN: how long it stays open before one probe
+	BreakerFailures int           // FLOODGATE_LIMITER_BREAKER_FAILURES: failures within a second (and half of the checks) that open the breaker
+	BreakerOpen     time.Duration // FLOODGATE_LIMITER_BREAKER_OPEN: how long it stays open before probes
 	OverLimitCache  int           // FLOODGATE_LIMITER_OVERLIMIT_CACHE: entries of the local over-limit cache; 0 disables
 	RedisBatch      int           // FLOODGATE_LIMITER_REDIS_BATCH: concurrent checks per pipelined Redis write; 1 disables batching
 	InfluxURL       string        // FLOODGATE_INFLUX_URL
@@ -90,8 +90,8 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		RuntimePoll:     e.Duration("FLOODGATE_LIMITER_RUNTIME_POLL", time.Second),
 		Shadow:          e.Bool("FLOODGATE_LIMITER_SHADOW", false),
 		RedisTimeout:    e.Duration("FLOODGATE_LIMITER_REDIS_TIMEOUT", 50*time.Millisecond),
-		BreakerFailures: e.Int("FLOODGATE_LIMITER_BREAKER_FAILURES", 5),
-		BreakerOpen:     e.Duration("FLOODGATE_LIMITER_BREAKER_OPEN", time.Second),
+		BreakerFailures: e.Int("FLOODGATE_LIMITER_BREAKER_FAILURES", 10),
+		BreakerOpen:     e.Duration("FLOODGATE_LIMITER_BREAKER_OPEN", 200*time.Millisecond),
 		OverLimitCache:  e.Int("FLOODGATE_LIMITER_OVERLIMIT_CACHE", 100_000),
 		RedisBatch:      e.Int("FLOODGATE_LIMITER_REDIS_BATCH", 64),
 		InfluxURL:       e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
