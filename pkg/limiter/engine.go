@@ -8,7 +8,6 @@
 package limiter
 
 import (
-	"sync/atomic"
 	"context"
 	_ "embed"
 	"errors"
@@ -17,6 +16,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -121,22 +121,22 @@ type EngineConfig struct {
 
 // Engine runs checks. It is safe for concurrent use.
 type Engine struct {
-	rdb       redis.UniversalClient
-	script    *redis.Script
-	rules     RuleSource
-	rt        *Runtime
-	clock     func() time.Time
+	rdb          redis.UniversalClient
+	script       *redis.Script
+	rules        RuleSource
+	rt           *Runtime
+	clock        func() time.Time
 	queueWait    time.Duration
 	lastRedisErr atomic.Value // string: the latest Redis error, logged when the breaker opens
-	budget    time.Duration
-	breaker   *gobreaker.CircuitBreaker[[]any]
-	overLimit *overLimitCache
-	local     *localBuckets
-	log       *slog.Logger
-	m         *engineMetrics
-	shadow    bool
-	batch     *scriptBatcher // nil: one Redis call per check
-	fixedNow  func() int64   // tests only: a fixed time for the script instead of Redis TIME
+	budget       time.Duration
+	breaker      *gobreaker.CircuitBreaker[[]any]
+	overLimit    *overLimitCache
+	local        *localBuckets
+	log          *slog.Logger
+	m            *engineMetrics
+	shadow       bool
+	batch        *scriptBatcher // nil: one Redis call per check
+	fixedNow     func() int64   // tests only: a fixed time for the script instead of Redis TIME
 }
 
 type engineMetrics struct {
