@@ -27,6 +27,8 @@ const (
 	// (the platform is shedding load), not the client's own excess.
 	ProblemReducedCapacity = "https://floodgate.dev/problems/temporarily-reduced-capacity"
 	ProblemBadRequest      = "https://floodgate.dev/problems/invalid-request"
+	ProblemUnauthenticated = "https://floodgate.dev/problems/unauthenticated"
+	ProblemForbidden       = "https://floodgate.dev/problems/forbidden"
 	ProblemUnavailable     = "https://floodgate.dev/problems/unavailable"
 )
 

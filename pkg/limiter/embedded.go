@@ -66,6 +66,9 @@ type EmbedConfig struct {
 	RedisBatch       int
 	// Shadow puts every rule in shadow mode.
 	Shadow bool
+	// Callers, when set, is who may ask for checks over HTTP and gRPC
+	// (Server, NewGRPCServer); in-process checks are the embedding program's own.
+	Callers *Callers
 	// RuntimePoll is how often scales and overrides are re-read (default 1s).
 	RuntimePoll time.Duration
 
@@ -200,7 +203,7 @@ func NewEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 		r := NewReloader(c.RulesFile, data, store, c.RulesPoll, c.Reload, c.Logger, c.Registry)
 		runs = append(runs, r.Run)
 	}
-	srv := NewServer(ServerConfig{Engine: engine, Publisher: pub, Observer: c.Observer, Topic: c.Topic,
+	srv := NewServer(ServerConfig{Callers: c.Callers, Engine: engine, Publisher: pub, Observer: c.Observer, Topic: c.Topic,
 		Gateway: c.Gateway, Logger: c.Logger, Registry: c.Registry})
 	srv.SetReady(true)
 	e := &Embedded{s: srv}

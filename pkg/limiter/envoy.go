@@ -86,9 +86,13 @@ func NewGRPCServer(s *Server, opts ...GRPCOption) (*grpc.Server, *health.Server)
 	// Envoy keeps HTTP/2 connections open indefinitely; a bounded connection age
 	// makes clients reconnect now and then, so limiter replicas added by the
 	// autoscaler receive their share of checks.
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(1<<20), grpc.KeepaliveParams(keepalive.ServerParameters{
+	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(1 << 20), grpc.KeepaliveParams(keepalive.ServerParameters{
 		MaxConnectionAge: 5 * time.Minute, MaxConnectionAgeGrace: 30 * time.Second,
-	}))
+	})}
+	if s.callers != nil {
+		gopts = append(gopts, grpc.UnaryInterceptor(s.callers.authInterceptor))
+	}
+	g := grpc.NewServer(gopts...)
 	rls := NewEnvoyRLS(s)
 	for _, o := range opts {
 		o(rls)
@@ -125,6 +129,14 @@ func (e *EnvoyRLS) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReque
 	if err != nil {
 		e.requests.WithLabelValues("invalid").Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if cl, ok := callerFrom(ctx); ok {
+		for i := range reqs {
+			if err := cl.Permit(&reqs[i]); err != nil {
+				e.requests.WithLabelValues("invalid").Inc()
+				return nil, status.Error(codes.PermissionDenied, err.Error())
+			}
+		}
 	}
 	results := make([]Result, len(reqs))
 	if len(reqs) == 1 {

@@ -39,6 +39,7 @@ type Observer interface {
 
 // Server answers POST /v1/check, POST /v1/check/batch and the health endpoints.
 type Server struct {
+	callers *Callers
 	engine  *Engine
 	pub     Publisher
 	obs     Observer
@@ -58,6 +59,8 @@ type metrics struct {
 	duration  prometheus.Histogram
 	errors    *prometheus.CounterVec
 	batch     prometheus.Histogram
+
+	unauthenticated prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -72,11 +75,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		errors: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_errors_total", Help: "Checks that could not be decided normally, by kind."}, []string{"kind"}),
 		batch: f.NewHistogram(prometheus.HistogramOpts{Name: "floodgate_limiter_batch_size", Help: "Checks per batch request.",
 			Buckets: []float64{1, 2, 5, 10, 20, 50, 100}}),
+		unauthenticated: f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_unauthenticated_total", Help: "Check requests refused for a missing or unknown bearer token."}),
 	}
 }
 
 // ServerConfig wires a Server.
 type ServerConfig struct {
+	// Callers, when set, is who may ask for checks (bearer tokens and what
+	// each may claim); nil serves anyone — meant for a limiter on loopback
+	// beside its gateway.
+	Callers   *Callers
 	Engine    *Engine
 	Publisher Publisher
 	Observer  Observer // nil = none
@@ -89,7 +97,7 @@ type ServerConfig struct {
 // NewServer returns a server; it reports ready once SetReady(true) is called.
 func NewServer(c ServerConfig) *Server {
 	return &Server{
-		engine: c.Engine, pub: c.Publisher, obs: c.Observer, topic: c.Topic, gateway: c.Gateway,
+		callers: c.Callers, engine: c.Engine, pub: c.Publisher, obs: c.Observer, topic: c.Topic, gateway: c.Gateway,
 		log: c.Logger, reg: c.Registry, metrics: newMetrics(c.Registry),
 	}
 }
@@ -182,6 +190,10 @@ func requestID(r *http.Request) string {
 
 func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	id := requestID(r)
+	cl, ok := s.authenticate(w, r, id)
+	if !ok {
+		return
+	}
 	var req CheckRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, maxCheckBody))
 	if err := dec.Decode(&req); err != nil {
@@ -191,6 +203,12 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	if err := req.validate(); err != nil {
 		s.problem(w, id, http.StatusBadRequest, ProblemBadRequest, err.Error())
 		return
+	}
+	if s.callers != nil {
+		if err := cl.Permit(&req); err != nil {
+			s.problem(w, id, http.StatusForbidden, ProblemForbidden, err.Error())
+			return
+		}
 	}
 	res := s.decideResult(r.Context(), id, &req)
 	bp := respBufs.Get().(*[]byte)
@@ -207,6 +225,10 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	id := requestID(r)
+	cl, ok := s.authenticate(w, r, id)
+	if !ok {
+		return
+	}
 	var br BatchRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, MaxBatch*maxCheckBody))
 	if err := dec.Decode(&br); err != nil {
@@ -229,6 +251,9 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		err := json.Unmarshal(raw, &req)
 		if err == nil {
 			err = req.validate()
+		}
+		if err == nil && s.callers != nil {
+			err = cl.Permit(&req)
 		}
 		if err != nil {
 			answers[i] = batchAnswer{id: cid, invalid: &Problem{Type: ProblemBadRequest,
@@ -378,4 +403,20 @@ func (s *Server) problem(w http.ResponseWriter, id string, status int, typ, deta
 	w.Header().Set("X-Request-Id", id)
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(Problem{Type: typ, Title: http.StatusText(status), Status: status, Detail: detail, CorrelationID: id})
+}
+
+// authenticate checks the caller's bearer token when callers are configured;
+// it answers 401 and reports false when it is missing or unknown.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, id string) (Caller, bool) {
+	if s.callers == nil {
+		return Caller{}, true
+	}
+	cl, err := s.callers.Authenticate(r.Header.Get("Authorization"))
+	if err != nil {
+		s.metrics.unauthenticated.Inc()
+		w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate-limiter"`)
+		s.problem(w, id, http.StatusUnauthorized, ProblemUnauthenticated, err.Error())
+		return Caller{}, false
+	}
+	return cl, true
 }

@@ -78,7 +78,7 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRul
 		Gateway: cfg.Gateway, Observer: observer,
 		Budget: cfg.RedisTimeout, BreakerFailures: cfg.BreakerFailures, BreakerOpen: cfg.BreakerOpen,
 		OverLimitEntries: cmp.Or(cfg.OverLimitCache, -1), RedisBatch: cfg.RedisBatch, Shadow: cfg.Shadow,
-		RuntimePoll: cfg.RuntimePoll, Logger: log, Registry: reg,
+		RuntimePoll: cfg.RuntimePoll, Logger: log, Registry: reg, Callers: cfg.Callers,
 	})
 	cancel()
 	if err != nil {

@@ -3,12 +3,15 @@ package app
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
+	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
@@ -66,6 +69,13 @@ type Config struct {
 	EnvoyConfigDir string
 	EnvoyShadow    bool
 	EnvoyMerge     bool
+	// Auth is who may ask for checks (FLOODGATE_LIMITER_AUTH): "tokens" —
+	// the gateways of FLOODGATE_LIMITER_CALLERS, each bound to what it may
+	// claim — or "none", anyone who can connect. Unset, it is "none" while
+	// the HTTP and gRPC APIs listen on loopback only, and must be chosen
+	// otherwise.
+	Auth    string
+	Callers *limiter.Callers
 }
 
 // ConfigFromEnv reads the configuration and validates it.
@@ -82,6 +92,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		Gateway:         e.String("FLOODGATE_GATEWAY", "local"),
 		RulesPath:       e.String("FLOODGATE_LIMITER_RULES", ""),
 		EnvoyConfigDir:  e.String("FLOODGATE_LIMITER_ENVOY_CONFIG", ""),
+		Auth:            e.String("FLOODGATE_LIMITER_AUTH", ""),
 		EnvoyShadow:     e.Bool("FLOODGATE_LIMITER_ENVOY_SHADOW_MODE", false),
 		EnvoyMerge:      e.Bool("FLOODGATE_LIMITER_ENVOY_MERGE_DOMAINS", false),
 		PrincipalLimit:  e.Int("FLOODGATE_LIMITER_PRINCIPAL_LIMIT", 0),
@@ -127,12 +138,56 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		return Config{}, err
 	}
 	c.Journal = jc
+	if spec := e.String("FLOODGATE_LIMITER_CALLERS", ""); spec != "" {
+		callers, err := limiter.ParseCallers(spec)
+		if err != nil {
+			return Config{}, fmt.Errorf("FLOODGATE_LIMITER_CALLERS: %w", err)
+		}
+		c.Callers = callers
+	}
+	if c.Auth == "" && loopbackOnly(c.HTTPAddr, c.GRPCAddr) {
+		c.Auth = "none"
+	}
 	return c, c.Validate()
+}
+
+// loopbackOnly reports whether every address listens on loopback only
+// ("off" listens nowhere).
+func loopbackOnly(addrs ...string) bool {
+	for _, a := range addrs {
+		if a == "off" {
+			continue
+		}
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			return false
+		}
+		if host == "localhost" {
+			continue
+		}
+		ip, err := netip.ParseAddr(host)
+		if err != nil || !ip.IsLoopback() {
+			return false
+		}
+	}
+	return true
 }
 
 // Validate checks ranges and how fields relate; errors name the variable.
 func (c Config) Validate() error {
 	var v config.Check
+	switch c.Auth {
+	case "none":
+	case "tokens":
+		v.Require(c.Callers != nil, "FLOODGATE_LIMITER_CALLERS", "required with FLOODGATE_LIMITER_AUTH=tokens: name:sha256[:max_cost[:kind+kind]], …")
+	case "":
+		v.Require(false, "FLOODGATE_LIMITER_AUTH", "the limiter listens beyond loopback (%s, %s): choose tokens (gateways in FLOODGATE_LIMITER_CALLERS) or none (anyone who can connect may name any principal)", c.HTTPAddr, c.GRPCAddr)
+	default:
+		v.Require(false, "FLOODGATE_LIMITER_AUTH", "%q is not one of tokens|none", c.Auth)
+	}
+	if c.Auth == "none" && c.Callers != nil {
+		v.Require(false, "FLOODGATE_LIMITER_CALLERS", "set, but FLOODGATE_LIMITER_AUTH is none: set FLOODGATE_LIMITER_AUTH=tokens")
+	}
 	v.Require(c.HTTPAddr != "", "FLOODGATE_LIMITER_ADDR", "required")
 	v.Require(c.GRPCAddr != "" && c.GRPCAddr != c.HTTPAddr, "FLOODGATE_LIMITER_GRPC_ADDR", "host:port other than FLOODGATE_LIMITER_ADDR, or off")
 	v.Require(c.DebugAddr == "" || (c.DebugAddr != c.HTTPAddr && c.DebugAddr != c.GRPCAddr), "FLOODGATE_LIMITER_DEBUG_ADDR", "host:port other than the HTTP and gRPC addresses, or unset")
