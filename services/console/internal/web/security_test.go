@@ -93,3 +93,30 @@ func TestSecurityRemovedUserS8(t *testing.T) {
 	_, ok := dir.User("analyst1")
 	require.True(t, ok)
 }
+
+// TestSecurityOpenRedirectS12: after sign-in, `next` leads only to a path on
+// this console — never to another site, however it is spelled.
+func TestSecurityOpenRedirectS12(t *testing.T) {
+	for _, tc := range []struct{ next, want string }{
+		{"/alerts?state=open", "/alerts?state=open"},
+		{"/principals/user/u1", "/principals/user/u1"},
+		{"/\t/evil.example", "/alerts"},
+		{"/\n/evil.example", "/alerts"},
+		{"//evil.example", "/alerts"},
+		{"/\\evil.example", "/alerts"},
+		{"\\\\evil.example", "/alerts"},
+		{"https://evil.example/", "/alerts"},
+		{"/%09/evil.example", "/%09/evil.example"}, // stays a path here: the browser receives it escaped
+		{"javascript:alert(1)", "/alerts"},
+		{"", "/alerts"},
+	} {
+		require.Equal(t, tc.want, safeNext(tc.next), "%q", tc.next)
+	}
+	// Through the real sign-in form: the query's %09 is decoded to a tab.
+	e := newEnv(t)
+	b := e.client(t)
+	tok := b.csrf("/login?next=%2F%09%2Fevil.example")
+	res, body := b.post("/login", url.Values{"csrf": {tok}, "username": {"analyst1"}, "password": {testPassword}, "next": {"/\t/evil.example"}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, body)
+	require.Equal(t, "/alerts", res.Header.Get("Location"))
+}

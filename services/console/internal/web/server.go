@@ -348,9 +348,22 @@ func (s *Server) cookie(r *http.Request, name, value string, maxAge int) *http.C
 		Secure: s.cfg.SecureCookies || r.TLS != nil, SameSite: http.SameSiteLaxMode}
 }
 
+// safeNext keeps a post-sign-in target only when it is a path on this
+// console: browsers drop tabs and newlines and read "\\" as "/", so
+// "/%09/evil.example" or "/\\evil" would leave the site (issue 22 S12).
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") || strings.Contains(next, "\n") {
-		return "/alerts"
+	const home = "/alerts"
+	if len(next) > 2048 || !strings.HasPrefix(next, "/") {
+		return home
+	}
+	for i := 0; i < len(next); i++ {
+		if c := next[i]; c < 0x20 || c == 0x7f || c == '\\' {
+			return home
+		}
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || strings.HasPrefix(next, "//") || !strings.HasPrefix(u.Path, "/") {
+		return home
 	}
 	return next
 }

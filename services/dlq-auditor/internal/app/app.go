@@ -168,7 +168,7 @@ func Serve(ctx context.Context, getenv config.Getenv, log *slog.Logger, hooks *H
 	srv := api.NewServer(api.Server{
 		Store: store,
 		Replayer: &auditor.Replayer{Store: store, Kafka: kc, Rate: cfg.ReplayRate, Max: cfg.ReplayMax,
-			CanaryTimeout: cfg.CanaryTimeout, Now: time.Now, NewID: newID, Logger: log, Metrics: metrics},
+			CanaryTimeout: cfg.CanaryTimeout, Now: time.Now, NewID: newID, Logger: log, Metrics: metrics, ReplayTopics: cfg.ReplayTopics},
 		Purger:  &auditor.Purger{Store: store, Max: cfg.ReplayMax, Now: time.Now, NewID: newID, Metrics: metrics},
 		Checker: &auditor.Checker{Store: store, Kafka: kc},
 		Tokens:  tokens, Now: time.Now, NewID: newID, Logger: log,
