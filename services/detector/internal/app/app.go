@@ -88,6 +88,7 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 
 	dcfg := detector.Config{
 		Score: cfg.Score, Policies: cfg.Policies, Escalation: cfg.Escalation, BlastLimit: cfg.BlastLimit,
+		MaxEventSkew: cfg.MaxEventSkew, MaxEventAge: cfg.MaxEventAge,
 		Penalties: detector.NewPenaltyStore(rdb), Allowlist: allow,
 		Publisher: producer, AbuseTopic: cfg.AbuseTopic, Recorder: recorder, Logger: log, Registerer: reg,
 	}

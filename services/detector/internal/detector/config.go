@@ -10,13 +10,15 @@ import (
 
 // ServiceConfig is the detector's start-up configuration, read from the environment.
 type ServiceConfig struct {
-	HTTPAddr       string   // FLOODGATE_DETECTOR_ADDR: /healthz, /readyz, /metrics
-	SharedIPs      string   // FLOODGATE_DETECTOR_SHARED_IPS: redis (share per-address counts across instances) | off
-	RedisAddrs     []string // FLOODGATE_REDIS_ADDRS
-	KafkaBrokers   []string // FLOODGATE_KAFKA_BROKERS
-	DecisionsTopic string   // FLOODGATE_DECISIONS_TOPIC
-	AbuseTopic     string   // FLOODGATE_ABUSE_TOPIC
-	Group          string   // FLOODGATE_DETECTOR_GROUP
+	HTTPAddr       string        // FLOODGATE_DETECTOR_ADDR: /healthz, /readyz, /metrics
+	SharedIPs      string        // FLOODGATE_DETECTOR_SHARED_IPS: redis (share per-address counts across instances) | off
+	MaxEventSkew   time.Duration // FLOODGATE_DETECTOR_MAX_EVENT_SKEW: events dated further in the future are dead-lettered
+	MaxEventAge    time.Duration // FLOODGATE_DETECTOR_MAX_EVENT_AGE: events older than this are dead-lettered
+	RedisAddrs     []string      // FLOODGATE_REDIS_ADDRS
+	KafkaBrokers   []string      // FLOODGATE_KAFKA_BROKERS
+	DecisionsTopic string        // FLOODGATE_DECISIONS_TOPIC
+	AbuseTopic     string        // FLOODGATE_ABUSE_TOPIC
+	Group          string        // FLOODGATE_DETECTOR_GROUP
 	// StartOffset is where a new detector group starts on the decisions topic
 	// (FLOODGATE_DETECTOR_START_OFFSET): "first" (default) scores the whole
 	// retained history; "last" only live traffic, for a throwaway group.
@@ -88,6 +90,8 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 		BlastLimit:      e.Int("FLOODGATE_DETECTOR_BLAST_LIMIT", 100),
 		Records:         e.String("FLOODGATE_DETECTOR_RECORDS", "dynamodb"),
 		SharedIPs:       e.String("FLOODGATE_DETECTOR_SHARED_IPS", "redis"),
+		MaxEventSkew:    e.Duration("FLOODGATE_DETECTOR_MAX_EVENT_SKEW", 5*time.Minute),
+		MaxEventAge:     e.Duration("FLOODGATE_DETECTOR_MAX_EVENT_AGE", 7*24*time.Hour),
 		DynamoEndpoint:  e.String("FLOODGATE_DYNAMODB_ENDPOINT", ""),
 		DynamoPrefix:    e.String("FLOODGATE_DYNAMODB_TABLE_PREFIX", ""),
 		RecordRetention: e.Duration("FLOODGATE_DETECTOR_RECORD_RETENTION", 90*24*time.Hour),
@@ -155,6 +159,8 @@ func (c ServiceConfig) Validate() error {
 	v.Require(c.BlastLimit >= 1, "FLOODGATE_DETECTOR_BLAST_LIMIT", "%d: at least 1", c.BlastLimit)
 	v.Require(c.Records == "dynamodb" || c.Records == "off", "FLOODGATE_DETECTOR_RECORDS", "%q is not one of dynamodb|off", c.Records)
 	v.Require(c.SharedIPs == "redis" || c.SharedIPs == "off", "FLOODGATE_DETECTOR_SHARED_IPS", "%q is not one of redis|off", c.SharedIPs)
+	v.Require(c.MaxEventSkew >= time.Second && c.MaxEventSkew <= 24*time.Hour, "FLOODGATE_DETECTOR_MAX_EVENT_SKEW", "%s: must be in 1s..24h", c.MaxEventSkew)
+	v.Require(c.MaxEventAge >= c.Score.IPWindow, "FLOODGATE_DETECTOR_MAX_EVENT_AGE", "%s: must cover FLOODGATE_DETECTOR_IP_WINDOW (%s), which a restart re-reads", c.MaxEventAge, c.Score.IPWindow)
 	v.Require(c.RecordRetention >= 24*time.Hour, "FLOODGATE_DETECTOR_RECORD_RETENTION", "%s: at least 24h", c.RecordRetention)
 	v.Require(c.RecordRetention >= c.Escalation.Lookback, "FLOODGATE_DETECTOR_RECORD_RETENTION", "must cover FLOODGATE_DETECTOR_ESCALATION_LOOKBACK")
 	v.Require(c.AllowRefresh >= time.Second, "FLOODGATE_DETECTOR_ALLOWLIST_REFRESH", "at least 1s")

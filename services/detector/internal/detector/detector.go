@@ -50,6 +50,11 @@ type Alerter interface {
 // Config wires a Detector. Records, Allowlist, Alerter and Recorder may be nil.
 type Config struct {
 	Score score.Config
+	// MaxEventSkew and MaxEventAge bound an event's time against the clock:
+	// later than now + skew or older than now − age, it is dead-lettered and
+	// never scored (defaults 5m and 7 days).
+	MaxEventSkew time.Duration
+	MaxEventAge  time.Duration
 	// SharedIPs, when set, shares per-address principal counts with the other
 	// instances of the group (see score.RemoteIPs).
 	SharedIPs  score.RemoteIPs
@@ -109,6 +114,12 @@ func New(c Config) *Detector {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.MaxEventSkew <= 0 {
+		c.MaxEventSkew = 5 * time.Minute
+	}
+	if c.MaxEventAge <= 0 {
+		c.MaxEventAge = 7 * 24 * time.Hour
+	}
 	d := &Detector{
 		cfg: c, ips: score.NewIPStore(c.Score), blast: &BlastGuard{Limit: c.BlastLimit, Now: c.Now}, log: c.Logger,
 		scorers: map[int]*score.Scorer{}, warm: map[int]int64{}, pending: map[int]pending{}, active: map[string]activePenalty{},
@@ -161,6 +172,12 @@ func (d *Detector) Handle(ctx context.Context, msg kafka.Message) error {
 	if !ok {
 		ev, err := events.DecodeDecision(msg.Value)
 		if err != nil {
+			return stream.Permanent(err)
+		}
+		// Checked at the door: an event dated in the future would move the
+		// scorer's clock and sweep away every principal's state (issue 22 S4);
+		// one older than retention describes nothing current.
+		if err := d.checkEventTime(ev.TS); err != nil {
 			return stream.Permanent(err)
 		}
 		d.metrics.decoded.Inc()
@@ -499,4 +516,16 @@ func (k *KafkaOffsets) OffsetAt(ctx context.Context, partition int, t time.Time)
 		return best, nil
 	}
 	return 0, errors.New("list offsets: partition missing from the answer")
+}
+
+// checkEventTime refuses an event time outside [now − MaxEventAge, now + MaxEventSkew].
+func (d *Detector) checkEventTime(ts time.Time) error {
+	now := d.cfg.Now()
+	switch {
+	case ts.After(now.Add(d.cfg.MaxEventSkew)):
+		return fmt.Errorf("event time %s is %s in the future, beyond the %s allowed", events.FormatTime(ts), ts.Sub(now).Round(time.Second), d.cfg.MaxEventSkew)
+	case ts.Before(now.Add(-d.cfg.MaxEventAge)):
+		return fmt.Errorf("event time %s is older than %s", events.FormatTime(ts), d.cfg.MaxEventAge)
+	}
+	return nil
 }

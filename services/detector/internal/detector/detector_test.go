@@ -182,3 +182,33 @@ func TestEndedIncidents(t *testing.T) {
 		})
 	}
 }
+
+// TestSecurityFutureEventsS4 replays finding S4 of issue 22: decision events
+// dated in the year 2160 moved the scorer's clock, and its sweeps wiped every
+// principal's state and the shared-IP exemption. Now they are dead-lettered
+// with the reason and never scored; the watermark does not move, and a real
+// abuser is still caught.
+func TestSecurityFutureEventsS4(t *testing.T) {
+	pub := &flakyPublisher{}
+	d := newTestDetector(t, pub, nil)
+	now := time.Now().UTC()
+	ctx := context.Background()
+	attacker := events.Principal{Kind: events.PrincipalUser, ID: redistest.Unique(t, "future")}
+	for _, ts := range []time.Time{time.Date(2160, 1, 1, 0, 0, 0, 0, time.UTC), now.Add(time.Hour), now.Add(-30 * 24 * time.Hour)} {
+		ev := decision(attacker, ts, "198.51.100.10", "/a")
+		v, err := events.EncodeDecision(ev)
+		require.NoError(t, err)
+		err = d.Handle(ctx, kafka.Message{Topic: "floodgate.decisions.v1", Partition: 1, Offset: 1, Value: v})
+		require.Error(t, err, "%s", ts)
+		require.True(t, stream.IsPermanent(err), "dead-lettered, not retried: %v", err)
+	}
+	require.False(t, d.scorer(1).Watermark().After(now.Add(time.Minute)), "the scorer's clock did not move")
+	bot := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "stillcaught")}
+	for i := 0; i < 2000; i++ {
+		ev := decision(bot, now.Add(time.Duration(i)*5*time.Millisecond), "203.0.113.9", "/a")
+		v, err := events.EncodeDecision(ev)
+		require.NoError(t, err)
+		require.NoError(t, d.Handle(ctx, kafka.Message{Topic: "floodgate.decisions.v1", Partition: 1, Offset: int64(10 + i), Value: v}))
+	}
+	require.NotEmpty(t, pub.msgs, "the bot is caught as usual")
+}
