@@ -73,3 +73,7 @@ chaos: ## fault scenarios under load (broker kill, Redis restart, consumer SIGKI
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
+
+.PHONY: security
+security: ## replay the attacks of docs/security.md against the local stack (tests named TestSecurity*)
+	@deploy/local/with-stack.sh bash -c '$(GO) run ./migrations/cmd/migrate >/dev/null && $(GO) test -count=1 -run "^TestSecurity" ./...'
