@@ -79,6 +79,9 @@ func NewEnvoyRLS(s *Server) *EnvoyRLS {
 	}, []string{"result"})}
 }
 
+// MaxGRPCStreams is the most concurrent streams one gRPC connection may hold.
+const MaxGRPCStreams = 1000
+
 // NewGRPCServer returns a gRPC server with Envoy's rate-limit service on s and
 // the standard health service. Health reports SERVING (for "" and for
 // envoy.service.ratelimit.v3.RateLimitService) once SetServing(hs, true) is called.
@@ -86,9 +89,15 @@ func NewGRPCServer(s *Server, opts ...GRPCOption) (*grpc.Server, *health.Server)
 	// Envoy keeps HTTP/2 connections open indefinitely; a bounded connection age
 	// makes clients reconnect now and then, so limiter replicas added by the
 	// autoscaler receive their share of checks.
-	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(1 << 20), grpc.KeepaliveParams(keepalive.ServerParameters{
-		MaxConnectionAge: 5 * time.Minute, MaxConnectionAgeGrace: 30 * time.Second,
-	})}
+	// Bounded: at most 1,000 concurrent streams per connection (on main one
+	// connection held 5,000), idle connections closed after 5 minutes, and
+	// clients pinging more often than every 5 s are sent away.
+	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(1 << 20), grpc.MaxConcurrentStreams(MaxGRPCStreams),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge: 5 * time.Minute, MaxConnectionAgeGrace: 30 * time.Second, MaxConnectionIdle: 5 * time.Minute,
+		}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	}
 	if s.callers != nil {
 		gopts = append(gopts, grpc.UnaryInterceptor(s.callers.authInterceptor))
 	}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/net/netutil"
 	"log/slog"
 	"net"
 	"net/http"
@@ -93,7 +94,12 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRul
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
 	}
-	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	// Bounded connections and timeouts: an idle keep-alive connection is
+	// closed after IdleTimeout, a slow client after the read/write timeouts,
+	// and at most MaxConns connections are served at once (issue 22 S6).
+	ln = netutil.LimitListener(ln, cfg.MaxConns)
+	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 10 * time.Second, IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: 16 << 10}
 
 	// Envoy's rate-limit service and gRPC health on FLOODGATE_LIMITER_GRPC_ADDR.
 	// envoy ratelimit's configuration, served on the gRPC API beside Floodgate's own.

@@ -76,6 +76,10 @@ type Config struct {
 	// otherwise.
 	Auth    string
 	Callers *limiter.Callers
+	// IdleTimeout closes idle keep-alive connections (FLOODGATE_LIMITER_IDLE_TIMEOUT);
+	// MaxConns bounds the HTTP connections served at once (FLOODGATE_LIMITER_MAX_CONNS).
+	IdleTimeout time.Duration
+	MaxConns    int
 }
 
 // ConfigFromEnv reads the configuration and validates it.
@@ -93,6 +97,8 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		RulesPath:       e.String("FLOODGATE_LIMITER_RULES", ""),
 		EnvoyConfigDir:  e.String("FLOODGATE_LIMITER_ENVOY_CONFIG", ""),
 		Auth:            e.String("FLOODGATE_LIMITER_AUTH", ""),
+		IdleTimeout:     e.Duration("FLOODGATE_LIMITER_IDLE_TIMEOUT", time.Minute),
+		MaxConns:        e.Int("FLOODGATE_LIMITER_MAX_CONNS", 10000),
 		EnvoyShadow:     e.Bool("FLOODGATE_LIMITER_ENVOY_SHADOW_MODE", false),
 		EnvoyMerge:      e.Bool("FLOODGATE_LIMITER_ENVOY_MERGE_DOMAINS", false),
 		PrincipalLimit:  e.Int("FLOODGATE_LIMITER_PRINCIPAL_LIMIT", 0),
@@ -176,6 +182,8 @@ func loopbackOnly(addrs ...string) bool {
 // Validate checks ranges and how fields relate; errors name the variable.
 func (c Config) Validate() error {
 	var v config.Check
+	v.Require(c.IdleTimeout >= 10*time.Millisecond && c.IdleTimeout <= time.Hour, "FLOODGATE_LIMITER_IDLE_TIMEOUT", "%s: must be in 10ms..1h", c.IdleTimeout)
+	v.Require(c.MaxConns >= 1 && c.MaxConns <= 1_000_000, "FLOODGATE_LIMITER_MAX_CONNS", "%d: must be in 1..1000000", c.MaxConns)
 	switch c.Auth {
 	case "none":
 	case "tokens":
