@@ -318,7 +318,10 @@ func (d *Detector) effects(ctx context.Context, a *events.Abuse) error {
 			return err
 		}
 	}
-	value, err := events.EncodeAbuse(a)
+	// The abuse topic keeps 30 days: client addresses leave as networks, an
+	// IPv4 /24 or an IPv6 /48, never as a person's address (issue 22 S15).
+	published := truncateTopIPs(*a, 48)
+	value, err := events.EncodeAbuse(&published)
 	if err != nil {
 		return stream.Permanent(fmt.Errorf("encode abuse event: %w", err))
 	}

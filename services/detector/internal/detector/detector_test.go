@@ -212,3 +212,25 @@ func TestSecurityFutureEventsS4(t *testing.T) {
 	}
 	require.NotEmpty(t, pub.msgs, "the bot is caught as usual")
 }
+
+// TestSecurityAbuseEventsKeepNetworksS15 replays finding S15 of issue 22:
+// abuse events kept full client addresses for the topic's 30 days. Now they
+// carry the IPv4 /24 or the IPv6 /48 only.
+func TestSecurityAbuseEventsKeepNetworksS15(t *testing.T) {
+	for _, tc := range []struct{ ip, want string }{
+		{"203.0.113.9", "203.0.113.0"},
+		{"2001:db8:aaaa:bbbb:cccc::9", "2001:db8:aaaa::"},
+	} {
+		pub := &flakyPublisher{}
+		d := newTestDetector(t, pub, nil)
+		bot := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "s15")}
+		botBurst(t, d, bot, time.Now().UTC(), tc.ip)
+		require.NotEmpty(t, pub.msgs)
+		a, err := events.DecodeAbuse(pub.msgs[0].Value)
+		require.NoError(t, err)
+		require.NotEmpty(t, a.Evidence.TopIPs)
+		for _, ip := range a.Evidence.TopIPs {
+			require.Equal(t, tc.want, ip.IP.String())
+		}
+	}
+}

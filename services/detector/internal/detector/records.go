@@ -240,20 +240,23 @@ func num(v types.AttributeValue) string {
 
 // TruncateIPs returns a copy of a whose top IPs are cut to their /24 (IPv4)
 // or /64 (IPv6) network address, for storage outside the short-lived topic.
-func TruncateIPs(a events.Abuse) events.Abuse {
+func TruncateIPs(a events.Abuse) events.Abuse { return truncateTopIPs(a, 64) }
+
+// truncateTopIPs cuts a's top IPs to their IPv4 /24 and IPv6 /v6bits.
+func truncateTopIPs(a events.Abuse, v6bits int) events.Abuse {
 	ips := make([]events.IPCount, len(a.Evidence.TopIPs))
 	for i, ip := range a.Evidence.TopIPs {
 		ips[i] = ip
-		ips[i].IP = truncateIP(ip.IP)
+		ips[i].IP = truncateIP(ip.IP, v6bits)
 	}
 	a.Evidence.TopIPs = ips
 	return a
 }
 
-func truncateIP(ip netip.Addr) netip.Addr {
-	bits := 64
-	if ip.Is4() {
-		bits = 24
+func truncateIP(ip netip.Addr, v6bits int) netip.Addr {
+	bits := v6bits
+	if ip.Is4() || ip.Is4In6() {
+		ip, bits = ip.Unmap(), 24
 	}
 	p, _ := ip.Prefix(bits)
 	return p.Addr()
