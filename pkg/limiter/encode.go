@@ -115,7 +115,7 @@ func appendHeaders(b []byte, r Result, id string) []byte {
 		b = strconv.AppendInt(b, retryAfterSeconds(r), 10)
 		b = append(b, '"')
 	}
-	if r.Degraded {
+	if r.Degraded && r.Error != ShedReason {
 		b = append(b, `,"X-RateLimit-Error":`...)
 		b = appendString(b, r.Error+"; answered by fail policy")
 	}
@@ -127,6 +127,9 @@ func appendHeaders(b []byte, r Result, id string) []byte {
 	b = strconv.AppendInt(b, reset, 10)
 	b = append(b, `","X-RateLimit-Scope":`...)
 	b = appendString(b, tier)
+	if r.Degraded && r.Error == ShedReason {
+		b = append(b, `,"X-RateLimit-Shed":"answered from local state"`...)
+	}
 	b = append(b, `,"X-Request-Id":`...)
 	b = appendString(b, id)
 	return append(b, '}')

@@ -39,6 +39,7 @@ func TestAppendCheckResponseMatchesEncodingJSON(t *testing.T) {
 			Period: time.Minute, Penalty: 1, Scale: 2.5, Shadow: true, NearLimit: true, Degraded: true, Error: "redis circuit open"}},
 		{"tiny and huge floats", "req-7", Result{Allowed: true, Tier: events.TierPrincipal, Penalty: 1e-7, Scale: 1e21}},
 		{"escaped strings", "a<b>&\"c", Result{Tier: "ip\"<x>", Rule: "r&", Error: "é\n", Degraded: true, Penalty: 1, Scale: 1, RetryAfter: time.Second}},
+		{"shed, not down", "req-shed", Result{Tier: events.TierPrincipal, Rule: "p", Limit: 2, Error: ShedReason, Degraded: true, Penalty: 1, Scale: 1, RetryAfter: time.Second}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
