@@ -148,12 +148,14 @@ func (e *EnvoyRLS) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReque
 		}
 	}
 	results := make([]Result, len(reqs))
+	// Decision ids are minted here; a descriptor's request_id only correlates
+	// (a caller who chose the id could make many checks count once).
 	if len(reqs) == 1 {
-		results[0] = e.s.decideResult(ctx, ids[0], &reqs[0])
+		results[0] = e.s.decideResult(ctx, newDecisionID(), &reqs[0])
 	} else {
 		var wg sync.WaitGroup
 		for i := range reqs {
-			wg.Go(func() { results[i] = e.s.decideResult(ctx, ids[i], &reqs[i]) })
+			wg.Go(func() { results[i] = e.s.decideResult(ctx, newDecisionID(), &reqs[i]) })
 		}
 		wg.Wait()
 	}

@@ -180,16 +180,33 @@ const maxCheckBody = 8 << 10
 
 var correlationIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
+// requestID is the caller's correlation id (X-Request-Id when it is well
+// formed), or a new one. It is echoed and logged, never used as a decision's
+// id: consumers deduplicate by decision id, so a caller who could choose it
+// could make twenty checks count once (issue 22 S7).
 func requestID(r *http.Request) string {
 	id := r.Header.Get("X-Request-Id")
 	if !correlationIDPattern.MatchString(id) {
-		id = uuid.Must(uuid.NewV7()).String()
+		id = newDecisionID()
 	}
 	return id
 }
 
+// newDecisionID mints a decision id (UUIDv7: unique, time-ordered).
+func newDecisionID() string { return uuid.Must(uuid.NewV7()).String() }
+
+// ids are a check's decision id (always minted here) and its correlation id
+// (the caller's X-Request-Id, or the decision id when there is none).
+func ids(r *http.Request) (decision, corr string) {
+	decision, corr = newDecisionID(), r.Header.Get("X-Request-Id")
+	if !correlationIDPattern.MatchString(corr) {
+		corr = decision
+	}
+	return decision, corr
+}
+
 func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
-	id := requestID(r)
+	did, id := ids(r)
 	cl, ok := s.authenticate(w, r, id)
 	if !ok {
 		return
@@ -210,9 +227,10 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	res := s.decideResult(r.Context(), id, &req)
+	res := s.decideResult(r.Context(), did, &req)
 	bp := respBufs.Get().(*[]byte)
-	buf := appendCheckResponse((*bp)[:0], id, res)
+	buf := appendCheckResponse((*bp)[:0], did, id, res)
+	w.Header().Set("X-Request-Id", id)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(buf)))
 	w.WriteHeader(http.StatusOK)
@@ -256,14 +274,15 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 			err = cl.Permit(&req)
 		}
 		if err != nil {
-			answers[i] = batchAnswer{id: cid, invalid: &Problem{Type: ProblemBadRequest,
+			answers[i] = batchAnswer{id: cid, corr: cid, invalid: &Problem{Type: ProblemBadRequest,
 				Title: http.StatusText(http.StatusBadRequest), Status: http.StatusBadRequest, Detail: err.Error(), CorrelationID: cid}}
 			continue
 		}
 		wg.Add(1)
 		go func() { // independent principals live on independent keys: decide them concurrently
 			defer wg.Done()
-			answers[i] = batchAnswer{id: cid, res: s.decideResult(r.Context(), cid, &req)}
+			did := newDecisionID()
+			answers[i] = batchAnswer{id: did, corr: cid, res: s.decideResult(r.Context(), did, &req)}
 		}()
 	}
 	wg.Wait()
@@ -282,7 +301,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 
 // decide runs one validated check, records and publishes it, and builds the answer.
 func (s *Server) decide(ctx context.Context, id string, req *CheckRequest) CheckResponse {
-	return checkResponse(id, s.decideResult(ctx, id, req))
+	return checkResponse(id, id, s.decideResult(ctx, id, req))
 }
 
 // decideResult runs one validated check, counts it and publishes its decision
@@ -328,13 +347,13 @@ func (s *Server) decideResult(ctx context.Context, id string, req *CheckRequest)
 	return res
 }
 
-func checkResponse(id string, res Result) CheckResponse {
+func checkResponse(id, corr string, res Result) CheckResponse {
 	return CheckResponse{
 		ID: id, Allowed: res.Allowed, Tier: res.Tier, Rule: res.Rule, Limit: res.Limit, Remaining: res.Remaining,
 		ResetAfterMS: res.ResetAfter.Milliseconds(), RetryAfterMS: res.RetryAfter.Milliseconds(),
 		PenaltyMultiplier: res.Penalty, Scale: res.Scale, Shadow: res.Shadow, NearLimit: res.NearLimit, Degraded: res.Degraded,
-		Headers: Headers(res, id),
-		Problem: DenialProblem(res, id),
+		Headers: Headers(res, corr),
+		Problem: DenialProblem(res, corr),
 	}
 }
 
