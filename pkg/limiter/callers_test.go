@@ -105,7 +105,7 @@ func TestSecurityUnauthenticatedChecksS2(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	rls := rlsv3.NewRateLimitServiceClient(conn)
-	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{descriptor("principal_kind", "user", "principal_id", "u1",
+	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{descriptor("principal_kind", "user", "principal_id", redistest.Unique(t, "s2grpc"),
 		"remote_address", "203.0.113.7", "method", "GET", "route", "/x")}}
 	_, err = rls.ShouldRateLimit(context.Background(), req)
 	require.Equal(t, codes.Unauthenticated, status.Code(err))
