@@ -369,7 +369,7 @@ func (d *Detector) abuseEvent(det *score.Detection, policy PatternPolicy) events
 			NewNetworks: det.NewNetworks, NetworkThreshold: det.NetworkThreshold}
 	}
 	if !det.Severity.Valid() {
-		det.Severity = severity(det.Score)
+		det.Severity = score.SeverityOf(det.Score)
 	}
 	id := AbuseID(det.Principal, det.Pattern, det.WindowStart)
 	return events.Abuse{
@@ -383,19 +383,6 @@ func (d *Detector) abuseEvent(det *score.Detection, policy PatternPolicy) events
 		},
 		DetectorVersion: Version,
 	}
-}
-
-// severity grades how far over the line the principal went.
-func severity(score float64) events.Severity {
-	switch {
-	case score >= 10:
-		return events.SeverityCritical
-	case score >= 4:
-		return events.SeverityHigh
-	case score >= 2:
-		return events.SeverityMedium
-	}
-	return events.SeverityLow
 }
 
 var penaltyOutcomes = map[int]string{PenaltyStale: "stale", PenaltyApplied: "applied", PenaltyUnchanged: "unchanged"}

@@ -427,7 +427,7 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 		if score <= s.cfg.Threshold {
 			return score, nil
 		}
-		sev = severityOf(score)
+		sev = SeverityOf(score)
 	}
 	// A shared IP alone never penalizes: an anonymous principal is usually
 	// identified by its address, so on a shared one it is many people.
@@ -455,9 +455,31 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 	}
 }
 
-// severityOf grades a score on the scale of the default threshold (5):
+// advanceEpoch moves a two-epoch sliding counter's epoch to e and reports
+// how far it moved (0: same epoch, 1: the next, 2: later), or false for an
+// event of an older epoch, which is not counted. slide applies the move to a
+// current/previous pair.
+func advanceEpoch(epoch *uint32, e uint32) (uint32, bool) {
+	if e < *epoch {
+		return 0, false
+	}
+	step := min(e-*epoch, 2)
+	*epoch = e
+	return step, true
+}
+
+func slide(cur, prev *uint16, step uint32) {
+	switch step {
+	case 1:
+		*prev, *cur = *cur, 0
+	case 2:
+		*prev, *cur = 0, 0
+	}
+}
+
+// SeverityOf grades a score on the scale of the default threshold (5):
 // 10 × the expected rate or more is critical.
-func severityOf(score float64) events.Severity {
+func SeverityOf(score float64) events.Severity {
 	switch {
 	case score >= 10:
 		return events.SeverityCritical
@@ -473,19 +495,12 @@ func severityOf(score float64) events.Severity {
 // Denials by a penalty are the detector's own doing: counting them would
 // make a penalty its own evidence.
 func (s *Scorer) countDecision(p *pState, d *events.Decision, sec uint32) {
-	w := uint32(s.windowSec)
-	e := sec / w
-	switch {
-	case e == p.decEpoch:
-	case e == p.decEpoch+1:
-		p.decPrev, p.decCur, p.denPrev, p.denCur = p.decCur, 0, p.denCur, 0
-		p.decEpoch = e
-	case e > p.decEpoch:
-		p.decPrev, p.decCur, p.denPrev, p.denCur = 0, 0, 0, 0
-		p.decEpoch = e
-	default:
+	step, ok := advanceEpoch(&p.decEpoch, sec/uint32(s.windowSec))
+	if !ok {
 		return
 	}
+	slide(&p.decCur, &p.decPrev, step)
+	slide(&p.denCur, &p.denPrev, step)
 	if p.decCur == math.MaxUint16 {
 		return // saturated: both stop, the ratio stands
 	}
@@ -522,18 +537,11 @@ func (s *Scorer) countNewNetwork(p *pState, key uint64, v6 bool, sec uint32) {
 		return
 	}
 	p.lastNewNet = net
-	e := sec / s.fanSec
-	switch {
-	case e == p.fanEpoch:
-	case e == p.fanEpoch+1:
-		p.fanPrev, p.fanCur = p.fanCur, 0
-		p.fanEpoch = e
-	case e > p.fanEpoch:
-		p.fanPrev, p.fanCur = 0, 0
-		p.fanEpoch = e
-	default:
+	step, ok := advanceEpoch(&p.fanEpoch, sec/s.fanSec)
+	if !ok {
 		return
 	}
+	slide(&p.fanCur, &p.fanPrev, step)
 	if p.fanCur < math.MaxUint16 {
 		p.fanCur++
 	}
@@ -736,18 +744,11 @@ func (b *bigIPSet) rotate(sec, win uint32) {
 // countRequest counts a request in the IP window's epochs (a sliding-window
 // counter: the previous epoch is weighted by how much of it is still inside).
 func (s *Scorer) countRequest(p *pState, sec uint32) {
-	e := sec / s.ipWinSec
-	switch {
-	case e == p.epoch:
-	case e == p.epoch+1:
-		p.reqPrev, p.reqCur = p.reqCur, 0
-		p.epoch = e
-	case e > p.epoch:
-		p.reqPrev, p.reqCur = 0, 0
-		p.epoch = e
-	default:
+	step, ok := advanceEpoch(&p.epoch, sec/s.ipWinSec)
+	if !ok {
 		return // late event from an older epoch: not counted
 	}
+	slide(&p.reqCur, &p.reqPrev, step)
 	if p.reqCur < math.MaxUint16 {
 		p.reqCur++
 	}
@@ -892,7 +893,7 @@ func (s *Scorer) distributedDetection(d *events.Decision, p *pState, sec uint32,
 		Score: score, Threshold: 1, ObservedRate: reqs / win.Seconds(),
 		Count: int64(math.Round(reqs)), Route: d.Route, DistinctIPs: c.distinct, UnsharedIPs: c.unshared,
 		DistinctIP24: c.nets24, DistinctIP64: c.nets64, Diversity: math.Min(float64(c.distinct)/reqs, 1),
-		Severity: severityOf(score * 2), Penalize: true, NewNetworks: fresh,
+		Severity: SeverityOf(score * 2), Penalize: true, NewNetworks: fresh,
 		BaselineSource: SourceNetworks, NetworkThreshold: netThreshold, DenialRatio: s.denialRatio(p, sec),
 	}
 }
