@@ -97,8 +97,8 @@ func (h HeldOut) Validate() error {
 	if h.Duration < 2*time.Minute {
 		errs = append(errs, fmt.Errorf("duration %s: must be at least 2m (abuse starts in the first 40 %%)", h.Duration))
 	}
-	if h.Legit < 0 || h.Abusive < 0 {
-		errs = append(errs, errors.New("legit and abusive must be >= 0"))
+	if h.Legit != 0 && h.Legit < 100 || h.Abusive < 0 {
+		errs = append(errs, errors.New("legit must be 0 or at least 100 (every family gets one), abusive >= 0"))
 	}
 	if h.Start.IsZero() {
 		errs = append(errs, errors.New("start must be set"))
@@ -118,7 +118,7 @@ type Family struct {
 // Families lists the held-out families in a stable order.
 func Families() []Family {
 	return []Family{
-		{Name: "human", Share: 0.55},
+		{Name: "human", Share: 0.55}, // and whatever the other legitimate shares leave
 		{Name: "ipv6_privacy", Share: 0.08},
 		{Name: "cgnat", Share: 0.15},
 		{Name: "mobile_roaming", Share: 0.10},
@@ -205,6 +205,9 @@ func NewHeldOut(h HeldOut) (*Stream, error) {
 		if total > 0 && n == 0 {
 			n = 1
 		}
+		if f.Name == "human" {
+			n = h.Legit - otherLegit(h.Legit)
+		}
 		for i := 0; i < n; i++ {
 			a := &actor{pop: f.Name, rng: rand.New(rand.NewPCG(s.rng.Uint64(), uint64(i)))}
 			r := a.rng
@@ -289,6 +292,7 @@ func NewHeldOut(h HeldOut) (*Stream, error) {
 				a.routeSet = scrapeRoutes
 				a.rate = 20 + 130*r.Float64()
 				a.next = abuseAt
+				a.stopAt = abuseAt.Add(episode(r))
 				a.home = hostingIP(r)
 				a.behaveH = (*actor).scrape
 			case "pulse":
@@ -306,6 +310,7 @@ func NewHeldOut(h HeldOut) (*Stream, error) {
 				a.routeSet = []route{ar[r.IntN(len(ar))]}
 				a.rate = 100 + 400*r.Float64()
 				a.next = abuseAt
+				a.stopAt = abuseAt.Add(episode(r))
 				a.home = hostingIP(r)
 				a.behaveH = (*actor).steady
 			case "credential_stuffing":
@@ -349,6 +354,18 @@ func NewHeldOut(h HeldOut) (*Stream, error) {
 	return s, nil
 }
 
+// otherLegit is how many legitimate principals the families other than
+// human take out of legit.
+func otherLegit(legit int) int {
+	n := 0
+	for _, f := range Families() {
+		if !f.Abusive && f.Name != "human" {
+			n += max(1, int(math.Round(f.Share*float64(legit))))
+		}
+	}
+	return n
+}
+
 // FamilyNames returns the families present in labels, sorted.
 func FamilyNames(labels map[string]*Label) []string {
 	seen := map[string]bool{}
@@ -390,6 +407,13 @@ func (s *Stream) decide(a *actor, r route, t time.Time, d *events.Decision) {
 	d.Remaining = int64(b.tokens)
 	d.NearLimit = float64(d.Remaining) < 0.1*float64(limit)
 	d.Method = r.method
+}
+
+// episode is how long a high-rate abuser keeps going: 30–120 s (most HTTP
+// floods are short; Cloudflare's DDoS reports put the majority under 10
+// minutes, and a run needs only the onset and a few windows of it).
+func episode(r *rand.Rand) time.Duration {
+	return time.Duration((30 + 90*r.Float64()) * float64(time.Second))
 }
 
 func logUniform(r *rand.Rand, lo, hi float64) float64 {
@@ -525,6 +549,9 @@ func (a *actor) ciBurst() (netip.Addr, route) {
 func (a *actor) scrape() (netip.Addr, route) {
 	at := a.next
 	a.next = at.Add(time.Duration(a.rng.ExpFloat64() / a.rate * float64(time.Second)))
+	if a.next.After(a.stopAt) {
+		a.next = a.stopAt.Add(100 * 365 * 24 * time.Hour) // done
+	}
 	return a.home, a.routeSet[a.rng.IntN(len(a.routeSet))]
 }
 

@@ -64,6 +64,16 @@ func TestHeldOut(t *testing.T) {
 		}
 		require.LessOrEqual(t, d.Remaining, d.Limit)
 	}
+	nLegit, nAbusive := 0, 0
+	for _, l := range labels {
+		if l.Abusive {
+			nAbusive++
+		} else {
+			nLegit++
+		}
+	}
+	require.Equal(t, heldOut(7).Legit, nLegit, "legitimate principals")
+	require.Equal(t, heldOut(7).Abusive, nAbusive, "abusive principals")
 	for k, l := range labels {
 		if l.Abusive {
 			require.False(t, l.AbuseStart.IsZero(), "%s has an abuse start", k)
