@@ -9,7 +9,8 @@ package labeled
 // detector's thresholds):
 //
 //   - human: sessions start as a Poisson process (mean gap 3–30 min, log-
-//     uniform), 5–60 page views per session with exponential think times
+//     uniform), 3–20 page views per session (analytics put the mean of pages
+//     per session at 2–5 on most sites, longer on apps) with exponential think times
 //     (mean 3–15 s; web think-time studies put medians at a few seconds, with
 //     long tails), each page view fanning out into 1–4 API calls 20–300 ms
 //     apart (a single-page app's fetches).
@@ -45,7 +46,7 @@ package labeled
 //   - pulse (rapid_fire): bursts of 100–300 req/s for 2–5 s every 20–60 s
 //     (pulse-wave attacks, Imperva 2018), quiet in between.
 //   - cold_blast (rapid_fire): a new principal whose first request starts a
-//     100–500 req/s flood.
+//     100–500 req/s flood lasting 15–60 s (hit-and-run floods).
 //   - credential_stuffing (distributed_ip): attacker clients (kind anonymous)
 //     posting to the sign-in route at 1–5 req/s through residential proxy
 //     pools of 50–500 addresses (OWASP OAT-008).
@@ -127,7 +128,7 @@ func Families() []Family {
 		{Name: "bot_new", Share: 0.0010},
 		{Name: "integration_ramp", Share: 0.0010},
 		{Name: "ci_webhook", Share: 0.0040},
-		{Name: "batch_job", Share: 0.0010},
+		{Name: "batch_job", Share: 0.0004},
 		{Name: "scraper", Abusive: true, Pattern: events.PatternRapidFire, Share: 0.15},
 		{Name: "pulse", Abusive: true, Pattern: events.PatternRapidFire, Share: 0.10},
 		{Name: "cold_blast", Abusive: true, Pattern: events.PatternRapidFire, Share: 0.15},
@@ -310,7 +311,7 @@ func NewHeldOut(h HeldOut) (*Stream, error) {
 				a.routeSet = []route{ar[r.IntN(len(ar))]}
 				a.rate = 100 + 400*r.Float64()
 				a.next = abuseAt
-				a.stopAt = abuseAt.Add(episode(r))
+				a.stopAt = abuseAt.Add(time.Duration((15 + 45*r.Float64()) * float64(time.Second)))
 				a.home = hostingIP(r)
 				a.behaveH = (*actor).steady
 			case "credential_stuffing":
@@ -463,7 +464,7 @@ func (a *actor) human() (netip.Addr, route) {
 		return a.ip(at), a.pollRoute
 	}
 	if a.pageLeft == 0 && a.callsLeft == 0 { // a new session
-		a.pageLeft = 5 + r.IntN(56)
+		a.pageLeft = 3 + r.IntN(18)
 		if a.v6priv {
 			b := a.home.As16()
 			for i := 8; i < 16; i++ {

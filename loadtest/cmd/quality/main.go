@@ -20,8 +20,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/floodgate-dev/floodgate/loadtest/labeled"
 	"github.com/floodgate-dev/floodgate/loadtest/quality"
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/events"
 )
 
 func main() {
@@ -38,15 +40,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	instances := fs.String("instances", "1,3", "detector instance counts, one pass each")
 	legit := fs.Int("legit", 100_000, "legitimate principals")
-	abusive := fs.Int("abusive", 1000, "abusive principals")
+	abusive := fs.Int("abusive", 400, "abusive principals")
 	// The detector's own tests use seed 1 (labeled.Default) and wall-clock
 	// seeds; this default is neither.
 	seed := fs.Uint64("seed", 0x5EED_2026_1125, "stream seed")
-	duration := fs.Duration("duration", 4*time.Minute, "event time covered by the stream")
+	duration := fs.Duration("duration", 3*time.Minute, "event time covered by the stream")
 	partitions := fs.Int("partitions", 12, "partitions of the run's decisions topic (the production topic has 12)")
 	detector := fs.String("detector", "", "a built detector binary (default: go build ./services/detector)")
 	rfc3986 := fs.Bool("rfc3986-routes", false, "add routes such as /users/@me (needs the route grammar of branch events)")
 	jsonOut := fs.String("json", "", "also write the report as JSON to this file")
+	dry := fs.Bool("count", false, "only generate the stream and print events per family")
 	drain := fs.Duration("drain-timeout", 4*time.Minute, "how long the detectors may take to commit the stream")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -58,6 +61,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			return fmt.Errorf("-instances %q: %w", *instances, err)
 		}
 		counts = append(counts, n)
+	}
+	if *dry {
+		return count(stdout, labeled.HeldOut{Seed: *seed, Start: time.Now().UTC(), Duration: *duration, Legit: *legit, Abusive: *abusive, RFC3986Routes: *rfc3986})
 	}
 	dir, err := os.MkdirTemp("", "floodgate-quality-")
 	if err != nil {
@@ -97,5 +103,35 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		return f.Close()
 	}
+	return nil
+}
+
+// count prints the events and principals of each family of the stream.
+func count(w io.Writer, h labeled.HeldOut) error {
+	s, err := labeled.NewHeldOut(h)
+	if err != nil {
+		return err
+	}
+	labels := s.Labels()
+	per := map[string]int{}
+	denied := map[string]int{}
+	total := 0
+	var d events.Decision
+	for s.Next(&d) {
+		f := labels[d.Principal.Key()].Family
+		per[f]++
+		if !d.Allowed {
+			denied[f]++
+		}
+		total++
+	}
+	principals := map[string]int{}
+	for _, l := range labels {
+		principals[l.Family]++
+	}
+	for _, f := range labeled.FamilyNames(labels) {
+		fmt.Fprintf(w, "%-20s %8d principals %10d events %9d denied\n", f, principals[f], per[f], denied[f])
+	}
+	fmt.Fprintf(w, "total %d events\n", total)
 	return nil
 }
