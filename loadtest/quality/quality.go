@@ -157,8 +157,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		for id, p := range base {
 			if q, ok := r.detected[id]; !ok || q != p {
 				rep.Agree = false
+				got := "none"
+				if ok {
+					got = string(q)
+				}
 				if len(rep.Diff) < 20 {
-					rep.Diff = append(rep.Diff, fmt.Sprintf("%s: %d instances %q, %d instances %q", id, rep.Results[0].Instances, p, r.Instances, q))
+					rep.Diff = append(rep.Diff, fmt.Sprintf("%s: %d instances %s, %d instances %s", id, rep.Results[0].Instances, p, r.Instances, got))
 				}
 			}
 		}
@@ -166,7 +170,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			if _, ok := base[id]; !ok {
 				rep.Agree = false
 				if len(rep.Diff) < 20 {
-					rep.Diff = append(rep.Diff, fmt.Sprintf("%s: %d instances none, %d instances %q", id, rep.Results[0].Instances, r.Instances, q))
+					rep.Diff = append(rep.Diff, fmt.Sprintf("%s: %d instances none, %d instances %s", id, rep.Results[0].Instances, r.Instances, q))
 				}
 			}
 		}

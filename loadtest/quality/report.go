@@ -51,42 +51,62 @@ func (r Report) WriteText(w io.Writer) error {
 	return err
 }
 
-// WriteJSON writes the report as JSON (what benchreport reads).
-func (r Report) WriteJSON(w io.Writer) error {
-	type fam struct {
-		Family
-		LatP50Ms, LatP99Ms float64
-	}
-	type res struct {
-		Instances, Events                              int
-		ProduceMs, DrainMs                             float64
-		Families                                       []fam
-		Legit, LegitPenalized, LegitDetected           int
-		Abusive, Caught                                int
-		RateP50Ms, RateP99Ms, FanOutP50Ms, FanOutP99Ms float64
-		FalseExamples                                  []string
-	}
+// Summary is the report as JSON (what benchreport reads): durations in ms.
+type Summary struct {
+	Seed       uint64
+	Legit      int
+	Abusive    int
+	Partitions int
+	DurationS  float64
+	Results    []SummaryResult
+	Agree      bool
+	Diff       []string
+}
+
+// SummaryResult is one pass.
+type SummaryResult struct {
+	Instances, Events                              int
+	ProduceMs, DrainMs                             float64
+	Families                                       []SummaryFamily
+	Legit, LegitPenalized, LegitDetected           int
+	Abusive, Caught                                int
+	RateP50Ms, RateP99Ms, FanOutP50Ms, FanOutP99Ms float64
+	FalseExamples                                  []string
+}
+
+// SummaryFamily is one family of a pass.
+type SummaryFamily struct {
+	Name                                        string
+	Abusive                                     bool
+	Pattern                                     events.Pattern
+	Principals, Detected, Penalized, AsExpected int
+	LatP50Ms, LatP99Ms                          float64
+	Patterns                                    map[events.Pattern]int
+}
+
+// Summary returns r for JSON.
+func (r Report) Summary() Summary {
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	out := struct {
-		Seed                       uint64
-		Legit, Abusive, Partitions int
-		DurationS                  float64
-		Results                    []res
-		Agree                      bool
-		Diff                       []string
-	}{Seed: r.Config.Seed, Legit: r.Config.Legit, Abusive: r.Config.Abusive, Partitions: r.Config.Partitions, DurationS: r.Config.Duration.Seconds(), Agree: r.Agree, Diff: r.Diff}
+	out := Summary{Seed: r.Config.Seed, Legit: r.Config.Legit, Abusive: r.Config.Abusive, Partitions: r.Config.Partitions,
+		DurationS: r.Config.Duration.Seconds(), Agree: r.Agree, Diff: r.Diff}
 	for _, x := range r.Results {
-		o := res{Instances: x.Instances, Events: x.Events, ProduceMs: ms(x.Produce), DrainMs: ms(x.Drain), Legit: x.Legit, LegitPenalized: x.LegitPenalized,
+		o := SummaryResult{Instances: x.Instances, Events: x.Events, ProduceMs: ms(x.Produce), DrainMs: ms(x.Drain), Legit: x.Legit, LegitPenalized: x.LegitPenalized,
 			LegitDetected: x.LegitDetected, Abusive: x.Abusive, Caught: x.Caught, RateP50Ms: ms(x.RateP50), RateP99Ms: ms(x.RateP99),
 			FanOutP50Ms: ms(x.FanOutP50), FanOutP99Ms: ms(x.FanOutP99), FalseExamples: x.FalseExamples}
 		for _, f := range x.Families {
-			o.Families = append(o.Families, fam{Family: f, LatP50Ms: ms(f.LatP50), LatP99Ms: ms(f.LatP99)})
+			o.Families = append(o.Families, SummaryFamily{Name: f.Name, Abusive: f.Abusive, Pattern: f.Pattern, Principals: f.Principals,
+				Detected: f.Detected, Penalized: f.Penalized, AsExpected: f.AsExpected, LatP50Ms: ms(f.LatP50), LatP99Ms: ms(f.LatP99), Patterns: f.Patterns})
 		}
 		out.Results = append(out.Results, o)
 	}
+	return out
+}
+
+// WriteJSON writes r.Summary() as JSON.
+func (r Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", " ")
-	return enc.Encode(out)
+	return enc.Encode(r.Summary())
 }
 
 func pct(a, b int) float64 {
