@@ -290,6 +290,10 @@ func qualityTable(q *quality.Summary) string {
 			x.Instances, thousands(float64(x.Events)), fmtValue(100*float64(x.Caught)/math.Max(1, float64(x.Abusive)), "%"), x.Caught, x.Abusive,
 			x.LegitPenalized, thousands(float64(x.Legit)), fmtValue(x.RateP50Ms/1000, "s"), fmtValue(x.RateP99Ms/1000, "s"),
 			fmtValue(x.FanOutP50Ms/1000, "s"), fmtValue(x.FanOutP99Ms/1000, "s"))
+		for _, p := range x.Patterns {
+			fmt.Fprintf(&b, "  Expected %s: %d of %d penalized, %d detected as %s, latency p50 / p99 %s / %s.\n", p.Pattern, p.Penalized, p.Principals,
+				p.AsExpected, p.Pattern, fmtValue(p.LatP50Ms/1000, "s"), fmtValue(p.LatP99Ms/1000, "s"))
+		}
 		if len(x.FalseExamples) > 0 {
 			fmt.Fprintf(&b, "  Legitimate principals detected, first %d: %s.\n", len(x.FalseExamples), mdEscape(strings.Join(x.FalseExamples, "; ")))
 		}

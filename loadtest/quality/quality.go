@@ -107,6 +107,13 @@ type Family struct {
 	Patterns   map[events.Pattern]int
 }
 
+// PatternResult is the abusive principals of one expected pattern.
+type PatternResult struct {
+	Pattern                           events.Pattern
+	Principals, Penalized, AsExpected int
+	LatP50, LatP99                    time.Duration
+}
+
 // Result is one pass through n detector instances.
 type Result struct {
 	Instances      int
@@ -124,6 +131,7 @@ type Result struct {
 	FanOutP50      time.Duration
 	FanOutP99      time.Duration
 	FalseExamples  []string
+	Patterns       []PatternResult // abusive principals by the pattern expected
 	// detected is the set of principal ids (without the run prefix) with any
 	// abuse.v1 event, and the first pattern.
 	detected map[string]events.Pattern
@@ -321,6 +329,8 @@ func pass(ctx context.Context, cfg Config, n int) (Result, error) {
 func score(res *Result, labels map[string]*labeled.Label, first map[string]events.Abuse, penalized map[string]bool, prefix string) {
 	fams := map[string]*Family{}
 	lat := map[string][]time.Duration{}
+	byPat := map[events.Pattern]*PatternResult{}
+	patLat := map[events.Pattern][]time.Duration{}
 	var rate, fan []time.Duration
 	res.detected = map[string]events.Pattern{}
 	for k, l := range labels {
@@ -345,8 +355,21 @@ func score(res *Result, labels map[string]*labeled.Label, first map[string]event
 		}
 		if l.Abusive {
 			res.Abusive++
+			pr := byPat[l.Pattern]
+			if pr == nil {
+				pr = &PatternResult{Pattern: l.Pattern}
+				byPat[l.Pattern] = pr
+			}
+			pr.Principals++
 			if pen {
 				res.Caught++
+				pr.Penalized++
+			}
+			if hit && a.Pattern == l.Pattern {
+				pr.AsExpected++
+			}
+			if hit && !l.AbuseStart.IsZero() {
+				patLat[l.Pattern] = append(patLat[l.Pattern], a.DetectedAt.Sub(l.AbuseStart))
 			}
 			if hit && !l.AbuseStart.IsZero() {
 				dl := a.DetectedAt.Sub(l.AbuseStart)
@@ -381,6 +404,11 @@ func score(res *Result, labels map[string]*labeled.Label, first map[string]event
 		}
 		return a.Name < b.Name
 	})
+	for p, pr := range byPat {
+		pr.LatP50, pr.LatP99 = Quantile(patLat[p], 0.5), Quantile(patLat[p], 0.99)
+		res.Patterns = append(res.Patterns, *pr)
+	}
+	sort.Slice(res.Patterns, func(i, j int) bool { return res.Patterns[i].Pattern < res.Patterns[j].Pattern })
 	res.RateP50, res.RateP99 = Quantile(rate, 0.5), Quantile(rate, 0.99)
 	res.FanOutP50, res.FanOutP99 = Quantile(fan, 0.5), Quantile(fan, 0.99)
 }

@@ -59,6 +59,10 @@ func TestScore(t *testing.T) {
 	require.Equal(t, Family{Name: "scraper", Abusive: true, Pattern: events.PatternRapidFire, Principals: 2, Detected: 2, Penalized: 1, AsExpected: 1,
 		LatP50: time.Second, LatP99: time.Second, Patterns: map[events.Pattern]int{events.PatternRapidFire: 1, events.PatternBotLike: 1}}, sc)
 	require.False(t, r.Families[0].Abusive, "legitimate families first")
+	require.Equal(t, []PatternResult{
+		{Pattern: events.PatternDistributedIP, Principals: 1, Penalized: 1, AsExpected: 1, LatP50: 8 * time.Second, LatP99: 8 * time.Second},
+		{Pattern: events.PatternRapidFire, Principals: 2, Penalized: 1, AsExpected: 1, LatP50: time.Second, LatP99: time.Second},
+	}, r.Patterns)
 }
 
 // TestRunThroughBroker runs a small held-out stream through one real

@@ -32,6 +32,10 @@ func (r Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "%-20s %-8s %-15s %10d %9d %9d %9s %10s %10s  %s\n", f.Name, class, exp, f.Principals, f.Detected, f.Penalized, asExp,
 				dur(f.LatP50, f.Abusive), dur(f.LatP99, f.Abusive), patterns(f.Patterns))
 		}
+		for _, p := range res.Patterns {
+			fmt.Fprintf(&b, "pattern %-15s %4d abusive principals, %4d penalized, %4d detected as %s, latency p50 %s p99 %s\n",
+				p.Pattern, p.Principals, p.Penalized, p.AsExpected, p.Pattern, dur(p.LatP50, true), dur(p.LatP99, true))
+		}
 		fmt.Fprintf(&b, "recall (penalty in Redis) %.2f %% (%d of %d abusive principals)\n", pct(res.Caught, res.Abusive), res.Caught, res.Abusive)
 		fmt.Fprintf(&b, "legitimate principals penalized %d of %d (%.4f %%); with any abuse.v1 event %d\n", res.LegitPenalized, res.Legit, pct(res.LegitPenalized, res.Legit), res.LegitDetected)
 		fmt.Fprintf(&b, "detection latency from the abuse start (event time): rate patterns p50 %s p99 %s; account-takeover fan-out p50 %s p99 %s\n",
@@ -72,6 +76,14 @@ type SummaryResult struct {
 	Abusive, Caught                                int
 	RateP50Ms, RateP99Ms, FanOutP50Ms, FanOutP99Ms float64
 	FalseExamples                                  []string
+	Patterns                                       []SummaryPattern
+}
+
+// SummaryPattern is the abusive principals of one expected pattern.
+type SummaryPattern struct {
+	Pattern                           events.Pattern
+	Principals, Penalized, AsExpected int
+	LatP50Ms, LatP99Ms                float64
 }
 
 // SummaryFamily is one family of a pass.
@@ -93,6 +105,10 @@ func (r Report) Summary() Summary {
 		o := SummaryResult{Instances: x.Instances, Events: x.Events, ProduceMs: ms(x.Produce), DrainMs: ms(x.Drain), Legit: x.Legit, LegitPenalized: x.LegitPenalized,
 			LegitDetected: x.LegitDetected, Abusive: x.Abusive, Caught: x.Caught, RateP50Ms: ms(x.RateP50), RateP99Ms: ms(x.RateP99),
 			FanOutP50Ms: ms(x.FanOutP50), FanOutP99Ms: ms(x.FanOutP99), FalseExamples: x.FalseExamples}
+		for _, p := range x.Patterns {
+			o.Patterns = append(o.Patterns, SummaryPattern{Pattern: p.Pattern, Principals: p.Principals, Penalized: p.Penalized, AsExpected: p.AsExpected,
+				LatP50Ms: ms(p.LatP50), LatP99Ms: ms(p.LatP99)})
+		}
 		for _, f := range x.Families {
 			o.Families = append(o.Families, SummaryFamily{Name: f.Name, Abusive: f.Abusive, Pattern: f.Pattern, Principals: f.Principals,
 				Detected: f.Detected, Penalized: f.Penalized, AsExpected: f.AsExpected, LatP50Ms: ms(f.LatP50), LatP99Ms: ms(f.LatP99), Patterns: f.Patterns})
