@@ -139,31 +139,42 @@ func Families() []Family {
 	}
 }
 
-// Route templates of real public APIs (Discord, GitHub, Stripe, Slack, Twilio).
-var (
-	humanRoutes = []route{
-		{"GET", "/channels/{channel_id}/messages"}, {"POST", "/channels/{channel_id}/messages"},
-		{"GET", "/guilds/{guild_id}/members"}, {"GET", "/repos/{owner}/{repo}/issues"},
-		{"GET", "/repos/{owner}/{repo}/pulls/{pull_number}"}, {"GET", "/users/{username}"},
-		{"GET", "/search/issues"}, {"GET", "/api/conversations.history"},
+// routeTables are route templates of real public APIs (Discord, GitHub,
+// Stripe, Slack, Twilio).
+type routeTables struct {
+	human, automation, poll, scrape, atMe []route
+}
+
+func tables() routeTables {
+	return routeTables{
+		human: []route{
+			{"GET", "/channels/{channel_id}/messages"}, {"POST", "/channels/{channel_id}/messages"},
+			{"GET", "/guilds/{guild_id}/members"}, {"GET", "/repos/{owner}/{repo}/issues"},
+			{"GET", "/repos/{owner}/{repo}/pulls/{pull_number}"}, {"GET", "/users/{username}"},
+			{"GET", "/search/issues"}, {"GET", "/api/conversations.history"},
+		},
+		automation: []route{
+			{"POST", "/channels/{channel_id}/messages"}, {"GET", "/repos/{owner}/{repo}/commits"},
+			{"POST", "/repos/{owner}/{repo}/statuses/{sha}"}, {"POST", "/v1/charges"},
+			{"GET", "/v1/customers/{customer}"}, {"POST", "/api/chat.postMessage"},
+			{"POST", "/2010-04-01/Accounts/{account_sid}/Messages.json"}, {"GET", "/v1/events"},
+		},
+		poll:   []route{{"GET", "/v1/events"}, {"GET", "/repos/{owner}/{repo}/actions/runs"}, {"GET", "/api/conversations.history"}, {"GET", "/notifications"}},
+		scrape: []route{{"GET", "/repos/{owner}/{repo}/issues"}, {"GET", "/users/{username}"}, {"GET", "/repos/{owner}/{repo}/stargazers"}, {"GET", "/search/repositories"}},
+		atMe:   []route{{"GET", "/users/@me"}, {"GET", "/users/@me/guilds"}, {"GET", "/oauth2/applications/@me"}},
 	}
-	automationRoutes = []route{
-		{"POST", "/channels/{channel_id}/messages"}, {"GET", "/repos/{owner}/{repo}/commits"},
-		{"POST", "/repos/{owner}/{repo}/statuses/{sha}"}, {"POST", "/v1/charges"},
-		{"GET", "/v1/customers/{customer}"}, {"POST", "/api/chat.postMessage"},
-		{"POST", "/2010-04-01/Accounts/{account_sid}/Messages.json"}, {"GET", "/v1/events"},
-	}
-	pollRoutes   = []route{{"GET", "/v1/events"}, {"GET", "/repos/{owner}/{repo}/actions/runs"}, {"GET", "/api/conversations.history"}, {"GET", "/notifications"}}
-	scrapeRoutes = []route{{"GET", "/repos/{owner}/{repo}/issues"}, {"GET", "/users/{username}"}, {"GET", "/repos/{owner}/{repo}/stargazers"}, {"GET", "/search/repositories"}}
-	signIn       = route{"POST", "/session"}
-	atMeRoutes   = []route{{"GET", "/users/@me"}, {"GET", "/users/@me/guilds"}, {"GET", "/oauth2/applications/@me"}}
-)
+}
+
+// signIn is the sign-in route credential stuffing hits.
+const signInMethod, signInPath = "POST", "/session"
 
 type route struct{ method, path string }
 
+func (r route) isSignIn() bool { return r.method == signInMethod && r.path == signInPath }
+
 // kindLimit is the per-second limit (and bucket capacity) per principal kind.
 func kindLimit(k events.PrincipalKind, r route) int64 {
-	if r == signIn {
+	if r.isSignIn() {
 		return 5
 	}
 	switch k {
@@ -190,10 +201,11 @@ func NewHeldOut(h HeldOut) (*Stream, error) {
 	}
 	s := &Stream{rng: rand.New(rand.NewPCG(h.Seed, h.Seed^0xD1B54A32D192ED03)), end: h.Start.Add(h.Duration), labels: map[string]*Label{}, limiter: true}
 	s.sc = Scenario{Seed: h.Seed, Start: h.Start, Duration: h.Duration}
-	hr, ar := humanRoutes, automationRoutes
+	rt := tables()
+	hr, ar, pollRoutes, scrapeRoutes := rt.human, rt.automation, rt.poll, rt.scrape
 	if h.RFC3986Routes {
-		hr = append(append([]route(nil), hr...), atMeRoutes...)
-		ar = append(append([]route(nil), ar...), atMeRoutes[:1]...)
+		hr = append(hr, rt.atMe...)
+		ar = append(ar, rt.atMe[:1]...)
 	}
 	var natGroup []netip.Addr
 	natLeft := 0
@@ -316,7 +328,7 @@ func NewHeldOut(h HeldOut) (*Stream, error) {
 				a.behaveH = (*actor).steady
 			case "credential_stuffing":
 				a.p.Kind = events.PrincipalAnonymous
-				a.routeSet = []route{signIn}
+				a.routeSet = []route{{signInMethod, signInPath}}
 				a.botnet = proxyPool(r, 50+r.IntN(451))
 				a.rate = 1 + 4*r.Float64()
 				a.next = abuseAt
@@ -389,7 +401,7 @@ func (s *Stream) decide(a *actor, r route, t time.Time, d *events.Decision) {
 	}
 	b := a.buckets[r]
 	rate := float64(limit)
-	if r == signIn {
+	if r.isSignIn() {
 		rate = 1
 	}
 	if b == nil {

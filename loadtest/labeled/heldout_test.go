@@ -1,6 +1,7 @@
 package labeled
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -99,4 +100,23 @@ func TestHeldOutValidate(t *testing.T) {
 	h.Duration = time.Minute
 	_, err := NewHeldOut(h)
 	require.ErrorContains(t, err, "duration")
+}
+
+// TestHeldOutRFC3986Routes: the flag adds routes with "@" (Discord's
+// /users/@me), and only the flag does.
+func TestHeldOutRFC3986Routes(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		h := heldOut(3)
+		h.Legit, h.RFC3986Routes = 500, on
+		s, err := NewHeldOut(h)
+		require.NoError(t, err)
+		at := 0
+		var d events.Decision
+		for s.Next(&d) {
+			if strings.Contains(d.Route, "@") {
+				at++
+			}
+		}
+		require.Equal(t, on, at > 0, "routes with @ when the flag is %v: %d", on, at)
+	}
 }
