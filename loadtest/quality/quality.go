@@ -9,8 +9,8 @@
 //
 // The detector works in event time (docs/detector.md "State and memory"), so
 // the stream is replayed faster than real time: event times start at the
-// wall clock of the run and the producer sends as fast as the broker takes
-// it. Each run uses its own topics, consumer group and principal-id prefix, so
+// wall clock of the run's start (the same for every pass) and the producer
+// sends as fast as the broker takes it. Each run uses its own topics, consumer group and principal-id prefix, so
 // it never meets another run's or another engineer's traffic, and deletes its
 // penalty keys and topics afterwards.
 package quality
@@ -153,8 +153,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, fmt.Errorf("quality config: %w", err)
 	}
 	rep := Report{Config: cfg, Agree: true}
-	for _, n := range cfg.Instances {
-		res, err := pass(ctx, cfg, n)
+	// Every pass replays the same event times: windows aligned to the clock
+	// then cut the stream at the same places, so passes differ only by the
+	// number of instances.
+	start := time.Now().UTC().Truncate(time.Second)
+	for i, n := range cfg.Instances {
+		res, err := pass(ctx, cfg, n, start, i)
 		if err != nil {
 			return rep, fmt.Errorf("pass with %d instances: %w", n, err)
 		}
@@ -186,9 +190,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	return rep, nil
 }
 
-func pass(ctx context.Context, cfg Config, n int) (Result, error) {
+func pass(ctx context.Context, cfg Config, n int, start time.Time, i int) (Result, error) {
 	log := cfg.Log.With("instances", n)
-	run := fmt.Sprintf("q%x", time.Now().UnixNano())
+	run := fmt.Sprintf("q%x%d", time.Now().UnixNano(), i)
 	prefix := run + "_"
 	decTopic, abuseTopic := "floodgate.quality."+run+".decisions", "floodgate.quality."+run+".abuse"
 	km := migrations.NewKafka(cfg.Brokers, 1)
@@ -207,7 +211,7 @@ func pass(ctx context.Context, cfg Config, n int) (Result, error) {
 		}
 	}()
 
-	src, err := labeled.NewHeldOut(labeled.HeldOut{Seed: cfg.Seed, Start: time.Now().UTC().Truncate(time.Second), Duration: cfg.Duration,
+	src, err := labeled.NewHeldOut(labeled.HeldOut{Seed: cfg.Seed, Start: start, Duration: cfg.Duration,
 		Legit: cfg.Legit, Abusive: cfg.Abusive, RFC3986Routes: cfg.RFC3986Routes, Prefix: prefix})
 	if err != nil {
 		return Result{}, err
