@@ -153,12 +153,15 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, fmt.Errorf("quality config: %w", err)
 	}
 	rep := Report{Config: cfg, Agree: true}
-	// Every pass replays the same event times: windows aligned to the clock
-	// then cut the stream at the same places, so passes differ only by the
-	// number of instances.
+	// Every pass replays the same event times (windows aligned to the clock
+	// then cut the stream at the same places)
+	// and the same principal ids (one prefix per run: the same keys land on
+	// the same partitions), so passes differ only by the number of
+	// instances. Each pass deletes its penalty keys before the next starts.
 	start := time.Now().UTC().Truncate(time.Second)
+	prefix := fmt.Sprintf("q%x_", time.Now().UnixNano())
 	for i, n := range cfg.Instances {
-		res, err := pass(ctx, cfg, n, start, i)
+		res, err := pass(ctx, cfg, n, start, prefix, i)
 		if err != nil {
 			return rep, fmt.Errorf("pass with %d instances: %w", n, err)
 		}
@@ -190,10 +193,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	return rep, nil
 }
 
-func pass(ctx context.Context, cfg Config, n int, start time.Time, i int) (Result, error) {
+func pass(ctx context.Context, cfg Config, n int, start time.Time, prefix string, i int) (Result, error) {
 	log := cfg.Log.With("instances", n)
-	run := fmt.Sprintf("q%x%d", time.Now().UnixNano(), i)
-	prefix := run + "_"
+	run := fmt.Sprintf("%sp%d", prefix, i)
 	decTopic, abuseTopic := "floodgate.quality."+run+".decisions", "floodgate.quality."+run+".abuse"
 	km := migrations.NewKafka(cfg.Brokers, 1)
 	topics := []migrations.TopicSpec{{Name: decTopic, Partitions: cfg.Partitions}, {Name: decTopic + ".dlq", Partitions: 1},
