@@ -72,6 +72,11 @@ type Label struct {
 	Population string
 	Abusive    bool
 	AbuseStart time.Time // first abusive event (zero for legitimate principals)
+
+	// Held-out streams (NewHeldOut) also set:
+	Family  string         // the family (same as Population)
+	Pattern events.Pattern // the pattern expected ("" for legitimate principals)
+	FanOut  bool           // account-takeover fan-out: its latency is reported apart
 }
 
 // Stream yields events in time order. It is not safe for concurrent use.
@@ -82,6 +87,8 @@ type Stream struct {
 	actors actorHeap
 	labels map[string]*Label
 	n      int64
+	// limiter: held-out stream, decisions from the per-kind token buckets.
+	limiter bool
 }
 
 // New builds a stream for sc.
@@ -159,6 +166,14 @@ func (s *Stream) Next(d *events.Decision) bool {
 			continue
 		}
 		at := a.next
+		if s.limiter {
+			ip, r := a.behaveH(a)
+			s.n++
+			*d = events.Decision{ID: fmt.Sprintf("ho_%d", s.n), TS: at, Principal: a.p, IP: ip, Route: r.path, Gateway: "labeled"}
+			s.decide(a, r, at, d)
+			heap.Fix(&s.actors, 0)
+			return true
+		}
 		ip, route := a.behave(a)
 		s.n++
 		allowed, remaining, limit := a.take(at)
@@ -232,6 +247,32 @@ type actor struct {
 	period    time.Duration
 	botnet    []netip.Addr
 	botnetIdx int
+
+	// held-out families (heldout.go)
+	behaveH    func(a *actor) (netip.Addr, route)
+	label      *Label
+	buckets    map[route]*bucket
+	routeSet   []route
+	sessionGap float64 // mean seconds between sessions
+	think      float64 // mean seconds between page views
+	pageLeft   int
+	callsLeft  int
+	humanNext  time.Time
+	v6priv     bool
+	v6rotate   netip.Addr
+	roamEvery  [2]float64 // seconds between network changes, min and max
+	pollJitter float64
+	pollRoute  route
+	paced      bool
+	stopAt     time.Time
+	rampFrom   time.Time
+	rampDur    time.Duration
+	pulseOn    time.Duration
+	pulseOff   time.Duration
+	pulseEnd   time.Time
+	takeover   time.Time
+	hroute     route
+	natPool    []netip.Addr
 }
 
 // person: bursts of clicks, then a pause; IPv6 hosts take a new privacy
@@ -286,6 +327,9 @@ func (a *actor) ip(at time.Time) netip.Addr {
 		if !at.Before(a.roamAt) {
 			a.home = netip.AddrFrom4([4]byte{100, byte(80 + a.rng.IntN(16)), byte(a.rng.IntN(256)), byte(1 + a.rng.IntN(254))})
 			a.roamAt = at.Add(time.Duration(30+a.rng.IntN(150)) * time.Second)
+			if a.roamEvery[1] > 0 {
+				a.roamAt = at.Add(time.Duration((a.roamEvery[0] + a.rng.Float64()*(a.roamEvery[1]-a.roamEvery[0])) * float64(time.Second)))
+			}
 		}
 	}
 	return a.home

@@ -1,7 +1,6 @@
 // Package traffic generates gateway traffic against a limiter's HTTP check API:
-// actors (people, pollers, declared bots, abusers) each send checks at their own
-// pace, and every answer is tallied by actor class and outcome, and per actor
-// whether the detector's penalty ever reached it.
+// actors (normal users, rapid-fire bots) each send checks at their own pace, and
+// every answer is tallied by actor class and outcome.
 package traffic
 
 import (
@@ -18,24 +17,22 @@ import (
 
 // Actor is one simulated principal.
 type Actor struct {
-	Class  string // "people", "bots", … — how results are grouped
+	Class  string // "normal", "bot", … — how results are grouped
 	Kind   string // principal kind
 	ID     string
 	IPs    []string // picked at random per request
 	Routes []Route
-	Rate   float64 // checks per second
-	// Poisson sends at exponentially distributed gaps (people arrive at
-	// random); otherwise gaps are Rate's interval with Jitter (a fraction).
-	Poisson bool
-	Jitter  float64
-	// Abusive marks the ground truth: the demo reports penalties of
-	// legitimate actors as false positives.
+	Rate   float64 // checks per second (a fixed interval when Pace is nil)
+	// Pace, when set, chooses the wait before each next check (Poisson
+	// arrivals, sessions, jittered polling); it is used by one goroutine.
+	Pace Pace
+	// Abusive labels the actor for the demo's summary.
 	Abusive bool
-	// FanOutAfter, when set, turns the actor into an account takeover after
-	// that long: from then on every request comes from a network it never
-	// used, at FanOutRate checks a second.
-	FanOutAfter time.Duration
-	FanOutRate  float64
+}
+
+// Pace chooses the wait before an actor's next check.
+type Pace interface {
+	Next(r *rand.Rand) time.Duration
 }
 
 // Route is a templated route and the resource it touches.
@@ -65,11 +62,10 @@ func (c *Counts) Multiplier() float64 { return float64(c.lastMultiplier.Load()) 
 
 // Runner drives actors against one limiter. Safe for concurrent reads of Stats.
 type Runner struct {
-	URL       string // http://host:port/v1/check
-	Client    *http.Client
-	mu        sync.Mutex
-	stats     map[string]*Counts
-	penalized map[string]bool // actor id → an answer carried a penalty
+	URL    string // http://host:port/v1/check
+	Client *http.Client
+	mu     sync.Mutex
+	stats  map[string]*Counts
 }
 
 // NewRunner returns a runner for the limiter at base (http://host:port).
@@ -79,25 +75,8 @@ func NewRunner(base string) *Runner {
 		Client: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 			MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute,
 		}},
-		stats: map[string]*Counts{}, penalized: map[string]bool{},
+		stats: map[string]*Counts{},
 	}
-}
-
-// Penalized reports which of actors an answer ever showed penalized.
-func (r *Runner) Penalized(actors []Actor) (legit, abusive []string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, a := range actors {
-		if !r.penalized[a.ID] {
-			continue
-		}
-		if a.Abusive {
-			abusive = append(abusive, a.ID)
-		} else {
-			legit = append(legit, a.ID)
-		}
-	}
-	return legit, abusive
 }
 
 // Stats returns the counters of class, creating them on first use.
@@ -127,30 +106,25 @@ func (r *Runner) Run(ctx context.Context, actors []Actor) {
 
 func (r *Runner) runActor(ctx context.Context, a Actor) {
 	counts := r.Stats(a.Class)
-	interval := time.Duration(float64(time.Second) / a.Rate)
+	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	interval := func() time.Duration { return time.Duration(float64(time.Second) / a.Rate) }
+	if a.Pace != nil {
+		interval = func() time.Duration { return a.Pace.Next(rng) }
+	}
 	// Desynchronise actors so they do not arrive in lockstep.
-	began := time.Now()
-	next := began.Add(time.Duration(rand.Int64N(int64(interval) + 1)))
-	fanned := 0
+	next := time.Now().Add(time.Duration(rng.Int64N(int64(interval()) + 1)))
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(time.Until(next)):
 		}
+		next = next.Add(interval())
+		if now := time.Now(); next.Before(now.Add(-time.Second)) {
+			next = now // fell behind (a slow limiter): do not burst to catch up
+		}
 		route := a.Routes[rand.IntN(len(a.Routes))]
 		ip := a.IPs[rand.IntN(len(a.IPs))]
-		switch {
-		case a.FanOutAfter > 0 && time.Since(began) >= a.FanOutAfter:
-			// A network it never used: a fresh /24 every request.
-			fanned++
-			ip = fmt.Sprintf("45.%d.%d.%d", 10+fanned/250, fanned%250, 1+rand.IntN(250))
-			next = next.Add(time.Duration(float64(time.Second) / a.FanOutRate))
-		case a.Poisson:
-			next = next.Add(time.Duration(rand.ExpFloat64() * float64(interval)))
-		default:
-			next = next.Add(time.Duration(float64(interval) * (1 + a.Jitter*(2*rand.Float64()-1))))
-		}
 		ans, err := r.Check(ctx, a.Kind, a.ID, ip, route)
 		switch {
 		case err != nil:
@@ -167,9 +141,6 @@ func (r *Runner) runActor(ctx context.Context, a Actor) {
 			counts.lastMultiplier.Store(uint64(ans.PenaltyMultiplier * 1e6))
 			if ans.PenaltyMultiplier < 1 {
 				counts.Penalized.Add(1)
-				r.mu.Lock()
-				r.penalized[a.ID] = true
-				r.mu.Unlock()
 			}
 		}
 	}
@@ -206,54 +177,21 @@ var DiscordRoutes = []Route{
 	{"POST", "/webhooks/{webhook_id}/{webhook_token}", "webhook:7"},
 }
 
-// DemoActors is the demo scenario, people and services as they behave:
-//   - people: n users arriving at random (Poisson, 0.2–1.5 checks/s), each
-//     from their own address;
-//   - nat: n/4 users behind a carrier NAT of 2 addresses, otherwise people;
-//   - pollers: n/4 apps polling every 5–15 s with ±10 % jitter;
-//   - bots: 6 declared bots at steady rates of 2–30 checks/s, inside their
-//     limits (50/s in the demo);
-//   - spammer (abusive): one bot at botRate checks/s, far past its limit;
-//   - takeover (abusive): an account that behaves like a person for 20 s, then
-//     uses a new network for every request at 2 checks/s.
+// DemoActors is the demo scenario: n normal users at about one check a second each,
+// from their own IPs, and one bot firing at botRate checks a second.
 func DemoActors(n int, botRate float64, runID string) []Actor {
-	var actors []Actor
+	actors := make([]Actor, 0, n+1)
 	for i := 0; i < n; i++ {
 		actors = append(actors, Actor{
-			Class: "people", Kind: "user", ID: fmt.Sprintf("user_%s_%03d", runID, i),
+			Class: "normal", Kind: "user", ID: fmt.Sprintf("user_%s_%03d", runID, i),
 			IPs:    []string{fmt.Sprintf("198.51.100.%d", 1+i%250)},
-			Routes: DiscordRoutes, Rate: 0.2 + 1.3*rand.Float64(), Poisson: true,
-		})
-	}
-	for i := 0; i < max(n/4, 1); i++ {
-		actors = append(actors, Actor{
-			Class: "people", Kind: "user", ID: fmt.Sprintf("nat_%s_%03d", runID, i),
-			IPs:    []string{"100.64.20.1", "100.64.20.2"},
-			Routes: DiscordRoutes, Rate: 0.2 + 1.3*rand.Float64(), Poisson: true,
-		})
-	}
-	for i := 0; i < max(n/4, 1); i++ {
-		actors = append(actors, Actor{
-			Class: "pollers", Kind: "user", ID: fmt.Sprintf("poller_%s_%03d", runID, i),
-			IPs:    []string{fmt.Sprintf("198.51.101.%d", 1+i%250)},
-			Routes: []Route{{"GET", "/users/@me", ""}}, Rate: 1 / (5 + 10*rand.Float64()), Jitter: 0.1,
-		})
-	}
-	for i, rate := range []float64{2, 5, 10, 15, 20, 30} {
-		actors = append(actors, Actor{
-			Class: "bots", Kind: "bot", ID: fmt.Sprintf("bot_%s_%d", runID, i),
-			IPs:    []string{fmt.Sprintf("192.0.2.%d", 10+i)},
-			Routes: DiscordRoutes[:2], Rate: rate, Jitter: 0.05,
+			Routes: DiscordRoutes, Rate: 0.5 + rand.Float64(),
 		})
 	}
 	actors = append(actors, Actor{
-		Class: "spammer", Kind: "bot", ID: "bot_spammer_" + runID, Abusive: true,
+		Class: "bot", Kind: "bot", ID: "bot_spammer_" + runID,
 		IPs:    []string{"203.0.113.66"},
-		Routes: DiscordRoutes[:1], Rate: botRate, Poisson: true,
-	}, Actor{
-		Class: "takeover", Kind: "user", ID: "user_takeover_" + runID, Abusive: true,
-		IPs:    []string{"198.51.102.9"},
-		Routes: DiscordRoutes, Rate: 0.7, Poisson: true, FanOutAfter: 20 * time.Second, FanOutRate: 2,
+		Routes: DiscordRoutes[:1], Rate: botRate,
 	})
 	return actors
 }
