@@ -28,6 +28,12 @@ type Abuse struct {
 	Penalty      Penalty
 	// DetectorVersion identifies the detector build or model, 1–64 characters.
 	DetectorVersion string
+	// IncidentID, when set, groups the detections of one incident: one
+	// principal × pattern while its penalty runs (optional; empty: absent).
+	IncidentID string
+	// DetectionCount is this detection's number within its incident, from 1
+	// (optional; 0: absent).
+	DetectionCount int64
 }
 
 // Window is the time window of a detection.
@@ -223,6 +229,16 @@ func (a *Abuse) validate() *ValidationError {
 	}
 	if err := validText(a.DetectorVersion, MaxVersionLen, false); err != nil {
 		return at("detector_version", err)
+	}
+	if a.IncidentID != "" {
+		if err := validID(a.IncidentID); err != nil {
+			return at("incident_id", err)
+		}
+	}
+	if a.DetectionCount != 0 {
+		if err := intRange(a.DetectionCount, 1, MaxSafeInteger); err != nil {
+			return at("detection_count", err)
+		}
 	}
 	return nil
 }
@@ -435,6 +451,14 @@ func AppendAbuse(dst []byte, a *Abuse) ([]byte, error) {
 	b = appendString(b, string(a.Penalty.Mode))
 	b = append(b, `},"detector_version":`...)
 	b = appendString(b, a.DetectorVersion)
+	if a.IncidentID != "" {
+		b = append(b, `,"incident_id":`...)
+		b = appendString(b, a.IncidentID)
+	}
+	if a.DetectionCount != 0 {
+		b = append(b, `,"detection_count":`...)
+		b = strconv.AppendInt(b, a.DetectionCount, 10)
+	}
 	return append(b, '}'), nil
 }
 
@@ -475,6 +499,8 @@ func decodeAbuse(data []byte, ev *Abuse) *ValidationError {
 		bEvidence
 		bPenalty
 		bDetectorVersion
+		bIncidentID
+		bDetectionCount
 	)
 	d := decoder{data: data, typ: TypeAbuse}
 	if err := d.object(""); err != nil {
@@ -554,6 +580,18 @@ func decodeAbuse(data []byte, ev *Abuse) *ValidationError {
 						err = d.invalid("detector_version", e)
 					}
 				}
+			}
+		case "incident_id":
+			if err = d.seen(&seen, bIncidentID, "incident_id"); err == nil {
+				if ev.IncidentID, err = d.str("incident_id"); err == nil {
+					if e := validID(ev.IncidentID); e != nil {
+						err = d.invalid("incident_id", e)
+					}
+				}
+			}
+		case "detection_count":
+			if err = d.seen(&seen, bDetectionCount, "detection_count"); err == nil {
+				ev.DetectionCount, err = d.integer("detection_count", 1, MaxSafeInteger)
 			}
 		default:
 			err = d.skip(1)

@@ -82,17 +82,26 @@ type Detector struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	mu      sync.Mutex
-	scorers map[int]*score.Scorer
-	warm    map[int]int64 // partition → first offset whose effects count (after a rewind)
-	pending map[int]pending
-	active  map[string]activePenalty // principal|pattern → enforced penalty, for the gauge
+	mu        sync.Mutex
+	scorers   map[int]*score.Scorer
+	warm      map[int]int64 // partition → first offset whose effects count (after a rewind)
+	pending   map[int]pending
+	active    map[string]activePenalty // principal|pattern → enforced penalty, for the gauge
+	incidents map[string]incident      // principal|pattern → the incident in progress
 }
 
 type pending struct {
 	offset int64
 	dets   []score.Detection // scored, not yet decided
 	abuses []events.Abuse    // decided; their effects are idempotent and retried
+}
+
+// incident is one principal × pattern while its penalty runs (and a quiet
+// period after): its re-detections share its id and are counted.
+type incident struct {
+	id    string
+	count int64
+	until time.Time // the latest penalty expiry of its detections
 }
 
 type activePenalty struct {
@@ -122,7 +131,7 @@ func New(c Config) *Detector {
 	}
 	d := &Detector{
 		cfg: c, ips: score.NewIPStore(c.Score), blast: &BlastGuard{Limit: c.BlastLimit, Now: c.Now}, log: c.Logger,
-		scorers: map[int]*score.Scorer{}, warm: map[int]int64{}, pending: map[int]pending{}, active: map[string]activePenalty{},
+		scorers: map[int]*score.Scorer{}, warm: map[int]int64{}, pending: map[int]pending{}, active: map[string]activePenalty{}, incidents: map[string]incident{},
 	}
 	if d.blast.Limit <= 0 {
 		d.blast.Limit = 1 << 30
@@ -298,6 +307,7 @@ func (d *Detector) decide(ctx context.Context, det *score.Detection) (events.Abu
 			}
 		}
 	}
+	d.assignIncident(&a)
 	return a, true, nil
 }
 
@@ -390,6 +400,33 @@ var penaltyOutcomes = map[int]string{PenaltyStale: "stale", PenaltyApplied: "app
 // AbuseID is the deterministic id of a detection: the same principal, pattern
 // and window always give the same id, so a replayed detection is recognisably
 // the same (and its penalty, record and page are written once).
+// IncidentID names the incident a principal's detection of pattern at
+// (event time) opens.
+func IncidentID(p events.Principal, pattern events.Pattern, at time.Time) string {
+	h := sha256.Sum256([]byte(p.Key() + "\x00" + string(pattern) + "\x00incident\x00" + at.UTC().Format(time.RFC3339Nano)))
+	return "in_" + hex.EncodeToString(h[:12])
+}
+
+// assignIncident gives a its incident: the one in progress for its principal
+// and pattern when a comes before that incident's penalty ended plus the quiet
+// period (its count goes up, its end moves to the later expiry), else a new one.
+func (d *Detector) assignIncident(a *events.Abuse) {
+	k := a.Principal.Key() + "|" + string(a.Pattern)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	inc, ok := d.incidents[k]
+	if ok && !a.DetectedAt.After(inc.until.Add(d.cfg.Escalation.Quiet)) {
+		inc.count++
+		if a.Penalty.ExpiresAt.After(inc.until) {
+			inc.until = a.Penalty.ExpiresAt
+		}
+	} else {
+		inc = incident{id: IncidentID(a.Principal, a.Pattern, a.DetectedAt), count: 1, until: a.Penalty.ExpiresAt}
+	}
+	d.incidents[k] = inc
+	a.IncidentID, a.DetectionCount = inc.id, inc.count
+}
+
 func AbuseID(p events.Principal, pattern events.Pattern, windowStart time.Time) string {
 	h := sha256.Sum256([]byte(p.Key() + "\x00" + string(pattern) + "\x00" + windowStart.UTC().Format(time.RFC3339Nano)))
 	return "ab_" + hex.EncodeToString(h[:12])
@@ -421,6 +458,11 @@ func (d *Detector) Maintain(ctx context.Context, every time.Duration) error {
 				continue
 			}
 			counts[p.pattern]++
+		}
+		for k, inc := range d.incidents {
+			if inc.until.Add(d.cfg.Escalation.Quiet).Before(now) {
+				delete(d.incidents, k)
+			}
 		}
 		d.mu.Unlock()
 		if !newest.IsZero() {

@@ -96,7 +96,13 @@ func TestDetectorRecordsEscalatesAndIsIdempotent(t *testing.T) {
 	require.GreaterOrEqual(t, basis.DenialRatio, 0.5)
 	require.Greater(t, all[0].Score, 2.0, "its rate against what the limiter let through")
 	require.Equal(t, int64(1), all[1].Penalty.Level, "a re-detection while the penalty runs is the same incident: no escalation")
-	require.True(t, all[1].Penalty.ExpiresAt.After(all[0].Penalty.ExpiresAt), "it extends the penalty")
+	require.True(t, all[1].Penalty.ExpiresAt.After(all[1].DetectedAt.Add(50*time.Minute)),
+		"it carries a penalty from its own time, which extends the incident's (the penalty store keeps the later expiry)")
+	require.NotEmpty(t, all[0].IncidentID)
+	require.Equal(t, all[0].IncidentID, all[1].IncidentID, "one incident")
+	require.Equal(t, []int64{1, 2}, []int64{all[0].DetectionCount, all[1].DetectionCount})
+	require.NotEqual(t, all[0].IncidentID, all[2].IncidentID, "a new incident after the quiet period")
+	require.Equal(t, int64(1), all[2].DetectionCount)
 	got := []events.Abuse{all[0], all[2]}
 	require.Equal(t, int64(2), got[1].Penalty.Level, "a repeat offender escalates: a new incident after the first was over")
 	// Each names the message that crossed the threshold: the burst's event i
