@@ -478,6 +478,8 @@ func (d *Detector) Maintain(ctx context.Context, every time.Duration) error {
 // offset whose timestamp is at or after t.
 type OffsetLookup interface {
 	OffsetAt(ctx context.Context, partition int, t time.Time) (int64, error)
+	// TimeAt is the timestamp of the message at offset (zero when there is none).
+	TimeAt(ctx context.Context, partition int, offset int64) (time.Time, error)
 }
 
 // Rewind is the hook a consumer calls when it is assigned partition with the
@@ -491,6 +493,22 @@ func (d *Detector) Rewind(ctx context.Context, lookup OffsetLookup, partition in
 		off, err := lookup.OffsetAt(ctx, partition, d.cfg.Now().Add(-rewind))
 		if err != nil {
 			return 0, fmt.Errorf("rewind partition %d: %w", partition, err)
+		}
+		if off < 0 || off >= committed {
+			// A backlog: the committed point is older than now − rewind, so
+			// the window to rebuild ends there, not now. Anchor the rewind
+			// at the last handled message's time, or the new owner starts
+			// cold (issue 21: a rebalance during a backlog skipped it).
+			last, err := lookup.TimeAt(ctx, partition, committed-1)
+			if err != nil {
+				return 0, fmt.Errorf("rewind partition %d: %w", partition, err)
+			}
+			off = committed
+			if !last.IsZero() {
+				if off, err = lookup.OffsetAt(ctx, partition, last.Add(-rewind)); err != nil {
+					return 0, fmt.Errorf("rewind partition %d: %w", partition, err)
+				}
+			}
 		}
 		if off >= 0 && off < committed {
 			start = off
@@ -548,6 +566,29 @@ func (k *KafkaOffsets) OffsetAt(ctx context.Context, partition int, t time.Time)
 		return best, nil
 	}
 	return 0, errors.New("list offsets: partition missing from the answer")
+}
+
+// TimeAt implements OffsetLookup: it fetches the message at offset.
+func (k *KafkaOffsets) TimeAt(ctx context.Context, partition int, offset int64) (time.Time, error) {
+	if offset < 0 {
+		return time.Time{}, nil
+	}
+	resp, err := k.Client.Fetch(ctx, &kafka.FetchRequest{Topic: k.Topic, Partition: partition, Offset: offset, MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 500 * time.Millisecond})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("fetch %s/%d@%d: %w", k.Topic, partition, offset, err)
+	}
+	if resp.Error != nil {
+		return time.Time{}, fmt.Errorf("fetch %s/%d@%d: %w", k.Topic, partition, offset, resp.Error)
+	}
+	for {
+		rec, err := resp.Records.ReadRecord()
+		if err != nil {
+			return time.Time{}, nil // nothing at that offset any more (retention)
+		}
+		if rec.Offset >= offset {
+			return rec.Time, nil
+		}
+	}
 }
 
 // checkEventTime refuses an event time outside [now − MaxEventAge, now + MaxEventSkew].
