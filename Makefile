@@ -37,7 +37,7 @@ build: ## build every service and tool into .local/bin
 	$(GO) build -o $(BIN)/ ./services/... ./migrations/cmd/migrate ./loadtest/cmd/...
 
 .PHONY: demo
-demo: build ## run the pipeline on the local stack: normal users and a rapid-fire bot (Ctrl-C stops all it started)
+demo: build ## run the pipeline on the local stack: people, services and two abusers, with the verdict (Ctrl-C stops all it started)
 	@FLOODGATE_WITH_CLUSTER=0 deploy/local/with-stack.sh bash -c '$(BIN)/migrate >/dev/null && $(BIN)/demo $(DEMO_ARGS)'
 
 .PHONY: test
@@ -73,3 +73,7 @@ chaos: ## fault scenarios under load (broker kill, Redis restart, consumer SIGKI
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
+
+.PHONY: security
+security: ## replay the attacks of docs/security.md against the local stack (tests named TestSecurity*)
+	@deploy/local/with-stack.sh bash -c '$(GO) run ./migrations/cmd/migrate >/dev/null && $(GO) test -count=1 -run "^TestSecurity" ./...'

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/loadtest/bench"
+	"github.com/floodgate-dev/floodgate/loadtest/quality"
 )
 
 // testdata/*.txt are real outputs of the suite's commands (a -quick run of
@@ -140,6 +141,9 @@ func fixtureReport(t *testing.T, o Options) *Report {
 					if st.ID == "limiter-http-batch" {
 						res.HTTP = &batch
 					}
+				case Quality:
+					res.Quality = &quality.Summary{}
+					require.NoError(t, json.Unmarshal(readTestdata(t, "detector-quality.json"), res.Quality))
 				case GoBench:
 					res.Output = readTestdata(t, st.ID+".txt")
 					out, err := ParseGoBench(bytes.NewReader(res.Output))
@@ -186,8 +190,11 @@ func TestReportHasEverySectionCommandTableAndPlot(t *testing.T) {
 		"| run | offered checks/s | achieved checks/s |", "| open 100/s | 10,000 | 10,017 |",
 		"| limiter ≥ 40k checks/s sustained (HTTP batch endpoint, 100 checks per request) | 38,295/s at saturation (p99 38.2 ms per request) |", "| engine case (`BenchmarkEngineCheck`) |", "| EngineCheck/one-tier/batch=64 | 2 |",
 		"| Ledger/steady/10k-per-s/500-principals |", "| stage | throughput |", "| detection latency p50 / p99 |",
-		"| limiter p99 ≤ 2 ms at 10k checks/s (HTTP) |", "| ≤ 0.001 % of legitimate principals penalized |",
+		"| limiter p99 ≤ 2 ms at 10k checks/s (HTTP) |", "| ≤ 0.001 % of legitimate principals penalized (held-out traffic, worst of 1 and 3 instances) | 607 of 100,000 (0.607 %, 3 instance(s)) | **no** |", "| the same detections from 1 or N detector instances | same principals and patterns | **yes** |", "Expected rapid_fire: 155 of 160 penalized",
 		"FLOODGATE_DYNAMODB_ENDPOINT=http://127.0.0.1:8000 go test -run '^$' -bench BenchmarkLedger",
+		"| family | expected | principals | 1 inst.: penalized | 1 inst.: latency p50 / p99 | 3 inst.: penalized |", "| bot_established | legitimate |",
+		"| held-out traffic, 3 detector instance(s): legitimate principals penalized |", "| the same detections from 1 or N detector instances |",
+		"go run ./loadtest/cmd/quality -instances 1,3 -legit 100000",
 	} {
 		require.Contains(t, md, want)
 	}
@@ -195,14 +202,15 @@ func TestReportHasEverySectionCommandTableAndPlot(t *testing.T) {
 	require.NotContains(t, md, "_(no plot")
 
 	series := map[string][]string{
-		"limiter-latency.svg":     {"p50 (open loop)", "p99 (open loop)", "p99.9 (open loop)", "target: p99 ≤ 2 ms at 10k checks/s"},
-		"limiter-throughput.svg":  {"achieved (open loop)", "target: ≥ 40,000 checks/s sustained", "saturation (closed loop)", "achieved, batch endpoint (100 checks/request)", "batch endpoint saturation"},
-		"limiter-engine.svg":      {"batch=1", "batch=64", "one-tier", "Envoy ShouldRateLimit over gRPC"},
-		"pipeline-throughput.svg": {"detector drain", "ledger backlog", "producer"},
-		"pipeline-lag.svg":        {"ledger steady: p50", "ledger steady: p99", "detector live: max"},
-		"detector-latency.svg":    {"measured", "target: p99 ≤ 2,000 ms"},
-		"detector-quality.svg":    {"abusive penalized (recall)", "legitimate left alone"},
-		"ledger-writes.svg":       {"backlog/1M-events/1k-principals", "steady/10k-per-s/500-principals"},
+		"limiter-latency.svg":          {"p50 (open loop)", "p99 (open loop)", "p99.9 (open loop)", "target: p99 ≤ 2 ms at 10k checks/s"},
+		"limiter-throughput.svg":       {"achieved (open loop)", "target: ≥ 40,000 checks/s sustained", "saturation (closed loop)", "achieved, batch endpoint (100 checks/request)", "batch endpoint saturation"},
+		"limiter-engine.svg":           {"batch=1", "batch=64", "one-tier", "Envoy ShouldRateLimit over gRPC"},
+		"pipeline-throughput.svg":      {"detector drain", "ledger backlog", "producer"},
+		"pipeline-lag.svg":             {"ledger steady: p50", "ledger steady: p99", "detector live: max"},
+		"detector-latency.svg":         {"measured", "target: p99 ≤ 2,000 ms"},
+		"detector-quality.svg":         {"abusive penalized (recall)", "legitimate left alone", "1 detector instance(s)", "3 detector instance(s)"},
+		"detector-quality-latency.svg": {"cold_blast", "ato_fanout", "p50, 3 instance(s)", "p99, 3 instance(s)", "target: fan-out ≤ 10 s"},
+		"ledger-writes.svg":            {"backlog/1M-events/1k-principals", "steady/10k-per-s/500-principals"},
 	}
 	for name, want := range series {
 		t.Run(name, func(t *testing.T) {
@@ -325,8 +333,8 @@ func TestReloadRedrawsThePlotsOfARun(t *testing.T) {
 			switch st.Kind {
 			case GoBench:
 				require.NoError(t, os.WriteFile(filepath.Join(data, st.ID+".txt"), readTestdata(t, st.ID+".txt"), 0o644))
-			case LoadGen:
-				require.NoError(t, os.WriteFile(filepath.Join(data, st.ID+".txt"), []byte("loadgen table\n"), 0o644))
+			case LoadGen, Quality:
+				require.NoError(t, os.WriteFile(filepath.Join(data, st.ID+".txt"), []byte("table\n"), 0o644))
 				require.NoError(t, os.WriteFile(st.JSON, readTestdata(t, filepath.Base(st.JSON)), 0o644))
 			case GoTest:
 				require.NoError(t, os.WriteFile(filepath.Join(data, st.ID+".txt"), []byte("ok  \tgithub.com/floodgate-dev/floodgate/services/quota\t1.0s\n"), 0o644))

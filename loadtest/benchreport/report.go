@@ -300,6 +300,8 @@ func (rep *Report) sectionMarkdown(s *SectionResult) string {
 			b.WriteString("**PASS**\n\n")
 		case r.Step.Kind == LoadGen && r.HTTP != nil:
 			b.WriteString(httpTable(r.HTTP))
+		case r.Step.Kind == Quality && r.Quality != nil:
+			b.WriteString(qualityTable(r.Quality))
 		}
 	}
 	return b.String()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/loadtest/bench"
+	"github.com/floodgate-dev/floodgate/loadtest/quality"
 )
 
 // StepKind says how a step's output is read.
@@ -23,6 +24,7 @@ const (
 	GoBench StepKind = iota // `go test -bench` output: benchmark lines
 	GoTest                  // a test run: pass or fail
 	LoadGen                 // loadgen -json: the file named by Step.JSON
+	Quality                 // loadtest/cmd/quality -json: the file named by Step.JSON
 )
 
 // Step is one benchmark run of the suite: one or more commands run in order
@@ -33,7 +35,7 @@ type Step struct {
 	Kind     StepKind
 	Env      []string   // KEY=value added to the environment and shown before the command
 	Commands [][]string // argv each
-	JSON     string     // LoadGen: the -json file the last command writes
+	JSON     string     // LoadGen, Quality: the -json file the last command writes
 }
 
 // CommandLines returns the commands as a shell would take them.
@@ -61,6 +63,7 @@ type StepResult struct {
 	Err        error  // a command failed, or its output could not be read
 	Bench      Output
 	HTTP       *bench.Report
+	Quality    *quality.Summary
 }
 
 // Failed reports whether the step did not run to a usable result.
@@ -142,11 +145,29 @@ func (r *Runner) read(res *StepResult) {
 				res.Err, res.HTTP = fmt.Errorf("read loadgen results: %w", err), nil
 			}
 		}
+	case Quality:
+		if res.Err == nil {
+			res.Quality = &quality.Summary{}
+			if err := r.readJSON(s.JSON, res.Quality); err != nil {
+				res.Err, res.Quality = fmt.Errorf("read quality results: %w", err), nil
+			}
+		}
 	case GoTest:
 		if res.Err == nil && !bytes.Contains(res.Output, []byte("\nok ")) && !bytes.HasPrefix(res.Output, []byte("ok ")) {
 			res.Err = errors.New("no passing test in the output")
 		}
 	}
+}
+
+func (r *Runner) readJSON(path string, v any) error {
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(r.Dir, path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
 }
 
 // Reload reads the results of a report written earlier from its raw outputs

@@ -23,6 +23,18 @@ const (
 	targetFalsePosPct   = 0.001
 )
 
+// qualityInstances are the detector instance counts of the held-out run, ascending.
+func qualityInstances(vals map[string]Val) []int {
+	var out []int
+	for _, k := range keysWith(vals, "quality.", ":legitimate") {
+		if n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(k, "quality."), ":legitimate")); err == nil {
+			out = append(out, n)
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
 // keysWith returns the keys of vals with prefix and suffix, sorted.
 func keysWith(vals map[string]Val, prefix, suffix string) []string {
 	var out []string
@@ -54,7 +66,7 @@ func rateKey(prefix string, r float64) string {
 }
 
 // charts are the report's plots by file name.
-func charts(vals map[string]Val, _ []*SectionResult) map[string]Chart {
+func charts(vals map[string]Val, secs []*SectionResult) map[string]Chart {
 	out := map[string]Chart{}
 
 	rates := httpRates(vals, "http")
@@ -163,18 +175,44 @@ func charts(vals map[string]Val, _ []*SectionResult) map[string]Chart {
 		Groups:     []BarGroup{{Name: "measured", Values: []float64{get(vals, "BrokerLatency:p50_ms"), get(vals, "BrokerLatency:p99_ms")}}},
 		Refs:       []Ref{{fmt.Sprintf("target: p99 ≤ %s ms", thousands(targetDetectP99Ms)), targetDetectP99Ms}}}
 
-	recall, fpr := 100*get(vals, "BrokerLatency:recall"), get(vals, "BrokerLatency:false_positive_rate")
+	// Detection quality: the held-out run through 1 and N instances.
+	qc := DotChart{Title: "Detection quality on held-out labeled traffic", ValueLabel: "% of principals",
+		Categories: []string{"abusive penalized (recall)", "legitimate left alone"}, Max: 100.2}
 	lo := 99.0 // the axis starts 1 % below the lowest value, at 99 % at most
-	for _, v := range []float64{recall, 100 - fpr} {
-		if !math.IsNaN(v) {
-			lo = math.Min(lo, math.Floor(v)-1)
+	for _, n := range qualityInstances(vals) {
+		k := "quality." + strconv.Itoa(n) + ":"
+		recall, fpr := 100*get(vals, k+"recall"), get(vals, k+"false_positive_rate")
+		for _, v := range []float64{recall, 100 - fpr} {
+			if !math.IsNaN(v) {
+				lo = math.Min(lo, math.Floor(v)-1)
+			}
 		}
+		qc.Series = append(qc.Series, BarGroup{Name: fmt.Sprintf("%d detector instance(s)", n), Values: []float64{recall, 100 - fpr}})
 	}
-	out["detector-quality.svg"] = DotChart{Title: "Detection quality on labeled traffic", ValueLabel: "% of principals",
-		Categories: []string{"abusive penalized (recall)", "legitimate left alone"}, Min: math.Max(0, lo), Max: 100.2,
-		Series: []BarGroup{{Name: "measured", Values: []float64{recall, 100 - fpr}},
-			{Name: fmt.Sprintf("target (recall ≥ %g %%, false positives ≤ %g %%)", 100*targetRecall, targetFalsePosPct),
-				Values: []float64{100 * targetRecall, 100 - targetFalsePosPct}}}}
+	qc.Min = math.Max(0, lo)
+	qc.Series = append(qc.Series, BarGroup{Name: fmt.Sprintf("target (recall ≥ %g %%, false positives ≤ %g %%)", 100*targetRecall, targetFalsePosPct),
+		Values: []float64{100 * targetRecall, 100 - targetFalsePosPct}})
+	out["detector-quality.svg"] = qc
+
+	if r := stepOf(secs, "detector-quality"); r != nil && r.Quality != nil && len(r.Quality.Results) > 0 {
+		ql := BarChart{Title: "Detection latency from the abuse start (event time), held-out traffic", ValueLabel: "s", Horizontal: true,
+			Refs: []Ref{{"target: fan-out ≤ 10 s", 10}, {"target: rate ≤ 2 s", 2}}}
+		x := r.Quality.Results[len(r.Quality.Results)-1]
+		p50, p99 := BarGroup{Name: fmt.Sprintf("p50, %d instance(s)", x.Instances)}, BarGroup{Name: fmt.Sprintf("p99, %d instance(s)", x.Instances)}
+		for _, f := range x.Families {
+			if !f.Abusive {
+				continue
+			}
+			ql.Categories = append(ql.Categories, f.Name)
+			v50, v99 := math.NaN(), math.NaN()
+			if f.Detected > 0 {
+				v50, v99 = f.LatP50Ms/1000, f.LatP99Ms/1000
+			}
+			p50.Values, p99.Values = append(p50.Values, v50), append(p99.Values, v99)
+		}
+		ql.Groups = []BarGroup{p50, p99}
+		out["detector-quality-latency.svg"] = ql
+	}
 
 	lw := BarChart{Title: "Quota ledger: DynamoDB writes per million events", ValueLabel: "UpdateItem calls per 1M events", Horizontal: true}
 	var wg BarGroup
@@ -255,8 +293,21 @@ func summary(name string, rep *Report) string {
 		b.WriteString("\n")
 	case "detector":
 		b.WriteString(rep.plotMarkdown("detector-quality.svg", "detection quality"))
+		b.WriteString(rep.plotMarkdown("detector-quality-latency.svg", "detection latency per abusive family"))
 		b.WriteString(rep.plotMarkdown("detector-latency.svg", "detection latency"))
 		b.WriteString("\n| what | measured |\n|---|---|\n")
+		for _, n := range qualityInstances(vals) {
+			k := "quality." + strconv.Itoa(n) + ":"
+			fmt.Fprintf(&b, "| held-out traffic, %d detector instance(s): abusive penalized (recall) | %s of %s |\n", n,
+				fmtValue(100*get(vals, k+"recall"), "%"), fmtValue(get(vals, k+"abusive"), ""))
+			fmt.Fprintf(&b, "| held-out traffic, %d detector instance(s): legitimate principals penalized | %s of %s (%s) |\n", n,
+				fmtValue(get(vals, k+"legit_penalized"), ""), fmtValue(get(vals, k+"legitimate"), ""), fmtValue(get(vals, k+"false_positive_rate"), "%"))
+			fmt.Fprintf(&b, "| held-out traffic, %d detector instance(s): latency from abuse start p50 / p99, rate patterns; fan-out | %s / %s; %s / %s |\n", n,
+				fmtValue(get(vals, k+"rate_p50_ms"), "ms"), fmtValue(get(vals, k+"rate_p99_ms"), "ms"), fmtValue(get(vals, k+"fanout_p50_ms"), "ms"), fmtValue(get(vals, k+"fanout_p99_ms"), "ms"))
+		}
+		if v, ok := vals["quality:agree"]; ok {
+			fmt.Fprintf(&b, "| held-out traffic: same detections from 1 and 3 instances | %s |\n", map[bool]string{true: "yes", false: "**no**"}[v.V == 1])
+		}
 		fmt.Fprintf(&b, "| abusive principals penalized within the run (recall) | %s of %s |\n",
 			fmtValue(100*get(vals, "BrokerLatency:recall"), "%"), fmtValue(get(vals, "BrokerLatency:abusive"), ""))
 		fmt.Fprintf(&b, "| legitimate principals penalized (false positives) | %s of %s (%s) |\n", fmtValue(get(vals, "BrokerLatency:false_positives"), ""),
@@ -340,17 +391,35 @@ func (rep *Report) targetsMarkdown() string {
 	num("detector ≥ 100k events/s end to end through the broker", "BrokerThroughput:e2e_events/s", "/s", func(v float64) bool { return v >= targetE2EEventsPerS })
 	num("detection p99 ≤ 2 s (crossing event → penalty in Redis)", "BrokerLatency:p99_ms", "ms", func(v float64) bool { return v <= targetDetectP99Ms })
 	num("≤ 300 bytes of state per active principal (3 routes each)", "MemoryPerPrincipal/routes=3:bytes/principal", "B", func(v float64) bool { return v <= targetBytesPerPrinc })
-	recall := get(vals, "BrokerLatency:recall")
-	row("≥ 99.5 % of abusive principals penalized", ifKnown(recall, fmtValue(100*recall, "%")), recall >= targetRecall, !math.IsNaN(recall))
-	fp, fpr := get(vals, "BrokerLatency:false_positives"), get(vals, "BrokerLatency:false_positive_rate")
-	switch {
-	case !math.IsNaN(fpr):
-		row("≤ 0.001 % of legitimate principals penalized", fmt.Sprintf("%s of %s (%s)", fmtValue(fp, ""), fmtValue(get(vals, "BrokerLatency:legitimate"), ""), fmtValue(fpr, "%")),
-			fpr <= targetFalsePosPct, true)
-	case fp == 0:
-		row("≤ 0.001 % of legitimate principals penalized", "0", true, true)
-	default:
-		row("≤ 0.001 % of legitimate principals penalized", ifKnown(fp, fmtValue(fp, "")+" (number of legitimate principals not in the log)"), false, false)
+	if ns := qualityInstances(vals); len(ns) > 0 {
+		// The held-out run: the worst pass counts.
+		recall, fp, legit, worst := math.Inf(1), 0.0, 0.0, ""
+		for _, n := range ns {
+			k := "quality." + strconv.Itoa(n) + ":"
+			recall = math.Min(recall, get(vals, k+"recall"))
+			if v := get(vals, k+"legit_penalized"); v >= fp {
+				fp, legit, worst = v, get(vals, k+"legitimate"), strconv.Itoa(n)
+			}
+		}
+		row("≥ 99.5 % of abusive principals penalized (held-out traffic, worst of 1 and 3 instances)", ifKnown(recall, fmtValue(100*recall, "%")), recall >= targetRecall, !math.IsNaN(recall))
+		row("≤ 0.001 % of legitimate principals penalized (held-out traffic, worst of 1 and 3 instances)",
+			fmt.Sprintf("%s of %s (%s, %s instance(s))", fmtValue(fp, ""), fmtValue(legit, ""), fmtValue(100*fp/legit, "%"), worst), 100*fp/legit <= targetFalsePosPct, legit > 0)
+		if v, ok := vals["quality:agree"]; ok {
+			row("the same detections from 1 or N detector instances", map[bool]string{true: "same principals and patterns", false: "different"}[v.V == 1], v.V == 1, true)
+		}
+	} else {
+		recall := get(vals, "BrokerLatency:recall")
+		row("≥ 99.5 % of abusive principals penalized", ifKnown(recall, fmtValue(100*recall, "%")), recall >= targetRecall, !math.IsNaN(recall))
+		fp, fpr := get(vals, "BrokerLatency:false_positives"), get(vals, "BrokerLatency:false_positive_rate")
+		switch {
+		case !math.IsNaN(fpr):
+			row("≤ 0.001 % of legitimate principals penalized", fmt.Sprintf("%s of %s (%s)", fmtValue(fp, ""), fmtValue(get(vals, "BrokerLatency:legitimate"), ""), fmtValue(fpr, "%")),
+				fpr <= targetFalsePosPct, true)
+		case fp == 0:
+			row("≤ 0.001 % of legitimate principals penalized", "0", true, true)
+		default:
+			row("≤ 0.001 % of legitimate principals penalized", ifKnown(fp, fmtValue(fp, "")+" (number of legitimate principals not in the log)"), false, false)
+		}
 	}
 	if r := stepOf(rep.Sections, "quota-exactness"); r != nil {
 		verdict := "TestFaultExactness passed"

@@ -124,6 +124,15 @@ func Suite(o Options) []Section {
 		append(bt("1s", "100ms"), "-cpu", "1")...)
 	memory := goBench("detector-memory", "State per active principal (1M principals)", nil, "./services/detector/internal/score/", "MemoryPerPrincipal",
 		"-benchtime", "1x")
+	// Held-out labeled traffic through 1 and 3 detector processes.
+	qualityJSON := filepath.Join(o.DataDir, "detector-quality.json")
+	qargs := []string{"-instances", "1,3", "-legit", "100000", "-abusive", "400", "-duration", "3m"}
+	if o.Quick {
+		qargs = []string{"-instances", "1,3", "-legit", "2000", "-abusive", "40", "-duration", "2m"}
+	}
+	heldOut := &Step{ID: "detector-quality", Title: "Detection quality on held-out labeled traffic through the broker, 1 and 3 detector instances",
+		Kind: Quality, JSON: qualityJSON,
+		Commands: [][]string{append(append([]string{"go", "run", "./loadtest/cmd/quality"}, qargs...), "-json", qualityJSON)}}
 	latency := goBench("detector-latency", "Detection quality and latency on labeled traffic through the broker", dynamo,
 		"./services/detector/internal/app/", "BrokerLatency", heavy...)
 
@@ -139,7 +148,7 @@ func Suite(o Options) []Section {
 	return []Section{
 		{Name: "limiter", Title: "Limiter", Steps: []*Step{limiterHTTP, limiterBatch, engine, keys}},
 		{Name: "pipeline", Title: "Pipeline throughput and lag", Steps: []*Step{codec, stream, dlq, drain, ledger}},
-		{Name: "detector", Title: "Detection quality and latency", Steps: []*Step{latency, score, memory}},
+		{Name: "detector", Title: "Detection quality and latency", Steps: []*Step{heldOut, latency, score, memory}},
 		{Name: "ledger", Title: "Quota ledger writes", Steps: []*Step{ledger, exactness}},
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/floodgate-dev/floodgate/loadtest/bench"
+	"github.com/floodgate-dev/floodgate/loadtest/quality"
+	"github.com/floodgate-dev/floodgate/pkg/events"
 )
 
 // Val is one measured number the report names (in prose, targets, charts).
@@ -123,6 +125,33 @@ func extract(r *StepResult, vals map[string]Val) {
 			vals[key+".errors"] = Val{float64(run.Errors), ""}
 		}
 	}
+	if q := r.Quality; q != nil {
+		// Held-out labeled traffic, per detector instance count n:
+		// quality.<n>:recall (fraction), :legitimate, :legit_penalized,
+		// :false_positive_rate (%), latencies in ms; quality:agree (1 or 0).
+		for _, x := range q.Results {
+			k := "quality." + strconv.Itoa(x.Instances) + ":"
+			if x.Abusive > 0 {
+				vals[k+"recall"] = Val{float64(x.Caught) / float64(x.Abusive), ""}
+			}
+			vals[k+"abusive"] = Val{float64(x.Abusive), ""}
+			vals[k+"legitimate"] = Val{float64(x.Legit), ""}
+			vals[k+"legit_penalized"] = Val{float64(x.LegitPenalized), ""}
+			if x.Legit > 0 {
+				vals[k+"false_positive_rate"] = Val{100 * float64(x.LegitPenalized) / float64(x.Legit), "%"}
+			}
+			vals[k+"rate_p50_ms"] = Val{x.RateP50Ms, "ms"}
+			vals[k+"rate_p99_ms"] = Val{x.RateP99Ms, "ms"}
+			vals[k+"fanout_p50_ms"] = Val{x.FanOutP50Ms, "ms"}
+			vals[k+"fanout_p99_ms"] = Val{x.FanOutP99Ms, "ms"}
+			vals[k+"events"] = Val{float64(x.Events), ""}
+		}
+		agree := 0.0
+		if q.Agree {
+			agree = 1
+		}
+		vals["quality:agree"] = Val{agree, ""}
+	}
 	if r.Step.Kind == GoTest && r.Err == nil {
 		vals["test."+r.Step.ID] = Val{1, ""}
 	}
@@ -218,6 +247,79 @@ func benchLogs(o Output) string {
 		return ""
 	}
 	return "<details><summary>benchmark log</summary>\n\n```\n" + b.String() + "```\n\n</details>\n\n"
+}
+
+// qualityTable is the held-out run per family, one column pair per instance count.
+func qualityTable(q *quality.Summary) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Seed %d; %s legitimate and %s abusive principals; %s of event time replayed faster than real time into a %d-partition topic.\n\n",
+		q.Seed, thousands(float64(q.Legit)), thousands(float64(q.Abusive)), fmtValue(q.DurationS, "s"), q.Partitions)
+	b.WriteString("| family | expected | principals |")
+	sep := "|---|---|---|"
+	for _, x := range q.Results {
+		fmt.Fprintf(&b, " %d inst.: penalized | %d inst.: latency p50 / p99 |", x.Instances, x.Instances)
+		sep += "---|---|"
+	}
+	b.WriteString("\n" + sep + "\n")
+	if len(q.Results) == 0 {
+		return b.String() + "\n"
+	}
+	for i, f := range q.Results[0].Families {
+		exp := "legitimate"
+		if f.Abusive {
+			exp = string(f.Pattern)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |", f.Name, exp, thousands(float64(f.Principals)))
+		for _, x := range q.Results {
+			if i >= len(x.Families) {
+				b.WriteString(" | |")
+				continue
+			}
+			g := x.Families[i]
+			lat := "—"
+			if g.Abusive && g.Detected > 0 {
+				lat = fmtValue(g.LatP50Ms/1000, "s") + " / " + fmtValue(g.LatP99Ms/1000, "s")
+			}
+			fmt.Fprintf(&b, " %s%s | %s |", thousands(float64(g.Penalized)), patternNote(g.Patterns), lat)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+	for _, x := range q.Results {
+		fmt.Fprintf(&b, "- %d instance(s): %s events; recall %s (%d of %d); legitimate principals penalized %d of %s; rate patterns p50 / p99 %s / %s; account-takeover fan-out p50 / p99 %s / %s.\n",
+			x.Instances, thousands(float64(x.Events)), fmtValue(100*float64(x.Caught)/math.Max(1, float64(x.Abusive)), "%"), x.Caught, x.Abusive,
+			x.LegitPenalized, thousands(float64(x.Legit)), fmtValue(x.RateP50Ms/1000, "s"), fmtValue(x.RateP99Ms/1000, "s"),
+			fmtValue(x.FanOutP50Ms/1000, "s"), fmtValue(x.FanOutP99Ms/1000, "s"))
+		for _, p := range x.Patterns {
+			fmt.Fprintf(&b, "  Expected %s: %d of %d penalized, %d detected as %s, latency p50 / p99 %s / %s.\n", p.Pattern, p.Penalized, p.Principals,
+				p.AsExpected, p.Pattern, fmtValue(p.LatP50Ms/1000, "s"), fmtValue(p.LatP99Ms/1000, "s"))
+		}
+		if len(x.FalseExamples) > 0 {
+			fmt.Fprintf(&b, "  Legitimate principals detected, first %d: %s.\n", len(x.FalseExamples), mdEscape(strings.Join(x.FalseExamples, "; ")))
+		}
+	}
+	if len(q.Results) > 1 {
+		if q.Agree {
+			b.WriteString("- The passes detected the same principals with the same first pattern.\n")
+		} else {
+			fmt.Fprintf(&b, "- The passes **disagree** (first differences): %s.\n", mdEscape(strings.Join(q.Diff, "; ")))
+		}
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// patternNote lists the patterns detected, e.g. " (rapid_fire 3)".
+func patternNote(m map[events.Pattern]int) string {
+	if len(m) == 0 {
+		return ""
+	}
+	var parts []string
+	for p, n := range m {
+		parts = append(parts, fmt.Sprintf("%s %d", p, n))
+	}
+	sort.Strings(parts)
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 func httpTable(r *bench.Report) string {

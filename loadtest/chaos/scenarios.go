@@ -123,7 +123,10 @@ func BrokerKill(ctx context.Context, e *Env, s Size, r *Result) error {
 	}
 	ps := users("bk", s.Principals)
 	normal := &Load{URL: "http://" + lim.Addr, Rate: s.Rate, Workers: 8, Next: func(w, i int) events.Principal { return ps[(w*7919+i)%len(ps)] }}
-	bot := events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("bk_bot_%d", time.Now().UnixNano())}
+	// A scripted user account: the chaos limiter's limits are far above any
+	// load (it must not shed the normal traffic), and automation inside its
+	// limits is not abuse; a person's account at 200/s is.
+	bot := events.Principal{Kind: events.PrincipalUser, ID: fmt.Sprintf("bk_bot_%d", time.Now().UnixNano())}
 	botLoad := &Load{URL: "http://" + lim.Addr, Rate: 200, Workers: 2, Route: "/v1/messages", Next: func(int, int) events.Principal { return bot }}
 
 	stopNormal := startLoad(ctx, normal)
@@ -470,9 +473,15 @@ func InfluxPagerDown(ctx context.Context, e *Env, s Size, r *Result) error {
 	seq := 0
 	decision := func(p events.Principal, route string) kafka.Message {
 		seq++
-		return DecisionMessage(events.Decision{ID: fmt.Sprintf("%s_%d", p.ID, seq), TS: time.Now().UTC().Truncate(time.Millisecond),
+		d := events.Decision{ID: fmt.Sprintf("%s_%d", p.ID, seq), TS: time.Now().UTC().Truncate(time.Millisecond),
 			Principal: p, IP: ipOf(seq), Method: "POST", Route: route, Allowed: true, Tier: events.TierPrincipal,
-			Cost: 1, Limit: 1000, Remaining: 900, Gateway: "chaos"})
+			Cost: 1, Limit: 1000, Remaining: 900, Gateway: "chaos"}
+		if p.Kind == events.PrincipalBot {
+			// The bots send 200/s against a limit of 50/s: the limiter denies
+			// most of it, which is what makes automation rapid fire.
+			d.Allowed, d.Limit, d.Remaining = seq%4 == 0, 50, 0
+		}
+		return DecisionMessage(d)
 	}
 	// Real time: every 100 ms each bot sends 20 decisions (200/s), and a
 	// tenth of the normal principals one each.

@@ -12,11 +12,18 @@
 //     carrier's ranges, otherwise normal.
 //   - pollers: people whose app polls a route every 30 s on top of their clicks.
 //   - integrations: API keys at a steady 1–6 req/s (Poisson) on their own route.
-//   - rapid_fire (abusive): bots and scripted users at 20–300 req/s on one route.
+//   - rapid_fire (abusive): bots at 25–300 req/s (against a limit of 10/s) and
+//     scripted users at 20–300 req/s, on one route.
 //   - botnet (abusive): one principal spread over 50–400 addresses, one to a
 //     few requests per address, 1–4 req/s in total.
 //   - low_and_slow (abusive): scripted user accounts, one request every 2–6 s
 //     with ±3 % jitter — under every rate limit, too regular for a person.
+//
+// Every decision carries what the limiter would have answered: each principal
+// has a token bucket (a per-second limit by kind, burst equal to the limit:
+// user 20/s, bot 10/s, api_key 20/s, anonymous 5/s), so a client past its
+// limit is denied (allowed=false, remaining 0) and one close to it is
+// flagged near_limit, as the real limiter's events are.
 //
 // Abusive actors start at a random time in the first 30 % of the run, so the
 // slowest (low_and_slow at one request per 6 s needs 64 gaps) can be seen.
@@ -65,6 +72,11 @@ type Label struct {
 	Population string
 	Abusive    bool
 	AbuseStart time.Time // first abusive event (zero for legitimate principals)
+
+	// Held-out streams (NewHeldOut) also set:
+	Family  string         // the family (same as Population)
+	Pattern events.Pattern // the pattern expected ("" for legitimate principals)
+	FanOut  bool           // account-takeover fan-out: its latency is reported apart
 }
 
 // Stream yields events in time order. It is not safe for concurrent use.
@@ -75,6 +87,8 @@ type Stream struct {
 	actors actorHeap
 	labels map[string]*Label
 	n      int64
+	// limiter: held-out stream, decisions from the per-kind token buckets.
+	limiter bool
 }
 
 // New builds a stream for sc.
@@ -118,7 +132,8 @@ func New(sc Scenario) *Stream {
 		return sc.Start.Add(time.Duration(a.rng.Int64N(int64(sc.Duration * 3 / 10))))
 	}
 	add("rapid_fire", true, events.PrincipalBot, sc.RapidFire/2, func(a *actor) {
-		a.routes, a.home, a.rate, a.next, a.behave = []string{routes[a.rng.IntN(len(routes))]}, s.homeIP(a.rng), 20+280*a.rng.Float64(), abuseStart(a), (*actor).poisson
+		// 25–300/s against a bot limit of 10/s: most requests denied.
+		a.routes, a.home, a.rate, a.next, a.behave = []string{routes[a.rng.IntN(len(routes))]}, s.homeIP(a.rng), 25+275*a.rng.Float64(), abuseStart(a), (*actor).poisson
 	})
 	add("rapid_fire_user", true, events.PrincipalUser, sc.RapidFire-sc.RapidFire/2, func(a *actor) {
 		a.routes, a.home, a.rate, a.next, a.behave = []string{routes[a.rng.IntN(len(routes))]}, s.homeIP(a.rng), 20+280*a.rng.Float64(), abuseStart(a), (*actor).poisson
@@ -151,10 +166,20 @@ func (s *Stream) Next(d *events.Decision) bool {
 			continue
 		}
 		at := a.next
+		if s.limiter {
+			ip, r := a.behaveH(a)
+			s.n++
+			*d = events.Decision{ID: fmt.Sprintf("ho_%d", s.n), TS: at, Principal: a.p, IP: ip, Route: r.path, Gateway: "labeled"}
+			s.decide(a, r, at, d)
+			heap.Fix(&s.actors, 0)
+			return true
+		}
 		ip, route := a.behave(a)
 		s.n++
+		allowed, remaining, limit := a.take(at)
 		*d = events.Decision{ID: fmt.Sprintf("lab_%d", s.n), TS: at, Principal: a.p, IP: ip, Method: "GET", Route: route,
-			Allowed: true, Tier: events.TierPrincipal, Cost: 1, Limit: 100, Remaining: 50, Gateway: "labeled"}
+			Allowed: allowed, Tier: events.TierPrincipal, Cost: 1, Limit: limit, Remaining: remaining, Gateway: "labeled",
+			NearLimit: remaining*10 < limit}
 		heap.Fix(&s.actors, 0)
 		return true
 	}
@@ -177,7 +202,32 @@ func (s *Stream) mobileIP(rng *rand.Rand) netip.Addr {
 	return netip.AddrFrom4([4]byte{100, byte(80 + rng.IntN(16)), byte(rng.IntN(256)), byte(1 + rng.IntN(254))})
 }
 
+// kindLimits are the per-second limits of the modelled limiter.
+var kindLimits = map[events.PrincipalKind]int64{
+	events.PrincipalUser: 20, events.PrincipalBot: 10, events.PrincipalAPIKey: 20, events.PrincipalAnonymous: 5,
+}
+
+// take spends one token of the actor's bucket at t and reports the limiter's
+// answer: allowed, the tokens remaining and the limit.
+func (a *actor) take(t time.Time) (bool, int64, int64) {
+	limit := kindLimits[a.p.Kind]
+	if a.bucketAt.IsZero() {
+		a.tokens = float64(limit)
+	} else if dt := t.Sub(a.bucketAt).Seconds(); dt > 0 {
+		a.tokens = math.Min(float64(limit), a.tokens+dt*float64(limit))
+	}
+	a.bucketAt = t
+	if a.tokens < 1 {
+		return false, 0, limit
+	}
+	a.tokens--
+	return true, int64(a.tokens), limit
+}
+
 type actor struct {
+	tokens   float64
+	bucketAt time.Time
+
 	p      events.Principal
 	pop    string
 	rng    *rand.Rand
@@ -197,6 +247,32 @@ type actor struct {
 	period    time.Duration
 	botnet    []netip.Addr
 	botnetIdx int
+
+	// held-out families (heldout.go)
+	behaveH    func(a *actor) (netip.Addr, route)
+	label      *Label
+	buckets    map[route]*bucket
+	routeSet   []route
+	sessionGap float64 // mean seconds between sessions
+	think      float64 // mean seconds between page views
+	pageLeft   int
+	callsLeft  int
+	humanNext  time.Time
+	v6priv     bool
+	v6rotate   netip.Addr
+	roamEvery  [2]float64 // seconds between network changes, min and max
+	pollJitter float64
+	pollRoute  route
+	paced      bool
+	stopAt     time.Time
+	rampFrom   time.Time
+	rampDur    time.Duration
+	pulseOn    time.Duration
+	pulseOff   time.Duration
+	pulseEnd   time.Time
+	takeover   time.Time
+	hroute     route
+	natPool    []netip.Addr
 }
 
 // person: bursts of clicks, then a pause; IPv6 hosts take a new privacy
@@ -251,6 +327,9 @@ func (a *actor) ip(at time.Time) netip.Addr {
 		if !at.Before(a.roamAt) {
 			a.home = netip.AddrFrom4([4]byte{100, byte(80 + a.rng.IntN(16)), byte(a.rng.IntN(256)), byte(1 + a.rng.IntN(254))})
 			a.roamAt = at.Add(time.Duration(30+a.rng.IntN(150)) * time.Second)
+			if a.roamEvery[1] > 0 {
+				a.roamAt = at.Add(time.Duration((a.roamEvery[0] + a.rng.Float64()*(a.roamEvery[1]-a.roamEvery[0])) * float64(time.Second)))
+			}
 		}
 	}
 	return a.home

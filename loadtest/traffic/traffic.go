@@ -22,7 +22,17 @@ type Actor struct {
 	ID     string
 	IPs    []string // picked at random per request
 	Routes []Route
-	Rate   float64 // checks per second
+	Rate   float64 // checks per second (a fixed interval when Pace is nil)
+	// Pace, when set, chooses the wait before each next check (Poisson
+	// arrivals, sessions, jittered polling); it is used by one goroutine.
+	Pace Pace
+	// Abusive labels the actor for the demo's summary.
+	Abusive bool
+}
+
+// Pace chooses the wait before an actor's next check.
+type Pace interface {
+	Next(r *rand.Rand) time.Duration
 }
 
 // Route is a templated route and the resource it touches.
@@ -96,16 +106,23 @@ func (r *Runner) Run(ctx context.Context, actors []Actor) {
 
 func (r *Runner) runActor(ctx context.Context, a Actor) {
 	counts := r.Stats(a.Class)
-	interval := time.Duration(float64(time.Second) / a.Rate)
-	// Desynchronise actors so normal users do not arrive in lockstep.
-	next := time.Now().Add(time.Duration(rand.Int64N(int64(interval) + 1)))
+	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	interval := func() time.Duration { return time.Duration(float64(time.Second) / a.Rate) }
+	if a.Pace != nil {
+		interval = func() time.Duration { return a.Pace.Next(rng) }
+	}
+	// Desynchronise actors so they do not arrive in lockstep.
+	next := time.Now().Add(time.Duration(rng.Int64N(int64(interval()) + 1)))
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(time.Until(next)):
 		}
-		next = next.Add(interval)
+		next = next.Add(interval())
+		if now := time.Now(); next.Before(now.Add(-time.Second)) {
+			next = now // fell behind (a slow limiter): do not burst to catch up
+		}
 		route := a.Routes[rand.IntN(len(a.Routes))]
 		ip := a.IPs[rand.IntN(len(a.IPs))]
 		ans, err := r.Check(ctx, a.Kind, a.ID, ip, route)

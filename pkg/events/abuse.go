@@ -28,6 +28,12 @@ type Abuse struct {
 	Penalty      Penalty
 	// DetectorVersion identifies the detector build or model, 1–64 characters.
 	DetectorVersion string
+	// IncidentID, when set, groups the detections of one incident: one
+	// principal × pattern while its penalty runs (optional; empty: absent).
+	IncidentID string
+	// DetectionCount is this detection's number within its incident, from 1
+	// (optional; 0: absent).
+	DetectionCount int64
 }
 
 // Window is the time window of a detection.
@@ -60,6 +66,56 @@ type Evidence struct {
 	// CrossingEvent, when set, is where the decision event that crossed the
 	// threshold was read (optional: absent in events of older detectors).
 	CrossingEvent *EventRef
+	// Basis, when set, is what the principal was measured against (optional:
+	// absent in events of older detectors).
+	Basis *Basis
+}
+
+// Basis is what a detection measured the principal against, per pattern.
+type Basis struct {
+	// Source is the expectation: principal_history, route_population,
+	// kind_floor or limit (rapid_fire), or networks (distributed_ip).
+	Source string
+	// BaselineKind is the kind whose baselines and floors were used.
+	BaselineKind PrincipalKind
+	// DenialRatio is the share of the principal's decisions in about one
+	// window that the limiter denied, 0–1.
+	DenialRatio float64
+	// NewNetworks counts networks new to the principal in the fan-out
+	// interval; NetworkThreshold is the count of networks at which
+	// distributed_ip fires (0 for other patterns).
+	NewNetworks      int64
+	NetworkThreshold int64
+}
+
+// Basis sources.
+const (
+	BasisPrincipalHistory = "principal_history"
+	BasisRoutePopulation  = "route_population"
+	BasisKindFloor        = "kind_floor"
+	BasisLimit            = "limit"
+	BasisNetworks         = "networks"
+)
+
+const basisSources = "principal_history|route_population|kind_floor|limit|networks"
+
+func (b *Basis) validate() *ValidationError {
+	if err := oneOf(b.Source, basisSources); err != nil {
+		return at("source", err)
+	}
+	if !b.BaselineKind.Valid() {
+		return at("baseline_kind", oneOf(string(b.BaselineKind), principalKinds))
+	}
+	if err := atLeast0(b.DenialRatio); err != nil || b.DenialRatio > 1 {
+		return at("denial_ratio", reason(fmt.Sprintf("%v is not in [0, 1]", b.DenialRatio)))
+	}
+	if err := intRange(b.NewNetworks, 0, MaxSafeInteger); err != nil {
+		return at("new_networks", err)
+	}
+	if err := intRange(b.NetworkThreshold, 0, MaxSafeInteger); err != nil {
+		return at("network_threshold", err)
+	}
+	return nil
 }
 
 // EventRef names one Kafka message: a topic, a partition and an offset.
@@ -174,6 +230,16 @@ func (a *Abuse) validate() *ValidationError {
 	if err := validText(a.DetectorVersion, MaxVersionLen, false); err != nil {
 		return at("detector_version", err)
 	}
+	if a.IncidentID != "" {
+		if err := validID(a.IncidentID); err != nil {
+			return at("incident_id", err)
+		}
+	}
+	if a.DetectionCount != 0 {
+		if err := intRange(a.DetectionCount, 1, MaxSafeInteger); err != nil {
+			return at("detection_count", err)
+		}
+	}
 	return nil
 }
 
@@ -231,6 +297,11 @@ func (e *Evidence) validate() *ValidationError {
 	if e.CrossingEvent != nil {
 		if err := e.CrossingEvent.validate(); err != nil {
 			return at("crossing_event", err)
+		}
+	}
+	if e.Basis != nil {
+		if err := e.Basis.validate(); err != nil {
+			return at("basis", err)
 		}
 	}
 	return nil
@@ -357,6 +428,19 @@ func AppendAbuse(dst []byte, a *Abuse) ([]byte, error) {
 		b = strconv.AppendInt(b, r.Offset, 10)
 		b = append(b, '}')
 	}
+	if bs := e.Basis; bs != nil {
+		b = append(b, `,"basis":{"source":`...)
+		b = appendString(b, bs.Source)
+		b = append(b, `,"baseline_kind":`...)
+		b = appendString(b, string(bs.BaselineKind))
+		b = append(b, `,"denial_ratio":`...)
+		b = appendFloat(b, bs.DenialRatio)
+		b = append(b, `,"new_networks":`...)
+		b = strconv.AppendInt(b, bs.NewNetworks, 10)
+		b = append(b, `,"network_threshold":`...)
+		b = strconv.AppendInt(b, bs.NetworkThreshold, 10)
+		b = append(b, '}')
+	}
 	b = append(b, `},"penalty":{"multiplier":`...)
 	b = appendFloat(b, a.Penalty.Multiplier)
 	b = append(b, `,"expires_at":`...)
@@ -367,6 +451,14 @@ func AppendAbuse(dst []byte, a *Abuse) ([]byte, error) {
 	b = appendString(b, string(a.Penalty.Mode))
 	b = append(b, `},"detector_version":`...)
 	b = appendString(b, a.DetectorVersion)
+	if a.IncidentID != "" {
+		b = append(b, `,"incident_id":`...)
+		b = appendString(b, a.IncidentID)
+	}
+	if a.DetectionCount != 0 {
+		b = append(b, `,"detection_count":`...)
+		b = strconv.AppendInt(b, a.DetectionCount, 10)
+	}
 	return append(b, '}'), nil
 }
 
@@ -407,6 +499,8 @@ func decodeAbuse(data []byte, ev *Abuse) *ValidationError {
 		bEvidence
 		bPenalty
 		bDetectorVersion
+		bIncidentID
+		bDetectionCount
 	)
 	d := decoder{data: data, typ: TypeAbuse}
 	if err := d.object(""); err != nil {
@@ -487,6 +581,18 @@ func decodeAbuse(data []byte, ev *Abuse) *ValidationError {
 					}
 				}
 			}
+		case "incident_id":
+			if err = d.seen(&seen, bIncidentID, "incident_id"); err == nil {
+				if ev.IncidentID, err = d.str("incident_id"); err == nil {
+					if e := validID(ev.IncidentID); e != nil {
+						err = d.invalid("incident_id", e)
+					}
+				}
+			}
+		case "detection_count":
+			if err = d.seen(&seen, bDetectionCount, "detection_count"); err == nil {
+				ev.DetectionCount, err = d.integer("detection_count", 1, MaxSafeInteger)
+			}
 		default:
 			err = d.skip(1)
 		}
@@ -559,6 +665,7 @@ func (d *decoder) evidence(e *Evidence) *ValidationError {
 		bTopRoutes
 		bTopIPs
 		bCrossingEvent
+		bBasis
 	)
 	if err := d.object("evidence"); err != nil {
 		return err
@@ -614,6 +721,11 @@ func (d *decoder) evidence(e *Evidence) *ValidationError {
 			if err = d.seen(&seen, bCrossingEvent, "crossing_event"); err == nil {
 				e.CrossingEvent = &EventRef{}
 				err = d.eventRef(e.CrossingEvent)
+			}
+		case "basis":
+			if err = d.seen(&seen, bBasis, "basis"); err == nil {
+				e.Basis = &Basis{}
+				err = d.basis(e.Basis)
 			}
 		default:
 			err = d.skip(1)
@@ -756,6 +868,72 @@ func (d *decoder) ipCount(c *IPCount) *ValidationError {
 		}
 	}
 	return d.required("", seen, []req{{bIP, "ip"}, {bCount, "count"}, {bShared, "shared_principals"}})
+}
+
+func (d *decoder) basis(bs *Basis) *ValidationError {
+	const (
+		bSource uint32 = 1 << iota
+		bKind
+		bDenial
+		bNew
+		bThreshold
+	)
+	if err := d.object("evidence.basis"); err != nil {
+		return err
+	}
+	var seen uint32
+	first := true
+	for {
+		name, ok, err := d.member(&first)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		switch string(name) {
+		case "source":
+			if err = d.seen(&seen, bSource, "source"); err == nil {
+				if bs.Source, err = d.str("evidence.basis.source"); err == nil {
+					if e := oneOf(bs.Source, basisSources); e != nil {
+						err = d.invalid("evidence.basis.source", e)
+					}
+				}
+			}
+		case "baseline_kind":
+			if err = d.seen(&seen, bKind, "baseline_kind"); err == nil {
+				var b []byte
+				if b, err = d.strBytes("evidence.basis.baseline_kind"); err == nil {
+					k, ok := principalKind(b)
+					if !ok {
+						return d.invalid("evidence.basis.baseline_kind", oneOf(string(b), principalKinds))
+					}
+					bs.BaselineKind = k
+				}
+			}
+		case "denial_ratio":
+			if err = d.seen(&seen, bDenial, "denial_ratio"); err == nil {
+				if bs.DenialRatio, err = d.nonNegative("evidence.basis.denial_ratio"); err == nil && bs.DenialRatio > 1 {
+					err = d.invalid("evidence.basis.denial_ratio", reason(fmt.Sprintf("%v is not in [0, 1]", bs.DenialRatio)))
+				}
+			}
+		case "new_networks":
+			if err = d.seen(&seen, bNew, "new_networks"); err == nil {
+				bs.NewNetworks, err = d.integer("evidence.basis.new_networks", 0, MaxSafeInteger)
+			}
+		case "network_threshold":
+			if err = d.seen(&seen, bThreshold, "network_threshold"); err == nil {
+				bs.NetworkThreshold, err = d.integer("evidence.basis.network_threshold", 0, MaxSafeInteger)
+			}
+		default:
+			err = d.skip(1)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return d.required("evidence.basis", seen, []req{{bSource, "source"}, {bKind, "baseline_kind"}, {bDenial, "denial_ratio"},
+		{bNew, "new_networks"}, {bThreshold, "network_threshold"}})
 }
 
 func (d *decoder) eventRef(r *EventRef) *ValidationError {

@@ -323,7 +323,9 @@ func (g *generator) strings(node map[string]any, val string, p path, tag string)
 		for _, r := range []struct {
 			s  string
 			ok bool
-		}{{"/", true}, {"/a/{b_c}/d.e~f-g", true}, {"/a/", false}, {"//", false}, {"/a?x=1", false}, {"/{Id}", false}, {"a/b", false}, {"/é", false}} {
+		}{{"/", true}, {"/a/{b_c}/d.e~f-g", true}, {"/users/@me", true}, {"/{Id}", true}, {"/v1/{name}:cancel", true},
+			{"/a%2Fb", true}, {"/{Sid}.json", true}, {"/a/", false}, {"//", false}, {"/a?x=1", false}, {"/{a}{b}", false},
+			{"/a%2", false}, {"/a%zz", false}, {"/{1a}", false}, {"/a b", false}, {"/a{b", false}, {"a/b", false}, {"/é", false}} {
 			g.emit(fmt.Sprintf("route %q", r.s), p, r.s, false, r.ok)
 		}
 	case "principal.id":

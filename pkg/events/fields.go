@@ -51,12 +51,20 @@ func isIDByte(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-'
 }
 
-// ValidRoute reports whether s is a templated route: it starts with "/", is at
-// most 256 bytes, and each segment between slashes is either a literal of
-// [A-Za-z0-9._~-]+ or a parameter "{name}" with name [a-z_][a-z0-9_]*. Empty
-// segments (a trailing slash, "//") are not allowed except for the lone route
-// "/", and there is no query string. Example: "/channels/{channel_id}/messages".
+// ValidRoute reports whether s is a templated route: an RFC 3986 absolute path
+// with parameters. It starts with "/", is at most 256 bytes, has no query
+// string and no empty segment (no "//", no trailing slash) except the lone
+// route "/". A segment is a run of literal characters — RFC 3986 pchar:
+// A-Z a-z 0-9 - . _ ~, the sub-delims ! $ & ' ( ) * + , ; =, ":" and "@", and
+// percent-encoded bytes %XX — and parameters "{name}" with name
+// [A-Za-z_][A-Za-z0-9_-]*, mixed as OpenAPI path templating allows, except that
+// two parameters may not touch ("{a}{b}" cannot be split). Examples:
+// "/channels/{channel_id}/messages", "/users/@me",
+// "/2010-04-01/Accounts/{AccountSid}/Messages/{Sid}.json", "/v1/{name}:cancel".
 func ValidRoute(s string) error { return asError(validRoute(s)) }
+
+// RouteGrammar is the route grammar in words, for error messages and docs.
+const RouteGrammar = "segments of RFC 3986 path characters (A-Z a-z 0-9 - . _ ~ ! $ & ' ( ) * + , ; = : @ and %XX) and {name} parameters, name [A-Za-z_][A-Za-z0-9_-]*"
 
 func validRoute(s string) *ValidationError {
 	switch {
@@ -69,45 +77,73 @@ func validRoute(s string) *ValidationError {
 	case s == "/":
 		return nil
 	}
-	start := 1 // first byte of the current segment
-	for i := 1; i <= len(s); i++ {
-		if i < len(s) && s[i] != '/' {
+	segStart := 1      // first byte of the current segment
+	prevParam := false // the previous item of this segment was a parameter
+	for i := 1; i <= len(s); {
+		if i == len(s) || s[i] == '/' {
+			if i == segStart {
+				return reason(fmt.Sprintf("%s has an empty segment at byte %d", quote(s), segStart))
+			}
+			i++
+			segStart, prevParam = i, false
 			continue
 		}
-		seg := s[start:i]
-		if seg == "" {
-			return reason(fmt.Sprintf("%s has an empty segment at byte %d", quote(s), start))
-		}
-		if seg[0] == '{' {
-			if len(seg) < 3 || seg[len(seg)-1] != '}' || !validParamName(seg[1:len(seg)-1]) {
-				return reason(fmt.Sprintf("%s has an invalid parameter segment %s; parameters are {name} with name [a-z_][a-z0-9_]*", quote(s), quote(seg)))
+		switch c := s[i]; {
+		case c == '{':
+			if prevParam {
+				return reason(fmt.Sprintf("%s has two parameters with nothing between them at byte %d; they cannot be told apart", quote(s), i))
 			}
-		} else {
-			for j := 0; j < len(seg); j++ {
-				if c := seg[j]; !isRouteLiteralByte(c) {
-					if c == '?' {
-						return reason(fmt.Sprintf("%s has a query string; routes are paths only", quote(s)))
-					}
-					return reason(fmt.Sprintf("%s has %s at byte %d; literal segments are [A-Za-z0-9._~-]+", quote(s), quoteRuneAt(s, start+j), start+j))
+			j := i + 1
+			for j < len(s) && s[j] != '}' && s[j] != '/' {
+				j++
+			}
+			if j == len(s) || s[j] != '}' || !validParamName(s[i+1:j]) {
+				end := j
+				if end < len(s) && s[end] == '}' {
+					end++
 				}
+				return reason(fmt.Sprintf("%s has an invalid parameter %s at byte %d; parameters are {name} with name [A-Za-z_][A-Za-z0-9_-]*", quote(s), quote(s[i:end]), i))
 			}
+			i, prevParam = j+1, true
+		case c == '%':
+			if i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2]) {
+				return reason(fmt.Sprintf("%s has %s at byte %d that does not start a percent-encoded byte %%XX", quote(s), quoteRuneAt(s, i), i))
+			}
+			i, prevParam = i+3, false
+		case isRouteLiteralByte(c):
+			i, prevParam = i+1, false
+		case c == '?':
+			return reason(fmt.Sprintf("%s has a query string; routes are paths only", quote(s)))
+		default:
+			return reason(fmt.Sprintf("%s has %s at byte %d; routes are %s", quote(s), quoteRuneAt(s, i), i, RouteGrammar))
 		}
-		start = i + 1
 	}
 	return nil
 }
 
+// isRouteLiteralByte reports whether c is an RFC 3986 pchar other than a
+// percent-encoding: unreserved, sub-delims, ":" or "@".
 func isRouteLiteralByte(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
-		c == '.' || c == '_' || c == '~' || c == '-'
+	if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+		return true
+	}
+	switch c {
+	case '-', '.', '_', '~', '!', '$', '&', '\'', '(', ')', '*', '+', ',', ';', '=', ':', '@':
+		return true
+	}
+	return false
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 func validParamName(name string) bool {
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		switch {
-		case 'a' <= c && c <= 'z', c == '_':
-		case '0' <= c && c <= '9' && i > 0:
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', c == '_':
+		case ('0' <= c && c <= '9' || c == '-') && i > 0:
 		default:
 			return false
 		}

@@ -128,6 +128,10 @@ func FuzzValidRoute(f *testing.F) {
 	f.Add("/channels/{channel_id}/messages")
 	f.Add("/")
 	f.Add("/a//b")
+	f.Add("/users/@me")
+	f.Add("/2010-04-01/Accounts/{AccountSid}/Messages/{Sid}.json")
+	f.Add("/v1/{name}:cancel")
+	f.Add("/a%2Fb/{x}{y}")
 	f.Fuzz(func(t *testing.T, s string) {
 		err := ValidRoute(s)
 		require.Equal(t, err == nil, re.MatchString(s) && len(s) <= MaxRouteLen, "ValidRoute(%q): %v", s, err)

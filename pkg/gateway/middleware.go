@@ -72,7 +72,7 @@ func Middleware(o Options) (func(http.Handler) http.Handler, error) {
 				writeProblem(w, http.StatusBadRequest, "https://floodgate.dev/problems/invalid-request", err.Error())
 				return
 			}
-			m := o.Router.Match(r.Method, r.URL.Path)
+			m := o.Router.Match(r.Method, r.URL.EscapedPath())
 			p, ok := events.Principal{}, false
 			if o.Principal != nil {
 				p, ok = o.Principal(r)

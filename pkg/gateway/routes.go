@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -20,9 +21,19 @@ type Route struct {
 
 type compiledRoute struct {
 	Route
-	segments []string // literal, or "" for a parameter
-	params   []string // parameter name per segment ("" for literals)
-	literals int
+	segments []segment
+	params   []string // every parameter name, in order
+	literals int      // literal characters: more is more specific
+}
+
+// segment is one path segment of a template: literal runs (percent-decoded)
+// and parameters, alternating; two parameters never touch (the route grammar
+// refuses "{a}{b}").
+type segment []part
+
+type part struct {
+	lit   string // literal text, decoded
+	param string // parameter name; lit is empty
 }
 
 // Router maps a request's method and path to its route template, so limits are
@@ -58,15 +69,15 @@ func NewRouter(routes []Route, fallback string) (*Router, error) {
 			return nil, fmt.Errorf("routes[%d].template: %w", i, err)
 		}
 		c := compiledRoute{Route: rt}
-		for _, seg := range splitPath(rt.Template) {
-			if strings.HasPrefix(seg, "{") {
-				c.segments = append(c.segments, "")
-				c.params = append(c.params, strings.Trim(seg, "{}"))
-			} else {
-				c.segments = append(c.segments, seg)
-				c.params = append(c.params, "")
-				c.literals++
+		for _, raw := range splitPath(rt.Template) {
+			seg := compileSegment(raw)
+			for _, p := range seg {
+				if p.param != "" {
+					c.params = append(c.params, p.param)
+				}
+				c.literals += len(p.lit)
 			}
+			c.segments = append(c.segments, seg)
 		}
 		if strings.Contains(rt.Resource, "{") {
 			for _, ref := range paramRefs(rt.Resource) {
@@ -80,11 +91,19 @@ func NewRouter(routes []Route, fallback string) (*Router, error) {
 	return r, nil
 }
 
-// Match finds the most specific route (most literal segments) for method and path.
+// Match finds the most specific route (most literal characters) for method
+// and path. path is the request's escaped path (r.URL.EscapedPath()): it is
+// split on "/" first and each segment is then percent-decoded, so an encoded
+// "%2F" stays inside its segment.
 func (r *Router) Match(method, path string) Match {
 	segs := splitPath(path)
+	for i, s := range segs {
+		if u, err := url.PathUnescape(s); err == nil {
+			segs[i] = u
+		}
+	}
 	var best *compiledRoute
-	var bestVals []string
+	var bestVals map[string]string
 	for i := range r.routes {
 		c := &r.routes[i]
 		if c.Method != method || len(c.segments) != len(segs) {
@@ -101,10 +120,8 @@ func (r *Router) Match(method, path string) Match {
 	m := Match{Template: best.Template, Cost: max(best.Cost, 1)}
 	if best.Resource != "" {
 		res := best.Resource
-		for i, name := range best.params {
-			if name != "" {
-				res = strings.ReplaceAll(res, "{"+name+"}", bestVals[i])
-			}
+		for name, v := range bestVals {
+			res = strings.ReplaceAll(res, "{"+name+"}", url.PathEscape(v)) // one spelling per value
 		}
 		if events.ValidResource(res) == nil { // a hostile path segment never reaches the limiter
 			m.Resource = res
@@ -113,19 +130,69 @@ func (r *Router) Match(method, path string) Match {
 	return m
 }
 
-func (c *compiledRoute) match(segs []string) ([]string, bool) {
-	vals := make([]string, len(segs))
+func (c *compiledRoute) match(segs []string) (map[string]string, bool) {
+	var vals map[string]string
+	if len(c.params) > 0 {
+		vals = make(map[string]string, len(c.params))
+	}
 	for i, s := range segs {
-		if c.segments[i] == "" {
-			if s == "" {
-				return nil, false
-			}
-			vals[i] = s
-		} else if c.segments[i] != s {
+		if !c.segments[i].match(s, vals) {
 			return nil, false
 		}
 	}
 	return vals, true
+}
+
+// match reports whether s matches the segment, recording parameter values in
+// vals. A parameter takes at least one byte and, when a literal follows, the
+// shortest value after which the rest still matches.
+func (seg segment) match(s string, vals map[string]string) bool {
+	if len(seg) == 0 {
+		return s == ""
+	}
+	p := seg[0]
+	if p.param == "" {
+		return strings.HasPrefix(s, p.lit) && seg[1:].match(s[len(p.lit):], vals)
+	}
+	if len(seg) == 1 {
+		if s == "" {
+			return false
+		}
+		vals[p.param] = s
+		return true
+	}
+	next := seg[1].lit // parameters never touch: a literal follows
+	for i := 1; i <= len(s)-len(next); i++ {
+		if strings.HasPrefix(s[i:], next) && seg[1:].match(s[i:], vals) {
+			vals[p.param] = s[:i]
+			return true
+		}
+	}
+	return false
+}
+
+// compileSegment splits a valid template segment into literal runs and parameters.
+func compileSegment(raw string) segment {
+	var seg segment
+	for raw != "" {
+		if raw[0] == '{' {
+			j := strings.IndexByte(raw, '}')
+			seg = append(seg, part{param: raw[1:j]})
+			raw = raw[j+1:]
+			continue
+		}
+		j := strings.IndexByte(raw, '{')
+		if j < 0 {
+			j = len(raw)
+		}
+		lit := raw[:j]
+		if u, err := url.PathUnescape(lit); err == nil {
+			lit = u
+		}
+		seg = append(seg, part{lit: lit})
+		raw = raw[j:]
+	}
+	return seg
 }
 
 func splitPath(p string) []string {

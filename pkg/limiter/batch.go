@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -36,17 +37,28 @@ type scriptBatcher struct {
 	max         int           // checks per pipeline
 	maxFlushers int           // pipelines in flight at once
 	budget      time.Duration // bound of one pipeline's round trip
+	maxQueue    int           // checks waiting for a pipeline; beyond, shed at once (0: no bound)
 
 	mu       sync.Mutex
 	pending  []*batchItem
 	flushers int
 }
 
+// errOverloaded is a check the limiter had no capacity for: the queue for
+// pipelines was full, or the check waited past its bound before its pipeline
+// was sent. It says nothing about Redis.
+var errOverloaded = errors.New("limiter overloaded")
+
 // run sends calls in the next pipeline and returns one result per call. It
-// returns ctx's error when ctx ends first (the calls may still be sent).
+// returns errOverloaded when the queue is full, or when ctx ends before the
+// calls were sent; ctx's error when ctx ends while they are in flight.
 func (b *scriptBatcher) run(ctx context.Context, calls []scriptCall) ([]any, error) {
 	it := &batchItem{calls: calls, done: make(chan struct{})}
 	b.mu.Lock()
+	if b.maxQueue > 0 && len(b.pending) >= b.maxQueue {
+		b.mu.Unlock()
+		return nil, errOverloaded
+	}
 	b.pending = append(b.pending, it)
 	if b.flushers < b.maxFlushers {
 		b.flushers++
@@ -58,6 +70,15 @@ func (b *scriptBatcher) run(ctx context.Context, calls []scriptCall) ([]any, err
 	case <-it.done:
 		return it.out, it.err
 	case <-ctx.Done():
+		b.mu.Lock()
+		for i, p := range b.pending {
+			if p == it { // never sent: take it out, and it is overload, not Redis
+				b.pending = append(b.pending[:i:i], b.pending[i+1:]...)
+				b.mu.Unlock()
+				return nil, errOverloaded
+			}
+		}
+		b.mu.Unlock()
 		return nil, ctx.Err()
 	}
 }

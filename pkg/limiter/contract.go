@@ -27,6 +27,8 @@ const (
 	// (the platform is shedding load), not the client's own excess.
 	ProblemReducedCapacity = "https://floodgate.dev/problems/temporarily-reduced-capacity"
 	ProblemBadRequest      = "https://floodgate.dev/problems/invalid-request"
+	ProblemUnauthenticated = "https://floodgate.dev/problems/unauthenticated"
+	ProblemForbidden       = "https://floodgate.dev/problems/forbidden"
 	ProblemUnavailable     = "https://floodgate.dev/problems/unavailable"
 )
 
@@ -55,7 +57,12 @@ func Headers(r Result, correlationID string) map[string]string {
 	if !r.Allowed {
 		h["Retry-After"] = strconv.FormatInt(retryAfterSeconds(r), 10)
 	}
-	if r.Degraded {
+	switch {
+	case r.Degraded && r.Error == ShedReason:
+		// Busy, not down: enforced from local state, so a gateway must not
+		// treat it as the limiter's outage.
+		h["X-RateLimit-Shed"] = "answered from local state"
+	case r.Degraded:
 		h["X-RateLimit-Error"] = r.Error + "; answered by fail policy"
 	}
 	return h

@@ -53,9 +53,11 @@ type EmbedConfig struct {
 	Observer Observer
 
 	// Budget bounds one check's Redis round trip (default 50ms); past it, or
-	// while the breaker is open (BreakerFailures consecutive failures, default
-	// 5, for BreakerOpen, default 1s), checks are answered by the rules' fail
-	// policies. OverLimitEntries sizes the over-limit cache (default 100,000;
+	// while the breaker is open (at least BreakerFailures failures, default
+	// 10, making half of the checks of a second; open for BreakerOpen,
+	// default 200ms), checks are answered by the rules' fail policies. A
+	// check that cannot get a pipeline (queue full, or queued past 4 ×
+	// Budget) is shed: answered from local buckets, never failed open. OverLimitEntries sizes the over-limit cache (default 100,000;
 	// negative disables), RedisBatch the pipelined batch (default 64).
 	Budget           time.Duration
 	BreakerFailures  int
@@ -64,6 +66,9 @@ type EmbedConfig struct {
 	RedisBatch       int
 	// Shadow puts every rule in shadow mode.
 	Shadow bool
+	// Callers, when set, is who may ask for checks over HTTP and gRPC
+	// (Server, NewGRPCServer); in-process checks are the embedding program's own.
+	Callers *Callers
 	// RuntimePoll is how often scales and overrides are re-read (default 1s).
 	RuntimePoll time.Duration
 
@@ -88,10 +93,10 @@ func (c *EmbedConfig) defaults() {
 		c.Budget = 50 * time.Millisecond
 	}
 	if c.BreakerFailures == 0 {
-		c.BreakerFailures = 5
+		c.BreakerFailures = 10
 	}
 	if c.BreakerOpen == 0 {
-		c.BreakerOpen = time.Second
+		c.BreakerOpen = 200 * time.Millisecond
 	}
 	switch {
 	case c.OverLimitEntries == 0:
@@ -168,11 +173,15 @@ func NewEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded limiter: %w", err)
 	}
-	if err := engine.Load(ctx); err != nil {
-		return nil, fmt.Errorf("embedded limiter: load check script: %w", err)
-	}
-	if err := runtime.Refresh(ctx); err != nil {
-		return nil, fmt.Errorf("embedded limiter: %w", err)
+	// Redis down at start is an outage to ride out, not a reason to refuse:
+	// checks answer from the fail policies until it returns (the script is
+	// sent again on NOSCRIPT, scales and overrides are polled).
+	lctx, cancelLoad := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancelLoad()
+	if err := engine.Load(lctx); err != nil {
+		c.Logger.Warn("redis unreachable at start; answering from the rules' fail policies until it returns", "err", err)
+	} else if err := runtime.Refresh(lctx); err != nil {
+		c.Logger.Warn("read limit scales and overrides at start; using none until the next poll", "err", err)
 	}
 
 	var runs []func(context.Context) error
@@ -194,7 +203,7 @@ func NewEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 		r := NewReloader(c.RulesFile, data, store, c.RulesPoll, c.Reload, c.Logger, c.Registry)
 		runs = append(runs, r.Run)
 	}
-	srv := NewServer(ServerConfig{Engine: engine, Publisher: pub, Observer: c.Observer, Topic: c.Topic,
+	srv := NewServer(ServerConfig{Callers: c.Callers, Engine: engine, Publisher: pub, Observer: c.Observer, Topic: c.Topic,
 		Gateway: c.Gateway, Logger: c.Logger, Registry: c.Registry})
 	srv.SetReady(true)
 	e := &Embedded{s: srv}

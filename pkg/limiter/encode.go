@@ -8,18 +8,19 @@ import (
 	"time"
 )
 
-// appendCheckResponse appends exactly what json.NewEncoder(w).Encode(checkResponse(id, r))
+// appendCheckResponse appends exactly what json.NewEncoder(w).Encode(checkResponse(id, corr, r))
 // writes — same fields, same order, map keys sorted, trailing newline — without
 // reflection or the headers map. The hot path of POST /v1/check uses it.
-func appendCheckResponse(b []byte, id string, r Result) []byte {
+func appendCheckResponse(b []byte, id, corr string, r Result) []byte {
 	b = append(b, '{')
-	return append(appendCheckFields(b, id, r), "}\n"...)
+	return append(appendCheckFields(b, id, corr, r), "}\n"...)
 }
 
 // batchAnswer is one check of a batch: its correlation id and decision, or the
 // problem that kept it from being decided.
 type batchAnswer struct {
-	id      string
+	id      string // the decision's, minted here
+	corr    string // the caller's correlation id
 	res     Result
 	invalid *Problem
 }
@@ -41,13 +42,13 @@ func appendBatchResponse(b []byte, answers []batchAnswer) []byte {
 			continue
 		}
 		b = append(b, `{"status":200,`...)
-		b = append(appendCheckFields(b, a.id, a.res), '}')
+		b = append(appendCheckFields(b, a.id, a.corr, a.res), '}')
 	}
 	return append(b, "]}\n"...)
 }
 
 // appendCheckFields appends CheckResponse's fields, without the braces.
-func appendCheckFields(b []byte, id string, r Result) []byte {
+func appendCheckFields(b []byte, id, corr string, r Result) []byte {
 	b = append(b, `"id":`...)
 	b = appendString(b, id)
 	b = append(b, `,"allowed":`...)
@@ -80,8 +81,8 @@ func appendCheckFields(b []byte, id string, r Result) []byte {
 		b = append(b, `,"degraded":true`...)
 	}
 	b = append(b, `,"headers":`...)
-	b = appendHeaders(b, r, id)
-	if p := DenialProblem(r, id); p != nil {
+	b = appendHeaders(b, r, corr)
+	if p := DenialProblem(r, corr); p != nil {
 		b = append(b, `,"problem":`...)
 		b = appendProblem(b, p)
 	}
@@ -115,7 +116,7 @@ func appendHeaders(b []byte, r Result, id string) []byte {
 		b = strconv.AppendInt(b, retryAfterSeconds(r), 10)
 		b = append(b, '"')
 	}
-	if r.Degraded {
+	if r.Degraded && r.Error != ShedReason {
 		b = append(b, `,"X-RateLimit-Error":`...)
 		b = appendString(b, r.Error+"; answered by fail policy")
 	}
@@ -127,6 +128,9 @@ func appendHeaders(b []byte, r Result, id string) []byte {
 	b = strconv.AppendInt(b, reset, 10)
 	b = append(b, `","X-RateLimit-Scope":`...)
 	b = appendString(b, tier)
+	if r.Degraded && r.Error == ShedReason {
+		b = append(b, `,"X-RateLimit-Shed":"answered from local state"`...)
+	}
 	b = append(b, `,"X-Request-Id":`...)
 	b = appendString(b, id)
 	return append(b, '}')

@@ -12,9 +12,9 @@ import (
 )
 
 // encodingJSON is what the server wrote before the hand-written encoder.
-func encodingJSON(t testing.TB, id string, r Result) []byte {
+func encodingJSON(t testing.TB, id, corr string, r Result) []byte {
 	var buf bytes.Buffer
-	require.NoError(t, json.NewEncoder(&buf).Encode(checkResponse(id, r)))
+	require.NoError(t, json.NewEncoder(&buf).Encode(checkResponse(id, corr, r)))
 	return buf.Bytes()
 }
 
@@ -39,10 +39,11 @@ func TestAppendCheckResponseMatchesEncodingJSON(t *testing.T) {
 			Period: time.Minute, Penalty: 1, Scale: 2.5, Shadow: true, NearLimit: true, Degraded: true, Error: "redis circuit open"}},
 		{"tiny and huge floats", "req-7", Result{Allowed: true, Tier: events.TierPrincipal, Penalty: 1e-7, Scale: 1e21}},
 		{"escaped strings", "a<b>&\"c", Result{Tier: "ip\"<x>", Rule: "r&", Error: "é\n", Degraded: true, Penalty: 1, Scale: 1, RetryAfter: time.Second}},
+		{"shed, not down", "req-shed", Result{Tier: events.TierPrincipal, Rule: "p", Limit: 2, Error: ShedReason, Degraded: true, Penalty: 1, Scale: 1, RetryAfter: time.Second}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, string(encodingJSON(t, tc.id, tc.r)), string(appendCheckResponse(nil, tc.id, tc.r)))
+			require.Equal(t, string(encodingJSON(t, "dec-"+tc.id, tc.id, tc.r)), string(appendCheckResponse(nil, "dec-"+tc.id, tc.id, tc.r)))
 		})
 	}
 }
@@ -61,7 +62,7 @@ func FuzzAppendCheckResponse(f *testing.F) {
 		if _, err := json.Marshal(scale); err != nil {
 			return
 		}
-		require.Equal(t, string(encodingJSON(t, id, r)), string(appendCheckResponse(nil, id, r)))
+		require.Equal(t, string(encodingJSON(t, id, id, r)), string(appendCheckResponse(nil, id, id, r)))
 	})
 }
 
@@ -73,26 +74,26 @@ func BenchmarkEncodeCheckResponse(b *testing.B) {
 		var buf bytes.Buffer
 		for b.Loop() {
 			buf.Reset()
-			_ = json.NewEncoder(&buf).Encode(checkResponse("req-2", r))
+			_ = json.NewEncoder(&buf).Encode(checkResponse("req-2", "req-2", r))
 		}
 	})
 	b.Run("append", func(b *testing.B) {
 		b.ReportAllocs()
 		var buf []byte
 		for b.Loop() {
-			buf = appendCheckResponse(buf[:0], "req-2", r)
+			buf = appendCheckResponse(buf[:0], "req-2", "req-2", r)
 		}
 	})
 }
 
 func TestAppendBatchResponseMatchesEncodingJSON(t *testing.T) {
 	answers := []batchAnswer{
-		{id: "req-0", res: Result{Allowed: true, Tier: events.TierPrincipal, Rule: "bot-global", Limit: 50, Remaining: 49,
+		{id: "dec-0", corr: "req-0", res: Result{Allowed: true, Tier: events.TierPrincipal, Rule: "bot-global", Limit: 50, Remaining: 49,
 			ResetAfter: 20 * time.Millisecond, Period: time.Second, Penalty: 1, Scale: 1}},
 		{id: "req-1", invalid: &Problem{Type: ProblemBadRequest, Title: "Bad Request", Status: 400, Detail: `ip: "x<y" is not an address`, CorrelationID: "req-1"}},
-		{id: "req-2", res: Result{Tier: events.TierPenalty, Rule: "bot-global", Limit: 12, ResetAfter: time.Second,
+		{id: "dec-2", corr: "req-2", res: Result{Tier: events.TierPenalty, Rule: "bot-global", Limit: 12, ResetAfter: time.Second,
 			RetryAfter: 80 * time.Millisecond, Period: time.Second, Penalty: 0.25, Scale: 1}},
-		{id: "req-3", res: Result{Allowed: true, Tier: events.TierIP, Degraded: true, Error: "redis circuit open", Penalty: 1, Scale: 2.5, NearLimit: true}},
+		{id: "dec-3", corr: "req-3", res: Result{Allowed: true, Tier: events.TierIP, Degraded: true, Error: "redis circuit open", Penalty: 1, Scale: 2.5, NearLimit: true}},
 	}
 	want := BatchResponse{Results: make([]BatchResult, len(answers))}
 	for i, a := range answers {
@@ -100,7 +101,7 @@ func TestAppendBatchResponseMatchesEncodingJSON(t *testing.T) {
 			want.Results[i] = BatchResult{Status: a.invalid.Status, Error: a.invalid}
 			continue
 		}
-		resp := checkResponse(a.id, a.res)
+		resp := checkResponse(a.id, a.corr, a.res)
 		want.Results[i] = BatchResult{Status: 200, CheckResponse: &resp}
 	}
 	var buf bytes.Buffer

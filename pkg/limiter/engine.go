@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -92,10 +93,19 @@ type EngineConfig struct {
 	Clock   func() time.Time // local clock for caches and local buckets; nil = time.Now
 	// Budget bounds one check's Redis round trip (FLOODGATE_LIMITER_REDIS_TIMEOUT).
 	Budget time.Duration
-	// BreakerFailures consecutive Redis failures open the breaker for BreakerOpen;
-	// while open, checks answer from fail policies without calling Redis.
+	// The Redis breaker opens when, within one second, at least
+	// BreakerFailures checks failed and they were at least half of the
+	// checks (a ratio, so one short stall under load does not open it for
+	// everybody); it stays open BreakerOpen (default 200ms), then lets up to 5
+	// probes through. While open, checks answer from fail policies without
+	// calling Redis.
 	BreakerFailures uint32
 	BreakerOpen     time.Duration
+	// QueueWait bounds how long a check may wait for a pipeline before it is
+	// shed (default 4 × Budget): the Redis budget counts Redis time, not
+	// queue time, and a limiter past its capacity sheds instead of
+	// failing open.
+	QueueWait time.Duration
 	// OverLimitEntries bounds the over-limit cache; 0 disables it.
 	OverLimitEntries int
 	// LocalBuckets bounds the in-process buckets of the "local" fail policy.
@@ -111,20 +121,22 @@ type EngineConfig struct {
 
 // Engine runs checks. It is safe for concurrent use.
 type Engine struct {
-	rdb       redis.UniversalClient
-	script    *redis.Script
-	rules     RuleSource
-	rt        *Runtime
-	clock     func() time.Time
-	budget    time.Duration
-	breaker   *gobreaker.CircuitBreaker[[]any]
-	overLimit *overLimitCache
-	local     *localBuckets
-	log       *slog.Logger
-	m         *engineMetrics
-	shadow    bool
-	batch     *scriptBatcher // nil: one Redis call per check
-	fixedNow  func() int64   // tests only: a fixed time for the script instead of Redis TIME
+	rdb          redis.UniversalClient
+	script       *redis.Script
+	rules        RuleSource
+	rt           *Runtime
+	clock        func() time.Time
+	queueWait    time.Duration
+	lastRedisErr atomic.Value // string: the latest Redis error, logged when the breaker opens
+	budget       time.Duration
+	breaker      *gobreaker.CircuitBreaker[[]any]
+	overLimit    *overLimitCache
+	local        *localBuckets
+	log          *slog.Logger
+	m            *engineMetrics
+	shadow       bool
+	batch        *scriptBatcher // nil: one Redis call per check
+	fixedNow     func() int64   // tests only: a fixed time for the script instead of Redis TIME
 }
 
 type engineMetrics struct {
@@ -133,6 +145,7 @@ type engineMetrics struct {
 	cacheHits   prometheus.Counter
 	degraded    *prometheus.CounterVec
 	refunds     *prometheus.CounterVec
+	shed        prometheus.Counter
 }
 
 // NewEngine returns an engine; Load the script before serving.
@@ -147,10 +160,13 @@ func NewEngine(c EngineConfig) (*Engine, error) {
 		c.Budget = 50 * time.Millisecond
 	}
 	if c.BreakerFailures == 0 {
-		c.BreakerFailures = 5
+		c.BreakerFailures = 10
 	}
 	if c.BreakerOpen <= 0 {
-		c.BreakerOpen = time.Second
+		c.BreakerOpen = 200 * time.Millisecond
+	}
+	if c.QueueWait <= 0 {
+		c.QueueWait = 4 * c.Budget
 	}
 	if c.LocalBuckets <= 0 {
 		c.LocalBuckets = 100_000
@@ -168,34 +184,43 @@ func NewEngine(c EngineConfig) (*Engine, error) {
 		cacheHits:   f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_overlimit_cache_hits_total", Help: "Checks denied by the local over-limit cache without calling Redis."}),
 		degraded:    f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_degraded_total", Help: "Tier answers given by a fail policy, by policy and outcome."}, []string{"policy", "outcome"}),
 		refunds:     f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_refunds_total", Help: "Compensating refunds after the IP and principal groups disagreed, by result."}, []string{"result"}),
+		shed:        f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_shed_total", Help: "Checks answered from local state because the limiter was past its capacity (pipeline queue full or too slow)."}),
 	}
 	e := &Engine{
 		rdb: c.Redis, script: redis.NewScript(checkSource), rules: c.Rules, rt: c.Runtime, clock: c.Clock,
-		budget: c.Budget, shadow: c.Shadow, local: newLocalBuckets(c.LocalBuckets), log: c.Logger, m: m,
+		budget: c.Budget, queueWait: c.QueueWait, shadow: c.Shadow, local: newLocalBuckets(c.LocalBuckets), log: c.Logger, m: m,
 	}
 	if c.RedisBatch == 0 {
 		c.RedisBatch = 64
 	}
 	if c.RedisBatch > 1 {
-		e.batch = &scriptBatcher{rdb: c.Redis, script: e.script, max: c.RedisBatch, maxFlushers: 4, budget: c.Budget}
+		e.batch = &scriptBatcher{rdb: c.Redis, script: e.script, max: c.RedisBatch, maxFlushers: 4, budget: c.Budget,
+			maxQueue: 16 * c.RedisBatch}
 	}
 	if c.OverLimitEntries > 0 {
 		e.overLimit = newOverLimitCache(c.OverLimitEntries)
 	}
 	e.breaker = gobreaker.NewCircuitBreaker[[]any](gobreaker.Settings{
 		Name:        "redis",
-		MaxRequests: 1,
+		MaxRequests: 5,
+		Interval:    time.Second, // counts are per second while closed
 		Timeout:     c.BreakerOpen,
-		ReadyToTrip: func(cnt gobreaker.Counts) bool { return cnt.ConsecutiveFailures >= c.BreakerFailures },
-		// A caller that went away says nothing about Redis.
-		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
+		ReadyToTrip: func(cnt gobreaker.Counts) bool { return tripRatio(cnt, c.BreakerFailures) },
+		// A caller that went away, or a check shed by the queue, says nothing
+		// about Redis.
+		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) || errors.Is(err, errOverloaded) },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			open := 0.0
 			if to != gobreaker.StateClosed {
 				open = 1
 			}
 			m.breakerOpen.Set(open)
-			c.Logger.Warn("redis circuit breaker", "from", from.String(), "to", to.String())
+			if to == gobreaker.StateOpen {
+				cause, _ := e.lastRedisErr.Load().(string)
+				c.Logger.Warn("redis circuit breaker opened", "from", from.String(), "open_for", c.BreakerOpen, "cause", cause)
+			} else {
+				c.Logger.Info("redis circuit breaker", "from", from.String(), "to", to.String())
+			}
 		},
 	})
 	return e, nil
@@ -381,7 +406,13 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 	}
 
 	raw, err := e.breaker.Execute(func() ([]any, error) {
-		rctx, cancel := context.WithTimeout(ctx, e.budget)
+		// The pipeline's own budget bounds Redis time; this bound adds the
+		// longest a check may queue for a pipeline.
+		wait := e.budget
+		if e.batch != nil {
+			wait += e.queueWait
+		}
+		rctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
 		return e.run(rctx, groups)
 	})
@@ -389,10 +420,18 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 		if ctx.Err() != nil {
 			return Result{}, fmt.Errorf("check %s: %w", req.Principal.Key(), ctx.Err())
 		}
+		if errors.Is(err, errOverloaded) {
+			// Busy is not down: answered from local state — the over-limit
+			// cache above and this instance's local buckets — never open.
+			e.m.shed.Inc()
+			return finish(e.shed(groups, cost), rs.NearLimit), nil
+		}
 		e.m.redisErrors.Inc()
 		reason := "redis unavailable"
 		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
 			reason = "redis circuit open"
+		} else {
+			e.lastRedisErr.Store(err.Error())
 		}
 		return finish(e.degrade(groups, cost, reason), rs.NearLimit), nil
 	}
@@ -611,4 +650,10 @@ func finish(r Result, nearRatio float64) Result {
 	}
 	r.NearLimit = r.Allowed && d.Limit > 0 && float64(d.Limit-d.Remaining) >= nearRatio*float64(d.Limit)
 	return r
+}
+
+// tripRatio opens the breaker when at least minFailures checks failed within
+// the counting interval and they were at least half of the checks.
+func tripRatio(cnt gobreaker.Counts, minFailures uint32) bool {
+	return cnt.TotalFailures >= minFailures && cnt.TotalFailures*2 >= cnt.Requests
 }

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/floodgate-dev/floodgate/pkg/envoyconf"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 )
@@ -39,7 +40,7 @@ const (
 	KeyRoute         = "route"          // route template, e.g. /channels/{channel_id}/messages (required)
 	KeyResource      = "resource"       // "type:id" (optional)
 	KeyPlan          = "plan"           // optional
-	KeyRequestID     = "request_id"     // optional correlation id ([A-Za-z0-9_-]{1,64}); default a UUIDv7
+	KeyRequestID     = "request_id"     // optional correlation id (1-64 of [A-Za-z0-9._-]); default a UUIDv7
 )
 
 var envoyKeys = []string{KeyPrincipalKind, KeyPrincipalID, KeyRemoteAddress, KeyMethod, KeyRoute, KeyResource, KeyPlan, KeyRequestID}
@@ -50,7 +51,24 @@ type EnvoyRLS struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	s        *Server
 	requests *prometheus.CounterVec
+	// envoy answers the domains of an envoy ratelimit configuration with its
+	// semantics (see pkg/envoyconf); nil without one.
+	envoy *EnvoyConfig
 }
+
+// EnvoyConfig is an envoy ratelimit configuration served beside Floodgate's
+// own descriptor shape: calls for its domains are answered as envoy
+// ratelimit answers them, every other domain as before.
+type EnvoyConfig struct {
+	Source    *envoyconf.Source
+	Evaluator *envoyconf.Evaluator
+}
+
+// GRPCOption configures NewGRPCServer.
+type GRPCOption func(*EnvoyRLS)
+
+// WithEnvoyConfig serves an envoy ratelimit configuration's domains.
+func WithEnvoyConfig(c *EnvoyConfig) GRPCOption { return func(e *EnvoyRLS) { e.envoy = c } }
 
 var _ rlsv3.RateLimitServiceServer = (*EnvoyRLS)(nil)
 
@@ -62,17 +80,34 @@ func NewEnvoyRLS(s *Server) *EnvoyRLS {
 	}, []string{"result"})}
 }
 
+// MaxGRPCStreams is the most concurrent streams one gRPC connection may hold.
+const MaxGRPCStreams = 1000
+
 // NewGRPCServer returns a gRPC server with Envoy's rate-limit service on s and
 // the standard health service. Health reports SERVING (for "" and for
 // envoy.service.ratelimit.v3.RateLimitService) once SetServing(hs, true) is called.
-func NewGRPCServer(s *Server) (*grpc.Server, *health.Server) {
+func NewGRPCServer(s *Server, opts ...GRPCOption) (*grpc.Server, *health.Server) {
 	// Envoy keeps HTTP/2 connections open indefinitely; a bounded connection age
 	// makes clients reconnect now and then, so limiter replicas added by the
 	// autoscaler receive their share of checks.
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(1<<20), grpc.KeepaliveParams(keepalive.ServerParameters{
-		MaxConnectionAge: 5 * time.Minute, MaxConnectionAgeGrace: 30 * time.Second,
-	}))
-	rlsv3.RegisterRateLimitServiceServer(g, NewEnvoyRLS(s))
+	// Bounded: at most 1,000 concurrent streams per connection (on main one
+	// connection held 5,000), idle connections closed after 5 minutes, and
+	// clients pinging more often than every 5 s are sent away.
+	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(1 << 20), grpc.MaxConcurrentStreams(MaxGRPCStreams),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge: 5 * time.Minute, MaxConnectionAgeGrace: 30 * time.Second, MaxConnectionIdle: 5 * time.Minute,
+		}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	}
+	if s.callers != nil {
+		gopts = append(gopts, grpc.UnaryInterceptor(s.callers.authInterceptor))
+	}
+	g := grpc.NewServer(gopts...)
+	rls := NewEnvoyRLS(s)
+	for _, o := range opts {
+		o(rls)
+	}
+	rlsv3.RegisterRateLimitServiceServer(g, rls)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
 	SetServing(hs, false)
@@ -95,18 +130,33 @@ func SetServing(hs *health.Server, ok bool) {
 // 429 contract of the deciding descriptor. A descriptor that does not map to a
 // check fails the whole call with InvalidArgument, before anything is consumed.
 func (e *EnvoyRLS) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if e.envoy != nil {
+		if cfg := e.envoy.Source.Config(); cfg.Has(in.GetDomain()) {
+			return e.envoyAnswer(ctx, cfg, in)
+		}
+	}
 	reqs, ids, err := envoyChecks(in)
 	if err != nil {
 		e.requests.WithLabelValues("invalid").Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	if cl, ok := callerFrom(ctx); ok {
+		for i := range reqs {
+			if err := cl.Permit(&reqs[i]); err != nil {
+				e.requests.WithLabelValues("invalid").Inc()
+				return nil, status.Error(codes.PermissionDenied, err.Error())
+			}
+		}
+	}
 	results := make([]Result, len(reqs))
+	// Decision ids are minted here; a descriptor's request_id only correlates
+	// (a caller who chose the id could make many checks count once).
 	if len(reqs) == 1 {
-		results[0] = e.s.decideResult(ctx, ids[0], &reqs[0])
+		results[0] = e.s.decideResult(ctx, newDecisionID(), &reqs[0])
 	} else {
 		var wg sync.WaitGroup
 		for i := range reqs {
-			wg.Go(func() { results[i] = e.s.decideResult(ctx, ids[i], &reqs[i]) })
+			wg.Go(func() { results[i] = e.s.decideResult(ctx, newDecisionID(), &reqs[i]) })
 		}
 		wg.Wait()
 	}
@@ -308,4 +358,51 @@ func currentLimit(r Result) *rlsv3.RateLimitResponse_RateLimit {
 	// Sub-second or fractional periods have no Envoy unit; the name carries it.
 	l.Name += " per " + r.Period.String()
 	return l
+}
+
+// envoyAnswer answers a call for a domain of the envoy ratelimit
+// configuration exactly as envoy ratelimit would.
+func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	req := envoyconf.Request{Domain: in.GetDomain(), HitsAddend: in.GetHitsAddend(), Descriptors: make([]envoyconf.Descriptor, len(in.GetDescriptors()))}
+	for i, d := range in.GetDescriptors() {
+		ds := &req.Descriptors[i]
+		ds.Entries = make([]envoyconf.Entry, len(d.GetEntries()))
+		for j, en := range d.GetEntries() {
+			ds.Entries[j] = envoyconf.Entry{Key: en.GetKey(), Value: en.GetValue()}
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			v := h.GetValue()
+			ds.HitsAddend = &v
+		}
+		if l := d.GetLimit(); l != nil {
+			ds.Override = &envoyconf.Override{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: envoyconf.Unit(l.GetUnit())}
+		}
+	}
+	resp, err := e.envoy.Evaluator.Evaluate(ctx, cfg, req)
+	if err != nil {
+		e.requests.WithLabelValues("invalid").Inc()
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_Code(resp.Overall),
+		Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(resp.Statuses))}
+	for i, st := range resp.Statuses {
+		ds := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_Code(st.Code), LimitRemaining: st.LimitRemaining}
+		if rpu, unit, ok := st.RequestsPerUnit(); ok {
+			name := ""
+			if st.Override == nil {
+				name = st.Limit.Name
+			}
+			ds.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: rpu, Unit: rlsv3.RateLimitResponse_RateLimit_Unit(unit)}
+			if st.ResetAfter > 0 {
+				ds.DurationUntilReset = durationpb.New(st.ResetAfter)
+			}
+		}
+		out.Statuses[i] = ds
+	}
+	result := "ok"
+	if out.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		result = "over_limit"
+	}
+	e.requests.WithLabelValues(result).Inc()
+	return out, nil
 }

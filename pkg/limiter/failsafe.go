@@ -142,8 +142,23 @@ func (l *localBuckets) take(key string, limit, capacity, cost int64, period time
 	return false, int64(b.tokens), time.Duration((float64(cost) - b.tokens) / rate)
 }
 
+// shed answers a check the limiter had no capacity to send to Redis: every
+// rule from this instance's local bucket (whatever its fail policy — being
+// busy is not an outage), marked degraded with the reason "overloaded".
+func (e *Engine) shed(groups []*group, cost int64) Result {
+	return e.answerLocally(groups, cost, ShedReason, true)
+}
+
+// ShedReason is Result.Error of a check answered from local state because
+// the limiter was past its capacity.
+const ShedReason = "overloaded"
+
 // degrade answers from each rule's fail policy without Redis.
 func (e *Engine) degrade(groups []*group, cost int64, reason string) Result {
+	return e.answerLocally(groups, cost, reason, false)
+}
+
+func (e *Engine) answerLocally(groups []*group, cost int64, reason string, shed bool) Result {
 	now := e.clock()
 	r := Result{Allowed: true, Degraded: true, Error: reason, Penalty: 1, Now: now.UTC(), Cost: int(cost)}
 	for _, g := range groups {
@@ -156,7 +171,11 @@ func (e *Engine) degrade(groups []*group, cost int64, reason string) Result {
 				lim = max(1, int64(float64(b.limit)*b.scale+1e-9))
 			}
 			t := TierResult{Rule: b.id, Tier: b.tier, Algorithm: b.alg, Limit: lim, Remaining: lim, Period: b.period, Scale: b.scale, Allowed: true}
-			switch b.fail {
+			policy := b.fail
+			if shed {
+				policy = FailLocal
+			}
+			switch policy {
 			case FailClosed:
 				t.Allowed, t.Remaining, t.RetryAfter, t.ResetAfter = false, 0, min(b.period, time.Second), min(b.period, time.Second)
 			case FailLocal:
@@ -175,7 +194,7 @@ func (e *Engine) degrade(groups []*group, cost int64, reason string) Result {
 				outcome = "denied"
 				r.Allowed = false
 			}
-			e.m.degraded.WithLabelValues(string(b.fail), outcome).Inc()
+			e.m.degraded.WithLabelValues(string(policy), outcome).Inc()
 			r.Tiers = append(r.Tiers, t)
 		}
 	}

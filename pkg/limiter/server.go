@@ -39,6 +39,7 @@ type Observer interface {
 
 // Server answers POST /v1/check, POST /v1/check/batch and the health endpoints.
 type Server struct {
+	callers *Callers
 	engine  *Engine
 	pub     Publisher
 	obs     Observer
@@ -58,6 +59,8 @@ type metrics struct {
 	duration  prometheus.Histogram
 	errors    *prometheus.CounterVec
 	batch     prometheus.Histogram
+
+	unauthenticated prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -72,11 +75,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		errors: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_errors_total", Help: "Checks that could not be decided normally, by kind."}, []string{"kind"}),
 		batch: f.NewHistogram(prometheus.HistogramOpts{Name: "floodgate_limiter_batch_size", Help: "Checks per batch request.",
 			Buckets: []float64{1, 2, 5, 10, 20, 50, 100}}),
+		unauthenticated: f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_unauthenticated_total", Help: "Check requests refused for a missing or unknown bearer token."}),
 	}
 }
 
 // ServerConfig wires a Server.
 type ServerConfig struct {
+	// Callers, when set, is who may ask for checks (bearer tokens and what
+	// each may claim); nil serves anyone — meant for a limiter on loopback
+	// beside its gateway.
+	Callers   *Callers
 	Engine    *Engine
 	Publisher Publisher
 	Observer  Observer // nil = none
@@ -89,7 +97,7 @@ type ServerConfig struct {
 // NewServer returns a server; it reports ready once SetReady(true) is called.
 func NewServer(c ServerConfig) *Server {
 	return &Server{
-		engine: c.Engine, pub: c.Publisher, obs: c.Observer, topic: c.Topic, gateway: c.Gateway,
+		callers: c.Callers, engine: c.Engine, pub: c.Publisher, obs: c.Observer, topic: c.Topic, gateway: c.Gateway,
 		log: c.Logger, reg: c.Registry, metrics: newMetrics(c.Registry),
 	}
 }
@@ -171,16 +179,41 @@ const MaxBatch = 100
 const maxCheckBody = 8 << 10
 
 // requestID is the request's correlation id (pkg/httpapi): the one its
-// middleware put in the context, else the caller's X-Request-Id or a new one.
+// middleware put in the context, else the caller's X-Request-Id when it is
+// well formed, or a new one. It is echoed and logged, never used as a
+// decision's id: consumers deduplicate by decision id, so a caller who could
+// choose it could make twenty checks count once (issue 22 S7).
 func requestID(r *http.Request) string {
 	if id := httpapi.RequestID(r.Context()); id != "" {
 		return id
 	}
-	return httpapi.RequestIDFrom(r)
+	if id := r.Header.Get(httpapi.HeaderRequestID); httpapi.ValidRequestID(id) {
+		return id
+	}
+	return newDecisionID()
+}
+
+// newDecisionID mints a decision id (UUIDv7: unique, time-ordered).
+func newDecisionID() string { return uuid.Must(uuid.NewV7()).String() }
+
+// ids are a check's decision id (always minted here) and its correlation id
+// (the request's, pkg/httpapi, or the decision id when there is none).
+func ids(r *http.Request) (decision, corr string) {
+	decision, corr = newDecisionID(), httpapi.RequestID(r.Context())
+	if corr == "" {
+		if corr = r.Header.Get(httpapi.HeaderRequestID); !httpapi.ValidRequestID(corr) {
+			corr = decision
+		}
+	}
+	return decision, corr
 }
 
 func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
-	id := requestID(r)
+	did, id := ids(r)
+	cl, ok := s.authenticate(w, r, id)
+	if !ok {
+		return
+	}
 	var req CheckRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, maxCheckBody))
 	if err := dec.Decode(&req); err != nil {
@@ -191,9 +224,16 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, id, http.StatusBadRequest, ProblemBadRequest, err.Error())
 		return
 	}
-	res := s.decideResult(r.Context(), id, &req)
+	if s.callers != nil {
+		if err := cl.Permit(&req); err != nil {
+			s.problem(w, id, http.StatusForbidden, ProblemForbidden, err.Error())
+			return
+		}
+	}
+	res := s.decideResult(r.Context(), did, &req)
 	bp := respBufs.Get().(*[]byte)
-	buf := appendCheckResponse((*bp)[:0], id, res)
+	buf := appendCheckResponse((*bp)[:0], did, id, res)
+	w.Header().Set("X-Request-Id", id)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(buf)))
 	w.WriteHeader(http.StatusOK)
@@ -206,6 +246,10 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	id := requestID(r)
+	cl, ok := s.authenticate(w, r, id)
+	if !ok {
+		return
+	}
 	var br BatchRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, MaxBatch*maxCheckBody))
 	if err := dec.Decode(&br); err != nil {
@@ -229,15 +273,19 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		if err == nil {
 			err = req.validate()
 		}
+		if err == nil && s.callers != nil {
+			err = cl.Permit(&req)
+		}
 		if err != nil {
-			answers[i] = batchAnswer{id: cid, invalid: &Problem{Type: ProblemBadRequest,
+			answers[i] = batchAnswer{id: cid, corr: cid, invalid: &Problem{Type: ProblemBadRequest,
 				Title: http.StatusText(http.StatusBadRequest), Status: http.StatusBadRequest, Detail: err.Error(), CorrelationID: cid}}
 			continue
 		}
 		wg.Add(1)
 		go func() { // independent principals live on independent keys: decide them concurrently
 			defer wg.Done()
-			answers[i] = batchAnswer{id: cid, res: s.decideResult(r.Context(), cid, &req)}
+			did := newDecisionID()
+			answers[i] = batchAnswer{id: did, corr: cid, res: s.decideResult(r.Context(), did, &req)}
 		}()
 	}
 	wg.Wait()
@@ -256,7 +304,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 
 // decide runs one validated check, records and publishes it, and builds the answer.
 func (s *Server) decide(ctx context.Context, id string, req *CheckRequest) CheckResponse {
-	return checkResponse(id, s.decideResult(ctx, id, req))
+	return checkResponse(id, id, s.decideResult(ctx, id, req))
 }
 
 // decideResult runs one validated check, counts it and publishes its decision
@@ -302,13 +350,13 @@ func (s *Server) decideResult(ctx context.Context, id string, req *CheckRequest)
 	return res
 }
 
-func checkResponse(id string, res Result) CheckResponse {
+func checkResponse(id, corr string, res Result) CheckResponse {
 	return CheckResponse{
 		ID: id, Allowed: res.Allowed, Tier: res.Tier, Rule: res.Rule, Limit: res.Limit, Remaining: res.Remaining,
 		ResetAfterMS: res.ResetAfter.Milliseconds(), RetryAfterMS: res.RetryAfter.Milliseconds(),
 		PenaltyMultiplier: res.Penalty, Scale: res.Scale, Shadow: res.Shadow, NearLimit: res.NearLimit, Degraded: res.Degraded,
-		Headers: Headers(res, id),
-		Problem: DenialProblem(res, id),
+		Headers: Headers(res, corr),
+		Problem: DenialProblem(res, corr),
 	}
 }
 
@@ -375,4 +423,20 @@ func (req *CheckRequest) validate() error {
 func (s *Server) problem(w http.ResponseWriter, id string, status int, typ, detail string) {
 	w.Header().Set(httpapi.HeaderRequestID, id)
 	httpapi.WriteProblem(w, nil, httpapi.Problem{Type: typ, Status: status, Detail: detail, CorrelationID: id})
+}
+
+// authenticate checks the caller's bearer token when callers are configured;
+// it answers 401 and reports false when it is missing or unknown.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, id string) (Caller, bool) {
+	if s.callers == nil {
+		return Caller{}, true
+	}
+	cl, err := s.callers.Authenticate(r.Header.Get("Authorization"))
+	if err != nil {
+		s.metrics.unauthenticated.Inc()
+		w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate-limiter"`)
+		s.problem(w, id, http.StatusUnauthorized, ProblemUnauthenticated, err.Error())
+		return Caller{}, false
+	}
+	return cl, true
 }

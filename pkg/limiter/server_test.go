@@ -74,8 +74,9 @@ func TestCheckAnswersWithContractAndPublishesDecision(t *testing.T) {
 		require.NoError(t, json.Unmarshal(b, &last))
 	}
 	require.False(t, last.Allowed)
-	require.Equal(t, "req-c", last.ID, "a valid caller correlation id is kept")
+	require.NotEqual(t, "req-c", last.ID, "the decision id is the server's, never the caller's")
 	h := last.Headers
+	require.Equal(t, "req-c", h["X-Request-Id"], "a valid caller correlation id is kept, for correlation")
 	require.Equal(t, "2", h["X-RateLimit-Limit"])
 	require.Equal(t, "0", h["X-RateLimit-Remaining"])
 	require.Equal(t, "principal", h["X-RateLimit-Scope"])
@@ -102,7 +103,8 @@ func TestCheckAnswersWithContractAndPublishesDecision(t *testing.T) {
 		ce[hd.Key] = string(hd.Value)
 	}
 	require.Equal(t, events.CETypeDecision, ce["ce_type"])
-	require.Equal(t, "req-c", ce["ce_id"])
+	require.Equal(t, last.ID, ce["ce_id"], "the CloudEvents id is the decision id the answer carries")
+	require.Equal(t, last.ID, d.ID)
 }
 
 func TestCheckRejectsBadInputWithProblem(t *testing.T) {
@@ -199,7 +201,8 @@ func TestBatchAnswersEachCheckIndependently(t *testing.T) {
 		denied = out.Results[3]
 	}
 	require.Equal(t, ProblemRateLimited, denied.Problem.Type)
-	require.Regexp(t, `^batch1-[03]$`, denied.ID, "each check gets its own correlation id")
+	require.Regexp(t, `^batch1-[03]$`, denied.Headers["X-Request-Id"], "each check gets its own correlation id")
+	require.NotRegexp(t, `^batch1`, denied.ID, "and a decision id of the server's")
 	require.Len(t, pub.msgs, 3, "one event per decided check")
 
 	for _, bad := range []string{`{"checks":[]}`, `{"checks":` + strings.Repeat("[", 1) + strings.TrimSuffix(strings.Repeat(item(a)+",", MaxBatch+1), ",") + `]}`, `nope`} {
@@ -254,4 +257,28 @@ func TestEventsCarryShadowNearLimitAndRule(t *testing.T) {
 	require.False(t, first.NearLimit)
 	require.Contains(t, obs.seen, "trial/principal/true/true", "shadow counts per scope")
 	require.Contains(t, obs.seen, "real/principal/true/false")
+}
+
+// TestSecurityCallerChosenIDsS7 replays finding S7 of issue 22: twenty checks
+// sent with one X-Request-Id became twenty decision events with the same id,
+// which the quota ledger (deduplicating by id) counted once. Decision ids are
+// now minted by the limiter; the caller's id is echoed for correlation only.
+func TestSecurityCallerChosenIDsS7(t *testing.T) {
+	srv, pub := newTestServer(t, 100)
+	body := `{"principal":{"kind":"user","id":"` + redistest.Unique(t, "s7") + `"},"ip":"203.0.113.7","method":"GET","route":"/users/@me"}`
+	for range 20 {
+		resp, _ := post(t, srv.URL, body, map[string]string{"X-Request-Id": "same-id"})
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Equal(t, "same-id", resp.Header.Get("X-Request-Id"))
+	}
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	ids := map[string]bool{}
+	for _, m := range pub.msgs {
+		ev, err := events.DecodeDecision(m.Value)
+		require.NoError(t, err)
+		ids[ev.ID] = true
+	}
+	require.Len(t, ids, 20, "twenty decisions, twenty ids")
+	require.False(t, ids["same-id"])
 }

@@ -24,6 +24,10 @@ const (
 	DefaultCommitInterval = time.Second
 	DefaultDrainTimeout   = 10 * time.Second
 	DefaultMaxWait        = time.Second
+	// DefaultHeartbeatInterval and DefaultSessionTimeout: a dead member is
+	// noticed within ~6s, its partitions reassigned at the next rebalance.
+	DefaultHeartbeatInterval = time.Second
+	DefaultSessionTimeout    = 6 * time.Second
 )
 
 const (
@@ -85,15 +89,20 @@ type ConsumerConfig struct {
 	// the group or stops: per-partition state can be dropped.
 	OnRevoke func(partition int)
 
-	// Group protocol and fetch tuning; zero keeps kafka-go's defaults
-	// (heartbeat 3s, session 30s, rebalance 30s, join backoff 5s). MaxWait
-	// is the longest a fetch waits for data; it also bounds how long closing
-	// the reader takes; default 1s.
+	// Group protocol and fetch tuning. Heartbeats every 1s and a 6s session
+	// by default (kafka-go's 3s/30s left a group blind for half a minute
+	// after a member died); zero RebalanceTimeout and JoinGroupBackoff keep
+	// kafka-go's 30s and 5s. MaxWait is the longest a fetch waits for data;
+	// it also bounds how long closing the reader takes; default 1s.
+	// DeadLetterLogInterval is how long dead letters of one error class are
+	// counted into one log line (the first is logged at once); default 10s.
 	HeartbeatInterval time.Duration
 	SessionTimeout    time.Duration
 	RebalanceTimeout  time.Duration
 	JoinGroupBackoff  time.Duration
 	MaxWait           time.Duration
+
+	DeadLetterLogInterval time.Duration
 
 	// Logger and Registerer are required.
 	Logger     *slog.Logger
@@ -131,7 +140,7 @@ func (c ConsumerConfig) Validate() error {
 		{"CommitInterval", c.CommitInterval}, {"DrainTimeout", c.DrainTimeout},
 		{"HeartbeatInterval", c.HeartbeatInterval}, {"SessionTimeout", c.SessionTimeout},
 		{"RebalanceTimeout", c.RebalanceTimeout}, {"JoinGroupBackoff", c.JoinGroupBackoff},
-		{"MaxWait", c.MaxWait},
+		{"MaxWait", c.MaxWait}, {"DeadLetterLogInterval", c.DeadLetterLogInterval},
 	} {
 		if d.v < 0 {
 			bad(d.name, "must not be negative, got %v", d.v)
@@ -141,8 +150,8 @@ func (c ConsumerConfig) Validate() error {
 	if d.MaxBackoff < d.InitialBackoff {
 		bad("MaxBackoff", "must be at least InitialBackoff (%v), got %v", d.InitialBackoff, d.MaxBackoff)
 	}
-	if c.HeartbeatInterval > 0 && c.SessionTimeout > 0 && c.HeartbeatInterval >= c.SessionTimeout {
-		bad("HeartbeatInterval", "must be less than SessionTimeout (%v), got %v", c.SessionTimeout, c.HeartbeatInterval)
+	if d.HeartbeatInterval >= d.SessionTimeout {
+		bad("HeartbeatInterval", "must be less than SessionTimeout (%v), got %v", d.SessionTimeout, d.HeartbeatInterval)
 	}
 	if c.StartOffset != 0 && c.StartOffset != kafka.FirstOffset && c.StartOffset != kafka.LastOffset {
 		bad("StartOffset", "must be kafka.FirstOffset (%d) or kafka.LastOffset (%d), got %d", kafka.FirstOffset, kafka.LastOffset, c.StartOffset)
@@ -181,6 +190,15 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	if c.MaxWait == 0 {
 		c.MaxWait = DefaultMaxWait
 	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = DefaultSessionTimeout
+	}
+	if c.DeadLetterLogInterval == 0 {
+		c.DeadLetterLogInterval = DefaultDeadLetterLogInterval
+	}
 	return c
 }
 
@@ -212,6 +230,7 @@ type Consumer struct {
 	handler Handler
 	log     *slog.Logger
 	metrics *Metrics
+	dlqLog  *deadLetterLog
 
 	newGroup           func() (groupSession, error)
 	newPartitionReader func(partition int) partitionReader
@@ -260,6 +279,7 @@ func NewConsumer(cfg ConsumerConfig, h Handler) (*Consumer, error) {
 		metrics:  metrics,
 		dlq:      dlq,
 		closeDLQ: dlq.Close,
+		dlqLog:   newDeadLetterLog(log, cfg.Topic, cfg.DeadLetterLogInterval),
 
 		okCount:          metrics.consumed.WithLabelValues(cfg.Topic, cfg.GroupID, outcomeOK),
 		retriedCount:     metrics.consumed.WithLabelValues(cfg.Topic, cfg.GroupID, outcomeRetried),
@@ -326,6 +346,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !c.ran.CompareAndSwap(false, true) {
 		return errors.New("stream: Consumer.Run called twice")
 	}
+	defer c.dlqLog.close()
 	defer func() {
 		if err := c.closeDLQ(); err != nil {
 			c.log.Warn("close dlq producer", "err", err)
@@ -725,9 +746,8 @@ func (c *Consumer) deadLetter(ctx context.Context, msg kafka.Message, rec DLQRec
 		if err == nil {
 			c.dlqCount.Inc()
 			c.metrics.dlq.WithLabelValues(c.cfg.Topic, string(rec.ErrorClass)).Inc()
-			c.log.Warn("message dead-lettered", "partition", msg.Partition, "offset", msg.Offset,
-				"dlq_topic", c.cfg.DLQTopic, "class", rec.ErrorClass, "attempts", rec.Attempts,
-				"err", truncateUTF8(rec.ErrorMessage, MaxDLQErrorMessageBytes))
+			c.dlqLog.record(msg.Partition, msg.Offset, c.cfg.DLQTopic, rec.ErrorClass, rec.Attempts,
+				truncateUTF8(rec.ErrorMessage, MaxDLQErrorMessageBytes))
 			return true
 		}
 		c.dlqPublishErrs.Inc()

@@ -123,10 +123,17 @@ func TestFaultExactness(t *testing.T) {
 
 	// One instance finishes the stream; a clean SIGTERM ends it.
 	last := start()
+	lastLog := filepath.Join(logs, fmt.Sprintf("quota-%02d.log", started))
 	require.Eventually(t, func() bool {
 		ok, err := quotatest.Committed(ctx, broker, group, topic)
 		return err == nil && ok
 	}, 10*time.Minute, 200*time.Millisecond, "the group commits every partition to its end")
+	// The group may be done before the last instance has even started; a
+	// SIGTERM before it installed its handler would kill it, not drain it.
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(lastLog)
+		return err == nil && strings.Contains(string(b), "quota running")
+	}, time.Minute, 50*time.Millisecond, "the last instance is running")
 	require.NoError(t, last.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, last.Wait(), "a clean drain exits 0")
 

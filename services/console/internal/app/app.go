@@ -5,6 +5,7 @@ package app
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -35,7 +36,8 @@ import (
 // Config is the console's configuration, read from the environment.
 type Config struct {
 	Addr          string        // FLOODGATE_CONSOLE_ADDR
-	UsersFile     string        // FLOODGATE_CONSOLE_USERS
+	UsersFile     string        // FLOODGATE_CONSOLE_USERS (re-read every 2 s when it changes)
+	SessionSecret string        // FLOODGATE_CONSOLE_SESSION_SECRET: ≥ 32 bytes, the same on every replica; never in Redis
 	SecureCookies bool          // FLOODGATE_CONSOLE_SECURE_COOKIES
 	SessionIdle   time.Duration // FLOODGATE_CONSOLE_SESSION_IDLE
 	SessionMax    time.Duration // FLOODGATE_CONSOLE_SESSION_MAX
@@ -69,6 +71,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 	c := Config{
 		Addr:          e.String("FLOODGATE_CONSOLE_ADDR", "127.0.0.1:8090"),
 		UsersFile:     e.String("FLOODGATE_CONSOLE_USERS", ""),
+		SessionSecret: e.String("FLOODGATE_CONSOLE_SESSION_SECRET", ""),
 		SecureCookies: e.Bool("FLOODGATE_CONSOLE_SECURE_COOKIES", false),
 		SessionIdle:   e.Duration("FLOODGATE_CONSOLE_SESSION_IDLE", 30*time.Minute),
 		SessionMax:    e.Duration("FLOODGATE_CONSOLE_SESSION_MAX", 12*time.Hour),
@@ -110,6 +113,12 @@ func (c Config) Validate() error {
 	var errs []error
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_ADDR: %q is not host:port", c.Addr))
+	}
+	if c.SessionSecret != "" && len(c.SessionSecret) < auth.MinSessionSecret {
+		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_SESSION_SECRET: %d bytes, at least %d (e.g. `openssl rand -hex 32`)", len(c.SessionSecret), auth.MinSessionSecret))
+	}
+	if c.SessionSecret == "" && c.SecureCookies {
+		errs = append(errs, errors.New("FLOODGATE_CONSOLE_SESSION_SECRET: required with FLOODGATE_CONSOLE_SECURE_COOKIES (production): sessions must survive restarts and be valid on every replica"))
 	}
 	if c.UsersFile == "" {
 		errs = append(errs, errors.New("FLOODGATE_CONSOLE_USERS: set it to the users file (make entries with `console user add NAME ROLE`)"))
@@ -229,9 +238,9 @@ func Serve(ctx context.Context, env service.Env) error {
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	dir, err := auth.LoadFile(cfg.UsersFile)
+	dir, err := auth.LoadReloading(cfg.UsersFile, log)
 	if err != nil {
-		return err
+		return fmt.Errorf("users file: %w", err)
 	}
 	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
 	run.Closer("redis", rdb.Close)
@@ -271,9 +280,21 @@ func Serve(ctx context.Context, env service.Env) error {
 	}
 	samples := &store.SampleReader{Client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Timeout: cfg.SamplesTimeout},
 		Topic: cfg.DecisionsTopic, Timeout: cfg.SamplesTimeout}
+	secret := []byte(cfg.SessionSecret)
+	if len(secret) == 0 {
+		secret = make([]byte, 32)
+		if _, err := rand.Read(secret); err != nil {
+			return fmt.Errorf("session secret: %w", err)
+		}
+		log.Warn("FLOODGATE_CONSOLE_SESSION_SECRET is not set: a random secret was made, so sessions end when this console restarts and are valid on this replica only")
+	}
+	sessions, err := auth.NewSessions(rdb, "fg:console:session:", secret, cfg.SessionIdle, cfg.SessionMax, env.Now)
+	if err != nil {
+		return err
+	}
 	srv, err := web.New(web.Config{
 		Directory:     dir,
-		Sessions:      auth.NewSessions(rdb, "fg:console:session:", cfg.SessionIdle, cfg.SessionMax, env.Now),
+		Sessions:      sessions,
 		Store:         store.New(ddb, rdb, cfg.DynamoDB.TablePrefix, env.Now),
 		Log:           log,
 		Registry:      env.Registry,
@@ -302,6 +323,7 @@ func Serve(ctx context.Context, env service.Env) error {
 		return err
 	}
 	run.Worker("override sweeper", func(ctx context.Context) error { return srv.ExpireOverrides(ctx, cfg.OverrideSweep) })
+	run.Worker("users file reload", func(ctx context.Context) error { return dir.Run(ctx, 2*time.Second) })
 	log.Info("console listening", "addr", addr.String(), "users_file", cfg.UsersFile)
 	return run.Run(ctx)
 }

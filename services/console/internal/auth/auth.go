@@ -183,6 +183,16 @@ func (d *Directory) Password(name, password string) (Identity, bool) {
 	return Identity{Name: name, Role: u.role, Via: "session"}, true
 }
 
+// User returns the identity of the user name as the directory has it now:
+// false for a user who is not (or no longer) in it.
+func (d *Directory) User(name string) (Identity, bool) {
+	u, ok := d.users[name]
+	if !ok {
+		return Identity{}, false
+	}
+	return Identity{Name: name, Role: u.role, Via: "session"}, true
+}
+
 // Token returns the identity of an API token.
 func (d *Directory) Token(token string) (Identity, bool) {
 	if token == "" {

@@ -2,10 +2,12 @@ package auth
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -13,35 +15,63 @@ import (
 
 // Session is a signed-in browser: who, their CSRF token and when it ends.
 type Session struct {
-	ID        string // the cookie value; never stored (Redis holds its SHA-256)
+	ID        string // the cookie value; never stored (Redis holds an HMAC of it)
 	Identity  Identity
 	CSRF      string
 	ExpiresAt time.Time
 }
 
 // Sessions keeps sessions server-side in Redis, so every console instance sees
-// them and a restart signs nobody out. Keys are fg:console:session:<sha256(id)>
-// with the session's absolute expiry as the key's TTL; an idle timeout slides
-// it forward on use, never past the absolute expiry. Safe for concurrent use.
+// them and a restart signs nobody out. A session is valid because the server
+// secret says so, not because a key exists in Redis: its key is
+// fg:console:session:<HMAC-SHA256(secret, cookie)>, so nobody without the
+// secret can name the key a cookie would read, and its fields carry an
+// HMAC under the same secret, so nobody can rename a session's user or move
+// its expiry. The user's role is not stored at all: the caller re-reads it
+// from the users directory on every request. The key's TTL is the idle
+// timeout, slid forward on use, never past the absolute expiry. Safe for
+// concurrent use.
 type Sessions struct {
 	rdb      redis.UniversalClient
+	secret   []byte
 	prefix   string
 	idle     time.Duration
 	absolute time.Duration
 	now      func() time.Time
 }
 
-// NewSessions returns a store; prefix lets tests use their own keys.
-func NewSessions(rdb redis.UniversalClient, prefix string, idle, absolute time.Duration, now func() time.Time) *Sessions {
-	return &Sessions{rdb: rdb, prefix: prefix, idle: idle, absolute: absolute, now: now}
+// MinSessionSecret is the shortest session secret accepted, in bytes.
+const MinSessionSecret = 32
+
+// NewSessions returns a store; prefix lets tests use their own keys. secret
+// (at least MinSessionSecret bytes) must be the same on every console replica
+// and is never stored in Redis.
+func NewSessions(rdb redis.UniversalClient, prefix string, secret []byte, idle, absolute time.Duration, now func() time.Time) (*Sessions, error) {
+	if len(secret) < MinSessionSecret {
+		return nil, fmt.Errorf("session secret: %d bytes, at least %d", len(secret), MinSessionSecret)
+	}
+	return &Sessions{rdb: rdb, secret: secret, prefix: prefix, idle: idle, absolute: absolute, now: now}, nil
 }
 
 // ErrNoSession is returned for a missing, expired or revoked session.
 var ErrNoSession = errors.New("no session")
 
+func (s *Sessions) mac(parts ...string) []byte {
+	m := hmac.New(sha256.New, s.secret)
+	for _, p := range parts {
+		_, _ = m.Write([]byte(strconv.Itoa(len(p))))
+		_, _ = m.Write([]byte{':'})
+		_, _ = m.Write([]byte(p))
+	}
+	return m.Sum(nil)
+}
+
 func (s *Sessions) key(id string) string {
-	sum := sha256.Sum256([]byte(id))
-	return s.prefix + hex.EncodeToString(sum[:])
+	return s.prefix + hex.EncodeToString(s.mac("session-key", id))
+}
+
+func (s *Sessions) fieldsMAC(key, name, csrf, expires string) string {
+	return hex.EncodeToString(s.mac("session-fields", key, name, csrf, expires))
 }
 
 // Create starts a session for who.
@@ -57,9 +87,10 @@ func (s *Sessions) Create(ctx context.Context, who Identity) (Session, error) {
 	now := s.now()
 	sess := Session{ID: id, Identity: who, CSRF: csrf, ExpiresAt: now.Add(s.absolute)}
 	key := s.key(id)
+	expires := strconv.FormatInt(sess.ExpiresAt.UnixMilli(), 10)
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, key, "name", who.Name, "role", who.Role.String(), "csrf", csrf,
-			"expires_at", sess.ExpiresAt.UnixMilli())
+		p.HSet(ctx, key, "name", who.Name, "csrf", csrf, "expires_at", expires,
+			"mac", s.fieldsMAC(key, who.Name, csrf, expires))
 		p.PExpire(ctx, key, min(s.idle, s.absolute))
 		return nil
 	})
@@ -69,7 +100,9 @@ func (s *Sessions) Create(ctx context.Context, who Identity) (Session, error) {
 	return sess, nil
 }
 
-// Get returns the live session with id and slides its idle timeout.
+// Get returns the live session with id and slides its idle timeout. The
+// session's Identity holds the user's name only: the caller reads the role
+// from the users directory (a removed user has none).
 func (s *Sessions) Get(ctx context.Context, id string) (Session, error) {
 	if id == "" {
 		return Session{}, ErrNoSession
@@ -82,12 +115,12 @@ func (s *Sessions) Get(ctx context.Context, id string) (Session, error) {
 	if len(vals) == 0 {
 		return Session{}, ErrNoSession
 	}
-	role, err := ParseRole(vals["role"])
-	if err != nil {
-		return Session{}, ErrNoSession
+	want := s.fieldsMAC(key, vals["name"], vals["csrf"], vals["expires_at"])
+	if !hmac.Equal([]byte(want), []byte(vals["mac"])) {
+		return Session{}, ErrNoSession // written by someone without the secret
 	}
-	var ms int64
-	if _, err := fmt.Sscan(vals["expires_at"], &ms); err != nil {
+	ms, err := strconv.ParseInt(vals["expires_at"], 10, 64)
+	if err != nil {
 		return Session{}, ErrNoSession
 	}
 	exp := time.UnixMilli(ms)
@@ -99,7 +132,7 @@ func (s *Sessions) Get(ctx context.Context, id string) (Session, error) {
 	if err := s.rdb.PExpire(ctx, key, min(s.idle, exp.Sub(now))).Err(); err != nil {
 		return Session{}, fmt.Errorf("touch session: %w", err)
 	}
-	return Session{ID: id, Identity: Identity{Name: vals["name"], Role: role, Via: "session"}, CSRF: vals["csrf"], ExpiresAt: exp}, nil
+	return Session{ID: id, Identity: Identity{Name: vals["name"], Via: "session"}, CSRF: vals["csrf"], ExpiresAt: exp}, nil
 }
 
 // Delete ends a session.

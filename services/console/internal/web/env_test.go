@@ -50,6 +50,9 @@ type testEnv struct {
 	run    string
 }
 
+// testSessionSecret signs the test consoles' sessions.
+const testSessionSecret = "test-session-secret-0123456789abcdef"
+
 func newEnv(t *testing.T) *testEnv { t.Helper(); return newEnvWith(t, nil) }
 
 // newEnvWith is newEnv with a hook to adjust the server's configuration once
@@ -84,9 +87,11 @@ func newEnvWith(t *testing.T, adjust func(cfg *Config, prefix string)) *testEnv 
 	require.NoError(t, err)
 	run := redistest.Unique(t, "console")
 	st := store.New(ddb, rdb, prefix, time.Now)
+	sessions, err := auth.NewSessions(rdb, "fg:console:test:"+run+":", []byte(testSessionSecret), 30*time.Minute, time.Hour, time.Now)
+	require.NoError(t, err)
 	cfg := Config{
 		Directory: dir, Store: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Registry: prometheus.NewRegistry(),
-		Sessions:     auth.NewSessions(rdb, "fg:console:test:"+run+":", 30*time.Minute, time.Hour, time.Now),
+		Sessions:     sessions,
 		PollInterval: time.Second, ScalesKey: "fg:test:" + run + ":scales",
 	}
 	if adjust != nil {

@@ -47,7 +47,7 @@ const (
 
 // Config wires a Server.
 type Config struct {
-	Directory     *auth.Directory
+	Directory     auth.Users
 	Sessions      *auth.Sessions
 	Store         *store.Store
 	Log           *slog.Logger
@@ -246,7 +246,15 @@ func (s *Server) authed(need auth.Role, h http.HandlerFunc) http.HandlerFunc {
 				s.fail(w, r, http.StatusServiceUnavailable, "sessions are unavailable; try again")
 				return
 			}
-			req.who, req.sess = sess.Identity, &sess
+			// The role is the users file's, read now: a removed user or a
+			// changed role takes effect on the next request.
+			who, ok := s.cfg.Directory.User(sess.Identity.Name)
+			if !ok {
+				_ = s.cfg.Sessions.Delete(r.Context(), c.Value)
+				s.toLogin(w, r)
+				return
+			}
+			req.who, req.sess = who, &sess
 			if r.Method == http.MethodPost && !auth.Equal(r.PostFormValue("csrf"), sess.CSRF) {
 				s.fail(w, r, http.StatusForbidden, "the form has expired or did not come from this console (CSRF check failed); reload the page and try again")
 				return
@@ -353,9 +361,22 @@ func (s *Server) cookie(r *http.Request, name, value string, maxAge int) *http.C
 		Secure: s.cfg.SecureCookies || r.TLS != nil, SameSite: http.SameSiteLaxMode}
 }
 
+// safeNext keeps a post-sign-in target only when it is a path on this
+// console: browsers drop tabs and newlines and read "\\" as "/", so
+// "/%09/evil.example" or "/\\evil" would leave the site (issue 22 S12).
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") || strings.Contains(next, "\n") {
-		return "/alerts"
+	const home = "/alerts"
+	if len(next) > 2048 || !strings.HasPrefix(next, "/") {
+		return home
+	}
+	for i := 0; i < len(next); i++ {
+		if c := next[i]; c < 0x20 || c == 0x7f || c == '\\' {
+			return home
+		}
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || strings.HasPrefix(next, "//") || !strings.HasPrefix(u.Path, "/") {
+		return home
 	}
 	return next
 }
@@ -623,6 +644,7 @@ type detailView struct {
 	History    []store.Alert
 	Audit      []store.AuditEntry
 	Chart      template.HTML
+	ChartNote  string // what the chart compares
 	Samples    samplesView
 	CIDRAllow  map[string]store.AllowEntry // the alert's networks (address) → the CIDR entry covering it
 	Networks   []string                    // the alert's networks as prefixes, to allowlist
@@ -653,7 +675,7 @@ func (s *Server) loadDetail(r *http.Request, principal, sk string) (detailView, 
 		for _, ip := range a.Event.Evidence.TopIPs {
 			v.IPs = append(v.IPs, ipView{IP: ip.IP.String(), Count: ip.Count, Shared: ip.SharedPrincipals, IsNAT: ip.SharedPrincipals >= 5})
 		}
-		v.Chart = rateChart(a.Event.Evidence)
+		v.Chart, v.ChartNote = evidenceChart(a.Event)
 	}
 	var errs []string
 	if v.Penalty, v.HasPenalty, err = s.cfg.Store.GetPenalty(ctx, principal); err != nil {
@@ -841,6 +863,62 @@ func (s *Server) fps(w http.ResponseWriter, r *http.Request) {
 }
 
 // --- server-rendered SVG ---
+
+// evidenceChart draws what a pattern compares: for distributed_ip distinct
+// networks against the count that fires (a rate means nothing there), for
+// the rate patterns the observed rate against the expected one and the line.
+func evidenceChart(a *events.Abuse) (template.HTML, string) {
+	e := a.Evidence
+	if a.Pattern == events.PatternDistributedIP {
+		bars := []chartBar{{"addresses", float64(e.DistinctIPs), "bar-observed"}, {"/24 + /64", float64(e.DistinctIP24 + e.DistinctIP64), "bar-observed"}}
+		note := "Distinct client addresses and networks in the window"
+		if b := e.Basis; b != nil {
+			if b.NewNetworks > 0 {
+				bars = append(bars, chartBar{"new nets", float64(b.NewNetworks), "bar-observed"})
+				note += ", networks new to the principal within seconds (fan-out)"
+			}
+			bars = append(bars, chartBar{"threshold", float64(b.NetworkThreshold), "bar-threshold"})
+			note += ", against the count of unshared networks that fires"
+		}
+		return barChart(bars, ""), note + "."
+	}
+	note := "Observed rate against the expected (baseline) rate and the firing threshold, events per second."
+	if b := e.Basis; b != nil && b.Source == events.BasisLimit {
+		note = fmt.Sprintf("Automation is measured against its limit: observed rate, the rate the limiter let through, and the line (%.0f %% of requests denied).", 100*b.DenialRatio)
+	}
+	return rateChart(e), note
+}
+
+type chartBar struct {
+	label string
+	v     float64
+	class string
+}
+
+// barChart draws labelled horizontal bars; unit follows each value.
+func barChart(bars []chartBar, unit string) template.HTML {
+	maxV := 0.0
+	for _, b := range bars {
+		maxV = math.Max(maxV, b.v)
+	}
+	if maxV <= 0 {
+		maxV = 1
+	}
+	var sb strings.Builder
+	label := make([]string, len(bars))
+	for i, b := range bars {
+		label[i] = fmt.Sprintf("%s %.2f%s", b.label, b.v, unit)
+	}
+	fmt.Fprintf(&sb, `<svg class="chart" viewBox="0 0 420 %d" role="img" aria-label="%s">`, 10+30*len(bars), template.HTMLEscapeString(strings.Join(label, ", ")))
+	for i, b := range bars {
+		y := 8 + i*30
+		wd := 260 * b.v / maxV
+		fmt.Fprintf(&sb, `<text x="0" y="%d" class="chart-label">%s</text><rect x="80" y="%d" width="%.1f" height="20" class="%s"/><text x="%.1f" y="%d" class="chart-value">%s%s</text>`,
+			y+15, b.label, y, math.Max(wd, 1), b.class, 86+wd, y+15, strconv.FormatFloat(b.v, 'f', -1, 64), unit)
+	}
+	sb.WriteString(`</svg>`)
+	return template.HTML(sb.String()) //nolint:gosec // built from numbers and fixed labels only
+}
 
 // rateChart compares the observed rate with the expected rate and the threshold.
 func rateChart(e events.Evidence) template.HTML {

@@ -24,6 +24,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/detector/internal/detector"
+	"github.com/floodgate-dev/floodgate/services/detector/internal/sharedip"
 )
 
 // Run consumes until ctx is done, then drains both consumers and flushes metrics.
@@ -87,6 +88,7 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 
 	dcfg := detector.Config{
 		Score: cfg.Score, Policies: cfg.Policies, Escalation: cfg.Escalation, BlastLimit: cfg.BlastLimit,
+		MaxEventSkew: cfg.MaxEventSkew, MaxEventAge: cfg.MaxEventAge,
 		Penalties: detector.NewPenaltyStore(rdb), Allowlist: allow,
 		Publisher: producer, AbuseTopic: cfg.AbuseTopic, Recorder: recorder, Logger: log, Registerer: reg,
 	}
@@ -95,6 +97,13 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 	}
 	if pager != nil {
 		dcfg.Alerter = pager
+	}
+	var shared *sharedip.Store
+	if cfg.SharedIPs == "redis" {
+		if shared, err = sharedip.New(rdb, sharedip.Config{Window: cfg.Score.IPWindow}, reg, log); err != nil {
+			return err
+		}
+		dcfg.SharedIPs = shared
 	}
 	det := detector.New(dcfg)
 	// After a restart or rebalance a partition is re-read from one window back
@@ -119,6 +128,9 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 	defer stopRun()
 	g.Go(func() error { return decisions.Run(runCtx) })
 	g.Go(func() error { return det.Maintain(runCtx, 5*time.Second) })
+	if shared != nil {
+		g.Go(func() error { return shared.Run(runCtx) })
+	}
 	if records != nil {
 		g.Go(func() error { return allow.Refresh(runCtx, records.LoadAllowlist, cfg.AllowRefresh, time.Now, log) })
 	}

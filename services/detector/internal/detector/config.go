@@ -10,12 +10,15 @@ import (
 
 // ServiceConfig is the detector's start-up configuration, read from the environment.
 type ServiceConfig struct {
-	HTTPAddr       string   // FLOODGATE_DETECTOR_ADDR: /healthz, /readyz, /metrics
-	RedisAddrs     []string // FLOODGATE_REDIS_ADDRS
-	KafkaBrokers   []string // FLOODGATE_KAFKA_BROKERS
-	DecisionsTopic string   // FLOODGATE_DECISIONS_TOPIC
-	AbuseTopic     string   // FLOODGATE_ABUSE_TOPIC
-	Group          string   // FLOODGATE_DETECTOR_GROUP
+	HTTPAddr       string        // FLOODGATE_DETECTOR_ADDR: /healthz, /readyz, /metrics
+	SharedIPs      string        // FLOODGATE_DETECTOR_SHARED_IPS: redis (share per-address counts across instances) | off
+	MaxEventSkew   time.Duration // FLOODGATE_DETECTOR_MAX_EVENT_SKEW: events dated further in the future are dead-lettered
+	MaxEventAge    time.Duration // FLOODGATE_DETECTOR_MAX_EVENT_AGE: events older than this are dead-lettered
+	RedisAddrs     []string      // FLOODGATE_REDIS_ADDRS
+	KafkaBrokers   []string      // FLOODGATE_KAFKA_BROKERS
+	DecisionsTopic string        // FLOODGATE_DECISIONS_TOPIC
+	AbuseTopic     string        // FLOODGATE_ABUSE_TOPIC
+	Group          string        // FLOODGATE_DETECTOR_GROUP
 	// StartOffset is where a new detector group starts on the decisions topic
 	// (FLOODGATE_DETECTOR_START_OFFSET): "first" (default) scores the whole
 	// retained history; "last" only live traffic, for a throwaway group.
@@ -57,31 +60,38 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 		PagerGroup:     e.String("FLOODGATE_PAGER_GROUP", "floodgate-pager"),
 		StartOffset:    e.String("FLOODGATE_DETECTOR_START_OFFSET", "first"),
 		Score: score.Config{
-			Window:             e.Duration("FLOODGATE_DETECTOR_WINDOW", def.Window),
-			Threshold:          e.Float("FLOODGATE_DETECTOR_RAPID_FIRE_THRESHOLD", def.Threshold),
-			Floor:              e.Float("FLOODGATE_DETECTOR_RAPID_FIRE_RATE", def.Floor),
-			BaselineK:          e.Float("FLOODGATE_DETECTOR_BASELINE_K", def.BaselineK),
-			BaselineHalfLife:   e.Duration("FLOODGATE_DETECTOR_BASELINE_HALF_LIFE", def.BaselineHalfLife),
-			RouteQuantile:      e.Float("FLOODGATE_DETECTOR_ROUTE_QUANTILE", def.RouteQuantile),
-			RouteMinPrincipals: e.Int("FLOODGATE_DETECTOR_ROUTE_MIN_PRINCIPALS", def.RouteMinPrincipals),
-			Cooldown:           e.Duration("FLOODGATE_DETECTOR_COOLDOWN", def.Cooldown),
-			IPWindow:           e.Duration("FLOODGATE_DETECTOR_IP_WINDOW", def.IPWindow),
-			MinDistinctIPs:     e.Int("FLOODGATE_DETECTOR_IP_MIN_DISTINCT", def.MinDistinctIPs),
-			MinDiversity:       e.Float("FLOODGATE_DETECTOR_IP_MIN_DIVERSITY", def.MinDiversity),
-			SharedIPPrincipals: e.Int("FLOODGATE_DETECTOR_SHARED_IP_PRINCIPALS", def.SharedIPPrincipals),
-			BotLikeMinGaps:     e.Int("FLOODGATE_DETECTOR_BOT_LIKE_MIN_GAPS", def.BotLikeMinGaps),
-			BotLikeMaxCV:       e.Float("FLOODGATE_DETECTOR_BOT_LIKE_MAX_CV", def.BotLikeMaxCV),
-			BotLikeMaxMeanGap:  e.Duration("FLOODGATE_DETECTOR_BOT_LIKE_MAX_MEAN_GAP", def.BotLikeMaxMeanGap),
+			Window:               e.Duration("FLOODGATE_DETECTOR_WINDOW", def.Window),
+			Threshold:            e.Float("FLOODGATE_DETECTOR_RAPID_FIRE_THRESHOLD", def.Threshold),
+			Floor:                e.Float("FLOODGATE_DETECTOR_RAPID_FIRE_RATE", def.Floor),
+			BaselineK:            e.Float("FLOODGATE_DETECTOR_BASELINE_K", def.BaselineK),
+			BaselineHalfLife:     e.Duration("FLOODGATE_DETECTOR_BASELINE_HALF_LIFE", def.BaselineHalfLife),
+			RouteQuantile:        e.Float("FLOODGATE_DETECTOR_ROUTE_QUANTILE", def.RouteQuantile),
+			RouteMinPrincipals:   e.Int("FLOODGATE_DETECTOR_ROUTE_MIN_PRINCIPALS", def.RouteMinPrincipals),
+			Cooldown:             e.Duration("FLOODGATE_DETECTOR_COOLDOWN", def.Cooldown),
+			IPWindow:             e.Duration("FLOODGATE_DETECTOR_IP_WINDOW", def.IPWindow),
+			MinDistinctIPs:       e.Int("FLOODGATE_DETECTOR_IP_MIN_DISTINCT", def.MinDistinctIPs),
+			MinDiversity:         e.Float("FLOODGATE_DETECTOR_IP_MIN_DIVERSITY", def.MinDiversity),
+			SharedIPPrincipals:   e.Int("FLOODGATE_DETECTOR_SHARED_IP_PRINCIPALS", def.SharedIPPrincipals),
+			BotLikeMinGaps:       e.Int("FLOODGATE_DETECTOR_BOT_LIKE_MIN_GAPS", def.BotLikeMinGaps),
+			BotLikeMaxCV:         e.Float("FLOODGATE_DETECTOR_BOT_LIKE_MAX_CV", def.BotLikeMaxCV),
+			BotLikeMaxMeanGap:    e.Duration("FLOODGATE_DETECTOR_BOT_LIKE_MAX_MEAN_GAP", def.BotLikeMaxMeanGap),
+			AutomatedDenialRatio: e.Float("FLOODGATE_DETECTOR_AUTOMATED_DENIAL_RATIO", def.AutomatedDenialRatio),
+			FanoutMinNetworks:    e.Int("FLOODGATE_DETECTOR_FANOUT_MIN_NETWORKS", def.FanoutMinNetworks),
+			FanoutInterval:       e.Duration("FLOODGATE_DETECTOR_FANOUT_INTERVAL", def.FanoutInterval),
 		},
 		Mode: e.String("FLOODGATE_DETECTOR_MODE", "enforce"),
 		Escalation: Escalation{
 			Lookback: e.Duration("FLOODGATE_DETECTOR_ESCALATION_LOOKBACK", 7*24*time.Hour),
+			Quiet:    e.Duration("FLOODGATE_DETECTOR_INCIDENT_QUIET", 10*time.Minute),
 			Factor:   e.Float("FLOODGATE_DETECTOR_ESCALATION_FACTOR", 2),
 			MaxTTL:   e.Duration("FLOODGATE_DETECTOR_ESCALATION_MAX_TTL", 72*time.Hour),
 			Jitter:   e.Float("FLOODGATE_DETECTOR_ESCALATION_JITTER", 0.1),
 		},
 		BlastLimit:      e.Int("FLOODGATE_DETECTOR_BLAST_LIMIT", 100),
 		Records:         e.String("FLOODGATE_DETECTOR_RECORDS", "dynamodb"),
+		SharedIPs:       e.String("FLOODGATE_DETECTOR_SHARED_IPS", "redis"),
+		MaxEventSkew:    e.Duration("FLOODGATE_DETECTOR_MAX_EVENT_SKEW", 5*time.Minute),
+		MaxEventAge:     e.Duration("FLOODGATE_DETECTOR_MAX_EVENT_AGE", 7*24*time.Hour),
 		DynamoEndpoint:  e.String("FLOODGATE_DYNAMODB_ENDPOINT", ""),
 		DynamoPrefix:    e.String("FLOODGATE_DYNAMODB_TABLE_PREFIX", ""),
 		RecordRetention: e.Duration("FLOODGATE_DETECTOR_RECORD_RETENTION", 90*24*time.Hour),
@@ -142,11 +152,15 @@ func (c ServiceConfig) Validate() error {
 		v.Require(p.TTL >= time.Second && p.TTL <= 30*24*time.Hour, "FLOODGATE_DETECTOR_*_TTL", "%s: %s must be in 1s..720h", pattern, p.TTL)
 	}
 	v.Require(c.Escalation.Lookback >= 0, "FLOODGATE_DETECTOR_ESCALATION_LOOKBACK", "must not be negative")
+	v.Require(c.Escalation.Quiet >= 0, "FLOODGATE_DETECTOR_INCIDENT_QUIET", "must not be negative")
 	v.Require(c.Escalation.Factor >= 1 && c.Escalation.Factor <= 10, "FLOODGATE_DETECTOR_ESCALATION_FACTOR", "%g: must be in 1..10", c.Escalation.Factor)
 	v.Require(c.Escalation.MaxTTL >= time.Second && c.Escalation.MaxTTL <= 30*24*time.Hour, "FLOODGATE_DETECTOR_ESCALATION_MAX_TTL", "%s: must be in 1s..720h", c.Escalation.MaxTTL)
 	v.Require(c.Escalation.Jitter >= 0 && c.Escalation.Jitter < 0.5, "FLOODGATE_DETECTOR_ESCALATION_JITTER", "%g: must be in [0, 0.5)", c.Escalation.Jitter)
 	v.Require(c.BlastLimit >= 1, "FLOODGATE_DETECTOR_BLAST_LIMIT", "%d: at least 1", c.BlastLimit)
 	v.Require(c.Records == "dynamodb" || c.Records == "off", "FLOODGATE_DETECTOR_RECORDS", "%q is not one of dynamodb|off", c.Records)
+	v.Require(c.SharedIPs == "redis" || c.SharedIPs == "off", "FLOODGATE_DETECTOR_SHARED_IPS", "%q is not one of redis|off", c.SharedIPs)
+	v.Require(c.MaxEventSkew >= time.Second && c.MaxEventSkew <= 24*time.Hour, "FLOODGATE_DETECTOR_MAX_EVENT_SKEW", "%s: must be in 1s..24h", c.MaxEventSkew)
+	v.Require(c.MaxEventAge >= c.Score.IPWindow, "FLOODGATE_DETECTOR_MAX_EVENT_AGE", "%s: must cover FLOODGATE_DETECTOR_IP_WINDOW (%s), which a restart re-reads", c.MaxEventAge, c.Score.IPWindow)
 	v.Require(c.RecordRetention >= 24*time.Hour, "FLOODGATE_DETECTOR_RECORD_RETENTION", "%s: at least 24h", c.RecordRetention)
 	v.Require(c.RecordRetention >= c.Escalation.Lookback, "FLOODGATE_DETECTOR_RECORD_RETENTION", "must cover FLOODGATE_DETECTOR_ESCALATION_LOOKBACK")
 	v.Require(c.AllowRefresh >= time.Second, "FLOODGATE_DETECTOR_ALLOWLIST_REFRESH", "at least 1s")

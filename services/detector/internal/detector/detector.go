@@ -38,7 +38,8 @@ type Recorder interface {
 // Records is the abuse history: Put must be idempotent by abuse id.
 type Records interface {
 	Put(ctx context.Context, a *events.Abuse) error
-	PriorOffenses(ctx context.Context, p events.Principal, at time.Time, lookback time.Duration, exclude string) (int, error)
+	// PriorIncidents counts p's incidents that were over by at (see DynamoRecords).
+	PriorIncidents(ctx context.Context, p events.Principal, at time.Time, lookback, quiet time.Duration, exclude string) (int, error)
 }
 
 // Alerter pages on-call about the detector itself (the blast-radius guard).
@@ -48,7 +49,15 @@ type Alerter interface {
 
 // Config wires a Detector. Records, Allowlist, Alerter and Recorder may be nil.
 type Config struct {
-	Score      score.Config
+	Score score.Config
+	// MaxEventSkew and MaxEventAge bound an event's time against the clock:
+	// later than now + skew or older than now − age, it is dead-lettered and
+	// never scored (defaults 5m and 7 days).
+	MaxEventSkew time.Duration
+	MaxEventAge  time.Duration
+	// SharedIPs, when set, shares per-address principal counts with the other
+	// instances of the group (see score.RemoteIPs).
+	SharedIPs  score.RemoteIPs
 	Policies   map[events.Pattern]PatternPolicy
 	Escalation Escalation
 	BlastLimit int // enforced penalties per pattern per minute before enforcement is held
@@ -73,17 +82,26 @@ type Detector struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	mu      sync.Mutex
-	scorers map[int]*score.Scorer
-	warm    map[int]int64 // partition → first offset whose effects count (after a rewind)
-	pending map[int]pending
-	active  map[string]activePenalty // principal|pattern → enforced penalty, for the gauge
+	mu        sync.Mutex
+	scorers   map[int]*score.Scorer
+	warm      map[int]int64 // partition → first offset whose effects count (after a rewind)
+	pending   map[int]pending
+	active    map[string]activePenalty // principal|pattern → enforced penalty, for the gauge
+	incidents map[string]incident      // principal|pattern → the incident in progress
 }
 
 type pending struct {
 	offset int64
 	dets   []score.Detection // scored, not yet decided
 	abuses []events.Abuse    // decided; their effects are idempotent and retried
+}
+
+// incident is one principal × pattern while its penalty runs (and a quiet
+// period after): its re-detections share its id and are counted.
+type incident struct {
+	id    string
+	count int64
+	until time.Time // the latest penalty expiry of its detections
 }
 
 type activePenalty struct {
@@ -105,12 +123,21 @@ func New(c Config) *Detector {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.MaxEventSkew <= 0 {
+		c.MaxEventSkew = 5 * time.Minute
+	}
+	if c.MaxEventAge <= 0 {
+		c.MaxEventAge = 7 * 24 * time.Hour
+	}
 	d := &Detector{
 		cfg: c, ips: score.NewIPStore(c.Score), blast: &BlastGuard{Limit: c.BlastLimit, Now: c.Now}, log: c.Logger,
-		scorers: map[int]*score.Scorer{}, warm: map[int]int64{}, pending: map[int]pending{}, active: map[string]activePenalty{},
+		scorers: map[int]*score.Scorer{}, warm: map[int]int64{}, pending: map[int]pending{}, active: map[string]activePenalty{}, incidents: map[string]incident{},
 	}
 	if d.blast.Limit <= 0 {
 		d.blast.Limit = 1 << 30
+	}
+	if c.SharedIPs != nil {
+		d.ips.ShareWith(c.SharedIPs)
 	}
 	f := promauto.With(c.Registerer)
 	d.metrics = &metrics{
@@ -154,6 +181,12 @@ func (d *Detector) Handle(ctx context.Context, msg kafka.Message) error {
 	if !ok {
 		ev, err := events.DecodeDecision(msg.Value)
 		if err != nil {
+			return stream.Permanent(err)
+		}
+		// Checked at the door: an event dated in the future would move the
+		// scorer's clock and sweep away every principal's state (issue 22 S4);
+		// one older than retention describes nothing current.
+		if err := d.checkEventTime(ev.TS); err != nil {
 			return stream.Permanent(err)
 		}
 		d.metrics.decoded.Inc()
@@ -243,9 +276,15 @@ func (d *Detector) decide(ctx context.Context, det *score.Detection) (events.Abu
 			return a, false, nil
 		}
 	}
-	if policy.Enforce {
+	if policy.Enforce && !det.Penalize {
+		// A signal that alone harms nobody (regular timing): reported for
+		// review, never written as a penalty, never escalated.
+		a.Penalty.Mode = events.PenaltySimulated
+		d.metrics.suppressed.WithLabelValues(string(pattern), "signal_only").Inc()
+	}
+	if a.Penalty.Mode == events.PenaltyEnforced {
 		if d.cfg.Records != nil {
-			n, err := d.cfg.Records.PriorOffenses(ctx, det.Principal, det.At, d.cfg.Escalation.Lookback, a.ID)
+			n, err := d.cfg.Records.PriorIncidents(ctx, det.Principal, det.At, d.cfg.Escalation.Lookback, d.cfg.Escalation.Quiet, a.ID)
 			if err != nil {
 				return a, false, err
 			}
@@ -268,6 +307,7 @@ func (d *Detector) decide(ctx context.Context, det *score.Detection) (events.Abu
 			}
 		}
 	}
+	d.assignIncident(&a)
 	return a, true, nil
 }
 
@@ -288,7 +328,10 @@ func (d *Detector) effects(ctx context.Context, a *events.Abuse) error {
 			return err
 		}
 	}
-	value, err := events.EncodeAbuse(a)
+	// The abuse topic keeps 30 days: client addresses leave as networks, an
+	// IPv4 /24 or an IPv6 /48, never as a person's address (issue 22 S15).
+	published := truncateTopIPs(*a, 48)
+	value, err := events.EncodeAbuse(&published)
 	if err != nil {
 		return stream.Permanent(fmt.Errorf("encode abuse event: %w", err))
 	}
@@ -331,10 +374,17 @@ func (d *Detector) abuseEvent(det *score.Detection, policy PatternPolicy) events
 	if det.Pattern == score.RapidFire {
 		ev.BaselineRate, ev.Threshold = det.ExpectedRate, det.ExpectedRate*det.Threshold
 	}
+	if det.BaselineSource != "" {
+		ev.Basis = &events.Basis{Source: det.BaselineSource, BaselineKind: det.Principal.Kind, DenialRatio: min(max(det.DenialRatio, 0), 1),
+			NewNetworks: det.NewNetworks, NetworkThreshold: det.NetworkThreshold}
+	}
+	if !det.Severity.Valid() {
+		det.Severity = score.SeverityOf(det.Score)
+	}
 	id := AbuseID(det.Principal, det.Pattern, det.WindowStart)
 	return events.Abuse{
 		ID: id, DetectedAt: det.At, Principal: det.Principal, Pattern: det.Pattern,
-		Severity: severity(det.Score), Score: det.Score,
+		Severity: det.Severity, Score: det.Score,
 		Window:       events.Window{Start: det.WindowStart, End: det.WindowStart.Add(det.Window), Seconds: max(int64(det.Window/time.Second), 1)},
 		FirstEventAt: det.FirstEventAt,
 		Evidence:     ev,
@@ -345,24 +395,38 @@ func (d *Detector) abuseEvent(det *score.Detection, policy PatternPolicy) events
 	}
 }
 
-// severity grades how far over the line the principal went.
-func severity(score float64) events.Severity {
-	switch {
-	case score >= 10:
-		return events.SeverityCritical
-	case score >= 4:
-		return events.SeverityHigh
-	case score >= 2:
-		return events.SeverityMedium
-	}
-	return events.SeverityLow
-}
-
 var penaltyOutcomes = map[int]string{PenaltyStale: "stale", PenaltyApplied: "applied", PenaltyUnchanged: "unchanged"}
 
 // AbuseID is the deterministic id of a detection: the same principal, pattern
 // and window always give the same id, so a replayed detection is recognisably
 // the same (and its penalty, record and page are written once).
+// IncidentID names the incident a principal's detection of pattern at
+// (event time) opens.
+func IncidentID(p events.Principal, pattern events.Pattern, at time.Time) string {
+	h := sha256.Sum256([]byte(p.Key() + "\x00" + string(pattern) + "\x00incident\x00" + at.UTC().Format(time.RFC3339Nano)))
+	return "in_" + hex.EncodeToString(h[:12])
+}
+
+// assignIncident gives a its incident: the one in progress for its principal
+// and pattern when a comes before that incident's penalty ended plus the quiet
+// period (its count goes up, its end moves to the later expiry), else a new one.
+func (d *Detector) assignIncident(a *events.Abuse) {
+	k := a.Principal.Key() + "|" + string(a.Pattern)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	inc, ok := d.incidents[k]
+	if ok && !a.DetectedAt.After(inc.until.Add(d.cfg.Escalation.Quiet)) {
+		inc.count++
+		if a.Penalty.ExpiresAt.After(inc.until) {
+			inc.until = a.Penalty.ExpiresAt
+		}
+	} else {
+		inc = incident{id: IncidentID(a.Principal, a.Pattern, a.DetectedAt), count: 1, until: a.Penalty.ExpiresAt}
+	}
+	d.incidents[k] = inc
+	a.IncidentID, a.DetectionCount = inc.id, inc.count
+}
+
 func AbuseID(p events.Principal, pattern events.Pattern, windowStart time.Time) string {
 	h := sha256.Sum256([]byte(p.Key() + "\x00" + string(pattern) + "\x00" + windowStart.UTC().Format(time.RFC3339Nano)))
 	return "ab_" + hex.EncodeToString(h[:12])
@@ -395,6 +459,11 @@ func (d *Detector) Maintain(ctx context.Context, every time.Duration) error {
 			}
 			counts[p.pattern]++
 		}
+		for k, inc := range d.incidents {
+			if inc.until.Add(d.cfg.Escalation.Quiet).Before(now) {
+				delete(d.incidents, k)
+			}
+		}
 		d.mu.Unlock()
 		if !newest.IsZero() {
 			d.ips.Sweep(newest.UnixMilli())
@@ -409,6 +478,8 @@ func (d *Detector) Maintain(ctx context.Context, every time.Duration) error {
 // offset whose timestamp is at or after t.
 type OffsetLookup interface {
 	OffsetAt(ctx context.Context, partition int, t time.Time) (int64, error)
+	// TimeAt is the timestamp of the message at offset (zero when there is none).
+	TimeAt(ctx context.Context, partition int, offset int64) (time.Time, error)
 }
 
 // Rewind is the hook a consumer calls when it is assigned partition with the
@@ -422,6 +493,22 @@ func (d *Detector) Rewind(ctx context.Context, lookup OffsetLookup, partition in
 		off, err := lookup.OffsetAt(ctx, partition, d.cfg.Now().Add(-rewind))
 		if err != nil {
 			return 0, fmt.Errorf("rewind partition %d: %w", partition, err)
+		}
+		if off < 0 || off >= committed {
+			// A backlog: the committed point is older than now − rewind, so
+			// the window to rebuild ends there, not now. Anchor the rewind
+			// at the last handled message's time, or the new owner starts
+			// cold (issue 21: a rebalance during a backlog skipped it).
+			last, err := lookup.TimeAt(ctx, partition, committed-1)
+			if err != nil {
+				return 0, fmt.Errorf("rewind partition %d: %w", partition, err)
+			}
+			off = committed
+			if !last.IsZero() {
+				if off, err = lookup.OffsetAt(ctx, partition, last.Add(-rewind)); err != nil {
+					return 0, fmt.Errorf("rewind partition %d: %w", partition, err)
+				}
+			}
 		}
 		if off >= 0 && off < committed {
 			start = off
@@ -479,4 +566,39 @@ func (k *KafkaOffsets) OffsetAt(ctx context.Context, partition int, t time.Time)
 		return best, nil
 	}
 	return 0, errors.New("list offsets: partition missing from the answer")
+}
+
+// TimeAt implements OffsetLookup: it fetches the message at offset.
+func (k *KafkaOffsets) TimeAt(ctx context.Context, partition int, offset int64) (time.Time, error) {
+	if offset < 0 {
+		return time.Time{}, nil
+	}
+	resp, err := k.Client.Fetch(ctx, &kafka.FetchRequest{Topic: k.Topic, Partition: partition, Offset: offset, MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 500 * time.Millisecond})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("fetch %s/%d@%d: %w", k.Topic, partition, offset, err)
+	}
+	if resp.Error != nil {
+		return time.Time{}, fmt.Errorf("fetch %s/%d@%d: %w", k.Topic, partition, offset, resp.Error)
+	}
+	for {
+		rec, err := resp.Records.ReadRecord()
+		if err != nil {
+			return time.Time{}, nil // nothing at that offset any more (retention)
+		}
+		if rec.Offset >= offset {
+			return rec.Time, nil
+		}
+	}
+}
+
+// checkEventTime refuses an event time outside [now − MaxEventAge, now + MaxEventSkew].
+func (d *Detector) checkEventTime(ts time.Time) error {
+	now := d.cfg.Now()
+	switch {
+	case ts.After(now.Add(d.cfg.MaxEventSkew)):
+		return fmt.Errorf("event time %s is %s in the future, beyond the %s allowed", events.FormatTime(ts), ts.Sub(now).Round(time.Second), d.cfg.MaxEventSkew)
+	case ts.Before(now.Add(-d.cfg.MaxEventAge)):
+		return fmt.Errorf("event time %s is older than %s", events.FormatTime(ts), d.cfg.MaxEventAge)
+	}
+	return nil
 }

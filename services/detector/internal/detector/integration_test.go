@@ -78,21 +78,37 @@ func TestDetectorRecordsEscalatesAndIsIdempotent(t *testing.T) {
 	bot := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "esc")}
 	now := time.Now().UTC().Truncate(time.Second)
 
-	botBurst(t, d, bot, now.Add(-10*time.Minute), "203.0.113.9")
+	botBurst(t, d, bot, now.Add(-3*time.Hour), "203.0.113.9")
+	botBurst(t, d, bot, now.Add(-3*time.Hour+5*time.Minute), "203.0.113.9")
 	botBurst(t, d, bot, now.Add(-5*time.Minute), "203.0.113.9")
-	require.Len(t, pub.msgs, 2, "two detections, a cool-down apart")
-	var got []events.Abuse
+	require.Len(t, pub.msgs, 3, "three detections, cool-downs apart")
+	var all []events.Abuse
 	for _, m := range pub.msgs {
 		a, err := events.DecodeAbuse(m.Value)
 		require.NoError(t, err)
-		got = append(got, a)
+		all = append(all, a)
 	}
-	require.Equal(t, int64(1), got[0].Penalty.Level)
-	require.Equal(t, int64(2), got[1].Penalty.Level, "a repeat offender escalates")
+	require.Equal(t, int64(1), all[0].Penalty.Level)
+	basis := all[0].Evidence.Basis
+	require.NotNil(t, basis, "the evidence says what the bot was measured against")
+	require.Equal(t, events.BasisLimit, basis.Source, "automation is measured against its limit")
+	require.Equal(t, events.PrincipalBot, basis.BaselineKind)
+	require.GreaterOrEqual(t, basis.DenialRatio, 0.5)
+	require.Greater(t, all[0].Score, 2.0, "its rate against what the limiter let through")
+	require.Equal(t, int64(1), all[1].Penalty.Level, "a re-detection while the penalty runs is the same incident: no escalation")
+	require.True(t, all[1].Penalty.ExpiresAt.After(all[1].DetectedAt.Add(50*time.Minute)),
+		"it carries a penalty from its own time, which extends the incident's (the penalty store keeps the later expiry)")
+	require.NotEmpty(t, all[0].IncidentID)
+	require.Equal(t, all[0].IncidentID, all[1].IncidentID, "one incident")
+	require.Equal(t, []int64{1, 2}, []int64{all[0].DetectionCount, all[1].DetectionCount})
+	require.NotEqual(t, all[0].IncidentID, all[2].IncidentID, "a new incident after the quiet period")
+	require.Equal(t, int64(1), all[2].DetectionCount)
+	got := []events.Abuse{all[0], all[2]}
+	require.Equal(t, int64(2), got[1].Penalty.Level, "a repeat offender escalates: a new incident after the first was over")
 	// Each names the message that crossed the threshold: the burst's event i
 	// is at offset i and at start + 5 ms × i, and the detection's time is the
 	// crossing event's time.
-	for i, start := range []time.Time{now.Add(-10 * time.Minute), now.Add(-5 * time.Minute)} {
+	for i, start := range []time.Time{now.Add(-3 * time.Hour), now.Add(-5 * time.Minute)} {
 		ref := got[i].Evidence.CrossingEvent
 		require.NotNil(t, ref, "detection %d names its crossing event", i)
 		require.Equal(t, "floodgate.decisions.v1", ref.Topic)
@@ -110,7 +126,7 @@ func TestDetectorRecordsEscalatesAndIsIdempotent(t *testing.T) {
 		KeyConditionExpression:    aws.String("pk = :pk"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: bot.Key()}}})
 	require.NoError(t, err)
-	require.Len(t, out.Items, 2)
+	require.Len(t, out.Items, 3)
 	stored, err := events.DecodeAbuse([]byte(str(out.Items[0]["event"])))
 	require.NoError(t, err)
 	require.Equal(t, netip.MustParseAddr("203.0.113.0"), stored.Evidence.TopIPs[0].IP, "truncated to the /24")
@@ -119,7 +135,7 @@ func TestDetectorRecordsEscalatesAndIsIdempotent(t *testing.T) {
 
 	// Replaying the second detection: same id, same level, same penalty, no new record.
 	require.NoError(t, records.Put(ctx, &got[1]))
-	n, err := records.PriorOffenses(ctx, bot, got[1].DetectedAt, 24*time.Hour, got[1].ID)
+	n, err := records.PriorIncidents(ctx, bot, got[1].DetectedAt, 24*time.Hour, 10*time.Minute, got[1].ID)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	fresh := newTestDetector(t, &flakyPublisher{}, func(c *Config) { c.Records = records })

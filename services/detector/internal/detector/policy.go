@@ -19,12 +19,15 @@ type PatternPolicy struct {
 	Enforce    bool          // false: simulated (shadow) — reported, never written
 }
 
-// Escalation lengthens repeat offenders' penalties: level = 1 + enforced
-// detections of the principal within Lookback; TTL = base × Factor^(level-1),
-// capped at MaxTTL, then jittered by ±Jitter (a fraction) from the abuse id, so
-// a replayed detection gets exactly the same penalty.
+// Escalation lengthens repeat offenders' penalties: level = 1 + the
+// principal's incidents within Lookback that were over (penalty ended and
+// Quiet passed) — re-detections of one ongoing incident keep its level;
+// TTL = base × Factor^(level-1), capped at MaxTTL, then jittered by ±Jitter (a
+// fraction) from the abuse id, so a replayed detection gets exactly the same
+// penalty.
 type Escalation struct {
 	Lookback time.Duration
+	Quiet    time.Duration
 	Factor   float64
 	MaxTTL   time.Duration
 	Jitter   float64

@@ -70,14 +70,16 @@ func (r *DynamoRecords) Put(ctx context.Context, a *events.Abuse) error {
 	return nil
 }
 
-// PriorOffenses counts the enforced detections of p in (at-lookback, at),
-// other than the one with id exclude. Event time bounds make it give the same
-// answer on a replay, which keeps the escalation level (and so the penalty)
-// idempotent.
-func (r *DynamoRecords) PriorOffenses(ctx context.Context, p events.Principal, at time.Time, lookback time.Duration, exclude string) (int, error) {
+// PriorIncidents counts the incidents of p that ended before at: enforced
+// detections in (at-lookback, at), other than the one with id exclude, grouped
+// into incidents (see endedIncidents). A detection inside an ongoing incident
+// therefore gets that incident's level: re-detections of one attack extend its
+// penalty but never escalate it. Event time bounds make it give the same answer
+// on a replay, which keeps the escalation level (and so the penalty) idempotent.
+func (r *DynamoRecords) PriorIncidents(ctx context.Context, p events.Principal, at time.Time, lookback, quiet time.Duration, exclude string) (int, error) {
 	from := at.Add(-lookback).UTC().Format("2006-01-02T15:04:05.000Z")
 	to := at.UTC().Format("2006-01-02T15:04:05.000Z")
-	n := 0
+	var offs []offense
 	var start map[string]types.AttributeValue
 	for {
 		out, err := r.Client.Query(ctx, &dynamodb.QueryInput{
@@ -92,18 +94,58 @@ func (r *DynamoRecords) PriorOffenses(ctx context.Context, p events.Principal, a
 				":to": &types.AttributeValueMemberS{Value: to}, ":enforced": &types.AttributeValueMemberS{Value: string(events.PenaltyEnforced)},
 				":id": &types.AttributeValueMemberS{Value: exclude},
 			},
-			ProjectionExpression: aws.String("id"),
+			ProjectionExpression: aws.String("sk, penalty_until"),
 			ExclusiveStartKey:    start,
 		})
 		if err != nil {
 			return 0, fmt.Errorf("query offenses of %s: %w", p.Key(), err)
 		}
-		n += len(out.Items)
+		for _, it := range out.Items {
+			sk, _ := it["sk"].(*types.AttributeValueMemberS)
+			until, _ := it["penalty_until"].(*types.AttributeValueMemberS)
+			if sk == nil || until == nil {
+				return 0, fmt.Errorf("offense of %s without sk or penalty_until", p.Key())
+			}
+			when, _, _ := strings.Cut(sk.Value, "#")
+			o := offense{}
+			if o.at, err = time.Parse("2006-01-02T15:04:05.000Z", when); err != nil {
+				return 0, fmt.Errorf("offense of %s: sk %q: %w", p.Key(), sk.Value, err)
+			}
+			if o.until, err = time.Parse(time.RFC3339, until.Value); err != nil {
+				return 0, fmt.Errorf("offense of %s: penalty_until %q: %w", p.Key(), until.Value, err)
+			}
+			offs = append(offs, o)
+		}
 		if len(out.LastEvaluatedKey) == 0 {
-			return n, nil
+			return endedIncidents(offs, at, quiet), nil
 		}
 		start = out.LastEvaluatedKey
 	}
+}
+
+// offense is one enforced detection: when, and until when its penalty ran.
+type offense struct{ at, until time.Time }
+
+// endedIncidents groups offenses (in time order) into incidents — a
+// detection that comes while an earlier one's penalty runs, or within quiet
+// after it ended, belongs to the same incident — and counts the incidents
+// that were over (penalty ended and quiet passed) by at.
+func endedIncidents(offs []offense, at time.Time, quiet time.Duration) int {
+	n := 0
+	var end time.Time // the current incident's penalty end; zero: none yet
+	for _, o := range offs {
+		if !end.IsZero() && o.at.After(end.Add(quiet)) {
+			n++ // the previous incident was over before this one began
+			end = time.Time{}
+		}
+		if o.until.After(end) {
+			end = o.until
+		}
+	}
+	if !end.IsZero() && at.After(end.Add(quiet)) {
+		n++
+	}
+	return n
 }
 
 // Allowlist items in floodgate_runtime_config, editable by an admin tool:
@@ -198,20 +240,23 @@ func num(v types.AttributeValue) string {
 
 // TruncateIPs returns a copy of a whose top IPs are cut to their /24 (IPv4)
 // or /64 (IPv6) network address, for storage outside the short-lived topic.
-func TruncateIPs(a events.Abuse) events.Abuse {
+func TruncateIPs(a events.Abuse) events.Abuse { return truncateTopIPs(a, 64) }
+
+// truncateTopIPs cuts a's top IPs to their IPv4 /24 and IPv6 /v6bits.
+func truncateTopIPs(a events.Abuse, v6bits int) events.Abuse {
 	ips := make([]events.IPCount, len(a.Evidence.TopIPs))
 	for i, ip := range a.Evidence.TopIPs {
 		ips[i] = ip
-		ips[i].IP = truncateIP(ip.IP)
+		ips[i].IP = truncateIP(ip.IP, v6bits)
 	}
 	a.Evidence.TopIPs = ips
 	return a
 }
 
-func truncateIP(ip netip.Addr) netip.Addr {
-	bits := 64
-	if ip.Is4() {
-		bits = 24
+func truncateIP(ip netip.Addr, v6bits int) netip.Addr {
+	bits := v6bits
+	if ip.Is4() || ip.Is4In6() {
+		ip, bits = ip.Unmap(), 24
 	}
 	p, _ := ip.Prefix(bits)
 	return p.Addr()

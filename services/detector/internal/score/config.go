@@ -60,6 +60,18 @@ type Config struct {
 	BotLikeMinGaps    int
 	BotLikeMaxCV      float64
 	BotLikeMaxMeanGap time.Duration
+
+	// AutomatedDenialRatio: a bot or API key is rapid fire only while at
+	// least this share of its requests on a route is denied by the limiter
+	// (FLOODGATE_DETECTOR_AUTOMATED_DENIAL_RATIO), or half of it together
+	// with a jump of Threshold × its own history. Inside its limits,
+	// automation is never rapid fire.
+	AutomatedDenialRatio float64
+	// FanoutMinNetworks new networks (IPv4 /24 runs, IPv6 /64s) within
+	// FanoutInterval, all unshared, is distributed_ip at once
+	// (FLOODGATE_DETECTOR_FANOUT_MIN_NETWORKS, FLOODGATE_DETECTOR_FANOUT_INTERVAL).
+	FanoutMinNetworks int
+	FanoutInterval    time.Duration
 }
 
 // NumBuckets is how many buckets rapid_fire's window is held in.
@@ -72,6 +84,7 @@ func DefaultConfig() Config {
 		RouteQuantile: 0.99, RouteMinPrincipals: 100, Cooldown: time.Minute,
 		IPWindow: 5 * time.Minute, MinDistinctIPs: 20, MinDiversity: 0.8, SharedIPPrincipals: 5,
 		BotLikeMinGaps: 64, BotLikeMaxCV: 0.1, BotLikeMaxMeanGap: 10 * time.Second,
+		AutomatedDenialRatio: 0.5, FanoutMinNetworks: 8, FanoutInterval: 10 * time.Second,
 	}
 }
 
@@ -125,6 +138,15 @@ func (c Config) Validate() error {
 	}
 	if c.BotLikeMaxMeanGap < time.Second {
 		bad("FLOODGATE_DETECTOR_BOT_LIKE_MAX_MEAN_GAP", "%s: at least 1s", c.BotLikeMaxMeanGap)
+	}
+	if c.AutomatedDenialRatio <= 0 || c.AutomatedDenialRatio > 1 {
+		bad("FLOODGATE_DETECTOR_AUTOMATED_DENIAL_RATIO", "%g: must be in (0, 1]", c.AutomatedDenialRatio)
+	}
+	if c.FanoutMinNetworks < 3 || c.FanoutMinNetworks > c.MinDistinctIPs {
+		bad("FLOODGATE_DETECTOR_FANOUT_MIN_NETWORKS", "%d: must be in 3..FLOODGATE_DETECTOR_IP_MIN_DISTINCT (%d)", c.FanoutMinNetworks, c.MinDistinctIPs)
+	}
+	if c.FanoutInterval < time.Second || c.FanoutInterval > c.IPWindow || c.FanoutInterval%time.Second != 0 {
+		bad("FLOODGATE_DETECTOR_FANOUT_INTERVAL", "%s: whole seconds in 1s..FLOODGATE_DETECTOR_IP_WINDOW (%s)", c.FanoutInterval, c.IPWindow)
 	}
 	return errors.Join(errs...)
 }

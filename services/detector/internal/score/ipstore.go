@@ -7,6 +7,9 @@ import (
 	"sync"
 
 	"github.com/axiomhq/hyperloglog"
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
 )
 
 // baseMs is the origin of the scorers' compact clocks (2024-01-01T00:00:00Z):
@@ -53,6 +56,35 @@ type IPStore struct {
 	seed   maphash.Seed
 	winSec uint32
 	shards [64]ipShard
+	remote RemoteIPs
+}
+
+// RemoteIPs shares the principals seen per address with the other detector
+// instances of the group (services/detector/internal/sharedip keeps them in
+// Redis HyperLogLogs), so an address shared by principals whose partitions
+// live on different instances is recognised as shared by all of them, and
+// the answers do not depend on how many instances run. Add must not block
+// (it is called for every event); Count may call out — it is used only on the
+// rare paths that decide whether a detection fires. principal is a hash that
+// is the same on every instance (StableHash).
+type RemoteIPs interface {
+	Add(key, principal uint64, sec uint32)
+	Count(key uint64, sec uint32) int64
+}
+
+// ShareWith makes the store publish what it sees to r and count with what
+// every instance saw. Call it before scoring starts.
+func (s *IPStore) ShareWith(r RemoteIPs) { s.remote = r }
+
+// StableHash is a principal's hash for RemoteIPs: the same on every instance
+// (the scorers' own hashes are seeded per process).
+func StableHash(p events.Principal) uint64 {
+	var d xxhash.Digest
+	d.Reset()
+	_, _ = d.WriteString(string(p.Kind))
+	_, _ = d.WriteString("\x00")
+	_, _ = d.WriteString(p.ID)
+	return d.Sum64()
 }
 
 type ipShard struct {
@@ -191,8 +223,18 @@ func (m *manyPrincipals) count(sec, win uint32) int64 {
 	return 0
 }
 
-// principals returns how many distinct principals used key in the window ending at sec.
+// principals returns how many distinct principals used key in the window
+// ending at sec: what this instance saw, or what every instance saw when the
+// store is shared and that is more.
 func (s *IPStore) principals(key uint64, sec uint32) int64 {
+	n := s.localPrincipals(key, sec)
+	if s.remote != nil {
+		n = max(n, s.remote.Count(key, sec))
+	}
+	return n
+}
+
+func (s *IPStore) localPrincipals(key uint64, sec uint32) int64 {
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

@@ -55,6 +55,43 @@ type Detection struct {
 	GapCV        float64 // bot_like: coefficient of variation of gaps
 	TopRoutes    []events.RouteCount
 	TopIPs       []events.IPCount
+
+	// Severity grades the harm: the rate against the principal's own limit
+	// (its denial ratio) for automated kinds, the rate against the floor or
+	// the human population for people, breadth for distributed_ip. Regular
+	// timing alone (bot_like) is low.
+	Severity events.Severity
+	// Penalize is false for a signal that alone must not throttle anyone
+	// (bot_like): the detector reports it without writing a penalty.
+	Penalize bool
+	// BaselineSource says which expectation the score was measured against:
+	// "principal_history", "route_population", "kind_floor" or "limit"
+	// (rapid_fire), "networks" (distributed_ip); empty for bot_like.
+	BaselineSource string
+	// DenialRatio is the share of the principal's decisions in about one
+	// window that the limiter denied (penalty denials excluded).
+	DenialRatio float64
+	// NewNetworks is distributed_ip's new-network velocity: networks new to
+	// the principal within FanoutInterval (0 when diversity fired).
+	NewNetworks int64
+	// NetworkThreshold is the count of unshared networks at which
+	// distributed_ip fired: the diversity minimum or the fan-out one.
+	NetworkThreshold int64
+}
+
+// Baseline sources.
+const (
+	SourceHistory    = "principal_history"
+	SourcePopulation = "route_population"
+	SourceFloor      = "kind_floor"
+	SourceLimit      = "limit"
+	SourceNetworks   = "networks"
+)
+
+// automated reports whether a kind is automated by design: bots and API keys
+// run steadily and near their limits; people are bursty.
+func automated(k events.PrincipalKind) bool {
+	return k == events.PrincipalBot || k == events.PrincipalAPIKey
 }
 
 // rfState is one principal × route: NumBuckets counts over the window, the
@@ -79,6 +116,16 @@ type pState struct {
 	gaps    uint16
 	big     bool
 	cool    [numPatterns]uint32 // second before which the pattern does not fire again
+	// New-network velocity: networks (IPv4 /24 runs, IPv6 /64s) new to the
+	// principal, counted in FanoutInterval epochs like reqCur/reqPrev.
+	fanCur, fanPrev uint16
+	fanEpoch        uint32
+	lastNewNet      uint32 // the last new network, so a pool inside one /24 counts once
+	// Denial ratio over the rapid-fire window, all routes: decisions and
+	// denials (not by a penalty) in Window epochs, sliding like reqCur/reqPrev.
+	decCur, decPrev uint16
+	denCur, denPrev uint16
+	decEpoch        uint32
 }
 
 // Flags in the low bits of a bigIPSet key.
@@ -135,12 +182,13 @@ type Scorer struct {
 	decay     []float64 // decay[g] = d^g for EWMA over g buckets, g < len
 	ipWinSec  uint32
 	coolSec   uint32
+	fanSec    uint32
 	rf        table[rfState] // principal × route windows
 	ps        table[pState]  // principals
 	big       map[uint64]*bigIPSet
 	ev        map[uint64]*evidence
-	routes    map[string]*routeStats
-	watermark int64 // newest event time seen, ms
+	routes    [2]map[string]*routeStats // people's routes, automation's routes
+	watermark int64                     // newest event time seen, ms
 	lastSweep uint32
 }
 
@@ -156,7 +204,8 @@ func New(cfg Config, ips *IPStore) *Scorer {
 		cfg: cfg, ips: ips, widthMs: width, windowSec: cfg.Window.Seconds(), decay: decay,
 		ipWinSec: uint32(cfg.IPWindow.Seconds()), coolSec: uint32(cfg.Cooldown.Seconds()),
 		big: map[uint64]*bigIPSet{},
-		ev:  map[uint64]*evidence{}, routes: map[string]*routeStats{},
+		ev:  map[uint64]*evidence{}, routes: [2]map[string]*routeStats{{}, {}},
+		fanSec: uint32(cfg.FanoutInterval.Seconds()),
 	}
 }
 
@@ -185,14 +234,21 @@ func (s *Scorer) Observe(d *events.Decision, out []Detection) []Detection {
 	ph := s.principalHash(d.Principal)
 	key, v6 := ipKey(d.IP)
 	s.ips.touch(key, ph, sec)
+	if s.ips.remote != nil {
+		s.ips.remote.Add(key, StableHash(d.Principal), sec)
+	}
 
 	p, _ := s.ps.Get(ph)
 	newIP := s.touchIPs(ph, &p, key, v6, sec)
+	if newIP {
+		s.countNewNetwork(&p, key, v6, sec)
+	}
 	s.countRequest(&p, sec)
+	s.countDecision(&p, d, sec)
 	s.gap(&p, ms)
 	p.lastSec = max(p.lastSec, sec)
 
-	rt := s.route(d.Route)
+	rt := s.route(d.Route, automated(d.Principal.Kind))
 	rfScore, det := s.rapid(d, ph, rt, &p, ms, sec)
 	if det != nil {
 		out = append(out, *det)
@@ -231,19 +287,26 @@ func (s *Scorer) Observe(d *events.Decision, out []Detection) []Detection {
 	return out
 }
 
-// route interns a route and its population sketch.
-func (s *Scorer) route(r string) *routeStats {
-	if rt := s.routes[r]; rt != nil {
+// route interns a route and its population sketch for one class of
+// principals: people and automation are baselined apart, so a crowd of fast
+// bots never sets a person's bar.
+func (s *Scorer) route(r string, auto bool) *routeStats {
+	class := 0
+	if auto {
+		class = 1
+	}
+	m := s.routes[class]
+	if rt := m[r]; rt != nil {
 		return rt
 	}
-	if len(s.routes) >= maxRoutes {
+	if len(s.routes[0])+len(s.routes[1]) >= maxRoutes {
 		return nil
 	}
 	cur, _ := ddsketch.NewDefaultDDSketch(0.01)
 	prev, _ := ddsketch.NewDefaultDDSketch(0.01)
-	rt := &routeStats{id: uint32(len(s.routes) + 1), cur: cur, prev: prev,
+	rt := &routeStats{id: uint32(len(s.routes[0]) + len(s.routes[1]) + 1), cur: cur, prev: prev,
 		who: [2]*hyperloglog.Sketch{newDenseHLL(), newDenseHLL()}}
-	s.routes[r] = rt
+	m[r] = rt
 	return rt
 }
 
@@ -314,14 +377,57 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 	s.rf.Put(key, st)
 	observed := float64(sum) / s.windowSec
 	baseline := float64(st.ewma)
+	denialRatio := s.denialRatio(p, sec)
+	auto := automated(d.Principal.Kind)
 	routeRate := 0.0
-	if rt != nil {
+	if rt != nil && !auto {
 		routeRate = rt.q
 	}
 	expected := max(baseline*s.cfg.BaselineK, routeRate, s.cfg.Floor)
 	score := observed / expected
-	if score <= s.cfg.Threshold || sec < p.cool[pRapid] {
+	if sec < p.cool[pRapid] {
 		return score, nil
+	}
+	var sev events.Severity
+	threshold := s.cfg.Threshold
+	source := SourceFloor
+	switch {
+	case baseline*s.cfg.BaselineK >= max(routeRate, s.cfg.Floor):
+		source = SourceHistory
+	case routeRate > s.cfg.Floor:
+		source = SourcePopulation
+	}
+	if auto {
+		// Automation is judged against its own limit and history, never
+		// against people's floors: fast and steady inside its limit is what
+		// a bot is for. It is rapid fire when it keeps hammering past its
+		// limit (most of its requests denied), or when one with a history
+		// jumps far above it while already being denied.
+		hammering := denialRatio >= s.cfg.AutomatedDenialRatio
+		jump := denialRatio >= s.cfg.AutomatedDenialRatio/2 && baseline*s.cfg.BaselineK >= s.cfg.Floor && score > s.cfg.Threshold
+		if observed <= s.cfg.Floor*s.cfg.Threshold || !(hammering || jump) {
+			return score, nil
+		}
+		source = SourceLimit
+		// Measured against the limit: expected is what the limiter let
+		// through, the score the rate against it, 1 / (1 - denial ratio),
+		// and the line is where AutomatedDenialRatio puts it.
+		expected = max(observed*(1-denialRatio), 1e-3)
+		score = observed / expected
+		threshold = 1 / max(1-s.cfg.AutomatedDenialRatio, 0.01)
+		switch {
+		case denialRatio >= 0.9:
+			sev = events.SeverityCritical
+		case denialRatio >= 0.75:
+			sev = events.SeverityHigh
+		default:
+			sev = events.SeverityMedium
+		}
+	} else {
+		if score <= s.cfg.Threshold {
+			return score, nil
+		}
+		sev = SeverityOf(score)
 	}
 	// A shared IP alone never penalizes: an anonymous principal is usually
 	// identified by its address, so on a shared one it is many people.
@@ -343,9 +449,116 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 	return score, &Detection{
 		Pattern: RapidFire, Principal: d.Principal, At: d.TS,
 		FirstEventAt: minTime(bucketTime(first, s.widthMs), d.TS), WindowStart: bucketTime(oldest, s.widthMs), Window: s.cfg.Window,
-		Score: score, Threshold: s.cfg.Threshold, ObservedRate: observed, ExpectedRate: expected,
+		Score: score, Threshold: threshold, ObservedRate: observed, ExpectedRate: expected,
 		Baseline: baseline, RouteRate: routeRate, Count: sum, Route: d.Route,
+		Severity: sev, Penalize: true, BaselineSource: source, DenialRatio: denialRatio,
 	}
+}
+
+// advanceEpoch moves a two-epoch sliding counter's epoch to e and reports
+// how far it moved (0: same epoch, 1: the next, 2: later), or false for an
+// event of an older epoch, which is not counted. slide applies the move to a
+// current/previous pair.
+func advanceEpoch(epoch *uint32, e uint32) (uint32, bool) {
+	if e < *epoch {
+		return 0, false
+	}
+	step := min(e-*epoch, 2)
+	*epoch = e
+	return step, true
+}
+
+func slide(cur, prev *uint16, step uint32) {
+	switch step {
+	case 1:
+		*prev, *cur = *cur, 0
+	case 2:
+		*prev, *cur = 0, 0
+	}
+}
+
+// SeverityOf grades a score on the scale of the default threshold (5):
+// 10 × the expected rate or more is critical.
+func SeverityOf(score float64) events.Severity {
+	switch {
+	case score >= 10:
+		return events.SeverityCritical
+	case score >= 4:
+		return events.SeverityHigh
+	case score >= 2:
+		return events.SeverityMedium
+	}
+	return events.SeverityLow
+}
+
+// countDecision counts a decision, and a denial, in the denial-ratio epochs.
+// Denials by a penalty are the detector's own doing: counting them would
+// make a penalty its own evidence.
+func (s *Scorer) countDecision(p *pState, d *events.Decision, sec uint32) {
+	step, ok := advanceEpoch(&p.decEpoch, sec/uint32(s.windowSec))
+	if !ok {
+		return
+	}
+	slide(&p.decCur, &p.decPrev, step)
+	slide(&p.denCur, &p.denPrev, step)
+	if p.decCur == math.MaxUint16 {
+		return // saturated: both stop, the ratio stands
+	}
+	p.decCur++
+	if (!d.Allowed || d.Shadow) && d.Tier != events.TierPenalty {
+		p.denCur++
+	}
+}
+
+// denialRatio is the share of the principal's decisions denied over about
+// one rapid-fire window.
+func (s *Scorer) denialRatio(p *pState, sec uint32) float64 {
+	w := uint32(s.windowSec)
+	if sec/w != p.decEpoch {
+		return 0
+	}
+	prev := 1 - float64(sec%w)/float64(w)
+	dec := float64(p.decCur) + float64(p.decPrev)*prev
+	if dec < 1 {
+		return 0
+	}
+	return (float64(p.denCur) + float64(p.denPrev)*prev) / dec
+}
+
+// countNewNetwork counts a network new to the principal in the fan-out
+// epochs. Consecutive new addresses in one IPv4 /24 (a carrier's pool) count
+// once.
+func (s *Scorer) countNewNetwork(p *pState, key uint64, v6 bool, sec uint32) {
+	net := fold32(key)
+	if !v6 {
+		net = uint32(key >> 8)
+	}
+	if net == p.lastNewNet && p.fanCur+p.fanPrev > 0 {
+		return
+	}
+	p.lastNewNet = net
+	step, ok := advanceEpoch(&p.fanEpoch, sec/s.fanSec)
+	if !ok {
+		return
+	}
+	slide(&p.fanCur, &p.fanPrev, step)
+	if p.fanCur < math.MaxUint16 {
+		p.fanCur++
+	}
+}
+
+// newNetworks is the sliding count of new networks over FanoutInterval.
+func (s *Scorer) newNetworks(p *pState, sec uint32) float64 {
+	e := sec / s.fanSec
+	switch {
+	case e == p.fanEpoch:
+		into := float64(sec%s.fanSec) / float64(s.fanSec)
+		return float64(p.fanCur) + float64(p.fanPrev)*(1-into)
+	case e == p.fanEpoch+1:
+		into := float64(sec%s.fanSec) / float64(s.fanSec)
+		return float64(p.fanCur) * (1 - into)
+	}
+	return 0
 }
 
 func ipKeyOnly(ip netip.Addr) uint64 { k, _ := ipKey(ip); return k }
@@ -531,18 +744,11 @@ func (b *bigIPSet) rotate(sec, win uint32) {
 // countRequest counts a request in the IP window's epochs (a sliding-window
 // counter: the previous epoch is weighted by how much of it is still inside).
 func (s *Scorer) countRequest(p *pState, sec uint32) {
-	e := sec / s.ipWinSec
-	switch {
-	case e == p.epoch:
-	case e == p.epoch+1:
-		p.reqPrev, p.reqCur = p.reqCur, 0
-		p.epoch = e
-	case e > p.epoch:
-		p.reqPrev, p.reqCur = 0, 0
-		p.epoch = e
-	default:
+	step, ok := advanceEpoch(&p.epoch, sec/s.ipWinSec)
+	if !ok {
 		return // late event from an older epoch: not counted
 	}
+	slide(&p.reqCur, &p.reqPrev, step)
 	if p.reqCur < math.MaxUint16 {
 		p.reqCur++
 	}
@@ -642,6 +848,16 @@ func (s *Scorer) distributed(d *events.Decision, ph uint64, p *pState, sec uint3
 	c := s.countIPs(ph, p, sec, false)
 	minIPs := int64(s.cfg.MinDistinctIPs)
 	near := c.distinct > minIPs/2
+	// Fan-out: an account (with or without history) that starts using many
+	// networks it never used is caught by the velocity of new networks,
+	// before diversity over the whole window — still full of its normal
+	// history — would notice.
+	if fresh := s.newNetworks(p, sec); fresh >= float64(s.cfg.FanoutMinNetworks) {
+		near = true
+		if cs := s.countIPs(ph, p, sec, true); cs.unshared >= int64(s.cfg.FanoutMinNetworks) {
+			return s.distributedDetection(d, p, sec, cs, int64(math.Round(fresh))), true
+		}
+	}
 	if c.distinct <= minIPs {
 		return nil, near
 	}
@@ -654,16 +870,39 @@ func (s *Scorer) distributed(d *events.Decision, ph uint64, p *pState, sec uint3
 	if c.unshared <= minIPs {
 		return nil, near
 	}
+	return s.distributedDetection(d, p, sec, c, 0), true
+}
+
+func (s *Scorer) distributedDetection(d *events.Decision, p *pState, sec uint32, c ipCounts, fresh int64) *Detection {
 	p.cool[pDistributed] = sec + s.coolSec
 	win := s.cfg.IPWindow
 	start := d.TS.Add(-win)
+	reqs := max(s.requests(p, sec), 1)
+	score := float64(c.unshared) / float64(s.cfg.MinDistinctIPs)
+	first := minTime(time.UnixMilli(baseMs+int64(c.oldest-1)*1000).UTC(), d.TS)
+	netThreshold := int64(s.cfg.MinDistinctIPs)
+	if fresh > 0 {
+		netThreshold = int64(s.cfg.FanoutMinNetworks)
+		score = max(score, float64(fresh)/float64(s.cfg.FanoutMinNetworks))
+		// The fan-out began with the new networks, not with the history.
+		first = maxTime(first, d.TS.Add(-s.cfg.FanoutInterval))
+	}
 	return &Detection{
 		Pattern: DistributedIP, Principal: d.Principal, At: d.TS,
-		FirstEventAt: minTime(time.UnixMilli(baseMs+int64(c.oldest-1)*1000).UTC(), d.TS), WindowStart: start, Window: win,
-		Score: float64(c.unshared) / float64(minIPs), Threshold: 1, ObservedRate: reqs / win.Seconds(),
+		FirstEventAt: first, WindowStart: start, Window: win,
+		Score: score, Threshold: 1, ObservedRate: reqs / win.Seconds(),
 		Count: int64(math.Round(reqs)), Route: d.Route, DistinctIPs: c.distinct, UnsharedIPs: c.unshared,
-		DistinctIP24: c.nets24, DistinctIP64: c.nets64, Diversity: diversity,
-	}, true
+		DistinctIP24: c.nets24, DistinctIP64: c.nets64, Diversity: math.Min(float64(c.distinct)/reqs, 1),
+		Severity: SeverityOf(score * 2), Penalize: true, NewNetworks: fresh,
+		BaselineSource: SourceNetworks, NetworkThreshold: netThreshold, DenialRatio: s.denialRatio(p, sec),
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // gap updates the exponentially weighted mean and variance of inter-arrival gaps.
@@ -716,6 +955,9 @@ func (s *Scorer) botLike(d *events.Decision, ph uint64, p *pState, sec uint32) (
 		WindowStart: d.TS.Add(-span).Truncate(time.Second), Window: max(span.Truncate(time.Second), time.Second),
 		Score: min(s.cfg.BotLikeMaxCV/max(cv, 1e-3), 100), Threshold: 1, ObservedRate: 1 / mean,
 		Count: int64(p.gaps) + 1, Route: d.Route, GapMean: mean, GapCV: cv,
+		// Regular timing is a signal, not harm: a script polling far inside
+		// its limits hurts nobody. Reported for review, never penalized or paged.
+		Severity: events.SeverityLow, Penalize: false,
 	}, true
 }
 
@@ -799,7 +1041,7 @@ type Stats struct {
 
 // Stats returns the sizes of the scorer's maps.
 func (s *Scorer) Stats() Stats {
-	return Stats{Windows: s.rf.Len(), Principals: s.ps.Len(), BigIPSets: len(s.big), Evidence: len(s.ev), Routes: len(s.routes)}
+	return Stats{Windows: s.rf.Len(), Principals: s.ps.Len(), BigIPSets: len(s.big), Evidence: len(s.ev), Routes: len(s.routes[0]) + len(s.routes[1])}
 }
 
 // Watermark is the newest event time seen.

@@ -66,6 +66,9 @@ func TestConfigValidateNamesTheVariable(t *testing.T) {
 		{"diversity above 1", func(c *Config) { c.MinDiversity = 1.5 }, "FLOODGATE_DETECTOR_IP_MIN_DIVERSITY"},
 		{"shared at 1", func(c *Config) { c.SharedIPPrincipals = 1 }, "FLOODGATE_DETECTOR_SHARED_IP_PRINCIPALS"},
 		{"cv 0", func(c *Config) { c.BotLikeMaxCV = 0 }, "FLOODGATE_DETECTOR_BOT_LIKE_MAX_CV"},
+		{"denial ratio 0", func(c *Config) { c.AutomatedDenialRatio = 0 }, "FLOODGATE_DETECTOR_AUTOMATED_DENIAL_RATIO"},
+		{"fan-out above the distinct minimum", func(c *Config) { c.FanoutMinNetworks = 30 }, "FLOODGATE_DETECTOR_FANOUT_MIN_NETWORKS"},
+		{"fan-out interval longer than the IP window", func(c *Config) { c.FanoutInterval = time.Hour }, "FLOODGATE_DETECTOR_FANOUT_INTERVAL"},
 	}
 	require.NoError(t, DefaultConfig().Validate())
 	for _, tc := range cases {
@@ -78,7 +81,7 @@ func TestConfigValidateNamesTheVariable(t *testing.T) {
 }
 
 func TestRapidFireAgainstTheFloor(t *testing.T) {
-	bot := events.Principal{Kind: events.PrincipalBot, ID: "b"}
+	bot := events.Principal{Kind: events.PrincipalUser, ID: "b"} // people are held to the floor; automation is not (TestAutomation*)
 	cases := []struct {
 		name   string
 		events int
@@ -107,14 +110,14 @@ func TestRapidFireAgainstTheFloor(t *testing.T) {
 }
 
 func TestRapidFireBaselineRaisesTheBarForAHeavyUser(t *testing.T) {
-	heavy := events.Principal{Kind: events.PrincipalAPIKey, ID: "k"}
+	heavy := events.Principal{Kind: events.PrincipalUser, ID: "k"}
 	s := newScorer(func(c *Config) { c.BaselineHalfLife = time.Minute })
 	// 8/s for 10 minutes teaches an EWMA of ~8/s: expected becomes 24/s.
 	require.Empty(t, only(feed(s, heavy, t0, 10*time.Minute, 4800, oneIP(""), "/a"), RapidFire))
 	// 60/s is 30 × the floor but only 2.5 × its own baseline × k: no detection.
 	require.Empty(t, only(feed(s, heavy, t0.Add(10*time.Minute), 10*time.Second, 600, oneIP(""), "/a"), RapidFire))
 	// A fresh principal at the same 60/s is rapid fire.
-	fresh := events.Principal{Kind: events.PrincipalAPIKey, ID: "f"}
+	fresh := events.Principal{Kind: events.PrincipalUser, ID: "f"}
 	got := only(feed(s, fresh, t0.Add(10*time.Minute), 10*time.Second, 600, oneIP(""), "/a"), RapidFire)
 	require.Len(t, got, 1)
 	// The heavy user at 200/s is detected, with its baseline in the evidence.
@@ -137,7 +140,7 @@ func TestRapidFireRouteQuantileRaisesTheBarOnABusyRoute(t *testing.T) {
 			}
 		}
 	}
-	rt := s.routes["/feed"]
+	rt := s.routes[0]["/feed"]
 	require.InDelta(t, 15, rt.q, 3, "route quantile")
 	// 40/s is 20 × the floor but under 5 × the route's p99: not rapid fire there...
 	p := events.Principal{Kind: events.PrincipalUser, ID: "x"}
@@ -147,10 +150,10 @@ func TestRapidFireRouteQuantileRaisesTheBarOnABusyRoute(t *testing.T) {
 }
 
 func TestRapidFireCooldownLateEventsAndReplay(t *testing.T) {
-	bot := events.Principal{Kind: events.PrincipalBot, ID: "b"}
+	bot := events.Principal{Kind: events.PrincipalUser, ID: "b"}
 	s := newScorer(func(c *Config) { c.Cooldown = 30 * time.Second })
-	require.Len(t, feed(s, bot, t0, 20*time.Second, 2000, oneIP(""), "/a"), 1, "one detection per cool-down")
-	require.Len(t, feed(s, bot, t0.Add(31*time.Second), 10*time.Second, 1000, oneIP(""), "/a"), 1, "again after it")
+	require.Len(t, only(feed(s, bot, t0, 20*time.Second, 2000, oneIP(""), "/a"), RapidFire), 1, "one detection per cool-down")
+	require.Len(t, only(feed(s, bot, t0.Add(31*time.Second), 10*time.Second, 1000, oneIP(""), "/a"), RapidFire), 1, "again after it")
 
 	// Events older than the window do not count.
 	late := newScorer(nil)
@@ -159,8 +162,8 @@ func TestRapidFireCooldownLateEventsAndReplay(t *testing.T) {
 	require.Empty(t, feed(late, other, t0, time.Second, 500, oneIP(""), "/a"))
 
 	// Replaying the same events yields the same detections.
-	a := feed(newScorer(nil), bot, t0, 10*time.Second, 1000, oneIP(""), "/a")
-	b := feed(newScorer(nil), bot, t0, 10*time.Second, 1000, oneIP(""), "/a")
+	a := only(feed(newScorer(nil), bot, t0, 10*time.Second, 1000, oneIP(""), "/a"), RapidFire)
+	b := only(feed(newScorer(nil), bot, t0, 10*time.Second, 1000, oneIP(""), "/a"), RapidFire)
 	require.Len(t, a, 1)
 	require.Equal(t, a, b)
 }
@@ -189,7 +192,8 @@ func TestDistributedIP(t *testing.T) {
 	}{
 		{"botnet: 60 IPs, one request each", 60, 2 * time.Minute, botnetIP, nil, 1, 21},
 		{"roaming mobile: 6 IPs over 5 minutes", 300, 5 * time.Minute, func(i int) string { return fmt.Sprintf("100.64.%d.7", i/50) }, nil, 0, 0},
-		{"25 new IPs after 200 requests from home (diversity 0.12)", 225, 4 * time.Minute, func(i int) string { return fmt.Sprintf("203.0.%d.1", max(0, i-200)) }, nil, 0, 0},
+		{"25 new IPs, one every 2 s, after 200 requests from home (diversity 0.12)", 225, 7 * time.Minute, func(i int) string { return fmt.Sprintf("203.0.%d.1", max(0, i-200)) }, nil, 0, 0},
+		{"takeover: 25 new networks at ~1/s after 200 requests from home (fan-out)", 225, 4 * time.Minute, func(i int) string { return fmt.Sprintf("203.0.%d.1", max(0, i-200)) }, nil, 1, 0},
 		{"IPv6 privacy addresses in one /64 are one IP", 100, time.Minute, func(i int) string { return fmt.Sprintf("2001:db8:1:2::%x", i+1) }, nil, 0, 0},
 		{"IPv6 botnet over 30 /64s", 30, time.Minute, func(i int) string { return fmt.Sprintf("2001:db8:%x::1", i+1) }, nil, 1, 21},
 		{"25 IPs all shared (carrier NAT) never penalize", 25, time.Minute, func(i int) string { return fmt.Sprintf("100.65.0.%d", i+1) },
@@ -210,7 +214,13 @@ func TestDistributedIP(t *testing.T) {
 			p := events.Principal{Kind: events.PrincipalUser, ID: "p"}
 			got := only(feed(s, p, t0, tc.over, tc.events, tc.ip, "/a"), DistributedIP)
 			require.Equal(t, tc.want > 0, len(got) > 0, "%d detections", len(got))
-			if tc.want > 0 {
+			if tc.want > 0 && tc.wantIPs == 0 {
+				d := got[0]
+				require.GreaterOrEqual(t, d.NewNetworks, int64(8), "fired by new-network velocity")
+				require.Less(t, d.DistinctIPs, int64(21), "before diversity over the window could")
+				require.True(t, d.Penalize)
+			}
+			if tc.want > 0 && tc.wantIPs > 0 {
 				d := got[0]
 				require.Equal(t, tc.wantIPs, d.DistinctIPs, "detected as the 21st distinct IP arrives")
 				require.Equal(t, d.DistinctIPs, d.UnsharedIPs)
@@ -234,10 +244,10 @@ func TestDistributedIPTopIPsCarrySharedPrincipals(t *testing.T) {
 		if i < 15 {
 			ip = "100.64.9.9"
 		}
-		got = s.Observe(dec(p, t0.Add(time.Duration(i)*time.Second), ip, "/a"), got)
+		got = s.Observe(dec(p, t0.Add(time.Duration(i)*2*time.Second), ip, "/a"), got)
 	}
 	got = only(got, DistributedIP)
-	require.Len(t, got, 0, "15 of 40 requests on one IP: diversity 26/40 is below 0.8")
+	require.Len(t, got, 0, "15 of 40 requests on one IP: diversity 26/40 is below 0.8, and one new network per 2 s is no fan-out")
 
 	s2 := newScorer(nil)
 	for u := 0; u < 7; u++ {
@@ -249,7 +259,7 @@ func TestDistributedIPTopIPsCarrySharedPrincipals(t *testing.T) {
 		if i == 0 {
 			ip = "100.64.9.9"
 		}
-		got = s2.Observe(dec(p, t0.Add(time.Duration(i)*time.Second), ip, "/a"), got)
+		got = s2.Observe(dec(p, t0.Add(time.Duration(i)*2*time.Second), ip, "/a"), got)
 	}
 	got = only(got, DistributedIP)
 	require.Len(t, got, 1)

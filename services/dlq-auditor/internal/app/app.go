@@ -174,7 +174,7 @@ func Serve(ctx context.Context, env service.Env, hooks *Hooks) error {
 	srv := api.NewServer(api.Server{
 		Store: store,
 		Replayer: &auditor.Replayer{Store: store, Kafka: kc, Rate: cfg.ReplayRate, Max: cfg.ReplayMax,
-			CanaryTimeout: cfg.CanaryTimeout, Now: env.Now, NewID: newID, Logger: log, Metrics: metrics},
+			CanaryTimeout: cfg.CanaryTimeout, Now: env.Now, NewID: newID, Logger: log, Metrics: metrics, ReplayTopics: cfg.ReplayTopics},
 		Purger:  &auditor.Purger{Store: store, Max: cfg.ReplayMax, Now: env.Now, NewID: newID, Metrics: metrics},
 		Checker: &auditor.Checker{Store: store, Kafka: kc},
 		Tokens:  tokens, Now: env.Now, Logger: log,

@@ -42,6 +42,7 @@ type ServiceConfig struct {
 	TokensFile       string        // FLOODGATE_DLQ_TOKENS_FILE: hashed API tokens; empty = every API call is refused
 	ReplayRate       float64       // FLOODGATE_DLQ_REPLAY_RATE: most messages per second one replay publishes
 	ReplayMax        int           // FLOODGATE_DLQ_REPLAY_MAX: most records one replay or purge may select
+	ReplayTopics     []string      // FLOODGATE_DLQ_REPLAY_TOPICS: topics a dead letter may be replayed to besides the one its DLQ serves
 	CanaryTimeout    time.Duration // FLOODGATE_DLQ_CANARY_TIMEOUT: how long a canary may take to be consumed
 	ShutdownTimeout  time.Duration // FLOODGATE_SHUTDOWN_TIMEOUT
 }
@@ -68,6 +69,7 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 		TokensFile:       e.String("FLOODGATE_DLQ_TOKENS_FILE", ""),
 		ReplayRate:       e.Float("FLOODGATE_DLQ_REPLAY_RATE", DefaultReplayRate),
 		ReplayMax:        e.Int("FLOODGATE_DLQ_REPLAY_MAX", DefaultReplayMax),
+		ReplayTopics:     e.List("FLOODGATE_DLQ_REPLAY_TOPICS", ""),
 		CanaryTimeout:    e.Duration("FLOODGATE_DLQ_CANARY_TIMEOUT", DefaultCanaryTimeout),
 		ShutdownTimeout:  e.Duration("FLOODGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 	}

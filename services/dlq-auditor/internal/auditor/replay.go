@@ -92,8 +92,26 @@ type Replayer struct {
 	NewID         func() string
 	Logger        *slog.Logger
 	Metrics       *Metrics
+	// Topics a dead letter may be replayed to besides its own: by default
+	// only to the topic its DLQ serves (<topic>.dlq → <topic>). A record's
+	// source topic is a header anyone who can write to the DLQ can set, so it
+	// is never trusted alone (FLOODGATE_DLQ_REPLAY_TOPICS).
+	ReplayTopics []string
 
 	running sync.Mutex
+}
+
+// replayTarget reports why rec may not be replayed to its source topic, or "".
+func (rp *Replayer) replayTarget(rec Record) string {
+	if rec.SourceTopic != "" && rec.SourceTopic+".dlq" == rec.DLQTopic {
+		return ""
+	}
+	for _, t := range rp.ReplayTopics {
+		if t == rec.SourceTopic {
+			return ""
+		}
+	}
+	return fmt.Sprintf("source topic %q is not the topic %s serves, nor in FLOODGATE_DLQ_REPLAY_TOPICS: not replayed", rec.SourceTopic, rec.DLQTopic)
 }
 
 type replayCandidate struct {
@@ -158,6 +176,10 @@ func (rp *Replayer) Replay(ctx context.Context, req ReplayRequest) (ReplayResult
 			continue
 		}
 		item.SourceTopic, item.SourcePartition = rec.SourceTopic, rec.SourcePartition
+		if why := rp.replayTarget(rec); why != "" {
+			item.Status, item.Error = StatusNotReplayable, why
+			continue
+		}
 		msg, err := fetchOne(ctx, rp.Kafka, rec.DLQTopic, rec.DLQPartition, rec.DLQOffset)
 		if errors.Is(err, ErrExpired) {
 			item.Status, item.Error = StatusExpired, err.Error()

@@ -22,6 +22,7 @@ import (
 
 	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
 
+	"github.com/floodgate-dev/floodgate/pkg/envoyconf"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
@@ -100,23 +101,39 @@ func Run(ctx context.Context, env service.Env) error {
 		Gateway: cfg.Gateway, Observer: observer,
 		Budget: cfg.RedisTimeout, BreakerFailures: cfg.BreakerFailures, BreakerOpen: cfg.BreakerOpen,
 		OverLimitEntries: cmp.Or(cfg.OverLimitCache, -1), RedisBatch: cfg.RedisBatch, Shadow: cfg.Shadow,
-		RuntimePoll: cfg.RuntimePoll, Logger: log, Registry: reg,
+		RuntimePoll: cfg.RuntimePoll, Logger: log, Registry: reg, Callers: cfg.Callers,
 	})
 	cancel()
 	if err != nil {
 		if cfg.RulesPath != "" && errors.Is(err, limiter.ErrRulesFile) {
 			return fail(fmt.Errorf("FLOODGATE_LIMITER_RULES: %w", err))
 		}
-		return fail(fmt.Errorf("redis %v: %w", cfg.RedisAddrs, err))
+		return fail(fmt.Errorf("start limiter: %w", err))
 	}
 	srv := core.Server()
 	srv.SetReady(false) // ready once every listener is up
 	run.OnReady(srv.SetReady)
 	// The check API: no access log and no request metrics on the hot path
-	// (the engine counts decisions itself).
-	addr, err := run.Serve(service.API{Name: "check api", Addr: cfg.HTTPAddr, Handler: srv.Handler(), Health: true})
+	// (the engine counts decisions itself). FLOODGATE_LIMITER_IDLE_TIMEOUT and
+	// _MAX_CONNS bound its connections (issue 22 S6).
+	checkServer := run.Config().HTTP
+	checkServer.IdleTimeout, checkServer.MaxConns, checkServer.MaxHeaderBytes = cfg.IdleTimeout, cfg.MaxConns, 16<<10
+	addr, err := run.Serve(service.API{Name: "check api", Addr: cfg.HTTPAddr, Handler: srv.Handler(), Health: true, Server: &checkServer})
 	if err != nil {
 		return fail(err)
+	}
+
+	// envoy ratelimit's configuration, served on the gRPC API beside Floodgate's own.
+	var envoySrc *envoyconf.Source
+	if cfg.EnvoyConfigDir != "" {
+		if envoySrc, err = envoyconf.OpenDir(cfg.EnvoyConfigDir, envoyconf.Options{MergeDomains: cfg.EnvoyMerge}, log); err != nil {
+			return fail(fmt.Errorf("FLOODGATE_LIMITER_ENVOY_CONFIG: %w", err))
+		}
+		envoyHup := make(chan os.Signal, 1)
+		signal.Notify(envoyHup, syscall.SIGHUP)
+		defer signal.Stop(envoyHup)
+		run.Tail("envoy config reload", func(ctx context.Context) error { return envoySrc.Run(ctx, 2*time.Second, envoyHup) })
+		log.Info("envoy ratelimit configuration loaded", "dir", cfg.EnvoyConfigDir, "domains", envoySrc.Config().Domains())
 	}
 
 	// Envoy's rate-limit service and gRPC health on FLOODGATE_LIMITER_GRPC_ADDR.
@@ -130,7 +147,12 @@ func Run(ctx context.Context, env service.Env) error {
 			log.Warn("envoy rate-limit service not started; set FLOODGATE_LIMITER_GRPC_ADDR", "addr", cfg.GRPCAddr, "err", err)
 		default:
 			grpcAddr = grpcLn.Addr().String()
-			grpcSrv, hs := limiter.NewGRPCServer(srv)
+			var opts []limiter.GRPCOption
+			if envoySrc != nil {
+				opts = append(opts, limiter.WithEnvoyConfig(&limiter.EnvoyConfig{Source: envoySrc,
+					Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoy:", GlobalShadow: cfg.EnvoyShadow}}))
+			}
+			grpcSrv, hs := limiter.NewGRPCServer(srv, opts...)
 			run.OnReady(func(ready bool) {
 				if ready {
 					limiter.SetServing(hs, true)

@@ -3,12 +3,15 @@ package app
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
+	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
@@ -36,8 +39,8 @@ type Config struct {
 	RuntimePoll     time.Duration // FLOODGATE_LIMITER_RUNTIME_POLL: how often scales and overrides are read from Redis
 	Shadow          bool          // FLOODGATE_LIMITER_SHADOW: every rule in shadow mode, whatever the file says
 	RedisTimeout    time.Duration // FLOODGATE_LIMITER_REDIS_TIMEOUT: budget of one check
-	BreakerFailures int           // FLOODGATE_LIMITER_BREAKER_FAILURES: consecutive Redis failures that open the breaker
-	BreakerOpen     time.Duration // FLOODGATE_LIMITER_BREAKER_OPEN: how long it stays open before one probe
+	BreakerFailures int           // FLOODGATE_LIMITER_BREAKER_FAILURES: failures within a second (and half of the checks) that open the breaker
+	BreakerOpen     time.Duration // FLOODGATE_LIMITER_BREAKER_OPEN: how long it stays open before probes
 	OverLimitCache  int           // FLOODGATE_LIMITER_OVERLIMIT_CACHE: entries of the local over-limit cache; 0 disables
 	RedisBatch      int           // FLOODGATE_LIMITER_REDIS_BATCH: concurrent checks per pipelined Redis write; 1 disables batching
 	InfluxURL       string        // FLOODGATE_INFLUX_URL
@@ -57,6 +60,25 @@ type Config struct {
 	// Journal keeps decision events on disk while Kafka is unreachable
 	// (FLOODGATE_JOURNAL_*; an empty FLOODGATE_JOURNAL_DIR disables it).
 	Journal stream.JournalConfig
+	// EnvoyConfigDir holds envoy ratelimit configuration files
+	// (FLOODGATE_LIMITER_ENVOY_CONFIG, every *.yaml in it); their domains are
+	// answered on the gRPC API with envoy ratelimit's semantics. EnvoyShadow
+	// is its global shadow switch (FLOODGATE_LIMITER_ENVOY_SHADOW_MODE),
+	// EnvoyMerge its MERGE_DOMAIN_CONFIG (FLOODGATE_LIMITER_ENVOY_MERGE_DOMAINS).
+	EnvoyConfigDir string
+	EnvoyShadow    bool
+	EnvoyMerge     bool
+	// Auth is who may ask for checks (FLOODGATE_LIMITER_AUTH): "tokens" —
+	// the gateways of FLOODGATE_LIMITER_CALLERS, each bound to what it may
+	// claim — or "none", anyone who can connect. Unset, it is "none" while
+	// the HTTP and gRPC APIs listen on loopback only, and must be chosen
+	// otherwise.
+	Auth    string
+	Callers *limiter.Callers
+	// IdleTimeout closes idle keep-alive connections (FLOODGATE_LIMITER_IDLE_TIMEOUT);
+	// MaxConns bounds the HTTP connections served at once (FLOODGATE_LIMITER_MAX_CONNS).
+	IdleTimeout time.Duration
+	MaxConns    int
 }
 
 // ConfigFromEnv reads the configuration and validates it.
@@ -72,14 +94,20 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		DecisionsTopic:  e.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
 		Gateway:         e.String("FLOODGATE_GATEWAY", "local"),
 		RulesPath:       e.String("FLOODGATE_LIMITER_RULES", ""),
+		EnvoyConfigDir:  e.String("FLOODGATE_LIMITER_ENVOY_CONFIG", ""),
+		Auth:            e.String("FLOODGATE_LIMITER_AUTH", ""),
+		IdleTimeout:     e.Duration("FLOODGATE_LIMITER_IDLE_TIMEOUT", time.Minute),
+		MaxConns:        e.Int("FLOODGATE_LIMITER_MAX_CONNS", 10000),
+		EnvoyShadow:     e.Bool("FLOODGATE_LIMITER_ENVOY_SHADOW_MODE", false),
+		EnvoyMerge:      e.Bool("FLOODGATE_LIMITER_ENVOY_MERGE_DOMAINS", false),
 		PrincipalLimit:  e.Int("FLOODGATE_LIMITER_PRINCIPAL_LIMIT", 0),
 		PrincipalPeriod: e.Duration("FLOODGATE_LIMITER_PRINCIPAL_PERIOD", time.Second),
 		RulesPoll:       e.Duration("FLOODGATE_LIMITER_RULES_POLL", time.Second),
 		RuntimePoll:     e.Duration("FLOODGATE_LIMITER_RUNTIME_POLL", time.Second),
 		Shadow:          e.Bool("FLOODGATE_LIMITER_SHADOW", false),
 		RedisTimeout:    e.Duration("FLOODGATE_LIMITER_REDIS_TIMEOUT", 50*time.Millisecond),
-		BreakerFailures: e.Int("FLOODGATE_LIMITER_BREAKER_FAILURES", 5),
-		BreakerOpen:     e.Duration("FLOODGATE_LIMITER_BREAKER_OPEN", time.Second),
+		BreakerFailures: e.Int("FLOODGATE_LIMITER_BREAKER_FAILURES", 10),
+		BreakerOpen:     e.Duration("FLOODGATE_LIMITER_BREAKER_OPEN", 200*time.Millisecond),
 		OverLimitCache:  e.Int("FLOODGATE_LIMITER_OVERLIMIT_CACHE", 100_000),
 		RedisBatch:      e.Int("FLOODGATE_LIMITER_REDIS_BATCH", 64),
 		InfluxURL:       e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
@@ -114,12 +142,58 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		return Config{}, err
 	}
 	c.Journal = jc
+	if spec := e.String("FLOODGATE_LIMITER_CALLERS", ""); spec != "" {
+		callers, err := limiter.ParseCallers(spec)
+		if err != nil {
+			return Config{}, fmt.Errorf("FLOODGATE_LIMITER_CALLERS: %w", err)
+		}
+		c.Callers = callers
+	}
+	if c.Auth == "" && loopbackOnly(c.HTTPAddr, c.GRPCAddr) {
+		c.Auth = "none"
+	}
 	return c, c.Validate()
+}
+
+// loopbackOnly reports whether every address listens on loopback only
+// ("off" listens nowhere).
+func loopbackOnly(addrs ...string) bool {
+	for _, a := range addrs {
+		if a == "off" {
+			continue
+		}
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			return false
+		}
+		if host == "localhost" {
+			continue
+		}
+		ip, err := netip.ParseAddr(host)
+		if err != nil || !ip.IsLoopback() {
+			return false
+		}
+	}
+	return true
 }
 
 // Validate checks ranges and how fields relate; errors name the variable.
 func (c Config) Validate() error {
 	var v config.Check
+	v.Require(c.IdleTimeout >= 10*time.Millisecond && c.IdleTimeout <= time.Hour, "FLOODGATE_LIMITER_IDLE_TIMEOUT", "%s: must be in 10ms..1h", c.IdleTimeout)
+	v.Require(c.MaxConns >= 1 && c.MaxConns <= 1_000_000, "FLOODGATE_LIMITER_MAX_CONNS", "%d: must be in 1..1000000", c.MaxConns)
+	switch c.Auth {
+	case "none":
+	case "tokens":
+		v.Require(c.Callers != nil, "FLOODGATE_LIMITER_CALLERS", "required with FLOODGATE_LIMITER_AUTH=tokens: name:sha256[:max_cost[:kind+kind]], …")
+	case "":
+		v.Require(false, "FLOODGATE_LIMITER_AUTH", "the limiter listens beyond loopback (%s, %s): choose tokens (gateways in FLOODGATE_LIMITER_CALLERS) or none (anyone who can connect may name any principal)", c.HTTPAddr, c.GRPCAddr)
+	default:
+		v.Require(false, "FLOODGATE_LIMITER_AUTH", "%q is not one of tokens|none", c.Auth)
+	}
+	if c.Auth == "none" && c.Callers != nil {
+		v.Require(false, "FLOODGATE_LIMITER_CALLERS", "set, but FLOODGATE_LIMITER_AUTH is none: set FLOODGATE_LIMITER_AUTH=tokens")
+	}
 	v.Require(c.HTTPAddr != "", "FLOODGATE_LIMITER_ADDR", "required")
 	v.Require(c.GRPCAddr != "" && c.GRPCAddr != c.HTTPAddr, "FLOODGATE_LIMITER_GRPC_ADDR", "host:port other than FLOODGATE_LIMITER_ADDR, or off")
 	v.Require(c.DebugAddr == "" || (c.DebugAddr != c.HTTPAddr && c.DebugAddr != c.GRPCAddr), "FLOODGATE_LIMITER_DEBUG_ADDR", "host:port other than the HTTP and gRPC addresses, or unset")

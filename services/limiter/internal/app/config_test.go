@@ -24,6 +24,14 @@ func TestConfigFromEnvNamesBadVariables(t *testing.T) {
 		{"grpc off", map[string]string{"FLOODGATE_LIMITER_GRPC_ADDR": "off"}, ""},
 		{"debug on the grpc address", map[string]string{"FLOODGATE_LIMITER_DEBUG_ADDR": "127.0.0.1:8081"}, "FLOODGATE_LIMITER_DEBUG_ADDR"},
 		{"influx interval", map[string]string{"FLOODGATE_LIMITER_INFLUX_INTERVAL": "1ms"}, "FLOODGATE_LIMITER_INFLUX_INTERVAL"},
+		{"beyond loopback without a choice of auth", map[string]string{"FLOODGATE_LIMITER_ADDR": "0.0.0.0:8080"}, "FLOODGATE_LIMITER_AUTH"},
+		{"grpc beyond loopback without a choice of auth", map[string]string{"FLOODGATE_LIMITER_GRPC_ADDR": "10.0.0.5:8081"}, "FLOODGATE_LIMITER_AUTH"},
+		{"beyond loopback, open on purpose", map[string]string{"FLOODGATE_LIMITER_ADDR": "0.0.0.0:8080", "FLOODGATE_LIMITER_AUTH": "none"}, ""},
+		{"tokens without callers", map[string]string{"FLOODGATE_LIMITER_AUTH": "tokens"}, "FLOODGATE_LIMITER_CALLERS"},
+		{"callers malformed", map[string]string{"FLOODGATE_LIMITER_AUTH": "tokens", "FLOODGATE_LIMITER_CALLERS": "edge:nothex"}, "FLOODGATE_LIMITER_CALLERS"},
+		{"callers with auth none", map[string]string{"FLOODGATE_LIMITER_AUTH": "none", "FLOODGATE_LIMITER_CALLERS": "edge:" + "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}, "FLOODGATE_LIMITER_CALLERS"},
+		{"tokens on any address", map[string]string{"FLOODGATE_LIMITER_ADDR": "0.0.0.0:8080", "FLOODGATE_LIMITER_AUTH": "tokens", "FLOODGATE_LIMITER_CALLERS": "edge:" + "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}, ""},
+		{"auth unknown", map[string]string{"FLOODGATE_LIMITER_AUTH": "maybe"}, "FLOODGATE_LIMITER_AUTH"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
+	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
 // Config is the quota service's start-up configuration, read from the environment.
@@ -85,8 +86,8 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		RetentionDays:     e.Int("FLOODGATE_QUOTA_RETENTION_DAYS", DefaultRetentionDays),
 		ReseedMargin:      e.Duration("FLOODGATE_QUOTA_RESEED_MARGIN", DefaultReseedMargin),
 		DrainTimeout:      e.Duration("FLOODGATE_QUOTA_DRAIN_TIMEOUT", DefaultDrainTimeout),
-		SessionTimeout:    e.Duration("FLOODGATE_QUOTA_SESSION_TIMEOUT", 0),
-		HeartbeatInterval: e.Duration("FLOODGATE_QUOTA_HEARTBEAT_INTERVAL", 0),
+		SessionTimeout:    e.Duration("FLOODGATE_QUOTA_SESSION_TIMEOUT", stream.DefaultSessionTimeout),
+		HeartbeatInterval: e.Duration("FLOODGATE_QUOTA_HEARTBEAT_INTERVAL", stream.DefaultHeartbeatInterval),
 		RebalanceTimeout:  e.Duration("FLOODGATE_QUOTA_REBALANCE_TIMEOUT", 0),
 		JoinGroupBackoff:  e.Duration("FLOODGATE_QUOTA_JOIN_BACKOFF", 0),
 		MaxWait:           e.Duration("FLOODGATE_QUOTA_FETCH_MAX_WAIT", 500*time.Millisecond),

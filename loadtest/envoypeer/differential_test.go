@@ -1,0 +1,215 @@
+package envoypeer
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// call is one ShouldRateLimit request of a sequence.
+type call struct {
+	domain string
+	descs  []*rlcommon.RateLimitDescriptor
+	hits   uint32
+}
+
+func d(kv ...string) *rlcommon.RateLimitDescriptor {
+	out := &rlcommon.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out.Entries = append(out.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return out
+}
+
+func times(n int, c call) []call {
+	out := make([]call, n)
+	for i := range out {
+		out[i] = c
+	}
+	return out
+}
+
+// TestDifferentialAgainstEnvoyRatelimit runs envoy ratelimit (built from the
+// module proxy at a pinned version) and Floodgate's limiter with the same
+// envoy ratelimit configuration directory and the same Redis, sends both the
+// same call sequences — every case of envoy ratelimit's configuration
+// documentation, plus hits_addend, descriptor limit overrides, shadow and
+// quota mode, wildcards, share_threshold and replaces — and requires
+// identical answers: overall code, per-descriptor code, current limit (name,
+// requests per unit, unit), limit remaining, and time until reset.
+func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs envoy ratelimit and the limiter against the local stack")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	root := repoRoot(t)
+	bin, err := Install(ctx, filepath.Join(root, ".local", "bin"))
+	require.NoError(t, err)
+
+	run := fmt.Sprint(time.Now().UnixNano())
+	cfgDir := t.TempDir()
+	domainRE := regexp.MustCompile(`(?m)^domain: (\S+)$`)
+	files, err := filepath.Glob(filepath.Join(root, "pkg", "envoyconf", "testdata", "*.yaml"))
+	require.NoError(t, err)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		b = domainRE.ReplaceAll(b, []byte("domain: ${1}_"+run))
+		require.NoError(t, os.WriteFile(filepath.Join(cfgDir, filepath.Base(f)), b, 0o644))
+	}
+	peer, err := Start(ctx, Options{Bin: bin, ConfigDir: cfgDir, RedisAddr: "127.0.0.1:6379", KeyPrefix: "envoypeer_" + run + "_"})
+	require.NoError(t, err)
+	t.Cleanup(peer.Stop)
+	fg := startLimiter(t, root, cfgDir)
+
+	peerC, fgC := client(t, peer.GRPCAddr), client(t, fg)
+	dom := func(s string) string { return s + "_" + run }
+	override := d("override_key", "v"+run)
+	override.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_MINUTE}
+	withHits := d("azure", "hits")
+	withHits.HitsAddend = wrapperspb.UInt64(3)
+	sequences := map[string][]call{
+		"key and value; a value not configured": append(times(3, call{domain: dom("mongo_cps"), descs: []*rlcommon.RateLimitDescriptor{d("database", "users")}}),
+			call{domain: dom("mongo_cps"), descs: []*rlcommon.RateLimitDescriptor{d("database", "other")}}),
+		"nested key per value, and the top-level key, in one call": times(7, call{domain: dom("messaging"), descs: []*rlcommon.RateLimitDescriptor{
+			d("message_type", "marketing", "to_number", "2061111111"), d("to_number", "2061111111")}}),
+		"most specific match: a blocked address and another": {
+			{domain: dom("edge_proxy_per_ip"), descs: []*rlcommon.RateLimitDescriptor{d("remote_address", "50.0.0.5")}},
+			{domain: dom("edge_proxy_per_ip"), descs: []*rlcommon.RateLimitDescriptor{d("remote_address", "50.0.0.1")}},
+			{domain: dom("edge_proxy_per_ip"), descs: []*rlcommon.RateLimitDescriptor{d("remote_address", "50.0.0.1")}},
+		},
+		"two levels; too long and too short descriptors": append(times(4, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("key", "value", "subkey", "s")}}),
+			call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("key", "value"), d("key", "value", "subkey", "s", "x", "y")}}),
+		"unlimited and a per-minute limit":                          times(5, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("ldap", "x"), d("azure", "y")}}),
+		"shadow mode answers OK while counting":                     times(3, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("service", "s", "user", "user-a"), d("service", "s", "user", "user-b")}}),
+		"replaces lifts the named limit":                            times(5, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("key_1", "value_1", "user", "bkthomps"), d("key_2", "value_2", "user", "bkthomps")}}),
+		"trailing wildcard, one counter per value":                  times(4, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("path", "/files/a.pdf"), d("path", "/files/b.pdf")}}),
+		"share_threshold: one counter for all values":               {{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("bucket", "shared-a")}}, {domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("bucket", "shared-b")}}, {domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("bucket", "shared-c")}}, {domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("bucket", "shared-d")}}},
+		"quota mode reports the violation and never fails the call": times(3, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("q", "hot"), d("azure", "quota")}}),
+		"request hits_addend":                                       times(3, call{domain: dom("example"), hits: 2, descs: []*rlcommon.RateLimitDescriptor{d("hour_key", "h")}}),
+		"descriptor hits_addend":                                    times(2, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{withHits}}),
+		"descriptor limit override":                                 times(3, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{override}}),
+		"a descriptor that matches nothing":                         {{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("nothing", "here")}}},
+		"per-second limit inside one second":                        times(3, call{domain: dom("mongo_cps"), descs: []*rlcommon.RateLimitDescriptor{d("database", "default")}}),
+		"an empty descriptor list is an error":                      {{domain: dom("example")}},
+	}
+	compared := 0
+	for name, seq := range sequences {
+		t.Run(name, func(t *testing.T) {
+			alignWindow()
+			for i, c := range seq {
+				req := &rlsv3.RateLimitRequest{Domain: c.domain, Descriptors: c.descs, HitsAddend: c.hits}
+				want, werr := peerC.ShouldRateLimit(ctx, req)
+				got, gerr := fgC.ShouldRateLimit(ctx, req)
+				if werr != nil || gerr != nil {
+					require.Error(t, werr, "call %d: envoy ratelimit answered, Floodgate said %v", i, gerr)
+					require.Error(t, gerr, "call %d: envoy ratelimit failed (%v), Floodgate answered %v", i, werr, got)
+					continue
+				}
+				require.Equal(t, summary(want), summary(got), "call %d of %q", i, name)
+				compared++
+			}
+		})
+	}
+	require.Greater(t, compared, 40)
+}
+
+// summary is the comparable part of an answer; time until reset in whole
+// seconds (both read the clock a moment apart).
+func summary(r *rlsv3.RateLimitResponse) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "overall=%s", r.GetOverallCode())
+	for i, s := range r.GetStatuses() {
+		fmt.Fprintf(&b, " | %d: %s remaining=%d", i, s.GetCode(), s.GetLimitRemaining())
+		if l := s.GetCurrentLimit(); l != nil {
+			fmt.Fprintf(&b, " limit=%q %d/%s", l.GetName(), l.GetRequestsPerUnit(), l.GetUnit())
+		}
+		if rs := s.GetDurationUntilReset(); rs != nil {
+			fmt.Fprintf(&b, " reset=%ds", (rs.AsDuration()+500*time.Millisecond).Truncate(time.Second)/time.Second)
+		}
+	}
+	return b.String()
+}
+
+// alignWindow waits until a sequence cannot straddle a window's edge: early in
+// a second (per-second limits) and not in a minute's last ten seconds.
+func alignWindow() {
+	for {
+		now := time.Now()
+		if now.Second() < 50 && now.Nanosecond() < 200e6 {
+			return
+		}
+		time.Sleep(time.Duration(1e9-now.Nanosecond()) + 20*time.Millisecond)
+	}
+}
+
+func client(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return rlsv3.NewRateLimitServiceClient(conn)
+}
+
+func startLimiter(t *testing.T, root, envoyDir string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "limiter")
+	cmd := exec.Command("go", "build", "-o", bin, "./services/limiter")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	lim := exec.Command(bin)
+	lim.Env = append(os.Environ(), "FLOODGATE_LIMITER_ADDR="+httpAddr, "FLOODGATE_LIMITER_GRPC_ADDR="+grpcAddr,
+		"FLOODGATE_LIMITER_ENVOY_CONFIG="+envoyDir, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=100", "FLOODGATE_LIMITER_INFLUX_INTERVAL=0",
+		"FLOODGATE_JOURNAL_DIR="+t.TempDir(), "FLOODGATE_GATEWAY=envoy-differential")
+	var logs bytes.Buffer
+	lim.Stdout, lim.Stderr = &logs, &logs
+	require.NoError(t, lim.Start())
+	t.Cleanup(func() {
+		_ = lim.Process.Kill()
+		_ = lim.Wait()
+		if t.Failed() {
+			t.Logf("limiter log:\n%s", logs.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.DialTimeout("tcp", grpcAddr, 200*time.Millisecond); err == nil {
+			_ = c.Close()
+			return grpcAddr
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("limiter did not listen on %s: %s", grpcAddr, logs.String())
+	return ""
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func repoRoot(t *testing.T) string {
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	return filepath.Clean(filepath.Join(wd, "..", ".."))
+}

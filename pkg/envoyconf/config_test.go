@@ -1,0 +1,122 @@
+package envoyconf
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func mustLoad(t *testing.T) *Config {
+	t.Helper()
+	c, err := LoadDir("testdata", Options{})
+	require.NoError(t, err)
+	return c
+}
+
+func e(kv ...string) []Entry {
+	var out []Entry
+	for i := 0; i+1 < len(kv); i += 2 {
+		out = append(out, Entry{kv[i], kv[i+1]})
+	}
+	return out
+}
+
+// TestLookupFollowsEnvoyRatelimit checks the matching rules of envoy
+// ratelimit's documentation, example by example.
+func TestLookupFollowsEnvoyRatelimit(t *testing.T) {
+	c := mustLoad(t)
+	require.Equal(t, []string{"edge_proxy_per_ip", "example", "messaging", "mongo_cps"}, c.Domains())
+	cases := []struct {
+		name    string
+		domain  string
+		entries []Entry
+		rpu     uint32 // 0 with want false: no limit
+		want    bool
+	}{
+		{"key and value", "mongo_cps", e("database", "users"), 500, true},
+		{"value not configured", "mongo_cps", e("database", "other"), 0, false},
+		{"nested key without value counts per value", "messaging", e("message_type", "marketing", "to_number", "2061111111"), 5, true},
+		{"top-level key without value", "messaging", e("to_number", "2061111111"), 100, true},
+		{"a descriptor longer than the tree matches nothing", "mongo_cps", e("database", "users", "x", "y"), 0, false},
+		{"a descriptor shorter than the tree's limit matches nothing", "messaging", e("message_type", "marketing"), 0, false},
+		{"most specific first: the blocked address", "edge_proxy_per_ip", e("remote_address", "50.0.0.5"), 0, true},
+		{"any other address", "edge_proxy_per_ip", e("remote_address", "50.0.0.1"), 10, true},
+		{"two levels", "example", e("key", "value", "subkey", "x"), 3, true},
+		{"unknown domain", "nope", e("database", "users"), 0, false},
+		{"trailing wildcard", "example", e("path", "/files/a.pdf"), 3, true},
+		{"wildcard that does not match", "example", e("path", "/other/a.pdf"), 0, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := c.Lookup(tc.domain, tc.entries)
+			if !tc.want {
+				require.Nil(t, m.Limit)
+				return
+			}
+			require.NotNil(t, m.Limit)
+			require.Equal(t, tc.rpu, m.Limit.RequestsPerUnit)
+		})
+	}
+	require.True(t, c.Lookup("example", e("ldap", "x")).Limit.Unlimited)
+	require.Equal(t, []string{"shared-*"}, c.Lookup("example", e("bucket", "shared-a")).CounterValues, "share_threshold counts every match on one counter")
+	require.Equal(t, []string{"/files/a.pdf"}, c.Lookup("example", e("path", "/files/a.pdf")).CounterValues, "without it, one counter per value")
+}
+
+func TestWildcardMatch(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, s string
+		want       bool
+	}{
+		{"a*", "abc", true}, {"a*", "a", true}, {"a*", "ba", false},
+		{"a*c", "abbc", true}, {"a*c", "ac", true}, {"a*c", "abcd", false},
+		{"a*b*c", "a1b2c", true}, {"a*b*c", "ac", false}, {"*", "", true}, {"ab*ba", "aba", false},
+	} {
+		require.Equal(t, tc.want, wildcardMatch(splitStar(tc.pattern), tc.s), "%s ~ %s", tc.pattern, tc.s)
+	}
+}
+
+func splitStar(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == '*' {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
+}
+
+// TestLoadErrorsNameFileAndLine: every invalid configuration envoy ratelimit
+// refuses is refused, with the file and line.
+func TestLoadErrorsNameFileAndLine(t *testing.T) {
+	cases := []struct {
+		name, yaml, want string
+	}{
+		{"empty domain", "domain: ''\ndescriptors: []\n", "f.yaml:1: config file cannot have empty domain"},
+		{"empty key", "domain: d\ndescriptors:\n  - value: v\n", "f.yaml:3: descriptor has empty key"},
+		{"duplicate key", "domain: d\ndescriptors:\n  - key: k\n  - key: k\n", `f.yaml:4: duplicate descriptor composite key "d.k"`},
+		{"bad unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n", `f.yaml:5: invalid rate limit unit "fortnight"`},
+		{"unit with unlimited", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      unit: second\n", "f.yaml:6: should not specify rate limit unit when unlimited"},
+		{"misspelled key", "domain: d\ndescriptors:\n  - key: k\n    ratelimit:\n      unit: second\n", `f.yaml:4: config error, unknown key "ratelimit"`},
+		{"replaces itself", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: a\n      replaces: [{name: a}]\n      unit: second\n      requests_per_unit: 1\n", "replaces should not contain name of same descriptor"},
+		{"empty replaces", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      replaces: [{name: ''}]\n      unit: second\n      requests_per_unit: 1\n", "should not have an empty replaces entry"},
+		{"share without wildcard", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n", "share_threshold can only be used with wildcard values"},
+		{"negative requests", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: -1\n", "f.yaml:6: requests_per_unit must be a whole number"},
+		{"not yaml", "domain: [\n", "f.yaml: yaml:"},
+		{"list of non-maps", "domain: d\ndescriptors:\n  - k\n", "f.yaml:3: config error, yaml file contains list of type other than map"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load([]File{{Name: "f.yaml", Data: []byte(tc.yaml)}}, Options{})
+			require.Error(t, err)
+			require.True(t, errors.Is(err, ErrConfig))
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+	_, err := Load([]File{{Name: "a.yaml", Data: []byte("domain: d\n")}, {Name: "b.yaml", Data: []byte("domain: d\n")}}, Options{})
+	require.ErrorContains(t, err, `b.yaml:1: duplicate domain "d"`)
+	_, err = Load([]File{{Name: "a.yaml", Data: []byte("domain: d\ndescriptors: [{key: a}]\n")}, {Name: "b.yaml", Data: []byte("domain: d\ndescriptors: [{key: b}]\n")}}, Options{MergeDomains: true})
+	require.NoError(t, err, "MERGE_DOMAIN_CONFIG merges")
+}

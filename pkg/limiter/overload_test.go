@@ -1,0 +1,110 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/sony/gobreaker/v2"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/gateway"
+	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+)
+
+// TestTripRatio: the breaker opens on a failure ratio, not on a few failures
+// in a row — one short stall under load (a handful of timeouts among many
+// checks) leaves it closed for everybody.
+func TestTripRatio(t *testing.T) {
+	cases := []struct {
+		name             string
+		requests, failed uint32
+		want             bool
+	}{
+		{"a 60 ms stall at 10k checks/s: 600 of 10,000", 10_000, 600, false},
+		{"Redis down at low traffic", 12, 12, true},
+		{"too few to judge", 6, 6, false},
+		{"half failing", 200, 100, true},
+		{"a third failing", 300, 100, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, tripRatio(gobreaker.Counts{Requests: tc.requests, TotalFailures: tc.failed}, 10))
+		})
+	}
+}
+
+// TestBatcherQueueIsBounded: a check finds the pipeline queue full and is
+// refused at once; one that waits past its bound is taken out of the queue.
+// Both are overload, never a Redis failure.
+func TestBatcherQueueIsBounded(t *testing.T) {
+	b := &scriptBatcher{max: 64, maxFlushers: 1, maxQueue: 2, budget: time.Second}
+	b.flushers = 1 // every flusher busy
+	b.pending = []*batchItem{{done: make(chan struct{})}, {done: make(chan struct{})}}
+	start := time.Now()
+	_, err := b.run(context.Background(), nil)
+	require.ErrorIs(t, err, errOverloaded)
+	require.Less(t, time.Since(start), 100*time.Millisecond, "refused at once")
+
+	b.maxQueue = 10
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err = b.run(ctx, nil)
+	require.ErrorIs(t, err, errOverloaded)
+	require.Len(t, b.pending, 2, "the timed-out check left the queue")
+}
+
+// TestEngineShedsFromLocalStateNeverOpen: with the pipeline queue full, even
+// a rule whose fail policy is open is enforced from this instance's local
+// bucket (limit 1: the second check is denied), the answer says it was shed
+// (X-RateLimit-Shed, not X-RateLimit-Error), and the breaker stays closed.
+func TestEngineShedsFromLocalStateNeverOpen(t *testing.T) {
+	rdb := redistest.Client(t)
+	e := newTestEngine(t, rdb, failRules, nil)
+	e.batch.mu.Lock()
+	e.batch.flushers = e.batch.maxFlushers
+	for len(e.batch.pending) < e.batch.maxQueue {
+		e.batch.pending = append(e.batch.pending, &batchItem{done: make(chan struct{})})
+	}
+	e.batch.mu.Unlock()
+	p := events.Principal{Kind: events.PrincipalUser, ID: redistest.Unique(t, "shed")}
+	first := check(t, e, Request{Principal: p, Cost: 1})
+	require.True(t, first.Allowed)
+	require.True(t, first.Degraded)
+	require.Equal(t, ShedReason, first.Error)
+	second := check(t, e, Request{Principal: p, Cost: 1})
+	require.False(t, second.Allowed, "the fail-open rule is enforced locally while shedding")
+	h := Headers(second, "cid")
+	require.Equal(t, "answered from local state", h["X-RateLimit-Shed"])
+	require.Empty(t, h["X-RateLimit-Error"], "busy is not down")
+	require.Equal(t, gobreaker.StateClosed, e.breaker.State(), "shedding says nothing about Redis")
+}
+
+type dropPublisher struct{}
+
+func (dropPublisher) TryPublish(kafka.Message) bool { return true }
+
+// TestEmbeddedStartsWithRedisDown: the limiter starts while Redis is
+// unreachable and answers at once from its fail policies (on main it refused
+// to start, naming the wrong cause).
+func TestEmbeddedStartsWithRedisDown(t *testing.T) {
+	rdb, _ := deadRedis(t)
+	rs, err := ParseRules("test.yaml", []byte(failRules))
+	require.NoError(t, err)
+	start := time.Now()
+	e, err := NewEmbedded(context.Background(), EmbedConfig{Redis: rdb, Rules: rs, Gateway: "test", Publisher: dropPublisher{},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	d, err := e.Check(context.Background(), gateway.Request{Principal: events.Principal{Kind: events.PrincipalBot, ID: "b"},
+		IP: "203.0.113.9", Method: "GET", Route: "/users/@me", Cost: 1})
+	require.NoError(t, err)
+	require.Less(t, time.Since(start), time.Second, "started and answered within a second")
+	require.False(t, d.Allowed, "the bots' rule fails closed")
+	require.Contains(t, d.Headers["X-RateLimit-Error"], "redis")
+	require.False(t, errors.Is(err, context.DeadlineExceeded))
+}
