@@ -28,6 +28,12 @@ const (
 	// noticed within ~6s, its partitions reassigned at the next rebalance.
 	DefaultHeartbeatInterval = time.Second
 	DefaultSessionTimeout    = 6 * time.Second
+	// DefaultRebalanceTimeout is how long the coordinator waits for members
+	// to rejoin a rebalance: twice DefaultDrainTimeout, so a revoked
+	// partition's running handler (or batch) gets its whole drain budget
+	// (see revokeTimeout) and a stuck member holds the group for at most 20s
+	// (kafka-go's default is 30s).
+	DefaultRebalanceTimeout = 2 * DefaultDrainTimeout
 )
 
 const (
@@ -91,8 +97,10 @@ type ConsumerConfig struct {
 
 	// Group protocol and fetch tuning. Heartbeats every 1s and a 6s session
 	// by default (kafka-go's 3s/30s left a group blind for half a minute
-	// after a member died); zero RebalanceTimeout and JoinGroupBackoff keep
-	// kafka-go's 30s and 5s. MaxWait is the longest a fetch waits for data;
+	// after a member died); the rebalance timeout is 20s by default (see
+	// DefaultRebalanceTimeout); zero JoinGroupBackoff keeps kafka-go's 5s.
+	// HeartbeatInterval must be at most a third of SessionTimeout, so two
+	// lost heartbeats do not end a live member's session. MaxWait is the longest a fetch waits for data;
 	// it also bounds how long closing the reader takes; default 1s.
 	// DeadLetterLogInterval is how long dead letters of one error class are
 	// counted into one log line (the first is logged at once); default 10s.
@@ -150,8 +158,11 @@ func (c ConsumerConfig) Validate() error {
 	if d.MaxBackoff < d.InitialBackoff {
 		bad("MaxBackoff", "must be at least InitialBackoff (%v), got %v", d.InitialBackoff, d.MaxBackoff)
 	}
-	if d.HeartbeatInterval >= d.SessionTimeout {
-		bad("HeartbeatInterval", "must be less than SessionTimeout (%v), got %v", d.SessionTimeout, d.HeartbeatInterval)
+	if 3*d.HeartbeatInterval > d.SessionTimeout {
+		bad("HeartbeatInterval", "must be at most a third of SessionTimeout (%v), got %v", d.SessionTimeout, d.HeartbeatInterval)
+	}
+	if d.RebalanceTimeout < d.SessionTimeout {
+		bad("RebalanceTimeout", "must be at least SessionTimeout (%v), got %v", d.SessionTimeout, d.RebalanceTimeout)
 	}
 	if c.StartOffset != 0 && c.StartOffset != kafka.FirstOffset && c.StartOffset != kafka.LastOffset {
 		bad("StartOffset", "must be kafka.FirstOffset (%d) or kafka.LastOffset (%d), got %d", kafka.FirstOffset, kafka.LastOffset, c.StartOffset)
@@ -195,6 +206,9 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	}
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = DefaultSessionTimeout
+	}
+	if c.RebalanceTimeout == 0 {
+		c.RebalanceTimeout = DefaultRebalanceTimeout
 	}
 	if c.DeadLetterLogInterval == 0 {
 		c.DeadLetterLogInterval = DefaultDeadLetterLogInterval
@@ -626,11 +640,7 @@ func (g *generationRun) commit() error {
 // revokeTimeout is how long a running handler may take when the group
 // rebalances: the broker waits RebalanceTimeout for members to rejoin.
 func (c *Consumer) revokeTimeout() time.Duration {
-	rebalance := c.cfg.RebalanceTimeout
-	if rebalance == 0 {
-		rebalance = 30 * time.Second // kafka-go's default
-	}
-	return min(c.cfg.DrainTimeout, rebalance/2)
+	return min(c.cfg.DrainTimeout, c.cfg.RebalanceTimeout/2)
 }
 
 // waitTimeout waits for wg until deadline and reports whether it finished.

@@ -88,7 +88,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		DrainTimeout:      e.Duration("FLOODGATE_QUOTA_DRAIN_TIMEOUT", DefaultDrainTimeout),
 		SessionTimeout:    e.Duration("FLOODGATE_QUOTA_SESSION_TIMEOUT", stream.DefaultSessionTimeout),
 		HeartbeatInterval: e.Duration("FLOODGATE_QUOTA_HEARTBEAT_INTERVAL", stream.DefaultHeartbeatInterval),
-		RebalanceTimeout:  e.Duration("FLOODGATE_QUOTA_REBALANCE_TIMEOUT", 0),
+		RebalanceTimeout:  e.Duration("FLOODGATE_QUOTA_REBALANCE_TIMEOUT", stream.DefaultRebalanceTimeout),
 		JoinGroupBackoff:  e.Duration("FLOODGATE_QUOTA_JOIN_BACKOFF", 0),
 		MaxWait:           e.Duration("FLOODGATE_QUOTA_FETCH_MAX_WAIT", 500*time.Millisecond),
 		ShutdownTimeout:   e.Duration("FLOODGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
