@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/floodgate-dev/floodgate/pkg/config"
 )
 
 // Door defaults: what every consumer checks before a handler sees a message.
@@ -149,4 +151,50 @@ func (r DLQRecord) asReference() DLQRecord {
 	}
 	r.Value, r.Headers = nil, nil
 	return r
+}
+
+// DoorLimits are the door's limits as every service reads them from the
+// environment, under the same variable names.
+type DoorLimits struct {
+	MaxMessageBytes      int           // FLOODGATE_STREAM_MAX_MESSAGE_BYTES
+	MaxDecompressedBytes int           // FLOODGATE_STREAM_MAX_DECOMPRESSED_BYTES
+	MaxEventFuture       time.Duration // FLOODGATE_EVENT_MAX_FUTURE
+	MaxEventAge          time.Duration // FLOODGATE_EVENT_MAX_AGE
+}
+
+// DoorLimitsFromEnv reads the door's limits (defaults when unset) and
+// validates them; errors name the variable.
+func DoorLimitsFromEnv(getenv config.Getenv) (DoorLimits, error) {
+	e := config.NewEnv(getenv)
+	l := DoorLimits{
+		MaxMessageBytes:      e.Int("FLOODGATE_STREAM_MAX_MESSAGE_BYTES", DefaultMaxMessageBytes),
+		MaxDecompressedBytes: e.Int("FLOODGATE_STREAM_MAX_DECOMPRESSED_BYTES", DefaultMaxDecompressedBytes),
+		MaxEventFuture:       e.Duration("FLOODGATE_EVENT_MAX_FUTURE", DefaultMaxEventFuture),
+		MaxEventAge:          e.Duration("FLOODGATE_EVENT_MAX_AGE", DefaultMaxEventAge),
+	}
+	if err := e.Err(); err != nil {
+		return DoorLimits{}, err
+	}
+	return l, l.Validate()
+}
+
+// Validate checks the limits and how they relate; errors name the variable.
+func (l DoorLimits) Validate() error {
+	var v config.Check
+	v.Require(l.MaxMessageBytes >= 1024 && l.MaxMessageBytes <= 64<<20, "FLOODGATE_STREAM_MAX_MESSAGE_BYTES",
+		"%d: must be in 1024..%d", l.MaxMessageBytes, 64<<20)
+	v.Require(l.MaxDecompressedBytes >= l.MaxMessageBytes && l.MaxDecompressedBytes <= 1<<30, "FLOODGATE_STREAM_MAX_DECOMPRESSED_BYTES",
+		"%d: must be in FLOODGATE_STREAM_MAX_MESSAGE_BYTES (%d)..%d", l.MaxDecompressedBytes, l.MaxMessageBytes, 1<<30)
+	v.Require(l.MaxEventFuture > 0 && l.MaxEventFuture <= 24*time.Hour, "FLOODGATE_EVENT_MAX_FUTURE",
+		"%s: must be in (0, 24h]", l.MaxEventFuture)
+	v.Require(l.MaxEventAge >= time.Hour, "FLOODGATE_EVENT_MAX_AGE", "%s: must be at least 1h", l.MaxEventAge)
+	return v.Err()
+}
+
+// Apply sets the limits on cfg.
+func (l DoorLimits) Apply(cfg *ConsumerConfig) {
+	cfg.MaxMessageBytes = l.MaxMessageBytes
+	cfg.MaxDecompressedBytes = l.MaxDecompressedBytes
+	cfg.MaxEventFuture = l.MaxEventFuture
+	cfg.MaxEventAge = l.MaxEventAge
 }
