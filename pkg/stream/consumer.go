@@ -384,7 +384,7 @@ func newConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		metrics:  metrics,
 		dlq:      dlq,
 		closeDLQ: dlq.Close,
-		dlqLog:   newDeadLetterLog(log, cfg.Topic, cfg.DeadLetterLogInterval),
+		dlqLog:   newDeadLetterLog(log, cfg.DeadLetterLogInterval),
 		offsets:  &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 5 * time.Second},
 
 		okCount:          metrics.consumed.WithLabelValues(cfg.Topic, cfg.GroupID, outcomeOK),
@@ -683,7 +683,7 @@ func (p *partitionRun) fetch(deadline time.Time) (msg kafka.Message, expired, ok
 			p.ps.track.finish(m.Offset)
 			continue
 		case doorReject:
-			rec := newDLQRecord(c, m, class, derr, 0, c.cfg.Now())
+			rec := newDLQRecord(c, m, class, derr, 1, c.cfg.Now())
 			if class == ClassOversize {
 				rec = rec.asReference()
 			}
@@ -712,7 +712,7 @@ func (p *partitionRun) skipBatch(e *errBatchTooLarge) bool {
 	rec := DLQRecord{
 		SourceTopic: c.cfg.Topic, Partition: p.ps.id, Offset: e.first, Timestamp: now,
 		ConsumerGroup: c.cfg.GroupID, Service: c.cfg.Service, ErrorClass: ClassOversize,
-		ErrorMessage: e.Error(), Attempts: 0, FirstFailure: now,
+		ErrorMessage: e.Error(), Attempts: 1, FirstFailure: now,
 		Reference: true, OriginalSize: int64(e.limit),
 	}
 	if !c.deadLetter(p.hctx, kafka.Message{Partition: p.ps.id, Offset: e.first}, rec) {

@@ -43,7 +43,7 @@ func (s *syncBuffer) lines(t *testing.T) []map[string]any {
 // the count); another class is logged on its own.
 func TestDeadLetterLogAggregates(t *testing.T) {
 	var buf syncBuffer
-	l := newDeadLetterLog(slog.New(slog.NewJSONHandler(&buf, nil)), "floodgate.decisions.v1", time.Hour)
+	l := newDeadLetterLog(slog.New(slog.NewJSONHandler(&buf, nil)).With("topic", "floodgate.decisions.v1"), time.Hour)
 	for i := 0; i < 1000; i++ {
 		l.record(i%12, int64(i), "floodgate.decisions.v1.dlq", ErrorClass("decode"), 1, "route: bad")
 	}
@@ -54,6 +54,7 @@ func TestDeadLetterLogAggregates(t *testing.T) {
 	require.Len(t, lines, 3)
 	sum := lines[2]
 	require.Equal(t, "messages dead-lettered", sum["msg"])
+	require.Equal(t, "floodgate.decisions.v1", sum["topic"], "one line per class and source topic")
 	require.Equal(t, "decode", sum["class"])
 	require.EqualValues(t, 1000, sum["count"])
 	require.EqualValues(t, 0, sum["first_offset"])
@@ -64,7 +65,7 @@ func TestDeadLetterLogAggregates(t *testing.T) {
 // interval ends, and the next dead letter starts a new interval.
 func TestDeadLetterLogIntervalEnds(t *testing.T) {
 	var buf syncBuffer
-	l := newDeadLetterLog(slog.New(slog.NewJSONHandler(&buf, nil)), "t", 50*time.Millisecond)
+	l := newDeadLetterLog(slog.New(slog.NewJSONHandler(&buf, nil)), 50*time.Millisecond)
 	defer l.close()
 	for i := 0; i < 5; i++ {
 		l.record(0, int64(i), "t.dlq", ErrorClass("decode"), 1, "bad")
