@@ -92,7 +92,7 @@ func NewConsumer(cfg Config, ledger Writer, seeder Seeder, log *slog.Logger, reg
 	c.window = sc.EventTimeWindow()
 	sc2, err := stream.NewBatchConsumer(sc, stream.BatchConfig{
 		MaxMessages: cfg.MaxBatchEvents,
-		MaxBytes:    256 << 20, // MaxBatchEvents bounds a batch; decisions are ~0.5 KB
+		MaxBytes:    32 << 20, // bounds a partition batch's memory: ~60k decisions of ~0.5 KB
 		Linger:      cfg.FlushInterval,
 	}, c.handleBatch)
 	if err != nil {
