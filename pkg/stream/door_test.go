@@ -297,3 +297,34 @@ func TestReferenceRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, plain.Reference)
 }
+
+// TestDeadLetterTooLargeToWriteWholeBecomesAReference: a message under the
+// limit whose dead letter (its dlq_* headers added) is over it is written as
+// a reference with the handler's reason, so the DLQ's own consumers never
+// meet a record over the limit.
+func TestDeadLetterTooLargeToWriteWholeBecomesAReference(t *testing.T) {
+	const topic, group = "dl-big", "g-dl-big"
+	addr := kafkatest.Start(t, map[string]int32{topic: 1, topic + ".dlq": 1})
+	value := bytes.Repeat([]byte("v"), 2000)
+	publish(t, addr, kafka.Message{Topic: topic, Key: []byte("k"), Value: value}, kafka.Message{Topic: topic, Value: []byte("small")})
+	cfg := fastConsumerConfig(t, addr, topic, group, prometheus.NewRegistry())
+	cfg.MaxMessageBytes = 2048
+	c, err := NewConsumer(cfg, func(_ context.Context, m kafka.Message) error {
+		return Permanent(errorString("schema violation"))
+	})
+	require.NoError(t, err)
+	stop := runConsumer(t, c)
+	dls := readPartition(t, addr, topic+".dlq", 0, 2)
+	require.NoError(t, stop())
+	big, err := ParseDLQRecord(dls[0])
+	require.NoError(t, err)
+	require.True(t, big.Reference, "2,000 bytes plus the dlq_* headers is over 2,048")
+	require.Equal(t, ClassPoison, big.ErrorClass)
+	require.Equal(t, "schema violation", big.ErrorMessage)
+	require.EqualValues(t, 2001, big.OriginalSize)
+	require.LessOrEqual(t, messageBytes(dls[0]), 2048)
+	small, err := ParseDLQRecord(dls[1])
+	require.NoError(t, err)
+	require.False(t, small.Reference)
+	require.Equal(t, "small", string(small.Value))
+}
