@@ -26,7 +26,6 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
-	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/ledger"
 )
 
@@ -133,11 +132,10 @@ func Serve(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 	}
 	table := cfg.Dynamo.TablePrefix + dynamo.TableQuotaLedger
 	store := ledger.NewStore(db, table, cfg.RetentionDays, time.Now)
-	dlq := stream.NewProducer(stream.ProducerConfig{
-		Brokers: cfg.KafkaBrokers, Topic: cfg.DecisionsTopic + ".dlq", Logger: log, Registerer: reg,
-	})
-	defer dlq.Close()
-	consumer := ledger.NewConsumer(cfg, store, ledger.NewReseeder(rdb, cfg.ReseedMargin, time.Now), dlq, log, metrics, time.Now)
+	consumer, err := ledger.NewConsumer(cfg, store, ledger.NewReseeder(rdb, cfg.ReseedMargin, time.Now), log, reg, metrics, time.Now)
+	if err != nil {
+		return err
+	}
 
 	var ready atomic.Bool
 	mux := http.NewServeMux()
