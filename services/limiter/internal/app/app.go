@@ -60,7 +60,7 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, defaultRul
 		}
 	}
 
-	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second,
+	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, SentinelMaster: cfg.SentinelMaster, SentinelAddrs: cfg.SentinelAddrs, DialTimeout: time.Second,
 		ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout})
 	defer rdb.Close()
 
