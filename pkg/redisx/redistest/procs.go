@@ -161,7 +161,11 @@ func StartCluster(dir string, masters, replicas int, nodeTimeout time.Duration) 
 	c := &Cluster{}
 	for range masters * (1 + replicas) {
 		p, err := StartProc(dir, 0, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10))
+			"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10),
+			// As docs/operations.md asks of production clusters: the other
+			// masters keep serving while one has no master (else every key
+			// answers CLUSTERDOWN until the replica is promoted).
+			"--cluster-require-full-coverage", "no")
 		if err != nil {
 			c.Kill()
 			return nil, err
@@ -188,6 +192,25 @@ func StartCluster(dir string, masters, replicas int, nodeTimeout time.Duration) 
 				return nil, fmt.Errorf("cluster node %s not ok: %v %s", n.Addr, err, info)
 			}
 			time.Sleep(100 * time.Millisecond)
+		}
+		cl.Close()
+	}
+	// A replica that never finished its first sync refuses to fail over
+	// ("disconnected from master for longer than allowed"), so a test that
+	// kills a master at once would wait for ever: wait for every link.
+	for _, n := range c.Nodes {
+		cl := n.Client()
+		for {
+			info, err := cl.Info(context.Background(), "replication").Result()
+			if err == nil && (strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up")) {
+				break
+			}
+			if time.Now().After(deadline) {
+				cl.Close()
+				c.Kill()
+				return nil, fmt.Errorf("cluster replica %s never synced: %v %s", n.Addr, err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 		cl.Close()
 	}
