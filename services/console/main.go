@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/services/console/internal/app"
 )
 
@@ -20,6 +21,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	config.SetMemoryLimit(ctx, log)
 	if err := app.Main(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, log); err != nil {
 		log.Error("console stopped", "err", err)
 		os.Exit(1)

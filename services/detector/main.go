@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/services/detector/internal/app"
 )
 
@@ -15,6 +16,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	config.SetMemoryLimit(ctx, log)
 	if err := app.Run(ctx, os.Getenv, log); err != nil {
 		log.Error("detector stopped", "err", err)
 		os.Exit(1)

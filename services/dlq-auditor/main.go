@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/services/dlq-auditor/internal/app"
 )
 
@@ -17,6 +18,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	config.SetMemoryLimit(ctx, log)
 	if err := app.Run(ctx, os.Args[1:], os.Getenv, os.Stdout, log); err != nil {
 		log.Error("dlq-auditor stopped", "err", err)
 		os.Exit(1)

@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"syscall"
 
+	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/services/limiter/internal/app"
 )
 
@@ -32,6 +33,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	config.SetMemoryLimit(ctx, log)
 	if err := app.Run(ctx, os.Getenv, log, defaultRules); err != nil {
 		log.Error("limiter stopped", "err", err)
 		os.Exit(1)

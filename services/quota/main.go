@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/app"
 )
 
@@ -20,6 +21,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	config.SetMemoryLimit(ctx, log)
 	if err := app.Run(ctx, os.Args[1:], os.Getenv, os.Stdout, log); err != nil {
 		log.Error("quota stopped", "err", err)
 		os.Exit(1)
