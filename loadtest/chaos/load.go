@@ -35,6 +35,8 @@ type Load struct {
 	// Next returns the principal of the i-th check of worker w.
 	Next  func(w, i int) events.Principal
 	Route string
+	// IP returns the client address of a check of p; nil: 198.51.100.23.
+	IP func(p events.Principal) string
 
 	mu      sync.Mutex
 	results []Check
@@ -80,7 +82,11 @@ func (l *Load) Run(ctx context.Context) {
 }
 
 func (l *Load) one(client *http.Client, p events.Principal, route string) Check {
-	body, _ := json.Marshal(map[string]any{"principal": p, "ip": "198.51.100.23", "method": "GET", "route": route})
+	ip := "198.51.100.23"
+	if l.IP != nil {
+		ip = l.IP(p)
+	}
+	body, _ := json.Marshal(map[string]any{"principal": p, "ip": ip, "method": "GET", "route": route})
 	c := Check{Start: time.Now(), Principal: p}
 	resp, err := client.Post(l.URL+"/v1/check", "application/json", bytes.NewReader(body))
 	if err == nil {
