@@ -22,7 +22,8 @@ type Check struct {
 	OK        bool   // answered 200 with a decision
 	ID        string // the decision id (the event's ce_id)
 	Allowed   bool
-	Degraded  bool // X-RateLimit-Error set
+	Degraded  bool // X-RateLimit-Error set, or degraded in the answer (shed answers too)
+	Shed      bool // X-RateLimit-Shed: answered from local state because the limiter was busy
 	Penalty   float64
 }
 
@@ -100,6 +101,7 @@ func (l *Load) one(client *http.Client, p events.Principal, route string) Check 
 		if resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&out) == nil {
 			c.OK, c.ID, c.Allowed, c.Penalty = true, out.ID, out.Allowed, out.PenaltyMultiplier
 			c.Degraded = out.Headers["X-RateLimit-Error"] != "" || out.Degraded
+			c.Shed = out.Headers["X-RateLimit-Shed"] != ""
 		}
 		_ = resp.Body.Close()
 	}
