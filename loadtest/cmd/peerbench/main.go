@@ -16,6 +16,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -26,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -53,6 +55,7 @@ type result struct {
 	calls    int64
 	errors   int64
 	duration time.Duration
+	cpu      time.Duration // the load generator's own CPU time in the round
 	lat      []time.Duration
 }
 
@@ -63,7 +66,9 @@ func run() error {
 	conns := flag.Int("conns", 4, "gRPC connections the callers share")
 	users := flag.Int("users", 10000, "distinct users")
 	protocols := flag.String("protocols", "grpc,http", "comma-separated: grpc, http")
+	jsonOut := flag.String("json", "", "also write the results as JSON to this file (make bench reads it)")
 	flag.Parse()
+	report := envoypeer.Report{Rounds: *rounds, Duration: duration.String(), Callers: *callers, Conns: *conns, Users: *users}
 	ctx := context.Background()
 	root, err := os.Getwd()
 	if err != nil {
@@ -105,8 +110,19 @@ func run() error {
 		default:
 			return fmt.Errorf("-protocols: %q is not grpc or http", proto)
 		}
-		if err := compare(ctx, proto, targets, domain, *duration, *rounds, *callers, *conns, *users); err != nil {
+		c, err := compare(ctx, proto, targets, domain, *duration, *rounds, *callers, *conns, *users)
+		if err != nil {
 			return err
+		}
+		report.Comparisons = append(report.Comparisons, c)
+	}
+	if *jsonOut != "" {
+		b, err := json.MarshalIndent(report, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("-json: %w", err)
 		}
 	}
 	return nil
@@ -116,7 +132,7 @@ type target struct{ name, addr string }
 
 // compare runs alternating rounds against both targets over one protocol and
 // prints the per-round figures, the summary table and the ratio.
-func compare(ctx context.Context, proto string, targets []target, domain string, d time.Duration, rounds, callers, conns, users int) error {
+func compare(ctx context.Context, proto string, targets []target, domain string, d time.Duration, rounds, callers, conns, users int) (envoypeer.Comparison, error) {
 	var all []result
 	for r := 0; r < rounds; r++ {
 		order := targets
@@ -126,7 +142,7 @@ func compare(ctx context.Context, proto string, targets []target, domain string,
 		for _, t := range order {
 			call, closeAll, err := caller(proto, t, domain, conns)
 			if err != nil {
-				return err
+				return envoypeer.Comparison{}, err
 			}
 			res := load(ctx, t.name, call, d, callers, users)
 			closeAll()
@@ -145,18 +161,36 @@ func compare(ctx context.Context, proto string, targets []target, domain string,
 		s.calls += r.calls
 		s.errors += r.errors
 		s.duration += r.duration
+		s.cpu += r.cpu
 		s.lat = append(s.lat, r.lat...)
 	}
-	fmt.Printf("\n%s\n| service | calls/s | p50 | p99 | errors |\n|---|---|---|---|---|\n", proto)
+	c := envoypeer.Comparison{Protocol: proto}
+	fmt.Printf("\n%s\n| service | calls/s | p50 | p99 | errors | load generator CPU |\n|---|---|---|---|---|---|\n", proto)
 	for _, t := range targets {
 		s := sum[t.name]
 		slices.Sort(s.lat)
-		fmt.Printf("| %s | %.0f | %s | %s | %d |\n", s.name, float64(s.calls)/s.duration.Seconds(), q(s.lat, 0.5), q(s.lat, 0.99), s.errors)
+		sr := envoypeer.ServiceResult{Name: s.name, Calls: s.calls, Errors: s.errors, CallsPerSec: float64(s.calls) / s.duration.Seconds(),
+			P50Ms: msOf(q(s.lat, 0.5)), P99Ms: msOf(q(s.lat, 0.99)),
+			LoadgenCPU: s.cpu.Seconds() / (s.duration.Seconds() * float64(runtime.NumCPU()))}
+		c.Services = append(c.Services, sr)
+		fmt.Printf("| %s | %.0f | %s | %s | %d | %.0f %% |\n", s.name, sr.CallsPerSec, q(s.lat, 0.5), q(s.lat, 0.99), s.errors, 100*sr.LoadgenCPU)
 	}
 	e, f := sum["envoy ratelimit"], sum["floodgate"]
+	c.Ratio = (float64(f.calls) / f.duration.Seconds()) / (float64(e.calls) / e.duration.Seconds())
 	fmt.Printf("\nratio floodgate / envoy ratelimit over %s: %.2f× (%d callers on %d connections, %d users, 100/s fixed window)\n\n",
-		proto, (float64(f.calls)/f.duration.Seconds())/(float64(e.calls)/e.duration.Seconds()), callers, conns, users)
-	return nil
+		proto, c.Ratio, callers, conns, users)
+	return c, nil
+}
+
+func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// cpuTime is this process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // caller returns one call of the protocol against the target (user in, error
@@ -219,7 +253,7 @@ func load(ctx context.Context, name string, call func(ctx context.Context, worke
 	var calls, errs atomic.Int64
 	lats := make([][]time.Duration, callers)
 	end := time.Now().Add(d)
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	var wg sync.WaitGroup
 	for i := 0; i < callers; i++ {
 		wg.Add(1)
@@ -238,12 +272,13 @@ func load(ctx context.Context, name string, call func(ctx context.Context, worke
 		}()
 	}
 	wg.Wait()
+	elapsed, cpu := time.Since(start), cpuTime()-cpu0
 	var lat []time.Duration
 	for _, l := range lats {
 		lat = append(lat, l...)
 	}
 	slices.Sort(lat)
-	return result{name: name, calls: calls.Load(), errors: errs.Load(), duration: time.Since(start), lat: lat}
+	return result{name: name, calls: calls.Load(), errors: errs.Load(), duration: elapsed, cpu: cpu, lat: lat}
 }
 
 func req(domain string, user int) *rlsv3.RateLimitRequest {
