@@ -545,7 +545,7 @@ cluster_node_up() { # cluster_node_up PORT
 	printf '==== %s stack.sh: starting redis-server (cluster node)\n' "$(date -u +%FT%TZ)" >>"$(logfile "$name")"
 	# shellcheck disable=SC2094
 	redis-server --bind 127.0.0.1 --port "$port" --dir "$DATA/redis-cluster/$port" \
-		--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 5000 \
+		--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 5000 --cluster-require-full-coverage no \
 		--daemonize yes --pidfile "$(pidfile "$name")" --logfile "$(logfile "$name")" \
 		--appendonly no >>"$(logfile "$name")" 2>&1 9>&- || { err "$name: redis-server failed"; tail_log "$name"; return 1; }
 }

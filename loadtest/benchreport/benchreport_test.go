@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/loadtest/bench"
+	"github.com/floodgate-dev/floodgate/loadtest/envoypeer"
 	"github.com/floodgate-dev/floodgate/loadtest/quality"
 )
 
@@ -144,6 +145,9 @@ func fixtureReport(t *testing.T, o Options) *Report {
 				case Quality:
 					res.Quality = &quality.Summary{}
 					require.NoError(t, json.Unmarshal(readTestdata(t, "detector-quality.json"), res.Quality))
+				case Peer:
+					res.Peer = &envoypeer.Report{}
+					require.NoError(t, json.Unmarshal(readTestdata(t, "limiter-peer.json"), res.Peer))
 				case GoBench:
 					res.Output = readTestdata(t, st.ID+".txt")
 					out, err := ParseGoBench(bytes.NewReader(res.Output))
@@ -186,7 +190,9 @@ func TestReportHasEverySectionCommandTableAndPlot(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"`abc123` (dirty", "| CPU | 2 × Test CPU |", "limiter 1.50 → 2.50",
+		"`abc123` (dirty", "| CPU | 2 × Test CPU |",
+		"| limiter ≥ 3× envoy ratelimit over grpc (same run, Redis and rule) | 1.56× (26,558 vs 17,029 calls/s) | **no** |",
+		"| grpc | floodgate | 26,558 | 2.26 ms | 5.74 ms | 0 | 25 % |", "- http: Floodgate / envoy ratelimit = **1.08×**", "limiter 1.50 → 2.50",
 		"| run | offered checks/s | achieved checks/s |", "| open 100/s | 10,000 | 10,017 |",
 		"| limiter ≥ 40k checks/s sustained (HTTP batch endpoint, 100 checks per request) | 38,295/s at saturation (p99 38.2 ms per request) |", "| engine case (`BenchmarkEngineCheck`) |", "| EngineCheck/one-tier/batch=64 | 2 |",
 		"| Ledger/steady/10k-per-s/500-principals |", "| stage | throughput |", "| detection latency p50 / p99 |",
@@ -333,7 +339,7 @@ func TestReloadRedrawsThePlotsOfARun(t *testing.T) {
 			switch st.Kind {
 			case GoBench:
 				require.NoError(t, os.WriteFile(filepath.Join(data, st.ID+".txt"), readTestdata(t, st.ID+".txt"), 0o644))
-			case LoadGen, Quality:
+			case LoadGen, Quality, Peer:
 				require.NoError(t, os.WriteFile(filepath.Join(data, st.ID+".txt"), []byte("table\n"), 0o644))
 				require.NoError(t, os.WriteFile(st.JSON, readTestdata(t, filepath.Base(st.JSON)), 0o644))
 			case GoTest:

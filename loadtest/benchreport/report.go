@@ -302,6 +302,8 @@ func (rep *Report) sectionMarkdown(s *SectionResult) string {
 			b.WriteString(httpTable(r.HTTP))
 		case r.Step.Kind == Quality && r.Quality != nil:
 			b.WriteString(qualityTable(r.Quality))
+		case r.Step.Kind == Peer && r.Peer != nil:
+			b.WriteString(peerTable(r.Peer))
 		}
 	}
 	return b.String()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/loadtest/bench"
+	"github.com/floodgate-dev/floodgate/loadtest/envoypeer"
 	"github.com/floodgate-dev/floodgate/loadtest/quality"
 )
 
@@ -25,6 +26,7 @@ const (
 	GoTest                  // a test run: pass or fail
 	LoadGen                 // loadgen -json: the file named by Step.JSON
 	Quality                 // loadtest/cmd/quality -json: the file named by Step.JSON
+	Peer                    // loadtest/cmd/peerbench -json: the file named by Step.JSON
 )
 
 // Step is one benchmark run of the suite: one or more commands run in order
@@ -64,6 +66,7 @@ type StepResult struct {
 	Bench      Output
 	HTTP       *bench.Report
 	Quality    *quality.Summary
+	Peer       *envoypeer.Report
 }
 
 // Failed reports whether the step did not run to a usable result.
@@ -150,6 +153,13 @@ func (r *Runner) read(res *StepResult) {
 			res.Quality = &quality.Summary{}
 			if err := r.readJSON(s.JSON, res.Quality); err != nil {
 				res.Err, res.Quality = fmt.Errorf("read quality results: %w", err), nil
+			}
+		}
+	case Peer:
+		if res.Err == nil {
+			res.Peer = &envoypeer.Report{}
+			if err := r.readJSON(s.JSON, res.Peer); err != nil {
+				res.Err, res.Peer = fmt.Errorf("read peerbench results: %w", err), nil
 			}
 		}
 	case GoTest:

@@ -21,6 +21,7 @@ const (
 	targetBytesPerPrinc = 300
 	targetRecall        = 0.995
 	targetFalsePosPct   = 0.001
+	targetPeerRatio     = 3.0 // issue 15: three times envoy ratelimit, side by side
 )
 
 // qualityInstances are the detector instance counts of the held-out run, ascending.
@@ -371,6 +372,17 @@ func (rep *Report) targetsMarkdown() string {
 		row(batchTarget, fmt.Sprintf("%s at saturation (p99 %s per request)", v, vals["httpbatch.saturation.p99"]), v.V >= targetChecksPerS, true)
 	} else {
 		row(batchTarget, "", false, false)
+	}
+	if r := stepOf(rep.Sections, "limiter-peer"); r != nil && r.Peer != nil && len(r.Peer.Comparisons) > 0 {
+		for _, c := range r.Peer.Comparisons {
+			measured := fmt.Sprintf("%.2f×", c.Ratio)
+			if len(c.Services) == 2 {
+				measured += fmt.Sprintf(" (%s vs %s calls/s)", thousands(c.Services[1].CallsPerSec), thousands(c.Services[0].CallsPerSec))
+			}
+			row(fmt.Sprintf("limiter ≥ %g× envoy ratelimit over %s (same run, Redis and rule)", targetPeerRatio, c.Protocol), measured, c.Ratio >= targetPeerRatio, true)
+		}
+	} else {
+		row(fmt.Sprintf("limiter ≥ %g× envoy ratelimit (same run, Redis and rule)", targetPeerRatio), "", false, false)
 	}
 	best, bestName := math.NaN(), ""
 	for _, k := range keysWith(vals, "EngineCheck/", ":checks/s") {

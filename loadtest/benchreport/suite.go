@@ -110,6 +110,14 @@ func Suite(o Options) []Section {
 				"-rates", strings.Join(batchRates, ","), "-workers", "32", "-saturation-workers", "8",
 				"-duration", o.Duration.String(), "-json", batchJSON},
 		}}
+	// envoy ratelimit beside the limiter, one run, same Redis and rule, alternating rounds.
+	peerJSON := filepath.Join(o.DataDir, "limiter-peer.json")
+	pargs := []string{"-duration", "10s", "-rounds", "4"}
+	if o.Quick {
+		pargs = []string{"-duration", "2s", "-rounds", "2"}
+	}
+	peer := &Step{ID: "limiter-peer", Title: "Limiter beside envoy ratelimit over gRPC and HTTP (same run, Redis and rule)", Kind: Peer, JSON: peerJSON,
+		Commands: [][]string{append(append([]string{"go", "run", "./loadtest/cmd/peerbench"}, pargs...), "-json", peerJSON)}}
 	engine := goBench("limiter-engine", "In-process engine, Envoy RLS and response encoding", nil, "./pkg/limiter/", ".", bt("3s", "200ms")...)
 	keys := goBench("limiter-keys", "Redis key building, one core", nil, "./pkg/redisx/", ".", append(bt("1s", "100ms"), "-cpu", "1")...)
 
@@ -146,7 +154,7 @@ func Suite(o Options) []Section {
 	exactness := &Step{ID: "quota-exactness", Title: title, Kind: GoTest, Env: dynamo, Commands: [][]string{exact}}
 
 	return []Section{
-		{Name: "limiter", Title: "Limiter", Steps: []*Step{limiterHTTP, limiterBatch, engine, keys}},
+		{Name: "limiter", Title: "Limiter", Steps: []*Step{limiterHTTP, limiterBatch, peer, engine, keys}},
 		{Name: "pipeline", Title: "Pipeline throughput and lag", Steps: []*Step{codec, stream, dlq, drain, ledger}},
 		{Name: "detector", Title: "Detection quality and latency", Steps: []*Step{heldOut, latency, score, memory}},
 		{Name: "ledger", Title: "Quota ledger writes", Steps: []*Step{ledger, exactness}},

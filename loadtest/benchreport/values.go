@@ -12,6 +12,8 @@ import (
 	"github.com/floodgate-dev/floodgate/loadtest/bench"
 	"github.com/floodgate-dev/floodgate/loadtest/quality"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+
+	"github.com/floodgate-dev/floodgate/loadtest/envoypeer"
 )
 
 // Val is one measured number the report names (in prose, targets, charts).
@@ -383,4 +385,22 @@ func get(vals map[string]Val, key string) float64 {
 		return v.V
 	}
 	return math.NaN()
+}
+
+// peerTable shows Floodgate beside envoy ratelimit per protocol, with the ratio.
+func peerTable(p *envoypeer.Report) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d alternating rounds of %s per service; %d callers (gRPC on %d connections); %s users; the same Redis and rule (100/s fixed window per user).\n\n",
+		p.Rounds, p.Duration, p.Callers, p.Conns, thousands(float64(p.Users)))
+	b.WriteString("| protocol | service | calls/s | p50 | p99 | errors | load generator CPU |\n|---|---|---|---|---|---|---|\n")
+	for _, c := range p.Comparisons {
+		for _, s := range c.Services {
+			fmt.Fprintf(&b, "| %s | %s | %s | %.2f ms | %.2f ms | %d | %.0f %% |\n", c.Protocol, s.Name, thousands(s.CallsPerSec), s.P50Ms, s.P99Ms, s.Errors, 100*s.LoadgenCPU)
+		}
+	}
+	b.WriteString("\n")
+	for _, c := range p.Comparisons {
+		fmt.Fprintf(&b, "- %s: Floodgate / envoy ratelimit = **%.2f×**\n", c.Protocol, c.Ratio)
+	}
+	return b.String() + "\n"
 }

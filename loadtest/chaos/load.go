@@ -22,7 +22,8 @@ type Check struct {
 	OK        bool   // answered 200 with a decision
 	ID        string // the decision id (the event's ce_id)
 	Allowed   bool
-	Degraded  bool // X-RateLimit-Error set
+	Degraded  bool // X-RateLimit-Error set, or degraded in the answer (shed answers too)
+	Shed      bool // X-RateLimit-Shed: answered from local state because the limiter was busy
 	Penalty   float64
 }
 
@@ -35,6 +36,8 @@ type Load struct {
 	// Next returns the principal of the i-th check of worker w.
 	Next  func(w, i int) events.Principal
 	Route string
+	// IP returns the client address of a check of p; nil: 198.51.100.23.
+	IP func(p events.Principal) string
 
 	mu      sync.Mutex
 	results []Check
@@ -80,7 +83,11 @@ func (l *Load) Run(ctx context.Context) {
 }
 
 func (l *Load) one(client *http.Client, p events.Principal, route string) Check {
-	body, _ := json.Marshal(map[string]any{"principal": p, "ip": "198.51.100.23", "method": "GET", "route": route})
+	ip := "198.51.100.23"
+	if l.IP != nil {
+		ip = l.IP(p)
+	}
+	body, _ := json.Marshal(map[string]any{"principal": p, "ip": ip, "method": "GET", "route": route})
 	c := Check{Start: time.Now(), Principal: p}
 	resp, err := client.Post(l.URL+"/v1/check", "application/json", bytes.NewReader(body))
 	if err == nil {
@@ -94,6 +101,7 @@ func (l *Load) one(client *http.Client, p events.Principal, route string) Check 
 		if resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&out) == nil {
 			c.OK, c.ID, c.Allowed, c.Penalty = true, out.ID, out.Allowed, out.PenaltyMultiplier
 			c.Degraded = out.Headers["X-RateLimit-Error"] != "" || out.Degraded
+			c.Shed = out.Headers["X-RateLimit-Shed"] != ""
 		}
 		_ = resp.Body.Close()
 	}

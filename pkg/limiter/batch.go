@@ -20,7 +20,7 @@ type scriptCall struct {
 type batchItem struct {
 	calls []scriptCall
 	out   []any
-	err   error
+	errs  []error // per call
 	done  chan struct{}
 }
 
@@ -49,15 +49,15 @@ type scriptBatcher struct {
 // was sent. It says nothing about Redis.
 var errOverloaded = errors.New("limiter overloaded")
 
-// run sends calls in the next pipeline and returns one result per call. It
-// returns errOverloaded when the queue is full, or when ctx ends before the
-// calls were sent; ctx's error when ctx ends while they are in flight.
-func (b *scriptBatcher) run(ctx context.Context, calls []scriptCall) ([]any, error) {
+// run sends calls in the next pipeline and returns one result and one error
+// per call. It returns errOverloaded when the queue is full, or when ctx ends
+// before the calls were sent; ctx's error when ctx ends while they are in flight.
+func (b *scriptBatcher) run(ctx context.Context, calls []scriptCall) ([]any, []error, error) {
 	it := &batchItem{calls: calls, done: make(chan struct{})}
 	b.mu.Lock()
 	if b.maxQueue > 0 && len(b.pending) >= b.maxQueue {
 		b.mu.Unlock()
-		return nil, errOverloaded
+		return nil, nil, errOverloaded
 	}
 	b.pending = append(b.pending, it)
 	if b.flushers < b.maxFlushers {
@@ -68,18 +68,18 @@ func (b *scriptBatcher) run(ctx context.Context, calls []scriptCall) ([]any, err
 	}
 	select {
 	case <-it.done:
-		return it.out, it.err
+		return it.out, it.errs, nil
 	case <-ctx.Done():
 		b.mu.Lock()
 		for i, p := range b.pending {
 			if p == it { // never sent: take it out, and it is overload, not Redis
 				b.pending = append(b.pending[:i:i], b.pending[i+1:]...)
 				b.mu.Unlock()
-				return nil, errOverloaded
+				return nil, nil, errOverloaded
 			}
 		}
 		b.mu.Unlock()
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
 }
 
@@ -147,10 +147,11 @@ func (b *scriptBatcher) flush(batch []*batchItem) {
 	}
 	for i, it := range batch {
 		it.out = make([]any, len(it.calls))
+		it.errs = make([]error, len(it.calls))
 		for j, c := range cmds[i] {
 			if err := c.Err(); err != nil {
-				it.out, it.err = nil, fmt.Errorf("run check script: %w", err)
-				break
+				it.errs[j] = fmt.Errorf("run check script: %w", err)
+				continue
 			}
 			it.out[j] = c.Val()
 		}

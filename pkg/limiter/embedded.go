@@ -53,12 +53,15 @@ type EmbedConfig struct {
 	Observer Observer
 
 	// Budget bounds one check's Redis round trip (default 50ms); past it, or
-	// while the breaker is open (at least BreakerFailures failures, default
-	// 10, making half of the checks of a second; open for BreakerOpen,
-	// default 200ms), checks are answered by the rules' fail policies. A
-	// check that cannot get a pipeline (queue full, or queued past 4 ×
-	// Budget) is shed: answered from local buckets, never failed open. OverLimitEntries sizes the over-limit cache (default 100,000;
-	// negative disables), RedisBatch the pipelined batch (default 64).
+	// while its Redis shard's breaker is open (at least BreakerFailures
+	// failures, default 10, making half of the shard's calls within a
+	// sliding second; open for 0.5–1.25 × BreakerOpen, default 200ms), a
+	// check is answered by the rules' fail policies. A check beyond the
+	// shard's adaptive concurrency limit, or that cannot get a pipeline
+	// (queue full, or queued past 4 × Budget), is shed: answered from local
+	// state (over-limit cache, this instance's share of each limit), never
+	// failed open. OverLimitEntries sizes the over-limit cache (default
+	// 100,000; negative disables), RedisBatch the pipelined batch (default 64).
 	Budget           time.Duration
 	BreakerFailures  int
 	BreakerOpen      time.Duration
@@ -198,7 +201,7 @@ func NewEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 		pub = p
 		runs = append(runs, p.Run)
 	}
-	runs = append(runs, func(ctx context.Context) error { return runtime.Run(ctx, c.RuntimePoll) })
+	runs = append(runs, func(ctx context.Context) error { return runtime.Run(ctx, c.RuntimePoll) }, engine.Run)
 	if c.RulesFile != "" {
 		r := NewReloader(c.RulesFile, data, store, c.RulesPoll, c.Reload, c.Logger, c.Registry)
 		runs = append(runs, r.Run)

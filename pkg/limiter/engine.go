@@ -19,10 +19,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/redis/go-redis/v9"
-	"github.com/sony/gobreaker/v2"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
@@ -93,22 +93,36 @@ type EngineConfig struct {
 	Clock   func() time.Time // local clock for caches and local buckets; nil = time.Now
 	// Budget bounds one check's Redis round trip (FLOODGATE_LIMITER_REDIS_TIMEOUT).
 	Budget time.Duration
-	// The Redis breaker opens when, within one second, at least
-	// BreakerFailures checks failed and they were at least half of the
-	// checks (a ratio, so one short stall under load does not open it for
-	// everybody); it stays open BreakerOpen (default 200ms), then lets up to 5
-	// probes through. While open, checks answer from fail policies without
-	// calling Redis.
+	// Every Redis shard (the node, or each cluster master) has its own
+	// breaker. It opens when, within a sliding BreakerWindow (default 1s), at
+	// least BreakerFailures calls failed (default 10) and they were at least
+	// BreakerRatio of its calls (default 0.5) — a ratio, so one short stall
+	// under load does not open it; it stays open 0.5–1.25 × BreakerOpen
+	// (default 200ms: 100–250ms, jittered per breaker), then lets 5 probes
+	// through. While open, that shard's checks answer from fail policies
+	// without calling Redis.
 	BreakerFailures uint32
+	BreakerRatio    float64
+	BreakerWindow   time.Duration
 	BreakerOpen     time.Duration
 	// QueueWait bounds how long a check may wait for a pipeline before it is
 	// shed (default 4 × Budget): the Redis budget counts Redis time, not
 	// queue time, and a limiter past its capacity sheds instead of
 	// failing open.
 	QueueWait time.Duration
+	// ClusterRefresh is how often a cluster's slot table is reloaded
+	// (default 1s; also at once after an error).
+	ClusterRefresh time.Duration
+	// Heartbeat is how often this instance announces itself in
+	// redisx.LimitersKey and counts the live limiter instances (default 1s);
+	// local answers enforce limit ÷ live instances.
+	Heartbeat time.Duration
+	// LogEvery bounds Redis error and breaker log lines to one per shard per
+	// interval (default 10s); the lines count what they held back.
+	LogEvery time.Duration
 	// OverLimitEntries bounds the over-limit cache; 0 disables it.
 	OverLimitEntries int
-	// LocalBuckets bounds the in-process buckets of the "local" fail policy.
+	// LocalBuckets bounds the in-process buckets of local answers.
 	LocalBuckets int
 	// RedisBatch bounds how many concurrent checks share one pipelined Redis
 	// write (FLOODGATE_LIMITER_REDIS_BATCH); 0 = 64, 1 = every check on its own.
@@ -117,38 +131,50 @@ type EngineConfig struct {
 	Shadow   bool
 	Logger   *slog.Logger
 	Registry prometheus.Registerer
+
+	admission *admissionConfig // tests only
 }
 
 // Engine runs checks. It is safe for concurrent use.
 type Engine struct {
-	rdb          redis.UniversalClient
-	script       *redis.Script
-	rules        RuleSource
-	rt           *Runtime
-	clock        func() time.Time
-	queueWait    time.Duration
-	lastRedisErr atomic.Value // string: the latest Redis error, logged when the breaker opens
-	budget       time.Duration
-	breaker      *gobreaker.CircuitBreaker[[]any]
-	overLimit    *overLimitCache
-	local        *localBuckets
-	log          *slog.Logger
-	m            *engineMetrics
-	shadow       bool
-	batch        *scriptBatcher // nil: one Redis call per check
-	fixedNow     func() int64   // tests only: a fixed time for the script instead of Redis TIME
+	rdb       redis.UniversalClient
+	script    *redis.Script
+	rules     RuleSource
+	rt        *Runtime
+	clock     func() time.Time
+	queueWait time.Duration
+	budget    time.Duration
+	shards    *shardSet
+	overLimit *overLimitCache
+	local     *localBuckets
+	log       *slog.Logger
+	m         *engineMetrics
+	shadow    bool
+	batching  bool
+	fixedNow  func() int64 // tests only: a fixed time for the script instead of Redis TIME
+
+	id        string       // this instance in redisx.LimitersKey
+	instances atomic.Int64 // live limiter instances, ≥ 1
+	refresh   time.Duration
+	heartbeat time.Duration
 }
 
 type engineMetrics struct {
-	redisErrors prometheus.Counter
-	breakerOpen prometheus.Gauge
-	cacheHits   prometheus.Counter
-	degraded    *prometheus.CounterVec
-	refunds     *prometheus.CounterVec
-	shed        prometheus.Counter
+	redisErrors    prometheus.Counter
+	breakerOpen    *prometheus.GaugeVec
+	breakerTrips   *prometheus.CounterVec
+	admissionLimit *prometheus.GaugeVec
+	slotReloads    *prometheus.CounterVec
+	readOnly       prometheus.Counter
+	instances      prometheus.Gauge
+	cacheHits      prometheus.Counter
+	degraded       *prometheus.CounterVec
+	refunds        *prometheus.CounterVec
+	shed           prometheus.Counter
 }
 
-// NewEngine returns an engine; Load the script before serving.
+// NewEngine returns an engine; Load the script before serving and Run its
+// background loops (slot table, instance heartbeat) while serving.
 func NewEngine(c EngineConfig) (*Engine, error) {
 	if c.Redis == nil || c.Rules == nil {
 		return nil, errors.New("new engine: Redis and Rules are required")
@@ -162,11 +188,26 @@ func NewEngine(c EngineConfig) (*Engine, error) {
 	if c.BreakerFailures == 0 {
 		c.BreakerFailures = 10
 	}
+	if c.BreakerRatio <= 0 {
+		c.BreakerRatio = 0.5
+	}
+	if c.BreakerWindow <= 0 {
+		c.BreakerWindow = time.Second
+	}
 	if c.BreakerOpen <= 0 {
 		c.BreakerOpen = 200 * time.Millisecond
 	}
 	if c.QueueWait <= 0 {
 		c.QueueWait = 4 * c.Budget
+	}
+	if c.ClusterRefresh <= 0 {
+		c.ClusterRefresh = time.Second
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = time.Second
+	}
+	if c.LogEvery <= 0 {
+		c.LogEvery = 10 * time.Second
 	}
 	if c.LocalBuckets <= 0 {
 		c.LocalBuckets = 100_000
@@ -179,63 +220,93 @@ func NewEngine(c EngineConfig) (*Engine, error) {
 	}
 	f := promauto.With(c.Registry)
 	m := &engineMetrics{
-		redisErrors: f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_redis_errors_total", Help: "Checks whose Redis round trip failed or timed out."}),
-		breakerOpen: f.NewGauge(prometheus.GaugeOpts{Name: "floodgate_limiter_breaker_open", Help: "1 while the Redis circuit breaker is open (or half-open)."}),
-		cacheHits:   f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_overlimit_cache_hits_total", Help: "Checks denied by the local over-limit cache without calling Redis."}),
-		degraded:    f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_degraded_total", Help: "Tier answers given by a fail policy, by policy and outcome."}, []string{"policy", "outcome"}),
-		refunds:     f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_refunds_total", Help: "Compensating refunds after the IP and principal groups disagreed, by result."}, []string{"result"}),
-		shed:        f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_shed_total", Help: "Checks answered from local state because the limiter was past its capacity (pipeline queue full or too slow)."}),
+		redisErrors:    f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_redis_errors_total", Help: "Checks whose Redis round trip failed or timed out, or whose shard's breaker was open."}),
+		breakerOpen:    f.NewGaugeVec(prometheus.GaugeOpts{Name: "floodgate_limiter_breaker_open", Help: "1 while a Redis shard's circuit breaker is open, by shard (node address; redis = the single node, cluster = slots not yet mapped)."}, []string{"shard"}),
+		breakerTrips:   f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_breaker_trips_total", Help: "Times a Redis shard's circuit breaker opened, by shard."}, []string{"shard"}),
+		admissionLimit: f.NewGaugeVec(prometheus.GaugeOpts{Name: "floodgate_limiter_admission_limit", Help: "Adaptive limit of checks in flight to a Redis shard, by shard."}, []string{"shard"}),
+		slotReloads:    f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_cluster_slot_reloads_total", Help: "Redis Cluster slot table reloads, by result (same, changed, error)."}, []string{"result"}),
+		readOnly:       f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_redis_readonly_total", Help: "Redis answers READONLY (a demoted master), each followed by a reconnect or a slot reload."}),
+		instances:      f.NewGauge(prometheus.GaugeOpts{Name: "floodgate_limiter_instances", Help: "Live limiter instances seen in Redis; local answers enforce limit ÷ this."}),
+		cacheHits:      f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_overlimit_cache_hits_total", Help: "Checks denied by the local over-limit cache without calling Redis."}),
+		degraded:       f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_degraded_total", Help: "Tier answers given without Redis, by policy (local when shed) and outcome."}, []string{"policy", "outcome"}),
+		refunds:        f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_refunds_total", Help: "Compensating refunds after the IP and principal groups disagreed, by result."}, []string{"result"}),
+		shed:           f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_shed_total", Help: "Checks answered from local state because the limiter was past its capacity (admission limit reached, pipeline queue full or too slow)."}),
 	}
 	e := &Engine{
 		rdb: c.Redis, script: redis.NewScript(checkSource), rules: c.Rules, rt: c.Runtime, clock: c.Clock,
 		budget: c.Budget, queueWait: c.QueueWait, shadow: c.Shadow, local: newLocalBuckets(c.LocalBuckets), log: c.Logger, m: m,
+		id: uuid.Must(uuid.NewV7()).String(), refresh: c.ClusterRefresh, heartbeat: c.Heartbeat,
 	}
+	e.instances.Store(1)
+	m.instances.Set(1)
 	if c.RedisBatch == 0 {
 		c.RedisBatch = 64
 	}
-	if c.RedisBatch > 1 {
-		e.batch = &scriptBatcher{rdb: c.Redis, script: e.script, max: c.RedisBatch, maxFlushers: 4, budget: c.Budget,
-			maxQueue: 16 * c.RedisBatch}
+	e.batching = c.RedisBatch > 1
+	adm := defaultAdmission()
+	if c.admission != nil {
+		adm = *c.admission
 	}
+	e.shards = newShardSet(shardConfig{rdb: c.Redis, script: e.script, budget: c.Budget, batch: c.RedisBatch,
+		breakerFailures: c.BreakerFailures, breakerRatio: c.BreakerRatio, breakerWindow: c.BreakerWindow,
+		breakerOpen: c.BreakerOpen, logEvery: c.LogEvery, admission: adm, log: c.Logger, m: m})
 	if c.OverLimitEntries > 0 {
 		e.overLimit = newOverLimitCache(c.OverLimitEntries)
 	}
-	e.breaker = gobreaker.NewCircuitBreaker[[]any](gobreaker.Settings{
-		Name:        "redis",
-		MaxRequests: 5,
-		Interval:    time.Second, // counts are per second while closed
-		Timeout:     c.BreakerOpen,
-		ReadyToTrip: func(cnt gobreaker.Counts) bool { return tripRatio(cnt, c.BreakerFailures) },
-		// A caller that went away, or a check shed by the queue, says nothing
-		// about Redis.
-		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) || errors.Is(err, errOverloaded) },
-		OnStateChange: func(_ string, from, to gobreaker.State) {
-			open := 0.0
-			if to != gobreaker.StateClosed {
-				open = 1
-			}
-			m.breakerOpen.Set(open)
-			if to == gobreaker.StateOpen {
-				cause, _ := e.lastRedisErr.Load().(string)
-				c.Logger.Warn("redis circuit breaker opened", "from", from.String(), "open_for", c.BreakerOpen, "cause", cause)
-			} else {
-				c.Logger.Info("redis circuit breaker", "from", from.String(), "to", to.String())
-			}
-		},
-	})
 	return e, nil
 }
 
 // Load puts the script in Redis's cache (every master of a cluster) so the first
-// checks skip the NOSCRIPT fallback.
+// checks skip the NOSCRIPT fallback, and reads a cluster's slot table.
 func (e *Engine) Load(ctx context.Context) error {
 	if cc, ok := e.rdb.(*redis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		if err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 			return e.script.Load(ctx, c).Err()
-		})
+		}); err != nil {
+			return err
+		}
+		return e.shards.refresh(ctx)
 	}
 	return e.script.Load(ctx, e.rdb).Err()
 }
+
+// Run keeps the cluster's slot table fresh and this instance's heartbeat in
+// Redis until ctx is done. Checks are decided with or without it.
+func (e *Engine) Run(ctx context.Context) error {
+	go e.shards.run(ctx, e.refresh)
+	t := time.NewTicker(e.heartbeat)
+	defer t.Stop()
+	for {
+		hctx, cancel := context.WithTimeout(ctx, e.heartbeat)
+		e.beat(hctx)
+		cancel()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// beat announces this instance and counts the live ones: members of
+// redisx.LimitersKey seen within the last 5 heartbeats.
+func (e *Engine) beat(ctx context.Context) {
+	now := time.Now().UnixMilli()
+	pipe := e.rdb.TxPipeline()
+	pipe.ZAdd(ctx, redisx.LimitersKey, redis.Z{Score: float64(now), Member: e.id})
+	pipe.ZRemRangeByScore(ctx, redisx.LimitersKey, "-inf", strconv.FormatInt(now-5*e.heartbeat.Milliseconds(), 10))
+	card := pipe.ZCard(ctx, redisx.LimitersKey)
+	pipe.PExpire(ctx, redisx.LimitersKey, 10*e.heartbeat)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return // keep the last count while Redis is away
+	}
+	n := max(card.Val(), 1)
+	e.instances.Store(n)
+	e.m.instances.Set(float64(n))
+}
+
+// Health reports whether every Redis shard's breaker is closed, and each one's state.
+func (e *Engine) Health() (bool, map[string]string) { return e.shards.healthy() }
 
 // bound is one rule bound to one request: its keys and effective arguments.
 type bound struct {
@@ -385,8 +456,12 @@ func ipBucketID(a netip.Addr) string {
 }
 
 // Check decides req: every matching rule, one Redis round trip, all or nothing.
-// It returns an error only for a request it cannot evaluate; Redis failures are
-// answered by the rules' fail policies with Result.Degraded set.
+// It returns an error only for a request it cannot evaluate. A group of rules
+// whose Redis shard cannot be asked is answered without Redis: by the rules'
+// fail policies when the shard is failing (its breaker open, or the call
+// failed), from local state when the limiter is past its capacity (shed); the
+// answer has Result.Degraded set either way, and groups on healthy shards
+// are still decided by Redis.
 func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 	rs := e.rules.Rules()
 	pg, ig, cost := e.bind(rs, req)
@@ -405,40 +480,86 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 		return finish(r, rs.NearLimit), nil
 	}
 
-	raw, err := e.breaker.Execute(func() ([]any, error) {
-		// The pipeline's own budget bounds Redis time; this bound adds the
-		// longest a check may queue for a pipeline.
-		wait := e.budget
-		if e.batch != nil {
-			wait += e.queueWait
+	// Admit each group to its shard — once per shard when both groups share
+	// one: the breaker first (a failing shard costs nothing), then the
+	// shard's adaptive concurrency limit.
+	calls := make([]shardCall, len(groups))
+	remote := 0
+	for i, g := range groups {
+		c := &calls[i]
+		c.sh = e.shards.of(g.penaltyKey)
+		if i > 0 && calls[0].sh == c.sh {
+			c.local, c.follows = calls[0].local, true
+			if c.local == 0 {
+				remote++
+			}
+			continue
 		}
-		rctx, cancel := context.WithTimeout(ctx, wait)
-		defer cancel()
-		return e.run(rctx, groups)
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return Result{}, fmt.Errorf("check %s: %w", req.Principal.Key(), ctx.Err())
+		done, err := c.sh.breaker.Allow()
+		if err != nil {
+			c.local = localOutage
+			continue
 		}
-		if errors.Is(err, errOverloaded) {
-			// Busy is not down: answered from local state — the over-limit
-			// cache above and this instance's local buckets — never open.
-			e.m.shed.Inc()
-			return finish(e.shed(groups, cost), rs.NearLimit), nil
+		if !c.sh.adm.acquire() {
+			done(errOverloaded)
+			c.local = localShed
+			continue
 		}
-		e.m.redisErrors.Inc()
-		reason := "redis unavailable"
-		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
-			reason = "redis circuit open"
-		} else {
-			e.lastRedisErr.Store(err.Error())
+		c.done, c.start = done, time.Now()
+		remote++
+	}
+	raw := make([]any, len(groups))
+	errs := make([]error, len(groups))
+	if remote > 0 {
+		e.runShards(ctx, groups, calls, raw, errs)
+	}
+	// Each shard's outcome: its breaker and admission limit hear it once.
+	var canceled error
+	for i := range calls {
+		c := &calls[i]
+		if c.done == nil {
+			continue
 		}
-		return finish(e.degrade(groups, cost, reason), rs.NearLimit), nil
+		c.sh.adm.release(c.start)
+		err := errs[i]
+		for j := i + 1; j < len(calls) && err == nil; j++ {
+			if calls[j].follows {
+				err = errs[j]
+			}
+		}
+		why := 0
+		switch {
+		case err == nil:
+			c.done(nil)
+		case errors.Is(err, errOverloaded):
+			c.done(err)
+			why = localShed
+		case ctx.Err() != nil:
+			c.done(context.Canceled)
+			canceled = ctx.Err()
+		default:
+			e.shards.failed(c.sh, err)
+			c.done(err)
+			why = localFailed
+		}
+		for j := i; j < len(calls); j++ {
+			if j == i || calls[j].follows {
+				calls[j].local = why
+			}
+		}
+	}
+	if canceled != nil {
+		return Result{}, fmt.Errorf("check %s: %w", req.Principal.Key(), canceled)
 	}
 
 	res := Result{Allowed: true, Penalty: 1, Cost: int(cost)}
+	var local []*group
 	outs := make([]scriptOut, len(groups))
 	for i, g := range groups {
+		if calls[i].local != 0 {
+			local = append(local, g)
+			continue
+		}
 		o, err := parseOut(raw[i], len(g.rules))
 		if err != nil {
 			return Result{}, fmt.Errorf("check %s: %w", req.Principal.Key(), err)
@@ -449,6 +570,8 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 			res.Penalty = o.mult
 		}
 		res.Now = o.now
+		n := e.instances.Load()
+		now := e.clock()
 		for j, t := range o.tiers {
 			b := g.rules[j]
 			t.Rule, t.Tier, t.Algorithm, t.Shadow, t.Period, t.Scale = b.id, b.tier, b.alg, b.shadow, b.period, b.scale
@@ -456,21 +579,74 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 				t.RetryAfter = max(t.ResetAfter, b.period) // cannot fit at this limit
 			}
 			res.Tiers = append(res.Tiers, t)
-			if !t.Allowed && !t.Shadow && e.overLimit != nil && t.RetryAfter > 0 {
-				e.overLimit.put(b.keys[0], b.sig(), t, o.mult, cost, e.clock().Add(t.RetryAfter))
+			if t.Shadow {
+				continue
 			}
+			if !t.Allowed && e.overLimit != nil && t.RetryAfter > 0 {
+				e.overLimit.put(b.keys[0], b.sig(), t, o.mult, cost, now.Add(t.RetryAfter))
+			}
+			// What Redis said is where this key's local bucket stands: a
+			// shed or degraded answer for it continues from there.
+			lim, capacity := localLimits(&b)
+			e.local.observe(b.keys[0], lim, capacity, t.Remaining, b.period, n, now)
 		}
 	}
-	// The IP group and the principal group each commit all or nothing; when one
-	// committed and the other denied, give the committed units back.
+	if len(local) > 0 {
+		shedOnly := true
+		for i := range calls {
+			if calls[i].local == localOutage || calls[i].local == localFailed {
+				shedOnly = false
+			}
+		}
+		var lr Result
+		switch {
+		case shedOnly:
+			e.m.shed.Inc()
+			lr = e.shed(local, cost)
+		default:
+			e.m.redisErrors.Inc()
+			reason := "redis unavailable"
+			for i := range calls {
+				if calls[i].local == localOutage {
+					reason = "redis circuit open"
+				}
+			}
+			lr = e.degrade(local, cost, reason)
+		}
+		res.Allowed = res.Allowed && lr.Allowed
+		res.Degraded, res.Error = true, lr.Error
+		res.Tiers = append(res.Tiers, lr.Tiers...)
+		if res.Now.IsZero() {
+			res.Now = lr.Now
+		}
+	}
+	// Each group commits all or nothing; when one committed and the whole
+	// was denied (another group denied, in Redis or locally), give the
+	// committed units back.
 	if !res.Allowed && len(groups) == 2 {
 		for i, g := range groups {
-			if outs[i].allowed && strings.Contains(outs[i].mask, "1") {
+			if calls[i].local == 0 && outs[i].allowed && strings.Contains(outs[i].mask, "1") {
 				e.refund(ctx, g, outs[i].mask)
 			}
 		}
 	}
 	return finish(res, rs.NearLimit), nil
+}
+
+// Why a group was answered without Redis.
+const (
+	localShed   = 1 + iota // past capacity: the admission limit or the pipeline queue
+	localOutage            // the shard's breaker is open
+	localFailed            // the call failed or timed out
+)
+
+// shardCall is one group's way to Redis.
+type shardCall struct {
+	sh      *shard
+	done    func(error) // the breaker's callback; nil when not sent or when it follows
+	start   time.Time
+	local   int  // why answered without Redis; 0 = by Redis
+	follows bool // shares the first group's shard: admitted with it
 }
 
 func (e *Engine) nowArg() string {
@@ -480,51 +656,111 @@ func (e *Engine) nowArg() string {
 	return ""
 }
 
-// run sends one script call per group in one pipelined round trip (EVALSHA,
-// falling back to EVAL when a node answers NOSCRIPT).
-func (e *Engine) run(ctx context.Context, groups []*group) ([]any, error) {
+// runShards sends the admitted groups' script calls, one pipeline per shard
+// (concurrently when they are on two shards), and fills raw and errs per group.
+// The wait counts Redis time (each pipeline's own budget) plus the longest a
+// check may queue for a pipeline.
+func (e *Engine) runShards(ctx context.Context, groups []*group, calls []shardCall, raw []any, errs []error) {
+	wait := e.budget
+	if e.batching {
+		wait += e.queueWait
+	}
+	rctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	var idx [2][]int // group indexes per distinct shard (two groups at most)
+	var shards [2]*shard
+	for i := range groups {
+		if calls[i].local != 0 {
+			continue
+		}
+		k := 0
+		if shards[0] != nil && shards[0] != calls[i].sh {
+			k = 1
+		}
+		shards[k] = calls[i].sh
+		idx[k] = append(idx[k], i)
+	}
+	one := func(k int) {
+		gs := make([]*group, len(idx[k]))
+		for j, i := range idx[k] {
+			gs[j] = groups[i]
+		}
+		out, perr, err := e.run(rctx, shards[k], gs)
+		for j, i := range idx[k] {
+			switch {
+			case err != nil:
+				errs[i] = err
+			case perr[j] != nil:
+				errs[i] = perr[j]
+			default:
+				raw[i] = out[j]
+			}
+		}
+	}
+	if len(idx[1]) == 0 {
+		one(0)
+		return
+	}
+	done := make(chan struct{})
+	go func() { one(1); close(done) }()
+	one(0)
+	<-done
+}
+
+// run sends one script call per group to one shard in one pipelined round
+// trip (EVALSHA, falling back to EVAL when a node answers NOSCRIPT): through
+// the shard's batcher, shared with concurrent checks, or on its own. It
+// returns one answer and one error per group, or an error for all.
+func (e *Engine) run(ctx context.Context, sh *shard, groups []*group) ([]any, []error, error) {
 	now := e.nowArg()
-	if e.batch != nil {
+	if sh.batch != nil {
 		calls := make([]scriptCall, len(groups))
 		for i, g := range groups {
 			calls[i].keys, calls[i].args = g.args("c", now, "")
 		}
-		return e.batch.run(ctx, calls)
+		return sh.batch.run(ctx, calls)
 	}
+	rctx, cancel := context.WithTimeout(ctx, e.budget)
+	defer cancel()
 	if len(groups) == 1 {
 		keys, args := groups[0].args("c", now, "")
-		v, err := e.script.Run(ctx, e.rdb, keys, args...).Result()
+		v, err := e.script.Run(rctx, e.rdb, keys, args...).Result()
 		if err != nil {
-			return nil, fmt.Errorf("run check script: %w", err)
+			return nil, []error{fmt.Errorf("run check script: %w", err)}, nil
 		}
-		return []any{v}, nil
+		return []any{v}, []error{nil}, nil
 	}
-	exec := func(sha bool) ([]*redis.Cmd, error) {
+	exec := func(sha bool) []*redis.Cmd {
 		pipe := e.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(groups))
 		for i, g := range groups {
 			keys, args := g.args("c", now, "")
 			if sha {
-				cmds[i] = e.script.EvalSha(ctx, pipe, keys, args...)
+				cmds[i] = e.script.EvalSha(rctx, pipe, keys, args...)
 			} else {
-				cmds[i] = e.script.Eval(ctx, pipe, keys, args...)
+				cmds[i] = e.script.Eval(rctx, pipe, keys, args...)
 			}
 		}
-		_, err := pipe.Exec(ctx)
-		return cmds, err
+		_, _ = pipe.Exec(rctx) // errors are read per command
+		return cmds
 	}
-	cmds, err := exec(true)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmds, err = exec(false)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("run check scripts: %w", err)
+	cmds := exec(true)
+	for _, c := range cmds {
+		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			cmds = exec(false)
+			break
+		}
 	}
 	out := make([]any, len(cmds))
+	errs := make([]error, len(cmds))
 	for i, c := range cmds {
+		if err := c.Err(); err != nil {
+			errs[i] = fmt.Errorf("run check scripts: %w", err)
+			continue
+		}
 		out[i] = c.Val()
 	}
-	return out, nil
+	return out, errs, nil
 }
 
 func (e *Engine) refund(ctx context.Context, g *group, mask string) {
@@ -650,10 +886,4 @@ func finish(r Result, nearRatio float64) Result {
 	}
 	r.NearLimit = r.Allowed && d.Limit > 0 && float64(d.Limit-d.Remaining) >= nearRatio*float64(d.Limit)
 	return r
-}
-
-// tripRatio opens the breaker when at least minFailures checks failed within
-// the counting interval and they were at least half of the checks.
-func tripRatio(cnt gobreaker.Counts, minFailures uint32) bool {
-	return cnt.TotalFailures >= minFailures && cnt.TotalFailures*2 >= cnt.Requests
 }

@@ -437,7 +437,12 @@ func TestConcurrentChecksSharePipelinesExactly(t *testing.T) {
 	for _, batch := range []int{1, 64} {
 		t.Run(fmt.Sprintf("batch %d", batch), func(t *testing.T) {
 			e := newTestEngine(t, rdb, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 100, period: 1h}\n  - {id: ip, tier: ip, limit: 1000, period: 1h}\n",
-				func(c *EngineConfig) { c.RedisBatch = batch })
+				func(c *EngineConfig) {
+					c.RedisBatch = batch
+					adm := defaultAdmission() // 300 checks at once: this test is about pipelines, not admission
+					adm.initial, adm.max = 1024, 1024
+					c.admission = &adm
+				})
 			base := redistest.Unique(t, "pipe")
 			var allowed, other atomic.Int64
 			var wg sync.WaitGroup

@@ -97,11 +97,23 @@ func (e *Engine) fromOverLimitCache(groups []*group, cost int64) (Result, bool) 
 	return Result{}, false
 }
 
-// localBuckets are the in-process token buckets of the "local" fail policy: each
-// limiter instance enforces the rule's full limit on its own while Redis is away.
+// localBuckets are the in-process token buckets of answers given without
+// Redis — shed checks and the "local" fail policy. Each instance enforces its
+// share of a rule: limit ÷ live limiter instances (redisx.LimitersKey), so N
+// instances together admit about the limit, not N× it. A bucket is a mirror
+// of Redis: every answer Redis gives for a key sets the key's bucket to at
+// most its share of what Redis said remains, so an abusive principal whose
+// bucket Redis has emptied is not given a fresh one when its next check is
+// shed. Sharded by key; bounded (a full shard is cleared).
 type localBuckets struct {
+	max    int // per shard
+	shards [localShards]localShard
+}
+
+const localShards = 64
+
+type localShard struct {
 	mu      sync.Mutex
-	max     int
 	buckets map[string]*localBucket
 }
 
@@ -111,35 +123,91 @@ type localBucket struct {
 }
 
 func newLocalBuckets(max int) *localBuckets {
-	return &localBuckets{max: max, buckets: make(map[string]*localBucket)}
+	l := &localBuckets{max: (max + localShards - 1) / localShards}
+	for i := range l.shards {
+		l.shards[i].buckets = make(map[string]*localBucket)
+	}
+	return l
 }
 
-// take consumes cost from the bucket of key (capacity cap, refilling cap per
-// period). It reports whether it fits, the tokens left and the wait for cost.
-func (l *localBuckets) take(key string, limit, capacity, cost int64, period time.Duration, now time.Time) (bool, int64, time.Duration) {
-	rate := float64(limit) / float64(period) // tokens per ns
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b, ok := l.buckets[key]
+func (l *localBuckets) shard(key string) *localShard {
+	h := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	return &l.shards[h%localShards]
+}
+
+// get returns key's bucket refilled to now (capacity cap, refilling limit
+// per period); s.mu is held.
+func (s *localShard) get(key string, max int, limit, capacity float64, period time.Duration, now time.Time) *localBucket {
+	b, ok := s.buckets[key]
 	if !ok {
-		if len(l.buckets) >= l.max {
-			clear(l.buckets) // bounded memory beats perfect memory while degraded
+		if len(s.buckets) >= max {
+			clear(s.buckets) // bounded memory beats perfect memory
 		}
-		b = &localBucket{tokens: float64(capacity), ts: now}
-		l.buckets[key] = b
+		b = &localBucket{tokens: capacity, ts: now}
+		s.buckets[key] = b
+		return b
 	}
 	if d := now.Sub(b.ts); d > 0 {
-		b.tokens = min(float64(capacity), b.tokens+float64(d)*rate)
+		b.tokens = min(capacity, b.tokens+float64(d)*limit/float64(period))
 		b.ts = now
 	}
-	if b.tokens >= float64(cost) {
-		b.tokens -= float64(cost)
+	return b
+}
+
+// share is one instance's part of a limit and a capacity among n instances;
+// the capacity never drops below one unit.
+func share(limit, capacity int64, n int64) (float64, float64) {
+	n = max(n, 1)
+	return float64(limit) / float64(n), max(float64(capacity)/float64(n), min(float64(capacity), 1))
+}
+
+// take consumes cost from this instance's share of key's bucket (limit and
+// capacity among n instances). It reports whether it fits, the tokens left
+// and the wait for cost.
+func (l *localBuckets) take(key string, limit, capacity, cost int64, period time.Duration, n int64, now time.Time) (bool, int64, time.Duration) {
+	lim, capf := share(limit, capacity, n)
+	s := l.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.get(key, l.max, lim, capf, period, now)
+	c := float64(cost)
+	if b.tokens >= c {
+		b.tokens -= c
 		return true, int64(b.tokens), 0
 	}
-	if cost > capacity {
+	if c > capf {
 		return false, int64(b.tokens), period
 	}
-	return false, int64(b.tokens), time.Duration((float64(cost) - b.tokens) / rate)
+	return false, int64(b.tokens), time.Duration((c - b.tokens) * float64(period) / lim)
+}
+
+// observe brings key's bucket down to this instance's share of what Redis
+// says remains (never up: what this instance admitted on its own while Redis
+// was not asked stays spent).
+func (l *localBuckets) observe(key string, limit, capacity, remaining int64, period time.Duration, n int64, now time.Time) {
+	lim, capf := share(limit, capacity, n)
+	rem := float64(max(remaining, 0)) / float64(max(n, 1))
+	s := l.shard(key)
+	s.mu.Lock()
+	b := s.get(key, l.max, lim, capf, period, now)
+	b.tokens = min(b.tokens, rem)
+	s.mu.Unlock()
+}
+
+// localLimits is a bound rule's effective limit and capacity (× its scale).
+func localLimits(b *bound) (int64, int64) {
+	lim := b.limit
+	if b.alg != dayQuota {
+		lim = max(1, int64(float64(b.limit)*b.scale+1e-9))
+	}
+	capacity := lim
+	if b.burst > 0 {
+		capacity = max(lim, int64(float64(b.burst)*b.scale+1e-9))
+	}
+	return lim, capacity
 }
 
 // shed answers a check the limiter had no capacity to send to Redis: every
@@ -160,16 +228,14 @@ func (e *Engine) degrade(groups []*group, cost int64, reason string) Result {
 
 func (e *Engine) answerLocally(groups []*group, cost int64, reason string, shed bool) Result {
 	now := e.clock()
+	n := e.instances.Load()
 	r := Result{Allowed: true, Degraded: true, Error: reason, Penalty: 1, Now: now.UTC(), Cost: int(cost)}
 	for _, g := range groups {
 		for _, b := range g.rules {
 			if b.shadow {
 				continue // shadow rules cannot deny; without Redis there is nothing to report
 			}
-			lim := b.limit
-			if b.alg != dayQuota {
-				lim = max(1, int64(float64(b.limit)*b.scale+1e-9))
-			}
+			lim, capacity := localLimits(&b)
 			t := TierResult{Rule: b.id, Tier: b.tier, Algorithm: b.alg, Limit: lim, Remaining: lim, Period: b.period, Scale: b.scale, Allowed: true}
 			policy := b.fail
 			if shed {
@@ -179,11 +245,7 @@ func (e *Engine) answerLocally(groups []*group, cost int64, reason string, shed 
 			case FailClosed:
 				t.Allowed, t.Remaining, t.RetryAfter, t.ResetAfter = false, 0, min(b.period, time.Second), min(b.period, time.Second)
 			case FailLocal:
-				capacity := lim
-				if b.burst > 0 {
-					capacity = max(lim, int64(float64(b.burst)*b.scale+1e-9))
-				}
-				ok, left, wait := e.local.take(b.keys[0], lim, capacity, cost, b.period, now)
+				ok, left, wait := e.local.take(b.keys[0], lim, capacity, cost, b.period, n, now)
 				t.Allowed, t.Remaining, t.RetryAfter = ok, left, wait
 				if !ok {
 					t.ResetAfter = wait

@@ -34,7 +34,7 @@ func TestTripRatio(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.want, tripRatio(gobreaker.Counts{Requests: tc.requests, TotalFailures: tc.failed}, 10))
+			require.Equal(t, tc.want, tripRatio(gobreaker.Counts{Requests: tc.requests, TotalFailures: tc.failed}, 10, 0.5))
 		})
 	}
 }
@@ -47,14 +47,14 @@ func TestBatcherQueueIsBounded(t *testing.T) {
 	b.flushers = 1 // every flusher busy
 	b.pending = []*batchItem{{done: make(chan struct{})}, {done: make(chan struct{})}}
 	start := time.Now()
-	_, err := b.run(context.Background(), nil)
+	_, _, err := b.run(context.Background(), nil)
 	require.ErrorIs(t, err, errOverloaded)
 	require.Less(t, time.Since(start), 100*time.Millisecond, "refused at once")
 
 	b.maxQueue = 10
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	_, err = b.run(ctx, nil)
+	_, _, err = b.run(ctx, nil)
 	require.ErrorIs(t, err, errOverloaded)
 	require.Len(t, b.pending, 2, "the timed-out check left the queue")
 }
@@ -66,12 +66,13 @@ func TestBatcherQueueIsBounded(t *testing.T) {
 func TestEngineShedsFromLocalStateNeverOpen(t *testing.T) {
 	rdb := redistest.Client(t)
 	e := newTestEngine(t, rdb, failRules, nil)
-	e.batch.mu.Lock()
-	e.batch.flushers = e.batch.maxFlushers
-	for len(e.batch.pending) < e.batch.maxQueue {
-		e.batch.pending = append(e.batch.pending, &batchItem{done: make(chan struct{})})
+	b := e.shards.single.batch
+	b.mu.Lock()
+	b.flushers = b.maxFlushers
+	for len(b.pending) < b.maxQueue {
+		b.pending = append(b.pending, &batchItem{done: make(chan struct{})})
 	}
-	e.batch.mu.Unlock()
+	b.mu.Unlock()
 	p := events.Principal{Kind: events.PrincipalUser, ID: redistest.Unique(t, "shed")}
 	first := check(t, e, Request{Principal: p, Cost: 1})
 	require.True(t, first.Allowed)
@@ -82,7 +83,7 @@ func TestEngineShedsFromLocalStateNeverOpen(t *testing.T) {
 	h := Headers(second, "cid")
 	require.Equal(t, "answered from local state", h["X-RateLimit-Shed"])
 	require.Empty(t, h["X-RateLimit-Error"], "busy is not down")
-	require.Equal(t, gobreaker.StateClosed, e.breaker.State(), "shedding says nothing about Redis")
+	require.Equal(t, gobreaker.StateClosed, e.shards.single.breaker.State(), "shedding says nothing about Redis")
 }
 
 type dropPublisher struct{}

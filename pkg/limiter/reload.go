@@ -1,15 +1,14 @@
 package limiter
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"os"
 	"sync/atomic"
 	"time"
 
+	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -44,7 +43,7 @@ func LoadRulesFile(path string) (*Ruleset, []byte, error) {
 
 // Reloader re-reads a rules file when its content changes (polled) or when a
 // signal arrives on Reload (SIGHUP), keeping the old rules when the new file is
-// invalid.
+// invalid (config.Reloadable), and puts the rules in force into Store.
 type Reloader struct {
 	Path   string
 	Store  *RuleStore
@@ -52,7 +51,7 @@ type Reloader struct {
 	Reload <-chan os.Signal // e.g. signal.Notify(ch, syscall.SIGHUP); may be nil
 	Log    *slog.Logger
 
-	sum     [32]byte
+	file    *config.Reloadable[Ruleset]
 	reloads *prometheus.CounterVec
 	// Applied, when set, is called after every reload attempt (tests wait on it).
 	Applied func(err error)
@@ -61,57 +60,33 @@ type Reloader struct {
 // NewReloader returns a reloader whose last-seen content is data (the file the
 // store was loaded from).
 func NewReloader(path string, data []byte, store *RuleStore, every time.Duration, reload <-chan os.Signal, log *slog.Logger, reg prometheus.Registerer) *Reloader {
-	return &Reloader{Path: path, Store: store, Every: every, Reload: reload, Log: log, sum: sha256.Sum256(data),
+	read := func() ([]byte, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("read rules: %w", err)
+		}
+		return b, nil
+	}
+	parse := func(b []byte) (*Ruleset, error) { return ParseRules(path, b) }
+	return &Reloader{Path: path, Store: store, Every: every, Reload: reload, Log: log,
+		file:    config.NewReloadable(data, store.Rules(), read, parse),
 		reloads: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_rules_reloads_total", Help: "Rules file reloads by result (applied, rejected)."}, []string{"result"})}
 }
 
 // Run polls until ctx is done.
 func (r *Reloader) Run(ctx context.Context) error {
-	t := time.NewTicker(r.Every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			r.check(false)
-		case <-r.Reload:
-			r.Log.Info("reloading rules on signal", "path", r.Path)
-			r.check(true)
+	return r.file.Run(ctx, r.Every, r.Reload, func(_ bool, err error) {
+		if err != nil {
+			r.reloads.WithLabelValues("rejected").Inc()
+			r.Log.Error("rules rejected; keeping the previous rules", "path", r.Path, "err", err)
+		} else {
+			rs := r.file.Current()
+			r.Store.Set(rs)
+			r.reloads.WithLabelValues("applied").Inc()
+			r.Log.Info("rules applied", "path", r.Path, "rules", len(rs.Rules), "quotas", len(rs.Quotas), "shadow", rs.Shadow)
 		}
-	}
-}
-
-func (r *Reloader) check(force bool) {
-	data, err := os.ReadFile(r.Path)
-	if err != nil {
-		r.done(fmt.Errorf("read rules: %w", err))
-		return
-	}
-	sum := sha256.Sum256(data)
-	if !force && bytes.Equal(sum[:], r.sum[:]) {
-		return
-	}
-	r.sum = sum // a bad file is reported once per change, not once per poll
-	rs, err := ParseRules(r.Path, data)
-	if err != nil {
-		r.done(err)
-		return
-	}
-	r.Store.Set(rs)
-	r.done(nil)
-}
-
-func (r *Reloader) done(err error) {
-	if err != nil {
-		r.reloads.WithLabelValues("rejected").Inc()
-		r.Log.Error("rules rejected; keeping the previous rules", "path", r.Path, "err", err)
-	} else {
-		r.reloads.WithLabelValues("applied").Inc()
-		rs := r.Store.Rules()
-		r.Log.Info("rules applied", "path", r.Path, "rules", len(rs.Rules), "quotas", len(rs.Quotas), "shadow", rs.Shadow)
-	}
-	if r.Applied != nil {
-		r.Applied(err)
-	}
+		if r.Applied != nil {
+			r.Applied(err)
+		}
+	})
 }

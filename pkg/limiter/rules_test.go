@@ -192,6 +192,13 @@ func TestReloaderAppliesValidRulesAndKeepsOldOnesOnError(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- r.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
+	// Replace the file the way ConfigMaps and editors do (write, then rename),
+	// so a poll never reads it half written.
+	write := func(content string) {
+		tmp := path + ".tmp"
+		require.NoError(t, os.WriteFile(tmp, []byte(content), 0o600))
+		require.NoError(t, os.Rename(tmp, path))
+	}
 	wait := func() error {
 		select {
 		case err := <-applied:
@@ -202,16 +209,16 @@ func TestReloaderAppliesValidRulesAndKeepsOldOnesOnError(t *testing.T) {
 		}
 	}
 
-	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(v1, "limit: 1", "limit: 7", 1)), 0o600))
+	write(strings.Replace(v1, "limit: 1", "limit: 7", 1))
 	require.NoError(t, wait(), "a valid change is applied")
 	require.Equal(t, 7, store.Rules().Rule("a").Limit)
 
-	require.NoError(t, os.WriteFile(path, []byte("version: 1\nrules:\n  - {id: a, tier: principal, limit: -1, period: 1s}\n"), 0o600))
+	write("version: 1\nrules:\n  - {id: a, tier: principal, limit: -1, period: 1s}\n")
 	err = wait()
 	require.ErrorContains(t, err, path+":3:", "the rejection names file and line")
 	require.Equal(t, 7, store.Rules().Rule("a").Limit, "invalid rules leave the old ones in force")
 
-	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(v1, "limit: 1", "limit: 9", 1)), 0o600))
+	write(strings.Replace(v1, "limit: 1", "limit: 9", 1))
 	require.NoError(t, wait())
 	require.Equal(t, 9, store.Rules().Rule("a").Limit)
 

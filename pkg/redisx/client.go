@@ -2,34 +2,142 @@ package redisx
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// Options configure a client; Addrs with more than one entry means Redis Cluster.
+// Options configure a client. Addrs with more than one entry means Redis
+// Cluster; SentinelMaster set means a primary and replicas behind Sentinel,
+// found through SentinelAddrs (Addrs is then unused).
 type Options struct {
 	Addrs        []string
 	DialTimeout  time.Duration
 	ReadTimeout  time.Duration
 	WriteTimeout time.Duration
 	PoolSize     int
+
+	// SentinelMaster is the master's name in Sentinel (FLOODGATE_REDIS_SENTINEL_MASTER);
+	// SentinelAddrs are the sentinels (FLOODGATE_REDIS_SENTINEL_ADDRS).
+	SentinelMaster string
+	SentinelAddrs  []string
 }
 
-// NewClient returns a standalone client for one address and a cluster client for several.
-// go-redis routes EVALSHA by the first key's slot, which the hash-tag key layout keeps
-// on the principal's slot.
+// Validate checks the options; errors name the environment variables.
+func (o Options) Validate() error {
+	if o.SentinelMaster != "" {
+		if len(o.SentinelAddrs) == 0 {
+			return errors.New("FLOODGATE_REDIS_SENTINEL_ADDRS: at least one host:port is required with FLOODGATE_REDIS_SENTINEL_MASTER")
+		}
+		return nil
+	}
+	if len(o.SentinelAddrs) > 0 {
+		return errors.New("FLOODGATE_REDIS_SENTINEL_MASTER: required with FLOODGATE_REDIS_SENTINEL_ADDRS")
+	}
+	if len(o.Addrs) == 0 {
+		return errors.New("FLOODGATE_REDIS_ADDRS: at least one host:port")
+	}
+	return nil
+}
+
+// NewClient returns a cluster client for several addresses, a Sentinel-backed
+// failover client when SentinelMaster is set, and a standalone client for one
+// address. go-redis routes EVALSHA by the first key's slot, which the hash-tag
+// key layout keeps on the principal's slot.
+//
+// A standalone or failover client is a *Node: besides the go-redis client it
+// can drop its connections (Reconnect), which the limiter does when a node
+// answers READONLY — the node it talks to was demoted, and the next dial asks
+// Sentinel where the master is now.
 func NewClient(o Options) redis.UniversalClient {
-	return redis.NewUniversalClient(&redis.UniversalOptions{
-		Addrs:        o.Addrs,
-		DialTimeout:  o.DialTimeout,
-		ReadTimeout:  o.ReadTimeout,
-		WriteTimeout: o.WriteTimeout,
-		PoolSize:     o.PoolSize,
-		// Several addresses are always a cluster here; never a sentinel set.
-		IsClusterMode: len(o.Addrs) > 1,
-	})
+	if o.SentinelMaster == "" && len(o.Addrs) > 1 {
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: o.Addrs, DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
+			WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize,
+		})
+	}
+	n := &Node{gen: new(atomic.Uint64)}
+	if o.SentinelMaster != "" {
+		n.Client = redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: o.SentinelMaster, SentinelAddrs: o.SentinelAddrs,
+			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize,
+		})
+		n.mode = "sentinel"
+	} else {
+		n.Client = redis.NewClient(&redis.Options{
+			Addr: o.Addrs[0], DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
+			WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize,
+		})
+		n.mode = "standalone"
+	}
+	n.AddHook(genHook{gen: n.gen})
+	return n
+}
+
+// Node is a client of one Redis node at a time: standalone, or the master
+// Sentinel names. Safe for concurrent use.
+type Node struct {
+	*redis.Client
+	mode string
+	gen  *atomic.Uint64 // connections dialed before the current generation are dropped on their next write
+}
+
+// Mode is "standalone" or "sentinel".
+func (n *Node) Mode() string { return n.mode }
+
+// Reconnect retires every open connection: each is closed on its next use and
+// the command retried on a new one, which a failover client dials to the
+// master Sentinel names now.
+func (n *Node) Reconnect() { n.gen.Add(1) }
+
+// errRetired is what a retired connection's write returns. It wraps io.EOF
+// so go-redis drops the connection and retries the command (nothing was
+// written).
+var errRetired = fmt.Errorf("redisx: connection retired after a failover: %w", io.EOF)
+
+type genHook struct{ gen *atomic.Uint64 }
+
+func (h genHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &genConn{Conn: c, gen: h.gen.Load(), cur: h.gen}, nil
+	}
+}
+
+func (genHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (genHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// genConn is a connection of one generation.
+type genConn struct {
+	net.Conn
+	gen uint64
+	cur *atomic.Uint64
+}
+
+func (c *genConn) Write(p []byte) (int, error) {
+	if c.cur.Load() != c.gen {
+		_ = c.Conn.Close()
+		return 0, errRetired
+	}
+	return c.Conn.Write(p)
+}
+
+// IsReadOnly reports a write refused by a replica: the node was demoted (a
+// failover, a switchover or a replica promoted by hand).
+func IsReadOnly(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "READONLY")
 }
 
 // Ping checks the client reaches Redis within ctx.

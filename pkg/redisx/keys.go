@@ -17,6 +17,7 @@
 //	fg:scales                    hash scope → scale in (0,10]; written by the adjuster,
 //	                             polled by every limiter (about once a second) and passed
 //	                             into the check script as arguments
+//	fg:limiters                  sorted set of live limiter instances (heartbeats)
 //	fg:overrides                 hash of per-principal and per-plan rule overrides, polled
 //	                             by the limiter (services/limiter runtime.go)
 //	fg:detector:pager:open       hash of open PagerDuty incidents the detector resolves
@@ -122,6 +123,12 @@ func PenaltyKey(kind, id string) string {
 func DayUsageKey(kind, id, day string) string {
 	return "fg:" + PrincipalTag(kind, id) + ":day:" + Escape(day)
 }
+
+// LimitersKey is the sorted set of live limiter instances (member: instance
+// id, score: its last heartbeat in Unix ms). Each limiter counts the members
+// seen within the last few heartbeats; answers it gives from local state
+// enforce limit ÷ that count.
+const LimitersKey = "fg:limiters"
 
 // ScalesKey is the hash of limit scales by scope (global, tier:<tier>, route:<class>).
 const ScalesKey = "fg:scales"

@@ -7,9 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -233,49 +230,6 @@ func TestLogLevel(t *testing.T) {
 	log.WarnContext(httpapi.WithRequestID(context.Background(), "req-1"), "shown")
 	require.NotContains(t, buf.String(), "hidden")
 	require.Contains(t, buf.String(), `"correlation_id":"req-1"`)
-}
-
-func TestCgroupMemoryLimit(t *testing.T) {
-	write := func(t *testing.T, dir, name, v string) {
-		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755))
-		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(v), 0o644))
-	}
-	t.Run("v2 limit", func(t *testing.T) {
-		dir := t.TempDir()
-		write(t, dir, "memory.max", "536870912\n")
-		n, err := CgroupMemoryLimit(dir)
-		require.NoError(t, err)
-		require.Equal(t, int64(536870912), n)
-	})
-	t.Run("v2 max", func(t *testing.T) {
-		dir := t.TempDir()
-		write(t, dir, "memory.max", "max\n")
-		_, err := CgroupMemoryLimit(dir)
-		require.ErrorIs(t, err, ErrNoMemoryLimit)
-	})
-	t.Run("v1", func(t *testing.T) {
-		dir := t.TempDir()
-		write(t, dir, "memory/memory.limit_in_bytes", "268435456")
-		n, err := CgroupMemoryLimit(dir)
-		require.NoError(t, err)
-		require.Equal(t, int64(268435456), n)
-		write(t, dir, "memory/memory.limit_in_bytes", "9223372036854771712")
-		_, err = CgroupMemoryLimit(dir)
-		require.ErrorIs(t, err, ErrNoMemoryLimit)
-	})
-	t.Run("set unless GOMEMLIMIT", func(t *testing.T) {
-		old := debug.SetMemoryLimit(-1)
-		t.Cleanup(func() { debug.SetMemoryLimit(old) })
-		dir := t.TempDir()
-		write(t, dir, "memory.max", "1000000000")
-		log := slog.New(slog.DiscardHandler)
-		require.Equal(t, int64(0), SetMemoryLimit(func(k string) string {
-			return map[string]string{"GOMEMLIMIT": "2GiB"}[k]
-		}, dir, log))
-		require.Equal(t, old, debug.SetMemoryLimit(-1), "GOMEMLIMIT set: the limit must not change")
-		require.Equal(t, int64(900000000), SetMemoryLimit(func(string) string { return "" }, dir, log))
-		require.Equal(t, int64(900000000), debug.SetMemoryLimit(-1))
-	})
 }
 
 func TestExecStopsOnSIGTERM(t *testing.T) {

@@ -68,9 +68,9 @@ func Exec(ctx context.Context, name string, run Func, io Stdio) int {
 		return 2
 	}
 	log = log.With("service", name)
-	SetMemoryLimit(io.Getenv, "/sys/fs/cgroup", log)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	config.SetMemoryLimit(ctx, log)
 	go func() { <-ctx.Done(); stop() }() // from now on a second signal kills
 	if err := run(ctx, NewEnv(name, io, log)); err != nil {
 		log.Error(name+" stopped", "err", err)

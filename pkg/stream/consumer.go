@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -28,6 +27,12 @@ const (
 	// noticed within ~6s, its partitions reassigned at the next rebalance.
 	DefaultHeartbeatInterval = time.Second
 	DefaultSessionTimeout    = 6 * time.Second
+	// DefaultRebalanceTimeout is how long the coordinator waits for members
+	// to rejoin a rebalance: twice DefaultDrainTimeout, so a revoked
+	// partition's running handler (or batch) gets its whole drain budget
+	// (see revokeTimeout) and a stuck member holds the group for at most 20s
+	// (kafka-go's default is 30s).
+	DefaultRebalanceTimeout = 2 * DefaultDrainTimeout
 )
 
 const (
@@ -91,8 +96,10 @@ type ConsumerConfig struct {
 
 	// Group protocol and fetch tuning. Heartbeats every 1s and a 6s session
 	// by default (kafka-go's 3s/30s left a group blind for half a minute
-	// after a member died); zero RebalanceTimeout and JoinGroupBackoff keep
-	// kafka-go's 30s and 5s. MaxWait is the longest a fetch waits for data;
+	// after a member died); the rebalance timeout is 20s by default (see
+	// DefaultRebalanceTimeout); zero JoinGroupBackoff keeps kafka-go's 5s.
+	// HeartbeatInterval must be at most a third of SessionTimeout, so two
+	// lost heartbeats do not end a live member's session. MaxWait is the longest a fetch waits for data;
 	// it also bounds how long closing the reader takes; default 1s.
 	// DeadLetterLogInterval is how long dead letters of one error class are
 	// counted into one log line (the first is logged at once); default 10s.
@@ -104,9 +111,56 @@ type ConsumerConfig struct {
 
 	DeadLetterLogInterval time.Duration
 
+	// Checks at the door, before any handler sees a message (see door.go).
+	// MaxMessageBytes bounds one message (key + value + headers); a larger
+	// one is dead-lettered as a reference (ClassOversize) and the partition
+	// moves on. It is also the largest dead letter written whole: larger
+	// ones (the dlq_* headers added) become references. Default 256 KiB.
+	MaxMessageBytes int
+	// MaxDecompressedBytes bounds what one fetched record batch may
+	// decompress to; a batch over it (a gzip bomb) is never held in memory:
+	// its offsets are dead-lettered as one reference (ClassOversize) and the
+	// partition moves past it. Default 16 MiB.
+	MaxDecompressedBytes int
+	// EventTime, when set, reads a message's event time at the door; an
+	// event more than MaxEventFuture ahead of Now or more than MaxEventAge
+	// behind it is dead-lettered (ClassEventTime) and never reaches the
+	// handler, and one whose time cannot be read is poison. Handlers that
+	// decode the event anyway can instead check the decoded time with
+	// EventTimeWindow() and return its error. Defaults 2m and 15 days.
+	EventTime      func(kafka.Message) (time.Time, error)
+	MaxEventFuture time.Duration
+	MaxEventAge    time.Duration
+	// Now is the clock of the event-time window; default time.Now.
+	Now func() time.Time
+
+	// TraceHook, when set, is called around every handler invocation — one
+	// message, or one batch in batch mode, each attempt — with the context
+	// the handler will get; it returns the context to pass on and a function
+	// called with the invocation's result. This is where tracing goes.
+	TraceHook func(ctx context.Context, inv Invocation) (context.Context, func(error))
+
 	// Logger and Registerer are required.
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
+}
+
+// Invocation describes one handler call, for TraceHook.
+type Invocation struct {
+	Topic, Group string
+	Partition    int
+	FirstOffset  int64
+	LastOffset   int64
+	Messages     int
+	Attempt      int // 1-based
+}
+
+// EventTimeWindow is the window the consumer checks event times against
+// (with the defaults applied), for handlers that check decoded times
+// themselves.
+func (c ConsumerConfig) EventTimeWindow() EventTimeWindow {
+	d := c.withDefaults()
+	return EventTimeWindow{MaxFuture: d.MaxEventFuture, MaxAge: d.MaxEventAge, Now: d.Now}
 }
 
 // Validate checks the configuration and how its fields relate. Zero values
@@ -141,6 +195,7 @@ func (c ConsumerConfig) Validate() error {
 		{"HeartbeatInterval", c.HeartbeatInterval}, {"SessionTimeout", c.SessionTimeout},
 		{"RebalanceTimeout", c.RebalanceTimeout}, {"JoinGroupBackoff", c.JoinGroupBackoff},
 		{"MaxWait", c.MaxWait}, {"DeadLetterLogInterval", c.DeadLetterLogInterval},
+		{"MaxEventFuture", c.MaxEventFuture}, {"MaxEventAge", c.MaxEventAge},
 	} {
 		if d.v < 0 {
 			bad(d.name, "must not be negative, got %v", d.v)
@@ -150,8 +205,17 @@ func (c ConsumerConfig) Validate() error {
 	if d.MaxBackoff < d.InitialBackoff {
 		bad("MaxBackoff", "must be at least InitialBackoff (%v), got %v", d.InitialBackoff, d.MaxBackoff)
 	}
-	if d.HeartbeatInterval >= d.SessionTimeout {
-		bad("HeartbeatInterval", "must be less than SessionTimeout (%v), got %v", d.SessionTimeout, d.HeartbeatInterval)
+	if 3*d.HeartbeatInterval > d.SessionTimeout {
+		bad("HeartbeatInterval", "must be at most a third of SessionTimeout (%v), got %v", d.SessionTimeout, d.HeartbeatInterval)
+	}
+	if d.RebalanceTimeout < d.SessionTimeout {
+		bad("RebalanceTimeout", "must be at least SessionTimeout (%v), got %v", d.SessionTimeout, d.RebalanceTimeout)
+	}
+	if c.MaxMessageBytes < 0 || (c.MaxMessageBytes > 0 && c.MaxMessageBytes < 1024) {
+		bad("MaxMessageBytes", "must be at least 1024 (0 means %d), got %d", DefaultMaxMessageBytes, c.MaxMessageBytes)
+	}
+	if c.MaxDecompressedBytes < 0 || (c.MaxDecompressedBytes > 0 && c.MaxDecompressedBytes < d.MaxMessageBytes) {
+		bad("MaxDecompressedBytes", "must be at least MaxMessageBytes (%d; 0 means %d), got %d", d.MaxMessageBytes, DefaultMaxDecompressedBytes, c.MaxDecompressedBytes)
 	}
 	if c.StartOffset != 0 && c.StartOffset != kafka.FirstOffset && c.StartOffset != kafka.LastOffset {
 		bad("StartOffset", "must be kafka.FirstOffset (%d) or kafka.LastOffset (%d), got %d", kafka.FirstOffset, kafka.LastOffset, c.StartOffset)
@@ -196,13 +260,31 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = DefaultSessionTimeout
 	}
+	if c.RebalanceTimeout == 0 {
+		c.RebalanceTimeout = DefaultRebalanceTimeout
+	}
 	if c.DeadLetterLogInterval == 0 {
 		c.DeadLetterLogInterval = DefaultDeadLetterLogInterval
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.MaxDecompressedBytes == 0 {
+		c.MaxDecompressedBytes = max(DefaultMaxDecompressedBytes, c.MaxMessageBytes)
+	}
+	if c.MaxEventFuture == 0 {
+		c.MaxEventFuture = DefaultMaxEventFuture
+	}
+	if c.MaxEventAge == 0 {
+		c.MaxEventAge = DefaultMaxEventAge
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	return c
 }
 
-// partitionReader reads one partition; kafka-go's Reader without a GroupID.
+// partitionReader reads one partition without a group.
 type partitionReader interface {
 	SetOffset(offset int64) error
 	FetchMessage(ctx context.Context) (kafka.Message, error)
@@ -214,20 +296,32 @@ type publisher interface {
 	Publish(ctx context.Context, msgs ...kafka.Message) error
 }
 
+// offsetLister lists the high watermarks of a topic's partitions.
+type offsetLister interface {
+	ListOffsets(ctx context.Context, req *kafka.ListOffsetsRequest) (*kafka.ListOffsetsResponse, error)
+}
+
 var (
 	_ partitionReader = (*kafka.Reader)(nil)
 	_ groupSession    = (*kafka.ConsumerGroup)(nil)
 	_ publisher       = (*Producer)(nil)
+	_ offsetLister    = (*kafka.Client)(nil)
 )
 
 // Consumer consumes one topic as a member of a consumer group, at least once:
 // FetchMessage, handle, then commit. Each assigned partition is fetched and
 // handled by its own goroutine, so partitions proceed in parallel while one
-// partition's messages are handled in order. Failed messages are retried and
-// then dead-lettered (see Handler).
+// partition's messages are handled in order. Messages pass the door first
+// (door.go), then the handler: one message at a time (NewConsumer) or a
+// batch at a time (NewBatchConsumer), through the same retries, dead
+// letters, metrics and trace hook. Failed messages are retried and then
+// dead-lettered (see Handler and BatchHandler).
 type Consumer struct {
-	cfg     ConsumerConfig
+	cfg    ConsumerConfig
+	window EventTimeWindow
+	// exactly one of handler and batch is set
 	handler Handler
+	batch   *batchMode
 	log     *slog.Logger
 	metrics *Metrics
 	dlqLog  *deadLetterLog
@@ -236,6 +330,7 @@ type Consumer struct {
 	newPartitionReader func(partition int) partitionReader
 	dlq                publisher
 	closeDLQ           func() error
+	offsets            offsetLister
 
 	// pre-resolved metric children
 	okCount, retriedCount, dlqCount, replaySkipped prometheus.Counter
@@ -245,20 +340,30 @@ type Consumer struct {
 	redeliveredCount, abandonCount                 prometheus.Counter
 	rebalanceCount                                 prometheus.Counter
 	handleSeconds                                  prometheus.Observer
+	batchMessages                                  prometheus.Observer
 	lag                                            prometheus.Gauge
 	dlqPublishErrs                                 prometheus.Counter
 
 	ran atomic.Bool
 }
 
-// NewConsumer validates cfg, applies its defaults and returns a Consumer for
-// h. It connects nothing until Run.
+// NewConsumer validates cfg, applies its defaults and returns a Consumer that
+// hands messages to h one at a time. It connects nothing until Run.
 func NewConsumer(cfg ConsumerConfig, h Handler) (*Consumer, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	if h == nil {
 		return nil, fmt.Errorf("%w: NewConsumer: handler is nil", ErrInvalidConfig)
+	}
+	c, err := newConsumer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.handler = h
+	return c, nil
+}
+
+func newConsumer(cfg ConsumerConfig) (*Consumer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	cfg = cfg.withDefaults()
 	metrics, err := NewMetrics(cfg.Registerer)
@@ -274,12 +379,13 @@ func NewConsumer(cfg ConsumerConfig, h Handler) (*Consumer, error) {
 	}.withDefaults(), metrics)
 	c := &Consumer{
 		cfg:      cfg,
-		handler:  h,
+		window:   cfg.EventTimeWindow(),
 		log:      log,
 		metrics:  metrics,
 		dlq:      dlq,
 		closeDLQ: dlq.Close,
-		dlqLog:   newDeadLetterLog(log, cfg.Topic, cfg.DeadLetterLogInterval),
+		dlqLog:   newDeadLetterLog(log, cfg.DeadLetterLogInterval),
+		offsets:  &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 5 * time.Second},
 
 		okCount:          metrics.consumed.WithLabelValues(cfg.Topic, cfg.GroupID, outcomeOK),
 		retriedCount:     metrics.consumed.WithLabelValues(cfg.Topic, cfg.GroupID, outcomeRetried),
@@ -294,6 +400,7 @@ func NewConsumer(cfg ConsumerConfig, h Handler) (*Consumer, error) {
 		abandonCount:     metrics.abandoned.WithLabelValues(cfg.Topic, cfg.GroupID),
 		rebalanceCount:   metrics.rebalances.WithLabelValues(cfg.Topic, cfg.GroupID),
 		handleSeconds:    metrics.handleSeconds.WithLabelValues(cfg.Topic, cfg.GroupID),
+		batchMessages:    metrics.batchMessages.WithLabelValues(cfg.Topic, cfg.GroupID),
 		lag:              metrics.lag.WithLabelValues(cfg.Topic, cfg.GroupID),
 		dlqPublishErrs:   metrics.dlqPublishErrors.WithLabelValues(cfg.Topic),
 	}
@@ -318,30 +425,28 @@ func NewConsumer(cfg ConsumerConfig, h Handler) (*Consumer, error) {
 		})
 	}
 	c.newPartitionReader = func(partition int) partitionReader {
-		return kafka.NewReader(kafka.ReaderConfig{
-			Brokers:     cfg.Brokers,
-			Topic:       cfg.Topic,
-			Partition:   partition,
-			MaxWait:     cfg.MaxWait,
-			ErrorLogger: kafkaLogger(log, slog.LevelWarn, "kafka reader"),
-		})
+		return newKgoPartitionReader(cfg.Brokers, cfg.Topic, partition, cfg.MaxWait, cfg.MaxDecompressedBytes, log)
 	}
 	return c, nil
 }
 
 // Run consumes until ctx is done, then drains: it stops fetching, lets the
 // handlers that are running finish (their context is cancelled DrainTimeout
-// after ctx), commits every finished offset and leaves the group. Messages
-// fetched but not started stay uncommitted, to be redelivered. Run returns
-// nil after a clean drain, and an error if the final commit failed or a
-// handler outlived the drain deadline (nothing is lost then either: what was
-// not committed is redelivered). Run may be called once.
+// after ctx), commits every finished offset and leaves the group. In
+// per-message mode, messages fetched but not started stay uncommitted, to be
+// redelivered; in batch mode the batch being gathered is handed to the
+// handler as it stands. Run returns nil after a clean drain, and an error if
+// the final commit failed or a handler outlived the drain deadline (nothing
+// is lost then either: what was not committed is redelivered). Run may be
+// called once.
 //
 // Rebalances are handled the same way: when the group rebalances, every
-// partition of the ending generation stops fetching, its running handler gets
-// until min(DrainTimeout, RebalanceTimeout/2) to finish, and the finished
-// offsets are committed before the consumer rejoins. Offsets are only ever
-// committed for partitions this consumer owns in the current generation.
+// partition of the ending generation stops fetching, its running handler (or
+// batch) gets until min(DrainTimeout, RebalanceTimeout/2) to finish, and the
+// finished offsets are committed before the consumer rejoins. A handler still
+// running at that deadline has its context cancelled; its messages are not
+// committed, and the partition's next owner gets them again. Offsets are only
+// ever committed for partitions this consumer owns in the current generation.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.ran.CompareAndSwap(false, true) {
 		return errors.New("stream: Consumer.Run called twice")
@@ -367,7 +472,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consumer %s/%s: %w", c.cfg.Topic, c.cfg.GroupID, err)
 	}
-	c.log.Info("consumer started")
+	c.log.Info("consumer started", "batch", c.batch != nil)
 
 	var errs []error
 	for ctx.Err() == nil {
@@ -419,11 +524,13 @@ type generationRun struct {
 	gen          *kafka.Generation
 	drainStarted chan time.Time
 	parts        map[int]*partitionState // fixed before any goroutine starts
+	commitMu     sync.Mutex              // one commit at a time: the loop's and batch flushes'
 }
 
 type partitionState struct {
 	id    int
 	track *offsetTrack
+	start atomic.Int64 // where fetching started, -1 while unknown
 	lag   atomic.Int64
 }
 
@@ -437,7 +544,9 @@ func (g *generationRun) run(ctx, hctx context.Context) error {
 	g.parts = make(map[int]*partitionState, len(assigned))
 	ids := make([]int, 0, len(assigned))
 	for _, a := range assigned {
-		g.parts[a.ID] = &partitionState{id: a.ID, track: newOffsetTrack()}
+		ps := &partitionState{id: a.ID, track: newOffsetTrack()}
+		ps.start.Store(-1)
+		g.parts[a.ID] = ps
 		ids = append(ids, a.ID)
 	}
 	c.rebalanceCount.Inc()
@@ -469,9 +578,14 @@ func (g *generationRun) run(ctx, hctx context.Context) error {
 	return err
 }
 
-// consume fetches one partition from its committed offset and handles its
-// messages in order until ctx or gctx is done.
+// consume fetches one partition from its committed offset and runs its
+// messages through the door and the handler, in order, until ctx or gctx is
+// done.
 func (g *generationRun) consume(ctx, gctx, hctx context.Context, a kafka.PartitionAssignment, ps *partitionState, drained *sync.WaitGroup) {
+	defer func() {
+		drained.Done()
+		<-gctx.Done()
+	}()
 	c := g.c
 	stop, cancelStop := context.WithCancel(gctx)
 	defer cancelStop()
@@ -483,13 +597,11 @@ func (g *generationRun) consume(ctx, gctx, hctx context.Context, a kafka.Partiti
 			c.log.Warn("close partition reader", "partition", a.ID, "err", err)
 		}
 	}()
-	lag := c.metrics.partitionLag.WithLabelValues(c.cfg.Topic, c.cfg.GroupID, strconv.Itoa(a.ID))
 	start := a.Offset
 	if c.cfg.StartFrom != nil && a.Offset >= 0 {
 		s, err := c.cfg.StartFrom(stop, a.ID, a.Offset)
 		if err != nil {
 			c.log.Error("choose start offset", "partition", a.ID, "committed", a.Offset, "err", err)
-			drained.Done()
 			return // ends the generation: the group rebalances and retries
 		}
 		if s >= 0 && s < a.Offset {
@@ -500,49 +612,151 @@ func (g *generationRun) consume(ctx, gctx, hctx context.Context, a kafka.Partiti
 	}
 	if err := r.SetOffset(start); err != nil {
 		c.log.Error("set partition offset", "partition", a.ID, "offset", start, "err", err)
-		drained.Done()
 		return // ends the generation: the group rebalances and retries
 	}
+	if a.Offset >= 0 {
+		ps.start.Store(a.Offset)
+	}
+	p := &partitionRun{g: g, ps: ps, r: r, stop: stop, hctx: hctx}
+	if c.batch != nil {
+		p.consumeBatches()
+	} else {
+		p.consumeMessages()
+	}
+}
+
+// partitionRun is one partition's fetch loop within a generation.
+type partitionRun struct {
+	g    *generationRun
+	ps   *partitionState
+	r    partitionReader
+	stop context.Context // fetching ends
+	hctx context.Context // handlers end (drain or rebalance deadline)
+}
+
+// fetch returns the next message that must be handled or dead-lettered.
+// ok is false when fetching ended (stop is done, or a dead letter could not
+// be written before the deadline). Messages that the door settles (a replay
+// for another group, an oversize message, an event outside the window, a
+// batch over the decompression bound) are settled here and never returned.
+// deadline, when not zero, bounds the wait: expired is true when it passed
+// with nothing fetched.
+func (p *partitionRun) fetch(deadline time.Time) (msg kafka.Message, expired, ok bool) {
+	c := p.g.c
 	for {
-		msg, err := r.FetchMessage(stop)
+		fctx, cancel := p.stop, context.CancelFunc(func() {})
+		if !deadline.IsZero() {
+			fctx, cancel = context.WithDeadline(p.stop, deadline)
+		}
+		m, err := p.r.FetchMessage(fctx)
+		cancel()
 		if err != nil {
-			if stop.Err() != nil {
-				break
+			if p.stop.Err() != nil {
+				return kafka.Message{}, false, false
+			}
+			if !deadline.IsZero() && errors.Is(err, context.DeadlineExceeded) {
+				return kafka.Message{}, true, true
+			}
+			var tooLarge *errBatchTooLarge
+			if errors.As(err, &tooLarge) {
+				if !p.skipBatch(tooLarge) {
+					return kafka.Message{}, false, false
+				}
+				continue
 			}
 			c.fetchErrCount.Inc()
-			c.log.Warn("fetch message", "partition", a.ID, "err", err)
-			if !sleepCtx(stop, fetchBackoff) {
-				break
+			c.log.Warn("fetch message", "partition", p.ps.id, "err", err)
+			if !sleepCtx(p.stop, fetchBackoff) {
+				return kafka.Message{}, false, false
 			}
 			continue
 		}
-		if !ps.track.begin(msg.Offset) {
+		if !p.ps.track.begin(m.Offset) {
 			c.redeliveredCount.Inc()
 			continue
 		}
-		if stop.Err() != nil {
-			// Fetched, never started: it stays pending, so nothing at or
-			// after it is committed.
-			break
+		p.ps.start.CompareAndSwap(-1, m.Offset)
+		verdict, class, derr := c.door(m)
+		switch verdict {
+		case doorSkipReplay:
+			c.replaySkipped.Inc()
+			p.ps.track.finish(m.Offset)
+			continue
+		case doorReject:
+			rec := newDLQRecord(c, m, class, derr, 1, c.cfg.Now())
+			if class == ClassOversize {
+				rec = rec.asReference()
+			}
+			if !c.deadLetter(p.hctx, m, rec) {
+				c.abandonCount.Inc()
+				return kafka.Message{}, false, false
+			}
+			p.ps.track.finish(m.Offset)
+			continue
 		}
-		if !c.process(hctx, msg) {
-			c.abandonCount.Inc()
-			break
-		}
-		ps.track.finish(msg.Offset)
-		if msg.HighWaterMark > 0 {
-			l := max(0, msg.HighWaterMark-msg.Offset-1)
-			ps.lag.Store(l)
-			lag.Set(float64(l))
-		}
+		return m, false, true
 	}
-	drained.Done()
-	<-gctx.Done()
 }
 
-// commitLoop commits finished offsets every CommitInterval. When ctx is done
-// (shutdown) or gctx is done (rebalance) it waits for the partitions to drain,
-// commits a last time, and returns.
+// skipBatch dead-letters a record batch refused for its decompressed size as
+// one reference and moves the reader past it.
+func (p *partitionRun) skipBatch(e *errBatchTooLarge) bool {
+	c := p.g.c
+	last := e.next - 1
+	if !p.ps.track.begin(last) {
+		// Already settled in this generation; just move on.
+		return p.r.SetOffset(e.next) == nil
+	}
+	p.ps.start.CompareAndSwap(-1, e.first)
+	now := c.cfg.Now()
+	rec := DLQRecord{
+		SourceTopic: c.cfg.Topic, Partition: p.ps.id, Offset: e.first, Timestamp: now,
+		ConsumerGroup: c.cfg.GroupID, Service: c.cfg.Service, ErrorClass: ClassOversize,
+		ErrorMessage: e.Error(), Attempts: 1, FirstFailure: now,
+		Reference: true, OriginalSize: int64(e.limit),
+	}
+	if !c.deadLetter(p.hctx, kafka.Message{Partition: p.ps.id, Offset: e.first}, rec) {
+		c.abandonCount.Inc()
+		return false
+	}
+	p.ps.track.finish(last)
+	if err := p.r.SetOffset(e.next); err != nil {
+		c.log.Error("move past a refused batch", "partition", p.ps.id, "offset", e.next, "err", err)
+		return false
+	}
+	return true
+}
+
+// consumeMessages is per-message mode: each message is handled on its own.
+func (p *partitionRun) consumeMessages() {
+	c := p.g.c
+	for {
+		msg, _, ok := p.fetch(time.Time{})
+		if !ok {
+			return
+		}
+		if p.stop.Err() != nil {
+			// Fetched, never started: it stays pending, so nothing at or
+			// after it is committed.
+			return
+		}
+		msgs := []kafka.Message{msg}
+		if !c.handleUnit(p.hctx, msgs, c.messageCall) {
+			c.abandonCount.Inc()
+			return
+		}
+		p.ps.track.finish(msg.Offset)
+	}
+}
+
+// messageCall adapts a Handler to the shared middleware.
+func (c *Consumer) messageCall(ctx context.Context, msgs []kafka.Message, _ int) ([]rejection, error) {
+	return nil, c.handler(ctx, msgs[0])
+}
+
+// commitLoop commits finished offsets every CommitInterval and refreshes the
+// lag gauges. When ctx is done (shutdown) or gctx is done (rebalance) it
+// waits for the partitions to drain, commits a last time, and returns.
 func (g *generationRun) commitLoop(ctx, gctx context.Context, drained *sync.WaitGroup, cancelHandlers context.CancelFunc) error {
 	c := g.c
 	t := time.NewTicker(c.cfg.CommitInterval)
@@ -556,11 +770,7 @@ loop:
 			if err := g.commit(); err != nil {
 				c.log.Warn("commit offsets; retrying next interval", "err", err)
 			}
-			var total int64
-			for _, ps := range g.parts {
-				total += ps.lag.Load()
-			}
-			c.lag.Set(float64(total))
+			g.refreshLag(gctx)
 		case <-ctx.Done():
 			why = "shutdown"
 			started := time.Now()
@@ -599,10 +809,58 @@ loop:
 	return errors.Join(errs...)
 }
 
+// refreshLag sets each owned partition's lag to its high watermark minus the
+// position the group would resume from (the end of the finished prefix). A
+// partition whose handler is stuck keeps its position while the watermark
+// moves on, so it shows lag — unlike a lag taken from the last message
+// handled, which stays at what it was when that message finished.
+func (g *generationRun) refreshLag(ctx context.Context) {
+	c := g.c
+	if len(g.parts) == 0 {
+		return
+	}
+	reqs := make([]kafka.OffsetRequest, 0, len(g.parts))
+	for id := range g.parts {
+		reqs = append(reqs, kafka.LastOffsetOf(id))
+	}
+	lctx, cancel := context.WithTimeout(ctx, max(c.cfg.CommitInterval, time.Second))
+	defer cancel()
+	resp, err := c.offsets.ListOffsets(lctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{c.cfg.Topic: reqs}})
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Debug("list end offsets for lag", "err", err)
+		}
+		return
+	}
+	var total int64
+	for _, po := range resp.Topics[c.cfg.Topic] {
+		ps := g.parts[po.Partition]
+		if ps == nil || po.Error != nil {
+			continue
+		}
+		pos := ps.track.position()
+		if pos < 0 {
+			pos = ps.start.Load()
+		}
+		if pos < 0 {
+			continue
+		}
+		l := max(0, po.LastOffset-pos)
+		ps.lag.Store(l)
+		c.metrics.partitionLag.WithLabelValues(c.cfg.Topic, c.cfg.GroupID, strconv.Itoa(ps.id)).Set(float64(l))
+	}
+	for _, ps := range g.parts {
+		total += ps.lag.Load()
+	}
+	c.lag.Set(float64(total))
+}
+
 // commit commits, for every partition of the generation, the end of its
 // finished prefix if it moved since the last commit.
 func (g *generationRun) commit() error {
 	c := g.c
+	g.commitMu.Lock()
+	defer g.commitMu.Unlock()
 	offsets := make(map[int]int64)
 	for id, ps := range g.parts {
 		if off, ok := ps.track.commitPoint(); ok {
@@ -626,11 +884,7 @@ func (g *generationRun) commit() error {
 // revokeTimeout is how long a running handler may take when the group
 // rebalances: the broker waits RebalanceTimeout for members to rejoin.
 func (c *Consumer) revokeTimeout() time.Duration {
-	rebalance := c.cfg.RebalanceTimeout
-	if rebalance == 0 {
-		rebalance = 30 * time.Second // kafka-go's default
-	}
-	return min(c.cfg.DrainTimeout, rebalance/2)
+	return min(c.cfg.DrainTimeout, c.cfg.RebalanceTimeout/2)
 }
 
 // waitTimeout waits for wg until deadline and reports whether it finished.
@@ -647,121 +901,6 @@ func waitTimeout(wg *sync.WaitGroup, deadline time.Time) bool {
 		return true
 	case <-t.C:
 		return false
-	}
-}
-
-// process handles msg until it is handled or dead-lettered, and reports
-// whether it was; false means hctx ended first (drain or rebalance deadline)
-// and msg must not be committed.
-func (c *Consumer) process(hctx context.Context, msg kafka.Message) bool {
-	if g, ok := replayedFor(msg, c.cfg.Topic); ok && g != c.cfg.GroupID {
-		// A dead letter put back on the topic for the group that failed it: every
-		// other group already handled the original, so handling it again here would
-		// count it twice.
-		c.replaySkipped.Inc()
-		return true
-	}
-	var firstFailure time.Time
-	var bo *backoff.ExponentialBackOff
-	for attempt := 1; ; attempt++ {
-		start := time.Now()
-		err := c.invoke(hctx, msg)
-		c.handleSeconds.Observe(time.Since(start).Seconds())
-		if err == nil {
-			if attempt == 1 {
-				c.okCount.Inc()
-			} else {
-				c.retriedCount.Inc()
-			}
-			return true
-		}
-		if hctx.Err() != nil {
-			// The drain deadline passed; the failure may be the cancellation.
-			c.log.Warn("handler stopped by the drain or rebalance deadline; message left for redelivery",
-				"partition", msg.Partition, "offset", msg.Offset, "err", err)
-			return false
-		}
-		if firstFailure.IsZero() {
-			firstFailure = start
-		}
-		var class ErrorClass
-		var perr *panicError
-		switch {
-		case errors.As(err, &perr):
-			class = ClassHandlerPanic
-			c.log.Error("handler panicked", "partition", msg.Partition, "offset", msg.Offset,
-				"panic", fmt.Sprint(perr.value), "stack", string(perr.stack))
-		case IsPermanent(err):
-			class = ClassPoison
-		case attempt < c.cfg.MaxAttempts:
-			c.retryCount.Inc()
-			if bo == nil {
-				bo = c.newBackoff()
-			}
-			wait := min(bo.NextBackOff(), c.cfg.MaxBackoff)
-			c.log.Debug("handler failed; retrying", "partition", msg.Partition, "offset", msg.Offset,
-				"attempt", attempt, "backoff", wait, "err", err)
-			if !sleepCtx(hctx, wait) {
-				return false
-			}
-			continue
-		default:
-			class = ClassTransientExhausted
-		}
-		return c.deadLetter(hctx, msg, DLQRecord{
-			Key:           msg.Key,
-			Value:         msg.Value,
-			Headers:       msg.Headers,
-			SourceTopic:   msg.Topic,
-			Partition:     msg.Partition,
-			Offset:        msg.Offset,
-			Timestamp:     msg.Time,
-			ConsumerGroup: c.cfg.GroupID,
-			Service:       c.cfg.Service,
-			ErrorClass:    class,
-			ErrorMessage:  err.Error(),
-			Attempts:      attempt,
-			FirstFailure:  firstFailure,
-		})
-	}
-}
-
-// invoke calls the handler, turning a panic into an error.
-func (c *Consumer) invoke(ctx context.Context, msg kafka.Message) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &panicError{value: v, stack: debug.Stack()}
-		}
-	}()
-	return c.handler(ctx, msg)
-}
-
-// deadLetter publishes rec to the DLQ, retrying until it succeeds or ctx ends;
-// it reports whether it succeeded.
-func (c *Consumer) deadLetter(ctx context.Context, msg kafka.Message, rec DLQRecord) bool {
-	out := rec.Message(c.cfg.DLQTopic)
-	var bo *backoff.ExponentialBackOff
-	for {
-		err := c.dlq.Publish(ctx, out)
-		if err == nil {
-			c.dlqCount.Inc()
-			c.metrics.dlq.WithLabelValues(c.cfg.Topic, string(rec.ErrorClass)).Inc()
-			c.dlqLog.record(msg.Partition, msg.Offset, c.cfg.DLQTopic, rec.ErrorClass, rec.Attempts,
-				truncateUTF8(rec.ErrorMessage, MaxDLQErrorMessageBytes))
-			return true
-		}
-		c.dlqPublishErrs.Inc()
-		if bo == nil {
-			bo = c.newBackoff()
-		}
-		wait := min(bo.NextBackOff(), c.cfg.MaxBackoff)
-		c.log.Error("publish to dlq failed; retrying", "partition", msg.Partition, "offset", msg.Offset,
-			"dlq_topic", c.cfg.DLQTopic, "backoff", wait, "err", err)
-		if !sleepCtx(ctx, wait) {
-			c.log.Error("dlq publish abandoned at the drain or rebalance deadline; message left for redelivery",
-				"partition", msg.Partition, "offset", msg.Offset)
-			return false
-		}
 	}
 }
 

@@ -26,6 +26,12 @@ const (
 	HeaderDLQErrorMessage  = "dlq_error_message"
 	HeaderDLQAttempts      = "dlq_attempts"      // handler invocations, decimal
 	HeaderDLQFirstFailure  = "dlq_first_failure" // TimeFormat
+
+	// On a reference (a dead letter too large to write whole) only: the key
+	// is cut, the value and the original headers are empty.
+	HeaderDLQReference      = "dlq_reference"       // "true"
+	HeaderDLQOriginalSize   = "dlq_original_size"   // key + value + headers of the original, decimal bytes
+	HeaderDLQOriginalSHA256 = "dlq_original_sha256" // hex SHA-256 of the original value; empty when it was never read
 )
 
 // MaxDLQErrorMessageBytes bounds the dlq_error_message header; longer messages
@@ -53,6 +59,14 @@ type DLQRecord struct {
 	ErrorMessage  string
 	Attempts      int
 	FirstFailure  time.Time // ms precision
+
+	// Reference is set when the original was too large to dead-letter whole:
+	// Value and Headers are empty, Key is cut to 256 bytes, and
+	// OriginalSize and OriginalSHA256 describe what was at SourceTopic /
+	// Partition / Offset. A reference cannot be replayed.
+	Reference      bool
+	OriginalSize   int64
+	OriginalSHA256 string
 }
 
 // Message builds the Kafka message that dead-letters r on dlqTopic: the
@@ -79,6 +93,13 @@ func (r DLQRecord) Message(dlqTopic string) kafka.Message {
 		kafka.Header{Key: HeaderDLQAttempts, Value: []byte(strconv.Itoa(r.Attempts))},
 		kafka.Header{Key: HeaderDLQFirstFailure, Value: []byte(formatTime(r.FirstFailure))},
 	)
+	if r.Reference {
+		headers = append(headers,
+			kafka.Header{Key: HeaderDLQReference, Value: []byte("true")},
+			kafka.Header{Key: HeaderDLQOriginalSize, Value: []byte(strconv.FormatInt(r.OriginalSize, 10))},
+			kafka.Header{Key: HeaderDLQOriginalSHA256, Value: []byte(r.OriginalSHA256)},
+		)
+	}
 	return kafka.Message{Topic: dlqTopic, Key: r.Key, Value: r.Value, Headers: headers}
 }
 
@@ -180,8 +201,17 @@ func ParseDLQRecord(msg kafka.Message) (DLQRecord, error) {
 	rec.Attempts = int(attempts)
 	rec.ErrorClass = ErrorClass(class)
 	if _, ok := dlq[HeaderDLQErrorClass]; ok && !rec.ErrorClass.Valid() {
-		errs = append(errs, fmt.Errorf("%w: header %s: unknown class %q (want %s, %s or %s)",
-			ErrNotDLQRecord, HeaderDLQErrorClass, class, ClassPoison, ClassTransientExhausted, ClassHandlerPanic))
+		errs = append(errs, fmt.Errorf("%w: header %s: unknown class %q (want %s, %s, %s, %s or %s)",
+			ErrNotDLQRecord, HeaderDLQErrorClass, class, ClassPoison, ClassTransientExhausted, ClassHandlerPanic,
+			ClassOversize, ClassEventTime))
+	}
+	if v, ok := dlq[HeaderDLQReference]; ok {
+		if v != "true" {
+			errs = append(errs, fmt.Errorf("%w: header %s: %q (want true)", ErrNotDLQRecord, HeaderDLQReference, v))
+		}
+		rec.Reference = true
+		integer(HeaderDLQOriginalSize, &rec.OriginalSize)
+		str(HeaderDLQOriginalSHA256, &rec.OriginalSHA256)
 	}
 	if rec.SourceTopic == "" && len(errs) == 0 {
 		errs = append(errs, fmt.Errorf("%w: header %s empty", ErrNotDLQRecord, HeaderDLQSourceTopic))

@@ -16,8 +16,7 @@ const DefaultDeadLetterLogInterval = 10 * time.Second
 // counted, and one summary line at the interval's end gives the count and the
 // first example. Metrics still count every message.
 type deadLetterLog struct {
-	log      *slog.Logger
-	topic    string
+	log      *slog.Logger // carries the consumer's source topic and group
 	interval time.Duration
 
 	mu   sync.Mutex
@@ -32,8 +31,11 @@ type deadLetterAgg struct {
 	timer     *time.Timer
 }
 
-func newDeadLetterLog(log *slog.Logger, topic string, interval time.Duration) *deadLetterLog {
-	return &deadLetterLog{log: log, topic: topic, interval: interval, open: map[ErrorClass]*deadLetterAgg{}}
+// newDeadLetterLog returns the dead-letter log of one consumer: log should
+// carry its source topic (every Consumer's does), so lines are per class and
+// source topic.
+func newDeadLetterLog(log *slog.Logger, interval time.Duration) *deadLetterLog {
+	return &deadLetterLog{log: log, interval: interval, open: map[ErrorClass]*deadLetterAgg{}}
 }
 
 // record logs or counts one dead letter.
@@ -44,7 +46,7 @@ func (l *deadLetterLog) record(partition int, offset int64, dlqTopic string, cla
 		a.count++
 		return
 	}
-	l.log.Warn("message dead-lettered", "topic", l.topic, "partition", partition, "offset", offset,
+	l.log.Warn("message dead-lettered", "partition", partition, "offset", offset,
 		"dlq_topic", dlqTopic, "class", class, "attempts", attempts, "err", errMsg,
 		"note", "further dead letters of this class are counted for "+l.interval.String())
 	a := &deadLetterAgg{count: 1, partition: partition, offset: offset, err: errMsg}
@@ -68,7 +70,7 @@ func (l *deadLetterLog) flushLocked(class ErrorClass) {
 	delete(l.open, class)
 	a.timer.Stop()
 	if a.count > 1 {
-		l.log.Warn("messages dead-lettered", "topic", l.topic, "class", class, "count", a.count,
+		l.log.Warn("messages dead-lettered", "class", class, "count", a.count,
 			"interval", l.interval, "first_partition", a.partition, "first_offset", a.offset, "first_err", a.err)
 	}
 }

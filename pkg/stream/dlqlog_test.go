@@ -2,14 +2,21 @@ package stream
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 )
 
 type syncBuffer struct {
@@ -43,7 +50,7 @@ func (s *syncBuffer) lines(t *testing.T) []map[string]any {
 // the count); another class is logged on its own.
 func TestDeadLetterLogAggregates(t *testing.T) {
 	var buf syncBuffer
-	l := newDeadLetterLog(slog.New(slog.NewJSONHandler(&buf, nil)), "floodgate.decisions.v1", time.Hour)
+	l := newDeadLetterLog(slog.New(slog.NewJSONHandler(&buf, nil)).With("topic", "floodgate.decisions.v1"), time.Hour)
 	for i := 0; i < 1000; i++ {
 		l.record(i%12, int64(i), "floodgate.decisions.v1.dlq", ErrorClass("decode"), 1, "route: bad")
 	}
@@ -54,6 +61,7 @@ func TestDeadLetterLogAggregates(t *testing.T) {
 	require.Len(t, lines, 3)
 	sum := lines[2]
 	require.Equal(t, "messages dead-lettered", sum["msg"])
+	require.Equal(t, "floodgate.decisions.v1", sum["topic"], "one line per class and source topic")
 	require.Equal(t, "decode", sum["class"])
 	require.EqualValues(t, 1000, sum["count"])
 	require.EqualValues(t, 0, sum["first_offset"])
@@ -64,7 +72,7 @@ func TestDeadLetterLogAggregates(t *testing.T) {
 // interval ends, and the next dead letter starts a new interval.
 func TestDeadLetterLogIntervalEnds(t *testing.T) {
 	var buf syncBuffer
-	l := newDeadLetterLog(slog.New(slog.NewJSONHandler(&buf, nil)), "t", 50*time.Millisecond)
+	l := newDeadLetterLog(slog.New(slog.NewJSONHandler(&buf, nil)), 50*time.Millisecond)
 	defer l.close()
 	for i := 0; i < 5; i++ {
 		l.record(0, int64(i), "t.dlq", ErrorClass("decode"), 1, "bad")
@@ -74,4 +82,60 @@ func TestDeadLetterLogIntervalEnds(t *testing.T) {
 	l.record(0, 9, "t.dlq", ErrorClass("decode"), 1, "bad")
 	require.Len(t, buf.lines(t), 3)
 	require.Equal(t, "message dead-lettered", buf.lines(t)[2]["msg"])
+}
+
+// TestConsumerDeadLetterLogAggregates: 200 poison messages through a real
+// consumer, per-message and batch mode alike, log one line at once and one
+// summary with count 200 — not 200 lines — while the metric counts each.
+func TestConsumerDeadLetterLogAggregates(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(map[bool]string{false: "per message", true: "batch"}[batch], func(t *testing.T) {
+			topic := map[bool]string{false: "dlqlog-msg", true: "dlqlog-batch"}[batch]
+			addr := kafkatest.Start(t, map[string]int32{topic: 2, topic + ".dlq": 1})
+			var msgs []kafka.Message
+			for i := range 200 {
+				msgs = append(msgs, kafka.Message{Topic: topic, Key: []byte(strconv.Itoa(i)), Value: []byte("{broken")})
+			}
+			publish(t, addr, msgs...)
+			var buf syncBuffer
+			reg := prometheus.NewRegistry()
+			cfg := fastConsumerConfig(t, addr, topic, "g-"+topic, reg)
+			cfg.Logger = slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			cfg.DeadLetterLogInterval = time.Hour
+			bad := Permanent(errors.New("decode: unexpected end of JSON"))
+			var c *Consumer
+			var err error
+			if batch {
+				c, err = NewBatchConsumer(cfg, BatchConfig{MaxMessages: 30, Linger: 50 * time.Millisecond}, func(_ context.Context, b *Batch) error {
+					for i := range b.Messages {
+						b.Reject(i, bad)
+					}
+					return nil
+				})
+			} else {
+				c, err = NewConsumer(cfg, func(context.Context, kafka.Message) error { return bad })
+			}
+			require.NoError(t, err)
+			stop := runConsumer(t, c)
+			require.Eventually(t, func() bool {
+				return metricValue(t, reg, "floodgate_stream_dlq_total", map[string]string{"class": "poison"}) == 200
+			}, waitFor, 10*time.Millisecond)
+			require.NoError(t, stop()) // the summary is logged when the consumer stops, or when the interval ends
+			var first, summaries []map[string]any
+			for _, l := range buf.lines(t) {
+				switch l["msg"] {
+				case "message dead-lettered":
+					first = append(first, l)
+				case "messages dead-lettered":
+					summaries = append(summaries, l)
+				}
+			}
+			require.Len(t, first, 1)
+			require.Len(t, summaries, 1)
+			require.EqualValues(t, 200, summaries[0]["count"])
+			require.Equal(t, topic, summaries[0]["topic"])
+			require.Equal(t, "poison", summaries[0]["class"])
+			require.Equal(t, "decode: unexpected end of JSON", summaries[0]["first_err"])
+		})
+	}
 }

@@ -20,12 +20,19 @@ const (
 	ClassTransientExhausted ErrorClass = "transient_exhausted"
 	// ClassHandlerPanic: the handler panicked.
 	ClassHandlerPanic ErrorClass = "handler_panic"
+	// ClassOversize: the message (or the record batch holding it, once
+	// decompressed) is over the consumer's size limit. It is refused at the
+	// door and dead-lettered as a reference (dlq_reference).
+	ClassOversize ErrorClass = "oversize"
+	// ClassEventTime: the event's time is outside the consumer's window
+	// (too far in the future, or too old); see EventTimeWindow.
+	ClassEventTime ErrorClass = "event_time"
 )
 
 // Valid reports whether c is one of the known classes.
 func (c ErrorClass) Valid() bool {
 	switch c {
-	case ClassPoison, ClassTransientExhausted, ClassHandlerPanic:
+	case ClassPoison, ClassTransientExhausted, ClassHandlerPanic, ClassOversize, ClassEventTime:
 		return true
 	}
 	return false

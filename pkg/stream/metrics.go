@@ -15,6 +15,7 @@ type Metrics struct {
 	consumed         *prometheus.CounterVec   // topic, group, outcome
 	retries          *prometheus.CounterVec   // topic, group
 	handleSeconds    *prometheus.HistogramVec // topic, group
+	batchMessages    *prometheus.HistogramVec // topic, group
 	dlq              *prometheus.CounterVec   // topic, class
 	dlqPublishErrors *prometheus.CounterVec   // topic
 	commits          *prometheus.CounterVec   // topic, group
@@ -73,6 +74,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Duration of one handler invocation.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9), // 100µs .. 6.5s
 		}, topicGroup),
+		batchMessages: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "floodgate_stream_batch_messages",
+			Help:    "Messages per batch handed to a batch handler (batch mode).",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 10), // 1 .. 262144
+		}, topicGroup),
 		dlq: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_stream_dlq_total",
 			Help: "Messages dead-lettered, by source topic and error class.",
@@ -111,11 +117,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, topicGroup),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_stream_lag",
-			Help: "Messages behind the high watermark, summed over the partitions this consumer owns (after its last finished message).",
+			Help: "Messages behind the high watermark, summed over the partitions this consumer owns: high watermark minus the offset the group would resume from (a stuck partition shows its waiting messages).",
 		}, topicGroup),
 		partitionLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_stream_partition_lag",
-			Help: "Messages behind the high watermark after the last finished message, per partition.",
+			Help: "Messages behind the high watermark per partition: high watermark minus the offset the group would resume from.",
 		}, []string{"topic", "group", "partition"}),
 		produced: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_stream_produced_total",
@@ -145,6 +151,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m.consumed = register(reg, m.consumed, &errs)
 	m.retries = register(reg, m.retries, &errs)
 	m.handleSeconds = register(reg, m.handleSeconds, &errs)
+	m.batchMessages = register(reg, m.batchMessages, &errs)
 	m.dlq = register(reg, m.dlq, &errs)
 	m.dlqPublishErrors = register(reg, m.dlqPublishErrors, &errs)
 	m.commits = register(reg, m.commits, &errs)

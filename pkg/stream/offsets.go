@@ -95,3 +95,18 @@ func (t *offsetTrack) inFlight() int {
 	defer t.mu.Unlock()
 	return len(t.pending)
 }
+
+// position returns the offset the group would resume from: after the
+// finished prefix, or the first offset begun when nothing finished yet; -1
+// when nothing was begun.
+func (t *offsetTrack) position() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case len(t.pending) > 0:
+		return t.pending[0].offset
+	case t.finished >= 0:
+		return t.finished + 1
+	}
+	return -1
+}

@@ -286,6 +286,11 @@ func TestConsumerConfigValidate(t *testing.T) {
 		{"heartbeat not below session", func(c *ConsumerConfig) {
 			c.HeartbeatInterval, c.SessionTimeout = 2*time.Second, time.Second
 		}, "HeartbeatInterval"},
+		{"heartbeat above a third of the session", func(c *ConsumerConfig) {
+			c.HeartbeatInterval, c.SessionTimeout = 3*time.Second, 6*time.Second
+		}, "HeartbeatInterval"},
+		{"heartbeat above a third of the default session", func(c *ConsumerConfig) { c.HeartbeatInterval = 3 * time.Second }, "HeartbeatInterval"},
+		{"rebalance shorter than the session", func(c *ConsumerConfig) { c.RebalanceTimeout = 2 * time.Second }, "RebalanceTimeout"},
 		{"bad start offset", func(c *ConsumerConfig) { c.StartOffset = 42 }, "StartOffset"},
 		{"no logger", func(c *ConsumerConfig) { c.Logger = nil }, "Logger"},
 		{"no registerer", func(c *ConsumerConfig) { c.Registerer = nil }, "Registerer"},
@@ -301,6 +306,11 @@ func TestConsumerConfigValidate(t *testing.T) {
 				require.Equal(t, "t.dlq", d.DLQTopic)
 				require.Equal(t, DefaultMaxAttempts, d.MaxAttempts)
 				require.Equal(t, kafka.FirstOffset, d.StartOffset)
+				require.Equal(t, time.Second, d.HeartbeatInterval, "group defaults: heartbeat 1s")
+				require.Equal(t, 6*time.Second, d.SessionTimeout, "group defaults: session 6s")
+				require.Equal(t, 20*time.Second, d.RebalanceTimeout, "group defaults: rebalance 20s")
+				c := &Consumer{cfg: d}
+				require.Equal(t, DefaultDrainTimeout, c.revokeTimeout(), "a revoked partition gets the whole drain budget")
 				return
 			}
 			require.ErrorIs(t, err, ErrInvalidConfig)

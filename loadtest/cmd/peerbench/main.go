@@ -1,24 +1,35 @@
 // Command peerbench measures Floodgate's limiter and envoy ratelimit side by
-// side, in one run, on the same machine, Redis and rule: Envoy's gRPC
-// ShouldRateLimit for one envoy ratelimit configuration (a fixed window of
-// 100 requests a second per user, 10,000 users), alternating rounds so both
-// see the same machine state. Floodgate answers that domain from the same
-// configuration (FLOODGATE_LIMITER_ENVOY_CONFIG).
+// side, in one run, on the same machine, Redis and rule (a fixed window of 100
+// requests a second per user, 10,000 users), alternating rounds so both see
+// the same machine state, over both protocols:
 //
-//	go run ./loadtest/cmd/peerbench -duration 5s -rounds 2 -callers 64
+//   - grpc: Envoy's ShouldRateLimit for one envoy ratelimit configuration,
+//     which Floodgate answers from the same file (FLOODGATE_LIMITER_ENVOY_CONFIG);
+//
+//   - http: envoy ratelimit's POST /json against Floodgate's POST /v1/check
+//     with a principal limit of 100/s. The calls are not the same work:
+//     Floodgate's check also takes the IP, endpoint and resource tiers and
+//     publishes a decision event; envoy ratelimit's /json counts one descriptor.
+//
+//     go run ./loadtest/cmd/peerbench -duration 5s -rounds 2 -callers 64
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -44,6 +55,7 @@ type result struct {
 	calls    int64
 	errors   int64
 	duration time.Duration
+	cpu      time.Duration // the load generator's own CPU time in the round
 	lat      []time.Duration
 }
 
@@ -53,7 +65,10 @@ func run() error {
 	callers := flag.Int("callers", 64, "concurrent callers")
 	conns := flag.Int("conns", 4, "gRPC connections the callers share")
 	users := flag.Int("users", 10000, "distinct users")
+	protocols := flag.String("protocols", "grpc,http", "comma-separated: grpc, http")
+	jsonOut := flag.String("json", "", "also write the results as JSON to this file (make bench reads it)")
 	flag.Parse()
+	report := envoypeer.Report{Rounds: *rounds, Duration: duration.String(), Callers: *callers, Conns: *conns, Users: *users}
 	ctx := context.Background()
 	root, err := os.Getwd()
 	if err != nil {
@@ -79,26 +94,60 @@ func run() error {
 		return err
 	}
 	defer peer.Stop()
-	fgAddr, stop, err := startLimiter(root, cfgDir)
+	fg, stop, err := startLimiter(root, cfgDir)
 	if err != nil {
 		return err
 	}
 	defer stop()
 
-	targets := []struct{ name, addr string }{{"envoy ratelimit", peer.GRPCAddr}, {"floodgate", fgAddr}}
+	for _, proto := range strings.Split(*protocols, ",") {
+		var targets []target
+		switch proto {
+		case "grpc":
+			targets = []target{{"envoy ratelimit", peer.GRPCAddr}, {"floodgate", fg.grpc}}
+		case "http":
+			targets = []target{{"envoy ratelimit", "http://" + peer.HTTPAddr + "/json"}, {"floodgate", "http://" + fg.http + "/v1/check"}}
+		default:
+			return fmt.Errorf("-protocols: %q is not grpc or http", proto)
+		}
+		c, err := compare(ctx, proto, targets, domain, *duration, *rounds, *callers, *conns, *users)
+		if err != nil {
+			return err
+		}
+		report.Comparisons = append(report.Comparisons, c)
+	}
+	if *jsonOut != "" {
+		b, err := json.MarshalIndent(report, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("-json: %w", err)
+		}
+	}
+	return nil
+}
+
+type target struct{ name, addr string }
+
+// compare runs alternating rounds against both targets over one protocol and
+// prints the per-round figures, the summary table and the ratio.
+func compare(ctx context.Context, proto string, targets []target, domain string, d time.Duration, rounds, callers, conns, users int) (envoypeer.Comparison, error) {
 	var all []result
-	for r := 0; r < *rounds; r++ {
+	for r := 0; r < rounds; r++ {
 		order := targets
 		if r%2 == 1 {
-			order = []struct{ name, addr string }{targets[1], targets[0]}
+			order = []target{targets[1], targets[0]}
 		}
 		for _, t := range order {
-			res, err := load(ctx, t.name, t.addr, domain, *duration, *callers, *conns, *users)
+			call, closeAll, err := caller(proto, t, domain, conns)
 			if err != nil {
-				return err
+				return envoypeer.Comparison{}, err
 			}
+			res := load(ctx, t.name, call, d, callers, users)
+			closeAll()
 			all = append(all, res)
-			fmt.Printf("round %d %-16s %8.0f calls/s  p50 %-9s p99 %-9s errors %d\n", r+1, t.name,
+			fmt.Printf("%s round %d %-16s %8.0f calls/s  p50 %-9s p99 %-9s errors %d\n", proto, r+1, t.name,
 				float64(res.calls)/res.duration.Seconds(), q(res.lat, 0.5), q(res.lat, 0.99), res.errors)
 		}
 	}
@@ -112,48 +161,108 @@ func run() error {
 		s.calls += r.calls
 		s.errors += r.errors
 		s.duration += r.duration
+		s.cpu += r.cpu
 		s.lat = append(s.lat, r.lat...)
 	}
-	fmt.Printf("\n| service | calls/s | p50 | p99 | errors |\n|---|---|---|---|---|\n")
+	c := envoypeer.Comparison{Protocol: proto}
+	fmt.Printf("\n%s\n| service | calls/s | p50 | p99 | errors | load generator CPU |\n|---|---|---|---|---|---|\n", proto)
 	for _, t := range targets {
 		s := sum[t.name]
 		slices.Sort(s.lat)
-		fmt.Printf("| %s | %.0f | %s | %s | %d |\n", s.name, float64(s.calls)/s.duration.Seconds(), q(s.lat, 0.5), q(s.lat, 0.99), s.errors)
+		sr := envoypeer.ServiceResult{Name: s.name, Calls: s.calls, Errors: s.errors, CallsPerSec: float64(s.calls) / s.duration.Seconds(),
+			P50Ms: msOf(q(s.lat, 0.5)), P99Ms: msOf(q(s.lat, 0.99)),
+			LoadgenCPU: s.cpu.Seconds() / (s.duration.Seconds() * float64(runtime.NumCPU()))}
+		c.Services = append(c.Services, sr)
+		fmt.Printf("| %s | %.0f | %s | %s | %d | %.0f %% |\n", s.name, sr.CallsPerSec, q(s.lat, 0.5), q(s.lat, 0.99), s.errors, 100*sr.LoadgenCPU)
 	}
 	e, f := sum["envoy ratelimit"], sum["floodgate"]
-	fmt.Printf("\nratio floodgate / envoy ratelimit: %.2f× (gRPC ShouldRateLimit, %d callers on %d connections, %d users, 100/s fixed window)\n",
-		(float64(f.calls)/f.duration.Seconds())/(float64(e.calls)/e.duration.Seconds()), *callers, *conns, *users)
-	return nil
+	c.Ratio = (float64(f.calls) / f.duration.Seconds()) / (float64(e.calls) / e.duration.Seconds())
+	fmt.Printf("\nratio floodgate / envoy ratelimit over %s: %.2f× (%d callers on %d connections, %d users, 100/s fixed window)\n\n",
+		proto, c.Ratio, callers, conns, users)
+	return c, nil
 }
 
-func load(ctx context.Context, name, addr, domain string, d time.Duration, callers, conns, users int) (result, error) {
+func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// cpuTime is this process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// caller returns one call of the protocol against the target (user in, error
+// out; an over-limit answer is not an error) and a function closing its
+// connections.
+func caller(proto string, t target, domain string, conns int) (func(ctx context.Context, worker, user int) error, func(), error) {
+	if proto == "http" {
+		tr := &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0}
+		hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+		floodgate := t.name == "floodgate"
+		return func(ctx context.Context, _, user int) error {
+			var body string
+			if floodgate {
+				body = fmt.Sprintf(`{"principal":{"kind":"user","id":"u%05d"},"ip":"203.0.113.%d","method":"GET","route":"/v1/items"}`, user, user%250+1)
+			} else {
+				body = fmt.Sprintf(`{"domain":%q,"descriptors":[{"entries":[{"key":"user","value":"u%05d"}]}]}`, domain, user)
+			}
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.addr, strings.NewReader(body))
+			if err != nil {
+				return err
+			}
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := hc.Do(req)
+			if err != nil {
+				return err
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusTooManyRequests {
+				return fmt.Errorf("%s: status %d", t.addr, resp.StatusCode)
+			}
+			return nil
+		}, tr.CloseIdleConnections, nil
+	}
 	clients := make([]rlsv3.RateLimitServiceClient, conns)
+	var closers []func() error
 	for i := range clients {
-		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		c, err := grpc.NewClient(t.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
-			return result{}, err
+			return nil, nil, err
 		}
-		defer c.Close()
+		closers = append(closers, c.Close)
 		clients[i] = rlsv3.NewRateLimitServiceClient(c)
 	}
+	return func(ctx context.Context, worker, user int) error {
+			_, err := clients[worker%conns].ShouldRateLimit(ctx, req(domain, user))
+			return err
+		}, func() {
+			for _, c := range closers {
+				_ = c()
+			}
+		}, nil
+}
+
+func load(ctx context.Context, name string, call func(ctx context.Context, worker, user int) error, d time.Duration, callers, users int) result {
 	// Warm the connections.
-	for _, c := range clients {
-		_, _ = c.ShouldRateLimit(ctx, req(domain, 0))
+	for i := 0; i < callers; i++ {
+		_ = call(ctx, i, 0)
 	}
 	var calls, errs atomic.Int64
 	lats := make([][]time.Duration, callers)
 	end := time.Now().Add(d)
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	var wg sync.WaitGroup
 	for i := 0; i < callers; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(i), 7))
-			c := clients[i%conns]
 			for time.Now().Before(end) {
 				t0 := time.Now()
-				_, err := c.ShouldRateLimit(ctx, req(domain, rng.IntN(users)))
+				err := call(ctx, i, rng.IntN(users))
 				lats[i] = append(lats[i], time.Since(t0))
 				if err != nil {
 					errs.Add(1)
@@ -163,12 +272,13 @@ func load(ctx context.Context, name, addr, domain string, d time.Duration, calle
 		}()
 	}
 	wg.Wait()
+	elapsed, cpu := time.Since(start), cpuTime()-cpu0
 	var lat []time.Duration
 	for _, l := range lats {
 		lat = append(lat, l...)
 	}
 	slices.Sort(lat)
-	return result{name: name, calls: calls.Load(), errors: errs.Load(), duration: time.Since(start), lat: lat}, nil
+	return result{name: name, calls: calls.Load(), errors: errs.Load(), duration: elapsed, cpu: cpu, lat: lat}
 }
 
 func req(domain string, user int) *rlsv3.RateLimitRequest {
@@ -183,16 +293,18 @@ func q(lat []time.Duration, f float64) time.Duration {
 	return lat[min(len(lat)-1, int(f*float64(len(lat))))].Round(10 * time.Microsecond)
 }
 
-func startLimiter(root, envoyDir string) (string, func(), error) {
+type limiterAddrs struct{ http, grpc string }
+
+func startLimiter(root, envoyDir string) (limiterAddrs, func(), error) {
 	dir, err := os.MkdirTemp("", "peerbench-limiter")
 	if err != nil {
-		return "", nil, err
+		return limiterAddrs{}, nil, err
 	}
 	bin := filepath.Join(dir, "limiter")
 	cmd := exec.Command("go", "build", "-o", bin, "./services/limiter")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", nil, fmt.Errorf("build limiter: %w: %s", err, out)
+		return limiterAddrs{}, nil, fmt.Errorf("build limiter: %w: %s", err, out)
 	}
 	httpAddr, grpcAddr := freeAddr(), freeAddr()
 	lim := exec.Command(bin)
@@ -201,17 +313,17 @@ func startLimiter(root, envoyDir string) (string, func(), error) {
 		"FLOODGATE_JOURNAL_DIR="+filepath.Join(dir, "journal"), "FLOODGATE_GATEWAY=peerbench")
 	lim.Stdout, lim.Stderr = os.Stderr, os.Stderr
 	if err := lim.Start(); err != nil {
-		return "", nil, err
+		return limiterAddrs{}, nil, err
 	}
 	stop := func() { _ = lim.Process.Signal(syscall.SIGTERM); _ = lim.Wait(); os.RemoveAll(dir) }
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if c, err := net.DialTimeout("tcp", grpcAddr, 200*time.Millisecond); err == nil {
 			c.Close()
-			return grpcAddr, stop, nil
+			return limiterAddrs{http: httpAddr, grpc: grpcAddr}, stop, nil
 		}
 	}
 	stop()
-	return "", nil, fmt.Errorf("limiter did not listen on %s", grpcAddr)
+	return limiterAddrs{}, nil, fmt.Errorf("limiter did not listen on %s", grpcAddr)
 }
 
 func freeAddr() string {

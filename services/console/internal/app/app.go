@@ -114,7 +114,9 @@ func (c Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_ADDR: %q is not host:port", c.Addr))
 	}
-	if c.SessionSecret != "" && len(c.SessionSecret) < auth.MinSessionSecret {
+	if strings.Contains(c.SessionSecret, "CHANGE-ME") {
+		errs = append(errs, errors.New("FLOODGATE_CONSOLE_SESSION_SECRET: still the CHANGE-ME placeholder of the manifests; set a random secret (`openssl rand -hex 32`)"))
+	} else if c.SessionSecret != "" && len(c.SessionSecret) < auth.MinSessionSecret {
 		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_SESSION_SECRET: %d bytes, at least %d (e.g. `openssl rand -hex 32`)", len(c.SessionSecret), auth.MinSessionSecret))
 	}
 	if c.SessionSecret == "" && c.SecureCookies {

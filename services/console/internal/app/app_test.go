@@ -26,6 +26,8 @@ func TestConfigFromEnv(t *testing.T) {
 		{name: "quota URL", env: map[string]string{"FLOODGATE_CONSOLE_QUOTA_URL": "127.0.0.1:8085"}, wantErr: "FLOODGATE_CONSOLE_QUOTA_URL"},
 		{name: "adjuster URL", env: map[string]string{"FLOODGATE_CONSOLE_ADJUSTER_URL": "ftp://x"}, wantErr: "FLOODGATE_CONSOLE_ADJUSTER_URL"},
 		{name: "dlq URL", env: map[string]string{"FLOODGATE_CONSOLE_DLQ_URL": "http://"}, wantErr: "FLOODGATE_CONSOLE_DLQ_URL"},
+		{name: "session secret placeholder", env: map[string]string{"FLOODGATE_CONSOLE_SESSION_SECRET": "CHANGE-ME-console-session-secret-32-bytes-or-more"}, wantErr: "placeholder"},
+		{name: "session secret short", env: map[string]string{"FLOODGATE_CONSOLE_SESSION_SECRET": "short"}, wantErr: "FLOODGATE_CONSOLE_SESSION_SECRET: 5 bytes"},
 		{name: "users file", env: map[string]string{"FLOODGATE_CONSOLE_USERS": ""}, wantErr: "FLOODGATE_CONSOLE_USERS"},
 	}
 	for _, tc := range cases {

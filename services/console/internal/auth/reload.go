@@ -1,12 +1,12 @@
 package auth
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
-	"sync/atomic"
 	"time"
+
+	"github.com/floodgate-dev/floodgate/pkg/config"
 )
 
 // Users is what the console asks of its users directory. *Directory and
@@ -24,74 +24,45 @@ var (
 
 // ReloadingDirectory is the users file, re-read when it changes, so removing
 // a user or changing a role takes effect on the user's next request. An
-// invalid edit keeps the previous directory (and is logged).
+// invalid edit keeps the previous directory (and is logged once).
 type ReloadingDirectory struct {
 	path string
-	cur  atomic.Pointer[Directory]
-	raw  []byte
 	log  *slog.Logger
+	file *config.Reloadable[Directory]
 }
 
 // LoadReloading reads path once; Run watches it.
 func LoadReloading(path string, log *slog.Logger) (*ReloadingDirectory, error) {
-	raw, err := os.ReadFile(path)
+	file, err := config.LoadReloadable(func() ([]byte, error) { return os.ReadFile(path) }, Parse)
 	if err != nil {
 		return nil, err
 	}
-	d, err := Parse(raw)
-	if err != nil {
-		return nil, err
-	}
-	r := &ReloadingDirectory{path: path, raw: raw, log: log}
-	r.cur.Store(d)
-	return r, nil
+	return &ReloadingDirectory{path: path, log: log, file: file}, nil
 }
 
 // Password implements Users.
 func (r *ReloadingDirectory) Password(name, password string) (Identity, bool) {
-	return r.cur.Load().Password(name, password)
+	return r.file.Current().Password(name, password)
 }
 
 // Token implements Users.
-func (r *ReloadingDirectory) Token(token string) (Identity, bool) { return r.cur.Load().Token(token) }
+func (r *ReloadingDirectory) Token(token string) (Identity, bool) {
+	return r.file.Current().Token(token)
+}
 
 // User implements Users.
-func (r *ReloadingDirectory) User(name string) (Identity, bool) { return r.cur.Load().User(name) }
+func (r *ReloadingDirectory) User(name string) (Identity, bool) { return r.file.Current().User(name) }
 
 // Reload re-reads the file now; it reports whether the directory changed.
-func (r *ReloadingDirectory) Reload() (bool, error) {
-	raw, err := os.ReadFile(r.path)
-	if err != nil {
-		return false, err
-	}
-	if bytes.Equal(raw, r.raw) {
-		return false, nil
-	}
-	d, err := Parse(raw)
-	if err != nil {
-		return false, err
-	}
-	r.raw = raw
-	r.cur.Store(d)
-	return true, nil
-}
+func (r *ReloadingDirectory) Reload() (bool, error) { return r.file.Reload(false) }
 
 // Run re-reads the file every interval until ctx is done.
 func (r *ReloadingDirectory) Run(ctx context.Context, every time.Duration) error {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			changed, err := r.Reload()
-			switch {
-			case err != nil:
-				r.log.Error("reload users file; keeping the previous users", "path", r.path, "err", err)
-			case changed:
-				r.log.Info("users file reloaded", "path", r.path)
-			}
+	return r.file.Run(ctx, every, nil, func(_ bool, err error) {
+		if err != nil {
+			r.log.Error("reload users file; keeping the previous users", "path", r.path, "err", err)
+			return
 		}
-	}
+		r.log.Info("users file reloaded", "path", r.path)
+	})
 }

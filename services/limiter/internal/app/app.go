@@ -78,7 +78,7 @@ func Run(ctx context.Context, env service.Env) error {
 		}
 	}
 
-	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second,
+	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, SentinelMaster: cfg.SentinelMaster, SentinelAddrs: cfg.SentinelAddrs, DialTimeout: time.Second,
 		ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout})
 	run.Closer("redis", rdb.Close)
 	fail := func(err error) error {

@@ -27,8 +27,14 @@ type Config struct {
 	GRPCAddr    string
 	GRPCAddrSet bool
 	// DebugAddr serves net/http/pprof (FLOODGATE_LIMITER_DEBUG_ADDR); "" = off.
-	DebugAddr       string
-	RedisAddrs      []string      // FLOODGATE_REDIS_ADDRS
+	DebugAddr  string
+	RedisAddrs []string // FLOODGATE_REDIS_ADDRS
+	// SentinelMaster and SentinelAddrs put Redis behind Sentinel
+	// (FLOODGATE_REDIS_SENTINEL_MASTER, FLOODGATE_REDIS_SENTINEL_ADDRS):
+	// the limiter asks the sentinels where the master is and follows a
+	// failover; FLOODGATE_REDIS_ADDRS is then unused.
+	SentinelMaster  string
+	SentinelAddrs   []string
 	KafkaBrokers    []string      // FLOODGATE_KAFKA_BROKERS
 	DecisionsTopic  string        // FLOODGATE_DECISIONS_TOPIC
 	Gateway         string        // FLOODGATE_GATEWAY: names this limiter in decision events
@@ -90,6 +96,8 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		GRPCAddrSet:     e.String("FLOODGATE_LIMITER_GRPC_ADDR", "") != "",
 		DebugAddr:       e.String("FLOODGATE_LIMITER_DEBUG_ADDR", ""),
 		RedisAddrs:      e.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs),
+		SentinelMaster:  e.String("FLOODGATE_REDIS_SENTINEL_MASTER", ""),
+		SentinelAddrs:   e.List("FLOODGATE_REDIS_SENTINEL_ADDRS", ""),
 		KafkaBrokers:    e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
 		DecisionsTopic:  e.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
 		Gateway:         e.String("FLOODGATE_GATEWAY", "local"),
@@ -198,6 +206,8 @@ func (c Config) Validate() error {
 	v.Require(c.GRPCAddr != "" && c.GRPCAddr != c.HTTPAddr, "FLOODGATE_LIMITER_GRPC_ADDR", "host:port other than FLOODGATE_LIMITER_ADDR, or off")
 	v.Require(c.DebugAddr == "" || (c.DebugAddr != c.HTTPAddr && c.DebugAddr != c.GRPCAddr), "FLOODGATE_LIMITER_DEBUG_ADDR", "host:port other than the HTTP and gRPC addresses, or unset")
 	v.Require(len(c.RedisAddrs) > 0, "FLOODGATE_REDIS_ADDRS", "at least one host:port")
+	v.Require(c.SentinelMaster == "" || len(c.SentinelAddrs) > 0, "FLOODGATE_REDIS_SENTINEL_ADDRS", "at least one host:port is required with FLOODGATE_REDIS_SENTINEL_MASTER")
+	v.Require(c.SentinelMaster != "" || len(c.SentinelAddrs) == 0, "FLOODGATE_REDIS_SENTINEL_MASTER", "required with FLOODGATE_REDIS_SENTINEL_ADDRS")
 	v.Require(len(c.KafkaBrokers) > 0, "FLOODGATE_KAFKA_BROKERS", "at least one host:port")
 	v.Require(c.DecisionsTopic != "", "FLOODGATE_DECISIONS_TOPIC", "required")
 	v.Require(len(c.Gateway) >= 1 && len(c.Gateway) <= 64, "FLOODGATE_GATEWAY", "1 to 64 characters")

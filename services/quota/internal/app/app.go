@@ -18,7 +18,6 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/service"
-	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/ledger"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/usageapi"
 )
@@ -132,18 +131,17 @@ func Serve(ctx context.Context, env service.Env) error {
 	}
 	table := cfg.Dynamo.TablePrefix + dynamo.TableQuotaLedger
 	store := ledger.NewStore(db, table, cfg.RetentionDays, env.Now)
-	dlq := stream.NewProducer(stream.ProducerConfig{
-		Brokers: cfg.KafkaBrokers, Topic: cfg.DecisionsTopic + ".dlq", Logger: log, Registerer: reg,
-	})
-	run.Closer("dlq producer", dlq.Close)
-	consumer := ledger.NewConsumer(cfg, store, ledger.NewReseeder(rdb, cfg.ReseedMargin, env.Now), dlq, log, metrics, env.Now)
+	consumer, err := ledger.NewConsumer(cfg, store, ledger.NewReseeder(rdb, cfg.ReseedMargin, env.Now), log, reg, metrics, env.Now)
+	if err != nil {
+		_ = rdb.Close()
+		return err
+	}
 
 	mux := http.NewServeMux()
 	usageapi.Register(mux, store, env.Now, log)
 	addr, err := run.Serve(service.API{Name: "usage api", Addr: cfg.HTTPAddr, Handler: mux, Health: true,
 		Metrics: "floodgate_quota_api", AccessLog: true})
 	if err != nil {
-		_ = dlq.Close()
 		_ = rdb.Close()
 		return err
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
-	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/ledger"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/quotatest"
 )
@@ -62,10 +61,9 @@ func benchScenario(b *testing.B, events, principals, rate int, flush string) {
 	reg := prometheus.NewRegistry()
 	metrics := ledger.NewMetrics(reg)
 	store := ledger.NewStore(db, prefix+dynamo.TableQuotaLedger, cfg.RetentionDays, time.Now)
-	dlq := stream.NewProducer(stream.ProducerConfig{Brokers: []string{broker}})
-	defer dlq.Close()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	c := ledger.NewConsumer(cfg, store, ledger.NewReseeder(rdb, time.Hour, time.Now), dlq, log, metrics, time.Now)
+	c, err := ledger.NewConsumer(cfg, store, ledger.NewReseeder(rdb, time.Hour, time.Now), log, reg, metrics, time.Now)
+	require.NoError(b, err)
 
 	w := quotatest.NewWorkload(11, principals)
 	w.Days = w.Days[1:] // today only: the steady state of one day

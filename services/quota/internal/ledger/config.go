@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"errors"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
@@ -17,8 +18,9 @@ type Config struct {
 	RedisAddrs     []string // FLOODGATE_REDIS_ADDRS
 	Dynamo         dynamo.Options
 
-	// FlushInterval is how long a partition aggregates before it writes the
-	// ledger and commits (FLOODGATE_QUOTA_FLUSH_INTERVAL).
+	// FlushInterval is how long a partition's batch gathers decisions (from
+	// its first) before it is written to the ledger and committed
+	// (FLOODGATE_QUOTA_FLUSH_INTERVAL): the batch consumer's linger.
 	FlushInterval time.Duration
 	// MaxBatchEvents flushes a partition early when this many messages were
 	// aggregated, bounding memory (FLOODGATE_QUOTA_MAX_BATCH_EVENTS).
@@ -50,6 +52,11 @@ type Config struct {
 	MaxWait time.Duration
 	// ShutdownTimeout bounds the HTTP server's shutdown (FLOODGATE_SHUTDOWN_TIMEOUT).
 	ShutdownTimeout time.Duration
+	// Door holds the checks every decision passes before it is counted: size
+	// and decompression limits (FLOODGATE_STREAM_MAX_MESSAGE_BYTES,
+	// FLOODGATE_STREAM_MAX_DECOMPRESSED_BYTES) and the event-time window
+	// (FLOODGATE_EVENT_MAX_FUTURE, FLOODGATE_EVENT_MAX_AGE).
+	Door stream.DoorLimits
 }
 
 // Defaults.
@@ -88,14 +95,16 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		DrainTimeout:      e.Duration("FLOODGATE_QUOTA_DRAIN_TIMEOUT", DefaultDrainTimeout),
 		SessionTimeout:    e.Duration("FLOODGATE_QUOTA_SESSION_TIMEOUT", stream.DefaultSessionTimeout),
 		HeartbeatInterval: e.Duration("FLOODGATE_QUOTA_HEARTBEAT_INTERVAL", stream.DefaultHeartbeatInterval),
-		RebalanceTimeout:  e.Duration("FLOODGATE_QUOTA_REBALANCE_TIMEOUT", 0),
+		RebalanceTimeout:  e.Duration("FLOODGATE_QUOTA_REBALANCE_TIMEOUT", stream.DefaultRebalanceTimeout),
 		JoinGroupBackoff:  e.Duration("FLOODGATE_QUOTA_JOIN_BACKOFF", 0),
 		MaxWait:           e.Duration("FLOODGATE_QUOTA_FETCH_MAX_WAIT", 500*time.Millisecond),
 		ShutdownTimeout:   e.Duration("FLOODGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 	}
-	if err := e.Err(); err != nil {
+	door, derr := stream.DoorLimitsFromEnv(getenv)
+	if err := errors.Join(e.Err(), derr); err != nil {
 		return Config{}, err
 	}
+	c.Door = door
 	return c, c.Validate()
 }
 
@@ -132,10 +141,14 @@ func (c Config) Validate() error {
 		v.Require(d.v >= 0, d.name, "must not be negative")
 	}
 	if c.SessionTimeout > 0 && c.HeartbeatInterval > 0 {
-		v.Require(c.HeartbeatInterval < c.SessionTimeout, "FLOODGATE_QUOTA_HEARTBEAT_INTERVAL",
-			"%s: must be less than FLOODGATE_QUOTA_SESSION_TIMEOUT (%s)", c.HeartbeatInterval, c.SessionTimeout)
+		v.Require(3*c.HeartbeatInterval <= c.SessionTimeout, "FLOODGATE_QUOTA_HEARTBEAT_INTERVAL",
+			"%s: must be at most a third of FLOODGATE_QUOTA_SESSION_TIMEOUT (%s)", c.HeartbeatInterval, c.SessionTimeout)
+	}
+	if c.SessionTimeout > 0 && c.RebalanceTimeout > 0 {
+		v.Require(c.RebalanceTimeout >= c.SessionTimeout, "FLOODGATE_QUOTA_REBALANCE_TIMEOUT",
+			"%s: must be at least FLOODGATE_QUOTA_SESSION_TIMEOUT (%s)", c.RebalanceTimeout, c.SessionTimeout)
 	}
 	v.Require(c.MaxWait >= 10*time.Millisecond, "FLOODGATE_QUOTA_FETCH_MAX_WAIT", "%s: must be at least 10ms", c.MaxWait)
 	v.Require(c.ShutdownTimeout > 0, "FLOODGATE_SHUTDOWN_TIMEOUT", "must be positive")
-	return v.Err()
+	return errors.Join(v.Err(), c.Door.Validate())
 }

@@ -3,7 +3,9 @@ package ledger_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"strconv"
 	"testing"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
+	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
@@ -58,10 +61,9 @@ func TestConsumerExactUnderInjectedFaults(t *testing.T) {
 	store := ledger.NewStore(faulty, prefix+dynamo.TableQuotaLedger, cfg.RetentionDays, time.Now)
 	reg := prometheus.NewRegistry()
 	metrics := ledger.NewMetrics(reg)
-	dlq := stream.NewProducer(stream.ProducerConfig{Brokers: []string{broker}, Registerer: reg})
-	defer dlq.Close()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn + 4}))
-	c := ledger.NewConsumer(cfg, store, ledger.NewReseeder(rdb, time.Hour, time.Now), dlq, log, metrics, time.Now)
+	c, err := ledger.NewConsumer(cfg, store, ledger.NewReseeder(rdb, time.Hour, time.Now), log, reg, metrics, time.Now)
+	require.NoError(t, err)
 
 	w := quotatest.NewWorkload(7, 40)
 	msgs := w.Messages(3000, 250)
@@ -77,6 +79,18 @@ func TestConsumerExactUnderInjectedFaults(t *testing.T) {
 		}
 	}
 	msgs = withDups
+	// Decisions dated in year 2160, or older than the event-time window (S4),
+	// must not count: they are dead-lettered as event_time.
+	var outOfWindow int
+	for i, ts := range []time.Time{time.Date(2160, 1, 1, 0, 0, 0, 0, time.UTC), time.Now().Add(-40 * 24 * time.Hour)} {
+		for j := range 3 {
+			d := events.Decision{ID: fmt.Sprintf("oow-%d-%d-%d", i, j, time.Now().UnixNano()), TS: ts.Truncate(time.Millisecond),
+				Principal: w.Principals[j], IP: netip.MustParseAddr("203.0.113.9"), Method: "GET", Route: "/v1/things",
+				Allowed: true, Tier: "principal", Cost: 1000, Limit: 100, Remaining: 50, Gateway: "attacker"}
+			msgs = append(msgs, quotatest.Message(d))
+			outOfWindow++
+		}
+	}
 	writer := quotatest.Writer(broker)
 	defer writer.Close()
 	quotatest.Produce(ctx, t, writer, cfg.DecisionsTopic, msgs)
@@ -89,7 +103,10 @@ func TestConsumerExactUnderInjectedFaults(t *testing.T) {
 	require.Equal(t, w.Expected, quotatest.LedgerTotals(ctx, t, db, prefix+dynamo.TableQuotaLedger, w.Principals))
 	require.Positive(t, faulty.throttled.Load())
 	require.Positive(t, faulty.lost.Load())
-	require.Equal(t, float64(12), counterValue(t, metrics.DLQ), "every poison message is dead-lettered")
+	require.Equal(t, float64(12+outOfWindow), counterValue(t, metrics.DLQ), "every poison or out-of-window message is refused")
+	classes := dlqClasses(ctx, t, broker, cfg.DecisionsTopic+".dlq", 12+outOfWindow)
+	require.Equal(t, map[stream.ErrorClass]int{stream.ClassPoison: 12, stream.ClassEventTime: outOfWindow}, classes,
+		"and dead-lettered with its reason before the batch is committed")
 	require.Equal(t, float64(dups), counterValue(t, metrics.Messages.WithLabelValues("duplicate")), "every retried write is recognised")
 
 	// Today's counters were re-seeded from the ledger.
@@ -126,6 +143,35 @@ func TestConsumerExactUnderInjectedFaults(t *testing.T) {
 
 	stop()
 	require.NoError(t, <-done)
+}
+
+// dlqClasses reads n dead letters from the DLQ (every partition) and counts them by class.
+func dlqClasses(ctx context.Context, t *testing.T, broker, topic string, n int) map[stream.ErrorClass]int {
+	t.Helper()
+	client := &kafka.Client{Addr: kafka.TCP(broker), Timeout: 5 * time.Second}
+	meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	require.NoError(t, err)
+	out := map[stream.ErrorClass]int{}
+	total := 0
+	for _, p := range meta.Topics[0].Partitions {
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, Topic: topic, Partition: p.ID, MaxWait: 100 * time.Millisecond})
+		conn, err := kafka.DialLeader(ctx, "tcp", broker, topic, p.ID)
+		require.NoError(t, err)
+		end, err := conn.ReadLastOffset()
+		conn.Close()
+		require.NoError(t, err)
+		for i := int64(0); i < end; i++ {
+			m, err := r.FetchMessage(ctx)
+			require.NoError(t, err)
+			rec, err := stream.ParseDLQRecord(m)
+			require.NoError(t, err)
+			out[rec.ErrorClass]++
+			total++
+		}
+		r.Close()
+	}
+	require.Equal(t, n, total, "dead letters on %s", topic)
+	return out
 }
 
 func waitCommitted(ctx context.Context, t *testing.T, broker, group, topic string) {

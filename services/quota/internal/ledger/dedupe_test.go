@@ -8,10 +8,14 @@ import (
 
 func TestRecentIDsWindow(t *testing.T) {
 	r := newRecentIDs(2)
-	require.False(t, r.seen("a"))
-	require.True(t, r.seen("a"), "a duplicate inside the window")
-	require.False(t, r.seen("b"))
-	require.False(t, r.seen("c"), "c evicts a")
-	require.False(t, r.seen("a"), "a fell out of the window")
-	require.True(t, r.seen("c"))
+	require.False(t, r.has("a"))
+	r.add("a")
+	require.True(t, r.has("a"), "a duplicate inside the window")
+	r.add("a")
+	r.add("b")
+	require.True(t, r.has("a"), "adding an id twice takes one slot")
+	r.add("c")
+	require.False(t, r.has("a"), "c evicts a")
+	require.True(t, r.has("b"))
+	require.True(t, r.has("c"))
 }

@@ -16,11 +16,14 @@ type Metrics struct {
 	FlushSeconds prometheus.Histogram
 	LedgerLag    prometheus.Histogram
 	Reseeds      *prometheus.CounterVec // outcome
-	Commits      *prometheus.CounterVec // outcome
 	DLQ          prometheus.Counter
-	Rebalances   prometheus.Counter
 	Abandoned    prometheus.Counter
 }
+
+// Commits, rebalances, lag and dead letters by class are the stream's:
+// floodgate_stream_commits_total, floodgate_stream_rebalances_total,
+// floodgate_stream_partition_lag, floodgate_stream_dlq_total{topic,class}
+// (labels topic and group).
 
 // Message results (label result of floodgate_quota_messages_total).
 const (
@@ -38,7 +41,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return &Metrics{
 		Messages: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_quota_messages_total",
-			Help: "Decision messages handled, by result: allowed, denied, poison, replay, replay_ignored.",
+			Help: "Decision messages handled, by result: allowed, denied, duplicate, poison, replay, replay_ignored.",
 		}, []string{"result"}),
 		Units: f.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_quota_units_total",
@@ -74,17 +77,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "floodgate_quota_reseeds_total",
 			Help: "Redis day counters re-seeded from the ledger, by outcome (ok, error).",
 		}, []string{"outcome"}),
-		Commits: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_quota_commits_total",
-			Help: "Offset commits after a flush, by outcome (ok, error).",
-		}, []string{"outcome"}),
 		DLQ: f.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_quota_dlq_total",
-			Help: "Messages dead-lettered as poison.",
-		}),
-		Rebalances: f.NewCounter(prometheus.CounterOpts{
-			Name: "floodgate_quota_rebalances_total",
-			Help: "Consumer group generations joined.",
+			Help: "Decisions the ledger refused (undecodable, outside the event-time window, a replayed reference); the stream dead-letters them.",
 		}),
 		Abandoned: f.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_quota_abandoned_total",

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/ledger"
 )
 
@@ -21,6 +22,12 @@ func TestConfigFromEnv(t *testing.T) {
 		{"retention out of range", map[string]string{"FLOODGATE_QUOTA_RETENTION_DAYS": "0"}, "FLOODGATE_QUOTA_RETENTION_DAYS"},
 		{"heartbeat not below session", map[string]string{"FLOODGATE_QUOTA_SESSION_TIMEOUT": "1s", "FLOODGATE_QUOTA_HEARTBEAT_INTERVAL": "1s"}, "FLOODGATE_QUOTA_HEARTBEAT_INTERVAL"},
 		{"no concurrency", map[string]string{"FLOODGATE_QUOTA_WRITE_CONCURRENCY": "0"}, "FLOODGATE_QUOTA_WRITE_CONCURRENCY"},
+		{"heartbeat above a third of the session", map[string]string{"FLOODGATE_QUOTA_SESSION_TIMEOUT": "3s", "FLOODGATE_QUOTA_HEARTBEAT_INTERVAL": "1500ms"}, "FLOODGATE_QUOTA_HEARTBEAT_INTERVAL"},
+		{"rebalance below session", map[string]string{"FLOODGATE_QUOTA_REBALANCE_TIMEOUT": "2s"}, "FLOODGATE_QUOTA_REBALANCE_TIMEOUT"},
+		{"no future skew", map[string]string{"FLOODGATE_EVENT_MAX_FUTURE": "0s"}, "FLOODGATE_EVENT_MAX_FUTURE"},
+		{"max age malformed", map[string]string{"FLOODGATE_EVENT_MAX_AGE": "a fortnight"}, "FLOODGATE_EVENT_MAX_AGE"},
+		{"message limit too small", map[string]string{"FLOODGATE_STREAM_MAX_MESSAGE_BYTES": "10"}, "FLOODGATE_STREAM_MAX_MESSAGE_BYTES"},
+		{"decompressed below message", map[string]string{"FLOODGATE_STREAM_MAX_MESSAGE_BYTES": "1048576", "FLOODGATE_STREAM_MAX_DECOMPRESSED_BYTES": "2048"}, "FLOODGATE_STREAM_MAX_DECOMPRESSED_BYTES"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -30,6 +37,11 @@ func TestConfigFromEnv(t *testing.T) {
 				require.Equal(t, ledger.DefaultAddr, cfg.HTTPAddr)
 				require.Equal(t, time.Second, cfg.FlushInterval)
 				require.Equal(t, 400, cfg.RetentionDays)
+				require.Equal(t, stream.DoorLimits{MaxMessageBytes: 256 << 10, MaxDecompressedBytes: 16 << 20,
+					MaxEventFuture: 2 * time.Minute, MaxEventAge: 15 * 24 * time.Hour}, cfg.Door)
+				require.Equal(t, 6*time.Second, cfg.SessionTimeout)
+				require.Equal(t, time.Second, cfg.HeartbeatInterval)
+				require.Equal(t, 20*time.Second, cfg.RebalanceTimeout)
 				return
 			}
 			require.ErrorContains(t, err, tc.wantErr)

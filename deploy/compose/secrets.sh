@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Generate the secrets docker-compose.yml requires, once: deploy/compose/secrets.env (mode 0600,
+# git-ignored). Values already in the file are kept — InfluxDB and Grafana read theirs only when
+# their volume is first created, so a new value would lock the services out of them. Run it
+# before the first `up`:
+#
+#   deploy/compose/secrets.sh
+#   docker compose --env-file deploy/compose/secrets.env -f deploy/docker-compose.yml up --build -d
+#
+# Without the env file compose refuses to start (every secret is ${NAME:?...}); nothing has a
+# default such as admin/admin. docs/security.md lists what each secret protects.
+set -euo pipefail
+
+FILE=${1:-"$(cd -P -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)/secrets.env"}
+# name → what it is (written as a comment above it)
+NAMES=(FLOODGATE_INFLUX_TOKEN INFLUXDB_ADMIN_PASSWORD GRAFANA_ADMIN_PASSWORD FLOODGATE_CONSOLE_SESSION_SECRET)
+declare -A WHAT=(
+	[FLOODGATE_INFLUX_TOKEN]="InfluxDB 2 admin token; the services write and read metrics with it"
+	[INFLUXDB_ADMIN_PASSWORD]="InfluxDB 2 user floodgate (UI on the compose network only)"
+	[GRAFANA_ADMIN_PASSWORD]="Grafana user admin (http://127.0.0.1:3000)"
+	[FLOODGATE_CONSOLE_SESSION_SECRET]="keys the console's sessions, CSRF tokens and device cookies"
+)
+
+random() { head -c 64 /dev/urandom | base64 | tr -d '\n/+=' | cut -c1-48; }
+
+umask 077
+touch "$FILE"
+chmod 600 "$FILE"
+added=0
+for name in "${NAMES[@]}"; do
+	if grep -q "^${name}=." "$FILE"; then
+		continue
+	fi
+	if grep -q "^${name}=" "$FILE"; then
+		echo "secrets.sh: $FILE has an empty $name; remove that line or set a value" >&2
+		exit 1
+	fi
+	printf '# %s\n%s=%s\n' "${WHAT[$name]}" "$name" "$(random)" >>"$FILE"
+	added=$((added + 1))
+done
+echo "secrets.sh: $FILE has ${#NAMES[@]} secrets ($added new); pass it with --env-file"

@@ -1,0 +1,249 @@
+package deploy_test
+
+// Security checks of the packaging (issue 22, S9 and S10; docs/security.md): nothing published
+// beyond the host's loopback, no secret with a default or a literal value, the compose secrets
+// generated on first run, the console's session secret from a Secret and its trusted proxies
+// set in the production overlay. Same shape as packaging_test.go: each check is a function of
+// the parsed model; the drift test breaks a fresh model one way per case.
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/gateway"
+)
+
+var securityChecks = []check{
+	{"compose-published-on-loopback", checkComposeLoopback},
+	{"compose-secrets", checkComposeSecrets},
+	{"k8s-secrets-and-proxies", checkK8sSecurity},
+}
+
+func TestSecurityPackaging(t *testing.T) {
+	m := loadModel(t)
+	for _, c := range securityChecks {
+		t.Run(c.name, func(t *testing.T) {
+			problems := c.run(m)
+			require.Empty(t, problems, "\n%s", strings.Join(problems, "\n"))
+		})
+	}
+}
+
+// secretVar names an environment variable that holds a credential.
+var secretVar = regexp.MustCompile(`(PASSWORD|TOKEN|SECRET|ROUTING_KEY)S?$`)
+
+// Compose interpolation: required (${NAME:?message}) or empty by default (${NAME:-}).
+var (
+	requiredRef = regexp.MustCompile(`^\$\{([A-Z][A-Z0-9_]*):\?[^}]+\}$`)
+	emptyRef    = regexp.MustCompile(`^\$\{([A-Z][A-Z0-9_]*):?-\}$`)
+	secretsList = regexp.MustCompile(`(?m)^NAMES=\(([^)]*)\)`)
+)
+
+// mustBeRequired are the credentials that protect something the moment the stack starts: they
+// may not even default to empty.
+var mustBeRequired = map[string][]string{
+	"influxdb": {"DOCKER_INFLUXDB_INIT_PASSWORD", "DOCKER_INFLUXDB_INIT_ADMIN_TOKEN"},
+	"grafana":  {"GF_SECURITY_ADMIN_PASSWORD"},
+	"console":  {"FLOODGATE_CONSOLE_SESSION_SECRET"},
+}
+
+func checkComposeLoopback(m *model) []string {
+	var out []string
+	for _, name := range sortedKeys(m.compose.Services) {
+		for _, p := range m.compose.Services[name].Ports {
+			// host_ip:host_port:container_port; without a host_ip Docker binds every interface.
+			host := ""
+			if i := strings.LastIndex(p, ":"); i > 0 {
+				if j := strings.LastIndex(p[:i], ":"); j > 0 {
+					host = strings.Trim(p[:j], "[]")
+				}
+			}
+			ip, err := netip.ParseAddr(host)
+			if err != nil || !ip.IsLoopback() {
+				out = append(out, fmt.Sprintf("compose %s: port %q is published on every interface; publish it as 127.0.0.1:%s", name, p, strings.TrimPrefix(p, host+":")))
+			}
+		}
+	}
+	return out
+}
+
+func checkComposeSecrets(m *model) []string {
+	var out []string
+	raw, _ := os.ReadFile(filepath.Join(m.root, "deploy/compose/secrets.sh"))
+	script := string(raw)
+	generated := map[string]bool{}
+	if mm := secretsList.FindStringSubmatch(script); mm != nil {
+		for _, n := range strings.Fields(mm[1]) {
+			generated[n] = true
+		}
+	} else {
+		out = append(out, "deploy/compose/secrets.sh: no NAMES=(...) list of the secrets it generates")
+	}
+	for _, name := range sortedKeys(m.compose.Services) {
+		env := m.compose.Services[name].env()
+		for _, k := range sortedKeys(env) {
+			v := env[k]
+			if mm := requiredRef.FindStringSubmatch(v); mm != nil {
+				if !generated[mm[1]] {
+					out = append(out, fmt.Sprintf("compose %s: %s requires ${%s}, which deploy/compose/secrets.sh does not generate", name, k, mm[1]))
+				}
+				continue
+			}
+			if !secretVar.MatchString(k) {
+				continue
+			}
+			if slices.Contains(mustBeRequired[name], k) || (k == "FLOODGATE_INFLUX_TOKEN") {
+				out = append(out, fmt.Sprintf("compose %s: %s=%q must be ${NAME:?...} from deploy/compose/secrets.env (no default)", name, k, v))
+				continue
+			}
+			if v != "" && !emptyRef.MatchString(v) {
+				out = append(out, fmt.Sprintf("compose %s: %s=%q: a credential is never a literal or a default; use ${NAME:?...} or ${NAME:-} (disabled)", name, k, v))
+			}
+		}
+		for _, k := range mustBeRequired[name] {
+			if _, ok := env[k]; !ok {
+				out = append(out, fmt.Sprintf("compose %s: %s is not set (it must come from deploy/compose/secrets.env)", name, k))
+			}
+		}
+	}
+	if g := m.compose.Services["grafana"]; g == nil || g.env()["GF_AUTH_ANONYMOUS_ENABLED"] != "false" {
+		out = append(out, "compose grafana: GF_AUTH_ANONYMOUS_ENABLED must be \"false\"")
+	}
+	return out
+}
+
+func checkK8sSecurity(m *model) []string {
+	var out []string
+	for _, k := range []*kustomization{m.base, m.overlay} {
+		for _, objs := range [][]*k8sObject{k.objects, k.patches} {
+			for _, o := range objs {
+				if o.Spec.Template == nil {
+					continue
+				}
+				for _, c := range o.Spec.Template.Spec.Containers {
+					for _, e := range c.Env {
+						if secretVar.MatchString(e.Name) && (e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil) {
+							out = append(out, fmt.Sprintf("k8s %s %s/%s: %s must come from a Secret (secretKeyRef), not a value", filepath.Base(k.dir), o.Kind, o.Metadata.Name, e.Name))
+						}
+					}
+				}
+			}
+		}
+	}
+	if c := m.base.find("Deployment", "console"); c != nil {
+		w := workload{c, m.programs["console"]}
+		if w.env(nil)["FLOODGATE_CONSOLE_SESSION_SECRET"] != "<ref>" {
+			out = append(out, "k8s console: FLOODGATE_CONSOLE_SESSION_SECRET must be set from a Secret (the console listens on 0.0.0.0 and refuses to start without it)")
+		}
+	} else {
+		out = append(out, "k8s base: no console Deployment")
+	}
+	proxies := ""
+	for _, p := range m.overlay.patches {
+		if p.Kind != "Deployment" || p.Metadata.Name != "console" || p.Spec.Template == nil {
+			continue
+		}
+		for _, c := range p.Spec.Template.Spec.Containers {
+			for _, e := range c.Env {
+				if e.Name == "FLOODGATE_CONSOLE_TRUSTED_PROXIES" {
+					proxies = e.Value
+				}
+			}
+		}
+	}
+	list, err := gateway.ParseTrustedProxies(strings.Split(proxies, ","))
+	switch {
+	case err != nil:
+		out = append(out, fmt.Sprintf("k8s overlay production: FLOODGATE_CONSOLE_TRUSTED_PROXIES: %v", err))
+	case len(list) == 0:
+		out = append(out, "k8s overlay production: the console must set FLOODGATE_CONSOLE_TRUSTED_PROXIES to the ingress's addresses, or every sign-in failure counts against the ingress's one address (S9)")
+	default:
+		for _, p := range list {
+			if p.Bits() == 0 {
+				out = append(out, fmt.Sprintf("k8s overlay production: FLOODGATE_CONSOLE_TRUSTED_PROXIES trusts %s, i.e. every client's X-Forwarded-For", p))
+			}
+		}
+	}
+	return out
+}
+
+func TestSecurityPackagingCatchesDrift(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		breakIt func(m *model)
+		want    string
+	}{
+		{"Grafana on every interface", func(m *model) {
+			m.compose.Services["grafana"].Ports = []string{"3000:3000"}
+		}, `compose grafana: port "3000:3000" is published on every interface`},
+		{"Prometheus on 0.0.0.0", func(m *model) {
+			m.compose.Services["prometheus"].Ports = []string{"0.0.0.0:9090:9090"}
+		}, "compose prometheus: port"},
+		{"the limiter on every interface", func(m *model) {
+			m.compose.Services["limiter"].Ports = []string{"8080:8080"}
+		}, "compose limiter: port"},
+		{"Grafana admin/admin", func(m *model) {
+			m.compose.Services["grafana"].Environment["GF_SECURITY_ADMIN_PASSWORD"] = "admin"
+		}, "compose grafana: GF_SECURITY_ADMIN_PASSWORD"},
+		{"Grafana without a password", func(m *model) {
+			delete(m.compose.Services["grafana"].Environment, "GF_SECURITY_ADMIN_PASSWORD")
+		}, "compose grafana: GF_SECURITY_ADMIN_PASSWORD is not set"},
+		{"a default InfluxDB token", func(m *model) {
+			m.compose.Services["influxdb"].Environment["DOCKER_INFLUXDB_INIT_ADMIN_TOKEN"] = "${FLOODGATE_INFLUX_TOKEN:-floodgate-compose-dev-token-not-secret}"
+		}, "compose influxdb: DOCKER_INFLUXDB_INIT_ADMIN_TOKEN"},
+		{"a default token on a service", func(m *model) {
+			m.compose.Services["detector"].Environment["FLOODGATE_INFLUX_TOKEN"] = "${FLOODGATE_INFLUX_TOKEN:-dev}"
+		}, "compose detector: FLOODGATE_INFLUX_TOKEN"},
+		{"a literal credential", func(m *model) {
+			m.compose.Services["adjuster"].Environment["FLOODGATE_ADJUSTER_TOKENS"] = "ops:sre:abc"
+		}, "compose adjuster: FLOODGATE_ADJUSTER_TOKENS"},
+		{"the console without its session secret", func(m *model) {
+			delete(m.compose.Services["console"].Environment, "FLOODGATE_CONSOLE_SESSION_SECRET")
+		}, "compose console: FLOODGATE_CONSOLE_SESSION_SECRET is not set"},
+		{"a required secret nobody generates", func(m *model) {
+			m.compose.Services["grafana"].Environment["GF_SECURITY_ADMIN_PASSWORD"] = "${GF_PASSWORD:?run secrets.sh}"
+		}, "requires ${GF_PASSWORD}, which deploy/compose/secrets.sh does not generate"},
+		{"anonymous Grafana", func(m *model) {
+			m.compose.Services["grafana"].Environment["GF_AUTH_ANONYMOUS_ENABLED"] = "true"
+		}, "GF_AUTH_ANONYMOUS_ENABLED"},
+		{"the session secret as a value in k8s", func(m *model) {
+			c := workload{m.base.find("Deployment", "console"), m.programs["console"]}.main()
+			for i := range c.Env {
+				if c.Env[i].Name == "FLOODGATE_CONSOLE_SESSION_SECRET" {
+					c.Env[i].ValueFrom, c.Env[i].Value = nil, "hunter2hunter2hunter2hunter2hunter2"
+				}
+			}
+		}, "FLOODGATE_CONSOLE_SESSION_SECRET must come from a Secret"},
+		{"no trusted proxies in the overlay", func(m *model) {
+			m.overlay.patches = slices.DeleteFunc(m.overlay.patches, func(o *k8sObject) bool {
+				return o.Kind == "Deployment" && o.Metadata.Name == "console"
+			})
+		}, "the console must set FLOODGATE_CONSOLE_TRUSTED_PROXIES"},
+		{"every client trusted", func(m *model) {
+			for _, p := range m.overlay.patches {
+				if p.Kind == "Deployment" && p.Metadata.Name == "console" {
+					p.Spec.Template.Spec.Containers[0].Env[0].Value = "0.0.0.0/0"
+				}
+			}
+		}, "trusts 0.0.0.0/0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := loadModel(t)
+			tc.breakIt(m)
+			var problems []string
+			for _, c := range securityChecks {
+				problems = append(problems, c.run(m)...)
+			}
+			require.NotEmpty(t, problems)
+			require.Contains(t, strings.Join(problems, "\n"), tc.want)
+		})
+	}
+}

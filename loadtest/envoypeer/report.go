@@ -1,0 +1,33 @@
+package envoypeer
+
+// Report is what `peerbench -json` writes: Floodgate and envoy ratelimit side
+// by side, per protocol, from one run (make bench renders it).
+type Report struct {
+	Rounds      int          `json:"rounds"`
+	Duration    string       `json:"round_duration"`
+	Callers     int          `json:"callers"`
+	Conns       int          `json:"grpc_connections"`
+	Users       int          `json:"users"`
+	Comparisons []Comparison `json:"comparisons"`
+}
+
+// Comparison is one protocol's figures.
+type Comparison struct {
+	Protocol string          `json:"protocol"` // grpc or http
+	Services []ServiceResult `json:"services"` // envoy ratelimit, then floodgate
+	// Ratio is Floodgate's calls/s over envoy ratelimit's.
+	Ratio float64 `json:"ratio"`
+}
+
+// ServiceResult sums one service's rounds.
+type ServiceResult struct {
+	Name        string  `json:"name"`
+	Calls       int64   `json:"calls"`
+	Errors      int64   `json:"errors"`
+	CallsPerSec float64 `json:"calls_per_sec"`
+	P50Ms       float64 `json:"p50_ms"`
+	P99Ms       float64 `json:"p99_ms"`
+	// LoadgenCPU is the load generator's own CPU time over its rounds'
+	// wall time × cores: the share of the machine the measurement took.
+	LoadgenCPU float64 `json:"loadgen_cpu_share"`
+}

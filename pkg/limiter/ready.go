@@ -1,0 +1,39 @@
+package limiter
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// Readiness is the body of GET /readyz: whether the limiter takes checks, and
+// whether Redis answers them. A limiter whose Redis is failing stays ready —
+// it answers from local state and fail policies, which beats no answer — and
+// says so: status "degraded" and each shard's breaker state.
+type Readiness struct {
+	Status    string            `json:"status"` // ok | degraded | not ready
+	Redis     map[string]string `json:"redis"`  // shard → breaker state (closed, half-open, open)
+	Instances int64             `json:"instances"`
+}
+
+// Readiness reports the limiter's state as /readyz does.
+func (s *Server) Readiness() (bool, Readiness) {
+	healthy, shards := s.engine.Health()
+	r := Readiness{Status: "ok", Redis: shards, Instances: s.engine.instances.Load()}
+	if !healthy {
+		r.Status = "degraded"
+	}
+	if !s.ready.Load() {
+		r.Status = "not ready"
+		return false, r
+	}
+	return true, r
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
+	ok, r := s.Readiness()
+	w.Header().Set("Content-Type", "application/json")
+	if !ok {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_ = json.NewEncoder(w).Encode(r)
+}

@@ -1,0 +1,156 @@
+package redistest
+
+import (
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Proxy is a TCP proxy on a loopback port in front of a Redis node, for
+// fault tests: it adds latency to every reply (Delay), stalls every
+// connection for a while (Stall), and can be pointed at another upstream
+// (SetUpstream) — new connections go there, open ones stay where they were,
+// as behind a virtual IP that moved. Safe for concurrent use.
+type Proxy struct {
+	Addr string
+
+	ln       net.Listener
+	upstream atomic.Pointer[string]
+	delay    atomic.Int64 // ns added before each chunk is passed on
+	stallTo  atomic.Int64 // unix ns: nothing passes before this
+	mu       sync.Mutex
+	conns    map[net.Conn]struct{}
+	closed   atomic.Bool
+	wg       sync.WaitGroup
+}
+
+// StartProxy listens on a free loopback port and forwards to upstream.
+func StartProxy(upstream string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("proxy listen: %w", err)
+	}
+	p := &Proxy{Addr: ln.Addr().String(), ln: ln, conns: map[net.Conn]struct{}{}}
+	p.upstream.Store(&upstream)
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// NewProxy is StartProxy for a test, closed when the test ends.
+func NewProxy(t testing.TB, upstream string) *Proxy {
+	t.Helper()
+	p, err := StartProxy(upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// SetDelay adds d to every reply from now on (0 removes it).
+func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
+
+// Stall holds every byte in both directions for d from now.
+func (p *Proxy) Stall(d time.Duration) { p.stallTo.Store(time.Now().Add(d).UnixNano()) }
+
+// SetUpstream sends new connections to addr.
+func (p *Proxy) SetUpstream(addr string) { p.upstream.Store(&addr) }
+
+// Close stops listening and closes every connection.
+func (p *Proxy) Close() {
+	if p.closed.Swap(true) {
+		return
+	}
+	_ = p.ln.Close()
+	p.mu.Lock()
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func (p *Proxy) track(c net.Conn, on bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if on {
+		if p.closed.Load() {
+			return false
+		}
+		p.conns[c] = struct{}{}
+	} else {
+		delete(p.conns, c)
+	}
+	return true
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.DialTimeout("tcp", *p.upstream.Load(), time.Second)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		if !p.track(c, true) || !p.track(up, true) {
+			_ = c.Close()
+			_ = up.Close()
+			return
+		}
+		p.wg.Add(2)
+		go p.pipe(up, c, false)
+		go p.pipe(c, up, true)
+	}
+}
+
+// pipe copies src to dst; replies (upstream → client) are each held for
+// the delay after they arrived (a link with latency, not a slow one: chunks
+// in flight do not add up), and a stall holds everything until it ends.
+func (p *Proxy) pipe(dst, src net.Conn, reply bool) {
+	defer p.wg.Done()
+	type chunk struct {
+		b  []byte
+		at time.Time
+	}
+	q := make(chan chunk, 1024)
+	go func() {
+		defer close(q)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				q <- chunk{buf[:n], time.Now()}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer func() {
+		_ = src.Close()
+		_ = dst.Close()
+		p.track(src, false)
+		p.track(dst, false)
+		for range q { // let the reader finish
+		}
+	}()
+	for c := range q {
+		if d := time.Duration(p.delay.Load()); reply && d > 0 {
+			time.Sleep(time.Until(c.at.Add(d)))
+		}
+		if until := p.stallTo.Load(); until > 0 {
+			time.Sleep(time.Until(time.Unix(0, until)))
+		}
+		if _, err := dst.Write(c.b); err != nil {
+			return
+		}
+	}
+}
