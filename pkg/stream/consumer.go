@@ -497,7 +497,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 
 	// Leave the group. Closing waits for the generation's goroutines, which
-	// have drained already unless a handler ignores its context.
+	// have drained already unless a handler ignores its context, and for a
+	// join or sync request in flight, which a coordinator in the middle of a
+	// rebalance may hold up to the rebalance timeout. What was handled is
+	// committed by now, so a leave that does not finish in time is not a
+	// failed drain: the coordinator drops this member after its session
+	// timeout.
 	closed := make(chan struct{})
 	go func() {
 		_ = group.Close()
@@ -506,7 +511,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	select {
 	case <-closed:
 	case <-time.After(c.cfg.DrainTimeout + drainGrace):
-		errs = append(errs, errors.New("drain: leaving the consumer group timed out"))
+		c.log.Warn("leaving the consumer group timed out; the coordinator drops this member after its session timeout",
+			"waited", (c.cfg.DrainTimeout + drainGrace).String())
 	}
 	c.log.Info("consumer stopped")
 	return errors.Join(errs...)
@@ -599,10 +605,23 @@ func (g *generationRun) consume(ctx, gctx, hctx context.Context, a kafka.Partiti
 	}()
 	start := a.Offset
 	if c.cfg.StartFrom != nil && a.Offset >= 0 {
-		s, err := c.cfg.StartFrom(stop, a.ID, a.Offset)
+		// A rewind rebuilds state from before the committed offset; it is
+		// worth a few tries (a broker just back may not answer offset lookups
+		// yet), never a partition left unread: after them the partition
+		// starts at its committed offset. (On main a failed lookup parked the
+		// partition until the next rebalance, which a single instance never
+		// has: a bot whose events landed there was never detected.)
+		var s int64
+		var err error
+		for try := 0; try < 3 && stop.Err() == nil; try++ {
+			if s, err = c.cfg.StartFrom(stop, a.ID, a.Offset); err == nil {
+				break
+			}
+			sleepCtx(stop, time.Duration(try+1)*200*time.Millisecond)
+		}
 		if err != nil {
-			c.log.Error("choose start offset", "partition", a.ID, "committed", a.Offset, "err", err)
-			return // ends the generation: the group rebalances and retries
+			c.log.Warn("choose start offset: starting at the committed offset", "partition", a.ID, "committed", a.Offset, "err", err)
+			s = a.Offset
 		}
 		if s >= 0 && s < a.Offset {
 			start = s

@@ -666,3 +666,53 @@ func TestConsumerStartFromRewindsWithoutMovingCommitsBack(t *testing.T) {
 	require.Equal(t, int64(11), committedOffsets(t, addr, "g-rewind", topic, 1)[0])
 	require.Equal(t, []int{0}, revoked)
 }
+
+// TestConsumerStartFromFailureStillConsumes: when the rewind's offset lookup
+// keeps failing (a broker just back), the partition is consumed from its
+// committed offset after a few tries — on main it was parked until a
+// rebalance that a single instance never has.
+func TestConsumerStartFromFailureStillConsumes(t *testing.T) {
+	const topic, group = "rewind-fails", "g-rewind-fails"
+	addr := kafkatest.Start(t, map[string]int32{topic: 1, topic + ".dlq": 1})
+	for i := range 3 {
+		publish(t, addr, kafka.Message{Topic: topic, Value: []byte(strconv.Itoa(i))})
+	}
+	var mu sync.Mutex
+	var offsets []int64
+	handler := func(_ context.Context, m kafka.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		offsets = append(offsets, m.Offset)
+		return nil
+	}
+	seen := func() []int64 { mu.Lock(); defer mu.Unlock(); return append([]int64(nil), offsets...) }
+	first, err := NewConsumer(fastConsumerConfig(t, addr, topic, group, prometheus.NewRegistry()), handler)
+	require.NoError(t, err)
+	stop := runConsumer(t, first)
+	require.Eventually(t, func() bool { return len(seen()) == 3 }, waitFor, 10*time.Millisecond)
+	require.NoError(t, stop())
+	require.Equal(t, int64(3), committedOffsets(t, addr, group, topic, 1)[0])
+
+	mu.Lock()
+	offsets = nil
+	mu.Unlock()
+	publish(t, addr, kafka.Message{Topic: topic, Value: []byte("3")}, kafka.Message{Topic: topic, Value: []byte("4")})
+	tries := 0
+	cfg := fastConsumerConfig(t, addr, topic, group, prometheus.NewRegistry())
+	cfg.StartFrom = func(context.Context, int, int64) (int64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		tries++
+		return 0, errors.New("list offsets: broker not ready")
+	}
+	second, err := NewConsumer(cfg, handler)
+	require.NoError(t, err)
+	stop = runConsumer(t, second)
+	require.Eventually(t, func() bool { return len(seen()) == 2 }, waitFor, 10*time.Millisecond,
+		"the partition is consumed although the rewind failed")
+	require.NoError(t, stop())
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 3, tries, "three tries, then the committed offset")
+	require.Equal(t, []int64{3, 4}, offsets)
+}
