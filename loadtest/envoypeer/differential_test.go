@@ -52,7 +52,8 @@ func times(n int, c call) []call {
 // documentation, plus hits_addend, descriptor limit overrides, shadow and
 // quota mode, wildcards, share_threshold and replaces — and requires
 // identical answers: overall code, per-descriptor code, current limit (name,
-// requests per unit, unit), limit remaining, and time until reset.
+// requests per unit, unit), limit remaining, time until reset, and the
+// response headers of LIMIT_RESPONSE_HEADERS_ENABLED.
 func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs envoy ratelimit and the limiter against the local stack")
@@ -74,7 +75,8 @@ func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 		b = domainRE.ReplaceAll(b, []byte("domain: ${1}_"+run))
 		require.NoError(t, os.WriteFile(filepath.Join(cfgDir, filepath.Base(f)), b, 0o644))
 	}
-	peer, err := Start(ctx, Options{Bin: bin, ConfigDir: cfgDir, RedisAddr: "127.0.0.1:6379", KeyPrefix: "envoypeer_" + run + "_"})
+	peer, err := Start(ctx, Options{Bin: bin, ConfigDir: cfgDir, RedisAddr: "127.0.0.1:6379", KeyPrefix: "envoypeer_" + run + "_",
+		Env: map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true"}})
 	require.NoError(t, err)
 	t.Cleanup(peer.Stop)
 	fg := startLimiter(t, root, cfgDir)
@@ -110,7 +112,7 @@ func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 		"per-second limit inside one second":                        times(3, call{domain: dom("mongo_cps"), descs: []*rlcommon.RateLimitDescriptor{d("database", "default")}}),
 		"an empty descriptor list is an error":                      {{domain: dom("example")}},
 	}
-	compared := 0
+	compared, withHeaders := 0, 0
 	for name, seq := range sequences {
 		t.Run(name, func(t *testing.T) {
 			alignWindow()
@@ -125,17 +127,25 @@ func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 				}
 				require.Equal(t, summary(want), summary(got), "call %d of %q", i, name)
 				compared++
+				if len(got.GetResponseHeadersToAdd()) > 0 {
+					withHeaders++
+				}
 			}
 		})
 	}
 	require.Greater(t, compared, 40)
+	require.Greater(t, withHeaders, 30, "answers with RateLimit-* headers compared")
 }
 
 // summary is the comparable part of an answer; time until reset in whole
-// seconds (both read the clock a moment apart).
+// seconds (both read the clock a moment apart); the response headers
+// (LIMIT_RESPONSE_HEADERS_ENABLED on both) in order.
 func summary(r *rlsv3.RateLimitResponse) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "overall=%s", r.GetOverallCode())
+	for _, h := range r.GetResponseHeadersToAdd() {
+		fmt.Fprintf(&b, " %s: %s", h.GetKey(), h.GetValue())
+	}
 	for i, s := range r.GetStatuses() {
 		fmt.Fprintf(&b, " | %d: %s remaining=%d", i, s.GetCode(), s.GetLimitRemaining())
 		if l := s.GetCurrentLimit(); l != nil {
@@ -178,7 +188,7 @@ func startLimiter(t *testing.T, root, envoyDir string) string {
 	lim := exec.Command(bin)
 	lim.Env = append(os.Environ(), "FLOODGATE_LIMITER_ADDR="+httpAddr, "FLOODGATE_LIMITER_GRPC_ADDR="+grpcAddr,
 		"FLOODGATE_LIMITER_ENVOY_CONFIG="+envoyDir, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=100", "FLOODGATE_LIMITER_INFLUX_INTERVAL=0",
-		"FLOODGATE_JOURNAL_DIR="+t.TempDir(), "FLOODGATE_GATEWAY=envoy-differential")
+		"FLOODGATE_JOURNAL_DIR="+t.TempDir(), "FLOODGATE_GATEWAY=envoy-differential", "FLOODGATE_LIMITER_ENVOY_RESPONSE_HEADERS=true")
 	var logs bytes.Buffer
 	lim.Stdout, lim.Stderr = &logs, &logs
 	require.NoError(t, lim.Start())

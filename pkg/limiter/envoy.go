@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -49,8 +50,9 @@ var envoyKeys = []string{KeyPrincipalKind, KeyPrincipalID, KeyRemoteAddress, Key
 // top of a Server: the same engine, metrics, decision events and 429 contract.
 type EnvoyRLS struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	s        *Server
-	requests *prometheus.CounterVec
+	s           *Server
+	requests    *prometheus.CounterVec
+	descriptors *envoyDescriptorMetrics
 	// envoy answers the domains of an envoy ratelimit configuration with its
 	// semantics (see pkg/envoyconf); nil without one.
 	envoy *EnvoyConfig
@@ -62,6 +64,57 @@ type EnvoyRLS struct {
 type EnvoyConfig struct {
 	Source    *envoyconf.Source
 	Evaluator *envoyconf.Evaluator
+	// Headers, when set, adds envoy ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED
+	// headers to every answer for these domains.
+	Headers *EnvoyHeaders
+}
+
+// EnvoyHeaders names the response headers envoy ratelimit adds with
+// LIMIT_RESPONSE_HEADERS_ENABLED (its LIMIT_LIMIT_HEADER,
+// LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER): the limit, the remaining
+// count and the seconds until the window resets of the descriptor closest
+// to its limit — the last one over its limit, else the one with the fewest
+// remaining (the first of equals).
+type EnvoyHeaders struct {
+	Limit, Remaining, Reset string
+	Clock                   func() time.Time // nil: time.Now
+}
+
+// DefaultEnvoyHeaders are envoy ratelimit's default header names.
+func DefaultEnvoyHeaders() *EnvoyHeaders {
+	return &EnvoyHeaders{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
+}
+
+// add puts the headers of the descriptor closest to its limit on out, as
+// envoy ratelimit does: among statuses with a current limit the smallest
+// remaining wins, an over-limit status always does; none without a limit.
+func (h *EnvoyHeaders) add(out *rlsv3.RateLimitResponse) {
+	var pick *rlsv3.RateLimitResponse_DescriptorStatus
+	least := uint32(math.MaxUint32)
+	for _, st := range out.GetStatuses() {
+		if st.GetCurrentLimit() != nil && st.GetLimitRemaining() < least {
+			pick, least = st, st.GetLimitRemaining()
+		}
+		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+			pick, least = st, 0
+		}
+	}
+	if pick == nil || pick.GetCurrentLimit() == nil {
+		return
+	}
+	now := time.Now
+	if h.Clock != nil {
+		now = h.Clock
+	}
+	secs := envoyconf.Unit(pick.GetCurrentLimit().GetUnit()).Seconds()
+	reset := int64(0)
+	if secs > 0 {
+		reset = secs - now().Unix()%secs
+	}
+	out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd,
+		&corev3.HeaderValue{Key: h.Limit, Value: strconv.FormatUint(uint64(pick.GetCurrentLimit().GetRequestsPerUnit()), 10)},
+		&corev3.HeaderValue{Key: h.Remaining, Value: strconv.FormatUint(uint64(pick.GetLimitRemaining()), 10)},
+		&corev3.HeaderValue{Key: h.Reset, Value: strconv.FormatInt(reset, 10)})
 }
 
 // GRPCOption configures NewGRPCServer.
@@ -77,7 +130,7 @@ func NewEnvoyRLS(s *Server) *EnvoyRLS {
 	return &EnvoyRLS{s: s, requests: promauto.With(s.reg).NewCounterVec(prometheus.CounterOpts{
 		Name: "floodgate_limiter_envoy_requests_total",
 		Help: "Envoy ShouldRateLimit calls by result (ok, over_limit, invalid).",
-	}, []string{"result"})}
+	}, []string{"result"}), descriptors: newEnvoyDescriptorMetrics(s.reg)}
 }
 
 // MaxGRPCStreams is the most concurrent streams one gRPC connection may hold.
@@ -190,6 +243,9 @@ func (e *EnvoyRLS) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReque
 	out.ResponseHeadersToAdd = make([]*corev3.HeaderValue, len(keys))
 	for i, k := range keys {
 		out.ResponseHeadersToAdd[i] = &corev3.HeaderValue{Key: k, Value: h[k]}
+	}
+	if e.envoy.Headers != nil {
+		e.envoy.Headers.add(out)
 	}
 	result := "ok"
 	if out.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
@@ -398,6 +454,14 @@ func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *r
 			}
 		}
 		out.Statuses[i] = ds
+		hits := uint64(max(req.HitsAddend, 1))
+		if h := req.Descriptors[i].HitsAddend; h != nil {
+			hits = *h
+		}
+		e.descriptors.observe(req.Domain, req.Descriptors[i], st, hits)
+	}
+	if e.envoy.Headers != nil {
+		e.envoy.Headers.add(out)
 	}
 	result := "ok"
 	if out.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"math"
 	"net"
 	"strconv"
 	"sync/atomic"
@@ -351,4 +352,44 @@ func BenchmarkEnvoyShouldRateLimit(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
+}
+
+// TestEnvoyHeadersPickTheClosestDescriptor: LIMIT_RESPONSE_HEADERS_ENABLED's
+// choice — the fewest remaining among descriptors with a limit (the first
+// of equals), an over-limit descriptor always (the last one), nothing when
+// no descriptor has a limit — and the reset as seconds to the end of the
+// unit's window.
+func TestEnvoyHeadersPickTheClosestDescriptor(t *testing.T) {
+	at := time.Date(2030, 1, 1, 12, 0, 45, 0, time.UTC) // 45 s into a minute
+	h := &EnvoyHeaders{Limit: "X-Limit", Remaining: "X-Remaining", Reset: "X-Reset", Clock: func() time.Time { return at }}
+	lim := func(rpu uint32, unit rlsv3.RateLimitResponse_RateLimit_Unit) *rlsv3.RateLimitResponse_RateLimit {
+		return &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: rpu, Unit: unit}
+	}
+	ok := rlsv3.RateLimitResponse_OK
+	over := rlsv3.RateLimitResponse_OVER_LIMIT
+	for _, tc := range []struct {
+		name     string
+		statuses []*rlsv3.RateLimitResponse_DescriptorStatus
+		want     map[string]string
+	}{
+		{"fewest remaining", []*rlsv3.RateLimitResponse_DescriptorStatus{
+			{Code: ok, CurrentLimit: lim(100, rlsv3.RateLimitResponse_RateLimit_HOUR), LimitRemaining: 40},
+			{Code: ok, CurrentLimit: lim(10, rlsv3.RateLimitResponse_RateLimit_MINUTE), LimitRemaining: 3},
+			{Code: ok, CurrentLimit: lim(5, rlsv3.RateLimitResponse_RateLimit_SECOND), LimitRemaining: 3},
+		}, map[string]string{"X-Limit": "10", "X-Remaining": "3", "X-Reset": "15"}},
+		{"over limit wins, the last one", []*rlsv3.RateLimitResponse_DescriptorStatus{
+			{Code: over, CurrentLimit: lim(1, rlsv3.RateLimitResponse_RateLimit_SECOND)},
+			{Code: ok, CurrentLimit: lim(9, rlsv3.RateLimitResponse_RateLimit_MINUTE), LimitRemaining: 0},
+			{Code: over, CurrentLimit: lim(2, rlsv3.RateLimitResponse_RateLimit_HOUR)},
+		}, map[string]string{"X-Limit": "2", "X-Remaining": "0", "X-Reset": "3555"}},
+		{"unlimited and unmatched add nothing", []*rlsv3.RateLimitResponse_DescriptorStatus{
+			{Code: ok, LimitRemaining: math.MaxUint32}, {Code: ok},
+		}, map[string]string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := &rlsv3.RateLimitResponse{Statuses: tc.statuses}
+			h.add(out)
+			require.Equal(t, tc.want, headerMap(out))
+		})
+	}
 }

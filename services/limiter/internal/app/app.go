@@ -149,8 +149,12 @@ func Run(ctx context.Context, env service.Env) error {
 			grpcAddr = grpcLn.Addr().String()
 			var opts []limiter.GRPCOption
 			if envoySrc != nil {
-				opts = append(opts, limiter.WithEnvoyConfig(&limiter.EnvoyConfig{Source: envoySrc,
-					Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoy:", GlobalShadow: cfg.EnvoyShadow}}))
+				ec := &limiter.EnvoyConfig{Source: envoySrc,
+					Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoy:", GlobalShadow: cfg.EnvoyShadow}}
+				if cfg.EnvoyHeaders {
+					ec.Headers = &limiter.EnvoyHeaders{Limit: cfg.EnvoyLimitHeader, Remaining: cfg.EnvoyRemainingHeader, Reset: cfg.EnvoyResetHeader}
+				}
+				opts = append(opts, limiter.WithEnvoyConfig(ec))
 			}
 			grpcSrv, hs := limiter.NewGRPCServer(srv, opts...)
 			run.OnReady(func(ready bool) {

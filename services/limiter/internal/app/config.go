@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
@@ -74,6 +76,12 @@ type Config struct {
 	EnvoyConfigDir string
 	EnvoyShadow    bool
 	EnvoyMerge     bool
+	// EnvoyHeaders adds envoy ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED
+	// headers to answers for those domains
+	// (FLOODGATE_LIMITER_ENVOY_RESPONSE_HEADERS), named by
+	// FLOODGATE_LIMITER_ENVOY_{LIMIT,REMAINING,RESET}_HEADER.
+	EnvoyHeaders                                             bool
+	EnvoyLimitHeader, EnvoyRemainingHeader, EnvoyResetHeader string
 	// Auth is who may ask for checks (FLOODGATE_LIMITER_AUTH): "tokens" —
 	// the gateways of FLOODGATE_LIMITER_CALLERS, each bound to what it may
 	// claim — or "none", anyone who can connect. Unset, it is "none" while
@@ -91,39 +99,43 @@ type Config struct {
 func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 	e := config.NewEnv(getenv)
 	c := Config{
-		HTTPAddr:        e.String("FLOODGATE_LIMITER_ADDR", "127.0.0.1:8080"),
-		GRPCAddr:        e.String("FLOODGATE_LIMITER_GRPC_ADDR", DefaultGRPCAddr),
-		GRPCAddrSet:     e.String("FLOODGATE_LIMITER_GRPC_ADDR", "") != "",
-		DebugAddr:       e.String("FLOODGATE_LIMITER_DEBUG_ADDR", ""),
-		RedisAddrs:      e.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs),
-		SentinelMaster:  e.String("FLOODGATE_REDIS_SENTINEL_MASTER", ""),
-		SentinelAddrs:   e.List("FLOODGATE_REDIS_SENTINEL_ADDRS", ""),
-		KafkaBrokers:    e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
-		DecisionsTopic:  e.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
-		Gateway:         e.String("FLOODGATE_GATEWAY", "local"),
-		RulesPath:       e.String("FLOODGATE_LIMITER_RULES", ""),
-		EnvoyConfigDir:  e.String("FLOODGATE_LIMITER_ENVOY_CONFIG", ""),
-		Auth:            e.String("FLOODGATE_LIMITER_AUTH", ""),
-		IdleTimeout:     e.Duration("FLOODGATE_LIMITER_IDLE_TIMEOUT", time.Minute),
-		MaxConns:        e.Int("FLOODGATE_LIMITER_MAX_CONNS", 10000),
-		EnvoyShadow:     e.Bool("FLOODGATE_LIMITER_ENVOY_SHADOW_MODE", false),
-		EnvoyMerge:      e.Bool("FLOODGATE_LIMITER_ENVOY_MERGE_DOMAINS", false),
-		PrincipalLimit:  e.Int("FLOODGATE_LIMITER_PRINCIPAL_LIMIT", 0),
-		PrincipalPeriod: e.Duration("FLOODGATE_LIMITER_PRINCIPAL_PERIOD", time.Second),
-		RulesPoll:       e.Duration("FLOODGATE_LIMITER_RULES_POLL", time.Second),
-		RuntimePoll:     e.Duration("FLOODGATE_LIMITER_RUNTIME_POLL", time.Second),
-		Shadow:          e.Bool("FLOODGATE_LIMITER_SHADOW", false),
-		RedisTimeout:    e.Duration("FLOODGATE_LIMITER_REDIS_TIMEOUT", 50*time.Millisecond),
-		BreakerFailures: e.Int("FLOODGATE_LIMITER_BREAKER_FAILURES", 10),
-		BreakerOpen:     e.Duration("FLOODGATE_LIMITER_BREAKER_OPEN", 200*time.Millisecond),
-		OverLimitCache:  e.Int("FLOODGATE_LIMITER_OVERLIMIT_CACHE", 100_000),
-		RedisBatch:      e.Int("FLOODGATE_LIMITER_REDIS_BATCH", 64),
-		InfluxURL:       e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
-		InfluxToken:     e.String("FLOODGATE_INFLUX_TOKEN", ""),
-		InfluxOrg:       e.String("FLOODGATE_INFLUX_ORG", ""),
-		InfluxBucket:    e.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket),
-		InfluxInterval:  e.Duration("FLOODGATE_LIMITER_INFLUX_INTERVAL", 10*time.Second),
-		EventBuffer:     e.Int("FLOODGATE_LIMITER_EVENT_BUFFER", 65536),
+		HTTPAddr:             e.String("FLOODGATE_LIMITER_ADDR", "127.0.0.1:8080"),
+		GRPCAddr:             e.String("FLOODGATE_LIMITER_GRPC_ADDR", DefaultGRPCAddr),
+		GRPCAddrSet:          e.String("FLOODGATE_LIMITER_GRPC_ADDR", "") != "",
+		DebugAddr:            e.String("FLOODGATE_LIMITER_DEBUG_ADDR", ""),
+		RedisAddrs:           e.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs),
+		SentinelMaster:       e.String("FLOODGATE_REDIS_SENTINEL_MASTER", ""),
+		SentinelAddrs:        e.List("FLOODGATE_REDIS_SENTINEL_ADDRS", ""),
+		KafkaBrokers:         e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
+		DecisionsTopic:       e.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
+		Gateway:              e.String("FLOODGATE_GATEWAY", "local"),
+		RulesPath:            e.String("FLOODGATE_LIMITER_RULES", ""),
+		EnvoyConfigDir:       e.String("FLOODGATE_LIMITER_ENVOY_CONFIG", ""),
+		Auth:                 e.String("FLOODGATE_LIMITER_AUTH", ""),
+		IdleTimeout:          e.Duration("FLOODGATE_LIMITER_IDLE_TIMEOUT", time.Minute),
+		MaxConns:             e.Int("FLOODGATE_LIMITER_MAX_CONNS", 10000),
+		EnvoyShadow:          e.Bool("FLOODGATE_LIMITER_ENVOY_SHADOW_MODE", false),
+		EnvoyMerge:           e.Bool("FLOODGATE_LIMITER_ENVOY_MERGE_DOMAINS", false),
+		EnvoyHeaders:         e.Bool("FLOODGATE_LIMITER_ENVOY_RESPONSE_HEADERS", false),
+		EnvoyLimitHeader:     e.String("FLOODGATE_LIMITER_ENVOY_LIMIT_HEADER", "RateLimit-Limit"),
+		EnvoyRemainingHeader: e.String("FLOODGATE_LIMITER_ENVOY_REMAINING_HEADER", "RateLimit-Remaining"),
+		EnvoyResetHeader:     e.String("FLOODGATE_LIMITER_ENVOY_RESET_HEADER", "RateLimit-Reset"),
+		PrincipalLimit:       e.Int("FLOODGATE_LIMITER_PRINCIPAL_LIMIT", 0),
+		PrincipalPeriod:      e.Duration("FLOODGATE_LIMITER_PRINCIPAL_PERIOD", time.Second),
+		RulesPoll:            e.Duration("FLOODGATE_LIMITER_RULES_POLL", time.Second),
+		RuntimePoll:          e.Duration("FLOODGATE_LIMITER_RUNTIME_POLL", time.Second),
+		Shadow:               e.Bool("FLOODGATE_LIMITER_SHADOW", false),
+		RedisTimeout:         e.Duration("FLOODGATE_LIMITER_REDIS_TIMEOUT", 50*time.Millisecond),
+		BreakerFailures:      e.Int("FLOODGATE_LIMITER_BREAKER_FAILURES", 10),
+		BreakerOpen:          e.Duration("FLOODGATE_LIMITER_BREAKER_OPEN", 200*time.Millisecond),
+		OverLimitCache:       e.Int("FLOODGATE_LIMITER_OVERLIMIT_CACHE", 100_000),
+		RedisBatch:           e.Int("FLOODGATE_LIMITER_REDIS_BATCH", 64),
+		InfluxURL:            e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
+		InfluxToken:          e.String("FLOODGATE_INFLUX_TOKEN", ""),
+		InfluxOrg:            e.String("FLOODGATE_INFLUX_ORG", ""),
+		InfluxBucket:         e.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket),
+		InfluxInterval:       e.Duration("FLOODGATE_LIMITER_INFLUX_INTERVAL", 10*time.Second),
+		EventBuffer:          e.Int("FLOODGATE_LIMITER_EVENT_BUFFER", 65536),
 	}
 	c.ProxyAddr = e.String("FLOODGATE_LIMITER_PROXY_ADDR", "")
 	c.ProxyUpstream = e.String("FLOODGATE_LIMITER_PROXY_UPSTREAM", "")
@@ -210,6 +222,10 @@ func (c Config) Validate() error {
 	v.Require(c.SentinelMaster != "" || len(c.SentinelAddrs) == 0, "FLOODGATE_REDIS_SENTINEL_MASTER", "required with FLOODGATE_REDIS_SENTINEL_ADDRS")
 	v.Require(len(c.KafkaBrokers) > 0, "FLOODGATE_KAFKA_BROKERS", "at least one host:port")
 	v.Require(c.DecisionsTopic != "", "FLOODGATE_DECISIONS_TOPIC", "required")
+	for _, h := range []struct{ name, v string }{{"FLOODGATE_LIMITER_ENVOY_LIMIT_HEADER", c.EnvoyLimitHeader},
+		{"FLOODGATE_LIMITER_ENVOY_REMAINING_HEADER", c.EnvoyRemainingHeader}, {"FLOODGATE_LIMITER_ENVOY_RESET_HEADER", c.EnvoyResetHeader}} {
+		v.Require(httpguts.ValidHeaderFieldName(h.v), h.name, "%q is not an HTTP header name", h.v)
+	}
 	v.Require(len(c.Gateway) >= 1 && len(c.Gateway) <= 64, "FLOODGATE_GATEWAY", "1 to 64 characters")
 	v.Require(c.PrincipalLimit >= 0, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT", "%d: must be at least 1 (or unset)", c.PrincipalLimit)
 	v.Require(c.PrincipalLimit == 0 || c.RulesPath == "", "FLOODGATE_LIMITER_PRINCIPAL_LIMIT", "set together with FLOODGATE_LIMITER_RULES; put the limit in the rules file instead")

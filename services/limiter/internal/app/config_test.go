@@ -32,6 +32,7 @@ func TestConfigFromEnvNamesBadVariables(t *testing.T) {
 		{"callers with auth none", map[string]string{"FLOODGATE_LIMITER_AUTH": "none", "FLOODGATE_LIMITER_CALLERS": "edge:" + "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}, "FLOODGATE_LIMITER_CALLERS"},
 		{"tokens on any address", map[string]string{"FLOODGATE_LIMITER_ADDR": "0.0.0.0:8080", "FLOODGATE_LIMITER_AUTH": "tokens", "FLOODGATE_LIMITER_CALLERS": "edge:" + "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}, ""},
 		{"auth unknown", map[string]string{"FLOODGATE_LIMITER_AUTH": "maybe"}, "FLOODGATE_LIMITER_AUTH"},
+		{"envoy header name", map[string]string{"FLOODGATE_LIMITER_ENVOY_RESET_HEADER": "Reset Time"}, "FLOODGATE_LIMITER_ENVOY_RESET_HEADER"},
 		{"sentinel master without sentinels", map[string]string{"FLOODGATE_REDIS_SENTINEL_MASTER": "mymaster"}, "FLOODGATE_REDIS_SENTINEL_ADDRS"},
 		{"sentinels without a master name", map[string]string{"FLOODGATE_REDIS_SENTINEL_ADDRS": "127.0.0.1:26379"}, "FLOODGATE_REDIS_SENTINEL_MASTER"},
 		{"sentinel", map[string]string{"FLOODGATE_REDIS_SENTINEL_MASTER": "mymaster", "FLOODGATE_REDIS_SENTINEL_ADDRS": "127.0.0.1:26379,127.0.0.1:26380"}, ""},

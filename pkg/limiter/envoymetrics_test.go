@@ -1,0 +1,103 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/floodgate-dev/floodgate/pkg/envoyconf"
+	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+)
+
+// TestEnvoyDescriptorMetrics: envoy ratelimit's per-descriptor stats as
+// Prometheus counters — by the limit's configuration path, by the call's own
+// entries with detailed_metric — with hits within, near and over the limit;
+// and the RateLimit-* headers of LIMIT_RESPONSE_HEADERS_ENABLED.
+func TestEnvoyDescriptorMetrics(t *testing.T) {
+	rdb := redistest.Client(t)
+	domain := fmt.Sprintf("metrics_%d", time.Now().UnixNano())
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "m.yaml"), []byte(`domain: `+domain+`
+descriptors:
+  - key: database
+    value: users
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+`), 0o644))
+	src, err := envoyconf.OpenDir(dir, envoyconf.Options{}, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	e := newTestEngine(t, rdb, oneBucket, nil)
+	reg := prometheus.NewRegistry()
+	s := NewServer(ServerConfig{Engine: e, Publisher: &capture{}, Topic: "decisions", Gateway: "envoy-test",
+		Logger: slog.New(slog.DiscardHandler), Registry: reg})
+	g, _ := NewGRPCServer(s, WithEnvoyConfig(&EnvoyConfig{Source: src, Headers: DefaultEnvoyHeaders(),
+		Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoytest:" + domain + ":"}}))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = g.Serve(ln) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	rls := rlsv3.NewRateLimitServiceClient(conn)
+
+	var last *rlsv3.RateLimitResponse
+	for range 6 {
+		last, err = rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*rlcommon.RateLimitDescriptor{descriptor("database", "users")}})
+		require.NoError(t, err)
+	}
+	require.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, last.GetOverallCode())
+	h := headerMap(last)
+	require.Equal(t, "5", h["RateLimit-Limit"])
+	require.Equal(t, "0", h["RateLimit-Remaining"])
+	require.NotEmpty(t, h["RateLimit-Reset"])
+	for range 3 {
+		_, err = rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*rlcommon.RateLimitDescriptor{descriptor("user", "alice")}})
+		require.NoError(t, err)
+	}
+
+	want := map[[2]string]float64{
+		{"database_users", "total"}: 6, {"database_users", "within_limit"}: 5, {"database_users", "near_limit"}: 2, {"database_users", "over_limit"}: 1,
+		{"user_alice", "total"}: 3, {"user_alice", "within_limit"}: 2, {"user_alice", "near_limit"}: 1, {"user_alice", "over_limit"}: 1,
+	}
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	got := map[[2]string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "floodgate_limiter_envoy_descriptor_hits_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			require.Equal(t, domain, l["domain"])
+			got[[2]string{l["descriptor"], l["outcome"]}] = m.GetCounter().GetValue()
+		}
+	}
+	require.Equal(t, want, got)
+}
+
+func TestEnvoyDetailedMetricSeriesAreBounded(t *testing.T) {
+	m := newEnvoyDescriptorMetrics(prometheus.NewRegistry())
+	for i := range maxDetailedSeries {
+		require.NotEqual(t, overflowDescriptor, m.detailedName(envoyconf.Descriptor{Entries: []envoyconf.Entry{{Key: "user", Value: fmt.Sprint(i)}}}))
+	}
+	require.Equal(t, overflowDescriptor, m.detailedName(envoyconf.Descriptor{Entries: []envoyconf.Entry{{Key: "user", Value: "one more"}}}))
+	require.Equal(t, "user_7", m.detailedName(envoyconf.Descriptor{Entries: []envoyconf.Entry{{Key: "user", Value: "7"}}}), "a known one keeps its name")
+}
