@@ -244,9 +244,6 @@ func (e *EnvoyRLS) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReque
 	for i, k := range keys {
 		out.ResponseHeadersToAdd[i] = &corev3.HeaderValue{Key: k, Value: h[k]}
 	}
-	if e.envoy.Headers != nil {
-		e.envoy.Headers.add(out)
-	}
 	result := "ok"
 	if out.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		result = "over_limit"
