@@ -101,6 +101,9 @@ type Evaluator struct {
 	// GlobalShadow answers OK overall whatever the descriptors say (envoy
 	// ratelimit's global shadow switch); statuses still tell the truth.
 	GlobalShadow bool
+	// Coalescer, when set, sends the counters of concurrent calls in shared
+	// pipelines (on Redis, not in Prefix's keys); nil: one pipeline per call.
+	Coalescer *redisx.Coalescer
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -148,7 +151,12 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 		hits uint64
 	}
 	var todo []pending
-	pipe := e.Redis.Pipeline()
+	type incr struct {
+		key  string
+		hits int64
+		ttl  time.Duration
+	}
+	var incrs []incr
 	for i, m := range matches {
 		l := m.Limit
 		switch {
@@ -170,13 +178,29 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 		secs := l.Unit.Seconds()
 		start := now.Unix() / secs * secs
 		key := e.counterKey(req.Domain, req.Descriptors[i].Entries, m.CounterValues, start)
-		cmd := pipe.IncrBy(ctx, key, int64(hits))
-		pipe.Expire(ctx, key, time.Duration(secs)*time.Second)
-		todo = append(todo, pending{i: i, cmd: cmd, hits: hits})
+		incrs = append(incrs, incr{key: key, hits: int64(hits), ttl: time.Duration(secs) * time.Second})
+		todo = append(todo, pending{i: i, hits: hits})
 	}
 	if len(todo) > 0 {
-		if _, err := pipe.Exec(ctx); err != nil {
-			return Response{}, fmt.Errorf("envoy counters: %w", err)
+		add := func(ctx context.Context, pipe redis.Pipeliner) {
+			for k, in := range incrs {
+				todo[k].cmd = pipe.IncrBy(ctx, in.key, in.hits)
+				pipe.Expire(ctx, in.key, in.ttl)
+			}
+		}
+		if e.Coalescer != nil {
+			if err := e.Coalescer.Do(ctx, add); err != nil {
+				return Response{}, fmt.Errorf("envoy counters: %w", err)
+			}
+		} else {
+			pipe := e.Redis.Pipeline()
+			add(ctx, pipe)
+			_, _ = pipe.Exec(ctx) // errors per command, below
+		}
+		for _, p := range todo {
+			if err := p.cmd.Err(); err != nil {
+				return Response{}, fmt.Errorf("envoy counters: %w", err)
+			}
 		}
 	}
 	for _, p := range todo {

@@ -150,7 +150,8 @@ func Run(ctx context.Context, env service.Env) error {
 			var opts []limiter.GRPCOption
 			if envoySrc != nil {
 				ec := &limiter.EnvoyConfig{Source: envoySrc,
-					Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoy:", GlobalShadow: cfg.EnvoyShadow}}
+					Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoy:", GlobalShadow: cfg.EnvoyShadow,
+						Coalescer: &redisx.Coalescer{Redis: rdb}}}
 				if cfg.EnvoyHeaders {
 					ec.Headers = &limiter.EnvoyHeaders{Limit: cfg.EnvoyLimitHeader, Remaining: cfg.EnvoyRemainingHeader, Reset: cfg.EnvoyResetHeader}
 				}
