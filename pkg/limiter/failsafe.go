@@ -101,8 +101,8 @@ func (e *Engine) fromOverLimitCache(groups []*group, cost int64) (Result, bool) 
 // Redis — shed checks and the "local" fail policy. Each instance enforces its
 // share of a rule: limit ÷ live limiter instances (redisx.LimitersKey), so N
 // instances together admit about the limit, not N× it. A bucket is a mirror
-// of Redis: every answer Redis gives for a key sets the key's bucket to at
-// most its share of what Redis said remains, so an abusive principal whose
+// of Redis: every answer Redis gives for a key sets the key's bucket to
+// its share of what Redis said remains, so an abusive principal whose
 // bucket Redis has emptied is not given a fresh one when its next check is
 // shed. Sharded by key; bounded (a full shard is cleared).
 type localBuckets struct {
@@ -120,6 +120,12 @@ type localShard struct {
 type localBucket struct {
 	tokens float64
 	ts     time.Time
+	// seen is when Redis last answered for this key (observe). Within a
+	// period of it the bucket does not refill on its own: Redis refills the
+	// key, and a bucket refilling on both sides admitted the limit from each
+	// (an abusive bot 1.4–1.55× its limit at 1.3–2× saturation, make chaos
+	// overload).
+	seen time.Time
 }
 
 func newLocalBuckets(max int) *localBuckets {
@@ -151,7 +157,9 @@ func (s *localShard) get(key string, max int, limit, capacity float64, period ti
 		return b
 	}
 	if d := now.Sub(b.ts); d > 0 {
-		b.tokens = min(capacity, b.tokens+float64(d)*limit/float64(period))
+		if now.Sub(b.seen) >= period {
+			b.tokens = min(capacity, b.tokens+float64(d)*limit/float64(period))
+		}
 		b.ts = now
 	}
 	return b
@@ -184,16 +192,20 @@ func (l *localBuckets) take(key string, limit, capacity, cost int64, period time
 	return false, int64(b.tokens), time.Duration((c - b.tokens) * float64(period) / lim)
 }
 
-// observe brings key's bucket down to this instance's share of what Redis
-// says remains (never up: what this instance admitted on its own while Redis
-// was not asked stays spent).
+// observe sets key's bucket to this instance's share of what Redis says
+// remains, and for a period after it the bucket spends only that: Redis,
+// not this bucket, refills a key it is answering. A key answered by Redis
+// and by local answers at once (a limiter past its capacity sheds a share
+// of its checks) is then admitted about its limit in total, not its limit
+// from each side; a key Redis has not answered for a period refills here
+// at this instance's share.
 func (l *localBuckets) observe(key string, limit, capacity, remaining int64, period time.Duration, n int64, now time.Time) {
 	lim, capf := share(limit, capacity, n)
 	rem := float64(max(remaining, 0)) / float64(max(n, 1))
 	s := l.shard(key)
 	s.mu.Lock()
 	b := s.get(key, l.max, lim, capf, period, now)
-	b.tokens = min(b.tokens, rem)
+	b.tokens, b.seen = min(capf, rem), now
 	s.mu.Unlock()
 }
 

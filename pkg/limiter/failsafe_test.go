@@ -221,3 +221,66 @@ func TestOverLimitCacheKeepsThePenaltyReason(t *testing.T) {
 		require.Equal(t, ProblemPenalized, DenialProblem(r, "c").Type)
 	}
 }
+
+// TestLocalBucketsShareTheLimitWithRedis: a key served by Redis and by local
+// answers at once (a limiter past its capacity sheds some of its checks)
+// is admitted about its limit in total, not its limit from each side: local
+// admissions are debt that every Redis answer is read against. Redis is
+// modelled as the token bucket it runs; an abusive key sends 1,000 checks/s
+// against a limit of 50/s for 10 s, half of them shed (in stretches).
+func TestLocalBucketsShareTheLimitWithRedis(t *testing.T) {
+	const limit, period = 50, time.Second
+	l := newLocalBuckets(100)
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	redisTokens, redisAt := float64(limit), start
+	admitted := 0
+	for i := range 10_000 {
+		now := start.Add(time.Duration(i) * time.Millisecond)
+		if (i/20)%2 == 0 { // answered by Redis, in stretches of 20 ms as admission limits open and close
+			redisTokens = min(limit, redisTokens+float64(now.Sub(redisAt))*limit/float64(period))
+			redisAt = now
+			if redisTokens >= 1 {
+				redisTokens--
+				admitted++
+			}
+			l.observe("k", limit, limit, int64(redisTokens), period, 1, now)
+			continue
+		}
+		if ok, _, _ := l.take("k", limit, limit, 1, period, 1, now); ok {
+			admitted++
+		}
+	}
+	most := float64(limit) + limit*10
+	t.Logf("admitted %d, %.2f× the limit", admitted, float64(admitted)/most)
+	require.LessOrEqual(t, float64(admitted), 1.2*most, "both sides together stay near the limit")
+	require.GreaterOrEqual(t, float64(admitted), 0.9*most, "and still admit it")
+}
+
+// TestLocalBucketsAdmitAKeyUnderItsLimit: the same split for a key at half
+// its limit (25 checks/s against 50/s): every check is admitted, by Redis
+// or locally — Redis's answers keep the local bucket full.
+func TestLocalBucketsAdmitAKeyUnderItsLimit(t *testing.T) {
+	const limit, period = 50, time.Second
+	l := newLocalBuckets(100)
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	redisTokens, redisAt := float64(limit), start
+	denied := 0
+	for i := range 250 { // one check every 40 ms for 10 s
+		now := start.Add(time.Duration(i) * 40 * time.Millisecond)
+		if (i/5)%2 == 0 {
+			redisTokens = min(limit, redisTokens+float64(now.Sub(redisAt))*limit/float64(period))
+			redisAt = now
+			if redisTokens >= 1 {
+				redisTokens--
+			} else {
+				denied++
+			}
+			l.observe("k", limit, limit, int64(redisTokens), period, 1, now)
+			continue
+		}
+		if ok, _, _ := l.take("k", limit, limit, 1, period, 1, now); !ok {
+			denied++
+		}
+	}
+	require.Zero(t, denied, "a key under its limit is never denied, shed or not")
+}
