@@ -45,6 +45,7 @@ var (
 	requiredRef = regexp.MustCompile(`^\$\{([A-Z][A-Z0-9_]*):\?[^}]+\}$`)
 	emptyRef    = regexp.MustCompile(`^\$\{([A-Z][A-Z0-9_]*):?-\}$`)
 	secretsList = regexp.MustCompile(`(?m)^NAMES=\(([^)]*)\)`)
+	derivedList = regexp.MustCompile(`(?m)^DERIVED=\(([^)]*)\)`)
 )
 
 // mustBeRequired are the credentials that protect something the moment the stack starts: they
@@ -86,6 +87,12 @@ func checkComposeSecrets(m *model) []string {
 		}
 	} else {
 		out = append(out, "deploy/compose/secrets.sh: no NAMES=(...) list of the secrets it generates")
+	}
+	// DERIVED=(...) are written from generated ones (a token's hash).
+	if mm := derivedList.FindStringSubmatch(script); mm != nil {
+		for _, n := range strings.Fields(mm[1]) {
+			generated[n] = strings.Contains(script, "^"+n+"=")
+		}
 	}
 	for _, name := range sortedKeys(m.compose.Services) {
 		env := m.compose.Services[name].env()

@@ -13,12 +13,15 @@ set -euo pipefail
 
 FILE=${1:-"$(cd -P -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)/secrets.env"}
 # name → what it is (written as a comment above it)
-NAMES=(FLOODGATE_INFLUX_TOKEN INFLUXDB_ADMIN_PASSWORD GRAFANA_ADMIN_PASSWORD FLOODGATE_CONSOLE_SESSION_SECRET)
+NAMES=(FLOODGATE_INFLUX_TOKEN INFLUXDB_ADMIN_PASSWORD GRAFANA_ADMIN_PASSWORD FLOODGATE_CONSOLE_SESSION_SECRET FLOODGATE_CONSOLE_QUOTA_TOKEN)
+# written from the ones above
+DERIVED=(FLOODGATE_QUOTA_TOKENS)
 declare -A WHAT=(
 	[FLOODGATE_INFLUX_TOKEN]="InfluxDB 2 admin token; the services write and read metrics with it"
 	[INFLUXDB_ADMIN_PASSWORD]="InfluxDB 2 user floodgate (UI on the compose network only)"
 	[GRAFANA_ADMIN_PASSWORD]="Grafana user admin (http://127.0.0.1:3000)"
 	[FLOODGATE_CONSOLE_SESSION_SECRET]="keys the console's sessions, CSRF tokens and device cookies"
+	[FLOODGATE_CONSOLE_QUOTA_TOKEN]="the console's token for the quota usage API (FLOODGATE_QUOTA_TOKENS holds its hash)"
 )
 
 random() { head -c 64 /dev/urandom | base64 | tr -d '\n/+=' | cut -c1-48; }
@@ -38,4 +41,11 @@ for name in "${NAMES[@]}"; do
 	printf '# %s\n%s=%s\n' "${WHAT[$name]}" "$name" "$(random)" >>"$FILE"
 	added=$((added + 1))
 done
-echo "secrets.sh: $FILE has ${#NAMES[@]} secrets ($added new); pass it with --env-file"
+# The quota usage API accepts the console's token: name:role:sha256hex of it.
+if ! grep -q '^FLOODGATE_QUOTA_TOKENS=.' "$FILE"; then
+	tok=$(sed -n 's/^FLOODGATE_CONSOLE_QUOTA_TOKEN=//p' "$FILE")
+	printf '# %s\nFLOODGATE_QUOTA_TOKENS=console:reader:%s\n' "the quota usage API's callers (the console's token, hashed)" \
+		"$(printf '%s' "$tok" | sha256sum | cut -d' ' -f1)" >>"$FILE"
+	added=$((added + 1))
+fi
+echo "secrets.sh: $FILE has $((${#NAMES[@]} + ${#DERIVED[@]})) secrets ($added new); pass it with --env-file"

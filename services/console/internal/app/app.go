@@ -48,6 +48,7 @@ type Config struct {
 	QuotaURL      string // FLOODGATE_CONSOLE_QUOTA_URL
 	AdjusterURL   string // FLOODGATE_CONSOLE_ADJUSTER_URL
 	AdjusterToken string // FLOODGATE_CONSOLE_ADJUSTER_TOKEN
+	QuotaToken    string // FLOODGATE_CONSOLE_QUOTA_TOKEN: a reader token of the quota usage API
 	DLQURL        string // FLOODGATE_CONSOLE_DLQ_URL
 	DLQToken      string // FLOODGATE_CONSOLE_DLQ_TOKEN
 	InfluxURL     string // FLOODGATE_INFLUX_URL
@@ -86,6 +87,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		QuotaURL:      e.String("FLOODGATE_CONSOLE_QUOTA_URL", "http://127.0.0.1:8085"),
 		AdjusterURL:   e.String("FLOODGATE_CONSOLE_ADJUSTER_URL", "http://127.0.0.1:8083"),
 		AdjusterToken: e.String("FLOODGATE_CONSOLE_ADJUSTER_TOKEN", ""),
+		QuotaToken:    e.String("FLOODGATE_CONSOLE_QUOTA_TOKEN", ""),
 		DLQURL:        e.String("FLOODGATE_CONSOLE_DLQ_URL", "http://127.0.0.1:8084"),
 		DLQToken:      e.String("FLOODGATE_CONSOLE_DLQ_TOKEN", ""),
 		InfluxURL:     e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
@@ -143,7 +145,7 @@ func (c Config) Validate() error {
 	if _, err := dlq.New(c.DLQURL, c.DLQToken, nil); err != nil {
 		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_DLQ_URL: %w", err))
 	}
-	if _, err := quota.New(c.QuotaURL, nil); err != nil {
+	if _, err := quota.New(c.QuotaURL, c.QuotaToken, nil); err != nil {
 		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_QUOTA_URL: %w", err))
 	}
 	if len(c.KafkaBrokers) == 0 {
@@ -251,7 +253,7 @@ func Serve(ctx context.Context, env service.Env) error {
 		_ = rdb.Close()
 		return err
 	}
-	qc, err := quota.New(cfg.QuotaURL, nil)
+	qc, err := quota.New(cfg.QuotaURL, cfg.QuotaToken, nil)
 	if err != nil {
 		_ = rdb.Close()
 		return err

@@ -36,8 +36,8 @@ type Report struct {
 type Client struct{ api *httpapi.Client }
 
 // New returns a client for the usage API at base (e.g. http://127.0.0.1:8085).
-func New(base string, hc *http.Client) (*Client, error) {
-	c, err := httpapi.NewClient(httpapi.ClientConfig{Name: "quota", BaseURL: base, HTTP: hc, Timeout: 3 * time.Second, MaxBody: 1 << 20})
+func New(base, token string, hc *http.Client) (*Client, error) {
+	c, err := httpapi.NewClient(httpapi.ClientConfig{Name: "quota", BaseURL: base, Token: token, HTTP: hc, Timeout: 3 * time.Second, MaxBody: 1 << 20})
 	if err != nil {
 		return nil, err
 	}

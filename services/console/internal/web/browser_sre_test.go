@@ -55,7 +55,7 @@ func TestBrowserSRE(t *testing.T) {
 		c, err := adjuster.New(adjURL, adjToken, nil)
 		require.NoError(t, err)
 		cfg.Adjuster = c
-		q, err := quota.New("http://"+qaddr, nil)
+		q, err := quota.New("http://"+qaddr, "", nil)
 		require.NoError(t, err)
 		cfg.Quota = q
 		cfg.BlockRate = &blockrate.Reader{Query: influx.QueryAPI(""), Bucket: bucket}

@@ -166,7 +166,7 @@ func startDeadLetters(t *testing.T) *deadLetters {
 		c, err := dlq.New("http://"+dlqAddr, token, nil)
 		require.NoError(t, err)
 		cfg.DLQ = c
-		q, err := quota.New("http://"+quotaAddr, nil)
+		q, err := quota.New("http://"+quotaAddr, "", nil)
 		require.NoError(t, err)
 		cfg.Quota = q
 	})

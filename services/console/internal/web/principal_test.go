@@ -26,7 +26,7 @@ func TestPrincipalPage(t *testing.T) {
 	var prefix string
 	e := newEnvWith(t, func(cfg *Config, p string) {
 		prefix = p
-		qc, err := quota.New("http://"+qaddr, nil)
+		qc, err := quota.New("http://"+qaddr, "", nil)
 		require.NoError(t, err)
 		cfg.Quota = qc
 	})
@@ -87,7 +87,7 @@ func TestPrincipalPage(t *testing.T) {
 func TestPrincipalPageQuotaDown(t *testing.T) {
 	dead := freeAddr(t) // nothing listens here
 	e := newEnvWith(t, func(cfg *Config, _ string) {
-		qc, err := quota.New("http://"+dead, &http.Client{Timeout: 2 * time.Second})
+		qc, err := quota.New("http://"+dead, "", &http.Client{Timeout: 2 * time.Second})
 		require.NoError(t, err)
 		cfg.Quota = qc
 	})

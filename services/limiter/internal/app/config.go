@@ -3,8 +3,6 @@ package app
 import (
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -169,32 +167,10 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		}
 		c.Callers = callers
 	}
-	if c.Auth == "" && loopbackOnly(c.HTTPAddr, c.GRPCAddr) {
+	if c.Auth == "" && config.LoopbackOnly(c.HTTPAddr, c.GRPCAddr) {
 		c.Auth = "none"
 	}
 	return c, c.Validate()
-}
-
-// loopbackOnly reports whether every address listens on loopback only
-// ("off" listens nowhere).
-func loopbackOnly(addrs ...string) bool {
-	for _, a := range addrs {
-		if a == "off" {
-			continue
-		}
-		host, _, err := net.SplitHostPort(a)
-		if err != nil {
-			return false
-		}
-		if host == "localhost" {
-			continue
-		}
-		ip, err := netip.ParseAddr(host)
-		if err != nil || !ip.IsLoopback() {
-			return false
-		}
-	}
-	return true
 }
 
 // Validate checks ranges and how fields relate; errors name the variable.

@@ -138,7 +138,16 @@ func Serve(ctx context.Context, env service.Env) error {
 	}
 
 	mux := http.NewServeMux()
-	usageapi.Register(mux, store, env.Now, log)
+	var tokens *httpapi.Tokens
+	if cfg.Tokens != "" {
+		if tokens, err = usageapi.ParseTokens(cfg.Tokens); err != nil {
+			_ = rdb.Close()
+			return fmt.Errorf("config: FLOODGATE_QUOTA_TOKENS: %w", err)
+		}
+	} else {
+		log.Warn("FLOODGATE_QUOTA_TOKENS is not set: the usage API answers anyone who reaches it (loopback only)", "addr", cfg.HTTPAddr)
+	}
+	usageapi.Register(mux, store, tokens, env.Now, log)
 	addr, err := run.Serve(service.API{Name: "usage api", Addr: cfg.HTTPAddr, Handler: mux, Health: true,
 		Metrics: "floodgate_quota_api", AccessLog: true})
 	if err != nil {

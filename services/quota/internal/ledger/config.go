@@ -11,7 +11,11 @@ import (
 
 // Config is the quota service's start-up configuration, read from the environment.
 type Config struct {
-	HTTPAddr       string   // FLOODGATE_QUOTA_ADDR: usage API, /healthz, /readyz, /metrics
+	HTTPAddr string // FLOODGATE_QUOTA_ADDR: usage API, /healthz, /readyz, /metrics
+	// Tokens are the usage API's callers (FLOODGATE_QUOTA_TOKENS,
+	// name:reader:sha256hex, comma-separated); required unless HTTPAddr is
+	// a loopback address (issue 22 S14: usage was readable by anyone).
+	Tokens         string
 	KafkaBrokers   []string // FLOODGATE_KAFKA_BROKERS
 	DecisionsTopic string   // FLOODGATE_DECISIONS_TOPIC
 	Group          string   // FLOODGATE_QUOTA_GROUP
@@ -77,6 +81,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 	e := config.NewEnv(getenv)
 	c := Config{
 		HTTPAddr:       e.String("FLOODGATE_QUOTA_ADDR", DefaultAddr),
+		Tokens:         e.String("FLOODGATE_QUOTA_TOKENS", ""),
 		KafkaBrokers:   e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
 		DecisionsTopic: e.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
 		Group:          e.String("FLOODGATE_QUOTA_GROUP", DefaultGroup),
@@ -112,6 +117,8 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 func (c Config) Validate() error {
 	var v config.Check
 	v.Require(c.HTTPAddr != "", "FLOODGATE_QUOTA_ADDR", "required (host:port)")
+	v.Require(c.Tokens != "" || config.LoopbackOnly(c.HTTPAddr), "FLOODGATE_QUOTA_TOKENS",
+		"required when FLOODGATE_QUOTA_ADDR (%s) is not a loopback address: anyone could read every principal's usage", c.HTTPAddr)
 	v.Require(len(c.KafkaBrokers) > 0, "FLOODGATE_KAFKA_BROKERS", "at least one host:port")
 	v.Require(c.DecisionsTopic != "", "FLOODGATE_DECISIONS_TOPIC", "required")
 	v.Require(c.Group != "", "FLOODGATE_QUOTA_GROUP", "required")

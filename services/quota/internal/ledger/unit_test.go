@@ -1,6 +1,7 @@
 package ledger_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,13 @@ import (
 	"github.com/floodgate-dev/floodgate/services/quota/internal/ledger"
 )
 
+func TestConfigUsageTokensBeyondLoopback(t *testing.T) {
+	env := map[string]string{"FLOODGATE_QUOTA_ADDR": "0.0.0.0:8085", "FLOODGATE_QUOTA_TOKENS": "console:reader:" + strings.Repeat("ab", 32)}
+	cfg, err := ledger.ConfigFromEnv(func(k string) string { return env[k] })
+	require.NoError(t, err)
+	require.Equal(t, env["FLOODGATE_QUOTA_TOKENS"], cfg.Tokens)
+}
+
 func TestConfigFromEnv(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -17,6 +25,7 @@ func TestConfigFromEnv(t *testing.T) {
 		wantErr string
 	}{
 		{"defaults are valid", map[string]string{}, ""},
+		{"usage API beyond loopback without tokens", map[string]string{"FLOODGATE_QUOTA_ADDR": "0.0.0.0:8085"}, "FLOODGATE_QUOTA_TOKENS"},
 		{"flush interval too short", map[string]string{"FLOODGATE_QUOTA_FLUSH_INTERVAL": "1ms"}, "FLOODGATE_QUOTA_FLUSH_INTERVAL"},
 		{"flush interval malformed", map[string]string{"FLOODGATE_QUOTA_FLUSH_INTERVAL": "soon"}, "FLOODGATE_QUOTA_FLUSH_INTERVAL"},
 		{"retention out of range", map[string]string{"FLOODGATE_QUOTA_RETENTION_DAYS": "0"}, "FLOODGATE_QUOTA_RETENTION_DAYS"},

@@ -4,6 +4,7 @@
 package usageapi
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -14,9 +15,27 @@ import (
 	"github.com/floodgate-dev/floodgate/services/quota/internal/ledger"
 )
 
-// Register adds the usage route to mux.
-func Register(mux *http.ServeMux, r ledger.UsageReader, now func() time.Time, log *slog.Logger) {
-	mux.Handle("GET /v1/usage/{kind}/{id}", Handler(r, now, log))
+// Roles of the usage API's tokens: reader reads usage.
+func Roles() httpapi.Roles { return httpapi.Roles{"reader"} }
+
+// ParseTokens reads FLOODGATE_QUOTA_TOKENS (name:role:sha256hex, comma-separated).
+func ParseTokens(spec string) (*httpapi.Tokens, error) { return httpapi.ParseTokenList(Roles(), spec) }
+
+// Register adds the usage route to mux. With tokens, a caller must send one
+// (Authorization: Bearer); nil serves anyone (loopback only, the config
+// enforces it).
+func Register(mux *http.ServeMux, r ledger.UsageReader, tokens *httpapi.Tokens, now func() time.Time, log *slog.Logger) {
+	var h http.Handler = Handler(r, now, log)
+	if tokens != nil {
+		auth := &httpapi.Auth{Tokens: tokens, Roles: Roles(), Realm: "floodgate-quota", Now: now,
+			Audit: func(ctx context.Context, e httpapi.AuthEvent) {
+				if e.Outcome != httpapi.AuthAllowed && log != nil {
+					log.WarnContext(ctx, "usage api: refused", "outcome", e.Outcome, "caller", e.Caller.Name, "path", e.Path)
+				}
+			}}
+		h = auth.Require("read usage", "reader", h)
+	}
+	mux.Handle("GET /v1/usage/{kind}/{id}", h)
 }
 
 // Handler serves GET /v1/usage/{kind}/{id}?days=N (default 1: today).

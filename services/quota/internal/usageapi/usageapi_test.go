@@ -52,7 +52,7 @@ func TestUsageHandler(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &fakeReader{days: days, err: tc.err}
 			mux := http.NewServeMux()
-			usageapi.Register(mux, r, func() time.Time { return now }, nil)
+			usageapi.Register(mux, r, nil, func() time.Time { return now }, nil)
 			rec := httptest.NewRecorder()
 			req := httptest.NewRequest(http.MethodGet, tc.path, nil)
 			req.Header.Set(httpapi.HeaderRequestID, "usage-1")
@@ -73,6 +73,40 @@ func TestUsageHandler(t *testing.T) {
 			var rep ledger.Report
 			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &rep))
 			require.Equal(t, ledger.Report{Principal: "bot:abc", Today: 7, Total: 12, Days: days}, rep)
+		})
+	}
+}
+
+// TestSecurityUsageNeedsATokenS14: with FLOODGATE_QUOTA_TOKENS set, usage is
+// read only with a reader token (issue 22 S14: anyone could read it).
+func TestSecurityUsageNeedsATokenS14(t *testing.T) {
+	tok, err := httpapi.NewToken("fgq_")
+	require.NoError(t, err)
+	tokens, err := usageapi.ParseTokens("console:reader:" + httpapi.HashToken(tok))
+	require.NoError(t, err)
+	r := &fakeReader{days: []ledger.DayUsage{{Day: "2026-03-10", Units: 7}}}
+	mux := http.NewServeMux()
+	usageapi.Register(mux, r, tokens, func() time.Time { return time.Date(2026, 3, 10, 15, 0, 0, 0, time.UTC) }, nil)
+	h := httpapi.Middleware(httpapi.Options{}, mux)
+	for name, tc := range map[string]struct {
+		auth string
+		want int
+	}{
+		"no token":    {"", http.StatusUnauthorized},
+		"wrong token": {"Bearer fgq_not-the-token", http.StatusUnauthorized},
+		"reader":      {"Bearer " + tok, http.StatusOK},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest(http.MethodGet, "/v1/usage/bot/abc", nil)
+			if tc.auth != "" {
+				req.Header.Set("Authorization", tc.auth)
+			}
+			h.ServeHTTP(rec, req)
+			require.Equal(t, tc.want, rec.Code, rec.Body.String())
+			if tc.want != http.StatusOK {
+				require.NotContains(t, rec.Body.String(), `"today"`, "no usage in a refusal")
+			}
 		})
 	}
 }
