@@ -79,6 +79,17 @@ type Detection struct {
 	NetworkThreshold int64
 }
 
+// AllRoutes is the route of a person's rapid_fire over all their routes
+// together (Detection.Route); it is no route template, which start with "/".
+const AllRoutes = "*"
+
+// The recent rate: the newest burstBuckets buckets of a rapid_fire window,
+// counted at 1/burstDiscount of their rate (see rapid).
+const (
+	burstBuckets  = 2
+	burstDiscount = 2
+)
+
 // Baseline sources.
 const (
 	SourceHistory    = "principal_history"
@@ -248,8 +259,20 @@ func (s *Scorer) Observe(d *events.Decision, out []Detection) []Detection {
 	s.gap(&p, ms)
 	p.lastSec = max(p.lastSec, sec)
 
-	rt := s.route(d.Route, automated(d.Principal.Kind))
-	rfScore, det := s.rapid(d, ph, rt, &p, ms, sec)
+	auto := automated(d.Principal.Kind)
+	rt := s.route(d.Route, auto)
+	rfScore, det := s.rapid(d, ph, rt, &p, ms, sec, d.Route, rt)
+	if !auto {
+		// People are also judged over all their routes together: a scraper
+		// walking four routes at 8 req/s each stays under every route's
+		// line while sending 32 req/s, four times the line a person crosses
+		// on one route. The cool-down keeps it to one rapid_fire a window.
+		allScore, allDet := s.rapid(d, ph, s.route(AllRoutes, false), &p, ms, sec, AllRoutes, rt)
+		rfScore = max(rfScore, allScore)
+		if det == nil {
+			det = allDet
+		}
+	}
 	if det != nil {
 		out = append(out, *det)
 	}
@@ -350,7 +373,14 @@ func (rt *routeStats) sample(ph uint64, rate float64, sec uint32, cfg *Config) {
 
 // rapid updates the principal × route window and reports its score and a
 // detection when the score crosses the threshold outside the cool-down.
-func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState, ms int64, sec uint32) (float64, *Detection) {
+//
+// rt is the window's route (its population sketch is fed); pop is the route
+// whose population quantile the score is measured against. For a person's
+// window over all routes that is the route of the event: a population of
+// all-route rates mixes light and heavy callers of every route, and the
+// fast abusers it should catch feed it (up to threshold × its quantile)
+// until it hides them; the event's route keeps a busy route's bar.
+func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState, ms int64, sec uint32, route string, pop *routeStats) (float64, *Detection) {
 	var rid uint32
 	if rt != nil {
 		rid = rt.id
@@ -375,13 +405,22 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 		sum += int64(c)
 	}
 	s.rf.Put(key, st)
-	observed := float64(sum) / s.windowSec
+	// The window's rate lags an onset: 10 s after a flood began it still
+	// averages the quiet before. The newest burstBuckets buckets (the
+	// current one partial) give a recent rate; it counts discounted by
+	// burstDiscount, since fewer events carry more noise. A person at 4×
+	// the line is seen in about a second and a half, not after a window.
+	recent := int64(st.counts[st.head%NumBuckets])
+	for i := uint32(1); i < burstBuckets; i++ {
+		recent += int64(st.counts[(st.head-i)%NumBuckets])
+	}
+	observed := max(float64(sum)/s.windowSec, float64(recent)*1000/float64(burstBuckets*s.widthMs)/burstDiscount)
 	baseline := float64(st.ewma)
 	denialRatio := s.denialRatio(p, sec)
 	auto := automated(d.Principal.Kind)
 	routeRate := 0.0
-	if rt != nil && !auto {
-		routeRate = rt.q
+	if pop != nil && !auto {
+		routeRate = pop.q
 	}
 	expected := max(baseline*s.cfg.BaselineK, routeRate, s.cfg.Floor)
 	score := observed / expected
@@ -404,7 +443,11 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 		// limit (most of its requests denied), or when one with a history
 		// jumps far above it while already being denied.
 		hammering := denialRatio >= s.cfg.AutomatedDenialRatio
-		jump := denialRatio >= s.cfg.AutomatedDenialRatio/2 && baseline*s.cfg.BaselineK >= s.cfg.Floor && score > s.cfg.Threshold
+		// Without a history the floor is the expectation, so a principal
+		// whose first requests already run past its limit (a cold flood)
+		// is a jump too; a new integration ramping inside its limits is
+		// never denied and never fires.
+		jump := denialRatio >= s.cfg.AutomatedDenialRatio/2 && score > s.cfg.Threshold
 		if observed <= s.cfg.Floor*s.cfg.Threshold || !(hammering || jump) {
 			return score, nil
 		}
@@ -415,6 +458,9 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 		expected = max(observed*(1-denialRatio), 1e-3)
 		score = observed / expected
 		threshold = 1 / max(1-s.cfg.AutomatedDenialRatio, 0.01)
+		if !hammering {
+			threshold = 1 / max(1-s.cfg.AutomatedDenialRatio/2, 0.01)
+		}
 		switch {
 		case denialRatio >= 0.9:
 			sev = events.SeverityCritical
@@ -450,7 +496,7 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 		Pattern: RapidFire, Principal: d.Principal, At: d.TS,
 		FirstEventAt: minTime(bucketTime(first, s.widthMs), d.TS), WindowStart: bucketTime(oldest, s.widthMs), Window: s.cfg.Window,
 		Score: score, Threshold: threshold, ObservedRate: observed, ExpectedRate: expected,
-		Baseline: baseline, RouteRate: routeRate, Count: sum, Route: d.Route,
+		Baseline: baseline, RouteRate: routeRate, Count: sum, Route: route,
 		Severity: sev, Penalize: true, BaselineSource: source, DenialRatio: denialRatio,
 	}
 }
