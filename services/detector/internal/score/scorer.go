@@ -137,6 +137,9 @@ type pState struct {
 	decCur, decPrev uint16
 	denCur, denPrev uint16
 	decEpoch        uint32
+	// all is a person's rapid-fire window over all routes together (unused
+	// for automation): in the record, so scoring it costs no second lookup.
+	all rfState
 }
 
 // Flags in the low bits of a bigIPSet key.
@@ -261,13 +264,13 @@ func (s *Scorer) Observe(d *events.Decision, out []Detection) []Detection {
 
 	auto := automated(d.Principal.Kind)
 	rt := s.route(d.Route, auto)
-	rfScore, det := s.rapid(d, ph, rt, &p, ms, sec, d.Route, rt)
+	rfScore, det := s.rapid(d, ph, rt, &p, ms, sec)
 	if !auto {
 		// People are also judged over all their routes together: a scraper
 		// walking four routes at 8 req/s each stays under every route's
 		// line while sending 32 req/s, four times the line a person crosses
 		// on one route. The cool-down keeps it to one rapid_fire a window.
-		allScore, allDet := s.rapid(d, ph, s.route(AllRoutes, false), &p, ms, sec, AllRoutes, rt)
+		allScore, allDet := s.rapidOn(&p.all, d, ph, nil, rt, &p, ms, sec, AllRoutes)
 		rfScore = max(rfScore, allScore)
 		if det == nil {
 			det = allDet
@@ -373,28 +376,34 @@ func (rt *routeStats) sample(ph uint64, rate float64, sec uint32, cfg *Config) {
 
 // rapid updates the principal × route window and reports its score and a
 // detection when the score crosses the threshold outside the cool-down.
-//
-// rt is the window's route (its population sketch is fed); pop is the route
-// whose population quantile the score is measured against. For a person's
-// window over all routes that is the route of the event: a population of
-// all-route rates mixes light and heavy callers of every route, and the
-// fast abusers it should catch feed it (up to threshold × its quantile)
-// until it hides them; the event's route keeps a busy route's bar.
-func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState, ms int64, sec uint32, route string, pop *routeStats) (float64, *Detection) {
+func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState, ms int64, sec uint32) (float64, *Detection) {
 	var rid uint32
 	if rt != nil {
 		rid = rt.id
 	}
 	key := ph ^ (uint64(rid)+1)*0x9E3779B97F4A7C15
 	st, _ := s.rf.Get(key)
+	score, det := s.rapidOn(&st, d, ph, rt, rt, p, ms, sec, d.Route)
+	s.rf.Put(key, st)
+	return score, det
+}
+
+// rapidOn counts the event in the window st and scores it. feed is the
+// route whose population sketch the window's closed rates feed (nil: none);
+// pop is the route whose population quantile the score is measured against.
+// A person's window over all routes (pState.all) feeds nothing and is
+// measured against the route of the event: a population of all-route rates
+// mixes light and heavy callers of every route, and the fast abusers it
+// should catch feed it (up to threshold × its quantile) until it hides them;
+// the event's route keeps a busy route's bar.
+func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *routeStats, p *pState, ms int64, sec uint32, route string) (float64, *Detection) {
 	b := uint32((ms - baseMs) / s.widthMs)
 	switch {
 	case st.head == 0 && st.counts == [NumBuckets]uint16{}:
 		st.head = b
 	case b > st.head:
-		s.advance(&st, ph, b, rt, sec)
+		s.advance(st, ph, b, feed, sec)
 	case b+NumBuckets <= st.head:
-		s.rf.Put(key, st)
 		return 0, nil // older than the window: a late event does not count
 	}
 	if c := &st.counts[b%NumBuckets]; *c < math.MaxUint16 {
@@ -404,7 +413,6 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 	for _, c := range st.counts {
 		sum += int64(c)
 	}
-	s.rf.Put(key, st)
 	// The window's rate lags an onset: 10 s after a flood began it still
 	// averages the quiet before. The newest burstBuckets buckets (the
 	// current one partial) give a recent rate; it counts discounted by

@@ -334,7 +334,7 @@ func TestSweepForgetsIdlePrincipals(t *testing.T) {
 	require.Equal(t, 100, s.Stats().Principals)
 	s.Observe(dec(events.Principal{Kind: events.PrincipalUser, ID: "late"}, t0.Add(time.Minute), "198.51.100.2", "/a"), nil)
 	require.Equal(t, 101, s.Stats().Principals, "inside the IP window")
-	require.Equal(t, 2, s.Stats().Windows, "rate windows of idle principals without a baseline go (late's route window and its all-routes window stay)")
+	require.Equal(t, 1, s.Stats().Windows, "rate windows of idle principals without a baseline go")
 	s.Observe(dec(events.Principal{Kind: events.PrincipalUser, ID: "later"}, t0.Add(10*time.Minute), "198.51.100.3", "/a"), nil)
 	require.Equal(t, 1, s.Stats().Principals)
 	require.Equal(t, 1, s.ips.Sweep(t0.Add(10*time.Minute).UnixMilli()))
