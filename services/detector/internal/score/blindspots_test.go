@@ -63,7 +63,8 @@ func TestPersonSpreadOverRoutesIsRapidFire(t *testing.T) {
 
 // TestOnsetIsSeenBeforeTheWindowFills: a person at 40 req/s on one route
 // (4× the line) is detected in under 2 s, not once the 10 s window averages
-// past the line (2.5 s at 40/s); a burst of 40 in one second is still not.
+// past the line (2.5 s at 40/s). A person's burst of 40 in one second is
+// still not rapid fire (TestRapidFireAgainstTheFloor).
 func TestOnsetIsSeenBeforeTheWindowFills(t *testing.T) {
 	for seed := uint64(1); seed <= 5; seed++ {
 		s := newScorer(nil)
