@@ -79,6 +79,17 @@ type Detection struct {
 	NetworkThreshold int64
 }
 
+// AllRoutes is the route of a person's rapid_fire over all their routes
+// together (Detection.Route); it is no route template, which start with "/".
+const AllRoutes = "*"
+
+// The recent rate: the newest burstBuckets buckets of a rapid_fire window,
+// counted at 1/burstDiscount of their rate (see rapid).
+const (
+	burstBuckets  = 2
+	burstDiscount = 2
+)
+
 // Baseline sources.
 const (
 	SourceHistory    = "principal_history"
@@ -126,6 +137,9 @@ type pState struct {
 	decCur, decPrev uint16
 	denCur, denPrev uint16
 	decEpoch        uint32
+	// all is a person's rapid-fire window over all routes together (unused
+	// for automation): in the record, so scoring it costs no second lookup.
+	all rfState
 }
 
 // Flags in the low bits of a bigIPSet key.
@@ -248,8 +262,20 @@ func (s *Scorer) Observe(d *events.Decision, out []Detection) []Detection {
 	s.gap(&p, ms)
 	p.lastSec = max(p.lastSec, sec)
 
-	rt := s.route(d.Route, automated(d.Principal.Kind))
+	auto := automated(d.Principal.Kind)
+	rt := s.route(d.Route, auto)
 	rfScore, det := s.rapid(d, ph, rt, &p, ms, sec)
+	if !auto {
+		// People are also judged over all their routes together: a scraper
+		// walking four routes at 8 req/s each stays under every route's
+		// line while sending 32 req/s, four times the line a person crosses
+		// on one route. The cool-down keeps it to one rapid_fire a window.
+		allScore, allDet := s.rapidOn(&p.all, d, ph, nil, rt, &p, ms, sec, AllRoutes)
+		rfScore = max(rfScore, allScore)
+		if det == nil {
+			det = allDet
+		}
+	}
 	if det != nil {
 		out = append(out, *det)
 	}
@@ -357,14 +383,27 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 	}
 	key := ph ^ (uint64(rid)+1)*0x9E3779B97F4A7C15
 	st, _ := s.rf.Get(key)
+	score, det := s.rapidOn(&st, d, ph, rt, rt, p, ms, sec, d.Route)
+	s.rf.Put(key, st)
+	return score, det
+}
+
+// rapidOn counts the event in the window st and scores it. feed is the
+// route whose population sketch the window's closed rates feed (nil: none);
+// pop is the route whose population quantile the score is measured against.
+// A person's window over all routes (pState.all) feeds nothing and is
+// measured against the route of the event: a population of all-route rates
+// mixes light and heavy callers of every route, and the fast abusers it
+// should catch feed it (up to threshold × its quantile) until it hides them;
+// the event's route keeps a busy route's bar.
+func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *routeStats, p *pState, ms int64, sec uint32, route string) (float64, *Detection) {
 	b := uint32((ms - baseMs) / s.widthMs)
 	switch {
 	case st.head == 0 && st.counts == [NumBuckets]uint16{}:
 		st.head = b
 	case b > st.head:
-		s.advance(&st, ph, b, rt, sec)
+		s.advance(st, ph, b, feed, sec)
 	case b+NumBuckets <= st.head:
-		s.rf.Put(key, st)
 		return 0, nil // older than the window: a late event does not count
 	}
 	if c := &st.counts[b%NumBuckets]; *c < math.MaxUint16 {
@@ -374,14 +413,22 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 	for _, c := range st.counts {
 		sum += int64(c)
 	}
-	s.rf.Put(key, st)
-	observed := float64(sum) / s.windowSec
+	// The window's rate lags an onset: 10 s after a flood began it still
+	// averages the quiet before. The newest burstBuckets buckets (the
+	// current one partial) give a recent rate; it counts discounted by
+	// burstDiscount, since fewer events carry more noise. A person at 4×
+	// the line is seen in about a second and a half, not after a window.
+	recent := int64(st.counts[st.head%NumBuckets])
+	for i := uint32(1); i < burstBuckets; i++ {
+		recent += int64(st.counts[(st.head-i)%NumBuckets])
+	}
+	observed := max(float64(sum)/s.windowSec, float64(recent)*1000/float64(burstBuckets*s.widthMs)/burstDiscount)
 	baseline := float64(st.ewma)
 	denialRatio := s.denialRatio(p, sec)
 	auto := automated(d.Principal.Kind)
 	routeRate := 0.0
-	if rt != nil && !auto {
-		routeRate = rt.q
+	if pop != nil && !auto {
+		routeRate = pop.q
 	}
 	expected := max(baseline*s.cfg.BaselineK, routeRate, s.cfg.Floor)
 	score := observed / expected
@@ -404,7 +451,11 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 		// limit (most of its requests denied), or when one with a history
 		// jumps far above it while already being denied.
 		hammering := denialRatio >= s.cfg.AutomatedDenialRatio
-		jump := denialRatio >= s.cfg.AutomatedDenialRatio/2 && baseline*s.cfg.BaselineK >= s.cfg.Floor && score > s.cfg.Threshold
+		// Without a history the floor is the expectation, so a principal
+		// whose first requests already run past its limit (a cold flood)
+		// is a jump too; a new integration ramping inside its limits is
+		// never denied and never fires.
+		jump := denialRatio >= s.cfg.AutomatedDenialRatio/2 && score > s.cfg.Threshold
 		if observed <= s.cfg.Floor*s.cfg.Threshold || !(hammering || jump) {
 			return score, nil
 		}
@@ -415,6 +466,9 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 		expected = max(observed*(1-denialRatio), 1e-3)
 		score = observed / expected
 		threshold = 1 / max(1-s.cfg.AutomatedDenialRatio, 0.01)
+		if !hammering {
+			threshold = 1 / max(1-s.cfg.AutomatedDenialRatio/2, 0.01)
+		}
 		switch {
 		case denialRatio >= 0.9:
 			sev = events.SeverityCritical
@@ -450,7 +504,7 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 		Pattern: RapidFire, Principal: d.Principal, At: d.TS,
 		FirstEventAt: minTime(bucketTime(first, s.widthMs), d.TS), WindowStart: bucketTime(oldest, s.widthMs), Window: s.cfg.Window,
 		Score: score, Threshold: threshold, ObservedRate: observed, ExpectedRate: expected,
-		Baseline: baseline, RouteRate: routeRate, Count: sum, Route: d.Route,
+		Baseline: baseline, RouteRate: routeRate, Count: sum, Route: route,
 		Severity: sev, Penalize: true, BaselineSource: source, DenialRatio: denialRatio,
 	}
 }

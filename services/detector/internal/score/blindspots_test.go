@@ -1,0 +1,95 @@
+package score
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
+)
+
+// poissonAcross sends Poisson arrivals at rate per second for dur, each on
+// the next of routes, through a limiter bucket per route (limit per second,
+// capacity = limit), and returns the detections.
+func poissonAcross(s *Scorer, p events.Principal, start time.Time, dur time.Duration, rate float64, limit float64, routes []string, seed uint64) []Detection {
+	r := rand.New(rand.NewPCG(seed, 1))
+	buckets := map[string]*limiterBucket{}
+	var out []Detection
+	for at, i := start, 0; at.Before(start.Add(dur)); i++ {
+		rt := routes[i%len(routes)]
+		b := buckets[rt]
+		if b == nil {
+			b = &limiterBucket{limit: limit}
+			buckets[rt] = b
+		}
+		out = s.Observe(b.decide(dec(p, at, "198.51.100.77", rt)), out)
+		at = at.Add(time.Duration(r.ExpFloat64() / rate * float64(time.Second)))
+	}
+	return out
+}
+
+// TestPersonSpreadOverRoutesIsRapidFire: a scripted account walking four
+// routes at 6 req/s each (24 req/s, under its limit of 10/s on every route)
+// stays under every route's line (10/s); over all its routes it sends 2.4×
+// that line. Per principal × route alone, it was never detected.
+func TestPersonSpreadOverRoutesIsRapidFire(t *testing.T) {
+	routes := []string{"/repos/{owner}/{repo}/issues", "/users/{username}", "/repos/{owner}/{repo}/stargazers", "/search/repositories"}
+	for seed := uint64(1); seed <= 5; seed++ {
+		s := newScorer(nil)
+		p := events.Principal{Kind: events.PrincipalUser, ID: "spread"}
+		got := only(poissonAcross(s, p, t0, time.Minute, 24, 10, routes, seed), RapidFire)
+		require.NotEmpty(t, got, "seed %d", seed)
+		d := got[0]
+		require.Equal(t, AllRoutes, d.Route)
+		require.True(t, d.Penalize)
+		require.Less(t, d.At.Sub(t0), 6*time.Second, "seed %d: detected within a window", seed)
+		require.Len(t, d.TopRoutes, 4, "the evidence names every route")
+	}
+	// A busy person (a page view fanning out into a dozen calls every few
+	// seconds over several routes) is not.
+	s := newScorer(nil)
+	p := events.Principal{Kind: events.PrincipalUser, ID: "busy"}
+	var out []Detection
+	for i := 0; i < 60; i++ {
+		at := t0.Add(time.Duration(i) * 3 * time.Second)
+		for j := 0; j < 12; j++ {
+			out = s.Observe(dec(p, at.Add(time.Duration(j)*40*time.Millisecond), "198.51.100.78", routes[j%len(routes)]), out)
+		}
+	}
+	require.Empty(t, only(out, RapidFire))
+}
+
+// TestOnsetIsSeenBeforeTheWindowFills: a person at 40 req/s on one route
+// (4× the line) is detected in under 2 s, not once the 10 s window averages
+// past the line (2.5 s at 40/s). A person's burst of 40 in one second is
+// still not rapid fire (TestRapidFireAgainstTheFloor).
+func TestOnsetIsSeenBeforeTheWindowFills(t *testing.T) {
+	for seed := uint64(1); seed <= 5; seed++ {
+		s := newScorer(nil)
+		p := events.Principal{Kind: events.PrincipalUser, ID: "onset"}
+		got := only(poissonAcross(s, p, t0, 20*time.Second, 40, 10, []string{"/a"}, seed), RapidFire)
+		require.NotEmpty(t, got)
+		require.Less(t, got[0].At.Sub(t0), 2*time.Second, "seed %d", seed)
+	}
+}
+
+// TestColdAutomationFloodIsRapidFire: a new bot whose first request starts a
+// flood at 1.8× its limit (limit 60/s, 108 req/s: about 45 % denied once
+// its bucket is empty). With no history to jump from, the floor is its
+// expectation: running past its limit from the start is a jump. Before, it
+// needed half of its requests denied and was never detected.
+func TestColdAutomationFloodIsRapidFire(t *testing.T) {
+	for seed := uint64(1); seed <= 3; seed++ {
+		s := newScorer(nil)
+		p := events.Principal{Kind: events.PrincipalBot, ID: "cold"}
+		got := only(poissonAcross(s, p, t0, 30*time.Second, 108, 60, []string{"/v1/charges"}, seed), RapidFire)
+		require.NotEmpty(t, got, "seed %d", seed)
+		require.Equal(t, SourceLimit, got[0].BaselineSource)
+		require.Less(t, got[0].At.Sub(t0), 5*time.Second, "seed %d", seed)
+	}
+	// A new bot steady at 90 % of its limit is never denied: not abuse.
+	s := newScorer(nil)
+	require.Empty(t, only(poissonAcross(s, events.Principal{Kind: events.PrincipalBot, ID: "new"}, t0, time.Minute, 54, 60, []string{"/v1/charges"}, 9), RapidFire))
+}
