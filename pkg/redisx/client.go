@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -146,4 +148,41 @@ func Ping(ctx context.Context, c redis.UniversalClient) error {
 		return fmt.Errorf("ping redis: %w", err)
 	}
 	return nil
+}
+
+// WaitReady pings c until it answers, backing off from 200 ms to 5 s, and
+// returns nil then — or ctx's error if ctx ends first. A service that needs
+// Redis starts and waits for it instead of exiting while Redis is down or
+// failing over (issue 21: a restart loop adds load exactly when Redis
+// returns). The first failure is logged, then one line per 30 s with the
+// attempts made.
+func WaitReady(ctx context.Context, c redis.UniversalClient, log *slog.Logger) error {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval = 200*time.Millisecond, 5*time.Second
+	var lastLog time.Time
+	for attempt := 1; ; attempt++ {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := Ping(pctx, c)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				log.Info("redis reachable", "attempts", attempt)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("waiting for redis: %w", ctx.Err())
+		}
+		if time.Since(lastLog) >= 30*time.Second {
+			log.Warn("redis unreachable; retrying", "err", err, "attempts", attempt)
+			lastLog = time.Now()
+		}
+		t := time.NewTimer(bo.NextBackOff())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("waiting for redis: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
 }

@@ -77,12 +77,12 @@ func Serve(ctx context.Context, env service.Env) error {
 
 	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second})
 	run.Closer("redis", rdb.Close)
-	startCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := redisx.Ping(startCtx, rdb); err != nil {
+	if err := redisx.WaitReady(ctx, rdb, log); err != nil {
 		_ = rdb.Close()
 		return err
 	}
+	startCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	ddb, err := dynamo.NewClient(startCtx, dynamo.Options{Endpoint: cfg.DynamoEndpoint, TablePrefix: cfg.DynamoTablePrefix})
 	if err != nil {
 		_ = rdb.Close()

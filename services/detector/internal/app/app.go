@@ -38,10 +38,7 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 
 	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second})
 	defer rdb.Close()
-	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = redisx.Ping(pingCtx, rdb)
-	cancel()
-	if err != nil {
+	if err := redisx.WaitReady(ctx, rdb, log); err != nil {
 		return err
 	}
 

@@ -117,10 +117,7 @@ func Serve(ctx context.Context, env service.Env) error {
 
 	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second})
 	run.Closer("redis", rdb.Close)
-	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = redisx.Ping(pingCtx, rdb)
-	cancel()
-	if err != nil {
+	if err := redisx.WaitReady(ctx, rdb, log); err != nil {
 		_ = rdb.Close()
 		return err
 	}

@@ -1,0 +1,55 @@
+package redisx_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+)
+
+// TestWaitReadyWaitsForRedis: started while nothing listens, WaitReady
+// returns once a redis-server comes up on the address (one warning logged,
+// not one per attempt), and gives up only when its context ends.
+func TestWaitReadyWaitsForRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	port, err := redistest.FreePort()
+	require.NoError(t, err)
+	c := redisx.NewClient(redisx.Options{Addrs: []string{"127.0.0.1:" + strconv.Itoa(port)}, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+
+	done := make(chan error, 1)
+	go func() { done <- redisx.WaitReady(context.Background(), c, log) }()
+	time.Sleep(4 * time.Second) // a few attempts (each ping retries dialing inside go-redis)
+	select {
+	case err := <-done:
+		t.Fatalf("returned while Redis was down: %v", err)
+	default:
+	}
+	p, err := redistest.StartProc(t.TempDir(), port)
+	require.NoError(t, err)
+	t.Cleanup(p.Kill)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("did not notice Redis come up")
+	}
+	require.Equal(t, 1, strings.Count(logs.String(), "redis unreachable"), logs.String())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	p.Kill()
+	require.ErrorIs(t, redisx.WaitReady(ctx, c, log), context.DeadlineExceeded)
+}
