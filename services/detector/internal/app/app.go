@@ -83,10 +83,11 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 		log.Warn("paging disabled: FLOODGATE_PAGERDUTY_ROUTING_KEY is not set")
 	}
 
+	penalties := detector.NewPenaltyStore(rdb)
 	dcfg := detector.Config{
 		Score: cfg.Score, Policies: cfg.Policies, Escalation: cfg.Escalation, BlastLimit: cfg.BlastLimit,
 		MaxEventSkew: cfg.MaxEventSkew, MaxEventAge: cfg.MaxEventAge,
-		Penalties: detector.NewPenaltyStore(rdb), Allowlist: allow,
+		Penalties: penalties, Allowlist: allow,
 		Publisher: producer, AbuseTopic: cfg.AbuseTopic, Recorder: recorder, Logger: log, Registerer: reg,
 	}
 	if records != nil {
@@ -125,6 +126,9 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 	defer stopRun()
 	g.Go(func() error { return decisions.Run(runCtx) })
 	g.Go(func() error { return det.Maintain(runCtx, 5*time.Second) })
+	// Penalties Redis loses (FLUSHALL, a failover that dropped writes) are
+	// written again within a second of the loss being seen.
+	g.Go(func() error { return penalties.RunReassert(runCtx, time.Second, log) })
 	if shared != nil {
 		g.Go(func() error { return shared.Run(runCtx) })
 	}

@@ -41,13 +41,24 @@ return 1
 // PenaltyStore writes penalties the limiter reads. Safe for concurrent use.
 type PenaltyStore struct {
 	rdb redis.Cmdable
+	reassertState
 }
 
 // NewPenaltyStore returns a store on rdb.
 func NewPenaltyStore(rdb redis.Cmdable) *PenaltyStore { return &PenaltyStore{rdb: rdb} }
 
-// Apply writes p for principal and reports which of the Penalty* outcomes happened.
+// Apply writes p for principal and reports which of the Penalty* outcomes
+// happened. The store remembers it, to write it again if Redis loses it
+// (RunReassert).
 func (s *PenaltyStore) Apply(ctx context.Context, principal events.Principal, abuseID string, p events.Penalty) (int, error) {
+	n, err := s.write(ctx, principal, abuseID, p)
+	if err == nil && n != PenaltyStale {
+		s.remember(principal, abuseID, p)
+	}
+	return n, err
+}
+
+func (s *PenaltyStore) write(ctx context.Context, principal events.Principal, abuseID string, p events.Penalty) (int, error) {
 	key := redisx.PenaltyKey(string(principal.Kind), principal.ID)
 	n, err := applyPenalty.Run(ctx, s.rdb, []string{key},
 		strconv.FormatFloat(p.Multiplier, 'f', -1, 64), p.Level, abuseID, p.ExpiresAt.UnixMilli()).Int()
