@@ -25,6 +25,7 @@ import (
 const (
 	DefaultJournalSegmentBytes  = 64 << 20
 	DefaultJournalMaxBytes      = 1 << 30
+	DefaultJournalReserveBytes  = 64 << 20
 	DefaultJournalSyncInterval  = 100 * time.Millisecond
 	DefaultJournalQueueSize     = 65536
 	DefaultJournalReplayBatch   = 500
@@ -98,6 +99,12 @@ type JournalConfig struct {
 	// floodgate_stream_journal_dropped_total{reason="cap"}. At least
 	// 2×SegmentBytes; default 1 GiB. FLOODGATE_JOURNAL_MAX_BYTES.
 	MaxBytes int64
+	// ReserveBytes is left free on the journal's filesystem: the cap is the
+	// smaller of MaxBytes and what the journal holds plus the free space
+	// less this reserve, read at every append, so a filling disk drops the
+	// oldest segments (counted) instead of failing writes. Default 64 MiB;
+	// FLOODGATE_JOURNAL_RESERVE_BYTES.
+	ReserveBytes int64
 	// Sync is the fsync policy; default JournalSyncBatch.
 	// FLOODGATE_JOURNAL_SYNC (batch | interval).
 	Sync JournalSync
@@ -132,6 +139,7 @@ func JournalConfigFromEnv(getenv config.Getenv) (JournalConfig, error) {
 		Dir:          e.String("FLOODGATE_JOURNAL_DIR", ""),
 		SegmentBytes: int64(e.Int("FLOODGATE_JOURNAL_SEGMENT_BYTES", DefaultJournalSegmentBytes)),
 		MaxBytes:     int64(e.Int("FLOODGATE_JOURNAL_MAX_BYTES", DefaultJournalMaxBytes)),
+		ReserveBytes: int64(e.Int("FLOODGATE_JOURNAL_RESERVE_BYTES", DefaultJournalReserveBytes)),
 		SyncInterval: e.Duration("FLOODGATE_JOURNAL_SYNC_INTERVAL", DefaultJournalSyncInterval),
 		QueueSize:    e.Int("FLOODGATE_JOURNAL_QUEUE", DefaultJournalQueueSize),
 	}
@@ -161,6 +169,9 @@ func (c JournalConfig) Validate() error {
 	}
 	if c.MaxBytes < 0 || d.MaxBytes < 2*d.SegmentBytes {
 		bad("MaxBytes", "FLOODGATE_JOURNAL_MAX_BYTES", "must be at least 2×SegmentBytes (%d), got %d", 2*d.SegmentBytes, c.MaxBytes)
+	}
+	if c.ReserveBytes < 0 {
+		bad("ReserveBytes", "FLOODGATE_JOURNAL_RESERVE_BYTES", "must not be negative, got %d", c.ReserveBytes)
 	}
 	if c.Sync != JournalSyncBatch && c.Sync != JournalSyncInterval {
 		bad("Sync", "FLOODGATE_JOURNAL_SYNC", "want batch or interval, got %v", c.Sync)
@@ -197,6 +208,9 @@ func (c JournalConfig) withDefaults() JournalConfig {
 	}
 	if c.MaxBytes == 0 {
 		c.MaxBytes = max(DefaultJournalMaxBytes, 2*c.SegmentBytes)
+	}
+	if c.ReserveBytes == 0 {
+		c.ReserveBytes = DefaultJournalReserveBytes
 	}
 	if c.SyncInterval == 0 {
 		c.SyncInterval = DefaultJournalSyncInterval
@@ -272,6 +286,9 @@ type Journal struct {
 	queue   chan kafka.Message
 
 	lost atomic.Int64 // messages Append or Offer could not keep, cap drops excluded
+
+	errLogAt time.Time // last error line (logError); j.mu held
+	errHeld  int       // error lines held back since
 	ran  atomic.Bool
 }
 
@@ -517,7 +534,7 @@ func (j *Journal) append(msgs []kafka.Message, counter prometheus.Counter) error
 	need := int64(len(buf))
 	if !j.makeRoom(need + int64(len(segmentMagic))) {
 		j.drop(journalDropCap, n, false)
-		j.log.Error("journal full: batch dropped", "messages", n, "bytes", need, "max_bytes", j.cfg.MaxBytes)
+		j.logError("journal full: batch dropped", "messages", n, "bytes", need, "max_bytes", j.cfg.MaxBytes, "cap_bytes", j.capBytes())
 		return fmt.Errorf("append %d messages: %w", n, ErrJournalFull)
 	}
 	seg := j.activeSegment()
@@ -529,13 +546,13 @@ func (j *Journal) append(msgs []kafka.Message, counter prometheus.Counter) error
 		var err error
 		if seg, err = j.startSegment(); err != nil {
 			j.drop(journalDropWriteError, n, true)
-			j.log.Error("journal segment not created: batch dropped", "messages", n, "err", err)
+			j.logError("journal segment not created: batch dropped", "messages", n, "err", err)
 			return fmt.Errorf("append %d messages: %w", n, err)
 		}
 	}
 	if _, err := j.active.Write(buf); err != nil {
 		j.drop(journalDropWriteError, n, true)
-		j.log.Error("journal write failed: batch dropped", "messages", n, "err", err)
+		j.logError("journal write failed: batch dropped", "messages", n, "err", err)
 		// Cut the partial record so later appends stay readable; if that
 		// fails too, seal the segment: the drainer reads only up to
 		// seg.size and the next OpenJournal truncates the torn tail.
@@ -561,6 +578,22 @@ func (j *Journal) append(msgs []kafka.Message, counter prometheus.Counter) error
 	return nil
 }
 
+// journalLogEvery bounds the journal's error lines: on a full disk every
+// batch fails the same way (15,373 ERROR lines in a 25 s outage on main).
+const journalLogEvery = 10 * time.Second
+
+// logError logs an error line at most once per journalLogEvery, counting the
+// lines it held back meanwhile. j.mu held.
+func (j *Journal) logError(msg string, args ...any) {
+	now := time.Now()
+	if !j.errLogAt.IsZero() && now.Sub(j.errLogAt) < journalLogEvery {
+		j.errHeld++
+		return
+	}
+	j.log.Error(msg, append(args, "errors_not_logged", j.errHeld)...)
+	j.errLogAt, j.errHeld = now, 0
+}
+
 // drop counts n messages dropped for reason; lost marks messages that were
 // never stored (cap drops of stored segments are accounted separately).
 func (j *Journal) drop(reason string, n int64, lost bool) {
@@ -581,10 +614,22 @@ func (j *Journal) activeSegment() *journalSegment {
 	return j.segs[len(j.segs)-1]
 }
 
+// capBytes is what the journal may hold now: MaxBytes, or less when the
+// filesystem has less free space than the rest of it plus ReserveBytes.
+// j.mu held.
+func (j *Journal) capBytes() int64 {
+	limit := j.cfg.MaxBytes
+	if free, err := freeBytes(j.cfg.Dir); err == nil {
+		limit = min(limit, j.bytes+free-j.cfg.ReserveBytes)
+	}
+	return limit
+}
+
 // makeRoom drops the oldest segments the drainer is not publishing from
-// until need more bytes fit under MaxBytes. j.mu held.
+// until need more bytes fit under the cap (capBytes). j.mu held.
 func (j *Journal) makeRoom(need int64) bool {
-	for j.bytes+need > j.cfg.MaxBytes {
+	limit := j.capBytes()
+	for j.bytes+need > limit {
 		var victim *journalSegment
 		for _, s := range j.segs {
 			if !s.busy {

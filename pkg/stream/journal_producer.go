@@ -56,10 +56,13 @@ func (c DurableProducerConfig) Validate() error {
 // is back (decision events carry their own ts).
 type DurableProducer struct {
 	async   *AsyncProducer
-	journal *Journal  // nil when disabled
-	replay  *Producer // nil when disabled
-	topic   string
-	log     *slog.Logger
+	journal *Journal // nil when disabled
+	// journalErr is why a configured journal could not be opened (the
+	// producer then runs without it).
+	journalErr error
+	replay     *Producer // nil when disabled
+	topic      string
+	log        *slog.Logger
 }
 
 // NewDurableProducer validates cfg, opens (and recovers) the journal, and
@@ -85,8 +88,19 @@ func NewDurableProducer(cfg DurableProducerConfig) (*DurableProducer, error) {
 		jcfg.Registerer = cfg.Async.Registerer
 	}
 	j, err := OpenJournal(jcfg)
-	if err != nil {
+	if errors.Is(err, ErrInvalidConfig) {
 		return nil, fmt.Errorf("open journal: %w", err)
+	}
+	if err != nil {
+		// A missing, read-only or unwritable directory (or one another
+		// process holds) is no reason to refuse to serve: events are kept
+		// in the producer's memory buffer only, and what does not fit is
+		// dropped and counted, as without a journal.
+		d.log.Warn("JOURNAL UNAVAILABLE: decision events are kept in memory only while Kafka is unreachable; fix FLOODGATE_JOURNAL_DIR",
+			"dir", jcfg.Dir, "err", err)
+		d.journalErr = err
+		d.async = NewAsyncProducer(cfg.Async)
+		return d, nil
 	}
 	a := cfg.Async
 	a.OnFailed = j.OnFailed
@@ -179,3 +193,7 @@ func withEventID(hs []kafka.Header) []kafka.Header {
 	}
 	return append(out, kafka.Header{Key: HeaderCEID, Value: []byte(uuid.NewString())})
 }
+
+// JournalError reports why a configured journal is not in use (nil when it
+// is, or when none was configured).
+func (d *DurableProducer) JournalError() error { return d.journalErr }

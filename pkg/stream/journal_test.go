@@ -480,12 +480,14 @@ func TestJournalConfigFromEnv(t *testing.T) {
 		wantErr string
 	}{
 		{name: "unset disables", env: nil, want: JournalConfig{SegmentBytes: DefaultJournalSegmentBytes, MaxBytes: DefaultJournalMaxBytes,
-			SyncInterval: DefaultJournalSyncInterval, QueueSize: DefaultJournalQueueSize}},
+			ReserveBytes: DefaultJournalReserveBytes, SyncInterval: DefaultJournalSyncInterval, QueueSize: DefaultJournalQueueSize}},
 		{name: "all set", env: map[string]string{"FLOODGATE_JOURNAL_DIR": "/var/lib/fg", "FLOODGATE_JOURNAL_SEGMENT_BYTES": "1048576",
-			"FLOODGATE_JOURNAL_MAX_BYTES": "8388608", "FLOODGATE_JOURNAL_SYNC": "interval", "FLOODGATE_JOURNAL_SYNC_INTERVAL": "50ms", "FLOODGATE_JOURNAL_QUEUE": "100"},
-			want: JournalConfig{Dir: "/var/lib/fg", SegmentBytes: 1 << 20, MaxBytes: 8 << 20, Sync: JournalSyncInterval, SyncInterval: 50 * time.Millisecond, QueueSize: 100}},
+			"FLOODGATE_JOURNAL_MAX_BYTES": "8388608", "FLOODGATE_JOURNAL_SYNC": "interval", "FLOODGATE_JOURNAL_SYNC_INTERVAL": "50ms", "FLOODGATE_JOURNAL_QUEUE": "100",
+			"FLOODGATE_JOURNAL_RESERVE_BYTES": "1048576"},
+			want: JournalConfig{Dir: "/var/lib/fg", SegmentBytes: 1 << 20, MaxBytes: 8 << 20, ReserveBytes: 1 << 20, Sync: JournalSyncInterval, SyncInterval: 50 * time.Millisecond, QueueSize: 100}},
 		{name: "bad sync", env: map[string]string{"FLOODGATE_JOURNAL_SYNC": "always"}, wantErr: "FLOODGATE_JOURNAL_SYNC"},
 		{name: "bad number", env: map[string]string{"FLOODGATE_JOURNAL_MAX_BYTES": "1GB"}, wantErr: "FLOODGATE_JOURNAL_MAX_BYTES"},
+		{name: "bad reserve", env: map[string]string{"FLOODGATE_JOURNAL_RESERVE_BYTES": "lots"}, wantErr: "FLOODGATE_JOURNAL_RESERVE_BYTES"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
