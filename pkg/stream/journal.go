@@ -289,7 +289,7 @@ type Journal struct {
 
 	errLogAt time.Time // last error line (logError); j.mu held
 	errHeld  int       // error lines held back since
-	ran  atomic.Bool
+	ran      atomic.Bool
 }
 
 type journalSegment struct {
