@@ -48,6 +48,7 @@ func Scenarios() []Scenario {
 		{"redis-restart", "Redis SIGKILLed under limiter load and restarted empty", false, RedisRestart},
 		{"redis-slow", "Redis replies delayed by 20 ms, then 40 ms (the budget is 50 ms), then one 60 ms stall", false, RedisSlow},
 		{"redis-cluster-failover", "a master of a 3-master Redis Cluster with replicas SIGKILLed under load; its replica takes over", false, RedisClusterFailover},
+		{"journal-disk-full", "the limiter's journal on a 4 MiB disk while the broker is down under load", false, JournalDiskFull},
 		{"redis-flushall", "rapid-fire bots penalized, then stopped; Redis FLUSHALLed: penalties must come back without re-detection", false, RedisFlushAll},
 		{"detector-kill", "one of two detectors in a consumer group SIGKILLed while rapid-fire bots run; more bots start at the kill", false, DetectorKill},
 		{"overload", "open-loop load at 1.3× and 2× the limiter's measured saturation, a tenth from an abusive bot under a fail-open rule", false, Overload},

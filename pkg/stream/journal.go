@@ -658,8 +658,8 @@ func (j *Journal) dropSegment(seg *journalSegment) {
 	j.pending -= lostRecords
 	j.drop(journalDropCap, lostRecords, false)
 	j.removeSegmentFiles(seg)
-	j.log.Error("journal over its size cap: oldest segment dropped", "segment", seg.id,
-		"messages_lost", lostRecords, "bytes", seg.size, "max_bytes", j.cfg.MaxBytes)
+	j.logError("journal over its size cap: oldest segment dropped", "segment", seg.id,
+		"messages_lost", lostRecords, "bytes", seg.size, "max_bytes", j.cfg.MaxBytes, "cap_bytes", j.capBytes())
 }
 
 func (j *Journal) removeSegmentFiles(seg *journalSegment) {
