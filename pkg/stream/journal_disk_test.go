@@ -84,3 +84,15 @@ func TestDurableProducerRunsWithoutAnUnwritableJournal(t *testing.T) {
 	require.ErrorIs(t, d.JournalError(), syscall.EROFS)
 	require.Contains(t, logs.String(), "JOURNAL UNAVAILABLE")
 }
+
+// TestDurableProducerRefusesALockedJournal: a directory another journal
+// holds is a configuration to fix, not a reason to run memory-only.
+func TestDurableProducerRefusesALockedJournal(t *testing.T) {
+	dir := t.TempDir()
+	openTestJournal(t, dir, prometheus.NewRegistry(), nil)
+	_, err := NewDurableProducer(DurableProducerConfig{
+		Async:   AsyncProducerConfig{Brokers: []string{"127.0.0.1:1"}, Topic: "t"},
+		Journal: JournalConfig{Dir: dir},
+	})
+	require.ErrorIs(t, err, ErrJournalLocked)
+}

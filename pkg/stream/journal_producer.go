@@ -88,7 +88,9 @@ func NewDurableProducer(cfg DurableProducerConfig) (*DurableProducer, error) {
 		jcfg.Registerer = cfg.Async.Registerer
 	}
 	j, err := OpenJournal(jcfg)
-	if errors.Is(err, ErrInvalidConfig) {
+	if errors.Is(err, ErrInvalidConfig) || errors.Is(err, ErrJournalLocked) {
+		// A wrong configuration, or a directory another limiter journals
+		// to (two would interleave their segments), must be fixed first.
 		return nil, fmt.Errorf("open journal: %w", err)
 	}
 	if err != nil {
