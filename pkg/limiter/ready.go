@@ -13,12 +13,23 @@ type Readiness struct {
 	Status    string            `json:"status"` // ok | degraded | not ready
 	Redis     map[string]string `json:"redis"`  // shard → breaker state (closed, half-open, open)
 	Instances int64             `json:"instances"`
+	// Journal is "memory only: <why>" when a configured journal directory
+	// could not be used (the status is then degraded too); empty otherwise.
+	Journal string `json:"journal,omitempty"`
 }
+
+// journalState is what a publisher with a journal reports (stream.DurableProducer).
+type journalState interface{ JournalError() error }
 
 // Readiness reports the limiter's state as /readyz does.
 func (s *Server) Readiness() (bool, Readiness) {
 	healthy, shards := s.engine.Health()
 	r := Readiness{Status: "ok", Redis: shards, Instances: s.engine.instances.Load()}
+	if js, ok := s.pub.(journalState); ok {
+		if err := js.JournalError(); err != nil {
+			r.Journal, healthy = "memory only: "+err.Error(), false
+		}
+	}
 	if !healthy {
 		r.Status = "degraded"
 	}
