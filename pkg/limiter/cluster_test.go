@@ -19,6 +19,9 @@ import (
 // clusterClient connects to the local 3-master Redis Cluster
 // (FLOODGATE_REDIS_CLUSTER_ADDRS) and fails loudly when it is not there.
 func clusterClient(t *testing.T) redis.UniversalClient {
+	if testing.Short() {
+		t.Skip("needs the local Redis Cluster: `make test` runs it")
+	}
 	addrs := config.NewEnv(os.Getenv).List("FLOODGATE_REDIS_CLUSTER_ADDRS", "127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002")
 	c := redisx.NewClient(redisx.Options{Addrs: addrs, DialTimeout: time.Second})
 	t.Cleanup(func() { _ = c.Close() })

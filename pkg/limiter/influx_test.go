@@ -17,6 +17,9 @@ import (
 )
 
 func TestScopeCountsReachInfluxDB(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
+	}
 	env := config.NewEnv(os.Getenv)
 	url := env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL)
 	bucket := env.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket)

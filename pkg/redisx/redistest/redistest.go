@@ -20,6 +20,9 @@ import (
 // no other test uses (see Unique).
 func Client(t testing.TB) redis.UniversalClient {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs the local stack's Redis: `make test` runs it (`make test-unit` is -short, no stack)")
+	}
 	addrs := config.NewEnv(os.Getenv).List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs)
 	c := redisx.NewClient(redisx.Options{Addrs: addrs, DialTimeout: time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)

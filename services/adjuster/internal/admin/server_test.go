@@ -103,6 +103,9 @@ func (c client) do(method, path, token, ifMatch, body string) (int, http.Header,
 }
 
 func TestAdminAPIAgainstDynamoDBLocal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
+	}
 	store := dynamoStore(t)
 	sreTok, err := NewToken()
 	require.NoError(t, err)

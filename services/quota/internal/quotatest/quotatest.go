@@ -36,6 +36,9 @@ func DynamoEndpoint() string {
 // and the prefix (the table is prefix + dynamo.TableQuotaLedger).
 func LedgerTable(t testing.TB) (*dynamodb.Client, string) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs the local stack's DynamoDB Local: `make test` runs it (`make test-unit` is -short, no stack)")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	db, err := dynamo.NewClient(ctx, dynamo.Options{Endpoint: DynamoEndpoint()})
