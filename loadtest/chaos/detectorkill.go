@@ -79,13 +79,7 @@ func DetectorKill(ctx context.Context, e *Env, s Size, r *Result) error {
 	seq := 0
 	decision := func(p events.Principal) kafka.Message {
 		seq++
-		d := events.Decision{ID: fmt.Sprintf("%s_%d", p.ID, seq), TS: time.Now().UTC().Truncate(time.Millisecond),
-			Principal: p, IP: ipOf(seq), Method: "POST", Route: "/channels/{channel_id}/messages", Allowed: true,
-			Tier: events.TierPrincipal, Cost: 1, Limit: 1000, Remaining: 900, Gateway: "chaos"}
-		if p.Kind == events.PrincipalBot { // 200/s against 50/s: mostly denied
-			d.Allowed, d.Limit, d.Remaining = seq%4 == 0, 50, 0
-		}
-		return DecisionMessage(d)
+		return ScriptedDecision(p, "/channels/{channel_id}/messages", seq)
 	}
 	earlyStart := time.Now()
 	var killed time.Time

@@ -56,10 +56,7 @@ func RedisFlushAll(ctx context.Context, e *Env, s Size, r *Result) error {
 		for _, bot := range bots {
 			for range 20 {
 				seq++
-				batch = append(batch, DecisionMessage(events.Decision{ID: fmt.Sprintf("%s_%d", bot.ID, seq),
-					TS: time.Now().UTC().Truncate(time.Millisecond), Principal: bot, IP: ipOf(seq), Method: "POST",
-					Route: "/channels/{channel_id}/messages", Allowed: seq%4 == 0, Tier: events.TierPrincipal, Cost: 1,
-					Limit: 50, Gateway: "chaos"}))
+				batch = append(batch, ScriptedDecision(bot, "/channels/{channel_id}/messages", seq))
 			}
 		}
 		if err := b.Produce(ctx, writer, config.DefaultDecisionsTopic, batch); err != nil {

@@ -299,3 +299,17 @@ func DecisionMessage(d events.Decision) kafka.Message {
 	return kafka.Message{Key: []byte(d.Principal.Key()), Value: v,
 		Headers: stream.CloudEventHeaders(events.CETypeDecision, d.ID, "chaos", d.TS)}
 }
+
+// ScriptedDecision is the seq-th decision event of p on route as a limiter
+// would have published it now: bots send 200/s against a limit of 50/s, so
+// three in four are denied (what makes automation rapid fire); everyone else
+// is allowed well inside a limit of 1000.
+func ScriptedDecision(p events.Principal, route string, seq int) kafka.Message {
+	d := events.Decision{ID: fmt.Sprintf("%s_%d", p.ID, seq), TS: time.Now().UTC().Truncate(time.Millisecond),
+		Principal: p, IP: ipOf(seq), Method: "POST", Route: route, Allowed: true, Tier: events.TierPrincipal,
+		Cost: 1, Limit: 1000, Remaining: 900, Gateway: "chaos"}
+	if p.Kind == events.PrincipalBot {
+		d.Allowed, d.Limit, d.Remaining = seq%4 == 0, 50, 0
+	}
+	return DecisionMessage(d)
+}

@@ -480,15 +480,7 @@ func InfluxPagerDown(ctx context.Context, e *Env, s Size, r *Result) error {
 	seq := 0
 	decision := func(p events.Principal, route string) kafka.Message {
 		seq++
-		d := events.Decision{ID: fmt.Sprintf("%s_%d", p.ID, seq), TS: time.Now().UTC().Truncate(time.Millisecond),
-			Principal: p, IP: ipOf(seq), Method: "POST", Route: route, Allowed: true, Tier: events.TierPrincipal,
-			Cost: 1, Limit: 1000, Remaining: 900, Gateway: "chaos"}
-		if p.Kind == events.PrincipalBot {
-			// The bots send 200/s against a limit of 50/s: the limiter denies
-			// most of it, which is what makes automation rapid fire.
-			d.Allowed, d.Limit, d.Remaining = seq%4 == 0, 50, 0
-		}
-		return DecisionMessage(d)
+		return ScriptedDecision(p, route, seq)
 	}
 	// Real time: every 100 ms each bot sends 20 decisions (200/s), and a
 	// tenth of the normal principals one each.
