@@ -303,7 +303,7 @@ func summary(name string, rep *Report) string {
 				fmtValue(100*get(vals, k+"recall"), "%"), fmtValue(get(vals, k+"abusive"), ""))
 			fmt.Fprintf(&b, "| held-out traffic, %d detector instance(s): legitimate principals penalized | %s of %s (%s) |\n", n,
 				fmtValue(get(vals, k+"legit_penalized"), ""), fmtValue(get(vals, k+"legitimate"), ""), fmtValue(get(vals, k+"false_positive_rate"), "%"))
-			fmt.Fprintf(&b, "| held-out traffic, %d detector instance(s): latency from abuse start p50 / p99, rate patterns; fan-out | %s / %s; %s / %s |\n", n,
+			fmt.Fprintf(&b, "| held-out traffic, %d detector instance(s): latency from abuse start p50 / p99, rate (rapid_fire); breadth (distributed_ip incl. fan-out) | %s / %s; %s / %s |\n", n,
 				fmtValue(get(vals, k+"rate_p50_ms"), "ms"), fmtValue(get(vals, k+"rate_p99_ms"), "ms"), fmtValue(get(vals, k+"fanout_p50_ms"), "ms"), fmtValue(get(vals, k+"fanout_p99_ms"), "ms"))
 		}
 		if v, ok := vals["quality:agree"]; ok {

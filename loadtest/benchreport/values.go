@@ -288,7 +288,7 @@ func qualityTable(q *quality.Summary) string {
 	}
 	b.WriteString("\n")
 	for _, x := range q.Results {
-		fmt.Fprintf(&b, "- %d instance(s): %s events; recall %s (%d of %d); legitimate principals penalized %d of %s; rate patterns p50 / p99 %s / %s; account-takeover fan-out p50 / p99 %s / %s.\n",
+		fmt.Fprintf(&b, "- %d instance(s): %s events; recall %s (%d of %d); legitimate principals penalized %d of %s; rate (rapid_fire) p50 / p99 %s / %s; breadth (distributed_ip incl. takeover fan-out) p50 / p99 %s / %s.\n",
 			x.Instances, thousands(float64(x.Events)), fmtValue(100*float64(x.Caught)/math.Max(1, float64(x.Abusive)), "%"), x.Caught, x.Abusive,
 			x.LegitPenalized, thousands(float64(x.Legit)), fmtValue(x.RateP50Ms/1000, "s"), fmtValue(x.RateP99Ms/1000, "s"),
 			fmtValue(x.FanOutP50Ms/1000, "s"), fmtValue(x.FanOutP99Ms/1000, "s"))

@@ -113,7 +113,6 @@ type Family struct {
 	Abusive bool
 	Pattern events.Pattern // expected pattern; "" for legitimate families
 	Share   float64        // of Legit or of Abusive
-	FanOut  bool           // account-takeover fan-out (latency reported apart)
 }
 
 // Families lists the held-out families in a stable order.
@@ -135,7 +134,7 @@ func Families() []Family {
 		{Name: "credential_stuffing", Abusive: true, Pattern: events.PatternDistributedIP, Share: 0.15},
 		{Name: "slow_botnet", Abusive: true, Pattern: events.PatternDistributedIP, Share: 0.15},
 		{Name: "ipv6_rotation", Abusive: true, Pattern: events.PatternDistributedIP, Share: 0.10},
-		{Name: "ato_fanout", Abusive: true, Pattern: events.PatternDistributedIP, Share: 0.20, FanOut: true},
+		{Name: "ato_fanout", Abusive: true, Pattern: events.PatternDistributedIP, Share: 0.20},
 	}
 }
 
@@ -350,7 +349,7 @@ func NewHeldOut(h HeldOut) (*Stream, error) {
 				a.takeover = abuseAt
 				a.rate = 1 + 4*r.Float64()
 			}
-			l := &Label{Principal: a.p, Population: f.Name, Family: f.Name, Pattern: f.Pattern, Abusive: f.Abusive, FanOut: f.FanOut}
+			l := &Label{Principal: a.p, Population: f.Name, Family: f.Name, Pattern: f.Pattern, Abusive: f.Abusive}
 			if f.Abusive {
 				l.AbuseStart = abuseAt
 				if f.Name == "ato_fanout" {

@@ -76,7 +76,6 @@ type Label struct {
 	// Held-out streams (NewHeldOut) also set:
 	Family  string         // the family (same as Population)
 	Pattern events.Pattern // the pattern expected ("" for legitimate principals)
-	FanOut  bool           // account-takeover fan-out: its latency is reported apart
 }
 
 // Stream yields events in time order. It is not safe for concurrent use.

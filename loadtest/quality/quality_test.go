@@ -24,20 +24,22 @@ func TestScore(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	p := func(id string) events.Principal { return events.Principal{Kind: events.PrincipalUser, ID: "r_" + id} }
 	labels := map[string]*labeled.Label{}
-	add := func(id, fam string, abusive, fan bool, start time.Time, pat events.Pattern) {
-		labels[p(id).Key()] = &labeled.Label{Principal: p(id), Population: fam, Family: fam, Abusive: abusive, FanOut: fan, AbuseStart: start, Pattern: pat}
+	add := func(id, fam string, abusive bool, start time.Time, pat events.Pattern) {
+		labels[p(id).Key()] = &labeled.Label{Principal: p(id), Population: fam, Family: fam, Abusive: abusive, AbuseStart: start, Pattern: pat}
 	}
-	add("h1", "human", false, false, time.Time{}, "")
-	add("h2", "human", false, false, time.Time{}, "")
-	add("b1", "bot", false, false, time.Time{}, "")
-	add("s1", "scraper", true, false, t0, events.PatternRapidFire)
-	add("s2", "scraper", true, false, t0, events.PatternRapidFire)
-	add("f1", "ato", true, true, t0, events.PatternDistributedIP)
+	add("h1", "human", false, time.Time{}, "")
+	add("h2", "human", false, time.Time{}, "")
+	add("b1", "bot", false, time.Time{}, "")
+	add("s1", "scraper", true, t0, events.PatternRapidFire)
+	add("s2", "scraper", true, t0, events.PatternRapidFire)
+	add("f1", "ato", true, t0, events.PatternDistributedIP)
+	add("c1", "credential_stuffing", true, t0, events.PatternDistributedIP)
 	first := map[string]events.Abuse{
 		p("b1").Key(): {Principal: p("b1"), Pattern: events.PatternRapidFire, DetectedAt: t0},
 		p("s1").Key(): {Principal: p("s1"), Pattern: events.PatternRapidFire, DetectedAt: t0.Add(300 * time.Millisecond)},
 		p("s2").Key(): {Principal: p("s2"), Pattern: events.PatternBotLike, DetectedAt: t0.Add(time.Second)},
 		p("f1").Key(): {Principal: p("f1"), Pattern: events.PatternDistributedIP, DetectedAt: t0.Add(8 * time.Second)},
+		p("c1").Key(): {Principal: p("c1"), Pattern: events.PatternDistributedIP, DetectedAt: t0.Add(10 * time.Second)},
 	}
 	pen := map[string]bool{p("b1").Key(): true, p("s1").Key(): true, p("f1").Key(): true}
 	var r Result
@@ -45,10 +47,10 @@ func TestScore(t *testing.T) {
 	require.Equal(t, 3, r.Legit)
 	require.Equal(t, 1, r.LegitPenalized)
 	require.Equal(t, 1, r.LegitDetected)
-	require.Equal(t, 3, r.Abusive)
-	require.Equal(t, 2, r.Caught, "s2 was detected but has no penalty key")
-	require.Equal(t, 8*time.Second, r.FanOutP50)
-	require.Equal(t, time.Second, r.RateP99)
+	require.Equal(t, 4, r.Abusive)
+	require.Equal(t, 2, r.Caught, "s2 and c1 were detected but have no penalty key")
+	require.Equal(t, 10*time.Second, r.FanOutP99, "every distributed_ip is breadth, not only the takeover")
+	require.Equal(t, time.Second, r.RateP99, "breadth stays out of the rate pattern's latency")
 	require.Equal(t, events.PatternBotLike, r.detected["s2"], "ids lose the run prefix")
 	var sc Family
 	for _, f := range r.Families {
@@ -60,7 +62,7 @@ func TestScore(t *testing.T) {
 		LatP50: time.Second, LatP99: time.Second, Patterns: map[events.Pattern]int{events.PatternRapidFire: 1, events.PatternBotLike: 1}}, sc)
 	require.False(t, r.Families[0].Abusive, "legitimate families first")
 	require.Equal(t, []PatternResult{
-		{Pattern: events.PatternDistributedIP, Principals: 1, Penalized: 1, AsExpected: 1, LatP50: 8 * time.Second, LatP99: 8 * time.Second},
+		{Pattern: events.PatternDistributedIP, Principals: 2, Penalized: 1, AsExpected: 2, LatP50: 10 * time.Second, LatP99: 10 * time.Second},
 		{Pattern: events.PatternRapidFire, Principals: 2, Penalized: 1, AsExpected: 1, LatP50: time.Second, LatP99: time.Second},
 	}, r.Patterns)
 }

@@ -38,7 +38,7 @@ func (r Report) WriteText(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "recall (penalty in Redis) %.2f %% (%d of %d abusive principals)\n", pct(res.Caught, res.Abusive), res.Caught, res.Abusive)
 		fmt.Fprintf(&b, "legitimate principals penalized %d of %d (%.4f %%); with any abuse.v1 event %d\n", res.LegitPenalized, res.Legit, pct(res.LegitPenalized, res.Legit), res.LegitDetected)
-		fmt.Fprintf(&b, "detection latency from the abuse start (event time): rate patterns p50 %s p99 %s; account-takeover fan-out p50 %s p99 %s\n",
+		fmt.Fprintf(&b, "detection latency from the abuse start (event time): rate (rapid_fire) p50 %s p99 %s; breadth (distributed_ip: takeover fan-out, botnets, proxy pools, IPv6 rotation) p50 %s p99 %s\n",
 			dur(res.RateP50, true), dur(res.RateP99, true), dur(res.FanOutP50, true), dur(res.FanOutP99, true))
 		if len(res.FalseExamples) > 0 {
 			fmt.Fprintf(&b, "legitimate principals detected (first %d): %s\n", len(res.FalseExamples), strings.Join(res.FalseExamples, "; "))

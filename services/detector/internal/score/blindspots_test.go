@@ -2,6 +2,7 @@ package score
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -73,6 +74,20 @@ func TestOnsetIsSeenBeforeTheWindowFills(t *testing.T) {
 		require.NotEmpty(t, got)
 		require.Less(t, got[0].At.Sub(t0), 2*time.Second, "seed %d", seed)
 	}
+	// At twice the line (20 req/s, the slowest held-out scrapers) the newest
+	// 2.5 s counted at 1/burstDiscount cross it after about 40 requests.
+	var lat []time.Duration
+	for seed := uint64(1); seed <= 21; seed++ {
+		s := newScorer(nil)
+		p := events.Principal{Kind: events.PrincipalUser, ID: "onset20"}
+		got := only(poissonAcross(s, p, t0, 20*time.Second, 20, 10, []string{"/a"}, seed), RapidFire)
+		require.NotEmpty(t, got)
+		lat = append(lat, got[0].At.Sub(t0))
+	}
+	slices.Sort(lat)
+	t.Logf("20 req/s over 21 seeds: median %s, slowest %s", lat[10], lat[20])
+	require.Less(t, lat[10], 2200*time.Millisecond)
+	require.Less(t, lat[20], 4*time.Second)
 }
 
 // TestColdAutomationFloodIsRapidFire: a new bot whose first request starts a

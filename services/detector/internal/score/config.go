@@ -84,7 +84,7 @@ func DefaultConfig() Config {
 		RouteQuantile: 0.99, RouteMinPrincipals: 100, Cooldown: time.Minute,
 		IPWindow: 5 * time.Minute, MinDistinctIPs: 20, MinDiversity: 0.8, SharedIPPrincipals: 5,
 		BotLikeMinGaps: 64, BotLikeMaxCV: 0.1, BotLikeMaxMeanGap: 10 * time.Second,
-		AutomatedDenialRatio: 0.5, FanoutMinNetworks: 8, FanoutInterval: 10 * time.Second,
+		AutomatedDenialRatio: 0.5, FanoutMinNetworks: 5, FanoutInterval: 10 * time.Second,
 	}
 }
 
@@ -142,11 +142,11 @@ func (c Config) Validate() error {
 	if c.AutomatedDenialRatio <= 0 || c.AutomatedDenialRatio > 1 {
 		bad("FLOODGATE_DETECTOR_AUTOMATED_DENIAL_RATIO", "%g: must be in (0, 1]", c.AutomatedDenialRatio)
 	}
-	if c.FanoutMinNetworks < 3 || c.FanoutMinNetworks > c.MinDistinctIPs {
-		bad("FLOODGATE_DETECTOR_FANOUT_MIN_NETWORKS", "%d: must be in 3..FLOODGATE_DETECTOR_IP_MIN_DISTINCT (%d)", c.FanoutMinNetworks, c.MinDistinctIPs)
+	if c.FanoutMinNetworks < 3 || c.FanoutMinNetworks > min(c.MinDistinctIPs, maxFanGaps+1) {
+		bad("FLOODGATE_DETECTOR_FANOUT_MIN_NETWORKS", "%d: must be in 3..%d and at most FLOODGATE_DETECTOR_IP_MIN_DISTINCT (%d)", c.FanoutMinNetworks, maxFanGaps+1, c.MinDistinctIPs)
 	}
-	if c.FanoutInterval < time.Second || c.FanoutInterval > c.IPWindow || c.FanoutInterval%time.Second != 0 {
-		bad("FLOODGATE_DETECTOR_FANOUT_INTERVAL", "%s: whole seconds in 1s..FLOODGATE_DETECTOR_IP_WINDOW (%s)", c.FanoutInterval, c.IPWindow)
+	if c.FanoutInterval < time.Second || c.FanoutInterval > min(c.IPWindow, (maxFanGap-1)*time.Second) || c.FanoutInterval%time.Second != 0 {
+		bad("FLOODGATE_DETECTOR_FANOUT_INTERVAL", "%s: whole seconds in 1s..%ds and at most FLOODGATE_DETECTOR_IP_WINDOW (%s)", c.FanoutInterval, maxFanGap-1, c.IPWindow)
 	}
 	return errors.Join(errs...)
 }

@@ -3,6 +3,7 @@ package score
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -177,7 +178,7 @@ func TestTakeoverFanOutWithinTenSeconds(t *testing.T) {
 	got := only(out, DistributedIP)
 	require.Len(t, got, 1)
 	require.LessOrEqual(t, got[0].At.Sub(start), 10*time.Second)
-	require.GreaterOrEqual(t, got[0].NewNetworks, int64(8))
+	require.GreaterOrEqual(t, got[0].NewNetworks, int64(DefaultConfig().FanoutMinNetworks))
 	require.True(t, got[0].Penalize)
 }
 
@@ -210,5 +211,75 @@ func TestLegitimateNetworkChangesAreNotFanOut(t *testing.T) {
 			}
 			require.Empty(t, only(out, DistributedIP))
 		})
+	}
+}
+
+// TestFanOutAtOneRequestPerSecond: takeovers that send one request per second
+// (Poisson), each from a new network, after ten minutes of normal history are
+// all caught, 99 % of them within 10 s of the takeover: FanoutMinNetworks (5)
+// new networks within FanoutInterval (10 s), counted exactly, is the 4th
+// Poisson gap (Gamma(4, 1): p99 9.97 s). A fleet of a bot moving to new
+// networks as fast is not fan-out (a deploy, an autoscaled fleet).
+func TestFanOutAtOneRequestPerSecond(t *testing.T) {
+	const victims = 400
+	s := newScorer(nil)
+	rng := rand.New(rand.NewPCG(11, 12))
+	var lat []time.Duration
+	for v := range victims {
+		p := events.Principal{Kind: events.PrincipalUser, ID: fmt.Sprint("victim", v)}
+		home := fmt.Sprintf("203.0.%d.%d", v/250, 1+v%250)
+		at := t0
+		for at.Before(t0.Add(10 * time.Minute)) {
+			s.Observe(dec(p, at, home, "/users/@me"), nil)
+			at = at.Add(time.Duration(5+rng.IntN(25)) * time.Second)
+		}
+		start := at
+		var out []Detection
+		for i := 0; i < 120 && len(only(out, DistributedIP)) == 0; i++ {
+			ip := fmt.Sprintf("%d.%d.%d.9", 11+rng.IntN(150), rng.IntN(256), rng.IntN(256))
+			out = s.Observe(dec(p, at, ip, "/users/@me"), out)
+			at = at.Add(time.Duration(rng.ExpFloat64() * float64(time.Second)))
+		}
+		got := only(out, DistributedIP)
+		require.Len(t, got, 1, "victim %d: caught", v)
+		require.True(t, got[0].Penalize)
+		lat = append(lat, got[0].At.Sub(start))
+	}
+	slices.Sort(lat)
+	p99 := lat[len(lat)*99/100-1]
+	t.Logf("fan-out at 1 req/s: p50 %s, p99 %s, max %s", lat[len(lat)/2], p99, lat[len(lat)-1])
+	require.LessOrEqual(t, p99, 10*time.Second)
+
+	// A bot scaled out to ten new pods within ten seconds, each on its own
+	// network, then sending 10 req/s round robin over them.
+	bot := newScorer(nil)
+	b := events.Principal{Kind: events.PrincipalBot, ID: "fleet"}
+	var out []Detection
+	at := t0
+	for i := range 600 {
+		pod := i % 10
+		out = bot.Observe(dec(b, at, fmt.Sprintf("%d.%d.7.9", 11+pod, pod), "/channels/{channel_id}/messages"), out)
+		if at = at.Add(100 * time.Millisecond); i < 10 {
+			at = at.Add(900 * time.Millisecond) // a new pod a second
+		}
+	}
+	require.Empty(t, only(out, DistributedIP), "a bot's pods on new networks are no fan-out")
+}
+
+// TestFanOutSpanIsExact: five new networks within 10 s (whole seconds) fire;
+// the same five spread over 11 s do not.
+func TestFanOutSpanIsExact(t *testing.T) {
+	for _, tc := range []struct {
+		span time.Duration
+		want int
+	}{{10 * time.Second, 1}, {11 * time.Second, 0}} {
+		s := newScorer(nil)
+		p := events.Principal{Kind: events.PrincipalUser, ID: "p"}
+		var out []Detection
+		step := tc.span / 4
+		for i := range 5 {
+			out = s.Observe(dec(p, t0.Add(time.Duration(i)*step), fmt.Sprintf("%d.1.1.9", 11+i), "/a"), out)
+		}
+		require.Len(t, only(out, DistributedIP), tc.want, "five new networks over %s", tc.span)
 	}
 }

@@ -87,7 +87,7 @@ const AllRoutes = "*"
 // counted at 1/burstDiscount of their rate (see rapid).
 const (
 	burstBuckets  = 2
-	burstDiscount = 2
+	burstDiscount = 1.6
 )
 
 // Baseline sources.
@@ -126,12 +126,15 @@ type pState struct {
 	gapVar  float32
 	gaps    uint16
 	big     bool
-	cool    [numPatterns]uint32 // second before which the pattern does not fire again
-	// New-network velocity: networks (IPv4 /24 runs, IPv6 /64s) new to the
-	// principal, counted in FanoutInterval epochs like reqCur/reqPrev.
-	fanCur, fanPrev uint16
-	fanEpoch        uint32
-	lastNewNet      uint32 // the last new network, so a pool inside one /24 counts once
+	// New-network velocity: the seconds between the newest new networks
+	// (IPv4 /24 runs, IPv6 /64s) of the principal, newest first, and when the
+	// newest arrived. A gap of FanoutInterval or more ends the run (stored
+	// as maxFanGap), so the span of the last k new networks is exact to the
+	// second, with no sliding-epoch estimate. Held in the padding after big.
+	fanGaps    [maxFanGaps]uint8
+	cool       [numPatterns]uint32 // second before which the pattern does not fire again
+	lastNewSec uint32              // second of the newest new network (0: none yet)
+	lastNewNet uint32              // the last new network, so a pool inside one /24 counts once
 	// Denial ratio over the rapid-fire window, all routes: decisions and
 	// denials (not by a penalty) in Window epochs, sliding like reqCur/reqPrev.
 	decCur, decPrev uint16
@@ -149,7 +152,11 @@ const (
 )
 
 const (
-	inlineIPs   = 3
+	inlineIPs = 3
+	// maxFanGaps bounds FanoutMinNetworks at maxFanGaps+1; maxFanGap marks a
+	// gap too long to matter (FanoutInterval is at most maxFanGap-1 seconds).
+	maxFanGaps  = 5
+	maxFanGap   = math.MaxUint8
 	maxExactIPs = 1024
 	maxEvidence = 32
 	routeEpoch  = 600 // seconds per route-sketch epoch
@@ -579,40 +586,44 @@ func (s *Scorer) denialRatio(p *pState, sec uint32) float64 {
 	return (float64(p.denCur) + float64(p.denPrev)*prev) / dec
 }
 
-// countNewNetwork counts a network new to the principal in the fan-out
-// epochs. Consecutive new addresses in one IPv4 /24 (a carrier's pool) count
-// once.
+// countNewNetwork records a network new to the principal. Consecutive new
+// addresses in one IPv4 /24 (a carrier's pool) count once.
 func (s *Scorer) countNewNetwork(p *pState, key uint64, v6 bool, sec uint32) {
 	net := fold32(key)
 	if !v6 {
 		net = uint32(key >> 8)
 	}
-	if net == p.lastNewNet && p.fanCur+p.fanPrev > 0 {
-		return
+	gap := uint32(maxFanGap)
+	if p.lastNewSec != 0 {
+		if sec < p.lastNewSec {
+			return // an older event: the run is counted in order of arrival
+		}
+		if net == p.lastNewNet && sec-p.lastNewSec < s.fanSec {
+			return
+		}
+		gap = min(sec-p.lastNewSec, maxFanGap)
 	}
 	p.lastNewNet = net
-	step, ok := advanceEpoch(&p.fanEpoch, sec/s.fanSec)
-	if !ok {
-		return
-	}
-	slide(&p.fanCur, &p.fanPrev, step)
-	if p.fanCur < math.MaxUint16 {
-		p.fanCur++
-	}
+	copy(p.fanGaps[1:], p.fanGaps[:maxFanGaps-1])
+	p.fanGaps[0] = uint8(gap)
+	p.lastNewSec = max(sec, 1)
 }
 
-// newNetworks is the sliding count of new networks over FanoutInterval.
-func (s *Scorer) newNetworks(p *pState, sec uint32) float64 {
-	e := sec / s.fanSec
-	switch {
-	case e == p.fanEpoch:
-		into := float64(sec%s.fanSec) / float64(s.fanSec)
-		return float64(p.fanCur) + float64(p.fanPrev)*(1-into)
-	case e == p.fanEpoch+1:
-		into := float64(sec%s.fanSec) / float64(s.fanSec)
-		return float64(p.fanCur) * (1 - into)
+// newNetworks is how many new networks arrived within FanoutInterval up to
+// the newest one, counting it, if the newest arrived at sec (else 0): at
+// most FanoutMinNetworks, which is all the velocity rule asks.
+func (s *Scorer) newNetworks(p *pState, sec uint32) int {
+	if p.lastNewSec == 0 || p.lastNewSec != max(sec, 1) {
+		return 0
 	}
-	return 0
+	n, span := 1, uint32(0)
+	for _, g := range p.fanGaps[:s.cfg.FanoutMinNetworks-1] {
+		if span += uint32(g); g == maxFanGap || span > s.fanSec {
+			break
+		}
+		n++
+	}
+	return n
 }
 
 func ipKeyOnly(ip netip.Addr) uint64 { k, _ := ipKey(ip); return k }
@@ -906,10 +917,13 @@ func (s *Scorer) distributed(d *events.Decision, ph uint64, p *pState, sec uint3
 	// networks it never used is caught by the velocity of new networks,
 	// before diversity over the whole window — still full of its normal
 	// history — would notice.
-	if fresh := s.newNetworks(p, sec); fresh >= float64(s.cfg.FanoutMinNetworks) {
+	// Automation is exempt: a bot or API key on new networks is a deploy or
+	// an autoscaled fleet; it is judged by its limits (rapid_fire) and by
+	// diversity over the window.
+	if fresh := s.newNetworks(p, sec); fresh >= s.cfg.FanoutMinNetworks && !automated(d.Principal.Kind) {
 		near = true
 		if cs := s.countIPs(ph, p, sec, true); cs.unshared >= int64(s.cfg.FanoutMinNetworks) {
-			return s.distributedDetection(d, p, sec, cs, int64(math.Round(fresh))), true
+			return s.distributedDetection(d, p, sec, cs, int64(fresh)), true
 		}
 	}
 	if c.distinct <= minIPs {

@@ -190,12 +190,12 @@ func TestDistributedIP(t *testing.T) {
 		want    int
 		wantIPs int64
 	}{
-		{"botnet: 60 IPs, one request each", 60, 2 * time.Minute, botnetIP, nil, 1, 21},
+		{"botnet: 60 IPs, one request each, one every 4 s (slower than the fan-out line)", 60, 4 * time.Minute, botnetIP, nil, 1, 21},
 		{"roaming mobile: 6 IPs over 5 minutes", 300, 5 * time.Minute, func(i int) string { return fmt.Sprintf("100.64.%d.7", i/50) }, nil, 0, 0},
-		{"25 new IPs, one every 2 s, after 200 requests from home (diversity 0.12)", 225, 7 * time.Minute, func(i int) string { return fmt.Sprintf("203.0.%d.1", max(0, i-200)) }, nil, 0, 0},
+		{"25 new IPs, one every 3 s, after 200 requests from home (diversity 0.25, slower than the fan-out line)", 225, 225 * 3 * time.Second, func(i int) string { return fmt.Sprintf("203.0.%d.1", max(0, i-200)) }, nil, 0, 0},
 		{"takeover: 25 new networks at ~1/s after 200 requests from home (fan-out)", 225, 4 * time.Minute, func(i int) string { return fmt.Sprintf("203.0.%d.1", max(0, i-200)) }, nil, 1, 0},
 		{"IPv6 privacy addresses in one /64 are one IP", 100, time.Minute, func(i int) string { return fmt.Sprintf("2001:db8:1:2::%x", i+1) }, nil, 0, 0},
-		{"IPv6 botnet over 30 /64s", 30, time.Minute, func(i int) string { return fmt.Sprintf("2001:db8:%x::1", i+1) }, nil, 1, 21},
+		{"IPv6 botnet over 30 /64s, one every 5 s", 30, 150 * time.Second, func(i int) string { return fmt.Sprintf("2001:db8:%x::1", i+1) }, nil, 1, 21},
 		{"25 IPs all shared (carrier NAT) never penalize", 25, time.Minute, func(i int) string { return fmt.Sprintf("100.65.0.%d", i+1) },
 			func(s *Scorer) {
 				for ip := 1; ip <= 25; ip++ {
@@ -216,7 +216,7 @@ func TestDistributedIP(t *testing.T) {
 			require.Equal(t, tc.want > 0, len(got) > 0, "%d detections", len(got))
 			if tc.want > 0 && tc.wantIPs == 0 {
 				d := got[0]
-				require.GreaterOrEqual(t, d.NewNetworks, int64(8), "fired by new-network velocity")
+				require.GreaterOrEqual(t, d.NewNetworks, int64(DefaultConfig().FanoutMinNetworks), "fired by new-network velocity")
 				require.Less(t, d.DistinctIPs, int64(21), "before diversity over the window could")
 				require.True(t, d.Penalize)
 			}
@@ -244,10 +244,10 @@ func TestDistributedIPTopIPsCarrySharedPrincipals(t *testing.T) {
 		if i < 15 {
 			ip = "100.64.9.9"
 		}
-		got = s.Observe(dec(p, t0.Add(time.Duration(i)*2*time.Second), ip, "/a"), got)
+		got = s.Observe(dec(p, t0.Add(time.Duration(i)*3*time.Second), ip, "/a"), got)
 	}
 	got = only(got, DistributedIP)
-	require.Len(t, got, 0, "15 of 40 requests on one IP: diversity 26/40 is below 0.8, and one new network per 2 s is no fan-out")
+	require.Len(t, got, 0, "15 of 40 requests on one IP: diversity 26/40 is below 0.8, and one new network per 3 s is no fan-out")
 
 	s2 := newScorer(nil)
 	for u := 0; u < 7; u++ {
@@ -259,7 +259,7 @@ func TestDistributedIPTopIPsCarrySharedPrincipals(t *testing.T) {
 		if i == 0 {
 			ip = "100.64.9.9"
 		}
-		got = s2.Observe(dec(p, t0.Add(time.Duration(i)*2*time.Second), ip, "/a"), got)
+		got = s2.Observe(dec(p, t0.Add(time.Duration(i)*3*time.Second), ip, "/a"), got)
 	}
 	got = only(got, DistributedIP)
 	require.Len(t, got, 1)
