@@ -26,20 +26,26 @@ type Request struct {
 	Route     string           `json:"route"`
 	Resource  string           `json:"resource,omitempty"`
 	Cost      int              `json:"cost,omitempty"`
+	// Priority is critical, degraded, best_effort or bulk; "" takes the
+	// route's default from the limiter's rules.
+	Priority string `json:"priority,omitempty"`
 }
 
 // Decision is the limiter's answer and the exact contract to send to the client.
 type Decision struct {
-	ID                string            `json:"id"`
-	Allowed           bool              `json:"allowed"`
-	Tier              string            `json:"tier"`
-	Limit             int               `json:"limit"`
-	Remaining         int               `json:"remaining"`
-	ResetAfterMS      int64             `json:"reset_after_ms"`
-	RetryAfterMS      int64             `json:"retry_after_ms"`
-	PenaltyMultiplier float64           `json:"penalty_multiplier"`
-	Headers           map[string]string `json:"headers"`
-	Problem           json.RawMessage   `json:"problem,omitempty"`
+	ID                string  `json:"id"`
+	Allowed           bool    `json:"allowed"`
+	Tier              string  `json:"tier"`
+	Limit             int     `json:"limit"`
+	Remaining         int     `json:"remaining"`
+	ResetAfterMS      int64   `json:"reset_after_ms"`
+	RetryAfterMS      int64   `json:"retry_after_ms"`
+	PenaltyMultiplier float64 `json:"penalty_multiplier"`
+	// Shed: refused by priority shedding — the platform is short of
+	// capacity, not the client over a limit: the answer is a 503, not a 429.
+	Shed    bool              `json:"shed,omitempty"`
+	Headers map[string]string `json:"headers"`
+	Problem json.RawMessage   `json:"problem,omitempty"`
 }
 
 // Checker decides one request. Implementations must be safe for concurrent use.

@@ -85,6 +85,7 @@ type fakeChecker struct {
 	mu    sync.Mutex
 	reqs  []Request
 	allow bool
+	shed  bool
 	err   error
 }
 
@@ -95,7 +96,7 @@ func (f *fakeChecker) Check(_ context.Context, r Request) (Decision, error) {
 	if f.err != nil {
 		return Decision{}, f.err
 	}
-	d := Decision{Allowed: f.allow, Headers: map[string]string{"X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "0"}}
+	d := Decision{Allowed: f.allow, Shed: f.shed, Headers: map[string]string{"X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "0"}}
 	if !f.allow {
 		d.Headers["Retry-After"] = "3"
 		d.Problem = json.RawMessage(`{"type":"https://floodgate.dev/problems/rate-limited","status":429}`)
@@ -135,6 +136,14 @@ func TestMiddlewareEnforcesDecisions(t *testing.T) {
 	require.Equal(t, "3", w.Header().Get("Retry-After"))
 	require.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
 	require.JSONEq(t, `{"type":"https://floodgate.dev/problems/rate-limited","status":429}`, w.Body.String())
+
+	// A request shed by its priority is a 503: the platform is short of
+	// capacity, not the client over a limit. The priority is the gateway's.
+	shed := &fakeChecker{shed: true}
+	w = serve(t, Options{Checker: shed, Router: router, Priority: func(*http.Request) string { return "bulk" }}, "203.0.113.7:1", nil)
+	require.Equal(t, http.StatusServiceUnavailable, w.Code)
+	require.Equal(t, "3", w.Header().Get("Retry-After"))
+	require.Equal(t, "bulk", shed.reqs[0].Priority)
 
 	// Principal headers count only when they come through a trusted proxy.
 	pf := PrincipalFromHeaders("X-Principal-Kind", "X-Principal-Id", trusted)

@@ -19,9 +19,12 @@ type PrincipalFunc func(r *http.Request) (events.Principal, bool)
 
 // Options configure the middleware.
 type Options struct {
-	Checker        Checker
-	Router         *Router
-	Principal      PrincipalFunc // nil: every request is anonymous, keyed by client IP
+	Checker   Checker
+	Router    *Router
+	Principal PrincipalFunc // nil: every request is anonymous, keyed by client IP
+	// Priority names a request's priority bucket (critical, degraded,
+	// best_effort, bulk); nil or "" leaves it to the limiter's rules.
+	Priority       func(r *http.Request) string
 	TrustedProxies TrustedProxies
 	// FailClosed answers 503 when the limiter cannot be asked; the default (false)
 	// lets the request through and marks the response with X-RateLimit-Error, so a
@@ -37,7 +40,8 @@ type Options struct {
 
 // Middleware enforces the limiter's decisions on next: allowed requests go through
 // with the rate-limit headers added, denied ones get a 429 with the headers and the
-// RFC 9457 problem body the limiter chose.
+// RFC 9457 problem body the limiter chose — a 503 when the limiter shed the
+// request by its priority.
 func Middleware(o Options) (func(http.Handler) http.Handler, error) {
 	if o.Checker == nil {
 		return nil, errors.New("gateway: Options.Checker is required")
@@ -80,8 +84,12 @@ func Middleware(o Options) (func(http.Handler) http.Handler, error) {
 			if !ok {
 				p = events.Principal{Kind: events.PrincipalAnonymous, ID: ip.String()}
 			}
+			var prio string
+			if o.Priority != nil {
+				prio = o.Priority(r)
+			}
 			ctx, cancel := context.WithTimeout(r.Context(), o.Timeout)
-			d, err := o.Checker.Check(ctx, Request{Principal: p, IP: ip.String(), Method: r.Method, Route: m.Template, Resource: m.Resource, Cost: m.Cost})
+			d, err := o.Checker.Check(ctx, Request{Principal: p, IP: ip.String(), Method: r.Method, Route: m.Template, Resource: m.Resource, Cost: m.Cost, Priority: prio})
 			cancel()
 			if err != nil {
 				o.Logger.Warn("rate-limit check failed", "principal", p.Key(), "err", err)
@@ -99,7 +107,11 @@ func Middleware(o Options) (func(http.Handler) http.Handler, error) {
 			}
 			if !d.Allowed {
 				w.Header().Set("Content-Type", "application/problem+json")
-				w.WriteHeader(http.StatusTooManyRequests)
+				if d.Shed {
+					w.WriteHeader(http.StatusServiceUnavailable)
+				} else {
+					w.WriteHeader(http.StatusTooManyRequests)
+				}
 				_, _ = w.Write(d.Problem)
 				return
 			}

@@ -16,6 +16,8 @@ type Problem struct {
 	Detail        string `json:"detail,omitempty"`
 	Instance      string `json:"instance,omitempty"`
 	CorrelationID string `json:"correlation_id"`
+	// UtilizationStatus is set on a shed answer (StatusDegraded, StatusCritical).
+	UtilizationStatus string `json:"cluster_utilization_status,omitempty"`
 }
 
 // Problem types a gateway sends with a 429, one per reason a request is refused.
@@ -39,7 +41,18 @@ const (
 //
 // Retry-After is whole seconds rounded up and at least 1. For the daily quota it
 // is never earlier than the quota's reset (00:00 UTC).
+//
+// A shed answer (Result.Shed) carries no limit fields — no limit decided it —
+// but Retry-After, the priority it was shed at and the utilization status.
 func Headers(r Result, correlationID string) map[string]string {
+	if r.Shed {
+		return map[string]string{
+			"Retry-After":             strconv.FormatInt(retryAfterSeconds(r), 10),
+			"X-Floodgate-Priority":    r.Priority.String(),
+			"X-Floodgate-Utilization": r.Utilization,
+			"X-Request-Id":            correlationID,
+		}
+	}
 	period := r.Period
 	if period <= 0 {
 		period = time.Second
@@ -76,12 +89,20 @@ func retryAfterSeconds(r Result) int64 {
 	return max(ceilSeconds(retry), 1)
 }
 
-// DenialProblem is the body a gateway returns with the 429.
+// DenialProblem is the body a gateway returns with the 429 — or, for a shed
+// answer, with a 503: the platform, not the client, is short of capacity.
 func DenialProblem(r Result, correlationID string) *Problem {
 	if r.Allowed {
 		return nil
 	}
 	retry := strconv.FormatInt(retryAfterSeconds(r), 10)
+	if r.Shed {
+		return &Problem{
+			Type: ProblemReducedCapacity, Title: "Service Unavailable", Status: 503,
+			Detail:   "capacity is temporarily reduced: " + r.Priority.String() + " requests are shed; retry after " + retry + "s",
+			Instance: "urn:floodgate:decision:" + correlationID, CorrelationID: correlationID, UtilizationStatus: r.Utilization,
+		}
+	}
 	p := &Problem{
 		Type:          ProblemRateLimited,
 		Title:         "Too Many Requests",

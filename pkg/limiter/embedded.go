@@ -246,7 +246,7 @@ func (e *Embedded) Registry() *prometheus.Registry { return e.s.reg }
 
 // Check validates and decides one request exactly as the HTTP API does.
 func (e *Embedded) Check(ctx context.Context, r gateway.Request) (gateway.Decision, error) {
-	req := CheckRequest{Principal: r.Principal, IP: r.IP, Method: r.Method, Route: r.Route, Resource: r.Resource, Cost: r.Cost}
+	req := CheckRequest{Principal: r.Principal, IP: r.IP, Method: r.Method, Route: r.Route, Resource: r.Resource, Cost: r.Cost, Priority: r.Priority}
 	if err := req.validate(); err != nil {
 		return gateway.Decision{}, fmt.Errorf("check: %w", err)
 	}
@@ -254,7 +254,7 @@ func (e *Embedded) Check(ctx context.Context, r gateway.Request) (gateway.Decisi
 	d := gateway.Decision{
 		ID: resp.ID, Allowed: resp.Allowed, Tier: string(resp.Tier), Limit: resp.Limit, Remaining: resp.Remaining,
 		ResetAfterMS: resp.ResetAfterMS, RetryAfterMS: resp.RetryAfterMS, PenaltyMultiplier: resp.PenaltyMultiplier,
-		Headers: resp.Headers,
+		Shed: resp.Shed, Headers: resp.Headers,
 	}
 	if resp.Problem != nil {
 		p, err := json.Marshal(resp.Problem)

@@ -80,13 +80,39 @@ func appendCheckFields(b []byte, id, corr string, r Result) []byte {
 	if r.Degraded {
 		b = append(b, `,"degraded":true`...)
 	}
+	b = append(b, `,"priority":`...)
+	b = appendString(b, r.Priority.String())
+	if r.Shed {
+		b = append(b, `,"shed":true`...)
+	}
+	if r.Utilization != "" {
+		b = append(b, `,"cluster_utilization_status":`...)
+		b = appendString(b, r.Utilization)
+	}
 	b = append(b, `,"headers":`...)
-	b = appendHeaders(b, r, corr)
+	if r.Shed {
+		b = appendShedHeaders(b, r, corr)
+	} else {
+		b = appendHeaders(b, r, corr)
+	}
 	if p := DenialProblem(r, corr); p != nil {
 		b = append(b, `,"problem":`...)
 		b = appendProblem(b, p)
 	}
 	return b
+}
+
+// appendShedHeaders writes Headers(r, id) of a shed answer.
+func appendShedHeaders(b []byte, r Result, id string) []byte {
+	b = append(b, `{"Retry-After":"`...)
+	b = strconv.AppendInt(b, retryAfterSeconds(r), 10)
+	b = append(b, `","X-Floodgate-Priority":`...)
+	b = appendString(b, r.Priority.String())
+	b = append(b, `,"X-Floodgate-Utilization":`...)
+	b = appendString(b, r.Utilization)
+	b = append(b, `,"X-Request-Id":`...)
+	b = appendString(b, id)
+	return append(b, '}')
 }
 
 // appendHeaders writes Headers(r, id) as a JSON object with its keys in
@@ -153,6 +179,10 @@ func appendProblem(b []byte, p *Problem) []byte {
 	}
 	b = append(b, `,"correlation_id":`...)
 	b = appendString(b, p.CorrelationID)
+	if p.UtilizationStatus != "" {
+		b = append(b, `,"cluster_utilization_status":`...)
+		b = appendString(b, p.UtilizationStatus)
+	}
 	return append(b, '}')
 }
 

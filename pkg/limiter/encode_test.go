@@ -40,6 +40,10 @@ func TestAppendCheckResponseMatchesEncodingJSON(t *testing.T) {
 		{"tiny and huge floats", "req-7", Result{Allowed: true, Tier: events.TierPrincipal, Penalty: 1e-7, Scale: 1e21}},
 		{"escaped strings", "a<b>&\"c", Result{Tier: "ip\"<x>", Rule: "r&", Error: "é\n", Degraded: true, Penalty: 1, Scale: 1, RetryAfter: time.Second}},
 		{"shed, not down", "req-shed", Result{Tier: events.TierPrincipal, Rule: "p", Limit: 2, Error: ShedReason, Degraded: true, Penalty: 1, Scale: 1, RetryAfter: time.Second}},
+		{"shed by priority", "req-prio", Result{Tier: events.TierPrincipal, Penalty: 1, Scale: 1, RetryAfter: 4500 * time.Millisecond,
+			ResetAfter: 4500 * time.Millisecond, Priority: PriorityBulk, Shed: true, Utilization: StatusDegraded}},
+		{"served while shedding", "req-crit", Result{Allowed: true, Tier: events.TierPrincipal, Rule: "p", Limit: 5, Remaining: 4,
+			Period: time.Second, Penalty: 1, Scale: 1, Priority: PriorityCritical, Utilization: StatusCritical}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -40,6 +40,9 @@ type Request struct {
 	Resource  string // "type:id" or ""
 	Plan      string // "" = the principal's override plan, else "default"
 	Cost      int    // multiplied by the route's cost from the rules file
+	// Priority is the request's bucket; PriorityUnset takes the route's
+	// default from the rules.
+	Priority Priority
 }
 
 // TierResult is one rule's answer within a decision.
@@ -78,6 +81,14 @@ type Result struct {
 	Error      string // why, for X-RateLimit-Error
 	Cached     bool   // denied by the local over-limit cache without asking Redis
 	Tiers      []TierResult
+	// Priority is the request's bucket (its own, or the route's default).
+	Priority Priority
+	// Shed: refused by priority shedding before any limit was asked (Tier is
+	// then principal, Limit 0); RetryAfter is the shed state's.
+	Shed bool
+	// Utilization is the shed state's status while shedding is engaged
+	// (StatusDegraded, StatusCritical); "" when nothing is shed.
+	Utilization string
 }
 
 // RuleSource returns the rules in force. Must be safe for concurrent use.
@@ -171,6 +182,7 @@ type engineMetrics struct {
 	degraded       *prometheus.CounterVec
 	refunds        *prometheus.CounterVec
 	shed           prometheus.Counter
+	prioShed       [PriorityBulk + 1]prometheus.Counter // by Priority; index 0 unused
 }
 
 // NewEngine returns an engine; Load the script before serving and Run its
@@ -231,6 +243,10 @@ func NewEngine(c EngineConfig) (*Engine, error) {
 		degraded:       f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_degraded_total", Help: "Tier answers given without Redis, by policy (local when shed) and outcome."}, []string{"policy", "outcome"}),
 		refunds:        f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_refunds_total", Help: "Compensating refunds after the IP and principal groups disagreed, by result."}, []string{"result"}),
 		shed:           f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_shed_total", Help: "Checks answered from local state because the limiter was past its capacity (admission limit reached, pipeline queue full or too slow)."}),
+	}
+	byPrio := f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_priority_shed_total", Help: "Checks refused by priority shedding (the adjuster's shed level), by priority."}, []string{"priority"})
+	for p := PriorityCritical; p <= PriorityBulk; p++ {
+		m.prioShed[p] = byPrio.WithLabelValues(p.String())
 	}
 	e := &Engine{
 		rdb: c.Redis, script: redis.NewScript(checkSource), rules: c.Rules, rt: c.Runtime, clock: c.Clock,
@@ -464,6 +480,28 @@ func ipBucketID(a netip.Addr) string {
 // are still decided by Redis.
 func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 	rs := e.rules.Rules()
+	prio := req.Priority
+	if prio == PriorityUnset {
+		prio = rs.Priority(req.Method, req.Route)
+	}
+	var status string
+	if e.rt != nil {
+		if sh := e.rt.Shedding(); sh.Level > 0 {
+			if sh.Sheds(prio) {
+				e.m.prioShed[prio].Inc()
+				return Result{Tier: events.TierPrincipal, RetryAfter: sh.RetryAfter, ResetAfter: sh.RetryAfter, Penalty: 1, Scale: 1,
+					Now: e.clock().UTC(), Cost: max(req.Cost, 1), Priority: prio, Shed: true, Utilization: sh.Status()}, nil
+			}
+			status = sh.Status()
+		}
+	}
+	res, err := e.check(ctx, rs, req)
+	res.Priority, res.Utilization = prio, status
+	return res, err
+}
+
+// check runs the rules for one admitted request.
+func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, error) {
 	pg, ig, cost := e.bind(rs, req)
 	groups := make([]*group, 0, 2)
 	if len(pg.rules) > 0 {

@@ -32,6 +32,7 @@ func newTestEngine(t testing.TB, rdb redis.UniversalClient, rules string, opt fu
 	require.NoError(t, err)
 	rt := NewRuntime(rdb, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	rt.ScalesKey, rt.OverridesKey = redistest.Unique(t, "fg:test:scales"), redistest.Unique(t, "fg:test:overrides")
+	rt.ShedKey = redistest.Unique(t, "fg:test:shed")
 	c := EngineConfig{Redis: rdb, Rules: NewRuleStore(rs), Runtime: rt, Budget: 2 * time.Second}
 	if opt != nil {
 		opt(&c)

@@ -41,10 +41,11 @@ const (
 	KeyRoute         = "route"          // route template, e.g. /channels/{channel_id}/messages (required)
 	KeyResource      = "resource"       // "type:id" (optional)
 	KeyPlan          = "plan"           // optional
+	KeyPriority      = "priority"       // critical | degraded | best_effort | bulk (optional; default the route's)
 	KeyRequestID     = "request_id"     // optional correlation id (1-64 of [A-Za-z0-9._-]); default a UUIDv7
 )
 
-var envoyKeys = []string{KeyPrincipalKind, KeyPrincipalID, KeyRemoteAddress, KeyMethod, KeyRoute, KeyResource, KeyPlan, KeyRequestID}
+var envoyKeys = []string{KeyPrincipalKind, KeyPrincipalID, KeyRemoteAddress, KeyMethod, KeyRoute, KeyResource, KeyPlan, KeyPriority, KeyRequestID}
 
 // EnvoyRLS serves envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit on
 // top of a Server: the same engine, metrics, decision events and 429 contract.
@@ -337,6 +338,8 @@ func envoyCheck(d *rlcommon.RateLimitDescriptor, requestHits uint32, req *CheckR
 			req.Resource = v
 		case KeyPlan:
 			req.Plan = v
+		case KeyPriority:
+			req.Priority = v
 		case KeyRequestID:
 			if !httpapi.ValidRequestID(v) {
 				return "", fmt.Errorf("request_id: %q, want 1-64 of [A-Za-z0-9._-]", v)

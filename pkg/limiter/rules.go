@@ -112,6 +112,21 @@ type Ruleset struct {
 	Quotas    []Quota
 	costs     map[string]int // "METHOD route" → cost multiplier
 	period    map[string]time.Duration
+	// priority is the default priority per "METHOD route" (priorities:);
+	// defPriority the rest's (defaults.priority, else DefaultPriority).
+	priority    map[string]Priority
+	defPriority Priority
+}
+
+// Priority returns the priority of a request on a route that names none.
+func (rs *Ruleset) Priority(method, route string) Priority {
+	if p, ok := rs.priority[method+" "+route]; ok {
+		return p
+	}
+	if rs.defPriority == PriorityUnset {
+		return DefaultPriority
+	}
+	return rs.defPriority
 }
 
 // DefaultPlan is the plan of a principal nobody assigned one.
@@ -172,18 +187,26 @@ func (r *Rule) Matches(kind events.PrincipalKind, plan, method, route, resourceT
 
 // Rules file schema (version 1). Field names match schemas/rate-limits.schema.json.
 type fileDoc struct {
-	Version   int        `yaml:"version"`
-	Shadow    bool       `yaml:"shadow"`
-	NearLimit *float64   `yaml:"near_limit_ratio"`
-	Defaults  fileDefs   `yaml:"defaults"`
-	Costs     []fileCost `yaml:"costs"`
-	Rules     []fileRule `yaml:"rules"`
-	Quotas    []fileQuo  `yaml:"quotas"`
+	Version    int        `yaml:"version"`
+	Shadow     bool       `yaml:"shadow"`
+	NearLimit  *float64   `yaml:"near_limit_ratio"`
+	Defaults   fileDefs   `yaml:"defaults"`
+	Costs      []fileCost `yaml:"costs"`
+	Priorities []filePrio `yaml:"priorities"`
+	Rules      []fileRule `yaml:"rules"`
+	Quotas     []fileQuo  `yaml:"quotas"`
 }
 
 type fileDefs struct {
 	Algorithm string `yaml:"algorithm"`
 	Fail      string `yaml:"fail"`
+	Priority  string `yaml:"priority"`
+}
+
+type filePrio struct {
+	Method   string `yaml:"method"`
+	Route    string `yaml:"route"`
+	Priority string `yaml:"priority"`
 }
 
 type fileCost struct {
@@ -245,7 +268,7 @@ func ParseRules(name string, data []byte) (*Ruleset, error) {
 		return nil, err
 	}
 	top := root.Content[0]
-	rs := &Ruleset{Source: name, Shadow: doc.Shadow, NearLimit: 0.8, costs: map[string]int{}, period: map[string]time.Duration{}}
+	rs := &Ruleset{Source: name, Shadow: doc.Shadow, NearLimit: 0.8, costs: map[string]int{}, period: map[string]time.Duration{}, priority: map[string]Priority{}}
 	if doc.Version != 1 {
 		p.fail(p.line(top, "version"), "version", "must be 1, got %d", doc.Version)
 	}
@@ -288,6 +311,33 @@ func ParseRules(name string, data []byte) (*Ruleset, error) {
 			p.fail(n.Line, path, "a cost for %s is already set", k)
 		}
 		rs.costs[k] = c.Cost
+	}
+	if doc.Defaults.Priority != "" {
+		pr, err := ParsePriority(doc.Defaults.Priority)
+		if err != nil {
+			p.fail(p.line(defs, "priority"), "defaults.priority", "%v", err)
+		}
+		rs.defPriority = pr
+	}
+	prios := child(top, "priorities")
+	for i, fp := range doc.Priorities {
+		n := item(prios, i)
+		path := fmt.Sprintf("priorities[%d]", i)
+		if err := events.ValidMethod(fp.Method); err != nil {
+			p.fail(p.line(n, "method"), path+".method", "%v", err)
+		}
+		if err := events.ValidRoute(fp.Route); err != nil {
+			p.fail(p.line(n, "route"), path+".route", "%v", err)
+		}
+		pr, err := ParsePriority(fp.Priority)
+		if err != nil || pr == PriorityUnset {
+			p.fail(p.line(n, "priority"), path+".priority", "%q: want one of %s", fp.Priority, PriorityNames)
+		}
+		k := fp.Method + " " + fp.Route
+		if _, dup := rs.priority[k]; dup {
+			p.fail(n.Line, path, "a priority for %s is already set", k)
+		}
+		rs.priority[k] = pr
 	}
 
 	rules := child(top, "rules")
@@ -424,11 +474,12 @@ func validFail(f FailPolicy) bool { return f == FailOpen || f == FailClosed || f
 // fileSchemaKeys lists the keys allowed at each path ("" is the top level,
 // "rules[]" any rule), mirroring the JSON Schema's additionalProperties: false.
 var fileSchemaKeys = map[string][]string{
-	"":         {"version", "shadow", "near_limit_ratio", "defaults", "costs", "rules", "quotas"},
-	"defaults": {"algorithm", "fail"},
-	"costs[]":  {"method", "route", "cost"},
-	"rules[]":  {"id", "tier", "kinds", "plans", "method", "route", "resource", "algorithm", "limit", "period", "burst", "shadow", "fail"},
-	"quotas[]": {"kind", "plan", "limit", "shadow", "fail"},
+	"":             {"version", "shadow", "near_limit_ratio", "defaults", "costs", "priorities", "rules", "quotas"},
+	"defaults":     {"algorithm", "fail", "priority"},
+	"costs[]":      {"method", "route", "cost"},
+	"priorities[]": {"method", "route", "priority"},
+	"rules[]":      {"id", "tier", "kinds", "plans", "method", "route", "resource", "algorithm", "limit", "period", "burst", "shadow", "fail"},
+	"quotas[]":     {"kind", "plan", "limit", "shadow", "fail"},
 }
 
 type parser struct {

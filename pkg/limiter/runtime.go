@@ -162,26 +162,36 @@ type Runtime struct {
 	// test points them at keys of its own.
 	ScalesKey    string
 	OverridesKey string
+	// ShedKey is redisx.ShedKey unless a test points it at a key of its own.
+	ShedKey string
 
 	rdb       redis.UniversalClient
 	log       *slog.Logger
 	scales    atomic.Pointer[Scales]
 	overrides atomic.Pointer[Overrides]
+	shedding  atomic.Pointer[Shedding]
 	badEntry  prometheus.Counter
 	errors    prometheus.Counter
+	shedLevel prometheus.Gauge
 }
 
 // NewRuntime returns a runtime with no scales and no overrides until Refresh.
 func NewRuntime(rdb redis.UniversalClient, log *slog.Logger, reg prometheus.Registerer) *Runtime {
 	f := promauto.With(reg)
-	r := &Runtime{rdb: rdb, log: log, ScalesKey: redisx.ScalesKey, OverridesKey: OverridesKey,
+	r := &Runtime{rdb: rdb, log: log, ScalesKey: redisx.ScalesKey, OverridesKey: OverridesKey, ShedKey: redisx.ShedKey,
 		badEntry: f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_bad_runtime_entries_total", Help: "Scale or override entries in Redis that did not parse and were skipped."}),
 		errors:   f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_runtime_refresh_errors_total", Help: "Failed refreshes of scales and overrides; the last good ones stay."}),
+		shedLevel: f.NewGauge(prometheus.GaugeOpts{Name: "floodgate_limiter_shed_level",
+			Help: "The adjuster's shed level as this limiter applies it: 0 none, 1 bulk, 2 also best_effort, 3 also degraded (critical is never shed)."}),
 	}
 	r.scales.Store(&Scales{})
 	r.overrides.Store(&Overrides{})
+	r.shedding.Store(&Shedding{})
 	return r
 }
+
+// Shedding returns the adjuster's shed state (level 0 until Refresh finds one).
+func (r *Runtime) Shedding() Shedding { return *r.shedding.Load() }
 
 // Scales returns the current scales; the caller must not modify them.
 func (r *Runtime) Scales() Scales { return *r.scales.Load() }
@@ -189,7 +199,9 @@ func (r *Runtime) Scales() Scales { return *r.scales.Load() }
 // Overrides returns the current overrides.
 func (r *Runtime) Overrides() *Overrides { return r.overrides.Load() }
 
-// Refresh reads fg:scales and fg:overrides once. On error the previous values stay.
+// Refresh reads fg:scales, fg:overrides and fg:shed once. On error the
+// previous values stay; a shed hash that does not parse keeps the previous
+// shed state.
 func (r *Runtime) Refresh(ctx context.Context) error {
 	sc, err := r.rdb.HGetAll(ctx, r.ScalesKey).Result()
 	if err != nil {
@@ -200,6 +212,18 @@ func (r *Runtime) Refresh(ctx context.Context) error {
 	if err != nil {
 		r.errors.Inc()
 		return fmt.Errorf("read %s: %w", r.OverridesKey, err)
+	}
+	sh, err := r.rdb.HGetAll(ctx, r.ShedKey).Result()
+	if err != nil {
+		r.errors.Inc()
+		return fmt.Errorf("read %s: %w", r.ShedKey, err)
+	}
+	if shed, err := ParseShedding(sh); err != nil {
+		r.badEntry.Inc()
+		r.log.Warn("keeping the shed state: bad shed hash", "key", r.ShedKey, "err", err)
+	} else {
+		r.shedding.Store(&shed)
+		r.shedLevel.Set(float64(shed.Level))
 	}
 	scales := Scales{}
 	for scope, v := range sc {

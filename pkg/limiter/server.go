@@ -125,8 +125,12 @@ type CheckRequest struct {
 	Resource  string           `json:"resource,omitempty"`
 	Cost      int              `json:"cost,omitempty"`
 	Plan      string           `json:"plan,omitempty"`
+	// Priority is critical, degraded, best_effort or bulk; "" takes the
+	// route's default from the rules (see Priority).
+	Priority string `json:"priority,omitempty"`
 
 	addr netip.Addr // IP, parsed by validate
+	prio Priority   // Priority, parsed by validate
 }
 
 // CheckResponse is the decision and the contract the gateway must send.
@@ -144,6 +148,9 @@ type CheckResponse struct {
 	Shadow            bool              `json:"shadow,omitempty"`
 	NearLimit         bool              `json:"near_limit,omitempty"`
 	Degraded          bool              `json:"degraded,omitempty"`
+	Priority          string            `json:"priority"`
+	Shed              bool              `json:"shed,omitempty"`
+	Utilization       string            `json:"cluster_utilization_status,omitempty"`
 	Headers           map[string]string `json:"headers"`
 	Problem           *Problem          `json:"problem,omitempty"`
 }
@@ -306,7 +313,7 @@ func (s *Server) decide(ctx context.Context, id string, req *CheckRequest) Check
 func (s *Server) decideResult(ctx context.Context, id string, req *CheckRequest) Result {
 	start := time.Now()
 	res, err := s.engine.Check(ctx, Request{Principal: req.Principal, IP: req.addr, Method: req.Method,
-		Route: req.Route, Resource: req.Resource, Plan: req.Plan, Cost: req.Cost})
+		Route: req.Route, Resource: req.Resource, Plan: req.Plan, Cost: req.Cost, Priority: req.prio})
 	if err != nil {
 		// Only a caller gone away or a malformed script answer end here; fail open
 		// and say so, like every degraded answer.
@@ -322,7 +329,11 @@ func (s *Server) decideResult(ctx context.Context, id string, req *CheckRequest)
 	}
 	s.metrics.decisions.WithLabelValues(string(res.Tier), outcome).Inc()
 	scope := res.Rule
-	if scope == "" {
+	switch {
+	case res.Shed:
+		// Shed requests are counted apart, by priority: "shed:bulk", ….
+		scope = "shed:" + res.Priority.String()
+	case scope == "":
 		scope = "none"
 	}
 	if res.Shadow {
@@ -349,6 +360,7 @@ func checkResponse(id, corr string, res Result) CheckResponse {
 		ID: id, Allowed: res.Allowed, Tier: res.Tier, Rule: res.Rule, Limit: res.Limit, Remaining: res.Remaining,
 		ResetAfterMS: res.ResetAfter.Milliseconds(), RetryAfterMS: res.RetryAfter.Milliseconds(),
 		PenaltyMultiplier: res.Penalty, Scale: res.Scale, Shadow: res.Shadow, NearLimit: res.NearLimit, Degraded: res.Degraded,
+		Priority: res.Priority.String(), Shed: res.Shed, Utilization: res.Utilization,
 		Headers: Headers(res, corr),
 		Problem: DenialProblem(res, corr),
 	}
@@ -411,6 +423,11 @@ func (req *CheckRequest) validate() error {
 	if req.Cost < 1 || req.Cost > 1_000_000 {
 		return errors.New("cost: must be in 1..1000000")
 	}
+	p, err := ParsePriority(req.Priority)
+	if err != nil {
+		return fmt.Errorf("priority: %w", err)
+	}
+	req.prio = p
 	return nil
 }
 

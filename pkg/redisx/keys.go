@@ -132,3 +132,8 @@ const LimitersKey = "fg:limiters"
 
 // ScalesKey is the hash of limit scales by scope (global, tier:<tier>, route:<class>).
 const ScalesKey = "fg:scales"
+
+// ShedKey is the hash of the adjuster's shed state (level, retry_after_ms,
+// reason; see limiter.ParseShedding), with a time to live of a few adjuster
+// ticks: a missing hash means nothing is shed.
+const ShedKey = "fg:shed"
