@@ -99,7 +99,7 @@ func Serve(ctx context.Context, env service.Env) error {
 	src := &signals.Influx{Query: influx.QueryAPI(cfg.InfluxOrg), Bucket: cfg.InfluxBucket,
 		Filters: cfg.Filters}
 	lc := loop.Config{
-		Source: src, Scales: &effects.RedisScales{Client: rdb, Key: cfg.ScalesKey},
+		Source: src, Scales: &effects.RedisScales{Client: rdb, Key: cfg.ScalesKey}, Shed: &effects.RedisShed{Client: rdb, Key: cfg.ShedKey},
 		Publisher: &effects.KafkaAdjustments{Producer: producer, Topic: cfg.AdjustmentsTopic, Source: "floodgate/adjuster"},
 		Series:    &effects.InfluxSeries{Write: influx.WriteAPIBlocking(cfg.InfluxOrg, cfg.InfluxBucket)},
 		Settings:  store, Defaults: cfg.Rules, ActorID: cfg.ActorID, Logger: log, Registerer: reg,

@@ -23,6 +23,7 @@ type Config struct {
 	ActorID           string          // FLOODGATE_ADJUSTER_ID: names this loop in adjustment events
 	RedisAddrs        []string        // FLOODGATE_REDIS_ADDRS
 	ScalesKey         string          // FLOODGATE_ADJUSTER_SCALES_KEY (tests only; default fg:scales)
+	ShedKey           string          // FLOODGATE_ADJUSTER_SHED_KEY (tests only; default fg:shed)
 	KafkaBrokers      []string        // FLOODGATE_KAFKA_BROKERS
 	AdjustmentsTopic  string          // FLOODGATE_ADJUSTMENTS_TOPIC
 	DynamoEndpoint    string          // FLOODGATE_DYNAMODB_ENDPOINT (empty = AWS)
@@ -46,6 +47,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		ActorID:           e.String("FLOODGATE_ADJUSTER_ID", "adjuster@"+host),
 		RedisAddrs:        e.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs),
 		ScalesKey:         e.String("FLOODGATE_ADJUSTER_SCALES_KEY", redisx.ScalesKey),
+		ShedKey:           e.String("FLOODGATE_ADJUSTER_SHED_KEY", redisx.ShedKey),
 		KafkaBrokers:      e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
 		AdjustmentsTopic:  e.String("FLOODGATE_ADJUSTMENTS_TOPIC", config.DefaultAdjustmentsTopic),
 		DynamoEndpoint:    e.String("FLOODGATE_DYNAMODB_ENDPOINT", ""),
@@ -86,6 +88,7 @@ func (c Config) Validate() error {
 	v.Require(c.HTTPAddr != "", "FLOODGATE_ADJUSTER_ADDR", "required (host:port)")
 	v.Require(len(c.RedisAddrs) > 0, "FLOODGATE_REDIS_ADDRS", "at least one host:port")
 	v.Require(c.ScalesKey != "", "FLOODGATE_ADJUSTER_SCALES_KEY", "must not be empty")
+	v.Require(c.ShedKey != "", "FLOODGATE_ADJUSTER_SHED_KEY", "must not be empty")
 	v.Require(len(c.KafkaBrokers) > 0, "FLOODGATE_KAFKA_BROKERS", "at least one host:port")
 	v.Require(c.AdjustmentsTopic != "", "FLOODGATE_ADJUSTMENTS_TOPIC", "required")
 	v.Require(c.InfluxURL != "" && c.InfluxBucket != "", "FLOODGATE_INFLUX_URL/FLOODGATE_INFLUX_BUCKET", "required")

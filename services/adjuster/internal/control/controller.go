@@ -174,6 +174,9 @@ func (c *Controller) cuts() []cut {
 	}
 }
 
+// Fresh reports whether a reading is recent enough to act on at now.
+func (c *Controller) Fresh(now time.Time, r Reading) bool { return c.fresh(now, r) }
+
 func (c *Controller) fresh(now time.Time, r Reading) bool {
 	return r.OK && !r.At.After(now.Add(time.Minute)) && now.Sub(r.At) <= c.rules.StaleAfter.D()
 }

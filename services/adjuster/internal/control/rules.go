@@ -37,6 +37,8 @@ type Rules struct {
 	ErrorRateHigh CutRule     `yaml:"error_rate_high" json:"error_rate_high"`
 	AbuseHigh     CutRule     `yaml:"abuse_high" json:"abuse_high"`
 	Recover       RecoverRule `yaml:"recover" json:"recover"`
+	// Shed sets the priority shed level the limiters apply (see ShedRule).
+	Shed ShedRule `yaml:"shed" json:"shed"`
 }
 
 // Bounds limit one scope's scale; the scale starts at Max.
@@ -94,6 +96,7 @@ func Defaults() Rules {
 		ErrorRateHigh: CutRule{Above: 0.05, ClearBelow: 0.04, Factor: 0.8, Scopes: []string{"global"}},
 		AbuseHigh:     CutRule{Above: 0.10, ClearBelow: 0.08, Factor: 0.5, Scopes: []string{"tier:ip"}},
 		Recover:       RecoverRule{CPUBelow: 0.50, MemBelow: 0.60, Factor: 1.1, Scopes: []string{"global", "tier:ip"}},
+		Shed:          defaultShed(),
 	}
 }
 
@@ -210,6 +213,7 @@ func (r Rules) Validate() error {
 		}
 		r.checkScopes("recover", rc.Scopes, bad)
 	}
+	r.Shed.validate(r, bad)
 	return errors.Join(errs...)
 }
 
@@ -235,6 +239,7 @@ func (r Rules) Clone() Rules {
 	c.ErrorRateHigh.Scopes = slices.Clone(r.ErrorRateHigh.Scopes)
 	c.AbuseHigh.Scopes = slices.Clone(r.AbuseHigh.Scopes)
 	c.Recover.Scopes = slices.Clone(r.Recover.Scopes)
+	c.Shed = r.Shed.clone()
 	return c
 }
 

@@ -62,6 +62,29 @@ func (r *RedisScales) Set(ctx context.Context, scales map[string]float64) error 
 	return nil
 }
 
+// RedisShed writes the shed level every limiter polls (redisx.ShedKey in
+// production; fields as limiter.ParseShedding reads them) in one transaction,
+// with a time to live of a few ticks: if the adjuster stops, the hash expires
+// and nothing is shed.
+type RedisShed struct {
+	Client redis.UniversalClient
+	Key    string
+}
+
+// Set replaces the shed hash.
+func (r *RedisShed) Set(ctx context.Context, level int, retry time.Duration, reason string, ttl time.Duration) error {
+	_, err := r.Client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, r.Key)
+		p.HSet(ctx, r.Key, "level", level, "retry_after_ms", retry.Milliseconds(), "reason", reason)
+		p.PExpire(ctx, r.Key, ttl)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("write shed level %s: %w", r.Key, err)
+	}
+	return nil
+}
+
 // FormatScale spells a scale the way the limiter parses it.
 func FormatScale(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
@@ -100,6 +123,9 @@ type Point struct {
 	Signals control.Signals
 	DryRun  bool
 	Frozen  bool
+	// ShedLevel is the shed level the tick decided (written as applied
+	// unless DryRun).
+	ShedLevel int
 }
 
 // InfluxSeries writes the scale series: measurement adjuster_scales, one point
@@ -124,7 +150,7 @@ func (x *InfluxSeries) Record(ctx context.Context, p Point) error {
 			map[string]string{series.TagScope: scope, series.TagDryRun: dry},
 			map[string]any{series.FieldScale: p.Scales[scope], series.FieldFrozen: p.Frozen}, p.At))
 	}
-	fields := map[string]any{"abuse_per_sec": p.Signals.AbusePerSec}
+	fields := map[string]any{"abuse_per_sec": p.Signals.AbusePerSec, series.FieldShedLevel: p.ShedLevel}
 	for _, name := range control.AllSignals {
 		if r := p.Signals.Get(name); r.OK {
 			fields[name] = r.Value

@@ -39,6 +39,11 @@ type Publisher interface {
 	Publish(ctx context.Context, adj []events.Adjustment) error
 }
 
+// ShedWriter is where the limiter reads the shed level from.
+type ShedWriter interface {
+	Set(ctx context.Context, level int, retry time.Duration, reason string, ttl time.Duration) error
+}
+
 // Series records each tick's scales and signals.
 type Series interface {
 	Record(ctx context.Context, p effects.Point) error
@@ -57,8 +62,10 @@ type SettingsSource interface {
 
 // Config wires a Loop. Series and Alerter are optional.
 type Config struct {
-	Source    Source
-	Scales    Scales
+	Source Source
+	Scales Scales
+	// Shed receives the shed level every tick; nil: no priority shedding.
+	Shed      ShedWriter
 	Publisher Publisher
 	Series    Series
 	Alerter   Alerter
@@ -85,6 +92,7 @@ type Loop struct {
 	// tickMu serializes ticks and owns what only a tick touches.
 	tickMu   sync.Mutex
 	ctrl     *control.Controller
+	shed     control.Shedder
 	alerting map[string]bool
 	pending  []events.Adjustment
 	wasDry   bool
@@ -109,8 +117,10 @@ type Status struct {
 	Held     map[string]string   `json:"held"`
 	Changes  []control.Change    `json:"changes"`
 	Override map[string]float64  `json:"overrides"`
-	Errors   []string            `json:"errors,omitempty"`
-	Pending  int                 `json:"pending_events"`
+	// Shed is the shed level decided (applied unless in a dry run) and why.
+	Shed    control.ShedStep `json:"shed"`
+	Errors  []string         `json:"errors,omitempty"`
+	Pending int              `json:"pending_events"`
 }
 
 // New returns a loop; call Start (or Run) before Tick.
@@ -317,9 +327,25 @@ func (l *Loop) Tick(ctx context.Context) {
 			l.pending = nil
 		}
 	}
+	shed := l.shed.Step(st.Rules.Shed, now, sig, func(r control.Reading) bool { return l.ctrl.Fresh(now, r) }, st.Frozen)
+	if l.cfg.Shed != nil {
+		level := shed.Level
+		if st.DryRun {
+			level = 0 // a dry run applies nothing
+		}
+		// Written every tick: the hash's time to live (three ticks) is what
+		// ends shedding if this loop stops.
+		if err := l.cfg.Shed.Set(ctx, level, st.Rules.Shed.RetryAfter.D(), shed.Why, 3*st.Rules.Tick.D()); err != nil {
+			fail("write_shed", err)
+		}
+	}
+	if shed.Changed() {
+		l.cfg.Logger.Info("shed level change", "old", shed.Old, "new", shed.Level, "why", shed.Why, "dry_run", st.DryRun)
+	}
+	l.m.shedLevel.WithLabelValues(fmt.Sprint(st.DryRun)).Set(float64(shed.Level))
 	scales := l.ctrl.Scales()
 	if l.cfg.Series != nil {
-		if err := l.cfg.Series.Record(ctx, effects.Point{At: now, Scales: scales, Signals: sig, DryRun: st.DryRun, Frozen: st.Frozen}); err != nil {
+		if err := l.cfg.Series.Record(ctx, effects.Point{At: now, Scales: scales, Signals: sig, DryRun: st.DryRun, Frozen: st.Frozen, ShedLevel: shed.Level}); err != nil {
 			fail("series", err)
 		}
 	}
@@ -341,7 +367,7 @@ func (l *Loop) Tick(ctx context.Context) {
 	l.status = Status{
 		At: now, Version: st.Version, DryRun: st.DryRun, Frozen: st.Frozen, Scales: scales,
 		Signals: signalMap(sig), Stale: out.Stale, Engaged: l.ctrl.Engaged(), Held: out.Held,
-		Changes: out.Changes, Override: overrides, Errors: errs, Pending: len(l.pending),
+		Changes: out.Changes, Override: overrides, Errors: errs, Pending: len(l.pending), Shed: shed,
 	}
 }
 
@@ -442,6 +468,7 @@ type metrics struct {
 	fresh       *prometheus.GaugeVec
 	signal      *prometheus.GaugeVec
 	scale       *prometheus.GaugeVec
+	shedLevel   *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -465,5 +492,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "The signal's value at the last tick (fraction)."}, []string{"signal"}),
 		scale: f.NewGaugeVec(prometheus.GaugeOpts{Name: "floodgate_adjuster_scale",
 			Help: "Each scope's scale after the last tick."}, []string{"scope", "dry_run"}),
+		shedLevel: f.NewGaugeVec(prometheus.GaugeOpts{Name: "floodgate_adjuster_shed_level",
+			Help: "The shed level the last tick decided (0 none, 1 bulk, 2 also best_effort, 3 also degraded); written as 0 in a dry run."}, []string{"dry_run"}),
 	}
 }
