@@ -21,15 +21,24 @@ const MaxSafeInteger = 1<<53 - 1
 func ValidID(s string) error { return asError(validID(s)) }
 
 func validID(s string) *ValidationError {
+	return validName(s, MaxIDLen, false)
+}
+
+// validName checks 1–max characters of [A-Za-z0-9_-], and '.' when dot.
+func validName(s string, max int, dot bool) *ValidationError {
 	if s == "" {
 		return reason("must not be empty")
 	}
-	if len(s) > MaxIDLen {
-		return reason(fmt.Sprintf("%s is %d characters long, the limit is %d", quote(s), len(s), MaxIDLen))
+	if len(s) > max {
+		return reason(fmt.Sprintf("%s is %d characters long, the limit is %d", quote(s), len(s), max))
 	}
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; !isIDByte(c) {
-			return reason(fmt.Sprintf("%s has %s at byte %d; allowed are A-Z a-z 0-9 _ -", quote(s), quoteRuneAt(s, i), i))
+		if c := s[i]; !isIDByte(c) && !(dot && c == '.') {
+			what := "A-Z a-z 0-9 _ -"
+			if dot {
+				what = "A-Z a-z 0-9 . _ -"
+			}
+			return reason(fmt.Sprintf("%s has %s at byte %d; allowed are %s", quote(s), quoteRuneAt(s, i), i, what))
 		}
 	}
 	return nil
@@ -343,18 +352,7 @@ func intRange(v, min, max int64) *ValidationError {
 func ValidTopic(s string) error { return asError(validTopic(s)) }
 
 func validTopic(s string) *ValidationError {
-	if s == "" {
-		return reason("must not be empty")
-	}
-	if len(s) > MaxTopicLen {
-		return reason(fmt.Sprintf("%s is %d characters long, the limit is %d", quote(s), len(s), MaxTopicLen))
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !isIDByte(c) && c != '.' {
-			return reason(fmt.Sprintf("%s has %s at byte %d; allowed are A-Z a-z 0-9 . _ -", quote(s), quoteRuneAt(s, i), i))
-		}
-	}
-	return nil
+	return validName(s, MaxTopicLen, true)
 }
 
 // tooMany reports an array longer than its maxItems.

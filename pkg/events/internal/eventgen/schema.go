@@ -183,23 +183,8 @@ func str(o *object, k string) (string, bool) {
 	return s, ok
 }
 
-func intPtr(o *object, k string) (*int64, error) {
-	v, ok := o.get(k)
-	if !ok {
-		return nil, nil
-	}
-	n, ok := v.(json.Number)
-	if !ok {
-		return nil, fmt.Errorf("%s is not a number", k)
-	}
-	i, err := n.Int64()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", k, err)
-	}
-	return &i, nil
-}
-
-func numPtr(o *object, k string) (*json.Number, error) {
+// number returns member k of o as a json.Number, nil when absent.
+func number(o *object, k string) (*json.Number, error) {
 	v, ok := o.get(k)
 	if !ok {
 		return nil, nil
@@ -261,19 +246,23 @@ func (r *resolver) node(o *object, path, def string) (*node, error) {
 		}
 	}
 	var bad error
-	ints := func(k string) *int64 {
-		v, err := intPtr(o, k)
+	nums := func(k string) *json.Number {
+		v, err := number(o, k)
 		if err != nil && bad == nil {
 			bad = err
 		}
 		return v
 	}
-	nums := func(k string) *json.Number {
-		v, err := numPtr(o, k)
-		if err != nil && bad == nil {
-			bad = err
+	ints := func(k string) *int64 {
+		n := nums(k)
+		if n == nil {
+			return nil
 		}
-		return v
+		i, err := n.Int64()
+		if err != nil && bad == nil {
+			bad = fmt.Errorf("%s: %w", k, err)
+		}
+		return &i
 	}
 	n.minLen, n.maxLen, n.maxItem = ints("minLength"), ints("maxLength"), ints("maxItems")
 	n.min, n.exclMin, n.max = nums("minimum"), nums("exclusiveMinimum"), nums("maximum")
