@@ -175,7 +175,7 @@ func (m *model) event(sf *schemaFile) error {
 	if err := m.claim(ev.typeConst, ev); err != nil {
 		return err
 	}
-	st, err := m.structOf(root, "", ev)
+	st, err := m.structOf(root, "")
 	if err != nil {
 		return err
 	}
@@ -216,14 +216,14 @@ func join(path, name string) string {
 	return path + "." + name
 }
 
-func (m *model) structOf(n *node, dpath string, ev *event) (*structType, error) {
+func (m *model) structOf(n *node, dpath string) (*structType, error) {
 	if n.goType == "" {
 		return nil, fmt.Errorf("%s: an object needs x-floodgate-go-type (the Go struct name)", n.path)
 	}
 	if prev, ok := m.byName[n.goType].(*structType); ok {
 		// The same object in another place or another schema (a shared
 		// $defs entry): it must be the same, decoded at the same path.
-		again, err := m.newStruct(n, dpath, ev, true)
+		again, err := m.newStruct(n, dpath, true)
 		if err != nil {
 			return nil, err
 		}
@@ -233,7 +233,7 @@ func (m *model) structOf(n *node, dpath string, ev *event) (*structType, error) 
 		prev.files[m.curFile] = true
 		return prev, nil
 	}
-	st, err := m.newStruct(n, dpath, ev, false)
+	st, err := m.newStruct(n, dpath, false)
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +259,7 @@ func sig(s *structType) string {
 	return b.String()
 }
 
-func (m *model) newStruct(n *node, dpath string, ev *event, dryRun bool) (*structType, error) {
+func (m *model) newStruct(n *node, dpath string, dryRun bool) (*structType, error) {
 	if n.typ != "object" {
 		return nil, fmt.Errorf("%s: x-floodgate-go-type %s on a %q, want an object", n.path, n.goType, n.typ)
 	}
@@ -278,7 +278,7 @@ func (m *model) newStruct(n *node, dpath string, ev *event, dryRun bool) (*struc
 	}
 	names := map[string]bool{}
 	for i, p := range n.props {
-		f, err := m.fieldOf(p, slices.Contains(n.req, p.name), dpath, ev, dryRun)
+		f, err := m.fieldOf(p, slices.Contains(n.req, p.name), dpath, dryRun)
 		if err != nil {
 			return nil, err
 		}
@@ -294,7 +294,7 @@ func (m *model) newStruct(n *node, dpath string, ev *event, dryRun bool) (*struc
 	return st, nil
 }
 
-func (m *model) fieldOf(p prop, required bool, dpath string, ev *event, dryRun bool) (*field, error) {
+func (m *model) fieldOf(p prop, required bool, dpath string, dryRun bool) (*field, error) {
 	n := p.n
 	f := &field{json: p.name, goName: goName(p.name), doc: n.desc, required: required, dpath: join(dpath, p.name), maxConst: n.maxConst}
 	if !isPlainASCII(p.name) {
@@ -403,7 +403,7 @@ func (m *model) fieldOf(p prop, required bool, dpath string, ev *event, dryRun b
 			return nil, fmt.Errorf("%s: an optional number needs exclusiveMinimum 0, so that 0 can mean absent", n.path)
 		}
 	case n.typ == "object":
-		st, err := m.structOf(n, join(dpath, p.name), nil)
+		st, err := m.structOf(n, join(dpath, p.name))
 		if err != nil {
 			return nil, err
 		}
@@ -421,7 +421,7 @@ func (m *model) fieldOf(p prop, required bool, dpath string, ev *event, dryRun b
 		if err := m.constOf(n.maxConst, *n.maxItem, fmt.Sprintf("the maxItems of %s", n.path), dryRun); err != nil {
 			return nil, fmt.Errorf("%s: %w", n.path, err)
 		}
-		st, err := m.structOf(n.items, "", nil)
+		st, err := m.structOf(n.items, "")
 		if err != nil {
 			return nil, err
 		}
@@ -429,7 +429,6 @@ func (m *model) fieldOf(p prop, required bool, dpath string, ev *event, dryRun b
 	default:
 		return nil, fmt.Errorf("%s: unsupported schema type %q", n.path, n.typ)
 	}
-	_ = ev
 	return f, nil
 }
 
