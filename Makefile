@@ -73,10 +73,15 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 30s)
 chaos: ## fault scenarios under load (broker kill, Redis restart, consumer SIGKILL, DynamoDB errors, InfluxDB/PagerDuty down); writes docs/chaos.md
 	@FLOODGATE_WITH_CLUSTER=0 deploy/local/with-stack.sh bash -c '$(GO) run ./loadtest/cmd/chaos $(CHAOS_ARGS)'
 
+.PHONY: generate
+generate: ## regenerate the event codec (pkg/events/*_gen.go) from schemas/*.json
+	$(GO) generate ./pkg/events
+
 .PHONY: lint
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet, and the generated event codec up to date with schemas/
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
+	$(GO) test -count=1 -run '^TestGeneratedCodeIsFresh$$' ./pkg/events/
 
 # ---- security (docs/security.md) --------------------------------------------------------
 VULN_VERSION := v1.9.0

@@ -13,35 +13,32 @@ import (
 // exactly (2^53-1, as I-JSON recommends); no integer in an event may exceed it.
 const MaxSafeInteger = 1<<53 - 1
 
-// Limits of the string fields, shared with the JSON Schemas.
-const (
-	MaxIDLen          = 64   // id: characters of [A-Za-z0-9_-]
-	MaxPrincipalIDLen = 128  // principal.id: UTF-8 bytes
-	MaxRouteLen       = 256  // route: bytes (routes are ASCII)
-	MaxResourceLen    = 128  // resource: bytes (resources are ASCII)
-	MaxGatewayLen     = 64   // gateway: characters
-	MaxRuleLen        = 128  // rule: characters
-	MaxVersionLen     = 64   // detector_version: characters
-	MaxScopeLen       = 256  // scope: characters
-	MaxActorIDLen     = 128  // actor.id: characters
-	MaxReasonLen      = 1024 // reason: characters
-	MaxTopItems       = 10   // evidence.top_routes and evidence.top_ips: items
-)
+// The limits of strings and arrays (MaxIDLen, MaxRouteLen, …) are generated
+// from the schemas' maxLength and maxItems (x-floodgate-max-const).
 
 // ValidID reports whether s is a valid event id: 1–64 characters of
 // [A-Za-z0-9_-] (a UUID, ULID or similar).
 func ValidID(s string) error { return asError(validID(s)) }
 
 func validID(s string) *ValidationError {
+	return validName(s, MaxIDLen, false)
+}
+
+// validName checks 1–max characters of [A-Za-z0-9_-], and '.' when dot.
+func validName(s string, max int, dot bool) *ValidationError {
 	if s == "" {
 		return reason("must not be empty")
 	}
-	if len(s) > MaxIDLen {
-		return reason(fmt.Sprintf("%s is %d characters long, the limit is %d", quote(s), len(s), MaxIDLen))
+	if len(s) > max {
+		return reason(fmt.Sprintf("%s is %d characters long, the limit is %d", quote(s), len(s), max))
 	}
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; !isIDByte(c) {
-			return reason(fmt.Sprintf("%s has %s at byte %d; allowed are A-Z a-z 0-9 _ -", quote(s), quoteRuneAt(s, i), i))
+		if c := s[i]; !isIDByte(c) && !(dot && c == '.') {
+			what := "A-Z a-z 0-9 _ -"
+			if dot {
+				what = "A-Z a-z 0-9 . _ -"
+			}
+			return reason(fmt.Sprintf("%s has %s at byte %d; allowed are %s", quote(s), quoteRuneAt(s, i), i, what))
 		}
 	}
 	return nil
@@ -257,36 +254,12 @@ func validResource(s string) *ValidationError {
 	return nil
 }
 
-// Methods lists the HTTP methods a decision may carry.
-const Methods = "GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS"
-
 // ValidMethod reports whether s is one of Methods (upper case).
 func ValidMethod(s string) error {
-	if _, ok := method(s); ok {
+	if _, ok := parseMethod(s); ok {
 		return nil
 	}
 	return oneOf(s, Methods)
-}
-
-// method returns the constant for a valid method, so decoding does not allocate.
-func method[S ~string | ~[]byte](s S) (string, bool) {
-	switch string(s) {
-	case "GET":
-		return "GET", true
-	case "HEAD":
-		return "HEAD", true
-	case "POST":
-		return "POST", true
-	case "PUT":
-		return "PUT", true
-	case "PATCH":
-		return "PATCH", true
-	case "DELETE":
-		return "DELETE", true
-	case "OPTIONS":
-		return "OPTIONS", true
-	}
-	return "", false
 }
 
 // oneOf checks s against the "|"-separated options.
@@ -374,34 +347,44 @@ func intRange(v, min, max int64) *ValidationError {
 	return nil
 }
 
-// Float bounds used by the contracts. Every bound is 0, 1 or 10; the decoder
-// relies on that to compare boundary values exactly (see decoder.float).
-func atLeast0(v float64) *ValidationError {
-	if !(v >= 0) || math.IsInf(v, 0) {
-		return reason("must be a finite number >= 0, got " + fmtFloat(v))
+// ValidTopic reports whether s is a Kafka topic name: 1–249 characters of
+// [A-Za-z0-9._-].
+func ValidTopic(s string) error { return asError(validTopic(s)) }
+
+func validTopic(s string) *ValidationError {
+	return validName(s, MaxTopicLen, true)
+}
+
+// tooMany reports an array longer than its maxItems.
+func tooMany(n, max int) *ValidationError {
+	return reason("has " + strconv.Itoa(n) + " items, the limit is " + strconv.Itoa(max))
+}
+
+// Number bounds (minimum, exclusiveMinimum, maximum). Every bound in the
+// contracts is 0, 1 or 10; the decoder relies on that to compare boundary
+// values exactly (see decoder.float), and eventgen refuses other bounds.
+
+// floatAtLeast checks v >= min (v > min when exclusive) and finite.
+func floatAtLeast(v, min float64, exclusive bool) *ValidationError {
+	if in := v > min || !exclusive && v == min; !in || math.IsInf(v, 0) {
+		return reason("must be a finite number " + minOp(exclusive) + " " + fmtFloat(min) + ", got " + fmtFloat(v))
 	}
 	return nil
 }
 
-func fraction(v float64) *ValidationError { // [0, 1]
-	if !(v >= 0 && v <= 1) {
-		return reason("must be >= 0 and <= 1, got " + fmtFloat(v))
+// floatRange checks min <= v <= max (min < v when exclusive).
+func floatRange(v, min float64, exclusive bool, max float64) *ValidationError {
+	if in := v > min || !exclusive && v == min; !in || !(v <= max) {
+		return reason("must be " + minOp(exclusive) + " " + fmtFloat(min) + " and <= " + fmtFloat(max) + ", got " + fmtFloat(v))
 	}
 	return nil
 }
 
-func multiplier(v float64) *ValidationError { // (0, 1]
-	if !(v > 0 && v <= 1) {
-		return reason("must be > 0 and <= 1, got " + fmtFloat(v))
+func minOp(exclusive bool) string {
+	if exclusive {
+		return ">"
 	}
-	return nil
-}
-
-func scale(v float64) *ValidationError { // (0, 10]
-	if !(v > 0 && v <= 10) {
-		return reason("must be > 0 and <= 10, got " + fmtFloat(v))
-	}
-	return nil
+	return ">="
 }
 
 func fmtFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }

@@ -346,17 +346,6 @@ func (d *decoder) constant(field, want string) *ValidationError {
 	return nil
 }
 
-func (d *decoder) enum(field, options string) (string, *ValidationError) {
-	b, err := d.strBytes(field)
-	if err != nil {
-		return "", err
-	}
-	if e := oneOf(string(b), options); e != nil {
-		return "", d.invalid(field, e)
-	}
-	return string(b), nil
-}
-
 func (d *decoder) time(field string) (time.Time, *ValidationError) {
 	b, err := d.strBytes(field)
 	if err != nil {
@@ -776,54 +765,29 @@ func (d *decoder) required(prefix string, seen uint32, fields []req) *Validation
 	return nil
 }
 
-// principal reads the "principal" member.
-func (d *decoder) principal() (Principal, *ValidationError) {
-	var p Principal
-	if err := d.object("principal"); err != nil {
-		return p, err
+// decodeList decodes an array of at most max objects, each by elem.
+func decodeList[T any](d *decoder, field string, max int, elem func(*decoder, *T) *ValidationError) ([]T, *ValidationError) {
+	if err := d.array(field); err != nil {
+		return nil, err
 	}
-	const (
-		bKind = 1 << iota
-		bID
-	)
-	var seen uint32
+	var out []T
 	first := true
-	for {
-		name, ok, err := d.member(&first)
+	for i := 0; ; i++ {
+		ok, err := d.element(&first)
 		if err != nil {
-			return p, err
+			return nil, err
 		}
 		if !ok {
-			break
+			return out, nil
 		}
-		switch string(name) {
-		case "kind":
-			if err = d.seen(&seen, bKind, "kind"); err == nil {
-				var b []byte
-				if b, err = d.strBytes("principal.kind"); err == nil {
-					k, ok := principalKind(b)
-					if !ok {
-						return p, d.invalid("principal.kind", oneOf(string(b), principalKinds))
-					}
-					p.Kind = k
-				}
-			}
-		case "id":
-			if err = d.seen(&seen, bID, "id"); err == nil {
-				p.ID, err = d.str("principal.id")
-			}
-		default:
-			err = d.skip(1)
+		if i == max {
+			return nil, d.invalid(field, reason("has more than "+strconv.Itoa(max)+" items"))
 		}
-		if err != nil {
-			return p, err
+		var zero T
+		out = append(out, zero)
+		// Decode into the slice's element: a local passed through elem would escape.
+		if err := elem(d, &out[len(out)-1]); err != nil {
+			return nil, within(field+"["+strconv.Itoa(i)+"]", err)
 		}
 	}
-	if err := d.required("principal", seen, []req{{bKind, "kind"}, {bID, "id"}}); err != nil {
-		return p, err
-	}
-	if err := p.validate(); err != nil {
-		return p, d.invalid("principal", err)
-	}
-	return p, nil
 }

@@ -3,7 +3,6 @@ package events
 import (
 	"math"
 	"strconv"
-	"time"
 	"unicode/utf8"
 )
 
@@ -83,18 +82,4 @@ func appendBool(b []byte, v bool) []byte {
 		return append(b, "true"...)
 	}
 	return append(b, "false"...)
-}
-
-func appendTimeString(b []byte, t time.Time) []byte {
-	b = append(b, '"')
-	b = AppendTime(b, t)
-	return append(b, '"')
-}
-
-func appendPrincipal(b []byte, p Principal) []byte {
-	b = append(b, `{"kind":`...)
-	b = appendString(b, string(p.Kind))
-	b = append(b, `,"id":`...)
-	b = appendString(b, p.ID)
-	return append(b, '}')
 }
