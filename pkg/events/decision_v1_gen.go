@@ -86,6 +86,41 @@ func parseTier[S ~string | ~[]byte](s S) (Tier, bool) {
 	return "", false
 }
 
+// Priority is a request's priority bucket, highest first.
+type Priority string
+
+// Values of Priority.
+const (
+	PriorityCritical   Priority = "critical"
+	PriorityDegraded   Priority = "degraded"
+	PriorityBestEffort Priority = "best_effort"
+	PriorityBulk       Priority = "bulk"
+)
+
+// priorityValues lists the values of Priority, "|"-separated.
+const priorityValues = "critical|degraded|best_effort|bulk"
+
+// Valid reports whether v is one of the values of Priority.
+func (v Priority) Valid() bool {
+	_, ok := parsePriority(v)
+	return ok
+}
+
+// parsePriority returns the constant equal to s, so that decoding does not allocate.
+func parsePriority[S ~string | ~[]byte](s S) (Priority, bool) {
+	switch string(s) {
+	case "critical":
+		return PriorityCritical, true
+	case "degraded":
+		return PriorityDegraded, true
+	case "best_effort":
+		return PriorityBestEffort, true
+	case "bulk":
+		return PriorityBulk, true
+	}
+	return "", false
+}
+
 // Decision is a decision.v1 event: One event per limiter decision, on topic
 // floodgate.decisions.v1, keyed by the principal (kind:id). Unknown members must be
 // ignored by consumers.
@@ -137,6 +172,16 @@ type Decision struct {
 	// PenaltyMultiplier is "penalty_multiplier": optional: the penalty multiplier applied to
 	// the principal's limits, in (0, 1]. Absent means no penalty. (0: absent)
 	PenaltyMultiplier float64
+	// Priority is "priority": optional: the request's priority bucket (its own, or its
+	// route's default from the rules). Under congestion the limiter sheds bulk first, then
+	// best_effort, then degraded; critical is never shed. Absent: a limiter from before
+	// priorities. ("": absent)
+	Priority Priority
+	// Shed is "shed": optional: true when the request was refused by priority shedding (the
+	// platform short of capacity) before any limit was asked; tier is then principal and
+	// limit 0. Consumers must not count it as the principal's own excess. Absent means
+	// false. (false: absent)
+	Shed bool
 }
 
 // Validate checks v against the decision.v1 contract.
@@ -200,6 +245,14 @@ func AppendDecision(dst []byte, v *Decision) ([]byte, error) {
 	if v.PenaltyMultiplier != 0 {
 		b = append(b, `,"penalty_multiplier":`...)
 		b = appendFloat(b, v.PenaltyMultiplier)
+	}
+	if v.Priority != "" {
+		b = append(b, `,"priority":"`...)
+		b = append(b, string(v.Priority)...)
+		b = append(b, '"')
+	}
+	if v.Shed {
+		b = append(b, `,"shed":true`...)
 	}
 	b = append(b, '}')
 	return b, nil
@@ -277,6 +330,11 @@ func (v *Decision) validate() *ValidationError {
 			return at("penalty_multiplier", err)
 		}
 	}
+	if v.Priority != "" {
+		if _, ok := parsePriority(v.Priority); !ok {
+			return at("priority", oneOf(string(v.Priority), priorityValues))
+		}
+	}
 	return nil
 }
 
@@ -305,6 +363,8 @@ func decodeDecision(data []byte, v *Decision) *ValidationError {
 		bDegraded
 		bRule
 		bPenaltyMultiplier
+		bPriority
+		bShed
 	)
 	var seen uint32
 	first := true
@@ -428,6 +488,20 @@ func decodeDecision(data []byte, v *Decision) *ValidationError {
 						err = d.invalid("penalty_multiplier", e)
 					}
 				}
+			}
+		case "priority":
+			if err = d.seen(&seen, bPriority, "priority"); err == nil {
+				var b []byte
+				if b, err = d.strBytes("priority"); err == nil {
+					var ok bool
+					if v.Priority, ok = parsePriority(b); !ok {
+						err = d.invalid("priority", oneOf(string(b), priorityValues))
+					}
+				}
+			}
+		case "shed":
+			if err = d.seen(&seen, bShed, "shed"); err == nil {
+				v.Shed, err = d.boolean("shed")
 			}
 		default:
 			err = d.skip(1)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
 )
 
 // Priority is a request's priority bucket. Under congestion the adjuster
@@ -28,8 +30,8 @@ const (
 // at the last level, after everything declared less important.
 const DefaultPriority = PriorityDegraded
 
-// priorityNames are the wire names, indexed by Priority.
-var priorityNames = [...]string{"", "critical", "degraded", "best_effort", "bulk"}
+// priorityNames are the wire names (decision.v1's priority), indexed by Priority.
+var priorityNames = [...]events.Priority{"", events.PriorityCritical, events.PriorityDegraded, events.PriorityBestEffort, events.PriorityBulk}
 
 // PriorityNames lists the accepted names, highest first.
 const PriorityNames = "critical|degraded|best_effort|bulk"
@@ -37,16 +39,24 @@ const PriorityNames = "critical|degraded|best_effort|bulk"
 // ParsePriority reads a wire name; "" is PriorityUnset.
 func ParsePriority(s string) (Priority, error) {
 	for i, n := range priorityNames {
-		if s == n {
+		if s == string(n) {
 			return Priority(i), nil
 		}
 	}
 	return PriorityUnset, fmt.Errorf("%q: want one of %s", s, PriorityNames)
 }
 
-func (p Priority) String() string {
+// Event is the priority as decision.v1 carries it ("" for PriorityUnset).
+func (p Priority) Event() events.Priority {
 	if int(p) < len(priorityNames) {
 		return priorityNames[p]
+	}
+	return ""
+}
+
+func (p Priority) String() string {
+	if int(p) < len(priorityNames) {
+		return string(priorityNames[p])
 	}
 	return "priority(" + strconv.Itoa(int(p)) + ")"
 }

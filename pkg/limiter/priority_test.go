@@ -160,8 +160,8 @@ func TestCheckAnswersAShedRequest(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Client(t)
 	e := newTestEngine(t, rdb, prioRules, nil)
-	obs := &scopeRecorder{}
-	s := NewServer(ServerConfig{Engine: e, Publisher: &capture{}, Observer: obs, Topic: "decisions", Gateway: "test",
+	obs, pub := &scopeRecorder{}, &capture{}
+	s := NewServer(ServerConfig{Engine: e, Publisher: pub, Observer: obs, Topic: "decisions", Gateway: "test",
 		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	s.SetReady(true)
 	srv := httptest.NewServer(s.Handler())
@@ -188,10 +188,20 @@ func TestCheckAnswersAShedRequest(t *testing.T) {
 	require.Equal(t, StatusDegraded, got.Problem.UtilizationStatus)
 
 	require.Equal(t, []string{"shed:best_effort"}, obs.scopes, "InfluxDB counts shed requests by priority")
+	require.Len(t, pub.msgs, 1)
+	ev, err := events.DecodeDecision(pub.msgs[0].Value)
+	require.NoError(t, err)
+	require.True(t, ev.Shed, "the decision event says it was shed, so consumers do not count it as the principal's excess")
+	require.Equal(t, events.PriorityBestEffort, ev.Priority)
+	require.False(t, ev.Allowed)
 
-	resp, b = post(t, srv.URL, body(`,"priority":"critical"`), nil)
+	_, b = post(t, srv.URL, body(`,"priority":"critical"`), nil)
 	require.NoError(t, json.Unmarshal(b, &got))
 	require.True(t, got.Allowed, "critical is served")
+	ev, err = events.DecodeDecision(pub.msgs[1].Value)
+	require.NoError(t, err)
+	require.False(t, ev.Shed)
+	require.Equal(t, events.PriorityCritical, ev.Priority)
 	require.Equal(t, StatusDegraded, got.Utilization)
 
 	resp, b = post(t, srv.URL, body(`,"priority":"urgent"`), nil)

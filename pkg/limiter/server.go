@@ -372,6 +372,7 @@ func (s *Server) publish(id string, req *CheckRequest, res Result) {
 		Method: req.Method, Route: req.Route, Resource: req.Resource, Allowed: res.Allowed,
 		Tier: res.Tier, Shadow: res.Shadow, Cost: int64(min(max(res.Cost, 1), 1_000_000)), Limit: int64(res.Limit), Remaining: int64(res.Remaining),
 		Gateway: s.gateway, NearLimit: res.NearLimit, Degraded: res.Degraded, Rule: res.Rule,
+		Priority: res.Priority.Event(), Shed: res.Shed,
 	}
 	if ev.Rule == "" && res.Shadow {
 		ev.Rule = res.ShadowRule

@@ -108,3 +108,24 @@ func TestColdAutomationFloodIsRapidFire(t *testing.T) {
 	s := newScorer(nil)
 	require.Empty(t, only(poissonAcross(s, events.Principal{Kind: events.PrincipalBot, ID: "new"}, t0, time.Minute, 54, 60, []string{"/v1/charges"}, 9), RapidFire))
 }
+
+// TestShedDecisionsAreNotTheBotsExcess: a bot at 90 % of its limit whose
+// requests the limiter sheds for the platform's lack of capacity (decision.v1
+// shed) is not hammering past its limit: shed refusals are not denials.
+func TestShedDecisionsAreNotTheBotsExcess(t *testing.T) {
+	for _, shed := range []bool{true, false} {
+		s := newScorer(nil)
+		p := events.Principal{Kind: events.PrincipalBot, ID: "steady"}
+		var out []Detection
+		for i := range 3000 {
+			d := dec(p, t0.Add(time.Duration(i)*time.Second/100), "203.0.113.9", "/v1/charges")
+			d.Allowed, d.Shed = i%10 == 0, shed // nine in ten refused
+			out = s.Observe(d, out)
+		}
+		if shed {
+			require.Empty(t, only(out, RapidFire), "shed refusals are not the bot's excess")
+		} else {
+			require.NotEmpty(t, only(out, RapidFire), "the same refusals by its limit are")
+		}
+	}
+}

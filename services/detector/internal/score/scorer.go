@@ -566,7 +566,10 @@ func (s *Scorer) countDecision(p *pState, d *events.Decision, sec uint32) {
 		return // saturated: both stop, the ratio stands
 	}
 	p.decCur++
-	if (!d.Allowed || d.Shadow) && d.Tier != events.TierPenalty {
+	// A penalty's denials are the detector's own doing, and a shed request
+	// was refused for the platform's lack of capacity, not the principal's
+	// excess: neither counts as a denial.
+	if (!d.Allowed || d.Shadow) && d.Tier != events.TierPenalty && !d.Shed {
 		p.denCur++
 	}
 }
