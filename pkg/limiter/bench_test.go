@@ -3,10 +3,16 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
@@ -78,6 +84,32 @@ func BenchmarkEngineCheck(b *testing.B) {
 				b.ReportMetric(100*float64(denied.Load())/float64(b.N), "%denied")
 				b.ReportMetric(100*float64(cached.Load())/float64(b.N), "%cached")
 			})
+		}
+	}
+}
+
+// BenchmarkServerCheck: POST /v1/check through the server's handler in
+// process (no network), decision event published to a discarding publisher,
+// against the local Redis (go test -run '^$' -bench ServerCheck -benchmem
+// ./pkg/limiter). Its allocs/op is the HTTP check path's cost beyond the
+// engine: decode, validate, decide, encode the event and the answer.
+func BenchmarkServerCheck(b *testing.B) {
+	rdb := redistest.Client(b)
+	e := newTestEngine(b, rdb, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 1000000000, period: 1s}\n", nil)
+	if err := e.Load(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	s := NewServer(ServerConfig{Engine: e, Publisher: dropPublisher{}, Topic: "decisions", Gateway: "bench",
+		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+	h := s.Handler()
+	body := `{"principal":{"kind":"bot","id":"` + redistest.Unique(b, "bench_server") + `"},"ip":"203.0.113.7","method":"POST","route":"/channels/{channel_id}/messages","cost":1}`
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(body)))
+		if w.Code != http.StatusOK {
+			b.Fatalf("status %d: %s", w.Code, w.Body.String())
 		}
 	}
 }
