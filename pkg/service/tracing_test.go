@@ -70,7 +70,9 @@ func TestTracingConfigFromEnv(t *testing.T) {
 			check: func(t *testing.T, c TracingConfig) { require.Equal(t, "lim-a", c.ServiceName) }},
 		{name: "ratio sampler",
 			env: map[string]string{"OTEL_TRACES_EXPORTER": "console", "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25"}, on: true,
-			check: func(t *testing.T, c TracingConfig) { require.Contains(t, c.Sampler.Description(), "TraceIDRatioBased{0.25}") }},
+			check: func(t *testing.T, c TracingConfig) {
+				require.Contains(t, c.Sampler.Description(), "TraceIDRatioBased{0.25}")
+			}},
 		{name: "unknown exporter", env: map[string]string{"OTEL_TRACES_EXPORTER": "jaeger"}, wantErr: "OTEL_TRACES_EXPORTER"},
 		{name: "http/json", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:1", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, wantErr: "OTEL_EXPORTER_OTLP_PROTOCOL"},
 		{name: "endpoint without scheme", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, wantErr: "OTEL_EXPORTER_OTLP_ENDPOINT"},
