@@ -128,6 +128,7 @@ func TestServeMakesServerSpans(t *testing.T) {
 		resp.Body.Close()
 		require.Equal(t, http.StatusOK, resp.StatusCode, path)
 	}
+	require.Eventually(t, func() bool { return len(rec.Ended()) > 0 }, 5*time.Second, 5*time.Millisecond, "the span ends after the answer went out")
 	spans := rec.Ended()
 	require.Len(t, spans, 1, "only the API request is traced, not the probes")
 	s := spans[0]
