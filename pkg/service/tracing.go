@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -231,7 +232,7 @@ func resourceAttrs(v string) (map[string]string, error) {
 }
 
 // StartTracing builds the tracer provider cfg asks for: spans batched to
-// the configured exporters (console spans go to stdout). Off, it returns
+// the configured exporters (console spans go to stdout, os.Stdout when nil). Off, it returns
 // the zero Tracing and a no-op shutdown. shutdown flushes the spans still
 // queued and stops the exporters; call it once, as the process ends.
 func StartTracing(ctx context.Context, cfg TracingConfig, stdout io.Writer) (t tracing.Tracing, shutdown func(context.Context) error, err error) {
@@ -265,6 +266,9 @@ func StartTracing(ctx context.Context, cfg TracingConfig, stdout io.Writer) (t t
 				exp, err = otlptracehttp.New(ctx, o...)
 			}
 		case "console":
+			if stdout == nil {
+				stdout = os.Stdout
+			}
 			exp, err = stdouttrace.New(stdouttrace.WithWriter(stdout))
 		}
 		if err != nil {
