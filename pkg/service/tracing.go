@@ -232,9 +232,10 @@ func resourceAttrs(v string) (map[string]string, error) {
 }
 
 // StartTracing builds the tracer provider cfg asks for: spans batched to
-// the configured exporters (console spans go to stdout, os.Stdout when nil). Off, it returns
-// the zero Tracing and a no-op shutdown. shutdown flushes the spans still
-// queued and stops the exporters; call it once, as the process ends.
+// the configured exporters (console spans go to stdout, os.Stdout when
+// nil). Off, it returns the zero Tracing and a no-op shutdown. shutdown
+// flushes the spans still queued and stops the exporters; call it once, as
+// the process ends.
 func StartTracing(ctx context.Context, cfg TracingConfig, stdout io.Writer) (t tracing.Tracing, shutdown func(context.Context) error, err error) {
 	if !cfg.Enabled() {
 		return tracing.Tracing{}, func(context.Context) error { return nil }, nil
