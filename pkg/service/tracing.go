@@ -65,8 +65,8 @@ func (c TracingConfig) Enabled() bool { return len(c.Exporters) > 0 }
 func TracingConfigFromEnv(getenv config.Getenv, name string) (TracingConfig, error) {
 	var c TracingConfig
 	var errs []error
-	bad := func(name, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...)))
+	bad := func(variable, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", variable, fmt.Sprintf(format, args...)))
 	}
 	get := func(k string) string { return strings.TrimSpace(getenv(k)) }
 	if strings.EqualFold(get("OTEL_SDK_DISABLED"), "true") {

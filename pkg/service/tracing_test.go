@@ -42,7 +42,7 @@ func TestTracingConfigFromEnv(t *testing.T) {
 				require.Equal(t, "http://127.0.0.1:4318/v1/traces", c.Endpoint)
 				require.Equal(t, "limiter", c.ServiceName, "the service's own name by default")
 			}},
-		{name: "traces endpoint used as given; gRPC keeps the base",
+		{name: "traces endpoint used as given, over the base endpoint",
 			env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://collector:4318/custom", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://ignored:1"}, on: true,
 			check: func(t *testing.T, c TracingConfig) { require.Equal(t, "https://collector:4318/custom", c.Endpoint) }},
 		{name: "grpc protocol",
