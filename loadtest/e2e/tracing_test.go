@@ -28,11 +28,12 @@ import (
 )
 
 // TestOneTraceFromCheckToDetector: a check sent to the limiter binary with
-// a traceparent becomes one trace across three processes' worth of spans —
-// the limiter's HTTP server span (the caller's child), its "create" producer
-// span for the decision event, and the detector binary's "process" consumer
-// span for that event (the create span's child, linked to it) — exported by
-// both services over OTLP/HTTP to a receiver this test runs on loopback.
+// a traceparent becomes one trace across both services — the limiter's HTTP
+// server span (the caller's child), its "create" producer span for the
+// decision event, and the detector binary's "process" consumer span for
+// that event (the create span's child, linked to it) — exported by both
+// over OTLP/HTTP to a receiver this test runs on loopback. Only
+// OTEL_EXPORTER_OTLP_ENDPOINT is set: the endpoint alone turns tracing on.
 func TestOneTraceFromCheckToDetector(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test needs the local stack; run `make test`")
