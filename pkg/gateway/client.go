@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/tracing"
 )
 
 // Request is one check: who, from where, doing what.
@@ -61,14 +62,30 @@ type Client struct {
 
 var _ Checker = (*Client)(nil)
 
+// ClientOption configures a Client.
+type ClientOption func(*clientOptions)
+
+type clientOptions struct{ tracing tracing.Tracing }
+
+// WithTracing makes every check an HTTP client span whose context goes to
+// the limiter in the traceparent header, so the limiter's spans (and the
+// decision event's consumers') join the gateway's trace.
+func WithTracing(t tracing.Tracing) ClientOption {
+	return func(o *clientOptions) { o.tracing = t }
+}
+
 // NewClient returns a client for the limiter at base (e.g. http://127.0.0.1:8080).
 // timeout bounds one check; keep it short, the middleware fails open past it.
-func NewClient(base string, timeout time.Duration) *Client {
+func NewClient(base string, timeout time.Duration, opts ...ClientOption) *Client {
+	var o clientOptions
+	for _, f := range opts {
+		f(&o)
+	}
 	return &Client{
 		base: strings.TrimRight(base, "/"),
-		http: &http.Client{Timeout: timeout, Transport: &http.Transport{
+		http: &http.Client{Timeout: timeout, Transport: o.tracing.Transport(&http.Transport{
 			MaxIdleConns: 512, MaxIdleConnsPerHost: 512, IdleConnTimeout: 90 * time.Second,
-		}},
+		})},
 	}
 }
 

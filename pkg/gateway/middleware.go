@@ -10,7 +10,13 @@ import (
 	"net/url"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/tracing"
 )
 
 // PrincipalFunc identifies who made a request. It runs after the gateway's own
@@ -36,6 +42,11 @@ type Options struct {
 	// received (429s from the limiter included), e.g. an InfluxResponses that feeds
 	// the adjuster's error-rate signal.
 	Responses ResponseCounter
+	// Tracing, when on, makes every check a "floodgate.check" span, the child
+	// of the request's own span, with the principal kind, route and decision
+	// as attributes (give the Client the same Tracing so the check request
+	// carries its traceparent to the limiter). Off costs nothing.
+	Tracing tracing.Tracing
 }
 
 // Middleware enforces the limiter's decisions on next: allowed requests go through
@@ -59,6 +70,7 @@ func Middleware(o Options) (func(http.Handler) http.Handler, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	tracer := o.Tracing.Tracer()
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if o.Responses != nil {
@@ -89,8 +101,23 @@ func Middleware(o Options) (func(http.Handler) http.Handler, error) {
 				prio = o.Priority(r)
 			}
 			ctx, cancel := context.WithTimeout(r.Context(), o.Timeout)
+			var span trace.Span
+			if o.Tracing.Enabled() {
+				ctx, span = tracer.Start(ctx, "floodgate.check", trace.WithAttributes(
+					attribute.String(tracing.AttrPrincipalKind, string(p.Kind)), semconv.HTTPRoute(m.Template)))
+			}
 			d, err := o.Checker.Check(ctx, Request{Principal: p, IP: ip.String(), Method: r.Method, Route: m.Template, Resource: m.Resource, Cost: m.Cost, Priority: prio})
 			cancel()
+			if span != nil {
+				if err != nil {
+					span.RecordError(err)
+					span.SetStatus(codes.Error, "limiter unavailable")
+				} else {
+					span.SetAttributes(attribute.String(tracing.AttrDecisionID, d.ID), attribute.Bool(tracing.AttrAllowed, d.Allowed),
+						attribute.String(tracing.AttrTier, d.Tier))
+				}
+				span.End()
+			}
 			if err != nil {
 				o.Logger.Warn("rate-limit check failed", "principal", p.Key(), "err", err)
 				if o.FailClosed {
@@ -146,7 +173,12 @@ func NewReverseProxy(upstream *url.URL, o Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	var transport http.RoundTripper
+	if o.Tracing.Enabled() {
+		transport = o.Tracing.Transport(nil) // the upstream call is a client span, its traceparent the upstream's parent
+	}
 	proxy := &httputil.ReverseProxy{
+		Transport: transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
 			pr.SetXForwarded()

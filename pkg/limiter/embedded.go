@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/pkg/tracing"
 )
 
 // EmbedConfig runs the limiter inside another Go program — a gateway that wants
@@ -77,6 +78,8 @@ type EmbedConfig struct {
 
 	Logger   *slog.Logger         // default slog.Default()
 	Registry *prometheus.Registry // default a private registry (see Embedded.Registry)
+	// Tracing, when on, traces every decision and its event (ServerConfig.Tracing).
+	Tracing tracing.Tracing
 }
 
 func (c *EmbedConfig) defaults() {
@@ -207,7 +210,7 @@ func NewEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 		runs = append(runs, r.Run)
 	}
 	srv := NewServer(ServerConfig{Callers: c.Callers, Engine: engine, Publisher: pub, Observer: c.Observer, Topic: c.Topic,
-		Gateway: c.Gateway, Logger: c.Logger, Registry: c.Registry})
+		Gateway: c.Gateway, Logger: c.Logger, Registry: c.Registry, Tracing: c.Tracing})
 	srv.SetReady(true)
 	e := &Embedded{s: srv}
 	e.run = func(ctx context.Context) error {

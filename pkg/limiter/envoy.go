@@ -164,6 +164,7 @@ func NewGRPCServer(s *Server, opts ...GRPCOption) (*grpc.Server, *health.Server)
 	if s.callers != nil {
 		gopts = append(gopts, grpc.UnaryInterceptor(s.callers.authInterceptor))
 	}
+	gopts = append(gopts, s.tracing.GRPCServerOptions()...) // server spans, tracing on
 	g := grpc.NewServer(gopts...)
 	rls := NewEnvoyRLS(s)
 	for _, o := range opts {

@@ -19,10 +19,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/pkg/tracing"
 )
 
 // Publisher takes decision events without ever blocking; false means the event was
@@ -49,6 +51,8 @@ type Server struct {
 	metrics *metrics
 	ready   atomic.Bool
 	reg     *prometheus.Registry
+	tracing tracing.Tracing
+	tracer  *stream.Tracer // nil: tracing off
 }
 
 type metrics struct {
@@ -92,6 +96,11 @@ type ServerConfig struct {
 	Gateway   string
 	Logger    *slog.Logger
 	Registry  *prometheus.Registry
+	// Tracing, when on, makes every decision a "create <topic>" producer
+	// span (the child of the request's span: HTTP, batch, Envoy gRPC or the
+	// embedded Check) whose context its event carries in the traceparent
+	// header, and NewGRPCServer's RPCs server spans. Off costs nothing.
+	Tracing tracing.Tracing
 }
 
 // NewServer returns a server; it reports ready once SetReady(true) is called.
@@ -99,6 +108,7 @@ func NewServer(c ServerConfig) *Server {
 	return &Server{
 		callers: c.Callers, engine: c.Engine, pub: c.Publisher, obs: c.Observer, topic: c.Topic, gateway: c.Gateway,
 		log: c.Logger, reg: c.Registry, metrics: newMetrics(c.Registry),
+		tracing: c.Tracing, tracer: stream.NewTracer(c.Tracing),
 	}
 }
 
@@ -351,7 +361,7 @@ func (s *Server) decideResult(ctx context.Context, id string, req *CheckRequest)
 			s.obs.Observe(res.ShadowRule, res.Tier, res.Allowed, true)
 		}
 	}
-	s.publish(id, req, res)
+	s.publish(ctx, id, req, res)
 	return res
 }
 
@@ -366,7 +376,7 @@ func checkResponse(id, corr string, res Result) CheckResponse {
 	}
 }
 
-func (s *Server) publish(id string, req *CheckRequest, res Result) {
+func (s *Server) publish(ctx context.Context, id string, req *CheckRequest, res Result) {
 	ev := events.Decision{
 		ID: id, TS: res.Now, Principal: req.Principal, IP: req.addr,
 		Method: req.Method, Route: req.Route, Resource: req.Resource, Allowed: res.Allowed,
@@ -391,6 +401,12 @@ func (s *Server) publish(id string, req *CheckRequest, res Result) {
 		Key:     []byte(req.Principal.Key()),
 		Value:   value,
 		Headers: stream.CloudEventHeaders(events.CETypeDecision, id, "floodgate/limiter/"+s.gateway, res.Now),
+	}
+	if s.tracer != nil {
+		msg.Headers = s.tracer.Create(ctx, s.topic, id, msg.Headers,
+			attribute.String(tracing.AttrDecisionID, id), attribute.Bool(tracing.AttrAllowed, res.Allowed),
+			attribute.String(tracing.AttrTier, string(res.Tier)), attribute.String(tracing.AttrPrincipalKind, string(req.Principal.Kind)),
+			attribute.Bool(tracing.AttrDegraded, res.Degraded))
 	}
 	s.pub.TryPublish(msg) // never blocks; a full buffer is counted by the publisher
 }

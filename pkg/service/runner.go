@@ -15,9 +15,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
+	"github.com/floodgate-dev/floodgate/pkg/tracing"
 )
 
 // ErrShutdownTimeout is returned (wrapped, naming them) when parts were still
@@ -180,7 +184,10 @@ type API struct {
 
 // Serve listens on api.Addr now (so a port in use fails start-up) and
 // serves api through httpapi.Middleware once Run starts, with the
-// server timeouts and connection limit. It returns the bound address.
+// server timeouts and connection limit. It returns the bound address. With
+// tracing on, every request but the probes is a server span named after the
+// route it matched ("POST /v1/check"), carrying its correlation id.
+
 func (r *Runner) Serve(api API) (net.Addr, error) {
 	sc := r.cfg.HTTP
 	if api.Server != nil {
@@ -201,10 +208,31 @@ func (r *Runner) Serve(api API) (net.Addr, error) {
 	if api.Health {
 		h = r.Handler(h)
 	}
+	if r.env.Tracing.Enabled() {
+		h = routeSpan(h)
+	}
 	h = httpapi.Middleware(httpapi.Options{Log: r.env.Log, Metrics: m, AccessLog: api.AccessLog, MaxBody: api.MaxBody}, h)
+	h = r.env.Tracing.Handler(h) // outermost: the server span, continuing the caller's traceparent
 	srv := sc.NewServer(h, r.env.Log)
 	r.HTTPServer(api.Name, srv, ln)
 	return ln.Addr(), nil
+}
+
+// routeSpan names the request's server span after the route the mux in h
+// matched (the span starts before it is known) and tags it with the
+// request's correlation id.
+func routeSpan(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		h.ServeHTTP(w, req)
+		span := trace.SpanFromContext(req.Context())
+		if id := httpapi.RequestID(req.Context()); id != "" {
+			span.SetAttributes(attribute.String(tracing.AttrRequestID, id))
+		}
+		if _, route, ok := strings.Cut(req.Pattern, " "); ok && route != "/" {
+			span.SetName(req.Method + " " + route)
+			span.SetAttributes(semconv.HTTPRoute(route))
+		}
+	})
 }
 
 // HTTPServer runs srv on ln as a listener: stopped first, in-flight requests

@@ -21,9 +21,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
+	"github.com/floodgate-dev/floodgate/pkg/tracing"
 )
 
 // Env is everything a service gets from its process.
@@ -37,6 +39,9 @@ type Env struct {
 	Log      *slog.Logger
 	Registry *prometheus.Registry // with the Go and process collectors
 	Now      func() time.Time
+	// Tracing is where the service's spans go: from the OTEL_* variables
+	// under Exec, off (the zero value) from NewEnv.
+	Tracing tracing.Tracing
 }
 
 // Func is every service's entry point: it runs the subcommand in env.Args
@@ -53,7 +58,8 @@ type Stdio struct {
 }
 
 // Main runs run as the process and exits with its status: 0, 1 when run
-// failed, 2 when the shared configuration (log level) is wrong.
+// failed, 2 when the shared configuration (log level, OTEL_* tracing) is
+// wrong.
 func Main(name string, run Func) {
 	os.Exit(Exec(context.Background(), name, run, Stdio{Args: os.Args[1:], Getenv: os.Getenv,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}))
@@ -61,6 +67,9 @@ func Main(name string, run Func) {
 
 // Exec is Main without the exit: it cancels ctx on SIGTERM or SIGINT (a
 // second signal kills the process the default way) and returns the status.
+// It builds the service's tracing from the OTEL_* variables (off unless they
+// name an exporter or an endpoint) and, once run returned, flushes the spans
+// still queued, for at most TracingFlushTimeout.
 func Exec(ctx context.Context, name string, run Func, io Stdio) int {
 	log, err := NewLogger(io.Getenv, io.Stderr)
 	if err != nil {
@@ -68,16 +77,44 @@ func Exec(ctx context.Context, name string, run Func, io Stdio) int {
 		return 2
 	}
 	log = log.With("service", name)
+	env := NewEnv(name, io, log)
+	tcfg, err := TracingConfigFromEnv(env.Getenv, name)
+	if err != nil {
+		log.Error("tracing configuration", "err", err)
+		return 2
+	}
+	tr, shutdown, err := StartTracing(ctx, tcfg, env.Stdout)
+	if err != nil {
+		log.Error("start tracing", "err", err)
+		return 1
+	}
+	if tr.Enabled() {
+		// The SDK reports export failures through OTel's process-wide error
+		// handler (else the standard logger): the process's own JSON log.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing", "err", err) }))
+		log.Info("tracing on", "exporters", tcfg.Exporters, "protocol", tcfg.Protocol, "service_name", tcfg.ServiceName)
+	}
+	env.Tracing = tr
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), TracingFlushTimeout)
+		defer cancel()
+		if err := shutdown(fctx); err != nil {
+			log.Warn("flush spans", "err", err)
+		}
+	}()
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	config.SetMemoryLimit(ctx, log)
 	go func() { <-ctx.Done(); stop() }() // from now on a second signal kills
-	if err := run(ctx, NewEnv(name, io, log)); err != nil {
+	if err := run(ctx, env); err != nil {
 		log.Error(name+" stopped", "err", err)
 		return 1
 	}
 	return 0
 }
+
+// TracingFlushTimeout bounds flushing the last spans as the process ends.
+const TracingFlushTimeout = 5 * time.Second
 
 // NewEnv builds an Env with a fresh registry (Go and process collectors)
 // and the wall clock.

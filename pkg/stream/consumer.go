@@ -13,6 +13,8 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/floodgate-dev/floodgate/pkg/tracing"
 )
 
 // Consumer defaults.
@@ -133,6 +135,13 @@ type ConsumerConfig struct {
 	MaxEventAge    time.Duration
 	// Now is the clock of the event-time window; default time.Now.
 	Now func() time.Time
+
+	// Tracing, when on, makes every handler invocation (each attempt) a
+	// "process <topic>" consumer span: for one message, the child of the
+	// creation context its traceparent header carries (and linked to it);
+	// for a batch, a span linking every message's creation context.
+	// Off (the zero value) costs nothing.
+	Tracing tracing.Tracing
 
 	// TraceHook, when set, is called around every handler invocation — one
 	// message, or one batch in batch mode, each attempt — with the context
@@ -331,6 +340,7 @@ type Consumer struct {
 	dlq                publisher
 	closeDLQ           func() error
 	offsets            offsetLister
+	tracer             *Tracer // nil: no spans
 
 	// pre-resolved metric children
 	okCount, retriedCount, dlqCount, replaySkipped prometheus.Counter
@@ -404,6 +414,8 @@ func newConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		lag:              metrics.lag.WithLabelValues(cfg.Topic, cfg.GroupID),
 		dlqPublishErrs:   metrics.dlqPublishErrors.WithLabelValues(cfg.Topic),
 	}
+	c.tracer = NewTracer(cfg.Tracing)
+	dlq.tracer = c.tracer
 	// The consumer drives kafka-go's ConsumerGroup itself rather than a
 	// group Reader: a group Reader gives no sign of revoked partitions, so
 	// its user keeps handling and committing partitions that moved to

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The middleware every handler runs inside, written once for both modes: a
@@ -106,9 +107,14 @@ func (c *Consumer) handleUnit(hctx context.Context, msgs []kafka.Message, call u
 	}
 }
 
-// invoke calls the handler through the trace hook, turning a panic into an
-// error.
+// invoke calls the handler inside its process span (tracing on) and through
+// the trace hook, turning a panic into an error.
 func (c *Consumer) invoke(ctx context.Context, msgs []kafka.Message, attempt int, call unitCall) (rejected []rejection, err error) {
+	if c.tracer != nil {
+		var span trace.Span
+		ctx, span = c.tracer.process(ctx, &c.cfg, msgs, attempt)
+		defer func() { endSpan(span, err) }()
+	}
 	if c.cfg.TraceHook != nil {
 		var end func(error)
 		ctx, end = c.cfg.TraceHook(ctx, Invocation{

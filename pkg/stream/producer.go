@@ -9,6 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/floodgate-dev/floodgate/pkg/tracing"
 )
 
 // Producer defaults.
@@ -48,6 +51,11 @@ type ProducerConfig struct {
 	WriteTimeout time.Duration
 	// Compression codec for batches; default none.
 	Compression kafka.Compression
+
+	// Tracing, when on, makes every Publish a "send <topic>" producer span
+	// whose context goes out in the traceparent header of each message that
+	// carries none. Off (the zero value) costs nothing.
+	Tracing tracing.Tracing
 
 	// Logger receives kafka-go's error log at debug level (Publish returns
 	// the errors that matter). Nil discards it.
@@ -120,6 +128,7 @@ type Producer struct {
 	w         *kafka.Writer
 	transport *kafka.Transport
 	metrics   *Metrics
+	tracer    *Tracer // nil: no spans
 }
 
 // NewProducer creates a Producer; it connects lazily on the first Publish.
@@ -133,7 +142,9 @@ func NewProducer(cfg ProducerConfig) *Producer {
 		cfg.Logger.Error("stream metrics left unregistered", "err", err)
 		metrics, _ = NewMetrics(nil)
 	}
-	return newProducer(cfg, metrics)
+	p := newProducer(cfg, metrics)
+	p.tracer = NewTracer(cfg.Tracing)
+	return p
 }
 
 func newProducer(cfg ProducerConfig, metrics *Metrics) *Producer {
@@ -165,7 +176,7 @@ func newProducer(cfg ProducerConfig, metrics *Metrics) *Producer {
 // messages may have been written (the error is a kafka.WriteErrors giving each
 // message's outcome, when kafka-go knows it); after ctx is cancelled, the
 // messages already handed to the writer may still be written.
-func (p *Producer) Publish(ctx context.Context, msgs ...kafka.Message) error {
+func (p *Producer) Publish(ctx context.Context, msgs ...kafka.Message) (err error) {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -179,6 +190,11 @@ func (p *Producer) Publish(ctx context.Context, msgs ...kafka.Message) error {
 			msgs = cp
 			break
 		}
+	}
+	if p.tracer != nil {
+		var span trace.Span
+		ctx, span, msgs = p.tracer.send(ctx, msgs)
+		defer func() { endSpan(span, err) }()
 	}
 	return p.write(ctx, msgs)
 }

@@ -9,7 +9,10 @@ import (
 )
 
 // The detector's app still drains on its own (its wiring is being changed on
-// another branch); the runner gives it signals, the log level and the memory limit.
+// another branch); the runner gives it signals, the log level, the memory
+// limit and its tracing.
 func main() {
-	service.Main("detector", func(ctx context.Context, env service.Env) error { return app.Run(ctx, env.Getenv, env.Log) })
+	service.Main("detector", func(ctx context.Context, env service.Env) error {
+		return app.Run(ctx, env.Getenv, env.Log, env.Tracing)
+	})
 }

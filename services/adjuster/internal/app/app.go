@@ -93,7 +93,8 @@ func Serve(ctx context.Context, env service.Env) error {
 
 	influx := influxdb2.NewClient(cfg.InfluxURL, cfg.InfluxToken)
 	run.Closer("influxdb", func() error { influx.Close(); return nil })
-	producer := stream.NewProducer(stream.ProducerConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.AdjustmentsTopic, Logger: log, Registerer: reg})
+	producer := stream.NewProducer(stream.ProducerConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.AdjustmentsTopic, Logger: log, Registerer: reg,
+		Tracing: env.Tracing})
 	run.Closer("kafka producer", producer.Close) // after the loop stopped: flushes its last adjustments
 
 	src := &signals.Influx{Query: influx.QueryAPI(cfg.InfluxOrg), Bucket: cfg.InfluxBucket,

@@ -23,12 +23,15 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/pkg/tracing"
 	"github.com/floodgate-dev/floodgate/services/detector/internal/detector"
 	"github.com/floodgate-dev/floodgate/services/detector/internal/sharedip"
 )
 
-// Run consumes until ctx is done, then drains both consumers and flushes metrics.
-func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
+// Run consumes until ctx is done, then drains both consumers and flushes
+// metrics. With tr on, every decision handled is a "process" span continuing
+// the limiter's trace, and abuse events carry it on to the pager.
+func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, tr tracing.Tracing) error {
 	cfg, err := detector.ServiceConfigFromEnv(getenv)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
@@ -47,7 +50,7 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 	recorder := detector.NewInfluxRecorder(influx, cfg.InfluxOrg, cfg.InfluxBucket, log)
 	defer recorder.Flush()
 
-	producer := stream.NewProducer(stream.ProducerConfig{Brokers: cfg.KafkaBrokers, Logger: log, Registerer: reg})
+	producer := stream.NewProducer(stream.ProducerConfig{Brokers: cfg.KafkaBrokers, Logger: log, Registerer: reg, Tracing: tr})
 	defer producer.Close()
 
 	var records *detector.DynamoRecords
@@ -111,7 +114,7 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 	rewind := max(cfg.Score.Window, cfg.Score.IPWindow)
 	decisions, err := stream.NewConsumer(stream.ConsumerConfig{
 		Brokers: cfg.KafkaBrokers, Topic: cfg.DecisionsTopic, GroupID: cfg.Group, Service: "detector",
-		Logger: log, Registerer: reg, StartOffset: startOffset(cfg.StartOffset),
+		Logger: log, Registerer: reg, StartOffset: startOffset(cfg.StartOffset), Tracing: tr,
 		StartFrom: func(ctx context.Context, partition int, committed int64) (int64, error) {
 			return det.Rewind(ctx, offsets, partition, committed, rewind)
 		},
@@ -141,7 +144,7 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger) error {
 		abuse, err := stream.NewConsumer(stream.ConsumerConfig{
 			Brokers: cfg.KafkaBrokers, Topic: cfg.AbuseTopic, GroupID: cfg.PagerGroup, Service: "detector-pager",
 			MaxAttempts: 25, MaxBackoff: 30 * time.Second,
-			Logger: log, Registerer: reg,
+			Logger: log, Registerer: reg, Tracing: tr,
 		}, pager.Handle)
 		if err != nil {
 			return err

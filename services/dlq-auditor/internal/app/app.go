@@ -164,6 +164,9 @@ func Serve(ctx context.Context, env service.Env, hooks *Hooks) error {
 				// not exist: a panic would stall the partition, not lose data.
 				MaxAttempts: 1 << 30,
 				Logger:      log, Registerer: reg,
+				// A dead letter keeps the original's traceparent: its process
+				// span joins the trace of the message that failed.
+				Tracing: env.Tracing,
 			}
 			if hooks.Consumer != nil {
 				hooks.Consumer(&cc)

@@ -28,6 +28,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/service"
+	"github.com/floodgate-dev/floodgate/pkg/tracing"
 )
 
 // defaultRules is the grid served when FLOODGATE_LIMITER_RULES is unset.
@@ -101,7 +102,7 @@ func Run(ctx context.Context, env service.Env) error {
 		Gateway: cfg.Gateway, Observer: observer,
 		Budget: cfg.RedisTimeout, BreakerFailures: cfg.BreakerFailures, BreakerOpen: cfg.BreakerOpen,
 		OverLimitEntries: cmp.Or(cfg.OverLimitCache, -1), RedisBatch: cfg.RedisBatch, Shadow: cfg.Shadow,
-		RuntimePoll: cfg.RuntimePoll, Logger: log, Registry: reg, Callers: cfg.Callers,
+		RuntimePoll: cfg.RuntimePoll, Logger: log, Registry: reg, Callers: cfg.Callers, Tracing: env.Tracing,
 	})
 	cancel()
 	if err != nil {
@@ -194,7 +195,7 @@ func Run(ctx context.Context, env service.Env) error {
 		}
 	}
 	if cfg.ProxyAddr != "" {
-		if err := newProxy(cfg, srv, run, log); err != nil {
+		if err := newProxy(cfg, srv, run, log, env.Tracing); err != nil {
 			return fail(err)
 		}
 	}
@@ -222,7 +223,7 @@ func ServerDefaults() httpapi.ServerConfig {
 // front of the upstream, deciding in-process with the limiter's own engine. Bodies
 // stream to and from the upstream, so only the header and idle timeouts and the
 // connection limit apply, not the read and write timeouts.
-func newProxy(cfg Config, srv *limiter.Server, run *service.Runner, log *slog.Logger) error {
+func newProxy(cfg Config, srv *limiter.Server, run *service.Runner, log *slog.Logger, tr tracing.Tracing) error {
 	upstream, err := url.Parse(cfg.ProxyUpstream)
 	if err != nil {
 		return fmt.Errorf("FLOODGATE_LIMITER_PROXY_UPSTREAM: %w", err)
@@ -235,6 +236,7 @@ func newProxy(cfg Config, srv *limiter.Server, run *service.Runner, log *slog.Lo
 		Checker: srv.Embedded(), Router: router, TrustedProxies: cfg.ProxyTrusted, Logger: log,
 		Principal: gateway.PrincipalFromHeaders(cfg.ProxyKindHeader, cfg.ProxyIDHeader, cfg.ProxyTrusted),
 		Timeout:   cfg.RedisTimeout * 4,
+		Tracing:   tr,
 	})
 	if err != nil {
 		return err

@@ -85,6 +85,7 @@ func NewConsumer(cfg Config, ledger Writer, seeder Seeder, log *slog.Logger, reg
 		MaxWait:           cfg.MaxWait,
 		OnRevoke:          c.revoked,
 		Now:               now,
+		Tracing:           cfg.Tracing,
 		Logger:            log,
 		Registerer:        reg,
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/pkg/tracing"
 )
 
 // Config is the quota service's start-up configuration, read from the environment.
@@ -61,6 +62,9 @@ type Config struct {
 	// FLOODGATE_STREAM_MAX_DECOMPRESSED_BYTES) and the event-time window
 	// (FLOODGATE_EVENT_MAX_FUTURE, FLOODGATE_EVENT_MAX_AGE).
 	Door stream.DoorLimits
+	// Tracing makes every batch a "process" span linking its decisions'
+	// creation contexts (the service's OTEL_* tracing; off by default).
+	Tracing tracing.Tracing
 }
 
 // Defaults.
