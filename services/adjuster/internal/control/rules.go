@@ -213,7 +213,7 @@ func (r Rules) Validate() error {
 		}
 		r.checkScopes("recover", rc.Scopes, bad)
 	}
-	r.Shed.validate(r, bad)
+	r.Shed.validate(bad)
 	return errors.Join(errs...)
 }
 

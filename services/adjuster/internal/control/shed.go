@@ -18,12 +18,11 @@ const ShedLevels = 3
 // the level has held for Hold — so a load that sheds its way back under the
 // line does not flip the level every tick.
 //
-// Shedding is the reflex, the scales the lasting answer: the thresholds sit
-// above the band the scale rules cut in (Validate requires level 1's release
-// line to be at least cpu_high.clear_below and error_rate_high.clear_below),
-// so once the scales have cut the lasting excess, shedding lets go (between
-// clear_below and above a level may hold while the scales are content: stable,
-// never flapping).
+// Shedding is the reflex, the scales the lasting answer: the default
+// thresholds sit above the band the scale rules cut in, so once the scales
+// have cut the lasting excess, shedding lets go. With level 1's release line
+// below cpu_high's clear_below (an SRE running the fleet hot), level 1 may
+// hold while the scales are content: stable, but bulk stays shed longer.
 type ShedRule struct {
 	Disabled bool `yaml:"disabled,omitempty" json:"disabled,omitempty"`
 	// CPUAbove and ErrorRateAbove are the thresholds of levels 1, 2 and 3,
@@ -47,20 +46,10 @@ func defaultShed() ShedRule {
 		Hysteresis: 0.05, Hold: Duration(time.Minute), RetryAfter: Duration(5 * time.Second)}
 }
 
-func (s ShedRule) validate(r Rules, bad func(field, format string, args ...any)) {
+func (s ShedRule) validate(bad func(field, format string, args ...any)) {
 	if s.Disabled {
 		return
 	}
-	defer func() {
-		// Level 1's release line must clear the band the scales settle in,
-		// or shedding holds (or flaps) where the scale rules are content.
-		if len(s.CPUAbove) == ShedLevels && !r.CPUHigh.Disabled && s.CPUAbove[0]*(1-s.Hysteresis) < r.CPUHigh.ClearBelow {
-			bad("shed.cpu_above", "%g × (1 − hysteresis %g) must be at least cpu_high.clear_below %g", s.CPUAbove[0], s.Hysteresis, r.CPUHigh.ClearBelow)
-		}
-		if len(s.ErrorRateAbove) == ShedLevels && !r.ErrorRateHigh.Disabled && s.ErrorRateAbove[0]*(1-s.Hysteresis) < r.ErrorRateHigh.ClearBelow {
-			bad("shed.error_rate_above", "%g × (1 − hysteresis %g) must be at least error_rate_high.clear_below %g", s.ErrorRateAbove[0], s.Hysteresis, r.ErrorRateHigh.ClearBelow)
-		}
-	}()
 	for _, th := range []struct {
 		field string
 		v     []float64

@@ -190,7 +190,6 @@ func TestShedRuleValidation(t *testing.T) {
 	}{
 		{"two thresholds", func(s *ShedRule) { s.CPUAbove = []float64{0.9, 0.95} }, "shed.cpu_above"},
 		{"not ascending", func(s *ShedRule) { s.ErrorRateAbove = []float64{0.2, 0.1, 0.4} }, "shed.error_rate_above"},
-		{"inside the scales' band", func(s *ShedRule) { s.CPUAbove = []float64{0.6, 0.75, 0.9} }, "cpu_high.clear_below"},
 		{"hysteresis", func(s *ShedRule) { s.Hysteresis = 1 }, "shed.hysteresis"},
 		{"retry after", func(s *ShedRule) { s.RetryAfter = 0 }, "shed.retry_after"},
 	} {

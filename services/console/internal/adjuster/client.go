@@ -47,6 +47,26 @@ type Status struct {
 	Held    map[string]string   `json:"held"`
 	Changes []Change            `json:"changes"`
 	Errors  []string            `json:"errors"`
+	Shed    ShedStatus          `json:"shed"`
+}
+
+// ShedStatus is the priority shed level the last tick decided.
+type ShedStatus struct {
+	Level int    `json:"level"`
+	Old   int    `json:"old"`
+	Why   string `json:"why"`
+	Held  string `json:"held"`
+}
+
+// ShedNames says what each shed level refuses.
+var ShedNames = [...]string{"nothing shed", "bulk shed", "bulk and best_effort shed", "everything but critical shed"}
+
+// Sheds is the level in words.
+func (s ShedStatus) Sheds() string {
+	if s.Level >= 0 && s.Level < len(ShedNames) {
+		return ShedNames[s.Level]
+	}
+	return fmt.Sprintf("level %d", s.Level)
 }
 
 // AuditRecord is one settings change the adjuster audited.

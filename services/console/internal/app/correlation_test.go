@@ -149,7 +149,7 @@ func TestCorrelationIDCrossesServices(t *testing.T) {
 	var adjLogs, dlqLogs, consoleLogs syncBuffer
 	startService(t, filepath.Join(bin, "adjuster"), append([]string{
 		"FLOODGATE_ADJUSTER_ADDR=" + adjAddr, "FLOODGATE_ADJUSTER_TOKENS=console:sre:" + httpapi.HashToken(adjToken),
-		"FLOODGATE_ADJUSTER_SCALES_KEY=" + redistest.Unique(t, "fg:test:corr:scales"),
+		"FLOODGATE_ADJUSTER_SCALES_KEY=" + redistest.Unique(t, "fg:test:corr:scales"), "FLOODGATE_ADJUSTER_SHED_KEY=" + redistest.Unique(t, "fg:test:corr:shed"),
 	}, common...), &adjLogs)
 	dlqToken, err := httpapi.NewToken("fgdlq_")
 	require.NoError(t, err)

@@ -24,6 +24,8 @@ type Sample struct {
 	Allowed   bool
 	Shadow    bool
 	Tier      string
+	Priority  string // the request's priority bucket ("" from a limiter before priorities)
+	Shed      bool   // refused by priority shedding, not by a limit
 	Network   string // the client's /24 or /64, never the full address
 	Gateway   string
 	Crossing  bool // the event that crossed the threshold
@@ -123,7 +125,7 @@ func (r *SampleReader) Read(ctx context.Context, ref events.EventRef, principal 
 				return
 			}
 			step = append(step, Sample{Partition: part, Offset: m.Offset, TS: d.TS, Method: d.Method, Route: d.Route,
-				Allowed: d.Allowed, Shadow: d.Shadow, Tier: string(d.Tier), Network: TruncateIP(d.IP).String(),
+				Allowed: d.Allowed, Shadow: d.Shadow, Tier: string(d.Tier), Priority: string(d.Priority), Shed: d.Shed, Network: TruncateIP(d.IP).String(),
 				Gateway: d.Gateway, Crossing: m.Offset == ref.Offset})
 		})
 		if err != nil {

@@ -40,10 +40,10 @@ func startAdjusterOn(t *testing.T, prefix, brokerAddr string) (string, string) {
 	addr := freeAddr(t)
 	key := redistest.Unique(t, "fg:test:console:scales")
 	rdb := redistest.Client(t)
-	t.Cleanup(func() { _ = rdb.Del(context.Background(), key).Err() })
+	t.Cleanup(func() { _ = rdb.Del(context.Background(), key, key+":shed").Err() })
 	startProcess(t, serviceBinary(t, "adjuster"), []string{
 		"FLOODGATE_ADJUSTER_ADDR=" + addr, "FLOODGATE_ADJUSTER_TOKENS=console:sre:" + hex.EncodeToString(sum[:]),
-		"FLOODGATE_ADJUSTER_SCALES_KEY=" + key, "FLOODGATE_KAFKA_BROKERS=" + brokerAddr,
+		"FLOODGATE_ADJUSTER_SCALES_KEY=" + key, "FLOODGATE_ADJUSTER_SHED_KEY=" + key + ":shed", "FLOODGATE_KAFKA_BROKERS=" + brokerAddr,
 		"FLOODGATE_DYNAMODB_ENDPOINT=" + dynamoEndpoint(), "FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix,
 	})
 	waitReady(t, "http://"+addr+"/healthz")

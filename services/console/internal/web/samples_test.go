@@ -96,7 +96,11 @@ func TestSampleEvents(t *testing.T) {
 		batch = append(batch, sampleDecision(other, i, now.Add(-time.Minute), "198.51.100.9"))
 	}
 	for i := 0; i < 30; i++ {
-		batch = append(batch, sampleDecision(p, i, now.Add(-time.Duration(30-i)*time.Second), "203.0.113.77"))
+		d := sampleDecision(p, i, now.Add(-time.Duration(30-i)*time.Second), "203.0.113.77")
+		if i == 28 { // refused by priority shedding: shown as shed, not as the principal's denial
+			d.Allowed, d.Shed, d.Tier, d.Priority = false, true, events.TierPrincipal, events.PriorityBulk
+		}
+		batch = append(batch, d)
 		batch = append(batch, sampleDecision(other, 100+i, now.Add(-time.Duration(30-i)*time.Second), "198.51.100.9"))
 	}
 	base := produce(t, b, 5, batch)
@@ -122,6 +126,7 @@ func TestSampleEvents(t *testing.T) {
 		require.NotContains(t, body, "203.0.113.77", "never the full address")
 		require.NotContains(t, body, "198.51.100.9", "another principal's event is not shown")
 		require.Contains(t, body, "<strong>denied</strong> · penalty")
+		require.Contains(t, body, "<strong>shed</strong> (platform short of capacity) · priority bulk")
 		require.Contains(t, body, "POST /channels/{channel_id}/messages")
 	})
 	t.Run("older than retention", func(t *testing.T) {
