@@ -48,6 +48,9 @@ type ProducerConfig struct {
 	WriteTimeout time.Duration
 	// Compression codec for batches; default none.
 	Compression kafka.Compression
+	// Security is the TLS and SASL of the connections (NewSecurity); nil
+	// is plaintext without authentication.
+	Security *Security
 
 	// Logger receives kafka-go's error log at debug level (Publish returns
 	// the errors that matter). Nil discards it.
@@ -137,7 +140,7 @@ func NewProducer(cfg ProducerConfig) *Producer {
 }
 
 func newProducer(cfg ProducerConfig, metrics *Metrics) *Producer {
-	transport := &kafka.Transport{}
+	transport := cfg.Security.Transport()
 	w := &kafka.Writer{
 		// Topic stays empty: kafka-go refuses a message that names a topic
 		// when the writer does too, so Publish sets the default per message.

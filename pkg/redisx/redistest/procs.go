@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-dev/floodgate/pkg/tlstest"
 )
 
 // Proc is a redis-server (or sentinel) process started on a loopback port of
@@ -249,4 +252,74 @@ func NewSentinel(t testing.TB, name, masterAddr string, downAfter time.Duration)
 	}
 	t.Cleanup(p.Kill)
 	return p
+}
+
+// SecureOptions configure NewSecure.
+type SecureOptions struct {
+	// CA signs the server's certificate and, with ClientCerts, is the CA
+	// client certificates must chain to.
+	CA *tlstest.CA
+	// ClientCerts makes the server require a client certificate (mutual TLS).
+	ClientCerts bool
+	// Users are ACL users (name → password) allowed every command and key;
+	// the default user is off, so nothing works without AUTH.
+	Users map[string]string
+}
+
+// NewSecure starts a redis-server for a test that listens only with TLS on
+// a free loopback port, with the ACL users of o, and kills it when the test
+// ends. ReadyUser (any of o.Users) is used to wait until it answers.
+func NewSecure(t testing.TB, o SecureOptions) *Proc {
+	t.Helper()
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd := filepath.Join(t.TempDir(), "redis-tls-"+strconv.Itoa(port))
+	if err := os.MkdirAll(pd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	server := o.CA.Server("redis-" + strconv.Itoa(port))
+	auth := "no"
+	if o.ClientCerts {
+		auth = "yes"
+	}
+	args := []string{"--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", pd,
+		"--save", "", "--appendonly", "no", "--logfile", filepath.Join(pd, "redis.log"),
+		"--tls-cert-file", server.CertFile, "--tls-key-file", server.KeyFile, "--tls-ca-cert-file", o.CA.CertFile,
+		"--tls-auth-clients", auth, "--user", "default", "off"}
+	var user, pass string
+	for u, pw := range o.Users {
+		// One argument per word: redis-server quotes an argument holding spaces.
+		args = append(args, "--user", u, "on", ">"+pw, "~*", "&*", "+@all")
+		user, pass = u, pw
+	}
+	p := &Proc{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: pd, args: args}
+	p.cmd = exec.Command("redis-server", p.args...)
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start redis-server with TLS on %s (apt-get install redis-server): %v", p.Addr, err)
+	}
+	t.Cleanup(p.Kill)
+	tc := &tls.Config{RootCAs: o.CA.Pool(), MinVersion: tls.VersionTLS12}
+	if o.ClientCerts {
+		tc.Certificates = []tls.Certificate{o.CA.Client("redistest-ready").TLS}
+	}
+	c := redis.NewClient(&redis.Options{Addr: p.Addr, Username: user, Password: pass, TLSConfig: tc,
+		DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return p
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(pd, "redis.log"))
+			t.Fatalf("redis-server with TLS on %s did not answer: %v\n%s", p.Addr, err, log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
