@@ -72,17 +72,18 @@ func (ca *CA) Pool() *x509.CertPool {
 }
 
 // Server issues a server certificate for 127.0.0.1, ::1, localhost and the
-// extra DNS names.
+// extra DNS names. It is good for client authentication too, as servers
+// that dial each other (a Redis Cluster's bus, replication) present it.
 func (ca *CA) Server(name string, dnsNames ...string) Pair {
 	ca.t.Helper()
-	return ca.issue(name, x509.ExtKeyUsageServerAuth, append([]string{"localhost"}, dnsNames...),
+	return ca.issue(name, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, append([]string{"localhost"}, dnsNames...),
 		[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback})
 }
 
 // Client issues a client certificate (mutual TLS) whose common name is name.
 func (ca *CA) Client(name string) Pair {
 	ca.t.Helper()
-	return ca.issue(name, x509.ExtKeyUsageClientAuth, nil, nil)
+	return ca.issue(name, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil, nil)
 }
 
 // ServerConfig is a server's TLS configuration with pair; clientCAs, when
@@ -95,7 +96,7 @@ func ServerConfig(pair Pair, clientCAs *x509.CertPool) *tls.Config {
 	return c
 }
 
-func (ca *CA) issue(name string, usage x509.ExtKeyUsage, dns []string, ips []net.IP) Pair {
+func (ca *CA) issue(name string, usage []x509.ExtKeyUsage, dns []string, ips []net.IP) Pair {
 	ca.t.Helper()
 	ca.serial++
 	key := newKey(ca.t)
@@ -105,7 +106,7 @@ func (ca *CA) issue(name string, usage x509.ExtKeyUsage, dns []string, ips []net
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		ExtKeyUsage:  usage,
 		DNSNames:     dns,
 		IPAddresses:  ips,
 	}
