@@ -248,6 +248,51 @@ func TestSecureRefusesBadSettings(t *testing.T) {
 	})
 }
 
+// TestSecureMutualTLS: a broker that requires client certificates refuses
+// a client without one, or with one from another CA, at start-up, naming
+// the certificate variables; with the right one it answers.
+func TestSecureMutualTLS(t *testing.T) {
+	addr, ca := secureBroker(t, map[string]int32{"m": 1}, true)
+	other := tlstest.NewCA(t, "stranger")
+	base := map[string]string{
+		"FLOODGATE_KAFKA_TLS": "true", "FLOODGATE_KAFKA_TLS_CA_FILE": ca.CertFile,
+		"FLOODGATE_KAFKA_SASL_MECHANISM": config.SASLPlain, "FLOODGATE_KAFKA_SASL_USERNAME": plainUser,
+		"FLOODGATE_KAFKA_SASL_PASSWORD": plainPass,
+	}
+	for _, tc := range []struct {
+		name   string
+		client *tlstest.Pair
+		ok     bool
+	}{
+		{"no client certificate", nil, false},
+		{"certificate from another CA", ptr(other.Client("stranger")), false},
+		{"certificate from the broker's CA", ptr(ca.Client("floodgate")), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vars := map[string]string{}
+			for k, v := range base {
+				vars[k] = v
+			}
+			if tc.client != nil {
+				vars["FLOODGATE_KAFKA_TLS_CERT_FILE"], vars["FLOODGATE_KAFKA_TLS_KEY_FILE"] = tc.client.CertFile, tc.client.KeyFile
+			}
+			start := time.Now()
+			sec, err := Secure(context.Background(), []string{addr}, readSecurity(t, vars), 10*time.Second, slog.New(slog.DiscardHandler))
+			if tc.ok {
+				require.NoError(t, err)
+				require.Equal(t, "mtls+sasl/plain", sec.String())
+				return
+			}
+			require.ErrorIs(t, err, ErrKafkaAccess)
+			require.Contains(t, err.Error(), "FLOODGATE_KAFKA_TLS_CERT_FILE")
+			require.NotContains(t, err.Error(), plainPass)
+			require.Less(t, time.Since(start), 9*time.Second)
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
 // TestSecureConsumerWithWrongPasswordLogsNoSecret runs a consumer whose
 // password the broker refuses (as after a rotation) for a while with debug
 // logging: it keeps retrying, and no log line holds the password.
