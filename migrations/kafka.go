@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
 // Kafka reconciles topics through the Kafka admin API.
@@ -19,11 +21,13 @@ type Kafka struct {
 
 // NewKafka returns a reconciler talking to brokers. It has its own transport:
 // kafka-go's shared DefaultTransport caches cluster metadata for seconds, and a
-// reconciler must see the topics as they are now.
-func NewKafka(brokers []string, replicationFactor int) *Kafka {
+// reconciler must see the topics as they are now. sec is the TLS and SASL
+// of its connections (nil: plaintext).
+func NewKafka(brokers []string, replicationFactor int, sec *stream.Security) *Kafka {
+	t := sec.Transport()
+	t.MetadataTTL = time.Second
 	return &Kafka{
-		Client: &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 15 * time.Second,
-			Transport: &kafka.Transport{MetadataTTL: time.Second}},
+		Client:            &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 15 * time.Second, Transport: t},
 		ReplicationFactor: replicationFactor,
 	}
 }

@@ -87,7 +87,7 @@ func TestApplyReconcilesRealBackends(t *testing.T) {
 
 	var lines []string
 	r := &Runner{
-		Kafka:  NewKafka([]string{broker}, 1),
+		Kafka:  NewKafka([]string{broker}, 1, nil),
 		Dynamo: &Dynamo{Client: ddb, Prefix: prefix},
 		Influx: &Influx{URL: influxURL},
 		Now:    time.Now,
@@ -140,7 +140,7 @@ func TestKafkaGrowsPartitions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	broker := kafkatest.Start(t, map[string]int32{"grow.me": 2})
-	k := NewKafka([]string{broker}, 1)
+	k := NewKafka([]string{broker}, 1, nil)
 	var lines []string
 	require.NoError(t, k.Apply(ctx, []TopicSpec{{Name: "grow.me", Partitions: 4}}, func(l string) { lines = append(lines, l) }))
 	require.Contains(t, strings.Join(lines, "\n"), "partitions 2 -> 4")

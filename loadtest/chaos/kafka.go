@@ -43,7 +43,7 @@ func (e *Env) StartBroker(ctx context.Context) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load migrations: %w", err)
 	}
-	k := migrations.NewKafka([]string{b.Addr}, 1)
+	k := migrations.NewKafka([]string{b.Addr}, 1, nil)
 	for _, m := range ms {
 		if err := k.Apply(ctx, m.Kafka.Topics, func(string) {}); err != nil {
 			return nil, fmt.Errorf("create topics on %s: %w", b.Addr, err)

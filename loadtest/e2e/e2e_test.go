@@ -65,7 +65,7 @@ func TestRapidFireIsPenalizedEndToEnd(t *testing.T) {
 	ms, err := migrations.Load()
 	require.NoError(t, err)
 	runner := &migrations.Runner{
-		Kafka: migrations.NewKafka([]string{brokers}, 1), Influx: &migrations.Influx{URL: influxURL},
+		Kafka: migrations.NewKafka([]string{brokers}, 1, nil), Influx: &migrations.Influx{URL: influxURL},
 		Now: time.Now, Report: func(line string) { t.Log(line) },
 	}
 	require.NoError(t, runner.Apply(ctx, ms), "migrations against the broker and InfluxDB (make up)")

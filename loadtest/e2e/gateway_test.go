@@ -32,7 +32,7 @@ func TestReverseProxyEnforcesRealLimiter(t *testing.T) {
 	brokers := kafkatest.Start(t, nil)
 	ms, err := migrations.Load()
 	require.NoError(t, err)
-	require.NoError(t, (&migrations.Runner{Kafka: migrations.NewKafka([]string{brokers}, 1), Now: time.Now, Report: func(string) {}}).Apply(ctx, ms))
+	require.NoError(t, (&migrations.Runner{Kafka: migrations.NewKafka([]string{brokers}, 1, nil), Now: time.Now, Report: func(string) {}}).Apply(ctx, ms))
 
 	bin := buildServices(t)
 	addr := freeAddr(t)

@@ -45,7 +45,7 @@ func TestReplayedDeadLetterCountsOnceInTheLedger(t *testing.T) {
 	ms, err := migrations.Load()
 	require.NoError(t, err)
 	require.NoError(t, (&migrations.Runner{
-		Kafka: migrations.NewKafka([]string{brokers}, 1), Dynamo: &migrations.Dynamo{Client: ddb, Prefix: prefix},
+		Kafka: migrations.NewKafka([]string{brokers}, 1, nil), Dynamo: &migrations.Dynamo{Client: ddb, Prefix: prefix},
 		Now: time.Now, Report: func(string) {},
 	}).Apply(ctx, ms), "DynamoDB Local must be running (make up)")
 

@@ -34,6 +34,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/loadtest/labeled"
 	"github.com/floodgate-dev/floodgate/migrations"
+	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
@@ -41,8 +42,13 @@ import (
 
 // Config is one quality run.
 type Config struct {
-	Brokers     []string
-	RedisAddrs  []string
+	Brokers    []string
+	RedisAddrs []string
+	// Kafka and Redis are the TLS and authentication of the tool's own
+	// connections (nil / zero: plaintext); the detectors read the same
+	// FLOODGATE_* variables from the inherited environment.
+	Kafka       *stream.Security
+	Redis       config.RedisSecurity
 	DetectorBin string // a built ./services/detector
 	Instances   []int  // detector processes per pass, e.g. 1 and 3
 	Seed        uint64
@@ -202,7 +208,7 @@ func pass(ctx context.Context, cfg Config, n int, start time.Time, prefix string
 	log := cfg.Log.With("instances", n)
 	run := fmt.Sprintf("%sp%d", prefix, i)
 	decTopic, abuseTopic := "floodgate.quality."+run+".decisions", "floodgate.quality."+run+".abuse"
-	km := migrations.NewKafka(cfg.Brokers, 1)
+	km := migrations.NewKafka(cfg.Brokers, 1, cfg.Kafka)
 	topics := []migrations.TopicSpec{{Name: decTopic, Partitions: cfg.Partitions}, {Name: decTopic + ".dlq", Partitions: 1},
 		{Name: abuseTopic, Partitions: 3}, {Name: abuseTopic + ".dlq", Partitions: 1}}
 	if err := km.Apply(ctx, topics, func(string) {}); err != nil {
@@ -224,7 +230,7 @@ func pass(ctx context.Context, cfg Config, n int, start time.Time, prefix string
 		return Result{}, err
 	}
 	labels := src.Labels()
-	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second})
+	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second, Security: cfg.Redis})
 	defer rdb.Close()
 	keys := make([]string, 0, len(labels))
 	ids := make([]string, 0, len(labels))
@@ -252,7 +258,7 @@ func pass(ctx context.Context, cfg Config, n int, start time.Time, prefix string
 	}
 	defer stop()
 
-	prod := stream.NewProducer(stream.ProducerConfig{Brokers: cfg.Brokers, Topic: decTopic, BatchSize: 2000})
+	prod := stream.NewProducer(stream.ProducerConfig{Brokers: cfg.Brokers, Security: cfg.Kafka, Topic: decTopic, BatchSize: 2000})
 	defer prod.Close()
 	res := Result{Instances: n}
 	t0 := time.Now()
@@ -287,7 +293,7 @@ func pass(ctx context.Context, cfg Config, n int, start time.Time, prefix string
 	res.Produce = time.Since(t0)
 	log.Info("produced", "events", res.Events, "took", res.Produce.Round(time.Millisecond))
 
-	admin := &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 10 * time.Second}
+	admin := cfg.Kafka.Client(cfg.Brokers, 10*time.Second)
 	deadline := time.Now().Add(cfg.DrainTimeout)
 	for {
 		lag, err := groupLag(ctx, admin, decTopic, group, cfg.Partitions)
@@ -312,7 +318,7 @@ func pass(ctx context.Context, cfg Config, n int, start time.Time, prefix string
 	// committed; the producer's batch timeout adds a little.
 	time.Sleep(2 * time.Second)
 
-	first, err := readAbuse(ctx, cfg.Brokers, abuseTopic)
+	first, err := readAbuse(ctx, cfg.Brokers, cfg.Kafka, abuseTopic)
 	if err != nil {
 		return res, err
 	}
@@ -531,8 +537,9 @@ func groupLag(ctx context.Context, admin *kafka.Client, topic, group string, par
 
 // readAbuse reads every abuse.v1 event on topic and keeps, per principal
 // key, the first detection by detected_at.
-func readAbuse(ctx context.Context, brokers []string, topic string) (map[string]events.Abuse, error) {
-	conn, err := kafka.DialContext(ctx, "tcp", brokers[0])
+func readAbuse(ctx context.Context, brokers []string, sec *stream.Security, topic string) (map[string]events.Abuse, error) {
+	dialer := sec.Dialer()
+	conn, err := dialer.DialContext(ctx, "tcp", brokers[0])
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", brokers[0], err)
 	}
@@ -541,7 +548,7 @@ func readAbuse(ctx context.Context, brokers []string, topic string) (map[string]
 	if err != nil {
 		return nil, fmt.Errorf("partitions of %s: %w", topic, err)
 	}
-	admin := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+	admin := sec.Client(brokers, 10*time.Second)
 	first := map[string]events.Abuse{}
 	for _, p := range parts {
 		ends, err := admin.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: {kafka.LastOffsetOf(p.ID)}}})
@@ -552,7 +559,7 @@ func readAbuse(ctx context.Context, brokers []string, topic string) (map[string]
 		if end == 0 {
 			continue
 		}
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: p.ID, MaxWait: 200 * time.Millisecond})
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Dialer: dialer, Topic: topic, Partition: p.ID, MaxWait: 200 * time.Millisecond})
 		for {
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			m, err := r.FetchMessage(rctx)

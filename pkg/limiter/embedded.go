@@ -43,6 +43,7 @@ type EmbedConfig struct {
 	// EventBuffer bounds the in-memory queue (default 65,536). Publisher, when
 	// set, replaces the Kafka producer (Brokers and Journal are then unused).
 	Brokers     []string
+	Kafka       *stream.Security // TLS and SASL to the brokers; nil is plaintext
 	Topic       string
 	Journal     stream.JournalConfig
 	EventBuffer int
@@ -194,7 +195,7 @@ func NewEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 	pub := c.Publisher
 	if pub == nil {
 		p, err := stream.NewDurableProducer(stream.DurableProducerConfig{
-			Async: stream.AsyncProducerConfig{Name: "decisions", Brokers: c.Brokers, Topic: c.Topic,
+			Async: stream.AsyncProducerConfig{Name: "decisions", Brokers: c.Brokers, Security: c.Kafka, Topic: c.Topic,
 				BufferSize: c.EventBuffer, Logger: c.Logger, Registerer: c.Registry},
 			Journal: c.Journal,
 		})

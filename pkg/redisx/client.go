@@ -2,6 +2,8 @@ package redisx
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +15,8 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-dev/floodgate/pkg/config"
 )
 
 // Options configure a client. Addrs with more than one entry means Redis
@@ -29,6 +33,11 @@ type Options struct {
 	// SentinelAddrs are the sentinels (FLOODGATE_REDIS_SENTINEL_ADDRS).
 	SentinelMaster string
 	SentinelAddrs  []string
+
+	// Security is AUTH and TLS for every connection (config.ReadRedisSecurity:
+	// FLOODGATE_REDIS_USERNAME, FLOODGATE_REDIS_PASSWORD, FLOODGATE_REDIS_TLS…);
+	// the zero value is plaintext without AUTH.
+	Security config.RedisSecurity
 }
 
 // Validate checks the options; errors name the environment variables.
@@ -58,10 +67,12 @@ func (o Options) Validate() error {
 // answers READONLY — the node it talks to was demoted, and the next dial asks
 // Sentinel where the master is now.
 func NewClient(o Options) redis.UniversalClient {
+	sec := o.Security
 	if o.SentinelMaster == "" && len(o.Addrs) > 1 {
 		return redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: o.Addrs, DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
 			WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize,
+			Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
 		})
 	}
 	n := &Node{gen: new(atomic.Uint64)}
@@ -69,12 +80,15 @@ func NewClient(o Options) redis.UniversalClient {
 		n.Client = redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: o.SentinelMaster, SentinelAddrs: o.SentinelAddrs,
 			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize,
+			Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
+			SentinelUsername: sec.SentinelUsername, SentinelPassword: sec.SentinelPassword.Reveal(),
 		})
 		n.mode = "sentinel"
 	} else {
 		n.Client = redis.NewClient(&redis.Options{
 			Addr: o.Addrs[0], DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
 			WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize,
+			Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
 		})
 		n.mode = "standalone"
 	}
@@ -155,7 +169,9 @@ func Ping(ctx context.Context, c redis.UniversalClient) error {
 // Redis starts and waits for it instead of exiting while Redis is down or
 // failing over (issue 21: a restart loop adds load exactly when Redis
 // returns). The first failure is logged, then one line per 30 s with the
-// attempts made.
+// attempts made. A refusal that waiting cannot fix — wrong credentials, a
+// certificate that does not verify, TLS against a plaintext port — returns
+// at once with an error wrapping ErrAccess that names the variables to fix.
 func WaitReady(ctx context.Context, c redis.UniversalClient, log *slog.Logger) error {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval, bo.MaxInterval = 200*time.Millisecond, 5*time.Second
@@ -169,6 +185,9 @@ func WaitReady(ctx context.Context, c redis.UniversalClient, log *slog.Logger) e
 				log.Info("redis reachable", "attempts", attempt)
 			}
 			return nil
+		}
+		if refused := classifyAccess(err); refused != nil {
+			return refused
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("waiting for redis: %w", ctx.Err())
@@ -185,4 +204,47 @@ func WaitReady(ctx context.Context, c redis.UniversalClient, log *slog.Logger) e
 		case <-t.C:
 		}
 	}
+}
+
+// CheckAccess pings c once and returns an error only when Redis refused the
+// client for its configuration (see WaitReady); nil when it answered or could
+// not be reached, for callers that do not wait for Redis.
+func CheckAccess(ctx context.Context, c redis.UniversalClient) error {
+	if err := Ping(ctx, c); err != nil {
+		return classifyAccess(err)
+	}
+	return nil
+}
+
+// ErrAccess marks Redis refusing a client for its configuration: AUTH
+// rejected, or TLS that cannot be set up. Retrying does not help.
+var ErrAccess = errors.New("redis access refused")
+
+// classifyAccess turns an error that retrying cannot fix into one naming the
+// variables behind it, or returns nil. Redis's own messages (WRONGPASS,
+// NOAUTH, NOPERM) and crypto/tls's never quote a password.
+func classifyAccess(err error) error {
+	var (
+		unknownCA x509.UnknownAuthorityError
+		hostErr   x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		verifyErr *tls.CertificateVerificationError
+		recordErr tls.RecordHeaderError
+		alertErr  tls.AlertError
+		msg       = err.Error()
+	)
+	switch {
+	case errors.As(err, &hostErr):
+		return fmt.Errorf("%w: the server's TLS certificate is for another name: check FLOODGATE_REDIS_ADDRS or FLOODGATE_REDIS_TLS_SERVER_NAME: %v", ErrAccess, err)
+	case errors.As(err, &unknownCA), errors.As(err, &invalid), errors.As(err, &verifyErr):
+		return fmt.Errorf("%w: the server's TLS certificate does not verify: check FLOODGATE_REDIS_TLS_CA_FILE (the CA that signed it; unset = the system's roots): %v", ErrAccess, err)
+	case errors.As(err, &recordErr):
+		return fmt.Errorf("%w: the server does not speak TLS on this port: check FLOODGATE_REDIS_TLS and the port in FLOODGATE_REDIS_ADDRS: %v", ErrAccess, err)
+	case errors.As(err, &alertErr), strings.Contains(msg, "remote error: tls:"):
+		return fmt.Errorf("%w: the server refused the TLS handshake (a client certificate it does not accept?): check FLOODGATE_REDIS_TLS_CERT_FILE and FLOODGATE_REDIS_TLS_KEY_FILE: %v", ErrAccess, err)
+	case strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "NOAUTH"), strings.Contains(msg, "invalid password"),
+		strings.Contains(msg, "AUTH <password> called without any password configured"), strings.Contains(msg, "NOPERM"):
+		return fmt.Errorf("%w: authentication failed: check FLOODGATE_REDIS_USERNAME and FLOODGATE_REDIS_PASSWORD (with Sentinel, also FLOODGATE_REDIS_SENTINEL_USERNAME and FLOODGATE_REDIS_SENTINEL_PASSWORD): %v", ErrAccess, err)
+	}
+	return nil
 }

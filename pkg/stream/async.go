@@ -35,6 +35,8 @@ var ErrUndelivered = errors.New("messages not delivered")
 type AsyncProducerConfig struct {
 	// Brokers are the bootstrap broker addresses (host:port). Required.
 	Brokers []string
+	// Security is the TLS and SASL of the connections; nil is plaintext.
+	Security *Security
 	// Topic is the default topic for messages whose Topic is empty.
 	Topic string
 	// Name labels the producer's metrics (producer="..."); default Topic,
@@ -166,6 +168,7 @@ func NewAsyncProducer(cfg AsyncProducerConfig) *AsyncProducer {
 	log := cfg.Logger.With("producer", cfg.Name)
 	p := newProducer(ProducerConfig{
 		Brokers:  cfg.Brokers,
+		Security: cfg.Security,
 		Topic:    cfg.Topic,
 		Balancer: cfg.Balancer,
 		// Run already forms the batches; kafka-go splits one per partition

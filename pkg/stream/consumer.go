@@ -56,6 +56,10 @@ type Handler func(ctx context.Context, msg kafka.Message) error
 type ConsumerConfig struct {
 	// Brokers are the bootstrap broker addresses (host:port). Required.
 	Brokers []string
+	// Security is the TLS and SASL of every connection the consumer makes
+	// (group, partition readers, dead-letter producer, offsets); nil is
+	// plaintext without authentication.
+	Security *Security
 	// Topic is consumed. Required.
 	Topic string
 	// GroupID is the consumer group. Required.
@@ -383,6 +387,7 @@ func newConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	log := cfg.Logger.With("topic", cfg.Topic, "group", cfg.GroupID)
 	dlq := newProducer(ProducerConfig{
 		Brokers:     cfg.Brokers,
+		Security:    cfg.Security,
 		Topic:       cfg.DLQTopic,
 		MaxAttempts: 3, // the consumer retries dead-lettering itself, forever
 		Logger:      log,
@@ -395,7 +400,7 @@ func newConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		dlq:      dlq,
 		closeDLQ: dlq.Close,
 		dlqLog:   newDeadLetterLog(log, cfg.DeadLetterLogInterval),
-		offsets:  &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 5 * time.Second},
+		offsets:  cfg.Security.Client(cfg.Brokers, 5*time.Second),
 
 		okCount:          metrics.consumed.WithLabelValues(cfg.Topic, cfg.GroupID, outcomeOK),
 		retriedCount:     metrics.consumed.WithLabelValues(cfg.Topic, cfg.GroupID, outcomeRetried),
@@ -426,6 +431,7 @@ func newConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		return kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 			ID:                    cfg.GroupID,
 			Brokers:               cfg.Brokers,
+			Dialer:                cfg.Security.Dialer(),
 			Topics:                []string{cfg.Topic},
 			StartOffset:           cfg.StartOffset,
 			HeartbeatInterval:     cfg.HeartbeatInterval,
@@ -437,7 +443,7 @@ func newConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		})
 	}
 	c.newPartitionReader = func(partition int) partitionReader {
-		return newKgoPartitionReader(cfg.Brokers, cfg.Topic, partition, cfg.MaxWait, cfg.MaxDecompressedBytes, log)
+		return newKgoPartitionReader(cfg.Brokers, cfg.Security, cfg.Topic, partition, cfg.MaxWait, cfg.MaxDecompressedBytes, log)
 	}
 	return c, nil
 }

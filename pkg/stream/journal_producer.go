@@ -110,6 +110,7 @@ func NewDurableProducer(cfg DurableProducerConfig) (*DurableProducer, error) {
 	d.journal = j
 	d.replay = NewProducer(ProducerConfig{
 		Brokers:      cfg.Async.Brokers,
+		Security:     cfg.Async.Security,
 		Topic:        cfg.Async.Topic,
 		Balancer:     cfg.Async.Balancer,
 		BatchSize:    j.cfg.ReplayBatchSize,

@@ -51,6 +51,9 @@ type ProducerConfig struct {
 	WriteTimeout time.Duration
 	// Compression codec for batches; default none.
 	Compression kafka.Compression
+	// Security is the TLS and SASL of the connections (NewSecurity); nil
+	// is plaintext without authentication.
+	Security *Security
 
 	// Tracing, when on, makes every Publish a "send <topic>" producer span
 	// whose context goes out in the traceparent header of each message that
@@ -148,7 +151,7 @@ func NewProducer(cfg ProducerConfig) *Producer {
 }
 
 func newProducer(cfg ProducerConfig, metrics *Metrics) *Producer {
-	transport := &kafka.Transport{}
+	transport := cfg.Security.Transport()
 	w := &kafka.Writer{
 		// Topic stays empty: kafka-go refuses a message that names a topic
 		// when the writer does too, so Publish sets the default per message.

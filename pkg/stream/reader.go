@@ -39,6 +39,7 @@ func (e *errBatchTooLarge) Error() string {
 // concurrent use; one goroutine owns it.
 type kgoPartitionReader struct {
 	brokers  []string
+	sec      *Security
 	topic    string
 	part     int32
 	maxWait  time.Duration
@@ -52,8 +53,8 @@ type kgoPartitionReader struct {
 
 var _ partitionReader = (*kgoPartitionReader)(nil)
 
-func newKgoPartitionReader(brokers []string, topic string, partition int, maxWait time.Duration, maxDecompressed int, log *slog.Logger) *kgoPartitionReader {
-	return &kgoPartitionReader{brokers: brokers, topic: topic, part: int32(partition), maxWait: maxWait, maxBytes: maxDecompressed, log: log}
+func newKgoPartitionReader(brokers []string, sec *Security, topic string, partition int, maxWait time.Duration, maxDecompressed int, log *slog.Logger) *kgoPartitionReader {
+	return &kgoPartitionReader{brokers: brokers, sec: sec, topic: topic, part: int32(partition), maxWait: maxWait, maxBytes: maxDecompressed, log: log}
 }
 
 func kgoOffset(offset int64) kgo.Offset {
@@ -75,15 +76,16 @@ func (r *kgoPartitionReader) SetOffset(offset int64) error {
 		r.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{r.topic: {r.part: {Epoch: -1, Offset: offset}}})
 		return nil
 	}
-	cl, err := kgo.NewClient(
+	opts := append([]kgo.Opt{
 		kgo.SeedBrokers(r.brokers...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{r.topic: {r.part: kgoOffset(offset)}}),
 		kgo.FetchMaxWait(r.maxWait),
-		kgo.FetchMaxPartitionBytes(1<<20),
+		kgo.FetchMaxPartitionBytes(1 << 20),
 		kgo.FetchMaxBytes(int32(max(4<<20, 2*r.maxBytes))),
 		kgo.MaxDecompressBatchBytes(r.maxBytes),
 		kgo.WithLogger(kgoLogger{log: r.log}),
-	)
+	}, r.sec.kgoOpts()...)
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("partition reader %s/%d: %w", r.topic, r.part, err)
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
 func main() {
@@ -74,6 +75,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	env := config.NewEnv(getenv)
 	brokers := env.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers)
 	redisAddrs := env.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs)
+	// The services it starts inherit the environment, FLOODGATE_KAFKA_TLS and
+	// FLOODGATE_REDIS_PASSWORD included; the demo's own clients use them too.
+	kafkaSec, redisSec := config.ReadKafkaSecurity(env), config.ReadRedisSecurity(env)
+	if err := env.Err(); err != nil {
+		return summary{}, err
+	}
+	ksec, err := stream.Secure(ctx, brokers, kafkaSec, 10*time.Second, slog.Default())
+	if err != nil {
+		return summary{}, fmt.Errorf("kafka: %w", err)
+	}
 	decisionsTopic, abuseTopic := config.DefaultDecisionsTopic, config.DefaultAbuseTopic
 	if *topics != "" {
 		decisionsTopic, abuseTopic = *topics+".decisions", *topics+".abuse"
@@ -81,7 +92,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		for _, t := range []string{decisionsTopic, abuseTopic} {
 			specs = append(specs, migrations.TopicSpec{Name: t, Partitions: 3}, migrations.TopicSpec{Name: t + ".dlq", Partitions: 1})
 		}
-		if err := migrations.NewKafka(brokers, 1).Apply(ctx, specs, func(string) {}); err != nil {
+		if err := migrations.NewKafka(brokers, 1, ksec).Apply(ctx, specs, func(string) {}); err != nil {
 			return summary{}, fmt.Errorf("create topics: %w", err)
 		}
 	}
@@ -131,7 +142,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	abuse := make(chan events.Abuse, 64)
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	go watchAbuse(watchCtx, brokers, abuseTopic, abuse)
+	go watchAbuse(watchCtx, brokers, ksec, abuseTopic, abuse)
 	detected := map[string]events.Abuse{}
 
 	trafficCtx, stopTraffic := context.WithTimeout(ctx, *duration)
@@ -192,7 +203,7 @@ wait:
 			break wait
 		}
 	}
-	sum, err := summarize(sumCtx, redisAddrs, actors, detected)
+	sum, err := summarize(sumCtx, redisAddrs, redisSec, actors, detected)
 	if err != nil {
 		return sum, err
 	}
@@ -212,8 +223,8 @@ wait:
 
 // summarize reads each actor's penalty key in Redis; a legitimate actor with
 // a penalty or an abuse event counts as penalized.
-func summarize(ctx context.Context, addrs []string, actors []traffic.Actor, detected map[string]events.Abuse) (summary, error) {
-	rdb := redisx.NewClient(redisx.Options{Addrs: addrs, DialTimeout: time.Second})
+func summarize(ctx context.Context, addrs []string, sec config.RedisSecurity, actors []traffic.Actor, detected map[string]events.Abuse) (summary, error) {
+	rdb := redisx.NewClient(redisx.Options{Addrs: addrs, DialTimeout: time.Second, Security: sec})
 	defer rdb.Close()
 	var s summary
 	for _, a := range actors {
@@ -254,8 +265,9 @@ func printAbuse(out io.Writer, a events.Abuse) {
 }
 
 // watchAbuse reads new abuse events from every partition of the abuse topic.
-func watchAbuse(ctx context.Context, brokers []string, topic string, out chan<- events.Abuse) {
-	conn, err := kafka.DialContext(ctx, "tcp", brokers[0])
+func watchAbuse(ctx context.Context, brokers []string, sec *stream.Security, topic string, out chan<- events.Abuse) {
+	dialer := sec.Dialer()
+	conn, err := dialer.DialContext(ctx, "tcp", brokers[0])
 	if err != nil {
 		slog.Warn("watch abuse topic", "err", err)
 		return
@@ -268,7 +280,7 @@ func watchAbuse(ctx context.Context, brokers []string, topic string, out chan<- 
 	}
 	for _, p := range parts {
 		go func() {
-			r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: p.ID, MaxWait: 250 * time.Millisecond})
+			r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Dialer: dialer, Topic: topic, Partition: p.ID, MaxWait: 250 * time.Millisecond})
 			defer r.Close()
 			_ = r.SetOffset(kafka.LastOffset)
 			for {

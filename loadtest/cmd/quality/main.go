@@ -24,6 +24,7 @@ import (
 	"github.com/floodgate-dev/floodgate/loadtest/quality"
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
 func main() {
@@ -79,8 +80,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 	}
 	env := config.NewEnv(getenv)
+	brokers := env.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers)
+	// The detectors inherit the environment (FLOODGATE_KAFKA_TLS, FLOODGATE_REDIS_PASSWORD…);
+	// the tool's own clients use the same settings.
+	kafkaSec, redisSec := config.ReadKafkaSecurity(env), config.ReadRedisSecurity(env)
+	if err := env.Err(); err != nil {
+		return err
+	}
+	ksec, err := stream.Secure(ctx, brokers, kafkaSec, 10*time.Second, log)
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
 	cfg := quality.Config{
-		Brokers: env.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers), RedisAddrs: env.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs),
+		Brokers: brokers, RedisAddrs: env.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs), Kafka: ksec, Redis: redisSec,
 		DetectorBin: bin, Instances: counts, Seed: *seed, Legit: *legit, Abusive: *abusive, Duration: *duration, Partitions: *partitions,
 		RFC3986Routes: *rfc3986, DrainTimeout: *drain, LogDir: dir, Log: log,
 	}

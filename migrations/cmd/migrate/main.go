@@ -21,6 +21,7 @@ import (
 	"github.com/floodgate-dev/floodgate/migrations"
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
+	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
 func main() {
@@ -42,6 +43,7 @@ func run(ctx context.Context, args []string, getenv config.Getenv) error {
 	env := config.NewEnv(getenv)
 	brokers := env.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers)
 	rf := env.Int("FLOODGATE_KAFKA_REPLICATION_FACTOR", 1)
+	kafkaSec := config.ReadKafkaSecurity(env)
 	ddbEndpoint := env.String("FLOODGATE_DYNAMODB_ENDPOINT", "")
 	prefix := env.String("FLOODGATE_DYNAMODB_TABLE_PREFIX", "")
 	influxURL := env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL)
@@ -64,7 +66,11 @@ func run(ctx context.Context, args []string, getenv config.Getenv) error {
 
 	r := &migrations.Runner{Now: time.Now, Report: func(line string) { fmt.Println(line) }}
 	if slices.Contains(backends, "kafka") {
-		r.Kafka = migrations.NewKafka(brokers, rf)
+		sec, err := stream.Secure(ctx, brokers, kafkaSec, 10*time.Second, slog.Default())
+		if err != nil {
+			return fmt.Errorf("kafka: %w", err)
+		}
+		r.Kafka = migrations.NewKafka(brokers, rf, sec)
 	}
 	if slices.Contains(backends, "dynamodb") {
 		client, err := dynamo.NewClient(ctx, dynamo.Options{Endpoint: ddbEndpoint})

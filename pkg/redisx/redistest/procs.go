@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-dev/floodgate/pkg/tlstest"
 )
 
 // Proc is a redis-server (or sentinel) process started on a loopback port of
@@ -249,4 +252,189 @@ func NewSentinel(t testing.TB, name, masterAddr string, downAfter time.Duration)
 	}
 	t.Cleanup(p.Kill)
 	return p
+}
+
+// SecureOptions configure NewSecure.
+type SecureOptions struct {
+	// CA signs the server's certificate and, with ClientCerts, is the CA
+	// client certificates must chain to.
+	CA *tlstest.CA
+	// ClientCerts makes the server require a client certificate (mutual TLS).
+	ClientCerts bool
+	// Users are ACL users (name → password) allowed every command and key;
+	// the default user is off, so nothing works without AUTH.
+	Users map[string]string
+	// Extra are more redis-server arguments (cluster mode, say).
+	Extra []string
+}
+
+// tlsConfig is a client configuration that trusts o.CA (and presents a
+// client certificate when the server asks for one).
+func (o SecureOptions) tlsConfig() *tls.Config {
+	tc := &tls.Config{RootCAs: o.CA.Pool(), MinVersion: tls.VersionTLS12}
+	if o.ClientCerts {
+		tc.Certificates = []tls.Certificate{o.CA.Client("redistest").TLS}
+	}
+	return tc
+}
+
+// anyUser is one of o.Users.
+func (o SecureOptions) anyUser() (user, pass string) {
+	for u, p := range o.Users {
+		return u, p
+	}
+	return "", ""
+}
+
+// NewSecure starts a redis-server for a test that listens only with TLS on
+// a free loopback port, with the ACL users of o, and kills it when the test
+// ends. ReadyUser (any of o.Users) is used to wait until it answers.
+func NewSecure(t testing.TB, o SecureOptions) *Proc {
+	t.Helper()
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd := filepath.Join(t.TempDir(), "redis-tls-"+strconv.Itoa(port))
+	if err := os.MkdirAll(pd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	server := o.CA.Server("redis-" + strconv.Itoa(port))
+	auth := "no"
+	if o.ClientCerts {
+		auth = "yes"
+	}
+	args := []string{"--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", pd,
+		"--save", "", "--appendonly", "no", "--logfile", filepath.Join(pd, "redis.log"),
+		"--tls-cert-file", server.CertFile, "--tls-key-file", server.KeyFile, "--tls-ca-cert-file", o.CA.CertFile,
+		"--tls-auth-clients", auth, "--user", "default", "off"}
+	for u, pw := range o.Users {
+		// One argument per word: redis-server quotes an argument holding spaces.
+		args = append(args, "--user", u, "on", ">"+pw, "~*", "&*", "+@all")
+	}
+	for _, a := range o.Extra {
+		if a == "--cluster-enabled" {
+			// With no plaintext port the bus port is not tls-port + 10000 by
+			// itself; FreePort checked that one is free.
+			args = append(args, "--cluster-port", strconv.Itoa(port+10000))
+		}
+	}
+	args = append(args, o.Extra...)
+	user, pass := o.anyUser()
+	p := &Proc{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: pd, args: args}
+	p.cmd = exec.Command("redis-server", p.args...)
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start redis-server with TLS on %s (apt-get install redis-server): %v", p.Addr, err)
+	}
+	t.Cleanup(p.Kill)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr, Username: user, Password: pass, TLSConfig: o.tlsConfig(),
+		DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return p
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(pd, "redis.log"))
+			t.Fatalf("redis-server with TLS on %s did not answer: %v\n%s", p.Addr, err, log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// NewSecureCluster starts a Redis Cluster of masters nodes (no replicas)
+// that speak only TLS, on the cluster bus too, with the ACL users of o; it
+// returns once every node reports cluster_state:ok.
+func NewSecureCluster(t testing.TB, o SecureOptions, masters int) []*Proc {
+	t.Helper()
+	o.Extra = append(o.Extra, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--tls-cluster", "yes", "--tls-replication", "yes")
+	var nodes []*Proc
+	args := []string{"--tls", "--cacert", o.CA.CertFile, "--cluster", "create"}
+	for range masters {
+		n := NewSecure(t, o)
+		nodes = append(nodes, n)
+		args = append(args, n.Addr)
+	}
+	user, pass := o.anyUser()
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes", "--user", user, "--pass", pass, "--no-auth-warning")
+	if o.ClientCerts {
+		cl := o.CA.Client("redis-cli")
+		args = append(args, "--cert", cl.CertFile, "--key", cl.KeyFile)
+	}
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create --tls: %v: %s", err, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range nodes {
+		c := redis.NewClient(&redis.Options{Addr: n.Addr, Username: user, Password: pass, TLSConfig: o.tlsConfig(), DialTimeout: time.Second})
+		for {
+			info, err := c.ClusterInfo(context.Background()).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				_ = c.Close()
+				t.Fatalf("cluster node %s not ok: %v %s", n.Addr, err, info)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		_ = c.Close()
+	}
+	return nodes
+}
+
+// NewSecureSentinel starts a sentinel that speaks only TLS, requires
+// password (its own requirepass), and watches master (name) — a NewSecure
+// server of o, without client certificates — over TLS as one of o.Users.
+// It returns once the sentinel names the master.
+func NewSecureSentinel(t testing.TB, o SecureOptions, name string, master *Proc, password string) *Proc {
+	t.Helper()
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd := filepath.Join(t.TempDir(), "sentinel-tls-"+strconv.Itoa(port))
+	if err := os.MkdirAll(pd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	server := o.CA.Server("sentinel-" + strconv.Itoa(port))
+	user, pass := o.anyUser()
+	host, mport, _ := net.SplitHostPort(master.Addr)
+	conf := fmt.Sprintf("port 0\ntls-port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\n"+
+		"tls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\ntls-auth-clients no\ntls-replication yes\n"+
+		"requirepass %s\nsentinel monitor %s %s %s 1\nsentinel auth-user %s %s\nsentinel auth-pass %s %s\n"+
+		"sentinel down-after-milliseconds %s 5000\n",
+		port, pd, filepath.Join(pd, "sentinel.log"), server.CertFile, server.KeyFile, o.CA.CertFile,
+		password, name, host, mport, name, user, name, pass, name)
+	cf := filepath.Join(pd, "sentinel.conf")
+	if err := os.WriteFile(cf, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := &Proc{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: pd, args: []string{cf, "--sentinel"}}
+	p.cmd = exec.Command("redis-server", p.args...)
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start sentinel with TLS: %v", err)
+	}
+	t.Cleanup(p.Kill)
+	c := redis.NewSentinelClient(&redis.Options{Addr: p.Addr, Password: password, TLSConfig: o.tlsConfig(), DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		addr, err := c.GetMasterAddrByName(context.Background(), name).Result()
+		if err == nil && len(addr) == 2 && net.JoinHostPort(addr[0], addr[1]) == master.Addr {
+			return p
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(pd, "sentinel.log"))
+			t.Fatalf("sentinel with TLS on %s does not name %s: %v %v\n%s", p.Addr, master.Addr, addr, err, log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -75,11 +75,16 @@ func Serve(ctx context.Context, env service.Env) error {
 		return fmt.Errorf("config: %w", err)
 	}
 
-	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second})
+	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second, Security: cfg.RedisSecurity})
 	run.Closer("redis", rdb.Close)
 	if err := redisx.WaitReady(ctx, rdb, log); err != nil {
 		_ = rdb.Close()
 		return err
+	}
+	ksec, err := stream.Secure(ctx, cfg.KafkaBrokers, cfg.KafkaSecurity, 10*time.Second, log)
+	if err != nil {
+		_ = rdb.Close()
+		return fmt.Errorf("kafka: %w", err)
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -93,7 +98,7 @@ func Serve(ctx context.Context, env service.Env) error {
 
 	influx := influxdb2.NewClient(cfg.InfluxURL, cfg.InfluxToken)
 	run.Closer("influxdb", func() error { influx.Close(); return nil })
-	producer := stream.NewProducer(stream.ProducerConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.AdjustmentsTopic, Logger: log, Registerer: reg,
+	producer := stream.NewProducer(stream.ProducerConfig{Brokers: cfg.KafkaBrokers, Security: ksec, Topic: cfg.AdjustmentsTopic, Logger: log, Registerer: reg,
 		Tracing: env.Tracing})
 	run.Closer("kafka producer", producer.Close) // after the loop stopped: flushes its last adjustments
 

@@ -16,25 +16,27 @@ import (
 
 // Config is the adjuster's start-up configuration, read from the environment.
 type Config struct {
-	HTTPAddr          string          // FLOODGATE_ADJUSTER_ADDR: admin API, /healthz, /readyz, /metrics
-	RulesFile         string          // FLOODGATE_ADJUSTER_RULES: YAML rules; empty = built-in defaults (= adjuster.yaml)
-	Rules             control.Rules   // parsed from RulesFile
-	Tokens            *httpapi.Tokens // FLOODGATE_ADJUSTER_TOKENS: name:role:sha256hex,…
-	ActorID           string          // FLOODGATE_ADJUSTER_ID: names this loop in adjustment events
-	RedisAddrs        []string        // FLOODGATE_REDIS_ADDRS
-	ScalesKey         string          // FLOODGATE_ADJUSTER_SCALES_KEY (tests only; default fg:scales)
-	ShedKey           string          // FLOODGATE_ADJUSTER_SHED_KEY (tests only; default fg:shed)
-	KafkaBrokers      []string        // FLOODGATE_KAFKA_BROKERS
-	AdjustmentsTopic  string          // FLOODGATE_ADJUSTMENTS_TOPIC
-	DynamoEndpoint    string          // FLOODGATE_DYNAMODB_ENDPOINT (empty = AWS)
-	DynamoTablePrefix string          // FLOODGATE_DYNAMODB_TABLE_PREFIX
-	InfluxURL         string          // FLOODGATE_INFLUX_URL
-	InfluxToken       string          // FLOODGATE_INFLUX_TOKEN
-	InfluxOrg         string          // FLOODGATE_INFLUX_ORG (ignored by InfluxDB 1.8)
-	InfluxBucket      string          // FLOODGATE_INFLUX_BUCKET ("db/rp" on 1.8)
-	Filters           signals.Filters // FLOODGATE_ADJUSTER_{HOST,HTTP,ABUSE,DECISION}_TAGS (see signalFilters)
-	PagerRoutingKey   string          // FLOODGATE_PAGERDUTY_ROUTING_KEY; empty disables paging
-	PagerURL          string          // FLOODGATE_PAGERDUTY_URL
+	HTTPAddr          string               // FLOODGATE_ADJUSTER_ADDR: admin API, /healthz, /readyz, /metrics
+	RulesFile         string               // FLOODGATE_ADJUSTER_RULES: YAML rules; empty = built-in defaults (= adjuster.yaml)
+	Rules             control.Rules        // parsed from RulesFile
+	Tokens            *httpapi.Tokens      // FLOODGATE_ADJUSTER_TOKENS: name:role:sha256hex,…
+	ActorID           string               // FLOODGATE_ADJUSTER_ID: names this loop in adjustment events
+	RedisAddrs        []string             // FLOODGATE_REDIS_ADDRS
+	RedisSecurity     config.RedisSecurity // FLOODGATE_REDIS_USERNAME, FLOODGATE_REDIS_PASSWORD, FLOODGATE_REDIS_TLS*
+	ScalesKey         string               // FLOODGATE_ADJUSTER_SCALES_KEY (tests only; default fg:scales)
+	ShedKey           string               // FLOODGATE_ADJUSTER_SHED_KEY (tests only; default fg:shed)
+	KafkaBrokers      []string             // FLOODGATE_KAFKA_BROKERS
+	KafkaSecurity     config.KafkaSecurity // FLOODGATE_KAFKA_TLS*, FLOODGATE_KAFKA_SASL_* (docs/configuration.md)
+	AdjustmentsTopic  string               // FLOODGATE_ADJUSTMENTS_TOPIC
+	DynamoEndpoint    string               // FLOODGATE_DYNAMODB_ENDPOINT (empty = AWS)
+	DynamoTablePrefix string               // FLOODGATE_DYNAMODB_TABLE_PREFIX
+	InfluxURL         string               // FLOODGATE_INFLUX_URL
+	InfluxToken       string               // FLOODGATE_INFLUX_TOKEN
+	InfluxOrg         string               // FLOODGATE_INFLUX_ORG (ignored by InfluxDB 1.8)
+	InfluxBucket      string               // FLOODGATE_INFLUX_BUCKET ("db/rp" on 1.8)
+	Filters           signals.Filters      // FLOODGATE_ADJUSTER_{HOST,HTTP,ABUSE,DECISION}_TAGS (see signalFilters)
+	PagerRoutingKey   string               // FLOODGATE_PAGERDUTY_ROUTING_KEY; empty disables paging
+	PagerURL          string               // FLOODGATE_PAGERDUTY_URL
 }
 
 // ConfigFromEnv reads and validates the configuration.
@@ -46,9 +48,11 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		RulesFile:         e.String("FLOODGATE_ADJUSTER_RULES", ""),
 		ActorID:           e.String("FLOODGATE_ADJUSTER_ID", "adjuster@"+host),
 		RedisAddrs:        e.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs),
+		RedisSecurity:     config.ReadRedisSecurity(e),
 		ScalesKey:         e.String("FLOODGATE_ADJUSTER_SCALES_KEY", redisx.ScalesKey),
 		ShedKey:           e.String("FLOODGATE_ADJUSTER_SHED_KEY", redisx.ShedKey),
 		KafkaBrokers:      e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
+		KafkaSecurity:     config.ReadKafkaSecurity(e),
 		AdjustmentsTopic:  e.String("FLOODGATE_ADJUSTMENTS_TOPIC", config.DefaultAdjustmentsTopic),
 		DynamoEndpoint:    e.String("FLOODGATE_DYNAMODB_ENDPOINT", ""),
 		DynamoTablePrefix: e.String("FLOODGATE_DYNAMODB_TABLE_PREFIX", ""),

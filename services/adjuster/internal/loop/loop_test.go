@@ -108,7 +108,7 @@ func TestLoopAgainstTheRealStack(t *testing.T) {
 	ms, err := migrations.Load()
 	require.NoError(t, err)
 	for _, m := range ms {
-		require.NoError(t, migrations.NewKafka([]string{broker}, 1).Apply(ctx, m.Kafka.Topics, func(string) {}))
+		require.NoError(t, migrations.NewKafka([]string{broker}, 1, nil).Apply(ctx, m.Kafka.Topics, func(string) {}))
 	}
 	producer := stream.NewProducer(stream.ProducerConfig{Brokers: []string{broker}})
 	t.Cleanup(func() { _ = producer.Close() })

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
@@ -24,6 +23,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/service"
+	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/console/internal/adjuster"
 	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
 	"github.com/floodgate-dev/floodgate/services/console/internal/blockrate"
@@ -35,14 +35,15 @@ import (
 
 // Config is the console's configuration, read from the environment.
 type Config struct {
-	Addr          string        // FLOODGATE_CONSOLE_ADDR
-	UsersFile     string        // FLOODGATE_CONSOLE_USERS (re-read every 2 s when it changes)
-	SessionSecret string        // FLOODGATE_CONSOLE_SESSION_SECRET: ≥ 32 bytes, the same on every replica; never in Redis
-	SecureCookies bool          // FLOODGATE_CONSOLE_SECURE_COOKIES
-	SessionIdle   time.Duration // FLOODGATE_CONSOLE_SESSION_IDLE
-	SessionMax    time.Duration // FLOODGATE_CONSOLE_SESSION_MAX
-	PollInterval  time.Duration // FLOODGATE_CONSOLE_POLL_INTERVAL
-	RedisAddrs    []string      // FLOODGATE_REDIS_ADDRS
+	Addr          string               // FLOODGATE_CONSOLE_ADDR
+	UsersFile     string               // FLOODGATE_CONSOLE_USERS (re-read every 2 s when it changes)
+	SessionSecret string               // FLOODGATE_CONSOLE_SESSION_SECRET: ≥ 32 bytes, the same on every replica; never in Redis
+	SecureCookies bool                 // FLOODGATE_CONSOLE_SECURE_COOKIES
+	SessionIdle   time.Duration        // FLOODGATE_CONSOLE_SESSION_IDLE
+	SessionMax    time.Duration        // FLOODGATE_CONSOLE_SESSION_MAX
+	PollInterval  time.Duration        // FLOODGATE_CONSOLE_POLL_INTERVAL
+	RedisAddrs    []string             // FLOODGATE_REDIS_ADDRS
+	RedisSecurity config.RedisSecurity // FLOODGATE_REDIS_USERNAME, FLOODGATE_REDIS_PASSWORD, FLOODGATE_REDIS_TLS*
 	DynamoDB      dynamo.Options
 	ScalesKey     string // FLOODGATE_CONSOLE_SCALES_KEY
 	QuotaURL      string // FLOODGATE_CONSOLE_QUOTA_URL
@@ -56,10 +57,11 @@ type Config struct {
 	InfluxOrg     string // FLOODGATE_INFLUX_ORG
 	InfluxBucket  string // FLOODGATE_INFLUX_BUCKET
 
-	KafkaBrokers   []string      // FLOODGATE_KAFKA_BROKERS (sample events on the alert page)
-	DecisionsTopic string        // FLOODGATE_DECISIONS_TOPIC
-	SamplesTimeout time.Duration // FLOODGATE_CONSOLE_SAMPLES_TIMEOUT
-	TrustedProxies []string      // FLOODGATE_CONSOLE_TRUSTED_PROXIES (whose X-Forwarded-For the sign-in limits believe)
+	KafkaBrokers   []string             // FLOODGATE_KAFKA_BROKERS (sample events on the alert page)
+	KafkaSecurity  config.KafkaSecurity // FLOODGATE_KAFKA_TLS*, FLOODGATE_KAFKA_SASL_* (docs/configuration.md)
+	DecisionsTopic string               // FLOODGATE_DECISIONS_TOPIC
+	SamplesTimeout time.Duration        // FLOODGATE_CONSOLE_SAMPLES_TIMEOUT
+	TrustedProxies []string             // FLOODGATE_CONSOLE_TRUSTED_PROXIES (whose X-Forwarded-For the sign-in limits believe)
 
 	AdjustmentsTopic string        // FLOODGATE_ADJUSTMENTS_TOPIC (scale changes and their causes on the scales page)
 	OverridesKey     string        // FLOODGATE_CONSOLE_OVERRIDES_KEY (the limiter's overrides hash)
@@ -78,6 +80,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		SessionMax:    e.Duration("FLOODGATE_CONSOLE_SESSION_MAX", 12*time.Hour),
 		PollInterval:  e.Duration("FLOODGATE_CONSOLE_POLL_INTERVAL", 5*time.Second),
 		RedisAddrs:    e.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs),
+		RedisSecurity: config.ReadRedisSecurity(e),
 		DynamoDB: dynamo.Options{
 			Endpoint:    e.String("FLOODGATE_DYNAMODB_ENDPOINT", ""),
 			Region:      e.String("FLOODGATE_DYNAMODB_REGION", ""),
@@ -96,6 +99,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		InfluxBucket:  e.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket),
 
 		KafkaBrokers:   e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
+		KafkaSecurity:  config.ReadKafkaSecurity(e),
 		DecisionsTopic: e.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
 		SamplesTimeout: e.Duration("FLOODGATE_CONSOLE_SAMPLES_TIMEOUT", 3*time.Second),
 		TrustedProxies: e.List("FLOODGATE_CONSOLE_TRUSTED_PROXIES", ""),
@@ -246,8 +250,21 @@ func Serve(ctx context.Context, env service.Env) error {
 	if err != nil {
 		return fmt.Errorf("users file: %w", err)
 	}
-	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
+		Security: cfg.RedisSecurity})
 	run.Closer("redis", rdb.Close)
+	checkCtx, cancelCheck := context.WithTimeout(ctx, 5*time.Second)
+	err = redisx.CheckAccess(checkCtx, rdb)
+	cancelCheck()
+	if err != nil {
+		_ = rdb.Close()
+		return err
+	}
+	ksec, err := stream.Secure(ctx, cfg.KafkaBrokers, cfg.KafkaSecurity, 5*time.Second, log)
+	if err != nil {
+		_ = rdb.Close()
+		return fmt.Errorf("kafka: %w", err)
+	}
 	ddb, err := dynamo.NewClient(ctx, cfg.DynamoDB)
 	if err != nil {
 		_ = rdb.Close()
@@ -282,7 +299,7 @@ func Serve(ctx context.Context, env service.Env) error {
 	if err != nil {
 		return err
 	}
-	samples := &store.SampleReader{Client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Timeout: cfg.SamplesTimeout},
+	samples := &store.SampleReader{Client: ksec.Client(cfg.KafkaBrokers, cfg.SamplesTimeout),
 		Topic: cfg.DecisionsTopic, Timeout: cfg.SamplesTimeout}
 	secret := []byte(cfg.SessionSecret)
 	if len(secret) == 0 {
@@ -314,7 +331,7 @@ func Serve(ctx context.Context, env service.Env) error {
 		Proxies:       proxies,
 		BlockRate:     &blockrate.Reader{Query: influx.QueryAPI(cfg.InfluxOrg), Bucket: cfg.InfluxBucket},
 		ScaleSeries:   &adjuster.Series{Query: influx.QueryAPI(cfg.InfluxOrg), Bucket: cfg.InfluxBucket},
-		Adjustments: &adjuster.Adjustments{Client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Timeout: 10 * time.Second},
+		Adjustments: &adjuster.Adjustments{Client: ksec.Client(cfg.KafkaBrokers, 10*time.Second),
 			Topic: cfg.AdjustmentsTopic},
 		OverridesKey: cfg.OverridesKey,
 	})

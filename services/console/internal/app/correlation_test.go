@@ -126,7 +126,7 @@ func TestCorrelationIDCrossesServices(t *testing.T) {
 	prefix := fmt.Sprintf("corr%d_", time.Now().UnixNano())
 	ms, err := migrations.Load()
 	require.NoError(t, err)
-	r := &migrations.Runner{Kafka: migrations.NewKafka([]string{broker}, 1), Dynamo: &migrations.Dynamo{Client: ddb, Prefix: prefix},
+	r := &migrations.Runner{Kafka: migrations.NewKafka([]string{broker}, 1, nil), Dynamo: &migrations.Dynamo{Client: ddb, Prefix: prefix},
 		Now: time.Now, Report: func(string) {}}
 	require.NoError(t, r.Apply(ctx, ms), "migrations (is the local stack up? make up)")
 	t.Cleanup(func() {

@@ -61,7 +61,7 @@ func broker(t *testing.T) string {
 	ms, err := migrations.Load()
 	require.NoError(t, err)
 	for _, m := range ms {
-		require.NoError(t, migrations.NewKafka([]string{b}, 1).Apply(ctx, m.Kafka.Topics, func(string) {}))
+		require.NoError(t, migrations.NewKafka([]string{b}, 1, nil).Apply(ctx, m.Kafka.Topics, func(string) {}))
 	}
 	return b
 }

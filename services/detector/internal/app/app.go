@@ -39,10 +39,15 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, tr tracing
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second})
+	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second, Security: cfg.RedisSecurity})
 	defer rdb.Close()
 	if err := redisx.WaitReady(ctx, rdb, log); err != nil {
 		return err
+	}
+
+	ksec, err := stream.Secure(ctx, cfg.KafkaBrokers, cfg.KafkaSecurity, 10*time.Second, log)
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
 	}
 
 	influx := influxdb2.NewClientWithOptions(cfg.InfluxURL, cfg.InfluxToken, influxdb2.DefaultOptions().SetBatchSize(500).SetFlushInterval(1000))
@@ -50,7 +55,7 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, tr tracing
 	recorder := detector.NewInfluxRecorder(influx, cfg.InfluxOrg, cfg.InfluxBucket, log)
 	defer recorder.Flush()
 
-	producer := stream.NewProducer(stream.ProducerConfig{Brokers: cfg.KafkaBrokers, Logger: log, Registerer: reg, Tracing: tr})
+	producer := stream.NewProducer(stream.ProducerConfig{Brokers: cfg.KafkaBrokers, Security: ksec, Logger: log, Registerer: reg, Tracing: tr})
 	defer producer.Close()
 
 	var records *detector.DynamoRecords
@@ -110,10 +115,10 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, tr tracing
 	// After a restart or rebalance a partition is re-read from one window back
 	// (the longer of the rate and IP windows) so scoring is never blind; events
 	// before the committed offset rebuild state without repeating effects.
-	offsets := &detector.KafkaOffsets{Client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Timeout: 10 * time.Second}, Topic: cfg.DecisionsTopic}
+	offsets := &detector.KafkaOffsets{Client: ksec.Client(cfg.KafkaBrokers, 10*time.Second), Topic: cfg.DecisionsTopic}
 	rewind := max(cfg.Score.Window, cfg.Score.IPWindow)
 	decisions, err := stream.NewConsumer(stream.ConsumerConfig{
-		Brokers: cfg.KafkaBrokers, Topic: cfg.DecisionsTopic, GroupID: cfg.Group, Service: "detector",
+		Brokers: cfg.KafkaBrokers, Security: ksec, Topic: cfg.DecisionsTopic, GroupID: cfg.Group, Service: "detector",
 		Logger: log, Registerer: reg, StartOffset: startOffset(cfg.StartOffset), Tracing: tr,
 		StartFrom: func(ctx context.Context, partition int, committed int64) (int64, error) {
 			return det.Rewind(ctx, offsets, partition, committed, rewind)
@@ -142,7 +147,7 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, tr tracing
 		// A page waits out a PagerDuty outage of several minutes (retries up to 30s
 		// apart) before it is dead-lettered; the abuse partition waits with it.
 		abuse, err := stream.NewConsumer(stream.ConsumerConfig{
-			Brokers: cfg.KafkaBrokers, Topic: cfg.AbuseTopic, GroupID: cfg.PagerGroup, Service: "detector-pager",
+			Brokers: cfg.KafkaBrokers, Security: ksec, Topic: cfg.AbuseTopic, GroupID: cfg.PagerGroup, Service: "detector-pager",
 			MaxAttempts: 25, MaxBackoff: 30 * time.Second,
 			Logger: log, Registerer: reg, Tracing: tr,
 		}, pager.Handle)

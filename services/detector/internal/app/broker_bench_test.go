@@ -63,7 +63,7 @@ func newRig(b *testing.B) *rig {
 	prefix := run + "_"
 	var tables []migrations.TableSpec
 	for _, m := range ms {
-		require.NoError(b, migrations.NewKafka([]string{broker}, 1).Apply(ctx, m.Kafka.Topics, func(string) {}))
+		require.NoError(b, migrations.NewKafka([]string{broker}, 1, nil).Apply(ctx, m.Kafka.Topics, func(string) {}))
 		for _, tb := range m.DynamoDB.Tables {
 			if tb.Name == dynamo.TableAbuseRecords || tb.Name == dynamo.TableRuntimeConfig {
 				tables = append(tables, tb)

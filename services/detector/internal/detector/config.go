@@ -10,15 +10,17 @@ import (
 
 // ServiceConfig is the detector's start-up configuration, read from the environment.
 type ServiceConfig struct {
-	HTTPAddr       string        // FLOODGATE_DETECTOR_ADDR: /healthz, /readyz, /metrics
-	SharedIPs      string        // FLOODGATE_DETECTOR_SHARED_IPS: redis (share per-address counts across instances) | off
-	MaxEventSkew   time.Duration // FLOODGATE_DETECTOR_MAX_EVENT_SKEW: events dated further in the future are dead-lettered
-	MaxEventAge    time.Duration // FLOODGATE_DETECTOR_MAX_EVENT_AGE: events older than this are dead-lettered
-	RedisAddrs     []string      // FLOODGATE_REDIS_ADDRS
-	KafkaBrokers   []string      // FLOODGATE_KAFKA_BROKERS
-	DecisionsTopic string        // FLOODGATE_DECISIONS_TOPIC
-	AbuseTopic     string        // FLOODGATE_ABUSE_TOPIC
-	Group          string        // FLOODGATE_DETECTOR_GROUP
+	HTTPAddr       string               // FLOODGATE_DETECTOR_ADDR: /healthz, /readyz, /metrics
+	SharedIPs      string               // FLOODGATE_DETECTOR_SHARED_IPS: redis (share per-address counts across instances) | off
+	MaxEventSkew   time.Duration        // FLOODGATE_DETECTOR_MAX_EVENT_SKEW: events dated further in the future are dead-lettered
+	MaxEventAge    time.Duration        // FLOODGATE_DETECTOR_MAX_EVENT_AGE: events older than this are dead-lettered
+	RedisAddrs     []string             // FLOODGATE_REDIS_ADDRS
+	KafkaBrokers   []string             // FLOODGATE_KAFKA_BROKERS
+	KafkaSecurity  config.KafkaSecurity // FLOODGATE_KAFKA_TLS*, FLOODGATE_KAFKA_SASL_* (docs/configuration.md)
+	RedisSecurity  config.RedisSecurity // FLOODGATE_REDIS_USERNAME, FLOODGATE_REDIS_PASSWORD, FLOODGATE_REDIS_TLS*
+	DecisionsTopic string               // FLOODGATE_DECISIONS_TOPIC
+	AbuseTopic     string               // FLOODGATE_ABUSE_TOPIC
+	Group          string               // FLOODGATE_DETECTOR_GROUP
 	// StartOffset is where a new detector group starts on the decisions topic
 	// (FLOODGATE_DETECTOR_START_OFFSET): "first" (default) scores the whole
 	// retained history; "last" only live traffic, for a throwaway group.
@@ -54,6 +56,8 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 		HTTPAddr:       e.String("FLOODGATE_DETECTOR_ADDR", "127.0.0.1:8082"),
 		RedisAddrs:     e.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs),
 		KafkaBrokers:   e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
+		KafkaSecurity:  config.ReadKafkaSecurity(e),
+		RedisSecurity:  config.ReadRedisSecurity(e),
 		DecisionsTopic: e.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
 		AbuseTopic:     e.String("FLOODGATE_ABUSE_TOPIC", config.DefaultAbuseTopic),
 		Group:          e.String("FLOODGATE_DETECTOR_GROUP", "floodgate-detector"),

@@ -150,14 +150,19 @@ func Serve(ctx context.Context, env service.Env, hooks *Hooks) error {
 	ingester := &auditor.Ingester{Store: store, Points: points, Alerter: alerter, TTL: cfg.RecordTTL,
 		Now: env.Now, Logger: log, Metrics: metrics}
 
-	kc := &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Timeout: 15 * time.Second,
-		Transport: &kafka.Transport{MetadataTTL: time.Second}}
+	ksec, err := stream.Secure(ctx, cfg.KafkaBrokers, cfg.KafkaSecurity, 10*time.Second, log)
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	transport := ksec.Transport()
+	transport.MetadataTTL = time.Second
+	kc := &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Timeout: 15 * time.Second, Transport: transport}
 	newID := func() string { return uuid.NewString() }
 	sup := &auditor.Supervisor{
 		Client: kc, Interval: cfg.DiscoverInterval, Logger: log, Metrics: metrics,
 		NewConsumer: func(topic string) (auditor.Runner, error) {
 			cc := stream.ConsumerConfig{
-				Brokers: cfg.KafkaBrokers, Topic: topic, GroupID: cfg.Group, Service: "dlq-auditor",
+				Brokers: cfg.KafkaBrokers, Security: ksec, Topic: topic, GroupID: cfg.Group, Service: "dlq-auditor",
 				// A record that cannot be stored is retried until it can (the
 				// partition waits), never dropped. The handler never fails
 				// permanently, so nothing goes to <topic>.dlq.dlq, which does

@@ -63,7 +63,7 @@ func newStack(t *testing.T) *stack {
 	ms, err := migrations.Load()
 	require.NoError(t, err)
 	r := &migrations.Runner{
-		Kafka: migrations.NewKafka([]string{s.broker}, 1), Dynamo: &migrations.Dynamo{Client: s.ddb, Prefix: s.prefix},
+		Kafka: migrations.NewKafka([]string{s.broker}, 1, nil), Dynamo: &migrations.Dynamo{Client: s.ddb, Prefix: s.prefix},
 		Influx: &migrations.Influx{URL: s.influxURL}, Now: time.Now, Report: func(string) {},
 	}
 	require.NoError(t, r.Apply(ctx, ms), "migrations (is the local stack up? make up)")

@@ -24,27 +24,28 @@ const (
 
 // ServiceConfig is the auditor's start-up configuration, read from the environment.
 type ServiceConfig struct {
-	HTTPAddr         string        // FLOODGATE_DLQ_ADDR: API, /healthz, /readyz, /metrics
-	KafkaBrokers     []string      // FLOODGATE_KAFKA_BROKERS
-	Group            string        // FLOODGATE_DLQ_GROUP: consumer group on every *.dlq topic
-	DiscoverInterval time.Duration // FLOODGATE_DLQ_DISCOVER_INTERVAL: how often new *.dlq topics are looked for
-	DynamoEndpoint   string        // FLOODGATE_DYNAMODB_ENDPOINT; empty = AWS
-	TablePrefix      string        // FLOODGATE_DYNAMODB_TABLE_PREFIX
-	RecordTTL        time.Duration // FLOODGATE_DLQ_RECORD_TTL: stored records expire this long after dead-lettering
-	InfluxURL        string        // FLOODGATE_INFLUX_URL
-	InfluxToken      string        // FLOODGATE_INFLUX_TOKEN
-	InfluxOrg        string        // FLOODGATE_INFLUX_ORG (ignored by InfluxDB 1.8)
-	InfluxBucket     string        // FLOODGATE_INFLUX_BUCKET ("db/rp" on 1.8)
-	PagerRoutingKey  string        // FLOODGATE_PAGERDUTY_ROUTING_KEY; empty disables paging
-	PagerURL         string        // FLOODGATE_PAGERDUTY_URL; empty = PagerDuty's Events API
-	AlertThreshold   int           // FLOODGATE_DLQ_ALERT_THRESHOLD: dead letters per window and source topic that page
-	AlertWindow      time.Duration // FLOODGATE_DLQ_ALERT_WINDOW
-	TokensFile       string        // FLOODGATE_DLQ_TOKENS_FILE: hashed API tokens; empty = every API call is refused
-	ReplayRate       float64       // FLOODGATE_DLQ_REPLAY_RATE: most messages per second one replay publishes
-	ReplayMax        int           // FLOODGATE_DLQ_REPLAY_MAX: most records one replay or purge may select
-	ReplayTopics     []string      // FLOODGATE_DLQ_REPLAY_TOPICS: topics a dead letter may be replayed to besides the one its DLQ serves
-	CanaryTimeout    time.Duration // FLOODGATE_DLQ_CANARY_TIMEOUT: how long a canary may take to be consumed
-	ShutdownTimeout  time.Duration // FLOODGATE_SHUTDOWN_TIMEOUT
+	HTTPAddr         string               // FLOODGATE_DLQ_ADDR: API, /healthz, /readyz, /metrics
+	KafkaBrokers     []string             // FLOODGATE_KAFKA_BROKERS
+	KafkaSecurity    config.KafkaSecurity // FLOODGATE_KAFKA_TLS*, FLOODGATE_KAFKA_SASL_* (docs/configuration.md)
+	Group            string               // FLOODGATE_DLQ_GROUP: consumer group on every *.dlq topic
+	DiscoverInterval time.Duration        // FLOODGATE_DLQ_DISCOVER_INTERVAL: how often new *.dlq topics are looked for
+	DynamoEndpoint   string               // FLOODGATE_DYNAMODB_ENDPOINT; empty = AWS
+	TablePrefix      string               // FLOODGATE_DYNAMODB_TABLE_PREFIX
+	RecordTTL        time.Duration        // FLOODGATE_DLQ_RECORD_TTL: stored records expire this long after dead-lettering
+	InfluxURL        string               // FLOODGATE_INFLUX_URL
+	InfluxToken      string               // FLOODGATE_INFLUX_TOKEN
+	InfluxOrg        string               // FLOODGATE_INFLUX_ORG (ignored by InfluxDB 1.8)
+	InfluxBucket     string               // FLOODGATE_INFLUX_BUCKET ("db/rp" on 1.8)
+	PagerRoutingKey  string               // FLOODGATE_PAGERDUTY_ROUTING_KEY; empty disables paging
+	PagerURL         string               // FLOODGATE_PAGERDUTY_URL; empty = PagerDuty's Events API
+	AlertThreshold   int                  // FLOODGATE_DLQ_ALERT_THRESHOLD: dead letters per window and source topic that page
+	AlertWindow      time.Duration        // FLOODGATE_DLQ_ALERT_WINDOW
+	TokensFile       string               // FLOODGATE_DLQ_TOKENS_FILE: hashed API tokens; empty = every API call is refused
+	ReplayRate       float64              // FLOODGATE_DLQ_REPLAY_RATE: most messages per second one replay publishes
+	ReplayMax        int                  // FLOODGATE_DLQ_REPLAY_MAX: most records one replay or purge may select
+	ReplayTopics     []string             // FLOODGATE_DLQ_REPLAY_TOPICS: topics a dead letter may be replayed to besides the one its DLQ serves
+	CanaryTimeout    time.Duration        // FLOODGATE_DLQ_CANARY_TIMEOUT: how long a canary may take to be consumed
+	ShutdownTimeout  time.Duration        // FLOODGATE_SHUTDOWN_TIMEOUT
 }
 
 // ServiceConfigFromEnv reads and validates the configuration.
@@ -53,6 +54,7 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 	c := ServiceConfig{
 		HTTPAddr:         e.String("FLOODGATE_DLQ_ADDR", DefaultAddr),
 		KafkaBrokers:     e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
+		KafkaSecurity:    config.ReadKafkaSecurity(e),
 		Group:            e.String("FLOODGATE_DLQ_GROUP", DefaultGroup),
 		DiscoverInterval: e.Duration("FLOODGATE_DLQ_DISCOVER_INTERVAL", DefaultDiscoverInterval),
 		DynamoEndpoint:   e.String("FLOODGATE_DYNAMODB_ENDPOINT", ""),

@@ -28,6 +28,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/service"
+	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/pkg/tracing"
 )
 
@@ -80,11 +81,25 @@ func Run(ctx context.Context, env service.Env) error {
 	}
 
 	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, SentinelMaster: cfg.SentinelMaster, SentinelAddrs: cfg.SentinelAddrs, DialTimeout: time.Second,
-		ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout})
+		ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout, Security: cfg.RedisSecurity})
 	run.Closer("redis", rdb.Close)
 	fail := func(err error) error {
 		_ = rdb.Close()
 		return err
+	}
+
+	// The limiter never waits for Redis or Kafka to come up (it fails open or
+	// closed per rule, and journals events), but credentials or certificates
+	// they refuse are a configuration error: stop now, naming the variable.
+	checkCtx, cancelCheck := context.WithTimeout(ctx, 5*time.Second)
+	err = redisx.CheckAccess(checkCtx, rdb)
+	cancelCheck()
+	if err != nil {
+		return fail(err)
+	}
+	ksec, err := stream.Secure(ctx, cfg.KafkaBrokers, cfg.KafkaSecurity, 5*time.Second, log)
+	if err != nil {
+		return fail(fmt.Errorf("kafka: %w", err))
 	}
 
 	var counts *limiter.ScopeCounts
@@ -98,7 +113,7 @@ func Run(ctx context.Context, env service.Env) error {
 	startCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	core, err := limiter.NewEmbedded(startCtx, limiter.EmbedConfig{
 		Redis: rdb, Rules: rules, RulesFile: cfg.RulesPath, RulesPoll: cfg.RulesPoll, Reload: hup,
-		Brokers: cfg.KafkaBrokers, Topic: cfg.DecisionsTopic, Journal: cfg.Journal, EventBuffer: cfg.EventBuffer,
+		Brokers: cfg.KafkaBrokers, Kafka: ksec, Topic: cfg.DecisionsTopic, Journal: cfg.Journal, EventBuffer: cfg.EventBuffer,
 		Gateway: cfg.Gateway, Observer: observer,
 		Budget: cfg.RedisTimeout, BreakerFailures: cfg.BreakerFailures, BreakerOpen: cfg.BreakerOpen,
 		OverLimitEntries: cmp.Or(cfg.OverLimitCache, -1), RedisBatch: cfg.RedisBatch, Shadow: cfg.Shadow,

@@ -35,26 +35,28 @@ type Config struct {
 	// failover; FLOODGATE_REDIS_ADDRS is then unused.
 	SentinelMaster  string
 	SentinelAddrs   []string
-	KafkaBrokers    []string      // FLOODGATE_KAFKA_BROKERS
-	DecisionsTopic  string        // FLOODGATE_DECISIONS_TOPIC
-	Gateway         string        // FLOODGATE_GATEWAY: names this limiter in decision events
-	RulesPath       string        // FLOODGATE_LIMITER_RULES: rules file; "" = the built-in default grid
-	PrincipalLimit  int           // FLOODGATE_LIMITER_PRINCIPAL_LIMIT: with no rules file, one principal bucket of this size for every kind
-	PrincipalPeriod time.Duration // FLOODGATE_LIMITER_PRINCIPAL_PERIOD
-	RulesPoll       time.Duration // FLOODGATE_LIMITER_RULES_POLL: how often the rules file is checked for changes
-	RuntimePoll     time.Duration // FLOODGATE_LIMITER_RUNTIME_POLL: how often scales and overrides are read from Redis
-	Shadow          bool          // FLOODGATE_LIMITER_SHADOW: every rule in shadow mode, whatever the file says
-	RedisTimeout    time.Duration // FLOODGATE_LIMITER_REDIS_TIMEOUT: budget of one check
-	BreakerFailures int           // FLOODGATE_LIMITER_BREAKER_FAILURES: failures within a second (and half of the checks) that open the breaker
-	BreakerOpen     time.Duration // FLOODGATE_LIMITER_BREAKER_OPEN: how long it stays open before probes
-	OverLimitCache  int           // FLOODGATE_LIMITER_OVERLIMIT_CACHE: entries of the local over-limit cache; 0 disables
-	RedisBatch      int           // FLOODGATE_LIMITER_REDIS_BATCH: concurrent checks per pipelined Redis write; 1 disables batching
-	InfluxURL       string        // FLOODGATE_INFLUX_URL
-	InfluxToken     string        // FLOODGATE_INFLUX_TOKEN
-	InfluxOrg       string        // FLOODGATE_INFLUX_ORG (InfluxDB 2; ignored by InfluxDB 1.8)
-	InfluxBucket    string        // FLOODGATE_INFLUX_BUCKET ("db/rp" on InfluxDB 1.8)
-	InfluxInterval  time.Duration // FLOODGATE_LIMITER_INFLUX_INTERVAL: per-scope counts flush; 0 disables
-	EventBuffer     int           // FLOODGATE_LIMITER_EVENT_BUFFER: decision events held while Kafka is slow
+	KafkaBrokers    []string             // FLOODGATE_KAFKA_BROKERS
+	KafkaSecurity   config.KafkaSecurity // FLOODGATE_KAFKA_TLS*, FLOODGATE_KAFKA_SASL_* (docs/configuration.md)
+	RedisSecurity   config.RedisSecurity // FLOODGATE_REDIS_USERNAME, FLOODGATE_REDIS_PASSWORD, FLOODGATE_REDIS_SENTINEL_*, FLOODGATE_REDIS_TLS*
+	DecisionsTopic  string               // FLOODGATE_DECISIONS_TOPIC
+	Gateway         string               // FLOODGATE_GATEWAY: names this limiter in decision events
+	RulesPath       string               // FLOODGATE_LIMITER_RULES: rules file; "" = the built-in default grid
+	PrincipalLimit  int                  // FLOODGATE_LIMITER_PRINCIPAL_LIMIT: with no rules file, one principal bucket of this size for every kind
+	PrincipalPeriod time.Duration        // FLOODGATE_LIMITER_PRINCIPAL_PERIOD
+	RulesPoll       time.Duration        // FLOODGATE_LIMITER_RULES_POLL: how often the rules file is checked for changes
+	RuntimePoll     time.Duration        // FLOODGATE_LIMITER_RUNTIME_POLL: how often scales and overrides are read from Redis
+	Shadow          bool                 // FLOODGATE_LIMITER_SHADOW: every rule in shadow mode, whatever the file says
+	RedisTimeout    time.Duration        // FLOODGATE_LIMITER_REDIS_TIMEOUT: budget of one check
+	BreakerFailures int                  // FLOODGATE_LIMITER_BREAKER_FAILURES: failures within a second (and half of the checks) that open the breaker
+	BreakerOpen     time.Duration        // FLOODGATE_LIMITER_BREAKER_OPEN: how long it stays open before probes
+	OverLimitCache  int                  // FLOODGATE_LIMITER_OVERLIMIT_CACHE: entries of the local over-limit cache; 0 disables
+	RedisBatch      int                  // FLOODGATE_LIMITER_REDIS_BATCH: concurrent checks per pipelined Redis write; 1 disables batching
+	InfluxURL       string               // FLOODGATE_INFLUX_URL
+	InfluxToken     string               // FLOODGATE_INFLUX_TOKEN
+	InfluxOrg       string               // FLOODGATE_INFLUX_ORG (InfluxDB 2; ignored by InfluxDB 1.8)
+	InfluxBucket    string               // FLOODGATE_INFLUX_BUCKET ("db/rp" on InfluxDB 1.8)
+	InfluxInterval  time.Duration        // FLOODGATE_LIMITER_INFLUX_INTERVAL: per-scope counts flush; 0 disables
+	EventBuffer     int                  // FLOODGATE_LIMITER_EVENT_BUFFER: decision events held while Kafka is slow
 	// Proxy puts the limiter in front of an upstream (its reverse-proxy mode):
 	// FLOODGATE_LIMITER_PROXY_ADDR ("" = off), _UPSTREAM, _ROUTES ("METHOD /template
 	// [resource=type:{param}] [cost=N]" separated by ";"), _TRUSTED (CIDRs whose
@@ -105,6 +107,8 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		SentinelMaster:       e.String("FLOODGATE_REDIS_SENTINEL_MASTER", ""),
 		SentinelAddrs:        e.List("FLOODGATE_REDIS_SENTINEL_ADDRS", ""),
 		KafkaBrokers:         e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
+		KafkaSecurity:        config.ReadKafkaSecurity(e),
+		RedisSecurity:        config.ReadRedisSecurity(e),
 		DecisionsTopic:       e.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
 		Gateway:              e.String("FLOODGATE_GATEWAY", "local"),
 		RulesPath:            e.String("FLOODGATE_LIMITER_RULES", ""),

@@ -18,6 +18,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/service"
+	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/ledger"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/usageapi"
 )
@@ -115,11 +116,15 @@ func Serve(ctx context.Context, env service.Env) error {
 	}
 	metrics := ledger.NewMetrics(reg)
 
-	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second})
+	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second, Security: cfg.RedisSecurity})
 	run.Closer("redis", rdb.Close)
 	if err := redisx.WaitReady(ctx, rdb, log); err != nil {
 		_ = rdb.Close()
 		return err
+	}
+	if cfg.Kafka, err = stream.Secure(ctx, cfg.KafkaBrokers, cfg.KafkaSecurity, 10*time.Second, log); err != nil {
+		_ = rdb.Close()
+		return fmt.Errorf("kafka: %w", err)
 	}
 	db, err := dynamo.NewClient(ctx, cfg.Dynamo)
 	if err != nil {

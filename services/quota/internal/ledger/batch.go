@@ -70,7 +70,7 @@ func NewConsumer(cfg Config, ledger Writer, seeder Seeder, log *slog.Logger, reg
 		metrics: m, now: now, writeSlots: make(chan struct{}, cfg.WriteConcurrency), ids: map[int]*recentIDs{},
 	}
 	sc := stream.ConsumerConfig{
-		Brokers: cfg.KafkaBrokers, Topic: cfg.DecisionsTopic, GroupID: cfg.Group, Service: "quota",
+		Brokers: cfg.KafkaBrokers, Security: cfg.Kafka, Topic: cfg.DecisionsTopic, GroupID: cfg.Group, Service: "quota",
 		// A batch that cannot be written is retried until it can, never
 		// dead-lettered: units in the DLQ are units missing from the ledger.
 		// Writes retry inside handleBatch; this is the backstop.

@@ -16,11 +16,16 @@ type Config struct {
 	// Tokens are the usage API's callers (FLOODGATE_QUOTA_TOKENS,
 	// name:reader:sha256hex, comma-separated); required unless HTTPAddr is
 	// a loopback address (issue 22 S14: usage was readable by anyone).
-	Tokens         string
-	KafkaBrokers   []string // FLOODGATE_KAFKA_BROKERS
-	DecisionsTopic string   // FLOODGATE_DECISIONS_TOPIC
-	Group          string   // FLOODGATE_QUOTA_GROUP
-	RedisAddrs     []string // FLOODGATE_REDIS_ADDRS
+	Tokens        string
+	KafkaBrokers  []string             // FLOODGATE_KAFKA_BROKERS
+	KafkaSecurity config.KafkaSecurity // FLOODGATE_KAFKA_TLS*, FLOODGATE_KAFKA_SASL_* (docs/configuration.md)
+	// Kafka is KafkaSecurity built and checked at start-up (stream.Secure);
+	// nil is plaintext.
+	Kafka          *stream.Security
+	DecisionsTopic string               // FLOODGATE_DECISIONS_TOPIC
+	Group          string               // FLOODGATE_QUOTA_GROUP
+	RedisAddrs     []string             // FLOODGATE_REDIS_ADDRS
+	RedisSecurity  config.RedisSecurity // FLOODGATE_REDIS_USERNAME, FLOODGATE_REDIS_PASSWORD, FLOODGATE_REDIS_TLS*
 	Dynamo         dynamo.Options
 
 	// FlushInterval is how long a partition's batch gathers decisions (from
@@ -87,6 +92,8 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		HTTPAddr:       e.String("FLOODGATE_QUOTA_ADDR", DefaultAddr),
 		Tokens:         e.String("FLOODGATE_QUOTA_TOKENS", ""),
 		KafkaBrokers:   e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
+		KafkaSecurity:  config.ReadKafkaSecurity(e),
+		RedisSecurity:  config.ReadRedisSecurity(e),
 		DecisionsTopic: e.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
 		Group:          e.String("FLOODGATE_QUOTA_GROUP", DefaultGroup),
 		RedisAddrs:     e.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs),

@@ -71,7 +71,7 @@ func Broker(t testing.TB) string {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	k := migrations.NewKafka([]string{addr}, 1)
+	k := migrations.NewKafka([]string{addr}, 1, nil)
 	for _, m := range ms {
 		require.NoError(t, k.Apply(ctx, m.Kafka.Topics, func(string) {}))
 	}
