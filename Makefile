@@ -78,9 +78,16 @@ generate: ## regenerate the event codec (pkg/events/*_gen.go) from schemas/*.jso
 	$(GO) generate ./pkg/events
 
 .PHONY: lint
-lint: ## gofmt, go vet, and the generated event codec up to date with schemas/
+GOLANGCI_VERSION := v2.15.0
+lint: ## gofmt, go vet, golangci-lint (.golangci.yml; installed once into .local/bin), and the generated event codec up to date with schemas/
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
+	@set -euo pipefail; bin="$(CURDIR)/$(BIN)"; mkdir -p "$$bin"; \
+	if ! "$$bin/golangci-lint" version 2>/dev/null | grep -q 'version $(patsubst v%,%,$(GOLANGCI_VERSION))'; then \
+		echo "lint: installing golangci-lint $(GOLANGCI_VERSION) into $(BIN) (once, about 2 minutes)"; \
+		GOBIN="$$bin" $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION); \
+	fi; \
+	"$$bin/golangci-lint" run --max-issues-per-linter 0 --max-same-issues 0 ./...
 	$(GO) test -count=1 -run '^TestGeneratedCodeIsFresh$$' ./pkg/events/
 
 # ---- security (docs/security.md) --------------------------------------------------------

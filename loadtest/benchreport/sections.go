@@ -232,8 +232,8 @@ func batchN(s string) int {
 }
 
 type stage struct {
-	name, short, unit string
-	rate              float64
+	name, short string
+	rate        float64
 }
 
 // pipelineStages are the throughput numbers of the pipeline, in flow order.

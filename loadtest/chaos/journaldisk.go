@@ -21,7 +21,7 @@ import (
 func JournalDiskFull(ctx context.Context, e *Env, s Size, r *Result) error {
 	dir := e.TempDir("journal-disk")
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", dir).CombinedOutput(); err != nil {
-		return fmt.Errorf("mount a 4 MiB tmpfs for the journal (needs root): %v: %s", err, out)
+		return fmt.Errorf("mount a 4 MiB tmpfs for the journal (needs root): %w: %s", err, out)
 	}
 	defer func() { _ = exec.Command("umount", "-l", dir).Run() }()
 	rd, err := e.StartRedis(ctx)

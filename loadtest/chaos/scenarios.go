@@ -204,7 +204,7 @@ func BrokerKill(ctx context.Context, e *Env, s Size, r *Result) error {
 	penalized := waitFor(ctx, 30*time.Second, "bot penalty", func() error {
 		n, err := rc.Exists(ctx, redisx.PenaltyKey(string(bot.Kind), bot.ID)).Result()
 		if err != nil || n == 0 {
-			return fmt.Errorf("no penalty yet (err %v)", err)
+			return fmt.Errorf("no penalty yet (err %w)", err)
 		}
 		return nil
 	}) == nil

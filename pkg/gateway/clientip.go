@@ -74,7 +74,7 @@ func ClientIP(r *http.Request, trusted TrustedProxies) (netip.Addr, error) {
 			break
 		}
 	}
-	return client, nil
+	return client, nil //nolint:nilerr // an unparsable hop ends the walk; the last trusted address stands
 }
 
 // peerAddr is the TCP peer of r.

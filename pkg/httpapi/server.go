@@ -205,7 +205,7 @@ func Middleware(o Options, next http.Handler) http.Handler {
 		sw := &statusWriter{ResponseWriter: w}
 		defer func() {
 			if p := recover(); p != nil {
-				if p == http.ErrAbortHandler {
+				if err, ok := p.(error); ok && errors.Is(err, http.ErrAbortHandler) {
 					panic(p)
 				}
 				o.Log.ErrorContext(r.Context(), "handler panic", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(p))

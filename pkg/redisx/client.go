@@ -235,16 +235,16 @@ func classifyAccess(err error) error {
 	)
 	switch {
 	case errors.As(err, &hostErr):
-		return fmt.Errorf("%w: the server's TLS certificate is for another name: check FLOODGATE_REDIS_ADDRS or FLOODGATE_REDIS_TLS_SERVER_NAME: %v", ErrAccess, err)
+		return fmt.Errorf("%w: the server's TLS certificate is for another name: check FLOODGATE_REDIS_ADDRS or FLOODGATE_REDIS_TLS_SERVER_NAME: %w", ErrAccess, err)
 	case errors.As(err, &unknownCA), errors.As(err, &invalid), errors.As(err, &verifyErr):
-		return fmt.Errorf("%w: the server's TLS certificate does not verify: check FLOODGATE_REDIS_TLS_CA_FILE (the CA that signed it; unset = the system's roots): %v", ErrAccess, err)
+		return fmt.Errorf("%w: the server's TLS certificate does not verify: check FLOODGATE_REDIS_TLS_CA_FILE (the CA that signed it; unset = the system's roots): %w", ErrAccess, err)
 	case errors.As(err, &recordErr):
-		return fmt.Errorf("%w: the server does not speak TLS on this port: check FLOODGATE_REDIS_TLS and the port in FLOODGATE_REDIS_ADDRS: %v", ErrAccess, err)
+		return fmt.Errorf("%w: the server does not speak TLS on this port: check FLOODGATE_REDIS_TLS and the port in FLOODGATE_REDIS_ADDRS: %w", ErrAccess, err)
 	case errors.As(err, &alertErr), strings.Contains(msg, "remote error: tls:"):
-		return fmt.Errorf("%w: the server refused the TLS handshake (a client certificate it does not accept?): check FLOODGATE_REDIS_TLS_CERT_FILE and FLOODGATE_REDIS_TLS_KEY_FILE: %v", ErrAccess, err)
+		return fmt.Errorf("%w: the server refused the TLS handshake (a client certificate it does not accept?): check FLOODGATE_REDIS_TLS_CERT_FILE and FLOODGATE_REDIS_TLS_KEY_FILE: %w", ErrAccess, err)
 	case strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "NOAUTH"), strings.Contains(msg, "invalid password"),
 		strings.Contains(msg, "AUTH <password> called without any password configured"), strings.Contains(msg, "NOPERM"):
-		return fmt.Errorf("%w: authentication failed: check FLOODGATE_REDIS_USERNAME and FLOODGATE_REDIS_PASSWORD (with Sentinel, also FLOODGATE_REDIS_SENTINEL_USERNAME and FLOODGATE_REDIS_SENTINEL_PASSWORD): %v", ErrAccess, err)
+		return fmt.Errorf("%w: authentication failed: check FLOODGATE_REDIS_USERNAME and FLOODGATE_REDIS_PASSWORD (with Sentinel, also FLOODGATE_REDIS_SENTINEL_USERNAME and FLOODGATE_REDIS_SENTINEL_PASSWORD): %w", ErrAccess, err)
 	}
 	return nil
 }

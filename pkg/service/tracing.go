@@ -224,7 +224,7 @@ func resourceAttrs(v string) (map[string]string, error) {
 		}
 		dec, err := url.PathUnescape(strings.TrimSpace(val))
 		if err != nil {
-			return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %q: %v", kv, err)
+			return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %q: %w", kv, err)
 		}
 		out[k] = dec
 	}

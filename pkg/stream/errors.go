@@ -63,7 +63,7 @@ func IsPermanent(err error) bool {
 		if p, ok := err.(interface{ Permanent() bool }); ok && p.Permanent() {
 			return true
 		}
-		switch u := err.(type) {
+		switch u := err.(type) { //nolint:errorlint // walks the wrap tree itself, one level at a time
 		case interface{ Unwrap() error }:
 			err = u.Unwrap()
 		case interface{ Unwrap() []error }:

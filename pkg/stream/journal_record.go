@@ -238,7 +238,7 @@ func scanSegment(r io.Reader, onRecord func(end int64)) (records, validSize int6
 	rr := newRecordReader(r)
 	for {
 		_, n, err := rr.next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return records, validSize, false, nil
 		}
 		if errors.Is(err, errTornRecord) {

@@ -92,7 +92,7 @@ func (j *Journal) replaySegment(ctx context.Context, pub ReplayPublisher, seg *j
 		eof, corruptTail := false, false
 		for len(items) < j.cfg.ReplayBatchSize {
 			payload, n, err := rr.next()
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				eof = true
 				break
 			}

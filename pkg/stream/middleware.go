@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"time"
@@ -79,7 +80,7 @@ func (c *Consumer) handleUnit(hctx context.Context, msgs []kafka.Message, call u
 		switch {
 		case IsPermanent(err) || classify(err) == ClassHandlerPanic:
 			class = classify(err)
-			if perr, ok := err.(*panicError); ok {
+			if perr := (*panicError)(nil); errors.As(err, &perr) {
 				c.log.Error("handler panicked", "partition", msgs[0].Partition, "offset", msgs[0].Offset,
 					"messages", len(msgs), "panic", fmt.Sprint(perr.value), "stack", string(perr.stack))
 			}

@@ -223,19 +223,19 @@ func classifyAccess(err error, sec *Security) error {
 	}
 	switch {
 	case errors.As(err, &unknownCA), errors.As(err, &invalid), errors.As(err, &verifyErr) && !errors.As(err, &hostErr):
-		return fmt.Errorf("%w: the broker's TLS certificate does not verify: check FLOODGATE_KAFKA_TLS_CA_FILE (the CA that signed the brokers' certificates; unset = the system's roots): %v", ErrKafkaAccess, err)
+		return fmt.Errorf("%w: the broker's TLS certificate does not verify: check FLOODGATE_KAFKA_TLS_CA_FILE (the CA that signed the brokers' certificates; unset = the system's roots): %w", ErrKafkaAccess, err)
 	case errors.As(err, &hostErr):
-		return fmt.Errorf("%w: the broker's TLS certificate is for another name: check FLOODGATE_KAFKA_BROKERS or FLOODGATE_KAFKA_TLS_SERVER_NAME: %v", ErrKafkaAccess, err)
+		return fmt.Errorf("%w: the broker's TLS certificate is for another name: check FLOODGATE_KAFKA_BROKERS or FLOODGATE_KAFKA_TLS_SERVER_NAME: %w", ErrKafkaAccess, err)
 	case errors.As(err, &recordErr):
-		return fmt.Errorf("%w: the broker does not speak TLS on this port: check FLOODGATE_KAFKA_TLS and the port in FLOODGATE_KAFKA_BROKERS: %v", ErrKafkaAccess, err)
+		return fmt.Errorf("%w: the broker does not speak TLS on this port: check FLOODGATE_KAFKA_TLS and the port in FLOODGATE_KAFKA_BROKERS: %w", ErrKafkaAccess, err)
 	case errors.As(err, &alertErr), strings.Contains(err.Error(), "remote error: tls:"):
-		return fmt.Errorf("%w: the broker refused the TLS handshake (a client certificate it does not accept?): check FLOODGATE_KAFKA_TLS_CERT_FILE and FLOODGATE_KAFKA_TLS_KEY_FILE: %v", ErrKafkaAccess, err)
+		return fmt.Errorf("%w: the broker refused the TLS handshake (a client certificate it does not accept?): check FLOODGATE_KAFKA_TLS_CERT_FILE and FLOODGATE_KAFKA_TLS_KEY_FILE: %w", ErrKafkaAccess, err)
 	case errors.As(err, &kafkaErr) && (kafkaErr == kafka.SASLAuthenticationFailed || kafkaErr == kafka.IllegalSASLState):
-		return fmt.Errorf("%w: SASL %s authentication failed: check FLOODGATE_KAFKA_SASL_USERNAME and FLOODGATE_KAFKA_SASL_PASSWORD (or the AWS credentials for aws-msk-iam): %v", ErrKafkaAccess, mechanism, err)
+		return fmt.Errorf("%w: SASL %s authentication failed: check FLOODGATE_KAFKA_SASL_USERNAME and FLOODGATE_KAFKA_SASL_PASSWORD (or the AWS credentials for aws-msk-iam): %w", ErrKafkaAccess, mechanism, err)
 	case errors.As(err, &kafkaErr) && kafkaErr == kafka.UnsupportedSASLMechanism:
-		return fmt.Errorf("%w: the broker does not offer SASL %s: check FLOODGATE_KAFKA_SASL_MECHANISM and the port in FLOODGATE_KAFKA_BROKERS: %v", ErrKafkaAccess, mechanism, err)
+		return fmt.Errorf("%w: the broker does not offer SASL %s: check FLOODGATE_KAFKA_SASL_MECHANISM and the port in FLOODGATE_KAFKA_BROKERS: %w", ErrKafkaAccess, mechanism, err)
 	case errors.As(err, &kafkaErr) && kafkaErr == kafka.TopicAuthorizationFailed, errors.As(err, &kafkaErr) && kafkaErr == kafka.ClusterAuthorizationFailed:
-		return fmt.Errorf("%w: the broker refused this user: check FLOODGATE_KAFKA_SASL_USERNAME and its ACLs: %v", ErrKafkaAccess, err)
+		return fmt.Errorf("%w: the broker refused this user: check FLOODGATE_KAFKA_SASL_USERNAME and its ACLs: %w", ErrKafkaAccess, err)
 	}
 	return nil
 }

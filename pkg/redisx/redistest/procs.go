@@ -192,7 +192,7 @@ func StartCluster(dir string, masters, replicas int, nodeTimeout time.Duration) 
 			if time.Now().After(deadline) {
 				cl.Close()
 				c.Kill()
-				return nil, fmt.Errorf("cluster node %s not ok: %v %s", n.Addr, err, info)
+				return nil, fmt.Errorf("cluster node %s not ok: %w %s", n.Addr, err, info)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -211,7 +211,7 @@ func StartCluster(dir string, masters, replicas int, nodeTimeout time.Duration) 
 			if time.Now().After(deadline) {
 				cl.Close()
 				c.Kill()
-				return nil, fmt.Errorf("cluster replica %s never synced: %v %s", n.Addr, err, info)
+				return nil, fmt.Errorf("cluster replica %s never synced: %w %s", n.Addr, err, info)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}

@@ -185,7 +185,7 @@ func (s *Store) LiftPenalty(ctx context.Context, a Alert, who Actor) (Penalty, e
 		ExpressionAttributeValues: map[string]types.AttributeValue{":at": sv(now.Format(time.RFC3339)), ":by": sv(who.Name)}}
 	if err := s.write(ctx, entry, types.TransactWriteItem{Update: mark}); err != nil {
 		if rerr := restoreScript.Run(ctx, s.rdb, []string{key}, before.Multiplier, before.Level, before.AbuseID, before.ExpiresAt).Err(); rerr != nil {
-			return Penalty{}, fmt.Errorf("audit lift of %s: %w (and restoring the penalty failed: %v)", a.Principal, err, rerr)
+			return Penalty{}, fmt.Errorf("audit lift of %s: %w (and restoring the penalty failed: %w)", a.Principal, err, rerr)
 		}
 		return Penalty{}, fmt.Errorf("audit lift of %s (penalty restored): %w", a.Principal, err)
 	}

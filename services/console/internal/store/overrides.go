@@ -83,10 +83,10 @@ func ValidateOverride(field, value string) (string, error) {
 	field = strings.TrimSpace(field)
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, []byte(value)); err != nil {
-		return "", fmt.Errorf("%w: the override is not JSON: %v", ErrInvalid, err)
+		return "", fmt.Errorf("%w: the override is not JSON: %w", ErrInvalid, err)
 	}
 	if _, errs := limiter.ParseOverrides(map[string]string{field: buf.String()}); len(errs) > 0 {
-		return "", fmt.Errorf("%w: %v", ErrInvalid, errors.Join(errs...))
+		return "", fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
 	}
 	return buf.String(), nil
 }

@@ -583,7 +583,7 @@ func (k *KafkaOffsets) TimeAt(ctx context.Context, partition int, offset int64) 
 	for {
 		rec, err := resp.Records.ReadRecord()
 		if err != nil {
-			return time.Time{}, nil // nothing at that offset any more (retention)
+			return time.Time{}, nil //nolint:nilerr // nothing at that offset any more (retention): no time, not a failure
 		}
 		if rec.Offset >= offset {
 			return rec.Time, nil

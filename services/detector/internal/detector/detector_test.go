@@ -22,8 +22,6 @@ import (
 	"github.com/floodgate-dev/floodgate/services/detector/internal/score"
 )
 
-var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
-
 // decision is one of a test bot's requests: the bots here send 100–200/s
 // against a limit of 50, so the limiter denies them, and a bot hammering past
 // its limit is what rapid_fire detects in automation.

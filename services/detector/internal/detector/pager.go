@@ -3,6 +3,7 @@ package detector
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -208,7 +209,7 @@ func (p *Pager) ResolveOnce(ctx context.Context) (int, error) {
 		}
 		exp, err := p.rdb.HGet(ctx, redisx.PenaltyKey(string(principal.Kind), principal.ID), "expires_at").Int64()
 		switch {
-		case err == redis.Nil: // lifted or expired: the key is gone
+		case errors.Is(err, redis.Nil): // lifted or expired: the key is gone
 		case err != nil:
 			return resolved, fmt.Errorf("read penalty of %s: %w", parts[0], err)
 		case time.UnixMilli(exp).After(now):
