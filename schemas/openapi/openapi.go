@@ -31,7 +31,7 @@ const (
 )
 
 // Names lists every service document.
-func Names() []string { return []string{Limiter} }
+func Names() []string { return []string{Limiter, Quota} }
 
 const commonFile = "common.yaml"
 

@@ -170,8 +170,9 @@ func (d *Doc) CheckRoutes(t testing.TB, served []string) {
 	}
 }
 
-// CheckExamples fails t unless every request-body example of the document
-// validates against its operation's schema. It returns how many it checked.
+// CheckExamples fails t unless every request body of the document has an
+// example and every example validates against its operation's schema. It
+// returns how many it checked.
 func (d *Doc) CheckExamples(t testing.TB) int {
 	t.Helper()
 	n := 0
@@ -199,6 +200,9 @@ func (d *Doc) CheckExamples(t testing.TB) int {
 				if v, ok := e["value"]; ok {
 					examples = append(examples, v)
 				}
+			}
+			if len(examples) == 0 {
+				t.Errorf("%s %s: the request body has no example", key, mt)
 			}
 			for i, ex := range examples {
 				body, err := encodeExample(mt, ex)
