@@ -31,7 +31,7 @@ const (
 )
 
 // Names lists every service document.
-func Names() []string { return []string{Limiter, Quota} }
+func Names() []string { return []string{Limiter, Quota, Adjuster} }
 
 const commonFile = "common.yaml"
 
@@ -70,6 +70,14 @@ func JSON(name string) ([]byte, error) {
 	if comps == nil {
 		comps = map[string]any{}
 		doc["components"] = comps
+	}
+	// Security requirements name schemes without a $ref: take the ones the
+	// document does not define from common.yaml.
+	own, _ := comps["securitySchemes"].(map[string]any)
+	for _, scheme := range securityNames(doc) {
+		if _, ok := own[scheme]; !ok {
+			need["#/components/securitySchemes/"+scheme] = true
+		}
 	}
 	done := map[string]bool{}
 	for len(need) > len(done) {
@@ -175,4 +183,33 @@ func localize(v any, file string, need map[string]bool) any {
 		}
 	}
 	return v
+}
+
+// securityNames lists the schemes the document's security requirements
+// name, at the top and on every operation.
+func securityNames(doc map[string]any) []string {
+	var names []string
+	add := func(v any) {
+		reqs, _ := v.([]any)
+		for _, r := range reqs {
+			m, _ := r.(map[string]any)
+			for k := range m {
+				if !slices.Contains(names, k) {
+					names = append(names, k)
+				}
+			}
+		}
+	}
+	add(doc["security"])
+	paths, _ := doc["paths"].(map[string]any)
+	for _, item := range paths {
+		pi, _ := item.(map[string]any)
+		for _, op := range pi {
+			if m, ok := op.(map[string]any); ok {
+				add(m["security"])
+			}
+		}
+	}
+	slices.Sort(names)
+	return names
 }

@@ -67,6 +67,9 @@ func Parse(doc []byte) (*Doc, error) {
 		return nil, fmt.Errorf("openapi document is not valid OpenAPI 3.1: %s", describe(verrs))
 	}
 	d.v = v
+	if err := d.checkSecurity(); err != nil {
+		return nil, err
+	}
 	paths, _ := d.raw["paths"].(map[string]any)
 	for p, item := range paths {
 		pi, err := d.resolve(item)
@@ -394,4 +397,41 @@ func describe(errs []*verrors.ValidationError) string {
 		}
 	}
 	return b.String()
+}
+
+// checkSecurity: every scheme a security requirement names is defined (the
+// meta-schema cannot tell).
+func (d *Doc) checkSecurity() error {
+	comps, _ := d.raw["components"].(map[string]any)
+	schemes, _ := comps["securitySchemes"].(map[string]any)
+	check := func(where string, v any) error {
+		reqs, _ := v.([]any)
+		for _, r := range reqs {
+			m, _ := r.(map[string]any)
+			for name := range m {
+				if _, ok := schemes[name]; !ok {
+					return fmt.Errorf("openapi document: %s: security scheme %q is not in components.securitySchemes", where, name)
+				}
+			}
+		}
+		return nil
+	}
+	if err := check("security", d.raw["security"]); err != nil {
+		return err
+	}
+	paths, _ := d.raw["paths"].(map[string]any)
+	for p, item := range paths {
+		pi, err := d.resolve(item)
+		if err != nil {
+			return err
+		}
+		for _, m := range methods {
+			if op, ok := pi[m].(map[string]any); ok {
+				if err := check(strings.ToUpper(m)+" "+p, op["security"]); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
