@@ -14,9 +14,13 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/pb33f/libopenapi"
@@ -29,6 +33,7 @@ var methods = []string{"get", "put", "post", "delete", "patch", "head", "options
 
 // Doc is a loaded document and what a test has exercised of it.
 type Doc struct {
+	mu   sync.Mutex // guards hits (Transport may be used concurrently)
 	raw  map[string]any
 	v    validator.Validator
 	ops  map[string]map[string]any // "GET /v1/x" → the operation
@@ -316,10 +321,12 @@ func (d *Doc) Do(t testing.TB, client *http.Client, base string, req Request) Re
 	}
 	out := Response{Status: res.StatusCode, Header: res.Header, Body: body}
 	if key := d.match(req.Method, req.Path); key != "" {
+		d.mu.Lock()
 		if d.hits[key] == nil {
 			d.hits[key] = map[int]bool{}
 		}
 		d.hits[key][res.StatusCode] = true
+		d.mu.Unlock()
 	}
 	res.Body = io.NopCloser(bytes.NewReader(body))
 	if ok, errs := d.v.ValidateHttpResponse(build(), res); !ok {
@@ -327,6 +334,85 @@ func (d *Doc) Do(t testing.TB, client *http.Client, base string, req Request) Re
 	}
 	return out
 }
+
+// Transport returns a RoundTripper (over base, nil: http.DefaultTransport)
+// for tests that already make their calls: every answer must match the
+// document, and a request the document says is invalid must be refused
+// with a 4xx. Failures are reported on t; calls count for CheckCovered.
+func (d *Doc) Transport(t testing.TB, base http.RoundTripper) http.RoundTripper {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return roundTripper(func(req *http.Request) (*http.Response, error) {
+		var reqBody []byte
+		if req.Body != nil && req.Body != http.NoBody {
+			b, err := io.ReadAll(req.Body)
+			_ = req.Body.Close()
+			if err != nil {
+				return nil, err
+			}
+			reqBody = b
+		}
+		clone := func() *http.Request {
+			r := req.Clone(req.Context())
+			r.Body = io.NopCloser(bytes.NewReader(reqBody))
+			if reqBody == nil {
+				r.Body = http.NoBody
+			}
+			return r
+		}
+		reqOK, reqErrs := d.v.ValidateHttpRequest(clone())
+		res, err := base.RoundTrip(clone())
+		if err != nil {
+			return nil, err
+		}
+		body, err := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		path := req.URL.Path
+		if key := d.match(req.Method, path); key != "" {
+			d.mu.Lock()
+			if d.hits[key] == nil {
+				d.hits[key] = map[int]bool{}
+			}
+			d.hits[key][res.StatusCode] = true
+			d.mu.Unlock()
+		}
+		if !reqOK && (res.StatusCode < 400 || res.StatusCode >= 500) {
+			t.Errorf("request %s %s does not match the document, yet was answered %d: %s", req.Method, req.URL.RequestURI(), res.StatusCode, describe(reqErrs))
+		}
+		check := *res
+		check.Body = io.NopCloser(bytes.NewReader(body))
+		if ok, errs := d.v.ValidateHttpResponse(clone(), &check); !ok {
+			t.Errorf("answer to %s %s (%d) does not match the document: %s\nbody: %.600s", req.Method, req.URL.RequestURI(), res.StatusCode, describe(errs), body)
+		}
+		res.Body = io.NopCloser(bytes.NewReader(body))
+		return res, nil
+	})
+}
+
+// Proxy starts a reverse proxy to target whose answers are checked as
+// Transport checks them, for tests whose calls come from code they cannot
+// hand a client to (a CLI): point it at the returned URL.
+func (d *Doc) Proxy(t testing.TB, target string) string {
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &httputil.ReverseProxy{
+		Rewrite:   func(r *httputil.ProxyRequest) { r.SetURL(u); r.Out.Host = r.In.Host },
+		Transport: d.Transport(t, nil),
+	}
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // match finds the operation a request is for (literal segments first).
 func (d *Doc) match(method, path string) string {
@@ -369,6 +455,8 @@ func matchPath(tmpl, path string) (int, bool) {
 // statuses that no call produced.
 func (d *Doc) CheckCovered(t testing.TB) {
 	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	for _, key := range d.Operations() {
 		if len(d.hits[key]) == 0 {
 			t.Errorf("%s: never called; exercise it in the test", key)
