@@ -31,7 +31,7 @@ const (
 )
 
 // Names lists every service document.
-func Names() []string { return []string{Limiter, Quota, Adjuster, DLQAuditor} }
+func Names() []string { return []string{Limiter, Quota, Adjuster, DLQAuditor, Console} }
 
 const commonFile = "common.yaml"
 
