@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/httpapi/openapitest"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/schemas/openapi"
+	"github.com/floodgate-dev/floodgate/services/console/internal/adjuster"
 )
 
 // TestOpenAPIDocumentMatchesServer holds the console to
@@ -114,4 +115,76 @@ func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 		call("GET", p, "", nil, false)
 	}
 	d.CheckCovered(t)
+}
+
+// oasConsole serves e's console as the service does (behind the runner and
+// httpapi.Middleware) and checks every call against the document.
+type oasConsole struct {
+	d   *openapitest.Doc
+	e   *testEnv
+	url string
+}
+
+func serveChecked(t *testing.T, d *openapitest.Doc, e *testEnv, doc []byte) *oasConsole {
+	t.Helper()
+	mounted := service.NewRunnerWith(service.Env{}, service.RunnerConfig{}).Mount(service.API{Handler: e.web, Health: true, OpenAPI: doc})
+	srv := httptest.NewServer(httpapi.Middleware(httpapi.Options{}, mounted))
+	t.Cleanup(srv.Close)
+	return &oasConsole{d: d, e: e, url: srv.URL}
+}
+
+func (c *oasConsole) call(t *testing.T, method, path, role string, form url.Values) openapitest.Response {
+	t.Helper()
+	h := http.Header{"Authorization": {"Bearer " + c.e.tokens[role]}}
+	body := ""
+	if form != nil {
+		h.Set("Content-Type", "application/x-www-form-urlencoded")
+		body = form.Encode()
+	}
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return c.d.Do(t, noRedirect, c.url, openapitest.Request{Method: method, Path: path, Header: h, Body: body})
+}
+
+// TestOpenAPIDocumentMatchesServerWithServices: the console's SRE pages and
+// actions with the real adjuster and dlq-auditor binaries behind them
+// (TestOpenAPIDocumentMatchesServer has none configured and sees only
+// their refusals).
+func TestOpenAPIDocumentMatchesServerWithServices(t *testing.T) {
+	doc, err := openapi.JSON(openapi.Console)
+	require.NoError(t, err)
+	d := openapitest.Load(t, doc)
+
+	e := newEnvWith(t, func(cfg *Config, prefix string) {
+		adjURL, adjToken := startAdjuster(t, prefix)
+		c, err := adjuster.New(adjURL, adjToken, nil)
+		require.NoError(t, err)
+		cfg.Adjuster = c
+	})
+	c := serveChecked(t, d, e, doc)
+	res := c.call(t, "GET", "/sre/adjuster", "sre", nil)
+	require.Equal(t, http.StatusOK, res.Status, string(res.Body))
+	res = c.call(t, "POST", "/sre/adjuster/mode", "sre", url.Values{"etag": {`"0"`}, "dry_run": {"on"}, "reason": {"try it"}})
+	require.Equal(t, http.StatusOK, res.Status, string(res.Body))
+	require.EqualValues(t, 1, res.JSON(t)["version"])
+	res = c.call(t, "POST", "/sre/adjuster/rules", "sre", url.Values{"etag": {`"1"`},
+		"rules": {`{"cpu_high":{"above":0.93,"clear_below":0.88}}`}, "reason": {"INC-42"}})
+	require.Equal(t, http.StatusOK, res.Status, string(res.Body))
+	res = c.call(t, "POST", "/sre/adjuster/rules", "sre", url.Values{"etag": {`"2"`},
+		"rules": {`{"cpu_high":{"above":0.5,"clear_below":0.9}}`}, "reason": {"inverted"}})
+	require.Equal(t, http.StatusUnprocessableEntity, res.Status, "the adjuster's refusal, passed on")
+
+	dl := startDeadLetters(t)
+	c = serveChecked(t, d, dl.env, doc)
+	for _, p := range []string{"/sre/dlq", "/sre/dlq/record?id=" + url.QueryEscape(dl.goodID)} {
+		res = c.call(t, "GET", p, "sre", nil)
+		require.Equal(t, http.StatusOK, res.Status, p)
+	}
+	res = c.call(t, "POST", "/sre/dlq/replay", "sre", url.Values{"id": {dl.goodID}, "reason": {"INC-9: fixed"}})
+	require.Equal(t, http.StatusOK, res.Status, string(res.Body))
+	require.EqualValues(t, 1, res.JSON(t)["published"])
+	res = c.call(t, "POST", "/sre/dlq/purge", "sre", url.Values{"id": {dl.poisonID}, "reason": {"INC-9: poison"}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusOK, res.Status, string(res.Body))
+	require.EqualValues(t, 1, res.JSON(t)["purged"])
+	res = c.call(t, "GET", "/principals/bot/"+url.PathEscape(dl.decision.Principal.ID), "sre", nil)
+	require.Equal(t, http.StatusOK, res.Status, "the principal page with the quota service's usage")
 }
