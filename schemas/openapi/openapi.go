@@ -103,6 +103,12 @@ func JSON(name string) ([]byte, error) {
 				dst = map[string]any{}
 				comps[kind] = dst
 			}
+			// A service document names a shared security scheme by a $ref to
+			// common.yaml (security requirements are names, not references):
+			// that entry gives way to the scheme itself.
+			if own, ok := dst[cname].(map[string]any); ok && len(own) == 1 && own["$ref"] == ptr {
+				delete(dst, cname)
+			}
 			if _, clash := dst[cname]; clash {
 				return nil, fmt.Errorf("openapi %s: components.%s.%s is defined both here and in %s", name, kind, cname, commonFile)
 			}

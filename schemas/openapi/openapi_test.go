@@ -49,3 +49,22 @@ func TestBundleRejectsBrokenDocuments(t *testing.T) {
 	require.Error(t, err)
 	require.True(t, strings.Contains(err.Error(), "no document"))
 }
+
+// TestBundleResolvesSharedSecuritySchemes: a service document names the
+// shared bearer scheme by a $ref to common.yaml (so generators reading the
+// repository file see it); the bundle holds the scheme itself.
+func TestBundleResolvesSharedSecuritySchemes(t *testing.T) {
+	for _, name := range openapi.Names() {
+		b, err := openapi.JSON(name)
+		require.NoError(t, err)
+		var doc struct {
+			Components struct {
+				SecuritySchemes map[string]map[string]any `json:"securitySchemes"`
+			} `json:"components"`
+		}
+		require.NoError(t, json.Unmarshal(b, &doc))
+		bearer := doc.Components.SecuritySchemes["bearer"]
+		require.Equal(t, "http", bearer["type"], name)
+		require.Equal(t, "bearer", bearer["scheme"], name)
+	}
+}
