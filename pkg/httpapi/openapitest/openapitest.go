@@ -236,11 +236,11 @@ func encodeExample(mediaType string, ex any) ([]byte, error) {
 		return json.Marshal(ex)
 	}
 	if m, ok := ex.(map[string]any); ok && mediaType == "application/x-www-form-urlencoded" {
-		var parts []string
-		for _, k := range slices.Sorted(maps.Keys(m)) {
-			parts = append(parts, k+"="+fmt.Sprint(m[k]))
+		form := url.Values{}
+		for k, v := range m {
+			form.Set(k, fmt.Sprint(v))
 		}
-		return []byte(strings.Join(parts, "&")), nil
+		return []byte(form.Encode()), nil
 	}
 	s, ok := ex.(string)
 	if !ok {
