@@ -1,8 +1,9 @@
 // Package httpapi is the one HTTP API layer every Floodgate service uses:
 // RFC 9457 problem details, the X-Request-Id correlation id (in, out, in logs
 // and on outgoing calls), bearer tokens with roles, body limits, hardened
-// servers (timeouts, a connection limit) with an access log and metrics, and
-// the client that calls another service's API.
+// servers (timeouts, a connection limit) with an access log and metrics, the
+// client that calls another service's API, a ServeMux that lists its routes
+// (Mux) and the route every API serves its OpenAPI document on (OpenAPIPath).
 package httpapi
 
 import (

@@ -117,7 +117,7 @@ func (s *Server) SetReady(ok bool) { s.ready.Store(ok) }
 
 // Handler routes the limiter's HTTP API.
 func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
+	mux := httpapi.NewMux() // lists its routes for the OpenAPI drift test
 	mux.HandleFunc("POST /v1/check", s.handleCheck)
 	mux.HandleFunc("POST /v1/check/batch", s.handleBatch)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })

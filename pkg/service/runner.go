@@ -90,7 +90,7 @@ type Runner struct {
 	onReady []func(bool)
 	parts   []*part
 	closers []namedCloser
-	health  *http.ServeMux
+	health  *httpapi.Mux
 	metrics map[string]*httpapi.Metrics
 	started atomic.Bool
 }
@@ -117,7 +117,7 @@ func NewRunnerWith(env Env, cfg RunnerConfig) *Runner {
 	if env.Registry == nil {
 		env.Registry = prometheus.NewRegistry()
 	}
-	r := &Runner{env: env, cfg: cfg, health: http.NewServeMux(), metrics: map[string]*httpapi.Metrics{}}
+	r := &Runner{env: env, cfg: cfg, health: httpapi.NewMux(), metrics: map[string]*httpapi.Metrics{}}
 	r.health.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	r.health.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !r.ready.Load() {
@@ -154,12 +154,26 @@ func (r *Runner) Health() http.Handler { return r.health }
 // Handler mounts the health endpoints in front of api: /healthz, /readyz
 // and /metrics are the runner's, every other path is api's.
 func (r *Runner) Handler(api http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /healthz", r.health)
-	mux.Handle("GET /readyz", r.health)
-	mux.Handle("GET /metrics", r.health)
-	if api != nil {
-		mux.Handle("/", api)
+	return r.Mount(API{Handler: api, Health: true})
+}
+
+// Mount is what Serve serves for api, before httpapi.Middleware: the
+// health endpoints when api.Health, the OpenAPI document at
+// httpapi.OpenAPIPath when api.OpenAPI is set, every other path api's.
+// Its Routes list every pattern served (the OpenAPI drift tests compare
+// them with the document).
+func (r *Runner) Mount(api API) *httpapi.Mux {
+	mux := httpapi.NewMux()
+	if api.Health {
+		mux.Handle("GET /healthz", r.health)
+		mux.Handle("GET /readyz", r.health)
+		mux.Handle("GET /metrics", r.health)
+	}
+	if api.OpenAPI != nil {
+		mux.Handle("GET "+httpapi.OpenAPIPath, httpapi.OpenAPIHandler(api.OpenAPI))
+	}
+	if api.Handler != nil {
+		mux.Handle("/", api.Handler)
 	}
 	return mux
 }
@@ -176,6 +190,9 @@ type API struct {
 	AccessLog bool
 	// Health mounts /healthz, /readyz and /metrics (the service's main port).
 	Health bool
+	// OpenAPI is the API's OpenAPI document (JSON, schemas/openapi), served
+	// at httpapi.OpenAPIPath; nil serves none.
+	OpenAPI []byte
 	// MaxBody caps request bodies (0: httpapi.DefaultMaxBody).
 	MaxBody int64
 	// Server overrides the runner's FLOODGATE_HTTP_* settings when not nil.
@@ -204,9 +221,9 @@ func (r *Runner) Serve(api API) (net.Addr, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", api.Name, err)
 	}
-	h := api.Handler
-	if api.Health {
-		h = r.Handler(h)
+	var h http.Handler = api.Handler
+	if api.Health || api.OpenAPI != nil {
+		h = r.Mount(api)
 	}
 	if r.env.Tracing.Enabled() {
 		h = routeSpan(h)

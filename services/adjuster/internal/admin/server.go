@@ -81,7 +81,7 @@ func NewServer(cfg Config) *Server {
 // Handler routes the API (wrap it in httpapi.Middleware, as the runner does,
 // for correlation ids).
 func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
+	mux := httpapi.NewMux() // lists its routes for the OpenAPI drift test
 	s.route(mux, "GET /v1/settings", RoleViewer, s.getSettings)
 	s.route(mux, "PUT /v1/settings/rules", RoleSRE, s.putRules)
 	s.route(mux, "PUT /v1/settings/mode", RoleSRE, s.putMode)
@@ -103,7 +103,7 @@ func fail(status int, typ, format string, args ...any) *httpapi.Error {
 	return httpapi.Errorf(status, typ, format, args...)
 }
 
-func (s *Server) route(mux *http.ServeMux, pattern, role string, h func(http.ResponseWriter, *request) error) {
+func (s *Server) route(mux *httpapi.Mux, pattern, role string, h func(http.ResponseWriter, *request) error) {
 	name := pattern[strings.IndexByte(pattern, ' ')+1:]
 	mux.Handle(pattern, s.auth.Require(name, role, httpapi.Handle(s.cfg.Logger, func(w http.ResponseWriter, r *http.Request) error {
 		who, _ := httpapi.CallerFrom(r.Context())

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/schemas/openapi"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/admin"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/effects"
@@ -124,8 +126,12 @@ func Serve(ctx context.Context, env service.Env) error {
 		log.Warn("no admin API tokens configured (FLOODGATE_ADJUSTER_TOKENS): every admin call will be refused")
 	}
 	srv := admin.NewServer(admin.Config{Tokens: cfg.Tokens, Store: store, Loop: l, Defaults: cfg.Rules, Logger: log})
-	addr, err := run.Serve(service.API{Name: "admin", Addr: cfg.HTTPAddr, Handler: srv.Handler(), Health: true,
-		Metrics: "floodgate_adjuster_admin", AccessLog: true, MaxBody: admin.MaxBody})
+	var addr net.Addr
+	doc, err := openapi.JSON(openapi.Adjuster)
+	if err == nil {
+		addr, err = run.Serve(service.API{Name: "admin", Addr: cfg.HTTPAddr, Handler: srv.Handler(), Health: true,
+			Metrics: "floodgate_adjuster_admin", AccessLog: true, MaxBody: admin.MaxBody, OpenAPI: doc})
+	}
 	if err != nil {
 		_ = producer.Close()
 		influx.Close()

@@ -24,6 +24,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/schemas/openapi"
 	"github.com/floodgate-dev/floodgate/services/console/internal/adjuster"
 	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
 	"github.com/floodgate-dev/floodgate/services/console/internal/blockrate"
@@ -338,8 +339,12 @@ func Serve(ctx context.Context, env service.Env) error {
 	if err != nil {
 		return err
 	}
+	doc, err := openapi.JSON(openapi.Console)
+	if err != nil {
+		return err
+	}
 	addr, err := run.Serve(service.API{Name: "console", Addr: cfg.Addr, Handler: srv, Health: true,
-		Metrics: "floodgate_console", AccessLog: true})
+		Metrics: "floodgate_console", AccessLog: true, OpenAPI: doc})
 	if err != nil {
 		return err
 	}

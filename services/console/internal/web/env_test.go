@@ -42,6 +42,7 @@ const testPassword = "correct horse battery"
 // tables (a unique prefix, migrated like production) and its own keys.
 type testEnv struct {
 	srv    *httptest.Server
+	web    *Server
 	st     *store.Store
 	rdb    redis.UniversalClient
 	ddb    *dynamodb.Client
@@ -101,7 +102,7 @@ func newEnvWith(t *testing.T, adjust func(cfg *Config, prefix string)) *testEnv 
 	require.NoError(t, err)
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
-	return &testEnv{srv: srv, st: st, rdb: rdb, ddb: ddb, prefix: prefix, tokens: tokens, run: run}
+	return &testEnv{srv: srv, web: s, st: st, rdb: rdb, ddb: ddb, prefix: prefix, tokens: tokens, run: run}
 }
 
 func deleteTables(t *testing.T, ddb *dynamodb.Client, prefix string) {

@@ -72,7 +72,7 @@ type Config struct {
 type Server struct {
 	cfg     Config
 	pages   map[string]*template.Template
-	mux     *http.ServeMux
+	mux     *httpapi.Mux
 	metrics metrics
 	signIn  signInMetrics
 }
@@ -95,7 +95,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ScalesKey == "" {
 		cfg.ScalesKey = "fg:scales"
 	}
-	s := &Server{cfg: cfg, pages: map[string]*template.Template{}, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, pages: map[string]*template.Template{}, mux: httpapi.NewMux()}
 	f := promauto.With(cfg.Registry)
 	s.metrics = metrics{
 		actions: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_console_actions_total", Help: "Trust-and-safety actions by action and outcome."}, []string{"action", "outcome"}),
@@ -194,6 +194,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) route(pattern string, h http.HandlerFunc) { s.mux.HandleFunc(pattern, h) }
+
+// Routes lists the patterns served (the OpenAPI drift test compares them
+// with schemas/openapi/console.yaml).
+func (s *Server) Routes() []string { return s.mux.Routes() }
 
 type request struct {
 	who  auth.Identity

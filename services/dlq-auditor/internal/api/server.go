@@ -46,7 +46,7 @@ func NewServer(s Server) *Server {
 }
 
 // Register adds the API's routes to mux.
-func (s *Server) Register(mux *http.ServeMux) {
+func (s *Server) Register(mux *httpapi.Mux) {
 	mux.Handle("GET /v1/records", s.route("list", RoleViewer, s.list))
 	mux.Handle("GET /v1/records/{id}", s.route("inspect", RoleViewer, s.inspect))
 	mux.Handle("POST /v1/replays", s.route("replay", RoleSRE, s.replay))

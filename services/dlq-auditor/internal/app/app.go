@@ -7,7 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
+	"net"
 	"os"
 	"time"
 
@@ -20,6 +20,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/schemas/openapi"
 	"github.com/floodgate-dev/floodgate/services/dlq-auditor/internal/api"
 	"github.com/floodgate-dev/floodgate/services/dlq-auditor/internal/auditor"
 )
@@ -187,10 +188,14 @@ func Serve(ctx context.Context, env service.Env, hooks *Hooks) error {
 		Checker: &auditor.Checker{Store: store, Kafka: kc},
 		Tokens:  tokens, Now: env.Now, Logger: log,
 	})
-	mux := http.NewServeMux()
+	mux := httpapi.NewMux()
 	srv.Register(mux)
-	addr, err := run.Serve(service.API{Name: "api", Addr: cfg.HTTPAddr, Handler: mux, Health: true,
-		Metrics: "floodgate_dlq_auditor_api", AccessLog: true})
+	var addr net.Addr
+	doc, err := openapi.JSON(openapi.DLQAuditor)
+	if err == nil {
+		addr, err = run.Serve(service.API{Name: "api", Addr: cfg.HTTPAddr, Handler: mux, Health: true,
+			Metrics: "floodgate_dlq_auditor_api", AccessLog: true, OpenAPI: doc})
+	}
 	if err != nil {
 		return err
 	}

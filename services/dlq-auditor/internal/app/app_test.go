@@ -30,9 +30,11 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi/openapitest"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	svc "github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/schemas/openapi"
 	"github.com/floodgate-dev/floodgate/services/dlq-auditor/internal/api"
 	"github.com/floodgate-dev/floodgate/services/dlq-auditor/internal/auditor"
 )
@@ -278,10 +280,15 @@ func TestDeadLettersAreAuditedReplayedAndAccountedFor(t *testing.T) {
 		}
 	}
 	defer stopAuditorNow()
+	// Every call below, the CLI's included, goes through a proxy that holds
+	// the answers to schemas/openapi/dlq-auditor.yaml.
+	doc, err := openapi.JSON(openapi.DLQAuditor)
+	require.NoError(t, err)
+	oas := openapitest.Load(t, doc)
 	var base string
 	select {
 	case a := <-addrCh:
-		base = "http://" + a
+		base = oas.Proxy(t, "http://"+a)
 	case err := <-auditorDone:
 		t.Fatalf("auditor did not start: %v", err)
 	}
@@ -549,6 +556,19 @@ func TestDeadLettersAreAuditedReplayedAndAccountedFor(t *testing.T) {
 		require.Equal(t, int64(wantDead+1), rep.DeadLettered)
 		require.GreaterOrEqual(t, rep.Purged, int64(1))
 		require.Zero(t, rep.Unaccounted, "%+v", rep)
+	})
+
+	t.Run("the API is its OpenAPI document", func(t *testing.T) {
+		mux := httpapi.NewMux()
+		api.NewServer(api.Server{}).Register(mux)
+		oas.CheckRoutes(t, svc.NewRunnerWith(svc.Env{}, svc.RunnerConfig{}).Mount(svc.API{Handler: mux, Health: true, OpenAPI: doc}).Routes())
+		for _, p := range []string{"/healthz", "/readyz", "/metrics", httpapi.OpenAPIPath} {
+			code, _ := call(http.MethodGet, p, "", nil, nil)
+			require.Equal(t, http.StatusOK, code, p)
+		}
+		code, _ := call(http.MethodGet, "/v1/completeness?topic="+topic+"&group="+group+"&from=yesterday", viewerToken, nil, nil)
+		require.Equal(t, http.StatusBadRequest, code)
+		oas.CheckCovered(t)
 	})
 
 	t.Run("a dead letter the auditor missed is unaccounted for", func(t *testing.T) {

@@ -30,6 +30,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/pkg/tracing"
+	"github.com/floodgate-dev/floodgate/schemas/openapi"
 )
 
 // defaultRules is the grid served when FLOODGATE_LIMITER_RULES is unset.
@@ -134,7 +135,11 @@ func Run(ctx context.Context, env service.Env) error {
 	// _MAX_CONNS bound its connections (issue 22 S6).
 	checkServer := run.Config().HTTP
 	checkServer.IdleTimeout, checkServer.MaxConns, checkServer.MaxHeaderBytes = cfg.IdleTimeout, cfg.MaxConns, 16<<10
-	addr, err := run.Serve(service.API{Name: "check api", Addr: cfg.HTTPAddr, Handler: srv.Handler(), Health: true, Server: &checkServer})
+	doc, err := openapi.JSON(openapi.Limiter)
+	if err != nil {
+		return fail(err)
+	}
+	addr, err := run.Serve(service.API{Name: "check api", Addr: cfg.HTTPAddr, Handler: srv.Handler(), Health: true, Server: &checkServer, OpenAPI: doc})
 	if err != nil {
 		return fail(err)
 	}

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/pkg/service"
+	"github.com/floodgate-dev/floodgate/schemas/openapi"
 )
 
 func freeAddr(t *testing.T) string {
@@ -72,6 +74,17 @@ func TestRunServesEnvoyRateLimitServiceAndHealth(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	// The check API serves its OpenAPI document (schemas/openapi/limiter.yaml, bundled).
+	resp, err = http.Get("http://" + httpAddr + "/openapi.json")
+	require.NoError(t, err)
+	served, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	want, err := openapi.JSON(openapi.Limiter)
+	require.NoError(t, err)
+	require.JSONEq(t, string(want), string(served))
 
 	cancel()
 	require.NoError(t, <-done)

@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/schemas/openapi"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/ledger"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/usageapi"
 )
@@ -140,7 +140,7 @@ func Serve(ctx context.Context, env service.Env) error {
 		return err
 	}
 
-	mux := http.NewServeMux()
+	mux := httpapi.NewMux()
 	var tokens *httpapi.Tokens
 	if cfg.Tokens != "" {
 		if tokens, err = usageapi.ParseTokens(cfg.Tokens); err != nil {
@@ -151,8 +151,13 @@ func Serve(ctx context.Context, env service.Env) error {
 		log.Warn("FLOODGATE_QUOTA_TOKENS is not set: the usage API answers anyone who reaches it (loopback only)", "addr", cfg.HTTPAddr)
 	}
 	usageapi.Register(mux, store, tokens, env.Now, log)
+	doc, err := openapi.JSON(openapi.Quota)
+	if err != nil {
+		_ = rdb.Close()
+		return err
+	}
 	addr, err := run.Serve(service.API{Name: "usage api", Addr: cfg.HTTPAddr, Handler: mux, Health: true,
-		Metrics: "floodgate_quota_api", AccessLog: true})
+		Metrics: "floodgate_quota_api", AccessLog: true, OpenAPI: doc})
 	if err != nil {
 		_ = rdb.Close()
 		return err

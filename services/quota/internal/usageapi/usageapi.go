@@ -24,7 +24,7 @@ func ParseTokens(spec string) (*httpapi.Tokens, error) { return httpapi.ParseTok
 // Register adds the usage route to mux. With tokens, a caller must send one
 // (Authorization: Bearer); nil serves anyone (loopback only, the config
 // enforces it).
-func Register(mux *http.ServeMux, r ledger.UsageReader, tokens *httpapi.Tokens, now func() time.Time, log *slog.Logger) {
+func Register(mux *httpapi.Mux, r ledger.UsageReader, tokens *httpapi.Tokens, now func() time.Time, log *slog.Logger) {
 	var h http.Handler = Handler(r, now, log)
 	if tokens != nil {
 		auth := &httpapi.Auth{Tokens: tokens, Roles: Roles(), Realm: "floodgate-quota", Now: now,

@@ -51,7 +51,7 @@ func TestUsageHandler(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &fakeReader{days: days, err: tc.err}
-			mux := http.NewServeMux()
+			mux := httpapi.NewMux()
 			usageapi.Register(mux, r, nil, func() time.Time { return now }, nil)
 			rec := httptest.NewRecorder()
 			req := httptest.NewRequest(http.MethodGet, tc.path, nil)
@@ -85,7 +85,7 @@ func TestSecurityUsageNeedsATokenS14(t *testing.T) {
 	tokens, err := usageapi.ParseTokens("console:reader:" + httpapi.HashToken(tok))
 	require.NoError(t, err)
 	r := &fakeReader{days: []ledger.DayUsage{{Day: "2026-03-10", Units: 7}}}
-	mux := http.NewServeMux()
+	mux := httpapi.NewMux()
 	usageapi.Register(mux, r, tokens, func() time.Time { return time.Date(2026, 3, 10, 15, 0, 0, 0, time.UTC) }, nil)
 	h := httpapi.Middleware(httpapi.Options{}, mux)
 	for name, tc := range map[string]struct {

@@ -1,0 +1,86 @@
+package httpapi
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"slices"
+)
+
+// Mux is an http.ServeMux that remembers the patterns it was given, so a
+// test can compare what a service serves with its OpenAPI document
+// (schemas/openapi). Register routes before serving; it is then safe for
+// concurrent use, as http.ServeMux is.
+type Mux struct {
+	mux    http.ServeMux
+	routes []muxRoute
+}
+
+type muxRoute struct {
+	pattern string
+	h       http.Handler
+}
+
+// NewMux returns an empty Mux.
+func NewMux() *Mux { return &Mux{} }
+
+// Handle registers h for pattern (http.ServeMux's pattern syntax).
+func (m *Mux) Handle(pattern string, h http.Handler) {
+	m.mux.Handle(pattern, h)
+	m.routes = append(m.routes, muxRoute{pattern: pattern, h: h})
+}
+
+// HandleFunc registers h for pattern.
+func (m *Mux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(h))
+}
+
+// ServeHTTP implements http.Handler.
+func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) { m.mux.ServeHTTP(w, r) }
+
+// Routes lists the patterns served, sorted and without repeats. A
+// method-less "/" mount of a handler that lists its own routes (a Mux, or
+// anything with a Routes method) contributes that handler's routes
+// instead: the runner mounts a service's API that way.
+func (m *Mux) Routes() []string {
+	var out []string
+	for _, r := range m.routes {
+		if sub, ok := r.h.(interface{ Routes() []string }); ok && r.pattern == "/" {
+			out = append(out, sub.Routes()...)
+			continue
+		}
+		out = append(out, r.pattern)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Routes lists h's patterns when h can tell them (see Mux.Routes), else nil.
+func Routes(h http.Handler) []string {
+	if r, ok := h.(interface{ Routes() []string }); ok {
+		return r.Routes()
+	}
+	return nil
+}
+
+// OpenAPIPath is where every Floodgate API serves its OpenAPI 3.1 document.
+const OpenAPIPath = "/openapi.json"
+
+// OpenAPIHandler serves doc, an OpenAPI document in JSON, with an ETag so
+// clients and generators can cache it. It needs no credential: the document
+// describes the API, it holds no data.
+func OpenAPIHandler(doc []byte) http.Handler {
+	sum := sha256.Sum256(doc)
+	etag := `"` + hex.EncodeToString(sum[:16]) + `"`
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("ETag", etag)
+		h.Set("Cache-Control", "no-cache")
+		if r.Header.Get("If-None-Match") == etag {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		h.Set("Content-Type", "application/json")
+		_, _ = w.Write(doc)
+	})
+}

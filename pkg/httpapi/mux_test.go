@@ -1,0 +1,48 @@
+package httpapi
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestMuxRoutesListsPatternsAndMounts(t *testing.T) {
+	api := NewMux()
+	api.HandleFunc("POST /v1/check", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	api.Handle("GET /v1/items/{id}", http.NotFoundHandler())
+	front := NewMux()
+	front.Handle("GET /healthz", NewMux()) // a Mux under a method pattern is not a mount
+	front.Handle("/", api)
+	front.HandleFunc("POST /v1/check", func(http.ResponseWriter, *http.Request) {}) // twice: listed once
+	require.Equal(t, []string{"GET /healthz", "GET /v1/items/{id}", "POST /v1/check"}, front.Routes())
+	require.Equal(t, front.Routes(), Routes(front))
+	require.Nil(t, Routes(http.NotFoundHandler()), "a handler that cannot tell its routes")
+
+	rec := httptest.NewRecorder()
+	api.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/check", nil))
+	require.Equal(t, http.StatusTeapot, rec.Code, "it routes like http.ServeMux")
+}
+
+func TestOpenAPIHandlerServesTheDocumentWithAnETag(t *testing.T) {
+	h := OpenAPIHandler([]byte(`{"openapi":"3.1.0"}`))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, OpenAPIPath, nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+	require.JSONEq(t, `{"openapi":"3.1.0"}`, rec.Body.String())
+	etag := rec.Header().Get("ETag")
+	require.Regexp(t, `^"[0-9a-f]{32}"$`, etag)
+
+	rec = httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodGet, OpenAPIPath, nil)
+	req.Header.Set("If-None-Match", etag)
+	h.ServeHTTP(rec, req)
+	require.Equal(t, http.StatusNotModified, rec.Code)
+	require.Empty(t, rec.Body.String())
+
+	rec = httptest.NewRecorder()
+	OpenAPIHandler([]byte(`{"openapi":"3.1.1"}`)).ServeHTTP(rec, req)
+	require.Equal(t, http.StatusOK, rec.Code, "another document has another ETag")
+}
