@@ -55,14 +55,21 @@ func TestDemoTraffic(t *testing.T) {
 		err error
 	}
 	done := make(chan result, 1)
+	args := []string{"-duration", "45s", "-stay=false", "-bin", dir, "-logs", dir,
+		"-limiter-addr", freeAddr(t), "-detector-addr", freeAddr(t), "-quota-addr", freeAddr(t), "-adjuster-addr", freeAddr(t),
+		"-dlq-addr", freeAddr(t), "-console-addr", freeAddr(t), "-topics", fmt.Sprintf("floodgate.demotest.%d", time.Now().UnixNano())}
 	go func() {
-		sum, err := run(ctx, []string{"-duration", "45s", "-stay=false", "-bin", dir, "-logs", dir,
-			"-limiter-addr", freeAddr(t), "-detector-addr", freeAddr(t), "-quota-addr", freeAddr(t), "-adjuster-addr", freeAddr(t),
-			"-dlq-addr", freeAddr(t), "-console-addr", freeAddr(t), "-topics", fmt.Sprintf("floodgate.demotest.%d", time.Now().UnixNano())},
-			os.Getenv, &out)
+		sum, err := run(ctx, args, os.Getenv, &out)
 		done <- result{sum, err}
 	}()
 	var res result
+	ended := false
+	defer func() { // a failure before the end: stop the demo before its logs directory goes
+		if !ended {
+			cancel()
+			<-done
+		}
+	}()
 	defer func() {
 		t.Log(out.String())
 		if t.Failed() {
@@ -132,6 +139,7 @@ func TestDemoTraffic(t *testing.T) {
 
 	select {
 	case res = <-done:
+		ended = true
 	case <-ctx.Done():
 		t.Fatal("the demo did not end")
 	}

@@ -359,8 +359,8 @@ func printConsole(out io.Writer, url string, accounts []account) {
 	}
 }
 
-// loopbackAddr requires host:port on a loopback address: the services the
-// demo starts speak plain HTTP and the console's accounts are printed.
+// loopbackAddr requires a free host:port on a loopback address: the services
+// the demo starts speak plain HTTP and the console's accounts are printed.
 func loopbackAddr(addr string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -369,7 +369,13 @@ func loopbackAddr(addr string) error {
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 		return fmt.Errorf("%q: the demo binds loopback addresses only", addr)
 	}
-	return nil
+	// Taken, the service would not start while whatever holds the port
+	// answers the demo's readiness checks.
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s is in use (another Floodgate service?); choose another address", addr)
+	}
+	return ln.Close()
 }
 
 // summarize reads each actor's penalty key in Redis; a legitimate actor with
