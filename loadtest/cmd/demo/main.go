@@ -340,8 +340,8 @@ wait:
 		fmt.Fprintf(out, "  %-18s %d allowed, %d blocked, %d errors\n", c, st.Allowed.Load(), st.Denied.Load(), st.Errors.Load())
 	}
 	fmt.Fprintf(out, "  %-18s %s: %d units today (its usage API)\n", "quota ledger", sum.QuotaPrincipal, sum.QuotaUnits)
-	fmt.Fprintf(out, "  %-18s %d ticks seen in /v1/status (one every 30 s; scales in %s)\n", "adjuster", sum.AdjusterTicks, scalesKey)
-	fmt.Fprintf(out, "  %-18s %d records of the demo dead letter %s\n", "dlq-auditor", len(sum.DeadLetters), strings.Join(sum.DeadLetters, ", "))
+	fmt.Fprintf(out, "  %-18s %d tick(s) seen in /v1/status (one every 30 s; scales in %s)\n", "adjuster", sum.AdjusterTicks, scalesKey)
+	fmt.Fprintf(out, "  %-18s %d record(s) of the demo dead letter %s\n", "dlq-auditor", len(sum.DeadLetters), strings.Join(sum.DeadLetters, ", "))
 	if *stay && ctx.Err() == nil {
 		fmt.Fprintln(out, "\neverything keeps running for you to browse; Ctrl-C stops it")
 		printConsole(out, consoleURL, sec.Accounts)
