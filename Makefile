@@ -41,7 +41,7 @@ build: ## build every service and tool into .local/bin
 	$(GO) build -o $(BIN)/ ./services/... ./migrations/cmd/migrate ./loadtest/cmd/...
 
 .PHONY: demo
-demo: build ## run the pipeline on the local stack: people, services and two abusers, with the verdict (Ctrl-C stops all it started)
+demo: build ## run the whole pipeline and the console on the local stack: people, services and two abusers, the verdict, then the console stays browsable (Ctrl-C stops all it started)
 	@FLOODGATE_WITH_CLUSTER=0 deploy/local/with-stack.sh bash -c '$(BIN)/migrate >/dev/null && $(BIN)/demo $(DEMO_ARGS)'
 
 .PHONY: test

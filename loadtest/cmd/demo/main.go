@@ -1,11 +1,24 @@
-// Command demo runs the Floodgate pipeline on the local stack and narrates it:
-// it starts the limiter and the detector, sends traffic that looks like people
-// and services (loadtest/traffic.People: Poisson sessions, NAT'd users, app
-// pollers, declared bots of several rates) and two abusers (a rapid-fire bot, a
-// taken-over account spread over many addresses) through the limiter, prints
-// decisions per second and each detection with its evidence, and ends (or, on
-// Ctrl-C, stops) with a summary: legitimate principals penalized (should be 0)
-// and abusers caught. Ctrl-C stops everything it started.
+// Command demo runs the whole Floodgate pipeline on the local stack and
+// narrates it: it starts the limiter, the detector, the quota ledger (with
+// its usage API), the adjuster, the dlq-auditor and the console, sends traffic
+// that looks like people and services (loadtest/traffic.People: Poisson
+// sessions, NAT'd users, app pollers, declared bots of several rates) and two
+// abusers (a rapid-fire bot, a taken-over account spread over many addresses)
+// through the limiter, prints decisions per second and each detection with its
+// evidence, and shows the other services at work: the quota ledger counting a
+// principal (its usage API), the adjuster's ticks (its /v1/status) and a
+// malformed event it sends on purpose reaching the dlq-auditor as a dead
+// letter. The console is browsable while the demo runs, with a demo analyst
+// and a demo SRE whose passwords (random, made for the run) are printed with
+// its URL. It ends (or, on Ctrl-C, stops) with a summary: legitimate
+// principals penalized (should be 0), abusers caught, and what the other
+// services did; with -stay (the default) everything keeps running until
+// Ctrl-C, which stops everything it started.
+//
+// Tokens, passwords and the session secret are made per run and their hashes
+// live in files under -logs that are removed at the end; the adjuster writes
+// its scales to Redis keys of its own run (the limiter's fg:scales, shared
+// with the rest of the stack, is left alone).
 //
 // `make demo` brings the stack up, migrates and builds first.
 package main
@@ -24,6 +37,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -34,6 +48,7 @@ import (
 	"github.com/floodgate-dev/floodgate/migrations"
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
@@ -48,13 +63,23 @@ func main() {
 }
 
 // summary is what the demo found at the end: legitimate principals with a
-// penalty or an abuse event (there should be none) and abusers caught.
+// penalty or an abuse event (there should be none), abusers caught, and what
+// the services behind the detector did.
 type summary struct {
 	Legit, LegitPenalized  int
 	Abusive, AbusersCaught int
 	LegitPenalizedIDs      []string
 	AbusersMissed          []string
+
+	QuotaPrincipal string   // whose usage the demo read from the quota usage API
+	QuotaUnits     int64    // its units today, read after the traffic
+	AdjusterTicks  int      // adjuster ticks seen in its /v1/status
+	DeadLetters    []string // the dlq-auditor's records of the demo's dead letter
+	ConsoleURL     string
 }
+
+// services are the binaries the demo starts, in order.
+var services = []string{"limiter", "detector", "quota", "adjuster", "dlq-auditor", "console"}
 
 func run(ctx context.Context, args []string, getenv func(string) string, out io.Writer) (summary, error) {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
@@ -67,9 +92,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	logDir := fs.String("logs", ".local/log", "where service logs go")
 	limiterAddr := fs.String("limiter-addr", "127.0.0.1:8080", "the limiter's HTTP address")
 	detectorAddr := fs.String("detector-addr", "127.0.0.1:8082", "the detector's HTTP address")
-	topics := fs.String("topics", "", "use topics <prefix>.decisions and <prefix>.abuse (created) instead of the defaults")
+	adjusterAddr := fs.String("adjuster-addr", "127.0.0.1:8083", "the adjuster's HTTP address (admin API)")
+	dlqAddr := fs.String("dlq-addr", "127.0.0.1:8084", "the dlq-auditor's HTTP address")
+	quotaAddr := fs.String("quota-addr", "127.0.0.1:8085", "the quota ledger's HTTP address (usage API)")
+	consoleAddr := fs.String("console-addr", "127.0.0.1:8090", "the console's address (loopback: plain HTTP)")
+	stay := fs.Bool("stay", true, "after the summary keep everything running (the console browsable) until Ctrl-C")
+	topics := fs.String("topics", "", "use topics <prefix>.decisions, <prefix>.abuse and <prefix>.adjustments (created) instead of the defaults")
 	if err := fs.Parse(args); err != nil {
 		return summary{}, err
+	}
+	for _, a := range []struct{ flag, addr string }{{"limiter-addr", *limiterAddr}, {"detector-addr", *detectorAddr},
+		{"adjuster-addr", *adjusterAddr}, {"dlq-addr", *dlqAddr}, {"quota-addr", *quotaAddr}, {"console-addr", *consoleAddr}} {
+		if err := loopbackAddr(a.addr); err != nil {
+			return summary{}, fmt.Errorf("-%s: %w", a.flag, err)
+		}
 	}
 	runID := time.Now().UTC().Format("150405")
 	env := config.NewEnv(getenv)
@@ -85,18 +121,62 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	if err != nil {
 		return summary{}, fmt.Errorf("kafka: %w", err)
 	}
-	decisionsTopic, abuseTopic := config.DefaultDecisionsTopic, config.DefaultAbuseTopic
+	// The local stack's DynamoDB Local unless told otherwise.
+	dynamoEnv := "FLOODGATE_DYNAMODB_ENDPOINT=" + env.String("FLOODGATE_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000")
+	decisionsTopic, abuseTopic, adjustmentsTopic := config.DefaultDecisionsTopic, config.DefaultAbuseTopic, config.DefaultAdjustmentsTopic
 	if *topics != "" {
-		decisionsTopic, abuseTopic = *topics+".decisions", *topics+".abuse"
+		decisionsTopic, abuseTopic, adjustmentsTopic = *topics+".decisions", *topics+".abuse", *topics+".adjustments"
 		var specs []migrations.TopicSpec
-		for _, t := range []string{decisionsTopic, abuseTopic} {
+		for _, t := range []string{decisionsTopic, abuseTopic, adjustmentsTopic} {
 			specs = append(specs, migrations.TopicSpec{Name: t, Partitions: 3}, migrations.TopicSpec{Name: t + ".dlq", Partitions: 1})
 		}
 		if err := migrations.NewKafka(brokers, 1, ksec).Apply(ctx, specs, func(string) {}); err != nil {
 			return summary{}, fmt.Errorf("create topics: %w", err)
 		}
 	}
-	topicEnv := []string{"FLOODGATE_DECISIONS_TOPIC=" + decisionsTopic, "FLOODGATE_ABUSE_TOPIC=" + abuseTopic}
+	topicEnv := []string{"FLOODGATE_DECISIONS_TOPIC=" + decisionsTopic, "FLOODGATE_ABUSE_TOPIC=" + abuseTopic, "FLOODGATE_ADJUSTMENTS_TOPIC=" + adjustmentsTopic}
+
+	// Tokens, passwords and the session secret for this run only; the files
+	// with their hashes go when the demo stops.
+	sec, err := newSecrets()
+	if err != nil {
+		return summary{}, err
+	}
+	if err := os.MkdirAll(*logDir, 0o755); err != nil {
+		return summary{}, err
+	}
+	usersFile := filepath.Join(*logDir, "demo-console-users-"+runID+".yaml")
+	dlqTokensFile := filepath.Join(*logDir, "demo-dlq-tokens-"+runID)
+	defer os.Remove(usersFile)
+	defer os.Remove(dlqTokensFile)
+	if err := writeUsersFile(filepath.Join(*binDir, "console"), usersFile, sec.Accounts); err != nil {
+		return summary{}, fmt.Errorf("%w (run `make build`)", err)
+	}
+	if err := os.WriteFile(dlqTokensFile, []byte("console sre "+httpapi.HashToken(sec.DLQToken)+"\n"), 0o600); err != nil {
+		return summary{}, err
+	}
+	// The adjuster's scales and shed level go to keys of this run: the
+	// limiter's fg:scales is shared with everything else on the stack.
+	scalesKey, shedKey := "fg:demo:"+runID+":scales", "fg:demo:"+runID+":shed"
+	defer func() {
+		rdb := redisx.NewClient(redisx.Options{Addrs: redisAddrs, DialTimeout: time.Second, Security: redisSec})
+		_ = rdb.Del(context.WithoutCancel(ctx), scalesKey, shedKey).Err()
+		_ = rdb.Close()
+	}()
+	// The quota ledger's and the dlq-auditor's groups are new each run; they
+	// start at the end of their topics, like the detector's, so they read this
+	// run's traffic only.
+	quotaGroup, dlqGroup := "demo-quota-"+runID, "demo-dlq-auditor-"+runID
+	if err := startGroupsAtEnd(ctx, ksec, brokers, quotaGroup, []string{decisionsTopic}); err != nil {
+		return summary{}, err
+	}
+	dlqs, err := dlqTopics(ctx, ksec, brokers)
+	if err != nil {
+		return summary{}, err
+	}
+	if err := startGroupsAtEnd(ctx, ksec, brokers, dlqGroup, dlqs); err != nil {
+		return summary{}, err
+	}
 
 	pager, pagerURL, pages := pagerReceiver()
 	defer pager.Close()
@@ -115,10 +195,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 			// The detector otherwise runs with its defaults.
 			"FLOODGATE_DETECTOR_ADDR=" + *detectorAddr, "FLOODGATE_DETECTOR_GROUP=demo-detector-" + runID,
 			"FLOODGATE_PAGER_GROUP=demo-pager-" + runID, "FLOODGATE_DETECTOR_START_OFFSET=last", "FLOODGATE_DETECTOR_PENALTY_TTL=2m",
-			"FLOODGATE_PAGERDUTY_ROUTING_KEY=demo", "FLOODGATE_PAGERDUTY_URL=" + pagerURL,
-			// The local stack's DynamoDB Local unless told otherwise.
-			"FLOODGATE_DYNAMODB_ENDPOINT=" + env.String("FLOODGATE_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000"),
+			"FLOODGATE_PAGERDUTY_ROUTING_KEY=demo", "FLOODGATE_PAGERDUTY_URL=" + pagerURL, dynamoEnv,
 		}, topicEnv...)},
+		{"quota", append([]string{"FLOODGATE_QUOTA_ADDR=" + *quotaAddr, "FLOODGATE_QUOTA_GROUP=" + quotaGroup,
+			"FLOODGATE_QUOTA_TOKENS=console:reader:" + httpapi.HashToken(sec.QuotaToken), dynamoEnv}, topicEnv...)},
+		{"adjuster", append([]string{"FLOODGATE_ADJUSTER_ADDR=" + *adjusterAddr, "FLOODGATE_ADJUSTER_TOKENS=console:sre:" + httpapi.HashToken(sec.AdjusterToken),
+			"FLOODGATE_ADJUSTER_SCALES_KEY=" + scalesKey, "FLOODGATE_ADJUSTER_SHED_KEY=" + shedKey, dynamoEnv}, topicEnv...)},
+		{"dlq-auditor", []string{"FLOODGATE_DLQ_ADDR=" + *dlqAddr, "FLOODGATE_DLQ_GROUP=" + dlqGroup, "FLOODGATE_DLQ_TOKENS_FILE=" + dlqTokensFile, dynamoEnv}},
+		{"console", append([]string{"FLOODGATE_CONSOLE_ADDR=" + *consoleAddr, "FLOODGATE_CONSOLE_USERS=" + usersFile,
+			"FLOODGATE_CONSOLE_SESSION_SECRET=" + sec.SessionSecret, "FLOODGATE_CONSOLE_SCALES_KEY=" + scalesKey,
+			"FLOODGATE_CONSOLE_QUOTA_URL=http://" + *quotaAddr, "FLOODGATE_CONSOLE_QUOTA_TOKEN=" + sec.QuotaToken,
+			"FLOODGATE_CONSOLE_ADJUSTER_URL=http://" + *adjusterAddr, "FLOODGATE_CONSOLE_ADJUSTER_TOKEN=" + sec.AdjusterToken,
+			"FLOODGATE_CONSOLE_DLQ_URL=http://" + *dlqAddr, "FLOODGATE_CONSOLE_DLQ_TOKEN=" + sec.DLQToken, dynamoEnv}, topicEnv...)},
 	} {
 		cmd, err := startService(filepath.Join(*binDir, svc.name), filepath.Join(*logDir, "demo-"+svc.name+".log"), svc.env)
 		if err != nil {
@@ -126,24 +214,58 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		}
 		procs = append(procs, cmd)
 	}
-	for _, url := range []string{"http://" + *limiterAddr + "/readyz", "http://" + *detectorAddr + "/readyz"} {
-		if err := waitReady(ctx, url); err != nil {
-			return summary{}, fmt.Errorf("%w (logs in %s)", err, *logDir)
+	for i, addr := range []string{*limiterAddr, *detectorAddr, *quotaAddr, *adjusterAddr, *dlqAddr, *consoleAddr} {
+		if err := waitReady(ctx, "http://"+addr+"/readyz"); err != nil {
+			return summary{}, fmt.Errorf("%s: %w (log: %s)", services[i], err, filepath.Join(*logDir, "demo-"+services[i]+".log"))
 		}
 	}
 	// The detector's group starts at the topic's end once it owns its
-	// partitions; give it that moment before traffic starts.
+	// partitions; give it (and the quota ledger's group) that moment before
+	// traffic starts.
 	time.Sleep(3 * time.Second)
 	actors := traffic.People(*humans, *nat, *pollers, *botRate, runID)
-	fmt.Fprintf(out, "limiter on %s, detector on %s; logs in %s\n", *limiterAddr, *detectorAddr, *logDir)
+	consoleURL := "http://" + *consoleAddr
+	fmt.Fprintf(out, "limiter %s, detector %s, quota %s, adjuster %s, dlq-auditor %s; logs in %s\n",
+		*limiterAddr, *detectorAddr, *quotaAddr, *adjusterAddr, *dlqAddr, *logDir)
+	printConsole(out, consoleURL, sec.Accounts)
 	fmt.Fprintf(out, "traffic for %s (Ctrl-C to stop): %d people (Poisson sessions), %d behind one NAT, %d app pollers, declared bots at 2/5/10/20 checks/s;\n"+
-		"abusers: a rapid-fire bot at %.0f checks/s and a taken-over account spread over 200 addresses\n\n", *duration, *humans, *nat, *pollers, *botRate)
+		"abusers: a rapid-fire bot at %.0f checks/s and a taken-over account spread over 200 addresses\n", *duration, *humans, *nat, *pollers, *botRate)
+
+	// A malformed event on the decisions topic, on purpose: the detector and
+	// the quota ledger dead-letter it and the dlq-auditor records it.
+	deadLetterKey := "demo-dead-letter-" + runID
+	start := time.Now()
+	if err := sendDeadLetter(ctx, ksec, brokers, decisionsTopic, deadLetterKey); err != nil {
+		return summary{}, fmt.Errorf("send the demo dead letter: %w", err)
+	}
+	fmt.Fprintf(out, "sent a demo dead letter (a malformed event, key %s) to %s: its consumers dead-letter it\n\n", deadLetterKey, decisionsTopic)
 
 	abuse := make(chan events.Abuse, 64)
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go watchAbuse(watchCtx, brokers, ksec, abuseTopic, abuse)
 	detected := map[string]events.Abuse{}
+	// The quota ledger is read for the declared bot at 20 checks/s: steady and never limited.
+	watched := actors[slices.IndexFunc(actors, func(a traffic.Actor) bool { return a.Class == "declared bot" && a.Pace == traffic.Paced{Rate: 20} })]
+	obs := &observer{client: &http.Client{Timeout: 5 * time.Second},
+		quotaURL: "http://" + *quotaAddr, adjusterURL: "http://" + *adjusterAddr, dlqURL: "http://" + *dlqAddr,
+		quotaToken: sec.QuotaToken, adjusterToken: sec.AdjusterToken, dlqToken: sec.DLQToken,
+		principalKind: watched.Kind, principalID: watched.ID, decisionsTopic: decisionsTopic,
+		deadLetterKey: deadLetterKey, since: start.Add(-time.Minute)}
+	notes := make(chan note, 16)
+	go obs.watch(watchCtx, 2*time.Second, notes)
+	sum := summary{QuotaPrincipal: watched.Kind + ":" + watched.ID, ConsoleURL: consoleURL}
+	record := func(n note) {
+		fmt.Fprintf(out, "      %s\n", n.line)
+		switch {
+		case n.quotaUnits > 0:
+			sum.QuotaUnits = n.quotaUnits
+		case !n.adjusterTick.IsZero():
+			sum.AdjusterTicks++
+		case n.deadLetter != "":
+			sum.DeadLetters = append(sum.DeadLetters, n.deadLetter)
+		}
+	}
 
 	trafficCtx, stopTraffic := context.WithTimeout(ctx, *duration)
 	defer stopTraffic()
@@ -155,7 +277,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	prev := map[string][2]int64{}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	start := time.Now()
 	fmt.Fprintf(out, "%5s |", "t")
 	for _, c := range classes {
 		fmt.Fprintf(out, " %18s |", c)
@@ -171,6 +292,8 @@ loop:
 			printAbuse(out, a)
 		case p := <-pages:
 			fmt.Fprintf(out, "      >> PagerDuty page: %s\n", p)
+		case n := <-notes:
+			record(n)
 		case <-tick.C:
 			fmt.Fprintf(out, "%4.0fs |", time.Since(start).Seconds())
 			for _, c := range classes {
@@ -187,8 +310,8 @@ loop:
 			fmt.Fprintf(out, " %d, %s\n", bot.LastLimit.Load(), pen)
 		}
 	}
-	// Ctrl-C or the end: give the detector a moment to finish what was sent,
-	// then read the penalties in Redis.
+	// Ctrl-C or the end: give the detector and the quota ledger a moment to
+	// finish what was sent, then read the penalties in Redis and the usage.
 	fmt.Fprintln(out, "\ntraffic stopped; reading penalties")
 	sumCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 	defer cancel()
@@ -199,14 +322,23 @@ wait:
 		case a := <-abuse:
 			detected[a.Principal.Key()] = a
 			printAbuse(out, a)
+		case n := <-notes:
+			record(n)
 		case <-drain:
 			break wait
 		}
 	}
-	sum, err := summarize(sumCtx, redisAddrs, redisSec, actors, detected)
+	if units, err := obs.quotaToday(sumCtx); err == nil {
+		sum.QuotaUnits = units
+	} else {
+		fmt.Fprintf(out, "  quota usage API: %v\n", err)
+	}
+	pen, err := summarize(sumCtx, redisAddrs, redisSec, actors, detected)
 	if err != nil {
 		return sum, err
 	}
+	sum.Legit, sum.LegitPenalized, sum.Abusive, sum.AbusersCaught = pen.Legit, pen.LegitPenalized, pen.Abusive, pen.AbusersCaught
+	sum.LegitPenalizedIDs, sum.AbusersMissed = pen.LegitPenalizedIDs, pen.AbusersMissed
 	fmt.Fprintf(out, "\nsummary: legitimate principals penalized %d of %d; abusers caught %d of %d\n", sum.LegitPenalized, sum.Legit, sum.AbusersCaught, sum.Abusive)
 	if len(sum.LegitPenalizedIDs) > 0 {
 		fmt.Fprintf(out, "  legitimate principals penalized: %s\n", strings.Join(sum.LegitPenalizedIDs, ", "))
@@ -218,7 +350,43 @@ wait:
 		st := runner.Stats(c)
 		fmt.Fprintf(out, "  %-18s %d allowed, %d blocked, %d errors\n", c, st.Allowed.Load(), st.Denied.Load(), st.Errors.Load())
 	}
+	fmt.Fprintf(out, "  %-18s %s: %d units today (its usage API)\n", "quota ledger", sum.QuotaPrincipal, sum.QuotaUnits)
+	fmt.Fprintf(out, "  %-18s %d tick(s) seen in /v1/status (one every 30 s; scales in %s)\n", "adjuster", sum.AdjusterTicks, scalesKey)
+	fmt.Fprintf(out, "  %-18s %d record(s) of the demo dead letter %s\n", "dlq-auditor", len(sum.DeadLetters), strings.Join(sum.DeadLetters, ", "))
+	if *stay && ctx.Err() == nil {
+		fmt.Fprintln(out, "\neverything keeps running for you to browse; Ctrl-C stops it")
+		printConsole(out, consoleURL, sec.Accounts)
+		<-ctx.Done()
+		fmt.Fprintln(out)
+	}
 	return sum, nil
+}
+
+// printConsole prints where the console is and how to sign in.
+func printConsole(out io.Writer, url string, accounts []account) {
+	fmt.Fprintf(out, "console: %s  (accounts and passwords for this run only)\n", url)
+	for _, a := range accounts {
+		fmt.Fprintf(out, "  %-8s user %-13s password %s\n", a.Role, a.Name, a.Password)
+	}
+}
+
+// loopbackAddr requires a free host:port on a loopback address: the services
+// the demo starts speak plain HTTP and the console's accounts are printed.
+func loopbackAddr(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", addr)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("%q: the demo binds loopback addresses only", addr)
+	}
+	// Taken, the service would not start while whatever holds the port
+	// answers the demo's readiness checks.
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s is in use (another Floodgate service?); choose another address", addr)
+	}
+	return ln.Close()
 }
 
 // summarize reads each actor's penalty key in Redis; a legitimate actor with
@@ -353,7 +521,7 @@ func stopAll(procs []*exec.Cmd, out io.Writer) {
 			_ = p.Process.Kill()
 		}
 	}
-	fmt.Fprintln(out, "stopped the limiter and the detector")
+	fmt.Fprintf(out, "stopped %d services: %s\n", len(procs), strings.Join(services[:len(procs)], ", "))
 }
 
 func waitReady(ctx context.Context, url string) error {
