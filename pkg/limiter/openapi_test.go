@@ -34,7 +34,7 @@ func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	s.SetReady(true)
 	run := service.NewRunnerWith(service.Env{}, service.RunnerConfig{})
-	mounted := run.Mount(service.API{Handler: s.Handler(), Health: true, OpenAPI: doc})
+	mounted := run.Mount(service.API{Handler: s.Handler(), Health: true, Readiness: http.HandlerFunc(s.ServeReady), OpenAPI: doc})
 	d.CheckRoutes(t, mounted.Routes())
 
 	srv := httptest.NewServer(httpapi.Middleware(httpapi.Options{}, mounted))

@@ -40,6 +40,9 @@ func (s *Server) Readiness() (bool, Readiness) {
 	return true, r
 }
 
+// ServeReady answers GET /readyz with Readiness as JSON (503 when not ready).
+func (s *Server) ServeReady(w http.ResponseWriter, r *http.Request) { s.handleReady(w, r) }
+
 func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 	ok, r := s.Readiness()
 	w.Header().Set("Content-Type", "application/json")

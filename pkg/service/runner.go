@@ -166,7 +166,11 @@ func (r *Runner) Mount(api API) *httpapi.Mux {
 	mux := httpapi.NewMux()
 	if api.Health {
 		mux.Handle("GET /healthz", r.health)
-		mux.Handle("GET /readyz", r.health)
+		if api.Readiness != nil {
+			mux.Handle("GET /readyz", api.Readiness)
+		} else {
+			mux.Handle("GET /readyz", r.health)
+		}
 		mux.Handle("GET /metrics", r.health)
 	}
 	if api.OpenAPI != nil {
@@ -190,6 +194,10 @@ type API struct {
 	AccessLog bool
 	// Health mounts /healthz, /readyz and /metrics (the service's main port).
 	Health bool
+	// Readiness, when set, answers /readyz instead of the runner's plain
+	// "ok": a service with more to say (the limiter: Redis shards, journal)
+	// keeps it in step with the runner through an OnReady hook.
+	Readiness http.Handler
 	// OpenAPI is the API's OpenAPI document (JSON, schemas/openapi), served
 	// at httpapi.OpenAPIPath; nil serves none.
 	OpenAPI []byte

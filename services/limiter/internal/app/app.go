@@ -139,7 +139,8 @@ func Run(ctx context.Context, env service.Env) error {
 	if err != nil {
 		return fail(err)
 	}
-	addr, err := run.Serve(service.API{Name: "check api", Addr: cfg.HTTPAddr, Handler: srv.Handler(), Health: true, Server: &checkServer, OpenAPI: doc})
+	addr, err := run.Serve(service.API{Name: "check api", Addr: cfg.HTTPAddr, Handler: srv.Handler(), Health: true,
+		Readiness: http.HandlerFunc(srv.ServeReady), Server: &checkServer, OpenAPI: doc})
 	if err != nil {
 		return fail(err)
 	}

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -85,6 +86,21 @@ func TestRunServesEnvoyRateLimitServiceAndHealth(t *testing.T) {
 	want, err := openapi.JSON(openapi.Limiter)
 	require.NoError(t, err)
 	require.JSONEq(t, string(want), string(served))
+
+	// /readyz on the check port is the limiter's own JSON readiness (Redis
+	// shards, journal), not the runner's plain "ok" that shadowed it.
+	resp, err = http.Get("http://" + httpAddr + "/readyz")
+	require.NoError(t, err)
+	var ready struct {
+		Status string            `json:"status"`
+		Redis  map[string]string `json:"redis"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&ready))
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	require.Equal(t, "ok", ready.Status)
+	require.NotEmpty(t, ready.Redis, "the shards' breaker states")
 
 	cancel()
 	require.NoError(t, <-done)
