@@ -120,8 +120,10 @@ type Ruleset struct {
 
 // Priority returns the priority of a request on a route that names none.
 func (rs *Ruleset) Priority(method, route string) Priority {
-	if p, ok := rs.priority[method+" "+route]; ok {
-		return p
+	if len(rs.priority) > 0 { // no key built (and allocated) when the rules set none
+		if p, ok := rs.priority[method+" "+route]; ok {
+			return p
+		}
 	}
 	if rs.defPriority == PriorityUnset {
 		return DefaultPriority
