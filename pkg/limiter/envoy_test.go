@@ -32,6 +32,7 @@ type rlsFixture struct {
 	health healthpb.HealthClient
 	pub    *capture
 	reg    *prometheus.Registry
+	eng    *Engine
 }
 
 // newRLS serves the Envoy rate-limit service over TCP on the real engine and
@@ -54,7 +55,7 @@ func newRLS(t testing.TB, rules string) rlsFixture {
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
-	return rlsFixture{rls: rlsv3.NewRateLimitServiceClient(conn), health: healthpb.NewHealthClient(conn), pub: pub, reg: reg}
+	return rlsFixture{rls: rlsv3.NewRateLimitServiceClient(conn), health: healthpb.NewHealthClient(conn), pub: pub, reg: reg, eng: e}
 }
 
 func descriptor(kv ...string) *rlcommon.RateLimitDescriptor {
@@ -392,4 +393,33 @@ func TestEnvoyHeadersPickTheClosestDescriptor(t *testing.T) {
 			require.Equal(t, tc.want, headerMap(out))
 		})
 	}
+}
+
+// TestEnvoyPriorityDescriptorKey: the priority descriptor key sets a check's
+// bucket; while shedding, a shed descriptor is OVER_LIMIT with the shed
+// headers and the 503 problem body (Envoy answers its rate_limited_status);
+// critical is served; an unknown priority is InvalidArgument.
+func TestEnvoyPriorityDescriptorKey(t *testing.T) {
+	f := newRLS(t, "version: 1\nrules:\n  - {id: bot-global, tier: principal, limit: 100, period: 1m}\n")
+	ctx := context.Background()
+	rt := f.eng.rt
+	require.NoError(t, redistest.Client(t).HSet(ctx, rt.ShedKey, "level", 1).Err())
+	require.NoError(t, rt.Refresh(ctx))
+	id := redistest.Unique(t, "envoy_prio")
+	ask := func(prio string) (*rlsv3.RateLimitResponse, error) {
+		return f.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge",
+			Descriptors: []*rlcommon.RateLimitDescriptor{botDescriptor(id, "priority", prio)}})
+	}
+	r, err := ask("bulk")
+	require.NoError(t, err)
+	require.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, r.GetOverallCode())
+	h := headerMap(r)
+	require.Equal(t, StatusDegraded, h["X-Floodgate-Utilization"])
+	require.Equal(t, "bulk", h["X-Floodgate-Priority"])
+	require.Contains(t, string(r.GetRawBody()), `"status":503`)
+	r, err = ask("critical")
+	require.NoError(t, err)
+	require.Equal(t, rlsv3.RateLimitResponse_OK, r.GetOverallCode())
+	_, err = ask("urgent")
+	require.Equal(t, codes.InvalidArgument, status.Code(err))
 }
