@@ -39,7 +39,7 @@ type Options struct {
 	Timeout    time.Duration // per check; default 50ms
 	Logger     *slog.Logger
 	// Responses, when set, counts every response by the status the client
-	// received (429s from the limiter included), e.g. an InfluxResponses that feeds
+	// received (429s from the limiter included), e.g. an influxresponses.Counter that feeds
 	// the adjuster's error-rate signal.
 	Responses ResponseCounter
 	// Tracing, when on, makes every check a "floodgate.check" span, the child
