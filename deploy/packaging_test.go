@@ -66,6 +66,16 @@ func (p *program) ownHas(s string) bool {
 	return false
 }
 
+// servesMetrics reports whether the program mounts a Prometheus /metrics handler.
+func (p *program) servesMetrics() bool {
+	for _, src := range p.sources {
+		if strings.Contains(src, `"GET /metrics"`) {
+			return true
+		}
+	}
+	return false
+}
+
 func (p *program) reads(env string) bool {
 	needle := `"` + env + `"`
 	for _, src := range p.sources {
@@ -87,6 +97,7 @@ type model struct {
 	compose    *composeFile
 	base       *kustomization
 	overlay    *kustomization
+	monitoring *kustomization        // deploy/k8s/monitoring: Prometheus Operator objects, optional
 	dashboards map[string]*dashboard // file name → dashboard
 	alerts     alertRules            // deploy/prometheus/alerts.yml
 	runbooks   string                // docs/runbooks.md
@@ -142,6 +153,7 @@ func loadModel(t *testing.T) *model {
 	m.compose = parseCompose(t, filepath.Join(root, "deploy/docker-compose.yml"))
 	m.base = parseKustomization(t, filepath.Join(root, "deploy/k8s/base"))
 	m.overlay = parseKustomization(t, filepath.Join(root, "deploy/k8s/overlays/production"))
+	m.monitoring = parseKustomization(t, filepath.Join(root, "deploy/k8s/monitoring"))
 	dashFiles, err := filepath.Glob(filepath.Join(root, "deploy/grafana/dashboards/*.json"))
 	require.NoError(t, err)
 	require.NotEmpty(t, dashFiles)
@@ -605,9 +617,20 @@ type k8sObject struct {
 		PolicyTypes []string       `yaml:"policyTypes"`
 		Ingress     []netRule      `yaml:"ingress"`
 		Egress      []netRule      `yaml:"egress"`
+		// ServiceMonitor, PodMonitor (monitoring.coreos.com/v1)
+		Endpoints           []scrapeEndpoint `yaml:"endpoints"`
+		PodMetricsEndpoints []scrapeEndpoint `yaml:"podMetricsEndpoints"`
+		NamespaceSelector   yaml.Node        `yaml:"namespaceSelector"`
 	} `yaml:"spec"`
 	Data map[string]string `yaml:"data"`
 	file string
+}
+
+type scrapeEndpoint struct {
+	Port          string `yaml:"port"`
+	Path          string `yaml:"path"`
+	Interval      string `yaml:"interval"`
+	ScrapeTimeout string `yaml:"scrapeTimeout"`
 }
 
 type netRule struct {
@@ -665,6 +688,7 @@ func (g generator) values() map[string]string {
 
 type kustomization struct {
 	dir       string
+	Namespace string   `yaml:"namespace"`
 	Resources []string `yaml:"resources"`
 	Images    []struct {
 		Name    string `yaml:"name"`
@@ -794,6 +818,7 @@ var checks = []check{
 	{"k8s-config-and-secrets", checkConfig},
 	{"k8s-network-policies", checkNetworkPolicies},
 	{"k8s-overlay", checkOverlay},
+	{"k8s-monitoring", checkMonitoring},
 	{"grafana", checkGrafana},
 	{"alerts", checkAlerts},
 	{"docs", checkDocs},
@@ -1632,6 +1657,181 @@ func checkNetworkPolicies(m *model) []string {
 	return out
 }
 
+// monitoringNamespace is where the Prometheus Operator's Prometheus runs (docs/deployment.md).
+const monitoringNamespace = "monitoring"
+
+// admitsFromNamespace reports whether some ingress policy selecting labels admits port from
+// every pod of namespace ns (a rule without `from`, or a namespaceSelector matching ns alone).
+func admitsFromNamespace(policies []*k8sObject, labels map[string]string, port int, ns string) bool {
+	nsLabels := map[string]string{"kubernetes.io/metadata.name": ns}
+	for _, np := range policies {
+		if !slices.Contains(np.Spec.PolicyTypes, "Ingress") || !np.Spec.PodSelector.matches(labels) {
+			continue
+		}
+		for _, r := range np.Spec.Ingress {
+			if !r.allows(port) {
+				continue
+			}
+			if len(r.From) == 0 {
+				return true
+			}
+			for _, f := range r.From {
+				var peer struct {
+					NamespaceSelector *labelSelector `yaml:"namespaceSelector"`
+					PodSelector       *labelSelector `yaml:"podSelector"`
+				}
+				b, err := yaml.Marshal(f)
+				if err != nil || yaml.Unmarshal(b, &peer) != nil {
+					continue
+				}
+				if peer.NamespaceSelector != nil && peer.NamespaceSelector.matches(nsLabels) && peer.PodSelector == nil {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// checkMonitoring holds deploy/k8s/monitoring to the base: each ServiceMonitor selects a Service
+// and names a port of it (each PodMonitor selects pods and names a containerPort) that reaches
+// the program's /metrics listener, Prometheus in the monitoring namespace may connect, every
+// service that serves /metrics is scraped, and the base and overlay stay free of the CRDs.
+func checkMonitoring(m *model) []string {
+	var out []string
+	k := m.monitoring
+	for _, kk := range []*kustomization{m.base, m.overlay} {
+		for _, o := range append(slices.Clone(kk.objects), kk.patches...) {
+			if strings.HasPrefix(o.APIVersion, "monitoring.coreos.com/") {
+				out = append(out, fmt.Sprintf("k8s %s %s %s %s: needs the Prometheus Operator's CRDs; it belongs in deploy/k8s/monitoring", rel(m.root, kk.dir), o.file, o.Kind, o.Metadata.Name))
+			}
+		}
+		for _, r := range kk.Resources {
+			if filepath.Base(r) == "monitoring" {
+				out = append(out, fmt.Sprintf("k8s %s: includes %s; it must render without the Prometheus Operator's CRDs", rel(m.root, kk.dir), r))
+			}
+		}
+	}
+	if k.Namespace != m.base.Namespace {
+		out = append(out, fmt.Sprintf("k8s monitoring: namespace %q, want the base's %q (a monitor selects Services in its own namespace)", k.Namespace, m.base.Namespace))
+	}
+	policies := m.base.kind("NetworkPolicy")
+	scraped := map[string]bool{}
+	for _, o := range k.objects {
+		where := fmt.Sprintf("k8s monitoring %s %s %s", o.file, o.Kind, o.Metadata.Name)
+		eps := o.Spec.Endpoints
+		switch o.Kind {
+		case "ServiceMonitor":
+		case "PodMonitor":
+			eps = o.Spec.PodMetricsEndpoints
+		default:
+			out = append(out, where+": not a ServiceMonitor or PodMonitor")
+			continue
+		}
+		if o.APIVersion != "monitoring.coreos.com/v1" {
+			out = append(out, fmt.Sprintf("%s: apiVersion %q, want monitoring.coreos.com/v1", where, o.APIVersion))
+		}
+		if o.Spec.NamespaceSelector.Kind != 0 {
+			out = append(out, where+": must not set namespaceSelector (it scrapes its own namespace)")
+		}
+		if len(eps) == 0 {
+			out = append(out, where+": no endpoints")
+		}
+		for _, ep := range eps {
+			iv, err := time.ParseDuration(ep.Interval)
+			if err != nil || iv <= 0 {
+				out = append(out, fmt.Sprintf("%s: port %q: interval %q is not a duration", where, ep.Port, ep.Interval))
+			}
+			if to, err := time.ParseDuration(ep.ScrapeTimeout); ep.ScrapeTimeout != "" && (err != nil || to > iv) {
+				out = append(out, fmt.Sprintf("%s: port %q: scrapeTimeout %q must be a duration within the interval %s", where, ep.Port, ep.ScrapeTimeout, ep.Interval))
+			}
+			if ep.Path != "/metrics" {
+				out = append(out, fmt.Sprintf("%s: port %q: path %q, want /metrics", where, ep.Port, ep.Path))
+			}
+		}
+		sel := o.labelSelector()
+		if sel == nil || len(sel.MatchLabels)+len(sel.MatchExpressions) == 0 {
+			out = append(out, where+": empty selector (it would scrape everything in the namespace)")
+			continue
+		}
+		// The targets: each selected workload and the container port an endpoint reaches.
+		type target struct {
+			w    workload
+			port int
+		}
+		var targets []target
+		if o.Kind == "ServiceMonitor" {
+			n := 0
+			for _, svc := range m.base.kind("Service") {
+				if !sel.matches(svc.Metadata.Labels) {
+					continue
+				}
+				n++
+				var names []string
+				for _, sp := range svc.Spec.Ports {
+					names = append(names, sp.Name)
+				}
+				for _, ep := range eps {
+					i := slices.Index(names, ep.Port)
+					if i < 0 {
+						out = append(out, fmt.Sprintf("%s: names port %q, which Service %s does not have (%s)", where, ep.Port, svc.Metadata.Name, strings.Join(names, ", ")))
+						continue
+					}
+					ss := svc.serviceSelector()
+					for _, w := range m.workloads(m.base) {
+						if len(ss) > 0 && (&labelSelector{MatchLabels: ss}).matches(w.obj.Spec.Template.Metadata.Labels) && w.main() != nil {
+							targets = append(targets, target{w, w.main().port(svc.Spec.Ports[i].TargetPort)})
+						}
+					}
+				}
+			}
+			if n == 0 {
+				out = append(out, where+": selects no Service in deploy/k8s/base")
+			}
+		} else {
+			n := 0
+			for _, w := range m.workloads(m.base) {
+				c := w.main()
+				if w.obj.Kind != "Deployment" || c == nil || !sel.matches(w.obj.Spec.Template.Metadata.Labels) {
+					continue
+				}
+				n++
+				for _, ep := range eps {
+					if port := c.port(intOrString{str: ep.Port}); port != 0 {
+						targets = append(targets, target{w, port})
+					} else {
+						out = append(out, fmt.Sprintf("%s: names port %q, which container %s does not declare", where, ep.Port, c.Name))
+					}
+				}
+			}
+			if n == 0 {
+				out = append(out, where+": selects no pods of a Deployment in deploy/k8s/base")
+			}
+		}
+		for _, tg := range targets {
+			p := tg.w.prog
+			metrics, _ := m.listenPort("", p, tg.w.env(m.baseConfig()))
+			switch {
+			case !p.servesMetrics():
+				out = append(out, fmt.Sprintf("%s: scrapes %s, which serves no /metrics", where, p.name))
+			case tg.port != metrics:
+				out = append(out, fmt.Sprintf("%s: scrapes %s port %d, but its /metrics is on %d", where, p.name, tg.port, metrics))
+			default:
+				scraped[p.name] = true
+				if !admitsFromNamespace(policies, tg.w.obj.Spec.Template.Metadata.Labels, tg.port, monitoringNamespace) {
+					out = append(out, fmt.Sprintf("%s: no NetworkPolicy admits Prometheus (namespace %s) to %s port %d", where, monitoringNamespace, p.name, tg.port))
+				}
+			}
+		}
+	}
+	for _, w := range m.workloads(m.base) {
+		if w.obj.Kind == "Deployment" && w.prog.servesMetrics() && !scraped[w.prog.name] {
+			out = append(out, fmt.Sprintf("k8s monitoring: %s serves /metrics but no ServiceMonitor or PodMonitor scrapes it", w.prog.name))
+		}
+	}
+	return out
+}
+
 func checkOverlay(m *model) []string {
 	var out []string
 	o := m.overlay
@@ -1987,6 +2187,11 @@ func TestChecksCatchDrift(t *testing.T) {
 		t.Fatalf("no generator %s", name)
 	}
 	ptr := func(n int) *int { return &n }
+	monitor := func(m *model, name string) *k8sObject {
+		o := m.monitoring.find("ServiceMonitor", name)
+		require.NotNil(t, o, name)
+		return o
+	}
 
 	tests := []struct {
 		name   string
@@ -2200,6 +2405,33 @@ func TestChecksCatchDrift(t *testing.T) {
 				}{{Expr: `sum by (principal) (rate(floodgate_limiter_decisions_total{outcome="denied"}[5m]))`}}})
 			}
 		}, `label "principal" is not one of [tier outcome]`},
+		{"monitor selects no Service", checkMonitoring, func(m *model) {
+			require.NoError(t, monitor(m, "quota").Spec.Selector.Encode(labelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "quotas"}}))
+		}, "ServiceMonitor quota: selects no Service"},
+		{"monitor names a port the Service lacks", checkMonitoring, func(m *model) {
+			monitor(m, "detector").Spec.Endpoints[0].Port = "metrics"
+		}, `names port "metrics", which Service detector does not have (http)`},
+		{"monitor scrapes the limiter's gRPC port", checkMonitoring, func(m *model) {
+			monitor(m, "limiter").Spec.Endpoints[0].Port = "grpc"
+		}, "scrapes limiter port 8081, but its /metrics is on 8080"},
+		{"service with /metrics has no monitor", checkMonitoring, func(m *model) {
+			drop(m.monitoring, "ServiceMonitor", "console")
+		}, "console serves /metrics but no ServiceMonitor or PodMonitor scrapes it"},
+		{"pod monitor names a port the container lacks", checkMonitoring, func(m *model) {
+			o := monitor(m, "dlq-auditor")
+			o.Kind, o.Spec.PodMetricsEndpoints, o.Spec.Endpoints = "PodMonitor", o.Spec.Endpoints, nil
+			require.Empty(t, checkMonitoring(m), "a PodMonitor on port http must pass")
+			o.Spec.PodMetricsEndpoints[0].Port = "metrics"
+		}, `PodMonitor dlq-auditor: names port "metrics", which container dlq-auditor does not declare`},
+		{"monitor path not /metrics", checkMonitoring, func(m *model) {
+			monitor(m, "adjuster").Spec.Endpoints[0].Path = "/metric"
+		}, `path "/metric", want /metrics`},
+		{"monitor scrapes what the policies block", checkMonitoring, func(m *model) {
+			drop(m.base, "NetworkPolicy", "allow-prometheus")
+		}, "no NetworkPolicy admits Prometheus (namespace monitoring) to limiter port 8080"},
+		{"monitor in the base needs the CRDs", checkMonitoring, func(m *model) {
+			m.base.objects = append(m.base.objects, monitor(m, "quota"))
+		}, "needs the Prometheus Operator's CRDs"},
 		{"docs missing a build", checkDocs, func(m *model) { m.docs = strings.ReplaceAll(m.docs, "--target quota", "") }, "how to build quota"},
 		{"docs missing a table", checkDocs, func(m *model) { m.docs = strings.ReplaceAll(m.docs, "floodgate_quota_ledger", "") }, "table floodgate_quota_ledger"},
 	}
