@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// Targets (DESIGN.md § Targets).
+// Targets (the issues' targets, stated in docs/benchmarks.md).
 const (
 	targetP99At10kMs    = 2.0
 	targetChecksPerS    = 40_000
@@ -341,11 +341,11 @@ func cellRate(vs []float64, i int) string {
 	return thousands(vs[i])
 }
 
-// targetsMarkdown compares the measured values with DESIGN.md's targets.
+// targetsMarkdown compares the measured values with the targets.
 func (rep *Report) targetsMarkdown() string {
 	vals := rep.values
 	var b strings.Builder
-	b.WriteString("| target (DESIGN.md) | measured in this report | met? |\n|---|---|---|\n")
+	b.WriteString("| target | measured in this report | met? |\n|---|---|---|\n")
 	row := func(target, measured string, ok, known bool) {
 		verdict := "not measured"
 		switch {
