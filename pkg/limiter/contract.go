@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 )
 
 // Problem is an RFC 9457 problem document.
@@ -16,18 +17,24 @@ type Problem struct {
 	Detail        string `json:"detail,omitempty"`
 	Instance      string `json:"instance,omitempty"`
 	CorrelationID string `json:"correlation_id"`
+	// ViolatedPolicies names the RateLimit-Policy the request exceeded
+	// (draft-ietf-httpapi-ratelimit-headers); absent on a shed answer.
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
 	// UtilizationStatus is set on a shed answer (StatusDegraded, StatusCritical).
 	UtilizationStatus string `json:"cluster_utilization_status,omitempty"`
 }
 
-// Problem types a gateway sends with a 429, one per reason a request is refused.
+// Problem types a gateway sends with a 429 (a 503 for a shed request), one
+// per reason a request is refused: the types the RateLimit draft
+// (draft-ietf-httpapi-ratelimit-headers-11) registers with IANA.
 const (
-	ProblemRateLimited = "https://floodgate.dev/problems/rate-limited"
-	ProblemPenalized   = "https://floodgate.dev/problems/abnormal-usage-detected"
-	ProblemQuota       = "https://floodgate.dev/problems/quota-exceeded"
+	ProblemRateLimited = httpapi.ProblemIANAQuotaExceeded
+	ProblemPenalized   = httpapi.ProblemIANAAbnormalUsageDetected
+	ProblemQuota       = httpapi.ProblemIANAQuotaExceeded
 	// ProblemReducedCapacity: the adjuster scaled the deciding limit below 1
-	// (the platform is shedding load), not the client's own excess.
-	ProblemReducedCapacity = "https://floodgate.dev/problems/temporarily-reduced-capacity"
+	// or shed the request's priority (the platform is short of capacity),
+	// not the client's own excess.
+	ProblemReducedCapacity = httpapi.ProblemIANATemporaryReducedCapacity
 	ProblemBadRequest      = "https://floodgate.dev/problems/invalid-request"
 	ProblemUnauthenticated = "https://floodgate.dev/problems/unauthenticated"
 	ProblemForbidden       = "https://floodgate.dev/problems/forbidden"
@@ -58,13 +65,14 @@ func Headers(r Result, correlationID string) map[string]string {
 		period = time.Second
 	}
 	reset := ceilSeconds(r.ResetAfter)
+	name := policyName(r)
 	h := map[string]string{
 		"X-RateLimit-Limit":     strconv.Itoa(r.Limit),
 		"X-RateLimit-Remaining": strconv.Itoa(r.Remaining),
 		"X-RateLimit-Reset":     strconv.FormatInt(reset, 10),
 		"X-RateLimit-Scope":     string(r.Tier),
-		"RateLimit-Policy":      `"` + string(r.Tier) + `";q=` + strconv.Itoa(r.Limit) + ";w=" + strconv.FormatInt(ceilSeconds(period), 10),
-		"RateLimit":             `"` + string(r.Tier) + `";r=` + strconv.Itoa(r.Remaining) + ";t=" + strconv.FormatInt(reset, 10),
+		"RateLimit-Policy":      `"` + name + `";q=` + strconv.Itoa(policyQuota(r)) + ";w=" + strconv.FormatInt(ceilSeconds(period), 10),
+		"RateLimit":             `"` + name + `";r=` + strconv.Itoa(r.Remaining) + ";t=" + strconv.FormatInt(rateLimitReset(r), 10),
 		"X-Request-Id":          correlationID,
 	}
 	if !r.Allowed {
@@ -79,6 +87,34 @@ func Headers(r Result, correlationID string) map[string]string {
 		h["X-RateLimit-Error"] = r.Error + "; answered by fail policy"
 	}
 	return h
+}
+
+// policyName is the RateLimit-Policy the decision names: the deciding rule's
+// id (stable across scale and penalty changes), or its tier without one.
+func policyName(r Result) string {
+	if r.Rule != "" {
+		return r.Rule
+	}
+	return string(r.Tier)
+}
+
+// policyQuota is the policy's q: the rule's configured limit (rules file,
+// overrides), not the scaled or penalized one — that is X-RateLimit-Limit.
+func policyQuota(r Result) int {
+	if r.Quota > 0 {
+		return r.Quota
+	}
+	return r.Limit
+}
+
+// rateLimitReset is the RateLimit field's t: when the bucket is full again,
+// or on a denial when a request fits again — never later than Retry-After,
+// which is the same number then.
+func rateLimitReset(r Result) int64 {
+	if !r.Allowed {
+		return retryAfterSeconds(r)
+	}
+	return ceilSeconds(r.ResetAfter)
 }
 
 func retryAfterSeconds(r Result) int64 {
@@ -104,12 +140,13 @@ func DenialProblem(r Result, correlationID string) *Problem {
 		}
 	}
 	p := &Problem{
-		Type:          ProblemRateLimited,
-		Title:         "Too Many Requests",
-		Status:        429,
-		Detail:        "rate limit of the " + string(r.Tier) + " tier exceeded; retry after " + retry + "s",
-		Instance:      "urn:floodgate:decision:" + correlationID,
-		CorrelationID: correlationID,
+		Type:             ProblemRateLimited,
+		Title:            "Too Many Requests",
+		Status:           429,
+		Detail:           "rate limit of the " + string(r.Tier) + " tier exceeded; retry after " + retry + "s",
+		Instance:         "urn:floodgate:decision:" + correlationID,
+		CorrelationID:    correlationID,
+		ViolatedPolicies: []string{policyName(r)},
 	}
 	switch {
 	case r.Tier == events.TierPenalty:

@@ -124,16 +124,17 @@ func appendHeaders(b []byte, r Result, id string) []byte {
 	}
 	reset := ceilSeconds(r.ResetAfter)
 	tier := string(r.Tier)
+	name := policyName(r)
 	b = append(b, `{"RateLimit":"\"`...)
-	b = appendRaw(b, tier)
+	b = appendRaw(b, name)
 	b = append(b, `\";r=`...)
 	b = strconv.AppendInt(b, int64(r.Remaining), 10)
 	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, reset, 10)
+	b = strconv.AppendInt(b, rateLimitReset(r), 10)
 	b = append(b, `","RateLimit-Policy":"\"`...)
-	b = appendRaw(b, tier)
+	b = appendRaw(b, name)
 	b = append(b, `\";q=`...)
-	b = strconv.AppendInt(b, int64(r.Limit), 10)
+	b = strconv.AppendInt(b, int64(policyQuota(r)), 10)
 	b = append(b, ";w="...)
 	b = strconv.AppendInt(b, ceilSeconds(period), 10)
 	b = append(b, '"')
@@ -179,6 +180,16 @@ func appendProblem(b []byte, p *Problem) []byte {
 	}
 	b = append(b, `,"correlation_id":`...)
 	b = appendString(b, p.CorrelationID)
+	if len(p.ViolatedPolicies) > 0 {
+		b = append(b, `,"violated-policies":[`...)
+		for i, v := range p.ViolatedPolicies {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, v)
+		}
+		b = append(b, ']')
+	}
 	if p.UtilizationStatus != "" {
 		b = append(b, `,"cluster_utilization_status":`...)
 		b = appendString(b, p.UtilizationStatus)

@@ -58,6 +58,10 @@ type TierResult struct {
 	RetryAfter time.Duration // zero when allowed
 	Period     time.Duration
 	Scale      float64
+	// Quota is the rule's configured limit (rules file and overrides) before
+	// scale and penalty: the q RateLimit-Policy announces, stable while
+	// scales move.
+	Quota int64
 }
 
 // Result is the engine's answer for one request.
@@ -80,6 +84,7 @@ type Result struct {
 	Degraded   bool   // answered by fail policies: Redis was not asked in time
 	Error      string // why, for X-RateLimit-Error
 	Cached     bool   // denied by the local over-limit cache without asking Redis
+	Quota      int    // the deciding rule's configured limit before scale and penalty (RateLimit-Policy's q)
 	Tiers      []TierResult
 	// Priority is the request's bucket (its own, or the route's default).
 	Priority Priority
@@ -612,7 +617,7 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 		now := e.clock()
 		for j, t := range o.tiers {
 			b := g.rules[j]
-			t.Rule, t.Tier, t.Algorithm, t.Shadow, t.Period, t.Scale = b.id, b.tier, b.alg, b.shadow, b.period, b.scale
+			t.Rule, t.Tier, t.Algorithm, t.Shadow, t.Period, t.Scale, t.Quota = b.id, b.tier, b.alg, b.shadow, b.period, b.scale, b.limit
 			if !t.Allowed && t.RetryAfter < 0 {
 				t.RetryAfter = max(t.ResetAfter, b.period) // cannot fit at this limit
 			}
@@ -913,7 +918,7 @@ func finish(r Result, nearRatio float64) Result {
 	}
 	d := r.Tiers[decide]
 	r.Tier, r.Rule, r.Limit, r.Remaining = d.Tier, d.Rule, int(d.Limit), int(max(d.Remaining, 0))
-	r.ResetAfter, r.Period, r.Scale = d.ResetAfter, d.Period, d.Scale
+	r.ResetAfter, r.Period, r.Scale, r.Quota = d.ResetAfter, d.Period, d.Scale, int(d.Quota)
 	if !r.Allowed {
 		r.RetryAfter = max(d.RetryAfter, time.Millisecond)
 		// A denial while a penalty shrinks the principal's limits is the penalty's

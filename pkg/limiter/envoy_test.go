@@ -120,7 +120,7 @@ func TestEnvoyShouldRateLimitDecidesWithContractAndPublishes(t *testing.T) {
 		require.Equal(t, "0", h["X-RateLimit-Remaining"])
 		require.Equal(t, "principal", h["X-RateLimit-Scope"])
 		require.NotEmpty(t, h["Retry-After"])
-		require.Contains(t, h["RateLimit-Policy"], `"principal";q=2;w=60`)
+		require.Contains(t, h["RateLimit-Policy"], `"bot-global";q=2;w=60`, "the policy is the rule")
 		require.Equal(t, "application/problem+json", h["Content-Type"])
 		var p Problem
 		require.NoError(t, json.Unmarshal(r.GetRawBody(), &p))

@@ -248,7 +248,7 @@ func (e *Engine) answerLocally(groups []*group, cost int64, reason string, shed 
 				continue // shadow rules cannot deny; without Redis there is nothing to report
 			}
 			lim, capacity := localLimits(&b)
-			t := TierResult{Rule: b.id, Tier: b.tier, Algorithm: b.alg, Limit: lim, Remaining: lim, Period: b.period, Scale: b.scale, Allowed: true}
+			t := TierResult{Rule: b.id, Tier: b.tier, Algorithm: b.alg, Limit: lim, Remaining: lim, Period: b.period, Scale: b.scale, Quota: b.limit, Allowed: true}
 			policy := b.fail
 			if shed {
 				policy = FailLocal

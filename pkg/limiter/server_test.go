@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -81,11 +82,13 @@ func TestCheckAnswersWithContractAndPublishesDecision(t *testing.T) {
 	require.Equal(t, "0", h["X-RateLimit-Remaining"])
 	require.Equal(t, "principal", h["X-RateLimit-Scope"])
 	require.Equal(t, `"principal";q=2;w=60`, h["RateLimit-Policy"])
-	require.Regexp(t, `^"principal";r=0;t=\d+$`, h["RateLimit"])
+	require.Equal(t, `"principal";r=0;t=30`, h["RateLimit"], "on a denial t is when a request fits again, as Retry-After")
 	require.Equal(t, "30", h["Retry-After"], "one token refills every 30s")
 	require.Equal(t, "req-c", h["X-Request-Id"])
 	require.NotNil(t, last.Problem)
 	require.Equal(t, ProblemRateLimited, last.Problem.Type)
+	require.Equal(t, "https://iana.org/assignments/http-problem-types#quota-exceeded", last.Problem.Type, "the draft's registered type")
+	require.Equal(t, []string{"principal"}, last.Problem.ViolatedPolicies)
 	require.Equal(t, 429, last.Problem.Status)
 
 	require.Len(t, pub.msgs, 3, "every decision is published")
@@ -281,4 +284,32 @@ func TestSecurityCallerChosenIDsS7(t *testing.T) {
 	}
 	require.Len(t, ids, 20, "twenty decisions, twenty ids")
 	require.False(t, ids["same-id"])
+}
+
+// TestRateLimitPolicyIsTheConfiguredOne: RateLimit-Policy names the rule with
+// its configured quota, so it does not change between responses as the
+// adjuster's scales move (the effective limit is X-RateLimit-Limit's), and on
+// a token-bucket denial the RateLimit field's t is Retry-After, never later.
+func TestRateLimitPolicyIsTheConfiguredOne(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Client(t)
+	e := newTestEngine(t, rdb, "version: 1\nrules:\n  - {id: bot-per-minute, tier: principal, limit: 100, period: 1m}\n", nil)
+	p := principal(t)
+	r := check(t, e, Request{Principal: p, Cost: 1})
+	h := Headers(r, "cid")
+	require.Equal(t, `"bot-per-minute";q=100;w=60`, h["RateLimit-Policy"])
+	require.Equal(t, "100", h["X-RateLimit-Limit"])
+
+	require.NoError(t, rdb.HSet(ctx, e.rt.ScalesKey, "global", "0.5").Err())
+	require.NoError(t, e.rt.Refresh(ctx))
+	r = check(t, e, Request{Principal: p, Cost: 1})
+	h = Headers(r, "cid")
+	require.Equal(t, "50", h["X-RateLimit-Limit"], "the effective limit follows the scale")
+	require.Equal(t, `"bot-per-minute";q=100;w=60`, h["RateLimit-Policy"], "the policy does not")
+
+	r = check(t, e, Request{Principal: p, Cost: 60}) // more than the scaled bucket holds now
+	require.False(t, r.Allowed)
+	h = Headers(r, "cid")
+	require.Regexp(t, `^"bot-per-minute";r=\d+;t=`+h["Retry-After"]+`$`, h["RateLimit"], "t is Retry-After on a denial")
+	require.Equal(t, []string{"bot-per-minute"}, DenialProblem(r, "cid").ViolatedPolicies)
 }
