@@ -270,6 +270,9 @@ func (s *Scorer) Observe(d *events.Decision, out []Detection) []Detection {
 	p.lastSec = max(p.lastSec, sec)
 
 	auto := automated(d.Principal.Kind)
+	if auto {
+		s.countRecentDenial(&p.all, d, ms)
+	}
 	rt := s.route(d.Route, auto)
 	rfScore, det := s.rapid(d, ph, rt, &p, ms, sec)
 	if !auto {
@@ -433,6 +436,12 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 	baseline := float64(st.ewma)
 	denialRatio := s.denialRatio(p, sec)
 	auto := automated(d.Principal.Kind)
+	if auto {
+		// The window's ratio counts from the onset, so the full bucket a
+		// new bot spends first dilutes it for seconds; the newest buckets
+		// say at once how much of what it sends now is refused.
+		denialRatio = max(denialRatio, s.recentDenialRatio(&p.all, ms))
+	}
 	routeRate := 0.0
 	if pop != nil && !auto {
 		routeRate = pop.q
@@ -566,12 +575,70 @@ func (s *Scorer) countDecision(p *pState, d *events.Decision, sec uint32) {
 		return // saturated: both stop, the ratio stands
 	}
 	p.decCur++
-	// A penalty's denials are the detector's own doing, and a shed request
-	// was refused for the platform's lack of capacity, not the principal's
-	// excess: neither counts as a denial.
-	if (!d.Allowed || d.Shadow) && d.Tier != events.TierPenalty && !d.Shed {
+	if denied(d) {
 		p.denCur++
 	}
+}
+
+// denied reports whether a decision counts as the principal's own excess: a
+// penalty's denials are the detector's own doing, and a shed request was
+// refused for the platform's lack of capacity.
+func denied(d *events.Decision) bool {
+	return (!d.Allowed || d.Shadow) && d.Tier != events.TierPenalty && !d.Shed
+}
+
+// Automation's recent denials live in the record's all-routes window, which
+// only people use (a principal's kind never changes): counts[0:recentBuckets]
+// hold decisions and counts[recentBuckets:] denials of the newest
+// recentBuckets rapid-fire buckets, head the newest bucket's index. No new
+// bytes per principal.
+const (
+	recentBuckets  = NumBuckets / 2
+	recentMinCount = 20 // decisions in the newest two buckets before their ratio counts
+)
+
+func (s *Scorer) countRecentDenial(st *rfState, d *events.Decision, ms int64) {
+	b := uint32((ms - baseMs) / s.widthMs)
+	switch {
+	case st.head == 0 && st.counts == [NumBuckets]uint16{}:
+		st.head = b
+	case b > st.head:
+		for i := st.head + 1; i <= b && i <= st.head+recentBuckets; i++ {
+			st.counts[i%recentBuckets], st.counts[recentBuckets+i%recentBuckets] = 0, 0
+		}
+		st.head = b
+	case b+recentBuckets <= st.head:
+		return // older than the buckets kept
+	}
+	if c := &st.counts[b%recentBuckets]; *c < math.MaxUint16 {
+		*c++
+		if denied(d) {
+			st.counts[recentBuckets+b%recentBuckets]++
+		}
+	}
+}
+
+// recentDenialRatio is the share denied in the current bucket, or over the
+// newest two (the current one partial) if higher, each counted only with at
+// least recentMinCount decisions; 0 without.
+func (s *Scorer) recentDenialRatio(st *rfState, ms int64) float64 {
+	b := uint32((ms - baseMs) / s.widthMs)
+	if b > st.head+1 {
+		return 0 // nothing recent
+	}
+	ratio := 0.0
+	var dec, den int
+	for i := st.head; i+2 > b && i+recentBuckets > st.head; i-- {
+		dec += int(st.counts[i%recentBuckets])
+		den += int(st.counts[recentBuckets+i%recentBuckets])
+		if dec >= recentMinCount {
+			ratio = max(ratio, float64(den)/float64(dec))
+		}
+		if i == 0 {
+			break
+		}
+	}
+	return ratio
 }
 
 // denialRatio is the share of the principal's decisions denied over about
