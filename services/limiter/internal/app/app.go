@@ -258,9 +258,11 @@ func newProxy(cfg Config, srv *limiter.Server, run *service.Runner, log *slog.Lo
 	}
 	handler, err := gateway.NewReverseProxy(upstream, gateway.Options{
 		Checker: srv.Embedded(), Router: router, TrustedProxies: cfg.ProxyTrusted, Logger: log,
-		Principal: gateway.PrincipalFromHeaders(cfg.ProxyKindHeader, cfg.ProxyIDHeader, cfg.ProxyTrusted),
-		Timeout:   cfg.RedisTimeout * 4,
-		Tracing:   tr,
+		Principal:           gateway.PrincipalFromHeaders(cfg.ProxyKindHeader, cfg.ProxyIDHeader, cfg.ProxyIdentityTrusted),
+		PrincipalHeaders:    &gateway.PrincipalHeaders{Kind: cfg.ProxyKindHeader, ID: cfg.ProxyIDHeader},
+		AnonymousIPv6Prefix: cfg.ProxyAnonIPv6Prefix,
+		Timeout:             cfg.RedisTimeout * 4,
+		Tracing:             tr,
 	})
 	if err != nil {
 		return err
