@@ -12,6 +12,9 @@ const MaxRouteLen = 256
 // to route ("" for none) — or returns route unchanged when the result would
 // be longer than MaxRouteLen. A first segment too long on its own is cut.
 func RouteJoin(route, segment string) string {
+	if route == "/" { // the root: the segment is the first
+		route = ""
+	}
 	if segment == "" { // no empty segments in a route
 		return cmp.Or(route, "/")
 	}
