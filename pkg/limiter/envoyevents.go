@@ -214,8 +214,12 @@ func envoyDecision(id, gateway string, w *envoyWho, req *envoyconf.Request, resp
 		ev.Tier = tiers[pick]
 		if st.Limit != nil {
 			ev.Route = st.Limit.Route
-			ev.Rule = st.Limit.Name
-			if ev.Rule == "" {
+			switch {
+			case st.Override != nil: // Envoy's own limit: named by its keys, never the call's values
+				ev.Rule = "override:" + st.Limit.Route
+			case st.Limit.Name != "":
+				ev.Rule = st.Limit.Name
+			default:
 				ev.Rule = st.Limit.Path
 			}
 			ev.Rule, _ = eventText(ev.Rule, events.MaxRuleLen)
