@@ -16,6 +16,7 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -79,7 +80,12 @@ func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 		Env: map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true"}})
 	require.NoError(t, err)
 	t.Cleanup(peer.Stop)
-	fg := startLimiter(t, root, cfgDir)
+	// Floodgate publishes a decision event for every call that names a
+	// principal (FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS on, the default),
+	// reads its penalty with the counters and applies the scales: with none
+	// in force the answers must still be envoy ratelimit's. Its events go to
+	// a topic of this run's own.
+	fg := startLimiter(t, root, cfgDir, "envoypeer."+run)
 
 	peerC, fgC := client(t, peer.GRPCAddr), client(t, fg)
 	dom := func(s string) string { return s + "_" + run }
@@ -177,8 +183,9 @@ func client(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
 	return rlsv3.NewRateLimitServiceClient(conn)
 }
 
-func startLimiter(t *testing.T, root, envoyDir string) string {
+func startLimiter(t *testing.T, root, envoyDir, topic string) string {
 	t.Helper()
+	createTopic(t, topic)
 	bin := filepath.Join(t.TempDir(), "limiter")
 	cmd := exec.Command("go", "build", "-o", bin, "./services/limiter")
 	cmd.Dir = root
@@ -188,7 +195,8 @@ func startLimiter(t *testing.T, root, envoyDir string) string {
 	lim := exec.Command(bin)
 	lim.Env = append(os.Environ(), "FLOODGATE_LIMITER_ADDR="+httpAddr, "FLOODGATE_LIMITER_GRPC_ADDR="+grpcAddr,
 		"FLOODGATE_LIMITER_ENVOY_CONFIG="+envoyDir, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=100", "FLOODGATE_LIMITER_INFLUX_INTERVAL=0",
-		"FLOODGATE_JOURNAL_DIR="+t.TempDir(), "FLOODGATE_GATEWAY=envoy-differential", "FLOODGATE_LIMITER_ENVOY_RESPONSE_HEADERS=true")
+		"FLOODGATE_JOURNAL_DIR="+t.TempDir(), "FLOODGATE_GATEWAY=envoy-differential", "FLOODGATE_LIMITER_ENVOY_RESPONSE_HEADERS=true",
+		"FLOODGATE_DECISIONS_TOPIC="+topic)
 	var logs bytes.Buffer
 	lim.Stdout, lim.Stderr = &logs, &logs
 	require.NoError(t, lim.Start())
@@ -222,4 +230,15 @@ func repoRoot(t *testing.T) string {
 	wd, err := os.Getwd()
 	require.NoError(t, err)
 	return filepath.Clean(filepath.Join(wd, "..", ".."))
+}
+
+// createTopic makes a topic of this run's own on the local broker.
+func createTopic(t *testing.T, topic string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := &kafka.Client{Addr: kafka.TCP("127.0.0.1:9092")}
+	resp, err := c.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 1, ReplicationFactor: 1}}})
+	require.NoError(t, err, "the local broker (make up)")
+	require.NoError(t, resp.Errors[topic])
 }

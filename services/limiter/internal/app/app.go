@@ -176,7 +176,7 @@ func Run(ctx context.Context, env service.Env) error {
 			if envoySrc != nil {
 				ec := &limiter.EnvoyConfig{Source: envoySrc,
 					Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoy:", GlobalShadow: cfg.EnvoyShadow,
-						Coalescer: &redisx.Coalescer{Redis: rdb}}}
+						Coalescer: &redisx.Coalescer{Redis: rdb}}, Identity: cfg.EnvoyIdentity}
 				if cfg.EnvoyHeaders {
 					ec.Headers = &limiter.EnvoyHeaders{Limit: cfg.EnvoyLimitHeader, Remaining: cfg.EnvoyRemainingHeader, Reset: cfg.EnvoyResetHeader}
 				}

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
@@ -86,6 +87,12 @@ type Config struct {
 	// FLOODGATE_LIMITER_ENVOY_{LIMIT,REMAINING,RESET}_HEADER.
 	EnvoyHeaders                                             bool
 	EnvoyLimitHeader, EnvoyRemainingHeader, EnvoyResetHeader string
+	// EnvoyIdentity names the descriptor keys of a call's principal
+	// (FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS, "none" = nil), client address
+	// (FLOODGATE_LIMITER_ENVOY_IP_KEY) and method
+	// (FLOODGATE_LIMITER_ENVOY_METHOD_KEY): with it every call for those
+	// domains is a decision event and penalties and scales apply.
+	EnvoyIdentity *limiter.EnvoyIdentity
 	// Auth is who may ask for checks (FLOODGATE_LIMITER_AUTH): "tokens" —
 	// the gateways of FLOODGATE_LIMITER_CALLERS, each bound to what it may
 	// claim — or "none", anyone who can connect. Unset, it is "none" while
@@ -143,6 +150,8 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		InfluxInterval:       e.Duration("FLOODGATE_LIMITER_INFLUX_INTERVAL", 10*time.Second),
 		EventBuffer:          e.Int("FLOODGATE_LIMITER_EVENT_BUFFER", 65536),
 	}
+	var ierr error
+	c.EnvoyIdentity, ierr = envoyIdentity(e)
 	c.ProxyAddr = e.String("FLOODGATE_LIMITER_PROXY_ADDR", "")
 	c.ProxyUpstream = e.String("FLOODGATE_LIMITER_PROXY_UPSTREAM", "")
 	c.ProxyKindHeader = e.String("FLOODGATE_LIMITER_PROXY_KIND_HEADER", "X-Principal-Kind")
@@ -170,7 +179,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 	c.ProxyIdentityTrusted = identity
 	c.ProxyAnonIPv6Prefix = e.Int("FLOODGATE_LIMITER_PROXY_ANON_IPV6_PREFIX", 64)
 	jc, jerr := stream.JournalConfigFromEnv(getenv)
-	if err := errors.Join(append(perr, e.Err(), jerr)...); err != nil {
+	if err := errors.Join(append(perr, e.Err(), jerr, ierr)...); err != nil {
 		return Config{}, err
 	}
 	c.Journal = jc
@@ -243,4 +252,37 @@ func (c Config) Validate() error {
 		return errors.Join(v.Err(), c.Journal.Validate())
 	}
 	return v.Err()
+}
+
+// envoyIdentity reads FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS, _IP_KEY and
+// _METHOD_KEY; errors name the variable.
+func envoyIdentity(e *config.Env) (*limiter.EnvoyIdentity, error) {
+	spec := e.String("FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS", limiter.DefaultEnvoyPrincipalKeys)
+	id := &limiter.EnvoyIdentity{
+		IPKey:     e.String("FLOODGATE_LIMITER_ENVOY_IP_KEY", "remote_address"),
+		MethodKey: e.String("FLOODGATE_LIMITER_ENVOY_METHOD_KEY", "method"),
+	}
+	var errs []error
+	for _, k := range []struct{ name, v string }{{"FLOODGATE_LIMITER_ENVOY_IP_KEY", id.IPKey}, {"FLOODGATE_LIMITER_ENVOY_METHOD_KEY", id.MethodKey}} {
+		if k.v == "" || len(k.v) > events.MaxEnvoyKeyLen || strings.ContainsAny(k.v, ", =") {
+			errs = append(errs, fmt.Errorf("%s: %q: a descriptor key of 1-%d bytes without ',', '=' or spaces", k.name, k.v, events.MaxEnvoyKeyLen))
+		}
+	}
+	if id.IPKey == id.MethodKey {
+		errs = append(errs, fmt.Errorf("FLOODGATE_LIMITER_ENVOY_METHOD_KEY: %q is FLOODGATE_LIMITER_ENVOY_IP_KEY too; they must differ", id.MethodKey))
+	}
+	if strings.TrimSpace(spec) == "none" {
+		return nil, errors.Join(errs...)
+	}
+	keys, err := limiter.ParseEnvoyPrincipalKeys(spec, id.IPKey)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS: %w", err))
+	}
+	for _, k := range keys {
+		if k.Key == id.MethodKey {
+			errs = append(errs, fmt.Errorf("FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS: %q is FLOODGATE_LIMITER_ENVOY_METHOD_KEY", k.Key))
+		}
+	}
+	id.Keys = keys
+	return id, errors.Join(errs...)
 }
