@@ -21,6 +21,9 @@ const MaxResourceLen = 128
 // MaxGatewayLen is the maxLength of gateway in the schemas.
 const MaxGatewayLen = 64
 
+// MaxPlanLen is the maxLength of plan in the schemas.
+const MaxPlanLen = 32
+
 // Methods lists the values of Method, "|"-separated.
 const Methods = "GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS"
 
@@ -182,6 +185,11 @@ type Decision struct {
 	// limit 0. Consumers must not count it as the principal's own excess. Absent means
 	// false. (false: absent)
 	Shed bool
+	// Plan is "plan": optional: the plan the limiter matched the rules and quota with (the
+	// request's plan, else the principal's override plan, else default), 1-32 characters;
+	// the limiter writes [a-z0-9][a-z0-9_-]{0,31}. Absent: a limiter from before plans were
+	// recorded, or a shed request. ("": absent)
+	Plan string
 }
 
 // Validate checks v against the decision.v1 contract.
@@ -253,6 +261,10 @@ func AppendDecision(dst []byte, v *Decision) ([]byte, error) {
 	}
 	if v.Shed {
 		b = append(b, `,"shed":true`...)
+	}
+	if v.Plan != "" {
+		b = append(b, `,"plan":`...)
+		b = appendString(b, v.Plan)
 	}
 	b = append(b, '}')
 	return b, nil
@@ -335,6 +347,11 @@ func (v *Decision) validate() *ValidationError {
 			return at("priority", oneOf(string(v.Priority), priorityValues))
 		}
 	}
+	if v.Plan != "" {
+		if err := validText(v.Plan, MaxPlanLen, false); err != nil {
+			return at("plan", err)
+		}
+	}
 	return nil
 }
 
@@ -365,6 +382,7 @@ func decodeDecision(data []byte, v *Decision) *ValidationError {
 		bPenaltyMultiplier
 		bPriority
 		bShed
+		bPlan
 	)
 	var seen uint32
 	first := true
@@ -502,6 +520,14 @@ func decodeDecision(data []byte, v *Decision) *ValidationError {
 		case "shed":
 			if err = d.seen(&seen, bShed, "shed"); err == nil {
 				v.Shed, err = d.boolean("shed")
+			}
+		case "plan":
+			if err = d.seen(&seen, bPlan, "plan"); err == nil {
+				if v.Plan, err = d.str("plan"); err == nil {
+					if e := validText(v.Plan, MaxPlanLen, false); e != nil {
+						err = d.invalid("plan", e)
+					}
+				}
 			}
 		default:
 			err = d.skip(1)
