@@ -159,8 +159,8 @@ type EngineConfig struct {
 	// prefix no limiter ever uses. It may not hold '{', '}', spaces or
 	// control bytes, so each key keeps its principal's hash tag and slot.
 	KeyPrefix string
-	Logger   *slog.Logger
-	Registry prometheus.Registerer
+	Logger    *slog.Logger
+	Registry  prometheus.Registerer
 
 	admission *admissionConfig // tests only
 }
