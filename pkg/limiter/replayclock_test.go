@@ -32,8 +32,8 @@ quotas:
 	require.Equal(t, DefaultPlan, r.Plan)
 	r = check(t, e, Request{Principal: p, Cost: 1, At: at.Add(59 * time.Minute)})
 	require.False(t, r.Allowed, "59 minutes later on At's clock: still empty")
-	r = check(t, e, Request{Principal: p, Cost: 1, At: at.Add(time.Hour)})
-	require.True(t, r.Allowed, "an hour later on At's clock: refilled")
+	r = check(t, e, Request{Principal: p, Cost: 1, At: at.Add(61 * time.Minute)})
+	require.True(t, r.Allowed, "61 minutes later on At's clock: refilled")
 	// The daily quota counted on At's days, not today's.
 	ctx := context.Background()
 	n, err := rdb.Get(ctx, redisx.DayUsageKey(string(p.Kind), p.ID, "2024-03-01")).Int()
