@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -215,4 +216,23 @@ func scan(ctx context.Context, c *kafka.Client, topic string, partition int, fro
 		}
 	}
 	return nil
+}
+
+// ParseTime reads a range bound: RFC 3339, "now", or a duration before now
+// ("90m", "-90m").
+func ParseTime(s string, now time.Time) (time.Time, error) {
+	switch s = strings.TrimSpace(s); {
+	case s == "":
+		return time.Time{}, errors.New("required")
+	case s == "now":
+		return now.UTC(), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t.UTC(), nil
+	}
+	d, err := time.ParseDuration(strings.TrimPrefix(s, "-"))
+	if err != nil || d <= 0 {
+		return time.Time{}, fmt.Errorf("%q: want RFC 3339, \"now\" or a duration before now such as 1h", s)
+	}
+	return now.Add(-d).UTC(), nil
 }

@@ -56,10 +56,10 @@ func parseWhatIfArgs(args []string, now time.Time, stderr io.Writer) (whatIfArgs
 		errs = append(errs, errors.New("-rules: required"))
 	}
 	var err error
-	if a.from, err = whatIfTime(*from, now); err != nil {
+	if a.from, err = whatif.ParseTime(*from, now); err != nil {
 		errs = append(errs, fmt.Errorf("-from: %w", err))
 	}
-	if a.to, err = whatIfTime(*to, now); err != nil {
+	if a.to, err = whatif.ParseTime(*to, now); err != nil {
 		errs = append(errs, fmt.Errorf("-to: %w", err))
 	}
 	if err == nil && !a.from.IsZero() && !a.from.Before(a.to) {
@@ -96,24 +96,6 @@ func parseWhatIfArgs(args []string, now time.Time, stderr io.Writer) (whatIfArgs
 		errs = append(errs, fmt.Errorf("-reject-critical/-review: %w", err))
 	}
 	return a, errors.Join(errs...)
-}
-
-// whatIfTime reads RFC 3339, "now", or a duration before now.
-func whatIfTime(s string, now time.Time) (time.Time, error) {
-	switch {
-	case s == "":
-		return time.Time{}, errors.New("required")
-	case s == "now":
-		return now.UTC(), nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t.UTC(), nil
-	}
-	d, err := time.ParseDuration(strings.TrimPrefix(s, "-"))
-	if err != nil || d <= 0 {
-		return time.Time{}, fmt.Errorf("%q: want RFC 3339, \"now\" or a duration before now such as 1h", s)
-	}
-	return now.Add(-d).UTC(), nil
 }
 
 // runWhatIf is `limiter whatif`: it replays the decisions recorded in a range
