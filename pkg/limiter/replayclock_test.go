@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
@@ -25,6 +26,7 @@ quotas:
   - {kind: bot, plan: default, limit: 100}
 `, nil)
 	p := principal(t)
+	t.Cleanup(func() { cleanKeys(rdb, "fg:{"+string(p.Kind)+":"+p.ID+"}:*") })
 	at := time.Date(2024, 3, 1, 23, 59, 0, 0, time.UTC)
 	r := check(t, e, Request{Principal: p, Cost: 1, At: at})
 	require.True(t, r.Allowed)
@@ -58,9 +60,11 @@ quotas:
   - {kind: bot, plan: default, limit: 100}
 `
 	prefix := redistest.Unique(t, "fgtest-prefix") + ":"
+	t.Cleanup(func() { cleanKeys(rdb, prefix+"*") })
 	iso := newTestEngine(t, rdb, rules, func(c *EngineConfig) { c.KeyPrefix = prefix })
 	prod := newTestEngine(t, rdb, rules, nil)
 	p := principal(t)
+	t.Cleanup(func() { cleanKeys(rdb, "fg:{"+string(p.Kind)+":"+p.ID+"}:*") })
 	n := time.Now().UnixNano()
 	addr := netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})
 	req := Request{Principal: p, Cost: 1, IP: addr}
@@ -100,4 +104,13 @@ quotas:
 		_, err := NewEngine(EngineConfig{Redis: rdb, Rules: NewRuleStore(SinglePrincipalRules(1, time.Second)), KeyPrefix: "a{b}:"})
 		require.ErrorContains(t, err, "key prefix")
 	})
+}
+
+// cleanKeys deletes the test's keys matching pattern.
+func cleanKeys(rdb redis.UniversalClient, pattern string) {
+	ctx := context.Background()
+	it := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
+	for it.Next(ctx) {
+		rdb.Del(ctx, it.Val())
+	}
 }

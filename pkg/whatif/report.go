@@ -427,6 +427,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "\ttotal\tblocked (recorded)\tblocked (candidate)\tnewly blocked\tnewly allowed\t\n"
 	line := func(k string, c Counts, extra string) {
+		if extra != "" {
+			extra = "  " + extra
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", k, c.Total, c.BlockedRecorded, c.BlockedCandidate, c.NewlyBlocked, c.NewlyAllowed, extra)
 	}
 	fmt.Fprint(tw, "rule"+head)
