@@ -36,6 +36,9 @@ const MaxEnvoyKeyLen = 64
 // MaxEnvoyValueLen is the maxLength of envoy.descriptors[].entries[].value in the schemas.
 const MaxEnvoyValueLen = 128
 
+// MaxPlanLen is the maxLength of plan in the schemas.
+const MaxPlanLen = 32
+
 // Methods lists the values of Method, "|"-separated.
 const Methods = "GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS"
 
@@ -237,6 +240,11 @@ type Decision struct {
 	// configuration. One event per call; route is then the deciding descriptor's
 	// configuration path. Absent: a decision of Floodgate's own check API. (nil: absent)
 	Envoy *EnvoyCall
+	// Plan is "plan": optional: the plan the limiter matched the rules and quota with (the
+	// request's plan, else the principal's override plan, else default), 1-32 characters;
+	// the limiter writes [a-z0-9][a-z0-9_-]{0,31}. Absent: a limiter from before plans were
+	// recorded, or a shed request. ("": absent)
+	Plan string
 }
 
 // Validate checks v against the decision.v1 contract.
@@ -339,6 +347,10 @@ func AppendDecision(dst []byte, v *Decision) ([]byte, error) {
 			b = append(b, `,"truncated":true`...)
 		}
 		b = append(b, '}')
+	}
+	if v.Plan != "" {
+		b = append(b, `,"plan":`...)
+		b = appendString(b, v.Plan)
 	}
 	b = append(b, '}')
 	return b, nil
@@ -586,6 +598,11 @@ func (v *Decision) validate() *ValidationError {
 			return at("envoy", err)
 		}
 	}
+	if v.Plan != "" {
+		if err := validText(v.Plan, MaxPlanLen, false); err != nil {
+			return at("plan", err)
+		}
+	}
 	return nil
 }
 
@@ -617,6 +634,7 @@ func decodeDecision(data []byte, v *Decision) *ValidationError {
 		bPriority
 		bShed
 		bEnvoy
+		bPlan
 	)
 	var seen uint32
 	first := true
@@ -759,6 +777,14 @@ func decodeDecision(data []byte, v *Decision) *ValidationError {
 			if err = d.seen(&seen, bEnvoy, "envoy"); err == nil {
 				v.Envoy = &EnvoyCall{}
 				err = d.decodeEnvoyCall(v.Envoy)
+			}
+		case "plan":
+			if err = d.seen(&seen, bPlan, "plan"); err == nil {
+				if v.Plan, err = d.str("plan"); err == nil {
+					if e := validText(v.Plan, MaxPlanLen, false); e != nil {
+						err = d.invalid("plan", e)
+					}
+				}
 			}
 		default:
 			err = d.skip(1)

@@ -24,6 +24,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/pkg/whatif"
 	"github.com/floodgate-dev/floodgate/schemas/openapi"
 	"github.com/floodgate-dev/floodgate/services/console/internal/adjuster"
 	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
@@ -67,6 +68,7 @@ type Config struct {
 	AdjustmentsTopic string        // FLOODGATE_ADJUSTMENTS_TOPIC (scale changes and their causes on the scales page)
 	OverridesKey     string        // FLOODGATE_CONSOLE_OVERRIDES_KEY (the limiter's overrides hash)
 	OverrideSweep    time.Duration // FLOODGATE_CONSOLE_OVERRIDE_SWEEP (how often expired overrides are removed)
+	WhatIfMaxEvents  int           // FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS (decisions one what-if run may replay; 0 turns the page off)
 }
 
 // ConfigFromEnv reads and validates the configuration.
@@ -108,6 +110,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		AdjustmentsTopic: e.String("FLOODGATE_ADJUSTMENTS_TOPIC", config.DefaultAdjustmentsTopic),
 		OverridesKey:     e.String("FLOODGATE_CONSOLE_OVERRIDES_KEY", limiter.OverridesKey),
 		OverrideSweep:    e.Duration("FLOODGATE_CONSOLE_OVERRIDE_SWEEP", 30*time.Second),
+		WhatIfMaxEvents:  e.Int("FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS", 200_000),
 	}
 	if err := e.Err(); err != nil {
 		return Config{}, err
@@ -171,6 +174,9 @@ func (c Config) Validate() error {
 	if c.OverridesKey == "" {
 		errs = append(errs, errors.New("FLOODGATE_CONSOLE_OVERRIDES_KEY: empty"))
 	}
+	if c.WhatIfMaxEvents < 0 || c.WhatIfMaxEvents > 1_000_000 {
+		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS: %d not in 0..1000000 (0 turns the what-if page off; larger ranges: `limiter whatif`)", c.WhatIfMaxEvents))
+	}
 	if c.OverrideSweep < time.Second || c.OverrideSweep > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_OVERRIDE_SWEEP: %s not in 1s..10m", c.OverrideSweep))
 	}
@@ -191,6 +197,10 @@ func Run(ctx context.Context, env service.Env) error {
 	}
 	return fmt.Errorf("usage: console [serve] | console user add NAME ROLE | console token add NAME ROLE (got %q)", strings.Join(args, " "))
 }
+
+// WhatIfTimeout bounds one what-if run of the SRE page: under the 30 s write
+// timeout of ServerDefaults, so its report still reaches the browser.
+const WhatIfTimeout = 25 * time.Second
 
 // ServerDefaults are the console's HTTP limits unless FLOODGATE_HTTP_* says
 // otherwise: pages and their forms need less than the API default write time.
@@ -314,6 +324,15 @@ func Serve(ctx context.Context, env service.Env) error {
 	if err != nil {
 		return err
 	}
+	var wif *web.WhatIf
+	if cfg.WhatIfMaxEvents > 0 {
+		// Its own client: a replay's pipelines outlast the console's 2 s timeouts.
+		wrdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: 2 * time.Second, ReadTimeout: 10 * time.Second,
+			WriteTimeout: 10 * time.Second, Security: cfg.RedisSecurity})
+		run.Closer("redis (what-if)", wrdb.Close)
+		wif = &web.WhatIf{Redis: wrdb, Timeout: WhatIfTimeout,
+			Source: &whatif.Source{Client: ksec.Client(cfg.KafkaBrokers, 10*time.Second), Topic: cfg.DecisionsTopic, MaxEvents: cfg.WhatIfMaxEvents}}
+	}
 	srv, err := web.New(web.Config{
 		Directory:     dir,
 		Sessions:      sessions,
@@ -335,6 +354,7 @@ func Serve(ctx context.Context, env service.Env) error {
 		Adjustments: &adjuster.Adjustments{Client: ksec.Client(cfg.KafkaBrokers, 10*time.Second),
 			Topic: cfg.AdjustmentsTopic},
 		OverridesKey: cfg.OverridesKey,
+		WhatIf:       wif,
 	})
 	if err != nil {
 		return err

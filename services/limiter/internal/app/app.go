@@ -49,8 +49,11 @@ const defaultGCPercent = 400
 // accepting (HTTP, gRPC, proxy) → finish in-flight checks → flush queued
 // decision events and counts → close clients.
 func Run(ctx context.Context, env service.Env) error {
+	if len(env.Args) > 0 && env.Args[0] == "whatif" {
+		return runWhatIf(ctx, env, env.Args[1:])
+	}
 	if len(env.Args) > 0 && env.Args[0] != "serve" {
-		return fmt.Errorf("usage: limiter [serve] (got %q)", env.Args)
+		return fmt.Errorf("usage: limiter [serve] | limiter whatif -rules FILE -from T [-to T] (got %q)", env.Args)
 	}
 	if env.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
