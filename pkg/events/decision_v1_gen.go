@@ -182,6 +182,16 @@ type Decision struct {
 	// limit 0. Consumers must not count it as the principal's own excess. Absent means
 	// false. (false: absent)
 	Shed bool
+	// RulesVersion is "rules_version": optional: the rules version (floodgate.rules.v1) that
+	// decided. Absent: rules from a file or built in. (0: absent)
+	RulesVersion int64
+	// CandidateVersion is "candidate_version": optional: the rules version running in shadow
+	// beside the enforced rules (a rollout in progress) that judged this request too.
+	// Absent: no candidate, or it could not be asked. (0: absent)
+	CandidateVersion int64
+	// CandidateBlocked is "candidate_blocked": optional: true when the candidate_version
+	// rules would have denied this request. Absent means false. (false: absent)
+	CandidateBlocked bool
 }
 
 // Validate checks v against the decision.v1 contract.
@@ -253,6 +263,17 @@ func AppendDecision(dst []byte, v *Decision) ([]byte, error) {
 	}
 	if v.Shed {
 		b = append(b, `,"shed":true`...)
+	}
+	if v.RulesVersion != 0 {
+		b = append(b, `,"rules_version":`...)
+		b = strconv.AppendInt(b, v.RulesVersion, 10)
+	}
+	if v.CandidateVersion != 0 {
+		b = append(b, `,"candidate_version":`...)
+		b = strconv.AppendInt(b, v.CandidateVersion, 10)
+	}
+	if v.CandidateBlocked {
+		b = append(b, `,"candidate_blocked":true`...)
 	}
 	b = append(b, '}')
 	return b, nil
@@ -335,6 +356,16 @@ func (v *Decision) validate() *ValidationError {
 			return at("priority", oneOf(string(v.Priority), priorityValues))
 		}
 	}
+	if v.RulesVersion != 0 {
+		if err := intRange(v.RulesVersion, 1, MaxSafeInteger); err != nil {
+			return at("rules_version", err)
+		}
+	}
+	if v.CandidateVersion != 0 {
+		if err := intRange(v.CandidateVersion, 1, MaxSafeInteger); err != nil {
+			return at("candidate_version", err)
+		}
+	}
 	return nil
 }
 
@@ -365,6 +396,9 @@ func decodeDecision(data []byte, v *Decision) *ValidationError {
 		bPenaltyMultiplier
 		bPriority
 		bShed
+		bRulesVersion
+		bCandidateVersion
+		bCandidateBlocked
 	)
 	var seen uint32
 	first := true
@@ -502,6 +536,18 @@ func decodeDecision(data []byte, v *Decision) *ValidationError {
 		case "shed":
 			if err = d.seen(&seen, bShed, "shed"); err == nil {
 				v.Shed, err = d.boolean("shed")
+			}
+		case "rules_version":
+			if err = d.seen(&seen, bRulesVersion, "rules_version"); err == nil {
+				v.RulesVersion, err = d.integer("rules_version", 1, MaxSafeInteger)
+			}
+		case "candidate_version":
+			if err = d.seen(&seen, bCandidateVersion, "candidate_version"); err == nil {
+				v.CandidateVersion, err = d.integer("candidate_version", 1, MaxSafeInteger)
+			}
+		case "candidate_blocked":
+			if err = d.seen(&seen, bCandidateBlocked, "candidate_blocked"); err == nil {
+				v.CandidateBlocked, err = d.boolean("candidate_blocked")
 			}
 		default:
 			err = d.skip(1)
