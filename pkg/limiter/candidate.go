@@ -141,8 +141,9 @@ func (c *impactCounts) add(p Priority, blocked bool) {
 // their Redis hashes (redisx.RulesImpactKey), where the rollout controller
 // reads the sum over all replicas. Safe for concurrent use.
 type ImpactFlusher struct {
-	rdb redis.UniversalClient
-	log *slog.Logger
+	rdb   redis.UniversalClient
+	topic string
+	log   *slog.Logger
 
 	mu      sync.Mutex
 	entries []impactEntry
@@ -158,9 +159,9 @@ type impactEntry struct {
 // impactTTL keeps a version's counts a month after its last decision.
 const impactTTL = 30 * 24 * time.Hour
 
-// NewImpactFlusher returns a flusher writing to rdb.
-func NewImpactFlusher(rdb redis.UniversalClient, log *slog.Logger) *ImpactFlusher {
-	return &ImpactFlusher{rdb: rdb, log: log}
+// NewImpactFlusher returns a flusher writing the counts of topic's versions to rdb.
+func NewImpactFlusher(rdb redis.UniversalClient, topic string, log *slog.Logger) *ImpactFlusher {
+	return &ImpactFlusher{rdb: rdb, topic: topic, log: log}
 }
 
 // track returns new counts for version v in phase, flushed until retired.
@@ -228,7 +229,7 @@ func (f *ImpactFlusher) Flush(ctx context.Context) error {
 	pipe := f.rdb.Pipeline()
 	for _, en := range entries {
 		tk := taken{c: en.counts}
-		key := redisx.RulesImpactKey(en.version)
+		key := redisx.RulesImpactKey(f.topic, en.version)
 		any := false
 		for p := PriorityCritical; p <= PriorityBulk; p++ {
 			tk.total[p], tk.blocked[p] = en.counts.total[p].Swap(0), en.counts.blocked[p].Swap(0)
@@ -267,3 +268,12 @@ func (f *ImpactFlusher) Flush(ctx context.Context) error {
 
 // versionName names a rules version's source in errors and logs.
 func versionName(v int64) string { return "rules version " + strconv.FormatInt(v, 10) }
+
+// Candidate returns the rules version in shadow beside the rules in force,
+// or nil.
+func (e *Embedded) Candidate() *Candidate {
+	if e.s.engine.cands == nil {
+		return nil
+	}
+	return e.s.engine.cands.Candidate()
+}

@@ -159,6 +159,8 @@ type Embedded struct {
 	s *Server
 	// set by NewEmbedded; nil for Server.Embedded (the server's owner runs them)
 	run func(ctx context.Context) error
+	// impact counts the rules topic's versions (nil without a RulesTopic)
+	impact *ImpactFlusher
 }
 
 var _ gateway.Checker = (*Embedded)(nil)
@@ -219,8 +221,9 @@ func NewEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 		runs = append(runs, p.Run)
 	}
 	runs = append(runs, func(ctx context.Context) error { return runtime.Run(ctx, c.RuntimePoll) }, engine.Run)
+	var impact *ImpactFlusher
 	if c.RulesTopic != "" {
-		impact := NewImpactFlusher(c.Redis, c.Logger)
+		impact = NewImpactFlusher(c.Redis, c.RulesTopic, c.Logger)
 		feed := NewRulesFeed(rollout.NewTopic(c.Brokers, c.Kafka, c.RulesTopic, c.Logger), store, impact, c.Logger, c.Registry)
 		sctx, cancel := context.WithTimeout(ctx, c.RulesTopicWait)
 		err := feed.Sync(sctx)
@@ -237,7 +240,7 @@ func NewEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 	srv := NewServer(ServerConfig{Callers: c.Callers, Engine: engine, Publisher: pub, Observer: c.Observer, Topic: c.Topic,
 		Gateway: c.Gateway, Logger: c.Logger, Registry: c.Registry, Tracing: c.Tracing})
 	srv.SetReady(true)
-	e := &Embedded{s: srv}
+	e := &Embedded{s: srv, impact: impact}
 	e.run = func(ctx context.Context) error {
 		var g errgroup.Group
 		for _, f := range runs {

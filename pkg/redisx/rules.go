@@ -7,7 +7,7 @@ import (
 
 // Keys of rule rollouts (docs/rollouts.md).
 //
-//	fg:rules:impact:<version>            hash of the decisions a rules version judged, by
+//	fg:rules:impact:<topic>:<version>    hash of the decisions a rules version judged, by
 //	                                     phase and priority: "shadow:critical:total",
 //	                                     "shadow:critical:blocked", "enforced:bulk:total", …;
 //	                                     every limiter replica adds its counts about once a
@@ -17,8 +17,11 @@ import (
 //	                                     tag, same slot), so a candidate in shadow never
 //	                                     touches an enforced counter
 
-// RulesImpactKey is the hash of the decisions rules version v judged.
-func RulesImpactKey(v int64) string { return "fg:rules:impact:" + strconv.FormatInt(v, 10) }
+// RulesImpactKey is the hash of the decisions rules version v of the rules
+// topic judged.
+func RulesImpactKey(topic string, v int64) string {
+	return "fg:rules:impact:" + Escape(topic) + ":" + strconv.FormatInt(v, 10)
+}
 
 // CandidateKey is the key a candidate rules version v uses for key, an
 // enforced bucket key ("fg:{kind:id}:tb:…"): same hash tag, its own prefix.

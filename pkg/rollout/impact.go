@@ -42,9 +42,9 @@ type Impact struct {
 	Enforced Counts
 }
 
-// ReadImpact reads version v's counts (redisx.RulesImpactKey).
-func ReadImpact(ctx context.Context, rdb redis.UniversalClient, v int64) (Impact, error) {
-	h, err := rdb.HGetAll(ctx, redisx.RulesImpactKey(v)).Result()
+// ReadImpact reads the counts of version v of topic (redisx.RulesImpactKey).
+func ReadImpact(ctx context.Context, rdb redis.UniversalClient, topic string, v int64) (Impact, error) {
+	h, err := rdb.HGetAll(ctx, redisx.RulesImpactKey(topic, v)).Result()
 	if err != nil {
 		return Impact{}, fmt.Errorf("read impact of rules version %d: %w", v, err)
 	}
