@@ -137,9 +137,8 @@ func (s *State) skip(offset int64) { s.next = max(s.next, offset+1) }
 // moves the position.
 func (s *State) drop(offset int64) { s.skip(offset) }
 
-// Publish appends records, in order, in one produce call, and returns their
-// offsets' state by re-reading nothing: callers re-read the topic to see
-// the result.
+// Publish appends records, in order, in one produce call acknowledged by
+// all in-sync replicas. Read the topic to see the state they make.
 func (t *Topic) Publish(ctx context.Context, recs ...events.RulesVersion) error {
 	msgs := make([]kafka.Message, 0, len(recs))
 	for i := range recs {
