@@ -13,6 +13,7 @@ package rollout
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -145,3 +146,16 @@ var (
 	ErrNothingToUndo = errors.New("nothing to roll back: no candidate in shadow and the enforced version has no parent")
 	ErrNoCandidate   = errors.New("no candidate in shadow")
 )
+
+// ValidTopic checks a Kafka topic name: 1-249 characters of [a-zA-Z0-9._-].
+func ValidTopic(name string) error {
+	if len(name) == 0 || len(name) > 249 || name == "." || name == ".." {
+		return fmt.Errorf("%q: a topic name of 1 to 249 characters is required", name)
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%q: a topic name has only [a-zA-Z0-9._-]", name)
+		}
+	}
+	return nil
+}

@@ -148,3 +148,12 @@ func TestJudge(t *testing.T) {
 	_, err = Judge(ctx, &st, func(context.Context, int64) (Impact, error) { return Impact{}, errors.New("redis down") }, t0.Add(12*time.Minute))
 	require.ErrorContains(t, err, "redis down", "no verdict without counts")
 }
+
+func TestDiff(t *testing.T) {
+	d := Diff("a\nb\nc\n", "a\nB\nc\nd\n")
+	require.Equal(t, " a\n-b\n+B\n c\n+d\n", FormatDiff(d))
+	add, rm := DiffStat(d)
+	require.Equal(t, 2, add)
+	require.Equal(t, 1, rm)
+	require.Empty(t, Diff("", ""))
+}

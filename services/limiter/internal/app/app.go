@@ -50,7 +50,7 @@ const defaultGCPercent = 400
 // decision events and counts → close clients.
 func Run(ctx context.Context, env service.Env) error {
 	if len(env.Args) > 0 && env.Args[0] != "serve" {
-		return fmt.Errorf("usage: limiter [serve] (got %q)", env.Args)
+		return Command(ctx, env) // rules.go: validate, rollout, promote, rollback, status
 	}
 	if env.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
@@ -113,7 +113,7 @@ func Run(ctx context.Context, env service.Env) error {
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	core, err := limiter.NewEmbedded(startCtx, limiter.EmbedConfig{
-		Redis: rdb, Rules: rules, RulesFile: cfg.RulesPath, RulesPoll: cfg.RulesPoll, Reload: hup,
+		Redis: rdb, Rules: rules, RulesFile: cfg.RulesPath, RulesPoll: cfg.RulesPoll, Reload: hup, RulesTopic: cfg.RulesTopic,
 		Brokers: cfg.KafkaBrokers, Kafka: ksec, Topic: cfg.DecisionsTopic, Journal: cfg.Journal, EventBuffer: cfg.EventBuffer,
 		Gateway: cfg.Gateway, Observer: observer,
 		Budget: cfg.RedisTimeout, BreakerFailures: cfg.BreakerFailures, BreakerOpen: cfg.BreakerOpen,
@@ -227,7 +227,7 @@ func Run(ctx context.Context, env service.Env) error {
 		run.Tail("influxdb counts", func(ctx context.Context) error { return counts.Run(ctx, cfg.InfluxInterval) })
 	}
 	log.Info("limiter serving", "addr", addr.String(), "grpc_addr", grpcAddr, "debug_addr", cfg.DebugAddr, "redis", cfg.RedisAddrs, "kafka", cfg.KafkaBrokers,
-		"topic", cfg.DecisionsTopic, "rules", core.Rules().Source, "rule_count", len(core.Rules().Rules), "shadow", core.Rules().Shadow || cfg.Shadow)
+		"topic", cfg.DecisionsTopic, "rules", core.Rules().Source, "rules_topic", cfg.RulesTopic, "rules_version", core.Rules().Version, "rule_count", len(core.Rules().Rules), "shadow", core.Rules().Shadow || cfg.Shadow)
 	return run.Run(ctx)
 }
 
