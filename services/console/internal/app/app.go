@@ -22,6 +22,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/schemas/openapi"
@@ -67,6 +68,7 @@ type Config struct {
 	AdjustmentsTopic string        // FLOODGATE_ADJUSTMENTS_TOPIC (scale changes and their causes on the scales page)
 	OverridesKey     string        // FLOODGATE_CONSOLE_OVERRIDES_KEY (the limiter's overrides hash)
 	OverrideSweep    time.Duration // FLOODGATE_CONSOLE_OVERRIDE_SWEEP (how often expired overrides are removed)
+	RulesTopic       string        // FLOODGATE_RULES_TOPIC (the rule rollouts page; "" = not configured)
 }
 
 // ConfigFromEnv reads and validates the configuration.
@@ -106,6 +108,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		TrustedProxies: e.List("FLOODGATE_CONSOLE_TRUSTED_PROXIES", ""),
 
 		AdjustmentsTopic: e.String("FLOODGATE_ADJUSTMENTS_TOPIC", config.DefaultAdjustmentsTopic),
+		RulesTopic:       e.String("FLOODGATE_RULES_TOPIC", ""),
 		OverridesKey:     e.String("FLOODGATE_CONSOLE_OVERRIDES_KEY", limiter.OverridesKey),
 		OverrideSweep:    e.Duration("FLOODGATE_CONSOLE_OVERRIDE_SWEEP", 30*time.Second),
 	}
@@ -170,6 +173,11 @@ func (c Config) Validate() error {
 	}
 	if c.OverridesKey == "" {
 		errs = append(errs, errors.New("FLOODGATE_CONSOLE_OVERRIDES_KEY: empty"))
+	}
+	if c.RulesTopic != "" {
+		if err := rollout.ValidTopic(c.RulesTopic); err != nil {
+			errs = append(errs, fmt.Errorf("FLOODGATE_RULES_TOPIC: %w", err))
+		}
 	}
 	if c.OverrideSweep < time.Second || c.OverrideSweep > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_OVERRIDE_SWEEP: %s not in 1s..10m", c.OverrideSweep))
@@ -314,6 +322,14 @@ func Serve(ctx context.Context, env service.Env) error {
 	if err != nil {
 		return err
 	}
+	var rollouts *web.Rollouts
+	if cfg.RulesTopic != "" {
+		topic := rollout.NewTopic(cfg.KafkaBrokers, ksec, cfg.RulesTopic, log)
+		run.Closer("rules topic producer", topic.Close)
+		audit := &rollout.DynamoAudit{Client: ddb, Table: cfg.DynamoDB.TablePrefix + dynamo.TableAuditLog}
+		rollouts = &web.Rollouts{Operator: &rollout.Operator{Topic: topic, Audit: audit, Now: env.Now, Validate: web.ValidateRules},
+			Redis: rdb, Audit: audit}
+	}
 	srv, err := web.New(web.Config{
 		Directory:     dir,
 		Sessions:      sessions,
@@ -335,6 +351,7 @@ func Serve(ctx context.Context, env service.Env) error {
 		Adjustments: &adjuster.Adjustments{Client: ksec.Client(cfg.KafkaBrokers, 10*time.Second),
 			Topic: cfg.AdjustmentsTopic},
 		OverridesKey: cfg.OverridesKey,
+		Rollouts:     rollouts,
 	})
 	if err != nil {
 		return err
