@@ -132,7 +132,9 @@ var errStale = errors.New("the rollout changed since it was judged")
 
 // Step judges st once and takes the verdict's action.
 func (c *Controller) Step(ctx context.Context, st *State) (Verdict, error) {
-	impact := func(ctx context.Context, v int64) (Impact, error) { return ReadImpact(ctx, c.Redis, c.Operator.Topic.Name, v) }
+	impact := func(ctx context.Context, v int64) (Impact, error) {
+		return ReadImpact(ctx, c.Redis, c.Operator.Topic.Name, v)
+	}
 	v, err := Judge(ctx, st, impact, c.Now())
 	if err != nil {
 		return v, err

@@ -249,4 +249,3 @@ func printImpact(w io.Writer, impact func(int64) (rollout.Impact, error), v int6
 	}
 	return nil
 }
-

@@ -103,7 +103,7 @@ func TestRolloutCommands(t *testing.T) {
 	brokers, topic := rollouttest.Topic(t)
 	prefix, audit := auditPrefix(t)
 	vars := map[string]string{"FLOODGATE_KAFKA_BROKERS": strings.Join(brokers, ","), "FLOODGATE_RULES_TOPIC": topic,
-		"FLOODGATE_DYNAMODB_ENDPOINT": config.NewEnv(os.Getenv).String("FLOODGATE_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000"),
+		"FLOODGATE_DYNAMODB_ENDPOINT":     config.NewEnv(os.Getenv).String("FLOODGATE_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000"),
 		"FLOODGATE_DYNAMODB_TABLE_PREFIX": prefix, "USER": "alice"}
 	v1 := writeFile(t, "v1.yaml", "version: 1\nrules:\n  - {id: p, tier: principal, limit: 100, period: 1s}\n")
 	v2 := writeFile(t, "v2.yaml", "version: 1\nrules:\n  - {id: p, tier: principal, limit: 50, period: 1s}\n")
