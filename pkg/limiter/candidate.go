@@ -230,12 +230,12 @@ func (f *ImpactFlusher) Flush(ctx context.Context) error {
 	for _, en := range entries {
 		tk := taken{c: en.counts}
 		key := redisx.RulesImpactKey(f.topic, en.version)
-		any := false
+		wrote := false
 		for p := PriorityCritical; p <= PriorityBulk; p++ {
 			tk.total[p], tk.blocked[p] = en.counts.total[p].Swap(0), en.counts.blocked[p].Swap(0)
 			if tk.total[p] > 0 {
 				pipe.HIncrBy(ctx, key, en.phase+":"+p.String()+":total", tk.total[p])
-				any = true
+				wrote = true
 			}
 			if tk.blocked[p] > 0 {
 				pipe.HIncrBy(ctx, key, en.phase+":"+p.String()+":blocked", tk.blocked[p])
@@ -243,9 +243,9 @@ func (f *ImpactFlusher) Flush(ctx context.Context) error {
 		}
 		if tk.errors = en.counts.errors.Swap(0); tk.errors > 0 {
 			pipe.HIncrBy(ctx, key, en.phase+":errors", tk.errors)
-			any = true
+			wrote = true
 		}
-		if any {
+		if wrote {
 			pipe.Expire(ctx, key, impactTTL)
 			took = append(took, tk)
 		}
