@@ -144,9 +144,12 @@ type EngineConfig struct {
 	// write (FLOODGATE_LIMITER_REDIS_BATCH); 0 = 64, 1 = every check on its own.
 	RedisBatch int
 	// Shadow puts every rule in shadow mode (FLOODGATE_LIMITER_SHADOW).
-	Shadow   bool
-	Logger   *slog.Logger
-	Registry prometheus.Registerer
+	Shadow bool
+	// RedisLatency, when set, receives every check pipeline's Redis round
+	// trip (the adjuster's Redis-latency signal, through ScopeCounts).
+	RedisLatency *RedisLatency
+	Logger       *slog.Logger
+	Registry     prometheus.Registerer
 
 	admission *admissionConfig // tests only
 }
@@ -187,6 +190,8 @@ type engineMetrics struct {
 	degraded       *prometheus.CounterVec
 	refunds        *prometheus.CounterVec
 	shed           prometheus.Counter
+	redisRTT       prometheus.Histogram
+	rtt            *RedisLatency                        // nil: not collected
 	prioShed       [PriorityBulk + 1]prometheus.Counter // by Priority; index 0 unused
 }
 
@@ -248,6 +253,9 @@ func NewEngine(c EngineConfig) (*Engine, error) {
 		degraded:       f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_degraded_total", Help: "Tier answers given without Redis, by policy (local when shed) and outcome."}, []string{"policy", "outcome"}),
 		refunds:        f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_refunds_total", Help: "Compensating refunds after the IP and principal groups disagreed, by result."}, []string{"result"}),
 		shed:           f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_shed_total", Help: "Checks answered from local state because the limiter was past its capacity (admission limit reached, pipeline queue full or too slow)."}),
+		redisRTT: f.NewHistogram(prometheus.HistogramOpts{Name: "floodgate_limiter_redis_pipeline_seconds", Help: "Round trip of one pipeline of check scripts to Redis (one per batch of checks), failures and timeouts included.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .03, .04, .05, .075, .1, .25}}),
+		rtt: c.RedisLatency,
 	}
 	byPrio := f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_priority_shed_total", Help: "Checks refused by priority shedding (the adjuster's shed level), by priority."}, []string{"priority"})
 	for p := PriorityCritical; p <= PriorityBulk; p++ {
@@ -765,6 +773,7 @@ func (e *Engine) run(ctx context.Context, sh *shard, groups []*group) ([]any, []
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.budget)
 	defer cancel()
+	defer e.m.roundTrip(time.Now())
 	if len(groups) == 1 {
 		keys, args := groups[0].args("c", now, "")
 		v, err := e.script.Run(rctx, e.rdb, keys, args...).Result()
@@ -804,6 +813,15 @@ func (e *Engine) run(ctx context.Context, sh *shard, groups []*group) ([]any, []
 		out[i] = c.Val()
 	}
 	return out, errs, nil
+}
+
+// roundTrip records one Redis pipeline that started at start.
+func (m *engineMetrics) roundTrip(start time.Time) {
+	d := time.Since(start)
+	m.redisRTT.Observe(d.Seconds())
+	if m.rtt != nil {
+		m.rtt.Record(d)
+	}
 }
 
 func (e *Engine) refund(ctx context.Context, g *group, mask string) {

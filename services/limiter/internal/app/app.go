@@ -105,17 +105,20 @@ func Run(ctx context.Context, env service.Env) error {
 
 	var counts *limiter.ScopeCounts
 	var observer limiter.Observer
+	var rtt *limiter.RedisLatency
 	if cfg.InfluxInterval > 0 {
 		influx := influxdb2.NewClient(cfg.InfluxURL, cfg.InfluxToken)
 		run.Closer("influxdb", func() error { influx.Close(); return nil })
 		counts = limiter.NewScopeCounts(influx, cfg.InfluxOrg, cfg.InfluxBucket, cfg.Gateway, env.Now, log)
 		observer = counts
+		rtt = limiter.NewRedisLatency()
+		counts.TrackRedis(rtt, cfg.RedisTimeout)
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	core, err := limiter.NewEmbedded(startCtx, limiter.EmbedConfig{
 		Redis: rdb, Rules: rules, RulesFile: cfg.RulesPath, RulesPoll: cfg.RulesPoll, Reload: hup,
 		Brokers: cfg.KafkaBrokers, Kafka: ksec, Topic: cfg.DecisionsTopic, Journal: cfg.Journal, EventBuffer: cfg.EventBuffer,
-		Gateway: cfg.Gateway, Observer: observer,
+		Gateway: cfg.Gateway, Observer: observer, RedisLatency: rtt,
 		Budget: cfg.RedisTimeout, BreakerFailures: cfg.BreakerFailures, BreakerOpen: cfg.BreakerOpen,
 		OverLimitEntries: cmp.Or(cfg.OverLimitCache, -1), RedisBatch: cfg.RedisBatch, Shadow: cfg.Shadow,
 		RuntimePoll: cfg.RuntimePoll, Logger: log, Registry: reg, Callers: cfg.Callers, Tracing: env.Tracing,
@@ -255,9 +258,11 @@ func newProxy(cfg Config, srv *limiter.Server, run *service.Runner, log *slog.Lo
 	}
 	handler, err := gateway.NewReverseProxy(upstream, gateway.Options{
 		Checker: srv.Embedded(), Router: router, TrustedProxies: cfg.ProxyTrusted, Logger: log,
-		Principal: gateway.PrincipalFromHeaders(cfg.ProxyKindHeader, cfg.ProxyIDHeader, cfg.ProxyTrusted),
-		Timeout:   cfg.RedisTimeout * 4,
-		Tracing:   tr,
+		Principal:           gateway.PrincipalFromHeaders(cfg.ProxyKindHeader, cfg.ProxyIDHeader, cfg.ProxyIdentityTrusted),
+		PrincipalHeaders:    &gateway.PrincipalHeaders{Kind: cfg.ProxyKindHeader, ID: cfg.ProxyIDHeader},
+		AnonymousIPv6Prefix: cfg.ProxyAnonIPv6Prefix,
+		Timeout:             cfg.RedisTimeout * 4,
+		Tracing:             tr,
 	})
 	if err != nil {
 		return err

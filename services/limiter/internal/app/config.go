@@ -62,10 +62,14 @@ type Config struct {
 	// FLOODGATE_LIMITER_PROXY_ADDR ("" = off), _UPSTREAM, _ROUTES ("METHOD /template
 	// [resource=type:{param}] [cost=N]" separated by ";"), _TRUSTED (CIDRs whose
 	// X-Forwarded-For entries are believed), _KIND_HEADER and _ID_HEADER (where an
-	// authenticating layer in front puts the principal). Decisions are in-process.
+	// authenticating layer in front puts the principal), _IDENTITY_TRUSTED (CIDRs
+	// of that layer: only its identity headers are believed; empty = none),
+	// _ANON_IPV6_PREFIX (bits of an IPv6 address that key an anonymous
+	// principal). Decisions are in-process.
 	ProxyAddr, ProxyUpstream, ProxyKindHeader, ProxyIDHeader string
 	ProxyRoutes                                              []gateway.Route
-	ProxyTrusted                                             gateway.TrustedProxies
+	ProxyTrusted, ProxyIdentityTrusted                       gateway.TrustedProxies
+	ProxyAnonIPv6Prefix                                      int
 	// Journal keeps decision events on disk while Kafka is unreachable
 	// (FLOODGATE_JOURNAL_*; an empty FLOODGATE_JOURNAL_DIR disables it).
 	Journal stream.JournalConfig
@@ -168,6 +172,12 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		perr = append(perr, fmt.Errorf("FLOODGATE_LIMITER_PROXY_TRUSTED: %w", err))
 	}
 	c.ProxyTrusted = trusted
+	identity, err := gateway.ParseTrustedProxies(e.List("FLOODGATE_LIMITER_PROXY_IDENTITY_TRUSTED", ""))
+	if err != nil {
+		perr = append(perr, fmt.Errorf("FLOODGATE_LIMITER_PROXY_IDENTITY_TRUSTED: %w", err))
+	}
+	c.ProxyIdentityTrusted = identity
+	c.ProxyAnonIPv6Prefix = e.Int("FLOODGATE_LIMITER_PROXY_ANON_IPV6_PREFIX", 64)
 	jc, jerr := stream.JournalConfigFromEnv(getenv)
 	if err := errors.Join(append(perr, e.Err(), jerr, ierr)...); err != nil {
 		return Config{}, err
@@ -234,6 +244,9 @@ func (c Config) Validate() error {
 		v.Require(err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "", "FLOODGATE_LIMITER_PROXY_UPSTREAM",
 			"%q: an http(s) URL is required in proxy mode", c.ProxyUpstream)
 		v.Require(c.ProxyAddr != c.HTTPAddr && c.ProxyAddr != c.GRPCAddr, "FLOODGATE_LIMITER_PROXY_ADDR", "must differ from the HTTP and gRPC addresses")
+		v.Require(c.ProxyAnonIPv6Prefix >= 1 && c.ProxyAnonIPv6Prefix <= 128, "FLOODGATE_LIMITER_PROXY_ANON_IPV6_PREFIX", "%d: must be in 1..128", c.ProxyAnonIPv6Prefix)
+		v.Require(c.ProxyKindHeader != "" && c.ProxyIDHeader != "" && !strings.EqualFold(c.ProxyKindHeader, c.ProxyIDHeader),
+			"FLOODGATE_LIMITER_PROXY_ID_HEADER", "%q: must be a header name other than FLOODGATE_LIMITER_PROXY_KIND_HEADER", c.ProxyIDHeader)
 	}
 	if c.Journal.Dir != "" {
 		return errors.Join(v.Err(), c.Journal.Validate())

@@ -42,6 +42,10 @@ func TestConfigFromEnvNamesBadVariables(t *testing.T) {
 		{"envoy method key names the principal", map[string]string{"FLOODGATE_LIMITER_ENVOY_METHOD_KEY": "user"}, "FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS"},
 		{"sentinel master without sentinels", map[string]string{"FLOODGATE_REDIS_SENTINEL_MASTER": "mymaster"}, "FLOODGATE_REDIS_SENTINEL_ADDRS"},
 		{"sentinels without a master name", map[string]string{"FLOODGATE_REDIS_SENTINEL_ADDRS": "127.0.0.1:26379"}, "FLOODGATE_REDIS_SENTINEL_MASTER"},
+		{"identity proxies not CIDRs", map[string]string{"FLOODGATE_LIMITER_PROXY_IDENTITY_TRUSTED": "10.0.0.0/99"}, "FLOODGATE_LIMITER_PROXY_IDENTITY_TRUSTED"},
+		{"anonymous IPv6 prefix", map[string]string{"FLOODGATE_LIMITER_PROXY_ADDR": "127.0.0.1:8090", "FLOODGATE_LIMITER_PROXY_UPSTREAM": "http://127.0.0.1:9000", "FLOODGATE_LIMITER_PROXY_ANON_IPV6_PREFIX": "0"}, "FLOODGATE_LIMITER_PROXY_ANON_IPV6_PREFIX"},
+		{"one header for kind and id", map[string]string{"FLOODGATE_LIMITER_PROXY_ADDR": "127.0.0.1:8090", "FLOODGATE_LIMITER_PROXY_UPSTREAM": "http://127.0.0.1:9000", "FLOODGATE_LIMITER_PROXY_ID_HEADER": "x-principal-kind"}, "FLOODGATE_LIMITER_PROXY_ID_HEADER"},
+		{"proxy", map[string]string{"FLOODGATE_LIMITER_PROXY_ADDR": "127.0.0.1:8090", "FLOODGATE_LIMITER_PROXY_UPSTREAM": "http://127.0.0.1:9000", "FLOODGATE_LIMITER_PROXY_IDENTITY_TRUSTED": "192.168.0.0/16", "FLOODGATE_LIMITER_PROXY_ANON_IPV6_PREFIX": "56"}, ""},
 		{"sentinel", map[string]string{"FLOODGATE_REDIS_SENTINEL_MASTER": "mymaster", "FLOODGATE_REDIS_SENTINEL_ADDRS": "127.0.0.1:26379,127.0.0.1:26380"}, ""},
 	}
 	for _, tc := range cases {
