@@ -88,6 +88,9 @@ type Rule struct {
 	Shadow    bool
 	Fail      FailPolicy
 	Line      int // where the rule starts in its file
+	// Defer, set by on_limit: defer, queues the route's denied or shed
+	// requests for a paced replay (deferral.go); nil rejects them.
+	Defer *DeferPolicy
 }
 
 // Quota is a daily quota for principals of one kind on one plan.
@@ -116,6 +119,8 @@ type Ruleset struct {
 	// defPriority the rest's (defaults.priority, else DefaultPriority).
 	priority    map[string]Priority
 	defPriority Priority
+	// deferral is the deferral policy per "METHOD route" (on_limit: defer).
+	deferral map[string]*DeferPolicy
 }
 
 // Priority returns the priority of a request on a route that names none.
@@ -231,6 +236,10 @@ type fileRule struct {
 	Burst     int      `yaml:"burst"`
 	Shadow    bool     `yaml:"shadow"`
 	Fail      string   `yaml:"fail"`
+
+	// on_limit: defer and its policy (deferral.go)
+	OnLimit string     `yaml:"on_limit"`
+	Defer   *fileDefer `yaml:"defer"`
 }
 
 type fileQuo struct {
@@ -425,6 +434,7 @@ func ParseRules(name string, data []byte) (*Ruleset, error) {
 				p.fail(p.line(n, "fail"), path+".fail", "%q: want one of %s", fr.Fail, failPolicies)
 			}
 		}
+		p.deferral(rs, n, path, fr, &r)
 		rs.Rules = append(rs.Rules, r)
 		rs.period[r.ID] = r.Period
 	}
@@ -480,8 +490,12 @@ var fileSchemaKeys = map[string][]string{
 	"defaults":     {"algorithm", "fail", "priority"},
 	"costs[]":      {"method", "route", "cost"},
 	"priorities[]": {"method", "route", "priority"},
-	"rules[]":      {"id", "tier", "kinds", "plans", "method", "route", "resource", "algorithm", "limit", "period", "burst", "shadow", "fail"},
+	"rules[]":      {"id", "tier", "kinds", "plans", "method", "route", "resource", "algorithm", "limit", "period", "burst", "shadow", "fail", "on_limit", "defer"},
 	"quotas[]":     {"kind", "plan", "limit", "shadow", "fail"},
+
+	// deferral.go
+	"rules[].defer":            deferKeys,
+	"rules[].defer.max_queued": {"principal", "route"},
 }
 
 type parser struct {
