@@ -130,10 +130,12 @@ func (s *Store) Reserve(ctx context.Context, id, principal, route string, deadli
 
 // Release takes id off both queues (idempotent).
 func (s *Store) Release(ctx context.Context, id, principal, route string) error {
-	if err := s.rdb.ZRem(ctx, routeQueueKey(route), id).Err(); err != nil {
-		return fmt.Errorf("release %s: %w", id, err)
-	}
-	if err := s.rdb.ZRem(ctx, principalQueueKey(principal, route), id).Err(); err != nil {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZRem(ctx, routeQueueKey(route), id)
+		p.ZRem(ctx, principalQueueKey(principal, route), id)
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("release %s: %w", id, err)
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -60,7 +61,17 @@ type Options struct {
 
 // Worker handles one deferred request per call. Safe for concurrent use (one
 // call per partition at a time, as pkg/stream's consumer makes them).
-type Worker struct{ o Options }
+type Worker struct {
+	o Options
+
+	mu     sync.Mutex
+	paused map[string]pausedAt // route → last look, so a busy route costs one Redis read a PausePoll
+}
+
+type pausedAt struct {
+	paused bool
+	at     time.Time
+}
 
 // New returns a Worker.
 func New(o Options) *Worker {
@@ -73,7 +84,7 @@ func New(o Options) *Worker {
 	if o.PausePoll == 0 {
 		o.PausePoll = time.Second
 	}
-	return &Worker{o: o}
+	return &Worker{o: o, paused: map[string]pausedAt{}}
 }
 
 // Handle is the stream.Handler: it returns nil once the request's outcome is
@@ -202,7 +213,7 @@ func (w *Worker) expire(ctx context.Context, ev events.Deferred, base deferred.R
 // Past the deadline (unless the request was sent before) it returns ErrExpired.
 func (w *Worker) pace(ctx context.Context, ev events.Deferred, sentBefore bool) error {
 	req := gateway.Request{Principal: ev.Principal, IP: ev.IP.String(), Method: ev.Method, Route: ev.Route,
-		Resource: ev.Resource, Cost: 1, Priority: string(limiter.PriorityBulk)}
+		Resource: ev.Resource, Cost: 1, Priority: string(events.PriorityBulk)}
 	backoff := w.o.MinBackoff
 	for {
 		if !sentBefore && !w.o.Now().Before(ev.Deadline) {
@@ -233,9 +244,27 @@ func (w *Worker) pace(ctx context.Context, ev events.Deferred, sentBefore bool) 
 	}
 }
 
+func (w *Worker) isPaused(ctx context.Context, route string) (bool, error) {
+	now := time.Now()
+	w.mu.Lock()
+	p, ok := w.paused[route]
+	w.mu.Unlock()
+	if ok && now.Sub(p.at) < w.o.PausePoll {
+		return p.paused, nil
+	}
+	paused, err := w.o.Store.Paused(ctx, route)
+	if err != nil {
+		return false, err
+	}
+	w.mu.Lock()
+	w.paused[route] = pausedAt{paused: paused, at: now}
+	w.mu.Unlock()
+	return paused, nil
+}
+
 func (w *Worker) waitPaused(ctx context.Context, route string, deadline time.Time) error {
 	for {
-		paused, err := w.o.Store.Paused(ctx, route)
+		paused, err := w.isPaused(ctx, route)
 		if err != nil || !paused || !w.o.Now().Before(deadline) {
 			return err
 		}
