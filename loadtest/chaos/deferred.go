@@ -143,6 +143,7 @@ func DeferredKill(ctx context.Context, e *Env, s Size, r *Result) error {
 	type outcome struct {
 		order, user, location string
 		status                int
+		at                    time.Time
 	}
 	var mu sync.Mutex
 	var outcomes []outcome
@@ -156,7 +157,7 @@ func DeferredKill(ctx context.Context, e *Env, s Size, r *Result) error {
 		req.Header.Set("X-Principal-Kind", "user")
 		req.Header.Set("X-Principal-Id", user)
 		req.Header.Set("Authorization", "Bearer client-secret")
-		o := outcome{order: order, user: user}
+		o := outcome{order: order, user: user, at: time.Now()}
 		if resp, err := client.Do(req); err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
@@ -199,12 +200,14 @@ func DeferredKill(ctx context.Context, e *Env, s Size, r *Result) error {
 		return err
 	}
 	b.Kill9()
+	killedAt := time.Now()
 	if err := sleep(ctx, 3*time.Second); err != nil {
 		return err
 	}
 	if err := b.Start(ctx); err != nil {
 		return fmt.Errorf("restart broker: %w", err)
 	}
+	restartedAt := time.Now()
 	wg.Wait()
 	burst := time.Since(burstStart)
 	// The worker dies during the replay and comes back.
@@ -225,7 +228,21 @@ func DeferredKill(ctx context.Context, e *Env, s Size, r *Result) error {
 	}
 	r.metric("orders", "%d in %.1fs: %d applied directly (201), %d deferred (202), %d refused (429), %d other",
 		len(outcomes), burst.Seconds(), counts[201], counts[202], counts[429], len(outcomes)-counts[201]-counts[202]-counts[429])
-	r.metric("deferrals/s at the edge", "%.0f", float64(counts[202])/burst.Seconds())
+	var firstRefused, lastRefused time.Time
+	for _, o := range outcomes {
+		if o.status == http.StatusTooManyRequests {
+			if firstRefused.IsZero() || o.at.Before(firstRefused) {
+				firstRefused = o.at
+			}
+			if o.at.After(lastRefused) {
+				lastRefused = o.at
+			}
+		}
+	}
+	if !firstRefused.IsZero() {
+		r.metric("429 window", "requests sent from %.1fs to %.1fs after the broker kill (down %.1fs); refusals by reason at the edge: %s",
+			firstRefused.Sub(killedAt).Seconds(), lastRefused.Sub(killedAt).Seconds(), restartedAt.Sub(killedAt).Seconds(), refusedByReason(ctx, lim))
+	}
 
 	// Every deferred order ends; its client sees how.
 	final := map[string]string{}
@@ -308,3 +325,24 @@ func DeferredKill(ctx context.Context, e *Env, s Size, r *Result) error {
 }
 
 func first(s []string) []string { return s[:min(len(s), 5)] }
+
+// refusedByReason reads floodgate_deferred_refused_total from a service's /metrics.
+func refusedByReason(ctx context.Context, s *Service) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.Addr+"/metrics", nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var out []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "floodgate_deferred_refused_total{") {
+			out = append(out, strings.TrimPrefix(line, "floodgate_deferred_refused_total"))
+		}
+	}
+	return strings.Join(out, "; ")
+}

@@ -52,7 +52,7 @@ rules:
       headers: [Content-Type, X-Request-Id]
 `
 
-func edgeServer(t *testing.T, edge *deferred.Edge) *httptest.Server {
+func edgeServer(t testing.TB, edge *deferred.Edge) *httptest.Server {
 	t.Helper()
 	router, err := gateway.NewRouter([]gateway.Route{{Method: "POST", Template: "/orders"}}, "")
 	require.NoError(t, err)

@@ -126,7 +126,7 @@ rules:
       headers: [Content-Type, X-Order, X-User]
 `
 
-func redisClient(t *testing.T) *redis.Client {
+func redisClient(t testing.TB) *redis.Client {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	t.Cleanup(func() { _ = rdb.Close() })
 	require.NoError(t, rdb.Ping(context.Background()).Err(), "the local stack's Redis must run (make up)")
