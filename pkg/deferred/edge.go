@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -83,6 +84,34 @@ type Edge struct {
 	cfg     EdgeConfig
 	store   *Store
 	metrics *edgeMetrics
+
+	mu       sync.Mutex
+	draining map[string]drainLook // route → the last look at its drain flag
+}
+
+type drainLook struct {
+	on bool
+	at time.Time
+}
+
+// isDraining reads a route's drain flag at most once a second; a Redis error
+// counts as not draining (the reservation that follows fails on its own).
+func (e *Edge) isDraining(ctx context.Context, route string) bool {
+	now := time.Now()
+	e.mu.Lock()
+	l, ok := e.draining[route]
+	e.mu.Unlock()
+	if ok && now.Sub(l.at) < time.Second {
+		return l.on
+	}
+	on, err := e.store.Draining(ctx, route)
+	if err != nil {
+		return false
+	}
+	e.mu.Lock()
+	e.draining[route] = drainLook{on: on, at: now}
+	e.mu.Unlock()
+	return on
 }
 
 var _ gateway.Deferrer = (*Edge)(nil)
@@ -107,7 +136,7 @@ func NewEdge(cfg EdgeConfig) (*Edge, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Edge{cfg: cfg, store: NewStore(cfg.Redis), metrics: newEdgeMetrics(cfg.Registerer)}, nil
+	return &Edge{cfg: cfg, store: NewStore(cfg.Redis), metrics: newEdgeMetrics(cfg.Registerer), draining: map[string]drainLook{}}, nil
 }
 
 type edgeMetrics struct {
@@ -122,7 +151,7 @@ func newEdgeMetrics(reg prometheus.Registerer) *edgeMetrics {
 		deferred: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_deferred_queued_total",
 			Help: "Requests deferred (202 Accepted) at this edge, by route."}, []string{"route"}),
 		refused: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_deferred_refused_total",
-			Help: "Deferrable requests answered with the plain 429 instead, by route and reason (queue_full, body_too_large, store, kafka)."}, []string{"route", "reason"}),
+			Help: "Deferrable requests answered with the plain 429 instead, by route and reason (queue_full, body_too_large, draining, store, kafka)."}, []string{"route", "reason"}),
 		write: f.NewHistogram(prometheus.HistogramOpts{Name: "floodgate_deferred_write_seconds",
 			Help: "Time to make one deferral durable (Redis and the acks=all Kafka write).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 	}
@@ -155,6 +184,9 @@ func (e *Edge) Defer(w http.ResponseWriter, r *http.Request, req gateway.Request
 			e.cfg.Logger.Warn("deferral refused; answering 429", "route", route, "principal", req.Principal.Key(), "reason", reason, "err", err)
 		}
 		return false
+	}
+	if e.isDraining(r.Context(), route) {
+		return refuse("draining", nil)
 	}
 	var body []byte
 	if r.Body != nil && r.Body != http.NoBody {

@@ -11,11 +11,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
@@ -147,6 +151,10 @@ type Depth struct {
 	Queued         int64     `json:"queued"`
 	OldestDeadline time.Time `json:"oldest_deadline,omitzero"`
 	Paused         bool      `json:"paused"`
+	Draining       bool      `json:"draining"`
+	// OldestQueued is when the oldest waiting request was deferred (its
+	// id is a UUIDv7, which carries it); zero when none waits.
+	OldestQueued time.Time `json:"oldest_queued,omitzero"`
 }
 
 // Depth counts a route's unexpired queue.
@@ -162,6 +170,10 @@ func (s *Store) Depth(ctx context.Context, route string) (Depth, error) {
 		zs, err := s.rdb.ZRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Min: "(" + now, Max: "+inf", Count: 1}).Result()
 		if err == nil && len(zs) == 1 {
 			d.OldestDeadline = time.UnixMilli(int64(zs[0].Score)).UTC()
+			if id, err := uuid.Parse(fmt.Sprint(zs[0].Member)); err == nil && id.Version() == 7 {
+				sec, nsec := id.Time().UnixTime()
+				d.OldestQueued = time.Unix(sec, nsec).UTC()
+			}
 		}
 	}
 	paused, err := s.Paused(ctx, route)
@@ -169,6 +181,9 @@ func (s *Store) Depth(ctx context.Context, route string) (Depth, error) {
 		return Depth{}, err
 	}
 	d.Paused = paused
+	if d.Draining, err = s.Draining(ctx, route); err != nil {
+		return Depth{}, err
+	}
 	return d, nil
 }
 
@@ -245,4 +260,78 @@ func (s *Store) Paused(ctx context.Context, route string) (bool, error) {
 		return false, fmt.Errorf("paused %s: %w", route, err)
 	}
 	return n, nil
+}
+
+const drainingKey = "fg:dfr:draining"
+
+// SetDraining makes the edges stop deferring a route (by whom; the queued
+// requests are still replayed) or, with by == "", defer again.
+func (s *Store) SetDraining(ctx context.Context, route, by string) error {
+	var err error
+	if by == "" {
+		err = s.rdb.HDel(ctx, drainingKey, route).Err()
+	} else {
+		err = s.rdb.HSet(ctx, drainingKey, route, by).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("drain %s: %w", route, err)
+	}
+	return nil
+}
+
+// Draining reports whether the edges stopped deferring a route.
+func (s *Store) Draining(ctx context.Context, route string) (bool, error) {
+	n, err := s.rdb.HExists(ctx, drainingKey, route).Result()
+	if err != nil {
+		return false, fmt.Errorf("draining %s: %w", route, err)
+	}
+	return n, nil
+}
+
+// Routes lists the routes with a queue (requests deferred within their
+// max_age), paused or draining, sorted.
+func (s *Store) Routes(ctx context.Context) ([]string, error) {
+	seen := map[string]bool{}
+	scan := func(ctx context.Context, c redis.UniversalClient) error {
+		it := c.Scan(ctx, 0, "fg:dfr:qr:*", 1000).Iterator()
+		for it.Next(ctx) {
+			if r, ok := redisx.Unescape(strings.TrimPrefix(it.Val(), "fg:dfr:qr:")); ok {
+				seen[r] = true
+			}
+		}
+		return it.Err()
+	}
+	var err error
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		var mu sync.Mutex
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			local := map[string]bool{}
+			it := m.Scan(ctx, 0, "fg:dfr:qr:*", 1000).Iterator()
+			for it.Next(ctx) {
+				if r, ok := redisx.Unescape(strings.TrimPrefix(it.Val(), "fg:dfr:qr:")); ok {
+					local[r] = true
+				}
+			}
+			mu.Lock()
+			maps.Copy(seen, local)
+			mu.Unlock()
+			return it.Err()
+		})
+	} else {
+		err = scan(ctx, s.rdb)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list deferred routes: %w", err)
+	}
+	for _, key := range []string{pausedKey, drainingKey} {
+		names, err := s.rdb.HKeys(ctx, key).Result()
+		if err != nil {
+			return nil, fmt.Errorf("list deferred routes: %w", err)
+		}
+		for _, n := range names {
+			seen[n] = true
+		}
+	}
+	out := slices.Sorted(maps.Keys(seen))
+	return out, nil
 }

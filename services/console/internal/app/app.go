@@ -16,6 +16,7 @@ import (
 	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/deferred"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
@@ -335,6 +336,7 @@ func Serve(ctx context.Context, env service.Env) error {
 		Adjustments: &adjuster.Adjustments{Client: ksec.Client(cfg.KafkaBrokers, 10*time.Second),
 			Topic: cfg.AdjustmentsTopic},
 		OverridesKey: cfg.OverridesKey,
+		Deferred:     deferred.NewStore(rdb),
 	})
 	if err != nil {
 		return err

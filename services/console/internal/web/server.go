@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/floodgate-dev/floodgate/pkg/deferred"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
@@ -66,6 +67,7 @@ type Config struct {
 	Samples       SampleSource           // decision events around a detection, from Kafka (nil: the alert page says it is not configured)
 	SignIn        *auth.Limiter          // sign-in and API-token failure limits in Redis (nil: no limit)
 	Proxies       gateway.TrustedProxies // whose X-Forwarded-For names the client for the failure limits
+	Deferred      *deferred.Store        // deferred-work queues in Redis (nil: the page says it is not configured)
 }
 
 // Server is the console's HTTP handler.
@@ -119,7 +121,7 @@ func New(cfg Config) (*Server, error) {
 		"tsmilli":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
 		"cidrof":   func(pk string) string { return strings.TrimPrefix(pk, store.AllowCIDRPrefix) },
 	}
-	for _, page := range []string{"login", "alerts", "alert", "rows", "scales", "fps", "error", "principal", "adjuster", "dlq", "dlqrecord", "blockrate", "overrides", "dlqpurge", "allowlist"} {
+	for _, page := range []string{"login", "alerts", "alert", "rows", "scales", "fps", "error", "principal", "adjuster", "dlq", "dlqrecord", "blockrate", "overrides", "dlqpurge", "allowlist", "deferred"} {
 		files := []string{"templates/layout.html", "templates/" + page + ".html"}
 		if page == "alerts" {
 			files = append(files, "templates/rows.html")
@@ -158,6 +160,8 @@ func New(cfg Config) (*Server, error) {
 	s.route("GET /sre/overrides", s.authed(auth.RoleViewer, s.overridesPage))
 	s.route("POST /sre/overrides", s.authed(auth.RoleSRE, s.overrideSave))
 	s.route("POST /sre/overrides/delete", s.authed(auth.RoleSRE, s.overrideDelete))
+	s.route("GET /sre/deferred", s.authed(auth.RoleViewer, s.deferredPage))
+	s.route("POST /sre/deferred", s.authed(auth.RoleSRE, s.deferredAction))
 	s.route("GET /sre/block-rate", s.authed(auth.RoleViewer, s.blockRate))
 	s.route("GET /scales", s.authed(auth.RoleViewer, s.scales))
 	s.route("GET /false-positives", s.authed(auth.RoleViewer, s.fps))

@@ -179,6 +179,18 @@ func TestEdgeDefersDurablyAndRefusesVisibly(t *testing.T) {
 		require.Contains(t, metricText(t, reg), `value:"kafka"`)
 	})
 
+	t.Run("a draining route: the plain 429", func(t *testing.T) {
+		store := deferred.NewStore(rdb)
+		require.NoError(t, store.SetDraining(context.Background(), "POST /orders", "test"))
+		t.Cleanup(func() { _ = store.SetDraining(context.Background(), "POST /orders", "") })
+		reg := prometheus.NewRegistry()
+		e3, err := deferred.NewEdge(deferred.EdgeConfig{Policy: rs.Deferral, Redis: rdb, Producer: prod, Topic: topic,
+			Gateway: "edge-test", Registerer: reg})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusTooManyRequests, post(t, edgeServer(t, e3).URL, run+"-erin", `{}`).StatusCode)
+		require.Contains(t, metricText(t, reg), `value:"draining"`)
+	})
+
 	t.Run("the worker dead-letters an expired request with the reason", func(t *testing.T) {
 		store := deferred.NewStore(rdb)
 		w := worker.New(worker.Options{Store: store, Limiter: denyAll{}, Upstream: "http://127.0.0.1:1", HTTP: http.DefaultClient,
