@@ -245,7 +245,7 @@ func (e *Edge) Defer(w http.ResponseWriter, r *http.Request, req gateway.Request
 		return refuse("store", err)
 	}
 	msg := kafka.Message{Topic: e.cfg.Topic, Key: []byte(principal), Value: value, Time: now,
-		Headers: stream.CloudEventHeaders(events.CETypeDeferred, ev.ID, "floodgate/"+e.cfg.Gateway, now)}
+		Headers: stream.CloudEventHeaders(events.CETypeDeferred, ev.ID, "floodgate/edge/"+e.cfg.Gateway, now)}
 	if err := e.cfg.Producer.Publish(ctx, msg); err != nil {
 		// The write may have reached the broker without its acknowledgement
 		// reaching us. Cancel the record: a worker finding it cancelled drops
