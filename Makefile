@@ -58,7 +58,7 @@ bench: ## run the benchmark suite on the local stack; writes docs/benchmarks.md 
 	@FLOODGATE_WITH_CLUSTER=0 deploy/local/with-stack.sh bash -c '$(GO) run ./migrations/cmd/migrate >/dev/null && $(GO) run ./loadtest/cmd/benchreport $(BENCH_ARGS)'
 
 FUZZ_TARGETS := \
-	./pkg/events/:FuzzDecodeDecision ./pkg/events/:FuzzDecodeAbuse ./pkg/events/:FuzzDecodeAdjustment \
+	./pkg/events/:FuzzDecodeDecision ./pkg/events/:FuzzDecodeAbuse ./pkg/events/:FuzzDecodeAdjustment ./pkg/events/:FuzzDecodeDeferred \
 	./pkg/events/:FuzzParseIP ./pkg/events/:FuzzParseTime ./pkg/events/:FuzzValidRoute ./pkg/events/:FuzzParsePrincipalKey \
 	./pkg/redisx/:FuzzEscape ./pkg/stream/:FuzzJournalRecord ./pkg/stream/:FuzzJournalSegmentScan \
 	./services/adjuster/internal/signals/:FuzzQuote ./services/adjuster/internal/simulate/:FuzzReadCSV \

@@ -13,7 +13,7 @@ set -euo pipefail
 
 FILE=${1:-"$(cd -P -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)/secrets.env"}
 # name → what it is (written as a comment above it)
-NAMES=(FLOODGATE_INFLUX_TOKEN INFLUXDB_ADMIN_PASSWORD GRAFANA_ADMIN_PASSWORD FLOODGATE_CONSOLE_SESSION_SECRET FLOODGATE_CONSOLE_QUOTA_TOKEN)
+NAMES=(FLOODGATE_INFLUX_TOKEN INFLUXDB_ADMIN_PASSWORD GRAFANA_ADMIN_PASSWORD FLOODGATE_CONSOLE_SESSION_SECRET FLOODGATE_CONSOLE_QUOTA_TOKEN FLOODGATE_DEFERRED_SIGNING_KEY)
 # written from the ones above
 DERIVED=(FLOODGATE_QUOTA_TOKENS)
 declare -A WHAT=(
@@ -22,6 +22,7 @@ declare -A WHAT=(
 	[GRAFANA_ADMIN_PASSWORD]="Grafana user admin (http://127.0.0.1:3000)"
 	[FLOODGATE_CONSOLE_SESSION_SECRET]="keys the console's sessions, CSRF tokens and device cookies"
 	[FLOODGATE_CONSOLE_QUOTA_TOKEN]="the console's token for the quota usage API (FLOODGATE_QUOTA_TOKENS holds its hash)"
+	[FLOODGATE_DEFERRED_SIGNING_KEY]="HMAC key of the deferred-work worker's signed principal header (upstreams verify it)"
 )
 
 random() { head -c 64 /dev/urandom | base64 | tr -d '\n/+=' | cut -c1-48; }

@@ -55,6 +55,7 @@ func Scenarios() []Scenario {
 		{"redis-sentinel-failover", "the Redis master behind Sentinel SIGKILLed under load; Sentinel promotes the replica", false, RedisSentinelFailover},
 		{"consumer-kill", "quota consumers SIGKILLed at random points, two members at once every other round (rebalances)", true, ConsumerKill},
 		{"dynamodb-errors", "a share of DynamoDB writes throttled (400), failed (500) or applied with the answer lost (500)", true, DynamoErrors},
+		{"deferred-kill", "5,000 orders at 5× their limit through the reverse proxy on a deferring route; the broker SIGKILLed mid-burst and restarted, the deferred-work worker SIGKILLed during the replay and restarted", false, DeferredKill},
 		{"influx-pagerduty-down", "detector with InfluxDB on a closed port and PagerDuty answering 500 while rapid-fire bots run", false, InfluxPagerDown},
 	}
 }

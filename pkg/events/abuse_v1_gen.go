@@ -1041,7 +1041,7 @@ func (v *Abuse) validate() *ValidationError {
 }
 
 func decodeAbuse(data []byte, v *Abuse) *ValidationError {
-	d := decoder{data: data, typ: TypeAbuse}
+	d := &decoder{data: data, typ: TypeAbuse}
 	if err := d.object(""); err != nil {
 		return err
 	}

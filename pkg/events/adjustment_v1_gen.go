@@ -325,7 +325,7 @@ func (v *Adjustment) validate() *ValidationError {
 }
 
 func decodeAdjustment(data []byte, v *Adjustment) *ValidationError {
-	d := decoder{data: data, typ: TypeAdjustment}
+	d := &decoder{data: data, typ: TypeAdjustment}
 	if err := d.object(""); err != nil {
 		return err
 	}

@@ -18,6 +18,12 @@ const MaxRuleLen = 128
 // MaxReasonLen is the maxLength of reason in the schemas.
 const MaxReasonLen = 1024
 
+// MaxResourceLen is the maxLength of resource in the schemas.
+const MaxResourceLen = 128
+
+// MaxGatewayLen is the maxLength of gateway in the schemas.
+const MaxGatewayLen = 64
+
 // PrincipalKind says what kind of caller a principal is.
 type PrincipalKind string
 
@@ -49,6 +55,30 @@ func parsePrincipalKind[S ~string | ~[]byte](s S) (PrincipalKind, bool) {
 		return PrincipalAPIKey, true
 	case "anonymous":
 		return PrincipalAnonymous, true
+	}
+	return "", false
+}
+
+// Methods lists the values of Method, "|"-separated.
+const Methods = "GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS"
+
+// parseMethod returns the constant equal to s, so that decoding does not allocate.
+func parseMethod[S ~string | ~[]byte](s S) (string, bool) {
+	switch string(s) {
+	case "GET":
+		return "GET", true
+	case "HEAD":
+		return "HEAD", true
+	case "POST":
+		return "POST", true
+	case "PUT":
+		return "PUT", true
+	case "PATCH":
+		return "PATCH", true
+	case "DELETE":
+		return "DELETE", true
+	case "OPTIONS":
+		return "OPTIONS", true
 	}
 	return "", false
 }

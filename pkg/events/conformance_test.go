@@ -354,6 +354,14 @@ func (g *generator) strings(node map[string]any, val string, p path, tag string)
 		}{{"a", true}, {"floodgate.decisions.v1", true}, {"A_b-9.x", true}, {"a b", false}, {"a/b", false}, {"é", false}, {"a:b", false}} {
 			g.emit(fmt.Sprintf("topic %q", c.s), p, c.s, false, c.ok)
 		}
+	case "body":
+		for _, c := range []struct {
+			s  string
+			ok bool
+		}{{"AA==", true}, {"AAA=", true}, {"AAAA", true}, {"+/9z", true}, {"A===", false}, {"AA=A", false}, {"AAA", false},
+			{"AA-_", false}, {"AA AA", false}, {"AAÀ=", false}, {"====", false}} {
+			g.emit(fmt.Sprintf("base64 %q", c.s), p, c.s, false, c.ok)
+		}
 	case "id":
 		for _, c := range []struct {
 			s  string
@@ -381,7 +389,7 @@ func (g *generator) strings(node map[string]any, val string, p path, tag string)
 		if len(pad) < n {
 			g.emit("at maxLength", p, pad+strings.Repeat("a", n-len(pad)), false, true)
 			g.emit("over maxLength", p, pad+strings.Repeat("a", n+1-len(pad)), false, false)
-			if tag != "principal.id" && tag != "route" && tag != "resource" && tag != "id" && tag != "evidence.crossing_event.topic" {
+			if tag != "principal.id" && tag != "route" && tag != "resource" && tag != "id" && tag != "evidence.crossing_event.topic" && tag != "body" {
 				// Characters, not bytes: n non-ASCII characters are fine.
 				g.emit("maxLength in non-ASCII characters", p, strings.Repeat("ü", n), false, true)
 				g.emit("over maxLength in non-ASCII characters", p, strings.Repeat("ü", n+1), false, false)

@@ -15,12 +15,6 @@ const TypeDecision = "decision.v1"
 // CETypeDecision is the CloudEvents ce_type of decision.v1.
 const CETypeDecision = "dev.floodgate." + TypeDecision
 
-// MaxResourceLen is the maxLength of resource in the schemas.
-const MaxResourceLen = 128
-
-// MaxGatewayLen is the maxLength of gateway in the schemas.
-const MaxGatewayLen = 64
-
 // MaxEnvoyDomainLen is the maxLength of envoy.domain in the schemas.
 const MaxEnvoyDomainLen = 128
 
@@ -38,30 +32,6 @@ const MaxEnvoyValueLen = 128
 
 // MaxPlanLen is the maxLength of plan in the schemas.
 const MaxPlanLen = 32
-
-// Methods lists the values of Method, "|"-separated.
-const Methods = "GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS"
-
-// parseMethod returns the constant equal to s, so that decoding does not allocate.
-func parseMethod[S ~string | ~[]byte](s S) (string, bool) {
-	switch string(s) {
-	case "GET":
-		return "GET", true
-	case "HEAD":
-		return "HEAD", true
-	case "POST":
-		return "POST", true
-	case "PUT":
-		return "PUT", true
-	case "PATCH":
-		return "PATCH", true
-	case "DELETE":
-		return "DELETE", true
-	case "OPTIONS":
-		return "OPTIONS", true
-	}
-	return "", false
-}
 
 // Tier is the limit tier that decided a request.
 type Tier string
@@ -638,7 +608,7 @@ func (v *Decision) validate() *ValidationError {
 }
 
 func decodeDecision(data []byte, v *Decision) *ValidationError {
-	d := decoder{data: data, typ: TypeDecision}
+	d := &decoder{data: data, typ: TypeDecision}
 	if err := d.object(""); err != nil {
 		return err
 	}

@@ -388,3 +388,27 @@ func minOp(exclusive bool) string {
 }
 
 func fmtFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+// validBase64 checks standard, padded base64 (RFC 4648 section 4) of at most
+// max characters: what deferred.v1 carries a request body in.
+func validBase64(s string, max int) *ValidationError {
+	if s == "" {
+		return reason("must not be empty")
+	}
+	if len(s) > max {
+		return reason(fmt.Sprintf("is %d characters long, the limit is %d", len(s), max))
+	}
+	if len(s)%4 != 0 {
+		return reason(fmt.Sprintf("is %d characters long, not a multiple of 4: not padded base64", len(s)))
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '+', c == '/':
+		case c == '=' && (i == len(s)-1 || i == len(s)-2 && s[len(s)-1] == '='):
+		default:
+			return reason(fmt.Sprintf("has %s at byte %d: not standard base64", quoteRuneAt(s, i), i))
+		}
+	}
+	return nil
+}

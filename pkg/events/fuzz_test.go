@@ -20,6 +20,7 @@ import (
 func FuzzDecodeDecision(f *testing.F)   { fuzzDecoder(f, TypeDecision) }
 func FuzzDecodeAbuse(f *testing.F)      { fuzzDecoder(f, TypeAbuse) }
 func FuzzDecodeAdjustment(f *testing.F) { fuzzDecoder(f, TypeAdjustment) }
+func FuzzDecodeDeferred(f *testing.F)   { fuzzDecoder(f, TypeDeferred) }
 
 func fuzzDecoder(f *testing.F, typ string) {
 	c := codecFor(f, typ)

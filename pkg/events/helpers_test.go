@@ -16,7 +16,7 @@ import (
 const schemasDir = "../../schemas"
 
 // eventTypes are the contracts, in the order tests report them.
-var eventTypes = []string{TypeDecision, TypeAbuse, TypeAdjustment, TypeRulesVersion}
+var eventTypes = []string{TypeDecision, TypeAbuse, TypeAdjustment, TypeRulesVersion, TypeDeferred}
 
 // codec decodes and encodes one event type through this package, hiding the
 // concrete Go type so that tests can range over all contracts.
@@ -52,6 +52,12 @@ func codecFor(t testing.TB, typ string) codec {
 			decode:   func(b []byte) (any, error) { return DecodeRulesVersion(b) },
 			encode:   func(v any) ([]byte, error) { r := v.(RulesVersion); return EncodeRulesVersion(&r) },
 			validate: func(v any) error { r := v.(RulesVersion); return r.Validate() },
+		}
+	case TypeDeferred:
+		return codec{
+			decode:   func(b []byte) (any, error) { return DecodeDeferred(b) },
+			encode:   func(v any) ([]byte, error) { d := v.(Deferred); return EncodeDeferred(&d) },
+			validate: func(v any) error { d := v.(Deferred); return d.Validate() },
 		}
 	}
 	t.Fatalf("no codec for %q", typ)

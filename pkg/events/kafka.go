@@ -13,3 +13,6 @@ func (a *Abuse) Key() string { return a.Principal.Key() }
 
 // Key returns the Kafka message key of a: its scope.
 func (a *Adjustment) Key() string { return a.Scope }
+
+// Key returns the Kafka message key of d: its principal's key.
+func (d *Deferred) Key() string { return d.Principal.Key() }

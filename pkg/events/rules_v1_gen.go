@@ -237,7 +237,7 @@ func (v *RulesVersion) validate() *ValidationError {
 }
 
 func decodeRulesVersion(data []byte, v *RulesVersion) *ValidationError {
-	d := decoder{data: data, typ: TypeRulesVersion}
+	d := &decoder{data: data, typ: TypeRulesVersion}
 	if err := d.object(""); err != nil {
 		return err
 	}

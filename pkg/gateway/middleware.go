@@ -64,6 +64,10 @@ type Options struct {
 	// as attributes (give the Client the same Tracing so the check request
 	// carries its traceparent to the limiter). Off costs nothing.
 	Tracing tracing.Tracing
+	// Deferrer, when set, queues denied and shed requests on deferrable
+	// routes instead of refusing them, and serves GET /v1/deferred/{id}
+	// (pkg/deferred; docs/deferred.md). Nil refuses as always.
+	Deferrer Deferrer
 }
 
 // PrincipalHeaders names the headers that carry a principal's kind and id.
@@ -140,6 +144,9 @@ func Middleware(o Options) (func(http.Handler) http.Handler, error) {
 				r.Header.Set(h.Kind, string(p.Kind))
 				r.Header.Set(h.ID, p.ID)
 			}
+			if o.Deferrer != nil && o.Deferrer.ServeStatus(w, r, p) {
+				return
+			}
 			var prio string
 			if o.Priority != nil {
 				prio = o.Priority(r)
@@ -150,7 +157,8 @@ func Middleware(o Options) (func(http.Handler) http.Handler, error) {
 				ctx, span = tracer.Start(ctx, "floodgate.check", trace.WithAttributes(
 					attribute.String(tracing.AttrPrincipalKind, string(p.Kind)), semconv.HTTPRoute(m.Template)))
 			}
-			d, err := o.Checker.Check(ctx, Request{Principal: p, IP: ip.String(), Method: r.Method, Route: m.Template, Resource: m.Resource, Cost: m.Cost, Priority: prio})
+			req := Request{Principal: p, IP: ip.String(), Method: r.Method, Route: m.Template, Resource: m.Resource, Cost: m.Cost, Priority: prio}
+			d, err := o.Checker.Check(ctx, req)
 			cancel()
 			if span != nil {
 				if err != nil {
@@ -171,6 +179,9 @@ func Middleware(o Options) (func(http.Handler) http.Handler, error) {
 				}
 				w.Header().Set("X-RateLimit-Error", "limiter unavailable; failing open")
 				next.ServeHTTP(w, r)
+				return
+			}
+			if !d.Allowed && o.Deferrer != nil && o.Deferrer.Defer(w, r, req, d) {
 				return
 			}
 			for k, v := range d.Headers {

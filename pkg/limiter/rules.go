@@ -88,6 +88,9 @@ type Rule struct {
 	Shadow    bool
 	Fail      FailPolicy
 	Line      int // where the rule starts in its file
+	// Defer, set by on_limit: defer, queues the route's denied or shed
+	// requests for a paced replay (deferral.go); nil rejects them.
+	Defer *DeferPolicy
 }
 
 // Quota is a daily quota for principals of one kind on one plan.
@@ -120,6 +123,8 @@ type Ruleset struct {
 	// 0 for a file or the built-in grid. Decision events carry it.
 	Version int64
 	impact  *impactCounts // the version's enforced counts; nil = not counted
+	// deferral is the deferral policy per "METHOD route" (on_limit: defer).
+	deferral map[string]*DeferPolicy
 }
 
 // Priority returns the priority of a request on a route that names none.
@@ -235,6 +240,10 @@ type fileRule struct {
 	Burst     int      `yaml:"burst"`
 	Shadow    bool     `yaml:"shadow"`
 	Fail      string   `yaml:"fail"`
+
+	// on_limit: defer and its policy (deferral.go)
+	OnLimit string     `yaml:"on_limit"`
+	Defer   *fileDefer `yaml:"defer"`
 }
 
 type fileQuo struct {
@@ -429,6 +438,7 @@ func ParseRules(name string, data []byte) (*Ruleset, error) {
 				p.fail(p.line(n, "fail"), path+".fail", "%q: want one of %s", fr.Fail, failPolicies)
 			}
 		}
+		p.deferral(rs, n, path, fr, &r)
 		rs.Rules = append(rs.Rules, r)
 		rs.period[r.ID] = r.Period
 	}
@@ -484,8 +494,12 @@ var fileSchemaKeys = map[string][]string{
 	"defaults":     {"algorithm", "fail", "priority"},
 	"costs[]":      {"method", "route", "cost"},
 	"priorities[]": {"method", "route", "priority"},
-	"rules[]":      {"id", "tier", "kinds", "plans", "method", "route", "resource", "algorithm", "limit", "period", "burst", "shadow", "fail"},
+	"rules[]":      {"id", "tier", "kinds", "plans", "method", "route", "resource", "algorithm", "limit", "period", "burst", "shadow", "fail", "on_limit", "defer"},
 	"quotas[]":     {"kind", "plan", "limit", "shadow", "fail"},
+
+	// deferral.go
+	"rules[].defer":            deferKeys,
+	"rules[].defer.max_queued": {"principal", "route"},
 }
 
 type parser struct {

@@ -466,7 +466,7 @@ func emitValidate(w *bytes.Buffer, st *structType) {
 
 func emitDecode(w *bytes.Buffer, st *structType) {
 	if st.event != nil {
-		fmt.Fprintf(w, "func decode%s(data []byte, v *%s) *ValidationError {\nd := decoder{data: data, typ: %s}\n", st.name, st.name, st.event.typeConst)
+		fmt.Fprintf(w, "func decode%s(data []byte, v *%s) *ValidationError {\nd := &decoder{data: data, typ: %s}\n", st.name, st.name, st.event.typeConst)
 	} else {
 		fmt.Fprintf(w, "func (d *decoder) decode%s(v *%s) *ValidationError {\n", st.name, st.name)
 	}

@@ -41,6 +41,7 @@ var formats = map[string]grammar{
 	"principal-id":   {validate: "validPrincipalID(%s)"},
 	"text":           {validate: "validText(%s, %m, false)"},
 	"multiline-text": {validate: "validText(%s, %m, true)"},
+	"base64":         {validate: "validBase64(%s, %m)", raw: true},
 	// timestamp and ip have Go types of their own (kTime, kIP).
 	"timestamp": {},
 	"ip":        {},
@@ -466,7 +467,16 @@ func (m *model) enumOf(n *node, dryRun bool) (*enumType, error) {
 			return nil, fmt.Errorf("%s: enum value %q must be plain ASCII", n.path, v)
 		}
 	}
-	if prev, ok := m.byName[spec.Name].(*enumType); ok {
+	prev, ok := m.byName[spec.Name].(*enumType)
+	if !ok { // an enum of plain strings declares no type of its name: find it by its spec
+		for _, e := range m.enums {
+			if e.spec.Name == spec.Name {
+				prev, ok = e, true
+				break
+			}
+		}
+	}
+	if ok {
 		if prev.spec.Type != spec.Type || prev.spec.Prefix != spec.Prefix || prev.spec.List != spec.List ||
 			!slices.Equal(prev.values, n.enum) || (spec.Doc != "" && prev.spec.Doc != "" && spec.Doc != prev.spec.Doc) {
 			return nil, fmt.Errorf("%s: enum %s differs from the one at %s", n.path, spec.Name, prev.where)

@@ -16,6 +16,7 @@ import (
 	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/deferred"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
@@ -372,6 +373,7 @@ func Serve(ctx context.Context, env service.Env) error {
 		OverridesKey: cfg.OverridesKey,
 		WhatIf:       wif,
 		Rollouts:     rollouts,
+		Deferred:     deferred.NewStore(rdb),
 	})
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/floodgate-dev/floodgate/pkg/deferred"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi/openapitest"
@@ -80,6 +81,10 @@ func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 	ok("POST", "/alert/allowlist", "analyst", url.Values{"p": {allow.Principal}, "k": {allow.SK}, "reason": {"partner"}, "duration": {"1h"}, "comment": {"c"}})
 	ok("POST", "/alert/false-positive", "analyst", url.Values{"p": {fp.Principal}, "k": {fp.SK}, "reason": {"declared bot"}})
 	ok("POST", "/sre/overrides", "sre", url.Values{"field": {field}, "value": {`{"limits":{"free":9}}`}, "reason": {"INC-51"}})
+	e.web.cfg.Deferred = deferred.NewStore(e.rdb)
+	droute := "POST /openapi-test/" + e.run
+	ok("POST", "/sre/deferred", "sre", url.Values{"route": {droute}, "action": {ActionDeferredPause}, "reason": {"INC-52"}})
+	ok("POST", "/sre/deferred", "sre", url.Values{"route": {droute}, "action": {ActionDeferredResume}, "reason": {"INC-52 over"}})
 	// A delete must name the value's tag (the page has it); without it the
 	// override is not found, and the answer is still the document's.
 	require.Equal(t, http.StatusNotFound, call("POST", "/sre/overrides/delete", "sre", url.Values{"field": {field}, "reason": {"INC-51 over"}}, false).Status)
@@ -97,7 +102,7 @@ func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 	// Every page.
 	for _, p := range []string{"/alerts", "/alerts/new?after=" + url.QueryEscape(now.Add(-time.Hour).Format("2006-01-02T15:04:05.000Z")),
 		alertPath(lift), "/principals/bot/" + url.PathEscape(e.run+"_oa_lift"), "/sre/adjuster", "/sre/dlq", "/sre/overrides",
-		"/sre/rollouts", "/sre/block-rate", "/sre/whatif", "/scales", "/false-positives", "/allowlist", "/login", "/static/style.css", "/static/app.js"} {
+		"/sre/rollouts", "/sre/deferred", "/sre/block-rate", "/sre/whatif", "/scales", "/false-positives", "/allowlist", "/login", "/static/style.css", "/static/app.js"} {
 		// Pages of services this console has no client for say so, with a 503.
 		res := call("GET", p, "admin", nil, false)
 		require.Contains(t, []int{http.StatusOK, http.StatusServiceUnavailable}, res.Status, p)

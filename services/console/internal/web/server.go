@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/floodgate-dev/floodgate/pkg/deferred"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
@@ -68,6 +69,7 @@ type Config struct {
 	Rollouts      *Rollouts              // the rules topic of rule rollouts (nil: the page says it is not configured)
 	Proxies       gateway.TrustedProxies // whose X-Forwarded-For names the client for the failure limits
 	WhatIf        *WhatIf                // what-if replays of the decisions topic (nil: the page says it is not configured)
+	Deferred      *deferred.Store        // deferred-work queues in Redis (nil: the page says it is not configured)
 }
 
 // Server is the console's HTTP handler.
@@ -122,7 +124,7 @@ func New(cfg Config) (*Server, error) {
 		"cidrof":   func(pk string) string { return strings.TrimPrefix(pk, store.AllowCIDRPrefix) },
 		"dims":     whatIfDims,
 	}
-	for _, page := range []string{"login", "alerts", "alert", "rows", "scales", "fps", "error", "principal", "adjuster", "dlq", "dlqrecord", "blockrate", "overrides", "dlqpurge", "allowlist", "whatif", "rollouts"} {
+	for _, page := range []string{"login", "alerts", "alert", "rows", "scales", "fps", "error", "principal", "adjuster", "dlq", "dlqrecord", "blockrate", "overrides", "dlqpurge", "allowlist", "whatif", "rollouts", "deferred"} {
 		files := []string{"templates/layout.html", "templates/" + page + ".html"}
 		if page == "alerts" {
 			files = append(files, "templates/rows.html")
@@ -166,6 +168,8 @@ func New(cfg Config) (*Server, error) {
 	s.route("POST /sre/rollouts/promote", s.authed(auth.RoleSRE, s.rolloutPromote))
 	s.route("POST /sre/rollouts/abort", s.authed(auth.RoleSRE, s.rolloutAbort))
 	s.route("POST /sre/rollouts/rollback", s.authed(auth.RoleSRE, s.rolloutRollback))
+	s.route("GET /sre/deferred", s.authed(auth.RoleViewer, s.deferredPage))
+	s.route("POST /sre/deferred", s.authed(auth.RoleSRE, s.deferredAction))
 	s.route("GET /sre/block-rate", s.authed(auth.RoleViewer, s.blockRate))
 	s.route("GET /sre/whatif", s.authed(auth.RoleViewer, s.whatIfPage))
 	s.route("POST /sre/whatif", s.authed(auth.RoleSRE, s.whatIfRun))

@@ -222,7 +222,11 @@ func Run(ctx context.Context, env service.Env) error {
 		}
 	}
 	if cfg.ProxyAddr != "" {
-		if err := newProxy(cfg, srv, run, log, env.Tracing); err != nil {
+		dfr, err := newDeferrer(env, cfg, core, rdb, ksec, run)
+		if err != nil {
+			return fail(fmt.Errorf("deferral: %w", err))
+		}
+		if err := newProxy(cfg, srv, run, log, env.Tracing, dfr); err != nil {
 			return fail(err)
 		}
 	}
@@ -250,7 +254,7 @@ func ServerDefaults() httpapi.ServerConfig {
 // front of the upstream, deciding in-process with the limiter's own engine. Bodies
 // stream to and from the upstream, so only the header and idle timeouts and the
 // connection limit apply, not the read and write timeouts.
-func newProxy(cfg Config, srv *limiter.Server, run *service.Runner, log *slog.Logger, tr tracing.Tracing) error {
+func newProxy(cfg Config, srv *limiter.Server, run *service.Runner, log *slog.Logger, tr tracing.Tracing, dfr gateway.Deferrer) error {
 	upstream, err := url.Parse(cfg.ProxyUpstream)
 	if err != nil {
 		return fmt.Errorf("FLOODGATE_LIMITER_PROXY_UPSTREAM: %w", err)
@@ -266,6 +270,7 @@ func newProxy(cfg Config, srv *limiter.Server, run *service.Runner, log *slog.Lo
 		AnonymousIPv6Prefix: cfg.ProxyAnonIPv6Prefix,
 		Timeout:             cfg.RedisTimeout * 4,
 		Tracing:             tr,
+		Deferrer:            dfr,
 	})
 	if err != nil {
 		return err
