@@ -22,9 +22,9 @@ import (
 type ACLNames struct {
 	// UserPrefix precedes each service's name in its Kafka user
 	// ("floodgate-" makes User:floodgate-limiter, …).
-	UserPrefix                                      string
-	DecisionsTopic, AbuseTopic, AdjustmentsTopic    string
-	DetectorGroup, PagerGroup, QuotaGroup, DLQGroup string
+	UserPrefix                                                              string
+	DecisionsTopic, AbuseTopic, AdjustmentsTopic, RulesTopic, DeferredTopic string
+	DetectorGroup, PagerGroup, QuotaGroup, DLQGroup, DeferredGroup          string
 }
 
 func (n ACLNames) withDefaults() ACLNames {
@@ -37,6 +37,9 @@ func (n ACLNames) withDefaults() ACLNames {
 	def(&n.DecisionsTopic, config.DefaultDecisionsTopic)
 	def(&n.AbuseTopic, config.DefaultAbuseTopic)
 	def(&n.AdjustmentsTopic, config.DefaultAdjustmentsTopic)
+	def(&n.RulesTopic, config.DefaultRulesTopic)
+	def(&n.DeferredTopic, "floodgate.deferred.v1")
+	def(&n.DeferredGroup, "floodgate-deferred")
 	def(&n.DetectorGroup, "floodgate-detector")
 	def(&n.PagerGroup, "floodgate-pager")
 	def(&n.QuotaGroup, "floodgate-quota")
@@ -52,25 +55,31 @@ type Grant struct {
 	Produce, Consume, Groups []string
 }
 
-// Grants returns every service's permissions: the limiter writes decisions;
+// Grants returns every service's permissions: the limiter writes decisions
+// and deferred requests and reads the rules versions;
 // the detector reads them (its group), writes abuse events and reads them
 // back for paging (the pager group); the quota ledger reads decisions; each
 // consumer writes its dead letters; the adjuster writes adjustments; the
 // dlq-auditor reads the dead-letter topics and replays into their sources;
-// the console reads what it shows and writes nothing.
+// the deferred-work worker reads deferred requests (its group) and writes
+// their dead letters; the rules versions are written by the adjuster's
+// rollout controller and the console's rollout page (and the `limiter
+// rollout` command, run with an operator's own user); the console reads
+// what it shows.
 func Grants(n ACLNames) []Grant {
 	n = n.withDefaults()
 	dlq := func(t string) string { return t + ".dlq" }
-	sources := []string{n.DecisionsTopic, n.AbuseTopic, n.AdjustmentsTopic}
-	dlqs := []string{dlq(n.DecisionsTopic), dlq(n.AbuseTopic), dlq(n.AdjustmentsTopic)}
+	sources := []string{n.DecisionsTopic, n.AbuseTopic, n.AdjustmentsTopic, n.DeferredTopic}
+	dlqs := []string{dlq(n.DecisionsTopic), dlq(n.AbuseTopic), dlq(n.AdjustmentsTopic), dlq(n.DeferredTopic)}
 	return []Grant{
-		{Service: "limiter", Produce: []string{n.DecisionsTopic}},
+		{Service: "limiter", Produce: []string{n.DecisionsTopic, n.DeferredTopic}, Consume: []string{n.RulesTopic}},
 		{Service: "detector", Produce: []string{n.AbuseTopic, dlq(n.DecisionsTopic), dlq(n.AbuseTopic)},
 			Consume: []string{n.DecisionsTopic, n.AbuseTopic}, Groups: []string{n.DetectorGroup, n.PagerGroup}},
 		{Service: "quota", Produce: []string{dlq(n.DecisionsTopic)}, Consume: []string{n.DecisionsTopic}, Groups: []string{n.QuotaGroup}},
-		{Service: "adjuster", Produce: []string{n.AdjustmentsTopic}},
+		{Service: "adjuster", Produce: []string{n.AdjustmentsTopic, n.RulesTopic}, Consume: []string{n.RulesTopic}},
+		{Service: "deferred", Produce: []string{dlq(n.DeferredTopic)}, Consume: []string{n.DeferredTopic}, Groups: []string{n.DeferredGroup}},
 		{Service: "dlq-auditor", Produce: sources, Consume: dlqs, Groups: []string{n.DLQGroup}},
-		{Service: "console", Consume: append(slices.Clone(sources), dlqs...)},
+		{Service: "console", Produce: []string{n.RulesTopic}, Consume: append(append(slices.Clone(sources), dlqs...), n.RulesTopic)},
 	}
 }
 

@@ -28,7 +28,7 @@ func TestSecurityOnlyTheLimiterWritesDecisionsS3(t *testing.T) {
 	for _, g := range Grants(n) {
 		opts = append(opts, kfake.User(mech, n.UserPrefix+g.Service, pass(g.Service)))
 	}
-	topics := map[string]int32{n.DecisionsTopic: 1, n.AbuseTopic: 1, n.DecisionsTopic + ".dlq": 1}
+	topics := map[string]int32{n.DecisionsTopic: 1, n.AbuseTopic: 1, n.DecisionsTopic + ".dlq": 1, n.DeferredTopic: 1}
 	_, broker := kafkatest.StartCluster(t, topics, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -48,7 +48,7 @@ func TestSecurityOnlyTheLimiterWritesDecisionsS3(t *testing.T) {
 	var lines []string
 	k := NewKafka([]string{broker}, 1, secure("admin", "admin-Pa55"))
 	require.NoError(t, k.ApplyACLs(ctx, ACLEntries(n, Grants(n)), func(l string) { lines = append(lines, l) }))
-	require.Equal(t, []string{"kafka acls: 50 entries for 6 users"}, lines)
+	require.Equal(t, []string{"kafka acls: 76 entries for 7 users"}, lines)
 	require.NoError(t, k.ApplyACLs(ctx, ACLEntries(n, Grants(n)), func(string) {}), "applying again is a no-op")
 
 	require.NoError(t, produce("limiter", n.DecisionsTopic))
@@ -59,6 +59,8 @@ func TestSecurityOnlyTheLimiterWritesDecisionsS3(t *testing.T) {
 	require.NoError(t, produce("dlq-auditor", n.DecisionsTopic), "the audited replay of a dead letter")
 	require.NoError(t, produce("detector", n.AbuseTopic))
 	require.NoError(t, produce("quota", n.DecisionsTopic+".dlq"))
+	require.NoError(t, produce("limiter", n.DeferredTopic), "the edge defers requests")
+	require.ErrorContains(t, produce("deferred", n.DecisionsTopic), "Unknown Topic", "the deferred-work worker replays through the limiter, never into decisions")
 	require.ErrorContains(t, produce("limiter", n.AbuseTopic), "Unknown Topic", "the limiter writes decisions only")
 
 	// The quota ledger still reads decisions in its own group, and only there.

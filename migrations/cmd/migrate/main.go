@@ -53,6 +53,8 @@ func run(ctx context.Context, args []string, getenv config.Getenv) error {
 		UserPrefix:     env.String("FLOODGATE_KAFKA_ACL_USER_PREFIX", "floodgate-"),
 		DecisionsTopic: env.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
 		AbuseTopic:     env.String("FLOODGATE_ABUSE_TOPIC", config.DefaultAbuseTopic),
+		RulesTopic:     env.String("FLOODGATE_RULES_TOPIC", ""),
+		DeferredTopic:  env.String("FLOODGATE_DEFERRED_TOPIC", ""),
 	}
 	if err := env.Err(); err != nil {
 		return err
