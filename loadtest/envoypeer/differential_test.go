@@ -16,10 +16,13 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
 )
 
 // call is one ShouldRateLimit request of a sequence.
@@ -79,7 +82,12 @@ func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 		Env: map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true"}})
 	require.NoError(t, err)
 	t.Cleanup(peer.Stop)
-	fg := startLimiter(t, root, cfgDir)
+	// Floodgate publishes a decision event for every call that names a
+	// principal (FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS on, the default),
+	// reads its penalty with the counters and applies the scales: with none
+	// in force the answers must still be envoy ratelimit's. Its events go to
+	// a topic of this run's own.
+	fg := startLimiter(t, root, cfgDir, "envoypeer."+run)
 
 	peerC, fgC := client(t, peer.GRPCAddr), client(t, fg)
 	dom := func(s string) string { return s + "_" + run }
@@ -135,6 +143,24 @@ func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 	}
 	require.Greater(t, compared, 40)
 	require.Greater(t, withHeaders, 30, "answers with RateLimit-* headers compared")
+
+	// The 11 calls that name a principal (user: shadow mode 3, replaces 5;
+	// remote_address: most specific match 3) are decision events on the broker.
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{"127.0.0.1:9092"}, Topic: "envoypeer." + run, Partition: 0, MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer rcancel()
+	kinds := map[events.PrincipalKind]int{}
+	for range 11 {
+		m, err := r.ReadMessage(rctx)
+		require.NoError(t, err, "events read: %v", kinds)
+		ev, err := events.DecodeDecision(m.Value)
+		require.NoError(t, err)
+		require.NotNil(t, ev.Envoy)
+		require.True(t, strings.HasSuffix(ev.Envoy.Domain, "_"+run), ev.Envoy.Domain)
+		kinds[ev.Principal.Kind]++
+	}
+	require.Equal(t, map[events.PrincipalKind]int{events.PrincipalUser: 8, events.PrincipalAnonymous: 3}, kinds)
 }
 
 // summary is the comparable part of an answer; time until reset in whole
@@ -177,8 +203,9 @@ func client(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
 	return rlsv3.NewRateLimitServiceClient(conn)
 }
 
-func startLimiter(t *testing.T, root, envoyDir string) string {
+func startLimiter(t *testing.T, root, envoyDir, topic string) string {
 	t.Helper()
+	createTopic(t, topic)
 	bin := filepath.Join(t.TempDir(), "limiter")
 	cmd := exec.Command("go", "build", "-o", bin, "./services/limiter")
 	cmd.Dir = root
@@ -188,7 +215,8 @@ func startLimiter(t *testing.T, root, envoyDir string) string {
 	lim := exec.Command(bin)
 	lim.Env = append(os.Environ(), "FLOODGATE_LIMITER_ADDR="+httpAddr, "FLOODGATE_LIMITER_GRPC_ADDR="+grpcAddr,
 		"FLOODGATE_LIMITER_ENVOY_CONFIG="+envoyDir, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=100", "FLOODGATE_LIMITER_INFLUX_INTERVAL=0",
-		"FLOODGATE_JOURNAL_DIR="+t.TempDir(), "FLOODGATE_GATEWAY=envoy-differential", "FLOODGATE_LIMITER_ENVOY_RESPONSE_HEADERS=true")
+		"FLOODGATE_JOURNAL_DIR="+t.TempDir(), "FLOODGATE_GATEWAY=envoy-differential", "FLOODGATE_LIMITER_ENVOY_RESPONSE_HEADERS=true",
+		"FLOODGATE_DECISIONS_TOPIC="+topic)
 	var logs bytes.Buffer
 	lim.Stdout, lim.Stderr = &logs, &logs
 	require.NoError(t, lim.Start())
@@ -222,4 +250,15 @@ func repoRoot(t *testing.T) string {
 	wd, err := os.Getwd()
 	require.NoError(t, err)
 	return filepath.Clean(filepath.Join(wd, "..", ".."))
+}
+
+// createTopic makes a topic of this run's own on the local broker.
+func createTopic(t *testing.T, topic string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := &kafka.Client{Addr: kafka.TCP("127.0.0.1:9092")}
+	resp, err := c.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 1, ReplicationFactor: 1}}})
+	require.NoError(t, err, "the local broker (make up)")
+	require.NoError(t, resp.Errors[topic])
 }

@@ -88,6 +88,12 @@ type Limit struct {
 	// Path is the configuration path of the descriptor, "domain.key_value.key",
 	// envoy ratelimit's stat key for it; metrics use it.
 	Path string
+	// Route is the same path as a decision event's route: "/domain/key_value/key",
+	// each segment percent-encoded to an RFC 3986 pchar string, at most
+	// events.MaxRouteLen bytes (trailing segments dropped to fit). It holds
+	// the configuration's values only, never a call's, so its cardinality is
+	// the configuration's.
+	Route string
 	// Source is "file:line" of the rate_limit block.
 	Source string
 }
@@ -99,6 +105,7 @@ type node struct {
 	share     bool   // share_threshold: every value matching the wildcard shares one counter
 	pattern   string // the wildcard value when share is set
 	toMetric  bool   // value_to_metric
+	route     string // Limit.Route of a limit on this node
 }
 
 type wildcard struct {
@@ -254,7 +261,7 @@ func (c *Config) loadFile(f File, o Options) error {
 		return l.errf(root, "duplicate domain %q in config file", domain)
 	}
 	if !present {
-		dn = &node{children: map[string]*node{}}
+		dn = &node{children: map[string]*node{}, route: RouteJoin("", domain)}
 		c.domains[domain] = dn
 	}
 	if descs == nil {
@@ -386,7 +393,7 @@ func (l *loader) descriptor(parent *node, path string, m *yaml.Node) error {
 	if _, dup := parent.children[composite]; dup {
 		return l.errf(m, "duplicate descriptor composite key %q", full)
 	}
-	n := &node{children: map[string]*node{}, toMetric: toMetric}
+	n := &node{children: map[string]*node{}, toMetric: toMetric, route: RouteJoin(parent.route, composite)}
 	if shr {
 		if !strings.Contains(value, "*") {
 			return l.errf(m, "share_threshold can only be used with wildcard values (containing '*'), but found key %q", composite)
@@ -398,7 +405,7 @@ func (l *loader) descriptor(parent *node, path string, m *yaml.Node) error {
 		if err != nil {
 			return err
 		}
-		lim.ShadowMode, lim.QuotaMode, lim.DetailedMetric = shadow, quota, detailed
+		lim.ShadowMode, lim.QuotaMode, lim.DetailedMetric, lim.Route = shadow, quota, detailed, n.route
 		n.limit = lim
 	}
 	if strings.Contains(composite, "*") {

@@ -33,6 +33,9 @@ type Descriptor struct {
 	// Override, when set, replaces the configured limit (Envoy's descriptor
 	// `limit`, a RateLimitOverride).
 	Override *Override
+	// Penalize applies the multiplier in the request's PenaltyKey to the
+	// descriptor's limit.
+	Penalize bool
 }
 
 // Override is a limit sent by Envoy with the descriptor.
@@ -46,6 +49,14 @@ type Request struct {
 	Domain      string
 	Descriptors []Descriptor
 	HitsAddend  uint32 // 0 means 1
+	// PenaltyKey, when set, is a principal's penalty hash (field m, a
+	// multiplier in (0, 1]) read in the counters' pipeline — no round trip
+	// of its own — and applied to the descriptors with Penalize set. A
+	// missing or unreadable penalty is no penalty.
+	PenaltyKey string
+	// Scale, when set, is the factor (the adjuster's scale, in (0, 10]) by
+	// which descriptor i's counted limit l is multiplied; nil or 0 means 1.
+	Scale func(i int, l *Limit) float64
 }
 
 // Status is one descriptor's answer.
@@ -65,10 +76,32 @@ type Status struct {
 	QuotaExceeded bool
 	// Count is the window's counter after this call's hits.
 	Count uint64
+	// Effective is the limit enforced: the configured one (or the override)
+	// × scale × penalty, floored, at least 1 — exactly the configured one
+	// when neither applies. 0 without a counted limit.
+	Effective uint32
+	// Penalty is the multiplier applied to this descriptor's limit (1: none,
+	// or not penalized); Scale the scale applied (1: none).
+	Penalty, Scale float64
 }
 
-// RequestsPerUnit and Unit of the limit that applied, override included.
+// RequestsPerUnit and Unit of the limit that applied, override, scale and
+// penalty included.
 func (s Status) RequestsPerUnit() (uint32, Unit, bool) {
+	rpu, u, ok := s.configured()
+	if s.Effective > 0 {
+		rpu = s.Effective
+	}
+	return rpu, u, ok
+}
+
+// Configured is the limit's requests per unit before scale and penalty.
+func (s Status) Configured() uint32 {
+	rpu, _, _ := s.configured()
+	return rpu
+}
+
+func (s Status) configured() (uint32, Unit, bool) {
 	switch {
 	case s.Override != nil:
 		return s.Override.RequestsPerUnit, s.Override.Unit, true
@@ -84,6 +117,11 @@ type Response struct {
 	Statuses []Status
 	// Shadowed is set when global shadow mode turned an over-limit answer into OK.
 	Shadowed bool
+	// Penalty is the multiplier read from the request's PenaltyKey (1: none,
+	// or not read because no counted limit was penalized).
+	Penalty float64
+	// Now is the time the call was decided at (the evaluator's clock).
+	Now time.Time
 }
 
 // MaxUint32 is what envoy ratelimit answers as limit_remaining for an
@@ -134,7 +172,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 				vals[j] = en.Value
 			}
 			matches[i] = Match{Limit: &Limit{RequestsPerUnit: d.Override.RequestsPerUnit, Unit: d.Override.Unit,
-				Path: req.Domain + "." + descriptorPath(d.Entries)}, CounterValues: vals}
+				Path: req.Domain + "." + descriptorPath(d.Entries), Route: overrideRoute(req.Domain, d.Entries)}, CounterValues: vals}
 			statuses[i].Override = d.Override
 			continue
 		}
@@ -181,11 +219,19 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 		incrs = append(incrs, incr{key: key, hits: int64(hits), ttl: time.Duration(secs) * time.Second})
 		todo = append(todo, pending{i: i, hits: hits})
 	}
+	var pen *redis.StringCmd
 	if len(todo) > 0 {
+		penalize := false
+		for _, p := range todo {
+			penalize = penalize || req.Descriptors[p.i].Penalize
+		}
 		add := func(ctx context.Context, pipe redis.Pipeliner) {
 			for k, in := range incrs {
 				todo[k].cmd = pipe.IncrBy(ctx, in.key, in.hits)
 				pipe.Expire(ctx, in.key, in.ttl)
+			}
+			if penalize && req.PenaltyKey != "" {
+				pen = pipe.HGet(ctx, req.PenaltyKey, "m")
 			}
 		}
 		if e.Coalescer != nil {
@@ -203,14 +249,23 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 			}
 		}
 	}
+	mult := penaltyOf(pen)
 	for _, p := range todo {
 		st := &statuses[p.i]
 		count := uint64(p.cmd.Val())
 		st.Count = count
-		limit := uint64(st.Limit.RequestsPerUnit)
-		if st.Override != nil {
-			limit = uint64(st.Override.RequestsPerUnit)
+		d := &req.Descriptors[p.i]
+		st.Scale, st.Penalty = 1, 1
+		if req.Scale != nil {
+			if s := req.Scale(p.i, st.Limit); s > 0 {
+				st.Scale = s
+			}
 		}
+		if d.Penalize {
+			st.Penalty = mult
+		}
+		st.Effective = Effective(st.Configured(), st.Scale*st.Penalty)
+		limit := uint64(st.Effective)
 		_, unit, _ := st.RequestsPerUnit()
 		st.ResetAfter = ResetAfter(unit, now)
 		if count > limit {
@@ -229,7 +284,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 		st.Code = CodeOK
 		st.LimitRemaining = uint32(limit - count)
 	}
-	resp := Response{Overall: CodeOK, Statuses: statuses}
+	resp := Response{Overall: CodeOK, Statuses: statuses, Penalty: mult, Now: now}
 	for _, st := range statuses {
 		if st.Code == CodeOverLimit {
 			resp.Overall = CodeOverLimit
@@ -239,6 +294,29 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 		resp.Overall, resp.Shadowed = CodeOK, true
 	}
 	return resp, nil
+}
+
+// penaltyOf reads a penalty multiplier: in (0, 1], else 1 (none, missing,
+// unreadable — as the own path's check script reads it).
+func penaltyOf(cmd *redis.StringCmd) float64 {
+	if cmd == nil || cmd.Err() != nil {
+		return 1
+	}
+	m, err := strconv.ParseFloat(cmd.Val(), 64)
+	if err != nil || !(m > 0 && m <= 1) {
+		return 1
+	}
+	return m
+}
+
+// Effective is a limit multiplied by factor (scale × penalty) as Floodgate's
+// own check script computes it: floor(limit × factor), at least 1, and the
+// limit itself, untouched, when factor is 1.
+func Effective(limit uint32, factor float64) uint32 {
+	if factor == 1 || limit == 0 {
+		return limit
+	}
+	return uint32(min(max(1, math.Floor(float64(limit)*factor+1e-9)), math.MaxUint32))
 }
 
 // counterKey names a descriptor's counter for the window starting at start:

@@ -21,6 +21,24 @@ const MaxResourceLen = 128
 // MaxGatewayLen is the maxLength of gateway in the schemas.
 const MaxGatewayLen = 64
 
+// MaxEnvoyDomainLen is the maxLength of envoy.domain in the schemas.
+const MaxEnvoyDomainLen = 128
+
+// MaxEnvoyDescriptors is the maxItems of envoy.descriptors in the schemas.
+const MaxEnvoyDescriptors = 8
+
+// MaxEnvoyEntries is the maxItems of envoy.descriptors[].entries in the schemas.
+const MaxEnvoyEntries = 8
+
+// MaxEnvoyKeyLen is the maxLength of envoy.descriptors[].entries[].key in the schemas.
+const MaxEnvoyKeyLen = 64
+
+// MaxEnvoyValueLen is the maxLength of envoy.descriptors[].entries[].value in the schemas.
+const MaxEnvoyValueLen = 128
+
+// MaxPlanLen is the maxLength of plan in the schemas.
+const MaxPlanLen = 32
+
 // Methods lists the values of Method, "|"-separated.
 const Methods = "GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS"
 
@@ -121,6 +139,41 @@ func parsePriority[S ~string | ~[]byte](s S) (Priority, bool) {
 	return "", false
 }
 
+// EnvoyEntry is one key/value entry of a descriptor, as Envoy sent it.
+type EnvoyEntry struct {
+	// Key is "key": the entry's key, 1-64 characters, written as the value is (cut, U+FFFD
+	// for control characters, invalid UTF-8 and an empty key).
+	Key string
+	// Value is "value": the entry's value, 1-128 characters: longer values are cut; control
+	// characters and invalid UTF-8 become U+FFFD, and an empty value is written as U+FFFD;
+	// truncated is set when any of this happened.
+	Value string
+}
+
+// EnvoyDescriptor is one descriptor of the call, its entries in order.
+type EnvoyDescriptor struct {
+	// Entries is "entries": the descriptor's entries in order, at most 8 (further entries
+	// are dropped, and truncated is set).
+	Entries []EnvoyEntry
+}
+
+// EnvoyCall is optional: the Envoy rate-limit call (envoy.service.ratelimit.v3
+// ShouldRateLimit) this decision answered, for a domain of an envoy ratelimit
+// configuration. One event per call; route is then the deciding descriptor's
+// configuration path. Absent: a decision of Floodgate's own check API.
+type EnvoyCall struct {
+	// Domain is "domain": the call's rate-limit domain, 1-128 characters (longer domains are
+	// cut, and truncated is set).
+	Domain string
+	// Descriptors is "descriptors": the call's descriptors in order, at most 8 (further
+	// descriptors are dropped, and truncated is set).
+	Descriptors []EnvoyDescriptor
+	// Truncated is "truncated": optional: true when descriptors, entries, keys, values or
+	// the domain were cut to these bounds, or characters replaced. Absent means false.
+	// (false: absent)
+	Truncated bool
+}
+
 // Decision is a decision.v1 event: One event per limiter decision, on topic
 // floodgate.decisions.v1, keyed by the principal (kind:id). Unknown members must be
 // ignored by consumers.
@@ -182,6 +235,16 @@ type Decision struct {
 	// limit 0. Consumers must not count it as the principal's own excess. Absent means
 	// false. (false: absent)
 	Shed bool
+	// Envoy is "envoy": optional: the Envoy rate-limit call (envoy.service.ratelimit.v3
+	// ShouldRateLimit) this decision answered, for a domain of an envoy ratelimit
+	// configuration. One event per call; route is then the deciding descriptor's
+	// configuration path. Absent: a decision of Floodgate's own check API. (nil: absent)
+	Envoy *EnvoyCall
+	// Plan is "plan": optional: the plan the limiter matched the rules and quota with (the
+	// request's plan, else the principal's override plan, else default), 1-32 characters;
+	// the limiter writes [a-z0-9][a-z0-9_-]{0,31}. Absent: a limiter from before plans were
+	// recorded, or a shed request. ("": absent)
+	Plan string
 	// RulesVersion is "rules_version": optional: the rules version (floodgate.rules.v1) that
 	// decided. Absent: rules from a file or built in. (0: absent)
 	RulesVersion int64
@@ -199,7 +262,7 @@ func (v *Decision) Validate() error { return withType(TypeDecision, v.validate()
 
 // EncodeDecision validates v and encodes it as JSON.
 func EncodeDecision(v *Decision) ([]byte, error) {
-	return AppendDecision(make([]byte, 0, 512), v)
+	return AppendDecision(make([]byte, 0, 1024), v)
 }
 
 // AppendDecision validates v and appends its JSON encoding to dst; on error dst
@@ -264,6 +327,41 @@ func AppendDecision(dst []byte, v *Decision) ([]byte, error) {
 	if v.Shed {
 		b = append(b, `,"shed":true`...)
 	}
+	if v.Envoy != nil {
+		b = append(b, `,"envoy":`...)
+		x1 := v.Envoy
+		b = append(b, `{"domain":`...)
+		b = appendString(b, x1.Domain)
+		b = append(b, `,"descriptors":[`...)
+		for i2 := range x1.Descriptors {
+			if i2 > 0 {
+				b = append(b, ',')
+			}
+			x3 := &x1.Descriptors[i2]
+			b = append(b, `{"entries":[`...)
+			for i4 := range x3.Entries {
+				if i4 > 0 {
+					b = append(b, ',')
+				}
+				x5 := &x3.Entries[i4]
+				b = append(b, `{"key":`...)
+				b = appendString(b, x5.Key)
+				b = append(b, `,"value":`...)
+				b = appendString(b, x5.Value)
+				b = append(b, '}')
+			}
+			b = append(b, `]}`...)
+		}
+		b = append(b, ']')
+		if x1.Truncated {
+			b = append(b, `,"truncated":true`...)
+		}
+		b = append(b, '}')
+	}
+	if v.Plan != "" {
+		b = append(b, `,"plan":`...)
+		b = appendString(b, v.Plan)
+	}
 	if v.RulesVersion != 0 {
 		b = append(b, `,"rules_version":`...)
 		b = strconv.AppendInt(b, v.RulesVersion, 10)
@@ -300,6 +398,166 @@ func DecodeDecision(data []byte) (Decision, error) {
 		return Decision{}, err
 	}
 	return ev, nil
+}
+
+func (v *EnvoyEntry) validate() *ValidationError {
+	if err := validText(v.Key, MaxEnvoyKeyLen, false); err != nil {
+		return at("key", err)
+	}
+	if err := validText(v.Value, MaxEnvoyValueLen, false); err != nil {
+		return at("value", err)
+	}
+	return nil
+}
+
+func (d *decoder) decodeEnvoyEntry(v *EnvoyEntry) *ValidationError {
+	if err := d.object(""); err != nil {
+		return err
+	}
+	const (
+		bKey uint32 = 1 << iota
+		bValue
+	)
+	var seen uint32
+	first := true
+	for {
+		name, ok, err := d.member(&first)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		switch string(name) {
+		case "key":
+			if err = d.seen(&seen, bKey, "key"); err == nil {
+				if v.Key, err = d.str("key"); err == nil {
+					if e := validText(v.Key, MaxEnvoyKeyLen, false); e != nil {
+						err = d.invalid("key", e)
+					}
+				}
+			}
+		case "value":
+			if err = d.seen(&seen, bValue, "value"); err == nil {
+				if v.Value, err = d.str("value"); err == nil {
+					if e := validText(v.Value, MaxEnvoyValueLen, false); e != nil {
+						err = d.invalid("value", e)
+					}
+				}
+			}
+		default:
+			err = d.skip(1)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return d.required("", seen, []req{{bKey, "key"}, {bValue, "value"}})
+}
+
+func (v *EnvoyDescriptor) validate() *ValidationError {
+	if len(v.Entries) > MaxEnvoyEntries {
+		return at("entries", tooMany(len(v.Entries), MaxEnvoyEntries))
+	}
+	for i := range v.Entries {
+		if err := v.Entries[i].validate(); err != nil {
+			return at("entries["+strconv.Itoa(i)+"]", err)
+		}
+	}
+	return nil
+}
+
+func (d *decoder) decodeEnvoyDescriptor(v *EnvoyDescriptor) *ValidationError {
+	if err := d.object(""); err != nil {
+		return err
+	}
+	const (
+		bEntries uint32 = 1 << iota
+	)
+	var seen uint32
+	first := true
+	for {
+		name, ok, err := d.member(&first)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		switch string(name) {
+		case "entries":
+			if err = d.seen(&seen, bEntries, "entries"); err == nil {
+				v.Entries, err = decodeList(d, "entries", MaxEnvoyEntries, (*decoder).decodeEnvoyEntry)
+			}
+		default:
+			err = d.skip(1)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return d.required("", seen, []req{{bEntries, "entries"}})
+}
+
+func (v *EnvoyCall) validate() *ValidationError {
+	if err := validText(v.Domain, MaxEnvoyDomainLen, false); err != nil {
+		return at("domain", err)
+	}
+	if len(v.Descriptors) > MaxEnvoyDescriptors {
+		return at("descriptors", tooMany(len(v.Descriptors), MaxEnvoyDescriptors))
+	}
+	for i := range v.Descriptors {
+		if err := v.Descriptors[i].validate(); err != nil {
+			return at("descriptors["+strconv.Itoa(i)+"]", err)
+		}
+	}
+	return nil
+}
+
+func (d *decoder) decodeEnvoyCall(v *EnvoyCall) *ValidationError {
+	if err := d.object("envoy"); err != nil {
+		return err
+	}
+	const (
+		bDomain uint32 = 1 << iota
+		bDescriptors
+		bTruncated
+	)
+	var seen uint32
+	first := true
+	for {
+		name, ok, err := d.member(&first)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		switch string(name) {
+		case "domain":
+			if err = d.seen(&seen, bDomain, "domain"); err == nil {
+				if v.Domain, err = d.str("envoy.domain"); err == nil {
+					if e := validText(v.Domain, MaxEnvoyDomainLen, false); e != nil {
+						err = d.invalid("envoy.domain", e)
+					}
+				}
+			}
+		case "descriptors":
+			if err = d.seen(&seen, bDescriptors, "descriptors"); err == nil {
+				v.Descriptors, err = decodeList(d, "envoy.descriptors", MaxEnvoyDescriptors, (*decoder).decodeEnvoyDescriptor)
+			}
+		case "truncated":
+			if err = d.seen(&seen, bTruncated, "truncated"); err == nil {
+				v.Truncated, err = d.boolean("envoy.truncated")
+			}
+		default:
+			err = d.skip(1)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return d.required("envoy", seen, []req{{bDomain, "domain"}, {bDescriptors, "descriptors"}})
 }
 
 func (v *Decision) validate() *ValidationError {
@@ -356,6 +614,16 @@ func (v *Decision) validate() *ValidationError {
 			return at("priority", oneOf(string(v.Priority), priorityValues))
 		}
 	}
+	if v.Envoy != nil {
+		if err := v.Envoy.validate(); err != nil {
+			return at("envoy", err)
+		}
+	}
+	if v.Plan != "" {
+		if err := validText(v.Plan, MaxPlanLen, false); err != nil {
+			return at("plan", err)
+		}
+	}
 	if v.RulesVersion != 0 {
 		if err := intRange(v.RulesVersion, 1, MaxSafeInteger); err != nil {
 			return at("rules_version", err)
@@ -396,6 +664,8 @@ func decodeDecision(data []byte, v *Decision) *ValidationError {
 		bPenaltyMultiplier
 		bPriority
 		bShed
+		bEnvoy
+		bPlan
 		bRulesVersion
 		bCandidateVersion
 		bCandidateBlocked
@@ -536,6 +806,19 @@ func decodeDecision(data []byte, v *Decision) *ValidationError {
 		case "shed":
 			if err = d.seen(&seen, bShed, "shed"); err == nil {
 				v.Shed, err = d.boolean("shed")
+			}
+		case "envoy":
+			if err = d.seen(&seen, bEnvoy, "envoy"); err == nil {
+				v.Envoy = &EnvoyCall{}
+				err = d.decodeEnvoyCall(v.Envoy)
+			}
+		case "plan":
+			if err = d.seen(&seen, bPlan, "plan"); err == nil {
+				if v.Plan, err = d.str("plan"); err == nil {
+					if e := validText(v.Plan, MaxPlanLen, false); e != nil {
+						err = d.invalid("plan", e)
+					}
+				}
 			}
 		case "rules_version":
 			if err = d.seen(&seen, bRulesVersion, "rules_version"); err == nil {

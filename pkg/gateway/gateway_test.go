@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -193,4 +194,74 @@ func TestReverseProxyForwardsAllowedOnly(t *testing.T) {
 	h.ServeHTTP(w, r)
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
 	require.Nil(t, got, "a denied request never reaches the upstream")
+}
+
+// TestSecurityAnonymousIPv6IsKeyedByPrefixS14: a client rotating through the
+// addresses of its /64 stays one anonymous principal.
+func TestSecurityAnonymousIPv6IsKeyedByPrefixS14(t *testing.T) {
+	for _, tc := range []struct {
+		bits     int
+		distinct int
+	}{{0, 1}, {48, 1}, {128, 40}} {
+		c := &fakeChecker{allow: true}
+		for i := range 40 {
+			serve(t, Options{Checker: c, AnonymousIPv6Prefix: tc.bits}, fmt.Sprintf("[2001:db8:7:9::%x]:1", i+1), nil)
+		}
+		ids := map[string]bool{}
+		for _, r := range c.reqs {
+			ids[r.Principal.Key()] = true
+		}
+		require.Len(t, ids, tc.distinct, "prefix %d: %v", tc.bits, ids)
+		if tc.bits == 0 {
+			require.True(t, ids["anonymous:2001:db8:7:9::/64"], "default /64: %v", ids)
+			require.Equal(t, "2001:db8:7:9::28", c.reqs[39].IP, "the IP tier still counts the address")
+		}
+	}
+	c := &fakeChecker{allow: true}
+	serve(t, Options{Checker: c}, "203.0.113.7:1", nil)
+	require.Equal(t, "anonymous:203.0.113.7", c.reqs[0].Principal.Key(), "IPv4 is keyed whole")
+	_, err := Middleware(Options{Checker: c, AnonymousIPv6Prefix: 129})
+	require.ErrorContains(t, err, "AnonymousIPv6Prefix")
+	_, err = Middleware(Options{Checker: c, PrincipalHeaders: &PrincipalHeaders{Kind: "X-P", ID: "x-p"}})
+	require.ErrorContains(t, err, "PrincipalHeaders")
+}
+
+// TestSecurityIdentityHeadersS14: trusting a load balancer's X-Forwarded-For
+// does not let clients behind it name a principal, and what a client sent in
+// the identity headers never reaches the upstream.
+func TestSecurityIdentityHeadersS14(t *testing.T) {
+	var got http.Header
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Clone()
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer upstream.Close()
+	u, _ := url.Parse(upstream.URL)
+	lb, _ := ParseTrustedProxies([]string{"10.0.0.0/8"})         // forwards addresses only
+	authn, _ := ParseTrustedProxies([]string{"192.168.50.0/24"}) // authenticates, sets the headers
+	c := &fakeChecker{allow: true}
+	h, err := NewReverseProxy(u, Options{Checker: c, TrustedProxies: append(lb, authn...),
+		Principal:        PrincipalFromHeaders("X-Principal-Kind", "X-Principal-Id", authn),
+		PrincipalHeaders: &PrincipalHeaders{Kind: "X-Principal-Kind", ID: "X-Principal-Id"}})
+	require.NoError(t, err)
+	send := func(peer string) {
+		r := httptest.NewRequest(http.MethodGet, "/users/@me", nil)
+		r.RemoteAddr = peer
+		r.Header.Set("X-Forwarded-For", "198.51.100.4")
+		r.Header.Set("X-Principal-Kind", "bot")
+		r.Header.Set("X-Principal-Id", "victim")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		require.Equal(t, http.StatusOK, w.Code)
+	}
+
+	send("10.1.2.3:1") // through the load balancer: the address is believed, the claim is not
+	require.Equal(t, "anonymous:198.51.100.4", c.reqs[0].Principal.Key())
+	require.Equal(t, "anonymous", got.Get("X-Principal-Kind"), "the client's claim is replaced")
+	require.Equal(t, "198.51.100.4", got.Get("X-Principal-Id"))
+
+	send("192.168.50.7:1") // through the authenticating layer: its headers are believed
+	require.Equal(t, "bot:victim", c.reqs[1].Principal.Key())
+	require.Equal(t, "bot", got.Get("X-Principal-Kind"))
+	require.Equal(t, "victim", got.Get("X-Principal-Id"))
 }

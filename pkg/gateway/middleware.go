@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -30,8 +33,22 @@ type Options struct {
 	Principal PrincipalFunc // nil: every request is anonymous, keyed by client IP
 	// Priority names a request's priority bucket (critical, degraded,
 	// best_effort, bulk); nil or "" leaves it to the limiter's rules.
-	Priority       func(r *http.Request) string
+	Priority func(r *http.Request) string
+	// TrustedProxies are the hops whose X-Forwarded-For entries are believed
+	// for the client's address. Believing a proxy's address never means
+	// believing identity headers: PrincipalFromHeaders takes its own set.
 	TrustedProxies TrustedProxies
+	// AnonymousIPv6Prefix is how many leading bits of an IPv6 client address
+	// key an anonymous principal (default 64: one subscriber's /64, whose
+	// 2^64 addresses are otherwise 2^64 fresh buckets; 128 = the address).
+	// IPv4 addresses are always keyed whole.
+	AnonymousIPv6Prefix int
+	// PrincipalHeaders, when set, are the identity headers the middleware
+	// owns: whatever the client sent in them is removed before the request
+	// goes on, and the principal the check was made for — verified or
+	// anonymous — is written in their place, so what is behind reads only
+	// what Floodgate decided on.
+	PrincipalHeaders *PrincipalHeaders
 	// FailClosed answers 503 when the limiter cannot be asked; the default (false)
 	// lets the request through and marks the response with X-RateLimit-Error, so a
 	// limiter outage never becomes an outage of the API behind it.
@@ -47,6 +64,20 @@ type Options struct {
 	// as attributes (give the Client the same Tracing so the check request
 	// carries its traceparent to the limiter). Off costs nothing.
 	Tracing tracing.Tracing
+}
+
+// PrincipalHeaders names the headers that carry a principal's kind and id.
+type PrincipalHeaders struct{ Kind, ID string }
+
+// AnonymousID is the id of the anonymous principal for a client address:
+// an IPv4 address whole, an IPv6 address masked to its first v6Bits bits
+// (the prefix in CIDR form, or the address itself at 128).
+func AnonymousID(a netip.Addr, v6Bits int) string {
+	a = a.Unmap().WithZone("")
+	if a.Is4() || v6Bits >= 128 {
+		return a.String()
+	}
+	return netip.PrefixFrom(a, v6Bits).Masked().String()
 }
 
 // Middleware enforces the limiter's decisions on next: allowed requests go through
@@ -69,6 +100,15 @@ func Middleware(o Options) (func(http.Handler) http.Handler, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.AnonymousIPv6Prefix == 0 {
+		o.AnonymousIPv6Prefix = 64
+	}
+	if o.AnonymousIPv6Prefix < 1 || o.AnonymousIPv6Prefix > 128 {
+		return nil, fmt.Errorf("gateway: Options.AnonymousIPv6Prefix %d: must be in 1..128", o.AnonymousIPv6Prefix)
+	}
+	if h := o.PrincipalHeaders; h != nil && (h.Kind == "" || h.ID == "" || strings.EqualFold(h.Kind, h.ID)) {
+		return nil, errors.New("gateway: Options.PrincipalHeaders needs two different header names")
 	}
 	tracer := o.Tracing.Tracer()
 	return func(next http.Handler) http.Handler {
@@ -94,7 +134,11 @@ func Middleware(o Options) (func(http.Handler) http.Handler, error) {
 				p, ok = o.Principal(r)
 			}
 			if !ok {
-				p = events.Principal{Kind: events.PrincipalAnonymous, ID: ip.String()}
+				p = events.Principal{Kind: events.PrincipalAnonymous, ID: AnonymousID(ip, o.AnonymousIPv6Prefix)}
+			}
+			if h := o.PrincipalHeaders; h != nil {
+				r.Header.Set(h.Kind, string(p.Kind))
+				r.Header.Set(h.ID, p.ID)
 			}
 			var prio string
 			if o.Priority != nil {
@@ -148,9 +192,12 @@ func Middleware(o Options) (func(http.Handler) http.Handler, error) {
 }
 
 // PrincipalFromHeaders reads the principal from headers an authenticating layer in
-// front of the proxy sets (e.g. X-Principal-Kind / X-Principal-Id). Those headers
-// must be stripped from client requests by that layer; they are believed only when
-// the request came through a trusted proxy.
+// front of the proxy sets (e.g. X-Principal-Kind / X-Principal-Id). They are
+// believed only when the request's TCP peer is in trusted — the layers that
+// authenticate, a set apart from the proxies whose X-Forwarded-For is believed
+// (a load balancer that only forwards addresses must not be able to name
+// principals). Set Options.PrincipalHeaders to the same names so that what a
+// client sent in them never reaches the upstream.
 func PrincipalFromHeaders(kindHeader, idHeader string, trusted TrustedProxies) PrincipalFunc {
 	return func(r *http.Request) (events.Principal, bool) {
 		p := events.Principal{Kind: events.PrincipalKind(r.Header.Get(kindHeader)), ID: r.Header.Get(idHeader)}

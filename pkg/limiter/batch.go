@@ -34,10 +34,11 @@ type batchItem struct {
 type scriptBatcher struct {
 	rdb         redis.UniversalClient
 	script      *redis.Script
-	max         int           // checks per pipeline
-	maxFlushers int           // pipelines in flight at once
-	budget      time.Duration // bound of one pipeline's round trip
-	maxQueue    int           // checks waiting for a pipeline; beyond, shed at once (0: no bound)
+	max         int            // checks per pipeline
+	maxFlushers int            // pipelines in flight at once
+	budget      time.Duration  // bound of one pipeline's round trip
+	maxQueue    int            // checks waiting for a pipeline; beyond, shed at once (0: no bound)
+	m           *engineMetrics // round trips; nil in tests of the batcher alone
 
 	mu       sync.Mutex
 	pending  []*batchItem
@@ -122,6 +123,9 @@ func isDone(it *batchItem) bool {
 func (b *scriptBatcher) flush(batch []*batchItem) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.budget)
 	defer cancel()
+	if b.m != nil {
+		defer b.m.roundTrip(time.Now())
+	}
 	cmds := make([][]*redis.Cmd, len(batch))
 	pipe := b.rdb.Pipeline()
 	for i, it := range batch {

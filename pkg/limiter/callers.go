@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -104,15 +105,15 @@ func (cl Caller) Permit(req *CheckRequest) error {
 	if cl.MaxCost > 0 && req.Cost > cl.MaxCost {
 		return fmt.Errorf("cost %d: caller %s may ask for at most %d", req.Cost, cl.Name, cl.MaxCost)
 	}
-	if len(cl.Kinds) > 0 {
-		for _, k := range cl.Kinds {
-			if k == req.Principal.Kind {
-				return nil
-			}
-		}
+	if !cl.mayName(req.Principal.Kind) {
 		return fmt.Errorf("principal kind %s: caller %s may not name it", req.Principal.Kind, cl.Name)
 	}
 	return nil
+}
+
+// mayName reports whether the caller may name principals of kind k.
+func (cl Caller) mayName(k events.PrincipalKind) bool {
+	return len(cl.Kinds) == 0 || slices.Contains(cl.Kinds, k)
 }
 
 type callerKey struct{}

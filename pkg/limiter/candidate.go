@@ -50,7 +50,7 @@ type candidateVerdict struct {
 // enforced decision it is all or nothing: when one group would deny, the
 // other group's units are given back.
 func (e *Engine) checkCandidate(ctx context.Context, c *Candidate, req Request) candidateVerdict {
-	pg, ig, _ := e.bind(c.Rules, req)
+	pg, ig, _, _ := e.bind(c.Rules, req)
 	groups := make([]*group, 0, 2)
 	for _, g := range []*group{&pg, &ig} {
 		rules := g.rules[:0]

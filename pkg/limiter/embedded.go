@@ -62,6 +62,8 @@ type EmbedConfig struct {
 	Gateway string
 	// Observer receives per-scope counts (e.g. NewScopeCounts); nil = none.
 	Observer Observer
+	// RedisLatency receives the Redis round trips (ScopeCounts.RedisLatency); nil = none.
+	RedisLatency *RedisLatency
 
 	// Budget bounds one check's Redis round trip (default 50ms); past it, or
 	// while its Redis shard's breaker is open (at least BreakerFailures
@@ -190,7 +192,7 @@ func NewEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 		Redis: c.Redis, Rules: store, Runtime: runtime, Budget: c.Budget,
 		BreakerFailures: uint32(c.BreakerFailures), BreakerOpen: c.BreakerOpen,
 		OverLimitEntries: c.OverLimitEntries, RedisBatch: c.RedisBatch, Shadow: c.Shadow,
-		Logger: c.Logger, Registry: c.Registry,
+		RedisLatency: c.RedisLatency, Logger: c.Logger, Registry: c.Registry,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("embedded limiter: %w", err)

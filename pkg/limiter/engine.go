@@ -43,6 +43,11 @@ type Request struct {
 	// Priority is the request's bucket; PriorityUnset takes the route's
 	// default from the rules.
 	Priority Priority
+	// At, when set, is the decision's clock: the script uses it instead of
+	// Redis TIME, and the daily quota's day follows it. Only a replay of
+	// recorded decisions sets it (pkg/whatif); no interface of the limiter
+	// service lets a caller choose it.
+	At time.Time
 }
 
 // TierResult is one rule's answer within a decision.
@@ -94,6 +99,9 @@ type Result struct {
 	// Utilization is the shed state's status while shedding is engaged
 	// (StatusDegraded, StatusCritical); "" when nothing is shed.
 	Utilization string
+	// Plan is the plan the rules were matched with: the request's, else the
+	// principal's override plan, else DefaultPlan ("" when shed).
+	Plan string
 	// RulesVersion is the version of the rules that decided (0: a file).
 	// CandidateVersion, when not 0, is the rules version in shadow that
 	// judged the request too, and CandidateBlocked its verdict.
@@ -150,9 +158,18 @@ type EngineConfig struct {
 	// write (FLOODGATE_LIMITER_REDIS_BATCH); 0 = 64, 1 = every check on its own.
 	RedisBatch int
 	// Shadow puts every rule in shadow mode (FLOODGATE_LIMITER_SHADOW).
-	Shadow   bool
-	Logger   *slog.Logger
-	Registry prometheus.Registerer
+	Shadow bool
+	// RedisLatency, when set, receives every check pipeline's Redis round
+	// trip (the adjuster's Redis-latency signal, through ScopeCounts).
+	RedisLatency *RedisLatency
+	// KeyPrefix is put before every key a check reads or writes (buckets,
+	// penalties, day usage), so the engine works in a keyspace of its own:
+	// "" for the limiter itself; a what-if replay (pkg/whatif) uses a unique
+	// prefix no limiter ever uses. It may not hold '{', '}', spaces or
+	// control bytes, so each key keeps its principal's hash tag and slot.
+	KeyPrefix string
+	Logger    *slog.Logger
+	Registry  prometheus.Registerer
 
 	admission *admissionConfig // tests only
 }
@@ -173,6 +190,7 @@ type Engine struct {
 	log       *slog.Logger
 	m         *engineMetrics
 	shadow    bool
+	prefix    string // before every key (EngineConfig.KeyPrefix)
 	batching  bool
 	fixedNow  func() int64 // tests only: a fixed time for the script instead of Redis TIME
 
@@ -194,6 +212,8 @@ type engineMetrics struct {
 	degraded       *prometheus.CounterVec
 	refunds        *prometheus.CounterVec
 	shed           prometheus.Counter
+	redisRTT       prometheus.Histogram
+	rtt            *RedisLatency                        // nil: not collected
 	prioShed       [PriorityBulk + 1]prometheus.Counter // by Priority; index 0 unused
 }
 
@@ -202,6 +222,9 @@ type engineMetrics struct {
 func NewEngine(c EngineConfig) (*Engine, error) {
 	if c.Redis == nil || c.Rules == nil {
 		return nil, errors.New("new engine: Redis and Rules are required")
+	}
+	if err := ValidKeyPrefix(c.KeyPrefix); err != nil {
+		return nil, fmt.Errorf("new engine: %w", err)
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now
@@ -255,6 +278,9 @@ func NewEngine(c EngineConfig) (*Engine, error) {
 		degraded:       f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_degraded_total", Help: "Tier answers given without Redis, by policy (local when shed) and outcome."}, []string{"policy", "outcome"}),
 		refunds:        f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_refunds_total", Help: "Compensating refunds after the IP and principal groups disagreed, by result."}, []string{"result"}),
 		shed:           f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_shed_total", Help: "Checks answered from local state because the limiter was past its capacity (admission limit reached, pipeline queue full or too slow)."}),
+		redisRTT: f.NewHistogram(prometheus.HistogramOpts{Name: "floodgate_limiter_redis_pipeline_seconds", Help: "Round trip of one pipeline of check scripts to Redis (one per batch of checks), failures and timeouts included.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .03, .04, .05, .075, .1, .25}}),
+		rtt: c.RedisLatency,
 	}
 	byPrio := f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_priority_shed_total", Help: "Checks refused by priority shedding (the adjuster's shed level), by priority."}, []string{"priority"})
 	for p := PriorityCritical; p <= PriorityBulk; p++ {
@@ -262,7 +288,7 @@ func NewEngine(c EngineConfig) (*Engine, error) {
 	}
 	e := &Engine{
 		rdb: c.Redis, script: redis.NewScript(checkSource), rules: c.Rules, rt: c.Runtime, clock: c.Clock,
-		budget: c.Budget, queueWait: c.QueueWait, shadow: c.Shadow, local: newLocalBuckets(c.LocalBuckets), log: c.Logger, m: m,
+		budget: c.Budget, queueWait: c.QueueWait, shadow: c.Shadow, prefix: c.KeyPrefix, local: newLocalBuckets(c.LocalBuckets), log: c.Logger, m: m,
 		id: uuid.Must(uuid.NewV7()).String(), refresh: c.ClusterRefresh, heartbeat: c.Heartbeat,
 	}
 	e.cands, _ = c.Rules.(candidateSource)
@@ -358,6 +384,7 @@ type group struct {
 	penaltyKey string
 	penalize   bool
 	rules      []bound
+	now        string // the script's clock in ms, or "" for Redis TIME
 }
 
 func (g *group) args(mode string, now string, mask string) ([]string, []any) {
@@ -384,8 +411,18 @@ func (g *group) args(mode string, now string, mask string) ([]string, []any) {
 	return keys, args
 }
 
-// bind resolves the rules that apply to req.
-func (e *Engine) bind(rs *Ruleset, req Request) (principal, ip group, cost int64) {
+// ValidKeyPrefix reports whether p may be an EngineConfig.KeyPrefix.
+func ValidKeyPrefix(p string) error {
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c == '{' || c == '}' || c <= ' ' || c == 0x7f {
+			return fmt.Errorf("key prefix %q: may not hold '{', '}', spaces or control bytes", p)
+		}
+	}
+	return nil
+}
+
+// bind resolves the rules that apply to req, and the plan they were matched with.
+func (e *Engine) bind(rs *Ruleset, req Request) (principal, ip group, cost int64, plan string) {
 	kind, id := string(req.Principal.Kind), req.Principal.ID
 	var pov, plov *Override
 	var scales Scales
@@ -406,7 +443,12 @@ func (e *Engine) bind(rs *Ruleset, req Request) (principal, ip group, cost int64
 	cost = int64(max(req.Cost, 1)) * int64(rs.Cost(req.Method, req.Route))
 	resType, _, _ := strings.Cut(req.Resource, ":")
 
-	principal = group{penaltyKey: redisx.PenaltyKey(kind, id), penalize: true}
+	now := e.nowArg()
+	if !req.At.IsZero() {
+		now = strconv.FormatInt(req.At.UnixMilli(), 10)
+	}
+	principal = group{penaltyKey: e.prefix + redisx.PenaltyKey(kind, id), penalize: true, now: now}
+	ip.now = now
 	var ipID string
 	for i := range rs.Rules {
 		r := &rs.Rules[i]
@@ -431,17 +473,17 @@ func (e *Engine) bind(rs *Ruleset, req Request) (principal, ip group, cost int64
 			if ipID == "" {
 				ipID = ipBucketID(req.IP)
 			}
-			b.keys = []string{redisx.BucketKey("ip", ipID, sub)}
+			b.keys = []string{e.prefix + redisx.BucketKey("ip", ipID, sub)}
 			ip.rules = append(ip.rules, b)
 			continue
 		case events.TierResource:
 			sub += "|" + req.Resource
 		}
-		b.keys = []string{redisx.BucketKey(kind, id, sub)}
+		b.keys = []string{e.prefix + redisx.BucketKey(kind, id, sub)}
 		principal.rules = append(principal.rules, b)
 	}
 	if ipID != "" {
-		ip.penaltyKey = redisx.PenaltyKey("ip", ipID) // never written: keeps KEYS[1] on the IP's slot
+		ip.penaltyKey = e.prefix + redisx.PenaltyKey("ip", ipID) // never written: keeps KEYS[1] on the IP's slot
 	}
 
 	q := rs.Quota(req.Principal.Kind, req.Plan)
@@ -462,17 +504,20 @@ func (e *Engine) bind(rs *Ruleset, req Request) (principal, ip group, cost int64
 	if limit > 0 {
 		qb.tier, qb.alg, qb.limit, qb.period, qb.scale, qb.cost = events.TierQuota, dayQuota, limit, 24*time.Hour, 1, cost
 		now := e.clock().UTC()
+		if !req.At.IsZero() {
+			now = req.At.UTC()
+		}
 		for _, t := range []time.Time{now.Add(-10 * time.Minute), now.Add(10 * time.Minute)} {
 			day := t.Unix() / 86400
 			if len(qb.days) > 0 && qb.days[len(qb.days)-1] == day {
 				continue
 			}
 			qb.days = append(qb.days, day)
-			qb.keys = append(qb.keys, redisx.DayUsageKey(kind, id, t.Format(time.DateOnly)))
+			qb.keys = append(qb.keys, e.prefix+redisx.DayUsageKey(kind, id, t.Format(time.DateOnly)))
 		}
 		principal.rules = append(principal.rules, qb)
 	}
-	return principal, ip, cost
+	return principal, ip, cost, req.Plan
 }
 
 // ipBucketID is the IP tier's counting unit: the IPv4 address, or the IPv6 /64.
@@ -542,7 +587,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 
 // check runs the rules for one admitted request.
 func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, error) {
-	pg, ig, cost := e.bind(rs, req)
+	pg, ig, cost, plan := e.bind(rs, req)
 	groups := make([]*group, 0, 2)
 	if len(pg.rules) > 0 {
 		groups = append(groups, &pg)
@@ -551,10 +596,11 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 		groups = append(groups, &ig)
 	}
 	if len(groups) == 0 {
-		return Result{Allowed: true, Tier: events.TierPrincipal, Penalty: 1, Scale: 1, Now: e.clock().UTC(), Cost: int(cost)}, nil
+		return Result{Allowed: true, Tier: events.TierPrincipal, Penalty: 1, Scale: 1, Now: e.clock().UTC(), Cost: int(cost), Plan: plan}, nil
 	}
 	if r, ok := e.fromOverLimitCache(groups, cost); ok {
 		e.m.cacheHits.Inc()
+		r.Plan = plan
 		return finish(r, rs.NearLimit), nil
 	}
 
@@ -630,7 +676,7 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 		return Result{}, fmt.Errorf("check %s: %w", req.Principal.Key(), canceled)
 	}
 
-	res := Result{Allowed: true, Penalty: 1, Cost: int(cost)}
+	res := Result{Allowed: true, Penalty: 1, Cost: int(cost), Plan: plan}
 	var local []*group
 	outs := make([]scriptOut, len(groups))
 	for i, g := range groups {
@@ -790,18 +836,18 @@ func (e *Engine) runShards(ctx context.Context, groups []*group, calls []shardCa
 // the shard's batcher, shared with concurrent checks, or on its own. It
 // returns one answer and one error per group, or an error for all.
 func (e *Engine) run(ctx context.Context, sh *shard, groups []*group) ([]any, []error, error) {
-	now := e.nowArg()
 	if sh.batch != nil {
 		calls := make([]scriptCall, len(groups))
 		for i, g := range groups {
-			calls[i].keys, calls[i].args = g.args("c", now, "")
+			calls[i].keys, calls[i].args = g.args("c", g.now, "")
 		}
 		return sh.batch.run(ctx, calls)
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.budget)
 	defer cancel()
+	defer e.m.roundTrip(time.Now())
 	if len(groups) == 1 {
-		keys, args := groups[0].args("c", now, "")
+		keys, args := groups[0].args("c", groups[0].now, "")
 		v, err := e.script.Run(rctx, e.rdb, keys, args...).Result()
 		if err != nil {
 			return nil, []error{fmt.Errorf("run check script: %w", err)}, nil
@@ -812,7 +858,7 @@ func (e *Engine) run(ctx context.Context, sh *shard, groups []*group) ([]any, []
 		pipe := e.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(groups))
 		for i, g := range groups {
-			keys, args := g.args("c", now, "")
+			keys, args := g.args("c", g.now, "")
 			if sha {
 				cmds[i] = e.script.EvalSha(rctx, pipe, keys, args...)
 			} else {
@@ -841,10 +887,19 @@ func (e *Engine) run(ctx context.Context, sh *shard, groups []*group) ([]any, []
 	return out, errs, nil
 }
 
+// roundTrip records one Redis pipeline that started at start.
+func (m *engineMetrics) roundTrip(start time.Time) {
+	d := time.Since(start)
+	m.redisRTT.Observe(d.Seconds())
+	if m.rtt != nil {
+		m.rtt.Record(d)
+	}
+}
+
 func (e *Engine) refund(ctx context.Context, g *group, mask string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.budget)
 	defer cancel()
-	keys, args := g.args("r", e.nowArg(), mask)
+	keys, args := g.args("r", g.now, mask)
 	if err := e.script.Run(rctx, e.rdb, keys, args...).Err(); err != nil {
 		e.m.refunds.WithLabelValues("error").Inc()
 		e.log.Warn("refund after a split decision", "key", keys[0], "err", err)

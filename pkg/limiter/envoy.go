@@ -54,6 +54,7 @@ type EnvoyRLS struct {
 	s           *Server
 	requests    *prometheus.CounterVec
 	descriptors *envoyDescriptorMetrics
+	unnamed     prometheus.Counter
 	// envoy answers the domains of an envoy ratelimit configuration with its
 	// semantics (see pkg/envoyconf); nil without one.
 	envoy *EnvoyConfig
@@ -68,6 +69,11 @@ type EnvoyConfig struct {
 	// Headers, when set, adds envoy ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED
 	// headers to every answer for these domains.
 	Headers *EnvoyHeaders
+	// Identity, when set, makes every call a decision.v1 event of the
+	// principal its entries name, and applies that principal's penalty and
+	// the adjuster's scales to its limits; nil answers exactly as envoy
+	// ratelimit does and publishes nothing.
+	Identity *EnvoyIdentity
 }
 
 // EnvoyHeaders names the response headers envoy ratelimit adds with
@@ -131,7 +137,11 @@ func NewEnvoyRLS(s *Server) *EnvoyRLS {
 	return &EnvoyRLS{s: s, requests: promauto.With(s.reg).NewCounterVec(prometheus.CounterOpts{
 		Name: "floodgate_limiter_envoy_requests_total",
 		Help: "Envoy ShouldRateLimit calls by result (ok, over_limit, invalid).",
-	}, []string{"result"}), descriptors: newEnvoyDescriptorMetrics(s.reg)}
+	}, []string{"result"}), descriptors: newEnvoyDescriptorMetrics(s.reg),
+		unnamed: promauto.With(s.reg).NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_limiter_envoy_unattributed_total",
+			Help: "Envoy calls for a configured domain answered without a decision event: no entry named a principal (FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS).",
+		})}
 }
 
 // MaxGRPCStreams is the most concurrent streams one gRPC connection may hold.
@@ -443,6 +453,21 @@ func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *r
 			ds.Override = &envoyconf.Override{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: envoyconf.Unit(l.GetUnit())}
 		}
 	}
+	var who envoyWho
+	var tiers []events.Tier
+	if id := e.envoy.Identity; id != nil {
+		who = id.identify(req.Descriptors)
+		if cl, ok := callerFrom(ctx); ok && who.ok && !cl.mayName(who.principal.Kind) {
+			e.requests.WithLabelValues("invalid").Inc()
+			return nil, status.Error(codes.PermissionDenied, fmt.Sprintf("principal kind %s: caller %s may not name it", who.principal.Kind, cl.Name))
+		}
+		tiers = who.tiers(&req, id.IPKey)
+		if e.s.engine != nil && e.s.engine.rt != nil {
+			if scales := e.s.engine.rt.Scales(); len(scales) > 0 {
+				req.Scale = func(i int, l *envoyconf.Limit) float64 { return scales.For(tiers[i], who.method, l.Route) }
+			}
+		}
+	}
 	resp, err := e.envoy.Evaluator.Evaluate(ctx, cfg, req)
 	if err != nil {
 		e.requests.WithLabelValues("invalid").Inc()
@@ -471,6 +496,15 @@ func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *r
 	}
 	if e.envoy.Headers != nil {
 		e.envoy.Headers.add(out)
+	}
+	if e.envoy.Identity != nil {
+		if who.ok {
+			ev := envoyDecision(newDecisionID(), e.s.gateway, &who, &req, &resp, tiers)
+			e.s.record(ev.Rule, ev.Tier, ev.Allowed, ev.Shadow)
+			e.s.emit(ctx, &ev)
+		} else {
+			e.unnamed.Inc()
+		}
 	}
 	result := "ok"
 	if out.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {

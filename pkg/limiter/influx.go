@@ -25,6 +25,9 @@ type ScopeCounts struct {
 
 	mu     sync.Mutex
 	counts map[scopeKey]*scopeCount
+
+	rtt    *RedisLatency // nil: no limiter_redis points
+	budget time.Duration
 }
 
 type scopeKey struct {
@@ -47,6 +50,15 @@ func NewScopeCounts(client influxdb2.Client, org, bucket, gateway string, now fu
 		}
 	}()
 	return &ScopeCounts{w: w, gateway: gateway, now: now, counts: map[scopeKey]*scopeCount{}}
+}
+
+// TrackRedis makes every flush also write one "limiter_redis" point (tag
+// gateway) from the round trips l collected since the last: integer field
+// pipelines, float fields p50_ms, p99_ms, max_ms, and budget_used = p99 ÷
+// budget, the adjuster's Redis-latency signal (docs/adjuster.md). Nothing is
+// written for an interval without a pipeline. Call before Run.
+func (s *ScopeCounts) TrackRedis(l *RedisLatency, budget time.Duration) {
+	s.rtt, s.budget = l, budget
 }
 
 // Observe counts one decision; shadow counts a would-have-blocked decision of a shadow rule.
@@ -82,6 +94,15 @@ func (s *ScopeCounts) Flush() {
 			map[string]string{"gateway": s.gateway, "scope": k.scope, "tier": string(k.tier)},
 			map[string]any{"allowed": c.allowed, "blocked": c.blocked, "shadow": c.shadow},
 			ts))
+	}
+	if s.rtt != nil {
+		if r := s.rtt.Take(); r.Pipelines > 0 {
+			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+			s.w.WritePoint(influxdb2.NewPoint("limiter_redis", map[string]string{"gateway": s.gateway},
+				map[string]any{"pipelines": r.Pipelines, "p50_ms": ms(r.P50), "p99_ms": ms(r.P99), "max_ms": ms(r.Max),
+					"budget_used": float64(r.P99) / float64(s.budget)},
+				ts))
+		}
 	}
 	s.w.Flush()
 }

@@ -60,3 +60,64 @@ func TestScopeCountsReachInfluxDB(t *testing.T) {
 		"trial.allowed": 0, "trial.blocked": 0, "trial.shadow": 1,
 	}, got)
 }
+
+func TestRedisRoundTripsReachInfluxDB(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
+	}
+	env := config.NewEnv(os.Getenv)
+	url := env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL)
+	bucket := env.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket)
+	client := influxdb2.NewClient(url, env.String("FLOODGATE_INFLUX_TOKEN", ""))
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	// Every check of a real engine on the real Redis is one pipeline.
+	rtt := NewRedisLatency()
+	for _, batch := range []int{1, 64} {
+		e := newTestEngine(t, redistest.Client(t), oneBucket, func(c *EngineConfig) { c.RedisLatency, c.RedisBatch = rtt, batch })
+		p := principal(t)
+		for range 5 {
+			check(t, e, Request{Principal: p, Cost: 1})
+		}
+	}
+	got := rtt.Take()
+	require.EqualValues(t, 10, got.Pipelines, "one round trip per check, batched or not")
+	require.Positive(t, got.P50)
+	require.LessOrEqual(t, got.P50, got.P99)
+	require.LessOrEqual(t, got.P99, got.Max)
+	require.Less(t, got.Max, 2*time.Second, "within the engine's budget")
+	require.Zero(t, rtt.Take().Pipelines, "Take starts over")
+
+	// Known round trips: the point carries their p99 as a share of the budget.
+	gateway := redistest.Unique(t, "gw")
+	start := time.Now().Add(-time.Second)
+	c := NewScopeCounts(client, "", bucket, gateway, time.Now, slog.New(slog.DiscardHandler))
+	c.TrackRedis(rtt, 50*time.Millisecond)
+	for range 99 {
+		rtt.Record(2 * time.Millisecond)
+	}
+	rtt.Record(40 * time.Millisecond)
+	c.Flush()
+	c.Flush() // nothing recorded since: no second point
+
+	q := fmt.Sprintf(`from(bucket: %q) |> range(start: %s) |> filter(fn: (r) => r._measurement == "limiter_redis" and r.gateway == %q)`,
+		bucket, start.UTC().Format(time.RFC3339), gateway)
+	fields := map[string][]any{}
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && len(fields) < 5; time.Sleep(200 * time.Millisecond) {
+		clear(fields)
+		res, err := client.QueryAPI("").Query(ctx, q)
+		require.NoError(t, err)
+		for res.Next() {
+			fields[res.Record().Field()] = append(fields[res.Record().Field()], res.Record().Value())
+		}
+		require.NoError(t, res.Err())
+	}
+	require.Equal(t, []any{int64(100)}, fields["pipelines"])
+	require.Len(t, fields["p99_ms"], 1, "one point per flush with round trips")
+	require.InDelta(t, 2, fields["p50_ms"][0], 0.05)
+	require.InDelta(t, 2, fields["p99_ms"][0], 0.05, "the 99th of 100 round trips")
+	require.InDelta(t, 40, fields["max_ms"][0], 0.5)
+	require.InDelta(t, 0.04, fields["budget_used"][0], 0.001, "p99 2 ms of a 50 ms budget")
+}

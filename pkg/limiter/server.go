@@ -382,7 +382,7 @@ func (s *Server) publish(ctx context.Context, id string, req *CheckRequest, res 
 		Method: req.Method, Route: req.Route, Resource: req.Resource, Allowed: res.Allowed,
 		Tier: res.Tier, Shadow: res.Shadow, Cost: int64(min(max(res.Cost, 1), 1_000_000)), Limit: int64(res.Limit), Remaining: int64(res.Remaining),
 		Gateway: s.gateway, NearLimit: res.NearLimit, Degraded: res.Degraded, Rule: res.Rule,
-		Priority: res.Priority.Event(), Shed: res.Shed,
+		Priority: res.Priority.Event(), Shed: res.Shed, Plan: res.Plan,
 		RulesVersion: res.RulesVersion, CandidateVersion: res.CandidateVersion, CandidateBlocked: res.CandidateBlocked,
 	}
 	if ev.Rule == "" && res.Shadow {
@@ -391,23 +391,29 @@ func (s *Server) publish(ctx context.Context, id string, req *CheckRequest, res 
 	if res.Penalty < 1 {
 		ev.PenaltyMultiplier = res.Penalty
 	}
-	value, err := events.EncodeDecision(&ev)
+	s.emit(ctx, &ev)
+}
+
+// emit encodes a decision event and hands it to the publisher, keyed by its
+// principal; every decision of every interface leaves through it.
+func (s *Server) emit(ctx context.Context, ev *events.Decision) {
+	value, err := events.EncodeDecision(ev)
 	if err != nil { // the request was validated; this is a bug, not bad input
 		s.metrics.errors.WithLabelValues("encode").Inc()
-		s.log.Error("encode decision", "id", id, "err", err)
+		s.log.Error("encode decision", "id", ev.ID, "err", err)
 		return
 	}
 	msg := kafka.Message{
 		Topic:   s.topic,
-		Key:     []byte(req.Principal.Key()),
+		Key:     []byte(ev.Principal.Key()),
 		Value:   value,
-		Headers: stream.CloudEventHeaders(events.CETypeDecision, id, "floodgate/limiter/"+s.gateway, res.Now),
+		Headers: stream.CloudEventHeaders(events.CETypeDecision, ev.ID, "floodgate/limiter/"+s.gateway, ev.TS),
 	}
 	if s.tracer != nil {
-		msg.Headers = s.tracer.Create(ctx, s.topic, id, msg.Headers,
-			attribute.String(tracing.AttrDecisionID, id), attribute.Bool(tracing.AttrAllowed, res.Allowed),
-			attribute.String(tracing.AttrTier, string(res.Tier)), attribute.String(tracing.AttrPrincipalKind, string(req.Principal.Kind)),
-			attribute.Bool(tracing.AttrDegraded, res.Degraded))
+		msg.Headers = s.tracer.Create(ctx, s.topic, ev.ID, msg.Headers,
+			attribute.String(tracing.AttrDecisionID, ev.ID), attribute.Bool(tracing.AttrAllowed, ev.Allowed),
+			attribute.String(tracing.AttrTier, string(ev.Tier)), attribute.String(tracing.AttrPrincipalKind, string(ev.Principal.Kind)),
+			attribute.Bool(tracing.AttrDegraded, ev.Degraded))
 	}
 	s.pub.TryPublish(msg) // never blocks; a full buffer is counted by the publisher
 }

@@ -48,6 +48,12 @@ func run(ctx context.Context, args []string, getenv config.Getenv) error {
 	prefix := env.String("FLOODGATE_DYNAMODB_TABLE_PREFIX", "")
 	influxURL := env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL)
 	influxToken := env.String("FLOODGATE_INFLUX_TOKEN", "")
+	acls := env.Bool("FLOODGATE_KAFKA_ACLS", false)
+	aclNames := migrations.ACLNames{
+		UserPrefix:     env.String("FLOODGATE_KAFKA_ACL_USER_PREFIX", "floodgate-"),
+		DecisionsTopic: env.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
+		AbuseTopic:     env.String("FLOODGATE_ABUSE_TOPIC", config.DefaultAbuseTopic),
+	}
 	if err := env.Err(); err != nil {
 		return err
 	}
@@ -57,30 +63,36 @@ func run(ctx context.Context, args []string, getenv config.Getenv) error {
 			return fmt.Errorf("-only: %q is not one of kafka|dynamodb|influxdb", b)
 		}
 	}
-	ms, err := migrations.Load()
-	if err != nil {
-		return err
+	ms, lerr := migrations.Load()
+	if lerr != nil {
+		return lerr
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 
 	r := &migrations.Runner{Now: time.Now, Report: func(line string) { fmt.Println(line) }}
 	if slices.Contains(backends, "kafka") {
-		sec, err := stream.Secure(ctx, brokers, kafkaSec, 10*time.Second, slog.Default())
-		if err != nil {
-			return fmt.Errorf("kafka: %w", err)
+		sec, serr := stream.Secure(ctx, brokers, kafkaSec, 10*time.Second, slog.Default())
+		if serr != nil {
+			return fmt.Errorf("kafka: %w", serr)
 		}
 		r.Kafka = migrations.NewKafka(brokers, rf, sec)
 	}
 	if slices.Contains(backends, "dynamodb") {
-		client, err := dynamo.NewClient(ctx, dynamo.Options{Endpoint: ddbEndpoint})
-		if err != nil {
-			return err
+		client, derr := dynamo.NewClient(ctx, dynamo.Options{Endpoint: ddbEndpoint})
+		if derr != nil {
+			return derr
 		}
 		r.Dynamo = &migrations.Dynamo{Client: client, Prefix: prefix}
 	}
 	if slices.Contains(backends, "influxdb") {
 		r.Influx = &migrations.Influx{URL: influxURL, Token: influxToken}
 	}
-	return r.Apply(ctx, ms)
+	if err := r.Apply(ctx, ms); err != nil {
+		return err
+	}
+	if acls && r.Kafka != nil { // after the topics exist
+		return r.Kafka.ApplyACLs(ctx, migrations.ACLEntries(aclNames, migrations.Grants(aclNames)), r.Report)
+	}
+	return nil
 }

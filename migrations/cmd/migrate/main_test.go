@@ -28,6 +28,7 @@ func TestMigrateOverTLSAndSCRAM(t *testing.T) {
 	env := map[string]string{
 		"FLOODGATE_KAFKA_BROKERS": broker, "FLOODGATE_KAFKA_TLS": "true", "FLOODGATE_KAFKA_TLS_CA_FILE": ca.CertFile,
 		"FLOODGATE_KAFKA_SASL_MECHANISM": "scram-sha-256", "FLOODGATE_KAFKA_SASL_USERNAME": user, "FLOODGATE_KAFKA_SASL_PASSWORD": pass,
+		"FLOODGATE_KAFKA_ACLS": "true", "FLOODGATE_KAFKA_ACL_USER_PREFIX": "prod-",
 	}
 	getenv := func(k string) string { return env[k] }
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -52,6 +53,18 @@ func TestMigrateOverTLSAndSCRAM(t *testing.T) {
 		got = append(got, tp.Name)
 	}
 	require.Subset(t, got, want, "every topic of migrations/ exists on the secured broker")
+	acls, err := sec.Client([]string{broker}, 5*time.Second).DescribeACLs(ctx, &kafka.DescribeACLsRequest{Filter: kafka.ACLFilter{
+		ResourceTypeFilter: kafka.ResourceTypeTopic, ResourceNameFilter: config.DefaultDecisionsTopic, ResourcePatternTypeFilter: kafka.PatternTypeLiteral,
+		Operation: kafka.ACLOperationTypeWrite, PermissionType: kafka.ACLPermissionTypeAllow}})
+	require.NoError(t, err)
+	require.NoError(t, acls.Error)
+	var writers []string
+	for _, r := range acls.Resources {
+		for _, a := range r.ACLs {
+			writers = append(writers, a.Principal)
+		}
+	}
+	require.ElementsMatch(t, []string{"User:prod-limiter", "User:prod-dlq-auditor"}, writers, "FLOODGATE_KAFKA_ACLS: only these write decisions")
 
 	env["FLOODGATE_KAFKA_SASL_PASSWORD"] = "Wr0ng-never-logged"
 	start := time.Now()

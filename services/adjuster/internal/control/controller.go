@@ -14,6 +14,9 @@ const (
 	SignalMem       = "mem"
 	SignalErrorRate = "error_rate"
 	SignalAbuseRate = "abuse_rate"
+	// SignalRedisLatency is the limiters' p99 Redis round trip as a share of
+	// their Redis budget (the worst limiter's, 1 = the budget spent).
+	SignalRedisLatency = "redis_latency"
 )
 
 // Reading is one signal's value and the time of its newest point.
@@ -30,6 +33,10 @@ type Signals struct {
 	Mem       Reading // memory utilisation
 	ErrorRate Reading // 5xx responses / all responses
 	AbuseRate Reading // decisions attributed to detected abuse / all decisions
+	// RedisLatency is the worst limiter's p99 Redis pipeline round trip over
+	// its Redis budget (limiter_redis budget_used); 0 when the limiters
+	// decided without a pipeline.
+	RedisLatency Reading
 	// AbusePerSec is abuse detections per second over the window (informational;
 	// it is the abuse_rate of adjustment.v1 events).
 	AbusePerSec float64
@@ -46,11 +53,16 @@ func (s Signals) Get(name string) Reading {
 		return s.ErrorRate
 	case SignalAbuseRate:
 		return s.AbuseRate
+	case SignalRedisLatency:
+		return s.RedisLatency
 	}
 	return Reading{}
 }
 
-// AllSignals lists the signal names in a stable order.
+// AllSignals lists the signal names the scale rules read, in a stable order:
+// each pages when it goes stale. SignalRedisLatency is not among them — only
+// shedding reads it (ShedRule), and a fleet that does not shed on it must not
+// be paged for it.
 var AllSignals = []string{SignalCPU, SignalMem, SignalErrorRate, SignalAbuseRate}
 
 // Input is everything one step decides on.

@@ -14,7 +14,7 @@ var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 // sig builds fresh signals at now.
 func sig(now time.Time, cpu, mem, errRate, abuse float64) Signals {
 	r := func(v float64) Reading { return Reading{Value: v, At: now.Add(-10 * time.Second), OK: true} }
-	return Signals{CPU: r(cpu), Mem: r(mem), ErrorRate: r(errRate), AbuseRate: r(abuse)}
+	return Signals{CPU: r(cpu), Mem: r(mem), ErrorRate: r(errRate), AbuseRate: r(abuse), RedisLatency: r(0.1)}
 }
 
 func TestAdjusterYAMLIsTheDefaults(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 // BEST_EFFORT, 3 also DEGRADED; CRITICAL is never shed (see limiter.Shedding).
 const ShedLevels = 3
 
-// ShedRule sets the shed level the limiters apply from the CPU and error-rate
-// signals. Level n engages as soon as either signal is above its n-th
+// ShedRule sets the shed level the limiters apply from the CPU, error-rate and
+// Redis-latency signals. Level n engages as soon as any signal is above its n-th
 // threshold; the level comes down one step at a time, only when every
 // signal is below that level's threshold × (1 − Hysteresis), and only after
 // the level has held for Hold — so a load that sheds its way back under the
@@ -29,6 +29,10 @@ type ShedRule struct {
 	// ascending fractions in (0, 1].
 	CPUAbove       []float64 `yaml:"cpu_above" json:"cpu_above"`
 	ErrorRateAbove []float64 `yaml:"error_rate_above" json:"error_rate_above"`
+	// RedisLatencyAbove are the thresholds of the limiters' p99 Redis round
+	// trip as a share of their Redis budget; empty: Redis latency does not
+	// shed (and cannot hold a level).
+	RedisLatencyAbove []float64 `yaml:"redis_latency_above,omitempty" json:"redis_latency_above,omitempty"`
 	// Hysteresis is how far below a level's threshold, as a fraction of it,
 	// every signal must be before the level is released.
 	Hysteresis float64 `yaml:"hysteresis" json:"hysteresis"`
@@ -43,7 +47,7 @@ const RuleShed = "shed"
 
 func defaultShed() ShedRule {
 	return ShedRule{CPUAbove: []float64{0.90, 0.95, 0.98}, ErrorRateAbove: []float64{0.10, 0.20, 0.40},
-		Hysteresis: 0.05, Hold: Duration(time.Minute), RetryAfter: Duration(5 * time.Second)}
+		RedisLatencyAbove: []float64{0.50, 0.70, 0.90}, Hysteresis: 0.05, Hold: Duration(time.Minute), RetryAfter: Duration(5 * time.Second)}
 }
 
 func (s ShedRule) validate(bad func(field, format string, args ...any)) {
@@ -51,9 +55,14 @@ func (s ShedRule) validate(bad func(field, format string, args ...any)) {
 		return
 	}
 	for _, th := range []struct {
-		field string
-		v     []float64
-	}{{"shed.cpu_above", s.CPUAbove}, {"shed.error_rate_above", s.ErrorRateAbove}} {
+		field    string
+		v        []float64
+		optional bool
+	}{{"shed.cpu_above", s.CPUAbove, false}, {"shed.error_rate_above", s.ErrorRateAbove, false},
+		{"shed.redis_latency_above", s.RedisLatencyAbove, true}} {
+		if th.optional && len(th.v) == 0 {
+			continue
+		}
 		if len(th.v) != ShedLevels {
 			bad(th.field, "%v: want %d thresholds, one per level", th.v, ShedLevels)
 			continue
@@ -74,6 +83,21 @@ func (s ShedRule) validate(bad func(field, format string, args ...any)) {
 	if s.RetryAfter.D() < time.Second || s.RetryAfter.D() > time.Hour {
 		bad("shed.retry_after", "%s: must be in 1s..1h", s.RetryAfter)
 	}
+}
+
+// shedLine is one signal's thresholds.
+type shedLine struct {
+	name string
+	th   []float64
+}
+
+// lines returns the signals the rule sheds on, with their thresholds.
+func (s ShedRule) lines() []shedLine {
+	out := []shedLine{{SignalCPU, s.CPUAbove}, {SignalErrorRate, s.ErrorRateAbove}}
+	if len(s.RedisLatencyAbove) > 0 {
+		out = append(out, shedLine{SignalRedisLatency, s.RedisLatencyAbove})
+	}
+	return out
 }
 
 // ShedStep is one tick's shed decision.
@@ -128,10 +152,7 @@ func (s *Shedder) Step(r ShedRule, now time.Time, sig Signals, fresh func(Readin
 	}
 	want, why := 0, ""
 	var stale []string
-	for _, in := range []struct {
-		name string
-		th   []float64
-	}{{SignalCPU, r.CPUAbove}, {SignalErrorRate, r.ErrorRateAbove}} {
+	for _, in := range r.lines() {
 		rd := sig.Get(in.name)
 		if !fresh(rd) {
 			stale = append(stale, in.name)
@@ -165,10 +186,7 @@ func (s *Shedder) Step(r ShedRule, now time.Time, sig Signals, fresh func(Readin
 	default:
 		// One level down, once every signal is clear of this level's line.
 		lvl := s.level
-		for _, in := range []struct {
-			name string
-			th   []float64
-		}{{SignalCPU, r.CPUAbove}, {SignalErrorRate, r.ErrorRateAbove}} {
+		for _, in := range r.lines() {
 			if line := in.th[lvl-1] * (1 - r.Hysteresis); sig.Get(in.name).Value >= line {
 				st.Held = fmt.Sprintf("holding level %d: %s %.4g not below %.4g", lvl, in.name, sig.Get(in.name).Value, line)
 				st.Level = s.level
@@ -193,5 +211,6 @@ func (s *Shedder) set(level int, now time.Time) {
 func (s ShedRule) clone() ShedRule {
 	s.CPUAbove = slices.Clone(s.CPUAbove)
 	s.ErrorRateAbove = slices.Clone(s.ErrorRateAbove)
+	s.RedisLatencyAbove = slices.Clone(s.RedisLatencyAbove)
 	return s
 }

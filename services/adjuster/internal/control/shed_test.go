@@ -165,7 +165,7 @@ func TestShedderMechanics(t *testing.T) {
 	require.Equal(t, 2, step(4, 0.5, 0.01).Level, "then comes down one level at a time")
 	st = sh.Step(r, at(7), Signals{CPU: Reading{Value: 0.1, At: at(7), OK: true}}, fresh, false)
 	require.Equal(t, 2, st.Level, "a stale signal neither raises nor releases")
-	require.Contains(t, st.Held, "error_rate is missing or stale")
+	require.Contains(t, st.Held, "signal error_rate, redis_latency is missing or stale")
 	require.Equal(t, 2, step(8, 0.94, 0.01).Level, "0.94 is above level 2's release line 0.95 × 0.95")
 	require.Equal(t, 1, step(9, 0.80, 0.01).Level)
 
@@ -182,6 +182,39 @@ func TestShedderMechanics(t *testing.T) {
 	require.Equal(t, 0, sh.Step(r, at(17), sig(at(17), 0.99, 0.3, 0.5, 0), fresh, false).Level)
 }
 
+func TestShedderOnRedisLatency(t *testing.T) {
+	r := Defaults().Shed // redis_latency_above 0.5, 0.7, 0.9 of the budget
+	fresh := func(rd Reading) bool { return rd.OK }
+	at := func(m int) time.Time { return t0.Add(time.Duration(m) * 30 * time.Second) }
+	var sh Shedder
+	step := func(m int, redis float64) ShedStep {
+		s := sig(at(m), 0.5, 0.3, 0.01, 0)
+		s.RedisLatency.Value = redis
+		return sh.Step(r, at(m), s, fresh, false)
+	}
+	require.Equal(t, 0, step(0, 0.45).Level, "p99 at 45 % of the budget sheds nothing")
+	st := step(1, 0.75)
+	require.Equal(t, 2, st.Level, "a slow Redis sheds with CPU and errors calm")
+	require.Contains(t, st.Why, "redis_latency 0.75 > 0.7")
+	require.Equal(t, 2, step(3, 0.68).Level, "0.68 is above level 2's release line 0.7 × 0.95")
+	require.Equal(t, 1, step(4, 0.6).Level)
+	require.Equal(t, 1, step(5, 0.48).Level, "0.48 is above level 1's release line 0.5 × 0.95")
+	require.Equal(t, 0, step(7, 0.2).Level)
+
+	st = sh.Step(r, at(8), Signals{CPU: Reading{Value: 0.96, At: at(8), OK: true}, ErrorRate: Reading{At: at(8), OK: true}}, fresh, false)
+	require.Equal(t, 2, st.Level)
+	st = sh.Step(r, at(11), Signals{CPU: Reading{Value: 0.1, At: at(11), OK: true}, ErrorRate: Reading{At: at(11), OK: true}}, fresh, false)
+	require.Equal(t, 2, st.Level, "a missing Redis latency holds the level like any other signal")
+	require.Contains(t, st.Held, "redis_latency is missing or stale")
+
+	r.RedisLatencyAbove = nil
+	st = sh.Step(r, at(12), Signals{CPU: Reading{Value: 0.1, At: at(12), OK: true}, ErrorRate: Reading{At: at(12), OK: true}}, fresh, false)
+	require.Equal(t, 1, st.Level, "without thresholds Redis latency neither sheds nor holds")
+	rules := Defaults()
+	rules.Shed = r
+	require.NoError(t, rules.Validate(), "redis_latency_above may be empty")
+}
+
 func TestShedRuleValidation(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -190,6 +223,8 @@ func TestShedRuleValidation(t *testing.T) {
 	}{
 		{"two thresholds", func(s *ShedRule) { s.CPUAbove = []float64{0.9, 0.95} }, "shed.cpu_above"},
 		{"not ascending", func(s *ShedRule) { s.ErrorRateAbove = []float64{0.2, 0.1, 0.4} }, "shed.error_rate_above"},
+		{"redis latency past the budget", func(s *ShedRule) { s.RedisLatencyAbove = []float64{0.5, 0.9, 1.5} }, "shed.redis_latency_above"},
+		{"one redis latency threshold", func(s *ShedRule) { s.RedisLatencyAbove = []float64{0.5} }, "shed.redis_latency_above"},
 		{"hysteresis", func(s *ShedRule) { s.Hysteresis = 1 }, "shed.hysteresis"},
 		{"retry after", func(s *ShedRule) { s.RetryAfter = 0 }, "shed.retry_after"},
 	} {

@@ -447,7 +447,7 @@ func equalScales(want, have map[string]float64) bool {
 
 func signalMap(sig control.Signals) map[string]*float64 {
 	out := map[string]*float64{}
-	for _, name := range control.AllSignals {
+	for _, name := range append(control.AllSignals, control.SignalRedisLatency) {
 		if r := sig.Get(name); r.OK {
 			v := r.Value
 			out[name] = &v

@@ -45,7 +45,7 @@ func fresh(now time.Time, cpu, mem, errRate, abuse float64) control.Signals {
 	r := func(v float64) control.Reading {
 		return control.Reading{Value: v, At: now.Add(-5 * time.Second), OK: true}
 	}
-	return control.Signals{CPU: r(cpu), Mem: r(mem), ErrorRate: r(errRate), AbuseRate: r(abuse), AbusePerSec: 0.5}
+	return control.Signals{CPU: r(cpu), Mem: r(mem), ErrorRate: r(errRate), AbuseRate: r(abuse), RedisLatency: r(0.1), AbusePerSec: 0.5}
 }
 
 // memSettings is a SettingsSource the test edits directly.

@@ -14,6 +14,11 @@
 //	                  limiter_decisions (one point per gateway, scope and tier per flush,
 //	                  counts since the previous flush; the shadow field is left out, it
 //	                  counts a second observation of a decision already counted)
+//	redis latency     max(budget_used) of the limiters' limiter_redis points (one per
+//	                  limiter per flush: p99 Redis pipeline round trip ÷ the limiter's
+//	                  Redis budget), clamped to [0, 1]; 0 when limiter_decisions has
+//	                  points but no limiter decided through a pipeline (an idle Redis
+//	                  is not a slow one)
 //
 // A signal with no point in the window is missing (Reading.OK false); the time of
 // the newest point decides whether it is stale.
@@ -38,6 +43,7 @@ const (
 	MeasurementHTTPResponses   = "http_responses"    // gateways (contract in docs/adjuster.md)
 	MeasurementDecisions       = "limiter_decisions" // services/limiter ScopeCounts
 	MeasurementAbuseDetections = "abuse_detections"  // services/detector InfluxRecorder
+	MeasurementRedis           = "limiter_redis"     // services/limiter ScopeCounts.TrackRedis
 )
 
 // Fields and tags of the measurements above that the queries depend on.
@@ -56,7 +62,7 @@ type Filters struct {
 	// principal_kind, detector_version); mode is always "enforced".
 	Abuse map[string]string
 	// Decisions applies to limiter_decisions (tags gateway, scope, tier),
-	// e.g. {"gateway": "edge-eu"}.
+	// e.g. {"gateway": "edge-eu"}; its gateway, if any, to limiter_redis.
 	Decisions map[string]string
 }
 
@@ -118,6 +124,14 @@ func (x *Influx) Read(ctx context.Context, now time.Time, win time.Duration) (co
 		// the limiter's points prove the pipeline is alive.
 		s.AbuseRate = control.Reading{Value: clamp01(abusive.Value / decisions.Value), At: decisions.At, OK: true}
 		s.AbusePerSec = detections.Value / win.Seconds()
+		rtt, err := x.aggregate(ctx, start, stop, MeasurementRedis, []string{"budget_used"}, gatewayOnly(x.Filters.Decisions), "max")
+		if err != nil {
+			return s, fmt.Errorf("read limiter redis latency: %w", err)
+		}
+		s.RedisLatency = control.Reading{At: decisions.At, OK: true}
+		if rtt.OK {
+			s.RedisLatency = control.Reading{Value: clamp01(rtt.Value), At: rtt.At, OK: true}
+		}
 	}
 	return s, nil
 }
@@ -129,7 +143,7 @@ type agg struct {
 	OK    bool
 }
 
-// aggregate runs fn (mean, sum or count) over the fields across every series
+// aggregate runs fn (mean, sum, max or count) over the fields across every series
 // that matches (the fields' values pooled), and finds the newest point's time,
 // in one query.
 func (x *Influx) aggregate(ctx context.Context, start, stop time.Time, measurement string, fields []string, tags map[string]string, fn string) (agg, error) {
@@ -213,6 +227,15 @@ func Quote(s string) string {
 	}
 	b.WriteByte('"')
 	return b.String()
+}
+
+// gatewayOnly keeps the gateway tag of a limiter_decisions filter: the one
+// tag limiter_redis points share with them.
+func gatewayOnly(tags map[string]string) map[string]string {
+	if g, ok := tags["gateway"]; ok {
+		return map[string]string{"gateway": g}
+	}
+	return nil
 }
 
 func merge(a, b map[string]string) map[string]string {

@@ -40,6 +40,10 @@ func TestInfluxReadsSignals(t *testing.T) {
 		return influxdb2.NewPoint(MeasurementDecisions, map[string]string{"gateway": run, "scope": scope, "tier": tier},
 			map[string]any{"allowed": allowed, "blocked": blocked, "shadow": shadow}, ts)
 	}
+	redisPoint := func(gateway string, used float64, ts time.Time) *write.Point {
+		return influxdb2.NewPoint(MeasurementRedis, map[string]string{"gateway": gateway},
+			map[string]any{"pipelines": int64(1000), "p50_ms": 1.0, "p99_ms": used * 50, "max_ms": used * 60, "budget_used": used}, ts)
+	}
 	detectorPoint := func(pattern, mode string, events int64, ts time.Time) *write.Point {
 		return influxdb2.NewPoint(MeasurementAbuseDetections,
 			map[string]string{"pattern": pattern, "severity": "high", "mode": mode, "principal_kind": "user", "detector_version": run},
@@ -70,6 +74,11 @@ func TestInfluxReadsSignals(t *testing.T) {
 		detectorPoint("rapid_fire", "enforced", 150, at(25*time.Second)),
 		detectorPoint("bot_like", "enforced", 50, at(24*time.Second)),
 		detectorPoint("distributed_ip", "simulated", 700, at(23*time.Second)),
+		// limiter_redis as ScopeCounts.TrackRedis writes them: the worst limiter counts;
+		// another gateway's must not.
+		redisPoint(run, 0.3, at(45*time.Second)),
+		redisPoint(run, 0.62, at(35*time.Second)),
+		redisPoint(run+"_other", 0.99, at(30*time.Second)),
 	}
 	require.NoError(t, client.WriteAPIBlocking("", bucket).WritePoint(ctx, pts...))
 
@@ -89,6 +98,9 @@ func TestInfluxReadsSignals(t *testing.T) {
 		require.InDelta(t, 0.2, s.AbuseRate.Value, 1e-9, "200 enforced events of 1000 decisions")
 		require.Equal(t, at(5*time.Second), s.AbuseRate.At)
 		require.InDelta(t, 2.0/60, s.AbusePerSec, 1e-9, "two enforced detections a minute")
+		require.True(t, s.RedisLatency.OK)
+		require.InDelta(t, 0.62, s.RedisLatency.Value, 1e-9, "the worst limiter's p99 share of its budget")
+		require.Equal(t, at(35*time.Second), s.RedisLatency.At)
 	})
 	t.Run("decisions without detections read an abuse rate of zero", func(t *testing.T) {
 		s, err := src.Read(ctx, now.Add(time.Second), 20*time.Second)
@@ -97,6 +109,8 @@ func TestInfluxReadsSignals(t *testing.T) {
 		require.InDelta(t, 0.0, s.AbuseRate.Value, 1e-9, "only the penalty-tier point (100 blocked) is in the last 20 s")
 		require.Equal(t, at(5*time.Second), s.AbuseRate.At)
 		require.Zero(t, s.AbusePerSec)
+		require.True(t, s.RedisLatency.OK, "decisions without a pipeline: an idle Redis, not a missing signal")
+		require.Zero(t, s.RedisLatency.Value)
 	})
 	t.Run("detections without limiter decisions read a missing abuse rate", func(t *testing.T) {
 		other := *src
@@ -104,6 +118,7 @@ func TestInfluxReadsSignals(t *testing.T) {
 		s, err := other.Read(ctx, now.Add(time.Second), time.Minute)
 		require.NoError(t, err)
 		require.False(t, s.AbuseRate.OK, "%+v", s)
+		require.False(t, s.RedisLatency.OK, "no limiter seen: Redis latency unknown")
 	})
 	t.Run("a window past every point reads missing signals", func(t *testing.T) {
 		s, err := src.Read(ctx, now.Add(5*time.Minute), time.Minute)

@@ -25,6 +25,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/pkg/whatif"
 	"github.com/floodgate-dev/floodgate/schemas/openapi"
 	"github.com/floodgate-dev/floodgate/services/console/internal/adjuster"
 	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
@@ -68,6 +69,7 @@ type Config struct {
 	AdjustmentsTopic string        // FLOODGATE_ADJUSTMENTS_TOPIC (scale changes and their causes on the scales page)
 	OverridesKey     string        // FLOODGATE_CONSOLE_OVERRIDES_KEY (the limiter's overrides hash)
 	OverrideSweep    time.Duration // FLOODGATE_CONSOLE_OVERRIDE_SWEEP (how often expired overrides are removed)
+	WhatIfMaxEvents  int           // FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS (decisions one what-if run may replay; 0 turns the page off)
 	RulesTopic       string        // FLOODGATE_RULES_TOPIC (the rule rollouts page; "" = not configured)
 }
 
@@ -111,6 +113,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		RulesTopic:       e.String("FLOODGATE_RULES_TOPIC", ""),
 		OverridesKey:     e.String("FLOODGATE_CONSOLE_OVERRIDES_KEY", limiter.OverridesKey),
 		OverrideSweep:    e.Duration("FLOODGATE_CONSOLE_OVERRIDE_SWEEP", 30*time.Second),
+		WhatIfMaxEvents:  e.Int("FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS", 200_000),
 	}
 	if err := e.Err(); err != nil {
 		return Config{}, err
@@ -174,6 +177,9 @@ func (c Config) Validate() error {
 	if c.OverridesKey == "" {
 		errs = append(errs, errors.New("FLOODGATE_CONSOLE_OVERRIDES_KEY: empty"))
 	}
+	if c.WhatIfMaxEvents < 0 || c.WhatIfMaxEvents > 1_000_000 {
+		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS: %d not in 0..1000000 (0 turns the what-if page off; larger ranges: `limiter whatif`)", c.WhatIfMaxEvents))
+	}
 	if c.RulesTopic != "" {
 		if err := rollout.ValidTopic(c.RulesTopic); err != nil {
 			errs = append(errs, fmt.Errorf("FLOODGATE_RULES_TOPIC: %w", err))
@@ -199,6 +205,10 @@ func Run(ctx context.Context, env service.Env) error {
 	}
 	return fmt.Errorf("usage: console [serve] | console user add NAME ROLE | console token add NAME ROLE (got %q)", strings.Join(args, " "))
 }
+
+// WhatIfTimeout bounds one what-if run of the SRE page: under the 30 s write
+// timeout of ServerDefaults, so its report still reaches the browser.
+const WhatIfTimeout = 25 * time.Second
 
 // ServerDefaults are the console's HTTP limits unless FLOODGATE_HTTP_* says
 // otherwise: pages and their forms need less than the API default write time.
@@ -322,6 +332,15 @@ func Serve(ctx context.Context, env service.Env) error {
 	if err != nil {
 		return err
 	}
+	var wif *web.WhatIf
+	if cfg.WhatIfMaxEvents > 0 {
+		// Its own client: a replay's pipelines outlast the console's 2 s timeouts.
+		wrdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: 2 * time.Second, ReadTimeout: 10 * time.Second,
+			WriteTimeout: 10 * time.Second, Security: cfg.RedisSecurity})
+		run.Closer("redis (what-if)", wrdb.Close)
+		wif = &web.WhatIf{Redis: wrdb, Timeout: WhatIfTimeout,
+			Source: &whatif.Source{Client: ksec.Client(cfg.KafkaBrokers, 10*time.Second), Topic: cfg.DecisionsTopic, MaxEvents: cfg.WhatIfMaxEvents}}
+	}
 	var rollouts *web.Rollouts
 	if cfg.RulesTopic != "" {
 		topic := rollout.NewTopic(cfg.KafkaBrokers, ksec, cfg.RulesTopic, log)
@@ -351,6 +370,7 @@ func Serve(ctx context.Context, env service.Env) error {
 		Adjustments: &adjuster.Adjustments{Client: ksec.Client(cfg.KafkaBrokers, 10*time.Second),
 			Topic: cfg.AdjustmentsTopic},
 		OverridesKey: cfg.OverridesKey,
+		WhatIf:       wif,
 		Rollouts:     rollouts,
 	})
 	if err != nil {

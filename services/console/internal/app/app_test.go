@@ -31,6 +31,8 @@ func TestConfigFromEnv(t *testing.T) {
 		{name: "session secret placeholder", env: map[string]string{"FLOODGATE_CONSOLE_SESSION_SECRET": "CHANGE-ME-console-session-secret-32-bytes-or-more"}, wantErr: "placeholder"},
 		{name: "session secret short", env: map[string]string{"FLOODGATE_CONSOLE_SESSION_SECRET": "short"}, wantErr: "FLOODGATE_CONSOLE_SESSION_SECRET: 5 bytes"},
 		{name: "users file", env: map[string]string{"FLOODGATE_CONSOLE_USERS": ""}, wantErr: "FLOODGATE_CONSOLE_USERS"},
+		{name: "what-if max events", env: map[string]string{"FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS": "2000000"}, wantErr: "FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS: 2000000 not in 0..1000000"},
+		{name: "what-if max events not a number", env: map[string]string{"FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS": "lots"}, wantErr: "FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -67,6 +67,7 @@ type Config struct {
 	SignIn        *auth.Limiter          // sign-in and API-token failure limits in Redis (nil: no limit)
 	Rollouts      *Rollouts              // the rules topic of rule rollouts (nil: the page says it is not configured)
 	Proxies       gateway.TrustedProxies // whose X-Forwarded-For names the client for the failure limits
+	WhatIf        *WhatIf                // what-if replays of the decisions topic (nil: the page says it is not configured)
 }
 
 // Server is the console's HTTP handler.
@@ -119,8 +120,9 @@ func New(cfg Config) (*Server, error) {
 		"statusfr": func(s string) string { return strings.ReplaceAll(s, "_", " ") },
 		"tsmilli":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
 		"cidrof":   func(pk string) string { return strings.TrimPrefix(pk, store.AllowCIDRPrefix) },
+		"dims":     whatIfDims,
 	}
-	for _, page := range []string{"login", "alerts", "alert", "rows", "scales", "fps", "error", "principal", "adjuster", "dlq", "dlqrecord", "blockrate", "overrides", "dlqpurge", "allowlist", "rollouts"} {
+	for _, page := range []string{"login", "alerts", "alert", "rows", "scales", "fps", "error", "principal", "adjuster", "dlq", "dlqrecord", "blockrate", "overrides", "dlqpurge", "allowlist", "whatif", "rollouts"} {
 		files := []string{"templates/layout.html", "templates/" + page + ".html"}
 		if page == "alerts" {
 			files = append(files, "templates/rows.html")
@@ -165,6 +167,8 @@ func New(cfg Config) (*Server, error) {
 	s.route("POST /sre/rollouts/abort", s.authed(auth.RoleSRE, s.rolloutAbort))
 	s.route("POST /sre/rollouts/rollback", s.authed(auth.RoleSRE, s.rolloutRollback))
 	s.route("GET /sre/block-rate", s.authed(auth.RoleViewer, s.blockRate))
+	s.route("GET /sre/whatif", s.authed(auth.RoleViewer, s.whatIfPage))
+	s.route("POST /sre/whatif", s.authed(auth.RoleSRE, s.whatIfRun))
 	s.route("GET /scales", s.authed(auth.RoleViewer, s.scales))
 	s.route("GET /false-positives", s.authed(auth.RoleViewer, s.fps))
 	s.route("GET /api/v1/alerts", s.authed(auth.RoleViewer, s.apiAlerts))

@@ -49,6 +49,9 @@ const defaultGCPercent = 400
 // accepting (HTTP, gRPC, proxy) → finish in-flight checks → flush queued
 // decision events and counts → close clients.
 func Run(ctx context.Context, env service.Env) error {
+	if len(env.Args) > 0 && env.Args[0] == "whatif" {
+		return runWhatIf(ctx, env, env.Args[1:])
+	}
 	if len(env.Args) > 0 && env.Args[0] != "serve" {
 		return Command(ctx, env) // rules.go: validate, rollout, promote, rollback, status
 	}
@@ -105,17 +108,20 @@ func Run(ctx context.Context, env service.Env) error {
 
 	var counts *limiter.ScopeCounts
 	var observer limiter.Observer
+	var rtt *limiter.RedisLatency
 	if cfg.InfluxInterval > 0 {
 		influx := influxdb2.NewClient(cfg.InfluxURL, cfg.InfluxToken)
 		run.Closer("influxdb", func() error { influx.Close(); return nil })
 		counts = limiter.NewScopeCounts(influx, cfg.InfluxOrg, cfg.InfluxBucket, cfg.Gateway, env.Now, log)
 		observer = counts
+		rtt = limiter.NewRedisLatency()
+		counts.TrackRedis(rtt, cfg.RedisTimeout)
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	core, err := limiter.NewEmbedded(startCtx, limiter.EmbedConfig{
 		Redis: rdb, Rules: rules, RulesFile: cfg.RulesPath, RulesPoll: cfg.RulesPoll, Reload: hup, RulesTopic: cfg.RulesTopic,
 		Brokers: cfg.KafkaBrokers, Kafka: ksec, Topic: cfg.DecisionsTopic, Journal: cfg.Journal, EventBuffer: cfg.EventBuffer,
-		Gateway: cfg.Gateway, Observer: observer,
+		Gateway: cfg.Gateway, Observer: observer, RedisLatency: rtt,
 		Budget: cfg.RedisTimeout, BreakerFailures: cfg.BreakerFailures, BreakerOpen: cfg.BreakerOpen,
 		OverLimitEntries: cmp.Or(cfg.OverLimitCache, -1), RedisBatch: cfg.RedisBatch, Shadow: cfg.Shadow,
 		RuntimePoll: cfg.RuntimePoll, Logger: log, Registry: reg, Callers: cfg.Callers, Tracing: env.Tracing,
@@ -173,7 +179,7 @@ func Run(ctx context.Context, env service.Env) error {
 			if envoySrc != nil {
 				ec := &limiter.EnvoyConfig{Source: envoySrc,
 					Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoy:", GlobalShadow: cfg.EnvoyShadow,
-						Coalescer: &redisx.Coalescer{Redis: rdb}}}
+						Coalescer: &redisx.Coalescer{Redis: rdb}}, Identity: cfg.EnvoyIdentity}
 				if cfg.EnvoyHeaders {
 					ec.Headers = &limiter.EnvoyHeaders{Limit: cfg.EnvoyLimitHeader, Remaining: cfg.EnvoyRemainingHeader, Reset: cfg.EnvoyResetHeader}
 				}
@@ -255,9 +261,11 @@ func newProxy(cfg Config, srv *limiter.Server, run *service.Runner, log *slog.Lo
 	}
 	handler, err := gateway.NewReverseProxy(upstream, gateway.Options{
 		Checker: srv.Embedded(), Router: router, TrustedProxies: cfg.ProxyTrusted, Logger: log,
-		Principal: gateway.PrincipalFromHeaders(cfg.ProxyKindHeader, cfg.ProxyIDHeader, cfg.ProxyTrusted),
-		Timeout:   cfg.RedisTimeout * 4,
-		Tracing:   tr,
+		Principal:           gateway.PrincipalFromHeaders(cfg.ProxyKindHeader, cfg.ProxyIDHeader, cfg.ProxyIdentityTrusted),
+		PrincipalHeaders:    &gateway.PrincipalHeaders{Kind: cfg.ProxyKindHeader, ID: cfg.ProxyIDHeader},
+		AnonymousIPv6Prefix: cfg.ProxyAnonIPv6Prefix,
+		Timeout:             cfg.RedisTimeout * 4,
+		Tracing:             tr,
 	})
 	if err != nil {
 		return err

@@ -112,8 +112,11 @@ func TestRunServesEnvoyRateLimitServiceAndHealth(t *testing.T) {
 // from headers only through a trusted proxy, the route from the configured templates.
 func TestRunReverseProxyMode(t *testing.T) {
 	redistest.Client(t)
-	hits := 0
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits++ }))
+	hits, seen := 0, ""
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits++
+		seen = r.Header.Get("X-Principal-Kind") + ":" + r.Header.Get("X-Principal-Id")
+	}))
 	defer upstream.Close()
 	httpAddr, proxyAddr := freeAddr(t), freeAddr(t)
 	env := map[string]string{
@@ -121,7 +124,7 @@ func TestRunReverseProxyMode(t *testing.T) {
 		"FLOODGATE_LIMITER_PRINCIPAL_LIMIT": "2", "FLOODGATE_LIMITER_PRINCIPAL_PERIOD": "1m", "FLOODGATE_LIMITER_INFLUX_INTERVAL": "0",
 		"FLOODGATE_LIMITER_PROXY_ADDR": proxyAddr, "FLOODGATE_LIMITER_PROXY_UPSTREAM": upstream.URL,
 		"FLOODGATE_LIMITER_PROXY_ROUTES":  "POST /channels/{channel_id}/messages resource=channel:{channel_id}",
-		"FLOODGATE_LIMITER_PROXY_TRUSTED": "127.0.0.1",
+		"FLOODGATE_LIMITER_PROXY_TRUSTED": "127.0.0.1", "FLOODGATE_LIMITER_PROXY_IDENTITY_TRUSTED": "127.0.0.1",
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -153,6 +156,7 @@ func TestRunReverseProxyMode(t *testing.T) {
 	}
 	require.Equal(t, []int{200, 200, 429}, codes)
 	require.Equal(t, 2, hits, "the denied request never reached the upstream")
+	require.Equal(t, "bot:"+id, seen, "the upstream reads the principal the check was made for")
 	require.Equal(t, "2", last.Header.Get("X-RateLimit-Limit"))
 	require.Equal(t, "30", last.Header.Get("Retry-After"))
 	require.Equal(t, "application/problem+json", last.Header.Get("Content-Type"))

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
@@ -63,10 +64,14 @@ type Config struct {
 	// FLOODGATE_LIMITER_PROXY_ADDR ("" = off), _UPSTREAM, _ROUTES ("METHOD /template
 	// [resource=type:{param}] [cost=N]" separated by ";"), _TRUSTED (CIDRs whose
 	// X-Forwarded-For entries are believed), _KIND_HEADER and _ID_HEADER (where an
-	// authenticating layer in front puts the principal). Decisions are in-process.
+	// authenticating layer in front puts the principal), _IDENTITY_TRUSTED (CIDRs
+	// of that layer: only its identity headers are believed; empty = none),
+	// _ANON_IPV6_PREFIX (bits of an IPv6 address that key an anonymous
+	// principal). Decisions are in-process.
 	ProxyAddr, ProxyUpstream, ProxyKindHeader, ProxyIDHeader string
 	ProxyRoutes                                              []gateway.Route
-	ProxyTrusted                                             gateway.TrustedProxies
+	ProxyTrusted, ProxyIdentityTrusted                       gateway.TrustedProxies
+	ProxyAnonIPv6Prefix                                      int
 	// Journal keeps decision events on disk while Kafka is unreachable
 	// (FLOODGATE_JOURNAL_*; an empty FLOODGATE_JOURNAL_DIR disables it).
 	Journal stream.JournalConfig
@@ -84,6 +89,12 @@ type Config struct {
 	// FLOODGATE_LIMITER_ENVOY_{LIMIT,REMAINING,RESET}_HEADER.
 	EnvoyHeaders                                             bool
 	EnvoyLimitHeader, EnvoyRemainingHeader, EnvoyResetHeader string
+	// EnvoyIdentity names the descriptor keys of a call's principal
+	// (FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS, "none" = nil), client address
+	// (FLOODGATE_LIMITER_ENVOY_IP_KEY) and method
+	// (FLOODGATE_LIMITER_ENVOY_METHOD_KEY): with it every call for those
+	// domains is a decision event and penalties and scales apply.
+	EnvoyIdentity *limiter.EnvoyIdentity
 	// Auth is who may ask for checks (FLOODGATE_LIMITER_AUTH): "tokens" —
 	// the gateways of FLOODGATE_LIMITER_CALLERS, each bound to what it may
 	// claim — or "none", anyone who can connect. Unset, it is "none" while
@@ -142,6 +153,8 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		InfluxInterval:       e.Duration("FLOODGATE_LIMITER_INFLUX_INTERVAL", 10*time.Second),
 		EventBuffer:          e.Int("FLOODGATE_LIMITER_EVENT_BUFFER", 65536),
 	}
+	var ierr error
+	c.EnvoyIdentity, ierr = envoyIdentity(e)
 	c.ProxyAddr = e.String("FLOODGATE_LIMITER_PROXY_ADDR", "")
 	c.ProxyUpstream = e.String("FLOODGATE_LIMITER_PROXY_UPSTREAM", "")
 	c.ProxyKindHeader = e.String("FLOODGATE_LIMITER_PROXY_KIND_HEADER", "X-Principal-Kind")
@@ -162,8 +175,14 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		perr = append(perr, fmt.Errorf("FLOODGATE_LIMITER_PROXY_TRUSTED: %w", err))
 	}
 	c.ProxyTrusted = trusted
+	identity, err := gateway.ParseTrustedProxies(e.List("FLOODGATE_LIMITER_PROXY_IDENTITY_TRUSTED", ""))
+	if err != nil {
+		perr = append(perr, fmt.Errorf("FLOODGATE_LIMITER_PROXY_IDENTITY_TRUSTED: %w", err))
+	}
+	c.ProxyIdentityTrusted = identity
+	c.ProxyAnonIPv6Prefix = e.Int("FLOODGATE_LIMITER_PROXY_ANON_IPV6_PREFIX", 64)
 	jc, jerr := stream.JournalConfigFromEnv(getenv)
-	if err := errors.Join(append(perr, e.Err(), jerr)...); err != nil {
+	if err := errors.Join(append(perr, e.Err(), jerr, ierr)...); err != nil {
 		return Config{}, err
 	}
 	c.Journal = jc
@@ -233,9 +252,45 @@ func (c Config) Validate() error {
 		v.Require(err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "", "FLOODGATE_LIMITER_PROXY_UPSTREAM",
 			"%q: an http(s) URL is required in proxy mode", c.ProxyUpstream)
 		v.Require(c.ProxyAddr != c.HTTPAddr && c.ProxyAddr != c.GRPCAddr, "FLOODGATE_LIMITER_PROXY_ADDR", "must differ from the HTTP and gRPC addresses")
+		v.Require(c.ProxyAnonIPv6Prefix >= 1 && c.ProxyAnonIPv6Prefix <= 128, "FLOODGATE_LIMITER_PROXY_ANON_IPV6_PREFIX", "%d: must be in 1..128", c.ProxyAnonIPv6Prefix)
+		v.Require(c.ProxyKindHeader != "" && c.ProxyIDHeader != "" && !strings.EqualFold(c.ProxyKindHeader, c.ProxyIDHeader),
+			"FLOODGATE_LIMITER_PROXY_ID_HEADER", "%q: must be a header name other than FLOODGATE_LIMITER_PROXY_KIND_HEADER", c.ProxyIDHeader)
 	}
 	if c.Journal.Dir != "" {
 		return errors.Join(v.Err(), c.Journal.Validate())
 	}
 	return v.Err()
+}
+
+// envoyIdentity reads FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS, _IP_KEY and
+// _METHOD_KEY; errors name the variable.
+func envoyIdentity(e *config.Env) (*limiter.EnvoyIdentity, error) {
+	spec := e.String("FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS", limiter.DefaultEnvoyPrincipalKeys)
+	id := &limiter.EnvoyIdentity{
+		IPKey:     e.String("FLOODGATE_LIMITER_ENVOY_IP_KEY", "remote_address"),
+		MethodKey: e.String("FLOODGATE_LIMITER_ENVOY_METHOD_KEY", "method"),
+	}
+	var errs []error
+	for _, k := range []struct{ name, v string }{{"FLOODGATE_LIMITER_ENVOY_IP_KEY", id.IPKey}, {"FLOODGATE_LIMITER_ENVOY_METHOD_KEY", id.MethodKey}} {
+		if k.v == "" || len(k.v) > events.MaxEnvoyKeyLen || strings.ContainsAny(k.v, ", =") {
+			errs = append(errs, fmt.Errorf("%s: %q: a descriptor key of 1-%d bytes without ',', '=' or spaces", k.name, k.v, events.MaxEnvoyKeyLen))
+		}
+	}
+	if id.IPKey == id.MethodKey {
+		errs = append(errs, fmt.Errorf("FLOODGATE_LIMITER_ENVOY_METHOD_KEY: %q is FLOODGATE_LIMITER_ENVOY_IP_KEY too; they must differ", id.MethodKey))
+	}
+	if strings.TrimSpace(spec) == "none" {
+		return nil, errors.Join(errs...)
+	}
+	keys, err := limiter.ParseEnvoyPrincipalKeys(spec, id.IPKey)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS: %w", err))
+	}
+	for _, k := range keys {
+		if k.Key == id.MethodKey {
+			errs = append(errs, fmt.Errorf("FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS: %q is FLOODGATE_LIMITER_ENVOY_METHOD_KEY", k.Key))
+		}
+	}
+	id.Keys = keys
+	return id, errors.Join(errs...)
 }

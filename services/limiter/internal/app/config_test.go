@@ -33,15 +33,31 @@ func TestConfigFromEnvNamesBadVariables(t *testing.T) {
 		{"tokens on any address", map[string]string{"FLOODGATE_LIMITER_ADDR": "0.0.0.0:8080", "FLOODGATE_LIMITER_AUTH": "tokens", "FLOODGATE_LIMITER_CALLERS": "edge:" + "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}, ""},
 		{"auth unknown", map[string]string{"FLOODGATE_LIMITER_AUTH": "maybe"}, "FLOODGATE_LIMITER_AUTH"},
 		{"envoy header name", map[string]string{"FLOODGATE_LIMITER_ENVOY_RESET_HEADER": "Reset Time"}, "FLOODGATE_LIMITER_ENVOY_RESET_HEADER"},
+		{"envoy principal key without a kind", map[string]string{"FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS": "user,customer"}, "FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS"},
+		{"envoy principal keys with kinds", map[string]string{"FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS": "customer=user,client_ip", "FLOODGATE_LIMITER_ENVOY_IP_KEY": "client_ip"}, ""},
+		{"envoy default keys with another ip key", map[string]string{"FLOODGATE_LIMITER_ENVOY_IP_KEY": "client_ip"}, "FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS"},
+		{"envoy events off", map[string]string{"FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS": "none"}, ""},
+		{"envoy ip key with a comma", map[string]string{"FLOODGATE_LIMITER_ENVOY_IP_KEY": "a,b"}, "FLOODGATE_LIMITER_ENVOY_IP_KEY"},
+		{"envoy method key is the ip key", map[string]string{"FLOODGATE_LIMITER_ENVOY_METHOD_KEY": "remote_address"}, "FLOODGATE_LIMITER_ENVOY_METHOD_KEY"},
+		{"envoy method key names the principal", map[string]string{"FLOODGATE_LIMITER_ENVOY_METHOD_KEY": "user"}, "FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS"},
 		{"sentinel master without sentinels", map[string]string{"FLOODGATE_REDIS_SENTINEL_MASTER": "mymaster"}, "FLOODGATE_REDIS_SENTINEL_ADDRS"},
 		{"sentinels without a master name", map[string]string{"FLOODGATE_REDIS_SENTINEL_ADDRS": "127.0.0.1:26379"}, "FLOODGATE_REDIS_SENTINEL_MASTER"},
+		{"identity proxies not CIDRs", map[string]string{"FLOODGATE_LIMITER_PROXY_IDENTITY_TRUSTED": "10.0.0.0/99"}, "FLOODGATE_LIMITER_PROXY_IDENTITY_TRUSTED"},
+		{"anonymous IPv6 prefix", map[string]string{"FLOODGATE_LIMITER_PROXY_ADDR": "127.0.0.1:8090", "FLOODGATE_LIMITER_PROXY_UPSTREAM": "http://127.0.0.1:9000", "FLOODGATE_LIMITER_PROXY_ANON_IPV6_PREFIX": "0"}, "FLOODGATE_LIMITER_PROXY_ANON_IPV6_PREFIX"},
+		{"one header for kind and id", map[string]string{"FLOODGATE_LIMITER_PROXY_ADDR": "127.0.0.1:8090", "FLOODGATE_LIMITER_PROXY_UPSTREAM": "http://127.0.0.1:9000", "FLOODGATE_LIMITER_PROXY_ID_HEADER": "x-principal-kind"}, "FLOODGATE_LIMITER_PROXY_ID_HEADER"},
+		{"proxy", map[string]string{"FLOODGATE_LIMITER_PROXY_ADDR": "127.0.0.1:8090", "FLOODGATE_LIMITER_PROXY_UPSTREAM": "http://127.0.0.1:9000", "FLOODGATE_LIMITER_PROXY_IDENTITY_TRUSTED": "192.168.0.0/16", "FLOODGATE_LIMITER_PROXY_ANON_IPV6_PREFIX": "56"}, ""},
 		{"sentinel", map[string]string{"FLOODGATE_REDIS_SENTINEL_MASTER": "mymaster", "FLOODGATE_REDIS_SENTINEL_ADDRS": "127.0.0.1:26379,127.0.0.1:26380"}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ConfigFromEnv(func(k string) string { return tc.env[k] })
+			c, err := ConfigFromEnv(func(k string) string { return tc.env[k] })
 			if tc.want == "" {
 				require.NoError(t, err)
+				if tc.env["FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS"] == "none" {
+					require.Nil(t, c.EnvoyIdentity, "no events, no penalties or scales on envoy domains")
+				} else {
+					require.NotNil(t, c.EnvoyIdentity, "on by default")
+				}
 				return
 			}
 			require.ErrorContains(t, err, tc.want)

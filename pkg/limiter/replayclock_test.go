@@ -1,0 +1,116 @@
+package limiter
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+)
+
+// A check with Request.At runs on that clock, not Redis TIME: a bucket of one
+// per hour refills exactly when At says an hour has passed.
+func TestEngineRequestAtIsTheScriptClock(t *testing.T) {
+	rdb := redistest.Client(t)
+	e := newTestEngine(t, rdb, `
+version: 1
+rules:
+  - {id: p, tier: principal, limit: 1, period: 1h}
+quotas:
+  - {kind: bot, plan: default, limit: 100}
+`, nil)
+	p := principal(t)
+	t.Cleanup(func() { cleanKeys(rdb, "fg:{"+string(p.Kind)+":"+p.ID+"}:*") })
+	at := time.Date(2024, 3, 1, 23, 59, 0, 0, time.UTC)
+	r := check(t, e, Request{Principal: p, Cost: 1, At: at})
+	require.True(t, r.Allowed)
+	require.Equal(t, at, r.Now, "the decision's time is At")
+	require.Equal(t, DefaultPlan, r.Plan)
+	r = check(t, e, Request{Principal: p, Cost: 1, At: at.Add(59 * time.Minute)})
+	require.False(t, r.Allowed, "59 minutes later on At's clock: still empty")
+	r = check(t, e, Request{Principal: p, Cost: 1, At: at.Add(61 * time.Minute)})
+	require.True(t, r.Allowed, "61 minutes later on At's clock: refilled")
+	// The daily quota counted on At's days, not today's.
+	ctx := context.Background()
+	n, err := rdb.Get(ctx, redisx.DayUsageKey(string(p.Kind), p.ID, "2024-03-01")).Int()
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	n, err = rdb.Get(ctx, redisx.DayUsageKey(string(p.Kind), p.ID, "2024-03-02")).Int()
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+}
+
+// An engine with a KeyPrefix reads and writes only keys under it: the same
+// principal's keys without the prefix are neither read nor written.
+func TestEngineKeyPrefixIsolatesEveryKey(t *testing.T) {
+	rdb := redistest.Client(t)
+	ctx := context.Background()
+	rules := `
+version: 1
+rules:
+  - {id: ip, tier: ip, limit: 100, period: 1h}
+  - {id: p, tier: principal, limit: 2, period: 1h}
+quotas:
+  - {kind: bot, plan: default, limit: 100}
+`
+	prefix := redistest.Unique(t, "fgtest-prefix") + ":"
+	t.Cleanup(func() { cleanKeys(rdb, prefix+"*") })
+	iso := newTestEngine(t, rdb, rules, func(c *EngineConfig) { c.KeyPrefix = prefix })
+	prod := newTestEngine(t, rdb, rules, nil)
+	p := principal(t)
+	t.Cleanup(func() { cleanKeys(rdb, "fg:{"+string(p.Kind)+":"+p.ID+"}:*") })
+	n := time.Now().UnixNano()
+	addr := netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})
+	req := Request{Principal: p, Cost: 1, IP: addr}
+	// A production penalty of 0.5 does not reach the isolated engine.
+	require.NoError(t, rdb.HSet(ctx, redisx.PenaltyKey(string(p.Kind), p.ID), "m", "0.5").Err())
+	t.Cleanup(func() { rdb.Del(ctx, redisx.PenaltyKey(string(p.Kind), p.ID)) })
+	for range 2 {
+		require.True(t, check(t, iso, req).Allowed)
+	}
+	r := check(t, iso, req)
+	require.False(t, r.Allowed)
+	require.Equal(t, 1.0, r.Penalty, "the production penalty is not read")
+	var keys []string
+	for _, pat := range []string{"*" + p.ID + "*", "*{ip:" + addr.String() + "}*"} {
+		it := rdb.Scan(ctx, 0, pat, 1000).Iterator()
+		for it.Next(ctx) {
+			keys = append(keys, it.Val())
+		}
+		require.NoError(t, it.Err())
+	}
+	require.GreaterOrEqual(t, len(keys), 4, "penalty, principal bucket, IP bucket, day key(s)")
+	for _, k := range keys {
+		if k == redisx.PenaltyKey(string(p.Kind), p.ID) {
+			continue
+		}
+		require.Truef(t, len(k) > len(prefix) && k[:len(prefix)] == prefix, "key %s outside the prefix", k)
+	}
+	require.Equal(t, int64(1), rdb.Exists(ctx, prefix+redisx.BucketKey(string(p.Kind), p.ID, "p|tb")).Val())
+	require.Equal(t, int64(1), rdb.Exists(ctx, prefix+redisx.BucketKey("ip", addr.String(), "ip|tb")).Val())
+	// The production engine still has the principal's whole bucket (at half, penalized).
+	r = check(t, prod, req)
+	require.True(t, r.Allowed)
+	require.Equal(t, 0.5, r.Penalty)
+	require.Equal(t, events.TierPrincipal, r.Tier)
+
+	t.Run("prefix with a brace is refused", func(t *testing.T) {
+		_, err := NewEngine(EngineConfig{Redis: rdb, Rules: NewRuleStore(SinglePrincipalRules(1, time.Second)), KeyPrefix: "a{b}:"})
+		require.ErrorContains(t, err, "key prefix")
+	})
+}
+
+// cleanKeys deletes the test's keys matching pattern.
+func cleanKeys(rdb redis.UniversalClient, pattern string) {
+	ctx := context.Background()
+	it := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
+	for it.Next(ctx) {
+		rdb.Del(ctx, it.Val())
+	}
+}
