@@ -57,12 +57,8 @@ func (t *Topic) Read(ctx context.Context) (State, error) {
 func (t *Topic) Follow(ctx context.Context, st State, fn func(State)) error {
 	first := true
 	for ctx.Err() == nil {
-		n, err := t.fetch(ctx, &st, false)
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			t.log.Warn("read rules topic; retrying", "topic", t.Name, "err", err)
+		n, ok := t.poll(ctx, &st)
+		if !ok {
 			select {
 			case <-ctx.Done():
 			case <-time.After(time.Second):
@@ -75,6 +71,16 @@ func (t *Topic) Follow(ctx context.Context, st State, fn func(State)) error {
 		}
 	}
 	return nil
+}
+
+// poll is one fetch for Follow; a failure is logged (unless ctx ended) and
+// reported as !ok.
+func (t *Topic) poll(ctx context.Context, st *State) (int, bool) {
+	n, err := t.fetch(ctx, st, false)
+	if err != nil && ctx.Err() == nil {
+		t.log.Warn("read rules topic; retrying", "topic", t.Name, "err", err)
+	}
+	return n, err == nil
 }
 
 // fetch reads from st.Next(): with all, until the high watermark; otherwise

@@ -54,7 +54,7 @@ func TestRollouts(t *testing.T) {
 	res, body := start("version: 1\nrules:\n  - {id: bots, tier: nowhere, limit: 1, period: 1h}\n", "typo")
 	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode)
 	require.Contains(t, html.UnescapeString(body), `candidate:3: rules[0] (bots).tier: "nowhere"`)
-	res, body = start(rolloutV2, "")
+	res, _ = start(rolloutV2, "")
 	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode, "a reason is required")
 	res, body = start(rolloutV2, "INC-77 one an hour")
 	require.Equal(t, http.StatusSeeOther, res.StatusCode, body)

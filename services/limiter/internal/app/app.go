@@ -49,11 +49,8 @@ const defaultGCPercent = 400
 // accepting (HTTP, gRPC, proxy) → finish in-flight checks → flush queued
 // decision events and counts → close clients.
 func Run(ctx context.Context, env service.Env) error {
-	if len(env.Args) > 0 && env.Args[0] == "whatif" {
-		return runWhatIf(ctx, env, env.Args[1:])
-	}
 	if len(env.Args) > 0 && env.Args[0] != "serve" {
-		return Command(ctx, env) // rules.go: validate, rollout, promote, rollback, status
+		return Command(ctx, env) // rules.go: validate, whatif, rollout, promote, rollback, status
 	}
 	if env.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)

@@ -25,6 +25,7 @@ import (
 const usage = `usage:
   limiter [serve]                            answer checks (the default)
   limiter validate FILE                      check a rules file; every problem with its line
+  limiter whatif [flags]                     replay recorded decisions through a candidate rules file (docs/whatif.md)
   limiter rollout FILE -reason R [flags]     start FILE as a candidate in shadow on the rules topic
   limiter promote -reason R                  enforce the candidate now, ahead of its shadow period
   limiter rollback -reason R                 abort the candidate in shadow, or restore the enforced version's parent
@@ -41,6 +42,8 @@ func Command(ctx context.Context, env service.Env) error {
 	switch args[0] {
 	case "validate":
 		return validateCmd(args[1:], env.Stdout)
+	case "whatif":
+		return runWhatIf(ctx, env, args[1:])
 	case "rollout", "promote", "rollback":
 		return changeCmd(ctx, env, args[0], args[1:])
 	case "status":
