@@ -21,6 +21,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
 )
 
 // call is one ShouldRateLimit request of a sequence.
@@ -141,6 +143,24 @@ func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 	}
 	require.Greater(t, compared, 40)
 	require.Greater(t, withHeaders, 30, "answers with RateLimit-* headers compared")
+
+	// The 11 calls that name a principal (user: shadow mode 3, replaces 5;
+	// remote_address: most specific match 3) are decision events on the broker.
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{"127.0.0.1:9092"}, Topic: "envoypeer." + run, Partition: 0, MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer rcancel()
+	kinds := map[events.PrincipalKind]int{}
+	for range 11 {
+		m, err := r.ReadMessage(rctx)
+		require.NoError(t, err, "events read: %v", kinds)
+		ev, err := events.DecodeDecision(m.Value)
+		require.NoError(t, err)
+		require.NotNil(t, ev.Envoy)
+		require.True(t, strings.HasSuffix(ev.Envoy.Domain, "_"+run), ev.Envoy.Domain)
+		kinds[ev.Principal.Kind]++
+	}
+	require.Equal(t, map[events.PrincipalKind]int{events.PrincipalUser: 8, events.PrincipalAnonymous: 3}, kinds)
 }
 
 // summary is the comparable part of an answer; time until reset in whole

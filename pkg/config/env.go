@@ -23,6 +23,10 @@ const (
 	DefaultDecisionsTopic   = "floodgate.decisions.v1"
 	DefaultAbuseTopic       = "floodgate.abuse.v1"
 	DefaultAdjustmentsTopic = "floodgate.adjustments.v1"
+	// DefaultRulesTopic is the compacted topic of limiter rules versions
+	// (rule rollouts, docs/rollouts.md); nothing reads it unless
+	// FLOODGATE_LIMITER_RULES_TOPIC names it.
+	DefaultRulesTopic = "floodgate.rules.v1"
 )
 
 // Getenv looks up one environment variable; os.Getenv satisfies it and tests pass a map lookup.

@@ -19,9 +19,6 @@ const MaxScopeLen = 256
 // MaxActorIDLen is the maxLength of actor.id in the schemas.
 const MaxActorIDLen = 128
 
-// MaxReasonLen is the maxLength of reason in the schemas.
-const MaxReasonLen = 1024
-
 // ActorKind says who changed a limit scale.
 type ActorKind string
 

@@ -15,6 +15,9 @@ const MaxRouteLen = 256
 // MaxRuleLen is the maxLength of rule in the schemas.
 const MaxRuleLen = 128
 
+// MaxReasonLen is the maxLength of reason in the schemas.
+const MaxReasonLen = 1024
+
 // PrincipalKind says what kind of caller a principal is.
 type PrincipalKind string
 

@@ -245,6 +245,16 @@ type Decision struct {
 	// the limiter writes [a-z0-9][a-z0-9_-]{0,31}. Absent: a limiter from before plans were
 	// recorded, or a shed request. ("": absent)
 	Plan string
+	// RulesVersion is "rules_version": optional: the rules version (floodgate.rules.v1) that
+	// decided. Absent: rules from a file or built in. (0: absent)
+	RulesVersion int64
+	// CandidateVersion is "candidate_version": optional: the rules version running in shadow
+	// beside the enforced rules (a rollout in progress) that judged this request too.
+	// Absent: no candidate, or it could not be asked. (0: absent)
+	CandidateVersion int64
+	// CandidateBlocked is "candidate_blocked": optional: true when the candidate_version
+	// rules would have denied this request. Absent means false. (false: absent)
+	CandidateBlocked bool
 }
 
 // Validate checks v against the decision.v1 contract.
@@ -351,6 +361,17 @@ func AppendDecision(dst []byte, v *Decision) ([]byte, error) {
 	if v.Plan != "" {
 		b = append(b, `,"plan":`...)
 		b = appendString(b, v.Plan)
+	}
+	if v.RulesVersion != 0 {
+		b = append(b, `,"rules_version":`...)
+		b = strconv.AppendInt(b, v.RulesVersion, 10)
+	}
+	if v.CandidateVersion != 0 {
+		b = append(b, `,"candidate_version":`...)
+		b = strconv.AppendInt(b, v.CandidateVersion, 10)
+	}
+	if v.CandidateBlocked {
+		b = append(b, `,"candidate_blocked":true`...)
 	}
 	b = append(b, '}')
 	return b, nil
@@ -603,6 +624,16 @@ func (v *Decision) validate() *ValidationError {
 			return at("plan", err)
 		}
 	}
+	if v.RulesVersion != 0 {
+		if err := intRange(v.RulesVersion, 1, MaxSafeInteger); err != nil {
+			return at("rules_version", err)
+		}
+	}
+	if v.CandidateVersion != 0 {
+		if err := intRange(v.CandidateVersion, 1, MaxSafeInteger); err != nil {
+			return at("candidate_version", err)
+		}
+	}
 	return nil
 }
 
@@ -635,6 +666,9 @@ func decodeDecision(data []byte, v *Decision) *ValidationError {
 		bShed
 		bEnvoy
 		bPlan
+		bRulesVersion
+		bCandidateVersion
+		bCandidateBlocked
 	)
 	var seen uint32
 	first := true
@@ -785,6 +819,18 @@ func decodeDecision(data []byte, v *Decision) *ValidationError {
 						err = d.invalid("plan", e)
 					}
 				}
+			}
+		case "rules_version":
+			if err = d.seen(&seen, bRulesVersion, "rules_version"); err == nil {
+				v.RulesVersion, err = d.integer("rules_version", 1, MaxSafeInteger)
+			}
+		case "candidate_version":
+			if err = d.seen(&seen, bCandidateVersion, "candidate_version"); err == nil {
+				v.CandidateVersion, err = d.integer("candidate_version", 1, MaxSafeInteger)
+			}
+		case "candidate_blocked":
+			if err = d.seen(&seen, bCandidateBlocked, "candidate_blocked"); err == nil {
+				v.CandidateBlocked, err = d.boolean("candidate_blocked")
 			}
 		default:
 			err = d.skip(1)

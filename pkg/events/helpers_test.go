@@ -16,7 +16,7 @@ import (
 const schemasDir = "../../schemas"
 
 // eventTypes are the contracts, in the order tests report them.
-var eventTypes = []string{TypeDecision, TypeAbuse, TypeAdjustment}
+var eventTypes = []string{TypeDecision, TypeAbuse, TypeAdjustment, TypeRulesVersion}
 
 // codec decodes and encodes one event type through this package, hiding the
 // concrete Go type so that tests can range over all contracts.
@@ -46,6 +46,12 @@ func codecFor(t testing.TB, typ string) codec {
 			decode:   func(b []byte) (any, error) { return DecodeAdjustment(b) },
 			encode:   func(v any) ([]byte, error) { a := v.(Adjustment); return EncodeAdjustment(&a) },
 			validate: func(v any) error { a := v.(Adjustment); return a.Validate() },
+		}
+	case TypeRulesVersion:
+		return codec{
+			decode:   func(b []byte) (any, error) { return DecodeRulesVersion(b) },
+			encode:   func(v any) ([]byte, error) { r := v.(RulesVersion); return EncodeRulesVersion(&r) },
+			validate: func(v any) error { r := v.(RulesVersion); return r.Validate() },
 		}
 	}
 	t.Fatalf("no codec for %q", typ)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
+	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/pkg/tracing"
 )
@@ -36,6 +37,14 @@ type EmbedConfig struct {
 	RulesFile string
 	RulesPoll time.Duration
 	Reload    <-chan os.Signal
+	// RulesTopic, when set, is the rules topic on Brokers (floodgate.rules.v1,
+	// docs/rollouts.md): its enforced version replaces Rules or RulesFile,
+	// which stay in force only until the topic holds one (the file is then
+	// not watched), and its candidate runs in shadow beside them. NewEmbedded
+	// reads the topic for up to RulesTopicWait (default 5s) before it
+	// returns; a topic it cannot read in time is logged, and followed after.
+	RulesTopic     string
+	RulesTopicWait time.Duration
 
 	// Brokers and Topic (default config.DefaultDecisionsTopic) receive the
 	// decision events the detector and the quota ledger consume. Journal keeps
@@ -95,6 +104,9 @@ func (c *EmbedConfig) defaults() {
 	if c.RuntimePoll == 0 {
 		c.RuntimePoll = time.Second
 	}
+	if c.RulesTopicWait == 0 {
+		c.RulesTopicWait = 5 * time.Second
+	}
 	if c.EventBuffer == 0 {
 		c.EventBuffer = 65536
 	}
@@ -134,6 +146,7 @@ func (c *EmbedConfig) validate() error {
 	v.Require(c.BreakerOpen >= 10*time.Millisecond && c.BreakerOpen <= time.Minute, "BreakerOpen", "%s: must be in 10ms..1m", c.BreakerOpen)
 	v.Require(c.RedisBatch >= 0 && c.RedisBatch <= 1024, "RedisBatch", "%d: must be in 0..1024 (0 = default)", c.RedisBatch)
 	v.Require(c.EventBuffer >= 1, "EventBuffer", "%d: must be at least 1", c.EventBuffer)
+	v.Require(c.RulesTopic == "" || len(c.Brokers) > 0, "RulesTopic", "needs Brokers to read it from")
 	return v.Err()
 }
 
@@ -148,6 +161,8 @@ type Embedded struct {
 	s *Server
 	// set by NewEmbedded; nil for Server.Embedded (the server's owner runs them)
 	run func(ctx context.Context) error
+	// impact counts the rules topic's versions (nil without a RulesTopic)
+	impact *ImpactFlusher
 }
 
 var _ gateway.Checker = (*Embedded)(nil)
@@ -208,14 +223,26 @@ func NewEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 		runs = append(runs, p.Run)
 	}
 	runs = append(runs, func(ctx context.Context) error { return runtime.Run(ctx, c.RuntimePoll) }, engine.Run)
-	if c.RulesFile != "" {
+	var impact *ImpactFlusher
+	if c.RulesTopic != "" {
+		impact = NewImpactFlusher(c.Redis, c.RulesTopic, c.Logger)
+		feed := NewRulesFeed(rollout.NewTopic(c.Brokers, c.Kafka, c.RulesTopic, c.Logger), store, impact, c.Logger, c.Registry)
+		sctx, cancel := context.WithTimeout(ctx, c.RulesTopicWait)
+		err := feed.Sync(sctx)
+		cancel()
+		if err != nil {
+			c.Logger.Warn("rules topic unreadable at start; serving the fallback rules until it is read", "topic", c.RulesTopic,
+				"fallback", rules.Source, "err", err)
+		}
+		runs = append(runs, feed.Run, func(ctx context.Context) error { return impact.Run(ctx, time.Second) })
+	} else if c.RulesFile != "" {
 		r := NewReloader(c.RulesFile, data, store, c.RulesPoll, c.Reload, c.Logger, c.Registry)
 		runs = append(runs, r.Run)
 	}
 	srv := NewServer(ServerConfig{Callers: c.Callers, Engine: engine, Publisher: pub, Observer: c.Observer, Topic: c.Topic,
 		Gateway: c.Gateway, Logger: c.Logger, Registry: c.Registry, Tracing: c.Tracing})
 	srv.SetReady(true)
-	e := &Embedded{s: srv}
+	e := &Embedded{s: srv, impact: impact}
 	e.run = func(ctx context.Context) error {
 		var g errgroup.Group
 		for _, f := range runs {

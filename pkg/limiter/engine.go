@@ -102,6 +102,12 @@ type Result struct {
 	// Plan is the plan the rules were matched with: the request's, else the
 	// principal's override plan, else DefaultPlan ("" when shed).
 	Plan string
+	// RulesVersion is the version of the rules that decided (0: a file).
+	// CandidateVersion, when not 0, is the rules version in shadow that
+	// judged the request too, and CandidateBlocked its verdict.
+	RulesVersion     int64
+	CandidateVersion int64
+	CandidateBlocked bool
 }
 
 // RuleSource returns the rules in force. Must be safe for concurrent use.
@@ -173,6 +179,7 @@ type Engine struct {
 	rdb       redis.UniversalClient
 	script    *redis.Script
 	rules     RuleSource
+	cands     candidateSource // nil: Rules holds no candidates
 	rt        *Runtime
 	clock     func() time.Time
 	queueWait time.Duration
@@ -284,6 +291,7 @@ func NewEngine(c EngineConfig) (*Engine, error) {
 		budget: c.Budget, queueWait: c.QueueWait, shadow: c.Shadow, prefix: c.KeyPrefix, local: newLocalBuckets(c.LocalBuckets), log: c.Logger, m: m,
 		id: uuid.Must(uuid.NewV7()).String(), refresh: c.ClusterRefresh, heartbeat: c.Heartbeat,
 	}
+	e.cands, _ = c.Rules.(candidateSource)
 	e.instances.Store(1)
 	m.instances.Set(1)
 	if c.RedisBatch == 0 {
@@ -545,8 +553,35 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 			status = sh.Status()
 		}
 	}
+	// A candidate in shadow judges the request beside the enforced rules,
+	// concurrently (its own buckets; the answer waits for the slower of the
+	// two round trips, which share the shard's pipelines).
+	var cand *Candidate
+	var verdict chan candidateVerdict
+	if e.cands != nil {
+		if cand = e.cands.Candidate(); cand != nil {
+			verdict = make(chan candidateVerdict, 1)
+			go func() { verdict <- e.checkCandidate(ctx, cand, req) }()
+		}
+	}
 	res, err := e.check(ctx, rs, req)
-	res.Priority, res.Utilization = prio, status
+	res.Priority, res.Utilization, res.RulesVersion = prio, status, rs.Version
+	judged := err == nil && !res.Degraded // a fail policy's answer says nothing about the rules
+	if verdict != nil {
+		v := <-verdict
+		switch {
+		case v.ok && judged:
+			res.CandidateVersion, res.CandidateBlocked = cand.Version, v.blocked
+			if cand.impact != nil {
+				cand.impact.add(prio, v.blocked)
+			}
+		case !v.ok && cand.impact != nil:
+			cand.impact.errors.Add(1)
+		}
+	}
+	if rs.impact != nil && judged {
+		rs.impact.add(prio, !res.Allowed)
+	}
 	return res, err
 }
 

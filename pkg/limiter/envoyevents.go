@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/envoyconf"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 )
 
@@ -26,7 +27,8 @@ type EnvoyPrincipalKey struct {
 type EnvoyIdentity struct {
 	// Keys name the principal, the first present wins (looked for in every
 	// descriptor of the call, in order). A key equal to IPKey names an
-	// anonymous principal whose id is the client address.
+	// anonymous principal keyed by the client address as pkg/gateway keys
+	// one (gateway.AnonymousID): an IPv4 address, or its IPv6 /64.
 	Keys []EnvoyPrincipalKey
 	// IPKey's value is the client address (Envoy's remote_address action).
 	IPKey string
@@ -83,6 +85,10 @@ func ParseEnvoyPrincipalKeys(spec, ipKey string) ([]EnvoyPrincipalKey, error) {
 	return out, nil
 }
 
+// envoyAnonIPv6Prefix is how many leading bits of an IPv6 client address
+// key an anonymous principal: one subscriber's /64, pkg/gateway's default.
+const envoyAnonIPv6Prefix = 64
+
 // envoyWho is what a call's entries say about who made it.
 type envoyWho struct {
 	principal events.Principal
@@ -115,7 +121,8 @@ func (id *EnvoyIdentity) identify(ds []envoyconf.Descriptor) envoyWho {
 	for _, k := range id.Keys {
 		if k.Key == id.IPKey {
 			if ipFound {
-				w.principal, w.key, w.raw, w.ok = events.Principal{Kind: events.PrincipalAnonymous, ID: w.ip.String()}, k.Key, ipRaw, true
+				w.principal = events.Principal{Kind: events.PrincipalAnonymous, ID: gateway.AnonymousID(w.ip, envoyAnonIPv6Prefix)}
+				w.key, w.raw, w.ok = k.Key, ipRaw, true
 				return w
 			}
 			continue

@@ -208,7 +208,14 @@ func TestEnvoyEventsRespectCallerKinds(t *testing.T) {
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
 	_, err = f.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: f.domain, Descriptors: []*rlcommon.RateLimitDescriptor{descriptor("remote_address", "192.0.2.1")}})
 	require.NoError(t, err)
-	require.Equal(t, events.PrincipalAnonymous, f.last(t).Principal.Kind)
+	require.Equal(t, events.Principal{Kind: events.PrincipalAnonymous, ID: "192.0.2.1"}, f.last(t).Principal)
+	// An IPv6 client is keyed by its /64, as pkg/gateway keys anonymous
+	// principals; the event keeps the whole address.
+	_, err = f.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: f.domain, Descriptors: []*rlcommon.RateLimitDescriptor{descriptor("remote_address", "2001:db8:1:2:3:4:5:6")}})
+	require.NoError(t, err)
+	ev := f.last(t)
+	require.Equal(t, events.Principal{Kind: events.PrincipalAnonymous, ID: "2001:db8:1:2::/64"}, ev.Principal)
+	require.Equal(t, "2001:db8:1:2:3:4:5:6", ev.IP.String())
 }
 
 // plainCounter is the value of a counter without labels.

@@ -14,7 +14,10 @@ import (
 )
 
 // RuleStore holds the rules in force. Safe for concurrent use.
-type RuleStore struct{ cur atomic.Pointer[Ruleset] }
+type RuleStore struct {
+	cur  atomic.Pointer[Ruleset]
+	cand atomic.Pointer[Candidate] // a rules version in shadow (candidate.go)
+}
 
 var _ RuleSource = (*RuleStore)(nil)
 

@@ -116,6 +116,10 @@ type Ruleset struct {
 	// defPriority the rest's (defaults.priority, else DefaultPriority).
 	priority    map[string]Priority
 	defPriority Priority
+	// Version is the rules version (floodgate.rules.v1) these rules are;
+	// 0 for a file or the built-in grid. Decision events carry it.
+	Version int64
+	impact  *impactCounts // the version's enforced counts; nil = not counted
 }
 
 // Priority returns the priority of a request on a route that names none.

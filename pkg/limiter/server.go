@@ -383,6 +383,7 @@ func (s *Server) publish(ctx context.Context, id string, req *CheckRequest, res 
 		Tier: res.Tier, Shadow: res.Shadow, Cost: int64(min(max(res.Cost, 1), 1_000_000)), Limit: int64(res.Limit), Remaining: int64(res.Remaining),
 		Gateway: s.gateway, NearLimit: res.NearLimit, Degraded: res.Degraded, Rule: res.Rule,
 		Priority: res.Priority.Event(), Shed: res.Shed, Plan: res.Plan,
+		RulesVersion: res.RulesVersion, CandidateVersion: res.CandidateVersion, CandidateBlocked: res.CandidateBlocked,
 	}
 	if ev.Rule == "" && res.Shadow {
 		ev.Rule = res.ShadowRule

@@ -21,6 +21,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/schemas/openapi"
@@ -139,7 +140,17 @@ func Serve(ctx context.Context, env service.Env) error {
 		return err
 	}
 	run.Worker("control loop", l.Run)
-	log.Info("adjuster starting", "addr", addr.String(), "scales_key", cfg.ScalesKey, "topic", cfg.AdjustmentsTopic,
+	if cfg.RulesTopic != "" {
+		// The rule rollout controller: one writer per deployment, like the
+		// loop, auditing to the same log (docs/rollouts.md).
+		topic := rollout.NewTopic(cfg.KafkaBrokers, ksec, cfg.RulesTopic, log)
+		run.Closer("rules topic producer", topic.Close)
+		op := &rollout.Operator{Topic: topic, Audit: &rollout.DynamoAudit{Client: ddb, Table: cfg.DynamoTablePrefix + dynamo.TableAuditLog},
+			Validate: func(string, []byte) error { return errors.New("the controller publishes no new rules") }}
+		ctl := rollout.NewController(op, rdb, "adjuster/rollout", log, reg)
+		run.Worker("rules rollout controller", ctl.Run)
+	}
+	log.Info("adjuster starting", "addr", addr.String(), "scales_key", cfg.ScalesKey, "topic", cfg.AdjustmentsTopic, "rules_topic", cfg.RulesTopic,
 		"tick", l.Settings().Rules.Tick.String(), "settings_version", l.Settings().Version)
 	return run.Run(ctx)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/admin"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/signals"
@@ -28,6 +29,7 @@ type Config struct {
 	KafkaBrokers      []string             // FLOODGATE_KAFKA_BROKERS
 	KafkaSecurity     config.KafkaSecurity // FLOODGATE_KAFKA_TLS*, FLOODGATE_KAFKA_SASL_* (docs/configuration.md)
 	AdjustmentsTopic  string               // FLOODGATE_ADJUSTMENTS_TOPIC
+	RulesTopic        string               // FLOODGATE_RULES_TOPIC: the rollout controller watches it (docs/rollouts.md); "" = off
 	DynamoEndpoint    string               // FLOODGATE_DYNAMODB_ENDPOINT (empty = AWS)
 	DynamoTablePrefix string               // FLOODGATE_DYNAMODB_TABLE_PREFIX
 	InfluxURL         string               // FLOODGATE_INFLUX_URL
@@ -54,6 +56,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		KafkaBrokers:      e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
 		KafkaSecurity:     config.ReadKafkaSecurity(e),
 		AdjustmentsTopic:  e.String("FLOODGATE_ADJUSTMENTS_TOPIC", config.DefaultAdjustmentsTopic),
+		RulesTopic:        e.String("FLOODGATE_RULES_TOPIC", ""),
 		DynamoEndpoint:    e.String("FLOODGATE_DYNAMODB_ENDPOINT", ""),
 		DynamoTablePrefix: e.String("FLOODGATE_DYNAMODB_TABLE_PREFIX", ""),
 		InfluxURL:         e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
@@ -95,6 +98,10 @@ func (c Config) Validate() error {
 	v.Require(c.ShedKey != "", "FLOODGATE_ADJUSTER_SHED_KEY", "must not be empty")
 	v.Require(len(c.KafkaBrokers) > 0, "FLOODGATE_KAFKA_BROKERS", "at least one host:port")
 	v.Require(c.AdjustmentsTopic != "", "FLOODGATE_ADJUSTMENTS_TOPIC", "required")
+	if c.RulesTopic != "" {
+		err := rollout.ValidTopic(c.RulesTopic)
+		v.Require(err == nil, "FLOODGATE_RULES_TOPIC", "%v", err)
+	}
 	v.Require(c.InfluxURL != "" && c.InfluxBucket != "", "FLOODGATE_INFLUX_URL/FLOODGATE_INFLUX_BUCKET", "required")
 	v.Require(c.ActorID != "" && len(c.ActorID) <= 128, "FLOODGATE_ADJUSTER_ID", "1-128 characters")
 	v.Require(c.Rules.Validate() == nil, "FLOODGATE_ADJUSTER_RULES", "%v", c.Rules.Validate())

@@ -22,6 +22,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/pkg/whatif"
@@ -69,6 +70,7 @@ type Config struct {
 	OverridesKey     string        // FLOODGATE_CONSOLE_OVERRIDES_KEY (the limiter's overrides hash)
 	OverrideSweep    time.Duration // FLOODGATE_CONSOLE_OVERRIDE_SWEEP (how often expired overrides are removed)
 	WhatIfMaxEvents  int           // FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS (decisions one what-if run may replay; 0 turns the page off)
+	RulesTopic       string        // FLOODGATE_RULES_TOPIC (the rule rollouts page; "" = not configured)
 }
 
 // ConfigFromEnv reads and validates the configuration.
@@ -108,6 +110,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		TrustedProxies: e.List("FLOODGATE_CONSOLE_TRUSTED_PROXIES", ""),
 
 		AdjustmentsTopic: e.String("FLOODGATE_ADJUSTMENTS_TOPIC", config.DefaultAdjustmentsTopic),
+		RulesTopic:       e.String("FLOODGATE_RULES_TOPIC", ""),
 		OverridesKey:     e.String("FLOODGATE_CONSOLE_OVERRIDES_KEY", limiter.OverridesKey),
 		OverrideSweep:    e.Duration("FLOODGATE_CONSOLE_OVERRIDE_SWEEP", 30*time.Second),
 		WhatIfMaxEvents:  e.Int("FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS", 200_000),
@@ -176,6 +179,11 @@ func (c Config) Validate() error {
 	}
 	if c.WhatIfMaxEvents < 0 || c.WhatIfMaxEvents > 1_000_000 {
 		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS: %d not in 0..1000000 (0 turns the what-if page off; larger ranges: `limiter whatif`)", c.WhatIfMaxEvents))
+	}
+	if c.RulesTopic != "" {
+		if err := rollout.ValidTopic(c.RulesTopic); err != nil {
+			errs = append(errs, fmt.Errorf("FLOODGATE_RULES_TOPIC: %w", err))
+		}
 	}
 	if c.OverrideSweep < time.Second || c.OverrideSweep > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_OVERRIDE_SWEEP: %s not in 1s..10m", c.OverrideSweep))
@@ -333,6 +341,14 @@ func Serve(ctx context.Context, env service.Env) error {
 		wif = &web.WhatIf{Redis: wrdb, Timeout: WhatIfTimeout,
 			Source: &whatif.Source{Client: ksec.Client(cfg.KafkaBrokers, 10*time.Second), Topic: cfg.DecisionsTopic, MaxEvents: cfg.WhatIfMaxEvents}}
 	}
+	var rollouts *web.Rollouts
+	if cfg.RulesTopic != "" {
+		topic := rollout.NewTopic(cfg.KafkaBrokers, ksec, cfg.RulesTopic, log)
+		run.Closer("rules topic producer", topic.Close)
+		audit := &rollout.DynamoAudit{Client: ddb, Table: cfg.DynamoDB.TablePrefix + dynamo.TableAuditLog}
+		rollouts = &web.Rollouts{Operator: &rollout.Operator{Topic: topic, Audit: audit, Now: env.Now, Validate: web.ValidateRules},
+			Redis: rdb, Audit: audit}
+	}
 	srv, err := web.New(web.Config{
 		Directory:     dir,
 		Sessions:      sessions,
@@ -355,6 +371,7 @@ func Serve(ctx context.Context, env service.Env) error {
 			Topic: cfg.AdjustmentsTopic},
 		OverridesKey: cfg.OverridesKey,
 		WhatIf:       wif,
+		Rollouts:     rollouts,
 	})
 	if err != nil {
 		return err

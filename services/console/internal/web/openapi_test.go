@@ -87,7 +87,8 @@ func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 	ok("POST", "/allowlist/remove", "analyst", url.Values{"pk": {"detector#allow#cidr#" + cidr["cidr"].(string)}, "reason": {"r"}})
 	// Without the adjuster and the dlq-auditor configured, their actions
 	// are refused; the refusal is still the document's.
-	for _, p := range []string{"/sre/adjuster/mode", "/sre/adjuster/rules", "/sre/dlq/replay", "/sre/dlq/purge", "/sre/whatif"} {
+	for _, p := range []string{"/sre/adjuster/mode", "/sre/adjuster/rules", "/sre/dlq/replay", "/sre/dlq/purge", "/sre/whatif",
+		"/sre/rollouts", "/sre/rollouts/promote", "/sre/rollouts/abort", "/sre/rollouts/rollback"} {
 		res := call("POST", p, "sre", url.Values{"etag": {`"1"`}, "reason": {"r"}, "rules": {"tick: 30s"}, "id": {"t.dlq/0/1"}, "confirm": {"yes"}}, false)
 		require.GreaterOrEqual(t, res.Status, 400, p)
 	}
@@ -96,7 +97,7 @@ func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 	// Every page.
 	for _, p := range []string{"/alerts", "/alerts/new?after=" + url.QueryEscape(now.Add(-time.Hour).Format("2006-01-02T15:04:05.000Z")),
 		alertPath(lift), "/principals/bot/" + url.PathEscape(e.run+"_oa_lift"), "/sre/adjuster", "/sre/dlq", "/sre/overrides",
-		"/sre/block-rate", "/sre/whatif", "/scales", "/false-positives", "/allowlist", "/login", "/static/style.css", "/static/app.js"} {
+		"/sre/rollouts", "/sre/block-rate", "/sre/whatif", "/scales", "/false-positives", "/allowlist", "/login", "/static/style.css", "/static/app.js"} {
 		// Pages of services this console has no client for say so, with a 503.
 		res := call("GET", p, "admin", nil, false)
 		require.Contains(t, []int{http.StatusOK, http.StatusServiceUnavailable}, res.Status, p)

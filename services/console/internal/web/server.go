@@ -65,6 +65,7 @@ type Config struct {
 	OverridesKey  string                 // the limiter's overrides hash (default limiter.OverridesKey)
 	Samples       SampleSource           // decision events around a detection, from Kafka (nil: the alert page says it is not configured)
 	SignIn        *auth.Limiter          // sign-in and API-token failure limits in Redis (nil: no limit)
+	Rollouts      *Rollouts              // the rules topic of rule rollouts (nil: the page says it is not configured)
 	Proxies       gateway.TrustedProxies // whose X-Forwarded-For names the client for the failure limits
 	WhatIf        *WhatIf                // what-if replays of the decisions topic (nil: the page says it is not configured)
 }
@@ -121,7 +122,7 @@ func New(cfg Config) (*Server, error) {
 		"cidrof":   func(pk string) string { return strings.TrimPrefix(pk, store.AllowCIDRPrefix) },
 		"dims":     whatIfDims,
 	}
-	for _, page := range []string{"login", "alerts", "alert", "rows", "scales", "fps", "error", "principal", "adjuster", "dlq", "dlqrecord", "blockrate", "overrides", "dlqpurge", "allowlist", "whatif"} {
+	for _, page := range []string{"login", "alerts", "alert", "rows", "scales", "fps", "error", "principal", "adjuster", "dlq", "dlqrecord", "blockrate", "overrides", "dlqpurge", "allowlist", "whatif", "rollouts"} {
 		files := []string{"templates/layout.html", "templates/" + page + ".html"}
 		if page == "alerts" {
 			files = append(files, "templates/rows.html")
@@ -160,6 +161,11 @@ func New(cfg Config) (*Server, error) {
 	s.route("GET /sre/overrides", s.authed(auth.RoleViewer, s.overridesPage))
 	s.route("POST /sre/overrides", s.authed(auth.RoleSRE, s.overrideSave))
 	s.route("POST /sre/overrides/delete", s.authed(auth.RoleSRE, s.overrideDelete))
+	s.route("GET /sre/rollouts", s.authed(auth.RoleViewer, s.rolloutsPage))
+	s.route("POST /sre/rollouts", s.authed(auth.RoleSRE, s.rolloutStart))
+	s.route("POST /sre/rollouts/promote", s.authed(auth.RoleSRE, s.rolloutPromote))
+	s.route("POST /sre/rollouts/abort", s.authed(auth.RoleSRE, s.rolloutAbort))
+	s.route("POST /sre/rollouts/rollback", s.authed(auth.RoleSRE, s.rolloutRollback))
 	s.route("GET /sre/block-rate", s.authed(auth.RoleViewer, s.blockRate))
 	s.route("GET /sre/whatif", s.authed(auth.RoleViewer, s.whatIfPage))
 	s.route("POST /sre/whatif", s.authed(auth.RoleSRE, s.whatIfRun))

@@ -53,7 +53,7 @@ func Run(ctx context.Context, env service.Env) error {
 		return runWhatIf(ctx, env, env.Args[1:])
 	}
 	if len(env.Args) > 0 && env.Args[0] != "serve" {
-		return fmt.Errorf("usage: limiter [serve] | limiter whatif -rules FILE -from T [-to T] (got %q)", env.Args)
+		return Command(ctx, env) // rules.go: validate, rollout, promote, rollback, status
 	}
 	if env.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
@@ -119,7 +119,7 @@ func Run(ctx context.Context, env service.Env) error {
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	core, err := limiter.NewEmbedded(startCtx, limiter.EmbedConfig{
-		Redis: rdb, Rules: rules, RulesFile: cfg.RulesPath, RulesPoll: cfg.RulesPoll, Reload: hup,
+		Redis: rdb, Rules: rules, RulesFile: cfg.RulesPath, RulesPoll: cfg.RulesPoll, Reload: hup, RulesTopic: cfg.RulesTopic,
 		Brokers: cfg.KafkaBrokers, Kafka: ksec, Topic: cfg.DecisionsTopic, Journal: cfg.Journal, EventBuffer: cfg.EventBuffer,
 		Gateway: cfg.Gateway, Observer: observer, RedisLatency: rtt,
 		Budget: cfg.RedisTimeout, BreakerFailures: cfg.BreakerFailures, BreakerOpen: cfg.BreakerOpen,
@@ -233,7 +233,7 @@ func Run(ctx context.Context, env service.Env) error {
 		run.Tail("influxdb counts", func(ctx context.Context) error { return counts.Run(ctx, cfg.InfluxInterval) })
 	}
 	log.Info("limiter serving", "addr", addr.String(), "grpc_addr", grpcAddr, "debug_addr", cfg.DebugAddr, "redis", cfg.RedisAddrs, "kafka", cfg.KafkaBrokers,
-		"topic", cfg.DecisionsTopic, "rules", core.Rules().Source, "rule_count", len(core.Rules().Rules), "shadow", core.Rules().Shadow || cfg.Shadow)
+		"topic", cfg.DecisionsTopic, "rules", core.Rules().Source, "rules_topic", cfg.RulesTopic, "rules_version", core.Rules().Version, "rule_count", len(core.Rules().Rules), "shadow", core.Rules().Shadow || cfg.Shadow)
 	return run.Run(ctx)
 }
 

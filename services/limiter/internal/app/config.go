@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
@@ -45,6 +46,7 @@ type Config struct {
 	PrincipalLimit  int                  // FLOODGATE_LIMITER_PRINCIPAL_LIMIT: with no rules file, one principal bucket of this size for every kind
 	PrincipalPeriod time.Duration        // FLOODGATE_LIMITER_PRINCIPAL_PERIOD
 	RulesPoll       time.Duration        // FLOODGATE_LIMITER_RULES_POLL: how often the rules file is checked for changes
+	RulesTopic      string               // FLOODGATE_RULES_TOPIC: rules versions and rollouts (docs/rollouts.md); "" = the file alone
 	RuntimePoll     time.Duration        // FLOODGATE_LIMITER_RUNTIME_POLL: how often scales and overrides are read from Redis
 	Shadow          bool                 // FLOODGATE_LIMITER_SHADOW: every rule in shadow mode, whatever the file says
 	RedisTimeout    time.Duration        // FLOODGATE_LIMITER_REDIS_TIMEOUT: budget of one check
@@ -123,6 +125,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		DecisionsTopic:       e.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
 		Gateway:              e.String("FLOODGATE_GATEWAY", "local"),
 		RulesPath:            e.String("FLOODGATE_LIMITER_RULES", ""),
+		RulesTopic:           e.String("FLOODGATE_RULES_TOPIC", ""),
 		EnvoyConfigDir:       e.String("FLOODGATE_LIMITER_ENVOY_CONFIG", ""),
 		Auth:                 e.String("FLOODGATE_LIMITER_AUTH", ""),
 		IdleTimeout:          e.Duration("FLOODGATE_LIMITER_IDLE_TIMEOUT", time.Minute),
@@ -229,6 +232,11 @@ func (c Config) Validate() error {
 	v.Require(c.PrincipalLimit >= 0, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT", "%d: must be at least 1 (or unset)", c.PrincipalLimit)
 	v.Require(c.PrincipalLimit == 0 || c.RulesPath == "", "FLOODGATE_LIMITER_PRINCIPAL_LIMIT", "set together with FLOODGATE_LIMITER_RULES; put the limit in the rules file instead")
 	v.Require(c.RulesPoll >= 10*time.Millisecond, "FLOODGATE_LIMITER_RULES_POLL", "%s: must be at least 10ms", c.RulesPoll)
+	if c.RulesTopic != "" {
+		err := rollout.ValidTopic(c.RulesTopic)
+		v.Require(err == nil, "FLOODGATE_RULES_TOPIC", "%v", err)
+		v.Require(c.PrincipalLimit == 0, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT", "set together with FLOODGATE_RULES_TOPIC; publish the rules on the topic instead")
+	}
 	v.Require(c.RuntimePoll >= 10*time.Millisecond, "FLOODGATE_LIMITER_RUNTIME_POLL", "%s: must be at least 10ms", c.RuntimePoll)
 	v.Require(c.BreakerFailures >= 1 && c.BreakerFailures <= 1000, "FLOODGATE_LIMITER_BREAKER_FAILURES", "%d: must be in 1..1000", c.BreakerFailures)
 	v.Require(c.BreakerOpen >= 10*time.Millisecond && c.BreakerOpen <= time.Minute, "FLOODGATE_LIMITER_BREAKER_OPEN", "%s: must be in 10ms..1m", c.BreakerOpen)

@@ -1,0 +1,279 @@
+package limiter
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/redisx"
+)
+
+// Candidate is a rules version running in shadow beside the enforced rules
+// (a rule rollout, docs/rollouts.md): every admitted check is also judged by
+// it, on its own buckets (redisx.CandidateKey), without changing the answer.
+type Candidate struct {
+	Version int64
+	Rules   *Ruleset
+	impact  *impactCounts // its would-block counts; nil = not counted
+}
+
+// candidateSource is a RuleSource that may also hold a candidate.
+type candidateSource interface {
+	Candidate() *Candidate
+}
+
+var _ candidateSource = (*RuleStore)(nil)
+
+// Candidate returns the candidate in shadow, or nil.
+func (s *RuleStore) Candidate() *Candidate { return s.cand.Load() }
+
+// SetCandidate replaces the candidate (nil: none).
+func (s *RuleStore) SetCandidate(c *Candidate) { s.cand.Store(c) }
+
+// candidateVerdict is what the candidate would have answered.
+type candidateVerdict struct {
+	blocked bool
+	ok      bool // false: the candidate could not be asked (Redis)
+}
+
+// checkCandidate judges req by the candidate's rules on the candidate's
+// buckets: the same script, the same penalty and scales, in one pipelined
+// round trip per Redis shard. Daily quotas are left out (the day usage key is
+// the enforced ledger's, and a candidate must not count into it). Like an
+// enforced decision it is all or nothing: when one group would deny, the
+// other group's units are given back.
+func (e *Engine) checkCandidate(ctx context.Context, c *Candidate, req Request) candidateVerdict {
+	pg, ig, _, _ := e.bind(c.Rules, req)
+	groups := make([]*group, 0, 2)
+	for _, g := range []*group{&pg, &ig} {
+		rules := g.rules[:0]
+		for _, b := range g.rules {
+			if b.tier == events.TierQuota {
+				continue
+			}
+			keys := make([]string, len(b.keys))
+			for i, k := range b.keys {
+				keys[i] = redisx.CandidateKey(c.Version, k)
+			}
+			b.keys = keys
+			rules = append(rules, b)
+		}
+		if g.rules = rules; len(rules) > 0 {
+			groups = append(groups, g)
+		}
+	}
+	if len(groups) == 0 {
+		return candidateVerdict{ok: true}
+	}
+	rctx, cancel := context.WithTimeout(ctx, e.budget+e.queueWait)
+	defer cancel()
+	outs := make([]scriptOut, len(groups))
+	sh0 := e.shards.of(groups[0].penaltyKey)
+	var parts [][]int
+	if len(groups) == 2 && e.shards.of(groups[1].penaltyKey) != sh0 {
+		parts = [][]int{{0}, {1}}
+	} else {
+		parts = [][]int{make([]int, len(groups))}
+		for i := range groups {
+			parts[0][i] = i
+		}
+	}
+	for _, idx := range parts {
+		gs := make([]*group, len(idx))
+		for j, i := range idx {
+			gs[j] = groups[i]
+		}
+		raw, perr, err := e.run(rctx, e.shards.of(gs[0].penaltyKey), gs)
+		if err != nil {
+			return candidateVerdict{}
+		}
+		for j, i := range idx {
+			if perr[j] != nil {
+				return candidateVerdict{}
+			}
+			o, err := parseOut(raw[j], len(groups[i].rules))
+			if err != nil {
+				return candidateVerdict{}
+			}
+			outs[i] = o
+		}
+	}
+	blocked := false
+	for _, o := range outs {
+		blocked = blocked || !o.allowed
+	}
+	if blocked && len(groups) == 2 {
+		for i, g := range groups {
+			if outs[i].allowed && strings.Contains(outs[i].mask, "1") {
+				e.refund(ctx, g, outs[i].mask)
+			}
+		}
+	}
+	return candidateVerdict{blocked: blocked, ok: true}
+}
+
+// impactCounts are one rules version's decisions in one phase, by priority,
+// counted on the hot path (two atomic adds) and flushed to Redis by an
+// ImpactFlusher.
+type impactCounts struct {
+	total, blocked [PriorityBulk + 1]atomic.Int64
+	errors         atomic.Int64
+}
+
+func (c *impactCounts) add(p Priority, blocked bool) {
+	if p < PriorityCritical || p > PriorityBulk {
+		return
+	}
+	c.total[p].Add(1)
+	if blocked {
+		c.blocked[p].Add(1)
+	}
+}
+
+// ImpactFlusher adds the counts of the rules versions this replica judged to
+// their Redis hashes (redisx.RulesImpactKey), where the rollout controller
+// reads the sum over all replicas. Safe for concurrent use.
+type ImpactFlusher struct {
+	rdb   redis.UniversalClient
+	topic string
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	entries []impactEntry
+}
+
+type impactEntry struct {
+	version int64
+	phase   string // rollout.PhaseShadow or rollout.PhaseEnforced
+	counts  *impactCounts
+	retired bool
+}
+
+// impactTTL keeps a version's counts a month after its last decision.
+const impactTTL = 30 * 24 * time.Hour
+
+// NewImpactFlusher returns a flusher writing the counts of topic's versions to rdb.
+func NewImpactFlusher(rdb redis.UniversalClient, topic string, log *slog.Logger) *ImpactFlusher {
+	return &ImpactFlusher{rdb: rdb, topic: topic, log: log}
+}
+
+// track returns new counts for version v in phase, flushed until retired.
+func (f *ImpactFlusher) track(v int64, phase string) *impactCounts {
+	c := &impactCounts{}
+	f.mu.Lock()
+	f.entries = append(f.entries, impactEntry{version: v, phase: phase, counts: c})
+	f.mu.Unlock()
+	return c
+}
+
+// retire stops tracking c after its next flush.
+func (f *ImpactFlusher) retire(c *impactCounts) {
+	if c == nil {
+		return
+	}
+	f.mu.Lock()
+	for i := range f.entries {
+		if f.entries[i].counts == c {
+			f.entries[i].retired = true
+		}
+	}
+	f.mu.Unlock()
+}
+
+// Run flushes every interval until ctx is done, then once more.
+func (f *ImpactFlusher) Run(ctx context.Context, every time.Duration) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			_ = f.Flush(fctx)
+			cancel()
+			return nil
+		case <-t.C:
+			if err := f.Flush(ctx); err != nil && ctx.Err() == nil {
+				f.log.Warn("flush rules impact counts; kept for the next flush", "err", err)
+			}
+		}
+	}
+}
+
+// Flush adds what was counted since the last flush to Redis. Counts a
+// failed flush took are put back.
+func (f *ImpactFlusher) Flush(ctx context.Context) error {
+	f.mu.Lock()
+	entries := append([]impactEntry(nil), f.entries...)
+	kept := f.entries[:0]
+	for _, en := range f.entries {
+		if !en.retired {
+			kept = append(kept, en)
+		}
+	}
+	f.entries = kept
+	f.mu.Unlock()
+
+	type taken struct {
+		c              *impactCounts
+		total, blocked [PriorityBulk + 1]int64
+		errors         int64
+	}
+	var took []taken
+	pipe := f.rdb.Pipeline()
+	for _, en := range entries {
+		tk := taken{c: en.counts}
+		key := redisx.RulesImpactKey(f.topic, en.version)
+		wrote := false
+		for p := PriorityCritical; p <= PriorityBulk; p++ {
+			tk.total[p], tk.blocked[p] = en.counts.total[p].Swap(0), en.counts.blocked[p].Swap(0)
+			if tk.total[p] > 0 {
+				pipe.HIncrBy(ctx, key, en.phase+":"+p.String()+":total", tk.total[p])
+				wrote = true
+			}
+			if tk.blocked[p] > 0 {
+				pipe.HIncrBy(ctx, key, en.phase+":"+p.String()+":blocked", tk.blocked[p])
+			}
+		}
+		if tk.errors = en.counts.errors.Swap(0); tk.errors > 0 {
+			pipe.HIncrBy(ctx, key, en.phase+":errors", tk.errors)
+			wrote = true
+		}
+		if wrote {
+			pipe.Expire(ctx, key, impactTTL)
+			took = append(took, tk)
+		}
+	}
+	if len(took) == 0 {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		for _, tk := range took {
+			for p := PriorityCritical; p <= PriorityBulk; p++ {
+				tk.c.total[p].Add(tk.total[p])
+				tk.c.blocked[p].Add(tk.blocked[p])
+			}
+			tk.c.errors.Add(tk.errors)
+		}
+		return err
+	}
+	return nil
+}
+
+// versionName names a rules version's source in errors and logs.
+func versionName(v int64) string { return "rules version " + strconv.FormatInt(v, 10) }
+
+// Candidate returns the rules version in shadow beside the rules in force,
+// or nil.
+func (e *Embedded) Candidate() *Candidate {
+	if e.s.engine.cands == nil {
+		return nil
+	}
+	return e.s.engine.cands.Candidate()
+}

@@ -1,0 +1,30 @@
+package redisx
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Keys of rule rollouts (docs/rollouts.md).
+//
+//	fg:rules:impact:<topic>:<version>    hash of the decisions a rules version judged, by
+//	                                     phase and priority: "shadow:critical:total",
+//	                                     "shadow:critical:blocked", "enforced:bulk:total", …;
+//	                                     every limiter replica adds its counts about once a
+//	                                     second, the rollout controller reads them
+//	fg:cand:<version>:{<kind>:<id>}:…    a candidate version's buckets: the same keys as the
+//	                                     enforced rules' under their own prefix (same hash
+//	                                     tag, same slot), so a candidate in shadow never
+//	                                     touches an enforced counter
+
+// RulesImpactKey is the hash of the decisions rules version v of the rules
+// topic judged.
+func RulesImpactKey(topic string, v int64) string {
+	return "fg:rules:impact:" + Escape(topic) + ":" + strconv.FormatInt(v, 10)
+}
+
+// CandidateKey is the key a candidate rules version v uses for key, an
+// enforced bucket key ("fg:{kind:id}:tb:…"): same hash tag, its own prefix.
+func CandidateKey(v int64, key string) string {
+	return "fg:cand:" + strconv.FormatInt(v, 10) + ":" + strings.TrimPrefix(key, "fg:")
+}

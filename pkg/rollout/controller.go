@@ -1,0 +1,183 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+)
+
+// Verdict is the controller's judgement of the rollout in progress.
+type Verdict struct {
+	Action  string // ActionPromote, ActionAbort, ActionRollback, or "" (wait)
+	Version int64
+	Reason  string // why (for an action), or what it waits for
+}
+
+// ImpactOf returns the impact counts of a version.
+type ImpactOf func(ctx context.Context, v int64) (Impact, error)
+
+// Judge decides what the rollout in st needs at now:
+//   - a candidate in shadow whose CRITICAL would-block share is above its
+//     maximum (once at least its minimum of CRITICAL decisions was judged) is
+//     aborted; after its shadow period, with enough CRITICAL decisions judged
+//     and the share within bounds, it is promoted;
+//   - an enforced version under watch whose CRITICAL block share is above its
+//     maximum is rolled back to its parent.
+func Judge(ctx context.Context, st *State, impact ImpactOf, now time.Time) (Verdict, error) {
+	if c, ok := st.Candidate(); ok {
+		im, err := impact(ctx, c.Version)
+		if err != nil {
+			return Verdict{}, err
+		}
+		n, b, share := im.Shadow.Total["critical"], im.Shadow.Blocked["critical"], im.Shadow.Share("critical")
+		desc := fmt.Sprintf("CRITICAL would-block share %s (%d of %d)", pct(share), b, n)
+		switch {
+		case n >= c.MinSamples() && share > c.MaxShare():
+			return Verdict{Action: ActionAbort, Version: c.Version, Reason: fmt.Sprintf("shadow: %s > %s", desc, pct(c.MaxShare()))}, nil
+		case now.Before(c.TS.Add(c.ShadowFor())):
+			return Verdict{Version: c.Version, Reason: fmt.Sprintf("in shadow until %s; %s", c.TS.Add(c.ShadowFor()).Format(time.RFC3339), desc)}, nil
+		case n < c.MinSamples():
+			return Verdict{Version: c.Version, Reason: fmt.Sprintf("shadow period over, waiting for %d CRITICAL decisions; %s", c.MinSamples(), desc)}, nil
+		}
+		return Verdict{Action: ActionPromote, Version: c.Version,
+			Reason: fmt.Sprintf("shadow %s passed: %s ≤ %s", c.ShadowFor(), desc, pct(c.MaxShare()))}, nil
+	}
+	e, ok := st.Enforced()
+	if !ok || !Watching(e, now) {
+		return Verdict{}, nil
+	}
+	im, err := impact(ctx, e.Version)
+	if err != nil {
+		return Verdict{}, err
+	}
+	n, b, share := im.Enforced.Total["critical"], im.Enforced.Blocked["critical"], im.Enforced.Share("critical")
+	desc := fmt.Sprintf("CRITICAL block share %s (%d of %d)", pct(share), b, n)
+	if n >= e.MinSamples() && share > e.MaxShare() {
+		return Verdict{Action: ActionRollback, Version: e.Version,
+			Reason: fmt.Sprintf("enforced: %s > %s; parent version %d restored", desc, pct(e.MaxShare()), e.ParentVersion)}, nil
+	}
+	return Verdict{Version: e.Version, Reason: fmt.Sprintf("watched until %s; %s", e.TS.Add(e.WatchFor()).Format(time.RFC3339), desc)}, nil
+}
+
+// pct formats a share as "7.3 %".
+func pct(x float64) string { return fmt.Sprintf("%.1f %%", 100*x) }
+
+// Controller promotes or rolls back the rollout in progress on the impact
+// the limiter replicas count, and audits every step. Exactly one controller
+// runs per deployment (the adjuster's: docs/rollouts.md); it writes to the
+// topic only through an Operator, which re-reads the topic and re-checks the
+// version before publishing, so an operator's own step in between wins.
+type Controller struct {
+	Operator *Operator
+	Redis    redis.UniversalClient
+	ID       string        // the author of its records, e.g. "adjuster/rollout"
+	Tick     time.Duration // default 1s
+	Now      func() time.Time
+	Log      *slog.Logger
+
+	st      atomic.Pointer[State]
+	last    atomic.Pointer[Verdict]
+	actions *prometheus.CounterVec
+}
+
+// NewController returns a controller; reg gets its metrics.
+func NewController(op *Operator, rdb redis.UniversalClient, id string, log *slog.Logger, reg prometheus.Registerer) *Controller {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Controller{Operator: op, Redis: rdb, ID: id, Tick: time.Second, Now: time.Now, Log: log,
+		actions: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{Name: "floodgate_adjuster_rollout_actions_total",
+			Help: "Rule rollout steps the controller took, by action (rules.promote, rules.abort, rules.rollback) and result (ok, error)."}, []string{"action", "result"})}
+}
+
+// Last is the controller's latest verdict (nil before the first).
+func (c *Controller) Last() *Verdict { return c.last.Load() }
+
+// Run follows the topic and judges the rollout in progress every Tick
+// until ctx is done.
+func (c *Controller) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return c.Operator.Topic.Follow(ctx, State{}, func(s State) { c.st.Store(&s) })
+	})
+	g.Go(func() error {
+		t := time.NewTicker(c.Tick)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+			if st := c.st.Load(); st != nil {
+				if _, err := c.Step(ctx, st); err != nil && ctx.Err() == nil {
+					c.Log.Warn("rules rollout step", "err", err)
+				}
+			}
+		}
+	})
+	return g.Wait()
+}
+
+// errStale: the topic changed since the controller judged it.
+var errStale = errors.New("the rollout changed since it was judged")
+
+// Step judges st once and takes the verdict's action.
+func (c *Controller) Step(ctx context.Context, st *State) (Verdict, error) {
+	impact := func(ctx context.Context, v int64) (Impact, error) {
+		return ReadImpact(ctx, c.Redis, c.Operator.Topic.Name, v)
+	}
+	v, err := Judge(ctx, st, impact, c.Now())
+	if err != nil {
+		return v, err
+	}
+	c.last.Store(&v)
+	if v.Action == "" {
+		return v, nil
+	}
+	a := Actor{Name: c.ID, Reason: v.Reason, Via: "controller"}
+	var plan func(*State) (Plan, error)
+	now := c.Now()
+	switch v.Action {
+	case ActionPromote:
+		plan = func(s *State) (Plan, error) {
+			if cand, ok := s.Candidate(); !ok || cand.Version != v.Version {
+				return Plan{}, errStale
+			}
+			return PlanPromote(s, a, now)
+		}
+	case ActionAbort:
+		plan = func(s *State) (Plan, error) { return PlanAbort(s, v.Version, a, now) }
+	case ActionRollback:
+		plan = func(s *State) (Plan, error) {
+			if _, ok := s.Candidate(); ok {
+				return Plan{}, errStale
+			}
+			return PlanRestore(s, v.Version, a, now)
+		}
+	}
+	_, err = c.Operator.Apply(ctx, a, plan)
+	switch {
+	case errors.Is(err, errStale), errors.Is(err, ErrNoCandidate), errors.Is(err, ErrNothingToUndo):
+		return v, nil // someone else moved first; the next tick judges the new state
+	case err != nil:
+		c.actions.WithLabelValues(v.Action, "error").Inc()
+		return v, fmt.Errorf("%s version %d: %w", v.Action, v.Version, err)
+	}
+	c.actions.WithLabelValues(v.Action, "ok").Inc()
+	c.Log.Info("rules rollout step", "action", v.Action, "version", v.Version, "reason", v.Reason)
+	// The followed state lags the topic by up to a fetch: judge the next
+	// tick on the state as published.
+	if fresh, err := c.Operator.Topic.Read(ctx); err == nil {
+		c.st.Store(&fresh)
+	}
+	return v, nil
+}

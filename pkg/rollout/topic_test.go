@@ -1,0 +1,131 @@
+package rollout_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/migrations"
+	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/dynamo"
+	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/rollout"
+	"github.com/floodgate-dev/floodgate/pkg/rollout/rollouttest"
+)
+
+// auditTable creates the migrations' tables under a unique prefix on
+// DynamoDB Local and returns the audit log's writer.
+func auditTable(t *testing.T) *rollout.DynamoAudit {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	endpoint := config.NewEnv(os.Getenv).String("FLOODGATE_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000")
+	ddb, err := dynamo.NewClient(ctx, dynamo.Options{Endpoint: endpoint})
+	require.NoError(t, err)
+	prefix := fmt.Sprintf("rollout%d_", time.Now().UnixNano())
+	ms, err := migrations.Load()
+	require.NoError(t, err)
+	d := &migrations.Dynamo{Client: ddb, Prefix: prefix}
+	for _, m := range ms {
+		require.NoError(t, d.Apply(ctx, m.DynamoDB.Tables, func(string) {}), "DynamoDB Local at %s (is the local stack up?)", endpoint)
+	}
+	t.Cleanup(func() {
+		out, err := ddb.ListTables(context.Background(), &dynamodb.ListTablesInput{})
+		if err != nil {
+			return
+		}
+		for _, name := range out.TableNames {
+			if strings.HasPrefix(name, prefix) {
+				_, err := ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)})
+				var nf *types.ResourceNotFoundException
+				if err != nil && !errors.As(err, &nf) {
+					t.Logf("delete %s: %v", name, err)
+				}
+			}
+		}
+	})
+	return &rollout.DynamoAudit{Client: ddb, Table: prefix + dynamo.TableAuditLog}
+}
+
+// TestTopicAndAudit: operations land on the real broker in order, a reader
+// that starts later and a follower see the same state, and every step is in
+// the audit log with who, how and why.
+func TestTopicAndAudit(t *testing.T) {
+	brokers, name := rollouttest.Topic(t)
+	topic := rollout.NewTopic(brokers, nil, name, nil)
+	t.Cleanup(func() { _ = topic.Close() })
+	audit := auditTable(t)
+	valid := func(_ string, b []byte) error {
+		if !strings.HasPrefix(string(b), "version: 1") {
+			return errors.New("not a rules file")
+		}
+		return nil
+	}
+	op := &rollout.Operator{Topic: topic, Audit: audit, Validate: valid}
+	ctx := context.Background()
+
+	var mu sync.Mutex
+	var seen []rollout.State
+	fctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- topic.Follow(fctx, rollout.State{}, func(s rollout.State) { mu.Lock(); seen = append(seen, s); mu.Unlock() })
+	}()
+
+	alice := rollout.Actor{Name: "alice", Role: "sre", Reason: "first rules", Via: "cli"}
+	_, err := op.Bootstrap(ctx, "version: 1 # a", alice)
+	require.NoError(t, err)
+	_, err = op.Propose(ctx, "not yaml", rollout.DefaultParams(), alice)
+	require.ErrorContains(t, err, "not a rules file", "nothing invalid is published")
+	alice.Reason = "tighter bots"
+	_, err = op.Propose(ctx, "version: 1 # b", rollout.DefaultParams(), alice)
+	require.NoError(t, err)
+	bob := rollout.Actor{Name: "bob", Role: "sre", Reason: "looks wrong", Via: "console"}
+	p, err := op.Rollback(ctx, bob)
+	require.NoError(t, err)
+	require.Equal(t, rollout.ActionAbort, p.Action)
+
+	st, err := topic.Read(ctx)
+	require.NoError(t, err)
+	e, ok := st.Enforced()
+	require.True(t, ok)
+	require.EqualValues(t, 1, e.Version)
+	require.Equal(t, "version: 1 # a", e.Rules)
+	v2, _ := st.Version(2)
+	require.Equal(t, events.RulesStateRolledBack, v2.State)
+	require.Equal(t, "bob", v2.Author)
+	require.Equal(t, "looks wrong", v2.Reason)
+	require.EqualValues(t, 3, st.Next(), "three records")
+
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) > 0 && seen[len(seen)-1].Next() == 3
+	}, 10*time.Second, 20*time.Millisecond, "the follower catches up")
+	stop()
+	require.NoError(t, <-done)
+
+	hist, err := audit.History(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, hist, 3)
+	require.Equal(t, rollout.ActionAbort, hist[0].Action)
+	require.Equal(t, "bob", hist[0].Actor)
+	require.Equal(t, "console", hist[0].Via)
+	require.Equal(t, "looks wrong", hist[0].Reason)
+	require.EqualValues(t, 2, hist[0].Version)
+	require.EqualValues(t, 2, hist[0].Before["candidate"])
+	require.NotContains(t, hist[0].After, "candidate")
+	require.Equal(t, rollout.ActionPropose, hist[1].Action)
+	require.Equal(t, rollout.ActionBootstrap, hist[2].Action)
+	require.Equal(t, "alice", hist[2].Actor)
+}

@@ -1,0 +1,135 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/dynamo"
+	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/gateway"
+	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/rollout"
+	"github.com/floodgate-dev/floodgate/pkg/rollout/rollouttest"
+)
+
+type nopPublisher struct{}
+
+func (nopPublisher) TryPublish(kafka.Message) bool { return true }
+
+// TestBrowserRollouts drives rule rollouts in headless Chromium against the
+// real broker, Redis and DynamoDB Local, with a real limiter replica on the
+// rules topic taking CRITICAL traffic and the rollout controller running: an
+// SRE starts a rollout that would block the traffic, and the controller
+// aborts it by itself (the page shows it rolled back, with the measured
+// share, by the controller); then a good rollout is promoted after its
+// shadow period.
+func TestBrowserRollouts(t *testing.T) {
+	bin, shots := browserSetup(t)
+	brokers, name := rollouttest.Topic(t)
+	topic := rollout.NewTopic(brokers, nil, name, nil)
+	t.Cleanup(func() { _ = topic.Close() })
+	var audit *rollout.DynamoAudit
+	e := newEnvWith(t, func(cfg *Config, prefix string) {
+		audit = &rollout.DynamoAudit{Table: prefix + dynamo.TableAuditLog}
+		cfg.Rollouts = &Rollouts{Operator: &rollout.Operator{Topic: topic, Audit: audit, Validate: ValidateRules}, Audit: audit}
+	})
+	audit.Client = e.ddb
+	e.web.cfg.Rollouts.Redis = e.rdb
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	_, err := e.web.cfg.Rollouts.Operator.Bootstrap(ctx, rolloutV1, rollout.Actor{Name: "alice", Reason: "first", Via: "cli"})
+	require.NoError(t, err)
+
+	// One limiter replica on the topic, and CRITICAL traffic through it.
+	fallback, err := limiter.ParseRules("fallback", []byte(rolloutV1))
+	require.NoError(t, err)
+	replica, err := limiter.NewEmbedded(ctx, limiter.EmbedConfig{Redis: redistest.Client(t), Rules: fallback, Publisher: nopPublisher{},
+		Brokers: brokers, RulesTopic: name, Gateway: "browser", Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() { _ = replica.Run(ctx); close(done) }()
+	base := redistest.Unique(t, "rollout_browser")
+	go func() {
+		for i := 0; ctx.Err() == nil; i++ {
+			_, _ = replica.Check(ctx, gateway.Request{Principal: events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("%s_%d", base, i%5)},
+				IP: "203.0.113.9", Method: "GET", Route: "/x", Cost: 1, Priority: "critical"})
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	ctl := rollout.NewController(e.web.cfg.Rollouts.Operator, e.rdb, "adjuster/rollout", nil, prometheus.NewRegistry())
+	ctl.Tick = 200 * time.Millisecond
+	go func() { _ = ctl.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	b := startBrowser(t, bin)
+	shot := func(name string) chromedp.Action[chromedp.Void] { return screenshot(shots, name) }
+	start := func(rules, reason string) chromedp.Action[chromedp.Void] {
+		return chromedp.Steps(
+			chromedp.Navigate(e.srv.URL+"/sre/rollouts"),
+			chromedp.WaitVisible(chromedp.ID("rollout-form")),
+			chromedp.SetValue(chromedp.ID("ro-rules"), rules),
+			chromedp.SetValue(chromedp.ID("ro-shadow"), "2s"),
+			chromedp.SetValue(chromedp.ID("ro-min"), "10"),
+			chromedp.SendKeys(chromedp.ID("ro-reason"), reason),
+			chromedp.Submit(chromedp.ID("ro-reason")),
+			chromedp.WaitVisible(chromedp.ID("candidate-diff")),
+		)
+	}
+	waitState := func(v int64, state events.RulesState) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			st, err := topic.Read(ctx)
+			if err != nil {
+				return false
+			}
+			en, ok := st.Version(v)
+			return ok && en.State == state
+		}, 30*time.Second, 100*time.Millisecond, "version %d should become %s", v, state)
+	}
+
+	// SRE: sign in, start a rollout that allows one request an hour per bot.
+	require.NoError(t, chromedp.Do(b,
+		chromedp.Navigate(e.srv.URL+"/login"),
+		chromedp.WaitVisible(chromedp.ID("username")),
+		chromedp.SendKeys(chromedp.ID("username"), "sre1"),
+		chromedp.SendKeys(chromedp.ID("password"), testPassword),
+		chromedp.Submit(chromedp.ID("password")),
+		chromedp.WaitVisible(chromedp.ID("alert-rows")),
+		start(rolloutV2, "INC-77 one an hour"),
+		shot("console-rollout-shadow"),
+	))
+	require.Contains(t, textOf(t, b, "#candidate-version"), "Version 2 in shadow")
+	require.Contains(t, textOf(t, b, "#candidate-diff"), "limit: 1, period: 1h")
+
+	// The controller aborts it on the replica's counts, by itself.
+	waitState(2, events.RulesStateRolledBack)
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(e.srv.URL+"/sre/rollouts"), chromedp.WaitVisible(chromedp.ID("versions")), shot("console-rollout-rolled-back")))
+	require.Contains(t, textOf(t, b, "#enforced-version"), "Version 1")
+	versions := textOf(t, b, "#versions")
+	require.Contains(t, versions, "rolled back")
+	require.Contains(t, versions, "adjuster/rollout")
+	require.Contains(t, versions, "CRITICAL would-block share")
+	auditText := textOf(t, b, "#rollout-audit")
+	require.Contains(t, auditText, "controller")
+	require.Contains(t, auditText, "rules.abort")
+
+	// A good rollout is promoted after its shadow period.
+	require.NoError(t, chromedp.Do(b, start(rolloutV1+"  - {id: ips, tier: ip, limit: 100000, period: 1s}\n", "INC-78 an IP ceiling")))
+	waitState(3, events.RulesStateEnforced)
+	require.Eventually(t, func() bool { return replica.Rules().Version == 3 }, 10*time.Second, 50*time.Millisecond, "the replica enforces version 3")
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(e.srv.URL+"/sre/rollouts"), chromedp.WaitVisible(chromedp.ID("enforced-version")), shot("console-rollout-promoted")))
+	enforced := textOf(t, b, "#enforced")
+	require.Contains(t, enforced, "Version 3")
+	require.Contains(t, enforced, "Watched until")
+	require.True(t, strings.Contains(textOf(t, b, "#rollout-audit"), "rules.promote"))
+}

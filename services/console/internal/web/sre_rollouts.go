@@ -1,0 +1,279 @@
+package web
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/rollout"
+	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
+)
+
+// Rollouts is what the rule rollouts page reads and changes: the rules
+// topic (through an Operator that validates and audits), the limiters'
+// impact counts in Redis, and the rollout audit log.
+type Rollouts struct {
+	Operator *rollout.Operator
+	Redis    redis.UniversalClient
+	Audit    *rollout.DynamoAudit
+}
+
+type impactRow struct {
+	Priority       string
+	Total, Blocked int64
+	Share          float64
+	Over           bool // above the version's maximum (critical only)
+}
+
+type rolloutsView struct {
+	Title      string
+	Topic      string
+	Enforced   *rollout.Entry
+	Watching   bool
+	WatchUntil time.Time
+	EnfImpact  []impactRow
+	Candidate  *rollout.Entry
+	ShadowEnds time.Time
+	CandImpact []impactRow
+	CandErrors int64
+	Diff       []rollout.DiffLine
+	Added      int
+	Removed    int
+	Versions   []rollout.Entry
+	Audit      []rollout.AuditEntry
+	CanEdit    bool
+	Defaults   rollout.Params
+	Form       rolloutForm
+	Done       string
+	Errors     []string
+	Note       string
+}
+
+type rolloutForm struct {
+	Rules, Shadow, Watch, MaxBlock, MinCritical string
+}
+
+var rolloutDone = map[string]string{
+	"started":    "Rollout started: every limiter judges the candidate in shadow from its next fetch of the rules topic (under a second).",
+	"aborted":    "Candidate aborted: every limiter drops it from its next fetch.",
+	"rolledback": "Rolled back: every limiter enforces the parent version again from its next fetch.",
+	"promoted":   "Candidate enforced: every limiter enforces it from its next fetch; the controller watches it.",
+}
+
+func impactRows(c rollout.Counts, max float64) []impactRow {
+	rows := make([]impactRow, 0, len(rollout.Priorities))
+	for _, p := range rollout.Priorities {
+		r := impactRow{Priority: p, Total: c.Total[p], Blocked: c.Blocked[p], Share: c.Share(p)}
+		r.Over = p == "critical" && r.Share > max
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+func (s *Server) loadRollouts(r *http.Request) rolloutsView {
+	def := rollout.DefaultParams()
+	v := rolloutsView{Title: "Rule rollouts", CanEdit: current(r).who.Role.Allows(auth.RoleSRE), Defaults: def,
+		Form: rolloutForm{Shadow: def.ShadowFor.String(), Watch: def.WatchFor.String(),
+			MaxBlock: strconv.FormatFloat(100*def.MaxShare, 'f', -1, 64), MinCritical: strconv.FormatInt(def.MinCritical, 10)}}
+	ro := s.cfg.Rollouts
+	if ro == nil {
+		v.Note = "No rules topic is configured (FLOODGATE_RULES_TOPIC): the limiters serve their rules files."
+		v.CanEdit = false
+		return v
+	}
+	v.Topic = ro.Operator.Topic.Name
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	st, err := ro.Operator.Topic.Read(ctx)
+	if err != nil {
+		v.Errors = append(v.Errors, "The rules topic could not be read (Kafka "+v.Topic+"): "+err.Error())
+		v.CanEdit = false
+		return v
+	}
+	now := s.cfg.Now()
+	impact := func(ver int64) rollout.Impact {
+		im, err := rollout.ReadImpact(ctx, ro.Redis, v.Topic, ver)
+		if err != nil {
+			v.Errors = append(v.Errors, "Live impact could not be read (Redis): "+err.Error())
+		}
+		return im
+	}
+	if e, ok := st.Enforced(); ok {
+		v.Enforced = &e
+		if v.Watching = rollout.Watching(e, now); v.Watching {
+			v.WatchUntil = e.TS.Add(e.WatchFor())
+			v.EnfImpact = impactRows(impact(e.Version).Enforced, e.MaxShare())
+		}
+	}
+	if c, ok := st.Candidate(); ok {
+		v.Candidate = &c
+		v.ShadowEnds = c.TS.Add(c.ShadowFor())
+		im := impact(c.Version)
+		v.CandImpact, v.CandErrors = impactRows(im.Shadow, c.MaxShare()), im.Shadow.Errors
+		old := ""
+		if v.Enforced != nil {
+			old = v.Enforced.Rules
+		}
+		v.Diff = rollout.Diff(old, c.Rules)
+		v.Added, v.Removed = rollout.DiffStat(v.Diff)
+	}
+	v.Versions = st.Versions()
+	if len(v.Versions) > 20 {
+		v.Versions = v.Versions[:20]
+	}
+	if ro.Audit != nil {
+		if v.Audit, err = ro.Audit.History(ctx, 30); err != nil {
+			v.Errors = append(v.Errors, "Rollout audit log unavailable: "+err.Error())
+		}
+	}
+	return v
+}
+
+func (s *Server) rolloutsPage(w http.ResponseWriter, r *http.Request) {
+	v := s.loadRollouts(r)
+	v.Done = rolloutDone[r.URL.Query().Get("done")]
+	if len(v.Errors) > 0 && v.Versions == nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	s.render(w, r, "rollouts", v)
+}
+
+// rolloutStart proposes the posted rules as a candidate in shadow.
+func (s *Server) rolloutStart(w http.ResponseWriter, r *http.Request) {
+	f := rolloutForm{Rules: strings.ReplaceAll(r.PostFormValue("rules"), "\r\n", "\n"), Shadow: strings.TrimSpace(r.PostFormValue("shadow")),
+		Watch: strings.TrimSpace(r.PostFormValue("watch")), MaxBlock: strings.TrimSpace(r.PostFormValue("max_block")),
+		MinCritical: strings.TrimSpace(r.PostFormValue("min_critical"))}
+	s.rolloutChange(w, r, rollout.ActionPropose, "started", &f, func(ctx context.Context, op *rollout.Operator, a rollout.Actor) error {
+		p, err := f.params()
+		if err != nil {
+			return err
+		}
+		_, err = op.Propose(ctx, f.Rules, p, a)
+		return err
+	})
+}
+
+func (f rolloutForm) params() (rollout.Params, error) {
+	p := rollout.DefaultParams()
+	var err error
+	if f.Shadow != "" {
+		if p.ShadowFor, err = time.ParseDuration(f.Shadow); err != nil {
+			return p, errInvalidForm("shadow: a duration such as 10m")
+		}
+	}
+	if f.Watch != "" {
+		if p.WatchFor, err = time.ParseDuration(f.Watch); err != nil {
+			return p, errInvalidForm("watch: a duration such as 15m")
+		}
+	}
+	if f.MaxBlock != "" {
+		pct, err := strconv.ParseFloat(f.MaxBlock, 64)
+		if err != nil {
+			return p, errInvalidForm("max_block: a percentage such as 5")
+		}
+		p.MaxShare = pct / 100
+	}
+	if f.MinCritical != "" {
+		if p.MinCritical, err = strconv.ParseInt(f.MinCritical, 10, 64); err != nil {
+			return p, errInvalidForm("min_critical: a whole number")
+		}
+	}
+	if err := p.Validate(); err != nil {
+		return p, errInvalidForm(err.Error())
+	}
+	return p, nil
+}
+
+type invalidForm string
+
+func (e invalidForm) Error() string { return string(e) }
+
+func errInvalidForm(s string) error { return invalidForm(s) }
+
+func (s *Server) rolloutAbort(w http.ResponseWriter, r *http.Request) {
+	s.rolloutChange(w, r, rollout.ActionAbort, "aborted", nil, func(ctx context.Context, op *rollout.Operator, a rollout.Actor) error {
+		_, err := op.Apply(ctx, a, func(st *rollout.State) (rollout.Plan, error) { return rollout.PlanAbort(st, 0, a, s.cfg.Now()) })
+		return err
+	})
+}
+
+func (s *Server) rolloutRollback(w http.ResponseWriter, r *http.Request) {
+	s.rolloutChange(w, r, rollout.ActionRollback, "rolledback", nil, func(ctx context.Context, op *rollout.Operator, a rollout.Actor) error {
+		_, err := op.Apply(ctx, a, func(st *rollout.State) (rollout.Plan, error) { return rollout.PlanRestore(st, 0, a, s.cfg.Now()) })
+		return err
+	})
+}
+
+func (s *Server) rolloutPromote(w http.ResponseWriter, r *http.Request) {
+	s.rolloutChange(w, r, rollout.ActionPromote, "promoted", nil, func(ctx context.Context, op *rollout.Operator, a rollout.Actor) error {
+		_, err := op.Promote(ctx, a)
+		return err
+	})
+}
+
+func (s *Server) rolloutChange(w http.ResponseWriter, r *http.Request, action, done string, f *rolloutForm,
+	do func(context.Context, *rollout.Operator, rollout.Actor) error) {
+	req := current(r)
+	a := rollout.Actor{Name: req.who.Name, Role: req.who.Role.String(), Reason: strings.TrimSpace(r.PostFormValue("reason")), Via: "console"}
+	var err error
+	if s.cfg.Rollouts == nil {
+		err = errors.New("no rules topic is configured (FLOODGATE_RULES_TOPIC)")
+	} else {
+		ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
+		err = do(ctx, s.cfg.Rollouts.Operator, a)
+		cancel()
+	}
+	if err == nil {
+		s.metrics.actions.WithLabelValues(action, "ok").Inc()
+		s.cfg.Log.Info("action", "action", action, "actor", a.Name, "reason", a.Reason, "correlation_id", req.corr)
+		if wantsJSON(r) {
+			writeJSON(w, http.StatusOK, map[string]any{"ok": true, "action": action})
+			return
+		}
+		http.Redirect(w, r, "/sre/rollouts?done="+done, http.StatusSeeOther)
+		return
+	}
+	code, msg := http.StatusServiceUnavailable, err.Error()
+	var inv invalidForm
+	switch {
+	case s.cfg.Rollouts == nil:
+		code = http.StatusNotFound
+	case errors.Is(err, rollout.ErrInProgress), errors.Is(err, rollout.ErrNoCandidate), errors.Is(err, rollout.ErrNothingToUndo),
+		errors.Is(err, rollout.ErrNoEnforced), errors.Is(err, rollout.ErrHasEnforced):
+		code = http.StatusConflict
+	case errors.As(err, &inv), isRulesError(err), strings.HasPrefix(msg, "reason:"), strings.HasPrefix(msg, "rules:"), strings.HasPrefix(msg, "author:"):
+		code = http.StatusUnprocessableEntity
+	}
+	s.metrics.actions.WithLabelValues(action, map[bool]string{true: "error", false: "refused"}[code >= 500]).Inc()
+	if code >= 500 {
+		s.cfg.Log.Error("action failed", "action", action, "actor", a.Name, "err", err, "correlation_id", req.corr)
+	}
+	if wantsJSON(r) {
+		s.fail(w, r, code, msg)
+		return
+	}
+	v := s.loadRollouts(r)
+	v.Errors = append([]string{msg}, v.Errors...)
+	if f != nil {
+		v.Form = *f
+	}
+	w.WriteHeader(code)
+	s.render(w, r, "rollouts", v)
+}
+
+// isRulesError reports an error of the limiter's rules parser ("candidate:3: …").
+func isRulesError(err error) bool {
+	return strings.HasPrefix(err.Error(), "candidate:") || strings.HasPrefix(err.Error(), "candidate ")
+}
+
+// ValidateRules is the console's rules check before a rollout: the limiter's own parser.
+func ValidateRules(name string, b []byte) error {
+	_, err := limiter.ParseRules(name, b)
+	return err
+}

@@ -1,0 +1,107 @@
+package web
+
+import (
+	"context"
+	"html"
+	"net/http"
+	"net/url"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/dynamo"
+	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/rollout"
+	"github.com/floodgate-dev/floodgate/pkg/rollout/rollouttest"
+)
+
+const (
+	rolloutV1 = "version: 1\nrules:\n  - {id: bots, tier: principal, kinds: [bot], limit: 100, period: 1s}\n"
+	rolloutV2 = "version: 1\nrules:\n  - {id: bots, tier: principal, kinds: [bot], limit: 1, period: 1h}\n"
+)
+
+// TestRollouts: the rule rollouts page on the real broker, Redis and
+// DynamoDB Local — an SRE starts a rollout (the limiter's parser refuses bad
+// rules), everyone sees the diff against the enforced rules and the live
+// impact the limiters counted, viewers cannot act, and the SRE's abort and
+// rollback are audited with who, the role and why.
+func TestRollouts(t *testing.T) {
+	brokers, name := rollouttest.Topic(t)
+	topic := rollout.NewTopic(brokers, nil, name, nil)
+	t.Cleanup(func() { _ = topic.Close() })
+	var audit *rollout.DynamoAudit
+	e := newEnvWith(t, func(cfg *Config, prefix string) {
+		audit = &rollout.DynamoAudit{Table: prefix + dynamo.TableAuditLog}
+		cfg.Rollouts = &Rollouts{Operator: &rollout.Operator{Topic: topic, Audit: audit, Validate: ValidateRules}, Audit: audit}
+	})
+	audit.Client = e.ddb
+	e.web.cfg.Rollouts.Redis = e.rdb
+	ctx := context.Background()
+	t.Cleanup(func() { e.rdb.Del(ctx, redisx.RulesImpactKey(name, 2), redisx.RulesImpactKey(name, 3)) })
+
+	sre := e.client(t)
+	sre.login("sre1")
+	code, body := sre.get("/sre/rollouts")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "No version on the topic yet")
+	_, err := e.web.cfg.Rollouts.Operator.Bootstrap(ctx, rolloutV1, rollout.Actor{Name: "alice", Reason: "first", Via: "cli"})
+	require.NoError(t, err)
+
+	start := func(rules, reason string) (*http.Response, string) {
+		return sre.post("/sre/rollouts", url.Values{"csrf": {sre.csrf("/sre/rollouts")}, "rules": {rules}, "reason": {reason},
+			"shadow": {"5m"}, "max_block": {"5"}, "min_critical": {"10"}})
+	}
+	res, body := start("version: 1\nrules:\n  - {id: bots, tier: nowhere, limit: 1, period: 1h}\n", "typo")
+	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode)
+	require.Contains(t, html.UnescapeString(body), `candidate:3: rules[0] (bots).tier: "nowhere"`)
+	res, body = start(rolloutV2, "")
+	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode, "a reason is required")
+	res, body = start(rolloutV2, "INC-77 one an hour")
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, body)
+
+	// The limiters counted: 12 of 40 CRITICAL decisions would be blocked.
+	key := redisx.RulesImpactKey(name, 2)
+	require.NoError(t, e.rdb.HSet(ctx, key, "shadow:critical:total", 40, "shadow:critical:blocked", 12, "shadow:bulk:total", 7).Err())
+	viewer := e.client(t)
+	viewer.login("viewer1")
+	code, body = viewer.get("/sre/rollouts")
+	require.Equal(t, http.StatusOK, code)
+	body = html.UnescapeString(body)
+	require.Contains(t, body, "Version <strong>2</strong> in shadow")
+	require.Contains(t, body, `<span class="del">-  - {id: bots, tier: principal, kinds: [bot], limit: 100, period: 1s}</span>`)
+	require.Contains(t, body, `<span class="add">+  - {id: bots, tier: principal, kinds: [bot], limit: 1, period: 1h}</span>`)
+	require.Contains(t, body, `<tr><td>critical</td><td>40</td><td>12</td><td class="over">30.0 %</td></tr>`)
+	require.Contains(t, body, `<tr><td>bulk</td><td>7</td><td>0</td><td>0.0 %</td></tr>`)
+	require.NotContains(t, body, `id="abort-form"`, "viewers see no actions")
+	res, _ = viewer.post("/sre/rollouts/abort", url.Values{"csrf": {viewer.csrf("/sre/rollouts")}, "reason": {"no"}})
+	require.Equal(t, http.StatusForbidden, res.StatusCode)
+
+	res, _ = start(rolloutV2, "again")
+	require.Equal(t, http.StatusConflict, res.StatusCode, "one rollout at a time")
+	res, body = sre.post("/sre/rollouts/abort", url.Values{"csrf": {sre.csrf("/sre/rollouts")}, "reason": {"blocks CRITICAL"}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, body)
+	res, _ = sre.post("/sre/rollouts/abort", url.Values{"csrf": {sre.csrf("/sre/rollouts")}, "reason": {"twice"}})
+	require.Equal(t, http.StatusConflict, res.StatusCode, "nothing left to abort")
+	res, _ = sre.post("/sre/rollouts/rollback", url.Values{"csrf": {sre.csrf("/sre/rollouts")}, "reason": {"x"}})
+	require.Equal(t, http.StatusConflict, res.StatusCode, "a bootstrap has no parent")
+
+	st, err := topic.Read(ctx)
+	require.NoError(t, err)
+	v2, _ := st.Version(2)
+	require.Equal(t, "rolled_back", string(v2.State))
+	require.Equal(t, "sre1", v2.Author)
+	hist, err := audit.History(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, hist, 3)
+	require.Equal(t, rollout.ActionAbort, hist[0].Action)
+	require.Equal(t, "sre1", hist[0].Actor)
+	require.Equal(t, "sre", hist[0].Role)
+	require.Equal(t, "console", hist[0].Via)
+	require.Equal(t, "blocks CRITICAL", hist[0].Reason)
+	require.Equal(t, rollout.ActionPropose, hist[1].Action)
+	code, body = sre.get("/sre/rollouts")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "No rollout in progress.")
+	require.Contains(t, body, `id="rollout-form"`)
+	require.Contains(t, body, "<td>2</td><td>rolled back</td>")
+}
