@@ -17,7 +17,9 @@
 //     to the principal's penalty in the isolated keyspace before its check;
 //   - no adjuster scales and no runtime overrides (the candidate's file
 //     limits as they are), no priority shedding: a request recorded as shed
-//     is counted apart and not replayed;
+//     is counted apart and not replayed, and so is a decision of an Envoy
+//     call for an envoy-configured domain (its limits are that
+//     configuration's, not a rules file's);
 //   - the traffic is taken as it came: a request the candidate would deny is
 //     assumed to be sent anyway, and no retry it would cause is invented.
 package whatif
@@ -248,6 +250,10 @@ func replay(ctx context.Context, c Config, eng *limiter.Engine, recs []Recorded,
 		d := &recs[i].Decision
 		if d.Shed {
 			rep.Shed++
+			continue
+		}
+		if d.Envoy != nil { // decided by an envoy ratelimit configuration, not a rules file
+			rep.Envoy++
 			continue
 		}
 		keys := [2]string{"p" + d.Principal.Key(), ""}

@@ -54,6 +54,10 @@ func dimsTraffic() []Recorded {
 		d.Shed, d.Plan = true, "pro"
 		ds = append(ds, d)
 	}
+	// An Envoy call for an envoy-configured domain: its configuration decided, not a rules file.
+	d := decision(len(ds), at(45), k1, ip, "GET", "/d/k_v/k", false, "override:/d/k")
+	d.Envoy = &events.EnvoyCall{Domain: "d", Descriptors: []events.EnvoyDescriptor{{Entries: []events.EnvoyEntry{{Key: "k", Value: "v"}}}}}
+	ds = append(ds, d)
 	a1 := events.Principal{Kind: events.PrincipalAnonymous, ID: "a1"}
 	ds = append(ds, decision(len(ds), at(50), a1, ip, "GET", "/x", true, "")) // no plan recorded
 	a2 := events.Principal{Kind: events.PrincipalAnonymous, ID: "a2"}
@@ -77,6 +81,7 @@ func TestReplayCountsEveryDimension(t *testing.T) {
 
 	require.Equal(t, 22, rep.Replayed)
 	require.Equal(t, 2, rep.Shed)
+	require.Equal(t, 1, rep.Envoy)
 	require.Equal(t, 1, rep.NoPlan)
 	require.Equal(t, Counts{Total: 22, BlockedRecorded: 5, BlockedCandidate: 10, NewlyBlocked: 7, NewlyAllowed: 2}, rep.Total)
 

@@ -90,6 +90,7 @@ type Report struct {
 	Read      ReadStats `json:"read"`
 	Replayed  int       `json:"replayed"` // decisions run through the candidate
 	Shed      int       `json:"shed"`     // recorded as shed by priority: not replayed
+	Envoy     int       `json:"envoy"`    // Envoy calls for envoy-configured domains: not replayed
 	Degraded  int       `json:"degraded"` // recorded under a fail policy (Redis not asked)
 	NoPlan    int       `json:"no_plan"`  // recorded without a plan: replayed as the default plan
 	CostFixed int       `json:"cost_inexact"`
@@ -422,8 +423,8 @@ func (r *Report) WriteText(w io.Writer) error {
 	for _, s := range r.Caveats {
 		fmt.Fprintf(&b, "  caveat: %s\n", s)
 	}
-	fmt.Fprintf(&b, "replayed %d decisions in %s (scanned %d, shed %d, degraded %d, undecodable %d)\n\n",
-		r.Replayed, r.Elapsed, r.Read.Scanned, r.Shed, r.Degraded, r.Read.Undecoded)
+	fmt.Fprintf(&b, "replayed %d decisions in %s (scanned %d, shed %d, envoy-configured %d, degraded %d, undecodable %d)\n\n",
+		r.Replayed, r.Elapsed, r.Read.Scanned, r.Shed, r.Envoy, r.Degraded, r.Read.Undecoded)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "\ttotal\tblocked (recorded)\tblocked (candidate)\tnewly blocked\tnewly allowed\t\n"
 	line := func(k string, c Counts, extra string) {
