@@ -16,20 +16,28 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 )
 
-func TestScopeCountsReachInfluxDB(t *testing.T) {
+// localInflux returns a client of the local stack's InfluxDB and its bucket.
+func localInflux(t *testing.T) (influxdb2.Client, string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
 	}
 	env := config.NewEnv(os.Getenv)
 	url := env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL)
-	bucket := env.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket)
 	client := influxdb2.NewClient(url, env.String("FLOODGATE_INFLUX_TOKEN", ""))
-	defer client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(client.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ok, err := client.Ping(ctx)
 	require.NoError(t, err)
 	require.True(t, ok, "InfluxDB at %s must be running (make up)", url)
+	return client, env.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket)
+}
+
+func TestScopeCountsReachInfluxDB(t *testing.T) {
+	client, bucket := localInflux(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
 
 	gateway := redistest.Unique(t, "gw")
 	start := time.Now().Add(-time.Second)
@@ -62,14 +70,7 @@ func TestScopeCountsReachInfluxDB(t *testing.T) {
 }
 
 func TestRedisRoundTripsReachInfluxDB(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
-	}
-	env := config.NewEnv(os.Getenv)
-	url := env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL)
-	bucket := env.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket)
-	client := influxdb2.NewClient(url, env.String("FLOODGATE_INFLUX_TOKEN", ""))
-	defer client.Close()
+	client, bucket := localInflux(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
