@@ -570,6 +570,30 @@ func (d *decoder) decodeRouteCount(v *RouteCount) *ValidationError {
 	return d.required("", seen, []req{{bRoute, "route"}, {bCount, "count"}})
 }
 
+// decodeRouteCountList decodes an array of at most max RouteCount.
+func (d *decoder) decodeRouteCountList(field string, max int) ([]RouteCount, *ValidationError) {
+	if err := d.array(field); err != nil {
+		return nil, err
+	}
+	var out []RouteCount
+	first := true
+	for i := 0; ; i++ {
+		ok, err := d.element(&first)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return out, nil
+		}
+		if i == max {
+			return nil, d.tooManyItems(field, max)
+		}
+		out = append(out, RouteCount{})
+		if err := d.decodeRouteCount(&out[len(out)-1]); err != nil {
+			return nil, within(field+"["+strconv.Itoa(i)+"]", err)
+		}
+	}
+}
 func (v *IPCount) validate() *ValidationError {
 	if err := validAddr(v.IP); err != nil {
 		return at("ip", err)
@@ -625,6 +649,30 @@ func (d *decoder) decodeIPCount(v *IPCount) *ValidationError {
 	return d.required("", seen, []req{{bIP, "ip"}, {bCount, "count"}, {bSharedPrincipals, "shared_principals"}})
 }
 
+// decodeIPCountList decodes an array of at most max IPCount.
+func (d *decoder) decodeIPCountList(field string, max int) ([]IPCount, *ValidationError) {
+	if err := d.array(field); err != nil {
+		return nil, err
+	}
+	var out []IPCount
+	first := true
+	for i := 0; ; i++ {
+		ok, err := d.element(&first)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return out, nil
+		}
+		if i == max {
+			return nil, d.tooManyItems(field, max)
+		}
+		out = append(out, IPCount{})
+		if err := d.decodeIPCount(&out[len(out)-1]); err != nil {
+			return nil, within(field+"["+strconv.Itoa(i)+"]", err)
+		}
+	}
+}
 func (v *EventRef) validate() *ValidationError {
 	if err := validTopic(v.Topic); err != nil {
 		return at("topic", err)
@@ -894,11 +942,11 @@ func (d *decoder) decodeEvidence(v *Evidence) *ValidationError {
 			}
 		case "top_routes":
 			if err = d.seen(&seen, bTopRoutes, "top_routes"); err == nil {
-				v.TopRoutes, err = decodeList(d, "evidence.top_routes", MaxTopItems, (*decoder).decodeRouteCount)
+				v.TopRoutes, err = d.decodeRouteCountList("evidence.top_routes", MaxTopItems)
 			}
 		case "top_ips":
 			if err = d.seen(&seen, bTopIPs, "top_ips"); err == nil {
-				v.TopIPs, err = decodeList(d, "evidence.top_ips", MaxTopItems, (*decoder).decodeIPCount)
+				v.TopIPs, err = d.decodeIPCountList("evidence.top_ips", MaxTopItems)
 			}
 		case "crossing_event":
 			if err = d.seen(&seen, bCrossingEvent, "crossing_event"); err == nil {

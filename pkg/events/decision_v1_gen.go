@@ -425,6 +425,30 @@ func (d *decoder) decodeEnvoyEntry(v *EnvoyEntry) *ValidationError {
 	return d.required("", seen, []req{{bKey, "key"}, {bValue, "value"}})
 }
 
+// decodeEnvoyEntryList decodes an array of at most max EnvoyEntry.
+func (d *decoder) decodeEnvoyEntryList(field string, max int) ([]EnvoyEntry, *ValidationError) {
+	if err := d.array(field); err != nil {
+		return nil, err
+	}
+	var out []EnvoyEntry
+	first := true
+	for i := 0; ; i++ {
+		ok, err := d.element(&first)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return out, nil
+		}
+		if i == max {
+			return nil, d.tooManyItems(field, max)
+		}
+		out = append(out, EnvoyEntry{})
+		if err := d.decodeEnvoyEntry(&out[len(out)-1]); err != nil {
+			return nil, within(field+"["+strconv.Itoa(i)+"]", err)
+		}
+	}
+}
 func (v *EnvoyDescriptor) validate() *ValidationError {
 	if len(v.Entries) > MaxEnvoyEntries {
 		return at("entries", tooMany(len(v.Entries), MaxEnvoyEntries))
@@ -457,7 +481,7 @@ func (d *decoder) decodeEnvoyDescriptor(v *EnvoyDescriptor) *ValidationError {
 		switch string(name) {
 		case "entries":
 			if err = d.seen(&seen, bEntries, "entries"); err == nil {
-				v.Entries, err = decodeList(d, "entries", MaxEnvoyEntries, (*decoder).decodeEnvoyEntry)
+				v.Entries, err = d.decodeEnvoyEntryList("entries", MaxEnvoyEntries)
 			}
 		default:
 			err = d.skip(1)
@@ -469,6 +493,30 @@ func (d *decoder) decodeEnvoyDescriptor(v *EnvoyDescriptor) *ValidationError {
 	return d.required("", seen, []req{{bEntries, "entries"}})
 }
 
+// decodeEnvoyDescriptorList decodes an array of at most max EnvoyDescriptor.
+func (d *decoder) decodeEnvoyDescriptorList(field string, max int) ([]EnvoyDescriptor, *ValidationError) {
+	if err := d.array(field); err != nil {
+		return nil, err
+	}
+	var out []EnvoyDescriptor
+	first := true
+	for i := 0; ; i++ {
+		ok, err := d.element(&first)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return out, nil
+		}
+		if i == max {
+			return nil, d.tooManyItems(field, max)
+		}
+		out = append(out, EnvoyDescriptor{})
+		if err := d.decodeEnvoyDescriptor(&out[len(out)-1]); err != nil {
+			return nil, within(field+"["+strconv.Itoa(i)+"]", err)
+		}
+	}
+}
 func (v *EnvoyCall) validate() *ValidationError {
 	if err := validText(v.Domain, MaxEnvoyDomainLen, false); err != nil {
 		return at("domain", err)
@@ -514,7 +562,7 @@ func (d *decoder) decodeEnvoyCall(v *EnvoyCall) *ValidationError {
 			}
 		case "descriptors":
 			if err = d.seen(&seen, bDescriptors, "descriptors"); err == nil {
-				v.Descriptors, err = decodeList(d, "envoy.descriptors", MaxEnvoyDescriptors, (*decoder).decodeEnvoyDescriptor)
+				v.Descriptors, err = d.decodeEnvoyDescriptorList("envoy.descriptors", MaxEnvoyDescriptors)
 			}
 		case "truncated":
 			if err = d.seen(&seen, bTruncated, "truncated"); err == nil {

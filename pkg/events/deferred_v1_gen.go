@@ -249,6 +249,30 @@ func (d *decoder) decodeHeader(v *Header) *ValidationError {
 	return d.required("", seen, []req{{bName, "name"}, {bValue, "value"}})
 }
 
+// decodeHeaderList decodes an array of at most max Header.
+func (d *decoder) decodeHeaderList(field string, max int) ([]Header, *ValidationError) {
+	if err := d.array(field); err != nil {
+		return nil, err
+	}
+	var out []Header
+	first := true
+	for i := 0; ; i++ {
+		ok, err := d.element(&first)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return out, nil
+		}
+		if i == max {
+			return nil, d.tooManyItems(field, max)
+		}
+		out = append(out, Header{})
+		if err := d.decodeHeader(&out[len(out)-1]); err != nil {
+			return nil, within(field+"["+strconv.Itoa(i)+"]", err)
+		}
+	}
+}
 func (v *Deferred) validate() *ValidationError {
 	if err := validID(v.ID); err != nil {
 		return at("id", err)
@@ -416,7 +440,7 @@ func decodeDeferred(data []byte, v *Deferred) *ValidationError {
 			}
 		case "headers":
 			if err = d.seen(&seen, bHeaders, "headers"); err == nil {
-				v.Headers, err = decodeList(d, "headers", MaxDeferredHeaders, (*decoder).decodeHeader)
+				v.Headers, err = d.decodeHeaderList("headers", MaxDeferredHeaders)
 			}
 		case "body":
 			if err = d.seen(&seen, bBody, "body"); err == nil {

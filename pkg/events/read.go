@@ -765,29 +765,7 @@ func (d *decoder) required(prefix string, seen uint32, fields []req) *Validation
 	return nil
 }
 
-// decodeList decodes an array of at most max objects, each by elem.
-func decodeList[T any](d *decoder, field string, max int, elem func(*decoder, *T) *ValidationError) ([]T, *ValidationError) {
-	if err := d.array(field); err != nil {
-		return nil, err
-	}
-	var out []T
-	first := true
-	for i := 0; ; i++ {
-		ok, err := d.element(&first)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return out, nil
-		}
-		if i == max {
-			return nil, d.invalid(field, reason("has more than "+strconv.Itoa(max)+" items"))
-		}
-		var zero T
-		out = append(out, zero)
-		// Decode into the slice's element: a local passed through elem would escape.
-		if err := elem(d, &out[len(out)-1]); err != nil {
-			return nil, within(field+"["+strconv.Itoa(i)+"]", err)
-		}
-	}
+// tooManyItems is the error of an array with more than max items.
+func (d *decoder) tooManyItems(field string, max int) *ValidationError {
+	return d.invalid(field, reason("has more than "+strconv.Itoa(max)+" items"))
 }
