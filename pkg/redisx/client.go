@@ -206,12 +206,24 @@ func WaitReady(ctx context.Context, c redis.UniversalClient, log *slog.Logger) e
 	}
 }
 
-// CheckAccess pings c once and returns an error only when Redis refused the
+// CheckAccess pings c and returns an error only when Redis refused the
 // client for its configuration (see WaitReady); nil when it answered or could
-// not be reached, for callers that do not wait for Redis.
+// not be reached, for callers that do not wait for Redis. A failure that says
+// nothing about access is tried twice more at once: with TLS 1.3 a server that
+// refuses the client's certificate does so after the client's handshake, and
+// the client sees either its alert or, when the close wins the race, a reset.
 func CheckAccess(ctx context.Context, c redis.UniversalClient) error {
-	if err := Ping(ctx, c); err != nil {
-		return classifyAccess(err)
+	for range 3 {
+		err := Ping(ctx, c)
+		if err == nil {
+			return nil
+		}
+		if refused := classifyAccess(err); refused != nil {
+			return refused
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
 	}
 	return nil
 }
