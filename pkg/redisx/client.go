@@ -213,19 +213,16 @@ func WaitReady(ctx context.Context, c redis.UniversalClient, log *slog.Logger) e
 // refuses the client's certificate does so after the client's handshake, and
 // the client sees either its alert or, when the close wins the race, a reset.
 func CheckAccess(ctx context.Context, c redis.UniversalClient) error {
+	var err error
 	for range 3 {
-		err := Ping(ctx, c)
-		if err == nil {
+		if err = Ping(ctx, c); err == nil {
 			return nil
 		}
-		if refused := classifyAccess(err); refused != nil {
+		if refused := classifyAccess(err); refused != nil || ctx.Err() != nil {
 			return refused
 		}
-		if ctx.Err() != nil {
-			return nil
-		}
 	}
-	return nil
+	return classifyAccess(err) // nil: not reached, which is not refused
 }
 
 // ErrAccess marks Redis refusing a client for its configuration: AUTH
