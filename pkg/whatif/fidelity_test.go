@@ -243,16 +243,22 @@ func TestFidelityWhatIfAgreesWithEnforcement(t *testing.T) {
 		}
 	}
 
-	within := func(what string, whatif, enforced int) {
+	withinShare := func(share float64, what string, whatif, enforced int) {
 		t.Helper()
 		t.Logf("%-28s what-if %5d enforced %5d", what, whatif, enforced)
-		require.LessOrEqualf(t, math.Abs(float64(whatif-enforced)), 0.01*float64(enforced),
-			"%s: what-if blocks %d, enforcement %d — more than 1 %% apart", what, whatif, enforced)
+		require.LessOrEqualf(t, math.Abs(float64(whatif-enforced)), share*float64(enforced),
+			"%s: what-if blocks %d, enforcement %d — more than %g %% apart", what, whatif, enforced, 100*share)
 	}
+	within := func(what string, whatif, enforced int) { t.Helper(); withinShare(0.01, what, whatif, enforced) }
 	within("total", rep.Total.BlockedCandidate, enfBlocked)
+	// Per rule the bound is 3 %: when several of a request's rules would
+	// deny it, which one is named as deciding can differ between the replay
+	// and enforcement while the request is blocked in both (a CI run: +15,
+	// −9, −8 across three rules, −2 in total). Totals, priorities, plans and
+	// kinds are the request's own and keep the 1 % bound.
 	for _, r := range rep.ByRule {
 		if r.InCandidate {
-			within("rule "+r.Rule, r.BlockedCandidate, enfRule[r.Rule])
+			withinShare(0.03, "rule "+r.Rule, r.BlockedCandidate, enfRule[r.Rule])
 			require.Positivef(t, enfRule[r.Rule], "rule %s blocks something: the test has teeth", r.Rule)
 		}
 	}
