@@ -251,6 +251,7 @@ func TestFidelityWhatIfAgreesWithEnforcement(t *testing.T) {
 	}
 	within := func(what string, whatif, enforced int) { t.Helper(); withinShare(0.01, what, whatif, enforced) }
 	within("total", rep.Total.BlockedCandidate, enfBlocked)
+	blocking := 0
 	// Per rule the bound is 3 %: when several of a request's rules would
 	// deny it, which one is named as deciding can differ between the replay
 	// and enforcement while the request is blocked in both (a CI run: +15,
@@ -259,9 +260,13 @@ func TestFidelityWhatIfAgreesWithEnforcement(t *testing.T) {
 	for _, r := range rep.ByRule {
 		if r.InCandidate {
 			withinShare(0.03, "rule "+r.Rule, r.BlockedCandidate, enfRule[r.Rule])
-			require.Positivef(t, enfRule[r.Rule], "rule %s blocks something: the test has teeth", r.Rule)
+			if enfRule[r.Rule] > 0 {
+				blocking++
+			}
 		}
 	}
+	// The traffic is random: a narrow rule (per-ip) may block nothing in a run.
+	require.GreaterOrEqual(t, blocking, 4, "several rules block something: the test has teeth")
 	for _, r := range rep.ByPrio {
 		within("priority "+r.Key, r.BlockedCandidate, enfPrio[r.Key])
 	}
