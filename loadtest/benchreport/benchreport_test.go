@@ -379,3 +379,24 @@ func TestReloadRedrawsThePlotsOfARun(t *testing.T) {
 	}
 	require.Equal(t, map[string]bool{"quota-exactness": true, "stream": true}, failed)
 }
+
+// A benchmark repeated with -count counts by its median, not its last line.
+func TestRepeatedBenchmarkCountsByItsMedian(t *testing.T) {
+	out, err := ParseGoBench(strings.NewReader(`goos: linux
+BenchmarkDecodeAndScore 	 100	      2000 ns/op	    500000 events/s
+BenchmarkDecodeAndScore 	 100	      1600 ns/op	    625000 events/s
+BenchmarkDecodeAndScore 	 100	      4000 ns/op	    250000 events/s
+PASS
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := map[string]Val{}
+	extract(&StepResult{Step: &Step{ID: "detector-score", Kind: GoBench}, Bench: out}, vals)
+	if got := get(vals, "DecodeAndScore:events/s"); got != 500000 {
+		t.Errorf("events/s = %v, want the median 500000 of three runs", got)
+	}
+	if got := median([]float64{4, 1, 3, 2}); got != 2.5 {
+		t.Errorf("median of an even count = %v, want 2.5", got)
+	}
+}

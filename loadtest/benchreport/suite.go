@@ -129,7 +129,7 @@ func Suite(o Options) []Section {
 	ledger := goBench("ledger", "Quota ledger: backlog and steady state", dynamo, "./services/quota/internal/ledger/", "BenchmarkLedger", heavy...)
 
 	score := goBench("detector-score", "Decode and score, one core", nil, "./services/detector/internal/score/", "DecodeAndScore|ScoreOnly",
-		append(bt("1s", "100ms"), "-cpu", "1")...)
+		append(bt("1s", "100ms"), "-cpu", "1", "-count", "5")...) // the report takes the median of the 5
 	memory := goBench("detector-memory", "State per active principal (1M principals)", nil, "./services/detector/internal/score/", "MemoryPerPrincipal",
 		"-benchtime", "1x")
 	// Held-out labeled traffic through 1 and 3 detector processes.

@@ -157,6 +157,9 @@ func extract(r *StepResult, vals map[string]Val) {
 	if r.Step.Kind == GoTest && r.Err == nil {
 		vals["test."+r.Step.ID] = Val{1, ""}
 	}
+	// A benchmark run with -count N gives N lines; its value is their median, so
+	// one slow run on a noisy machine does not make the figure.
+	runs := map[string][]float64{}
 	for _, b := range r.Bench.Benchmarks {
 		name := short(b.Name)
 		for _, v := range b.Values {
@@ -171,7 +174,9 @@ func extract(r *StepResult, vals map[string]Val) {
 			case v.Unit == "bytes/principal":
 				unit = "B"
 			}
-			vals[name+":"+v.Unit] = Val{v.Value, unit}
+			key := name + ":" + v.Unit
+			runs[key] = append(runs[key], v.Value)
+			vals[key] = Val{median(runs[key]), unit}
 		}
 		for _, l := range b.Log {
 			if m := legitLog.FindStringSubmatch(l); m != nil {
@@ -192,6 +197,16 @@ func extract(r *StepResult, vals map[string]Val) {
 			}
 		}
 	}
+}
+
+// median is the middle of xs (the mean of the two middle values for an even count).
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
 
 // stepOf returns the result of the step with id in the sections, if it ran.
