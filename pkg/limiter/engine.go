@@ -712,7 +712,11 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 			// What Redis said is where this key's local bucket stands: a
 			// shed or degraded answer for it continues from there.
 			lim, capacity := localLimits(&b)
-			e.local.observe(b.keys[0], lim, capacity, t.Remaining, b.period, n, now)
+			taken := int64(0)
+			if t.Allowed {
+				taken = cost
+			}
+			e.local.observe(b.keys[0], lim, capacity, t.Remaining, taken, b.period, n, now)
 		}
 	}
 	if len(local) > 0 {

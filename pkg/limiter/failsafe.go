@@ -126,6 +126,13 @@ type localBucket struct {
 	// (an abusive bot 1.4–1.55× its limit at 1.3–2× saturation, make chaos
 	// overload).
 	seen time.Time
+	// debt is what this bucket admitted that Redis never heard of: every
+	// answer from Redis is read against it, or each Redis answer would hand
+	// the local side what Redis still holds again (an abusive bot 3.6× its
+	// limit at 2× saturation, make chaos overload, 2026-11-27). It is paid
+	// back by refill Redis threw away (Redis answered full) or by a key left
+	// quiet until this bucket is full again; it never exceeds the capacity.
+	debt float64
 }
 
 func newLocalBuckets(max int) *localBuckets {
@@ -159,6 +166,9 @@ func (s *localShard) get(key string, max int, limit, capacity float64, period ti
 	if d := now.Sub(b.ts); d > 0 {
 		if now.Sub(b.seen) >= period {
 			b.tokens = min(capacity, b.tokens+float64(d)*limit/float64(period))
+			if b.tokens >= capacity {
+				b.debt = 0 // quiet long enough to be full: nothing is owed
+			}
 		}
 		b.ts = now
 	}
@@ -184,6 +194,7 @@ func (l *localBuckets) take(key string, limit, capacity, cost int64, period time
 	c := float64(cost)
 	if b.tokens >= c {
 		b.tokens -= c
+		b.debt = min(capf, b.debt+c)
 		return true, int64(b.tokens), 0
 	}
 	if c > capf {
@@ -193,19 +204,28 @@ func (l *localBuckets) take(key string, limit, capacity, cost int64, period time
 }
 
 // observe sets key's bucket to this instance's share of what Redis says
-// remains, and for a period after it the bucket spends only that: Redis,
-// not this bucket, refills a key it is answering. A key answered by Redis
-// and by local answers at once (a limiter past its capacity sheds a share
-// of its checks) is then admitted about its limit in total, not its limit
-// from each side; a key Redis has not answered for a period refills here
-// at this instance's share.
-func (l *localBuckets) observe(key string, limit, capacity, remaining int64, period time.Duration, n int64, now time.Time) {
+// remains, less what this bucket admitted that Redis does not know of (its
+// debt), and for a period after it the bucket spends only that: Redis, not
+// this bucket, refills a key it is answering. A key answered by Redis and
+// by local answers at once (a limiter past its capacity sheds a share of
+// its checks) is then admitted about its limit in total, not its limit from
+// each side; a key Redis has not answered for a period refills here at this
+// instance's share. Over-admission while shedding is bounded by one
+// capacity per instance: the most debt a bucket carries.
+//
+// taken is what the answered check took (remaining is after it): a bucket
+// Redis answered full had been throwing refill away, which pays the debt
+// back at the refill rate since the previous answer.
+func (l *localBuckets) observe(key string, limit, capacity, remaining, taken int64, period time.Duration, n int64, now time.Time) {
 	lim, capf := share(limit, capacity, n)
 	rem := float64(max(remaining, 0)) / float64(max(n, 1))
 	s := l.shard(key)
 	s.mu.Lock()
 	b := s.get(key, l.max, lim, capf, period, now)
-	b.tokens, b.seen = min(capf, rem), now
+	if remaining+taken >= capacity && !b.seen.IsZero() && now.After(b.seen) {
+		b.debt = max(0, b.debt-float64(now.Sub(b.seen))*lim/float64(period))
+	}
+	b.tokens, b.seen = max(0, min(capf, rem)-b.debt), now
 	s.mu.Unlock()
 }
 

@@ -239,11 +239,13 @@ func TestLocalBucketsShareTheLimitWithRedis(t *testing.T) {
 		if (i/20)%2 == 0 { // answered by Redis, in stretches of 20 ms as admission limits open and close
 			redisTokens = min(limit, redisTokens+float64(now.Sub(redisAt))*limit/float64(period))
 			redisAt = now
+			taken := int64(0)
 			if redisTokens >= 1 {
 				redisTokens--
 				admitted++
+				taken = 1
 			}
-			l.observe("k", limit, limit, int64(redisTokens), period, 1, now)
+			l.observe("k", limit, limit, int64(redisTokens), taken, period, 1, now)
 			continue
 		}
 		if ok, _, _ := l.take("k", limit, limit, 1, period, 1, now); ok {
@@ -270,12 +272,14 @@ func TestLocalBucketsAdmitAKeyUnderItsLimit(t *testing.T) {
 		if (i/5)%2 == 0 {
 			redisTokens = min(limit, redisTokens+float64(now.Sub(redisAt))*limit/float64(period))
 			redisAt = now
+			taken := int64(0)
 			if redisTokens >= 1 {
 				redisTokens--
+				taken = 1
 			} else {
 				denied++
 			}
-			l.observe("k", limit, limit, int64(redisTokens), period, 1, now)
+			l.observe("k", limit, limit, int64(redisTokens), taken, period, 1, now)
 			continue
 		}
 		if ok, _, _ := l.take("k", limit, limit, 1, period, 1, now); !ok {
@@ -283,4 +287,55 @@ func TestLocalBucketsAdmitAKeyUnderItsLimit(t *testing.T) {
 		}
 	}
 	require.Zero(t, denied, "a key under its limit is never denied, shed or not")
+}
+
+// TestShedAbuserStaysNearItsLimit: the engine on real Redis with room for two
+// checks in flight, 64 callers hammering one abusive bot (limit 50/s, fail
+// open): most checks are shed and answered from the local bucket while
+// Redis answers the rest, its answers arriving while local answers spend.
+// Together they admit the limit plus at most one capacity (the local
+// bucket's debt bound), not the limit from each side. Before the debt, every
+// Redis answer handed the local side what Redis still held again: 435 local
+// admissions beside Redis's 299 in 5 s (2.4× the limit).
+func TestShedAbuserStaysNearItsLimit(t *testing.T) {
+	rdb := redistest.Client(t)
+	const limit = 50
+	e := newTestEngine(t, rdb, "version: 1\nrules:\n  - {id: abuser, tier: principal, kinds: [bot], limit: 50, period: 1s, fail: open}\n", func(c *EngineConfig) {
+		adm := defaultAdmission()
+		adm.min, adm.initial, adm.max = 2, 2, 2
+		c.admission = &adm
+	})
+	bot := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "abuser")}
+	var byRedis, local, denied atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				r, err := e.Check(context.Background(), Request{Principal: bot, Method: "GET", Route: "/x", Cost: 1})
+				switch {
+				case err != nil:
+					t.Error(err)
+					return
+				case r.Allowed && r.Degraded:
+					require.Equal(t, ShedReason, r.Error, "shed, never failed open")
+					local.Add(1)
+				case r.Allowed:
+					byRedis.Add(1)
+				default:
+					denied.Add(1)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	most := limit + limit*time.Since(start).Seconds() // Redis's burst and refill
+	admitted := float64(byRedis.Load() + local.Load())
+	t.Logf("Redis admitted %d, local %d, denied %d; the limit allows %.0f: %.2f×", byRedis.Load(), local.Load(), denied.Load(), most, admitted/most)
+	require.Positive(t, local.Load(), "checks were shed and answered locally")
+	require.Positive(t, denied.Load())
+	require.LessOrEqual(t, admitted, most+limit, "at most one capacity beyond the limit")
 }
