@@ -1,0 +1,341 @@
+package score
+
+// The rapid_fire pattern: per principal × route windows of counts against
+// the route population's and the principal's own baselines, and automation's
+// denial ratio.
+
+import (
+	"math"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
+)
+
+// rfState is one principal × route: NumBuckets counts over the window, the
+// newest bucket's index and the EWMA baseline. 24 bytes, no pointers.
+type rfState struct {
+	counts [NumBuckets]uint16
+	head   uint32  // bucket index of the newest bucket
+	ewma   float32 // events/s
+}
+
+// rapid updates the principal × route window and reports its score and a
+// detection when the score crosses the threshold outside the cool-down.
+func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState, ms int64, sec uint32) (float64, *Detection) {
+	var rid uint32
+	if rt != nil {
+		rid = rt.id
+	}
+	key := ph ^ (uint64(rid)+1)*0x9E3779B97F4A7C15
+	st, _ := s.rf.Get(key)
+	score, det := s.rapidOn(&st, d, ph, rt, rt, p, ms, sec, d.Route)
+	s.rf.Put(key, st)
+	return score, det
+}
+
+// rapidOn counts the event in the window st and scores it. feed is the
+// route whose population sketch the window's closed rates feed (nil: none);
+// pop is the route whose population quantile the score is measured against.
+// A person's window over all routes (pState.all) feeds nothing and is
+// measured against the route of the event: a population of all-route rates
+// mixes light and heavy callers of every route, and the fast abusers it
+// should catch feed it (up to threshold × its quantile) until it hides them;
+// the event's route keeps a busy route's bar.
+func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *routeStats, p *pState, ms int64, sec uint32, route string) (float64, *Detection) {
+	b := uint32((ms - baseMs) / s.widthMs)
+	switch {
+	case st.head == 0 && st.counts == [NumBuckets]uint16{}:
+		st.head = b
+	case b > st.head:
+		s.advance(st, ph, b, feed, sec)
+	case b+NumBuckets <= st.head:
+		return 0, nil // older than the window: a late event does not count
+	}
+	if c := &st.counts[b%NumBuckets]; *c < math.MaxUint16 {
+		*c++
+	}
+	sum := int64(0)
+	for _, c := range st.counts {
+		sum += int64(c)
+	}
+	// The window's rate lags an onset: 10 s after a flood began it still
+	// averages the quiet before. The newest burstBuckets buckets (the
+	// current one partial) give a recent rate; it counts discounted by
+	// burstDiscount, since fewer events carry more noise. A person at 4×
+	// the line is seen in about a second and a half, not after a window.
+	recent := int64(st.counts[st.head%NumBuckets])
+	for i := uint32(1); i < burstBuckets; i++ {
+		recent += int64(st.counts[(st.head-i)%NumBuckets])
+	}
+	observed := max(float64(sum)/s.windowSec, float64(recent)*1000/float64(burstBuckets*s.widthMs)/burstDiscount)
+	baseline := float64(st.ewma)
+	denialRatio := s.denialRatio(p, sec)
+	auto := automated(d.Principal.Kind)
+	if auto {
+		// The window's ratio counts from the onset, so the full bucket a
+		// new bot spends first dilutes it for seconds; the newest buckets
+		// say at once how much of what it sends now is refused.
+		denialRatio = max(denialRatio, s.recentDenialRatio(&p.all, ms))
+	}
+	routeRate := 0.0
+	if pop != nil && !auto {
+		routeRate = pop.q
+	}
+	expected := max(baseline*s.cfg.BaselineK, routeRate, s.cfg.Floor)
+	score := observed / expected
+	if sec < p.cool[pRapid] {
+		return score, nil
+	}
+	var sev events.Severity
+	threshold := s.cfg.Threshold
+	source := SourceFloor
+	switch {
+	case baseline*s.cfg.BaselineK >= max(routeRate, s.cfg.Floor):
+		source = SourceHistory
+	case routeRate > s.cfg.Floor:
+		source = SourcePopulation
+	}
+	if auto {
+		// Automation is judged against its own limit and history, never
+		// against people's floors: fast and steady inside its limit is what
+		// a bot is for. It is rapid fire when it keeps hammering past its
+		// limit (most of its requests denied), or when one with a history
+		// jumps far above it while already being denied.
+		hammering := denialRatio >= s.cfg.AutomatedDenialRatio
+		// Without a history the floor is the expectation, so a principal
+		// whose first requests already run past its limit (a cold flood)
+		// is a jump too; a new integration ramping inside its limits is
+		// never denied and never fires.
+		jump := denialRatio >= s.cfg.AutomatedDenialRatio/2 && score > s.cfg.Threshold
+		if observed <= s.cfg.Floor*s.cfg.Threshold || !(hammering || jump) {
+			return score, nil
+		}
+		source = SourceLimit
+		// Measured against the limit: expected is what the limiter let
+		// through, the score the rate against it, 1 / (1 - denial ratio),
+		// and the line is where AutomatedDenialRatio puts it.
+		expected = max(observed*(1-denialRatio), 1e-3)
+		score = observed / expected
+		threshold = 1 / max(1-s.cfg.AutomatedDenialRatio, 0.01)
+		if !hammering {
+			threshold = 1 / max(1-s.cfg.AutomatedDenialRatio/2, 0.01)
+		}
+		switch {
+		case denialRatio >= 0.9:
+			sev = events.SeverityCritical
+		case denialRatio >= 0.75:
+			sev = events.SeverityHigh
+		default:
+			sev = events.SeverityMedium
+		}
+	} else {
+		if score <= s.cfg.Threshold {
+			return score, nil
+		}
+		sev = SeverityOf(score)
+	}
+	// A shared IP alone never penalizes: an anonymous principal is usually
+	// identified by its address, so on a shared one it is many people.
+	if d.Principal.Kind == events.PrincipalAnonymous && s.ips.principals(ipKeyOnly(d.IP), sec) >= int64(s.cfg.SharedIPPrincipals) {
+		return score, nil
+	}
+	p.cool[pRapid] = sec + s.coolSec
+	oldest := st.head + 1 - NumBuckets
+	if st.head+1 < NumBuckets {
+		oldest = 0
+	}
+	first := oldest
+	for i := oldest; i <= st.head; i++ {
+		if st.counts[i%NumBuckets] > 0 {
+			first = i
+			break
+		}
+	}
+	return score, &Detection{
+		Pattern: RapidFire, Principal: d.Principal, At: d.TS,
+		FirstEventAt: minTime(bucketTime(first, s.widthMs), d.TS), WindowStart: bucketTime(oldest, s.widthMs), Window: s.cfg.Window,
+		Score: score, Threshold: threshold, ObservedRate: observed, ExpectedRate: expected,
+		Baseline: baseline, RouteRate: routeRate, Count: sum, Route: route,
+		Severity: sev, Penalize: true, BaselineSource: source, DenialRatio: denialRatio,
+	}
+}
+
+// advanceEpoch moves a two-epoch sliding counter's epoch to e and reports
+// how far it moved (0: same epoch, 1: the next, 2: later), or false for an
+// event of an older epoch, which is not counted. slide applies the move to a
+// current/previous pair.
+func advanceEpoch(epoch *uint32, e uint32) (uint32, bool) {
+	if e < *epoch {
+		return 0, false
+	}
+	step := min(e-*epoch, 2)
+	*epoch = e
+	return step, true
+}
+
+func slide(cur, prev *uint16, step uint32) {
+	switch step {
+	case 1:
+		*prev, *cur = *cur, 0
+	case 2:
+		*prev, *cur = 0, 0
+	}
+}
+
+// SeverityOf grades a score on the scale of the default threshold (5):
+// 10 × the expected rate or more is critical.
+func SeverityOf(score float64) events.Severity {
+	switch {
+	case score >= 10:
+		return events.SeverityCritical
+	case score >= 4:
+		return events.SeverityHigh
+	case score >= 2:
+		return events.SeverityMedium
+	}
+	return events.SeverityLow
+}
+
+// countDecision counts a decision, and a denial, in the denial-ratio epochs.
+// Denials by a penalty are the detector's own doing: counting them would
+// make a penalty its own evidence.
+func (s *Scorer) countDecision(p *pState, d *events.Decision, sec uint32) {
+	step, ok := advanceEpoch(&p.decEpoch, sec/uint32(s.windowSec))
+	if !ok {
+		return
+	}
+	slide(&p.decCur, &p.decPrev, step)
+	slide(&p.denCur, &p.denPrev, step)
+	if p.decCur == math.MaxUint16 {
+		return // saturated: both stop, the ratio stands
+	}
+	p.decCur++
+	if denied(d) {
+		p.denCur++
+	}
+}
+
+// denied reports whether a decision counts as the principal's own excess: a
+// penalty's denials are the detector's own doing, and a shed request was
+// refused for the platform's lack of capacity.
+func denied(d *events.Decision) bool {
+	return (!d.Allowed || d.Shadow) && d.Tier != events.TierPenalty && !d.Shed
+}
+
+// Automation's recent denials live in the record's all-routes window, which
+// only people use (a principal's kind never changes): counts[0:recentBuckets]
+// hold decisions and counts[recentBuckets:] denials of the newest
+// recentBuckets rapid-fire buckets, head the newest bucket's index. No new
+// bytes per principal.
+const (
+	recentBuckets  = NumBuckets / 2
+	recentMinCount = 20 // decisions in the newest two buckets before their ratio counts
+)
+
+func (s *Scorer) countRecentDenial(st *rfState, d *events.Decision, ms int64) {
+	b := uint32((ms - baseMs) / s.widthMs)
+	switch {
+	case st.head == 0 && st.counts == [NumBuckets]uint16{}:
+		st.head = b
+	case b > st.head:
+		for i := st.head + 1; i <= b && i <= st.head+recentBuckets; i++ {
+			st.counts[i%recentBuckets], st.counts[recentBuckets+i%recentBuckets] = 0, 0
+		}
+		st.head = b
+	case b+recentBuckets <= st.head:
+		return // older than the buckets kept
+	}
+	if c := &st.counts[b%recentBuckets]; *c < math.MaxUint16 {
+		*c++
+		if denied(d) {
+			st.counts[recentBuckets+b%recentBuckets]++
+		}
+	}
+}
+
+// recentDenialRatio is the share denied in the current bucket, or over the
+// newest two (the current one partial) if higher, each counted only with at
+// least recentMinCount decisions; 0 without.
+func (s *Scorer) recentDenialRatio(st *rfState, ms int64) float64 {
+	b := uint32((ms - baseMs) / s.widthMs)
+	if b > st.head+1 {
+		return 0 // nothing recent
+	}
+	ratio := 0.0
+	var dec, den int
+	for i := st.head; i+2 > b && i+recentBuckets > st.head; i-- {
+		dec += int(st.counts[i%recentBuckets])
+		den += int(st.counts[recentBuckets+i%recentBuckets])
+		if dec >= recentMinCount {
+			ratio = max(ratio, float64(den)/float64(dec))
+		}
+		if i == 0 {
+			break
+		}
+	}
+	return ratio
+}
+
+// denialRatio is the share of the principal's decisions denied over about
+// one rapid-fire window.
+func (s *Scorer) denialRatio(p *pState, sec uint32) float64 {
+	w := uint32(s.windowSec)
+	if sec/w != p.decEpoch {
+		return 0
+	}
+	prev := 1 - float64(sec%w)/float64(w)
+	dec := float64(p.decCur) + float64(p.decPrev)*prev
+	if dec < 1 {
+		return 0
+	}
+	return (float64(p.denCur) + float64(p.denPrev)*prev) / dec
+}
+
+func bucketTime(b uint32, widthMs int64) time.Time {
+	return time.UnixMilli(baseMs + int64(b)*widthMs).UTC()
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return b
+	}
+	return a
+}
+
+// advance moves a window to bucket b: the newest closed bucket feeds the EWMA
+// baseline and the window's rate the route's population sketch; the buckets
+// that fall out of the window are cleared.
+func (s *Scorer) advance(st *rfState, ph uint64, b uint32, rt *routeStats, sec uint32) {
+	gap := b - st.head
+	sum := 0
+	for _, c := range st.counts {
+		sum += int(c)
+	}
+	observed := float64(sum) / s.windowSec
+	// Robust EWMA: a closed bucket teaches at most the current expected rate,
+	// so a burst (or an attack) moves the baseline by a bounded step, and
+	// the baseline can grow by at most a factor k per half-life or so.
+	rate := min(float64(st.counts[st.head%NumBuckets])*1000/float64(s.widthMs), max(float64(st.ewma)*s.cfg.BaselineK, s.cfg.Floor))
+	st.ewma = float32(float64(st.ewma)*s.pow(gap) + rate*(1-s.decay[1])*s.pow(gap-1))
+	// Only windows that are not anomalous feed the route's population: a
+	// crowd of bots, active in every bucket while people are active in a few,
+	// would otherwise become the route's p99 and raise everyone's bar.
+	if rt != nil && sum > 0 && observed <= max(float64(st.ewma)*s.cfg.BaselineK, rt.q, s.cfg.Floor)*s.cfg.Threshold {
+		rt.sample(ph, observed, sec, &s.cfg)
+	}
+	if gap >= NumBuckets {
+		st.counts = [NumBuckets]uint16{}
+	} else {
+		for i := st.head + 1; i <= b; i++ {
+			st.counts[i%NumBuckets] = 0
+		}
+	}
+	st.head = b
+}
+
+func (s *Scorer) pow(g uint32) float64 {
+	if int(g) < len(s.decay) {
+		return s.decay[g]
+	}
+	return math.Pow(s.decay[1], float64(g))
+}
