@@ -38,15 +38,21 @@ func BenchmarkEngineCheck(b *testing.B) {
 		kind   events.PrincipalKind
 		req    Request
 		cached bool
+		per    int // checks per principal before a new one (0: 4)
 	}{
 		{"one-tier", "version: 1\nrules:\n  - {id: p, tier: principal, limit: 1000000000, period: 1s}\n", events.PrincipalBot,
-			Request{Method: "GET", Route: "/x", Cost: 1}, false},
+			Request{Method: "GET", Route: "/x", Cost: 1}, false, 0},
 		{"discord-grid-bot-message", grid, events.PrincipalBot, // principal + resource + daily quota, one script
-			Request{Method: "POST", Route: "/channels/{channel_id}/messages", Resource: "channel:1", Cost: 1}, false},
+			Request{Method: "POST", Route: "/channels/{channel_id}/messages", Resource: "channel:1", Cost: 1}, false, 0},
 		{"discord-grid-anonymous", grid, events.PrincipalAnonymous, // principal script + IP script, pipelined
-			Request{Method: "GET", Route: "/x", Cost: 1}, false},
+			Request{Method: "GET", Route: "/x", Cost: 1}, false, 0},
 		{"over-limit-cache-hit", "version: 1\nrules:\n  - {id: p, tier: principal, limit: 1, period: 1h}\n", events.PrincipalBot,
-			Request{Method: "GET", Route: "/x", Cost: 1}, true},
+			Request{Method: "GET", Route: "/x", Cost: 1}, true, 0},
+		// 50 checks per principal under a 100/s limit, exact and leasing 10 units at a time.
+		{"user-100-per-s", "version: 1\nrules:\n  - {id: p, tier: principal, limit: 100, period: 1s}\n", events.PrincipalBot,
+			Request{Method: "GET", Route: "/x", Cost: 1}, false, 50},
+		{"user-100-per-s-lease-10", "version: 1\nrules:\n  - {id: p, tier: principal, limit: 100, lease: 10, period: 1s}\n", events.PrincipalBot,
+			Request{Method: "GET", Route: "/x", Cost: 1}, false, 50},
 	}
 	for _, tc := range cases {
 		for _, batch := range []int{1, 64} { // every check its own Redis call, or sharing pipelines
@@ -66,7 +72,7 @@ func BenchmarkEngineCheck(b *testing.B) {
 					req.IP = netip.AddrFrom4([4]byte{10, byte(w >> 8), byte(w), 1})
 					ctx := context.Background()
 					for i := 0; pb.Next(); i++ {
-						if !tc.cached && i%4 == 0 { // a new principal and IP every 4 checks: buckets never run dry
+						if per := max(tc.per, 4); !tc.cached && i%per == 0 { // a new principal and IP every few checks: buckets never run dry
 							req.Principal.ID = fmt.Sprintf("%s_%d_%d", base, w, i)
 							req.IP = netip.AddrFrom4([4]byte{10, byte(w), byte(i >> 10), byte(i >> 2)})
 						}

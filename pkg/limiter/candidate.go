@@ -62,7 +62,7 @@ func (e *Engine) checkCandidate(ctx context.Context, c *Candidate, req Request) 
 			for i, k := range b.keys {
 				keys[i] = redisx.CandidateKey(c.Version, k)
 			}
-			b.keys = keys
+			b.keys, b.lease = keys, 0 // a candidate is judged exactly: nothing leased on its keys
 			rules = append(rules, b)
 		}
 		if g.rules = rules; len(rules) > 0 {

@@ -15,8 +15,8 @@
 -- ARGV[4]          refund mask: one "0"/"1" per rule (mode "r")
 -- ARGV[5]          number of rules
 -- then per rule:   algorithm code, limit, period_ms, burst (0 = limit), scale,
---                  cost, shadow (0/1), number of keys n, then n UTC day numbers
---                  for a "day" rule (one per key)
+--                  cost, shadow (0/1), lease (0 = none), number of keys n, then
+--                  n UTC day numbers for a "day" rule (one per key)
 --
 -- Effective limit = floor(limit × scale × penalty), at least 1 (the daily quota
 -- is neither scaled nor penalized). A sliding-window log's limit is also capped
@@ -24,7 +24,10 @@
 -- limit past what the rules loader accepts).
 --
 -- Returns {allowed, now_ms, multiplier, consumed_mask, then per rule: ok, limit,
--- remaining, reset_after_ms, retry_after_ms (-1 = cannot fit at this limit)}.
+-- remaining, reset_after_ms, retry_after_ms (-1 = cannot fit at this limit)},
+-- and when a rule leases, then per rule the units it took (a token bucket with
+-- a lease of L takes min(L, its whole tokens) when the cost fits: the caller
+-- spends the rest in-process).
 
 local now
 if ARGV[2] ~= '' then
@@ -48,15 +51,17 @@ local function fmt(x) return string.format('%.17g', x) end
 
 local n = tonumber(ARGV[5])
 local rules = {}
+local leasing = false
 local a, k = 6, 2
 for i = 1, n do
   local r = {
     alg = ARGV[a], limit = tonumber(ARGV[a + 1]), period = tonumber(ARGV[a + 2]),
     burst = tonumber(ARGV[a + 3]), scale = tonumber(ARGV[a + 4]), cost = tonumber(ARGV[a + 5]),
-    shadow = ARGV[a + 6] == '1',
+    shadow = ARGV[a + 6] == '1', lease = tonumber(ARGV[a + 7]),
   }
-  local nk = tonumber(ARGV[a + 7])
-  a = a + 8
+  local nk = tonumber(ARGV[a + 8])
+  a = a + 9
+  if r.lease > 0 then leasing = true end
   r.key = KEYS[k]
   if r.alg == 'day' then
     local today = floor(now / DAY)
@@ -89,7 +94,11 @@ eval.tb = function(r)
   if tokens > cap then tokens = cap end
   local ok = tokens >= cost
   local left = tokens
-  if ok then left = tokens - cost end
+  if ok then
+    if r.lease > cost then cost = max(cost, min(r.lease, floor(tokens))) end
+    left = tokens - cost
+  end
+  r.took = cost
   local reset = ceil((cap - left) / rate)
   local retry = 0
   if not ok then
@@ -311,4 +320,11 @@ for i = 1, n do
 end
 if not denied then out[1] = 1 end
 out[4] = table.concat(mask)
+if leasing then
+  for i = 1, n do
+    local took = 0
+    if mask[i] == '1' then took = rules[i].took or rules[i].cost end
+    out[4 + 5 * n + i] = took
+  end
+end
 return out

@@ -187,6 +187,7 @@ type Engine struct {
 	shards    *shardSet
 	overLimit *overLimitCache
 	local     *localBuckets
+	leases    *leases
 	log       *slog.Logger
 	m         *engineMetrics
 	shadow    bool
@@ -209,6 +210,8 @@ type engineMetrics struct {
 	readOnly       prometheus.Counter
 	instances      prometheus.Gauge
 	cacheHits      prometheus.Counter
+	leaseHits      prometheus.Counter
+	leaseReturned  prometheus.Counter
 	degraded       *prometheus.CounterVec
 	refunds        *prometheus.CounterVec
 	shed           prometheus.Counter
@@ -275,6 +278,8 @@ func NewEngine(c EngineConfig) (*Engine, error) {
 		readOnly:       f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_redis_readonly_total", Help: "Redis answers READONLY (a demoted master), each followed by a reconnect or a slot reload."}),
 		instances:      f.NewGauge(prometheus.GaugeOpts{Name: "floodgate_limiter_instances", Help: "Live limiter instances seen in Redis; local answers enforce limit ÷ this."}),
 		cacheHits:      f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_overlimit_cache_hits_total", Help: "Checks denied by the local over-limit cache without calling Redis."}),
+		leaseHits:      f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_lease_hits_total", Help: "Checks answered from this instance's leases (rules with lease:) without calling Redis."}),
+		leaseReturned:  f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_lease_returned_units_total", Help: "Unused leased units given back to Redis when their lease ended."}),
 		degraded:       f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_degraded_total", Help: "Tier answers given without Redis, by policy (local when shed) and outcome."}, []string{"policy", "outcome"}),
 		refunds:        f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_refunds_total", Help: "Compensating refunds after the IP and principal groups disagreed, by result."}, []string{"result"}),
 		shed:           f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_shed_total", Help: "Checks answered from local state because the limiter was past its capacity (admission limit reached, pipeline queue full or too slow)."}),
@@ -288,7 +293,7 @@ func NewEngine(c EngineConfig) (*Engine, error) {
 	}
 	e := &Engine{
 		rdb: c.Redis, script: redis.NewScript(checkSource), rules: c.Rules, rt: c.Runtime, clock: c.Clock,
-		budget: c.Budget, queueWait: c.QueueWait, shadow: c.Shadow, prefix: c.KeyPrefix, local: newLocalBuckets(c.LocalBuckets), log: c.Logger, m: m,
+		budget: c.Budget, queueWait: c.QueueWait, shadow: c.Shadow, prefix: c.KeyPrefix, local: newLocalBuckets(c.LocalBuckets), leases: newLeases(c.LocalBuckets), log: c.Logger, m: m,
 		id: uuid.Must(uuid.NewV7()).String(), refresh: c.ClusterRefresh, heartbeat: c.Heartbeat,
 	}
 	e.cands, _ = c.Rules.(candidateSource)
@@ -375,6 +380,7 @@ type bound struct {
 	cost   int64
 	shadow bool
 	fail   FailPolicy
+	lease  int64 // units a Redis take may lease to this instance (lease.go); 0 = none
 	keys   []string
 	days   []int64 // day numbers of keys, for the daily quota
 }
@@ -390,7 +396,7 @@ type group struct {
 func (g *group) args(mode string, now string, mask string) ([]string, []any) {
 	keys := make([]string, 0, len(g.rules)+2)
 	keys = append(keys, g.penaltyKey)
-	args := make([]any, 0, 5+9*len(g.rules))
+	args := make([]any, 0, 5+10*len(g.rules))
 	pen := "0"
 	if g.penalize {
 		pen = "1"
@@ -403,7 +409,7 @@ func (g *group) args(mode string, now string, mask string) ([]string, []any) {
 		}
 		keys = append(keys, b.keys...)
 		args = append(args, b.alg.code(), b.limit, b.period.Milliseconds(), b.burst,
-			strconv.FormatFloat(b.scale, 'g', -1, 64), b.cost, shadow, len(b.keys))
+			strconv.FormatFloat(b.scale, 'g', -1, 64), b.cost, shadow, b.lease, len(b.keys))
 		for _, d := range b.days {
 			args = append(args, d)
 		}
@@ -458,6 +464,9 @@ func (e *Engine) bind(rs *Ruleset, req Request) (principal, ip group, cost int64
 		b := bound{id: r.ID, tier: r.Tier, alg: r.Algorithm, limit: int64(r.Limit), period: r.Period,
 			burst: int64(r.Burst), cost: cost, shadow: r.Shadow || rs.Shadow || e.shadow, fail: r.Fail,
 			scale: scales.For(r.Tier, req.Method, req.Route)}
+		if r.Lease > 0 && !b.shadow && req.At.IsZero() { // a replay is judged exactly
+			b.lease = int64(r.Lease)
+		}
 		if plov != nil {
 			b.limit, b.burst = plov.apply(r.ID, b.limit, b.burst)
 		}
@@ -603,6 +612,9 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 		r.Plan = plan
 		return finish(r, rs.NearLimit), nil
 	}
+	if r, ok := e.fromLeases(groups, plan); ok {
+		return finish(r, rs.NearLimit), nil
+	}
 
 	// Admit each group to its shard — once per shard when both groups share
 	// one: the breaker first (a failing shard costs nothing), then the
@@ -711,6 +723,9 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 			}
 			// What Redis said is where this key's local bucket stands: a
 			// shed or degraded answer for it continues from there.
+			if b.lease > 0 && j < len(o.took) && o.mask[j] == '1' {
+				e.keepLease(g, &b, t, o.took[j], o.mult, now)
+			}
 			lim, capacity := localLimits(&b)
 			taken := int64(0)
 			if t.Allowed {
@@ -918,12 +933,13 @@ type scriptOut struct {
 	mult    float64
 	mask    string
 	tiers   []TierResult
+	took    []int64 // per rule, what a commit took (only when a rule leases)
 }
 
 func parseOut(v any, n int) (scriptOut, error) {
 	raw, ok := v.([]any)
-	if !ok || len(raw) != 4+5*n {
-		return scriptOut{}, fmt.Errorf("check script: answer %T of %d values, want %d", v, len(raw), 4+5*n)
+	if !ok || len(raw) != 4+5*n && len(raw) != 4+6*n {
+		return scriptOut{}, fmt.Errorf("check script: answer %T of %d values, want %d (or %d with leases)", v, len(raw), 4+5*n, 4+6*n)
 	}
 	ints := func(i int) (int64, error) {
 		x, ok := raw[i].(int64)
@@ -963,6 +979,14 @@ func parseOut(v any, n int) (scriptOut, error) {
 			t.RetryAfter = time.Duration(vals[4]) * time.Millisecond
 		}
 		o.tiers = append(o.tiers, t)
+	}
+	if len(raw) == 4+6*n {
+		o.took = make([]int64, n)
+		for i := range n {
+			if o.took[i], err = ints(4 + 5*n + i); err != nil {
+				return o, err
+			}
+		}
 	}
 	return o, nil
 }

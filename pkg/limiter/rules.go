@@ -85,9 +85,14 @@ type Rule struct {
 	Limit     int
 	Period    time.Duration
 	Burst     int // 0 = Limit
-	Shadow    bool
-	Fail      FailPolicy
-	Line      int // where the rule starts in its file
+	// Lease, when > 0, lets each limiter instance take up to this many units
+	// of a key's bucket from Redis at once and spend them in-process
+	// (lease.go): fewer round trips for bounded over-admission. Token bucket
+	// only; 0 = every check goes to Redis (exact).
+	Lease  int
+	Shadow bool
+	Fail   FailPolicy
+	Line   int // where the rule starts in its file
 	// Defer, set by on_limit: defer, queues the route's denied or shed
 	// requests for a paced replay (deferral.go); nil rejects them.
 	Defer *DeferPolicy
@@ -238,6 +243,7 @@ type fileRule struct {
 	Limit     int      `yaml:"limit"`
 	Period    string   `yaml:"period"`
 	Burst     int      `yaml:"burst"`
+	Lease     int      `yaml:"lease"`
 	Shadow    bool     `yaml:"shadow"`
 	Fail      string   `yaml:"fail"`
 
@@ -432,6 +438,18 @@ func ParseRules(name string, data []byte) (*Ruleset, error) {
 				p.fail(p.line(n, "burst"), path+".burst", "%d: must be at least the limit %d", fr.Burst, fr.Limit)
 			}
 		}
+		if fr.Lease != 0 {
+			capacity := max(fr.Limit, fr.Burst)
+			switch {
+			case r.Algorithm != TokenBucket:
+				p.fail(p.line(n, "lease"), path+".lease", "%s cannot lease; only token_bucket can", r.Algorithm)
+			case fr.Shadow:
+				p.fail(p.line(n, "lease"), path+".lease", "a shadow rule cannot lease: it is judged exactly or not at all")
+			case fr.Lease < 1 || fr.Lease > capacity:
+				p.fail(p.line(n, "lease"), path+".lease", "%d: must be in 1..%d (the bucket's capacity)", fr.Lease, capacity)
+			}
+			r.Lease = fr.Lease
+		}
 		if fr.Fail != "" {
 			r.Fail = FailPolicy(fr.Fail)
 			if !validFail(r.Fail) {
@@ -494,7 +512,7 @@ var fileSchemaKeys = map[string][]string{
 	"defaults":     {"algorithm", "fail", "priority"},
 	"costs[]":      {"method", "route", "cost"},
 	"priorities[]": {"method", "route", "priority"},
-	"rules[]":      {"id", "tier", "kinds", "plans", "method", "route", "resource", "algorithm", "limit", "period", "burst", "shadow", "fail", "on_limit", "defer"},
+	"rules[]":      {"id", "tier", "kinds", "plans", "method", "route", "resource", "algorithm", "limit", "period", "burst", "lease", "shadow", "fail", "on_limit", "defer"},
 	"quotas[]":     {"kind", "plan", "limit", "shadow", "fail"},
 
 	// deferral.go

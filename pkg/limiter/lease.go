@@ -1,0 +1,210 @@
+package limiter
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Leases (a rule's `lease: L`, token bucket only) trade exactness for speed,
+// as Gubernator's GLOBAL behaviour and Unkey's local limits do: when Redis
+// admits a check on a leasing rule, the script takes up to L units of the
+// key's bucket at once (min(L, its whole tokens)), and this instance spends
+// what the check did not need in-process until the lease ends. A check whose
+// every rule has a lease with units left is answered without Redis.
+//
+// Bound: over any interval T a key is admitted at most
+//
+//	capacity + rate × T + I × L
+//
+// with I limiter instances: units are taken from Redis before they are spent,
+// so leasing never spends what Redis did not grant; what it costs is that a
+// bucket Redis sees emptier than it is may meanwhile refill up to its cap
+// once per outstanding lease (at most L per instance) and that units sitting
+// in one instance's lease are not available to another (under-admission,
+// until the lease ends). A lease ends after min(period, leaseLife), or at once
+// when its rule binds differently (a reloaded limit, a new scale or a
+// penalty's multiplier — a penalty written meanwhile takes effect at the
+// lease's end); its unused units are given back to Redis.
+type leases struct {
+	max    int // per shard
+	shards [leaseShards]leaseShard
+}
+
+const (
+	leaseShards = 64
+	leaseLife   = time.Second
+)
+
+type leaseShard struct {
+	mu sync.Mutex
+	m  map[string]*lease
+}
+
+// lease is one key's units held by this instance.
+type lease struct {
+	units     int64
+	expires   time.Time
+	sig       ruleSig
+	mult      float64 // the penalty multiplier the units were granted under
+	limit     int64   // the effective limit Redis reported at the take
+	remaining int64   // what Redis said remained after the take
+	// what giving the units back needs: the rule as bound and its tag's key
+	back       bound
+	penaltyKey string
+}
+
+func newLeases(max int) *leases {
+	l := &leases{max: (max + leaseShards - 1) / leaseShards}
+	for i := range l.shards {
+		l.shards[i].m = make(map[string]*lease)
+	}
+	return l
+}
+
+func (l *leases) shard(key string) *leaseShard {
+	h := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	return &l.shards[h%leaseShards]
+}
+
+// take spends cost from key's lease when one is live, bound the same way and
+// holds enough. A lease found ended (or bound differently) is removed and
+// returned as stale, for the caller to give its units back.
+func (l *leases) take(key string, sig ruleSig, cost int64, now time.Time) (got lease, ok bool, stale *lease) {
+	s := l.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	le := s.m[key]
+	if le == nil {
+		return lease{}, false, nil
+	}
+	if !now.Before(le.expires) || le.sig != sig {
+		delete(s.m, key)
+		return lease{}, false, le
+	}
+	if le.units < cost {
+		return lease{}, false, nil
+	}
+	le.units -= cost
+	return *le, true, nil
+}
+
+// give puts back what take spent when the check as a whole could not be
+// answered from leases.
+func (l *leases) give(key string, cost int64) {
+	s := l.shard(key)
+	s.mu.Lock()
+	if le := s.m[key]; le != nil {
+		le.units += cost
+	}
+	s.mu.Unlock()
+}
+
+// put adds units Redis granted beyond a check's cost to key's lease: to the
+// live one when it is bound the same way (its end stays), else as a new
+// lease. The lease it replaces, if any, is returned for its units to be
+// given back.
+func (l *leases) put(key string, add lease, now time.Time) (stale *lease) {
+	s := l.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if le := s.m[key]; le != nil {
+		if now.Before(le.expires) && le.sig == add.sig && le.mult == add.mult {
+			le.units += add.units
+			le.limit, le.remaining = add.limit, add.remaining
+			return nil
+		}
+		delete(s.m, key)
+		stale = le
+	}
+	if len(s.m) >= l.max {
+		for k, le := range s.m { // bounded memory: evict one; its units go back
+			delete(s.m, k)
+			if stale == nil {
+				stale = le
+			}
+			break
+		}
+	}
+	le := add
+	s.m[key] = &le
+	return stale
+}
+
+// leaseLifetime is how long a rule's lease lives: its period, at most leaseLife.
+func leaseLifetime(b *bound) time.Duration { return min(b.period, leaseLife) }
+
+// fromLeases answers a check from this instance's leases when every rule it
+// binds leases and has the units; otherwise it spends nothing.
+func (e *Engine) fromLeases(groups []*group, plan string) (Result, bool) {
+	for _, g := range groups {
+		for i := range g.rules {
+			if g.rules[i].lease == 0 {
+				return Result{}, false
+			}
+		}
+	}
+	now := e.clock()
+	type spent struct {
+		key  string
+		cost int64
+	}
+	var taken [4]spent
+	done := taken[:0]
+	r := Result{Allowed: true, Penalty: 1, Scale: 1, Now: now.UTC(), Plan: plan}
+	for _, g := range groups {
+		for i := range g.rules {
+			b := &g.rules[i]
+			le, ok, stale := e.leases.take(b.keys[0], b.sig(), b.cost, now)
+			if stale != nil {
+				e.giveBack(stale)
+			}
+			if !ok {
+				for _, d := range done {
+					e.leases.give(d.key, d.cost)
+				}
+				return Result{}, false
+			}
+			done = append(done, spent{b.keys[0], b.cost})
+			if g.penalize {
+				r.Penalty = le.mult
+			}
+			r.Cost = int(b.cost)
+			r.Tiers = append(r.Tiers, TierResult{Rule: b.id, Tier: b.tier, Algorithm: b.alg, Limit: le.limit,
+				Remaining: le.remaining + le.units, Period: b.period, Scale: b.scale, Quota: b.limit, Allowed: true})
+		}
+	}
+	e.m.leaseHits.Inc()
+	return r, true
+}
+
+// keepLease puts the units Redis granted a leasing rule beyond the check's
+// cost into this instance's lease.
+func (e *Engine) keepLease(g *group, b *bound, t TierResult, took int64, mult float64, now time.Time) {
+	if took <= b.cost {
+		return
+	}
+	back := *b
+	back.keys = []string{b.keys[0]}
+	stale := e.leases.put(b.keys[0], lease{units: took - b.cost, expires: now.Add(leaseLifetime(b)), sig: b.sig(), mult: mult,
+		limit: t.Limit, remaining: t.Remaining, back: back, penaltyKey: g.penaltyKey}, now)
+	if stale != nil {
+		e.giveBack(stale)
+	}
+}
+
+// giveBack returns a lease's unused units to its Redis bucket (the script's
+// refund, capped at the bucket's capacity), in the background.
+func (e *Engine) giveBack(le *lease) {
+	if le.units <= 0 {
+		return
+	}
+	b := le.back
+	b.cost, b.lease = le.units, 0
+	g := &group{penaltyKey: le.penaltyKey, rules: []bound{b}}
+	e.m.leaseReturned.Add(float64(le.units))
+	go e.refund(context.Background(), g, "1")
+}
