@@ -28,6 +28,10 @@ type Options struct {
 	ReadTimeout  time.Duration
 	WriteTimeout time.Duration
 	PoolSize     int
+	// MinIdleConns keeps this many connections dialed ahead (per node), so a
+	// first call does not pay a dial — a TLS handshake under load took a
+	// limiter's first checks past their 50 ms budget.
+	MinIdleConns int
 
 	// SentinelMaster is the master's name in Sentinel (FLOODGATE_REDIS_SENTINEL_MASTER);
 	// SentinelAddrs are the sentinels (FLOODGATE_REDIS_SENTINEL_ADDRS).
@@ -71,7 +75,7 @@ func NewClient(o Options) redis.UniversalClient {
 	if o.SentinelMaster == "" && len(o.Addrs) > 1 {
 		return redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: o.Addrs, DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
-			WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize,
+			WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns,
 			Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
 		})
 	}
@@ -79,7 +83,7 @@ func NewClient(o Options) redis.UniversalClient {
 	if o.SentinelMaster != "" {
 		n.Client = redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: o.SentinelMaster, SentinelAddrs: o.SentinelAddrs,
-			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize,
+			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns,
 			Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
 			SentinelUsername: sec.SentinelUsername, SentinelPassword: sec.SentinelPassword.Reveal(),
 		})
@@ -87,7 +91,7 @@ func NewClient(o Options) redis.UniversalClient {
 	} else {
 		n.Client = redis.NewClient(&redis.Options{
 			Addr: o.Addrs[0], DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
-			WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize,
+			WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns,
 			Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
 		})
 		n.mode = "standalone"

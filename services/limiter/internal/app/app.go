@@ -101,7 +101,8 @@ func Run(ctx context.Context, env service.Env) error {
 	}
 
 	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, SentinelMaster: cfg.SentinelMaster, SentinelAddrs: cfg.SentinelAddrs, DialTimeout: time.Second,
-		ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout, Security: cfg.RedisSecurity})
+		ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout, Security: cfg.RedisSecurity,
+		MinIdleConns: 4}) // a shard's pipelines in flight: dialed ahead, not inside a check's budget
 	run.Closer("redis", rdb.Close)
 	fail := func(err error) error {
 		_ = rdb.Close()
