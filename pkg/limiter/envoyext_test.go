@@ -266,7 +266,7 @@ quotas:
 // as a degraded decision, allowed or not as Envoy's failure_mode_deny makes
 // it; limits with a fail policy answer by it instead, degraded and said so.
 func TestEnvoyRedisFailureIsADegradedDecision(t *testing.T) {
-	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond, DialerRetries: 1})
 	t.Cleanup(func() { down.Close() })
 	const conf = `domain: DOMAIN
 descriptors:
