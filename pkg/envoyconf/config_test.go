@@ -194,7 +194,7 @@ func TestFloodgateCommentErrorsNameFileAndLine(t *testing.T) {
 		name, yaml, want string
 	}{
 		{"unknown algorithm", head + "    # floodgate: {algorithm: leaky}\n" + rl, `f.yaml:4: floodgate comment: algorithm "leaky": want one of fixed_window, token_bucket, gcra, sliding_window, leaky_bucket, sliding_window_log`},
-		{"unknown option", head + "    # floodgate: {algoritm: gcra}\n" + rl, `f.yaml:4: floodgate comment: unknown option "algoritm" (allowed: algorithm, burst, fail)`},
+		{"unknown option", head + "    # floodgate: {algo: gcra}\n" + rl, `f.yaml:4: floodgate comment: unknown option "algo" (allowed: algorithm, burst, fail)`},
 		{"bad fail policy", head + "    # floodgate: {fail: local}\n" + rl, `f.yaml:4: floodgate comment: fail "local": want open or closed`},
 		{"burst without a capacity", head + "    # floodgate: {algorithm: sliding_window, burst: 5}\n" + rl, `f.yaml:4: floodgate comment: burst needs an algorithm with a capacity`},
 		{"zero burst", head + "    # floodgate: {algorithm: gcra, burst: 0}\n" + rl, `f.yaml:4: floodgate comment: burst must be at least 1`},

@@ -1,6 +1,7 @@
 package envoyconf
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -211,7 +212,7 @@ func (l *loader) extension(m *yaml.Node, lim *Limit) error {
 	})
 	if err != nil {
 		var pe *posError
-		if ok := asPos(err, &pe); ok {
+		if errors.As(err, &pe) {
 			return fail("%s", pe.msg)
 		}
 		return fail("%v", err)
@@ -258,14 +259,6 @@ func algorithmNames() string {
 		s[i] = string(a)
 	}
 	return strings.Join(s, ", ")
-}
-
-func asPos(err error, target **posError) bool {
-	pe, ok := err.(*posError)
-	if ok {
-		*target = pe
-	}
-	return ok
 }
 
 func cmpOr(a, b string) string {
