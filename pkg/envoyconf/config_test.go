@@ -216,3 +216,40 @@ func TestFloodgateCommentErrorsNameFileAndLine(t *testing.T) {
 		})
 	}
 }
+
+// FuzzLoad: no file makes the loader panic, and what loads holds only
+// valid floodgate options on counted limits.
+func FuzzLoad(f *testing.F) {
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: k\n    # floodgate: {algorithm: gcra, burst: 2, fail: open}\n    rate_limit: {unit: second, requests_per_unit: 1}\n"))
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: k # floodgate: {}\n    rate_limit: {unit: second, requests_per_unit: 1} # floodgate: {fail: closed}\n"))
+	f.Add([]byte("# floodgate:\ndomain: d\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Load([]File{{Name: "f.yaml", Data: data}}, Options{})
+		if err != nil {
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("error without ErrConfig: %v", err)
+			}
+			return
+		}
+		var walk func(n *node)
+		walk = func(n *node) {
+			if l := n.limit; l != nil && l.Ext != nil {
+				if l.Unlimited && l.Ext.Algorithm.Floodgate() {
+					t.Fatalf("an algorithm on an unlimited limit: %+v", l.Ext)
+				}
+				if l.Ext.Burst > 0 && !l.Ext.Algorithm.HasBurst() {
+					t.Fatalf("a burst without a capacity: %+v", l.Ext)
+				}
+				if f := l.Ext.Fail; f != "" && f != FailOpen && f != FailClosed {
+					t.Fatalf("fail policy %q", f)
+				}
+			}
+			for _, ch := range n.children {
+				walk(ch)
+			}
+		}
+		for _, d := range c.domains {
+			walk(d)
+		}
+	})
+}
