@@ -53,7 +53,8 @@ func times(n int, c call) []call {
 // envoy ratelimit configuration directory and the same Redis, sends both the
 // same call sequences — every case of envoy ratelimit's configuration
 // documentation, plus hits_addend, descriptor limit overrides, shadow and
-// quota mode, wildcards, share_threshold and replaces — and requires
+// quota mode, wildcards, share_threshold and replaces, on limits with and
+// without floodgate comments that keep envoy ratelimit's algorithm — and requires
 // identical answers: overall code, per-descriptor code, current limit (name,
 // requests per unit, unit), limit remaining, time until reset, and the
 // response headers of LIMIT_RESPONSE_HEADERS_ENABLED.
@@ -143,6 +144,10 @@ func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 	}
 	require.Greater(t, compared, 40)
 	require.Greater(t, withHeaders, 30, "answers with RateLimit-* headers compared")
+	// The directory, floodgate comments included (misc.yaml: azure and
+	// hour_key keep the fixed window with a fail policy, gcra_key is GCRA),
+	// loaded in envoy ratelimit unchanged.
+	require.Empty(t, peer.ConfigError(), "envoy ratelimit refused the configuration")
 
 	// The 11 calls that name a principal (user: shadow mode 3, replaces 5;
 	// remote_address: most specific match 3) are decision events on the broker.

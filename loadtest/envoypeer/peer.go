@@ -15,22 +15,37 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 )
 
 // Module and Version are the envoy ratelimit build used; its main package is
-// src/service_cmd.
+// src/service_cmd, its configuration checker src/config_check_cmd.
 const (
-	Module  = "github.com/envoyproxy/ratelimit"
-	Version = "v1.4.1-0.20260122083618-3fb702589d36"
-	binName = "envoy-ratelimit"
+	Module   = "github.com/envoyproxy/ratelimit"
+	Version  = "v1.4.1-0.20260122083618-3fb702589d36"
+	binName  = "envoy-ratelimit"
+	checkBin = "envoy-ratelimit-config-check"
 )
 
 // Install builds envoy ratelimit into binDir unless it is there already
 // (idempotent; the first build takes about a minute on a fresh machine) and
 // returns its path.
 func Install(ctx context.Context, binDir string) (string, error) {
-	path := filepath.Join(binDir, binName)
+	return install(ctx, binDir, "src/service_cmd", binName)
+}
+
+// InstallCheck builds envoy ratelimit's configuration checker
+// (config_check_cmd: `-config_dir DIR` loads every file of DIR as the
+// service does and exits 1 on the first error) into binDir unless it is
+// there already, and returns its path.
+func InstallCheck(ctx context.Context, binDir string) (string, error) {
+	return install(ctx, binDir, "src/config_check_cmd", checkBin)
+}
+
+func install(ctx context.Context, binDir, pkg, name string) (string, error) {
+	path := filepath.Join(binDir, name)
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}
@@ -39,26 +54,39 @@ func Install(ctx context.Context, binDir string) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
-	cmd := exec.CommandContext(ctx, "go", "install", Module+"/src/service_cmd@"+Version)
+	cmd := exec.CommandContext(ctx, "go", "install", Module+"/"+pkg+"@"+Version)
 	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=-mod=mod")
 	cmd.Dir = tmp
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go install %s@%s: %w\n%s", Module, Version, err, out)
+		return "", fmt.Errorf("go install %s/%s@%s: %w\n%s", Module, pkg, Version, err, out)
 	}
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
 		return "", err
 	}
-	if err := os.Rename(filepath.Join(tmp, "service_cmd"), path); err != nil {
+	if err := os.Rename(filepath.Join(tmp, filepath.Base(pkg)), path); err != nil {
 		return "", err
 	}
 	return path, nil
+}
+
+// Check runs the checker bin on dir: nil when envoy ratelimit loads it, else
+// an error holding what the checker said.
+func Check(ctx context.Context, bin, dir string) error {
+	out, err := exec.CommandContext(ctx, bin, "-config_dir", dir).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("envoy ratelimit refuses %s: %w\n%s", dir, err, out)
+	}
+	if !bytes.Contains(out, []byte("all rate limit configs ok")) {
+		return fmt.Errorf("envoy ratelimit's checker on %s said: %s", dir, out)
+	}
+	return nil
 }
 
 // Peer is a running envoy ratelimit.
 type Peer struct {
 	GRPCAddr, HTTPAddr string
 	cmd                *exec.Cmd
-	logs               *bytes.Buffer
+	logs               *syncBuffer
 }
 
 // Options configure Start.
@@ -82,16 +110,21 @@ func Start(ctx context.Context, o Options) (*Peer, error) {
 	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
 		return nil, err
 	}
-	files, err := filepath.Glob(filepath.Join(o.ConfigDir, "*.yaml"))
+	// Every file, whatever its name: envoy ratelimit's runtime loader reads
+	// them all (github.com/lyft/goruntime), so the directory is tried as it is.
+	entries, err := os.ReadDir(o.ConfigDir)
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(o.ConfigDir, e.Name()))
 		if err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(filepath.Join(cfgDir, filepath.Base(f)), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(cfgDir, e.Name()), b, 0o644); err != nil {
 			return nil, err
 		}
 	}
@@ -99,7 +132,7 @@ func Start(ctx context.Context, o Options) (*Peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Peer{GRPCAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), HTTPAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]), logs: &bytes.Buffer{}}
+	p := &Peer{GRPCAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), HTTPAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]), logs: &syncBuffer{}}
 	env := map[string]string{
 		"HOST": "127.0.0.1", "PORT": fmt.Sprint(ports[1]), "GRPC_HOST": "127.0.0.1", "GRPC_PORT": fmt.Sprint(ports[0]),
 		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": fmt.Sprint(ports[2]),
@@ -137,6 +170,19 @@ func Start(ctx context.Context, o Options) (*Peer, error) {
 // Logs is what the peer printed.
 func (p *Peer) Logs() string { return p.logs.String() }
 
+// ConfigError is the peer's complaint about its configuration ("Error
+// loading new configuration: …" in its log), or "" when it loaded it.
+func (p *Peer) ConfigError() string {
+	const mark = "Error loading new configuration"
+	s := p.logs.String()
+	i := strings.Index(s, mark)
+	if i < 0 {
+		return ""
+	}
+	line, _, _ := strings.Cut(s[i:], "\n")
+	return line
+}
+
 // Stop ends the peer.
 func (p *Peer) Stop() {
 	if p.cmd != nil && p.cmd.Process != nil {
@@ -162,4 +208,23 @@ func freePorts(n int) ([]int, error) {
 		out = append(out, l.Addr().(*net.TCPAddr).Port)
 	}
 	return out, nil
+}
+
+// syncBuffer is the peer's output, written by the process's copiers while
+// tests read it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -5,8 +5,10 @@
 // unlimited, shadow and quota mode, and the global shadow switch.
 //
 // The format is envoy ratelimit's documented one; a file written for it loads
-// unchanged. One extension key, `floodgate`, is read where envoy ratelimit
-// would reject an unknown key, so files that use it are Floodgate's own.
+// unchanged, and a file that loads here loads in envoy ratelimit: every key
+// it refuses is refused. Floodgate's own options for a limit (its algorithm,
+// burst and fail policy) are a `# floodgate: {…}` comment on the limit's
+// descriptor (extension.go), which envoy ratelimit never reads.
 package envoyconf
 
 import (
@@ -96,6 +98,26 @@ type Limit struct {
 	Route string
 	// Source is "file:line" of the rate_limit block.
 	Source string
+	// Ext is the limit's Floodgate options (a floodgate comment); nil: none,
+	// envoy ratelimit's fixed window.
+	Ext *Extension
+}
+
+// Algorithm is how the limit counts: FixedWindow unless its floodgate
+// comment names another.
+func (l *Limit) Algorithm() Algorithm {
+	if l.Ext == nil || l.Ext.Algorithm == "" {
+		return FixedWindow
+	}
+	return l.Ext.Algorithm
+}
+
+// Fail is the limit's fail policy ("" unless its floodgate comment sets one).
+func (l *Limit) Fail() FailPolicy {
+	if l.Ext == nil {
+		return ""
+	}
+	return l.Ext.Fail
 }
 
 type node struct {
@@ -210,8 +232,10 @@ func (e *posError) Error() string {
 func (e *posError) Unwrap() error { return ErrConfig }
 
 type loader struct {
-	file string
-	opts Options
+	file  string
+	opts  Options
+	lines []string     // the file's lines, to place comments
+	used  map[int]bool // lines of floodgate comments read as a limit's options
 }
 
 func (l *loader) errf(n *yaml.Node, format string, args ...any) error {
@@ -223,7 +247,7 @@ func (l *loader) errf(n *yaml.Node, format string, args ...any) error {
 }
 
 func (c *Config) loadFile(f File, o Options) error {
-	l := &loader{file: f.Name, opts: o}
+	l := &loader{file: f.Name, opts: o, lines: strings.Split(string(f.Data), "\n"), used: map[int]bool{}}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(f.Data))
 	if err := dec.Decode(&doc); err != nil {
@@ -264,10 +288,12 @@ func (c *Config) loadFile(f File, o Options) error {
 		dn = &node{children: map[string]*node{}, route: RouteJoin("", domain)}
 		c.domains[domain] = dn
 	}
-	if descs == nil {
-		return nil
+	if descs != nil {
+		if err := l.descriptors(dn, domain, descs); err != nil {
+			return err
+		}
 	}
-	return l.descriptors(dn, domain, descs)
+	return l.strayDirectives(&doc)
 }
 
 // fields walks a mapping, refusing repeated keys.
@@ -300,6 +326,11 @@ func (l *loader) str(v *yaml.Node, field string) (string, error) {
 	if v.Tag == "!!null" {
 		return "", nil
 	}
+	if v.Tag == "!!float" {
+		// envoy ratelimit's loader accepts strings, integers and booleans
+		// here and refuses a float ("error checking config").
+		return "", l.errf(v, "%s must be a string, not the number %s (quote it)", field, v.Value)
+	}
 	return v.Value, nil
 }
 
@@ -322,7 +353,7 @@ func (l *loader) uint32(v *yaml.Node, field string) (uint32, error) {
 	return uint32(n), nil
 }
 
-const descriptorKeys = "key, value, rate_limit, descriptors, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold, metadata, floodgate"
+const descriptorKeys = "key, value, rate_limit, descriptors, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold"
 
 func (l *loader) descriptors(parent *node, path string, list *yaml.Node) error {
 	if list.Tag == "!!null" {
@@ -369,11 +400,13 @@ func (l *loader) descriptor(parent *node, path string, m *yaml.Node) error {
 			toMetric, err = l.boolean(v, k)
 		case "share_threshold":
 			shr, err = l.boolean(v, k)
-		case "metadata":
-			// Returned to Envoy as dynamic metadata by envoy ratelimit when
-			// RESPONSE_DYNAMIC_METADATA is on; accepted and not used here.
 		case "floodgate":
-			err = l.errf(kn, "the floodgate key is reserved for Floodgate's own options and takes none in this version")
+			err = l.errf(kn, "config error, unknown key %q: envoy ratelimit refuses it; Floodgate's options are a comment, `# floodgate: {%s}`", k, extensionKeys)
+		case "metadata":
+			// Documented by envoy ratelimit, refused by its loader
+			// (validKeys has no metadata in the pinned build): a file
+			// holding it does not load there, so it does not load here.
+			err = l.errf(kn, "config error, unknown key %q: envoy ratelimit's loader refuses it (allowed here: %s)", k, descriptorKeys)
 		default:
 			err = l.unknown(kn, k, descriptorKeys)
 		}
@@ -407,6 +440,9 @@ func (l *loader) descriptor(parent *node, path string, m *yaml.Node) error {
 		}
 		lim.ShadowMode, lim.QuotaMode, lim.DetailedMetric, lim.Route = shadow, quota, detailed, n.route
 		n.limit = lim
+	}
+	if err := l.extension(m, n.limit); err != nil {
+		return err
 	}
 	if strings.Contains(composite, "*") {
 		parent.wildcards = append(parent.wildcards, wildcard{composite: composite, parts: strings.Split(composite, "*")})

@@ -120,3 +120,136 @@ func TestLoadErrorsNameFileAndLine(t *testing.T) {
 	_, err = Load([]File{{Name: "a.yaml", Data: []byte("domain: d\ndescriptors: [{key: a}]\n")}, {Name: "b.yaml", Data: []byte("domain: d\ndescriptors: [{key: b}]\n")}}, Options{MergeDomains: true})
 	require.NoError(t, err, "MERGE_DOMAIN_CONFIG merges")
 }
+
+// TestLoadIsAsStrictAsEnvoyRatelimit: what envoy ratelimit's loader (the
+// pinned build) refuses, Floodgate refuses, naming the file and line — so a
+// file that loads here loads there. loadtest/envoypeer asks the peer's own
+// checker about the same files.
+func TestLoadIsAsStrictAsEnvoyRatelimit(t *testing.T) {
+	cases := []struct {
+		name, yaml, want string
+	}{
+		{"metadata, documented but not in the peer's validKeys", "domain: d\ndescriptors:\n  - key: k\n    metadata: {a: b}\n    rate_limit: {unit: second, requests_per_unit: 1}\n", `f.yaml:4: config error, unknown key "metadata": envoy ratelimit's loader refuses it`},
+		{"a floodgate key", "domain: d\ndescriptors:\n  - key: k\n    floodgate: {algorithm: gcra}\n", `f.yaml:4: config error, unknown key "floodgate"`},
+		{"a float value", "domain: d\ndescriptors:\n  - key: k\n    value: 1.5\n", `f.yaml:4: value must be a string, not the number 1.5`},
+		{"a float key", "domain: d\ndescriptors:\n  - key: 2.0\n", `f.yaml:3: key must be a string, not the number 2.0`},
+		{"a float domain", "domain: 1e3\n", `f.yaml:1: domain must be a string`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load([]File{{Name: "f.yaml", Data: []byte(tc.yaml)}}, Options{})
+			require.ErrorIs(t, err, ErrConfig)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	_, err := Load([]File{{Name: "f.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: k\n    value: 15\n  - key: b\n    value: true\n")}}, Options{})
+	require.NoError(t, err, "integers and booleans are values, as in the peer")
+}
+
+// TestFloodgateCommentSelectsTheAlgorithm reads a limit's Floodgate options
+// from its floodgate comment, wherever on the descriptor's own lines it is.
+func TestFloodgateCommentSelectsTheAlgorithm(t *testing.T) {
+	c, err := Load([]File{{Name: "f.yaml", Data: []byte(`domain: d
+descriptors:
+  - key: above
+    # floodgate: {algorithm: gcra, burst: 20, fail: closed}
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: inline
+    rate_limit: {unit: second, requests_per_unit: 10} # floodgate: {algorithm: sliding_window}
+  - key: block # floodgate: {algorithm: token_bucket}
+    rate_limit:
+      unit: minute
+      requests_per_unit: 10
+  # floodgate: {fail: open}
+  - key: item
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: plain
+    # an ordinary comment
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: parent
+    descriptors:
+      - key: child
+        rate_limit: # floodgate: {algorithm: leaky_bucket, burst: 3}
+          unit: hour
+          requests_per_unit: 5
+`)}}, Options{})
+	require.NoError(t, err)
+	ext := func(entries ...Entry) *Extension { return c.Lookup("d", entries).Limit.Ext }
+	require.Equal(t, &Extension{Algorithm: GCRA, Burst: 20, Fail: FailClosed, Source: "f.yaml:4"}, ext(Entry{"above", "x"}))
+	require.Equal(t, SlidingWindow, ext(Entry{"inline", "x"}).Algorithm)
+	require.Equal(t, "f.yaml:7", ext(Entry{"inline", "x"}).Source)
+	require.Equal(t, TokenBucket, ext(Entry{"block", "x"}).Algorithm)
+	require.Equal(t, &Extension{Fail: FailOpen, Source: "f.yaml:12"}, ext(Entry{"item", "x"}))
+	require.Nil(t, ext(Entry{"plain", "x"}))
+	require.Equal(t, FixedWindow, c.Lookup("d", []Entry{{"plain", "x"}}).Limit.Algorithm())
+	require.Equal(t, &Extension{Algorithm: LeakyBucket, Burst: 3, Source: "f.yaml:21"}, ext(Entry{"parent", "p"}, Entry{"child", "c"}))
+}
+
+// TestFloodgateCommentErrorsNameFileAndLine: a floodgate comment is
+// validated like every key — a typo is an error at its line, never ignored.
+func TestFloodgateCommentErrorsNameFileAndLine(t *testing.T) {
+	const head = "domain: d\ndescriptors:\n  - key: k\n"
+	const rl = "    rate_limit: {unit: second, requests_per_unit: 10}\n"
+	cases := []struct {
+		name, yaml, want string
+	}{
+		{"unknown algorithm", head + "    # floodgate: {algorithm: leaky}\n" + rl, `f.yaml:4: floodgate comment: algorithm "leaky": want one of fixed_window, token_bucket, gcra, sliding_window, leaky_bucket, sliding_window_log`},
+		{"unknown option", head + "    # floodgate: {algo: gcra}\n" + rl, `f.yaml:4: floodgate comment: unknown option "algo" (allowed: algorithm, burst, fail)`},
+		{"bad fail policy", head + "    # floodgate: {fail: local}\n" + rl, `f.yaml:4: floodgate comment: fail "local": want open or closed`},
+		{"burst without a capacity", head + "    # floodgate: {algorithm: sliding_window, burst: 5}\n" + rl, `f.yaml:4: floodgate comment: burst needs an algorithm with a capacity`},
+		{"zero burst", head + "    # floodgate: {algorithm: gcra, burst: 0}\n" + rl, `f.yaml:4: floodgate comment: burst must be at least 1`},
+		{"not a mapping", head + "    # floodgate: gcra\n" + rl, `f.yaml:4: floodgate comment: want a YAML flow mapping`},
+		{"no colon", head + "    # floodgate algorithm=gcra\n" + rl, "f.yaml:4: floodgate comment: want `# floodgate: {algorithm, burst, fail}`"},
+		{"on a descriptor without a limit", head + "    # floodgate: {algorithm: gcra}\n    value: v\n", `f.yaml:4: floodgate comment: this descriptor has no rate_limit`},
+		{"after the last line", head + rl + "    # floodgate: {algorithm: gcra}\n", `f.yaml:5: floodgate comment outside a descriptor`},
+		{"unlimited", head + "    # floodgate: {algorithm: gcra}\n    rate_limit: {unlimited: true}\n", `f.yaml:4: floodgate comment: an unlimited rate_limit counts nothing`},
+		{"sliding log past its bound", head + "    # floodgate: {algorithm: sliding_window_log}\n    rate_limit: {unit: hour, requests_per_unit: 20000}\n", `f.yaml:4: floodgate comment: sliding_window_log keeps one entry per request`},
+		{"two comments", head + "    # floodgate: {algorithm: gcra}\n    rate_limit: {unit: second, requests_per_unit: 10} # floodgate: {fail: open}\n", `f.yaml:5: a second floodgate comment on this descriptor (the first is on line 4)`},
+		{"outside a descriptor", "# floodgate: {algorithm: gcra}\n" + head + rl, `f.yaml:1: floodgate comment outside a descriptor`},
+		{"above nested descriptors", head + rl + "    # floodgate: {algorithm: gcra}\n    descriptors:\n      - key: c\n        rate_limit: {unit: second, requests_per_unit: 1}\n", `f.yaml:5: floodgate comment outside a descriptor`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load([]File{{Name: "f.yaml", Data: []byte(tc.yaml)}}, Options{})
+			require.ErrorIs(t, err, ErrConfig)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+// FuzzLoad: no file makes the loader panic, and what loads holds only
+// valid floodgate options on counted limits.
+func FuzzLoad(f *testing.F) {
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: k\n    # floodgate: {algorithm: gcra, burst: 2, fail: open}\n    rate_limit: {unit: second, requests_per_unit: 1}\n"))
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: k # floodgate: {}\n    rate_limit: {unit: second, requests_per_unit: 1} # floodgate: {fail: closed}\n"))
+	f.Add([]byte("# floodgate:\ndomain: d\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Load([]File{{Name: "f.yaml", Data: data}}, Options{})
+		if err != nil {
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("error without ErrConfig: %v", err)
+			}
+			return
+		}
+		var walk func(n *node)
+		walk = func(n *node) {
+			if l := n.limit; l != nil && l.Ext != nil {
+				if l.Unlimited && l.Ext.Algorithm.Floodgate() {
+					t.Fatalf("an algorithm on an unlimited limit: %+v", l.Ext)
+				}
+				if l.Ext.Burst > 0 && !l.Ext.Algorithm.HasBurst() {
+					t.Fatalf("a burst without a capacity: %+v", l.Ext)
+				}
+				if f := l.Ext.Fail; f != "" && f != FailOpen && f != FailClosed {
+					t.Fatalf("fail policy %q", f)
+				}
+			}
+			for _, ch := range n.children {
+				walk(ch)
+			}
+		}
+		for _, d := range c.domains {
+			walk(d)
+		}
+	})
+}

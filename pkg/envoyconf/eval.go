@@ -2,6 +2,7 @@ package envoyconf
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -57,6 +58,9 @@ type Request struct {
 	// Scale, when set, is the factor (the adjuster's scale, in (0, 10]) by
 	// which descriptor i's counted limit l is multiplied; nil or 0 means 1.
 	Scale func(i int, l *Limit) float64
+	// Also, when set, puts more commands on the call's pipeline (the
+	// principal's daily quota); the caller reads them once Evaluate returns.
+	Also func(ctx context.Context, pipe redis.Pipeliner)
 }
 
 // Status is one descriptor's answer.
@@ -83,6 +87,8 @@ type Status struct {
 	// Penalty is the multiplier applied to this descriptor's limit (1: none,
 	// or not penalized); Scale the scale applied (1: none).
 	Penalty, Scale float64
+	// Degraded: Redis could not be asked; the limit's fail policy answered.
+	Degraded bool
 }
 
 // RequestsPerUnit and Unit of the limit that applied, override, scale and
@@ -122,6 +128,10 @@ type Response struct {
 	Penalty float64
 	// Now is the time the call was decided at (the evaluator's clock).
 	Now time.Time
+	// Degraded: the counters could not be read and the limits' fail
+	// policies answered (see degrade); Err is why.
+	Degraded bool
+	Err      error
 }
 
 // MaxUint32 is what envoy ratelimit answers as limit_remaining for an
@@ -131,7 +141,9 @@ const MaxUint32 = math.MaxUint32
 // Evaluator answers calls against a configuration with fixed-window
 // counters in Redis, as envoy ratelimit does: one INCRBY + EXPIRE per
 // limited descriptor, all in one pipeline, and the counter counts every hit
-// (over the limit included). Safe for concurrent use.
+// (over the limit included). A limit whose floodgate comment names one of
+// Floodgate's algorithms is decided by Algorithms in the same pipeline.
+// Safe for concurrent use.
 type Evaluator struct {
 	Redis redis.UniversalClient
 	// Prefix starts every counter key, e.g. "fg:envoy:".
@@ -142,12 +154,52 @@ type Evaluator struct {
 	// Coalescer, when set, sends the counters of concurrent calls in shared
 	// pipelines (on Redis, not in Prefix's keys); nil: one pipeline per call.
 	Coalescer *redisx.Coalescer
+	// Algorithms runs Floodgate's algorithms (pkg/limiter's check script);
+	// a call that reaches a limit naming one fails without it.
+	Algorithms AlgorithmRunner
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
 
+// AlgorithmCheck is one descriptor counted by one of Floodgate's algorithms.
+type AlgorithmCheck struct {
+	Algorithm Algorithm
+	// Key is the algorithm's state; PenaltyKey, when set, the principal's
+	// penalty hash (field m), in Key's hash slot, whose multiplier applies.
+	Key, PenaltyKey string
+	Limit           uint32 // requests per Period, before scale and penalty
+	Burst           uint32 // capacity; 0 means Limit
+	Period          time.Duration
+	Scale           float64
+	Hits            uint64
+	// Shadow reports a denial without denying (shadow and quota mode).
+	Shadow bool
+}
+
+// AlgorithmResult is an AlgorithmCheck's answer.
+type AlgorithmResult struct {
+	Allowed    bool
+	Limit      int64 // enforced: Limit × scale × penalty, floored, at least 1
+	Remaining  int64
+	ResetAfter time.Duration
+	Penalty    float64 // the multiplier applied (1: none)
+}
+
+// AlgorithmRunner evaluates AlgorithmChecks. Must be safe for concurrent use.
+type AlgorithmRunner interface {
+	// Queue puts c on pipe; the returned function reads its answer once the
+	// pipeline ran (it may ask Redis again, e.g. after NOSCRIPT).
+	Queue(ctx context.Context, pipe redis.Pipeliner, c *AlgorithmCheck) func(ctx context.Context) (AlgorithmResult, error)
+}
+
+// ErrRedis marks an answer Redis could not give; the call may be answered by
+// fail policies instead (Response.Degraded) or not at all.
+var ErrRedis = errors.New("envoy counters: redis")
+
 // Evaluate answers req with cfg. A domain cfg does not have answers OK for
-// every descriptor (envoy ratelimit does the same).
+// every descriptor (envoy ratelimit does the same). An error wrapping
+// ErrRedis means the counters could not be read and some counted limit has
+// no fail policy; any other error is the request's.
 func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Response, error) {
 	if req.Domain == "" {
 		return Response{}, fmt.Errorf("rate limit domain must not be empty")
@@ -185,16 +237,15 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 	}
 	type pending struct {
 		i    int
-		cmd  *redis.IntCmd
 		hits uint64
+		key  string
+		ttl  time.Duration
+		cmd  *redis.IntCmd // fixed window
+		algo *AlgorithmCheck
+		read func(context.Context) (AlgorithmResult, error)
 	}
 	var todo []pending
-	type incr struct {
-		key  string
-		hits int64
-		ttl  time.Duration
-	}
-	var incrs []incr
+	penalizeFixed, algos := false, 0
 	for i, m := range matches {
 		l := m.Limit
 		switch {
@@ -208,92 +259,242 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 			statuses[i].Code = CodeOK // replaced by another matching limit
 			continue
 		}
-		statuses[i].Limit = l
-		hits := uint64(max(req.HitsAddend, 1))
-		if h := req.Descriptors[i].HitsAddend; h != nil {
-			hits = *h
+		st := &statuses[i]
+		st.Limit = l
+		st.Scale, st.Penalty = 1, 1
+		if req.Scale != nil {
+			if s := req.Scale(i, l); s > 0 {
+				st.Scale = s
+			}
 		}
-		secs := l.Unit.Seconds()
-		start := now.Unix() / secs * secs
-		key := e.counterKey(req.Domain, req.Descriptors[i].Entries, m.CounterValues, start)
-		incrs = append(incrs, incr{key: key, hits: int64(hits), ttl: time.Duration(secs) * time.Second})
-		todo = append(todo, pending{i: i, hits: hits})
+		d := &req.Descriptors[i]
+		hits := uint64(max(req.HitsAddend, 1))
+		if d.HitsAddend != nil {
+			hits = *d.HitsAddend
+		}
+		p := pending{i: i, hits: hits}
+		if alg := l.Algorithm(); alg.Floodgate() && st.Override == nil {
+			if e.Algorithms == nil {
+				return Response{}, fmt.Errorf("%s: algorithm %s: the evaluator runs no Floodgate algorithms", l.Source, alg)
+			}
+			c := &AlgorithmCheck{Algorithm: alg, Limit: l.RequestsPerUnit, Burst: l.Ext.Burst,
+				Period: time.Duration(l.Unit.Seconds()) * time.Second, Scale: st.Scale, Hits: hits,
+				Shadow: l.ShadowMode || l.QuotaMode}
+			tag := ""
+			if d.Penalize && req.PenaltyKey != "" {
+				tag, c.PenaltyKey = hashTag(req.PenaltyKey), req.PenaltyKey
+			}
+			c.Key = e.stateKey(req.Domain, d.Entries, m.CounterValues, tag, alg)
+			p.algo = c
+			algos++
+		} else {
+			secs := l.Unit.Seconds()
+			start := now.Unix() / secs * secs
+			p.key = e.counterKey(req.Domain, d.Entries, m.CounterValues, start)
+			p.ttl = time.Duration(secs) * time.Second
+			penalizeFixed = penalizeFixed || d.Penalize
+		}
+		todo = append(todo, p)
 	}
 	var pen *redis.StringCmd
-	if len(todo) > 0 {
-		penalize := false
-		for _, p := range todo {
-			penalize = penalize || req.Descriptors[p.i].Penalize
-		}
+	var failed error
+	if len(todo) > 0 || req.Also != nil {
 		add := func(ctx context.Context, pipe redis.Pipeliner) {
-			for k, in := range incrs {
-				todo[k].cmd = pipe.IncrBy(ctx, in.key, in.hits)
-				pipe.Expire(ctx, in.key, in.ttl)
+			for k := range todo {
+				p := &todo[k]
+				if p.algo != nil {
+					p.read = e.Algorithms.Queue(ctx, pipe, p.algo)
+					continue
+				}
+				p.cmd = pipe.IncrBy(ctx, p.key, int64(p.hits))
+				pipe.Expire(ctx, p.key, p.ttl)
 			}
-			if penalize && req.PenaltyKey != "" {
+			if penalizeFixed && req.PenaltyKey != "" {
 				pen = pipe.HGet(ctx, req.PenaltyKey, "m")
+			}
+			if req.Also != nil {
+				req.Also(ctx, pipe)
 			}
 		}
 		if e.Coalescer != nil {
-			if err := e.Coalescer.Do(ctx, add); err != nil {
-				return Response{}, fmt.Errorf("envoy counters: %w", err)
-			}
+			failed = e.Coalescer.Do(ctx, add)
 		} else {
 			pipe := e.Redis.Pipeline()
 			add(ctx, pipe)
 			_, _ = pipe.Exec(ctx) // errors per command, below
 		}
-		for _, p := range todo {
-			if err := p.cmd.Err(); err != nil {
-				return Response{}, fmt.Errorf("envoy counters: %w", err)
-			}
-		}
 	}
 	mult := penaltyOf(pen)
-	for _, p := range todo {
-		st := &statuses[p.i]
-		count := uint64(p.cmd.Val())
-		st.Count = count
-		d := &req.Descriptors[p.i]
-		st.Scale, st.Penalty = 1, 1
-		if req.Scale != nil {
-			if s := req.Scale(p.i, st.Limit); s > 0 {
-				st.Scale = s
-			}
+	var results []AlgorithmResult // by todo index, for Floodgate's algorithms
+	if algos > 0 {
+		results = make([]AlgorithmResult, len(todo))
+	}
+	for k, p := range todo {
+		if failed != nil {
+			break
 		}
-		if d.Penalize {
-			st.Penalty = mult
-		}
-		st.Effective = Effective(st.Configured(), st.Scale*st.Penalty)
-		limit := uint64(st.Effective)
-		_, unit, _ := st.RequestsPerUnit()
-		st.ResetAfter = ResetAfter(unit, now)
-		if count > limit {
-			st.Code = CodeOverLimit
-			switch {
-			case st.Limit.ShadowMode && st.Override == nil:
-				st.Code, st.Shadowed = CodeOK, true
-			case st.Limit.QuotaMode && st.Override == nil:
-				// Quota mode (envoy ratelimit v1.4.1-…20260122): the
-				// violation is reported as OK with no time until reset,
-				// and never fails the call.
-				st.Code, st.QuotaExceeded, st.ResetAfter = CodeOK, true, 0
+		if p.algo != nil {
+			results[k], failed = p.read(ctx)
+			if results[k].Penalty > 0 && results[k].Penalty < mult {
+				mult = results[k].Penalty
 			}
 			continue
 		}
-		st.Code = CodeOK
-		st.LimitRemaining = uint32(limit - count)
+		failed = p.cmd.Err()
 	}
-	resp := Response{Overall: CodeOK, Statuses: statuses, Penalty: mult, Now: now}
-	for _, st := range statuses {
-		if st.Code == CodeOverLimit {
-			resp.Overall = CodeOverLimit
+	if failed != nil {
+		resp, ok := degrade(statuses, matches, now, e.GlobalShadow)
+		if !ok {
+			return Response{}, fmt.Errorf("%w: %w", ErrRedis, failed)
+		}
+		resp.Err = failed
+		return resp, nil
+	}
+	for k, p := range todo {
+		st := &statuses[p.i]
+		d := &req.Descriptors[p.i]
+		if d.Penalize {
+			st.Penalty = mult
+		}
+		var over bool
+		if p.algo != nil {
+			r := results[k]
+			st.Effective = uint32(min(max(r.Limit, 0), math.MaxUint32))
+			st.ResetAfter = r.ResetAfter
+			st.Count = uint64(max(r.Limit-r.Remaining, 0))
+			if over = !r.Allowed; over {
+				st.Count = uint64(r.Limit) + p.hits
+			} else {
+				st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
+			}
+		} else {
+			count := uint64(p.cmd.Val())
+			st.Count = count
+			st.Effective = Effective(st.Configured(), st.Scale*st.Penalty)
+			_, unit, _ := st.RequestsPerUnit()
+			st.ResetAfter = ResetAfter(unit, now)
+			if over = count > uint64(st.Effective); !over {
+				st.LimitRemaining = uint32(uint64(st.Effective) - count)
+			}
+		}
+		st.Code = CodeOK
+		if !over {
+			continue
+		}
+		st.Code = CodeOverLimit
+		switch {
+		case st.Limit.ShadowMode && st.Override == nil:
+			st.Code, st.Shadowed = CodeOK, true
+		case st.Limit.QuotaMode && st.Override == nil:
+			// Quota mode (envoy ratelimit v1.4.1-…20260122): the
+			// violation is reported as OK with no time until reset,
+			// and never fails the call.
+			st.Code, st.QuotaExceeded, st.ResetAfter = CodeOK, true, 0
 		}
 	}
-	if resp.Overall == CodeOverLimit && e.GlobalShadow {
-		resp.Overall, resp.Shadowed = CodeOK, true
-	}
+	resp := Response{Overall: CodeOK, Statuses: statuses, Penalty: mult, Now: now}
+	resp.finish(e.GlobalShadow)
 	return resp, nil
+}
+
+// finish sets the overall code from the statuses.
+func (r *Response) finish(globalShadow bool) {
+	r.Overall = CodeOK
+	for _, st := range r.Statuses {
+		if st.Code == CodeOverLimit {
+			r.Overall = CodeOverLimit
+		}
+	}
+	if r.Overall == CodeOverLimit && globalShadow {
+		r.Overall, r.Shadowed = CodeOK, true
+	}
+}
+
+// degrade answers a call whose counters could not be read from its limits'
+// fail policies, when they decide it: any closed limit denies the call (it
+// answers OVER_LIMIT with nothing remaining until its window ends; a limit
+// without a policy answers UNKNOWN), and open limits alone allow it (each
+// OK with its whole limit remaining). Otherwise ok is false and the call
+// fails as envoy ratelimit's does. Shadow, quota and global shadow mode turn
+// a closed limit's denial into OK as they do Redis's.
+func degrade(statuses []Status, matches []Match, now time.Time, globalShadow bool) (Response, bool) {
+	out := make([]Status, len(statuses))
+	closed, unknown := false, false
+	for i, st := range statuses {
+		l := matches[i].Limit
+		if st.Limit == nil || st.Unlimited || l == nil {
+			out[i] = st
+			continue
+		}
+		n := Status{Limit: l, Override: st.Override, Scale: st.Scale, Penalty: 1, Degraded: true}
+		policy := l.Fail()
+		if st.Override != nil {
+			policy = ""
+		}
+		switch policy {
+		case FailClosed:
+			n.Effective, n.Code, n.ResetAfter = Effective(l.RequestsPerUnit, st.Scale), CodeOverLimit, ResetAfter(l.Unit, now)
+			if l.ShadowMode || l.QuotaMode {
+				n.Code, n.Shadowed = CodeOK, l.ShadowMode
+			} else {
+				closed = true
+			}
+		case FailOpen:
+			n.Effective, n.Code = Effective(l.RequestsPerUnit, st.Scale), CodeOK
+			n.LimitRemaining = n.Effective
+		default:
+			n.Code, unknown = CodeUnknown, true
+		}
+		out[i] = n
+	}
+	if unknown && !closed {
+		return Response{}, false
+	}
+	resp := Response{Statuses: out, Penalty: 1, Now: now, Degraded: true}
+	resp.finish(globalShadow)
+	return resp, true
+}
+
+// hashTag is the "{…}" of a key.
+func hashTag(key string) string {
+	i := strings.IndexByte(key, '{')
+	if i < 0 {
+		return ""
+	}
+	j := strings.IndexByte(key[i:], '}')
+	if j < 0 {
+		return ""
+	}
+	return key[i : i+j+1]
+}
+
+// stateKey names a Floodgate algorithm's state for one descriptor: the
+// counter's name without a window, and the algorithm, so changing a limit's
+// algorithm starts from fresh state. With tag (a principal's "{…}") the key
+// lives in the principal's slot, beside its penalty; otherwise it has a tag
+// of its own, as a counter has.
+func (e *Evaluator) stateKey(domain string, entries []Entry, values []string, tag string, alg Algorithm) string {
+	var b strings.Builder
+	b.WriteString(e.Prefix)
+	if tag != "" {
+		b.WriteString(tag)
+		b.WriteByte(':')
+	} else {
+		b.WriteByte('{')
+	}
+	b.WriteString(redisx.Escape(domain))
+	for i, en := range entries {
+		b.WriteByte(':')
+		b.WriteString(redisx.Escape(en.Key))
+		b.WriteByte('=')
+		b.WriteString(redisx.Escape(values[i]))
+	}
+	if tag == "" {
+		b.WriteByte('}')
+	}
+	b.WriteString(":alg:")
+	b.WriteString(string(alg))
+	return b.String()
 }
 
 // penaltyOf reads a penalty multiplier: in (0, 1], else 1 (none, missing,

@@ -155,7 +155,10 @@ type Decision struct {
 	// Principal is "principal": the principal the decision is about; also the Kafka message
 	// key (kind:id).
 	Principal Principal
-	// IP is "ip": the client's IP address as the gateway saw it.
+	// IP is "ip": the client's IP address as the gateway saw it. The unspecified address
+	// (0.0.0.0 or ::) means the gateway did not know it (an Envoy call that carries no
+	// client address entry); consumers treat it as no address, never as one address shared
+	// by every such request.
 	IP netip.Addr
 	// Method is "method": the request's HTTP method.
 	Method string

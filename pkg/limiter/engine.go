@@ -432,20 +432,7 @@ func (e *Engine) bind(rs *Ruleset, req Request) (principal, ip group, cost int64
 	kind, id := string(req.Principal.Kind), req.Principal.ID
 	var pov, plov *Override
 	var scales Scales
-	if e.rt != nil {
-		ov := e.rt.Overrides()
-		pov = ov.Principal(req.Principal)
-		scales = e.rt.Scales()
-		plan := req.Plan
-		if plan == "" && pov != nil {
-			plan = pov.Plan
-		}
-		req.Plan = plan
-		plov = ov.Plan(plan)
-	}
-	if req.Plan == "" {
-		req.Plan = DefaultPlan
-	}
+	req.Plan, pov, plov, scales = e.overridesFor(req.Principal, req.Plan)
 	cost = int64(max(req.Cost, 1)) * int64(rs.Cost(req.Method, req.Route))
 	resType, _, _ := strings.Cut(req.Resource, ":")
 
@@ -495,7 +482,39 @@ func (e *Engine) bind(rs *Ruleset, req Request) (principal, ip group, cost int64
 		ip.penaltyKey = e.prefix + redisx.PenaltyKey("ip", ipID) // never written: keeps KEYS[1] on the IP's slot
 	}
 
-	q := rs.Quota(req.Principal.Kind, req.Plan)
+	if qb, ok := e.quotaBound(rs, req.Principal, req.Plan, plov, pov, cost, req.At); ok {
+		principal.rules = append(principal.rules, qb)
+	}
+	return principal, ip, cost, req.Plan
+}
+
+// overridesFor resolves a principal's plan (plan, else its override's plan,
+// else DefaultPlan), its override and its plan's, and the scales in force.
+func (e *Engine) overridesFor(p events.Principal, plan string) (string, *Override, *Override, Scales) {
+	var pov, plov *Override
+	var scales Scales
+	if e.rt != nil {
+		ov := e.rt.Overrides()
+		pov = ov.Principal(p)
+		scales = e.rt.Scales()
+		if plan == "" && pov != nil {
+			plan = pov.Plan
+		}
+		plov = ov.Plan(plan)
+	}
+	if plan == "" {
+		plan = DefaultPlan
+	}
+	return plan, pov, plov, scales
+}
+
+// quotaBound is the principal's daily quota on plan as one rule: the rules
+// file's quota, or an override's; false when it has none. Its keys are the
+// day counters around at (the engine's clock when zero), in the principal's
+// slot.
+func (e *Engine) quotaBound(rs *Ruleset, p events.Principal, plan string, plov, pov *Override, cost int64, at time.Time) (bound, bool) {
+	kind, id := string(p.Kind), p.ID
+	q := rs.Quota(p.Kind, plan)
 	limit := int64(0)
 	var qb bound
 	if q != nil {
@@ -506,27 +525,27 @@ func (e *Engine) bind(rs *Ruleset, req Request) (principal, ip group, cost int64
 		if o != nil && o.Quota > 0 {
 			limit = o.Quota
 			if q == nil {
-				qb = bound{id: "quota-" + kind + "-" + req.Plan, shadow: rs.Shadow || e.shadow, fail: FailOpen}
+				qb = bound{id: "quota-" + kind + "-" + plan, shadow: rs.Shadow || e.shadow, fail: FailOpen}
 			}
 		}
 	}
-	if limit > 0 {
-		qb.tier, qb.alg, qb.limit, qb.period, qb.scale, qb.cost = events.TierQuota, dayQuota, limit, 24*time.Hour, 1, cost
-		now := e.clock().UTC()
-		if !req.At.IsZero() {
-			now = req.At.UTC()
-		}
-		for _, t := range []time.Time{now.Add(-10 * time.Minute), now.Add(10 * time.Minute)} {
-			day := t.Unix() / 86400
-			if len(qb.days) > 0 && qb.days[len(qb.days)-1] == day {
-				continue
-			}
-			qb.days = append(qb.days, day)
-			qb.keys = append(qb.keys, e.prefix+redisx.DayUsageKey(kind, id, t.Format(time.DateOnly)))
-		}
-		principal.rules = append(principal.rules, qb)
+	if limit <= 0 {
+		return bound{}, false
 	}
-	return principal, ip, cost, req.Plan
+	qb.tier, qb.alg, qb.limit, qb.period, qb.scale, qb.cost = events.TierQuota, dayQuota, limit, 24*time.Hour, 1, cost
+	now := e.clock().UTC()
+	if !at.IsZero() {
+		now = at.UTC()
+	}
+	for _, t := range []time.Time{now.Add(-10 * time.Minute), now.Add(10 * time.Minute)} {
+		day := t.Unix() / 86400
+		if len(qb.days) > 0 && qb.days[len(qb.days)-1] == day {
+			continue
+		}
+		qb.days = append(qb.days, day)
+		qb.keys = append(qb.keys, e.prefix+redisx.DayUsageKey(kind, id, t.Format(time.DateOnly)))
+	}
+	return qb, true
 }
 
 // ipBucketID is the IP tier's counting unit: the IPv4 address, or the IPv6 /64.

@@ -3,10 +3,12 @@ package limiter
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,10 +72,14 @@ type EnvoyConfig struct {
 	// headers to every answer for these domains.
 	Headers *EnvoyHeaders
 	// Identity, when set, makes every call a decision.v1 event of the
-	// principal its entries name, and applies that principal's penalty and
-	// the adjuster's scales to its limits; nil answers exactly as envoy
-	// ratelimit does and publishes nothing.
+	// principal its entries name, and applies that principal's penalty, the
+	// adjuster's scales and the principal's daily quota to its limits; nil
+	// answers exactly as envoy ratelimit does and publishes nothing.
 	Identity *EnvoyIdentity
+	// FailureModeDeny is Envoy's failure_mode_deny for these domains: what
+	// Envoy does when a call fails (Redis unavailable, no fail policy), so
+	// the call's degraded decision event says whether it was allowed.
+	FailureModeDeny bool
 }
 
 // EnvoyHeaders names the response headers envoy ratelimit adds with
@@ -136,7 +142,7 @@ var _ rlsv3.RateLimitServiceServer = (*EnvoyRLS)(nil)
 func NewEnvoyRLS(s *Server) *EnvoyRLS {
 	return &EnvoyRLS{s: s, requests: promauto.With(s.reg).NewCounterVec(prometheus.CounterOpts{
 		Name: "floodgate_limiter_envoy_requests_total",
-		Help: "Envoy ShouldRateLimit calls by result (ok, over_limit, invalid).",
+		Help: "Envoy ShouldRateLimit calls by result (ok, over_limit, invalid, unavailable: Redis failed and a counted limit has no fail policy).",
 	}, []string{"result"}), descriptors: newEnvoyDescriptorMetrics(s.reg),
 		unnamed: promauto.With(s.reg).NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_limiter_envoy_unattributed_total",
@@ -436,7 +442,9 @@ func currentLimit(r Result) *rlsv3.RateLimitResponse_RateLimit {
 }
 
 // envoyAnswer answers a call for a domain of the envoy ratelimit
-// configuration exactly as envoy ratelimit would.
+// configuration exactly as envoy ratelimit would — and, with Identity, with
+// the principal's penalty, the adjuster's scales and the principal's daily
+// quota, publishing the decision.
 func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	req := envoyconf.Request{Domain: in.GetDomain(), HitsAddend: in.GetHitsAddend(), Descriptors: make([]envoyconf.Descriptor, len(in.GetDescriptors()))}
 	for i, d := range in.GetDescriptors() {
@@ -455,6 +463,7 @@ func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *r
 	}
 	var who envoyWho
 	var tiers []events.Tier
+	var quota *envoyQuota
 	if id := e.envoy.Identity; id != nil {
 		who = id.identify(req.Descriptors)
 		if cl, ok := callerFrom(ctx); ok && who.ok && !cl.mayName(who.principal.Kind) {
@@ -462,19 +471,64 @@ func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *r
 			return nil, status.Error(codes.PermissionDenied, fmt.Sprintf("principal kind %s: caller %s may not name it", who.principal.Kind, cl.Name))
 		}
 		tiers = who.tiers(&req, id.IPKey)
-		if e.s.engine != nil && e.s.engine.rt != nil {
-			if scales := e.s.engine.rt.Scales(); len(scales) > 0 {
-				req.Scale = func(i int, l *envoyconf.Limit) float64 { return scales.For(tiers[i], who.method, l.Route) }
+		if eng := e.s.engine; eng != nil {
+			if eng.rt != nil {
+				if scales := eng.rt.Scales(); len(scales) > 0 {
+					req.Scale = func(i int, l *envoyconf.Limit) float64 { return scales.For(tiers[i], who.method, l.Route) }
+				}
+			}
+			if who.ok && len(req.Descriptors) > 0 {
+				if quota = eng.envoyQuota(who.principal, envoyUnits(&req, tiers)); quota != nil {
+					req.Also = quota.queue
+				}
 			}
 		}
 	}
 	resp, err := e.envoy.Evaluator.Evaluate(ctx, cfg, req)
+	if errors.Is(err, envoyconf.ErrRedis) {
+		// As envoy ratelimit: Envoy's failure_mode_deny decides. The
+		// decision is published all the same, degraded, with what Envoy
+		// does by its setting (FailureModeDeny).
+		e.s.metrics.errors.WithLabelValues("envoy_redis").Inc()
+		e.s.metrics.degraded.Inc()
+		e.requests.WithLabelValues("unavailable").Inc()
+		if e.envoy.Identity != nil && who.ok {
+			ev := envoyUnavailable(newDecisionID(), e.s.gateway, &who, &req, !e.envoy.FailureModeDeny, tiers)
+			e.s.record(ev.Rule, ev.Tier, ev.Allowed, false)
+			e.s.emit(ctx, &ev)
+		}
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
 	if err != nil {
 		e.requests.WithLabelValues("invalid").Inc()
-		return nil, status.Error(codes.Unavailable, err.Error())
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if resp.Degraded {
+		e.s.metrics.degraded.Inc()
+	}
+	var qa *quotaAnswer
+	if quota != nil && !resp.Degraded {
+		a, qerr := quota.read(ctx)
+		if qerr != nil {
+			e.s.log.Warn("envoy call: daily quota unreadable; its fail policy answers", "principal", who.principal.Key(), "err", qerr)
+		}
+		qa = &a
+		if !a.allowed {
+			resp.Overall = envoyconf.CodeOverLimit
+			if e.envoy.Evaluator.GlobalShadow {
+				resp.Overall, resp.Shadowed = envoyconf.CodeOK, true
+			}
+		}
+		if resp.Overall == envoyconf.CodeOverLimit && strings.Contains(a.consumed, "1") {
+			quota.refund(ctx, a.consumed) // denied by another limit: the quota keeps its units
+		}
 	}
 	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_Code(resp.Overall),
 		Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(resp.Statuses))}
+	quotaAt := -1
+	if qa != nil && qa.wouldDeny {
+		quotaAt = slices.Index(tiers, events.TierPrincipal)
+	}
 	for i, st := range resp.Statuses {
 		ds := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_Code(st.Code), LimitRemaining: st.LimitRemaining}
 		if rpu, unit, ok := st.RequestsPerUnit(); ok {
@@ -487,6 +541,18 @@ func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *r
 				ds.DurationUntilReset = durationpb.New(st.ResetAfter)
 			}
 		}
+		if i == quotaAt && st.Code != envoyconf.CodeOverLimit {
+			// The principal's own descriptor carries the exhausted daily
+			// quota: its name, its limit per day, nothing left until the
+			// UTC day ends.
+			ds = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT,
+				CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: qa.id, RequestsPerUnit: uint32(min(max(qa.limit, 0), math.MaxUint32)),
+					Unit: rlsv3.RateLimitResponse_RateLimit_DAY},
+				DurationUntilReset: durationpb.New(qa.resetAfter)}
+			if qa.allowed { // a shadow quota reports, never denies
+				ds.Code = rlsv3.RateLimitResponse_OK
+			}
+		}
 		out.Statuses[i] = ds
 		hits := uint64(max(req.HitsAddend, 1))
 		if h := req.Descriptors[i].HitsAddend; h != nil {
@@ -497,9 +563,15 @@ func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *r
 	if e.envoy.Headers != nil {
 		e.envoy.Headers.add(out)
 	}
+	if resp.Degraded {
+		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "X-RateLimit-Error", Value: "redis unavailable; answered by fail policy"})
+	}
 	if e.envoy.Identity != nil {
 		if who.ok {
 			ev := envoyDecision(newDecisionID(), e.s.gateway, &who, &req, &resp, tiers)
+			if qa != nil {
+				qa.decide(&ev)
+			}
 			e.s.record(ev.Rule, ev.Tier, ev.Allowed, ev.Shadow)
 			e.s.emit(ctx, &ev)
 		} else {

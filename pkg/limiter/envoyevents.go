@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/netip"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/floodgate-dev/floodgate/pkg/envoyconf"
@@ -207,7 +208,7 @@ func envoyDecision(id, gateway string, w *envoyWho, req *envoyconf.Request, resp
 		ID: id, TS: resp.Now.UTC(), Principal: w.principal, IP: w.ip, Method: w.method,
 		Route: envoyconf.DomainRoute(req.Domain), Allowed: resp.Overall != envoyconf.CodeOverLimit,
 		Tier: events.TierEndpoint, Shadow: shadow, Cost: 1, Gateway: gateway,
-		Envoy: envoyCall(req),
+		Envoy: envoyCall(req), Degraded: resp.Degraded,
 	}
 	if !ev.IP.IsValid() {
 		ev.IP = UnknownIP
@@ -246,6 +247,23 @@ func envoyDecision(id, gateway string, w *envoyWho, req *envoyconf.Request, resp
 	if resp.Penalty > 0 && resp.Penalty < 1 {
 		ev.PenaltyMultiplier = resp.Penalty
 	}
+	return ev
+}
+
+// envoyUnavailable is the decision.v1 event of a call that failed because
+// Redis could not count it (and some counted limit has no fail policy):
+// degraded, allowed as Envoy's failure_mode_deny makes it, with no limit
+// and the domain's route.
+func envoyUnavailable(id, gateway string, w *envoyWho, req *envoyconf.Request, allowed bool, tiers []events.Tier) events.Decision {
+	ev := events.Decision{
+		ID: id, TS: time.Now().UTC(), Principal: w.principal, IP: w.ip, Method: w.method,
+		Route: envoyconf.DomainRoute(req.Domain), Allowed: allowed, Tier: events.TierEndpoint,
+		Cost: envoyUnits(req, tiers), Gateway: gateway, Degraded: true, Envoy: envoyCall(req),
+	}
+	if !ev.IP.IsValid() {
+		ev.IP = UnknownIP
+	}
+	ev.Cost = min(max(ev.Cost, 1), 1_000_000)
 	return ev
 }
 

@@ -234,16 +234,23 @@ func (s *Scorer) Observe(d *events.Decision, out []Detection) []Detection {
 		s.Sweep()
 	}
 	ph := s.principalHash(d.Principal)
-	key, v6 := ipKey(d.IP)
-	s.ips.touch(key, ph, sec)
-	if s.ips.remote != nil {
-		s.ips.remote.Add(key, StableHash(d.Principal), sec)
-	}
-
+	// The unspecified address (0.0.0.0, ::) is a gateway's "client address
+	// unknown" (an Envoy call without one): no address at all, so it
+	// neither joins the principal's addresses nor makes one address shared
+	// by every such principal (never touched, it counts no principals, so
+	// the shared-address exemptions do not apply to it either).
+	known := !d.IP.IsUnspecified()
 	p, _ := s.ps.Get(ph)
-	newIP := s.touchIPs(ph, &p, key, v6, sec)
-	if newIP {
-		s.countNewNetwork(&p, key, v6, sec)
+	newIP := false
+	if known {
+		key, v6 := ipKey(d.IP)
+		s.ips.touch(key, ph, sec)
+		if s.ips.remote != nil {
+			s.ips.remote.Add(key, StableHash(d.Principal), sec)
+		}
+		if newIP = s.touchIPs(ph, &p, key, v6, sec); newIP {
+			s.countNewNetwork(&p, key, v6, sec)
+		}
 	}
 	s.countRequest(&p, sec)
 	s.countDecision(&p, d, sec)
@@ -292,7 +299,7 @@ func (s *Scorer) Observe(d *events.Decision, out []Detection) []Detection {
 		if _, ok := e.routes[d.Route]; ok || len(e.routes) < maxEvidence {
 			e.routes[d.Route]++
 		}
-		if _, ok := e.ips[d.IP]; ok || len(e.ips) < maxEvidence {
+		if _, ok := e.ips[d.IP]; known && (ok || len(e.ips) < maxEvidence) {
 			e.ips[d.IP]++
 		}
 	}

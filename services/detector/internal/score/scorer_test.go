@@ -339,3 +339,19 @@ func TestSweepForgetsIdlePrincipals(t *testing.T) {
 	require.Equal(t, 1, s.Stats().Principals)
 	require.Equal(t, 1, s.ips.Sweep(t0.Add(10*time.Minute).UnixMilli()))
 }
+
+// The unspecified address is a gateway's "client address unknown" (an Envoy
+// call that carries none): no address at all. Principals sending from it do
+// not share an address, and an anonymous principal behind it (named by a
+// session key) is judged on its own, not exempted as if on a shared one.
+func TestUnknownAddressIsNoAddress(t *testing.T) {
+	s := newScorer(nil)
+	for i := 0; i < 10; i++ {
+		s.Observe(dec(events.Principal{Kind: events.PrincipalUser, ID: fmt.Sprint(i)}, t0, "0.0.0.0", "/a"), nil)
+		s.Observe(dec(events.Principal{Kind: events.PrincipalUser, ID: fmt.Sprint(i)}, t0, "::", "/a"), nil)
+	}
+	sec := seconds(t0.UnixMilli())
+	require.Zero(t, s.ips.principals(ipKeyOnly(netip.MustParseAddr("0.0.0.0")), sec), "not one address shared by all")
+	anon := events.Principal{Kind: events.PrincipalAnonymous, ID: "session-1"}
+	require.Len(t, only(feed(s, anon, t0, 10*time.Second, 1000, func(int) string { return "0.0.0.0" }, "/a"), RapidFire), 1)
+}

@@ -196,7 +196,8 @@ func Run(ctx context.Context, env service.Env) error {
 			if envoySrc != nil {
 				ec := &limiter.EnvoyConfig{Source: envoySrc,
 					Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoy:", GlobalShadow: cfg.EnvoyShadow,
-						Coalescer: &redisx.Coalescer{Redis: rdb}}, Identity: cfg.EnvoyIdentity}
+						Coalescer: &redisx.Coalescer{Redis: rdb}, Algorithms: limiter.NewEnvoyAlgorithms(rdb)},
+					Identity: cfg.EnvoyIdentity, FailureModeDeny: cfg.EnvoyFailureModeDeny}
 				if cfg.EnvoyHeaders {
 					ec.Headers = &limiter.EnvoyHeaders{Limit: cfg.EnvoyLimitHeader, Remaining: cfg.EnvoyRemainingHeader, Reset: cfg.EnvoyResetHeader}
 				}

@@ -83,6 +83,11 @@ type Config struct {
 	EnvoyConfigDir string
 	EnvoyShadow    bool
 	EnvoyMerge     bool
+	// EnvoyFailureModeDeny is Envoy's failure_mode_deny for those domains
+	// (FLOODGATE_LIMITER_ENVOY_FAILURE_MODE_DENY): whether a call that fails
+	// (Redis unavailable and no fail policy) is denied by Envoy — what its
+	// degraded decision event reports.
+	EnvoyFailureModeDeny bool
 	// EnvoyHeaders adds envoy ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED
 	// headers to answers for those domains
 	// (FLOODGATE_LIMITER_ENVOY_RESPONSE_HEADERS), named by
@@ -132,6 +137,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		MaxConns:             e.Int("FLOODGATE_LIMITER_MAX_CONNS", 10000),
 		EnvoyShadow:          e.Bool("FLOODGATE_LIMITER_ENVOY_SHADOW_MODE", false),
 		EnvoyMerge:           e.Bool("FLOODGATE_LIMITER_ENVOY_MERGE_DOMAINS", false),
+		EnvoyFailureModeDeny: e.Bool("FLOODGATE_LIMITER_ENVOY_FAILURE_MODE_DENY", false),
 		EnvoyHeaders:         e.Bool("FLOODGATE_LIMITER_ENVOY_RESPONSE_HEADERS", false),
 		EnvoyLimitHeader:     e.String("FLOODGATE_LIMITER_ENVOY_LIMIT_HEADER", "RateLimit-Limit"),
 		EnvoyRemainingHeader: e.String("FLOODGATE_LIMITER_ENVOY_REMAINING_HEADER", "RateLimit-Remaining"),
