@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -244,6 +245,12 @@ func DeferredKill(ctx context.Context, e *Env, s Size, r *Result) error {
 			firstRefused.Sub(killedAt).Seconds(), lastRefused.Sub(killedAt).Seconds(), restartedAt.Sub(killedAt).Seconds(), refusedByReason(ctx, lim))
 	}
 
+	sent := make([]sentAnswer, 0, len(outcomes))
+	for _, o := range outcomes {
+		sent = append(sent, sentAnswer{at: o.at, status: o.status})
+	}
+	r.metric("answers per second from the broker kill (202/429)", "%s", perSecond(sent, killedAt))
+
 	// Every deferred order ends; its client sees how.
 	final := map[string]string{}
 	deadline := time.Now().Add(3 * time.Minute)
@@ -325,6 +332,44 @@ func DeferredKill(ctx context.Context, e *Env, s Size, r *Result) error {
 }
 
 func first(s []string) []string { return s[:min(len(s), 5)] }
+
+type sentAnswer struct {
+	at     time.Time
+	status int
+}
+
+// perSecond lists, for each second of the burst relative to t0, how many
+// requests sent in it were deferred (202) and refused (429): "-1s 80/0, 0s 12/60, …".
+func perSecond(answers []sentAnswer, t0 time.Time) string {
+	if len(answers) == 0 {
+		return ""
+	}
+	type n struct{ deferred, refused int }
+	by := map[int]*n{}
+	lo, hi := 1<<30, -1<<30
+	for _, a := range answers {
+		s := int(math.Floor(a.at.Sub(t0).Seconds()))
+		lo, hi = min(lo, s), max(hi, s)
+		if by[s] == nil {
+			by[s] = &n{}
+		}
+		switch a.status {
+		case http.StatusAccepted:
+			by[s].deferred++
+		case http.StatusTooManyRequests:
+			by[s].refused++
+		}
+	}
+	var out []string
+	for s := lo; s <= hi; s++ {
+		c := by[s]
+		if c == nil {
+			c = &n{}
+		}
+		out = append(out, fmt.Sprintf("%ds %d/%d", s, c.deferred, c.refused))
+	}
+	return strings.Join(out, ", ")
+}
 
 // refusedByReason reads floodgate_deferred_refused_total from a service's /metrics.
 func refusedByReason(ctx context.Context, s *Service) string {
