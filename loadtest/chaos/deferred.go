@@ -15,7 +15,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/floodgate-dev/floodgate/pkg/deferred"
+	"github.com/floodgate-dev/floodgate/pkg/redisx"
 )
 
 // The deferral scenario's rule: orders at 20/s per principal, deferred for
@@ -124,6 +127,9 @@ func DeferredKill(ctx context.Context, e *Env, s Size, r *Result) error {
 		"FLOODGATE_LIMITER_GRPC_ADDR=off",
 		"FLOODGATE_LIMITER_PROXY_ADDR=127.0.0.1:" + strconv.Itoa(proxyPort), "FLOODGATE_LIMITER_PROXY_UPSTREAM=" + upURL,
 		"FLOODGATE_LIMITER_PROXY_ROUTES=POST /orders", "FLOODGATE_LIMITER_PROXY_TRUSTED=127.0.0.1",
+		// The load generator is the authenticating layer: without this every
+		// order was anonymous:127.0.0.1, one principal at 50× its limit.
+		"FLOODGATE_LIMITER_PROXY_IDENTITY_TRUSTED=127.0.0.1",
 		"FLOODGATE_LIMITER_DEFER_WRITE_TIMEOUT=2s",
 	})
 	if err != nil {
@@ -211,6 +217,7 @@ func DeferredKill(ctx context.Context, e *Env, s Size, r *Result) error {
 	restartedAt := time.Now()
 	wg.Wait()
 	burst := time.Since(burstStart)
+	r.metric("queues at the end of the burst", "%s", queueDepths(ctx, rd.Addr, run, principals))
 	// The worker dies during the replay and comes back.
 	if err := sleep(ctx, 2*time.Second); err != nil {
 		return err
@@ -333,6 +340,27 @@ func DeferredKill(ctx context.Context, e *Env, s Size, r *Result) error {
 
 func first(s []string) []string { return s[:min(len(s), 5)] }
 
+// queueDepths reads the route's and each principal's deferral queue (entries
+// counted against max_queued) from Redis.
+func queueDepths(ctx context.Context, addr string, run int64, principals int) string {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	route := deferred.RouteKey("POST", "/orders")
+	n, err := c.ZCard(ctx, "fg:dfr:qr:"+redisx.Escape(route)).Result()
+	if err != nil {
+		return err.Error()
+	}
+	var per []string
+	for p := range principals {
+		k, err := c.ZCard(ctx, "fg:dfr:qp:{"+redisx.Escape(fmt.Sprintf("user:dk%d_%d", run, p))+"}:"+redisx.Escape(route)).Result()
+		if err != nil {
+			return err.Error()
+		}
+		per = append(per, strconv.FormatInt(k, 10))
+	}
+	return fmt.Sprintf("route %d; per principal %s", n, strings.Join(per, " "))
+}
+
 type sentAnswer struct {
 	at     time.Time
 	status int
@@ -387,6 +415,9 @@ func refusedByReason(ctx context.Context, s *Service) string {
 	for _, line := range strings.Split(string(body), "\n") {
 		if strings.HasPrefix(line, "floodgate_deferred_refused_total{") {
 			out = append(out, strings.TrimPrefix(line, "floodgate_deferred_refused_total"))
+		}
+		if strings.HasPrefix(line, "floodgate_deferred_unknown_total{") { // 202 with status unknown
+			out = append(out, "unknown"+strings.TrimPrefix(line, "floodgate_deferred_unknown_total"))
 		}
 	}
 	return strings.Join(out, "; ")
