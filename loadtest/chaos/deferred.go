@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -14,7 +15,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/floodgate-dev/floodgate/pkg/deferred"
+	"github.com/floodgate-dev/floodgate/pkg/redisx"
 )
 
 // The deferral scenario's rule: orders at 20/s per principal, deferred for
@@ -123,6 +127,9 @@ func DeferredKill(ctx context.Context, e *Env, s Size, r *Result) error {
 		"FLOODGATE_LIMITER_GRPC_ADDR=off",
 		"FLOODGATE_LIMITER_PROXY_ADDR=127.0.0.1:" + strconv.Itoa(proxyPort), "FLOODGATE_LIMITER_PROXY_UPSTREAM=" + upURL,
 		"FLOODGATE_LIMITER_PROXY_ROUTES=POST /orders", "FLOODGATE_LIMITER_PROXY_TRUSTED=127.0.0.1",
+		// The load generator is the authenticating layer: without this every
+		// order was anonymous:127.0.0.1, one principal at 50× its limit.
+		"FLOODGATE_LIMITER_PROXY_IDENTITY_TRUSTED=127.0.0.1",
 		"FLOODGATE_LIMITER_DEFER_WRITE_TIMEOUT=2s",
 	})
 	if err != nil {
@@ -210,6 +217,7 @@ func DeferredKill(ctx context.Context, e *Env, s Size, r *Result) error {
 	restartedAt := time.Now()
 	wg.Wait()
 	burst := time.Since(burstStart)
+	r.metric("queues at the end of the burst", "%s", queueDepths(ctx, rd.Addr, run, principals))
 	// The worker dies during the replay and comes back.
 	if err := sleep(ctx, 2*time.Second); err != nil {
 		return err
@@ -243,6 +251,12 @@ func DeferredKill(ctx context.Context, e *Env, s Size, r *Result) error {
 		r.metric("429 window", "requests sent from %.1fs to %.1fs after the broker kill (down %.1fs); refusals by reason at the edge: %s",
 			firstRefused.Sub(killedAt).Seconds(), lastRefused.Sub(killedAt).Seconds(), restartedAt.Sub(killedAt).Seconds(), refusedByReason(ctx, lim))
 	}
+
+	sent := make([]sentAnswer, 0, len(outcomes))
+	for _, o := range outcomes {
+		sent = append(sent, sentAnswer{at: o.at, status: o.status})
+	}
+	r.metric("answers per second from the broker kill (202/429)", "%s", perSecond(sent, killedAt))
 
 	// Every deferred order ends; its client sees how.
 	final := map[string]string{}
@@ -326,6 +340,65 @@ func DeferredKill(ctx context.Context, e *Env, s Size, r *Result) error {
 
 func first(s []string) []string { return s[:min(len(s), 5)] }
 
+// queueDepths reads the route's and each principal's deferral queue (entries
+// counted against max_queued) from Redis.
+func queueDepths(ctx context.Context, addr string, run int64, principals int) string {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	route := deferred.RouteKey("POST", "/orders")
+	n, err := c.ZCard(ctx, "fg:dfr:qr:"+redisx.Escape(route)).Result()
+	if err != nil {
+		return err.Error()
+	}
+	var per []string
+	for p := range principals {
+		k, err := c.ZCard(ctx, "fg:dfr:qp:{"+redisx.Escape(fmt.Sprintf("user:dk%d_%d", run, p))+"}:"+redisx.Escape(route)).Result()
+		if err != nil {
+			return err.Error()
+		}
+		per = append(per, strconv.FormatInt(k, 10))
+	}
+	return fmt.Sprintf("route %d; per principal %s", n, strings.Join(per, " "))
+}
+
+type sentAnswer struct {
+	at     time.Time
+	status int
+}
+
+// perSecond lists, for each second of the burst relative to t0, how many
+// requests sent in it were deferred (202) and refused (429): "-1s 80/0, 0s 12/60, …".
+func perSecond(answers []sentAnswer, t0 time.Time) string {
+	if len(answers) == 0 {
+		return ""
+	}
+	type n struct{ deferred, refused int }
+	by := map[int]*n{}
+	lo, hi := 1<<30, -1<<30
+	for _, a := range answers {
+		s := int(math.Floor(a.at.Sub(t0).Seconds()))
+		lo, hi = min(lo, s), max(hi, s)
+		if by[s] == nil {
+			by[s] = &n{}
+		}
+		switch a.status {
+		case http.StatusAccepted:
+			by[s].deferred++
+		case http.StatusTooManyRequests:
+			by[s].refused++
+		}
+	}
+	var out []string
+	for s := lo; s <= hi; s++ {
+		c := by[s]
+		if c == nil {
+			c = &n{}
+		}
+		out = append(out, fmt.Sprintf("%ds %d/%d", s, c.deferred, c.refused))
+	}
+	return strings.Join(out, ", ")
+}
+
 // refusedByReason reads floodgate_deferred_refused_total from a service's /metrics.
 func refusedByReason(ctx context.Context, s *Service) string {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.Addr+"/metrics", nil)
@@ -342,6 +415,9 @@ func refusedByReason(ctx context.Context, s *Service) string {
 	for _, line := range strings.Split(string(body), "\n") {
 		if strings.HasPrefix(line, "floodgate_deferred_refused_total{") {
 			out = append(out, strings.TrimPrefix(line, "floodgate_deferred_refused_total"))
+		}
+		if strings.HasPrefix(line, "floodgate_deferred_unknown_total{") { // 202 with status unknown
+			out = append(out, "unknown"+strings.TrimPrefix(line, "floodgate_deferred_unknown_total"))
 		}
 	}
 	return strings.Join(out, "; ")

@@ -25,6 +25,11 @@ func TestDeferredExactlyOnceUnderKills(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	require.NoError(t, err)
 	defer e.Close()
+	defer func() { // runs before Close: a failed run keeps every process's log
+		if t.Failed() {
+			e.Keep()
+		}
+	}()
 	results := RunAll(ctx, e, Quick, false, func(r Result) { t.Log(r.Line()) }, "deferred-kill")
 	require.Len(t, results, 1)
 	r := results[0]
@@ -34,8 +39,5 @@ func TestDeferredExactlyOnceUnderKills(t *testing.T) {
 	require.NoError(t, r.Err, "logs in %s (kept on failure)", e.Dir)
 	for _, inv := range r.Invariants {
 		require.True(t, inv.OK, "%s: %s", inv.Name, inv.Detail)
-	}
-	if t.Failed() {
-		e.Keep()
 	}
 }

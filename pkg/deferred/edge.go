@@ -33,7 +33,7 @@ import (
 const DefaultTopic = "floodgate.deferred.v1"
 
 // StatusPrefix is the path of a deferred request's status: StatusPrefix + id.
-const StatusPrefix = "/v1/deferred/"
+const StatusPrefix = gateway.DeferredStatusPrefix
 
 // Publisher writes messages and returns once all in-sync replicas have them
 // (acks=all), as *stream.Producer does. Must be safe for concurrent use.
@@ -50,7 +50,11 @@ type EdgeConfig struct {
 	Policy func(method, route string) *limiter.DeferPolicy
 	// Redis keeps the queue bounds and the records clients poll. Required.
 	Redis redis.UniversalClient
-	// Producer writes to Topic (default DefaultTopic) with acks=all. Required.
+	// Producer writes to Topic (default DefaultTopic) with acks=all.
+	// Required. Give it MaxAttempts 1 (stream.ProducerConfig): the edge
+	// retries a failed write itself while its client waits, whereas
+	// kafka-go's own retries go on after the client gave up and hold up the
+	// partition's later writes.
 	Producer Publisher
 	Topic    string
 	// Gateway names this edge in the events. Required, 1..64 characters.
@@ -61,9 +65,14 @@ type EdgeConfig struct {
 	// WriteTimeout bounds the durable write of one deferral; past it the
 	// client gets the plain 429. Default 5s.
 	WriteTimeout time.Duration
-	Logger       *slog.Logger          // default discard
-	Registerer   prometheus.Registerer // nil: metrics unregistered
-	Now          func() time.Time      // default time.Now
+	// StatusExpiryGrace: a record still queued this long after its deadline
+	// is expired by the next status poll (a worker never first sends a
+	// request past its deadline; the request may never have reached Kafka).
+	// Default 1m; the worker normally expires it first, dead-lettering it.
+	StatusExpiryGrace time.Duration
+	Logger            *slog.Logger          // default discard
+	Registerer        prometheus.Registerer // nil: metrics unregistered
+	Now               func() time.Time      // default time.Now
 }
 
 // Validate checks the configuration.
@@ -75,6 +84,7 @@ func (c EdgeConfig) Validate() error {
 	v.Require(len(c.Gateway) >= 1 && len(c.Gateway) <= events.MaxGatewayLen, "Gateway", "1 to 64 characters")
 	v.Require(c.ResultTTL >= 0 && c.ResultTTL <= 30*24*time.Hour, "ResultTTL", "%s: must be in 0..720h (0 = 24h)", c.ResultTTL)
 	v.Require(c.WriteTimeout >= 0 && c.WriteTimeout <= time.Minute, "WriteTimeout", "%s: must be in 0..1m (0 = 5s)", c.WriteTimeout)
+	v.Require(c.StatusExpiryGrace >= 0 && c.StatusExpiryGrace <= time.Hour, "StatusExpiryGrace", "%s: must be in 0..1h (0 = 1m)", c.StatusExpiryGrace)
 	return v.Err()
 }
 
@@ -85,8 +95,72 @@ type Edge struct {
 	store   *Store
 	metrics *edgeMetrics
 
+	gate *kafkaGate
+
 	mu       sync.Mutex
 	draining map[string]drainLook // route → the last look at its drain flag
+}
+
+// kafkaGate stops an edge from piling writes up while Kafka cannot take them.
+// kafka-go's Writer keeps a batch whose caller gave up in its partition's
+// queue and retries it (MaxAttempts, with backoff) ahead of every later batch
+// of that partition (segmentio/kafka-go#1427). With the broker down and
+// deferrals arriving at hundreds a second, abandoned batches queued up faster
+// than they failed; once the broker was back, new writes waited behind them
+// past their timeout, and the edge answered 429 for 4.4 s after the broker's
+// return (chaos scenario deferred-kill). Now the edge's producer makes one
+// attempt per write (the edge retries while its client waits: publish), and
+// after a write fails deferrals are refused at once (429, reason kafka_down)
+// while one deferral at a time goes through as a probe; the first write that
+// succeeds opens the gate again — 0.4 s after the broker's return in the same
+// scenario.
+type kafkaGate struct {
+	log      *slog.Logger
+	writable prometheus.Gauge
+
+	mu      sync.Mutex
+	down    bool
+	probing bool
+}
+
+// enter reports whether a deferral may write now, and whether it is the probe
+// (which must call endProbe).
+func (g *kafkaGate) enter() (ok, probe bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case !g.down:
+		return true, false
+	case !g.probing:
+		g.probing = true
+		return true, true
+	default:
+		return false, false
+	}
+}
+
+func (g *kafkaGate) endProbe() {
+	g.mu.Lock()
+	g.probing = false
+	g.mu.Unlock()
+}
+
+// result records a write's outcome.
+func (g *kafkaGate) result(err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch down := err != nil; {
+	case down && !g.down:
+		g.log.Warn("deferred writes to Kafka failing; deferrals answered 429 until one succeeds", "err", err)
+	case !down && g.down:
+		g.log.Info("deferred writes to Kafka succeed again")
+	}
+	g.down = err != nil
+	if g.down {
+		g.writable.Set(0)
+	} else {
+		g.writable.Set(1)
+	}
 }
 
 type drainLook struct {
@@ -130,19 +204,27 @@ func NewEdge(cfg EdgeConfig) (*Edge, error) {
 	if cfg.WriteTimeout == 0 {
 		cfg.WriteTimeout = 5 * time.Second
 	}
+	if cfg.StatusExpiryGrace == 0 {
+		cfg.StatusExpiryGrace = time.Minute
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Edge{cfg: cfg, store: NewStore(cfg.Redis), metrics: newEdgeMetrics(cfg.Registerer), draining: map[string]drainLook{}}, nil
+	m := newEdgeMetrics(cfg.Registerer)
+	m.writable.Set(1)
+	return &Edge{cfg: cfg, store: NewStore(cfg.Redis), metrics: m, draining: map[string]drainLook{},
+		gate: &kafkaGate{log: cfg.Logger, writable: m.writable}}, nil
 }
 
 type edgeMetrics struct {
 	deferred *prometheus.CounterVec // route
 	refused  *prometheus.CounterVec // route, reason
 	write    prometheus.Histogram
+	unknown  *prometheus.CounterVec // route
+	writable prometheus.Gauge
 }
 
 func newEdgeMetrics(reg prometheus.Registerer) *edgeMetrics {
@@ -151,9 +233,13 @@ func newEdgeMetrics(reg prometheus.Registerer) *edgeMetrics {
 		deferred: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_deferred_queued_total",
 			Help: "Requests deferred (202 Accepted) at this edge, by route."}, []string{"route"}),
 		refused: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_deferred_refused_total",
-			Help: "Deferrable requests answered with the plain 429 instead, by route and reason (queue_full, body_too_large, draining, store, kafka)."}, []string{"route", "reason"}),
+			Help: "Deferrable requests answered with the plain 429 instead, by route and reason (queue_full, body_too_large, draining, store, kafka, kafka_down, invalid, body_read)."}, []string{"route", "reason"}),
 		write: f.NewHistogram(prometheus.HistogramOpts{Name: "floodgate_deferred_write_seconds",
 			Help: "Time to make one deferral durable (Redis and the acks=all Kafka write).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+		unknown: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_deferred_unknown_total",
+			Help: "Deferrals answered 202 with status unknown: the Kafka write failed without an answer and Redis could not record the cancel; the client's poll ends done or expired."}, []string{"route"}),
+		writable: f.NewGauge(prometheus.GaugeOpts{Name: "floodgate_deferred_kafka_writable",
+			Help: "1 while this edge's last deferred write to Kafka succeeded; 0 while deferrals are refused (reason kafka_down) and one write at a time probes Kafka."}),
 	}
 }
 
@@ -187,6 +273,13 @@ func (e *Edge) Defer(w http.ResponseWriter, r *http.Request, req gateway.Request
 	}
 	if e.isDraining(r.Context(), route) {
 		return refuse("draining", nil)
+	}
+	ok, probe := e.gate.enter()
+	if !ok {
+		return refuse("kafka_down", nil)
+	}
+	if probe {
+		defer e.gate.endProbe()
 	}
 	var body []byte
 	if r.Body != nil && r.Body != http.NoBody {
@@ -235,6 +328,7 @@ func (e *Edge) Defer(w http.ResponseWriter, r *http.Request, req gateway.Request
 	defer cancel()
 	if err := e.store.Reserve(ctx, ev.ID, principal, route, ev.Deadline, pol.MaxQueuedRoute, pol.MaxQueuedPrincipal); err != nil {
 		if errors.Is(err, ErrQueueFull) {
+			e.cfg.Logger.Debug("deferral refused: queue full", "route", route, "principal", principal, "err", err)
 			return refuse("queue_full", nil)
 		}
 		return refuse("store", err)
@@ -246,24 +340,89 @@ func (e *Edge) Defer(w http.ResponseWriter, r *http.Request, req gateway.Request
 	}
 	msg := kafka.Message{Topic: e.cfg.Topic, Key: []byte(principal), Value: value, Time: now,
 		Headers: stream.CloudEventHeaders(events.CETypeDeferred, ev.ID, "floodgate/edge/"+e.cfg.Gateway, now)}
-	if err := e.cfg.Producer.Publish(ctx, msg); err != nil {
+	err = e.publish(ctx, msg)
+	if err != nil {
 		// The write may have reached the broker without its acknowledgement
 		// reaching us. Cancel the record: a worker finding it cancelled drops
 		// it; one that already claimed it is sending it, so it is accepted.
-		cctx, ccancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Second)
-		defer ccancel()
 		rec.State, rec.Reason, rec.Finished = StateCancelled, "the request could not be queued: "+err.Error(), e.cfg.Now().UTC()
-		prev, cerr := e.store.Transition(cctx, ev.ID, []State{StateQueued}, rec, e.cfg.ResultTTL)
-		if cerr != nil || prev == StateQueued {
-			_ = e.store.Release(cctx, ev.ID, principal, route)
+		prev, cerr := e.cancel(r.Context(), ev.ID, rec)
+		switch {
+		case cerr == nil && (prev == StateQueued || prev == StateCancelled):
+			// Cancelled: no worker will send it. (StateCancelled: an earlier try
+			// of this cancel — or a go-redis retry of it — did it, its answer lost.)
+			_ = e.store.Release(context.WithoutCancel(ctx), ev.ID, principal, route)
 			return refuse("kafka", err)
+		case cerr == nil && prev != StateNone:
+			e.cfg.Logger.Info("deferral write unacknowledged but a worker already took it; accepted", "id", ev.ID, "state", prev)
+		default:
+			// Neither cancelled nor known to be taken: the request may be in
+			// the log and will then be replayed, or it is not and its record
+			// stays queued until a status poll past the deadline expires it.
+			// A 429 would be false in the first case; the 202 tells the
+			// client to look, and what it finds is the truth either way.
+			e.cfg.Logger.Warn("deferral write unacknowledged and its cancel not recorded; answering 202 with status unknown",
+				"id", ev.ID, "route", route, "principal", principal, "err", err, "cancel_err", cerr, "state", prev)
+			e.metrics.unknown.WithLabelValues(route).Inc()
+			w.Header().Set(HeaderDeferredStatus, string(StateUnknown))
+			writeAccepted(w, ev.ID, StateUnknown, ev.Deadline, retryAfter(d))
+			return true
 		}
-		e.cfg.Logger.Info("deferral write unacknowledged but a worker already took it; accepted", "id", ev.ID, "state", prev)
 	}
 	e.metrics.write.Observe(e.cfg.Now().Sub(start).Seconds())
 	e.metrics.deferred.WithLabelValues(route).Inc()
 	writeAccepted(w, ev.ID, StateQueued, ev.Deadline, retryAfter(d))
 	return true
+}
+
+// publish writes msg, trying again after a failure until ctx ends: the
+// retries are the waiting client's own (a Producer with MaxAttempts 1 keeps
+// no batch of a client that gave up). A message written twice is one
+// request: the worker handles one partition's messages in order and drops
+// the second copy once the first is final.
+func (e *Edge) publish(ctx context.Context, msg kafka.Message) error {
+	wait := 25 * time.Millisecond
+	for {
+		err := e.cfg.Producer.Publish(ctx, msg)
+		e.gate.result(err)
+		var tooLarge kafka.MessageTooLargeError
+		if err == nil || errors.As(err, &tooLarge) {
+			return err
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
+}
+
+// cancel moves id's record queued → cancelled, trying for up to a second
+// and a half while Redis fails. It returns the state it found.
+func (e *Edge) cancel(ctx context.Context, id string, rec Record) (State, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 1500*time.Millisecond)
+	defer cancel()
+	wait := 50 * time.Millisecond
+	for {
+		prev, err := e.store.Transition(ctx, id, []State{StateQueued}, rec, e.cfg.ResultTTL)
+		if err == nil {
+			return prev, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return "", err
+		case <-t.C:
+		}
+		wait *= 2
+	}
 }
 
 // retryAfter is when the client should first look: the limiter's own retry
@@ -314,6 +473,25 @@ func (e *Edge) ServeStatus(w http.ResponseWriter, r *http.Request, p events.Prin
 	case !found || rec.Principal != p.Key(): // another principal's id looks like an unknown one
 		problem(w, r, http.StatusNotFound, httpapi.ProblemNotFound, "no such deferred request (results are kept for a limited time)")
 		return true
+	}
+	if rec.State == StateQueued && e.cfg.Now().After(rec.Deadline.Add(e.cfg.StatusExpiryGrace)) {
+		// Never claimed by a worker and past its deadline: no worker will
+		// send it now. Expire it (compare-and-set, so a worker's claim and
+		// this cannot both win) and tell the client.
+		exp := rec
+		exp.State, exp.Finished = StateExpired, e.cfg.Now().UTC()
+		exp.Reason = fmt.Sprintf("not processed: still queued at its deadline %s (the request may never have reached the queue)", rec.Deadline.UTC().Format(stream.TimeFormat))
+		prev, err := e.store.Transition(ctx, id, []State{StateQueued}, exp, e.cfg.ResultTTL)
+		switch {
+		case err != nil:
+			e.cfg.Logger.Warn("deferred status: expire", "id", id, "err", err)
+		case prev == StateQueued:
+			rec = exp
+		default:
+			if again, found, err := e.store.Get(ctx, id); err == nil && found {
+				rec = again
+			}
+		}
 	}
 	w.Header().Set(HeaderDeferredStatus, string(rec.State))
 	switch rec.State {

@@ -37,6 +37,10 @@ const (
 	StateDead      State = "dead"      // the upstream refused it (4xx); dead-lettered
 	StateExpired   State = "expired"   // its max_age passed before it could be sent; dead-lettered
 	StateCancelled State = "cancelled" // never accepted: the client got the plain 429
+	// StateUnknown is never stored: a 202 says it when the edge could not
+	// learn whether Kafka took the request (nor record that it gave up);
+	// the client's poll then shows queued, sending, done — or expired.
+	StateUnknown State = "unknown"
 )
 
 // Final reports whether s is an end state.

@@ -144,8 +144,17 @@ func Middleware(o Options) (func(http.Handler) http.Handler, error) {
 				r.Header.Set(h.Kind, string(p.Kind))
 				r.Header.Set(h.ID, p.ID)
 			}
-			if o.Deferrer != nil && o.Deferrer.ServeStatus(w, r, p) {
-				return
+			// A status poll is checked like any request, as its own route;
+			// it is answered by the Deferrer, never deferred.
+			poll := o.Deferrer != nil && IsDeferredStatus(r)
+			serve := next
+			if poll {
+				m = Match{Template: DeferredStatusRoute, Cost: 1}
+				serve = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if !o.Deferrer.ServeStatus(w, r, p) {
+						next.ServeHTTP(w, r)
+					}
+				})
 			}
 			var prio string
 			if o.Priority != nil {
@@ -178,10 +187,10 @@ func Middleware(o Options) (func(http.Handler) http.Handler, error) {
 					return
 				}
 				w.Header().Set("X-RateLimit-Error", "limiter unavailable; failing open")
-				next.ServeHTTP(w, r)
+				serve.ServeHTTP(w, r)
 				return
 			}
-			if !d.Allowed && o.Deferrer != nil && o.Deferrer.Defer(w, r, req, d) {
+			if !d.Allowed && !poll && o.Deferrer != nil && o.Deferrer.Defer(w, r, req, d) {
 				return
 			}
 			for k, v := range d.Headers {
@@ -197,7 +206,7 @@ func Middleware(o Options) (func(http.Handler) http.Handler, error) {
 				_, _ = w.Write(d.Problem)
 				return
 			}
-			next.ServeHTTP(w, r)
+			serve.ServeHTTP(w, r)
 		})
 	}, nil
 }

@@ -49,6 +49,12 @@ type ProducerConfig struct {
 	MaxAttempts int
 	// WriteTimeout bounds one produce request; default 10s.
 	WriteTimeout time.Duration
+	// MetadataTTL is how long the connection's cached cluster metadata
+	// (partition leaders) is trusted; kafka-go refreshes it at a random time
+	// within it (default 6s) and not on a NOT_LEADER error, so a write to a
+	// moved leader fails until then. Lower it where writes must follow a
+	// leader change quickly (the deferral edge uses 1s).
+	MetadataTTL time.Duration
 	// Compression codec for batches; default none.
 	Compression kafka.Compression
 	// Security is the TLS and SASL of the connections (NewSecurity); nil
@@ -86,6 +92,9 @@ func (c ProducerConfig) Validate() error {
 	}
 	if c.WriteTimeout < 0 {
 		bad("WriteTimeout", "must not be negative, got %v", c.WriteTimeout)
+	}
+	if c.MetadataTTL < 0 {
+		bad("MetadataTTL", "must not be negative, got %v", c.MetadataTTL)
 	}
 	return errors.Join(errs...)
 }
@@ -152,6 +161,7 @@ func NewProducer(cfg ProducerConfig) *Producer {
 
 func newProducer(cfg ProducerConfig, metrics *Metrics) *Producer {
 	transport := cfg.Security.Transport()
+	transport.MetadataTTL = cfg.MetadataTTL // 0: kafka-go's 6s
 	w := &kafka.Writer{
 		// Topic stays empty: kafka-go refuses a message that names a topic
 		// when the writer does too, so Publish sets the default per message.

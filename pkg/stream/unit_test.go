@@ -327,6 +327,10 @@ func TestProducerConfigValidate(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	require.ErrorContains(t, err, "ProducerConfig.Brokers:")
 	require.ErrorContains(t, err, "ProducerConfig.BatchSize:")
+	require.ErrorContains(t, ProducerConfig{Brokers: []string{"a:1"}, MetadataTTL: -time.Second}.Validate(), "ProducerConfig.MetadataTTL:")
+	p := NewProducer(ProducerConfig{Brokers: []string{"a:1"}, MetadataTTL: time.Second})
+	require.Equal(t, time.Second, p.transport.MetadataTTL, "the writer's transport trusts its metadata for MetadataTTL")
+	require.NoError(t, p.Close())
 
 	require.NoError(t, AsyncProducerConfig{Brokers: []string{"a:1"}}.Validate())
 	err = AsyncProducerConfig{Brokers: []string{"a:1"}, BufferSize: -1, InitialBackoff: time.Minute, MaxBackoff: time.Second}.Validate()

@@ -32,7 +32,7 @@ func BenchmarkEdgeDefer(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	prod := stream.NewProducer(stream.ProducerConfig{Brokers: []string{brokers}, Topic: topic, BatchSize: 1000})
+	prod := stream.NewProducer(stream.ProducerConfig{Brokers: []string{brokers}, Topic: topic, BatchSize: 1000, MaxAttempts: 1}) // as the limiter wires it
 	defer prod.Close()
 	edge, err := deferred.NewEdge(deferred.EdgeConfig{Policy: rs.Deferral, Redis: rdb, Producer: prod, Topic: topic,
 		Gateway: "bench", ResultTTL: time.Minute, Registerer: prometheus.NewRegistry()})

@@ -28,10 +28,14 @@ import (
 	"github.com/floodgate-dev/floodgate/services/deferred/internal/worker"
 )
 
-// denyAll is the limiter's answer to every request over its limit.
+// denyAll is the limiter's answer to every request over its limit; status
+// polls pass.
 type denyAll struct{}
 
-func (denyAll) Check(context.Context, gateway.Request) (gateway.Decision, error) {
+func (denyAll) Check(_ context.Context, r gateway.Request) (gateway.Decision, error) {
+	if r.Route == gateway.DeferredStatusRoute {
+		return gateway.Decision{ID: "dec-poll", Allowed: true}, nil
+	}
 	return gateway.Decision{ID: "dec-1", Allowed: false, Tier: "endpoint", RetryAfterMS: 1500,
 		Headers: map[string]string{"Retry-After": "2"}, Problem: []byte(`{"type":"https://floodgate.dev/problems/rate-limited","status":429}`)}, nil
 }

@@ -29,7 +29,11 @@ func newDeferrer(env service.Env, cfg Config, core *limiter.Embedded, rdb redis.
 	var v config.Check
 	v.Require(ttl >= time.Minute && ttl <= 30*24*time.Hour, "FLOODGATE_DEFERRED_RESULT_TTL", "%s: must be in 1m..720h", ttl)
 	v.Require(write >= 10*time.Millisecond && write <= time.Minute, "FLOODGATE_LIMITER_DEFER_WRITE_TIMEOUT", "%s: must be in 10ms..1m", write)
-	pc := stream.ProducerConfig{Brokers: cfg.KafkaBrokers, Security: ksec, Topic: topic, Logger: env.Log, WriteTimeout: write, MaxAttempts: 3}
+	pc := stream.ProducerConfig{Brokers: cfg.KafkaBrokers, Security: ksec, Topic: topic, Logger: env.Log, WriteTimeout: write,
+		// The edge retries a failed write itself while the client waits; kafka-go's
+		// retries would go on after the client got its 429 (docs/deferred.md).
+		MaxAttempts: 1,
+		MetadataTTL: time.Second} // follow a partition leader's move within a second
 	if err := pc.Validate(); err != nil {
 		return nil, err
 	}
