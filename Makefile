@@ -115,6 +115,6 @@ vuln: ## govulncheck v1.9.0 on every package against GOVULNDB (default: a local 
 	"$$bin/govulncheck" -db "$$db" ./...
 
 .PHONY: security
-security: ## the issue-22 attack tests (every Test…Security…: forged sessions, removed users, sign-in lockout, open redirect, DLQ replay, compose and k8s checks) on the local stack
+security: ## the issue-22 attack tests S1–S15 (every TestSecurity…, and pkg/stream's oversize-message and gzip-bomb door tests for S5) on the local stack
 	@FLOODGATE_WITH_CLUSTER=0 deploy/local/with-stack.sh bash -c 'set -o pipefail; $(GO) run ./migrations/cmd/migrate >/dev/null && \
-		$(GO) test -count=1 -timeout 15m -run "^TestSecurity" ./... 2>&1 | grep -Ev "\[no test files\]|\[no tests to run\]"'
+		$(GO) test -count=1 -timeout 15m -run "^TestSecurity|^TestDoor(OversizeMessageIsDeadLetteredAsReference|GzipBombIsRefusedUndecompressed)$$" ./... 2>&1 | grep -Ev "\[no test files\]|\[no tests to run\]"'

@@ -104,6 +104,8 @@ type model struct {
 	prometheus *promConfig
 	grafana    grafanaProvisioning
 	docs       string
+	// mskPolicies are deploy/aws/msk-iam/*.json by file name (security_test.go).
+	mskPolicies map[string][]byte
 }
 
 func loadModel(t *testing.T) *model {
@@ -168,6 +170,12 @@ func loadModel(t *testing.T) *model {
 	require.NoError(t, yaml.Unmarshal(readFile(t, filepath.Join(root, "deploy/prometheus/alerts.yml")), &m.alerts))
 	m.runbooks = string(readFile(t, filepath.Join(root, "docs/runbooks.md")))
 	m.docs = string(readFile(t, filepath.Join(root, "docs/deployment.md")))
+	m.mskPolicies = map[string][]byte{}
+	policyFiles, err := filepath.Glob(filepath.Join(root, mskPolicyDir, "*.json"))
+	require.NoError(t, err)
+	for _, f := range policyFiles {
+		m.mskPolicies[filepath.Base(f)] = readFile(t, f)
+	}
 	return m
 }
 

@@ -7,6 +7,7 @@ package deploy_test
 // the parsed model; the drift test breaks a fresh model one way per case.
 
 import (
+	"bytes"
 	"fmt"
 	"net/netip"
 	"os"
@@ -25,6 +26,7 @@ var securityChecks = []check{
 	{"compose-published-on-loopback", checkComposeLoopback},
 	{"compose-secrets", checkComposeSecrets},
 	{"k8s-secrets-and-proxies", checkK8sSecurity},
+	{"k8s-kafka-users", checkKafkaUsers},
 }
 
 func TestSecurityPackaging(t *testing.T) {
@@ -234,6 +236,51 @@ func TestSecurityPackagingCatchesDrift(t *testing.T) {
 				return o.Kind == "Deployment" && o.Metadata.Name == "console"
 			})
 		}, "the console must set FLOODGATE_CONSOLE_TRUSTED_PROXIES"},
+		{"one Kafka user for every service", func(m *model) {
+			for _, p := range m.overlay.patches {
+				if p.Spec.Template == nil {
+					continue
+				}
+				for i := range p.Spec.Template.Spec.Containers {
+					for j, e := range p.Spec.Template.Spec.Containers[i].Env {
+						if e.Name == "FLOODGATE_KAFKA_SASL_USERNAME" {
+							p.Spec.Template.Spec.Containers[i].Env[j].Value = "floodgate"
+						}
+					}
+				}
+			}
+		}, `k8s overlay production Deployment limiter: FLOODGATE_KAFKA_SASL_USERNAME="floodgate", want its own user "floodgate-limiter"`},
+		{"a service without its own Kafka user", func(m *model) {
+			m.overlay.patches = slices.DeleteFunc(m.overlay.patches, func(o *k8sObject) bool {
+				return o.Kind == "Deployment" && o.Metadata.Name == "deferred"
+			})
+		}, `Deployment deferred: FLOODGATE_KAFKA_SASL_USERNAME="", want its own user "floodgate-deferred"`},
+		{"a shared Kafka password", func(m *model) {
+			for _, p := range m.overlay.patches {
+				if p.Metadata.Name != "quota" || p.Spec.Template == nil {
+					continue
+				}
+				for j, e := range p.Spec.Template.Spec.Containers[0].Env {
+					if e.Name == "FLOODGATE_KAFKA_SASL_PASSWORD" {
+						p.Spec.Template.Spec.Containers[0].Env[j].ValueFrom.SecretKeyRef.Name = "floodgate-kafka-detector"
+					}
+				}
+			}
+		}, `shares Secret "floodgate-kafka-detector"`},
+		{"ACLs not applied", func(m *model) {
+			for _, p := range m.overlay.patches {
+				if p.Kind == "Job" && p.Spec.Template != nil {
+					p.Spec.Template.Spec.Containers[0].Env = slices.DeleteFunc(p.Spec.Template.Spec.Containers[0].Env,
+						func(e envVar) bool { return e.Name == "FLOODGATE_KAFKA_ACLS" })
+				}
+			}
+		}, "FLOODGATE_KAFKA_ACLS must be"},
+		{"an IAM policy edited by hand", func(m *model) {
+			m.mskPolicies["quota.json"] = bytes.Replace(m.mskPolicies["quota.json"], []byte("ReadData"), []byte("WriteData"), 1)
+		}, "deploy/aws/msk-iam/quota.json: not the grants of migrations/acls.go"},
+		{"an IAM policy missing", func(m *model) {
+			delete(m.mskPolicies, "console.json")
+		}, "deploy/aws/msk-iam/console.json: missing"},
 		{"every client trusted", func(m *model) {
 			for _, p := range m.overlay.patches {
 				if p.Kind == "Deployment" && p.Metadata.Name == "console" {

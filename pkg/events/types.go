@@ -34,3 +34,10 @@ func ParsePrincipalKey(key string) (Principal, error) {
 
 // Validate checks p against the contract.
 func (p Principal) Validate() error { return asError(p.validate()) }
+
+// DefaultMaxCost is the largest cost one decision carries unless an operator
+// says otherwise (issue 22 S3): the limiter's default max_cost of every rule
+// and quota (the rules file's defaults.max_cost), and the bound the decision
+// consumers put on an event's cost (FLOODGATE_EVENT_MAX_COST). The schema's
+// own bound, 1,000,000, is the most either may be raised to.
+const DefaultMaxCost = 10_000

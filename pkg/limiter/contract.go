@@ -39,6 +39,9 @@ const (
 	ProblemUnauthenticated = "https://floodgate.dev/problems/unauthenticated"
 	ProblemForbidden       = "https://floodgate.dev/problems/forbidden"
 	ProblemUnavailable     = "https://floodgate.dev/problems/unavailable"
+	// ProblemCostOverLimit (400): the check's cost is over the max_cost of a
+	// rule or quota it matches; nothing was counted.
+	ProblemCostOverLimit = "https://floodgate.dev/problems/cost-over-limit"
 )
 
 // Headers is the exact set of response headers a gateway must send for a decision:

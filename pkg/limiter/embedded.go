@@ -283,6 +283,9 @@ func (e *Embedded) Check(ctx context.Context, r gateway.Request) (gateway.Decisi
 	if err := req.validate(); err != nil {
 		return gateway.Decision{}, fmt.Errorf("check: %w", err)
 	}
+	if err := e.s.checkCost(&req); err != nil {
+		return gateway.Decision{}, fmt.Errorf("check: %w", err)
+	}
 	resp := e.s.decide(ctx, uuid.Must(uuid.NewV7()).String(), &req)
 	d := gateway.Decision{
 		ID: resp.ID, Allowed: resp.Allowed, Tier: string(resp.Tier), Limit: resp.Limit, Remaining: resp.Remaining,

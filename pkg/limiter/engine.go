@@ -427,6 +427,38 @@ func ValidKeyPrefix(p string) error {
 	return nil
 }
 
+// CheckCost returns a *CostError when req would charge a rule or quota it
+// matches more than its max_cost (the rules file's max_cost, else
+// defaults.max_cost): the interfaces refuse such a check as invalid before
+// anything is counted (issue 22 S3). Checks at or below the smallest cap in
+// the rules return at once.
+func (e *Engine) CheckCost(req Request) error {
+	rs := e.rules.Rules()
+	if rs.maxRouteCost > 0 && int64(max(req.Cost, 1))*rs.maxRouteCost <= rs.minMaxCost { // no lookup, no allocation
+		return nil
+	}
+	cost := int64(max(req.Cost, 1)) * int64(rs.Cost(req.Method, req.Route))
+	if cost <= rs.minMaxCost {
+		return nil
+	}
+	plan, overrideQuota := req.Plan, false
+	if e.rt != nil {
+		ov := e.rt.Overrides()
+		pov := ov.Principal(req.Principal)
+		if plan == "" && pov != nil {
+			plan = pov.Plan
+		}
+		if plov := ov.Plan(plan); (plov != nil && plov.Quota > 0) || (pov != nil && pov.Quota > 0) {
+			overrideQuota = true
+		}
+	}
+	if plan == "" {
+		plan = DefaultPlan
+	}
+	resType, _, _ := strings.Cut(req.Resource, ":")
+	return rs.checkCost(req.Principal.Kind, plan, req.Method, req.Route, resType, req.IP.IsValid(), cost, max(req.Cost, 1), overrideQuota)
+}
+
 // bind resolves the rules that apply to req, and the plan they were matched with.
 func (e *Engine) bind(rs *Ruleset, req Request) (principal, ip group, cost int64, plan string) {
 	kind, id := string(req.Principal.Kind), req.Principal.ID

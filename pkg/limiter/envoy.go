@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -227,6 +228,14 @@ func (e *EnvoyRLS) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReque
 			}
 		}
 	}
+	for i := range reqs {
+		if err := e.s.checkCost(&reqs[i]); err != nil {
+			// Refused, not failed: an error would make Envoy fail open and let
+			// an over-cost request through; nothing is counted either way.
+			e.requests.WithLabelValues("over_limit").Inc()
+			return costRefusal(len(reqs), ids[i], fmt.Errorf("descriptor %d: %w", i, err))
+		}
+	}
 	results := make([]Result, len(reqs))
 	// Decision ids are minted here; a descriptor's request_id only correlates
 	// (a caller who chose the id could make many checks count once).
@@ -275,6 +284,23 @@ func (e *EnvoyRLS) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReque
 		result = "over_limit"
 	}
 	e.requests.WithLabelValues(result).Inc()
+	return out, nil
+}
+
+// costRefusal answers a call with a descriptor over a max_cost: every
+// descriptor OVER_LIMIT, nothing counted, and a cost-over-limit problem body.
+func costRefusal(n int, corr string, err error) (*rlsv3.RateLimitResponse, error) {
+	body, jerr := json.Marshal(Problem{Type: ProblemCostOverLimit, Title: "Cost Over Limit", Status: http.StatusTooManyRequests,
+		Detail: err.Error() + "; nothing was counted", CorrelationID: corr})
+	if jerr != nil {
+		return nil, status.Error(codes.Internal, fmt.Sprintf("encode problem: %v", jerr))
+	}
+	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, RawBody: body,
+		Statuses:             make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
+		ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: "Content-Type", Value: "application/problem+json"}, {Key: "X-Request-Id", Value: corr}}}
+	for i := range out.Statuses {
+		out.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}
+	}
 	return out, nil
 }
 

@@ -93,6 +93,11 @@ type Rule struct {
 	Shadow bool
 	Fail   FailPolicy
 	Line   int // where the rule starts in its file
+	// MaxCost caps the cost one check may charge the rule (the request's
+	// cost times its route's): a check over it is refused as invalid,
+	// never counted (rules file max_cost, else defaults.max_cost, else
+	// events.DefaultMaxCost).
+	MaxCost int
 	// Defer, set by on_limit: defer, queues the route's denied or shed
 	// requests for a paced replay (deferral.go); nil rejects them.
 	Defer *DeferPolicy
@@ -106,6 +111,8 @@ type Quota struct {
 	Shadow bool
 	Fail   FailPolicy
 	Line   int
+	// MaxCost caps the cost one check may charge the quota, like Rule.MaxCost.
+	MaxCost int
 }
 
 // ID names the quota in metrics, events and overrides: "quota-<kind>-<plan>".
@@ -130,6 +137,14 @@ type Ruleset struct {
 	impact  *impactCounts // the version's enforced counts; nil = not counted
 	// deferral is the deferral policy per "METHOD route" (on_limit: defer).
 	deferral map[string]*DeferPolicy
+	// MaxCost caps a check no rule or quota matches (defaults.max_cost,
+	// else events.DefaultMaxCost); minMaxCost is the smallest cap of all, so
+	// a check at or below it needs no matching (CheckCost's fast path).
+	MaxCost    int
+	minMaxCost int64
+	// maxRouteCost is the largest route cost of costs: (1 when none), so the
+	// fast path needs no lookup of the request's route.
+	maxRouteCost int64
 }
 
 // Priority returns the priority of a request on a route that names none.
@@ -217,6 +232,7 @@ type fileDefs struct {
 	Algorithm string `yaml:"algorithm"`
 	Fail      string `yaml:"fail"`
 	Priority  string `yaml:"priority"`
+	MaxCost   *int   `yaml:"max_cost"`
 }
 
 type filePrio struct {
@@ -246,6 +262,7 @@ type fileRule struct {
 	Lease     int      `yaml:"lease"`
 	Shadow    bool     `yaml:"shadow"`
 	Fail      string   `yaml:"fail"`
+	MaxCost   *int     `yaml:"max_cost"`
 
 	// on_limit: defer and its policy (deferral.go)
 	OnLimit string     `yaml:"on_limit"`
@@ -253,11 +270,12 @@ type fileRule struct {
 }
 
 type fileQuo struct {
-	Kind   string `yaml:"kind"`
-	Plan   string `yaml:"plan"`
-	Limit  int64  `yaml:"limit"`
-	Shadow bool   `yaml:"shadow"`
-	Fail   string `yaml:"fail"`
+	Kind    string `yaml:"kind"`
+	Plan    string `yaml:"plan"`
+	Limit   int64  `yaml:"limit"`
+	Shadow  bool   `yaml:"shadow"`
+	Fail    string `yaml:"fail"`
+	MaxCost *int   `yaml:"max_cost"`
 }
 
 var (
@@ -313,8 +331,10 @@ func ParseRules(name string, data []byte) (*Ruleset, error) {
 			p.fail(p.line(defs, "fail"), "defaults.fail", "%q: want one of %s", doc.Defaults.Fail, failPolicies)
 		}
 	}
+	rs.MaxCost = p.maxCost(defs, "defaults.max_cost", doc.Defaults.MaxCost, events.DefaultMaxCost)
 
 	costs := child(top, "costs")
+	costLines := make([]int, len(doc.Costs))
 	for i, c := range doc.Costs {
 		n := item(costs, i)
 		path := fmt.Sprintf("costs[%d]", i)
@@ -324,8 +344,9 @@ func ParseRules(name string, data []byte) (*Ruleset, error) {
 		if err := events.ValidRoute(c.Route); err != nil {
 			p.fail(p.line(n, "route"), path+".route", "%v", err)
 		}
+		costLines[i] = p.line(n, "cost")
 		if c.Cost < 1 || c.Cost > 1_000_000 {
-			p.fail(p.line(n, "cost"), path+".cost", "%d: must be in 1..1000000", c.Cost)
+			p.fail(costLines[i], path+".cost", "%d: must be in 1..1000000", c.Cost)
 		}
 		k := c.Method + " " + c.Route
 		if _, dup := rs.costs[k]; dup {
@@ -456,6 +477,7 @@ func ParseRules(name string, data []byte) (*Ruleset, error) {
 				p.fail(p.line(n, "fail"), path+".fail", "%q: want one of %s", fr.Fail, failPolicies)
 			}
 		}
+		r.MaxCost = p.maxCost(n, path+".max_cost", fr.MaxCost, rs.MaxCost)
 		p.deferral(rs, n, path, fr, &r)
 		rs.Rules = append(rs.Rules, r)
 		rs.period[r.ID] = r.Period
@@ -485,6 +507,7 @@ func ParseRules(name string, data []byte) (*Ruleset, error) {
 				p.fail(p.line(n, "fail"), path+".fail", "%q: want one of %s", fq.Fail, failPolicies)
 			}
 		}
+		q.MaxCost = p.maxCost(n, path+".max_cost", fq.MaxCost, rs.MaxCost)
 		if prev, dup := seenQ[q.ID()]; dup {
 			p.fail(n.Line, path, "kind %s plan %s already has the quota at line %d", q.Kind, q.Plan, prev)
 		}
@@ -497,10 +520,121 @@ func ParseRules(name string, data []byte) (*Ruleset, error) {
 	if len(rs.Rules) == 0 && len(rs.Quotas) == 0 {
 		p.fail(top.Line, "rules", "at least one rule or quota is required")
 	}
+	// A route's cost over the max_cost of a rule or quota that counts it
+	// would refuse every request on the route: say so now, not per request.
+	for i, c := range doc.Costs {
+		for _, r := range rs.Rules {
+			if (r.Tier == events.TierIP || r.Tier == events.TierPrincipal || (r.Method == c.Method && r.Route == c.Route)) && c.Cost > r.MaxCost {
+				p.fail(costLines[i], fmt.Sprintf("costs[%d].cost", i), "%d is over max_cost %d of rule %s (line %d): every request on %s %s would be refused; raise the rule's max_cost or defaults.max_cost",
+					c.Cost, r.MaxCost, r.ID, r.Line, c.Method, c.Route)
+			}
+		}
+		for _, q := range rs.Quotas {
+			if c.Cost > q.MaxCost {
+				p.fail(costLines[i], fmt.Sprintf("costs[%d].cost", i), "%d is over max_cost %d of quota %s (line %d): every request on %s %s would be refused; raise the quota's max_cost or defaults.max_cost",
+					c.Cost, q.MaxCost, q.ID(), q.Line, c.Method, c.Route)
+			}
+		}
+	}
 	if err := p.err(); err != nil {
 		return nil, err
 	}
+	rs.setMinMaxCost()
 	return rs, nil
+}
+
+// maxCost reads a max_cost field of mapping n: v when set (1..1,000,000),
+// else def.
+func (p *parser) maxCost(n *yaml.Node, path string, v *int, def int) int {
+	if v == nil {
+		return def
+	}
+	if *v < 1 || *v > 1_000_000 {
+		p.fail(p.line(n, "max_cost"), path, "%d: must be in 1..1000000", *v)
+		return def
+	}
+	return *v
+}
+
+func (rs *Ruleset) setMinMaxCost() {
+	m := rs.MaxCost
+	for _, r := range rs.Rules {
+		m = min(m, r.MaxCost)
+	}
+	for _, q := range rs.Quotas {
+		m = min(m, q.MaxCost)
+	}
+	rs.minMaxCost = int64(m)
+	rs.maxRouteCost = 1
+	for _, c := range rs.costs {
+		rs.maxRouteCost = max(rs.maxRouteCost, int64(c))
+	}
+}
+
+// CostError refuses a check whose cost is over the max_cost of a rule or
+// quota it matches (issue 22 S3): the check is invalid, nothing is counted.
+type CostError struct {
+	Cost      int64  // what the check would charge: the request's cost × the route's
+	Requested int    // the request's cost
+	Max       int    // the cap it is over
+	Scope     string // the rule or quota id, or "defaults" when nothing matched
+}
+
+func (e *CostError) Error() string {
+	what := "rule " + e.Scope
+	switch {
+	case e.Scope == "defaults":
+		what = "the rules (defaults.max_cost: no rule or quota matches)"
+	case strings.HasPrefix(e.Scope, "quota-"):
+		what = "quota " + e.Scope
+	}
+	if e.Cost != int64(e.Requested) {
+		return fmt.Sprintf("cost %d (%d × the route's cost %d) is over the max_cost %d of %s", e.Cost, e.Requested, e.Cost/int64(max(e.Requested, 1)), e.Max, what)
+	}
+	return fmt.Sprintf("cost %d is over the max_cost %d of %s", e.Cost, e.Max, what)
+}
+
+// checkCost returns a *CostError when cost is over the cap of a rule or
+// quota a check of kind on plan for method, route and resource type
+// matches (ip-tier rules only when the check has an IP), or — when none
+// matches — over MaxCost.
+func (rs *Ruleset) checkCost(kind events.PrincipalKind, plan, method, route, resType string, hasIP bool, cost int64, requested int, overrideQuota bool) error {
+	if cost <= rs.minMaxCost {
+		return nil
+	}
+	matched := false
+	for i := range rs.Rules {
+		r := &rs.Rules[i]
+		if (r.Tier == events.TierIP && !hasIP) || !r.Matches(kind, plan, method, route, resType) {
+			continue
+		}
+		matched = true
+		if c := capOf(r.MaxCost); cost > int64(c) {
+			return &CostError{Cost: cost, Requested: requested, Max: c, Scope: r.ID}
+		}
+	}
+	def := capOf(rs.MaxCost)
+	if q := rs.Quota(kind, plan); q != nil {
+		matched = true
+		if c := capOf(q.MaxCost); cost > int64(c) {
+			return &CostError{Cost: cost, Requested: requested, Max: c, Scope: q.ID()}
+		}
+	} else if overrideQuota && cost > int64(def) { // a quota only an override sets: the file's default cap
+		return &CostError{Cost: cost, Requested: requested, Max: def, Scope: "quota-" + string(kind) + "-" + plan}
+	}
+	if !matched && cost > int64(def) {
+		return &CostError{Cost: cost, Requested: requested, Max: def, Scope: "defaults"}
+	}
+	return nil
+}
+
+// capOf is a max_cost, events.DefaultMaxCost when unset (a Ruleset built
+// in code rather than parsed).
+func capOf(v int) int {
+	if v <= 0 {
+		return events.DefaultMaxCost
+	}
+	return v
 }
 
 func validFail(f FailPolicy) bool { return f == FailOpen || f == FailClosed || f == FailLocal }
@@ -509,11 +643,11 @@ func validFail(f FailPolicy) bool { return f == FailOpen || f == FailClosed || f
 // "rules[]" any rule), mirroring the JSON Schema's additionalProperties: false.
 var fileSchemaKeys = map[string][]string{
 	"":             {"version", "shadow", "near_limit_ratio", "defaults", "costs", "priorities", "rules", "quotas"},
-	"defaults":     {"algorithm", "fail", "priority"},
+	"defaults":     {"algorithm", "fail", "priority", "max_cost"},
 	"costs[]":      {"method", "route", "cost"},
 	"priorities[]": {"method", "route", "priority"},
-	"rules[]":      {"id", "tier", "kinds", "plans", "method", "route", "resource", "algorithm", "limit", "period", "burst", "lease", "shadow", "fail", "on_limit", "defer"},
-	"quotas[]":     {"kind", "plan", "limit", "shadow", "fail"},
+	"rules[]":      {"id", "tier", "kinds", "plans", "method", "route", "resource", "algorithm", "limit", "period", "burst", "lease", "shadow", "fail", "max_cost", "on_limit", "defer"},
+	"quotas[]":     {"kind", "plan", "limit", "shadow", "fail", "max_cost"},
 
 	// deferral.go
 	"rules[].defer":            deferKeys,
@@ -613,10 +747,12 @@ func fixYAMLError(err error, name string) error {
 // SinglePrincipalRules is the grid FLOODGATE_LIMITER_PRINCIPAL_LIMIT asks for when
 // no rules file is configured: one token bucket per principal, every kind.
 func SinglePrincipalRules(limit int, period time.Duration) *Ruleset {
-	return &Ruleset{
+	rs := &Ruleset{
 		Source: "FLOODGATE_LIMITER_PRINCIPAL_LIMIT", NearLimit: 0.8, costs: map[string]int{},
-		period: map[string]time.Duration{"principal": period},
+		period: map[string]time.Duration{"principal": period}, MaxCost: events.DefaultMaxCost,
 		Rules: []Rule{{ID: "principal", Tier: events.TierPrincipal, Algorithm: TokenBucket, Limit: limit,
-			Period: period, Fail: FailOpen}},
+			Period: period, Fail: FailOpen, MaxCost: events.DefaultMaxCost}},
 	}
+	rs.setMinMaxCost()
+	return rs
 }

@@ -241,6 +241,10 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if err := s.checkCost(&req); err != nil {
+		s.problem(w, id, http.StatusBadRequest, ProblemCostOverLimit, err.Error())
+		return
+	}
 	res := s.decideResult(r.Context(), did, &req)
 	bp := respBufs.Get().(*[]byte)
 	buf := appendCheckResponse((*bp)[:0], did, id, res)
@@ -287,8 +291,14 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		if err == nil && s.callers != nil {
 			err = cl.Permit(&req)
 		}
+		typ := ProblemBadRequest
+		if err == nil {
+			if err = s.checkCost(&req); err != nil {
+				typ = ProblemCostOverLimit
+			}
+		}
 		if err != nil {
-			answers[i] = batchAnswer{id: cid, corr: cid, invalid: &Problem{Type: ProblemBadRequest,
+			answers[i] = batchAnswer{id: cid, corr: cid, invalid: &Problem{Type: typ,
 				Title: http.StatusText(http.StatusBadRequest), Status: http.StatusBadRequest, Detail: err.Error(), CorrelationID: cid}}
 			continue
 		}
@@ -318,12 +328,28 @@ func (s *Server) decide(ctx context.Context, id string, req *CheckRequest) Check
 	return checkResponse(id, id, s.decideResult(ctx, id, req))
 }
 
+// engineRequest is the engine's form of a validated check.
+func (req *CheckRequest) engineRequest() Request {
+	return Request{Principal: req.Principal, IP: req.addr, Method: req.Method,
+		Route: req.Route, Resource: req.Resource, Plan: req.Plan, Cost: req.Cost, Priority: req.prio}
+}
+
+// checkCost refuses a validated check whose cost is over the max_cost of a
+// rule or quota it matches (a *CostError), before anything is counted or
+// published; every interface asks it before deciding.
+func (s *Server) checkCost(req *CheckRequest) error {
+	if err := s.engine.CheckCost(req.engineRequest()); err != nil {
+		s.metrics.errors.WithLabelValues("cost").Inc()
+		return err
+	}
+	return nil
+}
+
 // decideResult runs one validated check, counts it and publishes its decision
 // event; every interface (HTTP, batch, Envoy gRPC) goes through it.
 func (s *Server) decideResult(ctx context.Context, id string, req *CheckRequest) Result {
 	start := time.Now()
-	res, err := s.engine.Check(ctx, Request{Principal: req.Principal, IP: req.addr, Method: req.Method,
-		Route: req.Route, Resource: req.Resource, Plan: req.Plan, Cost: req.Cost, Priority: req.prio})
+	res, err := s.engine.Check(ctx, req.engineRequest())
 	if err != nil {
 		// Only a caller gone away or a malformed script answer end here; fail open
 		// and say so, like every degraded answer.

@@ -1,9 +1,12 @@
 // Command migrate applies Floodgate's versioned migrations to Kafka, DynamoDB and InfluxDB.
 //
 //	go run ./migrations/cmd/migrate [-only kafka,dynamodb,influxdb]
+//	go run ./migrations/cmd/migrate -msk-iam-policies DIR [-msk-cluster-arn ARN]
 //
 // It reads the same environment as the services (FLOODGATE_KAFKA_BROKERS,
 // FLOODGATE_DYNAMODB_ENDPOINT, FLOODGATE_INFLUX_URL, ...) and is safe to run again.
+// -msk-iam-policies writes the MSK IAM policy documents with the grants of
+// the Kafka ACLs (migrations/mskiam.go) into DIR and contacts nothing.
 package main
 
 import (
@@ -13,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -37,6 +41,8 @@ func run(ctx context.Context, args []string, getenv config.Getenv) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	only := fs.String("only", "kafka,dynamodb,influxdb", "backends to reconcile (the ledger is written only when all three run)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
+	policies := fs.String("msk-iam-policies", "", "write one MSK IAM policy per service (the Kafka ACLs' grants) and migrate.json into this directory, then exit")
+	clusterARN := fs.String("msk-cluster-arn", migrations.ExampleMSKClusterARN, "the MSK cluster of -msk-iam-policies")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -69,6 +75,9 @@ func run(ctx context.Context, args []string, getenv config.Getenv) error {
 	if lerr != nil {
 		return lerr
 	}
+	if *policies != "" {
+		return writePolicies(*policies, aclNames, ms, *clusterARN)
+	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 
@@ -95,6 +104,29 @@ func run(ctx context.Context, args []string, getenv config.Getenv) error {
 	}
 	if acls && r.Kafka != nil { // after the topics exist
 		return r.Kafka.ApplyACLs(ctx, migrations.ACLEntries(aclNames, migrations.Grants(aclNames)), r.Report)
+	}
+	return nil
+}
+
+// writePolicies writes the MSK IAM policy documents into dir.
+func writePolicies(dir string, n migrations.ACLNames, ms []migrations.Migration, clusterARN string) error {
+	files, err := migrations.PolicyFiles(n, ms, clusterARN)
+	if err != nil {
+		return fmt.Errorf("-msk-iam-policies: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("-msk-iam-policies: %w", err)
+	}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if err := os.WriteFile(filepath.Join(dir, name), files[name], 0o644); err != nil {
+			return fmt.Errorf("-msk-iam-policies: %w", err)
+		}
+		fmt.Println("wrote", filepath.Join(dir, name))
 	}
 	return nil
 }

@@ -333,6 +333,12 @@ func Serve(ctx context.Context, env service.Env) error {
 	if err != nil {
 		return err
 	}
+	// Device cookies under the same secret: a browser that signed in before
+	// is never locked out by others' failed sign-ins (issue 22 S9).
+	devices, err := auth.NewDeviceCookies(secret, auth.DefaultDeviceTTL, env.Now)
+	if err != nil {
+		return err
+	}
 	var wif *web.WhatIf
 	if cfg.WhatIfMaxEvents > 0 {
 		// Its own client: a replay's pipelines outlast the console's 2 s timeouts.
@@ -365,6 +371,7 @@ func Serve(ctx context.Context, env service.Env) error {
 		DLQ:           dc,
 		Samples:       samples,
 		SignIn:        auth.NewLimiter(rdb, "fg:console:authfail:"),
+		Devices:       devices,
 		Proxies:       proxies,
 		BlockRate:     &blockrate.Reader{Query: influx.QueryAPI(cfg.InfluxOrg), Bucket: cfg.InfluxBucket},
 		ScaleSeries:   &adjuster.Series{Query: influx.QueryAPI(cfg.InfluxOrg), Bucket: cfg.InfluxBucket},

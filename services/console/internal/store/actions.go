@@ -457,6 +457,25 @@ const (
 	SubjectDLQ      = "console#dlq"
 )
 
+// SubjectSignIn is the audit pk of the sign-in lockouts of the users
+// file's accounts (issue 22 S9); ActionSignInLockout their action.
+const (
+	SubjectSignIn       = "console#signin"
+	ActionSignInLockout = "signin.lockout"
+)
+
+// RecordSignInLockout audits a sign-in limit an account reached: the
+// console itself is the actor; after holds the account, the scope
+// (account, device or throttle), the client address and until when.
+func (s *Store) RecordSignInLockout(ctx context.Context, account, scope, client string, until time.Time, reason, corr string) error {
+	at := s.now().UTC()
+	after, _ := json.Marshal(map[string]string{"account": account, "scope": scope, "client": client, "until": until.UTC().Format(time.RFC3339)})
+	e := AuditEntry{Subject: SubjectSignIn, SK: at.Format("2006-01-02T15:04:05.000000000Z") + "#" + uuid.NewString(), At: at,
+		Actor: "console", Role: "system", Action: ActionSignInLockout, Reason: reason, CorrelationID: corr,
+		Before: "null", After: string(after)}
+	return s.write(ctx, e)
+}
+
 // Audit actions for the SRE pages.
 const (
 	ActionAdjusterRules = "adjuster.rules"

@@ -90,9 +90,11 @@ func newEnvWith(t *testing.T, adjust func(cfg *Config, prefix string)) *testEnv 
 	st := store.New(ddb, rdb, prefix, time.Now)
 	sessions, err := auth.NewSessions(rdb, "fg:console:test:"+run+":", []byte(testSessionSecret), 30*time.Minute, time.Hour, time.Now)
 	require.NoError(t, err)
+	devices, err := auth.NewDeviceCookies([]byte(testSessionSecret), auth.DefaultDeviceTTL, time.Now)
+	require.NoError(t, err)
 	cfg := Config{
 		Directory: dir, Store: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Registry: prometheus.NewRegistry(),
-		Sessions:     sessions,
+		Sessions: sessions, Devices: devices,
 		PollInterval: time.Second, ScalesKey: "fg:test:" + run + ":scales",
 	}
 	if adjust != nil {

@@ -4,17 +4,24 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/floodgate-dev/floodgate/pkg/gateway"
+	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
+	"github.com/floodgate-dev/floodgate/services/console/internal/store"
 )
 
 // TestSecurityForgedSessionS1 replays finding S1 of issue 22: someone who can
@@ -119,4 +126,123 @@ func TestSecurityOpenRedirectS12(t *testing.T) {
 	res, body := b.post("/login", url.Values{"csrf": {tok}, "username": {"analyst1"}, "password": {testPassword}, "next": {"/\t/evil.example"}})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode, body)
 	require.Equal(t, "/alerts", res.Header.Get("Location"))
+}
+
+// TestSecurityLockoutS9 replays finding S9 of issue 22: anyone who could name
+// an account could lock its owner out (5 failures per account, from
+// anywhere, for 15 minutes; behind a proxy, 20 failures locked every
+// address). Now, behind a trusted proxy: 50 failed sign-ins from one address
+// lock that address out of that account and nothing else — other accounts
+// sign in, and so does the owner, from a browser they signed in with before
+// (a device cookie signed under the server secret and bound to the user)
+// or from another address. A guess spread over many addresses slows the
+// account's unknown browsers to one attempt per interval, never its known
+// ones; an attacker without the owner's cookie (or with another user's) is
+// still slowed. Lockouts of real accounts are audited.
+func TestSecurityLockoutS9(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e := newEnvWith(t, func(cfg *Config, _ string) {
+		cfg.Registry = reg
+		cfg.SignIn = auth.NewLimiter(redistest.Client(t), "fg:console:test:"+redistest.Unique(t, "s9")+":")
+		proxies, err := gateway.ParseTrustedProxies([]string{"127.0.0.1/32", "::1/128"}) // the ingress: this test's client
+		require.NoError(t, err)
+		cfg.Proxies = proxies
+	})
+	from := func(ip string) []string { return []string{"X-Forwarded-For", ip} }
+	deviceCookie := func(res *http.Response) *http.Cookie {
+		for _, c := range res.Cookies() {
+			if strings.HasPrefix(c.Name, auth.DeviceCookiePrefix) {
+				return c
+			}
+		}
+		return nil
+	}
+
+	// The owner signed in from their laptop once: it carries a device cookie.
+	laptop := e.client(t)
+	res, _ := laptop.tryLogin("analyst1", testPassword, from("198.51.100.20")...)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	dc := deviceCookie(res)
+	require.NotNil(t, dc, "a successful sign-in sets a device cookie")
+	require.Equal(t, "/login", dc.Path, "sent back to the sign-in form only")
+	require.True(t, dc.HttpOnly)
+	require.Equal(t, http.SameSiteStrictMode, dc.SameSite)
+	require.NotContains(t, dc.Name+dc.Value, "analyst1", "no user name in clear")
+
+	// 50 failed sign-ins for the owner's account from one address.
+	attacker := e.client(t)
+	codes := map[int]int{}
+	for i := range 50 {
+		res, _ := attacker.tryLogin("analyst1", "guess "+strconv.Itoa(i), from("203.0.113.66")...)
+		codes[res.StatusCode]++
+	}
+	require.Equal(t, map[int]int{http.StatusUnauthorized: 5, http.StatusTooManyRequests: 45}, codes, "5 guesses, then that address is locked out of the account")
+
+	// No other account is locked out — not even from the attacker's address.
+	for _, u := range []string{"viewer1", "sre1", "admin1"} {
+		res, body := e.client(t).tryLogin(u, testPassword, from("203.0.113.66")...)
+		require.Equal(t, http.StatusSeeOther, res.StatusCode, "%s: %s", u, body)
+	}
+	// The owner signs in from the known laptop, even at the attacker's
+	// address, and from a new browser at another address.
+	res, body := laptop.tryLogin("analyst1", testPassword, from("203.0.113.66")...)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, body)
+	res, body = e.client(t).tryLogin("analyst1", testPassword, from("198.51.100.99")...)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, body)
+	res, body = attacker.tryLogin("analyst1", testPassword, from("203.0.113.66")...)
+	require.Equal(t, http.StatusTooManyRequests, res.StatusCode, "the attacker's address stays locked out of the account, right password or not")
+	require.Contains(t, body, "Too many failed sign-ins for this account from your network")
+
+	// A guess spread over addresses: from 10 unknown-device failures on, the
+	// account's unknown browsers are slowed to one attempt per 30 s.
+	for a := 1; a <= 3; a++ {
+		for i := range 5 {
+			_, _ = e.client(t).tryLogin("analyst1", "spread "+strconv.Itoa(i), from("203.0.113."+strconv.Itoa(a))...)
+		}
+	}
+	res, body = e.client(t).tryLogin("analyst1", "one more", from("192.0.2.77")...)
+	require.Equal(t, http.StatusTooManyRequests, res.StatusCode, body)
+	require.Contains(t, body, "from new browsers")
+	retry, err := strconv.Atoi(res.Header.Get("Retry-After"))
+	require.NoError(t, err)
+	require.True(t, retry >= 1 && retry <= 30, "slowed, not locked: Retry-After %d s", retry)
+	// Another user's valid device cookie under the owner's cookie name is no
+	// device cookie for the owner.
+	viewer := e.client(t)
+	res, _ = viewer.tryLogin("viewer1", testPassword, from("192.0.2.78")...)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	forged := e.client(t)
+	u, err := url.Parse(e.srv.URL + "/login")
+	require.NoError(t, err)
+	forged.c.Jar.SetCookies(u, []*http.Cookie{{Name: dc.Name, Value: deviceCookie(res).Value, Path: "/login"}})
+	res, body = forged.tryLogin("analyst1", "with a borrowed cookie", from("192.0.2.79")...)
+	require.Equal(t, http.StatusTooManyRequests, res.StatusCode, body)
+	// The owner's laptop is not slowed at all.
+	res, body = laptop.tryLogin("analyst1", testPassword, from("198.51.100.20")...)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, body)
+
+	// Failures of an invented name are limited too, but not audited.
+	for i := range 5 {
+		_, _ = e.client(t).tryLogin("nobody-"+e.run, "x"+strconv.Itoa(i), from("192.0.2.200")...)
+	}
+
+	require.GreaterOrEqual(t, mustCounter(t, reg, "floodgate_console_auth_lockouts_total", "password", "account"), 46.0)
+	require.GreaterOrEqual(t, mustCounter(t, reg, "floodgate_console_auth_lockouts_total", "password", "throttle"), 2.0)
+	rows, err := e.st.AuditOf(context.Background(), store.SubjectSignIn, 100)
+	require.NoError(t, err)
+	scopes := map[string]int{}
+	for _, r := range rows {
+		require.Equal(t, store.ActionSignInLockout, r.Action)
+		require.Equal(t, "console", r.Actor)
+		require.Contains(t, r.After, `"account":"analyst1"`, "only accounts of the users file are audited")
+		var after map[string]string
+		require.NoError(t, json.Unmarshal([]byte(r.After), &after))
+		scopes[after["scope"]]++
+		if after["scope"] == auth.ScopeAccount && after["client"] == "203.0.113.66" {
+			require.Contains(t, r.Reason, "5 failed sign-ins for analyst1 from 203.0.113.66")
+		}
+	}
+	require.Equal(t, map[string]int{auth.ScopeAccount: 2, auth.ScopeThrottle: 1}, scopes,
+		"203.0.113.66 and the first address of the spread locked the account for themselves; then the throttle began (once), "+
+			"so the later addresses had one attempt between them and locked nothing")
 }

@@ -66,6 +66,7 @@ type Config struct {
 	OverridesKey  string                 // the limiter's overrides hash (default limiter.OverridesKey)
 	Samples       SampleSource           // decision events around a detection, from Kafka (nil: the alert page says it is not configured)
 	SignIn        *auth.Limiter          // sign-in and API-token failure limits in Redis (nil: no limit)
+	Devices       *auth.DeviceCookies    // device cookies: known browsers are never locked out by others' failures (nil: none)
 	Rollouts      *Rollouts              // the rules topic of rule rollouts (nil: the page says it is not configured)
 	Proxies       gateway.TrustedProxies // whose X-Forwarded-For names the client for the failure limits
 	WhatIf        *WhatIf                // what-if replays of the decisions topic (nil: the page says it is not configured)
@@ -232,8 +233,8 @@ func (s *Server) authed(need auth.Role, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		req := request{corr: httpapi.RequestID(r.Context())}
 		if tok := auth.BearerToken(r.Header.Get("Authorization")); tok != "" {
-			ip := s.clientIP(r)
-			lock, err := s.lockedOut(w, r.Context(), "token", "", ip)
+			att := auth.Attempt{IP: s.clientIP(r)}
+			lock, err := s.lockedOut(w, r.Context(), "token", att)
 			if err != nil { // tokens are 256-bit: fail open rather than lock every token out
 				s.cfg.Log.Error("check token failures", "err", err, "correlation_id", req.corr)
 			}
@@ -243,7 +244,7 @@ func (s *Server) authed(need auth.Role, h http.HandlerFunc) http.HandlerFunc {
 			}
 			id, ok := s.cfg.Directory.Token(tok)
 			if !ok {
-				s.failed(r.Context(), "token", "", ip)
+				s.failed(r.Context(), "token", att, req.corr)
 				s.fail(w, r, http.StatusUnauthorized, "unknown API token")
 				return
 			}
@@ -417,8 +418,8 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.PostFormValue("username")
-	ip := s.clientIP(r)
-	lock, err := s.lockedOut(w, r.Context(), "password", name, ip)
+	att := s.attempt(r, name)
+	lock, err := s.lockedOut(w, r.Context(), "password", att)
 	if err != nil {
 		s.cfg.Log.Error("check sign-in failures", "err", err)
 		s.fail(w, r, http.StatusServiceUnavailable, "sign-in is unavailable (Redis); try again")
@@ -436,7 +437,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	who, ok := s.cfg.Directory.Password(name, r.PostFormValue("password"))
 	if !ok {
 		s.metrics.logins.WithLabelValues("denied").Inc()
-		s.failed(r.Context(), "password", name, ip)
+		s.failed(r.Context(), "password", att, httpapi.RequestID(r.Context()))
 		s.cfg.Log.Warn("sign-in refused", "user", name, "remote", r.RemoteAddr)
 		w.WriteHeader(http.StatusUnauthorized)
 		token, _ := auth.RandomString(24)
@@ -452,10 +453,11 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.cfg.SignIn != nil {
-		if err := s.cfg.SignIn.Succeed(r.Context(), name); err != nil {
+		if err := s.cfg.SignIn.Succeed(r.Context(), att); err != nil {
 			s.cfg.Log.Warn("clear sign-in failures", "user", name, "err", err)
 		}
 	}
+	s.setDeviceCookie(w, r, name)
 	s.metrics.logins.WithLabelValues("ok").Inc()
 	s.cfg.Log.Info("signed in", "user", who.Name, "role", who.Role.String())
 	http.SetCookie(w, s.cookie(r, SessionCookie, sess.ID, int(time.Until(sess.ExpiresAt).Seconds())))

@@ -14,6 +14,7 @@ type ServiceConfig struct {
 	SharedIPs      string               // FLOODGATE_DETECTOR_SHARED_IPS: redis (share per-address counts across instances) | off
 	MaxEventSkew   time.Duration        // FLOODGATE_DETECTOR_MAX_EVENT_SKEW: events dated further in the future are dead-lettered
 	MaxEventAge    time.Duration        // FLOODGATE_DETECTOR_MAX_EVENT_AGE: events older than this are dead-lettered
+	MaxEventCost   int64                // FLOODGATE_EVENT_MAX_COST: events with a larger cost are dead-lettered
 	RedisAddrs     []string             // FLOODGATE_REDIS_ADDRS
 	KafkaBrokers   []string             // FLOODGATE_KAFKA_BROKERS
 	KafkaSecurity  config.KafkaSecurity // FLOODGATE_KAFKA_TLS*, FLOODGATE_KAFKA_SASL_* (docs/configuration.md)
@@ -96,6 +97,7 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 		SharedIPs:       e.String("FLOODGATE_DETECTOR_SHARED_IPS", "redis"),
 		MaxEventSkew:    e.Duration("FLOODGATE_DETECTOR_MAX_EVENT_SKEW", 5*time.Minute),
 		MaxEventAge:     e.Duration("FLOODGATE_DETECTOR_MAX_EVENT_AGE", 7*24*time.Hour),
+		MaxEventCost:    int64(e.Int("FLOODGATE_EVENT_MAX_COST", events.DefaultMaxCost)),
 		DynamoEndpoint:  e.String("FLOODGATE_DYNAMODB_ENDPOINT", ""),
 		DynamoPrefix:    e.String("FLOODGATE_DYNAMODB_TABLE_PREFIX", ""),
 		RecordRetention: e.Duration("FLOODGATE_DETECTOR_RECORD_RETENTION", 90*24*time.Hour),
@@ -165,6 +167,8 @@ func (c ServiceConfig) Validate() error {
 	v.Require(c.SharedIPs == "redis" || c.SharedIPs == "off", "FLOODGATE_DETECTOR_SHARED_IPS", "%q is not one of redis|off", c.SharedIPs)
 	v.Require(c.MaxEventSkew >= time.Second && c.MaxEventSkew <= 24*time.Hour, "FLOODGATE_DETECTOR_MAX_EVENT_SKEW", "%s: must be in 1s..24h", c.MaxEventSkew)
 	v.Require(c.MaxEventAge >= c.Score.IPWindow, "FLOODGATE_DETECTOR_MAX_EVENT_AGE", "%s: must cover FLOODGATE_DETECTOR_IP_WINDOW (%s), which a restart re-reads", c.MaxEventAge, c.Score.IPWindow)
+	v.Require(c.MaxEventCost >= 1 && c.MaxEventCost <= 1_000_000, "FLOODGATE_EVENT_MAX_COST",
+		"%d: must be in 1..1000000 (at least the largest max_cost of the limiter's rules)", c.MaxEventCost)
 	v.Require(c.RecordRetention >= 24*time.Hour, "FLOODGATE_DETECTOR_RECORD_RETENTION", "%s: at least 24h", c.RecordRetention)
 	v.Require(c.RecordRetention >= c.Escalation.Lookback, "FLOODGATE_DETECTOR_RECORD_RETENTION", "must cover FLOODGATE_DETECTOR_ESCALATION_LOOKBACK")
 	v.Require(c.AllowRefresh >= time.Second, "FLOODGATE_DETECTOR_ALLOWLIST_REFRESH", "at least 1s")

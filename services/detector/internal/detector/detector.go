@@ -55,6 +55,9 @@ type Config struct {
 	// never scored (defaults 5m and 7 days).
 	MaxEventSkew time.Duration
 	MaxEventAge  time.Duration
+	// MaxEventCost bounds an event's cost (issue 22 S3); one over it is
+	// dead-lettered and never scored. Default events.DefaultMaxCost.
+	MaxEventCost int64
 	// SharedIPs, when set, shares per-address principal counts with the other
 	// instances of the group (see score.RemoteIPs).
 	SharedIPs  score.RemoteIPs
@@ -126,6 +129,9 @@ func New(c Config) *Detector {
 	if c.MaxEventSkew <= 0 {
 		c.MaxEventSkew = 5 * time.Minute
 	}
+	if c.MaxEventCost <= 0 {
+		c.MaxEventCost = events.DefaultMaxCost
+	}
 	if c.MaxEventAge <= 0 {
 		c.MaxEventAge = 7 * 24 * time.Hour
 	}
@@ -188,6 +194,9 @@ func (d *Detector) Handle(ctx context.Context, msg kafka.Message) error {
 		// one older than retention describes nothing current.
 		if err := d.checkEventTime(ev.TS); err != nil {
 			return stream.Permanent(err)
+		}
+		if err := events.CheckCost(ev.Cost, d.cfg.MaxEventCost); err != nil {
+			return err // permanent: dead-lettered with the reason, never scored
 		}
 		d.metrics.decoded.Inc()
 		p.dets = d.scorer(msg.Partition).Observe(&ev, nil)

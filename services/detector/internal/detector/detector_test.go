@@ -232,3 +232,27 @@ func TestSecurityAbuseEventsKeepNetworksS15(t *testing.T) {
 		}
 	}
 }
+
+// TestSecurityOverCostEventsS3 replays finding S3 of issue 22 at the detector:
+// a decision event with cost 1,000,000. It is dead-lettered (permanent, with
+// the reason) and never scored; events within FLOODGATE_EVENT_MAX_COST are.
+func TestSecurityOverCostEventsS3(t *testing.T) {
+	pub := &flakyPublisher{}
+	d := newTestDetector(t, pub, nil)
+	ctx := context.Background()
+	victim := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "s3")}
+	ev := decision(victim, time.Now().UTC(), "198.51.100.10", "/a")
+	ev.Cost = 1_000_000
+	v, err := events.EncodeDecision(ev)
+	require.NoError(t, err)
+	err = d.Handle(ctx, kafka.Message{Topic: "floodgate.decisions.v1", Partition: 2, Offset: 1, Value: v})
+	require.True(t, stream.IsPermanent(err), "dead-lettered, not retried: %v", err)
+	require.EqualError(t, err, "cost 1000000 is over the 10000 an event may carry (FLOODGATE_EVENT_MAX_COST); nothing of it was counted")
+	require.Zero(t, d.scorer(2).Stats().Principals, "never scored")
+
+	ev.Cost = events.DefaultMaxCost
+	v, err = events.EncodeDecision(ev)
+	require.NoError(t, err)
+	require.NoError(t, d.Handle(ctx, kafka.Message{Topic: "floodgate.decisions.v1", Partition: 2, Offset: 2, Value: v}))
+	require.Equal(t, 1, d.scorer(2).Stats().Principals, "at the bound it is scored")
+}

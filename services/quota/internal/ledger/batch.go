@@ -213,6 +213,10 @@ func (c *Consumer) handleBatch(ctx context.Context, b *stream.Batch) error {
 			c.reject(b, i, err)
 			continue
 		}
+		if err := events.CheckCost(d.Cost, c.cfg.MaxEventCost); err != nil {
+			c.reject(b, i, err)
+			continue
+		}
 		if _, dup := inBatch[d.ID]; dup || recent.has(d.ID) {
 			c.metrics.Messages.WithLabelValues(resultDuplicate).Inc()
 			continue
@@ -292,6 +296,9 @@ func (c *Consumer) aggregateReplay(agg *batch, msg kafka.Message) error {
 	d, err := events.DecodeDecision(rec.Value)
 	if err == nil {
 		err = c.window.Check(d.TS)
+	}
+	if err == nil {
+		err = events.CheckCost(d.Cost, c.cfg.MaxEventCost)
 	}
 	if err != nil {
 		c.metrics.Messages.WithLabelValues(resultPoison).Inc()

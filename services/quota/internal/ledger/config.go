@@ -6,6 +6,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
+	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/pkg/tracing"
 )
@@ -67,6 +68,11 @@ type Config struct {
 	// FLOODGATE_STREAM_MAX_DECOMPRESSED_BYTES) and the event-time window
 	// (FLOODGATE_EVENT_MAX_FUTURE, FLOODGATE_EVENT_MAX_AGE).
 	Door stream.DoorLimits
+	// MaxEventCost bounds one decision's cost (FLOODGATE_EVENT_MAX_COST,
+	// default events.DefaultMaxCost, the limiter's default max_cost): a
+	// decision over it is dead-lettered with the reason and counts nothing
+	// (issue 22 S3). Raise it with the rules' max_cost.
+	MaxEventCost int64
 	// Tracing makes every batch a "process" span linking its decisions'
 	// creation contexts (the service's OTEL_* tracing; off by default).
 	Tracing tracing.Tracing
@@ -115,6 +121,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		JoinGroupBackoff:  e.Duration("FLOODGATE_QUOTA_JOIN_BACKOFF", 0),
 		MaxWait:           e.Duration("FLOODGATE_QUOTA_FETCH_MAX_WAIT", 500*time.Millisecond),
 		ShutdownTimeout:   e.Duration("FLOODGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
+		MaxEventCost:      int64(e.Int("FLOODGATE_EVENT_MAX_COST", events.DefaultMaxCost)),
 	}
 	door, derr := stream.DoorLimitsFromEnv(getenv)
 	if err := errors.Join(e.Err(), derr); err != nil {
@@ -168,5 +175,7 @@ func (c Config) Validate() error {
 	}
 	v.Require(c.MaxWait >= 10*time.Millisecond, "FLOODGATE_QUOTA_FETCH_MAX_WAIT", "%s: must be at least 10ms", c.MaxWait)
 	v.Require(c.ShutdownTimeout > 0, "FLOODGATE_SHUTDOWN_TIMEOUT", "must be positive")
+	v.Require(c.MaxEventCost >= 1 && c.MaxEventCost <= 1_000_000, "FLOODGATE_EVENT_MAX_COST",
+		"%d: must be in 1..1000000 (at least the largest max_cost of the limiter's rules)", c.MaxEventCost)
 	return errors.Join(v.Err(), c.Door.Validate())
 }

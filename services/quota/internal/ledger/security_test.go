@@ -1,0 +1,125 @@
+package ledger_test
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/dynamo"
+	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/services/quota/internal/ledger"
+	"github.com/floodgate-dev/floodgate/services/quota/internal/quotatest"
+)
+
+// TestSecurityOverCostEventsS3 replays finding S3 of issue 22 against the real
+// stack (the broker, DynamoDB Local, Redis): a decision event with cost
+// 1,000,000 naming a victim. On main it put the victim's ledger at 1,000,000,
+// quota-locking it for hours, and re-seeding never lowered it. Now the quota
+// consumer bounds an event's cost (FLOODGATE_EVENT_MAX_COST, default 10,000):
+// the event is dead-lettered with the reason, and the ledger and the Redis
+// day counter hold the victim's own traffic only.
+func TestSecurityOverCostEventsS3(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the local stack; run `make test`")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	broker := quotatest.Broker(t)
+	db, prefix := quotatest.LedgerTable(t)
+	rdb := redistest.Client(t)
+	group := redistest.Unique(t, "quota-s3")
+	cfg, err := ledger.ConfigFromEnv(envMap(map[string]string{
+		"FLOODGATE_KAFKA_BROKERS": broker, "FLOODGATE_QUOTA_GROUP": group,
+		"FLOODGATE_QUOTA_FLUSH_INTERVAL": "100ms", "FLOODGATE_QUOTA_FETCH_MAX_WAIT": "50ms",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, int64(events.DefaultMaxCost), cfg.MaxEventCost)
+	store := ledger.NewStore(db, prefix+dynamo.TableQuotaLedger, cfg.RetentionDays, time.Now)
+	reg := prometheus.NewRegistry()
+	metrics := ledger.NewMetrics(reg)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn + 4}))
+	c, err := ledger.NewConsumer(cfg, store, ledger.NewReseeder(rdb, time.Hour, time.Now), log, reg, metrics, time.Now)
+	require.NoError(t, err)
+
+	victim := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "victim")}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	dec := func(id string, cost int64) kafka.Message {
+		return quotatest.Message(events.Decision{ID: id + "-" + group, TS: now, Principal: victim, IP: netip.MustParseAddr("203.0.113.7"),
+			Method: "POST", Route: "/v1/things", Allowed: true, Tier: "principal", Cost: cost, Limit: 100, Remaining: 50, Gateway: "attacker"})
+	}
+	writer := quotatest.Writer(broker)
+	defer writer.Close()
+	quotatest.Produce(ctx, t, writer, cfg.DecisionsTopic, []kafka.Message{
+		dec("own-1", 3), dec("attack", 1_000_000), dec("own-2", events.DefaultMaxCost), dec("attack-2", events.DefaultMaxCost+1),
+	})
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	waitCommitted(ctx, t, broker, group, cfg.DecisionsTopic)
+	stop()
+	require.NoError(t, <-done)
+
+	day := now.Format(ledger.DayLayout)
+	want := int64(3 + events.DefaultMaxCost)
+	require.Equal(t, map[quotatest.DayKey]int64{{Principal: victim.Key(), Day: day}: want},
+		quotatest.LedgerTotals(ctx, t, db, prefix+dynamo.TableQuotaLedger, []events.Principal{victim}),
+		"the ledger holds the victim's own units, nothing of the attack")
+	got, err := rdb.Get(ctx, redisx.DayUsageKey(string(victim.Kind), victim.ID, day)).Int64()
+	require.NoError(t, err)
+	require.Equal(t, want, got, "and so does the day counter the limiter enforces")
+	require.Equal(t, 2.0, counterValue(t, metrics.DLQ))
+	require.Equal(t, map[stream.ErrorClass]int{stream.ClassPoison: 2}, dlqClasses(ctx, t, broker, cfg.DecisionsTopic+".dlq", 2),
+		"both over-cost events are dead-lettered")
+	msgs := dlqMessages(ctx, t, broker, cfg.DecisionsTopic+".dlq")
+	require.Len(t, msgs, 2)
+	for _, m := range msgs {
+		require.Contains(t, m, "is over the 10000 an event may carry (FLOODGATE_EVENT_MAX_COST); nothing of it was counted")
+	}
+}
+
+// dlqMessages returns the error messages of every dead letter on topic.
+func dlqMessages(ctx context.Context, t *testing.T, broker, topic string) []string {
+	t.Helper()
+	client := &kafka.Client{Addr: kafka.TCP(broker), Timeout: 5 * time.Second}
+	meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	require.NoError(t, err)
+	var out []string
+	for _, p := range meta.Topics[0].Partitions {
+		conn, err := kafka.DialLeader(ctx, "tcp", broker, topic, p.ID)
+		require.NoError(t, err)
+		end, err := conn.ReadLastOffset()
+		conn.Close()
+		require.NoError(t, err)
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, Topic: topic, Partition: p.ID, MaxWait: 100 * time.Millisecond})
+		for i := int64(0); i < end; i++ {
+			m, err := r.FetchMessage(ctx)
+			require.NoError(t, err)
+			rec, err := stream.ParseDLQRecord(m)
+			require.NoError(t, err)
+			out = append(out, rec.ErrorMessage)
+		}
+		r.Close()
+	}
+	return out
+}
+
+func TestMaxEventCostIsValidated(t *testing.T) {
+	for _, v := range []string{"0", "1000001", "-5"} {
+		_, err := ledger.ConfigFromEnv(envMap(map[string]string{"FLOODGATE_EVENT_MAX_COST": v}))
+		require.ErrorContains(t, err, "FLOODGATE_EVENT_MAX_COST")
+	}
+	cfg, err := ledger.ConfigFromEnv(envMap(map[string]string{"FLOODGATE_EVENT_MAX_COST": "50000"}))
+	require.NoError(t, err)
+	require.Equal(t, int64(50000), cfg.MaxEventCost)
+}
