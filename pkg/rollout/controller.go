@@ -164,11 +164,21 @@ var errStale = errors.New("the rollout changed since it was judged")
 func (c *Controller) Step(ctx context.Context, st *State) (Verdict, error) {
 	now := c.Now()
 	impact := func(ctx context.Context, v int64) (Impact, error) {
-		im, err := ReadImpact(ctx, c.Redis, c.Operator.Topic.Name, v)
-		if err == nil && c.Window > 0 {
-			err = ReadRecent(ctx, c.Redis, c.Operator.Topic.Name, &im, c.Window, now)
+		// The recent slots first, then the counts since the version began:
+		// flushes only add, so the cumulative counts read second cover the
+		// recent ones even when a flush lands between the two reads.
+		recent := Impact{Version: v}
+		if c.Window > 0 {
+			if err := ReadRecent(ctx, c.Redis, c.Operator.Topic.Name, &recent, c.Window, now); err != nil {
+				return Impact{}, err
+			}
 		}
-		return im, err
+		im, err := ReadImpact(ctx, c.Redis, c.Operator.Topic.Name, v)
+		if err != nil {
+			return Impact{}, err
+		}
+		im.Window, im.RecentShadow, im.RecentEnforced = recent.Window, recent.RecentShadow, recent.RecentEnforced
+		return im, nil
 	}
 	v, err := Judge(ctx, st, impact, now)
 	if err != nil {
