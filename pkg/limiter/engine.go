@@ -515,7 +515,7 @@ func (e *Engine) bind(rs *Ruleset, req Request) (principal, ip group, cost int64
 	}
 	if limit > 0 {
 		qb.tier, qb.alg, qb.limit, qb.period, qb.scale, qb.cost = events.TierQuota, dayQuota, limit, 24*time.Hour, 1, cost
-		now := e.localNow(req).UTC()
+		now := e.localNow(req.At).UTC()
 		for _, t := range []time.Time{now.Add(-10 * time.Minute), now.Add(10 * time.Minute)} {
 			day := t.Unix() / 86400
 			if len(qb.days) > 0 && qb.days[len(qb.days)-1] == day {
@@ -557,7 +557,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 			if sh.Sheds(prio) {
 				e.m.prioShed[prio].Inc()
 				return Result{Tier: events.TierPrincipal, RetryAfter: sh.RetryAfter, ResetAfter: sh.RetryAfter, Penalty: 1, Scale: 1,
-					Now: e.localNow(req).UTC(), Cost: max(req.Cost, 1), Priority: prio, Shed: true, Utilization: sh.Status()}, nil
+					Now: e.localNow(req.At).UTC(), Cost: max(req.Cost, 1), Priority: prio, Shed: true, Utilization: sh.Status()}, nil
 			}
 			status = sh.Status()
 		}
@@ -600,8 +600,8 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 	// The local clock of the over-limit cache and the local buckets: the
 	// decision's own time in a replay, so nothing of a replay follows the
 	// wall clock (a cache entry held "until" wall time would deny a replayed
-	// request its event time allows).
-	now := e.localNow(req)
+	// request its event time allows); the engine's clock, read when used,
+	// otherwise (localNow).
 	groups := make([]*group, 0, 2)
 	if len(pg.rules) > 0 {
 		groups = append(groups, &pg)
@@ -610,9 +610,9 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 		groups = append(groups, &ig)
 	}
 	if len(groups) == 0 {
-		return Result{Allowed: true, Tier: events.TierPrincipal, Penalty: 1, Scale: 1, Now: now.UTC(), Cost: int(cost), Plan: plan}, nil
+		return Result{Allowed: true, Tier: events.TierPrincipal, Penalty: 1, Scale: 1, Now: e.localNow(req.At).UTC(), Cost: int(cost), Plan: plan}, nil
 	}
-	if r, ok := e.fromOverLimitCache(groups, cost, now); ok {
+	if r, ok := e.fromOverLimitCache(groups, cost, e.localNow(req.At)); ok {
 		e.m.cacheHits.Inc()
 		r.Plan = plan
 		return finish(r, rs.NearLimit), nil
@@ -709,9 +709,7 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 		}
 		res.Now = o.now
 		n := e.instances.Load()
-		if req.At.IsZero() {
-			now = e.clock() // after the round trip: when Redis answered
-		}
+		now := e.localNow(req.At)
 		for j, t := range o.tiers {
 			b := g.rules[j]
 			t.Rule, t.Tier, t.Algorithm, t.Shadow, t.Period, t.Scale, t.Quota = b.id, b.tier, b.alg, b.shadow, b.period, b.scale, b.limit
@@ -742,7 +740,7 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 		switch {
 		case shedOnly:
 			e.m.shed.Inc()
-			lr = e.shed(local, cost, now)
+			lr = e.shed(local, cost, e.localNow(req.At))
 		default:
 			e.m.redisErrors.Inc()
 			reason := "redis unavailable"
@@ -751,7 +749,7 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 					reason = "redis circuit open"
 				}
 			}
-			lr = e.degrade(local, cost, reason, now)
+			lr = e.degrade(local, cost, reason, e.localNow(req.At))
 		}
 		res.Allowed = res.Allowed && lr.Allowed
 		res.Degraded, res.Error = true, lr.Error
@@ -789,12 +787,12 @@ type shardCall struct {
 	follows bool // shares the first group's shard: admitted with it
 }
 
-// localNow is the time of req for the engine's in-process state (the
+// localNow is a request's time for the engine's in-process state (the
 // over-limit cache, the local buckets) and for answers Redis did not give:
-// Request.At in a replay, else the engine's clock.
-func (e *Engine) localNow(req Request) time.Time {
-	if !req.At.IsZero() {
-		return req.At
+// its Request.At (at) in a replay, else the engine's clock.
+func (e *Engine) localNow(at time.Time) time.Time {
+	if !at.IsZero() {
+		return at
 	}
 	return e.clock()
 }
