@@ -26,6 +26,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/pkg/whatif"
 	"github.com/floodgate-dev/floodgate/pkg/whatif/whatiftest"
@@ -275,6 +276,7 @@ func TestBrowserShedWhatIfRollout(t *testing.T) {
 	// 3. Rollouts: a bad one rolled back by the controller, a good one promoted.
 	require.NoError(t, chromedp.Do(b, ro.propose(e, rolloutV2, "INC-16 one an hour")))
 	ro.waitState(t, 2, events.RulesStateRolledBack)
+	ro.waitAudit(t, 2, rollout.ActionAbort)
 	require.NoError(t, chromedp.Do(b, chromedp.Navigate(e.srv.URL+"/sre/rollouts"), chromedp.WaitVisible(chromedp.ID("versions")),
 		shot("console-guards-rolled-back")))
 	versions := textOf(t, b, "#versions")
@@ -284,6 +286,7 @@ func TestBrowserShedWhatIfRollout(t *testing.T) {
 	require.Contains(t, textOf(t, b, "#rollout-audit"), "rules.abort")
 	require.NoError(t, chromedp.Do(b, ro.propose(e, rolloutV1+"  - {id: ips, tier: ip, limit: 100000, period: 1s}\n", "INC-17 an IP ceiling")))
 	ro.waitState(t, 3, events.RulesStateEnforced)
+	ro.waitAudit(t, 3, rollout.ActionPromote)
 	require.NoError(t, chromedp.Do(b, chromedp.Navigate(e.srv.URL+"/sre/rollouts"), chromedp.WaitVisible(chromedp.ID("enforced-version")),
 		shot("console-guards-promoted")))
 	require.Contains(t, textOf(t, b, "#enforced"), "Version 3")

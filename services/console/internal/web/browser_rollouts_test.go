@@ -115,6 +115,16 @@ func (r *rolloutRig) waitState(t *testing.T, v int64, state events.RulesState) {
 	}, 30*time.Second, 100*time.Millisecond, "version %d should become %s", v, state)
 }
 
+// waitAudit waits until the newest rollout audit row is action on version v:
+// the controller writes it after the record it publishes.
+func (r *rolloutRig) waitAudit(t *testing.T, v int64, action string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		rows, err := r.audit.History(context.Background(), 1)
+		return err == nil && len(rows) == 1 && rows[0].Version == v && rows[0].Action == action
+	}, 10*time.Second, 50*time.Millisecond, "the audit row %s of version %d", action, v)
+}
+
 // TestBrowserRollouts drives rule rollouts in headless Chromium against the
 // real broker, Redis and DynamoDB Local, with a real limiter replica on the
 // rules topic taking CRITICAL traffic and the rollout controller running: an
