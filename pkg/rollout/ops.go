@@ -298,7 +298,7 @@ func (o *Operator) publish(ctx context.Context, st *State, a Actor, p Plan) erro
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if rerr := o.Claims.Release(rctx, o.Topic.Name, st.Next(), holder); rerr != nil {
-			return fmt.Errorf("%w (and the claim stays until its lease ends: %v)", err, rerr)
+			return fmt.Errorf("%w (and the claim stays until its lease ends: %w)", err, rerr)
 		}
 		return err
 	}
