@@ -347,3 +347,57 @@ func TestCandidateJudgesDailyQuota(t *testing.T) {
 	require.Equal(t, 5, used, "the enforced admissions only: the candidate counts nothing into the ledger")
 	require.GreaterOrEqual(t, counts.blocked[PriorityCritical].Load(), int64(2))
 }
+
+// TestControllerCatchesALateHarm: a candidate that judged 2,000 CRITICAL
+// decisions well and then, in the last minute, would block 60 of 100 is
+// aborted by the controller on the real broker and Redis — on its recent
+// window: its cumulative share (2.9 %) is within the 5 % maximum, and a
+// controller judging cumulative shares only lets it run on.
+func TestControllerCatchesALateHarm(t *testing.T) {
+	brokers, name := rollouttest.Topic(t)
+	topic := rollout.NewTopic(brokers, nil, name, nil)
+	t.Cleanup(func() { _ = topic.Close() })
+	rdb := redistest.Client(t)
+	ctx := context.Background()
+	now := time.Now()
+	op := testOperator(topic, func() time.Time { return now })
+	sre := rollout.Actor{Name: "sre alice", Reason: "test", Via: "test"}
+	_, err := op.Bootstrap(ctx, rolloutV1, sre)
+	require.NoError(t, err)
+	p, err := op.Propose(ctx, rolloutGood, rollout.DefaultParams(), sre)
+	require.NoError(t, err)
+	t.Cleanup(func() { cleanKeys(rdb, redisx.RulesImpactKey(name, p.Version)+"*") })
+
+	f := NewImpactFlusher(rdb, name, slog.New(slog.DiscardHandler))
+	c := f.track(p.Version, rollout.PhaseShadow)
+	f.now = func() time.Time { return now.Add(-9 * time.Minute) }
+	for range 2000 {
+		c.add(PriorityCritical, false)
+	}
+	require.NoError(t, f.Flush(ctx))
+	f.now = func() time.Time { return now }
+	for i := range 100 {
+		c.add(PriorityCritical, i < 60)
+	}
+	require.NoError(t, f.Flush(ctx))
+
+	ctl := rollout.NewController(op, rdb, "adjuster/rollout", nil, prometheus.NewRegistry())
+	ctl.Now = func() time.Time { return now.Add(time.Second) }
+	st, err := topic.Read(ctx)
+	require.NoError(t, err)
+	ctl.Window = 0
+	v, err := ctl.Step(ctx, &st)
+	require.NoError(t, err)
+	require.Empty(t, v.Action, "cumulative only: %s", v.Reason)
+	require.Contains(t, v.Reason, "CRITICAL would-block share 2.9 % (60 of 2100)")
+
+	ctl.Window = time.Minute
+	v, err = ctl.Step(ctx, &st)
+	require.NoError(t, err)
+	require.Equal(t, rollout.ActionAbort, v.Action, v.Reason)
+	require.Contains(t, v.Reason, "shadow, last 1m0s: CRITICAL would-block share 60.0 % (60 of 100) > 5.0 %")
+	st, err = topic.Read(ctx)
+	require.NoError(t, err)
+	e, _ := st.Version(p.Version)
+	require.Equal(t, events.RulesStateRolledBack, e.State, "aborted on the topic")
+}
