@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -282,7 +283,10 @@ func (o *Operator) do(ctx context.Context, a Actor, plan func(*State) (Plan, err
 
 // publish claims the offset st was read up to, then publishes p's records
 // within half the claim's lease (so no other claim can be taken while they
-// may still land); a failed publish gives the claim back.
+// may still land). A failed publish gives the claim back only when the topic
+// is read still ending where st did: a publish whose acknowledgement was lost
+// may have landed, and a writer that read before it must not take the
+// position again (the lease ends the claim otherwise).
 func (o *Operator) publish(ctx context.Context, st *State, a Actor, p Plan) error {
 	if o.Claims == nil {
 		return o.Topic.Publish(ctx, p.Records...)
@@ -297,7 +301,15 @@ func (o *Operator) publish(ctx context.Context, st *State, a Actor, p Plan) erro
 	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if rerr := o.Claims.Release(rctx, o.Topic.Name, st.Next(), holder); rerr != nil {
+		cur, rerr := o.Topic.Read(rctx)
+		switch {
+		case rerr != nil:
+		case cur.Next() != st.Next():
+			rerr = errors.New("the topic moved past it")
+		default:
+			rerr = o.Claims.Release(rctx, o.Topic.Name, st.Next(), holder)
+		}
+		if rerr != nil {
 			return fmt.Errorf("%w (and the claim stays until its lease ends: %w)", err, rerr)
 		}
 		return err
