@@ -45,9 +45,11 @@ type candidateVerdict struct {
 
 // checkCandidate judges req by the candidate's rules on the candidate's
 // buckets: the same script, the same penalty and scales, in one pipelined
-// round trip per Redis shard. Daily quotas are left out (the day usage key is
-// the enforced ledger's, and a candidate must not count into it). Like an
-// enforced decision it is all or nothing: when one group would deny, the
+// round trip per Redis shard. Its daily quota is judged on the enforced day
+// usage — the principal's real usage today, the ledger's key — and never
+// counted into it (dayQuotaPeek): a candidate's usage of its own would start
+// at zero on the day it begins, and the ledger is the quota service's. Like
+// an enforced decision it is all or nothing: when one group would deny, the
 // other group's units are given back.
 func (e *Engine) checkCandidate(ctx context.Context, c *Candidate, req Request) candidateVerdict {
 	pg, ig, _, _ := e.bind(c.Rules, req)
@@ -56,6 +58,8 @@ func (e *Engine) checkCandidate(ctx context.Context, c *Candidate, req Request) 
 		rules := g.rules[:0]
 		for _, b := range g.rules {
 			if b.tier == events.TierQuota {
+				b.alg = dayQuotaPeek // the enforced usage, read only: its keys stay the ledger's
+				rules = append(rules, b)
 				continue
 			}
 			keys := make([]string, len(b.keys))
@@ -144,6 +148,7 @@ type ImpactFlusher struct {
 	rdb   redis.UniversalClient
 	topic string
 	log   *slog.Logger
+	now   func() time.Time // the flush's time slot (redisx.RulesImpactSlotKey)
 
 	mu      sync.Mutex
 	entries []impactEntry
@@ -161,7 +166,7 @@ const impactTTL = 30 * 24 * time.Hour
 
 // NewImpactFlusher returns a flusher writing the counts of topic's versions to rdb.
 func NewImpactFlusher(rdb redis.UniversalClient, topic string, log *slog.Logger) *ImpactFlusher {
-	return &ImpactFlusher{rdb: rdb, topic: topic, log: log}
+	return &ImpactFlusher{rdb: rdb, topic: topic, log: log, now: time.Now}
 }
 
 // track returns new counts for version v in phase, flushed until retired.
@@ -227,26 +232,34 @@ func (f *ImpactFlusher) Flush(ctx context.Context) error {
 	}
 	var took []taken
 	pipe := f.rdb.Pipeline()
+	now := f.now()
 	for _, en := range entries {
 		tk := taken{c: en.counts}
-		key := redisx.RulesImpactKey(f.topic, en.version)
+		// The version's counts since it began, and the same counts in this
+		// flush's time slot (the controller's recent window).
+		key, slot := redisx.RulesImpactKey(f.topic, en.version), redisx.RulesImpactSlotKey(f.topic, en.version, now)
+		incr := func(field string, n int64) {
+			pipe.HIncrBy(ctx, key, field, n)
+			pipe.HIncrBy(ctx, slot, field, n)
+		}
 		wrote := false
 		for p := PriorityCritical; p <= PriorityBulk; p++ {
 			tk.total[p], tk.blocked[p] = en.counts.total[p].Swap(0), en.counts.blocked[p].Swap(0)
 			if tk.total[p] > 0 {
-				pipe.HIncrBy(ctx, key, en.phase+":"+p.String()+":total", tk.total[p])
+				incr(en.phase+":"+p.String()+":total", tk.total[p])
 				wrote = true
 			}
 			if tk.blocked[p] > 0 {
-				pipe.HIncrBy(ctx, key, en.phase+":"+p.String()+":blocked", tk.blocked[p])
+				incr(en.phase+":"+p.String()+":blocked", tk.blocked[p])
 			}
 		}
 		if tk.errors = en.counts.errors.Swap(0); tk.errors > 0 {
-			pipe.HIncrBy(ctx, key, en.phase+":errors", tk.errors)
+			incr(en.phase+":errors", tk.errors)
 			wrote = true
 		}
 		if wrote {
 			pipe.Expire(ctx, key, impactTTL)
+			pipe.Expire(ctx, slot, redisx.RulesImpactSlotTTL)
 			took = append(took, tk)
 		}
 	}

@@ -9,8 +9,9 @@
 --
 -- KEYS[1]          the penalty hash of the tag (field m = multiplier in (0,1])
 -- KEYS[2..]        state keys, one per rule (two for a daily quota near midnight)
--- ARGV[1]          mode: "c" check and commit, "r" refund the rules marked in ARGV[4]
--- ARGV[2]          fixed now in ms, or "" for Redis TIME
+-- ARGV[1]          mode: "c" check and commit, "r" refund the rules marked in ARGV[4],
+--                  "p" check and commit on a replay's clock (see REPLAY_TTL)
+-- ARGV[2]          fixed now in ms (a replayed decision's own time; tests), or "" for Redis TIME
 -- ARGV[3]          "1" applies the penalty multiplier to this call's rules
 -- ARGV[4]          refund mask: one "0"/"1" per rule (mode "r")
 -- ARGV[5]          number of rules
@@ -38,6 +39,24 @@ else
 end
 local mode = ARGV[1]
 
+-- Keys expire on the wall clock (PEXPIRE), not on the script's now. A replay
+-- ("p": pkg/whatif, each decision at its own ts) runs faster or slower than
+-- the traffic did, so a TTL measured in its event time would drop a bucket
+-- mid-replay whenever the replay fell behind the traffic (a bucket of 10 a
+-- second, emptied, expiring two wall seconds later while the replay's clock
+-- had moved 300 ms: a full bucket instead of three tokens). Every state
+-- carries its own time (ts, tat, window, scores, the day), so expiry is only
+-- garbage collection: a replay's keys live REPLAY_TTL at least
+-- (limiter.ReplayKeyTTL), longer than any replay, and the replay deletes its
+-- keyspace when it ends.
+local REPLAY_TTL = 3600000
+local ttl_floor = 0
+if mode == 'p' then mode, ttl_floor = 'c', REPLAY_TTL end
+local function expire(key, ms)
+  if ms < ttl_floor then ms = ttl_floor end
+  redis.call('PEXPIRE', key, ms)
+end
+
 local m = 1
 if ARGV[3] == '1' then
   m = tonumber(redis.call('HGET', KEYS[1], 'm'))
@@ -63,7 +82,7 @@ for i = 1, n do
   a = a + 9
   if r.lease > 0 then leasing = true end
   r.key = KEYS[k]
-  if r.alg == 'day' then
+  if r.alg == 'day' or r.alg == 'dayp' then
     local today = floor(now / DAY)
     for j = 0, nk - 1 do
       if tonumber(ARGV[a + j]) == today then r.key = KEYS[k + j] end
@@ -72,7 +91,7 @@ for i = 1, n do
   end
   k = k + nk
   local function eff(x)
-    if r.alg == 'day' then return x end
+    if r.alg == 'day' or r.alg == 'dayp' then return x end
     return max(1, floor(x * r.scale * m + 1e-9))
   end
   r.lim = eff(r.limit)
@@ -106,7 +125,7 @@ eval.tb = function(r)
   end
   return ok, floor(left), reset, retry, function()
     redis.call('HSET', r.key, 't', fmt(left), 'ts', now)
-    redis.call('PEXPIRE', r.key, reset + 1000)
+    expire(r.key, reset + 1000)
   end
 end
 
@@ -127,7 +146,7 @@ eval.lb = function(r)
   end
   return ok, floor(cap - after), reset, retry, function()
     redis.call('HSET', r.key, 'l', fmt(after), 'ts', now)
-    redis.call('PEXPIRE', r.key, reset + 1000)
+    expire(r.key, reset + 1000)
   end
 end
 
@@ -142,7 +161,7 @@ eval.gcra = function(r)
     local reset = ceil(new_tat - now)
     return true, floor((now - allow_at) / T + 1e-9), reset, 0, function()
       redis.call('HSET', r.key, 'tat', fmt(new_tat))
-      redis.call('PEXPIRE', r.key, reset + 1000)
+      expire(r.key, reset + 1000)
     end
   end
   local retry = -1
@@ -161,7 +180,7 @@ eval.fw = function(r)
   if ok then
     return true, lim - c - cost, reset, 0, function()
       redis.call('HSET', r.key, 'w', win, 'c', c + cost)
-      redis.call('PEXPIRE', r.key, reset + 1000)
+      expire(r.key, reset + 1000)
     end
   end
   local retry = -1
@@ -187,7 +206,7 @@ eval.sw = function(r)
     local reset = win + 2 * period - now
     return true, floor(lim - est - cost), reset, 0, function()
       redis.call('HSET', r.key, 'w', win, 'c', c + cost, 'p', p)
-      redis.call('PEXPIRE', r.key, reset + 1000)
+      expire(r.key, reset + 1000)
     end
   end
   local reset = win + period - now
@@ -236,7 +255,7 @@ eval.swl = function(r)
         redis.call('ZADD', r.key, unpack(args))
         j = j + 1000
       end
-      redis.call('PEXPIRE', r.key, reset)
+      expire(r.key, reset)
     end
   end
   local reset = 0
@@ -258,10 +277,20 @@ eval.day = function(r)
   if used + cost <= lim then
     return true, lim - used - cost, reset, 0, function()
       redis.call('INCRBY', r.key, cost)
-      redis.call('PEXPIRE', r.key, reset + 2 * DAY)
+      expire(r.key, reset + 2 * DAY)
     end
   end
   return false, max(0, lim - used), reset, reset, nil
+end
+
+-- A candidate's daily quota (rule rollouts): the enforced day usage, read
+-- only — judged like "day", never counted (its commit writes nothing, and a
+-- refund has nothing to give back).
+eval.dayp = function(r)
+  local ok, remaining, reset, retry = eval.day(r)
+  local commit = nil
+  if ok then commit = function() end end
+  return ok, remaining, reset, retry, commit
 end
 
 if mode == 'r' then

@@ -46,9 +46,17 @@ type Request struct {
 	// At, when set, is the decision's clock: the script uses it instead of
 	// Redis TIME, and the daily quota's day follows it. Only a replay of
 	// recorded decisions sets it (pkg/whatif); no interface of the limiter
-	// service lets a caller choose it.
+	// service lets a caller choose it. Everything of such a check follows At,
+	// never a wall clock: the over-limit cache and the local buckets, and the
+	// keys it writes live ReplayKeyTTL at least (Redis TTLs run on the wall
+	// clock, and a replay runs faster or slower than the traffic did).
 	At time.Time
 }
+
+// ReplayKeyTTL is the least a key written by a check with Request.At lives
+// (check.lua's REPLAY_TTL): longer than any replay, so no bucket expires in
+// the middle of one however slow it runs.
+const ReplayKeyTTL = time.Hour
 
 // TierResult is one rule's answer within a decision.
 type TierResult struct {
@@ -391,6 +399,7 @@ type group struct {
 	penalize   bool
 	rules      []bound
 	now        string // the script's clock in ms, or "" for Redis TIME
+	replay     bool   // now is a replayed decision's own time (Request.At)
 }
 
 func (g *group) args(mode string, now string, mask string) ([]string, []any) {
@@ -400,6 +409,9 @@ func (g *group) args(mode string, now string, mask string) ([]string, []any) {
 	pen := "0"
 	if g.penalize {
 		pen = "1"
+	}
+	if mode == "c" && g.replay {
+		mode = "p" // a check on a replay's clock: check.lua keeps its keys ReplayKeyTTL at least
 	}
 	args = append(args, mode, now, pen, mask, len(g.rules))
 	for _, b := range g.rules {
@@ -468,12 +480,12 @@ func (e *Engine) bind(rs *Ruleset, req Request) (principal, ip group, cost int64
 	cost = int64(max(req.Cost, 1)) * int64(rs.Cost(req.Method, req.Route))
 	resType, _, _ := strings.Cut(req.Resource, ":")
 
-	now := e.nowArg()
-	if !req.At.IsZero() {
+	now, replay := e.nowArg(), !req.At.IsZero()
+	if replay {
 		now = strconv.FormatInt(req.At.UnixMilli(), 10)
 	}
-	principal = group{penaltyKey: e.prefix + redisx.PenaltyKey(kind, id), penalize: true, now: now}
-	ip.now = now
+	principal = group{penaltyKey: e.prefix + redisx.PenaltyKey(kind, id), penalize: true, now: now, replay: replay}
+	ip.now, ip.replay = now, replay
 	var ipID string
 	for i := range rs.Rules {
 		r := &rs.Rules[i]
@@ -565,10 +577,7 @@ func (e *Engine) quotaBound(rs *Ruleset, p events.Principal, plan string, plov, 
 		return bound{}, false
 	}
 	qb.tier, qb.alg, qb.limit, qb.period, qb.scale, qb.cost = events.TierQuota, dayQuota, limit, 24*time.Hour, 1, cost
-	now := e.clock().UTC()
-	if !at.IsZero() {
-		now = at.UTC()
-	}
+	now := e.localNow(at).UTC()
 	for _, t := range []time.Time{now.Add(-10 * time.Minute), now.Add(10 * time.Minute)} {
 		day := t.Unix() / 86400
 		if len(qb.days) > 0 && qb.days[len(qb.days)-1] == day {
@@ -608,7 +617,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 			if sh.Sheds(prio) {
 				e.m.prioShed[prio].Inc()
 				return Result{Tier: events.TierPrincipal, RetryAfter: sh.RetryAfter, ResetAfter: sh.RetryAfter, Penalty: 1, Scale: 1,
-					Now: e.clock().UTC(), Cost: max(req.Cost, 1), Priority: prio, Shed: true, Utilization: sh.Status()}, nil
+					Now: e.localNow(req.At).UTC(), Cost: max(req.Cost, 1), Priority: prio, Shed: true, Utilization: sh.Status()}, nil
 			}
 			status = sh.Status()
 		}
@@ -648,6 +657,11 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 // check runs the rules for one admitted request.
 func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, error) {
 	pg, ig, cost, plan := e.bind(rs, req)
+	// The local clock of the over-limit cache and the local buckets: the
+	// decision's own time in a replay, so nothing of a replay follows the
+	// wall clock (a cache entry held "until" wall time would deny a replayed
+	// request its event time allows); the engine's clock, read when used,
+	// otherwise (localNow).
 	groups := make([]*group, 0, 2)
 	if len(pg.rules) > 0 {
 		groups = append(groups, &pg)
@@ -656,9 +670,9 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 		groups = append(groups, &ig)
 	}
 	if len(groups) == 0 {
-		return Result{Allowed: true, Tier: events.TierPrincipal, Penalty: 1, Scale: 1, Now: e.clock().UTC(), Cost: int(cost), Plan: plan}, nil
+		return Result{Allowed: true, Tier: events.TierPrincipal, Penalty: 1, Scale: 1, Now: e.localNow(req.At).UTC(), Cost: int(cost), Plan: plan}, nil
 	}
-	if r, ok := e.fromOverLimitCache(groups, cost); ok {
+	if r, ok := e.fromOverLimitCache(groups, cost, e.localNow(req.At)); ok {
 		e.m.cacheHits.Inc()
 		r.Plan = plan
 		return finish(r, rs.NearLimit), nil
@@ -758,7 +772,7 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 		}
 		res.Now = o.now
 		n := e.instances.Load()
-		now := e.clock()
+		now := e.localNow(req.At)
 		for j, t := range o.tiers {
 			b := g.rules[j]
 			t.Rule, t.Tier, t.Algorithm, t.Shadow, t.Period, t.Scale, t.Quota = b.id, b.tier, b.alg, b.shadow, b.period, b.scale, b.limit
@@ -770,7 +784,7 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 				continue
 			}
 			if !t.Allowed && e.overLimit != nil && t.RetryAfter > 0 {
-				e.overLimit.put(b.keys[0], b.sig(), t, o.mult, cost, now.Add(t.RetryAfter))
+				e.overLimit.put(b.keys[0], b.sig(), t, o.mult, cost, now, now.Add(t.RetryAfter))
 			}
 			// What Redis said is where this key's local bucket stands: a
 			// shed or degraded answer for it continues from there.
@@ -796,7 +810,7 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 		switch {
 		case shedOnly:
 			e.m.shed.Inc()
-			lr = e.shed(local, cost)
+			lr = e.shed(local, cost, e.localNow(req.At))
 		default:
 			e.m.redisErrors.Inc()
 			reason := "redis unavailable"
@@ -805,7 +819,7 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 					reason = "redis circuit open"
 				}
 			}
-			lr = e.degrade(local, cost, reason)
+			lr = e.degrade(local, cost, reason, e.localNow(req.At))
 		}
 		res.Allowed = res.Allowed && lr.Allowed
 		res.Degraded, res.Error = true, lr.Error
@@ -841,6 +855,16 @@ type shardCall struct {
 	start   time.Time
 	local   int  // why answered without Redis; 0 = by Redis
 	follows bool // shares the first group's shard: admitted with it
+}
+
+// localNow is a request's time for the engine's in-process state (the
+// over-limit cache, the local buckets) and for answers Redis did not give:
+// its Request.At (at) in a replay, else the engine's clock.
+func (e *Engine) localNow(at time.Time) time.Time {
+	if !at.IsZero() {
+		return at
+	}
+	return e.clock()
 }
 
 func (e *Engine) nowArg() string {

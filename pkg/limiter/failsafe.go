@@ -42,11 +42,10 @@ func newOverLimitCache(max int) *overLimitCache {
 	return &overLimitCache{max: max, entries: make(map[string]overLimitEntry)}
 }
 
-func (c *overLimitCache) put(key string, rule ruleSig, t TierResult, penalty float64, cost int64, until time.Time) {
+func (c *overLimitCache) put(key string, rule ruleSig, t TierResult, penalty float64, cost int64, now, until time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.entries) >= c.max {
-		now := time.Now()
 		for k, e := range c.entries {
 			if !now.Before(e.until) {
 				delete(c.entries, k)
@@ -73,11 +72,10 @@ func (c *overLimitCache) get(key string, rule ruleSig, cost int64, now time.Time
 	return e, e.until.Sub(now), true
 }
 
-func (e *Engine) fromOverLimitCache(groups []*group, cost int64) (Result, bool) {
+func (e *Engine) fromOverLimitCache(groups []*group, cost int64, now time.Time) (Result, bool) {
 	if e.overLimit == nil {
 		return Result{}, false
 	}
-	now := e.clock()
 	for _, g := range groups {
 		for _, b := range g.rules {
 			if b.shadow {
@@ -232,7 +230,7 @@ func (l *localBuckets) observe(key string, limit, capacity, remaining, taken int
 // localLimits is a bound rule's effective limit and capacity (× its scale).
 func localLimits(b *bound) (int64, int64) {
 	lim := b.limit
-	if b.alg != dayQuota {
+	if b.alg != dayQuota && b.alg != dayQuotaPeek {
 		lim = max(1, int64(float64(b.limit)*b.scale+1e-9))
 	}
 	capacity := lim
@@ -245,8 +243,8 @@ func localLimits(b *bound) (int64, int64) {
 // shed answers a check the limiter had no capacity to send to Redis: every
 // rule from this instance's local bucket (whatever its fail policy — being
 // busy is not an outage), marked degraded with the reason "overloaded".
-func (e *Engine) shed(groups []*group, cost int64) Result {
-	return e.answerLocally(groups, cost, ShedReason, true)
+func (e *Engine) shed(groups []*group, cost int64, now time.Time) Result {
+	return e.answerLocally(groups, cost, ShedReason, true, now)
 }
 
 // ShedReason is Result.Error of a check answered from local state because
@@ -254,12 +252,11 @@ func (e *Engine) shed(groups []*group, cost int64) Result {
 const ShedReason = "overloaded"
 
 // degrade answers from each rule's fail policy without Redis.
-func (e *Engine) degrade(groups []*group, cost int64, reason string) Result {
-	return e.answerLocally(groups, cost, reason, false)
+func (e *Engine) degrade(groups []*group, cost int64, reason string, now time.Time) Result {
+	return e.answerLocally(groups, cost, reason, false, now)
 }
 
-func (e *Engine) answerLocally(groups []*group, cost int64, reason string, shed bool) Result {
-	now := e.clock()
+func (e *Engine) answerLocally(groups []*group, cost int64, reason string, shed bool, now time.Time) Result {
 	n := e.instances.Load()
 	r := Result{Allowed: true, Degraded: true, Error: reason, Penalty: 1, Now: now.UTC(), Cost: int(cost)}
 	for _, g := range groups {

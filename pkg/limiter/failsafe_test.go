@@ -177,7 +177,7 @@ func TestOverLimitCacheEntryCoversOnlyLargerCosts(t *testing.T) {
 	c := newOverLimitCache(2)
 	now := time.Now()
 	sig := ruleSig{alg: TokenBucket, limit: 5, burst: 5, period: time.Second, scale: 1}
-	c.put("k", sig, TierResult{Rule: "r"}, 0.5, 5, now.Add(time.Minute))
+	c.put("k", sig, TierResult{Rule: "r"}, 0.5, 5, now, now.Add(time.Minute))
 	_, _, ok := c.get("k", sig, 4, now)
 	require.False(t, ok, "a denial of cost 5 says nothing about cost 4")
 	ent, left, ok := c.get("k", sig, 5, now)
@@ -187,16 +187,16 @@ func TestOverLimitCacheEntryCoversOnlyLargerCosts(t *testing.T) {
 	for _, changed := range []ruleSig{{alg: GCRA, limit: 5, burst: 5, period: time.Second, scale: 1},
 		{alg: TokenBucket, limit: 6, burst: 5, period: time.Second, scale: 1}, {alg: TokenBucket, limit: 5, burst: 6, period: time.Second, scale: 1},
 		{alg: TokenBucket, limit: 5, burst: 5, period: time.Minute, scale: 1}, {alg: TokenBucket, limit: 5, burst: 5, period: time.Second, scale: 2}} {
-		c.put("k", sig, TierResult{Rule: "r"}, 0.5, 5, now.Add(time.Minute))
+		c.put("k", sig, TierResult{Rule: "r"}, 0.5, 5, now, now.Add(time.Minute))
 		_, _, ok = c.get("k", changed, 5, now)
 		require.False(t, ok, "the rule now binds as %+v: the entry no longer stands", changed)
 	}
-	c.put("k", sig, TierResult{Rule: "r"}, 0.5, 5, now.Add(time.Minute))
+	c.put("k", sig, TierResult{Rule: "r"}, 0.5, 5, now, now.Add(time.Minute))
 	_, _, ok = c.get("k", sig, 9, now.Add(time.Minute))
 	require.False(t, ok, "expired")
-	c.put("a", sig, TierResult{}, 1, 1, now.Add(time.Hour))
-	c.put("b", sig, TierResult{}, 1, 1, now.Add(time.Hour))
-	c.put("c", sig, TierResult{}, 1, 1, now.Add(time.Hour))
+	c.put("a", sig, TierResult{}, 1, 1, now, now.Add(time.Hour))
+	c.put("b", sig, TierResult{}, 1, 1, now, now.Add(time.Hour))
+	c.put("c", sig, TierResult{}, 1, 1, now, now.Add(time.Hour))
 	_, _, ok = c.get("c", sig, 1, now)
 	require.False(t, ok, "a full cache of live entries takes no more")
 }

@@ -114,3 +114,64 @@ func cleanKeys(rdb redis.UniversalClient, pattern string) {
 		rdb.Del(ctx, it.Val())
 	}
 }
+
+// A replay follows its decisions' time only. Its keys outlive the wall clock:
+// a bucket of 10 a second, emptied at T, still holds 3 tokens at T+300ms on
+// the replay's clock however much later (wall clock) that check is replayed —
+// Redis TTLs run on the wall clock, and a bucket whose key expired after its
+// wall-clock refill time would come back full. The over-limit cache and the
+// local buckets follow At too: an entry cached at T for an hour does not deny
+// a request replayed at T+2h.
+func TestReplayFollowsOnlyTheDecisionsTime(t *testing.T) {
+	rdb := redistest.Client(t)
+	ctx := context.Background()
+
+	t.Run("keys outlive a replay slower than the traffic", func(t *testing.T) {
+		e := newTestEngine(t, rdb, "version: 1\nrules:\n  - {id: burst, tier: principal, limit: 10, period: 1s}\n", nil)
+		p := principal(t)
+		t.Cleanup(func() { cleanKeys(rdb, "fg:{"+string(p.Kind)+":"+p.ID+"}:*") })
+		at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		for i := range 10 {
+			require.True(t, check(t, e, Request{Principal: p, Cost: 1, At: at}).Allowed, "check %d", i)
+		}
+		time.Sleep(2200 * time.Millisecond) // past the live TTL of this bucket (refill 1 s + 1 s)
+		allowed := 0
+		for range 5 {
+			if check(t, e, Request{Principal: p, Cost: 1, At: at.Add(300 * time.Millisecond)}).Allowed {
+				allowed++
+			}
+		}
+		require.Equal(t, 3, allowed, "300 ms on the replay's clock refill 3 tokens, whatever the wall clock did")
+		ttl, err := rdb.PTTL(ctx, redisx.BucketKey(string(p.Kind), p.ID, "burst|tb")).Result()
+		require.NoError(t, err)
+		require.Greater(t, ttl, ReplayKeyTTL-time.Minute, "a replay's key lives ReplayKeyTTL, not its refill time")
+	})
+
+	t.Run("live checks keep their short TTL", func(t *testing.T) {
+		e := newTestEngine(t, rdb, "version: 1\nrules:\n  - {id: burst, tier: principal, limit: 10, period: 1s}\n", nil)
+		p := principal(t)
+		t.Cleanup(func() { cleanKeys(rdb, "fg:{"+string(p.Kind)+":"+p.ID+"}:*") })
+		require.True(t, check(t, e, Request{Principal: p, Cost: 1}).Allowed)
+		ttl, err := rdb.PTTL(ctx, redisx.BucketKey(string(p.Kind), p.ID, "burst|tb")).Result()
+		require.NoError(t, err)
+		require.LessOrEqual(t, ttl, 2*time.Second)
+	})
+
+	t.Run("the over-limit cache runs on At", func(t *testing.T) {
+		e := newTestEngine(t, rdb, "version: 1\nrules:\n  - {id: hourly, tier: principal, limit: 1, period: 1h}\n",
+			func(c *EngineConfig) { c.OverLimitEntries = 100 })
+		p := principal(t)
+		t.Cleanup(func() { cleanKeys(rdb, "fg:{"+string(p.Kind)+":"+p.ID+"}:*") })
+		at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		require.True(t, check(t, e, Request{Principal: p, Cost: 1, At: at}).Allowed)
+		r := check(t, e, Request{Principal: p, Cost: 1, At: at.Add(time.Minute)})
+		require.False(t, r.Allowed)
+		r = check(t, e, Request{Principal: p, Cost: 1, At: at.Add(2 * time.Minute)})
+		require.False(t, r.Allowed)
+		require.True(t, r.Cached, "denied from the cache within the hour on At's clock")
+		require.Equal(t, at.Add(2*time.Minute), r.Now)
+		r = check(t, e, Request{Principal: p, Cost: 1, At: at.Add(2 * time.Hour)})
+		require.True(t, r.Allowed, "two hours later on At's clock the entry has expired and the bucket refilled")
+		require.False(t, r.Cached)
+	})
+}

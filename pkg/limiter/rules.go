@@ -28,6 +28,9 @@ const (
 	LeakyBucket   Algorithm = "leaky_bucket"
 	SlidingLog    Algorithm = "sliding_window_log"
 	dayQuota      Algorithm = "day_quota" // internal: the daily quota counter
+	// dayQuotaPeek is a candidate's daily quota (rule rollouts): judged on
+	// the enforced day usage, never counted into it.
+	dayQuotaPeek Algorithm = "day_quota_peek"
 )
 
 const algorithms = "token_bucket|gcra|fixed_window|sliding_window|leaky_bucket|sliding_window_log"
@@ -53,6 +56,8 @@ func (a Algorithm) code() string {
 		return "swl"
 	case dayQuota:
 		return "day"
+	case dayQuotaPeek:
+		return "dayp"
 	}
 	return ""
 }

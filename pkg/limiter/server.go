@@ -403,11 +403,20 @@ func checkResponse(id, corr string, res Result) CheckResponse {
 }
 
 func (s *Server) publish(ctx context.Context, id string, req *CheckRequest, res Result) {
+	ev := DecisionEvent(id, s.gateway, Request{Principal: req.Principal, IP: req.addr, Method: req.Method, Route: req.Route,
+		Resource: req.Resource}, res)
+	s.emit(ctx, &ev)
+}
+
+// DecisionEvent is the decision.v1 event of res, the answer to req, by
+// gateway: what every interface of the limiter publishes (the what-if's
+// fidelity test records its traffic with it too).
+func DecisionEvent(id, gateway string, req Request, res Result) events.Decision {
 	ev := events.Decision{
-		ID: id, TS: res.Now, Principal: req.Principal, IP: req.addr,
+		ID: id, TS: res.Now, Principal: req.Principal, IP: req.IP,
 		Method: req.Method, Route: req.Route, Resource: req.Resource, Allowed: res.Allowed,
 		Tier: res.Tier, Shadow: res.Shadow, Cost: int64(min(max(res.Cost, 1), 1_000_000)), Limit: int64(res.Limit), Remaining: int64(res.Remaining),
-		Gateway: s.gateway, NearLimit: res.NearLimit, Degraded: res.Degraded, Rule: res.Rule,
+		Gateway: gateway, NearLimit: res.NearLimit, Degraded: res.Degraded, Rule: res.Rule,
 		Priority: res.Priority.Event(), Shed: res.Shed, Plan: res.Plan,
 		RulesVersion: res.RulesVersion, CandidateVersion: res.CandidateVersion, CandidateBlocked: res.CandidateBlocked,
 	}
@@ -417,7 +426,7 @@ func (s *Server) publish(ctx context.Context, id string, req *CheckRequest, res 
 	if res.Penalty < 1 {
 		ev.PenaltyMultiplier = res.Penalty
 	}
-	s.emit(ctx, &ev)
+	return ev
 }
 
 // emit encodes a decision event and hands it to the publisher, keyed by its

@@ -3,6 +3,7 @@ package redisx
 import (
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Keys of rule rollouts (docs/rollouts.md).
@@ -12,6 +13,10 @@ import (
 //	                                     "shadow:critical:blocked", "enforced:bulk:total", …;
 //	                                     every limiter replica adds its counts about once a
 //	                                     second, the rollout controller reads them
+//	fg:rules:impact:<topic>:<version>:t<unix>  the same counts for one RulesImpactSlot
+//	                                     starting at <unix> seconds (the replica's flush
+//	                                     time), kept RulesImpactSlotTTL: the controller's
+//	                                     recent window sums the slots it covers
 //	fg:cand:<version>:{<kind>:<id>}:…    a candidate version's buckets: the same keys as the
 //	                                     enforced rules' under their own prefix (same hash
 //	                                     tag, same slot), so a candidate in shadow never
@@ -21,6 +26,21 @@ import (
 // topic judged.
 func RulesImpactKey(topic string, v int64) string {
 	return "fg:rules:impact:" + Escape(topic) + ":" + strconv.FormatInt(v, 10)
+}
+
+// RulesImpactSlot is the time slot of a version's windowed counts, and
+// RulesImpactSlotTTL how long a slot is kept (the longest recent window a
+// controller may judge is an hour).
+const (
+	RulesImpactSlot    = 10 * time.Second
+	RulesImpactSlotTTL = 2 * time.Hour
+)
+
+// RulesImpactSlotKey is the hash of the decisions rules version v judged in
+// the RulesImpactSlot that holds t.
+func RulesImpactSlotKey(topic string, v int64, t time.Time) string {
+	slot := t.Unix() - t.Unix()%int64(RulesImpactSlot/time.Second)
+	return RulesImpactKey(topic, v) + ":t" + strconv.FormatInt(slot, 10)
 }
 
 // CandidateKey is the key a candidate rules version v uses for key, an

@@ -14,6 +14,18 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
+// DefaultWindow is the controller's recent window; ValidWindow bounds it.
+const DefaultWindow = 5 * time.Minute
+
+// ValidWindow checks a recent window: 10s..1h (the slots of the windowed
+// counts are 10 s and kept 2 h), or 0 for cumulative shares only.
+func ValidWindow(w time.Duration) error {
+	if w != 0 && (w < 10*time.Second || w > time.Hour) {
+		return fmt.Errorf("%s: must be in 10s..1h (0: judge cumulative shares only)", w)
+	}
+	return nil
+}
+
 // Verdict is the controller's judgement of the rollout in progress.
 type Verdict struct {
 	Action  string // ActionPromote, ActionAbort, ActionRollback, or "" (wait)
@@ -24,13 +36,18 @@ type Verdict struct {
 // ImpactOf returns the impact counts of a version.
 type ImpactOf func(ctx context.Context, v int64) (Impact, error)
 
-// Judge decides what the rollout in st needs at now:
-//   - a candidate in shadow whose CRITICAL would-block share is above its
-//     maximum (once at least its minimum of CRITICAL decisions was judged) is
-//     aborted; after its shadow period, with enough CRITICAL decisions judged
-//     and the share within bounds, it is promoted;
-//   - an enforced version under watch whose CRITICAL block share is above its
-//     maximum is rolled back to its parent.
+// Judge decides what the rollout in st needs at now. A share decides once
+// at least the version's minimum of CRITICAL decisions was judged; it is
+// judged since the version began (cumulative) and, when the impact carries
+// one, over the recent window too — so a version that turns bad late in a
+// long period is caught even though the good traffic before it dilutes the
+// cumulative share:
+//   - a candidate in shadow whose CRITICAL would-block share, cumulative or
+//     recent, is above its maximum is aborted; after its shadow period, with
+//     enough CRITICAL decisions judged and both shares within bounds, it is
+//     promoted;
+//   - an enforced version under watch whose CRITICAL block share, cumulative
+//     or recent, is above its maximum is rolled back to its parent.
 func Judge(ctx context.Context, st *State, impact ImpactOf, now time.Time) (Verdict, error) {
 	if c, ok := st.Candidate(); ok {
 		im, err := impact(ctx, c.Version)
@@ -39,9 +56,13 @@ func Judge(ctx context.Context, st *State, impact ImpactOf, now time.Time) (Verd
 		}
 		n, b, share := im.Shadow.Total["critical"], im.Shadow.Blocked["critical"], im.Shadow.Share("critical")
 		desc := fmt.Sprintf("CRITICAL would-block share %s (%d of %d)", pct(share), b, n)
+		rn, rb, rshare := im.RecentShadow.Total["critical"], im.RecentShadow.Blocked["critical"], im.RecentShadow.Share("critical")
 		switch {
 		case n >= c.MinSamples() && share > c.MaxShare():
 			return Verdict{Action: ActionAbort, Version: c.Version, Reason: fmt.Sprintf("shadow: %s > %s", desc, pct(c.MaxShare()))}, nil
+		case im.Window > 0 && rn >= c.MinSamples() && rshare > c.MaxShare():
+			return Verdict{Action: ActionAbort, Version: c.Version, Reason: fmt.Sprintf("shadow, last %s: CRITICAL would-block share %s (%d of %d) > %s; since it began %s",
+				im.Window, pct(rshare), rb, rn, pct(c.MaxShare()), desc)}, nil
 		case now.Before(c.TS.Add(c.ShadowFor())):
 			return Verdict{Version: c.Version, Reason: fmt.Sprintf("in shadow until %s; %s", c.TS.Add(c.ShadowFor()).Format(time.RFC3339), desc)}, nil
 		case n < c.MinSamples():
@@ -60,9 +81,15 @@ func Judge(ctx context.Context, st *State, impact ImpactOf, now time.Time) (Verd
 	}
 	n, b, share := im.Enforced.Total["critical"], im.Enforced.Blocked["critical"], im.Enforced.Share("critical")
 	desc := fmt.Sprintf("CRITICAL block share %s (%d of %d)", pct(share), b, n)
-	if n >= e.MinSamples() && share > e.MaxShare() {
+	rn, rb, rshare := im.RecentEnforced.Total["critical"], im.RecentEnforced.Blocked["critical"], im.RecentEnforced.Share("critical")
+	switch {
+	case n >= e.MinSamples() && share > e.MaxShare():
 		return Verdict{Action: ActionRollback, Version: e.Version,
 			Reason: fmt.Sprintf("enforced: %s > %s; parent version %d restored", desc, pct(e.MaxShare()), e.ParentVersion)}, nil
+	case im.Window > 0 && rn >= e.MinSamples() && rshare > e.MaxShare():
+		return Verdict{Action: ActionRollback, Version: e.Version,
+			Reason: fmt.Sprintf("enforced, last %s: CRITICAL block share %s (%d of %d) > %s; since it began %s; parent version %d restored",
+				im.Window, pct(rshare), rb, rn, pct(e.MaxShare()), desc, e.ParentVersion)}, nil
 	}
 	return Verdict{Version: e.Version, Reason: fmt.Sprintf("watched until %s; %s", e.TS.Add(e.WatchFor()).Format(time.RFC3339), desc)}, nil
 }
@@ -80,8 +107,11 @@ type Controller struct {
 	Redis    redis.UniversalClient
 	ID       string        // the author of its records, e.g. "adjuster/rollout"
 	Tick     time.Duration // default 1s
-	Now      func() time.Time
-	Log      *slog.Logger
+	// Window is the recent window a share is judged over besides since the
+	// version began (DefaultWindow; 0 judges cumulative shares only).
+	Window time.Duration
+	Now    func() time.Time
+	Log    *slog.Logger
 
 	st      atomic.Pointer[State]
 	last    atomic.Pointer[Verdict]
@@ -93,7 +123,7 @@ func NewController(op *Operator, rdb redis.UniversalClient, id string, log *slog
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Controller{Operator: op, Redis: rdb, ID: id, Tick: time.Second, Now: time.Now, Log: log,
+	return &Controller{Operator: op, Redis: rdb, ID: id, Tick: time.Second, Window: DefaultWindow, Now: time.Now, Log: log,
 		actions: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{Name: "floodgate_adjuster_rollout_actions_total",
 			Help: "Rule rollout steps the controller took, by action (rules.promote, rules.abort, rules.rollback) and result (ok, error)."}, []string{"action", "result"})}
 }
@@ -132,10 +162,25 @@ var errStale = errors.New("the rollout changed since it was judged")
 
 // Step judges st once and takes the verdict's action.
 func (c *Controller) Step(ctx context.Context, st *State) (Verdict, error) {
+	now := c.Now()
 	impact := func(ctx context.Context, v int64) (Impact, error) {
-		return ReadImpact(ctx, c.Redis, c.Operator.Topic.Name, v)
+		// The recent slots first, then the counts since the version began:
+		// flushes only add, so the cumulative counts read second cover the
+		// recent ones even when a flush lands between the two reads.
+		recent := Impact{Version: v}
+		if c.Window > 0 {
+			if err := ReadRecent(ctx, c.Redis, c.Operator.Topic.Name, &recent, c.Window, now); err != nil {
+				return Impact{}, err
+			}
+		}
+		im, err := ReadImpact(ctx, c.Redis, c.Operator.Topic.Name, v)
+		if err != nil {
+			return Impact{}, err
+		}
+		im.Window, im.RecentShadow, im.RecentEnforced = recent.Window, recent.RecentShadow, recent.RecentEnforced
+		return im, nil
 	}
-	v, err := Judge(ctx, st, impact, c.Now())
+	v, err := Judge(ctx, st, impact, now)
 	if err != nil {
 		return v, err
 	}
@@ -145,7 +190,6 @@ func (c *Controller) Step(ctx context.Context, st *State) (Verdict, error) {
 	}
 	a := Actor{Name: c.ID, Reason: v.Reason, Via: "controller"}
 	var plan func(*State) (Plan, error)
-	now := c.Now()
 	switch v.Action {
 	case ActionPromote:
 		plan = func(s *State) (Plan, error) {
@@ -166,7 +210,7 @@ func (c *Controller) Step(ctx context.Context, st *State) (Verdict, error) {
 	}
 	_, err = c.Operator.Apply(ctx, a, plan)
 	switch {
-	case errors.Is(err, errStale), errors.Is(err, ErrNoCandidate), errors.Is(err, ErrNothingToUndo):
+	case errors.Is(err, errStale), errors.Is(err, ErrNoCandidate), errors.Is(err, ErrNothingToUndo), errors.Is(err, ErrConflict):
 		return v, nil // someone else moved first; the next tick judges the new state
 	case err != nil:
 		c.actions.WithLabelValues(v.Action, "error").Inc()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -35,22 +36,59 @@ func (c Counts) Share(p string) float64 {
 	return float64(c.Blocked[p]) / float64(c.Total[p])
 }
 
-// Impact is what the limiter replicas counted for one version.
+// Impact is what the limiter replicas counted for one version: since it
+// began, and over the recent window (Window 0: not read).
 type Impact struct {
 	Version  int64
 	Shadow   Counts
 	Enforced Counts
+
+	Window                       time.Duration
+	RecentShadow, RecentEnforced Counts
 }
 
-// ReadImpact reads the counts of version v of topic (redisx.RulesImpactKey).
+func newCounts() Counts { return Counts{Total: map[string]int64{}, Blocked: map[string]int64{}} }
+
+// ReadImpact reads the counts of version v of topic since it began
+// (redisx.RulesImpactKey).
 func ReadImpact(ctx context.Context, rdb redis.UniversalClient, topic string, v int64) (Impact, error) {
 	h, err := rdb.HGetAll(ctx, redisx.RulesImpactKey(topic, v)).Result()
 	if err != nil {
 		return Impact{}, fmt.Errorf("read impact of rules version %d: %w", v, err)
 	}
-	im := Impact{Version: v,
-		Shadow:   Counts{Total: map[string]int64{}, Blocked: map[string]int64{}},
-		Enforced: Counts{Total: map[string]int64{}, Blocked: map[string]int64{}}}
+	im := Impact{Version: v, Shadow: newCounts(), Enforced: newCounts()}
+	addFields(h, &im.Shadow, &im.Enforced)
+	return im, nil
+}
+
+// ReadRecent adds to im the counts of version im.Version over the window
+// ending at now: the sum of the time slots (redisx.RulesImpactSlotKey) the
+// window covers, the slot holding now-window included (so up to one slot
+// more than the window).
+func ReadRecent(ctx context.Context, rdb redis.UniversalClient, topic string, im *Impact, window time.Duration, now time.Time) error {
+	if window <= 0 || window > redisx.RulesImpactSlotTTL {
+		return fmt.Errorf("recent window %s: must be in (0, %s]", window, redisx.RulesImpactSlotTTL)
+	}
+	pipe := rdb.Pipeline()
+	var cmds []*redis.MapStringStringCmd
+	start := now.Add(-window)
+	slot := int64(redisx.RulesImpactSlot / time.Second)
+	for t := time.Unix(start.Unix()-start.Unix()%slot, 0); !t.After(now); t = t.Add(redisx.RulesImpactSlot) {
+		cmds = append(cmds, pipe.HGetAll(ctx, redisx.RulesImpactSlotKey(topic, im.Version, t)))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("read recent impact of rules version %d: %w", im.Version, err)
+	}
+	im.Window, im.RecentShadow, im.RecentEnforced = window, newCounts(), newCounts()
+	for _, c := range cmds {
+		addFields(c.Val(), &im.RecentShadow, &im.RecentEnforced)
+	}
+	return nil
+}
+
+// addFields adds an impact hash's fields ("shadow:critical:total", …) to the
+// counts of their phase.
+func addFields(h map[string]string, shadow, enforced *Counts) {
 	for field, val := range h {
 		n, err := strconv.ParseInt(val, 10, 64)
 		if err != nil {
@@ -60,9 +98,9 @@ func ReadImpact(ctx context.Context, rdb redis.UniversalClient, topic string, v 
 		var c *Counts
 		switch parts[0] {
 		case PhaseShadow:
-			c = &im.Shadow
+			c = shadow
 		case PhaseEnforced:
-			c = &im.Enforced
+			c = enforced
 		default:
 			continue
 		}
@@ -75,5 +113,4 @@ func ReadImpact(ctx context.Context, rdb redis.UniversalClient, topic string, v 
 			c.Blocked[parts[1]] += n
 		}
 	}
-	return im, nil
 }

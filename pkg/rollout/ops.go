@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -186,14 +187,20 @@ func Watching(e Entry, now time.Time) bool {
 }
 
 // Operator makes changes to the rules topic and audits each: it reads the
-// topic, plans the change against what it read, publishes it and writes the
-// audit row. Publishing and auditing are not one transaction: a failed audit
-// write is returned as an error after the change was published (the topic's
-// records carry the author and the reason too).
+// topic, plans the change against what it read, claims the offset it read up
+// to (Claims: two writers who read the same state cannot both publish — the
+// second gets ErrConflict), publishes the change and writes the audit row.
+// Publishing and auditing are not one transaction: a failed audit write is
+// returned as an error after the change was published (the topic's records
+// carry the author and the reason too).
 type Operator struct {
 	Topic *Topic
 	Audit Auditor
-	Now   func() time.Time // nil = time.Now
+	// Claims makes every change compare-and-set on the topic's position;
+	// every deployed writer sets it (DynamoClaims). nil: no claim, for a
+	// test's single writer.
+	Claims Claims
+	Now    func() time.Time // nil = time.Now
 	// Validate checks a version's rules before it is published (the
 	// limiter's ParseRules); required for Bootstrap and Propose.
 	Validate func(name string, rules []byte) error
@@ -258,7 +265,7 @@ func (o *Operator) do(ctx context.Context, a Actor, plan func(*State) (Plan, err
 		return Plan{}, err
 	}
 	before := summary(&st)
-	if err := o.Topic.Publish(ctx, p.Records...); err != nil {
+	if err := o.publish(ctx, &st, a, p); err != nil {
 		return Plan{}, err
 	}
 	if o.Audit == nil {
@@ -272,6 +279,42 @@ func (o *Operator) do(ctx context.Context, a Actor, plan func(*State) (Plan, err
 		return p, fmt.Errorf("published, but the audit row was not written: %w", err)
 	}
 	return p, nil
+}
+
+// publish claims the offset st was read up to, then publishes p's records
+// within half the claim's lease (so no other claim can be taken while they
+// may still land). A failed publish gives the claim back only when the topic
+// is read still ending where st did: a publish whose acknowledgement was lost
+// may have landed, and a writer that read before it must not take the
+// position again (the lease ends the claim otherwise).
+func (o *Operator) publish(ctx context.Context, st *State, a Actor, p Plan) error {
+	if o.Claims == nil {
+		return o.Topic.Publish(ctx, p.Records...)
+	}
+	holder := a.Name + "/" + uuid.Must(uuid.NewV7()).String()
+	if err := o.Claims.Claim(ctx, o.Topic.Name, st.Next(), holder, ClaimLease); err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, ClaimLease/2)
+	err := o.Topic.Publish(pctx, p.Records...)
+	cancel()
+	if err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		cur, rerr := o.Topic.Read(rctx)
+		switch {
+		case rerr != nil:
+		case cur.Next() != st.Next():
+			rerr = errors.New("the topic moved past it")
+		default:
+			rerr = o.Claims.Release(rctx, o.Topic.Name, st.Next(), holder)
+		}
+		if rerr != nil {
+			return fmt.Errorf("%w (and the claim stays until its lease ends: %w)", err, rerr)
+		}
+		return err
+	}
+	return nil
 }
 
 // summary is the audit log's before/after of a change: the enforced

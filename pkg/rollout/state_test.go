@@ -149,6 +149,74 @@ func TestJudge(t *testing.T) {
 	require.ErrorContains(t, err, "redis down", "no verdict without counts")
 }
 
+// TestJudgeRecentWindow: a version that turns bad late in a long period is
+// caught on the recent window although its cumulative share is within
+// bounds; a recent window with too few decisions decides nothing; a
+// candidate is promoted only when both shares are within bounds.
+func TestJudgeRecentWindow(t *testing.T) {
+	sre := Actor{Name: "sre", Reason: "why"}
+	var st State
+	p, _ := PlanBootstrap(&st, "r1", sre, t0)
+	apply(&st, p)
+	params := DefaultParams()
+	params.MinCritical = 100
+	p, _ = PlanPropose(&st, "r2", params, sre, t0)
+	apply(&st, p)
+	crit := func(total, blocked int64) Counts {
+		return Counts{Total: map[string]int64{"critical": total}, Blocked: map[string]int64{"critical": blocked}}
+	}
+	impact := func(phase string, all, recent Counts, window time.Duration) ImpactOf {
+		return func(context.Context, int64) (Impact, error) {
+			im := Impact{Shadow: newCounts(), Enforced: newCounts(), RecentShadow: newCounts(), RecentEnforced: newCounts(), Window: window}
+			if phase == PhaseShadow {
+				im.Shadow, im.RecentShadow = all, recent
+			} else {
+				im.Enforced, im.RecentEnforced = all, recent
+			}
+			return im, nil
+		}
+	}
+	ctx := context.Background()
+	// 10,000 CRITICAL decisions judged, 300 would be blocked — all among the
+	// last 1,000: 3.0 % since it began, 30 % over the last 5 minutes.
+	late := impact(PhaseShadow, crit(10000, 300), crit(1000, 300), 5*time.Minute)
+	cases := []struct {
+		name   string
+		im     ImpactOf
+		at     time.Duration
+		action string
+		reason string
+	}{
+		{"turned bad late: aborted on the window", late, 5 * time.Minute, ActionAbort,
+			"shadow, last 5m0s: CRITICAL would-block share 30.0 % (300 of 1000) > 5.0 %; since it began CRITICAL would-block share 3.0 % (300 of 10000)"},
+		{"without a window the dilution hides it", impact(PhaseShadow, crit(10000, 300), crit(1000, 300), 0), 5 * time.Minute, "", "in shadow until"},
+		{"too few recent decisions decide nothing", impact(PhaseShadow, crit(10000, 40), crit(50, 40), 5*time.Minute), 5 * time.Minute, "", "in shadow until"},
+		{"not promoted while the window is bad", late, 11 * time.Minute, ActionAbort, "last 5m0s"},
+		{"promoted when both are within bounds", impact(PhaseShadow, crit(10000, 100), crit(1000, 20), 5*time.Minute), 11 * time.Minute, ActionPromote, "≤ 5.0 %"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := Judge(ctx, &st, tc.im, t0.Add(tc.at))
+			require.NoError(t, err)
+			require.Equal(t, tc.action, v.Action, v.Reason)
+			require.Contains(t, v.Reason, tc.reason)
+		})
+	}
+
+	p, _ = PlanPromote(&st, sre, t0.Add(11*time.Minute))
+	apply(&st, p)
+	v, err := Judge(ctx, &st, impact(PhaseEnforced, crit(20000, 400), crit(500, 100), time.Minute), t0.Add(20*time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, ActionRollback, v.Action, v.Reason)
+	require.Contains(t, v.Reason, "enforced, last 1m0s: CRITICAL block share 20.0 % (100 of 500) > 5.0 %")
+	require.Contains(t, v.Reason, "parent version 1 restored")
+
+	require.NoError(t, ValidWindow(0))
+	require.NoError(t, ValidWindow(5*time.Minute))
+	require.ErrorContains(t, ValidWindow(time.Second), "10s..1h")
+	require.ErrorContains(t, ValidWindow(2*time.Hour), "10s..1h")
+}
+
 func TestDiff(t *testing.T) {
 	d := Diff("a\nb\nc\n", "a\nB\nc\nd\n")
 	require.Equal(t, " a\n-b\n+B\n c\n+d\n", FormatDiff(d))

@@ -129,3 +129,88 @@ func TestTopicAndAudit(t *testing.T) {
 	require.Equal(t, rollout.ActionBootstrap, hist[2].Action)
 	require.Equal(t, "alice", hist[2].Actor)
 }
+
+// barrierClaims holds every Claim until n writers have reached it: each has
+// read the topic and planned its change against the same state — the race of
+// two operators starting a rollout at the same moment, made certain.
+type barrierClaims struct {
+	rollout.Claims
+	arrived sync.WaitGroup
+}
+
+func (b *barrierClaims) Claim(ctx context.Context, topic string, next int64, holder string, lease time.Duration) error {
+	b.arrived.Done()
+	b.arrived.Wait()
+	return b.Claims.Claim(ctx, topic, next, holder, lease)
+}
+
+// TestConcurrentStartsCannotShareAVersion: two operators start a rollout at
+// once, both having read the same topic (next version 2). Exactly one is
+// published; the other gets ErrConflict and nothing of its rules reaches the
+// topic; asked again, it is refused because a rollout is in shadow. A claim
+// whose writer died is taken over once its lease has passed.
+func TestConcurrentStartsCannotShareAVersion(t *testing.T) {
+	brokers, name := rollouttest.Topic(t)
+	topic := rollout.NewTopic(brokers, nil, name, nil)
+	t.Cleanup(func() { _ = topic.Close() })
+	audit := auditTable(t)
+	claims := &rollout.DynamoClaims{Client: audit.Client, Table: audit.Table}
+	valid := func(string, []byte) error { return nil }
+	ctx := context.Background()
+	_, err := (&rollout.Operator{Topic: topic, Audit: audit, Claims: claims, Validate: valid}).
+		Bootstrap(ctx, "version: 1 # v1", rollout.Actor{Name: "alice", Reason: "first", Via: "cli"})
+	require.NoError(t, err)
+
+	race := &barrierClaims{Claims: claims}
+	race.arrived.Add(2)
+	op := &rollout.Operator{Topic: topic, Audit: audit, Claims: race, Validate: valid}
+	rules := []string{"version: 1 # alice", "version: 1 # bob"}
+	errs := make([]error, 2)
+	plans := make([]rollout.Plan, 2)
+	var wg sync.WaitGroup
+	for i, who := range []string{"alice", "bob"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			plans[i], errs[i] = op.Propose(ctx, rules[i], rollout.DefaultParams(), rollout.Actor{Name: who, Reason: "INC-9", Via: "console"})
+		}()
+	}
+	wg.Wait()
+	won := -1
+	for i, err := range errs {
+		if err == nil {
+			require.Equal(t, -1, won, "both operators published")
+			won = i
+			continue
+		}
+		require.ErrorIs(t, err, rollout.ErrConflict)
+	}
+	require.NotEqual(t, -1, won, "neither operator published: %v", errs)
+	require.EqualValues(t, 2, plans[won].Version)
+
+	st, err := topic.Read(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, st.Next(), "the bootstrap and one rollout: nothing of the loser's")
+	c, ok := st.Candidate()
+	require.True(t, ok)
+	require.EqualValues(t, 2, c.Version)
+	require.Equal(t, rules[won], c.Rules)
+	hist, err := audit.History(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, hist, 2, "one audit row for the bootstrap, one for the winner")
+
+	loser := 1 - won
+	_, err = (&rollout.Operator{Topic: topic, Audit: audit, Claims: claims, Validate: valid}).
+		Propose(ctx, rules[loser], rollout.DefaultParams(), rollout.Actor{Name: "carol", Reason: "again", Via: "cli"})
+	require.ErrorIs(t, err, rollout.ErrInProgress, "read again, the loser sees the winner's rollout")
+
+	// A writer that claimed and died holds its offset for the lease only.
+	now := time.Now()
+	lease := &rollout.DynamoClaims{Client: audit.Client, Table: audit.Table, Now: func() time.Time { return now }}
+	require.NoError(t, lease.Claim(ctx, name, 99, "dead", time.Minute))
+	require.ErrorIs(t, lease.Claim(ctx, name, 99, "next", time.Minute), rollout.ErrConflict)
+	require.NoError(t, lease.Release(ctx, name, 99, "next"), "releasing another holder's claim changes nothing")
+	require.ErrorIs(t, lease.Claim(ctx, name, 99, "next", time.Minute), rollout.ErrConflict)
+	now = now.Add(61 * time.Second)
+	require.NoError(t, lease.Claim(ctx, name, 99, "next", time.Minute), "the dead writer's lease has passed")
+}

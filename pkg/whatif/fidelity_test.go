@@ -1,21 +1,13 @@
 package whatif
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"math"
 	"math/rand/v2"
-	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,7 +19,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
-	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/pkg/whatif/whatiftest"
 )
 
 // rulesA is what the traffic is recorded under.
@@ -69,55 +61,46 @@ quotas:
   - {kind: bot, plan: default, limit: 60}
 `
 
-type sent struct {
-	seq int
-	req limiter.Request
-}
+// fidelityStart is when the recorded traffic begins: fixed, like the seed.
+var fidelityStart = time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
 
-// TestFidelityWhatIfAgreesWithEnforcement records real traffic through a
-// real limiter (rules A, HTTP, decisions to a broker topic), asks the
-// what-if about rules B, then enforces rules B for real on the same requests
-// at the recorded times, and requires the per-rule blocked counts (and every
-// dimension's) to agree within 1 %. It also proves the what-if touched no
-// key outside its prefix.
+// TestFidelityWhatIfAgreesWithEnforcement records traffic through a real
+// limiter engine with rules A (decision events built by the limiter's own
+// DecisionEvent, published to a broker topic), asks the what-if about rules
+// B, then enforces rules B for real on the same requests at the recorded
+// times in the replay's order (whatiftest.Enforce), and requires the blocked
+// counts — in total, per rule, priority, plan and kind — to agree within 1 %.
+// The traffic is the same on every run: a fixed seed, fixed principals and
+// IPs, and fixed event times (0–2 ms apart, so many share a millisecond),
+// each decided on its own time (Request.At). It also proves the what-if
+// touched no key outside its prefix.
 func TestFidelityWhatIfAgreesWithEnforcement(t *testing.T) {
 	rdb := redistest.Client(t)
+	ctx := context.Background()
 	const topic = "whatif-fidelity"
 	broker := kafkatest.Start(t, map[string]int32{topic: 3})
 	run := redistest.Unique(t, "wif")
-	n := time.Now().UnixNano()
-	ipNet := [2]byte{byte(n >> 24), byte(n >> 16)}
-
-	// Record: a real engine with rules A behind the limiter's HTTP API,
-	// publishing decision events to the topic.
-	ctx, cancel := context.WithCancel(context.Background())
-	engA, err := limiter.NewEngine(limiter.EngineConfig{Redis: rdb, Rules: limiter.NewRuleStore(rules(t, "a.yaml", rulesA)),
-		Budget: 5 * time.Second, Registry: prometheus.NewRegistry()})
-	require.NoError(t, err)
-	require.NoError(t, engA.Load(ctx))
-	prod := stream.NewAsyncProducer(stream.AsyncProducerConfig{Brokers: []string{broker}, Topic: topic})
-	pdone := make(chan error, 1)
-	go func() { pdone <- prod.Run(ctx) }()
-	srv := limiter.NewServer(limiter.ServerConfig{Engine: engA, Publisher: prod, Topic: topic, Gateway: "fidelity",
-		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
-	srv.SetReady(true)
-	hs := httptest.NewServer(srv.Handler())
-	defer hs.Close()
+	// The recording's keyspace is the test's own: the principals and IPs
+	// below are fixed, so the traffic (and its partitions) is too.
+	recPrefix := "fgtest-record-" + run + ":"
+	t.Cleanup(func() { deleteAny(rdb, recPrefix+"*") })
 
 	kinds := []events.PrincipalKind{events.PrincipalBot, events.PrincipalUser, events.PrincipalAPIKey, events.PrincipalAnonymous}
 	plans := []string{"default", "pro", "enterprise"}
 	type route struct{ method, path string }
 	routes := []route{{"GET", "/v1/items"}, {"GET", "/v1/items"}, {"GET", "/v1/items"}, {"GET", "/v1/items"},
 		{"POST", "/v1/charges"}, {"POST", "/v1/charges"}, {"GET", "/v1/export"}, {"POST", "/upload"}}
-	const principals, total, workers = 48, 12000, 8
-	rng := rand.New(rand.NewPCG(7, uint64(n)))
+	const principals, total = 48, 12000
+	rng := rand.New(rand.NewPCG(7, 16))
 	reqs := make([]limiter.Request, total)
+	at := fidelityStart
 	for i := range reqs {
+		at = at.Add(time.Duration(rng.IntN(3)) * time.Millisecond)
 		pi := rng.IntN(principals)
 		r := routes[rng.IntN(len(routes))]
-		req := limiter.Request{Principal: events.Principal{Kind: kinds[pi%4], ID: fmt.Sprintf("%s_%d", run, pi)},
-			IP:     netip.AddrFrom4([4]byte{10, ipNet[0], ipNet[1], byte(pi % 6)}),
-			Method: r.method, Route: r.path, Cost: 1 + rng.IntN(2)}
+		req := limiter.Request{Principal: events.Principal{Kind: kinds[pi%4], ID: fmt.Sprintf("wif-fidelity-%02d", pi)},
+			IP:     netip.AddrFrom4([4]byte{198, 18, 99, byte(pi % 6)}),
+			Method: r.method, Route: r.path, Cost: 1 + rng.IntN(2), At: at}
 		if req.Principal.Kind != events.PrincipalAnonymous {
 			req.Plan = plans[pi%3]
 		}
@@ -126,60 +109,39 @@ func TestFidelityWhatIfAgreesWithEnforcement(t *testing.T) {
 		}
 		reqs[i] = req
 	}
-	byID := map[string]sent{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				req := reqs[i]
-				body := map[string]any{"principal": req.Principal, "ip": req.IP.String(), "method": req.Method, "route": req.Route,
-					"cost": req.Cost, "plan": req.Plan, "priority": req.Priority.Event()}
-				b, _ := json.Marshal(body)
-				resp, err := http.Post(hs.URL+"/v1/check", "application/json", bytes.NewReader(b))
-				if !assertNoError(t, err) {
-					continue
-				}
-				var out limiter.CheckResponse
-				raw, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if !assertNoError(t, json.Unmarshal(raw, &out)) || out.ID == "" || out.Degraded {
-					t.Errorf("check %d: %s", i, raw)
-					continue
-				}
-				mu.Lock()
-				byID[out.ID] = sent{seq: i, req: req}
-				mu.Unlock()
-			}
-		}()
-	}
-	recordStart := time.Now().UTC().Truncate(time.Millisecond)
-	for i := range reqs {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	recordEnd := time.Now().UTC().Add(time.Millisecond)
-	cancel()
-	require.NoError(t, <-pdone)
-	require.Len(t, byID, total)
-	t.Logf("recorded %d decisions in %s", total, recordEnd.Sub(recordStart))
 
-	// What the recording left in production-form keys: must not change.
-	patterns := []string{"*" + run + "*", fmt.Sprintf("*{ip:10.%d.%d.*", ipNet[0], ipNet[1])}
+	// Record: a real engine with rules A decides each request at its time.
+	engA, err := limiter.NewEngine(limiter.EngineConfig{Redis: rdb, Rules: limiter.NewRuleStore(rules(t, "a.yaml", rulesA)),
+		KeyPrefix: recPrefix, Budget: 5 * time.Second, Registry: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	require.NoError(t, engA.Load(ctx))
+	ds := make([]events.Decision, total)
+	byID := map[string]int{}
+	for i, req := range reqs {
+		res, err := engA.Check(ctx, req)
+		require.NoError(t, err)
+		require.False(t, res.Degraded)
+		require.Truef(t, req.At.Equal(res.Now), "the decision's time is its own: %s, not %s", res.Now, req.At)
+		id := fmt.Sprintf("fid-%05d", i)
+		ds[i] = limiter.DecisionEvent(id, "fidelity", req, res)
+		byID[id] = i
+	}
+	publish(t, broker, topic, ds)
+	from, to := fidelityStart, at.Add(time.Millisecond)
+
+	// What the recording left in its keyspace must not change, and no key
+	// of the production form may appear for these principals or IPs.
+	patterns := []string{recPrefix + "*", "fg:{*wif-fidelity-*", "fg:{ip:198.18.99.*"}
 	before := snapshot(t, rdb, patterns)
 	require.NotEmpty(t, before)
 
-	// What-if: read [start, end) back and replay it under B.
+	// What-if: read [from, to) back and replay it under B.
 	src := &Source{Client: client(broker), Topic: topic, Slack: 10 * time.Second}
-	recs, st, err := src.Read(context.Background(), recordStart.Add(-time.Second), recordEnd.Add(time.Second))
+	recs, st, err := src.Read(ctx, from, to)
 	require.NoError(t, err)
 	require.Len(t, recs, total, "every recorded decision read back (%+v)", st)
 	prefix := PrefixBase + run + ":"
-	rep, err := Replay(context.Background(), Config{Redis: rdb, Candidate: rules(t, "b.yaml", rulesB),
+	rep, err := Replay(ctx, Config{Redis: rdb, Candidate: rules(t, "b.yaml", rulesB),
 		Baseline: rules(t, "a.yaml", rulesA), Prefix: prefix, Keep: true, Topic: topic, Read: st,
 		CandidateName: "b.yaml", BaselineName: "a.yaml"}, recs)
 	require.NoError(t, err)
@@ -187,108 +149,56 @@ func TestFidelityWhatIfAgreesWithEnforcement(t *testing.T) {
 	require.NoError(t, rep.WriteText(&text))
 	t.Logf("what-if report:\n%s", text.String())
 
-	// Isolation: every production-form key is as it was; the replay's keys
-	// are all under its prefix.
+	// Isolation: the recording's keys are as they were; every new key is
+	// under the what-if's prefix.
 	after := snapshot(t, rdb, patterns)
-	for k, v := range before {
-		require.Equalf(t, v, after[k], "key %s changed", k)
-	}
-	for k := range after {
-		if _, ok := before[k]; !ok {
-			require.Truef(t, strings.HasPrefix(k, prefix), "key %s appeared outside the prefix", k)
-		}
-	}
-	n2, err := DeleteKeys(context.Background(), rdb, prefix)
+	require.Equal(t, before, after, "the what-if changed or created keys outside its prefix")
+	n2, err := DeleteKeys(ctx, rdb, prefix)
 	require.NoError(t, err)
 	require.Positive(t, n2, "the replay wrote under its prefix")
 
-	// Enforce B for real: a limiter engine with rules B (its own keyspace,
-	// so A's recorded state does not leak in) decides the original requests,
-	// each at its recorded time, in recorded order.
-	engB, err := limiter.NewEngine(limiter.EngineConfig{Redis: rdb, Rules: limiter.NewRuleStore(rules(t, "b.yaml", rulesB)),
-		KeyPrefix: "fgtest-enforce-" + run + ":", Budget: 5 * time.Second, Registry: prometheus.NewRegistry()})
-	require.NoError(t, err)
-	require.NoError(t, engB.Load(context.Background()))
-	t.Cleanup(func() { deleteAny(rdb, "fgtest-enforce-"+run+":*") })
-	type timed struct {
-		at  time.Time
-		seq int
-		req limiter.Request
+	// Enforce B for real on the original requests, at their recorded times,
+	// in the replay's order.
+	order := make([]whatiftest.Timed, len(recs))
+	for i, r := range recs {
+		j, ok := byID[r.ID]
+		require.True(t, ok, "decision %s was not recorded by this test", r.ID)
+		order[i] = whatiftest.Timed{At: r.TS, Req: reqs[j]}
 	}
-	var order []timed
-	for _, r := range recs {
-		s := byID[r.ID]
-		order = append(order, timed{at: r.TS, seq: s.seq, req: s.req})
-	}
-	slices.SortStableFunc(order, func(a, b timed) int {
-		if c := a.at.Compare(b.at); c != 0 {
-			return c
-		}
-		return a.seq - b.seq
-	})
-	enfRule := map[string]int{}
-	enfPrio, enfPlan, enfKind := map[string]int{}, map[string]int{}, map[string]int{}
-	enfBlocked := 0
-	for _, o := range order {
-		o.req.At = o.at
-		res, err := engB.Check(context.Background(), o.req)
-		require.NoError(t, err)
-		require.False(t, res.Degraded)
-		if !res.Allowed {
-			enfBlocked++
-			enfRule[res.Rule]++
-			enfPrio[res.Priority.String()]++
-			enfPlan[res.Plan]++
-			enfKind[string(o.req.Principal.Kind)]++
-		}
-	}
+	enf := whatiftest.Enforce(t, rdb, rules(t, "b.yaml", rulesB), order)
 
-	withinShare := func(share float64, what string, whatif, enforced int) {
+	within := func(what string, whatif, enforced int) {
 		t.Helper()
-		t.Logf("%-28s what-if %5d enforced %5d", what, whatif, enforced)
-		require.LessOrEqualf(t, math.Abs(float64(whatif-enforced)), share*float64(enforced),
-			"%s: what-if blocks %d, enforcement %d — more than %g %% apart", what, whatif, enforced, 100*share)
+		whatiftest.Within(t, 0.01, what, whatif, enforced)
 	}
-	within := func(what string, whatif, enforced int) { t.Helper(); withinShare(0.01, what, whatif, enforced) }
-	within("total", rep.Total.BlockedCandidate, enfBlocked)
+	within("total", rep.Total.BlockedCandidate, enf.Blocked)
 	blocking := 0
-	// Per rule the bound is 3 %: when several of a request's rules would
-	// deny it, which one is named as deciding can differ between the replay
-	// and enforcement while the request is blocked in both (a CI run: +15,
-	// −9, −8 across three rules, −2 in total). Totals, priorities, plans and
-	// kinds are the request's own and keep the 1 % bound.
 	for _, r := range rep.ByRule {
 		if r.InCandidate {
-			withinShare(0.03, "rule "+r.Rule, r.BlockedCandidate, enfRule[r.Rule])
-			if enfRule[r.Rule] > 0 {
+			within("rule "+r.Rule, r.BlockedCandidate, enf.ByRule[r.Rule])
+			if enf.ByRule[r.Rule] > 0 {
 				blocking++
 			}
 		}
 	}
-	// The traffic is random: a narrow rule (per-ip) may block nothing in a run.
-	require.GreaterOrEqual(t, blocking, 4, "several rules block something: the test has teeth")
+	for rule, n := range enf.ByRule {
+		require.Truef(t, slices.ContainsFunc(rep.ByRule, func(r RuleRow) bool { return r.Rule == rule && r.InCandidate }),
+			"enforcement blocked %d by %s, which the what-if does not name", n, rule)
+	}
+	require.Equal(t, 7, blocking, "every rule of B, and its quota, blocks something: the test has teeth")
 	for _, r := range rep.ByPrio {
-		within("priority "+r.Key, r.BlockedCandidate, enfPrio[r.Key])
+		within("priority "+r.Key, r.BlockedCandidate, enf.ByPrio[r.Key])
 	}
 	for _, r := range rep.ByPlan {
-		within("plan "+r.Key, r.BlockedCandidate, enfPlan[r.Key])
+		within("plan "+r.Key, r.BlockedCandidate, enf.ByPlan[r.Key])
 	}
 	for _, r := range rep.ByKind {
-		within("kind "+r.Key, r.BlockedCandidate, enfKind[r.Key])
+		within("kind "+r.Key, r.BlockedCandidate, enf.ByKind[r.Key])
 	}
 	require.Greater(t, rep.Total.NewlyBlocked, 100, "B is materially tighter than A")
 	require.Equal(t, total, rep.Replayed)
 	require.Zero(t, rep.NoPlan)
 	require.Zero(t, rep.CostFixed, "every recorded cost is a multiple of A's route cost")
-}
-
-func assertNoError(t *testing.T, err error) bool {
-	t.Helper()
-	if err != nil {
-		t.Error(err)
-		return false
-	}
-	return true
 }
 
 // snapshot dumps every key matching the patterns (value only: TTLs tick).

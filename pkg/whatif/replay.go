@@ -159,11 +159,12 @@ func Replay(ctx context.Context, c Config, recs []Recorded) (*Report, error) {
 	for i := range c.Candidate.Quotas {
 		ids = append(ids, c.Candidate.Quotas[i].ID())
 	}
-	if n := len(recs); n > 1 {
-		if span := recs[n-1].TS.Sub(recs[0].TS); elapsed > span && span > 0 {
-			rep.slow = fmt.Sprintf("the replay (%s) took longer than the traffic it replays (%s): a bucket idle for longer than its refill may have expired early (Redis TTLs run on the wall clock)",
-				rep.Elapsed, span.Round(time.Millisecond))
-		}
+	// The replay's keys live limiter.ReplayKeyTTL at least (Redis TTLs run
+	// on the wall clock, not the decisions' time): a replay longer than that
+	// may have lost an idle bucket.
+	if elapsed > limiter.ReplayKeyTTL {
+		rep.slow = fmt.Sprintf("the replay took %s, longer than its keys are sure to live (%s): a bucket idle for longer may have expired early",
+			rep.Elapsed, limiter.ReplayKeyTTL)
 	}
 	rep.tally.finish(rep, ids, c.Top, c.Thresholds)
 	return rep, nil

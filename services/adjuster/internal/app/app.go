@@ -145,9 +145,11 @@ func Serve(ctx context.Context, env service.Env) error {
 		// loop, auditing to the same log (docs/rollouts.md).
 		topic := rollout.NewTopic(cfg.KafkaBrokers, ksec, cfg.RulesTopic, log)
 		run.Closer("rules topic producer", topic.Close)
-		op := &rollout.Operator{Topic: topic, Audit: &rollout.DynamoAudit{Client: ddb, Table: cfg.DynamoTablePrefix + dynamo.TableAuditLog},
+		table := cfg.DynamoTablePrefix + dynamo.TableAuditLog
+		op := &rollout.Operator{Topic: topic, Audit: &rollout.DynamoAudit{Client: ddb, Table: table}, Claims: &rollout.DynamoClaims{Client: ddb, Table: table},
 			Validate: func(string, []byte) error { return errors.New("the controller publishes no new rules") }}
 		ctl := rollout.NewController(op, rdb, "adjuster/rollout", log, reg)
+		ctl.Window = cfg.RolloutWindow
 		run.Worker("rules rollout controller", ctl.Run)
 	}
 	log.Info("adjuster starting", "addr", addr.String(), "scales_key", cfg.ScalesKey, "topic", cfg.AdjustmentsTopic, "rules_topic", cfg.RulesTopic,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
@@ -30,6 +31,7 @@ type Config struct {
 	KafkaSecurity     config.KafkaSecurity // FLOODGATE_KAFKA_TLS*, FLOODGATE_KAFKA_SASL_* (docs/configuration.md)
 	AdjustmentsTopic  string               // FLOODGATE_ADJUSTMENTS_TOPIC
 	RulesTopic        string               // FLOODGATE_RULES_TOPIC: the rollout controller watches it (docs/rollouts.md); "" = off
+	RolloutWindow     time.Duration        // FLOODGATE_ADJUSTER_ROLLOUT_WINDOW: the controller's recent window (default 5m; 0 = cumulative only)
 	DynamoEndpoint    string               // FLOODGATE_DYNAMODB_ENDPOINT (empty = AWS)
 	DynamoTablePrefix string               // FLOODGATE_DYNAMODB_TABLE_PREFIX
 	InfluxURL         string               // FLOODGATE_INFLUX_URL
@@ -57,6 +59,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		KafkaSecurity:     config.ReadKafkaSecurity(e),
 		AdjustmentsTopic:  e.String("FLOODGATE_ADJUSTMENTS_TOPIC", config.DefaultAdjustmentsTopic),
 		RulesTopic:        e.String("FLOODGATE_RULES_TOPIC", ""),
+		RolloutWindow:     e.Duration("FLOODGATE_ADJUSTER_ROLLOUT_WINDOW", rollout.DefaultWindow),
 		DynamoEndpoint:    e.String("FLOODGATE_DYNAMODB_ENDPOINT", ""),
 		DynamoTablePrefix: e.String("FLOODGATE_DYNAMODB_TABLE_PREFIX", ""),
 		InfluxURL:         e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
@@ -101,6 +104,8 @@ func (c Config) Validate() error {
 	if c.RulesTopic != "" {
 		err := rollout.ValidTopic(c.RulesTopic)
 		v.Require(err == nil, "FLOODGATE_RULES_TOPIC", "%v", err)
+		err = rollout.ValidWindow(c.RolloutWindow)
+		v.Require(err == nil, "FLOODGATE_ADJUSTER_ROLLOUT_WINDOW", "%v", err)
 	}
 	v.Require(c.InfluxURL != "" && c.InfluxBucket != "", "FLOODGATE_INFLUX_URL/FLOODGATE_INFLUX_BUCKET", "required")
 	v.Require(c.ActorID != "" && len(c.ActorID) <= 128, "FLOODGATE_ADJUSTER_ID", "1-128 characters")

@@ -353,7 +353,8 @@ func Serve(ctx context.Context, env service.Env) error {
 		topic := rollout.NewTopic(cfg.KafkaBrokers, ksec, cfg.RulesTopic, log)
 		run.Closer("rules topic producer", topic.Close)
 		audit := &rollout.DynamoAudit{Client: ddb, Table: cfg.DynamoDB.TablePrefix + dynamo.TableAuditLog}
-		rollouts = &web.Rollouts{Operator: &rollout.Operator{Topic: topic, Audit: audit, Now: env.Now, Validate: web.ValidateRules},
+		claims := &rollout.DynamoClaims{Client: ddb, Table: cfg.DynamoDB.TablePrefix + dynamo.TableAuditLog, Now: env.Now}
+		rollouts = &web.Rollouts{Operator: &rollout.Operator{Topic: topic, Audit: audit, Claims: claims, Now: env.Now, Validate: web.ValidateRules},
 			Redis: rdb, Audit: audit}
 	}
 	srv, err := web.New(web.Config{

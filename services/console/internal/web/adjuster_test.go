@@ -32,6 +32,21 @@ func startAdjuster(t *testing.T, prefix string) (string, string) {
 // floodgate.adjustments.v1 then carries its adjustment events).
 func startAdjusterOn(t *testing.T, prefix, brokerAddr string) (string, string) {
 	t.Helper()
+	a := startAdjusterProc(t, prefix, brokerAddr)
+	return a.URL, a.Token
+}
+
+// adjusterProc is a running adjuster binary: its admin URL, an sre token,
+// and the Redis keys of its scales and its shed level (the test's own).
+type adjusterProc struct {
+	URL, Token, ScalesKey, ShedKey string
+}
+
+// startAdjusterProc runs the real adjuster binary on this test's tables, its
+// own scales and shed keys and the broker at brokerAddr, with env added to
+// its environment.
+func startAdjusterProc(t *testing.T, prefix, brokerAddr string, env ...string) adjusterProc {
+	t.Helper()
 	b := make([]byte, 32)
 	_, err := rand.Read(b)
 	require.NoError(t, err)
@@ -41,13 +56,13 @@ func startAdjusterOn(t *testing.T, prefix, brokerAddr string) (string, string) {
 	key := redistest.Unique(t, "fg:test:console:scales")
 	rdb := redistest.Client(t)
 	t.Cleanup(func() { _ = rdb.Del(context.Background(), key, key+":shed").Err() })
-	startProcess(t, serviceBinary(t, "adjuster"), []string{
+	startProcess(t, serviceBinary(t, "adjuster"), append([]string{
 		"FLOODGATE_ADJUSTER_ADDR=" + addr, "FLOODGATE_ADJUSTER_TOKENS=console:sre:" + hex.EncodeToString(sum[:]),
 		"FLOODGATE_ADJUSTER_SCALES_KEY=" + key, "FLOODGATE_ADJUSTER_SHED_KEY=" + key + ":shed", "FLOODGATE_KAFKA_BROKERS=" + brokerAddr,
 		"FLOODGATE_DYNAMODB_ENDPOINT=" + dynamoEndpoint(), "FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix,
-	})
+	}, env...))
 	waitReady(t, "http://"+addr+"/healthz")
-	return "http://" + addr, token
+	return adjusterProc{URL: "http://" + addr, Token: token, ScalesKey: key, ShedKey: key + ":shed"}
 }
 
 var etagRE = regexp.MustCompile(`name="etag" value="([^"]+)"`)

@@ -26,6 +26,105 @@ type nopPublisher struct{}
 
 func (nopPublisher) TryPublish(kafka.Message) bool { return true }
 
+// rolloutRig is rule rollouts on the real stack for a browser test: a rules
+// topic of the test's own on the local broker, the console's operator on it
+// (audited, and its changes claimed, in the console's tables), one limiter
+// replica following the topic under CRITICAL traffic, and the rollout
+// controller.
+type rolloutRig struct {
+	brokers []string
+	name    string
+	topic   *rollout.Topic
+	audit   *rollout.DynamoAudit
+	claims  *rollout.DynamoClaims
+	replica *limiter.Embedded
+}
+
+func newRolloutRig(t *testing.T) *rolloutRig {
+	t.Helper()
+	brokers, name := rollouttest.Topic(t)
+	topic := rollout.NewTopic(brokers, nil, name, nil)
+	t.Cleanup(func() { _ = topic.Close() })
+	return &rolloutRig{brokers: brokers, name: name, topic: topic}
+}
+
+// configure gives the console the rollouts (call it from newEnvWith's hook).
+func (r *rolloutRig) configure(cfg *Config, prefix string) {
+	r.audit = &rollout.DynamoAudit{Table: prefix + dynamo.TableAuditLog}
+	r.claims = &rollout.DynamoClaims{Table: prefix + dynamo.TableAuditLog}
+	cfg.Rollouts = &Rollouts{Operator: &rollout.Operator{Topic: r.topic, Audit: r.audit, Claims: r.claims, Validate: ValidateRules}, Audit: r.audit}
+}
+
+// start bootstraps rolloutV1, starts the replica with CRITICAL traffic of
+// five bots on GET /x, and the controller (ticking every 200 ms), until the
+// test ends.
+func (r *rolloutRig) start(t *testing.T, e *testEnv) {
+	t.Helper()
+	r.audit.Client, r.claims.Client = e.ddb, e.ddb
+	e.web.cfg.Rollouts.Redis = e.rdb
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	_, err := e.web.cfg.Rollouts.Operator.Bootstrap(ctx, rolloutV1, rollout.Actor{Name: "alice", Reason: "first", Via: "cli"})
+	require.NoError(t, err)
+	fallback, err := limiter.ParseRules("fallback", []byte(rolloutV1))
+	require.NoError(t, err)
+	r.replica, err = limiter.NewEmbedded(ctx, limiter.EmbedConfig{Redis: redistest.Client(t), Rules: fallback, Publisher: nopPublisher{},
+		Brokers: r.brokers, RulesTopic: r.name, Gateway: "browser", Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() { _ = r.replica.Run(ctx); close(done) }()
+	base := redistest.Unique(t, "rollout_browser")
+	go func() {
+		for i := 0; ctx.Err() == nil; i++ {
+			_, _ = r.replica.Check(ctx, gateway.Request{Principal: events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("%s_%d", base, i%5)},
+				IP: "203.0.113.9", Method: "GET", Route: "/x", Cost: 1, Priority: "critical"})
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	ctl := rollout.NewController(e.web.cfg.Rollouts.Operator, e.rdb, "adjuster/rollout", nil, prometheus.NewRegistry())
+	ctl.Tick = 200 * time.Millisecond
+	go func() { _ = ctl.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// propose starts a rollout of rules from the console's form (2 s of shadow,
+// 10 CRITICAL decisions judged before a share decides).
+func (r *rolloutRig) propose(e *testEnv, rules, reason string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(
+		chromedp.Navigate(e.srv.URL+"/sre/rollouts"),
+		chromedp.WaitVisible(chromedp.ID("rollout-form")),
+		chromedp.SetValue(chromedp.ID("ro-rules"), rules),
+		chromedp.SetValue(chromedp.ID("ro-shadow"), "2s"),
+		chromedp.SetValue(chromedp.ID("ro-min"), "10"),
+		chromedp.SendKeys(chromedp.ID("ro-reason"), reason),
+		chromedp.Submit(chromedp.ID("ro-reason")),
+		chromedp.WaitVisible(chromedp.ID("candidate-diff")),
+	)
+}
+
+// waitState waits until version v's latest record on the topic is in state.
+func (r *rolloutRig) waitState(t *testing.T, v int64, state events.RulesState) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		st, err := r.topic.Read(context.Background())
+		if err != nil {
+			return false
+		}
+		en, ok := st.Version(v)
+		return ok && en.State == state
+	}, 30*time.Second, 100*time.Millisecond, "version %d should become %s", v, state)
+}
+
+// waitAudit waits until the newest rollout audit row is action on version v:
+// the controller writes it after the record it publishes.
+func (r *rolloutRig) waitAudit(t *testing.T, v int64, action string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		rows, err := r.audit.History(context.Background(), 1)
+		return err == nil && len(rows) == 1 && rows[0].Version == v && rows[0].Action == action
+	}, 10*time.Second, 50*time.Millisecond, "the audit row %s of version %d", action, v)
+}
+
 // TestBrowserRollouts drives rule rollouts in headless Chromium against the
 // real broker, Redis and DynamoDB Local, with a real limiter replica on the
 // rules topic taking CRITICAL traffic and the rollout controller running: an
@@ -35,67 +134,12 @@ func (nopPublisher) TryPublish(kafka.Message) bool { return true }
 // shadow period.
 func TestBrowserRollouts(t *testing.T) {
 	bin, shots := browserSetup(t)
-	brokers, name := rollouttest.Topic(t)
-	topic := rollout.NewTopic(brokers, nil, name, nil)
-	t.Cleanup(func() { _ = topic.Close() })
-	var audit *rollout.DynamoAudit
-	e := newEnvWith(t, func(cfg *Config, prefix string) {
-		audit = &rollout.DynamoAudit{Table: prefix + dynamo.TableAuditLog}
-		cfg.Rollouts = &Rollouts{Operator: &rollout.Operator{Topic: topic, Audit: audit, Validate: ValidateRules}, Audit: audit}
-	})
-	audit.Client = e.ddb
-	e.web.cfg.Rollouts.Redis = e.rdb
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	_, err := e.web.cfg.Rollouts.Operator.Bootstrap(ctx, rolloutV1, rollout.Actor{Name: "alice", Reason: "first", Via: "cli"})
-	require.NoError(t, err)
-
-	// One limiter replica on the topic, and CRITICAL traffic through it.
-	fallback, err := limiter.ParseRules("fallback", []byte(rolloutV1))
-	require.NoError(t, err)
-	replica, err := limiter.NewEmbedded(ctx, limiter.EmbedConfig{Redis: redistest.Client(t), Rules: fallback, Publisher: nopPublisher{},
-		Brokers: brokers, RulesTopic: name, Gateway: "browser", Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
-	require.NoError(t, err)
-	done := make(chan struct{})
-	go func() { _ = replica.Run(ctx); close(done) }()
-	base := redistest.Unique(t, "rollout_browser")
-	go func() {
-		for i := 0; ctx.Err() == nil; i++ {
-			_, _ = replica.Check(ctx, gateway.Request{Principal: events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("%s_%d", base, i%5)},
-				IP: "203.0.113.9", Method: "GET", Route: "/x", Cost: 1, Priority: "critical"})
-			time.Sleep(5 * time.Millisecond)
-		}
-	}()
-	ctl := rollout.NewController(e.web.cfg.Rollouts.Operator, e.rdb, "adjuster/rollout", nil, prometheus.NewRegistry())
-	ctl.Tick = 200 * time.Millisecond
-	go func() { _ = ctl.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	ro := newRolloutRig(t)
+	e := newEnvWith(t, func(cfg *Config, prefix string) { ro.configure(cfg, prefix) })
+	ro.start(t, e)
 
 	b := startBrowser(t, bin)
 	shot := func(name string) chromedp.Action[chromedp.Void] { return screenshot(shots, name) }
-	start := func(rules, reason string) chromedp.Action[chromedp.Void] {
-		return chromedp.Steps(
-			chromedp.Navigate(e.srv.URL+"/sre/rollouts"),
-			chromedp.WaitVisible(chromedp.ID("rollout-form")),
-			chromedp.SetValue(chromedp.ID("ro-rules"), rules),
-			chromedp.SetValue(chromedp.ID("ro-shadow"), "2s"),
-			chromedp.SetValue(chromedp.ID("ro-min"), "10"),
-			chromedp.SendKeys(chromedp.ID("ro-reason"), reason),
-			chromedp.Submit(chromedp.ID("ro-reason")),
-			chromedp.WaitVisible(chromedp.ID("candidate-diff")),
-		)
-	}
-	waitState := func(v int64, state events.RulesState) {
-		t.Helper()
-		require.Eventually(t, func() bool {
-			st, err := topic.Read(ctx)
-			if err != nil {
-				return false
-			}
-			en, ok := st.Version(v)
-			return ok && en.State == state
-		}, 30*time.Second, 100*time.Millisecond, "version %d should become %s", v, state)
-	}
 
 	// SRE: sign in, start a rollout that allows one request an hour per bot.
 	require.NoError(t, chromedp.Do(b,
@@ -105,14 +149,14 @@ func TestBrowserRollouts(t *testing.T) {
 		chromedp.SendKeys(chromedp.ID("password"), testPassword),
 		chromedp.Submit(chromedp.ID("password")),
 		chromedp.WaitVisible(chromedp.ID("alert-rows")),
-		start(rolloutV2, "INC-77 one an hour"),
+		ro.propose(e, rolloutV2, "INC-77 one an hour"),
 		shot("console-rollout-shadow"),
 	))
 	require.Contains(t, textOf(t, b, "#candidate-version"), "Version 2 in shadow")
 	require.Contains(t, textOf(t, b, "#candidate-diff"), "limit: 1, period: 1h")
 
 	// The controller aborts it on the replica's counts, by itself.
-	waitState(2, events.RulesStateRolledBack)
+	ro.waitState(t, 2, events.RulesStateRolledBack)
 	require.NoError(t, chromedp.Do(b, chromedp.Navigate(e.srv.URL+"/sre/rollouts"), chromedp.WaitVisible(chromedp.ID("versions")), shot("console-rollout-rolled-back")))
 	require.Contains(t, textOf(t, b, "#enforced-version"), "Version 1")
 	versions := textOf(t, b, "#versions")
@@ -124,9 +168,9 @@ func TestBrowserRollouts(t *testing.T) {
 	require.Contains(t, auditText, "rules.abort")
 
 	// A good rollout is promoted after its shadow period.
-	require.NoError(t, chromedp.Do(b, start(rolloutV1+"  - {id: ips, tier: ip, limit: 100000, period: 1s}\n", "INC-78 an IP ceiling")))
-	waitState(3, events.RulesStateEnforced)
-	require.Eventually(t, func() bool { return replica.Rules().Version == 3 }, 10*time.Second, 50*time.Millisecond, "the replica enforces version 3")
+	require.NoError(t, chromedp.Do(b, ro.propose(e, rolloutV1+"  - {id: ips, tier: ip, limit: 100000, period: 1s}\n", "INC-78 an IP ceiling")))
+	ro.waitState(t, 3, events.RulesStateEnforced)
+	require.Eventually(t, func() bool { return ro.replica.Rules().Version == 3 }, 10*time.Second, 50*time.Millisecond, "the replica enforces version 3")
 	require.NoError(t, chromedp.Do(b, chromedp.Navigate(e.srv.URL+"/sre/rollouts"), chromedp.WaitVisible(chromedp.ID("enforced-version")), shot("console-rollout-promoted")))
 	enforced := textOf(t, b, "#enforced")
 	require.Contains(t, enforced, "Version 3")

@@ -245,7 +245,7 @@ func (s *Server) rolloutChange(w http.ResponseWriter, r *http.Request, action, d
 	case s.cfg.Rollouts == nil:
 		code = http.StatusNotFound
 	case errors.Is(err, rollout.ErrInProgress), errors.Is(err, rollout.ErrNoCandidate), errors.Is(err, rollout.ErrNothingToUndo),
-		errors.Is(err, rollout.ErrNoEnforced), errors.Is(err, rollout.ErrHasEnforced):
+		errors.Is(err, rollout.ErrNoEnforced), errors.Is(err, rollout.ErrHasEnforced), errors.Is(err, rollout.ErrConflict):
 		code = http.StatusConflict
 	case errors.As(err, &inv), isRulesError(err), strings.HasPrefix(msg, "reason:"), strings.HasPrefix(msg, "rules:"), strings.HasPrefix(msg, "author:"):
 		code = http.StatusUnprocessableEntity

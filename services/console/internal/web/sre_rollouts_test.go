@@ -30,11 +30,13 @@ func TestRollouts(t *testing.T) {
 	topic := rollout.NewTopic(brokers, nil, name, nil)
 	t.Cleanup(func() { _ = topic.Close() })
 	var audit *rollout.DynamoAudit
+	var claims *rollout.DynamoClaims
 	e := newEnvWith(t, func(cfg *Config, prefix string) {
 		audit = &rollout.DynamoAudit{Table: prefix + dynamo.TableAuditLog}
-		cfg.Rollouts = &Rollouts{Operator: &rollout.Operator{Topic: topic, Audit: audit, Validate: ValidateRules}, Audit: audit}
+		claims = &rollout.DynamoClaims{Table: prefix + dynamo.TableAuditLog}
+		cfg.Rollouts = &Rollouts{Operator: &rollout.Operator{Topic: topic, Audit: audit, Claims: claims, Validate: ValidateRules}, Audit: audit}
 	})
-	audit.Client = e.ddb
+	audit.Client, claims.Client = e.ddb, e.ddb
 	e.web.cfg.Rollouts.Redis = e.rdb
 	ctx := context.Background()
 	t.Cleanup(func() { e.rdb.Del(ctx, redisx.RulesImpactKey(name, 2), redisx.RulesImpactKey(name, 3)) })

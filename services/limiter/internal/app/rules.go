@@ -75,8 +75,9 @@ func validateCmd(args []string, out io.Writer) error {
 
 // rulesEnv is what the rollout commands connect to.
 type rulesEnv struct {
-	topic *rollout.Topic
-	audit *rollout.DynamoAudit
+	topic  *rollout.Topic
+	audit  *rollout.DynamoAudit
+	claims *rollout.DynamoClaims // changes are compare-and-set on the topic (docs/rollouts.md)
 }
 
 func openRules(ctx context.Context, env service.Env, withAudit bool) (*rulesEnv, error) {
@@ -107,6 +108,7 @@ func openRules(ctx context.Context, env service.Env, withAudit bool) (*rulesEnv,
 			return nil, fmt.Errorf("audit log %s (FLOODGATE_DYNAMODB_ENDPOINT, FLOODGATE_DYNAMODB_TABLE_PREFIX): %w", table, err)
 		}
 		re.audit = &rollout.DynamoAudit{Client: ddb, Table: table}
+		re.claims = &rollout.DynamoClaims{Client: ddb, Table: table}
 	}
 	return re, nil
 }
@@ -152,7 +154,7 @@ func changeCmd(ctx context.Context, env service.Env, cmd string, args []string) 
 		return err
 	}
 	defer re.topic.Close()
-	op := &rollout.Operator{Topic: re.topic, Audit: re.audit, Validate: validateRules}
+	op := &rollout.Operator{Topic: re.topic, Audit: re.audit, Claims: re.claims, Validate: validateRules}
 	var plan rollout.Plan
 	switch {
 	case cmd == "rollout" && *bootstrap:
