@@ -17,8 +17,9 @@ import (
 type decoder struct {
 	data []byte
 	pos  int
-	typ  string // event type, for error messages
-	buf  []byte // scratch space for strings with escapes
+	typ  string           // event type, for error messages
+	buf  []byte           // scratch space for strings with escapes
+	err  *ValidationError // the first error of a generated decoder (members.go)
 }
 
 // maxDepth bounds the nesting of skipped values, as encoding/json does.
@@ -156,15 +157,6 @@ func (d *decoder) member(first *bool) (name []byte, ok bool, err *ValidationErro
 	}
 	d.pos++
 	return name, true, nil
-}
-
-// seen marks bit in *mask, rejecting a duplicate member.
-func (d *decoder) seen(mask *uint32, bit uint32, name string) *ValidationError {
-	if *mask&bit != 0 {
-		return d.syntax(fmt.Sprintf("duplicate member %q", name))
-	}
-	*mask |= bit
-	return nil
 }
 
 // rawString reads the string at d.pos (which must be '"') and returns its
@@ -744,17 +736,17 @@ func (d *decoder) element(first *bool) (ok bool, err *ValidationError) {
 	return true, nil
 }
 
-// req pairs a member name with its bit in a seen mask, in the order of the
-// schema's "required" list.
+// req pairs a required member name with its property's bit in a seen mask
+// (members.seen), in the order of the schema's "required" list.
 type req struct {
-	bit  uint32
+	bit  uint
 	name string
 }
 
 // required reports the first required member missing from seen.
 func (d *decoder) required(prefix string, seen uint32, fields []req) *ValidationError {
 	for _, f := range fields {
-		if seen&f.bit == 0 {
+		if seen&(1<<f.bit) == 0 {
 			name := f.name
 			if prefix != "" {
 				name = prefix + "." + name
