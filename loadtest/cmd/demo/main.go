@@ -26,7 +26,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -44,6 +43,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/floodgate-dev/floodgate/loadtest/bench"
 	"github.com/floodgate-dev/floodgate/loadtest/traffic"
 	"github.com/floodgate-dev/floodgate/migrations"
 	"github.com/floodgate-dev/floodgate/pkg/config"
@@ -215,7 +215,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		procs = append(procs, cmd)
 	}
 	for i, addr := range []string{*limiterAddr, *detectorAddr, *quotaAddr, *adjusterAddr, *dlqAddr, *consoleAddr} {
-		if err := waitReady(ctx, "http://"+addr+"/readyz"); err != nil {
+		if err := bench.WaitReady(ctx, "http://"+addr+"/readyz", 30*time.Second); err != nil {
 			return summary{}, fmt.Errorf("%s: %w (log: %s)", services[i], err, filepath.Join(*logDir, "demo-"+services[i]+".log"))
 		}
 	}
@@ -522,22 +522,4 @@ func stopAll(procs []*exec.Cmd, out io.Writer) {
 		}
 	}
 	fmt.Fprintf(out, "stopped %d services: %s\n", len(procs), strings.Join(services[:len(procs)], ", "))
-}
-
-func waitReady(ctx context.Context, url string) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	return errors.New(strings.TrimSuffix(url, "/readyz") + " did not become ready within 30s")
 }
