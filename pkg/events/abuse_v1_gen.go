@@ -356,14 +356,20 @@ func (v *Window) validate() *ValidationError {
 
 func (d *decoder) decodeWindow(v *Window) {
 	o := d.open("window")
-	for o.next() {
-		switch string(o.name) {
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
 		case "start":
-			v.Start = o.time(0, "window.start")
+			if o.take(0, "window.start") {
+				v.Start = d.readTime("window.start")
+			}
 		case "end":
-			v.End = o.time(1, "window.end")
+			if o.take(1, "window.end") {
+				v.End = d.readTime("window.end")
+			}
 		case "seconds":
-			v.Seconds = o.integer(2, "window.seconds", 1, MaxSafeInteger)
+			if o.take(2, "window.seconds") {
+				v.Seconds = d.readInt("window.seconds", 1, MaxSafeInteger)
+			}
 		default:
 			o.skip()
 		}
@@ -382,19 +388,23 @@ func (v *RouteCount) appendJSON(b []byte) []byte {
 
 func (v *RouteCount) validate() *ValidationError {
 	var c checker
-	c.at("route", fmtRoute.check(v.Route, 0))
+	c.at("route", validRoute(v.Route))
 	c.at("count", intRange(v.Count, 1, MaxSafeInteger))
 	return c.err
 }
 
 func (d *decoder) decodeRouteCount(v *RouteCount) {
 	o := d.open("")
-	for o.next() {
-		switch string(o.name) {
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
 		case "route":
-			v.Route = o.str(0, "route", fmtRoute, 0)
+			if o.take(0, "route") {
+				v.Route = d.readStr("route", fmtRoute, 0)
+			}
 		case "count":
-			v.Count = o.integer(1, "count", 1, MaxSafeInteger)
+			if o.take(1, "count") {
+				v.Count = d.readInt("count", 1, MaxSafeInteger)
+			}
 		default:
 			o.skip()
 		}
@@ -423,14 +433,20 @@ func (v *IPCount) validate() *ValidationError {
 
 func (d *decoder) decodeIPCount(v *IPCount) {
 	o := d.open("")
-	for o.next() {
-		switch string(o.name) {
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
 		case "ip":
-			v.IP = o.ip(0, "ip")
+			if o.take(0, "ip") {
+				v.IP = d.readIP("ip")
+			}
 		case "count":
-			v.Count = o.integer(1, "count", 1, MaxSafeInteger)
+			if o.take(1, "count") {
+				v.Count = d.readInt("count", 1, MaxSafeInteger)
+			}
 		case "shared_principals":
-			v.SharedPrincipals = o.integer(2, "shared_principals", 0, MaxSafeInteger)
+			if o.take(2, "shared_principals") {
+				v.SharedPrincipals = d.readInt("shared_principals", 0, MaxSafeInteger)
+			}
 		default:
 			o.skip()
 		}
@@ -451,7 +467,7 @@ func (v *EventRef) appendJSON(b []byte) []byte {
 
 func (v *EventRef) validate() *ValidationError {
 	var c checker
-	c.at("topic", fmtTopic.check(v.Topic, 0))
+	c.at("topic", validTopic(v.Topic))
 	c.at("partition", intRange(int64(v.Partition), 0, 2147483647))
 	c.at("offset", intRange(v.Offset, 0, MaxSafeInteger))
 	return c.err
@@ -459,14 +475,20 @@ func (v *EventRef) validate() *ValidationError {
 
 func (d *decoder) decodeEventRef(v *EventRef) {
 	o := d.open("evidence.crossing_event")
-	for o.next() {
-		switch string(o.name) {
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
 		case "topic":
-			v.Topic = o.str(0, "evidence.crossing_event.topic", fmtTopic, 0)
+			if o.take(0, "evidence.crossing_event.topic") {
+				v.Topic = d.readStr("evidence.crossing_event.topic", fmtTopic, 0)
+			}
 		case "partition":
-			v.Partition = int32(o.integer(1, "evidence.crossing_event.partition", 0, 2147483647))
+			if o.take(1, "evidence.crossing_event.partition") {
+				v.Partition = int32(d.readInt("evidence.crossing_event.partition", 0, 2147483647))
+			}
 		case "offset":
-			v.Offset = o.integer(2, "evidence.crossing_event.offset", 0, MaxSafeInteger)
+			if o.take(2, "evidence.crossing_event.offset") {
+				v.Offset = d.readInt("evidence.crossing_event.offset", 0, MaxSafeInteger)
+			}
 		default:
 			o.skip()
 		}
@@ -491,8 +513,12 @@ func (v *Basis) appendJSON(b []byte) []byte {
 
 func (v *Basis) validate() *ValidationError {
 	var c checker
-	c.at("source", validEnum(v.Source, parseBasisSource[string], basisSourceValues))
-	c.at("baseline_kind", validEnum(v.BaselineKind, parsePrincipalKind[PrincipalKind], principalKindValues))
+	if _, ok := parseBasisSource(v.Source); !ok {
+		c.at("source", oneOf(v.Source, basisSourceValues))
+	}
+	if _, ok := parsePrincipalKind(v.BaselineKind); !ok {
+		c.at("baseline_kind", oneOf(string(v.BaselineKind), principalKindValues))
+	}
 	c.at("denial_ratio", floatRange(v.DenialRatio, 0, false, 1))
 	c.at("new_networks", intRange(v.NewNetworks, 0, MaxSafeInteger))
 	c.at("network_threshold", intRange(v.NetworkThreshold, 0, MaxSafeInteger))
@@ -501,18 +527,28 @@ func (v *Basis) validate() *ValidationError {
 
 func (d *decoder) decodeBasis(v *Basis) {
 	o := d.open("evidence.basis")
-	for o.next() {
-		switch string(o.name) {
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
 		case "source":
-			v.Source = enum(&o, 0, "evidence.basis.source", parseBasisSource[[]byte], basisSourceValues)
+			if o.take(0, "evidence.basis.source") {
+				v.Source = readEnum(d, "evidence.basis.source", parseBasisSource[[]byte], basisSourceValues)
+			}
 		case "baseline_kind":
-			v.BaselineKind = enum(&o, 1, "evidence.basis.baseline_kind", parsePrincipalKind[[]byte], principalKindValues)
+			if o.take(1, "evidence.basis.baseline_kind") {
+				v.BaselineKind = readEnum(d, "evidence.basis.baseline_kind", parsePrincipalKind[[]byte], principalKindValues)
+			}
 		case "denial_ratio":
-			v.DenialRatio = o.floatTo(2, "evidence.basis.denial_ratio", 0, false, 1)
+			if o.take(2, "evidence.basis.denial_ratio") {
+				v.DenialRatio = d.readFloat("evidence.basis.denial_ratio", 0, false, 1, true)
+			}
 		case "new_networks":
-			v.NewNetworks = o.integer(3, "evidence.basis.new_networks", 0, MaxSafeInteger)
+			if o.take(3, "evidence.basis.new_networks") {
+				v.NewNetworks = d.readInt("evidence.basis.new_networks", 0, MaxSafeInteger)
+			}
 		case "network_threshold":
-			v.NetworkThreshold = o.integer(4, "evidence.basis.network_threshold", 0, MaxSafeInteger)
+			if o.take(4, "evidence.basis.network_threshold") {
+				v.NetworkThreshold = d.readInt("evidence.basis.network_threshold", 0, MaxSafeInteger)
+			}
 		default:
 			o.skip()
 		}
@@ -584,22 +620,36 @@ func (v *Evidence) validate() *ValidationError {
 
 func (d *decoder) decodeEvidence(v *Evidence) {
 	o := d.open("evidence")
-	for o.next() {
-		switch string(o.name) {
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
 		case "observed_rate":
-			v.ObservedRate = o.float(0, "evidence.observed_rate", 0, false)
+			if o.take(0, "evidence.observed_rate") {
+				v.ObservedRate = d.readFloat("evidence.observed_rate", 0, false, 0, false)
+			}
 		case "baseline_rate":
-			v.BaselineRate = o.float(1, "evidence.baseline_rate", 0, false)
+			if o.take(1, "evidence.baseline_rate") {
+				v.BaselineRate = d.readFloat("evidence.baseline_rate", 0, false, 0, false)
+			}
 		case "threshold":
-			v.Threshold = o.float(2, "evidence.threshold", 0, false)
+			if o.take(2, "evidence.threshold") {
+				v.Threshold = d.readFloat("evidence.threshold", 0, false, 0, false)
+			}
 		case "event_count":
-			v.EventCount = o.integer(3, "evidence.event_count", 1, MaxSafeInteger)
+			if o.take(3, "evidence.event_count") {
+				v.EventCount = d.readInt("evidence.event_count", 1, MaxSafeInteger)
+			}
 		case "distinct_ips":
-			v.DistinctIPs = o.integer(4, "evidence.distinct_ips", 0, MaxSafeInteger)
+			if o.take(4, "evidence.distinct_ips") {
+				v.DistinctIPs = d.readInt("evidence.distinct_ips", 0, MaxSafeInteger)
+			}
 		case "distinct_ip24":
-			v.DistinctIP24 = o.integer(5, "evidence.distinct_ip24", 0, MaxSafeInteger)
+			if o.take(5, "evidence.distinct_ip24") {
+				v.DistinctIP24 = d.readInt("evidence.distinct_ip24", 0, MaxSafeInteger)
+			}
 		case "distinct_ip64":
-			v.DistinctIP64 = o.integer(6, "evidence.distinct_ip64", 0, MaxSafeInteger)
+			if o.take(6, "evidence.distinct_ip64") {
+				v.DistinctIP64 = d.readInt("evidence.distinct_ip64", 0, MaxSafeInteger)
+			}
 		case "top_routes":
 			for l := o.list(7, "evidence.top_routes", MaxTopItems); l.next(d); l.check(d) {
 				d.decodeRouteCount(grow(&v.TopRoutes))
@@ -643,22 +693,32 @@ func (v *Penalty) validate() *ValidationError {
 	c.at("multiplier", floatRange(v.Multiplier, 0, true, 1))
 	c.at("expires_at", validTime(v.ExpiresAt))
 	c.at("level", intRange(v.Level, 1, MaxSafeInteger))
-	c.at("mode", validEnum(v.Mode, parsePenaltyMode[PenaltyMode], penaltyModeValues))
+	if _, ok := parsePenaltyMode(v.Mode); !ok {
+		c.at("mode", oneOf(string(v.Mode), penaltyModeValues))
+	}
 	return c.err
 }
 
 func (d *decoder) decodePenalty(v *Penalty) {
 	o := d.open("penalty")
-	for o.next() {
-		switch string(o.name) {
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
 		case "multiplier":
-			v.Multiplier = o.floatTo(0, "penalty.multiplier", 0, true, 1)
+			if o.take(0, "penalty.multiplier") {
+				v.Multiplier = d.readFloat("penalty.multiplier", 0, true, 1, true)
+			}
 		case "expires_at":
-			v.ExpiresAt = o.time(1, "penalty.expires_at")
+			if o.take(1, "penalty.expires_at") {
+				v.ExpiresAt = d.readTime("penalty.expires_at")
+			}
 		case "level":
-			v.Level = o.integer(2, "penalty.level", 1, MaxSafeInteger)
+			if o.take(2, "penalty.level") {
+				v.Level = d.readInt("penalty.level", 1, MaxSafeInteger)
+			}
 		case "mode":
-			v.Mode = enum(&o, 3, "penalty.mode", parsePenaltyMode[[]byte], penaltyModeValues)
+			if o.take(3, "penalty.mode") {
+				v.Mode = readEnum(d, "penalty.mode", parsePenaltyMode[[]byte], penaltyModeValues)
+			}
 		default:
 			o.skip()
 		}
@@ -704,19 +764,23 @@ func (v *Abuse) appendJSON(b []byte) []byte {
 
 func (v *Abuse) validate() *ValidationError {
 	var c checker
-	c.at("id", fmtID.check(v.ID, 0))
+	c.at("id", validID(v.ID))
 	c.at("detected_at", validTime(v.DetectedAt))
 	c.at("principal", v.Principal.validate())
-	c.at("pattern", validEnum(v.Pattern, parsePattern[Pattern], patternValues))
-	c.at("severity", validEnum(v.Severity, parseSeverity[Severity], severityValues))
+	if _, ok := parsePattern(v.Pattern); !ok {
+		c.at("pattern", oneOf(string(v.Pattern), patternValues))
+	}
+	if _, ok := parseSeverity(v.Severity); !ok {
+		c.at("severity", oneOf(string(v.Severity), severityValues))
+	}
 	c.at("score", floatAtLeast(v.Score, 0, false))
 	c.at("window", v.Window.validate())
 	c.at("first_event_at", validTime(v.FirstEventAt))
 	c.at("evidence", v.Evidence.validate())
 	c.at("penalty", v.Penalty.validate())
-	c.at("detector_version", fmtText.check(v.DetectorVersion, MaxVersionLen))
+	c.at("detector_version", validText(v.DetectorVersion, MaxVersionLen, false))
 	if v.IncidentID != "" {
-		c.at("incident_id", fmtID.check(v.IncidentID, 0))
+		c.at("incident_id", validID(v.IncidentID))
 	}
 	if v.DetectionCount != 0 {
 		c.at("detection_count", intRange(v.DetectionCount, 1, MaxSafeInteger))
@@ -730,30 +794,44 @@ func DecodeAbuse(data []byte) (Abuse, error) {
 	var v Abuse
 	d := &decoder{data: data, typ: TypeAbuse}
 	o := d.open("")
-	for o.next() {
-		switch string(o.name) {
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
 		case "type":
-			o.constant(0, "type", TypeAbuse)
+			if o.take(0, "type") {
+				d.readConst("type", TypeAbuse)
+			}
 		case "id":
-			v.ID = o.str(1, "id", fmtID, 0)
+			if o.take(1, "id") {
+				v.ID = d.readStr("id", fmtID, 0)
+			}
 		case "detected_at":
-			v.DetectedAt = o.time(2, "detected_at")
+			if o.take(2, "detected_at") {
+				v.DetectedAt = d.readTime("detected_at")
+			}
 		case "principal":
 			if o.take(3, "principal") {
 				d.decodePrincipal(&v.Principal)
 			}
 		case "pattern":
-			v.Pattern = enum(&o, 4, "pattern", parsePattern[[]byte], patternValues)
+			if o.take(4, "pattern") {
+				v.Pattern = readEnum(d, "pattern", parsePattern[[]byte], patternValues)
+			}
 		case "severity":
-			v.Severity = enum(&o, 5, "severity", parseSeverity[[]byte], severityValues)
+			if o.take(5, "severity") {
+				v.Severity = readEnum(d, "severity", parseSeverity[[]byte], severityValues)
+			}
 		case "score":
-			v.Score = o.float(6, "score", 0, false)
+			if o.take(6, "score") {
+				v.Score = d.readFloat("score", 0, false, 0, false)
+			}
 		case "window":
 			if o.take(7, "window") {
 				d.decodeWindow(&v.Window)
 			}
 		case "first_event_at":
-			v.FirstEventAt = o.time(8, "first_event_at")
+			if o.take(8, "first_event_at") {
+				v.FirstEventAt = d.readTime("first_event_at")
+			}
 		case "evidence":
 			if o.take(9, "evidence") {
 				d.decodeEvidence(&v.Evidence)
@@ -763,11 +841,17 @@ func DecodeAbuse(data []byte) (Abuse, error) {
 				d.decodePenalty(&v.Penalty)
 			}
 		case "detector_version":
-			v.DetectorVersion = o.str(11, "detector_version", fmtText, MaxVersionLen)
+			if o.take(11, "detector_version") {
+				v.DetectorVersion = d.readStr("detector_version", fmtText, MaxVersionLen)
+			}
 		case "incident_id":
-			v.IncidentID = o.str(12, "incident_id", fmtID, 0)
+			if o.take(12, "incident_id") {
+				v.IncidentID = d.readStr("incident_id", fmtID, 0)
+			}
 		case "detection_count":
-			v.DetectionCount = o.integer(13, "detection_count", 1, MaxSafeInteger)
+			if o.take(13, "detection_count") {
+				v.DetectionCount = d.readInt("detection_count", 1, MaxSafeInteger)
+			}
 		default:
 			o.skip()
 		}

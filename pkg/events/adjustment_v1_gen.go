@@ -140,14 +140,20 @@ func (v *Signals) validate() *ValidationError {
 
 func (d *decoder) decodeSignals(v *Signals) {
 	o := d.open("signals")
-	for o.next() {
-		switch string(o.name) {
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
 		case "cpu":
-			v.CPU = o.floatTo(0, "signals.cpu", 0, false, 1)
+			if o.take(0, "signals.cpu") {
+				v.CPU = d.readFloat("signals.cpu", 0, false, 1, true)
+			}
 		case "error_rate":
-			v.ErrorRate = o.floatTo(1, "signals.error_rate", 0, false, 1)
+			if o.take(1, "signals.error_rate") {
+				v.ErrorRate = d.readFloat("signals.error_rate", 0, false, 1, true)
+			}
 		case "abuse_rate":
-			v.AbuseRate = o.float(2, "signals.abuse_rate", 0, false)
+			if o.take(2, "signals.abuse_rate") {
+				v.AbuseRate = d.readFloat("signals.abuse_rate", 0, false, 0, false)
+			}
 		default:
 			o.skip()
 		}
@@ -166,19 +172,25 @@ func (v *Actor) appendJSON(b []byte) []byte {
 
 func (v *Actor) validate() *ValidationError {
 	var c checker
-	c.at("kind", validEnum(v.Kind, parseActorKind[ActorKind], actorKindValues))
-	c.at("id", fmtText.check(v.ID, MaxActorIDLen))
+	if _, ok := parseActorKind(v.Kind); !ok {
+		c.at("kind", oneOf(string(v.Kind), actorKindValues))
+	}
+	c.at("id", validText(v.ID, MaxActorIDLen, false))
 	return c.err
 }
 
 func (d *decoder) decodeActor(v *Actor) {
 	o := d.open("actor")
-	for o.next() {
-		switch string(o.name) {
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
 		case "kind":
-			v.Kind = enum(&o, 0, "actor.kind", parseActorKind[[]byte], actorKindValues)
+			if o.take(0, "actor.kind") {
+				v.Kind = readEnum(d, "actor.kind", parseActorKind[[]byte], actorKindValues)
+			}
 		case "id":
-			v.ID = o.str(1, "actor.id", fmtText, MaxActorIDLen)
+			if o.take(1, "actor.id") {
+				v.ID = d.readStr("actor.id", fmtText, MaxActorIDLen)
+			}
 		default:
 			o.skip()
 		}
@@ -215,16 +227,16 @@ func (v *Adjustment) appendJSON(b []byte) []byte {
 
 func (v *Adjustment) validate() *ValidationError {
 	var c checker
-	c.at("id", fmtID.check(v.ID, 0))
+	c.at("id", validID(v.ID))
 	c.at("ts", validTime(v.TS))
-	c.at("scope", fmtText.check(v.Scope, MaxScopeLen))
+	c.at("scope", validText(v.Scope, MaxScopeLen, false))
 	c.at("old_scale", floatRange(v.OldScale, 0, true, 10))
 	c.at("new_scale", floatRange(v.NewScale, 0, true, 10))
 	c.at("signals", v.Signals.validate())
-	c.at("rule", fmtText.check(v.Rule, MaxRuleLen))
+	c.at("rule", validText(v.Rule, MaxRuleLen, false))
 	c.at("actor", v.Actor.validate())
 	if v.Reason != "" {
-		c.at("reason", fmtMultilineText.check(v.Reason, MaxReasonLen))
+		c.at("reason", validText(v.Reason, MaxReasonLen, true))
 	}
 	return c.err
 }
@@ -235,34 +247,52 @@ func DecodeAdjustment(data []byte) (Adjustment, error) {
 	var v Adjustment
 	d := &decoder{data: data, typ: TypeAdjustment}
 	o := d.open("")
-	for o.next() {
-		switch string(o.name) {
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
 		case "type":
-			o.constant(0, "type", TypeAdjustment)
+			if o.take(0, "type") {
+				d.readConst("type", TypeAdjustment)
+			}
 		case "id":
-			v.ID = o.str(1, "id", fmtID, 0)
+			if o.take(1, "id") {
+				v.ID = d.readStr("id", fmtID, 0)
+			}
 		case "ts":
-			v.TS = o.time(2, "ts")
+			if o.take(2, "ts") {
+				v.TS = d.readTime("ts")
+			}
 		case "scope":
-			v.Scope = o.str(3, "scope", fmtText, MaxScopeLen)
+			if o.take(3, "scope") {
+				v.Scope = d.readStr("scope", fmtText, MaxScopeLen)
+			}
 		case "old_scale":
-			v.OldScale = o.floatTo(4, "old_scale", 0, true, 10)
+			if o.take(4, "old_scale") {
+				v.OldScale = d.readFloat("old_scale", 0, true, 10, true)
+			}
 		case "new_scale":
-			v.NewScale = o.floatTo(5, "new_scale", 0, true, 10)
+			if o.take(5, "new_scale") {
+				v.NewScale = d.readFloat("new_scale", 0, true, 10, true)
+			}
 		case "signals":
 			if o.take(6, "signals") {
 				d.decodeSignals(&v.Signals)
 			}
 		case "rule":
-			v.Rule = o.str(7, "rule", fmtText, MaxRuleLen)
+			if o.take(7, "rule") {
+				v.Rule = d.readStr("rule", fmtText, MaxRuleLen)
+			}
 		case "dry_run":
-			v.DryRun = o.boolean(8, "dry_run")
+			if o.take(8, "dry_run") {
+				v.DryRun = d.readBool("dry_run")
+			}
 		case "actor":
 			if o.take(9, "actor") {
 				d.decodeActor(&v.Actor)
 			}
 		case "reason":
-			v.Reason = o.str(10, "reason", fmtMultilineText, MaxReasonLen)
+			if o.take(10, "reason") {
+				v.Reason = d.readStr("reason", fmtMultilineText, MaxReasonLen)
+			}
 		default:
 			o.skip()
 		}

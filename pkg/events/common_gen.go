@@ -105,19 +105,25 @@ func (v *Principal) appendJSON(b []byte) []byte {
 
 func (v *Principal) validate() *ValidationError {
 	var c checker
-	c.at("kind", validEnum(v.Kind, parsePrincipalKind[PrincipalKind], principalKindValues))
-	c.at("id", fmtPrincipalID.check(v.ID, 0))
+	if _, ok := parsePrincipalKind(v.Kind); !ok {
+		c.at("kind", oneOf(string(v.Kind), principalKindValues))
+	}
+	c.at("id", validPrincipalID(v.ID))
 	return c.err
 }
 
 func (d *decoder) decodePrincipal(v *Principal) {
 	o := d.open("principal")
-	for o.next() {
-		switch string(o.name) {
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
 		case "kind":
-			v.Kind = enum(&o, 0, "principal.kind", parsePrincipalKind[[]byte], principalKindValues)
+			if o.take(0, "principal.kind") {
+				v.Kind = readEnum(d, "principal.kind", parsePrincipalKind[[]byte], principalKindValues)
+			}
 		case "id":
-			v.ID = o.str(1, "principal.id", fmtPrincipalID, 0)
+			if o.take(1, "principal.id") {
+				v.ID = d.readStr("principal.id", fmtPrincipalID, 0)
+			}
 		default:
 			o.skip()
 		}

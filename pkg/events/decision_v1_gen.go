@@ -259,19 +259,23 @@ func (v *EnvoyEntry) appendJSON(b []byte) []byte {
 
 func (v *EnvoyEntry) validate() *ValidationError {
 	var c checker
-	c.at("key", fmtText.check(v.Key, MaxEnvoyKeyLen))
-	c.at("value", fmtText.check(v.Value, MaxEnvoyValueLen))
+	c.at("key", validText(v.Key, MaxEnvoyKeyLen, false))
+	c.at("value", validText(v.Value, MaxEnvoyValueLen, false))
 	return c.err
 }
 
 func (d *decoder) decodeEnvoyEntry(v *EnvoyEntry) {
 	o := d.open("")
-	for o.next() {
-		switch string(o.name) {
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
 		case "key":
-			v.Key = o.str(0, "key", fmtText, MaxEnvoyKeyLen)
+			if o.take(0, "key") {
+				v.Key = d.readStr("key", fmtText, MaxEnvoyKeyLen)
+			}
 		case "value":
-			v.Value = o.str(1, "value", fmtText, MaxEnvoyValueLen)
+			if o.take(1, "value") {
+				v.Value = d.readStr("value", fmtText, MaxEnvoyValueLen)
+			}
 		default:
 			o.skip()
 		}
@@ -299,8 +303,8 @@ func (v *EnvoyDescriptor) validate() *ValidationError {
 
 func (d *decoder) decodeEnvoyDescriptor(v *EnvoyDescriptor) {
 	o := d.open("")
-	for o.next() {
-		switch string(o.name) {
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
 		case "entries":
 			for l := o.list(0, "entries", MaxEnvoyEntries); l.next(d); l.check(d) {
 				d.decodeEnvoyEntry(grow(&v.Entries))
@@ -329,7 +333,7 @@ func (v *EnvoyCall) appendJSON(b []byte) []byte {
 
 func (v *EnvoyCall) validate() *ValidationError {
 	var c checker
-	c.at("domain", fmtText.check(v.Domain, MaxEnvoyDomainLen))
+	c.at("domain", validText(v.Domain, MaxEnvoyDomainLen, false))
 	c.count("descriptors", len(v.Descriptors), MaxEnvoyDescriptors)
 	for i := range v.Descriptors {
 		c.item("descriptors", i, v.Descriptors[i].validate())
@@ -339,16 +343,20 @@ func (v *EnvoyCall) validate() *ValidationError {
 
 func (d *decoder) decodeEnvoyCall(v *EnvoyCall) {
 	o := d.open("envoy")
-	for o.next() {
-		switch string(o.name) {
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
 		case "domain":
-			v.Domain = o.str(0, "envoy.domain", fmtText, MaxEnvoyDomainLen)
+			if o.take(0, "envoy.domain") {
+				v.Domain = d.readStr("envoy.domain", fmtText, MaxEnvoyDomainLen)
+			}
 		case "descriptors":
 			for l := o.list(1, "envoy.descriptors", MaxEnvoyDescriptors); l.next(d); l.check(d) {
 				d.decodeEnvoyDescriptor(grow(&v.Descriptors))
 			}
 		case "truncated":
-			v.Truncated = o.boolean(2, "envoy.truncated")
+			if o.take(2, "envoy.truncated") {
+				v.Truncated = d.readBool("envoy.truncated")
+			}
 		default:
 			o.skip()
 		}
@@ -435,34 +443,40 @@ func (v *Decision) appendJSON(b []byte) []byte {
 
 func (v *Decision) validate() *ValidationError {
 	var c checker
-	c.at("id", fmtID.check(v.ID, 0))
+	c.at("id", validID(v.ID))
 	c.at("ts", validTime(v.TS))
 	c.at("principal", v.Principal.validate())
 	c.at("ip", validAddr(v.IP))
-	c.at("method", validEnum(v.Method, parseMethod[string], Methods))
-	c.at("route", fmtRoute.check(v.Route, 0))
-	if v.Resource != "" {
-		c.at("resource", fmtResource.check(v.Resource, 0))
+	if _, ok := parseMethod(v.Method); !ok {
+		c.at("method", oneOf(v.Method, Methods))
 	}
-	c.at("tier", validEnum(v.Tier, parseTier[Tier], tierValues))
+	c.at("route", validRoute(v.Route))
+	if v.Resource != "" {
+		c.at("resource", validResource(v.Resource))
+	}
+	if _, ok := parseTier(v.Tier); !ok {
+		c.at("tier", oneOf(string(v.Tier), tierValues))
+	}
 	c.at("cost", intRange(v.Cost, 1, 1_000_000))
 	c.at("limit", intRange(v.Limit, 0, MaxSafeInteger))
 	c.at("remaining", intRange(v.Remaining, 0, MaxSafeInteger))
-	c.at("gateway", fmtText.check(v.Gateway, MaxGatewayLen))
+	c.at("gateway", validText(v.Gateway, MaxGatewayLen, false))
 	if v.Rule != "" {
-		c.at("rule", fmtText.check(v.Rule, MaxRuleLen))
+		c.at("rule", validText(v.Rule, MaxRuleLen, false))
 	}
 	if v.PenaltyMultiplier != 0 {
 		c.at("penalty_multiplier", floatRange(v.PenaltyMultiplier, 0, true, 1))
 	}
 	if v.Priority != "" {
-		c.at("priority", validEnum(v.Priority, parsePriority[Priority], priorityValues))
+		if _, ok := parsePriority(v.Priority); !ok {
+			c.at("priority", oneOf(string(v.Priority), priorityValues))
+		}
 	}
 	if v.Envoy != nil {
 		c.at("envoy", v.Envoy.validate())
 	}
 	if v.Plan != "" {
-		c.at("plan", fmtText.check(v.Plan, MaxPlanLen))
+		c.at("plan", validText(v.Plan, MaxPlanLen, false))
 	}
 	if v.RulesVersion != 0 {
 		c.at("rules_version", intRange(v.RulesVersion, 1, MaxSafeInteger))
@@ -479,65 +493,113 @@ func DecodeDecision(data []byte) (Decision, error) {
 	var v Decision
 	d := &decoder{data: data, typ: TypeDecision}
 	o := d.open("")
-	for o.next() {
-		switch string(o.name) {
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
 		case "type":
-			o.constant(0, "type", TypeDecision)
+			if o.take(0, "type") {
+				d.readConst("type", TypeDecision)
+			}
 		case "id":
-			v.ID = o.str(1, "id", fmtID, 0)
+			if o.take(1, "id") {
+				v.ID = d.readStr("id", fmtID, 0)
+			}
 		case "ts":
-			v.TS = o.time(2, "ts")
+			if o.take(2, "ts") {
+				v.TS = d.readTime("ts")
+			}
 		case "principal":
 			if o.take(3, "principal") {
 				d.decodePrincipal(&v.Principal)
 			}
 		case "ip":
-			v.IP = o.ip(4, "ip")
+			if o.take(4, "ip") {
+				v.IP = d.readIP("ip")
+			}
 		case "method":
-			v.Method = enum(&o, 5, "method", parseMethod[[]byte], Methods)
+			if o.take(5, "method") {
+				v.Method = readEnum(d, "method", parseMethod[[]byte], Methods)
+			}
 		case "route":
-			v.Route = o.str(6, "route", fmtRoute, 0)
+			if o.take(6, "route") {
+				v.Route = d.readStr("route", fmtRoute, 0)
+			}
 		case "resource":
-			v.Resource = o.str(7, "resource", fmtResource, 0)
+			if o.take(7, "resource") {
+				v.Resource = d.readStr("resource", fmtResource, 0)
+			}
 		case "allowed":
-			v.Allowed = o.boolean(8, "allowed")
+			if o.take(8, "allowed") {
+				v.Allowed = d.readBool("allowed")
+			}
 		case "tier":
-			v.Tier = enum(&o, 9, "tier", parseTier[[]byte], tierValues)
+			if o.take(9, "tier") {
+				v.Tier = readEnum(d, "tier", parseTier[[]byte], tierValues)
+			}
 		case "shadow":
-			v.Shadow = o.boolean(10, "shadow")
+			if o.take(10, "shadow") {
+				v.Shadow = d.readBool("shadow")
+			}
 		case "cost":
-			v.Cost = o.integer(11, "cost", 1, 1_000_000)
+			if o.take(11, "cost") {
+				v.Cost = d.readInt("cost", 1, 1_000_000)
+			}
 		case "limit":
-			v.Limit = o.integer(12, "limit", 0, MaxSafeInteger)
+			if o.take(12, "limit") {
+				v.Limit = d.readInt("limit", 0, MaxSafeInteger)
+			}
 		case "remaining":
-			v.Remaining = o.integer(13, "remaining", 0, MaxSafeInteger)
+			if o.take(13, "remaining") {
+				v.Remaining = d.readInt("remaining", 0, MaxSafeInteger)
+			}
 		case "gateway":
-			v.Gateway = o.str(14, "gateway", fmtText, MaxGatewayLen)
+			if o.take(14, "gateway") {
+				v.Gateway = d.readStr("gateway", fmtText, MaxGatewayLen)
+			}
 		case "near_limit":
-			v.NearLimit = o.boolean(15, "near_limit")
+			if o.take(15, "near_limit") {
+				v.NearLimit = d.readBool("near_limit")
+			}
 		case "degraded":
-			v.Degraded = o.boolean(16, "degraded")
+			if o.take(16, "degraded") {
+				v.Degraded = d.readBool("degraded")
+			}
 		case "rule":
-			v.Rule = o.str(17, "rule", fmtText, MaxRuleLen)
+			if o.take(17, "rule") {
+				v.Rule = d.readStr("rule", fmtText, MaxRuleLen)
+			}
 		case "penalty_multiplier":
-			v.PenaltyMultiplier = o.floatTo(18, "penalty_multiplier", 0, true, 1)
+			if o.take(18, "penalty_multiplier") {
+				v.PenaltyMultiplier = d.readFloat("penalty_multiplier", 0, true, 1, true)
+			}
 		case "priority":
-			v.Priority = enum(&o, 19, "priority", parsePriority[[]byte], priorityValues)
+			if o.take(19, "priority") {
+				v.Priority = readEnum(d, "priority", parsePriority[[]byte], priorityValues)
+			}
 		case "shed":
-			v.Shed = o.boolean(20, "shed")
+			if o.take(20, "shed") {
+				v.Shed = d.readBool("shed")
+			}
 		case "envoy":
 			if o.take(21, "envoy") {
 				v.Envoy = new(EnvoyCall)
 				d.decodeEnvoyCall(v.Envoy)
 			}
 		case "plan":
-			v.Plan = o.str(22, "plan", fmtText, MaxPlanLen)
+			if o.take(22, "plan") {
+				v.Plan = d.readStr("plan", fmtText, MaxPlanLen)
+			}
 		case "rules_version":
-			v.RulesVersion = o.integer(23, "rules_version", 1, MaxSafeInteger)
+			if o.take(23, "rules_version") {
+				v.RulesVersion = d.readInt("rules_version", 1, MaxSafeInteger)
+			}
 		case "candidate_version":
-			v.CandidateVersion = o.integer(24, "candidate_version", 1, MaxSafeInteger)
+			if o.take(24, "candidate_version") {
+				v.CandidateVersion = d.readInt("candidate_version", 1, MaxSafeInteger)
+			}
 		case "candidate_blocked":
-			v.CandidateBlocked = o.boolean(25, "candidate_blocked")
+			if o.take(25, "candidate_blocked") {
+				v.CandidateBlocked = d.readBool("candidate_blocked")
+			}
 		default:
 			o.skip()
 		}

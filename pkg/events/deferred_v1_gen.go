@@ -129,19 +129,23 @@ func (v *Header) appendJSON(b []byte) []byte {
 
 func (v *Header) validate() *ValidationError {
 	var c checker
-	c.at("name", fmtText.check(v.Name, MaxHeaderNameLen))
-	c.at("value", fmtText.check(v.Value, MaxHeaderValueLen))
+	c.at("name", validText(v.Name, MaxHeaderNameLen, false))
+	c.at("value", validText(v.Value, MaxHeaderValueLen, false))
 	return c.err
 }
 
 func (d *decoder) decodeHeader(v *Header) {
 	o := d.open("")
-	for o.next() {
-		switch string(o.name) {
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
 		case "name":
-			v.Name = o.str(0, "name", fmtText, MaxHeaderNameLen)
+			if o.take(0, "name") {
+				v.Name = d.readStr("name", fmtText, MaxHeaderNameLen)
+			}
 		case "value":
-			v.Value = o.str(1, "value", fmtText, MaxHeaderValueLen)
+			if o.take(1, "value") {
+				v.Value = d.readStr("value", fmtText, MaxHeaderValueLen)
+			}
 		default:
 			o.skip()
 		}
@@ -200,30 +204,32 @@ func (v *Deferred) appendJSON(b []byte) []byte {
 
 func (v *Deferred) validate() *ValidationError {
 	var c checker
-	c.at("id", fmtID.check(v.ID, 0))
+	c.at("id", validID(v.ID))
 	c.at("ts", validTime(v.TS))
 	c.at("deadline", validTime(v.Deadline))
 	c.at("principal", v.Principal.validate())
 	c.at("ip", validAddr(v.IP))
-	c.at("method", validEnum(v.Method, parseMethod[string], Methods))
-	c.at("route", fmtRoute.check(v.Route, 0))
-	if v.Resource != "" {
-		c.at("resource", fmtResource.check(v.Resource, 0))
+	if _, ok := parseMethod(v.Method); !ok {
+		c.at("method", oneOf(v.Method, Methods))
 	}
-	c.at("path", fmtText.check(v.Path, MaxPathLen))
+	c.at("route", validRoute(v.Route))
+	if v.Resource != "" {
+		c.at("resource", validResource(v.Resource))
+	}
+	c.at("path", validText(v.Path, MaxPathLen, false))
 	if v.Query != "" {
-		c.at("query", fmtText.check(v.Query, MaxQueryLen))
+		c.at("query", validText(v.Query, MaxQueryLen, false))
 	}
 	c.count("headers", len(v.Headers), MaxDeferredHeaders)
 	for i := range v.Headers {
 		c.item("headers", i, v.Headers[i].validate())
 	}
 	if v.Body != "" {
-		c.at("body", fmtBase64.check(v.Body, MaxBodyB64Len))
+		c.at("body", validBase64(v.Body, MaxBodyB64Len))
 	}
-	c.at("decision_id", fmtID.check(v.DecisionID, 0))
-	c.at("rule", fmtText.check(v.Rule, MaxRuleLen))
-	c.at("gateway", fmtText.check(v.Gateway, MaxGatewayLen))
+	c.at("decision_id", validID(v.DecisionID))
+	c.at("rule", validText(v.Rule, MaxRuleLen, false))
+	c.at("gateway", validText(v.Gateway, MaxGatewayLen, false))
 	return c.err
 }
 
@@ -233,46 +239,76 @@ func DecodeDeferred(data []byte) (Deferred, error) {
 	var v Deferred
 	d := &decoder{data: data, typ: TypeDeferred}
 	o := d.open("")
-	for o.next() {
-		switch string(o.name) {
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
 		case "type":
-			o.constant(0, "type", TypeDeferred)
+			if o.take(0, "type") {
+				d.readConst("type", TypeDeferred)
+			}
 		case "id":
-			v.ID = o.str(1, "id", fmtID, 0)
+			if o.take(1, "id") {
+				v.ID = d.readStr("id", fmtID, 0)
+			}
 		case "ts":
-			v.TS = o.time(2, "ts")
+			if o.take(2, "ts") {
+				v.TS = d.readTime("ts")
+			}
 		case "deadline":
-			v.Deadline = o.time(3, "deadline")
+			if o.take(3, "deadline") {
+				v.Deadline = d.readTime("deadline")
+			}
 		case "principal":
 			if o.take(4, "principal") {
 				d.decodePrincipal(&v.Principal)
 			}
 		case "ip":
-			v.IP = o.ip(5, "ip")
+			if o.take(5, "ip") {
+				v.IP = d.readIP("ip")
+			}
 		case "method":
-			v.Method = enum(&o, 6, "method", parseMethod[[]byte], Methods)
+			if o.take(6, "method") {
+				v.Method = readEnum(d, "method", parseMethod[[]byte], Methods)
+			}
 		case "route":
-			v.Route = o.str(7, "route", fmtRoute, 0)
+			if o.take(7, "route") {
+				v.Route = d.readStr("route", fmtRoute, 0)
+			}
 		case "resource":
-			v.Resource = o.str(8, "resource", fmtResource, 0)
+			if o.take(8, "resource") {
+				v.Resource = d.readStr("resource", fmtResource, 0)
+			}
 		case "path":
-			v.Path = o.str(9, "path", fmtText, MaxPathLen)
+			if o.take(9, "path") {
+				v.Path = d.readStr("path", fmtText, MaxPathLen)
+			}
 		case "query":
-			v.Query = o.str(10, "query", fmtText, MaxQueryLen)
+			if o.take(10, "query") {
+				v.Query = d.readStr("query", fmtText, MaxQueryLen)
+			}
 		case "headers":
 			for l := o.list(11, "headers", MaxDeferredHeaders); l.next(d); l.check(d) {
 				d.decodeHeader(grow(&v.Headers))
 			}
 		case "body":
-			v.Body = o.str(12, "body", fmtBase64, MaxBodyB64Len)
+			if o.take(12, "body") {
+				v.Body = d.readStr("body", fmtBase64, MaxBodyB64Len)
+			}
 		case "decision_id":
-			v.DecisionID = o.str(13, "decision_id", fmtID, 0)
+			if o.take(13, "decision_id") {
+				v.DecisionID = d.readStr("decision_id", fmtID, 0)
+			}
 		case "rule":
-			v.Rule = o.str(14, "rule", fmtText, MaxRuleLen)
+			if o.take(14, "rule") {
+				v.Rule = d.readStr("rule", fmtText, MaxRuleLen)
+			}
 		case "shed":
-			v.Shed = o.boolean(15, "shed")
+			if o.take(15, "shed") {
+				v.Shed = d.readBool("shed")
+			}
 		case "gateway":
-			v.Gateway = o.str(16, "gateway", fmtText, MaxGatewayLen)
+			if o.take(16, "gateway") {
+				v.Gateway = d.readStr("gateway", fmtText, MaxGatewayLen)
+			}
 		default:
 			o.skip()
 		}

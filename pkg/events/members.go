@@ -57,7 +57,6 @@ func (f format) check(s string, max int) *ValidationError {
 // decoder is one line per member with no error plumbing.
 type members struct {
 	d     *decoder
-	name  []byte // the member name next read; aliases the input or d.buf
 	seen  uint32 // bit i is set once the object's property i was read
 	first bool
 }
@@ -65,40 +64,44 @@ type members struct {
 // open reads the '{' that opens the object at path.
 func (d *decoder) open(path string) members {
 	if d.err == nil {
-		d.err = d.object(path)
+		if err := d.object(path); err != nil {
+			d.err = err
+		}
 	}
 	return members{d: d, first: true}
 }
 
-// next advances to the next member and reads its name into o.name; false at
-// the closing '}' and after an error.
-func (o *members) next() bool {
-	if o.d.err != nil {
-		return false
+// keep makes err, unless nil, the decoder's error. (Only errors are stored:
+// a store of nil through o.d would cost a write barrier per member.)
+func (o *members) keep(err *ValidationError) {
+	if err != nil {
+		o.d.err = err
 	}
-	var ok bool
-	o.name, ok, o.d.err = o.d.member(&o.first)
-	return ok
 }
 
 // take marks property bit, the member at path, as read; false (and a syntax
 // error) when it was read before.
 func (o *members) take(bit uint, path string) bool {
 	if o.seen&(1<<bit) != 0 {
-		o.d.err = o.d.syntax(fmt.Sprintf("duplicate member %q", path[strings.LastIndexByte(path, '.')+1:]))
+		o.duplicate(path)
 		return false
 	}
 	o.seen |= 1 << bit
 	return true
 }
 
+// duplicate reports a second member at path.
+func (o *members) duplicate(path string) {
+	o.d.err = o.d.syntax(fmt.Sprintf("duplicate member %q", path[strings.LastIndexByte(path, '.')+1:]))
+}
+
 // skip reads past the value of a member the schema does not know.
-func (o *members) skip() { o.d.err = o.d.skip(1) }
+func (o *members) skip() { o.keep(o.d.skip(1)) }
 
 // end reports the first required member missing from the object at path.
 func (o *members) end(path string, required []req) {
 	if o.d.err == nil {
-		o.d.err = o.d.required(path, o.seen, required)
+		o.keep(o.d.required(path, o.seen, required))
 	}
 }
 
@@ -106,115 +109,104 @@ func (o *members) end(path string, required []req) {
 // follow it.
 func (o *members) endDocument(required []req) {
 	if o.d.err == nil {
-		o.d.err = o.d.end()
+		o.keep(o.d.end())
 	}
 	o.end("", required)
 }
 
-// constant reads the "type" member, which must be want.
-func (o *members) constant(bit uint, path, want string) {
-	if o.take(bit, path) {
-		o.d.err = o.d.constant(path, want)
+// The readers below are the decoder's (read.go), keeping their error in d.err.
+// A generated decoder calls one for a member after members.take; most are
+// small enough to be inlined there.
+
+// readConst reads the "type" member, which must be want.
+func (d *decoder) readConst(path, want string) {
+	if err := d.constant(path, want); err != nil {
+		d.err = err
 	}
 }
 
-// str reads a string of grammar f (max: see format.check).
-func (o *members) str(bit uint, path string, f format, max int) (s string) {
-	if !o.take(bit, path) {
-		return ""
-	}
-	if s, o.d.err = o.d.str(path); o.d.err == nil {
-		if e := f.check(s, max); e != nil {
-			o.d.err = o.d.invalid(path, e)
+// readStr reads a string of grammar f (max: see format.check).
+func (d *decoder) readStr(path string, f format, max int) string {
+	s, err := d.str(path)
+	if err == nil {
+		err = f.check(s, max)
+		if err != nil {
+			err = d.invalid(path, err)
 		}
+	}
+	if err != nil {
+		d.err = err
 	}
 	return s
 }
 
-// enum reads a string of an enum: parse (the enum's generated parse function)
-// maps it to its constant without allocating; values lists the enum's values
-// for the error.
-func enum[E ~string](o *members, bit uint, path string, parse func([]byte) (E, bool), values string) (v E) {
-	if !o.take(bit, path) {
-		return ""
-	}
-	b, err := o.d.strBytes(path)
+// readEnum reads a string of an enum: parse (the enum's generated parse
+// function) maps it to its constant without allocating; values lists the
+// enum's values for the error.
+func readEnum[E ~string](d *decoder, path string, parse func([]byte) (E, bool), values string) E {
+	b, err := d.strBytes(path)
 	if err != nil {
-		o.d.err = err
+		d.err = err
 		return ""
 	}
 	v, ok := parse(b)
 	if !ok {
-		o.d.err = o.d.invalid(path, oneOf(string(b), values))
+		d.err = d.invalid(path, oneOf(string(b), values))
 	}
 	return v
 }
 
-// validEnum checks that v is a value of an enum (see enum).
-func validEnum[E ~string](v E, parse func(E) (E, bool), values string) *ValidationError {
-	if _, ok := parse(v); ok {
-		return nil
-	}
-	return oneOf(string(v), values)
-}
-
-// time reads a timestamp.
-func (o *members) time(bit uint, path string) (t time.Time) {
-	if o.take(bit, path) {
-		t, o.d.err = o.d.time(path)
+// readTime reads a timestamp.
+func (d *decoder) readTime(path string) time.Time {
+	t, err := d.time(path)
+	if err != nil {
+		d.err = err
 	}
 	return t
 }
 
-// integer reads an integer within [lo, hi].
-func (o *members) integer(bit uint, path string, lo, hi int64) (n int64) {
-	if o.take(bit, path) {
-		n, o.d.err = o.d.integer(path, lo, hi)
+// readInt reads an integer within [lo, hi].
+func (d *decoder) readInt(path string, lo, hi int64) int64 {
+	n, err := d.integer(path, lo, hi)
+	if err != nil {
+		d.err = err
 	}
 	return n
 }
 
-// ip reads an IP address.
-func (o *members) ip(bit uint, path string) (a netip.Addr) {
-	if o.take(bit, path) {
-		a, o.d.err = o.d.ip(path)
+// readIP reads an IP address.
+func (d *decoder) readIP(path string) netip.Addr {
+	a, err := d.ip(path)
+	if err != nil {
+		d.err = err
 	}
 	return a
 }
 
-// float reads a number >= lo (> lo when excl).
-func (o *members) float(bit uint, path string, lo float64, excl bool) float64 {
-	return o.floatCheck(bit, path, lo, excl, 0, false)
-}
-
-// floatTo reads a number >= lo (> lo when excl) and <= hi.
-func (o *members) floatTo(bit uint, path string, lo float64, excl bool, hi float64) float64 {
-	return o.floatCheck(bit, path, lo, excl, hi, true)
-}
-
-func (o *members) floatCheck(bit uint, path string, lo float64, excl bool, hi float64, hasHi bool) (f float64) {
-	if !o.take(bit, path) {
-		return 0
+// readFloat reads a number >= lo (> lo when excl), and <= hi when hasHi.
+func (d *decoder) readFloat(path string, lo float64, excl bool, hi float64, hasHi bool) float64 {
+	f, err := d.float(path)
+	if err == nil {
+		if hasHi {
+			err = floatRange(f, lo, excl, hi)
+		} else {
+			err = floatAtLeast(f, lo, excl)
+		}
+		if err != nil {
+			err = d.invalid(path, err)
+		}
 	}
-	if f, o.d.err = o.d.float(path); o.d.err != nil {
-		return f
-	}
-	var e *ValidationError
-	if hasHi {
-		e = floatRange(f, lo, excl, hi)
-	} else {
-		e = floatAtLeast(f, lo, excl)
-	}
-	if e != nil {
-		o.d.err = o.d.invalid(path, e)
+	if err != nil {
+		d.err = err
 	}
 	return f
 }
 
-// boolean reads true or false.
-func (o *members) boolean(bit uint, path string) (v bool) {
-	if o.take(bit, path) {
-		v, o.d.err = o.d.boolean(path)
+// readBool reads true or false.
+func (d *decoder) readBool(path string) bool {
+	v, err := d.boolean(path)
+	if err != nil {
+		d.err = err
 	}
 	return v
 }
@@ -233,7 +225,7 @@ type elements struct {
 // list reads the '[' that opens the array of property bit, the member at path.
 func (o *members) list(bit uint, path string, max int) elements {
 	if o.take(bit, path) {
-		o.d.err = o.d.array(path)
+		o.keep(o.d.array(path))
 	}
 	return elements{path: path, max: max, i: -1, first: true}
 }
@@ -244,8 +236,11 @@ func (l *elements) next(d *decoder) bool {
 	if d.err != nil {
 		return false
 	}
-	var ok bool
-	if ok, d.err = d.element(&l.first); !ok {
+	ok, err := d.element(&l.first)
+	if !ok {
+		if err != nil {
+			d.err = err
+		}
 		return false
 	}
 	if l.i++; l.i == l.max {

@@ -122,41 +122,52 @@ func (d *decoder) object(field string) *ValidationError {
 }
 
 // member advances to the next member of the current object and reads its name
-// and the colon; ok is false at the closing '}'. first must start out true.
-// The name aliases the input or d.buf: use it before reading anything else.
-func (d *decoder) member(first *bool) (name []byte, ok bool, err *ValidationError) {
+// and the colon; ok is false at the closing '}' and after an error, which it
+// keeps in d.err. first must start out true. The name aliases the input or
+// d.buf: use it before reading anything else.
+func (d *decoder) member(first *bool) (name []byte, ok bool) {
+	if d.err != nil {
+		return nil, false
+	}
 	switch d.peek() {
 	case '}':
 		d.pos++
-		return nil, false, nil
+		return nil, false
 	case ',':
 		if *first {
-			return nil, false, d.unexpected("looking for beginning of object key string")
+			d.err = d.unexpected("looking for beginning of object key string")
+			return nil, false
 		}
 		d.pos++
 		if d.peek() != '"' {
-			return nil, false, d.unexpected("looking for beginning of object key string")
+			d.err = d.unexpected("looking for beginning of object key string")
+			return nil, false
 		}
 	case '"':
 		if !*first {
-			return nil, false, d.unexpected("after object key:value pair")
+			d.err = d.unexpected("after object key:value pair")
+			return nil, false
 		}
 	default:
 		if *first {
-			return nil, false, d.unexpected("looking for beginning of object key string")
+			d.err = d.unexpected("looking for beginning of object key string")
+			return nil, false
 		}
-		return nil, false, d.unexpected("after object key:value pair")
+		d.err = d.unexpected("after object key:value pair")
+		return nil, false
 	}
 	*first = false
-	name, err = d.rawString()
+	name, err := d.rawString()
 	if err != nil {
-		return nil, false, err
+		d.err = err
+		return nil, false
 	}
 	if d.peek() != ':' {
-		return nil, false, d.unexpected("after object key")
+		d.err = d.unexpected("after object key")
+		return nil, false
 	}
 	d.pos++
-	return name, true, nil
+	return name, true
 }
 
 // rawString reads the string at d.pos (which must be '"') and returns its
@@ -654,9 +665,9 @@ func (d *decoder) skip(depth int) *ValidationError {
 		d.pos++
 		first := true
 		for {
-			_, ok, err := d.member(&first)
-			if err != nil {
-				return err
+			_, ok := d.member(&first)
+			if d.err != nil {
+				return d.err
 			}
 			if !ok {
 				return nil

@@ -173,13 +173,15 @@ func (v *RulesVersion) appendJSON(b []byte) []byte {
 
 func (v *RulesVersion) validate() *ValidationError {
 	var c checker
-	c.at("id", fmtID.check(v.ID, 0))
+	c.at("id", validID(v.ID))
 	c.at("ts", validTime(v.TS))
 	c.at("version", intRange(v.Version, 1, MaxSafeInteger))
-	c.at("state", validEnum(v.State, parseRulesState[RulesState], rulesStateValues))
-	c.at("rules", fmtMultilineText.check(v.Rules, MaxRulesYAMLLen))
-	c.at("author", fmtText.check(v.Author, MaxAuthorLen))
-	c.at("reason", fmtMultilineText.check(v.Reason, MaxReasonLen))
+	if _, ok := parseRulesState(v.State); !ok {
+		c.at("state", oneOf(string(v.State), rulesStateValues))
+	}
+	c.at("rules", validText(v.Rules, MaxRulesYAMLLen, true))
+	c.at("author", validText(v.Author, MaxAuthorLen, false))
+	c.at("reason", validText(v.Reason, MaxReasonLen, true))
 	c.at("created_at", validTime(v.CreatedAt))
 	if v.ParentVersion != 0 {
 		c.at("parent_version", intRange(v.ParentVersion, 1, MaxSafeInteger))
@@ -205,36 +207,64 @@ func DecodeRulesVersion(data []byte) (RulesVersion, error) {
 	var v RulesVersion
 	d := &decoder{data: data, typ: TypeRulesVersion}
 	o := d.open("")
-	for o.next() {
-		switch string(o.name) {
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
 		case "type":
-			o.constant(0, "type", TypeRulesVersion)
+			if o.take(0, "type") {
+				d.readConst("type", TypeRulesVersion)
+			}
 		case "id":
-			v.ID = o.str(1, "id", fmtID, 0)
+			if o.take(1, "id") {
+				v.ID = d.readStr("id", fmtID, 0)
+			}
 		case "ts":
-			v.TS = o.time(2, "ts")
+			if o.take(2, "ts") {
+				v.TS = d.readTime("ts")
+			}
 		case "version":
-			v.Version = o.integer(3, "version", 1, MaxSafeInteger)
+			if o.take(3, "version") {
+				v.Version = d.readInt("version", 1, MaxSafeInteger)
+			}
 		case "state":
-			v.State = enum(&o, 4, "state", parseRulesState[[]byte], rulesStateValues)
+			if o.take(4, "state") {
+				v.State = readEnum(d, "state", parseRulesState[[]byte], rulesStateValues)
+			}
 		case "rules":
-			v.Rules = o.str(5, "rules", fmtMultilineText, MaxRulesYAMLLen)
+			if o.take(5, "rules") {
+				v.Rules = d.readStr("rules", fmtMultilineText, MaxRulesYAMLLen)
+			}
 		case "author":
-			v.Author = o.str(6, "author", fmtText, MaxAuthorLen)
+			if o.take(6, "author") {
+				v.Author = d.readStr("author", fmtText, MaxAuthorLen)
+			}
 		case "reason":
-			v.Reason = o.str(7, "reason", fmtMultilineText, MaxReasonLen)
+			if o.take(7, "reason") {
+				v.Reason = d.readStr("reason", fmtMultilineText, MaxReasonLen)
+			}
 		case "created_at":
-			v.CreatedAt = o.time(8, "created_at")
+			if o.take(8, "created_at") {
+				v.CreatedAt = d.readTime("created_at")
+			}
 		case "parent_version":
-			v.ParentVersion = o.integer(9, "parent_version", 1, MaxSafeInteger)
+			if o.take(9, "parent_version") {
+				v.ParentVersion = d.readInt("parent_version", 1, MaxSafeInteger)
+			}
 		case "shadow_for_ms":
-			v.ShadowForMs = o.integer(10, "shadow_for_ms", 1, 604_800_000)
+			if o.take(10, "shadow_for_ms") {
+				v.ShadowForMs = d.readInt("shadow_for_ms", 1, 604_800_000)
+			}
 		case "watch_for_ms":
-			v.WatchForMs = o.integer(11, "watch_for_ms", 1, 604_800_000)
+			if o.take(11, "watch_for_ms") {
+				v.WatchForMs = d.readInt("watch_for_ms", 1, 604_800_000)
+			}
 		case "max_critical_block_share":
-			v.MaxCriticalBlockShare = o.floatTo(12, "max_critical_block_share", 0, true, 1)
+			if o.take(12, "max_critical_block_share") {
+				v.MaxCriticalBlockShare = d.readFloat("max_critical_block_share", 0, true, 1, true)
+			}
 		case "min_critical":
-			v.MinCritical = o.integer(13, "min_critical", 1, 1_000_000)
+			if o.take(13, "min_critical") {
+				v.MinCritical = d.readInt("min_critical", 1, 1_000_000)
+			}
 		default:
 			o.skip()
 		}

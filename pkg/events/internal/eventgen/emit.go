@@ -15,9 +15,11 @@
 //
 // Each object type (each x-floodgate-go-type, shared by every schema and place
 // that uses it) gets one encoder (appendJSON), one validator (validate) and one
-// decoder (decode<Type>); its parents call them. They are one line per member:
-// the readers, checks and writers of each kind of member are hand-written once
-// in pkg/events/members.go, read.go and write.go.
+// decoder (decode<Type>); its parents call them. They spend a line or two per
+// member: the readers, checks and writers of each kind of member are
+// hand-written once in pkg/events/members.go, read.go and write.go. The
+// decoder keeps its first error (decoder.err), so the generated decoders
+// carry no error plumbing.
 //
 // Run it with `go generate ./pkg/events` (or `make generate`).
 package eventgen
@@ -431,9 +433,13 @@ func emitValidate(w *bytes.Buffer, st *structType) {
 		case kConst, kBool:
 			continue
 		case kString:
-			check = fmt.Sprintf("c.at(%q, %s.check(%s, %s))", f.json, f.format.format, expr, maxArg(f))
+			check = fmt.Sprintf("c.at(%q, %s)", f.json, fmt.Sprintf(strings.ReplaceAll(f.format.validate, "%m", f.maxConst), expr))
 		case kEnum:
-			check = fmt.Sprintf("c.at(%q, validEnum(%s, %s[%s], %s))", f.json, expr, f.enum.parse, f.enum.goType, f.enum.list)
+			s := expr
+			if f.enum.goType != "string" {
+				s = "string(" + expr + ")"
+			}
+			check = fmt.Sprintf("if _, ok := %s(%s); !ok {\nc.at(%q, oneOf(%s, %s))\n}", f.enum.parse, expr, f.json, s, f.enum.list)
 		case kTime:
 			check = fmt.Sprintf("c.at(%q, validTime(%s))", f.json, expr)
 		case kIP:
@@ -469,7 +475,7 @@ func emitDecode(w *bytes.Buffer, st *structType) {
 	} else {
 		fmt.Fprintf(w, "func (d *decoder) decode%s(v *%s) {\n", st.name, st.name)
 	}
-	fmt.Fprintf(w, "o := d.open(%q)\nfor o.next() {\nswitch string(o.name) {\n", st.dpath)
+	fmt.Fprintf(w, "o := d.open(%q)\nfor name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {\nswitch string(name) {\n", st.dpath)
 	for i, f := range st.fields {
 		fmt.Fprintf(w, "case %q:\n%s\n", f.json, decodeMember(f, st, i))
 	}
@@ -489,30 +495,28 @@ func emitDecode(w *bytes.Buffer, st *structType) {
 
 func decodeMember(f *field, st *structType, bit int) string {
 	expr, p := "v."+f.goName, strconv.Quote(f.dpath)
+	take := fmt.Sprintf("if o.take(%d, %s) {\n", bit, p)
 	switch f.kind {
 	case kConst:
-		return fmt.Sprintf("o.constant(%d, %s, %s)", bit, p, st.event.typeConst)
+		return take + fmt.Sprintf("d.readConst(%s, %s)\n}", p, st.event.typeConst)
 	case kString:
-		return fmt.Sprintf("%s = o.str(%d, %s, %s, %s)", expr, bit, p, f.format.format, maxArg(f))
+		return take + fmt.Sprintf("%s = d.readStr(%s, %s, %s)\n}", expr, p, f.format.format, maxArg(f))
 	case kEnum:
-		return fmt.Sprintf("%s = enum(&o, %d, %s, %s[[]byte], %s)", expr, bit, p, f.enum.parse, f.enum.list)
+		return take + fmt.Sprintf("%s = readEnum(d, %s, %s[[]byte], %s)\n}", expr, p, f.enum.parse, f.enum.list)
 	case kTime:
-		return fmt.Sprintf("%s = o.time(%d, %s)", expr, bit, p)
+		return take + fmt.Sprintf("%s = d.readTime(%s)\n}", expr, p)
 	case kIP:
-		return fmt.Sprintf("%s = o.ip(%d, %s)", expr, bit, p)
+		return take + fmt.Sprintf("%s = d.readIP(%s)\n}", expr, p)
 	case kBool:
-		return fmt.Sprintf("%s = o.boolean(%d, %s)", expr, bit, p)
+		return take + fmt.Sprintf("%s = d.readBool(%s)\n}", expr, p)
 	case kInt:
-		read := fmt.Sprintf("o.integer(%d, %s, %s, %s)", bit, p, intLit(f.ilo), intLit(f.ihi))
-		if f.goInt == "int64" {
-			return expr + " = " + read
+		read := fmt.Sprintf("d.readInt(%s, %s, %s)", p, intLit(f.ilo), intLit(f.ihi))
+		if f.goInt != "int64" {
+			read = f.goInt + "(" + read + ")"
 		}
-		return fmt.Sprintf("%s = %s(%s)", expr, f.goInt, read)
+		return take + expr + " = " + read + "\n}"
 	case kFloat:
-		if f.fhasHi {
-			return fmt.Sprintf("%s = o.floatTo(%d, %s, %g, %v, %g)", expr, bit, p, f.flo, f.fexcl, f.fhi)
-		}
-		return fmt.Sprintf("%s = o.float(%d, %s, %g, %v)", expr, bit, p, f.flo, f.fexcl)
+		return take + fmt.Sprintf("%s = d.readFloat(%s, %g, %v, %g, %v)\n}", expr, p, f.flo, f.fexcl, f.fhi, f.fhasHi)
 	case kStruct:
 		if f.required {
 			return fmt.Sprintf("if o.take(%d, %s) {\nd.decode%s(&%s)\n}", bit, p, f.strct.name, expr)

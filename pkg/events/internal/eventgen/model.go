@@ -24,11 +24,13 @@ const (
 	kList   // an array of objects
 )
 
-// grammar maps an x-floodgate-format value to the constant of type format in
-// pkg/events whose check method (members.go) validates it with a hand-written
-// function.
+// grammar maps an x-floodgate-format value to the hand-written Go function in
+// pkg/events that checks it, and to the constant of type format that names it
+// to the decoder's string reader (members.go). In validate, %s is the value
+// and %m the x-floodgate-max-const.
 type grammar struct {
-	format string // "fmtRoute"
+	format   string // "fmtRoute"
+	validate string // "validRoute(%s)"
 	// max: the check takes a length limit, the x-floodgate-max-const.
 	max bool
 	// raw: every valid value is printable ASCII without '"' and '\\', so the
@@ -37,14 +39,14 @@ type grammar struct {
 }
 
 var formats = map[string]grammar{
-	"id":             {format: "fmtID", raw: true},
-	"route":          {format: "fmtRoute", raw: true},
-	"topic":          {format: "fmtTopic", raw: true},
-	"resource":       {format: "fmtResource"},
-	"principal-id":   {format: "fmtPrincipalID"},
-	"text":           {format: "fmtText", max: true},
-	"multiline-text": {format: "fmtMultilineText", max: true},
-	"base64":         {format: "fmtBase64", max: true, raw: true},
+	"id":             {format: "fmtID", validate: "validID(%s)", raw: true},
+	"route":          {format: "fmtRoute", validate: "validRoute(%s)", raw: true},
+	"topic":          {format: "fmtTopic", validate: "validTopic(%s)", raw: true},
+	"resource":       {format: "fmtResource", validate: "validResource(%s)"},
+	"principal-id":   {format: "fmtPrincipalID", validate: "validPrincipalID(%s)"},
+	"text":           {format: "fmtText", validate: "validText(%s, %m, false)", max: true},
+	"multiline-text": {format: "fmtMultilineText", validate: "validText(%s, %m, true)", max: true},
+	"base64":         {format: "fmtBase64", validate: "validBase64(%s, %m)", max: true, raw: true},
 	// timestamp and ip have Go types of their own (kTime, kIP).
 	"timestamp": {},
 	"ip":        {},
