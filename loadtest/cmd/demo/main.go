@@ -34,12 +34,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/floodgate-dev/floodgate/loadtest/internal/cli"
 
 	"github.com/segmentio/kafka-go"
 
@@ -54,12 +55,10 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if _, err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
-		slog.Error("demo", "err", err)
-		os.Exit(1)
-	}
+	cli.Main(nil, "demo", func(ctx context.Context) error {
+		_, err := run(ctx, os.Args[1:], os.Getenv, os.Stdout)
+		return err
+	})
 }
 
 // summary is what the demo found at the end: legitimate principals with a

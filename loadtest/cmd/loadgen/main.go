@@ -13,26 +13,21 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/floodgate-dev/floodgate/loadtest/internal/cli"
+
 	"github.com/floodgate-dev/floodgate/loadtest/bench"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
-		slog.Error("loadgen", "err", err)
-		os.Exit(1)
-	}
+	cli.Main(nil, "loadgen", func(ctx context.Context) error { return run(ctx, os.Args[1:]) })
 }
 
 func run(ctx context.Context, args []string) error {
