@@ -100,3 +100,25 @@ func TestBatchTargetSendsValidBatches(t *testing.T) {
 	require.Contains(t, Markdown([]Result{r}), "| open 100/s | 10 | 100 |")
 	require.Equal(t, 10, r.Run().Batch)
 }
+
+func TestWaitReady(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if calls.Add(1) < 3 {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	require.NoError(t, WaitReady(context.Background(), srv.URL, 10*time.Second))
+	require.EqualValues(t, 3, calls.Load())
+
+	never := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "starting", http.StatusServiceUnavailable)
+	}))
+	defer never.Close()
+	err := WaitReady(context.Background(), never.URL, 300*time.Millisecond)
+	require.ErrorContains(t, err, never.URL+" not ready after 300ms")
+}

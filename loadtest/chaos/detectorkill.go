@@ -20,11 +20,7 @@ import (
 // and bots that start at the kill must be detected within 10 s (issue 21:
 // on main 29–35 s blind and 13 of ~40 short-lived scrapers never detected).
 func DetectorKill(ctx context.Context, e *Env, s Size, r *Result) error {
-	rd, err := e.StartRedis(ctx)
-	if err != nil {
-		return err
-	}
-	b, err := e.StartBroker(ctx)
+	rd, b, err := e.StartStack(ctx)
 	if err != nil {
 		return err
 	}

@@ -289,6 +289,19 @@ type Redis struct {
 	proc *Proc
 }
 
+// StartStack starts a scenario's Redis and broker.
+func (e *Env) StartStack(ctx context.Context) (*Redis, *Broker, error) {
+	rd, err := e.StartRedis(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := e.StartBroker(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rd, b, nil
+}
+
 // StartRedis starts a redis-server on a free port.
 func (e *Env) StartRedis(ctx context.Context) (*Redis, error) {
 	port, err := FreePort()

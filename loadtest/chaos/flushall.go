@@ -18,11 +18,7 @@ import (
 // penalty must come back from the detector's memory within 5 s (issue 21:
 // on main penalized bots lost their penalty until re-detected).
 func RedisFlushAll(ctx context.Context, e *Env, s Size, r *Result) error {
-	rd, err := e.StartRedis(ctx)
-	if err != nil {
-		return err
-	}
-	b, err := e.StartBroker(ctx)
+	rd, b, err := e.StartStack(ctx)
 	if err != nil {
 		return err
 	}

@@ -24,11 +24,7 @@ func JournalDiskFull(ctx context.Context, e *Env, s Size, r *Result) error {
 		return fmt.Errorf("mount a 4 MiB tmpfs for the journal (needs root): %w: %s", err, out)
 	}
 	defer func() { _ = exec.Command("umount", "-l", dir).Run() }()
-	rd, err := e.StartRedis(ctx)
-	if err != nil {
-		return err
-	}
-	b, err := e.StartBroker(ctx)
+	rd, b, err := e.StartStack(ctx)
 	if err != nil {
 		return err
 	}

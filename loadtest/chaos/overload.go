@@ -27,11 +27,7 @@ rules:
 // at most 2 s), a tenth of it from one abusive bot limited to 50/s under a
 // fail-open rule. The limiter must shed from local state, never fail open.
 func Overload(ctx context.Context, e *Env, s Size, r *Result) error {
-	rd, err := e.StartRedis(ctx)
-	if err != nil {
-		return err
-	}
-	b, err := e.StartBroker(ctx)
+	rd, b, err := e.StartStack(ctx)
 	if err != nil {
 		return err
 	}

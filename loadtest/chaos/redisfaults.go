@@ -24,11 +24,7 @@ import (
 // RedisSlow: Redis replies delayed by 20 ms, then 40 ms (a budget of 50 ms),
 // then one 60 ms stall of every reply.
 func RedisSlow(ctx context.Context, e *Env, s Size, r *Result) error {
-	rd, err := e.StartRedis(ctx)
-	if err != nil {
-		return err
-	}
-	b, err := e.StartBroker(ctx)
+	rd, b, err := e.StartStack(ctx)
 	if err != nil {
 		return err
 	}

@@ -113,11 +113,7 @@ func startLoad(ctx context.Context, l *Load) (stop func()) {
 // broker is down; afterwards every check answered 200 must have its decision
 // event in Kafka (by ce_id), and the bot must be penalized.
 func BrokerKill(ctx context.Context, e *Env, s Size, r *Result) error {
-	rd, err := e.StartRedis(ctx)
-	if err != nil {
-		return err
-	}
-	b, err := e.StartBroker(ctx)
+	rd, b, err := e.StartStack(ctx)
 	if err != nil {
 		return err
 	}
@@ -235,11 +231,7 @@ func BrokerKill(ctx context.Context, e *Env, s Size, r *Result) error {
 // limiter answers by its fail policy, and quota re-seeds the day counters
 // from the ledger.
 func RedisRestart(ctx context.Context, e *Env, s Size, r *Result) error {
-	rd, err := e.StartRedis(ctx)
-	if err != nil {
-		return err
-	}
-	b, err := e.StartBroker(ctx)
+	rd, b, err := e.StartStack(ctx)
 	if err != nil {
 		return err
 	}
@@ -320,11 +312,7 @@ func RedisRestart(ctx context.Context, e *Env, s Size, r *Result) error {
 // (started by drive), then lets one instance finish and compares the ledger.
 func ledgerRun(ctx context.Context, e *Env, s Size, r *Result, dynamoEndpoint string,
 	drive func(ctx context.Context, start func() (*Service, error)) error) error {
-	rd, err := e.StartRedis(ctx)
-	if err != nil {
-		return err
-	}
-	b, err := e.StartBroker(ctx)
+	rd, b, err := e.StartStack(ctx)
 	if err != nil {
 		return err
 	}
@@ -453,11 +441,7 @@ func DynamoErrors(ctx context.Context, e *Env, s Size, r *Result) error {
 // port and PagerDuty answers 500; detections must still penalize, the
 // consumer must not stall, and pages must arrive once PagerDuty is back.
 func InfluxPagerDown(ctx context.Context, e *Env, s Size, r *Result) error {
-	rd, err := e.StartRedis(ctx)
-	if err != nil {
-		return err
-	}
-	b, err := e.StartBroker(ctx)
+	rd, b, err := e.StartStack(ctx)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/floodgate-dev/floodgate/loadtest/bench"
 	"github.com/floodgate-dev/floodgate/migrations"
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
@@ -360,16 +361,5 @@ func freeAddr(t *testing.T) string {
 
 func waitReady(t *testing.T, url string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s not ready after 30s", url)
+	require.NoError(t, bench.WaitReady(context.Background(), url, 30*time.Second))
 }

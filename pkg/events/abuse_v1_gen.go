@@ -318,9 +318,7 @@ type Abuse struct {
 func (v *Abuse) Validate() error { return withType(TypeAbuse, v.validate()) }
 
 // EncodeAbuse validates v and encodes it as JSON.
-func EncodeAbuse(v *Abuse) ([]byte, error) {
-	return AppendAbuse(make([]byte, 0, 1024), v)
-}
+func EncodeAbuse(v *Abuse) ([]byte, error) { return AppendAbuse(make([]byte, 0, 1024), v) }
 
 // AppendAbuse validates v and appends its JSON encoding to dst; on error dst
 // is returned unchanged. It does not allocate when dst has room.
@@ -328,105 +326,428 @@ func AppendAbuse(dst []byte, v *Abuse) ([]byte, error) {
 	if err := v.Validate(); err != nil {
 		return dst, err
 	}
-	b := dst
+	return v.appendJSON(dst), nil
+}
+
+// MarshalJSON implements json.Marshaler with EncodeAbuse.
+func (v Abuse) MarshalJSON() ([]byte, error) { return EncodeAbuse(&v) }
+
+// UnmarshalJSON implements json.Unmarshaler with DecodeAbuse.
+func (v *Abuse) UnmarshalJSON(data []byte) error { return unmarshal(v, data, DecodeAbuse) }
+
+func (v *Window) appendJSON(b []byte) []byte {
+	b = append(b, `{"start":"`...)
+	b = AppendTime(b, v.Start)
+	b = append(b, `","end":"`...)
+	b = AppendTime(b, v.End)
+	b = append(b, `","seconds":`...)
+	b = strconv.AppendInt(b, v.Seconds, 10)
+	b = append(b, '}')
+	return b
+}
+
+func (v *Window) validate() *ValidationError {
+	var c checker
+	c.at("start", validTime(v.Start))
+	c.at("end", validTime(v.End))
+	c.at("seconds", intRange(v.Seconds, 1, MaxSafeInteger))
+	return c.err
+}
+
+func (d *decoder) decodeWindow(v *Window) {
+	o := d.open("window")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "start":
+			if o.take(0, "window.start") {
+				v.Start = d.readTime("window.start")
+			}
+		case "end":
+			if o.take(1, "window.end") {
+				v.End = d.readTime("window.end")
+			}
+		case "seconds":
+			if o.take(2, "window.seconds") {
+				v.Seconds = d.readInt("window.seconds", 1, MaxSafeInteger)
+			}
+		default:
+			o.skip()
+		}
+	}
+	o.end("window", []req{{0, "start"}, {1, "end"}, {2, "seconds"}})
+}
+
+func (v *RouteCount) appendJSON(b []byte) []byte {
+	b = append(b, `{"route":"`...)
+	b = append(b, v.Route...)
+	b = append(b, `","count":`...)
+	b = strconv.AppendInt(b, v.Count, 10)
+	b = append(b, '}')
+	return b
+}
+
+func (v *RouteCount) validate() *ValidationError {
+	var c checker
+	c.at("route", validRoute(v.Route))
+	c.at("count", intRange(v.Count, 1, MaxSafeInteger))
+	return c.err
+}
+
+func (d *decoder) decodeRouteCount(v *RouteCount) {
+	o := d.open("")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "route":
+			if o.take(0, "route") {
+				v.Route = d.readStr("route", fmtRoute, 0)
+			}
+		case "count":
+			if o.take(1, "count") {
+				v.Count = d.readInt("count", 1, MaxSafeInteger)
+			}
+		default:
+			o.skip()
+		}
+	}
+	o.end("", []req{{0, "route"}, {1, "count"}})
+}
+
+func (v *IPCount) appendJSON(b []byte) []byte {
+	b = append(b, `{"ip":"`...)
+	b = v.IP.AppendTo(b)
+	b = append(b, `","count":`...)
+	b = strconv.AppendInt(b, v.Count, 10)
+	b = append(b, `,"shared_principals":`...)
+	b = strconv.AppendInt(b, v.SharedPrincipals, 10)
+	b = append(b, '}')
+	return b
+}
+
+func (v *IPCount) validate() *ValidationError {
+	var c checker
+	c.at("ip", validAddr(v.IP))
+	c.at("count", intRange(v.Count, 1, MaxSafeInteger))
+	c.at("shared_principals", intRange(v.SharedPrincipals, 0, MaxSafeInteger))
+	return c.err
+}
+
+func (d *decoder) decodeIPCount(v *IPCount) {
+	o := d.open("")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "ip":
+			if o.take(0, "ip") {
+				v.IP = d.readIP("ip")
+			}
+		case "count":
+			if o.take(1, "count") {
+				v.Count = d.readInt("count", 1, MaxSafeInteger)
+			}
+		case "shared_principals":
+			if o.take(2, "shared_principals") {
+				v.SharedPrincipals = d.readInt("shared_principals", 0, MaxSafeInteger)
+			}
+		default:
+			o.skip()
+		}
+	}
+	o.end("", []req{{0, "ip"}, {1, "count"}, {2, "shared_principals"}})
+}
+
+func (v *EventRef) appendJSON(b []byte) []byte {
+	b = append(b, `{"topic":"`...)
+	b = append(b, v.Topic...)
+	b = append(b, `","partition":`...)
+	b = strconv.AppendInt(b, int64(v.Partition), 10)
+	b = append(b, `,"offset":`...)
+	b = strconv.AppendInt(b, v.Offset, 10)
+	b = append(b, '}')
+	return b
+}
+
+func (v *EventRef) validate() *ValidationError {
+	var c checker
+	c.at("topic", validTopic(v.Topic))
+	c.at("partition", intRange(int64(v.Partition), 0, 2147483647))
+	c.at("offset", intRange(v.Offset, 0, MaxSafeInteger))
+	return c.err
+}
+
+func (d *decoder) decodeEventRef(v *EventRef) {
+	o := d.open("evidence.crossing_event")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "topic":
+			if o.take(0, "evidence.crossing_event.topic") {
+				v.Topic = d.readStr("evidence.crossing_event.topic", fmtTopic, 0)
+			}
+		case "partition":
+			if o.take(1, "evidence.crossing_event.partition") {
+				v.Partition = int32(d.readInt("evidence.crossing_event.partition", 0, 2147483647))
+			}
+		case "offset":
+			if o.take(2, "evidence.crossing_event.offset") {
+				v.Offset = d.readInt("evidence.crossing_event.offset", 0, MaxSafeInteger)
+			}
+		default:
+			o.skip()
+		}
+	}
+	o.end("evidence.crossing_event", []req{{0, "topic"}, {1, "partition"}, {2, "offset"}})
+}
+
+func (v *Basis) appendJSON(b []byte) []byte {
+	b = append(b, `{"source":"`...)
+	b = append(b, v.Source...)
+	b = append(b, `","baseline_kind":"`...)
+	b = append(b, string(v.BaselineKind)...)
+	b = append(b, `","denial_ratio":`...)
+	b = appendFloat(b, v.DenialRatio)
+	b = append(b, `,"new_networks":`...)
+	b = strconv.AppendInt(b, v.NewNetworks, 10)
+	b = append(b, `,"network_threshold":`...)
+	b = strconv.AppendInt(b, v.NetworkThreshold, 10)
+	b = append(b, '}')
+	return b
+}
+
+func (v *Basis) validate() *ValidationError {
+	var c checker
+	if _, ok := parseBasisSource(v.Source); !ok {
+		c.at("source", oneOf(v.Source, basisSourceValues))
+	}
+	if _, ok := parsePrincipalKind(v.BaselineKind); !ok {
+		c.at("baseline_kind", oneOf(string(v.BaselineKind), principalKindValues))
+	}
+	c.at("denial_ratio", floatRange(v.DenialRatio, 0, false, 1))
+	c.at("new_networks", intRange(v.NewNetworks, 0, MaxSafeInteger))
+	c.at("network_threshold", intRange(v.NetworkThreshold, 0, MaxSafeInteger))
+	return c.err
+}
+
+func (d *decoder) decodeBasis(v *Basis) {
+	o := d.open("evidence.basis")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "source":
+			if o.take(0, "evidence.basis.source") {
+				v.Source = readEnum(d, "evidence.basis.source", parseBasisSource[[]byte], basisSourceValues)
+			}
+		case "baseline_kind":
+			if o.take(1, "evidence.basis.baseline_kind") {
+				v.BaselineKind = readEnum(d, "evidence.basis.baseline_kind", parsePrincipalKind[[]byte], principalKindValues)
+			}
+		case "denial_ratio":
+			if o.take(2, "evidence.basis.denial_ratio") {
+				v.DenialRatio = d.readFloat("evidence.basis.denial_ratio", 0, false, 1, true)
+			}
+		case "new_networks":
+			if o.take(3, "evidence.basis.new_networks") {
+				v.NewNetworks = d.readInt("evidence.basis.new_networks", 0, MaxSafeInteger)
+			}
+		case "network_threshold":
+			if o.take(4, "evidence.basis.network_threshold") {
+				v.NetworkThreshold = d.readInt("evidence.basis.network_threshold", 0, MaxSafeInteger)
+			}
+		default:
+			o.skip()
+		}
+	}
+	o.end("evidence.basis", []req{{0, "source"}, {1, "baseline_kind"}, {2, "denial_ratio"}, {3, "new_networks"}, {4, "network_threshold"}})
+}
+
+func (v *Evidence) appendJSON(b []byte) []byte {
+	b = append(b, `{"observed_rate":`...)
+	b = appendFloat(b, v.ObservedRate)
+	b = append(b, `,"baseline_rate":`...)
+	b = appendFloat(b, v.BaselineRate)
+	b = append(b, `,"threshold":`...)
+	b = appendFloat(b, v.Threshold)
+	b = append(b, `,"event_count":`...)
+	b = strconv.AppendInt(b, v.EventCount, 10)
+	b = append(b, `,"distinct_ips":`...)
+	b = strconv.AppendInt(b, v.DistinctIPs, 10)
+	b = append(b, `,"distinct_ip24":`...)
+	b = strconv.AppendInt(b, v.DistinctIP24, 10)
+	b = append(b, `,"distinct_ip64":`...)
+	b = strconv.AppendInt(b, v.DistinctIP64, 10)
+	b = append(b, `,"top_routes":[`...)
+	for i := range v.TopRoutes {
+		b = v.TopRoutes[i].appendJSON(sep(b, i))
+	}
+	b = append(b, `],"top_ips":[`...)
+	for i := range v.TopIPs {
+		b = v.TopIPs[i].appendJSON(sep(b, i))
+	}
+	b = append(b, ']')
+	if v.CrossingEvent != nil {
+		b = append(b, `,"crossing_event":`...)
+		b = v.CrossingEvent.appendJSON(b)
+	}
+	if v.Basis != nil {
+		b = append(b, `,"basis":`...)
+		b = v.Basis.appendJSON(b)
+	}
+	b = append(b, '}')
+	return b
+}
+
+func (v *Evidence) validate() *ValidationError {
+	var c checker
+	c.at("observed_rate", floatAtLeast(v.ObservedRate, 0, false))
+	c.at("baseline_rate", floatAtLeast(v.BaselineRate, 0, false))
+	c.at("threshold", floatAtLeast(v.Threshold, 0, false))
+	c.at("event_count", intRange(v.EventCount, 1, MaxSafeInteger))
+	c.at("distinct_ips", intRange(v.DistinctIPs, 0, MaxSafeInteger))
+	c.at("distinct_ip24", intRange(v.DistinctIP24, 0, MaxSafeInteger))
+	c.at("distinct_ip64", intRange(v.DistinctIP64, 0, MaxSafeInteger))
+	c.count("top_routes", len(v.TopRoutes), MaxTopItems)
+	for i := range v.TopRoutes {
+		c.item("top_routes", i, v.TopRoutes[i].validate())
+	}
+	c.count("top_ips", len(v.TopIPs), MaxTopItems)
+	for i := range v.TopIPs {
+		c.item("top_ips", i, v.TopIPs[i].validate())
+	}
+	if v.CrossingEvent != nil {
+		c.at("crossing_event", v.CrossingEvent.validate())
+	}
+	if v.Basis != nil {
+		c.at("basis", v.Basis.validate())
+	}
+	return c.err
+}
+
+func (d *decoder) decodeEvidence(v *Evidence) {
+	o := d.open("evidence")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "observed_rate":
+			if o.take(0, "evidence.observed_rate") {
+				v.ObservedRate = d.readFloat("evidence.observed_rate", 0, false, 0, false)
+			}
+		case "baseline_rate":
+			if o.take(1, "evidence.baseline_rate") {
+				v.BaselineRate = d.readFloat("evidence.baseline_rate", 0, false, 0, false)
+			}
+		case "threshold":
+			if o.take(2, "evidence.threshold") {
+				v.Threshold = d.readFloat("evidence.threshold", 0, false, 0, false)
+			}
+		case "event_count":
+			if o.take(3, "evidence.event_count") {
+				v.EventCount = d.readInt("evidence.event_count", 1, MaxSafeInteger)
+			}
+		case "distinct_ips":
+			if o.take(4, "evidence.distinct_ips") {
+				v.DistinctIPs = d.readInt("evidence.distinct_ips", 0, MaxSafeInteger)
+			}
+		case "distinct_ip24":
+			if o.take(5, "evidence.distinct_ip24") {
+				v.DistinctIP24 = d.readInt("evidence.distinct_ip24", 0, MaxSafeInteger)
+			}
+		case "distinct_ip64":
+			if o.take(6, "evidence.distinct_ip64") {
+				v.DistinctIP64 = d.readInt("evidence.distinct_ip64", 0, MaxSafeInteger)
+			}
+		case "top_routes":
+			for l := o.list(7, "evidence.top_routes", MaxTopItems); l.next(d); l.check(d) {
+				d.decodeRouteCount(grow(&v.TopRoutes))
+			}
+		case "top_ips":
+			for l := o.list(8, "evidence.top_ips", MaxTopItems); l.next(d); l.check(d) {
+				d.decodeIPCount(grow(&v.TopIPs))
+			}
+		case "crossing_event":
+			if o.take(9, "evidence.crossing_event") {
+				v.CrossingEvent = new(EventRef)
+				d.decodeEventRef(v.CrossingEvent)
+			}
+		case "basis":
+			if o.take(10, "evidence.basis") {
+				v.Basis = new(Basis)
+				d.decodeBasis(v.Basis)
+			}
+		default:
+			o.skip()
+		}
+	}
+	o.end("evidence", []req{{0, "observed_rate"}, {1, "baseline_rate"}, {2, "threshold"}, {3, "event_count"}, {4, "distinct_ips"}, {5, "distinct_ip24"}, {6, "distinct_ip64"}, {7, "top_routes"}, {8, "top_ips"}})
+}
+
+func (v *Penalty) appendJSON(b []byte) []byte {
+	b = append(b, `{"multiplier":`...)
+	b = appendFloat(b, v.Multiplier)
+	b = append(b, `,"expires_at":"`...)
+	b = AppendTime(b, v.ExpiresAt)
+	b = append(b, `","level":`...)
+	b = strconv.AppendInt(b, v.Level, 10)
+	b = append(b, `,"mode":"`...)
+	b = append(b, string(v.Mode)...)
+	b = append(b, `"}`...)
+	return b
+}
+
+func (v *Penalty) validate() *ValidationError {
+	var c checker
+	c.at("multiplier", floatRange(v.Multiplier, 0, true, 1))
+	c.at("expires_at", validTime(v.ExpiresAt))
+	c.at("level", intRange(v.Level, 1, MaxSafeInteger))
+	if _, ok := parsePenaltyMode(v.Mode); !ok {
+		c.at("mode", oneOf(string(v.Mode), penaltyModeValues))
+	}
+	return c.err
+}
+
+func (d *decoder) decodePenalty(v *Penalty) {
+	o := d.open("penalty")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "multiplier":
+			if o.take(0, "penalty.multiplier") {
+				v.Multiplier = d.readFloat("penalty.multiplier", 0, true, 1, true)
+			}
+		case "expires_at":
+			if o.take(1, "penalty.expires_at") {
+				v.ExpiresAt = d.readTime("penalty.expires_at")
+			}
+		case "level":
+			if o.take(2, "penalty.level") {
+				v.Level = d.readInt("penalty.level", 1, MaxSafeInteger)
+			}
+		case "mode":
+			if o.take(3, "penalty.mode") {
+				v.Mode = readEnum(d, "penalty.mode", parsePenaltyMode[[]byte], penaltyModeValues)
+			}
+		default:
+			o.skip()
+		}
+	}
+	o.end("penalty", []req{{0, "multiplier"}, {1, "expires_at"}, {2, "level"}, {3, "mode"}})
+}
+
+func (v *Abuse) appendJSON(b []byte) []byte {
 	b = append(b, `{"type":"abuse.v1","id":"`...)
 	b = append(b, v.ID...)
 	b = append(b, `","detected_at":"`...)
 	b = AppendTime(b, v.DetectedAt)
-	b = append(b, `","principal":{"kind":"`...)
-	b = append(b, string(v.Principal.Kind)...)
-	b = append(b, `","id":`...)
-	b = appendString(b, v.Principal.ID)
-	b = append(b, `},"pattern":"`...)
+	b = append(b, `","principal":`...)
+	b = v.Principal.appendJSON(b)
+	b = append(b, `,"pattern":"`...)
 	b = append(b, string(v.Pattern)...)
 	b = append(b, `","severity":"`...)
 	b = append(b, string(v.Severity)...)
 	b = append(b, `","score":`...)
 	b = appendFloat(b, v.Score)
-	b = append(b, `,"window":{"start":"`...)
-	b = AppendTime(b, v.Window.Start)
-	b = append(b, `","end":"`...)
-	b = AppendTime(b, v.Window.End)
-	b = append(b, `","seconds":`...)
-	b = strconv.AppendInt(b, v.Window.Seconds, 10)
-	b = append(b, `},"first_event_at":"`...)
+	b = append(b, `,"window":`...)
+	b = v.Window.appendJSON(b)
+	b = append(b, `,"first_event_at":"`...)
 	b = AppendTime(b, v.FirstEventAt)
-	b = append(b, `","evidence":{"observed_rate":`...)
-	b = appendFloat(b, v.Evidence.ObservedRate)
-	b = append(b, `,"baseline_rate":`...)
-	b = appendFloat(b, v.Evidence.BaselineRate)
-	b = append(b, `,"threshold":`...)
-	b = appendFloat(b, v.Evidence.Threshold)
-	b = append(b, `,"event_count":`...)
-	b = strconv.AppendInt(b, v.Evidence.EventCount, 10)
-	b = append(b, `,"distinct_ips":`...)
-	b = strconv.AppendInt(b, v.Evidence.DistinctIPs, 10)
-	b = append(b, `,"distinct_ip24":`...)
-	b = strconv.AppendInt(b, v.Evidence.DistinctIP24, 10)
-	b = append(b, `,"distinct_ip64":`...)
-	b = strconv.AppendInt(b, v.Evidence.DistinctIP64, 10)
-	b = append(b, `,"top_routes":[`...)
-	for i1 := range v.Evidence.TopRoutes {
-		if i1 > 0 {
-			b = append(b, ',')
-		}
-		x2 := &v.Evidence.TopRoutes[i1]
-		b = append(b, `{"route":"`...)
-		b = append(b, x2.Route...)
-		b = append(b, `","count":`...)
-		b = strconv.AppendInt(b, x2.Count, 10)
-		b = append(b, '}')
-	}
-	b = append(b, `],"top_ips":[`...)
-	for i3 := range v.Evidence.TopIPs {
-		if i3 > 0 {
-			b = append(b, ',')
-		}
-		x4 := &v.Evidence.TopIPs[i3]
-		b = append(b, `{"ip":"`...)
-		b = x4.IP.AppendTo(b)
-		b = append(b, `","count":`...)
-		b = strconv.AppendInt(b, x4.Count, 10)
-		b = append(b, `,"shared_principals":`...)
-		b = strconv.AppendInt(b, x4.SharedPrincipals, 10)
-		b = append(b, '}')
-	}
-	b = append(b, ']')
-	if v.Evidence.CrossingEvent != nil {
-		b = append(b, `,"crossing_event":`...)
-		x5 := v.Evidence.CrossingEvent
-		b = append(b, `{"topic":"`...)
-		b = append(b, x5.Topic...)
-		b = append(b, `","partition":`...)
-		b = strconv.AppendInt(b, int64(x5.Partition), 10)
-		b = append(b, `,"offset":`...)
-		b = strconv.AppendInt(b, x5.Offset, 10)
-		b = append(b, '}')
-	}
-	if v.Evidence.Basis != nil {
-		b = append(b, `,"basis":`...)
-		x6 := v.Evidence.Basis
-		b = append(b, `{"source":"`...)
-		b = append(b, x6.Source...)
-		b = append(b, `","baseline_kind":"`...)
-		b = append(b, string(x6.BaselineKind)...)
-		b = append(b, `","denial_ratio":`...)
-		b = appendFloat(b, x6.DenialRatio)
-		b = append(b, `,"new_networks":`...)
-		b = strconv.AppendInt(b, x6.NewNetworks, 10)
-		b = append(b, `,"network_threshold":`...)
-		b = strconv.AppendInt(b, x6.NetworkThreshold, 10)
-		b = append(b, '}')
-	}
-	b = append(b, `},"penalty":{"multiplier":`...)
-	b = appendFloat(b, v.Penalty.Multiplier)
-	b = append(b, `,"expires_at":"`...)
-	b = AppendTime(b, v.Penalty.ExpiresAt)
-	b = append(b, `","level":`...)
-	b = strconv.AppendInt(b, v.Penalty.Level, 10)
-	b = append(b, `,"mode":"`...)
-	b = append(b, string(v.Penalty.Mode)...)
-	b = append(b, `"},"detector_version":`...)
+	b = append(b, `","evidence":`...)
+	b = v.Evidence.appendJSON(b)
+	b = append(b, `,"penalty":`...)
+	b = v.Penalty.appendJSON(b)
+	b = append(b, `,"detector_version":`...)
 	b = appendString(b, v.DetectorVersion)
 	if v.IncidentID != "" {
 		b = append(b, `,"incident_id":"`...)
@@ -438,781 +759,106 @@ func AppendAbuse(dst []byte, v *Abuse) ([]byte, error) {
 		b = strconv.AppendInt(b, v.DetectionCount, 10)
 	}
 	b = append(b, '}')
-	return b, nil
-}
-
-// MarshalJSON implements json.Marshaler with EncodeAbuse.
-func (v Abuse) MarshalJSON() ([]byte, error) { return EncodeAbuse(&v) }
-
-// UnmarshalJSON implements json.Unmarshaler with DecodeAbuse.
-func (v *Abuse) UnmarshalJSON(data []byte) error {
-	ev, err := DecodeAbuse(data)
-	if err != nil {
-		return err
-	}
-	*v = ev
-	return nil
-}
-
-// DecodeAbuse decodes and validates a abuse.v1 event. Every error satisfies
-// errors.Is(err, ErrInvalid); the Abuse is zero on error.
-func DecodeAbuse(data []byte) (Abuse, error) {
-	var ev Abuse
-	if err := decodeAbuse(data, &ev); err != nil {
-		return Abuse{}, err
-	}
-	return ev, nil
-}
-
-func (v *Window) validate() *ValidationError {
-	if err := validTime(v.Start); err != nil {
-		return at("start", err)
-	}
-	if err := validTime(v.End); err != nil {
-		return at("end", err)
-	}
-	if err := intRange(v.Seconds, 1, MaxSafeInteger); err != nil {
-		return at("seconds", err)
-	}
-	return nil
-}
-
-func (d *decoder) decodeWindow(v *Window) *ValidationError {
-	if err := d.object("window"); err != nil {
-		return err
-	}
-	const (
-		bStart uint32 = 1 << iota
-		bEnd
-		bSeconds
-	)
-	var seen uint32
-	first := true
-	for {
-		name, ok, err := d.member(&first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
-		switch string(name) {
-		case "start":
-			if err = d.seen(&seen, bStart, "start"); err == nil {
-				v.Start, err = d.time("window.start")
-			}
-		case "end":
-			if err = d.seen(&seen, bEnd, "end"); err == nil {
-				v.End, err = d.time("window.end")
-			}
-		case "seconds":
-			if err = d.seen(&seen, bSeconds, "seconds"); err == nil {
-				v.Seconds, err = d.integer("window.seconds", 1, MaxSafeInteger)
-			}
-		default:
-			err = d.skip(1)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return d.required("window", seen, []req{{bStart, "start"}, {bEnd, "end"}, {bSeconds, "seconds"}})
-}
-
-func (v *RouteCount) validate() *ValidationError {
-	if err := validRoute(v.Route); err != nil {
-		return at("route", err)
-	}
-	if err := intRange(v.Count, 1, MaxSafeInteger); err != nil {
-		return at("count", err)
-	}
-	return nil
-}
-
-func (d *decoder) decodeRouteCount(v *RouteCount) *ValidationError {
-	if err := d.object(""); err != nil {
-		return err
-	}
-	const (
-		bRoute uint32 = 1 << iota
-		bCount
-	)
-	var seen uint32
-	first := true
-	for {
-		name, ok, err := d.member(&first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
-		switch string(name) {
-		case "route":
-			if err = d.seen(&seen, bRoute, "route"); err == nil {
-				if v.Route, err = d.str("route"); err == nil {
-					if e := validRoute(v.Route); e != nil {
-						err = d.invalid("route", e)
-					}
-				}
-			}
-		case "count":
-			if err = d.seen(&seen, bCount, "count"); err == nil {
-				v.Count, err = d.integer("count", 1, MaxSafeInteger)
-			}
-		default:
-			err = d.skip(1)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return d.required("", seen, []req{{bRoute, "route"}, {bCount, "count"}})
-}
-
-// decodeRouteCountList decodes an array of at most max RouteCount.
-func (d *decoder) decodeRouteCountList(field string, max int) ([]RouteCount, *ValidationError) {
-	if err := d.array(field); err != nil {
-		return nil, err
-	}
-	var out []RouteCount
-	first := true
-	for i := 0; ; i++ {
-		ok, err := d.element(&first)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return out, nil
-		}
-		if i == max {
-			return nil, d.tooManyItems(field, max)
-		}
-		out = append(out, RouteCount{})
-		if err := d.decodeRouteCount(&out[len(out)-1]); err != nil {
-			return nil, within(field+"["+strconv.Itoa(i)+"]", err)
-		}
-	}
-}
-func (v *IPCount) validate() *ValidationError {
-	if err := validAddr(v.IP); err != nil {
-		return at("ip", err)
-	}
-	if err := intRange(v.Count, 1, MaxSafeInteger); err != nil {
-		return at("count", err)
-	}
-	if err := intRange(v.SharedPrincipals, 0, MaxSafeInteger); err != nil {
-		return at("shared_principals", err)
-	}
-	return nil
-}
-
-func (d *decoder) decodeIPCount(v *IPCount) *ValidationError {
-	if err := d.object(""); err != nil {
-		return err
-	}
-	const (
-		bIP uint32 = 1 << iota
-		bCount
-		bSharedPrincipals
-	)
-	var seen uint32
-	first := true
-	for {
-		name, ok, err := d.member(&first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
-		switch string(name) {
-		case "ip":
-			if err = d.seen(&seen, bIP, "ip"); err == nil {
-				v.IP, err = d.ip("ip")
-			}
-		case "count":
-			if err = d.seen(&seen, bCount, "count"); err == nil {
-				v.Count, err = d.integer("count", 1, MaxSafeInteger)
-			}
-		case "shared_principals":
-			if err = d.seen(&seen, bSharedPrincipals, "shared_principals"); err == nil {
-				v.SharedPrincipals, err = d.integer("shared_principals", 0, MaxSafeInteger)
-			}
-		default:
-			err = d.skip(1)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return d.required("", seen, []req{{bIP, "ip"}, {bCount, "count"}, {bSharedPrincipals, "shared_principals"}})
-}
-
-// decodeIPCountList decodes an array of at most max IPCount.
-func (d *decoder) decodeIPCountList(field string, max int) ([]IPCount, *ValidationError) {
-	if err := d.array(field); err != nil {
-		return nil, err
-	}
-	var out []IPCount
-	first := true
-	for i := 0; ; i++ {
-		ok, err := d.element(&first)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return out, nil
-		}
-		if i == max {
-			return nil, d.tooManyItems(field, max)
-		}
-		out = append(out, IPCount{})
-		if err := d.decodeIPCount(&out[len(out)-1]); err != nil {
-			return nil, within(field+"["+strconv.Itoa(i)+"]", err)
-		}
-	}
-}
-func (v *EventRef) validate() *ValidationError {
-	if err := validTopic(v.Topic); err != nil {
-		return at("topic", err)
-	}
-	if err := intRange(int64(v.Partition), 0, 2147483647); err != nil {
-		return at("partition", err)
-	}
-	if err := intRange(v.Offset, 0, MaxSafeInteger); err != nil {
-		return at("offset", err)
-	}
-	return nil
-}
-
-func (d *decoder) decodeEventRef(v *EventRef) *ValidationError {
-	if err := d.object("evidence.crossing_event"); err != nil {
-		return err
-	}
-	const (
-		bTopic uint32 = 1 << iota
-		bPartition
-		bOffset
-	)
-	var seen uint32
-	first := true
-	for {
-		name, ok, err := d.member(&first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
-		switch string(name) {
-		case "topic":
-			if err = d.seen(&seen, bTopic, "topic"); err == nil {
-				if v.Topic, err = d.str("evidence.crossing_event.topic"); err == nil {
-					if e := validTopic(v.Topic); e != nil {
-						err = d.invalid("evidence.crossing_event.topic", e)
-					}
-				}
-			}
-		case "partition":
-			if err = d.seen(&seen, bPartition, "partition"); err == nil {
-				var n int64
-				n, err = d.integer("evidence.crossing_event.partition", 0, 2147483647)
-				v.Partition = int32(n)
-			}
-		case "offset":
-			if err = d.seen(&seen, bOffset, "offset"); err == nil {
-				v.Offset, err = d.integer("evidence.crossing_event.offset", 0, MaxSafeInteger)
-			}
-		default:
-			err = d.skip(1)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return d.required("evidence.crossing_event", seen, []req{{bTopic, "topic"}, {bPartition, "partition"}, {bOffset, "offset"}})
-}
-
-func (v *Basis) validate() *ValidationError {
-	if _, ok := parseBasisSource(v.Source); !ok {
-		return at("source", oneOf(v.Source, basisSourceValues))
-	}
-	if _, ok := parsePrincipalKind(v.BaselineKind); !ok {
-		return at("baseline_kind", oneOf(string(v.BaselineKind), principalKindValues))
-	}
-	if err := floatRange(v.DenialRatio, 0, false, 1); err != nil {
-		return at("denial_ratio", err)
-	}
-	if err := intRange(v.NewNetworks, 0, MaxSafeInteger); err != nil {
-		return at("new_networks", err)
-	}
-	if err := intRange(v.NetworkThreshold, 0, MaxSafeInteger); err != nil {
-		return at("network_threshold", err)
-	}
-	return nil
-}
-
-func (d *decoder) decodeBasis(v *Basis) *ValidationError {
-	if err := d.object("evidence.basis"); err != nil {
-		return err
-	}
-	const (
-		bSource uint32 = 1 << iota
-		bBaselineKind
-		bDenialRatio
-		bNewNetworks
-		bNetworkThreshold
-	)
-	var seen uint32
-	first := true
-	for {
-		name, ok, err := d.member(&first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
-		switch string(name) {
-		case "source":
-			if err = d.seen(&seen, bSource, "source"); err == nil {
-				var b []byte
-				if b, err = d.strBytes("evidence.basis.source"); err == nil {
-					var ok bool
-					if v.Source, ok = parseBasisSource(b); !ok {
-						err = d.invalid("evidence.basis.source", oneOf(string(b), basisSourceValues))
-					}
-				}
-			}
-		case "baseline_kind":
-			if err = d.seen(&seen, bBaselineKind, "baseline_kind"); err == nil {
-				var b []byte
-				if b, err = d.strBytes("evidence.basis.baseline_kind"); err == nil {
-					var ok bool
-					if v.BaselineKind, ok = parsePrincipalKind(b); !ok {
-						err = d.invalid("evidence.basis.baseline_kind", oneOf(string(b), principalKindValues))
-					}
-				}
-			}
-		case "denial_ratio":
-			if err = d.seen(&seen, bDenialRatio, "denial_ratio"); err == nil {
-				if v.DenialRatio, err = d.float("evidence.basis.denial_ratio"); err == nil {
-					if e := floatRange(v.DenialRatio, 0, false, 1); e != nil {
-						err = d.invalid("evidence.basis.denial_ratio", e)
-					}
-				}
-			}
-		case "new_networks":
-			if err = d.seen(&seen, bNewNetworks, "new_networks"); err == nil {
-				v.NewNetworks, err = d.integer("evidence.basis.new_networks", 0, MaxSafeInteger)
-			}
-		case "network_threshold":
-			if err = d.seen(&seen, bNetworkThreshold, "network_threshold"); err == nil {
-				v.NetworkThreshold, err = d.integer("evidence.basis.network_threshold", 0, MaxSafeInteger)
-			}
-		default:
-			err = d.skip(1)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return d.required("evidence.basis", seen, []req{{bSource, "source"}, {bBaselineKind, "baseline_kind"}, {bDenialRatio, "denial_ratio"}, {bNewNetworks, "new_networks"}, {bNetworkThreshold, "network_threshold"}})
-}
-
-func (v *Evidence) validate() *ValidationError {
-	if err := floatAtLeast(v.ObservedRate, 0, false); err != nil {
-		return at("observed_rate", err)
-	}
-	if err := floatAtLeast(v.BaselineRate, 0, false); err != nil {
-		return at("baseline_rate", err)
-	}
-	if err := floatAtLeast(v.Threshold, 0, false); err != nil {
-		return at("threshold", err)
-	}
-	if err := intRange(v.EventCount, 1, MaxSafeInteger); err != nil {
-		return at("event_count", err)
-	}
-	if err := intRange(v.DistinctIPs, 0, MaxSafeInteger); err != nil {
-		return at("distinct_ips", err)
-	}
-	if err := intRange(v.DistinctIP24, 0, MaxSafeInteger); err != nil {
-		return at("distinct_ip24", err)
-	}
-	if err := intRange(v.DistinctIP64, 0, MaxSafeInteger); err != nil {
-		return at("distinct_ip64", err)
-	}
-	if len(v.TopRoutes) > MaxTopItems {
-		return at("top_routes", tooMany(len(v.TopRoutes), MaxTopItems))
-	}
-	for i := range v.TopRoutes {
-		if err := v.TopRoutes[i].validate(); err != nil {
-			return at("top_routes["+strconv.Itoa(i)+"]", err)
-		}
-	}
-	if len(v.TopIPs) > MaxTopItems {
-		return at("top_ips", tooMany(len(v.TopIPs), MaxTopItems))
-	}
-	for i := range v.TopIPs {
-		if err := v.TopIPs[i].validate(); err != nil {
-			return at("top_ips["+strconv.Itoa(i)+"]", err)
-		}
-	}
-	if v.CrossingEvent != nil {
-		if err := v.CrossingEvent.validate(); err != nil {
-			return at("crossing_event", err)
-		}
-	}
-	if v.Basis != nil {
-		if err := v.Basis.validate(); err != nil {
-			return at("basis", err)
-		}
-	}
-	return nil
-}
-
-func (d *decoder) decodeEvidence(v *Evidence) *ValidationError {
-	if err := d.object("evidence"); err != nil {
-		return err
-	}
-	const (
-		bObservedRate uint32 = 1 << iota
-		bBaselineRate
-		bThreshold
-		bEventCount
-		bDistinctIPs
-		bDistinctIP24
-		bDistinctIP64
-		bTopRoutes
-		bTopIPs
-		bCrossingEvent
-		bBasis
-	)
-	var seen uint32
-	first := true
-	for {
-		name, ok, err := d.member(&first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
-		switch string(name) {
-		case "observed_rate":
-			if err = d.seen(&seen, bObservedRate, "observed_rate"); err == nil {
-				if v.ObservedRate, err = d.float("evidence.observed_rate"); err == nil {
-					if e := floatAtLeast(v.ObservedRate, 0, false); e != nil {
-						err = d.invalid("evidence.observed_rate", e)
-					}
-				}
-			}
-		case "baseline_rate":
-			if err = d.seen(&seen, bBaselineRate, "baseline_rate"); err == nil {
-				if v.BaselineRate, err = d.float("evidence.baseline_rate"); err == nil {
-					if e := floatAtLeast(v.BaselineRate, 0, false); e != nil {
-						err = d.invalid("evidence.baseline_rate", e)
-					}
-				}
-			}
-		case "threshold":
-			if err = d.seen(&seen, bThreshold, "threshold"); err == nil {
-				if v.Threshold, err = d.float("evidence.threshold"); err == nil {
-					if e := floatAtLeast(v.Threshold, 0, false); e != nil {
-						err = d.invalid("evidence.threshold", e)
-					}
-				}
-			}
-		case "event_count":
-			if err = d.seen(&seen, bEventCount, "event_count"); err == nil {
-				v.EventCount, err = d.integer("evidence.event_count", 1, MaxSafeInteger)
-			}
-		case "distinct_ips":
-			if err = d.seen(&seen, bDistinctIPs, "distinct_ips"); err == nil {
-				v.DistinctIPs, err = d.integer("evidence.distinct_ips", 0, MaxSafeInteger)
-			}
-		case "distinct_ip24":
-			if err = d.seen(&seen, bDistinctIP24, "distinct_ip24"); err == nil {
-				v.DistinctIP24, err = d.integer("evidence.distinct_ip24", 0, MaxSafeInteger)
-			}
-		case "distinct_ip64":
-			if err = d.seen(&seen, bDistinctIP64, "distinct_ip64"); err == nil {
-				v.DistinctIP64, err = d.integer("evidence.distinct_ip64", 0, MaxSafeInteger)
-			}
-		case "top_routes":
-			if err = d.seen(&seen, bTopRoutes, "top_routes"); err == nil {
-				v.TopRoutes, err = d.decodeRouteCountList("evidence.top_routes", MaxTopItems)
-			}
-		case "top_ips":
-			if err = d.seen(&seen, bTopIPs, "top_ips"); err == nil {
-				v.TopIPs, err = d.decodeIPCountList("evidence.top_ips", MaxTopItems)
-			}
-		case "crossing_event":
-			if err = d.seen(&seen, bCrossingEvent, "crossing_event"); err == nil {
-				v.CrossingEvent = &EventRef{}
-				err = d.decodeEventRef(v.CrossingEvent)
-			}
-		case "basis":
-			if err = d.seen(&seen, bBasis, "basis"); err == nil {
-				v.Basis = &Basis{}
-				err = d.decodeBasis(v.Basis)
-			}
-		default:
-			err = d.skip(1)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return d.required("evidence", seen, []req{{bObservedRate, "observed_rate"}, {bBaselineRate, "baseline_rate"}, {bThreshold, "threshold"}, {bEventCount, "event_count"}, {bDistinctIPs, "distinct_ips"}, {bDistinctIP24, "distinct_ip24"}, {bDistinctIP64, "distinct_ip64"}, {bTopRoutes, "top_routes"}, {bTopIPs, "top_ips"}})
-}
-
-func (v *Penalty) validate() *ValidationError {
-	if err := floatRange(v.Multiplier, 0, true, 1); err != nil {
-		return at("multiplier", err)
-	}
-	if err := validTime(v.ExpiresAt); err != nil {
-		return at("expires_at", err)
-	}
-	if err := intRange(v.Level, 1, MaxSafeInteger); err != nil {
-		return at("level", err)
-	}
-	if _, ok := parsePenaltyMode(v.Mode); !ok {
-		return at("mode", oneOf(string(v.Mode), penaltyModeValues))
-	}
-	return nil
-}
-
-func (d *decoder) decodePenalty(v *Penalty) *ValidationError {
-	if err := d.object("penalty"); err != nil {
-		return err
-	}
-	const (
-		bMultiplier uint32 = 1 << iota
-		bExpiresAt
-		bLevel
-		bMode
-	)
-	var seen uint32
-	first := true
-	for {
-		name, ok, err := d.member(&first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
-		switch string(name) {
-		case "multiplier":
-			if err = d.seen(&seen, bMultiplier, "multiplier"); err == nil {
-				if v.Multiplier, err = d.float("penalty.multiplier"); err == nil {
-					if e := floatRange(v.Multiplier, 0, true, 1); e != nil {
-						err = d.invalid("penalty.multiplier", e)
-					}
-				}
-			}
-		case "expires_at":
-			if err = d.seen(&seen, bExpiresAt, "expires_at"); err == nil {
-				v.ExpiresAt, err = d.time("penalty.expires_at")
-			}
-		case "level":
-			if err = d.seen(&seen, bLevel, "level"); err == nil {
-				v.Level, err = d.integer("penalty.level", 1, MaxSafeInteger)
-			}
-		case "mode":
-			if err = d.seen(&seen, bMode, "mode"); err == nil {
-				var b []byte
-				if b, err = d.strBytes("penalty.mode"); err == nil {
-					var ok bool
-					if v.Mode, ok = parsePenaltyMode(b); !ok {
-						err = d.invalid("penalty.mode", oneOf(string(b), penaltyModeValues))
-					}
-				}
-			}
-		default:
-			err = d.skip(1)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return d.required("penalty", seen, []req{{bMultiplier, "multiplier"}, {bExpiresAt, "expires_at"}, {bLevel, "level"}, {bMode, "mode"}})
+	return b
 }
 
 func (v *Abuse) validate() *ValidationError {
-	if err := validID(v.ID); err != nil {
-		return at("id", err)
-	}
-	if err := validTime(v.DetectedAt); err != nil {
-		return at("detected_at", err)
-	}
-	if err := v.Principal.validate(); err != nil {
-		return at("principal", err)
-	}
+	var c checker
+	c.at("id", validID(v.ID))
+	c.at("detected_at", validTime(v.DetectedAt))
+	c.at("principal", v.Principal.validate())
 	if _, ok := parsePattern(v.Pattern); !ok {
-		return at("pattern", oneOf(string(v.Pattern), patternValues))
+		c.at("pattern", oneOf(string(v.Pattern), patternValues))
 	}
 	if _, ok := parseSeverity(v.Severity); !ok {
-		return at("severity", oneOf(string(v.Severity), severityValues))
+		c.at("severity", oneOf(string(v.Severity), severityValues))
 	}
-	if err := floatAtLeast(v.Score, 0, false); err != nil {
-		return at("score", err)
-	}
-	if err := v.Window.validate(); err != nil {
-		return at("window", err)
-	}
-	if err := validTime(v.FirstEventAt); err != nil {
-		return at("first_event_at", err)
-	}
-	if err := v.Evidence.validate(); err != nil {
-		return at("evidence", err)
-	}
-	if err := v.Penalty.validate(); err != nil {
-		return at("penalty", err)
-	}
-	if err := validText(v.DetectorVersion, MaxVersionLen, false); err != nil {
-		return at("detector_version", err)
-	}
+	c.at("score", floatAtLeast(v.Score, 0, false))
+	c.at("window", v.Window.validate())
+	c.at("first_event_at", validTime(v.FirstEventAt))
+	c.at("evidence", v.Evidence.validate())
+	c.at("penalty", v.Penalty.validate())
+	c.at("detector_version", validText(v.DetectorVersion, MaxVersionLen, false))
 	if v.IncidentID != "" {
-		if err := validID(v.IncidentID); err != nil {
-			return at("incident_id", err)
-		}
+		c.at("incident_id", validID(v.IncidentID))
 	}
 	if v.DetectionCount != 0 {
-		if err := intRange(v.DetectionCount, 1, MaxSafeInteger); err != nil {
-			return at("detection_count", err)
-		}
+		c.at("detection_count", intRange(v.DetectionCount, 1, MaxSafeInteger))
 	}
-	return nil
+	return c.err
 }
 
-func decodeAbuse(data []byte, v *Abuse) *ValidationError {
+// DecodeAbuse decodes and validates an abuse.v1 event. Every error satisfies
+// errors.Is(err, ErrInvalid); the Abuse is zero on error.
+func DecodeAbuse(data []byte) (Abuse, error) {
+	var v Abuse
 	d := &decoder{data: data, typ: TypeAbuse}
-	if err := d.object(""); err != nil {
-		return err
-	}
-	const (
-		bType uint32 = 1 << iota
-		bID
-		bDetectedAt
-		bPrincipal
-		bPattern
-		bSeverity
-		bScore
-		bWindow
-		bFirstEventAt
-		bEvidence
-		bPenalty
-		bDetectorVersion
-		bIncidentID
-		bDetectionCount
-	)
-	var seen uint32
-	first := true
-	for {
-		name, ok, err := d.member(&first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
+	o := d.open("")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "type":
-			if err = d.seen(&seen, bType, "type"); err == nil {
-				err = d.constant("type", TypeAbuse)
+			if o.take(0, "type") {
+				d.readConst("type", TypeAbuse)
 			}
 		case "id":
-			if err = d.seen(&seen, bID, "id"); err == nil {
-				if v.ID, err = d.str("id"); err == nil {
-					if e := validID(v.ID); e != nil {
-						err = d.invalid("id", e)
-					}
-				}
+			if o.take(1, "id") {
+				v.ID = d.readStr("id", fmtID, 0)
 			}
 		case "detected_at":
-			if err = d.seen(&seen, bDetectedAt, "detected_at"); err == nil {
-				v.DetectedAt, err = d.time("detected_at")
+			if o.take(2, "detected_at") {
+				v.DetectedAt = d.readTime("detected_at")
 			}
 		case "principal":
-			if err = d.seen(&seen, bPrincipal, "principal"); err == nil {
-				err = d.decodePrincipal(&v.Principal)
+			if o.take(3, "principal") {
+				d.decodePrincipal(&v.Principal)
 			}
 		case "pattern":
-			if err = d.seen(&seen, bPattern, "pattern"); err == nil {
-				var b []byte
-				if b, err = d.strBytes("pattern"); err == nil {
-					var ok bool
-					if v.Pattern, ok = parsePattern(b); !ok {
-						err = d.invalid("pattern", oneOf(string(b), patternValues))
-					}
-				}
+			if o.take(4, "pattern") {
+				v.Pattern = readEnum(d, "pattern", parsePattern[[]byte], patternValues)
 			}
 		case "severity":
-			if err = d.seen(&seen, bSeverity, "severity"); err == nil {
-				var b []byte
-				if b, err = d.strBytes("severity"); err == nil {
-					var ok bool
-					if v.Severity, ok = parseSeverity(b); !ok {
-						err = d.invalid("severity", oneOf(string(b), severityValues))
-					}
-				}
+			if o.take(5, "severity") {
+				v.Severity = readEnum(d, "severity", parseSeverity[[]byte], severityValues)
 			}
 		case "score":
-			if err = d.seen(&seen, bScore, "score"); err == nil {
-				if v.Score, err = d.float("score"); err == nil {
-					if e := floatAtLeast(v.Score, 0, false); e != nil {
-						err = d.invalid("score", e)
-					}
-				}
+			if o.take(6, "score") {
+				v.Score = d.readFloat("score", 0, false, 0, false)
 			}
 		case "window":
-			if err = d.seen(&seen, bWindow, "window"); err == nil {
-				err = d.decodeWindow(&v.Window)
+			if o.take(7, "window") {
+				d.decodeWindow(&v.Window)
 			}
 		case "first_event_at":
-			if err = d.seen(&seen, bFirstEventAt, "first_event_at"); err == nil {
-				v.FirstEventAt, err = d.time("first_event_at")
+			if o.take(8, "first_event_at") {
+				v.FirstEventAt = d.readTime("first_event_at")
 			}
 		case "evidence":
-			if err = d.seen(&seen, bEvidence, "evidence"); err == nil {
-				err = d.decodeEvidence(&v.Evidence)
+			if o.take(9, "evidence") {
+				d.decodeEvidence(&v.Evidence)
 			}
 		case "penalty":
-			if err = d.seen(&seen, bPenalty, "penalty"); err == nil {
-				err = d.decodePenalty(&v.Penalty)
+			if o.take(10, "penalty") {
+				d.decodePenalty(&v.Penalty)
 			}
 		case "detector_version":
-			if err = d.seen(&seen, bDetectorVersion, "detector_version"); err == nil {
-				if v.DetectorVersion, err = d.str("detector_version"); err == nil {
-					if e := validText(v.DetectorVersion, MaxVersionLen, false); e != nil {
-						err = d.invalid("detector_version", e)
-					}
-				}
+			if o.take(11, "detector_version") {
+				v.DetectorVersion = d.readStr("detector_version", fmtText, MaxVersionLen)
 			}
 		case "incident_id":
-			if err = d.seen(&seen, bIncidentID, "incident_id"); err == nil {
-				if v.IncidentID, err = d.str("incident_id"); err == nil {
-					if e := validID(v.IncidentID); e != nil {
-						err = d.invalid("incident_id", e)
-					}
-				}
+			if o.take(12, "incident_id") {
+				v.IncidentID = d.readStr("incident_id", fmtID, 0)
 			}
 		case "detection_count":
-			if err = d.seen(&seen, bDetectionCount, "detection_count"); err == nil {
-				v.DetectionCount, err = d.integer("detection_count", 1, MaxSafeInteger)
+			if o.take(13, "detection_count") {
+				v.DetectionCount = d.readInt("detection_count", 1, MaxSafeInteger)
 			}
 		default:
-			err = d.skip(1)
-		}
-		if err != nil {
-			return err
+			o.skip()
 		}
 	}
-	if err := d.end(); err != nil {
-		return err
+	o.endDocument([]req{{0, "type"}, {1, "id"}, {2, "detected_at"}, {3, "principal"}, {4, "pattern"}, {5, "severity"}, {6, "score"}, {7, "window"}, {8, "first_event_at"}, {9, "evidence"}, {10, "penalty"}, {11, "detector_version"}})
+	if d.err != nil {
+		return Abuse{}, d.err
 	}
-	return d.required("", seen, []req{{bType, "type"}, {bID, "id"}, {bDetectedAt, "detected_at"}, {bPrincipal, "principal"}, {bPattern, "pattern"}, {bSeverity, "severity"}, {bScore, "score"}, {bWindow, "window"}, {bFirstEventAt, "first_event_at"}, {bEvidence, "evidence"}, {bPenalty, "penalty"}, {bDetectorVersion, "detector_version"}})
+	return v, nil
 }

@@ -110,7 +110,95 @@ func AppendAdjustment(dst []byte, v *Adjustment) ([]byte, error) {
 	if err := v.Validate(); err != nil {
 		return dst, err
 	}
-	b := dst
+	return v.appendJSON(dst), nil
+}
+
+// MarshalJSON implements json.Marshaler with EncodeAdjustment.
+func (v Adjustment) MarshalJSON() ([]byte, error) { return EncodeAdjustment(&v) }
+
+// UnmarshalJSON implements json.Unmarshaler with DecodeAdjustment.
+func (v *Adjustment) UnmarshalJSON(data []byte) error { return unmarshal(v, data, DecodeAdjustment) }
+
+func (v *Signals) appendJSON(b []byte) []byte {
+	b = append(b, `{"cpu":`...)
+	b = appendFloat(b, v.CPU)
+	b = append(b, `,"error_rate":`...)
+	b = appendFloat(b, v.ErrorRate)
+	b = append(b, `,"abuse_rate":`...)
+	b = appendFloat(b, v.AbuseRate)
+	b = append(b, '}')
+	return b
+}
+
+func (v *Signals) validate() *ValidationError {
+	var c checker
+	c.at("cpu", floatRange(v.CPU, 0, false, 1))
+	c.at("error_rate", floatRange(v.ErrorRate, 0, false, 1))
+	c.at("abuse_rate", floatAtLeast(v.AbuseRate, 0, false))
+	return c.err
+}
+
+func (d *decoder) decodeSignals(v *Signals) {
+	o := d.open("signals")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "cpu":
+			if o.take(0, "signals.cpu") {
+				v.CPU = d.readFloat("signals.cpu", 0, false, 1, true)
+			}
+		case "error_rate":
+			if o.take(1, "signals.error_rate") {
+				v.ErrorRate = d.readFloat("signals.error_rate", 0, false, 1, true)
+			}
+		case "abuse_rate":
+			if o.take(2, "signals.abuse_rate") {
+				v.AbuseRate = d.readFloat("signals.abuse_rate", 0, false, 0, false)
+			}
+		default:
+			o.skip()
+		}
+	}
+	o.end("signals", []req{{0, "cpu"}, {1, "error_rate"}, {2, "abuse_rate"}})
+}
+
+func (v *Actor) appendJSON(b []byte) []byte {
+	b = append(b, `{"kind":"`...)
+	b = append(b, string(v.Kind)...)
+	b = append(b, `","id":`...)
+	b = appendString(b, v.ID)
+	b = append(b, '}')
+	return b
+}
+
+func (v *Actor) validate() *ValidationError {
+	var c checker
+	if _, ok := parseActorKind(v.Kind); !ok {
+		c.at("kind", oneOf(string(v.Kind), actorKindValues))
+	}
+	c.at("id", validText(v.ID, MaxActorIDLen, false))
+	return c.err
+}
+
+func (d *decoder) decodeActor(v *Actor) {
+	o := d.open("actor")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "kind":
+			if o.take(0, "actor.kind") {
+				v.Kind = readEnum(d, "actor.kind", parseActorKind[[]byte], actorKindValues)
+			}
+		case "id":
+			if o.take(1, "actor.id") {
+				v.ID = d.readStr("actor.id", fmtText, MaxActorIDLen)
+			}
+		default:
+			o.skip()
+		}
+	}
+	o.end("actor", []req{{0, "kind"}, {1, "id"}})
+}
+
+func (v *Adjustment) appendJSON(b []byte) []byte {
 	b = append(b, `{"type":"adjustment.v1","id":"`...)
 	b = append(b, v.ID...)
 	b = append(b, `","ts":"`...)
@@ -121,315 +209,97 @@ func AppendAdjustment(dst []byte, v *Adjustment) ([]byte, error) {
 	b = appendFloat(b, v.OldScale)
 	b = append(b, `,"new_scale":`...)
 	b = appendFloat(b, v.NewScale)
-	b = append(b, `,"signals":{"cpu":`...)
-	b = appendFloat(b, v.Signals.CPU)
-	b = append(b, `,"error_rate":`...)
-	b = appendFloat(b, v.Signals.ErrorRate)
-	b = append(b, `,"abuse_rate":`...)
-	b = appendFloat(b, v.Signals.AbuseRate)
-	b = append(b, `},"rule":`...)
+	b = append(b, `,"signals":`...)
+	b = v.Signals.appendJSON(b)
+	b = append(b, `,"rule":`...)
 	b = appendString(b, v.Rule)
 	b = append(b, `,"dry_run":`...)
 	b = appendBool(b, v.DryRun)
-	b = append(b, `,"actor":{"kind":"`...)
-	b = append(b, string(v.Actor.Kind)...)
-	b = append(b, `","id":`...)
-	b = appendString(b, v.Actor.ID)
-	b = append(b, '}')
+	b = append(b, `,"actor":`...)
+	b = v.Actor.appendJSON(b)
 	if v.Reason != "" {
 		b = append(b, `,"reason":`...)
 		b = appendString(b, v.Reason)
 	}
 	b = append(b, '}')
-	return b, nil
-}
-
-// MarshalJSON implements json.Marshaler with EncodeAdjustment.
-func (v Adjustment) MarshalJSON() ([]byte, error) { return EncodeAdjustment(&v) }
-
-// UnmarshalJSON implements json.Unmarshaler with DecodeAdjustment.
-func (v *Adjustment) UnmarshalJSON(data []byte) error {
-	ev, err := DecodeAdjustment(data)
-	if err != nil {
-		return err
-	}
-	*v = ev
-	return nil
-}
-
-// DecodeAdjustment decodes and validates a adjustment.v1 event. Every error satisfies
-// errors.Is(err, ErrInvalid); the Adjustment is zero on error.
-func DecodeAdjustment(data []byte) (Adjustment, error) {
-	var ev Adjustment
-	if err := decodeAdjustment(data, &ev); err != nil {
-		return Adjustment{}, err
-	}
-	return ev, nil
-}
-
-func (v *Signals) validate() *ValidationError {
-	if err := floatRange(v.CPU, 0, false, 1); err != nil {
-		return at("cpu", err)
-	}
-	if err := floatRange(v.ErrorRate, 0, false, 1); err != nil {
-		return at("error_rate", err)
-	}
-	if err := floatAtLeast(v.AbuseRate, 0, false); err != nil {
-		return at("abuse_rate", err)
-	}
-	return nil
-}
-
-func (d *decoder) decodeSignals(v *Signals) *ValidationError {
-	if err := d.object("signals"); err != nil {
-		return err
-	}
-	const (
-		bCPU uint32 = 1 << iota
-		bErrorRate
-		bAbuseRate
-	)
-	var seen uint32
-	first := true
-	for {
-		name, ok, err := d.member(&first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
-		switch string(name) {
-		case "cpu":
-			if err = d.seen(&seen, bCPU, "cpu"); err == nil {
-				if v.CPU, err = d.float("signals.cpu"); err == nil {
-					if e := floatRange(v.CPU, 0, false, 1); e != nil {
-						err = d.invalid("signals.cpu", e)
-					}
-				}
-			}
-		case "error_rate":
-			if err = d.seen(&seen, bErrorRate, "error_rate"); err == nil {
-				if v.ErrorRate, err = d.float("signals.error_rate"); err == nil {
-					if e := floatRange(v.ErrorRate, 0, false, 1); e != nil {
-						err = d.invalid("signals.error_rate", e)
-					}
-				}
-			}
-		case "abuse_rate":
-			if err = d.seen(&seen, bAbuseRate, "abuse_rate"); err == nil {
-				if v.AbuseRate, err = d.float("signals.abuse_rate"); err == nil {
-					if e := floatAtLeast(v.AbuseRate, 0, false); e != nil {
-						err = d.invalid("signals.abuse_rate", e)
-					}
-				}
-			}
-		default:
-			err = d.skip(1)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return d.required("signals", seen, []req{{bCPU, "cpu"}, {bErrorRate, "error_rate"}, {bAbuseRate, "abuse_rate"}})
-}
-
-func (v *Actor) validate() *ValidationError {
-	if _, ok := parseActorKind(v.Kind); !ok {
-		return at("kind", oneOf(string(v.Kind), actorKindValues))
-	}
-	if err := validText(v.ID, MaxActorIDLen, false); err != nil {
-		return at("id", err)
-	}
-	return nil
-}
-
-func (d *decoder) decodeActor(v *Actor) *ValidationError {
-	if err := d.object("actor"); err != nil {
-		return err
-	}
-	const (
-		bKind uint32 = 1 << iota
-		bID
-	)
-	var seen uint32
-	first := true
-	for {
-		name, ok, err := d.member(&first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
-		switch string(name) {
-		case "kind":
-			if err = d.seen(&seen, bKind, "kind"); err == nil {
-				var b []byte
-				if b, err = d.strBytes("actor.kind"); err == nil {
-					var ok bool
-					if v.Kind, ok = parseActorKind(b); !ok {
-						err = d.invalid("actor.kind", oneOf(string(b), actorKindValues))
-					}
-				}
-			}
-		case "id":
-			if err = d.seen(&seen, bID, "id"); err == nil {
-				if v.ID, err = d.str("actor.id"); err == nil {
-					if e := validText(v.ID, MaxActorIDLen, false); e != nil {
-						err = d.invalid("actor.id", e)
-					}
-				}
-			}
-		default:
-			err = d.skip(1)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return d.required("actor", seen, []req{{bKind, "kind"}, {bID, "id"}})
+	return b
 }
 
 func (v *Adjustment) validate() *ValidationError {
-	if err := validID(v.ID); err != nil {
-		return at("id", err)
-	}
-	if err := validTime(v.TS); err != nil {
-		return at("ts", err)
-	}
-	if err := validText(v.Scope, MaxScopeLen, false); err != nil {
-		return at("scope", err)
-	}
-	if err := floatRange(v.OldScale, 0, true, 10); err != nil {
-		return at("old_scale", err)
-	}
-	if err := floatRange(v.NewScale, 0, true, 10); err != nil {
-		return at("new_scale", err)
-	}
-	if err := v.Signals.validate(); err != nil {
-		return at("signals", err)
-	}
-	if err := validText(v.Rule, MaxRuleLen, false); err != nil {
-		return at("rule", err)
-	}
-	if err := v.Actor.validate(); err != nil {
-		return at("actor", err)
-	}
+	var c checker
+	c.at("id", validID(v.ID))
+	c.at("ts", validTime(v.TS))
+	c.at("scope", validText(v.Scope, MaxScopeLen, false))
+	c.at("old_scale", floatRange(v.OldScale, 0, true, 10))
+	c.at("new_scale", floatRange(v.NewScale, 0, true, 10))
+	c.at("signals", v.Signals.validate())
+	c.at("rule", validText(v.Rule, MaxRuleLen, false))
+	c.at("actor", v.Actor.validate())
 	if v.Reason != "" {
-		if err := validText(v.Reason, MaxReasonLen, true); err != nil {
-			return at("reason", err)
-		}
+		c.at("reason", validText(v.Reason, MaxReasonLen, true))
 	}
-	return nil
+	return c.err
 }
 
-func decodeAdjustment(data []byte, v *Adjustment) *ValidationError {
+// DecodeAdjustment decodes and validates an adjustment.v1 event. Every error satisfies
+// errors.Is(err, ErrInvalid); the Adjustment is zero on error.
+func DecodeAdjustment(data []byte) (Adjustment, error) {
+	var v Adjustment
 	d := &decoder{data: data, typ: TypeAdjustment}
-	if err := d.object(""); err != nil {
-		return err
-	}
-	const (
-		bType uint32 = 1 << iota
-		bID
-		bTS
-		bScope
-		bOldScale
-		bNewScale
-		bSignals
-		bRule
-		bDryRun
-		bActor
-		bReason
-	)
-	var seen uint32
-	first := true
-	for {
-		name, ok, err := d.member(&first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
+	o := d.open("")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "type":
-			if err = d.seen(&seen, bType, "type"); err == nil {
-				err = d.constant("type", TypeAdjustment)
+			if o.take(0, "type") {
+				d.readConst("type", TypeAdjustment)
 			}
 		case "id":
-			if err = d.seen(&seen, bID, "id"); err == nil {
-				if v.ID, err = d.str("id"); err == nil {
-					if e := validID(v.ID); e != nil {
-						err = d.invalid("id", e)
-					}
-				}
+			if o.take(1, "id") {
+				v.ID = d.readStr("id", fmtID, 0)
 			}
 		case "ts":
-			if err = d.seen(&seen, bTS, "ts"); err == nil {
-				v.TS, err = d.time("ts")
+			if o.take(2, "ts") {
+				v.TS = d.readTime("ts")
 			}
 		case "scope":
-			if err = d.seen(&seen, bScope, "scope"); err == nil {
-				if v.Scope, err = d.str("scope"); err == nil {
-					if e := validText(v.Scope, MaxScopeLen, false); e != nil {
-						err = d.invalid("scope", e)
-					}
-				}
+			if o.take(3, "scope") {
+				v.Scope = d.readStr("scope", fmtText, MaxScopeLen)
 			}
 		case "old_scale":
-			if err = d.seen(&seen, bOldScale, "old_scale"); err == nil {
-				if v.OldScale, err = d.float("old_scale"); err == nil {
-					if e := floatRange(v.OldScale, 0, true, 10); e != nil {
-						err = d.invalid("old_scale", e)
-					}
-				}
+			if o.take(4, "old_scale") {
+				v.OldScale = d.readFloat("old_scale", 0, true, 10, true)
 			}
 		case "new_scale":
-			if err = d.seen(&seen, bNewScale, "new_scale"); err == nil {
-				if v.NewScale, err = d.float("new_scale"); err == nil {
-					if e := floatRange(v.NewScale, 0, true, 10); e != nil {
-						err = d.invalid("new_scale", e)
-					}
-				}
+			if o.take(5, "new_scale") {
+				v.NewScale = d.readFloat("new_scale", 0, true, 10, true)
 			}
 		case "signals":
-			if err = d.seen(&seen, bSignals, "signals"); err == nil {
-				err = d.decodeSignals(&v.Signals)
+			if o.take(6, "signals") {
+				d.decodeSignals(&v.Signals)
 			}
 		case "rule":
-			if err = d.seen(&seen, bRule, "rule"); err == nil {
-				if v.Rule, err = d.str("rule"); err == nil {
-					if e := validText(v.Rule, MaxRuleLen, false); e != nil {
-						err = d.invalid("rule", e)
-					}
-				}
+			if o.take(7, "rule") {
+				v.Rule = d.readStr("rule", fmtText, MaxRuleLen)
 			}
 		case "dry_run":
-			if err = d.seen(&seen, bDryRun, "dry_run"); err == nil {
-				v.DryRun, err = d.boolean("dry_run")
+			if o.take(8, "dry_run") {
+				v.DryRun = d.readBool("dry_run")
 			}
 		case "actor":
-			if err = d.seen(&seen, bActor, "actor"); err == nil {
-				err = d.decodeActor(&v.Actor)
+			if o.take(9, "actor") {
+				d.decodeActor(&v.Actor)
 			}
 		case "reason":
-			if err = d.seen(&seen, bReason, "reason"); err == nil {
-				if v.Reason, err = d.str("reason"); err == nil {
-					if e := validText(v.Reason, MaxReasonLen, true); e != nil {
-						err = d.invalid("reason", e)
-					}
-				}
+			if o.take(10, "reason") {
+				v.Reason = d.readStr("reason", fmtMultilineText, MaxReasonLen)
 			}
 		default:
-			err = d.skip(1)
-		}
-		if err != nil {
-			return err
+			o.skip()
 		}
 	}
-	if err := d.end(); err != nil {
-		return err
+	o.endDocument([]req{{0, "type"}, {1, "id"}, {2, "ts"}, {3, "scope"}, {4, "old_scale"}, {5, "new_scale"}, {6, "signals"}, {7, "rule"}, {8, "dry_run"}, {9, "actor"}})
+	if d.err != nil {
+		return Adjustment{}, d.err
 	}
-	return d.required("", seen, []req{{bType, "type"}, {bID, "id"}, {bTS, "ts"}, {bScope, "scope"}, {bOldScale, "old_scale"}, {bNewScale, "new_scale"}, {bSignals, "signals"}, {bRule, "rule"}, {bDryRun, "dry_run"}, {bActor, "actor"}})
+	return v, nil
 }

@@ -14,6 +14,7 @@ import (
 )
 
 func TestExamplesDecode(t *testing.T) {
+	t.Parallel()
 	for _, ex := range loadExamples(t, "examples") {
 		t.Run(ex.name, func(t *testing.T) {
 			_, err := codecFor(t, ex.typ).decode(ex.data)
@@ -23,6 +24,7 @@ func TestExamplesDecode(t *testing.T) {
 }
 
 func TestInvalidExamplesRejected(t *testing.T) {
+	t.Parallel()
 	for _, ex := range loadExamples(t, "examples/invalid") {
 		t.Run(ex.name, func(t *testing.T) {
 			v, err := codecFor(t, ex.typ).decode(ex.data)
@@ -38,6 +40,7 @@ func TestInvalidExamplesRejected(t *testing.T) {
 }
 
 func TestRoundTripLossless(t *testing.T) {
+	t.Parallel()
 	for _, ex := range loadExamples(t, "examples") {
 		t.Run(ex.name, func(t *testing.T) {
 			c := codecFor(t, ex.typ)
@@ -58,6 +61,7 @@ func TestRoundTripLossless(t *testing.T) {
 }
 
 func TestDecisionRoundTripFromGo(t *testing.T) {
+	t.Parallel()
 	ts := time.Date(2026, 11, 22, 10, 0, 0, 123_456_789, time.FixedZone("CET", 3600))
 	d := Decision{
 		ID: "evt-1", TS: ts, Principal: Principal{PrincipalUser, "ü\"ser\\\u2028x"},
@@ -112,6 +116,7 @@ func loadExample(t testing.TB, name string) []byte {
 // TestDecodeErrors pins the exact messages: they end up in DLQ headers and in
 // front of the people reading them.
 func TestDecodeErrors(t *testing.T) {
+	t.Parallel()
 	valid := string(loadExample(t, "decision.v1.minimal"))
 	with := func(old, new string) string {
 		require.Contains(t, valid, old)
@@ -198,6 +203,7 @@ func nonEmpty(parts ...string) []string {
 }
 
 func TestNestedErrorPaths(t *testing.T) {
+	t.Parallel()
 	ex := string(loadExample(t, "abuse.v1.distributed_ip"))
 	tests := []struct {
 		name, old, new, field string
@@ -226,6 +232,7 @@ func TestNestedErrorPaths(t *testing.T) {
 }
 
 func TestValidateOnEncode(t *testing.T) {
+	t.Parallel()
 	good, err := DecodeDecision(loadExample(t, "decision.v1.denied"))
 	require.NoError(t, err)
 	tests := []struct {
@@ -302,6 +309,7 @@ func TestValidateOnEncode(t *testing.T) {
 // TestDecodedEventsValidate checks that the decoder, which validates each
 // member as it reads it, agrees with Validate on everything it accepts.
 func TestDecodedEventsValidate(t *testing.T) {
+	t.Parallel()
 	for _, ex := range loadExamples(t, "examples") {
 		t.Run(ex.name, func(t *testing.T) {
 			c := codecFor(t, ex.typ)
@@ -313,6 +321,7 @@ func TestDecodedEventsValidate(t *testing.T) {
 }
 
 func TestValidRoute(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		route string
 		ok    bool
@@ -427,6 +436,7 @@ var ipCases = []struct {
 }
 
 func TestValidIP(t *testing.T) {
+	t.Parallel()
 	for _, tt := range ipCases {
 		t.Run(tt.ip, func(t *testing.T) {
 			a, err := ParseIP(tt.ip)
@@ -479,6 +489,7 @@ var timeCases = []struct {
 }
 
 func TestParseTime(t *testing.T) {
+	t.Parallel()
 	for _, tt := range timeCases {
 		t.Run(tt.ts, func(t *testing.T) {
 			got, err := ParseTime(tt.ts)
@@ -496,12 +507,14 @@ func TestParseTime(t *testing.T) {
 }
 
 func TestFormatTime(t *testing.T) {
+	t.Parallel()
 	ts := time.Date(2026, 1, 2, 3, 4, 5, 999_999_999, time.FixedZone("x", -7*3600))
 	require.Equal(t, "2026-01-02T10:04:05.999Z", FormatTime(ts))
 	require.Equal(t, ts.UTC().Truncate(time.Millisecond).Format(TimeLayout), FormatTime(ts))
 }
 
 func TestPrincipalKey(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		key     string
 		want    Principal
@@ -531,6 +544,7 @@ func TestPrincipalKey(t *testing.T) {
 }
 
 func TestHelpers(t *testing.T) {
+	t.Parallel()
 	t.Run("ValidID", func(t *testing.T) {
 		require.NoError(t, ValidID("01JDK3W7Q5Z8X2M4N6P8R0T2V4"))
 		require.NoError(t, ValidID("550e8400-e29b-41d4-a716-446655440000"))
@@ -572,6 +586,7 @@ func TestHelpers(t *testing.T) {
 }
 
 func TestKafkaKeys(t *testing.T) {
+	t.Parallel()
 	d, err := DecodeDecision(loadExample(t, "decision.v1.allowed"))
 	require.NoError(t, err)
 	require.Equal(t, "bot:bot_abc123", d.Key())
@@ -584,6 +599,7 @@ func TestKafkaKeys(t *testing.T) {
 }
 
 func TestErrorsIs(t *testing.T) {
+	t.Parallel()
 	err := error(&ValidationError{Type: TypeDecision, Field: "x", Reason: "y"})
 	require.True(t, errors.Is(err, ErrInvalid))
 	require.False(t, errors.Is(err, errors.New("invalid event")))

@@ -94,59 +94,39 @@ type Principal struct {
 	ID string
 }
 
-func (v *Principal) validate() *ValidationError {
-	if _, ok := parsePrincipalKind(v.Kind); !ok {
-		return at("kind", oneOf(string(v.Kind), principalKindValues))
-	}
-	if err := validPrincipalID(v.ID); err != nil {
-		return at("id", err)
-	}
-	return nil
+func (v *Principal) appendJSON(b []byte) []byte {
+	b = append(b, `{"kind":"`...)
+	b = append(b, string(v.Kind)...)
+	b = append(b, `","id":`...)
+	b = appendString(b, v.ID)
+	b = append(b, '}')
+	return b
 }
 
-func (d *decoder) decodePrincipal(v *Principal) *ValidationError {
-	if err := d.object("principal"); err != nil {
-		return err
+func (v *Principal) validate() *ValidationError {
+	var c checker
+	if _, ok := parsePrincipalKind(v.Kind); !ok {
+		c.at("kind", oneOf(string(v.Kind), principalKindValues))
 	}
-	const (
-		bKind uint32 = 1 << iota
-		bID
-	)
-	var seen uint32
-	first := true
-	for {
-		name, ok, err := d.member(&first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
+	c.at("id", validPrincipalID(v.ID))
+	return c.err
+}
+
+func (d *decoder) decodePrincipal(v *Principal) {
+	o := d.open("principal")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "kind":
-			if err = d.seen(&seen, bKind, "kind"); err == nil {
-				var b []byte
-				if b, err = d.strBytes("principal.kind"); err == nil {
-					var ok bool
-					if v.Kind, ok = parsePrincipalKind(b); !ok {
-						err = d.invalid("principal.kind", oneOf(string(b), principalKindValues))
-					}
-				}
+			if o.take(0, "principal.kind") {
+				v.Kind = readEnum(d, "principal.kind", parsePrincipalKind[[]byte], principalKindValues)
 			}
 		case "id":
-			if err = d.seen(&seen, bID, "id"); err == nil {
-				if v.ID, err = d.str("principal.id"); err == nil {
-					if e := validPrincipalID(v.ID); e != nil {
-						err = d.invalid("principal.id", e)
-					}
-				}
+			if o.take(1, "principal.id") {
+				v.ID = d.readStr("principal.id", fmtPrincipalID, 0)
 			}
 		default:
-			err = d.skip(1)
-		}
-		if err != nil {
-			return err
+			o.skip()
 		}
 	}
-	return d.required("principal", seen, []req{{bKind, "kind"}, {bID, "id"}})
+	o.end("principal", []req{{0, "kind"}, {1, "id"}})
 }

@@ -23,6 +23,7 @@ import (
 // lists for the formats (ip, route, timestamp, principal id, resource).
 
 func TestConformanceExamples(t *testing.T) {
+	t.Parallel()
 	for _, formats := range []bool{false, true} {
 		schemas := loadSchemas(t, formats)
 		for _, dir := range []string{"examples", "examples/invalid"} {
@@ -51,6 +52,7 @@ type mutation struct {
 }
 
 func TestConformanceMutations(t *testing.T) {
+	t.Parallel()
 	withFormats := loadSchemas(t, true)
 	patternsOnly := loadSchemas(t, false)
 	total := 0
@@ -493,6 +495,7 @@ func (g *generator) numbers(node map[string]any, p path, tag string) {
 // (net/netip) on the hand-written cases and on generated addresses in every
 // text form.
 func TestConformanceIPPattern(t *testing.T) {
+	t.Parallel()
 	s := loadSchemas(t, false)
 	re := regexp.MustCompile(s.raw[TypeDecision]["$defs"].(map[string]any)["ip"].(map[string]any)["pattern"].(string))
 	check := func(t *testing.T, ip string) {
@@ -555,6 +558,7 @@ func generatedIPs() []string {
 // TestConformanceTimestampPattern compares the schema's timestamp pattern with
 // ParseTime on every day of 1968–2101 and of some far years, plus near misses.
 func TestConformanceTimestampPattern(t *testing.T) {
+	t.Parallel()
 	s := loadSchemas(t, false)
 	re := regexp.MustCompile(s.raw[TypeDecision]["$defs"].(map[string]any)["timestamp"].(map[string]any)["pattern"].(string))
 	check := func(ts string) {
@@ -597,6 +601,7 @@ func TestConformanceTimestampPattern(t *testing.T) {
 // TestSchemaDefsShared checks that the $defs the three schemas share are
 // identical: each schema is self-contained, so they are copies.
 func TestSchemaDefsShared(t *testing.T) {
+	t.Parallel()
 	s := loadSchemas(t, false)
 	seen := map[string]any{}
 	for _, typ := range eventTypes {
@@ -614,6 +619,7 @@ func TestSchemaDefsShared(t *testing.T) {
 // description, and that each schema's required list names only its
 // properties.
 func TestSchemaDescriptions(t *testing.T) {
+	t.Parallel()
 	s := loadSchemas(t, false)
 	var walk func(t *testing.T, where string, node map[string]any)
 	walk = func(t *testing.T, where string, node map[string]any) {

@@ -234,9 +234,7 @@ type Decision struct {
 func (v *Decision) Validate() error { return withType(TypeDecision, v.validate()) }
 
 // EncodeDecision validates v and encodes it as JSON.
-func EncodeDecision(v *Decision) ([]byte, error) {
-	return AppendDecision(make([]byte, 0, 1024), v)
-}
+func EncodeDecision(v *Decision) ([]byte, error) { return AppendDecision(make([]byte, 0, 1024), v) }
 
 // AppendDecision validates v and appends its JSON encoding to dst; on error dst
 // is returned unchanged. It does not allocate when dst has room.
@@ -244,16 +242,139 @@ func AppendDecision(dst []byte, v *Decision) ([]byte, error) {
 	if err := v.Validate(); err != nil {
 		return dst, err
 	}
-	b := dst
+	return v.appendJSON(dst), nil
+}
+
+// MarshalJSON implements json.Marshaler with EncodeDecision.
+func (v Decision) MarshalJSON() ([]byte, error) { return EncodeDecision(&v) }
+
+// UnmarshalJSON implements json.Unmarshaler with DecodeDecision.
+func (v *Decision) UnmarshalJSON(data []byte) error { return unmarshal(v, data, DecodeDecision) }
+
+func (v *EnvoyEntry) appendJSON(b []byte) []byte {
+	b = append(b, `{"key":`...)
+	b = appendString(b, v.Key)
+	b = append(b, `,"value":`...)
+	b = appendString(b, v.Value)
+	b = append(b, '}')
+	return b
+}
+
+func (v *EnvoyEntry) validate() *ValidationError {
+	var c checker
+	c.at("key", validText(v.Key, MaxEnvoyKeyLen, false))
+	c.at("value", validText(v.Value, MaxEnvoyValueLen, false))
+	return c.err
+}
+
+func (d *decoder) decodeEnvoyEntry(v *EnvoyEntry) {
+	o := d.open("")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "key":
+			if o.take(0, "key") {
+				v.Key = d.readStr("key", fmtText, MaxEnvoyKeyLen)
+			}
+		case "value":
+			if o.take(1, "value") {
+				v.Value = d.readStr("value", fmtText, MaxEnvoyValueLen)
+			}
+		default:
+			o.skip()
+		}
+	}
+	o.end("", []req{{0, "key"}, {1, "value"}})
+}
+
+func (v *EnvoyDescriptor) appendJSON(b []byte) []byte {
+	b = append(b, `{"entries":[`...)
+	for i := range v.Entries {
+		b = v.Entries[i].appendJSON(sep(b, i))
+	}
+	b = append(b, `]}`...)
+	return b
+}
+
+func (v *EnvoyDescriptor) validate() *ValidationError {
+	var c checker
+	c.count("entries", len(v.Entries), MaxEnvoyEntries)
+	for i := range v.Entries {
+		c.item("entries", i, v.Entries[i].validate())
+	}
+	return c.err
+}
+
+func (d *decoder) decodeEnvoyDescriptor(v *EnvoyDescriptor) {
+	o := d.open("")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "entries":
+			for l := o.list(0, "entries", MaxEnvoyEntries); l.next(d); l.check(d) {
+				d.decodeEnvoyEntry(grow(&v.Entries))
+			}
+		default:
+			o.skip()
+		}
+	}
+	o.end("", []req{{0, "entries"}})
+}
+
+func (v *EnvoyCall) appendJSON(b []byte) []byte {
+	b = append(b, `{"domain":`...)
+	b = appendString(b, v.Domain)
+	b = append(b, `,"descriptors":[`...)
+	for i := range v.Descriptors {
+		b = v.Descriptors[i].appendJSON(sep(b, i))
+	}
+	b = append(b, ']')
+	if v.Truncated {
+		b = append(b, `,"truncated":true`...)
+	}
+	b = append(b, '}')
+	return b
+}
+
+func (v *EnvoyCall) validate() *ValidationError {
+	var c checker
+	c.at("domain", validText(v.Domain, MaxEnvoyDomainLen, false))
+	c.count("descriptors", len(v.Descriptors), MaxEnvoyDescriptors)
+	for i := range v.Descriptors {
+		c.item("descriptors", i, v.Descriptors[i].validate())
+	}
+	return c.err
+}
+
+func (d *decoder) decodeEnvoyCall(v *EnvoyCall) {
+	o := d.open("envoy")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "domain":
+			if o.take(0, "envoy.domain") {
+				v.Domain = d.readStr("envoy.domain", fmtText, MaxEnvoyDomainLen)
+			}
+		case "descriptors":
+			for l := o.list(1, "envoy.descriptors", MaxEnvoyDescriptors); l.next(d); l.check(d) {
+				d.decodeEnvoyDescriptor(grow(&v.Descriptors))
+			}
+		case "truncated":
+			if o.take(2, "envoy.truncated") {
+				v.Truncated = d.readBool("envoy.truncated")
+			}
+		default:
+			o.skip()
+		}
+	}
+	o.end("envoy", []req{{0, "domain"}, {1, "descriptors"}})
+}
+
+func (v *Decision) appendJSON(b []byte) []byte {
 	b = append(b, `{"type":"decision.v1","id":"`...)
 	b = append(b, v.ID...)
 	b = append(b, `","ts":"`...)
 	b = AppendTime(b, v.TS)
-	b = append(b, `","principal":{"kind":"`...)
-	b = append(b, string(v.Principal.Kind)...)
-	b = append(b, `","id":`...)
-	b = appendString(b, v.Principal.ID)
-	b = append(b, `},"ip":"`...)
+	b = append(b, `","principal":`...)
+	b = v.Principal.appendJSON(b)
+	b = append(b, `,"ip":"`...)
 	b = v.IP.AppendTo(b)
 	b = append(b, `","method":"`...)
 	b = append(b, v.Method...)
@@ -302,34 +423,7 @@ func AppendDecision(dst []byte, v *Decision) ([]byte, error) {
 	}
 	if v.Envoy != nil {
 		b = append(b, `,"envoy":`...)
-		x1 := v.Envoy
-		b = append(b, `{"domain":`...)
-		b = appendString(b, x1.Domain)
-		b = append(b, `,"descriptors":[`...)
-		for i2 := range x1.Descriptors {
-			if i2 > 0 {
-				b = append(b, ',')
-			}
-			x3 := &x1.Descriptors[i2]
-			b = append(b, `{"entries":[`...)
-			for i4 := range x3.Entries {
-				if i4 > 0 {
-					b = append(b, ',')
-				}
-				x5 := &x3.Entries[i4]
-				b = append(b, `{"key":`...)
-				b = appendString(b, x5.Key)
-				b = append(b, `,"value":`...)
-				b = appendString(b, x5.Value)
-				b = append(b, '}')
-			}
-			b = append(b, `]}`...)
-		}
-		b = append(b, ']')
-		if x1.Truncated {
-			b = append(b, `,"truncated":true`...)
-		}
-		b = append(b, '}')
+		b = v.Envoy.appendJSON(b)
 	}
 	if v.Plan != "" {
 		b = append(b, `,"plan":`...)
@@ -347,521 +441,175 @@ func AppendDecision(dst []byte, v *Decision) ([]byte, error) {
 		b = append(b, `,"candidate_blocked":true`...)
 	}
 	b = append(b, '}')
-	return b, nil
+	return b
 }
 
-// MarshalJSON implements json.Marshaler with EncodeDecision.
-func (v Decision) MarshalJSON() ([]byte, error) { return EncodeDecision(&v) }
-
-// UnmarshalJSON implements json.Unmarshaler with DecodeDecision.
-func (v *Decision) UnmarshalJSON(data []byte) error {
-	ev, err := DecodeDecision(data)
-	if err != nil {
-		return err
+func (v *Decision) validate() *ValidationError {
+	var c checker
+	c.at("id", validID(v.ID))
+	c.at("ts", validTime(v.TS))
+	c.at("principal", v.Principal.validate())
+	c.at("ip", validAddr(v.IP))
+	if _, ok := parseMethod(v.Method); !ok {
+		c.at("method", oneOf(v.Method, Methods))
 	}
-	*v = ev
-	return nil
+	c.at("route", validRoute(v.Route))
+	if v.Resource != "" {
+		c.at("resource", validResource(v.Resource))
+	}
+	if _, ok := parseTier(v.Tier); !ok {
+		c.at("tier", oneOf(string(v.Tier), tierValues))
+	}
+	c.at("cost", intRange(v.Cost, 1, 1_000_000))
+	c.at("limit", intRange(v.Limit, 0, MaxSafeInteger))
+	c.at("remaining", intRange(v.Remaining, 0, MaxSafeInteger))
+	c.at("gateway", validText(v.Gateway, MaxGatewayLen, false))
+	if v.Rule != "" {
+		c.at("rule", validText(v.Rule, MaxRuleLen, false))
+	}
+	if v.PenaltyMultiplier != 0 {
+		c.at("penalty_multiplier", floatRange(v.PenaltyMultiplier, 0, true, 1))
+	}
+	if v.Priority != "" {
+		if _, ok := parsePriority(v.Priority); !ok {
+			c.at("priority", oneOf(string(v.Priority), priorityValues))
+		}
+	}
+	if v.Envoy != nil {
+		c.at("envoy", v.Envoy.validate())
+	}
+	if v.Plan != "" {
+		c.at("plan", validText(v.Plan, MaxPlanLen, false))
+	}
+	if v.RulesVersion != 0 {
+		c.at("rules_version", intRange(v.RulesVersion, 1, MaxSafeInteger))
+	}
+	if v.CandidateVersion != 0 {
+		c.at("candidate_version", intRange(v.CandidateVersion, 1, MaxSafeInteger))
+	}
+	return c.err
 }
 
 // DecodeDecision decodes and validates a decision.v1 event. Every error satisfies
 // errors.Is(err, ErrInvalid); the Decision is zero on error.
 func DecodeDecision(data []byte) (Decision, error) {
-	var ev Decision
-	if err := decodeDecision(data, &ev); err != nil {
-		return Decision{}, err
-	}
-	return ev, nil
-}
-
-func (v *EnvoyEntry) validate() *ValidationError {
-	if err := validText(v.Key, MaxEnvoyKeyLen, false); err != nil {
-		return at("key", err)
-	}
-	if err := validText(v.Value, MaxEnvoyValueLen, false); err != nil {
-		return at("value", err)
-	}
-	return nil
-}
-
-func (d *decoder) decodeEnvoyEntry(v *EnvoyEntry) *ValidationError {
-	if err := d.object(""); err != nil {
-		return err
-	}
-	const (
-		bKey uint32 = 1 << iota
-		bValue
-	)
-	var seen uint32
-	first := true
-	for {
-		name, ok, err := d.member(&first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
-		switch string(name) {
-		case "key":
-			if err = d.seen(&seen, bKey, "key"); err == nil {
-				if v.Key, err = d.str("key"); err == nil {
-					if e := validText(v.Key, MaxEnvoyKeyLen, false); e != nil {
-						err = d.invalid("key", e)
-					}
-				}
-			}
-		case "value":
-			if err = d.seen(&seen, bValue, "value"); err == nil {
-				if v.Value, err = d.str("value"); err == nil {
-					if e := validText(v.Value, MaxEnvoyValueLen, false); e != nil {
-						err = d.invalid("value", e)
-					}
-				}
-			}
-		default:
-			err = d.skip(1)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return d.required("", seen, []req{{bKey, "key"}, {bValue, "value"}})
-}
-
-// decodeEnvoyEntryList decodes an array of at most max EnvoyEntry.
-func (d *decoder) decodeEnvoyEntryList(field string, max int) ([]EnvoyEntry, *ValidationError) {
-	if err := d.array(field); err != nil {
-		return nil, err
-	}
-	var out []EnvoyEntry
-	first := true
-	for i := 0; ; i++ {
-		ok, err := d.element(&first)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return out, nil
-		}
-		if i == max {
-			return nil, d.tooManyItems(field, max)
-		}
-		out = append(out, EnvoyEntry{})
-		if err := d.decodeEnvoyEntry(&out[len(out)-1]); err != nil {
-			return nil, within(field+"["+strconv.Itoa(i)+"]", err)
-		}
-	}
-}
-func (v *EnvoyDescriptor) validate() *ValidationError {
-	if len(v.Entries) > MaxEnvoyEntries {
-		return at("entries", tooMany(len(v.Entries), MaxEnvoyEntries))
-	}
-	for i := range v.Entries {
-		if err := v.Entries[i].validate(); err != nil {
-			return at("entries["+strconv.Itoa(i)+"]", err)
-		}
-	}
-	return nil
-}
-
-func (d *decoder) decodeEnvoyDescriptor(v *EnvoyDescriptor) *ValidationError {
-	if err := d.object(""); err != nil {
-		return err
-	}
-	const (
-		bEntries uint32 = 1 << iota
-	)
-	var seen uint32
-	first := true
-	for {
-		name, ok, err := d.member(&first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
-		switch string(name) {
-		case "entries":
-			if err = d.seen(&seen, bEntries, "entries"); err == nil {
-				v.Entries, err = d.decodeEnvoyEntryList("entries", MaxEnvoyEntries)
-			}
-		default:
-			err = d.skip(1)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return d.required("", seen, []req{{bEntries, "entries"}})
-}
-
-// decodeEnvoyDescriptorList decodes an array of at most max EnvoyDescriptor.
-func (d *decoder) decodeEnvoyDescriptorList(field string, max int) ([]EnvoyDescriptor, *ValidationError) {
-	if err := d.array(field); err != nil {
-		return nil, err
-	}
-	var out []EnvoyDescriptor
-	first := true
-	for i := 0; ; i++ {
-		ok, err := d.element(&first)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return out, nil
-		}
-		if i == max {
-			return nil, d.tooManyItems(field, max)
-		}
-		out = append(out, EnvoyDescriptor{})
-		if err := d.decodeEnvoyDescriptor(&out[len(out)-1]); err != nil {
-			return nil, within(field+"["+strconv.Itoa(i)+"]", err)
-		}
-	}
-}
-func (v *EnvoyCall) validate() *ValidationError {
-	if err := validText(v.Domain, MaxEnvoyDomainLen, false); err != nil {
-		return at("domain", err)
-	}
-	if len(v.Descriptors) > MaxEnvoyDescriptors {
-		return at("descriptors", tooMany(len(v.Descriptors), MaxEnvoyDescriptors))
-	}
-	for i := range v.Descriptors {
-		if err := v.Descriptors[i].validate(); err != nil {
-			return at("descriptors["+strconv.Itoa(i)+"]", err)
-		}
-	}
-	return nil
-}
-
-func (d *decoder) decodeEnvoyCall(v *EnvoyCall) *ValidationError {
-	if err := d.object("envoy"); err != nil {
-		return err
-	}
-	const (
-		bDomain uint32 = 1 << iota
-		bDescriptors
-		bTruncated
-	)
-	var seen uint32
-	first := true
-	for {
-		name, ok, err := d.member(&first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
-		switch string(name) {
-		case "domain":
-			if err = d.seen(&seen, bDomain, "domain"); err == nil {
-				if v.Domain, err = d.str("envoy.domain"); err == nil {
-					if e := validText(v.Domain, MaxEnvoyDomainLen, false); e != nil {
-						err = d.invalid("envoy.domain", e)
-					}
-				}
-			}
-		case "descriptors":
-			if err = d.seen(&seen, bDescriptors, "descriptors"); err == nil {
-				v.Descriptors, err = d.decodeEnvoyDescriptorList("envoy.descriptors", MaxEnvoyDescriptors)
-			}
-		case "truncated":
-			if err = d.seen(&seen, bTruncated, "truncated"); err == nil {
-				v.Truncated, err = d.boolean("envoy.truncated")
-			}
-		default:
-			err = d.skip(1)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return d.required("envoy", seen, []req{{bDomain, "domain"}, {bDescriptors, "descriptors"}})
-}
-
-func (v *Decision) validate() *ValidationError {
-	if err := validID(v.ID); err != nil {
-		return at("id", err)
-	}
-	if err := validTime(v.TS); err != nil {
-		return at("ts", err)
-	}
-	if err := v.Principal.validate(); err != nil {
-		return at("principal", err)
-	}
-	if err := validAddr(v.IP); err != nil {
-		return at("ip", err)
-	}
-	if _, ok := parseMethod(v.Method); !ok {
-		return at("method", oneOf(v.Method, Methods))
-	}
-	if err := validRoute(v.Route); err != nil {
-		return at("route", err)
-	}
-	if v.Resource != "" {
-		if err := validResource(v.Resource); err != nil {
-			return at("resource", err)
-		}
-	}
-	if _, ok := parseTier(v.Tier); !ok {
-		return at("tier", oneOf(string(v.Tier), tierValues))
-	}
-	if err := intRange(v.Cost, 1, 1_000_000); err != nil {
-		return at("cost", err)
-	}
-	if err := intRange(v.Limit, 0, MaxSafeInteger); err != nil {
-		return at("limit", err)
-	}
-	if err := intRange(v.Remaining, 0, MaxSafeInteger); err != nil {
-		return at("remaining", err)
-	}
-	if err := validText(v.Gateway, MaxGatewayLen, false); err != nil {
-		return at("gateway", err)
-	}
-	if v.Rule != "" {
-		if err := validText(v.Rule, MaxRuleLen, false); err != nil {
-			return at("rule", err)
-		}
-	}
-	if v.PenaltyMultiplier != 0 {
-		if err := floatRange(v.PenaltyMultiplier, 0, true, 1); err != nil {
-			return at("penalty_multiplier", err)
-		}
-	}
-	if v.Priority != "" {
-		if _, ok := parsePriority(v.Priority); !ok {
-			return at("priority", oneOf(string(v.Priority), priorityValues))
-		}
-	}
-	if v.Envoy != nil {
-		if err := v.Envoy.validate(); err != nil {
-			return at("envoy", err)
-		}
-	}
-	if v.Plan != "" {
-		if err := validText(v.Plan, MaxPlanLen, false); err != nil {
-			return at("plan", err)
-		}
-	}
-	if v.RulesVersion != 0 {
-		if err := intRange(v.RulesVersion, 1, MaxSafeInteger); err != nil {
-			return at("rules_version", err)
-		}
-	}
-	if v.CandidateVersion != 0 {
-		if err := intRange(v.CandidateVersion, 1, MaxSafeInteger); err != nil {
-			return at("candidate_version", err)
-		}
-	}
-	return nil
-}
-
-func decodeDecision(data []byte, v *Decision) *ValidationError {
+	var v Decision
 	d := &decoder{data: data, typ: TypeDecision}
-	if err := d.object(""); err != nil {
-		return err
-	}
-	const (
-		bType uint32 = 1 << iota
-		bID
-		bTS
-		bPrincipal
-		bIP
-		bMethod
-		bRoute
-		bResource
-		bAllowed
-		bTier
-		bShadow
-		bCost
-		bLimit
-		bRemaining
-		bGateway
-		bNearLimit
-		bDegraded
-		bRule
-		bPenaltyMultiplier
-		bPriority
-		bShed
-		bEnvoy
-		bPlan
-		bRulesVersion
-		bCandidateVersion
-		bCandidateBlocked
-	)
-	var seen uint32
-	first := true
-	for {
-		name, ok, err := d.member(&first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
+	o := d.open("")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "type":
-			if err = d.seen(&seen, bType, "type"); err == nil {
-				err = d.constant("type", TypeDecision)
+			if o.take(0, "type") {
+				d.readConst("type", TypeDecision)
 			}
 		case "id":
-			if err = d.seen(&seen, bID, "id"); err == nil {
-				if v.ID, err = d.str("id"); err == nil {
-					if e := validID(v.ID); e != nil {
-						err = d.invalid("id", e)
-					}
-				}
+			if o.take(1, "id") {
+				v.ID = d.readStr("id", fmtID, 0)
 			}
 		case "ts":
-			if err = d.seen(&seen, bTS, "ts"); err == nil {
-				v.TS, err = d.time("ts")
+			if o.take(2, "ts") {
+				v.TS = d.readTime("ts")
 			}
 		case "principal":
-			if err = d.seen(&seen, bPrincipal, "principal"); err == nil {
-				err = d.decodePrincipal(&v.Principal)
+			if o.take(3, "principal") {
+				d.decodePrincipal(&v.Principal)
 			}
 		case "ip":
-			if err = d.seen(&seen, bIP, "ip"); err == nil {
-				v.IP, err = d.ip("ip")
+			if o.take(4, "ip") {
+				v.IP = d.readIP("ip")
 			}
 		case "method":
-			if err = d.seen(&seen, bMethod, "method"); err == nil {
-				var b []byte
-				if b, err = d.strBytes("method"); err == nil {
-					var ok bool
-					if v.Method, ok = parseMethod(b); !ok {
-						err = d.invalid("method", oneOf(string(b), Methods))
-					}
-				}
+			if o.take(5, "method") {
+				v.Method = readEnum(d, "method", parseMethod[[]byte], Methods)
 			}
 		case "route":
-			if err = d.seen(&seen, bRoute, "route"); err == nil {
-				if v.Route, err = d.str("route"); err == nil {
-					if e := validRoute(v.Route); e != nil {
-						err = d.invalid("route", e)
-					}
-				}
+			if o.take(6, "route") {
+				v.Route = d.readStr("route", fmtRoute, 0)
 			}
 		case "resource":
-			if err = d.seen(&seen, bResource, "resource"); err == nil {
-				if v.Resource, err = d.str("resource"); err == nil {
-					if e := validResource(v.Resource); e != nil {
-						err = d.invalid("resource", e)
-					}
-				}
+			if o.take(7, "resource") {
+				v.Resource = d.readStr("resource", fmtResource, 0)
 			}
 		case "allowed":
-			if err = d.seen(&seen, bAllowed, "allowed"); err == nil {
-				v.Allowed, err = d.boolean("allowed")
+			if o.take(8, "allowed") {
+				v.Allowed = d.readBool("allowed")
 			}
 		case "tier":
-			if err = d.seen(&seen, bTier, "tier"); err == nil {
-				var b []byte
-				if b, err = d.strBytes("tier"); err == nil {
-					var ok bool
-					if v.Tier, ok = parseTier(b); !ok {
-						err = d.invalid("tier", oneOf(string(b), tierValues))
-					}
-				}
+			if o.take(9, "tier") {
+				v.Tier = readEnum(d, "tier", parseTier[[]byte], tierValues)
 			}
 		case "shadow":
-			if err = d.seen(&seen, bShadow, "shadow"); err == nil {
-				v.Shadow, err = d.boolean("shadow")
+			if o.take(10, "shadow") {
+				v.Shadow = d.readBool("shadow")
 			}
 		case "cost":
-			if err = d.seen(&seen, bCost, "cost"); err == nil {
-				v.Cost, err = d.integer("cost", 1, 1_000_000)
+			if o.take(11, "cost") {
+				v.Cost = d.readInt("cost", 1, 1_000_000)
 			}
 		case "limit":
-			if err = d.seen(&seen, bLimit, "limit"); err == nil {
-				v.Limit, err = d.integer("limit", 0, MaxSafeInteger)
+			if o.take(12, "limit") {
+				v.Limit = d.readInt("limit", 0, MaxSafeInteger)
 			}
 		case "remaining":
-			if err = d.seen(&seen, bRemaining, "remaining"); err == nil {
-				v.Remaining, err = d.integer("remaining", 0, MaxSafeInteger)
+			if o.take(13, "remaining") {
+				v.Remaining = d.readInt("remaining", 0, MaxSafeInteger)
 			}
 		case "gateway":
-			if err = d.seen(&seen, bGateway, "gateway"); err == nil {
-				if v.Gateway, err = d.str("gateway"); err == nil {
-					if e := validText(v.Gateway, MaxGatewayLen, false); e != nil {
-						err = d.invalid("gateway", e)
-					}
-				}
+			if o.take(14, "gateway") {
+				v.Gateway = d.readStr("gateway", fmtText, MaxGatewayLen)
 			}
 		case "near_limit":
-			if err = d.seen(&seen, bNearLimit, "near_limit"); err == nil {
-				v.NearLimit, err = d.boolean("near_limit")
+			if o.take(15, "near_limit") {
+				v.NearLimit = d.readBool("near_limit")
 			}
 		case "degraded":
-			if err = d.seen(&seen, bDegraded, "degraded"); err == nil {
-				v.Degraded, err = d.boolean("degraded")
+			if o.take(16, "degraded") {
+				v.Degraded = d.readBool("degraded")
 			}
 		case "rule":
-			if err = d.seen(&seen, bRule, "rule"); err == nil {
-				if v.Rule, err = d.str("rule"); err == nil {
-					if e := validText(v.Rule, MaxRuleLen, false); e != nil {
-						err = d.invalid("rule", e)
-					}
-				}
+			if o.take(17, "rule") {
+				v.Rule = d.readStr("rule", fmtText, MaxRuleLen)
 			}
 		case "penalty_multiplier":
-			if err = d.seen(&seen, bPenaltyMultiplier, "penalty_multiplier"); err == nil {
-				if v.PenaltyMultiplier, err = d.float("penalty_multiplier"); err == nil {
-					if e := floatRange(v.PenaltyMultiplier, 0, true, 1); e != nil {
-						err = d.invalid("penalty_multiplier", e)
-					}
-				}
+			if o.take(18, "penalty_multiplier") {
+				v.PenaltyMultiplier = d.readFloat("penalty_multiplier", 0, true, 1, true)
 			}
 		case "priority":
-			if err = d.seen(&seen, bPriority, "priority"); err == nil {
-				var b []byte
-				if b, err = d.strBytes("priority"); err == nil {
-					var ok bool
-					if v.Priority, ok = parsePriority(b); !ok {
-						err = d.invalid("priority", oneOf(string(b), priorityValues))
-					}
-				}
+			if o.take(19, "priority") {
+				v.Priority = readEnum(d, "priority", parsePriority[[]byte], priorityValues)
 			}
 		case "shed":
-			if err = d.seen(&seen, bShed, "shed"); err == nil {
-				v.Shed, err = d.boolean("shed")
+			if o.take(20, "shed") {
+				v.Shed = d.readBool("shed")
 			}
 		case "envoy":
-			if err = d.seen(&seen, bEnvoy, "envoy"); err == nil {
-				v.Envoy = &EnvoyCall{}
-				err = d.decodeEnvoyCall(v.Envoy)
+			if o.take(21, "envoy") {
+				v.Envoy = new(EnvoyCall)
+				d.decodeEnvoyCall(v.Envoy)
 			}
 		case "plan":
-			if err = d.seen(&seen, bPlan, "plan"); err == nil {
-				if v.Plan, err = d.str("plan"); err == nil {
-					if e := validText(v.Plan, MaxPlanLen, false); e != nil {
-						err = d.invalid("plan", e)
-					}
-				}
+			if o.take(22, "plan") {
+				v.Plan = d.readStr("plan", fmtText, MaxPlanLen)
 			}
 		case "rules_version":
-			if err = d.seen(&seen, bRulesVersion, "rules_version"); err == nil {
-				v.RulesVersion, err = d.integer("rules_version", 1, MaxSafeInteger)
+			if o.take(23, "rules_version") {
+				v.RulesVersion = d.readInt("rules_version", 1, MaxSafeInteger)
 			}
 		case "candidate_version":
-			if err = d.seen(&seen, bCandidateVersion, "candidate_version"); err == nil {
-				v.CandidateVersion, err = d.integer("candidate_version", 1, MaxSafeInteger)
+			if o.take(24, "candidate_version") {
+				v.CandidateVersion = d.readInt("candidate_version", 1, MaxSafeInteger)
 			}
 		case "candidate_blocked":
-			if err = d.seen(&seen, bCandidateBlocked, "candidate_blocked"); err == nil {
-				v.CandidateBlocked, err = d.boolean("candidate_blocked")
+			if o.take(25, "candidate_blocked") {
+				v.CandidateBlocked = d.readBool("candidate_blocked")
 			}
 		default:
-			err = d.skip(1)
-		}
-		if err != nil {
-			return err
+			o.skip()
 		}
 	}
-	if err := d.end(); err != nil {
-		return err
+	o.endDocument([]req{{0, "type"}, {1, "id"}, {2, "ts"}, {3, "principal"}, {4, "ip"}, {5, "method"}, {6, "route"}, {8, "allowed"}, {9, "tier"}, {10, "shadow"}, {11, "cost"}, {12, "limit"}, {13, "remaining"}, {14, "gateway"}})
+	if d.err != nil {
+		return Decision{}, d.err
 	}
-	return d.required("", seen, []req{{bType, "type"}, {bID, "id"}, {bTS, "ts"}, {bPrincipal, "principal"}, {bIP, "ip"}, {bMethod, "method"}, {bRoute, "route"}, {bAllowed, "allowed"}, {bTier, "tier"}, {bShadow, "shadow"}, {bCost, "cost"}, {bLimit, "limit"}, {bRemaining, "remaining"}, {bGateway, "gateway"}})
+	return v, nil
 }

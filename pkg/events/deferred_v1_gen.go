@@ -5,7 +5,6 @@ package events
 
 import (
 	"net/netip"
-	"strconv"
 	"time"
 )
 
@@ -102,9 +101,7 @@ type Deferred struct {
 func (v *Deferred) Validate() error { return withType(TypeDeferred, v.validate()) }
 
 // EncodeDeferred validates v and encodes it as JSON.
-func EncodeDeferred(v *Deferred) ([]byte, error) {
-	return AppendDeferred(make([]byte, 0, 1024), v)
-}
+func EncodeDeferred(v *Deferred) ([]byte, error) { return AppendDeferred(make([]byte, 0, 1024), v) }
 
 // AppendDeferred validates v and appends its JSON encoding to dst; on error dst
 // is returned unchanged. It does not allocate when dst has room.
@@ -112,18 +109,60 @@ func AppendDeferred(dst []byte, v *Deferred) ([]byte, error) {
 	if err := v.Validate(); err != nil {
 		return dst, err
 	}
-	b := dst
+	return v.appendJSON(dst), nil
+}
+
+// MarshalJSON implements json.Marshaler with EncodeDeferred.
+func (v Deferred) MarshalJSON() ([]byte, error) { return EncodeDeferred(&v) }
+
+// UnmarshalJSON implements json.Unmarshaler with DecodeDeferred.
+func (v *Deferred) UnmarshalJSON(data []byte) error { return unmarshal(v, data, DecodeDeferred) }
+
+func (v *Header) appendJSON(b []byte) []byte {
+	b = append(b, `{"name":`...)
+	b = appendString(b, v.Name)
+	b = append(b, `,"value":`...)
+	b = appendString(b, v.Value)
+	b = append(b, '}')
+	return b
+}
+
+func (v *Header) validate() *ValidationError {
+	var c checker
+	c.at("name", validText(v.Name, MaxHeaderNameLen, false))
+	c.at("value", validText(v.Value, MaxHeaderValueLen, false))
+	return c.err
+}
+
+func (d *decoder) decodeHeader(v *Header) {
+	o := d.open("")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "name":
+			if o.take(0, "name") {
+				v.Name = d.readStr("name", fmtText, MaxHeaderNameLen)
+			}
+		case "value":
+			if o.take(1, "value") {
+				v.Value = d.readStr("value", fmtText, MaxHeaderValueLen)
+			}
+		default:
+			o.skip()
+		}
+	}
+	o.end("", []req{{0, "name"}, {1, "value"}})
+}
+
+func (v *Deferred) appendJSON(b []byte) []byte {
 	b = append(b, `{"type":"deferred.v1","id":"`...)
 	b = append(b, v.ID...)
 	b = append(b, `","ts":"`...)
 	b = AppendTime(b, v.TS)
 	b = append(b, `","deadline":"`...)
 	b = AppendTime(b, v.Deadline)
-	b = append(b, `","principal":{"kind":"`...)
-	b = append(b, string(v.Principal.Kind)...)
-	b = append(b, `","id":`...)
-	b = appendString(b, v.Principal.ID)
-	b = append(b, `},"ip":"`...)
+	b = append(b, `","principal":`...)
+	b = v.Principal.appendJSON(b)
+	b = append(b, `,"ip":"`...)
 	b = v.IP.AppendTo(b)
 	b = append(b, `","method":"`...)
 	b = append(b, v.Method...)
@@ -141,16 +180,8 @@ func AppendDeferred(dst []byte, v *Deferred) ([]byte, error) {
 		b = appendString(b, v.Query)
 	}
 	b = append(b, `,"headers":[`...)
-	for i1 := range v.Headers {
-		if i1 > 0 {
-			b = append(b, ',')
-		}
-		x2 := &v.Headers[i1]
-		b = append(b, `{"name":`...)
-		b = appendString(b, x2.Name)
-		b = append(b, `,"value":`...)
-		b = appendString(b, x2.Value)
-		b = append(b, '}')
+	for i := range v.Headers {
+		b = v.Headers[i].appendJSON(sep(b, i))
 	}
 	b = append(b, ']')
 	if v.Body != "" {
@@ -168,325 +199,123 @@ func AppendDeferred(dst []byte, v *Deferred) ([]byte, error) {
 	b = append(b, `,"gateway":`...)
 	b = appendString(b, v.Gateway)
 	b = append(b, '}')
-	return b, nil
+	return b
 }
 
-// MarshalJSON implements json.Marshaler with EncodeDeferred.
-func (v Deferred) MarshalJSON() ([]byte, error) { return EncodeDeferred(&v) }
-
-// UnmarshalJSON implements json.Unmarshaler with DecodeDeferred.
-func (v *Deferred) UnmarshalJSON(data []byte) error {
-	ev, err := DecodeDeferred(data)
-	if err != nil {
-		return err
+func (v *Deferred) validate() *ValidationError {
+	var c checker
+	c.at("id", validID(v.ID))
+	c.at("ts", validTime(v.TS))
+	c.at("deadline", validTime(v.Deadline))
+	c.at("principal", v.Principal.validate())
+	c.at("ip", validAddr(v.IP))
+	if _, ok := parseMethod(v.Method); !ok {
+		c.at("method", oneOf(v.Method, Methods))
 	}
-	*v = ev
-	return nil
+	c.at("route", validRoute(v.Route))
+	if v.Resource != "" {
+		c.at("resource", validResource(v.Resource))
+	}
+	c.at("path", validText(v.Path, MaxPathLen, false))
+	if v.Query != "" {
+		c.at("query", validText(v.Query, MaxQueryLen, false))
+	}
+	c.count("headers", len(v.Headers), MaxDeferredHeaders)
+	for i := range v.Headers {
+		c.item("headers", i, v.Headers[i].validate())
+	}
+	if v.Body != "" {
+		c.at("body", validBase64(v.Body, MaxBodyB64Len))
+	}
+	c.at("decision_id", validID(v.DecisionID))
+	c.at("rule", validText(v.Rule, MaxRuleLen, false))
+	c.at("gateway", validText(v.Gateway, MaxGatewayLen, false))
+	return c.err
 }
 
 // DecodeDeferred decodes and validates a deferred.v1 event. Every error satisfies
 // errors.Is(err, ErrInvalid); the Deferred is zero on error.
 func DecodeDeferred(data []byte) (Deferred, error) {
-	var ev Deferred
-	if err := decodeDeferred(data, &ev); err != nil {
-		return Deferred{}, err
-	}
-	return ev, nil
-}
-
-func (v *Header) validate() *ValidationError {
-	if err := validText(v.Name, MaxHeaderNameLen, false); err != nil {
-		return at("name", err)
-	}
-	if err := validText(v.Value, MaxHeaderValueLen, false); err != nil {
-		return at("value", err)
-	}
-	return nil
-}
-
-func (d *decoder) decodeHeader(v *Header) *ValidationError {
-	if err := d.object(""); err != nil {
-		return err
-	}
-	const (
-		bName uint32 = 1 << iota
-		bValue
-	)
-	var seen uint32
-	first := true
-	for {
-		name, ok, err := d.member(&first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
-		switch string(name) {
-		case "name":
-			if err = d.seen(&seen, bName, "name"); err == nil {
-				if v.Name, err = d.str("name"); err == nil {
-					if e := validText(v.Name, MaxHeaderNameLen, false); e != nil {
-						err = d.invalid("name", e)
-					}
-				}
-			}
-		case "value":
-			if err = d.seen(&seen, bValue, "value"); err == nil {
-				if v.Value, err = d.str("value"); err == nil {
-					if e := validText(v.Value, MaxHeaderValueLen, false); e != nil {
-						err = d.invalid("value", e)
-					}
-				}
-			}
-		default:
-			err = d.skip(1)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return d.required("", seen, []req{{bName, "name"}, {bValue, "value"}})
-}
-
-// decodeHeaderList decodes an array of at most max Header.
-func (d *decoder) decodeHeaderList(field string, max int) ([]Header, *ValidationError) {
-	if err := d.array(field); err != nil {
-		return nil, err
-	}
-	var out []Header
-	first := true
-	for i := 0; ; i++ {
-		ok, err := d.element(&first)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return out, nil
-		}
-		if i == max {
-			return nil, d.tooManyItems(field, max)
-		}
-		out = append(out, Header{})
-		if err := d.decodeHeader(&out[len(out)-1]); err != nil {
-			return nil, within(field+"["+strconv.Itoa(i)+"]", err)
-		}
-	}
-}
-func (v *Deferred) validate() *ValidationError {
-	if err := validID(v.ID); err != nil {
-		return at("id", err)
-	}
-	if err := validTime(v.TS); err != nil {
-		return at("ts", err)
-	}
-	if err := validTime(v.Deadline); err != nil {
-		return at("deadline", err)
-	}
-	if err := v.Principal.validate(); err != nil {
-		return at("principal", err)
-	}
-	if err := validAddr(v.IP); err != nil {
-		return at("ip", err)
-	}
-	if _, ok := parseMethod(v.Method); !ok {
-		return at("method", oneOf(v.Method, Methods))
-	}
-	if err := validRoute(v.Route); err != nil {
-		return at("route", err)
-	}
-	if v.Resource != "" {
-		if err := validResource(v.Resource); err != nil {
-			return at("resource", err)
-		}
-	}
-	if err := validText(v.Path, MaxPathLen, false); err != nil {
-		return at("path", err)
-	}
-	if v.Query != "" {
-		if err := validText(v.Query, MaxQueryLen, false); err != nil {
-			return at("query", err)
-		}
-	}
-	if len(v.Headers) > MaxDeferredHeaders {
-		return at("headers", tooMany(len(v.Headers), MaxDeferredHeaders))
-	}
-	for i := range v.Headers {
-		if err := v.Headers[i].validate(); err != nil {
-			return at("headers["+strconv.Itoa(i)+"]", err)
-		}
-	}
-	if v.Body != "" {
-		if err := validBase64(v.Body, MaxBodyB64Len); err != nil {
-			return at("body", err)
-		}
-	}
-	if err := validID(v.DecisionID); err != nil {
-		return at("decision_id", err)
-	}
-	if err := validText(v.Rule, MaxRuleLen, false); err != nil {
-		return at("rule", err)
-	}
-	if err := validText(v.Gateway, MaxGatewayLen, false); err != nil {
-		return at("gateway", err)
-	}
-	return nil
-}
-
-func decodeDeferred(data []byte, v *Deferred) *ValidationError {
+	var v Deferred
 	d := &decoder{data: data, typ: TypeDeferred}
-	if err := d.object(""); err != nil {
-		return err
-	}
-	const (
-		bType uint32 = 1 << iota
-		bID
-		bTS
-		bDeadline
-		bPrincipal
-		bIP
-		bMethod
-		bRoute
-		bResource
-		bPath
-		bQuery
-		bHeaders
-		bBody
-		bDecisionID
-		bRule
-		bShed
-		bGateway
-	)
-	var seen uint32
-	first := true
-	for {
-		name, ok, err := d.member(&first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
+	o := d.open("")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "type":
-			if err = d.seen(&seen, bType, "type"); err == nil {
-				err = d.constant("type", TypeDeferred)
+			if o.take(0, "type") {
+				d.readConst("type", TypeDeferred)
 			}
 		case "id":
-			if err = d.seen(&seen, bID, "id"); err == nil {
-				if v.ID, err = d.str("id"); err == nil {
-					if e := validID(v.ID); e != nil {
-						err = d.invalid("id", e)
-					}
-				}
+			if o.take(1, "id") {
+				v.ID = d.readStr("id", fmtID, 0)
 			}
 		case "ts":
-			if err = d.seen(&seen, bTS, "ts"); err == nil {
-				v.TS, err = d.time("ts")
+			if o.take(2, "ts") {
+				v.TS = d.readTime("ts")
 			}
 		case "deadline":
-			if err = d.seen(&seen, bDeadline, "deadline"); err == nil {
-				v.Deadline, err = d.time("deadline")
+			if o.take(3, "deadline") {
+				v.Deadline = d.readTime("deadline")
 			}
 		case "principal":
-			if err = d.seen(&seen, bPrincipal, "principal"); err == nil {
-				err = d.decodePrincipal(&v.Principal)
+			if o.take(4, "principal") {
+				d.decodePrincipal(&v.Principal)
 			}
 		case "ip":
-			if err = d.seen(&seen, bIP, "ip"); err == nil {
-				v.IP, err = d.ip("ip")
+			if o.take(5, "ip") {
+				v.IP = d.readIP("ip")
 			}
 		case "method":
-			if err = d.seen(&seen, bMethod, "method"); err == nil {
-				var b []byte
-				if b, err = d.strBytes("method"); err == nil {
-					var ok bool
-					if v.Method, ok = parseMethod(b); !ok {
-						err = d.invalid("method", oneOf(string(b), Methods))
-					}
-				}
+			if o.take(6, "method") {
+				v.Method = readEnum(d, "method", parseMethod[[]byte], Methods)
 			}
 		case "route":
-			if err = d.seen(&seen, bRoute, "route"); err == nil {
-				if v.Route, err = d.str("route"); err == nil {
-					if e := validRoute(v.Route); e != nil {
-						err = d.invalid("route", e)
-					}
-				}
+			if o.take(7, "route") {
+				v.Route = d.readStr("route", fmtRoute, 0)
 			}
 		case "resource":
-			if err = d.seen(&seen, bResource, "resource"); err == nil {
-				if v.Resource, err = d.str("resource"); err == nil {
-					if e := validResource(v.Resource); e != nil {
-						err = d.invalid("resource", e)
-					}
-				}
+			if o.take(8, "resource") {
+				v.Resource = d.readStr("resource", fmtResource, 0)
 			}
 		case "path":
-			if err = d.seen(&seen, bPath, "path"); err == nil {
-				if v.Path, err = d.str("path"); err == nil {
-					if e := validText(v.Path, MaxPathLen, false); e != nil {
-						err = d.invalid("path", e)
-					}
-				}
+			if o.take(9, "path") {
+				v.Path = d.readStr("path", fmtText, MaxPathLen)
 			}
 		case "query":
-			if err = d.seen(&seen, bQuery, "query"); err == nil {
-				if v.Query, err = d.str("query"); err == nil {
-					if e := validText(v.Query, MaxQueryLen, false); e != nil {
-						err = d.invalid("query", e)
-					}
-				}
+			if o.take(10, "query") {
+				v.Query = d.readStr("query", fmtText, MaxQueryLen)
 			}
 		case "headers":
-			if err = d.seen(&seen, bHeaders, "headers"); err == nil {
-				v.Headers, err = d.decodeHeaderList("headers", MaxDeferredHeaders)
+			for l := o.list(11, "headers", MaxDeferredHeaders); l.next(d); l.check(d) {
+				d.decodeHeader(grow(&v.Headers))
 			}
 		case "body":
-			if err = d.seen(&seen, bBody, "body"); err == nil {
-				if v.Body, err = d.str("body"); err == nil {
-					if e := validBase64(v.Body, MaxBodyB64Len); e != nil {
-						err = d.invalid("body", e)
-					}
-				}
+			if o.take(12, "body") {
+				v.Body = d.readStr("body", fmtBase64, MaxBodyB64Len)
 			}
 		case "decision_id":
-			if err = d.seen(&seen, bDecisionID, "decision_id"); err == nil {
-				if v.DecisionID, err = d.str("decision_id"); err == nil {
-					if e := validID(v.DecisionID); e != nil {
-						err = d.invalid("decision_id", e)
-					}
-				}
+			if o.take(13, "decision_id") {
+				v.DecisionID = d.readStr("decision_id", fmtID, 0)
 			}
 		case "rule":
-			if err = d.seen(&seen, bRule, "rule"); err == nil {
-				if v.Rule, err = d.str("rule"); err == nil {
-					if e := validText(v.Rule, MaxRuleLen, false); e != nil {
-						err = d.invalid("rule", e)
-					}
-				}
+			if o.take(14, "rule") {
+				v.Rule = d.readStr("rule", fmtText, MaxRuleLen)
 			}
 		case "shed":
-			if err = d.seen(&seen, bShed, "shed"); err == nil {
-				v.Shed, err = d.boolean("shed")
+			if o.take(15, "shed") {
+				v.Shed = d.readBool("shed")
 			}
 		case "gateway":
-			if err = d.seen(&seen, bGateway, "gateway"); err == nil {
-				if v.Gateway, err = d.str("gateway"); err == nil {
-					if e := validText(v.Gateway, MaxGatewayLen, false); e != nil {
-						err = d.invalid("gateway", e)
-					}
-				}
+			if o.take(16, "gateway") {
+				v.Gateway = d.readStr("gateway", fmtText, MaxGatewayLen)
 			}
 		default:
-			err = d.skip(1)
-		}
-		if err != nil {
-			return err
+			o.skip()
 		}
 	}
-	if err := d.end(); err != nil {
-		return err
+	o.endDocument([]req{{0, "type"}, {1, "id"}, {2, "ts"}, {3, "deadline"}, {4, "principal"}, {5, "ip"}, {6, "method"}, {7, "route"}, {9, "path"}, {11, "headers"}, {13, "decision_id"}, {14, "rule"}, {16, "gateway"}})
+	if d.err != nil {
+		return Deferred{}, d.err
 	}
-	return d.required("", seen, []req{{bType, "type"}, {bID, "id"}, {bTS, "ts"}, {bDeadline, "deadline"}, {bPrincipal, "principal"}, {bIP, "ip"}, {bMethod, "method"}, {bRoute, "route"}, {bPath, "path"}, {bHeaders, "headers"}, {bDecisionID, "decision_id"}, {bRule, "rule"}, {bGateway, "gateway"}})
+	return v, nil
 }

@@ -14,6 +14,7 @@ import (
 // and compares it with the committed *_gen.go files: a schema edited without
 // `go generate ./pkg/events` (or a generated file edited by hand) fails here.
 func TestGeneratedCodeIsFresh(t *testing.T) {
+	t.Parallel()
 	want, err := eventgen.Generate(schemasDir)
 	require.NoError(t, err)
 	require.NotEmpty(t, want)

@@ -17,8 +17,9 @@ import (
 type decoder struct {
 	data []byte
 	pos  int
-	typ  string // event type, for error messages
-	buf  []byte // scratch space for strings with escapes
+	typ  string           // event type, for error messages
+	buf  []byte           // scratch space for strings with escapes
+	err  *ValidationError // the first error of a generated decoder (members.go)
 }
 
 // maxDepth bounds the nesting of skipped values, as encoding/json does.
@@ -121,50 +122,52 @@ func (d *decoder) object(field string) *ValidationError {
 }
 
 // member advances to the next member of the current object and reads its name
-// and the colon; ok is false at the closing '}'. first must start out true.
-// The name aliases the input or d.buf: use it before reading anything else.
-func (d *decoder) member(first *bool) (name []byte, ok bool, err *ValidationError) {
+// and the colon; ok is false at the closing '}' and after an error, which it
+// keeps in d.err. first must start out true. The name aliases the input or
+// d.buf: use it before reading anything else.
+func (d *decoder) member(first *bool) (name []byte, ok bool) {
+	if d.err != nil {
+		return nil, false
+	}
 	switch d.peek() {
 	case '}':
 		d.pos++
-		return nil, false, nil
+		return nil, false
 	case ',':
 		if *first {
-			return nil, false, d.unexpected("looking for beginning of object key string")
+			d.err = d.unexpected("looking for beginning of object key string")
+			return nil, false
 		}
 		d.pos++
 		if d.peek() != '"' {
-			return nil, false, d.unexpected("looking for beginning of object key string")
+			d.err = d.unexpected("looking for beginning of object key string")
+			return nil, false
 		}
 	case '"':
 		if !*first {
-			return nil, false, d.unexpected("after object key:value pair")
+			d.err = d.unexpected("after object key:value pair")
+			return nil, false
 		}
 	default:
 		if *first {
-			return nil, false, d.unexpected("looking for beginning of object key string")
+			d.err = d.unexpected("looking for beginning of object key string")
+			return nil, false
 		}
-		return nil, false, d.unexpected("after object key:value pair")
+		d.err = d.unexpected("after object key:value pair")
+		return nil, false
 	}
 	*first = false
-	name, err = d.rawString()
+	name, err := d.rawString()
 	if err != nil {
-		return nil, false, err
+		d.err = err
+		return nil, false
 	}
 	if d.peek() != ':' {
-		return nil, false, d.unexpected("after object key")
+		d.err = d.unexpected("after object key")
+		return nil, false
 	}
 	d.pos++
-	return name, true, nil
-}
-
-// seen marks bit in *mask, rejecting a duplicate member.
-func (d *decoder) seen(mask *uint32, bit uint32, name string) *ValidationError {
-	if *mask&bit != 0 {
-		return d.syntax(fmt.Sprintf("duplicate member %q", name))
-	}
-	*mask |= bit
-	return nil
+	return name, true
 }
 
 // rawString reads the string at d.pos (which must be '"') and returns its
@@ -662,9 +665,9 @@ func (d *decoder) skip(depth int) *ValidationError {
 		d.pos++
 		first := true
 		for {
-			_, ok, err := d.member(&first)
-			if err != nil {
-				return err
+			_, ok := d.member(&first)
+			if d.err != nil {
+				return d.err
 			}
 			if !ok {
 				return nil
@@ -744,17 +747,17 @@ func (d *decoder) element(first *bool) (ok bool, err *ValidationError) {
 	return true, nil
 }
 
-// req pairs a member name with its bit in a seen mask, in the order of the
-// schema's "required" list.
+// req pairs a required member name with its property's bit in a seen mask
+// (members.seen), in the order of the schema's "required" list.
 type req struct {
-	bit  uint32
+	bit  uint
 	name string
 }
 
 // required reports the first required member missing from seen.
 func (d *decoder) required(prefix string, seen uint32, fields []req) *ValidationError {
 	for _, f := range fields {
-		if seen&f.bit == 0 {
+		if seen&(1<<f.bit) == 0 {
 			name := f.name
 			if prefix != "" {
 				name = prefix + "." + name

@@ -41,6 +41,7 @@ func routeCorpus(t testing.TB) map[string][]string {
 // TestRouteCorpus: every route template of the real APIs in testdata/routes
 // is valid for the Go validator and for the JSON Schema pattern alike.
 func TestRouteCorpus(t *testing.T) {
+	t.Parallel()
 	re := schemaPattern(t, "route")
 	corpus := routeCorpus(t)
 	total := 0
@@ -57,6 +58,7 @@ func TestRouteCorpus(t *testing.T) {
 
 // TestRouteCorpusInvalid: bad routes are refused by both, with a clear reason.
 func TestRouteCorpusInvalid(t *testing.T) {
+	t.Parallel()
 	re := schemaPattern(t, "route")
 	b, err := os.ReadFile("testdata/routes/invalid.txt")
 	require.NoError(t, err)

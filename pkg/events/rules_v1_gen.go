@@ -118,7 +118,18 @@ func AppendRulesVersion(dst []byte, v *RulesVersion) ([]byte, error) {
 	if err := v.Validate(); err != nil {
 		return dst, err
 	}
-	b := dst
+	return v.appendJSON(dst), nil
+}
+
+// MarshalJSON implements json.Marshaler with EncodeRulesVersion.
+func (v RulesVersion) MarshalJSON() ([]byte, error) { return EncodeRulesVersion(&v) }
+
+// UnmarshalJSON implements json.Unmarshaler with DecodeRulesVersion.
+func (v *RulesVersion) UnmarshalJSON(data []byte) error {
+	return unmarshal(v, data, DecodeRulesVersion)
+}
+
+func (v *RulesVersion) appendJSON(b []byte) []byte {
 	b = append(b, `{"type":"rules.v1","id":"`...)
 	b = append(b, v.ID...)
 	b = append(b, `","ts":"`...)
@@ -157,208 +168,110 @@ func AppendRulesVersion(dst []byte, v *RulesVersion) ([]byte, error) {
 		b = strconv.AppendInt(b, v.MinCritical, 10)
 	}
 	b = append(b, '}')
-	return b, nil
+	return b
 }
 
-// MarshalJSON implements json.Marshaler with EncodeRulesVersion.
-func (v RulesVersion) MarshalJSON() ([]byte, error) { return EncodeRulesVersion(&v) }
-
-// UnmarshalJSON implements json.Unmarshaler with DecodeRulesVersion.
-func (v *RulesVersion) UnmarshalJSON(data []byte) error {
-	ev, err := DecodeRulesVersion(data)
-	if err != nil {
-		return err
+func (v *RulesVersion) validate() *ValidationError {
+	var c checker
+	c.at("id", validID(v.ID))
+	c.at("ts", validTime(v.TS))
+	c.at("version", intRange(v.Version, 1, MaxSafeInteger))
+	if _, ok := parseRulesState(v.State); !ok {
+		c.at("state", oneOf(string(v.State), rulesStateValues))
 	}
-	*v = ev
-	return nil
+	c.at("rules", validText(v.Rules, MaxRulesYAMLLen, true))
+	c.at("author", validText(v.Author, MaxAuthorLen, false))
+	c.at("reason", validText(v.Reason, MaxReasonLen, true))
+	c.at("created_at", validTime(v.CreatedAt))
+	if v.ParentVersion != 0 {
+		c.at("parent_version", intRange(v.ParentVersion, 1, MaxSafeInteger))
+	}
+	if v.ShadowForMs != 0 {
+		c.at("shadow_for_ms", intRange(v.ShadowForMs, 1, 604_800_000))
+	}
+	if v.WatchForMs != 0 {
+		c.at("watch_for_ms", intRange(v.WatchForMs, 1, 604_800_000))
+	}
+	if v.MaxCriticalBlockShare != 0 {
+		c.at("max_critical_block_share", floatRange(v.MaxCriticalBlockShare, 0, true, 1))
+	}
+	if v.MinCritical != 0 {
+		c.at("min_critical", intRange(v.MinCritical, 1, 1_000_000))
+	}
+	return c.err
 }
 
 // DecodeRulesVersion decodes and validates a rules.v1 event. Every error satisfies
 // errors.Is(err, ErrInvalid); the RulesVersion is zero on error.
 func DecodeRulesVersion(data []byte) (RulesVersion, error) {
-	var ev RulesVersion
-	if err := decodeRulesVersion(data, &ev); err != nil {
-		return RulesVersion{}, err
-	}
-	return ev, nil
-}
-
-func (v *RulesVersion) validate() *ValidationError {
-	if err := validID(v.ID); err != nil {
-		return at("id", err)
-	}
-	if err := validTime(v.TS); err != nil {
-		return at("ts", err)
-	}
-	if err := intRange(v.Version, 1, MaxSafeInteger); err != nil {
-		return at("version", err)
-	}
-	if _, ok := parseRulesState(v.State); !ok {
-		return at("state", oneOf(string(v.State), rulesStateValues))
-	}
-	if err := validText(v.Rules, MaxRulesYAMLLen, true); err != nil {
-		return at("rules", err)
-	}
-	if err := validText(v.Author, MaxAuthorLen, false); err != nil {
-		return at("author", err)
-	}
-	if err := validText(v.Reason, MaxReasonLen, true); err != nil {
-		return at("reason", err)
-	}
-	if err := validTime(v.CreatedAt); err != nil {
-		return at("created_at", err)
-	}
-	if v.ParentVersion != 0 {
-		if err := intRange(v.ParentVersion, 1, MaxSafeInteger); err != nil {
-			return at("parent_version", err)
-		}
-	}
-	if v.ShadowForMs != 0 {
-		if err := intRange(v.ShadowForMs, 1, 604_800_000); err != nil {
-			return at("shadow_for_ms", err)
-		}
-	}
-	if v.WatchForMs != 0 {
-		if err := intRange(v.WatchForMs, 1, 604_800_000); err != nil {
-			return at("watch_for_ms", err)
-		}
-	}
-	if v.MaxCriticalBlockShare != 0 {
-		if err := floatRange(v.MaxCriticalBlockShare, 0, true, 1); err != nil {
-			return at("max_critical_block_share", err)
-		}
-	}
-	if v.MinCritical != 0 {
-		if err := intRange(v.MinCritical, 1, 1_000_000); err != nil {
-			return at("min_critical", err)
-		}
-	}
-	return nil
-}
-
-func decodeRulesVersion(data []byte, v *RulesVersion) *ValidationError {
+	var v RulesVersion
 	d := &decoder{data: data, typ: TypeRulesVersion}
-	if err := d.object(""); err != nil {
-		return err
-	}
-	const (
-		bType uint32 = 1 << iota
-		bID
-		bTS
-		bVersion
-		bState
-		bRules
-		bAuthor
-		bReason
-		bCreatedAt
-		bParentVersion
-		bShadowForMs
-		bWatchForMs
-		bMaxCriticalBlockShare
-		bMinCritical
-	)
-	var seen uint32
-	first := true
-	for {
-		name, ok, err := d.member(&first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
+	o := d.open("")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "type":
-			if err = d.seen(&seen, bType, "type"); err == nil {
-				err = d.constant("type", TypeRulesVersion)
+			if o.take(0, "type") {
+				d.readConst("type", TypeRulesVersion)
 			}
 		case "id":
-			if err = d.seen(&seen, bID, "id"); err == nil {
-				if v.ID, err = d.str("id"); err == nil {
-					if e := validID(v.ID); e != nil {
-						err = d.invalid("id", e)
-					}
-				}
+			if o.take(1, "id") {
+				v.ID = d.readStr("id", fmtID, 0)
 			}
 		case "ts":
-			if err = d.seen(&seen, bTS, "ts"); err == nil {
-				v.TS, err = d.time("ts")
+			if o.take(2, "ts") {
+				v.TS = d.readTime("ts")
 			}
 		case "version":
-			if err = d.seen(&seen, bVersion, "version"); err == nil {
-				v.Version, err = d.integer("version", 1, MaxSafeInteger)
+			if o.take(3, "version") {
+				v.Version = d.readInt("version", 1, MaxSafeInteger)
 			}
 		case "state":
-			if err = d.seen(&seen, bState, "state"); err == nil {
-				var b []byte
-				if b, err = d.strBytes("state"); err == nil {
-					var ok bool
-					if v.State, ok = parseRulesState(b); !ok {
-						err = d.invalid("state", oneOf(string(b), rulesStateValues))
-					}
-				}
+			if o.take(4, "state") {
+				v.State = readEnum(d, "state", parseRulesState[[]byte], rulesStateValues)
 			}
 		case "rules":
-			if err = d.seen(&seen, bRules, "rules"); err == nil {
-				if v.Rules, err = d.str("rules"); err == nil {
-					if e := validText(v.Rules, MaxRulesYAMLLen, true); e != nil {
-						err = d.invalid("rules", e)
-					}
-				}
+			if o.take(5, "rules") {
+				v.Rules = d.readStr("rules", fmtMultilineText, MaxRulesYAMLLen)
 			}
 		case "author":
-			if err = d.seen(&seen, bAuthor, "author"); err == nil {
-				if v.Author, err = d.str("author"); err == nil {
-					if e := validText(v.Author, MaxAuthorLen, false); e != nil {
-						err = d.invalid("author", e)
-					}
-				}
+			if o.take(6, "author") {
+				v.Author = d.readStr("author", fmtText, MaxAuthorLen)
 			}
 		case "reason":
-			if err = d.seen(&seen, bReason, "reason"); err == nil {
-				if v.Reason, err = d.str("reason"); err == nil {
-					if e := validText(v.Reason, MaxReasonLen, true); e != nil {
-						err = d.invalid("reason", e)
-					}
-				}
+			if o.take(7, "reason") {
+				v.Reason = d.readStr("reason", fmtMultilineText, MaxReasonLen)
 			}
 		case "created_at":
-			if err = d.seen(&seen, bCreatedAt, "created_at"); err == nil {
-				v.CreatedAt, err = d.time("created_at")
+			if o.take(8, "created_at") {
+				v.CreatedAt = d.readTime("created_at")
 			}
 		case "parent_version":
-			if err = d.seen(&seen, bParentVersion, "parent_version"); err == nil {
-				v.ParentVersion, err = d.integer("parent_version", 1, MaxSafeInteger)
+			if o.take(9, "parent_version") {
+				v.ParentVersion = d.readInt("parent_version", 1, MaxSafeInteger)
 			}
 		case "shadow_for_ms":
-			if err = d.seen(&seen, bShadowForMs, "shadow_for_ms"); err == nil {
-				v.ShadowForMs, err = d.integer("shadow_for_ms", 1, 604_800_000)
+			if o.take(10, "shadow_for_ms") {
+				v.ShadowForMs = d.readInt("shadow_for_ms", 1, 604_800_000)
 			}
 		case "watch_for_ms":
-			if err = d.seen(&seen, bWatchForMs, "watch_for_ms"); err == nil {
-				v.WatchForMs, err = d.integer("watch_for_ms", 1, 604_800_000)
+			if o.take(11, "watch_for_ms") {
+				v.WatchForMs = d.readInt("watch_for_ms", 1, 604_800_000)
 			}
 		case "max_critical_block_share":
-			if err = d.seen(&seen, bMaxCriticalBlockShare, "max_critical_block_share"); err == nil {
-				if v.MaxCriticalBlockShare, err = d.float("max_critical_block_share"); err == nil {
-					if e := floatRange(v.MaxCriticalBlockShare, 0, true, 1); e != nil {
-						err = d.invalid("max_critical_block_share", e)
-					}
-				}
+			if o.take(12, "max_critical_block_share") {
+				v.MaxCriticalBlockShare = d.readFloat("max_critical_block_share", 0, true, 1, true)
 			}
 		case "min_critical":
-			if err = d.seen(&seen, bMinCritical, "min_critical"); err == nil {
-				v.MinCritical, err = d.integer("min_critical", 1, 1_000_000)
+			if o.take(13, "min_critical") {
+				v.MinCritical = d.readInt("min_critical", 1, 1_000_000)
 			}
 		default:
-			err = d.skip(1)
-		}
-		if err != nil {
-			return err
+			o.skip()
 		}
 	}
-	if err := d.end(); err != nil {
-		return err
+	o.endDocument([]req{{0, "type"}, {1, "id"}, {2, "ts"}, {3, "version"}, {4, "state"}, {5, "rules"}, {6, "author"}, {7, "reason"}, {8, "created_at"}})
+	if d.err != nil {
+		return RulesVersion{}, d.err
 	}
-	return d.required("", seen, []req{{bType, "type"}, {bID, "id"}, {bTS, "ts"}, {bVersion, "version"}, {bState, "state"}, {bRules, "rules"}, {bAuthor, "author"}, {bReason, "reason"}, {bCreatedAt, "created_at"}})
+	return v, nil
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,9 +16,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -97,13 +94,7 @@ func TestSecurityUnauthenticatedChecksS2(t *testing.T) {
 
 	// gRPC (Envoy's API): the token travels as "authorization" metadata.
 	g, _ := NewGRPCServer(s)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = g.Serve(ln) }()
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() })
+	conn := dialGRPC(t, g)
 	rls := rlsv3.NewRateLimitServiceClient(conn)
 	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{descriptor("principal_kind", "user", "principal_id", redistest.Unique(t, "s2grpc"),
 		"remote_address", "203.0.113.7", "method", "GET", "route", "/x")}}

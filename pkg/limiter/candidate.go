@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
 // Candidate is a rules version running in shadow beside the enforced rules
@@ -194,21 +195,15 @@ func (f *ImpactFlusher) retire(c *impactCounts) {
 
 // Run flushes every interval until ctx is done, then once more.
 func (f *ImpactFlusher) Run(ctx context.Context, every time.Duration) error {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			_ = f.Flush(fctx)
-			cancel()
-			return nil
-		case <-t.C:
-			if err := f.Flush(ctx); err != nil && ctx.Err() == nil {
-				f.log.Warn("flush rules impact counts; kept for the next flush", "err", err)
-			}
+	_ = tick.Every(ctx, every, func(ctx context.Context) {
+		if err := f.Flush(ctx); err != nil && ctx.Err() == nil {
+			f.log.Warn("flush rules impact counts; kept for the next flush", "err", err)
 		}
-	}
+	})
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_ = f.Flush(fctx)
+	return nil
 }
 
 // Flush adds what was counted since the last flush to Redis. Counts a

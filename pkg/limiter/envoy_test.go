@@ -48,13 +48,7 @@ func newRLS(t testing.TB, rules string) rlsFixture {
 		Logger: slog.New(slog.DiscardHandler), Registry: reg})
 	g, hs := NewGRPCServer(s)
 	SetServing(hs, true)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = g.Serve(ln) }()
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() })
+	conn := dialGRPC(t, g)
 	return rlsFixture{rls: rlsv3.NewRateLimitServiceClient(conn), health: healthpb.NewHealthClient(conn), pub: pub, reg: reg, eng: e}
 }
 
@@ -422,4 +416,18 @@ func TestEnvoyPriorityDescriptorKey(t *testing.T) {
 	require.Equal(t, rlsv3.RateLimitResponse_OK, r.GetOverallCode())
 	_, err = ask("urgent")
 	require.Equal(t, codes.InvalidArgument, status.Code(err))
+}
+
+// dialGRPC serves g on a loopback port and returns a client connection to it;
+// both stop when the test ends.
+func dialGRPC(t testing.TB, g *grpc.Server) *grpc.ClientConn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = g.Serve(ln) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }

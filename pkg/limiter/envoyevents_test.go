@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,9 +14,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -136,13 +133,7 @@ descriptors:
 	g, _ := NewGRPCServer(s, WithEnvoyConfig(&EnvoyConfig{Source: src,
 		Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoytest:" + domain + ":"},
 		Identity:  &EnvoyIdentity{Keys: keys, IPKey: "remote_address", MethodKey: "method"}}))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = g.Serve(ln) }()
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() })
+	conn := dialGRPC(t, g)
 	return envoyEventsFixture{rls: rlsv3.NewRateLimitServiceClient(conn), pub: pub, reg: reg, eng: e, domain: domain}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,8 +13,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/floodgate-dev/floodgate/pkg/envoyconf"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
@@ -46,13 +43,7 @@ descriptors:
 		Logger: slog.New(slog.DiscardHandler), Registry: reg})
 	g, _ := NewGRPCServer(s, WithEnvoyConfig(&EnvoyConfig{Source: src, Headers: DefaultEnvoyHeaders(),
 		Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoytest:" + domain + ":"}}))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = g.Serve(ln) }()
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() })
+	conn := dialGRPC(t, g)
 	rls := rlsv3.NewRateLimitServiceClient(conn)
 
 	var last *rlsv3.RateLimitResponse

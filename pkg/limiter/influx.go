@@ -10,6 +10,7 @@ import (
 	"github.com/influxdata/influxdb-client-go/v2/api"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
 // ScopeCounts aggregates decisions per scope (rule id) and tier in memory and
@@ -109,15 +110,7 @@ func (s *ScopeCounts) Flush() {
 
 // Run flushes every interval until ctx is done, then once more.
 func (s *ScopeCounts) Run(ctx context.Context, every time.Duration) error {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			s.Flush()
-			return nil
-		case <-t.C:
-			s.Flush()
-		}
-	}
+	_ = tick.Every(ctx, every, func(context.Context) { s.Flush() })
+	s.Flush()
+	return nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
 // OverridesKey is the Redis hash of runtime overrides, changed without a
@@ -260,18 +261,11 @@ func validScope(s string) bool {
 
 // Run refreshes every interval until ctx is done.
 func (r *Runtime) Run(ctx context.Context, every time.Duration) error {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			rctx, cancel := context.WithTimeout(ctx, every)
-			if err := r.Refresh(rctx); err != nil && ctx.Err() == nil {
-				r.log.Warn("refresh scales and overrides", "err", err)
-			}
-			cancel()
+	return tick.Every(ctx, every, func(ctx context.Context) {
+		rctx, cancel := context.WithTimeout(ctx, every)
+		defer cancel()
+		if err := r.Refresh(rctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("refresh scales and overrides", "err", err)
 		}
-	}
+	})
 }

@@ -3,7 +3,6 @@ package limiter
 import (
 	"context"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,8 +17,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
@@ -131,13 +128,7 @@ func TestEnvoyDecisionsContinueTheCallersTrace(t *testing.T) {
 	s, pub := tracedServer(t, tr)
 	g, hs := NewGRPCServer(s)
 	SetServing(hs, true)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = g.Serve(ln) }()
-	defer g.Stop()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	defer conn.Close()
+	conn := dialGRPC(t, g)
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+callerTrace+"-"+callerSpan+"-01")
 	r, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d",
 		Descriptors: []*rlcommon.RateLimitDescriptor{botDescriptor(redistest.Unique(t, "envoy_trace"))}})

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -101,33 +102,14 @@ func (c AsyncProducerConfig) Validate() error {
 }
 
 func (c AsyncProducerConfig) withDefaults() AsyncProducerConfig {
-	if c.Name == "" {
-		c.Name = c.Topic
-	}
-	if c.Name == "" {
-		c.Name = "async"
-	}
-	if c.BufferSize == 0 {
-		c.BufferSize = DefaultAsyncBufferSize
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultAsyncBatchSize
-	}
-	if c.BatchTimeout == 0 {
-		c.BatchTimeout = DefaultAsyncBatchTimeout
-	}
-	if c.WriteAttempts == 0 {
-		c.WriteAttempts = DefaultAsyncWriteAttempts
-	}
-	if c.InitialBackoff == 0 {
-		c.InitialBackoff = DefaultInitialBackoff
-	}
-	if c.MaxBackoff == 0 {
-		c.MaxBackoff = max(DefaultMaxBackoff, c.InitialBackoff)
-	}
-	if c.DrainTimeout == 0 {
-		c.DrainTimeout = DefaultAsyncDrainTimeout
-	}
+	c.Name = cmp.Or(c.Name, c.Topic, "async")
+	c.BufferSize = cmp.Or(c.BufferSize, DefaultAsyncBufferSize)
+	c.BatchSize = cmp.Or(c.BatchSize, DefaultAsyncBatchSize)
+	c.BatchTimeout = cmp.Or(c.BatchTimeout, DefaultAsyncBatchTimeout)
+	c.WriteAttempts = cmp.Or(c.WriteAttempts, DefaultAsyncWriteAttempts)
+	c.InitialBackoff = cmp.Or(c.InitialBackoff, DefaultInitialBackoff)
+	c.MaxBackoff = cmp.Or(c.MaxBackoff, max(DefaultMaxBackoff, c.InitialBackoff))
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, DefaultAsyncDrainTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

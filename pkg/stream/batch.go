@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -85,15 +86,9 @@ func (c BatchConfig) Validate() error {
 }
 
 func (c BatchConfig) withDefaults() BatchConfig {
-	if c.MaxMessages == 0 {
-		c.MaxMessages = DefaultBatchMaxMessages
-	}
-	if c.MaxBytes == 0 {
-		c.MaxBytes = DefaultBatchMaxBytes
-	}
-	if c.Linger == 0 {
-		c.Linger = DefaultBatchLinger
-	}
+	c.MaxMessages = cmp.Or(c.MaxMessages, DefaultBatchMaxMessages)
+	c.MaxBytes = cmp.Or(c.MaxBytes, DefaultBatchMaxBytes)
+	c.Linger = cmp.Or(c.Linger, DefaultBatchLinger)
 	return c
 }
 

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -246,51 +247,21 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	if c.DLQTopic == "" && c.Topic != "" {
 		c.DLQTopic = c.Topic + ".dlq"
 	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = DefaultMaxAttempts
-	}
-	if c.InitialBackoff == 0 {
-		c.InitialBackoff = DefaultInitialBackoff
-	}
-	if c.MaxBackoff == 0 {
-		c.MaxBackoff = max(DefaultMaxBackoff, c.InitialBackoff)
-	}
-	if c.CommitInterval == 0 {
-		c.CommitInterval = DefaultCommitInterval
-	}
-	if c.DrainTimeout == 0 {
-		c.DrainTimeout = DefaultDrainTimeout
-	}
-	if c.StartOffset == 0 {
-		c.StartOffset = kafka.FirstOffset
-	}
-	if c.MaxWait == 0 {
-		c.MaxWait = DefaultMaxWait
-	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = DefaultHeartbeatInterval
-	}
-	if c.SessionTimeout == 0 {
-		c.SessionTimeout = DefaultSessionTimeout
-	}
-	if c.RebalanceTimeout == 0 {
-		c.RebalanceTimeout = DefaultRebalanceTimeout
-	}
-	if c.DeadLetterLogInterval == 0 {
-		c.DeadLetterLogInterval = DefaultDeadLetterLogInterval
-	}
-	if c.MaxMessageBytes == 0 {
-		c.MaxMessageBytes = DefaultMaxMessageBytes
-	}
-	if c.MaxDecompressedBytes == 0 {
-		c.MaxDecompressedBytes = max(DefaultMaxDecompressedBytes, c.MaxMessageBytes)
-	}
-	if c.MaxEventFuture == 0 {
-		c.MaxEventFuture = DefaultMaxEventFuture
-	}
-	if c.MaxEventAge == 0 {
-		c.MaxEventAge = DefaultMaxEventAge
-	}
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
+	c.InitialBackoff = cmp.Or(c.InitialBackoff, DefaultInitialBackoff)
+	c.MaxBackoff = cmp.Or(c.MaxBackoff, max(DefaultMaxBackoff, c.InitialBackoff))
+	c.CommitInterval = cmp.Or(c.CommitInterval, DefaultCommitInterval)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, DefaultDrainTimeout)
+	c.StartOffset = cmp.Or(c.StartOffset, kafka.FirstOffset)
+	c.MaxWait = cmp.Or(c.MaxWait, DefaultMaxWait)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, DefaultHeartbeatInterval)
+	c.SessionTimeout = cmp.Or(c.SessionTimeout, DefaultSessionTimeout)
+	c.RebalanceTimeout = cmp.Or(c.RebalanceTimeout, DefaultRebalanceTimeout)
+	c.DeadLetterLogInterval = cmp.Or(c.DeadLetterLogInterval, DefaultDeadLetterLogInterval)
+	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, DefaultMaxMessageBytes)
+	c.MaxDecompressedBytes = cmp.Or(c.MaxDecompressedBytes, max(DefaultMaxDecompressedBytes, c.MaxMessageBytes))
+	c.MaxEventFuture = cmp.Or(c.MaxEventFuture, DefaultMaxEventFuture)
+	c.MaxEventAge = cmp.Or(c.MaxEventAge, DefaultMaxEventAge)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -200,36 +201,16 @@ func (c JournalConfig) Validate() error {
 }
 
 func (c JournalConfig) withDefaults() JournalConfig {
-	if c.Name == "" {
-		c.Name = "journal"
-	}
-	if c.SegmentBytes == 0 {
-		c.SegmentBytes = DefaultJournalSegmentBytes
-	}
-	if c.MaxBytes == 0 {
-		c.MaxBytes = max(DefaultJournalMaxBytes, 2*c.SegmentBytes)
-	}
-	if c.ReserveBytes == 0 {
-		c.ReserveBytes = DefaultJournalReserveBytes
-	}
-	if c.SyncInterval == 0 {
-		c.SyncInterval = DefaultJournalSyncInterval
-	}
-	if c.QueueSize == 0 {
-		c.QueueSize = DefaultJournalQueueSize
-	}
-	if c.ReplayBatchSize == 0 {
-		c.ReplayBatchSize = DefaultJournalReplayBatch
-	}
-	if c.ReplayInitialBackoff == 0 {
-		c.ReplayInitialBackoff = DefaultInitialBackoff
-	}
-	if c.ReplayMaxBackoff == 0 {
-		c.ReplayMaxBackoff = max(DefaultMaxBackoff, c.ReplayInitialBackoff)
-	}
-	if c.ReplayTimeout == 0 {
-		c.ReplayTimeout = DefaultJournalReplayTimeout
-	}
+	c.Name = cmp.Or(c.Name, "journal")
+	c.SegmentBytes = cmp.Or(c.SegmentBytes, DefaultJournalSegmentBytes)
+	c.MaxBytes = cmp.Or(c.MaxBytes, max(DefaultJournalMaxBytes, 2*c.SegmentBytes))
+	c.ReserveBytes = cmp.Or(c.ReserveBytes, DefaultJournalReserveBytes)
+	c.SyncInterval = cmp.Or(c.SyncInterval, DefaultJournalSyncInterval)
+	c.QueueSize = cmp.Or(c.QueueSize, DefaultJournalQueueSize)
+	c.ReplayBatchSize = cmp.Or(c.ReplayBatchSize, DefaultJournalReplayBatch)
+	c.ReplayInitialBackoff = cmp.Or(c.ReplayInitialBackoff, DefaultInitialBackoff)
+	c.ReplayMaxBackoff = cmp.Or(c.ReplayMaxBackoff, max(DefaultMaxBackoff, c.ReplayInitialBackoff))
+	c.ReplayTimeout = cmp.Or(c.ReplayTimeout, DefaultJournalReplayTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -114,18 +115,10 @@ func (c ProducerConfig) withDefaults() ProducerConfig {
 	if c.Balancer == nil {
 		c.Balancer = &kafka.Hash{}
 	}
-	if c.BatchTimeout == 0 {
-		c.BatchTimeout = DefaultProducerBatchTimeout
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultProducerBatchSize
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = DefaultProducerMaxAttempts
-	}
-	if c.WriteTimeout == 0 {
-		c.WriteTimeout = DefaultProducerWriteTimeout
-	}
+	c.BatchTimeout = cmp.Or(c.BatchTimeout, DefaultProducerBatchTimeout)
+	c.BatchSize = cmp.Or(c.BatchSize, DefaultProducerBatchSize)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultProducerMaxAttempts)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultProducerWriteTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -16,25 +16,19 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/floodgate-dev/floodgate/loadtest/internal/cli"
 
 	"github.com/floodgate-dev/floodgate/loadtest/benchreport"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv); err != nil {
-		slog.Error("benchreport", "err", err)
-		os.Exit(1)
-	}
+	cli.Main(nil, "benchreport", func(ctx context.Context) error { return run(ctx, os.Args[1:], os.Getenv) })
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string) error {

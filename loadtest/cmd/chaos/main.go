@@ -13,22 +13,17 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/floodgate-dev/floodgate/loadtest/internal/cli"
 
 	"github.com/floodgate-dev/floodgate/loadtest/chaos"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if err := run(ctx, os.Args[1:], os.Getenv, log); err != nil {
-		log.Error("chaos", "err", err)
-		os.Exit(1)
-	}
+	cli.Main(log, "chaos", func(ctx context.Context) error { return run(ctx, os.Args[1:], os.Getenv, log) })
 }
 
 const beginMark, endMark = "<!-- chaos:results:begin -->", "<!-- chaos:results:end -->"

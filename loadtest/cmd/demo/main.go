@@ -26,7 +26,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -35,15 +34,17 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/floodgate-dev/floodgate/loadtest/internal/cli"
+
 	"github.com/segmentio/kafka-go"
 
+	"github.com/floodgate-dev/floodgate/loadtest/bench"
 	"github.com/floodgate-dev/floodgate/loadtest/traffic"
 	"github.com/floodgate-dev/floodgate/migrations"
 	"github.com/floodgate-dev/floodgate/pkg/config"
@@ -54,12 +55,10 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if _, err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
-		slog.Error("demo", "err", err)
-		os.Exit(1)
-	}
+	cli.Main(nil, "demo", func(ctx context.Context) error {
+		_, err := run(ctx, os.Args[1:], os.Getenv, os.Stdout)
+		return err
+	})
 }
 
 // summary is what the demo found at the end: legitimate principals with a
@@ -215,7 +214,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		procs = append(procs, cmd)
 	}
 	for i, addr := range []string{*limiterAddr, *detectorAddr, *quotaAddr, *adjusterAddr, *dlqAddr, *consoleAddr} {
-		if err := waitReady(ctx, "http://"+addr+"/readyz"); err != nil {
+		if err := bench.WaitReady(ctx, "http://"+addr+"/readyz", 30*time.Second); err != nil {
 			return summary{}, fmt.Errorf("%s: %w (log: %s)", services[i], err, filepath.Join(*logDir, "demo-"+services[i]+".log"))
 		}
 	}
@@ -522,22 +521,4 @@ func stopAll(procs []*exec.Cmd, out io.Writer) {
 		}
 	}
 	fmt.Fprintf(out, "stopped %d services: %s\n", len(procs), strings.Join(services[:len(procs)], ", "))
-}
-
-func waitReady(ctx context.Context, url string) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	return errors.New(strings.TrimSuffix(url, "/readyz") + " did not become ready within 30s")
 }

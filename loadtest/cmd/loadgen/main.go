@@ -13,27 +13,21 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/floodgate-dev/floodgate/loadtest/internal/cli"
+
 	"github.com/floodgate-dev/floodgate/loadtest/bench"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
-		slog.Error("loadgen", "err", err)
-		os.Exit(1)
-	}
+	cli.Main(nil, "loadgen", func(ctx context.Context) error { return run(ctx, os.Args[1:]) })
 }
 
 func run(ctx context.Context, args []string) error {
@@ -68,7 +62,7 @@ func run(ctx context.Context, args []string) error {
 		}
 		defer stopLimiter()
 	}
-	if err := waitReady(ctx, *url+"/readyz"); err != nil {
+	if err := bench.WaitReady(ctx, *url+"/readyz", 20*time.Second); err != nil {
 		return err
 	}
 	target := bench.NewTarget(*url, *principals, *workers, *batch)
@@ -120,22 +114,4 @@ func startLimiter(ctx context.Context, path, addr string) (func(), error) {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	}, nil
-}
-
-func waitReady(ctx context.Context, url string) error {
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("%s not ready after 20s", url)
 }

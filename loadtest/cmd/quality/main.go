@@ -13,12 +13,12 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/floodgate-dev/floodgate/loadtest/internal/cli"
 
 	"github.com/floodgate-dev/floodgate/loadtest/labeled"
 	"github.com/floodgate-dev/floodgate/loadtest/quality"
@@ -28,13 +28,8 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(ctx, os.Args, os.Getenv, os.Stdout, log); err != nil {
-		log.Error("quality run", "err", err)
-		os.Exit(1)
-	}
+	cli.Main(log, "quality run", func(ctx context.Context) error { return run(ctx, os.Args, os.Getenv, os.Stdout, log) })
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer, log *slog.Logger) error {

@@ -12,6 +12,7 @@ import (
 	"github.com/influxdata/influxdb-client-go/v2/api"
 
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
 // Counter counts responses by class (1xx…5xx) and writes them to InfluxDB
@@ -66,15 +67,7 @@ func (r *Counter) Flush() {
 
 // Run flushes every interval until ctx is done, then flushes once more.
 func (r *Counter) Run(ctx context.Context, every time.Duration) error {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			r.Flush()
-			return nil
-		case <-t.C:
-			r.Flush()
-		}
-	}
+	_ = tick.Every(ctx, every, func(context.Context) { r.Flush() })
+	r.Flush()
+	return nil
 }

@@ -6,12 +6,20 @@
 //   - x-floodgate-go-type: the Go struct of an object ("Decision", "Window"),
 //     or "int32" for an integer that is an int32 in Go;
 //   - x-floodgate-format: the grammar of a string (see formats), e.g. "route"
-//     → validRoute, "text" → validText;
+//     → fmtRoute, whose check calls validRoute; "text" → fmtText, validText;
 //   - x-floodgate-max-const: the exported Go constant for a maxLength or
 //     maxItems ("MaxRouteLen");
 //   - x-floodgate-enum: {"name", "prefix", "type", "list", "doc"} for a string
 //     enum: its Go type, constant prefix, "string" for an untyped enum, the
 //     name of its "|"-separated list, and its doc comment.
+//
+// Each object type (each x-floodgate-go-type, shared by every schema and place
+// that uses it) gets one encoder (appendJSON), one validator (validate) and one
+// decoder (decode<Type>); its parents call them. They spend a line or two per
+// member: the readers, checks and writers of each kind of member are
+// hand-written once in pkg/events/members.go, read.go and write.go. The
+// decoder keeps its first error (decoder.err), so the generated decoders
+// carry no error plumbing.
 //
 // Run it with `go generate ./pkg/events` (or `make generate`).
 package eventgen
@@ -75,21 +83,11 @@ func Generate(schemaDir string) (map[string][]byte, error) {
 	for _, ev := range m.events {
 		emitEventFuncs(bodies[fileOf(map[string]bool{ev.file: true})], ev)
 	}
-	listed := map[*structType]bool{}
-	for _, st := range m.structs {
-		for _, f := range st.fields {
-			if f.kind == kList {
-				listed[f.strct] = true
-			}
-		}
-	}
 	for _, st := range m.structs {
 		w := bodies[fileOf(st.files)]
+		emitEncode(w, st)
 		emitValidate(w, st)
 		emitDecode(w, st)
-		if listed[st] {
-			emitDecodeList(w, st)
-		}
 	}
 	for _, f := range files {
 		body := bodies[f].String()
@@ -206,11 +204,7 @@ func (f *field) goType() string {
 
 func emitStruct(w *bytes.Buffer, st *structType) {
 	if st.event != nil {
-		article := "a"
-		if strings.ContainsRune("aeiou", rune(st.event.title[0])) {
-			article = "an"
-		}
-		comment(w, "", fmt.Sprintf("%s is %s %s event: %s", st.name, article, st.event.title, st.doc))
+		comment(w, "", fmt.Sprintf("%s is a%s %s event: %s", st.name, article(st.event.title), st.event.title, st.doc))
 	} else {
 		comment(w, "", fmt.Sprintf("%s is %s", st.name, lowerSentence(st.doc)))
 	}
@@ -292,32 +286,56 @@ func floatCheck(f *field, expr string) string {
 	return fmt.Sprintf("floatAtLeast(%s, %g, %v)", expr, f.flo, f.fexcl)
 }
 
-func stringCheck(f *field, expr string) string {
-	return fmt.Sprintf(strings.ReplaceAll(f.format.validate, "%m", f.maxConst), expr)
+// maxArg is the length limit a format's check takes, 0 when it takes none.
+func maxArg(f *field) string {
+	if f.format.max {
+		return f.maxConst
+	}
+	return "0"
 }
 
 func emitEventFuncs(w *bytes.Buffer, ev *event) {
 	n, t := ev.root.name, ev.typeConst
 	fmt.Fprintf(w, "// Validate checks v against the %s contract.\nfunc (v *%s) Validate() error { return withType(%s, v.validate()) }\n\n", ev.title, n, t)
-	fmt.Fprintf(w, "// Encode%s validates v and encodes it as JSON.\nfunc Encode%s(v *%s) ([]byte, error) {\nreturn Append%s(make([]byte, 0, %d), v)\n}\n\n", n, n, n, n, ev.buffer)
+	fmt.Fprintf(w, "// Encode%s validates v and encodes it as JSON.\nfunc Encode%s(v *%s) ([]byte, error) { return Append%s(make([]byte, 0, %d), v) }\n\n", n, n, n, n, ev.buffer)
 	fmt.Fprintf(w, "// Append%s validates v and appends its JSON encoding to dst; on error dst\n// is returned unchanged. It does not allocate when dst has room.\n", n)
-	fmt.Fprintf(w, "func Append%s(dst []byte, v *%s) ([]byte, error) {\nif err := v.Validate(); err != nil {\nreturn dst, err\n}\nb := dst\n", n, n)
-	e := &encoder{w: w}
-	e.object(ev.root, "v")
-	e.flush()
-	w.WriteString("return b, nil\n}\n\n")
+	fmt.Fprintf(w, "func Append%s(dst []byte, v *%s) ([]byte, error) {\nif err := v.Validate(); err != nil {\nreturn dst, err\n}\nreturn v.appendJSON(dst), nil\n}\n\n", n, n)
 	fmt.Fprintf(w, "// MarshalJSON implements json.Marshaler with Encode%s.\nfunc (v %s) MarshalJSON() ([]byte, error) { return Encode%s(&v) }\n\n", n, n, n)
-	fmt.Fprintf(w, "// UnmarshalJSON implements json.Unmarshaler with Decode%s.\nfunc (v *%s) UnmarshalJSON(data []byte) error {\nev, err := Decode%s(data)\nif err != nil {\nreturn err\n}\n*v = ev\nreturn nil\n}\n\n", n, n, n)
-	fmt.Fprintf(w, "// Decode%s decodes and validates a %s event. Every error satisfies\n// errors.Is(err, ErrInvalid); the %s is zero on error.\n", n, ev.title, n)
-	fmt.Fprintf(w, "func Decode%s(data []byte) (%s, error) {\nvar ev %s\nif err := decode%s(data, &ev); err != nil {\nreturn %s{}, err\n}\nreturn ev, nil\n}\n\n", n, n, n, n, n)
+	fmt.Fprintf(w, "// UnmarshalJSON implements json.Unmarshaler with Decode%s.\nfunc (v *%s) UnmarshalJSON(data []byte) error { return unmarshal(v, data, Decode%s) }\n\n", n, n, n)
 }
 
-// encoder writes the statements of an Append function, merging the constant
+// article is "n" before a title that starts with a vowel, for "a"+article.
+func article(title string) string {
+	if strings.ContainsRune("aeiou", rune(title[0])) {
+		return "n"
+	}
+	return ""
+}
+
+// emitEncode writes the encoder of one object type: a method that appends the
+// object's JSON to b, called by every object and event that holds one.
+// Encoding does not validate: Append<Event> validates the whole event first.
+func emitEncode(w *bytes.Buffer, st *structType) {
+	fmt.Fprintf(w, "func (v *%s) appendJSON(b []byte) []byte {\n", st.name)
+	e := &encoder{w: w}
+	e.literal("{")
+	for i, f := range st.fields {
+		sep := ","
+		if i == 0 {
+			sep = ""
+		}
+		e.member(f, "v."+f.goName, sep)
+	}
+	e.literal("}")
+	e.flush()
+	w.WriteString("return b\n}\n\n")
+}
+
+// encoder writes the statements of an appendJSON method, merging the constant
 // parts of the output into as few appends as possible.
 type encoder struct {
-	w    *bytes.Buffer
-	lit  strings.Builder
-	vars int
+	w   *bytes.Buffer
+	lit strings.Builder
 }
 
 func (e *encoder) literal(s string) { e.lit.WriteString(s) }
@@ -338,24 +356,6 @@ func (e *encoder) flush() {
 func (e *encoder) stmt(format string, args ...any) {
 	e.flush()
 	fmt.Fprintf(e.w, format+"\n", args...)
-}
-
-func (e *encoder) newVar(prefix string) string {
-	e.vars++
-	return prefix + strconv.Itoa(e.vars)
-}
-
-// object writes st's members from the Go value expr (a struct or a pointer).
-func (e *encoder) object(st *structType, expr string) {
-	e.literal("{")
-	for i, f := range st.fields {
-		sep := ","
-		if i == 0 {
-			sep = ""
-		}
-		e.member(f, expr+"."+f.goName, sep)
-	}
-	e.literal("}")
 }
 
 func (e *encoder) member(f *field, expr, sep string) {
@@ -411,21 +411,10 @@ func (e *encoder) member(f *field, expr, sep string) {
 		e.stmt("b = appendFloat(b, %s)", expr)
 	case kStruct:
 		e.literal(name)
-		if optional {
-			x := e.newVar("x")
-			e.stmt("%s := %s", x, expr)
-			e.object(f.strct, x)
-		} else {
-			e.object(f.strct, expr)
-		}
+		e.stmt("b = %s.appendJSON(b)", expr)
 	case kList:
 		e.literal(name + "[")
-		i, x := e.newVar("i"), e.newVar("x")
-		e.stmt("for %s := range %s {", i, expr)
-		e.stmt("if %s > 0 {\nb = append(b, ',')\n}", i)
-		e.stmt("%s := &%s[%s]", x, expr, i)
-		e.object(f.strct, x)
-		e.stmt("}")
+		e.stmt("for i := range %s {\nb = %s[i].appendJSON(sep(b, i))\n}", expr, expr)
 		e.literal("]")
 	}
 	if optional {
@@ -433,8 +422,10 @@ func (e *encoder) member(f *field, expr, sep string) {
 	}
 }
 
+// emitValidate writes the validate method of one object type: one check per
+// member, keeping the first error.
 func emitValidate(w *bytes.Buffer, st *structType) {
-	fmt.Fprintf(w, "func (v *%s) validate() *ValidationError {\n", st.name)
+	fmt.Fprintf(w, "func (v *%s) validate() *ValidationError {\nvar c checker\n", st.name)
 	for _, f := range st.fields {
 		expr := "v." + f.goName
 		var check string
@@ -442,134 +433,100 @@ func emitValidate(w *bytes.Buffer, st *structType) {
 		case kConst, kBool:
 			continue
 		case kString:
-			check = fmt.Sprintf("if err := %s; err != nil {\nreturn at(%q, err)\n}", stringCheck(f, expr), f.json)
+			check = fmt.Sprintf("c.at(%q, %s)", f.json, fmt.Sprintf(strings.ReplaceAll(f.format.validate, "%m", f.maxConst), expr))
 		case kEnum:
 			s := expr
 			if f.enum.goType != "string" {
 				s = "string(" + expr + ")"
 			}
-			check = fmt.Sprintf("if _, ok := %s(%s); !ok {\nreturn at(%q, oneOf(%s, %s))\n}", f.enum.parse, expr, f.json, s, f.enum.list)
+			check = fmt.Sprintf("if _, ok := %s(%s); !ok {\nc.at(%q, oneOf(%s, %s))\n}", f.enum.parse, expr, f.json, s, f.enum.list)
 		case kTime:
-			check = fmt.Sprintf("if err := validTime(%s); err != nil {\nreturn at(%q, err)\n}", expr, f.json)
+			check = fmt.Sprintf("c.at(%q, validTime(%s))", f.json, expr)
 		case kIP:
-			check = fmt.Sprintf("if err := validAddr(%s); err != nil {\nreturn at(%q, err)\n}", expr, f.json)
+			check = fmt.Sprintf("c.at(%q, validAddr(%s))", f.json, expr)
 		case kInt:
 			x := expr
 			if f.goInt != "int64" {
 				x = "int64(" + expr + ")"
 			}
-			check = fmt.Sprintf("if err := intRange(%s, %s, %s); err != nil {\nreturn at(%q, err)\n}", x, intLit(f.ilo), intLit(f.ihi), f.json)
+			check = fmt.Sprintf("c.at(%q, intRange(%s, %s, %s))", f.json, x, intLit(f.ilo), intLit(f.ihi))
 		case kFloat:
-			check = fmt.Sprintf("if err := %s; err != nil {\nreturn at(%q, err)\n}", floatCheck(f, expr), f.json)
+			check = fmt.Sprintf("c.at(%q, %s)", f.json, floatCheck(f, expr))
 		case kStruct:
-			check = fmt.Sprintf("if err := %s.validate(); err != nil {\nreturn at(%q, err)\n}", expr, f.json)
+			check = fmt.Sprintf("c.at(%q, %s.validate())", f.json, expr)
 		case kList:
-			check = fmt.Sprintf("if len(%s) > %s {\nreturn at(%q, tooMany(len(%s), %s))\n}\n", expr, f.maxConst, f.json, expr, f.maxConst) +
-				fmt.Sprintf("for i := range %s {\nif err := %s[i].validate(); err != nil {\nreturn at(%q+strconv.Itoa(i)+\"]\", err)\n}\n}", expr, expr, f.json+"[")
+			check = fmt.Sprintf("c.count(%q, len(%s), %s)\nfor i := range %s {\nc.item(%q, i, %s[i].validate())\n}", f.json, expr, f.maxConst, expr, f.json, expr)
 		}
 		if !f.required {
 			check = fmt.Sprintf("if %s {\n%s\n}", presentCond(f, expr), check)
 		}
 		w.WriteString(check + "\n")
 	}
-	w.WriteString("return nil\n}\n\n")
+	w.WriteString("return c.err\n}\n\n")
 }
 
-// emitDecodeList writes the decoder of an array of st. It is written out per
-// element type, calling the element's decoder directly: a shared generic loop
-// taking the element decoder as a function value makes the decoder escape to
-// the heap in every event that has a list (one allocation per decoded event).
-func emitDecodeList(w *bytes.Buffer, st *structType) {
-	n := st.name
-	fmt.Fprintf(w, `
-// decode%[1]sList decodes an array of at most max %[1]s.
-func (d *decoder) decode%[1]sList(field string, max int) ([]%[1]s, *ValidationError) {
-	if err := d.array(field); err != nil {
-		return nil, err
-	}
-	var out []%[1]s
-	first := true
-	for i := 0; ; i++ {
-		ok, err := d.element(&first)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return out, nil
-		}
-		if i == max {
-			return nil, d.tooManyItems(field, max)
-		}
-		out = append(out, %[1]s{})
-		if err := d.decode%[1]s(&out[len(out)-1]); err != nil {
-			return nil, within(field+"["+strconv.Itoa(i)+"]", err)
-		}
-	}
-}
-`, n)
-}
-
+// emitDecode writes the decoder of one object type: a switch on the member
+// name with one read per member (members.go).
 func emitDecode(w *bytes.Buffer, st *structType) {
 	if st.event != nil {
-		fmt.Fprintf(w, "func decode%s(data []byte, v *%s) *ValidationError {\nd := &decoder{data: data, typ: %s}\n", st.name, st.name, st.event.typeConst)
+		ev := st.event
+		fmt.Fprintf(w, "// Decode%s decodes and validates a%s %s event. Every error satisfies\n// errors.Is(err, ErrInvalid); the %s is zero on error.\n", st.name, article(ev.title), ev.title, st.name)
+		fmt.Fprintf(w, "func Decode%s(data []byte) (%s, error) {\nvar v %s\nd := &decoder{data: data, typ: %s}\n", st.name, st.name, st.name, ev.typeConst)
 	} else {
-		fmt.Fprintf(w, "func (d *decoder) decode%s(v *%s) *ValidationError {\n", st.name, st.name)
+		fmt.Fprintf(w, "func (d *decoder) decode%s(v *%s) {\n", st.name, st.name)
 	}
-	fmt.Fprintf(w, "if err := d.object(%q); err != nil {\nreturn err\n}\n", st.dpath)
-	w.WriteString("const (\n")
+	fmt.Fprintf(w, "o := d.open(%q)\nfor name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {\nswitch string(name) {\n", st.dpath)
 	for i, f := range st.fields {
-		if i == 0 {
-			fmt.Fprintf(w, "b%s uint32 = 1 << iota\n", f.goName)
-		} else {
-			fmt.Fprintf(w, "b%s\n", f.goName)
-		}
+		fmt.Fprintf(w, "case %q:\n%s\n", f.json, decodeMember(f, st, i))
 	}
-	w.WriteString(")\nvar seen uint32\nfirst := true\nfor {\nname, ok, err := d.member(&first)\nif err != nil {\nreturn err\n}\nif !ok {\nbreak\n}\nswitch string(name) {\n")
-	for _, f := range st.fields {
-		fmt.Fprintf(w, "case %q:\nif err = d.seen(&seen, b%s, %q); err == nil {\n%s\n}\n", f.json, f.goName, f.json, decodeMember(f, st))
-	}
-	w.WriteString("default:\nerr = d.skip(1)\n}\nif err != nil {\nreturn err\n}\n}\n")
-	if st.event != nil {
-		w.WriteString("if err := d.end(); err != nil {\nreturn err\n}\n")
-	}
+	w.WriteString("default:\no.skip()\n}\n}\n")
 	var reqs []string
-	for _, f := range st.fields {
+	for i, f := range st.fields {
 		if f.required {
-			reqs = append(reqs, fmt.Sprintf("{b%s, %q}", f.goName, f.json))
+			reqs = append(reqs, fmt.Sprintf("{%d, %q}", i, f.json))
 		}
 	}
-	fmt.Fprintf(w, "return d.required(%q, seen, []req{%s})\n}\n\n", st.dpath, strings.Join(reqs, ", "))
+	if st.event != nil {
+		fmt.Fprintf(w, "o.endDocument([]req{%s})\nif d.err != nil {\nreturn %s{}, d.err\n}\nreturn v, nil\n}\n\n", strings.Join(reqs, ", "), st.name)
+	} else {
+		fmt.Fprintf(w, "o.end(%q, []req{%s})\n}\n\n", st.dpath, strings.Join(reqs, ", "))
+	}
 }
 
-func decodeMember(f *field, st *structType) string {
+func decodeMember(f *field, st *structType, bit int) string {
 	expr, p := "v."+f.goName, strconv.Quote(f.dpath)
+	take := fmt.Sprintf("if o.take(%d, %s) {\n", bit, p)
 	switch f.kind {
 	case kConst:
-		return fmt.Sprintf("err = d.constant(%s, %s)", p, st.event.typeConst)
+		return take + fmt.Sprintf("d.readConst(%s, %s)\n}", p, st.event.typeConst)
 	case kString:
-		return fmt.Sprintf("if %s, err = d.str(%s); err == nil {\nif e := %s; e != nil {\nerr = d.invalid(%s, e)\n}\n}", expr, p, stringCheck(f, expr), p)
+		return take + fmt.Sprintf("%s = d.readStr(%s, %s, %s)\n}", expr, p, f.format.format, maxArg(f))
 	case kEnum:
-		return fmt.Sprintf("var b []byte\nif b, err = d.strBytes(%s); err == nil {\nvar ok bool\nif %s, ok = %s(b); !ok {\nerr = d.invalid(%s, oneOf(string(b), %s))\n}\n}", p, expr, f.enum.parse, p, f.enum.list)
+		return take + fmt.Sprintf("%s = readEnum(d, %s, %s[[]byte], %s)\n}", expr, p, f.enum.parse, f.enum.list)
 	case kTime:
-		return fmt.Sprintf("%s, err = d.time(%s)", expr, p)
+		return take + fmt.Sprintf("%s = d.readTime(%s)\n}", expr, p)
 	case kIP:
-		return fmt.Sprintf("%s, err = d.ip(%s)", expr, p)
+		return take + fmt.Sprintf("%s = d.readIP(%s)\n}", expr, p)
 	case kBool:
-		return fmt.Sprintf("%s, err = d.boolean(%s)", expr, p)
+		return take + fmt.Sprintf("%s = d.readBool(%s)\n}", expr, p)
 	case kInt:
-		if f.goInt == "int64" {
-			return fmt.Sprintf("%s, err = d.integer(%s, %s, %s)", expr, p, intLit(f.ilo), intLit(f.ihi))
+		read := fmt.Sprintf("d.readInt(%s, %s, %s)", p, intLit(f.ilo), intLit(f.ihi))
+		if f.goInt != "int64" {
+			read = f.goInt + "(" + read + ")"
 		}
-		return fmt.Sprintf("var n int64\nn, err = d.integer(%s, %s, %s)\n%s = %s(n)", p, intLit(f.ilo), intLit(f.ihi), expr, f.goInt)
+		return take + expr + " = " + read + "\n}"
 	case kFloat:
-		return fmt.Sprintf("if %s, err = d.float(%s); err == nil {\nif e := %s; e != nil {\nerr = d.invalid(%s, e)\n}\n}", expr, p, floatCheck(f, expr), p)
+		return take + fmt.Sprintf("%s = d.readFloat(%s, %g, %v, %g, %v)\n}", expr, p, f.flo, f.fexcl, f.fhi, f.fhasHi)
 	case kStruct:
 		if f.required {
-			return fmt.Sprintf("err = d.decode%s(&%s)", f.strct.name, expr)
+			return fmt.Sprintf("if o.take(%d, %s) {\nd.decode%s(&%s)\n}", bit, p, f.strct.name, expr)
 		}
-		return fmt.Sprintf("%s = &%s{}\nerr = d.decode%s(%s)", expr, f.strct.name, f.strct.name, expr)
+		return fmt.Sprintf("if o.take(%d, %s) {\n%s = new(%s)\nd.decode%s(%s)\n}", bit, p, expr, f.strct.name, f.strct.name, expr)
 	case kList:
-		return fmt.Sprintf("%s, err = d.decode%sList(%s, %s)", expr, f.strct.name, p, f.maxConst)
+		// The element's decoder is called directly in the loop: a shared list
+		// decoder taking it as a function value made the decoder escape to the
+		// heap (one allocation per decoded event).
+		return fmt.Sprintf("for l := o.list(%d, %s, %s); l.next(d); l.check(d) {\nd.decode%s(grow(&%s))\n}", bit, p, f.maxConst, f.strct.name, expr)
 	}
 	panic("no decoder")
 }

@@ -33,6 +33,7 @@ func generate(t *testing.T, schemas ...string) (map[string][]byte, error) {
 }
 
 func TestGenerateRefuses(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, schema, want string
 	}{
@@ -62,6 +63,7 @@ func TestGenerateRefuses(t *testing.T) {
 }
 
 func TestGenerateShared(t *testing.T) {
+	t.Parallel()
 	// A member both schemas have goes to common_gen.go, the rest to each schema's file.
 	s := schema(`, "p": {"description": "p", "x-floodgate-go-type": "P", "type": "object", "required": ["k"],
 		"properties": {"k": {"description": "k", "type": "string", "enum": ["a_b", "ip"], "x-floodgate-enum": {"name": "K", "prefix": "K"}}}}`, "p")
@@ -76,6 +78,7 @@ func TestGenerateShared(t *testing.T) {
 }
 
 func TestGoName(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"id": "ID", "ts": "TS", "distinct_ip24": "DistinctIP24", "top_ips": "TopIPs", "api_key": "APIKey",
 		"penalty_multiplier": "PenaltyMultiplier", "cpu": "CPU", "incident_id": "IncidentID",

@@ -25,23 +25,28 @@ const (
 )
 
 // grammar maps an x-floodgate-format value to the hand-written Go function in
-// pkg/events that checks it. %s is the value; %m the x-floodgate-max-const.
+// pkg/events that checks it, and to the constant of type format that names it
+// to the decoder's string reader (members.go). In validate, %s is the value
+// and %m the x-floodgate-max-const.
 type grammar struct {
-	validate string
+	format   string // "fmtRoute"
+	validate string // "validRoute(%s)"
+	// max: the check takes a length limit, the x-floodgate-max-const.
+	max bool
 	// raw: every valid value is printable ASCII without '"' and '\\', so the
 	// encoder copies it between quotes without escaping.
 	raw bool
 }
 
 var formats = map[string]grammar{
-	"id":             {validate: "validID(%s)", raw: true},
-	"route":          {validate: "validRoute(%s)", raw: true},
-	"topic":          {validate: "validTopic(%s)", raw: true},
-	"resource":       {validate: "validResource(%s)"},
-	"principal-id":   {validate: "validPrincipalID(%s)"},
-	"text":           {validate: "validText(%s, %m, false)"},
-	"multiline-text": {validate: "validText(%s, %m, true)"},
-	"base64":         {validate: "validBase64(%s, %m)", raw: true},
+	"id":             {format: "fmtID", validate: "validID(%s)", raw: true},
+	"route":          {format: "fmtRoute", validate: "validRoute(%s)", raw: true},
+	"topic":          {format: "fmtTopic", validate: "validTopic(%s)", raw: true},
+	"resource":       {format: "fmtResource", validate: "validResource(%s)"},
+	"principal-id":   {format: "fmtPrincipalID", validate: "validPrincipalID(%s)"},
+	"text":           {format: "fmtText", validate: "validText(%s, %m, false)", max: true},
+	"multiline-text": {format: "fmtMultilineText", validate: "validText(%s, %m, true)", max: true},
+	"base64":         {format: "fmtBase64", validate: "validBase64(%s, %m)", max: true, raw: true},
 	// timestamp and ip have Go types of their own (kTime, kIP).
 	"timestamp": {},
 	"ip":        {},
@@ -248,7 +253,7 @@ func (m *model) structOf(n *node, dpath string) (*structType, error) {
 func sig(s *structType) string {
 	var b strings.Builder
 	for _, f := range s.fields {
-		fmt.Fprintf(&b, "%s/%s/%v/%d/%s/%s/%d/%d/%g/%g/%v/%v/%d/%s;", f.json, f.goName, f.required, f.kind, f.format.validate, f.maxConst,
+		fmt.Fprintf(&b, "%s/%s/%v/%d/%s/%s/%d/%d/%g/%g/%v/%v/%d/%s;", f.json, f.goName, f.required, f.kind, f.format.format, f.maxConst,
 			f.ilo, f.ihi, f.flo, f.fhi, f.fexcl, f.fhasHi, f.maxItems, f.goInt)
 		if f.enum != nil {
 			b.WriteString(f.enum.spec.Name)
@@ -320,7 +325,7 @@ func (m *model) fieldOf(p prop, required bool, dpath string, dryRun bool) (*fiel
 		}
 		fm, ok := formats[n.format]
 		if !ok {
-			return nil, fmt.Errorf("%s: a string needs x-floodgate-format, one of %s (got %q); a new grammar is a hand-written function in pkg/events plus an entry in eventgen's formats", n.path, formatNames(), n.format)
+			return nil, fmt.Errorf("%s: a string needs x-floodgate-format, one of %s (got %q); a new grammar is a hand-written function in pkg/events, a format constant in members.go and an entry in eventgen's formats", n.path, formatNames(), n.format)
 		}
 		switch n.format {
 		case "timestamp":
@@ -329,7 +334,7 @@ func (m *model) fieldOf(p prop, required bool, dpath string, dryRun bool) (*fiel
 			f.kind = kIP
 		default:
 			f.kind, f.format = kString, fm
-			if strings.Contains(fm.validate, "%m") && n.maxConst == "" {
+			if fm.max && n.maxConst == "" {
 				return nil, fmt.Errorf("%s: format %s needs x-floodgate-max-const", n.path, n.format)
 			}
 		}

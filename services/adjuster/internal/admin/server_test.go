@@ -3,12 +3,10 @@ package admin
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -18,8 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/require"
 
-	"github.com/floodgate-dev/floodgate/migrations"
-	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
@@ -47,33 +44,7 @@ func (f *fakeLoop) versions() (out []int64) {
 // table prefix and returns the settings store on those tables.
 func dynamoStore(t *testing.T) *settings.Dynamo {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	endpoint := config.NewEnv(os.Getenv).String("FLOODGATE_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000")
-	ddb, err := dynamo.NewClient(ctx, dynamo.Options{Endpoint: endpoint})
-	require.NoError(t, err)
-	prefix := fmt.Sprintf("adj%d_", time.Now().UnixNano())
-	ms, err := migrations.Load()
-	require.NoError(t, err)
-	d := &migrations.Dynamo{Client: ddb, Prefix: prefix}
-	for _, m := range ms {
-		require.NoError(t, d.Apply(ctx, m.DynamoDB.Tables, func(string) {}), "DynamoDB Local at %s (is the local stack up?)", endpoint)
-	}
-	t.Cleanup(func() {
-		out, err := ddb.ListTables(context.Background(), &dynamodb.ListTablesInput{})
-		if err != nil {
-			return
-		}
-		for _, name := range out.TableNames {
-			if strings.HasPrefix(name, prefix) {
-				_, err := ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)})
-				var nf *types.ResourceNotFoundException
-				if err != nil && !errors.As(err, &nf) {
-					t.Logf("delete %s: %v", name, err)
-				}
-			}
-		}
-	})
+	ddb, prefix := migrationstest.DynamoTables(t, "adj")
 	return &settings.Dynamo{Client: ddb, RuntimeTable: prefix + dynamo.TableRuntimeConfig, AuditTable: prefix + dynamo.TableAuditLog}
 }
 

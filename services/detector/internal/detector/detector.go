@@ -18,6 +18,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 	"github.com/floodgate-dev/floodgate/services/detector/internal/score"
 )
 
@@ -42,6 +43,21 @@ type Records interface {
 	PriorIncidents(ctx context.Context, p events.Principal, at time.Time, lookback, quiet time.Duration, exclude string) (int, error)
 }
 
+// Penalties holds the penalties the limiter reads: *PenaltyStore (Redis). It
+// must be safe for concurrent use; penaltiesContract (tests) is its contract,
+// run against the Redis store and the in-memory double of the tests.
+type Penalties interface {
+	// Apply merges p into principal's penalty — the strongest multiplier, the
+	// highest level and the latest expiry win — and reports PenaltyApplied,
+	// PenaltyUnchanged (nothing to merge) or PenaltyStale (p has expired).
+	Apply(ctx context.Context, principal events.Principal, abuseID string, p events.Penalty) (int, error)
+	// Get returns principal's multiplier and expiry; 1 and the zero time when
+	// it has no penalty running.
+	Get(ctx context.Context, principal events.Principal) (float64, time.Time, error)
+}
+
+var _ Penalties = (*PenaltyStore)(nil)
+
 // Alerter pages on-call about the detector itself (the blast-radius guard).
 type Alerter interface {
 	Alert(ctx context.Context, dedupKey, summary string, details map[string]any) error
@@ -64,7 +80,7 @@ type Config struct {
 	Policies   map[events.Pattern]PatternPolicy
 	Escalation Escalation
 	BlastLimit int // enforced penalties per pattern per minute before enforcement is held
-	Penalties  *PenaltyStore
+	Penalties  Penalties
 	Records    Records
 	Allowlist  *Allowlist
 	Alerter    Alerter
@@ -444,42 +460,38 @@ func AbuseID(p events.Principal, pattern events.Pattern, windowStart time.Time) 
 // Maintain sweeps the shared IP store and reports active penalties every
 // interval until ctx is done.
 func (d *Detector) Maintain(ctx context.Context, every time.Duration) error {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
+	return tick.Every(ctx, every, func(context.Context) { d.maintain() })
+}
+
+// maintain is one round of Maintain.
+func (d *Detector) maintain() {
+	d.mu.Lock()
+	var newest time.Time
+	for _, s := range d.scorers {
+		if w := s.Watermark(); w.After(newest) {
+			newest = w
 		}
-		d.mu.Lock()
-		var newest time.Time
-		for _, s := range d.scorers {
-			if w := s.Watermark(); w.After(newest) {
-				newest = w
-			}
+	}
+	now := d.cfg.Now()
+	counts := map[events.Pattern]int{}
+	for k, p := range d.active {
+		if !p.until.After(now) {
+			delete(d.active, k)
+			continue
 		}
-		now := d.cfg.Now()
-		counts := map[events.Pattern]int{}
-		for k, p := range d.active {
-			if !p.until.After(now) {
-				delete(d.active, k)
-				continue
-			}
-			counts[p.pattern]++
+		counts[p.pattern]++
+	}
+	for k, inc := range d.incidents {
+		if inc.until.Add(d.cfg.Escalation.Quiet).Before(now) {
+			delete(d.incidents, k)
 		}
-		for k, inc := range d.incidents {
-			if inc.until.Add(d.cfg.Escalation.Quiet).Before(now) {
-				delete(d.incidents, k)
-			}
-		}
-		d.mu.Unlock()
-		if !newest.IsZero() {
-			d.ips.Sweep(newest.UnixMilli())
-		}
-		if d.cfg.Recorder != nil {
-			d.cfg.Recorder.RecordActivePenalties(counts, now)
-		}
+	}
+	d.mu.Unlock()
+	if !newest.IsZero() {
+		d.ips.Sweep(newest.UnixMilli())
+	}
+	if d.cfg.Recorder != nil {
+		d.cfg.Recorder.RecordActivePenalties(counts, now)
 	}
 }
 

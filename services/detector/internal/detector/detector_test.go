@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
-	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/detector/internal/score"
@@ -28,51 +27,6 @@ import (
 func decision(p events.Principal, at time.Time, ip, route string) *events.Decision {
 	return &events.Decision{ID: "d", TS: at, Principal: p, IP: netip.MustParseAddr(ip), Method: "POST", Route: route, Allowed: false,
 		Tier: events.TierPrincipal, Cost: 1, Limit: 50, Remaining: 0, Gateway: "t"}
-}
-
-func TestPenaltyStoreIsIdempotentAndKeepsTheStrongest(t *testing.T) {
-	rdb := redistest.Client(t)
-	store := NewPenaltyStore(rdb)
-	ctx := context.Background()
-	p := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "pen")}
-	exp := time.Now().Add(time.Minute).Truncate(time.Millisecond)
-
-	n, err := store.Apply(ctx, p, "ab_1", events.Penalty{Multiplier: 0.1, ExpiresAt: exp, Level: 1})
-	require.NoError(t, err)
-	require.Equal(t, PenaltyApplied, n)
-	n, err = store.Apply(ctx, p, "ab_1", events.Penalty{Multiplier: 0.1, ExpiresAt: exp, Level: 1})
-	require.NoError(t, err)
-	require.Equal(t, PenaltyUnchanged, n, "a redelivered detection changes nothing")
-
-	// A weaker, shorter penalty does not loosen the stronger one.
-	n, err = store.Apply(ctx, p, "ab_2", events.Penalty{Multiplier: 0.5, ExpiresAt: exp.Add(-30 * time.Second), Level: 1})
-	require.NoError(t, err)
-	require.Equal(t, PenaltyUnchanged, n)
-	m, until, err := store.Get(ctx, p)
-	require.NoError(t, err)
-	require.Equal(t, 0.1, m)
-	require.Equal(t, exp.UTC(), until)
-
-	// A longer one extends the expiry but keeps the strongest multiplier.
-	n, err = store.Apply(ctx, p, "ab_3", events.Penalty{Multiplier: 0.5, ExpiresAt: exp.Add(time.Minute), Level: 2})
-	require.NoError(t, err)
-	require.Equal(t, PenaltyApplied, n)
-	m, until, err = store.Get(ctx, p)
-	require.NoError(t, err)
-	require.Equal(t, 0.1, m)
-	require.Equal(t, exp.Add(time.Minute).UTC(), until)
-	ttl, err := rdb.PTTL(ctx, redisx.PenaltyKey(string(p.Kind), p.ID)).Result()
-	require.NoError(t, err)
-	require.Greater(t, ttl, time.Minute)
-
-	// Replaying old history: the penalty would already be over, so nothing is written.
-	q := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "stale")}
-	n, err = store.Apply(ctx, q, "ab_4", events.Penalty{Multiplier: 0.1, ExpiresAt: time.Now().Add(-time.Hour), Level: 1})
-	require.NoError(t, err)
-	require.Equal(t, PenaltyStale, n)
-	m, _, err = store.Get(ctx, q)
-	require.NoError(t, err)
-	require.Equal(t, 1.0, m)
 }
 
 type flakyPublisher struct {
@@ -99,7 +53,8 @@ func newTestDetector(t *testing.T, pub Publisher, mod func(*Config)) *Detector {
 		Score:      sc,
 		Policies:   map[events.Pattern]PatternPolicy{score.RapidFire: {Multiplier: 0.1, TTL: time.Hour, Enforce: true}, score.DistributedIP: {Multiplier: 0.05, TTL: 6 * time.Hour, Enforce: true}},
 		Escalation: Escalation{Lookback: 24 * time.Hour, Quiet: 10 * time.Minute, Factor: 2, MaxTTL: 72 * time.Hour, Jitter: 0.1},
-		Penalties:  NewPenaltyStore(redistest.Client(t)), Publisher: pub, AbuseTopic: "abuse",
+		// The Redis store is held to the same contract (TestPenaltiesContract).
+		Penalties: newMemPenalties(time.Now), Publisher: pub, AbuseTopic: "abuse",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry(),
 	}
 	if mod != nil {
@@ -115,6 +70,7 @@ func encodeDecision(t *testing.T, d *events.Decision) []byte {
 }
 
 func TestHandleSendsPoisonStraightToDLQ(t *testing.T) {
+	t.Parallel()
 	d := newTestDetector(t, &flakyPublisher{}, nil)
 	err := d.Handle(context.Background(), kafka.Message{Value: []byte(`{"id":"x"}`)})
 	require.True(t, stream.IsPermanent(err), "malformed events are poison: %v", err)
@@ -155,6 +111,7 @@ func TestHandleRetryReusesTheDetection(t *testing.T) {
 }
 
 func TestEndedIncidents(t *testing.T) {
+	t.Parallel()
 	at := func(m int) time.Time {
 		return time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC).Add(time.Duration(m) * time.Minute)
 	}

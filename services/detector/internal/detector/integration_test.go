@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -21,8 +20,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/floodgate-dev/floodgate/migrations"
-	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
@@ -34,28 +32,7 @@ import (
 // DynamoDB Local (FLOODGATE_DYNAMODB_ENDPOINT) and drops them afterwards.
 func dynamoRecords(t *testing.T) *DynamoRecords {
 	t.Helper()
-	ctx := context.Background()
-	endpoint := config.NewEnv(os.Getenv).String("FLOODGATE_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000")
-	ddb, err := dynamo.NewClient(ctx, dynamo.Options{Endpoint: endpoint})
-	require.NoError(t, err)
-	ms, err := migrations.Load()
-	require.NoError(t, err)
-	prefix := fmt.Sprintf("det%d_", time.Now().UnixNano())
-	var specs []migrations.TableSpec
-	for _, m := range ms {
-		for _, tb := range m.DynamoDB.Tables {
-			if tb.Name == dynamo.TableAbuseRecords || tb.Name == dynamo.TableRuntimeConfig {
-				specs = append(specs, tb)
-			}
-		}
-	}
-	require.Len(t, specs, 2)
-	require.NoError(t, (&migrations.Dynamo{Client: ddb, Prefix: prefix}).Apply(ctx, specs, func(string) {}), "DynamoDB Local at %s (make up)", endpoint)
-	t.Cleanup(func() {
-		for _, tb := range specs {
-			_, _ = ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(prefix + tb.Name)})
-		}
-	})
+	ddb, prefix := migrationstest.DynamoTables(t, "det", dynamo.TableAbuseRecords, dynamo.TableRuntimeConfig)
 	return &DynamoRecords{Client: ddb, AbuseTable: prefix + dynamo.TableAbuseRecords, RuntimeTable: prefix + dynamo.TableRuntimeConfig, Retention: 90 * 24 * time.Hour}
 }
 

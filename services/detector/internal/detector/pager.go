@@ -20,6 +20,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
 // OpenIncidentsKey is the Redis hash of incidents the pager triggered and has
@@ -232,16 +233,9 @@ func (p *Pager) ResolveOnce(ctx context.Context) (int, error) {
 
 // Resolve runs ResolveOnce every interval until ctx is done.
 func (p *Pager) Resolve(ctx context.Context, every time.Duration) error {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			if _, err := p.ResolveOnce(ctx); err != nil {
-				p.log.Warn("resolve incidents", "err", err)
-			}
+	return tick.Every(ctx, every, func(ctx context.Context) {
+		if _, err := p.ResolveOnce(ctx); err != nil {
+			p.log.Warn("resolve incidents", "err", err)
 		}
-	}
+	})
 }

@@ -83,6 +83,7 @@ func TestPenaltiesComeBackAfterRedisLosesThem(t *testing.T) {
 }
 
 func TestMarkersCoverEverySlotBand(t *testing.T) {
+	t.Parallel()
 	keys := markers("fg:detector:")
 	require.Len(t, keys, markerBands)
 	for i, k := range keys {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/PagerDuty/go-pagerduty"
+
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
 // EventSender sends PagerDuty Events API v2 events; *pagerduty.Client is one.
@@ -75,16 +77,7 @@ func (a *Alerter) Observe(topic, service, class string, at time.Time) {
 
 // Run evaluates every interval until ctx is done.
 func (a *Alerter) Run(ctx context.Context, interval time.Duration) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			a.Evaluate(ctx)
-		}
-	}
+	return tick.Every(ctx, interval, a.Evaluate)
 }
 
 type alertChange struct {

@@ -3,8 +3,6 @@ package app
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,12 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/require"
 
-	"github.com/floodgate-dev/floodgate/migrations"
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
@@ -65,33 +60,7 @@ func TestValidateCommand(t *testing.T) {
 // auditPrefix creates the migrations' DynamoDB tables under a unique prefix.
 func auditPrefix(t *testing.T) (string, *rollout.DynamoAudit) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	endpoint := config.NewEnv(os.Getenv).String("FLOODGATE_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000")
-	ddb, err := dynamo.NewClient(ctx, dynamo.Options{Endpoint: endpoint})
-	require.NoError(t, err)
-	prefix := fmt.Sprintf("limcli%d_", time.Now().UnixNano())
-	ms, err := migrations.Load()
-	require.NoError(t, err)
-	d := &migrations.Dynamo{Client: ddb, Prefix: prefix}
-	for _, m := range ms {
-		require.NoError(t, d.Apply(ctx, m.DynamoDB.Tables, func(string) {}), "DynamoDB Local at %s (is the local stack up?)", endpoint)
-	}
-	t.Cleanup(func() {
-		out, err := ddb.ListTables(context.Background(), &dynamodb.ListTablesInput{})
-		if err != nil {
-			return
-		}
-		for _, name := range out.TableNames {
-			if strings.HasPrefix(name, prefix) {
-				_, err := ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)})
-				var nf *types.ResourceNotFoundException
-				if err != nil && !errors.As(err, &nf) {
-					t.Logf("delete %s: %v", name, err)
-				}
-			}
-		}
-	})
+	ddb, prefix := migrationstest.DynamoTables(t, "limcli")
 	return prefix, &rollout.DynamoAudit{Client: ddb, Table: prefix + dynamo.TableAuditLog}
 }
 

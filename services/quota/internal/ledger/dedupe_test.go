@@ -7,6 +7,7 @@ import (
 )
 
 func TestRecentIDsWindow(t *testing.T) {
+	t.Parallel()
 	r := newRecentIDs(2)
 	require.False(t, r.has("a"))
 	r.add("a")

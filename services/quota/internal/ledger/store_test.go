@@ -64,9 +64,29 @@ func entries(offsets ...int64) []ledger.Entry {
 	return out
 }
 
-func TestStoreFencing(t *testing.T) {
-	db, prefix := quotatest.LedgerTable(t)
-	store := ledger.NewStore(db, prefix+dynamo.TableQuotaLedger, 400, time.Now)
+// ledgerStore is the ledger as the consumer writes it and the usage API reads it.
+type ledgerStore interface {
+	ledger.Writer
+	ledger.UsageReader
+}
+
+// TestLedgerContract runs the contract of the ledger against the DynamoDB
+// store and the in-memory double (quotatest.MemLedger).
+func TestLedgerContract(t *testing.T) {
+	t.Run("dynamodb", func(t *testing.T) {
+		db, prefix := quotatest.LedgerTable(t)
+		store := ledger.NewStore(db, prefix+dynamo.TableQuotaLedger, 400, time.Now)
+		ledgerContract(t, func() ledgerStore { return store })
+	})
+	t.Run("memory", func(t *testing.T) {
+		ledgerContract(t, func() ledgerStore { return quotatest.NewMemLedger() })
+	})
+}
+
+// ledgerContract is what every ledger does: each decision's units count once
+// however often its partition's batch or its replay is written. The
+// principals of each case are unique, so open may return one shared store.
+func ledgerContract(t *testing.T, open func() ledgerStore) {
 	ctx := context.Background()
 	type write struct {
 		partition int
@@ -88,8 +108,10 @@ func TestStoreFencing(t *testing.T) {
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			store := open()
 			principal := "bot:fence" + time.Now().Format("150405.000000") + string(rune('a'+i))
 			var res ledger.WriteResult
+			var applied, fenced int64
 			var err error
 			for _, w := range tc.writes {
 				if w.replay != nil {
@@ -98,13 +120,44 @@ func TestStoreFencing(t *testing.T) {
 					res, err = store.ApplyPartition(ctx, principal, "2026-01-02", w.partition, w.entries)
 				}
 				require.NoError(t, err)
+				applied, fenced = applied+res.Applied, fenced+res.Fenced
 			}
 			require.Equal(t, tc.want, res.Total, "total returned by the last write")
+			require.Equal(t, tc.want, applied, "units applied by all writes")
+			var offered int64
+			for _, w := range tc.writes {
+				if w.replay != nil {
+					offered += 100
+				}
+				for _, e := range w.entries {
+					offered += e.Cost
+				}
+			}
+			require.Equal(t, offered-tc.want, fenced, "units fenced by all writes")
 			got, err := store.Usage(ctx, principal, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC))
 			require.NoError(t, err)
 			require.Equal(t, []ledger.DayUsage{{Day: "2026-01-01", Units: 0}, {Day: "2026-01-02", Units: tc.want}}, got)
 		})
 	}
+	t.Run("days are kept apart", func(t *testing.T) {
+		store := open()
+		principal := "user:days" + time.Now().Format("150405.000000")
+		_, err := store.ApplyPartition(ctx, principal, "2026-01-02", 0, entries(0))
+		require.NoError(t, err)
+		_, err = store.ApplyPartition(ctx, principal, "2026-01-04", 0, entries(0, 1))
+		require.NoError(t, err)
+		got, err := store.Usage(ctx, principal, time.Date(2026, 1, 2, 23, 0, 0, 0, time.UTC), time.Date(2026, 1, 4, 1, 0, 0, 0, time.UTC))
+		require.NoError(t, err)
+		require.Equal(t, []ledger.DayUsage{{Day: "2026-01-02", Units: 1}, {Day: "2026-01-03", Units: 0}, {Day: "2026-01-04", Units: 3}}, got)
+	})
+}
+
+// TestStoreFencing covers what only DynamoDB can do to the store: lost
+// answers and throttling, and the items' time to live.
+func TestStoreFencing(t *testing.T) {
+	db, prefix := quotatest.LedgerTable(t)
+	store := ledger.NewStore(db, prefix+dynamo.TableQuotaLedger, 400, time.Now)
+	ctx := context.Background()
 
 	t.Run("retries after lost answers count once", func(t *testing.T) {
 		faulty := newFaultyDB(db, 0.3, 0.3)

@@ -12,6 +12,7 @@ import (
 )
 
 func TestConfigUsageTokensBeyondLoopback(t *testing.T) {
+	t.Parallel()
 	env := map[string]string{"FLOODGATE_QUOTA_ADDR": "0.0.0.0:8085", "FLOODGATE_QUOTA_TOKENS": "console:reader:" + strings.Repeat("ab", 32)}
 	cfg, err := ledger.ConfigFromEnv(func(k string) string { return env[k] })
 	require.NoError(t, err)
@@ -19,6 +20,7 @@ func TestConfigUsageTokensBeyondLoopback(t *testing.T) {
 }
 
 func TestConfigFromEnv(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		env     map[string]string

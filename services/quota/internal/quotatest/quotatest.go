@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
-	"os"
 	"testing"
 	"time"
 
@@ -19,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/migrations"
-	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
@@ -27,40 +26,14 @@ import (
 )
 
 // DynamoEndpoint is FLOODGATE_DYNAMODB_ENDPOINT or the local stack's.
-func DynamoEndpoint() string {
-	return config.NewEnv(os.Getenv).String("FLOODGATE_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000")
-}
+func DynamoEndpoint() string { return migrationstest.DynamoEndpoint() }
 
 // LedgerTable creates the ledger table from the migrations under a fresh
 // prefix on DynamoDB Local and deletes it on cleanup. It returns the client
 // and the prefix (the table is prefix + dynamo.TableQuotaLedger).
 func LedgerTable(t testing.TB) (*dynamodb.Client, string) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("needs the local stack's DynamoDB Local: `make test` runs it (`make test-unit` is -short, no stack)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	db, err := dynamo.NewClient(ctx, dynamo.Options{Endpoint: DynamoEndpoint()})
-	require.NoError(t, err)
-	ms, err := migrations.Load()
-	require.NoError(t, err)
-	var specs []migrations.TableSpec
-	for _, m := range ms {
-		for _, s := range m.DynamoDB.Tables {
-			if s.Name == dynamo.TableQuotaLedger {
-				specs = append(specs, s)
-			}
-		}
-	}
-	require.NotEmpty(t, specs, "the migrations define %s", dynamo.TableQuotaLedger)
-	prefix := fmt.Sprintf("tq%d_", time.Now().UnixNano())
-	d := &migrations.Dynamo{Client: db, Prefix: prefix}
-	require.NoError(t, d.Apply(ctx, specs, func(string) {}), "create the ledger table on DynamoDB Local at %s (is the stack up? `make up`)", DynamoEndpoint())
-	t.Cleanup(func() {
-		_, _ = db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(prefix + dynamo.TableQuotaLedger)})
-	})
-	return db, prefix
+	return migrationstest.DynamoTables(t, "tq", dynamo.TableQuotaLedger)
 }
 
 // Broker starts an in-process broker with the topics of the migrations.

@@ -1,0 +1,309 @@
+package events
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// This file holds what the generated codec (*_gen.go) calls: one reader, one
+// check and one writer per kind of member, so that a generated decoder,
+// validator or encoder is one line per member.
+
+// format is a string grammar of the schemas (x-floodgate-format) other than
+// timestamps and addresses, which have Go types of their own.
+type format uint8
+
+const (
+	fmtID format = iota
+	fmtRoute
+	fmtTopic
+	fmtResource
+	fmtPrincipalID
+	fmtText
+	fmtMultilineText
+	fmtBase64
+)
+
+// check validates s against the grammar; max is the length limit of the
+// grammars that take one (text, multiline text, base64) and unused otherwise.
+func (f format) check(s string, max int) *ValidationError {
+	switch f {
+	case fmtID:
+		return validID(s)
+	case fmtRoute:
+		return validRoute(s)
+	case fmtTopic:
+		return validTopic(s)
+	case fmtResource:
+		return validResource(s)
+	case fmtPrincipalID:
+		return validPrincipalID(s)
+	case fmtText:
+		return validText(s, max, false)
+	case fmtMultilineText:
+		return validText(s, max, true)
+	case fmtBase64:
+		return validBase64(s, max)
+	}
+	panic("events: unknown format " + strconv.Itoa(int(f)))
+}
+
+// members reads the members of one object for a generated decoder. The
+// decoder keeps the first error (decoder.err): after one, every read does
+// nothing and returns the zero value, and next reports false, so a generated
+// decoder is one line per member with no error plumbing.
+type members struct {
+	d     *decoder
+	seen  uint32 // bit i is set once the object's property i was read
+	first bool
+}
+
+// open reads the '{' that opens the object at path.
+func (d *decoder) open(path string) members {
+	if d.err == nil {
+		if err := d.object(path); err != nil {
+			d.err = err
+		}
+	}
+	return members{d: d, first: true}
+}
+
+// keep makes err, unless nil, the decoder's error. (Only errors are stored:
+// a store of nil through o.d would cost a write barrier per member.)
+func (o *members) keep(err *ValidationError) {
+	if err != nil {
+		o.d.err = err
+	}
+}
+
+// take marks property bit, the member at path, as read; false (and a syntax
+// error) when it was read before.
+func (o *members) take(bit uint, path string) bool {
+	if o.seen&(1<<bit) != 0 {
+		o.duplicate(path)
+		return false
+	}
+	o.seen |= 1 << bit
+	return true
+}
+
+// duplicate reports a second member at path.
+func (o *members) duplicate(path string) {
+	o.d.err = o.d.syntax(fmt.Sprintf("duplicate member %q", path[strings.LastIndexByte(path, '.')+1:]))
+}
+
+// skip reads past the value of a member the schema does not know.
+func (o *members) skip() { o.keep(o.d.skip(1)) }
+
+// end reports the first required member missing from the object at path.
+func (o *members) end(path string, required []req) {
+	if o.d.err == nil {
+		o.keep(o.d.required(path, o.seen, required))
+	}
+}
+
+// endDocument is end for the top-level object: nothing but white space may
+// follow it.
+func (o *members) endDocument(required []req) {
+	if o.d.err == nil {
+		o.keep(o.d.end())
+	}
+	o.end("", required)
+}
+
+// The readers below are the decoder's (read.go), keeping their error in d.err.
+// A generated decoder calls one for a member after members.take; most are
+// small enough to be inlined there.
+
+// readConst reads the "type" member, which must be want.
+func (d *decoder) readConst(path, want string) {
+	if err := d.constant(path, want); err != nil {
+		d.err = err
+	}
+}
+
+// readStr reads a string of grammar f (max: see format.check).
+func (d *decoder) readStr(path string, f format, max int) string {
+	s, err := d.str(path)
+	if err == nil {
+		err = f.check(s, max)
+		if err != nil {
+			err = d.invalid(path, err)
+		}
+	}
+	if err != nil {
+		d.err = err
+	}
+	return s
+}
+
+// readEnum reads a string of an enum: parse (the enum's generated parse
+// function) maps it to its constant without allocating; values lists the
+// enum's values for the error.
+func readEnum[E ~string](d *decoder, path string, parse func([]byte) (E, bool), values string) E {
+	b, err := d.strBytes(path)
+	if err != nil {
+		d.err = err
+		return ""
+	}
+	v, ok := parse(b)
+	if !ok {
+		d.err = d.invalid(path, oneOf(string(b), values))
+	}
+	return v
+}
+
+// readTime reads a timestamp.
+func (d *decoder) readTime(path string) time.Time {
+	t, err := d.time(path)
+	if err != nil {
+		d.err = err
+	}
+	return t
+}
+
+// readInt reads an integer within [lo, hi].
+func (d *decoder) readInt(path string, lo, hi int64) int64 {
+	n, err := d.integer(path, lo, hi)
+	if err != nil {
+		d.err = err
+	}
+	return n
+}
+
+// readIP reads an IP address.
+func (d *decoder) readIP(path string) netip.Addr {
+	a, err := d.ip(path)
+	if err != nil {
+		d.err = err
+	}
+	return a
+}
+
+// readFloat reads a number >= lo (> lo when excl), and <= hi when hasHi.
+func (d *decoder) readFloat(path string, lo float64, excl bool, hi float64, hasHi bool) float64 {
+	f, err := d.float(path)
+	if err == nil {
+		if hasHi {
+			err = floatRange(f, lo, excl, hi)
+		} else {
+			err = floatAtLeast(f, lo, excl)
+		}
+		if err != nil {
+			err = d.invalid(path, err)
+		}
+	}
+	if err != nil {
+		d.err = err
+	}
+	return f
+}
+
+// readBool reads true or false.
+func (d *decoder) readBool(path string) bool {
+	v, err := d.boolean(path)
+	if err != nil {
+		d.err = err
+	}
+	return v
+}
+
+// elements reads the elements of one array member of at most max items for a
+// generated decoder. It does not hold the decoder: escape analysis does not
+// tell a struct's fields apart, and path, which goes into errors, would take
+// the decoder to the heap with it.
+type elements struct {
+	path  string
+	max   int
+	i     int
+	first bool
+}
+
+// list reads the '[' that opens the array of property bit, the member at path.
+func (o *members) list(bit uint, path string, max int) elements {
+	if o.take(bit, path) {
+		o.keep(o.d.array(path))
+	}
+	return elements{path: path, max: max, i: -1, first: true}
+}
+
+// next advances to the next element; false at the closing ']' and after an
+// error.
+func (l *elements) next(d *decoder) bool {
+	if d.err != nil {
+		return false
+	}
+	ok, err := d.element(&l.first)
+	if !ok {
+		if err != nil {
+			d.err = err
+		}
+		return false
+	}
+	if l.i++; l.i == l.max {
+		d.err = d.tooManyItems(l.path, l.max)
+		return false
+	}
+	return true
+}
+
+// check puts an error of the element just decoded under its path.
+func (l *elements) check(d *decoder) {
+	if d.err != nil {
+		d.err = within(l.path+"["+strconv.Itoa(l.i)+"]", d.err)
+	}
+}
+
+// grow appends a zero element to *s and returns it, to be decoded into.
+func grow[T any](s *[]T) *T {
+	*s = append(*s, *new(T))
+	return &(*s)[len(*s)-1]
+}
+
+// checker collects the first error of a generated validate method; the
+// checks after it still run, but only a valid event is the common case.
+type checker struct {
+	err *ValidationError
+}
+
+// at keeps err, about member field, unless an earlier member failed.
+func (c *checker) at(field string, err *ValidationError) {
+	if err != nil && c.err == nil {
+		c.err = at(field, err)
+	}
+}
+
+// count checks the length of the array member field against its maxItems.
+func (c *checker) count(field string, n, max int) {
+	if n > max {
+		c.at(field, tooMany(n, max))
+	}
+}
+
+// item keeps err, about element i of the array member field.
+func (c *checker) item(field string, i int, err *ValidationError) {
+	if err != nil && c.err == nil {
+		c.err = at(field+"["+strconv.Itoa(i)+"]", err)
+	}
+}
+
+// sep appends the ',' before every element of an array but the first.
+func sep(b []byte, i int) []byte {
+	if i > 0 {
+		return append(b, ',')
+	}
+	return b
+}
+
+// unmarshal is UnmarshalJSON of an event: it decodes data with decode into
+// *v, and leaves *v as it was on error.
+func unmarshal[T any](v *T, data []byte, decode func([]byte) (T, error)) error {
+	ev, err := decode(data)
+	if err == nil {
+		*v = ev
+	}
+	return err
+}
