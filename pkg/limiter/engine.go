@@ -680,6 +680,7 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 	if r, ok := e.fromLeases(groups, plan); ok {
 		return finish(r, rs.NearLimit), nil
 	}
+	e.askLeases(groups)
 
 	// Admit each group to its shard — once per shard when both groups share
 	// one: the breaker first (a failing shard costs nothing), then the

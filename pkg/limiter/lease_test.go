@@ -16,25 +16,27 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 )
 
-// A leasing rule is answered from the instance's lease while it has units:
-// one Redis round trip takes 10 units, the next 9 checks cost none.
+// A leasing rule is answered from the instance's lease while it has units. A
+// key's first check on an instance goes to Redis exactly (a key checked once
+// leases nothing); the second, within a second, takes 10 units, and the
+// next 9 checks cost no Redis call.
 func TestLeaseAnswersWithoutRedis(t *testing.T) {
 	rdb := redistest.Client(t)
 	e := newTestEngine(t, rdb, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 100, lease: 10, period: 1s}\n", func(c *EngineConfig) { c.RedisBatch = 1 })
 	hook := &scriptHook{}
 	rdb.AddHook(hook)
 	u := events.Principal{Kind: events.PrincipalUser, ID: redistest.Unique(t, "lease")}
-	for i := range 10 {
+	for i := range 11 {
 		r := check(t, e, Request{Principal: u, Cost: 1})
 		require.True(t, r.Allowed, "check %d", i)
 		require.Len(t, r.Tiers, 1)
 		require.Equal(t, int64(100), r.Tiers[0].Limit)
 	}
-	require.Equal(t, int64(1), hook.calls.Load(), "one script call leased the next nine")
+	require.Equal(t, int64(2), hook.calls.Load(), "an exact first call, then one that leased the next nine")
 	require.InDelta(t, 9, testutil.ToFloat64(e.m.leaseHits), 0)
 	r := check(t, e, Request{Principal: u, Cost: 1})
 	require.True(t, r.Allowed)
-	require.Equal(t, int64(2), hook.calls.Load(), "an empty lease goes back to Redis")
+	require.Equal(t, int64(3), hook.calls.Load(), "an empty lease goes back to Redis")
 }
 
 // Units are conserved: what one instance leased and did not spend goes back
@@ -46,15 +48,18 @@ func TestLeaseGivesUnusedUnitsBack(t *testing.T) {
 	leasing := newTestEngine(t, rdb, fmt.Sprintf(rules, 10), nil)
 	exact := newTestEngine(t, rdb, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 10, period: 1h}\n", nil)
 	u := events.Principal{Kind: events.PrincipalUser, ID: redistest.Unique(t, "giveback")}
-	require.True(t, check(t, leasing, Request{Principal: u, Cost: 1}).Allowed)
-	require.False(t, check(t, exact, Request{Principal: u, Cost: 1}).Allowed, "the other 9 are leased")
+	require.True(t, check(t, leasing, Request{Principal: u, Cost: 1}).Allowed, "exact: the key's first check here")
+	require.True(t, check(t, leasing, Request{Principal: u, Cost: 1}).Allowed, "leases the 9 left, spends 1")
+	require.False(t, check(t, exact, Request{Principal: u, Cost: 1}).Allowed, "the other 8 are leased")
 
 	// End the lease as a new scale does (it binds the rule differently), and
-	// give its 9 units back; the exact instance then admits them.
+	// give its 8 units back; the exact instance then admits them.
 	key := ""
 	for i := range leasing.leases.shards {
 		for k := range leasing.leases.shards[i].m {
-			key = k
+			if leasing.leases.shards[i].m[k].units > 0 {
+				key = k
+			}
 		}
 	}
 	require.NotEmpty(t, key)
@@ -63,7 +68,7 @@ func TestLeaseGivesUnusedUnitsBack(t *testing.T) {
 	le := s.m[key]
 	delete(s.m, key)
 	s.mu.Unlock()
-	require.Equal(t, int64(9), le.units)
+	require.Equal(t, int64(8), le.units)
 	leasing.giveBack(le)
 	require.Eventually(t, func() bool { return testutil.ToFloat64(leasing.m.refunds.WithLabelValues("ok")) == 1 }, 5*time.Second, 10*time.Millisecond)
 	admitted := 0
@@ -72,7 +77,7 @@ func TestLeaseGivesUnusedUnitsBack(t *testing.T) {
 			admitted++
 		}
 	}
-	require.Equal(t, 9, admitted, "the leased units went back")
+	require.Equal(t, 8, admitted, "the leased units went back")
 }
 
 // The over-admission bound with several instances on one Redis: a key hammered
@@ -165,4 +170,25 @@ func (h *scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		}
 		return next(ctx, cmds)
 	}
+}
+
+// A key checked about once a second on an instance leases nothing: each
+// check goes to Redis exactly, with no units taken to expire and come back.
+func TestLeaseSparseKeyLeasesNothing(t *testing.T) {
+	rdb := redistest.Client(t)
+	e := newTestEngine(t, rdb, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 100, lease: 10, period: 1s}\n", func(c *EngineConfig) { c.RedisBatch = 1 })
+	hook := &scriptHook{}
+	rdb.AddHook(hook)
+	u := events.Principal{Kind: events.PrincipalUser, ID: redistest.Unique(t, "sparse")}
+	for i := range 3 {
+		if i > 0 {
+			time.Sleep(leaseLife + 100*time.Millisecond)
+		}
+		r := check(t, e, Request{Principal: u, Cost: 1})
+		require.True(t, r.Allowed)
+		require.Equal(t, int64(99), r.Tiers[0].Remaining, "check %d took one unit, not a lease", i)
+	}
+	require.Equal(t, int64(3), hook.calls.Load())
+	require.Zero(t, testutil.ToFloat64(e.m.leaseHits))
+	require.Zero(t, testutil.ToFloat64(e.m.leaseReturned), "nothing leased, nothing given back")
 }

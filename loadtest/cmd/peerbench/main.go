@@ -67,6 +67,7 @@ func run() error {
 	users := flag.Int("users", 10000, "distinct users")
 	protocols := flag.String("protocols", "grpc,http", "comma-separated: grpc, http")
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file (make bench reads it)")
+	lease := flag.Int("lease", 0, "HTTP only: Floodgate's 100/s rule leases this many units per instance (docs/limiter.md, Leases); 0 = exact, as envoy ratelimit")
 	flag.Parse()
 	report := envoypeer.Report{Rounds: *rounds, Duration: duration.String(), Callers: *callers, Conns: *conns, Users: *users}
 	ctx := context.Background()
@@ -94,7 +95,7 @@ func run() error {
 		return err
 	}
 	defer peer.Stop()
-	fg, stop, err := startLimiter(root, cfgDir)
+	fg, stop, err := startLimiter(root, cfgDir, *lease)
 	if err != nil {
 		return err
 	}
@@ -295,7 +296,7 @@ func q(lat []time.Duration, f float64) time.Duration {
 
 type limiterAddrs struct{ http, grpc string }
 
-func startLimiter(root, envoyDir string) (limiterAddrs, func(), error) {
+func startLimiter(root, envoyDir string, lease int) (limiterAddrs, func(), error) {
 	dir, err := os.MkdirTemp("", "peerbench-limiter")
 	if err != nil {
 		return limiterAddrs{}, nil, err
@@ -307,9 +308,18 @@ func startLimiter(root, envoyDir string) (limiterAddrs, func(), error) {
 		return limiterAddrs{}, nil, fmt.Errorf("build limiter: %w: %s", err, out)
 	}
 	httpAddr, grpcAddr := freeAddr(), freeAddr()
+	rule := "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=100" // a token bucket of 100/s per principal, every check to Redis
+	if lease > 0 {
+		rules := filepath.Join(dir, "rules.yaml")
+		body := fmt.Sprintf("version: 1\nrules:\n  - {id: principal, tier: principal, limit: 100, period: 1s, lease: %d}\n", lease)
+		if err := os.WriteFile(rules, []byte(body), 0o644); err != nil {
+			return limiterAddrs{}, nil, err
+		}
+		rule = "FLOODGATE_LIMITER_RULES=" + rules
+	}
 	lim := exec.Command(bin)
 	lim.Env = append(os.Environ(), "FLOODGATE_LIMITER_ADDR="+httpAddr, "FLOODGATE_LIMITER_GRPC_ADDR="+grpcAddr,
-		"FLOODGATE_LIMITER_ENVOY_CONFIG="+envoyDir, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=100", "FLOODGATE_LIMITER_INFLUX_INTERVAL=0",
+		"FLOODGATE_LIMITER_ENVOY_CONFIG="+envoyDir, rule, "FLOODGATE_LIMITER_INFLUX_INTERVAL=0",
 		"FLOODGATE_JOURNAL_DIR="+filepath.Join(dir, "journal"), "FLOODGATE_GATEWAY=peerbench")
 	lim.Stdout, lim.Stderr = os.Stderr, os.Stderr
 	if err := lim.Start(); err != nil {
