@@ -677,10 +677,13 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 		r.Plan = plan
 		return finish(r, rs.NearLimit), nil
 	}
-	if r, ok := e.fromLeases(groups, plan); ok {
-		return finish(r, rs.NearLimit), nil
+	if e.hasLeases(groups) { // one clock read for both; checks without leases skip them
+		now := e.clock()
+		if r, ok := e.fromLeases(groups, plan, now); ok {
+			return finish(r, rs.NearLimit), nil
+		}
+		e.askLeases(groups, now)
 	}
-	e.askLeases(groups)
 
 	// Admit each group to its shard — once per shard when both groups share
 	// one: the breaker first (a failing shard costs nothing), then the

@@ -91,7 +91,7 @@ func (l *leases) take(key string, sig ruleSig, cost int64, now time.Time) (got l
 		old := *le
 		stale, le.units = &old, 0
 	}
-	if le.units < cost || le.units == 0 {
+	if le.units < cost {
 		return lease{}, false, stale
 	}
 	le.units -= cost
@@ -183,9 +183,22 @@ func (l *leases) put(key string, add lease, now time.Time) (stale *lease) {
 // leaseLifetime is how long a rule's lease lives: its period, at most leaseLife.
 func leaseLifetime(b *bound) time.Duration { return min(b.period, leaseLife) }
 
+// hasLeases reports whether any rule of the check leases: the only checks
+// that read or write this instance's leases.
+func (e *Engine) hasLeases(groups []*group) bool {
+	for _, g := range groups {
+		for i := range g.rules {
+			if g.rules[i].lease > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // fromLeases answers a check from this instance's leases when every rule it
 // binds leases and has the units; otherwise it spends nothing.
-func (e *Engine) fromLeases(groups []*group, plan string) (Result, bool) {
+func (e *Engine) fromLeases(groups []*group, plan string, now time.Time) (Result, bool) {
 	for _, g := range groups {
 		for i := range g.rules {
 			if g.rules[i].lease == 0 {
@@ -193,7 +206,6 @@ func (e *Engine) fromLeases(groups []*group, plan string) (Result, bool) {
 			}
 		}
 	}
-	now := e.clock()
 	type spent struct {
 		key  string
 		cost int64
@@ -232,8 +244,7 @@ func (e *Engine) fromLeases(groups []*group, plan string) (Result, bool) {
 // Redis exactly, as without a lease. (Sizing the lease to the key's checks
 // instead ramped hot keys up slowly — 52 instead of 64 of 80 checks from
 // leases in TestLeaseBoundAcrossInstances — and did not change peerbench.)
-func (e *Engine) askLeases(groups []*group) {
-	now := e.clock()
+func (e *Engine) askLeases(groups []*group, now time.Time) {
 	for _, g := range groups {
 		for i := range g.rules {
 			b := &g.rules[i]
