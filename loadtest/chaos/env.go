@@ -93,7 +93,8 @@ func NewEnv(ctx context.Context, o Options) (*Env, error) {
 	}
 	e := &Env{Root: root, Dir: dir, Bin: filepath.Join(dir, "bin"), DynamoEndpoint: o.DynamoEndpoint, Log: o.Logger, keepDir: keep}
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", e.Bin+"/",
-		"./services/limiter", "./services/detector", "./services/quota", "./services/deferred", "./deploy/local/broker")
+		"./services/limiter", "./services/detector", "./services/quota", "./services/deferred", "./deploy/local/broker",
+		"./loadtest/cmd/faultproxy")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("build services: %w: %s", err, out)

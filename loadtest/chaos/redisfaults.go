@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"strings"
@@ -28,11 +29,11 @@ func RedisSlow(ctx context.Context, e *Env, s Size, r *Result) error {
 	if err != nil {
 		return err
 	}
-	px, err := redistest.StartProxy(rd.Addr)
+	px, err := e.StartFaultProxy(ctx, rd.Addr)
 	if err != nil {
 		return err
 	}
-	defer px.Close()
+	defer px.Kill()
 	lim, err := e.StartLimiter(ctx, b, &Redis{Addr: px.Addr}, "")
 	if err != nil {
 		return err
@@ -44,19 +45,35 @@ func RedisSlow(ctx context.Context, e *Env, s Size, r *Result) error {
 	stop := startLoad(ctx, load)
 	phase := max(s.Outage/2, 3*time.Second)
 	_ = sleep(ctx, s.Before)
-	t20 := time.Now()
-	px.SetDelay(20 * time.Millisecond)
+	var ferr error
+	try := func(err error) {
+		if ferr == nil {
+			ferr = err
+		}
+	}
+	accepted := func() int64 {
+		n, err := px.Accepted(ctx)
+		try(err)
+		return n
+	}
+	t20, dial20 := time.Now(), accepted()
+	try(px.SetDelay(ctx, 20*time.Millisecond))
 	_ = sleep(ctx, phase)
-	t40 := time.Now()
-	px.SetDelay(40 * time.Millisecond)
+	t40, dial40 := time.Now(), accepted()
+	pipes40, within40 := pipelines(ctx, lim)
+	try(px.SetDelay(ctx, 40*time.Millisecond))
 	_ = sleep(ctx, phase)
-	calm := time.Now()
-	px.SetDelay(0)
+	calm, dialCalm := time.Now(), accepted()
+	pipesCalm, withinCalm := pipelines(ctx, lim)
+	try(px.SetDelay(ctx, 0))
 	_ = sleep(ctx, 2*time.Second)
 	stalled := time.Now()
-	px.Stall(60 * time.Millisecond)
+	try(px.Stall(ctx, 60*time.Millisecond))
 	_ = sleep(ctx, 3*time.Second)
 	stop()
+	if ferr != nil {
+		return ferr
+	}
 	checks := load.Results()
 	w20, w40 := Summarise(checks, t20.Add(200*time.Millisecond), t40), Summarise(checks, t40.Add(200*time.Millisecond), calm)
 	var lastDegraded time.Time
@@ -74,14 +91,29 @@ func RedisSlow(ctx context.Context, e *Env, s Size, r *Result) error {
 	if err != nil {
 		return err
 	}
-	r.metric("+20 ms", "%d checks, %d degraded, p50 %s, p99 %s", w20.Sent, w20.Degraded, ms(w20.P50), ms(w20.P99))
-	r.metric("+40 ms", "%d checks, %d degraded, p50 %s, p99 %s", w40.Sent, w40.Degraded, ms(w40.P50), ms(w40.P99))
+	r.metric("+20 ms", "%d checks, %d degraded, p50 %s, p99 %s; %d Redis connections dialed", w20.Sent, w20.Degraded, ms(w20.P50), ms(w20.P99), dial40-dial20)
+	r.metric("+40 ms", "%d checks, %d degraded, p50 %s, p99 %s; %d Redis connections dialed; %.0f pipelines, %.0f of them past the 50 ms budget",
+		w40.Sent, w40.Degraded, ms(w40.P50), ms(w40.P99), dialCalm-dial40, pipesCalm-pipes40, (pipesCalm-pipes40)-(withinCalm-within40))
 	r.metric("60 ms stall", "%d degraded answers, the last one %s after the stall began; log lines: %d breaker opened, %d redis call failed",
 		stallWindow.Degraded, ms(span), trips, errLines)
 	r.require("+40 ms: no degraded answers", w40.Sent > 0 && w40.Degraded == 0, "%d of %d", w40.Degraded, w40.Sent)
 	r.require("60 ms stall: degraded for at most 300 ms", span <= 300*time.Millisecond, "%s", ms(span))
 	r.require("60 ms stall: at most one line per kind", trips <= 1 && errLines <= 1, "%d breaker, %d errors", trips, errLines)
 	return nil
+}
+
+// pipelines reads the limiter's pipeline round trips so far: all of them, and
+// those within 50 ms (NaN when /metrics cannot be read).
+func pipelines(ctx context.Context, lim *Service) (all, within50ms float64) {
+	const h = "floodgate_limiter_redis_pipeline_seconds"
+	all, err := lim.Metric(ctx, h+"_count")
+	if err != nil {
+		return math.NaN(), math.NaN()
+	}
+	if within50ms, err = lim.Metric(ctx, h+`_bucket{le="0.05"}`); err != nil {
+		return math.NaN(), math.NaN()
+	}
+	return all, within50ms
 }
 
 // RedisClusterFailover: a 3-master Redis Cluster with one replica each

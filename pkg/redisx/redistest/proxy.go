@@ -24,6 +24,7 @@ type Proxy struct {
 	mu       sync.Mutex
 	conns    map[net.Conn]struct{}
 	closed   atomic.Bool
+	accepted atomic.Int64
 	wg       sync.WaitGroup
 }
 
@@ -56,6 +57,10 @@ func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 
 // Stall holds every byte in both directions for d from now.
 func (p *Proxy) Stall(d time.Duration) { p.stallTo.Store(time.Now().Add(d).UnixNano()) }
+
+// Accepted counts the client connections the proxy has accepted so far: a
+// client that dials during a fault pays the fault on its handshake too.
+func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
 
 // SetUpstream sends new connections to addr.
 func (p *Proxy) SetUpstream(addr string) { p.upstream.Store(&addr) }
@@ -95,6 +100,7 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
+		p.accepted.Add(1)
 		up, err := net.DialTimeout("tcp", *p.upstream.Load(), time.Second)
 		if err != nil {
 			_ = c.Close()
