@@ -256,7 +256,7 @@ func validResource(s string) *ValidationError {
 
 // ValidMethod reports whether s is one of Methods (upper case).
 func ValidMethod(s string) error {
-	if _, ok := parseMethod(s); ok {
+	if isEnum(enumMethod, s) {
 		return nil
 	}
 	return oneOf(s, Methods)

@@ -140,20 +140,28 @@ func (d *decoder) readStr(path string, f format, max int) string {
 	return s
 }
 
-// readEnum reads a string of an enum: parse (the enum's generated parse
-// function) maps it to its constant without allocating; values lists the
-// enum's values for the error.
-func readEnum[E ~string](d *decoder, path string, parse func([]byte) (E, bool), values string) E {
+// enum names an enum of the schemas, for enumValue (generated, common_gen.go).
+type enum uint8
+
+// readEnum reads a string of enum e, whose values are listed in values for
+// the error. It stores a constant: decoding an enum does not allocate.
+func readEnum[E ~string](d *decoder, path string, e enum, values string) E {
 	b, err := d.strBytes(path)
 	if err != nil {
 		d.err = err
 		return ""
 	}
-	v, ok := parse(b)
+	v, ok := enumValue(e, b)
 	if !ok {
 		d.err = d.invalid(path, oneOf(string(b), values))
 	}
-	return v
+	return E(v)
+}
+
+// isEnum reports whether v is a value of enum e.
+func isEnum[E ~string](e enum, v E) bool {
+	_, ok := enumValue(e, v)
+	return ok
 }
 
 // readTime reads a timestamp.
@@ -296,6 +304,29 @@ func sep(b []byte, i int) []byte {
 		return append(b, ',')
 	}
 	return b
+}
+
+// decode is Decode* of an event of type typ: it decodes data into a T with
+// decode, the event's generated decoder; the T is zero on error. (It is
+// inlined, so decode is called directly and the T stays on the stack.)
+func decode[T any](data []byte, typ string, decode func(*decoder, *T)) (T, error) {
+	var v T
+	d := decoder{data: data, typ: typ}
+	decode(&d, &v)
+	if d.err != nil {
+		var zero T
+		return zero, d.err
+	}
+	return v, nil
+}
+
+// appendEvent is Append* of an event: it appends v to dst with encode, the
+// event's generated encoder, unless err, v's validation, is not nil.
+func appendEvent[T any](dst []byte, err error, v *T, encode func(*T, []byte) []byte) ([]byte, error) {
+	if err != nil {
+		return dst, err
+	}
+	return encode(v, dst), nil
 }
 
 // unmarshal is UnmarshalJSON of an event: it decodes data with decode into
