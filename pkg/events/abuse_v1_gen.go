@@ -699,7 +699,11 @@ func (v *Abuse) validate() *ValidationError {
 	return c.err
 }
 
-func (d *decoder) decodeAbuse(v *Abuse) {
+// DecodeAbuse decodes and validates an abuse.v1 event. Every error satisfies
+// errors.Is(err, ErrInvalid); the Abuse is zero on error.
+func DecodeAbuse(data []byte) (Abuse, error) {
+	var v Abuse
+	d := &decoder{data: data, typ: TypeAbuse}
 	o := d.open("")
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
@@ -764,4 +768,5 @@ func (d *decoder) decodeAbuse(v *Abuse) {
 		}
 	}
 	o.endDocument([]req{{0, "type"}, {1, "id"}, {2, "detected_at"}, {3, "principal"}, {4, "pattern"}, {5, "severity"}, {6, "score"}, {7, "window"}, {8, "first_event_at"}, {9, "evidence"}, {10, "penalty"}, {11, "detector_version"}})
+	return result(v, d.err)
 }

@@ -206,7 +206,11 @@ func (v *Adjustment) validate() *ValidationError {
 	return c.err
 }
 
-func (d *decoder) decodeAdjustment(v *Adjustment) {
+// DecodeAdjustment decodes and validates an adjustment.v1 event. Every error satisfies
+// errors.Is(err, ErrInvalid); the Adjustment is zero on error.
+func DecodeAdjustment(data []byte) (Adjustment, error) {
+	var v Adjustment
+	d := &decoder{data: data, typ: TypeAdjustment}
 	o := d.open("")
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
@@ -259,4 +263,5 @@ func (d *decoder) decodeAdjustment(v *Adjustment) {
 		}
 	}
 	o.endDocument([]req{{0, "type"}, {1, "id"}, {2, "ts"}, {3, "scope"}, {4, "old_scale"}, {5, "new_scale"}, {6, "signals"}, {7, "rule"}, {8, "dry_run"}, {9, "actor"}})
+	return result(v, d.err)
 }

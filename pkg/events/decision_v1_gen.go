@@ -427,7 +427,11 @@ func (v *Decision) validate() *ValidationError {
 	return c.err
 }
 
-func (d *decoder) decodeDecision(v *Decision) {
+// DecodeDecision decodes and validates a decision.v1 event. Every error satisfies
+// errors.Is(err, ErrInvalid); the Decision is zero on error.
+func DecodeDecision(data []byte) (Decision, error) {
+	var v Decision
+	d := &decoder{data: data, typ: TypeDecision}
 	o := d.open("")
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
@@ -541,4 +545,5 @@ func (d *decoder) decodeDecision(v *Decision) {
 		}
 	}
 	o.endDocument([]req{{0, "type"}, {1, "id"}, {2, "ts"}, {3, "principal"}, {4, "ip"}, {5, "method"}, {6, "route"}, {8, "allowed"}, {9, "tier"}, {10, "shadow"}, {11, "cost"}, {12, "limit"}, {13, "remaining"}, {14, "gateway"}})
+	return result(v, d.err)
 }

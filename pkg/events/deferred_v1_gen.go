@@ -210,7 +210,11 @@ func (v *Deferred) validate() *ValidationError {
 	return c.err
 }
 
-func (d *decoder) decodeDeferred(v *Deferred) {
+// DecodeDeferred decodes and validates a deferred.v1 event. Every error satisfies
+// errors.Is(err, ErrInvalid); the Deferred is zero on error.
+func DecodeDeferred(data []byte) (Deferred, error) {
+	var v Deferred
+	d := &decoder{data: data, typ: TypeDeferred}
 	o := d.open("")
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
@@ -287,4 +291,5 @@ func (d *decoder) decodeDeferred(v *Deferred) {
 		}
 	}
 	o.endDocument([]req{{0, "type"}, {1, "id"}, {2, "ts"}, {3, "deadline"}, {4, "principal"}, {5, "ip"}, {6, "method"}, {7, "route"}, {9, "path"}, {11, "headers"}, {13, "decision_id"}, {14, "rule"}, {16, "gateway"}})
+	return result(v, d.err)
 }

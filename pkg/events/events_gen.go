@@ -3,34 +3,6 @@
 
 package events
 
-// DecodeAbuse decodes and validates an abuse.v1 event. Every error satisfies
-// errors.Is(err, ErrInvalid); the Abuse is zero on error.
-func DecodeAbuse(data []byte) (Abuse, error) { return decode(data, TypeAbuse, (*decoder).decodeAbuse) }
-
-// DecodeAdjustment decodes and validates an adjustment.v1 event. Every error satisfies
-// errors.Is(err, ErrInvalid); the Adjustment is zero on error.
-func DecodeAdjustment(data []byte) (Adjustment, error) {
-	return decode(data, TypeAdjustment, (*decoder).decodeAdjustment)
-}
-
-// DecodeDecision decodes and validates a decision.v1 event. Every error satisfies
-// errors.Is(err, ErrInvalid); the Decision is zero on error.
-func DecodeDecision(data []byte) (Decision, error) {
-	return decode(data, TypeDecision, (*decoder).decodeDecision)
-}
-
-// DecodeDeferred decodes and validates a deferred.v1 event. Every error satisfies
-// errors.Is(err, ErrInvalid); the Deferred is zero on error.
-func DecodeDeferred(data []byte) (Deferred, error) {
-	return decode(data, TypeDeferred, (*decoder).decodeDeferred)
-}
-
-// DecodeRulesVersion decodes and validates a rules.v1 event. Every error satisfies
-// errors.Is(err, ErrInvalid); the RulesVersion is zero on error.
-func DecodeRulesVersion(data []byte) (RulesVersion, error) {
-	return decode(data, TypeRulesVersion, (*decoder).decodeRulesVersion)
-}
-
 // EncodeAbuse validates v and encodes it as JSON.
 func EncodeAbuse(v *Abuse) ([]byte, error) { return AppendAbuse(make([]byte, 0, 1024), v) }
 

@@ -306,16 +306,11 @@ func sep(b []byte, i int) []byte {
 	return b
 }
 
-// decode is Decode* of an event of type typ: it decodes data into a T with
-// decode, the event's generated decoder; the T is zero on error. (It is
-// inlined, so decode is called directly and the T stays on the stack.)
-func decode[T any](data []byte, typ string, decode func(*decoder, *T)) (T, error) {
-	var v T
-	d := decoder{data: data, typ: typ}
-	decode(&d, &v)
-	if d.err != nil {
+// result is what Decode* returns: v, or its zero value and err.
+func result[T any](v T, err *ValidationError) (T, error) {
+	if err != nil {
 		var zero T
-		return zero, d.err
+		return zero, err
 	}
 	return v, nil
 }

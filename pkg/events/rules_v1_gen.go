@@ -162,7 +162,11 @@ func (v *RulesVersion) validate() *ValidationError {
 	return c.err
 }
 
-func (d *decoder) decodeRulesVersion(v *RulesVersion) {
+// DecodeRulesVersion decodes and validates a rules.v1 event. Every error satisfies
+// errors.Is(err, ErrInvalid); the RulesVersion is zero on error.
+func DecodeRulesVersion(data []byte) (RulesVersion, error) {
+	var v RulesVersion
+	d := &decoder{data: data, typ: TypeRulesVersion}
 	o := d.open("")
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
@@ -227,4 +231,5 @@ func (d *decoder) decodeRulesVersion(v *RulesVersion) {
 		}
 	}
 	o.endDocument([]req{{0, "type"}, {1, "id"}, {2, "ts"}, {3, "version"}, {4, "state"}, {5, "rules"}, {6, "author"}, {7, "reason"}, {8, "created_at"}})
+	return result(v, d.err)
 }

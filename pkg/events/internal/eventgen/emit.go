@@ -35,8 +35,9 @@ import (
 // CommonFile holds what more than one schema uses.
 const CommonFile = "common_gen.go"
 
-// APIFile holds the exported functions and methods of every event (Decode*,
-// Encode*, Append*, Validate, MarshalJSON, UnmarshalJSON), one line each.
+// APIFile holds the exported functions and methods of every event but
+// Decode* (Encode*, Append*, Validate, MarshalJSON, UnmarshalJSON), one line
+// each.
 const APIFile = "events_gen.go"
 
 // Generate reads the event schemas in schemaDir and returns the generated Go
@@ -339,10 +340,6 @@ func emitAPI(w *bytes.Buffer, events []*event) {
 		}
 	}
 	each(func(n, t string, ev *event) {
-		fmt.Fprintf(w, "// Decode%s decodes and validates a%s %s event. Every error satisfies\n// errors.Is(err, ErrInvalid); the %s is zero on error.\n", n, article(ev.title), ev.title, n)
-		fmt.Fprintf(w, "func Decode%s(data []byte) (%s, error) { return decode(data, %s, (*decoder).decode%s) }\n\n", n, n, t, n)
-	})
-	each(func(n, t string, ev *event) {
 		fmt.Fprintf(w, "// Encode%s validates v and encodes it as JSON.\nfunc Encode%s(v *%s) ([]byte, error) { return Append%s(make([]byte, 0, %d), v) }\n\n", n, n, n, n, ev.buffer)
 	})
 	each(func(n, t string, ev *event) {
@@ -524,7 +521,15 @@ func emitValidate(w *bytes.Buffer, st *structType) {
 // emitDecode writes the decoder of one object type: a switch on the member
 // name with one read per member (members.go).
 func emitDecode(w *bytes.Buffer, st *structType) {
-	fmt.Fprintf(w, "func (d *decoder) decode%s(v *%s) {\n", st.name, st.name)
+	if st.event != nil {
+		// The root's decoder is the exported function itself: its event is a
+		// local variable, stored to without write barriers.
+		ev := st.event
+		fmt.Fprintf(w, "// Decode%s decodes and validates a%s %s event. Every error satisfies\n// errors.Is(err, ErrInvalid); the %s is zero on error.\n", st.name, article(ev.title), ev.title, st.name)
+		fmt.Fprintf(w, "func Decode%s(data []byte) (%s, error) {\nvar v %s\nd := &decoder{data: data, typ: %s}\n", st.name, st.name, st.name, ev.typeConst)
+	} else {
+		fmt.Fprintf(w, "func (d *decoder) decode%s(v *%s) {\n", st.name, st.name)
+	}
 	fmt.Fprintf(w, "o := d.open(%q)\nfor name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {\nswitch string(name) {\n", st.dpath)
 	for i, f := range st.fields {
 		fmt.Fprintf(w, "case %q:\n%s\n", f.json, decodeMember(f, st, i))
@@ -537,7 +542,7 @@ func emitDecode(w *bytes.Buffer, st *structType) {
 		}
 	}
 	if st.event != nil {
-		fmt.Fprintf(w, "o.endDocument([]req{%s})\n}\n\n", strings.Join(reqs, ", "))
+		fmt.Fprintf(w, "o.endDocument([]req{%s})\nreturn result(v, d.err)\n}\n\n", strings.Join(reqs, ", "))
 	} else {
 		fmt.Fprintf(w, "o.end(%q, []req{%s})\n}\n\n", st.dpath, strings.Join(reqs, ", "))
 	}
