@@ -129,15 +129,26 @@ func (d *decoder) readConst(path, want string) {
 func (d *decoder) readStr(path string, f format, max int) string {
 	s, err := d.str(path)
 	if err == nil {
-		err = f.check(s, max)
-		if err != nil {
-			err = d.invalid(path, err)
-		}
+		err = d.valid(path, f.check(s, max))
 	}
+	return kept(d, s, err)
+}
+
+// kept makes err, unless nil, the decoder's error and returns v. (Only
+// errors are stored: a store of nil would cost a write barrier per member.)
+func kept[T any](d *decoder, v T, err *ValidationError) T {
 	if err != nil {
 		d.err = err
 	}
-	return s
+	return v
+}
+
+// valid puts err, the check of the value at path, under path; nil stays nil.
+func (d *decoder) valid(path string, err *ValidationError) *ValidationError {
+	if err != nil {
+		return d.invalid(path, err)
+	}
+	return nil
 }
 
 // enum names an enum of the schemas, for enumValue (generated, common_gen.go).
@@ -167,56 +178,36 @@ func isEnum[E ~string](e enum, v E) bool {
 // readTime reads a timestamp.
 func (d *decoder) readTime(path string) time.Time {
 	t, err := d.time(path)
-	if err != nil {
-		d.err = err
-	}
-	return t
+	return kept(d, t, err)
 }
 
 // readInt reads an integer within [lo, hi].
 func (d *decoder) readInt(path string, lo, hi int64) int64 {
 	n, err := d.integer(path, lo, hi)
-	if err != nil {
-		d.err = err
-	}
-	return n
+	return kept(d, n, err)
 }
 
 // readIP reads an IP address.
 func (d *decoder) readIP(path string) netip.Addr {
 	a, err := d.ip(path)
-	if err != nil {
-		d.err = err
-	}
-	return a
+	return kept(d, a, err)
 }
 
 // readFloat reads a number >= lo (> lo when excl), and <= hi when hasHi.
 func (d *decoder) readFloat(path string, lo float64, excl bool, hi float64, hasHi bool) float64 {
 	f, err := d.float(path)
-	if err == nil {
-		if hasHi {
-			err = floatRange(f, lo, excl, hi)
-		} else {
-			err = floatAtLeast(f, lo, excl)
-		}
-		if err != nil {
-			err = d.invalid(path, err)
-		}
+	if err == nil && hasHi {
+		err = d.valid(path, floatRange(f, lo, excl, hi))
+	} else if err == nil {
+		err = d.valid(path, floatAtLeast(f, lo, excl))
 	}
-	if err != nil {
-		d.err = err
-	}
-	return f
+	return kept(d, f, err)
 }
 
 // readBool reads true or false.
 func (d *decoder) readBool(path string) bool {
 	v, err := d.boolean(path)
-	if err != nil {
-		d.err = err
-	}
-	return v
+	return kept(d, v, err)
 }
 
 // elements reads the elements of one array member of at most max items for a

@@ -350,27 +350,25 @@ func (d *decoder) constant(field, want string) *ValidationError {
 }
 
 func (d *decoder) time(field string) (time.Time, *ValidationError) {
-	b, err := d.strBytes(field)
-	if err != nil {
-		return time.Time{}, err
-	}
-	t, e := parseTime(b)
-	if e != nil {
-		return time.Time{}, d.invalid(field, e)
-	}
-	return t, nil
+	return parsed(d, field, parseTime[[]byte])
 }
 
 func (d *decoder) ip(field string) (netip.Addr, *ValidationError) {
+	return parsed(d, field, parseIP[[]byte])
+}
+
+// parsed reads a string member and parses it with parse.
+func parsed[T any](d *decoder, field string, parse func([]byte) (T, *ValidationError)) (T, *ValidationError) {
 	b, err := d.strBytes(field)
-	if err != nil {
-		return netip.Addr{}, err
+	if err == nil {
+		var v T
+		if v, err = parse(b); err == nil {
+			return v, nil
+		}
+		err = d.invalid(field, err)
 	}
-	a, e := parseIP(b)
-	if e != nil {
-		return netip.Addr{}, d.invalid(field, e)
-	}
-	return a, nil
+	var zero T
+	return zero, err
 }
 
 func (d *decoder) boolean(field string) (bool, *ValidationError) {
