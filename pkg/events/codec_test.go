@@ -384,11 +384,14 @@ func TestValidRoute(t *testing.T) {
 	}
 }
 
-// ipCases are shared by the Go and the schema tests.
-var ipCases = []struct {
-	ip string
+// grammarCase is a string and whether its grammar accepts it.
+type grammarCase struct {
+	in string
 	ok bool
-}{
+}
+
+// ipCases are shared by the Go and the schema tests.
+var ipCases = []grammarCase{
 	{"0.0.0.0", true},
 	{"203.0.113.7", true},
 	{"255.255.255.255", true},
@@ -438,25 +441,22 @@ var ipCases = []struct {
 func TestValidIP(t *testing.T) {
 	t.Parallel()
 	for _, tt := range ipCases {
-		t.Run(tt.ip, func(t *testing.T) {
-			a, err := ParseIP(tt.ip)
+		t.Run(tt.in, func(t *testing.T) {
+			a, err := ParseIP(tt.in)
 			if !tt.ok {
 				require.ErrorIs(t, err, ErrInvalid)
-				require.ErrorIs(t, ValidIP(tt.ip), ErrInvalid)
+				require.ErrorIs(t, ValidIP(tt.in), ErrInvalid)
 				return
 			}
 			require.NoError(t, err)
-			require.NoError(t, ValidIP(tt.ip))
-			require.Equal(t, netip.MustParseAddr(tt.ip), a)
+			require.NoError(t, ValidIP(tt.in))
+			require.Equal(t, netip.MustParseAddr(tt.in), a)
 		})
 	}
 }
 
 // timeCases are shared by the Go and the schema tests.
-var timeCases = []struct {
-	ts string
-	ok bool
-}{
+var timeCases = []grammarCase{
 	{"2026-11-22T10:00:00.123Z", true},
 	{"1970-01-01T00:00:00.000Z", true},
 	{"9999-12-31T23:59:59.999Z", true},
@@ -491,17 +491,17 @@ var timeCases = []struct {
 func TestParseTime(t *testing.T) {
 	t.Parallel()
 	for _, tt := range timeCases {
-		t.Run(tt.ts, func(t *testing.T) {
-			got, err := ParseTime(tt.ts)
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseTime(tt.in)
 			if !tt.ok {
 				require.ErrorIs(t, err, ErrInvalid)
 				return
 			}
 			require.NoError(t, err)
-			want, err := time.Parse(TimeLayout, tt.ts)
+			want, err := time.Parse(TimeLayout, tt.in)
 			require.NoError(t, err)
 			require.Equal(t, want, got)
-			require.Equal(t, tt.ts, FormatTime(got))
+			require.Equal(t, tt.in, FormatTime(got))
 		})
 	}
 }
