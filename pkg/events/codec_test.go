@@ -41,23 +41,18 @@ func TestInvalidExamplesRejected(t *testing.T) {
 
 func TestRoundTripLossless(t *testing.T) {
 	t.Parallel()
-	for _, ex := range loadExamples(t, "examples") {
-		t.Run(ex.name, func(t *testing.T) {
-			c := codecFor(t, ex.typ)
-			v1, err := c.decode(ex.data)
-			require.NoError(t, err)
-			enc1, err := c.encode(v1)
-			require.NoError(t, err)
-			v2, err := c.decode(enc1)
-			require.NoError(t, err)
-			require.Equal(t, v1, v2)
-			enc2, err := c.encode(v2)
-			require.NoError(t, err)
-			require.Equal(t, string(enc1), string(enc2), "encoding is deterministic")
-			// The encoding is plain JSON for any reader.
-			require.True(t, json.Valid(enc1))
-		})
-	}
+	eachValidExample(t, func(t *testing.T, c codec, v1 any) {
+		enc1, err := c.encode(v1)
+		require.NoError(t, err)
+		v2, err := c.decode(enc1)
+		require.NoError(t, err)
+		require.Equal(t, v1, v2)
+		enc2, err := c.encode(v2)
+		require.NoError(t, err)
+		require.Equal(t, string(enc1), string(enc2), "encoding is deterministic")
+		// The encoding is plain JSON for any reader.
+		require.True(t, json.Valid(enc1))
+	})
 }
 
 func TestDecisionRoundTripFromGo(t *testing.T) {
@@ -310,14 +305,9 @@ func TestValidateOnEncode(t *testing.T) {
 // member as it reads it, agrees with Validate on everything it accepts.
 func TestDecodedEventsValidate(t *testing.T) {
 	t.Parallel()
-	for _, ex := range loadExamples(t, "examples") {
-		t.Run(ex.name, func(t *testing.T) {
-			c := codecFor(t, ex.typ)
-			v, err := c.decode(ex.data)
-			require.NoError(t, err)
-			require.NoError(t, c.validate(v))
-		})
-	}
+	eachValidExample(t, func(t *testing.T, c codec, v any) {
+		require.NoError(t, c.validate(v))
+	})
 }
 
 func TestValidRoute(t *testing.T) {
@@ -438,19 +428,19 @@ var ipCases = []grammarCase{
 	{"１.2.3.4", false},
 }
 
-func TestValidIP(t *testing.T) {
-	t.Parallel()
-	for _, tt := range ipCases {
-		t.Run(tt.in, func(t *testing.T) {
-			a, err := ParseIP(tt.in)
-			if !tt.ok {
+// testGrammar checks, in a subtest a case, that parse accepts exactly the
+// cases that are ok (and rejects the others with ErrInvalid), then calls check
+// with what it returned.
+func testGrammar[T any](t *testing.T, cases []grammarCase, parse func(string) (T, error), check func(*testing.T, grammarCase, T)) {
+	for _, c := range cases {
+		t.Run(c.in, func(t *testing.T) {
+			got, err := parse(c.in)
+			if c.ok {
+				require.NoError(t, err)
+			} else {
 				require.ErrorIs(t, err, ErrInvalid)
-				require.ErrorIs(t, ValidIP(tt.in), ErrInvalid)
-				return
 			}
-			require.NoError(t, err)
-			require.NoError(t, ValidIP(tt.in))
-			require.Equal(t, netip.MustParseAddr(tt.in), a)
+			check(t, c, got)
 		})
 	}
 }
@@ -488,22 +478,31 @@ var timeCases = []grammarCase{
 	{"", false},
 }
 
-func TestParseTime(t *testing.T) {
+// TestGrammars checks the parsers of the address and timestamp grammars on
+// the cases the schema tests share.
+func TestGrammars(t *testing.T) {
 	t.Parallel()
-	for _, tt := range timeCases {
-		t.Run(tt.in, func(t *testing.T) {
-			got, err := ParseTime(tt.in)
-			if !tt.ok {
-				require.ErrorIs(t, err, ErrInvalid)
+	t.Run("ip", func(t *testing.T) {
+		testGrammar(t, ipCases, ParseIP, func(t *testing.T, c grammarCase, a netip.Addr) {
+			if !c.ok {
+				require.ErrorIs(t, ValidIP(c.in), ErrInvalid)
 				return
 			}
-			require.NoError(t, err)
-			want, err := time.Parse(TimeLayout, tt.in)
+			require.NoError(t, ValidIP(c.in))
+			require.Equal(t, netip.MustParseAddr(c.in), a)
+		})
+	})
+	t.Run("timestamp", func(t *testing.T) {
+		testGrammar(t, timeCases, ParseTime, func(t *testing.T, c grammarCase, got time.Time) {
+			if !c.ok {
+				return
+			}
+			want, err := time.Parse(TimeLayout, c.in)
 			require.NoError(t, err)
 			require.Equal(t, want, got)
-			require.Equal(t, tt.in, FormatTime(got))
+			require.Equal(t, c.in, FormatTime(got))
 		})
-	}
+	})
 }
 
 func TestFormatTime(t *testing.T) {

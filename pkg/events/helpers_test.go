@@ -68,6 +68,19 @@ func typeOfFile(t testing.TB, path string) string {
 }
 
 // example is one file of schemas/examples.
+// eachValidExample decodes every example of schemas/examples, in a subtest
+// each, and calls check with its codec and the decoded event.
+func eachValidExample(t *testing.T, check func(t *testing.T, c codec, v any)) {
+	for _, ex := range loadExamples(t, "examples") {
+		t.Run(ex.name, func(t *testing.T) {
+			c := codecFor(t, ex.typ)
+			v, err := c.decode(ex.data)
+			require.NoError(t, err)
+			check(t, c, v)
+		})
+	}
+}
+
 type example struct {
 	name string // file name without .json
 	typ  string

@@ -64,7 +64,7 @@ type members struct {
 // open reads the '{' that opens the object at path.
 func (d *decoder) open(path string) members {
 	if d.err == nil {
-		if err := d.object(path); err != nil {
+		if err := d.opening('{', path, "an object"); err != nil {
 			d.err = err
 		}
 	}
@@ -224,7 +224,7 @@ type elements struct {
 // list reads the '[' that opens the array of property bit, the member at path.
 func (o *members) list(bit uint, path string, max int) elements {
 	if o.take(bit, path) {
-		o.keep(o.d.array(path))
+		o.keep(o.d.opening('[', path, "an array"))
 	}
 	return elements{path: path, max: max, i: -1, first: true}
 }

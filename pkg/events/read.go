@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -112,10 +113,11 @@ func (d *decoder) end() *ValidationError {
 	return nil
 }
 
-// object reads the '{' that opens the object of field.
-func (d *decoder) object(field string) *ValidationError {
-	if d.peek() != '{' {
-		return d.wrongType(field, "an object")
+// opening reads c, the '{' or '[' that opens the value of field, which must
+// be want ("an object", "an array").
+func (d *decoder) opening(c byte, field, want string) *ValidationError {
+	if d.peek() != c {
+		return d.wrongType(field, want)
 	}
 	d.pos++
 	return nil
@@ -129,35 +131,19 @@ func (d *decoder) member(first *bool) (name []byte, ok bool) {
 	if d.err != nil {
 		return nil, false
 	}
-	switch d.peek() {
-	case '}':
-		d.pos++
-		return nil, false
-	case ',':
-		if *first {
-			d.err = d.unexpected("looking for beginning of object key string")
-			return nil, false
-		}
-		d.pos++
-		if d.peek() != '"' {
-			d.err = d.unexpected("looking for beginning of object key string")
-			return nil, false
-		}
-	case '"':
-		if !*first {
-			d.err = d.unexpected("after object key:value pair")
-			return nil, false
-		}
-	default:
-		if *first {
-			d.err = d.unexpected("looking for beginning of object key string")
-			return nil, false
-		}
-		d.err = d.unexpected("after object key:value pair")
+	const begin = "looking for beginning of object key string"
+	ok, err := d.step(first, '}', begin, "after object key:value pair")
+	if err == nil && ok && d.peek() != '"' {
+		err = d.unexpected(begin)
+	}
+	if err != nil {
+		d.err = err
 		return nil, false
 	}
-	*first = false
-	name, err := d.rawString()
+	if !ok {
+		return nil, false
+	}
+	name, err = d.rawString()
 	if err != nil {
 		d.err = err
 		return nil, false
@@ -242,23 +228,11 @@ func (d *decoder) escapedString(start, i int) ([]byte, *ValidationError) {
 				return nil, d.syntax("unexpected end of input")
 			}
 			switch e := d.data[i+1]; e {
-			case '"', '\\', '/':
-				b = append(b, e)
-				i += 2
-			case 'b':
-				b = append(b, '\b')
-				i += 2
-			case 'f':
-				b = append(b, '\f')
-				i += 2
-			case 'n':
-				b = append(b, '\n')
-				i += 2
-			case 'r':
-				b = append(b, '\r')
-				i += 2
-			case 't':
-				b = append(b, '\t')
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				// The character each escape stands for, in the order of
+				// escapes: '"' for \", '\b' for \b, …
+				const escapes, escaped = `"\/bfnrt`, "\"\\/\b\f\n\r\t"
+				b = append(b, escaped[strings.IndexByte(escapes, e)])
 				i += 2
 			case 'u':
 				r, ok := hex4(d.data, i+2)
@@ -712,34 +686,33 @@ func (d *decoder) literal(lit string) *ValidationError {
 	return nil
 }
 
-// array reads the '[' that opens the array of field.
-func (d *decoder) array(field string) *ValidationError {
-	if d.peek() != '[' {
-		return d.wrongType(field, "an array")
-	}
-	d.pos++
-	return nil
-}
-
 // element advances to the next element of the current array; ok is false at
 // the closing ']'. first must start out true.
 func (d *decoder) element(first *bool) (ok bool, err *ValidationError) {
+	return d.step(first, ']', "looking for beginning of value", "after array element")
+}
+
+// step advances past the ',' between the members or elements of the object
+// or array that close closes; ok is false at close. first must start out
+// true. begin and after are the contexts of its errors: a ',' where a member
+// or element must begin, and anything but ',' after one.
+func (d *decoder) step(first *bool, close byte, begin, after string) (ok bool, err *ValidationError) {
 	switch d.peek() {
-	case ']':
+	case close:
 		d.pos++
 		return false, nil
 	case ',':
 		if *first {
-			return false, d.unexpected("looking for beginning of value")
+			return false, d.unexpected(begin)
 		}
 		d.pos++
-		if c := d.peek(); c == ']' {
-			return false, d.unexpected("looking for beginning of value")
+		if d.peek() == close {
+			return false, d.unexpected(begin)
 		}
-		return true, nil
-	}
-	if !*first {
-		return false, d.unexpected("after array element")
+	default:
+		if !*first {
+			return false, d.unexpected(after)
+		}
 	}
 	*first = false
 	return true, nil
