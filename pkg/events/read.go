@@ -131,19 +131,35 @@ func (d *decoder) member(first *bool) (name []byte, ok bool) {
 	if d.err != nil {
 		return nil, false
 	}
-	const begin = "looking for beginning of object key string"
-	ok, err := d.step(first, '}', begin, "after object key:value pair")
-	if err == nil && ok && d.peek() != '"' {
-		err = d.unexpected(begin)
-	}
-	if err != nil {
-		d.err = err
+	switch d.peek() {
+	case '}':
+		d.pos++
+		return nil, false
+	case ',':
+		if *first {
+			d.err = d.unexpected("looking for beginning of object key string")
+			return nil, false
+		}
+		d.pos++
+		if d.peek() != '"' {
+			d.err = d.unexpected("looking for beginning of object key string")
+			return nil, false
+		}
+	case '"':
+		if !*first {
+			d.err = d.unexpected("after object key:value pair")
+			return nil, false
+		}
+	default:
+		if *first {
+			d.err = d.unexpected("looking for beginning of object key string")
+			return nil, false
+		}
+		d.err = d.unexpected("after object key:value pair")
 		return nil, false
 	}
-	if !ok {
-		return nil, false
-	}
-	name, err = d.rawString()
+	*first = false
+	name, err := d.rawString()
 	if err != nil {
 		d.err = err
 		return nil, false
@@ -689,30 +705,22 @@ func (d *decoder) literal(lit string) *ValidationError {
 // element advances to the next element of the current array; ok is false at
 // the closing ']'. first must start out true.
 func (d *decoder) element(first *bool) (ok bool, err *ValidationError) {
-	return d.step(first, ']', "looking for beginning of value", "after array element")
-}
-
-// step advances past the ',' between the members or elements of the object
-// or array that close closes; ok is false at close. first must start out
-// true. begin and after are the contexts of its errors: a ',' where a member
-// or element must begin, and anything but ',' after one.
-func (d *decoder) step(first *bool, close byte, begin, after string) (ok bool, err *ValidationError) {
 	switch d.peek() {
-	case close:
+	case ']':
 		d.pos++
 		return false, nil
 	case ',':
 		if *first {
-			return false, d.unexpected(begin)
+			return false, d.unexpected("looking for beginning of value")
 		}
 		d.pos++
-		if d.peek() == close {
-			return false, d.unexpected(begin)
+		if c := d.peek(); c == ']' {
+			return false, d.unexpected("looking for beginning of value")
 		}
-	default:
-		if !*first {
-			return false, d.unexpected(after)
-		}
+		return true, nil
+	}
+	if !*first {
+		return false, d.unexpected("after array element")
 	}
 	*first = false
 	return true, nil
