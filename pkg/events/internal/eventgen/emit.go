@@ -19,7 +19,10 @@
 // member: the readers, checks and writers of each kind of member are
 // hand-written once in pkg/events/members.go, read.go and write.go. The
 // decoder keeps its first error (decoder.err), so the generated decoders
-// carry no error plumbing.
+// carry no error plumbing. What every event or enum has is written once too:
+// the exported functions of the events are one line each in events_gen.go
+// (calling generic ones in members.go), and one enumValue maps a string to
+// the constant of any enum (common_gen.go).
 //
 // Run it with `go generate ./pkg/events` (or `make generate`).
 package eventgen
