@@ -19,10 +19,7 @@ func BenchmarkDecodeDecision(b *testing.B) {
 }
 
 func BenchmarkEncodeDecision(b *testing.B) {
-	ev, err := DecodeDecision(compactExample(b, "decision.v1.denied"))
-	if err != nil {
-		b.Fatal(err)
-	}
+	ev := decodedExample(b, "decision.v1.denied", DecodeDecision)
 	b.Run("floodgate_append", func(b *testing.B) {
 		buf := make([]byte, 0, 1024)
 		benchEncode(b, func() ([]byte, error) { return AppendDecision(buf[:0], &ev) })
@@ -40,10 +37,7 @@ func BenchmarkDecodeAbuse(b *testing.B) {
 }
 
 func BenchmarkEncodeAbuse(b *testing.B) {
-	ev, err := DecodeAbuse(compactExample(b, "abuse.v1.distributed_ip"))
-	if err != nil {
-		b.Fatal(err)
-	}
+	ev := decodedExample(b, "abuse.v1.distributed_ip", DecodeAbuse)
 	b.Run("floodgate", func(b *testing.B) {
 		benchEncode(b, func() ([]byte, error) { return EncodeAbuse(&ev) })
 	})
@@ -51,6 +45,15 @@ func BenchmarkEncodeAbuse(b *testing.B) {
 
 func BenchmarkDecodeAdjustment(b *testing.B) {
 	benchDecoders(b, "adjustment.v1", DecodeAdjustment, nil)
+}
+
+// decodedExample returns the example decoded with decode.
+func decodedExample[T any](b *testing.B, name string, decode func([]byte) (T, error)) T {
+	ev, err := decode(compactExample(b, name))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ev
 }
 
 // benchDecoders benchmarks decoding the example, compacted, with this codec
@@ -145,13 +148,22 @@ type stdDecision struct {
 	PenaltyMultiplier float64      `json:"penalty_multiplier,omitempty"`
 }
 
+// stdUnmarshal unmarshals data into s, whose type member is *typ, and checks
+// that the type is want.
+func stdUnmarshal(data []byte, s any, typ *string, want string) error {
+	if err := json.Unmarshal(data, s); err != nil {
+		return err
+	}
+	if *typ != want {
+		return fmt.Errorf("type %q", *typ)
+	}
+	return nil
+}
+
 func stdDecodeDecision(data []byte) (Decision, error) {
 	var s stdDecision
-	if err := json.Unmarshal(data, &s); err != nil {
+	if err := stdUnmarshal(data, &s, &s.Type, TypeDecision); err != nil {
 		return Decision{}, err
-	}
-	if s.Type != TypeDecision {
-		return Decision{}, fmt.Errorf("type %q", s.Type)
 	}
 	ts, err := ParseTime(s.TS)
 	if err != nil {
@@ -226,11 +238,8 @@ type stdAbuse struct {
 
 func stdDecodeAbuse(data []byte) (Abuse, error) {
 	var s stdAbuse
-	if err := json.Unmarshal(data, &s); err != nil {
+	if err := stdUnmarshal(data, &s, &s.Type, TypeAbuse); err != nil {
 		return Abuse{}, err
-	}
-	if s.Type != TypeAbuse {
-		return Abuse{}, fmt.Errorf("type %q", s.Type)
 	}
 	var err error
 	times := func(s string) time.Time {

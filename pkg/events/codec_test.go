@@ -15,12 +15,9 @@ import (
 
 func TestExamplesDecode(t *testing.T) {
 	t.Parallel()
-	for _, ex := range loadExamples(t, "examples") {
-		t.Run(ex.name, func(t *testing.T) {
-			_, err := codecFor(t, ex.typ).decode(ex.data)
-			require.NoError(t, err)
-		})
-	}
+	eachValidExample(t, func(t *testing.T, _ codec, v any) {
+		require.NotZero(t, v)
+	})
 }
 
 func TestInvalidExamplesRejected(t *testing.T) {
