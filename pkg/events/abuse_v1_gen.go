@@ -15,14 +15,15 @@ const TypeAbuse = "abuse.v1"
 // CETypeAbuse is the CloudEvents ce_type of abuse.v1.
 const CETypeAbuse = "dev.floodgate." + TypeAbuse
 
-// MaxTopItems is the maxItems of evidence.top_routes in the schemas.
-const MaxTopItems = 10
-
-// MaxTopicLen is the maxLength of evidence.crossing_event.topic in the schemas.
-const MaxTopicLen = 249
-
-// MaxVersionLen is the maxLength of detector_version in the schemas.
-const MaxVersionLen = 64
+// Limits of the schemas (maxLength and maxItems).
+const (
+	// MaxTopItems is the maxItems of evidence.top_routes in the schemas.
+	MaxTopItems = 10
+	// MaxTopicLen is the maxLength of evidence.crossing_event.topic in the schemas.
+	MaxTopicLen = 249
+	// MaxVersionLen is the maxLength of detector_version in the schemas.
+	MaxVersionLen = 64
+)
 
 // Pattern is the kind of abuse a detection found. New patterns are added to v1
 // consumers-first (see schemas/README.md).
@@ -41,27 +42,7 @@ const (
 const patternValues = "rapid_fire|distributed_ip|credential_stuffing|scraping|bot_like"
 
 // Valid reports whether v is one of the values of Pattern.
-func (v Pattern) Valid() bool {
-	_, ok := parsePattern(v)
-	return ok
-}
-
-// parsePattern returns the constant equal to s, so that decoding does not allocate.
-func parsePattern[S ~string | ~[]byte](s S) (Pattern, bool) {
-	switch string(s) {
-	case "rapid_fire":
-		return PatternRapidFire, true
-	case "distributed_ip":
-		return PatternDistributedIP, true
-	case "credential_stuffing":
-		return PatternCredentialStuffing, true
-	case "scraping":
-		return PatternScraping, true
-	case "bot_like":
-		return PatternBotLike, true
-	}
-	return "", false
-}
+func (v Pattern) Valid() bool { return isEnum(enumPattern, v) }
 
 // Severity grades a detection.
 type Severity string
@@ -78,25 +59,7 @@ const (
 const severityValues = "low|medium|high|critical"
 
 // Valid reports whether v is one of the values of Severity.
-func (v Severity) Valid() bool {
-	_, ok := parseSeverity(v)
-	return ok
-}
-
-// parseSeverity returns the constant equal to s, so that decoding does not allocate.
-func parseSeverity[S ~string | ~[]byte](s S) (Severity, bool) {
-	switch string(s) {
-	case "low":
-		return SeverityLow, true
-	case "medium":
-		return SeverityMedium, true
-	case "high":
-		return SeverityHigh, true
-	case "critical":
-		return SeverityCritical, true
-	}
-	return "", false
-}
+func (v Severity) Valid() bool { return isEnum(enumSeverity, v) }
 
 // BasisSource is a value of evidence.basis.source: The expectation: principal_history
 // (its own EWMA rate), route_population (the route's quantile among principals of its
@@ -113,23 +76,6 @@ const (
 // basisSourceValues lists the values of BasisSource, "|"-separated.
 const basisSourceValues = "principal_history|route_population|kind_floor|limit|networks"
 
-// parseBasisSource returns the constant equal to s, so that decoding does not allocate.
-func parseBasisSource[S ~string | ~[]byte](s S) (string, bool) {
-	switch string(s) {
-	case "principal_history":
-		return BasisPrincipalHistory, true
-	case "route_population":
-		return BasisRoutePopulation, true
-	case "kind_floor":
-		return BasisKindFloor, true
-	case "limit":
-		return BasisLimit, true
-	case "networks":
-		return BasisNetworks, true
-	}
-	return "", false
-}
-
 // PenaltyMode says whether a penalty was applied or only reported (shadow).
 type PenaltyMode string
 
@@ -143,21 +89,7 @@ const (
 const penaltyModeValues = "simulated|enforced"
 
 // Valid reports whether v is one of the values of PenaltyMode.
-func (v PenaltyMode) Valid() bool {
-	_, ok := parsePenaltyMode(v)
-	return ok
-}
-
-// parsePenaltyMode returns the constant equal to s, so that decoding does not allocate.
-func parsePenaltyMode[S ~string | ~[]byte](s S) (PenaltyMode, bool) {
-	switch string(s) {
-	case "simulated":
-		return PenaltySimulated, true
-	case "enforced":
-		return PenaltyEnforced, true
-	}
-	return "", false
-}
+func (v PenaltyMode) Valid() bool { return isEnum(enumPenaltyMode, v) }
 
 // Window is the time window the evidence covers.
 type Window struct {
@@ -313,27 +245,6 @@ type Abuse struct {
 	// escalate it. (0: absent)
 	DetectionCount int64
 }
-
-// Validate checks v against the abuse.v1 contract.
-func (v *Abuse) Validate() error { return withType(TypeAbuse, v.validate()) }
-
-// EncodeAbuse validates v and encodes it as JSON.
-func EncodeAbuse(v *Abuse) ([]byte, error) { return AppendAbuse(make([]byte, 0, 1024), v) }
-
-// AppendAbuse validates v and appends its JSON encoding to dst; on error dst
-// is returned unchanged. It does not allocate when dst has room.
-func AppendAbuse(dst []byte, v *Abuse) ([]byte, error) {
-	if err := v.Validate(); err != nil {
-		return dst, err
-	}
-	return v.appendJSON(dst), nil
-}
-
-// MarshalJSON implements json.Marshaler with EncodeAbuse.
-func (v Abuse) MarshalJSON() ([]byte, error) { return EncodeAbuse(&v) }
-
-// UnmarshalJSON implements json.Unmarshaler with DecodeAbuse.
-func (v *Abuse) UnmarshalJSON(data []byte) error { return unmarshal(v, data, DecodeAbuse) }
 
 func (v *Window) appendJSON(b []byte) []byte {
 	b = append(b, `{"start":"`...)
@@ -513,10 +424,10 @@ func (v *Basis) appendJSON(b []byte) []byte {
 
 func (v *Basis) validate() *ValidationError {
 	var c checker
-	if _, ok := parseBasisSource(v.Source); !ok {
+	if !isEnum(enumBasisSource, v.Source) {
 		c.at("source", oneOf(v.Source, basisSourceValues))
 	}
-	if _, ok := parsePrincipalKind(v.BaselineKind); !ok {
+	if !isEnum(enumPrincipalKind, v.BaselineKind) {
 		c.at("baseline_kind", oneOf(string(v.BaselineKind), principalKindValues))
 	}
 	c.at("denial_ratio", floatRange(v.DenialRatio, 0, false, 1))
@@ -531,11 +442,11 @@ func (d *decoder) decodeBasis(v *Basis) {
 		switch string(name) {
 		case "source":
 			if o.take(0, "evidence.basis.source") {
-				v.Source = readEnum(d, "evidence.basis.source", parseBasisSource[[]byte], basisSourceValues)
+				v.Source = readEnum[string](d, "evidence.basis.source", enumBasisSource, basisSourceValues)
 			}
 		case "baseline_kind":
 			if o.take(1, "evidence.basis.baseline_kind") {
-				v.BaselineKind = readEnum(d, "evidence.basis.baseline_kind", parsePrincipalKind[[]byte], principalKindValues)
+				v.BaselineKind = readEnum[PrincipalKind](d, "evidence.basis.baseline_kind", enumPrincipalKind, principalKindValues)
 			}
 		case "denial_ratio":
 			if o.take(2, "evidence.basis.denial_ratio") {
@@ -693,7 +604,7 @@ func (v *Penalty) validate() *ValidationError {
 	c.at("multiplier", floatRange(v.Multiplier, 0, true, 1))
 	c.at("expires_at", validTime(v.ExpiresAt))
 	c.at("level", intRange(v.Level, 1, MaxSafeInteger))
-	if _, ok := parsePenaltyMode(v.Mode); !ok {
+	if !isEnum(enumPenaltyMode, v.Mode) {
 		c.at("mode", oneOf(string(v.Mode), penaltyModeValues))
 	}
 	return c.err
@@ -717,7 +628,7 @@ func (d *decoder) decodePenalty(v *Penalty) {
 			}
 		case "mode":
 			if o.take(3, "penalty.mode") {
-				v.Mode = readEnum(d, "penalty.mode", parsePenaltyMode[[]byte], penaltyModeValues)
+				v.Mode = readEnum[PenaltyMode](d, "penalty.mode", enumPenaltyMode, penaltyModeValues)
 			}
 		default:
 			o.skip()
@@ -767,10 +678,10 @@ func (v *Abuse) validate() *ValidationError {
 	c.at("id", validID(v.ID))
 	c.at("detected_at", validTime(v.DetectedAt))
 	c.at("principal", v.Principal.validate())
-	if _, ok := parsePattern(v.Pattern); !ok {
+	if !isEnum(enumPattern, v.Pattern) {
 		c.at("pattern", oneOf(string(v.Pattern), patternValues))
 	}
-	if _, ok := parseSeverity(v.Severity); !ok {
+	if !isEnum(enumSeverity, v.Severity) {
 		c.at("severity", oneOf(string(v.Severity), severityValues))
 	}
 	c.at("score", floatAtLeast(v.Score, 0, false))
@@ -814,11 +725,11 @@ func DecodeAbuse(data []byte) (Abuse, error) {
 			}
 		case "pattern":
 			if o.take(4, "pattern") {
-				v.Pattern = readEnum(d, "pattern", parsePattern[[]byte], patternValues)
+				v.Pattern = readEnum[Pattern](d, "pattern", enumPattern, patternValues)
 			}
 		case "severity":
 			if o.take(5, "severity") {
-				v.Severity = readEnum(d, "severity", parseSeverity[[]byte], severityValues)
+				v.Severity = readEnum[Severity](d, "severity", enumSeverity, severityValues)
 			}
 		case "score":
 			if o.take(6, "score") {
@@ -857,8 +768,5 @@ func DecodeAbuse(data []byte) (Abuse, error) {
 		}
 	}
 	o.endDocument([]req{{0, "type"}, {1, "id"}, {2, "detected_at"}, {3, "principal"}, {4, "pattern"}, {5, "severity"}, {6, "score"}, {7, "window"}, {8, "first_event_at"}, {9, "evidence"}, {10, "penalty"}, {11, "detector_version"}})
-	if d.err != nil {
-		return Abuse{}, d.err
-	}
-	return v, nil
+	return result(v, d.err)
 }

@@ -13,11 +13,13 @@ const TypeAdjustment = "adjustment.v1"
 // CETypeAdjustment is the CloudEvents ce_type of adjustment.v1.
 const CETypeAdjustment = "dev.floodgate." + TypeAdjustment
 
-// MaxScopeLen is the maxLength of scope in the schemas.
-const MaxScopeLen = 256
-
-// MaxActorIDLen is the maxLength of actor.id in the schemas.
-const MaxActorIDLen = 128
+// Limits of the schemas (maxLength and maxItems).
+const (
+	// MaxScopeLen is the maxLength of scope in the schemas.
+	MaxScopeLen = 256
+	// MaxActorIDLen is the maxLength of actor.id in the schemas.
+	MaxActorIDLen = 128
+)
 
 // ActorKind says who changed a limit scale.
 type ActorKind string
@@ -32,21 +34,7 @@ const (
 const actorKindValues = "loop|operator"
 
 // Valid reports whether v is one of the values of ActorKind.
-func (v ActorKind) Valid() bool {
-	_, ok := parseActorKind(v)
-	return ok
-}
-
-// parseActorKind returns the constant equal to s, so that decoding does not allocate.
-func parseActorKind[S ~string | ~[]byte](s S) (ActorKind, bool) {
-	switch string(s) {
-	case "loop":
-		return ActorLoop, true
-	case "operator":
-		return ActorOperator, true
-	}
-	return "", false
-}
+func (v ActorKind) Valid() bool { return isEnum(enumActorKind, v) }
 
 // Signals is the signals the change was based on.
 type Signals struct {
@@ -95,29 +83,6 @@ type Adjustment struct {
 	// are allowed, other control characters are not. ("": absent)
 	Reason string
 }
-
-// Validate checks v against the adjustment.v1 contract.
-func (v *Adjustment) Validate() error { return withType(TypeAdjustment, v.validate()) }
-
-// EncodeAdjustment validates v and encodes it as JSON.
-func EncodeAdjustment(v *Adjustment) ([]byte, error) {
-	return AppendAdjustment(make([]byte, 0, 512), v)
-}
-
-// AppendAdjustment validates v and appends its JSON encoding to dst; on error dst
-// is returned unchanged. It does not allocate when dst has room.
-func AppendAdjustment(dst []byte, v *Adjustment) ([]byte, error) {
-	if err := v.Validate(); err != nil {
-		return dst, err
-	}
-	return v.appendJSON(dst), nil
-}
-
-// MarshalJSON implements json.Marshaler with EncodeAdjustment.
-func (v Adjustment) MarshalJSON() ([]byte, error) { return EncodeAdjustment(&v) }
-
-// UnmarshalJSON implements json.Unmarshaler with DecodeAdjustment.
-func (v *Adjustment) UnmarshalJSON(data []byte) error { return unmarshal(v, data, DecodeAdjustment) }
 
 func (v *Signals) appendJSON(b []byte) []byte {
 	b = append(b, `{"cpu":`...)
@@ -172,7 +137,7 @@ func (v *Actor) appendJSON(b []byte) []byte {
 
 func (v *Actor) validate() *ValidationError {
 	var c checker
-	if _, ok := parseActorKind(v.Kind); !ok {
+	if !isEnum(enumActorKind, v.Kind) {
 		c.at("kind", oneOf(string(v.Kind), actorKindValues))
 	}
 	c.at("id", validText(v.ID, MaxActorIDLen, false))
@@ -185,7 +150,7 @@ func (d *decoder) decodeActor(v *Actor) {
 		switch string(name) {
 		case "kind":
 			if o.take(0, "actor.kind") {
-				v.Kind = readEnum(d, "actor.kind", parseActorKind[[]byte], actorKindValues)
+				v.Kind = readEnum[ActorKind](d, "actor.kind", enumActorKind, actorKindValues)
 			}
 		case "id":
 			if o.take(1, "actor.id") {
@@ -298,8 +263,5 @@ func DecodeAdjustment(data []byte) (Adjustment, error) {
 		}
 	}
 	o.endDocument([]req{{0, "type"}, {1, "id"}, {2, "ts"}, {3, "scope"}, {4, "old_scale"}, {5, "new_scale"}, {6, "signals"}, {7, "rule"}, {8, "dry_run"}, {9, "actor"}})
-	if d.err != nil {
-		return Adjustment{}, d.err
-	}
-	return v, nil
+	return result(v, d.err)
 }

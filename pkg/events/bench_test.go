@@ -15,20 +15,11 @@ import (
 // events/s is per core (-cpu 1).
 
 func BenchmarkDecodeDecision(b *testing.B) {
-	data := compactExample(b, "decision.v1.denied")
-	b.Run("floodgate", func(b *testing.B) {
-		benchDecode(b, data, func(d []byte) error { _, err := DecodeDecision(d); return err })
-	})
-	b.Run("encoding_json", func(b *testing.B) {
-		benchDecode(b, data, func(d []byte) error { _, err := stdDecodeDecision(d); return err })
-	})
+	benchDecoders(b, "decision.v1.denied", DecodeDecision, stdDecodeDecision)
 }
 
 func BenchmarkEncodeDecision(b *testing.B) {
-	ev, err := DecodeDecision(compactExample(b, "decision.v1.denied"))
-	if err != nil {
-		b.Fatal(err)
-	}
+	ev := decodedExample(b, "decision.v1.denied", DecodeDecision)
 	b.Run("floodgate_append", func(b *testing.B) {
 		buf := make([]byte, 0, 1024)
 		benchEncode(b, func() ([]byte, error) { return AppendDecision(buf[:0], &ev) })
@@ -42,30 +33,44 @@ func BenchmarkEncodeDecision(b *testing.B) {
 }
 
 func BenchmarkDecodeAbuse(b *testing.B) {
-	data := compactExample(b, "abuse.v1.distributed_ip")
-	b.Run("floodgate", func(b *testing.B) {
-		benchDecode(b, data, func(d []byte) error { _, err := DecodeAbuse(d); return err })
-	})
-	b.Run("encoding_json", func(b *testing.B) {
-		benchDecode(b, data, func(d []byte) error { _, err := stdDecodeAbuse(d); return err })
-	})
+	benchDecoders(b, "abuse.v1.distributed_ip", DecodeAbuse, stdDecodeAbuse)
 }
 
 func BenchmarkEncodeAbuse(b *testing.B) {
-	ev, err := DecodeAbuse(compactExample(b, "abuse.v1.distributed_ip"))
-	if err != nil {
-		b.Fatal(err)
-	}
+	ev := decodedExample(b, "abuse.v1.distributed_ip", DecodeAbuse)
 	b.Run("floodgate", func(b *testing.B) {
 		benchEncode(b, func() ([]byte, error) { return EncodeAbuse(&ev) })
 	})
 }
 
 func BenchmarkDecodeAdjustment(b *testing.B) {
-	data := compactExample(b, "adjustment.v1")
-	b.Run("floodgate", func(b *testing.B) {
-		benchDecode(b, data, func(d []byte) error { _, err := DecodeAdjustment(d); return err })
-	})
+	benchDecoders(b, "adjustment.v1", DecodeAdjustment, nil)
+}
+
+// decodedExample returns the example decoded with decode.
+func decodedExample[T any](b *testing.B, name string, decode func([]byte) (T, error)) T {
+	ev, err := decode(compactExample(b, name))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ev
+}
+
+// benchDecoders benchmarks decoding the example, compacted, with this codec
+// ("floodgate") and, unless std is nil, with encoding/json ("encoding_json").
+func benchDecoders[T any](b *testing.B, example string, floodgate, std func([]byte) (T, error)) {
+	data := compactExample(b, example)
+	for _, run := range []struct {
+		name   string
+		decode func([]byte) (T, error)
+	}{{"floodgate", floodgate}, {"encoding_json", std}} {
+		if run.decode == nil {
+			continue
+		}
+		b.Run(run.name, func(b *testing.B) {
+			benchDecode(b, data, func(d []byte) error { _, err := run.decode(d); return err })
+		})
+	}
 }
 
 func benchDecode(b *testing.B, data []byte, decode func([]byte) error) {
@@ -143,13 +148,22 @@ type stdDecision struct {
 	PenaltyMultiplier float64      `json:"penalty_multiplier,omitempty"`
 }
 
+// stdUnmarshal unmarshals data into s, whose type member is *typ, and checks
+// that the type is want.
+func stdUnmarshal(data []byte, s any, typ *string, want string) error {
+	if err := json.Unmarshal(data, s); err != nil {
+		return err
+	}
+	if *typ != want {
+		return fmt.Errorf("type %q", *typ)
+	}
+	return nil
+}
+
 func stdDecodeDecision(data []byte) (Decision, error) {
 	var s stdDecision
-	if err := json.Unmarshal(data, &s); err != nil {
+	if err := stdUnmarshal(data, &s, &s.Type, TypeDecision); err != nil {
 		return Decision{}, err
-	}
-	if s.Type != TypeDecision {
-		return Decision{}, fmt.Errorf("type %q", s.Type)
 	}
 	ts, err := ParseTime(s.TS)
 	if err != nil {
@@ -224,11 +238,8 @@ type stdAbuse struct {
 
 func stdDecodeAbuse(data []byte) (Abuse, error) {
 	var s stdAbuse
-	if err := json.Unmarshal(data, &s); err != nil {
+	if err := stdUnmarshal(data, &s, &s.Type, TypeAbuse); err != nil {
 		return Abuse{}, err
-	}
-	if s.Type != TypeAbuse {
-		return Abuse{}, fmt.Errorf("type %q", s.Type)
 	}
 	var err error
 	times := func(s string) time.Time {

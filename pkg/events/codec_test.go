@@ -15,12 +15,9 @@ import (
 
 func TestExamplesDecode(t *testing.T) {
 	t.Parallel()
-	for _, ex := range loadExamples(t, "examples") {
-		t.Run(ex.name, func(t *testing.T) {
-			_, err := codecFor(t, ex.typ).decode(ex.data)
-			require.NoError(t, err)
-		})
-	}
+	eachValidExample(t, func(t *testing.T, _ codec, v any) {
+		require.NotZero(t, v)
+	})
 }
 
 func TestInvalidExamplesRejected(t *testing.T) {
@@ -41,23 +38,18 @@ func TestInvalidExamplesRejected(t *testing.T) {
 
 func TestRoundTripLossless(t *testing.T) {
 	t.Parallel()
-	for _, ex := range loadExamples(t, "examples") {
-		t.Run(ex.name, func(t *testing.T) {
-			c := codecFor(t, ex.typ)
-			v1, err := c.decode(ex.data)
-			require.NoError(t, err)
-			enc1, err := c.encode(v1)
-			require.NoError(t, err)
-			v2, err := c.decode(enc1)
-			require.NoError(t, err)
-			require.Equal(t, v1, v2)
-			enc2, err := c.encode(v2)
-			require.NoError(t, err)
-			require.Equal(t, string(enc1), string(enc2), "encoding is deterministic")
-			// The encoding is plain JSON for any reader.
-			require.True(t, json.Valid(enc1))
-		})
-	}
+	eachValidExample(t, func(t *testing.T, c codec, v1 any) {
+		enc1, err := c.encode(v1)
+		require.NoError(t, err)
+		v2, err := c.decode(enc1)
+		require.NoError(t, err)
+		require.Equal(t, v1, v2)
+		enc2, err := c.encode(v2)
+		require.NoError(t, err)
+		require.Equal(t, string(enc1), string(enc2), "encoding is deterministic")
+		// The encoding is plain JSON for any reader.
+		require.True(t, json.Valid(enc1))
+	})
 }
 
 func TestDecisionRoundTripFromGo(t *testing.T) {
@@ -310,14 +302,9 @@ func TestValidateOnEncode(t *testing.T) {
 // member as it reads it, agrees with Validate on everything it accepts.
 func TestDecodedEventsValidate(t *testing.T) {
 	t.Parallel()
-	for _, ex := range loadExamples(t, "examples") {
-		t.Run(ex.name, func(t *testing.T) {
-			c := codecFor(t, ex.typ)
-			v, err := c.decode(ex.data)
-			require.NoError(t, err)
-			require.NoError(t, c.validate(v))
-		})
-	}
+	eachValidExample(t, func(t *testing.T, c codec, v any) {
+		require.NoError(t, c.validate(v))
+	})
 }
 
 func TestValidRoute(t *testing.T) {
@@ -384,11 +371,14 @@ func TestValidRoute(t *testing.T) {
 	}
 }
 
-// ipCases are shared by the Go and the schema tests.
-var ipCases = []struct {
-	ip string
+// grammarCase is a string and whether its grammar accepts it.
+type grammarCase struct {
+	in string
 	ok bool
-}{
+}
+
+// ipCases are shared by the Go and the schema tests.
+var ipCases = []grammarCase{
 	{"0.0.0.0", true},
 	{"203.0.113.7", true},
 	{"255.255.255.255", true},
@@ -435,28 +425,25 @@ var ipCases = []struct {
 	{"１.2.3.4", false},
 }
 
-func TestValidIP(t *testing.T) {
-	t.Parallel()
-	for _, tt := range ipCases {
-		t.Run(tt.ip, func(t *testing.T) {
-			a, err := ParseIP(tt.ip)
-			if !tt.ok {
+// testGrammar checks, in a subtest a case, that parse accepts exactly the
+// cases that are ok (and rejects the others with ErrInvalid), then calls check
+// with what it returned.
+func testGrammar[T any](t *testing.T, cases []grammarCase, parse func(string) (T, error), check func(*testing.T, grammarCase, T)) {
+	for _, c := range cases {
+		t.Run(c.in, func(t *testing.T) {
+			got, err := parse(c.in)
+			if c.ok {
+				require.NoError(t, err)
+			} else {
 				require.ErrorIs(t, err, ErrInvalid)
-				require.ErrorIs(t, ValidIP(tt.ip), ErrInvalid)
-				return
 			}
-			require.NoError(t, err)
-			require.NoError(t, ValidIP(tt.ip))
-			require.Equal(t, netip.MustParseAddr(tt.ip), a)
+			check(t, c, got)
 		})
 	}
 }
 
 // timeCases are shared by the Go and the schema tests.
-var timeCases = []struct {
-	ts string
-	ok bool
-}{
+var timeCases = []grammarCase{
 	{"2026-11-22T10:00:00.123Z", true},
 	{"1970-01-01T00:00:00.000Z", true},
 	{"9999-12-31T23:59:59.999Z", true},
@@ -488,22 +475,31 @@ var timeCases = []struct {
 	{"", false},
 }
 
-func TestParseTime(t *testing.T) {
+// TestGrammars checks the parsers of the address and timestamp grammars on
+// the cases the schema tests share.
+func TestGrammars(t *testing.T) {
 	t.Parallel()
-	for _, tt := range timeCases {
-		t.Run(tt.ts, func(t *testing.T) {
-			got, err := ParseTime(tt.ts)
-			if !tt.ok {
-				require.ErrorIs(t, err, ErrInvalid)
+	t.Run("ip", func(t *testing.T) {
+		testGrammar(t, ipCases, ParseIP, func(t *testing.T, c grammarCase, a netip.Addr) {
+			if !c.ok {
+				require.ErrorIs(t, ValidIP(c.in), ErrInvalid)
 				return
 			}
-			require.NoError(t, err)
-			want, err := time.Parse(TimeLayout, tt.ts)
+			require.NoError(t, ValidIP(c.in))
+			require.Equal(t, netip.MustParseAddr(c.in), a)
+		})
+	})
+	t.Run("timestamp", func(t *testing.T) {
+		testGrammar(t, timeCases, ParseTime, func(t *testing.T, c grammarCase, got time.Time) {
+			if !c.ok {
+				return
+			}
+			want, err := time.Parse(TimeLayout, c.in)
 			require.NoError(t, err)
 			require.Equal(t, want, got)
-			require.Equal(t, tt.ts, FormatTime(got))
+			require.Equal(t, c.in, FormatTime(got))
 		})
-	}
+	})
 }
 
 func TestFormatTime(t *testing.T) {

@@ -3,26 +3,23 @@
 
 package events
 
-// MaxIDLen is the maxLength of id in the schemas.
-const MaxIDLen = 64
-
-// MaxPrincipalIDLen is the maxLength of principal.id in the schemas.
-const MaxPrincipalIDLen = 128
-
-// MaxRouteLen is the maxLength of evidence.top_routes[].route in the schemas.
-const MaxRouteLen = 256
-
-// MaxRuleLen is the maxLength of rule in the schemas.
-const MaxRuleLen = 128
-
-// MaxReasonLen is the maxLength of reason in the schemas.
-const MaxReasonLen = 1024
-
-// MaxResourceLen is the maxLength of resource in the schemas.
-const MaxResourceLen = 128
-
-// MaxGatewayLen is the maxLength of gateway in the schemas.
-const MaxGatewayLen = 64
+// Limits of the schemas (maxLength and maxItems).
+const (
+	// MaxIDLen is the maxLength of id in the schemas.
+	MaxIDLen = 64
+	// MaxPrincipalIDLen is the maxLength of principal.id in the schemas.
+	MaxPrincipalIDLen = 128
+	// MaxRouteLen is the maxLength of evidence.top_routes[].route in the schemas.
+	MaxRouteLen = 256
+	// MaxRuleLen is the maxLength of rule in the schemas.
+	MaxRuleLen = 128
+	// MaxReasonLen is the maxLength of reason in the schemas.
+	MaxReasonLen = 1024
+	// MaxResourceLen is the maxLength of resource in the schemas.
+	MaxResourceLen = 128
+	// MaxGatewayLen is the maxLength of gateway in the schemas.
+	MaxGatewayLen = 64
+)
 
 // PrincipalKind says what kind of caller a principal is.
 type PrincipalKind string
@@ -39,46 +36,143 @@ const (
 const principalKindValues = "user|bot|api_key|anonymous"
 
 // Valid reports whether v is one of the values of PrincipalKind.
-func (v PrincipalKind) Valid() bool {
-	_, ok := parsePrincipalKind(v)
-	return ok
-}
-
-// parsePrincipalKind returns the constant equal to s, so that decoding does not allocate.
-func parsePrincipalKind[S ~string | ~[]byte](s S) (PrincipalKind, bool) {
-	switch string(s) {
-	case "user":
-		return PrincipalUser, true
-	case "bot":
-		return PrincipalBot, true
-	case "api_key":
-		return PrincipalAPIKey, true
-	case "anonymous":
-		return PrincipalAnonymous, true
-	}
-	return "", false
-}
+func (v PrincipalKind) Valid() bool { return isEnum(enumPrincipalKind, v) }
 
 // Methods lists the values of Method, "|"-separated.
 const Methods = "GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS"
 
-// parseMethod returns the constant equal to s, so that decoding does not allocate.
-func parseMethod[S ~string | ~[]byte](s S) (string, bool) {
-	switch string(s) {
-	case "GET":
-		return "GET", true
-	case "HEAD":
-		return "HEAD", true
-	case "POST":
-		return "POST", true
-	case "PUT":
-		return "PUT", true
-	case "PATCH":
-		return "PATCH", true
-	case "DELETE":
-		return "DELETE", true
-	case "OPTIONS":
-		return "OPTIONS", true
+// The enums of the schemas, for enumValue.
+const (
+	enumPrincipalKind enum = iota
+	enumPattern
+	enumSeverity
+	enumBasisSource
+	enumPenaltyMode
+	enumActorKind
+	enumMethod
+	enumTier
+	enumPriority
+	enumRulesState
+)
+
+// enumValue returns the value of enum e equal to s. It returns a constant,
+// so that decoding an enum does not allocate.
+func enumValue[S ~string | ~[]byte](e enum, s S) (string, bool) {
+	switch e {
+	case enumPrincipalKind:
+		switch string(s) {
+		case "user":
+			return "user", true
+		case "bot":
+			return "bot", true
+		case "api_key":
+			return "api_key", true
+		case "anonymous":
+			return "anonymous", true
+		}
+	case enumPattern:
+		switch string(s) {
+		case "rapid_fire":
+			return "rapid_fire", true
+		case "distributed_ip":
+			return "distributed_ip", true
+		case "credential_stuffing":
+			return "credential_stuffing", true
+		case "scraping":
+			return "scraping", true
+		case "bot_like":
+			return "bot_like", true
+		}
+	case enumSeverity:
+		switch string(s) {
+		case "low":
+			return "low", true
+		case "medium":
+			return "medium", true
+		case "high":
+			return "high", true
+		case "critical":
+			return "critical", true
+		}
+	case enumBasisSource:
+		switch string(s) {
+		case "principal_history":
+			return "principal_history", true
+		case "route_population":
+			return "route_population", true
+		case "kind_floor":
+			return "kind_floor", true
+		case "limit":
+			return "limit", true
+		case "networks":
+			return "networks", true
+		}
+	case enumPenaltyMode:
+		switch string(s) {
+		case "simulated":
+			return "simulated", true
+		case "enforced":
+			return "enforced", true
+		}
+	case enumActorKind:
+		switch string(s) {
+		case "loop":
+			return "loop", true
+		case "operator":
+			return "operator", true
+		}
+	case enumMethod:
+		switch string(s) {
+		case "GET":
+			return "GET", true
+		case "HEAD":
+			return "HEAD", true
+		case "POST":
+			return "POST", true
+		case "PUT":
+			return "PUT", true
+		case "PATCH":
+			return "PATCH", true
+		case "DELETE":
+			return "DELETE", true
+		case "OPTIONS":
+			return "OPTIONS", true
+		}
+	case enumTier:
+		switch string(s) {
+		case "ip":
+			return "ip", true
+		case "principal":
+			return "principal", true
+		case "endpoint":
+			return "endpoint", true
+		case "resource":
+			return "resource", true
+		case "quota":
+			return "quota", true
+		case "penalty":
+			return "penalty", true
+		}
+	case enumPriority:
+		switch string(s) {
+		case "critical":
+			return "critical", true
+		case "degraded":
+			return "degraded", true
+		case "best_effort":
+			return "best_effort", true
+		case "bulk":
+			return "bulk", true
+		}
+	case enumRulesState:
+		switch string(s) {
+		case "shadow":
+			return "shadow", true
+		case "enforced":
+			return "enforced", true
+		case "rolled_back":
+			return "rolled_back", true
+		}
 	}
 	return "", false
 }
@@ -105,7 +199,7 @@ func (v *Principal) appendJSON(b []byte) []byte {
 
 func (v *Principal) validate() *ValidationError {
 	var c checker
-	if _, ok := parsePrincipalKind(v.Kind); !ok {
+	if !isEnum(enumPrincipalKind, v.Kind) {
 		c.at("kind", oneOf(string(v.Kind), principalKindValues))
 	}
 	c.at("id", validPrincipalID(v.ID))
@@ -118,7 +212,7 @@ func (d *decoder) decodePrincipal(v *Principal) {
 		switch string(name) {
 		case "kind":
 			if o.take(0, "principal.kind") {
-				v.Kind = readEnum(d, "principal.kind", parsePrincipalKind[[]byte], principalKindValues)
+				v.Kind = readEnum[PrincipalKind](d, "principal.kind", enumPrincipalKind, principalKindValues)
 			}
 		case "id":
 			if o.take(1, "principal.id") {

@@ -313,12 +313,12 @@ func (g *generator) strings(node map[string]any, val string, p path, tag string)
 	switch tag {
 	case "ip", "evidence.top_ips[].ip":
 		for _, c := range ipCases {
-			g.emit(fmt.Sprintf("ip %q", c.ip), p, c.ip, false, c.ok)
+			g.emit(fmt.Sprintf("ip %q", c.in), p, c.in, false, c.ok)
 		}
 		return
 	case "timestamp":
 		for _, c := range timeCases {
-			g.emit(fmt.Sprintf("ts %q", c.ts), p, c.ts, false, c.ok)
+			g.emit(fmt.Sprintf("ts %q", c.in), p, c.in, false, c.ok)
 		}
 		return
 	case "route":
@@ -404,11 +404,12 @@ func (g *generator) integers(node map[string]any, p path) {
 	lo := num(node["minimum"].(json.Number))
 	hi := num(node["maximum"].(json.Number))
 	lit := func(s string) json.Number { return json.Number(s) }
-	cases := []struct {
+	type numberCase struct {
 		name string
 		v    json.Number
 		ok   bool
-	}{
+	}
+	cases := []numberCase{
 		{"minimum", lit(strconv.FormatInt(lo, 10)), true},
 		{"below minimum", lit(strconv.FormatInt(lo-1, 10)), false},
 		{"maximum", lit(strconv.FormatInt(hi, 10)), true},
@@ -423,34 +424,16 @@ func (g *generator) integers(node map[string]any, p path) {
 		{"many digits", lit("123456789012345678901234567890"), false},
 	}
 	if lo == 0 {
-		cases = append(cases, struct {
-			name string
-			v    json.Number
-			ok   bool
-		}{"negative zero", lit("-0"), true}, struct {
-			name string
-			v    json.Number
-			ok   bool
-		}{"zero in exponent form", lit("0e5"), true})
+		cases = append(cases,
+			numberCase{"negative zero", lit("-0"), true},
+			numberCase{"zero in exponent form", lit("0e5"), true})
 	}
 	if hi >= 1000 {
-		cases = append(cases, struct {
-			name string
-			v    json.Number
-			ok   bool
-		}{"1e3", lit("1e3"), true}, struct {
-			name string
-			v    json.Number
-			ok   bool
-		}{"1000e-3", lit("1000e-3"), true}, struct {
-			name string
-			v    json.Number
-			ok   bool
-		}{"12.5e1", lit("12.5e1"), true}, struct {
-			name string
-			v    json.Number
-			ok   bool
-		}{"1.25e1", lit("1.25e1"), false})
+		cases = append(cases,
+			numberCase{"1e3", lit("1e3"), true},
+			numberCase{"1000e-3", lit("1000e-3"), true},
+			numberCase{"12.5e1", lit("12.5e1"), true},
+			numberCase{"1.25e1", lit("1.25e1"), false})
 	}
 	for _, c := range cases {
 		g.emit(c.name+" "+string(c.v), p, c.v, false, c.ok)
@@ -507,7 +490,7 @@ func TestConformanceIPPattern(t *testing.T) {
 		require.Equal(t, goOK, re.MatchString(ip) && len(ip) <= 45, "Go vs pattern on %q", ip)
 	}
 	for _, c := range ipCases {
-		t.Run(c.ip, func(t *testing.T) { check(t, c.ip) })
+		t.Run(c.in, func(t *testing.T) { check(t, c.in) })
 	}
 	t.Run("generated", func(t *testing.T) {
 		n := 0
@@ -568,7 +551,7 @@ func TestConformanceTimestampPattern(t *testing.T) {
 		}
 	}
 	for _, c := range timeCases {
-		check(c.ts)
+		check(c.in)
 	}
 	years := []int{}
 	for y := 1968; y <= 2101; y++ {

@@ -15,23 +15,21 @@ const TypeDecision = "decision.v1"
 // CETypeDecision is the CloudEvents ce_type of decision.v1.
 const CETypeDecision = "dev.floodgate." + TypeDecision
 
-// MaxEnvoyDomainLen is the maxLength of envoy.domain in the schemas.
-const MaxEnvoyDomainLen = 128
-
-// MaxEnvoyDescriptors is the maxItems of envoy.descriptors in the schemas.
-const MaxEnvoyDescriptors = 8
-
-// MaxEnvoyEntries is the maxItems of envoy.descriptors[].entries in the schemas.
-const MaxEnvoyEntries = 8
-
-// MaxEnvoyKeyLen is the maxLength of envoy.descriptors[].entries[].key in the schemas.
-const MaxEnvoyKeyLen = 64
-
-// MaxEnvoyValueLen is the maxLength of envoy.descriptors[].entries[].value in the schemas.
-const MaxEnvoyValueLen = 128
-
-// MaxPlanLen is the maxLength of plan in the schemas.
-const MaxPlanLen = 32
+// Limits of the schemas (maxLength and maxItems).
+const (
+	// MaxEnvoyDomainLen is the maxLength of envoy.domain in the schemas.
+	MaxEnvoyDomainLen = 128
+	// MaxEnvoyDescriptors is the maxItems of envoy.descriptors in the schemas.
+	MaxEnvoyDescriptors = 8
+	// MaxEnvoyEntries is the maxItems of envoy.descriptors[].entries in the schemas.
+	MaxEnvoyEntries = 8
+	// MaxEnvoyKeyLen is the maxLength of envoy.descriptors[].entries[].key in the schemas.
+	MaxEnvoyKeyLen = 64
+	// MaxEnvoyValueLen is the maxLength of envoy.descriptors[].entries[].value in the schemas.
+	MaxEnvoyValueLen = 128
+	// MaxPlanLen is the maxLength of plan in the schemas.
+	MaxPlanLen = 32
+)
 
 // Tier is the limit tier that decided a request.
 type Tier string
@@ -50,29 +48,7 @@ const (
 const tierValues = "ip|principal|endpoint|resource|quota|penalty"
 
 // Valid reports whether v is one of the values of Tier.
-func (v Tier) Valid() bool {
-	_, ok := parseTier(v)
-	return ok
-}
-
-// parseTier returns the constant equal to s, so that decoding does not allocate.
-func parseTier[S ~string | ~[]byte](s S) (Tier, bool) {
-	switch string(s) {
-	case "ip":
-		return TierIP, true
-	case "principal":
-		return TierPrincipal, true
-	case "endpoint":
-		return TierEndpoint, true
-	case "resource":
-		return TierResource, true
-	case "quota":
-		return TierQuota, true
-	case "penalty":
-		return TierPenalty, true
-	}
-	return "", false
-}
+func (v Tier) Valid() bool { return isEnum(enumTier, v) }
 
 // Priority is a request's priority bucket, highest first.
 type Priority string
@@ -89,25 +65,7 @@ const (
 const priorityValues = "critical|degraded|best_effort|bulk"
 
 // Valid reports whether v is one of the values of Priority.
-func (v Priority) Valid() bool {
-	_, ok := parsePriority(v)
-	return ok
-}
-
-// parsePriority returns the constant equal to s, so that decoding does not allocate.
-func parsePriority[S ~string | ~[]byte](s S) (Priority, bool) {
-	switch string(s) {
-	case "critical":
-		return PriorityCritical, true
-	case "degraded":
-		return PriorityDegraded, true
-	case "best_effort":
-		return PriorityBestEffort, true
-	case "bulk":
-		return PriorityBulk, true
-	}
-	return "", false
-}
+func (v Priority) Valid() bool { return isEnum(enumPriority, v) }
 
 // EnvoyEntry is one key/value entry of a descriptor, as Envoy sent it.
 type EnvoyEntry struct {
@@ -229,27 +187,6 @@ type Decision struct {
 	// rules would have denied this request. Absent means false. (false: absent)
 	CandidateBlocked bool
 }
-
-// Validate checks v against the decision.v1 contract.
-func (v *Decision) Validate() error { return withType(TypeDecision, v.validate()) }
-
-// EncodeDecision validates v and encodes it as JSON.
-func EncodeDecision(v *Decision) ([]byte, error) { return AppendDecision(make([]byte, 0, 1024), v) }
-
-// AppendDecision validates v and appends its JSON encoding to dst; on error dst
-// is returned unchanged. It does not allocate when dst has room.
-func AppendDecision(dst []byte, v *Decision) ([]byte, error) {
-	if err := v.Validate(); err != nil {
-		return dst, err
-	}
-	return v.appendJSON(dst), nil
-}
-
-// MarshalJSON implements json.Marshaler with EncodeDecision.
-func (v Decision) MarshalJSON() ([]byte, error) { return EncodeDecision(&v) }
-
-// UnmarshalJSON implements json.Unmarshaler with DecodeDecision.
-func (v *Decision) UnmarshalJSON(data []byte) error { return unmarshal(v, data, DecodeDecision) }
 
 func (v *EnvoyEntry) appendJSON(b []byte) []byte {
 	b = append(b, `{"key":`...)
@@ -450,14 +387,14 @@ func (v *Decision) validate() *ValidationError {
 	c.at("ts", validTime(v.TS))
 	c.at("principal", v.Principal.validate())
 	c.at("ip", validAddr(v.IP))
-	if _, ok := parseMethod(v.Method); !ok {
+	if !isEnum(enumMethod, v.Method) {
 		c.at("method", oneOf(v.Method, Methods))
 	}
 	c.at("route", validRoute(v.Route))
 	if v.Resource != "" {
 		c.at("resource", validResource(v.Resource))
 	}
-	if _, ok := parseTier(v.Tier); !ok {
+	if !isEnum(enumTier, v.Tier) {
 		c.at("tier", oneOf(string(v.Tier), tierValues))
 	}
 	c.at("cost", intRange(v.Cost, 1, 1_000_000))
@@ -471,7 +408,7 @@ func (v *Decision) validate() *ValidationError {
 		c.at("penalty_multiplier", floatRange(v.PenaltyMultiplier, 0, true, 1))
 	}
 	if v.Priority != "" {
-		if _, ok := parsePriority(v.Priority); !ok {
+		if !isEnum(enumPriority, v.Priority) {
 			c.at("priority", oneOf(string(v.Priority), priorityValues))
 		}
 	}
@@ -520,7 +457,7 @@ func DecodeDecision(data []byte) (Decision, error) {
 			}
 		case "method":
 			if o.take(5, "method") {
-				v.Method = readEnum(d, "method", parseMethod[[]byte], Methods)
+				v.Method = readEnum[string](d, "method", enumMethod, Methods)
 			}
 		case "route":
 			if o.take(6, "route") {
@@ -536,7 +473,7 @@ func DecodeDecision(data []byte) (Decision, error) {
 			}
 		case "tier":
 			if o.take(9, "tier") {
-				v.Tier = readEnum(d, "tier", parseTier[[]byte], tierValues)
+				v.Tier = readEnum[Tier](d, "tier", enumTier, tierValues)
 			}
 		case "shadow":
 			if o.take(10, "shadow") {
@@ -576,7 +513,7 @@ func DecodeDecision(data []byte) (Decision, error) {
 			}
 		case "priority":
 			if o.take(19, "priority") {
-				v.Priority = readEnum(d, "priority", parsePriority[[]byte], priorityValues)
+				v.Priority = readEnum[Priority](d, "priority", enumPriority, priorityValues)
 			}
 		case "shed":
 			if o.take(20, "shed") {
@@ -608,8 +545,5 @@ func DecodeDecision(data []byte) (Decision, error) {
 		}
 	}
 	o.endDocument([]req{{0, "type"}, {1, "id"}, {2, "ts"}, {3, "principal"}, {4, "ip"}, {5, "method"}, {6, "route"}, {8, "allowed"}, {9, "tier"}, {10, "shadow"}, {11, "cost"}, {12, "limit"}, {13, "remaining"}, {14, "gateway"}})
-	if d.err != nil {
-		return Decision{}, d.err
-	}
-	return v, nil
+	return result(v, d.err)
 }

@@ -14,23 +14,21 @@ const TypeDeferred = "deferred.v1"
 // CETypeDeferred is the CloudEvents ce_type of deferred.v1.
 const CETypeDeferred = "dev.floodgate." + TypeDeferred
 
-// MaxPathLen is the maxLength of path in the schemas.
-const MaxPathLen = 2048
-
-// MaxQueryLen is the maxLength of query in the schemas.
-const MaxQueryLen = 8192
-
-// MaxDeferredHeaders is the maxItems of headers in the schemas.
-const MaxDeferredHeaders = 32
-
-// MaxHeaderNameLen is the maxLength of headers[].name in the schemas.
-const MaxHeaderNameLen = 64
-
-// MaxHeaderValueLen is the maxLength of headers[].value in the schemas.
-const MaxHeaderValueLen = 4096
-
-// MaxBodyB64Len is the maxLength of body in the schemas.
-const MaxBodyB64Len = 174764
+// Limits of the schemas (maxLength and maxItems).
+const (
+	// MaxPathLen is the maxLength of path in the schemas.
+	MaxPathLen = 2048
+	// MaxQueryLen is the maxLength of query in the schemas.
+	MaxQueryLen = 8192
+	// MaxDeferredHeaders is the maxItems of headers in the schemas.
+	MaxDeferredHeaders = 32
+	// MaxHeaderNameLen is the maxLength of headers[].name in the schemas.
+	MaxHeaderNameLen = 64
+	// MaxHeaderValueLen is the maxLength of headers[].value in the schemas.
+	MaxHeaderValueLen = 4096
+	// MaxBodyB64Len is the maxLength of body in the schemas.
+	MaxBodyB64Len = 174764
+)
 
 // Header is one header field.
 type Header struct {
@@ -96,27 +94,6 @@ type Deferred struct {
 	// request, 1-64 characters.
 	Gateway string
 }
-
-// Validate checks v against the deferred.v1 contract.
-func (v *Deferred) Validate() error { return withType(TypeDeferred, v.validate()) }
-
-// EncodeDeferred validates v and encodes it as JSON.
-func EncodeDeferred(v *Deferred) ([]byte, error) { return AppendDeferred(make([]byte, 0, 1024), v) }
-
-// AppendDeferred validates v and appends its JSON encoding to dst; on error dst
-// is returned unchanged. It does not allocate when dst has room.
-func AppendDeferred(dst []byte, v *Deferred) ([]byte, error) {
-	if err := v.Validate(); err != nil {
-		return dst, err
-	}
-	return v.appendJSON(dst), nil
-}
-
-// MarshalJSON implements json.Marshaler with EncodeDeferred.
-func (v Deferred) MarshalJSON() ([]byte, error) { return EncodeDeferred(&v) }
-
-// UnmarshalJSON implements json.Unmarshaler with DecodeDeferred.
-func (v *Deferred) UnmarshalJSON(data []byte) error { return unmarshal(v, data, DecodeDeferred) }
 
 func (v *Header) appendJSON(b []byte) []byte {
 	b = append(b, `{"name":`...)
@@ -209,7 +186,7 @@ func (v *Deferred) validate() *ValidationError {
 	c.at("deadline", validTime(v.Deadline))
 	c.at("principal", v.Principal.validate())
 	c.at("ip", validAddr(v.IP))
-	if _, ok := parseMethod(v.Method); !ok {
+	if !isEnum(enumMethod, v.Method) {
 		c.at("method", oneOf(v.Method, Methods))
 	}
 	c.at("route", validRoute(v.Route))
@@ -267,7 +244,7 @@ func DecodeDeferred(data []byte) (Deferred, error) {
 			}
 		case "method":
 			if o.take(6, "method") {
-				v.Method = readEnum(d, "method", parseMethod[[]byte], Methods)
+				v.Method = readEnum[string](d, "method", enumMethod, Methods)
 			}
 		case "route":
 			if o.take(7, "route") {
@@ -314,8 +291,5 @@ func DecodeDeferred(data []byte) (Deferred, error) {
 		}
 	}
 	o.endDocument([]req{{0, "type"}, {1, "id"}, {2, "ts"}, {3, "deadline"}, {4, "principal"}, {5, "ip"}, {6, "method"}, {7, "route"}, {9, "path"}, {11, "headers"}, {13, "decision_id"}, {14, "rule"}, {16, "gateway"}})
-	if d.err != nil {
-		return Deferred{}, d.err
-	}
-	return v, nil
+	return result(v, d.err)
 }

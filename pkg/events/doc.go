@@ -17,7 +17,8 @@
 // versioning rules in schemas/README.md).
 //
 // The types, encoders, decoders and validation of the events are generated
-// from the schemas (the *_gen.go files, by internal/eventgen): to add or
+// from the schemas (the *_gen.go files, by internal/eventgen; the exported
+// functions of all events are in events_gen.go, one line each): to add or
 // change a member, edit the schema and run `go generate ./pkg/events` (see
 // schemas/README.md). The string grammars the schemas name with
 // x-floodgate-format (ids, routes, resources, addresses, timestamps, text) are

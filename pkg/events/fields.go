@@ -26,11 +26,8 @@ func validID(s string) *ValidationError {
 
 // validName checks 1–max characters of [A-Za-z0-9_-], and '.' when dot.
 func validName(s string, max int, dot bool) *ValidationError {
-	if s == "" {
-		return reason("must not be empty")
-	}
-	if len(s) > max {
-		return reason(fmt.Sprintf("%s is %d characters long, the limit is %d", quote(s), len(s), max))
+	if err := sized(s, max, "%s is %d characters long, the limit is %d"); err != nil {
+		return err
 	}
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; !isIDByte(c) && !(dot && c == '.') {
@@ -231,11 +228,8 @@ func validAddr(a netip.Addr) *ValidationError {
 func ValidResource(s string) error { return asError(validResource(s)) }
 
 func validResource(s string) *ValidationError {
-	if s == "" {
-		return reason("must not be empty")
-	}
-	if len(s) > MaxResourceLen {
-		return reason(fmt.Sprintf("%s is %d bytes long, the limit is %d", quote(s), len(s), MaxResourceLen))
+	if err := sized(s, MaxResourceLen, "%s is %d bytes long, the limit is %d"); err != nil {
+		return err
 	}
 	colon := strings.IndexByte(s, ':')
 	if colon < 1 || colon == len(s)-1 || s[0] < 'a' || s[0] > 'z' {
@@ -256,7 +250,7 @@ func validResource(s string) *ValidationError {
 
 // ValidMethod reports whether s is one of Methods (upper case).
 func ValidMethod(s string) error {
-	if _, ok := parseMethod(s); ok {
+	if isEnum(enumMethod, s) {
 		return nil
 	}
 	return oneOf(s, Methods)
@@ -285,13 +279,22 @@ func oneOf(s, options string) *ValidationError {
 func ValidPrincipalID(s string) error { return asError(validPrincipalID(s)) }
 
 func validPrincipalID(s string) *ValidationError {
+	if err := sized(s, MaxPrincipalIDLen, "%s is %d bytes long, the limit is %d bytes"); err != nil {
+		return err
+	}
+	return noControl(s, false)
+}
+
+// sized checks that s is not empty and at most max bytes long; tooLong
+// formats the error of a longer s from s quoted, its length and max.
+func sized(s string, max int, tooLong string) *ValidationError {
 	if s == "" {
 		return reason("must not be empty")
 	}
-	if len(s) > MaxPrincipalIDLen {
-		return reason(fmt.Sprintf("%s is %d bytes long, the limit is %d bytes", quote(s), len(s), MaxPrincipalIDLen))
+	if len(s) > max {
+		return reason(fmt.Sprintf(tooLong, quote(s), len(s), max))
 	}
-	return noControl(s, false)
+	return nil
 }
 
 // validText checks a free-text field: 1–max characters (Unicode code points, as

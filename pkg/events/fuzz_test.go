@@ -87,11 +87,16 @@ func FuzzParsePrincipalKey(f *testing.F) {
 	})
 }
 
+// seed adds the strings of cases to f's corpus.
+func seed(f *testing.F, cases []grammarCase) {
+	for _, c := range cases {
+		f.Add(c.in)
+	}
+}
+
 func FuzzParseIP(f *testing.F) {
 	re := schemaPattern(f, "ip")
-	for _, c := range ipCases {
-		f.Add(c.ip)
-	}
+	seed(f, ipCases)
 	f.Fuzz(func(t *testing.T, s string) {
 		a, err := ParseIP(s)
 		want, werr := netip.ParseAddr(s)
@@ -107,9 +112,7 @@ func FuzzParseIP(f *testing.F) {
 
 func FuzzParseTime(f *testing.F) {
 	re := schemaPattern(f, "timestamp")
-	for _, c := range timeCases {
-		f.Add(c.ts)
-	}
+	seed(f, timeCases)
 	f.Fuzz(func(t *testing.T, s string) {
 		got, err := ParseTime(s)
 		require.Equal(t, err == nil, re.MatchString(s), "ParseTime and the schema pattern on %q: %v", s, err)

@@ -26,39 +26,28 @@ type codec struct {
 	validate func(any) error
 }
 
+// codecOf is the codec of one event type T.
+func codecOf[T any](decode func([]byte) (T, error), encode func(*T) ([]byte, error), validate func(*T) error) codec {
+	return codec{
+		decode:   func(b []byte) (any, error) { return decode(b) },
+		encode:   func(v any) ([]byte, error) { ev := v.(T); return encode(&ev) },
+		validate: func(v any) error { ev := v.(T); return validate(&ev) },
+	}
+}
+
 func codecFor(t testing.TB, typ string) codec {
 	t.Helper()
 	switch typ {
 	case TypeDecision:
-		return codec{
-			decode:   func(b []byte) (any, error) { return DecodeDecision(b) },
-			encode:   func(v any) ([]byte, error) { d := v.(Decision); return EncodeDecision(&d) },
-			validate: func(v any) error { d := v.(Decision); return d.Validate() },
-		}
+		return codecOf(DecodeDecision, EncodeDecision, (*Decision).Validate)
 	case TypeAbuse:
-		return codec{
-			decode:   func(b []byte) (any, error) { return DecodeAbuse(b) },
-			encode:   func(v any) ([]byte, error) { a := v.(Abuse); return EncodeAbuse(&a) },
-			validate: func(v any) error { a := v.(Abuse); return a.Validate() },
-		}
+		return codecOf(DecodeAbuse, EncodeAbuse, (*Abuse).Validate)
 	case TypeAdjustment:
-		return codec{
-			decode:   func(b []byte) (any, error) { return DecodeAdjustment(b) },
-			encode:   func(v any) ([]byte, error) { a := v.(Adjustment); return EncodeAdjustment(&a) },
-			validate: func(v any) error { a := v.(Adjustment); return a.Validate() },
-		}
+		return codecOf(DecodeAdjustment, EncodeAdjustment, (*Adjustment).Validate)
 	case TypeRulesVersion:
-		return codec{
-			decode:   func(b []byte) (any, error) { return DecodeRulesVersion(b) },
-			encode:   func(v any) ([]byte, error) { r := v.(RulesVersion); return EncodeRulesVersion(&r) },
-			validate: func(v any) error { r := v.(RulesVersion); return r.Validate() },
-		}
+		return codecOf(DecodeRulesVersion, EncodeRulesVersion, (*RulesVersion).Validate)
 	case TypeDeferred:
-		return codec{
-			decode:   func(b []byte) (any, error) { return DecodeDeferred(b) },
-			encode:   func(v any) ([]byte, error) { d := v.(Deferred); return EncodeDeferred(&d) },
-			validate: func(v any) error { d := v.(Deferred); return d.Validate() },
-		}
+		return codecOf(DecodeDeferred, EncodeDeferred, (*Deferred).Validate)
 	}
 	t.Fatalf("no codec for %q", typ)
 	return codec{}
@@ -79,6 +68,19 @@ func typeOfFile(t testing.TB, path string) string {
 }
 
 // example is one file of schemas/examples.
+// eachValidExample decodes every example of schemas/examples, in a subtest
+// each, and calls check with its codec and the decoded event.
+func eachValidExample(t *testing.T, check func(t *testing.T, c codec, v any)) {
+	for _, ex := range loadExamples(t, "examples") {
+		t.Run(ex.name, func(t *testing.T) {
+			c := codecFor(t, ex.typ)
+			v, err := c.decode(ex.data)
+			require.NoError(t, err)
+			check(t, c, v)
+		})
+	}
+}
+
 type example struct {
 	name string // file name without .json
 	typ  string

@@ -64,7 +64,7 @@ type members struct {
 // open reads the '{' that opens the object at path.
 func (d *decoder) open(path string) members {
 	if d.err == nil {
-		if err := d.object(path); err != nil {
+		if err := d.opening('{', path, "an object"); err != nil {
 			d.err = err
 		}
 	}
@@ -129,86 +129,85 @@ func (d *decoder) readConst(path, want string) {
 func (d *decoder) readStr(path string, f format, max int) string {
 	s, err := d.str(path)
 	if err == nil {
-		err = f.check(s, max)
-		if err != nil {
-			err = d.invalid(path, err)
-		}
+		err = d.valid(path, f.check(s, max))
 	}
+	return kept(d, s, err)
+}
+
+// kept makes err, unless nil, the decoder's error and returns v. (Only
+// errors are stored: a store of nil would cost a write barrier per member.)
+func kept[T any](d *decoder, v T, err *ValidationError) T {
 	if err != nil {
 		d.err = err
 	}
-	return s
+	return v
 }
 
-// readEnum reads a string of an enum: parse (the enum's generated parse
-// function) maps it to its constant without allocating; values lists the
-// enum's values for the error.
-func readEnum[E ~string](d *decoder, path string, parse func([]byte) (E, bool), values string) E {
+// valid puts err, the check of the value at path, under path; nil stays nil.
+func (d *decoder) valid(path string, err *ValidationError) *ValidationError {
+	if err != nil {
+		return d.invalid(path, err)
+	}
+	return nil
+}
+
+// enum names an enum of the schemas, for enumValue (generated, common_gen.go).
+type enum uint8
+
+// readEnum reads a string of enum e, whose values are listed in values for
+// the error. It stores a constant: decoding an enum does not allocate.
+func readEnum[E ~string](d *decoder, path string, e enum, values string) E {
 	b, err := d.strBytes(path)
 	if err != nil {
 		d.err = err
 		return ""
 	}
-	v, ok := parse(b)
+	v, ok := enumValue(e, b)
 	if !ok {
 		d.err = d.invalid(path, oneOf(string(b), values))
 	}
-	return v
+	return E(v)
+}
+
+// isEnum reports whether v is a value of enum e.
+func isEnum[E ~string](e enum, v E) bool {
+	_, ok := enumValue(e, v)
+	return ok
 }
 
 // readTime reads a timestamp.
 func (d *decoder) readTime(path string) time.Time {
 	t, err := d.time(path)
-	if err != nil {
-		d.err = err
-	}
-	return t
+	return kept(d, t, err)
 }
 
 // readInt reads an integer within [lo, hi].
 func (d *decoder) readInt(path string, lo, hi int64) int64 {
 	n, err := d.integer(path, lo, hi)
-	if err != nil {
-		d.err = err
-	}
-	return n
+	return kept(d, n, err)
 }
 
 // readIP reads an IP address.
 func (d *decoder) readIP(path string) netip.Addr {
 	a, err := d.ip(path)
-	if err != nil {
-		d.err = err
-	}
-	return a
+	return kept(d, a, err)
 }
 
 // readFloat reads a number >= lo (> lo when excl), and <= hi when hasHi.
 func (d *decoder) readFloat(path string, lo float64, excl bool, hi float64, hasHi bool) float64 {
 	f, err := d.float(path)
-	if err == nil {
-		if hasHi {
-			err = floatRange(f, lo, excl, hi)
-		} else {
-			err = floatAtLeast(f, lo, excl)
-		}
-		if err != nil {
-			err = d.invalid(path, err)
-		}
+	if err == nil && hasHi {
+		err = d.valid(path, floatRange(f, lo, excl, hi))
+	} else if err == nil {
+		err = d.valid(path, floatAtLeast(f, lo, excl))
 	}
-	if err != nil {
-		d.err = err
-	}
-	return f
+	return kept(d, f, err)
 }
 
 // readBool reads true or false.
 func (d *decoder) readBool(path string) bool {
 	v, err := d.boolean(path)
-	if err != nil {
-		d.err = err
-	}
-	return v
+	return kept(d, v, err)
 }
 
 // elements reads the elements of one array member of at most max items for a
@@ -225,7 +224,7 @@ type elements struct {
 // list reads the '[' that opens the array of property bit, the member at path.
 func (o *members) list(bit uint, path string, max int) elements {
 	if o.take(bit, path) {
-		o.keep(o.d.array(path))
+		o.keep(o.d.opening('[', path, "an array"))
 	}
 	return elements{path: path, max: max, i: -1, first: true}
 }
@@ -296,6 +295,24 @@ func sep(b []byte, i int) []byte {
 		return append(b, ',')
 	}
 	return b
+}
+
+// result is what Decode* returns: v, or its zero value and err.
+func result[T any](v T, err *ValidationError) (T, error) {
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return v, nil
+}
+
+// appendEvent is Append* of an event: it appends v to dst with encode, the
+// event's generated encoder, unless err, v's validation, is not nil.
+func appendEvent[T any](dst []byte, err error, v *T, encode func(*T, []byte) []byte) ([]byte, error) {
+	if err != nil {
+		return dst, err
+	}
+	return encode(v, dst), nil
 }
 
 // unmarshal is UnmarshalJSON of an event: it decodes data with decode into

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -112,10 +113,11 @@ func (d *decoder) end() *ValidationError {
 	return nil
 }
 
-// object reads the '{' that opens the object of field.
-func (d *decoder) object(field string) *ValidationError {
-	if d.peek() != '{' {
-		return d.wrongType(field, "an object")
+// opening reads c, the '{' or '[' that opens the value of field, which must
+// be want ("an object", "an array").
+func (d *decoder) opening(c byte, field, want string) *ValidationError {
+	if d.peek() != c {
+		return d.wrongType(field, want)
 	}
 	d.pos++
 	return nil
@@ -242,23 +244,11 @@ func (d *decoder) escapedString(start, i int) ([]byte, *ValidationError) {
 				return nil, d.syntax("unexpected end of input")
 			}
 			switch e := d.data[i+1]; e {
-			case '"', '\\', '/':
-				b = append(b, e)
-				i += 2
-			case 'b':
-				b = append(b, '\b')
-				i += 2
-			case 'f':
-				b = append(b, '\f')
-				i += 2
-			case 'n':
-				b = append(b, '\n')
-				i += 2
-			case 'r':
-				b = append(b, '\r')
-				i += 2
-			case 't':
-				b = append(b, '\t')
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				// The character each escape stands for, in the order of
+				// escapes: '"' for \", '\b' for \b, …
+				const escapes, escaped = `"\/bfnrt`, "\"\\/\b\f\n\r\t"
+				b = append(b, escaped[strings.IndexByte(escapes, e)])
 				i += 2
 			case 'u':
 				r, ok := hex4(d.data, i+2)
@@ -350,27 +340,25 @@ func (d *decoder) constant(field, want string) *ValidationError {
 }
 
 func (d *decoder) time(field string) (time.Time, *ValidationError) {
-	b, err := d.strBytes(field)
-	if err != nil {
-		return time.Time{}, err
-	}
-	t, e := parseTime(b)
-	if e != nil {
-		return time.Time{}, d.invalid(field, e)
-	}
-	return t, nil
+	return parsed(d, field, parseTime[[]byte])
 }
 
 func (d *decoder) ip(field string) (netip.Addr, *ValidationError) {
+	return parsed(d, field, parseIP[[]byte])
+}
+
+// parsed reads a string member and parses it with parse.
+func parsed[T any](d *decoder, field string, parse func([]byte) (T, *ValidationError)) (T, *ValidationError) {
 	b, err := d.strBytes(field)
-	if err != nil {
-		return netip.Addr{}, err
+	if err == nil {
+		var v T
+		if v, err = parse(b); err == nil {
+			return v, nil
+		}
+		err = d.invalid(field, err)
 	}
-	a, e := parseIP(b)
-	if e != nil {
-		return netip.Addr{}, d.invalid(field, e)
-	}
-	return a, nil
+	var zero T
+	return zero, err
 }
 
 func (d *decoder) boolean(field string) (bool, *ValidationError) {
@@ -711,15 +699,6 @@ func (d *decoder) literal(lit string) *ValidationError {
 		}
 		d.pos++
 	}
-	return nil
-}
-
-// array reads the '[' that opens the array of field.
-func (d *decoder) array(field string) *ValidationError {
-	if d.peek() != '[' {
-		return d.wrongType(field, "an array")
-	}
-	d.pos++
 	return nil
 }
 

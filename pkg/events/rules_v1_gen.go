@@ -14,11 +14,13 @@ const TypeRulesVersion = "rules.v1"
 // CETypeRulesVersion is the CloudEvents ce_type of rules.v1.
 const CETypeRulesVersion = "dev.floodgate." + TypeRulesVersion
 
-// MaxRulesYAMLLen is the maxLength of rules in the schemas.
-const MaxRulesYAMLLen = 262144
-
-// MaxAuthorLen is the maxLength of author in the schemas.
-const MaxAuthorLen = 128
+// Limits of the schemas (maxLength and maxItems).
+const (
+	// MaxRulesYAMLLen is the maxLength of rules in the schemas.
+	MaxRulesYAMLLen = 262144
+	// MaxAuthorLen is the maxLength of author in the schemas.
+	MaxAuthorLen = 128
+)
 
 // RulesState is a rules version's rollout state.
 type RulesState string
@@ -34,23 +36,7 @@ const (
 const rulesStateValues = "shadow|enforced|rolled_back"
 
 // Valid reports whether v is one of the values of RulesState.
-func (v RulesState) Valid() bool {
-	_, ok := parseRulesState(v)
-	return ok
-}
-
-// parseRulesState returns the constant equal to s, so that decoding does not allocate.
-func parseRulesState[S ~string | ~[]byte](s S) (RulesState, bool) {
-	switch string(s) {
-	case "shadow":
-		return RulesStateShadow, true
-	case "enforced":
-		return RulesStateEnforced, true
-	case "rolled_back":
-		return RulesStateRolledBack, true
-	}
-	return "", false
-}
+func (v RulesState) Valid() bool { return isEnum(enumRulesState, v) }
 
 // RulesVersion is a rules.v1 event: One limiter rules version in one rollout state, on
 // the compacted topic floodgate.rules.v1, keyed by the version number (decimal):
@@ -104,31 +90,6 @@ type RulesVersion struct {
 	MinCritical int64
 }
 
-// Validate checks v against the rules.v1 contract.
-func (v *RulesVersion) Validate() error { return withType(TypeRulesVersion, v.validate()) }
-
-// EncodeRulesVersion validates v and encodes it as JSON.
-func EncodeRulesVersion(v *RulesVersion) ([]byte, error) {
-	return AppendRulesVersion(make([]byte, 0, 512), v)
-}
-
-// AppendRulesVersion validates v and appends its JSON encoding to dst; on error dst
-// is returned unchanged. It does not allocate when dst has room.
-func AppendRulesVersion(dst []byte, v *RulesVersion) ([]byte, error) {
-	if err := v.Validate(); err != nil {
-		return dst, err
-	}
-	return v.appendJSON(dst), nil
-}
-
-// MarshalJSON implements json.Marshaler with EncodeRulesVersion.
-func (v RulesVersion) MarshalJSON() ([]byte, error) { return EncodeRulesVersion(&v) }
-
-// UnmarshalJSON implements json.Unmarshaler with DecodeRulesVersion.
-func (v *RulesVersion) UnmarshalJSON(data []byte) error {
-	return unmarshal(v, data, DecodeRulesVersion)
-}
-
 func (v *RulesVersion) appendJSON(b []byte) []byte {
 	b = append(b, `{"type":"rules.v1","id":"`...)
 	b = append(b, v.ID...)
@@ -176,7 +137,7 @@ func (v *RulesVersion) validate() *ValidationError {
 	c.at("id", validID(v.ID))
 	c.at("ts", validTime(v.TS))
 	c.at("version", intRange(v.Version, 1, MaxSafeInteger))
-	if _, ok := parseRulesState(v.State); !ok {
+	if !isEnum(enumRulesState, v.State) {
 		c.at("state", oneOf(string(v.State), rulesStateValues))
 	}
 	c.at("rules", validText(v.Rules, MaxRulesYAMLLen, true))
@@ -227,7 +188,7 @@ func DecodeRulesVersion(data []byte) (RulesVersion, error) {
 			}
 		case "state":
 			if o.take(4, "state") {
-				v.State = readEnum(d, "state", parseRulesState[[]byte], rulesStateValues)
+				v.State = readEnum[RulesState](d, "state", enumRulesState, rulesStateValues)
 			}
 		case "rules":
 			if o.take(5, "rules") {
@@ -270,8 +231,5 @@ func DecodeRulesVersion(data []byte) (RulesVersion, error) {
 		}
 	}
 	o.endDocument([]req{{0, "type"}, {1, "id"}, {2, "ts"}, {3, "version"}, {4, "state"}, {5, "rules"}, {6, "author"}, {7, "reason"}, {8, "created_at"}})
-	if d.err != nil {
-		return RulesVersion{}, d.err
-	}
-	return v, nil
+	return result(v, d.err)
 }

@@ -21,11 +21,11 @@ func ParsePrincipalKey(key string) (Principal, error) {
 	if !ok {
 		return Principal{}, reason(fmt.Sprintf("%s is not a principal key kind:id", quote(key)))
 	}
-	k, ok := parsePrincipalKind(kind)
+	k, ok := enumValue(enumPrincipalKind, kind)
 	if !ok {
 		return Principal{}, at("kind", oneOf(kind, principalKindValues))
 	}
-	p := Principal{Kind: k, ID: id}
+	p := Principal{Kind: PrincipalKind(k), ID: id}
 	if err := validPrincipalID(id); err != nil {
 		return Principal{}, at("id", err)
 	}

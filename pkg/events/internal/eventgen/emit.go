@@ -19,7 +19,10 @@
 // member: the readers, checks and writers of each kind of member are
 // hand-written once in pkg/events/members.go, read.go and write.go. The
 // decoder keeps its first error (decoder.err), so the generated decoders
-// carry no error plumbing.
+// carry no error plumbing. What every event or enum has is written once too:
+// the exported functions of the events are one line each in events_gen.go
+// (calling generic ones in members.go), and one enumValue maps a string to
+// the constant of any enum (common_gen.go).
 //
 // Run it with `go generate ./pkg/events` (or `make generate`).
 package eventgen
@@ -35,6 +38,11 @@ import (
 // CommonFile holds what more than one schema uses.
 const CommonFile = "common_gen.go"
 
+// APIFile holds the exported functions and methods of every event but
+// Decode* (Encode*, Append*, Validate, MarshalJSON, UnmarshalJSON), one line
+// each.
+const APIFile = "events_gen.go"
+
 // Generate reads the event schemas in schemaDir and returns the generated Go
 // files of package events by file name.
 func Generate(schemaDir string) (map[string][]byte, error) {
@@ -47,8 +55,8 @@ func Generate(schemaDir string) (map[string][]byte, error) {
 		return nil, err
 	}
 	out := map[string][]byte{}
-	files := []string{CommonFile}
-	sources := map[string]string{CommonFile: "schemas/*.json"}
+	files := []string{CommonFile, APIFile}
+	sources := map[string]string{CommonFile: "schemas/*.json", APIFile: "schemas/*.json"}
 	for _, sf := range schemas {
 		name := strings.ReplaceAll(sf.title, ".", "_") + "_gen.go"
 		files = append(files, name)
@@ -70,19 +78,15 @@ func Generate(schemaDir string) (map[string][]byte, error) {
 	for _, ev := range m.events {
 		emitEventConsts(bodies[fileOf(map[string]bool{ev.file: true})], ev)
 	}
-	for _, c := range m.consts {
-		w := bodies[fileOf(c.files)]
-		fmt.Fprintf(w, "// %s is %s in the schemas.\nconst %s = %d\n\n", c.name, c.doc, c.name, c.value)
-	}
+	emitConsts(bodies, m.consts, fileOf)
 	for _, e := range m.enums {
 		emitEnum(bodies[fileOf(e.files)], e)
 	}
+	emitEnumValues(bodies[CommonFile], m.enums)
 	for _, st := range m.structs {
 		emitStruct(bodies[fileOf(st.files)], st)
 	}
-	for _, ev := range m.events {
-		emitEventFuncs(bodies[fileOf(map[string]bool{ev.file: true})], ev)
-	}
+	emitAPI(bodies[APIFile], m.events)
 	for _, st := range m.structs {
 		w := bodies[fileOf(st.files)]
 		emitEncode(w, st)
@@ -161,16 +165,52 @@ func emitEnum(w *bytes.Buffer, e *enumType) {
 	}
 	fmt.Fprintf(w, "// %s lists the values of %s, \"|\"-separated.\nconst %s = %q\n\n", e.list, e.spec.Name, e.list, strings.Join(e.values, "|"))
 	if e.goType != "string" {
-		fmt.Fprintf(w, "// Valid reports whether v is one of the values of %s.\nfunc (v %s) Valid() bool {\n_, ok := %s(v)\nreturn ok\n}\n\n", e.goType, e.goType, e.parse)
+		fmt.Fprintf(w, "// Valid reports whether v is one of the values of %s.\nfunc (v %s) Valid() bool { return isEnum(%s, v) }\n\n", e.goType, e.goType, e.id)
 	}
-	fmt.Fprintf(w, "// %s returns the constant equal to s, so that decoding does not allocate.\n", e.parse)
-	fmt.Fprintf(w, "func %s[S ~string | ~[]byte](s S) (%s, bool) {\nswitch string(s) {\n", e.parse, e.goType)
-	for _, v := range e.values {
-		ret := strconv.Quote(v)
-		if e.spec.Prefix != "" {
-			ret = e.spec.Prefix + goName(v)
+}
+
+// emitConsts writes the maxLength and maxItems constants of each file in one
+// block.
+func emitConsts(bodies map[string]*bytes.Buffer, consts []*constant, fileOf func(map[string]bool) string) {
+	byFile := map[string][]*constant{}
+	var order []string
+	for _, c := range consts {
+		f := fileOf(c.files)
+		if byFile[f] == nil {
+			order = append(order, f)
 		}
-		fmt.Fprintf(w, "case %q:\nreturn %s, true\n", v, ret)
+		byFile[f] = append(byFile[f], c)
+	}
+	for _, f := range order {
+		w := bodies[f]
+		w.WriteString("// Limits of the schemas (maxLength and maxItems).\nconst (\n")
+		for _, c := range byFile[f] {
+			fmt.Fprintf(w, "// %s is %s in the schemas.\n%s = %d\n", c.name, c.doc, c.name, c.value)
+		}
+		w.WriteString(")\n\n")
+	}
+}
+
+// emitEnumValues writes the enum constants (type enum) and enumValue, the
+// one function that maps a string to the value of an enum.
+func emitEnumValues(w *bytes.Buffer, enums []*enumType) {
+	w.WriteString("// The enums of the schemas, for enumValue.\nconst (\n")
+	for i, e := range enums {
+		if i == 0 {
+			fmt.Fprintf(w, "%s enum = iota\n", e.id)
+		} else {
+			fmt.Fprintf(w, "%s\n", e.id)
+		}
+	}
+	w.WriteString(")\n\n")
+	w.WriteString("// enumValue returns the value of enum e equal to s. It returns a constant,\n// so that decoding an enum does not allocate.\n")
+	w.WriteString("func enumValue[S ~string | ~[]byte](e enum, s S) (string, bool) {\nswitch e {\n")
+	for _, e := range enums {
+		fmt.Fprintf(w, "case %s:\nswitch string(s) {\n", e.id)
+		for _, v := range e.values {
+			fmt.Fprintf(w, "case %q:\nreturn %q, true\n", v, v)
+		}
+		w.WriteString("}\n")
 	}
 	w.WriteString("}\nreturn \"\", false\n}\n\n")
 }
@@ -294,14 +334,30 @@ func maxArg(f *field) string {
 	return "0"
 }
 
-func emitEventFuncs(w *bytes.Buffer, ev *event) {
-	n, t := ev.root.name, ev.typeConst
-	fmt.Fprintf(w, "// Validate checks v against the %s contract.\nfunc (v *%s) Validate() error { return withType(%s, v.validate()) }\n\n", ev.title, n, t)
-	fmt.Fprintf(w, "// Encode%s validates v and encodes it as JSON.\nfunc Encode%s(v *%s) ([]byte, error) { return Append%s(make([]byte, 0, %d), v) }\n\n", n, n, n, n, ev.buffer)
-	fmt.Fprintf(w, "// Append%s validates v and appends its JSON encoding to dst; on error dst\n// is returned unchanged. It does not allocate when dst has room.\n", n)
-	fmt.Fprintf(w, "func Append%s(dst []byte, v *%s) ([]byte, error) {\nif err := v.Validate(); err != nil {\nreturn dst, err\n}\nreturn v.appendJSON(dst), nil\n}\n\n", n, n)
-	fmt.Fprintf(w, "// MarshalJSON implements json.Marshaler with Encode%s.\nfunc (v %s) MarshalJSON() ([]byte, error) { return Encode%s(&v) }\n\n", n, n, n)
-	fmt.Fprintf(w, "// UnmarshalJSON implements json.Unmarshaler with Decode%s.\nfunc (v *%s) UnmarshalJSON(data []byte) error { return unmarshal(v, data, Decode%s) }\n\n", n, n, n)
+// emitAPI writes the exported functions and methods of the events, grouped
+// by function; each is one line calling a generic one in members.go.
+func emitAPI(w *bytes.Buffer, events []*event) {
+	each := func(f func(n, t string, ev *event)) {
+		for _, ev := range events {
+			f(ev.root.name, ev.typeConst, ev)
+		}
+	}
+	each(func(n, t string, ev *event) {
+		fmt.Fprintf(w, "// Encode%s validates v and encodes it as JSON.\nfunc Encode%s(v *%s) ([]byte, error) { return Append%s(make([]byte, 0, %d), v) }\n\n", n, n, n, n, ev.buffer)
+	})
+	each(func(n, t string, ev *event) {
+		fmt.Fprintf(w, "// Append%s validates v and appends its JSON encoding to dst; on error dst\n// is returned unchanged. It does not allocate when dst has room.\n", n)
+		fmt.Fprintf(w, "func Append%s(dst []byte, v *%s) ([]byte, error) { return appendEvent(dst, v.Validate(), v, (*%s).appendJSON) }\n\n", n, n, n)
+	})
+	each(func(n, t string, ev *event) {
+		fmt.Fprintf(w, "// Validate checks v against the %s contract.\nfunc (v *%s) Validate() error { return withType(%s, v.validate()) }\n\n", ev.title, n, t)
+	})
+	each(func(n, t string, ev *event) {
+		fmt.Fprintf(w, "// MarshalJSON implements json.Marshaler with Encode%s.\nfunc (v %s) MarshalJSON() ([]byte, error) { return Encode%s(&v) }\n\n", n, n, n)
+	})
+	each(func(n, t string, ev *event) {
+		fmt.Fprintf(w, "// UnmarshalJSON implements json.Unmarshaler with Decode%s.\nfunc (v *%s) UnmarshalJSON(data []byte) error { return unmarshal(v, data, Decode%s) }\n\n", n, n, n)
+	})
 }
 
 // article is "n" before a title that starts with a vowel, for "a"+article.
@@ -439,7 +495,7 @@ func emitValidate(w *bytes.Buffer, st *structType) {
 			if f.enum.goType != "string" {
 				s = "string(" + expr + ")"
 			}
-			check = fmt.Sprintf("if _, ok := %s(%s); !ok {\nc.at(%q, oneOf(%s, %s))\n}", f.enum.parse, expr, f.json, s, f.enum.list)
+			check = fmt.Sprintf("if !isEnum(%s, %s) {\nc.at(%q, oneOf(%s, %s))\n}", f.enum.id, expr, f.json, s, f.enum.list)
 		case kTime:
 			check = fmt.Sprintf("c.at(%q, validTime(%s))", f.json, expr)
 		case kIP:
@@ -469,6 +525,8 @@ func emitValidate(w *bytes.Buffer, st *structType) {
 // name with one read per member (members.go).
 func emitDecode(w *bytes.Buffer, st *structType) {
 	if st.event != nil {
+		// The root's decoder is the exported function itself: its event is a
+		// local variable, stored to without write barriers.
 		ev := st.event
 		fmt.Fprintf(w, "// Decode%s decodes and validates a%s %s event. Every error satisfies\n// errors.Is(err, ErrInvalid); the %s is zero on error.\n", st.name, article(ev.title), ev.title, st.name)
 		fmt.Fprintf(w, "func Decode%s(data []byte) (%s, error) {\nvar v %s\nd := &decoder{data: data, typ: %s}\n", st.name, st.name, st.name, ev.typeConst)
@@ -487,7 +545,7 @@ func emitDecode(w *bytes.Buffer, st *structType) {
 		}
 	}
 	if st.event != nil {
-		fmt.Fprintf(w, "o.endDocument([]req{%s})\nif d.err != nil {\nreturn %s{}, d.err\n}\nreturn v, nil\n}\n\n", strings.Join(reqs, ", "), st.name)
+		fmt.Fprintf(w, "o.endDocument([]req{%s})\nreturn result(v, d.err)\n}\n\n", strings.Join(reqs, ", "))
 	} else {
 		fmt.Fprintf(w, "o.end(%q, []req{%s})\n}\n\n", st.dpath, strings.Join(reqs, ", "))
 	}
@@ -502,7 +560,7 @@ func decodeMember(f *field, st *structType, bit int) string {
 	case kString:
 		return take + fmt.Sprintf("%s = d.readStr(%s, %s, %s)\n}", expr, p, f.format.format, maxArg(f))
 	case kEnum:
-		return take + fmt.Sprintf("%s = readEnum(d, %s, %s[[]byte], %s)\n}", expr, p, f.enum.parse, f.enum.list)
+		return take + fmt.Sprintf("%s = readEnum[%s](d, %s, %s, %s)\n}", expr, f.enum.goType, p, f.enum.id, f.enum.list)
 	case kTime:
 		return take + fmt.Sprintf("%s = d.readTime(%s)\n}", expr, p)
 	case kIP:

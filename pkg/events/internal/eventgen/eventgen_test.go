@@ -72,9 +72,13 @@ func TestGenerateShared(t *testing.T) {
 	require.Contains(t, string(files[CommonFile]), "type P struct")
 	require.Contains(t, string(files[CommonFile]), `KAB K = "a_b"`)
 	require.Contains(t, string(files[CommonFile]), `KIP K = "ip"`)
-	require.Contains(t, string(files["x_v1_gen.go"]), "func EncodeX(")
+	require.Contains(t, string(files["x_v1_gen.go"]), "func DecodeX(")
 	require.NotContains(t, string(files["x_v1_gen.go"]), "type P struct")
 	require.Contains(t, string(files["y_v1_gen.go"]), "func DecodeY(")
+	// The other exported functions of both events, one line each, in one file.
+	require.Contains(t, string(files[APIFile]), "func EncodeX(")
+	require.Contains(t, string(files[APIFile]), "return appendEvent(dst, v.Validate(), v, (*Y).appendJSON)")
+	require.NotContains(t, string(files["x_v1_gen.go"]), "func EncodeX(")
 }
 
 func TestGoName(t *testing.T) {

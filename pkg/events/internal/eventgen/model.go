@@ -66,7 +66,7 @@ type enumType struct {
 	values []string
 	goType string // the Go type of values: spec.Name, or "string"
 	list   string // name of the "|"-separated list constant
-	parse  string // name of the parse function
+	id     string // name of its constant of type enum (pkg/events), for enumValue
 	doc    string
 	where  string // first schema path it was seen at
 	files  map[string]bool
@@ -503,7 +503,7 @@ func (m *model) enumOf(n *node, dryRun bool) (*enumType, error) {
 	if e.list == "" {
 		e.list = lowerFirst(spec.Name) + "Values"
 	}
-	e.parse = "parse" + spec.Name
+	e.id = "enum" + spec.Name
 	e.doc = spec.Doc
 	if e.doc == "" {
 		e.doc = fmt.Sprintf("%s is a value of %s: %s", spec.Name, n.path, n.desc)
@@ -522,7 +522,7 @@ func (m *model) enumOf(n *node, dryRun bool) (*enumType, error) {
 
 // names are the Go identifiers an enum declares.
 func (e *enumType) names() []string {
-	out := []string{e.list, e.parse}
+	out := []string{e.list, e.id}
 	if e.goType != "string" {
 		out = append(out, e.goType)
 	}
