@@ -13,6 +13,8 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
 // AsyncProducer defaults.
@@ -94,14 +96,16 @@ func (c AsyncProducerConfig) Validate() error {
 			bad(f.name, "must not be negative, got %d", f.v)
 		}
 	}
-	d := c.withDefaults()
+	d := c.WithDefaults()
 	if d.MaxBackoff < d.InitialBackoff {
 		bad("MaxBackoff", "must be at least InitialBackoff (%v), got %v", d.InitialBackoff, d.MaxBackoff)
 	}
 	return errors.Join(errs...)
 }
 
-func (c AsyncProducerConfig) withDefaults() AsyncProducerConfig {
+// WithDefaults returns c with its zero fields that have defaults set to them
+// (Name, sizes, timings, a discarding Logger).
+func (c AsyncProducerConfig) WithDefaults() AsyncProducerConfig {
 	c.Name = cmp.Or(c.Name, c.Topic, "async")
 	c.BufferSize = cmp.Or(c.BufferSize, DefaultAsyncBufferSize)
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultAsyncBatchSize)
@@ -141,7 +145,7 @@ type AsyncProducer struct {
 // NewAsyncProducer creates an AsyncProducer; messages are written once Run is
 // running. Call cfg.Validate first: NewAsyncProducer does not fail.
 func NewAsyncProducer(cfg AsyncProducerConfig) *AsyncProducer {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	metrics, err := NewMetrics(cfg.Registerer)
 	if err != nil {
 		cfg.Logger.Error("stream metrics left unregistered", "err", err)
@@ -383,7 +387,7 @@ func (a *AsyncProducer) send(ctx context.Context, batch []kafka.Message) int {
 		}
 		wait := min(bo.NextBackOff(), a.cfg.MaxBackoff)
 		a.log.Warn("async write failed; retrying", "messages", len(pending), "attempt", attempt, "backoff", wait, "err", err)
-		if !sleepCtx(ctx, wait) {
+		if !tick.Sleep(ctx, wait) {
 			break
 		}
 	}

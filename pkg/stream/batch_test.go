@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/stream/streamtest"
 )
 
 // committedNow returns the group's committed offset of partition 0, or -2
@@ -84,8 +85,8 @@ func TestBatchConsumerCommitsOnlyAfterTheHandler(t *testing.T) {
 	defer mu.Unlock()
 	require.Empty(t, commitErrs)
 	require.Equal(t, []int{10, 10, 5}, sizes, "two full batches, then the rest after the linger")
-	require.Equal(t, 25.0, metricValue(t, reg, "floodgate_stream_consumed_total", map[string]string{"topic": topic, "outcome": "ok"}))
-	require.Equal(t, 3.0, metricValue(t, reg, "floodgate_stream_batch_messages", nil))
+	require.Equal(t, 25.0, streamtest.MetricValue(t, reg, "floodgate_stream_consumed_total", map[string]string{"topic": topic, "outcome": "ok"}))
+	require.Equal(t, 3.0, streamtest.MetricValue(t, reg, "floodgate_stream_batch_messages", nil))
 }
 
 // TestBatchConsumerFailures: a transient failure retries the whole batch;
@@ -169,17 +170,17 @@ func TestBatchConsumerFailures(t *testing.T) {
 				require.Equal(t, Invocation{Topic: topic, Group: group, Partition: 0, FirstOffset: 0, LastOffset: 3, Messages: 4, Attempt: inv.Attempt}, inv)
 			}
 			if len(tt.wantClasses) > 0 {
-				for _, dl := range readPartition(t, addr, topic+".dlq", 0, len(tt.wantClasses)) {
+				for _, dl := range kafkatest.ReadPartition(t, addr, topic+".dlq", 0, len(tt.wantClasses)) {
 					rec, err := ParseDLQRecord(dl)
 					require.NoError(t, err)
 					require.Equal(t, tt.wantClasses[rec.Offset], rec.ErrorClass, "offset %d", rec.Offset)
 					require.Equal(t, group, rec.ConsumerGroup)
 				}
 			}
-			require.Equal(t, []int64{int64(len(tt.wantClasses))}, endOffsets(t, addr, topic+".dlq", 1))
-			require.Equal(t, tt.wantOK, metricValue(t, reg, "floodgate_stream_consumed_total", map[string]string{"outcome": "ok"}))
-			require.Equal(t, tt.wantRetried, metricValue(t, reg, "floodgate_stream_consumed_total", map[string]string{"outcome": "retried"}))
-			require.Equal(t, float64(len(tt.wantClasses)), metricValue(t, reg, "floodgate_stream_consumed_total", map[string]string{"outcome": "dlq"}))
+			require.Equal(t, []int64{int64(len(tt.wantClasses))}, kafkatest.EndOffsets(t, addr, topic+".dlq", 1))
+			require.Equal(t, tt.wantOK, streamtest.MetricValue(t, reg, "floodgate_stream_consumed_total", map[string]string{"outcome": "ok"}))
+			require.Equal(t, tt.wantRetried, streamtest.MetricValue(t, reg, "floodgate_stream_consumed_total", map[string]string{"outcome": "retried"}))
+			require.Equal(t, float64(len(tt.wantClasses)), streamtest.MetricValue(t, reg, "floodgate_stream_consumed_total", map[string]string{"outcome": "dlq"}))
 		})
 	}
 }
@@ -225,7 +226,7 @@ func TestBatchConsumerRebalanceFlushesTheBatchBeingGathered(t *testing.T) {
 	for k, n := range handled {
 		require.Equal(t, 1, n, "%s handled %d times", k, n)
 	}
-	require.Equal(t, endOffsets(t, addr, topic, partitions), committedOffsets(t, addr, group, topic, partitions))
+	require.Equal(t, kafkatest.EndOffsets(t, addr, topic, partitions), kafkatest.CommittedOffsets(t, addr, group, topic, partitions))
 }
 
 func TestBatchConfigValidate(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 	"github.com/floodgate-dev/floodgate/pkg/tracing"
 )
 
@@ -472,7 +473,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 			c.groupErrCount.Inc()
 			c.log.Warn("join consumer group", "err", err)
-			sleepCtx(ctx, fetchBackoff)
+			tick.Sleep(ctx, fetchBackoff)
 			continue
 		}
 		g := &generationRun{c: c, gen: gen, drainStarted: drainStarted}
@@ -606,7 +607,7 @@ func (g *generationRun) consume(ctx, gctx, hctx context.Context, a kafka.Partiti
 			if s, err = c.cfg.StartFrom(stop, a.ID, a.Offset); err == nil {
 				break
 			}
-			sleepCtx(stop, time.Duration(try+1)*200*time.Millisecond)
+			tick.Sleep(stop, time.Duration(try+1)*200*time.Millisecond)
 		}
 		if err != nil {
 			c.log.Warn("choose start offset: starting at the committed offset", "partition", a.ID, "committed", a.Offset, "err", err)
@@ -674,7 +675,7 @@ func (p *partitionRun) fetch(deadline time.Time) (msg kafka.Message, expired, ok
 			}
 			c.fetchErrCount.Inc()
 			c.log.Warn("fetch message", "partition", p.ps.id, "err", err)
-			if !sleepCtx(p.stop, fetchBackoff) {
+			if !tick.Sleep(p.stop, fetchBackoff) {
 				return kafka.Message{}, false, false
 			}
 			continue
@@ -918,19 +919,4 @@ func (c *Consumer) newBackoff() *backoff.ExponentialBackOff {
 	bo.MaxInterval = c.cfg.MaxBackoff
 	bo.Reset()
 	return bo
-}
-
-// sleepCtx sleeps for d or until ctx is done; it reports whether it slept.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

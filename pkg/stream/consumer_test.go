@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/stream/streamtest"
 )
 
 const waitFor = 20 * time.Second
@@ -78,11 +79,11 @@ func TestConsumerOrderedDeliveryAndCommit(t *testing.T) {
 			require.Greater(t, offs[i], offs[i-1], "partition %d handled out of order", p)
 		}
 	}
-	require.Equal(t, endOffsets(t, addr, topic, partitions), committedOffsets(t, addr, "g-ordered", topic, partitions),
+	require.Equal(t, kafkatest.EndOffsets(t, addr, topic, partitions), kafkatest.CommittedOffsets(t, addr, "g-ordered", topic, partitions),
 		"drain commits every handled offset")
-	require.Equal(t, float64(len(msgs)), metricValue(t, reg, "floodgate_stream_consumed_total",
+	require.Equal(t, float64(len(msgs)), streamtest.MetricValue(t, reg, "floodgate_stream_consumed_total",
 		map[string]string{"topic": topic, "group": "g-ordered", "outcome": "ok"}))
-	require.Equal(t, float64(len(msgs)), metricValue(t, reg, "floodgate_stream_handle_seconds", nil))
+	require.Equal(t, float64(len(msgs)), streamtest.MetricValue(t, reg, "floodgate_stream_handle_seconds", nil))
 }
 
 // permanentType is a decoder-style error that marks itself permanent.
@@ -208,24 +209,24 @@ func TestConsumerFailureHandling(t *testing.T) {
 			} else {
 				require.Equal(t, []string{"before", string(target.Value), "after"}, handled, "handled once, in order")
 			}
-			require.Equal(t, []int64{3}, committedOffsets(t, addr, group, topic, 1), "everything committed")
-			require.Equal(t, 1.0, metricValue(t, reg, "floodgate_stream_consumed_total",
+			require.Equal(t, []int64{3}, kafkatest.CommittedOffsets(t, addr, group, topic, 1), "everything committed")
+			require.Equal(t, 1.0, streamtest.MetricValue(t, reg, "floodgate_stream_consumed_total",
 				map[string]string{"outcome": tt.wantOutcome}))
 
-			dlqEnd := endOffsets(t, addr, dlqTopic, 1)[0]
+			dlqEnd := kafkatest.EndOffsets(t, addr, dlqTopic, 1)[0]
 			if !tt.wantDLQ {
 				require.Zero(t, dlqEnd, "nothing dead-lettered")
-				require.Zero(t, metricValue(t, reg, "floodgate_stream_dlq_total", nil))
+				require.Zero(t, streamtest.MetricValue(t, reg, "floodgate_stream_dlq_total", nil))
 				return
 			}
 			require.EqualValues(t, 1, dlqEnd)
-			require.Equal(t, 1.0, metricValue(t, reg, "floodgate_stream_dlq_total",
+			require.Equal(t, 1.0, streamtest.MetricValue(t, reg, "floodgate_stream_dlq_total",
 				map[string]string{"topic": topic, "class": string(tt.wantClass)}))
-			dl := readPartition(t, addr, dlqTopic, 0, 1)[0]
+			dl := kafkatest.ReadPartition(t, addr, dlqTopic, 0, 1)[0]
 			require.Equal(t, target.Key, dl.Key, "key byte-identical")
 			require.Equal(t, target.Value, dl.Value, "value byte-identical")
 
-			h := headerMap(dl.Headers)
+			h := kafkatest.Headers(dl.Headers)
 			for _, orig := range target.Headers {
 				require.Equal(t, string(orig.Value), h[orig.Key], "original header %s kept", orig.Key)
 			}
@@ -312,13 +313,13 @@ func TestConsumerDLQPublishRetriedBeforeCommit(t *testing.T) {
 				// Give the commit loop a few intervals: it must not move past
 				// the poison message while its dead-lettering is retried.
 				time.Sleep(4 * cfg.CommitInterval)
-				require.Equal(t, []int64{1}, committedOffsets(t, addr, group, topic, 1))
+				require.Equal(t, []int64{1}, kafkatest.CommittedOffsets(t, addr, group, topic, 1))
 				require.False(t, handledAfter.Load(), "the partition waits for the poison message")
 			}
 			require.NoError(t, stop())
-			require.Equal(t, []int64{tt.wantCommit}, committedOffsets(t, addr, group, topic, 1))
-			require.Equal(t, []int64{tt.wantDLQ}, endOffsets(t, addr, dlqTopic, 1))
-			require.GreaterOrEqual(t, metricValue(t, reg, "floodgate_stream_dlq_publish_errors_total", nil), 1.0)
+			require.Equal(t, []int64{tt.wantCommit}, kafkatest.CommittedOffsets(t, addr, group, topic, 1))
+			require.Equal(t, []int64{tt.wantDLQ}, kafkatest.EndOffsets(t, addr, dlqTopic, 1))
+			require.GreaterOrEqual(t, streamtest.MetricValue(t, reg, "floodgate_stream_dlq_publish_errors_total", nil), 1.0)
 		})
 	}
 }
@@ -374,7 +375,7 @@ func TestConsumerGracefulDrainAndResume(t *testing.T) {
 	require.NoError(t, stop1(), "clean drain")
 	require.Zero(t, ctxErrDuringDrain.Load(), "handler context stays alive during the drain")
 
-	committed := committedOffsets(t, addr, group, topic, partitions)
+	committed := kafkatest.CommittedOffsets(t, addr, group, topic, partitions)
 	mu.Lock()
 	handled1 := len(first)
 	for p := range partitions {
@@ -414,7 +415,7 @@ func TestConsumerGracefulDrainAndResume(t *testing.T) {
 
 	redelivered := 0
 	for p := range partitions {
-		if committed[p] < endOffsets(t, addr, topic, partitions)[p] {
+		if committed[p] < kafkatest.EndOffsets(t, addr, topic, partitions)[p] {
 			require.Equal(t, committed[p], firstSeen[p].Load(), "partition %d resumes right after the last committed offset", p)
 		}
 	}
@@ -426,7 +427,7 @@ func TestConsumerGracefulDrainAndResume(t *testing.T) {
 	})
 	require.Zero(t, redelivered, "a clean drain commits everything handled: no redelivery")
 	require.Equal(t, n, handled1+int(count2.Load()), "no message lost")
-	require.Equal(t, endOffsets(t, addr, topic, partitions), committedOffsets(t, addr, group, topic, partitions))
+	require.Equal(t, kafkatest.EndOffsets(t, addr, topic, partitions), kafkatest.CommittedOffsets(t, addr, group, topic, partitions))
 }
 
 func TestConsumerRunTwice(t *testing.T) {
@@ -507,7 +508,7 @@ func TestConsumerRebalanceLosesNothing(t *testing.T) {
 	// The first member commits what it finished before it rejoins, and stops
 	// fetching its old partitions: the new owner starts where it stopped.
 	require.Zero(t, dups, "commit on revoke: nothing handled twice")
-	require.Equal(t, endOffsets(t, addr, topic, partitions), committedOffsets(t, addr, group, topic, partitions))
+	require.Equal(t, kafkatest.EndOffsets(t, addr, topic, partitions), kafkatest.CommittedOffsets(t, addr, group, topic, partitions))
 }
 
 func TestConsumerRebalanceCutsOffSlowHandler(t *testing.T) {
@@ -547,9 +548,9 @@ func TestConsumerRebalanceCutsOffSlowHandler(t *testing.T) {
 	require.NoError(t, stop2())
 
 	require.EqualValues(t, 2, calls.Load(), "cut off once, then handled once")
-	require.Equal(t, 1.0, metricValue(t, reg, "floodgate_stream_abandoned_total", nil))
-	require.Zero(t, metricValue(t, reg, "floodgate_stream_dlq_total", nil), "a cut-off handler is not a failure")
-	require.Equal(t, []int64{1}, committedOffsets(t, addr, group, topic, 1))
+	require.Equal(t, 1.0, streamtest.MetricValue(t, reg, "floodgate_stream_abandoned_total", nil))
+	require.Zero(t, streamtest.MetricValue(t, reg, "floodgate_stream_dlq_total", nil), "a cut-off handler is not a failure")
+	require.Equal(t, []int64{1}, kafkatest.CommittedOffsets(t, addr, group, topic, 1))
 }
 
 // TestConsumerHandlesReplaysOnlyForTheFailedGroup: a dead letter replayed onto its
@@ -588,16 +589,16 @@ func TestConsumerHandlesReplaysOnlyForTheFailedGroup(t *testing.T) {
 				return len(got) == len(tc.want)
 			}, waitFor, 10*time.Millisecond)
 			require.Eventually(t, func() bool {
-				return metricValue(t, reg, "floodgate_stream_consumed_total",
+				return streamtest.MetricValue(t, reg, "floodgate_stream_consumed_total",
 					map[string]string{"topic": topic, "group": tc.group, "outcome": "ok"})+
-					metricValue(t, reg, "floodgate_stream_consumed_total",
+					streamtest.MetricValue(t, reg, "floodgate_stream_consumed_total",
 						map[string]string{"topic": topic, "group": tc.group, "outcome": "replay_skipped"}) == 2
 			}, waitFor, 10*time.Millisecond)
 			require.NoError(t, stop())
-			require.Equal(t, int64(2), committedOffsets(t, addr, tc.group, topic, 1)[0], "both messages are committed either way")
+			require.Equal(t, int64(2), kafkatest.CommittedOffsets(t, addr, tc.group, topic, 1)[0], "both messages are committed either way")
 			require.Equal(t, tc.want, got)
 			skipped := float64(2 - len(tc.want))
-			require.Equal(t, skipped, metricValue(t, reg, "floodgate_stream_consumed_total",
+			require.Equal(t, skipped, streamtest.MetricValue(t, reg, "floodgate_stream_consumed_total",
 				map[string]string{"topic": topic, "group": tc.group, "outcome": "replay_skipped"}))
 		})
 	}
@@ -638,7 +639,7 @@ func TestConsumerStartFromRewindsWithoutMovingCommitsBack(t *testing.T) {
 	stop := runConsumer(t, first)
 	require.Eventually(t, func() bool { return len(seen()) == 10 }, waitFor, 10*time.Millisecond)
 	require.NoError(t, stop())
-	require.Equal(t, int64(10), committedOffsets(t, addr, "g-rewind", topic, 1)[0])
+	require.Equal(t, int64(10), kafkatest.CommittedOffsets(t, addr, "g-rewind", topic, 1)[0])
 
 	mu.Lock()
 	offsets = nil
@@ -657,13 +658,13 @@ func TestConsumerStartFromRewindsWithoutMovingCommitsBack(t *testing.T) {
 	stop = runConsumer(t, second)
 	<-paused // offsets 6 and 7 are re-handled; several commit intervals pass
 	time.Sleep(10 * cfg.CommitInterval)
-	require.Equal(t, int64(10), committedOffsets(t, addr, "g-rewind", topic, 1)[0], "re-reading history moved the group's offset back")
+	require.Equal(t, int64(10), kafkatest.CommittedOffsets(t, addr, "g-rewind", topic, 1)[0], "re-reading history moved the group's offset back")
 	close(pause)
 	require.Eventually(t, func() bool { return len(seen()) == 5 }, waitFor, 10*time.Millisecond)
 	require.NoError(t, stop())
 	require.Equal(t, []int64{10}, asked, "StartFrom gets the committed offset")
 	require.Equal(t, []int64{6, 7, 8, 9, 10}, seen(), "history from the rewound offset, then the new message")
-	require.Equal(t, int64(11), committedOffsets(t, addr, "g-rewind", topic, 1)[0])
+	require.Equal(t, int64(11), kafkatest.CommittedOffsets(t, addr, "g-rewind", topic, 1)[0])
 	require.Equal(t, []int{0}, revoked)
 }
 
@@ -691,7 +692,7 @@ func TestConsumerStartFromFailureStillConsumes(t *testing.T) {
 	stop := runConsumer(t, first)
 	require.Eventually(t, func() bool { return len(seen()) == 3 }, waitFor, 10*time.Millisecond)
 	require.NoError(t, stop())
-	require.Equal(t, int64(3), committedOffsets(t, addr, group, topic, 1)[0])
+	require.Equal(t, int64(3), kafkatest.CommittedOffsets(t, addr, group, topic, 1)[0])
 
 	mu.Lock()
 	offsets = nil

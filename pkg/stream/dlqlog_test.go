@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/stream/streamtest"
 )
 
 type syncBuffer struct {
@@ -118,7 +119,7 @@ func TestConsumerDeadLetterLogAggregates(t *testing.T) {
 			require.NoError(t, err)
 			stop := runConsumer(t, c)
 			require.Eventually(t, func() bool {
-				return metricValue(t, reg, "floodgate_stream_dlq_total", map[string]string{"class": "poison"}) == 200
+				return streamtest.MetricValue(t, reg, "floodgate_stream_dlq_total", map[string]string{"class": "poison"}) == 200
 			}, waitFor, 10*time.Millisecond)
 			require.NoError(t, stop()) // the summary is logged when the consumer stops, or when the interval ends
 			var first, summaries []map[string]any

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/stream/streamtest"
 )
 
 // collector is a per-message handler that records the values it handled.
@@ -88,7 +89,7 @@ func TestDoorOversizeMessageIsDeadLetteredAsReference(t *testing.T) {
 	require.NoError(t, stop())
 
 	require.Equal(t, []string{"before", "after"}, got.values(), "the oversize message never reached the handler")
-	dl := readPartition(t, addr, topic+".dlq", 0, 1)[0]
+	dl := kafkatest.ReadPartition(t, addr, topic+".dlq", 0, 1)[0]
 	require.Less(t, messageBytes(dl), 4096, "the dead letter is a small reference")
 	rec, err := ParseDLQRecord(dl)
 	require.NoError(t, err)
@@ -103,8 +104,8 @@ func TestDoorOversizeMessageIsDeadLetteredAsReference(t *testing.T) {
 	require.Empty(t, rec.Value)
 	require.Equal(t, "attacker", string(rec.Key))
 	require.Contains(t, rec.ErrorMessage, "over the limit")
-	require.Equal(t, []int64{3}, committedOffsets(t, addr, group, topic, 1))
-	require.Equal(t, 1.0, metricValue(t, reg, "floodgate_stream_dlq_total", map[string]string{"class": "oversize"}))
+	require.Equal(t, []int64{3}, kafkatest.CommittedOffsets(t, addr, group, topic, 1))
+	require.Equal(t, 1.0, streamtest.MetricValue(t, reg, "floodgate_stream_dlq_total", map[string]string{"class": "oversize"}))
 }
 
 // TestDoorGzipBombIsRefusedUndecompressed: a gzip batch that inflates to
@@ -139,7 +140,7 @@ func TestDoorGzipBombIsRefusedUndecompressed(t *testing.T) {
 	require.NoError(t, stop())
 
 	require.Equal(t, []string{"before", "after"}, got.values())
-	dl := readPartition(t, addr, topic+".dlq", 0, 1)[0]
+	dl := kafkatest.ReadPartition(t, addr, topic+".dlq", 0, 1)[0]
 	rec, err := ParseDLQRecord(dl)
 	require.NoError(t, err)
 	require.True(t, rec.Reference)
@@ -148,7 +149,7 @@ func TestDoorGzipBombIsRefusedUndecompressed(t *testing.T) {
 	require.Contains(t, rec.ErrorMessage, "offsets 1..48 decompresses to more than 4194304 bytes")
 	require.EqualValues(t, 4<<20, rec.OriginalSize, "the bound it exceeded")
 	require.Empty(t, rec.Value)
-	require.Equal(t, []int64{50}, committedOffsets(t, addr, group, topic, 1), "committed past the bomb")
+	require.Equal(t, []int64{50}, kafkatest.CommittedOffsets(t, addr, group, topic, 1), "committed past the bomb")
 }
 
 // TestDoorEventTimeWindow: events dated far in the future or older than the
@@ -197,7 +198,7 @@ func TestDoorEventTimeWindow(t *testing.T) {
 		4: {ClassEventTime, "older than 360h0m0s"},
 		5: {ClassPoison, "read event time"},
 	}
-	for _, dl := range readPartition(t, addr, topic+".dlq", 0, len(want)) {
+	for _, dl := range kafkatest.ReadPartition(t, addr, topic+".dlq", 0, len(want)) {
 		rec, err := ParseDLQRecord(dl)
 		require.NoError(t, err)
 		w, ok := want[rec.Offset]
@@ -206,7 +207,7 @@ func TestDoorEventTimeWindow(t *testing.T) {
 		require.Contains(t, rec.ErrorMessage, w.reason, "offset %d", rec.Offset)
 		require.False(t, rec.Reference, "small messages are dead-lettered whole")
 	}
-	require.Equal(t, 3.0, metricValue(t, reg, "floodgate_stream_dlq_total", map[string]string{"class": "event_time"}))
+	require.Equal(t, 3.0, streamtest.MetricValue(t, reg, "floodgate_stream_dlq_total", map[string]string{"class": "event_time"}))
 }
 
 var errMissingTime = errorString("no ce_time header")
@@ -238,11 +239,11 @@ func TestLagCountsAStuckPartition(t *testing.T) {
 		publish(t, addr, kafka.Message{Topic: topic, Value: []byte("waiting-" + strconv.Itoa(i))})
 	}
 	lagOf := func() float64 {
-		return metricValue(t, reg, "floodgate_stream_partition_lag", map[string]string{"topic": topic, "partition": "0"})
+		return streamtest.MetricValue(t, reg, "floodgate_stream_partition_lag", map[string]string{"topic": topic, "partition": "0"})
 	}
 	require.Eventually(t, func() bool { return lagOf() == 11 }, waitFor, 20*time.Millisecond,
 		"the stuck message and the 10 behind it; last seen %v", lagOf())
-	require.Equal(t, 11.0, metricValue(t, reg, "floodgate_stream_lag", map[string]string{"topic": topic}))
+	require.Equal(t, 11.0, streamtest.MetricValue(t, reg, "floodgate_stream_lag", map[string]string{"topic": topic}))
 	close(release)
 	require.Eventually(t, func() bool { return lagOf() == 0 }, waitFor, 20*time.Millisecond)
 	require.NoError(t, stop())
@@ -314,7 +315,7 @@ func TestDeadLetterTooLargeToWriteWholeBecomesAReference(t *testing.T) {
 	})
 	require.NoError(t, err)
 	stop := runConsumer(t, c)
-	dls := readPartition(t, addr, topic+".dlq", 0, 2)
+	dls := kafkatest.ReadPartition(t, addr, topic+".dlq", 0, 2)
 	require.NoError(t, stop())
 	big, err := ParseDLQRecord(dls[0])
 	require.NoError(t, err)

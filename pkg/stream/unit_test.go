@@ -12,6 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/stream/streamtest"
 )
 
 func TestOffsetTrackCommitsOnlyContiguousPrefix(t *testing.T) {
@@ -170,7 +173,7 @@ func TestDLQRecordRoundTrip(t *testing.T) {
 	}
 	msg := rec.Message("floodgate.decisions.v1.dlq")
 	require.Equal(t, "floodgate.decisions.v1.dlq", msg.Topic)
-	h := headerMap(msg.Headers)
+	h := kafkatest.Headers(msg.Headers)
 	require.Equal(t, "2026-03-01T11:30:45.123Z", h[HeaderDLQTimestamp])
 	require.Equal(t, "2026-03-01T11:31:00.999Z", h[HeaderDLQFirstFailure])
 	require.Equal(t, "poison", h[HeaderDLQErrorClass], "old dlq_ headers are replaced")
@@ -256,7 +259,7 @@ func TestCloudEventHeaders(t *testing.T) {
 	require.Equal(t, map[string]string{
 		"ce_id": "01J0ID", "ce_type": "decision.v1", "ce_source": "floodgate/limiter",
 		"ce_time": "2026-01-02T08:04:05.006Z", "ce_specversion": "1.0", "content-type": "application/json",
-	}, headerMap(hs))
+	}, kafkatest.Headers(hs))
 }
 
 func TestConsumerConfigValidate(t *testing.T) {
@@ -346,7 +349,7 @@ func TestNewMetricsSharesARegistry(t *testing.T) {
 	require.NoError(t, err, "a second registration on the same registry reuses the collectors")
 	m1.consumed.WithLabelValues("a", "g1", outcomeOK).Inc()
 	m2.consumed.WithLabelValues("a", "g2", outcomeOK).Inc()
-	require.Equal(t, 2.0, metricValue(t, reg, "floodgate_stream_consumed_total", map[string]string{"topic": "a"}))
+	require.Equal(t, 2.0, streamtest.MetricValue(t, reg, "floodgate_stream_consumed_total", map[string]string{"topic": "a"}))
 
 	// Two consumers on one registry.
 	for _, group := range []string{"g1", "g2"} {

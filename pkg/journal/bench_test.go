@@ -1,4 +1,4 @@
-package stream
+package journal
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
 // benchDecision is a decision.v1-sized message (~330 bytes of value plus
@@ -22,24 +23,24 @@ func benchDecision(i int) kafka.Message {
 		Key:   fmt.Appendf(nil, "bot:bot_%06d", i%10000),
 		Value: fmt.Appendf(nil, `{"id":%q,"ts":"2026-01-01T00:00:00.000Z","principal":{"kind":"bot","id":"bot_%06d"},"ip":"203.0.113.7","method":"POST","route":"/channels/{channel_id}/messages","resource":"channel:123","allowed":true,"tier":"principal","shadow":false,"cost":1,"limit":50,"remaining":49,"gateway":"bench"}`,
 			id, i%10000),
-		Headers: CloudEventHeaders("decision.v1", id, "floodgate/limiter/bench", time.Unix(1767225600, 0)),
+		Headers: stream.CloudEventHeaders("decision.v1", id, "floodgate/limiter/bench", time.Unix(1767225600, 0)),
 	}
 }
 
 // BenchmarkJournalAppend appends b.N decision events in batches, under each
 // fsync policy; MB/s counts framed record bytes.
 //
-//	go test -run '^$' -bench BenchmarkJournalAppend -benchtime 200000x ./pkg/stream/
+//	go test -run '^$' -bench BenchmarkJournalAppend -benchtime 200000x ./pkg/journal/
 func BenchmarkJournalAppend(b *testing.B) {
 	msgs := make([]kafka.Message, 1000)
 	for i := range msgs {
 		msgs[i] = benchDecision(i)
 	}
 	recordBytes := len(appendRecord(nil, &msgs[0]))
-	for _, sync := range []JournalSync{JournalSyncBatch, JournalSyncInterval} {
+	for _, sync := range []SyncPolicy{SyncBatch, SyncInterval} {
 		for _, batch := range []int{1, 100, 1000} {
 			b.Run(fmt.Sprintf("sync=%s/batch=%d", sync, batch), func(b *testing.B) {
-				j, err := OpenJournal(JournalConfig{
+				j, err := Open(Config{
 					Dir: b.TempDir(), Sync: sync, SyncInterval: 100 * time.Millisecond,
 					Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
 				})
@@ -79,7 +80,7 @@ func BenchmarkJournalAppend(b *testing.B) {
 //   - sustained: events offered as fast as the writer takes them (a refused
 //     one is retried after 50µs); msgs/s is what reaches the disk.
 //
-//     go test -run '^$' -bench BenchmarkDurableProducerOverflow -benchtime 200000x ./pkg/stream/
+//     go test -run '^$' -bench BenchmarkDurableProducerOverflow -benchtime 200000x ./pkg/journal/
 func BenchmarkDurableProducerOverflow(b *testing.B) {
 	msgs := make([]kafka.Message, 1000)
 	for i := range msgs {
@@ -88,8 +89,8 @@ func BenchmarkDurableProducerOverflow(b *testing.B) {
 	for _, mode := range []string{"call", "sustained"} {
 		b.Run(mode, func(b *testing.B) {
 			d, err := NewDurableProducer(DurableProducerConfig{
-				Async:   AsyncProducerConfig{Brokers: []string{deadAddr(b)}, Topic: "floodgate.decisions.v1", BufferSize: 1},
-				Journal: JournalConfig{Dir: b.TempDir(), Logger: slog.New(slog.DiscardHandler)},
+				Async:   stream.AsyncProducerConfig{Brokers: []string{kafkatest.DeadAddr(b)}, Topic: "floodgate.decisions.v1", BufferSize: 1},
+				Journal: Config{Dir: b.TempDir(), Logger: slog.New(slog.DiscardHandler)},
 			})
 			if err != nil {
 				b.Fatal(err)
@@ -130,11 +131,11 @@ func BenchmarkDurableProducerOverflow(b *testing.B) {
 // BenchmarkJournalReplay replays b.N journaled decision events into the
 // in-process broker (acks=all): how fast a backlog drains once Kafka is back.
 //
-//	go test -run '^$' -bench BenchmarkJournalReplay -benchtime 200000x ./pkg/stream/
+//	go test -run '^$' -bench BenchmarkJournalReplay -benchtime 200000x ./pkg/journal/
 func BenchmarkJournalReplay(b *testing.B) {
 	const topic = "floodgate.decisions.v1"
 	addr := kafkatest.Start(b, map[string]int32{topic: 6})
-	j, err := OpenJournal(JournalConfig{Dir: b.TempDir(), MaxBytes: 4 << 30, Logger: slog.New(slog.DiscardHandler)})
+	j, err := Open(Config{Dir: b.TempDir(), MaxBytes: 4 << 30, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func BenchmarkJournalReplay(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	p := NewProducer(ProducerConfig{Brokers: []string{addr}, Topic: topic, BatchSize: DefaultJournalReplayBatch, BatchTimeout: time.Millisecond, MaxAttempts: 3})
+	p := stream.NewProducer(stream.ProducerConfig{Brokers: []string{addr}, Topic: topic, BatchSize: DefaultReplayBatch, BatchTimeout: time.Millisecond, MaxAttempts: 3})
 	defer p.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -1,6 +1,6 @@
 //go:build unix
 
-package stream
+package journal
 
 import (
 	"errors"
@@ -20,7 +20,7 @@ func lockDir(dir string) (*os.File, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		_ = f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("lock %s: %w", dir, ErrJournalLocked)
+			return nil, fmt.Errorf("lock %s: %w", dir, ErrLocked)
 		}
 		return nil, fmt.Errorf("lock %s: %w", dir, err)
 	}
