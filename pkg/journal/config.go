@@ -191,8 +191,6 @@ func (c Config) withDefaults() Config {
 	c.ReplayInitialBackoff = cmp.Or(c.ReplayInitialBackoff, stream.DefaultInitialBackoff)
 	c.ReplayMaxBackoff = cmp.Or(c.ReplayMaxBackoff, max(stream.DefaultMaxBackoff, c.ReplayInitialBackoff))
 	c.ReplayTimeout = cmp.Or(c.ReplayTimeout, DefaultReplayTimeout)
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.Logger = stream.OrDiscard(c.Logger)
 	return c
 }

@@ -114,9 +114,7 @@ func (c AsyncProducerConfig) WithDefaults() AsyncProducerConfig {
 	c.InitialBackoff = cmp.Or(c.InitialBackoff, DefaultInitialBackoff)
 	c.MaxBackoff = cmp.Or(c.MaxBackoff, max(DefaultMaxBackoff, c.InitialBackoff))
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DefaultAsyncDrainTimeout)
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.Logger = OrDiscard(c.Logger)
 	return c
 }
 
@@ -250,16 +248,7 @@ func (a *AsyncProducer) Run(ctx context.Context) error {
 	a.log.Info("async producer draining", "buffered", buffered)
 	var undelivered int
 	for {
-		batch = batch[:0]
-		for len(batch) < a.cfg.BatchSize {
-			select {
-			case msg := <-a.ch:
-				batch = append(batch, msg)
-				continue
-			default:
-			}
-			break
-		}
+		batch = a.take(batch[:0])
 		if len(batch) == 0 {
 			break
 		}
@@ -303,12 +292,9 @@ func (a *AsyncProducer) fill(ctx context.Context, batch []kafka.Message, timer *
 			timer.Stop()
 		}
 	}()
-	for len(batch) < a.cfg.BatchSize {
-		select {
-		case msg := <-a.ch:
-			batch = append(batch, msg)
-			continue
-		default:
+	for {
+		if batch = a.take(batch); len(batch) >= a.cfg.BatchSize {
+			return batch
 		}
 		if !armed {
 			timer.Reset(a.cfg.BatchTimeout)
@@ -321,6 +307,18 @@ func (a *AsyncProducer) fill(ctx context.Context, batch []kafka.Message, timer *
 			armed = false
 			return batch
 		case <-ctx.Done():
+			return batch
+		}
+	}
+}
+
+// take adds to batch, without waiting, what the buffer holds, up to BatchSize.
+func (a *AsyncProducer) take(batch []kafka.Message) []kafka.Message {
+	for len(batch) < a.cfg.BatchSize {
+		select {
+		case msg := <-a.ch:
+			batch = append(batch, msg)
+		default:
 			return batch
 		}
 	}
@@ -380,10 +378,7 @@ func (a *AsyncProducer) send(ctx context.Context, batch []kafka.Message) int {
 			break
 		}
 		if bo == nil {
-			bo = backoff.NewExponentialBackOff()
-			bo.InitialInterval = a.cfg.InitialBackoff
-			bo.MaxInterval = a.cfg.MaxBackoff
-			bo.Reset()
+			bo = newBackoff(a.cfg.InitialBackoff, a.cfg.MaxBackoff)
 		}
 		wait := min(bo.NextBackOff(), a.cfg.MaxBackoff)
 		a.log.Warn("async write failed; retrying", "messages", len(pending), "attempt", attempt, "backoff", wait, "err", err)

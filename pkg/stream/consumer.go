@@ -914,9 +914,23 @@ func waitTimeout(wg *sync.WaitGroup, deadline time.Time) bool {
 }
 
 func (c *Consumer) newBackoff() *backoff.ExponentialBackOff {
+	return newBackoff(c.cfg.InitialBackoff, c.cfg.MaxBackoff)
+}
+
+// newBackoff is a jittered exponential backoff from initial up to maxInterval.
+func newBackoff(initial, maxInterval time.Duration) *backoff.ExponentialBackOff {
 	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval = c.cfg.InitialBackoff
-	bo.MaxInterval = c.cfg.MaxBackoff
+	bo.InitialInterval = initial
+	bo.MaxInterval = maxInterval
 	bo.Reset()
 	return bo
+}
+
+// OrDiscard returns l, or a logger that discards everything when l is nil
+// (the default of every Logger field in this package and pkg/journal).
+func OrDiscard(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
 }

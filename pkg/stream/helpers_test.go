@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"sort"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/stream/streamtest"
 )
 
@@ -51,6 +54,60 @@ func publish(t testing.TB, addr string, msgs ...kafka.Message) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	require.NoError(t, p.Publish(ctx, msgs...))
+}
+
+// pos is a message's place: partition and offset.
+type pos struct {
+	partition int
+	offset    int64
+}
+
+// seeded starts a broker with topic (partitions) and its dead-letter topic
+// and publishes n messages to topic: message i keyed "k<i%keys>", its value i.
+func seeded(t testing.TB, topic string, partitions int32, n, keys int) string {
+	t.Helper()
+	addr := kafkatest.Start(t, map[string]int32{topic: partitions, topic + ".dlq": 1})
+	msgs := make([]kafka.Message, n)
+	for i := range msgs {
+		msgs[i] = kafka.Message{Topic: topic, Key: []byte("k" + strconv.Itoa(i%keys)), Value: []byte(strconv.Itoa(i))}
+	}
+	publish(t, addr, msgs...)
+	return addr
+}
+
+// requireAllCommitted fails the test unless group committed every partition
+// of topic up to its end.
+func requireAllCommitted(t testing.TB, addr, group, topic string, partitions int, msgAndArgs ...any) {
+	t.Helper()
+	require.Equal(t, kafkatest.EndOffsets(t, addr, topic, partitions), kafkatest.CommittedOffsets(t, addr, group, topic, partitions), msgAndArgs...)
+}
+
+// collector is a per-message handler that records the values it handled.
+type collector struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (c *collector) handle(_ context.Context, m kafka.Message) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seen = append(c.seen, string(m.Value))
+	return nil
+}
+
+func (c *collector) values() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.seen...)
+}
+
+func (c *collector) has(v string) bool {
+	for _, s := range c.values() {
+		if s == v {
+			return true
+		}
+	}
+	return false
 }
 
 func sortedKeys[V any](m map[string]V) []string {
