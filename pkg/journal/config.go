@@ -188,8 +188,7 @@ func (c Config) withDefaults() Config {
 	c.SyncInterval = cmp.Or(c.SyncInterval, DefaultSyncInterval)
 	c.QueueSize = cmp.Or(c.QueueSize, DefaultQueueSize)
 	c.ReplayBatchSize = cmp.Or(c.ReplayBatchSize, DefaultReplayBatch)
-	c.ReplayInitialBackoff = cmp.Or(c.ReplayInitialBackoff, stream.DefaultInitialBackoff)
-	c.ReplayMaxBackoff = cmp.Or(c.ReplayMaxBackoff, max(stream.DefaultMaxBackoff, c.ReplayInitialBackoff))
+	c.ReplayInitialBackoff, c.ReplayMaxBackoff = stream.BackoffDefaults(c.ReplayInitialBackoff, c.ReplayMaxBackoff)
 	c.ReplayTimeout = cmp.Or(c.ReplayTimeout, DefaultReplayTimeout)
 	c.Logger = stream.OrDiscard(c.Logger)
 	return c

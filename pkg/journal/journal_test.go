@@ -76,6 +76,15 @@ func runJournal(t testing.TB, j *Journal, pub ReplayPublisher) (stop func() erro
 	return streamtest.Start(t, waitFor, func(ctx context.Context) error { return j.Run(ctx, pub) })
 }
 
+// replayUntil runs j with pub until it holds pending unacknowledged
+// messages, then stops it.
+func replayUntil(t testing.TB, j *Journal, pub ReplayPublisher, pending int64) {
+	t.Helper()
+	stop := runJournal(t, j, pub)
+	require.Eventually(t, func() bool { return j.Stats().Pending == pending }, waitFor, time.Millisecond)
+	require.NoError(t, stop())
+}
+
 // fakePublisher records what it acknowledges; fail decides per call and
 // message index whether that message fails (nil: nothing fails).
 type fakePublisher struct {
@@ -169,9 +178,7 @@ func TestJournalAppendReopenReplay(t *testing.T) {
 	require.EqualValues(t, 1000, j2.Stats().Pending)
 	require.Equal(t, 1000.0, streamtest.MetricValue(t, reg2, "floodgate_stream_journal_pending", nil))
 	pub := &fakePublisher{}
-	stop := runJournal(t, j2, pub)
-	require.Eventually(t, func() bool { return j2.Stats().Pending == 0 }, waitFor, time.Millisecond)
-	require.NoError(t, stop())
+	replayUntil(t, j2, pub, 0)
 
 	got := pub.received()
 	require.Len(t, got, 1000)
@@ -226,9 +233,7 @@ func TestJournalRecoversTornTail(t *testing.T) {
 			// surviving prefix, then the new records, in order.
 			require.NoError(t, j2.Append(journalMsgs(100, 3)))
 			pub := &fakePublisher{}
-			stop := runJournal(t, j2, pub)
-			require.Eventually(t, func() bool { return j2.Stats().Pending == 0 }, waitFor, time.Millisecond)
-			require.NoError(t, stop())
+			replayUntil(t, j2, pub, 0)
 			want := append(journalMsgs(0, int(tt.wantRecords)), journalMsgs(100, 3)...)
 			require.Equal(t, want, pub.received())
 		})
@@ -258,9 +263,7 @@ func TestJournalReplayRetriesOnlyWhatFailed(t *testing.T) {
 			j := openTestJournal(t, dir, reg, nil)
 			require.NoError(t, j.Append(journalMsgs(0, 500)))
 			pub := &fakePublisher{fail: tt.fail}
-			stop := runJournal(t, j, pub)
-			require.Eventually(t, func() bool { return j.Stats().Pending == 0 }, waitFor, time.Millisecond)
-			require.NoError(t, stop())
+			replayUntil(t, j, pub, 0)
 
 			got := pub.received()
 			require.Len(t, got, 500, "every message acknowledged exactly once: only failed ones are retried")
@@ -282,44 +285,45 @@ func TestJournalReplayRetriesOnlyWhatFailed(t *testing.T) {
 	}
 }
 
-func TestJournalKeepsSegmentUntilAcknowledged(t *testing.T) {
-	dir := t.TempDir()
-	j := openTestJournal(t, dir, prometheus.NewRegistry(), nil)
-	require.NoError(t, j.Append(journalMsgs(0, 200)))
-	// Acknowledge the first batch (50), then fail everything.
-	pub := &fakePublisher{fail: func(call, _ int) bool { return call > 1 }}
-	stop := runJournal(t, j, pub)
-	require.Eventually(t, func() bool { return j.Stats().Pending == 150 }, waitFor, time.Millisecond)
-	require.NotEmpty(t, segmentFiles(t, dir), "a segment is kept while any of it is unacknowledged")
-	require.NoError(t, stop())
+// TestJournalCheckpointOnRestart: a segment is kept while any of it is
+// unacknowledged, and a restart resumes after its checkpoint — or, when the
+// checkpoint is unreadable, replays the whole segment (at-least-once:
+// consumers dedupe by ce_id).
+func TestJournalCheckpointOnRestart(t *testing.T) {
+	tests := []struct {
+		name        string
+		corrupt     bool
+		wantPending int64
+		wantReplay  []kafka.Message // by the restarted journal
+	}{
+		{name: "resumes after the acknowledged batch", wantPending: 150, wantReplay: journalMsgs(50, 150)},
+		{name: "unreadable checkpoint replays the whole segment", corrupt: true, wantPending: 200, wantReplay: journalMsgs(0, 200)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			j := openTestJournal(t, dir, prometheus.NewRegistry(), nil)
+			require.NoError(t, j.Append(journalMsgs(0, 200)))
+			// Acknowledge the first batch (50), then fail everything.
+			pub := &fakePublisher{fail: func(call, _ int) bool { return call > 1 }}
+			replayUntil(t, j, pub, 150)
+			require.Equal(t, journalMsgs(0, 50), pub.received())
+			require.NotEmpty(t, segmentFiles(t, dir), "a segment is kept while any of it is unacknowledged")
+			if tt.corrupt {
+				cks, err := filepath.Glob(filepath.Join(dir, "*"+checkpointSuffix))
+				require.NoError(t, err)
+				require.Len(t, cks, 1)
+				require.NoError(t, os.WriteFile(cks[0], []byte("garbage"), 0o640))
+			}
 
-	// The checkpoint resumes after the acknowledged batch: nothing replayed twice.
-	j2 := openTestJournal(t, dir, prometheus.NewRegistry(), nil)
-	require.EqualValues(t, 150, j2.Stats().Pending)
-	pub2 := &fakePublisher{}
-	stop2 := runJournal(t, j2, pub2)
-	require.Eventually(t, func() bool { return j2.Stats().Pending == 0 }, waitFor, time.Millisecond)
-	require.NoError(t, stop2())
-	require.Equal(t, journalMsgs(0, 50), pub.received())
-	require.Equal(t, journalMsgs(50, 150), pub2.received())
-	require.Empty(t, segmentFiles(t, dir))
-}
-
-func TestJournalCorruptCheckpointReplaysWholeSegment(t *testing.T) {
-	dir := t.TempDir()
-	j := openTestJournal(t, dir, prometheus.NewRegistry(), nil)
-	require.NoError(t, j.Append(journalMsgs(0, 100)))
-	pub := &fakePublisher{fail: func(call, _ int) bool { return call > 1 }}
-	stop := runJournal(t, j, pub)
-	require.Eventually(t, func() bool { return j.Stats().Pending == 50 }, waitFor, time.Millisecond)
-	require.NoError(t, stop())
-	cks, err := filepath.Glob(filepath.Join(dir, "*"+checkpointSuffix))
-	require.NoError(t, err)
-	require.Len(t, cks, 1)
-	require.NoError(t, os.WriteFile(cks[0], []byte("garbage"), 0o640))
-
-	j2 := openTestJournal(t, dir, prometheus.NewRegistry(), nil)
-	require.EqualValues(t, 100, j2.Stats().Pending, "at-least-once: replay from the start, consumers dedupe")
+			j2 := openTestJournal(t, dir, prometheus.NewRegistry(), nil)
+			require.Equal(t, tt.wantPending, j2.Stats().Pending)
+			pub2 := &fakePublisher{}
+			replayUntil(t, j2, pub2, 0)
+			require.Equal(t, tt.wantReplay, pub2.received())
+			require.Empty(t, segmentFiles(t, dir))
+		})
+	}
 }
 
 func TestJournalCapDropsOldestAndCounts(t *testing.T) {
@@ -340,9 +344,7 @@ func TestJournalCapDropsOldestAndCounts(t *testing.T) {
 
 	// What survives is the newest messages, in order.
 	pub := &fakePublisher{}
-	stop := runJournal(t, j, pub)
-	require.Eventually(t, func() bool { return j.Stats().Pending == 0 }, waitFor, time.Millisecond)
-	require.NoError(t, stop())
+	replayUntil(t, j, pub, 0)
 	got := pub.received()
 	require.Equal(t, journalMsgs(n-len(got), len(got)), got)
 }

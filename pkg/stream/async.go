@@ -111,8 +111,7 @@ func (c AsyncProducerConfig) WithDefaults() AsyncProducerConfig {
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultAsyncBatchSize)
 	c.BatchTimeout = cmp.Or(c.BatchTimeout, DefaultAsyncBatchTimeout)
 	c.WriteAttempts = cmp.Or(c.WriteAttempts, DefaultAsyncWriteAttempts)
-	c.InitialBackoff = cmp.Or(c.InitialBackoff, DefaultInitialBackoff)
-	c.MaxBackoff = cmp.Or(c.MaxBackoff, max(DefaultMaxBackoff, c.InitialBackoff))
+	c.InitialBackoff, c.MaxBackoff = BackoffDefaults(c.InitialBackoff, c.MaxBackoff)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DefaultAsyncDrainTimeout)
 	c.Logger = OrDiscard(c.Logger)
 	return c

@@ -249,8 +249,7 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 		c.DLQTopic = c.Topic + ".dlq"
 	}
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
-	c.InitialBackoff = cmp.Or(c.InitialBackoff, DefaultInitialBackoff)
-	c.MaxBackoff = cmp.Or(c.MaxBackoff, max(DefaultMaxBackoff, c.InitialBackoff))
+	c.InitialBackoff, c.MaxBackoff = BackoffDefaults(c.InitialBackoff, c.MaxBackoff)
 	c.CommitInterval = cmp.Or(c.CommitInterval, DefaultCommitInterval)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DefaultDrainTimeout)
 	c.StartOffset = cmp.Or(c.StartOffset, kafka.FirstOffset)
@@ -915,6 +914,14 @@ func waitTimeout(wg *sync.WaitGroup, deadline time.Time) bool {
 
 func (c *Consumer) newBackoff() *backoff.ExponentialBackOff {
 	return newBackoff(c.cfg.InitialBackoff, c.cfg.MaxBackoff)
+}
+
+// BackoffDefaults fills in zero backoff bounds: initial defaults to
+// DefaultInitialBackoff, maxInterval to DefaultMaxBackoff or initial,
+// whichever is larger.
+func BackoffDefaults(initial, maxInterval time.Duration) (time.Duration, time.Duration) {
+	initial = cmp.Or(initial, DefaultInitialBackoff)
+	return initial, cmp.Or(maxInterval, max(DefaultMaxBackoff, initial))
 }
 
 // newBackoff is a jittered exponential backoff from initial up to maxInterval.
