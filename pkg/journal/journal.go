@@ -608,16 +608,9 @@ func (j *Journal) writeLoop(ctx context.Context) {
 	}
 }
 
+// fillFromQueue appends to batch what the queue holds, up to cap(batch).
 func (j *Journal) fillFromQueue(batch []kafka.Message) []kafka.Message {
-	for len(batch) < cap(batch) {
-		select {
-		case m := <-j.queue:
-			batch = append(batch, m)
-		default:
-			return batch
-		}
-	}
-	return batch
+	return stream.TakeBuffered(j.queue, batch, cap(batch))
 }
 
 // closeQueue refuses further offers and writes what is queued.

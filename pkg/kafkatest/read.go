@@ -88,3 +88,18 @@ func Headers(hs []kafka.Header) map[string]string {
 	}
 	return m
 }
+
+// Partitions maps each topic the broker at addr has to its partition count.
+func Partitions(t testing.TB, addr string) map[string]int {
+	t.Helper()
+	conn, err := kafka.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	parts, err := conn.ReadPartitions()
+	require.NoError(t, err)
+	counts := map[string]int{}
+	for _, p := range parts {
+		counts[p.Topic]++
+	}
+	return counts
+}

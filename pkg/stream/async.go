@@ -313,10 +313,17 @@ func (a *AsyncProducer) fill(ctx context.Context, batch []kafka.Message, timer *
 
 // take adds to batch, without waiting, what the buffer holds, up to BatchSize.
 func (a *AsyncProducer) take(batch []kafka.Message) []kafka.Message {
-	for len(batch) < a.cfg.BatchSize {
+	return TakeBuffered(a.ch, batch, a.cfg.BatchSize)
+}
+
+// TakeBuffered appends to batch, without waiting, what ch holds, until batch
+// has n elements or ch is empty. The AsyncProducer's and the journal's
+// writers fill their batches with it.
+func TakeBuffered[T any](ch <-chan T, batch []T, n int) []T {
+	for len(batch) < n {
 		select {
-		case msg := <-a.ch:
-			batch = append(batch, msg)
+		case v := <-ch:
+			batch = append(batch, v)
 		default:
 			return batch
 		}

@@ -3,7 +3,6 @@ package stream
 import (
 	"context"
 	"log/slog"
-	"sort"
 	"strconv"
 	"sync"
 	"testing"
@@ -108,13 +107,4 @@ func (c *collector) has(v string) bool {
 		}
 	}
 	return false
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
