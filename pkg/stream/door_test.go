@@ -426,3 +426,101 @@ func TestConsumerDeadLetterLogAggregates(t *testing.T) {
 		})
 	}
 }
+
+func TestDLQRecordRoundTrip(t *testing.T) {
+	orig := time.Date(2026, 3, 1, 12, 30, 45, 123456789, time.FixedZone("x", 3600))
+	first := time.Date(2026, 3, 1, 11, 31, 0, 999_000_000, time.UTC)
+	rec := DLQRecord{
+		Key:   []byte("user:42"),
+		Value: []byte{0, 1, 2, 0xff, '{'},
+		Headers: []kafka.Header{
+			{Key: "ce_id", Value: []byte("e1")},
+			{Key: "dlq_error_class", Value: []byte("stale, from an earlier dead-lettering")},
+		},
+		SourceTopic:   "floodgate.decisions.v1",
+		Partition:     7,
+		Offset:        123456789012,
+		Timestamp:     orig,
+		ConsumerGroup: "quota",
+		Service:       "quota",
+		ErrorClass:    ClassPoison,
+		ErrorMessage:  strings.Repeat("é", 600) + "tail", // 1204 bytes: cut at a rune boundary
+		Attempts:      1,
+		FirstFailure:  first,
+	}
+	msg := rec.Message("floodgate.decisions.v1.dlq")
+	require.Equal(t, "floodgate.decisions.v1.dlq", msg.Topic)
+	h := kafkatest.Headers(msg.Headers)
+	require.Equal(t, "2026-03-01T11:30:45.123Z", h[HeaderDLQTimestamp])
+	require.Equal(t, "2026-03-01T11:31:00.999Z", h[HeaderDLQFirstFailure])
+	require.Equal(t, "poison", h[HeaderDLQErrorClass], "old dlq_ headers are replaced")
+	require.Len(t, h[HeaderDLQErrorMessage], 1024)
+
+	got, err := ParseDLQRecord(msg)
+	require.NoError(t, err)
+	require.Equal(t, rec.Key, got.Key)
+	require.Equal(t, rec.Value, got.Value)
+	require.Equal(t, []kafka.Header{{Key: "ce_id", Value: []byte("e1")}}, got.Headers)
+	require.Equal(t, rec.SourceTopic, got.SourceTopic)
+	require.Equal(t, rec.Partition, got.Partition)
+	require.Equal(t, rec.Offset, got.Offset)
+	require.True(t, orig.Truncate(time.Millisecond).Equal(got.Timestamp))
+	require.True(t, first.Equal(got.FirstFailure))
+	require.Equal(t, ClassPoison, got.ErrorClass)
+	require.Equal(t, strings.Repeat("é", 512), got.ErrorMessage)
+	require.Equal(t, 1, got.Attempts)
+	require.Equal(t, "quota", got.ConsumerGroup)
+	require.Equal(t, "quota", got.Service)
+
+	replay := got.Replay()
+	require.Equal(t, rec.SourceTopic, replay.Topic)
+	require.Equal(t, rec.Value, replay.Value)
+	group, ok := replayedFor(replay, rec.SourceTopic)
+	require.True(t, ok, "a replay carries its provenance")
+	require.Equal(t, "quota", group)
+	_, ok = replayedFor(got.Message(rec.SourceTopic+".dlq"), rec.SourceTopic+".dlq")
+	require.False(t, ok, "a dead letter read from its DLQ topic is not a replay")
+	again, err := ParseDLQRecord(replay)
+	require.NoError(t, err, "a replay can be read back as the record it came from")
+	require.Equal(t, rec.Offset, again.Offset)
+}
+
+func TestParseDLQRecordErrors(t *testing.T) {
+	good := DLQRecord{SourceTopic: "t", ErrorClass: ClassHandlerPanic, Attempts: 1}.Message("t.dlq")
+	without := func(name string) kafka.Message {
+		m := good
+		m.Headers = nil
+		for _, h := range good.Headers {
+			if h.Key != name {
+				m.Headers = append(m.Headers, h)
+			}
+		}
+		return m
+	}
+	with := func(name, value string) kafka.Message {
+		m := without(name)
+		m.Headers = append(m.Headers, kafka.Header{Key: name, Value: []byte(value)})
+		return m
+	}
+	tests := []struct {
+		name    string
+		msg     kafka.Message
+		wantErr string
+	}{
+		{"missing offset", without(HeaderDLQOffset), HeaderDLQOffset + " missing"},
+		{"missing class", without(HeaderDLQErrorClass), HeaderDLQErrorClass + " missing"},
+		{"bad partition", with(HeaderDLQPartition, "x"), HeaderDLQPartition},
+		{"bad time", with(HeaderDLQTimestamp, "yesterday"), HeaderDLQTimestamp},
+		{"unknown class", with(HeaderDLQErrorClass, "oops"), "unknown class"},
+		{"plain message", kafka.Message{Value: []byte("{}")}, HeaderDLQSourceTopic},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseDLQRecord(tt.msg)
+			require.ErrorIs(t, err, ErrNotDLQRecord)
+			require.ErrorContains(t, err, tt.wantErr)
+		})
+	}
+	_, err := ParseDLQRecord(good)
+	require.NoError(t, err)
+}

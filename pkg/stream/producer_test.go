@@ -245,3 +245,34 @@ func TestAsyncProducerRetriesThenFails(t *testing.T) {
 	require.Equal(t, 1.0, streamtest.MetricValue(t, reg, "floodgate_stream_async_failed_total", nil))
 	require.False(t, errors.Is(nil, ErrUndelivered))
 }
+
+func TestCloudEventHeaders(t *testing.T) {
+	ts := time.Date(2026, 1, 2, 3, 4, 5, 6_000_000, time.FixedZone("y", -5*3600))
+	hs := CloudEventHeaders("decision.v1", "01J0ID", "floodgate/limiter", ts)
+	var keys []string
+	for _, h := range hs {
+		keys = append(keys, h.Key)
+	}
+	require.Equal(t, []string{"ce_id", "ce_type", "ce_source", "ce_time", "ce_specversion", "content-type"}, keys)
+	require.Equal(t, map[string]string{
+		"ce_id": "01J0ID", "ce_type": "decision.v1", "ce_source": "floodgate/limiter",
+		"ce_time": "2026-01-02T08:04:05.006Z", "ce_specversion": "1.0", "content-type": "application/json",
+	}, kafkatest.Headers(hs))
+}
+
+func TestProducerConfigValidate(t *testing.T) {
+	require.NoError(t, ProducerConfig{Brokers: []string{"a:1"}}.Validate())
+	err := ProducerConfig{BatchSize: -1}.Validate()
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	require.ErrorContains(t, err, "ProducerConfig.Brokers:")
+	require.ErrorContains(t, err, "ProducerConfig.BatchSize:")
+	require.ErrorContains(t, ProducerConfig{Brokers: []string{"a:1"}, MetadataTTL: -time.Second}.Validate(), "ProducerConfig.MetadataTTL:")
+	p := NewProducer(ProducerConfig{Brokers: []string{"a:1"}, MetadataTTL: time.Second})
+	require.Equal(t, time.Second, p.transport.MetadataTTL, "the writer's transport trusts its metadata for MetadataTTL")
+	require.NoError(t, p.Close())
+
+	require.NoError(t, AsyncProducerConfig{Brokers: []string{"a:1"}}.Validate())
+	err = AsyncProducerConfig{Brokers: []string{"a:1"}, BufferSize: -1, InitialBackoff: time.Minute, MaxBackoff: time.Second}.Validate()
+	require.ErrorContains(t, err, "AsyncProducerConfig.BufferSize:")
+	require.ErrorContains(t, err, "AsyncProducerConfig.MaxBackoff:")
+}
