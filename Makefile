@@ -60,7 +60,7 @@ bench: ## run the benchmark suite on the local stack; writes docs/benchmarks.md 
 FUZZ_TARGETS := \
 	./pkg/events/:FuzzDecodeDecision ./pkg/events/:FuzzDecodeAbuse ./pkg/events/:FuzzDecodeAdjustment ./pkg/events/:FuzzDecodeDeferred \
 	./pkg/events/:FuzzParseIP ./pkg/events/:FuzzParseTime ./pkg/events/:FuzzValidRoute ./pkg/events/:FuzzParsePrincipalKey \
-	./pkg/redisx/:FuzzEscape ./pkg/stream/:FuzzJournalRecord ./pkg/stream/:FuzzJournalSegmentScan \
+	./pkg/redisx/:FuzzEscape ./pkg/journal/:FuzzJournalRecord ./pkg/journal/:FuzzJournalSegmentScan \
 	./services/adjuster/internal/signals/:FuzzQuote ./services/adjuster/internal/simulate/:FuzzReadCSV \
 	./services/dlq-auditor/internal/auditor/:FuzzParseID ./services/dlq-auditor/internal/auditor/:FuzzScrubBytes
 

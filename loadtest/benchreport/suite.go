@@ -68,9 +68,11 @@ func (o Options) Selected(name string) bool {
 	return len(o.Sections) == 0 || contains(o.Sections, name)
 }
 
+// goBench runs the benchmarks matching bench in pkg (one package, or several
+// separated by spaces).
 func goBench(id, title string, env []string, pkg, bench string, flags ...string) *Step {
 	argv := append([]string{"go", "test", "-run", "^$", "-bench", bench, "-benchmem"}, flags...)
-	return &Step{ID: id, Title: title, Kind: GoBench, Env: env, Commands: [][]string{append(argv, pkg)}}
+	return &Step{ID: id, Title: title, Kind: GoBench, Env: env, Commands: [][]string{append(argv, strings.Fields(pkg)...)}}
 }
 
 // Suite returns the sections of the benchmark suite with their commands.
@@ -122,7 +124,7 @@ func Suite(o Options) []Section {
 	keys := goBench("limiter-keys", "Redis key building, one core", nil, "./pkg/redisx/", ".", append(bt("1s", "100ms"), "-cpu", "1")...)
 
 	codec := goBench("events-codec", "Event codec, one core", nil, "./pkg/events/", ".", append(bt("1s", "100ms"), "-cpu", "1")...)
-	stream := goBench("stream", "Kafka producer, consumer and journal loops (in-process broker)", nil, "./pkg/stream/", ".", bt("1s", "100ms")...)
+	stream := goBench("stream", "Kafka producer, consumer and journal loops (in-process broker)", nil, "./pkg/stream/ ./pkg/journal/", ".", bt("1s", "100ms")...)
 	dlq := goBench("dlq-auditor", "DLQ auditor redaction", nil, "./services/dlq-auditor/internal/auditor/", ".", bt("1s", "100ms")...)
 	drain := goBench("detector-throughput", "Detector through the broker: backlog drain and live traffic", dynamo,
 		"./services/detector/internal/app/", "BrokerThroughput", heavy...)

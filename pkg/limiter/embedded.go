@@ -16,6 +16,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
+	"github.com/floodgate-dev/floodgate/pkg/journal"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/pkg/tracing"
@@ -54,7 +55,7 @@ type EmbedConfig struct {
 	Brokers     []string
 	Kafka       *stream.Security // TLS and SASL to the brokers; nil is plaintext
 	Topic       string
-	Journal     stream.JournalConfig
+	Journal     journal.Config
 	EventBuffer int
 	Publisher   Publisher
 
@@ -214,7 +215,7 @@ func NewEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 	var runs []func(context.Context) error
 	pub := c.Publisher
 	if pub == nil {
-		p, err := stream.NewDurableProducer(stream.DurableProducerConfig{
+		p, err := journal.NewDurableProducer(journal.DurableProducerConfig{
 			Async: stream.AsyncProducerConfig{Name: "decisions", Brokers: c.Brokers, Security: c.Kafka, Topic: c.Topic,
 				BufferSize: c.EventBuffer, Logger: c.Logger, Registerer: c.Registry},
 			Journal: c.Journal,

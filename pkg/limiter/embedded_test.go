@@ -19,11 +19,11 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
+	"github.com/floodgate-dev/floodgate/pkg/journal"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
-	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
 // A gateway outside this repository embeds the engine through the package's
@@ -151,7 +151,7 @@ func ExampleNewEmbedded() {
 	lim, err := limiter.NewEmbedded(ctx, limiter.EmbedConfig{
 		Redis: rdb, RulesFile: "rate-limits.yaml",
 		Brokers: []string{"127.0.0.1:9092"}, Gateway: "edge-1",
-		Journal: stream.JournalConfig{Dir: "/var/lib/edge/journal"},
+		Journal: journal.Config{Dir: "/var/lib/edge/journal"},
 	})
 	if err != nil {
 		panic(err)

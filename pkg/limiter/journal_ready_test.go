@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/floodgate-dev/floodgate/pkg/journal"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
-	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
 // TestReadyzSaysTheJournalIsMemoryOnly: a journal directory on a read-only
@@ -30,7 +30,7 @@ func TestReadyzSaysTheJournalIsMemoryOnly(t *testing.T) {
 	rs, err := ParseRules("test.yaml", []byte(failRules))
 	require.NoError(t, err)
 	e, err := NewEmbedded(context.Background(), EmbedConfig{Redis: redistest.Client(t), Rules: rs, Gateway: "test",
-		Brokers: []string{"127.0.0.1:1"}, Topic: "decisions", Journal: stream.JournalConfig{Dir: dir},
+		Brokers: []string{"127.0.0.1:1"}, Topic: "decisions", Journal: journal.Config{Dir: dir},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err, "starts without its journal")
 	ok, r := e.s.Readiness()

@@ -18,7 +18,7 @@ type Readiness struct {
 	Journal string `json:"journal,omitempty"`
 }
 
-// journalState is what a publisher with a journal reports (stream.DurableProducer).
+// journalState is what a publisher with a journal reports (journal.DurableProducer).
 type journalState interface{ JournalError() error }
 
 // Readiness reports the limiter's state as /readyz does.

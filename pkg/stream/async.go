@@ -13,6 +13,8 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
 // AsyncProducer defaults.
@@ -94,25 +96,24 @@ func (c AsyncProducerConfig) Validate() error {
 			bad(f.name, "must not be negative, got %d", f.v)
 		}
 	}
-	d := c.withDefaults()
+	d := c.WithDefaults()
 	if d.MaxBackoff < d.InitialBackoff {
 		bad("MaxBackoff", "must be at least InitialBackoff (%v), got %v", d.InitialBackoff, d.MaxBackoff)
 	}
 	return errors.Join(errs...)
 }
 
-func (c AsyncProducerConfig) withDefaults() AsyncProducerConfig {
+// WithDefaults returns c with its zero fields that have defaults set to them
+// (Name, sizes, timings, a discarding Logger).
+func (c AsyncProducerConfig) WithDefaults() AsyncProducerConfig {
 	c.Name = cmp.Or(c.Name, c.Topic, "async")
 	c.BufferSize = cmp.Or(c.BufferSize, DefaultAsyncBufferSize)
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultAsyncBatchSize)
 	c.BatchTimeout = cmp.Or(c.BatchTimeout, DefaultAsyncBatchTimeout)
 	c.WriteAttempts = cmp.Or(c.WriteAttempts, DefaultAsyncWriteAttempts)
-	c.InitialBackoff = cmp.Or(c.InitialBackoff, DefaultInitialBackoff)
-	c.MaxBackoff = cmp.Or(c.MaxBackoff, max(DefaultMaxBackoff, c.InitialBackoff))
+	c.InitialBackoff, c.MaxBackoff = BackoffDefaults(c.InitialBackoff, c.MaxBackoff)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DefaultAsyncDrainTimeout)
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.Logger = OrDiscard(c.Logger)
 	return c
 }
 
@@ -141,7 +142,7 @@ type AsyncProducer struct {
 // NewAsyncProducer creates an AsyncProducer; messages are written once Run is
 // running. Call cfg.Validate first: NewAsyncProducer does not fail.
 func NewAsyncProducer(cfg AsyncProducerConfig) *AsyncProducer {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	metrics, err := NewMetrics(cfg.Registerer)
 	if err != nil {
 		cfg.Logger.Error("stream metrics left unregistered", "err", err)
@@ -246,16 +247,7 @@ func (a *AsyncProducer) Run(ctx context.Context) error {
 	a.log.Info("async producer draining", "buffered", buffered)
 	var undelivered int
 	for {
-		batch = batch[:0]
-		for len(batch) < a.cfg.BatchSize {
-			select {
-			case msg := <-a.ch:
-				batch = append(batch, msg)
-				continue
-			default:
-			}
-			break
-		}
+		batch = a.take(batch[:0])
 		if len(batch) == 0 {
 			break
 		}
@@ -299,12 +291,9 @@ func (a *AsyncProducer) fill(ctx context.Context, batch []kafka.Message, timer *
 			timer.Stop()
 		}
 	}()
-	for len(batch) < a.cfg.BatchSize {
-		select {
-		case msg := <-a.ch:
-			batch = append(batch, msg)
-			continue
-		default:
+	for {
+		if batch = a.take(batch); len(batch) >= a.cfg.BatchSize {
+			return batch
 		}
 		if !armed {
 			timer.Reset(a.cfg.BatchTimeout)
@@ -317,6 +306,25 @@ func (a *AsyncProducer) fill(ctx context.Context, batch []kafka.Message, timer *
 			armed = false
 			return batch
 		case <-ctx.Done():
+			return batch
+		}
+	}
+}
+
+// take adds to batch, without waiting, what the buffer holds, up to BatchSize.
+func (a *AsyncProducer) take(batch []kafka.Message) []kafka.Message {
+	return TakeBuffered(a.ch, batch, a.cfg.BatchSize)
+}
+
+// TakeBuffered appends to batch, without waiting, what ch holds, until batch
+// has n elements or ch is empty. The AsyncProducer's and the journal's
+// writers fill their batches with it.
+func TakeBuffered[T any](ch <-chan T, batch []T, n int) []T {
+	for len(batch) < n {
+		select {
+		case v := <-ch:
+			batch = append(batch, v)
+		default:
 			return batch
 		}
 	}
@@ -376,14 +384,11 @@ func (a *AsyncProducer) send(ctx context.Context, batch []kafka.Message) int {
 			break
 		}
 		if bo == nil {
-			bo = backoff.NewExponentialBackOff()
-			bo.InitialInterval = a.cfg.InitialBackoff
-			bo.MaxInterval = a.cfg.MaxBackoff
-			bo.Reset()
+			bo = newBackoff(a.cfg.InitialBackoff, a.cfg.MaxBackoff)
 		}
 		wait := min(bo.NextBackOff(), a.cfg.MaxBackoff)
 		a.log.Warn("async write failed; retrying", "messages", len(pending), "attempt", attempt, "backoff", wait, "err", err)
-		if !sleepCtx(ctx, wait) {
+		if !tick.Sleep(ctx, wait) {
 			break
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 	"github.com/floodgate-dev/floodgate/pkg/tracing"
 )
 
@@ -248,8 +249,7 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 		c.DLQTopic = c.Topic + ".dlq"
 	}
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
-	c.InitialBackoff = cmp.Or(c.InitialBackoff, DefaultInitialBackoff)
-	c.MaxBackoff = cmp.Or(c.MaxBackoff, max(DefaultMaxBackoff, c.InitialBackoff))
+	c.InitialBackoff, c.MaxBackoff = BackoffDefaults(c.InitialBackoff, c.MaxBackoff)
 	c.CommitInterval = cmp.Or(c.CommitInterval, DefaultCommitInterval)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DefaultDrainTimeout)
 	c.StartOffset = cmp.Or(c.StartOffset, kafka.FirstOffset)
@@ -472,7 +472,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 			c.groupErrCount.Inc()
 			c.log.Warn("join consumer group", "err", err)
-			sleepCtx(ctx, fetchBackoff)
+			tick.Sleep(ctx, fetchBackoff)
 			continue
 		}
 		g := &generationRun{c: c, gen: gen, drainStarted: drainStarted}
@@ -606,7 +606,7 @@ func (g *generationRun) consume(ctx, gctx, hctx context.Context, a kafka.Partiti
 			if s, err = c.cfg.StartFrom(stop, a.ID, a.Offset); err == nil {
 				break
 			}
-			sleepCtx(stop, time.Duration(try+1)*200*time.Millisecond)
+			tick.Sleep(stop, time.Duration(try+1)*200*time.Millisecond)
 		}
 		if err != nil {
 			c.log.Warn("choose start offset: starting at the committed offset", "partition", a.ID, "committed", a.Offset, "err", err)
@@ -674,7 +674,7 @@ func (p *partitionRun) fetch(deadline time.Time) (msg kafka.Message, expired, ok
 			}
 			c.fetchErrCount.Inc()
 			c.log.Warn("fetch message", "partition", p.ps.id, "err", err)
-			if !sleepCtx(p.stop, fetchBackoff) {
+			if !tick.Sleep(p.stop, fetchBackoff) {
 				return kafka.Message{}, false, false
 			}
 			continue
@@ -913,24 +913,31 @@ func waitTimeout(wg *sync.WaitGroup, deadline time.Time) bool {
 }
 
 func (c *Consumer) newBackoff() *backoff.ExponentialBackOff {
+	return newBackoff(c.cfg.InitialBackoff, c.cfg.MaxBackoff)
+}
+
+// BackoffDefaults fills in zero backoff bounds: initial defaults to
+// DefaultInitialBackoff, maxInterval to DefaultMaxBackoff or initial,
+// whichever is larger.
+func BackoffDefaults(initial, maxInterval time.Duration) (time.Duration, time.Duration) {
+	initial = cmp.Or(initial, DefaultInitialBackoff)
+	return initial, cmp.Or(maxInterval, max(DefaultMaxBackoff, initial))
+}
+
+// newBackoff is a jittered exponential backoff from initial up to maxInterval.
+func newBackoff(initial, maxInterval time.Duration) *backoff.ExponentialBackOff {
 	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval = c.cfg.InitialBackoff
-	bo.MaxInterval = c.cfg.MaxBackoff
+	bo.InitialInterval = initial
+	bo.MaxInterval = maxInterval
 	bo.Reset()
 	return bo
 }
 
-// sleepCtx sleeps for d or until ctx is done; it reports whether it slept.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
+// OrDiscard returns l, or a logger that discards everything when l is nil
+// (the default of every Logger field in this package and pkg/journal).
+func OrDiscard(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return l
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,36 +15,14 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/stream/streamtest"
 )
-
-// collector is a per-message handler that records the values it handled.
-type collector struct {
-	mu   sync.Mutex
-	seen []string
-}
-
-func (c *collector) handle(_ context.Context, m kafka.Message) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.seen = append(c.seen, string(m.Value))
-	return nil
-}
-
-func (c *collector) values() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]string(nil), c.seen...)
-}
-
-func (c *collector) has(v string) bool {
-	for _, s := range c.values() {
-		if s == v {
-			return true
-		}
-	}
-	return false
-}
 
 // bigBroker is a broker that accepts produce batches of up to 64 MiB, so a
 // test can write the oversize messages an attacker would.
@@ -88,7 +65,7 @@ func TestDoorOversizeMessageIsDeadLetteredAsReference(t *testing.T) {
 	require.NoError(t, stop())
 
 	require.Equal(t, []string{"before", "after"}, got.values(), "the oversize message never reached the handler")
-	dl := readPartition(t, addr, topic+".dlq", 0, 1)[0]
+	dl := kafkatest.ReadPartition(t, addr, topic+".dlq", 0, 1)[0]
 	require.Less(t, messageBytes(dl), 4096, "the dead letter is a small reference")
 	rec, err := ParseDLQRecord(dl)
 	require.NoError(t, err)
@@ -103,8 +80,8 @@ func TestDoorOversizeMessageIsDeadLetteredAsReference(t *testing.T) {
 	require.Empty(t, rec.Value)
 	require.Equal(t, "attacker", string(rec.Key))
 	require.Contains(t, rec.ErrorMessage, "over the limit")
-	require.Equal(t, []int64{3}, committedOffsets(t, addr, group, topic, 1))
-	require.Equal(t, 1.0, metricValue(t, reg, "floodgate_stream_dlq_total", map[string]string{"class": "oversize"}))
+	require.Equal(t, []int64{3}, kafkatest.CommittedOffsets(t, addr, group, topic, 1))
+	require.Equal(t, 1.0, streamtest.MetricValue(t, reg, "floodgate_stream_dlq_total", map[string]string{"class": "oversize"}))
 }
 
 // TestDoorGzipBombIsRefusedUndecompressed: a gzip batch that inflates to
@@ -139,7 +116,7 @@ func TestDoorGzipBombIsRefusedUndecompressed(t *testing.T) {
 	require.NoError(t, stop())
 
 	require.Equal(t, []string{"before", "after"}, got.values())
-	dl := readPartition(t, addr, topic+".dlq", 0, 1)[0]
+	dl := kafkatest.ReadPartition(t, addr, topic+".dlq", 0, 1)[0]
 	rec, err := ParseDLQRecord(dl)
 	require.NoError(t, err)
 	require.True(t, rec.Reference)
@@ -148,7 +125,7 @@ func TestDoorGzipBombIsRefusedUndecompressed(t *testing.T) {
 	require.Contains(t, rec.ErrorMessage, "offsets 1..48 decompresses to more than 4194304 bytes")
 	require.EqualValues(t, 4<<20, rec.OriginalSize, "the bound it exceeded")
 	require.Empty(t, rec.Value)
-	require.Equal(t, []int64{50}, committedOffsets(t, addr, group, topic, 1), "committed past the bomb")
+	require.Equal(t, []int64{50}, kafkatest.CommittedOffsets(t, addr, group, topic, 1), "committed past the bomb")
 }
 
 // TestDoorEventTimeWindow: events dated far in the future or older than the
@@ -197,7 +174,7 @@ func TestDoorEventTimeWindow(t *testing.T) {
 		4: {ClassEventTime, "older than 360h0m0s"},
 		5: {ClassPoison, "read event time"},
 	}
-	for _, dl := range readPartition(t, addr, topic+".dlq", 0, len(want)) {
+	for _, dl := range kafkatest.ReadPartition(t, addr, topic+".dlq", 0, len(want)) {
 		rec, err := ParseDLQRecord(dl)
 		require.NoError(t, err)
 		w, ok := want[rec.Offset]
@@ -206,7 +183,7 @@ func TestDoorEventTimeWindow(t *testing.T) {
 		require.Contains(t, rec.ErrorMessage, w.reason, "offset %d", rec.Offset)
 		require.False(t, rec.Reference, "small messages are dead-lettered whole")
 	}
-	require.Equal(t, 3.0, metricValue(t, reg, "floodgate_stream_dlq_total", map[string]string{"class": "event_time"}))
+	require.Equal(t, 3.0, streamtest.MetricValue(t, reg, "floodgate_stream_dlq_total", map[string]string{"class": "event_time"}))
 }
 
 var errMissingTime = errorString("no ce_time header")
@@ -238,11 +215,11 @@ func TestLagCountsAStuckPartition(t *testing.T) {
 		publish(t, addr, kafka.Message{Topic: topic, Value: []byte("waiting-" + strconv.Itoa(i))})
 	}
 	lagOf := func() float64 {
-		return metricValue(t, reg, "floodgate_stream_partition_lag", map[string]string{"topic": topic, "partition": "0"})
+		return streamtest.MetricValue(t, reg, "floodgate_stream_partition_lag", map[string]string{"topic": topic, "partition": "0"})
 	}
 	require.Eventually(t, func() bool { return lagOf() == 11 }, waitFor, 20*time.Millisecond,
 		"the stuck message and the 10 behind it; last seen %v", lagOf())
-	require.Equal(t, 11.0, metricValue(t, reg, "floodgate_stream_lag", map[string]string{"topic": topic}))
+	require.Equal(t, 11.0, streamtest.MetricValue(t, reg, "floodgate_stream_lag", map[string]string{"topic": topic}))
 	close(release)
 	require.Eventually(t, func() bool { return lagOf() == 0 }, waitFor, 20*time.Millisecond)
 	require.NoError(t, stop())
@@ -314,7 +291,7 @@ func TestDeadLetterTooLargeToWriteWholeBecomesAReference(t *testing.T) {
 	})
 	require.NoError(t, err)
 	stop := runConsumer(t, c)
-	dls := readPartition(t, addr, topic+".dlq", 0, 2)
+	dls := kafkatest.ReadPartition(t, addr, topic+".dlq", 0, 2)
 	require.NoError(t, stop())
 	big, err := ParseDLQRecord(dls[0])
 	require.NoError(t, err)
@@ -327,4 +304,223 @@ func TestDeadLetterTooLargeToWriteWholeBecomesAReference(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, small.Reference)
 	require.Equal(t, "small", string(small.Value))
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) lines(t *testing.T) []map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &m))
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestDeadLetterLogAggregates: 1,000 poison messages of one class in an
+// interval give two lines (the first with its details, then one summary with
+// the count); another class is logged on its own.
+func TestDeadLetterLogAggregates(t *testing.T) {
+	var buf syncBuffer
+	l := newDeadLetterLog(slog.New(slog.NewJSONHandler(&buf, nil)).With("topic", "floodgate.decisions.v1"), time.Hour)
+	for i := 0; i < 1000; i++ {
+		l.record(i%12, int64(i), "floodgate.decisions.v1.dlq", ErrorClass("decode"), 1, "route: bad")
+	}
+	l.record(3, 5000, "floodgate.decisions.v1.dlq", ErrorClass("handler"), 5, "boom")
+	require.Len(t, buf.lines(t), 2, "only the first of each class is logged before the interval ends")
+	l.close()
+	lines := buf.lines(t)
+	require.Len(t, lines, 3)
+	sum := lines[2]
+	require.Equal(t, "messages dead-lettered", sum["msg"])
+	require.Equal(t, "floodgate.decisions.v1", sum["topic"], "one line per class and source topic")
+	require.Equal(t, "decode", sum["class"])
+	require.EqualValues(t, 1000, sum["count"])
+	require.EqualValues(t, 0, sum["first_offset"])
+	require.Equal(t, "route: bad", sum["first_err"])
+}
+
+// TestDeadLetterLogIntervalEnds: the summary comes by itself when the
+// interval ends, and the next dead letter starts a new interval.
+func TestDeadLetterLogIntervalEnds(t *testing.T) {
+	var buf syncBuffer
+	l := newDeadLetterLog(slog.New(slog.NewJSONHandler(&buf, nil)), 50*time.Millisecond)
+	defer l.close()
+	for i := 0; i < 5; i++ {
+		l.record(0, int64(i), "t.dlq", ErrorClass("decode"), 1, "bad")
+	}
+	require.Eventually(t, func() bool { return len(buf.lines(t)) == 2 }, 5*time.Second, 10*time.Millisecond)
+	require.EqualValues(t, 5, buf.lines(t)[1]["count"])
+	l.record(0, 9, "t.dlq", ErrorClass("decode"), 1, "bad")
+	require.Len(t, buf.lines(t), 3)
+	require.Equal(t, "message dead-lettered", buf.lines(t)[2]["msg"])
+}
+
+// TestConsumerDeadLetterLogAggregates: 200 poison messages through a real
+// consumer, per-message and batch mode alike, log one line at once and one
+// summary with count 200 — not 200 lines — while the metric counts each.
+func TestConsumerDeadLetterLogAggregates(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(map[bool]string{false: "per message", true: "batch"}[batch], func(t *testing.T) {
+			topic := map[bool]string{false: "dlqlog-msg", true: "dlqlog-batch"}[batch]
+			addr := kafkatest.Start(t, map[string]int32{topic: 2, topic + ".dlq": 1})
+			var msgs []kafka.Message
+			for i := range 200 {
+				msgs = append(msgs, kafka.Message{Topic: topic, Key: []byte(strconv.Itoa(i)), Value: []byte("{broken")})
+			}
+			publish(t, addr, msgs...)
+			var buf syncBuffer
+			reg := prometheus.NewRegistry()
+			cfg := fastConsumerConfig(t, addr, topic, "g-"+topic, reg)
+			cfg.Logger = slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			cfg.DeadLetterLogInterval = time.Hour
+			bad := Permanent(errors.New("decode: unexpected end of JSON"))
+			var c *Consumer
+			var err error
+			if batch {
+				c, err = NewBatchConsumer(cfg, BatchConfig{MaxMessages: 30, Linger: 50 * time.Millisecond}, func(_ context.Context, b *Batch) error {
+					for i := range b.Messages {
+						b.Reject(i, bad)
+					}
+					return nil
+				})
+			} else {
+				c, err = NewConsumer(cfg, func(context.Context, kafka.Message) error { return bad })
+			}
+			require.NoError(t, err)
+			stop := runConsumer(t, c)
+			require.Eventually(t, func() bool {
+				return streamtest.MetricValue(t, reg, "floodgate_stream_dlq_total", map[string]string{"class": "poison"}) == 200
+			}, waitFor, 10*time.Millisecond)
+			require.NoError(t, stop()) // the summary is logged when the consumer stops, or when the interval ends
+			var first, summaries []map[string]any
+			for _, l := range buf.lines(t) {
+				switch l["msg"] {
+				case "message dead-lettered":
+					first = append(first, l)
+				case "messages dead-lettered":
+					summaries = append(summaries, l)
+				}
+			}
+			require.Len(t, first, 1)
+			require.Len(t, summaries, 1)
+			require.EqualValues(t, 200, summaries[0]["count"])
+			require.Equal(t, topic, summaries[0]["topic"])
+			require.Equal(t, "poison", summaries[0]["class"])
+			require.Equal(t, "decode: unexpected end of JSON", summaries[0]["first_err"])
+		})
+	}
+}
+
+func TestDLQRecordRoundTrip(t *testing.T) {
+	orig := time.Date(2026, 3, 1, 12, 30, 45, 123456789, time.FixedZone("x", 3600))
+	first := time.Date(2026, 3, 1, 11, 31, 0, 999_000_000, time.UTC)
+	rec := DLQRecord{
+		Key:   []byte("user:42"),
+		Value: []byte{0, 1, 2, 0xff, '{'},
+		Headers: []kafka.Header{
+			{Key: "ce_id", Value: []byte("e1")},
+			{Key: "dlq_error_class", Value: []byte("stale, from an earlier dead-lettering")},
+		},
+		SourceTopic:   "floodgate.decisions.v1",
+		Partition:     7,
+		Offset:        123456789012,
+		Timestamp:     orig,
+		ConsumerGroup: "quota",
+		Service:       "quota",
+		ErrorClass:    ClassPoison,
+		ErrorMessage:  strings.Repeat("é", 600) + "tail", // 1204 bytes: cut at a rune boundary
+		Attempts:      1,
+		FirstFailure:  first,
+	}
+	msg := rec.Message("floodgate.decisions.v1.dlq")
+	require.Equal(t, "floodgate.decisions.v1.dlq", msg.Topic)
+	h := kafkatest.Headers(msg.Headers)
+	require.Equal(t, "2026-03-01T11:30:45.123Z", h[HeaderDLQTimestamp])
+	require.Equal(t, "2026-03-01T11:31:00.999Z", h[HeaderDLQFirstFailure])
+	require.Equal(t, "poison", h[HeaderDLQErrorClass], "old dlq_ headers are replaced")
+	require.Len(t, h[HeaderDLQErrorMessage], 1024)
+
+	got, err := ParseDLQRecord(msg)
+	require.NoError(t, err)
+	require.Equal(t, rec.Key, got.Key)
+	require.Equal(t, rec.Value, got.Value)
+	require.Equal(t, []kafka.Header{{Key: "ce_id", Value: []byte("e1")}}, got.Headers)
+	require.Equal(t, rec.SourceTopic, got.SourceTopic)
+	require.Equal(t, rec.Partition, got.Partition)
+	require.Equal(t, rec.Offset, got.Offset)
+	require.True(t, orig.Truncate(time.Millisecond).Equal(got.Timestamp))
+	require.True(t, first.Equal(got.FirstFailure))
+	require.Equal(t, ClassPoison, got.ErrorClass)
+	require.Equal(t, strings.Repeat("é", 512), got.ErrorMessage)
+	require.Equal(t, 1, got.Attempts)
+	require.Equal(t, "quota", got.ConsumerGroup)
+	require.Equal(t, "quota", got.Service)
+
+	replay := got.Replay()
+	require.Equal(t, rec.SourceTopic, replay.Topic)
+	require.Equal(t, rec.Value, replay.Value)
+	group, ok := replayedFor(replay, rec.SourceTopic)
+	require.True(t, ok, "a replay carries its provenance")
+	require.Equal(t, "quota", group)
+	_, ok = replayedFor(got.Message(rec.SourceTopic+".dlq"), rec.SourceTopic+".dlq")
+	require.False(t, ok, "a dead letter read from its DLQ topic is not a replay")
+	again, err := ParseDLQRecord(replay)
+	require.NoError(t, err, "a replay can be read back as the record it came from")
+	require.Equal(t, rec.Offset, again.Offset)
+}
+
+func TestParseDLQRecordErrors(t *testing.T) {
+	good := DLQRecord{SourceTopic: "t", ErrorClass: ClassHandlerPanic, Attempts: 1}.Message("t.dlq")
+	without := func(name string) kafka.Message {
+		m := good
+		m.Headers = nil
+		for _, h := range good.Headers {
+			if h.Key != name {
+				m.Headers = append(m.Headers, h)
+			}
+		}
+		return m
+	}
+	with := func(name, value string) kafka.Message {
+		m := without(name)
+		m.Headers = append(m.Headers, kafka.Header{Key: name, Value: []byte(value)})
+		return m
+	}
+	tests := []struct {
+		name    string
+		msg     kafka.Message
+		wantErr string
+	}{
+		{"missing offset", without(HeaderDLQOffset), HeaderDLQOffset + " missing"},
+		{"missing class", without(HeaderDLQErrorClass), HeaderDLQErrorClass + " missing"},
+		{"bad partition", with(HeaderDLQPartition, "x"), HeaderDLQPartition},
+		{"bad time", with(HeaderDLQTimestamp, "yesterday"), HeaderDLQTimestamp},
+		{"unknown class", with(HeaderDLQErrorClass, "oops"), "unknown class"},
+		{"plain message", kafka.Message{Value: []byte("{}")}, HeaderDLQSourceTopic},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseDLQRecord(tt.msg)
+			require.ErrorIs(t, err, ErrNotDLQRecord)
+			require.ErrorContains(t, err, tt.wantErr)
+		})
+	}
+	_, err := ParseDLQRecord(good)
+	require.NoError(t, err)
 }

@@ -59,125 +59,75 @@ const (
 // NewAsyncProducer call it with their Registerer; call it directly only to
 // detect a name conflict at start-up.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	topicGroup := []string{"topic", "group"}
+	v := NewVecs(reg)
+	tg := []string{"topic", "group"}
 	m := &Metrics{
-		consumed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_stream_consumed_total",
-			Help: "Messages finished by consumers, by outcome: ok (first attempt), retried (after retries), dlq (dead-lettered).",
-		}, []string{"topic", "group", "outcome"}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_stream_retries_total",
-			Help: "Handler attempts that failed transiently and were retried.",
-		}, topicGroup),
-		handleSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "floodgate_stream_handle_seconds",
-			Help:    "Duration of one handler invocation.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9), // 100µs .. 6.5s
-		}, topicGroup),
-		batchMessages: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "floodgate_stream_batch_messages",
-			Help:    "Messages per batch handed to a batch handler (batch mode).",
-			Buckets: prometheus.ExponentialBuckets(1, 4, 10), // 1 .. 262144
-		}, topicGroup),
-		dlq: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_stream_dlq_total",
-			Help: "Messages dead-lettered, by source topic and error class.",
-		}, []string{"topic", "class"}),
-		dlqPublishErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_stream_dlq_publish_errors_total",
-			Help: "Failed attempts to publish to a dead-letter topic (retried until success).",
-		}, []string{"topic"}),
-		commits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_stream_commits_total",
-			Help: "Successful offset commits.",
-		}, topicGroup),
-		commitErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_stream_commit_errors_total",
-			Help: "Failed offset commits (retried at the next commit interval).",
-		}, topicGroup),
-		fetchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_stream_fetch_errors_total",
-			Help: "Errors returned by the reader's FetchMessage.",
-		}, topicGroup),
-		groupErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_stream_group_errors_total",
-			Help: "Errors joining or syncing the consumer group (retried).",
-		}, topicGroup),
-		redelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_stream_redelivered_skipped_total",
-			Help: "Messages fetched again that this consumer had already taken in the same generation, skipped.",
-		}, topicGroup),
-		abandoned: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_stream_abandoned_total",
-			Help: "Handlers stopped by a drain or rebalance deadline; their messages are not committed and will be redelivered.",
-		}, topicGroup),
-		rebalances: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_stream_rebalances_total",
-			Help: "Consumer group generations joined.",
-		}, topicGroup),
-		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "floodgate_stream_lag",
-			Help: "Messages behind the high watermark, summed over the partitions this consumer owns: high watermark minus the offset the group would resume from (a stuck partition shows its waiting messages).",
-		}, topicGroup),
-		partitionLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "floodgate_stream_partition_lag",
-			Help: "Messages behind the high watermark per partition: high watermark minus the offset the group would resume from.",
-		}, []string{"topic", "group", "partition"}),
-		produced: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_stream_produced_total",
-			Help: "Messages written by reliable producers, by outcome (ok, error).",
-		}, []string{"topic", "outcome"}),
-		asyncSent: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_stream_async_sent_total",
-			Help: "Messages the async producer wrote to Kafka.",
-		}, []string{"producer"}),
-		asyncDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_stream_async_dropped_total",
-			Help: "Messages the async producer refused in TryPublish (buffer full, or stopped).",
-		}, []string{"producer", "reason"}),
-		asyncFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_stream_async_failed_total",
-			Help: "Messages the async producer accepted but could not write (retries exhausted or drain deadline).",
-		}, []string{"producer"}),
-		asyncQueued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "floodgate_stream_async_queued",
-			Help: "Messages waiting in the async producer's buffer.",
-		}, []string{"producer"}),
+		consumed:         v.Counter("floodgate_stream_consumed_total", "Messages finished by consumers, by outcome: ok (first attempt), retried (after retries), dlq (dead-lettered).", "topic", "group", "outcome"),
+		retries:          v.Counter("floodgate_stream_retries_total", "Handler attempts that failed transiently and were retried.", tg...),
+		handleSeconds:    v.Histogram("floodgate_stream_handle_seconds", "Duration of one handler invocation.", prometheus.ExponentialBuckets(0.0001, 4, 9), tg...),                    // 100µs .. 6.5s
+		batchMessages:    v.Histogram("floodgate_stream_batch_messages", "Messages per batch handed to a batch handler (batch mode).", prometheus.ExponentialBuckets(1, 4, 10), tg...), // 1 .. 262144
+		dlq:              v.Counter("floodgate_stream_dlq_total", "Messages dead-lettered, by source topic and error class.", "topic", "class"),
+		dlqPublishErrors: v.Counter("floodgate_stream_dlq_publish_errors_total", "Failed attempts to publish to a dead-letter topic (retried until success).", "topic"),
+		commits:          v.Counter("floodgate_stream_commits_total", "Successful offset commits.", tg...),
+		commitErrors:     v.Counter("floodgate_stream_commit_errors_total", "Failed offset commits (retried at the next commit interval).", tg...),
+		fetchErrors:      v.Counter("floodgate_stream_fetch_errors_total", "Errors returned by the reader's FetchMessage.", tg...),
+		groupErrors:      v.Counter("floodgate_stream_group_errors_total", "Errors joining or syncing the consumer group (retried).", tg...),
+		redelivered:      v.Counter("floodgate_stream_redelivered_skipped_total", "Messages fetched again that this consumer had already taken in the same generation, skipped.", tg...),
+		abandoned:        v.Counter("floodgate_stream_abandoned_total", "Handlers stopped by a drain or rebalance deadline; their messages are not committed and will be redelivered.", tg...),
+		rebalances:       v.Counter("floodgate_stream_rebalances_total", "Consumer group generations joined.", tg...),
+		lag:              v.Gauge("floodgate_stream_lag", "Messages behind the high watermark, summed over the partitions this consumer owns: high watermark minus the offset the group would resume from (a stuck partition shows its waiting messages).", tg...),
+		partitionLag:     v.Gauge("floodgate_stream_partition_lag", "Messages behind the high watermark per partition: high watermark minus the offset the group would resume from.", "topic", "group", "partition"),
+		produced:         v.Counter("floodgate_stream_produced_total", "Messages written by reliable producers, by outcome (ok, error).", "topic", "outcome"),
+		asyncSent:        v.Counter("floodgate_stream_async_sent_total", "Messages the async producer wrote to Kafka.", "producer"),
+		asyncDropped:     v.Counter("floodgate_stream_async_dropped_total", "Messages the async producer refused in TryPublish (buffer full, or stopped).", "producer", "reason"),
+		asyncFailed:      v.Counter("floodgate_stream_async_failed_total", "Messages the async producer accepted but could not write (retries exhausted or drain deadline).", "producer"),
+		asyncQueued:      v.Gauge("floodgate_stream_async_queued", "Messages waiting in the async producer's buffer.", "producer"),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	var errs []error
-	m.consumed = register(reg, m.consumed, &errs)
-	m.retries = register(reg, m.retries, &errs)
-	m.handleSeconds = register(reg, m.handleSeconds, &errs)
-	m.batchMessages = register(reg, m.batchMessages, &errs)
-	m.dlq = register(reg, m.dlq, &errs)
-	m.dlqPublishErrors = register(reg, m.dlqPublishErrors, &errs)
-	m.commits = register(reg, m.commits, &errs)
-	m.commitErrors = register(reg, m.commitErrors, &errs)
-	m.fetchErrors = register(reg, m.fetchErrors, &errs)
-	m.groupErrors = register(reg, m.groupErrors, &errs)
-	m.redelivered = register(reg, m.redelivered, &errs)
-	m.abandoned = register(reg, m.abandoned, &errs)
-	m.rebalances = register(reg, m.rebalances, &errs)
-	m.lag = register(reg, m.lag, &errs)
-	m.partitionLag = register(reg, m.partitionLag, &errs)
-	m.produced = register(reg, m.produced, &errs)
-	m.asyncSent = register(reg, m.asyncSent, &errs)
-	m.asyncDropped = register(reg, m.asyncDropped, &errs)
-	m.asyncFailed = register(reg, m.asyncFailed, &errs)
-	m.asyncQueued = register(reg, m.asyncQueued, &errs)
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("register stream metrics: %w", errors.Join(errs...))
+	if err := v.Err(); err != nil {
+		return nil, fmt.Errorf("register stream metrics: %w", err)
 	}
 	return m, nil
 }
 
-// register registers c on reg, or returns the collector of the same kind
+// Vecs creates metric vectors and registers each on one registry as it goes.
+// A vector already registered there under the same description (by another
+// Consumer, Producer or journal sharing the registry) is returned instead,
+// so any number of them can share a registry; a nil registry leaves the
+// vectors unregistered. Err reports what could not be registered (another
+// collector under one of the names).
+type Vecs struct {
+	reg  prometheus.Registerer
+	errs []error
+}
+
+// NewVecs returns a Vecs registering on reg (nil: none).
+func NewVecs(reg prometheus.Registerer) *Vecs { return &Vecs{reg: reg} }
+
+// Counter creates and registers a counter vector.
+func (v *Vecs) Counter(name, help string, labels ...string) *prometheus.CounterVec {
+	return register(v, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels))
+}
+
+// Gauge creates and registers a gauge vector.
+func (v *Vecs) Gauge(name, help string, labels ...string) *prometheus.GaugeVec {
+	return register(v, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels))
+}
+
+// Histogram creates and registers a histogram vector.
+func (v *Vecs) Histogram(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return register(v, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels))
+}
+
+// Err joins the registration errors met so far (nil: none).
+func (v *Vecs) Err() error { return errors.Join(v.errs...) }
+
+// register registers c on v's registry, or returns the collector of the same kind
 // that is already registered under the same description.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C, errs *[]error) C {
-	err := reg.Register(c)
+func register[C prometheus.Collector](v *Vecs, c C) C {
+	if v.reg == nil {
+		return c
+	}
+	err := v.reg.Register(c)
 	if err == nil {
 		return c
 	}
@@ -187,6 +137,6 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C, errs *[]er
 			return existing
 		}
 	}
-	*errs = append(*errs, err)
+	v.errs = append(v.errs, err)
 	return c
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
 // The middleware every handler runs inside, written once for both modes: a
@@ -92,7 +94,7 @@ func (c *Consumer) handleUnit(hctx context.Context, msgs []kafka.Message, call u
 			wait := min(bo.NextBackOff(), c.cfg.MaxBackoff)
 			c.log.Debug("handler failed; retrying", "partition", msgs[0].Partition, "offset", msgs[0].Offset,
 				"messages", len(msgs), "attempt", attempt, "backoff", wait, "err", err)
-			if !sleepCtx(hctx, wait) {
+			if !tick.Sleep(hctx, wait) {
 				return false
 			}
 			continue
@@ -177,7 +179,7 @@ func (c *Consumer) deadLetter(ctx context.Context, msg kafka.Message, rec DLQRec
 		wait := min(bo.NextBackOff(), c.cfg.MaxBackoff)
 		c.log.Error("publish to dlq failed; retrying", "partition", msg.Partition, "offset", msg.Offset,
 			"dlq_topic", c.cfg.DLQTopic, "backoff", wait, "err", err)
-		if !sleepCtx(ctx, wait) {
+		if !tick.Sleep(ctx, wait) {
 			c.log.Error("dlq publish abandoned at the drain or rebalance deadline; message left for redelivery",
 				"partition", msg.Partition, "offset", msg.Offset)
 			return false

@@ -119,9 +119,7 @@ func (c ProducerConfig) withDefaults() ProducerConfig {
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultProducerBatchSize)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultProducerMaxAttempts)
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultProducerWriteTimeout)
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.Logger = OrDiscard(c.Logger)
 	return c
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/stream/streamtest"
 )
 
 func TestProducerRoundTrip(t *testing.T) {
@@ -52,17 +53,17 @@ func TestProducerRoundTrip(t *testing.T) {
 				require.Equal(t, tt.msgTopic, m.Topic, "Publish leaves the caller's messages alone")
 			}
 
-			ends := endOffsets(t, addr, tt.readTopic, partitions)
+			ends := kafkatest.EndOffsets(t, addr, tt.readTopic, partitions)
 			keyPartition := map[string]int{}
 			total := 0
 			for part, end := range ends {
-				for _, m := range readPartition(t, addr, tt.readTopic, part, int(end)) {
+				for _, m := range kafkatest.ReadPartition(t, addr, tt.readTopic, part, int(end)) {
 					total++
 					if prev, ok := keyPartition[string(m.Key)]; ok {
 						require.Equal(t, prev, part, "one key, one partition")
 					}
 					keyPartition[string(m.Key)] = part
-					h := headerMap(m.Headers)
+					h := kafkatest.Headers(m.Headers)
 					id := h[HeaderCEID]
 					require.Equal(t, `{"id":"`+id+`"}`, string(m.Value))
 					require.Equal(t, "decision.v1", h[HeaderCEType])
@@ -73,7 +74,7 @@ func TestProducerRoundTrip(t *testing.T) {
 			}
 			require.Equal(t, len(msgs), total)
 			require.Len(t, keyPartition, 3)
-			require.Equal(t, float64(len(msgs)), metricValue(t, reg, "floodgate_stream_produced_total",
+			require.Equal(t, float64(len(msgs)), streamtest.MetricValue(t, reg, "floodgate_stream_produced_total",
 				map[string]string{"topic": tt.readTopic, "outcome": "ok"}))
 		})
 	}
@@ -92,21 +93,7 @@ func TestProducerErrors(t *testing.T) {
 	// Topics are never auto-created.
 	err := p.Publish(ctx, kafka.Message{Topic: "missing", Value: []byte("x")})
 	require.Error(t, err)
-	require.Equal(t, []string{"exists"}, listTopics(t, addr))
-}
-
-func listTopics(t *testing.T, addr string) []string {
-	t.Helper()
-	conn, err := kafka.Dial("tcp", addr)
-	require.NoError(t, err)
-	defer conn.Close()
-	parts, err := conn.ReadPartitions()
-	require.NoError(t, err)
-	seen := map[string]bool{}
-	for _, p := range parts {
-		seen[p.Topic] = true
-	}
-	return sortedKeys(seen)
+	require.Equal(t, map[string]int{"exists": 1}, kafkatest.Partitions(t, addr))
 }
 
 func TestAsyncProducerDeliversEverythingWhenHealthy(t *testing.T) {
@@ -119,7 +106,7 @@ func TestAsyncProducerDeliversEverythingWhenHealthy(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	a := NewAsyncProducer(AsyncProducerConfig{
 		Brokers: []string{addr}, Topic: topic, BatchSize: 500,
-		Logger: testLogger(t, slog.LevelInfo), Registerer: reg,
+		Logger: streamtest.Logger(t, slog.LevelInfo), Registerer: reg,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -130,26 +117,26 @@ func TestAsyncProducerDeliversEverythingWhenHealthy(t *testing.T) {
 	}
 	// Half are still buffered when Run is told to stop: the drain sends them.
 	require.Eventually(t, func() bool {
-		return metricValue(t, reg, "floodgate_stream_async_sent_total", nil) >= n/2
+		return streamtest.MetricValue(t, reg, "floodgate_stream_async_sent_total", nil) >= n/2
 	}, waitFor, time.Millisecond)
 	cancel()
 	require.NoError(t, <-done)
 
 	require.False(t, a.TryPublish(kafka.Message{Value: []byte("late")}), "refused after Run stopped")
-	require.Equal(t, 1.0, metricValue(t, reg, "floodgate_stream_async_dropped_total", map[string]string{"reason": "closed"}))
-	require.Equal(t, float64(n), metricValue(t, reg, "floodgate_stream_async_sent_total", nil))
-	require.Zero(t, metricValue(t, reg, "floodgate_stream_async_failed_total", nil))
+	require.Equal(t, 1.0, streamtest.MetricValue(t, reg, "floodgate_stream_async_dropped_total", map[string]string{"reason": "closed"}))
+	require.Equal(t, float64(n), streamtest.MetricValue(t, reg, "floodgate_stream_async_sent_total", nil))
+	require.Zero(t, streamtest.MetricValue(t, reg, "floodgate_stream_async_failed_total", nil))
 
 	var total int64
-	for _, end := range endOffsets(t, addr, topic, partitions) {
+	for _, end := range kafkatest.EndOffsets(t, addr, topic, partitions) {
 		total += end
 	}
 	require.EqualValues(t, n, total, "every accepted message is on the topic")
 	// Per key, order is kept.
 	last := map[string]int{}
 	for p := range partitions {
-		ends := endOffsets(t, addr, topic, partitions)
-		for _, m := range readPartition(t, addr, topic, p, int(ends[p])) {
+		ends := kafkatest.EndOffsets(t, addr, topic, partitions)
+		for _, m := range kafkatest.ReadPartition(t, addr, topic, p, int(ends[p])) {
 			v, err := strconv.Atoi(string(m.Value))
 			require.NoError(t, err)
 			if prev, ok := last[string(m.Key)]; ok {
@@ -175,7 +162,7 @@ func TestAsyncProducerDropsWhenFull(t *testing.T) {
 			var failedMu sync.Mutex
 			var failed []kafka.Message
 			a := NewAsyncProducer(AsyncProducerConfig{
-				Brokers:        []string{deadAddr(t)},
+				Brokers:        []string{kafkatest.DeadAddr(t)},
 				Topic:          "t",
 				BufferSize:     tt.buffer,
 				BatchSize:      4,
@@ -188,7 +175,7 @@ func TestAsyncProducerDropsWhenFull(t *testing.T) {
 					failed = append(failed, msgs...)
 					failedMu.Unlock()
 				},
-				Logger:     testLogger(t, slog.LevelError+1),
+				Logger:     streamtest.Logger(t, slog.LevelError+1),
 				Registerer: reg,
 			})
 			ctx, cancel := context.WithCancel(context.Background())
@@ -210,7 +197,7 @@ func TestAsyncProducerDropsWhenFull(t *testing.T) {
 			require.Less(t, time.Since(start), 5*time.Second, "TryPublish never blocks") // generous: only catches a hang
 			require.Positive(t, refused.Load())
 			require.LessOrEqual(t, accepted.Load(), int64(tt.buffer+4), "at most the buffer plus one batch in the writer")
-			require.Equal(t, float64(refused.Load()), metricValue(t, reg, "floodgate_stream_async_dropped_total",
+			require.Equal(t, float64(refused.Load()), streamtest.MetricValue(t, reg, "floodgate_stream_async_dropped_total",
 				map[string]string{"producer": "t", "reason": "full"}))
 
 			if !tt.runIt {
@@ -224,8 +211,8 @@ func TestAsyncProducerDropsWhenFull(t *testing.T) {
 			failedMu.Lock()
 			defer failedMu.Unlock()
 			require.Len(t, failed, int(accepted.Load()))
-			require.Equal(t, float64(accepted.Load()), metricValue(t, reg, "floodgate_stream_async_failed_total", nil))
-			require.Zero(t, metricValue(t, reg, "floodgate_stream_async_sent_total", nil))
+			require.Equal(t, float64(accepted.Load()), streamtest.MetricValue(t, reg, "floodgate_stream_async_failed_total", nil))
+			require.Zero(t, streamtest.MetricValue(t, reg, "floodgate_stream_async_sent_total", nil))
 		})
 	}
 }
@@ -240,7 +227,7 @@ func TestAsyncProducerRetriesThenFails(t *testing.T) {
 		Brokers: []string{addr}, Topic: "missing", WriteAttempts: 2,
 		InitialBackoff: 5 * time.Millisecond, MaxBackoff: 10 * time.Millisecond,
 		OnFailed: func(m []kafka.Message) { got <- m },
-		Logger:   testLogger(t, slog.LevelError+1), Registerer: reg,
+		Logger:   streamtest.Logger(t, slog.LevelError+1), Registerer: reg,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -255,6 +242,37 @@ func TestAsyncProducerRetriesThenFails(t *testing.T) {
 	}
 	cancel()
 	require.NoError(t, <-done, "failures during operation went to OnFailed; nothing was left at the drain")
-	require.Equal(t, 1.0, metricValue(t, reg, "floodgate_stream_async_failed_total", nil))
+	require.Equal(t, 1.0, streamtest.MetricValue(t, reg, "floodgate_stream_async_failed_total", nil))
 	require.False(t, errors.Is(nil, ErrUndelivered))
+}
+
+func TestCloudEventHeaders(t *testing.T) {
+	ts := time.Date(2026, 1, 2, 3, 4, 5, 6_000_000, time.FixedZone("y", -5*3600))
+	hs := CloudEventHeaders("decision.v1", "01J0ID", "floodgate/limiter", ts)
+	var keys []string
+	for _, h := range hs {
+		keys = append(keys, h.Key)
+	}
+	require.Equal(t, []string{"ce_id", "ce_type", "ce_source", "ce_time", "ce_specversion", "content-type"}, keys)
+	require.Equal(t, map[string]string{
+		"ce_id": "01J0ID", "ce_type": "decision.v1", "ce_source": "floodgate/limiter",
+		"ce_time": "2026-01-02T08:04:05.006Z", "ce_specversion": "1.0", "content-type": "application/json",
+	}, kafkatest.Headers(hs))
+}
+
+func TestProducerConfigValidate(t *testing.T) {
+	require.NoError(t, ProducerConfig{Brokers: []string{"a:1"}}.Validate())
+	err := ProducerConfig{BatchSize: -1}.Validate()
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	require.ErrorContains(t, err, "ProducerConfig.Brokers:")
+	require.ErrorContains(t, err, "ProducerConfig.BatchSize:")
+	require.ErrorContains(t, ProducerConfig{Brokers: []string{"a:1"}, MetadataTTL: -time.Second}.Validate(), "ProducerConfig.MetadataTTL:")
+	p := NewProducer(ProducerConfig{Brokers: []string{"a:1"}, MetadataTTL: time.Second})
+	require.Equal(t, time.Second, p.transport.MetadataTTL, "the writer's transport trusts its metadata for MetadataTTL")
+	require.NoError(t, p.Close())
+
+	require.NoError(t, AsyncProducerConfig{Brokers: []string{"a:1"}}.Validate())
+	err = AsyncProducerConfig{Brokers: []string{"a:1"}, BufferSize: -1, InitialBackoff: time.Minute, MaxBackoff: time.Second}.Validate()
+	require.ErrorContains(t, err, "AsyncProducerConfig.BufferSize:")
+	require.ErrorContains(t, err, "AsyncProducerConfig.MaxBackoff:")
 }

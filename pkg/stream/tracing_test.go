@@ -51,7 +51,7 @@ func TestTraceHeadersInjectAndExtract(t *testing.T) {
 		orig := append([]kafka.Header(nil), ce...)
 		out := InjectTrace(ctx, tr.Propagators(), ce)
 		require.Equal(t, orig, ce, "the caller's headers are not modified")
-		got := headerMap(out)
+		got := kafkatest.Headers(out)
 		require.Equal(t, "id-1", got[HeaderCEID], "the CloudEvents headers stay")
 		require.Equal(t, "00-"+want.TraceID().String()+"-"+want.SpanID().String()+"-01", got[HeaderTraceparent])
 
@@ -73,7 +73,7 @@ func TestTraceHeadersInjectAndExtract(t *testing.T) {
 		require.NoError(t, err)
 		sctx := trace.ContextWithSpanContext(context.Background(), want.WithTraceState(ts))
 		out := InjectTrace(sctx, tr.Propagators(), nil)
-		require.Equal(t, "vendor=abc", headerMap(out)[HeaderTracestate])
+		require.Equal(t, "vendor=abc", kafkatest.Headers(out)[HeaderTracestate])
 		back := trace.SpanContextFromContext(ExtractTrace(context.Background(), tr.Propagators(), kafka.Message{Headers: out}))
 		require.Equal(t, "vendor=abc", back.TraceState().String())
 	})
@@ -108,7 +108,7 @@ func TestTraceCrossesTheBroker(t *testing.T) {
 	require.NoError(t, p.Publish(pctx, created))
 	published := kafka.Message{Key: []byte("a"), Value: []byte("2"), Headers: CloudEventHeaders("decision.v1", "id-published", "test", time.Now())}
 	require.NoError(t, p.Publish(pctx, published))
-	require.NotContains(t, headerMap(published.Headers), HeaderTraceparent, "Publish does not modify the caller's message")
+	require.NotContains(t, kafkatest.Headers(published.Headers), HeaderTraceparent, "Publish does not modify the caller's message")
 	request.End()
 
 	var mu sync.Mutex

@@ -12,9 +12,9 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
+	"github.com/floodgate-dev/floodgate/pkg/journal"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
-	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
 // DefaultGRPCAddr is where Envoy's rate-limit service listens by default.
@@ -74,7 +74,7 @@ type Config struct {
 	ProxyAnonIPv6Prefix                                      int
 	// Journal keeps decision events on disk while Kafka is unreachable
 	// (FLOODGATE_JOURNAL_*; an empty FLOODGATE_JOURNAL_DIR disables it).
-	Journal stream.JournalConfig
+	Journal journal.Config
 	// EnvoyConfigDir holds envoy ratelimit configuration files
 	// (FLOODGATE_LIMITER_ENVOY_CONFIG, every *.yaml in it); their domains are
 	// answered on the gRPC API with envoy ratelimit's semantics. EnvoyShadow
@@ -187,7 +187,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 	}
 	c.ProxyIdentityTrusted = identity
 	c.ProxyAnonIPv6Prefix = e.Int("FLOODGATE_LIMITER_PROXY_ANON_IPV6_PREFIX", 64)
-	jc, jerr := stream.JournalConfigFromEnv(getenv)
+	jc, jerr := journal.ConfigFromEnv(getenv)
 	if err := errors.Join(append(perr, e.Err(), jerr, ierr)...); err != nil {
 		return Config{}, err
 	}

@@ -1,4 +1,4 @@
-package stream
+package journal
 
 import (
 	"context"
@@ -18,6 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/pkg/stream/streamtest"
 )
 
 // outageCase is one run of the broker-outage scenario.
@@ -112,10 +114,10 @@ func runOutage(t *testing.T, tt outageCase) outageResult {
 	require.NoError(t, err)
 
 	reg := prometheus.NewRegistry()
-	log := testLogger(t, slog.LevelError+1)
+	log := streamtest.Logger(t, slog.LevelError+1)
 	jdir := filepath.Join(t.TempDir(), "journal")
 	cfg := DurableProducerConfig{
-		Async: AsyncProducerConfig{
+		Async: stream.AsyncProducerConfig{
 			Brokers: []string{addr}, Topic: topic, Name: "outage",
 			BufferSize: 2048, BatchSize: 200, WriteAttempts: 2,
 			InitialBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, DrainTimeout: 3 * time.Second,
@@ -123,7 +125,7 @@ func runOutage(t *testing.T, tt outageCase) outageResult {
 		},
 	}
 	if tt.journal {
-		cfg.Journal = JournalConfig{
+		cfg.Journal = Config{
 			Dir: jdir, SegmentBytes: 64 << 10, MaxBytes: tt.maxBytes, QueueSize: 4096,
 			ReplayInitialBackoff: 50 * time.Millisecond, ReplayMaxBackoff: 500 * time.Millisecond,
 		}
@@ -165,7 +167,7 @@ func runOutage(t *testing.T, tt outageCase) outageResult {
 						Key: []byte("p" + strconv.Itoa(n%100)),
 						Value: fmt.Appendf(nil, `{"id":%q,"ts":"2026-01-01T00:00:00.000Z","principal":{"kind":"bot","id":"bot_%d"},"ip":"203.0.113.7","method":"POST","route":"/channels/{channel_id}/messages","allowed":true,"tier":"principal","cost":1,"limit":50,"remaining":49,"gateway":"outage"}`,
 							id, n%100),
-						Headers: CloudEventHeaders("decision.v1", id, "floodgate/limiter/outage", time.Now()),
+						Headers: stream.CloudEventHeaders("decision.v1", id, "floodgate/limiter/outage", time.Now()),
 					}
 					start := time.Now()
 					ok := d.TryPublish(msg)
@@ -196,7 +198,7 @@ func runOutage(t *testing.T, tt outageCase) outageResult {
 
 	// Let the async buffer and the journal drain, then stop the producer.
 	require.Eventually(t, func() bool {
-		if metricValue(t, reg, "floodgate_stream_async_queued", nil) > 0 {
+		if streamtest.MetricValue(t, reg, "floodgate_stream_async_queued", nil) > 0 {
 			return false
 		}
 		if j := d.Journal(); j != nil {
@@ -218,25 +220,25 @@ func runOutage(t *testing.T, tt outageCase) outageResult {
 		replayLeftovers(t, jdir, addr, topic, reg)
 	}
 
-	res.droppedCap = metricValue(t, reg, "floodgate_stream_journal_dropped_total", map[string]string{"reason": "cap"})
-	res.journaledFailed = metricValue(t, reg, "floodgate_stream_journaled_total", map[string]string{"source": "failed"})
-	res.journaledOverflow = metricValue(t, reg, "floodgate_stream_journaled_total", map[string]string{"source": "overflow"})
-	res.replayed = metricValue(t, reg, "floodgate_stream_journal_replayed_total", nil)
+	res.droppedCap = streamtest.MetricValue(t, reg, "floodgate_stream_journal_dropped_total", map[string]string{"reason": "cap"})
+	res.journaledFailed = streamtest.MetricValue(t, reg, "floodgate_stream_journaled_total", map[string]string{"source": "failed"})
+	res.journaledOverflow = streamtest.MetricValue(t, reg, "floodgate_stream_journaled_total", map[string]string{"source": "overflow"})
+	res.replayed = streamtest.MetricValue(t, reg, "floodgate_stream_journal_replayed_total", nil)
 	if tt.journal {
-		res.refusedCount = metricValue(t, reg, "floodgate_stream_journal_dropped_total", map[string]string{"reason": "queue_full"}) +
-			metricValue(t, reg, "floodgate_stream_journal_dropped_total", map[string]string{"reason": "closed"})
+		res.refusedCount = streamtest.MetricValue(t, reg, "floodgate_stream_journal_dropped_total", map[string]string{"reason": "queue_full"}) +
+			streamtest.MetricValue(t, reg, "floodgate_stream_journal_dropped_total", map[string]string{"reason": "closed"})
 	} else {
-		res.refusedCount = metricValue(t, reg, "floodgate_stream_async_dropped_total", nil)
+		res.refusedCount = streamtest.MetricValue(t, reg, "floodgate_stream_async_dropped_total", nil)
 	}
 	res.rejected = rejected.Load()
 	res.maxTryPublish = time.Duration(maxNanos.Load())
 
 	// Read the whole topic back and count events by ce_id.
 	counts := map[string]int{}
-	ends := endOffsets(t, addr, topic, partitions)
+	ends := kafkatest.EndOffsets(t, addr, topic, partitions)
 	for p := range partitions {
-		for _, m := range readPartition(t, addr, topic, p, int(ends[p])) {
-			counts[headerMap(m.Headers)[HeaderCEID]]++
+		for _, m := range kafkatest.ReadPartition(t, addr, topic, p, int(ends[p])) {
+			counts[kafkatest.Headers(m.Headers)[stream.HeaderCEID]]++
 		}
 	}
 	acceptedIDs := map[string]bool{}
@@ -266,13 +268,13 @@ func runOutage(t *testing.T, tt outageCase) outageResult {
 // what is in it.
 func replayLeftovers(t *testing.T, dir, addr, topic string, reg *prometheus.Registry) {
 	t.Helper()
-	j, err := OpenJournal(JournalConfig{Dir: dir, Name: "outage", Registerer: reg, Logger: testLogger(t, slog.LevelError+1)})
+	j, err := Open(Config{Dir: dir, Name: "outage", Registerer: reg, Logger: streamtest.Logger(t, slog.LevelError+1)})
 	require.NoError(t, err)
 	left := j.Stats().Pending
 	if left > 0 {
 		t.Logf("journal had %d messages left at shutdown; replaying them", left)
 	}
-	p := NewProducer(ProducerConfig{Brokers: []string{addr}, Topic: topic})
+	p := stream.NewProducer(stream.ProducerConfig{Brokers: []string{addr}, Topic: topic})
 	defer p.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

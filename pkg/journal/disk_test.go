@@ -1,6 +1,6 @@
 //go:build linux
 
-package stream
+package journal
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
 // mountTmpfs mounts a tmpfs of size on a new directory (read-only when ro)
@@ -40,7 +42,7 @@ func mountTmpfs(t *testing.T, size string, ro bool) string {
 func TestJournalCapFollowsFreeSpace(t *testing.T) {
 	dir := mountTmpfs(t, "2m", false)
 	reg := prometheus.NewRegistry()
-	j := openTestJournal(t, dir, reg, func(c *JournalConfig) {
+	j := openTestJournal(t, dir, reg, func(c *Config) {
 		c.MaxBytes, c.SegmentBytes, c.ReserveBytes = 1<<30, 64<<10, 256<<10
 	})
 	for b := range 200 { // ~2.7 MB of records
@@ -58,12 +60,12 @@ func TestJournalCapFollowsFreeSpace(t *testing.T) {
 // once per batch.
 func TestJournalErrorLinesAreBounded(t *testing.T) {
 	var logs bytes.Buffer
-	j := openTestJournal(t, t.TempDir(), prometheus.NewRegistry(), func(c *JournalConfig) {
+	j := openTestJournal(t, t.TempDir(), prometheus.NewRegistry(), func(c *Config) {
 		c.MaxBytes, c.SegmentBytes = 32<<10, 16<<10
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	})
 	for range 500 {
-		require.ErrorIs(t, j.Append(journalMsgs(0, 1000)), ErrJournalFull) // ~150 KB per batch
+		require.ErrorIs(t, j.Append(journalMsgs(0, 1000)), ErrFull) // ~150 KB per batch
 	}
 	require.Equal(t, 1, strings.Count(logs.String(), "journal full"), logs.String())
 	require.EqualValues(t, 500*1000, testutil.ToFloat64(j.dropped[journalDropCap]), "every refused message counted")
@@ -76,8 +78,8 @@ func TestDurableProducerRunsWithoutAnUnwritableJournal(t *testing.T) {
 	dir := mountTmpfs(t, "1m", true)
 	var logs bytes.Buffer
 	d, err := NewDurableProducer(DurableProducerConfig{
-		Async:   AsyncProducerConfig{Brokers: []string{"127.0.0.1:1"}, Topic: "t", Logger: slog.New(slog.NewTextHandler(&logs, nil))},
-		Journal: JournalConfig{Dir: dir},
+		Async:   stream.AsyncProducerConfig{Brokers: []string{"127.0.0.1:1"}, Topic: "t", Logger: slog.New(slog.NewTextHandler(&logs, nil))},
+		Journal: Config{Dir: dir},
 	})
 	require.NoError(t, err, "starts")
 	require.Error(t, d.JournalError())
@@ -91,8 +93,8 @@ func TestDurableProducerRefusesALockedJournal(t *testing.T) {
 	dir := t.TempDir()
 	openTestJournal(t, dir, prometheus.NewRegistry(), nil)
 	_, err := NewDurableProducer(DurableProducerConfig{
-		Async:   AsyncProducerConfig{Brokers: []string{"127.0.0.1:1"}, Topic: "t"},
-		Journal: JournalConfig{Dir: dir},
+		Async:   stream.AsyncProducerConfig{Brokers: []string{"127.0.0.1:1"}, Topic: "t"},
+		Journal: Config{Dir: dir},
 	})
-	require.ErrorIs(t, err, ErrJournalLocked)
+	require.ErrorIs(t, err, ErrLocked)
 }

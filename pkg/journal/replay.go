@@ -1,4 +1,4 @@
-package stream
+package journal
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
 // replayItem is one record of the batch being replayed.
@@ -40,7 +42,7 @@ func (j *Journal) replayLoop(ctx context.Context, pub ReplayPublisher) {
 		if err := j.replaySegment(ctx, pub, seg, bo); err != nil && ctx.Err() == nil {
 			j.replayErrors.Inc()
 			j.log.Error("journal replay", "segment", seg.id, "err", err)
-			sleepCtx(ctx, min(bo.NextBackOff(), j.cfg.ReplayMaxBackoff))
+			tick.Sleep(ctx, min(bo.NextBackOff(), j.cfg.ReplayMaxBackoff))
 		}
 	}
 }
@@ -196,7 +198,7 @@ func (j *Journal) publishBatch(ctx context.Context, pub ReplayPublisher, seg *jo
 		if attempt == 1 || attempt%10 == 0 {
 			j.log.Warn("journal replay failed; retrying", "segment", seg.id, "messages", len(msgs)-int(newly), "attempt", attempt, "err", err)
 		}
-		if !sleepCtx(ctx, min(bo.NextBackOff(), j.cfg.ReplayMaxBackoff)) {
+		if !tick.Sleep(ctx, min(bo.NextBackOff(), j.cfg.ReplayMaxBackoff)) {
 			return false
 		}
 	}

@@ -1,4 +1,4 @@
-package stream
+package journal
 
 import (
 	"context"
@@ -9,18 +9,20 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
-// DurableProducerConfig configures a DurableProducer: an AsyncProducer
+// DurableProducerConfig configures a DurableProducer: a stream.AsyncProducer
 // backed by an on-disk Journal.
 type DurableProducerConfig struct {
 	// Async configures the in-memory producer. Its OnFailed must be nil when
 	// the journal is enabled: the journal takes that hook.
-	Async AsyncProducerConfig
+	Async stream.AsyncProducerConfig
 	// Journal configures the journal; an empty Dir disables it (the
-	// DurableProducer is then a plain AsyncProducer). Logger and Registerer
+	// DurableProducer is then a plain stream.AsyncProducer). Logger and Registerer
 	// default to Async's, Name to Async's name.
-	Journal JournalConfig
+	Journal Config
 }
 
 // Validate checks both configurations and how they fit together.
@@ -29,7 +31,7 @@ func (c DurableProducerConfig) Validate() error {
 	if c.Journal.Dir != "" {
 		errs = append(errs, c.Journal.Validate())
 		if c.Async.OnFailed != nil {
-			errs = append(errs, fmt.Errorf("%w: AsyncProducerConfig.OnFailed: must be nil when the journal is enabled (the journal takes the hook)", ErrInvalidConfig))
+			errs = append(errs, fmt.Errorf("%w: AsyncProducerConfig.OnFailed: must be nil when the journal is enabled (the journal takes the hook)", stream.ErrInvalidConfig))
 		}
 	}
 	return errors.Join(errs...)
@@ -38,11 +40,11 @@ func (c DurableProducerConfig) Validate() error {
 // DurableProducer publishes without ever blocking the caller and keeps what
 // Kafka does not take on disk, replaying it when Kafka is back:
 //
-//   - TryPublish queues the message in the AsyncProducer's buffer; when that
+//   - TryPublish queues the message in the stream.AsyncProducer's buffer; when that
 //     is full (Kafka slow or down), it offers the message to the journal's
 //     bounded hand-off queue instead. Both are non-blocking channel sends.
 //     Only when both are full does TryPublish return false (counted).
-//   - Batches the AsyncProducer gives up on (retries exhausted, drain
+//   - Batches the stream.AsyncProducer gives up on (retries exhausted, drain
 //     deadline) are appended to the journal (OnFailed).
 //   - The journal's drainer re-publishes journaled messages with acks=all,
 //     oldest first, and deletes a segment only once all of it was
@@ -55,12 +57,12 @@ func (c DurableProducerConfig) Validate() error {
 // journaled during an outage arrives after newer ones sent live once Kafka
 // is back (decision events carry their own ts).
 type DurableProducer struct {
-	async   *AsyncProducer
+	async   *stream.AsyncProducer
 	journal *Journal // nil when disabled
 	// journalErr is why a configured journal could not be opened (the
 	// producer then runs without it).
 	journalErr error
-	replay     *Producer // nil when disabled
+	replay     *stream.Producer // nil when disabled
 	topic      string
 	log        *slog.Logger
 }
@@ -71,10 +73,10 @@ func NewDurableProducer(cfg DurableProducerConfig) (*DurableProducer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	acfg := cfg.Async.withDefaults()
+	acfg := cfg.Async.WithDefaults()
 	d := &DurableProducer{topic: cfg.Async.Topic, log: acfg.Logger.With("producer", acfg.Name)}
 	if cfg.Journal.Dir == "" {
-		d.async = NewAsyncProducer(cfg.Async)
+		d.async = stream.NewAsyncProducer(cfg.Async)
 		return d, nil
 	}
 	jcfg := cfg.Journal
@@ -87,8 +89,8 @@ func NewDurableProducer(cfg DurableProducerConfig) (*DurableProducer, error) {
 	if jcfg.Registerer == nil {
 		jcfg.Registerer = cfg.Async.Registerer
 	}
-	j, err := OpenJournal(jcfg)
-	if errors.Is(err, ErrInvalidConfig) || errors.Is(err, ErrJournalLocked) {
+	j, err := Open(jcfg)
+	if errors.Is(err, stream.ErrInvalidConfig) || errors.Is(err, ErrLocked) {
 		// A wrong configuration, or a directory another limiter journals
 		// to (two would interleave their segments), must be fixed first.
 		return nil, fmt.Errorf("open journal: %w", err)
@@ -101,14 +103,14 @@ func NewDurableProducer(cfg DurableProducerConfig) (*DurableProducer, error) {
 		d.log.Warn("JOURNAL UNAVAILABLE: decision events are kept in memory only while Kafka is unreachable; fix FLOODGATE_JOURNAL_DIR",
 			"dir", jcfg.Dir, "err", err)
 		d.journalErr = err
-		d.async = NewAsyncProducer(cfg.Async)
+		d.async = stream.NewAsyncProducer(cfg.Async)
 		return d, nil
 	}
 	a := cfg.Async
 	a.OnFailed = j.OnFailed
-	d.async = NewAsyncProducer(a)
+	d.async = stream.NewAsyncProducer(a)
 	d.journal = j
-	d.replay = NewProducer(ProducerConfig{
+	d.replay = stream.NewProducer(stream.ProducerConfig{
 		Brokers:      cfg.Async.Brokers,
 		Security:     cfg.Async.Security,
 		Topic:        cfg.Async.Topic,
@@ -147,7 +149,7 @@ func (d *DurableProducer) TryPublish(msg kafka.Message) bool {
 // Run runs the producer and the journal until ctx is done. Then the async
 // producer drains (what it cannot send goes to the journal), the journal
 // writes what was offered to it and closes. Run returns an error wrapping
-// ErrUndelivered only if messages were lost, not when they were journaled.
+// stream.ErrUndelivered only if messages were lost, not when they were journaled.
 // Run may be called once.
 func (d *DurableProducer) Run(ctx context.Context) error {
 	if d.journal == nil {
@@ -160,7 +162,7 @@ func (d *DurableProducer) Run(ctx context.Context) error {
 
 	lostBefore := d.journal.lost.Load()
 	aerr := d.async.Run(ctx)
-	if errors.Is(aerr, ErrUndelivered) && d.journal.lost.Load() == lostBefore {
+	if errors.Is(aerr, stream.ErrUndelivered) && d.journal.lost.Load() == lostBefore {
 		d.log.Info("messages undelivered at shutdown are in the journal and will be replayed", "err", aerr)
 		aerr = nil
 	}
@@ -184,17 +186,17 @@ func (d *DurableProducer) Run(ctx context.Context) error {
 // when hs has none (or an empty one).
 func withEventID(hs []kafka.Header) []kafka.Header {
 	for _, h := range hs {
-		if h.Key == HeaderCEID && len(h.Value) > 0 {
+		if h.Key == stream.HeaderCEID && len(h.Value) > 0 {
 			return hs
 		}
 	}
 	out := make([]kafka.Header, 0, len(hs)+1)
 	for _, h := range hs {
-		if h.Key != HeaderCEID {
+		if h.Key != stream.HeaderCEID {
 			out = append(out, h)
 		}
 	}
-	return append(out, kafka.Header{Key: HeaderCEID, Value: []byte(uuid.NewString())})
+	return append(out, kafka.Header{Key: stream.HeaderCEID, Value: []byte(uuid.NewString())})
 }
 
 // JournalError reports why a configured journal is not in use (nil when it

@@ -1,4 +1,4 @@
-package stream
+package journal
 
 import (
 	"bytes"
@@ -17,7 +17,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/pkg/stream/streamtest"
 )
+
+// waitFor bounds how long a test waits for the journal to get somewhere.
+const waitFor = 20 * time.Second
 
 // journalMsg is message i of a test stream: 7 keys, a ce_id, a value
 // carrying i.
@@ -26,7 +33,7 @@ func journalMsg(i int) kafka.Message {
 		Topic:   "t",
 		Key:     []byte("k" + strconv.Itoa(i%7)),
 		Value:   []byte(fmt.Sprintf(`{"i":%d,"pad":"%s"}`, i, bytes.Repeat([]byte("x"), 100))),
-		Headers: []kafka.Header{{Key: HeaderCEID, Value: []byte("id-" + strconv.Itoa(i))}},
+		Headers: []kafka.Header{{Key: stream.HeaderCEID, Value: []byte("id-" + strconv.Itoa(i))}},
 		Time:    time.Unix(1700000000, int64(i)*1000).UTC(),
 	}
 }
@@ -41,23 +48,23 @@ func journalMsgs(from, n int) []kafka.Message {
 
 func msgIndex(t testing.TB, m kafka.Message) int {
 	t.Helper()
-	id := headerMap(m.Headers)[HeaderCEID]
+	id := kafkatest.Headers(m.Headers)[stream.HeaderCEID]
 	i, err := strconv.Atoi(id[len("id-"):])
 	require.NoError(t, err, "ce_id %q", id)
 	return i
 }
 
-func openTestJournal(t testing.TB, dir string, reg *prometheus.Registry, mutate func(*JournalConfig)) *Journal {
+func openTestJournal(t testing.TB, dir string, reg *prometheus.Registry, mutate func(*Config)) *Journal {
 	t.Helper()
-	cfg := JournalConfig{
+	cfg := Config{
 		Dir: dir, Name: "test", SegmentBytes: 16 << 10, MaxBytes: 64 << 20,
 		ReplayBatchSize: 50, ReplayInitialBackoff: time.Millisecond, ReplayMaxBackoff: 5 * time.Millisecond,
-		Logger: testLogger(t, slog.LevelError+1), Registerer: reg,
+		Logger: streamtest.Logger(t, slog.LevelError+1), Registerer: reg,
 	}
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	j, err := OpenJournal(cfg)
+	j, err := Open(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = j.Close() })
 	return j
@@ -66,24 +73,16 @@ func openTestJournal(t testing.TB, dir string, reg *prometheus.Registry, mutate 
 // runJournal runs j in the background; stop cancels it and returns Run's error.
 func runJournal(t testing.TB, j *Journal, pub ReplayPublisher) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- j.Run(ctx, pub) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case err = <-done:
-			case <-time.After(waitFor):
-				err = errors.New("journal did not stop")
-			}
-		})
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
-	return stop
+	return streamtest.Start(t, waitFor, func(ctx context.Context) error { return j.Run(ctx, pub) })
+}
+
+// replayUntil runs j with pub until it holds pending unacknowledged
+// messages, then stops it.
+func replayUntil(t testing.TB, j *Journal, pub ReplayPublisher, pending int64) {
+	t.Helper()
+	stop := runJournal(t, j, pub)
+	require.Eventually(t, func() bool { return j.Stats().Pending == pending }, waitFor, time.Millisecond)
+	require.NoError(t, stop())
 }
 
 // fakePublisher records what it acknowledges; fail decides per call and
@@ -172,16 +171,14 @@ func TestJournalAppendReopenReplay(t *testing.T) {
 	}
 	require.Greater(t, len(segmentFiles(t, dir)), 1, "16 KiB segments roll")
 	require.NoError(t, j.Close())
-	require.ErrorIs(t, j.Append(journalMsgs(0, 1)), ErrJournalClosed)
+	require.ErrorIs(t, j.Append(journalMsgs(0, 1)), ErrClosed)
 
 	reg2 := prometheus.NewRegistry()
 	j2 := openTestJournal(t, dir, reg2, nil)
 	require.EqualValues(t, 1000, j2.Stats().Pending)
-	require.Equal(t, 1000.0, metricValue(t, reg2, "floodgate_stream_journal_pending", nil))
+	require.Equal(t, 1000.0, streamtest.MetricValue(t, reg2, "floodgate_stream_journal_pending", nil))
 	pub := &fakePublisher{}
-	stop := runJournal(t, j2, pub)
-	require.Eventually(t, func() bool { return j2.Stats().Pending == 0 }, waitFor, time.Millisecond)
-	require.NoError(t, stop())
+	replayUntil(t, j2, pub, 0)
 
 	got := pub.received()
 	require.Len(t, got, 1000)
@@ -189,8 +186,8 @@ func TestJournalAppendReopenReplay(t *testing.T) {
 		require.Equal(t, journalMsg(i), m, "replayed in append order")
 	}
 	require.Empty(t, segmentFiles(t, dir), "replayed segments are deleted")
-	require.Equal(t, 1000.0, metricValue(t, reg2, "floodgate_stream_journal_replayed_total", nil))
-	require.Zero(t, metricValue(t, reg2, "floodgate_stream_journal_bytes", nil))
+	require.Equal(t, 1000.0, streamtest.MetricValue(t, reg2, "floodgate_stream_journal_replayed_total", nil))
+	require.Zero(t, streamtest.MetricValue(t, reg2, "floodgate_stream_journal_bytes", nil))
 }
 
 func TestJournalRecoversTornTail(t *testing.T) {
@@ -223,7 +220,7 @@ func TestJournalRecoversTornTail(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			j2 := openTestJournal(t, dir, reg, nil)
 			require.Equal(t, tt.wantRecords, j2.Stats().Pending)
-			cut := metricValue(t, reg, "floodgate_stream_journal_truncated_bytes_total", nil)
+			cut := streamtest.MetricValue(t, reg, "floodgate_stream_journal_truncated_bytes_total", nil)
 			require.Positive(t, cut, "the cut is counted")
 			if tt.wantRecords > 0 {
 				st, err := os.Stat(files[0])
@@ -236,9 +233,7 @@ func TestJournalRecoversTornTail(t *testing.T) {
 			// surviving prefix, then the new records, in order.
 			require.NoError(t, j2.Append(journalMsgs(100, 3)))
 			pub := &fakePublisher{}
-			stop := runJournal(t, j2, pub)
-			require.Eventually(t, func() bool { return j2.Stats().Pending == 0 }, waitFor, time.Millisecond)
-			require.NoError(t, stop())
+			replayUntil(t, j2, pub, 0)
 			want := append(journalMsgs(0, int(tt.wantRecords)), journalMsgs(100, 3)...)
 			require.Equal(t, want, pub.received())
 		})
@@ -268,9 +263,7 @@ func TestJournalReplayRetriesOnlyWhatFailed(t *testing.T) {
 			j := openTestJournal(t, dir, reg, nil)
 			require.NoError(t, j.Append(journalMsgs(0, 500)))
 			pub := &fakePublisher{fail: tt.fail}
-			stop := runJournal(t, j, pub)
-			require.Eventually(t, func() bool { return j.Stats().Pending == 0 }, waitFor, time.Millisecond)
-			require.NoError(t, stop())
+			replayUntil(t, j, pub, 0)
 
 			got := pub.received()
 			require.Len(t, got, 500, "every message acknowledged exactly once: only failed ones are retried")
@@ -286,73 +279,72 @@ func TestJournalReplayRetriesOnlyWhatFailed(t *testing.T) {
 				lastPerKey[string(m.Key)] = i
 			}
 			require.Empty(t, segmentFiles(t, dir))
-			require.Positive(t, metricValue(t, reg, "floodgate_stream_journal_replay_errors_total", nil))
-			require.Equal(t, 500.0, metricValue(t, reg, "floodgate_stream_journal_replayed_total", nil))
+			require.Positive(t, streamtest.MetricValue(t, reg, "floodgate_stream_journal_replay_errors_total", nil))
+			require.Equal(t, 500.0, streamtest.MetricValue(t, reg, "floodgate_stream_journal_replayed_total", nil))
 		})
 	}
 }
 
-func TestJournalKeepsSegmentUntilAcknowledged(t *testing.T) {
-	dir := t.TempDir()
-	j := openTestJournal(t, dir, prometheus.NewRegistry(), nil)
-	require.NoError(t, j.Append(journalMsgs(0, 200)))
-	// Acknowledge the first batch (50), then fail everything.
-	pub := &fakePublisher{fail: func(call, _ int) bool { return call > 1 }}
-	stop := runJournal(t, j, pub)
-	require.Eventually(t, func() bool { return j.Stats().Pending == 150 }, waitFor, time.Millisecond)
-	require.NotEmpty(t, segmentFiles(t, dir), "a segment is kept while any of it is unacknowledged")
-	require.NoError(t, stop())
+// TestJournalCheckpointOnRestart: a segment is kept while any of it is
+// unacknowledged, and a restart resumes after its checkpoint — or, when the
+// checkpoint is unreadable, replays the whole segment (at-least-once:
+// consumers dedupe by ce_id).
+func TestJournalCheckpointOnRestart(t *testing.T) {
+	tests := []struct {
+		name        string
+		corrupt     bool
+		wantPending int64
+		wantReplay  []kafka.Message // by the restarted journal
+	}{
+		{name: "resumes after the acknowledged batch", wantPending: 150, wantReplay: journalMsgs(50, 150)},
+		{name: "unreadable checkpoint replays the whole segment", corrupt: true, wantPending: 200, wantReplay: journalMsgs(0, 200)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			j := openTestJournal(t, dir, prometheus.NewRegistry(), nil)
+			require.NoError(t, j.Append(journalMsgs(0, 200)))
+			// Acknowledge the first batch (50), then fail everything.
+			pub := &fakePublisher{fail: func(call, _ int) bool { return call > 1 }}
+			replayUntil(t, j, pub, 150)
+			require.Equal(t, journalMsgs(0, 50), pub.received())
+			require.NotEmpty(t, segmentFiles(t, dir), "a segment is kept while any of it is unacknowledged")
+			if tt.corrupt {
+				cks, err := filepath.Glob(filepath.Join(dir, "*"+checkpointSuffix))
+				require.NoError(t, err)
+				require.Len(t, cks, 1)
+				require.NoError(t, os.WriteFile(cks[0], []byte("garbage"), 0o640))
+			}
 
-	// The checkpoint resumes after the acknowledged batch: nothing replayed twice.
-	j2 := openTestJournal(t, dir, prometheus.NewRegistry(), nil)
-	require.EqualValues(t, 150, j2.Stats().Pending)
-	pub2 := &fakePublisher{}
-	stop2 := runJournal(t, j2, pub2)
-	require.Eventually(t, func() bool { return j2.Stats().Pending == 0 }, waitFor, time.Millisecond)
-	require.NoError(t, stop2())
-	require.Equal(t, journalMsgs(0, 50), pub.received())
-	require.Equal(t, journalMsgs(50, 150), pub2.received())
-	require.Empty(t, segmentFiles(t, dir))
-}
-
-func TestJournalCorruptCheckpointReplaysWholeSegment(t *testing.T) {
-	dir := t.TempDir()
-	j := openTestJournal(t, dir, prometheus.NewRegistry(), nil)
-	require.NoError(t, j.Append(journalMsgs(0, 100)))
-	pub := &fakePublisher{fail: func(call, _ int) bool { return call > 1 }}
-	stop := runJournal(t, j, pub)
-	require.Eventually(t, func() bool { return j.Stats().Pending == 50 }, waitFor, time.Millisecond)
-	require.NoError(t, stop())
-	cks, err := filepath.Glob(filepath.Join(dir, "*"+checkpointSuffix))
-	require.NoError(t, err)
-	require.Len(t, cks, 1)
-	require.NoError(t, os.WriteFile(cks[0], []byte("garbage"), 0o640))
-
-	j2 := openTestJournal(t, dir, prometheus.NewRegistry(), nil)
-	require.EqualValues(t, 100, j2.Stats().Pending, "at-least-once: replay from the start, consumers dedupe")
+			j2 := openTestJournal(t, dir, prometheus.NewRegistry(), nil)
+			require.Equal(t, tt.wantPending, j2.Stats().Pending)
+			pub2 := &fakePublisher{}
+			replayUntil(t, j2, pub2, 0)
+			require.Equal(t, tt.wantReplay, pub2.received())
+			require.Empty(t, segmentFiles(t, dir))
+		})
+	}
 }
 
 func TestJournalCapDropsOldestAndCounts(t *testing.T) {
 	dir := t.TempDir()
 	reg := prometheus.NewRegistry()
 	const maxBytes = 64 << 10
-	j := openTestJournal(t, dir, reg, func(c *JournalConfig) { c.SegmentBytes = 8 << 10; c.MaxBytes = maxBytes })
+	j := openTestJournal(t, dir, reg, func(c *Config) { c.SegmentBytes = 8 << 10; c.MaxBytes = maxBytes })
 	const n = 2000
 	for b := range n / 20 {
 		require.NoError(t, j.Append(journalMsgs(b*20, 20)))
 		require.LessOrEqual(t, j.Stats().Bytes, int64(maxBytes))
 	}
-	dropped := metricValue(t, reg, "floodgate_stream_journal_dropped_total", map[string]string{"reason": "cap"})
+	dropped := streamtest.MetricValue(t, reg, "floodgate_stream_journal_dropped_total", map[string]string{"reason": "cap"})
 	require.Positive(t, dropped)
 	st := j.Stats()
 	require.Equal(t, float64(n), float64(st.Pending)+dropped, "every message is pending or counted as dropped")
-	require.Equal(t, float64(st.Bytes), metricValue(t, reg, "floodgate_stream_journal_bytes", nil))
+	require.Equal(t, float64(st.Bytes), streamtest.MetricValue(t, reg, "floodgate_stream_journal_bytes", nil))
 
 	// What survives is the newest messages, in order.
 	pub := &fakePublisher{}
-	stop := runJournal(t, j, pub)
-	require.Eventually(t, func() bool { return j.Stats().Pending == 0 }, waitFor, time.Millisecond)
-	require.NoError(t, stop())
+	replayUntil(t, j, pub, 0)
 	got := pub.received()
 	require.Equal(t, journalMsgs(n-len(got), len(got)), got)
 }
@@ -360,7 +352,7 @@ func TestJournalCapDropsOldestAndCounts(t *testing.T) {
 func TestJournalCapNeverDropsTheSegmentBeingPublished(t *testing.T) {
 	dir := t.TempDir()
 	reg := prometheus.NewRegistry()
-	j := openTestJournal(t, dir, reg, func(c *JournalConfig) { c.SegmentBytes = 8 << 10; c.MaxBytes = 32 << 10 })
+	j := openTestJournal(t, dir, reg, func(c *Config) { c.SegmentBytes = 8 << 10; c.MaxBytes = 32 << 10 })
 	require.NoError(t, j.Append(journalMsgs(0, 50)))
 	pub := &fakePublisher{block: make(chan struct{})}
 	stop := runJournal(t, j, pub)
@@ -377,7 +369,7 @@ func TestJournalCapNeverDropsTheSegmentBeingPublished(t *testing.T) {
 	require.NoError(t, stop())
 	got := pub.received()
 	require.Equal(t, journalMsgs(0, 50), got[:50], "the batch in flight was not dropped under it")
-	dropped := metricValue(t, reg, "floodgate_stream_journal_dropped_total", map[string]string{"reason": "cap"})
+	dropped := streamtest.MetricValue(t, reg, "floodgate_stream_journal_dropped_total", map[string]string{"reason": "cap"})
 	require.Positive(t, dropped)
 	require.Equal(t, float64(50+1000), float64(len(got))+dropped, "replayed + dropped = appended")
 }
@@ -385,7 +377,7 @@ func TestJournalCapNeverDropsTheSegmentBeingPublished(t *testing.T) {
 func TestJournalOfferNeverBlocksAndCountsRefusals(t *testing.T) {
 	dir := t.TempDir()
 	reg := prometheus.NewRegistry()
-	j := openTestJournal(t, dir, reg, func(c *JournalConfig) { c.QueueSize = 4 })
+	j := openTestJournal(t, dir, reg, func(c *Config) { c.QueueSize = 4 })
 	var taken int
 	for i := range 10 { // Run is not running: nothing drains the queue
 		if j.Offer(journalMsg(i)) {
@@ -393,11 +385,11 @@ func TestJournalOfferNeverBlocksAndCountsRefusals(t *testing.T) {
 		}
 	}
 	require.Equal(t, 4, taken)
-	require.Equal(t, 6.0, metricValue(t, reg, "floodgate_stream_journal_dropped_total", map[string]string{"reason": "queue_full"}))
+	require.Equal(t, 6.0, streamtest.MetricValue(t, reg, "floodgate_stream_journal_dropped_total", map[string]string{"reason": "queue_full"}))
 	require.NoError(t, j.Close(), "Close writes what was offered")
 	require.False(t, j.Offer(journalMsg(99)))
-	require.Equal(t, 1.0, metricValue(t, reg, "floodgate_stream_journal_dropped_total", map[string]string{"reason": "closed"}))
-	require.Equal(t, 4.0, metricValue(t, reg, "floodgate_stream_journaled_total", map[string]string{"source": "overflow"}))
+	require.Equal(t, 1.0, streamtest.MetricValue(t, reg, "floodgate_stream_journal_dropped_total", map[string]string{"reason": "closed"}))
+	require.Equal(t, 4.0, streamtest.MetricValue(t, reg, "floodgate_stream_journaled_total", map[string]string{"source": "overflow"}))
 
 	j2 := openTestJournal(t, dir, prometheus.NewRegistry(), nil)
 	require.EqualValues(t, 4, j2.Stats().Pending)
@@ -406,8 +398,8 @@ func TestJournalOfferNeverBlocksAndCountsRefusals(t *testing.T) {
 func TestJournalRunWritesOffersAndSyncsOnInterval(t *testing.T) {
 	dir := t.TempDir()
 	reg := prometheus.NewRegistry()
-	j := openTestJournal(t, dir, reg, func(c *JournalConfig) {
-		c.Sync = JournalSyncInterval
+	j := openTestJournal(t, dir, reg, func(c *Config) {
+		c.Sync = SyncInterval
 		c.SyncInterval = 5 * time.Millisecond
 	})
 	stop := runJournal(t, j, nil) // store only
@@ -416,7 +408,7 @@ func TestJournalRunWritesOffersAndSyncsOnInterval(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return j.Stats().Pending == 100 }, waitFor, time.Millisecond)
 	require.Eventually(t, func() bool {
-		return metricValue(t, reg, "floodgate_stream_journal_fsync_seconds", nil) >= 1
+		return streamtest.MetricValue(t, reg, "floodgate_stream_journal_fsync_seconds", nil) >= 1
 	}, waitFor, time.Millisecond, "the interval syncer fsyncs")
 	require.NoError(t, stop())
 	j2 := openTestJournal(t, dir, prometheus.NewRegistry(), nil)
@@ -428,16 +420,16 @@ func TestJournalDropsMessagesWithoutTopic(t *testing.T) {
 	j := openTestJournal(t, t.TempDir(), reg, nil)
 	require.NoError(t, j.Append([]kafka.Message{{Value: []byte("no topic")}, journalMsg(1)}))
 	require.EqualValues(t, 1, j.Stats().Pending)
-	require.Equal(t, 1.0, metricValue(t, reg, "floodgate_stream_journal_dropped_total", map[string]string{"reason": "no_topic"}))
+	require.Equal(t, 1.0, streamtest.MetricValue(t, reg, "floodgate_stream_journal_dropped_total", map[string]string{"reason": "no_topic"}))
 }
 
 func TestJournalDirectoryIsLocked(t *testing.T) {
 	dir := t.TempDir()
 	j := openTestJournal(t, dir, prometheus.NewRegistry(), nil)
-	_, err := OpenJournal(JournalConfig{Dir: dir})
-	require.ErrorIs(t, err, ErrJournalLocked)
+	_, err := Open(Config{Dir: dir})
+	require.ErrorIs(t, err, ErrLocked)
 	require.NoError(t, j.Close())
-	j2, err := OpenJournal(JournalConfig{Dir: dir})
+	j2, err := Open(Config{Dir: dir})
 	require.NoError(t, err, "Close releases the lock")
 	require.NoError(t, j2.Close())
 }
@@ -445,17 +437,17 @@ func TestJournalDirectoryIsLocked(t *testing.T) {
 func TestJournalConfigValidate(t *testing.T) {
 	tests := []struct {
 		name string
-		cfg  JournalConfig
+		cfg  Config
 		want []string
 	}{
-		{name: "defaults", cfg: JournalConfig{Dir: "/tmp/j"}},
-		{name: "no dir", cfg: JournalConfig{}, want: []string{"JournalConfig.Dir (FLOODGATE_JOURNAL_DIR): required"}},
-		{name: "tiny segments", cfg: JournalConfig{Dir: "d", SegmentBytes: 100}, want: []string{"JournalConfig.SegmentBytes (FLOODGATE_JOURNAL_SEGMENT_BYTES)"}},
-		{name: "cap below two segments", cfg: JournalConfig{Dir: "d", SegmentBytes: 1 << 20, MaxBytes: 1 << 20}, want: []string{"JournalConfig.MaxBytes (FLOODGATE_JOURNAL_MAX_BYTES)"}},
-		{name: "bad sync", cfg: JournalConfig{Dir: "d", Sync: 7}, want: []string{"JournalConfig.Sync (FLOODGATE_JOURNAL_SYNC)"}},
-		{name: "negatives", cfg: JournalConfig{Dir: "d", QueueSize: -1, SyncInterval: -1, ReplayTimeout: -1}, want: []string{
-			"JournalConfig.QueueSize (FLOODGATE_JOURNAL_QUEUE)", "JournalConfig.SyncInterval", "JournalConfig.ReplayTimeout"}},
-		{name: "backoff order", cfg: JournalConfig{Dir: "d", ReplayInitialBackoff: time.Minute, ReplayMaxBackoff: time.Second}, want: []string{"JournalConfig.ReplayMaxBackoff"}},
+		{name: "defaults", cfg: Config{Dir: "/tmp/j"}},
+		{name: "no dir", cfg: Config{}, want: []string{"journal.Config.Dir (FLOODGATE_JOURNAL_DIR): required"}},
+		{name: "tiny segments", cfg: Config{Dir: "d", SegmentBytes: 100}, want: []string{"journal.Config.SegmentBytes (FLOODGATE_JOURNAL_SEGMENT_BYTES)"}},
+		{name: "cap below two segments", cfg: Config{Dir: "d", SegmentBytes: 1 << 20, MaxBytes: 1 << 20}, want: []string{"journal.Config.MaxBytes (FLOODGATE_JOURNAL_MAX_BYTES)"}},
+		{name: "bad sync", cfg: Config{Dir: "d", Sync: 7}, want: []string{"journal.Config.Sync (FLOODGATE_JOURNAL_SYNC)"}},
+		{name: "negatives", cfg: Config{Dir: "d", QueueSize: -1, SyncInterval: -1, ReplayTimeout: -1}, want: []string{
+			"journal.Config.QueueSize (FLOODGATE_JOURNAL_QUEUE)", "journal.Config.SyncInterval", "journal.Config.ReplayTimeout"}},
+		{name: "backoff order", cfg: Config{Dir: "d", ReplayInitialBackoff: time.Minute, ReplayMaxBackoff: time.Second}, want: []string{"journal.Config.ReplayMaxBackoff"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -464,7 +456,7 @@ func TestJournalConfigValidate(t *testing.T) {
 				require.NoError(t, err)
 				return
 			}
-			require.ErrorIs(t, err, ErrInvalidConfig)
+			require.ErrorIs(t, err, stream.ErrInvalidConfig)
 			for _, w := range tt.want {
 				require.ErrorContains(t, err, w)
 			}
@@ -476,22 +468,22 @@ func TestJournalConfigFromEnv(t *testing.T) {
 	tests := []struct {
 		name    string
 		env     map[string]string
-		want    JournalConfig
+		want    Config
 		wantErr string
 	}{
-		{name: "unset disables", env: nil, want: JournalConfig{SegmentBytes: DefaultJournalSegmentBytes, MaxBytes: DefaultJournalMaxBytes,
-			ReserveBytes: DefaultJournalReserveBytes, SyncInterval: DefaultJournalSyncInterval, QueueSize: DefaultJournalQueueSize}},
+		{name: "unset disables", env: nil, want: Config{SegmentBytes: DefaultSegmentBytes, MaxBytes: DefaultMaxBytes,
+			ReserveBytes: DefaultReserveBytes, SyncInterval: DefaultSyncInterval, QueueSize: DefaultQueueSize}},
 		{name: "all set", env: map[string]string{"FLOODGATE_JOURNAL_DIR": "/var/lib/fg", "FLOODGATE_JOURNAL_SEGMENT_BYTES": "1048576",
 			"FLOODGATE_JOURNAL_MAX_BYTES": "8388608", "FLOODGATE_JOURNAL_SYNC": "interval", "FLOODGATE_JOURNAL_SYNC_INTERVAL": "50ms", "FLOODGATE_JOURNAL_QUEUE": "100",
 			"FLOODGATE_JOURNAL_RESERVE_BYTES": "1048576"},
-			want: JournalConfig{Dir: "/var/lib/fg", SegmentBytes: 1 << 20, MaxBytes: 8 << 20, ReserveBytes: 1 << 20, Sync: JournalSyncInterval, SyncInterval: 50 * time.Millisecond, QueueSize: 100}},
+			want: Config{Dir: "/var/lib/fg", SegmentBytes: 1 << 20, MaxBytes: 8 << 20, ReserveBytes: 1 << 20, Sync: SyncInterval, SyncInterval: 50 * time.Millisecond, QueueSize: 100}},
 		{name: "bad sync", env: map[string]string{"FLOODGATE_JOURNAL_SYNC": "always"}, wantErr: "FLOODGATE_JOURNAL_SYNC"},
 		{name: "bad number", env: map[string]string{"FLOODGATE_JOURNAL_MAX_BYTES": "1GB"}, wantErr: "FLOODGATE_JOURNAL_MAX_BYTES"},
 		{name: "bad reserve", env: map[string]string{"FLOODGATE_JOURNAL_RESERVE_BYTES": "lots"}, wantErr: "FLOODGATE_JOURNAL_RESERVE_BYTES"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := JournalConfigFromEnv(func(k string) string { return tt.env[k] })
+			got, err := ConfigFromEnv(func(k string) string { return tt.env[k] })
 			if tt.wantErr != "" {
 				require.ErrorContains(t, err, tt.wantErr)
 				return
@@ -510,8 +502,8 @@ func TestWithEventID(t *testing.T) {
 	}{
 		{name: "no headers", in: nil},
 		{name: "other headers", in: []kafka.Header{{Key: "a", Value: []byte("1")}}},
-		{name: "empty ce_id replaced", in: []kafka.Header{{Key: HeaderCEID}}},
-		{name: "ce_id kept", in: []kafka.Header{{Key: HeaderCEID, Value: []byte("evt-1")}}, keepsID: "evt-1"},
+		{name: "empty ce_id replaced", in: []kafka.Header{{Key: stream.HeaderCEID}}},
+		{name: "ce_id kept", in: []kafka.Header{{Key: stream.HeaderCEID, Value: []byte("evt-1")}}, keepsID: "evt-1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -520,7 +512,7 @@ func TestWithEventID(t *testing.T) {
 			require.Equal(t, before, tt.in, "the caller's headers are not modified")
 			ids := 0
 			for _, h := range out {
-				if h.Key == HeaderCEID {
+				if h.Key == stream.HeaderCEID {
 					ids++
 					if tt.keepsID != "" {
 						require.Equal(t, tt.keepsID, string(h.Value))
@@ -536,12 +528,12 @@ func TestWithEventID(t *testing.T) {
 
 func TestDurableProducerConfigValidate(t *testing.T) {
 	err := DurableProducerConfig{
-		Async:   AsyncProducerConfig{Brokers: []string{"a:1"}, OnFailed: func([]kafka.Message) {}},
-		Journal: JournalConfig{Dir: "d", SegmentBytes: 1},
+		Async:   stream.AsyncProducerConfig{Brokers: []string{"a:1"}, OnFailed: func([]kafka.Message) {}},
+		Journal: Config{Dir: "d", SegmentBytes: 1},
 	}.Validate()
 	require.ErrorContains(t, err, "AsyncProducerConfig.OnFailed")
-	require.ErrorContains(t, err, "JournalConfig.SegmentBytes")
-	require.NoError(t, DurableProducerConfig{Async: AsyncProducerConfig{Brokers: []string{"a:1"}}}.Validate(), "journal disabled")
+	require.ErrorContains(t, err, "journal.Config.SegmentBytes")
+	require.NoError(t, DurableProducerConfig{Async: stream.AsyncProducerConfig{Brokers: []string{"a:1"}}}.Validate(), "journal disabled")
 }
 
 // FuzzJournalRecord: decoding arbitrary payloads never panics, and whatever

@@ -1,7 +1,6 @@
-package stream
+package journal
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,203 +18,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/floodgate-dev/floodgate/pkg/config"
-)
-
-// Journal defaults.
-const (
-	DefaultJournalSegmentBytes  = 64 << 20
-	DefaultJournalMaxBytes      = 1 << 30
-	DefaultJournalReserveBytes  = 64 << 20
-	DefaultJournalSyncInterval  = 100 * time.Millisecond
-	DefaultJournalQueueSize     = 65536
-	DefaultJournalReplayBatch   = 500
-	DefaultJournalReplayTimeout = 30 * time.Second
-
-	// MinJournalSegmentBytes is the smallest SegmentBytes Validate accepts.
-	MinJournalSegmentBytes = 4 << 10
+	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
 // Journal errors callers can branch on.
 var (
-	// ErrJournalClosed: the journal was closed (Run returned, or Close).
-	ErrJournalClosed = errors.New("journal closed")
-	// ErrJournalFull: the batch did not fit under MaxBytes even after the
+	// ErrClosed: the journal was closed (Run returned, or Close).
+	ErrClosed = errors.New("journal closed")
+	// ErrFull: the batch did not fit under MaxBytes even after the
 	// oldest segments were dropped (it was dropped and counted instead).
-	ErrJournalFull = errors.New("journal full")
-	// ErrJournalLocked: another Journal (in this or another process) has
+	ErrFull = errors.New("journal full")
+	// ErrLocked: another Journal (in this or another process) has
 	// the directory open.
-	ErrJournalLocked = errors.New("journal directory in use")
+	ErrLocked = errors.New("journal directory in use")
 )
-
-// JournalSync says when appended records are fsynced.
-type JournalSync int
-
-const (
-	// JournalSyncBatch fsyncs after every appended batch: once Append
-	// returns, the batch survives a machine crash. The default.
-	JournalSyncBatch JournalSync = iota
-	// JournalSyncInterval fsyncs the active segment every SyncInterval (and
-	// on every segment roll and on Close): up to SyncInterval of appended
-	// records can be lost to a machine (not process) crash.
-	JournalSyncInterval
-)
-
-// String returns "batch" or "interval".
-func (s JournalSync) String() string {
-	switch s {
-	case JournalSyncBatch:
-		return "batch"
-	case JournalSyncInterval:
-		return "interval"
-	}
-	return "JournalSync(" + strconv.Itoa(int(s)) + ")"
-}
-
-// ParseJournalSync parses "batch" or "interval".
-func ParseJournalSync(s string) (JournalSync, error) {
-	switch s {
-	case "batch":
-		return JournalSyncBatch, nil
-	case "interval":
-		return JournalSyncInterval, nil
-	}
-	return 0, fmt.Errorf("parse journal sync policy %q: want batch or interval", s)
-}
-
-// JournalConfig configures a Journal. Each field names the environment
-// variable JournalConfigFromEnv reads it from.
-type JournalConfig struct {
-	// Dir holds the segment files (created if missing). Required. One
-	// journal per directory: OpenJournal locks it.
-	// FLOODGATE_JOURNAL_DIR; empty disables the journal.
-	Dir string
-	// Name labels the metrics (journal="..."); default "journal".
-	Name string
-	// SegmentBytes is the size at which the active segment is sealed and a
-	// new one started; default 64 MiB. FLOODGATE_JOURNAL_SEGMENT_BYTES.
-	SegmentBytes int64
-	// MaxBytes caps the bytes on disk; appending past it drops the oldest
-	// segments, counting their unreplayed messages in
-	// floodgate_stream_journal_dropped_total{reason="cap"}. At least
-	// 2×SegmentBytes; default 1 GiB. FLOODGATE_JOURNAL_MAX_BYTES.
-	MaxBytes int64
-	// ReserveBytes is left free on the journal's filesystem: the cap is the
-	// smaller of MaxBytes and what the journal holds plus the free space
-	// less this reserve, read at every append, so a filling disk drops the
-	// oldest segments (counted) instead of failing writes. Default 64 MiB;
-	// FLOODGATE_JOURNAL_RESERVE_BYTES.
-	ReserveBytes int64
-	// Sync is the fsync policy; default JournalSyncBatch.
-	// FLOODGATE_JOURNAL_SYNC (batch | interval).
-	Sync JournalSync
-	// SyncInterval is the fsync period under JournalSyncInterval; default
-	// 100ms. FLOODGATE_JOURNAL_SYNC_INTERVAL.
-	SyncInterval time.Duration
-	// QueueSize bounds the in-memory hand-off from Offer (the producer's
-	// overflow) to the disk writer; default 65536. FLOODGATE_JOURNAL_QUEUE.
-	QueueSize int
-	// ReplayBatchSize is the most messages published at once by the
-	// drainer (and written, with one fsync, at once by the overflow
-	// writer); default 500.
-	ReplayBatchSize int
-	// ReplayInitialBackoff and ReplayMaxBackoff bound the jittered backoff
-	// between failed replay attempts; defaults 100ms and 5s.
-	ReplayInitialBackoff time.Duration
-	ReplayMaxBackoff     time.Duration
-	// ReplayTimeout bounds one replay Publish; default 30s.
-	ReplayTimeout time.Duration
-
-	// Logger and Registerer: nil discards logs and leaves metrics unregistered.
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer
-}
-
-// JournalConfigFromEnv reads the FLOODGATE_JOURNAL_* variables (see
-// JournalConfig); the result is not validated. Dir is empty, which disables
-// the journal, unless FLOODGATE_JOURNAL_DIR is set.
-func JournalConfigFromEnv(getenv config.Getenv) (JournalConfig, error) {
-	e := config.NewEnv(getenv)
-	c := JournalConfig{
-		Dir:          e.String("FLOODGATE_JOURNAL_DIR", ""),
-		SegmentBytes: int64(e.Int("FLOODGATE_JOURNAL_SEGMENT_BYTES", DefaultJournalSegmentBytes)),
-		MaxBytes:     int64(e.Int("FLOODGATE_JOURNAL_MAX_BYTES", DefaultJournalMaxBytes)),
-		ReserveBytes: int64(e.Int("FLOODGATE_JOURNAL_RESERVE_BYTES", DefaultJournalReserveBytes)),
-		SyncInterval: e.Duration("FLOODGATE_JOURNAL_SYNC_INTERVAL", DefaultJournalSyncInterval),
-		QueueSize:    e.Int("FLOODGATE_JOURNAL_QUEUE", DefaultJournalQueueSize),
-	}
-	sync, err := ParseJournalSync(e.String("FLOODGATE_JOURNAL_SYNC", "batch"))
-	if err != nil {
-		return c, errors.Join(e.Err(), fmt.Errorf("FLOODGATE_JOURNAL_SYNC: %w", err))
-	}
-	c.Sync = sync
-	return c, e.Err()
-}
-
-// Validate checks the configuration; zero values that have defaults are valid.
-func (c JournalConfig) Validate() error {
-	var errs []error
-	bad := func(field, env, format string, args ...any) {
-		if env != "" {
-			field += " (" + env + ")"
-		}
-		errs = append(errs, fmt.Errorf("%w: JournalConfig.%s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))
-	}
-	if c.Dir == "" {
-		bad("Dir", "FLOODGATE_JOURNAL_DIR", "required")
-	}
-	d := c.withDefaults()
-	if c.SegmentBytes < 0 || d.SegmentBytes < MinJournalSegmentBytes {
-		bad("SegmentBytes", "FLOODGATE_JOURNAL_SEGMENT_BYTES", "must be at least %d, got %d", MinJournalSegmentBytes, c.SegmentBytes)
-	}
-	if c.MaxBytes < 0 || d.MaxBytes < 2*d.SegmentBytes {
-		bad("MaxBytes", "FLOODGATE_JOURNAL_MAX_BYTES", "must be at least 2×SegmentBytes (%d), got %d", 2*d.SegmentBytes, c.MaxBytes)
-	}
-	if c.ReserveBytes < 0 {
-		bad("ReserveBytes", "FLOODGATE_JOURNAL_RESERVE_BYTES", "must not be negative, got %d", c.ReserveBytes)
-	}
-	if c.Sync != JournalSyncBatch && c.Sync != JournalSyncInterval {
-		bad("Sync", "FLOODGATE_JOURNAL_SYNC", "want batch or interval, got %v", c.Sync)
-	}
-	if c.SyncInterval < 0 {
-		bad("SyncInterval", "FLOODGATE_JOURNAL_SYNC_INTERVAL", "must not be negative, got %v", c.SyncInterval)
-	}
-	if c.QueueSize < 0 {
-		bad("QueueSize", "FLOODGATE_JOURNAL_QUEUE", "must not be negative, got %d", c.QueueSize)
-	}
-	if c.ReplayBatchSize < 0 {
-		bad("ReplayBatchSize", "", "must not be negative, got %d", c.ReplayBatchSize)
-	}
-	for _, f := range []struct {
-		name string
-		v    time.Duration
-	}{{"ReplayInitialBackoff", c.ReplayInitialBackoff}, {"ReplayMaxBackoff", c.ReplayMaxBackoff}, {"ReplayTimeout", c.ReplayTimeout}} {
-		if f.v < 0 {
-			bad(f.name, "", "must not be negative, got %v", f.v)
-		}
-	}
-	if d.ReplayMaxBackoff < d.ReplayInitialBackoff {
-		bad("ReplayMaxBackoff", "", "must be at least ReplayInitialBackoff (%v), got %v", d.ReplayInitialBackoff, d.ReplayMaxBackoff)
-	}
-	return errors.Join(errs...)
-}
-
-func (c JournalConfig) withDefaults() JournalConfig {
-	c.Name = cmp.Or(c.Name, "journal")
-	c.SegmentBytes = cmp.Or(c.SegmentBytes, DefaultJournalSegmentBytes)
-	c.MaxBytes = cmp.Or(c.MaxBytes, max(DefaultJournalMaxBytes, 2*c.SegmentBytes))
-	c.ReserveBytes = cmp.Or(c.ReserveBytes, DefaultJournalReserveBytes)
-	c.SyncInterval = cmp.Or(c.SyncInterval, DefaultJournalSyncInterval)
-	c.QueueSize = cmp.Or(c.QueueSize, DefaultJournalQueueSize)
-	c.ReplayBatchSize = cmp.Or(c.ReplayBatchSize, DefaultJournalReplayBatch)
-	c.ReplayInitialBackoff = cmp.Or(c.ReplayInitialBackoff, DefaultInitialBackoff)
-	c.ReplayMaxBackoff = cmp.Or(c.ReplayMaxBackoff, max(DefaultMaxBackoff, c.ReplayInitialBackoff))
-	c.ReplayTimeout = cmp.Or(c.ReplayTimeout, DefaultJournalReplayTimeout)
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	return c
-}
 
 // Journal sources (label source of floodgate_stream_journaled_total).
 const (
@@ -238,9 +55,9 @@ const (
 // re-publishes them, oldest first, once Kafka takes them again.
 //
 // Append and Offer are safe for concurrent use. Offer never blocks. Append
-// writes (and, under JournalSyncBatch, fsyncs) before it returns.
+// writes (and, under SyncBatch, fsyncs) before it returns.
 type Journal struct {
-	cfg      JournalConfig
+	cfg      Config
 	log      *slog.Logger
 	lockFile *os.File
 
@@ -294,19 +111,19 @@ func (s *journalSegment) checkpointPath() string {
 	return filepath.Join(s.dir, fmt.Sprintf("%020d%s", s.id, checkpointSuffix))
 }
 
-// OpenJournal opens (or creates) the journal in cfg.Dir and recovers it:
+// Open opens (or creates) the journal in cfg.Dir and recovers it:
 // a torn or corrupt tail of any segment is truncated (the bytes cut are
 // counted in floodgate_stream_journal_truncated_bytes_total), and each
 // segment's replay checkpoint is restored. Run replays what it finds.
-func OpenJournal(cfg JournalConfig) (*Journal, error) {
+func Open(cfg Config) (*Journal, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	m, err := newJournalMetrics(cfg.Registerer)
+	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		cfg.Logger.Error("journal metrics left unregistered", "err", err)
-		m, _ = newJournalMetrics(nil)
+		m, _ = newMetrics(nil)
 	}
 	j := &Journal{
 		cfg:               cfg,
@@ -345,7 +162,7 @@ func OpenJournal(cfg JournalConfig) (*Journal, error) {
 	return j, nil
 }
 
-// recover scans the directory's segments; see OpenJournal.
+// recover scans the directory's segments; see Open.
 func (j *Journal) recover() error {
 	entries, err := os.ReadDir(j.cfg.Dir)
 	if err != nil {
@@ -452,16 +269,16 @@ func (j *Journal) recoverSegment(seg *journalSegment) (keep bool, err error) {
 }
 
 // Append writes msgs to the journal (fsynced before it returns under
-// JournalSyncBatch) and counts them as source "failed". It is the hook for
-// AsyncProducerConfig.OnFailed (see OnFailed). Messages without a topic are
+// SyncBatch) and counts them as source "failed". It is the hook for
+// stream.AsyncProducerConfig.OnFailed (see OnFailed). Messages without a topic are
 // dropped and counted (they could never be replayed). When the batch does
 // not fit under MaxBytes the oldest segments are dropped and counted; if it
-// still does not fit it is dropped, counted, and ErrJournalFull returned.
+// still does not fit it is dropped, counted, and ErrFull returned.
 func (j *Journal) Append(msgs []kafka.Message) error {
 	return j.append(msgs, j.journaledFailed)
 }
 
-// OnFailed is Append for AsyncProducerConfig.OnFailed; errors are counted and
+// OnFailed is Append for stream.AsyncProducerConfig.OnFailed; errors are counted and
 // logged.
 func (j *Journal) OnFailed(msgs []kafka.Message) { _ = j.Append(msgs) }
 
@@ -492,7 +309,7 @@ func (j *Journal) append(msgs []kafka.Message, counter prometheus.Counter) error
 	defer j.mu.Unlock()
 	if j.closed {
 		j.drop(journalDropClosed, int64(len(msgs)), true)
-		return ErrJournalClosed
+		return ErrClosed
 	}
 	buf := j.buf[:0]
 	var n int64
@@ -516,7 +333,7 @@ func (j *Journal) append(msgs []kafka.Message, counter prometheus.Counter) error
 	if !j.makeRoom(need + int64(len(segmentMagic))) {
 		j.drop(journalDropCap, n, false)
 		j.logError("journal full: batch dropped", "messages", n, "bytes", need, "max_bytes", j.cfg.MaxBytes, "cap_bytes", j.capBytes())
-		return fmt.Errorf("append %d messages: %w", n, ErrJournalFull)
+		return fmt.Errorf("append %d messages: %w", n, ErrFull)
 	}
 	seg := j.activeSegment()
 	if seg != nil && seg.records > 0 && seg.size+need > j.cfg.SegmentBytes {
@@ -536,7 +353,7 @@ func (j *Journal) append(msgs []kafka.Message, counter prometheus.Counter) error
 		j.logError("journal write failed: batch dropped", "messages", n, "err", err)
 		// Cut the partial record so later appends stay readable; if that
 		// fails too, seal the segment: the drainer reads only up to
-		// seg.size and the next OpenJournal truncates the torn tail.
+		// seg.size and the next Open truncates the torn tail.
 		if terr := j.active.Truncate(seg.size); terr != nil {
 			j.sealActive()
 		}
@@ -548,7 +365,7 @@ func (j *Journal) append(msgs []kafka.Message, counter prometheus.Counter) error
 	j.pending += n
 	j.dirty = true
 	counter.Add(float64(n))
-	if j.cfg.Sync == JournalSyncBatch {
+	if j.cfg.Sync == SyncBatch {
 		j.syncActive()
 	}
 	j.updateGauges()
@@ -725,8 +542,8 @@ func (j *Journal) updateGauges() {
 	j.pendingGauge.Set(float64(j.pending))
 }
 
-// JournalStats is a snapshot of a journal's state.
-type JournalStats struct {
+// Stats is a snapshot of a journal's state.
+type Stats struct {
 	Pending  int64 // messages stored and not yet acknowledged by Kafka
 	Bytes    int64 // bytes on disk
 	Segments int
@@ -734,50 +551,39 @@ type JournalStats struct {
 }
 
 // Stats returns a snapshot of the journal's state.
-func (j *Journal) Stats() JournalStats {
+func (j *Journal) Stats() Stats {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return JournalStats{Pending: j.pending, Bytes: j.bytes, Segments: len(j.segs), Queued: len(j.queue)}
+	return Stats{Pending: j.pending, Bytes: j.bytes, Segments: len(j.segs), Queued: len(j.queue)}
 }
 
 // ReplayPublisher publishes messages and returns once all of them are
 // acknowledged by all in-sync replicas; on error some may have been written
-// (a kafka.WriteErrors in the chain gives each message's outcome). *Producer
+// (a kafka.WriteErrors in the chain gives each message's outcome). *stream.Producer
 // is one. It must be safe for use from one goroutine at a time.
 type ReplayPublisher interface {
 	Publish(ctx context.Context, msgs ...kafka.Message) error
 }
 
-var _ ReplayPublisher = (*Producer)(nil)
+var _ ReplayPublisher = (*stream.Producer)(nil)
 
 // Run writes offered messages to disk, fsyncs on the interval policy, and
 // replays the journal through pub (nil: store only) until ctx is done. Then
 // it refuses new offers, writes what was offered, fsyncs and closes the
 // journal; an in-flight replay is cancelled (its messages stay journaled and
-// are replayed, perhaps again, after the next OpenJournal). Run may be called
+// are replayed, perhaps again, after the next Open). Run may be called
 // once; Append still works while it runs and until it returns.
 func (j *Journal) Run(ctx context.Context, pub ReplayPublisher) error {
 	if !j.ran.CompareAndSwap(false, true) {
-		return errors.New("stream: Journal.Run called twice")
+		return errors.New("journal: Run called twice")
 	}
 	bg, stopBG := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	if pub != nil {
 		wg.Go(func() { j.replayLoop(bg, pub) })
 	}
-	if j.cfg.Sync == JournalSyncInterval {
-		wg.Go(func() {
-			t := time.NewTicker(j.cfg.SyncInterval)
-			defer t.Stop()
-			for {
-				select {
-				case <-bg.Done():
-					return
-				case <-t.C:
-					j.Sync()
-				}
-			}
-		})
+	if j.cfg.Sync == SyncInterval {
+		wg.Go(func() { _ = tick.Every(bg, j.cfg.SyncInterval, func(context.Context) { j.Sync() }) })
 	}
 	j.writeLoop(ctx)
 	stopBG()
@@ -802,16 +608,9 @@ func (j *Journal) writeLoop(ctx context.Context) {
 	}
 }
 
+// fillFromQueue appends to batch what the queue holds, up to cap(batch).
 func (j *Journal) fillFromQueue(batch []kafka.Message) []kafka.Message {
-	for len(batch) < cap(batch) {
-		select {
-		case m := <-j.queue:
-			batch = append(batch, m)
-		default:
-			return batch
-		}
-	}
-	return batch
+	return stream.TakeBuffered(j.queue, batch, cap(batch))
 }
 
 // closeQueue refuses further offers and writes what is queued.
@@ -868,84 +667,4 @@ func syncDir(dir string) error {
 		return err
 	}
 	return nil
-}
-
-// journalMetrics are the floodgate_stream_journal* collectors, labelled by
-// journal name.
-type journalMetrics struct {
-	journaled    *prometheus.CounterVec // journal, source
-	replayed     *prometheus.CounterVec // journal
-	dropped      *prometheus.CounterVec // journal, reason
-	bytes        *prometheus.GaugeVec   // journal
-	segments     *prometheus.GaugeVec   // journal
-	pending      *prometheus.GaugeVec   // journal
-	truncated    *prometheus.CounterVec // journal
-	replayErrors *prometheus.CounterVec // journal
-	fsyncErrors  *prometheus.CounterVec // journal
-	fsyncSeconds *prometheus.HistogramVec
-}
-
-func newJournalMetrics(reg prometheus.Registerer) (*journalMetrics, error) {
-	name := []string{"journal"}
-	m := &journalMetrics{
-		journaled: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_stream_journaled_total",
-			Help: "Messages written to the on-disk journal, by source: failed (the async producer gave up on them) or overflow (its buffer was full).",
-		}, []string{"journal", "source"}),
-		replayed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_stream_journal_replayed_total",
-			Help: "Journaled messages re-published and acknowledged by Kafka (acks=all).",
-		}, name),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_stream_journal_dropped_total",
-			Help: "Messages the journal lost or refused, by reason: cap (size cap), queue_full, closed, write_error, no_topic, corrupt.",
-		}, []string{"journal", "reason"}),
-		bytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "floodgate_stream_journal_bytes",
-			Help: "Bytes of journal segments on disk.",
-		}, name),
-		segments: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "floodgate_stream_journal_segments",
-			Help: "Journal segment files on disk.",
-		}, name),
-		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "floodgate_stream_journal_pending",
-			Help: "Journaled messages not yet acknowledged by Kafka.",
-		}, name),
-		truncated: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_stream_journal_truncated_bytes_total",
-			Help: "Bytes cut from torn or corrupt segment tails when the journal was opened.",
-		}, name),
-		replayErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_stream_journal_replay_errors_total",
-			Help: "Failed replay attempts (retried with backoff).",
-		}, name),
-		fsyncErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_stream_journal_fsync_errors_total",
-			Help: "Failed fsyncs of the active journal segment.",
-		}, name),
-		fsyncSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "floodgate_stream_journal_fsync_seconds",
-			Help:    "Duration of one journal fsync.",
-			Buckets: prometheus.ExponentialBuckets(0.00005, 4, 9), // 50µs .. 3.3s
-		}, name),
-	}
-	if reg == nil {
-		return m, nil
-	}
-	var errs []error
-	m.journaled = register(reg, m.journaled, &errs)
-	m.replayed = register(reg, m.replayed, &errs)
-	m.dropped = register(reg, m.dropped, &errs)
-	m.bytes = register(reg, m.bytes, &errs)
-	m.segments = register(reg, m.segments, &errs)
-	m.pending = register(reg, m.pending, &errs)
-	m.truncated = register(reg, m.truncated, &errs)
-	m.replayErrors = register(reg, m.replayErrors, &errs)
-	m.fsyncErrors = register(reg, m.fsyncErrors, &errs)
-	m.fsyncSeconds = register(reg, m.fsyncSeconds, &errs)
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("register journal metrics: %w", errors.Join(errs...))
-	}
-	return m, nil
 }

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package stream
+package journal
 
 import "errors"
 

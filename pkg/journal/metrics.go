@@ -1,0 +1,44 @@
+package journal
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate-dev/floodgate/pkg/stream"
+)
+
+// metrics are the floodgate_stream_journal* collectors, labelled by journal
+// name (the names kept from when the journal was part of pkg/stream).
+type metrics struct {
+	journaled    *prometheus.CounterVec // journal, source
+	replayed     *prometheus.CounterVec // journal
+	dropped      *prometheus.CounterVec // journal, reason
+	bytes        *prometheus.GaugeVec   // journal
+	segments     *prometheus.GaugeVec   // journal
+	pending      *prometheus.GaugeVec   // journal
+	truncated    *prometheus.CounterVec // journal
+	replayErrors *prometheus.CounterVec // journal
+	fsyncErrors  *prometheus.CounterVec // journal
+	fsyncSeconds *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	v := stream.NewVecs(reg)
+	m := &metrics{
+		journaled:    v.Counter("floodgate_stream_journaled_total", "Messages written to the on-disk journal, by source: failed (the async producer gave up on them) or overflow (its buffer was full).", "journal", "source"),
+		replayed:     v.Counter("floodgate_stream_journal_replayed_total", "Journaled messages re-published and acknowledged by Kafka (acks=all).", "journal"),
+		dropped:      v.Counter("floodgate_stream_journal_dropped_total", "Messages the journal lost or refused, by reason: cap (size cap), queue_full, closed, write_error, no_topic, corrupt.", "journal", "reason"),
+		bytes:        v.Gauge("floodgate_stream_journal_bytes", "Bytes of journal segments on disk.", "journal"),
+		segments:     v.Gauge("floodgate_stream_journal_segments", "Journal segment files on disk.", "journal"),
+		pending:      v.Gauge("floodgate_stream_journal_pending", "Journaled messages not yet acknowledged by Kafka.", "journal"),
+		truncated:    v.Counter("floodgate_stream_journal_truncated_bytes_total", "Bytes cut from torn or corrupt segment tails when the journal was opened.", "journal"),
+		replayErrors: v.Counter("floodgate_stream_journal_replay_errors_total", "Failed replay attempts (retried with backoff).", "journal"),
+		fsyncErrors:  v.Counter("floodgate_stream_journal_fsync_errors_total", "Failed fsyncs of the active journal segment.", "journal"),
+		fsyncSeconds: v.Histogram("floodgate_stream_journal_fsync_seconds", "Duration of one journal fsync.", prometheus.ExponentialBuckets(0.00005, 4, 9), "journal"), // 50µs .. 3.3s
+	}
+	if err := v.Err(); err != nil {
+		return nil, fmt.Errorf("register journal metrics: %w", err)
+	}
+	return m, nil
+}

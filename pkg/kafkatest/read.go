@@ -1,0 +1,105 @@
+package kafkatest
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/require"
+)
+
+// ReadPartition reads n messages of one partition from its start, without a
+// consumer group, failing the test if they do not all arrive within 20s.
+func ReadPartition(t testing.TB, addr, topic string, partition, n int) []kafka.Message {
+	t.Helper()
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers: []string{addr}, Topic: topic, Partition: partition, MaxWait: 100 * time.Millisecond,
+	})
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out := make([]kafka.Message, 0, n)
+	for len(out) < n {
+		m, err := r.FetchMessage(ctx)
+		require.NoError(t, err, "read %s/%d: got %d of %d messages", topic, partition, len(out), n)
+		out = append(out, m)
+	}
+	return out
+}
+
+// EndOffsets returns the high watermark of partitions 0 .. partitions-1.
+func EndOffsets(t testing.TB, addr, topic string, partitions int) []int64 {
+	t.Helper()
+	out := make([]int64, partitions)
+	for p := range partitions {
+		conn, err := kafka.DialLeader(context.Background(), "tcp", addr, topic, p)
+		require.NoError(t, err)
+		last, err := conn.ReadLastOffset()
+		conn.Close()
+		require.NoError(t, err)
+		out[p] = last
+	}
+	return out
+}
+
+// CommittedOffsets returns the group's committed offset (the next to read)
+// of partitions 0 .. partitions-1, -1 where nothing is committed.
+func CommittedOffsets(t testing.TB, addr, group, topic string, partitions int) []int64 {
+	t.Helper()
+	ids := make([]int, partitions)
+	for i := range ids {
+		ids[i] = i
+	}
+	client := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 10 * time.Second}
+	resp, err := client.OffsetFetch(context.Background(), &kafka.OffsetFetchRequest{
+		GroupID: group, Topics: map[string][]int{topic: ids},
+	})
+	require.NoError(t, err)
+	require.NoError(t, resp.Error)
+	out := make([]int64, partitions)
+	for i := range out {
+		out[i] = -1
+	}
+	for _, p := range resp.Topics[topic] {
+		require.NoError(t, p.Error)
+		out[p.Partition] = p.CommittedOffset
+	}
+	return out
+}
+
+// DeadAddr is a loopback address nothing listens on: a broker that is down.
+func DeadAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	a := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return a
+}
+
+// Headers maps a message's header keys to their values (the last one of a
+// key repeated).
+func Headers(hs []kafka.Header) map[string]string {
+	m := make(map[string]string, len(hs))
+	for _, h := range hs {
+		m[h.Key] = string(h.Value)
+	}
+	return m
+}
+
+// Partitions maps each topic the broker at addr has to its partition count.
+func Partitions(t testing.TB, addr string) map[string]int {
+	t.Helper()
+	conn, err := kafka.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	parts, err := conn.ReadPartitions()
+	require.NoError(t, err)
+	counts := map[string]int{}
+	for _, p := range parts {
+		counts[p.Topic]++
+	}
+	return counts
+}
