@@ -108,51 +108,51 @@ func (s *Server) alert(w http.ResponseWriter, r *http.Request) {
 
 // action runs one trust-and-safety action on the alert named by the form.
 func (s *Server) action(w http.ResponseWriter, r *http.Request, name, done string, do func(a store.Alert, who store.Actor) (int, error)) {
-	req := current(r)
 	principal, sk := r.PostFormValue("p"), r.PostFormValue("k")
-	a, err := s.cfg.Store.Get(r.Context(), principal, sk)
-	if errors.Is(err, store.ErrNotFound) {
-		s.metrics.actions.WithLabelValues(name, "not_found").Inc()
-		s.fail(w, r, http.StatusNotFound, "no such alert")
+	a, ok := s.actionAlert(w, r, name, principal, sk)
+	if !ok {
 		return
 	}
-	if err != nil {
-		s.metrics.actions.WithLabelValues(name, "error").Inc()
-		s.fail(w, r, http.StatusServiceUnavailable, "the alert could not be read: "+err.Error())
-		return
-	}
-	who := store.Actor{Name: req.who.Name, Role: req.who.Role.String(), Reason: strings.TrimSpace(r.PostFormValue("reason")), CorrelationID: req.corr}
+	who := s.actor(r)
 	code, err := do(a, who)
 	if err != nil {
-		outcome := "error"
-		if code < 500 {
-			outcome = "refused"
-		}
-		s.metrics.actions.WithLabelValues(name, outcome).Inc()
 		if code >= 500 {
-			s.cfg.Log.Error("action failed", "action", name, "principal", principal, "actor", who.Name, "err", err, "correlation_id", req.corr)
+			s.cfg.Log.Error("action failed", "action", name, "principal", principal, "actor", who.Name, "err", err, "correlation_id", who.CorrelationID)
 		}
-		if wantsJSON(r) {
-			s.fail(w, r, code, err.Error())
-			return
-		}
-		v, lerr := s.loadDetail(r, principal, sk)
-		if lerr != nil {
-			s.fail(w, r, code, err.Error())
-			return
-		}
-		v.Errors = append([]string{err.Error()}, v.Errors...)
-		w.WriteHeader(code)
-		s.render(w, r, "alert", v)
+		s.refuse(w, r, name, code, err.Error(), func(msg string) { s.alertAgain(w, r, code, principal, sk, msg) })
 		return
 	}
-	s.metrics.actions.WithLabelValues(name, "ok").Inc()
-	s.cfg.Log.Info("action", "action", name, "principal", principal, "abuse_id", a.ID, "actor", who.Name, "reason", who.Reason, "correlation_id", req.corr)
-	if wantsJSON(r) {
-		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "action": name, "principal": principal, "abuse_id": a.ID})
+	s.succeeded(w, r, name, who, map[string]any{"ok": true, "action": name, "principal": principal, "abuse_id": a.ID},
+		"/alert?p="+url.QueryEscape(principal)+"&k="+url.QueryEscape(sk)+"&done="+done, "principal", principal, "abuse_id", a.ID)
+}
+
+// actionAlert reads the alert an action is on; when it cannot, it answers
+// (404, or 503 when the store failed), counts the action and says false.
+func (s *Server) actionAlert(w http.ResponseWriter, r *http.Request, action, principal, sk string) (store.Alert, bool) {
+	a, err := s.cfg.Store.Get(r.Context(), principal, sk)
+	if errors.Is(err, store.ErrNotFound) {
+		s.metrics.actions.WithLabelValues(action, "not_found").Inc()
+		s.fail(w, r, http.StatusNotFound, "no such alert")
+		return a, false
+	}
+	if err != nil {
+		s.metrics.actions.WithLabelValues(action, "error").Inc()
+		s.fail(w, r, http.StatusServiceUnavailable, "the alert could not be read: "+err.Error())
+		return a, false
+	}
+	return a, true
+}
+
+// alertAgain renders the alert page with msg first among its errors, after
+// a refused action (the error page when the alert cannot be read).
+func (s *Server) alertAgain(w http.ResponseWriter, r *http.Request, code int, principal, sk, msg string) {
+	v, err := s.loadDetail(r, principal, sk)
+	if err != nil {
+		s.fail(w, r, code, msg)
 		return
 	}
-	http.Redirect(w, r, "/alert?p="+url.QueryEscape(principal)+"&k="+url.QueryEscape(sk)+"&done="+done, http.StatusSeeOther)
+	v.Errors = append([]string{msg}, v.Errors...)
+	s.renderCode(w, r, code, "alert", v)
 }
 
 func actionCode(err error) int {

@@ -171,12 +171,7 @@ func TestBrowserShedWhatIfRollout(t *testing.T) {
 	b := startBrowser(t, bin)
 	shot := func(name string) chromedp.Action[chromedp.Void] { return screenshot(shots, name) }
 	require.NoError(t, chromedp.Do(b,
-		chromedp.Navigate(e.srv.URL+"/login"),
-		chromedp.WaitVisible(chromedp.ID("username")),
-		chromedp.SendKeys(chromedp.ID("username"), "sre1"),
-		chromedp.SendKeys(chromedp.ID("password"), testPassword),
-		chromedp.Submit(chromedp.ID("password")),
-		chromedp.WaitVisible(chromedp.ID("alert-rows")),
+		signIn(e.srv.URL, "sre1"),
 		chromedp.Click(chromedp.CSS(`nav a[href="/sre/adjuster"]`)),
 		chromedp.WaitVisible(chromedp.ID("shed-level")),
 		shot("console-adjuster-shedding"),

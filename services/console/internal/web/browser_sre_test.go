@@ -8,21 +8,16 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/chromedp/chromedp"
 	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
-	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/adjuster"
@@ -69,9 +64,7 @@ func TestBrowserSRE(t *testing.T) {
 	a := e.seed(t, "sre", now.Add(-time.Minute), events.PatternRapidFire, events.SeverityCritical, true)
 	for d, units := range []int64{120, 340, 0, 800, 1500, 2200, 900, 4000, 3100, 600, 0, 450, 5200, 7400} {
 		day := now.UTC().AddDate(0, 0, d-13).Format("2006-01-02")
-		_, err := e.ddb.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(prefix + dynamo.TableQuotaLedger),
-			Item: map[string]types.AttributeValue{"pk": s(a.Principal), "sk": s(day), "units": &types.AttributeValueMemberN{Value: strconv.FormatInt(units, 10)}}})
-		require.NoError(t, err)
+		e.putUsage(t, a.Principal, day, units)
 	}
 	gw := "console-browser-" + e.run
 	wr := influx.WriteAPIBlocking("", bucket)
@@ -89,12 +82,7 @@ func TestBrowserSRE(t *testing.T) {
 
 	// SRE: sign in → the alert → its principal page.
 	require.NoError(t, chromedp.Do(ctx,
-		chromedp.Navigate(e.srv.URL+"/login"),
-		chromedp.WaitVisible(chromedp.ID("username")),
-		chromedp.SendKeys(chromedp.ID("username"), "sre1"),
-		chromedp.SendKeys(chromedp.ID("password"), testPassword),
-		chromedp.Submit(chromedp.ID("password")),
-		chromedp.WaitVisible(chromedp.ID("alert-rows")),
+		signIn(e.srv.URL, "sre1"),
 		chromedp.Click(chromedp.CSS(`a[href*="`+a.ID+`"]`)),
 		chromedp.WaitVisible(chromedp.ID("principal-link")),
 		chromedp.Click(chromedp.ID("principal-link")),

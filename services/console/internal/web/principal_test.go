@@ -1,20 +1,14 @@
 package web
 
 import (
-	"context"
 	"net/http"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/require"
 
-	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/services/console/internal/quota"
 )
@@ -43,9 +37,7 @@ func TestPrincipalPage(t *testing.T) {
 	// The quota ledger as the quota service writes it: pk principal, sk day, units.
 	ledger := map[string]int64{now.Format("2006-01-02"): 4321, now.AddDate(0, 0, -3).Format("2006-01-02"): 777}
 	for day, units := range ledger {
-		_, err := e.ddb.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(prefix + dynamo.TableQuotaLedger),
-			Item: map[string]types.AttributeValue{"pk": s(a.Principal), "sk": s(day), "units": &types.AttributeValueMemberN{Value: strconv.FormatInt(units, 10)}}})
-		require.NoError(t, err)
+		e.putUsage(t, a.Principal, day, units)
 	}
 	c := e.client(t)
 	c.login("viewer1")

@@ -11,16 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
-	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
 )
@@ -53,22 +49,6 @@ func sampleDecision(p events.Principal, i int, at time.Time, ip string) *events.
 		d.Tier = events.TierPenalty
 	}
 	return d
-}
-
-// setCrossing records ref in the stored alert's event, as the detector does.
-func (e *testEnv) setCrossing(t *testing.T, a store.Alert, ref *events.EventRef) store.Alert {
-	t.Helper()
-	ev := *a.Event
-	ev.Evidence.CrossingEvent = ref
-	body, err := events.EncodeAbuse(&ev)
-	require.NoError(t, err)
-	_, err = e.ddb.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{TableName: aws.String(e.prefix + dynamo.TableAbuseRecords),
-		Key: map[string]types.AttributeValue{"pk": s(a.Principal), "sk": s(a.SK)}, UpdateExpression: aws.String("SET #e = :e"),
-		ExpressionAttributeNames: map[string]string{"#e": "event"}, ExpressionAttributeValues: map[string]types.AttributeValue{":e": s(string(body))}})
-	require.NoError(t, err)
-	got, err := e.st.Get(context.Background(), a.Principal, a.SK)
-	require.NoError(t, err)
-	return got
 }
 
 var sampleRowRE = regexp.MustCompile(`(?s)<tr[^>]*><td class="num">(\d+)</td><td class="num">(\d+)</td>`)
