@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/services/console/internal/blockrate"
+	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 )
 
 // TestBlockRate writes limiter_decisions points (as the limiter does) under a
@@ -63,7 +64,7 @@ func TestBlockRate(t *testing.T) {
 		require.Contains(t, body, "not a tag value")
 	})
 	t.Run("InfluxDB down is an error state", func(t *testing.T) {
-		dead := influxdb2.NewClientWithOptions("http://"+freeAddr(t), "", influxdb2.DefaultOptions().SetHTTPRequestTimeout(2))
+		dead := influxdb2.NewClientWithOptions("http://"+consoletest.FreeAddr(t), "", influxdb2.DefaultOptions().SetHTTPRequestTimeout(2))
 		t.Cleanup(dead.Close)
 		e2 := newEnvWith(t, func(cfg *Config, _ string) {
 			cfg.BlockRate = &blockrate.Reader{Query: dead.QueryAPI(""), Bucket: bucket}

@@ -31,6 +31,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/whatif"
 	"github.com/floodgate-dev/floodgate/pkg/whatif/whatiftest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/adjuster"
+	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 )
 
 // guardRules are the rules the limiter records the traffic under: generous.
@@ -79,7 +80,7 @@ func TestBrowserShedWhatIfRollout(t *testing.T) {
 	influx := influxdb2.NewClient(env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL), env.String("FLOODGATE_INFLUX_TOKEN", ""))
 	t.Cleanup(influx.Close)
 	bucket := env.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket)
-	kb := broker(t)
+	kb := consoletest.Broker(t)
 	ro := newRolloutRig(t)
 	tag := redistest.Unique(t, "console-guards")
 	var adj adjusterProc

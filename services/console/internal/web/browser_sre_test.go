@@ -17,11 +17,13 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/adjuster"
 	"github.com/floodgate-dev/floodgate/services/console/internal/blockrate"
+	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/quota"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
 )
@@ -37,9 +39,9 @@ func TestBrowserSRE(t *testing.T) {
 	influx := influxdb2.NewClient(env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL), env.String("FLOODGATE_INFLUX_TOKEN", ""))
 	t.Cleanup(influx.Close)
 	bucket := env.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket)
-	qaddr := freeAddr(t)
+	qaddr := consoletest.FreeAddr(t)
 	var adjURL, adjToken, prefix string
-	kb := broker(t)
+	kb := consoletest.Broker(t)
 	overridesKey := redistest.Unique(t, "fg:test:console:overrides")
 	e := newEnvWith(t, func(cfg *Config, p string) {
 		prefix = p
@@ -56,10 +58,10 @@ func TestBrowserSRE(t *testing.T) {
 		cfg.BlockRate = &blockrate.Reader{Query: influx.QueryAPI(""), Bucket: bucket}
 	})
 	startProcess(t, serviceBinary(t, "quota"), []string{
-		"FLOODGATE_QUOTA_ADDR=" + qaddr, "FLOODGATE_KAFKA_BROKERS=" + broker(t), "FLOODGATE_QUOTA_GROUP=quota-" + e.run,
-		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + dynamoEndpoint(),
+		"FLOODGATE_QUOTA_ADDR=" + qaddr, "FLOODGATE_KAFKA_BROKERS=" + consoletest.Broker(t), "FLOODGATE_QUOTA_GROUP=quota-" + e.run,
+		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + migrationstest.DynamoEndpoint(),
 	})
-	waitReady(t, "http://"+qaddr+"/readyz")
+	consoletest.WaitReady(t, "http://"+qaddr+"/readyz")
 	now := time.Now()
 	a := e.seed(t, "sre", now.Add(-time.Minute), events.PatternRapidFire, events.SeverityCritical, true)
 	for d, units := range []int64{120, 340, 0, 800, 1500, 2200, 900, 4000, 3100, 600, 0, 450, 5200, 7400} {

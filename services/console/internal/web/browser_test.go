@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
+	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
 )
 
@@ -30,7 +31,7 @@ import (
 func TestBrowser(t *testing.T) {
 	bin, shots := browserSetup(t)
 
-	b := broker(t)
+	b := consoletest.Broker(t)
 	e := newEnvWith(t, func(cfg *Config, _ string) {
 		cfg.Samples = &store.SampleReader{Client: &kafka.Client{Addr: kafka.TCP(b), Timeout: 5 * time.Second}, Topic: decisionsTopic}
 		cfg.SignIn = auth.NewLimiter(redistest.Client(t), "fg:console:test:"+redistest.Unique(t, "authfail")+":")

@@ -17,9 +17,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/dlq"
 	"github.com/floodgate-dev/floodgate/services/console/internal/quota"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
@@ -150,8 +152,8 @@ type deadLetters struct {
 // dead letters and waits until the auditor stores both.
 func startDeadLetters(t *testing.T) *deadLetters {
 	t.Helper()
-	b := broker(t)
-	dlqAddr, quotaAddr := freeAddr(t), freeAddr(t)
+	b := consoletest.Broker(t)
+	dlqAddr, quotaAddr := consoletest.FreeAddr(t), consoletest.FreeAddr(t)
 	raw := make([]byte, 32)
 	_, err := rand.Read(raw)
 	require.NoError(t, err)
@@ -173,15 +175,15 @@ func startDeadLetters(t *testing.T) *deadLetters {
 	group := "quota-" + e.run
 	startProcess(t, serviceBinary(t, "quota"), []string{
 		"FLOODGATE_QUOTA_ADDR=" + quotaAddr, "FLOODGATE_KAFKA_BROKERS=" + b, "FLOODGATE_QUOTA_GROUP=" + group,
-		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + dynamoEndpoint(),
+		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + migrationstest.DynamoEndpoint(),
 	})
 	startProcess(t, serviceBinary(t, "dlq-auditor"), []string{
 		"FLOODGATE_DLQ_ADDR=" + dlqAddr, "FLOODGATE_KAFKA_BROKERS=" + b, "FLOODGATE_DLQ_GROUP=auditor-" + e.run,
 		"FLOODGATE_DLQ_DISCOVER_INTERVAL=1s", "FLOODGATE_DLQ_TOKENS_FILE=" + tokens, "FLOODGATE_DLQ_CANARY_TIMEOUT=30s",
-		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + dynamoEndpoint(),
+		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + migrationstest.DynamoEndpoint(),
 	})
-	waitReady(t, "http://"+quotaAddr+"/readyz")
-	waitReady(t, "http://"+dlqAddr+"/healthz")
+	consoletest.WaitReady(t, "http://"+quotaAddr+"/readyz")
+	consoletest.WaitReady(t, "http://"+dlqAddr+"/healthz")
 
 	// Two dead letters of the quota service: a valid decision it failed to
 	// write (transient) and a poison message.

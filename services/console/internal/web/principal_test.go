@@ -9,14 +9,16 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/quota"
 )
 
 // TestPrincipalPage runs the real quota service (its binary, on an in-process
 // broker and this test's DynamoDB tables) and reads the principal page.
 func TestPrincipalPage(t *testing.T) {
-	qaddr := freeAddr(t)
+	qaddr := consoletest.FreeAddr(t)
 	var prefix string
 	e := newEnvWith(t, func(cfg *Config, p string) {
 		prefix = p
@@ -24,12 +26,12 @@ func TestPrincipalPage(t *testing.T) {
 		require.NoError(t, err)
 		cfg.Quota = qc
 	})
-	b := broker(t)
+	b := consoletest.Broker(t)
 	startProcess(t, serviceBinary(t, "quota"), []string{
 		"FLOODGATE_QUOTA_ADDR=" + qaddr, "FLOODGATE_KAFKA_BROKERS=" + b, "FLOODGATE_QUOTA_GROUP=console-test-" + e.run,
-		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + dynamoEndpoint(),
+		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + migrationstest.DynamoEndpoint(),
 	})
-	waitReady(t, "http://"+qaddr+"/healthz")
+	consoletest.WaitReady(t, "http://"+qaddr+"/healthz")
 
 	now := time.Now().UTC()
 	a := e.seed(t, "pp", now.Add(-time.Minute), events.PatternRapidFire, events.SeverityHigh, true)
@@ -77,7 +79,7 @@ func TestPrincipalPage(t *testing.T) {
 // TestPrincipalPageQuotaDown: the quota service unreachable is an error state
 // on the page, the rest still renders.
 func TestPrincipalPageQuotaDown(t *testing.T) {
-	dead := freeAddr(t) // nothing listens here
+	dead := consoletest.FreeAddr(t) // nothing listens here
 	e := newEnvWith(t, func(cfg *Config, _ string) {
 		qc, err := quota.New("http://"+dead, "", &http.Client{Timeout: 2 * time.Second})
 		require.NoError(t, err)

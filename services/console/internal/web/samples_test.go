@@ -18,6 +18,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
 )
 
@@ -58,7 +59,7 @@ var sampleRowRE = regexp.MustCompile(`(?s)<tr[^>]*><td class="num">(\d+)</td><td
 // at and before the crossing offset, newest first, other principals'
 // messages skipped, addresses truncated; and the empty and error states.
 func TestSampleEvents(t *testing.T) {
-	b := broker(t)
+	b := consoletest.Broker(t)
 	e := newEnvWith(t, func(cfg *Config, _ string) {
 		cfg.Samples = &store.SampleReader{Client: &kafka.Client{Addr: kafka.TCP(b), Timeout: 5 * time.Second}, Topic: decisionsTopic,
 			MaxScan: 200, Keep: 20, Chunk: 15} // several backward steps

@@ -22,6 +22,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/series"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/console/internal/adjuster"
+	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 )
 
 // adjusterPoint writes one adjuster_scales point the way the adjuster's
@@ -61,7 +62,7 @@ func TestScaleHistory(t *testing.T) {
 	influxURL, bucket := env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL), env.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket)
 	influx := influxdb2.NewClient(influxURL, env.String("FLOODGATE_INFLUX_TOKEN", ""))
 	t.Cleanup(influx.Close)
-	b := broker(t)
+	b := consoletest.Broker(t)
 	e := newEnvWith(t, func(cfg *Config, _ string) {
 		cfg.ScaleSeries = &adjuster.Series{Query: influx.QueryAPI(""), Bucket: bucket}
 		cfg.Adjustments = &adjuster.Adjustments{Client: &kafka.Client{Addr: kafka.TCP(b), Timeout: 10 * time.Second}, Topic: config.DefaultAdjustmentsTopic}
@@ -133,11 +134,11 @@ func TestScaleHistory(t *testing.T) {
 		require.Contains(t, body, "not a scope")
 	})
 	t.Run("InfluxDB and Kafka down are error states", func(t *testing.T) {
-		dead := influxdb2.NewClientWithOptions("http://"+freeAddr(t), "", influxdb2.DefaultOptions().SetHTTPRequestTimeout(2))
+		dead := influxdb2.NewClientWithOptions("http://"+consoletest.FreeAddr(t), "", influxdb2.DefaultOptions().SetHTTPRequestTimeout(2))
 		t.Cleanup(dead.Close)
 		e2 := newEnvWith(t, func(cfg *Config, _ string) {
 			cfg.ScaleSeries = &adjuster.Series{Query: dead.QueryAPI(""), Bucket: bucket}
-			cfg.Adjustments = &adjuster.Adjustments{Client: &kafka.Client{Addr: kafka.TCP(freeAddr(t)), Timeout: 2 * time.Second}, Topic: config.DefaultAdjustmentsTopic}
+			cfg.Adjustments = &adjuster.Adjustments{Client: &kafka.Client{Addr: kafka.TCP(consoletest.FreeAddr(t)), Timeout: 2 * time.Second}, Topic: config.DefaultAdjustmentsTopic}
 		})
 		require.NoError(t, e2.rdb.HSet(context.Background(), "fg:test:"+e2.run+":scales", "global", "0.7").Err())
 		t.Cleanup(func() { e2.rdb.Del(context.Background(), "fg:test:"+e2.run+":scales") })
