@@ -24,26 +24,21 @@ type ipView struct {
 }
 
 type detailView struct {
-	Title      string
-	Alert      store.Alert
-	Ev         *events.Abuse
-	IPs        []ipView
-	Penalty    store.Penalty
-	HasPenalty bool
-	Allow      store.AllowEntry
-	Allowed    bool
-	History    []store.Alert
-	Audit      []store.AuditEntry
-	Chart      template.HTML
-	ChartNote  string // what the chart compares
-	Samples    samplesView
-	CIDRAllow  map[string]store.AllowEntry // the alert's networks (address) → the CIDR entry covering it
-	Networks   []string                    // the alert's networks as prefixes, to allowlist
-	CanAct     bool
-	IsAdmin    bool
-	Done       string
-	Errors     []string
-	Version    string
+	Title string
+	Alert store.Alert
+	Ev    *events.Abuse
+	IPs   []ipView
+	principalState
+	Chart     template.HTML
+	ChartNote string // what the chart compares
+	Samples   samplesView
+	CIDRAllow map[string]store.AllowEntry // the alert's networks (address) → the CIDR entry covering it
+	Networks  []string                    // the alert's networks as prefixes, to allowlist
+	CanAct    bool
+	IsAdmin   bool
+	Done      string
+	Errors    []string
+	Version   string
 }
 
 var doneMessages = map[string]string{
@@ -69,18 +64,7 @@ func (s *Server) loadDetail(r *http.Request, principal, sk string) (detailView, 
 		v.Chart, v.ChartNote = evidenceChart(a.Event)
 	}
 	var errs []string
-	if v.Penalty, v.HasPenalty, err = s.cfg.Store.GetPenalty(ctx, principal); err != nil {
-		errs = append(errs, "live penalty unavailable (Redis): "+err.Error())
-	}
-	if v.Allow, v.Allowed, err = s.cfg.Store.GetAllow(ctx, principal); err != nil {
-		errs = append(errs, "allowlist unavailable: "+err.Error())
-	}
-	if v.History, err = s.cfg.Store.History(ctx, principal, 20); err != nil {
-		errs = append(errs, "history unavailable: "+err.Error())
-	}
-	if v.Audit, err = s.cfg.Store.AuditLog(ctx, principal, 20); err != nil {
-		errs = append(errs, "audit log unavailable: "+err.Error())
-	}
+	v.principalState, errs = s.loadPrincipal(ctx, principal, 20, "history")
 	v.Samples = s.loadSamples(ctx, a)
 	v.IsAdmin = current(r).who.Role.Allows(auth.RoleAdmin)
 	if err := s.loadCIDRAllow(ctx, &v); err != nil {

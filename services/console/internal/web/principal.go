@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"html/template"
 	"net/http"
 
@@ -13,20 +14,49 @@ import (
 const UsageDays = 14
 
 type principalView struct {
-	Title      string
-	Principal  string
-	Kind, ID   string
+	Title     string
+	Principal string
+	Kind, ID  string
+	principalState
+	Usage      quota.Report
+	UsageOK    bool
+	UsageError string
+	Timeline   template.HTML
+	Errors     []string
+}
+
+// principalState is what the console knows of one principal now: its live
+// penalty, its allowlist entry, its newest detections and its audit log.
+type principalState struct {
 	Penalty    store.Penalty
 	HasPenalty bool
 	Allow      store.AllowEntry
 	Allowed    bool
 	History    []store.Alert
 	Audit      []store.AuditEntry
-	Usage      quota.Report
-	UsageOK    bool
-	UsageError string
-	Timeline   template.HTML
-	Errors     []string
+}
+
+// loadPrincipal reads a principal's state with its newest history
+// detections (named so in the errors, which say what could not be read).
+func (s *Server) loadPrincipal(ctx context.Context, key string, history int, what string) (principalState, []string) {
+	var (
+		p    principalState
+		errs []string
+		err  error
+	)
+	if p.Penalty, p.HasPenalty, err = s.cfg.Store.GetPenalty(ctx, key); err != nil {
+		errs = append(errs, "live penalty unavailable (Redis): "+err.Error())
+	}
+	if p.Allow, p.Allowed, err = s.cfg.Store.GetAllow(ctx, key); err != nil {
+		errs = append(errs, "allowlist unavailable: "+err.Error())
+	}
+	if p.History, err = s.cfg.Store.History(ctx, key, history); err != nil {
+		errs = append(errs, what+" unavailable: "+err.Error())
+	}
+	if p.Audit, err = s.cfg.Store.AuditLog(ctx, key, 20); err != nil {
+		errs = append(errs, "audit log unavailable: "+err.Error())
+	}
+	return p, errs
 }
 
 // principal shows one principal: its live penalty, detections, audit log and
@@ -40,19 +70,8 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	key := p.Key()
 	v := principalView{Title: key, Principal: key, Kind: string(p.Kind), ID: p.ID}
+	v.principalState, v.Errors = s.loadPrincipal(ctx, key, 50, "detections (DynamoDB)")
 	var err error
-	if v.Penalty, v.HasPenalty, err = s.cfg.Store.GetPenalty(ctx, key); err != nil {
-		v.Errors = append(v.Errors, "live penalty unavailable (Redis): "+err.Error())
-	}
-	if v.Allow, v.Allowed, err = s.cfg.Store.GetAllow(ctx, key); err != nil {
-		v.Errors = append(v.Errors, "allowlist unavailable: "+err.Error())
-	}
-	if v.History, err = s.cfg.Store.History(ctx, key, 50); err != nil {
-		v.Errors = append(v.Errors, "detections unavailable (DynamoDB): "+err.Error())
-	}
-	if v.Audit, err = s.cfg.Store.AuditLog(ctx, key, 20); err != nil {
-		v.Errors = append(v.Errors, "audit log unavailable: "+err.Error())
-	}
 	if s.cfg.Quota == nil {
 		v.UsageError = "No quota service is configured (FLOODGATE_CONSOLE_QUOTA_URL)."
 	} else if v.Usage, err = s.cfg.Quota.Usage(ctx, string(p.Kind), p.ID, UsageDays); err != nil {
