@@ -80,8 +80,7 @@ func TestAdjusterPage(t *testing.T) {
 	direct, err := adjuster.New(adjURL, adjToken, nil)
 	require.NoError(t, err)
 	ctx := context.Background()
-	sre := e.client(t)
-	sre.login("sre1")
+	sre := e.signedIn(t, "sre1")
 
 	pageETag := func(t *testing.T) (string, string) {
 		code, body := sre.get("/sre/adjuster")
@@ -92,17 +91,8 @@ func TestAdjusterPage(t *testing.T) {
 	}
 
 	t.Run("viewer and analyst read only", func(t *testing.T) {
-		for _, user := range []string{"viewer1", "analyst1"} {
-			c := e.client(t)
-			c.login(user)
-			code, body := c.get("/sre/adjuster")
-			require.Equal(t, http.StatusOK, code, body)
-			require.Contains(t, body, `id="adjuster-mode"`)
-			require.NotContains(t, body, `id="mode-form"`)
-			csrf := csrfRE.FindStringSubmatch(body)[1]
-			res, _ := c.post("/sre/adjuster/mode", url.Values{"csrf": {csrf}, "etag": {`"0"`}, "dry_run": {"on"}, "reason": {"x"}})
-			require.Equal(t, http.StatusForbidden, res.StatusCode)
-		}
+		e.readOnlyBelowSRE(t, "/sre/adjuster", `id="adjuster-mode"`, []string{`id="mode-form"`},
+			formPost{"/sre/adjuster/mode", url.Values{"etag": {`"0"`}, "dry_run": {"on"}, "reason": {"x"}}})
 		s, _, err := direct.Settings(ctx)
 		require.NoError(t, err)
 		require.False(t, s.DryRun)
@@ -194,8 +184,7 @@ func TestAdjusterPage(t *testing.T) {
 		dead, err := adjuster.New("http://"+consoletest.FreeAddr(t), "x", &http.Client{Timeout: time.Second})
 		require.NoError(t, err)
 		e2 := newEnvWith(t, func(cfg *Config, _ string) { cfg.Adjuster = dead })
-		c := e2.client(t)
-		c.login("sre1")
+		c := e2.signedIn(t, "sre1")
 		code, body := c.get("/sre/adjuster")
 		require.Equal(t, http.StatusServiceUnavailable, code)
 		require.Contains(t, body, "Adjuster settings unavailable")

@@ -23,8 +23,7 @@ import (
 func TestCIDRAllowlist(t *testing.T) {
 	e := newEnv(t)
 	a := e.seed(t, "cidr", time.Now().Add(-time.Minute), events.PatternRapidFire, events.SeverityHigh, true)
-	analyst := e.client(t)
-	analyst.login("analyst1")
+	analyst := e.signedIn(t, "analyst1")
 	csrf := analyst.csrf(alertPath(a))
 	require.Contains(t, analyst.mustGet(alertPath(a)), `id="cidr-form"`)
 	require.Contains(t, analyst.mustGet(alertPath(a)), `<option value="198.51.100.0/24">`, "the alert's networks are offered")
@@ -110,8 +109,7 @@ func TestCIDRAllowlist(t *testing.T) {
 		require.Equal(t, http.StatusForbidden, res.StatusCode, body)
 	})
 	t.Run("viewer: read-only page, POSTs refused", func(t *testing.T) {
-		viewer := e.client(t)
-		viewer.login("viewer1")
+		viewer := e.signedIn(t, "viewer1")
 		page := viewer.mustGet("/allowlist")
 		require.Contains(t, page, "partner office NAT")
 		require.Contains(t, page, `id="read-only"`)

@@ -37,8 +37,7 @@ func TestDeadLetters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	sre := e.client(t)
-	sre.login("sre1")
+	sre := e.signedIn(t, "sre1")
 	code, page := sre.get("/sre/dlq")
 	require.Equal(t, http.StatusOK, code, page)
 	require.Contains(t, page, poisonID)
@@ -59,8 +58,7 @@ func TestDeadLetters(t *testing.T) {
 		require.Equal(t, http.StatusNotFound, code)
 	})
 	t.Run("viewer cannot replay", func(t *testing.T) {
-		c := e.client(t)
-		c.login("analyst1")
+		c := e.signedIn(t, "analyst1")
 		code, body := c.get("/sre/dlq")
 		require.Equal(t, http.StatusOK, code)
 		require.NotContains(t, body, `name="id"`)
@@ -93,8 +91,7 @@ func TestDeadLetters(t *testing.T) {
 		}, 30*time.Second, 300*time.Millisecond, "the quota service counts the replayed decision")
 	})
 	t.Run("purge: analyst refused, reason and confirmation required, audited", func(t *testing.T) {
-		c := e.client(t)
-		c.login("analyst1")
+		c := e.signedIn(t, "analyst1")
 		code, body := c.get("/sre/dlq/record?id=" + url.QueryEscape(poisonID))
 		require.Equal(t, http.StatusOK, code)
 		require.NotContains(t, body, `id="purge-one"`)

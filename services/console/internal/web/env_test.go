@@ -157,6 +157,47 @@ func (e *testEnv) client(t *testing.T) *browser {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
 
+// signedIn is a client signed in as user (the test password).
+func (e *testEnv) signedIn(t *testing.T, user string) *browser {
+	t.Helper()
+	b := e.client(t)
+	b.login(user)
+	return b
+}
+
+// formPost is a form an SRE page posts (without its CSRF token).
+type formPost struct {
+	path string
+	form url.Values
+}
+
+// readOnlyBelowSRE checks that a viewer and an analyst see page (with
+// shown in it, unless empty) without what is hidden from them, and that each of posts,
+// sent with the page's CSRF token, is refused (403).
+func (e *testEnv) readOnlyBelowSRE(t *testing.T, page, shown string, hidden []string, posts ...formPost) {
+	t.Helper()
+	for _, user := range []string{"viewer1", "analyst1"} {
+		c := e.signedIn(t, user)
+		code, body := c.get(page)
+		require.Equal(t, http.StatusOK, code, body)
+		if shown != "" {
+			require.Contains(t, body, shown, user)
+		}
+		for _, h := range hidden {
+			require.NotContains(t, body, h, user)
+		}
+		csrf := csrfRE.FindStringSubmatch(body)[1]
+		for _, p := range posts {
+			f := url.Values{"csrf": {csrf}}
+			for k, v := range p.form {
+				f[k] = v
+			}
+			res, _ := c.post(p.path, f)
+			require.Equal(t, http.StatusForbidden, res.StatusCode, "%s posts %s", user, p.path)
+		}
+	}
+}
+
 var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
 func (b *browser) get(path string) (int, string) {

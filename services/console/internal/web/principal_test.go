@@ -41,8 +41,7 @@ func TestPrincipalPage(t *testing.T) {
 	for day, units := range ledger {
 		e.putUsage(t, a.Principal, day, units)
 	}
-	c := e.client(t)
-	c.login("viewer1")
+	c := e.signedIn(t, "viewer1")
 
 	t.Run("alert detail links the principal page", func(t *testing.T) {
 		code, body := c.get(alertPath(a))
@@ -87,8 +86,7 @@ func TestPrincipalPageQuotaDown(t *testing.T) {
 	})
 	a := e.seed(t, "down", time.Now().Add(-time.Minute), events.PatternRapidFire, events.SeverityHigh, true)
 	kind, id := a.PrincipalParts()
-	c := e.client(t)
-	c.login("viewer1")
+	c := e.signedIn(t, "viewer1")
 	code, body := c.get("/principals/" + kind + "/" + id)
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, `id="usage-error"`)

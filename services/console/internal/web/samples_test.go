@@ -89,8 +89,7 @@ func TestSampleEvents(t *testing.T) {
 	produce(t, b, 5, []*events.Decision{sampleDecision(p, 99, now.Add(time.Second), "203.0.113.77")})
 	a = e.setCrossing(t, a, &events.EventRef{Topic: decisionsTopic, Partition: 5, Offset: crossing})
 
-	c := e.client(t)
-	c.login("viewer1")
+	c := e.signedIn(t, "viewer1")
 
 	t.Run("newest first from the crossing offset, truncated addresses", func(t *testing.T) {
 		code, body := c.get(alertPath(a))
@@ -161,8 +160,7 @@ func TestSampleEventsBrokerDown(t *testing.T) {
 	})
 	a := e.seed(t, "down", time.Now().UTC(), events.PatternRapidFire, events.SeverityHigh, true)
 	a = e.setCrossing(t, a, &events.EventRef{Topic: decisionsTopic, Partition: 0, Offset: 7})
-	c := e.client(t)
-	c.login("analyst1")
+	c := e.signedIn(t, "analyst1")
 	code, body := c.get(alertPath(a))
 	require.Equal(t, http.StatusOK, code, body)
 	require.Contains(t, body, "Sample events could not be read from Kafka")

@@ -115,10 +115,8 @@ func TestCSRFAndRoles(t *testing.T) {
 	e := newEnv(t)
 	a := e.seed(t, "csrf", time.Now().Add(-time.Minute), events.PatternRapidFire, events.SeverityCritical, true)
 
-	analyst := e.client(t)
-	analyst.login("analyst1")
-	viewer := e.client(t)
-	viewer.login("viewer1")
+	analyst := e.signedIn(t, "analyst1")
+	viewer := e.signedIn(t, "viewer1")
 	viewerCSRF := viewer.csrf("/alerts")
 
 	actions := []struct {
@@ -176,8 +174,7 @@ func TestCSRFAndRoles(t *testing.T) {
 func TestActions(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	b := e.client(t)
-	b.login("analyst1")
+	b := e.signedIn(t, "analyst1")
 
 	t.Run("lift", func(t *testing.T) {
 		a := e.seed(t, "lift", time.Now().Add(-time.Minute), events.PatternRapidFire, events.SeverityCritical, true)
@@ -310,8 +307,7 @@ func TestAlertsList(t *testing.T) {
 	old := e.seed(t, "l1", now.Add(-3*time.Hour), events.PatternRapidFire, events.SeverityHigh, false)
 	mid := e.seed(t, "l2", now.Add(-2*time.Hour), events.PatternDistributedIP, events.SeverityCritical, false)
 	newest := e.seed(t, "l3", now.Add(-time.Hour), events.PatternRapidFire, events.SeverityLow, false)
-	b := e.client(t)
-	b.login("viewer1")
+	b := e.signedIn(t, "viewer1")
 
 	t.Run("filters", func(t *testing.T) {
 		for _, tc := range []struct {
