@@ -6,13 +6,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
+	"github.com/floodgate-dev/floodgate/services/console/internal/remote"
 )
 
 // Header is one Kafka header of a stored dead letter.
@@ -81,15 +81,8 @@ type ReplayResult struct {
 	Items       []ReplayItem `json:"items"`
 }
 
-// Error is a refusal from the auditor (its status code and problem).
-type Error struct {
-	Status        int
-	Code, Message string // the problem type's code and the problem's detail
-}
-
-func (e *Error) Error() string {
-	return fmt.Sprintf("dlq-auditor answered %d %s: %s", e.Status, e.Code, e.Message)
-}
+// Error is a refusal from the auditor (Service "dlq-auditor").
+type Error = remote.Error
 
 // ErrUnavailable wraps transport failures and 5xx answers.
 var ErrUnavailable = errors.New("dlq-auditor unavailable")
@@ -110,22 +103,8 @@ func New(base, token string, hc *http.Client) (*Client, error) {
 }
 
 func (c *Client) do(ctx context.Context, method, path, corr string, body, out any) error {
-	if corr != "" {
-		ctx = httpapi.WithRequestID(ctx, corr)
-	}
-	_, err := c.api.Do(ctx, httpapi.Call{Method: method, Path: path, Body: body, Out: out})
-	var pe *httpapi.Error
-	if errors.As(err, &pe) {
-		de := &Error{Status: pe.Status, Code: pe.Code(), Message: pe.Detail}
-		if pe.Status >= 500 {
-			return fmt.Errorf("%w: %w", ErrUnavailable, de)
-		}
-		return de
-	}
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	return nil
+	_, err := remote.Do(ctx, c.api, "dlq-auditor", ErrUnavailable, corr, httpapi.Call{Method: method, Path: path, Body: body, Out: out})
+	return err
 }
 
 // List reads up to max records of one source topic dead-lettered in [from, to),

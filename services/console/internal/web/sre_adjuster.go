@@ -164,7 +164,7 @@ func (s *Server) adjusterRules(w http.ResponseWriter, r *http.Request) {
 	s.adjusterChange(w, r, store.ActionAdjusterRules, "rules", func(etag, corr, reason string) (adjuster.Result, any, error) {
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal([]byte(raw), &obj); err != nil || len(obj) == 0 {
-			return adjuster.Result{}, nil, &adjuster.Error{Status: http.StatusUnprocessableEntity, Code: "invalid",
+			return adjuster.Result{}, nil, &adjuster.Error{Service: "adjuster", Status: http.StatusUnprocessableEntity, Code: "invalid",
 				Message: "the rules must be a JSON object of the fields to change (e.g. {\"cpu_high\":{\"above\":0.9,…}})"}
 		}
 		cur, _, err := s.cfg.Adjuster.Settings(r.Context())
