@@ -91,14 +91,13 @@ type Error = remote.Error
 // ErrUnavailable wraps transport failures and 5xx answers.
 var ErrUnavailable = errors.New("adjuster unavailable")
 
-// Client is an admin-API client with one bearer token (pkg/httpapi's client:
-// the caller's X-Request-Id goes along).
-type Client struct{ api *httpapi.Client }
+// Client is an admin-API client with one bearer token (remote.Client).
+type Client struct{ api *remote.Client }
 
 // New returns a client for the admin API at base.
 func New(base, token string, hc *http.Client) (*Client, error) {
-	c, err := httpapi.NewClient(httpapi.ClientConfig{Name: "adjuster", BaseURL: base, Token: token, HTTP: hc,
-		Timeout: 5 * time.Second, MaxBody: 4 << 20})
+	c, err := remote.New(httpapi.ClientConfig{Name: "adjuster", BaseURL: base, Token: token, HTTP: hc,
+		Timeout: 5 * time.Second, MaxBody: 4 << 20}, ErrUnavailable)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +109,7 @@ func (c *Client) do(ctx context.Context, method, path, ifMatch, corr string, bod
 	if ifMatch != "" {
 		call.Header = http.Header{"If-Match": {ifMatch}}
 	}
-	return remote.Do(ctx, c.api, "adjuster", ErrUnavailable, corr, call)
+	return c.api.Do(ctx, corr, call)
 }
 
 // Settings reads the settings and their ETag.

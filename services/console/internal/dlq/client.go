@@ -87,15 +87,14 @@ type Error = remote.Error
 // ErrUnavailable wraps transport failures and 5xx answers.
 var ErrUnavailable = errors.New("dlq-auditor unavailable")
 
-// Client is an API client with one bearer token (pkg/httpapi's client: the
-// caller's X-Request-Id goes along).
-type Client struct{ api *httpapi.Client }
+// Client is an API client with one bearer token (remote.Client).
+type Client struct{ api *remote.Client }
 
 // New returns a client for the API at base.
 func New(base, token string, hc *http.Client) (*Client, error) {
 	// A replay waits for its canary to be consumed (FLOODGATE_DLQ_CANARY_TIMEOUT).
-	c, err := httpapi.NewClient(httpapi.ClientConfig{Name: "dlq-auditor", BaseURL: base, Token: token, HTTP: hc,
-		Timeout: 2 * time.Minute, MaxBody: 16 << 20})
+	c, err := remote.New(httpapi.ClientConfig{Name: "dlq-auditor", BaseURL: base, Token: token, HTTP: hc,
+		Timeout: 2 * time.Minute, MaxBody: 16 << 20}, ErrUnavailable)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +102,7 @@ func New(base, token string, hc *http.Client) (*Client, error) {
 }
 
 func (c *Client) do(ctx context.Context, method, path, corr string, body, out any) error {
-	_, err := remote.Do(ctx, c.api, "dlq-auditor", ErrUnavailable, corr, httpapi.Call{Method: method, Path: path, Body: body, Out: out})
+	_, err := c.api.Do(ctx, corr, httpapi.Call{Method: method, Path: path, Body: body, Out: out})
 	return err
 }
 
