@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/kafkascan"
 )
 
 // Recorded is one decision read back from the decisions topic.
@@ -22,8 +22,8 @@ type Recorded struct {
 }
 
 // Source reads the recorded decisions of a time range from a decisions topic
-// with kafka-go's low-level client, without joining a consumer group (it
-// commits nothing and moves no consumer's offsets).
+// with pkg/kafkascan, without joining a consumer group (it commits nothing
+// and moves no consumer's offsets).
 type Source struct {
 	Client *kafka.Client
 	Topic  string // floodgate.decisions.v1
@@ -64,46 +64,15 @@ func (s *Source) Read(ctx context.Context, from, to time.Time) ([]Recorded, Read
 	if maxN <= 0 {
 		maxN = 2_000_000
 	}
-	parts, err := s.partitions(ctx)
+	ranges, err := kafkascan.Since(ctx, s.Client, s.Topic, from.Add(-slack))
 	if err != nil {
 		return nil, st, err
 	}
-	st.Partitions = len(parts)
-	reqs := make([]kafka.OffsetRequest, 0, 2*len(parts))
-	for _, p := range parts {
-		reqs = append(reqs, kafka.FirstOffsetOf(p), kafka.LastOffsetOf(p))
-	}
-	bounds, err := s.Client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{s.Topic: reqs}})
-	if err != nil {
-		return nil, st, fmt.Errorf("list offsets of %s: %w", s.Topic, err)
-	}
-	first, end := map[int]int64{}, map[int]int64{}
-	for _, po := range bounds.Topics[s.Topic] {
-		if po.Error != nil {
-			return nil, st, fmt.Errorf("list offsets of %s/%d: %w", s.Topic, po.Partition, po.Error)
-		}
-		first[po.Partition], end[po.Partition] = po.FirstOffset, po.LastOffset
-	}
-	reqs = reqs[:0]
-	for _, p := range parts {
-		reqs = append(reqs, kafka.TimeOffsetOf(p, from.Add(-slack)))
-	}
-	at, err := s.Client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{s.Topic: reqs}})
-	if err != nil {
-		return nil, st, fmt.Errorf("list offsets of %s at %s: %w", s.Topic, from.Add(-slack).Format(time.RFC3339), err)
-	}
+	st.Partitions = len(ranges)
 	stopAt := to.Add(slack)
 	var out []Recorded
-	for _, po := range at.Topics[s.Topic] {
-		if po.Error != nil {
-			return nil, st, fmt.Errorf("list offsets of %s/%d by time: %w", s.Topic, po.Partition, po.Error)
-		}
-		start := end[po.Partition] // no message produced at or after the time
-		for o := range po.Offsets {
-			start = o
-		}
-		start = max(start, first[po.Partition])
-		err := scan(ctx, s.Client, s.Topic, po.Partition, start, end[po.Partition], func(m kafka.Message) bool {
+	for _, pr := range ranges {
+		err := kafkascan.Scan(ctx, s.Client, s.Topic, pr.Partition, pr.Start, pr.End, func(m kafka.Message) bool {
 			if !m.Time.IsZero() && !m.Time.Before(stopAt) {
 				return false
 			}
@@ -144,78 +113,6 @@ func Sort(recs []Recorded) {
 		}
 		return a.Offset < b.Offset
 	})
-}
-
-func (s *Source) partitions(ctx context.Context) ([]int, error) {
-	meta, err := s.Client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{s.Topic}})
-	if err != nil {
-		return nil, fmt.Errorf("metadata of %s: %w", s.Topic, err)
-	}
-	for _, t := range meta.Topics {
-		if t.Name != s.Topic {
-			continue
-		}
-		if t.Error != nil {
-			return nil, fmt.Errorf("metadata of %s: %w", s.Topic, t.Error)
-		}
-		ids := make([]int, 0, len(t.Partitions))
-		for _, p := range t.Partitions {
-			ids = append(ids, p.ID)
-		}
-		sort.Ints(ids)
-		return ids, nil
-	}
-	return nil, fmt.Errorf("metadata of %s: topic not found", s.Topic)
-}
-
-// scan calls fn for the messages of topic/partition with an offset in
-// [from, to), in order, until fn returns false or the partition ends.
-func scan(ctx context.Context, c *kafka.Client, topic string, partition int, from, to int64, fn func(kafka.Message) bool) error {
-	for off := from; off < to; {
-		res, err := c.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: partition, Offset: off,
-			MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 100 * time.Millisecond})
-		if err != nil {
-			return fmt.Errorf("fetch %s/%d at %d: %w", topic, partition, off, err)
-		}
-		if res.Error != nil {
-			return fmt.Errorf("fetch %s/%d at %d: %w", topic, partition, off, res.Error)
-		}
-		progressed := false
-		for {
-			rec, err := res.Records.ReadRecord()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("read %s/%d at %d: %w", topic, partition, off, err)
-			}
-			if rec.Offset < off {
-				continue // a batch may start before the requested offset
-			}
-			if rec.Offset >= to {
-				return nil
-			}
-			m := kafka.Message{Topic: topic, Partition: partition, Offset: rec.Offset, Time: rec.Time}
-			if rec.Value != nil {
-				if m.Value, err = kafka.ReadAll(rec.Value); err != nil {
-					return fmt.Errorf("read value of %s/%d@%d: %w", topic, partition, rec.Offset, err)
-				}
-			}
-			off, progressed = rec.Offset+1, true
-			if !fn(m) {
-				return nil
-			}
-		}
-		if !progressed {
-			if off >= res.HighWatermark {
-				return nil
-			}
-			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("fetch %s/%d at %d: %w", topic, partition, off, err)
-			}
-		}
-	}
-	return nil
 }
 
 // ParseTime reads a range bound: RFC 3339, "now", or a duration before now

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
+	"github.com/floodgate-dev/floodgate/services/console/internal/remote"
 )
 
 // Settings is GET /v1/settings; Rules stays raw JSON (the console shows and
@@ -84,29 +85,19 @@ type AuditRecord struct {
 	After         json.RawMessage `json:"after"`
 }
 
-// Error is a refusal from the adjuster (its status code and problem).
-type Error struct {
-	Status  int
-	Code    string // the problem type's code, e.g. "precondition-failed"
-	Message string // the problem's detail
-	ETag    string // the current ETag on a 412
-}
-
-func (e *Error) Error() string {
-	return fmt.Sprintf("adjuster answered %d %s: %s", e.Status, e.Code, e.Message)
-}
+// Error is a refusal from the adjuster (Service "adjuster"; ETag on a 412).
+type Error = remote.Error
 
 // ErrUnavailable wraps transport failures and 5xx answers.
 var ErrUnavailable = errors.New("adjuster unavailable")
 
-// Client is an admin-API client with one bearer token (pkg/httpapi's client:
-// the caller's X-Request-Id goes along).
-type Client struct{ api *httpapi.Client }
+// Client is an admin-API client with one bearer token (remote.Client).
+type Client struct{ api *remote.Client }
 
 // New returns a client for the admin API at base.
 func New(base, token string, hc *http.Client) (*Client, error) {
-	c, err := httpapi.NewClient(httpapi.ClientConfig{Name: "adjuster", BaseURL: base, Token: token, HTTP: hc,
-		Timeout: 5 * time.Second, MaxBody: 4 << 20})
+	c, err := remote.New(httpapi.ClientConfig{Name: "adjuster", BaseURL: base, Token: token, HTTP: hc,
+		Timeout: 5 * time.Second, MaxBody: 4 << 20}, ErrUnavailable)
 	if err != nil {
 		return nil, err
 	}
@@ -114,26 +105,11 @@ func New(base, token string, hc *http.Client) (*Client, error) {
 }
 
 func (c *Client) do(ctx context.Context, method, path, ifMatch, corr string, body, out any) (http.Header, error) {
-	if corr != "" {
-		ctx = httpapi.WithRequestID(ctx, corr)
-	}
 	call := httpapi.Call{Method: method, Path: path, Body: body, Out: out}
 	if ifMatch != "" {
 		call.Header = http.Header{"If-Match": {ifMatch}}
 	}
-	h, err := c.api.Do(ctx, call)
-	var pe *httpapi.Error
-	if errors.As(err, &pe) {
-		ae := &Error{Status: pe.Status, Code: pe.Code(), Message: pe.Detail, ETag: pe.Header.Get("ETag")}
-		if pe.Status >= 500 {
-			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ae)
-		}
-		return nil, ae
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	return h, nil
+	return c.api.Do(ctx, corr, call)
 }
 
 // Settings reads the settings and their ETag.

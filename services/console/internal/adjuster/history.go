@@ -11,8 +11,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/kafkascan"
 	"github.com/floodgate-dev/floodgate/pkg/series"
-	"github.com/floodgate-dev/floodgate/services/console/internal/kafkaread"
 )
 
 // ScalePoint is a scope's applied scale at the end of one time bucket.
@@ -110,55 +110,25 @@ type Adjustments struct {
 // more reports that older ones in the range were left out. Messages that do
 // not decode are skipped and counted in skipped.
 func (a *Adjustments) Read(ctx context.Context, from, to time.Time, limit int) (out []Adjustment, more bool, skipped int, err error) {
-	parts, err := a.partitions(ctx)
+	ranges, err := kafkascan.Since(ctx, a.Client, a.Topic, from)
 	if err != nil {
 		return nil, false, 0, err
 	}
-	first, last := map[int]int64{}, map[int]int64{}
-	reqs := make([]kafka.OffsetRequest, 0, 2*len(parts))
-	for _, p := range parts {
-		reqs = append(reqs, kafka.FirstOffsetOf(p), kafka.LastOffsetOf(p))
-	}
-	lo, err := a.Client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{a.Topic: reqs}})
-	if err != nil {
-		return nil, false, 0, fmt.Errorf("list offsets of %s: %w", a.Topic, err)
-	}
-	for _, po := range lo.Topics[a.Topic] {
-		if po.Error != nil {
-			return nil, false, 0, fmt.Errorf("list offsets of %s/%d: %w", a.Topic, po.Partition, po.Error)
+	for _, pr := range ranges {
+		start := pr.Start
+		if pr.End-start > int64(limit) { // keep the newest limit
+			start, more = pr.End-int64(limit), true
 		}
-		first[po.Partition], last[po.Partition] = po.FirstOffset, po.LastOffset
-	}
-	reqs = reqs[:0]
-	for _, p := range parts {
-		reqs = append(reqs, kafka.TimeOffsetOf(p, from))
-	}
-	at, err := a.Client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{a.Topic: reqs}})
-	if err != nil {
-		return nil, false, 0, fmt.Errorf("list offsets of %s at %s: %w", a.Topic, from.Format(time.RFC3339), err)
-	}
-	for _, po := range at.Topics[a.Topic] {
-		if po.Error != nil {
-			return nil, false, 0, fmt.Errorf("list offsets of %s/%d at %s: %w", a.Topic, po.Partition, from.Format(time.RFC3339), po.Error)
-		}
-		start := last[po.Partition] // no message at or after from
-		for o := range po.Offsets {
-			start = o
-		}
-		start = max(start, first[po.Partition])
-		if last[po.Partition]-start > int64(limit) { // keep the newest limit
-			start, more = last[po.Partition]-int64(limit), true
-		}
-		err := kafkaread.Scan(ctx, a.Client, a.Topic, po.Partition, start, last[po.Partition], func(m kafka.Message) {
+		err := kafkascan.Scan(ctx, a.Client, a.Topic, pr.Partition, start, pr.End, func(m kafka.Message) bool {
 			ev, err := events.DecodeAdjustment(m.Value)
 			if err != nil {
 				skipped++
-				return
+				return true
 			}
-			if ev.TS.Before(from) || !ev.TS.Before(to) {
-				return
+			if !ev.TS.Before(from) && ev.TS.Before(to) {
+				out = append(out, Adjustment{Adjustment: ev, Partition: m.Partition, Offset: m.Offset})
 			}
-			out = append(out, Adjustment{Adjustment: ev, Partition: m.Partition, Offset: m.Offset})
+			return true
 		})
 		if err != nil {
 			return nil, false, 0, err
@@ -169,26 +139,4 @@ func (a *Adjustments) Read(ctx context.Context, from, to time.Time, limit int) (
 		out, more = out[:limit], true
 	}
 	return out, more, skipped, nil
-}
-
-func (a *Adjustments) partitions(ctx context.Context) ([]int, error) {
-	meta, err := a.Client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{a.Topic}})
-	if err != nil {
-		return nil, fmt.Errorf("metadata of %s: %w", a.Topic, err)
-	}
-	for _, t := range meta.Topics {
-		if t.Name != a.Topic {
-			continue
-		}
-		if t.Error != nil {
-			return nil, fmt.Errorf("metadata of %s: %w", a.Topic, t.Error)
-		}
-		ids := make([]int, 0, len(t.Partitions))
-		for _, p := range t.Partitions {
-			ids = append(ids, p.ID)
-		}
-		sort.Ints(ids)
-		return ids, nil
-	}
-	return nil, fmt.Errorf("metadata of %s: topic not found", a.Topic)
 }

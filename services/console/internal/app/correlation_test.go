@@ -3,30 +3,23 @@ package app
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/stretchr/testify/require"
 
-	"github.com/floodgate-dev/floodgate/migrations"
-	"github.com/floodgate-dev/floodgate/pkg/config"
-	"github.com/floodgate-dev/floodgate/pkg/dynamo"
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
-	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
+	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 )
 
 // syncBuffer is a log sink shared by a process and the test.
@@ -47,65 +40,6 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func waitOK(t *testing.T, url string) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		res, err := http.Get(url)
-		if err != nil {
-			return false
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK
-	}, 30*time.Second, 50*time.Millisecond, "%s never became ready", url)
-}
-
-// buildServices builds the other services' binaries (services never import
-// each other: they run as processes).
-func buildServices(t *testing.T, names ...string) string {
-	t.Helper()
-	dir := t.TempDir()
-	wd, err := os.Getwd()
-	require.NoError(t, err)
-	args := []string{"build", "-o", dir + "/"}
-	for _, n := range names {
-		args = append(args, "./services/"+n)
-	}
-	cmd := exec.Command("go", args...)
-	cmd.Dir = filepath.Join(wd, "..", "..", "..", "..")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
-	return dir
-}
-
-// startService runs a service binary until the test ends (SIGTERM, then
-// kill); its log (stderr) goes to logs.
-func startService(t *testing.T, path string, env []string, logs io.Writer) {
-	t.Helper()
-	cmd := exec.Command(path)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
-}
-
 // One request through the console into the dlq-auditor and the adjuster:
 // the same correlation id (X-Request-Id) is in all three services' logs,
 // and an id the console minted reaches the service it called.
@@ -116,38 +50,22 @@ func TestCorrelationIDCrossesServices(t *testing.T) {
 	redistest.Client(t) // fails loudly when the local Redis is missing
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bin := buildServices(t, "adjuster", "dlq-auditor")
+	bin := t.TempDir()
+	out, err := consoletest.Build(bin, "adjuster", "dlq-auditor")
+	require.NoError(t, err, "go build: %s", out)
 
 	// A broker with the migrations' topics, DynamoDB tables under a prefix.
-	broker := kafkatest.Start(t, nil)
-	endpoint := config.NewEnv(os.Getenv).String("FLOODGATE_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000")
-	ddb, err := dynamo.NewClient(ctx, dynamo.Options{Endpoint: endpoint})
-	require.NoError(t, err)
-	prefix := fmt.Sprintf("corr%d_", time.Now().UnixNano())
-	ms, err := migrations.Load()
-	require.NoError(t, err)
-	r := &migrations.Runner{Kafka: migrations.NewKafka([]string{broker}, 1, nil), Dynamo: &migrations.Dynamo{Client: ddb, Prefix: prefix},
-		Now: time.Now, Report: func(string) {}}
-	require.NoError(t, r.Apply(ctx, ms), "migrations (is the local stack up? make up)")
-	t.Cleanup(func() {
-		out, err := ddb.ListTables(context.Background(), &dynamodb.ListTablesInput{})
-		if err != nil {
-			return
-		}
-		for _, name := range out.TableNames {
-			if strings.HasPrefix(name, prefix) {
-				_, _ = ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)})
-			}
-		}
-	})
+	broker := consoletest.Broker(t)
+	_, prefix := migrationstest.DynamoTables(t, "corr")
+	endpoint := migrationstest.DynamoEndpoint()
 	common := []string{"FLOODGATE_KAFKA_BROKERS=" + broker, "FLOODGATE_DYNAMODB_ENDPOINT=" + endpoint,
 		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_LOG_LEVEL=info"}
 
-	adjAddr, dlqAddr, consoleAddr := freePort(t), freePort(t), freePort(t)
+	adjAddr, dlqAddr, consoleAddr := consoletest.FreeAddr(t), consoletest.FreeAddr(t), consoletest.FreeAddr(t)
 	adjToken, err := httpapi.NewToken("fga_")
 	require.NoError(t, err)
 	var adjLogs, dlqLogs, consoleLogs syncBuffer
-	startService(t, filepath.Join(bin, "adjuster"), append([]string{
+	consoletest.Start(t, filepath.Join(bin, "adjuster"), append([]string{
 		"FLOODGATE_ADJUSTER_ADDR=" + adjAddr, "FLOODGATE_ADJUSTER_TOKENS=console:sre:" + httpapi.HashToken(adjToken),
 		"FLOODGATE_ADJUSTER_SCALES_KEY=" + redistest.Unique(t, "fg:test:corr:scales"), "FLOODGATE_ADJUSTER_SHED_KEY=" + redistest.Unique(t, "fg:test:corr:shed"),
 	}, common...), &adjLogs)
@@ -155,7 +73,7 @@ func TestCorrelationIDCrossesServices(t *testing.T) {
 	require.NoError(t, err)
 	tokensFile := filepath.Join(t.TempDir(), "dlq-tokens")
 	require.NoError(t, os.WriteFile(tokensFile, []byte("console sre "+httpapi.HashToken(dlqToken)+"\n"), 0o600))
-	startService(t, filepath.Join(bin, "dlq-auditor"), append([]string{
+	consoletest.Start(t, filepath.Join(bin, "dlq-auditor"), append([]string{
 		"FLOODGATE_DLQ_ADDR=" + dlqAddr, "FLOODGATE_DLQ_TOKENS_FILE=" + tokensFile,
 		"FLOODGATE_DLQ_GROUP=" + redistest.Unique(t, "corr-auditor"),
 	}, common...), &dlqLogs)
@@ -181,9 +99,9 @@ func TestCorrelationIDCrossesServices(t *testing.T) {
 		stopConsole()
 		require.NoError(t, <-done)
 	})
-	waitOK(t, "http://"+adjAddr+"/readyz")
-	waitOK(t, "http://"+dlqAddr+"/readyz")
-	waitOK(t, "http://"+consoleAddr+"/readyz")
+	consoletest.WaitReady(t, "http://"+adjAddr+"/readyz")
+	consoletest.WaitReady(t, "http://"+dlqAddr+"/readyz")
+	consoletest.WaitReady(t, "http://"+consoleAddr+"/readyz")
 	defer func() {
 		if t.Failed() {
 			t.Logf("console log:\n%s\nadjuster log:\n%s\ndlq-auditor log:\n%s", consoleLogs.String(), adjLogs.String(), dlqLogs.String())

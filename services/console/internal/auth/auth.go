@@ -124,18 +124,25 @@ func Parse(raw []byte) (*Directory, error) {
 	return NewDirectory(f)
 }
 
+// checkEntry checks the name and role of entry i of list ("users" or
+// "tokens"), adding what is wrong to errs, and returns the role.
+func checkEntry(errs *[]error, list string, i int, name, role string) Role {
+	r, err := ParseRole(role)
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("%s[%d].role: %w", list, i, err))
+	}
+	if !ValidName(name) {
+		*errs = append(*errs, fmt.Errorf("%s[%d].name: %q must be 1-64 of [A-Za-z0-9._@-]", list, i, name))
+	}
+	return r
+}
+
 // NewDirectory validates f and indexes it.
 func NewDirectory(f File) (*Directory, error) {
 	d := &Directory{users: map[string]user{}, tokens: map[[32]byte]Identity{}}
 	var errs []error
 	for i, u := range f.Users {
-		role, err := ParseRole(u.Role)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("users[%d].role: %w", i, err))
-		}
-		if !ValidName(u.Name) {
-			errs = append(errs, fmt.Errorf("users[%d].name: %q must be 1-64 of [A-Za-z0-9._@-]", i, u.Name))
-		}
+		role := checkEntry(&errs, "users", i, u.Name, u.Role)
 		if _, dup := d.users[u.Name]; dup {
 			errs = append(errs, fmt.Errorf("users[%d].name: %q appears twice", i, u.Name))
 		}
@@ -145,13 +152,7 @@ func NewDirectory(f File) (*Directory, error) {
 		d.users[u.Name] = user{hash: []byte(u.PasswordHash), role: role}
 	}
 	for i, t := range f.Tokens {
-		role, err := ParseRole(t.Role)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("tokens[%d].role: %w", i, err))
-		}
-		if !ValidName(t.Name) {
-			errs = append(errs, fmt.Errorf("tokens[%d].name: %q must be 1-64 of [A-Za-z0-9._@-]", i, t.Name))
-		}
+		role := checkEntry(&errs, "tokens", i, t.Name, t.Role)
 		sum, err := hex.DecodeString(t.SHA256)
 		if err != nil || len(sum) != 32 {
 			errs = append(errs, fmt.Errorf("tokens[%d].sha256: want 64 hex digits", i))

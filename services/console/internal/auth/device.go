@@ -58,15 +58,7 @@ func NewDeviceCookies(secret []byte, ttl time.Duration, now func() time.Time) (*
 // TTL is the cookies' lifetime.
 func (d *DeviceCookies) TTL() time.Duration { return d.ttl }
 
-func (d *DeviceCookies) mac(parts ...string) []byte {
-	m := hmac.New(sha256.New, d.key)
-	for _, p := range parts {
-		_, _ = m.Write([]byte(strconv.Itoa(len(p))))
-		_, _ = m.Write([]byte{':'})
-		_, _ = m.Write([]byte(p))
-	}
-	return m.Sum(nil)
-}
+func (d *DeviceCookies) mac(parts ...string) []byte { return macOf(d.key, parts...) }
 
 // Name is the cookie name of account's device cookie.
 func (d *DeviceCookies) Name(account string) string {

@@ -56,8 +56,12 @@ func NewSessions(rdb redis.UniversalClient, prefix string, secret []byte, idle, 
 // ErrNoSession is returned for a missing, expired or revoked session.
 var ErrNoSession = errors.New("no session")
 
-func (s *Sessions) mac(parts ...string) []byte {
-	m := hmac.New(sha256.New, s.secret)
+func (s *Sessions) mac(parts ...string) []byte { return macOf(s.secret, parts...) }
+
+// macOf is the HMAC-SHA256 under key of parts, each written as its length,
+// ':' and itself (so no two lists of parts read the same).
+func macOf(key []byte, parts ...string) []byte {
+	m := hmac.New(sha256.New, key)
 	for _, p := range parts {
 		_, _ = m.Write([]byte(strconv.Itoa(len(p))))
 		_, _ = m.Write([]byte{':'})

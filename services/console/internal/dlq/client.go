@@ -6,13 +6,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
+	"github.com/floodgate-dev/floodgate/services/console/internal/remote"
 )
 
 // Header is one Kafka header of a stored dead letter.
@@ -81,28 +81,20 @@ type ReplayResult struct {
 	Items       []ReplayItem `json:"items"`
 }
 
-// Error is a refusal from the auditor (its status code and problem).
-type Error struct {
-	Status        int
-	Code, Message string // the problem type's code and the problem's detail
-}
-
-func (e *Error) Error() string {
-	return fmt.Sprintf("dlq-auditor answered %d %s: %s", e.Status, e.Code, e.Message)
-}
+// Error is a refusal from the auditor (Service "dlq-auditor").
+type Error = remote.Error
 
 // ErrUnavailable wraps transport failures and 5xx answers.
 var ErrUnavailable = errors.New("dlq-auditor unavailable")
 
-// Client is an API client with one bearer token (pkg/httpapi's client: the
-// caller's X-Request-Id goes along).
-type Client struct{ api *httpapi.Client }
+// Client is an API client with one bearer token (remote.Client).
+type Client struct{ api *remote.Client }
 
 // New returns a client for the API at base.
 func New(base, token string, hc *http.Client) (*Client, error) {
 	// A replay waits for its canary to be consumed (FLOODGATE_DLQ_CANARY_TIMEOUT).
-	c, err := httpapi.NewClient(httpapi.ClientConfig{Name: "dlq-auditor", BaseURL: base, Token: token, HTTP: hc,
-		Timeout: 2 * time.Minute, MaxBody: 16 << 20})
+	c, err := remote.New(httpapi.ClientConfig{Name: "dlq-auditor", BaseURL: base, Token: token, HTTP: hc,
+		Timeout: 2 * time.Minute, MaxBody: 16 << 20}, ErrUnavailable)
 	if err != nil {
 		return nil, err
 	}
@@ -110,22 +102,8 @@ func New(base, token string, hc *http.Client) (*Client, error) {
 }
 
 func (c *Client) do(ctx context.Context, method, path, corr string, body, out any) error {
-	if corr != "" {
-		ctx = httpapi.WithRequestID(ctx, corr)
-	}
-	_, err := c.api.Do(ctx, httpapi.Call{Method: method, Path: path, Body: body, Out: out})
-	var pe *httpapi.Error
-	if errors.As(err, &pe) {
-		de := &Error{Status: pe.Status, Code: pe.Code(), Message: pe.Detail}
-		if pe.Status >= 500 {
-			return fmt.Errorf("%w: %w", ErrUnavailable, de)
-		}
-		return de
-	}
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	return nil
+	_, err := c.api.Do(ctx, corr, httpapi.Call{Method: method, Path: path, Body: body, Out: out})
+	return err
 }
 
 // List reads up to max records of one source topic dead-lettered in [from, to),

@@ -371,22 +371,7 @@ func (s *Store) FalsePositives(ctx context.Context) ([]FalsePositiveCount, error
 
 // AuditLog returns the newest audit rows of a principal.
 func (s *Store) AuditLog(ctx context.Context, principal string, limit int) ([]AuditEntry, error) {
-	out, err := s.ddb.Query(ctx, &dynamodb.QueryInput{TableName: aws.String(s.audit),
-		KeyConditionExpression:    aws.String("pk = :p"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":p": sv(AuditSubject(principal))},
-		ScanIndexForward:          aws.Bool(false), Limit: aws.Int32(int32(limit)), ConsistentRead: aws.Bool(true)})
-	if err != nil {
-		return nil, fmt.Errorf("query audit log of %s: %w", principal, err)
-	}
-	res := make([]AuditEntry, 0, len(out.Items))
-	for _, it := range out.Items {
-		e := AuditEntry{Subject: str(it["pk"]), SK: str(it["sk"]), Actor: str(it["actor"]), Role: str(it["role"]),
-			Action: str(it["action"]), Reason: str(it["reason"]), CorrelationID: str(it["correlation_id"]),
-			AbuseID: str(it["abuse_id"]), Before: str(it["before"]), After: str(it["after"])}
-		e.At, _ = time.Parse(time.RFC3339Nano, str(it["at"]))
-		res = append(res, e)
-	}
-	return res, nil
+	return s.auditRows(ctx, AuditSubject(principal), principal, limit)
 }
 
 func recordKey(a Alert) map[string]types.AttributeValue {
@@ -500,12 +485,17 @@ func (s *Store) RecordRemote(ctx context.Context, subject, action, ref string, w
 
 // AuditOf returns the newest audit rows under one subject (pk).
 func (s *Store) AuditOf(ctx context.Context, subject string, limit int) ([]AuditEntry, error) {
+	return s.auditRows(ctx, subject, subject, limit)
+}
+
+// auditRows reads the newest rows of pk subject; name is what its errors call it.
+func (s *Store) auditRows(ctx context.Context, subject, name string, limit int) ([]AuditEntry, error) {
 	out, err := s.ddb.Query(ctx, &dynamodb.QueryInput{TableName: aws.String(s.audit),
 		KeyConditionExpression:    aws.String("pk = :p"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":p": sv(subject)},
 		ScanIndexForward:          aws.Bool(false), Limit: aws.Int32(int32(limit)), ConsistentRead: aws.Bool(true)})
 	if err != nil {
-		return nil, fmt.Errorf("query audit log of %s: %w", subject, err)
+		return nil, fmt.Errorf("query audit log of %s: %w", name, err)
 	}
 	res := make([]AuditEntry, 0, len(out.Items))
 	for _, it := range out.Items {

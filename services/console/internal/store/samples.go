@@ -2,14 +2,13 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
-	"github.com/floodgate-dev/floodgate/services/console/internal/kafkaread"
+	"github.com/floodgate-dev/floodgate/pkg/kafkascan"
 )
 
 // Sample is one of the principal's decision events, read from the decisions
@@ -93,7 +92,7 @@ func (r *SampleReader) Read(ctx context.Context, ref events.EventRef, principal 
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	part := int(ref.Partition)
-	first, end, err := r.bounds(ctx, part)
+	first, end, err := kafkascan.Bounds(ctx, r.Client, r.Topic, part)
 	if err != nil {
 		return res, err
 	}
@@ -114,19 +113,20 @@ func (r *SampleReader) Read(ctx context.Context, ref events.EventRef, principal 
 		}
 		from := max(to-int64(min(chunk, maxScan-res.Scanned)), first)
 		var step []Sample
-		err := kafkaread.Scan(ctx, r.Client, r.Topic, part, from, to, func(m kafka.Message) {
+		err := kafkascan.Scan(ctx, r.Client, r.Topic, part, from, to, func(m kafka.Message) bool {
 			res.Scanned++
 			if string(m.Key) != principal {
-				return
+				return true
 			}
 			d, err := events.DecodeDecision(m.Value)
 			if err != nil || d.Principal.Key() != principal {
 				res.Skipped++
-				return
+				return true
 			}
 			step = append(step, Sample{Partition: part, Offset: m.Offset, TS: d.TS, Method: d.Method, Route: d.Route,
 				Allowed: d.Allowed, Shadow: d.Shadow, Tier: string(d.Tier), Priority: string(d.Priority), Shed: d.Shed, Network: TruncateIP(d.IP).String(),
 				Gateway: d.Gateway, Crossing: m.Offset == ref.Offset})
+			return true
 		})
 		if err != nil {
 			return res, err
@@ -140,26 +140,6 @@ func (r *SampleReader) Read(ctx context.Context, ref events.EventRef, principal 
 		res.EmptyWhy = SamplesNone
 	}
 	return res, nil
-}
-
-// bounds returns the partition's first offset and its end (the next offset).
-func (r *SampleReader) bounds(ctx context.Context, part int) (first, end int64, err error) {
-	out, err := r.Client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{
-		r.Topic: {kafka.FirstOffsetOf(part), kafka.LastOffsetOf(part)},
-	}})
-	if err != nil {
-		return 0, 0, fmt.Errorf("list offsets of %s/%d: %w", r.Topic, part, err)
-	}
-	for _, p := range out.Topics[r.Topic] {
-		if p.Partition != part {
-			continue
-		}
-		if p.Error != nil {
-			return 0, 0, fmt.Errorf("list offsets of %s/%d: %w", r.Topic, part, p.Error)
-		}
-		return p.FirstOffset, p.LastOffset, nil
-	}
-	return 0, 0, fmt.Errorf("list offsets of %s/%d: partition missing from the answer", r.Topic, part)
 }
 
 // TruncateIP cuts ip to its /24 (IPv4) or /64 (IPv6) network address, as the

@@ -16,8 +16,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/adjuster"
+	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
 )
 
@@ -25,7 +27,7 @@ import (
 // scales key and an in-process broker, and returns its URL and an sre token.
 func startAdjuster(t *testing.T, prefix string) (string, string) {
 	t.Helper()
-	return startAdjusterOn(t, prefix, broker(t))
+	return startAdjusterOn(t, prefix, consoletest.Broker(t))
 }
 
 // startAdjusterOn is startAdjuster on the broker at addr (whose
@@ -52,16 +54,16 @@ func startAdjusterProc(t *testing.T, prefix, brokerAddr string, env ...string) a
 	require.NoError(t, err)
 	token := "fga_" + base64.RawURLEncoding.EncodeToString(b)
 	sum := sha256.Sum256([]byte(token))
-	addr := freeAddr(t)
+	addr := consoletest.FreeAddr(t)
 	key := redistest.Unique(t, "fg:test:console:scales")
 	rdb := redistest.Client(t)
 	t.Cleanup(func() { _ = rdb.Del(context.Background(), key, key+":shed").Err() })
 	startProcess(t, serviceBinary(t, "adjuster"), append([]string{
 		"FLOODGATE_ADJUSTER_ADDR=" + addr, "FLOODGATE_ADJUSTER_TOKENS=console:sre:" + hex.EncodeToString(sum[:]),
 		"FLOODGATE_ADJUSTER_SCALES_KEY=" + key, "FLOODGATE_ADJUSTER_SHED_KEY=" + key + ":shed", "FLOODGATE_KAFKA_BROKERS=" + brokerAddr,
-		"FLOODGATE_DYNAMODB_ENDPOINT=" + dynamoEndpoint(), "FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix,
+		"FLOODGATE_DYNAMODB_ENDPOINT=" + migrationstest.DynamoEndpoint(), "FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix,
 	}, env...))
-	waitReady(t, "http://"+addr+"/healthz")
+	consoletest.WaitReady(t, "http://"+addr+"/healthz")
 	return adjusterProc{URL: "http://" + addr, Token: token, ScalesKey: key, ShedKey: key + ":shed"}
 }
 
@@ -78,8 +80,7 @@ func TestAdjusterPage(t *testing.T) {
 	direct, err := adjuster.New(adjURL, adjToken, nil)
 	require.NoError(t, err)
 	ctx := context.Background()
-	sre := e.client(t)
-	sre.login("sre1")
+	sre := e.signedIn(t, "sre1")
 
 	pageETag := func(t *testing.T) (string, string) {
 		code, body := sre.get("/sre/adjuster")
@@ -90,17 +91,8 @@ func TestAdjusterPage(t *testing.T) {
 	}
 
 	t.Run("viewer and analyst read only", func(t *testing.T) {
-		for _, user := range []string{"viewer1", "analyst1"} {
-			c := e.client(t)
-			c.login(user)
-			code, body := c.get("/sre/adjuster")
-			require.Equal(t, http.StatusOK, code, body)
-			require.Contains(t, body, `id="adjuster-mode"`)
-			require.NotContains(t, body, `id="mode-form"`)
-			csrf := csrfRE.FindStringSubmatch(body)[1]
-			res, _ := c.post("/sre/adjuster/mode", url.Values{"csrf": {csrf}, "etag": {`"0"`}, "dry_run": {"on"}, "reason": {"x"}})
-			require.Equal(t, http.StatusForbidden, res.StatusCode)
-		}
+		e.readOnlyBelowSRE(t, "/sre/adjuster", `id="adjuster-mode"`, []string{`id="mode-form"`},
+			formPost{"/sre/adjuster/mode", url.Values{"etag": {`"0"`}, "dry_run": {"on"}, "reason": {"x"}}})
 		s, _, err := direct.Settings(ctx)
 		require.NoError(t, err)
 		require.False(t, s.DryRun)
@@ -189,11 +181,10 @@ func TestAdjusterPage(t *testing.T) {
 		require.Equal(t, int64(2), s.Version)
 	})
 	t.Run("adjuster down is an error state", func(t *testing.T) {
-		dead, err := adjuster.New("http://"+freeAddr(t), "x", &http.Client{Timeout: time.Second})
+		dead, err := adjuster.New("http://"+consoletest.FreeAddr(t), "x", &http.Client{Timeout: time.Second})
 		require.NoError(t, err)
 		e2 := newEnvWith(t, func(cfg *Config, _ string) { cfg.Adjuster = dead })
-		c := e2.client(t)
-		c.login("sre1")
+		c := e2.signedIn(t, "sre1")
 		code, body := c.get("/sre/adjuster")
 		require.Equal(t, http.StatusServiceUnavailable, code)
 		require.Contains(t, body, "Adjuster settings unavailable")

@@ -98,58 +98,34 @@ func (s *Server) renderAllowlist(w http.ResponseWriter, r *http.Request, code in
 	s.render(w, r, "allowlist", v)
 }
 
-func (s *Server) actor(r *http.Request) store.Actor {
-	req := current(r)
-	return store.Actor{Name: req.who.Name, Role: req.who.Role.String(), Reason: strings.TrimSpace(r.PostFormValue("reason")), CorrelationID: req.corr}
-}
-
 // allowCIDR allowlists a network, from the allowlist page or (with p and k)
 // from an alert's network evidence.
 func (s *Server) allowCIDR(w http.ResponseWriter, r *http.Request) {
-	req := current(r)
+	const action = store.ActionAllowCIDR
 	who := s.actor(r)
 	var from *store.Alert
 	if p, k := r.PostFormValue("p"), r.PostFormValue("k"); p != "" || k != "" {
-		a, err := s.cfg.Store.Get(r.Context(), p, k)
-		if errors.Is(err, store.ErrNotFound) {
-			s.metrics.actions.WithLabelValues(store.ActionAllowCIDR, "not_found").Inc()
-			s.fail(w, r, http.StatusNotFound, "no such alert")
-			return
-		}
-		if err != nil {
-			s.metrics.actions.WithLabelValues(store.ActionAllowCIDR, "error").Inc()
-			s.fail(w, r, http.StatusServiceUnavailable, "the alert could not be read: "+err.Error())
+		a, ok := s.actionAlert(w, r, action, p, k)
+		if !ok {
 			return
 		}
 		from = &a
 	}
 	refuse := func(code int, err error) {
-		outcome := "refused"
 		if code >= 500 {
-			outcome = "error"
-			s.cfg.Log.Error("action failed", "action", store.ActionAllowCIDR, "actor", who.Name, "err", err, "correlation_id", req.corr)
+			s.cfg.Log.Error("action failed", "action", action, "actor", who.Name, "err", err, "correlation_id", who.CorrelationID)
 		}
-		s.metrics.actions.WithLabelValues(store.ActionAllowCIDR, outcome).Inc()
-		if wantsJSON(r) {
-			s.fail(w, r, code, err.Error())
-			return
-		}
-		if from != nil {
-			v, lerr := s.loadDetail(r, from.Principal, from.SK)
-			if lerr != nil {
-				s.fail(w, r, code, err.Error())
+		s.refuse(w, r, action, code, err.Error(), func(msg string) {
+			if from != nil {
+				s.alertAgain(w, r, code, from.Principal, from.SK, msg)
 				return
 			}
-			v.Errors = append([]string{err.Error()}, v.Errors...)
-			w.WriteHeader(code)
-			s.render(w, r, "alert", v)
-			return
-		}
-		v := allowlistView{Errors: []string{err.Error()}}
-		v.Form.CIDR, v.Form.Comment, v.Form.Duration = r.PostFormValue("cidr"), r.PostFormValue("comment"), r.PostFormValue("duration")
-		s.renderAllowlist(w, r, code, v)
+			v := allowlistView{Errors: []string{msg}}
+			v.Form.CIDR, v.Form.Comment, v.Form.Duration = r.PostFormValue("cidr"), r.PostFormValue("comment"), r.PostFormValue("duration")
+			s.renderAllowlist(w, r, code, v)
+		})
 	}
-	prefix, err := store.ParseCIDR(r.PostFormValue("cidr"), req.who.Role.Allows(auth.RoleAdmin))
+	prefix, err := store.ParseCIDR(r.PostFormValue("cidr"), current(r).who.Role.Allows(auth.RoleAdmin))
 	switch {
 	case errors.Is(err, store.ErrBroad):
 		refuse(http.StatusForbidden, err)
@@ -168,21 +144,17 @@ func (s *Server) allowCIDR(w http.ResponseWriter, r *http.Request) {
 		refuse(actionCode(err), err)
 		return
 	}
-	s.metrics.actions.WithLabelValues(store.ActionAllowCIDR, "ok").Inc()
-	s.cfg.Log.Info("action", "action", store.ActionAllowCIDR, "cidr", prefix.String(), "actor", who.Name, "reason", who.Reason, "correlation_id", req.corr)
-	switch {
-	case wantsJSON(r):
-		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "action": store.ActionAllowCIDR, "cidr": prefix.String(), "expires_at": e.ExpiresAt})
-	case from != nil:
-		http.Redirect(w, r, "/alert?p="+url.QueryEscape(from.Principal)+"&k="+url.QueryEscape(from.SK)+"&done=cidr_allowlisted", http.StatusSeeOther)
-	default:
-		http.Redirect(w, r, "/allowlist?done=added", http.StatusSeeOther)
+	next := "/allowlist?done=added"
+	if from != nil {
+		next = "/alert?p=" + url.QueryEscape(from.Principal) + "&k=" + url.QueryEscape(from.SK) + "&done=cidr_allowlisted"
 	}
+	s.succeeded(w, r, action, who, map[string]any{"ok": true, "action": action, "cidr": prefix.String(), "expires_at": e.ExpiresAt},
+		next, "cidr", prefix.String())
 }
 
 // removeAllow deletes a principal's or a network's allowlist entry.
 func (s *Server) removeAllow(w http.ResponseWriter, r *http.Request) {
-	req := current(r)
+	const action = store.ActionAllowRemove
 	who := s.actor(r)
 	pk := r.PostFormValue("pk")
 	prev, err := s.cfg.Store.RemoveAllow(r.Context(), pk, who)
@@ -191,24 +163,13 @@ func (s *Server) removeAllow(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, store.ErrNoAllow) {
 			code = http.StatusNotFound
 		}
-		outcome := "refused"
 		if code >= 500 {
-			outcome = "error"
-			s.cfg.Log.Error("action failed", "action", store.ActionAllowRemove, "pk", pk, "actor", who.Name, "err", err, "correlation_id", req.corr)
+			s.cfg.Log.Error("action failed", "action", action, "pk", pk, "actor", who.Name, "err", err, "correlation_id", who.CorrelationID)
 		}
-		s.metrics.actions.WithLabelValues(store.ActionAllowRemove, outcome).Inc()
-		if wantsJSON(r) {
-			s.fail(w, r, code, err.Error())
-			return
-		}
-		s.renderAllowlist(w, r, code, allowlistView{Errors: []string{fmt.Sprintf("%s: %v", strings.TrimPrefix(pk, store.AllowPrefix), err)}})
+		s.refuse(w, r, action, code, err.Error(), func(string) {
+			s.renderAllowlist(w, r, code, allowlistView{Errors: []string{fmt.Sprintf("%s: %v", strings.TrimPrefix(pk, store.AllowPrefix), err)}})
+		})
 		return
 	}
-	s.metrics.actions.WithLabelValues(store.ActionAllowRemove, "ok").Inc()
-	s.cfg.Log.Info("action", "action", store.ActionAllowRemove, "pk", prev.PK, "actor", who.Name, "reason", who.Reason, "correlation_id", req.corr)
-	if wantsJSON(r) {
-		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "action": store.ActionAllowRemove, "pk": prev.PK})
-		return
-	}
-	http.Redirect(w, r, "/allowlist?done=removed", http.StatusSeeOther)
+	s.succeeded(w, r, action, who, map[string]any{"ok": true, "action": action, "pk": prev.PK}, "/allowlist?done=removed", "pk", prev.PK)
 }

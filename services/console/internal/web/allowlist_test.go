@@ -6,29 +6,15 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/require"
 
-	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
 )
-
-// runtimeItem reads one floodgate_runtime_config item as stored.
-func (e *testEnv) runtimeItem(t *testing.T, pk string) map[string]types.AttributeValue {
-	t.Helper()
-	out, err := e.ddb.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String(e.prefix + dynamo.TableRuntimeConfig),
-		Key: map[string]types.AttributeValue{"pk": s(pk)}, ConsistentRead: aws.Bool(true)})
-	require.NoError(t, err)
-	return out.Item
-}
 
 // TestCIDRAllowlist adds, lists and removes network allowlist entries through
 // the console on DynamoDB Local and checks each item is exactly what the
@@ -37,8 +23,7 @@ func (e *testEnv) runtimeItem(t *testing.T, pk string) map[string]types.Attribut
 func TestCIDRAllowlist(t *testing.T) {
 	e := newEnv(t)
 	a := e.seed(t, "cidr", time.Now().Add(-time.Minute), events.PatternRapidFire, events.SeverityHigh, true)
-	analyst := e.client(t)
-	analyst.login("analyst1")
+	analyst := e.signedIn(t, "analyst1")
 	csrf := analyst.csrf(alertPath(a))
 	require.Contains(t, analyst.mustGet(alertPath(a)), `id="cidr-form"`)
 	require.Contains(t, analyst.mustGet(alertPath(a)), `<option value="198.51.100.0/24">`, "the alert's networks are offered")
@@ -51,15 +36,13 @@ func TestCIDRAllowlist(t *testing.T) {
 		require.Contains(t, res.Header.Get("Location"), "done=cidr_allowlisted")
 		it := e.runtimeItem(t, "detector#allow#cidr#203.0.113.0/24")
 		require.NotEmpty(t, it, "masked prefix as the key")
-		require.ElementsMatch(t, []string{"pk", "expires_at", "comment", "created_by", "created_at"}, keys(it))
-		p, err := netip.ParsePrefix(strings.TrimPrefix(it["pk"].(*types.AttributeValueMemberS).Value, "detector#allow#cidr#"))
+		require.ElementsMatch(t, []string{"pk", "expires_at", "comment", "created_by", "created_at"}, it.keys())
+		p, err := netip.ParsePrefix(strings.TrimPrefix(it.str("pk"), "detector#allow#cidr#"))
 		require.NoError(t, err, "the detector parses the key's prefix")
 		require.Equal(t, p.Masked(), p)
-		exp, err := strconv.ParseInt(it["expires_at"].(*types.AttributeValueMemberN).Value, 10, 64)
-		require.NoError(t, err)
-		require.InDelta(t, before.Add(7*24*time.Hour).Unix(), exp, 5)
-		require.Equal(t, "partner office NAT", it["comment"].(*types.AttributeValueMemberS).Value)
-		require.Equal(t, "analyst1", it["created_by"].(*types.AttributeValueMemberS).Value)
+		require.InDelta(t, before.Add(7*24*time.Hour).Unix(), it.num(t, "expires_at"), 5)
+		require.Equal(t, "partner office NAT", it.str("comment"))
+		require.Equal(t, "analyst1", it.str("created_by"))
 
 		rows, err := e.st.AuditOf(context.Background(), "cidr#203.0.113.0/24", 5)
 		require.NoError(t, err)
@@ -126,8 +109,7 @@ func TestCIDRAllowlist(t *testing.T) {
 		require.Equal(t, http.StatusForbidden, res.StatusCode, body)
 	})
 	t.Run("viewer: read-only page, POSTs refused", func(t *testing.T) {
-		viewer := e.client(t)
-		viewer.login("viewer1")
+		viewer := e.signedIn(t, "viewer1")
 		page := viewer.mustGet("/allowlist")
 		require.Contains(t, page, "partner office NAT")
 		require.Contains(t, page, `id="read-only"`)
@@ -167,14 +149,6 @@ func TestCIDRAllowlist(t *testing.T) {
 		res, _ = analyst.post("/allowlist/remove", url.Values{"csrf": {lcsrf}, "pk": {"detector#false_positives#x#y"}, "reason": {"r"}})
 		require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode, "only allowlist keys")
 	})
-}
-
-func keys(m map[string]types.AttributeValue) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
 
 func (b *browser) mustGet(path string) string {

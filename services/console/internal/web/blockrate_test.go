@@ -9,14 +9,23 @@ import (
 	"time"
 
 	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
+	"github.com/influxdata/influxdb-client-go/v2/api"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/services/console/internal/blockrate"
+	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 )
 
 // TestBlockRate writes limiter_decisions points (as the limiter does) under a
 // unique gateway to the real InfluxDB and reads the page filtered to it.
+// deadInflux is the query API of an InfluxDB client whose server does not answer.
+func deadInflux(t *testing.T) api.QueryAPI {
+	dead := influxdb2.NewClientWithOptions("http://"+consoletest.FreeAddr(t), "", influxdb2.DefaultOptions().SetHTTPRequestTimeout(2))
+	t.Cleanup(dead.Close)
+	return dead.QueryAPI("")
+}
+
 func TestBlockRate(t *testing.T) {
 	env := config.NewEnv(os.Getenv)
 	url, bucket := env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL), env.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket)
@@ -37,8 +46,7 @@ func TestBlockRate(t *testing.T) {
 	pt(now.Add(-30*time.Minute), "messages.create", 90, 10)
 	pt(now.Add(-10*time.Minute), "messages.create", 50, 50)
 	pt(now.Add(-10*time.Minute), "global", 100, 0)
-	c := e.client(t)
-	c.login("viewer1")
+	c := e.signedIn(t, "viewer1")
 
 	t.Run("rates per scope and chart", func(t *testing.T) {
 		code, body := c.get("/sre/block-rate?window=1h&gateway=" + gw)
@@ -63,13 +71,10 @@ func TestBlockRate(t *testing.T) {
 		require.Contains(t, body, "not a tag value")
 	})
 	t.Run("InfluxDB down is an error state", func(t *testing.T) {
-		dead := influxdb2.NewClientWithOptions("http://"+freeAddr(t), "", influxdb2.DefaultOptions().SetHTTPRequestTimeout(2))
-		t.Cleanup(dead.Close)
 		e2 := newEnvWith(t, func(cfg *Config, _ string) {
-			cfg.BlockRate = &blockrate.Reader{Query: dead.QueryAPI(""), Bucket: bucket}
+			cfg.BlockRate = &blockrate.Reader{Query: deadInflux(t), Bucket: bucket}
 		})
-		c2 := e2.client(t)
-		c2.login("viewer1")
+		c2 := e2.signedIn(t, "viewer1")
 		code, body := c2.get("/sre/block-rate")
 		require.Equal(t, http.StatusServiceUnavailable, code)
 		require.Contains(t, body, "The block rate could not be read (InfluxDB)")

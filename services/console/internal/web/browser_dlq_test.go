@@ -34,16 +34,6 @@ func TestBrowserDeadLetters(t *testing.T) {
 		require.NoError(t, err, "count %s", sel)
 		return n
 	}
-	signIn := func(user string) chromedp.Action[chromedp.Void] {
-		return chromedp.Steps(
-			chromedp.Navigate(e.srv.URL+"/login"),
-			chromedp.WaitVisible(chromedp.ID("username")),
-			chromedp.SendKeys(chromedp.ID("username"), user),
-			chromedp.SendKeys(chromedp.ID("password"), testPassword),
-			chromedp.Submit(chromedp.ID("password")),
-			chromedp.WaitVisible(chromedp.ID("alert-rows")),
-		)
-	}
 	// html/template escapes the id's colons as %3a, url.QueryEscape as %3A:
 	// the attribute is matched case-insensitively.
 	recordLink := func(id string) chromedp.CSS {
@@ -52,7 +42,7 @@ func TestBrowserDeadLetters(t *testing.T) {
 
 	// SRE: sign in → Dead letters (nav) → summary and records.
 	require.NoError(t, chromedp.Do(ctx,
-		signIn("sre1"),
+		signIn(e.srv.URL, "sre1"),
 		chromedp.Click(chromedp.CSS(`nav a[href="/sre/dlq"]`)),
 		chromedp.WaitVisible(chromedp.ID("dlq-summary")),
 		chromedp.WaitVisible(recordLink(dl.poisonID)),
@@ -138,7 +128,7 @@ func TestBrowserDeadLetters(t *testing.T) {
 	// form, and a forged purge is refused.
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Click(chromedp.CSS(`button.link`)), chromedp.WaitVisible(chromedp.ID("username")),
-		signIn("viewer1"),
+		signIn(e.srv.URL, "viewer1"),
 		chromedp.Click(chromedp.CSS(`nav a[href="/sre/dlq"]`)),
 		chromedp.WaitVisible(recordLink(dl.goodID)),
 	))

@@ -31,6 +31,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/whatif"
 	"github.com/floodgate-dev/floodgate/pkg/whatif/whatiftest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/adjuster"
+	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 )
 
 // guardRules are the rules the limiter records the traffic under: generous.
@@ -79,7 +80,7 @@ func TestBrowserShedWhatIfRollout(t *testing.T) {
 	influx := influxdb2.NewClient(env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL), env.String("FLOODGATE_INFLUX_TOKEN", ""))
 	t.Cleanup(influx.Close)
 	bucket := env.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket)
-	kb := broker(t)
+	kb := consoletest.Broker(t)
 	ro := newRolloutRig(t)
 	tag := redistest.Unique(t, "console-guards")
 	var adj adjusterProc
@@ -171,12 +172,7 @@ func TestBrowserShedWhatIfRollout(t *testing.T) {
 	b := startBrowser(t, bin)
 	shot := func(name string) chromedp.Action[chromedp.Void] { return screenshot(shots, name) }
 	require.NoError(t, chromedp.Do(b,
-		chromedp.Navigate(e.srv.URL+"/login"),
-		chromedp.WaitVisible(chromedp.ID("username")),
-		chromedp.SendKeys(chromedp.ID("username"), "sre1"),
-		chromedp.SendKeys(chromedp.ID("password"), testPassword),
-		chromedp.Submit(chromedp.ID("password")),
-		chromedp.WaitVisible(chromedp.ID("alert-rows")),
+		signIn(e.srv.URL, "sre1"),
 		chromedp.Click(chromedp.CSS(`nav a[href="/sre/adjuster"]`)),
 		chromedp.WaitVisible(chromedp.ID("shed-level")),
 		shot("console-adjuster-shedding"),

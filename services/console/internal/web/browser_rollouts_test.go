@@ -143,12 +143,7 @@ func TestBrowserRollouts(t *testing.T) {
 
 	// SRE: sign in, start a rollout that allows one request an hour per bot.
 	require.NoError(t, chromedp.Do(b,
-		chromedp.Navigate(e.srv.URL+"/login"),
-		chromedp.WaitVisible(chromedp.ID("username")),
-		chromedp.SendKeys(chromedp.ID("username"), "sre1"),
-		chromedp.SendKeys(chromedp.ID("password"), testPassword),
-		chromedp.Submit(chromedp.ID("password")),
-		chromedp.WaitVisible(chromedp.ID("alert-rows")),
+		signIn(e.srv.URL, "sre1"),
 		ro.propose(e, rolloutV2, "INC-77 one an hour"),
 		shot("console-rollout-shadow"),
 	))

@@ -8,25 +8,22 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/chromedp/chromedp"
 	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/config"
-	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/adjuster"
 	"github.com/floodgate-dev/floodgate/services/console/internal/blockrate"
+	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/quota"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
 )
@@ -42,9 +39,9 @@ func TestBrowserSRE(t *testing.T) {
 	influx := influxdb2.NewClient(env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL), env.String("FLOODGATE_INFLUX_TOKEN", ""))
 	t.Cleanup(influx.Close)
 	bucket := env.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket)
-	qaddr := freeAddr(t)
+	qaddr := consoletest.FreeAddr(t)
 	var adjURL, adjToken, prefix string
-	kb := broker(t)
+	kb := consoletest.Broker(t)
 	overridesKey := redistest.Unique(t, "fg:test:console:overrides")
 	e := newEnvWith(t, func(cfg *Config, p string) {
 		prefix = p
@@ -61,17 +58,15 @@ func TestBrowserSRE(t *testing.T) {
 		cfg.BlockRate = &blockrate.Reader{Query: influx.QueryAPI(""), Bucket: bucket}
 	})
 	startProcess(t, serviceBinary(t, "quota"), []string{
-		"FLOODGATE_QUOTA_ADDR=" + qaddr, "FLOODGATE_KAFKA_BROKERS=" + broker(t), "FLOODGATE_QUOTA_GROUP=quota-" + e.run,
-		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + dynamoEndpoint(),
+		"FLOODGATE_QUOTA_ADDR=" + qaddr, "FLOODGATE_KAFKA_BROKERS=" + consoletest.Broker(t), "FLOODGATE_QUOTA_GROUP=quota-" + e.run,
+		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + migrationstest.DynamoEndpoint(),
 	})
-	waitReady(t, "http://"+qaddr+"/readyz")
+	consoletest.WaitReady(t, "http://"+qaddr+"/readyz")
 	now := time.Now()
 	a := e.seed(t, "sre", now.Add(-time.Minute), events.PatternRapidFire, events.SeverityCritical, true)
 	for d, units := range []int64{120, 340, 0, 800, 1500, 2200, 900, 4000, 3100, 600, 0, 450, 5200, 7400} {
 		day := now.UTC().AddDate(0, 0, d-13).Format("2006-01-02")
-		_, err := e.ddb.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(prefix + dynamo.TableQuotaLedger),
-			Item: map[string]types.AttributeValue{"pk": s(a.Principal), "sk": s(day), "units": &types.AttributeValueMemberN{Value: strconv.FormatInt(units, 10)}}})
-		require.NoError(t, err)
+		e.putUsage(t, a.Principal, day, units)
 	}
 	gw := "console-browser-" + e.run
 	wr := influx.WriteAPIBlocking("", bucket)
@@ -89,12 +84,7 @@ func TestBrowserSRE(t *testing.T) {
 
 	// SRE: sign in → the alert → its principal page.
 	require.NoError(t, chromedp.Do(ctx,
-		chromedp.Navigate(e.srv.URL+"/login"),
-		chromedp.WaitVisible(chromedp.ID("username")),
-		chromedp.SendKeys(chromedp.ID("username"), "sre1"),
-		chromedp.SendKeys(chromedp.ID("password"), testPassword),
-		chromedp.Submit(chromedp.ID("password")),
-		chromedp.WaitVisible(chromedp.ID("alert-rows")),
+		signIn(e.srv.URL, "sre1"),
 		chromedp.Click(chromedp.CSS(`a[href*="`+a.ID+`"]`)),
 		chromedp.WaitVisible(chromedp.ID("principal-link")),
 		chromedp.Click(chromedp.ID("principal-link")),

@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
+	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
 )
 
@@ -30,7 +31,7 @@ import (
 func TestBrowser(t *testing.T) {
 	bin, shots := browserSetup(t)
 
-	b := broker(t)
+	b := consoletest.Broker(t)
 	e := newEnvWith(t, func(cfg *Config, _ string) {
 		cfg.Samples = &store.SampleReader{Client: &kafka.Client{Addr: kafka.TCP(b), Timeout: 5 * time.Second}, Topic: decisionsTopic}
 		cfg.SignIn = auth.NewLimiter(redistest.Client(t), "fg:console:test:"+redistest.Unique(t, "authfail")+":")
@@ -53,16 +54,6 @@ func TestBrowser(t *testing.T) {
 	ctx := startBrowser(t, bin)
 	shot := func(name string) chromedp.Action[chromedp.Void] { return screenshot(shots, name) }
 	text := func(sel string) string { t.Helper(); return textOf(t, ctx, sel) }
-	signIn := func(user string) chromedp.Action[chromedp.Void] {
-		return chromedp.Steps(
-			chromedp.Navigate(e.srv.URL+"/login"),
-			chromedp.WaitVisible(chromedp.ID("username")),
-			chromedp.SendKeys(chromedp.ID("username"), user),
-			chromedp.SendKeys(chromedp.ID("password"), testPassword),
-			chromedp.Submit(chromedp.ID("password")),
-			chromedp.WaitVisible(chromedp.ID("alert-rows")),
-		)
-	}
 
 	// A real limiter engine on the same Redis applies the detector's penalty to the
 	// alert's principal before the lift, and stops applying it after.
@@ -78,7 +69,7 @@ func TestBrowser(t *testing.T) {
 		chromedp.Navigate(e.srv.URL+"/login"),
 		chromedp.WaitVisible(chromedp.ID("username")),
 		shot("console-login"),
-		signIn("analyst1"),
+		signIn(e.srv.URL, "analyst1"),
 		shot("console-alerts"),
 	))
 	require.Contains(t, text("#alert-rows"), a.Principal)
@@ -142,7 +133,7 @@ func TestBrowser(t *testing.T) {
 	// Viewer: reads the alert, is offered nothing, and a forged POST is refused.
 	other := e.seed(t, "viewer", now.Add(-2*time.Minute), events.PatternRapidFire, events.SeverityHigh, true)
 	require.NoError(t, chromedp.Do(ctx,
-		signIn("viewer1"),
+		signIn(e.srv.URL, "viewer1"),
 		chromedp.Click(chromedp.CSS(`a[href*="`+other.ID+`"]`)),
 		chromedp.WaitVisible(chromedp.ID("read-only")),
 		shot("console-alert-viewer"),
@@ -220,6 +211,19 @@ func screenshot(dir, name string) chromedp.Action[chromedp.Void] {
 		}
 		return chromedp.Void{}, os.WriteFile(filepath.Join(dir, name+".png"), buf, 0o644)
 	}
+}
+
+// signIn signs user in with the test password at the console at base and
+// waits for the alerts list.
+func signIn(base, user string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(
+		chromedp.Navigate(base+"/login"),
+		chromedp.WaitVisible(chromedp.ID("username")),
+		chromedp.SendKeys(chromedp.ID("username"), user),
+		chromedp.SendKeys(chromedp.ID("password"), testPassword),
+		chromedp.Submit(chromedp.ID("password")),
+		chromedp.WaitVisible(chromedp.ID("alert-rows")),
+	)
 }
 
 // textOf returns the text of the first element matching sel.

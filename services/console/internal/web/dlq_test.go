@@ -17,9 +17,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/dlq"
 	"github.com/floodgate-dev/floodgate/services/console/internal/quota"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
@@ -35,8 +37,7 @@ func TestDeadLetters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	sre := e.client(t)
-	sre.login("sre1")
+	sre := e.signedIn(t, "sre1")
 	code, page := sre.get("/sre/dlq")
 	require.Equal(t, http.StatusOK, code, page)
 	require.Contains(t, page, poisonID)
@@ -57,8 +58,7 @@ func TestDeadLetters(t *testing.T) {
 		require.Equal(t, http.StatusNotFound, code)
 	})
 	t.Run("viewer cannot replay", func(t *testing.T) {
-		c := e.client(t)
-		c.login("analyst1")
+		c := e.signedIn(t, "analyst1")
 		code, body := c.get("/sre/dlq")
 		require.Equal(t, http.StatusOK, code)
 		require.NotContains(t, body, `name="id"`)
@@ -91,8 +91,7 @@ func TestDeadLetters(t *testing.T) {
 		}, 30*time.Second, 300*time.Millisecond, "the quota service counts the replayed decision")
 	})
 	t.Run("purge: analyst refused, reason and confirmation required, audited", func(t *testing.T) {
-		c := e.client(t)
-		c.login("analyst1")
+		c := e.signedIn(t, "analyst1")
 		code, body := c.get("/sre/dlq/record?id=" + url.QueryEscape(poisonID))
 		require.Equal(t, http.StatusOK, code)
 		require.NotContains(t, body, `id="purge-one"`)
@@ -150,8 +149,8 @@ type deadLetters struct {
 // dead letters and waits until the auditor stores both.
 func startDeadLetters(t *testing.T) *deadLetters {
 	t.Helper()
-	b := broker(t)
-	dlqAddr, quotaAddr := freeAddr(t), freeAddr(t)
+	b := consoletest.Broker(t)
+	dlqAddr, quotaAddr := consoletest.FreeAddr(t), consoletest.FreeAddr(t)
 	raw := make([]byte, 32)
 	_, err := rand.Read(raw)
 	require.NoError(t, err)
@@ -173,15 +172,15 @@ func startDeadLetters(t *testing.T) *deadLetters {
 	group := "quota-" + e.run
 	startProcess(t, serviceBinary(t, "quota"), []string{
 		"FLOODGATE_QUOTA_ADDR=" + quotaAddr, "FLOODGATE_KAFKA_BROKERS=" + b, "FLOODGATE_QUOTA_GROUP=" + group,
-		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + dynamoEndpoint(),
+		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + migrationstest.DynamoEndpoint(),
 	})
 	startProcess(t, serviceBinary(t, "dlq-auditor"), []string{
 		"FLOODGATE_DLQ_ADDR=" + dlqAddr, "FLOODGATE_KAFKA_BROKERS=" + b, "FLOODGATE_DLQ_GROUP=auditor-" + e.run,
 		"FLOODGATE_DLQ_DISCOVER_INTERVAL=1s", "FLOODGATE_DLQ_TOKENS_FILE=" + tokens, "FLOODGATE_DLQ_CANARY_TIMEOUT=30s",
-		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + dynamoEndpoint(),
+		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + migrationstest.DynamoEndpoint(),
 	})
-	waitReady(t, "http://"+quotaAddr+"/readyz")
-	waitReady(t, "http://"+dlqAddr+"/healthz")
+	consoletest.WaitReady(t, "http://"+quotaAddr+"/readyz")
+	consoletest.WaitReady(t, "http://"+dlqAddr+"/healthz")
 
 	// Two dead letters of the quota service: a valid decision it failed to
 	// write (transient) and a poison message.

@@ -2,8 +2,6 @@ package web
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,10 +9,8 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
-	"os"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,8 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/floodgate-dev/floodgate/migrations"
-	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
@@ -60,18 +55,8 @@ func newEnv(t *testing.T) *testEnv { t.Helper(); return newEnvWith(t, nil) }
 // the tables exist (it gets the table prefix).
 func newEnvWith(t *testing.T, adjust func(cfg *Config, prefix string)) *testEnv {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	rdb := redistest.Client(t)
-	endpoint := config.NewEnv(os.Getenv).String("FLOODGATE_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000")
-	ddb, err := dynamo.NewClient(ctx, dynamo.Options{Endpoint: endpoint})
-	require.NoError(t, err)
-	prefix := fmt.Sprintf("console%d_", time.Now().UnixNano())
-	ms, err := migrations.Load()
-	require.NoError(t, err)
-	r := &migrations.Runner{Dynamo: &migrations.Dynamo{Client: ddb, Prefix: prefix}, Now: time.Now, Report: func(string) {}}
-	require.NoError(t, r.Apply(ctx, ms), "apply the DynamoDB migrations to DynamoDB Local at %s (is the local stack up? `make up`)", endpoint)
-	t.Cleanup(func() { deleteTables(t, ddb, prefix) })
+	ddb, prefix := migrationstest.DynamoTables(t, "console")
 
 	hash, err := bcrypt.GenerateFromPassword([]byte(testPassword), bcrypt.MinCost)
 	require.NoError(t, err)
@@ -105,24 +90,6 @@ func newEnvWith(t *testing.T, adjust func(cfg *Config, prefix string)) *testEnv 
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 	return &testEnv{srv: srv, web: s, st: st, rdb: rdb, ddb: ddb, prefix: prefix, tokens: tokens, run: run}
-}
-
-func deleteTables(t *testing.T, ddb *dynamodb.Client, prefix string) {
-	ctx := context.Background()
-	out, err := ddb.ListTables(ctx, &dynamodb.ListTablesInput{})
-	if err != nil {
-		t.Logf("list tables: %v", err)
-		return
-	}
-	for _, name := range out.TableNames {
-		if strings.HasPrefix(name, prefix) {
-			_, err := ddb.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(name)})
-			var nf *types.ResourceNotFoundException
-			if err != nil && !errors.As(err, &nf) {
-				t.Logf("delete table %s: %v", name, err)
-			}
-		}
-	}
 }
 
 // seed writes an abuse record the way the detector does (docs/detector.md) and,
@@ -188,6 +155,47 @@ func (e *testEnv) client(t *testing.T) *browser {
 	require.NoError(t, err)
 	return &browser{t: t, base: e.srv.URL, c: &http.Client{Jar: jar, Timeout: 20 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+// signedIn is a client signed in as user (the test password).
+func (e *testEnv) signedIn(t *testing.T, user string) *browser {
+	t.Helper()
+	b := e.client(t)
+	b.login(user)
+	return b
+}
+
+// formPost is a form an SRE page posts (without its CSRF token).
+type formPost struct {
+	path string
+	form url.Values
+}
+
+// readOnlyBelowSRE checks that a viewer and an analyst see page (with
+// shown in it, unless empty) without what is hidden from them, and that each of posts,
+// sent with the page's CSRF token, is refused (403).
+func (e *testEnv) readOnlyBelowSRE(t *testing.T, page, shown string, hidden []string, posts ...formPost) {
+	t.Helper()
+	for _, user := range []string{"viewer1", "analyst1"} {
+		c := e.signedIn(t, user)
+		code, body := c.get(page)
+		require.Equal(t, http.StatusOK, code, body)
+		if shown != "" {
+			require.Contains(t, body, shown, user)
+		}
+		for _, h := range hidden {
+			require.NotContains(t, body, h, user)
+		}
+		csrf := csrfRE.FindStringSubmatch(body)[1]
+		for _, p := range posts {
+			f := url.Values{"csrf": {csrf}}
+			for k, v := range p.form {
+				f[k] = v
+			}
+			res, _ := c.post(p.path, f)
+			require.Equal(t, http.StatusForbidden, res.StatusCode, "%s posts %s", user, p.path)
+		}
+	}
 }
 
 var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)

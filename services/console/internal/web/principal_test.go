@@ -1,28 +1,24 @@
 package web
 
 import (
-	"context"
 	"net/http"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/require"
 
-	"github.com/floodgate-dev/floodgate/pkg/dynamo"
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/quota"
 )
 
 // TestPrincipalPage runs the real quota service (its binary, on an in-process
 // broker and this test's DynamoDB tables) and reads the principal page.
 func TestPrincipalPage(t *testing.T) {
-	qaddr := freeAddr(t)
+	qaddr := consoletest.FreeAddr(t)
 	var prefix string
 	e := newEnvWith(t, func(cfg *Config, p string) {
 		prefix = p
@@ -30,12 +26,12 @@ func TestPrincipalPage(t *testing.T) {
 		require.NoError(t, err)
 		cfg.Quota = qc
 	})
-	b := broker(t)
+	b := consoletest.Broker(t)
 	startProcess(t, serviceBinary(t, "quota"), []string{
 		"FLOODGATE_QUOTA_ADDR=" + qaddr, "FLOODGATE_KAFKA_BROKERS=" + b, "FLOODGATE_QUOTA_GROUP=console-test-" + e.run,
-		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + dynamoEndpoint(),
+		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + migrationstest.DynamoEndpoint(),
 	})
-	waitReady(t, "http://"+qaddr+"/healthz")
+	consoletest.WaitReady(t, "http://"+qaddr+"/healthz")
 
 	now := time.Now().UTC()
 	a := e.seed(t, "pp", now.Add(-time.Minute), events.PatternRapidFire, events.SeverityHigh, true)
@@ -43,12 +39,9 @@ func TestPrincipalPage(t *testing.T) {
 	// The quota ledger as the quota service writes it: pk principal, sk day, units.
 	ledger := map[string]int64{now.Format("2006-01-02"): 4321, now.AddDate(0, 0, -3).Format("2006-01-02"): 777}
 	for day, units := range ledger {
-		_, err := e.ddb.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(prefix + dynamo.TableQuotaLedger),
-			Item: map[string]types.AttributeValue{"pk": s(a.Principal), "sk": s(day), "units": &types.AttributeValueMemberN{Value: strconv.FormatInt(units, 10)}}})
-		require.NoError(t, err)
+		e.putUsage(t, a.Principal, day, units)
 	}
-	c := e.client(t)
-	c.login("viewer1")
+	c := e.signedIn(t, "viewer1")
 
 	t.Run("alert detail links the principal page", func(t *testing.T) {
 		code, body := c.get(alertPath(a))
@@ -85,7 +78,7 @@ func TestPrincipalPage(t *testing.T) {
 // TestPrincipalPageQuotaDown: the quota service unreachable is an error state
 // on the page, the rest still renders.
 func TestPrincipalPageQuotaDown(t *testing.T) {
-	dead := freeAddr(t) // nothing listens here
+	dead := consoletest.FreeAddr(t) // nothing listens here
 	e := newEnvWith(t, func(cfg *Config, _ string) {
 		qc, err := quota.New("http://"+dead, "", &http.Client{Timeout: 2 * time.Second})
 		require.NoError(t, err)
@@ -93,8 +86,7 @@ func TestPrincipalPageQuotaDown(t *testing.T) {
 	})
 	a := e.seed(t, "down", time.Now().Add(-time.Minute), events.PatternRapidFire, events.SeverityHigh, true)
 	kind, id := a.PrincipalParts()
-	c := e.client(t)
-	c.login("viewer1")
+	c := e.signedIn(t, "viewer1")
 	code, body := c.get("/principals/" + kind + "/" + id)
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, `id="usage-error"`)

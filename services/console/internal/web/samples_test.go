@@ -11,17 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
-	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
 )
 
@@ -55,22 +52,6 @@ func sampleDecision(p events.Principal, i int, at time.Time, ip string) *events.
 	return d
 }
 
-// setCrossing records ref in the stored alert's event, as the detector does.
-func (e *testEnv) setCrossing(t *testing.T, a store.Alert, ref *events.EventRef) store.Alert {
-	t.Helper()
-	ev := *a.Event
-	ev.Evidence.CrossingEvent = ref
-	body, err := events.EncodeAbuse(&ev)
-	require.NoError(t, err)
-	_, err = e.ddb.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{TableName: aws.String(e.prefix + dynamo.TableAbuseRecords),
-		Key: map[string]types.AttributeValue{"pk": s(a.Principal), "sk": s(a.SK)}, UpdateExpression: aws.String("SET #e = :e"),
-		ExpressionAttributeNames: map[string]string{"#e": "event"}, ExpressionAttributeValues: map[string]types.AttributeValue{":e": s(string(body))}})
-	require.NoError(t, err)
-	got, err := e.st.Get(context.Background(), a.Principal, a.SK)
-	require.NoError(t, err)
-	return got
-}
-
 var sampleRowRE = regexp.MustCompile(`(?s)<tr[^>]*><td class="num">(\d+)</td><td class="num">(\d+)</td>`)
 
 // TestSampleEvents reads an alert's sample events from a real broker (kfake
@@ -78,7 +59,7 @@ var sampleRowRE = regexp.MustCompile(`(?s)<tr[^>]*><td class="num">(\d+)</td><td
 // at and before the crossing offset, newest first, other principals'
 // messages skipped, addresses truncated; and the empty and error states.
 func TestSampleEvents(t *testing.T) {
-	b := broker(t)
+	b := consoletest.Broker(t)
 	e := newEnvWith(t, func(cfg *Config, _ string) {
 		cfg.Samples = &store.SampleReader{Client: &kafka.Client{Addr: kafka.TCP(b), Timeout: 5 * time.Second}, Topic: decisionsTopic,
 			MaxScan: 200, Keep: 20, Chunk: 15} // several backward steps
@@ -108,8 +89,7 @@ func TestSampleEvents(t *testing.T) {
 	produce(t, b, 5, []*events.Decision{sampleDecision(p, 99, now.Add(time.Second), "203.0.113.77")})
 	a = e.setCrossing(t, a, &events.EventRef{Topic: decisionsTopic, Partition: 5, Offset: crossing})
 
-	c := e.client(t)
-	c.login("viewer1")
+	c := e.signedIn(t, "viewer1")
 
 	t.Run("newest first from the crossing offset, truncated addresses", func(t *testing.T) {
 		code, body := c.get(alertPath(a))
@@ -180,8 +160,7 @@ func TestSampleEventsBrokerDown(t *testing.T) {
 	})
 	a := e.seed(t, "down", time.Now().UTC(), events.PatternRapidFire, events.SeverityHigh, true)
 	a = e.setCrossing(t, a, &events.EventRef{Topic: decisionsTopic, Partition: 0, Offset: 7})
-	c := e.client(t)
-	c.login("analyst1")
+	c := e.signedIn(t, "analyst1")
 	code, body := c.get(alertPath(a))
 	require.Equal(t, http.StatusOK, code, body)
 	require.Contains(t, body, "Sample events could not be read from Kafka")

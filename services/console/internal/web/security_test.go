@@ -49,8 +49,7 @@ func TestSecurityForgedSessionS1(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, code, "a forged session is sent to sign in, not served")
 
 	// Even with a real session's key in hand, rewriting its user is refused.
-	real := e.client(t)
-	real.login("viewer1")
+	real := e.signedIn(t, "viewer1")
 	keys, err := e.rdb.Keys(ctx, prefix+"*").Result()
 	require.NoError(t, err)
 	require.NotEmpty(t, keys)
@@ -79,8 +78,7 @@ func TestSecurityRemovedUserS8(t *testing.T) {
 	dir, err := auth.LoadReloading(path, nil)
 	require.NoError(t, err)
 	e := newEnvWith(t, func(c *Config, _ string) { c.Directory = dir })
-	b := e.client(t)
-	b.login("leaver1")
+	b := e.signedIn(t, "leaver1")
 	code, _ := b.get("/alerts")
 	require.Equal(t, http.StatusOK, code)
 

@@ -11,12 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/require"
 
-	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
@@ -119,10 +115,8 @@ func TestCSRFAndRoles(t *testing.T) {
 	e := newEnv(t)
 	a := e.seed(t, "csrf", time.Now().Add(-time.Minute), events.PatternRapidFire, events.SeverityCritical, true)
 
-	analyst := e.client(t)
-	analyst.login("analyst1")
-	viewer := e.client(t)
-	viewer.login("viewer1")
+	analyst := e.signedIn(t, "analyst1")
+	viewer := e.signedIn(t, "viewer1")
 	viewerCSRF := viewer.csrf("/alerts")
 
 	actions := []struct {
@@ -180,8 +174,7 @@ func TestCSRFAndRoles(t *testing.T) {
 func TestActions(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	b := e.client(t)
-	b.login("analyst1")
+	b := e.signedIn(t, "analyst1")
 
 	t.Run("lift", func(t *testing.T) {
 		a := e.seed(t, "lift", time.Now().Add(-time.Minute), events.PatternRapidFire, events.SeverityCritical, true)
@@ -255,14 +248,10 @@ func TestActions(t *testing.T) {
 		res, body = b.post("/alert/allowlist", actionForm(csrf, a, "reason", "known partner", "duration", "7d", "comment", "Acme status poller"))
 		require.Equal(t, http.StatusSeeOther, res.StatusCode, body)
 		// The entry is where and how the detector reads it.
-		out, err := e.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.prefix + dynamo.TableRuntimeConfig),
-			Key: map[string]types.AttributeValue{"pk": s("detector#allow#principal#" + a.Principal)}})
-		require.NoError(t, err)
-		require.Equal(t, "Acme status poller", out.Item["comment"].(*types.AttributeValueMemberS).Value)
-		require.Equal(t, "analyst1", out.Item["created_by"].(*types.AttributeValueMemberS).Value)
-		exp, err := strconv.ParseInt(out.Item["expires_at"].(*types.AttributeValueMemberN).Value, 10, 64)
-		require.NoError(t, err)
-		require.InDelta(t, time.Now().Add(7*24*time.Hour).Unix(), exp, 60)
+		it := e.runtimeItem(t, "detector#allow#principal#"+a.Principal)
+		require.Equal(t, "Acme status poller", it.str("comment"))
+		require.Equal(t, "analyst1", it.str("created_by"))
+		require.InDelta(t, time.Now().Add(7*24*time.Hour).Unix(), it.num(t, "expires_at"), 60)
 		log, err := e.st.AuditLog(ctx, a.Principal, 10)
 		require.NoError(t, err)
 		require.Len(t, log, 1)
@@ -318,8 +307,7 @@ func TestAlertsList(t *testing.T) {
 	old := e.seed(t, "l1", now.Add(-3*time.Hour), events.PatternRapidFire, events.SeverityHigh, false)
 	mid := e.seed(t, "l2", now.Add(-2*time.Hour), events.PatternDistributedIP, events.SeverityCritical, false)
 	newest := e.seed(t, "l3", now.Add(-time.Hour), events.PatternRapidFire, events.SeverityLow, false)
-	b := e.client(t)
-	b.login("viewer1")
+	b := e.signedIn(t, "viewer1")
 
 	t.Run("filters", func(t *testing.T) {
 		for _, tc := range []struct {

@@ -89,21 +89,16 @@ func (s *Server) adjusterPage(w http.ResponseWriter, r *http.Request) {
 // was rendered with, then writes the console's own audit row.
 func (s *Server) adjusterChange(w http.ResponseWriter, r *http.Request, action, done string,
 	call func(etag, corr, reason string) (adjuster.Result, any, error)) {
-	req := current(r)
-	who := store.Actor{Name: req.who.Name, Role: req.who.Role.String(), Reason: strings.TrimSpace(r.PostFormValue("reason")), CorrelationID: req.corr}
+	who := s.actor(r)
 	refuse := func(code int, msg string) {
-		s.metrics.actions.WithLabelValues(action, map[bool]string{true: "error", false: "refused"}[code >= 500]).Inc()
-		if wantsJSON(r) {
-			s.fail(w, r, code, msg)
-			return
-		}
-		v := s.loadAdjuster(r)
-		v.Errors = append([]string{msg}, v.Errors...)
-		if action == store.ActionAdjusterRules {
-			v.Rules = r.PostFormValue("rules") // keep the edit
-		}
-		w.WriteHeader(code)
-		s.render(w, r, "adjuster", v)
+		s.refuse(w, r, action, code, msg, func(msg string) {
+			v := s.loadAdjuster(r)
+			v.Errors = append([]string{msg}, v.Errors...)
+			if action == store.ActionAdjusterRules {
+				v.Rules = r.PostFormValue("rules") // keep the edit
+			}
+			s.renderCode(w, r, code, "adjuster", v)
+		})
 	}
 	switch {
 	case s.cfg.Adjuster == nil:
@@ -122,7 +117,7 @@ func (s *Server) adjusterChange(w http.ResponseWriter, r *http.Request, action, 
 		return
 	}
 	// The adjuster audits the console's token; the forwarded reason names the person.
-	res, before, err := call(etag, req.corr, who.Reason+" (console user "+who.Name+")")
+	res, before, err := call(etag, who.CorrelationID, who.Reason+" (console user "+who.Name+")")
 	var ae *adjuster.Error
 	switch {
 	case errors.As(err, &ae) && ae.Status == http.StatusPreconditionFailed:
@@ -132,7 +127,7 @@ func (s *Server) adjusterChange(w http.ResponseWriter, r *http.Request, action, 
 		refuse(ae.Status, "The adjuster refused the change: "+ae.Message)
 		return
 	case err != nil:
-		s.cfg.Log.Error("adjuster change", "action", action, "err", err, "correlation_id", req.corr)
+		s.cfg.Log.Error("adjuster change", "action", action, "err", err, "correlation_id", who.CorrelationID)
 		refuse(http.StatusBadGateway, "The adjuster could not be reached; nothing was changed: "+err.Error())
 		return
 	}
@@ -143,17 +138,12 @@ func (s *Server) adjusterChange(w http.ResponseWriter, r *http.Request, action, 
 	if err := s.cfg.Store.RecordRemote(r.Context(), store.SubjectAdjuster, action, res.AuditID, who, before, after); err != nil {
 		// The adjuster applied and audited the change (res.AuditID); say so.
 		s.metrics.actions.WithLabelValues(action, "audit_error").Inc()
-		s.cfg.Log.Error("console audit row", "action", action, "adjuster_audit_id", res.AuditID, "err", err, "correlation_id", req.corr)
+		s.cfg.Log.Error("console audit row", "action", action, "adjuster_audit_id", res.AuditID, "err", err, "correlation_id", who.CorrelationID)
 		s.fail(w, r, http.StatusServiceUnavailable, fmt.Sprintf("The adjuster applied the change (its audit id %s) but the console's own audit row failed: %v", res.AuditID, err))
 		return
 	}
-	s.metrics.actions.WithLabelValues(action, "ok").Inc()
-	s.cfg.Log.Info("action", "action", action, "actor", who.Name, "reason", who.Reason, "version", res.Settings.Version, "correlation_id", req.corr)
-	if wantsJSON(r) {
-		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "action": action, "version": res.Settings.Version, "adjuster_audit_id": res.AuditID})
-		return
-	}
-	http.Redirect(w, r, "/sre/adjuster?done="+done, http.StatusSeeOther)
+	s.succeeded(w, r, action, who, map[string]any{"ok": true, "action": action, "version": res.Settings.Version, "adjuster_audit_id": res.AuditID},
+		"/sre/adjuster?done="+done, "version", res.Settings.Version)
 }
 
 func (s *Server) adjusterMode(w http.ResponseWriter, r *http.Request) {
@@ -174,7 +164,7 @@ func (s *Server) adjusterRules(w http.ResponseWriter, r *http.Request) {
 	s.adjusterChange(w, r, store.ActionAdjusterRules, "rules", func(etag, corr, reason string) (adjuster.Result, any, error) {
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal([]byte(raw), &obj); err != nil || len(obj) == 0 {
-			return adjuster.Result{}, nil, &adjuster.Error{Status: http.StatusUnprocessableEntity, Code: "invalid",
+			return adjuster.Result{}, nil, &adjuster.Error{Service: "adjuster", Status: http.StatusUnprocessableEntity, Code: "invalid",
 				Message: "the rules must be a JSON object of the fields to change (e.g. {\"cpu_high\":{\"above\":0.9,…}})"}
 		}
 		cur, _, err := s.cfg.Adjuster.Settings(r.Context())

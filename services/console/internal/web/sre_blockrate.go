@@ -15,6 +15,27 @@ var blockWindows = []struct {
 	Step         time.Duration
 }{{"1h", "last hour", time.Minute}, {"6h", "last 6 hours", 5 * time.Minute}, {"24h", "last 24 hours", 15 * time.Minute}, {"168h", "last 7 days", 2 * time.Hour}}
 
+// chartWindows are blockWindows for a page's window select.
+func chartWindows() []struct{ Value, Label string } {
+	out := make([]struct{ Value, Label string }, 0, len(blockWindows))
+	for _, bw := range blockWindows {
+		out = append(out, struct{ Value, Label string }{bw.Value, bw.Label})
+	}
+	return out
+}
+
+// chartWindow is the length and step of the chart window named value (step 0
+// when value names none of blockWindows).
+func chartWindow(value string) (win, step time.Duration) {
+	for _, bw := range blockWindows {
+		if bw.Value == value {
+			win, _ = time.ParseDuration(bw.Value)
+			return win, bw.Step
+		}
+	}
+	return 0, 0
+}
+
 // chartScopes is how many scopes the chart draws (the table lists them all).
 const chartScopes = 8
 
@@ -34,14 +55,8 @@ func (s *Server) blockRate(w http.ResponseWriter, r *http.Request) {
 	if v.Window == "" {
 		v.Window = "6h"
 	}
-	var step, win time.Duration
-	for _, bw := range blockWindows {
-		v.Windows = append(v.Windows, struct{ Value, Label string }{bw.Value, bw.Label})
-		if bw.Value == v.Window {
-			step = bw.Step
-			win, _ = time.ParseDuration(bw.Value)
-		}
-	}
+	v.Windows = chartWindows()
+	win, step := chartWindow(v.Window)
 	if step == 0 {
 		w.WriteHeader(http.StatusBadRequest)
 		v.Error = "window must be one of 1h, 6h, 24h, 168h"

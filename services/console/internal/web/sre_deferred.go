@@ -82,20 +82,15 @@ func (s *Server) deferredPage(w http.ResponseWriter, r *http.Request) {
 // deferredAction pauses, resumes, drains or un-drains one route's deferred
 // work, audited; a change whose audit row cannot be written is undone.
 func (s *Server) deferredAction(w http.ResponseWriter, r *http.Request) {
-	req := current(r)
 	route := strings.TrimSpace(r.PostFormValue("route"))
 	action := r.PostFormValue("action")
-	who := store.Actor{Name: req.who.Name, Role: req.who.Role.String(), Reason: strings.TrimSpace(r.PostFormValue("reason")), CorrelationID: req.corr}
+	who := s.actor(r)
 	fail := func(code int, msg string) {
-		s.metrics.actions.WithLabelValues(action, map[bool]string{true: "error", false: "refused"}[code >= 500]).Inc()
-		if wantsJSON(r) {
-			s.fail(w, r, code, msg)
-			return
-		}
-		v := s.loadDeferred(r)
-		v.Errors = append([]string{msg}, v.Errors...)
-		w.WriteHeader(code)
-		s.render(w, r, "deferred", v)
+		s.refuse(w, r, action, code, msg, func(msg string) {
+			v := s.loadDeferred(r)
+			v.Errors = append([]string{msg}, v.Errors...)
+			s.renderCode(w, r, code, "deferred", v)
+		})
 	}
 	if s.cfg.Deferred == nil {
 		fail(http.StatusServiceUnavailable, "Deferred work is not configured.")
@@ -142,11 +137,5 @@ func (s *Server) deferredAction(w http.ResponseWriter, r *http.Request) {
 		fail(code, "Not changed: the audit log could not be written: "+err.Error())
 		return
 	}
-	s.metrics.actions.WithLabelValues(action, "ok").Inc()
-	s.cfg.Log.Info("action", "action", action, "route", route, "actor", who.Name, "reason", who.Reason, "correlation_id", req.corr)
-	if wantsJSON(r) {
-		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "action": action, "route": route})
-		return
-	}
-	http.Redirect(w, r, "/sre/deferred?done="+action, http.StatusSeeOther)
+	s.succeeded(w, r, action, who, map[string]any{"ok": true, "action": action, "route": route}, "/sre/deferred?done="+action, "route", route)
 }

@@ -33,8 +33,7 @@ func TestDeferredPage(t *testing.T) {
 		t.Cleanup(func() { _ = ds.Release(context.Background(), id, "user:c"+e.run, route) })
 	}
 
-	viewer := e.client(t)
-	viewer.login("viewer1")
+	viewer := e.signedIn(t, "viewer1")
 	code, body := viewer.get("/sre/deferred")
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, route)
@@ -43,8 +42,7 @@ func TestDeferredPage(t *testing.T) {
 	res, _ := viewer.post("/sre/deferred", url.Values{"csrf": {viewer.csrf("/sre/deferred")}, "route": {route}, "action": {ActionDeferredPause}, "reason": {"x"}})
 	require.Equal(t, http.StatusForbidden, res.StatusCode)
 
-	sre := e.client(t)
-	sre.login("sre1")
+	sre := e.signedIn(t, "sre1")
 	act := func(action, reason string) int {
 		res, _ := sre.post("/sre/deferred", url.Values{"csrf": {sre.csrf("/sre/deferred")}, "route": {route}, "action": {action}, "reason": {reason}})
 		return res.StatusCode

@@ -153,45 +153,40 @@ func (s *Server) dlqRecord(w http.ResponseWriter, r *http.Request) {
 // dlqReplay replays the selected records through the auditor (canary first)
 // and writes the console's audit row; the page shows each record's outcome.
 func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request) {
-	req := current(r)
 	_ = r.ParseForm()
 	ids := r.PostForm["id"]
-	who := store.Actor{Name: req.who.Name, Role: req.who.Role.String(), Reason: strings.TrimSpace(r.PostFormValue("reason")), CorrelationID: req.corr}
+	who := s.actor(r)
 	v := s.loadDLQ(r, "", "24h")
 	refuse := func(code int, msg string) {
-		s.metrics.actions.WithLabelValues(store.ActionDLQReplay, map[bool]string{true: "error", false: "refused"}[code >= 500]).Inc()
-		if wantsJSON(r) {
-			s.fail(w, r, code, msg)
-			return
-		}
-		v.Errors = append([]string{msg}, v.Errors...)
-		w.WriteHeader(code)
-		s.render(w, r, "dlq", v)
+		s.refuse(w, r, store.ActionDLQReplay, code, msg, func(msg string) {
+			v.Errors = append([]string{msg}, v.Errors...)
+			s.renderCode(w, r, code, "dlq", v)
+		})
 	}
 	if code, msg := s.checkDLQSelection(ids, who, "replay"); code != 0 {
 		refuse(code, msg)
 		return
 	}
-	res, err := s.cfg.DLQ.Replay(r.Context(), ids, who.Reason+" (console user "+who.Name+")", req.corr)
+	res, err := s.cfg.DLQ.Replay(r.Context(), ids, who.Reason+" (console user "+who.Name+")", who.CorrelationID)
 	var de *dlq.Error
 	switch {
 	case errors.As(err, &de):
 		refuse(de.Status, "The dlq-auditor refused the replay: "+de.Message)
 		return
 	case err != nil:
-		s.cfg.Log.Error("dlq replay", "err", err, "correlation_id", req.corr)
+		s.cfg.Log.Error("dlq replay", "err", err, "correlation_id", who.CorrelationID)
 		refuse(http.StatusBadGateway, "The dlq-auditor could not be reached; the replay may not have run: "+err.Error())
 		return
 	}
 	after := map[string]any{"replay_id": res.ReplayID, "published": res.Published, "failed": res.Failed, "aborted": res.Aborted, "abort_reason": res.AbortReason}
 	if err := s.cfg.Store.RecordRemote(r.Context(), store.SubjectDLQ, store.ActionDLQReplay, res.ReplayID, who, map[string]any{"ids": ids}, after); err != nil {
 		s.metrics.actions.WithLabelValues(store.ActionDLQReplay, "audit_error").Inc()
-		s.cfg.Log.Error("console audit row", "action", store.ActionDLQReplay, "replay_id", res.ReplayID, "err", err, "correlation_id", req.corr)
+		s.cfg.Log.Error("console audit row", "action", store.ActionDLQReplay, "replay_id", res.ReplayID, "err", err, "correlation_id", who.CorrelationID)
 		s.fail(w, r, http.StatusServiceUnavailable, fmt.Sprintf("The replay ran (replay id %s, audited by the dlq-auditor) but the console's own audit row failed: %v", res.ReplayID, err))
 		return
 	}
 	s.metrics.actions.WithLabelValues(store.ActionDLQReplay, map[bool]string{true: "aborted", false: "ok"}[res.Aborted]).Inc()
-	s.cfg.Log.Info("action", "action", store.ActionDLQReplay, "actor", who.Name, "replay_id", res.ReplayID, "published", res.Published, "correlation_id", req.corr)
+	s.cfg.Log.Info("action", "action", store.ActionDLQReplay, "actor", who.Name, "replay_id", res.ReplayID, "published", res.Published, "correlation_id", who.CorrelationID)
 	if wantsJSON(r) {
 		writeJSON(w, http.StatusOK, res)
 		return

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/floodgate-dev/floodgate/services/console/internal/dlq"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
@@ -24,20 +23,15 @@ type dlqPurgeView struct {
 // shows what would be purged and asks; with it, it purges and writes the
 // console's audit row.
 func (s *Server) dlqPurge(w http.ResponseWriter, r *http.Request) {
-	req := current(r)
 	_ = r.ParseForm()
 	ids := r.PostForm["id"]
-	who := store.Actor{Name: req.who.Name, Role: req.who.Role.String(), Reason: strings.TrimSpace(r.PostFormValue("reason")), CorrelationID: req.corr}
+	who := s.actor(r)
 	refuse := func(code int, msg string) {
-		s.metrics.actions.WithLabelValues(actionDLQPurge, map[bool]string{true: "error", false: "refused"}[code >= 500]).Inc()
-		if wantsJSON(r) {
-			s.fail(w, r, code, msg)
-			return
-		}
-		v := s.loadDLQ(r, "", "24h")
-		v.Errors = append([]string{msg}, v.Errors...)
-		w.WriteHeader(code)
-		s.render(w, r, "dlq", v)
+		s.refuse(w, r, actionDLQPurge, code, msg, func(msg string) {
+			v := s.loadDLQ(r, "", "24h")
+			v.Errors = append([]string{msg}, v.Errors...)
+			s.renderCode(w, r, code, "dlq", v)
+		})
 	}
 	if code, msg := s.checkDLQSelection(ids, who, "purge"); code != 0 {
 		refuse(code, msg)
@@ -51,26 +45,26 @@ func (s *Server) dlqPurge(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, "dlqpurge", dlqPurgeView{Title: "Purge dead letters?", IDs: ids, Reason: who.Reason})
 		return
 	}
-	res, err := s.cfg.DLQ.Purge(r.Context(), ids, who.Reason+" (console user "+who.Name+")", req.corr)
+	res, err := s.cfg.DLQ.Purge(r.Context(), ids, who.Reason+" (console user "+who.Name+")", who.CorrelationID)
 	var de *dlq.Error
 	switch {
 	case errors.As(err, &de) && de.Status < 500:
 		refuse(de.Status, "The dlq-auditor refused the purge: "+de.Message)
 		return
 	case err != nil:
-		s.cfg.Log.Error("dlq purge", "err", err, "correlation_id", req.corr)
+		s.cfg.Log.Error("dlq purge", "err", err, "correlation_id", who.CorrelationID)
 		refuse(http.StatusBadGateway, "The dlq-auditor failed or could not be reached; some records may have been purged (each one it purged is in its audit trail): "+err.Error())
 		return
 	}
 	after := map[string]any{"purged": res.Purged, "items": res.Items}
 	if err := s.cfg.Store.RecordRemote(r.Context(), store.SubjectDLQ, actionDLQPurge, "", who, map[string]any{"ids": ids}, after); err != nil {
 		s.metrics.actions.WithLabelValues(actionDLQPurge, "audit_error").Inc()
-		s.cfg.Log.Error("console audit row", "action", actionDLQPurge, "err", err, "correlation_id", req.corr)
+		s.cfg.Log.Error("console audit row", "action", actionDLQPurge, "err", err, "correlation_id", who.CorrelationID)
 		s.fail(w, r, http.StatusServiceUnavailable, fmt.Sprintf("The purge ran (%d purged, each audited by the dlq-auditor) but the console's own audit row failed: %v", res.Purged, err))
 		return
 	}
 	s.metrics.actions.WithLabelValues(actionDLQPurge, "ok").Inc()
-	s.cfg.Log.Info("action", "action", actionDLQPurge, "actor", who.Name, "purged", res.Purged, "correlation_id", req.corr)
+	s.cfg.Log.Info("action", "action", actionDLQPurge, "actor", who.Name, "purged", res.Purged, "correlation_id", who.CorrelationID)
 	if wantsJSON(r) {
 		writeJSON(w, http.StatusOK, res)
 		return

@@ -115,17 +115,10 @@ func (s *Server) overrideDelete(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) overrideChange(w http.ResponseWriter, r *http.Request, action, done string, f overrideForm, do func(context.Context, store.Actor) error) {
-	req := current(r)
-	who := store.Actor{Name: req.who.Name, Role: req.who.Role.String(), Reason: strings.TrimSpace(r.PostFormValue("reason")), CorrelationID: req.corr}
+	who := s.actor(r)
 	err := do(r.Context(), who)
 	if err == nil {
-		s.metrics.actions.WithLabelValues(action, "ok").Inc()
-		s.cfg.Log.Info("action", "action", action, "override", f.Field, "actor", who.Name, "reason", who.Reason, "correlation_id", req.corr)
-		if wantsJSON(r) {
-			writeJSON(w, http.StatusOK, map[string]any{"ok": true, "action": action, "field": f.Field})
-			return
-		}
-		http.Redirect(w, r, "/sre/overrides?done="+done+"#overrides", http.StatusSeeOther)
+		s.succeeded(w, r, action, who, map[string]any{"ok": true, "action": action, "field": f.Field}, "/sre/overrides?done="+done+"#overrides", "override", f.Field)
 		return
 	}
 	code, msg := http.StatusServiceUnavailable, err.Error()
@@ -137,21 +130,17 @@ func (s *Server) overrideChange(w http.ResponseWriter, r *http.Request, action, 
 	case errors.Is(err, store.ErrNoOverride):
 		code, msg = http.StatusNotFound, "There is no override "+f.Field+" (any more): nothing was changed."
 	}
-	s.metrics.actions.WithLabelValues(action, map[bool]string{true: "error", false: "refused"}[code >= 500]).Inc()
 	if code >= 500 {
-		s.cfg.Log.Error("action failed", "action", action, "override", f.Field, "actor", who.Name, "err", err, "correlation_id", req.corr)
+		s.cfg.Log.Error("action failed", "action", action, "override", f.Field, "actor", who.Name, "err", err, "correlation_id", who.CorrelationID)
 	}
-	if wantsJSON(r) {
-		s.fail(w, r, code, msg)
-		return
-	}
-	v := s.loadOverrides(r)
-	v.Errors = append([]string{msg}, v.Errors...)
-	if action == store.ActionOverrideSet && code != http.StatusConflict {
-		v.Form = f // keep the edit
-	}
-	w.WriteHeader(code)
-	s.render(w, r, "overrides", v)
+	s.refuse(w, r, action, code, msg, func(msg string) {
+		v := s.loadOverrides(r)
+		v.Errors = append([]string{msg}, v.Errors...)
+		if action == store.ActionOverrideSet && code != http.StatusConflict {
+			v.Form = f // keep the edit
+		}
+		s.renderCode(w, r, code, "overrides", v)
+	})
 }
 
 // ExpireOverrides removes expired overrides every interval until ctx is done

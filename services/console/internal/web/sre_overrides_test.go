@@ -65,8 +65,7 @@ func TestOverrides(t *testing.T) {
 	field := "principal:" + p.Key()
 	require.Equal(t, int64(2), freeLimit(t, eng, rt, p), "the rules file's limit")
 
-	sre := e.client(t)
-	sre.login("sre1")
+	sre := e.signedIn(t, "sre1")
 	save := func(t *testing.T, form url.Values) (*http.Response, string) {
 		t.Helper()
 		form.Set("csrf", sre.csrf("/sre/overrides"))
@@ -80,20 +79,9 @@ func TestOverrides(t *testing.T) {
 	}
 
 	t.Run("viewer and analyst read only", func(t *testing.T) {
-		for _, user := range []string{"viewer1", "analyst1"} {
-			c := e.client(t)
-			c.login(user)
-			code, body := c.get("/sre/overrides")
-			require.Equal(t, http.StatusOK, code, body)
-			require.Contains(t, body, `id="overrides"`)
-			require.NotContains(t, body, `id="override-form"`)
-			require.NotContains(t, body, `/sre/overrides/delete`)
-			csrf := csrfRE.FindStringSubmatch(body)[1]
-			res, _ := c.post("/sre/overrides", url.Values{"csrf": {csrf}, "field": {field}, "value": {`{"limits":{"free":9}}`}, "reason": {"x"}})
-			require.Equal(t, http.StatusForbidden, res.StatusCode)
-			res, _ = c.post("/sre/overrides/delete", url.Values{"csrf": {csrf}, "field": {field}, "tag": {"x"}, "reason": {"x"}})
-			require.Equal(t, http.StatusForbidden, res.StatusCode)
-		}
+		e.readOnlyBelowSRE(t, "/sre/overrides", `id="overrides"`, []string{`id="override-form"`, `/sre/overrides/delete`},
+			formPost{"/sre/overrides", url.Values{"field": {field}, "value": {`{"limits":{"free":9}}`}, "reason": {"x"}}},
+			formPost{"/sre/overrides/delete", url.Values{"field": {field}, "tag": {"x"}, "reason": {"x"}}})
 		n, err := e.rdb.Exists(ctx, key).Result()
 		require.NoError(t, err)
 		require.Zero(t, n)

@@ -219,8 +219,8 @@ func (s *Server) rolloutPromote(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) rolloutChange(w http.ResponseWriter, r *http.Request, action, done string, f *rolloutForm,
 	do func(context.Context, *rollout.Operator, rollout.Actor) error) {
-	req := current(r)
-	a := rollout.Actor{Name: req.who.Name, Role: req.who.Role.String(), Reason: strings.TrimSpace(r.PostFormValue("reason")), Via: "console"}
+	who := s.actor(r)
+	a := rollout.Actor{Name: who.Name, Role: who.Role, Reason: who.Reason, Via: "console"}
 	var err error
 	if s.cfg.Rollouts == nil {
 		err = errors.New("no rules topic is configured (FLOODGATE_RULES_TOPIC)")
@@ -230,13 +230,7 @@ func (s *Server) rolloutChange(w http.ResponseWriter, r *http.Request, action, d
 		cancel()
 	}
 	if err == nil {
-		s.metrics.actions.WithLabelValues(action, "ok").Inc()
-		s.cfg.Log.Info("action", "action", action, "actor", a.Name, "reason", a.Reason, "correlation_id", req.corr)
-		if wantsJSON(r) {
-			writeJSON(w, http.StatusOK, map[string]any{"ok": true, "action": action})
-			return
-		}
-		http.Redirect(w, r, "/sre/rollouts?done="+done, http.StatusSeeOther)
+		s.succeeded(w, r, action, who, map[string]any{"ok": true, "action": action}, "/sre/rollouts?done="+done)
 		return
 	}
 	code, msg := http.StatusServiceUnavailable, err.Error()
@@ -250,21 +244,17 @@ func (s *Server) rolloutChange(w http.ResponseWriter, r *http.Request, action, d
 	case errors.As(err, &inv), isRulesError(err), strings.HasPrefix(msg, "reason:"), strings.HasPrefix(msg, "rules:"), strings.HasPrefix(msg, "author:"):
 		code = http.StatusUnprocessableEntity
 	}
-	s.metrics.actions.WithLabelValues(action, map[bool]string{true: "error", false: "refused"}[code >= 500]).Inc()
 	if code >= 500 {
-		s.cfg.Log.Error("action failed", "action", action, "actor", a.Name, "err", err, "correlation_id", req.corr)
+		s.cfg.Log.Error("action failed", "action", action, "actor", a.Name, "err", err, "correlation_id", who.CorrelationID)
 	}
-	if wantsJSON(r) {
-		s.fail(w, r, code, msg)
-		return
-	}
-	v := s.loadRollouts(r)
-	v.Errors = append([]string{msg}, v.Errors...)
-	if f != nil {
-		v.Form = *f
-	}
-	w.WriteHeader(code)
-	s.render(w, r, "rollouts", v)
+	s.refuse(w, r, action, code, msg, func(msg string) {
+		v := s.loadRollouts(r)
+		v.Errors = append([]string{msg}, v.Errors...)
+		if f != nil {
+			v.Form = *f
+		}
+		s.renderCode(w, r, code, "rollouts", v)
+	})
 }
 
 // isRulesError reports an error of the limiter's rules parser ("candidate:3: …").

@@ -41,8 +41,7 @@ func TestRollouts(t *testing.T) {
 	ctx := context.Background()
 	t.Cleanup(func() { e.rdb.Del(ctx, redisx.RulesImpactKey(name, 2), redisx.RulesImpactKey(name, 3)) })
 
-	sre := e.client(t)
-	sre.login("sre1")
+	sre := e.signedIn(t, "sre1")
 	code, body := sre.get("/sre/rollouts")
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "No version on the topic yet")
@@ -64,8 +63,7 @@ func TestRollouts(t *testing.T) {
 	// The limiters counted: 12 of 40 CRITICAL decisions would be blocked.
 	key := redisx.RulesImpactKey(name, 2)
 	require.NoError(t, e.rdb.HSet(ctx, key, "shadow:critical:total", 40, "shadow:critical:blocked", 12, "shadow:bulk:total", 7).Err())
-	viewer := e.client(t)
-	viewer.login("viewer1")
+	viewer := e.signedIn(t, "viewer1")
 	code, body = viewer.get("/sre/rollouts")
 	require.Equal(t, http.StatusOK, code)
 	body = html.UnescapeString(body)

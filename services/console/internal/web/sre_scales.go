@@ -65,14 +65,8 @@ func (s *Server) scales(w http.ResponseWriter, r *http.Request) {
 		v.Error = "Scales could not be read (Redis): " + err.Error()
 	}
 	v.Bars = scaleBars(v.Scales)
-	var step, win time.Duration
-	for _, bw := range blockWindows {
-		v.Windows = append(v.Windows, struct{ Value, Label string }{bw.Value, bw.Label})
-		if bw.Value == v.Window {
-			step = bw.Step
-			win, _ = time.ParseDuration(bw.Value)
-		}
-	}
+	v.Windows = chartWindows()
+	win, step := chartWindow(v.Window)
 	if step == 0 {
 		if v.Error == "" {
 			w.WriteHeader(http.StatusBadRequest)

@@ -22,6 +22,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/series"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/console/internal/adjuster"
+	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 )
 
 // adjusterPoint writes one adjuster_scales point the way the adjuster's
@@ -61,7 +62,7 @@ func TestScaleHistory(t *testing.T) {
 	influxURL, bucket := env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL), env.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket)
 	influx := influxdb2.NewClient(influxURL, env.String("FLOODGATE_INFLUX_TOKEN", ""))
 	t.Cleanup(influx.Close)
-	b := broker(t)
+	b := consoletest.Broker(t)
 	e := newEnvWith(t, func(cfg *Config, _ string) {
 		cfg.ScaleSeries = &adjuster.Series{Query: influx.QueryAPI(""), Bucket: bucket}
 		cfg.Adjustments = &adjuster.Adjustments{Client: &kafka.Client{Addr: kafka.TCP(b), Timeout: 10 * time.Second}, Topic: config.DefaultAdjustmentsTopic}
@@ -93,8 +94,7 @@ func TestScaleHistory(t *testing.T) {
 		ev(a, 5*time.Minute, 0.49, 0.1, "cpu_high", "cpu 0.97 > 0.85", true, loop),
 		ev("global", 2*time.Minute, 1, 0.7, "cpu_high", "cpu 0.9 > 0.85", false, loop), // another scope
 	)
-	c := e.client(t)
-	c.login("viewer1")
+	c := e.signedIn(t, "viewer1")
 
 	t.Run("chart and changes with their causes", func(t *testing.T) {
 		code, body := c.get("/scales?window=1h&scope=" + url.QueryEscape(prefix))
@@ -133,16 +133,13 @@ func TestScaleHistory(t *testing.T) {
 		require.Contains(t, body, "not a scope")
 	})
 	t.Run("InfluxDB and Kafka down are error states", func(t *testing.T) {
-		dead := influxdb2.NewClientWithOptions("http://"+freeAddr(t), "", influxdb2.DefaultOptions().SetHTTPRequestTimeout(2))
-		t.Cleanup(dead.Close)
 		e2 := newEnvWith(t, func(cfg *Config, _ string) {
-			cfg.ScaleSeries = &adjuster.Series{Query: dead.QueryAPI(""), Bucket: bucket}
-			cfg.Adjustments = &adjuster.Adjustments{Client: &kafka.Client{Addr: kafka.TCP(freeAddr(t)), Timeout: 2 * time.Second}, Topic: config.DefaultAdjustmentsTopic}
+			cfg.ScaleSeries = &adjuster.Series{Query: deadInflux(t), Bucket: bucket}
+			cfg.Adjustments = &adjuster.Adjustments{Client: &kafka.Client{Addr: kafka.TCP(consoletest.FreeAddr(t)), Timeout: 2 * time.Second}, Topic: config.DefaultAdjustmentsTopic}
 		})
 		require.NoError(t, e2.rdb.HSet(context.Background(), "fg:test:"+e2.run+":scales", "global", "0.7").Err())
 		t.Cleanup(func() { e2.rdb.Del(context.Background(), "fg:test:"+e2.run+":scales") })
-		c2 := e2.client(t)
-		c2.login("viewer1")
+		c2 := e2.signedIn(t, "viewer1")
 		code, body := c2.get("/scales?window=1h")
 		require.Equal(t, http.StatusOK, code, "the current scales still render")
 		require.Contains(t, body, `<td><code>global</code></td><td class="num">0.7</td>`)
@@ -152,8 +149,7 @@ func TestScaleHistory(t *testing.T) {
 	})
 	t.Run("not configured", func(t *testing.T) {
 		e3 := newEnv(t)
-		c3 := e3.client(t)
-		c3.login("viewer1")
+		c3 := e3.signedIn(t, "viewer1")
 		code, body := c3.get("/scales")
 		require.Equal(t, http.StatusOK, code)
 		require.Contains(t, body, "No InfluxDB is configured")

@@ -88,19 +88,14 @@ func (s *Server) whatIfPage(w http.ResponseWriter, r *http.Request) {
 // report; the run (range, rules digests, outcome) is audited, and a report
 // whose run could not be audited is not shown.
 func (s *Server) whatIfRun(w http.ResponseWriter, r *http.Request) {
-	req := current(r)
 	f := whatIfForm{Rules: r.PostFormValue("rules"), Baseline: r.PostFormValue("baseline"), From: r.PostFormValue("from"),
 		To: r.PostFormValue("to"), RejectCritical: strings.TrimSpace(r.PostFormValue("reject_critical")), Reason: strings.TrimSpace(r.PostFormValue("reason"))}
 	refuse := func(code int, msgs ...string) {
-		s.metrics.actions.WithLabelValues(ActionWhatIf, map[bool]string{true: "error", false: "refused"}[code >= 500]).Inc()
-		if wantsJSON(r) {
-			s.fail(w, r, code, strings.Join(msgs, "; "))
-			return
-		}
-		v := s.whatIfView(r, f)
-		v.Errors = append(msgs, v.Errors...)
-		w.WriteHeader(code)
-		s.render(w, r, "whatif", v)
+		s.refuse(w, r, ActionWhatIf, code, strings.Join(msgs, "; "), func(string) {
+			v := s.whatIfView(r, f)
+			v.Errors = append(msgs, v.Errors...)
+			s.renderCode(w, r, code, "whatif", v)
+		})
 	}
 	if s.cfg.WhatIf == nil {
 		refuse(http.StatusServiceUnavailable, "What-if replays are not configured on this console (no decisions topic).")
@@ -147,7 +142,7 @@ func (s *Server) whatIfRun(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusUnprocessableEntity, bad...)
 		return
 	}
-	who := store.Actor{Name: req.who.Name, Role: req.who.Role.String(), Reason: f.Reason, CorrelationID: req.corr}
+	who := s.actor(r)
 	rep, runErr := s.cfg.WhatIf.run(r.Context(), from, to, whatif.Config{Candidate: candidate, Baseline: baseline, Thresholds: th,
 		Logger: s.cfg.Log, CandidateName: "candidate (pasted)", BaselineName: "baseline (pasted)"})
 	if errors.Is(runErr, errBusy) {
@@ -167,7 +162,7 @@ func (s *Server) whatIfRun(w http.ResponseWriter, r *http.Request) {
 			"newly_blocked": rep.Total.NewlyBlocked, "newly_allowed": rep.Total.NewlyAllowed}
 	}
 	if err := s.cfg.Store.RecordRemote(r.Context(), SubjectWhatIf, ActionWhatIf, "", who, before, after); err != nil {
-		s.cfg.Log.Error("audit what-if", "err", err, "correlation_id", req.corr)
+		s.cfg.Log.Error("audit what-if", "err", err, "correlation_id", who.CorrelationID)
 		if errors.Is(err, store.ErrInvalid) {
 			refuse(http.StatusUnprocessableEntity, err.Error())
 			return
@@ -176,7 +171,7 @@ func (s *Server) whatIfRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if runErr != nil {
-		s.cfg.Log.Warn("what-if failed", "actor", who.Name, "err", runErr, "correlation_id", req.corr)
+		s.cfg.Log.Warn("what-if failed", "actor", who.Name, "err", runErr, "correlation_id", who.CorrelationID)
 		code := http.StatusBadGateway
 		if errors.Is(runErr, whatif.ErrTooMany) {
 			code = http.StatusUnprocessableEntity
@@ -186,7 +181,7 @@ func (s *Server) whatIfRun(w http.ResponseWriter, r *http.Request) {
 	}
 	s.metrics.actions.WithLabelValues(ActionWhatIf, "ok").Inc()
 	s.cfg.Log.Info("action", "action", ActionWhatIf, "actor", who.Name, "verdict", rep.Verdict, "replayed", rep.Replayed,
-		"from", from, "to", to, "correlation_id", req.corr)
+		"from", from, "to", to, "correlation_id", who.CorrelationID)
 	if wantsJSON(r) {
 		writeJSON(w, http.StatusOK, rep)
 		return

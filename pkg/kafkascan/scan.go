@@ -1,0 +1,175 @@
+// Package kafkascan reads ranges of a topic with kafka-go's low-level client,
+// without joining a consumer group: it commits nothing and moves no
+// consumer's offsets. It is how the what-if replay reads a time range of
+// decisions, and how the console reads the decisions around an alert and the
+// adjuster's scale changes.
+package kafkascan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// Scan calls fn for every message of topic/partition with an offset in
+// [from, to), in order (key, value, offset and produce time), until fn
+// returns false. It stops early, without error, at the partition's end.
+func Scan(ctx context.Context, c *kafka.Client, topic string, partition int, from, to int64, fn func(kafka.Message) bool) error {
+	for off := from; off < to; {
+		res, err := c.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: partition, Offset: off,
+			MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 100 * time.Millisecond})
+		if err != nil {
+			return fmt.Errorf("fetch %s/%d at %d: %w", topic, partition, off, err)
+		}
+		if res.Error != nil {
+			return fmt.Errorf("fetch %s/%d at %d: %w", topic, partition, off, res.Error)
+		}
+		progressed := false
+		for {
+			rec, err := res.Records.ReadRecord()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("read %s/%d at %d: %w", topic, partition, off, err)
+			}
+			if rec.Offset < off {
+				continue // a batch may start before the requested offset
+			}
+			if rec.Offset >= to {
+				return nil
+			}
+			m := kafka.Message{Topic: topic, Partition: partition, Offset: rec.Offset, Time: rec.Time}
+			if rec.Key != nil {
+				if m.Key, err = kafka.ReadAll(rec.Key); err != nil {
+					return fmt.Errorf("read key of %s/%d@%d: %w", topic, partition, rec.Offset, err)
+				}
+			}
+			if rec.Value != nil {
+				if m.Value, err = kafka.ReadAll(rec.Value); err != nil {
+					return fmt.Errorf("read value of %s/%d@%d: %w", topic, partition, rec.Offset, err)
+				}
+			}
+			off, progressed = rec.Offset+1, true
+			if !fn(m) {
+				return nil
+			}
+		}
+		if !progressed {
+			if off >= res.HighWatermark {
+				return nil
+			}
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("fetch %s/%d at %d: %w", topic, partition, off, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Partitions returns the topic's partition ids in order.
+func Partitions(ctx context.Context, c *kafka.Client, topic string) ([]int, error) {
+	meta, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
+	}
+	for _, t := range meta.Topics {
+		if t.Name != topic {
+			continue
+		}
+		if t.Error != nil {
+			return nil, fmt.Errorf("metadata of %s: %w", topic, t.Error)
+		}
+		ids := make([]int, 0, len(t.Partitions))
+		for _, p := range t.Partitions {
+			ids = append(ids, p.ID)
+		}
+		sort.Ints(ids)
+		return ids, nil
+	}
+	return nil, fmt.Errorf("metadata of %s: topic not found", topic)
+}
+
+// Range is what one partition holds from a point in time on.
+type Range struct {
+	Partition int
+	First     int64 // the partition's first offset (older messages are deleted)
+	Start     int64 // the first message produced at or after the time; End when there is none
+	End       int64 // the partition's end: the next offset to be written
+}
+
+// Since returns, for every partition of topic in order, the range of the
+// messages produced at or after t (ListOffsets by timestamp), within the
+// partition's first offset and end.
+func Since(ctx context.Context, c *kafka.Client, topic string, t time.Time) ([]Range, error) {
+	parts, err := Partitions(ctx, c, topic)
+	if err != nil {
+		return nil, err
+	}
+	first, end, err := bounds(ctx, c, topic, parts)
+	if err != nil {
+		return nil, err
+	}
+	reqs := make([]kafka.OffsetRequest, 0, len(parts))
+	for _, p := range parts {
+		reqs = append(reqs, kafka.TimeOffsetOf(p, t))
+	}
+	at, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		return nil, fmt.Errorf("list offsets of %s at %s: %w", topic, t.Format(time.RFC3339), err)
+	}
+	out := make([]Range, 0, len(parts))
+	for _, po := range at.Topics[topic] {
+		if po.Error != nil {
+			return nil, fmt.Errorf("list offsets of %s/%d at %s: %w", topic, po.Partition, t.Format(time.RFC3339), po.Error)
+		}
+		r := Range{Partition: po.Partition, First: first[po.Partition], Start: end[po.Partition], End: end[po.Partition]}
+		for o := range po.Offsets {
+			if o >= 0 { // -1: nothing produced at or after t (kfake answers so)
+				r.Start = o
+			}
+		}
+		r.Start = max(r.Start, r.First)
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Partition < out[j].Partition })
+	return out, nil
+}
+
+// Bounds returns one partition's first offset and its end (the next offset).
+func Bounds(ctx context.Context, c *kafka.Client, topic string, partition int) (first, end int64, err error) {
+	f, e, err := bounds(ctx, c, topic, []int{partition})
+	if err != nil {
+		return 0, 0, err
+	}
+	first, ok := f[partition]
+	if !ok {
+		return 0, 0, fmt.Errorf("list offsets of %s/%d: partition missing from the answer", topic, partition)
+	}
+	return first, e[partition], nil
+}
+
+// bounds returns the first offset and the end of each of parts.
+func bounds(ctx context.Context, c *kafka.Client, topic string, parts []int) (first, end map[int]int64, err error) {
+	reqs := make([]kafka.OffsetRequest, 0, 2*len(parts))
+	for _, p := range parts {
+		reqs = append(reqs, kafka.FirstOffsetOf(p), kafka.LastOffsetOf(p))
+	}
+	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list offsets of %s: %w", topic, err)
+	}
+	first, end = map[int]int64{}, map[int]int64{}
+	for _, po := range res.Topics[topic] {
+		if po.Error != nil {
+			return nil, nil, fmt.Errorf("list offsets of %s/%d: %w", topic, po.Partition, po.Error)
+		}
+		first[po.Partition], end[po.Partition] = po.FirstOffset, po.LastOffset
+	}
+	return first, end, nil
+}
