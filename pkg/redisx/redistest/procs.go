@@ -224,31 +224,28 @@ func StartCluster(dir string, masters, replicas int, nodeTimeout time.Duration) 
 // process is killed when the test ends.
 func NewProc(t testing.TB, extra ...string) *Proc {
 	t.Helper()
-	p, err := StartProc(t.TempDir(), 0, extra...)
-	if err != nil {
-		t.Fatalf("redis-server (apt-get install redis-server): %v", err)
-	}
-	t.Cleanup(p.Kill)
-	return p
+	return forTest(t, "redis-server (apt-get install redis-server)", func(dir string) (*Proc, error) { return StartProc(dir, 0, extra...) })
 }
 
 // NewCluster is StartCluster for a test.
 func NewCluster(t testing.TB, masters, replicas int, nodeTimeout time.Duration) *Cluster {
 	t.Helper()
-	c, err := StartCluster(t.TempDir(), masters, replicas, nodeTimeout)
-	if err != nil {
-		t.Fatalf("redis cluster: %v", err)
-	}
-	t.Cleanup(c.Kill)
-	return c
+	return forTest(t, "redis cluster", func(dir string) (*Cluster, error) { return StartCluster(dir, masters, replicas, nodeTimeout) })
 }
 
 // NewSentinel is StartSentinel for a test.
 func NewSentinel(t testing.TB, name, masterAddr string, downAfter time.Duration) *Proc {
 	t.Helper()
-	p, err := StartSentinel(t.TempDir(), name, masterAddr, downAfter)
+	return forTest(t, "sentinel", func(dir string) (*Proc, error) { return StartSentinel(dir, name, masterAddr, downAfter) })
+}
+
+// forTest starts processes in a temporary directory of t with start, fails
+// t when they cannot start (what names them) and kills them when t ends.
+func forTest[P interface{ Kill() }](t testing.TB, what string, start func(dir string) (P, error)) P {
+	t.Helper()
+	p, err := start(t.TempDir())
 	if err != nil {
-		t.Fatalf("sentinel: %v", err)
+		t.Fatalf("%s: %v", what, err)
 	}
 	t.Cleanup(p.Kill)
 	return p
