@@ -221,10 +221,7 @@ func TestSentinelFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Redis and Sentinel processes")
 	}
-	master := redistest.NewProc(t)
-	host, port, _ := strings.Cut(master.Addr, ":")
-	replica := redistest.NewProc(t, "--replicaof", host, port)
-	waitReplicaSynced(t, replica)
+	master, replica := replicated(t)
 	name := "fg" + strings.ReplaceAll(redistest.Unique(t, "m"), "_", "")
 	sentinel := redistest.NewSentinel(t, name, master.Addr, time.Second)
 
@@ -266,6 +263,17 @@ func TestSentinelFailover(t *testing.T) {
 	require.LessOrEqual(t, recovered.Sub(promoted), 2*time.Second)
 }
 
+// replicated starts a master and a replica of it, and returns once the
+// replica has synced.
+func replicated(t *testing.T) (master, replica *redistest.Proc) {
+	t.Helper()
+	master = redistest.NewProc(t)
+	host, port, _ := strings.Cut(master.Addr, ":")
+	replica = redistest.NewProc(t, "--replicaof", host, port)
+	waitReplicaSynced(t, replica)
+	return master, replica
+}
+
 func waitReplicaSynced(t *testing.T, replica *redistest.Proc) {
 	t.Helper()
 	c := replica.Client()
@@ -286,10 +294,7 @@ func TestReadOnlyReconnects(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Redis processes")
 	}
-	a := redistest.NewProc(t)
-	host, port, _ := strings.Cut(a.Addr, ":")
-	b := redistest.NewProc(t, "--replicaof", host, port)
-	waitReplicaSynced(t, b)
+	a, b := replicated(t)
 	px := redistest.NewProxy(t, a.Addr)
 	rdb := redisx.NewClient(redisx.Options{Addrs: []string{px.Addr}, DialTimeout: 200 * time.Millisecond,
 		ReadTimeout: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond})
