@@ -40,7 +40,7 @@ func newTestServerRules(t *testing.T, rules string, obs Observer) (*httptest.Ser
 	e := newTestEngine(t, rdb, rules, nil)
 	pub := &kafkatest.Capture{}
 	s := NewServer(ServerConfig{Engine: e, Publisher: pub, Observer: obs, Topic: "decisions", Gateway: "test",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registry: prometheus.NewRegistry()})
+		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	s.SetReady(true)
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
