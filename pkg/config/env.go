@@ -70,58 +70,37 @@ func (e *Env) List(name, def string) []string {
 
 // Int parses a base-10 integer.
 func (e *Env) Int(name string, def int) int {
-	v := e.String(name, "")
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		e.fail(name, v, "want an integer")
-		return def
-	}
-	return n
+	return parse(e, name, def, strconv.Atoi, "want an integer")
 }
 
 // Float parses a decimal number.
 func (e *Env) Float(name string, def float64) float64 {
-	v := e.String(name, "")
-	if v == "" {
-		return def
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		e.fail(name, v, "want a number")
-		return def
-	}
-	return f
+	return parse(e, name, def, func(v string) (float64, error) { return strconv.ParseFloat(v, 64) }, "want a number")
 }
 
 // Bool parses true/false/1/0.
 func (e *Env) Bool(name string, def bool) bool {
-	v := e.String(name, "")
-	if v == "" {
-		return def
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		e.fail(name, v, "want true or false")
-		return def
-	}
-	return b
+	return parse(e, name, def, strconv.ParseBool, "want true or false")
 }
 
 // Duration parses a Go duration such as 250ms or 10s.
 func (e *Env) Duration(name string, def time.Duration) time.Duration {
+	return parse(e, name, def, time.ParseDuration, "want a duration such as 250ms or 10s")
+}
+
+// parse reads variable name with fn: def when it is unset or empty, and def
+// with an error saying what is wanted when fn cannot read it.
+func parse[T any](e *Env, name string, def T, fn func(string) (T, error), want string) T {
 	v := e.String(name, "")
 	if v == "" {
 		return def
 	}
-	d, err := time.ParseDuration(v)
+	x, err := fn(v)
 	if err != nil {
-		e.fail(name, v, "want a duration such as 250ms or 10s")
+		e.fail(name, v, want)
 		return def
 	}
-	return d
+	return x
 }
 
 // Check collects relation and range errors found by a Validate method:

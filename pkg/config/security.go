@@ -3,6 +3,7 @@ package config
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -63,15 +64,59 @@ func (e *Env) Secret(name, fileName string) Secret {
 	return Secret(v)
 }
 
-// tlsVars names the variables of one kind of connection's TLS settings.
-type tlsVars struct{ enabled, ca, cert, key, serverName string }
+// TLSVars names the variables of one kind of connection's TLS settings and
+// what its far end is called, for the errors that tell an operator which
+// variable to fix: config reads them (ReadRedisSecurity, ReadKafkaSecurity)
+// and the clients explain a refused connection with them (Refusal).
+type TLSVars struct{ peer, addrs, enabled, ca, cert, key, serverName string }
+
+// RedisTLS names the FLOODGATE_REDIS_TLS* variables.
+func RedisTLS() TLSVars {
+	return TLSVars{peer: "server", addrs: "FLOODGATE_REDIS_ADDRS", enabled: "FLOODGATE_REDIS_TLS", ca: "FLOODGATE_REDIS_TLS_CA_FILE",
+		cert: "FLOODGATE_REDIS_TLS_CERT_FILE", key: "FLOODGATE_REDIS_TLS_KEY_FILE", serverName: "FLOODGATE_REDIS_TLS_SERVER_NAME"}
+}
+
+// KafkaTLS names the FLOODGATE_KAFKA_TLS* variables.
+func KafkaTLS() TLSVars {
+	return TLSVars{peer: "broker", addrs: "FLOODGATE_KAFKA_BROKERS", enabled: "FLOODGATE_KAFKA_TLS", ca: "FLOODGATE_KAFKA_TLS_CA_FILE",
+		cert: "FLOODGATE_KAFKA_TLS_CERT_FILE", key: "FLOODGATE_KAFKA_TLS_KEY_FILE", serverName: "FLOODGATE_KAFKA_TLS_SERVER_NAME"}
+}
+
+// Refusal explains err when it is a TLS connection that cannot be set up,
+// which retrying does not fix — the peer's certificate does not verify or is
+// for another name, the peer does not speak TLS on the port, or it refused
+// the handshake — naming the variables to check; "" when err is none of
+// these. crypto/tls's messages never quote a key or a password.
+func (v TLSVars) Refusal(err error) string {
+	var (
+		unknownCA x509.UnknownAuthorityError
+		hostErr   x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		verifyErr *tls.CertificateVerificationError
+		recordErr tls.RecordHeaderError
+		alertErr  tls.AlertError
+	)
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &hostErr): // before verifyErr, which wraps it
+		return fmt.Sprintf("the %s's TLS certificate is for another name: check %s or %s", v.peer, v.addrs, v.serverName)
+	case errors.As(err, &unknownCA), errors.As(err, &invalid), errors.As(err, &verifyErr):
+		return fmt.Sprintf("the %s's TLS certificate does not verify: check %s (the CA that signed the %s's certificate; unset = the system's roots)", v.peer, v.ca, v.peer)
+	case errors.As(err, &recordErr):
+		return fmt.Sprintf("the %s does not speak TLS on this port: check %s and the port in %s", v.peer, v.enabled, v.addrs)
+	case errors.As(err, &alertErr), strings.Contains(err.Error(), "remote error: tls:"):
+		return fmt.Sprintf("the %s refused the TLS handshake (a client certificate it does not accept?): check %s and %s", v.peer, v.cert, v.key)
+	}
+	return ""
+}
 
 // tls reads TLS settings: nil when the enabling variable is false (plaintext).
 // The CA file replaces the system roots (a private CA); cert and key together
 // are the client certificate for mutual TLS; server name overrides the name
 // checked in the server's certificate (by default the host dialed). Files are
 // read now, so a missing or malformed one stops start-up naming its variable.
-func (e *Env) tls(v tlsVars) *tls.Config {
+func (e *Env) tls(v TLSVars) *tls.Config {
 	on := e.Bool(v.enabled, false)
 	ca, cert, key, name := e.String(v.ca, ""), e.String(v.cert, ""), e.String(v.key, ""), e.String(v.serverName, "")
 	if !on {
@@ -143,10 +188,7 @@ type KafkaSecurity struct {
 // collected in e like every other variable's.
 func ReadKafkaSecurity(e *Env) KafkaSecurity {
 	s := KafkaSecurity{
-		TLS: e.tls(tlsVars{
-			enabled: "FLOODGATE_KAFKA_TLS", ca: "FLOODGATE_KAFKA_TLS_CA_FILE", cert: "FLOODGATE_KAFKA_TLS_CERT_FILE",
-			key: "FLOODGATE_KAFKA_TLS_KEY_FILE", serverName: "FLOODGATE_KAFKA_TLS_SERVER_NAME",
-		}),
+		TLS:           e.tls(KafkaTLS()),
 		SASLMechanism: strings.ToLower(e.String("FLOODGATE_KAFKA_SASL_MECHANISM", "")),
 		SASLUsername:  e.String("FLOODGATE_KAFKA_SASL_USERNAME", ""),
 		SASLPassword:  e.Secret("FLOODGATE_KAFKA_SASL_PASSWORD", "FLOODGATE_KAFKA_SASL_PASSWORD_FILE"),
@@ -229,10 +271,7 @@ func ReadRedisSecurity(e *Env) RedisSecurity {
 		Password:         e.Secret("FLOODGATE_REDIS_PASSWORD", "FLOODGATE_REDIS_PASSWORD_FILE"),
 		SentinelUsername: e.String("FLOODGATE_REDIS_SENTINEL_USERNAME", ""),
 		SentinelPassword: e.Secret("FLOODGATE_REDIS_SENTINEL_PASSWORD", "FLOODGATE_REDIS_SENTINEL_PASSWORD_FILE"),
-		TLS: e.tls(tlsVars{
-			enabled: "FLOODGATE_REDIS_TLS", ca: "FLOODGATE_REDIS_TLS_CA_FILE", cert: "FLOODGATE_REDIS_TLS_CERT_FILE",
-			key: "FLOODGATE_REDIS_TLS_KEY_FILE", serverName: "FLOODGATE_REDIS_TLS_SERVER_NAME",
-		}),
+		TLS:              e.tls(RedisTLS()),
 	}
 	if s.Username != "" && s.Password == "" {
 		e.errs = append(e.errs, fmt.Errorf("FLOODGATE_REDIS_PASSWORD (or FLOODGATE_REDIS_PASSWORD_FILE): required with FLOODGATE_REDIS_USERNAME"))

@@ -245,25 +245,12 @@ func (s *Store) Get(ctx context.Context, id string) (rec Record, ok bool, err er
 
 // SetPaused pauses (by whom) or resumes (by == "") a route's replay.
 func (s *Store) SetPaused(ctx context.Context, route, by string) error {
-	var err error
-	if by == "" {
-		err = s.rdb.HDel(ctx, pausedKey, route).Err()
-	} else {
-		err = s.rdb.HSet(ctx, pausedKey, route, by).Err()
-	}
-	if err != nil {
-		return fmt.Errorf("pause %s: %w", route, err)
-	}
-	return nil
+	return s.setFlag(ctx, pausedKey, "pause", route, by)
 }
 
 // Paused reports whether a route's replay is paused.
 func (s *Store) Paused(ctx context.Context, route string) (bool, error) {
-	n, err := s.rdb.HExists(ctx, pausedKey, route).Result()
-	if err != nil {
-		return false, fmt.Errorf("paused %s: %w", route, err)
-	}
-	return n, nil
+	return s.flag(ctx, pausedKey, "paused", route)
 }
 
 const drainingKey = "fg:dfr:draining"
@@ -271,23 +258,34 @@ const drainingKey = "fg:dfr:draining"
 // SetDraining makes the edges stop deferring a route (by whom; the queued
 // requests are still replayed) or, with by == "", defer again.
 func (s *Store) SetDraining(ctx context.Context, route, by string) error {
-	var err error
-	if by == "" {
-		err = s.rdb.HDel(ctx, drainingKey, route).Err()
-	} else {
-		err = s.rdb.HSet(ctx, drainingKey, route, by).Err()
-	}
-	if err != nil {
-		return fmt.Errorf("drain %s: %w", route, err)
-	}
-	return nil
+	return s.setFlag(ctx, drainingKey, "drain", route, by)
 }
 
 // Draining reports whether the edges stopped deferring a route.
 func (s *Store) Draining(ctx context.Context, route string) (bool, error) {
-	n, err := s.rdb.HExists(ctx, drainingKey, route).Result()
+	return s.flag(ctx, drainingKey, "draining", route)
+}
+
+// setFlag sets a route's field of the hash key to by, or deletes it when by
+// is "" (what names the change in errors).
+func (s *Store) setFlag(ctx context.Context, key, what, route, by string) error {
+	var err error
+	if by == "" {
+		err = s.rdb.HDel(ctx, key, route).Err()
+	} else {
+		err = s.rdb.HSet(ctx, key, route, by).Err()
+	}
 	if err != nil {
-		return false, fmt.Errorf("draining %s: %w", route, err)
+		return fmt.Errorf("%s %s: %w", what, route, err)
+	}
+	return nil
+}
+
+// flag reports whether the hash key has a field for route.
+func (s *Store) flag(ctx context.Context, key, what, route string) (bool, error) {
+	n, err := s.rdb.HExists(ctx, key, route).Result()
+	if err != nil {
+		return false, fmt.Errorf("%s %s: %w", what, route, err)
 	}
 	return n, nil
 }

@@ -482,6 +482,18 @@ func (e *Evaluator) stateKey(domain string, entries []Entry, values []string, ta
 	} else {
 		b.WriteByte('{')
 	}
+	writeDescriptor(&b, domain, entries, values)
+	if tag == "" {
+		b.WriteByte('}')
+	}
+	b.WriteString(":alg:")
+	b.WriteString(string(alg))
+	return b.String()
+}
+
+// writeDescriptor writes domain:key=value:… of a descriptor to b, each part
+// escaped so no value can move into another key or another cluster slot.
+func writeDescriptor(b *strings.Builder, domain string, entries []Entry, values []string) {
 	b.WriteString(redisx.Escape(domain))
 	for i, en := range entries {
 		b.WriteByte(':')
@@ -489,12 +501,6 @@ func (e *Evaluator) stateKey(domain string, entries []Entry, values []string, ta
 		b.WriteByte('=')
 		b.WriteString(redisx.Escape(values[i]))
 	}
-	if tag == "" {
-		b.WriteByte('}')
-	}
-	b.WriteString(":alg:")
-	b.WriteString(string(alg))
-	return b.String()
 }
 
 // penaltyOf reads a penalty multiplier: in (0, 1], else 1 (none, missing,
@@ -527,13 +533,7 @@ func (e *Evaluator) counterKey(domain string, entries []Entry, values []string, 
 	var b strings.Builder
 	b.WriteString(e.Prefix)
 	b.WriteByte('{')
-	b.WriteString(redisx.Escape(domain))
-	for i, en := range entries {
-		b.WriteByte(':')
-		b.WriteString(redisx.Escape(en.Key))
-		b.WriteByte('=')
-		b.WriteString(redisx.Escape(values[i]))
-	}
+	writeDescriptor(&b, domain, entries, values)
 	b.WriteString("}:")
 	b.WriteString(strconv.FormatInt(start, 10))
 	return b.String()

@@ -63,6 +63,23 @@ func keepAlive(addr string) (net.Conn, error) {
 	return c, nil
 }
 
+// keepAlives opens n keep-alive connections to addr, closed when t ends.
+func keepAlives(t *testing.T, addr string, n int) []net.Conn {
+	t.Helper()
+	conns := make([]net.Conn, 0, n)
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for range n {
+		c, err := keepAlive(addr)
+		require.NoError(t, err)
+		conns = append(conns, c)
+	}
+	return conns
+}
+
 // 2,000 keep-alive connections left idle are closed by the server once the
 // idle timeout passes (issue 22 S6: they were held forever).
 func TestIdleConnectionsAreClosed(t *testing.T) {
@@ -75,12 +92,7 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 	sc.MaxConns = n + 100
 	addr, m := serve(t, sc)
 
-	conns := make([]net.Conn, 0, n)
-	for range n {
-		c, err := keepAlive(addr)
-		require.NoError(t, err)
-		conns = append(conns, c)
-	}
+	conns := keepAlives(t, addr, n)
 	opened := time.Now()
 	require.Equal(t, float64(n), gaugeValue(t, m.conns))
 
@@ -114,17 +126,7 @@ func TestConnectionLimitHolds(t *testing.T) {
 	sc.MaxConns = limit
 	addr, m := serve(t, sc)
 
-	conns := make([]net.Conn, 0, limit)
-	for range limit {
-		c, err := keepAlive(addr)
-		require.NoError(t, err)
-		conns = append(conns, c)
-	}
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
+	conns := keepAlives(t, addr, limit)
 	require.Equal(t, float64(limit), gaugeValue(t, m.conns))
 
 	extra := make(chan error, 1)

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -32,37 +33,58 @@ func BenchmarkEngineCheck(b *testing.B) {
 		b.Fatal(err)
 	}
 	grid := string(data)
-	cases := []struct {
-		name   string
-		rules  string
-		kind   events.PrincipalKind
-		req    Request
-		cached bool
-		per    int // checks per principal before a new one (0: 4)
-	}{
+	benchEngine(b, rdb, []engineBench{
 		{"one-tier", "version: 1\nrules:\n  - {id: p, tier: principal, limit: 1000000000, period: 1s}\n", events.PrincipalBot,
-			Request{Method: "GET", Route: "/x", Cost: 1}, false, 0},
+			Request{Method: "GET", Route: "/x", Cost: 1}, false, 0, false},
 		{"discord-grid-bot-message", grid, events.PrincipalBot, // principal + resource + daily quota, one script
-			Request{Method: "POST", Route: "/channels/{channel_id}/messages", Resource: "channel:1", Cost: 1}, false, 0},
+			Request{Method: "POST", Route: "/channels/{channel_id}/messages", Resource: "channel:1", Cost: 1}, false, 0, false},
 		{"discord-grid-anonymous", grid, events.PrincipalAnonymous, // principal script + IP script, pipelined
-			Request{Method: "GET", Route: "/x", Cost: 1}, false, 0},
+			Request{Method: "GET", Route: "/x", Cost: 1}, false, 0, false},
 		{"over-limit-cache-hit", "version: 1\nrules:\n  - {id: p, tier: principal, limit: 1, period: 1h}\n", events.PrincipalBot,
-			Request{Method: "GET", Route: "/x", Cost: 1}, true, 0},
+			Request{Method: "GET", Route: "/x", Cost: 1}, true, 0, false},
 		// 50 checks per principal under a 100/s limit, exact and leasing 10 units at a time.
 		{"user-100-per-s", "version: 1\nrules:\n  - {id: p, tier: principal, limit: 100, period: 1s}\n", events.PrincipalBot,
-			Request{Method: "GET", Route: "/x", Cost: 1}, false, 50},
+			Request{Method: "GET", Route: "/x", Cost: 1}, false, 50, false},
 		{"user-100-per-s-lease-10", "version: 1\nrules:\n  - {id: p, tier: principal, limit: 100, lease: 10, period: 1s}\n", events.PrincipalBot,
-			Request{Method: "GET", Route: "/x", Cost: 1}, false, 50},
-	}
+			Request{Method: "GET", Route: "/x", Cost: 1}, false, 50, false},
+	})
+}
+
+// engineBench is a case of the engine benchmarks: checks of rules, each
+// worker its own principal of kind and IP, a new one every per checks
+// (0: 4) unless cached (the same over-limit principal: the cache answers).
+type engineBench struct {
+	name   string
+	rules  string
+	kind   events.PrincipalKind
+	req    Request
+	cached bool
+	per    int
+	// candidate judges every check twice: the same rules are a candidate in
+	// shadow (version 2), checked concurrently on its own buckets.
+	candidate bool
+}
+
+// benchEngine runs each case with every check its own Redis call (batch=1)
+// and with concurrent checks sharing pipelines (batch=64), reporting
+// checks/s and the share denied and cached, or, with a candidate, judged.
+func benchEngine(b *testing.B, rdb redis.UniversalClient, cases []engineBench) {
 	for _, tc := range cases {
-		for _, batch := range []int{1, 64} { // every check its own Redis call, or sharing pipelines
+		for _, batch := range []int{1, 64} {
 			b.Run(fmt.Sprintf("%s/batch=%d", tc.name, batch), func(b *testing.B) {
 				e := newTestEngine(b, rdb, tc.rules, func(c *EngineConfig) { c.OverLimitEntries, c.RedisBatch = 100_000, batch })
 				if err := e.Load(context.Background()); err != nil {
 					b.Fatal(err)
 				}
+				if tc.candidate {
+					cand, err := ParseRules("candidate", []byte(tc.rules))
+					if err != nil {
+						b.Fatal(err)
+					}
+					e.rules.(*RuleStore).SetCandidate(&Candidate{Version: 2, Rules: cand, impact: &impactCounts{}})
+				}
 				base := redistest.Unique(b, "bench")
-				var worker, denied, cached atomic.Int64
+				var worker, denied, cached, judged atomic.Int64
 				b.SetParallelism(16) // 32 checks in flight on 2 cores, as under a busy gateway
 				b.ResetTimer()
 				b.RunParallel(func(pb *testing.PB) {
@@ -87,9 +109,16 @@ func BenchmarkEngineCheck(b *testing.B) {
 						if r.Cached {
 							cached.Add(1)
 						}
+						if r.CandidateVersion == 2 {
+							judged.Add(1)
+						}
 					}
 				})
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
+				if tc.candidate {
+					b.ReportMetric(100*float64(judged.Load())/float64(b.N), "%judged")
+					return
+				}
 				b.ReportMetric(100*float64(denied.Load())/float64(b.N), "%denied")
 				b.ReportMetric(100*float64(cached.Load())/float64(b.N), "%cached")
 			})

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 )
 
@@ -53,7 +54,7 @@ func TestSecurityUnauthenticatedChecksS2(t *testing.T) {
 	e := newTestEngine(t, rdb, oneBucket, nil)
 	callers, err := ParseCallers("edge:" + sum("edge-token") + ":10:user")
 	require.NoError(t, err)
-	s := NewServer(ServerConfig{Callers: callers, Engine: e, Publisher: &capture{}, Topic: "decisions", Gateway: "auth-test",
+	s := NewServer(ServerConfig{Callers: callers, Engine: e, Publisher: &kafkatest.Capture{}, Topic: "decisions", Gateway: "auth-test",
 		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	s.SetReady(true)
 	srv := httptest.NewServer(s.Handler())

@@ -24,13 +24,15 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/promtest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 )
 
 type rlsFixture struct {
 	rls    rlsv3.RateLimitServiceClient
 	health healthpb.HealthClient
-	pub    *capture
+	pub    *kafkatest.Capture
 	reg    *prometheus.Registry
 	eng    *Engine
 }
@@ -42,7 +44,7 @@ func newRLS(t testing.TB, rules string) rlsFixture {
 	rdb := redistest.Client(t)
 	e := newTestEngine(t, rdb, rules, func(c *EngineConfig) { c.OverLimitEntries = 1000 })
 	require.NoError(t, e.Load(context.Background()))
-	pub := &capture{}
+	pub := &kafkatest.Capture{}
 	reg := prometheus.NewRegistry()
 	s := NewServer(ServerConfig{Engine: e, Publisher: pub, Topic: "decisions", Gateway: "envoy-test",
 		Logger: slog.New(slog.DiscardHandler), Registry: reg})
@@ -123,10 +125,8 @@ func TestEnvoyShouldRateLimitDecidesWithContractAndPublishes(t *testing.T) {
 		require.Equal(t, "envoy-req-c", p.CorrelationID)
 	})
 	t.Run("every decision is published as decision.v1", func(t *testing.T) {
-		f.pub.mu.Lock()
-		defer f.pub.mu.Unlock()
-		require.Len(t, f.pub.msgs, 3)
-		for i, m := range f.pub.msgs {
+		require.Len(t, f.pub.Messages(), 3)
+		for i, m := range f.pub.Messages() {
 			ev, err := events.DecodeDecision(m.Value)
 			require.NoError(t, err)
 			require.NotEqual(t, "envoy-req-"+string(rune('a'+i)), ev.ID, "decision ids are the server's; request_id only correlates")
@@ -137,28 +137,9 @@ func TestEnvoyShouldRateLimitDecidesWithContractAndPublishes(t *testing.T) {
 		}
 	})
 	t.Run("counted by result", func(t *testing.T) {
-		require.Equal(t, 2.0, counterValue(t, f.reg, "floodgate_limiter_envoy_requests_total", "ok"))
-		require.Equal(t, 1.0, counterValue(t, f.reg, "floodgate_limiter_envoy_requests_total", "over_limit"))
+		require.Equal(t, 2.0, promtest.Value(t, f.reg, "floodgate_limiter_envoy_requests_total", map[string]string{"result": "ok"}))
+		require.Equal(t, 1.0, promtest.Value(t, f.reg, "floodgate_limiter_envoy_requests_total", map[string]string{"result": "over_limit"}))
 	})
-}
-
-func counterValue(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetValue() == label {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }
 
 func TestEnvoyHitsAddendIsTheCost(t *testing.T) {
@@ -183,11 +164,7 @@ func TestEnvoyHitsAddendIsTheCost(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tc.wantRemaining, r.GetStatuses()[0].GetLimitRemaining())
 			require.Equal(t, rlsv3.RateLimitResponse_RateLimit_SECOND, r.GetStatuses()[0].GetCurrentLimit().GetUnit())
-			f.pub.mu.Lock()
-			ev, err := events.DecodeDecision(f.pub.msgs[len(f.pub.msgs)-1].Value)
-			f.pub.mu.Unlock()
-			require.NoError(t, err)
-			require.Equal(t, tc.wantCost, ev.Cost)
+			require.Equal(t, tc.wantCost, lastDecision(t, f.pub).Cost)
 		})
 	}
 }
@@ -265,10 +242,8 @@ func TestEnvoyMappingErrorsAreInvalidArgument(t *testing.T) {
 			require.Contains(t, st.Message(), tc.want)
 		})
 	}
-	f.pub.mu.Lock()
-	defer f.pub.mu.Unlock()
-	require.Empty(t, f.pub.msgs, "nothing decided, nothing published")
-	require.Equal(t, float64(len(cases)), counterValue(t, f.reg, "floodgate_limiter_envoy_requests_total", "invalid"))
+	require.Empty(t, f.pub.Messages(), "nothing decided, nothing published")
+	require.Equal(t, float64(len(cases)), promtest.Value(t, f.reg, "floodgate_limiter_envoy_requests_total", map[string]string{"result": "invalid"}))
 }
 
 func TestEnvoyHealth(t *testing.T) {

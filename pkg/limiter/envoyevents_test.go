@@ -20,6 +20,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/envoyconf"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 )
 
@@ -100,7 +101,7 @@ func TestEnvoyCallIsBounded(t *testing.T) {
 
 type envoyEventsFixture struct {
 	rls    rlsv3.RateLimitServiceClient
-	pub    *capture
+	pub    *kafkatest.Capture
 	reg    *prometheus.Registry
 	eng    *Engine
 	domain string
@@ -125,7 +126,7 @@ descriptors:
 	require.NoError(t, err)
 	e := newTestEngine(t, rdb, oneBucket, nil)
 	reg := prometheus.NewRegistry()
-	pub := &capture{}
+	pub := &kafkatest.Capture{}
 	s := NewServer(ServerConfig{Engine: e, Publisher: pub, Topic: "decisions", Gateway: "envoy-test",
 		Logger: slog.New(slog.DiscardHandler), Registry: reg, Callers: callers})
 	keys, err := ParseEnvoyPrincipalKeys(DefaultEnvoyPrincipalKeys, "remote_address")
@@ -139,12 +140,7 @@ descriptors:
 
 func (f envoyEventsFixture) last(t *testing.T) events.Decision {
 	t.Helper()
-	f.pub.mu.Lock()
-	defer f.pub.mu.Unlock()
-	require.NotEmpty(t, f.pub.msgs)
-	ev, err := events.DecodeDecision(f.pub.msgs[len(f.pub.msgs)-1].Value)
-	require.NoError(t, err)
-	return ev
+	return lastDecision(t, f.pub)
 }
 
 // The adjuster's scales apply to envoy limits by the descriptor's tier and
@@ -175,16 +171,12 @@ func TestEnvoyScalesAndAttribution(t *testing.T) {
 	require.Equal(t, int64(5), ev.Limit)
 
 	before := plainCounter(t, f.reg, "floodgate_limiter_envoy_unattributed_total")
-	f.pub.mu.Lock()
-	n := len(f.pub.msgs)
-	f.pub.mu.Unlock()
+	n := len(f.pub.Messages())
 	r, err = f.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: f.domain, Descriptors: []*rlcommon.RateLimitDescriptor{descriptor("route", "/search")}})
 	require.NoError(t, err)
 	require.Equal(t, rlsv3.RateLimitResponse_OK, r.GetOverallCode())
 	require.Equal(t, before+1, plainCounter(t, f.reg, "floodgate_limiter_envoy_unattributed_total"))
-	f.pub.mu.Lock()
-	require.Len(t, f.pub.msgs, n, "nothing published without a principal")
-	f.pub.mu.Unlock()
+	require.Len(t, f.pub.Messages(), n, "nothing published without a principal")
 }
 
 // A caller bound to some principal kinds may not name others through envoy

@@ -3,7 +3,6 @@ package limiter
 import (
 	"context"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,13 +16,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-dev/floodgate/pkg/envoyconf"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 )
@@ -32,7 +30,7 @@ import (
 // replaced by a domain of the test's own) with Identity on, on real Redis.
 type envoyExt struct {
 	rls    rlsv3.RateLimitServiceClient
-	pub    *capture
+	pub    *kafkatest.Capture
 	rdb    redis.UniversalClient
 	src    *envoyconf.Source
 	dir    string
@@ -62,7 +60,7 @@ func newEnvoyExt(t testing.TB, yaml string, o envoyExtOpts) envoyExt {
 	e := newTestEngine(t, rdb, rules, nil)
 	require.NoError(t, e.Load(context.Background()))
 	reg := prometheus.NewRegistry()
-	pub := &capture{}
+	pub := &kafkatest.Capture{}
 	var publisher Publisher = pub
 	if o.drop {
 		publisher = dropPublisher{}
@@ -79,13 +77,7 @@ func newEnvoyExt(t testing.TB, yaml string, o envoyExtOpts) envoyExt {
 		Evaluator: &envoyconf.Evaluator{Redis: evalRedis, Prefix: "fg:envoyext:" + domain + ":", Algorithms: NewEnvoyAlgorithms(evalRedis)},
 		Identity:  &EnvoyIdentity{Keys: keys, IPKey: "remote_address", MethodKey: "method"}, FailureModeDeny: o.failureDeny}
 	g, _ := NewGRPCServer(s, WithEnvoyConfig(ec))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = g.Serve(ln) }()
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() })
+	conn := dialGRPC(t, g)
 	return envoyExt{rls: rlsv3.NewRateLimitServiceClient(conn), pub: pub, rdb: rdb, src: src, dir: dir, domain: domain, eng: e}
 }
 
@@ -98,10 +90,8 @@ func (f envoyExt) call(t testing.TB, ds ...*rlcommon.RateLimitDescriptor) *rlsv3
 
 func (f envoyExt) events(t testing.TB) []events.Decision {
 	t.Helper()
-	f.pub.mu.Lock()
-	defer f.pub.mu.Unlock()
-	out := make([]events.Decision, len(f.pub.msgs))
-	for i, m := range f.pub.msgs {
+	out := make([]events.Decision, len(f.pub.Messages()))
+	for i, m := range f.pub.Messages() {
 		ev, err := events.DecodeDecision(m.Value)
 		require.NoError(t, err)
 		out[i] = ev

@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/envoyconf"
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/promtest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 )
 
@@ -39,7 +41,7 @@ descriptors:
 	require.NoError(t, err)
 	e := newTestEngine(t, rdb, oneBucket, nil)
 	reg := prometheus.NewRegistry()
-	s := NewServer(ServerConfig{Engine: e, Publisher: &capture{}, Topic: "decisions", Gateway: "envoy-test",
+	s := NewServer(ServerConfig{Engine: e, Publisher: &kafkatest.Capture{}, Topic: "decisions", Gateway: "envoy-test",
 		Logger: slog.New(slog.DiscardHandler), Registry: reg})
 	g, _ := NewGRPCServer(s, WithEnvoyConfig(&EnvoyConfig{Source: src, Headers: DefaultEnvoyHeaders(),
 		Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoytest:" + domain + ":"}}))
@@ -65,21 +67,10 @@ descriptors:
 		{"database_users", "total"}: 6, {"database_users", "within_limit"}: 5, {"database_users", "near_limit"}: 2, {"database_users", "over_limit"}: 1,
 		{"user_alice", "total"}: 3, {"user_alice", "within_limit"}: 2, {"user_alice", "near_limit"}: 1, {"user_alice", "over_limit"}: 1,
 	}
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
 	got := map[[2]string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "floodgate_limiter_envoy_descriptor_hits_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			l := map[string]string{}
-			for _, p := range m.GetLabel() {
-				l[p.GetName()] = p.GetValue()
-			}
-			require.Equal(t, domain, l["domain"])
-			got[[2]string{l["descriptor"], l["outcome"]}] = m.GetCounter().GetValue()
-		}
+	for _, m := range promtest.Gather(t, reg, "floodgate_limiter_envoy_descriptor_hits_total") {
+		require.Equal(t, domain, m.Labels["domain"])
+		got[[2]string{m.Labels["descriptor"], m.Labels["outcome"]}] = m.Value
 	}
 	require.Equal(t, want, got)
 }

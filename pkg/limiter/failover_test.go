@@ -149,14 +149,10 @@ func TestClusterMasterKillStaysOnItsShard(t *testing.T) {
 	// Promotion: a surviving master's CLUSTER SLOTS no longer names the victim.
 	survivor := redis.NewClient(&redis.Options{Addr: masters[1]})
 	defer survivor.Close()
-	var promoted time.Time
-	for promoted.IsZero() {
-		require.Less(t, time.Since(killed), 30*time.Second, "the replica was never promoted")
-		if slots, err := survivor.ClusterSlots(context.Background()).Result(); err == nil && !servedBy(slots, victim) && len(slots) >= 3 {
-			promoted = time.Now()
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	promoted := waitPromoted(t, killed, "the replica", func() bool {
+		slots, err := survivor.ClusterSlots(context.Background()).Result()
+		return err == nil && !servedBy(slots, victim) && len(slots) >= 3
+	})
 	time.Sleep(4 * time.Second)
 	stop()
 	got := collect()
@@ -187,6 +183,17 @@ func TestClusterMasterKillStaysOnItsShard(t *testing.T) {
 	require.LessOrEqual(t, recovered.Sub(promoted), 2*time.Second, "the dead shard's keys are enforced within 2 s of the promotion")
 }
 
+// waitPromoted polls promoted every 20 ms until it says a replica was
+// promoted, and returns when; it fails the test 30 s after killed.
+func waitPromoted(t *testing.T, killed time.Time, replica string, promoted func() bool) time.Time {
+	t.Helper()
+	for !promoted() {
+		require.Less(t, time.Since(killed), 30*time.Second, "%s was never promoted", replica)
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Now()
+}
+
 func minLen(m map[string][]events.Principal) int {
 	n := -1
 	for _, v := range m {
@@ -214,10 +221,7 @@ func TestSentinelFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Redis and Sentinel processes")
 	}
-	master := redistest.NewProc(t)
-	host, port, _ := strings.Cut(master.Addr, ":")
-	replica := redistest.NewProc(t, "--replicaof", host, port)
-	waitReplicaSynced(t, replica)
+	master, replica := replicated(t)
 	name := "fg" + strings.ReplaceAll(redistest.Unique(t, "m"), "_", "")
 	sentinel := redistest.NewSentinel(t, name, master.Addr, time.Second)
 
@@ -237,14 +241,10 @@ func TestSentinelFailover(t *testing.T) {
 	master.Kill()
 	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr})
 	defer sc.Close()
-	var promoted time.Time
-	for promoted.IsZero() {
-		require.Less(t, time.Since(killed), 30*time.Second, "Sentinel never promoted the replica")
-		if a, err := sc.GetMasterAddrByName(context.Background(), name).Result(); err == nil && len(a) == 2 && a[0]+":"+a[1] == replica.Addr {
-			promoted = time.Now()
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	promoted := waitPromoted(t, killed, "Sentinel's replica", func() bool {
+		a, err := sc.GetMasterAddrByName(context.Background(), name).Result()
+		return err == nil && len(a) == 2 && a[0]+":"+a[1] == replica.Addr
+	})
 	time.Sleep(3 * time.Second)
 	stop()
 	got := collect()
@@ -261,6 +261,17 @@ func TestSentinelFailover(t *testing.T) {
 	t.Logf("sentinel: promoted %v after the kill; enforced again %v after the promotion",
 		promoted.Sub(killed).Round(time.Millisecond), recovered.Sub(promoted).Round(time.Millisecond))
 	require.LessOrEqual(t, recovered.Sub(promoted), 2*time.Second)
+}
+
+// replicated starts a master and a replica of it, and returns once the
+// replica has synced.
+func replicated(t *testing.T) (master, replica *redistest.Proc) {
+	t.Helper()
+	master = redistest.NewProc(t)
+	host, port, _ := strings.Cut(master.Addr, ":")
+	replica = redistest.NewProc(t, "--replicaof", host, port)
+	waitReplicaSynced(t, replica)
+	return master, replica
 }
 
 func waitReplicaSynced(t *testing.T, replica *redistest.Proc) {
@@ -283,10 +294,7 @@ func TestReadOnlyReconnects(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Redis processes")
 	}
-	a := redistest.NewProc(t)
-	host, port, _ := strings.Cut(a.Addr, ":")
-	b := redistest.NewProc(t, "--replicaof", host, port)
-	waitReplicaSynced(t, b)
+	a, b := replicated(t)
 	px := redistest.NewProxy(t, a.Addr)
 	rdb := redisx.NewClient(redisx.Options{Addrs: []string{px.Addr}, DialTimeout: 200 * time.Millisecond,
 		ReadTimeout: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond})

@@ -229,30 +229,9 @@ func TestOverLimitCacheKeepsThePenaltyReason(t *testing.T) {
 // modelled as the token bucket it runs; an abusive key sends 1,000 checks/s
 // against a limit of 50/s for 10 s, half of them shed (in stretches).
 func TestLocalBucketsShareTheLimitWithRedis(t *testing.T) {
-	const limit, period = 50, time.Second
-	l := newLocalBuckets(100)
-	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	redisTokens, redisAt := float64(limit), start
-	admitted := 0
-	for i := range 10_000 {
-		now := start.Add(time.Duration(i) * time.Millisecond)
-		if (i/20)%2 == 0 { // answered by Redis, in stretches of 20 ms as admission limits open and close
-			redisTokens = min(limit, redisTokens+float64(now.Sub(redisAt))*limit/float64(period))
-			redisAt = now
-			taken := int64(0)
-			if redisTokens >= 1 {
-				redisTokens--
-				admitted++
-				taken = 1
-			}
-			l.observe("k", limit, limit, int64(redisTokens), taken, period, 1, now)
-			continue
-		}
-		if ok, _, _ := l.take("k", limit, limit, 1, period, 1, now); ok {
-			admitted++
-		}
-	}
-	most := float64(limit) + limit*10
+	// answered by Redis in stretches of 20 ms, as admission limits open and close
+	admitted, _ := splitChecks(10_000, time.Millisecond, func(i int) bool { return (i/20)%2 == 0 })
+	most := float64(splitLimit) + splitLimit*10
 	t.Logf("admitted %d, %.2f× the limit", admitted, float64(admitted)/most)
 	require.LessOrEqual(t, float64(admitted), 1.2*most, "both sides together stay near the limit")
 	require.GreaterOrEqual(t, float64(admitted), 0.9*most, "and still admit it")
@@ -262,19 +241,32 @@ func TestLocalBucketsShareTheLimitWithRedis(t *testing.T) {
 // its limit (25 checks/s against 50/s): every check is admitted, by Redis
 // or locally — Redis's answers keep the local bucket full.
 func TestLocalBucketsAdmitAKeyUnderItsLimit(t *testing.T) {
-	const limit, period = 50, time.Second
+	_, denied := splitChecks(250, 40*time.Millisecond, func(i int) bool { return (i/5)%2 == 0 }) // 10 s
+	require.Zero(t, denied, "a key under its limit is never denied, shed or not")
+}
+
+// splitLimit is splitChecks' limit, a second's worth.
+const splitLimit = 50
+
+// splitChecks sends n checks of one key, one every step, to Redis when
+// byRedis(i) and otherwise to local buckets that observe Redis's answers,
+// and counts the checks admitted and denied on both sides. Redis is
+// modelled as the token bucket it runs (splitLimit a second, full at the
+// start).
+func splitChecks(n int, step time.Duration, byRedis func(i int) bool) (admitted, denied int) {
+	const limit, period = splitLimit, time.Second
 	l := newLocalBuckets(100)
 	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	redisTokens, redisAt := float64(limit), start
-	denied := 0
-	for i := range 250 { // one check every 40 ms for 10 s
-		now := start.Add(time.Duration(i) * 40 * time.Millisecond)
-		if (i/5)%2 == 0 {
+	for i := range n {
+		now := start.Add(time.Duration(i) * step)
+		if byRedis(i) {
 			redisTokens = min(limit, redisTokens+float64(now.Sub(redisAt))*limit/float64(period))
 			redisAt = now
 			taken := int64(0)
 			if redisTokens >= 1 {
 				redisTokens--
+				admitted++
 				taken = 1
 			} else {
 				denied++
@@ -282,11 +274,13 @@ func TestLocalBucketsAdmitAKeyUnderItsLimit(t *testing.T) {
 			l.observe("k", limit, limit, int64(redisTokens), taken, period, 1, now)
 			continue
 		}
-		if ok, _, _ := l.take("k", limit, limit, 1, period, 1, now); !ok {
+		if ok, _, _ := l.take("k", limit, limit, 1, period, 1, now); ok {
+			admitted++
+		} else {
 			denied++
 		}
 	}
-	require.Zero(t, denied, "a key under its limit is never denied, shed or not")
+	return admitted, denied
 }
 
 // TestShedAbuserStaysNearItsLimit: the engine on real Redis with room for two

@@ -4,38 +4,18 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
 
-	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
 	"github.com/stretchr/testify/require"
 
-	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/series/seriestest"
 )
 
-// localInflux returns a client of the local stack's InfluxDB and its bucket.
-func localInflux(t *testing.T) (influxdb2.Client, string) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
-	}
-	env := config.NewEnv(os.Getenv)
-	url := env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL)
-	client := influxdb2.NewClient(url, env.String("FLOODGATE_INFLUX_TOKEN", ""))
-	t.Cleanup(client.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ok, err := client.Ping(ctx)
-	require.NoError(t, err)
-	require.True(t, ok, "InfluxDB at %s must be running (make up)", url)
-	return client, env.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket)
-}
-
 func TestScopeCountsReachInfluxDB(t *testing.T) {
-	client, bucket := localInflux(t)
+	client, bucket := seriestest.Influx(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -70,7 +50,7 @@ func TestScopeCountsReachInfluxDB(t *testing.T) {
 }
 
 func TestRedisRoundTripsReachInfluxDB(t *testing.T) {
-	client, bucket := localInflux(t)
+	client, bucket := seriestest.Influx(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 

@@ -4,7 +4,6 @@ package limiter
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"os/exec"
 	"testing"
@@ -31,7 +30,7 @@ func TestReadyzSaysTheJournalIsMemoryOnly(t *testing.T) {
 	require.NoError(t, err)
 	e, err := NewEmbedded(context.Background(), EmbedConfig{Redis: redistest.Client(t), Rules: rs, Gateway: "test",
 		Brokers: []string{"127.0.0.1:1"}, Topic: "decisions", Journal: journal.Config{Dir: dir},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err, "starts without its journal")
 	ok, r := e.s.Readiness()
 	require.True(t, ok, "ready: it answers checks")

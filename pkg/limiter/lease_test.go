@@ -16,16 +16,23 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 )
 
+// leasingEngine is an engine whose one rule (100 a second) leases 10 units,
+// each check its own Redis call counted by the hook, and a user of its own.
+func leasingEngine(t *testing.T, name string) (*Engine, *scriptHook, events.Principal) {
+	t.Helper()
+	rdb := redistest.Client(t)
+	e := newTestEngine(t, rdb, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 100, lease: 10, period: 1s}\n", func(c *EngineConfig) { c.RedisBatch = 1 })
+	hook := &scriptHook{}
+	rdb.AddHook(hook)
+	return e, hook, events.Principal{Kind: events.PrincipalUser, ID: redistest.Unique(t, name)}
+}
+
 // A leasing rule is answered from the instance's lease while it has units. A
 // key's first check on an instance goes to Redis exactly (a key checked once
 // leases nothing); the second, within a second, takes 10 units, and the
 // next 9 checks cost no Redis call.
 func TestLeaseAnswersWithoutRedis(t *testing.T) {
-	rdb := redistest.Client(t)
-	e := newTestEngine(t, rdb, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 100, lease: 10, period: 1s}\n", func(c *EngineConfig) { c.RedisBatch = 1 })
-	hook := &scriptHook{}
-	rdb.AddHook(hook)
-	u := events.Principal{Kind: events.PrincipalUser, ID: redistest.Unique(t, "lease")}
+	e, hook, u := leasingEngine(t, "lease")
 	for i := range 11 {
 		r := check(t, e, Request{Principal: u, Cost: 1})
 		require.True(t, r.Allowed, "check %d", i)
@@ -175,11 +182,7 @@ func (h *scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // A key checked about once a second on an instance leases nothing: each
 // check goes to Redis exactly, with no units taken to expire and come back.
 func TestLeaseSparseKeyLeasesNothing(t *testing.T) {
-	rdb := redistest.Client(t)
-	e := newTestEngine(t, rdb, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 100, lease: 10, period: 1s}\n", func(c *EngineConfig) { c.RedisBatch = 1 })
-	hook := &scriptHook{}
-	rdb.AddHook(hook)
-	u := events.Principal{Kind: events.PrincipalUser, ID: redistest.Unique(t, "sparse")}
+	e, hook, u := leasingEngine(t, "sparse")
 	for i := range 3 {
 		if i > 0 {
 			time.Sleep(leaseLife + 100*time.Millisecond)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi/openapitest"
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/schemas/openapi"
@@ -30,7 +31,7 @@ func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 	e := newTestEngine(t, rdb, "version: 1\nrules:\n  - {id: principal, tier: principal, limit: 2, period: 1m}\n", nil)
 	callers, err := ParseCallers("edge:" + sum("edge-token") + ":10:user+bot+anonymous")
 	require.NoError(t, err)
-	s := NewServer(ServerConfig{Callers: callers, Engine: e, Publisher: &capture{}, Topic: "decisions", Gateway: "openapi",
+	s := NewServer(ServerConfig{Callers: callers, Engine: e, Publisher: &kafkatest.Capture{}, Topic: "decisions", Gateway: "openapi",
 		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	s.SetReady(true)
 	run := service.NewRunnerWith(service.Env{}, service.RunnerConfig{})

@@ -3,7 +3,6 @@ package limiter
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -99,7 +98,7 @@ func TestEmbeddedStartsWithRedisDown(t *testing.T) {
 	require.NoError(t, err)
 	start := time.Now()
 	e, err := NewEmbedded(context.Background(), EmbedConfig{Redis: rdb, Rules: rs, Gateway: "test", Publisher: dropPublisher{},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	d, err := e.Check(context.Background(), gateway.Request{Principal: events.Principal{Kind: events.PrincipalBot, ID: "b"},
 		IP: "203.0.113.9", Method: "GET", Route: "/users/@me", Cost: 1})

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 )
 
@@ -160,7 +161,7 @@ func TestCheckAnswersAShedRequest(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Client(t)
 	e := newTestEngine(t, rdb, prioRules, nil)
-	obs, pub := &scopeRecorder{}, &capture{}
+	obs, pub := &scopeRecorder{}, &kafkatest.Capture{}
 	s := NewServer(ServerConfig{Engine: e, Publisher: pub, Observer: obs, Topic: "decisions", Gateway: "test",
 		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	s.SetReady(true)
@@ -188,8 +189,8 @@ func TestCheckAnswersAShedRequest(t *testing.T) {
 	require.Equal(t, StatusDegraded, got.Problem.UtilizationStatus)
 
 	require.Equal(t, []string{"shed:best_effort"}, obs.scopes, "InfluxDB counts shed requests by priority")
-	require.Len(t, pub.msgs, 1)
-	ev, err := events.DecodeDecision(pub.msgs[0].Value)
+	require.Len(t, pub.Messages(), 1)
+	ev, err := events.DecodeDecision(pub.Messages()[0].Value)
 	require.NoError(t, err)
 	require.True(t, ev.Shed, "the decision event says it was shed, so consumers do not count it as the principal's excess")
 	require.Equal(t, events.PriorityBestEffort, ev.Priority)
@@ -198,7 +199,7 @@ func TestCheckAnswersAShedRequest(t *testing.T) {
 	_, b = post(t, srv.URL, body(`,"priority":"critical"`), nil)
 	require.NoError(t, json.Unmarshal(b, &got))
 	require.True(t, got.Allowed, "critical is served")
-	ev, err = events.DecodeDecision(pub.msgs[1].Value)
+	ev, err = events.DecodeDecision(pub.Messages()[1].Value)
 	require.NoError(t, err)
 	require.False(t, ev.Shed)
 	require.Equal(t, events.PriorityCritical, ev.Priority)

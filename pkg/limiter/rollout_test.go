@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/promtest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
@@ -30,39 +30,17 @@ const (
 	rolloutGood = "version: 1\nrules:\n  - {id: bots, tier: principal, kinds: [bot], limit: 50000, period: 1s}\n"
 )
 
-type eventLog struct {
-	mu  sync.Mutex
-	evs []events.Decision
-}
-
-func (l *eventLog) TryPublish(m kafka.Message) bool {
-	d, err := events.DecodeDecision(m.Value)
-	if err != nil {
-		panic(err)
-	}
-	l.mu.Lock()
-	l.evs = append(l.evs, d)
-	l.mu.Unlock()
-	return true
-}
-
-func (l *eventLog) last() events.Decision {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.evs[len(l.evs)-1]
-}
-
 // replica is one limiter of the fleet: an embedded limiter on the rules topic.
 type replica struct {
 	*Embedded
-	events *eventLog
+	events *kafkatest.Capture
 	reg    *prometheus.Registry
 }
 
 func startReplica(t *testing.T, brokers []string, topic, name string) *replica {
 	t.Helper()
 	rdb := redistest.Client(t)
-	pub := &eventLog{}
+	pub := &kafkatest.Capture{}
 	reg := prometheus.NewRegistry()
 	fallback, err := ParseRules("fallback.yaml", []byte(rolloutV1))
 	require.NoError(t, err)
@@ -141,8 +119,8 @@ func TestRolloutAcrossReplicas(t *testing.T) {
 	waitVersions(t, 1, 0, a, b)
 	base := redistest.Unique(t, "rollout")
 	require.Zero(t, traffic(t, a, base+"_v1", 10))
-	require.EqualValues(t, 1, a.events.last().RulesVersion, "decision events carry the rules version")
-	require.Zero(t, a.events.last().CandidateVersion)
+	require.EqualValues(t, 1, lastDecision(t, a.events).RulesVersion, "decision events carry the rules version")
+	require.Zero(t, lastDecision(t, a.events).CandidateVersion)
 
 	ctl := rollout.NewController(op, redistest.Client(t), "adjuster/rollout", nil, prometheus.NewRegistry())
 	ctl.Now = clock
@@ -168,7 +146,7 @@ func TestRolloutAcrossReplicas(t *testing.T) {
 		// The candidate would block nearly everything; the answers do not change.
 		require.Zero(t, traffic(t, a, base+"_bad", 20))
 		require.Zero(t, traffic(t, b, base+"_bad", 20))
-		ev := a.events.last()
+		ev := lastDecision(t, a.events)
 		require.EqualValues(t, 1, ev.RulesVersion)
 		require.EqualValues(t, 2, ev.CandidateVersion)
 		require.True(t, ev.CandidateBlocked, "the event carries the candidate's verdict")
@@ -197,7 +175,7 @@ func TestRolloutAcrossReplicas(t *testing.T) {
 		waitVersions(t, 1, 3, a, b)
 		require.Zero(t, traffic(t, a, base+"_good", 20))
 		require.Zero(t, traffic(t, b, base+"_good", 20))
-		require.False(t, a.events.last().CandidateBlocked)
+		require.False(t, lastDecision(t, a.events).CandidateBlocked)
 		v := step()
 		require.Empty(t, v.Action, "nothing happens before the shadow period ends: %s", v.Reason)
 		advance(p.ShadowFor + time.Second)
@@ -205,7 +183,7 @@ func TestRolloutAcrossReplicas(t *testing.T) {
 		require.Equal(t, rollout.ActionPromote, v.Action, v.Reason)
 		waitVersions(t, 3, 0, a, b)
 		require.Zero(t, traffic(t, a, base+"_good2", 5))
-		require.EqualValues(t, 3, a.events.last().RulesVersion)
+		require.EqualValues(t, 3, lastDecision(t, a.events).RulesVersion)
 		v = step()
 		require.Empty(t, v.Action, "a healthy enforced version stays: %s", v.Reason)
 	})
@@ -227,7 +205,7 @@ func TestRolloutAcrossReplicas(t *testing.T) {
 		require.Contains(t, v.Reason, "CRITICAL block share")
 		waitVersions(t, 3, 0, a, b)
 		require.Zero(t, traffic(t, b, base+"_enf2", 5))
-		require.EqualValues(t, 3, b.events.last().RulesVersion)
+		require.EqualValues(t, 3, lastDecision(t, b.events).RulesVersion)
 	})
 
 	t.Run("an invalid version is refused and the rules in force stay", func(t *testing.T) {
@@ -239,34 +217,17 @@ func TestRolloutAcrossReplicas(t *testing.T) {
 			CreatedAt: clock().UTC().Truncate(time.Millisecond), ParentVersion: 3}
 		require.NoError(t, topic.Publish(ctx, bad))
 		require.Eventually(t, func() bool {
-			return testutil.ToFloat64(a.rejected()) == 1 && testutil.ToFloat64(b.rejected()) == 1
+			return a.rejected(t) == 1 && b.rejected(t) == 1
 		}, 10*time.Second, 20*time.Millisecond)
 		e, _ := a.versions()
 		require.EqualValues(t, 3, e, "version 3 stays in force")
 		require.Zero(t, traffic(t, a, base+"_inv", 5))
-		require.EqualValues(t, 3, a.events.last().RulesVersion)
+		require.EqualValues(t, 3, lastDecision(t, a.events).RulesVersion)
 	})
 }
 
-func (r *replica) rejected() prometheus.Counter {
-	mfs, _ := r.reg.Gather()
-	for _, mf := range mfs {
-		if mf.GetName() != "floodgate_limiter_rules_versions_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["role"] == "enforced" && labels["result"] == "rejected" {
-				c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
-				c.Add(m.GetCounter().GetValue())
-				return c
-			}
-		}
-	}
-	return prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+func (r *replica) rejected(t *testing.T) float64 {
+	return promtest.Value(t, r.reg, "floodgate_limiter_rules_versions_total", map[string]string{"role": "enforced", "result": "rejected"})
 }
 
 func (r *replica) flushImpact(ctx context.Context) error { return r.impact.Flush(ctx) }

@@ -83,14 +83,33 @@ func TestShippedRulesParseAndMatchTheSchema(t *testing.T) {
 	require.False(t, rs.Rule("anonymous-per-ip").Matches(events.PrincipalBot, DefaultPlan, "GET", "/x", ""))
 }
 
-func TestParseRulesRejectsWithFileAndLine(t *testing.T) {
+// rejected is a rules file ParseRules must reject.
+type rejected struct {
+	name   string
+	yaml   string
+	want   string // substring of the error, with file:line
+	schema bool   // the JSON Schema rejects it too
+}
+
+// requireRejected checks that ParseRules rejects every case with its error
+// and, where the case says so, that the JSON Schema rejects it too.
+func requireRejected(t *testing.T, cases []rejected) {
+	t.Helper()
 	schema := compileRulesSchema(t)
-	cases := []struct {
-		name   string
-		yaml   string
-		want   string // substring of the error, with file:line
-		schema bool   // the JSON Schema rejects it too
-	}{
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseRules("test.yaml", []byte(tc.yaml))
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tc.want)
+			if tc.schema {
+				require.Error(t, schemaValidate(t, schema, []byte(tc.yaml)), "the JSON Schema accepts it")
+			}
+		})
+	}
+}
+
+func TestParseRulesRejectsWithFileAndLine(t *testing.T) {
+	requireRejected(t, []rejected{
 		{"not yaml", "version: 1\nrules: [\n", "test.yaml:2: did not find expected node content", false},
 		{"wrong version", "version: 2\nrules:\n  - {id: a, tier: ip, limit: 1, period: 1s}\n", "test.yaml:1: version: must be 1", true},
 		{"unknown key", "version: 1\nrules:\n  - id: a\n    tier: ip\n    limt: 1\n    period: 1s\n", `test.yaml:5: rules: unknown key "limt"`, true},
@@ -118,17 +137,7 @@ func TestParseRulesRejectsWithFileAndLine(t *testing.T) {
 		{"duplicate quota", "version: 1\nquotas:\n  - {kind: bot, limit: 5}\n  - {kind: bot, plan: default, limit: 6}\n", "test.yaml:4: quotas[1]: kind bot plan default already has the quota at line 3", false},
 		{"nothing to enforce", "version: 1\n", "at least one rule or quota", true},
 		{"wrong type", "version: 1\nrules:\n  - {id: a, tier: ip, limit: lots, period: 1s}\n", "test.yaml:3: cannot unmarshal", true},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseRules("test.yaml", []byte(tc.yaml))
-			require.Error(t, err)
-			require.Contains(t, err.Error(), tc.want)
-			if tc.schema {
-				require.Error(t, schemaValidate(t, schema, []byte(tc.yaml)), "the JSON Schema accepts it")
-			}
-		})
-	}
+	})
 	t.Run("every problem is reported at once", func(t *testing.T) {
 		_, err := ParseRules("test.yaml", []byte("version: 1\nrules:\n  - {id: a, tier: ip, limit: 0, period: 1s}\n  - {id: b, tier: ip, limit: 1, period: x}\n"))
 		require.ErrorContains(t, err, "test.yaml:3:")

@@ -14,35 +14,33 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 )
 
-type capture struct {
-	mu   sync.Mutex
-	msgs []kafka.Message
+// lastDecision decodes the last decision event pub was given.
+func lastDecision(t testing.TB, pub *kafkatest.Capture) events.Decision {
+	t.Helper()
+	msgs := pub.Messages()
+	require.NotEmpty(t, msgs, "a decision event was published")
+	d, err := events.DecodeDecision(msgs[len(msgs)-1].Value)
+	require.NoError(t, err)
+	return d
 }
 
-func (c *capture) TryPublish(m kafka.Message) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.msgs = append(c.msgs, m)
-	return true
-}
-
-func newTestServer(t *testing.T, limit int) (*httptest.Server, *capture) {
+func newTestServer(t *testing.T, limit int) (*httptest.Server, *kafkatest.Capture) {
 	return newTestServerRules(t, fmt.Sprintf("version: 1\nrules:\n  - {id: principal, tier: principal, limit: %d, period: 1m}\n", limit), nil)
 }
 
-func newTestServerRules(t *testing.T, rules string, obs Observer) (*httptest.Server, *capture) {
+func newTestServerRules(t *testing.T, rules string, obs Observer) (*httptest.Server, *kafkatest.Capture) {
 	rdb := redistest.Client(t)
 	e := newTestEngine(t, rdb, rules, nil)
-	pub := &capture{}
+	pub := &kafkatest.Capture{}
 	s := NewServer(ServerConfig{Engine: e, Publisher: pub, Observer: obs, Topic: "decisions", Gateway: "test",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registry: prometheus.NewRegistry()})
+		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	s.SetReady(true)
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
@@ -91,8 +89,8 @@ func TestCheckAnswersWithContractAndPublishesDecision(t *testing.T) {
 	require.Equal(t, []string{"principal"}, last.Problem.ViolatedPolicies)
 	require.Equal(t, 429, last.Problem.Status)
 
-	require.Len(t, pub.msgs, 3, "every decision is published")
-	m := pub.msgs[2]
+	require.Len(t, pub.Messages(), 3, "every decision is published")
+	m := pub.Messages()[2]
 	require.Equal(t, "decisions", m.Topic)
 	require.Equal(t, "bot:"+id, string(m.Key))
 	d, err := events.DecodeDecision(m.Value)
@@ -133,7 +131,7 @@ func TestCheckRejectsBadInputWithProblem(t *testing.T) {
 			require.Equal(t, p.CorrelationID, resp.Header.Get("X-Request-Id"))
 		})
 	}
-	require.Empty(t, pub.msgs, "rejected requests publish nothing")
+	require.Empty(t, pub.Messages(), "rejected requests publish nothing")
 }
 
 func TestDenialProblemTypes(t *testing.T) {
@@ -206,7 +204,7 @@ func TestBatchAnswersEachCheckIndependently(t *testing.T) {
 	require.Equal(t, ProblemRateLimited, denied.Problem.Type)
 	require.Regexp(t, `^batch1-[03]$`, denied.Headers["X-Request-Id"], "each check gets its own correlation id")
 	require.NotRegexp(t, `^batch1`, denied.ID, "and a decision id of the server's")
-	require.Len(t, pub.msgs, 3, "one event per decided check")
+	require.Len(t, pub.Messages(), 3, "one event per decided check")
 
 	for _, bad := range []string{`{"checks":[]}`, `{"checks":` + strings.Repeat("[", 1) + strings.TrimSuffix(strings.Repeat(item(a)+",", MaxBatch+1), ",") + `]}`, `nope`} {
 		resp, b := postPath(t, srv.URL+"/v1/check/batch", bad)
@@ -248,13 +246,13 @@ func TestEventsCarryShadowNearLimitAndRule(t *testing.T) {
 	require.True(t, last.Shadow)
 	require.True(t, last.NearLimit, "4 of 5 used")
 	require.Equal(t, "real", last.Rule)
-	d, err := events.DecodeDecision(pub.msgs[3].Value)
+	d, err := events.DecodeDecision(pub.Messages()[3].Value)
 	require.NoError(t, err)
 	require.True(t, d.Shadow)
 	require.True(t, d.NearLimit)
 	require.Equal(t, "real", d.Rule)
 	require.False(t, d.Degraded)
-	first, err := events.DecodeDecision(pub.msgs[0].Value)
+	first, err := events.DecodeDecision(pub.Messages()[0].Value)
 	require.NoError(t, err)
 	require.False(t, first.Shadow)
 	require.False(t, first.NearLimit)
@@ -274,10 +272,8 @@ func TestSecurityCallerChosenIDsS7(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		require.Equal(t, "same-id", resp.Header.Get("X-Request-Id"))
 	}
-	pub.mu.Lock()
-	defer pub.mu.Unlock()
 	ids := map[string]bool{}
-	for _, m := range pub.msgs {
+	for _, m := range pub.Messages() {
 		ev, err := events.DecodeDecision(m.Value)
 		require.NoError(t, err)
 		ids[ev.ID] = true

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/pkg/tracing"
@@ -26,10 +27,10 @@ import (
 
 const callerTrace, callerSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 
-func tracedServer(t *testing.T, tr tracing.Tracing) (*Server, *capture) {
+func tracedServer(t *testing.T, tr tracing.Tracing) (*Server, *kafkatest.Capture) {
 	rdb := redistest.Client(t)
 	e := newTestEngine(t, rdb, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 1000, period: 1m}\n", nil)
-	pub := &capture{}
+	pub := &kafkatest.Capture{}
 	s := NewServer(ServerConfig{Engine: e, Publisher: pub, Topic: "decisions", Gateway: "trace-test",
 		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(), Tracing: tr})
 	s.SetReady(true)
@@ -114,9 +115,9 @@ func TestBatchDecisionsContinueTheCallersTrace(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
 	server := serverSpan(t, rec, "POST /v1/check/batch")
-	require.Len(t, pub.msgs, 2)
-	require.NotEqual(t, pub.msgs[0].Headers, pub.msgs[1].Headers)
-	for _, m := range pub.msgs {
+	require.Len(t, pub.Messages(), 2)
+	require.NotEqual(t, pub.Messages()[0].Headers, pub.Messages()[1].Headers)
+	for _, m := range pub.Messages() {
 		requireEventContinues(t, rec, m, server.SpanContext())
 	}
 }
@@ -136,8 +137,8 @@ func TestEnvoyDecisionsContinueTheCallersTrace(t *testing.T) {
 	require.Equal(t, rlsv3.RateLimitResponse_OK, r.GetOverallCode())
 
 	server := serverSpan(t, rec, "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
-	require.Len(t, pub.msgs, 1)
-	requireEventContinues(t, rec, pub.msgs[0], server.SpanContext())
+	require.Len(t, pub.Messages(), 1)
+	requireEventContinues(t, rec, pub.Messages()[0], server.SpanContext())
 }
 
 // TestUntracedDecisionsCarryNoTraceContext: tracing off, a traceparent
@@ -149,8 +150,8 @@ func TestUntracedDecisionsCarryNoTraceContext(t *testing.T) {
 	body := `{"principal":{"kind":"bot","id":"` + redistest.Unique(t, "bot") + `"},"ip":"203.0.113.7","method":"GET","route":"/x"}`
 	resp, _ := post(t, srv.URL, body, map[string]string{"traceparent": "00-" + callerTrace + "-" + callerSpan + "-01"})
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Len(t, pub.msgs, 1)
-	for _, h := range pub.msgs[0].Headers {
+	require.Len(t, pub.Messages(), 1)
+	for _, h := range pub.Messages()[0].Headers {
 		require.NotEqual(t, stream.HeaderTraceparent, h.Key)
 	}
 }

@@ -2,8 +2,6 @@ package redisx
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -250,26 +248,12 @@ var ErrAccess = errors.New("redis access refused")
 // variables behind it, or returns nil. Redis's own messages (WRONGPASS,
 // NOAUTH, NOPERM) and crypto/tls's never quote a password.
 func classifyAccess(err error) error {
-	var (
-		unknownCA x509.UnknownAuthorityError
-		hostErr   x509.HostnameError
-		invalid   x509.CertificateInvalidError
-		verifyErr *tls.CertificateVerificationError
-		recordErr tls.RecordHeaderError
-		alertErr  tls.AlertError
-		msg       = err.Error()
-	)
-	switch {
-	case errors.As(err, &hostErr):
-		return fmt.Errorf("%w: the server's TLS certificate is for another name: check FLOODGATE_REDIS_ADDRS or FLOODGATE_REDIS_TLS_SERVER_NAME: %w", ErrAccess, err)
-	case errors.As(err, &unknownCA), errors.As(err, &invalid), errors.As(err, &verifyErr):
-		return fmt.Errorf("%w: the server's TLS certificate does not verify: check FLOODGATE_REDIS_TLS_CA_FILE (the CA that signed it; unset = the system's roots): %w", ErrAccess, err)
-	case errors.As(err, &recordErr):
-		return fmt.Errorf("%w: the server does not speak TLS on this port: check FLOODGATE_REDIS_TLS and the port in FLOODGATE_REDIS_ADDRS: %w", ErrAccess, err)
-	case errors.As(err, &alertErr), strings.Contains(msg, "remote error: tls:"):
-		return fmt.Errorf("%w: the server refused the TLS handshake (a client certificate it does not accept?): check FLOODGATE_REDIS_TLS_CERT_FILE and FLOODGATE_REDIS_TLS_KEY_FILE: %w", ErrAccess, err)
-	case strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "NOAUTH"), strings.Contains(msg, "invalid password"),
-		strings.Contains(msg, "AUTH <password> called without any password configured"), strings.Contains(msg, "NOPERM"):
+	if why := config.RedisTLS().Refusal(err); why != "" {
+		return fmt.Errorf("%w: %s: %w", ErrAccess, why, err)
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "invalid password") ||
+		strings.Contains(msg, "AUTH <password> called without any password configured") || strings.Contains(msg, "NOPERM") {
 		return fmt.Errorf("%w: authentication failed: check FLOODGATE_REDIS_USERNAME and FLOODGATE_REDIS_PASSWORD (with Sentinel, also FLOODGATE_REDIS_SENTINEL_USERNAME and FLOODGATE_REDIS_SENTINEL_PASSWORD): %w", ErrAccess, err)
 	}
 	return nil

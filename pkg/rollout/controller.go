@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
 // DefaultWindow is the controller's recent window; ValidWindow bounds it.
@@ -54,22 +56,17 @@ func Judge(ctx context.Context, st *State, impact ImpactOf, now time.Time) (Verd
 		if err != nil {
 			return Verdict{}, err
 		}
-		n, b, share := im.Shadow.Total["critical"], im.Shadow.Blocked["critical"], im.Shadow.Share("critical")
-		desc := fmt.Sprintf("CRITICAL would-block share %s (%d of %d)", pct(share), b, n)
-		rn, rb, rshare := im.RecentShadow.Total["critical"], im.RecentShadow.Blocked["critical"], im.RecentShadow.Share("critical")
+		j := judgeShare("CRITICAL would-block share", im.Shadow, im.RecentShadow, im.Window, c)
 		switch {
-		case n >= c.MinSamples() && share > c.MaxShare():
-			return Verdict{Action: ActionAbort, Version: c.Version, Reason: fmt.Sprintf("shadow: %s > %s", desc, pct(c.MaxShare()))}, nil
-		case im.Window > 0 && rn >= c.MinSamples() && rshare > c.MaxShare():
-			return Verdict{Action: ActionAbort, Version: c.Version, Reason: fmt.Sprintf("shadow, last %s: CRITICAL would-block share %s (%d of %d) > %s; since it began %s",
-				im.Window, pct(rshare), rb, rn, pct(c.MaxShare()), desc)}, nil
+		case j.over != "":
+			return Verdict{Action: ActionAbort, Version: c.Version, Reason: "shadow" + j.over}, nil
 		case now.Before(c.TS.Add(c.ShadowFor())):
-			return Verdict{Version: c.Version, Reason: fmt.Sprintf("in shadow until %s; %s", c.TS.Add(c.ShadowFor()).Format(time.RFC3339), desc)}, nil
-		case n < c.MinSamples():
-			return Verdict{Version: c.Version, Reason: fmt.Sprintf("shadow period over, waiting for %d CRITICAL decisions; %s", c.MinSamples(), desc)}, nil
+			return Verdict{Version: c.Version, Reason: fmt.Sprintf("in shadow until %s; %s", c.TS.Add(c.ShadowFor()).Format(time.RFC3339), j.desc)}, nil
+		case j.n < c.MinSamples():
+			return Verdict{Version: c.Version, Reason: fmt.Sprintf("shadow period over, waiting for %d CRITICAL decisions; %s", c.MinSamples(), j.desc)}, nil
 		}
 		return Verdict{Action: ActionPromote, Version: c.Version,
-			Reason: fmt.Sprintf("shadow %s passed: %s ≤ %s", c.ShadowFor(), desc, pct(c.MaxShare()))}, nil
+			Reason: fmt.Sprintf("shadow %s passed: %s ≤ %s", c.ShadowFor(), j.desc, pct(c.MaxShare()))}, nil
 	}
 	e, ok := st.Enforced()
 	if !ok || !Watching(e, now) {
@@ -79,19 +76,36 @@ func Judge(ctx context.Context, st *State, impact ImpactOf, now time.Time) (Verd
 	if err != nil {
 		return Verdict{}, err
 	}
-	n, b, share := im.Enforced.Total["critical"], im.Enforced.Blocked["critical"], im.Enforced.Share("critical")
-	desc := fmt.Sprintf("CRITICAL block share %s (%d of %d)", pct(share), b, n)
-	rn, rb, rshare := im.RecentEnforced.Total["critical"], im.RecentEnforced.Blocked["critical"], im.RecentEnforced.Share("critical")
-	switch {
-	case n >= e.MinSamples() && share > e.MaxShare():
+	j := judgeShare("CRITICAL block share", im.Enforced, im.RecentEnforced, im.Window, e)
+	if j.over != "" {
 		return Verdict{Action: ActionRollback, Version: e.Version,
-			Reason: fmt.Sprintf("enforced: %s > %s; parent version %d restored", desc, pct(e.MaxShare()), e.ParentVersion)}, nil
-	case im.Window > 0 && rn >= e.MinSamples() && rshare > e.MaxShare():
-		return Verdict{Action: ActionRollback, Version: e.Version,
-			Reason: fmt.Sprintf("enforced, last %s: CRITICAL block share %s (%d of %d) > %s; since it began %s; parent version %d restored",
-				im.Window, pct(rshare), rb, rn, pct(e.MaxShare()), desc, e.ParentVersion)}, nil
+			Reason: fmt.Sprintf("enforced%s; parent version %d restored", j.over, e.ParentVersion)}, nil
 	}
-	return Verdict{Version: e.Version, Reason: fmt.Sprintf("watched until %s; %s", e.TS.Add(e.WatchFor()).Format(time.RFC3339), desc)}, nil
+	return Verdict{Version: e.Version, Reason: fmt.Sprintf("watched until %s; %s", e.TS.Add(e.WatchFor()).Format(time.RFC3339), j.desc)}, nil
+}
+
+// shareJudged is one phase's CRITICAL share judged against a version's bounds.
+type shareJudged struct {
+	n    int64  // CRITICAL decisions since the version began
+	desc string // "CRITICAL block share 7.3 % (3 of 41)", since it began
+	over string // why a share is above the maximum ("" when none is), after the phase's name
+}
+
+// judgeShare judges the CRITICAL share of one phase of version v since it
+// began (total) and, with a window, over the window (recent): a share is
+// over once v's minimum of CRITICAL decisions was judged and it is above v's
+// maximum.
+func judgeShare(what string, total, recent Counts, window time.Duration, v Entry) shareJudged {
+	n, b, share := total.Total["critical"], total.Blocked["critical"], total.Share("critical")
+	j := shareJudged{n: n, desc: fmt.Sprintf("%s %s (%d of %d)", what, pct(share), b, n)}
+	rn, rb, rshare := recent.Total["critical"], recent.Blocked["critical"], recent.Share("critical")
+	switch {
+	case n >= v.MinSamples() && share > v.MaxShare():
+		j.over = fmt.Sprintf(": %s > %s", j.desc, pct(v.MaxShare()))
+	case window > 0 && rn >= v.MinSamples() && rshare > v.MaxShare():
+		j.over = fmt.Sprintf(", last %s: %s %s (%d of %d) > %s; since it began %s", window, what, pct(rshare), rb, rn, pct(v.MaxShare()), j.desc)
+	}
+	return j
 }
 
 // pct formats a share as "7.3 %".
@@ -139,20 +153,13 @@ func (c *Controller) Run(ctx context.Context) error {
 		return c.Operator.Topic.Follow(ctx, State{}, func(s State) { c.st.Store(&s) })
 	})
 	g.Go(func() error {
-		t := time.NewTicker(c.Tick)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-t.C:
-			}
+		return tick.Every(ctx, c.Tick, func(ctx context.Context) {
 			if st := c.st.Load(); st != nil {
 				if _, err := c.Step(ctx, st); err != nil && ctx.Err() == nil {
 					c.Log.Warn("rules rollout step", "err", err)
 				}
 			}
-		}
+		})
 	})
 	return g.Wait()
 }

@@ -118,20 +118,17 @@ func PlanPropose(st *State, rules string, p Params, a Actor, now time.Time) (Pla
 
 // PlanPromote enforces the candidate; its watch starts now.
 func PlanPromote(st *State, a Actor, now time.Time) (Plan, error) {
-	if err := a.check(); err != nil {
-		return Plan{}, err
-	}
-	c, ok := st.Candidate()
-	if !ok {
-		return Plan{}, ErrNoCandidate
-	}
-	r := c.RulesVersion
-	r.ID, r.TS, r.State, r.Author, r.Reason = uuid.Must(uuid.NewV7()).String(), now.UTC().Truncate(time.Millisecond), events.RulesStateEnforced, a.Name, a.Reason
-	return Plan{Action: ActionPromote, Version: c.Version, Records: []events.RulesVersion{r}}, nil
+	return planCandidate(st, 0, a, now, ActionPromote, events.RulesStateEnforced)
 }
 
 // PlanAbort withdraws candidate version v (0: whichever is in shadow).
 func PlanAbort(st *State, v int64, a Actor, now time.Time) (Plan, error) {
+	return planCandidate(st, v, a, now, ActionAbort, events.RulesStateRolledBack)
+}
+
+// planCandidate moves candidate version v (0: whichever is in shadow) to
+// state by action.
+func planCandidate(st *State, v int64, a Actor, now time.Time, action string, state events.RulesState) (Plan, error) {
 	if err := a.check(); err != nil {
 		return Plan{}, err
 	}
@@ -140,8 +137,8 @@ func PlanAbort(st *State, v int64, a Actor, now time.Time) (Plan, error) {
 		return Plan{}, ErrNoCandidate
 	}
 	r := c.RulesVersion
-	r.ID, r.TS, r.State, r.Author, r.Reason = uuid.Must(uuid.NewV7()).String(), now.UTC().Truncate(time.Millisecond), events.RulesStateRolledBack, a.Name, a.Reason
-	return Plan{Action: ActionAbort, Version: c.Version, Records: []events.RulesVersion{r}}, nil
+	r.ID, r.TS, r.State, r.Author, r.Reason = uuid.Must(uuid.NewV7()).String(), now.UTC().Truncate(time.Millisecond), state, a.Name, a.Reason
+	return Plan{Action: action, Version: c.Version, Records: []events.RulesVersion{r}}, nil
 }
 
 // PlanRestore rolls the enforced version v (0: whichever is enforced) back

@@ -19,6 +19,22 @@ func apply(st *State, p Plan) {
 	}
 }
 
+// shadowState is a log with version 1 enforced and version 2 in shadow,
+// judged once 100 CRITICAL decisions were counted.
+func shadowState(t *testing.T, a Actor) State {
+	t.Helper()
+	var st State
+	p, err := PlanBootstrap(&st, "r1", a, t0)
+	require.NoError(t, err)
+	apply(&st, p)
+	params := DefaultParams()
+	params.MinCritical = 100
+	p, err = PlanPropose(&st, "r2", params, a, t0)
+	require.NoError(t, err)
+	apply(&st, p)
+	return st
+}
+
 func TestStateFollowsTheLog(t *testing.T) {
 	var st State
 	_, ok := st.Enforced()
@@ -90,13 +106,7 @@ func TestStateFollowsTheLog(t *testing.T) {
 
 func TestJudge(t *testing.T) {
 	sre := Actor{Name: "sre", Reason: "why"}
-	var st State
-	p, _ := PlanBootstrap(&st, "r1", sre, t0)
-	apply(&st, p)
-	params := DefaultParams()
-	params.MinCritical = 100
-	p, _ = PlanPropose(&st, "r2", params, sre, t0)
-	apply(&st, p)
+	st := shadowState(t, sre)
 	counts := func(phase string, total, blocked int64) ImpactOf {
 		return func(context.Context, int64) (Impact, error) {
 			c := Counts{Total: map[string]int64{"critical": total, "bulk": 1000}, Blocked: map[string]int64{"critical": blocked, "bulk": 900}}
@@ -135,13 +145,13 @@ func TestJudge(t *testing.T) {
 		})
 	}
 
-	p, _ = PlanPromote(&st, sre, t0.Add(11*time.Minute))
+	p, _ := PlanPromote(&st, sre, t0.Add(11*time.Minute))
 	apply(&st, p)
 	v, err := Judge(ctx, &st, counts(PhaseEnforced, 500, 60), t0.Add(12*time.Minute))
 	require.NoError(t, err)
 	require.Equal(t, ActionRollback, v.Action)
 	require.Contains(t, v.Reason, "enforced: CRITICAL block share 12.0 % (60 of 500) > 5.0 %; parent version 1 restored")
-	v, err = Judge(ctx, &st, counts(PhaseEnforced, 500, 60), t0.Add(11*time.Minute+params.WatchFor+time.Second))
+	v, err = Judge(ctx, &st, counts(PhaseEnforced, 500, 60), t0.Add(11*time.Minute+DefaultParams().WatchFor+time.Second))
 	require.NoError(t, err)
 	require.Empty(t, v.Action, "after its watch an enforced version is left alone")
 
@@ -155,13 +165,7 @@ func TestJudge(t *testing.T) {
 // candidate is promoted only when both shares are within bounds.
 func TestJudgeRecentWindow(t *testing.T) {
 	sre := Actor{Name: "sre", Reason: "why"}
-	var st State
-	p, _ := PlanBootstrap(&st, "r1", sre, t0)
-	apply(&st, p)
-	params := DefaultParams()
-	params.MinCritical = 100
-	p, _ = PlanPropose(&st, "r2", params, sre, t0)
-	apply(&st, p)
+	st := shadowState(t, sre)
 	crit := func(total, blocked int64) Counts {
 		return Counts{Total: map[string]int64{"critical": total}, Blocked: map[string]int64{"critical": blocked}}
 	}
@@ -203,7 +207,7 @@ func TestJudgeRecentWindow(t *testing.T) {
 		})
 	}
 
-	p, _ = PlanPromote(&st, sre, t0.Add(11*time.Minute))
+	p, _ := PlanPromote(&st, sre, t0.Add(11*time.Minute))
 	apply(&st, p)
 	v, err := Judge(ctx, &st, impact(PhaseEnforced, crit(20000, 400), crit(500, 100), time.Minute), t0.Add(20*time.Minute))
 	require.NoError(t, err)

@@ -3,57 +3,25 @@ package rollout_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/require"
 
-	"github.com/floodgate-dev/floodgate/migrations"
-	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/rollout/rollouttest"
 )
 
-// auditTable creates the migrations' tables under a unique prefix on
+// auditTable creates the migrations' audit table under a unique prefix on
 // DynamoDB Local and returns the audit log's writer.
 func auditTable(t *testing.T) *rollout.DynamoAudit {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	endpoint := config.NewEnv(os.Getenv).String("FLOODGATE_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000")
-	ddb, err := dynamo.NewClient(ctx, dynamo.Options{Endpoint: endpoint})
-	require.NoError(t, err)
-	prefix := fmt.Sprintf("rollout%d_", time.Now().UnixNano())
-	ms, err := migrations.Load()
-	require.NoError(t, err)
-	d := &migrations.Dynamo{Client: ddb, Prefix: prefix}
-	for _, m := range ms {
-		require.NoError(t, d.Apply(ctx, m.DynamoDB.Tables, func(string) {}), "DynamoDB Local at %s (is the local stack up?)", endpoint)
-	}
-	t.Cleanup(func() {
-		out, err := ddb.ListTables(context.Background(), &dynamodb.ListTablesInput{})
-		if err != nil {
-			return
-		}
-		for _, name := range out.TableNames {
-			if strings.HasPrefix(name, prefix) {
-				_, err := ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)})
-				var nf *types.ResourceNotFoundException
-				if err != nil && !errors.As(err, &nf) {
-					t.Logf("delete %s: %v", name, err)
-				}
-			}
-		}
-	})
+	ddb, prefix := migrationstest.DynamoTables(t, "rollout", dynamo.TableAuditLog)
 	return &rollout.DynamoAudit{Client: ddb, Table: prefix + dynamo.TableAuditLog}
 }
 

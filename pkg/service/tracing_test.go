@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
+	"github.com/floodgate-dev/floodgate/pkg/promtest"
 	"github.com/floodgate-dev/floodgate/pkg/tracing"
 )
 
@@ -145,21 +146,7 @@ func TestServeMakesServerSpans(t *testing.T) {
 	require.Equal(t, "/things/{id}", attrs["http.route"])
 
 	// The request metrics still see the route (the span wrapper must not hide it).
-	mfs, err := env.Registry.Gather()
-	require.NoError(t, err)
-	var routes []string
-	for _, mf := range mfs {
-		if mf.GetName() == "floodgate_test_api_requests_total" {
-			for _, m := range mf.GetMetric() {
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "route" {
-						routes = append(routes, l.GetValue())
-					}
-				}
-			}
-		}
-	}
-	require.Contains(t, routes, "GET /things/{id}")
+	require.NotZero(t, promtest.Value(t, env.Registry, "floodgate_test_api_requests_total", map[string]string{"route": "GET /things/{id}"}))
 }
 
 // TestExecFlushesSpansOnExit: a service run by Exec with only

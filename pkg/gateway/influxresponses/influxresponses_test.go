@@ -3,28 +3,20 @@ package influxresponses
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
-	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
+	"github.com/floodgate-dev/floodgate/pkg/series/seriestest"
 	"github.com/stretchr/testify/require"
-
-	"github.com/floodgate-dev/floodgate/pkg/config"
 )
 
 // TestCounterWritesTheAdjusterContract writes through the real InfluxDB and
 // reads back what the adjuster's error-rate query sums: count by code_class.
 func TestCounterWritesTheAdjusterContract(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs InfluxDB from the local stack; run `make test`")
-	}
-	url := config.NewEnv(os.Getenv).String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL)
-	client := influxdb2.NewClient(url, "")
-	defer client.Close()
+	client, bucket := seriestest.Influx(t)
 	service := fmt.Sprintf("gwtest_%d", time.Now().UnixNano())
 	start := time.Now().Add(-time.Minute)
-	r := New(client, "", config.DefaultInfluxBucket, service, time.Now)
+	r := New(client, "", bucket, service, time.Now)
 	for _, status := range []int{200, 200, 204, 404, 429, 500, 503, 503, 42} {
 		r.Count(status)
 	}
@@ -33,11 +25,11 @@ func TestCounterWritesTheAdjusterContract(t *testing.T) {
 	r.Flush() // a delta per flush: the second point carries only the new 5xx
 
 	q := fmt.Sprintf(`from(bucket: %q) |> range(start: %s) |> filter(fn: (r) => r._measurement == "http_responses" and r._field == "count" and r.service == %q) |> group(columns: ["code_class"]) |> sum()`,
-		config.DefaultInfluxBucket, start.UTC().Format(time.RFC3339), service)
+		bucket, start.UTC().Format(time.RFC3339), service)
 	got := map[string]int64{}
 	require.Eventually(t, func() bool {
 		res, err := client.QueryAPI("").Query(context.Background(), q)
-		require.NoError(t, err, "InfluxDB at %s (make up)", url)
+		require.NoError(t, err)
 		clear(got)
 		for res.Next() {
 			got[fmt.Sprint(res.Record().ValueByKey("code_class"))] = res.Record().Value().(int64)

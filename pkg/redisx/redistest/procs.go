@@ -98,16 +98,31 @@ func StartSentinel(dir, name, masterAddr string, downAfter time.Duration) (*Proc
 
 // Start (re)starts the process with its arguments and waits for PING.
 func (p *Proc) Start() error {
+	return p.startAndPing(&redis.Options{Addr: p.Addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1}, 200*time.Millisecond)
+}
+
+// launch starts the process with its arguments, in a process group of its own.
+func (p *Proc) launch() error {
 	p.cmd = exec.Command("redis-server", p.args...)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server on %s: %w", p.Addr, err)
 	}
-	c := redis.NewClient(&redis.Options{Addr: p.Addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	return nil
+}
+
+// startAndPing launches the process and waits up to 10 s until a client
+// with o gets an answer to PING (each within pingTimeout); it kills the
+// process when none came.
+func (p *Proc) startAndPing(o *redis.Options, pingTimeout time.Duration) error {
+	if err := p.launch(); err != nil {
+		return err
+	}
+	c := redis.NewClient(o)
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
 		err := c.Ping(ctx).Err()
 		cancel()
 		if err == nil {
@@ -224,31 +239,28 @@ func StartCluster(dir string, masters, replicas int, nodeTimeout time.Duration) 
 // process is killed when the test ends.
 func NewProc(t testing.TB, extra ...string) *Proc {
 	t.Helper()
-	p, err := StartProc(t.TempDir(), 0, extra...)
-	if err != nil {
-		t.Fatalf("redis-server (apt-get install redis-server): %v", err)
-	}
-	t.Cleanup(p.Kill)
-	return p
+	return forTest(t, "redis-server (apt-get install redis-server)", func(dir string) (*Proc, error) { return StartProc(dir, 0, extra...) })
 }
 
 // NewCluster is StartCluster for a test.
 func NewCluster(t testing.TB, masters, replicas int, nodeTimeout time.Duration) *Cluster {
 	t.Helper()
-	c, err := StartCluster(t.TempDir(), masters, replicas, nodeTimeout)
-	if err != nil {
-		t.Fatalf("redis cluster: %v", err)
-	}
-	t.Cleanup(c.Kill)
-	return c
+	return forTest(t, "redis cluster", func(dir string) (*Cluster, error) { return StartCluster(dir, masters, replicas, nodeTimeout) })
 }
 
 // NewSentinel is StartSentinel for a test.
 func NewSentinel(t testing.TB, name, masterAddr string, downAfter time.Duration) *Proc {
 	t.Helper()
-	p, err := StartSentinel(t.TempDir(), name, masterAddr, downAfter)
+	return forTest(t, "sentinel", func(dir string) (*Proc, error) { return StartSentinel(dir, name, masterAddr, downAfter) })
+}
+
+// forTest starts processes in a temporary directory of t with start, fails
+// t when they cannot start (what names them) and kills them when t ends.
+func forTest[P interface{ Kill() }](t testing.TB, what string, start func(dir string) (P, error)) P {
+	t.Helper()
+	p, err := start(t.TempDir())
 	if err != nil {
-		t.Fatalf("sentinel: %v", err)
+		t.Fatalf("%s: %v", what, err)
 	}
 	t.Cleanup(p.Kill)
 	return p
@@ -322,29 +334,14 @@ func NewSecure(t testing.TB, o SecureOptions) *Proc {
 	args = append(args, o.Extra...)
 	user, pass := o.anyUser()
 	p := &Proc{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: pd, args: args}
-	p.cmd = exec.Command("redis-server", p.args...)
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start redis-server with TLS on %s (apt-get install redis-server): %v", p.Addr, err)
-	}
 	t.Cleanup(p.Kill)
-	c := redis.NewClient(&redis.Options{Addr: p.Addr, Username: user, Password: pass, TLSConfig: o.tlsConfig(),
-		DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return p
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(pd, "redis.log"))
-			t.Fatalf("redis-server with TLS on %s did not answer: %v\n%s", p.Addr, err, log)
-		}
-		time.Sleep(20 * time.Millisecond)
+	err = p.startAndPing(&redis.Options{Addr: p.Addr, Username: user, Password: pass, TLSConfig: o.tlsConfig(),
+		DialTimeout: 200 * time.Millisecond, MaxRetries: -1}, 500*time.Millisecond)
+	if err != nil {
+		log, _ := os.ReadFile(filepath.Join(pd, "redis.log"))
+		t.Fatalf("redis-server with TLS (apt-get install redis-server): %v\n%s", err, log)
 	}
+	return p
 }
 
 // NewSecureCluster starts a Redis Cluster of masters nodes (no replicas)
@@ -417,10 +414,8 @@ func NewSecureSentinel(t testing.TB, o SecureOptions, name string, master *Proc,
 		t.Fatal(err)
 	}
 	p := &Proc{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: pd, args: []string{cf, "--sentinel"}}
-	p.cmd = exec.Command("redis-server", p.args...)
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start sentinel with TLS: %v", err)
+	if err := p.launch(); err != nil {
+		t.Fatalf("sentinel with TLS: %v", err)
 	}
 	t.Cleanup(p.Kill)
 	c := redis.NewSentinelClient(&redis.Options{Addr: p.Addr, Password: password, TLSConfig: o.tlsConfig(), DialTimeout: 200 * time.Millisecond})
