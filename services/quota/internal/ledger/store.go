@@ -85,24 +85,9 @@ func (s *Store) ApplyPartition(ctx context.Context, principal, day string, parti
 			n += e.Cost
 		}
 		lo, hi := entries[0].Offset, entries[len(entries)-1].Offset
-		out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:           aws.String(s.table),
-			Key:                 s.key(principal, day),
-			UpdateExpression:    aws.String("ADD #units :n SET #o = :hi, #exp = :exp, #upd = :upd"),
-			ConditionExpression: aws.String("attribute_not_exists(#o) OR #o < :lo"),
-			ExpressionAttributeNames: map[string]string{
-				"#units": attrUnits, "#o": fence, "#exp": attrExpires, "#upd": attrUpdated,
-			},
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":n":   num(n),
-				":hi":  num(hi),
-				":lo":  num(lo),
-				":exp": num(s.expiresAt(day)),
-				":upd": num(s.now().UnixMilli()),
-			},
-			ReturnValues:                        types.ReturnValueUpdatedNew,
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		})
+		out, err := s.update(ctx, principal, day, "ADD #units :n SET #o = :hi, #exp = :exp, #upd = :upd",
+			"attribute_not_exists(#o) OR #o < :lo", map[string]string{"#o": fence},
+			map[string]types.AttributeValue{":n": num(n), ":hi": num(hi), ":lo": num(lo)})
 		var ccf *types.ConditionalCheckFailedException
 		switch {
 		case err == nil:
@@ -143,24 +128,13 @@ func (s *Store) ApplyPartition(ctx context.Context, principal, day string, parti
 // conditional on the position not being in it.
 func (s *Store) ApplyReplay(ctx context.Context, principal, day string, partition int, offset, cost int64) (WriteResult, error) {
 	id := strconv.Itoa(partition) + "/" + strconv.FormatInt(offset, 10)
-	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:           aws.String(s.table),
-		Key:                 s.key(principal, day),
-		UpdateExpression:    aws.String("ADD #units :n, #r :id SET #exp = :exp, #upd = :upd"),
-		ConditionExpression: aws.String("attribute_not_exists(#r) OR NOT contains(#r, :idv)"),
-		ExpressionAttributeNames: map[string]string{
-			"#units": attrUnits, "#r": attrReplays, "#exp": attrExpires, "#upd": attrUpdated,
-		},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
+	out, err := s.update(ctx, principal, day, "ADD #units :n, #r :id SET #exp = :exp, #upd = :upd",
+		"attribute_not_exists(#r) OR NOT contains(#r, :idv)", map[string]string{"#r": attrReplays},
+		map[string]types.AttributeValue{
 			":n":   num(cost),
 			":id":  &types.AttributeValueMemberSS{Value: []string{id}},
 			":idv": &types.AttributeValueMemberS{Value: id},
-			":exp": num(s.expiresAt(day)),
-			":upd": num(s.now().UnixMilli()),
-		},
-		ReturnValues:                        types.ReturnValueUpdatedNew,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+		})
 	var ccf *types.ConditionalCheckFailedException
 	switch {
 	case err == nil:
@@ -170,6 +144,25 @@ func (s *Store) ApplyReplay(ctx context.Context, principal, day string, partitio
 	default:
 		return WriteResult{}, fmt.Errorf("update ledger %s %s replay %s: %w", principal, day, id, err)
 	}
+}
+
+// update is the conditional UpdateItem both writes make on the principal's
+// day item: expr and cond may use #units, #exp and #upd and the values :exp
+// (the item's expiry) and :upd (now), besides the names and values given.
+// It answers the updated units, or on a failed condition the item as it was.
+func (s *Store) update(ctx context.Context, principal, day, expr, cond string, names map[string]string, values map[string]types.AttributeValue) (*dynamodb.UpdateItemOutput, error) {
+	names["#units"], names["#exp"], names["#upd"] = attrUnits, attrExpires, attrUpdated
+	values[":exp"], values[":upd"] = num(s.expiresAt(day)), num(s.now().UnixMilli())
+	return s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 s.key(principal, day),
+		UpdateExpression:                    aws.String(expr),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
+		ReturnValues:                        types.ReturnValueUpdatedNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
 }
 
 // DayUsage is one day of a principal's ledger.

@@ -1,0 +1,61 @@
+package stacktest
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+)
+
+// Service is a service's Run started in the test's own process, its log
+// captured.
+type Service struct {
+	// Log holds the service's log lines.
+	Log    *Log
+	t      testing.TB
+	cancel context.CancelFunc
+	done   chan error
+	err    error
+	exited bool
+}
+
+// StopTimeout is how long Stop and the end of the test wait for a service
+// to return after its context is cancelled.
+const StopTimeout = 30 * time.Second
+
+// Start runs run in a goroutine with a logger writing into the service's
+// Log (debug level, so that tests can look for any line), until Stop or the
+// end of the test. At the end of a failed test the log is written to the
+// test's output.
+func Start(t testing.TB, name string, run func(ctx context.Context, log *slog.Logger) error) *Service {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Service{Log: &Log{}, t: t, cancel: cancel, done: make(chan error, 1)}
+	log := s.Log.Logger(slog.LevelDebug)
+	go func() { s.done <- run(ctx, log) }()
+	t.Cleanup(func() {
+		_ = s.Stop() // a test that cares about the exit calls Stop itself
+		if t.Failed() {
+			t.Logf("%s log:\n%s", name, s.Log.String())
+		}
+	})
+	return s
+}
+
+// Stop cancels the service's context and returns what its Run returned; a
+// service that does not return within StopTimeout fails the test. Calling
+// Stop again returns the same answer.
+func (s *Service) Stop() error {
+	if s.exited {
+		return s.err
+	}
+	s.cancel()
+	select {
+	case s.err = <-s.done:
+		s.exited = true
+	case <-time.After(StopTimeout):
+		s.t.Errorf("service did not stop within %s", StopTimeout)
+		s.exited = true
+	}
+	return s.err
+}

@@ -1,0 +1,75 @@
+// Package stacktest holds what the tests of Floodgate's services and load
+// tests repeat around the local stack: a context for a test that needs the
+// stack (skipped under -short), a free loopback address, a service run in
+// the test's process with its log captured, waiting for a readiness URL,
+// and a PagerDuty Events API v2 receiver. Redis, the broker and DynamoDB
+// have their own helpers (redistest, kafkatest, quotatest); this package
+// only joins what every app test does with them.
+package stacktest
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// Context skips t under -short — needs says what the test needs, e.g.
+// "starts redis-server" — and returns a context that ends after timeout or
+// when the test ends.
+func Context(t testing.TB, timeout time.Duration, needs string) context.Context {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(needs)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// FreeAddr returns a loopback host:port nothing listened on a moment ago.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	addr, err := FreeLoopback()
+	if err != nil {
+		t.Fatalf("free address: %v", err)
+	}
+	return addr
+}
+
+// FreeLoopback is FreeAddr for code without a test: a loopback host:port
+// nothing listened on a moment ago.
+func FreeLoopback() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// Getenv reads a service's environment from m (service.Stdio.Getenv,
+// config.Getenv).
+func Getenv(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// WaitOK polls url until it answers 200, failing t after timeout; msgAndArgs
+// say what was awaited (a captured log helps).
+func WaitOK(t testing.TB, url string, timeout time.Duration, msgAndArgs ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if r, err := http.Get(url); err == nil {
+			r.Body.Close()
+			if r.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not answer 200 within %s %s", url, timeout, describe(msgAndArgs))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
