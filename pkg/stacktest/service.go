@@ -2,6 +2,7 @@ package stacktest
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -46,16 +47,25 @@ func Start(t testing.TB, name string, run func(ctx context.Context, log *slog.Lo
 // service that does not return within StopTimeout fails the test. Calling
 // Stop again returns the same answer.
 func (s *Service) Stop() error {
+	if !s.exited {
+		s.cancel()
+	}
+	return s.Wait(StopTimeout)
+}
+
+// Wait returns what Run returned by itself — a service that refuses its
+// configuration at start-up — failing the test when Run is still running
+// after timeout.
+func (s *Service) Wait(timeout time.Duration) error {
 	if s.exited {
 		return s.err
 	}
-	s.cancel()
 	select {
 	case s.err = <-s.done:
-		s.exited = true
-	case <-time.After(StopTimeout):
-		s.t.Errorf("service did not stop within %s", StopTimeout)
-		s.exited = true
+	case <-time.After(timeout):
+		s.t.Errorf("service did not return within %s", timeout)
+		s.err = errors.New("service did not return")
 	}
+	s.exited = true
 	return s.err
 }

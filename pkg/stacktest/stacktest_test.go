@@ -74,6 +74,18 @@ func TestServiceRunsUntilStopAndReturnsRunsError(t *testing.T) {
 	require.EqualError(t, s.Stop(), "drained badly", "a second Stop answers the same")
 }
 
+func TestServiceWaitReturnsWhatRunReturnedByItself(t *testing.T) {
+	t.Parallel()
+	s := stacktest.Start(t, "svc", func(ctx context.Context, _ *slog.Logger) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return errors.New("FLOODGATE_X: not a number")
+	})
+	require.EqualError(t, s.Wait(5*time.Second), "FLOODGATE_X: not a number", "not the cancelled context")
+	require.EqualError(t, s.Stop(), "FLOODGATE_X: not a number")
+}
+
 func TestWaitOKReturnsOnceTheURLAnswers200(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
