@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 // Size scales the scenarios.
@@ -445,7 +446,7 @@ func InfluxPagerDown(ctx context.Context, e *Env, s Size, r *Result) error {
 	if err != nil {
 		return err
 	}
-	pager := NewPagerReceiver()
+	pager := stacktest.NewPagerDuty()
 	defer pager.Close()
 	pager.SetDown(true)
 	group := fmt.Sprintf("chaos-detector-%d", time.Now().UnixNano())

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 // call is one ShouldRateLimit request of a sequence.
@@ -216,7 +217,7 @@ func startLimiter(t *testing.T, root, envoyDir, topic string) string {
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, httpAddr := stacktest.FreeAddr(t), stacktest.FreeAddr(t)
 	lim := exec.Command(bin)
 	lim.Env = append(os.Environ(), "FLOODGATE_LIMITER_ADDR="+httpAddr, "FLOODGATE_LIMITER_GRPC_ADDR="+grpcAddr,
 		"FLOODGATE_LIMITER_ENVOY_CONFIG="+envoyDir, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=100", "FLOODGATE_LIMITER_INFLUX_INTERVAL=0",
@@ -242,13 +243,6 @@ func startLimiter(t *testing.T, root, envoyDir, topic string) string {
 	}
 	t.Fatalf("limiter did not listen on %s: %s", grpcAddr, logs.String())
 	return ""
-}
-
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func repoRoot(t *testing.T) string {

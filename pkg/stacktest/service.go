@@ -53,6 +53,21 @@ func (s *Service) Stop() error {
 	return s.Wait(StopTimeout)
 }
 
+// Exited reports, without waiting, whether Run has returned, and what it
+// returned: a test polling for an effect stops early when the service died.
+func (s *Service) Exited() (bool, error) {
+	if s.exited {
+		return true, s.err
+	}
+	select {
+	case s.err = <-s.done:
+		s.exited = true
+		return true, s.err
+	default:
+		return false, nil
+	}
+}
+
 // Wait returns what Run returned by itself — a service that refuses its
 // configuration at start-up — failing the test when Run is still running
 // after timeout.

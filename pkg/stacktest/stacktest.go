@@ -11,8 +11,11 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
 	"testing"
 	"time"
+
+	"github.com/floodgate-dev/floodgate/pkg/config"
 )
 
 // Context skips t under -short — needs says what the test needs, e.g.
@@ -71,5 +74,26 @@ func WaitOK(t testing.TB, url string, timeout time.Duration, msgAndArgs ...any) 
 			t.Fatalf("%s did not answer 200 within %s %s", url, timeout, describe(msgAndArgs))
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// DefaultDynamoEndpoint is DynamoDB Local's address in the local stack.
+const DefaultDynamoEndpoint = "http://127.0.0.1:8000"
+
+// Stack is where the shared local stack listens: the FLOODGATE_* variables
+// deploy/local/with-stack.sh exports, or the local stack's defaults.
+type Stack struct {
+	RedisAddrs     []string // FLOODGATE_REDIS_ADDRS
+	InfluxURL      string   // FLOODGATE_INFLUX_URL
+	DynamoEndpoint string   // FLOODGATE_DYNAMODB_ENDPOINT
+}
+
+// Local reads the stack's addresses from the process's environment.
+func Local() Stack {
+	e := config.NewEnv(os.Getenv)
+	return Stack{
+		RedisAddrs:     e.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs),
+		InfluxURL:      e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
+		DynamoEndpoint: e.String("FLOODGATE_DYNAMODB_ENDPOINT", DefaultDynamoEndpoint),
 	}
 }

@@ -69,6 +69,8 @@ func TestServiceRunsUntilStopAndReturnsRunsError(t *testing.T) {
 	})
 	require.Eventually(t, func() bool { return strings.Contains(s.Log.String(), "msg=started k=v") }, 5*time.Second, 10*time.Millisecond)
 	require.False(t, stopped.Load(), "runs until Stop")
+	exited, _ := s.Exited()
+	require.False(t, exited)
 	require.EqualError(t, s.Stop(), "drained badly")
 	require.True(t, stopped.Load())
 	require.EqualError(t, s.Stop(), "drained badly", "a second Stop answers the same")
@@ -83,6 +85,9 @@ func TestServiceWaitReturnsWhatRunReturnedByItself(t *testing.T) {
 		return errors.New("FLOODGATE_X: not a number")
 	})
 	require.EqualError(t, s.Wait(5*time.Second), "FLOODGATE_X: not a number", "not the cancelled context")
+	exited, err := s.Exited()
+	require.True(t, exited)
+	require.EqualError(t, err, "FLOODGATE_X: not a number")
 	require.EqualError(t, s.Stop(), "FLOODGATE_X: not a number")
 }
 
@@ -121,4 +126,14 @@ func TestPagerDutyRecordsEventsAndCanBeDown(t *testing.T) {
 	require.True(t, p.Triggered("k"))
 	require.False(t, p.Triggered("other"))
 	require.Equal(t, "trigger", p.WaitFor(t, "k", time.Second)["event_action"])
+}
+
+func TestLocalReadsTheStackFromTheEnvironment(t *testing.T) {
+	t.Setenv("FLOODGATE_REDIS_ADDRS", "10.0.0.1:6379,10.0.0.2:6379")
+	t.Setenv("FLOODGATE_INFLUX_URL", "http://influx:8086")
+	t.Setenv("FLOODGATE_DYNAMODB_ENDPOINT", "")
+	s := stacktest.Local()
+	require.Equal(t, []string{"10.0.0.1:6379", "10.0.0.2:6379"}, s.RedisAddrs)
+	require.Equal(t, "http://influx:8086", s.InfluxURL)
+	require.Equal(t, stacktest.DefaultDynamoEndpoint, s.DynamoEndpoint, "unset means the local stack's")
 }

@@ -81,7 +81,7 @@ func TestLimiterOnSecuredKafkaAndRedis(t *testing.T) {
 	}
 	require.Equal(t, []bool{true, true, false}, allowed, "the limit is enforced in the secured Redis")
 
-	e := config.NewEnv(func(k string) string { return env[k] })
+	e := config.NewEnv(stacktest.Getenv(env))
 	sec, err := stream.NewSecurity(context.Background(), config.ReadKafkaSecurity(e))
 	require.NoError(t, err)
 	seen := 0
