@@ -19,6 +19,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 func TestEmbeddedMigrationsLoad(t *testing.T) {
@@ -70,11 +71,7 @@ func TestLoadRejects(t *testing.T) {
 // TestApplyReconcilesRealBackends runs the real migrations against a fresh
 // Kafka-protocol broker, DynamoDB Local (tables under a per-run prefix) and InfluxDB.
 func TestApplyReconcilesRealBackends(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local stack; run `make test`")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := stacktest.Context(t, 2*time.Minute, "needs the local stack; run `make test`")
 	env := config.NewEnv(os.Getenv)
 	endpoint := env.String("FLOODGATE_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000")
 	influxURL := env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL)
@@ -134,11 +131,7 @@ func TestApplyReconcilesRealBackends(t *testing.T) {
 }
 
 func TestKafkaGrowsPartitions(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a broker")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := stacktest.Context(t, time.Minute, "needs a broker")
 	broker := kafkatest.Start(t, map[string]int32{"grow.me": 2})
 	k := NewKafka([]string{broker}, 1, nil)
 	var lines []string

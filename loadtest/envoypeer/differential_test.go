@@ -60,11 +60,7 @@ func times(n int, c call) []call {
 // requests per unit, unit), limit remaining, time until reset, and the
 // response headers of LIMIT_RESPONSE_HEADERS_ENABLED.
 func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs envoy ratelimit and the limiter against the local stack")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	ctx := stacktest.Context(t, 5*time.Minute, "runs envoy ratelimit and the limiter against the local stack")
 	root := repoRoot(t)
 	bin, err := Install(ctx, filepath.Join(root, ".local", "bin"))
 	require.NoError(t, err)

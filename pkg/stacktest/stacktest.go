@@ -23,9 +23,7 @@ import (
 // when the test ends.
 func Context(t testing.TB, timeout time.Duration, needs string) context.Context {
 	t.Helper()
-	if testing.Short() {
-		t.Skip(needs)
-	}
+	Needs(t, needs)
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	t.Cleanup(cancel)
 	return ctx
@@ -95,5 +93,15 @@ func Local() Stack {
 		RedisAddrs:     e.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs),
 		InfluxURL:      e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
 		DynamoEndpoint: e.String("FLOODGATE_DYNAMODB_ENDPOINT", DefaultDynamoEndpoint),
+	}
+}
+
+// Needs skips t under -short: what says what the test needs that a short
+// run does not have ("starts redis-server", "the local stack; run `make
+// test`"). Without -short a missing service fails the test loudly.
+func Needs(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(what)
 	}
 }

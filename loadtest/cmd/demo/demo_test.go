@@ -32,9 +32,7 @@ import (
 // default /usr/bin/chromium) signs the analyst in and finds the demo's
 // detection on the alerts page.
 func TestDemoTraffic(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local stack and ~1 minute")
-	}
+	stacktest.Needs(t, "needs the local stack and ~1 minute")
 	chromium := os.Getenv("FLOODGATE_CHROMIUM")
 	if chromium == "" {
 		chromium = "/usr/bin/chromium"

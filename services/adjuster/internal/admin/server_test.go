@@ -19,6 +19,7 @@ import (
 	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/loop"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/settings"
@@ -74,9 +75,7 @@ func (c client) do(method, path, token, ifMatch, body string) (int, http.Header,
 }
 
 func TestAdminAPIAgainstDynamoDBLocal(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
-	}
+	stacktest.Needs(t, "needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
 	store := dynamoStore(t)
 	sreTok, err := NewToken()
 	require.NoError(t, err)

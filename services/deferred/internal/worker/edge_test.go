@@ -24,6 +24,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/deferred/internal/worker"
 )
@@ -93,9 +94,7 @@ func post(t *testing.T, url, user, body string) *http.Response {
 // max_body or with Kafka down the client gets the plain 429 (never a silent
 // drop), and a write Kafka did not acknowledge is cancelled for the worker.
 func TestEdgeDefersDurablyAndRefusesVisibly(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration: needs Redis")
-	}
+	stacktest.Needs(t, "integration: needs Redis")
 	rdb := redisClient(t)
 	run := fmt.Sprintf("e%d", rand.Uint32())
 	topic := "floodgate.deferred.v1." + run

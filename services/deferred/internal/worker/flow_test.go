@@ -27,6 +27,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/deferred/internal/worker"
 )
@@ -138,9 +139,7 @@ func redisClient(t testing.TB) *redis.Client {
 // directly or by the worker's paced replay — or refused with a 429 the client
 // saw; none after its deadline; the worker is stopped and replaced midway.
 func TestDeferredFlowExactlyOnce(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration: needs Redis")
-	}
+	stacktest.Needs(t, "integration: needs Redis")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rdb := redisClient(t)

@@ -27,6 +27,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/deferred/internal/worker"
 )
@@ -226,9 +227,7 @@ func awaitStatus(t *testing.T, srv, loc, user string, within time.Duration) (*ht
 // from its dedupe store, and the client's status ends with that one result.
 // Real broker, real Redis.
 func TestReplayAfterCrashBetweenSendAndResult(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration: needs Redis")
-	}
+	stacktest.Needs(t, "integration: needs Redis")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	e := newOutcomeEnv(t, outcomeRules)
@@ -338,9 +337,7 @@ func (p *flakyPublisher) Publish(ctx context.Context, msgs ...kafka.Message) err
 // truth: done (exactly once) when the write had reached the log, expired (and
 // never applied) when it had not.
 func TestEdgeUnknownWriteOutcome(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration: needs Redis")
-	}
+	stacktest.Needs(t, "integration: needs Redis")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rules := strings.Replace(outcomeRules, "max_age: 60s", "max_age: 3s", 1)
@@ -405,9 +402,7 @@ func TestEdgeUnknownWriteOutcome(t *testing.T) {
 // cancelled by its own first try, and answers 429 — not the 202 of "a worker
 // took it" (a client once got a 202 for a request that ended cancelled).
 func TestEdgeCancelAnswerLost(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration: needs Redis")
-	}
+	stacktest.Needs(t, "integration: needs Redis")
 	e := newOutcomeEnv(t, outcomeRules)
 	var lost atomic.Bool
 	fault := &redisFault{loseAnswer: func(args []any) bool {
@@ -433,9 +428,7 @@ func TestEdgeCancelAnswerLost(t *testing.T) {
 // abandoned writes cannot pile up in the producer; the first write that
 // succeeds opens the gate again.
 func TestEdgeKafkaGate(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration: needs Redis")
-	}
+	stacktest.Needs(t, "integration: needs Redis")
 	e := newOutcomeEnv(t, outcomeRules)
 	pub := &flakyPublisher{inner: e.producer(), slow: 300 * time.Millisecond}
 	reg := prometheus.NewRegistry()
@@ -500,9 +493,7 @@ const pollRules = outcomeRules + `  - id: deferred-status
 // as that route, per principal, and past the rule's limit get the standard
 // 429 problem; another principal's polls are not counted against it.
 func TestStatusPollsLimited(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration: needs Redis")
-	}
+	stacktest.Needs(t, "integration: needs Redis")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	e := newOutcomeEnv(t, pollRules)

@@ -82,9 +82,7 @@ func secureStack(t *testing.T) (env map[string]string, sec *stream.Security, red
 // abuse event comes out on the secured broker, and no log line holds either
 // password.
 func TestDetectorOnSecuredKafkaAndRedis(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts redis-server")
-	}
+	stacktest.Needs(t, "starts redis-server")
 	env, sec, rsec := secureStack(t)
 	det := stacktest.Start(t, "detector", func(ctx context.Context, log *slog.Logger) error {
 		return Run(ctx, stacktest.Getenv(env), log, tracing.Tracing{})
@@ -145,9 +143,7 @@ func TestDetectorOnSecuredKafkaAndRedis(t *testing.T) {
 // stops the detector at start-up (no retry loop), with an error naming the
 // variable and holding no password.
 func TestDetectorRefusesWrongCredentials(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts redis-server")
-	}
+	stacktest.Needs(t, "starts redis-server")
 	env, _, _ := secureStack(t)
 	other := tlstest.NewCA(t, "not-the-brokers")
 	const wrong = "Wr0ng-never-logged"

@@ -25,6 +25,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/services/detector/internal/score"
 )
 
@@ -48,9 +49,7 @@ func botBurst(t *testing.T, d *Detector, p events.Principal, start time.Time, ip
 }
 
 func TestDetectorRecordsEscalatesAndIsIdempotent(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
-	}
+	stacktest.Needs(t, "needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
 	records := dynamoRecords(t)
 	pub := &flakyPublisher{}
 	d := newTestDetector(t, pub, func(c *Config) { c.Records = records })
@@ -130,9 +129,7 @@ func TestDetectorRecordsEscalatesAndIsIdempotent(t *testing.T) {
 }
 
 func TestDetectorAllowlist(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
-	}
+	stacktest.Needs(t, "needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
 	records := dynamoRecords(t)
 	ctx := context.Background()
 	allowedBot := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "allowed")}
@@ -346,9 +343,7 @@ func TestPagerOutageDoesNotUseUpTheCap(t *testing.T) {
 // Allowlist put exactly pk, expires_at, comment, created_by, created_at) with
 // the detector's own loader, and checks they spare detections.
 func TestConsoleWrittenAllowlistEntries(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
-	}
+	stacktest.Needs(t, "needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
 	records := dynamoRecords(t)
 	ctx := context.Background()
 	now := time.Now()

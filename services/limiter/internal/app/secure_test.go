@@ -29,9 +29,7 @@ import (
 // the journaled producer, no log line holds a password, and a wrong Redis
 // password or Kafka CA stops start-up naming the variable.
 func TestLimiterOnSecuredKafkaAndRedis(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts redis-server")
-	}
+	stacktest.Needs(t, "starts redis-server")
 	const kafkaPass, redisPass = "limiter-kafka-Pa55-never-logged", "limiter-redis-Pa55-never-logged"
 	ca := tlstest.NewCA(t, "limiter-e2e")
 	_, broker := kafkatest.StartCluster(t, map[string]int32{config.DefaultDecisionsTopic: 3},

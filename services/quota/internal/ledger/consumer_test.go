@@ -21,6 +21,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/ledger"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/quotatest"
@@ -40,11 +41,7 @@ func envMap(m map[string]string) config.Getenv {
 // answers) and Redis: the ledger equals the workload's totals, poison goes to
 // the DLQ, and the Redis day counters are re-seeded — also after one is lost.
 func TestConsumerExactUnderInjectedFaults(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local stack; run `make test`")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
+	ctx := stacktest.Context(t, 90*time.Second, "needs the local stack; run `make test`")
 	broker := quotatest.Broker(t)
 	db, prefix := quotatest.LedgerTable(t)
 	rdb := redistest.Client(t)

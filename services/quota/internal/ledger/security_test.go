@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/ledger"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/quotatest"
@@ -29,11 +30,7 @@ import (
 // the event is dead-lettered with the reason, and the ledger and the Redis
 // day counter hold the victim's own traffic only.
 func TestSecurityOverCostEventsS3(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local stack; run `make test`")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
+	ctx := stacktest.Context(t, 90*time.Second, "needs the local stack; run `make test`")
 	broker := quotatest.Broker(t)
 	db, prefix := quotatest.LedgerTable(t)
 	rdb := redistest.Client(t)
