@@ -27,7 +27,6 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
-	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/deferred/internal/worker"
 )
@@ -105,20 +104,10 @@ func transitionTo(args []any, st deferred.State) bool {
 	return false
 }
 
-const outcomeRules = `version: 1
-rules:
-  - id: orders
-    tier: endpoint
-    method: POST
-    route: /orders
-    limit: 1
-    period: 1m
-    on_limit: defer
-    defer:
-      max_age: 60s
+var outcomeRules = ordersRules(1, "1m", `      max_age: 60s
       max_queued: {principal: 100, route: 1000}
       headers: [Content-Type, X-Order, X-User]
-`
+`)
 
 type outcomeEnv struct {
 	t       *testing.T
@@ -227,9 +216,7 @@ func awaitStatus(t *testing.T, srv, loc, user string, within time.Duration) (*ht
 // from its dedupe store, and the client's status ends with that one result.
 // Real broker, real Redis.
 func TestReplayAfterCrashBetweenSendAndResult(t *testing.T) {
-	stacktest.Needs(t, "integration: needs Redis")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 	e := newOutcomeEnv(t, outcomeRules)
 	srv := edgeServer(t, e.edge(e.rdb, e.producer(), 0))
 	user, orderID := e.run+"-alice", e.run+"-order-1"
@@ -337,9 +324,7 @@ func (p *flakyPublisher) Publish(ctx context.Context, msgs ...kafka.Message) err
 // truth: done (exactly once) when the write had reached the log, expired (and
 // never applied) when it had not.
 func TestEdgeUnknownWriteOutcome(t *testing.T) {
-	stacktest.Needs(t, "integration: needs Redis")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 	rules := strings.Replace(outcomeRules, "max_age: 60s", "max_age: 3s", 1)
 	e := newOutcomeEnv(t, rules)
 	fault := &redisFault{}
@@ -402,7 +387,6 @@ func TestEdgeUnknownWriteOutcome(t *testing.T) {
 // cancelled by its own first try, and answers 429 — not the 202 of "a worker
 // took it" (a client once got a 202 for a request that ended cancelled).
 func TestEdgeCancelAnswerLost(t *testing.T) {
-	stacktest.Needs(t, "integration: needs Redis")
 	e := newOutcomeEnv(t, outcomeRules)
 	var lost atomic.Bool
 	fault := &redisFault{loseAnswer: func(args []any) bool {
@@ -428,7 +412,6 @@ func TestEdgeCancelAnswerLost(t *testing.T) {
 // abandoned writes cannot pile up in the producer; the first write that
 // succeeds opens the gate again.
 func TestEdgeKafkaGate(t *testing.T) {
-	stacktest.Needs(t, "integration: needs Redis")
 	e := newOutcomeEnv(t, outcomeRules)
 	pub := &flakyPublisher{inner: e.producer(), slow: 300 * time.Millisecond}
 	reg := prometheus.NewRegistry()
@@ -481,7 +464,7 @@ func TestEdgeKafkaGate(t *testing.T) {
 	require.Equal(t, before+1, pub.calls.Load())
 }
 
-const pollRules = outcomeRules + `  - id: deferred-status
+var pollRules = outcomeRules + `  - id: deferred-status
     tier: endpoint
     method: GET
     route: /v1/deferred/{id}
@@ -493,9 +476,7 @@ const pollRules = outcomeRules + `  - id: deferred-status
 // as that route, per principal, and past the rule's limit get the standard
 // 429 problem; another principal's polls are not counted against it.
 func TestStatusPollsLimited(t *testing.T) {
-	stacktest.Needs(t, "integration: needs Redis")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 	e := newOutcomeEnv(t, pollRules)
 	emb, err := limiter.NewEmbedded(ctx, limiter.EmbedConfig{Redis: e.rdb, Rules: e.rules, Gateway: "poll-test", Publisher: nopPublisher{}})
 	require.NoError(t, err)
