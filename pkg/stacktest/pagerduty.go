@@ -14,14 +14,16 @@ import (
 
 // PagerDuty is a PagerDuty Events API v2 receiver on loopback: services
 // point FLOODGATE_PAGERDUTY_URL at URL and it records each event posted to
-// /v2/enqueue, answering 202. It can be set down, answering 500.
+// /v2/enqueue, answering 202. It can be set down, or fail the next n
+// requests, answering 500 and recording nothing.
 type PagerDuty struct {
-	URL    string
-	srv    *httptest.Server
-	down   atomic.Bool
-	failed atomic.Int64
-	mu     sync.Mutex
-	events []map[string]any
+	URL      string
+	srv      *httptest.Server
+	down     atomic.Bool
+	failed   atomic.Int64
+	mu       sync.Mutex
+	failNext int
+	events   []map[string]any
 }
 
 // NewPagerDuty starts a receiver, up; Close stops it.
@@ -40,7 +42,13 @@ func PagerDutyFor(t testing.TB) *PagerDuty {
 }
 
 func (p *PagerDuty) serve(w http.ResponseWriter, r *http.Request) {
-	if p.down.Load() {
+	p.mu.Lock()
+	fail := p.down.Load() || p.failNext > 0
+	if p.failNext > 0 {
+		p.failNext--
+	}
+	p.mu.Unlock()
+	if fail {
 		p.failed.Add(1)
 		http.Error(w, `{"status":"error","message":"injected outage"}`, http.StatusInternalServerError)
 		return
@@ -64,15 +72,27 @@ func (p *PagerDuty) serve(w http.ResponseWriter, r *http.Request) {
 // SetDown makes the receiver answer 500 (true) or accept events (false).
 func (p *PagerDuty) SetDown(down bool) { p.down.Store(down) }
 
+// FailNext makes the receiver answer 500 to the next n requests.
+func (p *PagerDuty) FailNext(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failNext = n
+}
+
+// All are the accepted events, oldest first.
+func (p *PagerDuty) All() []map[string]any {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]map[string]any(nil), p.events...)
+}
+
 // Failed is the number of requests answered 500.
 func (p *PagerDuty) Failed() int64 { return p.failed.Load() }
 
 // Events are the accepted events with this dedup key, oldest first.
 func (p *PagerDuty) Events(dedup string) []map[string]any {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	var out []map[string]any
-	for _, ev := range p.events {
+	for _, ev := range p.All() {
 		if ev["dedup_key"] == dedup {
 			out = append(out, ev)
 		}

@@ -122,6 +122,13 @@ func TestPagerDutyRecordsEventsAndCanBeDown(t *testing.T) {
 	p.SetDown(false)
 	require.Equal(t, http.StatusAccepted, post("/v2/enqueue", `{"dedup_key":"k","event_action":"resolve"}`))
 
+	p.FailNext(2)
+	require.Equal(t, http.StatusInternalServerError, post("/v2/enqueue", `{"dedup_key":"j","event_action":"trigger"}`))
+	require.Equal(t, http.StatusInternalServerError, post("/v2/enqueue", `{"dedup_key":"j","event_action":"trigger"}`))
+	require.Equal(t, http.StatusAccepted, post("/v2/enqueue", `{"dedup_key":"j","event_action":"trigger"}`))
+	require.EqualValues(t, 3, p.Failed())
+	require.Len(t, p.All(), 3)
+
 	require.Equal(t, []string{"trigger", "resolve"}, p.Actions("k"))
 	require.True(t, p.Triggered("k"))
 	require.False(t, p.Triggered("other"))

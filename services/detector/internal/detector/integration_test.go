@@ -2,12 +2,9 @@ package detector
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"sync"
 	"testing"
@@ -222,37 +219,11 @@ func TestSimulatedPatternWritesNoPenalty(t *testing.T) {
 	require.Equal(t, 1.0, m)
 }
 
-type pdReceiver struct {
-	mu     sync.Mutex
-	events []map[string]any
-	down   int // answer 500 to this many requests first, recording nothing
-}
-
-func (r *pdReceiver) serve(t *testing.T) string {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		var ev map[string]any
-		_ = json.NewDecoder(req.Body).Decode(&ev)
-		r.mu.Lock()
-		if r.down > 0 {
-			r.down--
-			r.mu.Unlock()
-			http.Error(w, `{"status":"unavailable"}`, http.StatusInternalServerError)
-			return
-		}
-		r.events = append(r.events, ev)
-		r.mu.Unlock()
-		w.WriteHeader(http.StatusAccepted)
-		_, _ = io.WriteString(w, `{"status":"success","dedup_key":"x"}`)
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL
-}
-
-func (r *pdReceiver) actions() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// actions are "<event_action> <dedup_key>" of every event the receiver
+// accepted.
+func actions(recv *stacktest.PagerDuty) []string {
 	var out []string
-	for _, e := range r.events {
+	for _, e := range recv.All() {
 		out = append(out, fmt.Sprint(e["event_action"], " ", e["dedup_key"]))
 	}
 	return out
@@ -261,8 +232,8 @@ func (r *pdReceiver) actions() []string {
 func TestPagerTriggersCapsAndResolvesWhenThePenaltyIsLifted(t *testing.T) {
 	rdb := redistest.Client(t)
 	ctx := context.Background()
-	recv := &pdReceiver{}
-	url := recv.serve(t)
+	recv := stacktest.PagerDutyFor(t)
+	url := recv.URL
 	openKey := redistest.Unique(t, OpenIncidentsKey)
 	p, err := NewPager(PagerConfig{RoutingKey: "rk", Endpoint: url, MinSeverity: "critical", PerMinute: 2, Redis: rdb, OpenKey: openKey, Now: time.Now,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
@@ -286,7 +257,7 @@ func TestPagerTriggersCapsAndResolvesWhenThePenaltyIsLifted(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, p.Handle(ctx, kafka.Message{Value: b}))
 	}
-	require.Len(t, recv.actions(), 2, "the per-minute cap holds the third trigger")
+	require.Len(t, actions(recv), 2, "the per-minute cap holds the third trigger")
 
 	// Nothing is resolved while penalties are in force.
 	n, err := p.ResolveOnce(ctx)
@@ -297,7 +268,7 @@ func TestPagerTriggersCapsAndResolvesWhenThePenaltyIsLifted(t *testing.T) {
 	n, err = p.ResolveOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	require.Contains(t, recv.actions(), "resolve "+DedupKey(events.PatternRapidFire, bots[0]))
+	require.Contains(t, actions(recv), "resolve "+DedupKey(events.PatternRapidFire, bots[0]))
 	n, err = p.ResolveOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "resolved once")
@@ -309,8 +280,9 @@ func TestPagerTriggersCapsAndResolvesWhenThePenaltyIsLifted(t *testing.T) {
 func TestPagerOutageDoesNotUseUpTheCap(t *testing.T) {
 	rdb := redistest.Client(t)
 	ctx := context.Background()
-	recv := &pdReceiver{down: 5}
-	url := recv.serve(t)
+	recv := stacktest.PagerDutyFor(t)
+	recv.FailNext(5)
+	url := recv.URL
 	openKey := redistest.Unique(t, OpenIncidentsKey)
 	p, err := NewPager(PagerConfig{RoutingKey: "rk", Endpoint: url, MinSeverity: "critical", PerMinute: 2, Redis: rdb, OpenKey: openKey, Now: time.Now,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
@@ -335,7 +307,7 @@ func TestPagerOutageDoesNotUseUpTheCap(t *testing.T) {
 	}
 	require.NoError(t, p.Handle(ctx, first), "back up: the retried page goes out")
 	require.NoError(t, p.Handle(ctx, second))
-	require.Len(t, recv.actions(), 2, "failed attempts did not use up the cap of 2 a minute")
+	require.Len(t, actions(recv), 2, "failed attempts did not use up the cap of 2 a minute")
 }
 
 // TestConsoleWrittenAllowlistEntries reads allowlist items written the way the
