@@ -59,15 +59,7 @@ func JournalDiskFull(ctx context.Context, e *Env, s Size, r *Result) error {
 		return err
 	}
 	checks := load.Results()
-	acked, lost := 0, 0
-	for _, c := range checks {
-		if c.OK {
-			acked++
-			if counts[c.ID] == 0 {
-				lost++
-			}
-		}
-	}
+	acked, lost := ackedLost(checks, counts)
 	during := Summarise(checks, down, up)
 	errLines, _, err := countLines(lim.LogPath, down, `"level":"ERROR"`)
 	if err != nil {

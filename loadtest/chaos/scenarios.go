@@ -130,6 +130,32 @@ func outage(ctx context.Context, stop func(), what string, before, length, after
 	return down, up, nil
 }
 
+// ackedLost counts the checks answered OK and, of those, the ones whose
+// decision event is not among counts (events by ce_id).
+func ackedLost(checks []Check, counts map[string]int) (acked, lost int) {
+	for _, c := range checks {
+		if c.OK {
+			acked++
+			if counts[c.ID] == 0 {
+				lost++
+			}
+		}
+	}
+	return acked, lost
+}
+
+// caughtUp waits up to within until the quota group has no lag on the
+// decisions topic.
+func caughtUp(ctx context.Context, b *Broker, group string, within time.Duration) error {
+	return waitFor(ctx, within, "quota caught up", func() error {
+		lag, err := b.Lag(ctx, group, config.DefaultDecisionsTopic)
+		if err == nil && lag > 0 {
+			err = fmt.Errorf("lag %d", lag)
+		}
+		return err
+	})
+}
+
 // startLoad runs l in the background; the returned stop waits for it.
 func startLoad(ctx context.Context, l *Load) (stop func()) {
 	lctx, cancel := context.WithCancel(ctx)
@@ -197,15 +223,7 @@ func BrokerKill(ctx context.Context, e *Env, s Size, r *Result) error {
 		return err
 	}
 	checks := append(normal.Results(), botLoad.Results()...)
-	acked, lost := 0, 0
-	for _, c := range checks {
-		if c.OK {
-			acked++
-			if counts[c.ID] == 0 {
-				lost++
-			}
-		}
-	}
+	acked, lost := ackedLost(checks, counts)
 	dups := 0
 	for _, n := range counts {
 		dups += n - 1
@@ -275,13 +293,7 @@ func RedisRestart(ctx context.Context, e *Env, s Size, r *Result) error {
 	checks := load.Results()
 	before, during, after := Summarise(checks, time.Time{}, down), Summarise(checks, down, up), Summarise(checks, up, time.Time{})
 
-	if err := waitFor(ctx, 3*time.Minute, "quota caught up", func() error {
-		lag, err := b.Lag(ctx, group, config.DefaultDecisionsTopic)
-		if err == nil && lag > 0 {
-			err = fmt.Errorf("lag %d", lag)
-		}
-		return err
-	}); err != nil {
+	if err := caughtUp(ctx, b, group, 3*time.Minute); err != nil {
 		return err
 	}
 	_ = sleep(ctx, time.Second) // the re-seed follows the flush
@@ -362,13 +374,7 @@ func ledgerRun(ctx context.Context, e *Env, s Size, r *Result, dynamoEndpoint st
 		return err
 	}
 	catchUp := time.Now()
-	if err := waitFor(ctx, 4*time.Minute, "quota caught up", func() error {
-		lag, err := b.Lag(ctx, group, config.DefaultDecisionsTopic)
-		if err == nil && lag > 0 {
-			err = fmt.Errorf("lag %d", lag)
-		}
-		return err
-	}); err != nil {
+	if err := caughtUp(ctx, b, group, 4*time.Minute); err != nil {
 		return err
 	}
 	r.metric("caught up", "%.1f s after the faults", time.Since(catchUp).Seconds())
