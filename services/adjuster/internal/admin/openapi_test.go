@@ -68,12 +68,7 @@ func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 	d := openapitest.Load(t, doc)
 
 	store := dynamoStore(t)
-	sreTok, err := NewToken()
-	require.NoError(t, err)
-	viewerTok, err := NewToken()
-	require.NoError(t, err)
-	tokens, err := ParseTokens("alice:sre:" + HashToken(sreTok) + ",dash:viewer:" + HashToken(viewerTok))
-	require.NoError(t, err)
+	tokens, sreTok, viewerTok := testTokens(t)
 	l := loop.New(loop.Config{Source: hotSource{}, Scales: &memScales{}, Publisher: nopPublisher{}, Settings: store,
 		Defaults: control.Defaults(), ActorID: "adjuster@openapi-test"})
 	srv := NewServer(Config{Tokens: tokens, Store: store, Loop: l, Defaults: control.Defaults()})

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
@@ -229,16 +230,23 @@ func actions(recv *stacktest.PagerDuty) []string {
 	return out
 }
 
-func TestPagerTriggersCapsAndResolvesWhenThePenaltyIsLifted(t *testing.T) {
+// redisPager is a pager on the local Redis (its open-incident key unique
+// to the test) paging recv at most 2 times a minute.
+func redisPager(t *testing.T, recv *stacktest.PagerDuty) (*Pager, redis.UniversalClient) {
+	t.Helper()
 	rdb := redistest.Client(t)
-	ctx := context.Background()
-	recv := stacktest.PagerDutyFor(t)
-	url := recv.URL
 	openKey := redistest.Unique(t, OpenIncidentsKey)
-	p, err := NewPager(PagerConfig{RoutingKey: "rk", Endpoint: url, MinSeverity: "critical", PerMinute: 2, Redis: rdb, OpenKey: openKey, Now: time.Now,
+	p, err := NewPager(PagerConfig{RoutingKey: "rk", Endpoint: recv.URL, MinSeverity: "critical", PerMinute: 2, Redis: rdb, OpenKey: openKey, Now: time.Now,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
-	t.Cleanup(func() { rdb.Del(ctx, openKey) })
+	t.Cleanup(func() { rdb.Del(context.Background(), openKey) })
+	return p, rdb
+}
+
+func TestPagerTriggersCapsAndResolvesWhenThePenaltyIsLifted(t *testing.T) {
+	ctx := context.Background()
+	recv := stacktest.PagerDutyFor(t)
+	p, rdb := redisPager(t, recv)
 	store := NewPenaltyStore(rdb)
 
 	var bots []events.Principal
@@ -278,16 +286,10 @@ func TestPagerTriggersCapsAndResolvesWhenThePenaltyIsLifted(t *testing.T) {
 // are retried (an error for the consume loop) and do not count against the
 // per-minute cap, so every page goes out once PagerDuty is back.
 func TestPagerOutageDoesNotUseUpTheCap(t *testing.T) {
-	rdb := redistest.Client(t)
 	ctx := context.Background()
 	recv := stacktest.PagerDutyFor(t)
 	recv.FailNext(5)
-	url := recv.URL
-	openKey := redistest.Unique(t, OpenIncidentsKey)
-	p, err := NewPager(PagerConfig{RoutingKey: "rk", Endpoint: url, MinSeverity: "critical", PerMinute: 2, Redis: rdb, OpenKey: openKey, Now: time.Now,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
-	require.NoError(t, err)
-	t.Cleanup(func() { rdb.Del(ctx, openKey) })
+	p, _ := redisPager(t, recv)
 	page := func(i int) kafka.Message {
 		bot := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, fmt.Sprint("out", i))}
 		now := time.Now().UTC().Truncate(time.Millisecond)
