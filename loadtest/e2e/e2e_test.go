@@ -21,9 +21,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/migrations"
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
-	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
@@ -52,7 +52,7 @@ func TestRapidFireIsPenalizedEndToEnd(t *testing.T) {
 	defer rdb.Close()
 	require.NoError(t, redisx.Ping(ctx, rdb), "Redis from the local stack must be running (make up)")
 
-	brokers := migratedBroker(t, ctx, migrations.Runner{Influx: &migrations.Influx{URL: influxURL}})
+	brokers := migrationstest.Broker(t, ctx, migrations.Runner{Influx: &migrations.Influx{URL: influxURL}})
 	pages := stacktest.PagerDutyFor(t)
 	bin := buildServices(t)
 	run := time.Now().UnixNano()
@@ -274,19 +274,6 @@ func startProcess(t *testing.T, path string, env []string) {
 			t.Logf("%s log:\n%s", filepath.Base(path), logs.String())
 		}
 	})
-}
-
-// migratedBroker starts a fresh broker whose topics come from the
-// migrations, as in production, applying them also to the InfluxDB or
-// DynamoDB that r names.
-func migratedBroker(t *testing.T, ctx context.Context, r migrations.Runner) string {
-	t.Helper()
-	brokers := kafkatest.Start(t, nil)
-	ms, err := migrations.Load()
-	require.NoError(t, err)
-	r.Kafka, r.Now, r.Report = migrations.NewKafka([]string{brokers}, 1, nil), time.Now, func(line string) { t.Log(line) }
-	require.NoError(t, r.Apply(ctx, ms), "migrations against the broker, InfluxDB and DynamoDB Local (make up)")
-	return brokers
 }
 
 func waitReady(t *testing.T, url string) {

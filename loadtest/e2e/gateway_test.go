@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/migrations"
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
@@ -22,7 +23,7 @@ import (
 // requests reach the upstream, the rest get the limiter's 429 contract.
 func TestReverseProxyEnforcesRealLimiter(t *testing.T) {
 	ctx := stacktest.Context(t, 2*time.Minute, "end-to-end test needs the local stack; run `make test`")
-	brokers := migratedBroker(t, ctx, migrations.Runner{})
+	brokers := migrationstest.Broker(t, ctx, migrations.Runner{})
 	bin := buildServices(t)
 	addr := stacktest.FreeAddr(t)
 	redisAddrs := stacktest.Local().RedisAddrs

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/migrations"
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
@@ -36,7 +37,7 @@ func TestReplayedDeadLetterCountsOnceInTheLedger(t *testing.T) {
 
 	ddb, err := dynamo.NewClient(ctx, dynamo.Options{Endpoint: ddbEndpoint})
 	require.NoError(t, err)
-	brokers := migratedBroker(t, ctx, migrations.Runner{Dynamo: &migrations.Dynamo{Client: ddb, Prefix: prefix}})
+	brokers := migrationstest.Broker(t, ctx, migrations.Runner{Dynamo: &migrations.Dynamo{Client: ddb, Prefix: prefix}})
 
 	bin := buildServices(t)
 	quotaGroup := fmt.Sprintf("e2e-quota-%d", run)

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate-dev/floodgate/migrations"
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
@@ -33,7 +34,7 @@ import (
 // OTEL_EXPORTER_OTLP_ENDPOINT is set: the endpoint alone turns tracing on.
 func TestOneTraceFromCheckToDetector(t *testing.T) {
 	ctx := stacktest.Context(t, 2*time.Minute, "end-to-end test needs the local stack; run `make test`")
-	brokers := migratedBroker(t, ctx, migrations.Runner{})
+	brokers := migrationstest.Broker(t, ctx, migrations.Runner{})
 
 	otlp := newOTLPReceiver(t)
 	bin := buildServices(t)

@@ -12,12 +12,10 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,12 +23,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/migrations"
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi/openapitest"
-	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	svc "github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
@@ -55,7 +53,6 @@ func newStack(t *testing.T) *stack {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := &stack{
-		broker:    kafkatest.Start(t, nil),
 		prefix:    fmt.Sprintf("dlqt%d_", time.Now().UnixNano()),
 		influxURL: local.InfluxURL,
 		endpoint:  local.DynamoEndpoint,
@@ -63,28 +60,10 @@ func newStack(t *testing.T) *stack {
 	var err error
 	s.ddb, err = dynamo.NewClient(ctx, dynamo.Options{Endpoint: s.endpoint})
 	require.NoError(t, err)
-	t.Cleanup(func() { deleteTables(s.ddb, s.prefix) })
-	ms, err := migrations.Load()
-	require.NoError(t, err)
-	r := &migrations.Runner{
-		Kafka: migrations.NewKafka([]string{s.broker}, 1, nil), Dynamo: &migrations.Dynamo{Client: s.ddb, Prefix: s.prefix},
-		Influx: &migrations.Influx{URL: s.influxURL}, Now: time.Now, Report: func(string) {},
-	}
-	require.NoError(t, r.Apply(ctx, ms), "migrations (is the local stack up? make up)")
+	t.Cleanup(func() { stacktest.DropTables(t, s.ddb, s.prefix) })
+	s.broker = migrationstest.Broker(t, ctx, migrations.Runner{
+		Dynamo: &migrations.Dynamo{Client: s.ddb, Prefix: s.prefix}, Influx: &migrations.Influx{URL: s.influxURL}})
 	return s
-}
-
-func deleteTables(ddb *dynamodb.Client, prefix string) {
-	ctx := context.Background()
-	out, err := ddb.ListTables(ctx, &dynamodb.ListTablesInput{Limit: aws.Int32(100)})
-	if err != nil {
-		return
-	}
-	for _, name := range out.TableNames {
-		if strings.HasPrefix(name, prefix) {
-			_, _ = ddb.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(name)})
-		}
-	}
 }
 
 func testLogger(t *testing.T) *slog.Logger {

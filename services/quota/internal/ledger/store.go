@@ -176,23 +176,22 @@ type DayUsage struct {
 func (s *Store) Usage(ctx context.Context, principal string, from, to time.Time) ([]DayUsage, error) {
 	from, to = from.UTC().Truncate(24*time.Hour), to.UTC().Truncate(24*time.Hour)
 	found := map[string]int64{}
-	var start map[string]types.AttributeValue
-	for {
-		out, err := s.db.Query(ctx, &dynamodb.QueryInput{
-			TableName:              aws.String(s.table),
-			KeyConditionExpression: aws.String("#pk = :pk AND #sk BETWEEN :from AND :to"),
-			ExpressionAttributeNames: map[string]string{
-				"#pk": attrPK, "#sk": attrSK, "#units": attrUnits,
-			},
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":pk":   &types.AttributeValueMemberS{Value: principal},
-				":from": &types.AttributeValueMemberS{Value: from.Format(DayLayout)},
-				":to":   &types.AttributeValueMemberS{Value: to.Format(DayLayout)},
-			},
-			ProjectionExpression: aws.String("#sk, #units"),
-			ConsistentRead:       aws.Bool(true),
-			ExclusiveStartKey:    start,
-		})
+	pages := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
+		TableName:              aws.String(s.table),
+		KeyConditionExpression: aws.String("#pk = :pk AND #sk BETWEEN :from AND :to"),
+		ExpressionAttributeNames: map[string]string{
+			"#pk": attrPK, "#sk": attrSK, "#units": attrUnits,
+		},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":pk":   &types.AttributeValueMemberS{Value: principal},
+			":from": &types.AttributeValueMemberS{Value: from.Format(DayLayout)},
+			":to":   &types.AttributeValueMemberS{Value: to.Format(DayLayout)},
+		},
+		ProjectionExpression: aws.String("#sk, #units"),
+		ConsistentRead:       aws.Bool(true),
+	})
+	for pages.HasMorePages() {
+		out, err := pages.NextPage(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("query ledger %s: %w", principal, err)
 		}
@@ -201,10 +200,6 @@ func (s *Store) Usage(ctx context.Context, principal string, from, to time.Time)
 				found[sk.Value] = numAttr(it[attrUnits])
 			}
 		}
-		if len(out.LastEvaluatedKey) == 0 {
-			break
-		}
-		start = out.LastEvaluatedKey
 	}
 	var days []DayUsage
 	for d := from; !d.After(to); d = d.Add(24 * time.Hour) {
