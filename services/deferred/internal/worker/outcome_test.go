@@ -187,21 +187,29 @@ func sendOrder(t *testing.T, srv, user, id string) *http.Response {
 	return resp
 }
 
+// getAs asks for url as the user (X-Kind, X-User) and returns the answer
+// and its body.
+func getAs(t *testing.T, url, user string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("X-Kind", "user")
+	req.Header.Set("X-User", user)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(body)
+}
+
 // awaitStatus polls loc as user until its status is final (or within).
 func awaitStatus(t *testing.T, srv, loc, user string, within time.Duration) (*http.Response, string) {
 	t.Helper()
 	end := time.Now().Add(within)
 	for {
-		req, _ := http.NewRequest("GET", srv+loc, nil)
-		req.Header.Set("X-Kind", "user")
-		req.Header.Set("X-User", user)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		resp, body := getAs(t, srv+loc, user)
 		st := resp.Header.Get(deferred.HeaderDeferredStatus)
 		if st != string(deferred.StateQueued) && st != string(deferred.StateSending) {
-			return resp, string(body)
+			return resp, body
 		}
 		require.True(t, time.Now().Before(end), "%s still %s", loc, st)
 		time.Sleep(50 * time.Millisecond)
@@ -496,16 +504,7 @@ func TestStatusPollsLimited(t *testing.T) {
 	resp := sendOrder(t, srv.URL, alice, "p2")
 	require.Equal(t, http.StatusAccepted, resp.StatusCode)
 	loc := resp.Header.Get("Location")
-	poll := func(who string) (*http.Response, string) {
-		req, _ := http.NewRequest("GET", srv.URL+loc, nil)
-		req.Header.Set("X-Kind", "user")
-		req.Header.Set("X-User", who)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return resp, string(body)
-	}
+	poll := func(who string) (*http.Response, string) { return getAs(t, srv.URL+loc, who) }
 	for i := range 3 {
 		resp, _ := poll(alice)
 		require.Equal(t, http.StatusAccepted, resp.StatusCode, "poll %d", i+1)
