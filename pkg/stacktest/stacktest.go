@@ -32,22 +32,12 @@ func Context(t testing.TB, timeout time.Duration, needs string) context.Context 
 // FreeAddr returns a loopback host:port nothing listened on a moment ago.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	addr, err := FreeLoopback()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("free address: %v", err)
 	}
-	return addr
-}
-
-// FreeLoopback is FreeAddr for code without a test: a loopback host:port
-// nothing listened on a moment ago.
-func FreeLoopback() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
 	defer ln.Close()
-	return ln.Addr().String(), nil
+	return ln.Addr().String()
 }
 
 // Getenv reads a service's environment from m (service.Stdio.Getenv,
