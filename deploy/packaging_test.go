@@ -835,6 +835,12 @@ var checks = []check{
 func TestPackaging(t *testing.T) {
 	m := loadModel(t)
 	require.Contains(t, m.programs, "limiter")
+	runChecks(t, m, checks)
+}
+
+// runChecks runs each check on m as a subtest that fails with every
+// problem the check found.
+func runChecks(t *testing.T, m *model, checks []check) {
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
 			problems := c.run(m)
@@ -1971,11 +1977,15 @@ var (
 var (
 	labelsLitRe   = regexp.MustCompile(`\[\]string\{([^}]*)\}`)
 	labelsIdentRe = regexp.MustCompile(`\},\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)`)
+	// A pkg/metric Factory call: the name, the help, then the labels as the last arguments.
+	factoryCallRe   = regexp.MustCompile(`^,\s*"(?:[^"\\]|\\.)*"\s*[,)]`)
+	factoryLabelsRe = regexp.MustCompile(`^,\s*"(?:[^"\\]|\\.)*"((?:\s*,\s*"[^"]*")*)\s*,?\s*\)`)
 )
 
 // metricLabels finds metric name in the Go sources (histogram and summary suffixes resolved)
 // and returns its label names: the []string that follows the name in its Opts, or the variable
-// holding them. ok is false when no source defines the metric.
+// holding them, or the string arguments after the help of a pkg/metric Factory call. ok is
+// false when no source defines the metric.
 func (m *model) metricLabels(name string) (labels []string, ok bool) {
 	for _, cand := range []string{name, strings.TrimSuffix(name, "_bucket"), strings.TrimSuffix(name, "_sum"), strings.TrimSuffix(name, "_count")} {
 		for _, path := range sortedKeys(m.goSources) {
@@ -1994,7 +2004,11 @@ func (m *model) metricLabels(name string) (labels []string, ok bool) {
 				def = def[:800]
 			}
 			var list string
-			if mm := labelsLitRe.FindStringSubmatch(def); mm != nil {
+			if mm := factoryLabelsRe.FindStringSubmatch(def); mm != nil {
+				list = mm[1]
+			} else if factoryCallRe.MatchString(def) {
+				list = "" // a Factory call without literal labels (a histogram's buckets): none
+			} else if mm := labelsLitRe.FindStringSubmatch(def); mm != nil {
 				list = mm[1]
 			} else if mm := labelsIdentRe.FindStringSubmatch(def); mm != nil {
 				re := regexp.MustCompile(regexp.QuoteMeta(mm[1]) + `\s*:?=\s*\[\]string\{([^}]*)\}`)

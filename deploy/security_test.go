@@ -30,13 +30,7 @@ var securityChecks = []check{
 }
 
 func TestSecurityPackaging(t *testing.T) {
-	m := loadModel(t)
-	for _, c := range securityChecks {
-		t.Run(c.name, func(t *testing.T) {
-			problems := c.run(m)
-			require.Empty(t, problems, "\n%s", strings.Join(problems, "\n"))
-		})
-	}
+	runChecks(t, loadModel(t), securityChecks)
 }
 
 // secretVar names an environment variable that holds a credential.

@@ -1,10 +1,7 @@
 package migrations
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -12,13 +9,13 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 func TestEmbeddedMigrationsLoad(t *testing.T) {
@@ -70,20 +67,15 @@ func TestLoadRejects(t *testing.T) {
 // TestApplyReconcilesRealBackends runs the real migrations against a fresh
 // Kafka-protocol broker, DynamoDB Local (tables under a per-run prefix) and InfluxDB.
 func TestApplyReconcilesRealBackends(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local stack; run `make test`")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	env := config.NewEnv(os.Getenv)
-	endpoint := env.String("FLOODGATE_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000")
-	influxURL := env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL)
+	ctx := stacktest.Context(t, 2*time.Minute, "needs the local stack; run `make test`")
+	stack := stacktest.Local()
+	endpoint, influxURL := stack.DynamoEndpoint, stack.InfluxURL
 
 	broker := kafkatest.Start(t, nil)
 	ddb, err := dynamo.NewClient(ctx, dynamo.Options{Endpoint: endpoint})
 	require.NoError(t, err)
 	prefix := fmt.Sprintf("t%d_", time.Now().UnixNano())
-	t.Cleanup(func() { deleteTables(t, ddb, prefix) })
+	t.Cleanup(func() { stacktest.DropTables(t, ddb, prefix) })
 
 	var lines []string
 	r := &Runner{
@@ -134,11 +126,7 @@ func TestApplyReconcilesRealBackends(t *testing.T) {
 }
 
 func TestKafkaGrowsPartitions(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a broker")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := stacktest.Context(t, time.Minute, "needs a broker")
 	broker := kafkatest.Start(t, map[string]int32{"grow.me": 2})
 	k := NewKafka([]string{broker}, 1, nil)
 	var lines []string
@@ -148,22 +136,4 @@ func TestKafkaGrowsPartitions(t *testing.T) {
 	meta, err := fresh.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{"grow.me"}})
 	require.NoError(t, err)
 	require.Len(t, meta.Topics[0].Partitions, 4)
-}
-
-func deleteTables(t *testing.T, ddb *dynamodb.Client, prefix string) {
-	ctx := context.Background()
-	out, err := ddb.ListTables(ctx, &dynamodb.ListTablesInput{})
-	if err != nil {
-		t.Logf("list tables: %v", err)
-		return
-	}
-	for _, name := range out.TableNames {
-		if strings.HasPrefix(name, prefix) {
-			_, err := ddb.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(name)})
-			var notFound *types.ResourceNotFoundException
-			if err != nil && !errors.As(err, &notFound) {
-				t.Logf("delete table %s: %v", name, err)
-			}
-		}
-	}
 }

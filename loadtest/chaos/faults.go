@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -108,63 +107,6 @@ func awsError(w http.ResponseWriter, status int, typ, msg string) {
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]string{"__type": "com.amazonaws.dynamodb.v20120810#" + typ, "message": msg})
 }
-
-// PagerReceiver is a PagerDuty Events API v2 receiver that can be down
-// (answering 500) or up (recording events, answering 202).
-type PagerReceiver struct {
-	URL    string
-	srv    *httptest.Server
-	down   atomic.Bool
-	failed atomic.Int64
-	mu     sync.Mutex
-	events []map[string]any
-}
-
-// NewPagerReceiver starts a receiver, up.
-func NewPagerReceiver() *PagerReceiver {
-	p := &PagerReceiver{}
-	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p.down.Load() {
-			p.failed.Add(1)
-			http.Error(w, `{"status":"error","message":"injected outage"}`, http.StatusInternalServerError)
-			return
-		}
-		b, _ := io.ReadAll(r.Body)
-		var ev map[string]any
-		if err := json.Unmarshal(b, &ev); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		p.mu.Lock()
-		p.events = append(p.events, ev)
-		p.mu.Unlock()
-		w.WriteHeader(http.StatusAccepted)
-		_, _ = io.WriteString(w, `{"status":"success","message":"Event processed","dedup_key":"x"}`)
-	}))
-	p.URL = p.srv.URL
-	return p
-}
-
-// SetDown makes the receiver answer 500 (true) or accept events (false).
-func (p *PagerReceiver) SetDown(down bool) { p.down.Store(down) }
-
-// Failed is the number of requests answered 500.
-func (p *PagerReceiver) Failed() int64 { return p.failed.Load() }
-
-// Triggered reports whether a trigger with this dedup key was accepted.
-func (p *PagerReceiver) Triggered(dedup string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, ev := range p.events {
-		if ev["dedup_key"] == dedup && ev["event_action"] == "trigger" {
-			return true
-		}
-	}
-	return false
-}
-
-// Close stops the receiver.
-func (p *PagerReceiver) Close() { p.srv.Close() }
 
 // LedgerTotals reads the ledger items of the principals (strongly consistent).
 func LedgerTotals(ctx context.Context, db *dynamodb.Client, table string, principals []string) (map[DayKey]int64, error) {

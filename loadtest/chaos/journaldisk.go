@@ -9,7 +9,6 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
-	"github.com/floodgate-dev/floodgate/pkg/events"
 )
 
 // JournalDiskFull: the limiter's journal lives on a 4 MiB filesystem (a tmpfs
@@ -35,19 +34,11 @@ func JournalDiskFull(ctx context.Context, e *Env, s Size, r *Result) error {
 		return err
 	}
 	ps := users("jd", s.Principals)
-	load := &Load{URL: "http://" + lim.Addr, Rate: s.Rate, Workers: 8, Next: func(w, i int) events.Principal { return ps[(w*7919+i)%len(ps)] }}
-	stop := startLoad(ctx, load)
-	_ = sleep(ctx, s.Before)
-	down := time.Now()
-	b.Kill9()
-	_ = sleep(ctx, max(s.Outage, 10*time.Second))
-	up := time.Now()
-	if err := b.Start(ctx); err != nil {
-		stop()
-		return fmt.Errorf("restart broker: %w", err)
+	load := roundRobin(lim.Addr, s.Rate, ps)
+	down, up, err := outage(ctx, startLoad(ctx, load), "broker", s.Before, max(s.Outage, 10*time.Second), s.After, b.Kill9, b.Start)
+	if err != nil {
+		return err
 	}
-	_ = sleep(ctx, s.After)
-	stop()
 	if err := waitFor(ctx, 2*time.Minute, "journal drained", func() error {
 		v, err := lim.Metric(ctx, "floodgate_stream_journal_pending")
 		if err == nil && v > 0 {
@@ -68,15 +59,7 @@ func JournalDiskFull(ctx context.Context, e *Env, s Size, r *Result) error {
 		return err
 	}
 	checks := load.Results()
-	acked, lost := 0, 0
-	for _, c := range checks {
-		if c.OK {
-			acked++
-			if counts[c.ID] == 0 {
-				lost++
-			}
-		}
-	}
+	acked, lost := ackedLost(checks, counts)
 	during := Summarise(checks, down, up)
 	errLines, _, err := countLines(lim.LogPath, down, `"level":"ERROR"`)
 	if err != nil {

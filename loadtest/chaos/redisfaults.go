@@ -154,8 +154,8 @@ func RedisClusterFailover(ctx context.Context, e *Env, s Size, r *Result) error 
 			}
 		}
 	}
-	load := &Load{URL: "http://" + lim.Addr, Rate: s.Rate, Workers: 8, Next: func(w, i int) events.Principal { return ps[(w*7919+i)%len(ps)] },
-		IP: func(p events.Principal) string { return ipOf[p] }}
+	load := roundRobin(lim.Addr, s.Rate, ps)
+	load.IP = func(p events.Principal) string { return ipOf[p] }
 	stop := startLoad(ctx, load)
 	_ = sleep(ctx, s.Before)
 	victim := masters[0]
@@ -245,7 +245,7 @@ func RedisSentinelFailover(ctx context.Context, e *Env, s Size, r *Result) error
 		return err
 	}
 	ps := users("sf", s.Principals)
-	load := &Load{URL: "http://" + lim.Addr, Rate: s.Rate, Workers: 8, Next: func(w, i int) events.Principal { return ps[(w*7919+i)%len(ps)] }}
+	load := roundRobin(lim.Addr, s.Rate, ps)
 	stop := startLoad(ctx, load)
 	_ = sleep(ctx, s.Before)
 	killed := time.Now()

@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 // Size scales the scenarios.
@@ -101,6 +102,60 @@ func users(prefix string, n int) []events.Principal {
 	return out
 }
 
+// roundRobin is a load at rate through the limiter at addr, eight workers
+// taking the principals in turn.
+func roundRobin(addr string, rate int, ps []events.Principal) *Load {
+	return &Load{URL: "http://" + addr, Rate: rate, Workers: 8, Next: func(w, i int) events.Principal { return ps[(w*7919+i)%len(ps)] }}
+}
+
+// outage takes a process down under a running load: before, then kill,
+// length of outage, restart, after; then stop stops the load (also when
+// the restart or the wait before fails). It returns when the process went
+// down and came back.
+func outage(ctx context.Context, stop func(), what string, before, length, after time.Duration, kill func(), restart func(context.Context) error) (down, up time.Time, err error) {
+	if err := sleep(ctx, before); err != nil {
+		stop()
+		return down, up, err
+	}
+	down = time.Now()
+	kill()
+	_ = sleep(ctx, length)
+	up = time.Now()
+	if err := restart(ctx); err != nil {
+		stop()
+		return down, up, fmt.Errorf("restart %s: %w", what, err)
+	}
+	_ = sleep(ctx, after)
+	stop()
+	return down, up, nil
+}
+
+// ackedLost counts the checks answered OK and, of those, the ones whose
+// decision event is not among counts (events by ce_id).
+func ackedLost(checks []Check, counts map[string]int) (acked, lost int) {
+	for _, c := range checks {
+		if c.OK {
+			acked++
+			if counts[c.ID] == 0 {
+				lost++
+			}
+		}
+	}
+	return acked, lost
+}
+
+// caughtUp waits up to within until the quota group has no lag on the
+// decisions topic.
+func caughtUp(ctx context.Context, b *Broker, group string, within time.Duration) error {
+	return waitFor(ctx, within, "quota caught up", func() error {
+		lag, err := b.Lag(ctx, group, config.DefaultDecisionsTopic)
+		if err == nil && lag > 0 {
+			err = fmt.Errorf("lag %d", lag)
+		}
+		return err
+	})
+}
+
 // startLoad runs l in the background; the returned stop waits for it.
 func startLoad(ctx context.Context, l *Load) (stop func()) {
 	lctx, cancel := context.WithCancel(ctx)
@@ -126,30 +181,20 @@ func BrokerKill(ctx context.Context, e *Env, s Size, r *Result) error {
 		return err
 	}
 	ps := users("bk", s.Principals)
-	normal := &Load{URL: "http://" + lim.Addr, Rate: s.Rate, Workers: 8, Next: func(w, i int) events.Principal { return ps[(w*7919+i)%len(ps)] }}
+	normal := roundRobin(lim.Addr, s.Rate, ps)
 	// A scripted user account: the chaos limiter's limits are far above any
 	// load (it must not shed the normal traffic), and automation inside its
 	// limits is not abuse; a person's account at 200/s is.
 	bot := events.Principal{Kind: events.PrincipalUser, ID: fmt.Sprintf("bk_bot_%d", time.Now().UnixNano())}
 	botLoad := &Load{URL: "http://" + lim.Addr, Rate: 200, Workers: 2, Route: "/v1/messages", Next: func(int, int) events.Principal { return bot }}
 
-	stopNormal := startLoad(ctx, normal)
-	if err := sleep(ctx, s.Before); err != nil {
-		stopNormal()
+	var stopBot func()
+	down, up, err := outage(ctx, startLoad(ctx, normal), "broker", s.Before, s.Outage, s.After,
+		func() { b.Kill9(); stopBot = startLoad(ctx, botLoad) }, // the bot fires only while the broker is down
+		func(ctx context.Context) error { stopBot(); return b.Start(ctx) })
+	if err != nil {
 		return err
 	}
-	down := time.Now()
-	b.Kill9()
-	stopBot := startLoad(ctx, botLoad)
-	_ = sleep(ctx, s.Outage)
-	stopBot()
-	up := time.Now()
-	if err := b.Start(ctx); err != nil {
-		stopNormal()
-		return fmt.Errorf("restart broker: %w", err)
-	}
-	_ = sleep(ctx, s.After)
-	stopNormal()
 
 	// Let the journal replay, then shut the limiter down cleanly (it drains
 	// the async producer) before counting.
@@ -178,15 +223,7 @@ func BrokerKill(ctx context.Context, e *Env, s Size, r *Result) error {
 		return err
 	}
 	checks := append(normal.Results(), botLoad.Results()...)
-	acked, lost := 0, 0
-	for _, c := range checks {
-		if c.OK {
-			acked++
-			if counts[c.ID] == 0 {
-				lost++
-			}
-		}
-	}
+	acked, lost := ackedLost(checks, counts)
 	dups := 0
 	for _, n := range counts {
 		dups += n - 1
@@ -248,29 +285,15 @@ func RedisRestart(ctx context.Context, e *Env, s Size, r *Result) error {
 		return err
 	}
 	ps := users("rr", s.Principals)
-	load := &Load{URL: "http://" + lim.Addr, Rate: s.Rate, Workers: 8, Next: func(w, i int) events.Principal { return ps[(w*7919+i)%len(ps)] }}
-	stop := startLoad(ctx, load)
-	_ = sleep(ctx, s.Before)
-	down := time.Now()
-	rd.Kill9()
-	_ = sleep(ctx, s.Outage)
-	up := time.Now()
-	if err := rd.Start(ctx); err != nil {
-		stop()
-		return fmt.Errorf("restart redis: %w", err)
+	load := roundRobin(lim.Addr, s.Rate, ps)
+	down, up, err := outage(ctx, startLoad(ctx, load), "redis", s.Before, s.Outage, s.After, rd.Kill9, rd.Start)
+	if err != nil {
+		return err
 	}
-	_ = sleep(ctx, s.After)
-	stop()
 	checks := load.Results()
 	before, during, after := Summarise(checks, time.Time{}, down), Summarise(checks, down, up), Summarise(checks, up, time.Time{})
 
-	if err := waitFor(ctx, 3*time.Minute, "quota caught up", func() error {
-		lag, err := b.Lag(ctx, group, config.DefaultDecisionsTopic)
-		if err == nil && lag > 0 {
-			err = fmt.Errorf("lag %d", lag)
-		}
-		return err
-	}); err != nil {
+	if err := caughtUp(ctx, b, group, 3*time.Minute); err != nil {
 		return err
 	}
 	_ = sleep(ctx, time.Second) // the re-seed follows the flush
@@ -351,13 +374,7 @@ func ledgerRun(ctx context.Context, e *Env, s Size, r *Result, dynamoEndpoint st
 		return err
 	}
 	catchUp := time.Now()
-	if err := waitFor(ctx, 4*time.Minute, "quota caught up", func() error {
-		lag, err := b.Lag(ctx, group, config.DefaultDecisionsTopic)
-		if err == nil && lag > 0 {
-			err = fmt.Errorf("lag %d", lag)
-		}
-		return err
-	}); err != nil {
+	if err := caughtUp(ctx, b, group, 4*time.Minute); err != nil {
 		return err
 	}
 	r.metric("caught up", "%.1f s after the faults", time.Since(catchUp).Seconds())
@@ -445,7 +462,7 @@ func InfluxPagerDown(ctx context.Context, e *Env, s Size, r *Result) error {
 	if err != nil {
 		return err
 	}
-	pager := NewPagerReceiver()
+	pager := stacktest.NewPagerDuty()
 	defer pager.Close()
 	pager.SetDown(true)
 	group := fmt.Sprintf("chaos-detector-%d", time.Now().UnixNano())

@@ -8,15 +8,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,12 +20,12 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/floodgate-dev/floodgate/loadtest/bench"
 	"github.com/floodgate-dev/floodgate/migrations"
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
-	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 type checkResponse struct {
@@ -48,35 +44,21 @@ type checkResponse struct {
 // is penalized within seconds and its next decisions use the reduced limit, while
 // a normal user sharing the same limiter keeps its full limit.
 func TestRapidFireIsPenalizedEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test needs the local stack; run `make test`")
-	}
-	env := config.NewEnv(os.Getenv)
-	redisAddr := env.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs)
-	influxURL := env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx := stacktest.Context(t, 3*time.Minute, "end-to-end test needs the local stack; run `make test`")
+	stack := stacktest.Local()
+	redisAddr, influxURL := stack.RedisAddrs, stack.InfluxURL
 
 	rdb := redisx.NewClient(redisx.Options{Addrs: redisAddr})
 	defer rdb.Close()
 	require.NoError(t, redisx.Ping(ctx, rdb), "Redis from the local stack must be running (make up)")
 
-	// A fresh broker whose topics come from the migrations, as in production.
-	brokers := kafkatest.Start(t, nil)
-	ms, err := migrations.Load()
-	require.NoError(t, err)
-	runner := &migrations.Runner{
-		Kafka: migrations.NewKafka([]string{brokers}, 1, nil), Influx: &migrations.Influx{URL: influxURL},
-		Now: time.Now, Report: func(line string) { t.Log(line) },
-	}
-	require.NoError(t, runner.Apply(ctx, ms), "migrations against the broker and InfluxDB (make up)")
-
-	pages := newPagerReceiver(t)
+	brokers := migrationstest.Broker(t, ctx, migrations.Runner{Influx: &migrations.Influx{URL: influxURL}})
+	pages := stacktest.PagerDutyFor(t)
 	bin := buildServices(t)
 	run := time.Now().UnixNano()
 	bot := events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("e2e_bot_%d", run)}
 	user := events.Principal{Kind: events.PrincipalUser, ID: fmt.Sprintf("e2e_user_%d", run)}
-	limiterAddr, detectorAddr := freeAddr(t), freeAddr(t)
+	limiterAddr, detectorAddr := stacktest.FreeAddr(t), stacktest.FreeAddr(t)
 	common := []string{
 		"FLOODGATE_KAFKA_BROKERS=" + brokers,
 		"FLOODGATE_REDIS_ADDRS=" + strings.Join(redisAddr, ","),
@@ -187,10 +169,10 @@ func TestRapidFireIsPenalizedEndToEnd(t *testing.T) {
 	require.False(t, abuse.FirstEventAt.After(abuse.DetectedAt))
 
 	// PagerDuty got one trigger for the bot, none for the user.
-	page := pages.waitFor(t, "floodgate:rapid_fire:"+bot.Key())
+	page := pages.WaitFor(t, "floodgate:rapid_fire:"+bot.Key(), 20*time.Second)
 	require.Equal(t, "trigger", page["event_action"])
 	require.Equal(t, "e2e-routing-key", page["routing_key"])
-	require.False(t, pages.has("floodgate:rapid_fire:"+user.Key()))
+	require.Empty(t, pages.Events("floodgate:rapid_fire:"+user.Key()))
 
 	// The detection reached InfluxDB.
 	requireInfluxDetection(t, ctx, influxURL, abuse.DetectedAt)
@@ -252,63 +234,6 @@ func requireInfluxDetection(t *testing.T, ctx context.Context, url string, at ti
 	t.Fatalf("no abuse_detections point in InfluxDB since %s", at)
 }
 
-type pagerReceiver struct {
-	*httptest.Server
-	mu     sync.Mutex
-	events []map[string]any
-}
-
-func newPagerReceiver(t *testing.T) *pagerReceiver {
-	p := &pagerReceiver{}
-	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v2/enqueue" {
-			http.NotFound(w, r)
-			return
-		}
-		var ev map[string]any
-		if err := json.NewDecoder(r.Body).Decode(&ev); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		p.mu.Lock()
-		p.events = append(p.events, ev)
-		p.mu.Unlock()
-		w.WriteHeader(http.StatusAccepted)
-		_, _ = io.WriteString(w, `{"status":"success","message":"Event processed","dedup_key":"x"}`)
-	}))
-	t.Cleanup(p.Close)
-	return p
-}
-
-func (p *pagerReceiver) has(dedup string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, ev := range p.events {
-		if ev["dedup_key"] == dedup {
-			return true
-		}
-	}
-	return false
-}
-
-func (p *pagerReceiver) waitFor(t *testing.T, dedup string) map[string]any {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		p.mu.Lock()
-		for _, ev := range p.events {
-			if ev["dedup_key"] == dedup {
-				p.mu.Unlock()
-				return ev
-			}
-		}
-		p.mu.Unlock()
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("no PagerDuty event with dedup key %s", dedup)
-	return nil
-}
-
 func buildServices(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -351,15 +276,7 @@ func startProcess(t *testing.T, path string, env []string) {
 	})
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 func waitReady(t *testing.T, url string) {
 	t.Helper()
-	require.NoError(t, bench.WaitReady(context.Background(), url, 30*time.Second))
+	stacktest.WaitOK(t, url, 30*time.Second)
 }

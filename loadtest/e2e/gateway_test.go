@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,28 +13,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/migrations"
-	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
-	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 // TestReverseProxyEnforcesRealLimiter puts pkg/gateway's reverse proxy in front of
 // an upstream, asking the real limiter binary (real Redis, real broker): the first
 // requests reach the upstream, the rest get the limiter's 429 contract.
 func TestReverseProxyEnforcesRealLimiter(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test needs the local stack; run `make test`")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	brokers := kafkatest.Start(t, nil)
-	ms, err := migrations.Load()
-	require.NoError(t, err)
-	require.NoError(t, (&migrations.Runner{Kafka: migrations.NewKafka([]string{brokers}, 1, nil), Now: time.Now, Report: func(string) {}}).Apply(ctx, ms))
-
+	ctx := stacktest.Context(t, 2*time.Minute, "end-to-end test needs the local stack; run `make test`")
+	brokers := migrationstest.Broker(t, ctx, migrations.Runner{})
 	bin := buildServices(t)
-	addr := freeAddr(t)
-	redisAddrs := config.NewEnv(os.Getenv).List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs)
+	addr := stacktest.FreeAddr(t)
+	redisAddrs := stacktest.Local().RedisAddrs
 	startProcess(t, filepath.Join(bin, "limiter"), []string{
 		"FLOODGATE_KAFKA_BROKERS=" + brokers, "FLOODGATE_REDIS_ADDRS=" + strings.Join(redisAddrs, ","),
 		"FLOODGATE_LIMITER_ADDR=" + addr, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=3", "FLOODGATE_LIMITER_PRINCIPAL_PERIOD=1m",

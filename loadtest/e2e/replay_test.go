@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -18,10 +17,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/migrations"
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
-	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
@@ -29,25 +29,15 @@ import (
 // binaries: a decision the quota group dead-lettered is replayed by the auditor —
 // twice — and the DynamoDB ledger counts its units exactly once.
 func TestReplayedDeadLetterCountsOnceInTheLedger(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test needs the local stack; run `make test`")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	env := config.NewEnv(os.Getenv)
-	ddbEndpoint := env.String("FLOODGATE_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000")
+	ctx := stacktest.Context(t, 3*time.Minute, "end-to-end test needs the local stack; run `make test`")
+	stack := stacktest.Local()
+	ddbEndpoint := stack.DynamoEndpoint
 	run := time.Now().UnixNano()
 	prefix := fmt.Sprintf("e2e%d_", run)
 
-	brokers := kafkatest.Start(t, nil)
 	ddb, err := dynamo.NewClient(ctx, dynamo.Options{Endpoint: ddbEndpoint})
 	require.NoError(t, err)
-	ms, err := migrations.Load()
-	require.NoError(t, err)
-	require.NoError(t, (&migrations.Runner{
-		Kafka: migrations.NewKafka([]string{brokers}, 1, nil), Dynamo: &migrations.Dynamo{Client: ddb, Prefix: prefix},
-		Now: time.Now, Report: func(string) {},
-	}).Apply(ctx, ms), "DynamoDB Local must be running (make up)")
+	brokers := migrationstest.Broker(t, ctx, migrations.Runner{Dynamo: &migrations.Dynamo{Client: ddb, Prefix: prefix}})
 
 	bin := buildServices(t)
 	quotaGroup := fmt.Sprintf("e2e-quota-%d", run)
@@ -74,14 +64,14 @@ func TestReplayedDeadLetterCountsOnceInTheLedger(t *testing.T) {
 	msgs = append(msgs, dead.Message(config.DefaultDecisionsTopic+".dlq"))
 	require.NoError(t, w.Publish(ctx, msgs...))
 
-	quotaAddr, auditorAddr := freeAddr(t), freeAddr(t)
+	quotaAddr, auditorAddr := stacktest.FreeAddr(t), stacktest.FreeAddr(t)
 	common := []string{"FLOODGATE_KAFKA_BROKERS=" + brokers, "FLOODGATE_DYNAMODB_ENDPOINT=" + ddbEndpoint, "FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix}
 	startProcess(t, filepath.Join(bin, "quota"), append(common, "FLOODGATE_QUOTA_ADDR="+quotaAddr, "FLOODGATE_QUOTA_GROUP="+quotaGroup,
 		"FLOODGATE_QUOTA_FLUSH_INTERVAL=200ms"))
 	token, tokensFile := auditorToken(t, filepath.Join(bin, "dlq-auditor"))
 	startProcess(t, filepath.Join(bin, "dlq-auditor"), append(common, "FLOODGATE_DLQ_ADDR="+auditorAddr,
 		fmt.Sprintf("FLOODGATE_DLQ_GROUP=e2e-auditor-%d", run), "FLOODGATE_DLQ_DISCOVER_INTERVAL=1s",
-		"FLOODGATE_DLQ_TOKENS_FILE="+tokensFile, "FLOODGATE_DLQ_CANARY_TIMEOUT=30s", "FLOODGATE_INFLUX_URL="+env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL)))
+		"FLOODGATE_DLQ_TOKENS_FILE="+tokensFile, "FLOODGATE_DLQ_CANARY_TIMEOUT=30s", "FLOODGATE_INFLUX_URL="+stack.InfluxURL))
 	waitReady(t, "http://"+quotaAddr+"/readyz")
 	waitReady(t, "http://"+auditorAddr+"/readyz")
 

@@ -3,13 +3,11 @@ package e2e
 import (
 	"bytes"
 	"compress/gzip"
-	"context"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -23,8 +21,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate-dev/floodgate/migrations"
-	"github.com/floodgate-dev/floodgate/pkg/config"
-	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 // TestOneTraceFromCheckToDetector: a check sent to the limiter binary with
@@ -35,24 +33,17 @@ import (
 // over OTLP/HTTP to a receiver this test runs on loopback. Only
 // OTEL_EXPORTER_OTLP_ENDPOINT is set: the endpoint alone turns tracing on.
 func TestOneTraceFromCheckToDetector(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test needs the local stack; run `make test`")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	brokers := kafkatest.Start(t, nil)
-	ms, err := migrations.Load()
-	require.NoError(t, err)
-	require.NoError(t, (&migrations.Runner{Kafka: migrations.NewKafka([]string{brokers}, 1, nil), Now: time.Now, Report: func(string) {}}).Apply(ctx, ms))
+	ctx := stacktest.Context(t, 2*time.Minute, "end-to-end test needs the local stack; run `make test`")
+	brokers := migrationstest.Broker(t, ctx, migrations.Runner{})
 
 	otlp := newOTLPReceiver(t)
 	bin := buildServices(t)
 	run := time.Now().UnixNano()
-	limiterAddr, detectorAddr := freeAddr(t), freeAddr(t)
-	redisAddrs := config.NewEnv(os.Getenv).List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs)
+	limiterAddr, detectorAddr := stacktest.FreeAddr(t), stacktest.FreeAddr(t)
+	redisAddrs := stacktest.Local().RedisAddrs
 	common := []string{
 		"FLOODGATE_KAFKA_BROKERS=" + brokers, "FLOODGATE_REDIS_ADDRS=" + strings.Join(redisAddrs, ","),
-		"FLOODGATE_INFLUX_URL=http://" + freeAddr(t), // nothing listens: counts are dropped, not the test's business
+		"FLOODGATE_INFLUX_URL=http://" + stacktest.FreeAddr(t), // nothing listens: counts are dropped, not the test's business
 		// Only the endpoint: it alone turns tracing on (OTLP over HTTP/protobuf).
 		"OTEL_EXPORTER_OTLP_ENDPOINT=" + otlp.URL,
 		"OTEL_BSP_SCHEDULE_DELAY=100", // export every 100 ms instead of 5 s

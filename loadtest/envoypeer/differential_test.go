@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 // call is one ShouldRateLimit request of a sequence.
@@ -59,11 +60,7 @@ func times(n int, c call) []call {
 // requests per unit, unit), limit remaining, time until reset, and the
 // response headers of LIMIT_RESPONSE_HEADERS_ENABLED.
 func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs envoy ratelimit and the limiter against the local stack")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	ctx := stacktest.Context(t, 5*time.Minute, "runs envoy ratelimit and the limiter against the local stack")
 	root := repoRoot(t)
 	bin, err := Install(ctx, filepath.Join(root, ".local", "bin"))
 	require.NoError(t, err)
@@ -216,7 +213,7 @@ func startLimiter(t *testing.T, root, envoyDir, topic string) string {
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, httpAddr := stacktest.FreeAddr(t), stacktest.FreeAddr(t)
 	lim := exec.Command(bin)
 	lim.Env = append(os.Environ(), "FLOODGATE_LIMITER_ADDR="+httpAddr, "FLOODGATE_LIMITER_GRPC_ADDR="+grpcAddr,
 		"FLOODGATE_LIMITER_ENVOY_CONFIG="+envoyDir, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=100", "FLOODGATE_LIMITER_INFLUX_INTERVAL=0",
@@ -242,13 +239,6 @@ func startLimiter(t *testing.T, root, envoyDir, topic string) string {
 	}
 	t.Fatalf("limiter did not listen on %s: %s", grpcAddr, logs.String())
 	return ""
-}
-
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func repoRoot(t *testing.T) string {

@@ -16,8 +16,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 // Module and Version are the envoy ratelimit build used; its main package is
@@ -86,7 +87,7 @@ func Check(ctx context.Context, bin, dir string) error {
 type Peer struct {
 	GRPCAddr, HTTPAddr string
 	cmd                *exec.Cmd
-	logs               *syncBuffer
+	logs               *stacktest.Log
 }
 
 // Options configure Start.
@@ -132,7 +133,7 @@ func Start(ctx context.Context, o Options) (*Peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Peer{GRPCAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), HTTPAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]), logs: &syncBuffer{}}
+	p := &Peer{GRPCAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), HTTPAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]), logs: &stacktest.Log{}}
 	env := map[string]string{
 		"HOST": "127.0.0.1", "PORT": fmt.Sprint(ports[1]), "GRPC_HOST": "127.0.0.1", "GRPC_PORT": fmt.Sprint(ports[0]),
 		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": fmt.Sprint(ports[2]),
@@ -208,23 +209,4 @@ func freePorts(n int) ([]int, error) {
 		out = append(out, l.Addr().(*net.TCPAddr).Port)
 	}
 	return out, nil
-}
-
-// syncBuffer is the peer's output, written by the process's copiers while
-// tests read it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

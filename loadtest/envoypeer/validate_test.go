@@ -1,7 +1,6 @@
 package envoypeer
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/envoyconf"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 // TestFloodgateLoadsWhatEnvoyRatelimitLoads asks envoy ratelimit's own
@@ -19,11 +19,7 @@ import (
 // comments loads in both, unchanged; a key envoy ratelimit refuses
 // (metadata, floodgate as a key, a float value) is refused by both.
 func TestFloodgateLoadsWhatEnvoyRatelimitLoads(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds envoy ratelimit's configuration checker")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	ctx := stacktest.Context(t, 5*time.Minute, "builds envoy ratelimit's configuration checker")
 	root := repoRoot(t)
 	bin, err := InstallCheck(ctx, filepath.Join(root, ".local", "bin"))
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/loadtest/labeled"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 // TestScore checks the instrument's arithmetic on hand-made detections: a
@@ -74,9 +75,7 @@ func TestScore(t *testing.T) {
 // among them running just past its limit (a third denied or less) is the
 // limiter's business under the kind-aware model, so not every one need be.
 func TestRunThroughBroker(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local stack (broker, Redis)")
-	}
+	stacktest.Needs(t, "needs the local stack (broker, Redis)")
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "detector")
 	b := exec.Command("go", "build", "-o", bin, "github.com/floodgate-dev/floodgate/services/detector")

@@ -21,6 +21,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/quotatest"
 )
@@ -33,9 +34,7 @@ var big = flag.Bool("quota.big", false, "run the big fault test (also FLOODGATE_
 // of the DLQ and replays dead letters of this group (twice) and of another
 // group — and requires the ledger to equal the expected totals exactly.
 func TestFaultExactness(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local stack; run `make test`")
-	}
+	stacktest.Needs(t, "needs the local stack; run `make test`")
 	size := struct{ events, principals, rounds, chunks int }{20_000, 300, 8, 8}
 	if *big || os.Getenv("FLOODGATE_QUOTA_BIG") != "" {
 		size.events, size.principals, size.rounds, size.chunks = 1_000_000, 20_000, 14, 40

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -13,12 +11,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 // TestDemoTraffic runs the demo — the real limiter, detector, quota,
@@ -33,9 +32,7 @@ import (
 // default /usr/bin/chromium) signs the analyst in and finds the demo's
 // detection on the alerts page.
 func TestDemoTraffic(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local stack and ~1 minute")
-	}
+	stacktest.Needs(t, "needs the local stack and ~1 minute")
 	chromium := os.Getenv("FLOODGATE_CHROMIUM")
 	if chromium == "" {
 		chromium = "/usr/bin/chromium"
@@ -49,15 +46,15 @@ func TestDemoTraffic(t *testing.T) {
 	require.NoError(t, b.Run())
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	var out syncBuffer
+	var out stacktest.Log
 	type result struct {
 		sum summary
 		err error
 	}
 	done := make(chan result, 1)
 	args := []string{"-duration", "45s", "-stay=false", "-bin", dir, "-logs", dir,
-		"-limiter-addr", freeAddr(t), "-detector-addr", freeAddr(t), "-quota-addr", freeAddr(t), "-adjuster-addr", freeAddr(t),
-		"-dlq-addr", freeAddr(t), "-console-addr", freeAddr(t), "-topics", fmt.Sprintf("floodgate.demotest.%d", time.Now().UnixNano())}
+		"-limiter-addr", stacktest.FreeAddr(t), "-detector-addr", stacktest.FreeAddr(t), "-quota-addr", stacktest.FreeAddr(t), "-adjuster-addr", stacktest.FreeAddr(t),
+		"-dlq-addr", stacktest.FreeAddr(t), "-console-addr", stacktest.FreeAddr(t), "-topics", fmt.Sprintf("floodgate.demotest.%d", time.Now().UnixNano())}
 	go func() {
 		sum, err := run(ctx, args, os.Getenv, &out)
 		done <- result{sum, err}
@@ -174,24 +171,6 @@ func servicePackages() []string {
 	return pkgs
 }
 
-// syncBuffer is the demo's output, written by the demo and read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // consoleClient is a cookie-keeping client of the console that does not
 // follow redirects.
 type consoleClient struct {
@@ -251,13 +230,4 @@ func startBrowser(t *testing.T, bin string) context.Context {
 	ctx, cancelT := context.WithTimeout(bctx, 60*time.Second)
 	t.Cleanup(func() { cancelT(); cancel(); cancelAlloc() })
 	return ctx
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi/openapitest"
 	"github.com/floodgate-dev/floodgate/pkg/service"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/schemas/openapi"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/loop"
@@ -61,20 +62,13 @@ func (nopPublisher) Publish(context.Context, []events.Adjustment) error { return
 // the document's, and real answers — settings and audit on DynamoDB Local,
 // the status of a real loop after a tick, every kind of refusal — match it.
 func TestOpenAPIDocumentMatchesServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
-	}
+	stacktest.Needs(t, "needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
 	doc, err := openapi.JSON(openapi.Adjuster)
 	require.NoError(t, err)
 	d := openapitest.Load(t, doc)
 
 	store := dynamoStore(t)
-	sreTok, err := NewToken()
-	require.NoError(t, err)
-	viewerTok, err := NewToken()
-	require.NoError(t, err)
-	tokens, err := ParseTokens("alice:sre:" + HashToken(sreTok) + ",dash:viewer:" + HashToken(viewerTok))
-	require.NoError(t, err)
+	tokens, sreTok, viewerTok := testTokens(t)
 	l := loop.New(loop.Config{Source: hotSource{}, Scales: &memScales{}, Publisher: nopPublisher{}, Settings: store,
 		Defaults: control.Defaults(), ActorID: "adjuster@openapi-test"})
 	srv := NewServer(Config{Tokens: tokens, Store: store, Loop: l, Defaults: control.Defaults()})

@@ -19,6 +19,7 @@ import (
 	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/loop"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/settings"
@@ -73,17 +74,23 @@ func (c client) do(method, path, token, ifMatch, body string) (int, http.Header,
 	return resp.StatusCode, resp.Header, out
 }
 
+// testTokens are an SRE's (alice) and a viewer's (dash) fresh tokens and
+// the callers that accept them.
+func testTokens(t *testing.T) (tokens *httpapi.Tokens, sre, viewer string) {
+	t.Helper()
+	sre, err := NewToken()
+	require.NoError(t, err)
+	viewer, err = NewToken()
+	require.NoError(t, err)
+	tokens, err = ParseTokens("alice:sre:" + HashToken(sre) + ",dash:viewer:" + HashToken(viewer))
+	require.NoError(t, err)
+	return tokens, sre, viewer
+}
+
 func TestAdminAPIAgainstDynamoDBLocal(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
-	}
+	stacktest.Needs(t, "needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
 	store := dynamoStore(t)
-	sreTok, err := NewToken()
-	require.NoError(t, err)
-	viewerTok, err := NewToken()
-	require.NoError(t, err)
-	tokens, err := ParseTokens("alice:sre:" + HashToken(sreTok) + ",dash:viewer:" + HashToken(viewerTok))
-	require.NoError(t, err)
+	tokens, sreTok, viewerTok := testTokens(t)
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	fl := &fakeLoop{}
 	srv := NewServer(Config{Tokens: tokens, Store: store, Loop: fl, Defaults: control.Defaults(), Now: func() time.Time { return now }})

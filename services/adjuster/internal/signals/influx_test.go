@@ -12,15 +12,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 // TestInfluxReadsSignals writes Telegraf-shaped and Floodgate points tagged
 // with a value no other run uses into the real InfluxDB, then reads them back
 // through the Flux queries.
 func TestInfluxReadsSignals(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
-	}
+	stacktest.Needs(t, "needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
 	env := config.NewEnv(os.Getenv)
 	url := env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL)
 	bucket := env.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket)

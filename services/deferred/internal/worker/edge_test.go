@@ -40,21 +40,11 @@ func (denyAll) Check(_ context.Context, r gateway.Request) (gateway.Decision, er
 		Headers: map[string]string{"Retry-After": "2"}, Problem: []byte(`{"type":"https://floodgate.dev/problems/rate-limited","status":429}`)}, nil
 }
 
-const edgeRules = `version: 1
-rules:
-  - id: orders
-    tier: endpoint
-    method: POST
-    route: /orders
-    limit: 1
-    period: 1m
-    on_limit: defer
-    defer:
-      max_age: 2s
+var edgeRules = ordersRules(1, "1m", `      max_age: 2s
       max_queued: {principal: 2, route: 100}
       max_body: 64
       headers: [Content-Type, X-Request-Id]
-`
+`)
 
 func edgeServer(t testing.TB, edge *deferred.Edge) *httptest.Server {
 	t.Helper()
@@ -93,9 +83,6 @@ func post(t *testing.T, url, user, body string) *http.Response {
 // max_body or with Kafka down the client gets the plain 429 (never a silent
 // drop), and a write Kafka did not acknowledge is cancelled for the worker.
 func TestEdgeDefersDurablyAndRefusesVisibly(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration: needs Redis")
-	}
 	rdb := redisClient(t)
 	run := fmt.Sprintf("e%d", rand.Uint32())
 	topic := "floodgate.deferred.v1." + run

@@ -27,6 +27,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/deferred/internal/worker"
 )
@@ -111,22 +112,31 @@ type nopPublisher struct{}
 
 func (nopPublisher) TryPublish(kafka.Message) bool { return true }
 
-const flowRules = `version: 1
+// ordersRules is one endpoint rule, POST /orders at limit per period,
+// deferring what is over it as deferral (the lines of its defer block).
+func ordersRules(limit int, period, deferral string) string {
+	return fmt.Sprintf(`version: 1
 rules:
   - id: orders
     tier: endpoint
     method: POST
     route: /orders
-    limit: 20
-    period: 1s
+    limit: %d
+    period: %s
     on_limit: defer
     defer:
-      max_age: 60s
+%s`, limit, period, deferral)
+}
+
+var flowRules = ordersRules(20, "1s", `      max_age: 60s
       max_queued: {principal: 400, route: 5000}
       headers: [Content-Type, X-Order, X-User]
-`
+`)
 
+// redisClient is a client of the local stack's Redis; a -short run skips
+// the test instead.
 func redisClient(t testing.TB) *redis.Client {
+	stacktest.Needs(t, "integration: needs Redis")
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	t.Cleanup(func() { _ = rdb.Close() })
 	require.NoError(t, rdb.Ping(context.Background()).Err(), "the local stack's Redis must run (make up)")
@@ -138,11 +148,7 @@ func redisClient(t testing.TB) *redis.Client {
 // directly or by the worker's paced replay — or refused with a 429 the client
 // saw; none after its deadline; the worker is stopped and replaced midway.
 func TestDeferredFlowExactlyOnce(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration: needs Redis")
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 	rdb := redisClient(t)
 	run := fmt.Sprintf("t%d", rand.Uint32())
 	topic := "floodgate.deferred.v1." + run

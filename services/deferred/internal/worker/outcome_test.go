@@ -104,20 +104,10 @@ func transitionTo(args []any, st deferred.State) bool {
 	return false
 }
 
-const outcomeRules = `version: 1
-rules:
-  - id: orders
-    tier: endpoint
-    method: POST
-    route: /orders
-    limit: 1
-    period: 1m
-    on_limit: defer
-    defer:
-      max_age: 60s
+var outcomeRules = ordersRules(1, "1m", `      max_age: 60s
       max_queued: {principal: 100, route: 1000}
       headers: [Content-Type, X-Order, X-User]
-`
+`)
 
 type outcomeEnv struct {
 	t       *testing.T
@@ -197,21 +187,29 @@ func sendOrder(t *testing.T, srv, user, id string) *http.Response {
 	return resp
 }
 
+// getAs asks for url as the user (X-Kind, X-User) and returns the answer
+// and its body.
+func getAs(t *testing.T, url, user string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("X-Kind", "user")
+	req.Header.Set("X-User", user)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(body)
+}
+
 // awaitStatus polls loc as user until its status is final (or within).
 func awaitStatus(t *testing.T, srv, loc, user string, within time.Duration) (*http.Response, string) {
 	t.Helper()
 	end := time.Now().Add(within)
 	for {
-		req, _ := http.NewRequest("GET", srv+loc, nil)
-		req.Header.Set("X-Kind", "user")
-		req.Header.Set("X-User", user)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		resp, body := getAs(t, srv+loc, user)
 		st := resp.Header.Get(deferred.HeaderDeferredStatus)
 		if st != string(deferred.StateQueued) && st != string(deferred.StateSending) {
-			return resp, string(body)
+			return resp, body
 		}
 		require.True(t, time.Now().Before(end), "%s still %s", loc, st)
 		time.Sleep(50 * time.Millisecond)
@@ -226,11 +224,7 @@ func awaitStatus(t *testing.T, srv, loc, user string, within time.Duration) (*ht
 // from its dedupe store, and the client's status ends with that one result.
 // Real broker, real Redis.
 func TestReplayAfterCrashBetweenSendAndResult(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration: needs Redis")
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 	e := newOutcomeEnv(t, outcomeRules)
 	srv := edgeServer(t, e.edge(e.rdb, e.producer(), 0))
 	user, orderID := e.run+"-alice", e.run+"-order-1"
@@ -338,11 +332,7 @@ func (p *flakyPublisher) Publish(ctx context.Context, msgs ...kafka.Message) err
 // truth: done (exactly once) when the write had reached the log, expired (and
 // never applied) when it had not.
 func TestEdgeUnknownWriteOutcome(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration: needs Redis")
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 	rules := strings.Replace(outcomeRules, "max_age: 60s", "max_age: 3s", 1)
 	e := newOutcomeEnv(t, rules)
 	fault := &redisFault{}
@@ -405,9 +395,6 @@ func TestEdgeUnknownWriteOutcome(t *testing.T) {
 // cancelled by its own first try, and answers 429 — not the 202 of "a worker
 // took it" (a client once got a 202 for a request that ended cancelled).
 func TestEdgeCancelAnswerLost(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration: needs Redis")
-	}
 	e := newOutcomeEnv(t, outcomeRules)
 	var lost atomic.Bool
 	fault := &redisFault{loseAnswer: func(args []any) bool {
@@ -433,9 +420,6 @@ func TestEdgeCancelAnswerLost(t *testing.T) {
 // abandoned writes cannot pile up in the producer; the first write that
 // succeeds opens the gate again.
 func TestEdgeKafkaGate(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration: needs Redis")
-	}
 	e := newOutcomeEnv(t, outcomeRules)
 	pub := &flakyPublisher{inner: e.producer(), slow: 300 * time.Millisecond}
 	reg := prometheus.NewRegistry()
@@ -488,7 +472,7 @@ func TestEdgeKafkaGate(t *testing.T) {
 	require.Equal(t, before+1, pub.calls.Load())
 }
 
-const pollRules = outcomeRules + `  - id: deferred-status
+var pollRules = outcomeRules + `  - id: deferred-status
     tier: endpoint
     method: GET
     route: /v1/deferred/{id}
@@ -500,11 +484,7 @@ const pollRules = outcomeRules + `  - id: deferred-status
 // as that route, per principal, and past the rule's limit get the standard
 // 429 problem; another principal's polls are not counted against it.
 func TestStatusPollsLimited(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration: needs Redis")
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 	e := newOutcomeEnv(t, pollRules)
 	emb, err := limiter.NewEmbedded(ctx, limiter.EmbedConfig{Redis: e.rdb, Rules: e.rules, Gateway: "poll-test", Publisher: nopPublisher{}})
 	require.NoError(t, err)
@@ -524,16 +504,7 @@ func TestStatusPollsLimited(t *testing.T) {
 	resp := sendOrder(t, srv.URL, alice, "p2")
 	require.Equal(t, http.StatusAccepted, resp.StatusCode)
 	loc := resp.Header.Get("Location")
-	poll := func(who string) (*http.Response, string) {
-		req, _ := http.NewRequest("GET", srv.URL+loc, nil)
-		req.Header.Set("X-Kind", "user")
-		req.Header.Set("X-User", who)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return resp, string(body)
-	}
+	poll := func(who string) (*http.Response, string) { return getAs(t, srv.URL+loc, who) }
 	for i := range 3 {
 		resp, _ := poll(alice)
 		require.Equal(t, http.StatusAccepted, resp.StatusCode, "poll %d", i+1)

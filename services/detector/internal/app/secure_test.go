@@ -1,12 +1,10 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/pkg/tlstest"
 	"github.com/floodgate-dev/floodgate/pkg/tracing"
@@ -29,23 +28,6 @@ const (
 	kafkaUser, kafkaPass = "detector", "kafka-Pa55-never-logged"
 	redisUser, redisPass = "detector", "redis-Pa55-never-logged"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // secureStack is a Kafka-protocol broker that speaks only TLS + SASL
 // SCRAM-SHA-512 with the migrations' topics, and a redis-server that speaks
@@ -77,7 +59,7 @@ func secureStack(t *testing.T) (env map[string]string, sec *stream.Security, red
 		// all this test needs of InfluxDB.
 		"FLOODGATE_INFLUX_URL": "http://127.0.0.1:1",
 	}
-	e := config.NewEnv(func(k string) string { return env[k] })
+	e := config.NewEnv(stacktest.Getenv(env))
 	ksec, rsec := config.ReadKafkaSecurity(e), config.ReadRedisSecurity(e)
 	require.NoError(t, e.Err())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -92,10 +74,6 @@ func secureStack(t *testing.T) (env map[string]string, sec *stream.Security, red
 	return env, sec, rsec
 }
 
-func getenvOf(env map[string]string) config.Getenv {
-	return func(k string) string { return env[k] }
-}
-
 // TestDetectorOnSecuredKafkaAndRedis runs the detector app (Run, what the
 // binary runs) configured only through FLOODGATE_* variables against a
 // broker that accepts only TLS + SCRAM-SHA-512 and a Redis that accepts
@@ -104,22 +82,10 @@ func getenvOf(env map[string]string) config.Getenv {
 // abuse event comes out on the secured broker, and no log line holds either
 // password.
 func TestDetectorOnSecuredKafkaAndRedis(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts redis-server")
-	}
+	stacktest.Needs(t, "starts redis-server")
 	env, sec, rsec := secureStack(t)
-	var logs lockedBuffer
-	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, getenvOf(env), log, tracing.Tracing{}) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Error("detector did not stop")
-		}
+	det := stacktest.Start(t, "detector", func(ctx context.Context, log *slog.Logger) error {
+		return Run(ctx, stacktest.Getenv(env), log, tracing.Tracing{})
 	})
 
 	bot := events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("secure%d", time.Now().UnixNano())}
@@ -141,10 +107,8 @@ func TestDetectorOnSecuredKafkaAndRedis(t *testing.T) {
 	rdb := redisx.NewClient(redisx.Options{Addrs: []string{env["FLOODGATE_REDIS_ADDRS"]}, DialTimeout: time.Second, Security: rsec})
 	defer rdb.Close()
 	require.Eventually(t, func() bool {
-		select {
-		case err := <-done:
-			t.Fatalf("detector stopped: %v\n%s", err, logs.String())
-		default:
+		if exited, err := det.Exited(); exited {
+			t.Fatalf("detector stopped: %v\n%s", err, det.Log.String())
 		}
 		n, err := rdb.Exists(context.Background(), redisx.PenaltyKey(string(bot.Kind), bot.ID)).Result()
 		return err == nil && n == 1
@@ -169,7 +133,7 @@ func TestDetectorOnSecuredKafkaAndRedis(t *testing.T) {
 	}
 	require.True(t, found, "the abuse event was published over the secured broker")
 
-	out := logs.String()
+	out := det.Log.String()
 	require.Contains(t, out, "tls+sasl/scram-sha-512", "start-up logs the Kafka security, not its secrets")
 	require.NotContains(t, out, kafkaPass)
 	require.NotContains(t, out, redisPass)
@@ -179,9 +143,7 @@ func TestDetectorOnSecuredKafkaAndRedis(t *testing.T) {
 // stops the detector at start-up (no retry loop), with an error naming the
 // variable and holding no password.
 func TestDetectorRefusesWrongCredentials(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts redis-server")
-	}
+	stacktest.Needs(t, "starts redis-server")
 	env, _, _ := secureStack(t)
 	other := tlstest.NewCA(t, "not-the-brokers")
 	const wrong = "Wr0ng-never-logged"
@@ -196,12 +158,11 @@ func TestDetectorRefusesWrongCredentials(t *testing.T) {
 				bad[k] = v
 			}
 			bad[tc.key] = tc.value
-			var logs lockedBuffer
-			log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			var logs stacktest.Log
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			start := time.Now()
-			err := Run(ctx, getenvOf(bad), log, tracing.Tracing{})
+			err := Run(ctx, stacktest.Getenv(bad), logs.Logger(slog.LevelDebug), tracing.Tracing{})
 			require.Error(t, err)
 			require.Less(t, time.Since(start), 10*time.Second, "refused at start-up, not after retrying")
 			require.Contains(t, err.Error(), tc.names)

@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 // memPenalties is the in-memory double of Penalties, for tests whose subject
@@ -198,15 +199,11 @@ func TestAlerterContract(t *testing.T) {
 	t.Parallel()
 	t.Run("pagerduty", func(t *testing.T) {
 		alerterContract(t, func(t *testing.T) alerterUnderTest {
-			recv := &pdReceiver{}
-			p, err := NewPager(PagerConfig{RoutingKey: "rk", Endpoint: recv.serve(t), MinSeverity: "critical", PerMinute: 1, Now: time.Now,
+			recv := stacktest.PagerDutyFor(t)
+			p, err := NewPager(PagerConfig{RoutingKey: "rk", Endpoint: recv.URL, MinSeverity: "critical", PerMinute: 1, Now: time.Now,
 				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
 			require.NoError(t, err)
-			return alerterUnderTest{Alerter: p, pages: recv.pages, down: func(n int) {
-				recv.mu.Lock()
-				recv.down = n
-				recv.mu.Unlock()
-			}}
+			return alerterUnderTest{Alerter: p, pages: func() []page { return pagesOf(recv) }, down: recv.FailNext}
 		})
 	})
 	t.Run("memory", func(t *testing.T) {
@@ -248,12 +245,10 @@ func alerterContract(t *testing.T, open func(t *testing.T) alerterUnderTest) {
 	})
 }
 
-// pages returns the trigger events the receiver recorded, as pages.
-func (r *pdReceiver) pages() []page {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// pagesOf returns the events the receiver accepted, as pages.
+func pagesOf(recv *stacktest.PagerDuty) []page {
 	var out []page
-	for _, e := range r.events {
+	for _, e := range recv.All() {
 		payload, _ := e["payload"].(map[string]any)
 		details, _ := payload["custom_details"].(map[string]any)
 		out = append(out, page{key: fmt.Sprint(e["dedup_key"]), summary: fmt.Sprint(payload["summary"]), details: details})

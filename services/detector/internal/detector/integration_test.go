@@ -2,12 +2,9 @@ package detector
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"sync"
 	"testing"
@@ -17,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
@@ -25,6 +23,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/services/detector/internal/score"
 )
 
@@ -48,9 +47,7 @@ func botBurst(t *testing.T, d *Detector, p events.Principal, start time.Time, ip
 }
 
 func TestDetectorRecordsEscalatesAndIsIdempotent(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
-	}
+	stacktest.Needs(t, "needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
 	records := dynamoRecords(t)
 	pub := &flakyPublisher{}
 	d := newTestDetector(t, pub, func(c *Config) { c.Records = records })
@@ -130,9 +127,7 @@ func TestDetectorRecordsEscalatesAndIsIdempotent(t *testing.T) {
 }
 
 func TestDetectorAllowlist(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
-	}
+	stacktest.Needs(t, "needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
 	records := dynamoRecords(t)
 	ctx := context.Background()
 	allowedBot := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "allowed")}
@@ -225,52 +220,33 @@ func TestSimulatedPatternWritesNoPenalty(t *testing.T) {
 	require.Equal(t, 1.0, m)
 }
 
-type pdReceiver struct {
-	mu     sync.Mutex
-	events []map[string]any
-	down   int // answer 500 to this many requests first, recording nothing
-}
-
-func (r *pdReceiver) serve(t *testing.T) string {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		var ev map[string]any
-		_ = json.NewDecoder(req.Body).Decode(&ev)
-		r.mu.Lock()
-		if r.down > 0 {
-			r.down--
-			r.mu.Unlock()
-			http.Error(w, `{"status":"unavailable"}`, http.StatusInternalServerError)
-			return
-		}
-		r.events = append(r.events, ev)
-		r.mu.Unlock()
-		w.WriteHeader(http.StatusAccepted)
-		_, _ = io.WriteString(w, `{"status":"success","dedup_key":"x"}`)
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL
-}
-
-func (r *pdReceiver) actions() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// actions are "<event_action> <dedup_key>" of every event the receiver
+// accepted.
+func actions(recv *stacktest.PagerDuty) []string {
 	var out []string
-	for _, e := range r.events {
+	for _, e := range recv.All() {
 		out = append(out, fmt.Sprint(e["event_action"], " ", e["dedup_key"]))
 	}
 	return out
 }
 
-func TestPagerTriggersCapsAndResolvesWhenThePenaltyIsLifted(t *testing.T) {
+// redisPager is a pager on the local Redis (its open-incident key unique
+// to the test) paging recv at most 2 times a minute.
+func redisPager(t *testing.T, recv *stacktest.PagerDuty) (*Pager, redis.UniversalClient) {
+	t.Helper()
 	rdb := redistest.Client(t)
-	ctx := context.Background()
-	recv := &pdReceiver{}
-	url := recv.serve(t)
 	openKey := redistest.Unique(t, OpenIncidentsKey)
-	p, err := NewPager(PagerConfig{RoutingKey: "rk", Endpoint: url, MinSeverity: "critical", PerMinute: 2, Redis: rdb, OpenKey: openKey, Now: time.Now,
+	p, err := NewPager(PagerConfig{RoutingKey: "rk", Endpoint: recv.URL, MinSeverity: "critical", PerMinute: 2, Redis: rdb, OpenKey: openKey, Now: time.Now,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
-	t.Cleanup(func() { rdb.Del(ctx, openKey) })
+	t.Cleanup(func() { rdb.Del(context.Background(), openKey) })
+	return p, rdb
+}
+
+func TestPagerTriggersCapsAndResolvesWhenThePenaltyIsLifted(t *testing.T) {
+	ctx := context.Background()
+	recv := stacktest.PagerDutyFor(t)
+	p, rdb := redisPager(t, recv)
 	store := NewPenaltyStore(rdb)
 
 	var bots []events.Principal
@@ -289,7 +265,7 @@ func TestPagerTriggersCapsAndResolvesWhenThePenaltyIsLifted(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, p.Handle(ctx, kafka.Message{Value: b}))
 	}
-	require.Len(t, recv.actions(), 2, "the per-minute cap holds the third trigger")
+	require.Len(t, actions(recv), 2, "the per-minute cap holds the third trigger")
 
 	// Nothing is resolved while penalties are in force.
 	n, err := p.ResolveOnce(ctx)
@@ -300,7 +276,7 @@ func TestPagerTriggersCapsAndResolvesWhenThePenaltyIsLifted(t *testing.T) {
 	n, err = p.ResolveOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	require.Contains(t, recv.actions(), "resolve "+DedupKey(events.PatternRapidFire, bots[0]))
+	require.Contains(t, actions(recv), "resolve "+DedupKey(events.PatternRapidFire, bots[0]))
 	n, err = p.ResolveOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "resolved once")
@@ -310,15 +286,10 @@ func TestPagerTriggersCapsAndResolvesWhenThePenaltyIsLifted(t *testing.T) {
 // are retried (an error for the consume loop) and do not count against the
 // per-minute cap, so every page goes out once PagerDuty is back.
 func TestPagerOutageDoesNotUseUpTheCap(t *testing.T) {
-	rdb := redistest.Client(t)
 	ctx := context.Background()
-	recv := &pdReceiver{down: 5}
-	url := recv.serve(t)
-	openKey := redistest.Unique(t, OpenIncidentsKey)
-	p, err := NewPager(PagerConfig{RoutingKey: "rk", Endpoint: url, MinSeverity: "critical", PerMinute: 2, Redis: rdb, OpenKey: openKey, Now: time.Now,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
-	require.NoError(t, err)
-	t.Cleanup(func() { rdb.Del(ctx, openKey) })
+	recv := stacktest.PagerDutyFor(t)
+	recv.FailNext(5)
+	p, _ := redisPager(t, recv)
 	page := func(i int) kafka.Message {
 		bot := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, fmt.Sprint("out", i))}
 		now := time.Now().UTC().Truncate(time.Millisecond)
@@ -338,7 +309,7 @@ func TestPagerOutageDoesNotUseUpTheCap(t *testing.T) {
 	}
 	require.NoError(t, p.Handle(ctx, first), "back up: the retried page goes out")
 	require.NoError(t, p.Handle(ctx, second))
-	require.Len(t, recv.actions(), 2, "failed attempts did not use up the cap of 2 a minute")
+	require.Len(t, actions(recv), 2, "failed attempts did not use up the cap of 2 a minute")
 }
 
 // TestConsoleWrittenAllowlistEntries reads allowlist items written the way the
@@ -346,9 +317,7 @@ func TestPagerOutageDoesNotUseUpTheCap(t *testing.T) {
 // Allowlist put exactly pk, expires_at, comment, created_by, created_at) with
 // the detector's own loader, and checks they spare detections.
 func TestConsoleWrittenAllowlistEntries(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
-	}
+	stacktest.Needs(t, "needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
 	records := dynamoRecords(t)
 	ctx := context.Background()
 	now := time.Now()

@@ -11,6 +11,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 // TestPenaltiesComeBackAfterRedisLosesThem: a FLUSHALL on a Redis the test
@@ -19,9 +20,7 @@ import (
 // extended), an expired one is not, and a second instance watching the same
 // Redis (it applied nothing) notices the loss without rewriting anything.
 func TestPenaltiesComeBackAfterRedisLosesThem(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts redis-server")
-	}
+	stacktest.Needs(t, "starts redis-server")
 	proc := redistest.NewProc(t)
 	rdb := proc.Client()
 	t.Cleanup(func() { _ = rdb.Close() })

@@ -80,23 +80,22 @@ func (r *DynamoRecords) PriorIncidents(ctx context.Context, p events.Principal, 
 	from := at.Add(-lookback).UTC().Format("2006-01-02T15:04:05.000Z")
 	to := at.UTC().Format("2006-01-02T15:04:05.000Z")
 	var offs []offense
-	var start map[string]types.AttributeValue
-	for {
-		out, err := r.Client.Query(ctx, &dynamodb.QueryInput{
-			TableName:              aws.String(r.AbuseTable),
-			KeyConditionExpression: aws.String("pk = :pk AND sk BETWEEN :from AND :to"),
-			FilterExpression:       aws.String("#m = :enforced AND id <> :id"),
-			ExpressionAttributeNames: map[string]string{
-				"#m": "mode",
-			},
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":pk": &types.AttributeValueMemberS{Value: p.Key()}, ":from": &types.AttributeValueMemberS{Value: from},
-				":to": &types.AttributeValueMemberS{Value: to}, ":enforced": &types.AttributeValueMemberS{Value: string(events.PenaltyEnforced)},
-				":id": &types.AttributeValueMemberS{Value: exclude},
-			},
-			ProjectionExpression: aws.String("sk, penalty_until"),
-			ExclusiveStartKey:    start,
-		})
+	pages := dynamodb.NewQueryPaginator(r.Client, &dynamodb.QueryInput{
+		TableName:              aws.String(r.AbuseTable),
+		KeyConditionExpression: aws.String("pk = :pk AND sk BETWEEN :from AND :to"),
+		FilterExpression:       aws.String("#m = :enforced AND id <> :id"),
+		ExpressionAttributeNames: map[string]string{
+			"#m": "mode",
+		},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":pk": &types.AttributeValueMemberS{Value: p.Key()}, ":from": &types.AttributeValueMemberS{Value: from},
+			":to": &types.AttributeValueMemberS{Value: to}, ":enforced": &types.AttributeValueMemberS{Value: string(events.PenaltyEnforced)},
+			":id": &types.AttributeValueMemberS{Value: exclude},
+		},
+		ProjectionExpression: aws.String("sk, penalty_until"),
+	})
+	for pages.HasMorePages() {
+		out, err := pages.NextPage(ctx)
 		if err != nil {
 			return 0, fmt.Errorf("query offenses of %s: %w", p.Key(), err)
 		}
@@ -116,11 +115,8 @@ func (r *DynamoRecords) PriorIncidents(ctx context.Context, p events.Principal, 
 			}
 			offs = append(offs, o)
 		}
-		if len(out.LastEvaluatedKey) == 0 {
-			return endedIncidents(offs, at, quiet), nil
-		}
-		start = out.LastEvaluatedKey
 	}
+	return endedIncidents(offs, at, quiet), nil
 }
 
 // offense is one enforced detection: when, and until when its penalty ran.
@@ -188,14 +184,13 @@ func (r *DynamoRecords) PutAllow(ctx context.Context, e AllowEntry) error {
 // LoadAllowlist reads every unexpired entry.
 func (r *DynamoRecords) LoadAllowlist(ctx context.Context, now time.Time) ([]AllowEntry, error) {
 	var out []AllowEntry
-	var start map[string]types.AttributeValue
-	for {
-		page, err := r.Client.Scan(ctx, &dynamodb.ScanInput{
-			TableName:                 aws.String(r.RuntimeTable),
-			FilterExpression:          aws.String("begins_with(pk, :p) AND expires_at > :now"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: "detector#allow#"}, ":now": &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Unix(), 10)}},
-			ExclusiveStartKey:         start,
-		})
+	pages := dynamodb.NewScanPaginator(r.Client, &dynamodb.ScanInput{
+		TableName:                 aws.String(r.RuntimeTable),
+		FilterExpression:          aws.String("begins_with(pk, :p) AND expires_at > :now"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: "detector#allow#"}, ":now": &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Unix(), 10)}},
+	})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("scan allowlist: %w", err)
 		}
@@ -217,11 +212,8 @@ func (r *DynamoRecords) LoadAllowlist(ctx context.Context, now time.Time) ([]All
 			}
 			out = append(out, e)
 		}
-		if len(page.LastEvaluatedKey) == 0 {
-			return out, nil
-		}
-		start = page.LastEvaluatedKey
 	}
+	return out, nil
 }
 
 func str(v types.AttributeValue) string {

@@ -12,6 +12,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 type fixedLookup struct {
@@ -97,9 +98,7 @@ func TestRewindRebuildsStateWithoutRepeatingEffects(t *testing.T) {
 // TestKafkaOffsetsTimeAt reads a message's timestamp back from a real
 // (in-process, Kafka-protocol) broker, as the backlog rewind does.
 func TestKafkaOffsetsTimeAt(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a broker")
-	}
+	stacktest.Needs(t, "starts a broker")
 	broker := kafkatest.Start(t, map[string]int32{"rewind-times": 1})
 	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: "rewind-times", RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
 	defer w.Close()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/services/detector/internal/score"
 )
 
@@ -45,9 +46,7 @@ func newInstance(t *testing.T, prefix string) *instance {
 // principals scored on one instance and three on another is shared (≥ 5
 // principals) for both, as it is for a single instance that sees all six.
 func TestSharedAddressAcrossInstances(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs Redis")
-	}
+	stacktest.Needs(t, "needs Redis")
 	prefix := redistest.Unique(t, "fg:test:ipshare") + ":"
 	a, b := newInstance(t, prefix), newInstance(t, prefix)
 	nat := "100.64.9.9"
@@ -77,9 +76,7 @@ func TestSharedAddressAcrossInstances(t *testing.T) {
 // not distributed_ip — the addresses are shared — exactly as one instance
 // seeing everything decides; the same principal on unshared addresses is.
 func TestDistributedIPSameAnswerAcrossInstances(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs Redis")
-	}
+	stacktest.Needs(t, "needs Redis")
 	prefix := redistest.Unique(t, "fg:test:ipshare") + ":"
 	a, b := newInstance(t, prefix), newInstance(t, prefix)
 	addr := func(i int) string { return fmt.Sprintf("100.70.%d.1", i) }

@@ -9,16 +9,13 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,13 +23,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/migrations"
+	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi/openapitest"
-	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	svc "github.com/floodgate-dev/floodgate/pkg/service"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/schemas/openapi"
 	"github.com/floodgate-dev/floodgate/services/dlq-auditor/internal/api"
@@ -46,43 +44,26 @@ type stack struct {
 	prefix    string
 	ddb       *dynamodb.Client
 	influxURL string
+	endpoint  string // DynamoDB's
 }
 
 func newStack(t *testing.T) *stack {
 	t.Helper()
-	env := config.NewEnv(os.Getenv)
+	local := stacktest.Local()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := &stack{
-		broker:    kafkatest.Start(t, nil),
 		prefix:    fmt.Sprintf("dlqt%d_", time.Now().UnixNano()),
-		influxURL: env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
+		influxURL: local.InfluxURL,
+		endpoint:  local.DynamoEndpoint,
 	}
 	var err error
-	s.ddb, err = dynamo.NewClient(ctx, dynamo.Options{Endpoint: env.String("FLOODGATE_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000")})
+	s.ddb, err = dynamo.NewClient(ctx, dynamo.Options{Endpoint: s.endpoint})
 	require.NoError(t, err)
-	t.Cleanup(func() { deleteTables(s.ddb, s.prefix) })
-	ms, err := migrations.Load()
-	require.NoError(t, err)
-	r := &migrations.Runner{
-		Kafka: migrations.NewKafka([]string{s.broker}, 1, nil), Dynamo: &migrations.Dynamo{Client: s.ddb, Prefix: s.prefix},
-		Influx: &migrations.Influx{URL: s.influxURL}, Now: time.Now, Report: func(string) {},
-	}
-	require.NoError(t, r.Apply(ctx, ms), "migrations (is the local stack up? make up)")
+	t.Cleanup(func() { stacktest.DropTables(t, s.ddb, s.prefix) })
+	s.broker = migrationstest.Broker(t, ctx, migrations.Runner{
+		Dynamo: &migrations.Dynamo{Client: s.ddb, Prefix: s.prefix}, Influx: &migrations.Influx{URL: s.influxURL}})
 	return s
-}
-
-func deleteTables(ddb *dynamodb.Client, prefix string) {
-	ctx := context.Background()
-	out, err := ddb.ListTables(ctx, &dynamodb.ListTablesInput{Limit: aws.Int32(100)})
-	if err != nil {
-		return
-	}
-	for _, name := range out.TableNames {
-		if strings.HasPrefix(name, prefix) {
-			_, _ = ddb.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(name)})
-		}
-	}
 }
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -139,42 +120,6 @@ func fastTimings(c *stream.ConsumerConfig) {
 	c.JoinGroupBackoff, c.MaxWait = 100*time.Millisecond, 100*time.Millisecond
 }
 
-type pagerReceiver struct {
-	*httptest.Server
-	mu     sync.Mutex
-	events []map[string]any
-}
-
-func newPagerReceiver(t *testing.T) *pagerReceiver {
-	p := &pagerReceiver{}
-	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var ev map[string]any
-		if r.URL.Path != "/v2/enqueue" || json.NewDecoder(r.Body).Decode(&ev) != nil {
-			http.Error(w, "bad event", http.StatusBadRequest)
-			return
-		}
-		p.mu.Lock()
-		p.events = append(p.events, ev)
-		p.mu.Unlock()
-		w.WriteHeader(http.StatusAccepted)
-		_, _ = io.WriteString(w, `{"status":"success","message":"Event processed","dedup_key":"x"}`)
-	}))
-	t.Cleanup(p.Close)
-	return p
-}
-
-func (p *pagerReceiver) actions(dedup string) []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []string
-	for _, ev := range p.events {
-		if ev["dedup_key"] == dedup {
-			out = append(out, fmt.Sprint(ev["event_action"]))
-		}
-	}
-	return out
-}
-
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -193,12 +138,8 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 // poison canary stops its replay, a purge is audited, and the completeness
 // check accounts for every event.
 func TestDeadLettersAreAuditedReplayedAndAccountedFor(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local stack; run `make test`")
-	}
+	ctx := stacktest.Context(t, 4*time.Minute, "needs the local stack; run `make test`")
 	st := newStack(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
 	run := time.Now().UnixNano()
 	group := fmt.Sprintf("ledger-test-%d", run)
 	service := fmt.Sprintf("ledger-%d", run)
@@ -250,19 +191,16 @@ func TestDeadLettersAreAuditedReplayedAndAccountedFor(t *testing.T) {
 	require.NoError(t, err)
 	tokensFile := filepath.Join(t.TempDir(), "tokens")
 	require.NoError(t, os.WriteFile(tokensFile, []byte("# test tokens\n"+viewerLine+"\n"+sreLine+"\n"), 0o600))
-	pages := newPagerReceiver(t)
+	pages := stacktest.PagerDutyFor(t)
 	env := map[string]string{
 		"FLOODGATE_DLQ_ADDR": "127.0.0.1:0", "FLOODGATE_KAFKA_BROKERS": st.broker,
 		"FLOODGATE_DLQ_GROUP": "auditor-" + group, "FLOODGATE_DLQ_DISCOVER_INTERVAL": "1s",
-		"FLOODGATE_DYNAMODB_ENDPOINT": os.Getenv("FLOODGATE_DYNAMODB_ENDPOINT"), "FLOODGATE_DYNAMODB_TABLE_PREFIX": st.prefix,
+		"FLOODGATE_DYNAMODB_ENDPOINT": st.endpoint, "FLOODGATE_DYNAMODB_TABLE_PREFIX": st.prefix,
 		"FLOODGATE_INFLUX_URL": st.influxURL, "FLOODGATE_PAGERDUTY_ROUTING_KEY": "rk-test", "FLOODGATE_PAGERDUTY_URL": pages.URL,
 		"FLOODGATE_DLQ_ALERT_THRESHOLD": "3", "FLOODGATE_DLQ_ALERT_WINDOW": "1m",
 		"FLOODGATE_DLQ_TOKENS_FILE": tokensFile, "FLOODGATE_DLQ_REPLAY_RATE": "200", "FLOODGATE_DLQ_CANARY_TIMEOUT": "20s",
 	}
-	if env["FLOODGATE_DYNAMODB_ENDPOINT"] == "" {
-		env["FLOODGATE_DYNAMODB_ENDPOINT"] = "http://127.0.0.1:8000"
-	}
-	getenv := func(k string) string { return env[k] }
+	getenv := stacktest.Getenv(env)
 	addrCh := make(chan string, 1)
 	auditorCtx, stopAuditor := context.WithCancel(ctx)
 	auditorDone := make(chan error, 1)
@@ -378,9 +316,9 @@ func TestDeadLettersAreAuditedReplayedAndAccountedFor(t *testing.T) {
 
 	t.Run("the dead-letter rate pages", func(t *testing.T) {
 		eventually(t, 10*time.Second, "a PagerDuty trigger", func() bool {
-			return len(pages.actions(auditor.DedupKey(topic))) > 0
+			return len(pages.Actions(auditor.DedupKey(topic))) > 0
 		})
-		require.Equal(t, []string{"trigger"}, pages.actions(auditor.DedupKey(topic)))
+		require.Equal(t, []string{"trigger"}, pages.Actions(auditor.DedupKey(topic)))
 	})
 
 	t.Run("tokens and roles", func(t *testing.T) {

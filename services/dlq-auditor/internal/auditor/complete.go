@@ -76,15 +76,7 @@ func (c *Checker) Check(ctx context.Context, topic, group string, from, to time.
 		return CompletenessReport{}, fmt.Errorf("%w: %s is a dead-letter topic; name its source topic", ErrBadRequest, topic)
 	}
 	rep := CompletenessReport{Topic: topic, Group: group, From: from.UTC(), To: to.UTC()}
-	parts, err := partitionsOf(ctx, c.Kafka, topic)
-	if err != nil {
-		return rep, err
-	}
-	b, err := logBounds(ctx, c.Kafka, topic, parts)
-	if err != nil {
-		return rep, err
-	}
-	starts, err := offsetsAt(ctx, c.Kafka, topic, parts, from, b)
+	parts, b, starts, err := startsAt(ctx, c.Kafka, topic, from)
 	if err != nil {
 		return rep, err
 	}
@@ -190,15 +182,7 @@ type dlqRef struct {
 // returns the group's dead letters per source partition.
 func (c *Checker) deadLettersOnTopic(ctx context.Context, topic, group string, from time.Time) (map[int][]dlqRef, error) {
 	dlq := topic + DLQSuffix
-	parts, err := partitionsOf(ctx, c.Kafka, dlq)
-	if err != nil {
-		return nil, err
-	}
-	b, err := logBounds(ctx, c.Kafka, dlq, parts)
-	if err != nil {
-		return nil, err
-	}
-	starts, err := offsetsAt(ctx, c.Kafka, dlq, parts, from, b)
+	parts, b, starts, err := startsAt(ctx, c.Kafka, dlq, from)
 	if err != nil {
 		return nil, err
 	}

@@ -61,6 +61,27 @@ func logBounds(ctx context.Context, client *kafka.Client, topic string, parts []
 
 // offsetsAt returns, per partition, the offset of the first message with a
 // timestamp at or after t, or the high watermark when there is none.
+// topicBounds reads topic's partitions and their log bounds.
+func topicBounds(ctx context.Context, client *kafka.Client, topic string) ([]int, map[int]bounds, error) {
+	parts, err := partitionsOf(ctx, client, topic)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := logBounds(ctx, client, topic, parts)
+	return parts, b, err
+}
+
+// startsAt reads topic's partitions, their log bounds and each one's first
+// offset at or after t.
+func startsAt(ctx context.Context, client *kafka.Client, topic string, t time.Time) ([]int, map[int]bounds, map[int]int64, error) {
+	parts, b, err := topicBounds(ctx, client, topic)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	starts, err := offsetsAt(ctx, client, topic, parts, t, b)
+	return parts, b, starts, err
+}
+
 func offsetsAt(ctx context.Context, client *kafka.Client, topic string, parts []int, t time.Time, hw map[int]bounds) (map[int]int64, error) {
 	reqs := make([]kafka.OffsetRequest, 0, len(parts))
 	for _, p := range parts {

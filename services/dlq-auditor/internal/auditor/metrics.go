@@ -2,7 +2,8 @@ package auditor
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/floodgate-dev/floodgate/pkg/metric"
 )
 
 // Metrics are the auditor's floodgate_dlq_auditor_* collectors.
@@ -19,39 +20,18 @@ type Metrics struct {
 
 // NewMetrics registers the auditor's metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	f := promauto.With(reg)
+	f := metric.With(reg)
 	return &Metrics{
-		records: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_dlq_auditor_records_total",
-			Help: "Dead letters stored, by source topic, service and error class.",
-		}, []string{"topic", "service", "class"}),
-		redelivered: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_dlq_auditor_redelivered_total",
-			Help: "Dead letters read again that were already stored (nothing written).",
-		}, []string{"topic"}),
-		storeErrors: f.NewCounter(prometheus.CounterOpts{
-			Name: "floodgate_dlq_auditor_store_errors_total",
-			Help: "Failed attempts to store a dead letter (retried).",
-		}),
-		topics: f.NewGauge(prometheus.GaugeOpts{
-			Name: "floodgate_dlq_auditor_topics",
-			Help: "Dead-letter topics being consumed.",
-		}),
-		alerts: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_dlq_auditor_alerts_total",
-			Help: "PagerDuty events sent, by action (trigger, resolve).",
-		}, []string{"action"}),
-		alertErrors: f.NewCounter(prometheus.CounterOpts{
-			Name: "floodgate_dlq_auditor_alert_errors_total",
-			Help: "Failed PagerDuty sends (retried at the next evaluation).",
-		}),
-		replayed: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_dlq_auditor_replayed_total",
-			Help: "Dead letters handled by replays, by source topic and outcome (published, failed).",
-		}, []string{"topic", "outcome"}),
-		purged: f.NewCounter(prometheus.CounterOpts{
-			Name: "floodgate_dlq_auditor_purged_total",
-			Help: "Stored dead letters purged (each with an audit entry).",
-		}),
+		records: f.CounterVec("floodgate_dlq_auditor_records_total",
+			"Dead letters stored, by source topic, service and error class.", "topic", "service", "class"),
+		redelivered: f.CounterVec("floodgate_dlq_auditor_redelivered_total",
+			"Dead letters read again that were already stored (nothing written).", "topic"),
+		storeErrors: f.Counter("floodgate_dlq_auditor_store_errors_total", "Failed attempts to store a dead letter (retried)."),
+		topics:      f.Gauge("floodgate_dlq_auditor_topics", "Dead-letter topics being consumed."),
+		alerts:      f.CounterVec("floodgate_dlq_auditor_alerts_total", "PagerDuty events sent, by action (trigger, resolve).", "action"),
+		alertErrors: f.Counter("floodgate_dlq_auditor_alert_errors_total", "Failed PagerDuty sends (retried at the next evaluation)."),
+		replayed: f.CounterVec("floodgate_dlq_auditor_replayed_total",
+			"Dead letters handled by replays, by source topic and outcome (published, failed).", "topic", "outcome"),
+		purged: f.Counter("floodgate_dlq_auditor_purged_total", "Stored dead letters purged (each with an audit entry)."),
 	}
 }

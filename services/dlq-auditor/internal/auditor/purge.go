@@ -39,14 +39,23 @@ type Purger struct {
 	Metrics *Metrics
 }
 
+// checkSelection is what a purge and a replay ask of their request: 1..max
+// records and a reason for the audit log.
+func checkSelection(ids []string, max int, reason string) error {
+	if len(ids) == 0 || len(ids) > max {
+		return fmt.Errorf("%w: select 1..%d records, got %d", ErrBadRequest, max, len(ids))
+	}
+	if strings.TrimSpace(reason) == "" {
+		return fmt.Errorf("%w: a reason is required (it goes to the audit log)", ErrBadRequest)
+	}
+	return nil
+}
+
 // Purge deletes every selected record that is stored. It stops at the first
 // storage error, reporting what was purged before it.
 func (p *Purger) Purge(ctx context.Context, req PurgeRequest) (PurgeResult, error) {
-	if len(req.IDs) == 0 || len(req.IDs) > p.Max {
-		return PurgeResult{}, fmt.Errorf("%w: select 1..%d records, got %d", ErrBadRequest, p.Max, len(req.IDs))
-	}
-	if strings.TrimSpace(req.Reason) == "" {
-		return PurgeResult{}, fmt.Errorf("%w: a reason is required (it goes to the audit log)", ErrBadRequest)
+	if err := checkSelection(req.IDs, p.Max, req.Reason); err != nil {
+		return PurgeResult{}, err
 	}
 	for _, id := range req.IDs {
 		if _, _, _, err := ParseID(id); err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -124,11 +123,8 @@ type replayCandidate struct {
 // (bad request, one already running, Kafka unreachable); per-record problems
 // and an aborted canary are in the result.
 func (rp *Replayer) Replay(ctx context.Context, req ReplayRequest) (ReplayResult, error) {
-	if len(req.IDs) == 0 || len(req.IDs) > rp.Max {
-		return ReplayResult{}, fmt.Errorf("%w: select 1..%d records, got %d", ErrBadRequest, rp.Max, len(req.IDs))
-	}
-	if strings.TrimSpace(req.Reason) == "" {
-		return ReplayResult{}, fmt.Errorf("%w: a reason is required (it goes to the audit log)", ErrBadRequest)
+	if err := checkSelection(req.IDs, rp.Max, req.Reason); err != nil {
+		return ReplayResult{}, err
 	}
 	if req.Rate < 0 || req.Canary < 0 {
 		return ReplayResult{}, fmt.Errorf("%w: rate and canary must not be negative", ErrBadRequest)
@@ -318,11 +314,7 @@ func bytesOrNil(b []byte) kafka.Bytes {
 }
 
 func (rp *Replayer) highWatermarks(ctx context.Context, topic string) (map[int]int64, error) {
-	parts, err := partitionsOf(ctx, rp.Kafka, topic)
-	if err != nil {
-		return nil, err
-	}
-	b, err := logBounds(ctx, rp.Kafka, topic, parts)
+	_, b, err := topicBounds(ctx, rp.Kafka, topic)
 	if err != nil {
 		return nil, err
 	}

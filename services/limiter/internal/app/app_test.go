@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -20,44 +19,47 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/pkg/service"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/schemas/openapi"
 )
 
-func freeAddr(t *testing.T) string {
+// startLimiter runs the limiter app configured by env until the test ends.
+func startLimiter(t *testing.T, env map[string]string) *stacktest.Service {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return stacktest.Start(t, "limiter", func(ctx context.Context, log *slog.Logger) error {
+		return Run(ctx, service.NewEnv("limiter", service.Stdio{Getenv: stacktest.Getenv(env)}, log))
+	})
+}
+
+// rlsClient waits until the limiter's gRPC health service says SERVING for
+// service ("" for the server as a whole) and returns a rate-limit service
+// client on the same connection.
+func rlsClient(t *testing.T, ctx context.Context, addr, service string) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Cleanup(func() { conn.Close() })
+	health := healthpb.NewHealthClient(conn)
+	require.Eventually(t, func() bool {
+		r, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	}, 10*time.Second, 50*time.Millisecond)
+	return rlsv3.NewRateLimitServiceClient(conn)
 }
 
 // The limiter binary's wiring: HTTP, Envoy's rate-limit service with gRPC health,
 // and the pprof listener, against the local Redis and Kafka-protocol broker.
 func TestRunServesEnvoyRateLimitServiceAndHealth(t *testing.T) {
 	redistest.Client(t) // fails loudly when the local Redis is missing
-	httpAddr, grpcAddr, debugAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	httpAddr, grpcAddr, debugAddr := stacktest.FreeAddr(t), stacktest.FreeAddr(t), stacktest.FreeAddr(t)
 	env := map[string]string{
 		"FLOODGATE_LIMITER_ADDR": httpAddr, "FLOODGATE_LIMITER_GRPC_ADDR": grpcAddr, "FLOODGATE_LIMITER_DEBUG_ADDR": debugAddr,
 		"FLOODGATE_GATEWAY": "app-test", "FLOODGATE_LIMITER_PRINCIPAL_LIMIT": "2", "FLOODGATE_LIMITER_PRINCIPAL_PERIOD": "1m",
 		"FLOODGATE_LIMITER_INFLUX_INTERVAL": "0",
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, service.NewEnv("limiter", service.Stdio{Getenv: func(k string) string { return env[k] }}, slog.New(slog.DiscardHandler)))
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	defer conn.Close()
-	health := healthpb.NewHealthClient(conn)
-	require.Eventually(t, func() bool {
-		r, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
-		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
-	}, 10*time.Second, 50*time.Millisecond)
-
-	rls := rlsv3.NewRateLimitServiceClient(conn)
+	lim := startLimiter(t, env)
+	ctx := t.Context()
+	rls := rlsClient(t, ctx, grpcAddr, "envoy.service.ratelimit.v3.RateLimitService")
 	d := &rlcommon.RateLimitDescriptor{}
 	for _, kv := range [][2]string{{"principal_kind", "bot"}, {"principal_id", redistest.Unique(t, "app_bot")},
 		{"remote_address", "203.0.113.9"}, {"method", "GET"}, {"route", "/x"}} {
@@ -102,9 +104,7 @@ func TestRunServesEnvoyRateLimitServiceAndHealth(t *testing.T) {
 	require.Equal(t, "ok", ready.Status)
 	require.NotEmpty(t, ready.Redis, "the shards' breaker states")
 
-	cancel()
-	require.NoError(t, <-done)
-	done <- nil // for the cleanup
+	require.NoError(t, lim.Stop())
 }
 
 // The limiter's reverse-proxy mode: requests through it reach the upstream until
@@ -118,7 +118,7 @@ func TestRunReverseProxyMode(t *testing.T) {
 		seen = r.Header.Get("X-Principal-Kind") + ":" + r.Header.Get("X-Principal-Id")
 	}))
 	defer upstream.Close()
-	httpAddr, proxyAddr := freeAddr(t), freeAddr(t)
+	httpAddr, proxyAddr := stacktest.FreeAddr(t), stacktest.FreeAddr(t)
 	env := map[string]string{
 		"FLOODGATE_LIMITER_ADDR": httpAddr, "FLOODGATE_LIMITER_GRPC_ADDR": "off", "FLOODGATE_GATEWAY": "proxy-test",
 		"FLOODGATE_LIMITER_PRINCIPAL_LIMIT": "2", "FLOODGATE_LIMITER_PRINCIPAL_PERIOD": "1m", "FLOODGATE_LIMITER_INFLUX_INTERVAL": "0",
@@ -126,20 +126,8 @@ func TestRunReverseProxyMode(t *testing.T) {
 		"FLOODGATE_LIMITER_PROXY_ROUTES":  "POST /channels/{channel_id}/messages resource=channel:{channel_id}",
 		"FLOODGATE_LIMITER_PROXY_TRUSTED": "127.0.0.1", "FLOODGATE_LIMITER_PROXY_IDENTITY_TRUSTED": "127.0.0.1",
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, service.NewEnv("limiter", service.Stdio{Getenv: func(k string) string { return env[k] }}, slog.New(slog.DiscardHandler)))
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	require.Eventually(t, func() bool {
-		r, err := http.Get("http://" + httpAddr + "/readyz")
-		if err != nil {
-			return false
-		}
-		r.Body.Close()
-		return r.StatusCode == http.StatusOK
-	}, 10*time.Second, 50*time.Millisecond)
+	lim := startLimiter(t, env)
+	stacktest.WaitOK(t, "http://"+httpAddr+"/readyz", 10*time.Second)
 
 	id := redistest.Unique(t, "proxy_bot")
 	var codes []int
@@ -160,8 +148,5 @@ func TestRunReverseProxyMode(t *testing.T) {
 	require.Equal(t, "2", last.Header.Get("X-RateLimit-Limit"))
 	require.Equal(t, "30", last.Header.Get("Retry-After"))
 	require.Equal(t, "application/problem+json", last.Header.Get("Content-Type"))
-
-	cancel()
-	require.NoError(t, <-done)
-	done <- nil
+	require.NoError(t, lim.Stop())
 }

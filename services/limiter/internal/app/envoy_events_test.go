@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,14 +15,11 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
-	"github.com/floodgate-dev/floodgate/pkg/service"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 // The local Kafka-protocol broker every service uses (make up).
@@ -67,7 +63,7 @@ descriptors:
   - key: remote_address
     rate_limit: {unit: minute, requests_per_unit: 100}
 `, domain), 0o644))
-	httpAddr, grpcAddr := freeAddr(t), freeAddr(t)
+	httpAddr, grpcAddr := stacktest.FreeAddr(t), stacktest.FreeAddr(t)
 	env := map[string]string{
 		"FLOODGATE_LIMITER_ADDR": httpAddr, "FLOODGATE_LIMITER_GRPC_ADDR": grpcAddr, "FLOODGATE_GATEWAY": "envoy-events-test",
 		"FLOODGATE_LIMITER_INFLUX_INTERVAL": "0", "FLOODGATE_LIMITER_ENVOY_CONFIG": dir,
@@ -75,21 +71,9 @@ descriptors:
 		// the default, spelled out
 		"FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS": "user,api_key,remote_address",
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, service.NewEnv("limiter", service.Stdio{Getenv: func(k string) string { return env[k] }}, slog.New(slog.DiscardHandler)))
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	defer conn.Close()
-	health := healthpb.NewHealthClient(conn)
-	require.Eventually(t, func() bool {
-		r, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
-		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
-	}, 10*time.Second, 50*time.Millisecond)
-	rls := rlsv3.NewRateLimitServiceClient(conn)
+	startLimiter(t, env)
+	ctx := t.Context()
+	rls := rlsClient(t, ctx, grpcAddr, "")
 
 	alice, bob := "alice_"+run, "bob_"+run
 	// bob is penalized: the detector's multiplier in Redis, as it writes it.

@@ -1,14 +1,11 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,22 +17,10 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
-	"github.com/floodgate-dev/floodgate/pkg/service"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/pkg/tlstest"
 )
-
-type lockedLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *lockedLog) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // TestLimiterOnSecuredKafkaAndRedis runs the limiter app configured only by
 // FLOODGATE_* variables against a broker that accepts only TLS + SCRAM-SHA-512
@@ -44,9 +29,7 @@ func (l *lockedLog) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l
 // the journaled producer, no log line holds a password, and a wrong Redis
 // password or Kafka CA stops start-up naming the variable.
 func TestLimiterOnSecuredKafkaAndRedis(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts redis-server")
-	}
+	stacktest.Needs(t, "starts redis-server")
 	const kafkaPass, redisPass = "limiter-kafka-Pa55-never-logged", "limiter-redis-Pa55-never-logged"
 	ca := tlstest.NewCA(t, "limiter-e2e")
 	_, broker := kafkatest.StartCluster(t, map[string]int32{config.DefaultDecisionsTopic: 3},
@@ -54,7 +37,7 @@ func TestLimiterOnSecuredKafkaAndRedis(t *testing.T) {
 		kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", "limiter", kafkaPass))
 	rds := redistest.NewSecure(t, redistest.SecureOptions{CA: ca, ClientCerts: true, Users: map[string]string{"limiter": redisPass}})
 	client := ca.Client("limiter")
-	httpAddr := freeAddr(t)
+	httpAddr := stacktest.FreeAddr(t)
 	env := map[string]string{
 		"FLOODGATE_LIMITER_ADDR": httpAddr, "FLOODGATE_LIMITER_GRPC_ADDR": "off", "FLOODGATE_GATEWAY": "secure-test",
 		"FLOODGATE_LIMITER_PRINCIPAL_LIMIT": "2", "FLOODGATE_LIMITER_PRINCIPAL_PERIOD": "1m", "FLOODGATE_LIMITER_INFLUX_INTERVAL": "0",
@@ -65,32 +48,8 @@ func TestLimiterOnSecuredKafkaAndRedis(t *testing.T) {
 		"FLOODGATE_REDIS_TLS_CERT_FILE": client.CertFile, "FLOODGATE_REDIS_TLS_KEY_FILE": client.KeyFile,
 		"FLOODGATE_REDIS_USERNAME": "limiter", "FLOODGATE_REDIS_PASSWORD": redisPass,
 	}
-	run := func(ctx context.Context, env map[string]string, log *slog.Logger) error {
-		return Run(ctx, service.NewEnv("limiter", service.Stdio{Getenv: func(k string) string { return env[k] }}, log))
-	}
-
-	var logs lockedLog
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, env, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Error("limiter did not stop")
-		}
-	})
-	require.Eventually(t, func() bool {
-		r, err := http.Get("http://" + httpAddr + "/readyz")
-		if err != nil {
-			return false
-		}
-		r.Body.Close()
-		return r.StatusCode == http.StatusOK
-	}, 15*time.Second, 50*time.Millisecond, "limiter ready\n%s", logs.String())
+	lim := startLimiter(t, env)
+	stacktest.WaitOK(t, "http://"+httpAddr+"/readyz", 15*time.Second, "limiter ready\n%s", lim.Log.String())
 
 	type answer struct {
 		Allowed  bool   `json:"allowed"`
@@ -120,7 +79,7 @@ func TestLimiterOnSecuredKafkaAndRedis(t *testing.T) {
 	}
 	require.Equal(t, []bool{true, true, false}, allowed, "the limit is enforced in the secured Redis")
 
-	e := config.NewEnv(func(k string) string { return env[k] })
+	e := config.NewEnv(stacktest.Getenv(env))
 	sec, err := stream.NewSecurity(context.Background(), config.ReadKafkaSecurity(e))
 	require.NoError(t, err)
 	seen := 0
@@ -145,10 +104,8 @@ func TestLimiterOnSecuredKafkaAndRedis(t *testing.T) {
 	}
 	require.Equal(t, 3, seen, "every decision event reached the secured broker")
 
-	cancel()
-	require.NoError(t, <-done)
-	done <- nil
-	out := logs.String()
+	require.NoError(t, lim.Stop())
+	out := lim.Log.String()
 	require.Contains(t, out, "tls+sasl/scram-sha-512")
 	require.NotContains(t, out, kafkaPass)
 	require.NotContains(t, out, redisPass)
@@ -163,17 +120,15 @@ func TestLimiterOnSecuredKafkaAndRedis(t *testing.T) {
 			bad[k] = v
 		}
 		bad[tc.key] = tc.value
-		bad["FLOODGATE_LIMITER_ADDR"] = freeAddr(t)
-		var blog lockedLog
-		sctx, scancel := context.WithTimeout(context.Background(), 20*time.Second)
+		bad["FLOODGATE_LIMITER_ADDR"] = stacktest.FreeAddr(t)
 		start := time.Now()
-		err := run(sctx, bad, slog.New(slog.NewTextHandler(&blog, &slog.HandlerOptions{Level: slog.LevelDebug})))
-		scancel()
+		failed := startLimiter(t, bad)
+		err := failed.Wait(20 * time.Second)
 		require.Error(t, err, tc.key)
 		require.Contains(t, err.Error(), tc.names)
 		require.Less(t, time.Since(start), 10*time.Second)
 		for _, s := range []string{"Wr0ng-never-logged", kafkaPass, redisPass} {
-			require.NotContains(t, err.Error()+blog.String(), s)
+			require.NotContains(t, err.Error()+failed.Log.String(), s)
 		}
 	}
 }

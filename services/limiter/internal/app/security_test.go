@@ -2,9 +2,7 @@ package app
 
 import (
 	"bufio"
-	"context"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"testing"
@@ -13,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
-	"github.com/floodgate-dev/floodgate/pkg/service"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 // TestSecurityConnectionsAreBoundedS6 replays finding S6 of issue 22: idle
@@ -22,25 +20,14 @@ import (
 // and at most FLOODGATE_LIMITER_MAX_CONNS are served at once.
 func TestSecurityConnectionsAreBoundedS6(t *testing.T) {
 	redistest.Client(t)
-	httpAddr := freeAddr(t)
+	httpAddr := stacktest.FreeAddr(t)
 	env := map[string]string{
 		"FLOODGATE_LIMITER_ADDR": httpAddr, "FLOODGATE_LIMITER_GRPC_ADDR": "off", "FLOODGATE_GATEWAY": "s6-test",
 		"FLOODGATE_LIMITER_PRINCIPAL_LIMIT": "2", "FLOODGATE_LIMITER_INFLUX_INTERVAL": "0",
 		"FLOODGATE_LIMITER_IDLE_TIMEOUT": "300ms", "FLOODGATE_LIMITER_MAX_CONNS": "20", "FLOODGATE_JOURNAL_DIR": t.TempDir(),
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, service.NewEnv("limiter", service.Stdio{Getenv: func(k string) string { return env[k] }}, slog.New(slog.DiscardHandler)))
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	require.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + httpAddr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil
-	}, 10*time.Second, 50*time.Millisecond)
+	startLimiter(t, env)
+	stacktest.WaitOK(t, "http://"+httpAddr+"/healthz", 10*time.Second)
 
 	// Idle keep-alive connections: each made one request, then went quiet.
 	var idle []net.Conn

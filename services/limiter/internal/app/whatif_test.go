@@ -20,6 +20,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/pkg/service"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/whatif"
 )
 
@@ -57,7 +58,7 @@ func TestWhatIfCommand(t *testing.T) {
 	env := map[string]string{"FLOODGATE_KAFKA_BROKERS": broker, "FLOODGATE_DECISIONS_TOPIC": topic, "FLOODGATE_LIMITER_INFLUX_INTERVAL": "0"}
 	run := func(args ...string) (string, error) {
 		var out bytes.Buffer
-		e := service.NewEnv("limiter", service.Stdio{Args: append([]string{"whatif"}, args...), Getenv: func(k string) string { return env[k] },
+		e := service.NewEnv("limiter", service.Stdio{Args: append([]string{"whatif"}, args...), Getenv: stacktest.Getenv(env),
 			Stdout: &out, Stderr: io.Discard}, slog.New(slog.DiscardHandler))
 		err := Run(context.Background(), e)
 		return out.String(), err

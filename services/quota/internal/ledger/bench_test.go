@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"math"
-	"os"
 	"testing"
 	"time"
 
@@ -13,9 +12,6 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/floodgate-dev/floodgate/pkg/dynamo"
-	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
-	"github.com/floodgate-dev/floodgate/services/quota/internal/ledger"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/quotatest"
 )
 
@@ -48,22 +44,13 @@ func benchScenario(b *testing.B, events, principals, rate int, flush string) {
 	b.StopTimer()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	broker := quotatest.Broker(b)
-	db, prefix := quotatest.LedgerTable(b)
-	rdb := redistest.Client(b)
-	group := redistest.Unique(b, "quota-bench")
-	cfg, err := ledger.ConfigFromEnv(envMap(map[string]string{
-		"FLOODGATE_KAFKA_BROKERS": broker, "FLOODGATE_QUOTA_GROUP": group, "FLOODGATE_QUOTA_FLUSH_INTERVAL": flush,
+	st := newConsumerStack(b, "quota-bench", map[string]string{
+		"FLOODGATE_QUOTA_FLUSH_INTERVAL":  flush,
 		"FLOODGATE_QUOTA_SESSION_TIMEOUT": "1s", "FLOODGATE_QUOTA_HEARTBEAT_INTERVAL": "200ms",
 		"FLOODGATE_QUOTA_JOIN_BACKOFF": "100ms", "FLOODGATE_QUOTA_FETCH_MAX_WAIT": "100ms",
-	}))
-	require.NoError(b, err)
-	reg := prometheus.NewRegistry()
-	metrics := ledger.NewMetrics(reg)
-	store := ledger.NewStore(db, prefix+dynamo.TableQuotaLedger, cfg.RetentionDays, time.Now)
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	c, err := ledger.NewConsumer(cfg, store, ledger.NewReseeder(rdb, time.Hour, time.Now), log, reg, metrics, time.Now)
-	require.NoError(b, err)
+	})
+	broker, group, db, cfg := st.broker, st.group, st.db, st.cfg
+	c, _, reg := st.consumer(b, db, slog.LevelError)
 
 	w := quotatest.NewWorkload(11, principals)
 	w.Days = w.Days[1:] // today only: the steady state of one day
@@ -92,7 +79,7 @@ func benchScenario(b *testing.B, events, principals, rate int, flush string) {
 	b.StopTimer()
 	stop()
 	require.NoError(b, <-done)
-	require.Equal(b, w.Expected, quotatest.LedgerTotals(ctx, b, db, prefix+dynamo.TableQuotaLedger, w.Principals))
+	require.Equal(b, w.Expected, quotatest.LedgerTotals(ctx, b, db, st.table, w.Principals))
 
 	writes := counterVecSum(b, reg, "floodgate_quota_ledger_writes_total")
 	b.ReportMetric(float64(events)/elapsed.Seconds(), "events/s")

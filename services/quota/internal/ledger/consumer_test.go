@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/ledger"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/quotatest"
@@ -35,35 +38,55 @@ func envMap(m map[string]string) config.Getenv {
 	}
 }
 
+// consumerStack is a quota consumer on the real stack for one test or
+// benchmark: a fresh broker, a ledger table in DynamoDB Local, the local
+// Redis, a unique group, and the consumer's config from vars on top.
+type consumerStack struct {
+	broker, group, table string
+	db                   *dynamodb.Client
+	rdb                  redis.UniversalClient
+	cfg                  ledger.Config
+}
+
+func newConsumerStack(tb testing.TB, group string, vars map[string]string) *consumerStack {
+	tb.Helper()
+	s := &consumerStack{broker: quotatest.Broker(tb), rdb: redistest.Client(tb), group: redistest.Unique(tb, group)}
+	db, prefix := quotatest.LedgerTable(tb)
+	s.db, s.table = db, prefix+dynamo.TableQuotaLedger
+	vars["FLOODGATE_KAFKA_BROKERS"], vars["FLOODGATE_QUOTA_GROUP"] = s.broker, s.group
+	cfg, err := ledger.ConfigFromEnv(envMap(vars))
+	require.NoError(tb, err)
+	s.cfg = cfg
+	return s
+}
+
+// consumer is the stack's consumer writing the ledger through db (the
+// stack's own, or one wrapping it) and logging from level on.
+func (s *consumerStack) consumer(tb testing.TB, db ledger.DynamoAPI, level slog.Level) (*ledger.Consumer, *ledger.Metrics, *prometheus.Registry) {
+	tb.Helper()
+	reg := prometheus.NewRegistry()
+	metrics := ledger.NewMetrics(reg)
+	store := ledger.NewStore(db, s.table, s.cfg.RetentionDays, time.Now)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	c, err := ledger.NewConsumer(s.cfg, store, ledger.NewReseeder(s.rdb, time.Hour, time.Now), log, reg, metrics, time.Now)
+	require.NoError(tb, err)
+	return c, metrics, reg
+}
+
 // TestConsumerExactUnderInjectedFaults runs the consumer in process against
 // the in-process broker, DynamoDB Local (with injected throttling and lost
 // answers) and Redis: the ledger equals the workload's totals, poison goes to
 // the DLQ, and the Redis day counters are re-seeded — also after one is lost.
 func TestConsumerExactUnderInjectedFaults(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local stack; run `make test`")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	broker := quotatest.Broker(t)
-	db, prefix := quotatest.LedgerTable(t)
-	rdb := redistest.Client(t)
-	group := redistest.Unique(t, "quota")
-
-	cfg, err := ledger.ConfigFromEnv(envMap(map[string]string{
-		"FLOODGATE_KAFKA_BROKERS": broker, "FLOODGATE_QUOTA_GROUP": group,
+	ctx := stacktest.Context(t, 90*time.Second, "needs the local stack; run `make test`")
+	st := newConsumerStack(t, "quota", map[string]string{
 		"FLOODGATE_QUOTA_FLUSH_INTERVAL": "100ms", "FLOODGATE_QUOTA_SESSION_TIMEOUT": "1s",
 		"FLOODGATE_QUOTA_HEARTBEAT_INTERVAL": "200ms", "FLOODGATE_QUOTA_REBALANCE_TIMEOUT": "2s",
 		"FLOODGATE_QUOTA_JOIN_BACKOFF": "100ms", "FLOODGATE_QUOTA_FETCH_MAX_WAIT": "50ms",
-	}))
-	require.NoError(t, err)
+	})
+	broker, group, db, rdb, cfg := st.broker, st.group, st.db, st.rdb, st.cfg
 	faulty := newFaultyDB(db, 0.2, 0.1)
-	store := ledger.NewStore(faulty, prefix+dynamo.TableQuotaLedger, cfg.RetentionDays, time.Now)
-	reg := prometheus.NewRegistry()
-	metrics := ledger.NewMetrics(reg)
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn + 4}))
-	c, err := ledger.NewConsumer(cfg, store, ledger.NewReseeder(rdb, time.Hour, time.Now), log, reg, metrics, time.Now)
-	require.NoError(t, err)
+	c, metrics, _ := st.consumer(t, faulty, slog.LevelWarn+4)
 
 	w := quotatest.NewWorkload(7, 40)
 	msgs := w.Messages(3000, 250)
@@ -100,7 +123,7 @@ func TestConsumerExactUnderInjectedFaults(t *testing.T) {
 	go func() { done <- c.Run(runCtx) }()
 	waitCommitted(ctx, t, broker, group, cfg.DecisionsTopic)
 
-	require.Equal(t, w.Expected, quotatest.LedgerTotals(ctx, t, db, prefix+dynamo.TableQuotaLedger, w.Principals))
+	require.Equal(t, w.Expected, quotatest.LedgerTotals(ctx, t, db, st.table, w.Principals))
 	require.Positive(t, faulty.throttled.Load())
 	require.Positive(t, faulty.lost.Load())
 	require.Equal(t, float64(12+outOfWindow), counterValue(t, metrics.DLQ), "every poison or out-of-window message is refused")

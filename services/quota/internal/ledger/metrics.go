@@ -2,7 +2,8 @@ package ledger
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/floodgate-dev/floodgate/pkg/metric"
 )
 
 // Metrics are the floodgate_quota_* collectors.
@@ -37,53 +38,28 @@ const (
 
 // NewMetrics registers the quota metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	f := promauto.With(reg)
+	f := metric.With(reg)
 	return &Metrics{
-		Messages: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_quota_messages_total",
-			Help: "Decision messages handled, by result: allowed, denied, duplicate, poison, replay, replay_ignored.",
-		}, []string{"result"}),
-		Units: f.NewCounter(prometheus.CounterOpts{
-			Name: "floodgate_quota_units_total",
-			Help: "Allowed units aggregated from the stream (before fencing; redeliveries count again).",
-		}),
-		Writes: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_quota_ledger_writes_total",
-			Help: "Conditional UpdateItem calls answered by DynamoDB, by kind (partition, replay).",
-		}, []string{"kind"}),
-		WriteErrors: f.NewCounter(prometheus.CounterOpts{
-			Name: "floodgate_quota_ledger_write_errors_total",
-			Help: "UpdateItem calls that failed (throttling, network) and were retried with backoff.",
-		}),
-		FencedUnits: f.NewCounter(prometheus.CounterOpts{
-			Name: "floodgate_quota_fenced_units_total",
-			Help: "Units not written because the ledger already held their offsets (redeliveries, replays seen before).",
-		}),
-		Flushes: f.NewCounter(prometheus.CounterOpts{
-			Name: "floodgate_quota_flushes_total",
-			Help: "Partition batches written to the ledger and committed.",
-		}),
-		FlushSeconds: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "floodgate_quota_flush_seconds",
-			Help:    "Duration of one partition flush: ledger writes, re-seed and commit.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
-		}),
-		LedgerLag: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "floodgate_quota_ledger_lag_seconds",
-			Help:    "Age of the oldest message of a batch (its Kafka timestamp) when the batch's flush completed.",
-			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
-		}),
-		Reseeds: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_quota_reseeds_total",
-			Help: "Redis day counters re-seeded from the ledger, by outcome (ok, error).",
-		}, []string{"outcome"}),
-		DLQ: f.NewCounter(prometheus.CounterOpts{
-			Name: "floodgate_quota_dlq_total",
-			Help: "Decisions the ledger refused (undecodable, outside the event-time window, a replayed reference); the stream dead-letters them.",
-		}),
-		Abandoned: f.NewCounter(prometheus.CounterOpts{
-			Name: "floodgate_quota_abandoned_total",
-			Help: "Batches not flushed by the drain or rebalance deadline (left uncommitted, redelivered, fenced).",
-		}),
+		Messages: f.CounterVec("floodgate_quota_messages_total",
+			"Decision messages handled, by result: allowed, denied, duplicate, poison, replay, replay_ignored.", "result"),
+		Units: f.Counter("floodgate_quota_units_total",
+			"Allowed units aggregated from the stream (before fencing; redeliveries count again)."),
+		Writes: f.CounterVec("floodgate_quota_ledger_writes_total",
+			"Conditional UpdateItem calls answered by DynamoDB, by kind (partition, replay).", "kind"),
+		WriteErrors: f.Counter("floodgate_quota_ledger_write_errors_total",
+			"UpdateItem calls that failed (throttling, network) and were retried with backoff."),
+		FencedUnits: f.Counter("floodgate_quota_fenced_units_total",
+			"Units not written because the ledger already held their offsets (redeliveries, replays seen before)."),
+		Flushes: f.Counter("floodgate_quota_flushes_total", "Partition batches written to the ledger and committed."),
+		FlushSeconds: f.Histogram("floodgate_quota_flush_seconds",
+			"Duration of one partition flush: ledger writes, re-seed and commit.", prometheus.ExponentialBuckets(0.001, 2, 15)),
+		LedgerLag: f.Histogram("floodgate_quota_ledger_lag_seconds",
+			"Age of the oldest message of a batch (its Kafka timestamp) when the batch's flush completed.", prometheus.ExponentialBuckets(0.01, 2, 14)),
+		Reseeds: f.CounterVec("floodgate_quota_reseeds_total",
+			"Redis day counters re-seeded from the ledger, by outcome (ok, error).", "outcome"),
+		DLQ: f.Counter("floodgate_quota_dlq_total",
+			"Decisions the ledger refused (undecodable, outside the event-time window, a replayed reference); the stream dead-letters them."),
+		Abandoned: f.Counter("floodgate_quota_abandoned_total",
+			"Batches not flushed by the drain or rebalance deadline (left uncommitted, redelivered, fenced)."),
 	}
 }

@@ -4,18 +4,16 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/ledger"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/quotatest"
@@ -29,27 +27,13 @@ import (
 // the event is dead-lettered with the reason, and the ledger and the Redis
 // day counter hold the victim's own traffic only.
 func TestSecurityOverCostEventsS3(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the local stack; run `make test`")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	broker := quotatest.Broker(t)
-	db, prefix := quotatest.LedgerTable(t)
-	rdb := redistest.Client(t)
-	group := redistest.Unique(t, "quota-s3")
-	cfg, err := ledger.ConfigFromEnv(envMap(map[string]string{
-		"FLOODGATE_KAFKA_BROKERS": broker, "FLOODGATE_QUOTA_GROUP": group,
+	ctx := stacktest.Context(t, 90*time.Second, "needs the local stack; run `make test`")
+	st := newConsumerStack(t, "quota-s3", map[string]string{
 		"FLOODGATE_QUOTA_FLUSH_INTERVAL": "100ms", "FLOODGATE_QUOTA_FETCH_MAX_WAIT": "50ms",
-	}))
-	require.NoError(t, err)
+	})
+	broker, group, db, rdb, cfg := st.broker, st.group, st.db, st.rdb, st.cfg
 	require.Equal(t, int64(events.DefaultMaxCost), cfg.MaxEventCost)
-	store := ledger.NewStore(db, prefix+dynamo.TableQuotaLedger, cfg.RetentionDays, time.Now)
-	reg := prometheus.NewRegistry()
-	metrics := ledger.NewMetrics(reg)
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn + 4}))
-	c, err := ledger.NewConsumer(cfg, store, ledger.NewReseeder(rdb, time.Hour, time.Now), log, reg, metrics, time.Now)
-	require.NoError(t, err)
+	c, metrics, _ := st.consumer(t, db, slog.LevelWarn+4)
 
 	victim := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "victim")}
 	now := time.Now().UTC().Truncate(time.Millisecond)
@@ -73,7 +57,7 @@ func TestSecurityOverCostEventsS3(t *testing.T) {
 	day := now.Format(ledger.DayLayout)
 	want := int64(3 + events.DefaultMaxCost)
 	require.Equal(t, map[quotatest.DayKey]int64{{Principal: victim.Key(), Day: day}: want},
-		quotatest.LedgerTotals(ctx, t, db, prefix+dynamo.TableQuotaLedger, []events.Principal{victim}),
+		quotatest.LedgerTotals(ctx, t, db, st.table, []events.Principal{victim}),
 		"the ledger holds the victim's own units, nothing of the attack")
 	got, err := rdb.Get(ctx, redisx.DayUsageKey(string(victim.Kind), victim.ID, day)).Int64()
 	require.NoError(t, err)

@@ -85,24 +85,9 @@ func (s *Store) ApplyPartition(ctx context.Context, principal, day string, parti
 			n += e.Cost
 		}
 		lo, hi := entries[0].Offset, entries[len(entries)-1].Offset
-		out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:           aws.String(s.table),
-			Key:                 s.key(principal, day),
-			UpdateExpression:    aws.String("ADD #units :n SET #o = :hi, #exp = :exp, #upd = :upd"),
-			ConditionExpression: aws.String("attribute_not_exists(#o) OR #o < :lo"),
-			ExpressionAttributeNames: map[string]string{
-				"#units": attrUnits, "#o": fence, "#exp": attrExpires, "#upd": attrUpdated,
-			},
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":n":   num(n),
-				":hi":  num(hi),
-				":lo":  num(lo),
-				":exp": num(s.expiresAt(day)),
-				":upd": num(s.now().UnixMilli()),
-			},
-			ReturnValues:                        types.ReturnValueUpdatedNew,
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		})
+		out, err := s.update(ctx, principal, day, "ADD #units :n SET #o = :hi, #exp = :exp, #upd = :upd",
+			"attribute_not_exists(#o) OR #o < :lo", map[string]string{"#o": fence},
+			map[string]types.AttributeValue{":n": num(n), ":hi": num(hi), ":lo": num(lo)})
 		var ccf *types.ConditionalCheckFailedException
 		switch {
 		case err == nil:
@@ -143,24 +128,13 @@ func (s *Store) ApplyPartition(ctx context.Context, principal, day string, parti
 // conditional on the position not being in it.
 func (s *Store) ApplyReplay(ctx context.Context, principal, day string, partition int, offset, cost int64) (WriteResult, error) {
 	id := strconv.Itoa(partition) + "/" + strconv.FormatInt(offset, 10)
-	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:           aws.String(s.table),
-		Key:                 s.key(principal, day),
-		UpdateExpression:    aws.String("ADD #units :n, #r :id SET #exp = :exp, #upd = :upd"),
-		ConditionExpression: aws.String("attribute_not_exists(#r) OR NOT contains(#r, :idv)"),
-		ExpressionAttributeNames: map[string]string{
-			"#units": attrUnits, "#r": attrReplays, "#exp": attrExpires, "#upd": attrUpdated,
-		},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
+	out, err := s.update(ctx, principal, day, "ADD #units :n, #r :id SET #exp = :exp, #upd = :upd",
+		"attribute_not_exists(#r) OR NOT contains(#r, :idv)", map[string]string{"#r": attrReplays},
+		map[string]types.AttributeValue{
 			":n":   num(cost),
 			":id":  &types.AttributeValueMemberSS{Value: []string{id}},
 			":idv": &types.AttributeValueMemberS{Value: id},
-			":exp": num(s.expiresAt(day)),
-			":upd": num(s.now().UnixMilli()),
-		},
-		ReturnValues:                        types.ReturnValueUpdatedNew,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+		})
 	var ccf *types.ConditionalCheckFailedException
 	switch {
 	case err == nil:
@@ -170,6 +144,25 @@ func (s *Store) ApplyReplay(ctx context.Context, principal, day string, partitio
 	default:
 		return WriteResult{}, fmt.Errorf("update ledger %s %s replay %s: %w", principal, day, id, err)
 	}
+}
+
+// update is the conditional UpdateItem both writes make on the principal's
+// day item: expr and cond may use #units, #exp and #upd and the values :exp
+// (the item's expiry) and :upd (now), besides the names and values given.
+// It answers the updated units, or on a failed condition the item as it was.
+func (s *Store) update(ctx context.Context, principal, day, expr, cond string, names map[string]string, values map[string]types.AttributeValue) (*dynamodb.UpdateItemOutput, error) {
+	names["#units"], names["#exp"], names["#upd"] = attrUnits, attrExpires, attrUpdated
+	values[":exp"], values[":upd"] = num(s.expiresAt(day)), num(s.now().UnixMilli())
+	return s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 s.key(principal, day),
+		UpdateExpression:                    aws.String(expr),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
+		ReturnValues:                        types.ReturnValueUpdatedNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
 }
 
 // DayUsage is one day of a principal's ledger.
@@ -183,23 +176,22 @@ type DayUsage struct {
 func (s *Store) Usage(ctx context.Context, principal string, from, to time.Time) ([]DayUsage, error) {
 	from, to = from.UTC().Truncate(24*time.Hour), to.UTC().Truncate(24*time.Hour)
 	found := map[string]int64{}
-	var start map[string]types.AttributeValue
-	for {
-		out, err := s.db.Query(ctx, &dynamodb.QueryInput{
-			TableName:              aws.String(s.table),
-			KeyConditionExpression: aws.String("#pk = :pk AND #sk BETWEEN :from AND :to"),
-			ExpressionAttributeNames: map[string]string{
-				"#pk": attrPK, "#sk": attrSK, "#units": attrUnits,
-			},
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":pk":   &types.AttributeValueMemberS{Value: principal},
-				":from": &types.AttributeValueMemberS{Value: from.Format(DayLayout)},
-				":to":   &types.AttributeValueMemberS{Value: to.Format(DayLayout)},
-			},
-			ProjectionExpression: aws.String("#sk, #units"),
-			ConsistentRead:       aws.Bool(true),
-			ExclusiveStartKey:    start,
-		})
+	pages := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
+		TableName:              aws.String(s.table),
+		KeyConditionExpression: aws.String("#pk = :pk AND #sk BETWEEN :from AND :to"),
+		ExpressionAttributeNames: map[string]string{
+			"#pk": attrPK, "#sk": attrSK, "#units": attrUnits,
+		},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":pk":   &types.AttributeValueMemberS{Value: principal},
+			":from": &types.AttributeValueMemberS{Value: from.Format(DayLayout)},
+			":to":   &types.AttributeValueMemberS{Value: to.Format(DayLayout)},
+		},
+		ProjectionExpression: aws.String("#sk, #units"),
+		ConsistentRead:       aws.Bool(true),
+	})
+	for pages.HasMorePages() {
+		out, err := pages.NextPage(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("query ledger %s: %w", principal, err)
 		}
@@ -208,10 +200,6 @@ func (s *Store) Usage(ctx context.Context, principal string, from, to time.Time)
 				found[sk.Value] = numAttr(it[attrUnits])
 			}
 		}
-		if len(out.LastEvaluatedKey) == 0 {
-			break
-		}
-		start = out.LastEvaluatedKey
 	}
 	var days []DayUsage
 	for d := from; !d.After(to); d = d.Add(24 * time.Hour) {

@@ -1,0 +1,97 @@
+// Package stacktest holds what the tests of Floodgate's services and load
+// tests repeat around the local stack: a context for a test that needs the
+// stack (skipped under -short), a free loopback address, a service run in
+// the test's process with its log captured, waiting for a readiness URL,
+// and a PagerDuty Events API v2 receiver. Redis, the broker and DynamoDB
+// have their own helpers (redistest, kafkatest, quotatest); this package
+// only joins what every app test does with them.
+package stacktest
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/pkg/config"
+)
+
+// Context skips t under -short — needs says what the test needs, e.g.
+// "starts redis-server" — and returns a context that ends after timeout or
+// when the test ends.
+func Context(t testing.TB, timeout time.Duration, needs string) context.Context {
+	t.Helper()
+	Needs(t, needs)
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// FreeAddr returns a loopback host:port nothing listened on a moment ago.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free address: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// Getenv reads a service's environment from m (service.Stdio.Getenv,
+// config.Getenv).
+func Getenv(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// WaitOK polls url until it answers 200, failing t after timeout; msgAndArgs
+// say what was awaited (a captured log helps).
+func WaitOK(t testing.TB, url string, timeout time.Duration, msgAndArgs ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if r, err := http.Get(url); err == nil {
+			r.Body.Close()
+			if r.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not answer 200 within %s %s", url, timeout, describe(msgAndArgs))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// DefaultDynamoEndpoint is DynamoDB Local's address in the local stack.
+const DefaultDynamoEndpoint = "http://127.0.0.1:8000"
+
+// Stack is where the shared local stack listens: the FLOODGATE_* variables
+// deploy/local/with-stack.sh exports, or the local stack's defaults.
+type Stack struct {
+	RedisAddrs     []string // FLOODGATE_REDIS_ADDRS
+	InfluxURL      string   // FLOODGATE_INFLUX_URL
+	DynamoEndpoint string   // FLOODGATE_DYNAMODB_ENDPOINT
+}
+
+// Local reads the stack's addresses from the process's environment.
+func Local() Stack {
+	e := config.NewEnv(os.Getenv)
+	return Stack{
+		RedisAddrs:     e.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs),
+		InfluxURL:      e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
+		DynamoEndpoint: e.String("FLOODGATE_DYNAMODB_ENDPOINT", DefaultDynamoEndpoint),
+	}
+}
+
+// Needs skips t under -short: what says what the test needs that a short
+// run does not have ("starts redis-server", "the local stack; run `make
+// test`"). Without -short a missing service fails the test loudly.
+func Needs(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(what)
+	}
+}
