@@ -3,7 +3,6 @@ package stream
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -208,28 +207,15 @@ func CheckAccess(ctx context.Context, brokers []string, sec *Security, timeout t
 // classifyAccess turns an error that retrying cannot fix into one naming
 // the variables behind it, or returns nil.
 func classifyAccess(err error, sec *Security) error {
-	var (
-		unknownCA x509.UnknownAuthorityError
-		hostErr   x509.HostnameError
-		invalid   x509.CertificateInvalidError
-		verifyErr *tls.CertificateVerificationError
-		recordErr tls.RecordHeaderError
-		alertErr  tls.AlertError
-		kafkaErr  kafka.Error
-		mechanism = "none"
-	)
+	if why := config.KafkaTLS().Refusal(err); why != "" {
+		return fmt.Errorf("%w: %s: %w", ErrKafkaAccess, why, err)
+	}
+	var kafkaErr kafka.Error
+	mechanism := "none"
 	if sec != nil && sec.mech != nil {
 		mechanism = sec.mech.Name()
 	}
 	switch {
-	case errors.As(err, &unknownCA), errors.As(err, &invalid), errors.As(err, &verifyErr) && !errors.As(err, &hostErr):
-		return fmt.Errorf("%w: the broker's TLS certificate does not verify: check FLOODGATE_KAFKA_TLS_CA_FILE (the CA that signed the brokers' certificates; unset = the system's roots): %w", ErrKafkaAccess, err)
-	case errors.As(err, &hostErr):
-		return fmt.Errorf("%w: the broker's TLS certificate is for another name: check FLOODGATE_KAFKA_BROKERS or FLOODGATE_KAFKA_TLS_SERVER_NAME: %w", ErrKafkaAccess, err)
-	case errors.As(err, &recordErr):
-		return fmt.Errorf("%w: the broker does not speak TLS on this port: check FLOODGATE_KAFKA_TLS and the port in FLOODGATE_KAFKA_BROKERS: %w", ErrKafkaAccess, err)
-	case errors.As(err, &alertErr), strings.Contains(err.Error(), "remote error: tls:"):
-		return fmt.Errorf("%w: the broker refused the TLS handshake (a client certificate it does not accept?): check FLOODGATE_KAFKA_TLS_CERT_FILE and FLOODGATE_KAFKA_TLS_KEY_FILE: %w", ErrKafkaAccess, err)
 	case errors.As(err, &kafkaErr) && (kafkaErr == kafka.SASLAuthenticationFailed || kafkaErr == kafka.IllegalSASLState):
 		return fmt.Errorf("%w: SASL %s authentication failed: check FLOODGATE_KAFKA_SASL_USERNAME and FLOODGATE_KAFKA_SASL_PASSWORD (or the AWS credentials for aws-msk-iam): %w", ErrKafkaAccess, mechanism, err)
 	case errors.As(err, &kafkaErr) && kafkaErr == kafka.UnsupportedSASLMechanism:
