@@ -89,10 +89,11 @@ func Start(t testing.TB, path string, env []string, logs io.Writer, args ...stri
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
 		select {
-		case <-done:
+		case err := <-done:
+			t.Logf("%s exited: %v", path, err)
 		case <-time.After(20 * time.Second):
 			_ = cmd.Process.Kill()
-			<-done
+			t.Logf("%s killed after 20 s: %v", path, <-done)
 		}
 	})
 }
