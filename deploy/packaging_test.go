@@ -213,6 +213,7 @@ var (
 	addrDefaultRe = regexp.MustCompile(`\.String\(\s*"(FLOODGATE_[A-Z0-9_]+_ADDR)",\s*("[^"]*"|[A-Za-z_][A-Za-z0-9_.]*)`)
 	constRe       = `(?m)\b%s\s*=\s*"([^"]*)"`
 	groupEnvRe    = regexp.MustCompile(`"FLOODGATE_[A-Z0-9_]+_GROUP"`)
+	tlsAddrsRe    = regexp.MustCompile(`\baddrs:\s*"FLOODGATE_[A-Z0-9_]+"`)
 )
 
 // loadProgram follows the program's imports inside the module (non-test files, every build
@@ -237,7 +238,9 @@ func loadProgram(t *testing.T, root, modPath, name, dir string) *program {
 			}
 			path := filepath.Join(root, d, e.Name())
 			src := readFile(t, path)
-			p.sources[d+"/"+e.Name()] = string(src)
+			// A TLSVars literal's addrs only names the address variable in
+			// error hints (pkg/config): naming is not reading.
+			p.sources[d+"/"+e.Name()] = tlsAddrsRe.ReplaceAllString(string(src), `addrs: ""`)
 			f, err := parser.ParseFile(token.NewFileSet(), path, src, parser.ImportsOnly)
 			require.NoError(t, err)
 			for _, imp := range f.Imports {
@@ -1978,6 +1981,7 @@ var (
 	labelsLitRe   = regexp.MustCompile(`\[\]string\{([^}]*)\}`)
 	labelsIdentRe = regexp.MustCompile(`\},\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)`)
 	// A pkg/metric Factory call: the name, the help, then the labels as the last arguments.
+	spreadLabelsRe  = regexp.MustCompile(`^,\s*"(?:[^"\\]|\\.)*"[^\n]*?,\s*([A-Za-z_][A-Za-z0-9_]*)\.\.\.\s*\)`)
 	factoryCallRe   = regexp.MustCompile(`^,\s*"(?:[^"\\]|\\.)*"\s*[,)]`)
 	factoryLabelsRe = regexp.MustCompile(`^,\s*"(?:[^"\\]|\\.)*"((?:\s*,\s*"[^"]*")*)\s*,?\s*\)`)
 )
@@ -2006,6 +2010,12 @@ func (m *model) metricLabels(name string) (labels []string, ok bool) {
 			var list string
 			if mm := factoryLabelsRe.FindStringSubmatch(def); mm != nil {
 				list = mm[1]
+			} else if mm := spreadLabelsRe.FindStringSubmatch(def); mm != nil {
+				// labels spread from a variable: tg...
+				re := regexp.MustCompile(`\b` + regexp.QuoteMeta(mm[1]) + `\s*:?=\s*\[\]string\{([^}]*)\}`)
+				if d := re.FindStringSubmatch(src); d != nil {
+					list = d[1]
+				}
 			} else if factoryCallRe.MatchString(def) {
 				list = "" // a Factory call without literal labels (a histogram's buckets): none
 			} else if mm := labelsLitRe.FindStringSubmatch(def); mm != nil {
