@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -23,21 +22,7 @@ type batchItem struct {
 	out   []any
 	errs  []error // per call
 	done  chan struct{}
-	once  sync.Once // answered once: by Redis's reply or by the budget
 }
-
-// answer gives it its results unless it already has them.
-func (it *batchItem) answer(out []any, errs []error) {
-	it.once.Do(func() {
-		it.out, it.errs = out, errs
-		close(it.done)
-	})
-}
-
-// errPastBudget answers the calls of a pipeline Redis did not answer within
-// the budget. The pipeline itself goes on waiting (up to linger) so that its
-// connection stays in step and in the pool.
-var errPastBudget = fmt.Errorf("no reply within the budget: %w", context.DeadlineExceeded)
 
 // scriptBatcher sends the script calls of concurrent checks in shared pipelines
 // (group commit): a check that finds a free flusher slot sends everything queued
@@ -46,23 +31,14 @@ var errPastBudget = fmt.Errorf("no reply within the budget: %w", context.Deadlin
 // carries one check (no added wait); under heavy load one write and one read
 // carry up to max checks, on the limiter's side and on Redis's. A flusher that
 // leaves work behind hands it to a goroutine, so nothing queued is left waiting.
-//
-// Every check is answered by its budget. While Redis answers within half the
-// budget, the check that takes a flusher slot flushes in its own goroutine
-// (the cheapest path: no hand-off) and its pipeline ends at the budget; once a
-// round trip has taken longer, flushers run in goroutines of their own and a
-// pipeline may linger past the budget for a late reply (see flush), while its
-// checks are answered at the budget.
 type scriptBatcher struct {
 	rdb         redis.UniversalClient
 	script      *redis.Script
 	max         int            // checks per pipeline
 	maxFlushers int            // pipelines in flight at once
-	budget      time.Duration  // how long a check waits for its pipeline's reply
-	linger      time.Duration  // how long the pipeline waits for it (≥ budget): the socket deadline
+	budget      time.Duration  // bound of one pipeline's round trip
 	maxQueue    int            // checks waiting for a pipeline; beyond, shed at once (0: no bound)
 	m           *engineMetrics // round trips; nil in tests of the batcher alone
-	slow        atomic.Bool    // the last round trip took more than half the budget
 
 	mu       sync.Mutex
 	pending  []*batchItem
@@ -85,16 +61,11 @@ func (b *scriptBatcher) run(ctx context.Context, calls []scriptCall) ([]any, []e
 		return nil, nil, errOverloaded
 	}
 	b.pending = append(b.pending, it)
-	switch {
-	case b.flushers == b.maxFlushers:
-		b.mu.Unlock()
-	case b.slow.Load():
-		b.flushers++
-		b.mu.Unlock()
-		go b.handOver()
-	default:
+	if b.flushers < b.maxFlushers {
 		b.flushers++
 		b.flushUntil(it)
+	} else {
+		b.mu.Unlock()
 	}
 	select {
 	case <-it.done:
@@ -123,22 +94,19 @@ func (b *scriptBatcher) flushUntil(own *batchItem) {
 			b.pending = nil
 		}
 		b.mu.Unlock()
-		b.flush(batch, own == nil) // a check's own goroutine waits for its budget only
+		b.flush(batch)
 		b.mu.Lock()
 		if own != nil && isDone(own) && len(b.pending) > 0 {
+			go func() { // hand the rest over: the flusher's own check is answered
+				b.mu.Lock()
+				b.flushUntil(nil)
+			}()
 			b.mu.Unlock()
-			go b.handOver() // the flusher's own check is answered: the rest is another goroutine's
 			return
 		}
 	}
 	b.flushers--
 	b.mu.Unlock()
-}
-
-// handOver flushes, in a goroutine of its own, with the slot its caller took.
-func (b *scriptBatcher) handOver() {
-	b.mu.Lock()
-	b.flushUntil(nil)
 }
 
 func isDone(it *batchItem) bool {
@@ -151,37 +119,13 @@ func isDone(it *batchItem) bool {
 }
 
 // flush sends every call of batch in one pipeline (EVALSHA, then EVAL for the
-// calls a node answered NOSCRIPT) and answers each item: with Redis's reply,
-// or with errPastBudget once the budget has passed. A reply later than the
-// budget but within linger is read and dropped, so the connection goes back to
-// the pool: timing out the socket at the budget closed it, and behind a slow
-// link the next pipeline paid a dial and a handshake inside its own budget,
-// timed out in turn, and so on (chaos redis-slow at +40 ms). Only a flusher
-// in a goroutine of its own lingers; a check flushing in its own goroutine
-// (Redis fast) bounds the pipeline by its budget, as the socket did before.
-func (b *scriptBatcher) flush(batch []*batchItem, linger bool) {
-	wait := b.budget
-	if linger {
-		wait = max(b.linger, b.budget)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
+// calls a node answered NOSCRIPT) and answers each item.
+func (b *scriptBatcher) flush(batch []*batchItem) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.budget)
 	defer cancel()
-	start := time.Now()
-	late := time.AfterFunc(b.budget, func() {
-		b.slow.Store(true)
-		for _, it := range batch {
-			errs := make([]error, len(it.calls))
-			for j := range errs {
-				errs[j] = fmt.Errorf("run check script: %w", errPastBudget)
-			}
-			it.answer(nil, errs)
-		}
-	})
-	defer late.Stop()
 	if b.m != nil {
-		defer b.m.roundTrip(start)
+		defer b.m.roundTrip(time.Now())
 	}
-	defer func() { b.slow.Store(time.Since(start) > b.budget/2) }()
 	cmds := make([][]*redis.Cmd, len(batch))
 	pipe := b.rdb.Pipeline()
 	for i, it := range batch {
@@ -206,14 +150,15 @@ func (b *scriptBatcher) flush(batch []*batchItem, linger bool) {
 		_, _ = retry.Exec(ctx)
 	}
 	for i, it := range batch {
-		out, errs := make([]any, len(it.calls)), make([]error, len(it.calls))
+		it.out = make([]any, len(it.calls))
+		it.errs = make([]error, len(it.calls))
 		for j, c := range cmds[i] {
 			if err := c.Err(); err != nil {
-				errs[j] = fmt.Errorf("run check script: %w", err)
+				it.errs[j] = fmt.Errorf("run check script: %w", err)
 				continue
 			}
-			out[j] = c.Val()
+			it.out[j] = c.Val()
 		}
-		it.answer(out, errs)
+		close(it.done)
 	}
 }

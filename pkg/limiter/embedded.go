@@ -76,10 +76,7 @@ type EmbedConfig struct {
 	// state (over-limit cache, this instance's share of each limit), never
 	// failed open. OverLimitEntries sizes the over-limit cache (default
 	// 100,000; negative disables), RedisBatch the pipelined batch (default 64).
-	Budget time.Duration
-	// Linger: how long a pipeline answered at the Budget waits for the late
-	// reply to keep its connection (default 4 × Budget; Config.Linger).
-	Linger           time.Duration
+	Budget           time.Duration
 	BreakerFailures  int
 	BreakerOpen      time.Duration
 	OverLimitEntries int
@@ -193,7 +190,7 @@ func NewEmbedded(ctx context.Context, c EmbedConfig) (*Embedded, error) {
 	store := NewRuleStore(rules)
 	runtime := NewRuntime(c.Redis, c.Logger, c.Registry)
 	engine, err := NewEngine(EngineConfig{
-		Redis: c.Redis, Rules: store, Runtime: runtime, Budget: c.Budget, Linger: c.Linger,
+		Redis: c.Redis, Rules: store, Runtime: runtime, Budget: c.Budget,
 		BreakerFailures: uint32(c.BreakerFailures), BreakerOpen: c.BreakerOpen,
 		OverLimitEntries: c.OverLimitEntries, RedisBatch: c.RedisBatch, Shadow: c.Shadow,
 		RedisLatency: c.RedisLatency, Logger: c.Logger, Registry: c.Registry,

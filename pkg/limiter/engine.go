@@ -131,12 +131,6 @@ type EngineConfig struct {
 	Clock   func() time.Time // local clock for caches and local buckets; nil = time.Now
 	// Budget bounds one check's Redis round trip (FLOODGATE_LIMITER_REDIS_TIMEOUT).
 	Budget time.Duration
-	// Linger is how long a pipeline whose checks were answered at the Budget
-	// still waits for Redis's late reply, so that its connection stays in the
-	// pool instead of being closed and dialed again inside the next check's
-	// budget (default 4 × Budget). The Redis client's read and write
-	// timeouts must be at least this long.
-	Linger time.Duration
 	// Every Redis shard (the node, or each cluster master) has its own
 	// breaker. It opens when, within a sliding BreakerWindow (default 1s), at
 	// least BreakerFailures calls failed (default 10) and they were at least
@@ -264,9 +258,6 @@ func NewEngine(c EngineConfig) (*Engine, error) {
 	if c.QueueWait <= 0 {
 		c.QueueWait = 4 * c.Budget
 	}
-	if c.Linger < c.Budget {
-		c.Linger = 4 * c.Budget
-	}
 	if c.ClusterRefresh <= 0 {
 		c.ClusterRefresh = time.Second
 	}
@@ -324,7 +315,7 @@ func NewEngine(c EngineConfig) (*Engine, error) {
 	if c.admission != nil {
 		adm = *c.admission
 	}
-	e.shards = newShardSet(shardConfig{rdb: c.Redis, script: e.script, budget: c.Budget, linger: c.Linger, batch: c.RedisBatch,
+	e.shards = newShardSet(shardConfig{rdb: c.Redis, script: e.script, budget: c.Budget, batch: c.RedisBatch,
 		breakerFailures: c.BreakerFailures, breakerRatio: c.BreakerRatio, breakerWindow: c.BreakerWindow,
 		breakerOpen: c.BreakerOpen, logEvery: c.LogEvery, admission: adm, log: c.Logger, m: m})
 	if c.OverLimitEntries > 0 {

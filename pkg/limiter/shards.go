@@ -58,7 +58,6 @@ type shardConfig struct {
 	rdb             redis.UniversalClient
 	script          *redis.Script
 	budget          time.Duration
-	linger          time.Duration
 	batch           int           // checks per pipeline; ≤ 1 = no batcher
 	breakerFailures uint32        // failures within the window, at least…
 	breakerRatio    float64       // …and at least this share of the window's calls
@@ -103,7 +102,7 @@ func (s *shardSet) newShard(name string) *shard {
 	c := s.cfg
 	sh := &shard{name: name, set: s}
 	if c.batch > 1 {
-		sh.batch = &scriptBatcher{rdb: c.rdb, script: c.script, max: c.batch, maxFlushers: 4, budget: c.budget, linger: c.linger,
+		sh.batch = &scriptBatcher{rdb: c.rdb, script: c.script, max: c.batch, maxFlushers: 4, budget: c.budget,
 			maxQueue: 16 * c.batch, m: c.m}
 	}
 	inflight := c.m.admissionLimit.WithLabelValues(name)

@@ -64,16 +64,14 @@ func (o Options) Validate() error {
 // address. go-redis routes EVALSHA by the first key's slot, which the hash-tag
 // key layout keeps on the principal's slot.
 //
-// A call's context deadline bounds its socket reads and writes
-// (ContextTimeoutEnabled; without it go-redis bounds them only by ReadTimeout
-// and WriteTimeout, whatever the caller's deadline). Every connection is
-// ready after one round trip (HELLO; no CLIENT SETINFO),
-// and pipelines share the main pool (PipelinePoolSize -1): go-redis's
-// dedicated pipeline pool never dials ahead, so behind a slow link every
-// pipeline that needed a new connection paid the handshake inside a check's
-// budget, timed out, lost its connection and made the next one dial again
-// (78 dials and 850 degraded answers in 10 s at +40 ms, chaos redis-slow).
-// MinIdleConns dials ahead for pipelines too.
+// Every connection is ready after one round trip (HELLO; no CLIENT SETINFO),
+// and pipelines share the main pool (PipelinePoolSize -1), which keeps
+// MinIdleConns dialed ahead: go-redis's dedicated pipeline pool never dials
+// ahead, so behind a slow link a pipeline whose connection had been closed by
+// a timeout dialed a new one and paid two handshake round trips inside its
+// budget, timed out in turn, and so on (78 dials and 850 degraded answers in
+// 10 s at +40 ms, chaos redis-slow). A call's socket is bounded by
+// ReadTimeout and WriteTimeout, not by its context's deadline.
 //
 // A standalone or failover client is a *Node: besides the go-redis client it
 // can drop its connections (Reconnect), which the limiter does when a node
@@ -84,7 +82,7 @@ func NewClient(o Options) redis.UniversalClient {
 	if o.SentinelMaster == "" && len(o.Addrs) > 1 {
 		return redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: o.Addrs, DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
-			WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns, DisableIdentity: true, ContextTimeoutEnabled: true,
+			WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns, DisableIdentity: true,
 			Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
 		})
 	}
@@ -93,7 +91,7 @@ func NewClient(o Options) redis.UniversalClient {
 		n.Client = redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: o.SentinelMaster, SentinelAddrs: o.SentinelAddrs,
 			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns,
-			PipelinePoolSize: -1, DisableIdentity: true, ContextTimeoutEnabled: true,
+			PipelinePoolSize: -1, DisableIdentity: true,
 			Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
 			SentinelUsername: sec.SentinelUsername, SentinelPassword: sec.SentinelPassword.Reveal(),
 		})
@@ -102,7 +100,7 @@ func NewClient(o Options) redis.UniversalClient {
 		n.Client = redis.NewClient(&redis.Options{
 			Addr: o.Addrs[0], DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
 			WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns,
-			PipelinePoolSize: -1, DisableIdentity: true, ContextTimeoutEnabled: true,
+			PipelinePoolSize: -1, DisableIdentity: true,
 			Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
 		})
 		n.mode = "standalone"

@@ -100,11 +100,8 @@ func Run(ctx context.Context, env service.Env) error {
 		}
 	}
 
-	// Every call carries its own deadline (the budget for a check); the socket
-	// timeouts only bound a pipeline that lingers for a late reply.
-	linger := 4 * cfg.RedisTimeout
 	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, SentinelMaster: cfg.SentinelMaster, SentinelAddrs: cfg.SentinelAddrs, DialTimeout: time.Second,
-		ReadTimeout: linger, WriteTimeout: linger, Security: cfg.RedisSecurity,
+		ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout, Security: cfg.RedisSecurity,
 		MinIdleConns: 8}) // a shard's 4 pipelines in flight plus refunds, heartbeats and reloads: dialed ahead, not inside a check's budget
 	run.Closer("redis", rdb.Close)
 	fail := func(err error) error {
@@ -142,7 +139,7 @@ func Run(ctx context.Context, env service.Env) error {
 		Redis: rdb, Rules: rules, RulesFile: cfg.RulesPath, RulesPoll: cfg.RulesPoll, Reload: hup, RulesTopic: cfg.RulesTopic,
 		Brokers: cfg.KafkaBrokers, Kafka: ksec, Topic: cfg.DecisionsTopic, Journal: cfg.Journal, EventBuffer: cfg.EventBuffer,
 		Gateway: cfg.Gateway, Observer: observer, RedisLatency: rtt,
-		Budget: cfg.RedisTimeout, Linger: linger, BreakerFailures: cfg.BreakerFailures, BreakerOpen: cfg.BreakerOpen,
+		Budget: cfg.RedisTimeout, BreakerFailures: cfg.BreakerFailures, BreakerOpen: cfg.BreakerOpen,
 		OverLimitEntries: cmp.Or(cfg.OverLimitCache, -1), RedisBatch: cfg.RedisBatch, Shadow: cfg.Shadow,
 		RuntimePoll: cfg.RuntimePoll, Logger: log, Registry: reg, Callers: cfg.Callers, Tracing: env.Tracing,
 	})
