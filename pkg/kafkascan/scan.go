@@ -111,7 +111,7 @@ func Since(ctx context.Context, c *kafka.Client, topic string, t time.Time) ([]R
 	if err != nil {
 		return nil, err
 	}
-	first, end, err := bounds(ctx, c, topic, parts)
+	first, end, err := PartitionBounds(ctx, c, topic, parts)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +143,7 @@ func Since(ctx context.Context, c *kafka.Client, topic string, t time.Time) ([]R
 
 // Bounds returns one partition's first offset and its end (the next offset).
 func Bounds(ctx context.Context, c *kafka.Client, topic string, partition int) (first, end int64, err error) {
-	f, e, err := bounds(ctx, c, topic, []int{partition})
+	f, e, err := PartitionBounds(ctx, c, topic, []int{partition})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -154,8 +154,9 @@ func Bounds(ctx context.Context, c *kafka.Client, topic string, partition int) (
 	return first, e[partition], nil
 }
 
-// bounds returns the first offset and the end of each of parts.
-func bounds(ctx context.Context, c *kafka.Client, topic string, parts []int) (first, end map[int]int64, err error) {
+// PartitionBounds returns the first offset and the end (the next offset to be
+// written) of each of parts, in one ListOffsets request.
+func PartitionBounds(ctx context.Context, c *kafka.Client, topic string, parts []int) (first, end map[int]int64, err error) {
 	reqs := make([]kafka.OffsetRequest, 0, 2*len(parts))
 	for _, p := range parts {
 		reqs = append(reqs, kafka.FirstOffsetOf(p), kafka.LastOffsetOf(p))

@@ -5,70 +5,34 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/floodgate-dev/floodgate/pkg/kafkascan"
 )
 
 // ErrExpired means a message is no longer on its topic (retention deleted it).
 var ErrExpired = errors.New("message no longer on the topic (retention)")
 
-// partitionsOf lists topic's partition ids, sorted.
-func partitionsOf(ctx context.Context, client *kafka.Client, topic string) ([]int, error) {
-	meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-	if err != nil {
-		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
-	}
-	for _, t := range meta.Topics {
-		if t.Name != topic {
-			continue
-		}
-		if t.Error != nil {
-			return nil, fmt.Errorf("metadata of %s: %w", topic, t.Error)
-		}
-		ids := make([]int, 0, len(t.Partitions))
-		for _, p := range t.Partitions {
-			ids = append(ids, p.ID)
-		}
-		sort.Ints(ids)
-		return ids, nil
-	}
-	return nil, fmt.Errorf("metadata of %s: topic not found", topic)
-}
-
 // bounds are a partition's log start offset and high watermark.
 type bounds struct{ first, last int64 }
 
-func logBounds(ctx context.Context, client *kafka.Client, topic string, parts []int) (map[int]bounds, error) {
-	reqs := make([]kafka.OffsetRequest, 0, 2*len(parts))
-	for _, p := range parts {
-		reqs = append(reqs, kafka.FirstOffsetOf(p), kafka.LastOffsetOf(p))
-	}
-	res, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
-	if err != nil {
-		return nil, fmt.Errorf("list offsets of %s: %w", topic, err)
-	}
-	out := map[int]bounds{}
-	for _, po := range res.Topics[topic] {
-		if po.Error != nil {
-			return nil, fmt.Errorf("list offsets of %s/%d: %w", topic, po.Partition, po.Error)
-		}
-		out[po.Partition] = bounds{first: po.FirstOffset, last: po.LastOffset}
-	}
-	return out, nil
-}
-
-// offsetsAt returns, per partition, the offset of the first message with a
-// timestamp at or after t, or the high watermark when there is none.
 // topicBounds reads topic's partitions and their log bounds.
 func topicBounds(ctx context.Context, client *kafka.Client, topic string) ([]int, map[int]bounds, error) {
-	parts, err := partitionsOf(ctx, client, topic)
+	parts, err := kafkascan.Partitions(ctx, client, topic)
 	if err != nil {
 		return nil, nil, err
 	}
-	b, err := logBounds(ctx, client, topic, parts)
-	return parts, b, err
+	first, end, err := kafkascan.PartitionBounds(ctx, client, topic, parts)
+	if err != nil {
+		return nil, nil, err
+	}
+	b := make(map[int]bounds, len(parts))
+	for p, f := range first {
+		b[p] = bounds{first: f, last: end[p]}
+	}
+	return parts, b, nil
 }
 
 // startsAt reads topic's partitions, their log bounds and each one's first
@@ -82,6 +46,8 @@ func startsAt(ctx context.Context, client *kafka.Client, topic string, t time.Ti
 	return parts, b, starts, err
 }
 
+// offsetsAt returns, per partition, the offset of the first message with a
+// timestamp at or after t, or the high watermark when there is none.
 func offsetsAt(ctx context.Context, client *kafka.Client, topic string, parts []int, t time.Time, hw map[int]bounds) (map[int]int64, error) {
 	reqs := make([]kafka.OffsetRequest, 0, len(parts))
 	for _, p := range parts {
