@@ -407,10 +407,11 @@ func peerTable(p *envoypeer.Report) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d alternating rounds of %s per service; %d callers (gRPC on %d connections); %s users; the same Redis and rule (100/s fixed window per user).\n\n",
 		p.Rounds, p.Duration, p.Callers, p.Conns, thousands(float64(p.Users)))
-	b.WriteString("| protocol | service | calls/s | p50 | p99 | errors | load generator CPU |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("| protocol | service | calls/s | p50 | p99 | errors | load generator CPU | CPU µs per call: service + Redis + broker + generator |\n|---|---|---|---|---|---|---|---|\n")
 	for _, c := range p.Comparisons {
 		for _, s := range c.Services {
-			fmt.Fprintf(&b, "| %s | %s | %s | %.2f ms | %.2f ms | %d | %.0f %% |\n", c.Protocol, s.Name, thousands(s.CallsPerSec), s.P50Ms, s.P99Ms, s.Errors, 100*s.LoadgenCPU)
+			fmt.Fprintf(&b, "| %s | %s | %s | %.2f ms | %.2f ms | %d | %.0f %% | %.0f + %.0f + %.0f + %.0f = %.0f |\n", c.Protocol, s.Name, thousands(s.CallsPerSec),
+				s.P50Ms, s.P99Ms, s.Errors, 100*s.LoadgenCPU, s.CPU.Service, s.CPU.Redis, s.CPU.Broker, s.CPU.Generator, s.CPU.Total())
 		}
 	}
 	b.WriteString("\n")

@@ -184,6 +184,9 @@ func (p *Peer) ConfigError() string {
 	return line
 }
 
+// Pid is the peer's process id.
+func (p *Peer) Pid() int { return p.cmd.Process.Pid }
+
 // Stop ends the peer.
 func (p *Peer) Stop() {
 	if p.cmd != nil && p.cmd.Process != nil {

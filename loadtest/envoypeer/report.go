@@ -30,4 +30,19 @@ type ServiceResult struct {
 	// LoadgenCPU is the load generator's own CPU time over its rounds'
 	// wall time × cores: the share of the machine the measurement took.
 	LoadgenCPU float64 `json:"loadgen_cpu_share"`
+	// CPU is the CPU time each process on the call's path spent per call
+	// over the service's rounds, in µs (Linux /proc): where the machine's
+	// time went. Broker is 0 for envoy ratelimit, which publishes nothing.
+	CPU CallCPU `json:"cpu_us_per_call"`
 }
+
+// CallCPU is CPU time per call, in µs, by process.
+type CallCPU struct {
+	Service   float64 `json:"service"`
+	Redis     float64 `json:"redis"`
+	Broker    float64 `json:"broker"`
+	Generator float64 `json:"load_generator"`
+}
+
+// Total is the machine's CPU time per call.
+func (c CallCPU) Total() float64 { return c.Service + c.Redis + c.Broker + c.Generator }

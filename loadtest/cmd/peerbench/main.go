@@ -19,11 +19,11 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,6 +37,7 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/valyala/fasthttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -55,7 +56,8 @@ type result struct {
 	calls    int64
 	errors   int64
 	duration time.Duration
-	cpu      time.Duration // the load generator's own CPU time in the round
+	cpu      time.Duration    // the load generator's own CPU time in the round
+	procs    [3]time.Duration // CPU time of the service, Redis and the broker in the round
 	lat      []time.Duration
 }
 
@@ -100,14 +102,21 @@ func run() error {
 		return err
 	}
 	defer stop()
+	rpid, err := redisPid(ctx, "127.0.0.1:6379")
+	if err != nil {
+		return err
+	}
+	// envoy ratelimit publishes nothing: the broker's CPU in its rounds is
+	// not its own, so its column stays 0.
+	peerPids, fgPids := pids{service: peer.Pid(), redis: rpid}, pids{service: fg.pid, redis: rpid, broker: brokerPid()}
 
 	for _, proto := range strings.Split(*protocols, ",") {
 		var targets []target
 		switch proto {
 		case "grpc":
-			targets = []target{{"envoy ratelimit", peer.GRPCAddr}, {"floodgate", fg.grpc}}
+			targets = []target{{"envoy ratelimit", peer.GRPCAddr, peerPids}, {"floodgate", fg.grpc, fgPids}}
 		case "http":
-			targets = []target{{"envoy ratelimit", "http://" + peer.HTTPAddr + "/json"}, {"floodgate", "http://" + fg.http + "/v1/check"}}
+			targets = []target{{"envoy ratelimit", "http://" + peer.HTTPAddr + "/json", peerPids}, {"floodgate", "http://" + fg.http + "/v1/check", fgPids}}
 		default:
 			return fmt.Errorf("-protocols: %q is not grpc or http", proto)
 		}
@@ -129,7 +138,10 @@ func run() error {
 	return nil
 }
 
-type target struct{ name, addr string }
+type target struct {
+	name, addr string
+	pids       pids // the processes on its calls' path
+}
 
 // compare runs alternating rounds against both targets over one protocol and
 // prints the per-round figures, the summary table and the ratio.
@@ -145,7 +157,7 @@ func compare(ctx context.Context, proto string, targets []target, domain string,
 			if err != nil {
 				return envoypeer.Comparison{}, err
 			}
-			res := load(ctx, t.name, call, d, callers, users)
+			res := load(ctx, t, call, d, callers, users)
 			closeAll()
 			all = append(all, res)
 			fmt.Printf("%s round %d %-16s %8.0f calls/s  p50 %-9s p99 %-9s errors %d\n", proto, r+1, t.name,
@@ -163,18 +175,24 @@ func compare(ctx context.Context, proto string, targets []target, domain string,
 		s.errors += r.errors
 		s.duration += r.duration
 		s.cpu += r.cpu
+		for i := range s.procs {
+			s.procs[i] += r.procs[i]
+		}
 		s.lat = append(s.lat, r.lat...)
 	}
 	c := envoypeer.Comparison{Protocol: proto}
-	fmt.Printf("\n%s\n| service | calls/s | p50 | p99 | errors | load generator CPU |\n|---|---|---|---|---|---|\n", proto)
+	fmt.Printf("\n%s\n| service | calls/s | p50 | p99 | errors | load generator CPU | CPU µs per call: service + Redis + broker + generator |\n|---|---|---|---|---|---|---|\n", proto)
 	for _, t := range targets {
 		s := sum[t.name]
 		slices.Sort(s.lat)
 		sr := envoypeer.ServiceResult{Name: s.name, Calls: s.calls, Errors: s.errors, CallsPerSec: float64(s.calls) / s.duration.Seconds(),
 			P50Ms: msOf(q(s.lat, 0.5)), P99Ms: msOf(q(s.lat, 0.99)),
 			LoadgenCPU: s.cpu.Seconds() / (s.duration.Seconds() * float64(runtime.NumCPU()))}
+		perCall := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(max(s.calls, 1)) }
+		sr.CPU = envoypeer.CallCPU{Service: perCall(s.procs[0]), Redis: perCall(s.procs[1]), Broker: perCall(s.procs[2]), Generator: perCall(s.cpu)}
 		c.Services = append(c.Services, sr)
-		fmt.Printf("| %s | %.0f | %s | %s | %d | %.0f %% |\n", s.name, sr.CallsPerSec, q(s.lat, 0.5), q(s.lat, 0.99), s.errors, 100*sr.LoadgenCPU)
+		fmt.Printf("| %s | %.0f | %s | %s | %d | %.0f %% | %.0f + %.0f + %.0f + %.0f = %.0f |\n", s.name, sr.CallsPerSec, q(s.lat, 0.5), q(s.lat, 0.99), s.errors, 100*sr.LoadgenCPU,
+			sr.CPU.Service, sr.CPU.Redis, sr.CPU.Broker, sr.CPU.Generator, sr.CPU.Total())
 	}
 	e, f := sum["envoy ratelimit"], sum["floodgate"]
 	c.Ratio = (float64(f.calls) / f.duration.Seconds()) / (float64(e.calls) / e.duration.Seconds())
@@ -199,32 +217,35 @@ func cpuTime() time.Duration {
 // connections.
 func caller(proto string, t target, domain string, conns int) (func(ctx context.Context, worker, user int) error, func(), error) {
 	if proto == "http" {
-		tr := &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0}
-		hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+		// fasthttp's client costs less CPU per call than net/http's, so the
+		// generator takes less of the two cores it shares with the services
+		// it measures (its share is in the report; docs/benchmarks.md).
+		u, err := url.Parse(t.addr)
+		if err != nil {
+			return nil, nil, err
+		}
+		hc := &fasthttp.HostClient{Addr: u.Host, MaxConns: 1024, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second}
 		floodgate := t.name == "floodgate"
-		return func(ctx context.Context, _, user int) error {
-			var body string
+		return func(_ context.Context, _, user int) error {
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			req.SetRequestURI(t.addr)
+			req.Header.SetMethod(fasthttp.MethodPost)
+			req.Header.SetContentType("application/json")
 			if floodgate {
-				body = fmt.Sprintf(`{"principal":{"kind":"user","id":"u%05d"},"ip":"203.0.113.%d","method":"GET","route":"/v1/items"}`, user, user%250+1)
+				req.SetBodyString(fmt.Sprintf(`{"principal":{"kind":"user","id":"u%05d"},"ip":"203.0.113.%d","method":"GET","route":"/v1/items"}`, user, user%250+1))
 			} else {
-				body = fmt.Sprintf(`{"domain":%q,"descriptors":[{"entries":[{"key":"user","value":"u%05d"}]}]}`, domain, user)
+				req.SetBodyString(fmt.Sprintf(`{"domain":%q,"descriptors":[{"entries":[{"key":"user","value":"u%05d"}]}]}`, domain, user))
 			}
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.addr, strings.NewReader(body))
-			if err != nil {
+			if err := hc.Do(req, resp); err != nil {
 				return err
 			}
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := hc.Do(req)
-			if err != nil {
-				return err
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusTooManyRequests {
-				return fmt.Errorf("%s: status %d", t.addr, resp.StatusCode)
+			if code := resp.StatusCode(); code != http.StatusOK && code != http.StatusTooManyRequests {
+				return fmt.Errorf("%s: status %d", t.addr, code)
 			}
 			return nil
-		}, tr.CloseIdleConnections, nil
+		}, hc.CloseIdleConnections, nil
 	}
 	clients := make([]rlsv3.RateLimitServiceClient, conns)
 	var closers []func() error
@@ -246,7 +267,7 @@ func caller(proto string, t target, domain string, conns int) (func(ctx context.
 		}, nil
 }
 
-func load(ctx context.Context, name string, call func(ctx context.Context, worker, user int) error, d time.Duration, callers, users int) result {
+func load(ctx context.Context, t target, call func(ctx context.Context, worker, user int) error, d time.Duration, callers, users int) result {
 	// Warm the connections.
 	for i := 0; i < callers; i++ {
 		_ = call(ctx, i, 0)
@@ -254,7 +275,7 @@ func load(ctx context.Context, name string, call func(ctx context.Context, worke
 	var calls, errs atomic.Int64
 	lats := make([][]time.Duration, callers)
 	end := time.Now().Add(d)
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0, procs0 := time.Now(), cpuTime(), t.pids.cpu()
 	var wg sync.WaitGroup
 	for i := 0; i < callers; i++ {
 		wg.Add(1)
@@ -273,13 +294,16 @@ func load(ctx context.Context, name string, call func(ctx context.Context, worke
 		}()
 	}
 	wg.Wait()
-	elapsed, cpu := time.Since(start), cpuTime()-cpu0
+	elapsed, cpu, procs := time.Since(start), cpuTime()-cpu0, t.pids.cpu()
+	for i := range procs {
+		procs[i] -= procs0[i]
+	}
 	var lat []time.Duration
 	for _, l := range lats {
 		lat = append(lat, l...)
 	}
 	slices.Sort(lat)
-	return result{name: name, calls: calls.Load(), errors: errs.Load(), duration: elapsed, cpu: cpu, lat: lat}
+	return result{name: t.name, calls: calls.Load(), errors: errs.Load(), duration: elapsed, cpu: cpu, procs: procs, lat: lat}
 }
 
 func req(domain string, user int) *rlsv3.RateLimitRequest {
@@ -294,7 +318,10 @@ func q(lat []time.Duration, f float64) time.Duration {
 	return lat[min(len(lat)-1, int(f*float64(len(lat))))].Round(10 * time.Microsecond)
 }
 
-type limiterAddrs struct{ http, grpc string }
+type limiterAddrs struct {
+	http, grpc string
+	pid        int
+}
 
 func startLimiter(root, envoyDir string, lease int) (limiterAddrs, func(), error) {
 	dir, err := os.MkdirTemp("", "peerbench-limiter")
@@ -329,7 +356,7 @@ func startLimiter(root, envoyDir string, lease int) (limiterAddrs, func(), error
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if c, err := net.DialTimeout("tcp", grpcAddr, 200*time.Millisecond); err == nil {
 			c.Close()
-			return limiterAddrs{http: httpAddr, grpc: grpcAddr}, stop, nil
+			return limiterAddrs{http: httpAddr, grpc: grpcAddr, pid: lim.Process.Pid}, stop, nil
 		}
 	}
 	stop()

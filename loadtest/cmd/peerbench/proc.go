@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// clockTick is the unit of utime and stime in /proc/<pid>/stat (USER_HZ,
+// 100 on every Linux architecture Go builds for).
+const clockTick = 10 * time.Millisecond
+
+// procCPU is a process's user plus system CPU time so far (0 when pid is 0
+// or the process is gone: that column then reads 0).
+func procCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The name, in parentheses, may hold spaces: fields count from after it.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * clockTick
+}
+
+// redisPid asks Redis for its process id (INFO server).
+func redisPid(ctx context.Context, addr string) (int, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
+	defer c.Close()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return 0, fmt.Errorf("redis INFO: %w", err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, fmt.Errorf("redis INFO server has no process_id")
+}
+
+// brokerPid finds the local stack's Kafka-protocol broker (deploy/local/broker,
+// installed as floodgate-broker) among this machine's processes; 0 when it is
+// not running here.
+func brokerPid() int {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		cmd, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil {
+			continue
+		}
+		exe, _, _ := strings.Cut(string(cmd), "\x00")
+		if filepath.Base(exe) == "floodgate-broker" {
+			pid, _ := strconv.Atoi(filepath.Base(d))
+			return pid
+		}
+	}
+	return 0
+}
+
+// pids are the processes on a call's path whose CPU a round measures.
+type pids struct{ service, redis, broker int }
+
+func (p pids) cpu() [3]time.Duration {
+	return [3]time.Duration{procCPU(p.service), procCPU(p.redis), procCPU(p.broker)}
+}
