@@ -42,6 +42,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/floodgate-dev/floodgate/loadtest/envoypeer"
+	"github.com/floodgate-dev/floodgate/loadtest/internal/cputime"
 )
 
 func main() {
@@ -203,15 +204,6 @@ func compare(ctx context.Context, proto string, targets []target, domain string,
 
 func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// cpuTime is this process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // caller returns one call of the protocol against the target (user in, error
 // out; an over-limit answer is not an error) and a function closing its
 // connections.
@@ -275,7 +267,7 @@ func load(ctx context.Context, t target, call func(ctx context.Context, worker, 
 	var calls, errs atomic.Int64
 	lats := make([][]time.Duration, callers)
 	end := time.Now().Add(d)
-	start, cpu0, procs0 := time.Now(), cpuTime(), t.pids.cpu()
+	start, cpu0, procs0 := time.Now(), cputime.Self(), t.pids.cpu()
 	var wg sync.WaitGroup
 	for i := 0; i < callers; i++ {
 		wg.Add(1)
@@ -294,7 +286,7 @@ func load(ctx context.Context, t target, call func(ctx context.Context, worker, 
 		}()
 	}
 	wg.Wait()
-	elapsed, cpu, procs := time.Since(start), cpuTime()-cpu0, t.pids.cpu()
+	elapsed, cpu, procs := time.Since(start), cputime.Self()-cpu0, t.pids.cpu()
 	for i := range procs {
 		procs[i] -= procs0[i]
 	}

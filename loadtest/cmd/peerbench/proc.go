@@ -9,33 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/floodgate-dev/floodgate/loadtest/internal/cputime"
 	"github.com/redis/go-redis/v9"
 )
-
-// clockTick is the unit of utime and stime in /proc/<pid>/stat (USER_HZ,
-// 100 on every Linux architecture Go builds for).
-const clockTick = 10 * time.Millisecond
-
-// procCPU is a process's user plus system CPU time so far (0 when pid is 0
-// or the process is gone: that column then reads 0).
-func procCPU(pid int) time.Duration {
-	if pid == 0 {
-		return 0
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The name, in parentheses, may hold spaces: fields count from after it.
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * clockTick
-}
 
 // redisPid asks Redis for its process id (INFO server).
 func redisPid(ctx context.Context, addr string) (int, error) {
@@ -76,5 +52,5 @@ func brokerPid() int {
 type pids struct{ service, redis, broker int }
 
 func (p pids) cpu() [3]time.Duration {
-	return [3]time.Duration{procCPU(p.service), procCPU(p.redis), procCPU(p.broker)}
+	return [3]time.Duration{cputime.Of(p.service), cputime.Of(p.redis), cputime.Of(p.broker)}
 }

@@ -1,0 +1,27 @@
+package cputime
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+// Of must agree with the kernel's other account of this process's CPU time
+// (getrusage): a parse of the wrong /proc fields would not.
+func TestOfAgreesWithSelf(t *testing.T) {
+	t.Parallel()
+	p0, r0, start := Of(os.Getpid()), Self(), time.Now()
+	for x := 0; Self()-r0 < 300*time.Millisecond && time.Since(start) < 10*time.Second; x++ {
+		_ = x * x
+	}
+	p, r := Of(os.Getpid())-p0, Self()-r0
+	if p < r/2 || p > 2*r+100*time.Millisecond {
+		t.Fatalf("Of moved %s while Self moved %s", p, r)
+	}
+	if got := Of(0); got != 0 {
+		t.Fatalf("Of(0) = %s, want 0", got)
+	}
+	if got := Of(1 << 30); got != 0 {
+		t.Fatalf("Of a missing process = %s, want 0", got)
+	}
+}
