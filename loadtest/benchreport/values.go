@@ -416,7 +416,7 @@ func peerTable(p *envoypeer.Report) string {
 	}
 	b.WriteString("\n")
 	for _, c := range p.Comparisons {
-		fmt.Fprintf(&b, "- %s: Floodgate / envoy ratelimit = **%.2f×**\n", c.Protocol, c.Ratio)
+		fmt.Fprintf(&b, "- %s: Floodgate / envoy ratelimit = **%.2f×** in calls/s; %.2f× in the service's own CPU per call\n", c.Protocol, c.Ratio, c.ServiceCPURatio)
 	}
 	return b.String() + "\n"
 }

@@ -17,6 +17,11 @@ type Comparison struct {
 	Services []ServiceResult `json:"services"` // envoy ratelimit, then floodgate
 	// Ratio is Floodgate's calls/s over envoy ratelimit's.
 	Ratio float64 `json:"ratio"`
+	// ServiceCPURatio is envoy ratelimit's CPU per call over Floodgate's,
+	// each service process alone: the part of the work each service does
+	// itself, apart from the Redis, broker and load generator they share
+	// the machine with.
+	ServiceCPURatio float64 `json:"service_cpu_ratio"`
 }
 
 // ServiceResult sums one service's rounds.

@@ -197,8 +197,12 @@ func compare(ctx context.Context, proto string, targets []target, domain string,
 	}
 	e, f := sum["envoy ratelimit"], sum["floodgate"]
 	c.Ratio = (float64(f.calls) / f.duration.Seconds()) / (float64(e.calls) / e.duration.Seconds())
-	fmt.Printf("\nratio floodgate / envoy ratelimit over %s: %.2f× (%d callers on %d connections, %d users, 100/s fixed window)\n\n",
+	es, fs := c.Services[0].CPU, c.Services[1].CPU
+	c.ServiceCPURatio = es.Service / max(fs.Service, 1e-9)
+	fmt.Printf("\nratio floodgate / envoy ratelimit over %s: %.2f× (%d callers on %d connections, %d users, 100/s fixed window)\n",
 		proto, c.Ratio, callers, conns, users)
+	fmt.Printf("service CPU per call, envoy ratelimit / floodgate: %.0f / %.0f µs = %.2f× (machine CPU per call: %.0f / %.0f µs)\n\n",
+		es.Service, fs.Service, c.ServiceCPURatio, es.Total(), fs.Total())
 	return c, nil
 }
 
