@@ -211,13 +211,9 @@ func (d *decoder) decodePrincipal(v *Principal) {
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "kind":
-			if o.take(0, "principal.kind") {
-				v.Kind = readEnum[PrincipalKind](d, "principal.kind", enumPrincipalKind, principalKindValues)
-			}
+			v.Kind = enumAt[PrincipalKind](&o, 0, "principal.kind", enumPrincipalKind, principalKindValues)
 		case "id":
-			if o.take(1, "principal.id") {
-				v.ID = d.readStr("principal.id", fmtPrincipalID, 0)
-			}
+			v.ID = o.str(1, "principal.id", fmtPrincipalID, 0)
 		default:
 			o.skip()
 		}
