@@ -17,9 +17,13 @@
 // that uses it) gets one encoder (appendJSON), one validator (validate) and one
 // decoder (decode<Type>); its parents call them. They spend a line or two per
 // member: the readers, checks and writers of each kind of member are
-// hand-written once in pkg/events/members.go, read.go and write.go. The
-// decoder keeps its first error (decoder.err), so the generated decoders
-// carry no error plumbing. What every event or enum has is written once too:
+// hand-written once in pkg/events/members.go, read.go and write.go. A reader
+// takes its member's property bit and marks it read (members.take), so a
+// decoder's case is one line. The decoder keeps its first error
+// (decoder.err), so the generated decoders carry no error plumbing. An
+// event's CloudEvents attributes ("type", "id", "ts") have one writer
+// (appendEnvelope), one check (checker.envelope) and one reader
+// (members.envelope) for all events. What every event or enum has is written once too:
 // the exported functions of the events are one line each in events_gen.go
 // (calling generic ones in members.go), and one enumValue maps a string to
 // the constant of any enum (common_gen.go).
