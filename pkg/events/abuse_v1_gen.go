@@ -38,9 +38,6 @@ const (
 	PatternBotLike            Pattern = "bot_like"
 )
 
-// patternValues lists the values of Pattern, "|"-separated.
-const patternValues = "rapid_fire|distributed_ip|credential_stuffing|scraping|bot_like"
-
 // Valid reports whether v is one of the values of Pattern.
 func (v Pattern) Valid() bool { return isEnum(enumPattern, v) }
 
@@ -54,9 +51,6 @@ const (
 	SeverityHigh     Severity = "high"
 	SeverityCritical Severity = "critical"
 )
-
-// severityValues lists the values of Severity, "|"-separated.
-const severityValues = "low|medium|high|critical"
 
 // Valid reports whether v is one of the values of Severity.
 func (v Severity) Valid() bool { return isEnum(enumSeverity, v) }
@@ -73,9 +67,6 @@ const (
 	BasisNetworks         = "networks"
 )
 
-// basisSourceValues lists the values of BasisSource, "|"-separated.
-const basisSourceValues = "principal_history|route_population|kind_floor|limit|networks"
-
 // PenaltyMode says whether a penalty was applied or only reported (shadow).
 type PenaltyMode string
 
@@ -84,9 +75,6 @@ const (
 	PenaltySimulated PenaltyMode = "simulated"
 	PenaltyEnforced  PenaltyMode = "enforced"
 )
-
-// penaltyModeValues lists the values of PenaltyMode, "|"-separated.
-const penaltyModeValues = "simulated|enforced"
 
 // Valid reports whether v is one of the values of PenaltyMode.
 func (v PenaltyMode) Valid() bool { return isEnum(enumPenaltyMode, v) }
@@ -402,12 +390,8 @@ func (v *Basis) appendJSON(b []byte) []byte {
 
 func (v *Basis) validate() *ValidationError {
 	var c checker
-	if !isEnum(enumBasisSource, v.Source) {
-		c.at("source", oneOf(v.Source, basisSourceValues))
-	}
-	if !isEnum(enumPrincipalKind, v.BaselineKind) {
-		c.at("baseline_kind", oneOf(string(v.BaselineKind), principalKindValues))
-	}
+	c.at("source", checkEnum(enumBasisSource, v.Source))
+	c.at("baseline_kind", checkEnum(enumPrincipalKind, v.BaselineKind))
 	c.at("denial_ratio", floatRange(v.DenialRatio, 0, false, 1))
 	c.at("new_networks", intRange(v.NewNetworks, 0, MaxSafeInteger))
 	c.at("network_threshold", intRange(v.NetworkThreshold, 0, MaxSafeInteger))
@@ -419,9 +403,9 @@ func (d *decoder) decodeBasis(v *Basis) {
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "source":
-			v.Source = enumAt[string](&o, 0, "evidence.basis.source", enumBasisSource, basisSourceValues)
+			v.Source = enumAt[string](&o, 0, "evidence.basis.source", enumBasisSource)
 		case "baseline_kind":
-			v.BaselineKind = enumAt[PrincipalKind](&o, 1, "evidence.basis.baseline_kind", enumPrincipalKind, principalKindValues)
+			v.BaselineKind = enumAt[PrincipalKind](&o, 1, "evidence.basis.baseline_kind", enumPrincipalKind)
 		case "denial_ratio":
 			v.DenialRatio = o.float(2, "evidence.basis.denial_ratio", 0, false, 1, true)
 		case "new_networks":
@@ -558,9 +542,7 @@ func (v *Penalty) validate() *ValidationError {
 	c.at("multiplier", floatRange(v.Multiplier, 0, true, 1))
 	c.at("expires_at", validTime(v.ExpiresAt))
 	c.at("level", intRange(v.Level, 1, MaxSafeInteger))
-	if !isEnum(enumPenaltyMode, v.Mode) {
-		c.at("mode", oneOf(string(v.Mode), penaltyModeValues))
-	}
+	c.at("mode", checkEnum(enumPenaltyMode, v.Mode))
 	return c.err
 }
 
@@ -575,7 +557,7 @@ func (d *decoder) decodePenalty(v *Penalty) {
 		case "level":
 			v.Level = o.int(2, "penalty.level", 1, MaxSafeInteger)
 		case "mode":
-			v.Mode = enumAt[PenaltyMode](&o, 3, "penalty.mode", enumPenaltyMode, penaltyModeValues)
+			v.Mode = enumAt[PenaltyMode](&o, 3, "penalty.mode", enumPenaltyMode)
 		default:
 			o.skip()
 		}
@@ -624,12 +606,8 @@ func (v *Abuse) validate() *ValidationError {
 	c.at("id", validID(v.ID))
 	c.at("detected_at", validTime(v.DetectedAt))
 	c.at("principal", v.Principal.validate())
-	if !isEnum(enumPattern, v.Pattern) {
-		c.at("pattern", oneOf(string(v.Pattern), patternValues))
-	}
-	if !isEnum(enumSeverity, v.Severity) {
-		c.at("severity", oneOf(string(v.Severity), severityValues))
-	}
+	c.at("pattern", checkEnum(enumPattern, v.Pattern))
+	c.at("severity", checkEnum(enumSeverity, v.Severity))
 	c.at("score", floatAtLeast(v.Score, 0, false))
 	c.at("window", v.Window.validate())
 	c.at("first_event_at", validTime(v.FirstEventAt))
@@ -664,9 +642,9 @@ func DecodeAbuse(data []byte) (Abuse, error) {
 				d.decodePrincipal(&v.Principal)
 			}
 		case "pattern":
-			v.Pattern = enumAt[Pattern](&o, 4, "pattern", enumPattern, patternValues)
+			v.Pattern = enumAt[Pattern](&o, 4, "pattern", enumPattern)
 		case "severity":
-			v.Severity = enumAt[Severity](&o, 5, "severity", enumSeverity, severityValues)
+			v.Severity = enumAt[Severity](&o, 5, "severity", enumSeverity)
 		case "score":
 			v.Score = o.float(6, "score", 0, false, 0, false)
 		case "window":

@@ -30,9 +30,6 @@ const (
 	ActorOperator ActorKind = "operator"
 )
 
-// actorKindValues lists the values of ActorKind, "|"-separated.
-const actorKindValues = "loop|operator"
-
 // Valid reports whether v is one of the values of ActorKind.
 func (v ActorKind) Valid() bool { return isEnum(enumActorKind, v) }
 
@@ -131,9 +128,7 @@ func (v *Actor) appendJSON(b []byte) []byte {
 
 func (v *Actor) validate() *ValidationError {
 	var c checker
-	if !isEnum(enumActorKind, v.Kind) {
-		c.at("kind", oneOf(string(v.Kind), actorKindValues))
-	}
+	c.at("kind", checkEnum(enumActorKind, v.Kind))
 	c.at("id", validText(v.ID, MaxActorIDLen, false))
 	return c.err
 }
@@ -143,7 +138,7 @@ func (d *decoder) decodeActor(v *Actor) {
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "kind":
-			v.Kind = enumAt[ActorKind](&o, 0, "actor.kind", enumActorKind, actorKindValues)
+			v.Kind = enumAt[ActorKind](&o, 0, "actor.kind", enumActorKind)
 		case "id":
 			v.ID = o.str(1, "actor.id", fmtText, MaxActorIDLen)
 		default:

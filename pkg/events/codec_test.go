@@ -224,6 +224,30 @@ func TestEnvelope(t *testing.T) {
 	}
 }
 
+// TestEnumValues checks enum.values, the list in every enum error, against
+// enumValue, which decodes and validates: each listed value is one, and
+// nothing else is.
+func TestEnumValues(t *testing.T) {
+	t.Parallel()
+	n := 0
+	for e := enum(0); e.values() != ""; e++ {
+		for _, v := range strings.Split(e.values(), "|") {
+			got, ok := enumValue(e, v)
+			require.True(t, ok, "enum %d: %q", e, v)
+			require.Equal(t, v, got)
+			_, ok = enumValue(e, v+"x")
+			require.False(t, ok, "enum %d: %q", e, v+"x")
+			n++
+		}
+		err := checkEnum(e, "nope")
+		require.NotNil(t, err)
+		require.Equal(t, `"nope" is not one of `+e.values(), err.Reason)
+	}
+	require.Greater(t, n, 20, "every enum of the schemas is listed")
+	require.Equal(t, Methods, enumMethod.values())
+	require.Nil(t, checkEnum(enumTier, TierQuota))
+}
+
 func nonEmpty(parts ...string) []string {
 	var out []string
 	for _, p := range parts {

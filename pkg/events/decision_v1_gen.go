@@ -44,9 +44,6 @@ const (
 	TierPenalty   Tier = "penalty"
 )
 
-// tierValues lists the values of Tier, "|"-separated.
-const tierValues = "ip|principal|endpoint|resource|quota|penalty"
-
 // Valid reports whether v is one of the values of Tier.
 func (v Tier) Valid() bool { return isEnum(enumTier, v) }
 
@@ -60,9 +57,6 @@ const (
 	PriorityBestEffort Priority = "best_effort"
 	PriorityBulk       Priority = "bulk"
 )
-
-// priorityValues lists the values of Priority, "|"-separated.
-const priorityValues = "critical|degraded|best_effort|bulk"
 
 // Valid reports whether v is one of the values of Priority.
 func (v Priority) Valid() bool { return isEnum(enumPriority, v) }
@@ -375,16 +369,12 @@ func (v *Decision) validate() *ValidationError {
 	c.envelope(v.ID, v.TS)
 	c.at("principal", v.Principal.validate())
 	c.at("ip", validAddr(v.IP))
-	if !isEnum(enumMethod, v.Method) {
-		c.at("method", oneOf(v.Method, Methods))
-	}
+	c.at("method", checkEnum(enumMethod, v.Method))
 	c.at("route", validRoute(v.Route))
 	if v.Resource != "" {
 		c.at("resource", validResource(v.Resource))
 	}
-	if !isEnum(enumTier, v.Tier) {
-		c.at("tier", oneOf(string(v.Tier), tierValues))
-	}
+	c.at("tier", checkEnum(enumTier, v.Tier))
 	c.at("cost", intRange(v.Cost, 1, 1_000_000))
 	c.at("limit", intRange(v.Limit, 0, MaxSafeInteger))
 	c.at("remaining", intRange(v.Remaining, 0, MaxSafeInteger))
@@ -396,9 +386,7 @@ func (v *Decision) validate() *ValidationError {
 		c.at("penalty_multiplier", floatRange(v.PenaltyMultiplier, 0, true, 1))
 	}
 	if v.Priority != "" {
-		if !isEnum(enumPriority, v.Priority) {
-			c.at("priority", oneOf(string(v.Priority), priorityValues))
-		}
+		c.at("priority", checkEnum(enumPriority, v.Priority))
 	}
 	if v.Envoy != nil {
 		c.at("envoy", v.Envoy.validate())
@@ -432,7 +420,7 @@ func DecodeDecision(data []byte) (Decision, error) {
 		case "ip":
 			v.IP = o.ip(4, "ip")
 		case "method":
-			v.Method = enumAt[string](&o, 5, "method", enumMethod, Methods)
+			v.Method = enumAt[string](&o, 5, "method", enumMethod)
 		case "route":
 			v.Route = o.str(6, "route", fmtRoute, 0)
 		case "resource":
@@ -440,7 +428,7 @@ func DecodeDecision(data []byte) (Decision, error) {
 		case "allowed":
 			v.Allowed = o.bool(8, "allowed")
 		case "tier":
-			v.Tier = enumAt[Tier](&o, 9, "tier", enumTier, tierValues)
+			v.Tier = enumAt[Tier](&o, 9, "tier", enumTier)
 		case "shadow":
 			v.Shadow = o.bool(10, "shadow")
 		case "cost":
@@ -460,7 +448,7 @@ func DecodeDecision(data []byte) (Decision, error) {
 		case "penalty_multiplier":
 			v.PenaltyMultiplier = o.float(18, "penalty_multiplier", 0, true, 1, true)
 		case "priority":
-			v.Priority = enumAt[Priority](&o, 19, "priority", enumPriority, priorityValues)
+			v.Priority = enumAt[Priority](&o, 19, "priority", enumPriority)
 		case "shed":
 			v.Shed = o.bool(20, "shed")
 		case "envoy":

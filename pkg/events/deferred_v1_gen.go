@@ -178,9 +178,7 @@ func (v *Deferred) validate() *ValidationError {
 	c.at("deadline", validTime(v.Deadline))
 	c.at("principal", v.Principal.validate())
 	c.at("ip", validAddr(v.IP))
-	if !isEnum(enumMethod, v.Method) {
-		c.at("method", oneOf(v.Method, Methods))
-	}
+	c.at("method", checkEnum(enumMethod, v.Method))
 	c.at("route", validRoute(v.Route))
 	if v.Resource != "" {
 		c.at("resource", validResource(v.Resource))
@@ -221,7 +219,7 @@ func DecodeDeferred(data []byte) (Deferred, error) {
 		case "ip":
 			v.IP = o.ip(5, "ip")
 		case "method":
-			v.Method = enumAt[string](&o, 6, "method", enumMethod, Methods)
+			v.Method = enumAt[string](&o, 6, "method", enumMethod)
 		case "route":
 			v.Route = o.str(7, "route", fmtRoute, 0)
 		case "resource":

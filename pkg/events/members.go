@@ -175,9 +175,9 @@ func (d *decoder) valid(path string, err *ValidationError) *ValidationError {
 // enum names an enum of the schemas, for enumValue (generated, common_gen.go).
 type enum uint8
 
-// enumAt reads a string of enum e, whose values are listed in values for the
-// error. It returns a constant: decoding an enum does not allocate.
-func enumAt[E ~string](o *members, bit uint, path string, e enum, values string) E {
+// enumAt reads a string of enum e. It returns a constant: decoding an enum
+// does not allocate.
+func enumAt[E ~string](o *members, bit uint, path string, e enum) E {
 	if !o.take(bit, path) {
 		return ""
 	}
@@ -189,7 +189,7 @@ func enumAt[E ~string](o *members, bit uint, path string, e enum, values string)
 	}
 	v, ok := enumValue(e, b)
 	if !ok {
-		d.err = d.invalid(path, oneOf(string(b), values))
+		d.err = d.invalid(path, oneOf(string(b), e.values()))
 	}
 	return E(v)
 }
@@ -198,6 +198,14 @@ func enumAt[E ~string](o *members, bit uint, path string, e enum, values string)
 func isEnum[E ~string](e enum, v E) bool {
 	_, ok := enumValue(e, v)
 	return ok
+}
+
+// checkEnum checks that v is a value of enum e.
+func checkEnum[E ~string](e enum, v E) *ValidationError {
+	if isEnum(e, v) {
+		return nil
+	}
+	return oneOf(string(v), e.values())
 }
 
 // time reads a timestamp.

@@ -32,9 +32,6 @@ const (
 	RulesStateRolledBack RulesState = "rolled_back"
 )
 
-// rulesStateValues lists the values of RulesState, "|"-separated.
-const rulesStateValues = "shadow|enforced|rolled_back"
-
 // Valid reports whether v is one of the values of RulesState.
 func (v RulesState) Valid() bool { return isEnum(enumRulesState, v) }
 
@@ -133,9 +130,7 @@ func (v *RulesVersion) validate() *ValidationError {
 	var c checker
 	c.envelope(v.ID, v.TS)
 	c.at("version", intRange(v.Version, 1, MaxSafeInteger))
-	if !isEnum(enumRulesState, v.State) {
-		c.at("state", oneOf(string(v.State), rulesStateValues))
-	}
+	c.at("state", checkEnum(enumRulesState, v.State))
 	c.at("rules", validText(v.Rules, MaxRulesYAMLLen, true))
 	c.at("author", validText(v.Author, MaxAuthorLen, false))
 	c.at("reason", validText(v.Reason, MaxReasonLen, true))
@@ -171,7 +166,7 @@ func DecodeRulesVersion(data []byte) (RulesVersion, error) {
 		case "version":
 			v.Version = o.int(3, "version", 1, MaxSafeInteger)
 		case "state":
-			v.State = enumAt[RulesState](&o, 4, "state", enumRulesState, rulesStateValues)
+			v.State = enumAt[RulesState](&o, 4, "state", enumRulesState)
 		case "rules":
 			v.Rules = o.str(5, "rules", fmtMultilineText, MaxRulesYAMLLen)
 		case "author":

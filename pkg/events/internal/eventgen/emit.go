@@ -11,7 +11,8 @@
 //     maxItems ("MaxRouteLen");
 //   - x-floodgate-enum: {"name", "prefix", "type", "list", "doc"} for a string
 //     enum: its Go type, constant prefix, "string" for an untyped enum, the
-//     name of its "|"-separated list, and its doc comment.
+//     name of an exported "|"-separated list of its values (optional), and
+//     its doc comment.
 //
 // Each object type (each x-floodgate-go-type, shared by every schema and place
 // that uses it) gets one encoder (appendJSON), one validator (validate) and one
@@ -25,8 +26,10 @@
 // (appendEnvelope), one check (checker.envelope) and one reader
 // (members.envelope) for all events. What every event or enum has is written once too:
 // the exported functions of the events are one line each in events_gen.go
-// (calling generic ones in members.go), and one enumValue maps a string to
-// the constant of any enum (common_gen.go).
+// (calling generic ones in members.go), one enumValue maps a string to the
+// constant of any enum, and one enum.values lists any enum's values for its
+// errors (common_gen.go), so an enum member is one line in a decoder
+// (enumAt) and in a validator (checkEnum).
 //
 // Run it with `go generate ./pkg/events` (or `make generate`).
 package eventgen
@@ -167,7 +170,9 @@ func emitEnum(w *bytes.Buffer, e *enumType) {
 		}
 		w.WriteString(")\n\n")
 	}
-	fmt.Fprintf(w, "// %s lists the values of %s, \"|\"-separated.\nconst %s = %q\n\n", e.list, e.spec.Name, e.list, strings.Join(e.values, "|"))
+	if e.list != "" {
+		fmt.Fprintf(w, "// %s lists the values of %s, \"|\"-separated.\nconst %s = %q\n\n", e.list, e.spec.Name, e.list, strings.Join(e.values, "|"))
+	}
 	if e.goType != "string" {
 		fmt.Fprintf(w, "// Valid reports whether v is one of the values of %s.\nfunc (v %s) Valid() bool { return isEnum(%s, v) }\n\n", e.goType, e.goType, e.id)
 	}
@@ -195,8 +200,9 @@ func emitConsts(bodies map[string]*bytes.Buffer, consts []*constant, fileOf func
 	}
 }
 
-// emitEnumValues writes the enum constants (type enum) and enumValue, the
-// one function that maps a string to the value of an enum.
+// emitEnumValues writes the enum constants (type enum), enumValue, the one
+// function that maps a string to the value of an enum, and enum.values, the
+// one list of every enum's values for errors.
 func emitEnumValues(w *bytes.Buffer, enums []*enumType) {
 	w.WriteString("// The enums of the schemas, for enumValue.\nconst (\n")
 	for i, e := range enums {
@@ -217,6 +223,15 @@ func emitEnumValues(w *bytes.Buffer, enums []*enumType) {
 		w.WriteString("}\n")
 	}
 	w.WriteString("}\nreturn \"\", false\n}\n\n")
+	w.WriteString("// values lists the values of enum e, \"|\"-separated, for errors.\nfunc (e enum) values() string {\nswitch e {\n")
+	for _, e := range enums {
+		list := strconv.Quote(strings.Join(e.values, "|"))
+		if e.list != "" {
+			list = e.list
+		}
+		fmt.Fprintf(w, "case %s:\nreturn %s\n", e.id, list)
+	}
+	w.WriteString("}\nreturn \"\"\n}\n\n")
 }
 
 func (f *field) goType() string {
@@ -507,11 +522,7 @@ func emitValidate(w *bytes.Buffer, st *structType) {
 		case kString:
 			check = fmt.Sprintf("c.at(%q, %s)", f.json, fmt.Sprintf(strings.ReplaceAll(f.format.validate, "%m", f.maxConst), expr))
 		case kEnum:
-			s := expr
-			if f.enum.goType != "string" {
-				s = "string(" + expr + ")"
-			}
-			check = fmt.Sprintf("if !isEnum(%s, %s) {\nc.at(%q, oneOf(%s, %s))\n}", f.enum.id, expr, f.json, s, f.enum.list)
+			check = fmt.Sprintf("c.at(%q, checkEnum(%s, %s))", f.json, f.enum.id, expr)
 		case kTime:
 			check = fmt.Sprintf("c.at(%q, validTime(%s))", f.json, expr)
 		case kIP:
@@ -597,7 +608,7 @@ func decodeMember(f *field, bit int) string {
 	case kString:
 		return fmt.Sprintf("%s = o.str(%d, %s, %s, %s)", expr, bit, p, f.format.format, maxArg(f))
 	case kEnum:
-		return fmt.Sprintf("%s = enumAt[%s](&o, %d, %s, %s, %s)", expr, f.enum.goType, bit, p, f.enum.id, f.enum.list)
+		return fmt.Sprintf("%s = enumAt[%s](&o, %d, %s, %s)", expr, f.enum.goType, bit, p, f.enum.id)
 	case kTime:
 		return fmt.Sprintf("%s = o.time(%d, %s)", expr, bit, p)
 	case kIP:
