@@ -38,9 +38,6 @@ const (
 	PatternBotLike            Pattern = "bot_like"
 )
 
-// patternValues lists the values of Pattern, "|"-separated.
-const patternValues = "rapid_fire|distributed_ip|credential_stuffing|scraping|bot_like"
-
 // Valid reports whether v is one of the values of Pattern.
 func (v Pattern) Valid() bool { return isEnum(enumPattern, v) }
 
@@ -54,9 +51,6 @@ const (
 	SeverityHigh     Severity = "high"
 	SeverityCritical Severity = "critical"
 )
-
-// severityValues lists the values of Severity, "|"-separated.
-const severityValues = "low|medium|high|critical"
 
 // Valid reports whether v is one of the values of Severity.
 func (v Severity) Valid() bool { return isEnum(enumSeverity, v) }
@@ -73,9 +67,6 @@ const (
 	BasisNetworks         = "networks"
 )
 
-// basisSourceValues lists the values of BasisSource, "|"-separated.
-const basisSourceValues = "principal_history|route_population|kind_floor|limit|networks"
-
 // PenaltyMode says whether a penalty was applied or only reported (shadow).
 type PenaltyMode string
 
@@ -84,9 +75,6 @@ const (
 	PenaltySimulated PenaltyMode = "simulated"
 	PenaltyEnforced  PenaltyMode = "enforced"
 )
-
-// penaltyModeValues lists the values of PenaltyMode, "|"-separated.
-const penaltyModeValues = "simulated|enforced"
 
 // Valid reports whether v is one of the values of PenaltyMode.
 func (v PenaltyMode) Valid() bool { return isEnum(enumPenaltyMode, v) }
@@ -270,17 +258,11 @@ func (d *decoder) decodeWindow(v *Window) {
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "start":
-			if o.take(0, "window.start") {
-				v.Start = d.readTime("window.start")
-			}
+			v.Start = o.time(0, "window.start")
 		case "end":
-			if o.take(1, "window.end") {
-				v.End = d.readTime("window.end")
-			}
+			v.End = o.time(1, "window.end")
 		case "seconds":
-			if o.take(2, "window.seconds") {
-				v.Seconds = d.readInt("window.seconds", 1, MaxSafeInteger)
-			}
+			v.Seconds = o.int(2, "window.seconds", 1, MaxSafeInteger)
 		default:
 			o.skip()
 		}
@@ -309,13 +291,9 @@ func (d *decoder) decodeRouteCount(v *RouteCount) {
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "route":
-			if o.take(0, "route") {
-				v.Route = d.readStr("route", fmtRoute, 0)
-			}
+			v.Route = o.str(0, "route", fmtRoute, 0)
 		case "count":
-			if o.take(1, "count") {
-				v.Count = d.readInt("count", 1, MaxSafeInteger)
-			}
+			v.Count = o.int(1, "count", 1, MaxSafeInteger)
 		default:
 			o.skip()
 		}
@@ -347,17 +325,11 @@ func (d *decoder) decodeIPCount(v *IPCount) {
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "ip":
-			if o.take(0, "ip") {
-				v.IP = d.readIP("ip")
-			}
+			v.IP = o.ip(0, "ip")
 		case "count":
-			if o.take(1, "count") {
-				v.Count = d.readInt("count", 1, MaxSafeInteger)
-			}
+			v.Count = o.int(1, "count", 1, MaxSafeInteger)
 		case "shared_principals":
-			if o.take(2, "shared_principals") {
-				v.SharedPrincipals = d.readInt("shared_principals", 0, MaxSafeInteger)
-			}
+			v.SharedPrincipals = o.int(2, "shared_principals", 0, MaxSafeInteger)
 		default:
 			o.skip()
 		}
@@ -389,17 +361,11 @@ func (d *decoder) decodeEventRef(v *EventRef) {
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "topic":
-			if o.take(0, "evidence.crossing_event.topic") {
-				v.Topic = d.readStr("evidence.crossing_event.topic", fmtTopic, 0)
-			}
+			v.Topic = o.str(0, "evidence.crossing_event.topic", fmtTopic, 0)
 		case "partition":
-			if o.take(1, "evidence.crossing_event.partition") {
-				v.Partition = int32(d.readInt("evidence.crossing_event.partition", 0, 2147483647))
-			}
+			v.Partition = int32(o.int(1, "evidence.crossing_event.partition", 0, 2147483647))
 		case "offset":
-			if o.take(2, "evidence.crossing_event.offset") {
-				v.Offset = d.readInt("evidence.crossing_event.offset", 0, MaxSafeInteger)
-			}
+			v.Offset = o.int(2, "evidence.crossing_event.offset", 0, MaxSafeInteger)
 		default:
 			o.skip()
 		}
@@ -424,12 +390,8 @@ func (v *Basis) appendJSON(b []byte) []byte {
 
 func (v *Basis) validate() *ValidationError {
 	var c checker
-	if !isEnum(enumBasisSource, v.Source) {
-		c.at("source", oneOf(v.Source, basisSourceValues))
-	}
-	if !isEnum(enumPrincipalKind, v.BaselineKind) {
-		c.at("baseline_kind", oneOf(string(v.BaselineKind), principalKindValues))
-	}
+	c.at("source", checkEnum(enumBasisSource, v.Source))
+	c.at("baseline_kind", checkEnum(enumPrincipalKind, v.BaselineKind))
 	c.at("denial_ratio", floatRange(v.DenialRatio, 0, false, 1))
 	c.at("new_networks", intRange(v.NewNetworks, 0, MaxSafeInteger))
 	c.at("network_threshold", intRange(v.NetworkThreshold, 0, MaxSafeInteger))
@@ -441,25 +403,15 @@ func (d *decoder) decodeBasis(v *Basis) {
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "source":
-			if o.take(0, "evidence.basis.source") {
-				v.Source = readEnum[string](d, "evidence.basis.source", enumBasisSource, basisSourceValues)
-			}
+			v.Source = enumAt[string](&o, 0, "evidence.basis.source", enumBasisSource)
 		case "baseline_kind":
-			if o.take(1, "evidence.basis.baseline_kind") {
-				v.BaselineKind = readEnum[PrincipalKind](d, "evidence.basis.baseline_kind", enumPrincipalKind, principalKindValues)
-			}
+			v.BaselineKind = enumAt[PrincipalKind](&o, 1, "evidence.basis.baseline_kind", enumPrincipalKind)
 		case "denial_ratio":
-			if o.take(2, "evidence.basis.denial_ratio") {
-				v.DenialRatio = d.readFloat("evidence.basis.denial_ratio", 0, false, 1, true)
-			}
+			v.DenialRatio = o.float(2, "evidence.basis.denial_ratio", 0, false, 1, true)
 		case "new_networks":
-			if o.take(3, "evidence.basis.new_networks") {
-				v.NewNetworks = d.readInt("evidence.basis.new_networks", 0, MaxSafeInteger)
-			}
+			v.NewNetworks = o.int(3, "evidence.basis.new_networks", 0, MaxSafeInteger)
 		case "network_threshold":
-			if o.take(4, "evidence.basis.network_threshold") {
-				v.NetworkThreshold = d.readInt("evidence.basis.network_threshold", 0, MaxSafeInteger)
-			}
+			v.NetworkThreshold = o.int(4, "evidence.basis.network_threshold", 0, MaxSafeInteger)
 		default:
 			o.skip()
 		}
@@ -534,33 +486,19 @@ func (d *decoder) decodeEvidence(v *Evidence) {
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "observed_rate":
-			if o.take(0, "evidence.observed_rate") {
-				v.ObservedRate = d.readFloat("evidence.observed_rate", 0, false, 0, false)
-			}
+			v.ObservedRate = o.float(0, "evidence.observed_rate", 0, false, 0, false)
 		case "baseline_rate":
-			if o.take(1, "evidence.baseline_rate") {
-				v.BaselineRate = d.readFloat("evidence.baseline_rate", 0, false, 0, false)
-			}
+			v.BaselineRate = o.float(1, "evidence.baseline_rate", 0, false, 0, false)
 		case "threshold":
-			if o.take(2, "evidence.threshold") {
-				v.Threshold = d.readFloat("evidence.threshold", 0, false, 0, false)
-			}
+			v.Threshold = o.float(2, "evidence.threshold", 0, false, 0, false)
 		case "event_count":
-			if o.take(3, "evidence.event_count") {
-				v.EventCount = d.readInt("evidence.event_count", 1, MaxSafeInteger)
-			}
+			v.EventCount = o.int(3, "evidence.event_count", 1, MaxSafeInteger)
 		case "distinct_ips":
-			if o.take(4, "evidence.distinct_ips") {
-				v.DistinctIPs = d.readInt("evidence.distinct_ips", 0, MaxSafeInteger)
-			}
+			v.DistinctIPs = o.int(4, "evidence.distinct_ips", 0, MaxSafeInteger)
 		case "distinct_ip24":
-			if o.take(5, "evidence.distinct_ip24") {
-				v.DistinctIP24 = d.readInt("evidence.distinct_ip24", 0, MaxSafeInteger)
-			}
+			v.DistinctIP24 = o.int(5, "evidence.distinct_ip24", 0, MaxSafeInteger)
 		case "distinct_ip64":
-			if o.take(6, "evidence.distinct_ip64") {
-				v.DistinctIP64 = d.readInt("evidence.distinct_ip64", 0, MaxSafeInteger)
-			}
+			v.DistinctIP64 = o.int(6, "evidence.distinct_ip64", 0, MaxSafeInteger)
 		case "top_routes":
 			for l := o.list(7, "evidence.top_routes", MaxTopItems); l.next(d); l.check(d) {
 				d.decodeRouteCount(grow(&v.TopRoutes))
@@ -604,9 +542,7 @@ func (v *Penalty) validate() *ValidationError {
 	c.at("multiplier", floatRange(v.Multiplier, 0, true, 1))
 	c.at("expires_at", validTime(v.ExpiresAt))
 	c.at("level", intRange(v.Level, 1, MaxSafeInteger))
-	if !isEnum(enumPenaltyMode, v.Mode) {
-		c.at("mode", oneOf(string(v.Mode), penaltyModeValues))
-	}
+	c.at("mode", checkEnum(enumPenaltyMode, v.Mode))
 	return c.err
 }
 
@@ -615,21 +551,13 @@ func (d *decoder) decodePenalty(v *Penalty) {
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "multiplier":
-			if o.take(0, "penalty.multiplier") {
-				v.Multiplier = d.readFloat("penalty.multiplier", 0, true, 1, true)
-			}
+			v.Multiplier = o.float(0, "penalty.multiplier", 0, true, 1, true)
 		case "expires_at":
-			if o.take(1, "penalty.expires_at") {
-				v.ExpiresAt = d.readTime("penalty.expires_at")
-			}
+			v.ExpiresAt = o.time(1, "penalty.expires_at")
 		case "level":
-			if o.take(2, "penalty.level") {
-				v.Level = d.readInt("penalty.level", 1, MaxSafeInteger)
-			}
+			v.Level = o.int(2, "penalty.level", 1, MaxSafeInteger)
 		case "mode":
-			if o.take(3, "penalty.mode") {
-				v.Mode = readEnum[PenaltyMode](d, "penalty.mode", enumPenaltyMode, penaltyModeValues)
-			}
+			v.Mode = enumAt[PenaltyMode](&o, 3, "penalty.mode", enumPenaltyMode)
 		default:
 			o.skip()
 		}
@@ -678,12 +606,8 @@ func (v *Abuse) validate() *ValidationError {
 	c.at("id", validID(v.ID))
 	c.at("detected_at", validTime(v.DetectedAt))
 	c.at("principal", v.Principal.validate())
-	if !isEnum(enumPattern, v.Pattern) {
-		c.at("pattern", oneOf(string(v.Pattern), patternValues))
-	}
-	if !isEnum(enumSeverity, v.Severity) {
-		c.at("severity", oneOf(string(v.Severity), severityValues))
-	}
+	c.at("pattern", checkEnum(enumPattern, v.Pattern))
+	c.at("severity", checkEnum(enumSeverity, v.Severity))
 	c.at("score", floatAtLeast(v.Score, 0, false))
 	c.at("window", v.Window.validate())
 	c.at("first_event_at", validTime(v.FirstEventAt))
@@ -708,41 +632,27 @@ func DecodeAbuse(data []byte) (Abuse, error) {
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "type":
-			if o.take(0, "type") {
-				d.readConst("type", TypeAbuse)
-			}
+			o.constant(0, "type", d.typ)
 		case "id":
-			if o.take(1, "id") {
-				v.ID = d.readStr("id", fmtID, 0)
-			}
+			v.ID = o.str(1, "id", fmtID, 0)
 		case "detected_at":
-			if o.take(2, "detected_at") {
-				v.DetectedAt = d.readTime("detected_at")
-			}
+			v.DetectedAt = o.time(2, "detected_at")
 		case "principal":
 			if o.take(3, "principal") {
 				d.decodePrincipal(&v.Principal)
 			}
 		case "pattern":
-			if o.take(4, "pattern") {
-				v.Pattern = readEnum[Pattern](d, "pattern", enumPattern, patternValues)
-			}
+			v.Pattern = enumAt[Pattern](&o, 4, "pattern", enumPattern)
 		case "severity":
-			if o.take(5, "severity") {
-				v.Severity = readEnum[Severity](d, "severity", enumSeverity, severityValues)
-			}
+			v.Severity = enumAt[Severity](&o, 5, "severity", enumSeverity)
 		case "score":
-			if o.take(6, "score") {
-				v.Score = d.readFloat("score", 0, false, 0, false)
-			}
+			v.Score = o.float(6, "score", 0, false, 0, false)
 		case "window":
 			if o.take(7, "window") {
 				d.decodeWindow(&v.Window)
 			}
 		case "first_event_at":
-			if o.take(8, "first_event_at") {
-				v.FirstEventAt = d.readTime("first_event_at")
-			}
+			v.FirstEventAt = o.time(8, "first_event_at")
 		case "evidence":
 			if o.take(9, "evidence") {
 				d.decodeEvidence(&v.Evidence)
@@ -752,17 +662,11 @@ func DecodeAbuse(data []byte) (Abuse, error) {
 				d.decodePenalty(&v.Penalty)
 			}
 		case "detector_version":
-			if o.take(11, "detector_version") {
-				v.DetectorVersion = d.readStr("detector_version", fmtText, MaxVersionLen)
-			}
+			v.DetectorVersion = o.str(11, "detector_version", fmtText, MaxVersionLen)
 		case "incident_id":
-			if o.take(12, "incident_id") {
-				v.IncidentID = d.readStr("incident_id", fmtID, 0)
-			}
+			v.IncidentID = o.str(12, "incident_id", fmtID, 0)
 		case "detection_count":
-			if o.take(13, "detection_count") {
-				v.DetectionCount = d.readInt("detection_count", 1, MaxSafeInteger)
-			}
+			v.DetectionCount = o.int(13, "detection_count", 1, MaxSafeInteger)
 		default:
 			o.skip()
 		}

@@ -30,9 +30,6 @@ const (
 	ActorOperator ActorKind = "operator"
 )
 
-// actorKindValues lists the values of ActorKind, "|"-separated.
-const actorKindValues = "loop|operator"
-
 // Valid reports whether v is one of the values of ActorKind.
 func (v ActorKind) Valid() bool { return isEnum(enumActorKind, v) }
 
@@ -108,17 +105,11 @@ func (d *decoder) decodeSignals(v *Signals) {
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "cpu":
-			if o.take(0, "signals.cpu") {
-				v.CPU = d.readFloat("signals.cpu", 0, false, 1, true)
-			}
+			v.CPU = o.float(0, "signals.cpu", 0, false, 1, true)
 		case "error_rate":
-			if o.take(1, "signals.error_rate") {
-				v.ErrorRate = d.readFloat("signals.error_rate", 0, false, 1, true)
-			}
+			v.ErrorRate = o.float(1, "signals.error_rate", 0, false, 1, true)
 		case "abuse_rate":
-			if o.take(2, "signals.abuse_rate") {
-				v.AbuseRate = d.readFloat("signals.abuse_rate", 0, false, 0, false)
-			}
+			v.AbuseRate = o.float(2, "signals.abuse_rate", 0, false, 0, false)
 		default:
 			o.skip()
 		}
@@ -137,9 +128,7 @@ func (v *Actor) appendJSON(b []byte) []byte {
 
 func (v *Actor) validate() *ValidationError {
 	var c checker
-	if !isEnum(enumActorKind, v.Kind) {
-		c.at("kind", oneOf(string(v.Kind), actorKindValues))
-	}
+	c.at("kind", checkEnum(enumActorKind, v.Kind))
 	c.at("id", validText(v.ID, MaxActorIDLen, false))
 	return c.err
 }
@@ -149,13 +138,9 @@ func (d *decoder) decodeActor(v *Actor) {
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "kind":
-			if o.take(0, "actor.kind") {
-				v.Kind = readEnum[ActorKind](d, "actor.kind", enumActorKind, actorKindValues)
-			}
+			v.Kind = enumAt[ActorKind](&o, 0, "actor.kind", enumActorKind)
 		case "id":
-			if o.take(1, "actor.id") {
-				v.ID = d.readStr("actor.id", fmtText, MaxActorIDLen)
-			}
+			v.ID = o.str(1, "actor.id", fmtText, MaxActorIDLen)
 		default:
 			o.skip()
 		}
@@ -164,11 +149,8 @@ func (d *decoder) decodeActor(v *Actor) {
 }
 
 func (v *Adjustment) appendJSON(b []byte) []byte {
-	b = append(b, `{"type":"adjustment.v1","id":"`...)
-	b = append(b, v.ID...)
-	b = append(b, `","ts":"`...)
-	b = AppendTime(b, v.TS)
-	b = append(b, `","scope":`...)
+	b = appendEnvelope(b, TypeAdjustment, v.ID, v.TS)
+	b = append(b, `,"scope":`...)
 	b = appendString(b, v.Scope)
 	b = append(b, `,"old_scale":`...)
 	b = appendFloat(b, v.OldScale)
@@ -192,8 +174,7 @@ func (v *Adjustment) appendJSON(b []byte) []byte {
 
 func (v *Adjustment) validate() *ValidationError {
 	var c checker
-	c.at("id", validID(v.ID))
-	c.at("ts", validTime(v.TS))
+	c.envelope(v.ID, v.TS)
 	c.at("scope", validText(v.Scope, MaxScopeLen, false))
 	c.at("old_scale", floatRange(v.OldScale, 0, true, 10))
 	c.at("new_scale", floatRange(v.NewScale, 0, true, 10))
@@ -214,50 +195,28 @@ func DecodeAdjustment(data []byte) (Adjustment, error) {
 	o := d.open("")
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
-		case "type":
-			if o.take(0, "type") {
-				d.readConst("type", TypeAdjustment)
-			}
-		case "id":
-			if o.take(1, "id") {
-				v.ID = d.readStr("id", fmtID, 0)
-			}
-		case "ts":
-			if o.take(2, "ts") {
-				v.TS = d.readTime("ts")
-			}
+		case "type", "id", "ts":
+			o.envelope(name, &v.ID, &v.TS)
 		case "scope":
-			if o.take(3, "scope") {
-				v.Scope = d.readStr("scope", fmtText, MaxScopeLen)
-			}
+			v.Scope = o.str(3, "scope", fmtText, MaxScopeLen)
 		case "old_scale":
-			if o.take(4, "old_scale") {
-				v.OldScale = d.readFloat("old_scale", 0, true, 10, true)
-			}
+			v.OldScale = o.float(4, "old_scale", 0, true, 10, true)
 		case "new_scale":
-			if o.take(5, "new_scale") {
-				v.NewScale = d.readFloat("new_scale", 0, true, 10, true)
-			}
+			v.NewScale = o.float(5, "new_scale", 0, true, 10, true)
 		case "signals":
 			if o.take(6, "signals") {
 				d.decodeSignals(&v.Signals)
 			}
 		case "rule":
-			if o.take(7, "rule") {
-				v.Rule = d.readStr("rule", fmtText, MaxRuleLen)
-			}
+			v.Rule = o.str(7, "rule", fmtText, MaxRuleLen)
 		case "dry_run":
-			if o.take(8, "dry_run") {
-				v.DryRun = d.readBool("dry_run")
-			}
+			v.DryRun = o.bool(8, "dry_run")
 		case "actor":
 			if o.take(9, "actor") {
 				d.decodeActor(&v.Actor)
 			}
 		case "reason":
-			if o.take(10, "reason") {
-				v.Reason = d.readStr("reason", fmtMultilineText, MaxReasonLen)
-			}
+			v.Reason = o.str(10, "reason", fmtMultilineText, MaxReasonLen)
 		default:
 			o.skip()
 		}

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"math"
@@ -182,6 +183,69 @@ func TestDecodeErrors(t *testing.T) {
 			require.Equal(t, want, err.Error())
 		})
 	}
+}
+
+// TestEnvelope breaks the members every event starts with, which one
+// members.envelope reads for all events with "type", "id" and "ts", in every
+// example: each break is reported at its member, whatever the event.
+func TestEnvelope(t *testing.T) {
+	t.Parallel()
+	for _, ex := range loadExamples(t, "examples") {
+		t.Run(ex.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			require.NoError(t, json.Compact(&buf, ex.data))
+			valid := buf.String()
+			idStart := `{"type":"` + ex.typ + `","id":"`
+			require.True(t, strings.HasPrefix(valid, idStart), valid)
+			idEnd := len(idStart) + strings.IndexByte(valid[len(idStart):], '"') + 1
+			rest := valid[idEnd:] // after the id's closing quote
+			tests := []struct{ name, in, field, reason string }{
+				{"duplicate type", `{"type":"` + ex.typ + `",` + valid[1:], "", `duplicate member "type"`},
+				{"other type", `{"type":"x.v1"` + valid[len(`{"type":"`+ex.typ+`"`):], "type", `must be "` + ex.typ + `", got "x.v1"`},
+				{"duplicate id", valid[:idEnd] + `,"id":"x"` + rest, "", `duplicate member "id"`},
+				{"bad id", idStart + `a b"` + rest, "id", `"a b"`},
+			}
+			if ts, ok := strings.CutPrefix(rest, `,"ts":"`); ok {
+				afterTS := ts[strings.IndexByte(ts, '"')+1:]
+				tests = append(tests,
+					struct{ name, in, field, reason string }{"bad ts", valid[:idEnd] + `,"ts":"2026-11-22"` + afterTS, "ts", `"2026-11-22" is not a UTC timestamp`},
+					struct{ name, in, field, reason string }{"no ts", valid[:idEnd] + afterTS, "ts", "is required"},
+				)
+			}
+			for _, tt := range tests {
+				_, err := codecFor(t, ex.typ).decode([]byte(tt.in))
+				var ve *ValidationError
+				require.ErrorAs(t, err, &ve, tt.name)
+				require.Equal(t, ex.typ, ve.Type, tt.name)
+				require.Equal(t, tt.field, ve.Field, tt.name)
+				require.Contains(t, ve.Reason, tt.reason, tt.name)
+			}
+		})
+	}
+}
+
+// TestEnumValues checks enum.values, the list in every enum error, against
+// enumValue, which decodes and validates: each listed value is one, and
+// nothing else is.
+func TestEnumValues(t *testing.T) {
+	t.Parallel()
+	n := 0
+	for e := enum(0); e.values() != ""; e++ {
+		for _, v := range strings.Split(e.values(), "|") {
+			got, ok := enumValue(e, v)
+			require.True(t, ok, "enum %d: %q", e, v)
+			require.Equal(t, v, got)
+			_, ok = enumValue(e, v+"x")
+			require.False(t, ok, "enum %d: %q", e, v+"x")
+			n++
+		}
+		err := checkEnum(e, "nope")
+		require.NotNil(t, err)
+		require.Equal(t, `"nope" is not one of `+e.values(), err.Reason)
+	}
+	require.Greater(t, n, 20, "every enum of the schemas is listed")
+	require.Equal(t, Methods, enumMethod.values())
+	require.Nil(t, checkEnum(enumTier, TierQuota))
 }
 
 func nonEmpty(parts ...string) []string {

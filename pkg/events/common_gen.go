@@ -32,9 +32,6 @@ const (
 	PrincipalAnonymous PrincipalKind = "anonymous"
 )
 
-// principalKindValues lists the values of PrincipalKind, "|"-separated.
-const principalKindValues = "user|bot|api_key|anonymous"
-
 // Valid reports whether v is one of the values of PrincipalKind.
 func (v PrincipalKind) Valid() bool { return isEnum(enumPrincipalKind, v) }
 
@@ -177,6 +174,33 @@ func enumValue[S ~string | ~[]byte](e enum, s S) (string, bool) {
 	return "", false
 }
 
+// values lists the values of enum e, "|"-separated, for errors.
+func (e enum) values() string {
+	switch e {
+	case enumPrincipalKind:
+		return "user|bot|api_key|anonymous"
+	case enumPattern:
+		return "rapid_fire|distributed_ip|credential_stuffing|scraping|bot_like"
+	case enumSeverity:
+		return "low|medium|high|critical"
+	case enumBasisSource:
+		return "principal_history|route_population|kind_floor|limit|networks"
+	case enumPenaltyMode:
+		return "simulated|enforced"
+	case enumActorKind:
+		return "loop|operator"
+	case enumMethod:
+		return Methods
+	case enumTier:
+		return "ip|principal|endpoint|resource|quota|penalty"
+	case enumPriority:
+		return "critical|degraded|best_effort|bulk"
+	case enumRulesState:
+		return "shadow|enforced|rolled_back"
+	}
+	return ""
+}
+
 // Principal is who made the request: the unit that limits, quotas and penalties apply to.
 // Its Kafka key form is kind:id.
 type Principal struct {
@@ -199,9 +223,7 @@ func (v *Principal) appendJSON(b []byte) []byte {
 
 func (v *Principal) validate() *ValidationError {
 	var c checker
-	if !isEnum(enumPrincipalKind, v.Kind) {
-		c.at("kind", oneOf(string(v.Kind), principalKindValues))
-	}
+	c.at("kind", checkEnum(enumPrincipalKind, v.Kind))
 	c.at("id", validPrincipalID(v.ID))
 	return c.err
 }
@@ -211,13 +233,9 @@ func (d *decoder) decodePrincipal(v *Principal) {
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "kind":
-			if o.take(0, "principal.kind") {
-				v.Kind = readEnum[PrincipalKind](d, "principal.kind", enumPrincipalKind, principalKindValues)
-			}
+			v.Kind = enumAt[PrincipalKind](&o, 0, "principal.kind", enumPrincipalKind)
 		case "id":
-			if o.take(1, "principal.id") {
-				v.ID = d.readStr("principal.id", fmtPrincipalID, 0)
-			}
+			v.ID = o.str(1, "principal.id", fmtPrincipalID, 0)
 		default:
 			o.skip()
 		}

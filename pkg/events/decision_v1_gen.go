@@ -44,9 +44,6 @@ const (
 	TierPenalty   Tier = "penalty"
 )
 
-// tierValues lists the values of Tier, "|"-separated.
-const tierValues = "ip|principal|endpoint|resource|quota|penalty"
-
 // Valid reports whether v is one of the values of Tier.
 func (v Tier) Valid() bool { return isEnum(enumTier, v) }
 
@@ -60,9 +57,6 @@ const (
 	PriorityBestEffort Priority = "best_effort"
 	PriorityBulk       Priority = "bulk"
 )
-
-// priorityValues lists the values of Priority, "|"-separated.
-const priorityValues = "critical|degraded|best_effort|bulk"
 
 // Valid reports whether v is one of the values of Priority.
 func (v Priority) Valid() bool { return isEnum(enumPriority, v) }
@@ -209,13 +203,9 @@ func (d *decoder) decodeEnvoyEntry(v *EnvoyEntry) {
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "key":
-			if o.take(0, "key") {
-				v.Key = d.readStr("key", fmtText, MaxEnvoyKeyLen)
-			}
+			v.Key = o.str(0, "key", fmtText, MaxEnvoyKeyLen)
 		case "value":
-			if o.take(1, "value") {
-				v.Value = d.readStr("value", fmtText, MaxEnvoyValueLen)
-			}
+			v.Value = o.str(1, "value", fmtText, MaxEnvoyValueLen)
 		default:
 			o.skip()
 		}
@@ -286,17 +276,13 @@ func (d *decoder) decodeEnvoyCall(v *EnvoyCall) {
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "domain":
-			if o.take(0, "envoy.domain") {
-				v.Domain = d.readStr("envoy.domain", fmtText, MaxEnvoyDomainLen)
-			}
+			v.Domain = o.str(0, "envoy.domain", fmtText, MaxEnvoyDomainLen)
 		case "descriptors":
 			for l := o.list(1, "envoy.descriptors", MaxEnvoyDescriptors); l.next(d); l.check(d) {
 				d.decodeEnvoyDescriptor(grow(&v.Descriptors))
 			}
 		case "truncated":
-			if o.take(2, "envoy.truncated") {
-				v.Truncated = d.readBool("envoy.truncated")
-			}
+			v.Truncated = o.bool(2, "envoy.truncated")
 		default:
 			o.skip()
 		}
@@ -305,11 +291,8 @@ func (d *decoder) decodeEnvoyCall(v *EnvoyCall) {
 }
 
 func (v *Decision) appendJSON(b []byte) []byte {
-	b = append(b, `{"type":"decision.v1","id":"`...)
-	b = append(b, v.ID...)
-	b = append(b, `","ts":"`...)
-	b = AppendTime(b, v.TS)
-	b = append(b, `","principal":`...)
+	b = appendEnvelope(b, TypeDecision, v.ID, v.TS)
+	b = append(b, `,"principal":`...)
 	b = v.Principal.appendJSON(b)
 	b = append(b, `,"ip":"`...)
 	b = v.IP.AppendTo(b)
@@ -383,20 +366,15 @@ func (v *Decision) appendJSON(b []byte) []byte {
 
 func (v *Decision) validate() *ValidationError {
 	var c checker
-	c.at("id", validID(v.ID))
-	c.at("ts", validTime(v.TS))
+	c.envelope(v.ID, v.TS)
 	c.at("principal", v.Principal.validate())
 	c.at("ip", validAddr(v.IP))
-	if !isEnum(enumMethod, v.Method) {
-		c.at("method", oneOf(v.Method, Methods))
-	}
+	c.at("method", checkEnum(enumMethod, v.Method))
 	c.at("route", validRoute(v.Route))
 	if v.Resource != "" {
 		c.at("resource", validResource(v.Resource))
 	}
-	if !isEnum(enumTier, v.Tier) {
-		c.at("tier", oneOf(string(v.Tier), tierValues))
-	}
+	c.at("tier", checkEnum(enumTier, v.Tier))
 	c.at("cost", intRange(v.Cost, 1, 1_000_000))
 	c.at("limit", intRange(v.Limit, 0, MaxSafeInteger))
 	c.at("remaining", intRange(v.Remaining, 0, MaxSafeInteger))
@@ -408,9 +386,7 @@ func (v *Decision) validate() *ValidationError {
 		c.at("penalty_multiplier", floatRange(v.PenaltyMultiplier, 0, true, 1))
 	}
 	if v.Priority != "" {
-		if !isEnum(enumPriority, v.Priority) {
-			c.at("priority", oneOf(string(v.Priority), priorityValues))
-		}
+		c.at("priority", checkEnum(enumPriority, v.Priority))
 	}
 	if v.Envoy != nil {
 		c.at("envoy", v.Envoy.validate())
@@ -435,111 +411,59 @@ func DecodeDecision(data []byte) (Decision, error) {
 	o := d.open("")
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
-		case "type":
-			if o.take(0, "type") {
-				d.readConst("type", TypeDecision)
-			}
-		case "id":
-			if o.take(1, "id") {
-				v.ID = d.readStr("id", fmtID, 0)
-			}
-		case "ts":
-			if o.take(2, "ts") {
-				v.TS = d.readTime("ts")
-			}
+		case "type", "id", "ts":
+			o.envelope(name, &v.ID, &v.TS)
 		case "principal":
 			if o.take(3, "principal") {
 				d.decodePrincipal(&v.Principal)
 			}
 		case "ip":
-			if o.take(4, "ip") {
-				v.IP = d.readIP("ip")
-			}
+			v.IP = o.ip(4, "ip")
 		case "method":
-			if o.take(5, "method") {
-				v.Method = readEnum[string](d, "method", enumMethod, Methods)
-			}
+			v.Method = enumAt[string](&o, 5, "method", enumMethod)
 		case "route":
-			if o.take(6, "route") {
-				v.Route = d.readStr("route", fmtRoute, 0)
-			}
+			v.Route = o.str(6, "route", fmtRoute, 0)
 		case "resource":
-			if o.take(7, "resource") {
-				v.Resource = d.readStr("resource", fmtResource, 0)
-			}
+			v.Resource = o.str(7, "resource", fmtResource, 0)
 		case "allowed":
-			if o.take(8, "allowed") {
-				v.Allowed = d.readBool("allowed")
-			}
+			v.Allowed = o.bool(8, "allowed")
 		case "tier":
-			if o.take(9, "tier") {
-				v.Tier = readEnum[Tier](d, "tier", enumTier, tierValues)
-			}
+			v.Tier = enumAt[Tier](&o, 9, "tier", enumTier)
 		case "shadow":
-			if o.take(10, "shadow") {
-				v.Shadow = d.readBool("shadow")
-			}
+			v.Shadow = o.bool(10, "shadow")
 		case "cost":
-			if o.take(11, "cost") {
-				v.Cost = d.readInt("cost", 1, 1_000_000)
-			}
+			v.Cost = o.int(11, "cost", 1, 1_000_000)
 		case "limit":
-			if o.take(12, "limit") {
-				v.Limit = d.readInt("limit", 0, MaxSafeInteger)
-			}
+			v.Limit = o.int(12, "limit", 0, MaxSafeInteger)
 		case "remaining":
-			if o.take(13, "remaining") {
-				v.Remaining = d.readInt("remaining", 0, MaxSafeInteger)
-			}
+			v.Remaining = o.int(13, "remaining", 0, MaxSafeInteger)
 		case "gateway":
-			if o.take(14, "gateway") {
-				v.Gateway = d.readStr("gateway", fmtText, MaxGatewayLen)
-			}
+			v.Gateway = o.str(14, "gateway", fmtText, MaxGatewayLen)
 		case "near_limit":
-			if o.take(15, "near_limit") {
-				v.NearLimit = d.readBool("near_limit")
-			}
+			v.NearLimit = o.bool(15, "near_limit")
 		case "degraded":
-			if o.take(16, "degraded") {
-				v.Degraded = d.readBool("degraded")
-			}
+			v.Degraded = o.bool(16, "degraded")
 		case "rule":
-			if o.take(17, "rule") {
-				v.Rule = d.readStr("rule", fmtText, MaxRuleLen)
-			}
+			v.Rule = o.str(17, "rule", fmtText, MaxRuleLen)
 		case "penalty_multiplier":
-			if o.take(18, "penalty_multiplier") {
-				v.PenaltyMultiplier = d.readFloat("penalty_multiplier", 0, true, 1, true)
-			}
+			v.PenaltyMultiplier = o.float(18, "penalty_multiplier", 0, true, 1, true)
 		case "priority":
-			if o.take(19, "priority") {
-				v.Priority = readEnum[Priority](d, "priority", enumPriority, priorityValues)
-			}
+			v.Priority = enumAt[Priority](&o, 19, "priority", enumPriority)
 		case "shed":
-			if o.take(20, "shed") {
-				v.Shed = d.readBool("shed")
-			}
+			v.Shed = o.bool(20, "shed")
 		case "envoy":
 			if o.take(21, "envoy") {
 				v.Envoy = new(EnvoyCall)
 				d.decodeEnvoyCall(v.Envoy)
 			}
 		case "plan":
-			if o.take(22, "plan") {
-				v.Plan = d.readStr("plan", fmtText, MaxPlanLen)
-			}
+			v.Plan = o.str(22, "plan", fmtText, MaxPlanLen)
 		case "rules_version":
-			if o.take(23, "rules_version") {
-				v.RulesVersion = d.readInt("rules_version", 1, MaxSafeInteger)
-			}
+			v.RulesVersion = o.int(23, "rules_version", 1, MaxSafeInteger)
 		case "candidate_version":
-			if o.take(24, "candidate_version") {
-				v.CandidateVersion = d.readInt("candidate_version", 1, MaxSafeInteger)
-			}
+			v.CandidateVersion = o.int(24, "candidate_version", 1, MaxSafeInteger)
 		case "candidate_blocked":
-			if o.take(25, "candidate_blocked") {
-				v.CandidateBlocked = d.readBool("candidate_blocked")
-			}
+			v.CandidateBlocked = o.bool(25, "candidate_blocked")
 		default:
 			o.skip()
 		}

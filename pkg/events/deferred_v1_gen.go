@@ -116,13 +116,9 @@ func (d *decoder) decodeHeader(v *Header) {
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
 		case "name":
-			if o.take(0, "name") {
-				v.Name = d.readStr("name", fmtText, MaxHeaderNameLen)
-			}
+			v.Name = o.str(0, "name", fmtText, MaxHeaderNameLen)
 		case "value":
-			if o.take(1, "value") {
-				v.Value = d.readStr("value", fmtText, MaxHeaderValueLen)
-			}
+			v.Value = o.str(1, "value", fmtText, MaxHeaderValueLen)
 		default:
 			o.skip()
 		}
@@ -131,11 +127,8 @@ func (d *decoder) decodeHeader(v *Header) {
 }
 
 func (v *Deferred) appendJSON(b []byte) []byte {
-	b = append(b, `{"type":"deferred.v1","id":"`...)
-	b = append(b, v.ID...)
-	b = append(b, `","ts":"`...)
-	b = AppendTime(b, v.TS)
-	b = append(b, `","deadline":"`...)
+	b = appendEnvelope(b, TypeDeferred, v.ID, v.TS)
+	b = append(b, `,"deadline":"`...)
 	b = AppendTime(b, v.Deadline)
 	b = append(b, `","principal":`...)
 	b = v.Principal.appendJSON(b)
@@ -181,14 +174,11 @@ func (v *Deferred) appendJSON(b []byte) []byte {
 
 func (v *Deferred) validate() *ValidationError {
 	var c checker
-	c.at("id", validID(v.ID))
-	c.at("ts", validTime(v.TS))
+	c.envelope(v.ID, v.TS)
 	c.at("deadline", validTime(v.Deadline))
 	c.at("principal", v.Principal.validate())
 	c.at("ip", validAddr(v.IP))
-	if !isEnum(enumMethod, v.Method) {
-		c.at("method", oneOf(v.Method, Methods))
-	}
+	c.at("method", checkEnum(enumMethod, v.Method))
 	c.at("route", validRoute(v.Route))
 	if v.Resource != "" {
 		c.at("resource", validResource(v.Resource))
@@ -218,74 +208,40 @@ func DecodeDeferred(data []byte) (Deferred, error) {
 	o := d.open("")
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
-		case "type":
-			if o.take(0, "type") {
-				d.readConst("type", TypeDeferred)
-			}
-		case "id":
-			if o.take(1, "id") {
-				v.ID = d.readStr("id", fmtID, 0)
-			}
-		case "ts":
-			if o.take(2, "ts") {
-				v.TS = d.readTime("ts")
-			}
+		case "type", "id", "ts":
+			o.envelope(name, &v.ID, &v.TS)
 		case "deadline":
-			if o.take(3, "deadline") {
-				v.Deadline = d.readTime("deadline")
-			}
+			v.Deadline = o.time(3, "deadline")
 		case "principal":
 			if o.take(4, "principal") {
 				d.decodePrincipal(&v.Principal)
 			}
 		case "ip":
-			if o.take(5, "ip") {
-				v.IP = d.readIP("ip")
-			}
+			v.IP = o.ip(5, "ip")
 		case "method":
-			if o.take(6, "method") {
-				v.Method = readEnum[string](d, "method", enumMethod, Methods)
-			}
+			v.Method = enumAt[string](&o, 6, "method", enumMethod)
 		case "route":
-			if o.take(7, "route") {
-				v.Route = d.readStr("route", fmtRoute, 0)
-			}
+			v.Route = o.str(7, "route", fmtRoute, 0)
 		case "resource":
-			if o.take(8, "resource") {
-				v.Resource = d.readStr("resource", fmtResource, 0)
-			}
+			v.Resource = o.str(8, "resource", fmtResource, 0)
 		case "path":
-			if o.take(9, "path") {
-				v.Path = d.readStr("path", fmtText, MaxPathLen)
-			}
+			v.Path = o.str(9, "path", fmtText, MaxPathLen)
 		case "query":
-			if o.take(10, "query") {
-				v.Query = d.readStr("query", fmtText, MaxQueryLen)
-			}
+			v.Query = o.str(10, "query", fmtText, MaxQueryLen)
 		case "headers":
 			for l := o.list(11, "headers", MaxDeferredHeaders); l.next(d); l.check(d) {
 				d.decodeHeader(grow(&v.Headers))
 			}
 		case "body":
-			if o.take(12, "body") {
-				v.Body = d.readStr("body", fmtBase64, MaxBodyB64Len)
-			}
+			v.Body = o.str(12, "body", fmtBase64, MaxBodyB64Len)
 		case "decision_id":
-			if o.take(13, "decision_id") {
-				v.DecisionID = d.readStr("decision_id", fmtID, 0)
-			}
+			v.DecisionID = o.str(13, "decision_id", fmtID, 0)
 		case "rule":
-			if o.take(14, "rule") {
-				v.Rule = d.readStr("rule", fmtText, MaxRuleLen)
-			}
+			v.Rule = o.str(14, "rule", fmtText, MaxRuleLen)
 		case "shed":
-			if o.take(15, "shed") {
-				v.Shed = d.readBool("shed")
-			}
+			v.Shed = o.bool(15, "shed")
 		case "gateway":
-			if o.take(16, "gateway") {
-				v.Gateway = d.readStr("gateway", fmtText, MaxGatewayLen)
-			}
+			v.Gateway = o.str(16, "gateway", fmtText, MaxGatewayLen)
 		default:
 			o.skip()
 		}

@@ -114,19 +114,40 @@ func (o *members) endDocument(required []req) {
 	o.end("", required)
 }
 
-// The readers below are the decoder's (read.go), keeping their error in d.err.
-// A generated decoder calls one for a member after members.take; most are
-// small enough to be inlined there.
+// The readers below read the member at path, property bit of its object, for
+// a generated decoder: each first marks the property read (members.take: a
+// second member of that name is a syntax error, and nothing is read), then
+// reads the value with the decoder (read.go) and keeps its error there. So a
+// generated decoder is one line per member, and what every member does around
+// its value is written here once.
 
-// readConst reads the "type" member, which must be want.
-func (d *decoder) readConst(path, want string) {
-	if err := d.constant(path, want); err != nil {
-		d.err = err
+// envelope reads the members every event starts with, its CloudEvents
+// attributes: "type" (property 0), which must be the decoder's typ, "id" (1)
+// and "ts" (2), the member called name, into *id and *ts.
+func (o *members) envelope(name []byte, id *string, ts *time.Time) {
+	switch string(name) {
+	case "type":
+		o.constant(0, "type", o.d.typ)
+	case "id":
+		*id = o.str(1, "id", fmtID, 0)
+	case "ts":
+		*ts = o.time(2, "ts")
 	}
 }
 
-// readStr reads a string of grammar f (max: see format.check).
-func (d *decoder) readStr(path string, f format, max int) string {
+// constant reads a member whose value must be want ("type").
+func (o *members) constant(bit uint, path, want string) {
+	if o.take(bit, path) {
+		o.keep(o.d.constant(path, want))
+	}
+}
+
+// str reads a string of grammar f (max: see format.check).
+func (o *members) str(bit uint, path string, f format, max int) string {
+	if !o.take(bit, path) {
+		return ""
+	}
+	d := o.d
 	s, err := d.str(path)
 	if err == nil {
 		err = d.valid(path, f.check(s, max))
@@ -154,9 +175,13 @@ func (d *decoder) valid(path string, err *ValidationError) *ValidationError {
 // enum names an enum of the schemas, for enumValue (generated, common_gen.go).
 type enum uint8
 
-// readEnum reads a string of enum e, whose values are listed in values for
-// the error. It stores a constant: decoding an enum does not allocate.
-func readEnum[E ~string](d *decoder, path string, e enum, values string) E {
+// enumAt reads a string of enum e. It returns a constant: decoding an enum
+// does not allocate.
+func enumAt[E ~string](o *members, bit uint, path string, e enum) E {
+	if !o.take(bit, path) {
+		return ""
+	}
+	d := o.d
 	b, err := d.strBytes(path)
 	if err != nil {
 		d.err = err
@@ -164,7 +189,7 @@ func readEnum[E ~string](d *decoder, path string, e enum, values string) E {
 	}
 	v, ok := enumValue(e, b)
 	if !ok {
-		d.err = d.invalid(path, oneOf(string(b), values))
+		d.err = d.invalid(path, oneOf(string(b), e.values()))
 	}
 	return E(v)
 }
@@ -175,26 +200,47 @@ func isEnum[E ~string](e enum, v E) bool {
 	return ok
 }
 
-// readTime reads a timestamp.
-func (d *decoder) readTime(path string) time.Time {
-	t, err := d.time(path)
-	return kept(d, t, err)
+// checkEnum checks that v is a value of enum e.
+func checkEnum[E ~string](e enum, v E) *ValidationError {
+	if isEnum(e, v) {
+		return nil
+	}
+	return oneOf(string(v), e.values())
 }
 
-// readInt reads an integer within [lo, hi].
-func (d *decoder) readInt(path string, lo, hi int64) int64 {
-	n, err := d.integer(path, lo, hi)
-	return kept(d, n, err)
+// time reads a timestamp.
+func (o *members) time(bit uint, path string) time.Time {
+	if !o.take(bit, path) {
+		return time.Time{}
+	}
+	t, err := o.d.time(path)
+	return kept(o.d, t, err)
 }
 
-// readIP reads an IP address.
-func (d *decoder) readIP(path string) netip.Addr {
-	a, err := d.ip(path)
-	return kept(d, a, err)
+// int reads an integer within [lo, hi].
+func (o *members) int(bit uint, path string, lo, hi int64) int64 {
+	if !o.take(bit, path) {
+		return 0
+	}
+	n, err := o.d.integer(path, lo, hi)
+	return kept(o.d, n, err)
 }
 
-// readFloat reads a number >= lo (> lo when excl), and <= hi when hasHi.
-func (d *decoder) readFloat(path string, lo float64, excl bool, hi float64, hasHi bool) float64 {
+// ip reads an IP address.
+func (o *members) ip(bit uint, path string) netip.Addr {
+	if !o.take(bit, path) {
+		return netip.Addr{}
+	}
+	a, err := o.d.ip(path)
+	return kept(o.d, a, err)
+}
+
+// float reads a number >= lo (> lo when excl), and <= hi when hasHi.
+func (o *members) float(bit uint, path string, lo float64, excl bool, hi float64, hasHi bool) float64 {
+	if !o.take(bit, path) {
+		return 0
+	}
+	d := o.d
 	f, err := d.float(path)
 	if err == nil && hasHi {
 		err = d.valid(path, floatRange(f, lo, excl, hi))
@@ -204,10 +250,13 @@ func (d *decoder) readFloat(path string, lo float64, excl bool, hi float64, hasH
 	return kept(d, f, err)
 }
 
-// readBool reads true or false.
-func (d *decoder) readBool(path string) bool {
-	v, err := d.boolean(path)
-	return kept(d, v, err)
+// bool reads true or false.
+func (o *members) bool(bit uint, path string) bool {
+	if !o.take(bit, path) {
+		return false
+	}
+	v, err := o.d.boolean(path)
+	return kept(o.d, v, err)
 }
 
 // elements reads the elements of one array member of at most max items for a
@@ -275,6 +324,13 @@ func (c *checker) at(field string, err *ValidationError) {
 	}
 }
 
+// envelope checks the members every event starts with, its CloudEvents
+// attributes "id" and "ts" (its "type" is the encoder's constant).
+func (c *checker) envelope(id string, ts time.Time) {
+	c.at("id", validID(id))
+	c.at("ts", validTime(ts))
+}
+
 // count checks the length of the array member field against its maxItems.
 func (c *checker) count(field string, n, max int) {
 	if n > max {
@@ -287,6 +343,19 @@ func (c *checker) item(field string, i int, err *ValidationError) {
 	if err != nil && c.err == nil {
 		c.err = at(field+"["+strconv.Itoa(i)+"]", err)
 	}
+}
+
+// appendEnvelope appends the opening of an event of type typ and its
+// CloudEvents attributes: {"type":typ,"id":id,"ts":ts (ids and timestamps
+// need no escaping: their grammars exclude what JSON escapes).
+func appendEnvelope(b []byte, typ, id string, ts time.Time) []byte {
+	b = append(b, `{"type":"`...)
+	b = append(b, typ...)
+	b = append(b, `","id":"`...)
+	b = append(b, id...)
+	b = append(b, `","ts":"`...)
+	b = AppendTime(b, ts)
+	return append(b, '"')
 }
 
 // sep appends the ',' before every element of an array but the first.

@@ -32,9 +32,6 @@ const (
 	RulesStateRolledBack RulesState = "rolled_back"
 )
 
-// rulesStateValues lists the values of RulesState, "|"-separated.
-const rulesStateValues = "shadow|enforced|rolled_back"
-
 // Valid reports whether v is one of the values of RulesState.
 func (v RulesState) Valid() bool { return isEnum(enumRulesState, v) }
 
@@ -91,11 +88,8 @@ type RulesVersion struct {
 }
 
 func (v *RulesVersion) appendJSON(b []byte) []byte {
-	b = append(b, `{"type":"rules.v1","id":"`...)
-	b = append(b, v.ID...)
-	b = append(b, `","ts":"`...)
-	b = AppendTime(b, v.TS)
-	b = append(b, `","version":`...)
+	b = appendEnvelope(b, TypeRulesVersion, v.ID, v.TS)
+	b = append(b, `,"version":`...)
 	b = strconv.AppendInt(b, v.Version, 10)
 	b = append(b, `,"state":"`...)
 	b = append(b, string(v.State)...)
@@ -134,12 +128,9 @@ func (v *RulesVersion) appendJSON(b []byte) []byte {
 
 func (v *RulesVersion) validate() *ValidationError {
 	var c checker
-	c.at("id", validID(v.ID))
-	c.at("ts", validTime(v.TS))
+	c.envelope(v.ID, v.TS)
 	c.at("version", intRange(v.Version, 1, MaxSafeInteger))
-	if !isEnum(enumRulesState, v.State) {
-		c.at("state", oneOf(string(v.State), rulesStateValues))
-	}
+	c.at("state", checkEnum(enumRulesState, v.State))
 	c.at("rules", validText(v.Rules, MaxRulesYAMLLen, true))
 	c.at("author", validText(v.Author, MaxAuthorLen, false))
 	c.at("reason", validText(v.Reason, MaxReasonLen, true))
@@ -170,62 +161,30 @@ func DecodeRulesVersion(data []byte) (RulesVersion, error) {
 	o := d.open("")
 	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
 		switch string(name) {
-		case "type":
-			if o.take(0, "type") {
-				d.readConst("type", TypeRulesVersion)
-			}
-		case "id":
-			if o.take(1, "id") {
-				v.ID = d.readStr("id", fmtID, 0)
-			}
-		case "ts":
-			if o.take(2, "ts") {
-				v.TS = d.readTime("ts")
-			}
+		case "type", "id", "ts":
+			o.envelope(name, &v.ID, &v.TS)
 		case "version":
-			if o.take(3, "version") {
-				v.Version = d.readInt("version", 1, MaxSafeInteger)
-			}
+			v.Version = o.int(3, "version", 1, MaxSafeInteger)
 		case "state":
-			if o.take(4, "state") {
-				v.State = readEnum[RulesState](d, "state", enumRulesState, rulesStateValues)
-			}
+			v.State = enumAt[RulesState](&o, 4, "state", enumRulesState)
 		case "rules":
-			if o.take(5, "rules") {
-				v.Rules = d.readStr("rules", fmtMultilineText, MaxRulesYAMLLen)
-			}
+			v.Rules = o.str(5, "rules", fmtMultilineText, MaxRulesYAMLLen)
 		case "author":
-			if o.take(6, "author") {
-				v.Author = d.readStr("author", fmtText, MaxAuthorLen)
-			}
+			v.Author = o.str(6, "author", fmtText, MaxAuthorLen)
 		case "reason":
-			if o.take(7, "reason") {
-				v.Reason = d.readStr("reason", fmtMultilineText, MaxReasonLen)
-			}
+			v.Reason = o.str(7, "reason", fmtMultilineText, MaxReasonLen)
 		case "created_at":
-			if o.take(8, "created_at") {
-				v.CreatedAt = d.readTime("created_at")
-			}
+			v.CreatedAt = o.time(8, "created_at")
 		case "parent_version":
-			if o.take(9, "parent_version") {
-				v.ParentVersion = d.readInt("parent_version", 1, MaxSafeInteger)
-			}
+			v.ParentVersion = o.int(9, "parent_version", 1, MaxSafeInteger)
 		case "shadow_for_ms":
-			if o.take(10, "shadow_for_ms") {
-				v.ShadowForMs = d.readInt("shadow_for_ms", 1, 604_800_000)
-			}
+			v.ShadowForMs = o.int(10, "shadow_for_ms", 1, 604_800_000)
 		case "watch_for_ms":
-			if o.take(11, "watch_for_ms") {
-				v.WatchForMs = d.readInt("watch_for_ms", 1, 604_800_000)
-			}
+			v.WatchForMs = o.int(11, "watch_for_ms", 1, 604_800_000)
 		case "max_critical_block_share":
-			if o.take(12, "max_critical_block_share") {
-				v.MaxCriticalBlockShare = d.readFloat("max_critical_block_share", 0, true, 1, true)
-			}
+			v.MaxCriticalBlockShare = o.float(12, "max_critical_block_share", 0, true, 1, true)
 		case "min_critical":
-			if o.take(13, "min_critical") {
-				v.MinCritical = d.readInt("min_critical", 1, 1_000_000)
-			}
+			v.MinCritical = o.int(13, "min_critical", 1, 1_000_000)
 		default:
 			o.skip()
 		}

@@ -23,7 +23,7 @@ func ParsePrincipalKey(key string) (Principal, error) {
 	}
 	k, ok := enumValue(enumPrincipalKind, kind)
 	if !ok {
-		return Principal{}, at("kind", oneOf(kind, principalKindValues))
+		return Principal{}, at("kind", oneOf(kind, enumPrincipalKind.values()))
 	}
 	p := Principal{Kind: PrincipalKind(k), ID: id}
 	if err := validPrincipalID(id); err != nil {

@@ -11,18 +11,25 @@
 //     maxItems ("MaxRouteLen");
 //   - x-floodgate-enum: {"name", "prefix", "type", "list", "doc"} for a string
 //     enum: its Go type, constant prefix, "string" for an untyped enum, the
-//     name of its "|"-separated list, and its doc comment.
+//     name of an exported "|"-separated list of its values (optional), and
+//     its doc comment.
 //
 // Each object type (each x-floodgate-go-type, shared by every schema and place
 // that uses it) gets one encoder (appendJSON), one validator (validate) and one
 // decoder (decode<Type>); its parents call them. They spend a line or two per
 // member: the readers, checks and writers of each kind of member are
-// hand-written once in pkg/events/members.go, read.go and write.go. The
-// decoder keeps its first error (decoder.err), so the generated decoders
-// carry no error plumbing. What every event or enum has is written once too:
+// hand-written once in pkg/events/members.go, read.go and write.go. A reader
+// takes its member's property bit and marks it read (members.take), so a
+// decoder's case is one line. The decoder keeps its first error
+// (decoder.err), so the generated decoders carry no error plumbing. An
+// event's CloudEvents attributes ("type", "id", "ts") have one writer
+// (appendEnvelope), one check (checker.envelope) and one reader
+// (members.envelope) for all events. What every event or enum has is written once too:
 // the exported functions of the events are one line each in events_gen.go
-// (calling generic ones in members.go), and one enumValue maps a string to
-// the constant of any enum (common_gen.go).
+// (calling generic ones in members.go), one enumValue maps a string to the
+// constant of any enum, and one enum.values lists any enum's values for its
+// errors (common_gen.go), so an enum member is one line in a decoder
+// (enumAt) and in a validator (checkEnum).
 //
 // Run it with `go generate ./pkg/events` (or `make generate`).
 package eventgen
@@ -163,7 +170,9 @@ func emitEnum(w *bytes.Buffer, e *enumType) {
 		}
 		w.WriteString(")\n\n")
 	}
-	fmt.Fprintf(w, "// %s lists the values of %s, \"|\"-separated.\nconst %s = %q\n\n", e.list, e.spec.Name, e.list, strings.Join(e.values, "|"))
+	if e.list != "" {
+		fmt.Fprintf(w, "// %s lists the values of %s, \"|\"-separated.\nconst %s = %q\n\n", e.list, e.spec.Name, e.list, strings.Join(e.values, "|"))
+	}
 	if e.goType != "string" {
 		fmt.Fprintf(w, "// Valid reports whether v is one of the values of %s.\nfunc (v %s) Valid() bool { return isEnum(%s, v) }\n\n", e.goType, e.goType, e.id)
 	}
@@ -191,8 +200,9 @@ func emitConsts(bodies map[string]*bytes.Buffer, consts []*constant, fileOf func
 	}
 }
 
-// emitEnumValues writes the enum constants (type enum) and enumValue, the
-// one function that maps a string to the value of an enum.
+// emitEnumValues writes the enum constants (type enum), enumValue, the one
+// function that maps a string to the value of an enum, and enum.values, the
+// one list of every enum's values for errors.
 func emitEnumValues(w *bytes.Buffer, enums []*enumType) {
 	w.WriteString("// The enums of the schemas, for enumValue.\nconst (\n")
 	for i, e := range enums {
@@ -213,6 +223,15 @@ func emitEnumValues(w *bytes.Buffer, enums []*enumType) {
 		w.WriteString("}\n")
 	}
 	w.WriteString("}\nreturn \"\", false\n}\n\n")
+	w.WriteString("// values lists the values of enum e, \"|\"-separated, for errors.\nfunc (e enum) values() string {\nswitch e {\n")
+	for _, e := range enums {
+		list := strconv.Quote(strings.Join(e.values, "|"))
+		if e.list != "" {
+			list = e.list
+		}
+		fmt.Fprintf(w, "case %s:\nreturn %s\n", e.id, list)
+	}
+	w.WriteString("}\nreturn \"\"\n}\n\n")
 }
 
 func (f *field) goType() string {
@@ -374,8 +393,15 @@ func article(title string) string {
 func emitEncode(w *bytes.Buffer, st *structType) {
 	fmt.Fprintf(w, "func (v *%s) appendJSON(b []byte) []byte {\n", st.name)
 	e := &encoder{w: w}
-	e.literal("{")
-	for i, f := range st.fields {
+	first := 0
+	if st.event != nil && hasEnvelope(st.fields) {
+		e.stmt("b = appendEnvelope(b, %s, v.%s, v.%s)", st.event.typeConst, st.fields[1].goName, st.fields[2].goName)
+		first = 3
+	} else {
+		e.literal("{")
+	}
+	for i := first; i < len(st.fields); i++ {
+		f := st.fields[i]
 		sep := ","
 		if i == 0 {
 			sep = ""
@@ -482,7 +508,12 @@ func (e *encoder) member(f *field, expr, sep string) {
 // member, keeping the first error.
 func emitValidate(w *bytes.Buffer, st *structType) {
 	fmt.Fprintf(w, "func (v *%s) validate() *ValidationError {\nvar c checker\n", st.name)
-	for _, f := range st.fields {
+	fields := st.fields
+	if st.event != nil && hasEnvelope(fields) {
+		fmt.Fprintf(w, "c.envelope(v.%s, v.%s)\n", fields[1].goName, fields[2].goName)
+		fields = fields[3:]
+	}
+	for _, f := range fields {
 		expr := "v." + f.goName
 		var check string
 		switch f.kind {
@@ -491,11 +522,7 @@ func emitValidate(w *bytes.Buffer, st *structType) {
 		case kString:
 			check = fmt.Sprintf("c.at(%q, %s)", f.json, fmt.Sprintf(strings.ReplaceAll(f.format.validate, "%m", f.maxConst), expr))
 		case kEnum:
-			s := expr
-			if f.enum.goType != "string" {
-				s = "string(" + expr + ")"
-			}
-			check = fmt.Sprintf("if !isEnum(%s, %s) {\nc.at(%q, oneOf(%s, %s))\n}", f.enum.id, expr, f.json, s, f.enum.list)
+			check = fmt.Sprintf("c.at(%q, checkEnum(%s, %s))", f.json, f.enum.id, expr)
 		case kTime:
 			check = fmt.Sprintf("c.at(%q, validTime(%s))", f.json, expr)
 		case kIP:
@@ -524,6 +551,7 @@ func emitValidate(w *bytes.Buffer, st *structType) {
 // emitDecode writes the decoder of one object type: a switch on the member
 // name with one read per member (members.go).
 func emitDecode(w *bytes.Buffer, st *structType) {
+	fields := st.fields
 	if st.event != nil {
 		// The root's decoder is the exported function itself: its event is a
 		// local variable, stored to without write barriers.
@@ -534,12 +562,20 @@ func emitDecode(w *bytes.Buffer, st *structType) {
 		fmt.Fprintf(w, "func (d *decoder) decode%s(v *%s) {\n", st.name, st.name)
 	}
 	fmt.Fprintf(w, "o := d.open(%q)\nfor name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {\nswitch string(name) {\n", st.dpath)
-	for i, f := range st.fields {
-		fmt.Fprintf(w, "case %q:\n%s\n", f.json, decodeMember(f, st, i))
+	bit := 0
+	if st.event != nil && hasEnvelope(fields) {
+		// Every event starts with its CloudEvents attributes, read by one
+		// members.envelope.
+		fmt.Fprintf(w, "case \"type\", \"id\", \"ts\":\no.envelope(name, &v.%s, &v.%s)\n", fields[1].goName, fields[2].goName)
+		bit = 3
+	}
+	for i := bit; i < len(fields); i++ {
+		f := fields[i]
+		fmt.Fprintf(w, "case %q:\n%s\n", f.json, decodeMember(f, i))
 	}
 	w.WriteString("default:\no.skip()\n}\n}\n")
 	var reqs []string
-	for i, f := range st.fields {
+	for i, f := range fields {
 		if f.required {
 			reqs = append(reqs, fmt.Sprintf("{%d, %q}", i, f.json))
 		}
@@ -551,30 +587,42 @@ func emitDecode(w *bytes.Buffer, st *structType) {
 	}
 }
 
-func decodeMember(f *field, st *structType, bit int) string {
+// hasEnvelope reports whether an event's first members are its CloudEvents
+// attributes, which appendEnvelope writes, checker.envelope checks and
+// members.envelope reads: the required "type" constant, "id" (an id) and
+// "ts" (a timestamp).
+func hasEnvelope(fields []*field) bool {
+	return len(fields) >= 3 &&
+		fields[0].json == "type" && fields[0].kind == kConst && fields[0].required &&
+		fields[1].json == "id" && fields[1].kind == kString && fields[1].format.format == "fmtID" && fields[1].required &&
+		fields[2].json == "ts" && fields[2].kind == kTime && fields[2].required
+}
+
+// decodeMember is the statement that reads member f, property bit of its
+// object, with its reader in members.go.
+func decodeMember(f *field, bit int) string {
 	expr, p := "v."+f.goName, strconv.Quote(f.dpath)
-	take := fmt.Sprintf("if o.take(%d, %s) {\n", bit, p)
 	switch f.kind {
 	case kConst:
-		return take + fmt.Sprintf("d.readConst(%s, %s)\n}", p, st.event.typeConst)
+		return fmt.Sprintf("o.constant(%d, %s, d.typ)", bit, p)
 	case kString:
-		return take + fmt.Sprintf("%s = d.readStr(%s, %s, %s)\n}", expr, p, f.format.format, maxArg(f))
+		return fmt.Sprintf("%s = o.str(%d, %s, %s, %s)", expr, bit, p, f.format.format, maxArg(f))
 	case kEnum:
-		return take + fmt.Sprintf("%s = readEnum[%s](d, %s, %s, %s)\n}", expr, f.enum.goType, p, f.enum.id, f.enum.list)
+		return fmt.Sprintf("%s = enumAt[%s](&o, %d, %s, %s)", expr, f.enum.goType, bit, p, f.enum.id)
 	case kTime:
-		return take + fmt.Sprintf("%s = d.readTime(%s)\n}", expr, p)
+		return fmt.Sprintf("%s = o.time(%d, %s)", expr, bit, p)
 	case kIP:
-		return take + fmt.Sprintf("%s = d.readIP(%s)\n}", expr, p)
+		return fmt.Sprintf("%s = o.ip(%d, %s)", expr, bit, p)
 	case kBool:
-		return take + fmt.Sprintf("%s = d.readBool(%s)\n}", expr, p)
+		return fmt.Sprintf("%s = o.bool(%d, %s)", expr, bit, p)
 	case kInt:
-		read := fmt.Sprintf("d.readInt(%s, %s, %s)", p, intLit(f.ilo), intLit(f.ihi))
+		read := fmt.Sprintf("o.int(%d, %s, %s, %s)", bit, p, intLit(f.ilo), intLit(f.ihi))
 		if f.goInt != "int64" {
 			read = f.goInt + "(" + read + ")"
 		}
-		return take + expr + " = " + read + "\n}"
+		return expr + " = " + read
 	case kFloat:
-		return take + fmt.Sprintf("%s = d.readFloat(%s, %g, %v, %g, %v)\n}", expr, p, f.flo, f.fexcl, f.fhi, f.fhasHi)
+		return fmt.Sprintf("%s = o.float(%d, %s, %g, %v, %g, %v)", expr, bit, p, f.flo, f.fexcl, f.fhi, f.fhasHi)
 	case kStruct:
 		if f.required {
 			return fmt.Sprintf("if o.take(%d, %s) {\nd.decode%s(&%s)\n}", bit, p, f.strct.name, expr)

@@ -81,6 +81,41 @@ func TestGenerateShared(t *testing.T) {
 	require.NotContains(t, string(files["x_v1_gen.go"]), "func EncodeX(")
 }
 
+func TestGenerateEnvelope(t *testing.T) {
+	t.Parallel()
+	id := `"id": {"description": "i", "type": "string", "maxLength": 64, "x-floodgate-format": "id"}`
+	ts := `"ts": {"description": "t", "type": "string", "minLength": 24, "x-floodgate-format": "timestamp"}`
+	at := `"at": {"description": "t", "type": "string", "x-floodgate-format": "timestamp"}`
+	envelope := []string{"o.envelope(name, &v.ID, &v.TS)", "b = appendEnvelope(b, TypeX, v.ID, v.TS)", "c.envelope(v.ID, v.TS)"}
+	tests := []struct {
+		name, schema string
+		envelope     bool
+	}{
+		{"type, id and ts", schema(`, `+id+`, `+ts, "id", "ts"), true},
+		{"no ts", schema(`, `+id+`, `+at, "id", "at"), false},
+		{"optional ts", schema(`, `+id+`, `+ts, "id"), false},
+		{"ts first", schema(`, `+ts+`, `+id, "id", "ts"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			files, err := generate(t, tt.schema)
+			require.NoError(t, err)
+			src := string(files["x_v1_gen.go"])
+			for _, call := range envelope {
+				if tt.envelope {
+					require.Contains(t, src, call)
+				} else {
+					require.NotContains(t, src, call)
+				}
+			}
+			if !tt.envelope {
+				// Each member then has a reader of its own.
+				require.Contains(t, src, `v.ID = o.str(`)
+			}
+		})
+	}
+}
+
 func TestGoName(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{

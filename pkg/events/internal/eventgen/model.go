@@ -65,7 +65,7 @@ type enumType struct {
 	spec   enumSpec
 	values []string
 	goType string // the Go type of values: spec.Name, or "string"
-	list   string // name of the "|"-separated list constant
+	list   string // name of an exported "|"-separated list constant ("" for none; enum.values lists every enum)
 	id     string // name of its constant of type enum (pkg/events), for enumValue
 	doc    string
 	where  string // first schema path it was seen at
@@ -500,9 +500,6 @@ func (m *model) enumOf(n *node, dryRun bool) (*enumType, error) {
 		return nil, fmt.Errorf("%s: x-floodgate-enum type is the name or \"string\", got %q", n.path, spec.Type)
 	}
 	e.list = spec.List
-	if e.list == "" {
-		e.list = lowerFirst(spec.Name) + "Values"
-	}
 	e.id = "enum" + spec.Name
 	e.doc = spec.Doc
 	if e.doc == "" {
@@ -522,7 +519,10 @@ func (m *model) enumOf(n *node, dryRun bool) (*enumType, error) {
 
 // names are the Go identifiers an enum declares.
 func (e *enumType) names() []string {
-	out := []string{e.list, e.id}
+	out := []string{e.id}
+	if e.list != "" {
+		out = append(out, e.list)
+	}
 	if e.goType != "string" {
 		out = append(out, e.goType)
 	}
