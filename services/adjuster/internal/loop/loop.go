@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/floodgate-dev/floodgate/pkg/adjusterapi"
+
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -104,24 +106,8 @@ type Loop struct {
 	status   Status
 }
 
-// Status is what the last tick saw and did.
-type Status struct {
-	At       time.Time           `json:"at"`
-	Version  int64               `json:"settings_version"`
-	DryRun   bool                `json:"dry_run"`
-	Frozen   bool                `json:"frozen"`
-	Scales   map[string]float64  `json:"scales"`
-	Signals  map[string]*float64 `json:"signals"`
-	Stale    []string            `json:"stale"`
-	Engaged  map[string][]string `json:"engaged"`
-	Held     map[string]string   `json:"held"`
-	Changes  []control.Change    `json:"changes"`
-	Override map[string]float64  `json:"overrides"`
-	// Shed is the shed level decided (applied unless in a dry run) and why.
-	Shed    control.ShedStep `json:"shed"`
-	Errors  []string         `json:"errors,omitempty"`
-	Pending int              `json:"pending_events"`
-}
+// Status is what the last tick saw and did (GET /v1/status).
+type Status = adjusterapi.Status
 
 // New returns a loop; call Start (or Run) before Tick.
 func New(cfg Config) *Loop {
