@@ -33,7 +33,8 @@ func newFixture(t *testing.T) fixture {
 		msgs = append(msgs, kafka.Message{Key: []byte("0"), Value: fmt.Appendf(nil, "m%d", i), Time: base.Add(time.Duration(i) * time.Minute)})
 	}
 	for i := range 3 {
-		msgs = append(msgs, kafka.Message{Key: []byte("1"), Value: fmt.Appendf(nil, "n%d", i), Time: base.Add(time.Duration(i) * time.Minute)})
+		msgs = append(msgs, kafka.Message{Key: []byte("1"), Value: fmt.Appendf(nil, "n%d", i), Time: base.Add(time.Duration(i) * time.Minute),
+			Headers: []kafka.Header{{Key: "h", Value: fmt.Appendf(nil, "h%d", i)}}})
 	}
 	require.NoError(t, w.WriteMessages(context.Background(), msgs...))
 	require.NoError(t, w.Close())
@@ -72,6 +73,14 @@ func TestScan(t *testing.T) {
 			require.Equal(t, tc.want, f.values(t, tc.from, tc.to, tc.stop))
 		})
 	}
+	t.Run("headers are read and outlive the fetch", func(t *testing.T) {
+		var got []kafka.Header
+		require.NoError(t, Scan(context.Background(), f.c, f.topic, 1, 0, 3, func(m kafka.Message) bool {
+			got = append(got, m.Headers...)
+			return true
+		}))
+		require.Equal(t, []kafka.Header{{Key: "h", Value: []byte("h0")}, {Key: "h", Value: []byte("h1")}, {Key: "h", Value: []byte("h2")}}, got)
+	})
 	t.Run("a missing topic is an error", func(t *testing.T) {
 		err := Scan(context.Background(), f.c, "nope", 0, 0, 10, func(kafka.Message) bool { return true })
 		require.ErrorContains(t, err, "fetch nope/0 at 0")
