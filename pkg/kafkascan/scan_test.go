@@ -14,7 +14,7 @@ import (
 
 // fixture is a topic of two partitions: partition 0 holds ten messages
 // produced a minute apart from base (key "0", value "m0".."m9"), partition 1
-// three (key "1", value "n0".."n2") from base.
+// three (key "1", value "n0".."n2", header h: "h0".."h2") from base.
 type fixture struct {
 	c     *kafka.Client
 	topic string
