@@ -83,13 +83,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		}
 		v.Require(err == nil, "FLOODGATE_ADJUSTER_RULES", "%s: %v", c.RulesFile, err)
 	}
-	if err := e.Err(); err != nil {
-		return Config{}, err
-	}
-	if err := v.Err(); err != nil {
-		return Config{}, err
-	}
-	return c, c.Validate()
+	return config.Validated(c, e.Err(), v.Err())
 }
 
 // Validate checks ranges and how fields relate; errors name the variable.

@@ -116,10 +116,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		OverrideSweep:    e.Duration("FLOODGATE_CONSOLE_OVERRIDE_SWEEP", 30*time.Second),
 		WhatIfMaxEvents:  e.Int("FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS", 200_000),
 	}
-	if err := e.Err(); err != nil {
-		return Config{}, err
-	}
-	return c, c.Validate()
+	return config.Validated(c, e.Err())
 }
 
 // Validate checks the fields and how they relate.

@@ -135,10 +135,7 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 			}
 		}
 	}
-	if err := e.Err(); err != nil {
-		return ServiceConfig{}, err
-	}
-	return c, c.Validate()
+	return config.Validated(c, e.Err())
 }
 
 // Validate checks ranges and how fields relate; errors name the variable.

@@ -75,10 +75,7 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 		CanaryTimeout:    e.Duration("FLOODGATE_DLQ_CANARY_TIMEOUT", DefaultCanaryTimeout),
 		ShutdownTimeout:  e.Duration("FLOODGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 	}
-	if err := e.Err(); err != nil {
-		return ServiceConfig{}, err
-	}
-	return c, c.Validate()
+	return config.Validated(c, e.Err())
 }
 
 // Validate checks ranges and how fields relate; errors name the variable.
