@@ -3,7 +3,6 @@ package limiter
 import (
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,12 +33,7 @@ func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 	s := NewServer(ServerConfig{Callers: callers, Engine: e, Publisher: &kafkatest.Capture{}, Topic: "decisions", Gateway: "openapi",
 		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	s.SetReady(true)
-	run := service.NewRunnerWith(service.Env{}, service.RunnerConfig{})
-	mounted := run.Mount(service.API{Handler: s.Handler(), Health: true, Readiness: http.HandlerFunc(s.ServeReady), OpenAPI: doc})
-	d.CheckRoutes(t, mounted.Routes())
-
-	srv := httptest.NewServer(httpapi.Middleware(httpapi.Options{}, mounted))
-	t.Cleanup(srv.Close)
+	srv := d.Serve(t, service.API{Handler: s.Handler(), Health: true, Readiness: http.HandlerFunc(s.ServeReady)}, httpapi.Options{})
 	auth := http.Header{"Authorization": {"Bearer edge-token"}, "Content-Type": {"application/json"}}
 	id := redistest.Unique(t, "oa")
 	check := `{"principal":{"kind":"bot","id":"` + id + `"},"ip":"2001:db8::7","method":"POST","route":"/channels/{channel_id}/messages","resource":"channel:1"}`

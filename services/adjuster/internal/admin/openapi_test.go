@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -72,10 +71,7 @@ func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 	l := loop.New(loop.Config{Source: hotSource{}, Scales: &memScales{}, Publisher: nopPublisher{}, Settings: store,
 		Defaults: control.Defaults(), ActorID: "adjuster@openapi-test"})
 	srv := NewServer(Config{Tokens: tokens, Store: store, Loop: l, Defaults: control.Defaults()})
-	mounted := service.NewRunnerWith(service.Env{}, service.RunnerConfig{}).Mount(service.API{Handler: srv.Handler(), Health: true, OpenAPI: doc})
-	d.CheckRoutes(t, mounted.Routes())
-	hs := httptest.NewServer(httpapi.Middleware(httpapi.Options{MaxBody: MaxBody}, mounted))
-	t.Cleanup(hs.Close)
+	hs := d.Serve(t, service.API{Handler: srv.Handler(), Health: true}, httpapi.Options{MaxBody: MaxBody})
 
 	do := func(method, path, token, ifMatch, body string, invalid bool) openapitest.Response {
 		t.Helper()
