@@ -1,8 +1,9 @@
 // Package kafkascan reads ranges of a topic with kafka-go's low-level client,
 // without joining a consumer group: it commits nothing and moves no
 // consumer's offsets. It is how the what-if replay reads a time range of
-// decisions, and how the console reads the decisions around an alert and the
-// adjuster's scale changes.
+// decisions, how the console reads the decisions around an alert and the
+// adjuster's scale changes, and how the dlq-auditor reads dead letters and
+// the offsets of a time range.
 package kafkascan
 
 import (
