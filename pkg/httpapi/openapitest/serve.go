@@ -1,11 +1,14 @@
 package openapitest
 
 import (
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/service"
+	"github.com/stretchr/testify/require"
 )
 
 // Serve mounts api with the document as its OpenAPI document the way a
@@ -20,4 +23,17 @@ func (d *Doc) Serve(t testing.TB, api service.API, mw httpapi.Options) *httptest
 	srv := httptest.NewServer(httpapi.Middleware(mw, mounted))
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// CheckServed fails t unless the service at base (scheme://host:port) answers
+// GET httpapi.OpenAPIPath with 200 and doc (compared as JSON).
+func CheckServed(t testing.TB, base string, doc []byte) {
+	t.Helper()
+	resp, err := http.Get(base + httpapi.OpenAPIPath)
+	require.NoError(t, err)
+	served, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.JSONEq(t, string(doc), string(served), "GET %s%s serves the service's OpenAPI document", base, httpapi.OpenAPIPath)
 }
