@@ -5,23 +5,21 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"encoding/json"
-	"errors"
-	"log/slog"
-
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/stream/streamtest"
 )
 

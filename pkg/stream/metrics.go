@@ -3,9 +3,9 @@ package stream
 import (
 	"fmt"
 
-	"github.com/floodgate-dev/floodgate/pkg/metric"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate-dev/floodgate/pkg/metric"
 )
 
 // Metrics are the floodgate_stream_* collectors shared by every Consumer,

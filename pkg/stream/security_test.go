@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/pkg/stacktest"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/tlstest"
 )
 

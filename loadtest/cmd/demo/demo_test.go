@@ -14,12 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/pkg/stacktest/browsertest"
-
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/stacktest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest/browsertest"
 )
 
 // TestDemoTraffic runs the demo — the real limiter, detector, quota,

@@ -13,12 +13,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/pkg/adjusterapi"
-
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/floodgate-dev/floodgate/pkg/adjusterapi"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/effects"

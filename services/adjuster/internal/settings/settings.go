@@ -11,12 +11,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/pkg/adjusterapi"
-
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/floodgate-dev/floodgate/pkg/adjusterapi"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
 )
 

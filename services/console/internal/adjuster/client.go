@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/adjusterapi"
-
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/services/console/internal/remote"
 )

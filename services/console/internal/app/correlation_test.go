@@ -10,14 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/pkg/stacktest"
-
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/pkg/service"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
 	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 )

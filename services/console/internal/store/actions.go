@@ -10,14 +10,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/pkg/dynamo"
-
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 )
 

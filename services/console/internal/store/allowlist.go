@@ -10,11 +10,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/pkg/dynamo"
-
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 )
 
 // Allowlist keys in floodgate_runtime_config, as the detector reads them

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/pkg/stacktest/browsertest"
-
 	"github.com/chromedp/chromedp"
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
@@ -18,6 +16,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest/browsertest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
 	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"

@@ -9,12 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/pkg/dynamo"
-
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 )
 
