@@ -8,6 +8,9 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 )
@@ -118,4 +121,45 @@ func TestPartitionsSinceAndBounds(t *testing.T) {
 	require.Equal(t, [2]int64{0, 3}, [2]int64{first, end})
 	_, _, err = Bounds(ctx, f.c, f.topic, 7)
 	require.Error(t, err, "a partition the topic does not have")
+}
+
+// TestScanExpired: offsets retention deleted (DeleteRecords moves the log
+// start) fail with ErrExpired instead of being skipped; the rest still scans.
+func TestScanExpired(t *testing.T) {
+	const topic = "kafkascan-expired"
+	broker := kafkatest.Start(t, map[string]int32{topic: 1})
+	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	var msgs []kafka.Message
+	for i := range 5 {
+		msgs = append(msgs, kafka.Message{Value: fmt.Appendf(nil, "e%d", i)})
+	}
+	require.NoError(t, w.WriteMessages(context.Background(), msgs...))
+	require.NoError(t, w.Close())
+
+	kc, err := kgo.NewClient(kgo.SeedBrokers(broker))
+	require.NoError(t, err)
+	defer kc.Close()
+	req := kmsg.NewPtrDeleteRecordsRequest()
+	rt := kmsg.NewDeleteRecordsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewDeleteRecordsRequestTopicPartition()
+	rp.Partition, rp.Offset = 0, 3
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	res, err := req.RequestWith(context.Background(), kc)
+	require.NoError(t, err)
+	require.NoError(t, kerr.ErrorForCode(res.Topics[0].Partitions[0].ErrorCode))
+
+	c := &kafka.Client{Addr: kafka.TCP(broker), Timeout: 10 * time.Second}
+	first, _, err := Bounds(context.Background(), c, topic, 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, first, "the log starts at 3")
+	err = Scan(context.Background(), c, topic, 0, 1, 5, func(kafka.Message) bool { return true })
+	require.ErrorIs(t, err, ErrExpired)
+	var got []string
+	require.NoError(t, Scan(context.Background(), c, topic, 0, 3, 5, func(m kafka.Message) bool {
+		got = append(got, string(m.Value))
+		return true
+	}))
+	require.Equal(t, []string{"e3", "e4"}, got)
 }
