@@ -6,9 +6,11 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/service"
-	"github.com/stretchr/testify/require"
+	"github.com/floodgate-dev/floodgate/schemas/openapi"
 )
 
 // Serve mounts api with the document as its OpenAPI document the way a
@@ -36,4 +38,13 @@ func CheckServed(t testing.TB, base string, doc []byte) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.JSONEq(t, string(doc), string(served), "GET %s%s serves the service's OpenAPI document", base, httpapi.OpenAPIPath)
+}
+
+// LoadBundled is Load of a document bundled in schemas/openapi (openapi.Limiter,
+// openapi.Console, ...); Doc.Serve serves it as the service's document.
+func LoadBundled(t testing.TB, name string) *Doc {
+	t.Helper()
+	doc, err := openapi.JSON(name)
+	require.NoError(t, err)
+	return Load(t, doc)
 }

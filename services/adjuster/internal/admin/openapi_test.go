@@ -62,9 +62,7 @@ func (nopPublisher) Publish(context.Context, []events.Adjustment) error { return
 // the status of a real loop after a tick, every kind of refusal — match it.
 func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 	stacktest.Needs(t, "needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
-	doc, err := openapi.JSON(openapi.Adjuster)
-	require.NoError(t, err)
-	d := openapitest.Load(t, doc)
+	d := openapitest.LoadBundled(t, openapi.Adjuster)
 
 	store := dynamoStore(t)
 	tokens, sreTok, viewerTok := testTokens(t)

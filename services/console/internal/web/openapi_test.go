@@ -24,9 +24,7 @@ import (
 // Local — the JSON API, every action as a bearer caller, every page,
 // sign-in and refusals — match it.
 func TestOpenAPIDocumentMatchesServer(t *testing.T) {
-	doc, err := openapi.JSON(openapi.Console)
-	require.NoError(t, err)
-	d := openapitest.Load(t, doc)
+	d := openapitest.LoadBundled(t, openapi.Console)
 
 	key := "fg:test:openapi:overrides:" + time.Now().Format("150405.000000000")
 	e := newEnvWith(t, func(cfg *Config, _ string) { cfg.OverridesKey = key })
@@ -150,9 +148,7 @@ func (c *oasConsole) call(t *testing.T, method, path, role string, form url.Valu
 // (TestOpenAPIDocumentMatchesServer has none configured and sees only
 // their refusals).
 func TestOpenAPIDocumentMatchesServerWithServices(t *testing.T) {
-	doc, err := openapi.JSON(openapi.Console)
-	require.NoError(t, err)
-	d := openapitest.Load(t, doc)
+	d := openapitest.LoadBundled(t, openapi.Console)
 
 	e := newEnvWith(t, func(cfg *Config, prefix string) {
 		adjURL, adjToken := startAdjuster(t, prefix)

@@ -24,14 +24,12 @@ import (
 // the document's, and real answers from the ledger on DynamoDB Local
 // (usage, refusals, a ledger that is not there) match it.
 func TestOpenAPIDocumentMatchesServer(t *testing.T) {
-	doc, err := openapi.JSON(openapi.Quota)
-	require.NoError(t, err)
-	d := openapitest.Load(t, doc)
+	d := openapitest.LoadBundled(t, openapi.Quota)
 
 	db, prefix := quotatest.LedgerTable(t)
 	now := time.Now().UTC()
 	store := ledger.NewStore(db, prefix+dynamo.TableQuotaLedger, 400, func() time.Time { return now })
-	_, err = store.ApplyPartition(context.Background(), "bot:oa", now.Format(ledger.DayLayout), 0, []ledger.Entry{{Offset: 1, Cost: 3}, {Offset: 2, Cost: 4}})
+	_, err := store.ApplyPartition(context.Background(), "bot:oa", now.Format(ledger.DayLayout), 0, []ledger.Entry{{Offset: 1, Cost: 3}, {Offset: 2, Cost: 4}})
 	require.NoError(t, err)
 	tok, err := httpapi.NewToken("fgq_")
 	require.NoError(t, err)
