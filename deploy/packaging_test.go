@@ -978,7 +978,7 @@ func checkDockerfile(m *model) []string {
 	d := m.docker
 	known := map[string]bool{"deps": true, "build": true, "runtime": true}
 	for _, p := range m.sortedPrograms() {
-		known[p.name], known["build-"+p.name] = true, true
+		known[p.name] = true
 		st := d.stage(p.name)
 		if st == nil {
 			out = append(out, fmt.Sprintf("Dockerfile: no final stage %q for %s", p.name, p.dir))
@@ -988,12 +988,14 @@ func checkDockerfile(m *model) []string {
 		if !strings.Contains(st.entrypoint, `"`+bin+`"`) {
 			out = append(out, fmt.Sprintf("Dockerfile %s: ENTRYPOINT %s does not run %s", p.name, st.entrypoint, bin))
 		}
-		if !slices.ContainsFunc(st.copies, func(c string) bool { return strings.Contains(c, "--from=build-"+p.name+" ") }) {
-			out = append(out, fmt.Sprintf("Dockerfile %s: does not copy its binary from stage build-%s", p.name, p.name))
+		if !slices.ContainsFunc(st.copies, func(c string) bool { return strings.HasPrefix(c, "--from=build /out/"+p.name+" ") }) {
+			out = append(out, fmt.Sprintf("Dockerfile %s: does not copy its binary /out/%s from stage build", p.name, p.name))
 		}
-		b := d.stage("build-" + p.name)
-		if b == nil || len(b.builds) != 1 || !strings.HasSuffix(b.builds[0], " ./"+p.dir) || !strings.Contains(b.builds[0], "-o /out/"+p.name+" ") {
-			out = append(out, fmt.Sprintf("Dockerfile: stage build-%s must `go build -o /out/%s ./%s`", p.name, p.name, p.dir))
+		// One `go build -o /out/` in stage build names every program's package; go names each
+		// binary after its package's directory, which is the program's name.
+		if b := d.stage("build"); b == nil || len(b.builds) != 1 || !strings.Contains(b.builds[0], " -o /out/ ") ||
+			!slices.Contains(strings.Fields(b.builds[0]), "./"+p.dir) || filepath.Base(p.dir) != p.name {
+			out = append(out, fmt.Sprintf("Dockerfile: stage build must `go build -o /out/ ... ./%s` (binary %s)", p.dir, p.name))
 		}
 		// Non-root: the nearest USER in the stage chain is 65532.
 		user, base := "", ""
@@ -2237,9 +2239,17 @@ func TestChecksCatchDrift(t *testing.T) {
 		{"image runs as root", checkDockerfile, func(m *model) { m.docker.stage("runtime").user = "0" }, `runs as "0"`},
 		{"image not static", checkDockerfile, func(m *model) { m.docker.stage("runtime").from = "debian:12" }, "not distroless static"},
 		{"build without -trimpath", checkDockerfile, func(m *model) {
-			b := m.docker.stage("build-limiter")
+			b := m.docker.stage("build")
 			b.builds[0] = strings.Replace(b.builds[0], "-trimpath ", "", 1)
 		}, "lacks -trimpath"},
+		{"a program left out of the build", checkDockerfile, func(m *model) {
+			b := m.docker.stage("build")
+			b.builds[0] = strings.Replace(b.builds[0], " ./services/quota ", " ", 1)
+		}, "stage build must `go build -o /out/ ... ./services/quota`"},
+		{"image copies another program's binary", checkDockerfile, func(m *model) {
+			st := m.docker.stage("detector")
+			st.copies = []string{"--from=build /out/limiter /usr/local/bin/detector"}
+		}, "does not copy its binary /out/detector"},
 		{"cgo on", checkDockerfile, func(m *model) { m.docker.stage("deps").env["CGO_ENABLED"] = "1" }, "CGO_ENABLED=0"},
 		{"stage for a removed program", checkDockerfile, func(m *model) {
 			m.docker.stages = append(m.docker.stages, &dockerStage{name: "billing", from: "runtime", env: map[string]string{}})

@@ -116,3 +116,14 @@ func (c *Check) Require(ok bool, field, format string, args ...any) {
 
 // Err joins every failed requirement, or returns nil.
 func (c *Check) Err() error { return errors.Join(c.errs...) }
+
+// Validated finishes a config reader: the zero T and the errors met while
+// reading (the Env's, a nested reader's) when there are any, otherwise c and
+// c.Validate().
+func Validated[T interface{ Validate() error }](c T, errs ...error) (T, error) {
+	if err := errors.Join(errs...); err != nil {
+		var zero T
+		return zero, err
+	}
+	return c, c.Validate()
+}

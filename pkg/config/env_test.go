@@ -1,9 +1,12 @@
 package config
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 func TestEnvParsesAndNamesBadVariables(t *testing.T) {
@@ -41,5 +44,44 @@ func TestCheckNamesFields(t *testing.T) {
 	c.Require(false, "FLOODGATE_X", "%d: must be positive", -1)
 	if err := c.Err(); err == nil || err.Error() != "FLOODGATE_X: -1: must be positive" {
 		t.Fatalf("got %v", err)
+	}
+}
+
+type validatedConfig struct{ n int }
+
+func (c validatedConfig) Validate() error {
+	if c.n < 0 {
+		return errors.New("N: must not be negative")
+	}
+	return nil
+}
+
+func TestValidated(t *testing.T) {
+	readErr := errors.New("FLOODGATE_N: not a number")
+	nested := errors.New("FLOODGATE_M: not a duration")
+	tests := []struct {
+		name string
+		c    validatedConfig
+		errs []error
+		want validatedConfig
+		err  []string
+	}{
+		{"valid", validatedConfig{3}, []error{nil}, validatedConfig{3}, nil},
+		{"reading failed: zero config, every reading error", validatedConfig{3}, []error{readErr, nil, nested}, validatedConfig{}, []string{"FLOODGATE_N", "FLOODGATE_M"}},
+		{"read but invalid", validatedConfig{-1}, nil, validatedConfig{-1}, []string{"N: must not be negative"}},
+		{"reading errors come before Validate", validatedConfig{-1}, []error{readErr}, validatedConfig{}, []string{"FLOODGATE_N"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Validated(tt.c, tt.errs...)
+			require.Equal(t, tt.want, got)
+			if tt.err == nil {
+				require.NoError(t, err)
+				return
+			}
+			for _, want := range tt.err {
+				require.ErrorContains(t, err, want)
+			}
+		})
 	}
 }

@@ -17,7 +17,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
@@ -26,6 +25,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/metric"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
@@ -228,18 +228,13 @@ type edgeMetrics struct {
 }
 
 func newEdgeMetrics(reg prometheus.Registerer) *edgeMetrics {
-	f := promauto.With(reg)
+	f := metric.With(reg)
 	return &edgeMetrics{
-		deferred: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_deferred_queued_total",
-			Help: "Requests deferred (202 Accepted) at this edge, by route."}, []string{"route"}),
-		refused: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_deferred_refused_total",
-			Help: "Deferrable requests answered with the plain 429 instead, by route and reason (queue_full, body_too_large, draining, store, kafka, kafka_down, invalid, body_read)."}, []string{"route", "reason"}),
-		write: f.NewHistogram(prometheus.HistogramOpts{Name: "floodgate_deferred_write_seconds",
-			Help: "Time to make one deferral durable (Redis and the acks=all Kafka write).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
-		unknown: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_deferred_unknown_total",
-			Help: "Deferrals answered 202 with status unknown: the Kafka write failed without an answer and Redis could not record the cancel; the client's poll ends done or expired."}, []string{"route"}),
-		writable: f.NewGauge(prometheus.GaugeOpts{Name: "floodgate_deferred_kafka_writable",
-			Help: "1 while this edge's last deferred write to Kafka succeeded; 0 while deferrals are refused (reason kafka_down) and one write at a time probes Kafka."}),
+		deferred: f.CounterVec("floodgate_deferred_queued_total", "Requests deferred (202 Accepted) at this edge, by route.", "route"),
+		refused:  f.CounterVec("floodgate_deferred_refused_total", "Deferrable requests answered with the plain 429 instead, by route and reason (queue_full, body_too_large, draining, store, kafka, kafka_down, invalid, body_read).", "route", "reason"),
+		write:    f.Histogram("floodgate_deferred_write_seconds", "Time to make one deferral durable (Redis and the acks=all Kafka write).", prometheus.ExponentialBuckets(0.0005, 2, 14)),
+		unknown:  f.CounterVec("floodgate_deferred_unknown_total", "Deferrals answered 202 with status unknown: the Kafka write failed without an answer and Redis could not record the cancel; the client's poll ends done or expired.", "route"),
+		writable: f.Gauge("floodgate_deferred_kafka_writable", "1 while this edge's last deferred write to Kafka succeeded; 0 while deferrals are refused (reason kafka_down) and one write at a time probes Kafka."),
 	}
 }
 

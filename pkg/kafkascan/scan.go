@@ -1,8 +1,9 @@
 // Package kafkascan reads ranges of a topic with kafka-go's low-level client,
 // without joining a consumer group: it commits nothing and moves no
 // consumer's offsets. It is how the what-if replay reads a time range of
-// decisions, and how the console reads the decisions around an alert and the
-// adjuster's scale changes.
+// decisions, how the console reads the decisions around an alert and the
+// adjuster's scale changes, and how the dlq-auditor reads dead letters and
+// the offsets of a time range.
 package kafkascan
 
 import (
@@ -16,9 +17,16 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
+// ErrExpired means a scan asked for messages the partition no longer holds:
+// retention deleted them (the log starts after the offset asked for).
+var ErrExpired = errors.New("message no longer on the topic (retention)")
+
 // Scan calls fn for every message of topic/partition with an offset in
-// [from, to), in order (key, value, offset and produce time), until fn
-// returns false. It stops early, without error, at the partition's end.
+// [from, to), in order (key, value, headers, offset and produce time), until
+// fn returns false. It stops early, without error, at the partition's end.
+// Asking for an offset retention already deleted fails with ErrExpired (the
+// broker's OffsetOutOfRange: scans ask only for offsets below the end) rather
+// than silently skipping to the log start.
 func Scan(ctx context.Context, c *kafka.Client, topic string, partition int, from, to int64, fn func(kafka.Message) bool) error {
 	for off := from; off < to; {
 		res, err := c.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: partition, Offset: off,
@@ -27,7 +35,13 @@ func Scan(ctx context.Context, c *kafka.Client, topic string, partition int, fro
 			return fmt.Errorf("fetch %s/%d at %d: %w", topic, partition, off, err)
 		}
 		if res.Error != nil {
+			if errors.Is(res.Error, kafka.OffsetOutOfRange) {
+				return fmt.Errorf("fetch %s/%d at %d: %w (%w)", topic, partition, off, ErrExpired, res.Error)
+			}
 			return fmt.Errorf("fetch %s/%d at %d: %w", topic, partition, off, res.Error)
+		}
+		if res.LogStartOffset > off {
+			return fmt.Errorf("fetch %s/%d at %d (log starts at %d): %w", topic, partition, off, res.LogStartOffset, ErrExpired)
 		}
 		progressed := false
 		for {
@@ -44,16 +58,9 @@ func Scan(ctx context.Context, c *kafka.Client, topic string, partition int, fro
 			if rec.Offset >= to {
 				return nil
 			}
-			m := kafka.Message{Topic: topic, Partition: partition, Offset: rec.Offset, Time: rec.Time}
-			if rec.Key != nil {
-				if m.Key, err = kafka.ReadAll(rec.Key); err != nil {
-					return fmt.Errorf("read key of %s/%d@%d: %w", topic, partition, rec.Offset, err)
-				}
-			}
-			if rec.Value != nil {
-				if m.Value, err = kafka.ReadAll(rec.Value); err != nil {
-					return fmt.Errorf("read value of %s/%d@%d: %w", topic, partition, rec.Offset, err)
-				}
+			m, err := message(topic, partition, rec)
+			if err != nil {
+				return err
 			}
 			off, progressed = rec.Offset+1, true
 			if !fn(m) {
@@ -70,6 +77,30 @@ func Scan(ctx context.Context, c *kafka.Client, topic string, partition int, fro
 		}
 	}
 	return nil
+}
+
+// message reads rec into a kafka.Message. The record's headers are only valid
+// until the next read, so their values are copied.
+func message(topic string, partition int, rec *kafka.Record) (kafka.Message, error) {
+	m := kafka.Message{Topic: topic, Partition: partition, Offset: rec.Offset, Time: rec.Time}
+	var err error
+	if rec.Key != nil {
+		if m.Key, err = kafka.ReadAll(rec.Key); err != nil {
+			return m, fmt.Errorf("read key of %s/%d@%d: %w", topic, partition, rec.Offset, err)
+		}
+	}
+	if rec.Value != nil {
+		if m.Value, err = kafka.ReadAll(rec.Value); err != nil {
+			return m, fmt.Errorf("read value of %s/%d@%d: %w", topic, partition, rec.Offset, err)
+		}
+	}
+	if len(rec.Headers) > 0 {
+		m.Headers = make([]kafka.Header, len(rec.Headers))
+		for i, h := range rec.Headers {
+			m.Headers[i] = kafka.Header{Key: h.Key, Value: append([]byte(nil), h.Value...)}
+		}
+	}
+	return m, nil
 }
 
 // Partitions returns the topic's partition ids in order.
@@ -115,29 +146,45 @@ func Since(ctx context.Context, c *kafka.Client, topic string, t time.Time) ([]R
 	if err != nil {
 		return nil, err
 	}
-	reqs := make([]kafka.OffsetRequest, 0, len(parts))
-	for _, p := range parts {
-		reqs = append(reqs, kafka.TimeOffsetOf(p, t))
-	}
-	at, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	at, err := OffsetsAt(ctx, c, topic, parts, t)
 	if err != nil {
-		return nil, fmt.Errorf("list offsets of %s at %s: %w", topic, t.Format(time.RFC3339), err)
+		return nil, err
 	}
 	out := make([]Range, 0, len(parts))
-	for _, po := range at.Topics[topic] {
-		if po.Error != nil {
-			return nil, fmt.Errorf("list offsets of %s/%d at %s: %w", topic, po.Partition, t.Format(time.RFC3339), po.Error)
-		}
-		r := Range{Partition: po.Partition, First: first[po.Partition], Start: end[po.Partition], End: end[po.Partition]}
-		for o := range po.Offsets {
-			if o >= 0 { // -1: nothing produced at or after t (kfake answers so)
-				r.Start = o
-			}
+	for _, p := range parts {
+		r := Range{Partition: p, First: first[p], Start: end[p], End: end[p]}
+		if o, ok := at[p]; ok && o >= 0 {
+			r.Start = o
 		}
 		r.Start = max(r.Start, r.First)
 		out = append(out, r)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Partition < out[j].Partition })
+	return out, nil
+}
+
+// OffsetsAt returns, for each of parts, the offset of the first message
+// produced at or after t (ListOffsets by timestamp), or -1 when there is none.
+func OffsetsAt(ctx context.Context, c *kafka.Client, topic string, parts []int, t time.Time) (map[int]int64, error) {
+	reqs := make([]kafka.OffsetRequest, 0, len(parts))
+	for _, p := range parts {
+		reqs = append(reqs, kafka.TimeOffsetOf(p, t))
+	}
+	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		return nil, fmt.Errorf("list offsets of %s at %s: %w", topic, t.Format(time.RFC3339), err)
+	}
+	out := make(map[int]int64, len(parts))
+	for _, po := range res.Topics[topic] {
+		if po.Error != nil {
+			return nil, fmt.Errorf("list offsets of %s/%d at %s: %w", topic, po.Partition, t.Format(time.RFC3339), po.Error)
+		}
+		out[po.Partition] = -1
+		for o := range po.Offsets { // one entry: one timestamp per partition; -1 when none (kfake answers so)
+			if o >= 0 {
+				out[po.Partition] = o
+			}
+		}
+	}
 	return out, nil
 }
 

@@ -8,13 +8,16 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 )
 
 // fixture is a topic of two partitions: partition 0 holds ten messages
 // produced a minute apart from base (key "0", value "m0".."m9"), partition 1
-// three (key "1", value "n0".."n2") from base.
+// three (key "1", value "n0".."n2", header h: "h0".."h2") from base.
 type fixture struct {
 	c     *kafka.Client
 	topic string
@@ -33,7 +36,8 @@ func newFixture(t *testing.T) fixture {
 		msgs = append(msgs, kafka.Message{Key: []byte("0"), Value: fmt.Appendf(nil, "m%d", i), Time: base.Add(time.Duration(i) * time.Minute)})
 	}
 	for i := range 3 {
-		msgs = append(msgs, kafka.Message{Key: []byte("1"), Value: fmt.Appendf(nil, "n%d", i), Time: base.Add(time.Duration(i) * time.Minute)})
+		msgs = append(msgs, kafka.Message{Key: []byte("1"), Value: fmt.Appendf(nil, "n%d", i), Time: base.Add(time.Duration(i) * time.Minute),
+			Headers: []kafka.Header{{Key: "h", Value: fmt.Appendf(nil, "h%d", i)}}})
 	}
 	require.NoError(t, w.WriteMessages(context.Background(), msgs...))
 	require.NoError(t, w.Close())
@@ -72,6 +76,14 @@ func TestScan(t *testing.T) {
 			require.Equal(t, tc.want, f.values(t, tc.from, tc.to, tc.stop))
 		})
 	}
+	t.Run("headers are read and outlive the fetch", func(t *testing.T) {
+		var got []kafka.Header
+		require.NoError(t, Scan(context.Background(), f.c, f.topic, 1, 0, 3, func(m kafka.Message) bool {
+			got = append(got, m.Headers...)
+			return true
+		}))
+		require.Equal(t, []kafka.Header{{Key: "h", Value: []byte("h0")}, {Key: "h", Value: []byte("h1")}, {Key: "h", Value: []byte("h2")}}, got)
+	})
 	t.Run("a missing topic is an error", func(t *testing.T) {
 		err := Scan(context.Background(), f.c, "nope", 0, 0, 10, func(kafka.Message) bool { return true })
 		require.ErrorContains(t, err, "fetch nope/0 at 0")
@@ -109,4 +121,45 @@ func TestPartitionsSinceAndBounds(t *testing.T) {
 	require.Equal(t, [2]int64{0, 3}, [2]int64{first, end})
 	_, _, err = Bounds(ctx, f.c, f.topic, 7)
 	require.Error(t, err, "a partition the topic does not have")
+}
+
+// TestScanExpired: offsets retention deleted (DeleteRecords moves the log
+// start) fail with ErrExpired instead of being skipped; the rest still scans.
+func TestScanExpired(t *testing.T) {
+	const topic = "kafkascan-expired"
+	broker := kafkatest.Start(t, map[string]int32{topic: 1})
+	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	var msgs []kafka.Message
+	for i := range 5 {
+		msgs = append(msgs, kafka.Message{Value: fmt.Appendf(nil, "e%d", i)})
+	}
+	require.NoError(t, w.WriteMessages(context.Background(), msgs...))
+	require.NoError(t, w.Close())
+
+	kc, err := kgo.NewClient(kgo.SeedBrokers(broker))
+	require.NoError(t, err)
+	defer kc.Close()
+	req := kmsg.NewPtrDeleteRecordsRequest()
+	rt := kmsg.NewDeleteRecordsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewDeleteRecordsRequestTopicPartition()
+	rp.Partition, rp.Offset = 0, 3
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	res, err := req.RequestWith(context.Background(), kc)
+	require.NoError(t, err)
+	require.NoError(t, kerr.ErrorForCode(res.Topics[0].Partitions[0].ErrorCode))
+
+	c := &kafka.Client{Addr: kafka.TCP(broker), Timeout: 10 * time.Second}
+	first, _, err := Bounds(context.Background(), c, topic, 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, first, "the log starts at 3")
+	err = Scan(context.Background(), c, topic, 0, 1, 5, func(kafka.Message) bool { return true })
+	require.ErrorIs(t, err, ErrExpired)
+	var got []string
+	require.NoError(t, Scan(context.Background(), c, topic, 0, 3, 5, func(m kafka.Message) bool {
+		got = append(got, string(m.Value))
+		return true
+	}))
+	require.Equal(t, []string{"e3", "e4"}, got)
 }

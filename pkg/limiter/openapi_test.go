@@ -3,7 +3,6 @@ package limiter
 import (
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,9 +22,7 @@ import (
 // document's, and real answers from a server on the local Redis — allowed,
 // denied, batch, refusals — match the document.
 func TestOpenAPIDocumentMatchesServer(t *testing.T) {
-	doc, err := openapi.JSON(openapi.Limiter)
-	require.NoError(t, err)
-	d := openapitest.Load(t, doc)
+	d := openapitest.LoadBundled(t, openapi.Limiter)
 
 	rdb := redistest.Client(t)
 	e := newTestEngine(t, rdb, "version: 1\nrules:\n  - {id: principal, tier: principal, limit: 2, period: 1m}\n", nil)
@@ -34,12 +31,7 @@ func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 	s := NewServer(ServerConfig{Callers: callers, Engine: e, Publisher: &kafkatest.Capture{}, Topic: "decisions", Gateway: "openapi",
 		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	s.SetReady(true)
-	run := service.NewRunnerWith(service.Env{}, service.RunnerConfig{})
-	mounted := run.Mount(service.API{Handler: s.Handler(), Health: true, Readiness: http.HandlerFunc(s.ServeReady), OpenAPI: doc})
-	d.CheckRoutes(t, mounted.Routes())
-
-	srv := httptest.NewServer(httpapi.Middleware(httpapi.Options{}, mounted))
-	t.Cleanup(srv.Close)
+	srv := d.Serve(t, service.API{Handler: s.Handler(), Health: true, Readiness: http.HandlerFunc(s.ServeReady)}, httpapi.Options{})
 	auth := http.Header{"Authorization": {"Bearer edge-token"}, "Content-Type": {"application/json"}}
 	id := redistest.Unique(t, "oa")
 	check := `{"principal":{"kind":"bot","id":"` + id + `"},"ip":"2001:db8::7","method":"POST","route":"/channels/{channel_id}/messages","resource":"channel:1"}`
@@ -77,6 +69,8 @@ func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 	}
 	res = d.Do(t, nil, srv.URL, openapitest.Request{Method: "GET", Path: httpapi.OpenAPIPath})
 	require.Equal(t, http.StatusOK, res.Status)
+	doc, err := openapi.JSON(openapi.Limiter)
+	require.NoError(t, err)
 	require.JSONEq(t, string(doc), string(res.Body), "the service serves its bundled document")
 	res = d.Do(t, nil, srv.URL, openapitest.Request{Method: "GET", Path: httpapi.OpenAPIPath, Header: http.Header{"If-None-Match": {res.Header.Get("ETag")}}})
 	require.Equal(t, http.StatusNotModified, res.Status)

@@ -39,3 +39,24 @@ func TestFactoryRegistersEachKindWithItsNameHelpAndLabels(t *testing.T) {
 	}, got)
 	require.Panics(t, func() { f.Counter("t_plain_total", "again") }, "a duplicate name must not register silently")
 }
+
+func TestSharedReturnsTheRegisteredCollectorAndReportsConflicts(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewPedanticRegistry()
+	a, b := metric.Shared(reg), metric.Shared(reg)
+	c1 := a.CounterVec("t_shared_total", "Shared.", "topic")
+	c2 := b.CounterVec("t_shared_total", "Shared.", "topic")
+	require.Same(t, c1, c2, "a second component gets the collector already registered")
+	c2.WithLabelValues("x").Inc()
+	require.Equal(t, 1.0, testutil.ToFloat64(c1.WithLabelValues("x")))
+	require.NoError(t, a.Err())
+	require.NoError(t, b.Err())
+
+	require.NotPanics(t, func() { b.GaugeVec("t_shared_total", "Another kind.", "topic") })
+	require.ErrorContains(t, b.Err(), "t_shared_total", "a conflicting collector is reported, not registered")
+	require.NoError(t, a.Err(), "each factory reports its own conflicts")
+
+	g := metric.Shared(nil).Gauge("t_unregistered", "No registry.")
+	g.Set(2)
+	require.Equal(t, 2.0, testutil.ToFloat64(g))
+}

@@ -177,6 +177,18 @@ func Ping(ctx context.Context, c redis.UniversalClient) error {
 	return nil
 }
 
+// Connect returns a client for o once Redis answers (WaitReady, which logs
+// while it waits and returns at once on a refusal waiting cannot fix); when
+// it does not, the client is closed and the error returned.
+func Connect(ctx context.Context, o Options, log *slog.Logger) (redis.UniversalClient, error) {
+	rdb := NewClient(o)
+	if err := WaitReady(ctx, rdb, log); err != nil {
+		_ = rdb.Close()
+		return nil, err
+	}
+	return rdb, nil
+}
+
 // WaitReady pings c until it answers, backing off from 200 ms to 5 s, and
 // returns nil then — or ctx's error if ctx ends first. A service that needs
 // Redis starts and waits for it instead of exiting while Redis is down or

@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 // TestWaitReadyWaitsForRedis: started while nothing listens, WaitReady
@@ -52,4 +53,27 @@ func TestWaitReadyWaitsForRedis(t *testing.T) {
 	defer cancel()
 	p.Kill()
 	require.ErrorIs(t, redisx.WaitReady(ctx, c, log), context.DeadlineExceeded)
+}
+
+// TestConnect: a client once Redis answers; nil and the error when it never
+// does before the context ends.
+func TestConnect(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the local Redis")
+	}
+	log := slog.New(slog.DiscardHandler)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := redisx.Connect(ctx, redisx.Options{Addrs: stacktest.Local().RedisAddrs, DialTimeout: time.Second}, log)
+	require.NoError(t, err)
+	require.NoError(t, c.Ping(ctx).Err())
+	require.NoError(t, c.Close())
+
+	port, err := redistest.FreePort()
+	require.NoError(t, err)
+	short, cancelShort := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancelShort()
+	c, err = redisx.Connect(short, redisx.Options{Addrs: []string{"127.0.0.1:" + strconv.Itoa(port)}, DialTimeout: 100 * time.Millisecond}, log)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Nil(t, c)
 }

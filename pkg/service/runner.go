@@ -44,10 +44,7 @@ func RunnerConfigFromEnv(getenv config.Getenv, httpDefaults httpapi.ServerConfig
 		ShutdownTimeout: e.Duration("FLOODGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 		HTTP:            httpapi.ServerConfigFromEnv(e, httpDefaults),
 	}
-	if err := e.Err(); err != nil {
-		return RunnerConfig{}, err
-	}
-	return c, c.Validate()
+	return config.Validated(c, e.Err())
 }
 
 // Validate checks ranges; errors name the variable.

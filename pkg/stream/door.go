@@ -172,10 +172,7 @@ func DoorLimitsFromEnv(getenv config.Getenv) (DoorLimits, error) {
 		MaxEventFuture:       e.Duration("FLOODGATE_EVENT_MAX_FUTURE", DefaultMaxEventFuture),
 		MaxEventAge:          e.Duration("FLOODGATE_EVENT_MAX_AGE", DefaultMaxEventAge),
 	}
-	if err := e.Err(); err != nil {
-		return DoorLimits{}, err
-	}
-	return l, l.Validate()
+	return config.Validated(l, e.Err())
 }
 
 // Validate checks the limits and how they relate; errors name the variable.

@@ -5,6 +5,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,12 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"encoding/json"
-	"errors"
-	"log/slog"
-	"sync"
-
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/stream/streamtest"
 )
 
@@ -306,22 +305,10 @@ func TestDeadLetterTooLargeToWriteWholeBecomesAReference(t *testing.T) {
 	require.Equal(t, "small", string(small.Value))
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) lines(t *testing.T) []map[string]any {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// jsonLines decodes each line of a JSON log.
+func jsonLines(t *testing.T, log *stacktest.Log) []map[string]any {
 	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(log.String()), "\n") {
 		if l == "" {
 			continue
 		}
@@ -336,15 +323,15 @@ func (s *syncBuffer) lines(t *testing.T) []map[string]any {
 // interval give two lines (the first with its details, then one summary with
 // the count); another class is logged on its own.
 func TestDeadLetterLogAggregates(t *testing.T) {
-	var buf syncBuffer
+	var buf stacktest.Log
 	l := newDeadLetterLog(slog.New(slog.NewJSONHandler(&buf, nil)).With("topic", "floodgate.decisions.v1"), time.Hour)
 	for i := 0; i < 1000; i++ {
 		l.record(i%12, int64(i), "floodgate.decisions.v1.dlq", ErrorClass("decode"), 1, "route: bad")
 	}
 	l.record(3, 5000, "floodgate.decisions.v1.dlq", ErrorClass("handler"), 5, "boom")
-	require.Len(t, buf.lines(t), 2, "only the first of each class is logged before the interval ends")
+	require.Len(t, jsonLines(t, &buf), 2, "only the first of each class is logged before the interval ends")
 	l.close()
-	lines := buf.lines(t)
+	lines := jsonLines(t, &buf)
 	require.Len(t, lines, 3)
 	sum := lines[2]
 	require.Equal(t, "messages dead-lettered", sum["msg"])
@@ -358,17 +345,17 @@ func TestDeadLetterLogAggregates(t *testing.T) {
 // TestDeadLetterLogIntervalEnds: the summary comes by itself when the
 // interval ends, and the next dead letter starts a new interval.
 func TestDeadLetterLogIntervalEnds(t *testing.T) {
-	var buf syncBuffer
+	var buf stacktest.Log
 	l := newDeadLetterLog(slog.New(slog.NewJSONHandler(&buf, nil)), 50*time.Millisecond)
 	defer l.close()
 	for i := 0; i < 5; i++ {
 		l.record(0, int64(i), "t.dlq", ErrorClass("decode"), 1, "bad")
 	}
-	require.Eventually(t, func() bool { return len(buf.lines(t)) == 2 }, 5*time.Second, 10*time.Millisecond)
-	require.EqualValues(t, 5, buf.lines(t)[1]["count"])
+	require.Eventually(t, func() bool { return len(jsonLines(t, &buf)) == 2 }, 5*time.Second, 10*time.Millisecond)
+	require.EqualValues(t, 5, jsonLines(t, &buf)[1]["count"])
 	l.record(0, 9, "t.dlq", ErrorClass("decode"), 1, "bad")
-	require.Len(t, buf.lines(t), 3)
-	require.Equal(t, "message dead-lettered", buf.lines(t)[2]["msg"])
+	require.Len(t, jsonLines(t, &buf), 3)
+	require.Equal(t, "message dead-lettered", jsonLines(t, &buf)[2]["msg"])
 }
 
 // TestConsumerDeadLetterLogAggregates: 200 poison messages through a real
@@ -384,7 +371,7 @@ func TestConsumerDeadLetterLogAggregates(t *testing.T) {
 				msgs = append(msgs, kafka.Message{Topic: topic, Key: []byte(strconv.Itoa(i)), Value: []byte("{broken")})
 			}
 			publish(t, addr, msgs...)
-			var buf syncBuffer
+			var buf stacktest.Log
 			reg := prometheus.NewRegistry()
 			cfg := fastConsumerConfig(t, addr, topic, "g-"+topic, reg)
 			cfg.Logger = slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -409,7 +396,7 @@ func TestConsumerDeadLetterLogAggregates(t *testing.T) {
 			}, waitFor, 10*time.Millisecond)
 			require.NoError(t, stop()) // the summary is logged when the consumer stops, or when the interval ends
 			var first, summaries []map[string]any
-			for _, l := range buf.lines(t) {
+			for _, l := range jsonLines(t, &buf) {
 				switch l["msg"] {
 				case "message dead-lettered":
 					first = append(first, l)

@@ -1,10 +1,11 @@
 package stream
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate-dev/floodgate/pkg/metric"
 )
 
 // Metrics are the floodgate_stream_* collectors shared by every Consumer,
@@ -59,29 +60,29 @@ const (
 // NewAsyncProducer call it with their Registerer; call it directly only to
 // detect a name conflict at start-up.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	v := NewVecs(reg)
+	v := metric.Shared(reg)
 	tg := []string{"topic", "group"}
 	m := &Metrics{
-		consumed:         v.Counter("floodgate_stream_consumed_total", "Messages finished by consumers, by outcome: ok (first attempt), retried (after retries), dlq (dead-lettered).", "topic", "group", "outcome"),
-		retries:          v.Counter("floodgate_stream_retries_total", "Handler attempts that failed transiently and were retried.", tg...),
-		handleSeconds:    v.Histogram("floodgate_stream_handle_seconds", "Duration of one handler invocation.", prometheus.ExponentialBuckets(0.0001, 4, 9), tg...),                    // 100µs .. 6.5s
-		batchMessages:    v.Histogram("floodgate_stream_batch_messages", "Messages per batch handed to a batch handler (batch mode).", prometheus.ExponentialBuckets(1, 4, 10), tg...), // 1 .. 262144
-		dlq:              v.Counter("floodgate_stream_dlq_total", "Messages dead-lettered, by source topic and error class.", "topic", "class"),
-		dlqPublishErrors: v.Counter("floodgate_stream_dlq_publish_errors_total", "Failed attempts to publish to a dead-letter topic (retried until success).", "topic"),
-		commits:          v.Counter("floodgate_stream_commits_total", "Successful offset commits.", tg...),
-		commitErrors:     v.Counter("floodgate_stream_commit_errors_total", "Failed offset commits (retried at the next commit interval).", tg...),
-		fetchErrors:      v.Counter("floodgate_stream_fetch_errors_total", "Errors returned by the reader's FetchMessage.", tg...),
-		groupErrors:      v.Counter("floodgate_stream_group_errors_total", "Errors joining or syncing the consumer group (retried).", tg...),
-		redelivered:      v.Counter("floodgate_stream_redelivered_skipped_total", "Messages fetched again that this consumer had already taken in the same generation, skipped.", tg...),
-		abandoned:        v.Counter("floodgate_stream_abandoned_total", "Handlers stopped by a drain or rebalance deadline; their messages are not committed and will be redelivered.", tg...),
-		rebalances:       v.Counter("floodgate_stream_rebalances_total", "Consumer group generations joined.", tg...),
-		lag:              v.Gauge("floodgate_stream_lag", "Messages behind the high watermark, summed over the partitions this consumer owns: high watermark minus the offset the group would resume from (a stuck partition shows its waiting messages).", tg...),
-		partitionLag:     v.Gauge("floodgate_stream_partition_lag", "Messages behind the high watermark per partition: high watermark minus the offset the group would resume from.", "topic", "group", "partition"),
-		produced:         v.Counter("floodgate_stream_produced_total", "Messages written by reliable producers, by outcome (ok, error).", "topic", "outcome"),
-		asyncSent:        v.Counter("floodgate_stream_async_sent_total", "Messages the async producer wrote to Kafka.", "producer"),
-		asyncDropped:     v.Counter("floodgate_stream_async_dropped_total", "Messages the async producer refused in TryPublish (buffer full, or stopped).", "producer", "reason"),
-		asyncFailed:      v.Counter("floodgate_stream_async_failed_total", "Messages the async producer accepted but could not write (retries exhausted or drain deadline).", "producer"),
-		asyncQueued:      v.Gauge("floodgate_stream_async_queued", "Messages waiting in the async producer's buffer.", "producer"),
+		consumed:         v.CounterVec("floodgate_stream_consumed_total", "Messages finished by consumers, by outcome: ok (first attempt), retried (after retries), dlq (dead-lettered).", "topic", "group", "outcome"),
+		retries:          v.CounterVec("floodgate_stream_retries_total", "Handler attempts that failed transiently and were retried.", tg...),
+		handleSeconds:    v.HistogramVec("floodgate_stream_handle_seconds", "Duration of one handler invocation.", prometheus.ExponentialBuckets(0.0001, 4, 9), tg...),                    // 100µs .. 6.5s
+		batchMessages:    v.HistogramVec("floodgate_stream_batch_messages", "Messages per batch handed to a batch handler (batch mode).", prometheus.ExponentialBuckets(1, 4, 10), tg...), // 1 .. 262144
+		dlq:              v.CounterVec("floodgate_stream_dlq_total", "Messages dead-lettered, by source topic and error class.", "topic", "class"),
+		dlqPublishErrors: v.CounterVec("floodgate_stream_dlq_publish_errors_total", "Failed attempts to publish to a dead-letter topic (retried until success).", "topic"),
+		commits:          v.CounterVec("floodgate_stream_commits_total", "Successful offset commits.", tg...),
+		commitErrors:     v.CounterVec("floodgate_stream_commit_errors_total", "Failed offset commits (retried at the next commit interval).", tg...),
+		fetchErrors:      v.CounterVec("floodgate_stream_fetch_errors_total", "Errors returned by the reader's FetchMessage.", tg...),
+		groupErrors:      v.CounterVec("floodgate_stream_group_errors_total", "Errors joining or syncing the consumer group (retried).", tg...),
+		redelivered:      v.CounterVec("floodgate_stream_redelivered_skipped_total", "Messages fetched again that this consumer had already taken in the same generation, skipped.", tg...),
+		abandoned:        v.CounterVec("floodgate_stream_abandoned_total", "Handlers stopped by a drain or rebalance deadline; their messages are not committed and will be redelivered.", tg...),
+		rebalances:       v.CounterVec("floodgate_stream_rebalances_total", "Consumer group generations joined.", tg...),
+		lag:              v.GaugeVec("floodgate_stream_lag", "Messages behind the high watermark, summed over the partitions this consumer owns: high watermark minus the offset the group would resume from (a stuck partition shows its waiting messages).", tg...),
+		partitionLag:     v.GaugeVec("floodgate_stream_partition_lag", "Messages behind the high watermark per partition: high watermark minus the offset the group would resume from.", "topic", "group", "partition"),
+		produced:         v.CounterVec("floodgate_stream_produced_total", "Messages written by reliable producers, by outcome (ok, error).", "topic", "outcome"),
+		asyncSent:        v.CounterVec("floodgate_stream_async_sent_total", "Messages the async producer wrote to Kafka.", "producer"),
+		asyncDropped:     v.CounterVec("floodgate_stream_async_dropped_total", "Messages the async producer refused in TryPublish (buffer full, or stopped).", "producer", "reason"),
+		asyncFailed:      v.CounterVec("floodgate_stream_async_failed_total", "Messages the async producer accepted but could not write (retries exhausted or drain deadline).", "producer"),
+		asyncQueued:      v.GaugeVec("floodgate_stream_async_queued", "Messages waiting in the async producer's buffer.", "producer"),
 	}
 	if err := v.Err(); err != nil {
 		return nil, fmt.Errorf("register stream metrics: %w", err)
@@ -89,54 +90,30 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// Vecs creates metric vectors and registers each on one registry as it goes.
-// A vector already registered there under the same description (by another
-// Consumer, Producer or journal sharing the registry) is returned instead,
-// so any number of them can share a registry; a nil registry leaves the
-// vectors unregistered. Err reports what could not be registered (another
-// collector under one of the names).
-type Vecs struct {
-	reg  prometheus.Registerer
-	errs []error
-}
+// Vecs registers metric vectors the way the stream metrics do (a
+// metric.Shared factory): a vector already registered on the registry under
+// the same description is returned, so consumers, producers and journals can
+// share a registry. It keeps the journal's calls short; new code uses
+// metric.Shared directly.
+type Vecs struct{ f metric.Factory }
 
 // NewVecs returns a Vecs registering on reg (nil: none).
-func NewVecs(reg prometheus.Registerer) *Vecs { return &Vecs{reg: reg} }
+func NewVecs(reg prometheus.Registerer) *Vecs { return &Vecs{f: metric.Shared(reg)} }
 
 // Counter creates and registers a counter vector.
 func (v *Vecs) Counter(name, help string, labels ...string) *prometheus.CounterVec {
-	return register(v, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels))
+	return v.f.CounterVec(name, help, labels...)
 }
 
 // Gauge creates and registers a gauge vector.
 func (v *Vecs) Gauge(name, help string, labels ...string) *prometheus.GaugeVec {
-	return register(v, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels))
+	return v.f.GaugeVec(name, help, labels...)
 }
 
 // Histogram creates and registers a histogram vector.
 func (v *Vecs) Histogram(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
-	return register(v, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels))
+	return v.f.HistogramVec(name, help, buckets, labels...)
 }
 
 // Err joins the registration errors met so far (nil: none).
-func (v *Vecs) Err() error { return errors.Join(v.errs...) }
-
-// register registers c on v's registry, or returns the collector of the same kind
-// that is already registered under the same description.
-func register[C prometheus.Collector](v *Vecs, c C) C {
-	if v.reg == nil {
-		return c
-	}
-	err := v.reg.Register(c)
-	if err == nil {
-		return c
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	v.errs = append(v.errs, err)
-	return c
-}
+func (v *Vecs) Err() error { return v.f.Err() }

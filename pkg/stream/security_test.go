@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/tlstest"
 )
 
@@ -57,13 +58,6 @@ func readSecurity(t *testing.T, vars map[string]string) config.KafkaSecurity {
 	return s
 }
 
-// String is everything logged so far (syncBuffer is in dlqlog_test.go).
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestSecureProduceConsume produces and consumes through the real Producer
 // and Consumer (writer transport, consumer-group dialer, franz-go partition
 // reader, offsets client, dead-letter producer) against a broker that
@@ -90,7 +84,7 @@ func TestSecureProduceConsume(t *testing.T) {
 				client := ca.Client("floodgate-client")
 				vars["FLOODGATE_KAFKA_TLS_CERT_FILE"], vars["FLOODGATE_KAFKA_TLS_KEY_FILE"] = client.CertFile, client.KeyFile
 			}
-			var logs syncBuffer
+			var logs stacktest.Log
 			log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
@@ -215,7 +209,7 @@ func TestSecureRefusesBadSettings(t *testing.T) {
 			if tc.vars["FLOODGATE_KAFKA_SASL_MECHANISM"] == config.SASLPlain {
 				tc.vars["FLOODGATE_KAFKA_SASL_USERNAME"], tc.vars["FLOODGATE_KAFKA_SASL_PASSWORD"] = plainUser, wrong
 			}
-			var logs syncBuffer
+			var logs stacktest.Log
 			log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			start := time.Now()
 			sec, err := Secure(context.Background(), []string{addr}, readSecurity(t, tc.vars), 10*time.Second, log)
@@ -305,7 +299,7 @@ func TestSecureConsumerWithWrongPasswordLogsNoSecret(t *testing.T) {
 		"FLOODGATE_KAFKA_SASL_PASSWORD": wrong,
 	}))
 	require.NoError(t, err)
-	var logs syncBuffer
+	var logs stacktest.Log
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := fastConsumerConfig(t, addr, "w", "g-w", prometheus.NewRegistry())
 	cfg.Security, cfg.Logger = sec, log

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/stacktest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest/browsertest"
 )
 
 // TestDemoTraffic runs the demo — the real limiter, detector, quota,
@@ -33,13 +34,7 @@ import (
 // detection on the alerts page.
 func TestDemoTraffic(t *testing.T) {
 	stacktest.Needs(t, "needs the local stack and ~1 minute")
-	chromium := os.Getenv("FLOODGATE_CHROMIUM")
-	if chromium == "" {
-		chromium = "/usr/bin/chromium"
-	}
-	if st, err := os.Stat(chromium); err != nil || st.IsDir() {
-		t.Fatalf("chromium not found at %s (set FLOODGATE_CHROMIUM or run deploy/local/browser.sh): %v", chromium, err)
-	}
+	chromium := browsertest.Bin(t)
 	dir := t.TempDir()
 	b := exec.Command("go", append([]string{"build", "-o", dir + "/"}, servicePackages()...)...)
 	b.Stderr = os.Stderr
@@ -121,7 +116,7 @@ func TestDemoTraffic(t *testing.T) {
 
 	// A browser: the analyst signs in and finds the rapid-fire bot's alert.
 	bot := waitFor("rapid-fire detection", regexp.MustCompile(`rapid_fire detected: (bot:bot_spammer_\S+) `))[1]
-	bctx := startBrowser(t, chromium)
+	bctx := browsertest.Start(t, chromium, 60*time.Second)
 	require.NoError(t, chromedp.Do(bctx,
 		chromedp.Navigate(consoleURL+"/login"),
 		chromedp.WaitVisible(chromedp.ID("username")),
@@ -212,22 +207,4 @@ func (c *consoleClient) login(user, password string) int {
 		require.Equal(c.t, "/alerts", res.Header.Get("Location"))
 	}
 	return res.StatusCode
-}
-
-// startBrowser starts headless Chromium at bin for the test.
-func startBrowser(t *testing.T, bin string) context.Context {
-	t.Helper()
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(bin), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	bctx, cancel := chromedp.NewContext(actx)
-	// The first Run starts the browser; it must not carry the test's timeout.
-	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate("about:blank")), "start %s", bin)
-	ctx, cancelT := context.WithTimeout(bctx, 60*time.Second)
-	t.Cleanup(func() { cancelT(); cancel(); cancelAlloc() })
-	return ctx
 }

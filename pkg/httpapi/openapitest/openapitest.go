@@ -34,6 +34,7 @@ var methods = []string{"get", "put", "post", "delete", "patch", "head", "options
 // Doc is a loaded document and what a test has exercised of it.
 type Doc struct {
 	mu   sync.Mutex // guards hits (Transport may be used concurrently)
+	src  []byte     // the document as loaded
 	raw  map[string]any
 	v    validator.Validator
 	ops  map[string]map[string]any // "GET /v1/x" → the operation
@@ -53,7 +54,7 @@ func Load(t testing.TB, doc []byte) *Doc {
 
 // Parse is Load without a test: an error says what is invalid.
 func Parse(doc []byte) (*Doc, error) {
-	d := &Doc{ops: map[string]map[string]any{}, hits: map[string]map[int]bool{}}
+	d := &Doc{src: doc, ops: map[string]map[string]any{}, hits: map[string]map[int]bool{}}
 	if err := json.Unmarshal(doc, &d.raw); err != nil {
 		return nil, fmt.Errorf("openapi document: %w", err)
 	}

@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -63,19 +62,14 @@ func (nopPublisher) Publish(context.Context, []events.Adjustment) error { return
 // the status of a real loop after a tick, every kind of refusal — match it.
 func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 	stacktest.Needs(t, "needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
-	doc, err := openapi.JSON(openapi.Adjuster)
-	require.NoError(t, err)
-	d := openapitest.Load(t, doc)
+	d := openapitest.LoadBundled(t, openapi.Adjuster)
 
 	store := dynamoStore(t)
 	tokens, sreTok, viewerTok := testTokens(t)
 	l := loop.New(loop.Config{Source: hotSource{}, Scales: &memScales{}, Publisher: nopPublisher{}, Settings: store,
 		Defaults: control.Defaults(), ActorID: "adjuster@openapi-test"})
 	srv := NewServer(Config{Tokens: tokens, Store: store, Loop: l, Defaults: control.Defaults()})
-	mounted := service.NewRunnerWith(service.Env{}, service.RunnerConfig{}).Mount(service.API{Handler: srv.Handler(), Health: true, OpenAPI: doc})
-	d.CheckRoutes(t, mounted.Routes())
-	hs := httptest.NewServer(httpapi.Middleware(httpapi.Options{MaxBody: MaxBody}, mounted))
-	t.Cleanup(hs.Close)
+	hs := d.Serve(t, service.API{Handler: srv.Handler(), Health: true}, httpapi.Options{MaxBody: MaxBody})
 
 	do := func(method, path, token, ifMatch, body string, invalid bool) openapitest.Response {
 		t.Helper()

@@ -11,6 +11,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
+	"github.com/floodgate-dev/floodgate/pkg/series"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/admin"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/signals"
@@ -34,10 +35,7 @@ type Config struct {
 	RolloutWindow     time.Duration        // FLOODGATE_ADJUSTER_ROLLOUT_WINDOW: the controller's recent window (default 5m; 0 = cumulative only)
 	DynamoEndpoint    string               // FLOODGATE_DYNAMODB_ENDPOINT (empty = AWS)
 	DynamoTablePrefix string               // FLOODGATE_DYNAMODB_TABLE_PREFIX
-	InfluxURL         string               // FLOODGATE_INFLUX_URL
-	InfluxToken       string               // FLOODGATE_INFLUX_TOKEN
-	InfluxOrg         string               // FLOODGATE_INFLUX_ORG (ignored by InfluxDB 1.8)
-	InfluxBucket      string               // FLOODGATE_INFLUX_BUCKET ("db/rp" on 1.8)
+	series.Influx                          // FLOODGATE_INFLUX_*
 	Filters           signals.Filters      // FLOODGATE_ADJUSTER_{HOST,HTTP,ABUSE,DECISION}_TAGS (see signalFilters)
 	PagerRoutingKey   string               // FLOODGATE_PAGERDUTY_ROUTING_KEY; empty disables paging
 	PagerURL          string               // FLOODGATE_PAGERDUTY_URL
@@ -62,10 +60,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		RolloutWindow:     e.Duration("FLOODGATE_ADJUSTER_ROLLOUT_WINDOW", rollout.DefaultWindow),
 		DynamoEndpoint:    e.String("FLOODGATE_DYNAMODB_ENDPOINT", ""),
 		DynamoTablePrefix: e.String("FLOODGATE_DYNAMODB_TABLE_PREFIX", ""),
-		InfluxURL:         e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
-		InfluxToken:       e.String("FLOODGATE_INFLUX_TOKEN", ""),
-		InfluxOrg:         e.String("FLOODGATE_INFLUX_ORG", ""),
-		InfluxBucket:      e.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket),
+		Influx:            series.ReadInflux(e),
 		PagerRoutingKey:   e.String("FLOODGATE_PAGERDUTY_ROUTING_KEY", ""),
 		PagerURL:          e.String("FLOODGATE_PAGERDUTY_URL", ""),
 	}
@@ -83,13 +78,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		}
 		v.Require(err == nil, "FLOODGATE_ADJUSTER_RULES", "%s: %v", c.RulesFile, err)
 	}
-	if err := e.Err(); err != nil {
-		return Config{}, err
-	}
-	if err := v.Err(); err != nil {
-		return Config{}, err
-	}
-	return c, c.Validate()
+	return config.Validated(c, e.Err(), v.Err())
 }
 
 // Validate checks ranges and how fields relate; errors name the variable.

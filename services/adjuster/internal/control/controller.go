@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/floodgate-dev/floodgate/pkg/adjusterapi"
 )
 
 // Signal names.
@@ -75,15 +77,8 @@ type Input struct {
 	Frozen bool
 }
 
-// Change is one proposed scale change.
-type Change struct {
-	Scope string  `json:"scope"`
-	Old   float64 `json:"old"`
-	New   float64 `json:"new"`
-	Rule  string  `json:"rule"`
-	// Why explains the decision in words, e.g. "cpu 0.91 > 0.85".
-	Why string `json:"why"`
-}
+// Change is one proposed scale change (the admin API's status document shows it).
+type Change = adjusterapi.Change
 
 // Outcome is a step's result.
 type Outcome struct {

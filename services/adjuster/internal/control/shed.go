@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/floodgate-dev/floodgate/pkg/adjusterapi"
 )
 
 // ShedLevels is the number of shed levels above 0: level 1 sheds BULK, 2 also
@@ -100,16 +102,8 @@ func (s ShedRule) lines() []shedLine {
 	return out
 }
 
-// ShedStep is one tick's shed decision.
-type ShedStep struct {
-	Level int    `json:"level"` // after the step
-	Old   int    `json:"old"`
-	Why   string `json:"why,omitempty"`  // why the level is what it is
-	Held  string `json:"held,omitempty"` // why a lower level was not taken
-}
-
-// Changed reports whether the step moved the level.
-func (s ShedStep) Changed() bool { return s.Level != s.Old }
+// ShedStep is one tick's shed decision (the admin API's status document shows it).
+type ShedStep = adjusterapi.ShedStep
 
 // Shedder holds the shed level and when it last changed. It is not safe for
 // concurrent use.

@@ -15,9 +15,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/floodgate-dev/floodgate/pkg/adjusterapi"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/metric"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/effects"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/settings"
@@ -104,24 +105,8 @@ type Loop struct {
 	status   Status
 }
 
-// Status is what the last tick saw and did.
-type Status struct {
-	At       time.Time           `json:"at"`
-	Version  int64               `json:"settings_version"`
-	DryRun   bool                `json:"dry_run"`
-	Frozen   bool                `json:"frozen"`
-	Scales   map[string]float64  `json:"scales"`
-	Signals  map[string]*float64 `json:"signals"`
-	Stale    []string            `json:"stale"`
-	Engaged  map[string][]string `json:"engaged"`
-	Held     map[string]string   `json:"held"`
-	Changes  []control.Change    `json:"changes"`
-	Override map[string]float64  `json:"overrides"`
-	// Shed is the shed level decided (applied unless in a dry run) and why.
-	Shed    control.ShedStep `json:"shed"`
-	Errors  []string         `json:"errors,omitempty"`
-	Pending int              `json:"pending_events"`
-}
+// Status is what the last tick saw and did (GET /v1/status).
+type Status = adjusterapi.Status
 
 // New returns a loop; call Start (or Run) before Tick.
 func New(cfg Config) *Loop {
@@ -472,27 +457,17 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	f := promauto.With(reg)
+	f := metric.With(reg)
 	return &metrics{
-		ticks: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_adjuster_ticks_total",
-			Help: "Loop ticks by outcome (ok, dry_run, frozen, error)."}, []string{"outcome"}),
-		adjustments: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_adjuster_adjustments_total",
-			Help: "Scale changes by scope, rule and dry_run."}, []string{"scope", "rule", "dry_run"}),
-		errors: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_adjuster_errors_total",
-			Help: "Tick step failures by step (settings, signals, load_scales, write_scales, publish, series)."}, []string{"step"}),
-		stale: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_adjuster_stale_signals_total",
-			Help: "Ticks at which a signal was missing or stale."}, []string{"signal"}),
-		alerts: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_adjuster_alerts_total",
-			Help: "Alerts raised because a signal went missing or stale."}, []string{"signal"}),
-		dropped: f.NewCounter(prometheus.CounterOpts{Name: "floodgate_adjuster_dropped_events_total",
-			Help: "Adjustment events dropped because too many were waiting for Kafka."}),
-		fresh: f.NewGaugeVec(prometheus.GaugeOpts{Name: "floodgate_adjuster_signal_fresh",
-			Help: "1 when the signal was fresh at the last tick."}, []string{"signal"}),
-		signal: f.NewGaugeVec(prometheus.GaugeOpts{Name: "floodgate_adjuster_signal",
-			Help: "The signal's value at the last tick (fraction)."}, []string{"signal"}),
-		scale: f.NewGaugeVec(prometheus.GaugeOpts{Name: "floodgate_adjuster_scale",
-			Help: "Each scope's scale after the last tick."}, []string{"scope", "dry_run"}),
-		shedLevel: f.NewGaugeVec(prometheus.GaugeOpts{Name: "floodgate_adjuster_shed_level",
-			Help: "The shed level the last tick decided (0 none, 1 bulk, 2 also best_effort, 3 also degraded); written as 0 in a dry run."}, []string{"dry_run"}),
+		ticks:       f.CounterVec("floodgate_adjuster_ticks_total", "Loop ticks by outcome (ok, dry_run, frozen, error).", "outcome"),
+		adjustments: f.CounterVec("floodgate_adjuster_adjustments_total", "Scale changes by scope, rule and dry_run.", "scope", "rule", "dry_run"),
+		errors:      f.CounterVec("floodgate_adjuster_errors_total", "Tick step failures by step (settings, signals, load_scales, write_scales, publish, series).", "step"),
+		stale:       f.CounterVec("floodgate_adjuster_stale_signals_total", "Ticks at which a signal was missing or stale.", "signal"),
+		alerts:      f.CounterVec("floodgate_adjuster_alerts_total", "Alerts raised because a signal went missing or stale.", "signal"),
+		dropped:     f.Counter("floodgate_adjuster_dropped_events_total", "Adjustment events dropped because too many were waiting for Kafka."),
+		fresh:       f.GaugeVec("floodgate_adjuster_signal_fresh", "1 when the signal was fresh at the last tick.", "signal"),
+		signal:      f.GaugeVec("floodgate_adjuster_signal", "The signal's value at the last tick (fraction).", "signal"),
+		scale:       f.GaugeVec("floodgate_adjuster_scale", "Each scope's scale after the last tick.", "scope", "dry_run"),
+		shedLevel:   f.GaugeVec("floodgate_adjuster_shed_level", "The shed level the last tick decided (0 none, 1 bulk, 2 also best_effort, 3 also degraded); written as 0 in a dry run.", "dry_run"),
 	}
 }

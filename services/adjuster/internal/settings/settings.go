@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/floodgate-dev/floodgate/pkg/adjusterapi"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
 )
 
@@ -74,20 +75,7 @@ func (s *Settings) Prune(now time.Time) {
 }
 
 // AuditRecord is who changed what, when and why.
-type AuditRecord struct {
-	ID            string    `json:"id"`
-	At            time.Time `json:"at"`
-	Actor         string    `json:"actor"`
-	Role          string    `json:"role"`
-	Action        string    `json:"action"`
-	Reason        string    `json:"reason"`
-	CorrelationID string    `json:"correlation_id"`
-	VersionBefore int64     `json:"version_before"`
-	VersionAfter  int64     `json:"version_after"`
-	// Before and After are the settings documents as JSON.
-	Before json.RawMessage `json:"before"`
-	After  json.RawMessage `json:"after"`
-}
+type AuditRecord = adjusterapi.AuditRecord
 
 // AuditSubject is the audit log partition of adjuster changes.
 const AuditSubject = "adjuster#settings"

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/floodgate-dev/floodgate/pkg/adjusterapi"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/services/console/internal/remote"
 )
@@ -26,64 +27,17 @@ type Settings struct {
 	UpdatedBy string                     `json:"updated_by"`
 }
 
-// Change is one scale change of the last tick, with its cause.
-type Change struct {
-	Scope string  `json:"scope"`
-	Old   float64 `json:"old"`
-	New   float64 `json:"new"`
-	Rule  string  `json:"rule"`
-	Why   string  `json:"why"`
-}
-
 // Status is GET /v1/status: the last tick.
-type Status struct {
-	At      time.Time           `json:"at"`
-	Version int64               `json:"settings_version"`
-	DryRun  bool                `json:"dry_run"`
-	Frozen  bool                `json:"frozen"`
-	Scales  map[string]float64  `json:"scales"`
-	Signals map[string]*float64 `json:"signals"`
-	Stale   []string            `json:"stale"`
-	Engaged map[string][]string `json:"engaged"`
-	Held    map[string]string   `json:"held"`
-	Changes []Change            `json:"changes"`
-	Errors  []string            `json:"errors"`
-	Shed    ShedStatus          `json:"shed"`
-}
+type Status = adjusterapi.Status
+
+// Change is one scale change of the last tick, with its cause.
+type Change = adjusterapi.Change
 
 // ShedStatus is the priority shed level the last tick decided.
-type ShedStatus struct {
-	Level int    `json:"level"`
-	Old   int    `json:"old"`
-	Why   string `json:"why"`
-	Held  string `json:"held"`
-}
-
-// ShedNames says what each shed level refuses.
-var ShedNames = [...]string{"nothing shed", "bulk shed", "bulk and best_effort shed", "everything but critical shed"}
-
-// Sheds is the level in words.
-func (s ShedStatus) Sheds() string {
-	if s.Level >= 0 && s.Level < len(ShedNames) {
-		return ShedNames[s.Level]
-	}
-	return fmt.Sprintf("level %d", s.Level)
-}
+type ShedStatus = adjusterapi.ShedStep
 
 // AuditRecord is one settings change the adjuster audited.
-type AuditRecord struct {
-	ID            string          `json:"id"`
-	At            time.Time       `json:"at"`
-	Actor         string          `json:"actor"`
-	Role          string          `json:"role"`
-	Action        string          `json:"action"`
-	Reason        string          `json:"reason"`
-	CorrelationID string          `json:"correlation_id"`
-	VersionBefore int64           `json:"version_before"`
-	VersionAfter  int64           `json:"version_after"`
-	Before        json.RawMessage `json:"before"`
-	After         json.RawMessage `json:"after"`
-}
+type AuditRecord = adjusterapi.AuditRecord
 
 // Error is a refusal from the adjuster (Service "adjuster"; ETag on a 412).
 type Error = remote.Error

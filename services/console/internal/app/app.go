@@ -24,6 +24,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
+	"github.com/floodgate-dev/floodgate/pkg/series"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/pkg/whatif"
@@ -56,10 +57,7 @@ type Config struct {
 	QuotaToken    string // FLOODGATE_CONSOLE_QUOTA_TOKEN: a reader token of the quota usage API
 	DLQURL        string // FLOODGATE_CONSOLE_DLQ_URL
 	DLQToken      string // FLOODGATE_CONSOLE_DLQ_TOKEN
-	InfluxURL     string // FLOODGATE_INFLUX_URL
-	InfluxToken   string // FLOODGATE_INFLUX_TOKEN
-	InfluxOrg     string // FLOODGATE_INFLUX_ORG
-	InfluxBucket  string // FLOODGATE_INFLUX_BUCKET
+	series.Influx        // FLOODGATE_INFLUX_*
 
 	KafkaBrokers   []string             // FLOODGATE_KAFKA_BROKERS (sample events on the alert page)
 	KafkaSecurity  config.KafkaSecurity // FLOODGATE_KAFKA_TLS*, FLOODGATE_KAFKA_SASL_* (docs/configuration.md)
@@ -99,10 +97,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		QuotaToken:    e.String("FLOODGATE_CONSOLE_QUOTA_TOKEN", ""),
 		DLQURL:        e.String("FLOODGATE_CONSOLE_DLQ_URL", "http://127.0.0.1:8084"),
 		DLQToken:      e.String("FLOODGATE_CONSOLE_DLQ_TOKEN", ""),
-		InfluxURL:     e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
-		InfluxToken:   e.String("FLOODGATE_INFLUX_TOKEN", ""),
-		InfluxOrg:     e.String("FLOODGATE_INFLUX_ORG", ""),
-		InfluxBucket:  e.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket),
+		Influx:        series.ReadInflux(e),
 
 		KafkaBrokers:   e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
 		KafkaSecurity:  config.ReadKafkaSecurity(e),
@@ -116,10 +111,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		OverrideSweep:    e.Duration("FLOODGATE_CONSOLE_OVERRIDE_SWEEP", 30*time.Second),
 		WhatIfMaxEvents:  e.Int("FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS", 200_000),
 	}
-	if err := e.Err(); err != nil {
-		return Config{}, err
-	}
-	return c, c.Validate()
+	return config.Validated(c, e.Err())
 }
 
 // Validate checks the fields and how they relate.

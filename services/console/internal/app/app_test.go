@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/floodgate-dev/floodgate/pkg/httpapi/openapitest"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/schemas/openapi"
 )
@@ -87,15 +87,9 @@ func TestRunServesReadiness(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}, 20*time.Second, 50*time.Millisecond, "the console never became ready")
-	resp, err := http.Get("http://" + addr + "/openapi.json")
-	require.NoError(t, err)
-	served, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, resp.StatusCode)
 	want, err := openapi.JSON(openapi.Console)
 	require.NoError(t, err)
-	require.JSONEq(t, string(want), string(served), "the console serves its OpenAPI document")
+	openapitest.CheckServed(t, "http://"+addr, want)
 	cancel()
 	select {
 	case err := <-done:

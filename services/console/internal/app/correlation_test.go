@@ -1,14 +1,12 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,27 +16,10 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/pkg/service"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
 	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 )
-
-// syncBuffer is a log sink shared by a process and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // One request through the console into the dlq-auditor and the adjuster:
 // the same correlation id (X-Request-Id) is in all three services' logs,
@@ -64,7 +45,7 @@ func TestCorrelationIDCrossesServices(t *testing.T) {
 	adjAddr, dlqAddr, consoleAddr := consoletest.FreeAddr(t), consoletest.FreeAddr(t), consoletest.FreeAddr(t)
 	adjToken, err := httpapi.NewToken("fga_")
 	require.NoError(t, err)
-	var adjLogs, dlqLogs, consoleLogs syncBuffer
+	var adjLogs, dlqLogs, consoleLogs stacktest.Log
 	consoletest.Start(t, filepath.Join(bin, "adjuster"), append([]string{
 		"FLOODGATE_ADJUSTER_ADDR=" + adjAddr, "FLOODGATE_ADJUSTER_TOKENS=console:sre:" + httpapi.HashToken(adjToken),
 		"FLOODGATE_ADJUSTER_SCALES_KEY=" + redistest.Unique(t, "fg:test:corr:scales"), "FLOODGATE_ADJUSTER_SHED_KEY=" + redistest.Unique(t, "fg:test:corr:shed"),
@@ -121,7 +102,7 @@ func TestCorrelationIDCrossesServices(t *testing.T) {
 		res.Body.Close()
 		return res
 	}
-	logged := func(logs *syncBuffer, id string) bool {
+	logged := func(logs *stacktest.Log, id string) bool {
 		return strings.Contains(logs.String(), `"correlation_id":"`+id+`"`)
 	}
 

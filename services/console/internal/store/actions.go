@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 )
 
@@ -256,8 +257,8 @@ func (s *Store) GetAllow(ctx context.Context, principal string) (AllowEntry, boo
 	if len(out.Item) == 0 {
 		return AllowEntry{}, false, nil
 	}
-	e := AllowEntry{PK: str(out.Item["pk"]), Comment: str(out.Item["comment"]), CreatedBy: str(out.Item["created_by"]), CreatedAt: str(out.Item["created_at"])}
-	e.ExpiresAt, _ = strconv.ParseInt(num(out.Item["expires_at"]), 10, 64)
+	e := AllowEntry{PK: dynamo.Str(out.Item["pk"]), Comment: dynamo.Str(out.Item["comment"]), CreatedBy: dynamo.Str(out.Item["created_by"]), CreatedAt: dynamo.Str(out.Item["created_at"])}
+	e.ExpiresAt, _ = strconv.ParseInt(dynamo.Num(out.Item["expires_at"]), 10, 64)
 	return e, e.ExpiresAt > s.now().Unix(), nil
 }
 
@@ -358,8 +359,8 @@ func (s *Store) FalsePositives(ctx context.Context) ([]FalsePositiveCount, error
 			return nil, fmt.Errorf("scan false positives: %w", err)
 		}
 		for _, it := range out.Items {
-			c := FalsePositiveCount{Pattern: str(it["pattern"]), DetectorVersion: str(it["detector_version"]), UpdatedAt: str(it["updated_at"])}
-			c.Count, _ = strconv.ParseInt(num(it["count"]), 10, 64)
+			c := FalsePositiveCount{Pattern: dynamo.Str(it["pattern"]), DetectorVersion: dynamo.Str(it["detector_version"]), UpdatedAt: dynamo.Str(it["updated_at"])}
+			c.Count, _ = strconv.ParseInt(dynamo.Num(it["count"]), 10, 64)
 			res = append(res, c)
 		}
 		if len(out.LastEvaluatedKey) == 0 {
@@ -499,10 +500,10 @@ func (s *Store) auditRows(ctx context.Context, subject, name string, limit int) 
 	}
 	res := make([]AuditEntry, 0, len(out.Items))
 	for _, it := range out.Items {
-		e := AuditEntry{Subject: str(it["pk"]), SK: str(it["sk"]), Actor: str(it["actor"]), Role: str(it["role"]),
-			Action: str(it["action"]), Reason: str(it["reason"]), CorrelationID: str(it["correlation_id"]),
-			AbuseID: str(it["abuse_id"]), Before: str(it["before"]), After: str(it["after"])}
-		e.At, _ = time.Parse(time.RFC3339Nano, str(it["at"]))
+		e := AuditEntry{Subject: dynamo.Str(it["pk"]), SK: dynamo.Str(it["sk"]), Actor: dynamo.Str(it["actor"]), Role: dynamo.Str(it["role"]),
+			Action: dynamo.Str(it["action"]), Reason: dynamo.Str(it["reason"]), CorrelationID: dynamo.Str(it["correlation_id"]),
+			AbuseID: dynamo.Str(it["abuse_id"]), Before: dynamo.Str(it["before"]), After: dynamo.Str(it["after"])}
+		e.At, _ = time.Parse(time.RFC3339Nano, dynamo.Str(it["at"]))
 		res = append(res, e)
 	}
 	return res, nil

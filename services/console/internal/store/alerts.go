@@ -238,7 +238,7 @@ func (s *Store) Get(ctx context.Context, principal, sk string) (Alert, error) {
 		return Alert{}, ErrNotFound
 	}
 	a := parseAlert(out.Item, s.now())
-	if body := str(out.Item["event"]); body != "" {
+	if body := dynamo.Str(out.Item["event"]); body != "" {
 		ev, err := events.DecodeAbuse([]byte(body))
 		if err != nil {
 			return Alert{}, fmt.Errorf("decode alert %s: %w", a.ID, err)
@@ -268,16 +268,16 @@ func (s *Store) History(ctx context.Context, principal string, limit int) ([]Ale
 
 func parseAlert(it map[string]types.AttributeValue, now time.Time) Alert {
 	a := Alert{
-		Principal: str(it["pk"]), SK: str(it["sk"]), GSI1PK: str(it["gsi1pk"]), GSI1SK: str(it["gsi1sk"]),
-		ID: str(it["id"]), Pattern: str(it["pattern"]), Severity: str(it["severity"]), Mode: str(it["mode"]),
-		LiftedBy: str(it["lifted_by"]), LiftedAt: str(it["lifted_at"]),
-		FalsePositive: str(it["false_positive_by"]), FPAt: str(it["false_positive_at"]),
+		Principal: dynamo.Str(it["pk"]), SK: dynamo.Str(it["sk"]), GSI1PK: dynamo.Str(it["gsi1pk"]), GSI1SK: dynamo.Str(it["gsi1sk"]),
+		ID: dynamo.Str(it["id"]), Pattern: dynamo.Str(it["pattern"]), Severity: dynamo.Str(it["severity"]), Mode: dynamo.Str(it["mode"]),
+		LiftedBy: dynamo.Str(it["lifted_by"]), LiftedAt: dynamo.Str(it["lifted_at"]),
+		FalsePositive: dynamo.Str(it["false_positive_by"]), FPAt: dynamo.Str(it["false_positive_at"]),
 	}
-	a.Score, _ = strconv.ParseFloat(num(it["score"]), 64)
-	a.Multiplier, _ = strconv.ParseFloat(num(it["multiplier"]), 64)
-	a.Level, _ = strconv.ParseInt(num(it["level"]), 10, 64)
+	a.Score, _ = strconv.ParseFloat(dynamo.Num(it["score"]), 64)
+	a.Multiplier, _ = strconv.ParseFloat(dynamo.Num(it["multiplier"]), 64)
+	a.Level, _ = strconv.ParseInt(dynamo.Num(it["level"]), 10, 64)
 	a.DetectedAt, _ = time.Parse(tsLayout, a.GSI1SK)
-	a.PenaltyUntil, _ = time.Parse(time.RFC3339, str(it["penalty_until"]))
+	a.PenaltyUntil, _ = time.Parse(time.RFC3339, dynamo.Str(it["penalty_until"]))
 	switch {
 	case a.FPAt != "":
 		a.Status = StatusFalsePositive
@@ -297,18 +297,4 @@ func sv(s string) types.AttributeValue { return &types.AttributeValueMemberS{Val
 
 func nv(n int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
-}
-
-func str(v types.AttributeValue) string {
-	if s, ok := v.(*types.AttributeValueMemberS); ok {
-		return s.Value
-	}
-	return ""
-}
-
-func num(v types.AttributeValue) string {
-	if s, ok := v.(*types.AttributeValueMemberN); ok {
-		return s.Value
-	}
-	return ""
 }

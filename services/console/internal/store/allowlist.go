@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 )
 
 // Allowlist keys in floodgate_runtime_config, as the detector reads them
@@ -112,8 +114,8 @@ func (s *Store) getAllowPK(ctx context.Context, pk string) (AllowEntry, bool, er
 }
 
 func allowFrom(it map[string]types.AttributeValue) AllowEntry {
-	e := AllowEntry{PK: str(it["pk"]), Comment: str(it["comment"]), CreatedBy: str(it["created_by"]), CreatedAt: str(it["created_at"])}
-	e.ExpiresAt, _ = strconv.ParseInt(num(it["expires_at"]), 10, 64)
+	e := AllowEntry{PK: dynamo.Str(it["pk"]), Comment: dynamo.Str(it["comment"]), CreatedBy: dynamo.Str(it["created_by"]), CreatedAt: dynamo.Str(it["created_at"])}
+	e.ExpiresAt, _ = strconv.ParseInt(dynamo.Num(it["expires_at"]), 10, 64)
 	return e
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest/browsertest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
 	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
@@ -182,24 +183,10 @@ func jsString(s string) string {
 	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s) + `"`
 }
 
-// startBrowser starts headless Chromium at bin with the flags this machine needs
-// (no sandbox as root, no background networking) and returns a context bounded to
-// 90 s; the browser is closed when the test ends.
+// startBrowser starts headless Chromium at bin (browsertest.Start) with a
+// context bounded to 90 s; the browser is closed when the test ends.
 func startBrowser(t *testing.T, bin string) context.Context {
-	t.Helper()
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(bin), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	bctx, cancel := chromedp.NewContext(actx)
-	// The first Run starts the browser; it must not carry the test's timeout.
-	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate("about:blank")), "start %s", bin)
-	ctx, cancelT := context.WithTimeout(bctx, 90*time.Second)
-	t.Cleanup(func() { cancelT(); cancel(); cancelAlloc() })
-	return ctx
+	return browsertest.Start(t, bin, 90*time.Second)
 }
 
 // screenshot saves a full-page PNG named name into dir.
@@ -261,13 +248,7 @@ func browserSetup(t *testing.T) (bin, shots string) {
 	if testing.Short() {
 		t.Skip("drives a real browser against the local stack; run `make test`")
 	}
-	bin = os.Getenv("FLOODGATE_CHROMIUM")
-	if bin == "" {
-		bin = "/usr/bin/chromium"
-	}
-	if st, err := os.Stat(bin); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-		t.Fatalf("chromium not found at %s (set FLOODGATE_CHROMIUM or run deploy/local/browser.sh): %v", bin, err)
-	}
+	bin = browsertest.Bin(t)
 	shots = os.Getenv("FLOODGATE_CONSOLE_SCREENSHOTS")
 	if shots == "" {
 		shots = t.TempDir()

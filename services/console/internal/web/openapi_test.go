@@ -3,7 +3,6 @@ package web
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"testing"
 	"time"
@@ -25,17 +24,12 @@ import (
 // Local — the JSON API, every action as a bearer caller, every page,
 // sign-in and refusals — match it.
 func TestOpenAPIDocumentMatchesServer(t *testing.T) {
-	doc, err := openapi.JSON(openapi.Console)
-	require.NoError(t, err)
-	d := openapitest.Load(t, doc)
+	d := openapitest.LoadBundled(t, openapi.Console)
 
 	key := "fg:test:openapi:overrides:" + time.Now().Format("150405.000000000")
 	e := newEnvWith(t, func(cfg *Config, _ string) { cfg.OverridesKey = key })
 	t.Cleanup(func() { e.rdb.Del(context.Background(), key) })
-	mounted := service.NewRunnerWith(service.Env{}, service.RunnerConfig{}).Mount(service.API{Handler: e.web, Health: true, OpenAPI: doc})
-	d.CheckRoutes(t, mounted.Routes())
-	srv := httptest.NewServer(httpapi.Middleware(httpapi.Options{}, mounted))
-	t.Cleanup(srv.Close)
+	srv := d.Serve(t, service.API{Handler: e.web, Health: true}, httpapi.Options{})
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 	now := time.Now().UTC()
@@ -131,11 +125,9 @@ type oasConsole struct {
 	url string
 }
 
-func serveChecked(t *testing.T, d *openapitest.Doc, e *testEnv, doc []byte) *oasConsole {
+func serveChecked(t *testing.T, d *openapitest.Doc, e *testEnv) *oasConsole {
 	t.Helper()
-	mounted := service.NewRunnerWith(service.Env{}, service.RunnerConfig{}).Mount(service.API{Handler: e.web, Health: true, OpenAPI: doc})
-	srv := httptest.NewServer(httpapi.Middleware(httpapi.Options{}, mounted))
-	t.Cleanup(srv.Close)
+	srv := d.Serve(t, service.API{Handler: e.web, Health: true}, httpapi.Options{})
 	return &oasConsole{d: d, e: e, url: srv.URL}
 }
 
@@ -156,9 +148,7 @@ func (c *oasConsole) call(t *testing.T, method, path, role string, form url.Valu
 // (TestOpenAPIDocumentMatchesServer has none configured and sees only
 // their refusals).
 func TestOpenAPIDocumentMatchesServerWithServices(t *testing.T) {
-	doc, err := openapi.JSON(openapi.Console)
-	require.NoError(t, err)
-	d := openapitest.Load(t, doc)
+	d := openapitest.LoadBundled(t, openapi.Console)
 
 	e := newEnvWith(t, func(cfg *Config, prefix string) {
 		adjURL, adjToken := startAdjuster(t, prefix)
@@ -166,7 +156,7 @@ func TestOpenAPIDocumentMatchesServerWithServices(t *testing.T) {
 		require.NoError(t, err)
 		cfg.Adjuster = c
 	})
-	c := serveChecked(t, d, e, doc)
+	c := serveChecked(t, d, e)
 	res := c.call(t, "GET", "/sre/adjuster", "sre", nil)
 	require.Equal(t, http.StatusOK, res.Status, string(res.Body))
 	res = c.call(t, "POST", "/sre/adjuster/mode", "sre", url.Values{"etag": {`"0"`}, "dry_run": {"on"}, "reason": {"try it"}})
@@ -180,7 +170,7 @@ func TestOpenAPIDocumentMatchesServerWithServices(t *testing.T) {
 	require.Equal(t, http.StatusUnprocessableEntity, res.Status, "the adjuster's refusal, passed on")
 
 	dl := startDeadLetters(t)
-	c = serveChecked(t, d, dl.env, doc)
+	c = serveChecked(t, d, dl.env)
 	for _, p := range []string{"/sre/dlq", "/sre/dlq/record?id=" + url.QueryEscape(dl.goodID)} {
 		res = c.call(t, "GET", p, "sre", nil)
 		require.Equal(t, http.StatusOK, res.Status, p)

@@ -96,7 +96,7 @@ func TestWhatIfPage(t *testing.T) {
 	t.Run("bearer API gets the report as JSON, as the OpenAPI document says", func(t *testing.T) {
 		doc, err := openapi.JSON(openapi.Console)
 		require.NoError(t, err)
-		c := serveChecked(t, openapitest.Load(t, doc), e, doc)
+		c := serveChecked(t, openapitest.Load(t, doc), e)
 		res := c.call(t, "POST", "/sre/whatif", "sre", url.Values{"rules": {whatIfCandidate}, "from": {"2m"}, "to": {"now"}, "reason": {"api"}})
 		require.Equal(t, http.StatusOK, res.Status, string(res.Body))
 		var rep whatif.Report

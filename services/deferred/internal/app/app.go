@@ -33,12 +33,11 @@ func Run(ctx context.Context, env service.Env) error {
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second, Security: cfg.RedisSecurity})
-	run.Closer("redis", rdb.Close)
-	if err := redisx.WaitReady(ctx, rdb, log); err != nil {
-		_ = rdb.Close()
+	rdb, err := redisx.Connect(ctx, redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second, Security: cfg.RedisSecurity}, log)
+	if err != nil {
 		return err
 	}
+	run.Closer("redis", rdb.Close)
 	ksec, err := stream.Secure(ctx, cfg.KafkaBrokers, cfg.KafkaSecurity, 10*time.Second, log)
 	if err != nil {
 		_ = rdb.Close()

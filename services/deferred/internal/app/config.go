@@ -1,7 +1,6 @@
 package app
 
 import (
-	"errors"
 	"net/url"
 	"strings"
 	"time"
@@ -70,11 +69,8 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		DrainTimeout:    e.Duration("FLOODGATE_DEFERRED_DRAIN_TIMEOUT", 10*time.Second),
 	}
 	door, derr := stream.DoorLimitsFromEnv(getenv)
-	if err := errors.Join(e.Err(), derr); err != nil {
-		return Config{}, err
-	}
 	c.Door = door
-	return c, c.Validate()
+	return config.Validated(c, e.Err(), derr)
 }
 
 // Validate checks ranges and how fields relate; errors name the variable.

@@ -39,11 +39,11 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, tr tracing
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second, Security: cfg.RedisSecurity})
-	defer rdb.Close()
-	if err := redisx.WaitReady(ctx, rdb, log); err != nil {
+	rdb, err := redisx.Connect(ctx, redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second, Security: cfg.RedisSecurity}, log)
+	if err != nil {
 		return err
 	}
+	defer rdb.Close()
 
 	ksec, err := stream.Secure(ctx, cfg.KafkaBrokers, cfg.KafkaSecurity, 10*time.Second, log)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/series"
 	"github.com/floodgate-dev/floodgate/services/detector/internal/score"
 )
 
@@ -37,10 +38,7 @@ type ServiceConfig struct {
 	DynamoPrefix    string        // FLOODGATE_DYNAMODB_TABLE_PREFIX
 	RecordRetention time.Duration // FLOODGATE_DETECTOR_RECORD_RETENTION
 	AllowRefresh    time.Duration // FLOODGATE_DETECTOR_ALLOWLIST_REFRESH
-	InfluxURL       string        // FLOODGATE_INFLUX_URL
-	InfluxToken     string        // FLOODGATE_INFLUX_TOKEN
-	InfluxOrg       string        // FLOODGATE_INFLUX_ORG (ignored by InfluxDB 1.8)
-	InfluxBucket    string        // FLOODGATE_INFLUX_BUCKET ("db/rp" on 1.8)
+	series.Influx                 // FLOODGATE_INFLUX_*
 	PagerRoutingKey string        // FLOODGATE_PAGERDUTY_ROUTING_KEY; empty disables paging
 	PagerURL        string        // FLOODGATE_PAGERDUTY_URL; empty means PagerDuty's Events API
 	PagerSeverity   string        // FLOODGATE_PAGERDUTY_MIN_SEVERITY (critical = score ≥ 10)
@@ -102,10 +100,7 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 		DynamoPrefix:    e.String("FLOODGATE_DYNAMODB_TABLE_PREFIX", ""),
 		RecordRetention: e.Duration("FLOODGATE_DETECTOR_RECORD_RETENTION", 90*24*time.Hour),
 		AllowRefresh:    e.Duration("FLOODGATE_DETECTOR_ALLOWLIST_REFRESH", 30*time.Second),
-		InfluxURL:       e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
-		InfluxToken:     e.String("FLOODGATE_INFLUX_TOKEN", ""),
-		InfluxOrg:       e.String("FLOODGATE_INFLUX_ORG", ""),
-		InfluxBucket:    e.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket),
+		Influx:          series.ReadInflux(e),
 		PagerRoutingKey: e.String("FLOODGATE_PAGERDUTY_ROUTING_KEY", ""),
 		PagerURL:        e.String("FLOODGATE_PAGERDUTY_URL", ""),
 		PagerSeverity:   e.String("FLOODGATE_PAGERDUTY_MIN_SEVERITY", "critical"),
@@ -135,10 +130,7 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 			}
 		}
 	}
-	if err := e.Err(); err != nil {
-		return ServiceConfig{}, err
-	}
-	return c, c.Validate()
+	return config.Validated(c, e.Err())
 }
 
 // Validate checks ranges and how fields relate; errors name the variable.

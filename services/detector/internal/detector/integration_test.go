@@ -104,11 +104,11 @@ func TestDetectorRecordsEscalatesAndIsIdempotent(t *testing.T) {
 		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: bot.Key()}}})
 	require.NoError(t, err)
 	require.Len(t, out.Items, 3)
-	stored, err := events.DecodeAbuse([]byte(str(out.Items[0]["event"])))
+	stored, err := events.DecodeAbuse([]byte(dynamo.Str(out.Items[0]["event"])))
 	require.NoError(t, err)
 	require.Equal(t, netip.MustParseAddr("203.0.113.0"), stored.Evidence.TopIPs[0].IP, "truncated to the /24")
 	require.NotNil(t, stored.Evidence.CrossingEvent, "the record keeps where the crossing event was read (the console reads samples from there)")
-	require.Equal(t, "day#"+got[0].DetectedAt.Format("2006-01-02"), str(out.Items[0]["gsi1pk"]))
+	require.Equal(t, "day#"+got[0].DetectedAt.Format("2006-01-02"), dynamo.Str(out.Items[0]["gsi1pk"]))
 
 	// Replaying the second detection: same id, same level, same penalty, no new record.
 	require.NoError(t, records.Put(ctx, &got[1]))

@@ -13,11 +13,11 @@ import (
 
 	"github.com/PagerDuty/go-pagerduty"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/metric"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/pkg/tick"
@@ -75,12 +75,12 @@ func NewPager(c PagerConfig) (*Pager, error) {
 	if c.Endpoint != "" {
 		opts = append(opts, pagerduty.WithV2EventsAPIEndpoint(c.Endpoint))
 	}
-	f := promauto.With(c.Registerer)
+	f := metric.With(c.Registerer)
 	return &Pager{
 		client: pagerduty.NewClient("", opts...), routingKey: c.RoutingKey, minLevel: rank, perMinute: max(c.PerMinute, 1),
 		rdb: c.Redis, openKey: cmp.Or(c.OpenKey, OpenIncidentsKey), now: c.Now, log: c.Logger,
-		sent:    f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_detector_pages_total", Help: "PagerDuty events sent, by action."}, []string{"action"}),
-		dropped: f.NewCounter(prometheus.CounterOpts{Name: "floodgate_detector_pages_dropped_total", Help: "Triggers over the per-minute cap."}),
+		sent:    f.CounterVec("floodgate_detector_pages_total", "PagerDuty events sent, by action.", "action"),
+		dropped: f.Counter("floodgate_detector_pages_dropped_total", "Triggers over the per-minute cap."),
 	}, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 )
 
@@ -195,9 +196,9 @@ func (r *DynamoRecords) LoadAllowlist(ctx context.Context, now time.Time) ([]All
 			return nil, fmt.Errorf("scan allowlist: %w", err)
 		}
 		for _, it := range page.Items {
-			pk := str(it["pk"])
-			exp, _ := strconv.ParseInt(num(it["expires_at"]), 10, 64)
-			e := AllowEntry{ExpiresAt: time.Unix(exp, 0).UTC(), Comment: str(it["comment"]), CreatedBy: str(it["created_by"])}
+			pk := dynamo.Str(it["pk"])
+			exp, _ := strconv.ParseInt(dynamo.Num(it["expires_at"]), 10, 64)
+			e := AllowEntry{ExpiresAt: time.Unix(exp, 0).UTC(), Comment: dynamo.Str(it["comment"]), CreatedBy: dynamo.Str(it["created_by"])}
 			switch {
 			case strings.HasPrefix(pk, allowPrincipalPrefix):
 				e.Principal = strings.TrimPrefix(pk, allowPrincipalPrefix)
@@ -214,20 +215,6 @@ func (r *DynamoRecords) LoadAllowlist(ctx context.Context, now time.Time) ([]All
 		}
 	}
 	return out, nil
-}
-
-func str(v types.AttributeValue) string {
-	if s, ok := v.(*types.AttributeValueMemberS); ok {
-		return s.Value
-	}
-	return ""
-}
-
-func num(v types.AttributeValue) string {
-	if s, ok := v.(*types.AttributeValueMemberN); ok {
-		return s.Value
-	}
-	return ""
 }
 
 // TruncateIPs returns a copy of a whose top IPs are cut to their /24 (IPv4)

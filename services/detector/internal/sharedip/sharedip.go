@@ -20,9 +20,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-dev/floodgate/pkg/metric"
 	"github.com/floodgate-dev/floodgate/services/detector/internal/score"
 )
 
@@ -93,14 +93,14 @@ func New(rdb redis.UniversalClient, cfg Config, reg prometheus.Registerer, log *
 	if cfg.Window < time.Second {
 		return nil, fmt.Errorf("sharedip: window %s: at least 1s", cfg.Window)
 	}
-	f := promauto.With(reg)
+	f := metric.With(reg)
 	return &Store{
 		rdb: rdb, cfg: cfg, win: uint32(cfg.Window / time.Second), log: log,
 		pending: map[addKey]map[uint64]struct{}{}, cache: map[uint64]cached{},
-		dropped:   f.NewCounter(prometheus.CounterOpts{Name: "floodgate_detector_shared_ip_dropped_total", Help: "Address sightings not shared with other instances because the buffer was full."}),
-		flushErrs: f.NewCounter(prometheus.CounterOpts{Name: "floodgate_detector_shared_ip_flush_errors_total", Help: "Failed writes of address sightings to Redis."}),
-		readErrs:  f.NewCounter(prometheus.CounterOpts{Name: "floodgate_detector_shared_ip_read_errors_total", Help: "Failed reads of shared address counts (the local count was used)."}),
-		written:   f.NewCounter(prometheus.CounterOpts{Name: "floodgate_detector_shared_ip_written_total", Help: "Address sightings written to Redis."}),
+		dropped:   f.Counter("floodgate_detector_shared_ip_dropped_total", "Address sightings not shared with other instances because the buffer was full."),
+		flushErrs: f.Counter("floodgate_detector_shared_ip_flush_errors_total", "Failed writes of address sightings to Redis."),
+		readErrs:  f.Counter("floodgate_detector_shared_ip_read_errors_total", "Failed reads of shared address counts (the local count was used)."),
+		written:   f.Counter("floodgate_detector_shared_ip_written_total", "Address sightings written to Redis."),
 	}, nil
 }
 

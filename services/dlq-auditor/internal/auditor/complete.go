@@ -8,6 +8,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/floodgate-dev/floodgate/pkg/kafkascan"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
@@ -188,7 +189,7 @@ func (c *Checker) deadLettersOnTopic(ctx context.Context, topic, group string, f
 	}
 	out := map[int][]dlqRef{}
 	for _, p := range parts {
-		err := scanPartition(ctx, c.Kafka, dlq, p, max(starts[p], b[p].first), b[p].last, func(m kafka.Message) bool {
+		err := kafkascan.Scan(ctx, c.Kafka, dlq, p, max(starts[p], b[p].first), b[p].last, func(m kafka.Message) bool {
 			rec, err := stream.ParseDLQRecord(m)
 			if err == nil && rec.ConsumerGroup == group && rec.SourceTopic == topic {
 				out[rec.Partition] = append(out[rec.Partition], dlqRef{id: RecordID(dlq, p, m.Offset), offset: rec.Offset})

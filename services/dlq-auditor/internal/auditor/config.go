@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/series"
 )
 
 // Defaults of the auditor's configuration.
@@ -32,10 +33,7 @@ type ServiceConfig struct {
 	DynamoEndpoint   string               // FLOODGATE_DYNAMODB_ENDPOINT; empty = AWS
 	TablePrefix      string               // FLOODGATE_DYNAMODB_TABLE_PREFIX
 	RecordTTL        time.Duration        // FLOODGATE_DLQ_RECORD_TTL: stored records expire this long after dead-lettering
-	InfluxURL        string               // FLOODGATE_INFLUX_URL
-	InfluxToken      string               // FLOODGATE_INFLUX_TOKEN
-	InfluxOrg        string               // FLOODGATE_INFLUX_ORG (ignored by InfluxDB 1.8)
-	InfluxBucket     string               // FLOODGATE_INFLUX_BUCKET ("db/rp" on 1.8)
+	series.Influx                         // FLOODGATE_INFLUX_*
 	PagerRoutingKey  string               // FLOODGATE_PAGERDUTY_ROUTING_KEY; empty disables paging
 	PagerURL         string               // FLOODGATE_PAGERDUTY_URL; empty = PagerDuty's Events API
 	AlertThreshold   int                  // FLOODGATE_DLQ_ALERT_THRESHOLD: dead letters per window and source topic that page
@@ -60,10 +58,7 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 		DynamoEndpoint:   e.String("FLOODGATE_DYNAMODB_ENDPOINT", ""),
 		TablePrefix:      e.String("FLOODGATE_DYNAMODB_TABLE_PREFIX", ""),
 		RecordTTL:        e.Duration("FLOODGATE_DLQ_RECORD_TTL", DefaultRecordTTL),
-		InfluxURL:        e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
-		InfluxToken:      e.String("FLOODGATE_INFLUX_TOKEN", ""),
-		InfluxOrg:        e.String("FLOODGATE_INFLUX_ORG", ""),
-		InfluxBucket:     e.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket),
+		Influx:           series.ReadInflux(e),
 		PagerRoutingKey:  e.String("FLOODGATE_PAGERDUTY_ROUTING_KEY", ""),
 		PagerURL:         e.String("FLOODGATE_PAGERDUTY_URL", ""),
 		AlertThreshold:   e.Int("FLOODGATE_DLQ_ALERT_THRESHOLD", DefaultAlertThreshold),
@@ -75,10 +70,7 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 		CanaryTimeout:    e.Duration("FLOODGATE_DLQ_CANARY_TIMEOUT", DefaultCanaryTimeout),
 		ShutdownTimeout:  e.Duration("FLOODGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 	}
-	if err := e.Err(); err != nil {
-		return ServiceConfig{}, err
-	}
-	return c, c.Validate()
+	return config.Validated(c, e.Err())
 }
 
 // Validate checks ranges and how fields relate; errors name the variable.

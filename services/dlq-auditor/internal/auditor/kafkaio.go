@@ -2,9 +2,7 @@ package auditor
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -13,7 +11,7 @@ import (
 )
 
 // ErrExpired means a message is no longer on its topic (retention deleted it).
-var ErrExpired = errors.New("message no longer on the topic (retention)")
+var ErrExpired = kafkascan.ErrExpired
 
 // bounds are a partition's log start offset and high watermark.
 type bounds struct{ first, last int64 }
@@ -49,27 +47,14 @@ func startsAt(ctx context.Context, client *kafka.Client, topic string, t time.Ti
 // offsetsAt returns, per partition, the offset of the first message with a
 // timestamp at or after t, or the high watermark when there is none.
 func offsetsAt(ctx context.Context, client *kafka.Client, topic string, parts []int, t time.Time, hw map[int]bounds) (map[int]int64, error) {
-	reqs := make([]kafka.OffsetRequest, 0, len(parts))
-	for _, p := range parts {
-		reqs = append(reqs, kafka.TimeOffsetOf(p, t))
-	}
-	res, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	out, err := kafkascan.OffsetsAt(ctx, client, topic, parts, t)
 	if err != nil {
-		return nil, fmt.Errorf("list offsets of %s at %s: %w", topic, t.Format(time.RFC3339), err)
+		return nil, err
 	}
-	out := map[int]int64{}
-	for _, po := range res.Topics[topic] {
-		if po.Error != nil {
-			return nil, fmt.Errorf("list offsets of %s/%d at %s: %w", topic, po.Partition, t.Format(time.RFC3339), po.Error)
-		}
-		off := int64(-1)
-		for o := range po.Offsets { // one entry: the request had one timestamp per partition
-			off = o
-		}
+	for p, off := range out {
 		if off < 0 {
-			off = hw[po.Partition].last
+			out[p] = hw[p].last
 		}
-		out[po.Partition] = off
 	}
 	return out, nil
 }
@@ -96,89 +81,11 @@ func committedOffsets(ctx context.Context, client *kafka.Client, group, topic st
 	return out, nil
 }
 
-// scanPartition calls fn for every message of topic/partition with an offset
-// in [from, to), in order; fn returning false stops the scan.
-func scanPartition(ctx context.Context, client *kafka.Client, topic string, partition int, from, to int64, fn func(kafka.Message) bool) error {
-	for off := from; off < to; {
-		res, err := client.Fetch(ctx, &kafka.FetchRequest{
-			Topic: topic, Partition: partition, Offset: off, MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 100 * time.Millisecond,
-		})
-		if err != nil {
-			return fmt.Errorf("fetch %s/%d at %d: %w", topic, partition, off, err)
-		}
-		if res.Error != nil {
-			if errors.Is(res.Error, kafka.OffsetOutOfRange) {
-				return fmt.Errorf("fetch %s/%d at %d: %w", topic, partition, off, ErrExpired)
-			}
-			return fmt.Errorf("fetch %s/%d at %d: %w", topic, partition, off, res.Error)
-		}
-		if res.LogStartOffset > off {
-			return fmt.Errorf("fetch %s/%d at %d (log starts at %d): %w", topic, partition, off, res.LogStartOffset, ErrExpired)
-		}
-		progressed := false
-		for {
-			rec, err := res.Records.ReadRecord()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("read %s/%d at %d: %w", topic, partition, off, err)
-			}
-			if rec.Offset < off {
-				continue // batches may start before the requested offset
-			}
-			if rec.Offset >= to {
-				return nil
-			}
-			msg, err := toMessage(topic, partition, rec)
-			if err != nil {
-				return err
-			}
-			off = rec.Offset + 1
-			progressed = true
-			if !fn(msg) {
-				return nil
-			}
-		}
-		if !progressed {
-			if off >= res.HighWatermark {
-				return nil // nothing more to read
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-		}
-	}
-	return nil
-}
-
-func toMessage(topic string, partition int, rec *kafka.Record) (kafka.Message, error) {
-	msg := kafka.Message{Topic: topic, Partition: partition, Offset: rec.Offset, Time: rec.Time, Headers: rec.Headers}
-	var err error
-	if rec.Key != nil {
-		if msg.Key, err = kafka.ReadAll(rec.Key); err != nil {
-			return msg, fmt.Errorf("read key of %s/%d@%d: %w", topic, partition, rec.Offset, err)
-		}
-	}
-	if rec.Value != nil {
-		if msg.Value, err = kafka.ReadAll(rec.Value); err != nil {
-			return msg, fmt.Errorf("read value of %s/%d@%d: %w", topic, partition, rec.Offset, err)
-		}
-	}
-	// The record's headers are only valid until the next read: copy them.
-	hs := make([]kafka.Header, len(rec.Headers))
-	for i, h := range rec.Headers {
-		hs[i] = kafka.Header{Key: h.Key, Value: append([]byte(nil), h.Value...)}
-	}
-	msg.Headers = hs
-	return msg, nil
-}
-
 // fetchOne reads the message at topic/partition/offset; ErrExpired when it is gone.
 func fetchOne(ctx context.Context, client *kafka.Client, topic string, partition int, offset int64) (kafka.Message, error) {
 	var out kafka.Message
 	found := false
-	err := scanPartition(ctx, client, topic, partition, offset, offset+1, func(m kafka.Message) bool {
+	err := kafkascan.Scan(ctx, client, topic, partition, offset, offset+1, func(m kafka.Message) bool {
 		out, found = m, m.Offset == offset
 		return false
 	})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/floodgate-dev/floodgate/pkg/kafkascan"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
@@ -357,7 +358,7 @@ func (rp *Replayer) watchCanary(ctx context.Context, replayID string, c replayCa
 	}
 	var again string
 	for p, end := range hw {
-		err := scanPartition(ctx, rp.Kafka, c.rec.DLQTopic, p, marks[p], end, func(m kafka.Message) bool {
+		err := kafkascan.Scan(ctx, rp.Kafka, c.rec.DLQTopic, p, marks[p], end, func(m kafka.Message) bool {
 			if header(m, HeaderReplayID) == replayID && header(m, HeaderReplayOf) == c.rec.ID {
 				again = RecordID(m.Topic, m.Partition, m.Offset) + ": " + header(m, stream.HeaderDLQErrorMessage)
 				return false

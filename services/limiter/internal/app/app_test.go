@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/floodgate-dev/floodgate/pkg/httpapi/openapitest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stacktest"
@@ -79,15 +79,9 @@ func TestRunServesEnvoyRateLimitServiceAndHealth(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
 	// The check API serves its OpenAPI document (schemas/openapi/limiter.yaml, bundled).
-	resp, err = http.Get("http://" + httpAddr + "/openapi.json")
-	require.NoError(t, err)
-	served, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, resp.StatusCode)
 	want, err := openapi.JSON(openapi.Limiter)
 	require.NoError(t, err)
-	require.JSONEq(t, string(want), string(served))
+	openapitest.CheckServed(t, "http://"+httpAddr, want)
 
 	// /readyz on the check port is the limiter's own JSON readiness (Redis
 	// shards, journal), not the runner's plain "ok" that shadowed it.

@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/journal"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
+	"github.com/floodgate-dev/floodgate/pkg/series"
 )
 
 // DefaultGRPCAddr is where Envoy's rate-limit service listens by default.
@@ -54,10 +55,7 @@ type Config struct {
 	BreakerOpen     time.Duration        // FLOODGATE_LIMITER_BREAKER_OPEN: how long it stays open before probes
 	OverLimitCache  int                  // FLOODGATE_LIMITER_OVERLIMIT_CACHE: entries of the local over-limit cache; 0 disables
 	RedisBatch      int                  // FLOODGATE_LIMITER_REDIS_BATCH: concurrent checks per pipelined Redis write; 1 disables batching
-	InfluxURL       string               // FLOODGATE_INFLUX_URL
-	InfluxToken     string               // FLOODGATE_INFLUX_TOKEN
-	InfluxOrg       string               // FLOODGATE_INFLUX_ORG (InfluxDB 2; ignored by InfluxDB 1.8)
-	InfluxBucket    string               // FLOODGATE_INFLUX_BUCKET ("db/rp" on InfluxDB 1.8)
+	series.Influx                        // FLOODGATE_INFLUX_*
 	InfluxInterval  time.Duration        // FLOODGATE_LIMITER_INFLUX_INTERVAL: per-scope counts flush; 0 disables
 	EventBuffer     int                  // FLOODGATE_LIMITER_EVENT_BUFFER: decision events held while Kafka is slow
 	// Proxy puts the limiter in front of an upstream (its reverse-proxy mode):
@@ -152,10 +150,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		BreakerOpen:          e.Duration("FLOODGATE_LIMITER_BREAKER_OPEN", 200*time.Millisecond),
 		OverLimitCache:       e.Int("FLOODGATE_LIMITER_OVERLIMIT_CACHE", 100_000),
 		RedisBatch:           e.Int("FLOODGATE_LIMITER_REDIS_BATCH", 64),
-		InfluxURL:            e.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
-		InfluxToken:          e.String("FLOODGATE_INFLUX_TOKEN", ""),
-		InfluxOrg:            e.String("FLOODGATE_INFLUX_ORG", ""),
-		InfluxBucket:         e.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket),
+		Influx:               series.ReadInflux(e),
 		InfluxInterval:       e.Duration("FLOODGATE_LIMITER_INFLUX_INTERVAL", 10*time.Second),
 		EventBuffer:          e.Int("FLOODGATE_LIMITER_EVENT_BUFFER", 65536),
 	}

@@ -116,12 +116,11 @@ func Serve(ctx context.Context, env service.Env) error {
 	}
 	metrics := ledger.NewMetrics(reg)
 
-	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second, Security: cfg.RedisSecurity})
-	run.Closer("redis", rdb.Close)
-	if err := redisx.WaitReady(ctx, rdb, log); err != nil {
-		_ = rdb.Close()
+	rdb, err := redisx.Connect(ctx, redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second, Security: cfg.RedisSecurity}, log)
+	if err != nil {
 		return err
 	}
+	run.Closer("redis", rdb.Close)
 	if cfg.Kafka, err = stream.Secure(ctx, cfg.KafkaBrokers, cfg.KafkaSecurity, 10*time.Second, log); err != nil {
 		_ = rdb.Close()
 		return fmt.Errorf("kafka: %w", err)

@@ -124,11 +124,8 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		MaxEventCost:      int64(e.Int("FLOODGATE_EVENT_MAX_COST", events.DefaultMaxCost)),
 	}
 	door, derr := stream.DoorLimitsFromEnv(getenv)
-	if err := errors.Join(e.Err(), derr); err != nil {
-		return Config{}, err
-	}
 	c.Door = door
-	return c, c.Validate()
+	return config.Validated(c, e.Err(), derr)
 }
 
 // Validate checks ranges and how fields relate; errors name the variable.

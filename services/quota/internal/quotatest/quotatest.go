@@ -162,7 +162,7 @@ func LedgerTotals(ctx context.Context, t testing.TB, db *dynamodb.Client, table 
 		})
 		require.NoError(t, err)
 		for _, it := range res.Items {
-			out[DayKey{p.Key(), avS(it["sk"])}] = avN(it["units"])
+			out[DayKey{p.Key(), dynamo.Str(it["sk"])}] = avN(it["units"])
 		}
 	}
 	return out

@@ -24,30 +24,24 @@ import (
 // the document's, and real answers from the ledger on DynamoDB Local
 // (usage, refusals, a ledger that is not there) match it.
 func TestOpenAPIDocumentMatchesServer(t *testing.T) {
-	doc, err := openapi.JSON(openapi.Quota)
-	require.NoError(t, err)
-	d := openapitest.Load(t, doc)
+	d := openapitest.LoadBundled(t, openapi.Quota)
 
 	db, prefix := quotatest.LedgerTable(t)
 	now := time.Now().UTC()
 	store := ledger.NewStore(db, prefix+dynamo.TableQuotaLedger, 400, func() time.Time { return now })
-	_, err = store.ApplyPartition(context.Background(), "bot:oa", now.Format(ledger.DayLayout), 0, []ledger.Entry{{Offset: 1, Cost: 3}, {Offset: 2, Cost: 4}})
+	_, err := store.ApplyPartition(context.Background(), "bot:oa", now.Format(ledger.DayLayout), 0, []ledger.Entry{{Offset: 1, Cost: 3}, {Offset: 2, Cost: 4}})
 	require.NoError(t, err)
 	tok, err := httpapi.NewToken("fgq_")
 	require.NoError(t, err)
 	tokens, err := usageapi.ParseTokens("console:reader:" + httpapi.HashToken(tok))
 	require.NoError(t, err)
 
-	serve := func(r ledger.UsageReader) (*httptest.Server, []string) {
+	serve := func(r ledger.UsageReader) *httptest.Server {
 		mux := httpapi.NewMux()
 		usageapi.Register(mux, r, tokens, func() time.Time { return now }, nil)
-		mounted := service.NewRunnerWith(service.Env{}, service.RunnerConfig{}).Mount(service.API{Handler: mux, Health: true, OpenAPI: doc})
-		srv := httptest.NewServer(httpapi.Middleware(httpapi.Options{}, mounted))
-		t.Cleanup(srv.Close)
-		return srv, mounted.Routes()
+		return d.Serve(t, service.API{Handler: mux, Health: true}, httpapi.Options{})
 	}
-	srv, routes := serve(store)
-	d.CheckRoutes(t, routes)
+	srv := serve(store)
 
 	auth := http.Header{"Authorization": {"Bearer " + tok}}
 	res := d.Do(t, nil, srv.URL, openapitest.Request{Method: "GET", Path: "/v1/usage/bot/oa?days=3", Header: auth})
@@ -63,7 +57,7 @@ func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, res.Status)
 
 	// A ledger table that is not there: 503, the store's error kept out of the answer.
-	gone, _ := serve(ledger.NewStore(db, prefix+"missing", 400, func() time.Time { return now }))
+	gone := serve(ledger.NewStore(db, prefix+"missing", 400, func() time.Time { return now }))
 	res = d.Do(t, nil, gone.URL, openapitest.Request{Method: "GET", Path: "/v1/usage/bot/oa", Header: auth})
 	require.Equal(t, http.StatusServiceUnavailable, res.Status)
 
