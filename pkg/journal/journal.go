@@ -27,7 +27,8 @@ var (
 	// ErrClosed: the journal was closed (Run returned, or Close).
 	ErrClosed = errors.New("journal closed")
 	// ErrFull: the batch did not fit under MaxBytes even after the
-	// oldest segments were dropped (it was dropped and counted instead).
+	// oldest segments were dropped, or the disk refused it and it did not
+	// fit in the memory buffer (what did not fit was dropped and counted).
 	ErrFull = errors.New("journal full")
 	// ErrLocked: another Journal (in this or another process) has
 	// the directory open.
@@ -48,6 +49,7 @@ const (
 	journalDropWriteError = "write_error" // the disk write failed
 	journalDropNoTopic    = "no_topic"    // a message without a topic cannot be replayed
 	journalDropCorrupt    = "corrupt"     // a stored record could not be read back
+	journalDropMemoryFull = "memory_full" // the disk refused them and the memory buffer was full
 )
 
 // Journal is an append-only, segmented, checksummed on-disk log of Kafka
@@ -64,6 +66,7 @@ type Journal struct {
 	journaledFailed, journaledOverflow, replayed prometheus.Counter
 	dropped                                      map[string]prometheus.Counter
 	bytesGauge, segmentsGauge, pendingGauge      prometheus.Gauge
+	memoryGauge                                  prometheus.Gauge
 	truncatedBytes, replayErrors, fsyncErrors    prometheus.Counter
 	fsyncSeconds                                 prometheus.Observer
 
@@ -72,10 +75,19 @@ type Journal struct {
 	active  *os.File          // open for append; nil until the next append
 	dirty   bool              // active has unsynced writes
 	bytes   int64             // on disk, all segments
-	pending int64             // records not yet acknowledged by Kafka
+	pending int64             // records not yet acknowledged by Kafka, in memory too
 	nextID  uint64
 	closed  bool
 	buf     []byte
+
+	// The memory buffer (memory.go): records the disk refused, oldest
+	// first, all newer than every record on disk.
+	mem        [][]byte  // framed records
+	memBytes   int64     // sum of their lengths, at most MemoryBytes
+	memBusy    int       // records at mem's head the drainer is publishing
+	memRetryAt time.Time // no disk write of mem before this
+
+	free func(dir string) (int64, error) // freeBytes; tests replace it
 
 	wake chan struct{} // an append happened: the drainer may have work
 
@@ -133,6 +145,7 @@ func Open(cfg Config) (*Journal, error) {
 		replayed:          m.replayed.WithLabelValues(cfg.Name),
 		dropped:           map[string]prometheus.Counter{},
 		bytesGauge:        m.bytes.WithLabelValues(cfg.Name),
+		memoryGauge:       m.memoryBytes.WithLabelValues(cfg.Name),
 		segmentsGauge:     m.segments.WithLabelValues(cfg.Name),
 		pendingGauge:      m.pending.WithLabelValues(cfg.Name),
 		truncatedBytes:    m.truncated.WithLabelValues(cfg.Name),
@@ -141,8 +154,9 @@ func Open(cfg Config) (*Journal, error) {
 		fsyncSeconds:      m.fsyncSeconds.WithLabelValues(cfg.Name),
 		wake:              make(chan struct{}, 1),
 		queue:             make(chan kafka.Message, cfg.QueueSize),
+		free:              freeBytes,
 	}
-	for _, r := range []string{journalDropCap, journalDropQueueFull, journalDropClosed, journalDropWriteError, journalDropNoTopic, journalDropCorrupt} {
+	for _, r := range []string{journalDropCap, journalDropQueueFull, journalDropClosed, journalDropWriteError, journalDropNoTopic, journalDropCorrupt, journalDropMemoryFull} {
 		j.dropped[r] = m.dropped.WithLabelValues(cfg.Name, r)
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
@@ -329,11 +343,43 @@ func (j *Journal) append(msgs []kafka.Message, counter prometheus.Counter) error
 	if n == 0 {
 		return nil
 	}
+	if err := j.flushMemory(); err != nil {
+		// Older records wait in memory: these go behind them, in order.
+		return j.keep(buf, n, counter, err)
+	}
+	err := j.writeRecords(buf, n)
+	switch {
+	case err == nil:
+		j.pending += n
+		counter.Add(float64(n))
+		j.updateGauges()
+		return nil
+	case errors.Is(err, ErrFull):
+		j.drop(journalDropCap, n, false)
+		j.logError("journal full: batch dropped", "messages", n, "bytes", len(buf), "max_bytes", j.cfg.MaxBytes, "cap_bytes", j.capBytes())
+		return fmt.Errorf("append %d messages: %w", n, err)
+	default: // the disk refused them: keep them in memory
+		return j.keep(buf, n, counter, err)
+	}
+}
+
+// errNoRoom: the filesystem has no room for a batch under ReserveBytes even
+// after the journal dropped what it could (something else filled the disk).
+var errNoRoom = errors.New("no room on the journal's filesystem")
+
+// writeRecords writes buf, n framed records, to the active segment (rolling
+// it at SegmentBytes, dropping the oldest segments to stay under the cap),
+// and fsyncs under SyncBatch. On error nothing was stored: ErrFull when
+// the batch does not fit under MaxBytes, errNoRoom when the filesystem has
+// no room, or the failed create or write (ENOSPC, EIO, EROFS…). The caller
+// counts the records (pending, journaled). j.mu held.
+func (j *Journal) writeRecords(buf []byte, n int64) error {
 	need := int64(len(buf))
 	if !j.makeRoom(need + int64(len(segmentMagic))) {
-		j.drop(journalDropCap, n, false)
-		j.logError("journal full: batch dropped", "messages", n, "bytes", need, "max_bytes", j.cfg.MaxBytes, "cap_bytes", j.capBytes())
-		return fmt.Errorf("append %d messages: %w", n, ErrFull)
+		if j.capBytes() < j.cfg.MaxBytes {
+			return errNoRoom
+		}
+		return ErrFull
 	}
 	seg := j.activeSegment()
 	if seg != nil && seg.records > 0 && seg.size+need > j.cfg.SegmentBytes {
@@ -343,37 +389,35 @@ func (j *Journal) append(msgs []kafka.Message, counter prometheus.Counter) error
 	if seg == nil {
 		var err error
 		if seg, err = j.startSegment(); err != nil {
-			j.drop(journalDropWriteError, n, true)
-			j.logError("journal segment not created: batch dropped", "messages", n, "err", err)
-			return fmt.Errorf("append %d messages: %w", n, err)
+			return err
 		}
 	}
 	if _, err := j.active.Write(buf); err != nil {
-		j.drop(journalDropWriteError, n, true)
-		j.logError("journal write failed: batch dropped", "messages", n, "err", err)
 		// Cut the partial record so later appends stay readable; if that
 		// fails too, seal the segment: the drainer reads only up to
 		// seg.size and the next Open truncates the torn tail.
 		if terr := j.active.Truncate(seg.size); terr != nil {
 			j.sealActive()
 		}
-		return fmt.Errorf("append %d messages: %w", n, err)
+		return fmt.Errorf("write segment: %w", err)
 	}
 	seg.size += need
 	seg.records += n
 	j.bytes += need
-	j.pending += n
 	j.dirty = true
-	counter.Add(float64(n))
 	if j.cfg.Sync == SyncBatch {
 		j.syncActive()
 	}
-	j.updateGauges()
+	j.signal()
+	return nil
+}
+
+// signal wakes the drainer: there may be work.
+func (j *Journal) signal() {
 	select {
 	case j.wake <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 // journalLogEvery bounds the journal's error lines: on a full disk every
@@ -417,7 +461,7 @@ func (j *Journal) activeSegment() *journalSegment {
 // j.mu held.
 func (j *Journal) capBytes() int64 {
 	limit := j.cfg.MaxBytes
-	if free, err := freeBytes(j.cfg.Dir); err == nil {
+	if free, err := j.free(j.cfg.Dir); err == nil {
 		limit = min(limit, j.bytes+free-j.cfg.ReserveBytes)
 	}
 	return limit
@@ -538,23 +582,26 @@ func (j *Journal) Sync() {
 
 func (j *Journal) updateGauges() {
 	j.bytesGauge.Set(float64(j.bytes))
+	j.memoryGauge.Set(float64(j.memBytes))
 	j.segmentsGauge.Set(float64(len(j.segs)))
 	j.pendingGauge.Set(float64(j.pending))
 }
 
 // Stats is a snapshot of a journal's state.
 type Stats struct {
-	Pending  int64 // messages stored and not yet acknowledged by Kafka
-	Bytes    int64 // bytes on disk
-	Segments int
-	Queued   int // messages offered and not yet written
+	Pending        int64 // messages stored (on disk or in memory) and not yet acknowledged by Kafka
+	Bytes          int64 // bytes on disk
+	Segments       int
+	Queued         int   // messages offered and not yet written
+	MemoryBytes    int64 // bytes held in memory because the disk refused them
+	MemoryMessages int   // messages held in memory
 }
 
 // Stats returns a snapshot of the journal's state.
 func (j *Journal) Stats() Stats {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return Stats{Pending: j.pending, Bytes: j.bytes, Segments: len(j.segs), Queued: len(j.queue)}
+	return Stats{Pending: j.pending, Bytes: j.bytes, Segments: len(j.segs), Queued: len(j.queue), MemoryBytes: j.memBytes, MemoryMessages: len(j.mem)}
 }
 
 // ReplayPublisher publishes messages and returns once all of them are
@@ -642,6 +689,7 @@ func (j *Journal) Close() error {
 	if j.closed {
 		return nil
 	}
+	j.closeMemory()
 	j.closed = true
 	var errs []error
 	if j.active != nil {
