@@ -6,12 +6,14 @@ import (
 	"bytes"
 	"log/slog"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/stream"
@@ -72,19 +74,28 @@ func TestJournalErrorLinesAreBounded(t *testing.T) {
 }
 
 // TestDurableProducerRunsWithoutAnUnwritableJournal: a read-only journal
-// directory starts the producer in memory-only mode with a warning (on main
-// the limiter refused to start).
+// directory, or a missing one that cannot be created, starts the producer in
+// memory-only mode with a warning (on main the limiter refused to start).
 func TestDurableProducerRunsWithoutAnUnwritableJournal(t *testing.T) {
-	dir := mountTmpfs(t, "1m", true)
-	var logs bytes.Buffer
-	d, err := NewDurableProducer(DurableProducerConfig{
-		Async:   stream.AsyncProducerConfig{Brokers: []string{"127.0.0.1:1"}, Topic: "t", Logger: slog.New(slog.NewTextHandler(&logs, nil))},
-		Journal: Config{Dir: dir},
-	})
-	require.NoError(t, err, "starts")
-	require.Error(t, d.JournalError())
-	require.ErrorIs(t, d.JournalError(), syscall.EROFS)
-	require.Contains(t, logs.String(), "JOURNAL UNAVAILABLE")
+	ro := mountTmpfs(t, "1m", true)
+	for _, tt := range []struct{ name, dir string }{
+		{name: "read-only", dir: ro},
+		{name: "missing on a read-only filesystem", dir: filepath.Join(ro, "missing", "journal")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			d, err := NewDurableProducer(DurableProducerConfig{
+				Async:   stream.AsyncProducerConfig{Brokers: []string{"127.0.0.1:1"}, Topic: "t", Logger: slog.New(slog.NewTextHandler(&logs, nil))},
+				Journal: Config{Dir: tt.dir},
+			})
+			require.NoError(t, err, "starts")
+			require.Nil(t, d.Journal(), "memory-only")
+			require.ErrorIs(t, d.JournalError(), syscall.EROFS)
+			require.Contains(t, logs.String(), "level=WARN msg=\"JOURNAL UNAVAILABLE")
+			require.Contains(t, logs.String(), tt.dir)
+			require.True(t, d.TryPublish(kafka.Message{Value: []byte("x")}), "still takes events")
+		})
+	}
 }
 
 // TestDurableProducerRefusesALockedJournal: a directory another journal
