@@ -49,6 +49,8 @@ func JournalDiskFull(ctx context.Context, e *Env, s Size, r *Result) error {
 		return err
 	}
 	dropped, _ := lim.Metric(ctx, "floodgate_stream_journal_dropped_total")
+	capDropped, _ := lim.Metric(ctx, `floodgate_stream_journal_dropped_total{journal="decisions",reason="cap"}`)
+	memDropped, _ := lim.Metric(ctx, `floodgate_stream_journal_dropped_total{journal="decisions",reason="memory_full"}`)
 	asyncDropped, _ := lim.Metric(ctx, "floodgate_stream_async_dropped_total")
 	journaled, _ := lim.Metric(ctx, "floodgate_stream_journaled_total")
 	if err := lim.Stop(30 * time.Second); err != nil {
@@ -68,8 +70,8 @@ func JournalDiskFull(ctx context.Context, e *Env, s Size, r *Result) error {
 	minutes := time.Since(down).Minutes()
 	r.metric("outage", "%.0f s with the journal on a 4 MiB disk", up.Sub(down).Seconds())
 	r.metric("limiter during the outage", "%d checks, %s answered, p99 %s", during.Sent, during.Availability(), ms(during.P99))
-	r.metric("events", "%d answered 200; %.0f journaled; %d not in Kafka; counted as dropped: %.0f by the journal, %.0f by the memory buffer",
-		acked, journaled, lost, dropped, asyncDropped)
+	r.metric("events", "%d answered 200; %.0f journaled; %d not in Kafka; counted as dropped: %.0f by the journal (%.0f cap, %.0f memory_full), %.0f by the async buffer",
+		acked, journaled, lost, dropped, capDropped, memDropped, asyncDropped)
 	r.metric("error lines", "%d in %.1f min", errLines, minutes)
 	r.require("answered throughout", during.Sent > 0 && during.Answered*100 >= during.Sent*99, "%s", during.Availability())
 	r.require("every lost event counted", float64(lost) <= dropped+asyncDropped, "%d lost, %.0f counted", lost, dropped+asyncDropped)
