@@ -81,15 +81,15 @@ type Config struct {
 	// floodgate_stream_journal_dropped_total{reason="cap"}. At least
 	// 2×SegmentBytes; default 1 GiB. FLOODGATE_JOURNAL_MAX_BYTES.
 	MaxBytes int64
-	// ReserveBytes is left free on the journal's filesystem: the cap is the
-	// smaller of MaxBytes and what the journal holds plus the free space
-	// less this reserve, read at every append, so a filling disk drops the
-	// oldest segments (counted) instead of failing writes. Default 64 MiB;
-	// FLOODGATE_JOURNAL_RESERVE_BYTES.
+	// ReserveBytes is left free on the journal's filesystem: the journal
+	// holds on disk at most the smaller of MaxBytes and what it holds plus
+	// the free space less this reserve, read at every append. What the disk
+	// has no room for goes to the memory buffer (MemoryBytes) instead of
+	// failing writes. Default 64 MiB; FLOODGATE_JOURNAL_RESERVE_BYTES.
 	ReserveBytes int64
 	// MemoryBytes bounds the in-memory buffer that takes the records the
-	// disk refuses (a failed write: ENOSPC, EIO, EROFS, or no room left on
-	// the filesystem under ReserveBytes) until the disk accepts writes again
+	// disk refuses (no room on the filesystem under ReserveBytes, or a
+	// failed write: ENOSPC, EIO, EROFS…) until the disk takes writes again
 	// or the drainer publishes them; records beyond it are dropped and
 	// counted in floodgate_stream_journal_dropped_total{reason="memory_full"}.
 	// Default 32 MiB; FLOODGATE_JOURNAL_MEMORY_BYTES.

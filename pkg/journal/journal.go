@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -356,30 +357,28 @@ func (j *Journal) append(msgs []kafka.Message, counter prometheus.Counter) error
 		return nil
 	case errors.Is(err, ErrFull):
 		j.drop(journalDropCap, n, false)
-		j.logError("journal full: batch dropped", "messages", n, "bytes", len(buf), "max_bytes", j.cfg.MaxBytes, "cap_bytes", j.capBytes())
+		j.logError("journal full: batch dropped", "messages", n, "bytes", len(buf), "max_bytes", j.cfg.MaxBytes)
 		return fmt.Errorf("append %d messages: %w", n, err)
 	default: // the disk refused them: keep them in memory
 		return j.keep(buf, n, counter, err)
 	}
 }
 
-// errNoRoom: the filesystem has no room for a batch under ReserveBytes even
-// after the journal dropped what it could (something else filled the disk).
+// errNoRoom: the journal's filesystem has no room for a batch under
+// ReserveBytes; the batch goes to the memory buffer.
 var errNoRoom = errors.New("no room on the journal's filesystem")
 
 // writeRecords writes buf, n framed records, to the active segment (rolling
-// it at SegmentBytes, dropping the oldest segments to stay under the cap),
-// and fsyncs under SyncBatch. On error nothing was stored: ErrFull when
-// the batch does not fit under MaxBytes, errNoRoom when the filesystem has
-// no room, or the failed create or write (ENOSPC, EIO, EROFS…). The caller
+// it at SegmentBytes, dropping the oldest segments to stay under
+// MaxBytes), and fsyncs under SyncBatch. On error nothing was stored:
+// ErrFull when the batch does not fit under MaxBytes, errNoRoom when the
+// filesystem has no room for it under ReserveBytes, or the failed create or
+// write (ENOSPC, EIO, EROFS…). The caller
 // counts the records (pending, journaled). j.mu held.
 func (j *Journal) writeRecords(buf []byte, n int64) error {
 	need := int64(len(buf))
-	if !j.makeRoom(need + int64(len(segmentMagic))) {
-		if j.capBytes() < j.cfg.MaxBytes {
-			return errNoRoom
-		}
-		return ErrFull
+	if err := j.makeRoom(need + int64(len(segmentMagic))); err != nil {
+		return err
 	}
 	seg := j.activeSegment()
 	if seg != nil && seg.records > 0 && seg.size+need > j.cfg.SegmentBytes {
@@ -456,22 +455,23 @@ func (j *Journal) activeSegment() *journalSegment {
 	return j.segs[len(j.segs)-1]
 }
 
-// capBytes is what the journal may hold now: MaxBytes, or less when the
-// filesystem has less free space than the rest of it plus ReserveBytes.
-// j.mu held.
-func (j *Journal) capBytes() int64 {
-	limit := j.cfg.MaxBytes
-	if free, err := j.free(j.cfg.Dir); err == nil {
-		limit = min(limit, j.bytes+free-j.cfg.ReserveBytes)
+// roomBytes is what the journal's filesystem lets it hold now: what it
+// holds plus the free space less ReserveBytes (MaxInt64 where free space is
+// not known). j.mu held.
+func (j *Journal) roomBytes() int64 {
+	free, err := j.free(j.cfg.Dir)
+	if err != nil {
+		return math.MaxInt64
 	}
-	return limit
+	return j.bytes + free - j.cfg.ReserveBytes
 }
 
-// makeRoom drops the oldest segments the drainer is not publishing from
-// until need more bytes fit under the cap (capBytes). j.mu held.
-func (j *Journal) makeRoom(need int64) bool {
-	limit := j.capBytes()
-	for j.bytes+need > limit {
+// makeRoom makes need more bytes fit on disk. Over MaxBytes it drops the
+// oldest segments the drainer is not publishing from (ErrFull if that is
+// not enough); over the filesystem's room (roomBytes) it drops nothing and
+// returns errNoRoom: the records go to the memory buffer. j.mu held.
+func (j *Journal) makeRoom(need int64) error {
+	for j.bytes+need > j.cfg.MaxBytes {
 		var victim *journalSegment
 		for _, s := range j.segs {
 			if !s.busy {
@@ -480,14 +480,17 @@ func (j *Journal) makeRoom(need int64) bool {
 			}
 		}
 		if victim == nil {
-			return false
+			return ErrFull
 		}
 		if !victim.sealed {
 			j.sealActive()
 		}
 		j.dropSegment(victim)
 	}
-	return true
+	if room := j.roomBytes(); j.bytes+need > room {
+		return fmt.Errorf("%w: %d bytes free after the %d-byte reserve, %d needed", errNoRoom, max(room-j.bytes, 0), j.cfg.ReserveBytes, need)
+	}
+	return nil
 }
 
 // dropSegment deletes seg because of the cap, counting what it still held.
@@ -501,7 +504,7 @@ func (j *Journal) dropSegment(seg *journalSegment) {
 	j.drop(journalDropCap, lostRecords, false)
 	j.removeSegmentFiles(seg)
 	j.logError("journal over its size cap: oldest segment dropped", "segment", seg.id,
-		"messages_lost", lostRecords, "bytes", seg.size, "max_bytes", j.cfg.MaxBytes, "cap_bytes", j.capBytes())
+		"messages_lost", lostRecords, "bytes", seg.size, "max_bytes", j.cfg.MaxBytes)
 }
 
 func (j *Journal) removeSegmentFiles(seg *journalSegment) {

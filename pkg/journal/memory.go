@@ -17,8 +17,8 @@ import (
 )
 
 // The memory buffer holds, in the journal's record format, what the disk
-// refused (a failed create or write: ENOSPC, EIO, EROFS…, or no room on the
-// filesystem under ReserveBytes), up to MemoryBytes; what does not fit is
+// refused (no room on the filesystem under ReserveBytes, or a failed create
+// or write: ENOSPC, EIO, EROFS…), up to MemoryBytes; what does not fit is
 // dropped and counted as reason="memory_full".
 //
 // Order: every record in memory is newer than every record on disk. While
