@@ -136,3 +136,48 @@ func TestJournalKeepsWhatAFullDiskRefusesInMemory(t *testing.T) {
 		})
 	}
 }
+
+// TestJournalMemoryKeepsOrderWhileItIsPublished: while the drainer publishes
+// the oldest records from memory, appends go behind them in memory even if
+// the disk has room again (writing memory to disk then would put the batch in
+// flight behind newer records); afterwards everything arrives once, in the
+// order it was appended.
+func TestJournalMemoryKeepsOrderWhileItIsPublished(t *testing.T) {
+	dir := mountTmpfs(t, "1m", false)
+	j := openTestJournal(t, dir, prometheus.NewRegistry(), func(c *Config) {
+		c.SegmentBytes, c.MaxBytes, c.ReserveBytes, c.MemoryBytes = 64<<10, 1<<30, 1, 1<<20
+	})
+	j.free = func(string) (int64, error) { return 1 << 40, nil } // the writes themselves get ENOSPC
+	freeDisk := fillDisk(t, dir)
+	for b := range 4 {
+		require.NoError(t, j.Append(journalMsgs(b*25, 25)))
+	}
+	require.Equal(t, 100, j.Stats().MemoryMessages, "no segment could be created: all in memory")
+
+	pub := &fakePublisher{block: make(chan struct{})}
+	stop := runJournal(t, j, pub)
+	require.Eventually(t, func() bool {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		return j.memBusy > 0
+	}, waitFor, time.Millisecond, "the drainer publishes from memory")
+	freeDisk()
+	j.mu.Lock()
+	j.memRetryAt = time.Time{}
+	j.mu.Unlock()
+	require.NoError(t, j.Append(journalMsgs(100, 50)))
+	st := j.Stats()
+	require.Equal(t, 150, st.MemoryMessages, "behind the batch in flight, not on disk")
+	require.Zero(t, st.Segments)
+
+	close(pub.block)
+	require.NoError(t, j.Append(journalMsgs(150, 10))) // memory goes to disk now, or is still being published
+	require.Eventually(t, func() bool { return j.Stats().Pending == 0 }, waitFor, time.Millisecond)
+	require.NoError(t, stop())
+	got := pub.received()
+	require.Len(t, got, 160)
+	for i, m := range got {
+		require.Equal(t, i, msgIndex(t, m), "in the order appended")
+	}
+	require.Zero(t, testutil.ToFloat64(j.memoryGauge))
+}
