@@ -85,7 +85,7 @@ func (j *Journal) keep(buf []byte, n int64, counter prometheus.Counter, cause er
 }
 
 // flushMemory writes the memory buffer to disk, oldest first, a segment's
-// worth at a time. It returns nil once memory is empty, errBehindMemory
+// worth at a time after a first small chunk. It returns nil once memory is empty, errBehindMemory
 // when it did not try, or the disk's error. j.mu held.
 func (j *Journal) flushMemory() error {
 	if len(j.mem) == 0 {
@@ -95,9 +95,12 @@ func (j *Journal) flushMemory() error {
 		return errBehindMemory
 	}
 	moved := 0
+	// A small first chunk probes the disk: a disk that still refuses costs
+	// a 64 KiB copy per retry, not a segment's worth.
+	chunk := min(j.cfg.SegmentBytes, 64<<10) - int64(len(segmentMagic))
 	for len(j.mem) > 0 {
 		k, size := 0, 0
-		for k < len(j.mem) && (k == 0 || int64(size+len(j.mem[k])) <= j.cfg.SegmentBytes-int64(len(segmentMagic))) {
+		for k < len(j.mem) && (k == 0 || int64(size+len(j.mem[k])) <= chunk) {
 			size += len(j.mem[k])
 			k++
 		}
@@ -112,6 +115,7 @@ func (j *Journal) flushMemory() error {
 		}
 		j.dropMemoryHead(k, int64(size))
 		moved += k
+		chunk = j.cfg.SegmentBytes - int64(len(segmentMagic))
 	}
 	j.updateGauges()
 	j.log.Warn("journal disk accepts writes again: memory buffer written to disk", "messages", moved)
