@@ -3,8 +3,11 @@
 package journal
 
 import (
+	"bytes"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -64,9 +67,11 @@ func TestJournalKeepsWhatAFullDiskRefusesInMemory(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := mountTmpfs(t, "1m", false)
 			reg := prometheus.NewRegistry()
+			var logs bytes.Buffer // slog's handler serializes writes; read before Run starts
 			j := openTestJournal(t, dir, reg, func(c *Config) {
 				c.SegmentBytes, c.MaxBytes, c.ReserveBytes = 64<<10, 1<<30, 1
 				c.MemoryBytes = int64(fit*size + size/2)
+				c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 			})
 			j.free = func(string) (int64, error) { return 1 << 40, nil } // statfs says there is room; the writes say ENOSPC
 			require.NoError(t, j.Append(journalMsgs(100000, before)))
@@ -91,6 +96,10 @@ func TestJournalKeepsWhatAFullDiskRefusesInMemory(t *testing.T) {
 			require.Zero(t, testutil.ToFloat64(j.dropped[journalDropCap]))
 			require.Equal(t, (during-fit)/batch+1, refused, "appends that dropped some say so")
 			require.EqualValues(t, j.lost.Load(), during-fit)
+			errLines := strings.Count(logs.String(), "level=ERROR")
+			require.Equal(t, 1, errLines, "one error line for %d refused batches (once per 10 s): %s", during/batch, logs.String())
+			require.Contains(t, logs.String(), "journal disk refuses writes: messages kept in memory")
+			require.Contains(t, logs.String(), "no space left on device")
 
 			if tt.diskBack {
 				freeDisk()
