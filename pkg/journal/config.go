@@ -19,6 +19,7 @@ const (
 	DefaultSegmentBytes  = 64 << 20
 	DefaultMaxBytes      = 1 << 30
 	DefaultReserveBytes  = 64 << 20
+	DefaultMemoryBytes   = 32 << 20
 	DefaultSyncInterval  = 100 * time.Millisecond
 	DefaultQueueSize     = 65536
 	DefaultReplayBatch   = 500
@@ -80,12 +81,19 @@ type Config struct {
 	// floodgate_stream_journal_dropped_total{reason="cap"}. At least
 	// 2×SegmentBytes; default 1 GiB. FLOODGATE_JOURNAL_MAX_BYTES.
 	MaxBytes int64
-	// ReserveBytes is left free on the journal's filesystem: the cap is the
-	// smaller of MaxBytes and what the journal holds plus the free space
-	// less this reserve, read at every append, so a filling disk drops the
-	// oldest segments (counted) instead of failing writes. Default 64 MiB;
-	// FLOODGATE_JOURNAL_RESERVE_BYTES.
+	// ReserveBytes is left free on the journal's filesystem: the journal
+	// holds on disk at most the smaller of MaxBytes and what it holds plus
+	// the free space less this reserve, read at every append. What the disk
+	// has no room for goes to the memory buffer (MemoryBytes) instead of
+	// failing writes. Default 64 MiB; FLOODGATE_JOURNAL_RESERVE_BYTES.
 	ReserveBytes int64
+	// MemoryBytes bounds the in-memory buffer that takes the records the
+	// disk refuses (no room on the filesystem under ReserveBytes, or a
+	// failed write: ENOSPC, EIO, EROFS…) until the disk takes writes again
+	// or the drainer publishes them; records beyond it are dropped and
+	// counted in floodgate_stream_journal_dropped_total{reason="memory_full"}.
+	// Default 32 MiB; FLOODGATE_JOURNAL_MEMORY_BYTES.
+	MemoryBytes int64
 	// Sync is the fsync policy; default SyncBatch.
 	// FLOODGATE_JOURNAL_SYNC (batch | interval).
 	Sync SyncPolicy
@@ -121,6 +129,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		SegmentBytes: int64(e.Int("FLOODGATE_JOURNAL_SEGMENT_BYTES", DefaultSegmentBytes)),
 		MaxBytes:     int64(e.Int("FLOODGATE_JOURNAL_MAX_BYTES", DefaultMaxBytes)),
 		ReserveBytes: int64(e.Int("FLOODGATE_JOURNAL_RESERVE_BYTES", DefaultReserveBytes)),
+		MemoryBytes:  int64(e.Int("FLOODGATE_JOURNAL_MEMORY_BYTES", DefaultMemoryBytes)),
 		SyncInterval: e.Duration("FLOODGATE_JOURNAL_SYNC_INTERVAL", DefaultSyncInterval),
 		QueueSize:    e.Int("FLOODGATE_JOURNAL_QUEUE", DefaultQueueSize),
 	}
@@ -154,6 +163,9 @@ func (c Config) Validate() error {
 	if c.ReserveBytes < 0 {
 		bad("ReserveBytes", "FLOODGATE_JOURNAL_RESERVE_BYTES", "must not be negative, got %d", c.ReserveBytes)
 	}
+	if c.MemoryBytes < 0 {
+		bad("MemoryBytes", "FLOODGATE_JOURNAL_MEMORY_BYTES", "must not be negative, got %d", c.MemoryBytes)
+	}
 	if c.Sync != SyncBatch && c.Sync != SyncInterval {
 		bad("Sync", "FLOODGATE_JOURNAL_SYNC", "want batch or interval, got %v", c.Sync)
 	}
@@ -185,6 +197,7 @@ func (c Config) withDefaults() Config {
 	c.SegmentBytes = cmp.Or(c.SegmentBytes, DefaultSegmentBytes)
 	c.MaxBytes = cmp.Or(c.MaxBytes, max(DefaultMaxBytes, 2*c.SegmentBytes))
 	c.ReserveBytes = cmp.Or(c.ReserveBytes, DefaultReserveBytes)
+	c.MemoryBytes = cmp.Or(c.MemoryBytes, DefaultMemoryBytes)
 	c.SyncInterval = cmp.Or(c.SyncInterval, DefaultSyncInterval)
 	c.QueueSize = cmp.Or(c.QueueSize, DefaultQueueSize)
 	c.ReplayBatchSize = cmp.Or(c.ReplayBatchSize, DefaultReplayBatch)

@@ -3,9 +3,11 @@
 // (docs/journal.md).
 //
 // A Journal is an append-only log of checksummed records in segment files
-// under one locked directory, capped in size (MaxBytes, and the filesystem's
-// free space less ReserveBytes: a filling disk drops the oldest segments,
-// counted, rather than failing writes). Open recovers it after a crash: a torn
+// under one locked directory, capped in size (MaxBytes: the oldest segments
+// are dropped, counted). What the disk refuses — no room on the filesystem
+// under ReserveBytes, or a failed write — is kept in a bounded memory buffer
+// (MemoryBytes; beyond it dropped, counted) until the disk takes writes
+// again or Kafka takes the records. Open recovers it after a crash: a torn
 // tail is cut, each segment's replay checkpoint restored. Run writes what
 // Offer handed it and replays through a ReplayPublisher (a stream.Producer);
 // a segment is deleted only once every record in it was acknowledged.

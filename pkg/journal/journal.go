@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,7 +28,8 @@ var (
 	// ErrClosed: the journal was closed (Run returned, or Close).
 	ErrClosed = errors.New("journal closed")
 	// ErrFull: the batch did not fit under MaxBytes even after the
-	// oldest segments were dropped (it was dropped and counted instead).
+	// oldest segments were dropped, or the disk refused it and it did not
+	// fit in the memory buffer (what did not fit was dropped and counted).
 	ErrFull = errors.New("journal full")
 	// ErrLocked: another Journal (in this or another process) has
 	// the directory open.
@@ -48,6 +50,7 @@ const (
 	journalDropWriteError = "write_error" // the disk write failed
 	journalDropNoTopic    = "no_topic"    // a message without a topic cannot be replayed
 	journalDropCorrupt    = "corrupt"     // a stored record could not be read back
+	journalDropMemoryFull = "memory_full" // the disk refused them and the memory buffer was full
 )
 
 // Journal is an append-only, segmented, checksummed on-disk log of Kafka
@@ -64,6 +67,7 @@ type Journal struct {
 	journaledFailed, journaledOverflow, replayed prometheus.Counter
 	dropped                                      map[string]prometheus.Counter
 	bytesGauge, segmentsGauge, pendingGauge      prometheus.Gauge
+	memoryGauge                                  prometheus.Gauge
 	truncatedBytes, replayErrors, fsyncErrors    prometheus.Counter
 	fsyncSeconds                                 prometheus.Observer
 
@@ -72,10 +76,19 @@ type Journal struct {
 	active  *os.File          // open for append; nil until the next append
 	dirty   bool              // active has unsynced writes
 	bytes   int64             // on disk, all segments
-	pending int64             // records not yet acknowledged by Kafka
+	pending int64             // records not yet acknowledged by Kafka, in memory too
 	nextID  uint64
 	closed  bool
 	buf     []byte
+
+	// The memory buffer (memory.go): records the disk refused, oldest
+	// first, all newer than every record on disk.
+	mem        [][]byte  // framed records
+	memBytes   int64     // sum of their lengths, at most MemoryBytes
+	memBusy    int       // records at mem's head the drainer is publishing
+	memRetryAt time.Time // no disk write of mem before this
+
+	free func(dir string) (int64, error) // freeBytes; tests replace it
 
 	wake chan struct{} // an append happened: the drainer may have work
 
@@ -133,6 +146,7 @@ func Open(cfg Config) (*Journal, error) {
 		replayed:          m.replayed.WithLabelValues(cfg.Name),
 		dropped:           map[string]prometheus.Counter{},
 		bytesGauge:        m.bytes.WithLabelValues(cfg.Name),
+		memoryGauge:       m.memoryBytes.WithLabelValues(cfg.Name),
 		segmentsGauge:     m.segments.WithLabelValues(cfg.Name),
 		pendingGauge:      m.pending.WithLabelValues(cfg.Name),
 		truncatedBytes:    m.truncated.WithLabelValues(cfg.Name),
@@ -141,8 +155,9 @@ func Open(cfg Config) (*Journal, error) {
 		fsyncSeconds:      m.fsyncSeconds.WithLabelValues(cfg.Name),
 		wake:              make(chan struct{}, 1),
 		queue:             make(chan kafka.Message, cfg.QueueSize),
+		free:              freeBytes,
 	}
-	for _, r := range []string{journalDropCap, journalDropQueueFull, journalDropClosed, journalDropWriteError, journalDropNoTopic, journalDropCorrupt} {
+	for _, r := range []string{journalDropCap, journalDropQueueFull, journalDropClosed, journalDropWriteError, journalDropNoTopic, journalDropCorrupt, journalDropMemoryFull} {
 		j.dropped[r] = m.dropped.WithLabelValues(cfg.Name, r)
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
@@ -329,11 +344,41 @@ func (j *Journal) append(msgs []kafka.Message, counter prometheus.Counter) error
 	if n == 0 {
 		return nil
 	}
-	need := int64(len(buf))
-	if !j.makeRoom(need + int64(len(segmentMagic))) {
+	if err := j.flushMemory(); err != nil {
+		// Older records wait in memory: these go behind them, in order.
+		return j.keep(buf, n, counter, err)
+	}
+	err := j.writeRecords(buf, n)
+	switch {
+	case err == nil:
+		j.pending += n
+		counter.Add(float64(n))
+		j.updateGauges()
+		return nil
+	case errors.Is(err, ErrFull):
 		j.drop(journalDropCap, n, false)
-		j.logError("journal full: batch dropped", "messages", n, "bytes", need, "max_bytes", j.cfg.MaxBytes, "cap_bytes", j.capBytes())
-		return fmt.Errorf("append %d messages: %w", n, ErrFull)
+		j.logError("journal full: batch dropped", "messages", n, "bytes", len(buf), "max_bytes", j.cfg.MaxBytes)
+		return fmt.Errorf("append %d messages: %w", n, err)
+	default: // the disk refused them: keep them in memory
+		return j.keep(buf, n, counter, err)
+	}
+}
+
+// errNoRoom: the journal's filesystem has no room for a batch under
+// ReserveBytes; the batch goes to the memory buffer.
+var errNoRoom = errors.New("no room on the journal's filesystem")
+
+// writeRecords writes buf, n framed records, to the active segment (rolling
+// it at SegmentBytes, dropping the oldest segments to stay under
+// MaxBytes), and fsyncs under SyncBatch. On error nothing was stored:
+// ErrFull when the batch does not fit under MaxBytes, errNoRoom when the
+// filesystem has no room for it under ReserveBytes, or the failed create or
+// write (ENOSPC, EIO, EROFS…). The caller
+// counts the records (pending, journaled). j.mu held.
+func (j *Journal) writeRecords(buf []byte, n int64) error {
+	need := int64(len(buf))
+	if err := j.makeRoom(need + int64(len(segmentMagic))); err != nil {
+		return err
 	}
 	seg := j.activeSegment()
 	if seg != nil && seg.records > 0 && seg.size+need > j.cfg.SegmentBytes {
@@ -343,37 +388,35 @@ func (j *Journal) append(msgs []kafka.Message, counter prometheus.Counter) error
 	if seg == nil {
 		var err error
 		if seg, err = j.startSegment(); err != nil {
-			j.drop(journalDropWriteError, n, true)
-			j.logError("journal segment not created: batch dropped", "messages", n, "err", err)
-			return fmt.Errorf("append %d messages: %w", n, err)
+			return err
 		}
 	}
 	if _, err := j.active.Write(buf); err != nil {
-		j.drop(journalDropWriteError, n, true)
-		j.logError("journal write failed: batch dropped", "messages", n, "err", err)
 		// Cut the partial record so later appends stay readable; if that
 		// fails too, seal the segment: the drainer reads only up to
 		// seg.size and the next Open truncates the torn tail.
 		if terr := j.active.Truncate(seg.size); terr != nil {
 			j.sealActive()
 		}
-		return fmt.Errorf("append %d messages: %w", n, err)
+		return fmt.Errorf("write segment: %w", err)
 	}
 	seg.size += need
 	seg.records += n
 	j.bytes += need
-	j.pending += n
 	j.dirty = true
-	counter.Add(float64(n))
 	if j.cfg.Sync == SyncBatch {
 		j.syncActive()
 	}
-	j.updateGauges()
+	j.signal()
+	return nil
+}
+
+// signal wakes the drainer: there may be work.
+func (j *Journal) signal() {
 	select {
 	case j.wake <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 // journalLogEvery bounds the journal's error lines: on a full disk every
@@ -412,22 +455,23 @@ func (j *Journal) activeSegment() *journalSegment {
 	return j.segs[len(j.segs)-1]
 }
 
-// capBytes is what the journal may hold now: MaxBytes, or less when the
-// filesystem has less free space than the rest of it plus ReserveBytes.
-// j.mu held.
-func (j *Journal) capBytes() int64 {
-	limit := j.cfg.MaxBytes
-	if free, err := freeBytes(j.cfg.Dir); err == nil {
-		limit = min(limit, j.bytes+free-j.cfg.ReserveBytes)
+// roomBytes is what the journal's filesystem lets it hold now: what it
+// holds plus the free space less ReserveBytes (MaxInt64 where free space is
+// not known). j.mu held.
+func (j *Journal) roomBytes() int64 {
+	free, err := j.free(j.cfg.Dir)
+	if err != nil {
+		return math.MaxInt64
 	}
-	return limit
+	return j.bytes + free - j.cfg.ReserveBytes
 }
 
-// makeRoom drops the oldest segments the drainer is not publishing from
-// until need more bytes fit under the cap (capBytes). j.mu held.
-func (j *Journal) makeRoom(need int64) bool {
-	limit := j.capBytes()
-	for j.bytes+need > limit {
+// makeRoom makes need more bytes fit on disk. Over MaxBytes it drops the
+// oldest segments the drainer is not publishing from (ErrFull if that is
+// not enough); over the filesystem's room (roomBytes) it drops nothing and
+// returns errNoRoom: the records go to the memory buffer. j.mu held.
+func (j *Journal) makeRoom(need int64) error {
+	for j.bytes+need > j.cfg.MaxBytes {
 		var victim *journalSegment
 		for _, s := range j.segs {
 			if !s.busy {
@@ -436,14 +480,17 @@ func (j *Journal) makeRoom(need int64) bool {
 			}
 		}
 		if victim == nil {
-			return false
+			return ErrFull
 		}
 		if !victim.sealed {
 			j.sealActive()
 		}
 		j.dropSegment(victim)
 	}
-	return true
+	if room := j.roomBytes(); j.bytes+need > room {
+		return fmt.Errorf("%w: %d bytes free after the %d-byte reserve, %d needed", errNoRoom, max(room-j.bytes, 0), j.cfg.ReserveBytes, need)
+	}
+	return nil
 }
 
 // dropSegment deletes seg because of the cap, counting what it still held.
@@ -457,7 +504,7 @@ func (j *Journal) dropSegment(seg *journalSegment) {
 	j.drop(journalDropCap, lostRecords, false)
 	j.removeSegmentFiles(seg)
 	j.logError("journal over its size cap: oldest segment dropped", "segment", seg.id,
-		"messages_lost", lostRecords, "bytes", seg.size, "max_bytes", j.cfg.MaxBytes, "cap_bytes", j.capBytes())
+		"messages_lost", lostRecords, "bytes", seg.size, "max_bytes", j.cfg.MaxBytes)
 }
 
 func (j *Journal) removeSegmentFiles(seg *journalSegment) {
@@ -538,23 +585,26 @@ func (j *Journal) Sync() {
 
 func (j *Journal) updateGauges() {
 	j.bytesGauge.Set(float64(j.bytes))
+	j.memoryGauge.Set(float64(j.memBytes))
 	j.segmentsGauge.Set(float64(len(j.segs)))
 	j.pendingGauge.Set(float64(j.pending))
 }
 
 // Stats is a snapshot of a journal's state.
 type Stats struct {
-	Pending  int64 // messages stored and not yet acknowledged by Kafka
-	Bytes    int64 // bytes on disk
-	Segments int
-	Queued   int // messages offered and not yet written
+	Pending        int64 // messages stored (on disk or in memory) and not yet acknowledged by Kafka
+	Bytes          int64 // bytes on disk
+	Segments       int
+	Queued         int   // messages offered and not yet written
+	MemoryBytes    int64 // bytes held in memory because the disk refused them
+	MemoryMessages int   // messages held in memory
 }
 
 // Stats returns a snapshot of the journal's state.
 func (j *Journal) Stats() Stats {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return Stats{Pending: j.pending, Bytes: j.bytes, Segments: len(j.segs), Queued: len(j.queue)}
+	return Stats{Pending: j.pending, Bytes: j.bytes, Segments: len(j.segs), Queued: len(j.queue), MemoryBytes: j.memBytes, MemoryMessages: len(j.mem)}
 }
 
 // ReplayPublisher publishes messages and returns once all of them are
@@ -642,6 +692,7 @@ func (j *Journal) Close() error {
 	if j.closed {
 		return nil
 	}
+	j.closeMemory()
 	j.closed = true
 	var errs []error
 	if j.active != nil {

@@ -445,8 +445,9 @@ func TestJournalConfigValidate(t *testing.T) {
 		{name: "tiny segments", cfg: Config{Dir: "d", SegmentBytes: 100}, want: []string{"journal.Config.SegmentBytes (FLOODGATE_JOURNAL_SEGMENT_BYTES)"}},
 		{name: "cap below two segments", cfg: Config{Dir: "d", SegmentBytes: 1 << 20, MaxBytes: 1 << 20}, want: []string{"journal.Config.MaxBytes (FLOODGATE_JOURNAL_MAX_BYTES)"}},
 		{name: "bad sync", cfg: Config{Dir: "d", Sync: 7}, want: []string{"journal.Config.Sync (FLOODGATE_JOURNAL_SYNC)"}},
-		{name: "negatives", cfg: Config{Dir: "d", QueueSize: -1, SyncInterval: -1, ReplayTimeout: -1}, want: []string{
-			"journal.Config.QueueSize (FLOODGATE_JOURNAL_QUEUE)", "journal.Config.SyncInterval", "journal.Config.ReplayTimeout"}},
+		{name: "negatives", cfg: Config{Dir: "d", QueueSize: -1, SyncInterval: -1, ReplayTimeout: -1, MemoryBytes: -1}, want: []string{
+			"journal.Config.QueueSize (FLOODGATE_JOURNAL_QUEUE)", "journal.Config.SyncInterval", "journal.Config.ReplayTimeout",
+			"journal.Config.MemoryBytes (FLOODGATE_JOURNAL_MEMORY_BYTES): must not be negative"}},
 		{name: "backoff order", cfg: Config{Dir: "d", ReplayInitialBackoff: time.Minute, ReplayMaxBackoff: time.Second}, want: []string{"journal.Config.ReplayMaxBackoff"}},
 	}
 	for _, tt := range tests {
@@ -472,14 +473,15 @@ func TestJournalConfigFromEnv(t *testing.T) {
 		wantErr string
 	}{
 		{name: "unset disables", env: nil, want: Config{SegmentBytes: DefaultSegmentBytes, MaxBytes: DefaultMaxBytes,
-			ReserveBytes: DefaultReserveBytes, SyncInterval: DefaultSyncInterval, QueueSize: DefaultQueueSize}},
+			ReserveBytes: DefaultReserveBytes, MemoryBytes: DefaultMemoryBytes, SyncInterval: DefaultSyncInterval, QueueSize: DefaultQueueSize}},
 		{name: "all set", env: map[string]string{"FLOODGATE_JOURNAL_DIR": "/var/lib/fg", "FLOODGATE_JOURNAL_SEGMENT_BYTES": "1048576",
 			"FLOODGATE_JOURNAL_MAX_BYTES": "8388608", "FLOODGATE_JOURNAL_SYNC": "interval", "FLOODGATE_JOURNAL_SYNC_INTERVAL": "50ms", "FLOODGATE_JOURNAL_QUEUE": "100",
-			"FLOODGATE_JOURNAL_RESERVE_BYTES": "1048576"},
-			want: Config{Dir: "/var/lib/fg", SegmentBytes: 1 << 20, MaxBytes: 8 << 20, ReserveBytes: 1 << 20, Sync: SyncInterval, SyncInterval: 50 * time.Millisecond, QueueSize: 100}},
+			"FLOODGATE_JOURNAL_RESERVE_BYTES": "1048576", "FLOODGATE_JOURNAL_MEMORY_BYTES": "2097152"},
+			want: Config{Dir: "/var/lib/fg", SegmentBytes: 1 << 20, MaxBytes: 8 << 20, ReserveBytes: 1 << 20, MemoryBytes: 2 << 20, Sync: SyncInterval, SyncInterval: 50 * time.Millisecond, QueueSize: 100}},
 		{name: "bad sync", env: map[string]string{"FLOODGATE_JOURNAL_SYNC": "always"}, wantErr: "FLOODGATE_JOURNAL_SYNC"},
 		{name: "bad number", env: map[string]string{"FLOODGATE_JOURNAL_MAX_BYTES": "1GB"}, wantErr: "FLOODGATE_JOURNAL_MAX_BYTES"},
 		{name: "bad reserve", env: map[string]string{"FLOODGATE_JOURNAL_RESERVE_BYTES": "lots"}, wantErr: "FLOODGATE_JOURNAL_RESERVE_BYTES"},
+		{name: "bad memory", env: map[string]string{"FLOODGATE_JOURNAL_MEMORY_BYTES": "32MiB"}, wantErr: "FLOODGATE_JOURNAL_MEMORY_BYTES"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

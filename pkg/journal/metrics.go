@@ -15,6 +15,7 @@ type metrics struct {
 	replayed     *prometheus.CounterVec // journal
 	dropped      *prometheus.CounterVec // journal, reason
 	bytes        *prometheus.GaugeVec   // journal
+	memoryBytes  *prometheus.GaugeVec   // journal
 	segments     *prometheus.GaugeVec   // journal
 	pending      *prometheus.GaugeVec   // journal
 	truncated    *prometheus.CounterVec // journal
@@ -26,10 +27,11 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	v := stream.NewVecs(reg)
 	m := &metrics{
-		journaled:    v.Counter("floodgate_stream_journaled_total", "Messages written to the on-disk journal, by source: failed (the async producer gave up on them) or overflow (its buffer was full).", "journal", "source"),
+		journaled:    v.Counter("floodgate_stream_journaled_total", "Messages the journal took (on disk, or in its memory buffer while the disk refuses writes), by source: failed (the async producer gave up on them) or overflow (its buffer was full).", "journal", "source"),
 		replayed:     v.Counter("floodgate_stream_journal_replayed_total", "Journaled messages re-published and acknowledged by Kafka (acks=all).", "journal"),
-		dropped:      v.Counter("floodgate_stream_journal_dropped_total", "Messages the journal lost or refused, by reason: cap (size cap), queue_full, closed, write_error, no_topic, corrupt.", "journal", "reason"),
+		dropped:      v.Counter("floodgate_stream_journal_dropped_total", "Messages the journal lost or refused, by reason: cap (size cap), queue_full, closed, write_error (held in memory at shutdown and the disk still refused them), memory_full (the disk refused them and the memory buffer was full), no_topic, corrupt.", "journal", "reason"),
 		bytes:        v.Gauge("floodgate_stream_journal_bytes", "Bytes of journal segments on disk.", "journal"),
+		memoryBytes:  v.Gauge("floodgate_stream_journal_memory_bytes", "Bytes of journal records held in memory because the disk refused them.", "journal"),
 		segments:     v.Gauge("floodgate_stream_journal_segments", "Journal segment files on disk.", "journal"),
 		pending:      v.Gauge("floodgate_stream_journal_pending", "Journaled messages not yet acknowledged by Kafka.", "journal"),
 		truncated:    v.Counter("floodgate_stream_journal_truncated_bytes_total", "Bytes cut from torn or corrupt segment tails when the journal was opened.", "journal"),

@@ -23,15 +23,20 @@ type replayItem struct {
 }
 
 // replayLoop re-publishes the journal, oldest segment first and in record
-// order within a segment, until ctx is done. A segment is deleted only once
+// order within a segment, then the memory buffer (memory.go), until ctx is
+// done. A segment is deleted only once
 // every record in it was acknowledged.
 func (j *Journal) replayLoop(ctx context.Context, pub ReplayPublisher) {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = j.cfg.ReplayInitialBackoff
 	bo.MaxInterval = j.cfg.ReplayMaxBackoff
+	memFailures := 0
 	for ctx.Err() == nil {
 		seg := j.nextReplay()
 		if seg == nil {
+			if j.replayMemory(ctx, pub, bo, &memFailures) {
+				continue
+			}
 			select {
 			case <-ctx.Done():
 				return
