@@ -561,5 +561,3 @@ func goName(s string) string {
 	}
 	return b.String()
 }
-
-func lowerFirst(s string) string { return strings.ToLower(s[:1]) + s[1:] }
