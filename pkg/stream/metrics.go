@@ -89,31 +89,3 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	return m, nil
 }
-
-// Vecs registers metric vectors the way the stream metrics do (a
-// metric.Shared factory): a vector already registered on the registry under
-// the same description is returned, so consumers, producers and journals can
-// share a registry. It keeps the journal's calls short; new code uses
-// metric.Shared directly.
-type Vecs struct{ f metric.Factory }
-
-// NewVecs returns a Vecs registering on reg (nil: none).
-func NewVecs(reg prometheus.Registerer) *Vecs { return &Vecs{f: metric.Shared(reg)} }
-
-// Counter creates and registers a counter vector.
-func (v *Vecs) Counter(name, help string, labels ...string) *prometheus.CounterVec {
-	return v.f.CounterVec(name, help, labels...)
-}
-
-// Gauge creates and registers a gauge vector.
-func (v *Vecs) Gauge(name, help string, labels ...string) *prometheus.GaugeVec {
-	return v.f.GaugeVec(name, help, labels...)
-}
-
-// Histogram creates and registers a histogram vector.
-func (v *Vecs) Histogram(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
-	return v.f.HistogramVec(name, help, buckets, labels...)
-}
-
-// Err joins the registration errors met so far (nil: none).
-func (v *Vecs) Err() error { return v.f.Err() }

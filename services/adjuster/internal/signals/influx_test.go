@@ -2,7 +2,6 @@ package signals
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -11,25 +10,16 @@ import (
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 	"github.com/stretchr/testify/require"
 
-	"github.com/floodgate-dev/floodgate/pkg/config"
-	"github.com/floodgate-dev/floodgate/pkg/stacktest"
+	"github.com/floodgate-dev/floodgate/pkg/series/seriestest"
 )
 
 // TestInfluxReadsSignals writes Telegraf-shaped and Floodgate points tagged
 // with a value no other run uses into the real InfluxDB, then reads them back
 // through the Flux queries.
 func TestInfluxReadsSignals(t *testing.T) {
-	stacktest.Needs(t, "needs the local stack: `make test` runs it (`make test-unit` is -short, no stack)")
-	env := config.NewEnv(os.Getenv)
-	url := env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL)
-	bucket := env.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket)
-	client := influxdb2.NewClient(url, env.String("FLOODGATE_INFLUX_TOKEN", ""))
-	t.Cleanup(client.Close)
+	client, bucket := seriestest.Influx(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ok, err := client.Ping(ctx)
-	require.NoError(t, err, "influxdb at %s is not reachable — start the local stack with `make up`", url)
-	require.True(t, ok)
 
 	run := "adjtest_" + strings.ReplaceAll(time.Now().UTC().Format("150405.000000000"), ".", "_")
 	now := time.Now().UTC().Truncate(time.Second)

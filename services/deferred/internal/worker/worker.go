@@ -26,6 +26,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
 // ErrExpired is wrapped by the error of a request whose deadline passed: the
@@ -186,7 +187,7 @@ func (w *Worker) Handle(ctx context.Context, msg kafka.Message) error {
 		if until := time.Until(ev.Deadline); wait > until {
 			wait = max(until, 0)
 		}
-		if !sleep(ctx, wait) {
+		if !tick.Sleep(ctx, wait) {
 			return ctx.Err()
 		}
 	}
@@ -238,7 +239,7 @@ func (w *Worker) pace(ctx context.Context, ev events.Deferred, sentBefore bool) 
 				wait = max(until, 0)
 			}
 		}
-		if !sleep(ctx, wait) {
+		if !tick.Sleep(ctx, wait) {
 			return ctx.Err()
 		}
 	}
@@ -268,7 +269,7 @@ func (w *Worker) waitPaused(ctx context.Context, route string, deadline time.Tim
 		if err != nil || !paused || !w.o.Now().Before(deadline) {
 			return err
 		}
-		if !sleep(ctx, min(w.o.PausePoll, time.Until(deadline))) {
+		if !tick.Sleep(ctx, min(w.o.PausePoll, time.Until(deadline))) {
 			return ctx.Err()
 		}
 	}
@@ -324,20 +325,6 @@ func (w *Worker) send(ctx context.Context, ev *events.Deferred) (status int, hea
 		}
 	}
 	return resp.StatusCode, header, body, truncated, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // LimiterClient asks a limiter's HTTP API (POST /v1/check) with a bearer token

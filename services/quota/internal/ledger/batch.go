@@ -15,6 +15,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
 // The quota consumer is a pkg/stream batch consumer: the shared consumer
@@ -404,7 +405,7 @@ func (c *Consumer) write(ctx context.Context, kind string, fn func() (WriteResul
 		}
 		wait := bo.NextBackOff()
 		c.log.Warn("ledger write failed; retrying", "err", err, "backoff", wait)
-		if !sleepCtx(ctx, wait) {
+		if !tick.Sleep(ctx, wait) {
 			return WriteResult{}, fmt.Errorf("%w (gave up at the deadline: %w)", err, ctx.Err())
 		}
 	}
@@ -416,16 +417,4 @@ func newBackoff() *backoff.ExponentialBackOff {
 	bo.MaxInterval = 5 * time.Second
 	bo.Reset()
 	return bo
-}
-
-// sleepCtx sleeps for d or until ctx is done; it reports whether it slept.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
