@@ -380,6 +380,17 @@ func (rep *Report) targetsMarkdown() string {
 				measured += fmt.Sprintf(" (%s vs %s calls/s)", thousands(c.Services[1].CallsPerSec), thousands(c.Services[0].CallsPerSec))
 			}
 			row(fmt.Sprintf("limiter ≥ %g× envoy ratelimit over %s (same run, Redis and rule)", targetPeerRatio, c.Protocol), measured, c.Ratio >= targetPeerRatio, true)
+			for _, o := range c.Open {
+				if o.Name != "floodgate" || o.Offered != 10000 {
+					continue
+				}
+				measured := fmt.Sprintf("p99 %.2f ms at 10,000/s offered (%s/s achieved, %d errors)", o.P99Ms, thousands(o.Achieved), o.Errors)
+				if len(c.Open) == 2 {
+					measured += fmt.Sprintf("; envoy ratelimit p99 %.2f ms", c.Open[0].P99Ms)
+				}
+				row(fmt.Sprintf("limiter p99 ≤ %g ms at 10k checks/s (%s, beside envoy ratelimit)", targetP99At10kMs, c.Protocol), measured,
+					o.P99Ms <= targetP99At10kMs && o.Errors == 0, true)
+			}
 		}
 	} else {
 		row(fmt.Sprintf("limiter ≥ %g× envoy ratelimit (same run, Redis and rule)", targetPeerRatio), "", false, false)

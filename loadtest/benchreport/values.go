@@ -418,5 +418,17 @@ func peerTable(p *envoypeer.Report) string {
 	for _, c := range p.Comparisons {
 		fmt.Fprintf(&b, "- %s: Floodgate / envoy ratelimit = **%.2f×** in calls/s; %.2f× in the service's own CPU per call\n", c.Protocol, c.Ratio, c.ServiceCPURatio)
 	}
+	open := false
+	for _, c := range p.Comparisons {
+		for _, o := range c.Open {
+			if !open {
+				b.WriteString("\nOpen loop, one round per service at a fixed offered rate (latency from each call's due time):\n\n" +
+					"| protocol | service | offered | achieved | p50 | p99 | p99.9 | errors |\n|---|---|---|---|---|---|---|---|\n")
+				open = true
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s/s | %s/s | %.2f ms | %.2f ms | %.2f ms | %d |\n", c.Protocol, o.Name, thousands(o.Offered),
+				thousands(o.Achieved), o.P50Ms, o.P99Ms, o.P999Ms, o.Errors)
+		}
+	}
 	return b.String() + "\n"
 }

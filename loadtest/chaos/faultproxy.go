@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,15 +23,26 @@ type FaultProxy struct {
 	Addr    string // where clients connect
 	control string
 	client  *http.Client
+	// RealTime: the proxy runs under SCHED_FIFO (chrt -f 1), as a link's
+	// latency is kept by the kernel, not by a process that waits its turn
+	// on cores the limiter, Redis, the broker and the generator share.
+	// False where the run may not raise priorities; Late says what that cost.
+	RealTime bool
 }
 
-// StartFaultProxy starts a fault proxy in front of upstream.
+// StartFaultProxy starts a fault proxy in front of upstream, real-time
+// where the run may.
 func (e *Env) StartFaultProxy(ctx context.Context, upstream string) (*FaultProxy, error) {
-	p, err := e.Start("faultproxy", filepath.Join(e.Bin, "faultproxy"), []string{"-upstream", upstream}, nil)
+	bin, args := filepath.Join(e.Bin, "faultproxy"), []string{"-upstream", upstream}
+	realtime := exec.CommandContext(ctx, "chrt", "-f", "1", "true").Run() == nil
+	if realtime {
+		bin, args = "chrt", append([]string{"-f", "1", bin}, args...)
+	}
+	p, err := e.Start("faultproxy", bin, args, nil)
 	if err != nil {
 		return nil, err
 	}
-	fp := &FaultProxy{Proc: p, client: &http.Client{Timeout: 2 * time.Second}}
+	fp := &FaultProxy{Proc: p, client: &http.Client{Timeout: 2 * time.Second}, RealTime: realtime}
 	err = waitFor(ctx, 10*time.Second, "faultproxy address", func() error {
 		if p.Exited() {
 			return fmt.Errorf("exited, see %s: %w", p.LogPath, errStop)
@@ -83,18 +95,47 @@ func (f *FaultProxy) post(ctx context.Context, what string, d time.Duration) err
 
 // Accepted counts the client connections accepted so far.
 func (f *FaultProxy) Accepted(ctx context.Context) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+f.control+"/accepted", nil)
+	fields, err := f.get(ctx, "accepted", 1)
 	if err != nil {
 		return 0, err
 	}
+	return fields[0], nil
+}
+
+// Late counts the delayed replies the proxy passed on more than 2 ms late
+// (its own scheduling on busy cores), and the latest by how much.
+func (f *FaultProxy) Late(ctx context.Context) (int64, time.Duration, error) {
+	fields, err := f.get(ctx, "late", 2)
+	if err != nil {
+		return 0, 0, err
+	}
+	return fields[0], time.Duration(fields[1]), nil
+}
+
+// get reads n integers from the control endpoint what.
+func (f *FaultProxy) get(ctx context.Context, what string, n int) ([]int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+f.control+"/"+what, nil)
+	if err != nil {
+		return nil, err
+	}
 	resp, err := f.client.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("faultproxy accepted: %w", err)
+		return nil, fmt.Errorf("faultproxy %s: %w", what, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	fields := strings.Fields(string(b))
+	if len(fields) != n {
+		return nil, fmt.Errorf("faultproxy %s: %q, want %d numbers", what, b, n)
+	}
+	out := make([]int64, n)
+	for i, s := range fields {
+		if out[i], err = strconv.ParseInt(s, 10, 64); err != nil {
+			return nil, fmt.Errorf("faultproxy %s: %w", what, err)
+		}
+	}
+	return out, nil
 }

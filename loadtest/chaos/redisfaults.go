@@ -65,6 +65,8 @@ func RedisSlow(ctx context.Context, e *Env, s Size, r *Result) error {
 	_ = sleep(ctx, phase)
 	calm, dialCalm := time.Now(), accepted()
 	pipesCalm, withinCalm := pipelines(ctx, lim)
+	late, lateMost, err := px.Late(ctx)
+	try(err)
 	try(px.SetDelay(ctx, 0))
 	_ = sleep(ctx, 2*time.Second)
 	stalled := time.Now()
@@ -94,6 +96,12 @@ func RedisSlow(ctx context.Context, e *Env, s Size, r *Result) error {
 	r.metric("+20 ms", "%d checks, %d degraded, p50 %s, p99 %s; %d Redis connections dialed", w20.Sent, w20.Degraded, ms(w20.P50), ms(w20.P99), dial40-dial20)
 	r.metric("+40 ms", "%d checks, %d degraded, p50 %s, p99 %s; %d Redis connections dialed; %.0f pipelines, %.0f of them past the 50 ms budget",
 		w40.Sent, w40.Degraded, ms(w40.P50), ms(w40.P99), dialCalm-dial40, pipesCalm-pipes40, (pipesCalm-pipes40)-(withinCalm-within40))
+	priority := "normal priority (chrt refused)"
+	if px.RealTime {
+		priority = "real-time (chrt -f 1)"
+	}
+	r.metric("fault proxy", "%s; %d delayed replies (+20 and +40 ms) passed on more than %s late, the latest by %s",
+		priority, late, redistest.LateBy, ms(lateMost))
 	r.metric("60 ms stall", "%d degraded answers, the last one %s after the stall began; log lines: %d breaker opened, %d redis call failed",
 		stallWindow.Degraded, ms(span), trips, errLines)
 	r.require("+40 ms: no degraded answers", w40.Sent > 0 && w40.Degraded == 0, "%d of %d", w40.Degraded, w40.Sent)

@@ -22,6 +22,22 @@ type Comparison struct {
 	// itself, apart from the Redis, broker and load generator they share
 	// the machine with.
 	ServiceCPURatio float64 `json:"service_cpu_ratio"`
+	// Open is one open-loop round per service at a fixed offered rate
+	// (peerbench -rate), in Services' order; empty when none ran.
+	Open []OpenResult `json:"open_loop,omitempty"`
+}
+
+// OpenResult is one service's open-loop round: calls sent on a fixed
+// schedule, each latency from when its call was due.
+type OpenResult struct {
+	Name     string  `json:"name"`
+	Offered  float64 `json:"offered_per_sec"`
+	Achieved float64 `json:"achieved_per_sec"`
+	Calls    int64   `json:"calls"`
+	Errors   int64   `json:"errors"`
+	P50Ms    float64 `json:"p50_ms"`
+	P99Ms    float64 `json:"p99_ms"`
+	P999Ms   float64 `json:"p999_ms"`
 }
 
 // ServiceResult sums one service's rounds.

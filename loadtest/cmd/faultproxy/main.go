@@ -8,7 +8,8 @@
 // It prints "proxy <addr> control <addr>" once both listen. Control:
 // POST /delay?d=40ms (every reply held 40 ms after it arrived; 0 removes it),
 // POST /stall?d=60ms (nothing passes for 60 ms), GET /accepted (client
-// connections accepted so far).
+// connections accepted so far), GET /late ("<n> <ns>": delayed replies
+// passed on more than 2 ms late, and the latest by how many ns).
 package main
 
 import (
@@ -60,6 +61,10 @@ func main() {
 	})
 	mux.HandleFunc("GET /accepted", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte(strconv.FormatInt(px.Accepted(), 10)))
+	})
+	mux.HandleFunc("GET /late", func(w http.ResponseWriter, _ *http.Request) {
+		n, most := px.Late()
+		_, _ = fmt.Fprintf(w, "%d %d", n, most.Nanoseconds())
 	})
 	fmt.Printf("proxy %s control %s\n", px.Addr, ln.Addr())
 	log.Fatal((&http.Server{Handler: mux, ReadHeaderTimeout: time.Second}).Serve(ln))

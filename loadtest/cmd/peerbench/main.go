@@ -12,6 +12,12 @@
 //     publishes a decision event; envoy ratelimit's /json counts one descriptor.
 //
 //     go run ./loadtest/cmd/peerbench -duration 5s -rounds 2 -callers 64
+//
+// After the closed-loop rounds (saturation: calls/s), each protocol runs one
+// open-loop round per service at -rate calls/s (10,000 by default, issue 15's
+// latency target): calls are sent on a fixed schedule and each latency runs
+// from when its call was due, so a service that falls behind is charged for
+// the wait (no coordinated omission).
 package main
 
 import (
@@ -70,6 +76,7 @@ func run() error {
 	users := flag.Int("users", 10000, "distinct users")
 	protocols := flag.String("protocols", "grpc,http", "comma-separated: grpc, http")
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file (make bench reads it)")
+	rate := flag.Float64("rate", 10000, "offered calls/s of the open-loop round per service and protocol; 0 = none")
 	lease := flag.Int("lease", 0, "HTTP only: Floodgate's 100/s rule leases this many units per instance (docs/limiter.md, Leases); 0 = exact, as envoy ratelimit")
 	flag.Parse()
 	report := envoypeer.Report{Rounds: *rounds, Duration: duration.String(), Callers: *callers, Conns: *conns, Users: *users}
@@ -124,6 +131,11 @@ func run() error {
 		c, err := compare(ctx, proto, targets, domain, *duration, *rounds, *callers, *conns, *users)
 		if err != nil {
 			return err
+		}
+		if *rate > 0 {
+			if c.Open, err = openRounds(ctx, proto, targets, domain, *duration, *rate, *conns, *users); err != nil {
+				return err
+			}
 		}
 		report.Comparisons = append(report.Comparisons, c)
 	}
@@ -300,6 +312,81 @@ func load(ctx context.Context, t target, call func(ctx context.Context, worker, 
 	}
 	slices.Sort(lat)
 	return result{name: t.name, calls: calls.Load(), errors: errs.Load(), duration: elapsed, cpu: cpu, procs: procs, lat: lat}
+}
+
+// openWorkers bound the calls in flight in an open-loop round: enough that
+// a service answering in a few ms keeps up with 10,000 calls/s.
+const openWorkers = 256
+
+// openRounds runs one open-loop round per service at rate calls/s (the
+// second service first, as the closed-loop rounds alternate) and prints them.
+func openRounds(ctx context.Context, proto string, targets []target, domain string, d time.Duration, rate float64, conns, users int) ([]envoypeer.OpenResult, error) {
+	out := make([]envoypeer.OpenResult, len(targets))
+	fmt.Printf("%s open loop at %.0f calls/s offered, %s per service, at most %d in flight\n\n| service | offered | achieved | p50 | p99 | p99.9 | errors |\n|---|---|---|---|---|---|---|\n",
+		proto, rate, d, openWorkers)
+	for i := len(targets) - 1; i >= 0; i-- {
+		t := targets[i]
+		call, closeAll, err := caller(proto, t, domain, conns)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = openLoad(ctx, t, call, d, rate, users)
+		closeAll()
+	}
+	for _, o := range out {
+		fmt.Printf("| %s | %.0f/s | %.0f/s | %.2f ms | %.2f ms | %.2f ms | %d |\n", o.Name, o.Offered, o.Achieved, o.P50Ms, o.P99Ms, o.P999Ms, o.Errors)
+	}
+	fmt.Println()
+	return out, nil
+}
+
+// openLoad offers rate calls/s to t for d: a pacer releases each call at its
+// due time (in 200 µs steps; a step's calls keep their own due times) to
+// openWorkers callers, and each latency runs from the due time.
+func openLoad(ctx context.Context, t target, call func(ctx context.Context, worker, user int) error, d time.Duration, rate float64, users int) envoypeer.OpenResult {
+	for i := 0; i < openWorkers; i++ { // warm the connections
+		_ = call(ctx, i, 0)
+	}
+	interval := time.Duration(float64(time.Second) / rate)
+	total := int(d / interval)
+	due := make(chan time.Time, openWorkers*4)
+	lats := make([][]time.Duration, openWorkers)
+	var errs atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < openWorkers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 11))
+			for at := range due {
+				if err := call(ctx, w, rng.IntN(users)); err != nil {
+					errs.Add(1)
+				}
+				lats[w] = append(lats[w], time.Since(at))
+			}
+		}()
+	}
+	start := time.Now()
+	for sent := 0; sent < total; {
+		for now := time.Now(); sent < total; sent++ {
+			at := start.Add(time.Duration(sent) * interval)
+			if at.After(now) {
+				break
+			}
+			due <- at // blocks only when every worker is busy: the wait is charged to the service
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	close(due)
+	wg.Wait()
+	elapsed := time.Since(start)
+	var lat []time.Duration
+	for _, l := range lats {
+		lat = append(lat, l...)
+	}
+	slices.Sort(lat)
+	return envoypeer.OpenResult{Name: t.name, Offered: rate, Achieved: float64(len(lat)) / elapsed.Seconds(), Calls: int64(len(lat)), Errors: errs.Load(),
+		P50Ms: msOf(q(lat, 0.5)), P99Ms: msOf(q(lat, 0.99)), P999Ms: msOf(q(lat, 0.999))}
 }
 
 func req(domain string, user int) *rlsv3.RateLimitRequest {

@@ -25,8 +25,15 @@ type Proxy struct {
 	conns    map[net.Conn]struct{}
 	closed   atomic.Bool
 	accepted atomic.Int64
+	late     atomic.Int64 // replies passed on more than LateBy after their delay ended
+	lateMax  atomic.Int64 // ns: the latest of them
 	wg       sync.WaitGroup
 }
+
+// LateBy is how far past its delay a reply may be passed on before Late
+// counts it: the proxy's own scheduling, which a fault test would otherwise
+// charge to the code it measures.
+const LateBy = 2 * time.Millisecond
 
 // StartProxy listens on a free loopback port and forwards to upstream.
 func StartProxy(upstream string) (*Proxy, error) {
@@ -54,6 +61,12 @@ func NewProxy(t testing.TB, upstream string) *Proxy {
 
 // SetDelay adds d to every reply from now on (0 removes it).
 func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
+
+// Late reports how many delayed replies were passed on more than LateBy
+// after their delay ended, and the latest by how much.
+func (p *Proxy) Late() (n int64, most time.Duration) {
+	return p.late.Load(), time.Duration(p.lateMax.Load())
+}
 
 // Stall holds every byte in both directions for d from now.
 func (p *Proxy) Stall(d time.Duration) { p.stallTo.Store(time.Now().Add(d).UnixNano()) }
@@ -150,7 +163,13 @@ func (p *Proxy) pipe(dst, src net.Conn, reply bool) {
 	}()
 	for c := range q {
 		if d := time.Duration(p.delay.Load()); reply && d > 0 {
-			time.Sleep(time.Until(c.at.Add(d)))
+			due := c.at.Add(d)
+			time.Sleep(time.Until(due))
+			if late := time.Since(due); late > LateBy {
+				p.late.Add(1)
+				for m := p.lateMax.Load(); int64(late) > m && !p.lateMax.CompareAndSwap(m, int64(late)); m = p.lateMax.Load() {
+				}
+			}
 		}
 		if until := p.stallTo.Load(); until > 0 {
 			time.Sleep(time.Until(time.Unix(0, until)))
