@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,19 +48,29 @@ func Overload(ctx context.Context, e *Env, s Size, r *Result) error {
 	// generator): a shed answer still costs the HTTP exchange and its
 	// decision event, and that share of a served answer's cost bounds what
 	// shedding can absorb on cores the generator shares.
-	cpuPerCheck := func(lim0, gen0 time.Duration, answered int) string {
+	// The machine's busy cores say whether the run was CPU-bound: then the
+	// answered p99 is the generator's requests in flight over the checks
+	// answered a second (Little's law), whatever the limiter decides.
+	type cpuAt struct{ at, lim, gen, machine time.Duration }
+	start := time.Now()
+	cpuNow := func() cpuAt {
+		return cpuAt{time.Since(start), cputime.Of(lim.Pid()), cputime.Self(), cputime.Machine()}
+	}
+	cpuPerCheck := func(from, to cpuAt, answered int) string {
 		n := float64(max(answered, 1))
-		return fmt.Sprintf("CPU per answered check: limiter %.0f µs, load generator %.0f µs",
-			float64((cputime.Of(lim.Pid())-lim0).Microseconds())/n, float64((cputime.Self()-gen0).Microseconds())/n)
+		return fmt.Sprintf("CPU per answered check: limiter %.0f µs, load generator %.0f µs; machine %.2f of %d cores busy",
+			float64((to.lim-from.lim).Microseconds())/n, float64((to.gen-from.gen).Microseconds())/n,
+			(to.machine-from.machine).Seconds()/(to.at-from.at).Seconds(), runtime.NumCPU())
 	}
 	satLoad := &Load{URL: "http://" + lim.Addr, Rate: 1 << 30, Workers: 64, Next: func(w, i int) events.Principal { return people[(w*7919+i)%len(people)] }}
-	lim0, gen0 := cputime.Of(lim.Pid()), cputime.Self()
+	sat0 := cpuNow()
 	stop := startLoad(ctx, satLoad)
 	_ = sleep(ctx, phase)
 	stop()
+	sat1 := cpuNow()
 	sat := Summarise(satLoad.Results(), time.Time{}, time.Time{})
 	satRate := float64(sat.Answered) / phase.Seconds()
-	r.metric("saturation", "%.0f checks/s (64 callers, closed loop), p99 %s; %s", satRate, ms(sat.P99), cpuPerCheck(lim0, gen0, sat.Answered))
+	r.metric("saturation", "%.0f checks/s (64 callers, closed loop), p99 %s; %s", satRate, ms(sat.P99), cpuPerCheck(sat0, sat1, sat.Answered))
 
 	for _, f := range []float64{1.3, 2} {
 		abuser := events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("abuser-%.1f-%d", f, time.Now().UnixNano())}
@@ -83,12 +94,13 @@ func Overload(ctx context.Context, e *Env, s Size, r *Result) error {
 				_ = sleep(sctx, 500*time.Millisecond)
 			}
 		}()
-		start, lim0, gen0 := time.Now(), cputime.Of(lim.Pid()), cputime.Self()
+		cpu0 := cpuNow()
 		stop := startLoad(ctx, load)
 		_ = sleep(ctx, phase)
 		stop()
 		cancel()
-		elapsed := time.Since(start)
+		cpu1 := cpuNow()
+		elapsed := cpu1.at - cpu0.at
 		checks := load.Results()
 		w := Summarise(checks, time.Time{}, time.Time{})
 		var failedOpen, shed, abuserAllowed int
@@ -114,7 +126,7 @@ func Overload(ctx context.Context, e *Env, s Size, r *Result) error {
 		name := fmt.Sprintf("%.1f×", f)
 		r.metric(name, "offered %d/s; %d checks, %s answered (%.0f/s), p50 %s, p99 %s; %.2f %% shed, %.2f %% failed open; abuser admitted %.2f× its limit; peak RSS %d MiB, peak goroutines %.0f; %s",
 			rate, w.Sent, w.Availability(), float64(w.Answered)/elapsed.Seconds(), ms(w.P50), ms(w.P99),
-			pct(shed, w.Answered), pct(failedOpen, w.Answered), float64(abuserAllowed)/allowedMax, rss>>20, g, cpuPerCheck(lim0, gen0, w.Answered))
+			pct(shed, w.Answered), pct(failedOpen, w.Answered), float64(abuserAllowed)/allowedMax, rss>>20, g, cpuPerCheck(cpu0, cpu1, w.Answered))
 		r.require(name+": failed open ≤ 1 %", w.Answered > 0 && failedOpen*100 <= w.Answered, "%.2f %%", pct(failedOpen, w.Answered))
 		r.require(name+": abuser ≤ 1.2× its limit", float64(abuserAllowed) <= 1.2*allowedMax, "%d allowed, limit %.0f", abuserAllowed, allowedMax)
 		r.require(name+": RSS ≤ 400 MiB", rss <= 400<<20, "%d MiB", rss>>20)

@@ -44,3 +44,25 @@ func Self() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// Machine is the CPU time every core of the machine has spent busy so far
+// (user, nice, system, irq, softirq and steal from /proc/stat; 10 ms
+// resolution): its difference over a wall-clock span, divided by the span,
+// is how many cores were busy.
+func Machine() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	var busy int64
+	for _, i := range []int{1, 2, 3, 6, 7, 8} { // user nice system (idle iowait) irq softirq steal
+		v, _ := strconv.ParseInt(f[i], 10, 64)
+		busy += v
+	}
+	return time.Duration(busy) * clockTick
+}

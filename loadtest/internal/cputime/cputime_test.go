@@ -25,3 +25,18 @@ func TestOfAgreesWithSelf(t *testing.T) {
 		t.Fatalf("Of a missing process = %s, want 0", got)
 	}
 }
+
+// Machine counts this process's busy time among the machine's: a spin of
+// 300 ms of CPU must move it by at least most of that.
+func TestMachineCountsThisProcess(t *testing.T) {
+	m0, r0, start := Machine(), Self(), time.Now()
+	if m0 == 0 {
+		t.Fatal("Machine() = 0: /proc/stat not read")
+	}
+	for x := 0; Self()-r0 < 300*time.Millisecond && time.Since(start) < 10*time.Second; x++ {
+		_ = x * x
+	}
+	if m, r := Machine()-m0, Self()-r0; m < r*8/10-20*time.Millisecond {
+		t.Fatalf("Machine moved %s while this process spent %s", m, r)
+	}
+}
