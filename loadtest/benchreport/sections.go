@@ -392,6 +392,11 @@ func (rep *Report) targetsMarkdown() string {
 					o.P99Ms <= targetP99At10kMs && o.Errors == 0, true)
 			}
 		}
+		if ev := r.Peer.Events; ev != nil {
+			row("every decision event delivered beside envoy ratelimit (0 dropped, checked in the run)",
+				fmt.Sprintf("%s calls answered; %s events sent, %.0f refused, %.0f failed, %.0f dropped by the journal",
+					thousands(float64(ev.Calls)), thousands(ev.Sent), ev.Dropped, ev.Failed, ev.JournalDropped), ev.Delivered(), true)
+		}
 	} else {
 		row(fmt.Sprintf("limiter ≥ %g× envoy ratelimit (same run, Redis and rule)", targetPeerRatio), "", false, false)
 	}

@@ -9,6 +9,24 @@ type Report struct {
 	Conns       int          `json:"grpc_connections"`
 	Users       int          `json:"users"`
 	Comparisons []Comparison `json:"comparisons"`
+	// Events is what became of Floodgate's decision events over the run.
+	Events *Events `json:"decision_events,omitempty"`
+}
+
+// Events accounts for Floodgate's decision events after a run: every
+// answered call must have left one (issue 15: 0 dropped, checked in the run).
+type Events struct {
+	Calls          int64   `json:"calls_answered"`  // Floodgate's answered calls, warm-ups included
+	Sent           float64 `json:"sent"`            // floodgate_stream_async_sent_total
+	Dropped        float64 `json:"refused"`         // floodgate_stream_async_dropped_total
+	Failed         float64 `json:"failed"`          // floodgate_stream_async_failed_total
+	JournalDropped float64 `json:"journal_dropped"` // floodgate_stream_journal_dropped_total
+}
+
+// Delivered reports whether every answered call's event reached Kafka and
+// none was refused, failed or dropped.
+func (e Events) Delivered() bool {
+	return e.Dropped == 0 && e.Failed == 0 && e.JournalDropped == 0 && e.Sent >= float64(e.Calls)
 }
 
 // Comparison is one protocol's figures.

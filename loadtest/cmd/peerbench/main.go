@@ -139,6 +139,17 @@ func run() error {
 		}
 		report.Comparisons = append(report.Comparisons, c)
 	}
+	ev, err := deliveries(ctx, fg.http, floodgateAnswered.Load())
+	if err != nil {
+		return err
+	}
+	report.Events = &ev
+	verdict := "every one delivered"
+	if !ev.Delivered() {
+		verdict = "NOT every one delivered"
+	}
+	fmt.Printf("floodgate decision events: %d calls answered over every round (warm-ups included); %.0f sent to Kafka, %.0f refused, %.0f failed, %.0f dropped by the journal: %s\n",
+		ev.Calls, ev.Sent, ev.Dropped, ev.Failed, ev.JournalDropped, verdict)
 	if *jsonOut != "" {
 		b, err := json.MarshalIndent(report, "", "  ")
 		if err != nil {
@@ -224,6 +235,24 @@ func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // out; an over-limit answer is not an error) and a function closing its
 // connections.
 func caller(proto string, t target, domain string, conns int) (func(ctx context.Context, worker, user int) error, func(), error) {
+	call, closeAll, err := protoCaller(proto, t, domain, conns)
+	if err != nil || t.name != "floodgate" {
+		return call, closeAll, err
+	}
+	return func(ctx context.Context, worker, user int) error {
+		err := call(ctx, worker, user)
+		if err == nil {
+			floodgateAnswered.Add(1)
+		}
+		return err
+	}, closeAll, nil
+}
+
+// floodgateAnswered counts Floodgate's answered calls over the whole run:
+// each must leave a decision event (deliveries).
+var floodgateAnswered atomic.Int64
+
+func protoCaller(proto string, t target, domain string, conns int) (func(ctx context.Context, worker, user int) error, func(), error) {
 	if proto == "http" {
 		// fasthttp's client costs less CPU per call than net/http's, so the
 		// generator takes less of the two cores it shares with the services
