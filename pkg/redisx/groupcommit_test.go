@@ -76,35 +76,31 @@ func TestGroupCommitAnswersEveryItemOnce(t *testing.T) {
 	require.Zero(t, g.Queued())
 }
 
-// TestGroupCommitSendsASecondPipelineOnlyForAFullOne: while one pipeline is
-// in flight, waiting items do not go out in a second, smaller one; a full
-// pipeline's worth does.
-func TestGroupCommitSendsASecondPipelineOnlyForAFullOne(t *testing.T) {
+// TestGroupCommitUsesFreeSlotsAtOnce: while one pipeline is in flight, an
+// item that finds a free slot goes out at once in a pipeline of its own (a
+// slow link keeps several in flight); with every slot taken it waits.
+func TestGroupCommitUsesFreeSlotsAtOnce(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
 	var inFlight atomic.Int32
-	g := newGC(3, 2, func(batch []*gcItem) {
+	g := newGC(64, 2, func(batch []*gcItem) {
 		inFlight.Add(1)
 		<-release
 		inFlight.Add(-1)
 		answer(batch)
 	})
 	item := func() *gcItem { return &gcItem{done: make(chan struct{})} }
-	first := item()
-	go g.Add(first) // takes the slot and blocks in its pipeline
+	first, second, third := item(), item(), item()
+	go g.Add(first)
 	require.Eventually(t, func() bool { return inFlight.Load() == 1 }, 2*time.Second, time.Millisecond)
-	waiting := []*gcItem{item(), item()}
-	for _, it := range waiting {
-		go g.Add(it)
-	}
-	require.Eventually(t, func() bool { return g.Queued() == 2 }, 2*time.Second, time.Millisecond)
+	go g.Add(second)
+	require.Eventually(t, func() bool { return inFlight.Load() == 2 }, 2*time.Second, time.Millisecond, "a free slot sends at once")
+	go g.Add(third)
+	require.Eventually(t, func() bool { return g.Queued() == 1 }, 2*time.Second, time.Millisecond)
 	time.Sleep(20 * time.Millisecond)
-	require.Equal(t, int32(1), inFlight.Load(), "two waiting items are not worth a second pipeline")
-	third := item()
-	go g.Add(third) // a full pipeline's worth waits now
-	require.Eventually(t, func() bool { return inFlight.Load() == 2 }, 2*time.Second, time.Millisecond, "a full pipeline goes out beside the first")
+	require.Equal(t, int32(2), inFlight.Load(), "never more than Flushers in flight")
 	close(release)
-	for _, it := range append(waiting, first, third) {
+	for _, it := range []*gcItem{first, second, third} {
 		select {
 		case <-it.done:
 		case <-time.After(2 * time.Second):
