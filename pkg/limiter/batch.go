@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-dev/floodgate/pkg/redisx"
 )
 
 // scriptCall is one check-script call: its keys and arguments.
@@ -24,25 +25,24 @@ type batchItem struct {
 	done  chan struct{}
 }
 
-// scriptBatcher sends the script calls of concurrent checks in shared pipelines
-// (group commit): a check that finds a free flusher slot sends everything queued
-// in one write, and keeps flushing until its own calls are answered; checks
-// arriving meanwhile queue for the next pipeline. Under light load a pipeline
-// carries one check (no added wait); under heavy load one write and one read
-// carry up to max checks, on the limiter's side and on Redis's. A flusher that
-// leaves work behind hands it to a goroutine, so nothing queued is left waiting.
+// scriptBatcher sends the script calls of concurrent checks in shared
+// pipelines: a redisx.GroupCommit of checks (one write and one read carry up
+// to max checks, on the limiter's side and on Redis's), with a bounded queue.
 type scriptBatcher struct {
-	rdb         redis.UniversalClient
-	script      *redis.Script
-	max         int            // checks per pipeline
-	maxFlushers int            // pipelines in flight at once
-	budget      time.Duration  // bound of one pipeline's round trip
-	maxQueue    int            // checks waiting for a pipeline; beyond, shed at once (0: no bound)
-	m           *engineMetrics // round trips; nil in tests of the batcher alone
+	rdb    redis.UniversalClient
+	script *redis.Script
+	budget time.Duration  // bound of one pipeline's round trip
+	m      *engineMetrics // round trips; nil in tests of the batcher alone
+	gc     redisx.GroupCommit[*batchItem]
+}
 
-	mu       sync.Mutex
-	pending  []*batchItem
-	flushers int
+// newScriptBatcher batches up to max checks a pipeline, at most four
+// pipelines in flight, and sheds a check that finds maxQueue waiting (0: no
+// bound).
+func newScriptBatcher(rdb redis.UniversalClient, script *redis.Script, max, maxQueue int, budget time.Duration, m *engineMetrics) *scriptBatcher {
+	b := &scriptBatcher{rdb: rdb, script: script, budget: budget, m: m}
+	b.gc = redisx.GroupCommit[*batchItem]{Max: max, Flushers: 4, MaxQueue: maxQueue, Flush: b.flush, Done: isDone}
+	return b
 }
 
 // errOverloaded is a check the limiter had no capacity for: the queue for
@@ -55,58 +55,18 @@ var errOverloaded = errors.New("limiter overloaded")
 // before the calls were sent; ctx's error when ctx ends while they are in flight.
 func (b *scriptBatcher) run(ctx context.Context, calls []scriptCall) ([]any, []error, error) {
 	it := &batchItem{calls: calls, done: make(chan struct{})}
-	b.mu.Lock()
-	if b.maxQueue > 0 && len(b.pending) >= b.maxQueue {
-		b.mu.Unlock()
+	if !b.gc.Add(it) {
 		return nil, nil, errOverloaded
-	}
-	b.pending = append(b.pending, it)
-	if b.flushers < b.maxFlushers {
-		b.flushers++
-		b.flushUntil(it)
-	} else {
-		b.mu.Unlock()
 	}
 	select {
 	case <-it.done:
 		return it.out, it.errs, nil
 	case <-ctx.Done():
-		b.mu.Lock()
-		for i, p := range b.pending {
-			if p == it { // never sent: take it out, and it is overload, not Redis
-				b.pending = append(b.pending[:i:i], b.pending[i+1:]...)
-				b.mu.Unlock()
-				return nil, nil, errOverloaded
-			}
+		if b.gc.Remove(it) { // never sent: it is overload, not Redis
+			return nil, nil, errOverloaded
 		}
-		b.mu.Unlock()
 		return nil, nil, ctx.Err()
 	}
-}
-
-// flushUntil is called with mu held and a flusher slot taken; it returns with
-// mu released, once own is answered (own == nil: once nothing is pending).
-func (b *scriptBatcher) flushUntil(own *batchItem) {
-	for len(b.pending) > 0 {
-		n := min(len(b.pending), b.max)
-		batch := b.pending[:n:n]
-		if b.pending = b.pending[n:]; len(b.pending) == 0 {
-			b.pending = nil
-		}
-		b.mu.Unlock()
-		b.flush(batch)
-		b.mu.Lock()
-		if own != nil && isDone(own) && len(b.pending) > 0 {
-			go func() { // hand the rest over: the flusher's own check is answered
-				b.mu.Lock()
-				b.flushUntil(nil)
-			}()
-			b.mu.Unlock()
-			return
-		}
-	}
-	b.flushers--
-	b.mu.Unlock()
 }
 
 func isDone(it *batchItem) bool {

@@ -42,20 +42,22 @@ func TestTripRatio(t *testing.T) {
 // refused at once; one that waits past its bound is taken out of the queue.
 // Both are overload, never a Redis failure.
 func TestBatcherQueueIsBounded(t *testing.T) {
-	b := &scriptBatcher{max: 64, maxFlushers: 1, maxQueue: 2, budget: time.Second}
-	b.flushers = 1 // every flusher busy
-	b.pending = []*batchItem{{done: make(chan struct{})}, {done: make(chan struct{})}}
+	b := newScriptBatcher(nil, nil, 64, 2, time.Second, nil)
+	_ = b.gc.Hold() // every flusher busy, never released: nothing here could send
+	for range 2 {
+		require.True(t, b.gc.Add(&batchItem{done: make(chan struct{})}))
+	}
 	start := time.Now()
 	_, _, err := b.run(context.Background(), nil)
 	require.ErrorIs(t, err, errOverloaded)
 	require.Less(t, time.Since(start), 100*time.Millisecond, "refused at once")
 
-	b.maxQueue = 10
+	b.gc.MaxQueue = 10
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	_, _, err = b.run(ctx, nil)
 	require.ErrorIs(t, err, errOverloaded)
-	require.Len(t, b.pending, 2, "the timed-out check left the queue")
+	require.Equal(t, 2, b.gc.Queued(), "the timed-out check left the queue")
 }
 
 // TestEngineShedsFromLocalStateNeverOpen: with the pipeline queue full, even
@@ -66,12 +68,10 @@ func TestEngineShedsFromLocalStateNeverOpen(t *testing.T) {
 	rdb := redistest.Client(t)
 	e := newTestEngine(t, rdb, failRules, nil)
 	b := e.shards.single.batch
-	b.mu.Lock()
-	b.flushers = b.maxFlushers
-	for len(b.pending) < b.maxQueue {
-		b.pending = append(b.pending, &batchItem{done: make(chan struct{})})
+	release := b.gc.Hold() // every flusher busy, and the queue full
+	for b.gc.Add(&batchItem{done: make(chan struct{})}) {
 	}
-	b.mu.Unlock()
+	t.Cleanup(release)
 	p := events.Principal{Kind: events.PrincipalUser, ID: redistest.Unique(t, "shed")}
 	first := check(t, e, Request{Principal: p, Cost: 1})
 	require.True(t, first.Allowed)

@@ -102,8 +102,7 @@ func (s *shardSet) newShard(name string) *shard {
 	c := s.cfg
 	sh := &shard{name: name, set: s}
 	if c.batch > 1 {
-		sh.batch = &scriptBatcher{rdb: c.rdb, script: c.script, max: c.batch, maxFlushers: 4, budget: c.budget,
-			maxQueue: 16 * c.batch, m: c.m}
+		sh.batch = newScriptBatcher(c.rdb, c.script, c.batch, 16*c.batch, c.budget, c.m)
 	}
 	inflight := c.m.admissionLimit.WithLabelValues(name)
 	sh.adm = newConcurrencyLimit(c.admission, func(v int64) { inflight.Set(float64(v)) })
