@@ -250,13 +250,9 @@ func tokenAdd(name, roleName string, stdout io.Writer) error {
 // Serve serves the console until ctx is done.
 func Serve(ctx context.Context, env service.Env) error {
 	log := env.Log
-	cfg, err := ConfigFromEnv(env.Getenv)
+	cfg, run, err := service.Start(env, ConfigFromEnv, ServerDefaults())
 	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
-	}
-	run, err := service.NewRunner(env, ServerDefaults())
-	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
+		return err
 	}
 	dir, err := auth.LoadReloading(cfg.UsersFile, log)
 	if err != nil {
