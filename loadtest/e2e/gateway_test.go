@@ -27,7 +27,7 @@ func TestReverseProxyEnforcesRealLimiter(t *testing.T) {
 	bin := buildServices(t)
 	addr := stacktest.FreeAddr(t)
 	redisAddrs := stacktest.Local().RedisAddrs
-	startProcess(t, filepath.Join(bin, "limiter"), []string{
+	stacktest.Exec(t, filepath.Join(bin, "limiter"), []string{
 		"FLOODGATE_KAFKA_BROKERS=" + brokers, "FLOODGATE_REDIS_ADDRS=" + strings.Join(redisAddrs, ","),
 		"FLOODGATE_LIMITER_ADDR=" + addr, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=3", "FLOODGATE_LIMITER_PRINCIPAL_PERIOD=1m",
 	})

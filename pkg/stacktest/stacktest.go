@@ -1,8 +1,9 @@
 // Package stacktest holds what the tests of Floodgate's services and load
 // tests repeat around the local stack: a context for a test that needs the
 // stack (skipped under -short), a free loopback address, a service run in
-// the test's process with its log captured, waiting for a readiness URL,
-// and a PagerDuty Events API v2 receiver. Redis, the broker and DynamoDB
+// the test's process with its log captured, a service binary run as a child
+// process until the test ends (Exec), waiting for a readiness URL, and a
+// PagerDuty Events API v2 receiver. Redis, the broker and DynamoDB
 // have their own helpers (redistest, kafkatest, quotatest); this package
 // only joins what every app test does with them.
 package stacktest

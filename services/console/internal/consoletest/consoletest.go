@@ -6,10 +6,8 @@ package consoletest
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -73,27 +71,4 @@ func Build(dir string, names ...string) (out []byte, err error) {
 	cmd := exec.Command("go", args...)
 	cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
 	return cmd.CombinedOutput()
-}
-
-// Start runs a binary with env added to this process's environment until
-// the test ends (an interrupt, then a kill after 20 s); its stdout and
-// stderr go to logs.
-func Start(t testing.TB, path string, env []string, logs io.Writer, args ...string) {
-	t.Helper()
-	cmd := exec.Command(path, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			t.Logf("%s exited: %v", path, err)
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Logf("%s killed after 20 s: %v", path, <-done)
-		}
-	})
 }

@@ -1,7 +1,6 @@
 package web
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"sync"
@@ -38,17 +37,4 @@ func TestMain(m *testing.M) {
 		_ = os.RemoveAll(binDir)
 	}
 	os.Exit(code)
-}
-
-// startProcess runs a service binary until the test ends (SIGINT, then kill);
-// its log is printed when the test failed.
-func startProcess(t *testing.T, path string, env []string, args ...string) {
-	t.Helper()
-	var logs bytes.Buffer
-	t.Cleanup(func() { // runs after the process has stopped
-		if t.Failed() {
-			t.Logf("%s log:\n%s", filepath.Base(path), logs.String())
-		}
-	})
-	consoletest.Start(t, path, env, &logs, args...)
 }

@@ -1,0 +1,63 @@
+package stacktest_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
+)
+
+// recorder is a test that keeps its cleanups, errors and log lines for the
+// test that checks them.
+type recorder struct {
+	testing.TB
+	cleanups []func()
+	errs     []string
+	logs     []string
+}
+
+func (r *recorder) Helper()          {}
+func (r *recorder) Cleanup(f func()) { r.cleanups = append(r.cleanups, f) }
+func (r *recorder) Errorf(format string, a ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, a...))
+}
+func (r *recorder) Logf(format string, a ...any)   { r.logs = append(r.logs, fmt.Sprintf(format, a...)) }
+func (r *recorder) Failed() bool                   { return len(r.errs) > 0 }
+func (r *recorder) Fatalf(format string, a ...any) { r.TB.Fatalf(format, a...) }
+func (r *recorder) end() {
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i]()
+	}
+}
+
+// loop is a shell that prints what it is given, then waits; on SIGINT it
+// exits with code.
+func loop(code int) []string {
+	return []string{"-c", fmt.Sprintf(`echo "$GREETING"; trap "exit %d" INT; while :; do sleep 0.05; done`, code)}
+}
+
+func TestExecInterruptsTheProcessAtTheEnd(t *testing.T) {
+	t.Parallel()
+	r := &recorder{TB: t}
+	logs := stacktest.Exec(r, "/bin/sh", []string{"GREETING=hello from the child"}, loop(0)...)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "hello from the child") }, 5*time.Second, 10*time.Millisecond,
+		"env is added, output goes to the log")
+	r.end()
+	require.Empty(t, r.errs, "exit 0 on the interrupt")
+	require.Empty(t, r.logs, "the log is written only when the test failed")
+}
+
+func TestExecFailsTheTestWhenTheProcessExitsWithAnError(t *testing.T) {
+	t.Parallel()
+	r := &recorder{TB: t}
+	logs := stacktest.Exec(r, "/bin/sh", []string{"GREETING=about to fail"}, loop(3)...)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "about to fail") }, 5*time.Second, 10*time.Millisecond)
+	r.end()
+	require.Equal(t, []string{"sh exited with exit status 3"}, r.errs)
+	require.Len(t, r.logs, 1)
+	require.Contains(t, r.logs[0], "sh log:\nabout to fail")
+}
