@@ -8,8 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -233,20 +231,9 @@ func requireInfluxDetection(t *testing.T, ctx context.Context, url string, at ti
 	t.Fatalf("no abuse_detections point in InfluxDB since %s", at)
 }
 
+// buildServices builds the services the end-to-end tests run.
 func buildServices(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./services/limiter", "./services/detector", "./services/quota", "./services/dlq-auditor")
-	cmd.Dir = repoRoot(t)
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
-	return dir
-}
-
-func repoRoot(t *testing.T) string {
-	wd, err := os.Getwd()
-	require.NoError(t, err)
-	return filepath.Clean(filepath.Join(wd, "..", ".."))
+	return stacktest.Build(t, "limiter", "detector", "quota", "dlq-auditor")
 }
 
 func waitReady(t *testing.T, url string) {

@@ -2,6 +2,8 @@ package stacktest_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -60,4 +62,18 @@ func TestExecFailsTheTestWhenTheProcessExitsWithAnError(t *testing.T) {
 	require.Equal(t, []string{"sh exited with exit status 3"}, r.errs)
 	require.Len(t, r.logs, 1)
 	require.Contains(t, r.logs[0], "sh log:\nabout to fail")
+}
+
+func TestRootIsTheModule(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join(stacktest.Root(t), "go.mod"))
+	require.NoError(t, err)
+	require.Contains(t, string(b), "module github.com/floodgate-dev/floodgate\n")
+}
+
+func TestGoBuildSaysWhatFailed(t *testing.T) {
+	t.Parallel()
+	out, err := stacktest.GoBuild(t.TempDir(), "no-such-service")
+	require.Error(t, err)
+	require.Contains(t, string(out), "services/no-such-service")
 }

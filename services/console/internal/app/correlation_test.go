@@ -32,7 +32,7 @@ func TestCorrelationIDCrossesServices(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	bin := t.TempDir()
-	out, err := consoletest.Build(bin, "adjuster", "dlq-auditor")
+	out, err := stacktest.GoBuild(bin, "adjuster", "dlq-auditor")
 	require.NoError(t, err, "go build: %s", out)
 
 	// A broker with the migrations' topics, DynamoDB tables under a prefix.

@@ -6,9 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/stretchr/testify/require"
-
-	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 )
 
 // Other services run as real processes (services never import each other):
@@ -24,7 +23,7 @@ func serviceBinary(t *testing.T, name string) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		if binDir, buildErr = os.MkdirTemp("", "console-test-bin-"); buildErr == nil {
-			buildOut, buildErr = consoletest.Build(binDir, "quota", "adjuster", "dlq-auditor")
+			buildOut, buildErr = stacktest.GoBuild(binDir, "quota", "adjuster", "dlq-auditor")
 		}
 	})
 	require.NoError(t, buildErr, "go build: %s", buildOut)
