@@ -50,18 +50,7 @@ func TestReverseProxyEnforcesRealLimiter(t *testing.T) {
 	defer front.Close()
 
 	id := fmt.Sprintf("gw_bot_%d", time.Now().UnixNano())
-	var codes []int
-	var last *http.Response
-	for i := 0; i < 5; i++ {
-		req, _ := http.NewRequest(http.MethodPost, front.URL+"/channels/42/messages", nil)
-		req.Header.Set("X-Principal-Kind", "bot")
-		req.Header.Set("X-Principal-Id", id)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		resp.Body.Close()
-		codes = append(codes, resp.StatusCode)
-		last = resp
-	}
+	codes, last := stacktest.PostAs(t, front.URL+"/channels/42/messages", "bot", id, 5)
 	require.Equal(t, []int{200, 200, 200, 429, 429}, codes)
 	require.Equal(t, 3, hits, "denied requests never reach the upstream")
 	require.Equal(t, "3", last.Header.Get("X-RateLimit-Limit"))

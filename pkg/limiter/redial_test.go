@@ -28,10 +28,7 @@ func TestTimedOutPipelineIsNotRedialedInABudget(t *testing.T) {
 	r := redistest.NewProc(t)
 	px := redistest.NewProxy(t, r.Addr)
 	budget := 50 * time.Millisecond
-	rdb := redisx.NewClient(redisx.Options{Addrs: []string{px.Addr}, DialTimeout: 200 * time.Millisecond,
-		ReadTimeout: budget, WriteTimeout: budget, MinIdleConns: 4})
-	t.Cleanup(func() { _ = rdb.Close() })
-	e, _ := faultEngine(t, rdb, budget)
+	e := faultEngine(t, redisx.Options{Addrs: []string{px.Addr}, MinIdleConns: 4}, budget)
 	var ps []events.Principal
 	for i := range 8 {
 		ps = append(ps, events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("%s-%d", redistest.Unique(t, "rd"), i)})

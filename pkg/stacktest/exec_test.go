@@ -2,6 +2,8 @@ package stacktest_test
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,4 +78,21 @@ func TestGoBuildSaysWhatFailed(t *testing.T) {
 	out, err := stacktest.GoBuild(t.TempDir(), "no-such-service")
 	require.Error(t, err)
 	require.Contains(t, string(out), "services/no-such-service")
+}
+
+func TestPostAsSendsThePrincipal(t *testing.T) {
+	t.Parallel()
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = append(seen, r.Method+" "+r.URL.Path+" "+r.Header.Get("X-Principal-Kind")+":"+r.Header.Get("X-Principal-Id"))
+		if len(seen) > 2 {
+			w.Header().Set("Retry-After", "20")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	defer srv.Close()
+	codes, last := stacktest.PostAs(t, srv.URL+"/channels/7/messages", "bot", "b1", 3)
+	require.Equal(t, []int{200, 200, 429}, codes)
+	require.Equal(t, "20", last.Header.Get("Retry-After"))
+	require.Equal(t, []string{"POST /channels/7/messages bot:b1", "POST /channels/7/messages bot:b1", "POST /channels/7/messages bot:b1"}, seen)
 }

@@ -96,3 +96,26 @@ func Needs(t testing.TB, what string) {
 		t.Skip(what)
 	}
 }
+
+// PostAs posts n empty requests to url one after another as the principal
+// kind:id — in the X-Principal-Kind and X-Principal-Id headers, which a
+// gateway trusting the test's address reads — and returns their status
+// codes and the last response (its body closed, its headers there to check).
+func PostAs(t testing.TB, url, kind, id string, n int) (codes []int, last *http.Response) {
+	t.Helper()
+	for range n {
+		req, err := http.NewRequest(http.MethodPost, url, nil)
+		if err != nil {
+			t.Fatalf("request %s: %v", url, err)
+		}
+		req.Header.Set("X-Principal-Kind", kind)
+		req.Header.Set("X-Principal-Id", id)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", url, err)
+		}
+		_ = resp.Body.Close()
+		codes, last = append(codes, resp.StatusCode), resp
+	}
+	return codes, last
+}
