@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,13 +42,7 @@ func d(kv ...string) *rlcommon.RateLimitDescriptor {
 	return out
 }
 
-func times(n int, c call) []call {
-	out := make([]call, n)
-	for i := range out {
-		out[i] = c
-	}
-	return out
-}
+func times(n int, c call) []call { return slices.Repeat([]call{c}, n) }
 
 // TestDifferentialAgainstEnvoyRatelimit runs envoy ratelimit (built from the
 // module proxy at a pinned version) and Floodgate's limiter with the same
