@@ -172,6 +172,28 @@ func (c *Cluster) Kill() {
 	}
 }
 
+// waitNodes asks every node with read, every interval, until ok holds for
+// its answer; past the deadline it returns an error naming the node, what
+// it waited for (what) and its last answer.
+func (c *Cluster) waitNodes(deadline time.Time, every time.Duration, what string, read func(*redis.Client) (string, error), ok func(string) bool) error {
+	for _, n := range c.Nodes {
+		cl := n.Client()
+		for {
+			info, err := read(cl)
+			if err == nil && ok(info) {
+				break
+			}
+			if time.Now().After(deadline) {
+				cl.Close()
+				return fmt.Errorf("cluster node %s %s: %w %s", n.Addr, what, err, info)
+			}
+			time.Sleep(every)
+		}
+		cl.Close()
+	}
+	return nil
+}
+
 // StartCluster starts masters × (1 + replicas) nodes with a cluster node
 // timeout of nodeTimeout and joins them with `redis-cli --cluster create …
 // --cluster-replicas n`; it returns once every node reports cluster_state:ok.
@@ -197,40 +219,22 @@ func StartCluster(dir string, masters, replicas int, nodeTimeout time.Duration) 
 		return nil, fmt.Errorf("redis-cli --cluster create: %w: %s", err, out)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for _, n := range c.Nodes {
-		cl := n.Client()
-		for {
-			info, err := cl.ClusterInfo(context.Background()).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") {
-				break
-			}
-			if time.Now().After(deadline) {
-				cl.Close()
-				c.Kill()
-				return nil, fmt.Errorf("cluster node %s not ok: %w %s", n.Addr, err, info)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		cl.Close()
+	if err := c.waitNodes(deadline, 100*time.Millisecond, "not ok", func(cl *redis.Client) (string, error) {
+		return cl.ClusterInfo(context.Background()).Result()
+	}, func(info string) bool { return strings.Contains(info, "cluster_state:ok") }); err != nil {
+		c.Kill()
+		return nil, err
 	}
 	// A replica that never finished its first sync refuses to fail over
 	// ("disconnected from master for longer than allowed"), so a test that
 	// kills a master at once would wait for ever: wait for every link.
-	for _, n := range c.Nodes {
-		cl := n.Client()
-		for {
-			info, err := cl.Info(context.Background(), "replication").Result()
-			if err == nil && (strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up")) {
-				break
-			}
-			if time.Now().After(deadline) {
-				cl.Close()
-				c.Kill()
-				return nil, fmt.Errorf("cluster replica %s never synced: %w %s", n.Addr, err, info)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		cl.Close()
+	if err := c.waitNodes(deadline, 50*time.Millisecond, "never synced", func(cl *redis.Client) (string, error) {
+		return cl.Info(context.Background(), "replication").Result()
+	}, func(info string) bool {
+		return strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up")
+	}); err != nil {
+		c.Kill()
+		return nil, err
 	}
 	return c, nil
 }
