@@ -113,6 +113,19 @@ func faultEngine(t *testing.T, o redisx.Options, budget time.Duration) *Engine {
 	return e
 }
 
+// proxyBudget is proxiedEngine's budget.
+const proxyBudget = 50 * time.Millisecond
+
+// proxiedEngine is faultEngine (budget proxyBudget, options o) on a Redis
+// process of the test's own behind a proxy the test slows down or stalls.
+func proxiedEngine(t *testing.T, o redisx.Options) (*Engine, *redistest.Proxy) {
+	t.Helper()
+	r := redistest.NewProc(t)
+	px := redistest.NewProxy(t, r.Addr)
+	o.Addrs = []string{px.Addr}
+	return faultEngine(t, o, proxyBudget), px
+}
+
 // TestClusterMasterKillStaysOnItsShard: SIGKILL one master of a 3-master
 // cluster with a replica each. Keys on the other two masters never get a
 // degraded answer, and the dead master's keys are enforced from Redis again
@@ -340,10 +353,7 @@ func TestRedisStallIsShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Redis processes")
 	}
-	r := redistest.NewProc(t)
-	px := redistest.NewProxy(t, r.Addr)
-	budget := 50 * time.Millisecond
-	e := faultEngine(t, redisx.Options{Addrs: []string{px.Addr}}, budget)
+	e, px := proxiedEngine(t, redisx.Options{})
 	var ps []events.Principal
 	for i := range 16 {
 		ps = append(ps, events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("%s-%d", redistest.Unique(t, "st"), i)})
