@@ -57,15 +57,9 @@ func free(port int) bool {
 // directory under dir, no persistence, and extra arguments; it returns once
 // the server answers PING.
 func StartProc(dir string, port int, extra ...string) (*Proc, error) {
-	if port == 0 {
-		var err error
-		if port, err = FreePort(); err != nil {
-			return nil, err
-		}
-	}
-	pd := filepath.Join(dir, "redis-"+strconv.Itoa(port))
-	if err := os.MkdirAll(pd, 0o755); err != nil {
-		return nil, fmt.Errorf("redis dir: %w", err)
+	port, pd, err := portDir(dir, "redis", port)
+	if err != nil {
+		return nil, err
 	}
 	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", pd,
 		"--save", "", "--appendonly", "no", "--logfile", filepath.Join(pd, "redis.log")}, extra...)
@@ -73,16 +67,28 @@ func StartProc(dir string, port int, extra ...string) (*Proc, error) {
 	return p, p.Start()
 }
 
+// portDir returns port (a free one when 0) and the directory
+// dir/<kind>-<port> it made for the process's files.
+func portDir(dir, kind string, port int) (int, string, error) {
+	if port == 0 {
+		var err error
+		if port, err = FreePort(); err != nil {
+			return 0, "", err
+		}
+	}
+	pd := filepath.Join(dir, kind+"-"+strconv.Itoa(port))
+	if err := os.MkdirAll(pd, 0o755); err != nil {
+		return 0, "", fmt.Errorf("%s dir: %w", kind, err)
+	}
+	return port, pd, nil
+}
+
 // StartSentinel starts a sentinel on a free port watching master (name) at
 // masterAddr with quorum 1, declaring it down after downAfter.
 func StartSentinel(dir, name, masterAddr string, downAfter time.Duration) (*Proc, error) {
-	port, err := FreePort()
+	port, pd, err := portDir(dir, "sentinel", 0)
 	if err != nil {
 		return nil, err
-	}
-	pd := filepath.Join(dir, "sentinel-"+strconv.Itoa(port))
-	if err := os.MkdirAll(pd, 0o755); err != nil {
-		return nil, fmt.Errorf("sentinel dir: %w", err)
 	}
 	host, mport, _ := net.SplitHostPort(masterAddr)
 	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\nsentinel monitor %s %s %s 1\n"+
@@ -307,12 +313,8 @@ func (o SecureOptions) anyUser() (user, pass string) {
 // ends. ReadyUser (any of o.Users) is used to wait until it answers.
 func NewSecure(t testing.TB, o SecureOptions) *Proc {
 	t.Helper()
-	port, err := FreePort()
+	port, pd, err := portDir(t.TempDir(), "redis-tls", 0)
 	if err != nil {
-		t.Fatal(err)
-	}
-	pd := filepath.Join(t.TempDir(), "redis-tls-"+strconv.Itoa(port))
-	if err := os.MkdirAll(pd, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	server := o.CA.Server("redis-" + strconv.Itoa(port))
@@ -396,12 +398,8 @@ func NewSecureCluster(t testing.TB, o SecureOptions, masters int) []*Proc {
 // It returns once the sentinel names the master.
 func NewSecureSentinel(t testing.TB, o SecureOptions, name string, master *Proc, password string) *Proc {
 	t.Helper()
-	port, err := FreePort()
+	port, pd, err := portDir(t.TempDir(), "sentinel-tls", 0)
 	if err != nil {
-		t.Fatal(err)
-	}
-	pd := filepath.Join(t.TempDir(), "sentinel-tls-"+strconv.Itoa(port))
-	if err := os.MkdirAll(pd, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	server := o.CA.Server("sentinel-" + strconv.Itoa(port))
