@@ -1,11 +1,13 @@
 package stacktest_test
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -29,9 +31,12 @@ func (r *recorder) Cleanup(f func()) { r.cleanups = append(r.cleanups, f) }
 func (r *recorder) Errorf(format string, a ...any) {
 	r.errs = append(r.errs, fmt.Sprintf(format, a...))
 }
-func (r *recorder) Logf(format string, a ...any)   { r.logs = append(r.logs, fmt.Sprintf(format, a...)) }
-func (r *recorder) Failed() bool                   { return len(r.errs) > 0 }
-func (r *recorder) Fatalf(format string, a ...any) { r.TB.Fatalf(format, a...) }
+func (r *recorder) Logf(format string, a ...any) { r.logs = append(r.logs, fmt.Sprintf(format, a...)) }
+func (r *recorder) Failed() bool                 { return len(r.errs) > 0 }
+func (r *recorder) Fatalf(format string, a ...any) {
+	r.Errorf(format, a...)
+	runtime.Goexit()
+}
 func (r *recorder) end() {
 	for i := len(r.cleanups) - 1; i >= 0; i-- {
 		r.cleanups[i]()
@@ -95,4 +100,25 @@ func TestPostAsSendsThePrincipal(t *testing.T) {
 	require.Equal(t, []int{200, 200, 429}, codes)
 	require.Equal(t, "20", last.Header.Get("Retry-After"))
 	require.Equal(t, []string{"POST /channels/7/messages bot:b1", "POST /channels/7/messages bot:b1", "POST /channels/7/messages bot:b1"}, seen)
+}
+
+func TestReturnedFailsOnAnErrorOrNothing(t *testing.T) {
+	t.Parallel()
+	run := func(done chan error) []string {
+		r := &recorder{TB: t}
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
+			stacktest.Returned(r, done, 50*time.Millisecond, "the %s stops", "server")
+		}()
+		<-ended
+		return r.errs
+	}
+	ok := make(chan error, 1)
+	ok <- nil
+	require.Empty(t, run(ok))
+	failed := make(chan error, 1)
+	failed <- errors.New("drain: 3 in flight")
+	require.Equal(t, []string{"the server stops: returned drain: 3 in flight"}, run(failed))
+	require.Equal(t, []string{"the server stops: nothing returned within 50ms"}, run(make(chan error)))
 }

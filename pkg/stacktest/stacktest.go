@@ -66,6 +66,25 @@ func WaitOK(t testing.TB, url string, timeout time.Duration, msgAndArgs ...any) 
 	}
 }
 
+// Returned waits up to timeout for what a goroutine sends on done (what its
+// Run or Serve returned) and fails t when that is an error or when nothing
+// comes in time; msgAndArgs say what was awaited.
+func Returned(t testing.TB, done <-chan error, timeout time.Duration, msgAndArgs ...any) {
+	t.Helper()
+	what := describe(msgAndArgs)
+	if what == "" {
+		what = "the goroutine returns"
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s: returned %v", what, err)
+		}
+	case <-time.After(timeout):
+		t.Fatalf("%s: nothing returned within %s", what, timeout)
+	}
+}
+
 // DefaultDynamoEndpoint is DynamoDB Local's address in the local stack.
 const DefaultDynamoEndpoint = "http://127.0.0.1:8000"
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/httpapi/openapitest"
 	"github.com/floodgate-dev/floodgate/pkg/service"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/schemas/openapi"
 )
 
@@ -91,10 +92,5 @@ func TestRunServesReadiness(t *testing.T) {
 	require.NoError(t, err)
 	openapitest.CheckServed(t, "http://"+addr, want)
 	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(15 * time.Second):
-		t.Fatal("Run did not return after its context ended")
-	}
+	stacktest.Returned(t, done, 15*time.Second, "Run returns after its context ended")
 }
