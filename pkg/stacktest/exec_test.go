@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -121,4 +122,28 @@ func TestReturnedFailsOnAnErrorOrNothing(t *testing.T) {
 	failed <- errors.New("drain: 3 in flight")
 	require.Equal(t, []string{"the server stops: returned drain: 3 in flight"}, run(failed))
 	require.Equal(t, []string{"the server stops: nothing returned within 50ms"}, run(make(chan error)))
+}
+
+func TestGetAndPostFormReadTheBody(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			_ = r.ParseForm()
+			w.Header().Set("Location", "/done")
+			w.WriteHeader(http.StatusSeeOther)
+			_, _ = w.Write([]byte("posted " + r.PostForm.Get("csrf")))
+			return
+		}
+		w.WriteHeader(http.StatusTeapot)
+		_, _ = w.Write([]byte("page " + r.URL.Path))
+	}))
+	defer srv.Close()
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	code, body := stacktest.Get(t, c, srv.URL+"/login")
+	require.Equal(t, http.StatusTeapot, code)
+	require.Equal(t, "page /login", body)
+	res, body := stacktest.PostForm(t, c, srv.URL+"/login", url.Values{"csrf": {"tok"}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	require.Equal(t, "/done", res.Header.Get("Location"))
+	require.Equal(t, "posted tok", body)
 }

@@ -10,8 +10,10 @@ package stacktest
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"testing"
 	"time"
@@ -137,4 +139,36 @@ func PostAs(t testing.TB, url, kind, id string, n int) (codes []int, last *http.
 		codes, last = append(codes, resp.StatusCode), resp
 	}
 	return codes, last
+}
+
+// Get GETs url with c and returns the status and the body, failing t when
+// the request or the read fails.
+func Get(t testing.TB, c *http.Client, url string) (int, string) {
+	t.Helper()
+	res, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return res.StatusCode, readBody(t, res)
+}
+
+// PostForm posts form to url with c and returns the response (its body
+// read and closed) and the body.
+func PostForm(t testing.TB, c *http.Client, url string, form url.Values) (*http.Response, string) {
+	t.Helper()
+	res, err := c.PostForm(url, form)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	return res, readBody(t, res)
+}
+
+func readBody(t testing.TB, res *http.Response) string {
+	t.Helper()
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("read %s: %v", res.Request.URL, err)
+	}
+	return string(body)
 }
