@@ -4,13 +4,10 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -64,12 +61,12 @@ func TestRapidFireIsPenalizedEndToEnd(t *testing.T) {
 		"FLOODGATE_REDIS_ADDRS=" + strings.Join(redisAddr, ","),
 		"FLOODGATE_INFLUX_URL=" + influxURL,
 	}
-	startProcess(t, filepath.Join(bin, "limiter"), append(common,
+	stacktest.Exec(t, filepath.Join(bin, "limiter"), append(common,
 		"FLOODGATE_LIMITER_ADDR="+limiterAddr,
 		"FLOODGATE_LIMITER_PRINCIPAL_LIMIT=50",
 		"FLOODGATE_GATEWAY=e2e",
 	))
-	startProcess(t, filepath.Join(bin, "detector"), append(common,
+	stacktest.Exec(t, filepath.Join(bin, "detector"), append(common,
 		"FLOODGATE_DETECTOR_ADDR="+detectorAddr,
 		fmt.Sprintf("FLOODGATE_DETECTOR_GROUP=e2e-detector-%d", run),
 		fmt.Sprintf("FLOODGATE_PAGER_GROUP=e2e-pager-%d", run),
@@ -234,46 +231,9 @@ func requireInfluxDetection(t *testing.T, ctx context.Context, url string, at ti
 	t.Fatalf("no abuse_detections point in InfluxDB since %s", at)
 }
 
+// buildServices builds the services the end-to-end tests run.
 func buildServices(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./services/limiter", "./services/detector", "./services/quota", "./services/dlq-auditor")
-	cmd.Dir = repoRoot(t)
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
-	return dir
-}
-
-func repoRoot(t *testing.T) string {
-	wd, err := os.Getwd()
-	require.NoError(t, err)
-	return filepath.Clean(filepath.Join(wd, "..", ".."))
-}
-
-func startProcess(t *testing.T, path string, env []string) {
-	t.Helper()
-	var logs bytes.Buffer
-	cmd := exec.Command(path)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("%s exited with %v", filepath.Base(path), err)
-			}
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Errorf("%s did not drain within 20s", filepath.Base(path))
-		}
-		if t.Failed() {
-			t.Logf("%s log:\n%s", filepath.Base(path), logs.String())
-		}
-	})
+	return stacktest.Build(t, "limiter", "detector", "quota", "dlq-auditor")
 }
 
 func waitReady(t *testing.T, url string) {

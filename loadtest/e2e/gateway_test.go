@@ -27,7 +27,7 @@ func TestReverseProxyEnforcesRealLimiter(t *testing.T) {
 	bin := buildServices(t)
 	addr := stacktest.FreeAddr(t)
 	redisAddrs := stacktest.Local().RedisAddrs
-	startProcess(t, filepath.Join(bin, "limiter"), []string{
+	stacktest.Exec(t, filepath.Join(bin, "limiter"), []string{
 		"FLOODGATE_KAFKA_BROKERS=" + brokers, "FLOODGATE_REDIS_ADDRS=" + strings.Join(redisAddrs, ","),
 		"FLOODGATE_LIMITER_ADDR=" + addr, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=3", "FLOODGATE_LIMITER_PRINCIPAL_PERIOD=1m",
 	})
@@ -50,18 +50,7 @@ func TestReverseProxyEnforcesRealLimiter(t *testing.T) {
 	defer front.Close()
 
 	id := fmt.Sprintf("gw_bot_%d", time.Now().UnixNano())
-	var codes []int
-	var last *http.Response
-	for i := 0; i < 5; i++ {
-		req, _ := http.NewRequest(http.MethodPost, front.URL+"/channels/42/messages", nil)
-		req.Header.Set("X-Principal-Kind", "bot")
-		req.Header.Set("X-Principal-Id", id)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		resp.Body.Close()
-		codes = append(codes, resp.StatusCode)
-		last = resp
-	}
+	codes, last := stacktest.PostAs(t, front.URL+"/channels/42/messages", "bot", id, 5)
 	require.Equal(t, []int{200, 200, 200, 429, 429}, codes)
 	require.Equal(t, 3, hits, "denied requests never reach the upstream")
 	require.Equal(t, "3", last.Header.Get("X-RateLimit-Limit"))

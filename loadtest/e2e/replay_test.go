@@ -66,10 +66,10 @@ func TestReplayedDeadLetterCountsOnceInTheLedger(t *testing.T) {
 
 	quotaAddr, auditorAddr := stacktest.FreeAddr(t), stacktest.FreeAddr(t)
 	common := []string{"FLOODGATE_KAFKA_BROKERS=" + brokers, "FLOODGATE_DYNAMODB_ENDPOINT=" + ddbEndpoint, "FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix}
-	startProcess(t, filepath.Join(bin, "quota"), append(common, "FLOODGATE_QUOTA_ADDR="+quotaAddr, "FLOODGATE_QUOTA_GROUP="+quotaGroup,
+	stacktest.Exec(t, filepath.Join(bin, "quota"), append(common, "FLOODGATE_QUOTA_ADDR="+quotaAddr, "FLOODGATE_QUOTA_GROUP="+quotaGroup,
 		"FLOODGATE_QUOTA_FLUSH_INTERVAL=200ms"))
 	token, tokensFile := auditorToken(t, filepath.Join(bin, "dlq-auditor"))
-	startProcess(t, filepath.Join(bin, "dlq-auditor"), append(common, "FLOODGATE_DLQ_ADDR="+auditorAddr,
+	stacktest.Exec(t, filepath.Join(bin, "dlq-auditor"), append(common, "FLOODGATE_DLQ_ADDR="+auditorAddr,
 		fmt.Sprintf("FLOODGATE_DLQ_GROUP=e2e-auditor-%d", run), "FLOODGATE_DLQ_DISCOVER_INTERVAL=1s",
 		"FLOODGATE_DLQ_TOKENS_FILE="+tokensFile, "FLOODGATE_DLQ_CANARY_TIMEOUT=30s", "FLOODGATE_INFLUX_URL="+stack.InfluxURL))
 	waitReady(t, "http://"+quotaAddr+"/readyz")

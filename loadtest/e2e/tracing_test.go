@@ -48,11 +48,11 @@ func TestOneTraceFromCheckToDetector(t *testing.T) {
 		"OTEL_EXPORTER_OTLP_ENDPOINT=" + otlp.URL,
 		"OTEL_BSP_SCHEDULE_DELAY=100", // export every 100 ms instead of 5 s
 	}
-	startProcess(t, filepath.Join(bin, "limiter"), append(common,
+	stacktest.Exec(t, filepath.Join(bin, "limiter"), append(common,
 		"FLOODGATE_LIMITER_ADDR="+limiterAddr, "FLOODGATE_LIMITER_GRPC_ADDR=off", "FLOODGATE_LIMITER_INFLUX_INTERVAL=0",
 		"FLOODGATE_LIMITER_PRINCIPAL_LIMIT=100",
 	))
-	startProcess(t, filepath.Join(bin, "detector"), append(common,
+	stacktest.Exec(t, filepath.Join(bin, "detector"), append(common,
 		"FLOODGATE_DETECTOR_ADDR="+detectorAddr, fmt.Sprintf("FLOODGATE_DETECTOR_GROUP=e2e-trace-%d", run),
 		"FLOODGATE_DETECTOR_RECORDS=off",
 	))

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,13 +42,7 @@ func d(kv ...string) *rlcommon.RateLimitDescriptor {
 	return out
 }
 
-func times(n int, c call) []call {
-	out := make([]call, n)
-	for i := range out {
-		out[i] = c
-	}
-	return out
-}
+func times(n int, c call) []call { return slices.Repeat([]call{c}, n) }
 
 // TestDifferentialAgainstEnvoyRatelimit runs envoy ratelimit (built from the
 // module proxy at a pinned version) and Floodgate's limiter with the same
@@ -61,7 +56,7 @@ func times(n int, c call) []call {
 // response headers of LIMIT_RESPONSE_HEADERS_ENABLED.
 func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 	ctx := stacktest.Context(t, 5*time.Minute, "runs envoy ratelimit and the limiter against the local stack")
-	root := repoRoot(t)
+	root := stacktest.Root(t)
 	bin, err := Install(ctx, filepath.Join(root, ".local", "bin"))
 	require.NoError(t, err)
 
@@ -85,7 +80,7 @@ func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 	// reads its penalty with the counters and applies the scales: with none
 	// in force the answers must still be envoy ratelimit's. Its events go to
 	// a topic of this run's own.
-	fg := startLimiter(t, root, cfgDir, "envoypeer."+run)
+	fg := startLimiter(t, cfgDir, "envoypeer."+run)
 
 	peerC, fgC := client(t, peer.GRPCAddr), client(t, fg)
 	dom := func(s string) string { return s + "_" + run }
@@ -205,14 +200,10 @@ func client(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
 	return rlsv3.NewRateLimitServiceClient(conn)
 }
 
-func startLimiter(t *testing.T, root, envoyDir, topic string) string {
+func startLimiter(t *testing.T, envoyDir, topic string) string {
 	t.Helper()
 	createTopic(t, topic)
-	bin := filepath.Join(t.TempDir(), "limiter")
-	cmd := exec.Command("go", "build", "-o", bin, "./services/limiter")
-	cmd.Dir = root
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	bin := filepath.Join(stacktest.Build(t, "limiter"), "limiter")
 	grpcAddr, httpAddr := stacktest.FreeAddr(t), stacktest.FreeAddr(t)
 	lim := exec.Command(bin)
 	lim.Env = append(os.Environ(), "FLOODGATE_LIMITER_ADDR="+httpAddr, "FLOODGATE_LIMITER_GRPC_ADDR="+grpcAddr,
@@ -239,12 +230,6 @@ func startLimiter(t *testing.T, root, envoyDir, topic string) string {
 	}
 	t.Fatalf("limiter did not listen on %s: %s", grpcAddr, logs.String())
 	return ""
-}
-
-func repoRoot(t *testing.T) string {
-	wd, err := os.Getwd()
-	require.NoError(t, err)
-	return filepath.Clean(filepath.Join(wd, "..", ".."))
 }
 
 // createTopic makes a topic of this run's own on the local broker.

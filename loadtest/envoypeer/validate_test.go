@@ -20,7 +20,7 @@ import (
 // (metadata, floodgate as a key, a float value) is refused by both.
 func TestFloodgateLoadsWhatEnvoyRatelimitLoads(t *testing.T) {
 	ctx := stacktest.Context(t, 5*time.Minute, "builds envoy ratelimit's configuration checker")
-	root := repoRoot(t)
+	root := stacktest.Root(t)
 	bin, err := InstallCheck(ctx, filepath.Join(root, ".local", "bin"))
 	require.NoError(t, err)
 

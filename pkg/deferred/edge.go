@@ -27,6 +27,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/metric"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
 // DefaultTopic is where deferred requests go.
@@ -387,12 +388,8 @@ func (e *Edge) publish(ctx context.Context, msg kafka.Message) error {
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
 			return err
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !tick.Sleep(ctx, wait) {
 			return err
-		case <-t.C:
 		}
 		wait = min(2*wait, 200*time.Millisecond)
 	}
@@ -409,12 +406,8 @@ func (e *Edge) cancel(ctx context.Context, id string, rec Record) (State, error)
 		if err == nil {
 			return prev, nil
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !tick.Sleep(ctx, wait) {
 			return "", err
-		case <-t.C:
 		}
 		wait *= 2
 	}

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -231,8 +232,8 @@ func (g *generator) walk(node map[string]any, inst any, p path, tag string) {
 		g.emit("empty", p, []any{}, false, true)
 		if maxN, ok := node["maxItems"].(json.Number); ok && len(arr) > 0 {
 			n, _ := maxN.Int64()
-			g.emit("at maxItems", p, repeat(arr[0], int(n)), false, true)
-			g.emit("over maxItems", p, repeat(arr[0], int(n)+1), false, false)
+			g.emit("at maxItems", p, slices.Repeat(arr[:1], int(n)), false, true)
+			g.emit("over maxItems", p, slices.Repeat(arr[:1], int(n)+1), false, false)
 		}
 	case "string":
 		g.strings(node, inst.(string), p, tag)
@@ -261,14 +262,6 @@ func upperKeys(obj map[string]any) map[string]any {
 	out := map[string]any{}
 	for k, v := range obj {
 		out[strings.ToUpper(k)] = v
-	}
-	return out
-}
-
-func repeat(v any, n int) []any {
-	out := make([]any, n)
-	for i := range out {
-		out[i] = v
 	}
 	return out
 }

@@ -1,39 +1,25 @@
 package events
 
 import (
-	"bufio"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/events/eventstest"
 )
 
-// routeCorpus reads "METHOD /template" lines from testdata/routes/*.txt (the
-// route templates of real public APIs, each file naming its source).
+// routeCorpus is the route templates of real public APIs
+// (testdata/routes/*.txt, each file naming its source) by file.
 func routeCorpus(t testing.TB) map[string][]string {
-	files, err := filepath.Glob("testdata/routes/*.txt")
-	require.NoError(t, err)
 	out := map[string][]string{}
-	for _, f := range files {
-		if filepath.Base(f) == "invalid.txt" {
-			continue
-		}
-		fh, err := os.Open(f)
-		require.NoError(t, err)
-		sc := bufio.NewScanner(fh)
-		for sc.Scan() {
-			line := strings.TrimSpace(sc.Text())
-			if line == "" || strings.HasPrefix(line, "#") {
-				continue
-			}
+	for api, lines := range eventstest.RouteCorpus(t) {
+		for _, line := range lines {
 			fields := strings.Fields(line)
-			require.Len(t, fields, 2, "%s: %q", f, line)
-			out[filepath.Base(f)] = append(out[filepath.Base(f)], fields[1])
+			require.Len(t, fields, 2, "%s: %q", api, line)
+			out[api] = append(out[api], fields[1])
 		}
-		require.NoError(t, sc.Err())
-		require.NoError(t, fh.Close())
 	}
 	return out
 }

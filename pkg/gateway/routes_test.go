@@ -1,47 +1,33 @@
 package gateway
 
 import (
-	"bufio"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/events/eventstest"
 )
 
 // TestRouterRealAPIs compiles the real public API templates of
 // pkg/events/testdata/routes into one router and checks that a request built
 // from each template (parameters filled in) is matched back to it.
 func TestRouterRealAPIs(t *testing.T) {
-	files, err := filepath.Glob("../events/testdata/routes/*.txt")
-	require.NoError(t, err)
 	total := 0
-	for _, f := range files {
-		if filepath.Base(f) == "invalid.txt" {
-			continue
-		}
+	for api, lines := range eventstest.RouteCorpus(t) {
 		var routes []Route // one router per API: two APIs may spell one path two ways
-		fh, err := os.Open(f)
-		require.NoError(t, err)
-		sc := bufio.NewScanner(fh)
-		for sc.Scan() {
-			line := strings.TrimSpace(sc.Text())
-			if line == "" || strings.HasPrefix(line, "#") {
-				continue
-			}
+		for _, line := range lines {
 			rt, err := ParseRoute(line)
 			require.NoError(t, err, line)
 			routes = append(routes, rt)
 		}
-		require.NoError(t, fh.Close())
 		r, err := NewRouter(routes, "")
-		require.NoError(t, err, f)
+		require.NoError(t, err, api)
 		for _, rt := range routes {
 			// Fill every parameter with a value no literal of the corpus holds.
 			path := fillParams(rt.Template, "x9Q")
 			m := r.Match(rt.Method, path)
-			require.Equal(t, rt.Template, m.Template, "%s: %s %s (as %s)", f, rt.Method, rt.Template, path)
+			require.Equal(t, rt.Template, m.Template, "%s: %s %s (as %s)", api, rt.Method, rt.Template, path)
 		}
 		total += len(routes)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
@@ -144,12 +145,7 @@ func TestConnectionLimitHolds(t *testing.T) {
 	}
 	require.Equal(t, float64(limit), gaugeValue(t, m.conns))
 	conns[0].Close()
-	select {
-	case err := <-extra:
-		require.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiting connection was not served after a slot freed")
-	}
+	stacktest.Returned(t, extra, 5*time.Second, "the waiting connection is served once a slot freed")
 }
 
 func TestServerConfigFromEnv(t *testing.T) {

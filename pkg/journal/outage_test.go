@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/pkg/stream/streamtest"
 )
@@ -208,12 +209,7 @@ func runOutage(t *testing.T, tt outageCase) outageResult {
 		return true
 	}, 2*time.Minute, 20*time.Millisecond, "the backlog drains once the broker is back")
 	cancel()
-	select {
-	case err := <-runDone:
-		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("producer did not stop")
-	}
+	stacktest.Returned(t, runDone, 30*time.Second, "the producer stops")
 	if tt.journal {
 		// A restarted process finds in the journal whatever was still
 		// in flight at shutdown (usually nothing) and replays it.

@@ -43,31 +43,25 @@ func Scan(ctx context.Context, c *kafka.Client, topic string, partition int, fro
 		if res.LogStartOffset > off {
 			return fmt.Errorf("fetch %s/%d at %d (log starts at %d): %w", topic, partition, off, res.LogStartOffset, ErrExpired)
 		}
-		progressed := false
-		for {
-			rec, err := res.Records.ReadRecord()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("read %s/%d at %d: %w", topic, partition, off, err)
-			}
-			if rec.Offset < off {
-				continue // a batch may start before the requested offset
-			}
+		progressed, done := false, false
+		err = Records(res, off, func(rec *kafka.Record) (bool, error) {
 			if rec.Offset >= to {
-				return nil
+				done = true
+				return false, nil
 			}
 			m, err := message(topic, partition, rec)
 			if err != nil {
-				return err
+				return false, err
 			}
-			off, progressed = rec.Offset+1, true
-			if !fn(m) {
-				return nil
-			}
-		}
-		if !progressed {
+			off, progressed, done = rec.Offset+1, true, !fn(m)
+			return !done, nil
+		})
+		switch {
+		case err != nil:
+			return fmt.Errorf("read %s/%d at %d: %w", topic, partition, off, err)
+		case done:
+			return nil
+		case !progressed:
 			if off >= res.HighWatermark {
 				return nil
 			}
@@ -77,6 +71,28 @@ func Scan(ctx context.Context, c *kafka.Client, topic string, partition int, fro
 		}
 	}
 	return nil
+}
+
+// Records calls fn with each record of a fetch's answer at offset from or
+// later, in order — a batch may start before the offset asked for — until
+// fn returns false or an error. It returns fn's error, or the error reading
+// a record; nil at the end of the answer.
+func Records(res *kafka.FetchResponse, from int64, fn func(*kafka.Record) (more bool, err error)) error {
+	for {
+		rec, err := res.Records.ReadRecord()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if rec.Offset < from {
+			continue
+		}
+		if more, err := fn(rec); err != nil || !more {
+			return err
+		}
+	}
 }
 
 // message reads rec into a kafka.Message. The record's headers are only valid

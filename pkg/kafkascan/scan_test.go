@@ -8,9 +8,6 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 )
@@ -136,19 +133,7 @@ func TestScanExpired(t *testing.T) {
 	require.NoError(t, w.WriteMessages(context.Background(), msgs...))
 	require.NoError(t, w.Close())
 
-	kc, err := kgo.NewClient(kgo.SeedBrokers(broker))
-	require.NoError(t, err)
-	defer kc.Close()
-	req := kmsg.NewPtrDeleteRecordsRequest()
-	rt := kmsg.NewDeleteRecordsRequestTopic()
-	rt.Topic = topic
-	rp := kmsg.NewDeleteRecordsRequestTopicPartition()
-	rp.Partition, rp.Offset = 0, 3
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	res, err := req.RequestWith(context.Background(), kc)
-	require.NoError(t, err)
-	require.NoError(t, kerr.ErrorForCode(res.Topics[0].Partitions[0].ErrorCode))
+	kafkatest.DeleteRecords(t, broker, topic, 0, 3)
 
 	c := &kafka.Client{Addr: kafka.TCP(broker), Timeout: 10 * time.Second}
 	first, _, err := Bounds(context.Background(), c, topic, 0)

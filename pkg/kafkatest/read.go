@@ -8,6 +8,9 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // ReadPartition reads n messages of one partition from its start, without a
@@ -102,4 +105,24 @@ func Partitions(t testing.TB, addr string) map[string]int {
 		counts[p.Topic]++
 	}
 	return counts
+}
+
+// DeleteRecords deletes topic/partition's messages before offset, as
+// retention does (the log then starts at offset), failing the test when the
+// broker refuses.
+func DeleteRecords(t testing.TB, addr, topic string, partition int32, offset int64) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	require.NoError(t, err)
+	defer cl.Close()
+	req := kmsg.NewPtrDeleteRecordsRequest()
+	rt := kmsg.NewDeleteRecordsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewDeleteRecordsRequestTopicPartition()
+	rp.Partition, rp.Offset = partition, offset
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	res, err := req.RequestWith(context.Background(), cl)
+	require.NoError(t, err)
+	require.NoError(t, kerr.ErrorForCode(res.Topics[0].Partitions[0].ErrorCode), "delete %s/%d before %d", topic, partition, offset)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 // A gateway outside this repository embeds the engine through the package's
@@ -120,12 +121,7 @@ rules:
 	require.Equal(t, []bool{true, true, true, false}, allowed[:4])
 
 	cancel()
-	select {
-	case err := <-ran:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after its context ended")
-	}
+	stacktest.Returned(t, ran, 10*time.Second, "Run returns after its context ended")
 }
 
 func TestNewEmbeddedNamesBadFields(t *testing.T) {

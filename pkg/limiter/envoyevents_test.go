@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -110,9 +108,7 @@ type envoyEventsFixture struct {
 func newEnvoyEventsFixture(t *testing.T, callers *Callers) envoyEventsFixture {
 	t.Helper()
 	rdb := redistest.Client(t)
-	domain := redistest.Unique(t, "envoyev")
-	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "e.yaml"), []byte(`domain: `+domain+`
+	src, domain, _ := envoySource(t, "envoyev", `domain: DOMAIN
 descriptors:
   - key: api_key
     rate_limit: {unit: hour, requests_per_unit: 10}
@@ -121,9 +117,7 @@ descriptors:
   - key: route
     value: /search
     rate_limit: {unit: hour, requests_per_unit: 10}
-`), 0o644))
-	src, err := envoyconf.OpenDir(dir, envoyconf.Options{}, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
+`)
 	e := newTestEngine(t, rdb, oneBucket, nil)
 	reg := prometheus.NewRegistry()
 	pub := &kafkatest.Capture{}

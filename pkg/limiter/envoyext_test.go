@@ -45,14 +45,22 @@ type envoyExtOpts struct {
 	drop        bool                  // drop the events (benchmarks)
 }
 
-func newEnvoyExt(t testing.TB, yaml string, o envoyExtOpts) envoyExt {
+// envoySource writes yaml, with DOMAIN replaced by a domain of the test's
+// own (prefix…), as an envoy ratelimit configuration directory and opens it.
+func envoySource(t testing.TB, prefix, yaml string) (src *envoyconf.Source, domain, dir string) {
 	t.Helper()
-	rdb := redistest.Client(t)
-	domain := redistest.Unique(t, "envoyext")
-	dir := t.TempDir()
+	domain = redistest.Unique(t, prefix)
+	dir = t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "e.yaml"), []byte(strings.ReplaceAll(yaml, "DOMAIN", domain)), 0o644))
 	src, err := envoyconf.OpenDir(dir, envoyconf.Options{}, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
+	return src, domain, dir
+}
+
+func newEnvoyExt(t testing.TB, yaml string, o envoyExtOpts) envoyExt {
+	t.Helper()
+	rdb := redistest.Client(t)
+	src, domain, dir := envoySource(t, "envoyext", yaml)
 	rules := o.rules
 	if rules == "" {
 		rules = oneBucket

@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"testing"
-	"time"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -26,9 +23,7 @@ import (
 // and the RateLimit-* headers of LIMIT_RESPONSE_HEADERS_ENABLED.
 func TestEnvoyDescriptorMetrics(t *testing.T) {
 	rdb := redistest.Client(t)
-	domain := fmt.Sprintf("metrics_%d", time.Now().UnixNano())
-	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "m.yaml"), []byte(`domain: `+domain+`
+	src, domain, _ := envoySource(t, "metrics", `domain: DOMAIN
 descriptors:
   - key: database
     value: users
@@ -36,9 +31,7 @@ descriptors:
   - key: user
     detailed_metric: true
     rate_limit: {unit: hour, requests_per_unit: 2}
-`), 0o644))
-	src, err := envoyconf.OpenDir(dir, envoyconf.Options{}, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
+`)
 	e := newTestEngine(t, rdb, oneBucket, nil)
 	reg := prometheus.NewRegistry()
 	s := NewServer(ServerConfig{Engine: e, Publisher: &kafkatest.Capture{}, Topic: "decisions", Gateway: "envoy-test",
@@ -49,6 +42,7 @@ descriptors:
 	rls := rlsv3.NewRateLimitServiceClient(conn)
 
 	var last *rlsv3.RateLimitResponse
+	var err error
 	for range 6 {
 		last, err = rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*rlcommon.RateLimitDescriptor{descriptor("database", "users")}})
 		require.NoError(t, err)

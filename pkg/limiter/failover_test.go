@@ -92,8 +92,14 @@ func lastDegraded(ss []sample) time.Time {
 	return t
 }
 
-func faultEngine(t *testing.T, rdb redis.UniversalClient, budget time.Duration) (*Engine, context.CancelFunc) {
+// faultEngine runs an engine with manyRule and budget until the test ends,
+// on a client for o (dial timeout 200 ms, read and write timeouts the
+// budget, closed at the end).
+func faultEngine(t *testing.T, o redisx.Options, budget time.Duration) *Engine {
 	t.Helper()
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 200*time.Millisecond, budget, budget
+	rdb := redisx.NewClient(o)
+	t.Cleanup(func() { _ = rdb.Close() })
 	e := newTestEngine(t, rdb, manyRule, func(c *EngineConfig) {
 		c.Budget = budget
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -104,7 +110,20 @@ func faultEngine(t *testing.T, rdb redis.UniversalClient, budget time.Duration) 
 	require.NoError(t, e.Load(lctx))
 	go func() { _ = e.Run(ctx) }()
 	t.Cleanup(cancel)
-	return e, cancel
+	return e
+}
+
+// proxyBudget is proxiedEngine's budget.
+const proxyBudget = 50 * time.Millisecond
+
+// proxiedEngine is faultEngine (budget proxyBudget, options o) on a Redis
+// process of the test's own behind a proxy the test slows down or stalls.
+func proxiedEngine(t *testing.T, o redisx.Options) (*Engine, *redistest.Proxy) {
+	t.Helper()
+	r := redistest.NewProc(t)
+	px := redistest.NewProxy(t, r.Addr)
+	o.Addrs = []string{px.Addr}
+	return faultEngine(t, o, proxyBudget), px
 }
 
 // TestClusterMasterKillStaysOnItsShard: SIGKILL one master of a 3-master
@@ -118,10 +137,7 @@ func TestClusterMasterKillStaysOnItsShard(t *testing.T) {
 	}
 	cl := redistest.NewCluster(t, 3, 1, time.Second)
 	masters := cl.Addrs()[:3]
-	rdb := redisx.NewClient(redisx.Options{Addrs: masters, DialTimeout: 200 * time.Millisecond,
-		ReadTimeout: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond})
-	t.Cleanup(func() { _ = rdb.Close() })
-	e, _ := faultEngine(t, rdb, 50*time.Millisecond)
+	e := faultEngine(t, redisx.Options{Addrs: masters}, 50*time.Millisecond)
 
 	// Four principals on each master.
 	byShard := map[string][]events.Principal{}
@@ -225,10 +241,7 @@ func TestSentinelFailover(t *testing.T) {
 	name := "fg" + strings.ReplaceAll(redistest.Unique(t, "m"), "_", "")
 	sentinel := redistest.NewSentinel(t, name, master.Addr, time.Second)
 
-	rdb := redisx.NewClient(redisx.Options{SentinelMaster: name, SentinelAddrs: []string{sentinel.Addr},
-		DialTimeout: 200 * time.Millisecond, ReadTimeout: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond})
-	t.Cleanup(func() { _ = rdb.Close() })
-	e, _ := faultEngine(t, rdb, 50*time.Millisecond)
+	e := faultEngine(t, redisx.Options{SentinelMaster: name, SentinelAddrs: []string{sentinel.Addr}}, 50*time.Millisecond)
 	ps := []events.Principal{{Kind: events.PrincipalBot, ID: redistest.Unique(t, "sen1")}, {Kind: events.PrincipalBot, ID: redistest.Unique(t, "sen2")}}
 	for _, p := range ps {
 		require.False(t, check(t, e, Request{Principal: p, Cost: 1}).Degraded, "through Sentinel to the master")
@@ -296,10 +309,7 @@ func TestReadOnlyReconnects(t *testing.T) {
 	}
 	a, b := replicated(t)
 	px := redistest.NewProxy(t, a.Addr)
-	rdb := redisx.NewClient(redisx.Options{Addrs: []string{px.Addr}, DialTimeout: 200 * time.Millisecond,
-		ReadTimeout: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond})
-	t.Cleanup(func() { _ = rdb.Close() })
-	e, _ := faultEngine(t, rdb, 50*time.Millisecond)
+	e := faultEngine(t, redisx.Options{Addrs: []string{px.Addr}}, 50*time.Millisecond)
 	p := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "ro")}
 	for range 20 { // open a few pooled connections to a
 		require.False(t, check(t, e, Request{Principal: p, Cost: 1}).Degraded)
@@ -343,13 +353,7 @@ func TestRedisStallIsShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Redis processes")
 	}
-	r := redistest.NewProc(t)
-	px := redistest.NewProxy(t, r.Addr)
-	budget := 50 * time.Millisecond
-	rdb := redisx.NewClient(redisx.Options{Addrs: []string{px.Addr}, DialTimeout: 200 * time.Millisecond,
-		ReadTimeout: budget, WriteTimeout: budget})
-	t.Cleanup(func() { _ = rdb.Close() })
-	e, _ := faultEngine(t, rdb, budget)
+	e, px := proxiedEngine(t, redisx.Options{})
 	var ps []events.Principal
 	for i := range 16 {
 		ps = append(ps, events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("%s-%d", redistest.Unique(t, "st"), i)})

@@ -25,13 +25,7 @@ func TestTimedOutPipelineIsNotRedialedInABudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Redis process")
 	}
-	r := redistest.NewProc(t)
-	px := redistest.NewProxy(t, r.Addr)
-	budget := 50 * time.Millisecond
-	rdb := redisx.NewClient(redisx.Options{Addrs: []string{px.Addr}, DialTimeout: 200 * time.Millisecond,
-		ReadTimeout: budget, WriteTimeout: budget, MinIdleConns: 4})
-	t.Cleanup(func() { _ = rdb.Close() })
-	e, _ := faultEngine(t, rdb, budget)
+	e, px := proxiedEngine(t, redisx.Options{MinIdleConns: 4})
 	var ps []events.Principal
 	for i := range 8 {
 		ps = append(ps, events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("%s-%d", redistest.Unique(t, "rd"), i)})
@@ -45,7 +39,7 @@ func TestTimedOutPipelineIsNotRedialedInABudget(t *testing.T) {
 		require.False(t, check(i).Degraded)
 	}
 
-	px.SetDelay(budget + 25*time.Millisecond) // every pipeline times out and loses its connection
+	px.SetDelay(proxyBudget + 25*time.Millisecond) // every pipeline times out and loses its connection
 	late := 0
 	for i := range 4 {
 		if check(i).Degraded {
@@ -70,5 +64,5 @@ func TestTimedOutPipelineIsNotRedialedInABudget(t *testing.T) {
 	// One dial with one handshake round trip can still fall inside a check
 	// (go-redis re-dials some closed connections on demand): 2 × 30 ms, about
 	// 64 ms measured; before, 3 × 30 ms, about 95 ms.
-	require.Less(t, slowest, budget+30*time.Millisecond, "no check waits for a dial and two handshake round trips")
+	require.Less(t, slowest, proxyBudget+30*time.Millisecond, "no check waits for a dial and two handshake round trips")
 }

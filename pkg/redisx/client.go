@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
 // Options configure a client. Addrs with more than one entry means Redis
@@ -221,12 +222,8 @@ func WaitReady(ctx context.Context, c redis.UniversalClient, log *slog.Logger) e
 			log.Warn("redis unreachable; retrying", "err", err, "attempts", attempt)
 			lastLog = time.Now()
 		}
-		t := time.NewTimer(bo.NextBackOff())
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !tick.Sleep(ctx, bo.NextBackOff()) {
 			return fmt.Errorf("waiting for redis: %w", ctx.Err())
-		case <-t.C:
 		}
 	}
 }

@@ -41,12 +41,7 @@ func TestWaitReadyWaitsForRedis(t *testing.T) {
 	p, err := redistest.StartProc(t.TempDir(), port)
 	require.NoError(t, err)
 	t.Cleanup(p.Kill)
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("did not notice Redis come up")
-	}
+	stacktest.Returned(t, done, 10*time.Second, "WaitReady notices Redis come up")
 	require.Equal(t, 1, strings.Count(logs.String(), "redis unreachable"), logs.String())
 
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)

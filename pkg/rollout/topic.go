@@ -2,9 +2,7 @@ package rollout
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strconv"
 	"time"
@@ -12,6 +10,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/kafkascan"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
@@ -99,21 +98,12 @@ func (t *Topic) fetch(ctx context.Context, st *State, all bool) (int, error) {
 			return applied, fmt.Errorf("fetch %s at %d: %w", t.Name, off, err)
 		}
 		progressed := false
-		for {
-			rec, err := res.Records.ReadRecord()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return applied, fmt.Errorf("read %s at %d: %w", t.Name, off, err)
-			}
-			if rec.Offset < off {
-				continue // a batch may start before the offset asked for
-			}
+		err = kafkascan.Records(res, off, func(rec *kafka.Record) (bool, error) {
 			var value []byte
 			if rec.Value != nil {
+				var err error
 				if value, err = kafka.ReadAll(rec.Value); err != nil {
-					return applied, fmt.Errorf("read %s at %d: %w", t.Name, rec.Offset, err)
+					return false, fmt.Errorf("value at %d: %w", rec.Offset, err)
 				}
 			}
 			if value == nil { // a tombstone: compaction deletes the version
@@ -126,6 +116,10 @@ func (t *Topic) fetch(ctx context.Context, st *State, all bool) (int, error) {
 				applied++
 			}
 			progressed = true
+			return true, nil
+		})
+		if err != nil {
+			return applied, fmt.Errorf("read %s at %d: %w", t.Name, off, err)
 		}
 		if !all || st.Next() >= res.HighWatermark {
 			return applied, nil

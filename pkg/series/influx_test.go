@@ -17,3 +17,24 @@ func TestReadInflux(t *testing.T) {
 	got = ReadInflux(config.NewEnv(func(k string) string { return vars[k] }))
 	require.Equal(t, Influx{InfluxURL: "http://influx:8086", InfluxToken: "tok", InfluxOrg: "org", InfluxBucket: "floodgate/autogen"}, got)
 }
+
+func TestNumber(t *testing.T) {
+	for _, tc := range []struct {
+		in   any
+		want float64
+		ok   bool
+	}{
+		{0.25, 0.25, true},
+		{int64(-3), -3, true},
+		{uint64(1 << 40), 1 << 40, true},
+		{"42", 42, true},
+		{"0.5", 0.5, true},
+		{"lots", 0, false},
+		{true, 0, false},
+		{nil, 0, false},
+	} {
+		got, ok := Number(tc.in)
+		require.Equal(t, tc.ok, ok, "%#v", tc.in)
+		require.Equal(t, tc.want, got, "%#v", tc.in)
+	}
+}

@@ -1,16 +1,19 @@
 // Package stacktest holds what the tests of Floodgate's services and load
 // tests repeat around the local stack: a context for a test that needs the
 // stack (skipped under -short), a free loopback address, a service run in
-// the test's process with its log captured, waiting for a readiness URL,
-// and a PagerDuty Events API v2 receiver. Redis, the broker and DynamoDB
+// the test's process with its log captured, a service binary run as a child
+// process until the test ends (Exec), waiting for a readiness URL, and a
+// PagerDuty Events API v2 receiver. Redis, the broker and DynamoDB
 // have their own helpers (redistest, kafkatest, quotatest); this package
 // only joins what every app test does with them.
 package stacktest
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"testing"
 	"time"
@@ -65,6 +68,25 @@ func WaitOK(t testing.TB, url string, timeout time.Duration, msgAndArgs ...any) 
 	}
 }
 
+// Returned waits up to timeout for what a goroutine sends on done (what its
+// Run or Serve returned) and fails t when that is an error or when nothing
+// comes in time; msgAndArgs say what was awaited.
+func Returned(t testing.TB, done <-chan error, timeout time.Duration, msgAndArgs ...any) {
+	t.Helper()
+	what := describe(msgAndArgs)
+	if what == "" {
+		what = "the goroutine returns"
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s: returned %v", what, err)
+		}
+	case <-time.After(timeout):
+		t.Fatalf("%s: nothing returned within %s", what, timeout)
+	}
+}
+
 // DefaultDynamoEndpoint is DynamoDB Local's address in the local stack.
 const DefaultDynamoEndpoint = "http://127.0.0.1:8000"
 
@@ -94,4 +116,59 @@ func Needs(t testing.TB, what string) {
 	if testing.Short() {
 		t.Skip(what)
 	}
+}
+
+// PostAs posts n empty requests to url one after another as the principal
+// kind:id — in the X-Principal-Kind and X-Principal-Id headers, which a
+// gateway trusting the test's address reads — and returns their status
+// codes and the last response (its body closed, its headers there to check).
+func PostAs(t testing.TB, url, kind, id string, n int) (codes []int, last *http.Response) {
+	t.Helper()
+	for range n {
+		req, err := http.NewRequest(http.MethodPost, url, nil)
+		if err != nil {
+			t.Fatalf("request %s: %v", url, err)
+		}
+		req.Header.Set("X-Principal-Kind", kind)
+		req.Header.Set("X-Principal-Id", id)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", url, err)
+		}
+		_ = resp.Body.Close()
+		codes, last = append(codes, resp.StatusCode), resp
+	}
+	return codes, last
+}
+
+// Get GETs url with c and returns the status and the body, failing t when
+// the request or the read fails.
+func Get(t testing.TB, c *http.Client, url string) (int, string) {
+	t.Helper()
+	res, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return res.StatusCode, readBody(t, res)
+}
+
+// PostForm posts form to url with c and returns the response (its body
+// read and closed) and the body.
+func PostForm(t testing.TB, c *http.Client, url string, form url.Values) (*http.Response, string) {
+	t.Helper()
+	res, err := c.PostForm(url, form)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	return res, readBody(t, res)
+}
+
+func readBody(t testing.TB, res *http.Response) string {
+	t.Helper()
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("read %s: %v", res.Request.URL, err)
+	}
+	return string(body)
 }

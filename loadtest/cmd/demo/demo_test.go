@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -181,14 +180,7 @@ func newConsoleClient(t *testing.T, base string) *consoleClient {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
 
-func (c *consoleClient) get(path string) (int, string) {
-	res, err := c.c.Get(c.base + path)
-	require.NoError(c.t, err)
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	require.NoError(c.t, err)
-	return res.StatusCode, string(body)
-}
+func (c *consoleClient) get(path string) (int, string) { return stacktest.Get(c.t, c.c, c.base+path) }
 
 var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
@@ -199,10 +191,7 @@ func (c *consoleClient) login(user, password string) int {
 	require.Equal(c.t, http.StatusOK, code, body)
 	m := csrfRE.FindStringSubmatch(body)
 	require.NotNil(c.t, m, "no CSRF token on the sign-in page")
-	res, err := c.c.PostForm(c.base+"/login", url.Values{"csrf": {m[1]}, "username": {user}, "password": {password}, "next": {"/alerts"}})
-	require.NoError(c.t, err)
-	_, _ = io.Copy(io.Discard, res.Body)
-	res.Body.Close()
+	res, _ := stacktest.PostForm(c.t, c.c, c.base+"/login", url.Values{"csrf": {m[1]}, "username": {user}, "password": {password}, "next": {"/alerts"}})
 	if res.StatusCode == http.StatusSeeOther {
 		require.Equal(c.t, "/alerts", res.Header.Get("Location"))
 	}

@@ -57,15 +57,9 @@ func free(port int) bool {
 // directory under dir, no persistence, and extra arguments; it returns once
 // the server answers PING.
 func StartProc(dir string, port int, extra ...string) (*Proc, error) {
-	if port == 0 {
-		var err error
-		if port, err = FreePort(); err != nil {
-			return nil, err
-		}
-	}
-	pd := filepath.Join(dir, "redis-"+strconv.Itoa(port))
-	if err := os.MkdirAll(pd, 0o755); err != nil {
-		return nil, fmt.Errorf("redis dir: %w", err)
+	port, pd, err := portDir(dir, "redis", port)
+	if err != nil {
+		return nil, err
 	}
 	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", pd,
 		"--save", "", "--appendonly", "no", "--logfile", filepath.Join(pd, "redis.log")}, extra...)
@@ -73,16 +67,28 @@ func StartProc(dir string, port int, extra ...string) (*Proc, error) {
 	return p, p.Start()
 }
 
+// portDir returns port (a free one when 0) and the directory
+// dir/<kind>-<port> it made for the process's files.
+func portDir(dir, kind string, port int) (int, string, error) {
+	if port == 0 {
+		var err error
+		if port, err = FreePort(); err != nil {
+			return 0, "", err
+		}
+	}
+	pd := filepath.Join(dir, kind+"-"+strconv.Itoa(port))
+	if err := os.MkdirAll(pd, 0o755); err != nil {
+		return 0, "", fmt.Errorf("%s dir: %w", kind, err)
+	}
+	return port, pd, nil
+}
+
 // StartSentinel starts a sentinel on a free port watching master (name) at
 // masterAddr with quorum 1, declaring it down after downAfter.
 func StartSentinel(dir, name, masterAddr string, downAfter time.Duration) (*Proc, error) {
-	port, err := FreePort()
+	port, pd, err := portDir(dir, "sentinel", 0)
 	if err != nil {
 		return nil, err
-	}
-	pd := filepath.Join(dir, "sentinel-"+strconv.Itoa(port))
-	if err := os.MkdirAll(pd, 0o755); err != nil {
-		return nil, fmt.Errorf("sentinel dir: %w", err)
 	}
 	host, mport, _ := net.SplitHostPort(masterAddr)
 	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\nsentinel monitor %s %s %s 1\n"+
@@ -172,6 +178,28 @@ func (c *Cluster) Kill() {
 	}
 }
 
+// waitNodes asks every node with read, every interval, until ok holds for
+// its answer; past the deadline it returns an error naming the node, what
+// it waited for (what) and its last answer.
+func (c *Cluster) waitNodes(deadline time.Time, every time.Duration, what string, read func(*redis.Client) (string, error), ok func(string) bool) error {
+	for _, n := range c.Nodes {
+		cl := n.Client()
+		for {
+			info, err := read(cl)
+			if err == nil && ok(info) {
+				break
+			}
+			if time.Now().After(deadline) {
+				cl.Close()
+				return fmt.Errorf("cluster node %s %s: %w %s", n.Addr, what, err, info)
+			}
+			time.Sleep(every)
+		}
+		cl.Close()
+	}
+	return nil
+}
+
 // StartCluster starts masters × (1 + replicas) nodes with a cluster node
 // timeout of nodeTimeout and joins them with `redis-cli --cluster create …
 // --cluster-replicas n`; it returns once every node reports cluster_state:ok.
@@ -197,40 +225,22 @@ func StartCluster(dir string, masters, replicas int, nodeTimeout time.Duration) 
 		return nil, fmt.Errorf("redis-cli --cluster create: %w: %s", err, out)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for _, n := range c.Nodes {
-		cl := n.Client()
-		for {
-			info, err := cl.ClusterInfo(context.Background()).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") {
-				break
-			}
-			if time.Now().After(deadline) {
-				cl.Close()
-				c.Kill()
-				return nil, fmt.Errorf("cluster node %s not ok: %w %s", n.Addr, err, info)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		cl.Close()
+	if err := c.waitNodes(deadline, 100*time.Millisecond, "not ok", func(cl *redis.Client) (string, error) {
+		return cl.ClusterInfo(context.Background()).Result()
+	}, func(info string) bool { return strings.Contains(info, "cluster_state:ok") }); err != nil {
+		c.Kill()
+		return nil, err
 	}
 	// A replica that never finished its first sync refuses to fail over
 	// ("disconnected from master for longer than allowed"), so a test that
 	// kills a master at once would wait for ever: wait for every link.
-	for _, n := range c.Nodes {
-		cl := n.Client()
-		for {
-			info, err := cl.Info(context.Background(), "replication").Result()
-			if err == nil && (strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up")) {
-				break
-			}
-			if time.Now().After(deadline) {
-				cl.Close()
-				c.Kill()
-				return nil, fmt.Errorf("cluster replica %s never synced: %w %s", n.Addr, err, info)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		cl.Close()
+	if err := c.waitNodes(deadline, 50*time.Millisecond, "never synced", func(cl *redis.Client) (string, error) {
+		return cl.Info(context.Background(), "replication").Result()
+	}, func(info string) bool {
+		return strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up")
+	}); err != nil {
+		c.Kill()
+		return nil, err
 	}
 	return c, nil
 }
@@ -303,12 +313,8 @@ func (o SecureOptions) anyUser() (user, pass string) {
 // ends. ReadyUser (any of o.Users) is used to wait until it answers.
 func NewSecure(t testing.TB, o SecureOptions) *Proc {
 	t.Helper()
-	port, err := FreePort()
+	port, pd, err := portDir(t.TempDir(), "redis-tls", 0)
 	if err != nil {
-		t.Fatal(err)
-	}
-	pd := filepath.Join(t.TempDir(), "redis-tls-"+strconv.Itoa(port))
-	if err := os.MkdirAll(pd, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	server := o.CA.Server("redis-" + strconv.Itoa(port))
@@ -392,12 +398,8 @@ func NewSecureCluster(t testing.TB, o SecureOptions, masters int) []*Proc {
 // It returns once the sentinel names the master.
 func NewSecureSentinel(t testing.TB, o SecureOptions, name string, master *Proc, password string) *Proc {
 	t.Helper()
-	port, err := FreePort()
+	port, pd, err := portDir(t.TempDir(), "sentinel-tls", 0)
 	if err != nil {
-		t.Fatal(err)
-	}
-	pd := filepath.Join(t.TempDir(), "sentinel-tls-"+strconv.Itoa(port))
-	if err := os.MkdirAll(pd, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	server := o.CA.Server("sentinel-" + strconv.Itoa(port))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/schemas/openapi"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
+	"github.com/floodgate-dev/floodgate/services/adjuster/internal/effects"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/loop"
 )
 
@@ -28,28 +28,6 @@ func (hotSource) Read(_ context.Context, now time.Time, _ time.Duration) (contro
 		return control.Reading{Value: v, At: now.Add(-5 * time.Second), OK: true}
 	}
 	return control.Signals{CPU: r(0.95), Mem: r(0.5), ErrorRate: r(0.01), AbuseRate: control.Reading{}}, nil
-}
-
-type memScales struct {
-	mu sync.Mutex
-	m  map[string]float64
-}
-
-func (s *memScales) Load(context.Context) (map[string]float64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := map[string]float64{}
-	for k, v := range s.m {
-		out[k] = v
-	}
-	return out, nil
-}
-
-func (s *memScales) Set(_ context.Context, m map[string]float64) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.m = m
-	return nil
 }
 
 type nopPublisher struct{}
@@ -66,7 +44,7 @@ func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 
 	store := dynamoStore(t)
 	tokens, sreTok, viewerTok := testTokens(t)
-	l := loop.New(loop.Config{Source: hotSource{}, Scales: &memScales{}, Publisher: nopPublisher{}, Settings: store,
+	l := loop.New(loop.Config{Source: hotSource{}, Scales: &effects.MemScales{}, Publisher: nopPublisher{}, Settings: store,
 		Defaults: control.Defaults(), ActorID: "adjuster@openapi-test"})
 	srv := NewServer(Config{Tokens: tokens, Store: store, Loop: l, Defaults: control.Defaults()})
 	hs := d.Serve(t, service.API{Handler: srv.Handler(), Health: true}, httpapi.Options{MaxBody: MaxBody})

@@ -117,17 +117,7 @@ func etag(version int64) string { return `"` + strconv.FormatInt(version, 10) + 
 
 // current returns the stored settings, or the defaults at version 0.
 func (s *Server) current(ctx context.Context) (settings.Settings, error) {
-	st, found, err := s.cfg.Store.Get(ctx)
-	if err != nil {
-		return settings.Settings{}, err
-	}
-	if !found {
-		st = settings.Settings{Rules: s.cfg.Defaults.Clone(), Overrides: map[string]settings.Override{}}
-	}
-	if st.Overrides == nil {
-		st.Overrides = map[string]settings.Override{}
-	}
-	return st, nil
+	return settings.Current(ctx, s.cfg.Store, s.cfg.Defaults)
 }
 
 func (s *Server) getSettings(w http.ResponseWriter, r *request) error {

@@ -20,7 +20,6 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
-	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
@@ -69,24 +68,14 @@ func Run(ctx context.Context, env service.Env) error {
 // Serve runs the loop and the admin API until ctx is done.
 func Serve(ctx context.Context, env service.Env) error {
 	log, reg := env.Log, env.Registry
-	cfg, err := ConfigFromEnv(env.Getenv)
-	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	run, err := service.NewRunner(env, httpapi.DefaultServerConfig())
-	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-
-	rdb, err := redisx.Connect(ctx, redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second, Security: cfg.RedisSecurity}, log)
+	cfg, run, err := service.Start(env, ConfigFromEnv, httpapi.DefaultServerConfig())
 	if err != nil {
 		return err
 	}
-	run.Closer("redis", rdb.Close)
-	ksec, err := stream.Secure(ctx, cfg.KafkaBrokers, cfg.KafkaSecurity, 10*time.Second, log)
+	rdb, ksec, err := run.Connect(ctx, service.Backends{RedisAddrs: cfg.RedisAddrs, RedisSecurity: cfg.RedisSecurity,
+		KafkaBrokers: cfg.KafkaBrokers, KafkaSecurity: cfg.KafkaSecurity})
 	if err != nil {
-		_ = rdb.Close()
-		return fmt.Errorf("kafka: %w", err)
+		return err
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/PagerDuty/go-pagerduty"
@@ -59,6 +60,34 @@ func (r *RedisScales) Set(ctx context.Context, scales map[string]float64) error 
 	if err := r.Client.HSet(ctx, r.Key, args...).Err(); err != nil {
 		return fmt.Errorf("write scales %s: %w", r.Key, err)
 	}
+	return nil
+}
+
+// MemScales keeps the scales in memory as RedisScales keeps them in Redis
+// (Set adds to what is there): the loop's double in tests and simulations.
+// It is safe for concurrent use; the zero value is ready.
+type MemScales struct {
+	mu sync.Mutex
+	m  map[string]float64
+}
+
+// Load returns a copy of every scope's scale.
+func (s *MemScales) Load(context.Context) (map[string]float64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]float64, len(s.m))
+	maps.Copy(out, s.m)
+	return out, nil
+}
+
+// Set adds scales (scope → scale), replacing the scopes' earlier scales.
+func (s *MemScales) Set(_ context.Context, scales map[string]float64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]float64{}
+	}
+	maps.Copy(s.m, scales)
 	return nil
 }
 

@@ -142,14 +142,7 @@ func (l *Loop) Start(ctx context.Context) error {
 }
 
 func (l *Loop) loadSettings(ctx context.Context) (settings.Settings, error) {
-	s, found, err := l.cfg.Settings.Get(ctx)
-	if err != nil {
-		return settings.Settings{}, err
-	}
-	if !found {
-		s = settings.Settings{Rules: l.cfg.Defaults.Clone(), Overrides: map[string]settings.Override{}}
-	}
-	return s, nil
+	return settings.Current(ctx, l.cfg.Settings, l.cfg.Defaults)
 }
 
 // Nudge asks for a tick now (after a settings change).

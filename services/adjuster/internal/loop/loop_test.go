@@ -299,7 +299,7 @@ func TestStatusAndUseDoNotWaitForATick(t *testing.T) {
 	ctx := context.Background()
 	src := &blockingSource{entered: make(chan struct{}), release: make(chan struct{})}
 	l := New(Config{
-		Source: src, Scales: &memScales{}, Publisher: &memPublisher{},
+		Source: src, Scales: &effects.MemScales{}, Publisher: &memPublisher{},
 		Settings: &memSettings{s: settings.Settings{Rules: control.Defaults()}}, Defaults: control.Defaults(), ActorID: "test",
 	})
 	require.NoError(t, l.Start(ctx))
@@ -313,39 +313,12 @@ func TestStatusAndUseDoNotWaitForATick(t *testing.T) {
 	<-done
 }
 
-type memScales struct {
-	mu sync.Mutex
-	m  map[string]float64
-}
-
-func (m *memScales) Load(context.Context) (map[string]float64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := map[string]float64{}
-	for k, v := range m.m {
-		out[k] = v
-	}
-	return out, nil
-}
-
-func (m *memScales) Set(_ context.Context, s map[string]float64) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.m == nil {
-		m.m = map[string]float64{}
-	}
-	for k, v := range s {
-		m.m[k] = v
-	}
-	return nil
-}
-
 // Leaving a dry run resumes from what Redis holds, even for scopes the live
 // loop never wrote: the dry run's hypothetical cuts never reach the limiter.
 func TestLeavingDryRunResumesFromAppliedScales(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
-	sc := &memScales{}
+	sc := &effects.MemScales{}
 	pub := &memPublisher{}
 	store := &memSettings{s: settings.Settings{Version: 1, DryRun: true, Rules: control.Defaults()}}
 	l := New(Config{
@@ -355,13 +328,17 @@ func TestLeavingDryRunResumesFromAppliedScales(t *testing.T) {
 	})
 	require.NoError(t, l.Start(ctx))
 	l.Tick(ctx)
-	require.Empty(t, sc.m, "a dry run writes nothing")
+	got, err := sc.Load(ctx)
+	require.NoError(t, err)
+	require.Empty(t, got, "a dry run writes nothing")
 	require.Len(t, pub.got, 1)
 	require.True(t, pub.got[0].DryRun)
 
 	store.update(func(s *settings.Settings) { s.DryRun = false })
 	now = now.Add(10 * time.Second) // inside the cooldown of the dry-run cut
 	l.Tick(ctx)
-	require.Equal(t, map[string]float64{"global": 1, "tier:ip": 1}, sc.m)
+	got, err = sc.Load(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]float64{"global": 1, "tier:ip": 1}, got)
 	require.Len(t, pub.got, 1, "no change reached Redis without its event")
 }

@@ -43,6 +43,27 @@ type Override struct {
 	SetAt     time.Time `json:"set_at"`
 }
 
+// Getter returns the stored settings (found false: none stored).
+type Getter interface {
+	Get(ctx context.Context) (s Settings, found bool, err error)
+}
+
+// Current returns the stored settings, or, while none are stored, defaults
+// at version 0; Overrides is never nil.
+func Current(ctx context.Context, g Getter, defaults control.Rules) (Settings, error) {
+	s, found, err := g.Get(ctx)
+	if err != nil {
+		return Settings{}, err
+	}
+	if !found {
+		s = Settings{Rules: defaults.Clone()}
+	}
+	if s.Overrides == nil {
+		s.Overrides = map[string]Override{}
+	}
+	return s, nil
+}
+
 // Active returns the scale of every override that has not expired at now.
 func (s Settings) Active(now time.Time) map[string]float64 {
 	out := map[string]float64{}

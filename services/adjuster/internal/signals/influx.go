@@ -35,6 +35,7 @@ import (
 
 	"github.com/influxdata/influxdb-client-go/v2/api"
 
+	"github.com/floodgate-dev/floodgate/pkg/series"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
 )
 
@@ -159,7 +160,7 @@ func (x *Influx) aggregate(ctx context.Context, start, stop time.Time, measureme
 		rec := res.Record()
 		switch rec.Result() {
 		case "agg":
-			v, ok := toFloat(rec.Value())
+			v, ok := series.Number(rec.Value())
 			if ok && !math.IsNaN(v) {
 				out.Value, haveValue = v, true
 			}
@@ -243,18 +244,6 @@ func merge(a, b map[string]string) map[string]string {
 	maps.Copy(out, a)
 	maps.Copy(out, b)
 	return out
-}
-
-func toFloat(v any) (float64, bool) {
-	switch n := v.(type) {
-	case float64:
-		return n, true
-	case int64:
-		return float64(n), true
-	case uint64:
-		return float64(n), true
-	}
-	return 0, false
 }
 
 func clamp01(v float64) float64 { return math.Min(1, math.Max(0, v)) }

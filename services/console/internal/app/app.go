@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"time"
 
@@ -247,16 +249,43 @@ func tokenAdd(name, roleName string, stdout io.Writer) error {
 	return err
 }
 
+// remotes are the console's clients of the other services' APIs. Without
+// its token the adjuster's or the dlq-auditor's is nil: its page says so.
+type remotes struct {
+	quota    *quota.Client
+	adjuster *adjuster.Client
+	dlq      *dlq.Client
+}
+
+func newRemotes(cfg Config, log *slog.Logger) (r remotes, err error) {
+	if r.quota, err = quota.New(cfg.QuotaURL, cfg.QuotaToken, nil); err != nil {
+		return r, err
+	}
+	if r.adjuster, err = optional(log, cfg.AdjusterURL, cfg.AdjusterToken, adjuster.New,
+		"FLOODGATE_CONSOLE_ADJUSTER_TOKEN is not set: the adjuster page says so and offers no change"); err != nil {
+		return r, err
+	}
+	r.dlq, err = optional(log, cfg.DLQURL, cfg.DLQToken, dlq.New,
+		"FLOODGATE_CONSOLE_DLQ_TOKEN is not set: the dead-letters page says so and offers no replay")
+	return r, err
+}
+
+// optional is newClient(url, token) when token is set; without one it is
+// nil, and unset is logged as a warning.
+func optional[C any](log *slog.Logger, url, token string, newClient func(url, token string, hc *http.Client) (*C, error), unset string) (*C, error) {
+	if token == "" {
+		log.Warn(unset)
+		return nil, nil
+	}
+	return newClient(url, token, nil)
+}
+
 // Serve serves the console until ctx is done.
 func Serve(ctx context.Context, env service.Env) error {
 	log := env.Log
-	cfg, err := ConfigFromEnv(env.Getenv)
+	cfg, run, err := service.Start(env, ConfigFromEnv, ServerDefaults())
 	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
-	}
-	run, err := service.NewRunner(env, ServerDefaults())
-	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
+		return err
 	}
 	dir, err := auth.LoadReloading(cfg.UsersFile, log)
 	if err != nil {
@@ -282,28 +311,10 @@ func Serve(ctx context.Context, env service.Env) error {
 		_ = rdb.Close()
 		return err
 	}
-	qc, err := quota.New(cfg.QuotaURL, cfg.QuotaToken, nil)
+	rem, err := newRemotes(cfg, log)
 	if err != nil {
 		_ = rdb.Close()
 		return err
-	}
-	var adj *adjuster.Client
-	if cfg.AdjusterToken != "" {
-		if adj, err = adjuster.New(cfg.AdjusterURL, cfg.AdjusterToken, nil); err != nil {
-			_ = rdb.Close()
-			return err
-		}
-	} else {
-		log.Warn("FLOODGATE_CONSOLE_ADJUSTER_TOKEN is not set: the adjuster page says so and offers no change")
-	}
-	var dc *dlq.Client
-	if cfg.DLQToken != "" {
-		if dc, err = dlq.New(cfg.DLQURL, cfg.DLQToken, nil); err != nil {
-			_ = rdb.Close()
-			return err
-		}
-	} else {
-		log.Warn("FLOODGATE_CONSOLE_DLQ_TOKEN is not set: the dead-letters page says so and offers no replay")
 	}
 	influx := influxdb2.NewClient(cfg.InfluxURL, cfg.InfluxToken)
 	run.Closer("influxdb", func() error { influx.Close(); return nil })
@@ -359,9 +370,9 @@ func Serve(ctx context.Context, env service.Env) error {
 		SecureCookies: cfg.SecureCookies,
 		PollInterval:  cfg.PollInterval,
 		ScalesKey:     cfg.ScalesKey,
-		Quota:         qc,
-		Adjuster:      adj,
-		DLQ:           dc,
+		Quota:         rem.quota,
+		Adjuster:      rem.adjuster,
+		DLQ:           rem.dlq,
 		Samples:       samples,
 		SignIn:        auth.NewLimiter(rdb, "fg:console:authfail:"),
 		Devices:       devices,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/httpapi/openapitest"
 	"github.com/floodgate-dev/floodgate/pkg/service"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/schemas/openapi"
 )
 
@@ -91,10 +92,29 @@ func TestRunServesReadiness(t *testing.T) {
 	require.NoError(t, err)
 	openapitest.CheckServed(t, "http://"+addr, want)
 	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(15 * time.Second):
-		t.Fatal("Run did not return after its context ended")
-	}
+	stacktest.Returned(t, done, 15*time.Second, "Run returns after its context ended")
+}
+
+// TestRemotesWithoutTokens: the adjuster's and the dlq-auditor's clients
+// are nil without their tokens, each absence logged once; with them, all
+// three are made.
+func TestRemotesWithoutTokens(t *testing.T) {
+	cfg, err := ConfigFromEnv(stacktest.Getenv(map[string]string{"FLOODGATE_CONSOLE_USERS": "users.yaml"}))
+	require.NoError(t, err)
+	var logs stacktest.Log
+	rem, err := newRemotes(cfg, logs.Logger(slog.LevelInfo))
+	require.NoError(t, err)
+	require.NotNil(t, rem.quota)
+	require.Nil(t, rem.adjuster)
+	require.Nil(t, rem.dlq)
+	require.Contains(t, logs.String(), "FLOODGATE_CONSOLE_ADJUSTER_TOKEN is not set")
+	require.Contains(t, logs.String(), "FLOODGATE_CONSOLE_DLQ_TOKEN is not set")
+
+	cfg.AdjusterToken, cfg.DLQToken = "fga_x", "fgdlq_x"
+	logs = stacktest.Log{}
+	rem, err = newRemotes(cfg, logs.Logger(slog.LevelInfo))
+	require.NoError(t, err)
+	require.NotNil(t, rem.adjuster)
+	require.NotNil(t, rem.dlq)
+	require.Empty(t, logs.String())
 }

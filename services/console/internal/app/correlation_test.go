@@ -32,7 +32,7 @@ func TestCorrelationIDCrossesServices(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	bin := t.TempDir()
-	out, err := consoletest.Build(bin, "adjuster", "dlq-auditor")
+	out, err := stacktest.GoBuild(bin, "adjuster", "dlq-auditor")
 	require.NoError(t, err, "go build: %s", out)
 
 	// A broker with the migrations' topics, DynamoDB tables under a prefix.
@@ -45,19 +45,19 @@ func TestCorrelationIDCrossesServices(t *testing.T) {
 	adjAddr, dlqAddr, consoleAddr := consoletest.FreeAddr(t), consoletest.FreeAddr(t), consoletest.FreeAddr(t)
 	adjToken, err := httpapi.NewToken("fga_")
 	require.NoError(t, err)
-	var adjLogs, dlqLogs, consoleLogs stacktest.Log
-	consoletest.Start(t, filepath.Join(bin, "adjuster"), append([]string{
+	var consoleLogs stacktest.Log
+	adjLogs := stacktest.Exec(t, filepath.Join(bin, "adjuster"), append([]string{
 		"FLOODGATE_ADJUSTER_ADDR=" + adjAddr, "FLOODGATE_ADJUSTER_TOKENS=console:sre:" + httpapi.HashToken(adjToken),
 		"FLOODGATE_ADJUSTER_SCALES_KEY=" + redistest.Unique(t, "fg:test:corr:scales"), "FLOODGATE_ADJUSTER_SHED_KEY=" + redistest.Unique(t, "fg:test:corr:shed"),
-	}, common...), &adjLogs)
+	}, common...))
 	dlqToken, err := httpapi.NewToken("fgdlq_")
 	require.NoError(t, err)
 	tokensFile := filepath.Join(t.TempDir(), "dlq-tokens")
 	require.NoError(t, os.WriteFile(tokensFile, []byte("console sre "+httpapi.HashToken(dlqToken)+"\n"), 0o600))
-	consoletest.Start(t, filepath.Join(bin, "dlq-auditor"), append([]string{
+	dlqLogs := stacktest.Exec(t, filepath.Join(bin, "dlq-auditor"), append([]string{
 		"FLOODGATE_DLQ_ADDR=" + dlqAddr, "FLOODGATE_DLQ_TOKENS_FILE=" + tokensFile,
 		"FLOODGATE_DLQ_GROUP=" + redistest.Unique(t, "corr-auditor"),
-	}, common...), &dlqLogs)
+	}, common...))
 
 	// The console, in-process, on the runner with a JSON log like its binary's.
 	consoleToken, sum, err := auth.NewToken()
@@ -113,14 +113,14 @@ func TestCorrelationIDCrossesServices(t *testing.T) {
 	res = get("/sre/adjuster", id) // and the adjuster
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Equal(t, id, res.Header.Get(httpapi.HeaderRequestID))
-	require.Eventually(t, func() bool { return logged(&consoleLogs, id) && logged(&dlqLogs, id) && logged(&adjLogs, id) },
+	require.Eventually(t, func() bool { return logged(&consoleLogs, id) && logged(dlqLogs, id) && logged(adjLogs, id) },
 		10*time.Second, 50*time.Millisecond, "correlation id %s missing from a service's log", id)
 
 	// An id the console mints (the caller sent none) goes along too.
 	res = get("/sre/dlq", "")
 	minted := res.Header.Get(httpapi.HeaderRequestID)
 	require.True(t, httpapi.ValidRequestID(minted), "no id minted: %q", minted)
-	require.Eventually(t, func() bool { return logged(&consoleLogs, minted) && logged(&dlqLogs, minted) },
+	require.Eventually(t, func() bool { return logged(&consoleLogs, minted) && logged(dlqLogs, minted) },
 		10*time.Second, 50*time.Millisecond, "minted id %s did not reach the dlq-auditor", minted)
-	require.False(t, logged(&adjLogs, minted), "the adjuster was not called")
+	require.False(t, logged(adjLogs, minted), "the adjuster was not called")
 }

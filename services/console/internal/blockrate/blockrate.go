@@ -8,10 +8,11 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/influxdata/influxdb-client-go/v2/api"
+
+	"github.com/floodgate-dev/floodgate/pkg/series"
 )
 
 // Point is one time bucket of one scope.
@@ -77,7 +78,8 @@ func (r *Reader) Read(ctx context.Context, window, step time.Duration, gateway s
 	for res.Next() {
 		rec := res.Record()
 		scope, _ := rec.ValueByKey("scope").(string)
-		n, ok := asInt(rec.Value())
+		f, ok := series.Number(rec.Value())
+		n := int64(f)
 		if !ok || scope == "" {
 			continue
 		}
@@ -120,19 +122,4 @@ func (r *Reader) Read(ctx context.Context, window, step time.Duration, gateway s
 		return out[i].Scope < out[j].Scope
 	})
 	return out, nil
-}
-
-func asInt(v any) (int64, bool) {
-	switch x := v.(type) {
-	case int64:
-		return x, true
-	case uint64:
-		return int64(x), true
-	case float64:
-		return int64(x), true
-	case string:
-		n, err := strconv.ParseInt(x, 10, 64)
-		return n, err == nil
-	}
-	return 0, false
 }

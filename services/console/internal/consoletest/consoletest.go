@@ -1,18 +1,14 @@
-// Package consoletest runs the console's neighbours for its integration
-// tests: the other services are real processes built from this module
-// (services never import each other), on loopback addresses of their own.
+// Package consoletest holds what the console's integration tests need
+// around its neighbours, which run as real processes (stacktest.GoBuild and
+// stacktest.Exec; services never import each other) on loopback addresses
+// of their own: a broker with the migrations' topics, a free address, a
+// readiness wait.
 package consoletest
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -57,43 +53,4 @@ func WaitReady(t testing.TB, url string) {
 		res.Body.Close()
 		return res.StatusCode == http.StatusOK
 	}, 30*time.Second, 50*time.Millisecond, "%s never became ready", url)
-}
-
-// Build builds the named services (./services/<name>) of this module into
-// dir, one binary each named after its service; out is go build's output.
-func Build(dir string, names ...string) (out []byte, err error) {
-	gomod, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return nil, fmt.Errorf("go env GOMOD: %w", err)
-	}
-	args := []string{"build", "-o", dir + string(filepath.Separator)}
-	for _, n := range names {
-		args = append(args, "./services/"+n)
-	}
-	cmd := exec.Command("go", args...)
-	cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
-	return cmd.CombinedOutput()
-}
-
-// Start runs a binary with env added to this process's environment until
-// the test ends (an interrupt, then a kill after 20 s); its stdout and
-// stderr go to logs.
-func Start(t testing.TB, path string, env []string, logs io.Writer, args ...string) {
-	t.Helper()
-	cmd := exec.Command(path, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			t.Logf("%s exited: %v", path, err)
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Logf("%s killed after 20 s: %v", path, <-done)
-		}
-	})
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/floodgate-dev/floodgate/pkg/dlqapi"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/services/console/internal/remote"
 )
@@ -151,22 +152,10 @@ func (c *Client) Replay(ctx context.Context, ids []string, reason, corr string) 
 	return out, err
 }
 
-// PurgeItem is one record's outcome in a purge: "purged" or "not_found".
-type PurgeItem struct {
-	ID     string `json:"id"`
-	Status string `json:"status"`
-}
-
-// PurgeResult is POST /v1/purges' answer.
-type PurgeResult struct {
-	Purged int         `json:"purged"`
-	Items  []PurgeItem `json:"items"`
-}
-
 // Purge deletes the stored records (each audited by the auditor, role sre);
 // the dead letters stay on their DLQ topic until retention removes them.
-func (c *Client) Purge(ctx context.Context, ids []string, reason, corr string) (PurgeResult, error) {
-	var out PurgeResult
+func (c *Client) Purge(ctx context.Context, ids []string, reason, corr string) (dlqapi.PurgeResult, error) {
+	var out dlqapi.PurgeResult
 	err := c.do(ctx, http.MethodPost, "/v1/purges", corr, map[string]any{"ids": ids, "reason": reason}, &out)
 	return out, err
 }

@@ -272,13 +272,8 @@ func (s *Store) Allowlist(ctx context.Context, a Alert, expires time.Time, comme
 		return AllowEntry{}, err
 	}
 	now := s.now().UTC()
-	switch {
-	case !expires.After(now):
-		return AllowEntry{}, fmt.Errorf("%w: the expiry must be in the future", ErrInvalid)
-	case expires.Sub(now) > MaxAllowlist:
-		return AllowEntry{}, fmt.Errorf("%w: the expiry is at most %d days ahead", ErrInvalid, int(MaxAllowlist.Hours()/24))
-	case strings.TrimSpace(comment) == "":
-		return AllowEntry{}, fmt.Errorf("%w: a comment is required", ErrInvalid)
+	if err := checkAllow(now, expires, comment); err != nil {
+		return AllowEntry{}, err
 	}
 	if _, err := penaltyKey(a.Principal); err != nil {
 		return AllowEntry{}, err
@@ -292,13 +287,34 @@ func (s *Store) Allowlist(ctx context.Context, a Alert, expires time.Time, comme
 	if had {
 		before = prev
 	}
-	put := &types.Put{TableName: aws.String(s.runtime), Item: map[string]types.AttributeValue{
-		"pk": sv(e.PK), "expires_at": nv(e.ExpiresAt), "comment": sv(e.Comment), "created_by": sv(e.CreatedBy), "created_at": sv(e.CreatedAt),
-	}}
-	if err := s.write(ctx, s.entry(a, who, ActionAllowlist, now, before, e), types.TransactWriteItem{Put: put}); err != nil {
+	if err := s.write(ctx, s.entry(a, who, ActionAllowlist, now, before, e), types.TransactWriteItem{Put: s.allowPut(e)}); err != nil {
 		return AllowEntry{}, fmt.Errorf("allowlist %s: %w", a.Principal, err)
 	}
 	return e, nil
+}
+
+// checkAllow checks an allowlist entry's expiry (in the future, at most
+// MaxAllowlist ahead of now) and its comment (required, at most MaxReason
+// bytes); the error wraps ErrInvalid.
+func checkAllow(now, expires time.Time, comment string) error {
+	switch {
+	case !expires.After(now):
+		return fmt.Errorf("%w: the expiry must be in the future", ErrInvalid)
+	case expires.Sub(now) > MaxAllowlist:
+		return fmt.Errorf("%w: the expiry is at most %d days ahead", ErrInvalid, int(MaxAllowlist.Hours()/24))
+	case strings.TrimSpace(comment) == "":
+		return fmt.Errorf("%w: a comment is required", ErrInvalid)
+	case len(comment) > MaxReason:
+		return fmt.Errorf("%w: the comment is longer than %d bytes", ErrInvalid, MaxReason)
+	}
+	return nil
+}
+
+// allowPut writes the allowlist entry e to the runtime-config table.
+func (s *Store) allowPut(e AllowEntry) *types.Put {
+	return &types.Put{TableName: aws.String(s.runtime), Item: map[string]types.AttributeValue{
+		"pk": sv(e.PK), "expires_at": nv(e.ExpiresAt), "comment": sv(e.Comment), "created_by": sv(e.CreatedBy), "created_at": sv(e.CreatedAt),
+	}}
 }
 
 // FalsePositivePK is the runtime-config key counting false positives of one

@@ -128,17 +128,11 @@ func (s *Store) AllowCIDR(ctx context.Context, p netip.Prefix, expires time.Time
 		return AllowEntry{}, err
 	}
 	now := s.now().UTC()
-	switch {
-	case !p.IsValid():
+	if !p.IsValid() {
 		return AllowEntry{}, fmt.Errorf("%w: no network", ErrInvalid)
-	case !expires.After(now):
-		return AllowEntry{}, fmt.Errorf("%w: the expiry must be in the future", ErrInvalid)
-	case expires.Sub(now) > MaxAllowlist:
-		return AllowEntry{}, fmt.Errorf("%w: the expiry is at most %d days ahead", ErrInvalid, int(MaxAllowlist.Hours()/24))
-	case strings.TrimSpace(comment) == "":
-		return AllowEntry{}, fmt.Errorf("%w: a comment is required", ErrInvalid)
-	case len(comment) > MaxReason:
-		return AllowEntry{}, fmt.Errorf("%w: the comment is longer than %d bytes", ErrInvalid, MaxReason)
+	}
+	if err := checkAllow(now, expires, comment); err != nil {
+		return AllowEntry{}, err
 	}
 	p = p.Masked()
 	pk := AllowCIDRPK(p)
@@ -151,10 +145,7 @@ func (s *Store) AllowCIDR(ctx context.Context, p netip.Prefix, expires time.Time
 	if had {
 		before = prev
 	}
-	put := &types.Put{TableName: aws.String(s.runtime), Item: map[string]types.AttributeValue{
-		"pk": sv(e.PK), "expires_at": nv(e.ExpiresAt), "comment": sv(e.Comment), "created_by": sv(e.CreatedBy), "created_at": sv(e.CreatedAt),
-	}}
-	items := []types.TransactWriteItem{{Put: put}}
+	items := []types.TransactWriteItem{{Put: s.allowPut(e)}}
 	subject := Alert{Principal: "", ID: ""}
 	if from != nil {
 		subject.ID = from.ID

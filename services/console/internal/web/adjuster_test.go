@@ -18,6 +18,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/adjuster"
 	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
@@ -58,7 +59,7 @@ func startAdjusterProc(t *testing.T, prefix, brokerAddr string, env ...string) a
 	key := redistest.Unique(t, "fg:test:console:scales")
 	rdb := redistest.Client(t)
 	t.Cleanup(func() { _ = rdb.Del(context.Background(), key, key+":shed").Err() })
-	startProcess(t, serviceBinary(t, "adjuster"), append([]string{
+	stacktest.Exec(t, serviceBinary(t, "adjuster"), append([]string{
 		"FLOODGATE_ADJUSTER_ADDR=" + addr, "FLOODGATE_ADJUSTER_TOKENS=console:sre:" + hex.EncodeToString(sum[:]),
 		"FLOODGATE_ADJUSTER_SCALES_KEY=" + key, "FLOODGATE_ADJUSTER_SHED_KEY=" + key + ":shed", "FLOODGATE_KAFKA_BROKERS=" + brokerAddr,
 		"FLOODGATE_DYNAMODB_ENDPOINT=" + migrationstest.DynamoEndpoint(), "FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix,

@@ -21,6 +21,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/adjuster"
 	"github.com/floodgate-dev/floodgate/services/console/internal/blockrate"
 	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
@@ -57,7 +58,7 @@ func TestBrowserSRE(t *testing.T) {
 		cfg.Quota = q
 		cfg.BlockRate = &blockrate.Reader{Query: influx.QueryAPI(""), Bucket: bucket}
 	})
-	startProcess(t, serviceBinary(t, "quota"), []string{
+	stacktest.Exec(t, serviceBinary(t, "quota"), []string{
 		"FLOODGATE_QUOTA_ADDR=" + qaddr, "FLOODGATE_KAFKA_BROKERS=" + consoletest.Broker(t), "FLOODGATE_QUOTA_GROUP=quota-" + e.run,
 		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + migrationstest.DynamoEndpoint(),
 	})

@@ -20,6 +20,7 @@ import (
 	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/dlq"
@@ -170,11 +171,11 @@ func startDeadLetters(t *testing.T) *deadLetters {
 		cfg.Quota = q
 	})
 	group := "quota-" + e.run
-	startProcess(t, serviceBinary(t, "quota"), []string{
+	stacktest.Exec(t, serviceBinary(t, "quota"), []string{
 		"FLOODGATE_QUOTA_ADDR=" + quotaAddr, "FLOODGATE_KAFKA_BROKERS=" + b, "FLOODGATE_QUOTA_GROUP=" + group,
 		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + migrationstest.DynamoEndpoint(),
 	})
-	startProcess(t, serviceBinary(t, "dlq-auditor"), []string{
+	stacktest.Exec(t, serviceBinary(t, "dlq-auditor"), []string{
 		"FLOODGATE_DLQ_ADDR=" + dlqAddr, "FLOODGATE_KAFKA_BROKERS=" + b, "FLOODGATE_DLQ_GROUP=auditor-" + e.run,
 		"FLOODGATE_DLQ_DISCOVER_INTERVAL=1s", "FLOODGATE_DLQ_TOKENS_FILE=" + tokens, "FLOODGATE_DLQ_CANARY_TIMEOUT=30s",
 		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + migrationstest.DynamoEndpoint(),

@@ -27,6 +27,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
 )
@@ -200,22 +201,10 @@ func (e *testEnv) readOnlyBelowSRE(t *testing.T, page, shown string, hidden []st
 
 var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
-func (b *browser) get(path string) (int, string) {
-	res, err := b.c.Get(b.base + path)
-	require.NoError(b.t, err)
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	require.NoError(b.t, err)
-	return res.StatusCode, string(body)
-}
+func (b *browser) get(path string) (int, string) { return stacktest.Get(b.t, b.c, b.base+path) }
 
 func (b *browser) post(path string, form url.Values) (*http.Response, string) {
-	res, err := b.c.PostForm(b.base+path, form)
-	require.NoError(b.t, err)
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	require.NoError(b.t, err)
-	return res, string(body)
+	return stacktest.PostForm(b.t, b.c, b.base+path, form)
 }
 
 // csrf reads the CSRF token from a page.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/quota"
 )
@@ -27,7 +28,7 @@ func TestPrincipalPage(t *testing.T) {
 		cfg.Quota = qc
 	})
 	b := consoletest.Broker(t)
-	startProcess(t, serviceBinary(t, "quota"), []string{
+	stacktest.Exec(t, serviceBinary(t, "quota"), []string{
 		"FLOODGATE_QUOTA_ADDR=" + qaddr, "FLOODGATE_KAFKA_BROKERS=" + b, "FLOODGATE_QUOTA_GROUP=console-test-" + e.run,
 		"FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix, "FLOODGATE_DYNAMODB_ENDPOINT=" + migrationstest.DynamoEndpoint(),
 	})

@@ -1,15 +1,13 @@
 package web
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/stretchr/testify/require"
-
-	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 )
 
 // Other services run as real processes (services never import each other):
@@ -25,7 +23,7 @@ func serviceBinary(t *testing.T, name string) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		if binDir, buildErr = os.MkdirTemp("", "console-test-bin-"); buildErr == nil {
-			buildOut, buildErr = consoletest.Build(binDir, "quota", "adjuster", "dlq-auditor")
+			buildOut, buildErr = stacktest.GoBuild(binDir, "quota", "adjuster", "dlq-auditor")
 		}
 	})
 	require.NoError(t, buildErr, "go build: %s", buildOut)
@@ -38,17 +36,4 @@ func TestMain(m *testing.M) {
 		_ = os.RemoveAll(binDir)
 	}
 	os.Exit(code)
-}
-
-// startProcess runs a service binary until the test ends (SIGINT, then kill);
-// its log is printed when the test failed.
-func startProcess(t *testing.T, path string, env []string, args ...string) {
-	t.Helper()
-	var logs bytes.Buffer
-	t.Cleanup(func() { // runs after the process has stopped
-		if t.Failed() {
-			t.Logf("%s log:\n%s", filepath.Base(path), logs.String())
-		}
-	})
-	consoletest.Start(t, path, env, &logs, args...)
 }

@@ -13,11 +13,10 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/consoletest"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
 )
@@ -110,19 +109,7 @@ func TestSampleEvents(t *testing.T) {
 		require.Contains(t, body, "POST /channels/{channel_id}/messages")
 	})
 	t.Run("older than retention", func(t *testing.T) {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(b))
-		require.NoError(t, err)
-		defer cl.Close()
-		req := kmsg.NewPtrDeleteRecordsRequest()
-		tp := kmsg.NewDeleteRecordsRequestTopic()
-		tp.Topic = decisionsTopic
-		pp := kmsg.NewDeleteRecordsRequestTopicPartition()
-		pp.Partition, pp.Offset = 5, crossing+1
-		tp.Partitions = append(tp.Partitions, pp)
-		req.Topics = append(req.Topics, tp)
-		res, err := req.RequestWith(context.Background(), cl)
-		require.NoError(t, err)
-		require.Zero(t, res.Topics[0].Partitions[0].ErrorCode)
+		kafkatest.DeleteRecords(t, b, decisionsTopic, 5, crossing+1)
 		code, body := c.get(alertPath(a))
 		require.Equal(t, http.StatusOK, code, body)
 		require.Contains(t, body, "older than the decisions topic&#39;s retention")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/dlqapi"
 	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
 	"github.com/floodgate-dev/floodgate/services/console/internal/dlq"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
@@ -39,7 +40,7 @@ type dlqView struct {
 	Records   []dlq.Record
 	CanReplay bool
 	Result    *dlq.ReplayResult
-	Purged    *dlq.PurgeResult
+	Purged    *dlqapi.PurgeResult
 	Console   []store.AuditEntry
 	Errors    []string
 }

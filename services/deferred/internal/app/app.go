@@ -11,9 +11,9 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/deferred"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
-	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 	"github.com/floodgate-dev/floodgate/services/deferred/internal/worker"
 )
 
@@ -25,23 +25,14 @@ func Run(ctx context.Context, env service.Env) error {
 		return fmt.Errorf("usage: deferred (no arguments; got %q)", env.Args)
 	}
 	log, reg := env.Log, env.Registry
-	cfg, err := ConfigFromEnv(env.Getenv)
-	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	run, err := service.NewRunner(env, httpapi.DefaultServerConfig())
-	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	rdb, err := redisx.Connect(ctx, redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second, Security: cfg.RedisSecurity}, log)
+	cfg, run, err := service.Start(env, ConfigFromEnv, httpapi.DefaultServerConfig())
 	if err != nil {
 		return err
 	}
-	run.Closer("redis", rdb.Close)
-	ksec, err := stream.Secure(ctx, cfg.KafkaBrokers, cfg.KafkaSecurity, 10*time.Second, log)
+	rdb, ksec, err := run.Connect(ctx, service.Backends{RedisAddrs: cfg.RedisAddrs, RedisSecurity: cfg.RedisSecurity,
+		KafkaBrokers: cfg.KafkaBrokers, KafkaSecurity: cfg.KafkaSecurity})
 	if err != nil {
-		_ = rdb.Close()
-		return fmt.Errorf("kafka: %w", err)
+		return err
 	}
 	store := deferred.NewStore(rdb)
 	metrics := worker.NewMetrics(reg)
@@ -86,18 +77,11 @@ func Run(ctx context.Context, env service.Env) error {
 // pollDepth keeps floodgate_deferred_queued current for the routes this
 // worker has seen.
 func pollDepth(ctx context.Context, store *deferred.Store, m *worker.Metrics) error {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	return tick.Every(ctx, 5*time.Second, func(ctx context.Context) {
 		for _, route := range m.Routes() {
 			if d, err := store.Depth(ctx, route); err == nil {
 				m.Depth.WithLabelValues(route).Set(float64(d.Queued))
 			}
 		}
-	}
+	})
 }

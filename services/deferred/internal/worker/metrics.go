@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,13 +58,9 @@ func (m *Metrics) route(r string) *routeMetrics {
 	return rm
 }
 
-// Routes lists the routes seen so far.
+// Routes lists the routes seen so far, sorted.
 func (m *Metrics) Routes() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]string, 0, len(m.routes))
-	for r := range m.routes {
-		out = append(out, r)
-	}
-	return out
+	return slices.Sorted(maps.Keys(m.routes))
 }

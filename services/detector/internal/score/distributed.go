@@ -178,22 +178,29 @@ func (b *bigIPSet) toHLL(sec, win uint32) {
 }
 
 func (b *bigIPSet) rotate(sec, win uint32) {
-	e := sec / win
+	rotateEpoch(&b.epoch, sec/win, &b.hll, &b.hll24)
+}
+
+// rotateEpoch moves *epoch on to e for sketches that each hold the current
+// epoch's keys ([0]) and the previous one's ([1]): one epoch on, the current
+// sketch becomes the previous one and starts again empty; further on, both
+// start empty; e at or before *epoch changes nothing.
+func rotateEpoch(epoch *uint32, e uint32, sketches ...*[2]*hyperloglog.Sketch) {
 	switch {
-	case e == b.epoch:
-	case e == b.epoch+1:
-		b.hll[0], b.hll[1] = b.hll[1], b.hll[0]
-		b.hll24[0], b.hll24[1] = b.hll24[1], b.hll24[0]
-		b.hll[0].Reset()
-		b.hll24[0].Reset()
-		b.epoch = e
-	case e > b.epoch:
-		for i := range b.hll {
-			b.hll[i].Reset()
-			b.hll24[i].Reset()
+	case e == *epoch+1:
+		for _, s := range sketches {
+			s[0], s[1] = s[1], s[0]
+			s[0].Reset()
 		}
-		b.epoch = e
+	case e > *epoch:
+		for _, s := range sketches {
+			s[0].Reset()
+			s[1].Reset()
+		}
+	default:
+		return
 	}
+	*epoch = e
 }
 
 // countRequest counts a request in the IP window's epochs (a sliding-window

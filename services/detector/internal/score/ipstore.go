@@ -187,18 +187,7 @@ func (m *manyPrincipals) add(ph uint64, p32, sec, win uint32) {
 }
 
 func (m *manyPrincipals) rotate(sec, win uint32) {
-	e := sec / win
-	switch {
-	case e == m.epoch:
-	case e == m.epoch+1:
-		m.hll[1], m.hll[0] = m.hll[0], m.hll[1]
-		m.hll[0].Reset()
-		m.epoch = e
-	case e > m.epoch:
-		m.hll[0].Reset()
-		m.hll[1].Reset()
-		m.epoch = e
-	}
+	rotateEpoch(&m.epoch, sec/win, &m.hll)
 }
 
 func (m *manyPrincipals) count(sec, win uint32) int64 {

@@ -79,13 +79,9 @@ func Serve(ctx context.Context, env service.Env, hooks *Hooks) error {
 		hooks = &Hooks{}
 	}
 	log, reg := env.Log, env.Registry
-	cfg, err := auditor.ServiceConfigFromEnv(env.Getenv)
+	cfg, run, err := service.Start(env, auditor.ServiceConfigFromEnv, httpapi.DefaultServerConfig())
 	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	run, err := service.NewRunner(env, httpapi.DefaultServerConfig())
-	if err != nil {
-		return fmt.Errorf("config: %w", err)
+		return err
 	}
 	tokens := &api.Tokens{}
 	if cfg.TokensFile != "" {

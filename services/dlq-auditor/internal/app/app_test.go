@@ -25,6 +25,7 @@ import (
 	"github.com/floodgate-dev/floodgate/migrations"
 	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/dlqapi"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
@@ -464,7 +465,7 @@ func TestDeadLettersAreAuditedReplayedAndAccountedFor(t *testing.T) {
 		env["FLOODGATE_DLQ_TOKEN"] = sreToken
 		out.Reset()
 		require.NoError(t, Run(ctx, cliEnv(t, getenv, &out, []string{"purge", "-reason", "known bad test event", poisonID})))
-		var res auditor.PurgeResult
+		var res dlqapi.PurgeResult
 		require.NoError(t, json.Unmarshal(out.Bytes(), &res))
 		require.Equal(t, 1, res.Purged)
 		code, _ := call(http.MethodGet, "/v1/records/"+poisonID, viewerToken, nil, nil)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/dlqapi"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/services/dlq-auditor/internal/api"
 	"github.com/floodgate-dev/floodgate/services/dlq-auditor/internal/auditor"
@@ -149,7 +150,7 @@ func runClient(ctx context.Context, cmd string, args []string, getenv config.Get
 		if fs.NArg() == 0 {
 			return fmt.Errorf("%w: purge takes record ids", ErrUsage)
 		}
-		var out auditor.PurgeResult
+		var out dlqapi.PurgeResult
 		if err := c.do(ctx, http.MethodPost, "/v1/purges", nil, api.PurgeBody{IDs: fs.Args(), Reason: *reason}, &out); err != nil {
 			return err
 		}

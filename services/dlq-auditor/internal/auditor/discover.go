@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -59,12 +61,7 @@ type Supervisor struct {
 func (s *Supervisor) Topics() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.running))
-	for t := range s.running {
-		out = append(out, t)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(s.running))
 }
 
 // Run discovers and consumes until ctx is done, then waits for every

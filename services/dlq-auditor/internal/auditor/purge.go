@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/floodgate-dev/floodgate/pkg/dlqapi"
 )
 
 // PurgeRequest selects stored records to delete.
@@ -15,18 +17,6 @@ type PurgeRequest struct {
 	Role          string
 	Reason        string
 	CorrelationID string
-}
-
-// PurgeItem is one record's outcome: "purged" or StatusNotFound.
-type PurgeItem struct {
-	ID     string `json:"id"`
-	Status string `json:"status"`
-}
-
-// PurgeResult reports a purge.
-type PurgeResult struct {
-	Purged int         `json:"purged"`
-	Items  []PurgeItem `json:"items"`
 }
 
 // Purger deletes stored records, each together with its audit entry. The
@@ -53,16 +43,16 @@ func checkSelection(ids []string, max int, reason string) error {
 
 // Purge deletes every selected record that is stored. It stops at the first
 // storage error, reporting what was purged before it.
-func (p *Purger) Purge(ctx context.Context, req PurgeRequest) (PurgeResult, error) {
+func (p *Purger) Purge(ctx context.Context, req PurgeRequest) (dlqapi.PurgeResult, error) {
 	if err := checkSelection(req.IDs, p.Max, req.Reason); err != nil {
-		return PurgeResult{}, err
+		return dlqapi.PurgeResult{}, err
 	}
 	for _, id := range req.IDs {
 		if _, _, _, err := ParseID(id); err != nil {
-			return PurgeResult{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
+			return dlqapi.PurgeResult{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
 		}
 	}
-	var res PurgeResult
+	var res dlqapi.PurgeResult
 	for _, id := range req.IDs {
 		err := p.Store.Purge(ctx, id, AuditEntry{
 			ID: p.NewID(), At: p.Now(), Actor: req.Actor, Role: req.Role, Action: ActionPurge,
@@ -70,13 +60,13 @@ func (p *Purger) Purge(ctx context.Context, req PurgeRequest) (PurgeResult, erro
 		})
 		switch {
 		case errors.Is(err, ErrNotFound):
-			res.Items = append(res.Items, PurgeItem{ID: id, Status: StatusNotFound})
+			res.Items = append(res.Items, dlqapi.PurgeItem{ID: id, Status: StatusNotFound})
 		case err != nil:
 			return res, err
 		default:
 			res.Purged++
 			p.Metrics.purged.Inc()
-			res.Items = append(res.Items, PurgeItem{ID: id, Status: "purged"})
+			res.Items = append(res.Items, dlqapi.PurgeItem{ID: id, Status: "purged"})
 		}
 	}
 	return res, nil

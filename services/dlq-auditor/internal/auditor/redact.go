@@ -74,18 +74,24 @@ func scrubText(s string) string { return string(scrubBytes([]byte(s))) }
 // byte for byte, so the result is valid UTF-8 exactly when b is. It errs on
 // the side of redaction: a version string like 1.2.3.4 is cut as well.
 func scrubBytes(b []byte) []byte {
-	out := make([]byte, 0, len(b))
+	return appendRuns(make([]byte, 0, len(b)), b, ipChar, ipChar, appendScrubbedRun)
+}
+
+// appendRuns appends b to out with every maximal run of it — a byte for
+// which first holds, then bytes for which more holds — replaced by what run
+// appends for it; the bytes between runs are kept.
+func appendRuns(out, b []byte, first, more func(byte) bool, run func(out, r []byte) []byte) []byte {
 	for i := 0; i < len(b); {
-		if !ipChar(b[i]) {
+		if !first(b[i]) {
 			out = append(out, b[i])
 			i++
 			continue
 		}
-		j := i
-		for j < len(b) && ipChar(b[j]) {
+		j := i + 1
+		for j < len(b) && more(b[j]) {
 			j++
 		}
-		out = appendScrubbedRun(out, b[i:j])
+		out = run(out, b[i:j])
 		i = j
 	}
 	return out
@@ -101,30 +107,21 @@ func appendScrubbedRun(out, run []byte) []byte {
 		return append(out, run[end:]...)
 	}
 	// Look for dotted quads inside: maximal [0-9.] sub-runs.
-	for k := 0; k < len(run); {
-		if !isDigit(run[k]) {
-			out = append(out, run[k])
-			k++
-			continue
-		}
-		m := k
-		for m < len(run) && (isDigit(run[m]) || run[m] == '.') {
-			m++
-		}
-		sub := run[k:m]
-		e := len(sub)
-		for e > 0 && sub[e-1] == '.' {
-			e--
-		}
-		if a, err := netip.ParseAddr(string(sub[:e])); err == nil && a.Is4() {
-			out = append(out, TruncateIP(a).String()...)
-			out = append(out, sub[e:]...)
-		} else {
-			out = append(out, sub...)
-		}
-		k = m
+	return appendRuns(out, run, isDigit, func(c byte) bool { return isDigit(c) || c == '.' }, appendScrubbedQuad)
+}
+
+// appendScrubbedQuad truncates sub when it is an IPv4 address (a trailing
+// '.' stays outside it) and keeps it otherwise.
+func appendScrubbedQuad(out, sub []byte) []byte {
+	e := len(sub)
+	for e > 0 && sub[e-1] == '.' {
+		e--
 	}
-	return out
+	if a, err := netip.ParseAddr(string(sub[:e])); err == nil && a.Is4() {
+		out = append(out, TruncateIP(a).String()...)
+		return append(out, sub[e:]...)
+	}
+	return append(out, sub...)
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }

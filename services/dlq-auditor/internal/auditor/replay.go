@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/kafkascan"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
 // Headers a replay adds to the original message. They do not start with
@@ -401,14 +402,8 @@ func (p *pacer) wait(ctx context.Context) error {
 	if p.next.IsZero() || p.next.Before(now) {
 		p.next = now
 	}
-	if d := p.next.Sub(now); d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
+	if !tick.Sleep(ctx, p.next.Sub(now)) {
+		return ctx.Err()
 	}
 	p.next = p.next.Add(p.interval)
 	return nil

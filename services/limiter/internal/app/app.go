@@ -75,13 +75,9 @@ func Run(ctx context.Context, env service.Env) error {
 	}
 	setMemoryDefaults(env.Getenv, env.Log)
 	log, reg := env.Log, env.Registry
-	cfg, err := ConfigFromEnv(env.Getenv)
+	cfg, run, err := service.Start(env, ConfigFromEnv, ServerDefaults())
 	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	run, err := service.NewRunner(env, ServerDefaults())
-	if err != nil {
-		return fmt.Errorf("config: %w", err)
+		return err
 	}
 
 	// Rules: a watched file, the single-bucket grid of FLOODGATE_LIMITER_PRINCIPAL_LIMIT, or the built-in grid.

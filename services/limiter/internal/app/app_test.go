@@ -124,18 +124,7 @@ func TestRunReverseProxyMode(t *testing.T) {
 	stacktest.WaitOK(t, "http://"+httpAddr+"/readyz", 10*time.Second)
 
 	id := redistest.Unique(t, "proxy_bot")
-	var codes []int
-	var last *http.Response
-	for range 3 {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+proxyAddr+"/channels/7/messages", nil)
-		req.Header.Set("X-Principal-Kind", "bot")
-		req.Header.Set("X-Principal-Id", id)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		resp.Body.Close()
-		codes = append(codes, resp.StatusCode)
-		last = resp
-	}
+	codes, last := stacktest.PostAs(t, "http://"+proxyAddr+"/channels/7/messages", "bot", id, 3)
 	require.Equal(t, []int{200, 200, 429}, codes)
 	require.Equal(t, 2, hits, "the denied request never reached the upstream")
 	require.Equal(t, "bot:"+id, seen, "the upstream reads the principal the check was made for")

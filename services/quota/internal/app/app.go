@@ -15,9 +15,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
-	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/service"
-	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/schemas/openapi"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/ledger"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/usageapi"
@@ -106,25 +104,18 @@ func PrintReport(w io.Writer, rep ledger.Report, asJSON bool) error {
 // drains: not ready, stop fetching, flush and commit, close clients.
 func Serve(ctx context.Context, env service.Env) error {
 	log, reg := env.Log, env.Registry
-	cfg, err := ledger.ConfigFromEnv(env.Getenv)
-	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	run, err := service.NewRunner(env, httpapi.DefaultServerConfig())
-	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	metrics := ledger.NewMetrics(reg)
-
-	rdb, err := redisx.Connect(ctx, redisx.Options{Addrs: cfg.RedisAddrs, DialTimeout: time.Second, Security: cfg.RedisSecurity}, log)
+	cfg, run, err := service.Start(env, ledger.ConfigFromEnv, httpapi.DefaultServerConfig())
 	if err != nil {
 		return err
 	}
-	run.Closer("redis", rdb.Close)
-	if cfg.Kafka, err = stream.Secure(ctx, cfg.KafkaBrokers, cfg.KafkaSecurity, 10*time.Second, log); err != nil {
-		_ = rdb.Close()
-		return fmt.Errorf("kafka: %w", err)
+	metrics := ledger.NewMetrics(reg)
+
+	rdb, ksec, err := run.Connect(ctx, service.Backends{RedisAddrs: cfg.RedisAddrs, RedisSecurity: cfg.RedisSecurity,
+		KafkaBrokers: cfg.KafkaBrokers, KafkaSecurity: cfg.KafkaSecurity})
+	if err != nil {
+		return err
 	}
+	cfg.Kafka = ksec
 	db, err := dynamo.NewClient(ctx, cfg.Dynamo)
 	if err != nil {
 		_ = rdb.Close()
