@@ -9,7 +9,11 @@
 //	go run ./loadtest/cmd/httpfloor -rounds 2 -duration 8s -conns 64
 //
 // It bounds what a leaner HTTP stack could take off the limiter's CPU per
-// check (docs/benchmarks.md, "Beside envoy ratelimit").
+// check (docs/benchmarks.md, "Beside envoy ratelimit"). With -rate it then
+// offers each server that many requests a second open loop (256 callers,
+// each latency from its request's due time, as peerbench's open-loop round):
+// the latency floor of this machine and generator for a server that does
+// next to nothing.
 package main
 
 import (
@@ -23,6 +27,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,6 +70,7 @@ func run() error {
 	rounds := flag.Int("rounds", 2, "rounds per server, alternating")
 	duration := flag.Duration("duration", 8*time.Second, "length of a round")
 	conns := flag.Int("conns", 64, "keep-alive connections, one caller each")
+	rate := flag.Float64("rate", 0, "then an open-loop round per server at this many requests/s; 0 = none")
 	flag.Parse()
 	if *serve != "" {
 		return serveWith(*serve)
@@ -87,27 +93,128 @@ func run() error {
 			fmt.Printf("| %d | %s | %.0f | %.1f |\n", r, s, float64(n)/elapsed.Seconds(), float64(cpu.Microseconds())/float64(max(n, 1)))
 		}
 	}
+	if *rate > 0 {
+		fmt.Printf("\nopen loop at %.0f requests/s, %s per server, at most %d in flight\n\n| server | p50 | p99 | p99.9 | errors |\n|---|---|---|---|---|\n", *rate, *duration, openWorkers)
+		for _, s := range []string{"nethttp", "fasthttp"} {
+			lat, errs, err := openRound(self, s, *duration, *rate)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("| %s | %s | %s | %s | %d |\n", s, quantile(lat, 0.5), quantile(lat, 0.99), quantile(lat, 0.999), errs)
+		}
+	}
 	return nil
+}
+
+// openWorkers bound the requests in flight in an open-loop round.
+const openWorkers = 256
+
+// start runs a server process and returns its address and a stop function.
+func start(self, server string) (string, *exec.Cmd, func(), error) {
+	cmd := exec.Command(self, "-serve", server)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, nil, err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return "", nil, nil, err
+	}
+	stop := func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	addr, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		stop()
+		return "", nil, nil, fmt.Errorf("%s: no address: %w", server, err)
+	}
+	return strings.TrimSpace(addr), cmd, stop, nil
+}
+
+// openRound offers rate requests/s to a server for d: a pacer releases each
+// request at its due time (in 200 µs steps) to openWorkers callers, and each
+// latency runs from the due time.
+func openRound(self, server string, d time.Duration, rate float64) ([]time.Duration, int64, error) {
+	addr, _, stop, err := start(self, server)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer stop()
+	client := &fasthttp.HostClient{Addr: addr, MaxConns: openWorkers}
+	var warm sync.WaitGroup
+	for range openWorkers { // dial every connection before the clock starts
+		warm.Add(1)
+		go func() {
+			defer warm.Done()
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			req.SetRequestURI("http://" + addr + "/v1/check")
+			req.Header.SetMethod(fasthttp.MethodPost)
+			req.SetBodyRaw(body)
+			_ = client.Do(req, resp)
+		}()
+	}
+	warm.Wait()
+	interval := time.Duration(float64(time.Second) / rate)
+	total := int(d / interval)
+	due := make(chan time.Time, openWorkers*4)
+	lats := make([][]time.Duration, openWorkers)
+	var errs atomic.Int64
+	var wg sync.WaitGroup
+	for w := range openWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			req.SetRequestURI("http://" + addr + "/v1/check")
+			req.Header.SetMethod(fasthttp.MethodPost)
+			req.Header.SetContentType("application/json")
+			req.SetBodyRaw(body)
+			for at := range due {
+				if client.Do(req, resp) != nil || resp.StatusCode() != http.StatusOK {
+					errs.Add(1)
+				}
+				lats[w] = append(lats[w], time.Since(at))
+			}
+		}()
+	}
+	startAt := time.Now()
+	for sent := 0; sent < total; {
+		for now := time.Now(); sent < total; sent++ {
+			at := startAt.Add(time.Duration(sent) * interval)
+			if at.After(now) {
+				break
+			}
+			due <- at
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	close(due)
+	wg.Wait()
+	var all []time.Duration
+	for _, l := range lats {
+		all = append(all, l...)
+	}
+	slices.Sort(all)
+	return all, errs.Load(), nil
+}
+
+func quantile(lat []time.Duration, q float64) string {
+	if len(lat) == 0 {
+		return "-"
+	}
+	return lat[min(len(lat)-1, int(q*float64(len(lat))))].Round(10 * time.Microsecond).String()
 }
 
 // round starts a server process and loads it for d; it returns the answers,
 // the server's CPU time over the load and the load's wall time.
 func round(self, server string, d time.Duration, conns int) (int64, time.Duration, time.Duration, error) {
-	cmd := exec.Command(self, "-serve", server)
-	out, err := cmd.StdoutPipe()
+	addr, cmd, stop, err := start(self, server)
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return 0, 0, 0, err
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	addr, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		return 0, 0, 0, fmt.Errorf("%s: no address: %w", server, err)
-	}
-	addr = strings.TrimSpace(addr)
+	defer stop()
 	client := &fasthttp.HostClient{Addr: addr, MaxConns: conns}
 	call := func(req *fasthttp.Request, resp *fasthttp.Response) bool {
 		return client.Do(req, resp) == nil && resp.StatusCode() == http.StatusOK

@@ -305,10 +305,7 @@ func protoCaller(proto string, t target, domain string, conns int) (func(ctx con
 }
 
 func load(ctx context.Context, t target, call func(ctx context.Context, worker, user int) error, d time.Duration, callers, users int) result {
-	// Warm the connections.
-	for i := 0; i < callers; i++ {
-		_ = call(ctx, i, 0)
-	}
+	warm(ctx, call, callers)
 	var calls, errs atomic.Int64
 	lats := make([][]time.Duration, callers)
 	end := time.Now().Add(d)
@@ -343,6 +340,21 @@ func load(ctx context.Context, t target, call func(ctx context.Context, worker, 
 	return result{name: t.name, calls: calls.Load(), errors: errs.Load(), duration: elapsed, cpu: cpu, procs: procs, lat: lat}
 }
 
+// warm makes one call from each of n callers at once, so that every
+// connection the round will use is dialed before its clock starts (calls
+// one after another would all ride one HTTP connection).
+func warm(ctx context.Context, call func(ctx context.Context, worker, user int) error, n int) {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = call(ctx, i, 0)
+		}()
+	}
+	wg.Wait()
+}
+
 // openWorkers bound the calls in flight in an open-loop round: enough that
 // a service answering in a few ms keeps up with 10,000 calls/s.
 const openWorkers = 256
@@ -373,9 +385,7 @@ func openRounds(ctx context.Context, proto string, targets []target, domain stri
 // due time (in 200 µs steps; a step's calls keep their own due times) to
 // openWorkers callers, and each latency runs from the due time.
 func openLoad(ctx context.Context, t target, call func(ctx context.Context, worker, user int) error, d time.Duration, rate float64, users int) envoypeer.OpenResult {
-	for i := 0; i < openWorkers; i++ { // warm the connections
-		_ = call(ctx, i, 0)
-	}
+	warm(ctx, call, openWorkers)
 	interval := time.Duration(float64(time.Second) / rate)
 	total := int(d / interval)
 	due := make(chan time.Time, openWorkers*4)
