@@ -27,7 +27,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +36,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/floodgate-dev/floodgate/loadtest/internal/cputime"
+	"github.com/floodgate-dev/floodgate/loadtest/internal/openloop"
 )
 
 // checkBody is the request's shape (POST /v1/check).
@@ -129,9 +129,9 @@ func start(self, server string) (string, *exec.Cmd, func(), error) {
 	return strings.TrimSpace(addr), cmd, stop, nil
 }
 
-// openRound offers rate requests/s to a server for d: a pacer releases each
-// request at its due time (in 200 µs steps) to openWorkers callers, and each
-// latency runs from the due time.
+// openRound offers rate requests/s to a server for d from openWorkers
+// callers (openloop: each latency from its request's due time), every
+// connection dialed first.
 func openRound(self, server string, d time.Duration, rate float64) ([]time.Duration, int64, error) {
 	addr, _, stop, err := start(self, server)
 	if err != nil {
@@ -139,72 +139,41 @@ func openRound(self, server string, d time.Duration, rate float64) ([]time.Durat
 	}
 	defer stop()
 	client := &fasthttp.HostClient{Addr: addr, MaxConns: openWorkers}
+	reqs, resps := make([]*fasthttp.Request, openWorkers), make([]*fasthttp.Response, openWorkers)
+	for w := range reqs {
+		reqs[w], resps[w] = checkRequest(addr), fasthttp.AcquireResponse()
+	}
+	call := func(w int) error {
+		if err := client.Do(reqs[w], resps[w]); err != nil {
+			return err
+		}
+		if code := resps[w].StatusCode(); code != http.StatusOK {
+			return fmt.Errorf("status %d", code)
+		}
+		return nil
+	}
 	var warm sync.WaitGroup
-	for range openWorkers { // dial every connection before the clock starts
+	for w := range openWorkers { // dial every connection before the clock starts
 		warm.Add(1)
-		go func() {
-			defer warm.Done()
-			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(resp)
-			req.SetRequestURI("http://" + addr + "/v1/check")
-			req.Header.SetMethod(fasthttp.MethodPost)
-			req.SetBodyRaw(body)
-			_ = client.Do(req, resp)
-		}()
+		go func() { defer warm.Done(); _ = call(w) }()
 	}
 	warm.Wait()
-	interval := time.Duration(float64(time.Second) / rate)
-	total := int(d / interval)
-	due := make(chan time.Time, openWorkers*4)
-	lats := make([][]time.Duration, openWorkers)
-	var errs atomic.Int64
-	var wg sync.WaitGroup
-	for w := range openWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(resp)
-			req.SetRequestURI("http://" + addr + "/v1/check")
-			req.Header.SetMethod(fasthttp.MethodPost)
-			req.Header.SetContentType("application/json")
-			req.SetBodyRaw(body)
-			for at := range due {
-				if client.Do(req, resp) != nil || resp.StatusCode() != http.StatusOK {
-					errs.Add(1)
-				}
-				lats[w] = append(lats[w], time.Since(at))
-			}
-		}()
-	}
-	startAt := time.Now()
-	for sent := 0; sent < total; {
-		for now := time.Now(); sent < total; sent++ {
-			at := startAt.Add(time.Duration(sent) * interval)
-			if at.After(now) {
-				break
-			}
-			due <- at
-		}
-		time.Sleep(200 * time.Microsecond)
-	}
-	close(due)
-	wg.Wait()
-	var all []time.Duration
-	for _, l := range lats {
-		all = append(all, l...)
-	}
-	slices.Sort(all)
-	return all, errs.Load(), nil
+	lat, errs := openloop.Run(rate, d, openWorkers, call)
+	return lat, errs, nil
+}
+
+// checkRequest is a POST /v1/check of body to addr.
+func checkRequest(addr string) *fasthttp.Request {
+	req := fasthttp.AcquireRequest()
+	req.SetRequestURI("http://" + addr + "/v1/check")
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.SetBodyRaw(body)
+	return req
 }
 
 func quantile(lat []time.Duration, q float64) string {
-	if len(lat) == 0 {
-		return "-"
-	}
-	return lat[min(len(lat)-1, int(q*float64(len(lat))))].Round(10 * time.Microsecond).String()
+	return openloop.Quantile(lat, q).Round(10 * time.Microsecond).String()
 }
 
 // round starts a server process and loads it for d; it returns the answers,
@@ -226,13 +195,9 @@ func round(self, server string, d time.Duration, conns int) (int64, time.Duratio
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+				req, resp := checkRequest(addr), fasthttp.AcquireResponse()
 				defer fasthttp.ReleaseRequest(req)
 				defer fasthttp.ReleaseResponse(resp)
-				req.SetRequestURI("http://" + addr + "/v1/check")
-				req.Header.SetMethod(fasthttp.MethodPost)
-				req.Header.SetContentType("application/json")
-				req.SetBodyRaw(body)
 				for time.Now().Before(until) {
 					ok := call(req, resp)
 					if count && ok {

@@ -49,6 +49,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/loadtest/envoypeer"
 	"github.com/floodgate-dev/floodgate/loadtest/internal/cputime"
+	"github.com/floodgate-dev/floodgate/loadtest/internal/openloop"
 )
 
 func main() {
@@ -381,50 +382,18 @@ func openRounds(ctx context.Context, proto string, targets []target, domain stri
 	return out, nil
 }
 
-// openLoad offers rate calls/s to t for d: a pacer releases each call at its
-// due time (in 200 µs steps; a step's calls keep their own due times) to
-// openWorkers callers, and each latency runs from the due time.
+// openLoad offers rate calls/s to t for d from openWorkers callers
+// (openloop: each latency from its call's due time).
 func openLoad(ctx context.Context, t target, call func(ctx context.Context, worker, user int) error, d time.Duration, rate float64, users int) envoypeer.OpenResult {
 	warm(ctx, call, openWorkers)
-	interval := time.Duration(float64(time.Second) / rate)
-	total := int(d / interval)
-	due := make(chan time.Time, openWorkers*4)
-	lats := make([][]time.Duration, openWorkers)
-	var errs atomic.Int64
-	var wg sync.WaitGroup
-	for w := 0; w < openWorkers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(w), 11))
-			for at := range due {
-				if err := call(ctx, w, rng.IntN(users)); err != nil {
-					errs.Add(1)
-				}
-				lats[w] = append(lats[w], time.Since(at))
-			}
-		}()
+	rngs := make([]*rand.Rand, openWorkers)
+	for w := range rngs {
+		rngs[w] = rand.New(rand.NewPCG(uint64(w), 11))
 	}
 	start := time.Now()
-	for sent := 0; sent < total; {
-		for now := time.Now(); sent < total; sent++ {
-			at := start.Add(time.Duration(sent) * interval)
-			if at.After(now) {
-				break
-			}
-			due <- at // blocks only when every worker is busy: the wait is charged to the service
-		}
-		time.Sleep(200 * time.Microsecond)
-	}
-	close(due)
-	wg.Wait()
+	lat, errs := openloop.Run(rate, d, openWorkers, func(w int) error { return call(ctx, w, rngs[w].IntN(users)) })
 	elapsed := time.Since(start)
-	var lat []time.Duration
-	for _, l := range lats {
-		lat = append(lat, l...)
-	}
-	slices.Sort(lat)
-	return envoypeer.OpenResult{Name: t.name, Offered: rate, Achieved: float64(len(lat)) / elapsed.Seconds(), Calls: int64(len(lat)), Errors: errs.Load(),
+	return envoypeer.OpenResult{Name: t.name, Offered: rate, Achieved: float64(len(lat)) / elapsed.Seconds(), Calls: int64(len(lat)), Errors: errs,
 		P50Ms: msOf(q(lat, 0.5)), P99Ms: msOf(q(lat, 0.99)), P999Ms: msOf(q(lat, 0.999))}
 }
 
@@ -434,10 +403,7 @@ func req(domain string, user int) *rlsv3.RateLimitRequest {
 }
 
 func q(lat []time.Duration, f float64) time.Duration {
-	if len(lat) == 0 {
-		return 0
-	}
-	return lat[min(len(lat)-1, int(f*float64(len(lat))))].Round(10 * time.Microsecond)
+	return openloop.Quantile(lat, f).Round(10 * time.Microsecond)
 }
 
 type limiterAddrs struct {
