@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/floodgate-dev/floodgate/loadtest/internal/promtext"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-dev/floodgate/pkg/deferred"
@@ -399,26 +401,16 @@ func perSecond(answers []sentAnswer, t0 time.Time) string {
 	return strings.Join(out, ", ")
 }
 
-// refusedByReason reads floodgate_deferred_refused_total from a service's /metrics.
+// refusedByReason reads floodgate_deferred_refused_total (and the 202s with
+// status unknown) from a service's /metrics.
 func refusedByReason(ctx context.Context, s *Service) string {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.Addr+"/metrics", nil)
+	e, err := promtext.Get(ctx, "http://"+s.Addr+"/metrics")
 	if err != nil {
 		return err.Error()
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err.Error()
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	var out []string
-	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, "floodgate_deferred_refused_total{") {
-			out = append(out, strings.TrimPrefix(line, "floodgate_deferred_refused_total"))
-		}
-		if strings.HasPrefix(line, "floodgate_deferred_unknown_total{") { // 202 with status unknown
-			out = append(out, "unknown"+strings.TrimPrefix(line, "floodgate_deferred_unknown_total"))
-		}
+	out := e.Series("floodgate_deferred_refused_total")
+	for _, u := range e.Series("floodgate_deferred_unknown_total") {
+		out = append(out, "unknown"+u)
 	}
 	return strings.Join(out, "; ")
 }

@@ -1,14 +1,14 @@
 package chaos
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/floodgate-dev/floodgate/loadtest/internal/promtext"
 )
 
 // Service is a started Floodgate service with its HTTP address.
@@ -88,36 +88,18 @@ func (e *Env) StartDetector(ctx context.Context, b *Broker, r *Redis, group, inf
 	return e.startService(ctx, "detector", append(env, extra...))
 }
 
-// Metric sums the samples of a Prometheus metric on the service's /metrics.
+// Metric sums the samples of a Prometheus metric on the service's /metrics
+// (a name, or a series written out: promtext.Exposition.Sum).
 func (s *Service) Metric(ctx context.Context, name string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.Addr+"/metrics", nil)
+	e, err := promtext.Get(ctx, "http://"+s.Addr+"/metrics")
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%s: %w", s.Name, err)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("scrape %s: %w", s.Name, err)
-	}
-	defer resp.Body.Close()
-	var sum float64
-	found := false
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != ' ' && line[len(name)] != '{') {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err == nil {
-			sum += v
-			found = true
-		}
-	}
-	if !found {
+	v, ok := e.Sum(name)
+	if !ok {
 		return 0, fmt.Errorf("%s: no metric %s", s.Name, name)
 	}
-	return sum, sc.Err()
+	return v, nil
 }
 
 // closedURL is an http URL on a port nothing listens on ("down").
