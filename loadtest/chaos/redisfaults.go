@@ -61,10 +61,12 @@ func RedisSlow(ctx context.Context, e *Env, s Size, r *Result) error {
 	_ = sleep(ctx, phase)
 	t40, dial40 := time.Now(), accepted()
 	pipes40, within40 := pipelines(ctx, lim)
+	miss40 := poolMisses(ctx, lim)
 	try(px.SetDelay(ctx, 40*time.Millisecond))
 	_ = sleep(ctx, phase)
 	calm, dialCalm := time.Now(), accepted()
 	pipesCalm, withinCalm := pipelines(ctx, lim)
+	missCalm := poolMisses(ctx, lim)
 	late, lateMost, err := px.Late(ctx)
 	try(err)
 	try(px.SetDelay(ctx, 0))
@@ -94,8 +96,8 @@ func RedisSlow(ctx context.Context, e *Env, s Size, r *Result) error {
 		return err
 	}
 	r.metric("+20 ms", "%d checks, %d degraded, p50 %s, p99 %s; %d Redis connections dialed", w20.Sent, w20.Degraded, ms(w20.P50), ms(w20.P99), dial40-dial20)
-	r.metric("+40 ms", "%d checks, %d degraded, p50 %s, p99 %s; %d Redis connections dialed; %.0f pipelines, %.0f of them past the 50 ms budget",
-		w40.Sent, w40.Degraded, ms(w40.P50), ms(w40.P99), dialCalm-dial40, pipesCalm-pipes40, (pipesCalm-pipes40)-(withinCalm-within40))
+	r.metric("+40 ms", "%d checks, %d degraded, p50 %s, p99 %s; %d Redis connections dialed, %.0f of them for a command that found none idle; %.0f pipelines, %.0f of them past the 50 ms budget",
+		w40.Sent, w40.Degraded, ms(w40.P50), ms(w40.P99), dialCalm-dial40, missCalm-miss40, pipesCalm-pipes40, (pipesCalm-pipes40)-(withinCalm-within40))
 	priority := "normal priority (chrt refused)"
 	if px.RealTime {
 		priority = "real-time (chrt -f 1)"
@@ -108,6 +110,16 @@ func RedisSlow(ctx context.Context, e *Env, s Size, r *Result) error {
 	r.require("60 ms stall: degraded for at most 300 ms", span <= 300*time.Millisecond, "%s", ms(span))
 	r.require("60 ms stall: at most one line per kind", trips <= 1 && errLines <= 1, "%d breaker, %d errors", trips, errLines)
 	return nil
+}
+
+// poolMisses reads how many of the limiter's Redis commands so far found no
+// idle connection (NaN when /metrics cannot be read).
+func poolMisses(ctx context.Context, lim *Service) float64 {
+	n, err := lim.Metric(ctx, "floodgate_redis_pool_misses_total")
+	if err != nil {
+		return math.NaN()
+	}
+	return n
 }
 
 // pipelines reads the limiter's pipeline round trips so far: all of them, and

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/tick"
@@ -43,6 +44,22 @@ type Options struct {
 	Security config.RedisSecurity
 }
 
+// dialTimeout is DialTimeout, or go-redis's default when unset; it bounds a
+// new connection's HELLO too.
+func (o Options) dialTimeout() time.Duration {
+	if o.DialTimeout > 0 {
+		return o.DialTimeout
+	}
+	return 5 * time.Second
+}
+
+// noMaint turns off go-redis's maintenance notifications: only Redis
+// Enterprise and Cloud serve them, and in its default "auto" mode go-redis
+// asks every server once, a round trip on a connection's first command.
+func noMaint() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+}
+
 // Validate checks the options; errors name the environment variables.
 func (o Options) Validate() error {
 	if o.SentinelMaster != "" {
@@ -65,10 +82,12 @@ func (o Options) Validate() error {
 // address. go-redis routes EVALSHA by the first key's slot, which the hash-tag
 // key layout keeps on the principal's slot.
 //
-// Every connection is ready after one round trip (HELLO; no CLIENT SETINFO),
-// and pipelines share the main pool (PipelinePoolSize -1), which keeps
-// MinIdleConns dialed ahead: go-redis's dedicated pipeline pool never dials
-// ahead, so behind a slow link a pipeline whose connection had been closed by
+// Every connection is ready when it is dialed: the dial sends HELLO (no
+// CLIENT SETINFO, no maintenance notifications, which only Redis Enterprise
+// serves) and reads its reply (handshakeAhead), so a connection the pool
+// dialed ahead costs a command no extra round trip. Pipelines share the main
+// pool (PipelinePoolSize -1), which keeps MinIdleConns dialed ahead:
+// go-redis's dedicated pipeline pool never dials ahead, so behind a slow link a pipeline whose connection had been closed by
 // a timeout dialed a new one and paid two handshake round trips inside its
 // budget, timed out in turn, and so on (78 dials and 850 degraded answers in
 // 10 s at +40 ms, chaos redis-slow). A call's socket is bounded by
@@ -80,10 +99,12 @@ func (o Options) Validate() error {
 // Sentinel where the master is now.
 func NewClient(o Options) redis.UniversalClient {
 	sec := o.Security
+	hello := helloCommand(3, sec.Username, sec.Password.Reveal())
 	if o.SentinelMaster == "" && len(o.Addrs) > 1 {
 		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: o.Addrs, DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
-			WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns, DisableIdentity: true,
+			Addrs: o.Addrs, Dialer: handshakeAhead(defaultDialer(o.dialTimeout(), sec.TLS), hello, o.dialTimeout()),
+			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
+			WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns, DisableIdentity: true, MaintNotificationsConfig: noMaint(),
 			Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
 		})
 	}
@@ -96,12 +117,16 @@ func NewClient(o Options) redis.UniversalClient {
 			Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
 			SentinelUsername: sec.SentinelUsername, SentinelPassword: sec.SentinelPassword.Reveal(),
 		})
+		// Its Dialer also dials the sentinels (with their own credentials):
+		// the handshake goes ahead on the master's connections only.
+		n.AddHook(readyHook{hello: hello, timeout: o.dialTimeout()})
 		n.mode = "sentinel"
 	} else {
 		n.Client = redis.NewClient(&redis.Options{
-			Addr: o.Addrs[0], DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
+			Addr: o.Addrs[0], Dialer: handshakeAhead(defaultDialer(o.dialTimeout(), sec.TLS), hello, o.dialTimeout()),
+			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
 			WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns,
-			PipelinePoolSize: -1, DisableIdentity: true,
+			PipelinePoolSize: -1, DisableIdentity: true, MaintNotificationsConfig: noMaint(),
 			Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
 		})
 		n.mode = "standalone"
@@ -146,6 +171,23 @@ func (h genHook) DialHook(next redis.DialHook) redis.DialHook {
 func (genHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 
 func (genHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// readyHook moves the handshake of a Node's connections into their dial
+// (handshakeAhead).
+type readyHook struct {
+	hello   []byte
+	timeout time.Duration
+}
+
+func (h readyHook) DialHook(next redis.DialHook) redis.DialHook {
+	return redis.DialHook(handshakeAhead(next, h.hello, h.timeout))
+}
+
+func (readyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (readyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
 

@@ -100,6 +100,7 @@ func Run(ctx context.Context, env service.Env) error {
 		ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout, Security: cfg.RedisSecurity,
 		MinIdleConns: 8}) // a shard's 4 pipelines in flight plus refunds, heartbeats and reloads: dialed ahead, not inside a check's budget
 	run.Closer("redis", rdb.Close)
+	reg.MustRegister(redisx.PoolCollector(rdb))
 	fail := func(err error) error {
 		_ = rdb.Close()
 		return err
