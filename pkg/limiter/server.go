@@ -247,15 +247,20 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	res := s.decideResult(r.Context(), did, &req)
 	bp := respBufs.Get().(*[]byte)
-	buf := appendCheckResponse((*bp)[:0], did, id, res)
+	s.answer(w, id, bp, appendCheckResponse((*bp)[:0], did, id, res))
+}
+
+// answer writes body (JSON built in *bp) with 200 and puts *bp back in the
+// pool, grown to body's capacity.
+func (s *Server) answer(w http.ResponseWriter, id string, bp *[]byte, body []byte) {
 	w.Header().Set("X-Request-Id", id)
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(buf)))
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
-	if _, err := w.Write(buf); err != nil {
+	if _, err := w.Write(body); err != nil {
 		s.log.Debug("write response", "err", err)
 	}
-	*bp = buf
+	*bp = body
 	respBufs.Put(bp)
 }
 
@@ -311,16 +316,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	wg.Wait()
 	bp := respBufs.Get().(*[]byte)
-	buf := appendBatchResponse((*bp)[:0], answers)
-	w.Header().Set("X-Request-Id", id)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(buf)))
-	w.WriteHeader(http.StatusOK)
-	if _, err := w.Write(buf); err != nil {
-		s.log.Debug("write response", "err", err)
-	}
-	*bp = buf
-	respBufs.Put(bp)
+	s.answer(w, id, bp, appendBatchResponse((*bp)[:0], answers))
 }
 
 // decide runs one validated check, records and publishes it, and builds the answer.
