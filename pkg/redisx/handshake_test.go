@@ -52,8 +52,9 @@ func firstUse(t *testing.T, rdb redis.UniversalClient, rtt time.Duration) (faste
 // (MinIdleConns) takes two round trips on first use (HELLO, then the
 // command) — the "plain go-redis" case pins that behaviour; when it fails,
 // go-redis initialises as it dials and handshakeAhead can go. A redisx
-// client's connections send HELLO as they are dialed: one round trip, over
-// plaintext and over TLS with an ACL user.
+// client's connections send HELLO as they are dialed: one round trip (under
+// 1.8, against 2 for the handshake), over plaintext and over TLS with an ACL
+// user.
 func TestDialedAheadConnectionsAreReadyOnFirstUse(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs redis-server")
@@ -81,7 +82,7 @@ func TestDialedAheadConnectionsAreReadyOnFirstUse(t *testing.T) {
 		rdb := redisx.NewClient(o)
 		t.Cleanup(func() { _ = rdb.Close() })
 		_, slowest := firstUse(t, rdb, rtt)
-		require.Less(t, slowest, rtt*17/10, "a connection dialed ahead is ready: one round trip")
+		require.Less(t, slowest, rtt*18/10, "a connection dialed ahead is ready: one round trip")
 	})
 	t.Run("redisx over TLS as an ACL user", func(t *testing.T) {
 		ca := tlstest.NewCA(t, "redis-handshake")
@@ -98,7 +99,7 @@ func TestDialedAheadConnectionsAreReadyOnFirstUse(t *testing.T) {
 		rdb := redisx.NewClient(o)
 		t.Cleanup(func() { _ = rdb.Close() })
 		_, slowest := firstUse(t, rdb, rtt)
-		require.Less(t, slowest, rtt*17/10, "a TLS connection dialed ahead is ready: one round trip")
+		require.Less(t, slowest, rtt*18/10, "a TLS connection dialed ahead is ready: one round trip")
 	})
 }
 
