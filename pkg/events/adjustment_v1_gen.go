@@ -173,16 +173,13 @@ func DecodeAdjustment(data []byte) (Adjustment, error) {
 	return decodeEvent[Adjustment](data, TypeAdjustment, &objAdjustment)
 }
 
-var objAdjustment = object{event: true, props: []prop{
-	{name: "type", path: "type", kind: pConst, required: true},
-	{name: "id", path: "id", kind: pString, off: unsafe.Offsetof(Adjustment{}.ID), required: true, format: fmtID},
-	{name: "ts", path: "ts", kind: pTime, off: unsafe.Offsetof(Adjustment{}.TS), required: true},
-	{name: "scope", path: "scope", kind: pString, off: unsafe.Offsetof(Adjustment{}.Scope), required: true, format: fmtText, max: MaxScopeLen},
-	{name: "old_scale", path: "old_scale", kind: pFloat, off: unsafe.Offsetof(Adjustment{}.OldScale), required: true, flo: 0, excl: true, fhi: 10, hasHi: true},
-	{name: "new_scale", path: "new_scale", kind: pFloat, off: unsafe.Offsetof(Adjustment{}.NewScale), required: true, flo: 0, excl: true, fhi: 10, hasHi: true},
-	{name: "signals", path: "signals", kind: pStruct, off: unsafe.Offsetof(Adjustment{}.Signals), required: true, obj: &objSignals},
-	{name: "rule", path: "rule", kind: pString, off: unsafe.Offsetof(Adjustment{}.Rule), required: true, format: fmtText, max: MaxRuleLen},
-	{name: "dry_run", path: "dry_run", kind: pBool, off: unsafe.Offsetof(Adjustment{}.DryRun), required: true},
-	{name: "actor", path: "actor", kind: pStruct, off: unsafe.Offsetof(Adjustment{}.Actor), required: true, obj: &objActor},
-	{name: "reason", path: "reason", kind: pString, off: unsafe.Offsetof(Adjustment{}.Reason), format: fmtMultilineText, max: MaxReasonLen},
-}}
+var objAdjustment = object{event: true, props: envelope(
+	prop{name: "scope", path: "scope", kind: pString, off: unsafe.Offsetof(Adjustment{}.Scope), required: true, format: fmtText, max: MaxScopeLen},
+	prop{name: "old_scale", path: "old_scale", kind: pFloat, off: unsafe.Offsetof(Adjustment{}.OldScale), required: true, flo: 0, excl: true, fhi: 10, hasHi: true},
+	prop{name: "new_scale", path: "new_scale", kind: pFloat, off: unsafe.Offsetof(Adjustment{}.NewScale), required: true, flo: 0, excl: true, fhi: 10, hasHi: true},
+	prop{name: "signals", path: "signals", kind: pStruct, off: unsafe.Offsetof(Adjustment{}.Signals), required: true, obj: &objSignals},
+	prop{name: "rule", path: "rule", kind: pString, off: unsafe.Offsetof(Adjustment{}.Rule), required: true, format: fmtText, max: MaxRuleLen},
+	prop{name: "dry_run", path: "dry_run", kind: pBool, off: unsafe.Offsetof(Adjustment{}.DryRun), required: true},
+	prop{name: "actor", path: "actor", kind: pStruct, off: unsafe.Offsetof(Adjustment{}.Actor), required: true, obj: &objActor},
+	prop{name: "reason", path: "reason", kind: pString, off: unsafe.Offsetof(Adjustment{}.Reason), format: fmtMultilineText, max: MaxReasonLen},
+)}

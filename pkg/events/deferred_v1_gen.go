@@ -197,22 +197,19 @@ func DecodeDeferred(data []byte) (Deferred, error) {
 	return decodeEvent[Deferred](data, TypeDeferred, &objDeferred)
 }
 
-var objDeferred = object{event: true, props: []prop{
-	{name: "type", path: "type", kind: pConst, required: true},
-	{name: "id", path: "id", kind: pString, off: unsafe.Offsetof(Deferred{}.ID), required: true, format: fmtID},
-	{name: "ts", path: "ts", kind: pTime, off: unsafe.Offsetof(Deferred{}.TS), required: true},
-	{name: "deadline", path: "deadline", kind: pTime, off: unsafe.Offsetof(Deferred{}.Deadline), required: true},
-	{name: "principal", path: "principal", kind: pStruct, off: unsafe.Offsetof(Deferred{}.Principal), required: true, obj: &objPrincipal},
-	{name: "ip", path: "ip", kind: pIP, off: unsafe.Offsetof(Deferred{}.IP), required: true},
-	{name: "method", path: "method", kind: pEnum, off: unsafe.Offsetof(Deferred{}.Method), required: true, enum: enumMethod},
-	{name: "route", path: "route", kind: pString, off: unsafe.Offsetof(Deferred{}.Route), required: true, format: fmtRoute},
-	{name: "resource", path: "resource", kind: pString, off: unsafe.Offsetof(Deferred{}.Resource), format: fmtResource},
-	{name: "path", path: "path", kind: pString, off: unsafe.Offsetof(Deferred{}.Path), required: true, format: fmtText, max: MaxPathLen},
-	{name: "query", path: "query", kind: pString, off: unsafe.Offsetof(Deferred{}.Query), format: fmtText, max: MaxQueryLen},
-	{name: "headers", path: "headers", kind: pList, off: unsafe.Offsetof(Deferred{}.Headers), required: true, max: MaxDeferredHeaders, obj: &objHeader},
-	{name: "body", path: "body", kind: pString, off: unsafe.Offsetof(Deferred{}.Body), format: fmtBase64, max: MaxBodyB64Len},
-	{name: "decision_id", path: "decision_id", kind: pString, off: unsafe.Offsetof(Deferred{}.DecisionID), required: true, format: fmtID},
-	{name: "rule", path: "rule", kind: pString, off: unsafe.Offsetof(Deferred{}.Rule), required: true, format: fmtText, max: MaxRuleLen},
-	{name: "shed", path: "shed", kind: pBool, off: unsafe.Offsetof(Deferred{}.Shed)},
-	{name: "gateway", path: "gateway", kind: pString, off: unsafe.Offsetof(Deferred{}.Gateway), required: true, format: fmtText, max: MaxGatewayLen},
-}}
+var objDeferred = object{event: true, props: envelope(
+	prop{name: "deadline", path: "deadline", kind: pTime, off: unsafe.Offsetof(Deferred{}.Deadline), required: true},
+	prop{name: "principal", path: "principal", kind: pStruct, off: unsafe.Offsetof(Deferred{}.Principal), required: true, obj: &objPrincipal},
+	prop{name: "ip", path: "ip", kind: pIP, off: unsafe.Offsetof(Deferred{}.IP), required: true},
+	prop{name: "method", path: "method", kind: pEnum, off: unsafe.Offsetof(Deferred{}.Method), required: true, enum: enumMethod},
+	prop{name: "route", path: "route", kind: pString, off: unsafe.Offsetof(Deferred{}.Route), required: true, format: fmtRoute},
+	prop{name: "resource", path: "resource", kind: pString, off: unsafe.Offsetof(Deferred{}.Resource), format: fmtResource},
+	prop{name: "path", path: "path", kind: pString, off: unsafe.Offsetof(Deferred{}.Path), required: true, format: fmtText, max: MaxPathLen},
+	prop{name: "query", path: "query", kind: pString, off: unsafe.Offsetof(Deferred{}.Query), format: fmtText, max: MaxQueryLen},
+	prop{name: "headers", path: "headers", kind: pList, off: unsafe.Offsetof(Deferred{}.Headers), required: true, max: MaxDeferredHeaders, obj: &objHeader},
+	prop{name: "body", path: "body", kind: pString, off: unsafe.Offsetof(Deferred{}.Body), format: fmtBase64, max: MaxBodyB64Len},
+	prop{name: "decision_id", path: "decision_id", kind: pString, off: unsafe.Offsetof(Deferred{}.DecisionID), required: true, format: fmtID},
+	prop{name: "rule", path: "rule", kind: pString, off: unsafe.Offsetof(Deferred{}.Rule), required: true, format: fmtText, max: MaxRuleLen},
+	prop{name: "shed", path: "shed", kind: pBool, off: unsafe.Offsetof(Deferred{}.Shed)},
+	prop{name: "gateway", path: "gateway", kind: pString, off: unsafe.Offsetof(Deferred{}.Gateway), required: true, format: fmtText, max: MaxGatewayLen},
+)}

@@ -62,6 +62,24 @@ const (
 	pList                      // a slice of objects of table obj
 )
 
+// envelope returns the members every event starts with, its CloudEvents
+// attributes "type", "id" and "ts", then props: the table of an event's
+// members. (The generator gives an event these first members only when its
+// struct starts with ID and TS, as eventHead does: hasEnvelope.)
+func envelope(props ...prop) []prop {
+	return append([]prop{
+		{name: "type", path: "type", kind: pConst, required: true},
+		{name: "id", path: "id", kind: pString, off: unsafe.Offsetof(eventHead{}.ID), required: true, format: fmtID},
+		{name: "ts", path: "ts", kind: pTime, off: unsafe.Offsetof(eventHead{}.TS), required: true},
+	}, props...)
+}
+
+// eventHead is how the struct of every event with an envelope starts.
+type eventHead struct {
+	ID string
+	TS time.Time
+}
+
 // sliceHeader is the layout of a slice, for growOf.
 type sliceHeader struct {
 	data     unsafe.Pointer

@@ -160,19 +160,16 @@ func DecodeRulesVersion(data []byte) (RulesVersion, error) {
 	return decodeEvent[RulesVersion](data, TypeRulesVersion, &objRulesVersion)
 }
 
-var objRulesVersion = object{event: true, props: []prop{
-	{name: "type", path: "type", kind: pConst, required: true},
-	{name: "id", path: "id", kind: pString, off: unsafe.Offsetof(RulesVersion{}.ID), required: true, format: fmtID},
-	{name: "ts", path: "ts", kind: pTime, off: unsafe.Offsetof(RulesVersion{}.TS), required: true},
-	{name: "version", path: "version", kind: pInt64, off: unsafe.Offsetof(RulesVersion{}.Version), required: true, lo: 1, hi: MaxSafeInteger},
-	{name: "state", path: "state", kind: pEnum, off: unsafe.Offsetof(RulesVersion{}.State), required: true, enum: enumRulesState},
-	{name: "rules", path: "rules", kind: pString, off: unsafe.Offsetof(RulesVersion{}.Rules), required: true, format: fmtMultilineText, max: MaxRulesYAMLLen},
-	{name: "author", path: "author", kind: pString, off: unsafe.Offsetof(RulesVersion{}.Author), required: true, format: fmtText, max: MaxAuthorLen},
-	{name: "reason", path: "reason", kind: pString, off: unsafe.Offsetof(RulesVersion{}.Reason), required: true, format: fmtMultilineText, max: MaxReasonLen},
-	{name: "created_at", path: "created_at", kind: pTime, off: unsafe.Offsetof(RulesVersion{}.CreatedAt), required: true},
-	{name: "parent_version", path: "parent_version", kind: pInt64, off: unsafe.Offsetof(RulesVersion{}.ParentVersion), lo: 1, hi: MaxSafeInteger},
-	{name: "shadow_for_ms", path: "shadow_for_ms", kind: pInt64, off: unsafe.Offsetof(RulesVersion{}.ShadowForMs), lo: 1, hi: 604_800_000},
-	{name: "watch_for_ms", path: "watch_for_ms", kind: pInt64, off: unsafe.Offsetof(RulesVersion{}.WatchForMs), lo: 1, hi: 604_800_000},
-	{name: "max_critical_block_share", path: "max_critical_block_share", kind: pFloat, off: unsafe.Offsetof(RulesVersion{}.MaxCriticalBlockShare), flo: 0, excl: true, fhi: 1, hasHi: true},
-	{name: "min_critical", path: "min_critical", kind: pInt64, off: unsafe.Offsetof(RulesVersion{}.MinCritical), lo: 1, hi: 1_000_000},
-}}
+var objRulesVersion = object{event: true, props: envelope(
+	prop{name: "version", path: "version", kind: pInt64, off: unsafe.Offsetof(RulesVersion{}.Version), required: true, lo: 1, hi: MaxSafeInteger},
+	prop{name: "state", path: "state", kind: pEnum, off: unsafe.Offsetof(RulesVersion{}.State), required: true, enum: enumRulesState},
+	prop{name: "rules", path: "rules", kind: pString, off: unsafe.Offsetof(RulesVersion{}.Rules), required: true, format: fmtMultilineText, max: MaxRulesYAMLLen},
+	prop{name: "author", path: "author", kind: pString, off: unsafe.Offsetof(RulesVersion{}.Author), required: true, format: fmtText, max: MaxAuthorLen},
+	prop{name: "reason", path: "reason", kind: pString, off: unsafe.Offsetof(RulesVersion{}.Reason), required: true, format: fmtMultilineText, max: MaxReasonLen},
+	prop{name: "created_at", path: "created_at", kind: pTime, off: unsafe.Offsetof(RulesVersion{}.CreatedAt), required: true},
+	prop{name: "parent_version", path: "parent_version", kind: pInt64, off: unsafe.Offsetof(RulesVersion{}.ParentVersion), lo: 1, hi: MaxSafeInteger},
+	prop{name: "shadow_for_ms", path: "shadow_for_ms", kind: pInt64, off: unsafe.Offsetof(RulesVersion{}.ShadowForMs), lo: 1, hi: 604_800_000},
+	prop{name: "watch_for_ms", path: "watch_for_ms", kind: pInt64, off: unsafe.Offsetof(RulesVersion{}.WatchForMs), lo: 1, hi: 604_800_000},
+	prop{name: "max_critical_block_share", path: "max_critical_block_share", kind: pFloat, off: unsafe.Offsetof(RulesVersion{}.MaxCriticalBlockShare), flo: 0, excl: true, fhi: 1, hasHi: true},
+	prop{name: "min_critical", path: "min_critical", kind: pInt64, off: unsafe.Offsetof(RulesVersion{}.MinCritical), lo: 1, hi: 1_000_000},
+)}

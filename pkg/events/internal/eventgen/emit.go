@@ -584,8 +584,19 @@ func emitDecode(w *bytes.Buffer, st *structType, alloc map[*structType]map[strin
 	if alloc[st]["grow"] {
 		fmt.Fprintf(w, "grow: growOf[%s], ", st.name)
 	}
+	fields := st.fields
+	if st.event != nil && hasEnvelope(fields) {
+		// Every event starts with its CloudEvents attributes: one envelope
+		// (pkg/events object.go) holds their rows for all events.
+		w.WriteString("props: envelope(\n")
+		for _, f := range fields[3:] {
+			w.WriteString(strings.Replace(propRow(st, f), "{", "prop{", 1) + "\n")
+		}
+		w.WriteString(")}\n\n")
+		return
+	}
 	w.WriteString("props: []prop{\n")
-	for _, f := range st.fields {
+	for _, f := range fields {
 		w.WriteString(propRow(st, f) + "\n")
 	}
 	w.WriteString("}}\n\n")
