@@ -254,7 +254,7 @@ func (v *Window) validate() *ValidationError {
 	return c.err
 }
 
-var objWindow = object{path: "window", props: []prop{
+var objWindow = object{path: "window", need: 0b111, props: []prop{
 	{name: "start", path: "window.start", kind: pTime, off: unsafe.Offsetof(Window{}.Start), required: true},
 	{name: "end", path: "window.end", kind: pTime, off: unsafe.Offsetof(Window{}.End), required: true},
 	{name: "seconds", path: "window.seconds", kind: pInt64, off: unsafe.Offsetof(Window{}.Seconds), required: true, lo: 1, hi: MaxSafeInteger},
@@ -276,7 +276,7 @@ func (v *RouteCount) validate() *ValidationError {
 	return c.err
 }
 
-var objRouteCount = object{grow: growOf[RouteCount], props: []prop{
+var objRouteCount = object{need: 0b11, grow: growOf[RouteCount], props: []prop{
 	{name: "route", path: "route", kind: pString, off: unsafe.Offsetof(RouteCount{}.Route), required: true, format: fmtRoute},
 	{name: "count", path: "count", kind: pInt64, off: unsafe.Offsetof(RouteCount{}.Count), required: true, lo: 1, hi: MaxSafeInteger},
 }}
@@ -300,7 +300,7 @@ func (v *IPCount) validate() *ValidationError {
 	return c.err
 }
 
-var objIPCount = object{grow: growOf[IPCount], props: []prop{
+var objIPCount = object{need: 0b111, grow: growOf[IPCount], props: []prop{
 	{name: "ip", path: "ip", kind: pIP, off: unsafe.Offsetof(IPCount{}.IP), required: true},
 	{name: "count", path: "count", kind: pInt64, off: unsafe.Offsetof(IPCount{}.Count), required: true, lo: 1, hi: MaxSafeInteger},
 	{name: "shared_principals", path: "shared_principals", kind: pInt64, off: unsafe.Offsetof(IPCount{}.SharedPrincipals), required: true, lo: 0, hi: MaxSafeInteger},
@@ -325,7 +325,7 @@ func (v *EventRef) validate() *ValidationError {
 	return c.err
 }
 
-var objEventRef = object{path: "evidence.crossing_event", new: newOf[EventRef], props: []prop{
+var objEventRef = object{path: "evidence.crossing_event", need: 0b111, new: newOf[EventRef], props: []prop{
 	{name: "topic", path: "evidence.crossing_event.topic", kind: pString, off: unsafe.Offsetof(EventRef{}.Topic), required: true, format: fmtTopic},
 	{name: "partition", path: "evidence.crossing_event.partition", kind: pInt32, off: unsafe.Offsetof(EventRef{}.Partition), required: true, lo: 0, hi: 2147483647},
 	{name: "offset", path: "evidence.crossing_event.offset", kind: pInt64, off: unsafe.Offsetof(EventRef{}.Offset), required: true, lo: 0, hi: MaxSafeInteger},
@@ -356,7 +356,7 @@ func (v *Basis) validate() *ValidationError {
 	return c.err
 }
 
-var objBasis = object{path: "evidence.basis", new: newOf[Basis], props: []prop{
+var objBasis = object{path: "evidence.basis", need: 0b11111, new: newOf[Basis], props: []prop{
 	{name: "source", path: "evidence.basis.source", kind: pEnum, off: unsafe.Offsetof(Basis{}.Source), required: true, enum: enumBasisSource},
 	{name: "baseline_kind", path: "evidence.basis.baseline_kind", kind: pEnum, off: unsafe.Offsetof(Basis{}.BaselineKind), required: true, enum: enumPrincipalKind},
 	{name: "denial_ratio", path: "evidence.basis.denial_ratio", kind: pFloat, off: unsafe.Offsetof(Basis{}.DenialRatio), required: true, flo: 0, fhi: 1, hasHi: true},
@@ -426,7 +426,7 @@ func (v *Evidence) validate() *ValidationError {
 	return c.err
 }
 
-var objEvidence = object{path: "evidence", props: []prop{
+var objEvidence = object{path: "evidence", need: 0b00111111111, props: []prop{
 	{name: "observed_rate", path: "evidence.observed_rate", kind: pFloat, off: unsafe.Offsetof(Evidence{}.ObservedRate), required: true, flo: 0},
 	{name: "baseline_rate", path: "evidence.baseline_rate", kind: pFloat, off: unsafe.Offsetof(Evidence{}.BaselineRate), required: true, flo: 0},
 	{name: "threshold", path: "evidence.threshold", kind: pFloat, off: unsafe.Offsetof(Evidence{}.Threshold), required: true, flo: 0},
@@ -462,7 +462,7 @@ func (v *Penalty) validate() *ValidationError {
 	return c.err
 }
 
-var objPenalty = object{path: "penalty", props: []prop{
+var objPenalty = object{path: "penalty", need: 0b1111, props: []prop{
 	{name: "multiplier", path: "penalty.multiplier", kind: pFloat, off: unsafe.Offsetof(Penalty{}.Multiplier), required: true, flo: 0, excl: true, fhi: 1, hasHi: true},
 	{name: "expires_at", path: "penalty.expires_at", kind: pTime, off: unsafe.Offsetof(Penalty{}.ExpiresAt), required: true},
 	{name: "level", path: "penalty.level", kind: pInt64, off: unsafe.Offsetof(Penalty{}.Level), required: true, lo: 1, hi: MaxSafeInteger},
@@ -531,7 +531,7 @@ func (v *Abuse) validate() *ValidationError {
 // errors.Is(err, ErrInvalid); the Abuse is zero on error.
 func DecodeAbuse(data []byte) (Abuse, error) { return decodeEvent[Abuse](data, TypeAbuse, &objAbuse) }
 
-var objAbuse = object{event: true, props: []prop{
+var objAbuse = object{event: true, need: 0b00111111111111, props: []prop{
 	{name: "type", path: "type", kind: pConst, required: true},
 	{name: "id", path: "id", kind: pString, off: unsafe.Offsetof(Abuse{}.ID), required: true, format: fmtID},
 	{name: "detected_at", path: "detected_at", kind: pTime, off: unsafe.Offsetof(Abuse{}.DetectedAt), required: true},

@@ -101,7 +101,7 @@ func (v *Signals) validate() *ValidationError {
 	return c.err
 }
 
-var objSignals = object{path: "signals", props: []prop{
+var objSignals = object{path: "signals", need: 0b111, props: []prop{
 	{name: "cpu", path: "signals.cpu", kind: pFloat, off: unsafe.Offsetof(Signals{}.CPU), required: true, flo: 0, fhi: 1, hasHi: true},
 	{name: "error_rate", path: "signals.error_rate", kind: pFloat, off: unsafe.Offsetof(Signals{}.ErrorRate), required: true, flo: 0, fhi: 1, hasHi: true},
 	{name: "abuse_rate", path: "signals.abuse_rate", kind: pFloat, off: unsafe.Offsetof(Signals{}.AbuseRate), required: true, flo: 0},
@@ -123,7 +123,7 @@ func (v *Actor) validate() *ValidationError {
 	return c.err
 }
 
-var objActor = object{path: "actor", props: []prop{
+var objActor = object{path: "actor", need: 0b11, props: []prop{
 	{name: "kind", path: "actor.kind", kind: pEnum, off: unsafe.Offsetof(Actor{}.Kind), required: true, enum: enumActorKind},
 	{name: "id", path: "actor.id", kind: pString, off: unsafe.Offsetof(Actor{}.ID), required: true, format: fmtText, max: MaxActorIDLen},
 }}
@@ -173,7 +173,7 @@ func DecodeAdjustment(data []byte) (Adjustment, error) {
 	return decodeEvent[Adjustment](data, TypeAdjustment, &objAdjustment)
 }
 
-var objAdjustment = object{event: true, props: envelope(
+var objAdjustment = object{event: true, need: 0b01111111111, props: envelope(
 	prop{name: "scope", path: "scope", kind: pString, off: unsafe.Offsetof(Adjustment{}.Scope), required: true, format: fmtText, max: MaxScopeLen},
 	prop{name: "old_scale", path: "old_scale", kind: pFloat, off: unsafe.Offsetof(Adjustment{}.OldScale), required: true, flo: 0, excl: true, fhi: 10, hasHi: true},
 	prop{name: "new_scale", path: "new_scale", kind: pFloat, off: unsafe.Offsetof(Adjustment{}.NewScale), required: true, flo: 0, excl: true, fhi: 10, hasHi: true},

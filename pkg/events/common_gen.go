@@ -232,7 +232,7 @@ func (v *Principal) validate() *ValidationError {
 	return c.err
 }
 
-var objPrincipal = object{path: "principal", props: []prop{
+var objPrincipal = object{path: "principal", need: 0b11, props: []prop{
 	{name: "kind", path: "principal.kind", kind: pEnum, off: unsafe.Offsetof(Principal{}.Kind), required: true, enum: enumPrincipalKind},
 	{name: "id", path: "principal.id", kind: pString, off: unsafe.Offsetof(Principal{}.ID), required: true, format: fmtPrincipalID},
 }}

@@ -199,7 +199,7 @@ func (v *EnvoyEntry) validate() *ValidationError {
 	return c.err
 }
 
-var objEnvoyEntry = object{grow: growOf[EnvoyEntry], props: []prop{
+var objEnvoyEntry = object{need: 0b11, grow: growOf[EnvoyEntry], props: []prop{
 	{name: "key", path: "key", kind: pString, off: unsafe.Offsetof(EnvoyEntry{}.Key), required: true, format: fmtText, max: MaxEnvoyKeyLen},
 	{name: "value", path: "value", kind: pString, off: unsafe.Offsetof(EnvoyEntry{}.Value), required: true, format: fmtText, max: MaxEnvoyValueLen},
 }}
@@ -222,7 +222,7 @@ func (v *EnvoyDescriptor) validate() *ValidationError {
 	return c.err
 }
 
-var objEnvoyDescriptor = object{grow: growOf[EnvoyDescriptor], props: []prop{
+var objEnvoyDescriptor = object{need: 0b1, grow: growOf[EnvoyDescriptor], props: []prop{
 	{name: "entries", path: "entries", kind: pList, off: unsafe.Offsetof(EnvoyDescriptor{}.Entries), required: true, max: MaxEnvoyEntries, obj: &objEnvoyEntry},
 }}
 
@@ -251,7 +251,7 @@ func (v *EnvoyCall) validate() *ValidationError {
 	return c.err
 }
 
-var objEnvoyCall = object{path: "envoy", new: newOf[EnvoyCall], props: []prop{
+var objEnvoyCall = object{path: "envoy", need: 0b011, new: newOf[EnvoyCall], props: []prop{
 	{name: "domain", path: "envoy.domain", kind: pString, off: unsafe.Offsetof(EnvoyCall{}.Domain), required: true, format: fmtText, max: MaxEnvoyDomainLen},
 	{name: "descriptors", path: "envoy.descriptors", kind: pList, off: unsafe.Offsetof(EnvoyCall{}.Descriptors), required: true, max: MaxEnvoyDescriptors, obj: &objEnvoyDescriptor},
 	{name: "truncated", path: "envoy.truncated", kind: pBool, off: unsafe.Offsetof(EnvoyCall{}.Truncated)},
@@ -376,7 +376,7 @@ func DecodeDecision(data []byte) (Decision, error) {
 	return decodeEvent[Decision](data, TypeDecision, &objDecision)
 }
 
-var objDecision = object{event: true, props: envelope(
+var objDecision = object{event: true, need: 0b00000000000111111101111111, props: envelope(
 	prop{name: "principal", path: "principal", kind: pStruct, off: unsafe.Offsetof(Decision{}.Principal), required: true, obj: &objPrincipal},
 	prop{name: "ip", path: "ip", kind: pIP, off: unsafe.Offsetof(Decision{}.IP), required: true},
 	prop{name: "method", path: "method", kind: pEnum, off: unsafe.Offsetof(Decision{}.Method), required: true, enum: enumMethod},

@@ -112,7 +112,7 @@ func (v *Header) validate() *ValidationError {
 	return c.err
 }
 
-var objHeader = object{grow: growOf[Header], props: []prop{
+var objHeader = object{need: 0b11, grow: growOf[Header], props: []prop{
 	{name: "name", path: "name", kind: pString, off: unsafe.Offsetof(Header{}.Name), required: true, format: fmtText, max: MaxHeaderNameLen},
 	{name: "value", path: "value", kind: pString, off: unsafe.Offsetof(Header{}.Value), required: true, format: fmtText, max: MaxHeaderValueLen},
 }}
@@ -197,7 +197,7 @@ func DecodeDeferred(data []byte) (Deferred, error) {
 	return decodeEvent[Deferred](data, TypeDeferred, &objDeferred)
 }
 
-var objDeferred = object{event: true, props: envelope(
+var objDeferred = object{event: true, need: 0b10110101011111111, props: envelope(
 	prop{name: "deadline", path: "deadline", kind: pTime, off: unsafe.Offsetof(Deferred{}.Deadline), required: true},
 	prop{name: "principal", path: "principal", kind: pStruct, off: unsafe.Offsetof(Deferred{}.Principal), required: true, obj: &objPrincipal},
 	prop{name: "ip", path: "ip", kind: pIP, off: unsafe.Offsetof(Deferred{}.IP), required: true},

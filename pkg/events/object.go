@@ -20,6 +20,7 @@ type object struct {
 	path  string // the error path of the object: "" at the root and in arrays
 	event bool   // the root of an event: nothing may follow it
 	props []prop // its members, in schema order: member i is property bit i
+	need  uint32 // bit i is set when member i is required
 	// new allocates one (for an optional member of this type), grow appends
 	// one to a slice (for an array member of this type): see newOf, growOf.
 	new  func() unsafe.Pointer

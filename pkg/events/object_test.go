@@ -62,3 +62,19 @@ func checkTable(t *testing.T, typ reflect.Type, table *object, kinds map[propKin
 		}
 	}
 }
+
+// TestObjectNeedIsItsRequiredMembers checks object.need, the required
+// members' bits the decoder compares with the members it read, against the
+// rows' required flags.
+func TestObjectNeedIsItsRequiredMembers(t *testing.T) {
+	t.Parallel()
+	for _, table := range []*object{&objDecision, &objAbuse, &objAdjustment, &objDeferred, &objRulesVersion, &objPrincipal, &objWindow} {
+		var need uint32
+		for i, f := range table.props {
+			if f.required {
+				need |= 1 << i
+			}
+		}
+		require.Equal(t, need, table.need, table.path)
+	}
+}

@@ -728,6 +728,9 @@ func (d *decoder) element(first *bool) (ok bool, err *ValidationError) {
 
 // required reports the first required member of table t missing from seen.
 func (d *decoder) required(t *object, seen uint32) *ValidationError {
+	if seen&t.need == t.need {
+		return nil
+	}
 	for i := range t.props {
 		f := &t.props[i]
 		if f.required && seen&(1<<i) == 0 {

@@ -160,7 +160,7 @@ func DecodeRulesVersion(data []byte) (RulesVersion, error) {
 	return decodeEvent[RulesVersion](data, TypeRulesVersion, &objRulesVersion)
 }
 
-var objRulesVersion = object{event: true, props: envelope(
+var objRulesVersion = object{event: true, need: 0b00000111111111, props: envelope(
 	prop{name: "version", path: "version", kind: pInt64, off: unsafe.Offsetof(RulesVersion{}.Version), required: true, lo: 1, hi: MaxSafeInteger},
 	prop{name: "state", path: "state", kind: pEnum, off: unsafe.Offsetof(RulesVersion{}.State), required: true, enum: enumRulesState},
 	prop{name: "rules", path: "rules", kind: pString, off: unsafe.Offsetof(RulesVersion{}.Rules), required: true, format: fmtMultilineText, max: MaxRulesYAMLLen},

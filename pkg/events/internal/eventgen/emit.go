@@ -578,6 +578,11 @@ func emitDecode(w *bytes.Buffer, st *structType, alloc map[*structType]map[strin
 	if st.event != nil {
 		w.WriteString("event: true, ")
 	}
+	need := ""
+	for _, f := range st.fields {
+		need = map[bool]string{true: "1", false: "0"}[f.required] + need
+	}
+	fmt.Fprintf(w, "need: 0b%s, ", need)
 	if alloc[st]["new"] {
 		fmt.Fprintf(w, "new: newOf[%s], ", st.name)
 	}

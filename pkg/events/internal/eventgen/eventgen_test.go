@@ -86,7 +86,7 @@ func TestGenerateEnvelope(t *testing.T) {
 	id := `"id": {"description": "i", "type": "string", "maxLength": 64, "x-floodgate-format": "id"}`
 	ts := `"ts": {"description": "t", "type": "string", "minLength": 24, "x-floodgate-format": "timestamp"}`
 	at := `"at": {"description": "t", "type": "string", "x-floodgate-format": "timestamp"}`
-	envelope := []string{"b = appendEnvelope(b, TypeX, v.ID, v.TS)", "c.envelope(v.ID, v.TS)", "var objX = object{event: true, props: envelope("}
+	envelope := []string{"b = appendEnvelope(b, TypeX, v.ID, v.TS)", "c.envelope(v.ID, v.TS)", "props: envelope("}
 	tests := []struct {
 		name, schema string
 		envelope     bool
