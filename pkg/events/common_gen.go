@@ -216,6 +216,10 @@ type Principal struct {
 	ID string
 }
 
+func init() {
+	initTables(&objPrincipal, &objWindow, &objRouteCount, &objIPCount, &objEventRef, &objBasis, &objEvidence, &objPenalty, &objAbuse, &objSignals, &objActor, &objAdjustment, &objEnvoyEntry, &objEnvoyDescriptor, &objEnvoyCall, &objDecision, &objHeader, &objDeferred, &objRulesVersion)
+}
+
 func (v *Principal) appendJSON(b []byte) []byte {
 	b = append(b, `{"kind":"`...)
 	b = append(b, string(v.Kind)...)

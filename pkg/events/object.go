@@ -1,6 +1,7 @@
 package events
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"time"
 	"unsafe"
@@ -43,6 +44,7 @@ type prop struct {
 	excl     bool
 	hasHi    bool
 	obj      *object // pStruct, pStructPtr, pList: the table of the member's object
+	word     uint64  // the name as prop.is compares it: initTables sets it
 }
 
 // propKind is the Go type of a member and how it is read.
@@ -135,7 +137,7 @@ func (d *decoder) object(t *object, p unsafe.Pointer) {
 // find returns the index of the member called name, -1 for none; it looks at
 // index hint first.
 func (t *object) find(name []byte, hint int) int {
-	if hint < len(t.props) && string(name) == t.props[hint].name {
+	if hint < len(t.props) && t.props[hint].is(name) {
 		return hint
 	}
 	for i := range t.props {
@@ -144,6 +146,27 @@ func (t *object) find(name []byte, hint int) int {
 		}
 	}
 	return -1
+}
+
+// is reports whether name is f's name. A name of at most eight bytes with
+// eight bytes of input from its start (the colon and the value follow it) is
+// compared as one word, with no call.
+func (f *prop) is(name []byte) bool {
+	if len(name) != len(f.name) {
+		return false
+	}
+	if len(name) > 8 || cap(name) < 8 {
+		return string(name) == f.name
+	}
+	return binary.LittleEndian.Uint64(name[:8])<<(64-8*len(name)) == f.word
+}
+
+// nameWord is prop.word of a member called name: its first bytes (at most
+// eight) as prop.is reads them.
+func nameWord(name string) uint64 {
+	var b [8]byte
+	n := copy(b[:], name)
+	return binary.LittleEndian.Uint64(b[:]) << (64 - 8*n)
 }
 
 // read reads member f, property bit of its object, into its Go field at p,
@@ -185,6 +208,16 @@ func (o *members) read(f *prop, bit uint, p unsafe.Pointer) {
 			var e unsafe.Pointer
 			*h, e = f.obj.grow(*h)
 			d.object(f.obj, e)
+		}
+	}
+}
+
+// initTables completes the tables of every object type (generated,
+// common_gen.go): prop.word.
+func initTables(tables ...*object) {
+	for _, t := range tables {
+		for i := range t.props {
+			t.props[i].word = nameWord(t.props[i].name)
 		}
 	}
 }

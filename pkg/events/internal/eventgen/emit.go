@@ -109,6 +109,11 @@ func Generate(schemaDir string) (map[string][]byte, error) {
 			}
 		}
 	}
+	var tables []string
+	for _, st := range m.structs {
+		tables = append(tables, "&"+tableName(st))
+	}
+	fmt.Fprintf(bodies[CommonFile], "func init() {\ninitTables(%s)\n}\n\n", strings.Join(tables, ", "))
 	for _, st := range m.structs {
 		w := bodies[fileOf(st.files)]
 		emitEncode(w, st)
