@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"strconv"
 	"time"
-	"unsafe"
 )
 
 // TypeAbuse is the "type" of abuse.v1 events, and the version in its topic name.
@@ -254,11 +253,22 @@ func (v *Window) validate() *ValidationError {
 	return c.err
 }
 
-var objWindow = object{path: "window", need: 0b111, props: []prop{
-	{name: "start", path: "window.start", kind: pTime, off: unsafe.Offsetof(Window{}.Start), required: true},
-	{name: "end", path: "window.end", kind: pTime, off: unsafe.Offsetof(Window{}.End), required: true},
-	{name: "seconds", path: "window.seconds", kind: pInt64, off: unsafe.Offsetof(Window{}.Seconds), required: true, lo: 1, hi: MaxSafeInteger},
-}}
+func (d *decoder) decodeWindow(v *Window) {
+	o := d.open("window")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "start":
+			v.Start = o.time(0, "window.start")
+		case "end":
+			v.End = o.time(1, "window.end")
+		case "seconds":
+			v.Seconds = o.int(2, "window.seconds", 1, MaxSafeInteger)
+		default:
+			o.skip()
+		}
+	}
+	o.end("window", []req{{0, "start"}, {1, "end"}, {2, "seconds"}})
+}
 
 func (v *RouteCount) appendJSON(b []byte) []byte {
 	b = append(b, `{"route":"`...)
@@ -276,10 +286,20 @@ func (v *RouteCount) validate() *ValidationError {
 	return c.err
 }
 
-var objRouteCount = object{need: 0b11, grow: growOf[RouteCount], props: []prop{
-	{name: "route", path: "route", kind: pString, off: unsafe.Offsetof(RouteCount{}.Route), required: true, format: fmtRoute},
-	{name: "count", path: "count", kind: pInt64, off: unsafe.Offsetof(RouteCount{}.Count), required: true, lo: 1, hi: MaxSafeInteger},
-}}
+func (d *decoder) decodeRouteCount(v *RouteCount) {
+	o := d.open("")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "route":
+			v.Route = o.str(0, "route", fmtRoute, 0)
+		case "count":
+			v.Count = o.int(1, "count", 1, MaxSafeInteger)
+		default:
+			o.skip()
+		}
+	}
+	o.end("", []req{{0, "route"}, {1, "count"}})
+}
 
 func (v *IPCount) appendJSON(b []byte) []byte {
 	b = append(b, `{"ip":"`...)
@@ -300,11 +320,22 @@ func (v *IPCount) validate() *ValidationError {
 	return c.err
 }
 
-var objIPCount = object{need: 0b111, grow: growOf[IPCount], props: []prop{
-	{name: "ip", path: "ip", kind: pIP, off: unsafe.Offsetof(IPCount{}.IP), required: true},
-	{name: "count", path: "count", kind: pInt64, off: unsafe.Offsetof(IPCount{}.Count), required: true, lo: 1, hi: MaxSafeInteger},
-	{name: "shared_principals", path: "shared_principals", kind: pInt64, off: unsafe.Offsetof(IPCount{}.SharedPrincipals), required: true, lo: 0, hi: MaxSafeInteger},
-}}
+func (d *decoder) decodeIPCount(v *IPCount) {
+	o := d.open("")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "ip":
+			v.IP = o.ip(0, "ip")
+		case "count":
+			v.Count = o.int(1, "count", 1, MaxSafeInteger)
+		case "shared_principals":
+			v.SharedPrincipals = o.int(2, "shared_principals", 0, MaxSafeInteger)
+		default:
+			o.skip()
+		}
+	}
+	o.end("", []req{{0, "ip"}, {1, "count"}, {2, "shared_principals"}})
+}
 
 func (v *EventRef) appendJSON(b []byte) []byte {
 	b = append(b, `{"topic":"`...)
@@ -325,11 +356,22 @@ func (v *EventRef) validate() *ValidationError {
 	return c.err
 }
 
-var objEventRef = object{path: "evidence.crossing_event", need: 0b111, new: newOf[EventRef], props: []prop{
-	{name: "topic", path: "evidence.crossing_event.topic", kind: pString, off: unsafe.Offsetof(EventRef{}.Topic), required: true, format: fmtTopic},
-	{name: "partition", path: "evidence.crossing_event.partition", kind: pInt32, off: unsafe.Offsetof(EventRef{}.Partition), required: true, lo: 0, hi: 2147483647},
-	{name: "offset", path: "evidence.crossing_event.offset", kind: pInt64, off: unsafe.Offsetof(EventRef{}.Offset), required: true, lo: 0, hi: MaxSafeInteger},
-}}
+func (d *decoder) decodeEventRef(v *EventRef) {
+	o := d.open("evidence.crossing_event")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "topic":
+			v.Topic = o.str(0, "evidence.crossing_event.topic", fmtTopic, 0)
+		case "partition":
+			v.Partition = int32(o.int(1, "evidence.crossing_event.partition", 0, 2147483647))
+		case "offset":
+			v.Offset = o.int(2, "evidence.crossing_event.offset", 0, MaxSafeInteger)
+		default:
+			o.skip()
+		}
+	}
+	o.end("evidence.crossing_event", []req{{0, "topic"}, {1, "partition"}, {2, "offset"}})
+}
 
 func (v *Basis) appendJSON(b []byte) []byte {
 	b = append(b, `{"source":"`...)
@@ -356,13 +398,26 @@ func (v *Basis) validate() *ValidationError {
 	return c.err
 }
 
-var objBasis = object{path: "evidence.basis", need: 0b11111, new: newOf[Basis], props: []prop{
-	{name: "source", path: "evidence.basis.source", kind: pEnum, off: unsafe.Offsetof(Basis{}.Source), required: true, enum: enumBasisSource},
-	{name: "baseline_kind", path: "evidence.basis.baseline_kind", kind: pEnum, off: unsafe.Offsetof(Basis{}.BaselineKind), required: true, enum: enumPrincipalKind},
-	{name: "denial_ratio", path: "evidence.basis.denial_ratio", kind: pFloat, off: unsafe.Offsetof(Basis{}.DenialRatio), required: true, flo: 0, fhi: 1, hasHi: true},
-	{name: "new_networks", path: "evidence.basis.new_networks", kind: pInt64, off: unsafe.Offsetof(Basis{}.NewNetworks), required: true, lo: 0, hi: MaxSafeInteger},
-	{name: "network_threshold", path: "evidence.basis.network_threshold", kind: pInt64, off: unsafe.Offsetof(Basis{}.NetworkThreshold), required: true, lo: 0, hi: MaxSafeInteger},
-}}
+func (d *decoder) decodeBasis(v *Basis) {
+	o := d.open("evidence.basis")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "source":
+			v.Source = enumAt[string](&o, 0, "evidence.basis.source", enumBasisSource)
+		case "baseline_kind":
+			v.BaselineKind = enumAt[PrincipalKind](&o, 1, "evidence.basis.baseline_kind", enumPrincipalKind)
+		case "denial_ratio":
+			v.DenialRatio = o.float(2, "evidence.basis.denial_ratio", 0, false, 1, true)
+		case "new_networks":
+			v.NewNetworks = o.int(3, "evidence.basis.new_networks", 0, MaxSafeInteger)
+		case "network_threshold":
+			v.NetworkThreshold = o.int(4, "evidence.basis.network_threshold", 0, MaxSafeInteger)
+		default:
+			o.skip()
+		}
+	}
+	o.end("evidence.basis", []req{{0, "source"}, {1, "baseline_kind"}, {2, "denial_ratio"}, {3, "new_networks"}, {4, "network_threshold"}})
+}
 
 func (v *Evidence) appendJSON(b []byte) []byte {
 	b = append(b, `{"observed_rate":`...)
@@ -426,19 +481,48 @@ func (v *Evidence) validate() *ValidationError {
 	return c.err
 }
 
-var objEvidence = object{path: "evidence", need: 0b00111111111, props: []prop{
-	{name: "observed_rate", path: "evidence.observed_rate", kind: pFloat, off: unsafe.Offsetof(Evidence{}.ObservedRate), required: true, flo: 0},
-	{name: "baseline_rate", path: "evidence.baseline_rate", kind: pFloat, off: unsafe.Offsetof(Evidence{}.BaselineRate), required: true, flo: 0},
-	{name: "threshold", path: "evidence.threshold", kind: pFloat, off: unsafe.Offsetof(Evidence{}.Threshold), required: true, flo: 0},
-	{name: "event_count", path: "evidence.event_count", kind: pInt64, off: unsafe.Offsetof(Evidence{}.EventCount), required: true, lo: 1, hi: MaxSafeInteger},
-	{name: "distinct_ips", path: "evidence.distinct_ips", kind: pInt64, off: unsafe.Offsetof(Evidence{}.DistinctIPs), required: true, lo: 0, hi: MaxSafeInteger},
-	{name: "distinct_ip24", path: "evidence.distinct_ip24", kind: pInt64, off: unsafe.Offsetof(Evidence{}.DistinctIP24), required: true, lo: 0, hi: MaxSafeInteger},
-	{name: "distinct_ip64", path: "evidence.distinct_ip64", kind: pInt64, off: unsafe.Offsetof(Evidence{}.DistinctIP64), required: true, lo: 0, hi: MaxSafeInteger},
-	{name: "top_routes", path: "evidence.top_routes", kind: pList, off: unsafe.Offsetof(Evidence{}.TopRoutes), required: true, max: MaxTopItems, obj: &objRouteCount},
-	{name: "top_ips", path: "evidence.top_ips", kind: pList, off: unsafe.Offsetof(Evidence{}.TopIPs), required: true, max: MaxTopItems, obj: &objIPCount},
-	{name: "crossing_event", path: "evidence.crossing_event", kind: pStructPtr, off: unsafe.Offsetof(Evidence{}.CrossingEvent), obj: &objEventRef},
-	{name: "basis", path: "evidence.basis", kind: pStructPtr, off: unsafe.Offsetof(Evidence{}.Basis), obj: &objBasis},
-}}
+func (d *decoder) decodeEvidence(v *Evidence) {
+	o := d.open("evidence")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "observed_rate":
+			v.ObservedRate = o.float(0, "evidence.observed_rate", 0, false, 0, false)
+		case "baseline_rate":
+			v.BaselineRate = o.float(1, "evidence.baseline_rate", 0, false, 0, false)
+		case "threshold":
+			v.Threshold = o.float(2, "evidence.threshold", 0, false, 0, false)
+		case "event_count":
+			v.EventCount = o.int(3, "evidence.event_count", 1, MaxSafeInteger)
+		case "distinct_ips":
+			v.DistinctIPs = o.int(4, "evidence.distinct_ips", 0, MaxSafeInteger)
+		case "distinct_ip24":
+			v.DistinctIP24 = o.int(5, "evidence.distinct_ip24", 0, MaxSafeInteger)
+		case "distinct_ip64":
+			v.DistinctIP64 = o.int(6, "evidence.distinct_ip64", 0, MaxSafeInteger)
+		case "top_routes":
+			for l := o.list(7, "evidence.top_routes", MaxTopItems); l.next(d); l.check(d) {
+				d.decodeRouteCount(grow(&v.TopRoutes))
+			}
+		case "top_ips":
+			for l := o.list(8, "evidence.top_ips", MaxTopItems); l.next(d); l.check(d) {
+				d.decodeIPCount(grow(&v.TopIPs))
+			}
+		case "crossing_event":
+			if o.take(9, "evidence.crossing_event") {
+				v.CrossingEvent = new(EventRef)
+				d.decodeEventRef(v.CrossingEvent)
+			}
+		case "basis":
+			if o.take(10, "evidence.basis") {
+				v.Basis = new(Basis)
+				d.decodeBasis(v.Basis)
+			}
+		default:
+			o.skip()
+		}
+	}
+	o.end("evidence", []req{{0, "observed_rate"}, {1, "baseline_rate"}, {2, "threshold"}, {3, "event_count"}, {4, "distinct_ips"}, {5, "distinct_ip24"}, {6, "distinct_ip64"}, {7, "top_routes"}, {8, "top_ips"}})
+}
 
 func (v *Penalty) appendJSON(b []byte) []byte {
 	b = append(b, `{"multiplier":`...)
@@ -462,12 +546,24 @@ func (v *Penalty) validate() *ValidationError {
 	return c.err
 }
 
-var objPenalty = object{path: "penalty", need: 0b1111, props: []prop{
-	{name: "multiplier", path: "penalty.multiplier", kind: pFloat, off: unsafe.Offsetof(Penalty{}.Multiplier), required: true, flo: 0, excl: true, fhi: 1, hasHi: true},
-	{name: "expires_at", path: "penalty.expires_at", kind: pTime, off: unsafe.Offsetof(Penalty{}.ExpiresAt), required: true},
-	{name: "level", path: "penalty.level", kind: pInt64, off: unsafe.Offsetof(Penalty{}.Level), required: true, lo: 1, hi: MaxSafeInteger},
-	{name: "mode", path: "penalty.mode", kind: pEnum, off: unsafe.Offsetof(Penalty{}.Mode), required: true, enum: enumPenaltyMode},
-}}
+func (d *decoder) decodePenalty(v *Penalty) {
+	o := d.open("penalty")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "multiplier":
+			v.Multiplier = o.float(0, "penalty.multiplier", 0, true, 1, true)
+		case "expires_at":
+			v.ExpiresAt = o.time(1, "penalty.expires_at")
+		case "level":
+			v.Level = o.int(2, "penalty.level", 1, MaxSafeInteger)
+		case "mode":
+			v.Mode = enumAt[PenaltyMode](&o, 3, "penalty.mode", enumPenaltyMode)
+		default:
+			o.skip()
+		}
+	}
+	o.end("penalty", []req{{0, "multiplier"}, {1, "expires_at"}, {2, "level"}, {3, "mode"}})
+}
 
 func (v *Abuse) appendJSON(b []byte) []byte {
 	b = append(b, `{"type":"abuse.v1","id":"`...)
@@ -529,21 +625,52 @@ func (v *Abuse) validate() *ValidationError {
 
 // DecodeAbuse decodes and validates an abuse.v1 event. Every error satisfies
 // errors.Is(err, ErrInvalid); the Abuse is zero on error.
-func DecodeAbuse(data []byte) (Abuse, error) { return decodeEvent[Abuse](data, TypeAbuse, &objAbuse) }
-
-var objAbuse = object{event: true, need: 0b00111111111111, props: []prop{
-	{name: "type", path: "type", kind: pConst, required: true},
-	{name: "id", path: "id", kind: pString, off: unsafe.Offsetof(Abuse{}.ID), required: true, format: fmtID},
-	{name: "detected_at", path: "detected_at", kind: pTime, off: unsafe.Offsetof(Abuse{}.DetectedAt), required: true},
-	{name: "principal", path: "principal", kind: pStruct, off: unsafe.Offsetof(Abuse{}.Principal), required: true, obj: &objPrincipal},
-	{name: "pattern", path: "pattern", kind: pEnum, off: unsafe.Offsetof(Abuse{}.Pattern), required: true, enum: enumPattern},
-	{name: "severity", path: "severity", kind: pEnum, off: unsafe.Offsetof(Abuse{}.Severity), required: true, enum: enumSeverity},
-	{name: "score", path: "score", kind: pFloat, off: unsafe.Offsetof(Abuse{}.Score), required: true, flo: 0},
-	{name: "window", path: "window", kind: pStruct, off: unsafe.Offsetof(Abuse{}.Window), required: true, obj: &objWindow},
-	{name: "first_event_at", path: "first_event_at", kind: pTime, off: unsafe.Offsetof(Abuse{}.FirstEventAt), required: true},
-	{name: "evidence", path: "evidence", kind: pStruct, off: unsafe.Offsetof(Abuse{}.Evidence), required: true, obj: &objEvidence},
-	{name: "penalty", path: "penalty", kind: pStruct, off: unsafe.Offsetof(Abuse{}.Penalty), required: true, obj: &objPenalty},
-	{name: "detector_version", path: "detector_version", kind: pString, off: unsafe.Offsetof(Abuse{}.DetectorVersion), required: true, format: fmtText, max: MaxVersionLen},
-	{name: "incident_id", path: "incident_id", kind: pString, off: unsafe.Offsetof(Abuse{}.IncidentID), format: fmtID},
-	{name: "detection_count", path: "detection_count", kind: pInt64, off: unsafe.Offsetof(Abuse{}.DetectionCount), lo: 1, hi: MaxSafeInteger},
-}}
+func DecodeAbuse(data []byte) (Abuse, error) {
+	var v Abuse
+	d := &decoder{data: data, typ: TypeAbuse}
+	o := d.open("")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "type":
+			o.constant(0, "type", d.typ)
+		case "id":
+			v.ID = o.str(1, "id", fmtID, 0)
+		case "detected_at":
+			v.DetectedAt = o.time(2, "detected_at")
+		case "principal":
+			if o.take(3, "principal") {
+				d.decodePrincipal(&v.Principal)
+			}
+		case "pattern":
+			v.Pattern = enumAt[Pattern](&o, 4, "pattern", enumPattern)
+		case "severity":
+			v.Severity = enumAt[Severity](&o, 5, "severity", enumSeverity)
+		case "score":
+			v.Score = o.float(6, "score", 0, false, 0, false)
+		case "window":
+			if o.take(7, "window") {
+				d.decodeWindow(&v.Window)
+			}
+		case "first_event_at":
+			v.FirstEventAt = o.time(8, "first_event_at")
+		case "evidence":
+			if o.take(9, "evidence") {
+				d.decodeEvidence(&v.Evidence)
+			}
+		case "penalty":
+			if o.take(10, "penalty") {
+				d.decodePenalty(&v.Penalty)
+			}
+		case "detector_version":
+			v.DetectorVersion = o.str(11, "detector_version", fmtText, MaxVersionLen)
+		case "incident_id":
+			v.IncidentID = o.str(12, "incident_id", fmtID, 0)
+		case "detection_count":
+			v.DetectionCount = o.int(13, "detection_count", 1, MaxSafeInteger)
+		default:
+			o.skip()
+		}
+	}
+	o.endDocument([]req{{0, "type"}, {1, "id"}, {2, "detected_at"}, {3, "principal"}, {4, "pattern"}, {5, "severity"}, {6, "score"}, {7, "window"}, {8, "first_event_at"}, {9, "evidence"}, {10, "penalty"}, {11, "detector_version"}})
+	return result(v, d.err)
+}

@@ -5,7 +5,6 @@ package events
 
 import (
 	"time"
-	"unsafe"
 )
 
 // TypeAdjustment is the "type" of adjustment.v1 events, and the version in its topic name.
@@ -101,11 +100,22 @@ func (v *Signals) validate() *ValidationError {
 	return c.err
 }
 
-var objSignals = object{path: "signals", need: 0b111, props: []prop{
-	{name: "cpu", path: "signals.cpu", kind: pFloat, off: unsafe.Offsetof(Signals{}.CPU), required: true, flo: 0, fhi: 1, hasHi: true},
-	{name: "error_rate", path: "signals.error_rate", kind: pFloat, off: unsafe.Offsetof(Signals{}.ErrorRate), required: true, flo: 0, fhi: 1, hasHi: true},
-	{name: "abuse_rate", path: "signals.abuse_rate", kind: pFloat, off: unsafe.Offsetof(Signals{}.AbuseRate), required: true, flo: 0},
-}}
+func (d *decoder) decodeSignals(v *Signals) {
+	o := d.open("signals")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "cpu":
+			v.CPU = o.float(0, "signals.cpu", 0, false, 1, true)
+		case "error_rate":
+			v.ErrorRate = o.float(1, "signals.error_rate", 0, false, 1, true)
+		case "abuse_rate":
+			v.AbuseRate = o.float(2, "signals.abuse_rate", 0, false, 0, false)
+		default:
+			o.skip()
+		}
+	}
+	o.end("signals", []req{{0, "cpu"}, {1, "error_rate"}, {2, "abuse_rate"}})
+}
 
 func (v *Actor) appendJSON(b []byte) []byte {
 	b = append(b, `{"kind":"`...)
@@ -123,10 +133,20 @@ func (v *Actor) validate() *ValidationError {
 	return c.err
 }
 
-var objActor = object{path: "actor", need: 0b11, props: []prop{
-	{name: "kind", path: "actor.kind", kind: pEnum, off: unsafe.Offsetof(Actor{}.Kind), required: true, enum: enumActorKind},
-	{name: "id", path: "actor.id", kind: pString, off: unsafe.Offsetof(Actor{}.ID), required: true, format: fmtText, max: MaxActorIDLen},
-}}
+func (d *decoder) decodeActor(v *Actor) {
+	o := d.open("actor")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "kind":
+			v.Kind = enumAt[ActorKind](&o, 0, "actor.kind", enumActorKind)
+		case "id":
+			v.ID = o.str(1, "actor.id", fmtText, MaxActorIDLen)
+		default:
+			o.skip()
+		}
+	}
+	o.end("actor", []req{{0, "kind"}, {1, "id"}})
+}
 
 func (v *Adjustment) appendJSON(b []byte) []byte {
 	b = appendEnvelope(b, TypeAdjustment, v.ID, v.TS)
@@ -170,16 +190,37 @@ func (v *Adjustment) validate() *ValidationError {
 // DecodeAdjustment decodes and validates an adjustment.v1 event. Every error satisfies
 // errors.Is(err, ErrInvalid); the Adjustment is zero on error.
 func DecodeAdjustment(data []byte) (Adjustment, error) {
-	return decodeEvent[Adjustment](data, TypeAdjustment, &objAdjustment)
+	var v Adjustment
+	d := &decoder{data: data, typ: TypeAdjustment}
+	o := d.open("")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "type", "id", "ts":
+			o.envelope(name, &v.ID, &v.TS)
+		case "scope":
+			v.Scope = o.str(3, "scope", fmtText, MaxScopeLen)
+		case "old_scale":
+			v.OldScale = o.float(4, "old_scale", 0, true, 10, true)
+		case "new_scale":
+			v.NewScale = o.float(5, "new_scale", 0, true, 10, true)
+		case "signals":
+			if o.take(6, "signals") {
+				d.decodeSignals(&v.Signals)
+			}
+		case "rule":
+			v.Rule = o.str(7, "rule", fmtText, MaxRuleLen)
+		case "dry_run":
+			v.DryRun = o.bool(8, "dry_run")
+		case "actor":
+			if o.take(9, "actor") {
+				d.decodeActor(&v.Actor)
+			}
+		case "reason":
+			v.Reason = o.str(10, "reason", fmtMultilineText, MaxReasonLen)
+		default:
+			o.skip()
+		}
+	}
+	o.endDocument([]req{{0, "type"}, {1, "id"}, {2, "ts"}, {3, "scope"}, {4, "old_scale"}, {5, "new_scale"}, {6, "signals"}, {7, "rule"}, {8, "dry_run"}, {9, "actor"}})
+	return result(v, d.err)
 }
-
-var objAdjustment = object{event: true, need: 0b01111111111, props: envelope(
-	prop{name: "scope", path: "scope", kind: pString, off: unsafe.Offsetof(Adjustment{}.Scope), required: true, format: fmtText, max: MaxScopeLen},
-	prop{name: "old_scale", path: "old_scale", kind: pFloat, off: unsafe.Offsetof(Adjustment{}.OldScale), required: true, flo: 0, excl: true, fhi: 10, hasHi: true},
-	prop{name: "new_scale", path: "new_scale", kind: pFloat, off: unsafe.Offsetof(Adjustment{}.NewScale), required: true, flo: 0, excl: true, fhi: 10, hasHi: true},
-	prop{name: "signals", path: "signals", kind: pStruct, off: unsafe.Offsetof(Adjustment{}.Signals), required: true, obj: &objSignals},
-	prop{name: "rule", path: "rule", kind: pString, off: unsafe.Offsetof(Adjustment{}.Rule), required: true, format: fmtText, max: MaxRuleLen},
-	prop{name: "dry_run", path: "dry_run", kind: pBool, off: unsafe.Offsetof(Adjustment{}.DryRun), required: true},
-	prop{name: "actor", path: "actor", kind: pStruct, off: unsafe.Offsetof(Adjustment{}.Actor), required: true, obj: &objActor},
-	prop{name: "reason", path: "reason", kind: pString, off: unsafe.Offsetof(Adjustment{}.Reason), format: fmtMultilineText, max: MaxReasonLen},
-)}

@@ -3,10 +3,6 @@
 
 package events
 
-import (
-	"unsafe"
-)
-
 // Limits of the schemas (maxLength and maxItems).
 const (
 	// MaxIDLen is the maxLength of id in the schemas.
@@ -216,10 +212,6 @@ type Principal struct {
 	ID string
 }
 
-func init() {
-	initTables(&objPrincipal, &objWindow, &objRouteCount, &objIPCount, &objEventRef, &objBasis, &objEvidence, &objPenalty, &objAbuse, &objSignals, &objActor, &objAdjustment, &objEnvoyEntry, &objEnvoyDescriptor, &objEnvoyCall, &objDecision, &objHeader, &objDeferred, &objRulesVersion)
-}
-
 func (v *Principal) appendJSON(b []byte) []byte {
 	b = append(b, `{"kind":"`...)
 	b = append(b, string(v.Kind)...)
@@ -236,7 +228,17 @@ func (v *Principal) validate() *ValidationError {
 	return c.err
 }
 
-var objPrincipal = object{path: "principal", need: 0b11, props: []prop{
-	{name: "kind", path: "principal.kind", kind: pEnum, off: unsafe.Offsetof(Principal{}.Kind), required: true, enum: enumPrincipalKind},
-	{name: "id", path: "principal.id", kind: pString, off: unsafe.Offsetof(Principal{}.ID), required: true, format: fmtPrincipalID},
-}}
+func (d *decoder) decodePrincipal(v *Principal) {
+	o := d.open("principal")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "kind":
+			v.Kind = enumAt[PrincipalKind](&o, 0, "principal.kind", enumPrincipalKind)
+		case "id":
+			v.ID = o.str(1, "principal.id", fmtPrincipalID, 0)
+		default:
+			o.skip()
+		}
+	}
+	o.end("principal", []req{{0, "kind"}, {1, "id"}})
+}

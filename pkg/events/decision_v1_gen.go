@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"strconv"
 	"time"
-	"unsafe"
 )
 
 // TypeDecision is the "type" of decision.v1 events, and the version in its topic name.
@@ -199,10 +198,20 @@ func (v *EnvoyEntry) validate() *ValidationError {
 	return c.err
 }
 
-var objEnvoyEntry = object{need: 0b11, grow: growOf[EnvoyEntry], props: []prop{
-	{name: "key", path: "key", kind: pString, off: unsafe.Offsetof(EnvoyEntry{}.Key), required: true, format: fmtText, max: MaxEnvoyKeyLen},
-	{name: "value", path: "value", kind: pString, off: unsafe.Offsetof(EnvoyEntry{}.Value), required: true, format: fmtText, max: MaxEnvoyValueLen},
-}}
+func (d *decoder) decodeEnvoyEntry(v *EnvoyEntry) {
+	o := d.open("")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "key":
+			v.Key = o.str(0, "key", fmtText, MaxEnvoyKeyLen)
+		case "value":
+			v.Value = o.str(1, "value", fmtText, MaxEnvoyValueLen)
+		default:
+			o.skip()
+		}
+	}
+	o.end("", []req{{0, "key"}, {1, "value"}})
+}
 
 func (v *EnvoyDescriptor) appendJSON(b []byte) []byte {
 	b = append(b, `{"entries":[`...)
@@ -222,9 +231,20 @@ func (v *EnvoyDescriptor) validate() *ValidationError {
 	return c.err
 }
 
-var objEnvoyDescriptor = object{need: 0b1, grow: growOf[EnvoyDescriptor], props: []prop{
-	{name: "entries", path: "entries", kind: pList, off: unsafe.Offsetof(EnvoyDescriptor{}.Entries), required: true, max: MaxEnvoyEntries, obj: &objEnvoyEntry},
-}}
+func (d *decoder) decodeEnvoyDescriptor(v *EnvoyDescriptor) {
+	o := d.open("")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "entries":
+			for l := o.list(0, "entries", MaxEnvoyEntries); l.next(d); l.check(d) {
+				d.decodeEnvoyEntry(grow(&v.Entries))
+			}
+		default:
+			o.skip()
+		}
+	}
+	o.end("", []req{{0, "entries"}})
+}
 
 func (v *EnvoyCall) appendJSON(b []byte) []byte {
 	b = append(b, `{"domain":`...)
@@ -251,11 +271,24 @@ func (v *EnvoyCall) validate() *ValidationError {
 	return c.err
 }
 
-var objEnvoyCall = object{path: "envoy", need: 0b011, new: newOf[EnvoyCall], props: []prop{
-	{name: "domain", path: "envoy.domain", kind: pString, off: unsafe.Offsetof(EnvoyCall{}.Domain), required: true, format: fmtText, max: MaxEnvoyDomainLen},
-	{name: "descriptors", path: "envoy.descriptors", kind: pList, off: unsafe.Offsetof(EnvoyCall{}.Descriptors), required: true, max: MaxEnvoyDescriptors, obj: &objEnvoyDescriptor},
-	{name: "truncated", path: "envoy.truncated", kind: pBool, off: unsafe.Offsetof(EnvoyCall{}.Truncated)},
-}}
+func (d *decoder) decodeEnvoyCall(v *EnvoyCall) {
+	o := d.open("envoy")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "domain":
+			v.Domain = o.str(0, "envoy.domain", fmtText, MaxEnvoyDomainLen)
+		case "descriptors":
+			for l := o.list(1, "envoy.descriptors", MaxEnvoyDescriptors); l.next(d); l.check(d) {
+				d.decodeEnvoyDescriptor(grow(&v.Descriptors))
+			}
+		case "truncated":
+			v.Truncated = o.bool(2, "envoy.truncated")
+		default:
+			o.skip()
+		}
+	}
+	o.end("envoy", []req{{0, "domain"}, {1, "descriptors"}})
+}
 
 func (v *Decision) appendJSON(b []byte) []byte {
 	b = appendEnvelope(b, TypeDecision, v.ID, v.TS)
@@ -373,31 +406,68 @@ func (v *Decision) validate() *ValidationError {
 // DecodeDecision decodes and validates a decision.v1 event. Every error satisfies
 // errors.Is(err, ErrInvalid); the Decision is zero on error.
 func DecodeDecision(data []byte) (Decision, error) {
-	return decodeEvent[Decision](data, TypeDecision, &objDecision)
+	var v Decision
+	d := &decoder{data: data, typ: TypeDecision}
+	o := d.open("")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "type", "id", "ts":
+			o.envelope(name, &v.ID, &v.TS)
+		case "principal":
+			if o.take(3, "principal") {
+				d.decodePrincipal(&v.Principal)
+			}
+		case "ip":
+			v.IP = o.ip(4, "ip")
+		case "method":
+			v.Method = enumAt[string](&o, 5, "method", enumMethod)
+		case "route":
+			v.Route = o.str(6, "route", fmtRoute, 0)
+		case "resource":
+			v.Resource = o.str(7, "resource", fmtResource, 0)
+		case "allowed":
+			v.Allowed = o.bool(8, "allowed")
+		case "tier":
+			v.Tier = enumAt[Tier](&o, 9, "tier", enumTier)
+		case "shadow":
+			v.Shadow = o.bool(10, "shadow")
+		case "cost":
+			v.Cost = o.int(11, "cost", 1, 1_000_000)
+		case "limit":
+			v.Limit = o.int(12, "limit", 0, MaxSafeInteger)
+		case "remaining":
+			v.Remaining = o.int(13, "remaining", 0, MaxSafeInteger)
+		case "gateway":
+			v.Gateway = o.str(14, "gateway", fmtText, MaxGatewayLen)
+		case "near_limit":
+			v.NearLimit = o.bool(15, "near_limit")
+		case "degraded":
+			v.Degraded = o.bool(16, "degraded")
+		case "rule":
+			v.Rule = o.str(17, "rule", fmtText, MaxRuleLen)
+		case "penalty_multiplier":
+			v.PenaltyMultiplier = o.float(18, "penalty_multiplier", 0, true, 1, true)
+		case "priority":
+			v.Priority = enumAt[Priority](&o, 19, "priority", enumPriority)
+		case "shed":
+			v.Shed = o.bool(20, "shed")
+		case "envoy":
+			if o.take(21, "envoy") {
+				v.Envoy = new(EnvoyCall)
+				d.decodeEnvoyCall(v.Envoy)
+			}
+		case "plan":
+			v.Plan = o.str(22, "plan", fmtText, MaxPlanLen)
+		case "rules_version":
+			v.RulesVersion = o.int(23, "rules_version", 1, MaxSafeInteger)
+		case "candidate_version":
+			v.CandidateVersion = o.int(24, "candidate_version", 1, MaxSafeInteger)
+		case "candidate_blocked":
+			v.CandidateBlocked = o.bool(25, "candidate_blocked")
+		default:
+			o.skip()
+		}
+	}
+	o.endDocument([]req{{0, "type"}, {1, "id"}, {2, "ts"}, {3, "principal"}, {4, "ip"}, {5, "method"}, {6, "route"}, {8, "allowed"}, {9, "tier"}, {10, "shadow"}, {11, "cost"}, {12, "limit"}, {13, "remaining"}, {14, "gateway"}})
+	return result(v, d.err)
 }
-
-var objDecision = object{event: true, need: 0b00000000000111111101111111, props: envelope(
-	prop{name: "principal", path: "principal", kind: pStruct, off: unsafe.Offsetof(Decision{}.Principal), required: true, obj: &objPrincipal},
-	prop{name: "ip", path: "ip", kind: pIP, off: unsafe.Offsetof(Decision{}.IP), required: true},
-	prop{name: "method", path: "method", kind: pEnum, off: unsafe.Offsetof(Decision{}.Method), required: true, enum: enumMethod},
-	prop{name: "route", path: "route", kind: pString, off: unsafe.Offsetof(Decision{}.Route), required: true, format: fmtRoute},
-	prop{name: "resource", path: "resource", kind: pString, off: unsafe.Offsetof(Decision{}.Resource), format: fmtResource},
-	prop{name: "allowed", path: "allowed", kind: pBool, off: unsafe.Offsetof(Decision{}.Allowed), required: true},
-	prop{name: "tier", path: "tier", kind: pEnum, off: unsafe.Offsetof(Decision{}.Tier), required: true, enum: enumTier},
-	prop{name: "shadow", path: "shadow", kind: pBool, off: unsafe.Offsetof(Decision{}.Shadow), required: true},
-	prop{name: "cost", path: "cost", kind: pInt64, off: unsafe.Offsetof(Decision{}.Cost), required: true, lo: 1, hi: 1_000_000},
-	prop{name: "limit", path: "limit", kind: pInt64, off: unsafe.Offsetof(Decision{}.Limit), required: true, lo: 0, hi: MaxSafeInteger},
-	prop{name: "remaining", path: "remaining", kind: pInt64, off: unsafe.Offsetof(Decision{}.Remaining), required: true, lo: 0, hi: MaxSafeInteger},
-	prop{name: "gateway", path: "gateway", kind: pString, off: unsafe.Offsetof(Decision{}.Gateway), required: true, format: fmtText, max: MaxGatewayLen},
-	prop{name: "near_limit", path: "near_limit", kind: pBool, off: unsafe.Offsetof(Decision{}.NearLimit)},
-	prop{name: "degraded", path: "degraded", kind: pBool, off: unsafe.Offsetof(Decision{}.Degraded)},
-	prop{name: "rule", path: "rule", kind: pString, off: unsafe.Offsetof(Decision{}.Rule), format: fmtText, max: MaxRuleLen},
-	prop{name: "penalty_multiplier", path: "penalty_multiplier", kind: pFloat, off: unsafe.Offsetof(Decision{}.PenaltyMultiplier), flo: 0, excl: true, fhi: 1, hasHi: true},
-	prop{name: "priority", path: "priority", kind: pEnum, off: unsafe.Offsetof(Decision{}.Priority), enum: enumPriority},
-	prop{name: "shed", path: "shed", kind: pBool, off: unsafe.Offsetof(Decision{}.Shed)},
-	prop{name: "envoy", path: "envoy", kind: pStructPtr, off: unsafe.Offsetof(Decision{}.Envoy), obj: &objEnvoyCall},
-	prop{name: "plan", path: "plan", kind: pString, off: unsafe.Offsetof(Decision{}.Plan), format: fmtText, max: MaxPlanLen},
-	prop{name: "rules_version", path: "rules_version", kind: pInt64, off: unsafe.Offsetof(Decision{}.RulesVersion), lo: 1, hi: MaxSafeInteger},
-	prop{name: "candidate_version", path: "candidate_version", kind: pInt64, off: unsafe.Offsetof(Decision{}.CandidateVersion), lo: 1, hi: MaxSafeInteger},
-	prop{name: "candidate_blocked", path: "candidate_blocked", kind: pBool, off: unsafe.Offsetof(Decision{}.CandidateBlocked)},
-)}

@@ -6,7 +6,6 @@ package events
 import (
 	"net/netip"
 	"time"
-	"unsafe"
 )
 
 // TypeDeferred is the "type" of deferred.v1 events, and the version in its topic name.
@@ -112,10 +111,20 @@ func (v *Header) validate() *ValidationError {
 	return c.err
 }
 
-var objHeader = object{need: 0b11, grow: growOf[Header], props: []prop{
-	{name: "name", path: "name", kind: pString, off: unsafe.Offsetof(Header{}.Name), required: true, format: fmtText, max: MaxHeaderNameLen},
-	{name: "value", path: "value", kind: pString, off: unsafe.Offsetof(Header{}.Value), required: true, format: fmtText, max: MaxHeaderValueLen},
-}}
+func (d *decoder) decodeHeader(v *Header) {
+	o := d.open("")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "name":
+			v.Name = o.str(0, "name", fmtText, MaxHeaderNameLen)
+		case "value":
+			v.Value = o.str(1, "value", fmtText, MaxHeaderValueLen)
+		default:
+			o.skip()
+		}
+	}
+	o.end("", []req{{0, "name"}, {1, "value"}})
+}
 
 func (v *Deferred) appendJSON(b []byte) []byte {
 	b = appendEnvelope(b, TypeDeferred, v.ID, v.TS)
@@ -194,22 +203,49 @@ func (v *Deferred) validate() *ValidationError {
 // DecodeDeferred decodes and validates a deferred.v1 event. Every error satisfies
 // errors.Is(err, ErrInvalid); the Deferred is zero on error.
 func DecodeDeferred(data []byte) (Deferred, error) {
-	return decodeEvent[Deferred](data, TypeDeferred, &objDeferred)
+	var v Deferred
+	d := &decoder{data: data, typ: TypeDeferred}
+	o := d.open("")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "type", "id", "ts":
+			o.envelope(name, &v.ID, &v.TS)
+		case "deadline":
+			v.Deadline = o.time(3, "deadline")
+		case "principal":
+			if o.take(4, "principal") {
+				d.decodePrincipal(&v.Principal)
+			}
+		case "ip":
+			v.IP = o.ip(5, "ip")
+		case "method":
+			v.Method = enumAt[string](&o, 6, "method", enumMethod)
+		case "route":
+			v.Route = o.str(7, "route", fmtRoute, 0)
+		case "resource":
+			v.Resource = o.str(8, "resource", fmtResource, 0)
+		case "path":
+			v.Path = o.str(9, "path", fmtText, MaxPathLen)
+		case "query":
+			v.Query = o.str(10, "query", fmtText, MaxQueryLen)
+		case "headers":
+			for l := o.list(11, "headers", MaxDeferredHeaders); l.next(d); l.check(d) {
+				d.decodeHeader(grow(&v.Headers))
+			}
+		case "body":
+			v.Body = o.str(12, "body", fmtBase64, MaxBodyB64Len)
+		case "decision_id":
+			v.DecisionID = o.str(13, "decision_id", fmtID, 0)
+		case "rule":
+			v.Rule = o.str(14, "rule", fmtText, MaxRuleLen)
+		case "shed":
+			v.Shed = o.bool(15, "shed")
+		case "gateway":
+			v.Gateway = o.str(16, "gateway", fmtText, MaxGatewayLen)
+		default:
+			o.skip()
+		}
+	}
+	o.endDocument([]req{{0, "type"}, {1, "id"}, {2, "ts"}, {3, "deadline"}, {4, "principal"}, {5, "ip"}, {6, "method"}, {7, "route"}, {9, "path"}, {11, "headers"}, {13, "decision_id"}, {14, "rule"}, {16, "gateway"}})
+	return result(v, d.err)
 }
-
-var objDeferred = object{event: true, need: 0b10110101011111111, props: envelope(
-	prop{name: "deadline", path: "deadline", kind: pTime, off: unsafe.Offsetof(Deferred{}.Deadline), required: true},
-	prop{name: "principal", path: "principal", kind: pStruct, off: unsafe.Offsetof(Deferred{}.Principal), required: true, obj: &objPrincipal},
-	prop{name: "ip", path: "ip", kind: pIP, off: unsafe.Offsetof(Deferred{}.IP), required: true},
-	prop{name: "method", path: "method", kind: pEnum, off: unsafe.Offsetof(Deferred{}.Method), required: true, enum: enumMethod},
-	prop{name: "route", path: "route", kind: pString, off: unsafe.Offsetof(Deferred{}.Route), required: true, format: fmtRoute},
-	prop{name: "resource", path: "resource", kind: pString, off: unsafe.Offsetof(Deferred{}.Resource), format: fmtResource},
-	prop{name: "path", path: "path", kind: pString, off: unsafe.Offsetof(Deferred{}.Path), required: true, format: fmtText, max: MaxPathLen},
-	prop{name: "query", path: "query", kind: pString, off: unsafe.Offsetof(Deferred{}.Query), format: fmtText, max: MaxQueryLen},
-	prop{name: "headers", path: "headers", kind: pList, off: unsafe.Offsetof(Deferred{}.Headers), required: true, max: MaxDeferredHeaders, obj: &objHeader},
-	prop{name: "body", path: "body", kind: pString, off: unsafe.Offsetof(Deferred{}.Body), format: fmtBase64, max: MaxBodyB64Len},
-	prop{name: "decision_id", path: "decision_id", kind: pString, off: unsafe.Offsetof(Deferred{}.DecisionID), required: true, format: fmtID},
-	prop{name: "rule", path: "rule", kind: pString, off: unsafe.Offsetof(Deferred{}.Rule), required: true, format: fmtText, max: MaxRuleLen},
-	prop{name: "shed", path: "shed", kind: pBool, off: unsafe.Offsetof(Deferred{}.Shed)},
-	prop{name: "gateway", path: "gateway", kind: pString, off: unsafe.Offsetof(Deferred{}.Gateway), required: true, format: fmtText, max: MaxGatewayLen},
-)}

@@ -98,28 +98,42 @@ func (o *members) duplicate(path string) {
 // skip reads past the value of a member the schema does not know.
 func (o *members) skip() { o.keep(o.d.skip(1)) }
 
-// end reports the first required member of table t missing from the object.
-func (o *members) end(t *object) {
+// end reports the first required member missing from the object at path.
+func (o *members) end(path string, required []req) {
 	if o.d.err == nil {
-		o.keep(o.d.required(t, o.seen))
+		o.keep(o.d.required(path, o.seen, required))
 	}
 }
 
 // endDocument is end for the top-level object: nothing but white space may
 // follow it.
-func (o *members) endDocument(t *object) {
+func (o *members) endDocument(required []req) {
 	if o.d.err == nil {
 		o.keep(o.d.end())
 	}
-	o.end(t)
+	o.end("", required)
 }
 
 // The readers below read the member at path, property bit of its object, for
-// the decoder (object.go): each first marks the property read (members.take: a
+// a generated decoder: each first marks the property read (members.take: a
 // second member of that name is a syntax error, and nothing is read), then
 // reads the value with the decoder (read.go) and keeps its error there. So a
 // generated decoder is one line per member, and what every member does around
 // its value is written here once.
+
+// envelope reads the members every event starts with, its CloudEvents
+// attributes: "type" (property 0), which must be the decoder's typ, "id" (1)
+// and "ts" (2), the member called name, into *id and *ts.
+func (o *members) envelope(name []byte, id *string, ts *time.Time) {
+	switch string(name) {
+	case "type":
+		o.constant(0, "type", o.d.typ)
+	case "id":
+		*id = o.str(1, "id", fmtID, 0)
+	case "ts":
+		*ts = o.time(2, "ts")
+	}
+}
 
 // constant reads a member whose value must be want ("type").
 func (o *members) constant(bit uint, path, want string) {

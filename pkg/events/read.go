@@ -726,17 +726,20 @@ func (d *decoder) element(first *bool) (ok bool, err *ValidationError) {
 	return true, nil
 }
 
-// required reports the first required member of table t missing from seen.
-func (d *decoder) required(t *object, seen uint32) *ValidationError {
-	if seen&t.need == t.need {
-		return nil
-	}
-	for i := range t.props {
-		f := &t.props[i]
-		if f.required && seen&(1<<i) == 0 {
+// req pairs a required member name with its property's bit in a seen mask
+// (members.seen), in the order of the schema's "required" list.
+type req struct {
+	bit  uint
+	name string
+}
+
+// required reports the first required member missing from seen.
+func (d *decoder) required(prefix string, seen uint32, fields []req) *ValidationError {
+	for _, f := range fields {
+		if seen&(1<<f.bit) == 0 {
 			name := f.name
-			if t.path != "" {
-				name = t.path + "." + name
+			if prefix != "" {
+				name = prefix + "." + name
 			}
 			return &ValidationError{Type: d.typ, Field: name, Reason: "is required"}
 		}

@@ -6,7 +6,6 @@ package events
 import (
 	"strconv"
 	"time"
-	"unsafe"
 )
 
 // TypeRulesVersion is the "type" of rules.v1 events, and the version in its topic name.
@@ -157,19 +156,39 @@ func (v *RulesVersion) validate() *ValidationError {
 // DecodeRulesVersion decodes and validates a rules.v1 event. Every error satisfies
 // errors.Is(err, ErrInvalid); the RulesVersion is zero on error.
 func DecodeRulesVersion(data []byte) (RulesVersion, error) {
-	return decodeEvent[RulesVersion](data, TypeRulesVersion, &objRulesVersion)
+	var v RulesVersion
+	d := &decoder{data: data, typ: TypeRulesVersion}
+	o := d.open("")
+	for name, ok := d.member(&o.first); ok; name, ok = d.member(&o.first) {
+		switch string(name) {
+		case "type", "id", "ts":
+			o.envelope(name, &v.ID, &v.TS)
+		case "version":
+			v.Version = o.int(3, "version", 1, MaxSafeInteger)
+		case "state":
+			v.State = enumAt[RulesState](&o, 4, "state", enumRulesState)
+		case "rules":
+			v.Rules = o.str(5, "rules", fmtMultilineText, MaxRulesYAMLLen)
+		case "author":
+			v.Author = o.str(6, "author", fmtText, MaxAuthorLen)
+		case "reason":
+			v.Reason = o.str(7, "reason", fmtMultilineText, MaxReasonLen)
+		case "created_at":
+			v.CreatedAt = o.time(8, "created_at")
+		case "parent_version":
+			v.ParentVersion = o.int(9, "parent_version", 1, MaxSafeInteger)
+		case "shadow_for_ms":
+			v.ShadowForMs = o.int(10, "shadow_for_ms", 1, 604_800_000)
+		case "watch_for_ms":
+			v.WatchForMs = o.int(11, "watch_for_ms", 1, 604_800_000)
+		case "max_critical_block_share":
+			v.MaxCriticalBlockShare = o.float(12, "max_critical_block_share", 0, true, 1, true)
+		case "min_critical":
+			v.MinCritical = o.int(13, "min_critical", 1, 1_000_000)
+		default:
+			o.skip()
+		}
+	}
+	o.endDocument([]req{{0, "type"}, {1, "id"}, {2, "ts"}, {3, "version"}, {4, "state"}, {5, "rules"}, {6, "author"}, {7, "reason"}, {8, "created_at"}})
+	return result(v, d.err)
 }
-
-var objRulesVersion = object{event: true, need: 0b00000111111111, props: envelope(
-	prop{name: "version", path: "version", kind: pInt64, off: unsafe.Offsetof(RulesVersion{}.Version), required: true, lo: 1, hi: MaxSafeInteger},
-	prop{name: "state", path: "state", kind: pEnum, off: unsafe.Offsetof(RulesVersion{}.State), required: true, enum: enumRulesState},
-	prop{name: "rules", path: "rules", kind: pString, off: unsafe.Offsetof(RulesVersion{}.Rules), required: true, format: fmtMultilineText, max: MaxRulesYAMLLen},
-	prop{name: "author", path: "author", kind: pString, off: unsafe.Offsetof(RulesVersion{}.Author), required: true, format: fmtText, max: MaxAuthorLen},
-	prop{name: "reason", path: "reason", kind: pString, off: unsafe.Offsetof(RulesVersion{}.Reason), required: true, format: fmtMultilineText, max: MaxReasonLen},
-	prop{name: "created_at", path: "created_at", kind: pTime, off: unsafe.Offsetof(RulesVersion{}.CreatedAt), required: true},
-	prop{name: "parent_version", path: "parent_version", kind: pInt64, off: unsafe.Offsetof(RulesVersion{}.ParentVersion), lo: 1, hi: MaxSafeInteger},
-	prop{name: "shadow_for_ms", path: "shadow_for_ms", kind: pInt64, off: unsafe.Offsetof(RulesVersion{}.ShadowForMs), lo: 1, hi: 604_800_000},
-	prop{name: "watch_for_ms", path: "watch_for_ms", kind: pInt64, off: unsafe.Offsetof(RulesVersion{}.WatchForMs), lo: 1, hi: 604_800_000},
-	prop{name: "max_critical_block_share", path: "max_critical_block_share", kind: pFloat, off: unsafe.Offsetof(RulesVersion{}.MaxCriticalBlockShare), flo: 0, excl: true, fhi: 1, hasHi: true},
-	prop{name: "min_critical", path: "min_critical", kind: pInt64, off: unsafe.Offsetof(RulesVersion{}.MinCritical), lo: 1, hi: 1_000_000},
-)}
