@@ -112,6 +112,17 @@ func (f *FaultProxy) Late(ctx context.Context) (int64, time.Duration, error) {
 	return fields[0], time.Duration(fields[1]), nil
 }
 
+// Upstream counts the replies Redis sent more than 2 ms after the request
+// before them (its own time and its wait for a CPU, before the proxy's
+// delay), and the slowest.
+func (f *FaultProxy) Upstream(ctx context.Context) (int64, time.Duration, error) {
+	fields, err := f.get(ctx, "upstream", 2)
+	if err != nil {
+		return 0, 0, err
+	}
+	return fields[0], time.Duration(fields[1]), nil
+}
+
 // get reads n integers from the control endpoint what.
 func (f *FaultProxy) get(ctx context.Context, what string, n int) ([]int64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+f.control+"/"+what, nil)

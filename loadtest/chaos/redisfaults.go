@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-dev/floodgate/loadtest/internal/promtext"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
@@ -57,17 +58,21 @@ func RedisSlow(ctx context.Context, e *Env, s Size, r *Result) error {
 		return n
 	}
 	t20, dial20 := time.Now(), accepted()
+	slowUp20, _, err := px.Upstream(ctx)
+	try(err)
 	try(px.SetDelay(ctx, 20*time.Millisecond))
 	_ = sleep(ctx, phase)
 	t40, dial40 := time.Now(), accepted()
 	pipes40, within40 := pipelines(ctx, lim)
-	miss40 := poolMisses(ctx, lim)
+	miss40, sched40 := poolMisses(ctx, lim), schedLatencies(ctx, lim)
 	try(px.SetDelay(ctx, 40*time.Millisecond))
 	_ = sleep(ctx, phase)
 	calm, dialCalm := time.Now(), accepted()
 	pipesCalm, withinCalm := pipelines(ctx, lim)
-	missCalm := poolMisses(ctx, lim)
+	missCalm, schedCalm := poolMisses(ctx, lim), schedLatencies(ctx, lim)
 	late, lateMost, err := px.Late(ctx)
+	try(err)
+	slowUp, slowUpMost, err := px.Upstream(ctx)
 	try(err)
 	try(px.SetDelay(ctx, 0))
 	_ = sleep(ctx, 2*time.Second)
@@ -104,6 +109,11 @@ func RedisSlow(ctx context.Context, e *Env, s Size, r *Result) error {
 	}
 	r.metric("fault proxy", "%s; %d delayed replies (+20 and +40 ms) passed on more than %s late, the latest by %s",
 		priority, late, redistest.LateBy, ms(lateMost))
+	r.metric("Redis", "%d replies (+20 and +40 ms) sent more than %s after their request, before the proxy's delay; the slowest of the run %s",
+		slowUp-slowUp20, redistest.LateBy, ms(slowUpMost))
+	waits, over, longest := promtext.Above(sched40, schedCalm, 0.004)
+	r.metric("limiter at +40 ms", "%.0f goroutine wake-ups waited over %s for a CPU, the longest under %s",
+		waits, ms(seconds(over)), ms(seconds(longest)))
 	r.metric("60 ms stall", "%d degraded answers, the last one %s after the stall began; log lines: %d breaker opened, %d redis call failed",
 		stallWindow.Degraded, ms(span), trips, errLines)
 	r.require("+40 ms: no degraded answers", w40.Sent > 0 && w40.Degraded == 0, "%d of %d", w40.Degraded, w40.Sent)
@@ -120,6 +130,25 @@ func poolMisses(ctx context.Context, lim *Service) float64 {
 		return math.NaN()
 	}
 	return n
+}
+
+// schedLatencies reads how long the limiter's goroutines have waited for a
+// CPU (the Go runtime's go_sched_latencies_seconds; nil when /metrics cannot
+// be read).
+func schedLatencies(ctx context.Context, lim *Service) []promtext.Bucket {
+	e, err := promtext.Get(ctx, "http://"+lim.Addr+"/metrics")
+	if err != nil {
+		return nil
+	}
+	return e.Buckets("go_sched_latencies_seconds")
+}
+
+// seconds is s as a Duration (+Inf as the largest).
+func seconds(s float64) time.Duration {
+	if s >= math.MaxInt64/float64(time.Second) {
+		return math.MaxInt64
+	}
+	return time.Duration(s * float64(time.Second))
 }
 
 // pipelines reads the limiter's pipeline round trips so far: all of them, and

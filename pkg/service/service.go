@@ -116,11 +116,22 @@ func Exec(ctx context.Context, name string, run Func, io Stdio) int {
 // TracingFlushTimeout bounds flushing the last spans as the process ends.
 const TracingFlushTimeout = 5 * time.Second
 
-// NewEnv builds an Env with a fresh registry (Go and process collectors)
-// and the wall clock.
+// RuntimeCollectors are the Go runtime's and the process's metrics every
+// service serves, with the scheduler's: go_sched_latencies_seconds is how
+// long goroutines waited for a CPU, what a budget lost on cores shared with
+// other processes shows as.
+func RuntimeCollectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	}
+}
+
+// NewEnv builds an Env with a fresh registry (RuntimeCollectors) and the
+// wall clock.
 func NewEnv(name string, io Stdio, log *slog.Logger) Env {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(RuntimeCollectors()...)
 	if io.Getenv == nil {
 		io.Getenv = func(string) string { return "" }
 	}

@@ -66,6 +66,10 @@ func main() {
 		n, most := px.Late()
 		_, _ = fmt.Fprintf(w, "%d %d", n, most.Nanoseconds())
 	})
+	mux.HandleFunc("GET /upstream", func(w http.ResponseWriter, _ *http.Request) {
+		n, most := px.Upstream()
+		_, _ = fmt.Fprintf(w, "%d %d", n, most.Nanoseconds())
+	})
 	fmt.Printf("proxy %s control %s\n", px.Addr, ln.Addr())
 	log.Fatal((&http.Server{Handler: mux, ReadHeaderTimeout: time.Second}).Serve(ln))
 }

@@ -61,3 +61,64 @@ func (e Exposition) Series(name string) []string {
 	}
 	return out
 }
+
+// Bucket is one cumulative histogram bucket: Count observations ≤ LE.
+type Bucket struct {
+	LE    float64
+	Count float64
+}
+
+// Buckets returns histogram name's buckets (summed over its other labels),
+// by le as the exposition lists them (ascending, +Inf last).
+func (e Exposition) Buckets(name string) []Bucket {
+	var out []Bucket
+	at := map[float64]int{}
+	for _, s := range e.Series(name + "_bucket") {
+		i := strings.Index(s, `le="`)
+		if i < 0 {
+			continue
+		}
+		rest := s[i+4:]
+		le, err := strconv.ParseFloat(rest[:strings.IndexByte(rest, '"')], 64)
+		if err != nil {
+			continue
+		}
+		v, err := strconv.ParseFloat(s[strings.LastIndexByte(s, ' ')+1:], 64)
+		if err != nil {
+			continue
+		}
+		if j, ok := at[le]; ok {
+			out[j].Count += v
+			continue
+		}
+		at[le] = len(out)
+		out = append(out, Bucket{LE: le, Count: v})
+	}
+	return out
+}
+
+// Above is how many observations between from and to (two scrapes of the
+// same histogram) exceeded the first bound at or over limit, that bound,
+// and the bound below which every one of them fell (+Inf when some fell in
+// the last bucket; 0 when none exceeded it).
+func Above(from, to []Bucket, limit float64) (n, bound, most float64) {
+	if len(from) != len(to) || len(to) == 0 {
+		return 0, 0, 0
+	}
+	total := to[len(to)-1].Count - from[len(from)-1].Count
+	for i := range to {
+		if to[i].LE >= limit {
+			n, bound = total-(to[i].Count-from[i].Count), to[i].LE
+			break
+		}
+	}
+	for i := range to {
+		if to[i].Count-from[i].Count >= total {
+			if n > 0 {
+				most = to[i].LE
+			}
+			break
+		}
+	}
+	return n, bound, most
+}

@@ -54,3 +54,29 @@ func TestSumSelectsByNameOrSeries(t *testing.T) {
 		t.Error("a 404 scrape is not an error")
 	}
 }
+
+// TestAboveCountsTheTailBetweenTwoScrapes: the observations past a bound
+// between two scrapes, and the bucket that holds the longest of them.
+func TestAboveCountsTheTailBetweenTwoScrapes(t *testing.T) {
+	t.Parallel()
+	scrape := func(counts ...string) []Bucket {
+		les := []string{"0.001", "0.004", "0.016", "0.064", "+Inf"}
+		var e Exposition
+		for i, c := range counts {
+			e = append(e, `s_bucket{le="`+les[i]+`"} `+c, `s_bucket{le="`+les[i]+`",other="x"} 1`)
+		}
+		return e.Buckets("s")
+	}
+	from := scrape("10", "12", "13", "13", "13")
+	to := scrape("100", "110", "118", "119", "119")
+	if len(to) != 5 || to[4].Count != 120 {
+		t.Fatalf("buckets summed over labels: %+v", to)
+	}
+	n, bound, most := Above(from, to, 0.003)
+	if n != 8 || bound != 0.004 || most != 0.064 {
+		t.Errorf("Above = %v past %v, longest ≤ %v; want 8 past 0.004, longest ≤ 0.064", n, bound, most)
+	}
+	if n, _, most := Above(from, from, 0.003); n != 0 || most != 0 {
+		t.Errorf("no observations: %v, %v", n, most)
+	}
+}

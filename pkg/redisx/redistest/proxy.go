@@ -27,6 +27,8 @@ type Proxy struct {
 	accepted atomic.Int64
 	late     atomic.Int64 // replies passed on more than LateBy after their delay ended
 	lateMax  atomic.Int64 // ns: the latest of them
+	slow     atomic.Int64 // replies that came from upstream more than LateBy after the request before them
+	slowMax  atomic.Int64 // ns: the slowest of them
 	wg       sync.WaitGroup
 }
 
@@ -66,6 +68,13 @@ func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 // after their delay ended, and the latest by how much.
 func (p *Proxy) Late() (n int64, most time.Duration) {
 	return p.late.Load(), time.Duration(p.lateMax.Load())
+}
+
+// Upstream reports how many replies came from upstream more than LateBy
+// after the request passed on before them (Redis's own time, its wait for a
+// CPU included: what the proxy's delay is added to), and the slowest.
+func (p *Proxy) Upstream() (n int64, most time.Duration) {
+	return p.slow.Load(), time.Duration(p.slowMax.Load())
 }
 
 // Stall holds every byte in both directions for d from now.
@@ -125,15 +134,16 @@ func (p *Proxy) accept() {
 			return
 		}
 		p.wg.Add(2)
-		go p.pipe(up, c, false)
-		go p.pipe(c, up, true)
+		sent := new(atomic.Int64) // unix ns: the last request chunk passed upstream
+		go p.pipe(up, c, false, sent)
+		go p.pipe(c, up, true, sent)
 	}
 }
 
 // pipe copies src to dst; replies (upstream → client) are each held for
 // the delay after they arrived (a link with latency, not a slow one: chunks
 // in flight do not add up), and a stall holds everything until it ends.
-func (p *Proxy) pipe(dst, src net.Conn, reply bool) {
+func (p *Proxy) pipe(dst, src net.Conn, reply bool, sent *atomic.Int64) {
 	defer p.wg.Done()
 	type chunk struct {
 		b  []byte
@@ -162,20 +172,34 @@ func (p *Proxy) pipe(dst, src net.Conn, reply bool) {
 		}
 	}()
 	for c := range q {
+		if at := sent.Swap(0); reply && at > 0 {
+			if took := c.at.Sub(time.Unix(0, at)); took > LateBy {
+				p.slow.Add(1)
+				storeMax(&p.slowMax, int64(took))
+			}
+		}
 		if d := time.Duration(p.delay.Load()); reply && d > 0 {
 			due := c.at.Add(d)
 			time.Sleep(time.Until(due))
 			if late := time.Since(due); late > LateBy {
 				p.late.Add(1)
-				for m := p.lateMax.Load(); int64(late) > m && !p.lateMax.CompareAndSwap(m, int64(late)); m = p.lateMax.Load() {
-				}
+				storeMax(&p.lateMax, int64(late))
 			}
 		}
 		if until := p.stallTo.Load(); until > 0 {
 			time.Sleep(time.Until(time.Unix(0, until)))
 		}
+		if !reply {
+			sent.Store(time.Now().UnixNano())
+		}
 		if _, err := dst.Write(c.b); err != nil {
 			return
 		}
+	}
+}
+
+// storeMax raises m to v.
+func storeMax(m *atomic.Int64, v int64) {
+	for cur := m.Load(); v > cur && !m.CompareAndSwap(cur, v); cur = m.Load() {
 	}
 }
