@@ -87,9 +87,10 @@ func (o Options) Validate() error {
 // serves) and reads its reply (handshakeAhead), so a connection the pool
 // dialed ahead costs a command no extra round trip. Pipelines share the main
 // pool (PipelinePoolSize -1), which keeps MinIdleConns dialed ahead:
-// go-redis's dedicated pipeline pool never dials ahead, so behind a slow link a pipeline whose connection had been closed by
-// a timeout dialed a new one and paid two handshake round trips inside its
-// budget, timed out in turn, and so on (78 dials and 850 degraded answers in
+// go-redis's dedicated pipeline pool never dials ahead, so behind a slow
+// link a pipeline whose connection had been closed by a timeout dialed a new
+// one and paid two handshake round trips inside its budget, timed out in
+// turn, and so on (78 dials and 850 degraded answers in
 // 10 s at +40 ms, chaos redis-slow). A call's socket is bounded by
 // ReadTimeout and WriteTimeout, not by its context's deadline.
 //
