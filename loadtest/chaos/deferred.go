@@ -15,10 +15,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/loadtest/internal/promtext"
-
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-dev/floodgate/loadtest/internal/promtext"
 	"github.com/floodgate-dev/floodgate/pkg/deferred"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 )

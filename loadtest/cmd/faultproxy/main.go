@@ -9,7 +9,9 @@
 // POST /delay?d=40ms (every reply held 40 ms after it arrived; 0 removes it),
 // POST /stall?d=60ms (nothing passes for 60 ms), GET /accepted (client
 // connections accepted so far), GET /late ("<n> <ns>": delayed replies
-// passed on more than 2 ms late, and the latest by how many ns).
+// passed on more than 2 ms late, and the latest by how many ns), GET
+// /upstream ("<n> <ns>": replies that came from Redis more than 2 ms after
+// their request, before any delay, and the slowest).
 package main
 
 import (
