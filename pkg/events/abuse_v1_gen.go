@@ -21,6 +21,8 @@ const (
 	MaxTopItems = 10
 	// MaxTopicLen is the maxLength of evidence.crossing_event.topic in the schemas.
 	MaxTopicLen = 249
+	// MaxStepReasonLen is the maxLength of penalty.reason in the schemas.
+	MaxStepReasonLen = 256
 	// MaxVersionLen is the maxLength of detector_version in the schemas.
 	MaxVersionLen = 64
 )
@@ -191,6 +193,16 @@ type Penalty struct {
 	// Mode is "mode": enforced: written to Redis and applied; simulated: shadow mode, only
 	// reported.
 	Mode PenaltyMode
+	// Step is "step": optional: the step of the graduated response this penalty is on, from
+	// 1 (the mildest: a short, light multiplier for a borderline case) to the last (the
+	// pattern's full penalty). The first detection of an incident takes the step its
+	// evidence earns; a re-detection within the incident goes one step up. Absent in events
+	// of older detectors. (0: absent)
+	Step int64
+	// Reason is "reason": optional: why this step, in words a reviewer reads (the evidence
+	// margin that chose it, or the persistence that raised it), 1-256 characters. ("":
+	// absent)
+	Reason string
 }
 
 // Abuse is an abuse.v1 event: One event per abuse detection, on topic floodgate.abuse.v1,
@@ -229,8 +241,9 @@ type Abuse struct {
 	// grammar as id). Absent in events of older detectors. ("": absent)
 	IncidentID string
 	// DetectionCount is "detection_count": optional: this detection's number within its
-	// incident, from 1; re-detections of a running incident extend its penalty but never
-	// escalate it. (0: absent)
+	// incident, from 1; a re-detection of a running incident goes one step up the graduated
+	// response (penalty.step) and extends its penalty, but never raises its escalation
+	// level. (0: absent)
 	DetectionCount int64
 }
 
@@ -533,7 +546,16 @@ func (v *Penalty) appendJSON(b []byte) []byte {
 	b = strconv.AppendInt(b, v.Level, 10)
 	b = append(b, `,"mode":"`...)
 	b = append(b, string(v.Mode)...)
-	b = append(b, `"}`...)
+	b = append(b, '"')
+	if v.Step != 0 {
+		b = append(b, `,"step":`...)
+		b = strconv.AppendInt(b, v.Step, 10)
+	}
+	if v.Reason != "" {
+		b = append(b, `,"reason":`...)
+		b = appendString(b, v.Reason)
+	}
+	b = append(b, '}')
 	return b
 }
 
@@ -543,6 +565,12 @@ func (v *Penalty) validate() *ValidationError {
 	c.at("expires_at", validTime(v.ExpiresAt))
 	c.at("level", intRange(v.Level, 1, MaxSafeInteger))
 	c.at("mode", checkEnum(enumPenaltyMode, v.Mode))
+	if v.Step != 0 {
+		c.at("step", intRange(v.Step, 1, 9))
+	}
+	if v.Reason != "" {
+		c.at("reason", validText(v.Reason, MaxStepReasonLen, false))
+	}
 	return c.err
 }
 
@@ -558,6 +586,10 @@ func (d *decoder) decodePenalty(v *Penalty) {
 			v.Level = o.int(2, "penalty.level", 1, MaxSafeInteger)
 		case "mode":
 			v.Mode = enumAt[PenaltyMode](&o, 3, "penalty.mode", enumPenaltyMode)
+		case "step":
+			v.Step = o.int(4, "penalty.step", 1, 9)
+		case "reason":
+			v.Reason = o.str(5, "penalty.reason", fmtText, MaxStepReasonLen)
 		default:
 			o.skip()
 		}

@@ -259,7 +259,7 @@ func stdDecodeAbuse(data []byte) (Abuse, error) {
 			EventCount: s.Evidence.EventCount, DistinctIPs: s.Evidence.DistinctIPs,
 			DistinctIP24: s.Evidence.DistinctIP24, DistinctIP64: s.Evidence.DistinctIP64,
 		},
-		Penalty:         Penalty{s.Penalty.Multiplier, times(s.Penalty.ExpiresAt), s.Penalty.Level, PenaltyMode(s.Penalty.Mode)},
+		Penalty:         Penalty{Multiplier: s.Penalty.Multiplier, ExpiresAt: times(s.Penalty.ExpiresAt), Level: s.Penalty.Level, Mode: PenaltyMode(s.Penalty.Mode)},
 		DetectorVersion: s.DetectorVersion,
 	}
 	for _, r := range s.Evidence.TopRoutes {

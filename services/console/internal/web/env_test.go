@@ -107,7 +107,8 @@ func (e *testEnv) seed(t *testing.T, id string, at time.Time, pattern events.Pat
 			TopRoutes: []events.RouteCount{{Route: "/channels/{channel_id}/messages", Count: 1200}, {Route: "/users/me", Count: 50}},
 			TopIPs: []events.IPCount{{IP: netip.MustParseAddr("203.0.113.0"), Count: 1000, SharedPrincipals: 0},
 				{IP: netip.MustParseAddr("198.51.100.0"), Count: 250, SharedPrincipals: 40}}},
-		Penalty:         events.Penalty{Multiplier: 0.1, ExpiresAt: at.Add(30 * time.Minute), Level: 1, Mode: events.PenaltyEnforced},
+		Penalty: events.Penalty{Multiplier: 0.1, ExpiresAt: at.Add(30 * time.Minute), Level: 1, Mode: events.PenaltyEnforced,
+			Step: 3, Reason: "step 3 of 3, clear: 96% of its calls refused past its limit (1200 refused)"},
 		DetectorVersion: "detector-test-1",
 	}
 	require.NoError(t, a.Validate())

@@ -392,7 +392,7 @@ func TestAlertsList(t *testing.T) {
 	t.Run("detail shows the evidence", func(t *testing.T) {
 		code, body := b.get(alertPath(mid))
 		require.Equal(t, http.StatusOK, code)
-		for _, want := range []string{"/channels/{channel_id}/messages", "198.51.100.0", "shared (NAT / proxy)", "addresses 3.00, /24 + /64 2.00", "detector-test-1", "escalation level 1", "History of"} {
+		for _, want := range []string{"/channels/{channel_id}/messages", "198.51.100.0", "shared (NAT / proxy)", "addresses 3.00, /24 + /64 2.00", "detector-test-1", "escalation level 1", "step 3 — step 3 of 3, clear: 96% of its calls refused past its limit", "History of"} {
 			require.Contains(t, body, want)
 		}
 		require.NotContains(t, body, "125.00/s", "distributed_ip shows networks, not a rate bar")

@@ -93,7 +93,7 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, tr tracing
 
 	penalties := detector.NewPenaltyStore(rdb)
 	dcfg := detector.Config{
-		Score: cfg.Score, Policies: cfg.Policies, Escalation: cfg.Escalation, BlastLimit: cfg.BlastLimit,
+		Score: cfg.Score, Policies: cfg.Policies, Ladder: cfg.Ladder, Escalation: cfg.Escalation, BlastLimit: cfg.BlastLimit,
 		MaxEventSkew: cfg.MaxEventSkew, MaxEventAge: cfg.MaxEventAge, MaxEventCost: cfg.MaxEventCost,
 		Penalties: penalties, Allowlist: allow,
 		Publisher: producer, AbuseTopic: cfg.AbuseTopic, Recorder: recorder, Logger: log, Registerer: reg,

@@ -31,6 +31,7 @@ type ServiceConfig struct {
 	Score           score.Config
 	Mode            string // FLOODGATE_DETECTOR_MODE: enforce | simulate (default of every pattern)
 	Policies        map[events.Pattern]PatternPolicy
+	Ladder          Ladder // FLOODGATE_DETECTOR_LADDER_STEPS, FLOODGATE_DETECTOR_LADDER_FIRST_TTL
 	Escalation      Escalation
 	BlastLimit      int           // FLOODGATE_DETECTOR_BLAST_LIMIT: penalties per pattern per minute
 	Records         string        // FLOODGATE_DETECTOR_RECORDS: dynamodb | off
@@ -81,8 +82,15 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 			AutomatedDenialRatio: e.Float("FLOODGATE_DETECTOR_AUTOMATED_DENIAL_RATIO", def.AutomatedDenialRatio),
 			FanoutMinNetworks:    e.Int("FLOODGATE_DETECTOR_FANOUT_MIN_NETWORKS", def.FanoutMinNetworks),
 			FanoutInterval:       e.Duration("FLOODGATE_DETECTOR_FANOUT_INTERVAL", def.FanoutInterval),
+			PersonSustain:        e.Duration("FLOODGATE_DETECTOR_PERSON_SUSTAIN", def.PersonSustain),
+			PersonMinDenials:     e.Int("FLOODGATE_DETECTOR_PERSON_MIN_DENIALS", def.PersonMinDenials),
+			PersonDenialRatio:    e.Float("FLOODGATE_DETECTOR_PERSON_DENIAL_RATIO", def.PersonDenialRatio),
 		},
 		Mode: e.String("FLOODGATE_DETECTOR_MODE", "enforce"),
+		Ladder: Ladder{
+			Steps:    e.Int("FLOODGATE_DETECTOR_LADDER_STEPS", DefaultLadder().Steps),
+			FirstTTL: e.Duration("FLOODGATE_DETECTOR_LADDER_FIRST_TTL", DefaultLadder().FirstTTL),
+		},
 		Escalation: Escalation{
 			Lookback: e.Duration("FLOODGATE_DETECTOR_ESCALATION_LOOKBACK", 7*24*time.Hour),
 			Quiet:    e.Duration("FLOODGATE_DETECTOR_INCIDENT_QUIET", 10*time.Minute),
@@ -149,6 +157,8 @@ func (c ServiceConfig) Validate() error {
 		v.Require(p.Multiplier > 0 && p.Multiplier <= 1, "FLOODGATE_DETECTOR_*_MULTIPLIER", "%s: %g must be in (0, 1]", pattern, p.Multiplier)
 		v.Require(p.TTL >= time.Second && p.TTL <= 30*24*time.Hour, "FLOODGATE_DETECTOR_*_TTL", "%s: %s must be in 1s..720h", pattern, p.TTL)
 	}
+	v.Require(c.Ladder.Steps >= 1 && c.Ladder.Steps <= 9, "FLOODGATE_DETECTOR_LADDER_STEPS", "%d: must be in 1..9", c.Ladder.Steps)
+	v.Require(c.Ladder.FirstTTL >= time.Second && c.Ladder.FirstTTL <= time.Hour, "FLOODGATE_DETECTOR_LADDER_FIRST_TTL", "%s: must be in 1s..1h", c.Ladder.FirstTTL)
 	v.Require(c.Escalation.Lookback >= 0, "FLOODGATE_DETECTOR_ESCALATION_LOOKBACK", "must not be negative")
 	v.Require(c.Escalation.Quiet >= 0, "FLOODGATE_DETECTOR_INCIDENT_QUIET", "must not be negative")
 	v.Require(c.Escalation.Factor >= 1 && c.Escalation.Factor <= 10, "FLOODGATE_DETECTOR_ESCALATION_FACTOR", "%g: must be in 1..10", c.Escalation.Factor)

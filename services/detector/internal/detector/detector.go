@@ -78,6 +78,7 @@ type Config struct {
 	// instances of the group (see score.RemoteIPs).
 	SharedIPs  score.RemoteIPs
 	Policies   map[events.Pattern]PatternPolicy
+	Ladder     Ladder // zero: one step, every detection the full policy
 	Escalation Escalation
 	BlastLimit int // enforced penalties per pattern per minute before enforcement is held
 	Penalties  Penalties
@@ -120,6 +121,7 @@ type pending struct {
 type incident struct {
 	id    string
 	count int64
+	step  int64     // the highest ladder step of its detections
 	until time.Time // the latest penalty expiry of its detections
 }
 
@@ -150,6 +152,9 @@ func New(c Config) *Detector {
 	}
 	if c.MaxEventAge <= 0 {
 		c.MaxEventAge = 7 * 24 * time.Hour
+	}
+	if c.Ladder.Steps < 1 {
+		c.Ladder.Steps = 1
 	}
 	d := &Detector{
 		cfg: c, ips: score.NewIPStore(c.Score), blast: &BlastGuard{Limit: c.BlastLimit, Now: c.Now}, log: c.Logger,
@@ -301,6 +306,10 @@ func (d *Detector) decide(ctx context.Context, det *score.Detection) (events.Abu
 			return a, false, nil
 		}
 	}
+	step, reason := d.step(det)
+	mult, stepTTL := d.cfg.Ladder.penalty(policy, step)
+	a.Penalty.Multiplier, a.Penalty.Step, a.Penalty.Reason = max(mult, 0.001), int64(step), reason
+	a.Penalty.ExpiresAt = det.At.Add(max(stepTTL, time.Second))
 	if policy.Enforce && !det.Penalize {
 		// A signal that alone harms nobody (regular timing): reported for
 		// review, never written as a penalty, never escalated.
@@ -315,7 +324,7 @@ func (d *Detector) decide(ctx context.Context, det *score.Detection) (events.Abu
 			}
 			a.Penalty.Level = int64(n) + 1
 		}
-		ttl := d.cfg.Escalation.penaltyTTL(policy.TTL, a.Penalty.Level, a.ID)
+		ttl := d.cfg.Escalation.penaltyTTL(stepTTL, a.Penalty.Level, a.ID)
 		a.Penalty.ExpiresAt = det.At.Add(ttl)
 		if ok, started := d.blast.Admit(pattern); !ok {
 			a.Penalty.Mode = events.PenaltySimulated
@@ -445,11 +454,33 @@ func (d *Detector) assignIncident(a *events.Abuse) {
 		if a.Penalty.ExpiresAt.After(inc.until) {
 			inc.until = a.Penalty.ExpiresAt
 		}
+		inc.step = max(inc.step, a.Penalty.Step)
 	} else {
-		inc = incident{id: IncidentID(a.Principal, a.Pattern, a.DetectedAt), count: 1, until: a.Penalty.ExpiresAt}
+		inc = incident{id: IncidentID(a.Principal, a.Pattern, a.DetectedAt), count: 1, step: a.Penalty.Step, until: a.Penalty.ExpiresAt}
 	}
 	d.incidents[k] = inc
 	a.IncidentID, a.DetectionCount = inc.id, inc.count
+}
+
+// step is the ladder step of det: the one its evidence earns, or one up
+// from its incident's when the principal is detected again within an
+// incident in progress (the behaviour persisted), never above the last.
+func (d *Detector) step(det *score.Detection) (int, string) {
+	first, why := d.cfg.Ladder.firstStep(det)
+	d.mu.Lock()
+	inc, ok := d.incidents[det.Principal.Key()+"|"+string(det.Pattern)]
+	d.mu.Unlock()
+	if ok && inc.step > 0 && !det.At.After(inc.until.Add(d.cfg.Escalation.Quiet)) {
+		if up := min(int(inc.step)+1, d.cfg.Ladder.Steps); up >= first {
+			why = fmt.Sprintf("step %d of %d, persisted: detected again within its incident (after step %d); %s",
+				up, d.cfg.Ladder.Steps, inc.step, why)
+			first = up
+		}
+	}
+	if r := []rune(why); len(r) > events.MaxStepReasonLen {
+		why = string(r[:events.MaxStepReasonLen])
+	}
+	return first, why
 }
 
 func AbuseID(p events.Principal, pattern events.Pattern, windowStart time.Time) string {

@@ -72,6 +72,26 @@ type Config struct {
 	// (FLOODGATE_DETECTOR_FANOUT_MIN_NETWORKS, FLOODGATE_DETECTOR_FANOUT_INTERVAL).
 	FanoutMinNetworks int
 	FanoutInterval    time.Duration
+
+	// People (user, anonymous) are bursty: rate alone never makes a person
+	// rapid fire while they stay inside their limits. Their rapid_fire needs
+	// sustained pressure: at least PersonMinDenials denials making up
+	// PersonDenialRatio of their decisions in about one window
+	// (FLOODGATE_DETECTOR_PERSON_MIN_DENIALS,
+	// FLOODGATE_DETECTOR_PERSON_DENIAL_RATIO), or a rate above the line held
+	// for longer than PersonSustain (FLOODGATE_DETECTOR_PERSON_SUSTAIN): a
+	// burst that ends within PersonSustain, whatever its size, never counts.
+	PersonSustain     time.Duration
+	PersonMinDenials  int
+	PersonDenialRatio float64
+}
+
+// sustainBuckets is how many of the window's buckets a person's rate must
+// hold in: a burst lasting PersonSustain touches at most
+// ceil(PersonSustain / bucket width) + 1 buckets, so one more than that.
+func (c Config) sustainBuckets() int {
+	width := max(c.Window/NumBuckets, 1)
+	return min(int((c.PersonSustain+width-1)/width)+2, NumBuckets+1)
 }
 
 // NumBuckets is how many buckets rapid_fire's window is held in.
@@ -85,6 +105,7 @@ func DefaultConfig() Config {
 		IPWindow: 5 * time.Minute, MinDistinctIPs: 20, MinDiversity: 0.8, SharedIPPrincipals: 5,
 		BotLikeMinGaps: 64, BotLikeMaxCV: 0.1, BotLikeMaxMeanGap: 10 * time.Second,
 		AutomatedDenialRatio: 0.5, FanoutMinNetworks: 5, FanoutInterval: 10 * time.Second,
+		PersonSustain: 5 * time.Second, PersonMinDenials: 20, PersonDenialRatio: 1.0 / 3,
 	}
 }
 
@@ -147,6 +168,15 @@ func (c Config) Validate() error {
 	}
 	if c.FanoutInterval < time.Second || c.FanoutInterval > min(c.IPWindow, (maxFanGap-1)*time.Second) || c.FanoutInterval%time.Second != 0 {
 		bad("FLOODGATE_DETECTOR_FANOUT_INTERVAL", "%s: whole seconds in 1s..%ds and at most FLOODGATE_DETECTOR_IP_WINDOW (%s)", c.FanoutInterval, maxFanGap-1, c.IPWindow)
+	}
+	if c.PersonSustain < 0 || c.Window >= time.Second && c.sustainBuckets() > NumBuckets {
+		bad("FLOODGATE_DETECTOR_PERSON_SUSTAIN", "%s: must be in 0..%s (FLOODGATE_DETECTOR_WINDOW less two of its %d buckets)", c.PersonSustain, c.Window-2*(c.Window/NumBuckets), NumBuckets)
+	}
+	if c.PersonMinDenials < 1 {
+		bad("FLOODGATE_DETECTOR_PERSON_MIN_DENIALS", "%d: at least 1", c.PersonMinDenials)
+	}
+	if c.PersonDenialRatio <= 0 || c.PersonDenialRatio >= 1 {
+		bad("FLOODGATE_DETECTOR_PERSON_DENIAL_RATIO", "%g: must be in (0, 1)", c.PersonDenialRatio)
 	}
 	return errors.Join(errs...)
 }

@@ -352,6 +352,7 @@ func (s *Scorer) distributedDetection(d *events.Decision, p *pState, sec uint32,
 		// The fan-out began with the new networks, not with the history.
 		first = maxTime(first, d.TS.Add(-s.cfg.FanoutInterval))
 	}
+	ratio, denials := s.denialRatio(p, sec)
 	return &Detection{
 		Pattern: DistributedIP, Principal: d.Principal, At: d.TS,
 		FirstEventAt: first, WindowStart: start, Window: win,
@@ -359,7 +360,7 @@ func (s *Scorer) distributedDetection(d *events.Decision, p *pState, sec uint32,
 		Count: int64(math.Round(reqs)), Route: d.Route, DistinctIPs: c.distinct, UnsharedIPs: c.unshared,
 		DistinctIP24: c.nets24, DistinctIP64: c.nets64, Diversity: math.Min(float64(c.distinct)/reqs, 1),
 		Severity: SeverityOf(score * 2), Penalize: true, NewNetworks: fresh,
-		BaselineSource: SourceNetworks, NetworkThreshold: netThreshold, DenialRatio: s.denialRatio(p, sec),
+		BaselineSource: SourceNetworks, NetworkThreshold: netThreshold, DenialRatio: ratio, Denials: int64(denials),
 	}
 }
 

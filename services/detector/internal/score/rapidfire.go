@@ -69,7 +69,7 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 	}
 	observed := max(float64(sum)/s.windowSec, float64(recent)*1000/float64(burstBuckets*s.widthMs)/burstDiscount)
 	baseline := float64(st.ewma)
-	denialRatio := s.denialRatio(p, sec)
+	denialRatio, denials := s.denialRatio(p, sec)
 	auto := automated(d.Principal.Kind)
 	if auto {
 		// The window's ratio counts from the onset, so the full bucket a
@@ -82,6 +82,7 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 		routeRate = pop.q
 	}
 	expected := max(baseline*s.cfg.BaselineK, routeRate, s.cfg.Floor)
+	line := expected * s.cfg.Threshold // a person's line, before automation's limit replaces expected
 	score := observed / expected
 	if sec < p.cool[pRapid] {
 		return score, nil
@@ -129,10 +130,19 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 			sev = events.SeverityMedium
 		}
 	} else {
-		if score <= s.cfg.Threshold {
-			return score, nil
+		var ok bool
+		var held float64
+		if held, score, threshold, sev, ok = s.personPressure(st, denialRatio, denials, expected); !ok {
+			return observed / expected, nil
 		}
-		sev = SeverityOf(score)
+		if sev == "" { // the rate held, not the denials
+			observed = held
+			sev = SeverityOf(score)
+		} else {
+			source = SourceLimit
+			expected = max(observed*(1-denialRatio), 1e-3)
+			score = observed / expected
+		}
 	}
 	// A shared IP alone never penalizes: an anonymous principal is usually
 	// identified by its address, so on a shared one it is many people.
@@ -157,7 +167,86 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 		Score: score, Threshold: threshold, ObservedRate: observed, ExpectedRate: expected,
 		Baseline: baseline, RouteRate: routeRate, Count: sum, Route: route,
 		Severity: sev, Penalize: true, BaselineSource: source, DenialRatio: denialRatio,
+		Denials: int64(denials), Sustained: time.Duration(s.overLine(st, line)) * time.Duration(s.widthMs) * time.Millisecond,
 	}
+}
+
+// personPressure judges a person's window: rate alone never penalizes a
+// person inside their limits. A person is rapid fire only under sustained
+// pressure — refused by the limiter again and again (at least
+// PersonMinDenials denials, PersonDenialRatio of their calls, in about one
+// window), or holding a rate above the line (Threshold × expected, expected
+// being the floor, the route's human p99 or the person's own history) for
+// longer than a burst (PersonSustain). A burst of any size that ends within
+// PersonSustain — an app's cold start, a page's fan-out, a reconnect or a
+// retry storm — touches at most sustainBuckets-1 buckets, so it cannot hold
+// the line in sustainBuckets of them.
+//
+// It reports the score and the threshold it is measured on, and false when
+// there is no such pressure. Past the limit, the score is measured against
+// the limit, as automation's is (1 / (1 - denial ratio)), and sev is set;
+// otherwise held is the rate of the buckets above the line, the score
+// held / expected, and sev is empty (the caller grades the score).
+func (s *Scorer) personPressure(st *rfState, ratio, denials, expected float64) (held, score, threshold float64, sev events.Severity, ok bool) {
+	if denials >= float64(s.cfg.PersonMinDenials) && ratio >= s.cfg.PersonDenialRatio {
+		switch {
+		case ratio >= 0.9:
+			sev = events.SeverityCritical
+		case ratio >= 0.75:
+			sev = events.SeverityHigh
+		default:
+			sev = events.SeverityMedium
+		}
+		return 0, 1 / max(1-ratio, 0.01), 1 / max(1-s.cfg.PersonDenialRatio, 0.01), sev, true
+	}
+	line := expected * s.cfg.Threshold
+	if s.heldRate(st) <= line {
+		return 0, 0, s.cfg.Threshold, "", false
+	}
+	// Held long enough: the score is the rate of the closed buckets above
+	// the line (the newest is still filling), so a person holding 5× the
+	// line scores 5× its threshold, not just over it.
+	var n, sum int
+	for i, c := range st.counts {
+		if uint32(i) != st.head%NumBuckets && float64(c)*1000/float64(s.widthMs) > line {
+			n++
+			sum += int(c)
+		}
+	}
+	held = float64(sum) * 1000 / float64(int64(n)*s.widthMs)
+	return held, held / expected, s.cfg.Threshold, "", true
+}
+
+// heldRate is the rate (events/s) a window kept up in at least
+// sustainBuckets of its buckets: its sustainBuckets-th largest count.
+func (s *Scorer) heldRate(st *rfState) float64 {
+	c := st.counts
+	k := s.sustainBuckets
+	// Partial selection: k passes of "largest not yet taken" over 8 values.
+	var taken uint8
+	var v uint16
+	for range k {
+		best := -1
+		for i := range c {
+			if taken&(1<<i) == 0 && (best < 0 || c[i] > c[best]) {
+				best = i
+			}
+		}
+		taken |= 1 << best
+		v = c[best]
+	}
+	return float64(v) * 1000 / float64(s.widthMs)
+}
+
+// overLine counts a window's buckets whose rate is above line (events/s).
+func (s *Scorer) overLine(st *rfState, line float64) int {
+	n := 0
+	for _, c := range st.counts {
+		if float64(c)*1000/float64(s.widthMs) > line {
+			n++
+		}
+	}
+	return n
 }
 
 // advanceEpoch moves a two-epoch sliding counter's epoch to e and reports
@@ -277,18 +366,19 @@ func (s *Scorer) recentDenialRatio(st *rfState, ms int64) float64 {
 }
 
 // denialRatio is the share of the principal's decisions denied over about
-// one rapid-fire window.
-func (s *Scorer) denialRatio(p *pState, sec uint32) float64 {
+// one rapid-fire window, and how many were denied.
+func (s *Scorer) denialRatio(p *pState, sec uint32) (ratio, denials float64) {
 	w := uint32(s.windowSec)
 	if sec/w != p.decEpoch {
-		return 0
+		return 0, 0
 	}
 	prev := 1 - float64(sec%w)/float64(w)
 	dec := float64(p.decCur) + float64(p.decPrev)*prev
 	if dec < 1 {
-		return 0
+		return 0, 0
 	}
-	return (float64(p.denCur) + float64(p.denPrev)*prev) / dec
+	den := float64(p.denCur) + float64(p.denPrev)*prev
+	return den / dec, den
 }
 
 func bucketTime(b uint32, widthMs int64) time.Time {

@@ -68,8 +68,13 @@ type Detection struct {
 	// (rapid_fire), "networks" (distributed_ip); empty for bot_like.
 	BaselineSource string
 	// DenialRatio is the share of the principal's decisions in about one
-	// window that the limiter denied (penalty denials excluded).
+	// window that the limiter denied (penalty denials excluded), and Denials
+	// how many that was.
 	DenialRatio float64
+	Denials     int64
+	// Sustained is how long, within rapid_fire's window, the principal's
+	// rate was above the line (whole buckets).
+	Sustained time.Duration
 	// NewNetworks is distributed_ip's new-network velocity: networks new to
 	// the principal within FanoutInterval (0 when diversity fired).
 	NewNetworks int64
@@ -184,14 +189,17 @@ type Scorer struct {
 	decay     []float64 // decay[g] = d^g for EWMA over g buckets, g < len
 	ipWinSec  uint32
 	coolSec   uint32
-	fanSec    uint32
-	rf        table[rfState] // principal × route windows
-	ps        table[pState]  // principals
-	big       map[uint64]*bigIPSet
-	ev        map[uint64]*evidence
-	routes    [2]map[string]*routeStats // people's routes, automation's routes
-	watermark int64                     // newest event time seen, ms
-	lastSweep uint32
+	// sustainBuckets: a person's rate counts as pressure when it holds in
+	// this many of the window's buckets (Config.PersonSustain).
+	sustainBuckets int
+	fanSec         uint32
+	rf             table[rfState] // principal × route windows
+	ps             table[pState]  // principals
+	big            map[uint64]*bigIPSet
+	ev             map[uint64]*evidence
+	routes         [2]map[string]*routeStats // people's routes, automation's routes
+	watermark      int64                     // newest event time seen, ms
+	lastSweep      uint32
 }
 
 // New returns a scorer for one partition. cfg must be valid.
@@ -207,7 +215,7 @@ func New(cfg Config, ips *IPStore) *Scorer {
 		ipWinSec: uint32(cfg.IPWindow.Seconds()), coolSec: uint32(cfg.Cooldown.Seconds()),
 		big: map[uint64]*bigIPSet{},
 		ev:  map[uint64]*evidence{}, routes: [2]map[string]*routeStats{{}, {}},
-		fanSec: uint32(cfg.FanoutInterval.Seconds()),
+		fanSec: uint32(cfg.FanoutInterval.Seconds()), sustainBuckets: min(cfg.sustainBuckets(), NumBuckets),
 	}
 }
 
