@@ -2,6 +2,8 @@ package labeled
 
 import (
 	"net/netip"
+	"os"
+	"runtime"
 	"sort"
 	"testing"
 	"time"
@@ -238,4 +240,57 @@ func within(cs []peopleCall, from time.Time, d time.Duration) int {
 		}
 	}
 	return n
+}
+
+// TestHeldOutScale generates the full held-out run the quality report uses
+// and prints each family's principals, events and denied share, the time it
+// took and the heap. It runs only with FLOODGATE_LABELED_SCALE=1 (a
+// measurement, about a minute on a shared core):
+//
+//	FLOODGATE_LABELED_SCALE=1 go test ./loadtest/labeled -run TestHeldOutScale -v
+func TestHeldOutScale(t *testing.T) {
+	if os.Getenv("FLOODGATE_LABELED_SCALE") != "1" {
+		t.Skip("a measurement: set FLOODGATE_LABELED_SCALE=1")
+	}
+	h := HeldOut{Seed: 101, Start: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), Duration: 4 * time.Minute, Legit: 100000, Abusive: 1000}
+	began := time.Now()
+	s, err := NewHeldOut(h)
+	require.NoError(t, err)
+	labels := s.Labels()
+	type tally struct{ principals, events, denied int }
+	fam := map[string]*tally{}
+	for _, l := range labels {
+		if fam[l.Family] == nil {
+			fam[l.Family] = &tally{}
+		}
+		fam[l.Family].principals++
+	}
+	var peak uint64
+	var ms runtime.MemStats
+	total := 0
+	var d events.Decision
+	for s.Next(&d) {
+		tl := fam[labels[d.Principal.Key()].Family]
+		tl.events++
+		if !d.Allowed {
+			tl.denied++
+		}
+		total++
+		if total%1_000_000 == 0 {
+			runtime.ReadMemStats(&ms)
+			peak = max(peak, ms.HeapInuse)
+		}
+	}
+	took := time.Since(began)
+	legit := 0
+	for _, f := range Families() {
+		tl := fam[f.Name]
+		require.NotNil(t, tl, f.Name)
+		if !f.Abusive {
+			legit += tl.principals
+		}
+		t.Logf("%-20s abusive=%-5v %7d principals %9d events %7d denied (%.4f %%)", f.Name, f.Abusive, tl.principals, tl.events, tl.denied, 100*float64(tl.denied)/float64(max(1, tl.events)))
+	}
+	t.Logf("%d legitimate principals, %d events in %s (%.0f events/s), peak heap in use %d MiB", legit, total, took.Round(time.Millisecond), float64(total)/took.Seconds(), peak>>20)
+	require.GreaterOrEqual(t, legit, 100000)
 }
