@@ -9,96 +9,110 @@ package labeled
 // bursts do. Where a number is assumed rather than taken from a source, it
 // says so.
 //
-//   - app_cold_start: a phone app opened, and reopened on every resume. An
-//     app's start (Android vitals' cold and warm starts; iOS apps coming back
-//     to the foreground) refreshes its state at once: over HTTP/2 (one
-//     multiplexed connection, so nothing is queued behind a per-host limit)
-//     the client sends its boot calls in three dependent waves — session
-//     (gateway, experiments, current user, settings, guild and DM lists) in
-//     the first 60 ms, per-guild state at 100–400 ms, per-guild members and
-//     per-channel messages at 250–950 ms: 24–36 calls within one second, over
-//     14 routes, at most 8 on one route (3–5 guilds, 1–3 DMs; the call plan is
-//     assumed, modelled on a chat client's start: Discord's and Slack's
-//     clients fetch the user, guilds/channels and recent messages before
-//     drawing the first screen). Resumes are Poisson, minutes apart (mean
-//     1–6 min, log-uniform, at least 30 s after the last session ends; assumed
-//     for people using this app during the run — Deloitte's 2017 Global Mobile
-//     Consumer Survey put US phone checks at about 47 a day over all apps).
-//     After the burst, an ordinary session: 2–10 screens, think time mean
-//     2–10 s (assumed), 1–4 calls per screen. 60 % of sessions leave through
-//     a carrier NAT (RFC 6598 100.64.0.0/10; 200–500 subscribers over 4–16
-//     public addresses, one address per session as RFC 4787 paired pooling
-//     keeps it), the rest through the home's Wi-Fi address.
-//   - reconnect_storm: the same app, behind carrier NATs whose subscribers
-//     share few public addresses (1–3 addresses, 120–300 subscribers each —
-//     port-block CGN deployments put hundreds of subscribers on one address;
-//     the figure is assumed). At each incident every connected client of the
-//     NAT group (60–90 % of them, assumed: apps in the foreground or holding a
-//     socket) reconnects and then runs its cold-start burst. Reconnects follow
-//     gRPC's connection backoff (grpc/doc/connection-backoff.md: initial 1 s,
-//     multiplier 1.6, jitter ±20 %, max 120 s): after a network change (the
-//     carrier's NAT or the cell drops every flow at once; 1–2 per group, at
-//     random times) the first attempt succeeds, so a whole address's clients
-//     burst within 0.8–1.2 s of the same instant; after a platform incident
-//     (the run's incident windows, below) each attempt inside the outage is a
-//     GET /gateway the platform fails, and the first one after it succeeds —
-//     the group's bursts land within a few seconds of each other.
+//   - app_cold_start: a phone app opened, and reopened on every resume.
+//     An app's start (Android vitals' cold and warm starts; iOS apps
+//     coming back to the foreground) refreshes its state at once: over
+//     HTTP/2 (one multiplexed connection, so nothing is queued behind a
+//     per-host limit) the client sends its boot calls in three dependent
+//     waves — session (gateway, experiments, current user, settings,
+//     guild and DM lists) in the first 60 ms, per-guild state at 100–400
+//     ms, per-guild members and per-channel messages at 250–950 ms:
+//     24–36 calls within one second, over 13 routes, at most 8 on one
+//     route (3–5 guilds, 1–3 DMs; the call plan is assumed, modelled on
+//     a chat client's start: the current user, its guilds and channels,
+//     and the recent messages of what is on screen). Resumes are
+//     Poisson, minutes apart (mean 1–6 min, log-uniform, at least 30 s
+//     after the last session ends; assumed for people using this app
+//     during the run — Deloitte's 2017 Global Mobile Consumer Survey put
+//     US phone checks at about 47 a day over all apps). After the burst,
+//     an ordinary session: 2–10 screens, 1.5 s plus an exponential think
+//     time of mean 2–10 s apart (assumed), 1–4 calls per screen on
+//     distinct routes, 20–300 ms apart. 60 % of sessions leave through a
+//     carrier NAT (RFC 6598 100.64.0.0/10; 200–500 subscribers over 4–16
+//     public addresses, one address per session as RFC 4787 paired
+//     pooling keeps it), the rest through the home's Wi-Fi address.
+//   - reconnect_storm: the same app, behind carrier NATs whose
+//     subscribers share few public addresses (1–3 addresses, 120–300
+//     subscribers each — port-block CGN deployments put hundreds of
+//     subscribers on one address; the figure is assumed). At each
+//     incident every connected client of the NAT group (60–90 % of them,
+//     assumed: apps in the foreground or holding a socket) reconnects
+//     and then runs its cold-start burst. Reconnects follow gRPC's
+//     connection backoff (grpc/doc/connection-backoff.md: initial 1 s,
+//     multiplier 1.6, jitter ±20 %, max 120 s): after a network change
+//     (the carrier's NAT or the cell drops every flow at once; 1–2 per
+//     group, at random times) the first attempt succeeds, so a whole
+//     address's clients burst within 0.8–1.2 s of the same instant;
+//     after a platform incident (the run's incident windows, below) each
+//     attempt inside the outage is a GET /gateway the platform fails,
+//     and the first one after it succeeds — the group's bursts land
+//     within a few seconds of each other.
 //   - retry_storm: people in ordinary app or web sessions (visits mean
-//     1–4 min apart, 5–20 screens, think mean 2–10 s; assumed so that most
-//     are active during an incident) when the platform fails. The run has one
-//     or two incident windows of 10–60 s (assumed; the platform answers 5xx
-//     to every call). Half the clients retry as SDKs do by default: full
-//     jitter (AWS SDK for Go v2's standard retryer: 3 attempts, delay
-//     uniform in [0, base·2^k], max backoff 20 s; Google's client libraries
-//     retry up to about 5 times with an initial delay of 100 ms–1 s): here
-//     3–5 attempts, base 100 ms–1 s, cap 5–20 s. The other half are naive:
-//     they retry as soon as the error comes back (20–90 ms, the 5xx's own
-//     latency; urllib3's Retry sleeps nothing by default, backoff_factor 0),
-//     3–5 attempts in all. A retry that lands after the window succeeds and
+//     1–4 min apart, 5–20 screens spaced as app_cold_start's, no boot
+//     burst (they are already in the app); assumed so that most are
+//     active during an incident) when the platform fails. The run has
+//     one or two incident windows of 10–60 s (assumed; the platform
+//     answers 5xx to every call). Half the clients retry as SDKs do by
+//     default, with full-jitter exponential backoff (the AWS
+//     Architecture Blog's "Exponential Backoff and Jitter": sleep
+//     uniform in [0, min(cap, base·2^attempt)]; the AWS SDK for Go v2's
+//     standard retryer makes 3 attempts with at most 20 s of backoff):
+//     here 3–5 attempts, base 100 ms–1 s, cap 5–20 s (assumed ranges
+//     around those defaults). The other half are naive: they retry as
+//     soon as the error comes back (20–90 ms, the 5xx's own latency;
+//     urllib3's Retry sleeps nothing by default, backoff_factor 0), 3–5
+//     attempts in all. A retry that lands after the window succeeds and
 //     ends the chain.
-//   - page_fanout: single-page web apps booting in a browser: the document
-//     and scripts take 100–600 ms (assumed), then the app fetches its config,
-//     the current user and notifications, then its lists (repository, issues,
-//     pulls), then one detail request per visible item (3–8, assumed: what is
-//     above the fold; lazy loading fetches the rest on scroll) and the items'
-//     authors. Responses take 30 ms–1.5 s (log-normal, median 120 ms,
-//     assumed); over HTTP/1.1 a browser keeps at most 6 connections per host
-//     (Chrome, Firefox and Safari all use 6), so calls queue behind them; over
-//     HTTP/2 (70 % of visits, assumed; most API traffic now uses it) all go at
-//     once. A boot lasts 0.3–3 s. Sessions: 2–8 pages (a full load on the
-//     first and 30 % of the rest, otherwise an in-app navigation of 1–4
-//     calls), think time mean 5–30 s, at least 1 s (assumed; reading).
-//     25 % are anonymous (logged out: config, repository and issue list, 1–3
-//     details, no user calls).
-//   - notification_fanout: thousands of people react to one message or push
-//     notification within seconds: crowds of ~2,500 (each run's family split
-//     into crowds; every crowd one instant, one route and resource — a
-//     channel's messages, an issue, a release). 75–90 % of a crowd have the
-//     app in the foreground or a live socket (assumed) and fetch as soon as
-//     the gateway event or a high-priority push arrives (log-normal, median
-//     0.8 s — FCM and APNs deliver high-priority messages in about a second
-//     when the device is reachable; assumed); the rest open the notification
-//     later (exponential, mean 30–120 s, assumed). Each responder makes 1–5
-//     calls on that route and resource, 150 ms–2 s apart (the message, older
-//     messages, reactions). Outside the crowd: occasional app sessions (mean
-//     5–30 min apart).
-//   - multi_device: one person, one principal, on several devices: a phone
-//     (the app, as app_cold_start, its first session over the carrier NAT,
-//     later ones 70 % cellular and 30 % home Wi-Fi), a desktop browser
-//     restoring 2–6 tabs at its first open (browsers restore a session's tabs
-//     together; each tab boots as page_fanout, tabs 100–800 ms apart, 1–3
-//     details each: assumed) and a laptop at work for 40 % of people (an
-//     office address). Two or three addresses per principal; the devices'
-//     bursts overlap on the person's buckets.
+//   - page_fanout: single-page web apps booting in a browser: the
+//     document and scripts take 100–600 ms (assumed), then the app
+//     fetches its config, the current user and notifications, then its
+//     lists (repository, issues, pulls), then one detail request per
+//     visible item (3–8, assumed: what is above the fold; lazy loading
+//     fetches the rest on scroll) and the items' authors. Responses take
+//     30 ms–1.5 s (log-normal, median 120 ms, assumed); over HTTP/1.1 a
+//     browser keeps at most 6 connections per host (Chrome, Firefox and
+//     Safari all use 6), so calls queue behind them; over HTTP/2 (70 %
+//     of visits, assumed; the HTTP Archive's Web Almanac finds most
+//     requests served over HTTP/2 or later) all go at once; a boot is
+//     three dependent round trips after the document, mostly 0.4–2 s.
+//     Sessions: 2–8 pages (a full load on the first and 30 % of the
+//     rest, otherwise an in-app navigation of 1–4 calls), 2 s plus an
+//     exponential think time of mean 5–30 s apart (assumed; reading). 25
+//     % are anonymous (logged out: config, repository and issue list,
+//     1–3 details, no user calls).
+//   - notification_fanout: thousands of people react to one message or
+//     push notification within seconds: crowds of ~2,500 (each run's
+//     family split into crowds; every crowd one instant, one route and
+//     resource — a channel's messages, an issue, a release). 75–90 % of
+//     a crowd have the app in the foreground or a live socket (assumed)
+//     and fetch as soon as the gateway event or a high-priority push
+//     arrives (log-normal, median 0.8 s — FCM and APNs deliver
+//     high-priority messages in about a second when the device is
+//     reachable; assumed); the rest open the notification later
+//     (exponential, mean 30–120 s, assumed). Each responder makes 1–5
+//     calls on that route and resource, 150 ms–2 s apart (the message,
+//     older messages, reactions). Outside the crowd: occasional app
+//     sessions (mean 5–30 min apart).
+//   - multi_device: one person, one principal, on several devices: a
+//     phone (the app, as app_cold_start, its first session over the
+//     carrier NAT, later ones 70 % cellular and 30 % home Wi-Fi), a
+//     desktop browser restoring 2–6 tabs at its first open (browsers
+//     restore a session's tabs together; each tab boots as page_fanout,
+//     tabs 100–800 ms apart, 1–3 details each: assumed) and a laptop at
+//     work for 40 % of people (an office address). Two or three
+//     addresses per principal; the devices' bursts overlap on the
+//     person's buckets.
 //   - quiet_then_active: a person idle for most of the run — the run's
 //     beginning is all the history the detector has, and it holds one
-//     background refresh (1–3 calls; Android WorkManager's periodic work has
-//     a minimum interval of 15 minutes and iOS background app refresh runs at
-//     the system's discretion, so an idle phone syncs rarely) — who opens the
-//     app or site 45–75 % into the run and stays engaged until its end: a
-//     cold-start or page-load burst, then fast navigation (think mean 1–4 s,
-//     at least 0.5 s, assumed) of 2–5 calls per screen, with 20 % of screens
-//     a burst of 3–5 page views within 2 s (opening several items at once).
+//     background refresh (1–3 calls; Android WorkManager's periodic work
+//     has a minimum interval of 15 minutes and iOS background app
+//     refresh runs at the system's discretion, so an idle phone syncs
+//     rarely) — who opens the app or site 45–75 % into the run and stays
+//     engaged until its end: a cold-start or page-load burst, then fast
+//     navigation (1.5 s plus an exponential of mean 1–4 s between
+//     screens, assumed) of 2–5 calls per screen, with 20 % of screens a
+//     burst of 3–5 page views within 2 s (opening several items at
+//     once).
 //
 // Denials: the limiter model denies what a real client would get a 429 for;
 // each family stays at or below 0.1 % of its events (TestPeople reports the
@@ -136,8 +150,8 @@ type device struct {
 	resumeGap float64      // mean seconds between sessions
 	minGap    float64      // at least this many seconds between sessions
 	think     float64      // mean seconds between screens
-	minThink  float64
-	pages     [2]int // screens per session, min and max
+	minThink  float64      // at least this many seconds between screens
+	pages     [2]int       // screens per session, min and max
 	pagesLeft int
 	restore   int // tabs restored at the first open (browsers)
 	resumeAt  time.Time
@@ -346,11 +360,11 @@ func (w *peopleWorld) newPerson(a *actor, f peopleFamily, i, n int) {
 	first := w.start.Add(time.Duration(r.Int64N(int64(time.Minute))))
 	phone := func() device {
 		return device{home: residentialIP(r), cell: w.carrier(), cellShare: 0.6, resumeGap: logUniform(r, 60, 360), minGap: 30,
-			think: 2 + 8*r.Float64(), minThink: 0.5, pages: [2]int{2, 10}, resumeAt: first}
+			think: 2 + 8*r.Float64(), minThink: 1.5, pages: [2]int{2, 10}, resumeAt: first}
 	}
 	browser := func() device {
 		return device{browser: true, h2: r.Float64() < 0.7, home: residentialIP(r), resumeGap: logUniform(r, 120, 900), minGap: 30,
-			think: 5 + 25*r.Float64(), minThink: 1, pages: [2]int{2, 8}, resumeAt: first}
+			think: 5 + 25*r.Float64(), minThink: 2, pages: [2]int{2, 8}, resumeAt: first}
 	}
 	switch f {
 	case famAppColdStart:
@@ -540,7 +554,7 @@ func (p *person) page(r *rand.Rand, d *device, t time.Time) {
 	}
 	d.pagesLeft--
 	if d.pagesLeft > 0 {
-		d.pageAt = t.Add(time.Second + p.thinkTime(r, d))
+		d.pageAt = t.Add(p.thinkTime(r, d))
 		return
 	}
 	if p.fam == famQuiet {
@@ -597,7 +611,7 @@ func (p *person) event(r *rand.Rand, t time.Time) {
 			p.eventAt = p.activeAt
 			return
 		}
-		d.think, d.minThink = 1+3*r.Float64(), 0.5
+		d.think, d.minThink = 1+3*r.Float64(), 1.5
 		p.resume(r, d, t, true)
 	}
 }
