@@ -453,21 +453,17 @@ func (p *person) fill(a *actor) {
 }
 
 func (p *person) nextTimer() (time.Time, bool) {
-	var t time.Time
-	for _, at := range p.timers() {
+	t := p.eventAt
+	earlier := func(at time.Time) {
 		if !at.IsZero() && (t.IsZero() || at.Before(t)) {
 			t = at
 		}
 	}
-	return t, !t.IsZero()
-}
-
-func (p *person) timers() []time.Time {
-	ts := make([]time.Time, 0, 2*len(p.dev)+1)
 	for i := range p.dev {
-		ts = append(ts, p.dev[i].resumeAt, p.dev[i].pageAt)
+		earlier(p.dev[i].resumeAt)
+		earlier(p.dev[i].pageAt)
 	}
-	return append(ts, p.eventAt)
+	return t, !t.IsZero()
 }
 
 // fire runs the timer due at t. Every handler moves its timer past t.
