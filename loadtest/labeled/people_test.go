@@ -1,6 +1,7 @@
 package labeled
 
 import (
+	"math"
 	"net/netip"
 	"os"
 	"runtime"
@@ -265,12 +266,40 @@ func TestHeldOutScale(t *testing.T) {
 		}
 		fam[l.Family].principals++
 	}
+	persons := map[string]*person{}
+	for _, a := range s.actors {
+		if a.pp != nil {
+			persons[a.p.Key()] = a.pp
+		}
+	}
+	crowds := map[*crowd]map[string]bool{}                   // principals on the crowd's resource within 10 s
+	storms := map[netip.Addr]map[time.Time]map[string]bool{} // reconnect_storm principals per address within 5 s of a network change
 	var peak uint64
 	var ms runtime.MemStats
 	total := 0
 	var d events.Decision
 	for s.Next(&d) {
-		tl := fam[labels[d.Principal.Key()].Family]
+		k := d.Principal.Key()
+		if p := persons[k]; p != nil && p.crowd != nil && d.Resource == p.crowd.res && !d.TS.Before(p.crowd.at) && d.TS.Before(p.crowd.at.Add(10*time.Second)) {
+			if crowds[p.crowd] == nil {
+				crowds[p.crowd] = map[string]bool{}
+			}
+			crowds[p.crowd][k] = true
+		}
+		if p := persons[k]; p != nil && p.group != nil {
+			for _, inc := range p.group.incidents {
+				if inc.outage == 0 && !d.TS.Before(inc.at) && d.TS.Before(inc.at.Add(5*time.Second)) {
+					if storms[d.IP] == nil {
+						storms[d.IP] = map[time.Time]map[string]bool{}
+					}
+					if storms[d.IP][inc.at] == nil {
+						storms[d.IP][inc.at] = map[string]bool{}
+					}
+					storms[d.IP][inc.at][k] = true
+				}
+			}
+		}
+		tl := fam[labels[k].Family]
 		tl.events++
 		if !d.Allowed {
 			tl.denied++
@@ -291,6 +320,16 @@ func TestHeldOutScale(t *testing.T) {
 		}
 		t.Logf("%-20s abusive=%-5v %7d principals %9d events %7d denied (%.4f %%)", f.Name, f.Abusive, tl.principals, tl.events, tl.denied, 100*float64(tl.denied)/float64(max(1, tl.events)))
 	}
+	for c, ps := range crowds {
+		t.Logf("notification crowd on %s %s: %d principals within 10 s", c.r.path, c.res, len(ps))
+	}
+	smallest, largest, n := math.MaxInt, 0, 0
+	for _, at := range storms {
+		for _, ps := range at {
+			smallest, largest, n = min(smallest, len(ps)), max(largest, len(ps)), n+1
+		}
+	}
+	t.Logf("reconnect storms after network changes: %d (address, instant) pairs, %d–%d principals on one address within 5 s", n, smallest, largest)
 	t.Logf("%d legitimate principals, %d events in %s (%.0f events/s), peak heap in use %d MiB", legit, total, took.Round(time.Millisecond), float64(total)/took.Seconds(), peak>>20)
 	require.GreaterOrEqual(t, legit, 100000)
 }
