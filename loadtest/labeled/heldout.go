@@ -38,6 +38,10 @@ package labeled
 //   - batch_job: API keys running a job at 70–95 % of their limit for 1–4 min
 //     (a nightly export paced by the client against the published limit).
 //
+// The people families (app_cold_start, reconnect_storm, retry_storm,
+// page_fanout, notification_fanout, multi_device, quiet_then_active) are
+// documented, with their sources, in people.go.
+//
 // Abusive families and the pattern expected:
 //
 //   - scraper (rapid_fire): one address, 20–150 req/s walking resource routes
@@ -118,7 +122,7 @@ type Family struct {
 // Families lists the held-out families in a stable order.
 func Families() []Family {
 	return []Family{
-		{Name: "human", Share: 0.55}, // and whatever the other legitimate shares leave
+		{Name: "human", Share: 0.22}, // whatever the other legitimate shares leave
 		{Name: "ipv6_privacy", Share: 0.08},
 		{Name: "cgnat", Share: 0.15},
 		{Name: "mobile_roaming", Share: 0.10},
@@ -128,6 +132,13 @@ func Families() []Family {
 		{Name: "integration_ramp", Share: 0.0010},
 		{Name: "ci_webhook", Share: 0.0040},
 		{Name: "batch_job", Share: 0.0004},
+		{Name: "app_cold_start", Share: 0.06}, // people families: people.go
+		{Name: "reconnect_storm", Share: 0.06},
+		{Name: "retry_storm", Share: 0.04},
+		{Name: "page_fanout", Share: 0.06},
+		{Name: "notification_fanout", Share: 0.06},
+		{Name: "multi_device", Share: 0.04},
+		{Name: "quiet_then_active", Share: 0.03},
 		{Name: "scraper", Abusive: true, Pattern: events.PatternRapidFire, Share: 0.15},
 		{Name: "pulse", Abusive: true, Pattern: events.PatternRapidFire, Share: 0.10},
 		{Name: "cold_blast", Abusive: true, Pattern: events.PatternRapidFire, Share: 0.15},
@@ -206,6 +217,7 @@ func NewHeldOut(h HeldOut) (*Stream, error) {
 		hr = append(hr, rt.atMe...)
 		ar = append(ar, rt.atMe[:1]...)
 	}
+	s.people = newPeopleWorld(h)
 	var natGroup []netip.Addr
 	natLeft := 0
 	for _, f := range Families() {
@@ -344,6 +356,20 @@ func NewHeldOut(h HeldOut) (*Stream, error) {
 				a.next = abuseAt
 				a.v6rotate = ipv6(r, 0x2600+uint16(r.IntN(0x100)))
 				a.behaveH = (*actor).fanOut
+			case "app_cold_start":
+				s.people.newPerson(a, famAppColdStart, i, n)
+			case "reconnect_storm":
+				s.people.newPerson(a, famReconnect, i, n)
+			case "retry_storm":
+				s.people.newPerson(a, famRetry, i, n)
+			case "page_fanout":
+				s.people.newPerson(a, famPageFanout, i, n)
+			case "notification_fanout":
+				s.people.newPerson(a, famNotification, i, n)
+			case "multi_device":
+				s.people.newPerson(a, famMultiDevice, i, n)
+			case "quiet_then_active":
+				s.people.newPerson(a, famQuiet, i, n)
 			case "ato_fanout":
 				human()
 				a.takeover = abuseAt

@@ -88,6 +88,7 @@ type Stream struct {
 	n      int64
 	// limiter: held-out stream, decisions from the per-kind token buckets.
 	limiter bool
+	people  *peopleWorld // held-out people families' shared state
 }
 
 // New builds a stream for sc.
@@ -168,7 +169,7 @@ func (s *Stream) Next(d *events.Decision) bool {
 		if s.limiter {
 			ip, r := a.behaveH(a)
 			s.n++
-			*d = events.Decision{ID: fmt.Sprintf("ho_%d", s.n), TS: at, Principal: a.p, IP: ip, Route: r.path, Gateway: "labeled"}
+			*d = events.Decision{ID: fmt.Sprintf("ho_%d", s.n), TS: at, Principal: a.p, IP: ip, Route: r.path, Resource: a.res, Gateway: "labeled"}
 			s.decide(a, r, at, d)
 			heap.Fix(&s.actors, 0)
 			return true
@@ -272,6 +273,10 @@ type actor struct {
 	takeover   time.Time
 	hroute     route
 	natPool    []netip.Addr
+
+	// people families (people.go)
+	pp  *person
+	res string // the resource of the call behaveH returned ("" for none)
 }
 
 // person: bursts of clicks, then a pause; IPv6 hosts take a new privacy
