@@ -315,6 +315,7 @@ func summary(name string, rep *Report) string {
 			fmtValue(get(vals, "BrokerLatency:legitimate"), ""), fmtValue(get(vals, "BrokerLatency:false_positive_rate"), "%"))
 		fmt.Fprintf(&b, "| detection latency p50 / p99 | %s / %s |\n", fmtValue(get(vals, "BrokerLatency:p50_ms"), "ms"), fmtValue(get(vals, "BrokerLatency:p99_ms"), "ms"))
 		fmt.Fprintf(&b, "| decode + score, one core | %s |\n", fmtValue(get(vals, "DecodeAndScore:events/s"), "/s"))
+		b.WriteString(harmMarkdown(stepOf(rep.Sections, "detector-quality")))
 		fmt.Fprintf(&b, "| score only, one core | %s |\n", fmtValue(get(vals, "ScoreOnly:events/s"), "/s"))
 		for _, k := range keysWith(vals, "MemoryPerPrincipal/", ":bytes/principal") {
 			fmt.Fprintf(&b, "| state per active principal, 1M principals, %s | %s |\n",
@@ -464,4 +465,27 @@ func ifKnown(v float64, s string) string {
 		return ""
 	}
 	return s
+}
+
+// harmMarkdown is the quality run's harm figure (loadtest/quality.Harm) as
+// table rows: per family and pass, legitimate requests refused by a penalty
+// and abusers' requests admitted after detection against their penalized
+// allowance. Empty without a quality run.
+func harmMarkdown(r *StepResult) string {
+	if r == nil || r.Quality == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, res := range r.Quality.Results {
+		for _, h := range res.Harm {
+			if h.Abusive {
+				fmt.Fprintf(&b, "| held-out traffic, %d detector instance(s), %s: requests admitted after detection (× the penalized allowance) | %s (%.2f×) |\n",
+					res.Instances, h.Name, thousands(float64(h.AdmittedAfter)), h.AdmitRatio)
+			} else {
+				fmt.Fprintf(&b, "| held-out traffic, %d detector instance(s), %s: legitimate requests refused by a penalty | %s |\n",
+					res.Instances, h.Name, thousands(float64(h.Refused)))
+			}
+		}
+	}
+	return b.String()
 }

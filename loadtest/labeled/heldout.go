@@ -182,6 +182,16 @@ type route struct{ method, path string }
 
 func (r route) isSignIn() bool { return r.method == signInMethod && r.path == signInPath }
 
+// RefillPerSecond is the model limiter's refill rate for a decision of the
+// held-out stream: its limit per second, one per second on the sign-in route
+// (the bucket's capacity is the decision's limit).
+func RefillPerSecond(d *events.Decision) float64 {
+	if d.Method == signInMethod && d.Route == signInPath {
+		return 1
+	}
+	return float64(d.Limit)
+}
+
 // kindLimit is the per-second limit (and bucket capacity) per principal kind.
 func kindLimit(k events.PrincipalKind, r route) int64 {
 	if r.isSignIn() {

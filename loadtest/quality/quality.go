@@ -61,6 +61,9 @@ type Config struct {
 	RFC3986Routes bool
 	// DrainTimeout bounds the wait for the detectors to commit the stream.
 	DrainTimeout time.Duration
+	// HarmDelay is how long after a detection's event time its penalty is
+	// taken to be in force in the harm replay (Harm).
+	HarmDelay time.Duration
 	// Env is extra detector environment (KEY=VALUE), applied last.
 	Env    []string
 	LogDir string // detector stderr goes here
@@ -143,6 +146,7 @@ type Result struct {
 	FanOutP99     time.Duration
 	FalseExamples []string
 	Patterns      []PatternResult // abusive principals by the pattern expected
+	Harm          Harm            // what the penalties cost, per family
 	// detected is the set of principal ids (without the run prefix) with any
 	// abuse.v1 event, and the first pattern.
 	detected map[string]events.Pattern
@@ -318,9 +322,13 @@ func pass(ctx context.Context, cfg Config, n int, start time.Time, prefix string
 	// committed; the producer's batch timeout adds a little.
 	time.Sleep(2 * time.Second)
 
-	first, err := readAbuse(ctx, cfg.Brokers, cfg.Kafka, abuseTopic)
+	all, err := readAbuse(ctx, cfg.Brokers, cfg.Kafka, abuseTopic)
 	if err != nil {
 		return res, err
+	}
+	first := map[string]events.Abuse{}
+	for k, as := range all {
+		first[k] = as[0]
 	}
 	penalized := map[string]bool{}
 	for i := 0; i < len(keys); i += 5000 {
@@ -339,6 +347,13 @@ func pass(ctx context.Context, cfg Config, n int, start time.Time, prefix string
 		}
 	}
 	score(&res, labels, first, penalized, prefix)
+	// The same stream again, through the model limiter with the penalties.
+	again, err := labeled.NewHeldOut(labeled.HeldOut{Seed: cfg.Seed, Start: start, Duration: cfg.Duration,
+		Legit: cfg.Legit, Abusive: cfg.Abusive, RFC3986Routes: cfg.RFC3986Routes, Prefix: prefix})
+	if err != nil {
+		return res, err
+	}
+	res.Harm = MeasureHarm(again, again.Labels(), all, cfg.HarmDelay)
 	return res, nil
 }
 
@@ -535,9 +550,9 @@ func groupLag(ctx context.Context, admin *kafka.Client, topic, group string, par
 	return lag, nil
 }
 
-// readAbuse reads every abuse.v1 event on topic and keeps, per principal
-// key, the first detection by detected_at.
-func readAbuse(ctx context.Context, brokers []string, sec *stream.Security, topic string) (map[string]events.Abuse, error) {
+// readAbuse reads every abuse.v1 event on topic, per principal key, in
+// detected_at order (the first detection first).
+func readAbuse(ctx context.Context, brokers []string, sec *stream.Security, topic string) (map[string][]events.Abuse, error) {
 	dialer := sec.Dialer()
 	conn, err := dialer.DialContext(ctx, "tcp", brokers[0])
 	if err != nil {
@@ -549,7 +564,7 @@ func readAbuse(ctx context.Context, brokers []string, sec *stream.Security, topi
 		return nil, fmt.Errorf("partitions of %s: %w", topic, err)
 	}
 	admin := sec.Client(brokers, 10*time.Second)
-	first := map[string]events.Abuse{}
+	all := map[string][]events.Abuse{}
 	for _, p := range parts {
 		ends, err := admin.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: {kafka.LastOffsetOf(p.ID)}}})
 		if err != nil {
@@ -574,14 +589,15 @@ func readAbuse(ctx context.Context, brokers []string, sec *stream.Security, topi
 				return nil, fmt.Errorf("decode abuse at %s/%d@%d: %w", topic, p.ID, m.Offset, err)
 			}
 			k := a.Principal.Key()
-			if old, ok := first[k]; !ok || a.DetectedAt.Before(old.DetectedAt) {
-				first[k] = a
-			}
+			all[k] = append(all[k], a)
 			if m.Offset+1 >= end {
 				break
 			}
 		}
 		_ = r.Close()
 	}
-	return first, nil
+	for _, as := range all {
+		sort.SliceStable(as, func(i, j int) bool { return as[i].DetectedAt.Before(as[j].DetectedAt) })
+	}
+	return all, nil
 }

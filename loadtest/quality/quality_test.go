@@ -103,4 +103,57 @@ func TestRunThroughBroker(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, rep.WriteText(&out))
 	require.Contains(t, out.String(), "legitimate principals penalized")
+	require.Contains(t, out.String(), "legit refused by a penalty")
+	require.Len(t, r.Harm.Families, len(r.Families), "harm lists every family")
+}
+
+// TestMeasureHarm: a legitimate principal under a penalty of ×0.01 for the
+// whole run is refused requests it was admitted without one, and the count
+// is exact against a replay by hand; an abuser under a penalty is admitted
+// at most its penalized allowance after detection.
+func TestMeasureHarm(t *testing.T) {
+	h := labeled.HeldOut{Seed: 9, Start: time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC), Duration: 2 * time.Minute, Legit: 400, Abusive: 20}
+	src, err := labeled.NewHeldOut(h)
+	require.NoError(t, err)
+	labels := src.Labels()
+	// The busiest legitimate principal and the busiest abuser.
+	count := map[string]int{}
+	var d events.Decision
+	for src.Next(&d) {
+		count[d.Principal.Key()]++
+	}
+	var legit, abuser string
+	for k, l := range labels {
+		if l.Abusive && l.Pattern == events.PatternRapidFire && (abuser == "" || count[k] > count[abuser]) {
+			abuser = k
+		}
+		if !l.Abusive && (legit == "" || count[k] > count[legit]) {
+			legit = k
+		}
+	}
+	end := h.Start.Add(h.Duration + time.Minute)
+	all := map[string][]events.Abuse{
+		legit:  {{DetectedAt: h.Start, Penalty: events.Penalty{Multiplier: 0.01, ExpiresAt: end, Mode: events.PenaltyEnforced}}},
+		abuser: {{DetectedAt: labels[abuser].AbuseStart.Add(time.Second), Penalty: events.Penalty{Multiplier: 0.1, ExpiresAt: end, Mode: events.PenaltyEnforced}}},
+	}
+	src, err = labeled.NewHeldOut(h)
+	require.NoError(t, err)
+	got := MeasureHarm(src, src.Labels(), all, 0)
+	fams := map[string]FamilyHarm{}
+	for _, f := range got.Families {
+		fams[f.Name] = f
+	}
+	require.Len(t, fams, len(labeled.Families()), "every family listed")
+	lf, af := fams[labels[legit].Family], fams[labels[abuser].Family]
+	require.Equal(t, 1, lf.Principals)
+	require.Positive(t, lf.Refused, "a ×0.01 penalty refuses the busiest person's calls")
+	require.LessOrEqual(t, lf.Refused, lf.Requests)
+	require.Equal(t, 1, af.Principals)
+	require.Positive(t, af.AdmittedAfter)
+	require.LessOrEqual(t, af.Ratio(), 1.2, "admitted %d of an allowance of %.1f", af.AdmittedAfter, af.Allowance)
+	for name, f := range fams {
+		if name != lf.Name && name != af.Name {
+			require.Zero(t, f.Principals+int(f.Refused+f.AdmittedAfter), name)
+		}
+	}
 }

@@ -40,6 +40,15 @@ func (r Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "legitimate principals penalized %d of %d (%.4f %%); with any abuse.v1 event %d\n", res.LegitPenalized, res.Legit, pct(res.LegitPenalized, res.Legit), res.LegitDetected)
 		fmt.Fprintf(&b, "detection latency from the abuse start (event time): rate (rapid_fire) p50 %s p99 %s; breadth (distributed_ip: takeover fan-out, botnets, proxy pools, IPv6 rotation) p50 %s p99 %s\n",
 			dur(res.RateP50, true), dur(res.RateP99, true), dur(res.FanOutP50, true), dur(res.FanOutP99, true))
+		fmt.Fprintf(&b, "harm (the stream through the model limiter with the published penalties, in force %s after each detection):\n", res.Harm.Delay)
+		fmt.Fprintf(&b, "%-20s %-8s %10s %18s %28s %24s %9s\n", "family", "class", "penalized", "requests penalized", "legit refused by a penalty", "abusive admitted after", "× allowed")
+		for _, f := range res.Harm.Families {
+			if f.Abusive {
+				fmt.Fprintf(&b, "%-20s %-8s %10d %18d %28s %24d %9.2f\n", f.Name, "abusive", f.Principals, f.Requests, "-", f.AdmittedAfter, f.Ratio())
+			} else {
+				fmt.Fprintf(&b, "%-20s %-8s %10d %18d %28d %24s %9s\n", f.Name, "legit", f.Principals, f.Requests, f.Refused, "-", "-")
+			}
+		}
 		if len(res.FalseExamples) > 0 {
 			fmt.Fprintf(&b, "legitimate principals detected (first %d): %s\n", len(res.FalseExamples), strings.Join(res.FalseExamples, "; "))
 		}
@@ -77,6 +86,18 @@ type SummaryResult struct {
 	RateP50Ms, RateP99Ms, FanOutP50Ms, FanOutP99Ms float64
 	FalseExamples                                  []string
 	Patterns                                       []SummaryPattern
+	Harm                                           []SummaryHarm
+	HarmDelayMs                                    float64
+}
+
+// SummaryHarm is one family's Harm.
+type SummaryHarm struct {
+	Name                  string
+	Abusive               bool
+	Principals            int
+	Requests, Refused     int64
+	AdmittedAfter         int64
+	Allowance, AdmitRatio float64
 }
 
 // SummaryPattern is the abusive principals of one expected pattern.
@@ -108,6 +129,11 @@ func (r Report) Summary() Summary {
 		for _, p := range x.Patterns {
 			o.Patterns = append(o.Patterns, SummaryPattern{Pattern: p.Pattern, Principals: p.Principals, Penalized: p.Penalized, AsExpected: p.AsExpected,
 				LatP50Ms: ms(p.LatP50), LatP99Ms: ms(p.LatP99)})
+		}
+		o.HarmDelayMs = ms(x.Harm.Delay)
+		for _, h := range x.Harm.Families {
+			o.Harm = append(o.Harm, SummaryHarm{Name: h.Name, Abusive: h.Abusive, Principals: h.Principals, Requests: h.Requests, Refused: h.Refused,
+				AdmittedAfter: h.AdmittedAfter, Allowance: h.Allowance, AdmitRatio: h.Ratio()})
 		}
 		for _, f := range x.Families {
 			o.Families = append(o.Families, SummaryFamily{Name: f.Name, Abusive: f.Abusive, Pattern: f.Pattern, Principals: f.Principals,

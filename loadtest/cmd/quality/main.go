@@ -47,6 +47,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	jsonOut := fs.String("json", "", "also write the report as JSON to this file")
 	dry := fs.Bool("count", false, "only generate the stream and print events per family")
 	drain := fs.Duration("drain-timeout", 4*time.Minute, "how long the detectors may take to commit the stream")
+	harmDelay := fs.Duration("harm-delay", time.Second, "in the harm replay, how long after its detection a penalty is in force")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -89,7 +90,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	cfg := quality.Config{
 		Brokers: brokers, RedisAddrs: env.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs), Kafka: ksec, Redis: redisSec,
 		DetectorBin: bin, Instances: counts, Seed: *seed, Legit: *legit, Abusive: *abusive, Duration: *duration, Partitions: *partitions,
-		RFC3986Routes: *rfc3986, DrainTimeout: *drain, LogDir: dir, Log: log,
+		RFC3986Routes: *rfc3986, DrainTimeout: *drain, HarmDelay: *harmDelay, LogDir: dir, Log: log,
 	}
 	log.Info("quality run", "detector logs", dir)
 	rep, err := quality.Run(ctx, cfg)
