@@ -130,9 +130,15 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 			sev = events.SeverityMedium
 		}
 	} else {
+		// The common case, neither refused enough nor a window big enough
+		// to hold the line in sustainBuckets buckets, ends here.
+		if (denials < float64(s.cfg.PersonMinDenials) || denialRatio < s.cfg.PersonDenialRatio) &&
+			float64(sum)*1000 <= line*float64(int64(s.sustainBuckets)*s.widthMs) {
+			return score, nil
+		}
 		var ok bool
 		var held float64
-		if held, score, threshold, sev, ok = s.personPressure(st, denialRatio, denials, expected); !ok {
+		if held, score, threshold, sev, ok = s.personPressure(st, sum, denialRatio, denials, expected); !ok {
 			return observed / expected, nil
 		}
 		if sev == "" { // the rate held, not the denials
@@ -187,7 +193,7 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 // the limit, as automation's is (1 / (1 - denial ratio)), and sev is set;
 // otherwise held is the rate of the buckets above the line, the score
 // held / expected, and sev is empty (the caller grades the score).
-func (s *Scorer) personPressure(st *rfState, ratio, denials, expected float64) (held, score, threshold float64, sev events.Severity, ok bool) {
+func (s *Scorer) personPressure(st *rfState, sum int64, ratio, denials, expected float64) (held, score, threshold float64, sev events.Severity, ok bool) {
 	if denials >= float64(s.cfg.PersonMinDenials) && ratio >= s.cfg.PersonDenialRatio {
 		switch {
 		case ratio >= 0.9:
@@ -200,20 +206,22 @@ func (s *Scorer) personPressure(st *rfState, ratio, denials, expected float64) (
 		return 0, 1 / max(1-ratio, 0.01), 1 / max(1-s.cfg.PersonDenialRatio, 0.01), sev, true
 	}
 	line := expected * s.cfg.Threshold
-	if s.heldRate(st) <= line {
+	// Holding the line in sustainBuckets buckets takes more than that many
+	// buckets' worth of it in the window: most windows stop here.
+	if float64(sum) <= line*float64(int64(s.sustainBuckets)*s.widthMs)/1000 || s.heldRate(st) <= line {
 		return 0, 0, s.cfg.Threshold, "", false
 	}
 	// Held long enough: the score is the rate of the closed buckets above
 	// the line (the newest is still filling), so a person holding 5× the
 	// line scores 5× its threshold, not just over it.
-	var n, sum int
+	var n, over int
 	for i, c := range st.counts {
 		if uint32(i) != st.head%NumBuckets && float64(c)*1000/float64(s.widthMs) > line {
 			n++
-			sum += int(c)
+			over += int(c)
 		}
 	}
-	held = float64(sum) * 1000 / float64(int64(n)*s.widthMs)
+	held = float64(over) * 1000 / float64(int64(n)*s.widthMs)
 	return held, held / expected, s.cfg.Threshold, "", true
 }
 
