@@ -36,7 +36,7 @@ func (r Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "pattern %-15s %4d abusive principals, %4d penalized, %4d detected as %s, latency p50 %s p99 %s\n",
 				p.Pattern, p.Principals, p.Penalized, p.AsExpected, p.Pattern, dur(p.LatP50, true), dur(p.LatP99, true))
 		}
-		fmt.Fprintf(&b, "recall (penalty in Redis) %.2f %% (%d of %d abusive principals)\n", pct(res.Caught, res.Abusive), res.Caught, res.Abusive)
+		fmt.Fprintf(&b, "recall (an enforced penalty: a key in Redis, or an enforced abuse.v1, published after its write) %.2f %% (%d of %d abusive principals)\n", pct(res.Caught, res.Abusive), res.Caught, res.Abusive)
 		fmt.Fprintf(&b, "legitimate principals penalized %d of %d (%.4f %%); with any abuse.v1 event %d\n", res.LegitPenalized, res.Legit, pct(res.LegitPenalized, res.Legit), res.LegitDetected)
 		fmt.Fprintf(&b, "detection latency from the abuse start (event time): rate (rapid_fire) p50 %s p99 %s; breadth (distributed_ip: takeover fan-out, botnets, proxy pools, IPv6 rotation) p50 %s p99 %s\n",
 			dur(res.RateP50, true), dur(res.RateP99, true), dur(res.FanOutP50, true), dur(res.FanOutP99, true))
