@@ -34,8 +34,14 @@ func TestHeldOutInProcess(t *testing.T) {
 		require.NoError(t, err, "FLOODGATE_HELDOUT_SEED")
 		seed = n
 	}
-	t.Logf("seed %d, %d legitimate principals", seed, legit)
-	stream, err := labeled.NewHeldOut(labeled.HeldOut{Seed: seed, Start: t0, Duration: 4 * time.Minute, Legit: legit, Abusive: max(legit/100, 200), Prefix: "h_"})
+	start := t0
+	if v := os.Getenv("FLOODGATE_HELDOUT_START"); v != "" { // a quality run's start, to replay its stream
+		var err error
+		start, err = time.Parse(time.RFC3339, v)
+		require.NoError(t, err, "FLOODGATE_HELDOUT_START")
+	}
+	t.Logf("seed %d, %d legitimate principals, from %s", seed, legit, start.Format(time.RFC3339))
+	stream, err := labeled.NewHeldOut(labeled.HeldOut{Seed: seed, Start: start, Duration: 4 * time.Minute, Legit: legit, Abusive: max(legit/100, 200), Prefix: "h_"})
 	require.NoError(t, err)
 	cfg := DefaultConfig()
 	ips := NewIPStore(cfg)
@@ -71,6 +77,9 @@ func TestHeldOutInProcess(t *testing.T) {
 		f.principals++
 		det, ok := first[k]
 		if !ok {
+			if l.Abusive {
+				t.Logf("missed %s (%s), abuse from %s", k, l.Family, l.AbuseStart.Format(time.RFC3339Nano))
+			}
 			continue
 		}
 		f.hits++

@@ -132,6 +132,24 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 	} else {
 		// The common case, neither refused enough nor a window big enough
 		// to hold the line in sustainBuckets buckets, ends here.
+		all := st == &p.all
+		if all {
+			// Over all routes a person's devices add up: a phone's cold
+			// start, a desktop restoring its tabs and a laptop together
+			// hold 16/s for 7.5 s. There the window must keep holding the
+			// line for PersonSustain more, so a storm has to outlast
+			// PersonSustain + the sustainBuckets a window needs. The line
+			// held is the person's own (history or floor), not the one of
+			// the route of each event, which changes from call to call.
+			own := max(baseline*s.cfg.BaselineK, s.cfg.Floor) * s.cfg.Threshold
+			if float64(sum)*1000 > own*float64(int64(s.sustainBuckets)*s.widthMs) && s.heldRate(st) > own {
+				if p.allHeldSince == 0 {
+					p.allHeldSince = max(sec, 1)
+				}
+			} else {
+				p.allHeldSince = 0
+			}
+		}
 		if (denials < float64(s.cfg.PersonMinDenials) || denialRatio < s.cfg.PersonDenialRatio) &&
 			float64(sum)*1000 <= line*float64(int64(s.sustainBuckets)*s.widthMs) {
 			return score, nil
@@ -140,6 +158,9 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 		var held float64
 		if held, score, threshold, sev, ok = s.personPressure(st, sum, denialRatio, denials, expected); !ok {
 			return observed / expected, nil
+		}
+		if sev == "" && all && (p.allHeldSince == 0 || sec-p.allHeldSince < uint32(s.cfg.PersonSustain/time.Second)) {
+			return score, nil
 		}
 		if sev == "" { // the rate held, not the denials
 			observed = held

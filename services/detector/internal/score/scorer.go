@@ -139,6 +139,9 @@ type pState struct {
 	// all is a person's rapid-fire window over all routes together (unused
 	// for automation): in the record, so scoring it costs no second lookup.
 	all rfState
+	// allHeldSince is the second all began to hold the line (0: it does
+	// not): see rapidOn.
+	allHeldSince uint32
 }
 
 // Flags in the low bits of a bigIPSet key.
