@@ -84,6 +84,9 @@ func (e *Env) StartDetector(ctx context.Context, b *Broker, r *Redis, group, inf
 		"FLOODGATE_DETECTOR_RECORDS=off", "FLOODGATE_INFLUX_URL=" + influxURL,
 		"FLOODGATE_DETECTOR_WINDOW=5s", "FLOODGATE_DETECTOR_RAPID_FIRE_RATE=20",
 		"FLOODGATE_DETECTOR_PENALTY_TTL=10m",
+		// One ladder step: the scenarios measure faults, so every penalty
+		// is the full one for the whole scenario (docs/detector.md).
+		"FLOODGATE_DETECTOR_LADDER_STEPS=1",
 	}
 	return e.startService(ctx, "detector", append(env, extra...))
 }

@@ -74,6 +74,9 @@ func TestRapidFireIsPenalizedEndToEnd(t *testing.T) {
 		"FLOODGATE_DETECTOR_RAPID_FIRE_RATE=20",
 		"FLOODGATE_DETECTOR_PENALTY_MULTIPLIER=0.1",
 		"FLOODGATE_DETECTOR_PENALTY_TTL=2m",
+		// One step: the first detection takes the full penalty, so the
+		// arithmetic below (50 × 0.1) does not depend on the evidence grade.
+		"FLOODGATE_DETECTOR_LADDER_STEPS=1",
 		"FLOODGATE_PAGERDUTY_ROUTING_KEY=e2e-routing-key",
 		"FLOODGATE_PAGERDUTY_URL="+pages.URL,
 		"FLOODGATE_PAGERDUTY_MIN_SEVERITY=low",

@@ -427,8 +427,12 @@ func printAbuse(out io.Writer, a events.Abuse) {
 	for _, r := range a.Evidence.TopRoutes {
 		fmt.Fprintf(out, "     route %-40s %d\n", r.Route, r.Count)
 	}
-	fmt.Fprintf(out, "     penalty: limits x%.2f, level %d, %s, until %s\n\n", a.Penalty.Multiplier, a.Penalty.Level, a.Penalty.Mode,
+	fmt.Fprintf(out, "     penalty: limits x%.2f, level %d, %s, until %s\n", a.Penalty.Multiplier, a.Penalty.Level, a.Penalty.Mode,
 		events.FormatTime(a.Penalty.ExpiresAt))
+	if a.Penalty.Reason != "" {
+		fmt.Fprintf(out, "     response: %s\n", a.Penalty.Reason)
+	}
+	fmt.Fprintln(out)
 }
 
 // watchAbuse reads new abuse events from every partition of the abuse topic.

@@ -49,7 +49,6 @@ func (f *flakyPublisher) Publish(_ context.Context, msgs ...kafka.Message) error
 func newTestDetector(t *testing.T, pub Publisher, mod func(*Config)) *Detector {
 	sc := score.DefaultConfig()
 	sc.Window = 5 * time.Second
-	sc.PersonSustain = 3 * time.Second // at most the window less two of its buckets
 	c := Config{
 		Score:      sc,
 		Policies:   map[events.Pattern]PatternPolicy{score.RapidFire: {Multiplier: 0.1, TTL: time.Hour, Enforce: true}, score.DistributedIP: {Multiplier: 0.05, TTL: 6 * time.Hour, Enforce: true}},

@@ -88,10 +88,12 @@ type Config struct {
 
 // sustainBuckets is how many of the window's buckets a person's rate must
 // hold in: a burst lasting PersonSustain touches at most
-// ceil(PersonSustain / bucket width) + 1 buckets, so one more than that.
+// ceil(PersonSustain / bucket width) + 1 buckets, so one more than that —
+// at most the whole window (a short window holds less than PersonSustain;
+// over all routes the hold that follows makes up the rest).
 func (c Config) sustainBuckets() int {
 	width := max(c.Window/NumBuckets, 1)
-	return min(int((c.PersonSustain+width-1)/width)+2, NumBuckets+1)
+	return min(int((c.PersonSustain+width-1)/width)+2, NumBuckets)
 }
 
 // NumBuckets is how many buckets rapid_fire's window is held in.
@@ -169,8 +171,8 @@ func (c Config) Validate() error {
 	if c.FanoutInterval < time.Second || c.FanoutInterval > min(c.IPWindow, (maxFanGap-1)*time.Second) || c.FanoutInterval%time.Second != 0 {
 		bad("FLOODGATE_DETECTOR_FANOUT_INTERVAL", "%s: whole seconds in 1s..%ds and at most FLOODGATE_DETECTOR_IP_WINDOW (%s)", c.FanoutInterval, maxFanGap-1, c.IPWindow)
 	}
-	if c.PersonSustain < 0 || c.Window >= time.Second && c.sustainBuckets() > NumBuckets {
-		bad("FLOODGATE_DETECTOR_PERSON_SUSTAIN", "%s: must be in 0..%s (FLOODGATE_DETECTOR_WINDOW less two of its %d buckets)", c.PersonSustain, c.Window-2*(c.Window/NumBuckets), NumBuckets)
+	if c.PersonSustain < 0 || c.PersonSustain > time.Minute || c.PersonSustain%time.Second != 0 {
+		bad("FLOODGATE_DETECTOR_PERSON_SUSTAIN", "%s: whole seconds in 0s..1m", c.PersonSustain)
 	}
 	if c.PersonMinDenials < 1 {
 		bad("FLOODGATE_DETECTOR_PERSON_MIN_DENIALS", "%d: at least 1", c.PersonMinDenials)

@@ -218,7 +218,7 @@ func New(cfg Config, ips *IPStore) *Scorer {
 		ipWinSec: uint32(cfg.IPWindow.Seconds()), coolSec: uint32(cfg.Cooldown.Seconds()),
 		big: map[uint64]*bigIPSet{},
 		ev:  map[uint64]*evidence{}, routes: [2]map[string]*routeStats{{}, {}},
-		fanSec: uint32(cfg.FanoutInterval.Seconds()), sustainBuckets: min(cfg.sustainBuckets(), NumBuckets),
+		fanSec: uint32(cfg.FanoutInterval.Seconds()), sustainBuckets: cfg.sustainBuckets(),
 	}
 }
 

@@ -69,7 +69,7 @@ func TestConfigValidateNamesTheVariable(t *testing.T) {
 		{"denial ratio 0", func(c *Config) { c.AutomatedDenialRatio = 0 }, "FLOODGATE_DETECTOR_AUTOMATED_DENIAL_RATIO"},
 		{"fan-out above the distinct minimum", func(c *Config) { c.FanoutMinNetworks = 30 }, "FLOODGATE_DETECTOR_FANOUT_MIN_NETWORKS"},
 		{"fan-out interval longer than the IP window", func(c *Config) { c.FanoutInterval = time.Hour }, "FLOODGATE_DETECTOR_FANOUT_INTERVAL"},
-		{"a person's sustain as long as the window", func(c *Config) { c.PersonSustain = c.Window }, "FLOODGATE_DETECTOR_PERSON_SUSTAIN"},
+		{"a person's sustain over a minute", func(c *Config) { c.PersonSustain = 2 * time.Minute }, "FLOODGATE_DETECTOR_PERSON_SUSTAIN"},
 		{"no denials needed", func(c *Config) { c.PersonMinDenials = 0 }, "FLOODGATE_DETECTOR_PERSON_MIN_DENIALS"},
 		{"every call refused", func(c *Config) { c.PersonDenialRatio = 1 }, "FLOODGATE_DETECTOR_PERSON_DENIAL_RATIO"},
 	}
