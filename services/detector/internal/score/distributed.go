@@ -75,7 +75,7 @@ func (s *Scorer) touchIPs(ph uint64, p *pState, key uint64, v6 bool, sec uint32)
 	if v6 {
 		last |= v6Flag
 	}
-	if p.big {
+	if p.isBig() {
 		return s.big[ph].add(key, v6, sec, s.ipWinSec)
 	}
 	free := -1
@@ -118,7 +118,7 @@ func (s *Scorer) touchIPs(ph uint64, p *pState, key uint64, v6 bool, sec uint32)
 		s.ev[ph] = e
 	}
 	p.ips = [inlineIPs]slot{}
-	p.big = true
+	p.setBig()
 	s.big[ph] = bs
 	return bs.add(key, v6, sec, s.ipWinSec)
 }
@@ -231,7 +231,7 @@ func (s *Scorer) countIPs(ph uint64, p *pState, sec uint32, withShared bool) ipC
 	var c ipCounts
 	c.oldest = sec
 	shared := int64(s.cfg.SharedIPPrincipals)
-	if !p.big {
+	if !p.isBig() {
 		var nets [inlineIPs]uint32
 		n24 := 0
 		for _, sl := range p.ips {
@@ -301,7 +301,7 @@ func (s *Scorer) countIPs(ph uint64, p *pState, sec uint32, withShared bool) ipC
 // distributed evaluates distributed_ip; it also reports whether the principal
 // is near the thresholds (worth collecting evidence for).
 func (s *Scorer) distributed(d *events.Decision, ph uint64, p *pState, sec uint32) (*Detection, bool) {
-	if p.big {
+	if p.isBig() {
 		s.big[ph].lastEval = sec
 	}
 	if sec < p.cool[pDistributed] {

@@ -143,11 +143,11 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 			// the route of each event, which changes from call to call.
 			own := max(baseline*s.cfg.BaselineK, s.cfg.Floor) * s.cfg.Threshold
 			if float64(sum)*1000 > own*float64(int64(s.sustainBuckets)*s.widthMs) && s.heldRate(st) > own {
-				if p.allHeldSince == 0 {
-					p.allHeldSince = max(sec, 1)
+				if p.holdMark() == 0 {
+					p.setHoldMark(uint8(b%holdMod) + 1)
 				}
 			} else {
-				p.allHeldSince = 0
+				p.setHoldMark(0)
 			}
 		}
 		if (denials < float64(s.cfg.PersonMinDenials) || denialRatio < s.cfg.PersonDenialRatio) &&
@@ -159,7 +159,7 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 		if held, score, threshold, sev, ok = s.personPressure(st, sum, denialRatio, denials, expected); !ok {
 			return observed / expected, nil
 		}
-		if sev == "" && all && (p.allHeldSince == 0 || sec-p.allHeldSince < uint32(s.cfg.PersonSustain/time.Second)) {
+		if sev == "" && all && !s.heldLongEnough(p, b) {
 			return score, nil
 		}
 		if sev == "" { // the rate held, not the denials
@@ -244,6 +244,17 @@ func (s *Scorer) personPressure(st *rfState, sum int64, ratio, denials, expected
 	}
 	held = float64(over) * 1000 / float64(int64(n)*s.widthMs)
 	return held, held / expected, s.cfg.Threshold, "", true
+}
+
+// heldLongEnough reports whether a person's all-routes window, at bucket b,
+// has held the line for PersonSustain since its hold mark.
+func (s *Scorer) heldLongEnough(p *pState, b uint32) bool {
+	m := p.holdMark()
+	if m == 0 {
+		return false
+	}
+	held := (b%holdMod + 1 + holdMod - uint32(m)) % holdMod // buckets
+	return time.Duration(int64(held)*s.widthMs)*time.Millisecond >= s.cfg.PersonSustain
 }
 
 // heldRate is the rate (events/s) a window kept up in at least

@@ -121,12 +121,14 @@ type pState struct {
 	gapMean float32
 	gapVar  float32
 	gaps    uint16
-	big     bool
+	// bits: bit 0 says the IP set is a bigIPSet (isBig); bits 1–7 hold
+	// the all-routes hold mark (holdMark).
+	bits uint8
 	// New-network velocity: the seconds between the newest new networks
 	// (IPv4 /24 runs, IPv6 /64s) of the principal, newest first, and when the
 	// newest arrived. A gap of FanoutInterval or more ends the run (stored
 	// as maxFanGap), so the span of the last k new networks is exact to the
-	// second, with no sliding-epoch estimate. Held in the padding after big.
+	// second, with no sliding-epoch estimate. Held in the padding after bits.
 	fanGaps    [maxFanGaps]uint8
 	cool       [numPatterns]uint32 // second before which the pattern does not fire again
 	lastNewSec uint32              // second of the newest new network (0: none yet)
@@ -139,10 +141,22 @@ type pState struct {
 	// all is a person's rapid-fire window over all routes together (unused
 	// for automation): in the record, so scoring it costs no second lookup.
 	all rfState
-	// allHeldSince is the second all began to hold the line (0: it does
-	// not): see rapidOn.
-	allHeldSince uint32
 }
+
+func (p *pState) isBig() bool { return p.bits&1 != 0 }
+
+func (p *pState) setBig() { p.bits |= 1 }
+
+// holdMark is 0 while a person's all-routes window does not hold the line,
+// else 1 + the bucket index (mod holdMod) at which it began to: no new
+// bytes per principal (see rapidOn).
+func (p *pState) holdMark() uint8 { return p.bits >> 1 }
+
+func (p *pState) setHoldMark(m uint8) { p.bits = p.bits&1 | m<<1 }
+
+// holdMod bounds how long a hold can be measured: 126 buckets (157 s with
+// the defaults), far past PersonSustain.
+const holdMod = 127
 
 // Flags in the low bits of a bigIPSet key.
 const (
@@ -289,7 +303,7 @@ func (s *Scorer) Observe(d *events.Decision, out []Detection) []Detection {
 		out = append(out, *det)
 	}
 	hot := rfScore > s.cfg.Threshold/2
-	if newIP || (p.big && s.big[ph].lastEval != sec) {
+	if newIP || (p.isBig() && s.big[ph].lastEval != sec) {
 		var near bool
 		if det, near = s.distributed(d, ph, &p, sec); det != nil {
 			out = append(out, *det)
@@ -442,7 +456,7 @@ func (s *Scorer) Sweep() {
 			delete(s.ev, k)
 			return true
 		}
-		if p.big {
+		if p.isBig() {
 			if b := s.big[k]; b.exact != nil {
 				b.prune(now, s.ipWinSec)
 			}
