@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
 )
 
 func TestOpenLoopSendsTheOfferedCountAndChargesQueueing(t *testing.T) {
@@ -73,13 +73,13 @@ func TestBatchTargetSendsValidBatches(t *testing.T) {
 			w.WriteHeader(http.StatusNotFound)
 			return
 		}
-		var br limiter.BatchRequest
+		var br checkapi.BatchRequest
 		if err := json.NewDecoder(r.Body).Decode(&br); err != nil || len(br.Checks) != 10 {
 			w.WriteHeader(http.StatusBadRequest)
 			return
 		}
 		for _, raw := range br.Checks {
-			var c limiter.CheckRequest
+			var c checkapi.CheckRequest
 			if err := json.Unmarshal(raw, &c); err != nil || c.Principal.Validate() != nil || c.Route == "" || c.IP == "" {
 				w.WriteHeader(http.StatusBadRequest)
 				return

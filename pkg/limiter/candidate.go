@@ -2,18 +2,11 @@ package limiter
 
 import (
 	"context"
-	"log/slog"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
-	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
 // Candidate is a rules version running in shadow beside the enforced rules
@@ -22,7 +15,17 @@ import (
 type Candidate struct {
 	Version int64
 	Rules   *Ruleset
-	impact  *impactCounts // its would-block counts; nil = not counted
+	Impact  Impact // its would-block counts; nil = not counted
+}
+
+// Impact counts a rules version's decisions by priority: a rollout's
+// would-block counts (pkg/limiter/candidate). Must be safe for concurrent use
+// and must not block: it is called on every check.
+type Impact interface {
+	// Add counts one decision of priority p, blocked or not.
+	Add(p admission.Priority, blocked bool)
+	// AddError counts a check the version could not judge (Redis).
+	AddError()
 }
 
 // candidateSource is a RuleSource that may also hold a candidate.
@@ -122,166 +125,4 @@ func (e *Engine) checkCandidate(ctx context.Context, c *Candidate, req Request) 
 		}
 	}
 	return candidateVerdict{blocked: blocked, ok: true}
-}
-
-// impactCounts are one rules version's decisions in one phase, by priority,
-// counted on the hot path (two atomic adds) and flushed to Redis by an
-// ImpactFlusher.
-type impactCounts struct {
-	total, blocked [PriorityBulk + 1]atomic.Int64
-	errors         atomic.Int64
-}
-
-func (c *impactCounts) add(p Priority, blocked bool) {
-	if p < PriorityCritical || p > PriorityBulk {
-		return
-	}
-	c.total[p].Add(1)
-	if blocked {
-		c.blocked[p].Add(1)
-	}
-}
-
-// ImpactFlusher adds the counts of the rules versions this replica judged to
-// their Redis hashes (redisx.RulesImpactKey), where the rollout controller
-// reads the sum over all replicas. Safe for concurrent use.
-type ImpactFlusher struct {
-	rdb   redis.UniversalClient
-	topic string
-	log   *slog.Logger
-	now   func() time.Time // the flush's time slot (redisx.RulesImpactSlotKey)
-
-	mu      sync.Mutex
-	entries []impactEntry
-}
-
-type impactEntry struct {
-	version int64
-	phase   string // rollout.PhaseShadow or rollout.PhaseEnforced
-	counts  *impactCounts
-	retired bool
-}
-
-// impactTTL keeps a version's counts a month after its last decision.
-const impactTTL = 30 * 24 * time.Hour
-
-// NewImpactFlusher returns a flusher writing the counts of topic's versions to rdb.
-func NewImpactFlusher(rdb redis.UniversalClient, topic string, log *slog.Logger) *ImpactFlusher {
-	return &ImpactFlusher{rdb: rdb, topic: topic, log: log, now: time.Now}
-}
-
-// track returns new counts for version v in phase, flushed until retired.
-func (f *ImpactFlusher) track(v int64, phase string) *impactCounts {
-	c := &impactCounts{}
-	f.mu.Lock()
-	f.entries = append(f.entries, impactEntry{version: v, phase: phase, counts: c})
-	f.mu.Unlock()
-	return c
-}
-
-// retire stops tracking c after its next flush.
-func (f *ImpactFlusher) retire(c *impactCounts) {
-	if c == nil {
-		return
-	}
-	f.mu.Lock()
-	for i := range f.entries {
-		if f.entries[i].counts == c {
-			f.entries[i].retired = true
-		}
-	}
-	f.mu.Unlock()
-}
-
-// Run flushes every interval until ctx is done, then once more.
-func (f *ImpactFlusher) Run(ctx context.Context, every time.Duration) error {
-	_ = tick.Every(ctx, every, func(ctx context.Context) {
-		if err := f.Flush(ctx); err != nil && ctx.Err() == nil {
-			f.log.Warn("flush rules impact counts; kept for the next flush", "err", err)
-		}
-	})
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	_ = f.Flush(fctx)
-	return nil
-}
-
-// Flush adds what was counted since the last flush to Redis. Counts a
-// failed flush took are put back.
-func (f *ImpactFlusher) Flush(ctx context.Context) error {
-	f.mu.Lock()
-	entries := append([]impactEntry(nil), f.entries...)
-	kept := f.entries[:0]
-	for _, en := range f.entries {
-		if !en.retired {
-			kept = append(kept, en)
-		}
-	}
-	f.entries = kept
-	f.mu.Unlock()
-
-	type taken struct {
-		c              *impactCounts
-		total, blocked [PriorityBulk + 1]int64
-		errors         int64
-	}
-	var took []taken
-	pipe := f.rdb.Pipeline()
-	now := f.now()
-	for _, en := range entries {
-		tk := taken{c: en.counts}
-		// The version's counts since it began, and the same counts in this
-		// flush's time slot (the controller's recent window).
-		key, slot := redisx.RulesImpactKey(f.topic, en.version), redisx.RulesImpactSlotKey(f.topic, en.version, now)
-		incr := func(field string, n int64) {
-			pipe.HIncrBy(ctx, key, field, n)
-			pipe.HIncrBy(ctx, slot, field, n)
-		}
-		wrote := false
-		for p := PriorityCritical; p <= PriorityBulk; p++ {
-			tk.total[p], tk.blocked[p] = en.counts.total[p].Swap(0), en.counts.blocked[p].Swap(0)
-			if tk.total[p] > 0 {
-				incr(en.phase+":"+p.String()+":total", tk.total[p])
-				wrote = true
-			}
-			if tk.blocked[p] > 0 {
-				incr(en.phase+":"+p.String()+":blocked", tk.blocked[p])
-			}
-		}
-		if tk.errors = en.counts.errors.Swap(0); tk.errors > 0 {
-			incr(en.phase+":errors", tk.errors)
-			wrote = true
-		}
-		if wrote {
-			pipe.Expire(ctx, key, impactTTL)
-			pipe.Expire(ctx, slot, redisx.RulesImpactSlotTTL)
-			took = append(took, tk)
-		}
-	}
-	if len(took) == 0 {
-		return nil
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		for _, tk := range took {
-			for p := PriorityCritical; p <= PriorityBulk; p++ {
-				tk.c.total[p].Add(tk.total[p])
-				tk.c.blocked[p].Add(tk.blocked[p])
-			}
-			tk.c.errors.Add(tk.errors)
-		}
-		return err
-	}
-	return nil
-}
-
-// versionName names a rules version's source in errors and logs.
-func versionName(v int64) string { return "rules version " + strconv.FormatInt(v, 10) }
-
-// Candidate returns the rules version in shadow beside the rules in force,
-// or nil.
-func (e *Embedded) Candidate() *Candidate {
-	if e.s.engine.cands == nil {
-		return nil
-	}
-	return e.s.engine.cands.Candidate()
 }

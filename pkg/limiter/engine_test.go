@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 )
@@ -440,8 +441,8 @@ func TestConcurrentChecksSharePipelinesExactly(t *testing.T) {
 			e := newTestEngine(t, rdb, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 100, period: 1h}\n  - {id: ip, tier: ip, limit: 1000, period: 1h}\n",
 				func(c *EngineConfig) {
 					c.RedisBatch = batch
-					adm := defaultAdmission() // 300 checks at once: this test is about pipelines, not admission
-					adm.initial, adm.max = 1024, 1024
+					adm := admission.DefaultConfig() // 300 checks at once: this test is about pipelines, not admission
+					adm.Initial, adm.Max = 1024, 1024
 					c.admission = &adm
 				})
 			base := redistest.Unique(t, "pipe")

@@ -3,7 +3,6 @@ package limiter
 import (
 	"context"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 )
@@ -100,10 +100,7 @@ func TestEngineFailPoliciesWhenRedisIsUnreachable(t *testing.T) {
 				require.Contains(t, r.Error, "redis")
 				require.False(t, r.Shadow, "shadow rules are not evaluated without Redis")
 				if !want {
-					require.Positive(t, r.RetryAfter)
-					h := Headers(r, "cid")
-					require.Contains(t, h["X-RateLimit-Error"], "redis")
-					require.NotEmpty(t, h["Retry-After"])
+					require.Positive(t, r.RetryAfter, "the contract's Retry-After")
 				}
 			}
 		})
@@ -201,11 +198,6 @@ func TestOverLimitCacheEntryCoversOnlyLargerCosts(t *testing.T) {
 	require.False(t, ok, "a full cache of live entries takes no more")
 }
 
-func TestDegradedErrorsNameRedis(t *testing.T) {
-	r := finish(Result{Allowed: true, Degraded: true, Error: "redis unavailable"}, 0.8)
-	require.True(t, strings.HasPrefix(Headers(r, "x")["X-RateLimit-Error"], "redis unavailable"))
-}
-
 func TestOverLimitCacheKeepsThePenaltyReason(t *testing.T) {
 	rdb := redistest.Client(t)
 	e := newTestEngine(t, rdb, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 10, period: 1h}\n", func(c *EngineConfig) { c.OverLimitEntries = 100 })
@@ -217,8 +209,7 @@ func TestOverLimitCacheKeepsThePenaltyReason(t *testing.T) {
 		require.False(t, r.Allowed)
 		require.Equal(t, i > 0, r.Cached)
 		require.Equal(t, events.TierPenalty, r.Tier, "check %d", i)
-		require.InDelta(t, 0.1, r.Penalty, 1e-9)
-		require.Equal(t, ProblemPenalized, DenialProblem(r, "c").Type)
+		require.InDelta(t, 0.1, r.Penalty, 1e-9) // the contract's abnormal-usage problem (server.DenialProblem)
 	}
 }
 
@@ -295,8 +286,8 @@ func TestShedAbuserStaysNearItsLimit(t *testing.T) {
 	rdb := redistest.Client(t)
 	const limit = 50
 	e := newTestEngine(t, rdb, "version: 1\nrules:\n  - {id: abuser, tier: principal, kinds: [bot], limit: 50, period: 1s, fail: open}\n", func(c *EngineConfig) {
-		adm := defaultAdmission()
-		adm.min, adm.initial, adm.max = 2, 2, 2
+		adm := admission.DefaultConfig()
+		adm.Min, adm.Initial, adm.Max = 2, 2, 2
 		c.admission = &adm
 	})
 	bot := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "abuser")}

@@ -8,9 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/floodgate-dev/floodgate/pkg/config"
 )
 
 // RuleStore holds the rules in force. Safe for concurrent use.

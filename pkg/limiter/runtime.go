@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
@@ -77,7 +78,7 @@ func (o *Override) apply(rule string, limit, burst int64) (int64, int64) {
 }
 
 func (o *Override) validate() error {
-	if o.Plan != "" && !planPattern.MatchString(o.Plan) {
+	if o.Plan != "" && !events.ValidPlan(o.Plan) {
 		return fmt.Errorf("plan %q: want [a-z0-9][a-z0-9_-]{0,31}", o.Plan)
 	}
 	for id, v := range o.Limits {
@@ -144,7 +145,7 @@ func ParseOverrides(h map[string]string) (*Overrides, []error) {
 			o.principals[p.Key()] = &ov
 		case strings.HasPrefix(field, "plan:"):
 			name := strings.TrimPrefix(field, "plan:")
-			if !planPattern.MatchString(name) || ov.Plan != "" {
+			if !events.ValidPlan(name) || ov.Plan != "" {
 				errs = append(errs, fmt.Errorf("override %q: not a plan name, or a plan override naming a plan", field))
 				continue
 			}
@@ -170,7 +171,7 @@ type Runtime struct {
 	log       *slog.Logger
 	scales    atomic.Pointer[Scales]
 	overrides atomic.Pointer[Overrides]
-	shedding  atomic.Pointer[Shedding]
+	shedding  atomic.Pointer[admission.Shedding]
 	badEntry  prometheus.Counter
 	errors    prometheus.Counter
 	shedLevel prometheus.Gauge
@@ -187,12 +188,12 @@ func NewRuntime(rdb redis.UniversalClient, log *slog.Logger, reg prometheus.Regi
 	}
 	r.scales.Store(&Scales{})
 	r.overrides.Store(&Overrides{})
-	r.shedding.Store(&Shedding{})
+	r.shedding.Store(&admission.Shedding{})
 	return r
 }
 
 // Shedding returns the adjuster's shed state (level 0 until Refresh finds one).
-func (r *Runtime) Shedding() Shedding { return *r.shedding.Load() }
+func (r *Runtime) Shedding() admission.Shedding { return *r.shedding.Load() }
 
 // Scales returns the current scales; the caller must not modify them.
 func (r *Runtime) Scales() Scales { return *r.scales.Load() }
@@ -219,7 +220,7 @@ func (r *Runtime) Refresh(ctx context.Context) error {
 		r.errors.Inc()
 		return fmt.Errorf("read %s: %w", r.ShedKey, err)
 	}
-	if shed, err := ParseShedding(sh); err != nil {
+	if shed, err := admission.ParseShedding(sh); err != nil {
 		r.badEntry.Inc()
 		r.log.Warn("keeping the shed state: bad shed hash", "key", r.ShedKey, "err", err)
 	} else {

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 )
 
@@ -25,7 +26,7 @@ type shard struct {
 	name    string
 	breaker *gobreaker.TwoStepCircuitBreaker[struct{}]
 	batch   *scriptBatcher // nil: one Redis call per check
-	adm     *concurrencyLimit
+	adm     *admission.ConcurrencyLimit
 	set     *shardSet
 
 	lastErr atomic.Pointer[string] // the latest Redis error, named when the breaker opens
@@ -64,7 +65,7 @@ type shardConfig struct {
 	breakerWindow   time.Duration // sliding window of the counts
 	breakerOpen     time.Duration // open for 0.5–1.25 × this, jittered per breaker
 	logEvery        time.Duration
-	admission       admissionConfig
+	admission       admission.Config
 	log             *slog.Logger
 	m               *engineMetrics
 }
@@ -105,7 +106,7 @@ func (s *shardSet) newShard(name string) *shard {
 		sh.batch = newScriptBatcher(c.rdb, c.script, c.batch, 16*c.batch, c.budget, c.m)
 	}
 	inflight := c.m.admissionLimit.WithLabelValues(name)
-	sh.adm = newConcurrencyLimit(c.admission, func(v int64) { inflight.Set(float64(v)) })
+	sh.adm = admission.NewConcurrencyLimit(c.admission, func(v int64) { inflight.Set(float64(v)) })
 	open := c.m.breakerOpen.WithLabelValues(name)
 	open.Set(0)
 	timeout := time.Duration(float64(c.breakerOpen) * (0.5 + 0.75*rand.Float64()))

@@ -18,6 +18,8 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/pkg/whatif/whatiftest"
 )
@@ -105,7 +107,7 @@ func TestFidelityWhatIfAgreesWithEnforcement(t *testing.T) {
 			req.Plan = plans[pi%3]
 		}
 		if r.path == "/v1/items" && rng.IntN(4) == 0 {
-			req.Priority = limiter.PriorityBestEffort
+			req.Priority = admission.PriorityBestEffort
 		}
 		reqs[i] = req
 	}
@@ -123,7 +125,7 @@ func TestFidelityWhatIfAgreesWithEnforcement(t *testing.T) {
 		require.False(t, res.Degraded)
 		require.Truef(t, req.At.Equal(res.Now), "the decision's time is its own: %s, not %s", res.Now, req.At)
 		id := fmt.Sprintf("fid-%05d", i)
-		ds[i] = limiter.DecisionEvent(id, "fidelity", req, res)
+		ds[i] = server.DecisionEvent(id, "fidelity", req, res)
 		byID[id] = i
 	}
 	publish(t, broker, topic, ds)

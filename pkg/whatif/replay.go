@@ -40,6 +40,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 )
 
@@ -325,9 +326,9 @@ func request(d *events.Decision, candidate, baseline *limiter.Ruleset) (req limi
 		inexact = true
 		cost = (d.Cost + per/2) / per
 	}
-	prio, err := limiter.ParsePriority(string(d.Priority))
+	prio, err := admission.ParsePriority(string(d.Priority))
 	if err != nil {
-		prio = limiter.PriorityUnset
+		prio = admission.PriorityUnset
 	}
 	return limiter.Request{Principal: d.Principal, IP: d.IP, Method: d.Method, Route: d.Route, Resource: d.Resource,
 		Plan: d.Plan, Cost: int(max(cost, 1)), Priority: prio, At: d.TS}, inexact

@@ -25,6 +25,9 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
@@ -116,14 +119,14 @@ func TestBrowserShedWhatIfRollout(t *testing.T) {
 	pdone := make(chan error, 1)
 	go func() { pdone <- prod.Run(pctx) }()
 	t.Cleanup(func() { stopProd(); <-pdone })
-	srv := limiter.NewServer(limiter.ServerConfig{Engine: eng, Publisher: prod, Topic: config.DefaultDecisionsTopic, Gateway: tag,
+	srv := server.New(server.Config{Engine: eng, Publisher: prod, Topic: config.DefaultDecisionsTopic, Gateway: tag,
 		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	srv.SetReady(true)
 	lim := httptest.NewServer(srv.Handler())
 	t.Cleanup(lim.Close)
 	// Every check's original request, by its decision id (for enforcement).
 	byID := map[string]limiter.Request{}
-	check := func(p events.Principal, method, route, prio string) limiter.CheckResponse {
+	check := func(p events.Principal, method, route, prio string) checkapi.CheckResponse {
 		t.Helper()
 		body, err := json.Marshal(map[string]any{"principal": p, "ip": "198.51.100.7", "method": method, "route": route, "cost": 1, "priority": prio})
 		require.NoError(t, err)
@@ -133,11 +136,11 @@ func TestBrowserShedWhatIfRollout(t *testing.T) {
 		raw, err := io.ReadAll(res.Body)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, res.StatusCode, string(raw))
-		var out limiter.CheckResponse
+		var out checkapi.CheckResponse
 		require.NoError(t, json.Unmarshal(raw, &out), string(raw))
 		req := limiter.Request{Principal: p, IP: netip.MustParseAddr("198.51.100.7"), Method: method, Route: route, Cost: 1}
 		if prio != "" {
-			req.Priority, err = limiter.ParsePriority(prio)
+			req.Priority, err = admission.ParsePriority(prio)
 			require.NoError(t, err)
 		}
 		byID[out.ID] = req
@@ -190,17 +193,17 @@ func TestBrowserShedWhatIfRollout(t *testing.T) {
 		r := check(caller, "GET", "/v1/items", prio)
 		require.False(t, r.Allowed, prio)
 		require.True(t, r.Shed, prio)
-		require.Equal(t, limiter.StatusDegraded, r.Utilization)
+		require.Equal(t, admission.StatusDegraded, r.Utilization)
 		require.NotNil(t, r.Problem, prio)
 		require.Equal(t, http.StatusServiceUnavailable, r.Problem.Status)
-		require.Equal(t, limiter.ProblemReducedCapacity, r.Problem.Type)
+		require.Equal(t, server.ProblemReducedCapacity, r.Problem.Type)
 		require.NotEmpty(t, r.Headers["Retry-After"])
 	}
 	for _, prio := range []string{"critical", "degraded"} {
 		r := check(caller, "POST", "/v1/charges", prio)
 		require.True(t, r.Allowed, prio)
 		require.False(t, r.Shed, prio)
-		require.Equal(t, limiter.StatusDegraded, r.Utilization, "an admitted answer says so too")
+		require.Equal(t, admission.StatusDegraded, r.Utilization, "an admitted answer says so too")
 	}
 
 	// 2. What-if. Four callers' traffic through the limiter, one check at a

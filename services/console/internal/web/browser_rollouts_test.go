@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/embedded"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/rollout/rollouttest"
@@ -37,7 +38,7 @@ type rolloutRig struct {
 	topic   *rollout.Topic
 	audit   *rollout.DynamoAudit
 	claims  *rollout.DynamoClaims
-	replica *limiter.Embedded
+	replica *embedded.Limiter
 }
 
 func newRolloutRig(t *testing.T) *rolloutRig {
@@ -68,7 +69,7 @@ func (r *rolloutRig) start(t *testing.T, e *testEnv) {
 	require.NoError(t, err)
 	fallback, err := limiter.ParseRules("fallback", []byte(rolloutV1))
 	require.NoError(t, err)
-	r.replica, err = limiter.NewEmbedded(ctx, limiter.EmbedConfig{Redis: redistest.Client(t), Rules: fallback, Publisher: nopPublisher{},
+	r.replica, err = embedded.New(ctx, embedded.Config{Redis: redistest.Client(t), Rules: fallback, Publisher: nopPublisher{},
 		Brokers: r.brokers, RulesTopic: r.name, Gateway: "browser", Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	require.NoError(t, err)
 	done := make(chan struct{})

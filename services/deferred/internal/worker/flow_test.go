@@ -27,6 +27,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/embedded"
 	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/deferred/internal/worker"
@@ -157,7 +158,7 @@ func TestDeferredFlowExactlyOnce(t *testing.T) {
 
 	rs, err := limiter.ParseRules("flow.yaml", []byte(flowRules))
 	require.NoError(t, err)
-	emb, err := limiter.NewEmbedded(ctx, limiter.EmbedConfig{Redis: rdb, Rules: rs, Gateway: "flow-test", Publisher: nopPublisher{}})
+	emb, err := embedded.New(ctx, embedded.Config{Redis: rdb, Rules: rs, Gateway: "flow-test", Publisher: nopPublisher{}})
 	require.NoError(t, err)
 	go func() { _ = emb.Run(ctx) }()
 

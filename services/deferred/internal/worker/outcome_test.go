@@ -27,6 +27,8 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/embedded"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/deferred/internal/worker"
 )
@@ -486,7 +488,7 @@ var pollRules = outcomeRules + `  - id: deferred-status
 func TestStatusPollsLimited(t *testing.T) {
 	ctx := t.Context()
 	e := newOutcomeEnv(t, pollRules)
-	emb, err := limiter.NewEmbedded(ctx, limiter.EmbedConfig{Redis: e.rdb, Rules: e.rules, Gateway: "poll-test", Publisher: nopPublisher{}})
+	emb, err := embedded.New(ctx, embedded.Config{Redis: e.rdb, Rules: e.rules, Gateway: "poll-test", Publisher: nopPublisher{}})
 	require.NoError(t, err)
 	go func() { _ = emb.Run(ctx) }()
 	edge := e.edge(e.rdb, e.producer(), 0)
@@ -523,7 +525,7 @@ func TestStatusPollsLimited(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(body), &p), body)
 	require.Equal(t, http.StatusTooManyRequests, p.Status)
-	require.Equal(t, limiter.ProblemRateLimited, p.Type)
+	require.Equal(t, server.ProblemRateLimited, p.Type)
 
 	resp, _ = poll(e.run + "-mallory")
 	require.Equal(t, http.StatusNotFound, resp.StatusCode, "another principal's budget, and no access")

@@ -27,6 +27,10 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/embedded"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/envoyrls"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/influxcounts"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
@@ -120,19 +124,19 @@ func Run(ctx context.Context, env service.Env) error {
 		return fail(fmt.Errorf("kafka: %w", err))
 	}
 
-	var counts *limiter.ScopeCounts
-	var observer limiter.Observer
+	var counts *influxcounts.ScopeCounts
+	var observer server.Observer
 	var rtt *limiter.RedisLatency
 	if cfg.InfluxInterval > 0 {
 		influx := influxdb2.NewClient(cfg.InfluxURL, cfg.InfluxToken)
 		run.Closer("influxdb", func() error { influx.Close(); return nil })
-		counts = limiter.NewScopeCounts(influx, cfg.InfluxOrg, cfg.InfluxBucket, cfg.Gateway, env.Now, log)
+		counts = influxcounts.NewScopeCounts(influx, cfg.InfluxOrg, cfg.InfluxBucket, cfg.Gateway, env.Now, log)
 		observer = counts
 		rtt = limiter.NewRedisLatency()
 		counts.TrackRedis(rtt, cfg.RedisTimeout)
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	core, err := limiter.NewEmbedded(startCtx, limiter.EmbedConfig{
+	core, err := embedded.New(startCtx, embedded.Config{
 		Redis: rdb, Rules: rules, RulesFile: cfg.RulesPath, RulesPoll: cfg.RulesPoll, Reload: hup, RulesTopic: cfg.RulesTopic,
 		Brokers: cfg.KafkaBrokers, Kafka: ksec, Topic: cfg.DecisionsTopic, Journal: cfg.Journal, EventBuffer: cfg.EventBuffer,
 		Gateway: cfg.Gateway, Observer: observer, RedisLatency: rtt,
@@ -142,7 +146,7 @@ func Run(ctx context.Context, env service.Env) error {
 	})
 	cancel()
 	if err != nil {
-		if cfg.RulesPath != "" && errors.Is(err, limiter.ErrRulesFile) {
+		if cfg.RulesPath != "" && errors.Is(err, embedded.ErrRulesFile) {
 			return fail(fmt.Errorf("FLOODGATE_LIMITER_RULES: %w", err))
 		}
 		return fail(fmt.Errorf("start limiter: %w", err))
@@ -189,21 +193,21 @@ func Run(ctx context.Context, env service.Env) error {
 			log.Warn("envoy rate-limit service not started; set FLOODGATE_LIMITER_GRPC_ADDR", "addr", cfg.GRPCAddr, "err", err)
 		default:
 			grpcAddr = grpcLn.Addr().String()
-			var opts []limiter.GRPCOption
+			var opts []envoyrls.GRPCOption
 			if envoySrc != nil {
-				ec := &limiter.EnvoyConfig{Source: envoySrc,
+				ec := &envoyrls.EnvoyConfig{Source: envoySrc,
 					Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoy:", GlobalShadow: cfg.EnvoyShadow,
-						Coalescer: &redisx.Coalescer{Redis: rdb}, Algorithms: limiter.NewEnvoyAlgorithms(rdb)},
+						Coalescer: &redisx.Coalescer{Redis: rdb}, Algorithms: envoyrls.NewEnvoyAlgorithms(rdb)},
 					Identity: cfg.EnvoyIdentity, FailureModeDeny: cfg.EnvoyFailureModeDeny}
 				if cfg.EnvoyHeaders {
-					ec.Headers = &limiter.EnvoyHeaders{Limit: cfg.EnvoyLimitHeader, Remaining: cfg.EnvoyRemainingHeader, Reset: cfg.EnvoyResetHeader}
+					ec.Headers = &envoyrls.EnvoyHeaders{Limit: cfg.EnvoyLimitHeader, Remaining: cfg.EnvoyRemainingHeader, Reset: cfg.EnvoyResetHeader}
 				}
-				opts = append(opts, limiter.WithEnvoyConfig(ec))
+				opts = append(opts, envoyrls.WithEnvoyConfig(ec))
 			}
-			grpcSrv, hs := limiter.NewGRPCServer(srv, opts...)
+			grpcSrv, hs := envoyrls.NewGRPCServer(srv, opts...)
 			run.OnReady(func(ready bool) {
 				if ready {
-					limiter.SetServing(hs, true)
+					envoyrls.SetServing(hs, true)
 				} else {
 					hs.Shutdown() // every service NOT_SERVING
 				}
@@ -269,7 +273,7 @@ func ServerDefaults() httpapi.ServerConfig {
 // front of the upstream, deciding in-process with the limiter's own engine. Bodies
 // stream to and from the upstream, so only the header and idle timeouts and the
 // connection limit apply, not the read and write timeouts.
-func newProxy(cfg Config, srv *limiter.Server, run *service.Runner, log *slog.Logger, tr tracing.Tracing, dfr gateway.Deferrer) error {
+func newProxy(cfg Config, srv *server.Server, run *service.Runner, log *slog.Logger, tr tracing.Tracing, dfr gateway.Deferrer) error {
 	upstream, err := url.Parse(cfg.ProxyUpstream)
 	if err != nil {
 		return fmt.Errorf("FLOODGATE_LIMITER_PROXY_UPSTREAM: %w", err)
@@ -279,7 +283,7 @@ func newProxy(cfg Config, srv *limiter.Server, run *service.Runner, log *slog.Lo
 		return fmt.Errorf("FLOODGATE_LIMITER_PROXY_ROUTES: %w", err)
 	}
 	handler, err := gateway.NewReverseProxy(upstream, gateway.Options{
-		Checker: srv.Embedded(), Router: router, TrustedProxies: cfg.ProxyTrusted, Logger: log,
+		Checker: embedded.FromServer(srv), Router: router, TrustedProxies: cfg.ProxyTrusted, Logger: log,
 		Principal:           gateway.PrincipalFromHeaders(cfg.ProxyKindHeader, cfg.ProxyIDHeader, cfg.ProxyIdentityTrusted),
 		PrincipalHeaders:    &gateway.PrincipalHeaders{Kind: cfg.ProxyKindHeader, ID: cfg.ProxyIDHeader},
 		AnonymousIPv6Prefix: cfg.ProxyAnonIPv6Prefix,

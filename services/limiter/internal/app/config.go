@@ -13,7 +13,8 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/journal"
-	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/callers"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/envoyrls"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/series"
 )
@@ -97,14 +98,14 @@ type Config struct {
 	// (FLOODGATE_LIMITER_ENVOY_IP_KEY) and method
 	// (FLOODGATE_LIMITER_ENVOY_METHOD_KEY): with it every call for those
 	// domains is a decision event and penalties and scales apply.
-	EnvoyIdentity *limiter.EnvoyIdentity
+	EnvoyIdentity *envoyrls.EnvoyIdentity
 	// Auth is who may ask for checks (FLOODGATE_LIMITER_AUTH): "tokens" —
 	// the gateways of FLOODGATE_LIMITER_CALLERS, each bound to what it may
 	// claim — or "none", anyone who can connect. Unset, it is "none" while
 	// the HTTP and gRPC APIs listen on loopback only, and must be chosen
 	// otherwise.
 	Auth    string
-	Callers *limiter.Callers
+	Callers *callers.Callers
 	// IdleTimeout closes idle keep-alive connections (FLOODGATE_LIMITER_IDLE_TIMEOUT);
 	// MaxConns bounds the HTTP connections served at once (FLOODGATE_LIMITER_MAX_CONNS).
 	IdleTimeout time.Duration
@@ -188,7 +189,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 	}
 	c.Journal = jc
 	if spec := e.String("FLOODGATE_LIMITER_CALLERS", ""); spec != "" {
-		callers, err := limiter.ParseCallers(spec)
+		callers, err := callers.ParseCallers(spec)
 		if err != nil {
 			return Config{}, fmt.Errorf("FLOODGATE_LIMITER_CALLERS: %w", err)
 		}
@@ -265,9 +266,9 @@ func (c Config) Validate() error {
 
 // envoyIdentity reads FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS, _IP_KEY and
 // _METHOD_KEY; errors name the variable.
-func envoyIdentity(e *config.Env) (*limiter.EnvoyIdentity, error) {
-	spec := e.String("FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS", limiter.DefaultEnvoyPrincipalKeys)
-	id := &limiter.EnvoyIdentity{
+func envoyIdentity(e *config.Env) (*envoyrls.EnvoyIdentity, error) {
+	spec := e.String("FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS", envoyrls.DefaultEnvoyPrincipalKeys)
+	id := &envoyrls.EnvoyIdentity{
 		IPKey:     e.String("FLOODGATE_LIMITER_ENVOY_IP_KEY", "remote_address"),
 		MethodKey: e.String("FLOODGATE_LIMITER_ENVOY_METHOD_KEY", "method"),
 	}
@@ -283,7 +284,7 @@ func envoyIdentity(e *config.Env) (*limiter.EnvoyIdentity, error) {
 	if strings.TrimSpace(spec) == "none" {
 		return nil, errors.Join(errs...)
 	}
-	keys, err := limiter.ParseEnvoyPrincipalKeys(spec, id.IPKey)
+	keys, err := envoyrls.ParseEnvoyPrincipalKeys(spec, id.IPKey)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS: %w", err))
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/deferred"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/embedded"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
@@ -18,7 +19,7 @@ import (
 // written to FLOODGATE_DEFERRED_TOPIC with acks=all and answered 202. The
 // rules in force decide which routes defer, so a rules reload applies at once;
 // with no deferrable route nothing is written (the producer connects lazily).
-func newDeferrer(env service.Env, cfg Config, core *limiter.Embedded, rdb redis.UniversalClient, ksec *stream.Security, run *service.Runner) (gateway.Deferrer, error) {
+func newDeferrer(env service.Env, cfg Config, core *embedded.Limiter, rdb redis.UniversalClient, ksec *stream.Security, run *service.Runner) (gateway.Deferrer, error) {
 	e := config.NewEnv(env.Getenv)
 	topic := e.String("FLOODGATE_DEFERRED_TOPIC", deferred.DefaultTopic)
 	ttl := e.Duration("FLOODGATE_DEFERRED_RESULT_TTL", 24*time.Hour)

@@ -1,0 +1,148 @@
+package admission
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ConcurrencyLimit is an adaptive limit on the checks in flight to one Redis
+// shard (queued for a pipeline or in one), in the manner of Netflix
+// concurrency-limits' gradient limit: every window (100 ms, at least 10
+// samples) the average round trip of the window is compared with a baseline —
+// the smallest window average of the last few seconds — and
+//
+//	gradient = clamp(tolerance × (baseline + slack) / recent, 0.5, 1)
+//	limit    = limit × (1 − smoothing) + (limit × gradient + √limit) × smoothing
+//
+// so the limit grows by about √limit while round trips stay near the baseline
+// and shrinks (at most by half a window) when queueing makes them grow. A
+// window in which fewer than half the permits were used leaves the limit
+// alone (the load, not the limit, was the bound). A check that finds the limit
+// reached is not queued: the engine answers it at once from local state.
+//
+// Acquire and Release are two atomic adds on the hot path; one goroutine per
+// window takes the mutex to move the limit. Safe for concurrent use.
+type ConcurrencyLimit struct {
+	limit    atomic.Int64
+	inflight atomic.Int64
+	peak     atomic.Int64 // most in flight within the window
+	sum, n   atomic.Int64 // round trips of the window, ns
+	next     atomic.Int64 // when the window closes, ns since start
+	start    time.Time
+	since    func(time.Time) time.Duration // time.Since; tests move a clock
+
+	mu       sync.Mutex
+	est      float64   // the limit, unrounded
+	mins     []float64 // window averages' minimum per baseline bucket, ns
+	minsAt   int64     // when the current baseline bucket started
+	cfg      Config
+	onChange func(limit int64)
+}
+
+// Config shapes a ConcurrencyLimit (DefaultConfig is the engine's).
+type Config struct {
+	Min, Max, Initial int64
+	Window            time.Duration
+	MinSamples        int64
+	Tolerance         float64
+	Slack             time.Duration // round trips below baseline+slack never shrink the limit
+	Smoothing         float64
+	BaselineBuckets   int           // baseline = min over this many buckets…
+	BaselineBucket    time.Duration // …of this length
+}
+
+// DefaultConfig is the limit every Redis shard starts with.
+func DefaultConfig() Config {
+	return Config{Min: 16, Max: 1024, Initial: 256, Window: 100 * time.Millisecond, MinSamples: 10,
+		Tolerance: 2, Slack: time.Millisecond, Smoothing: 0.5, BaselineBuckets: 3, BaselineBucket: time.Second}
+}
+
+// NewConcurrencyLimit returns a limit at cfg.Initial; onChange, when set,
+// hears every new limit.
+func NewConcurrencyLimit(cfg Config, onChange func(int64)) *ConcurrencyLimit {
+	l := &ConcurrencyLimit{start: time.Now(), since: time.Since, est: float64(cfg.Initial), cfg: cfg, onChange: onChange}
+	l.limit.Store(cfg.Initial)
+	l.next.Store(int64(cfg.Window))
+	if onChange != nil {
+		onChange(cfg.Initial)
+	}
+	return l
+}
+
+// Acquire takes a permit, or reports false when the limit is reached.
+func (l *ConcurrencyLimit) Acquire() bool {
+	in := l.inflight.Add(1)
+	if in > l.limit.Load() {
+		l.inflight.Add(-1)
+		return false
+	}
+	if in > l.peak.Load() {
+		l.peak.Store(in) // racy max: a lost update only understates a peak
+	}
+	return true
+}
+
+// Release returns a permit taken at start; the time since is its round trip
+// (a check that timed out counts its full wait).
+func (l *ConcurrencyLimit) Release(start time.Time) {
+	l.inflight.Add(-1)
+	now := l.since(l.start)
+	l.sum.Add(int64(now - start.Sub(l.start)))
+	l.n.Add(1)
+	if int64(now) >= l.next.Load() && l.mu.TryLock() {
+		l.update(int64(now))
+		l.mu.Unlock()
+	}
+}
+
+// update closes a window; mu is held.
+func (l *ConcurrencyLimit) update(now int64) {
+	if now < l.next.Load() {
+		return // another goroutine closed it
+	}
+	n := l.n.Load()
+	if n < l.cfg.MinSamples {
+		l.next.Store(now + int64(l.cfg.Window)/4)
+		return
+	}
+	sum := l.sum.Swap(0)
+	n = l.n.Swap(0)
+	peak := l.peak.Swap(0)
+	l.next.Store(now + int64(l.cfg.Window))
+	recent := float64(sum) / float64(max(n, 1))
+
+	// Baseline: the smallest window average over the last few buckets.
+	if len(l.mins) == 0 || now-l.minsAt >= int64(l.cfg.BaselineBucket) {
+		if len(l.mins) == l.cfg.BaselineBuckets {
+			copy(l.mins, l.mins[1:])
+			l.mins = l.mins[:len(l.mins)-1]
+		}
+		l.mins = append(l.mins, recent)
+		l.minsAt = now
+	} else if recent < l.mins[len(l.mins)-1] {
+		l.mins[len(l.mins)-1] = recent
+	}
+	base := l.mins[0]
+	for _, m := range l.mins[1:] {
+		base = min(base, m)
+	}
+
+	if float64(peak) < l.est/2 {
+		return // the load, not the limit, bounded the window
+	}
+	gradient := min(1, max(0.5, l.cfg.Tolerance*(base+float64(l.cfg.Slack))/recent))
+	next := l.est*gradient + math.Sqrt(l.est)
+	l.est = l.est*(1-l.cfg.Smoothing) + next*l.cfg.Smoothing
+	l.est = min(max(l.est, float64(l.cfg.Min)), float64(l.cfg.Max))
+	if v := int64(l.est); v != l.limit.Load() {
+		l.limit.Store(v)
+		if l.onChange != nil {
+			l.onChange(v)
+		}
+	}
+}
+
+// Limit is the current limit.
+func (l *ConcurrencyLimit) Limit() int64 { return l.limit.Load() }

@@ -1,0 +1,455 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
+	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/callers"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
+	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/pkg/tracing"
+)
+
+// Publisher takes decision events without ever blocking; false means the event was
+// not queued, which the publisher counts itself. Must be safe for concurrent use.
+type Publisher interface {
+	TryPublish(kafka.Message) bool
+}
+
+// Observer receives every decision's per-scope outcome (the InfluxDB counts).
+// Must be safe for concurrent use and must not block.
+type Observer interface {
+	Observe(scope string, tier events.Tier, allowed, shadow bool)
+}
+
+// Server answers POST /v1/check, POST /v1/check/batch and the health endpoints.
+type Server struct {
+	callers *callers.Callers
+	engine  *limiter.Engine
+	pub     Publisher
+	obs     Observer
+	topic   string
+	gateway string
+	log     *slog.Logger
+	metrics *metrics
+	ready   atomic.Bool
+	reg     *prometheus.Registry
+	tracing tracing.Tracing
+	tracer  *stream.Tracer // nil: tracing off
+}
+
+type metrics struct {
+	decisions *prometheus.CounterVec
+	shadow    *prometheus.CounterVec
+	nearLimit *prometheus.CounterVec
+	degraded  prometheus.Counter
+	duration  prometheus.Histogram
+	errors    *prometheus.CounterVec
+	batch     prometheus.Histogram
+
+	unauthenticated prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
+	return &metrics{
+		decisions: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_decisions_total", Help: "Decisions by deciding tier and outcome."}, []string{"tier", "outcome"}),
+		shadow:    f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_shadow_total", Help: "Requests a shadow rule would have denied, by rule (scope)."}, []string{"scope"}),
+		nearLimit: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_near_limit_total", Help: "Allowed decisions at or over the near-limit ratio of their deciding rule, by rule (scope)."}, []string{"scope"}),
+		degraded:  f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_degraded_decisions_total", Help: "Decisions answered by fail policies because Redis was not asked in time."}),
+		duration: f.NewHistogram(prometheus.HistogramOpts{Name: "floodgate_limiter_check_seconds", Help: "Time to decide one check, Redis round trip included.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1}}),
+		errors: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_errors_total", Help: "Checks that could not be decided normally, by kind."}, []string{"kind"}),
+		batch: f.NewHistogram(prometheus.HistogramOpts{Name: "floodgate_limiter_batch_size", Help: "Checks per batch request.",
+			Buckets: []float64{1, 2, 5, 10, 20, 50, 100}}),
+		unauthenticated: f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_unauthenticated_total", Help: "Check requests refused for a missing or unknown bearer token."}),
+	}
+}
+
+// Config wires a Server.
+type Config struct {
+	// Callers, when set, is who may ask for checks (bearer tokens and what
+	// each may claim); nil serves anyone — meant for a limiter on loopback
+	// beside its gateway.
+	Callers   *callers.Callers
+	Engine    *limiter.Engine
+	Publisher Publisher
+	Observer  Observer // nil = none
+	Topic     string
+	Gateway   string
+	Logger    *slog.Logger
+	Registry  *prometheus.Registry
+	// Tracing, when on, makes every decision a "create <topic>" producer
+	// span (the child of the request's span: HTTP, batch, Envoy gRPC or the
+	// embedded Check) whose context its event carries in the traceparent
+	// header, and NewGRPCServer's RPCs server spans. Off costs nothing.
+	Tracing tracing.Tracing
+}
+
+// New returns a server; it reports ready once SetReady(true) is called.
+func New(c Config) *Server {
+	return &Server{
+		callers: c.Callers, engine: c.Engine, pub: c.Publisher, obs: c.Observer, topic: c.Topic, gateway: c.Gateway,
+		log: c.Logger, reg: c.Registry, metrics: newMetrics(c.Registry),
+		tracing: c.Tracing, tracer: stream.NewTracer(c.Tracing),
+	}
+}
+
+// Engine is the engine the server decides with.
+func (s *Server) Engine() *limiter.Engine { return s.engine }
+
+// Registry is where the server's metrics (and its transports') are registered.
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+// Callers are who may ask for checks; nil serves anyone.
+func (s *Server) Callers() *callers.Callers { return s.callers }
+
+// Tracing is the server's tracing setup.
+func (s *Server) Tracing() tracing.Tracing { return s.tracing }
+
+// Gateway names this limiter in its decision events.
+func (s *Server) Gateway() string { return s.gateway }
+
+// Logger is the server's logger.
+func (s *Server) Logger() *slog.Logger { return s.log }
+
+// CountError counts a check that could not be decided normally, by kind.
+func (s *Server) CountError(kind string) { s.metrics.errors.WithLabelValues(kind).Inc() }
+
+// CountDegraded counts a decision answered by fail policies.
+func (s *Server) CountDegraded() { s.metrics.degraded.Inc() }
+
+// SetReady flips /readyz; main marks the server not ready first thing on SIGTERM.
+func (s *Server) SetReady(ok bool) { s.ready.Store(ok) }
+
+// Handler routes the limiter's HTTP API.
+func (s *Server) Handler() http.Handler {
+	mux := httpapi.NewMux() // lists its routes for the OpenAPI drift test
+	mux.HandleFunc("POST /v1/check", s.handleCheck)
+	mux.HandleFunc("POST /v1/check/batch", s.handleBatch)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("GET /readyz", s.handleReady)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	return mux
+}
+
+const maxCheckBody = 8 << 10
+
+// requestID is the request's correlation id (pkg/httpapi): the one its
+// middleware put in the context, else the caller's X-Request-Id when it is
+// well formed, or a new one. It is echoed and logged, never used as a
+// decision's id: consumers deduplicate by decision id, so a caller who could
+// choose it could make twenty checks count once (issue 22 S7).
+func requestID(r *http.Request) string {
+	if id := httpapi.RequestID(r.Context()); id != "" {
+		return id
+	}
+	if id := r.Header.Get(httpapi.HeaderRequestID); httpapi.ValidRequestID(id) {
+		return id
+	}
+	return NewDecisionID()
+}
+
+// NewDecisionID mints a decision id (UUIDv7: unique, time-ordered).
+func NewDecisionID() string { return uuid.Must(uuid.NewV7()).String() }
+
+// ids are a check's decision id (always minted here) and its correlation id
+// (the request's, pkg/httpapi, or the decision id when there is none).
+func ids(r *http.Request) (decision, corr string) {
+	decision, corr = NewDecisionID(), httpapi.RequestID(r.Context())
+	if corr == "" {
+		if corr = r.Header.Get(httpapi.HeaderRequestID); !httpapi.ValidRequestID(corr) {
+			corr = decision
+		}
+	}
+	return decision, corr
+}
+
+func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+	did, id := ids(r)
+	cl, ok := s.authenticate(w, r, id)
+	if !ok {
+		return
+	}
+	var req checkapi.CheckRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxCheckBody))
+	if err := dec.Decode(&req); err != nil {
+		s.problem(w, id, http.StatusBadRequest, ProblemBadRequest, "body: "+err.Error())
+		return
+	}
+	if err := req.Validate(); err != nil {
+		s.problem(w, id, http.StatusBadRequest, ProblemBadRequest, err.Error())
+		return
+	}
+	if s.callers != nil {
+		if err := cl.Permit(&req); err != nil {
+			s.problem(w, id, http.StatusForbidden, ProblemForbidden, err.Error())
+			return
+		}
+	}
+	if err := s.CheckCost(&req); err != nil {
+		s.problem(w, id, http.StatusBadRequest, ProblemCostOverLimit, err.Error())
+		return
+	}
+	res := s.DecideResult(r.Context(), did, &req)
+	bp := respBufs.Get().(*[]byte)
+	s.answer(w, id, bp, appendCheckResponse((*bp)[:0], did, id, res))
+}
+
+// answer writes body (JSON built in *bp) with 200 and puts *bp back in the
+// pool, grown to body's capacity.
+func (s *Server) answer(w http.ResponseWriter, id string, bp *[]byte, body []byte) {
+	w.Header().Set("X-Request-Id", id)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write(body); err != nil {
+		s.log.Debug("write response", "err", err)
+	}
+	*bp = body
+	respBufs.Put(bp)
+}
+
+func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
+	id := requestID(r)
+	cl, ok := s.authenticate(w, r, id)
+	if !ok {
+		return
+	}
+	var br checkapi.BatchRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, checkapi.MaxBatch*maxCheckBody))
+	if err := dec.Decode(&br); err != nil {
+		s.problem(w, id, http.StatusBadRequest, ProblemBadRequest, "body: "+err.Error())
+		return
+	}
+	if len(br.Checks) == 0 || len(br.Checks) > checkapi.MaxBatch {
+		s.problem(w, id, http.StatusBadRequest, ProblemBadRequest, fmt.Sprintf("checks: %d items, want 1..%d", len(br.Checks), checkapi.MaxBatch))
+		return
+	}
+	s.metrics.batch.Observe(float64(len(br.Checks)))
+	answers := make([]batchAnswer, len(br.Checks))
+	var wg sync.WaitGroup
+	for i, raw := range br.Checks {
+		cid := fmt.Sprintf("%s-%d", id, i)
+		if len(cid) > 64 {
+			cid = uuid.Must(uuid.NewV7()).String()
+		}
+		var req checkapi.CheckRequest
+		err := json.Unmarshal(raw, &req)
+		if err == nil {
+			err = req.Validate()
+		}
+		if err == nil && s.callers != nil {
+			err = cl.Permit(&req)
+		}
+		typ := ProblemBadRequest
+		if err == nil {
+			if err = s.CheckCost(&req); err != nil {
+				typ = ProblemCostOverLimit
+			}
+		}
+		if err != nil {
+			answers[i] = batchAnswer{id: cid, corr: cid, invalid: &checkapi.Problem{Type: typ,
+				Title: http.StatusText(http.StatusBadRequest), Status: http.StatusBadRequest, Detail: err.Error(), CorrelationID: cid}}
+			continue
+		}
+		wg.Add(1)
+		go func() { // independent principals live on independent keys: decide them concurrently
+			defer wg.Done()
+			did := NewDecisionID()
+			answers[i] = batchAnswer{id: did, corr: cid, res: s.DecideResult(r.Context(), did, &req)}
+		}()
+	}
+	wg.Wait()
+	bp := respBufs.Get().(*[]byte)
+	s.answer(w, id, bp, appendBatchResponse((*bp)[:0], answers))
+}
+
+// Decide runs one validated check, records and publishes it, and builds the answer.
+func (s *Server) Decide(ctx context.Context, id string, req *checkapi.CheckRequest) checkapi.CheckResponse {
+	return checkResponse(id, id, s.DecideResult(ctx, id, req))
+}
+
+// engineRequest is the engine's form of a validated check.
+func engineRequest(req *checkapi.CheckRequest) limiter.Request {
+	return limiter.Request{Principal: req.Principal, IP: req.Addr(), Method: req.Method,
+		Route: req.Route, Resource: req.Resource, Plan: req.Plan, Cost: req.Cost, Priority: req.ParsedPriority()}
+}
+
+// CheckCost refuses a validated check whose cost is over the max_cost of a
+// rule or quota it matches (a *CostError), before anything is counted or
+// published; every interface asks it before deciding.
+func (s *Server) CheckCost(req *checkapi.CheckRequest) error {
+	if err := s.engine.CheckCost(engineRequest(req)); err != nil {
+		s.metrics.errors.WithLabelValues("cost").Inc()
+		return err
+	}
+	return nil
+}
+
+// DecideResult runs one validated check, counts it and publishes its decision
+// event; every interface (HTTP, batch, Envoy gRPC) goes through it.
+func (s *Server) DecideResult(ctx context.Context, id string, req *checkapi.CheckRequest) limiter.Result {
+	start := time.Now()
+	res, err := s.engine.Check(ctx, engineRequest(req))
+	if err != nil {
+		// Only a caller gone away or a malformed script answer end here; fail open
+		// and say so, like every degraded answer.
+		s.metrics.errors.WithLabelValues("check").Inc()
+		s.log.Warn("check failed, failing open", "principal", req.Principal.Key(), "err", err)
+		res = limiter.Result{Allowed: true, Tier: events.TierPrincipal, Penalty: 1, Scale: 1, Degraded: true,
+			Error: "check failed", Now: time.Now().UTC(), Cost: max(req.Cost, 1)}
+	}
+	s.metrics.duration.Observe(time.Since(start).Seconds())
+	outcome := "allowed"
+	if !res.Allowed {
+		outcome = "denied"
+	}
+	s.metrics.decisions.WithLabelValues(string(res.Tier), outcome).Inc()
+	scope := res.Rule
+	switch {
+	case res.Shed:
+		// Shed requests are counted apart, by priority: "shed:bulk", ….
+		scope = "shed:" + res.Priority.String()
+	case scope == "":
+		scope = "none"
+	}
+	if res.Shadow {
+		s.metrics.shadow.WithLabelValues(res.ShadowRule).Inc()
+	}
+	if res.NearLimit {
+		s.metrics.nearLimit.WithLabelValues(scope).Inc()
+	}
+	if res.Degraded {
+		s.metrics.degraded.Inc()
+	}
+	if s.obs != nil {
+		s.obs.Observe(scope, res.Tier, res.Allowed, false)
+		if res.Shadow {
+			s.obs.Observe(res.ShadowRule, res.Tier, res.Allowed, true)
+		}
+	}
+	s.publish(ctx, id, req, res)
+	return res
+}
+
+func checkResponse(id, corr string, res limiter.Result) checkapi.CheckResponse {
+	return checkapi.CheckResponse{
+		ID: id, Allowed: res.Allowed, Tier: res.Tier, Rule: res.Rule, Limit: res.Limit, Remaining: res.Remaining,
+		ResetAfterMS: res.ResetAfter.Milliseconds(), RetryAfterMS: res.RetryAfter.Milliseconds(),
+		PenaltyMultiplier: res.Penalty, Scale: res.Scale, Shadow: res.Shadow, NearLimit: res.NearLimit, Degraded: res.Degraded,
+		Priority: res.Priority.String(), Shed: res.Shed, Utilization: res.Utilization,
+		Headers: Headers(res, corr),
+		Problem: DenialProblem(res, corr),
+	}
+}
+
+func (s *Server) publish(ctx context.Context, id string, req *checkapi.CheckRequest, res limiter.Result) {
+	ev := DecisionEvent(id, s.gateway, limiter.Request{Principal: req.Principal, IP: req.Addr(), Method: req.Method, Route: req.Route,
+		Resource: req.Resource}, res)
+	s.Emit(ctx, &ev)
+}
+
+// DecisionEvent is the decision.v1 event of res, the answer to req, by
+// gateway: what every interface of the limiter publishes (the what-if's
+// fidelity test records its traffic with it too).
+func DecisionEvent(id, gateway string, req limiter.Request, res limiter.Result) events.Decision {
+	ev := events.Decision{
+		ID: id, TS: res.Now, Principal: req.Principal, IP: req.IP,
+		Method: req.Method, Route: req.Route, Resource: req.Resource, Allowed: res.Allowed,
+		Tier: res.Tier, Shadow: res.Shadow, Cost: int64(min(max(res.Cost, 1), 1_000_000)), Limit: int64(res.Limit), Remaining: int64(res.Remaining),
+		Gateway: gateway, NearLimit: res.NearLimit, Degraded: res.Degraded, Rule: res.Rule,
+		Priority: res.Priority.Event(), Shed: res.Shed, Plan: res.Plan,
+		RulesVersion: res.RulesVersion, CandidateVersion: res.CandidateVersion, CandidateBlocked: res.CandidateBlocked,
+	}
+	if ev.Rule == "" && res.Shadow {
+		ev.Rule = res.ShadowRule
+	}
+	if res.Penalty < 1 {
+		ev.PenaltyMultiplier = res.Penalty
+	}
+	return ev
+}
+
+// Emit encodes a decision event and hands it to the publisher, keyed by its
+// principal; every decision of every interface leaves through it.
+func (s *Server) Emit(ctx context.Context, ev *events.Decision) {
+	value, err := events.EncodeDecision(ev)
+	if err != nil { // the request was validated; this is a bug, not bad input
+		s.metrics.errors.WithLabelValues("encode").Inc()
+		s.log.Error("encode decision", "id", ev.ID, "err", err)
+		return
+	}
+	msg := kafka.Message{
+		Topic:   s.topic,
+		Key:     []byte(ev.Principal.Key()),
+		Value:   value,
+		Headers: stream.CloudEventHeaders(events.CETypeDecision, ev.ID, "floodgate/limiter/"+s.gateway, ev.TS),
+	}
+	if s.tracer != nil {
+		msg.Headers = s.tracer.Create(ctx, s.topic, ev.ID, msg.Headers,
+			attribute.String(tracing.AttrDecisionID, ev.ID), attribute.Bool(tracing.AttrAllowed, ev.Allowed),
+			attribute.String(tracing.AttrTier, string(ev.Tier)), attribute.String(tracing.AttrPrincipalKind, string(ev.Principal.Kind)),
+			attribute.Bool(tracing.AttrDegraded, ev.Degraded))
+	}
+	s.pub.TryPublish(msg) // never blocks; a full buffer is counted by the publisher
+}
+
+func (s *Server) problem(w http.ResponseWriter, id string, status int, typ, detail string) {
+	w.Header().Set(httpapi.HeaderRequestID, id)
+	httpapi.WriteProblem(w, nil, httpapi.Problem{Type: typ, Status: status, Detail: detail, CorrelationID: id})
+}
+
+// authenticate checks the caller's bearer token when callers are configured;
+// it answers 401 and reports false when it is missing or unknown.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, id string) (callers.Caller, bool) {
+	if s.callers == nil {
+		return callers.Caller{}, true
+	}
+	cl, err := s.callers.Authenticate(r.Header.Get("Authorization"))
+	if err != nil {
+		s.metrics.unauthenticated.Inc()
+		w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate-limiter"`)
+		s.problem(w, id, http.StatusUnauthorized, ProblemUnauthenticated, err.Error())
+		return callers.Caller{}, false
+	}
+	return cl, true
+}
+
+// Record counts an envoy-configured call's decision as every decision is
+// counted: by deciding tier and outcome, and per scope for the observer.
+func (s *Server) Record(rule string, tier events.Tier, allowed, shadow bool) {
+	outcome := "allowed"
+	if !allowed {
+		outcome = "denied"
+	}
+	s.metrics.decisions.WithLabelValues(string(tier), outcome).Inc()
+	if s.obs != nil {
+		scope := rule
+		if scope == "" {
+			scope = "none"
+		}
+		s.obs.Observe(scope, tier, allowed, false)
+		if shadow {
+			s.obs.Observe(scope, tier, allowed, true)
+		}
+	}
+}
