@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/envoyconf"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/h2guard"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 )
 
@@ -161,6 +163,10 @@ const grpcStreamWorkers = 128
 // the standard health service. Health reports SERVING (for "" and for
 // envoy.service.ratelimit.v3.RateLimitService) once SetServing(hs, true) is called.
 func NewGRPCServer(s *Server, opts ...GRPCOption) (*grpc.Server, *health.Server) {
+	var reg prometheus.Registerer // the reset guard's counters; none without a registry
+	if s.reg != nil {
+		reg = s.reg
+	}
 	// Envoy keeps HTTP/2 connections open indefinitely; a bounded connection age
 	// makes clients reconnect now and then, so limiter replicas added by the
 	// autoscaler receive their share of checks.
@@ -177,6 +183,9 @@ func NewGRPCServer(s *Server, opts ...GRPCOption) (*grpc.Server, *health.Server)
 		// again (12 % of the CPU profile at saturation); beyond them a stream
 		// gets its own goroutine as before.
 		grpc.NumStreamWorkers(grpcStreamWorkers),
+		// Rapid reset (CVE-2023-44487; issue 37): a connection resetting
+		// streams past its budget is sent GOAWAY and closed (pkg/h2guard).
+		grpc.Creds(h2guard.Credentials(insecure.NewCredentials(), h2guard.New(h2guard.Config{}, reg, "floodgate_limiter_grpc"))),
 	}
 	if s.callers != nil {
 		gopts = append(gopts, grpc.UnaryInterceptor(s.callers.authInterceptor))
