@@ -211,6 +211,24 @@ func (cl Caller) Permit(req *CheckRequest) error {
 	return &ScopeError{Caller: cl.Name, Reason: reason, Detail: detail}
 }
 
+// PermitPrincipal is Permit for a call that names only a principal (an Envoy
+// descriptor tree of a configured domain): its kind and id.
+func (cl Caller) PermitPrincipal(p events.Principal) error {
+	var reason, detail string
+	switch {
+	case !cl.mayName(p.Kind):
+		reason, detail = "kind", fmt.Sprintf("principal kind %s: caller %s may not name it", p.Kind, cl.Name)
+	case !inScope(cl.IDs, p.ID):
+		reason, detail = "principal", fmt.Sprintf("principal %s %q: outside the ids caller %s may name", p.Kind, p.ID, cl.Name)
+	default:
+		return nil
+	}
+	if cl.refused != nil {
+		cl.refused.WithLabelValues(cl.Name, reason).Inc()
+	}
+	return &ScopeError{Caller: cl.Name, Reason: reason, Detail: detail}
+}
+
 // mayName reports whether the caller may name principals of kind k.
 func (cl Caller) mayName(k events.PrincipalKind) bool {
 	return len(cl.Kinds) == 0 || slices.Contains(cl.Kinds, k)

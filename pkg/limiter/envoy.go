@@ -501,9 +501,11 @@ func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *r
 	var quota *envoyQuota
 	if id := e.envoy.Identity; id != nil {
 		who = id.identify(req.Descriptors)
-		if cl, ok := callerFrom(ctx); ok && who.ok && !cl.mayName(who.principal.Kind) {
-			e.requests.WithLabelValues("invalid").Inc()
-			return nil, status.Error(codes.PermissionDenied, fmt.Sprintf("principal kind %s: caller %s may not name it", who.principal.Kind, cl.Name))
+		if cl, ok := callerFrom(ctx); ok && who.ok {
+			if err := cl.PermitPrincipal(who.principal); err != nil { // kind and id (issue 37 T2)
+				e.requests.WithLabelValues("invalid").Inc()
+				return nil, status.Error(codes.PermissionDenied, err.Error())
+			}
 		}
 		tiers = who.tiers(&req, id.IPKey)
 		if eng := e.s.engine; eng != nil {
