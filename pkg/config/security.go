@@ -85,8 +85,9 @@ func KafkaTLS() TLSVars {
 // Refusal explains err when it is a TLS connection that cannot be set up,
 // which retrying does not fix — the peer's certificate does not verify or is
 // for another name, the peer does not speak TLS on the port, or it refused
-// the handshake — naming the variables to check; "" when err is none of
-// these. crypto/tls's messages never quote a key or a password.
+// the handshake, or it speaks TLS where plaintext is configured
+// (*TransportMismatchError, either way) — naming the variables to check; ""
+// when err is none of these. crypto/tls's messages never quote a key or a password.
 func (v TLSVars) Refusal(err error) string {
 	var (
 		unknownCA x509.UnknownAuthorityError
@@ -95,10 +96,17 @@ func (v TLSVars) Refusal(err error) string {
 		verifyErr *tls.CertificateVerificationError
 		recordErr tls.RecordHeaderError
 		alertErr  tls.AlertError
+		mismatch  *TransportMismatchError
 	)
 	switch {
 	case err == nil:
 		return ""
+	case errors.As(err, &mismatch) && mismatch.PeerTLS:
+		return fmt.Sprintf("the %s at %s speaks TLS on this port, but %s is not true: set %s=true (and %s for a private CA), or point %s at its plaintext port",
+			v.peer, mismatch.Addr, v.enabled, v.enabled, v.ca, v.addrs)
+	case errors.As(err, &mismatch):
+		return fmt.Sprintf("the %s at %s speaks plaintext on this port, but %s is true: set %s=false, or point %s at its TLS port",
+			v.peer, mismatch.Addr, v.enabled, v.enabled, v.addrs)
 	case errors.As(err, &hostErr): // before verifyErr, which wraps it
 		return fmt.Sprintf("the %s's TLS certificate is for another name: check %s or %s", v.peer, v.addrs, v.serverName)
 	case errors.As(err, &unknownCA), errors.As(err, &invalid), errors.As(err, &verifyErr):

@@ -258,6 +258,11 @@ func WaitReady(ctx context.Context, c redis.UniversalClient, log *slog.Logger) e
 		if refused := classifyAccess(err); refused != nil {
 			return refused
 		}
+		if attempt == 1 { // TLS against a plaintext port, or the reverse: asked once
+			if mm := transportMismatch(ctx, c, err); mm != nil {
+				return mm
+			}
+		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("waiting for redis: %w", ctx.Err())
 		}
@@ -283,11 +288,14 @@ func CheckAccess(ctx context.Context, c redis.UniversalClient) error {
 		if err = Ping(ctx, c); err == nil {
 			return nil
 		}
-		if refused := classifyAccess(err); refused != nil || ctx.Err() != nil {
+		if refused := classifyAccess(err); refused != nil {
 			return refused
 		}
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	return classifyAccess(err) // nil: not reached, which is not refused
+	return transportMismatch(ctx, c, err) // nil: not reached, which is not refused
 }
 
 // ErrAccess marks Redis refusing a client for its configuration: AUTH

@@ -22,8 +22,10 @@
 //	                             by the limiter (services/limiter runtime.go)
 //	fg:detector:pager:open       hash of open PagerDuty incidents the detector resolves
 //	                             when their penalty expires or is lifted
-//	fg:console:session:<sha256>  a console session (server-side, expiring); the cookie
-//	                             holds the id, Redis only its hash
+//	fg:console:session:<hmac>    a console session (server-side, expiring); the cookie
+//	                             holds the id, Redis only its HMAC under the session secret
+//	fg:console:session:revoked:<hmac>
+//	                             a signed-out session, kept as long as a session can live
 //
 // Principal ids and IP literals come from the outside world. Escape encodes the
 // bytes that could change a key's meaning (':' separates parts, '{' and '}'

@@ -37,6 +37,9 @@ func secureClient(t *testing.T, addrs []string, vars map[string]string) *redisxC
 
 type redisxClient struct{ redis.UniversalClient }
 
+// Unwrap says what the wrapper wraps (for redisx's start-up checks).
+func (c *redisxClient) Unwrap() redis.UniversalClient { return c.UniversalClient }
+
 // TestSecureRedis runs against its own redis-server that speaks only TLS,
 // requires a client certificate, and has the default user off: the client
 // built from FLOODGATE_REDIS_* authenticates as an ACL user over mutual TLS

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
@@ -153,8 +154,11 @@ func (s *Security) kgoOpts() []kgo.Opt {
 // not checked, as before.
 func Secure(ctx context.Context, brokers []string, c config.KafkaSecurity, timeout time.Duration, log *slog.Logger) (*Security, error) {
 	sec, err := NewSecurity(ctx, c)
-	if err != nil || sec == nil {
+	if err != nil {
 		return nil, err
+	}
+	if sec == nil { // plaintext: only whether the brokers speak TLS instead (issue 37)
+		return nil, checkPlaintext(ctx, brokers, timeout)
 	}
 	if err := CheckAccess(ctx, brokers, sec, timeout, log); err != nil {
 		return nil, err
@@ -177,6 +181,7 @@ var ErrKafkaAccess = errors.New("kafka access refused")
 // warning and returns nil: a broker that is down is not a configuration
 // error, and the clients retry. Error messages never carry a credential.
 func CheckAccess(ctx context.Context, brokers []string, sec *Security, timeout time.Duration, log *slog.Logger) error {
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// The Dialer, not the Transport: kafka-go's Transport reports a refused
@@ -196,6 +201,9 @@ func CheckAccess(ctx context.Context, brokers []string, sec *Security, timeout t
 		}
 		if refused := classifyAccess(err, sec); refused != nil {
 			return refused
+		}
+		if mm := transportMismatch(parent, b, sec != nil && sec.tls != nil, err); mm != nil {
+			return mm
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", b, err))
 	}
@@ -224,4 +232,42 @@ func classifyAccess(err error, sec *Security) error {
 		return fmt.Errorf("%w: the broker refused this user: check FLOODGATE_KAFKA_SASL_USERNAME and its ACLs: %w", ErrKafkaAccess, err)
 	}
 	return nil
+}
+
+// checkPlaintext asks the first broker that answers for metadata in
+// plaintext; when one does not, an error wrapping ErrKafkaAccess if it
+// speaks TLS on that port, nil if it is merely unreachable (the clients
+// retry).
+func checkPlaintext(ctx context.Context, brokers []string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	d := &kafka.Dialer{Timeout: timeout, DualStack: true}
+	for _, b := range brokers {
+		conn, err := d.DialContext(ctx, "tcp", b)
+		if err == nil {
+			_, err = conn.Brokers()
+			_ = conn.Close()
+		}
+		if err == nil {
+			return nil
+		}
+		if mm := transportMismatch(context.WithoutCancel(ctx), b, false, err); mm != nil {
+			return mm
+		}
+	}
+	return nil
+}
+
+// transportMismatch explains a failed connection to broker b (made with TLS
+// when tlsOn): an error wrapping ErrKafkaAccess naming FLOODGATE_KAFKA_TLS
+// when the broker speaks the other transport, nil otherwise.
+func transportMismatch(ctx context.Context, b string, tlsOn bool, err error) error {
+	mm := config.ProbeTransport(ctx, b, tlsOn, err, func(_ context.Context, c net.Conn) bool {
+		_, err := kafka.NewConn(c, "", 0).ApiVersions()
+		return err == nil
+	}, time.Second)
+	if mm == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: %w", ErrKafkaAccess, config.KafkaTLS().Refusal(mm), mm)
 }

@@ -232,9 +232,11 @@ func TestSecureRefusesBadSettings(t *testing.T) {
 		sec, err := NewSecurity(context.Background(), readSecurity(t, vars))
 		require.NoError(t, err)
 		err = CheckAccess(context.Background(), []string{addr}, sec, 3*time.Second, slog.New(slog.DiscardHandler))
-		// The TLS listener drops the plaintext bytes; that reads as unreachable
-		// (a warning), never as success, and never hangs past the timeout.
-		require.NoError(t, err)
+		// The TLS listener drops the plaintext bytes; a probe finds it speaks
+		// TLS, and start-up stops naming FLOODGATE_KAFKA_TLS (issue 37 T6),
+		// never hanging past the timeout.
+		require.ErrorIs(t, err, ErrKafkaAccess)
+		require.ErrorContains(t, err, "speaks TLS on this port, but FLOODGATE_KAFKA_TLS is not true")
 		require.Less(t, time.Since(start), 6*time.Second)
 		c := sec.Client([]string{addr}, 2*time.Second)
 		_, err = c.Metadata(context.Background(), &kafka.MetadataRequest{})
@@ -367,4 +369,39 @@ func TestSecurityAWSMSKIAM(t *testing.T) {
 	require.Contains(t, string(franzFirst), keyID)
 	require.Contains(t, string(franzFirst), "kafka-cluster:Connect")
 	require.NotContains(t, string(franzFirst), secretKey)
+}
+
+// TestSecurityTransportMismatchT6 replays row 6 of issue 37 for Kafka: a
+// broker speaking plaintext where TLS is configured, or TLS where plaintext
+// is. On c2eb6a5 the service started and served degraded (the check read it
+// as unreachable, or was skipped for plaintext); now Secure stops start-up
+// with ErrKafkaAccess naming FLOODGATE_KAFKA_TLS.
+func TestSecurityTransportMismatchT6(t *testing.T) {
+	plain := kafkatest.Start(t, map[string]int32{"t6": 1})
+	tlsAddr, _ := secureBroker(t, map[string]int32{"t6": 1}, false)
+	for _, tc := range []struct {
+		name, addr string
+		vars       map[string]string
+		says       string
+	}{
+		{"TLS configured, the broker plaintext", plain, map[string]string{"FLOODGATE_KAFKA_TLS": "true"},
+			"speaks plaintext on this port, but FLOODGATE_KAFKA_TLS is true"},
+		{"plaintext configured, the broker TLS", tlsAddr, map[string]string{},
+			"speaks TLS on this port, but FLOODGATE_KAFKA_TLS is not true"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			sec, err := Secure(context.Background(), []string{tc.addr}, readSecurity(t, tc.vars), 5*time.Second, slog.New(slog.DiscardHandler))
+			require.Nil(t, sec)
+			require.ErrorIs(t, err, ErrKafkaAccess)
+			require.ErrorContains(t, err, tc.says)
+			require.Less(t, time.Since(start), 9*time.Second)
+		})
+	}
+	t.Run("plaintext against a plaintext broker, and a broker that is down", func(t *testing.T) {
+		_, err := Secure(context.Background(), []string{plain}, readSecurity(t, nil), 5*time.Second, slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+		_, err = Secure(context.Background(), []string{"127.0.0.1:1"}, readSecurity(t, nil), 2*time.Second, slog.New(slog.DiscardHandler))
+		require.NoError(t, err, "unreachable is not misconfigured: the clients retry")
+	})
 }

@@ -7,10 +7,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -27,23 +29,51 @@ type Caller struct {
 	MaxCost int
 	// Kinds are the principal kinds it may name (empty: any).
 	Kinds []events.PrincipalKind
+	// IDs are the principal ids it may name, each exact or, ending in '*',
+	// a prefix — a tenant's namespace such as "acme-*" (empty: any).
+	IDs []string
+	// Routes are the routes it may ask about, each exact or, ending in '*',
+	// a prefix such as "/v1/*" (empty: any).
+	Routes []string
+
+	refused *prometheus.CounterVec // the Callers' floodgate_limiter_forbidden_total
 }
 
 // Callers are the gateways allowed to ask for checks, by the SHA-256 of their
-// bearer token (the token itself is never stored). Safe for concurrent use.
+// bearer token (the token itself is never stored). A Callers is a
+// prometheus.Collector of floodgate_limiter_forbidden_total{caller,reason}:
+// checks refused because they claimed beyond their caller's grant. Safe for
+// concurrent use.
 type Callers struct {
-	byHash map[[32]byte]Caller
+	byHash  map[[32]byte]Caller
+	refused *prometheus.CounterVec
 }
+
+var _ prometheus.Collector = (*Callers)(nil)
 
 // ErrUnauthenticated is a check without a valid bearer token.
 var ErrUnauthenticated = errors.New("a valid bearer token is required")
 
+// ScopeError is a check claiming beyond its caller's grant: Reason is cost,
+// kind, principal or route.
+type ScopeError struct {
+	Caller, Reason, Detail string
+}
+
+func (e *ScopeError) Error() string { return e.Detail }
+
 // ParseCallers reads FLOODGATE_LIMITER_CALLERS: comma-separated entries
-// name:sha256[:max_cost[:kind+kind…]], e.g.
-// "edge:9f86d0…:100:user+anonymous,partner:2c26b4…". Make a token and its
-// hash with `openssl rand -hex 32 | tee token | tr -d '\n' | sha256sum`.
+// name:sha256[:max_cost[:kind+kind…[:id+id…[:route+route…]]]], e.g.
+// "edge:9f86d0…:100:user+anonymous,partner:2c26b4…:100:api_key:acme-*:/v1/*".
+// An id or route ending in '*' is a prefix; ids and routes are
+// percent-encoded where they hold ',', ':', '+', '*' or '%' (a route's own
+// percent-encoding doubled: %2525). An empty field grants any. Make a token
+// and its hash with `openssl rand -hex 32 | tee token | tr -d '\n' | sha256sum`.
 func ParseCallers(spec string) (*Callers, error) {
-	c := &Callers{byHash: map[[32]byte]Caller{}}
+	c := &Callers{byHash: map[[32]byte]Caller{}, refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "floodgate_limiter_forbidden_total",
+		Help: "Checks refused (403, no decision) for claiming beyond their caller's grant, by caller and reason (cost, kind, principal, route).",
+	}, []string{"caller", "reason"})}
 	names := map[string]bool{}
 	for i, entry := range strings.Split(spec, ",") {
 		entry = strings.TrimSpace(entry)
@@ -51,10 +81,10 @@ func ParseCallers(spec string) (*Callers, error) {
 			continue
 		}
 		f := strings.Split(entry, ":")
-		if len(f) < 2 || len(f) > 4 {
-			return nil, fmt.Errorf("entry %d: want name:sha256[:max_cost[:kind+kind]]", i+1)
+		if len(f) < 2 || len(f) > 6 {
+			return nil, fmt.Errorf("entry %d: want name:sha256[:max_cost[:kind+kind[:id+id[:route+route]]]]", i+1)
 		}
-		cl := Caller{Name: f[0]}
+		cl := Caller{Name: f[0], refused: c.refused}
 		if cl.Name == "" || len(cl.Name) > 64 || names[cl.Name] {
 			return nil, fmt.Errorf("entry %d: name %q: 1-64 characters, unique", i+1, cl.Name)
 		}
@@ -68,13 +98,23 @@ func ParseCallers(spec string) (*Callers, error) {
 				return nil, fmt.Errorf("entry %d (%s): max_cost %q: 1..1000000", i+1, cl.Name, f[2])
 			}
 		}
-		if len(f) > 3 {
+		if len(f) > 3 && f[3] != "" {
 			for _, k := range strings.Split(f[3], "+") {
 				kind := events.PrincipalKind(k)
 				if !kind.Valid() {
 					return nil, fmt.Errorf("entry %d (%s): kind %q is not one of user|bot|api_key|anonymous", i+1, cl.Name, k)
 				}
 				cl.Kinds = append(cl.Kinds, kind)
+			}
+		}
+		if len(f) > 4 {
+			if cl.IDs, err = scopeList(f[4]); err != nil {
+				return nil, fmt.Errorf("entry %d (%s): ids: %w", i+1, cl.Name, err)
+			}
+		}
+		if len(f) > 5 {
+			if cl.Routes, err = scopeList(f[5]); err != nil {
+				return nil, fmt.Errorf("entry %d (%s): routes: %w", i+1, cl.Name, err)
 			}
 		}
 		c.byHash[[32]byte(sum)] = cl
@@ -84,6 +124,55 @@ func ParseCallers(spec string) (*Callers, error) {
 	}
 	return c, nil
 }
+
+// scopeList reads '+'-separated, percent-encoded patterns; a pattern whose
+// last character is an unencoded '*' is a prefix (kept with its '*').
+func scopeList(field string) ([]string, error) {
+	if field == "" {
+		return nil, nil
+	}
+	var out []string
+	for _, raw := range strings.Split(field, "+") {
+		body, prefix := strings.CutSuffix(raw, "*")
+		if strings.Contains(body, "*") {
+			return nil, fmt.Errorf("%q: '*' only at the end (a prefix); write a literal one as %%2A", raw)
+		}
+		v, err := url.PathUnescape(body)
+		if err != nil || (v == "" && !prefix) {
+			return nil, fmt.Errorf("%q: want a non-empty, percent-encoded value", raw)
+		}
+		if prefix {
+			v += "*"
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// inScope reports whether v is one of patterns (any when there are none).
+// A pattern ending in '*' is a prefix; other patterns must equal v — a
+// literal '*' at the end of a value is matched by its prefix pattern only.
+func inScope(patterns []string, v string) bool {
+	if len(patterns) == 0 {
+		return true
+	}
+	for _, p := range patterns {
+		if pre, ok := strings.CutSuffix(p, "*"); ok {
+			if strings.HasPrefix(v, pre) {
+				return true
+			}
+		} else if p == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Describe implements prometheus.Collector.
+func (c *Callers) Describe(ch chan<- *prometheus.Desc) { c.refused.Describe(ch) }
+
+// Collect implements prometheus.Collector.
+func (c *Callers) Collect(ch chan<- prometheus.Metric) { c.refused.Collect(ch) }
 
 // Authenticate returns the caller of an Authorization header value
 // ("Bearer <token>").
@@ -101,15 +190,44 @@ func (c *Callers) Authenticate(authorization string) (Caller, error) {
 	return Caller{}, ErrUnauthenticated
 }
 
-// Permit reports whether the caller may ask for req.
+// Permit reports whether the caller may ask for req: a *ScopeError, counted,
+// when req claims a cost, a principal or a route beyond the caller's grant.
 func (cl Caller) Permit(req *checkapi.CheckRequest) error {
-	if cl.MaxCost > 0 && req.Cost > cl.MaxCost {
-		return fmt.Errorf("cost %d: caller %s may ask for at most %d", req.Cost, cl.Name, cl.MaxCost)
+	var reason, detail string
+	switch {
+	case cl.MaxCost > 0 && req.Cost > cl.MaxCost:
+		reason, detail = "cost", fmt.Sprintf("cost %d: caller %s may ask for at most %d", req.Cost, cl.Name, cl.MaxCost)
+	case !cl.MayName(req.Principal.Kind):
+		reason, detail = "kind", fmt.Sprintf("principal kind %s: caller %s may not name it", req.Principal.Kind, cl.Name)
+	case !inScope(cl.IDs, req.Principal.ID):
+		reason, detail = "principal", fmt.Sprintf("principal %s %q: outside the ids caller %s may name", req.Principal.Kind, req.Principal.ID, cl.Name)
+	case !inScope(cl.Routes, req.Route):
+		reason, detail = "route", fmt.Sprintf("route %q: outside the routes caller %s may ask about", req.Route, cl.Name)
+	default:
+		return nil
 	}
-	if !cl.MayName(req.Principal.Kind) {
-		return fmt.Errorf("principal kind %s: caller %s may not name it", req.Principal.Kind, cl.Name)
+	if cl.refused != nil {
+		cl.refused.WithLabelValues(cl.Name, reason).Inc()
 	}
-	return nil
+	return &ScopeError{Caller: cl.Name, Reason: reason, Detail: detail}
+}
+
+// PermitPrincipal is Permit for a call that names only a principal (an Envoy
+// descriptor tree of a configured domain): its kind and id.
+func (cl Caller) PermitPrincipal(p events.Principal) error {
+	var reason, detail string
+	switch {
+	case !cl.MayName(p.Kind):
+		reason, detail = "kind", fmt.Sprintf("principal kind %s: caller %s may not name it", p.Kind, cl.Name)
+	case !inScope(cl.IDs, p.ID):
+		reason, detail = "principal", fmt.Sprintf("principal %s %q: outside the ids caller %s may name", p.Kind, p.ID, cl.Name)
+	default:
+		return nil
+	}
+	if cl.refused != nil {
+		cl.refused.WithLabelValues(cl.Name, reason).Inc()
+	}
+	return &ScopeError{Caller: cl.Name, Reason: reason, Detail: detail}
 }
 
 // MayName reports whether the caller may name principals of kind k.

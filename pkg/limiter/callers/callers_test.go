@@ -13,11 +13,13 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/callers"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
@@ -111,4 +113,121 @@ func TestSecurityUnauthenticatedChecksS2(t *testing.T) {
 	bot := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{limitertest.BotDescriptor("b1")}}
 	_, err = rls.ShouldRateLimit(ctx, bot)
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "a kind beyond the grant")
+}
+
+func TestCallerScope(t *testing.T) {
+	c, err := ParseCallers("partner:" + sum("t") + ":100:api_key+bot:acme-*+solo%2Bid:/v1/*+/users/@me")
+	require.NoError(t, err)
+	cl, err := c.Authenticate("Bearer t")
+	require.NoError(t, err)
+	require.Equal(t, []string{"acme-*", "solo+id"}, cl.IDs)
+	require.Equal(t, []string{"/v1/*", "/users/@me"}, cl.Routes)
+	req := func(id, route string) *CheckRequest {
+		return &CheckRequest{Principal: events.Principal{Kind: events.PrincipalAPIKey, ID: id}, Route: route, Cost: 1}
+	}
+	for _, tc := range []struct {
+		id, route, reason string
+	}{
+		{"acme-key1", "/v1/things", ""},
+		{"acme-", "/users/@me", ""},
+		{"solo+id", "/v1/", ""},
+		{"globex-key1", "/v1/things", "principal"},
+		{"acmex", "/v1/things", "principal"},
+		{"solo+id2", "/v1/things", "principal"},
+		{"acme-key1", "/v2/things", "route"},
+		{"acme-key1", "/users/@me/x", "route"},
+	} {
+		err := cl.Permit(req(tc.id, tc.route))
+		if tc.reason == "" {
+			require.NoError(t, err, "%s %s", tc.id, tc.route)
+			continue
+		}
+		var se *ScopeError
+		require.ErrorAs(t, err, &se, "%s %s", tc.id, tc.route)
+		require.Equal(t, tc.reason, se.Reason)
+	}
+	for _, bad := range []string{
+		"p:" + sum("x") + ":1:api_key:a*b",
+		"p:" + sum("x") + ":1:api_key:%zz",
+		"p:" + sum("x") + ":1:api_key:a++b",
+		"p:" + sum("x") + ":1:api_key:a:/x:extra",
+	} {
+		_, err := ParseCallers(bad)
+		require.Error(t, err, bad)
+	}
+}
+
+// TestSecurityTokenNamesOnlyItsPrincipalsT2 replays row 2 of issue 37: a
+// leaked partner token (kind api_key, max cost 100) named another tenant's
+// api_key 600 times from many addresses; every call was accepted, the
+// detector raised distributed_ip on the victim and penalized it. Now a
+// token is bound to the ids it may name (here the partner's own namespace,
+// "acme-*") and routes: a call naming anyone else is refused — 403 over HTTP
+// and in the batch form, PermissionDenied over gRPC — counted in
+// floodgate_limiter_forbidden_total, and publishes no decision event.
+func TestSecurityTokenNamesOnlyItsPrincipalsT2(t *testing.T) {
+	rdb := redistest.Client(t)
+	e := newTestEngine(t, rdb, oneBucket, nil)
+	callers, err := ParseCallers("partner:" + sum("partner-token") + ":100:api_key:acme-*:/v1/*")
+	require.NoError(t, err)
+	pub := &kafkatest.Capture{}
+	reg := prometheus.NewRegistry()
+	s := NewServer(ServerConfig{Callers: callers, Engine: e, Publisher: pub, Topic: "decisions", Gateway: "scope-test",
+		Logger: slog.New(slog.DiscardHandler), Registry: reg})
+	s.SetReady(true)
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	hdr := map[string]string{"Authorization": "Bearer partner-token"}
+	check := func(id, ip, route string) string {
+		return `{"principal":{"kind":"api_key","id":"` + id + `"},"ip":"` + ip + `","method":"GET","route":"` + route + `","cost":1}`
+	}
+	victim := redistest.Unique(t, "globex-key")
+
+	const tries = 60
+	for i := range tries { // from many addresses, as the attacker did
+		resp, b := post(t, srv.URL, check(victim, fmt.Sprintf("198.51.100.%d", i+1), "/v1/things"), hdr)
+		require.Equal(t, http.StatusForbidden, resp.StatusCode, "%s", b)
+		var p Problem
+		require.NoError(t, json.Unmarshal(b, &p))
+		require.Equal(t, ProblemForbidden, p.Type)
+	}
+	resp, b := post(t, srv.URL, check("acme-"+victim, "198.51.100.1", "/admin/things"), hdr)
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "a route outside the grant: %s", b)
+	// The batch form refuses the item, 403.
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/check/batch", strings.NewReader(`{"checks":[`+check(victim, "198.51.100.9", "/v1/things")+`]}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer partner-token")
+	bresp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	var batch struct {
+		Results []struct {
+			Status int      `json:"status"`
+			Error  *Problem `json:"error"`
+		} `json:"results"`
+	}
+	require.NoError(t, json.NewDecoder(bresp.Body).Decode(&batch))
+	bresp.Body.Close()
+	require.Len(t, batch.Results, 1)
+	require.Equal(t, http.StatusForbidden, batch.Results[0].Status)
+	require.NotNil(t, batch.Results[0].Error)
+	require.Equal(t, ProblemForbidden, batch.Results[0].Error.Type)
+	// gRPC.
+	g, _ := NewGRPCServer(s)
+	rls := rlsv3.NewRateLimitServiceClient(dialGRPC(t, g))
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer partner-token")
+	_, err = rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{descriptor(
+		"principal_kind", "api_key", "principal_id", victim, "remote_address", "203.0.113.7", "method", "GET", "route", "/v1/things")}})
+	require.Equal(t, codes.PermissionDenied, status.Code(err))
+
+	require.Empty(t, pub.Messages(), "no decision event names the victim")
+	require.Equal(t, float64(tries+2), testutil.ToFloat64(callers.refused.WithLabelValues("partner", "principal")))
+	require.Equal(t, float64(1), testutil.ToFloat64(callers.refused.WithLabelValues("partner", "route")))
+	n, err := testutil.GatherAndCount(reg, "floodgate_limiter_forbidden_total")
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "the counter is served on the limiter's registry")
+
+	// The partner's own api_key is served, and its decision published.
+	resp, b = post(t, srv.URL, check("acme-"+victim, "198.51.100.1", "/v1/things"), hdr)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+	require.Len(t, pub.Messages(), 1)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/envoyconf"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/h2guard"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/callers"
@@ -165,6 +167,10 @@ const grpcStreamWorkers = 128
 // the standard health service. Health reports SERVING (for "" and for
 // envoy.service.ratelimit.v3.RateLimitService) once SetServing(hs, true) is called.
 func NewGRPCServer(s *server.Server, opts ...GRPCOption) (*grpc.Server, *health.Server) {
+	var reg prometheus.Registerer // the reset guard's counters; none without a registry
+	if r := s.Registry(); r != nil {
+		reg = r
+	}
 	// Envoy keeps HTTP/2 connections open indefinitely; a bounded connection age
 	// makes clients reconnect now and then, so limiter replicas added by the
 	// autoscaler receive their share of checks.
@@ -181,6 +187,9 @@ func NewGRPCServer(s *server.Server, opts ...GRPCOption) (*grpc.Server, *health.
 		// again (12 % of the CPU profile at saturation); beyond them a stream
 		// gets its own goroutine as before.
 		grpc.NumStreamWorkers(grpcStreamWorkers),
+		// Rapid reset (CVE-2023-44487; issue 37): a connection resetting
+		// streams past its budget is sent GOAWAY and closed (pkg/h2guard).
+		grpc.Creds(h2guard.Credentials(insecure.NewCredentials(), h2guard.New(h2guard.Config{}, reg, "floodgate_limiter_grpc"))),
 	}
 	if cs := s.Callers(); cs != nil {
 		gopts = append(gopts, grpc.UnaryInterceptor(cs.AuthInterceptor))
@@ -496,9 +505,11 @@ func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *r
 	var quota *limiter.QuotaCall
 	if id := e.envoy.Identity; id != nil {
 		who = id.identify(req.Descriptors)
-		if cl, ok := callers.From(ctx); ok && who.ok && !cl.MayName(who.principal.Kind) {
-			e.requests.WithLabelValues("invalid").Inc()
-			return nil, status.Error(codes.PermissionDenied, fmt.Sprintf("principal kind %s: caller %s may not name it", who.principal.Kind, cl.Name))
+		if cl, ok := callers.From(ctx); ok && who.ok {
+			if err := cl.PermitPrincipal(who.principal); err != nil { // kind and id (issue 37 T2)
+				e.requests.WithLabelValues("invalid").Inc()
+				return nil, status.Error(codes.PermissionDenied, err.Error())
+			}
 		}
 		tiers = who.tiers(&req, id.IPKey)
 		if eng := e.s.Engine(); eng != nil {

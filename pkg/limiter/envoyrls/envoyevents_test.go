@@ -11,6 +11,7 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -197,6 +198,25 @@ func TestEnvoyEventsRespectCallerKinds(t *testing.T) {
 	ev := f.last(t)
 	require.Equal(t, events.Principal{Kind: events.PrincipalAnonymous, ID: "2001:db8:1:2::/64"}, ev.Principal)
 	require.Equal(t, "2001:db8:1:2:3:4:5:6", ev.IP.String())
+}
+
+// A caller bound to an id namespace may not name principals outside it
+// through envoy entries either (issue 37 T2): PermissionDenied, counted,
+// nothing published.
+func TestEnvoyEventsRespectCallerIDs(t *testing.T) {
+	const token = "envoy-ids-token"
+	callers, err := ParseCallers("partner:" + sum(token) + "::api_key:acme-*")
+	require.NoError(t, err)
+	f := newEnvoyEventsFixture(t, callers)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token)
+	n := len(f.pub.Messages())
+	_, err = f.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: f.domain, Descriptors: []*rlcommon.RateLimitDescriptor{descriptor("api_key", "globex-k1")}})
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+	require.Len(t, f.pub.Messages(), n, "nothing published")
+	require.Equal(t, 1.0, testutil.ToFloat64(callers.refused.WithLabelValues("partner", "principal")))
+	_, err = f.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: f.domain, Descriptors: []*rlcommon.RateLimitDescriptor{descriptor("api_key", "acme-k1")}})
+	require.NoError(t, err)
+	require.Equal(t, events.Principal{Kind: events.PrincipalAPIKey, ID: "acme-k1"}, f.last(t).Principal)
 }
 
 // plainCounter is the value of a counter without labels.

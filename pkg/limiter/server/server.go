@@ -106,6 +106,9 @@ type Config struct {
 
 // New returns a server; it reports ready once SetReady(true) is called.
 func New(c Config) *Server {
+	if c.Callers != nil && c.Registry != nil {
+		_ = c.Registry.Register(c.Callers) // floodgate_limiter_forbidden_total; already there when a second server shares the registry
+	}
 	return &Server{
 		callers: c.Callers, engine: c.Engine, pub: c.Publisher, obs: c.Observer, topic: c.Topic, gateway: c.Gateway,
 		log: c.Logger, reg: c.Registry, metrics: newMetrics(c.Registry),
@@ -257,10 +260,12 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		if err == nil {
 			err = req.Validate()
 		}
+		typ, code := ProblemBadRequest, http.StatusBadRequest
 		if err == nil && s.callers != nil {
-			err = cl.Permit(&req)
+			if err = cl.Permit(&req); err != nil {
+				typ, code = ProblemForbidden, http.StatusForbidden
+			}
 		}
-		typ := ProblemBadRequest
 		if err == nil {
 			if err = s.CheckCost(&req); err != nil {
 				typ = ProblemCostOverLimit
@@ -268,7 +273,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		}
 		if err != nil {
 			answers[i] = batchAnswer{id: cid, corr: cid, invalid: &checkapi.Problem{Type: typ,
-				Title: http.StatusText(http.StatusBadRequest), Status: http.StatusBadRequest, Detail: err.Error(), CorrelationID: cid}}
+				Title: http.StatusText(code), Status: code, Detail: err.Error(), CorrelationID: cid}}
 			continue
 		}
 		wg.Add(1)

@@ -61,6 +61,11 @@ type Identity struct {
 	Name string
 	Role Role
 	Via  string // "session" or "token"
+	// Generation names the user's credentials as the users file has them
+	// now (a digest of the password hash and the role): it changes when the
+	// password or the role does, which ends every session started under the
+	// previous one. Empty for tokens.
+	Generation string
 }
 
 // MinPasswordLen is the shortest password `console user add` accepts.
@@ -102,6 +107,18 @@ type Directory struct {
 type user struct {
 	hash []byte
 	role Role
+	gen  string
+}
+
+// generation digests what a session was granted under: the user's name,
+// password hash and role. SHA-256 over a salted bcrypt hash reveals nothing
+// a guesser can use.
+func generation(name, hash string, role Role) string {
+	m := sha256.New()
+	for _, p := range []string{"user-generation", name, hash, role.String()} {
+		_, _ = fmt.Fprintf(m, "%d:%s", len(p), p)
+	}
+	return hex.EncodeToString(m.Sum(nil)[:16])
 }
 
 // LoadFile reads and validates the users file at path.
@@ -149,7 +166,7 @@ func NewDirectory(f File) (*Directory, error) {
 		if _, err := bcrypt.Cost([]byte(u.PasswordHash)); err != nil {
 			errs = append(errs, fmt.Errorf("users[%d].password_hash: not a bcrypt hash (make one with `console user add`)", i))
 		}
-		d.users[u.Name] = user{hash: []byte(u.PasswordHash), role: role}
+		d.users[u.Name] = user{hash: []byte(u.PasswordHash), role: role, gen: generation(u.Name, u.PasswordHash, role)}
 	}
 	for i, t := range f.Tokens {
 		role := checkEntry(&errs, "tokens", i, t.Name, t.Role)
@@ -181,7 +198,7 @@ func (d *Directory) Password(name, password string) (Identity, bool) {
 	if bcrypt.CompareHashAndPassword(u.hash, []byte(password)) != nil {
 		return Identity{}, false
 	}
-	return Identity{Name: name, Role: u.role, Via: "session"}, true
+	return Identity{Name: name, Role: u.role, Via: "session", Generation: u.gen}, true
 }
 
 // User returns the identity of the user name as the directory has it now:
@@ -191,7 +208,7 @@ func (d *Directory) User(name string) (Identity, bool) {
 	if !ok {
 		return Identity{}, false
 	}
-	return Identity{Name: name, Role: u.role, Via: "session"}, true
+	return Identity{Name: name, Role: u.role, Via: "session", Generation: u.gen}, true
 }
 
 // Token returns the identity of an API token.

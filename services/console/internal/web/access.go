@@ -63,10 +63,11 @@ func (s *Server) authed(need auth.Role, h http.HandlerFunc) http.HandlerFunc {
 				s.fail(w, r, http.StatusServiceUnavailable, "sessions are unavailable; try again")
 				return
 			}
-			// The role is the users file's, read now: a removed user or a
-			// changed role takes effect on the next request.
+			// The role is the users file's, read now. A removed user, or a
+			// new password or role (another credential generation), ends
+			// every session the user had: each is refused on its next use.
 			who, ok := s.cfg.Directory.User(sess.Identity.Name)
-			if !ok {
+			if !ok || !auth.Equal(who.Generation, sess.Identity.Generation) {
 				_ = s.cfg.Sessions.Delete(r.Context(), c.Value)
 				s.toLogin(w, r)
 				return

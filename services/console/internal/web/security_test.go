@@ -9,8 +9,10 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -243,4 +245,177 @@ func TestSecurityLockoutS9(t *testing.T) {
 	require.Equal(t, map[string]int{auth.ScopeAccount: 2, auth.ScopeThrottle: 1}, scopes,
 		"203.0.113.66 and the first address of the spread locked the account for themselves; then the throttle began (once), "+
 			"so the later addresses had one attempt between them and locked nothing")
+}
+
+// TestSecurityCredentialChangeEndsSessionsT3 replays row 3 of issue 37: a
+// console user's password was changed (or their role lowered) while a
+// session was open, and the old session still opened /alerts until its
+// 12 h limit. Now a session carries the credential generation it was granted
+// under, and a new password or role in the reloaded users file ends every
+// session of that user at their next request.
+func TestSecurityCredentialChangeEndsSessionsT3(t *testing.T) {
+	hash, err := bcrypt.GenerateFromPassword([]byte(testPassword), bcrypt.MinCost)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "users.yaml")
+	bystanderHash := string(hash)
+	write := func(role auth.Role, hash []byte) {
+		body := "users:\n" + auth.UserLine("analyst1", role, string(hash)) + "\n" +
+			auth.UserLine("viewer1", auth.RoleViewer, bystanderHash) + "\n"
+		require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
+	}
+	write(auth.RoleAnalyst, hash)
+	dir, err := auth.LoadReloading(path, nil)
+	require.NoError(t, err)
+	e := newEnvWith(t, func(c *Config, _ string) { c.Directory = dir })
+	reload := func() {
+		changed, err := dir.Reload()
+		require.NoError(t, err)
+		require.True(t, changed)
+	}
+	serves := func(b *browser) bool {
+		code, _ := b.get("/alerts")
+		return code == http.StatusOK
+	}
+
+	// The attacker's session and the owner's, both as analyst1; a bystander's.
+	attacker, owner, bystander := e.signedIn(t, "analyst1"), e.signedIn(t, "analyst1"), e.signedIn(t, "viewer1")
+	require.True(t, serves(attacker))
+
+	// The owner changes the password (here: a new hash of another password).
+	newHash, err := bcrypt.GenerateFromPassword([]byte(testPassword+"-new"), bcrypt.MinCost)
+	require.NoError(t, err)
+	write(auth.RoleAnalyst, newHash)
+	reload()
+	require.False(t, serves(attacker), "a session from before the new password is no session")
+	require.False(t, serves(owner), "every session of the user ends, the owner's own too")
+	require.True(t, serves(bystander), "other users' sessions are untouched")
+
+	// Role lowered: sessions granted as analyst end; a new sign-in is a viewer.
+	write(auth.RoleAnalyst, hash)
+	reload()
+	attacker = e.signedIn(t, "analyst1")
+	require.True(t, serves(attacker))
+	write(auth.RoleViewer, hash)
+	reload()
+	require.False(t, serves(attacker), "a session granted under a higher role ends when the role is lowered")
+	require.True(t, serves(e.signedIn(t, "analyst1")), "signing in again gives a session of the new role")
+	require.True(t, serves(bystander))
+}
+
+// TestSecuritySignedOutSessionStaysEndedT4 replays row 4 of issue 37: a Redis
+// writer holding a captured cookie wrote the session hash back after
+// sign-out and the cookie worked again; PERSIST removed its idle timeout.
+// Now sign-out leaves a revocation under a key of its own, and both the idle
+// and the absolute end are signed times in the session's fields, so neither
+// a restored hash, PERSIST nor a rewritten field revives or extends it.
+func TestSecuritySignedOutSessionStaysEndedT4(t *testing.T) {
+	ctx := context.Background()
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli())
+	now := func() time.Time { return time.UnixMilli(clock.Load()) }
+	advance := func(d time.Duration) { clock.Add(d.Milliseconds()) }
+	const idle, absolute = 30 * time.Minute, 2 * time.Hour
+	var prefix string
+	e := newEnvWith(t, func(c *Config, _ string) {
+		prefix = "fg:console:test:" + redistest.Unique(t, "sessions") + ":"
+		s, err := auth.NewSessions(redistest.Client(t), prefix, []byte(testSessionSecret), idle, absolute, now)
+		require.NoError(t, err)
+		c.Sessions = s
+	})
+	t.Cleanup(func() {
+		keys, _ := e.rdb.Keys(context.Background(), prefix+"*").Result()
+		if len(keys) > 0 {
+			e.rdb.Del(context.Background(), keys...)
+		}
+	})
+	u, err := url.Parse(e.srv.URL)
+	require.NoError(t, err)
+	// signIn returns a browser, its cookie (what the attacker captured) and its key in Redis.
+	signIn := func() (*browser, string, string) {
+		before, err := e.rdb.Keys(ctx, prefix+"*").Result()
+		require.NoError(t, err)
+		b := e.signedIn(t, "analyst1")
+		after, err := e.rdb.Keys(ctx, prefix+"*").Result()
+		require.NoError(t, err)
+		var key string
+		for _, k := range after {
+			if !slices.Contains(before, k) && !strings.Contains(k, ":revoked:") {
+				key = k
+			}
+		}
+		require.NotEmpty(t, key)
+		for _, c := range b.c.Jar.Cookies(u) {
+			if c.Name == SessionCookie {
+				return b, c.Value, key
+			}
+		}
+		t.Fatal("no session cookie")
+		return nil, "", ""
+	}
+	attackerWith := func(cookie string) *browser {
+		b := e.client(t)
+		b.c.Jar.SetCookies(u, []*http.Cookie{{Name: SessionCookie, Value: cookie}})
+		return b
+	}
+	serves := func(b *browser) bool {
+		code, _ := b.get("/alerts")
+		return code == http.StatusOK
+	}
+
+	t.Run("hash written back after sign-out", func(t *testing.T) {
+		owner, cookie, key := signIn()
+		dump, err := e.rdb.Dump(ctx, key).Result()
+		require.NoError(t, err)
+		fields, err := e.rdb.HGetAll(ctx, key).Result()
+		require.NoError(t, err)
+		require.True(t, serves(attackerWith(cookie)), "the captured cookie works while the session lives")
+
+		res, body := owner.post("/logout", url.Values{"csrf": {owner.csrf("/alerts")}})
+		require.Equal(t, http.StatusSeeOther, res.StatusCode, body)
+		require.False(t, serves(attackerWith(cookie)))
+
+		// RESTORE the dumped key, with no TTL at all.
+		require.NoError(t, e.rdb.RestoreReplace(ctx, key, 0, dump).Err())
+		require.False(t, serves(attackerWith(cookie)), "a restored session key does not undo sign-out")
+		// Or HSET its fields back one by one, and PERSIST it.
+		for k, v := range fields {
+			require.NoError(t, e.rdb.HSet(ctx, key, k, v).Err())
+		}
+		require.NoError(t, e.rdb.Persist(ctx, key).Err())
+		require.False(t, serves(attackerWith(cookie)), "nor do its fields written back")
+	})
+
+	t.Run("PERSIST does not lift the idle end", func(t *testing.T) {
+		b, _, key := signIn()
+		require.True(t, serves(b))
+		fields, err := e.rdb.HGetAll(ctx, key).Result()
+		require.NoError(t, err)
+		require.NoError(t, e.rdb.Persist(ctx, key).Err())
+		advance(idle + time.Second)
+		require.Equal(t, int64(1), e.rdb.Exists(ctx, key).Val(), "the key outlived its TTL (PERSIST)")
+		require.False(t, serves(b), "an idle session ends at its signed last use, whatever the key's TTL")
+		// The last use written back (it was the newest there was) revives nothing either.
+		for k, v := range fields {
+			require.NoError(t, e.rdb.HSet(ctx, key, k, v).Err())
+		}
+		require.False(t, serves(b))
+	})
+
+	t.Run("a later last use needs the secret", func(t *testing.T) {
+		b, _, key := signIn()
+		advance(idle - time.Minute)
+		require.NoError(t, e.rdb.HSet(ctx, key, "seen_at", strconv.FormatInt(now().Add(time.Hour).UnixMilli(), 10)).Err())
+		require.False(t, serves(b), "a last use written without the secret is no session")
+	})
+
+	t.Run("the absolute end holds while used", func(t *testing.T) {
+		b, _, key := signIn()
+		for range int(absolute/(idle/2)) - 1 {
+			advance(idle / 2)
+			require.True(t, serves(b), "used within the idle timeout, the session lives")
+		}
+		require.NoError(t, e.rdb.Persist(ctx, key).Err())
+		advance(idle / 2)
+		require.False(t, serves(b), "past the signed absolute expiry, whatever Redis holds")
+	})
 }

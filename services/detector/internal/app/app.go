@@ -112,6 +112,7 @@ func Run(ctx context.Context, getenv config.Getenv, log *slog.Logger, tr tracing
 		dcfg.SharedIPs = shared
 	}
 	det := detector.New(dcfg)
+	det.SetDayBound(detector.NewDayBound(cfg.DayBounds, reg))
 	// After a restart or rebalance a partition is re-read from one window back
 	// (the longer of the rate and IP windows) so scoring is never blind; events
 	// before the committed offset rebuild state without repeating effects.

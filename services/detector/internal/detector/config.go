@@ -16,6 +16,9 @@ type ServiceConfig struct {
 	MaxEventSkew   time.Duration        // FLOODGATE_DETECTOR_MAX_EVENT_SKEW: events dated further in the future are dead-lettered
 	MaxEventAge    time.Duration        // FLOODGATE_DETECTOR_MAX_EVENT_AGE: events older than this are dead-lettered
 	MaxEventCost   int64                // FLOODGATE_EVENT_MAX_COST: events with a larger cost are dead-lettered
+	DayQuotas      string               // FLOODGATE_EVENT_DAY_QUOTAS: kind=units, the largest daily quota of each kind
+	DaySlack       int                  // FLOODGATE_EVENT_DAY_SLACK: percent over DayQuotas an honest limiter may admit
+	DayBounds      events.DayBounds     // DayQuotas plus DaySlack: allowed units past it in a day are dead-lettered (issue 37)
 	RedisAddrs     []string             // FLOODGATE_REDIS_ADDRS
 	KafkaBrokers   []string             // FLOODGATE_KAFKA_BROKERS
 	KafkaSecurity  config.KafkaSecurity // FLOODGATE_KAFKA_TLS*, FLOODGATE_KAFKA_SASL_* (docs/configuration.md)
@@ -104,6 +107,8 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 		MaxEventSkew:    e.Duration("FLOODGATE_DETECTOR_MAX_EVENT_SKEW", 5*time.Minute),
 		MaxEventAge:     e.Duration("FLOODGATE_DETECTOR_MAX_EVENT_AGE", 7*24*time.Hour),
 		MaxEventCost:    int64(e.Int("FLOODGATE_EVENT_MAX_COST", events.DefaultMaxCost)),
+		DayQuotas:       e.String("FLOODGATE_EVENT_DAY_QUOTAS", events.DefaultDayQuotas),
+		DaySlack:        e.Int("FLOODGATE_EVENT_DAY_SLACK", events.DefaultDaySlackPercent),
 		DynamoEndpoint:  e.String("FLOODGATE_DYNAMODB_ENDPOINT", ""),
 		DynamoPrefix:    e.String("FLOODGATE_DYNAMODB_TABLE_PREFIX", ""),
 		RecordRetention: e.Duration("FLOODGATE_DETECTOR_RECORD_RETENTION", 90*24*time.Hour),
@@ -138,6 +143,7 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 			}
 		}
 	}
+	c.DayBounds, _ = events.ParseDayBounds(c.DayQuotas, c.DaySlack) // an error is Validate's
 	return config.Validated(c, e.Err())
 }
 
@@ -171,6 +177,9 @@ func (c ServiceConfig) Validate() error {
 	v.Require(c.MaxEventAge >= c.Score.IPWindow, "FLOODGATE_DETECTOR_MAX_EVENT_AGE", "%s: must cover FLOODGATE_DETECTOR_IP_WINDOW (%s), which a restart re-reads", c.MaxEventAge, c.Score.IPWindow)
 	v.Require(c.MaxEventCost >= 1 && c.MaxEventCost <= 1_000_000, "FLOODGATE_EVENT_MAX_COST",
 		"%d: must be in 1..1000000 (at least the largest max_cost of the limiter's rules)", c.MaxEventCost)
+	_, derr := events.ParseDayBounds(c.DayQuotas, 0)
+	v.Require(derr == nil, "FLOODGATE_EVENT_DAY_QUOTAS", "%v (the largest daily quota of each kind in the limiter's rules; none for no bound)", derr)
+	v.Require(c.DaySlack >= 0 && c.DaySlack <= 100, "FLOODGATE_EVENT_DAY_SLACK", "%d: must be in 0..100 (percent)", c.DaySlack)
 	v.Require(c.RecordRetention >= 24*time.Hour, "FLOODGATE_DETECTOR_RECORD_RETENTION", "%s: at least 24h", c.RecordRetention)
 	v.Require(c.RecordRetention >= c.Escalation.Lookback, "FLOODGATE_DETECTOR_RECORD_RETENTION", "must cover FLOODGATE_DETECTOR_ESCALATION_LOOKBACK")
 	v.Require(c.AllowRefresh >= time.Second, "FLOODGATE_DETECTOR_ALLOWLIST_REFRESH", "at least 1s")

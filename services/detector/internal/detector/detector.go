@@ -101,6 +101,7 @@ type Detector struct {
 	blast   *BlastGuard
 	log     *slog.Logger
 	metrics *metrics
+	day     *DayBound // cost and daily bound at the door (daybound.go); nil: cost only
 
 	mu        sync.Mutex
 	scorers   map[int]*score.Scorer
@@ -216,7 +217,7 @@ func (d *Detector) Handle(ctx context.Context, msg kafka.Message) error {
 		if err := d.checkEventTime(ev.TS); err != nil {
 			return stream.Permanent(err)
 		}
-		if err := events.CheckCost(ev.Cost, d.cfg.MaxEventCost); err != nil {
+		if err := d.day.Admit(&ev, d.cfg.MaxEventCost); err != nil {
 			return err // permanent: dead-lettered with the reason, never scored
 		}
 		d.metrics.decoded.Inc()

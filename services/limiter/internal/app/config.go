@@ -209,7 +209,7 @@ func (c Config) Validate() error {
 	switch c.Auth {
 	case "none":
 	case "tokens":
-		v.Require(c.Callers != nil, "FLOODGATE_LIMITER_CALLERS", "required with FLOODGATE_LIMITER_AUTH=tokens: name:sha256[:max_cost[:kind+kind]], …")
+		v.Require(c.Callers != nil, "FLOODGATE_LIMITER_CALLERS", "required with FLOODGATE_LIMITER_AUTH=tokens: name:sha256[:max_cost[:kind+kind[:id+id[:route+route]]]], …")
 	case "":
 		v.Require(false, "FLOODGATE_LIMITER_AUTH", "the limiter listens beyond loopback (%s, %s): choose tokens (gateways in FLOODGATE_LIMITER_CALLERS) or none (anyone who can connect may name any principal)", c.HTTPAddr, c.GRPCAddr)
 	default:

@@ -123,6 +123,7 @@ func Serve(ctx context.Context, env service.Env) error {
 	}
 	table := cfg.Dynamo.TablePrefix + dynamo.TableQuotaLedger
 	store := ledger.NewStore(db, table, cfg.RetentionDays, env.Now)
+	store.Bounds = cfg.DayBounds
 	cfg.Tracing = env.Tracing
 	consumer, err := ledger.NewConsumer(cfg, store, ledger.NewReseeder(rdb, cfg.ReseedMargin, env.Now), log, reg, metrics, env.Now)
 	if err != nil {

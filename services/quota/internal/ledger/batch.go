@@ -169,8 +169,9 @@ type batch struct {
 	partition int
 	days      map[dayKey]*dayAgg
 	replays   []replayUnit
-	ids       []string  // decision ids counted, in order
-	oldest    time.Time // Kafka timestamp of the first message
+	ids       []string        // decision ids counted, in order
+	oldest    time.Time       // Kafka timestamp of the first message
+	over      map[int64]error // offset → why the ledger refused it (past its day's bound)
 }
 
 type dayKey struct{ principal, day string }
@@ -242,6 +243,15 @@ func (c *Consumer) handleBatch(ctx context.Context, b *stream.Batch) error {
 		c.metrics.Abandoned.Inc()
 		return fmt.Errorf("partition %d: batch through offset %d left uncommitted: %w",
 			b.Partition, b.Messages[len(b.Messages)-1].Offset, err)
+	}
+	if len(agg.over) > 0 {
+		for i, msg := range b.Messages { // refused by the day bound: dead-lettered, not counted
+			if err, ok := agg.over[msg.Offset]; ok && !isReplay(msg) {
+				c.metrics.OverDayBound.Inc()
+				c.reject(b, i, err)
+			}
+		}
+		c.log.Warn("decisions over their principal's daily bound dead-lettered", "partition", b.Partition, "count", len(agg.over))
 	}
 	for _, id := range agg.ids {
 		recent.add(id)
@@ -340,6 +350,12 @@ func (c *Consumer) flush(ctx context.Context, b *batch) error {
 		}
 		c.metrics.FencedUnits.Add(float64(res.Fenced))
 		seeds = append(seeds, Seed{Kind: kind, ID: id, Day: day, Total: res.Total})
+		for _, e := range res.Over {
+			if b.over == nil {
+				b.over = map[int64]error{}
+			}
+			b.over[e.Offset] = &events.DayBoundError{Principal: kind + ":" + id, Day: day, Charged: res.Total, Cost: e.Cost, Bound: res.Bound}
+		}
 	}
 	for k, agg := range b.days {
 		wg.Add(1)

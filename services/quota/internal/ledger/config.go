@@ -73,6 +73,15 @@ type Config struct {
 	// decision over it is dead-lettered with the reason and counts nothing
 	// (issue 22 S3). Raise it with the rules' max_cost.
 	MaxEventCost int64
+	// DayBounds is what one principal may be charged per UTC day from the
+	// stream: the largest daily quota of its kind (FLOODGATE_EVENT_DAY_QUOTAS,
+	// kind=units,…; default events.DefaultDayQuotas, the built-in rules'; none
+	// for no bound) plus FLOODGATE_EVENT_DAY_SLACK percent (default 10). An
+	// allowed decision past it is dead-lettered with the reason and counts
+	// nothing (issue 37).
+	DayQuotas string
+	DaySlack  int
+	DayBounds events.DayBounds
 	// Tracing makes every batch a "process" span linking its decisions'
 	// creation contexts (the service's OTEL_* tracing; off by default).
 	Tracing tracing.Tracing
@@ -122,7 +131,10 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		MaxWait:           e.Duration("FLOODGATE_QUOTA_FETCH_MAX_WAIT", 500*time.Millisecond),
 		ShutdownTimeout:   e.Duration("FLOODGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 		MaxEventCost:      int64(e.Int("FLOODGATE_EVENT_MAX_COST", events.DefaultMaxCost)),
+		DayQuotas:         e.String("FLOODGATE_EVENT_DAY_QUOTAS", events.DefaultDayQuotas),
+		DaySlack:          e.Int("FLOODGATE_EVENT_DAY_SLACK", events.DefaultDaySlackPercent),
 	}
+	c.DayBounds, _ = events.ParseDayBounds(c.DayQuotas, c.DaySlack) // an error is Validate's
 	door, derr := stream.DoorLimitsFromEnv(getenv)
 	c.Door = door
 	return config.Validated(c, e.Err(), derr)
@@ -174,5 +186,8 @@ func (c Config) Validate() error {
 	v.Require(c.ShutdownTimeout > 0, "FLOODGATE_SHUTDOWN_TIMEOUT", "must be positive")
 	v.Require(c.MaxEventCost >= 1 && c.MaxEventCost <= 1_000_000, "FLOODGATE_EVENT_MAX_COST",
 		"%d: must be in 1..1000000 (at least the largest max_cost of the limiter's rules)", c.MaxEventCost)
+	_, derr := events.ParseDayBounds(c.DayQuotas, 0)
+	v.Require(derr == nil, "FLOODGATE_EVENT_DAY_QUOTAS", "%v (the largest daily quota of each kind in the limiter's rules; none for no bound)", derr)
+	v.Require(c.DaySlack >= 0 && c.DaySlack <= 100, "FLOODGATE_EVENT_DAY_SLACK", "%d: must be in 0..100 (percent)", c.DaySlack)
 	return errors.Join(v.Err(), c.Door.Validate())
 }

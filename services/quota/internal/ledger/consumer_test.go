@@ -67,6 +67,7 @@ func (s *consumerStack) consumer(tb testing.TB, db ledger.DynamoAPI, level slog.
 	reg := prometheus.NewRegistry()
 	metrics := ledger.NewMetrics(reg)
 	store := ledger.NewStore(db, s.table, s.cfg.RetentionDays, time.Now)
+	store.Bounds = s.cfg.DayBounds // as the service wires it
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	c, err := ledger.NewConsumer(s.cfg, store, ledger.NewReseeder(s.rdb, time.Hour, time.Now), log, reg, metrics, time.Now)
 	require.NoError(tb, err)

@@ -18,6 +18,7 @@ type Metrics struct {
 	LedgerLag    prometheus.Histogram
 	Reseeds      *prometheus.CounterVec // outcome
 	DLQ          prometheus.Counter
+	OverDayBound prometheus.Counter
 	Abandoned    prometheus.Counter
 }
 
@@ -59,6 +60,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Redis day counters re-seeded from the ledger, by outcome (ok, error).", "outcome"),
 		DLQ: f.Counter("floodgate_quota_dlq_total",
 			"Decisions the ledger refused (undecodable, outside the event-time window, a replayed reference); the stream dead-letters them."),
+		OverDayBound: f.Counter("floodgate_quota_over_day_bound_total",
+			"Allowed decisions dead-lettered, not counted, because they would charge their principal past its daily bound (FLOODGATE_EVENT_DAY_QUOTAS plus FLOODGATE_EVENT_DAY_SLACK)."),
 		Abandoned: f.Counter("floodgate_quota_abandoned_total",
 			"Batches not flushed by the drain or rebalance deadline (left uncommitted, redelivered, fenced)."),
 	}

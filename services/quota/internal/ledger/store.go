@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
 )
 
 // DynamoAPI is what the ledger needs of a DynamoDB client. *dynamodb.Client
@@ -50,6 +53,10 @@ type Store struct {
 	table     string
 	retention time.Duration
 	now       func() time.Time
+
+	// Bounds, when set, is what ApplyPartition lets one principal be charged
+	// in a day (issue 37); set it before the first write.
+	Bounds events.DayBounds
 }
 
 // NewStore returns a Store on table (prefix included). Items expire
@@ -64,6 +71,18 @@ type WriteResult struct {
 	Applied int64 // units added by this call
 	Fenced  int64 // units skipped because the item already held their offsets
 	Writes  int   // UpdateItem calls that reached DynamoDB and answered
+	// Over are the entries refused because they would take the
+	// principal-day past Bound: the first entry that does not fit and every
+	// one after it. They are not counted and not fenced, so a redelivery
+	// refuses them again (units only grow).
+	Over  []Entry
+	Bound int64
+}
+
+// dayBound is the bound of principal ("kind:id").
+func (s *Store) dayBound(principal string) (int64, bool) {
+	kind, _, _ := strings.Cut(principal, ":")
+	return s.Bounds.Bound(events.PrincipalKind(kind))
 }
 
 // ApplyPartition adds entries (ascending offsets, all of partition, all of
@@ -76,18 +95,55 @@ type WriteResult struct {
 // entries above it are written, again conditionally. Invariant: every entry of
 // the principal-day on partition at or below o_<partition> is counted, and
 // none twice. A write that errors is not retried here (see Flusher).
+//
+// With a day bound for the principal's kind (Bounds), the write is also
+// conditional on the item's units leaving room for the entries; when they do
+// not, the item's units come back with the failure, the entries that fit are
+// written conditionally on exactly those units, and the rest are refused
+// (WriteResult.Over).
 func (s *Store) ApplyPartition(ctx context.Context, principal, day string, partition int, entries []Entry) (WriteResult, error) {
 	var res WriteResult
 	fence := attrOffsetPrefix + strconv.Itoa(partition)
+	bound, bounded := s.dayBound(principal)
+	res.Bound = bound
+	known := int64(-1) // the item's units, once a failed condition told them
 	for len(entries) > 0 {
 		var n int64
-		for _, e := range entries {
+		fit := len(entries)
+		for i, e := range entries {
+			if bounded && known >= 0 && known+n+e.Cost > bound {
+				fit = i
+				break
+			}
 			n += e.Cost
 		}
+		if fit < len(entries) {
+			res.Over = append(res.Over, entries[fit:]...)
+			if entries = entries[:fit]; fit == 0 {
+				res.Total = known
+				return res, nil
+			}
+		}
 		lo, hi := entries[0].Offset, entries[len(entries)-1].Offset
+		cond := "(attribute_not_exists(#o) OR #o < :lo)"
+		values := map[string]types.AttributeValue{":n": num(n), ":hi": num(hi), ":lo": num(lo)}
+		switch {
+		case !bounded:
+		case known == 0:
+			cond += " AND (attribute_not_exists(#units) OR #units = :known)"
+			values[":known"] = num(known)
+		case known > 0:
+			cond += " AND #units = :known"
+			values[":known"] = num(known)
+		case n <= bound:
+			cond += " AND (attribute_not_exists(#units) OR #units <= :room)"
+			values[":room"] = num(bound - n)
+		default: // more than the bound in one batch: learn the units first
+			cond += " AND #units <= :room"
+			values[":room"] = num(bound - n)
+		}
 		out, err := s.update(ctx, principal, day, "ADD #units :n SET #o = :hi, #exp = :exp, #upd = :upd",
-			"attribute_not_exists(#o) OR #o < :lo", map[string]string{"#o": fence},
-			map[string]types.AttributeValue{":n": num(n), ":hi": num(hi), ":lo": num(lo)})
+			cond, map[string]string{"#o": fence}, values)
 		var ccf *types.ConditionalCheckFailedException
 		switch {
 		case err == nil:
@@ -97,13 +153,23 @@ func (s *Store) ApplyPartition(ctx context.Context, principal, day string, parti
 			return res, nil
 		case errors.As(err, &ccf):
 			res.Writes++
+			if bounded && len(ccf.Item) == 0 {
+				known = 0 // no item yet: only the bound's condition failed
+				continue
+			}
 			done, ok := numAttrOK(ccf.Item[fence])
-			if !ok {
+			if !ok && !bounded {
 				// Without the item as it was, the fence is unknown; guessing
 				// could skip or double units. The caller retries.
 				return res, fmt.Errorf("update ledger %s %s partition %d: condition failed without the item's %s", principal, day, partition, fence)
 			}
+			if !ok {
+				done = -1 // the item holds no offset of this partition yet
+			}
 			res.Total = numAttr(ccf.Item[attrUnits])
+			if bounded {
+				known = res.Total
+			}
 			i := 0
 			for i < len(entries) && entries[i].Offset <= done {
 				res.Fenced += entries[i].Cost
@@ -111,7 +177,8 @@ func (s *Store) ApplyPartition(ctx context.Context, principal, day string, parti
 			}
 			if i == 0 {
 				// The condition failed although o_<partition> is below lo: the
-				// item changed between the two reads. Try again as is.
+				// item changed between the two reads, or (bounded) it had no
+				// room. Try again as is, with the units now known.
 				continue
 			}
 			entries = entries[i:]

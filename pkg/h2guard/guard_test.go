@@ -1,0 +1,147 @@
+package h2guard_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/floodgate-dev/floodgate/pkg/h2guard"
+	"github.com/floodgate-dev/floodgate/pkg/h2guard/h2guardtest"
+)
+
+func serve(t *testing.T, reg prometheus.Registerer, cfg h2guard.Config) string {
+	t.Helper()
+	g := grpc.NewServer(grpc.MaxConcurrentStreams(1000),
+		grpc.Creds(h2guard.Credentials(insecure.NewCredentials(), h2guard.New(cfg, reg, "test_grpc"))))
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(g, hs)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	return lis.Addr().String()
+}
+
+func check(t *testing.T, conn *grpc.ClientConn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, out.GetStatus())
+}
+
+// A rapid-reset client is sent GOAWAY (ENHANCE_YOUR_CALM) and closed, again
+// on every connection it opens; callers beside it are served throughout.
+func TestGuardAnswersRapidResetWithGoaway(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	addr := serve(t, reg, h2guard.Config{Cooldown: time.Second, Tarpit: 10 * time.Millisecond})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	check(t, conn)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st := h2guardtest.Flood(ctx, addr, "/grpc.health.v1.Health/Check")
+	t.Logf("1 s of rapid reset: %+v", st)
+	require.Positive(t, st.Calm, "GOAWAY with ENHANCE_YOUR_CALM")
+	require.GreaterOrEqual(t, st.Conns, st.Calm)
+	goaways := counter(t, reg, "test_grpc_abuse_goaways_total")
+	require.GreaterOrEqual(t, goaways, float64(st.Calm), "counted")
+	// The attacker wrote far more into its socket than the server read: the
+	// server stops reading a connection once its budget (200) is spent.
+	resets := counter(t, reg, "test_grpc_stream_resets_total")
+	t.Logf("resets read by the server: %.0f on %.0f closed connections", resets, goaways)
+	require.Less(t, resets/goaways, 400.0, "each connection is closed just past its budget")
+	check(t, conn) // the well-behaved connection was never touched
+	require.Positive(t, counter(t, reg, "test_grpc_abuse_refused_connections_total"),
+		"the flood's reconnections were closed at accept while its address cooled down")
+
+	// New connections from the address are served again after the cool-down.
+	time.Sleep(1100 * time.Millisecond)
+	fresh, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { fresh.Close() })
+	check(t, fresh)
+}
+
+// counter is the value of the counter name on reg.
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no %s", name)
+	return 0
+}
+
+// Envoy resets calls it stopped waiting for: a connection with many
+// cancellations, but fewer than half of its streams, is never closed.
+func TestGuardSparesCancellingClients(t *testing.T) {
+	now := time.Unix(0, 0)
+	g := h2guard.New(h2guard.Config{ResetBurst: 10, ResetRate: 1, Now: func() time.Time { return now }}, nil, "t")
+	for _, tc := range []struct {
+		name       string
+		every      int // one reset per this many streams
+		wantClosed bool
+	}{
+		{"a third of the streams reset", 3, false},
+		{"every stream reset", 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, server := net.Pipe()
+			defer client.Close()
+			c := g.Conn(server)
+			var abused atomic.Bool
+			go func() { // the server's side reads
+				buf := make([]byte, 4096)
+				for {
+					if _, err := c.Read(buf); err != nil {
+						abused.Store(errors.Is(err, h2guard.ErrAbuse))
+						return
+					}
+				}
+			}()
+			go func() { // and drains what the guard writes (its GOAWAY)
+				buf := make([]byte, 4096)
+				for {
+					if _, err := client.Read(buf); err != nil {
+						return
+					}
+				}
+			}()
+			closed := false
+			_, err := client.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
+			require.NoError(t, err)
+			for i := 1; i <= 600 && !closed; i++ {
+				id := uint32(2*i + 1)
+				frames := binary.BigEndian.AppendUint32([]byte{0, 0, 0, 0x1, 0x4}, id) // empty HEADERS, END_HEADERS
+				if i%tc.every == 0 {
+					frames = binary.BigEndian.AppendUint32(append(frames, 0, 0, 4, 0x3, 0), id) // RST_STREAM
+					frames = append(frames, 0, 0, 0, 8)                                         // CANCEL
+				}
+				_, _ = client.Write(frames)
+				closed = abused.Load()
+			}
+			time.Sleep(50 * time.Millisecond)
+			closed = abused.Load()
+			require.Equal(t, tc.wantClosed, closed)
+		})
+	}
+}
