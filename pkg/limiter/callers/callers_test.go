@@ -116,14 +116,14 @@ func TestSecurityUnauthenticatedChecksS2(t *testing.T) {
 }
 
 func TestCallerScope(t *testing.T) {
-	c, err := ParseCallers("partner:" + sum("t") + ":100:api_key+bot:acme-*+solo%2Bid:/v1/*+/users/@me")
+	c, err := callers.ParseCallers("partner:" + sum("t") + ":100:api_key+bot:acme-*+solo%2Bid:/v1/*+/users/@me")
 	require.NoError(t, err)
 	cl, err := c.Authenticate("Bearer t")
 	require.NoError(t, err)
 	require.Equal(t, []string{"acme-*", "solo+id"}, cl.IDs)
 	require.Equal(t, []string{"/v1/*", "/users/@me"}, cl.Routes)
-	req := func(id, route string) *CheckRequest {
-		return &CheckRequest{Principal: events.Principal{Kind: events.PrincipalAPIKey, ID: id}, Route: route, Cost: 1}
+	req := func(id, route string) *checkapi.CheckRequest {
+		return &checkapi.CheckRequest{Principal: events.Principal{Kind: events.PrincipalAPIKey, ID: id}, Route: route, Cost: 1}
 	}
 	for _, tc := range []struct {
 		id, route, reason string
@@ -142,7 +142,7 @@ func TestCallerScope(t *testing.T) {
 			require.NoError(t, err, "%s %s", tc.id, tc.route)
 			continue
 		}
-		var se *ScopeError
+		var se *callers.ScopeError
 		require.ErrorAs(t, err, &se, "%s %s", tc.id, tc.route)
 		require.Equal(t, tc.reason, se.Reason)
 	}
@@ -152,7 +152,7 @@ func TestCallerScope(t *testing.T) {
 		"p:" + sum("x") + ":1:api_key:a++b",
 		"p:" + sum("x") + ":1:api_key:a:/x:extra",
 	} {
-		_, err := ParseCallers(bad)
+		_, err := callers.ParseCallers(bad)
 		require.Error(t, err, bad)
 	}
 }
@@ -167,12 +167,12 @@ func TestCallerScope(t *testing.T) {
 // floodgate_limiter_forbidden_total, and publishes no decision event.
 func TestSecurityTokenNamesOnlyItsPrincipalsT2(t *testing.T) {
 	rdb := redistest.Client(t)
-	e := newTestEngine(t, rdb, oneBucket, nil)
-	callers, err := ParseCallers("partner:" + sum("partner-token") + ":100:api_key:acme-*:/v1/*")
+	e := limitertest.Engine(t, rdb, limitertest.OneBucket, nil)
+	cs, err := callers.ParseCallers("partner:" + sum("partner-token") + ":100:api_key:acme-*:/v1/*")
 	require.NoError(t, err)
 	pub := &kafkatest.Capture{}
 	reg := prometheus.NewRegistry()
-	s := NewServer(ServerConfig{Callers: callers, Engine: e, Publisher: pub, Topic: "decisions", Gateway: "scope-test",
+	s := server.New(server.Config{Callers: cs, Engine: e, Publisher: pub, Topic: "decisions", Gateway: "scope-test",
 		Logger: slog.New(slog.DiscardHandler), Registry: reg})
 	s.SetReady(true)
 	srv := httptest.NewServer(s.Handler())
@@ -185,13 +185,13 @@ func TestSecurityTokenNamesOnlyItsPrincipalsT2(t *testing.T) {
 
 	const tries = 60
 	for i := range tries { // from many addresses, as the attacker did
-		resp, b := post(t, srv.URL, check(victim, fmt.Sprintf("198.51.100.%d", i+1), "/v1/things"), hdr)
+		resp, b := limitertest.Post(t, srv.URL, check(victim, fmt.Sprintf("198.51.100.%d", i+1), "/v1/things"), hdr)
 		require.Equal(t, http.StatusForbidden, resp.StatusCode, "%s", b)
-		var p Problem
+		var p checkapi.Problem
 		require.NoError(t, json.Unmarshal(b, &p))
-		require.Equal(t, ProblemForbidden, p.Type)
+		require.Equal(t, server.ProblemForbidden, p.Type)
 	}
-	resp, b := post(t, srv.URL, check("acme-"+victim, "198.51.100.1", "/admin/things"), hdr)
+	resp, b := limitertest.Post(t, srv.URL, check("acme-"+victim, "198.51.100.1", "/admin/things"), hdr)
 	require.Equal(t, http.StatusForbidden, resp.StatusCode, "a route outside the grant: %s", b)
 	// The batch form refuses the item, 403.
 	req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/check/batch", strings.NewReader(`{"checks":[`+check(victim, "198.51.100.9", "/v1/things")+`]}`))
@@ -201,8 +201,8 @@ func TestSecurityTokenNamesOnlyItsPrincipalsT2(t *testing.T) {
 	require.NoError(t, err)
 	var batch struct {
 		Results []struct {
-			Status int      `json:"status"`
-			Error  *Problem `json:"error"`
+			Status int               `json:"status"`
+			Error  *checkapi.Problem `json:"error"`
 		} `json:"results"`
 	}
 	require.NoError(t, json.NewDecoder(bresp.Body).Decode(&batch))
@@ -210,24 +210,46 @@ func TestSecurityTokenNamesOnlyItsPrincipalsT2(t *testing.T) {
 	require.Len(t, batch.Results, 1)
 	require.Equal(t, http.StatusForbidden, batch.Results[0].Status)
 	require.NotNil(t, batch.Results[0].Error)
-	require.Equal(t, ProblemForbidden, batch.Results[0].Error.Type)
+	require.Equal(t, server.ProblemForbidden, batch.Results[0].Error.Type)
 	// gRPC.
-	g, _ := NewGRPCServer(s)
-	rls := rlsv3.NewRateLimitServiceClient(dialGRPC(t, g))
+	g, _ := envoyrls.NewGRPCServer(s)
+	rls := rlsv3.NewRateLimitServiceClient(limitertest.DialGRPC(t, g))
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer partner-token")
-	_, err = rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{descriptor(
+	_, err = rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{limitertest.Descriptor(
 		"principal_kind", "api_key", "principal_id", victim, "remote_address", "203.0.113.7", "method", "GET", "route", "/v1/things")}})
 	require.Equal(t, codes.PermissionDenied, status.Code(err))
 
 	require.Empty(t, pub.Messages(), "no decision event names the victim")
-	require.Equal(t, float64(tries+2), testutil.ToFloat64(callers.refused.WithLabelValues("partner", "principal")))
-	require.Equal(t, float64(1), testutil.ToFloat64(callers.refused.WithLabelValues("partner", "route")))
+	require.Equal(t, float64(tries+2), forbidden(t, reg, "principal"))
+	require.Equal(t, float64(1), forbidden(t, reg, "route"))
 	n, err := testutil.GatherAndCount(reg, "floodgate_limiter_forbidden_total")
 	require.NoError(t, err)
 	require.Equal(t, 2, n, "the counter is served on the limiter's registry")
 
 	// The partner's own api_key is served, and its decision published.
-	resp, b = post(t, srv.URL, check("acme-"+victim, "198.51.100.1", "/v1/things"), hdr)
+	resp, b = limitertest.Post(t, srv.URL, check("acme-"+victim, "198.51.100.1", "/v1/things"), hdr)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
 	require.Len(t, pub.Messages(), 1)
+}
+
+// forbidden reads floodgate_limiter_forbidden_total{caller="partner",reason} from reg.
+func forbidden(t *testing.T, reg *prometheus.Registry, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "floodgate_limiter_forbidden_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["caller"] == "partner" && labels["reason"] == reason {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }

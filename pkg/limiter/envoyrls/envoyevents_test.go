@@ -205,16 +205,21 @@ func TestEnvoyEventsRespectCallerKinds(t *testing.T) {
 // nothing published.
 func TestEnvoyEventsRespectCallerIDs(t *testing.T) {
 	const token = "envoy-ids-token"
-	callers, err := ParseCallers("partner:" + sum(token) + "::api_key:acme-*")
+	cs, err := callers.ParseCallers("partner:" + limitertest.TokenHash(token) + "::api_key:acme-*")
 	require.NoError(t, err)
-	f := newEnvoyEventsFixture(t, callers)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(cs)
+	f := newEnvoyEventsFixture(t, cs)
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token)
 	n := len(f.pub.Messages())
-	_, err = f.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: f.domain, Descriptors: []*rlcommon.RateLimitDescriptor{descriptor("api_key", "globex-k1")}})
+	_, err = f.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: f.domain, Descriptors: []*rlcommon.RateLimitDescriptor{limitertest.Descriptor("api_key", "globex-k1")}})
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
 	require.Len(t, f.pub.Messages(), n, "nothing published")
-	require.Equal(t, 1.0, testutil.ToFloat64(callers.refused.WithLabelValues("partner", "principal")))
-	_, err = f.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: f.domain, Descriptors: []*rlcommon.RateLimitDescriptor{descriptor("api_key", "acme-k1")}})
+	n2, err := testutil.GatherAndCount(reg, "floodgate_limiter_forbidden_total")
+	require.NoError(t, err)
+	require.Equal(t, 1, n2, "one refusal series")
+	require.Equal(t, 1.0, plainCounter(t, reg, "floodgate_limiter_forbidden_total"), "counted, reason principal")
+	_, err = f.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: f.domain, Descriptors: []*rlcommon.RateLimitDescriptor{limitertest.Descriptor("api_key", "acme-k1")}})
 	require.NoError(t, err)
 	require.Equal(t, events.Principal{Kind: events.PrincipalAPIKey, ID: "acme-k1"}, f.last(t).Principal)
 }
