@@ -16,6 +16,9 @@ type Readiness struct {
 	// Journal is "memory only: <why>" when a configured journal directory
 	// could not be used (the status is then degraded too); empty otherwise.
 	Journal string `json:"journal,omitempty"`
+	// RedisMaster is the address of the master in use (standalone or the
+	// one Sentinel names; a Cluster's masters are the shards above).
+	RedisMaster string `json:"redis_master,omitempty"`
 }
 
 // journalState is what a publisher with a journal reports (journal.DurableProducer).
@@ -25,6 +28,9 @@ type journalState interface{ JournalError() error }
 func (s *Server) Readiness() (bool, Readiness) {
 	healthy, shards := s.engine.Health()
 	r := Readiness{Status: "ok", Redis: shards, Instances: s.engine.instances.Load()}
+	if m, ok := s.engine.rdb.(interface{ Master() string }); ok {
+		r.RedisMaster = m.Master()
+	}
 	if js, ok := s.pub.(journalState); ok {
 		if err := js.JournalError(); err != nil {
 			r.Journal, healthy = "memory only: "+err.Error(), false

@@ -57,6 +57,36 @@ func (o Options) dialTimeout() time.Duration {
 	return 5 * time.Second
 }
 
+// LogValue is what the options name for a start line (slog.LogValuer): the
+// mode and its addresses — Sentinel's master name and the sentinels, a
+// Cluster's seed nodes, or the single address — and whether TLS and which
+// ACL users are used. Never a password: only whether one is set.
+func (o Options) LogValue() slog.Value {
+	var attrs []slog.Attr
+	switch {
+	case o.SentinelMaster != "":
+		attrs = append(attrs, slog.String("mode", "sentinel"), slog.String("sentinel_master", o.SentinelMaster),
+			slog.Any("sentinels", o.SentinelAddrs))
+	case len(o.Addrs) > 1:
+		attrs = append(attrs, slog.String("mode", "cluster"), slog.Any("seeds", o.Addrs))
+	case len(o.Addrs) == 1:
+		attrs = append(attrs, slog.String("mode", "standalone"), slog.String("addr", o.Addrs[0]))
+	}
+	sec := o.Security
+	attrs = append(attrs, slog.Bool("tls", sec.TLS != nil))
+	if sec.Username != "" {
+		attrs = append(attrs, slog.String("user", sec.Username))
+	}
+	attrs = append(attrs, slog.Bool("password", sec.Password != ""))
+	if o.SentinelMaster != "" {
+		if sec.SentinelUsername != "" {
+			attrs = append(attrs, slog.String("sentinel_user", sec.SentinelUsername))
+		}
+		attrs = append(attrs, slog.Bool("sentinel_password", sec.SentinelPassword != ""))
+	}
+	return slog.GroupValue(attrs...)
+}
+
 // noMaint turns off go-redis's maintenance notifications: only Redis
 // Enterprise and Cloud serve them, and in its default "auto" mode go-redis
 // asks every server once, a round trip on a connection's first command.

@@ -76,7 +76,7 @@ func (l *Logger) Printf(ctx context.Context, format string, v ...any) {
 	if informational(format) {
 		level = slog.LevelInfo
 	}
-	l.log.Log(ctx, level, "redis client", "detail", msg, "lines_not_logged", held)
+	l.log.Log(ctx, level, "redis client", "detail", msg, "cause", format, "lines_not_logged", held)
 }
 
 // informational reports go-redis lines that are news, not trouble.

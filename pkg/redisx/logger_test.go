@@ -3,6 +3,7 @@ package redisx
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/config"
 )
 
 func TestLoggerOneLinePerCausePerInterval(t *testing.T) {
@@ -38,7 +41,25 @@ func TestLoggerOneLinePerCausePerInterval(t *testing.T) {
 	require.Len(t, lines, 3)
 	require.Equal(t, "WARN", lines[0]["level"])
 	require.Equal(t, "go-redis", lines[0]["source"])
+	require.Equal(t, dial, lines[0]["cause"], "the template: what the rate limit and a reader group by")
 	require.Equal(t, "connection pool: failed to dial after 5 attempts: dial tcp 127.0.0.1:6390: connect: connection refused", lines[0]["detail"])
 	require.Equal(t, "INFO", lines[1]["level"], "a new master is news, not trouble")
 	require.EqualValues(t, 38, lines[2]["lines_not_logged"], "the next line of a cause counts those held back")
+}
+
+// The start line names what is configured, never a password (issue 38.2).
+func TestOptionsLogValue(t *testing.T) {
+	line := func(o Options) string {
+		var buf bytes.Buffer
+		slog.New(slog.NewJSONHandler(&buf, nil)).Info("limiter serving", "redis", o)
+		return buf.String()
+	}
+	sentinel := line(Options{Addrs: []string{"127.0.0.1:6379"}, SentinelMaster: "fg", SentinelAddrs: []string{"10.0.0.1:26379", "10.0.0.2:26379"},
+		Security: config.RedisSecurity{Username: "limiter", Password: "hunter2", SentinelPassword: "s3cret", TLS: &tls.Config{}}})
+	require.Contains(t, sentinel, `"redis":{"mode":"sentinel","sentinel_master":"fg","sentinels":["10.0.0.1:26379","10.0.0.2:26379"],"tls":true,"user":"limiter","password":true,"sentinel_password":true}`)
+	require.NotContains(t, sentinel, "hunter2")
+	require.NotContains(t, sentinel, "s3cret")
+	require.NotContains(t, sentinel, "127.0.0.1:6379", "not the unused FLOODGATE_REDIS_ADDRS")
+	require.Contains(t, line(Options{Addrs: []string{"a:1", "b:2"}}), `"redis":{"mode":"cluster","seeds":["a:1","b:2"],"tls":false,"password":false}`)
+	require.Contains(t, line(Options{Addrs: []string{"a:1"}}), `"redis":{"mode":"standalone","addr":"a:1","tls":false,"password":false}`)
 }
