@@ -164,7 +164,21 @@ func RedisSentinelFailover(ctx context.Context, e *Env, s Size, r *Result) error
 	r.metric("switch", "%d \"redis master changed\" lines, floodgate_redis_master_changes_total %.0f; /readyz redis_master %s → %s → %s", len(switches), changes,
 		readyBefore, readyForced, readyGraceful)
 	for i, l := range switches {
-		r.metric(fmt.Sprintf("switch %d", i+1), "%s → %s via %s", l.str("old_master"), l.str("new_master"), l.str("via"))
+		// What followed the limiter's own switch: degraded answers after it
+		// are not the failover's but Redis's or this machine's (a 50 ms budget).
+		end := forcedEnd
+		if i > 0 {
+			end = time.Now()
+		}
+		w := Summarise(checks, l.at, end)
+		var lastAfter time.Time
+		for _, c := range checks {
+			if c.Degraded && !c.Start.Before(l.at) && c.Start.Before(end) && c.Start.Add(c.Latency).After(lastAfter) {
+				lastAfter = c.Start.Add(c.Latency)
+			}
+		}
+		r.metric(fmt.Sprintf("switch %d", i+1), "%s → %s via %s; after the line: %d checks, %d degraded, the last %s after it",
+			l.str("old_master"), l.str("new_master"), l.str("via"), w.Sent, w.Degraded, ms(max(0, lastAfter.Sub(l.at))))
 	}
 	r.metric("memory", "GOMEMLIMIT %.0f bytes %.0f s after start", memLimit, time.Since(started).Seconds())
 
