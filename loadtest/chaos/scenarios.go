@@ -53,7 +53,7 @@ func Scenarios() []Scenario {
 		{"redis-flushall", "rapid-fire bots penalized, then stopped; Redis FLUSHALLed: penalties must come back without re-detection", false, RedisFlushAll},
 		{"detector-kill", "one of two detectors in a consumer group SIGKILLed while rapid-fire bots run; more bots start at the kill", false, DetectorKill},
 		{"overload", "open-loop load at 1.3× and 2× the limiter's measured saturation, a tenth from an abusive bot under a fail-open rule", false, Overload},
-		{"redis-sentinel-failover", "the Redis master behind Sentinel SIGKILLed under load; Sentinel promotes the replica", false, RedisSentinelFailover},
+		{"redis-sentinel-failover", "the Redis master behind Sentinel SIGKILLed under load; Sentinel promotes the replica; the old master back as a replica, then a graceful SENTINEL FAILOVER to it", false, RedisSentinelFailover},
 		{"consumer-kill", "quota consumers SIGKILLed at random points, two members at once every other round (rebalances)", true, ConsumerKill},
 		{"dynamodb-errors", "a share of DynamoDB writes throttled (400), failed (500) or applied with the answer lost (500)", true, DynamoErrors},
 		{"deferred-kill", "5,000 orders at 5× their limit through the reverse proxy on a deferring route; the broker SIGKILLed mid-burst and restarted, the deferred-work worker SIGKILLed during the replay and restarted", false, DeferredKill},

@@ -395,6 +395,15 @@ func (e *Engine) Health() (bool, map[string]string) { return e.shards.healthy() 
 // Instances is how many live limiter instances the heartbeat last counted (≥ 1).
 func (e *Engine) Instances() int64 { return e.instances.Load() }
 
+// RedisMaster is the Redis master the engine's client is connected to when
+// the client knows it (a Sentinel or standalone redisx client: "" without).
+func (e *Engine) RedisMaster() string {
+	if m, ok := e.rdb.(interface{ Master() string }); ok {
+		return m.Master()
+	}
+	return ""
+}
+
 // RuleSource is where the engine reads the rules in force.
 func (e *Engine) RuleSource() RuleSource { return e.rules }
 

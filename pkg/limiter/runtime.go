@@ -260,13 +260,18 @@ func validScope(s string) bool {
 	return false
 }
 
-// Run refreshes every interval until ctx is done.
+// Run refreshes every interval until ctx is done. A failed refresh is
+// logged at most once per 10 s, with the count held back (a Redis outage
+// made it a line a second).
 func (r *Runtime) Run(ctx context.Context, every time.Duration) error {
+	var errLog rateLog
 	return tick.Every(ctx, every, func(ctx context.Context) {
 		rctx, cancel := context.WithTimeout(ctx, every)
 		defer cancel()
 		if err := r.Refresh(rctx); err != nil && ctx.Err() == nil {
-			r.log.Warn("refresh scales and overrides", "err", err)
+			if ok, held := errLog.allow(time.Now(), 10*time.Second); ok {
+				r.log.Warn("refresh scales and overrides", "err", err, "errors_not_logged", held)
+			}
 		}
 	})
 }

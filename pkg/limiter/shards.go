@@ -87,6 +87,7 @@ type shardSet struct {
 	reload chan struct{}
 
 	reconnectAt atomic.Int64 // last Reconnect, unix ns (at most one per 100 ms)
+	roLog       rateLog      // "redis node is read-only" lines
 }
 
 func newShardSet(cfg shardConfig) *shardSet {
@@ -173,6 +174,9 @@ func (s *shardSet) of(key string) *shard {
 // reloaded and a single node's connections retired (the next dial asks
 // Sentinel for the master); any error on a cluster shard reloads the slots.
 func (s *shardSet) failed(sh *shard, err error) {
+	if rc, ok := s.cfg.rdb.(interface{ RootCause(error) error }); ok {
+		err = rc.RootCause(err) // "connection refused", not only the deadline it caused
+	}
 	msg := err.Error()
 	sh.lastErr.Store(&msg)
 	readOnly := redisx.IsReadOnly(err)
@@ -191,7 +195,9 @@ func (s *shardSet) failed(sh *shard, err error) {
 			now := time.Now().UnixNano()
 			if last := s.reconnectAt.Load(); now-last >= int64(100*time.Millisecond) && s.reconnectAt.CompareAndSwap(last, now) {
 				n.Reconnect()
-				s.cfg.log.Warn("redis node is read-only (demoted); reconnecting to the current master", "shard", sh.name)
+				if ok, held := s.roLog.allow(time.Now(), s.cfg.logEvery); ok {
+					s.cfg.log.Warn("redis node is read-only (demoted); reconnecting to the current master", "shard", sh.name, "lines_not_logged", held)
+				}
 			}
 		}
 	}

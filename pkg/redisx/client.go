@@ -42,6 +42,10 @@ type Options struct {
 	// FLOODGATE_REDIS_USERNAME, FLOODGATE_REDIS_PASSWORD, FLOODGATE_REDIS_TLS…);
 	// the zero value is plaintext without AUTH.
 	Security config.RedisSecurity
+
+	// Topology, when set, hears of every change of the master in use and
+	// logs and counts it (NewTopology); nil: not watched.
+	Topology *Topology
 }
 
 // dialTimeout is DialTimeout, or go-redis's default when unset; it bounds a
@@ -51,6 +55,36 @@ func (o Options) dialTimeout() time.Duration {
 		return o.DialTimeout
 	}
 	return 5 * time.Second
+}
+
+// LogValue is what the options name for a start line (slog.LogValuer): the
+// mode and its addresses — Sentinel's master name and the sentinels, a
+// Cluster's seed nodes, or the single address — and whether TLS and which
+// ACL users are used. Never a password: only whether one is set.
+func (o Options) LogValue() slog.Value {
+	var attrs []slog.Attr
+	switch {
+	case o.SentinelMaster != "":
+		attrs = append(attrs, slog.String("mode", "sentinel"), slog.String("sentinel_master", o.SentinelMaster),
+			slog.Any("sentinels", o.SentinelAddrs))
+	case len(o.Addrs) > 1:
+		attrs = append(attrs, slog.String("mode", "cluster"), slog.Any("seeds", o.Addrs))
+	case len(o.Addrs) == 1:
+		attrs = append(attrs, slog.String("mode", "standalone"), slog.String("addr", o.Addrs[0]))
+	}
+	sec := o.Security
+	attrs = append(attrs, slog.Bool("tls", sec.TLS != nil))
+	if sec.Username != "" {
+		attrs = append(attrs, slog.String("user", sec.Username))
+	}
+	attrs = append(attrs, slog.Bool("password", sec.Password != ""))
+	if o.SentinelMaster != "" {
+		if sec.SentinelUsername != "" {
+			attrs = append(attrs, slog.String("sentinel_user", sec.SentinelUsername))
+		}
+		attrs = append(attrs, slog.Bool("sentinel_password", sec.SentinelPassword != ""))
+	}
+	return slog.GroupValue(attrs...)
 }
 
 // noMaint turns off go-redis's maintenance notifications: only Redis
@@ -102,14 +136,18 @@ func NewClient(o Options) redis.UniversalClient {
 	sec := o.Security
 	hello := helloCommand(3, sec.Username, sec.Password.Reveal())
 	if o.SentinelMaster == "" && len(o.Addrs) > 1 {
-		return redis.NewClusterClient(&redis.ClusterOptions{
+		cc := redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: o.Addrs, Dialer: handshakeAhead(defaultDialer(o.dialTimeout(), sec.TLS), hello, o.dialTimeout()),
 			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
 			WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns, DisableIdentity: true, MaintNotificationsConfig: noMaint(),
 			Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
 		})
+		if o.Topology != nil {
+			cc.AddHook(topologyHook{t: o.Topology})
+		}
+		return cc
 	}
-	n := &Node{gen: new(atomic.Uint64)}
+	n := &Node{gen: new(atomic.Uint64), topology: o.Topology, readOnlyAt: new(atomic.Int64), dialErr: new(atomic.Pointer[dialFailure])}
 	if o.SentinelMaster != "" {
 		n.Client = redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: o.SentinelMaster, SentinelAddrs: o.SentinelAddrs,
@@ -133,6 +171,16 @@ func NewClient(o Options) redis.UniversalClient {
 		n.mode = "standalone"
 	}
 	n.AddHook(genHook{gen: n.gen})
+	via := ViaDial
+	if o.SentinelMaster != "" {
+		via = ViaSentinel
+		if o.Topology != nil {
+			o.Topology.mu.Lock()
+			o.Topology.name = o.SentinelMaster
+			o.Topology.mu.Unlock()
+		}
+	}
+	n.AddHook(topologyHook{t: o.Topology, via: via, readOnlyAt: n.readOnlyAt, dialErr: n.dialErr, node: true})
 	return n
 }
 
@@ -140,8 +188,11 @@ func NewClient(o Options) redis.UniversalClient {
 // Sentinel names. Safe for concurrent use.
 type Node struct {
 	*redis.Client
-	mode string
-	gen  *atomic.Uint64 // connections dialed before the current generation are dropped on their next write
+	mode       string
+	gen        *atomic.Uint64 // connections dialed before the current generation are dropped on their next write
+	topology   *Topology
+	readOnlyAt *atomic.Int64                // the last Reconnect, unix ns
+	dialErr    *atomic.Pointer[dialFailure] // the latest dial, when it failed; nil after one succeeded
 }
 
 // Mode is "standalone" or "sentinel".
@@ -150,7 +201,35 @@ func (n *Node) Mode() string { return n.mode }
 // Reconnect retires every open connection: each is closed on its next use and
 // the command retried on a new one, which a failover client dials to the
 // master Sentinel names now.
-func (n *Node) Reconnect() { n.gen.Add(1) }
+func (n *Node) Reconnect() {
+	n.readOnlyAt.Store(time.Now().UnixNano())
+	n.gen.Add(1)
+}
+
+// Master is the address of the server the latest connection reached — the
+// master in use — or "" before one did.
+func (n *Node) Master() string {
+	if n.topology != nil {
+		return n.topology.Master()
+	}
+	return ""
+}
+
+// RootCause is what lies behind err, a call's failure: when the latest dial
+// failed (within 5 s, and none succeeded since), the dial's error — a call
+// that waited on a pool that could not dial fails with its context's
+// deadline or an EOF, which names a symptom, not the cause ("connection
+// refused", "all sentinels are unreachable"). Otherwise err itself.
+func (n *Node) RootCause(err error) error {
+	if err == nil {
+		return nil
+	}
+	f := n.dialErr.Load()
+	if f == nil || time.Since(f.at) > 5*time.Second || strings.Contains(err.Error(), f.err.Error()) {
+		return err
+	}
+	return fmt.Errorf("%w (the call: %v)", f.err, err)
+}
 
 // errRetired is what a retired connection's write returns. It wraps io.EOF
 // so go-redis drops the connection and retries the command (nothing was

@@ -2,8 +2,9 @@
 //
 //	func main() { service.Main("adjuster", app.Run) }
 //
-// Main reads FLOODGATE_LOG_LEVEL, sets the Go memory limit from the cgroup,
-// turns SIGTERM/SIGINT into a cancelled context and hands the app an Env. The
+// Main reads FLOODGATE_LOG_LEVEL, routes go-redis's log into the service's,
+// sets the Go memory limit from the cgroup, turns SIGTERM/SIGINT into a
+// cancelled context and hands the app an Env. The
 // app's serve path builds its parts and hands them to a Runner, which owns
 // the ready/live endpoints, the listeners and workers, the drain order and
 // the shutdown deadline.
@@ -21,10 +22,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
+	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/tracing"
 )
 
@@ -77,6 +80,9 @@ func Exec(ctx context.Context, name string, run Func, io Stdio) int {
 		return 2
 	}
 	log = log.With("service", name)
+	// go-redis's own lines (dial failures, Sentinel's news) in the service's
+	// log, one per cause per 10 s. Process-wide: set once, here.
+	redis.SetLogger(redisx.NewLogger(log, redisx.LogEvery, nil))
 	env := NewEnv(name, io, log)
 	tcfg, err := TracingConfigFromEnv(env.Getenv, name)
 	if err != nil {

@@ -16,6 +16,9 @@ type Readiness struct {
 	// Journal is "memory only: <why>" when a configured journal directory
 	// could not be used (the status is then degraded too); empty otherwise.
 	Journal string `json:"journal,omitempty"`
+	// RedisMaster is the address of the master in use (standalone or the
+	// one Sentinel names; a Cluster's masters are the shards above).
+	RedisMaster string `json:"redis_master,omitempty"`
 }
 
 // journalState is what a publisher with a journal reports (journal.DurableProducer).
@@ -24,7 +27,7 @@ type journalState interface{ JournalError() error }
 // Readiness reports the limiter's state as /readyz does.
 func (s *Server) Readiness() (bool, Readiness) {
 	healthy, shards := s.engine.Health()
-	r := Readiness{Status: "ok", Redis: shards, Instances: s.engine.Instances()}
+	r := Readiness{Status: "ok", Redis: shards, Instances: s.engine.Instances(), RedisMaster: s.engine.RedisMaster()}
 	if js, ok := s.pub.(journalState); ok {
 		if err := js.JournalError(); err != nil {
 			r.Journal, healthy = "memory only: "+err.Error(), false

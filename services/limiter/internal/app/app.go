@@ -100,9 +100,13 @@ func Run(ctx context.Context, env service.Env) error {
 		}
 	}
 
-	rdb := redisx.NewClient(redisx.Options{Addrs: cfg.RedisAddrs, SentinelMaster: cfg.SentinelMaster, SentinelAddrs: cfg.SentinelAddrs, DialTimeout: time.Second,
+	// The master in use, and every switch, in the limiter's own log and
+	// metrics (issue 38); /readyz names it.
+	redisOpts := redisx.Options{Addrs: cfg.RedisAddrs, SentinelMaster: cfg.SentinelMaster, SentinelAddrs: cfg.SentinelAddrs, DialTimeout: time.Second,
 		ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout, Security: cfg.RedisSecurity,
-		MinIdleConns: 8}) // a shard's 4 pipelines in flight plus refunds, heartbeats and reloads: dialed ahead, not inside a check's budget
+		MinIdleConns: 8, // a shard's 4 pipelines in flight plus refunds, heartbeats and reloads: dialed ahead, not inside a check's budget
+		Topology:     redisx.NewTopology(log, reg)}
+	rdb := redisx.NewClient(redisOpts)
 	run.Closer("redis", rdb.Close)
 	reg.MustRegister(redisx.PoolCollector(rdb))
 	fail := func(err error) error {
@@ -255,7 +259,7 @@ func Run(ctx context.Context, env service.Env) error {
 	if counts != nil {
 		run.Tail("influxdb counts", func(ctx context.Context) error { return counts.Run(ctx, cfg.InfluxInterval) })
 	}
-	log.Info("limiter serving", "addr", addr.String(), "grpc_addr", grpcAddr, "debug_addr", cfg.DebugAddr, "redis", cfg.RedisAddrs, "kafka", cfg.KafkaBrokers,
+	log.Info("limiter serving", "addr", addr.String(), "grpc_addr", grpcAddr, "debug_addr", cfg.DebugAddr, "redis", redisOpts, "kafka", cfg.KafkaBrokers,
 		"topic", cfg.DecisionsTopic, "rules", core.Rules().Source, "rules_topic", cfg.RulesTopic, "rules_version", core.Rules().Version, "rule_count", len(core.Rules().Rules), "shadow", core.Rules().Shadow || cfg.Shadow)
 	return run.Run(ctx)
 }
