@@ -184,8 +184,13 @@ func (c *Controller) cuts() []cut {
 // Fresh reports whether a reading is recent enough to act on at now.
 func (c *Controller) Fresh(now time.Time, r Reading) bool { return c.fresh(now, r) }
 
-func (c *Controller) fresh(now time.Time, r Reading) bool {
-	return r.OK && !r.At.After(now.Add(time.Minute)) && now.Sub(r.At) <= c.rules.StaleAfter.D()
+func (c *Controller) fresh(now time.Time, r Reading) bool { return c.rules.Fresh(now, r) }
+
+// Fresh reports whether a reading is known at now: it has a point in the
+// window, no newer than a minute ahead of now (clock skew) and no older than
+// StaleAfter.
+func (r Rules) Fresh(now time.Time, rd Reading) bool {
+	return rd.OK && !rd.At.After(now.Add(time.Minute)) && now.Sub(rd.At) <= r.StaleAfter.D()
 }
 
 // Step decides this tick's changes and updates the rules' memory (hysteresis).

@@ -2,7 +2,7 @@
 //
 // What is read (all over the window ending at the step's time):
 //
-//	cpu               Telegraf's cpu input: 1 - mean(usage_idle)/100 where cpu = "cpu-total"
+//	cpu               Telegraf's cpu input: 1 - median(usage_idle)/100 where cpu = "cpu-total"
 //	mem               Telegraf's mem input: mean(used_percent)/100
 //	error rate        http_responses (written by gateways; field count = responses since
 //	                  the previous point, tag code_class = 1xx..5xx): sum(5xx) / sum(all).
@@ -14,11 +14,17 @@
 //	                  limiter_decisions (one point per gateway, scope and tier per flush,
 //	                  counts since the previous flush; the shadow field is left out, it
 //	                  counts a second observation of a decision already counted)
-//	redis latency     max(budget_used) of the limiters' limiter_redis points (one per
+//	redis latency     median(budget_used) of the limiters' limiter_redis points (one per
 //	                  limiter per flush: p99 Redis pipeline round trip ÷ the limiter's
 //	                  Redis budget), clamped to [0, 1]; 0 when limiter_decisions has
 //	                  points but no limiter decided through a pipeline (an idle Redis
 //	                  is not a slow one)
+//
+// CPU and Redis latency take the median of the window's points (every host's
+// or limiter's pooled): one noisy point — a single slow flush, a host's
+// spike — cannot move it, where a maximum held a shed level for as long as
+// the window remembered it. The error and abuse rates are ratios of sums: a
+// point weighs by the responses or decisions it counts.
 //
 // A signal with no point in the window is missing (Reading.OK false); the time of
 // the newest point decides whether it is stale.
@@ -82,7 +88,7 @@ func (x *Influx) Read(ctx context.Context, now time.Time, win time.Duration) (co
 		return s, fmt.Errorf("read signals: window %s must be positive", win)
 	}
 	start, stop := now.Add(-win), now
-	idle, err := x.aggregate(ctx, start, stop, "cpu", []string{"usage_idle"}, merge(x.Filters.Hosts, map[string]string{"cpu": "cpu-total"}), "mean")
+	idle, err := x.aggregate(ctx, start, stop, "cpu", []string{"usage_idle"}, merge(x.Filters.Hosts, map[string]string{"cpu": "cpu-total"}), "median")
 	if err != nil {
 		return s, fmt.Errorf("read cpu: %w", err)
 	}
@@ -125,7 +131,7 @@ func (x *Influx) Read(ctx context.Context, now time.Time, win time.Duration) (co
 		// the limiter's points prove the pipeline is alive.
 		s.AbuseRate = control.Reading{Value: clamp01(abusive.Value / decisions.Value), At: decisions.At, OK: true}
 		s.AbusePerSec = detections.Value / win.Seconds()
-		rtt, err := x.aggregate(ctx, start, stop, MeasurementRedis, []string{"budget_used"}, gatewayOnly(x.Filters.Decisions), "max")
+		rtt, err := x.aggregate(ctx, start, stop, MeasurementRedis, []string{"budget_used"}, gatewayOnly(x.Filters.Decisions), "median")
 		if err != nil {
 			return s, fmt.Errorf("read limiter redis latency: %w", err)
 		}
@@ -144,7 +150,7 @@ type agg struct {
 	OK    bool
 }
 
-// aggregate runs fn (mean, sum, max or count) over the fields across every series
+// aggregate runs fn (mean, median, sum, max or count) over the fields across every series
 // that matches (the fields' values pooled), and finds the newest point's time,
 // in one query.
 func (x *Influx) aggregate(ctx context.Context, start, stop time.Time, measurement string, fields []string, tags map[string]string, fn string) (agg, error) {
@@ -177,9 +183,14 @@ func (x *Influx) aggregate(ctx context.Context, start, stop time.Time, measureme
 	return out, nil
 }
 
-// FluxAggregate builds the query aggregate runs. Every value from
-// configuration is quoted as a Flux string literal.
+// FluxAggregate builds the query aggregate runs; fn "median" is the exact
+// 0.5 quantile (the mean of the two middle points of an even count). Every
+// value from configuration is quoted as a Flux string literal.
 func FluxAggregate(bucket string, start, stop time.Time, measurement string, fields []string, tags map[string]string, fn string) string {
+	call := fn + "()"
+	if fn == "median" {
+		call = `quantile(q: 0.5, method: "exact_mean")`
+	}
 	var f strings.Builder
 	fmt.Fprintf(&f, "r._measurement == %s and (", Quote(measurement))
 	for i, field := range fields {
@@ -197,9 +208,9 @@ func FluxAggregate(bucket string, start, stop time.Time, measurement string, fie
   |> filter(fn: (r) => %s)
   |> toFloat()
   |> group()
-data |> %s() |> yield(name: "agg")
+data |> %s |> yield(name: "agg")
 data |> max(column: "_time") |> keep(columns: ["_time"]) |> yield(name: "last")
-`, Quote(bucket), start.UTC().Format(time.RFC3339Nano), stop.UTC().Format(time.RFC3339Nano), f.String(), fn)
+`, Quote(bucket), start.UTC().Format(time.RFC3339Nano), stop.UTC().Format(time.RFC3339Nano), f.String(), call)
 }
 
 // Quote returns s as a Flux string literal: backslash, double quote and the
