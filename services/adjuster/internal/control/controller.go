@@ -27,6 +27,10 @@ type Reading struct {
 	At    time.Time
 	// OK is false when the signal had no data in the window.
 	OK bool
+	// Points is how many points the window's value was taken from (0: not
+	// counted). A median of fewer than MinShedPoints is not robust: such a
+	// signal may not raise the shed level.
+	Points int
 }
 
 // Signals are the controller's inputs: utilisations and rates as fractions in [0, 1].

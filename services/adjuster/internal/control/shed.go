@@ -57,6 +57,12 @@ type ShedRule struct {
 	RetryAfter Duration `yaml:"retry_after" json:"retry_after"`
 }
 
+// MinShedPoints is the fewest points a signal's window needs before its
+// value may raise the shed level: the median of three is the smallest one
+// noisy point cannot move (a limiter's first flush after a cold start, its
+// connections still dialing, reads the whole budget).
+const MinShedPoints = 3
+
 // RuleShed names shed-level changes in logs and the status.
 const RuleShed = "shed"
 
@@ -208,8 +214,12 @@ func (s *Shedder) Step(r ShedRule, now time.Time, sig Signals, fresh func(Readin
 			st.Signals = map[string]float64{}
 		}
 		st.Signals[in.name] = rd.Value
+		thin := rd.Points > 0 && rd.Points < MinShedPoints
 		for lvl := ShedLevels; lvl >= 1; lvl-- {
 			if rd.Value > in.th[lvl-1] {
+				if thin {
+					lvl = min(lvl, s.level) // a thin window keeps a level, never raises one
+				}
 				if lvl > want {
 					want, why = lvl, fmt.Sprintf("%s %.4g > %g", in.name, rd.Value, in.th[lvl-1])
 				}

@@ -269,7 +269,7 @@ func TestShedReleaseTime(t *testing.T) {
 				}
 				var s Signals
 				if len(pts) > 0 {
-					s.RedisLatency = Reading{Value: median(pts), At: t0.Add(newest), OK: true}
+					s.RedisLatency = Reading{Value: median(pts), At: t0.Add(newest), OK: true, Points: len(pts)}
 				}
 				st := sh.Step(r, t0.Add(now), s, func(rd Reading) bool { return Defaults().Fresh(t0.Add(now), rd) }, false)
 				switch {
@@ -290,6 +290,24 @@ func TestShedReleaseTime(t *testing.T) {
 			t.Logf("engaged %s after the overload began; level 0 %s after it ended (bound %s)", engaged, zeroAt, bound)
 		})
 	}
+}
+
+// TestShedderThinWindow: a window of fewer than MinShedPoints points — a
+// limiter's first flush after a cold start reads the whole budget — cannot
+// raise the level; three points can, and a thin window still keeps a level.
+func TestShedderThinWindow(t *testing.T) {
+	r := Defaults().Shed
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	fresh := func(rd Reading) bool { return rd.OK }
+	redis := func(s int, v float64, n int) Signals {
+		return Signals{RedisLatency: Reading{Value: v, At: at(s), OK: true, Points: n}}
+	}
+	var sh Shedder
+	require.Equal(t, 0, sh.Step(r, at(0), redis(0, 1, 1), fresh, false).Level, "one point raises nothing")
+	require.Equal(t, 0, sh.Step(r, at(3), redis(3, 1, 2), fresh, false).Level, "nor two")
+	require.Equal(t, 3, sh.Step(r, at(6), redis(6, 1, 3), fresh, false).Level, "three do")
+	st := sh.Step(r, at(20), redis(20, 0.95, 2), fresh, false)
+	require.Equal(t, 3, st.Level, "a thin window over the line keeps the level: %+v", st)
 }
 
 func median(v []float64) float64 {

@@ -29,6 +29,12 @@ type Source interface {
 	Read(ctx context.Context, now time.Time, window time.Duration) (control.Signals, error)
 }
 
+// ShedSource is a Source that can read only the shed signals, faster; the
+// shed tick uses it when the Source implements it.
+type ShedSource interface {
+	ReadShed(ctx context.Context, now time.Time, window time.Duration) (control.Signals, error)
+}
+
 // Scales is where the limiter reads the scales from.
 type Scales interface {
 	Load(ctx context.Context) (map[string]float64, error)
@@ -226,17 +232,19 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 }
 
-// runShed shed-ticks every shed.tick (and on Nudge) until ctx is done.
+// runShed shed-ticks every shed.tick (and on Nudge) until ctx is done; a
+// tick's own duration is part of the period, not added to it.
 func (l *Loop) runShed(ctx context.Context) {
 	for {
 		tick := l.Settings().Rules.Shed.Tick.D()
 		if tick <= 0 {
 			tick = l.Settings().Rules.Tick.D()
 		}
+		began := time.Now()
 		tickCtx, cancel := context.WithTimeout(ctx, 2*tick)
 		l.ShedTick(tickCtx)
 		cancel()
-		t := time.NewTimer(tick)
+		t := time.NewTimer(max(tick-time.Since(began), 0))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -260,8 +268,12 @@ func (l *Loop) ShedTick(ctx context.Context) {
 	now := l.cfg.Now()
 	var sig control.Signals
 	if !r.Disabled && !st.Frozen {
+		read := l.cfg.Source.Read
+		if ss, ok := l.cfg.Source.(ShedSource); ok {
+			read = ss.ReadShed
+		}
 		var err error
-		if sig, err = l.cfg.Source.Read(ctx, now, r.Window.D()); err != nil {
+		if sig, err = read(ctx, now, r.Window.D()); err != nil {
 			l.cfg.Logger.Error("adjuster shed tick", "step", "shed_signals", "err", err)
 			l.m.errors.WithLabelValues("shed_signals").Inc()
 			sig = control.Signals{} // every signal unknown: nothing holds a level

@@ -92,6 +92,15 @@ func TestInfluxReadsSignals(t *testing.T) {
 		require.True(t, s.RedisLatency.OK)
 		require.InDelta(t, 0.62, s.RedisLatency.Value, 1e-9, "the median of 0.3, 0.98, 0.62: one noisy flush cannot move it")
 		require.Equal(t, at(35*time.Second), s.RedisLatency.At)
+		require.Equal(t, 3, s.RedisLatency.Points, "counted: fewer than three points may not raise the shed level")
+		require.Equal(t, 2, s.CPU.Points)
+
+		shed, err := src.ReadShed(ctx, now.Add(time.Second), time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, s.CPU, shed.CPU, "the shed read agrees with the full one")
+		require.Equal(t, s.ErrorRate, shed.ErrorRate)
+		require.Equal(t, s.RedisLatency, shed.RedisLatency)
+		require.False(t, shed.Mem.OK || shed.AbuseRate.OK, "and reads nothing else")
 	})
 	t.Run("decisions without detections read an abuse rate of zero", func(t *testing.T) {
 		s, err := src.Read(ctx, now.Add(time.Second), 20*time.Second)
