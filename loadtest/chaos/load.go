@@ -26,8 +26,8 @@ type Check struct {
 	Shed      bool // X-RateLimit-Shed: answered from local state because the limiter was busy
 	// PriorityShed: refused by priority shedding (the adjuster's shed level).
 	PriorityShed bool
-	Penalty   float64
-	Priority  string // as sent ("" when none)
+	Penalty      float64
+	Priority     string // as sent ("" when none)
 }
 
 // Load sends checks to a limiter at a fixed total rate from a pool of
