@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
@@ -130,6 +131,42 @@ func (e *Engine) checkCandidate(ctx context.Context, c *Candidate, req Request) 
 type impactCounts struct {
 	total, blocked [PriorityBulk + 1]atomic.Int64
 	errors         atomic.Int64
+	// classes are a shadow's paired counts by full class (priority, kind,
+	// plan, route): the candidate's and its parent's verdicts on the same
+	// decisions (rollout.FullClass → *pairedCounts), at most maxImpactClasses
+	// of them; the rest count under the route "other".
+	classes  sync.Map
+	nclasses atomic.Int64
+}
+
+// pairedCounts are one full class's decisions and how many the candidate and
+// the parent blocked.
+type pairedCounts struct{ n, cand, parent atomic.Int64 }
+
+// maxImpactClasses bounds the classes one version's shadow counts.
+const maxImpactClasses = 512
+
+// addPaired counts a decision both the candidate (cand) and the enforced
+// rules (parent) judged, by its full class.
+func (c *impactCounts) addPaired(p Priority, req Request, plan string, cand, parent bool) {
+	fc := rollout.FullClass{Priority: p.String(), Kind: string(req.Principal.Kind), Plan: plan, Route: req.Route}
+	v, ok := c.classes.Load(fc)
+	if !ok {
+		if c.nclasses.Load() >= maxImpactClasses {
+			fc.Route = "other"
+		} else {
+			c.nclasses.Add(1)
+		}
+		v, _ = c.classes.LoadOrStore(fc, &pairedCounts{})
+	}
+	pc := v.(*pairedCounts)
+	pc.n.Add(1)
+	if cand {
+		pc.cand.Add(1)
+	}
+	if parent {
+		pc.parent.Add(1)
+	}
 }
 
 func (c *impactCounts) add(p Priority, blocked bool) {
@@ -220,10 +257,15 @@ func (f *ImpactFlusher) Flush(ctx context.Context) error {
 	f.entries = kept
 	f.mu.Unlock()
 
+	type takenClass struct {
+		pc              *pairedCounts
+		n, cand, parent int64
+	}
 	type taken struct {
 		c              *impactCounts
 		total, blocked [PriorityBulk + 1]int64
 		errors         int64
+		classes        []takenClass
 	}
 	var took []taken
 	pipe := f.rdb.Pipeline()
@@ -252,6 +294,23 @@ func (f *ImpactFlusher) Flush(ctx context.Context) error {
 			incr(en.phase+":errors", tk.errors)
 			wrote = true
 		}
+		en.counts.classes.Range(func(k, v any) bool {
+			fc, pc := k.(rollout.FullClass), v.(*pairedCounts)
+			tc := takenClass{pc: pc, n: pc.n.Swap(0), cand: pc.cand.Swap(0), parent: pc.parent.Swap(0)}
+			if tc.n == 0 {
+				return true
+			}
+			incr(rollout.ImpactClassField("n", fc), tc.n)
+			if tc.cand > 0 {
+				incr(rollout.ImpactClassField("cand", fc), tc.cand)
+			}
+			if tc.parent > 0 {
+				incr(rollout.ImpactClassField("parent", fc), tc.parent)
+			}
+			tk.classes = append(tk.classes, tc)
+			wrote = true
+			return true
+		})
 		if wrote {
 			pipe.Expire(ctx, key, impactTTL)
 			pipe.Expire(ctx, slot, redisx.RulesImpactSlotTTL)
@@ -268,6 +327,11 @@ func (f *ImpactFlusher) Flush(ctx context.Context) error {
 				tk.c.blocked[p].Add(tk.blocked[p])
 			}
 			tk.c.errors.Add(tk.errors)
+			for _, tc := range tk.classes {
+				tc.pc.n.Add(tc.n)
+				tc.pc.cand.Add(tc.cand)
+				tc.pc.parent.Add(tc.parent)
+			}
 		}
 		return err
 	}

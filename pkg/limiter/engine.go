@@ -643,6 +643,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 			res.CandidateVersion, res.CandidateBlocked = cand.Version, v.blocked
 			if cand.impact != nil {
 				cand.impact.add(prio, v.blocked)
+				cand.impact.addPaired(prio, req, res.Plan, v.blocked, !res.Allowed)
 			}
 		case !v.ok && cand.impact != nil:
 			cand.impact.errors.Add(1)
