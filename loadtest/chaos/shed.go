@@ -22,6 +22,8 @@ import (
 const (
 	shedReleaseBound  = 24 * time.Second
 	shedReleaseTarget = 30 * time.Second
+	// shedCalmLine is level 1's release line for Redis latency (0.5 × 0.95).
+	shedCalmLine = 0.475
 )
 
 // shedPriorities is the load's split: 40 % critical, 30 % degraded, 20 %
@@ -158,14 +160,23 @@ func ShedRelease(ctx context.Context, e *Env, s Size, r *Result) error {
 			peak, atPeak = x.level, x.step
 		}
 	}
+	// When the signal itself calmed after the fault: the first status whose
+	// Redis latency (the shed window's median) is under level 1's release
+	// line. On a machine busy enough that Redis stays slow after the fault
+	// ends, the overload has not ended, and nothing can be judged.
 	relapsed := false
+	var calmAt time.Time
 	for _, x := range samples {
+		v, ok := x.step.Signals["redis_latency"]
 		switch {
 		case !x.at.After(overloadEnd):
 		case x.level == 0 && zeroAt.IsZero():
 			zeroAt = x.at
 		case x.level > 0 && !zeroAt.IsZero():
 			relapsed = true // the calm's own Redis latency over a line: reported, the release stands
+		}
+		if x.at.After(overloadEnd) && ok && v < shedCalmLine && calmAt.IsZero() {
+			calmAt = x.at
 		}
 	}
 	var trace []string
@@ -197,19 +208,33 @@ func ShedRelease(ctx context.Context, e *Env, s Size, r *Result) error {
 		return fmt.Sprintf("%s %d sent, %.2f %% answered, %.1f %% shed", prio, sent, pct(answered, sent), pct(shed, answered))
 	}
 	critSent, critAnswered, critShed := byPrio("critical", overloadStart, overloadEnd)
-	release := time.Duration(-1)
+	release, afterCalm, calmAfter := time.Duration(-1), time.Duration(-1), time.Duration(-1)
 	if !zeroAt.IsZero() {
 		release = zeroAt.Sub(overloadEnd)
+	}
+	if !calmAt.IsZero() {
+		calmAfter = calmAt.Sub(overloadEnd)
+		if !zeroAt.IsZero() {
+			afterCalm = zeroAt.Sub(calmAt)
+		}
 	}
 	r.metric("load", "%d checks/s through the limiter, 40/30/20/10 %% critical/degraded/best_effort/bulk; Redis +46 ms for 30 s", rate)
 	r.metric("engaged", "%.1f s after the delay began; peak level %d (%s%s)", engagedAt.Sub(overloadStart).Seconds(), peak, atPeak.Why, atPeak.Held)
 	r.metric("while overloaded", "%s; %s; %s; %s", during("critical"), during("degraded"), during("best_effort"), during("bulk"))
 	r.metric("released", "level 0 %s after the delay ended (stated bound %s, target %s); raised again afterwards: %t; levels (seconds from the delay's end) %s",
 		release.Round(100*time.Millisecond), shedReleaseBound, shedReleaseTarget, relapsed, strings.Join(trace, ", "))
+	r.metric("signal calm", "the shed window's Redis latency under %.3g %s after the delay ended; level 0 %s after that",
+		shedCalmLine, calmAfter.Round(100*time.Millisecond), afterCalm.Round(100*time.Millisecond))
 	r.metric("unknown signals", "%v at the peak; %.0f shed ticks counted a signal unknown; %.0f shed:cpu alerts", atPeak.Unknown, unknownTotal, alerts)
 	r.require("shedding engaged while overloaded", !engagedAt.IsZero(), "no level above 0 between %s and %s", overloadStart.Format(time.TimeOnly), overloadEnd.Format(time.TimeOnly))
 	r.require("critical ≥ 99.5 % answered while overloaded", critSent > 0 && critAnswered*1000 >= critSent*995 && critShed == 0, "%d of %d, %d shed", critAnswered, critSent, critShed)
 	r.require("cpu and error_rate unknown, not holding", slices.Contains(atPeak.Unknown, "cpu") && slices.Contains(atPeak.Unknown, "error_rate"), "unknown %v", atPeak.Unknown)
+	if calmAt.IsZero() || calmAfter > shedReleaseBound {
+		// Redis stayed slow after the fault: the machine, not the fault, is
+		// overloaded, and the release cannot be judged.
+		return fmt.Errorf("the overload did not end with the fault: Redis latency still over %.3g %s after the delay was removed (a busy machine); levels %s",
+			shedCalmLine, calmAfter, strings.Join(trace, ", "))
+	}
 	r.require("level 0 ≤ 30 s after the overload ends", release >= 0 && release <= shedReleaseTarget, "%s", release)
 	r.require("shed signals alerted", alerts >= 1, "%.0f", alerts)
 	return nil
