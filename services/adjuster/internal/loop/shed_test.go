@@ -2,6 +2,7 @@ package loop
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -169,4 +170,33 @@ func (m *memScales) Load(context.Context) (map[string]float64, error) { return m
 func (m *memScales) Set(_ context.Context, s map[string]float64) error {
 	m.m = s
 	return nil
+}
+
+// shedOnly is a Source whose ReadShed the shed tick must prefer.
+type shedOnly struct{ full, shed int }
+
+func (s *shedOnly) Read(_ context.Context, now time.Time, _ time.Duration) (control.Signals, error) {
+	s.full++
+	return control.Signals{}, nil
+}
+
+func (s *shedOnly) ReadShed(_ context.Context, now time.Time, w time.Duration) (control.Signals, error) {
+	s.shed++
+	if w != control.Defaults().Shed.Window.D() {
+		return control.Signals{}, fmt.Errorf("window %s, want the shed window", w)
+	}
+	return control.Signals{RedisLatency: control.Reading{Value: 0.8, At: now, OK: true, Points: 3}}, nil
+}
+
+func TestShedTickReadsTheShedWindowOnly(t *testing.T) {
+	ctx := context.Background()
+	src := &shedOnly{}
+	store := &memSettings{s: settings.Settings{Rules: control.Defaults(), Overrides: map[string]settings.Override{}}}
+	l := New(Config{Source: src, Scales: &memScales{}, Publisher: &memPublisher{}, Settings: store, Defaults: control.Defaults(),
+		Registerer: prometheus.NewRegistry()})
+	require.NoError(t, l.Start(ctx))
+	l.ShedTick(ctx)
+	require.Equal(t, 1, src.shed)
+	require.Zero(t, src.full, "the shed tick reads only the shed signals")
+	require.Equal(t, 2, l.Status().Shed.Level, "redis latency 0.8 > 0.7")
 }
