@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -126,7 +127,7 @@ func changeCmd(ctx context.Context, env service.Env, cmd string, args []string) 
 	maxBlock := fs.Float64("max-critical-block", 100*def.MaxShare, "rollout: the CRITICAL block share, in percent, above which it is rolled back")
 	minCritical := fs.Int64("min-critical", def.MinCritical, "rollout: CRITICAL decisions judged before the share decides")
 	bootstrap := fs.Bool("bootstrap", false, "rollout: publish FILE as the first enforced version (an empty topic only)")
-	whatIfSpan := fs.String("whatif", "1h", `rollout, the first gate: replay this much recorded traffic (a duration before now) through FILE against the enforced version; a reject verdict refuses the rollout; "0" skips it`)
+	whatIfSpan := fs.String("whatif", "10m", `rollout, the first gate: replay this much recorded traffic (a duration before now) through FILE against the enforced version; a reject verdict refuses the rollout; "0" skips it`)
 	var file string
 	if cmd == "rollout" && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		file, args = args[0], args[1:]
@@ -214,6 +215,9 @@ func whatIfGate(ctx context.Context, env service.Env, topic *rollout.Topic, file
 		return "", fmt.Errorf("config: %w", err)
 	}
 	rep, err := replayWhatIf(ctx, env, cfg, a, candidate, baseline, fmt.Sprintf("enforced version %d", enforced.Version))
+	if errors.Is(err, whatif.ErrTooMany) {
+		return "", fmt.Errorf("what-if gate: the last %s holds more than %d decisions: give a shorter -whatif (or -whatif 0 to skip the gate): %w", span, a.maxEvents, err)
+	}
 	if err != nil {
 		return "", fmt.Errorf("what-if gate: %w", err)
 	}

@@ -87,7 +87,7 @@ func TestRolloutCommands(t *testing.T) {
 	require.Contains(t, out, "rules.bootstrap: version 1")
 	out, err = cli(t, vars, "rollout", v2, "-reason", "halve the limit", "-shadow", "5m", "-max-critical-block", "2.5")
 	require.NoError(t, err)
-	require.Contains(t, out, "what-if over the last 1h: ", "the what-if verdict is the first gate")
+	require.Contains(t, out, "what-if over the last 10m: ", "the what-if verdict is the first gate")
 	require.Contains(t, out, "0 decisions replayed")
 	require.Contains(t, out, "rules.rollout: version 2")
 
