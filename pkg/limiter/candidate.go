@@ -133,10 +133,11 @@ type impactCounts struct {
 	errors         atomic.Int64
 	// classes are a shadow's paired counts by full class (priority, kind,
 	// plan, route): the candidate's and its parent's verdicts on the same
-	// decisions (rollout.FullClass → *pairedCounts), at most maxImpactClasses
-	// of them; the rest count under the route "other".
-	classes  sync.Map
-	nclasses atomic.Int64
+	// decisions, at most maxImpactClasses of them; the rest count under the
+	// route "other". A read lock and a map lookup on the hot path (a struct
+	// key: nothing allocated), the write lock only for a new class.
+	classMu sync.RWMutex
+	classes map[rollout.FullClass]*pairedCounts
 }
 
 // pairedCounts are one full class's decisions and how many the candidate and
@@ -150,16 +151,23 @@ const maxImpactClasses = 512
 // rules (parent) judged, by its full class.
 func (c *impactCounts) addPaired(p Priority, req Request, plan string, cand, parent bool) {
 	fc := rollout.FullClass{Priority: p.String(), Kind: string(req.Principal.Kind), Plan: plan, Route: req.Route}
-	v, ok := c.classes.Load(fc)
-	if !ok {
-		if c.nclasses.Load() >= maxImpactClasses {
-			fc.Route = "other"
-		} else {
-			c.nclasses.Add(1)
+	c.classMu.RLock()
+	pc := c.classes[fc]
+	c.classMu.RUnlock()
+	if pc == nil {
+		c.classMu.Lock()
+		if c.classes == nil {
+			c.classes = map[rollout.FullClass]*pairedCounts{}
 		}
-		v, _ = c.classes.LoadOrStore(fc, &pairedCounts{})
+		if _, ok := c.classes[fc]; !ok && len(c.classes) >= maxImpactClasses {
+			fc.Route = "other"
+		}
+		if pc = c.classes[fc]; pc == nil {
+			pc = &pairedCounts{}
+			c.classes[fc] = pc
+		}
+		c.classMu.Unlock()
 	}
-	pc := v.(*pairedCounts)
 	pc.n.Add(1)
 	if cand {
 		pc.cand.Add(1)
@@ -294,11 +302,11 @@ func (f *ImpactFlusher) Flush(ctx context.Context) error {
 			incr(en.phase+":errors", tk.errors)
 			wrote = true
 		}
-		en.counts.classes.Range(func(k, v any) bool {
-			fc, pc := k.(rollout.FullClass), v.(*pairedCounts)
+		en.counts.classMu.RLock()
+		for fc, pc := range en.counts.classes {
 			tc := takenClass{pc: pc, n: pc.n.Swap(0), cand: pc.cand.Swap(0), parent: pc.parent.Swap(0)}
 			if tc.n == 0 {
-				return true
+				continue
 			}
 			incr(rollout.ImpactClassField("n", fc), tc.n)
 			if tc.cand > 0 {
@@ -309,8 +317,8 @@ func (f *ImpactFlusher) Flush(ctx context.Context) error {
 			}
 			tk.classes = append(tk.classes, tc)
 			wrote = true
-			return true
-		})
+		}
+		en.counts.classMu.RUnlock()
 		if wrote {
 			pipe.Expire(ctx, key, impactTTL)
 			pipe.Expire(ctx, slot, redisx.RulesImpactSlotTTL)
