@@ -62,8 +62,8 @@ type Env struct {
 	seq     int
 }
 
-// NewEnv builds the limiter, detector, quota and broker binaries into a work
-// directory.
+// NewEnv builds the limiter, detector, quota, deferred, adjuster and broker
+// binaries into a work directory.
 func NewEnv(ctx context.Context, o Options) (*Env, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -93,7 +93,7 @@ func NewEnv(ctx context.Context, o Options) (*Env, error) {
 	}
 	e := &Env{Root: root, Dir: dir, Bin: filepath.Join(dir, "bin"), DynamoEndpoint: o.DynamoEndpoint, Log: o.Logger, keepDir: keep}
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", e.Bin+"/",
-		"./services/limiter", "./services/detector", "./services/quota", "./services/deferred", "./deploy/local/broker",
+		"./services/limiter", "./services/detector", "./services/quota", "./services/deferred", "./services/adjuster", "./deploy/local/broker",
 		"./loadtest/cmd/faultproxy")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -24,7 +24,10 @@ type Check struct {
 	Allowed   bool
 	Degraded  bool // X-RateLimit-Error set, or degraded in the answer (shed answers too)
 	Shed      bool // X-RateLimit-Shed: answered from local state because the limiter was busy
-	Penalty   float64
+	// PriorityShed: refused by priority shedding (the adjuster's shed level).
+	PriorityShed bool
+	Penalty      float64
+	Priority     string // as sent ("" when none)
 }
 
 // Load sends checks to a limiter at a fixed total rate from a pool of
@@ -38,6 +41,9 @@ type Load struct {
 	Route string
 	// IP returns the client address of a check of p; nil: 198.51.100.23.
 	IP func(p events.Principal) string
+	// Priority returns the priority bucket of the i-th check of worker w
+	// (critical, degraded, best_effort, bulk); nil: none sent.
+	Priority func(w, i int) string
 
 	mu      sync.Mutex
 	results []Check
@@ -82,7 +88,11 @@ func (l *Load) Run(ctx context.Context) {
 				if time.Until(next) < -time.Second {
 					next = time.Now() // do not burst to catch up after a long stall
 				}
-				local = append(local, l.one(client, l.Next(w, i), route))
+				prio := ""
+				if l.Priority != nil {
+					prio = l.Priority(w, i)
+				}
+				local = append(local, l.one(client, l.Next(w, i), route, prio))
 			}
 			l.mu.Lock()
 			l.results = append(l.results, local...)
@@ -97,6 +107,7 @@ type checkBody struct {
 	IP        string           `json:"ip"`
 	Method    string           `json:"method"`
 	Route     string           `json:"route"`
+	Priority  string           `json:"priority,omitempty"`
 }
 
 type checkAnswer struct {
@@ -105,14 +116,15 @@ type checkAnswer struct {
 	Degraded          bool              `json:"degraded"`
 	PenaltyMultiplier float64           `json:"penalty_multiplier"`
 	Headers           map[string]string `json:"headers"`
+	Shed              bool              `json:"shed"`
 }
 
-func (l *Load) one(client *fasthttp.HostClient, p events.Principal, route string) Check {
+func (l *Load) one(client *fasthttp.HostClient, p events.Principal, route, priority string) Check {
 	ip := "198.51.100.23"
 	if l.IP != nil {
 		ip = l.IP(p)
 	}
-	body, _ := json.Marshal(checkBody{Principal: p, IP: ip, Method: "GET", Route: route})
+	body, _ := json.Marshal(checkBody{Principal: p, IP: ip, Method: "GET", Route: route, Priority: priority})
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
@@ -120,13 +132,14 @@ func (l *Load) one(client *fasthttp.HostClient, p events.Principal, route string
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
 	req.SetBodyRaw(body)
-	c := Check{Start: time.Now(), Principal: p}
+	c := Check{Start: time.Now(), Principal: p, Priority: priority}
 	if err := client.Do(req, resp); err == nil && resp.StatusCode() == fasthttp.StatusOK {
 		var out checkAnswer
 		if json.Unmarshal(resp.Body(), &out) == nil {
 			c.OK, c.ID, c.Allowed, c.Penalty = true, out.ID, out.Allowed, out.PenaltyMultiplier
 			c.Degraded = out.Headers["X-RateLimit-Error"] != "" || out.Degraded
 			c.Shed = out.Headers["X-RateLimit-Shed"] != ""
+			c.PriorityShed = out.Shed
 		}
 	}
 	c.Latency = time.Since(c.Start)

@@ -57,6 +57,8 @@ func Scenarios() []Scenario {
 		{"consumer-kill", "quota consumers SIGKILLed at random points, two members at once every other round (rebalances)", true, ConsumerKill},
 		{"dynamodb-errors", "a share of DynamoDB writes throttled (400), failed (500) or applied with the answer lost (500)", true, DynamoErrors},
 		{"deferred-kill", "5,000 orders at 5× their limit through the reverse proxy on a deferring route; the broker SIGKILLed mid-burst and restarted, the deferred-work worker SIGKILLed during the replay and restarted", false, DeferredKill},
+		{"shed-release", "Redis replies delayed 46 ms (the limiters' Redis latency signal near its budget) under prioritised load for 30 s, then the delay removed; no CPU or error-rate writer: shedding must engage, keep critical answered, and let go within the stated release time", false, ShedRelease},
+		{"rollout-class-harm", "a rules candidate that would block almost every declared bot (best_effort) with CRITICAL untouched, in shadow beside its parent under load; the adjuster's controller must abort it on the class's rise before any of it is enforced", false, RolloutClassHarm},
 		{"influx-pagerduty-down", "detector with InfluxDB on a closed port and PagerDuty answering 500 while rapid-fire bots run", false, InfluxPagerDown},
 	}
 }

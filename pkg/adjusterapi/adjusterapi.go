@@ -45,6 +45,18 @@ type ShedStep struct {
 	Old   int    `json:"old"`
 	Why   string `json:"why,omitempty"`  // why the level is what it is
 	Held  string `json:"held,omitempty"` // why a lower level was not taken
+	// Unknown names the shed signals that were missing or stale: they
+	// neither raise nor hold a level.
+	Unknown []string `json:"unknown,omitempty"`
+	// Signals are the known shed signals' values over the shed window.
+	Signals map[string]float64 `json:"signals,omitempty"`
+	// StepDownAt is when the level steps down next and ZeroAt when it
+	// reaches 0, if the known signals stay below their release lines; absent
+	// at level 0 and while a signal above its release line holds the level.
+	StepDownAt *time.Time `json:"step_down_at,omitempty"`
+	ZeroAt     *time.Time `json:"zero_at,omitempty"`
+	// At is when the step was decided.
+	At time.Time `json:"at,omitzero"`
 }
 
 // Changed reports whether the step moved the level.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -119,8 +120,36 @@ func benchEngine(b *testing.B, rdb redis.UniversalClient, cases []engineBench) {
 	}
 }
 
-// benchImpact counts like the rollout's impact counts do: two atomic adds.
-type benchImpact struct{ total, blocked, errors atomic.Int64 }
+// benchImpact counts like the rollout's impact counts do: two atomic adds,
+// and a paired count by class under a read lock (pkg/limiter/candidate).
+type benchImpact struct {
+	total, blocked, errors atomic.Int64
+	mu                     sync.RWMutex
+	classes                map[benchClass]*atomic.Int64
+}
+
+type benchClass struct{ prio, kind, plan, route string }
+
+func (c *benchImpact) AddPaired(p admission.Priority, req Request, plan string, cand, _ bool) {
+	k := benchClass{p.String(), string(req.Principal.Kind), plan, req.Route}
+	c.mu.RLock()
+	n := c.classes[k]
+	c.mu.RUnlock()
+	if n == nil {
+		c.mu.Lock()
+		if c.classes == nil {
+			c.classes = map[benchClass]*atomic.Int64{}
+		}
+		if n = c.classes[k]; n == nil {
+			n = &atomic.Int64{}
+			c.classes[k] = n
+		}
+		c.mu.Unlock()
+	}
+	if cand {
+		n.Add(1)
+	}
+}
 
 func (c *benchImpact) Add(_ admission.Priority, blocked bool) {
 	c.total.Add(1)

@@ -26,6 +26,9 @@ type Impact interface {
 	Add(p admission.Priority, blocked bool)
 	// AddError counts a check the version could not judge (Redis).
 	AddError()
+	// AddPaired counts a decision both a shadow candidate (cand: blocked)
+	// and the enforced rules (parent: blocked) judged, by its full class.
+	AddPaired(p admission.Priority, req Request, plan string, cand, parent bool)
 }
 
 // candidateSource is a RuleSource that may also hold a candidate.

@@ -60,6 +60,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 			res.CandidateVersion, res.CandidateBlocked = cand.Version, v.blocked
 			if cand.Impact != nil {
 				cand.Impact.Add(prio, v.blocked)
+				cand.Impact.AddPaired(prio, req, res.Plan, v.blocked, !res.Allowed)
 			}
 		case !v.ok && cand.Impact != nil:
 			cand.Impact.AddError()

@@ -33,6 +33,55 @@ type Verdict struct {
 	Action  string // ActionPromote, ActionAbort, ActionRollback, or "" (wait)
 	Version int64
 	Reason  string // why (for an action), or what it waits for
+	// Classes are a shadow's classes judged since the candidate began, the
+	// worst first; Confidence is the lowest confidence of the judged ones
+	// that their rise is within its limit (0 with none judged).
+	Classes    []ClassJudged
+	Confidence float64
+}
+
+// ClassGate is how a candidate's classes are judged: each class's limit on
+// the rise of its block share over the parent's, and the decisions a class
+// needs before it is judged at all.
+type ClassGate struct {
+	Limits   ClassLimits
+	MinClass int64
+}
+
+// DefaultMinClass is how many decisions a class needs to be judged.
+const DefaultMinClass = 100
+
+// DefaultClassGate is DefaultClassLimits with DefaultMinClass.
+func DefaultClassGate() ClassGate {
+	return ClassGate{Limits: DefaultClassLimits(), MinClass: DefaultMinClass}
+}
+
+// judgeClasses judges the classes of a shadow, cumulative and recent: the
+// first harmful class (either), and the cumulative judgement.
+func (g ClassGate) judgeClasses(im Impact) (all []ClassJudged, harm string, conf float64) {
+	if len(im.Classes) == 0 {
+		return nil, "", 0
+	}
+	all = JudgeClasses(ClassesOf(im.Classes), g.Limits, g.MinClass)
+	conf = 1
+	judged := false
+	for _, j := range all {
+		if j.Verdict != ClassFew {
+			conf, judged = min(conf, j.Confidence), true
+		}
+	}
+	if !judged {
+		conf = 0
+	}
+	if all[0].Verdict == ClassHarm {
+		return all, ": " + all[0].String(), conf
+	}
+	if len(im.RecentClasses) > 0 {
+		if r := JudgeClasses(ClassesOf(im.RecentClasses), g.Limits, g.MinClass); r[0].Verdict == ClassHarm {
+			return all, fmt.Sprintf(", last %s: %s", im.Window, r[0]), conf
+		}
+	}
+	return all, "", conf
 }
 
 // ImpactOf returns the impact counts of a version.
@@ -51,22 +100,47 @@ type ImpactOf func(ctx context.Context, v int64) (Impact, error)
 //   - an enforced version under watch whose CRITICAL block share, cumulative
 //     or recent, is above its maximum is rolled back to its parent.
 func Judge(ctx context.Context, st *State, impact ImpactOf, now time.Time) (Verdict, error) {
+	return JudgeWith(ctx, st, impact, now, DefaultClassGate())
+}
+
+// JudgeWith is Judge with the class gate g. Besides CRITICAL's absolute
+// share, a candidate in shadow is judged on every class of its traffic
+// (priority, principal kind, route, plan: ClassesOf): the rise of its block
+// share over its parent's on the same decisions, with a one-sided
+// ConfidenceLevel interval from the class's decisions (Paired.Interval).
+//   - a class whose rise is above its limit with confidence, cumulative or
+//     recent, aborts the candidate, with the class's figures;
+//   - the candidate is promoted only once every class with at least
+//     g.MinClass decisions is within its limit with confidence; a class
+//     whose interval straddles its limit keeps it waiting in shadow.
+func JudgeWith(ctx context.Context, st *State, impact ImpactOf, now time.Time, g ClassGate) (Verdict, error) {
 	if c, ok := st.Candidate(); ok {
 		im, err := impact(ctx, c.Version)
 		if err != nil {
 			return Verdict{}, err
 		}
+		classes, harm, conf := g.judgeClasses(im)
+		v := Verdict{Version: c.Version, Classes: classes, Confidence: conf}
 		j := judgeShare("CRITICAL would-block share", im.Shadow, im.RecentShadow, im.Window, c)
 		switch {
 		case j.over != "":
-			return Verdict{Action: ActionAbort, Version: c.Version, Reason: "shadow" + j.over}, nil
+			v.Action, v.Reason = ActionAbort, "shadow"+j.over
+		case harm != "":
+			v.Action, v.Reason = ActionAbort, "shadow, harm beyond the class's limit"+harm
 		case now.Before(c.TS.Add(c.ShadowFor())):
-			return Verdict{Version: c.Version, Reason: fmt.Sprintf("in shadow until %s; %s", c.TS.Add(c.ShadowFor()).Format(time.RFC3339), j.desc)}, nil
+			v.Reason = fmt.Sprintf("in shadow until %s; %s", c.TS.Add(c.ShadowFor()).Format(time.RFC3339), j.desc)
 		case j.n < c.MinSamples():
-			return Verdict{Version: c.Version, Reason: fmt.Sprintf("shadow period over, waiting for %d CRITICAL decisions; %s", c.MinSamples(), j.desc)}, nil
+			v.Reason = fmt.Sprintf("shadow period over, waiting for %d CRITICAL decisions; %s", c.MinSamples(), j.desc)
+		case len(classes) > 0 && classes[0].Verdict == ClassUnsure:
+			v.Reason = fmt.Sprintf("shadow period over, waiting for %s confidence: %s", pct(ConfidenceLevel), classes[0])
+		default:
+			v.Action = ActionPromote
+			v.Reason = fmt.Sprintf("shadow %s passed: %s ≤ %s", c.ShadowFor(), j.desc, pct(c.MaxShare()))
+			if len(classes) > 0 {
+				v.Reason += fmt.Sprintf("; every class judged within its limit at ≥ %s confidence (lowest %.1f %%)", pct(ConfidenceLevel), 100*conf)
+			}
 		}
-		return Verdict{Action: ActionPromote, Version: c.Version,
-			Reason: fmt.Sprintf("shadow %s passed: %s ≤ %s", c.ShadowFor(), j.desc, pct(c.MaxShare()))}, nil
+		return v, nil
 	}
 	e, ok := st.Enforced()
 	if !ok || !Watching(e, now) {
@@ -124,8 +198,10 @@ type Controller struct {
 	// Window is the recent window a share is judged over besides since the
 	// version began (DefaultWindow; 0 judges cumulative shares only).
 	Window time.Duration
-	Now    func() time.Time
-	Log    *slog.Logger
+	// Gate judges a candidate's classes (DefaultClassGate).
+	Gate ClassGate
+	Now  func() time.Time
+	Log  *slog.Logger
 
 	st      atomic.Pointer[State]
 	last    atomic.Pointer[Verdict]
@@ -137,7 +213,7 @@ func NewController(op *Operator, rdb redis.UniversalClient, id string, log *slog
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Controller{Operator: op, Redis: rdb, ID: id, Tick: time.Second, Window: DefaultWindow, Now: time.Now, Log: log,
+	return &Controller{Operator: op, Redis: rdb, ID: id, Tick: time.Second, Window: DefaultWindow, Gate: DefaultClassGate(), Now: time.Now, Log: log,
 		actions: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{Name: "floodgate_adjuster_rollout_actions_total",
 			Help: "Rule rollout steps the controller took, by action (rules.promote, rules.abort, rules.rollback) and result (ok, error)."}, []string{"action", "result"})}
 }
@@ -184,10 +260,14 @@ func (c *Controller) Step(ctx context.Context, st *State) (Verdict, error) {
 		if err != nil {
 			return Impact{}, err
 		}
-		im.Window, im.RecentShadow, im.RecentEnforced = recent.Window, recent.RecentShadow, recent.RecentEnforced
+		im.Window, im.RecentShadow, im.RecentEnforced, im.RecentClasses = recent.Window, recent.RecentShadow, recent.RecentEnforced, recent.RecentClasses
 		return im, nil
 	}
-	v, err := Judge(ctx, st, impact, now)
+	gate := c.Gate
+	if gate.Limits.By == nil && gate.Limits.Default == 0 && gate.MinClass == 0 {
+		gate = DefaultClassGate() // a Controller built without NewController
+	}
+	v, err := JudgeWith(ctx, st, impact, now, gate)
 	if err != nil {
 		return v, err
 	}

@@ -42,9 +42,13 @@ type Impact struct {
 	Version  int64
 	Shadow   Counts
 	Enforced Counts
+	// Classes are the shadow's paired counts by full class: the candidate's
+	// and its parent's verdicts on the same decisions (ImpactClassField).
+	Classes map[FullClass]Paired
 
 	Window                       time.Duration
 	RecentShadow, RecentEnforced Counts
+	RecentClasses                map[FullClass]Paired
 }
 
 func newCounts() Counts { return Counts{Total: map[string]int64{}, Blocked: map[string]int64{}} }
@@ -56,8 +60,8 @@ func ReadImpact(ctx context.Context, rdb redis.UniversalClient, topic string, v 
 	if err != nil {
 		return Impact{}, fmt.Errorf("read impact of rules version %d: %w", v, err)
 	}
-	im := Impact{Version: v, Shadow: newCounts(), Enforced: newCounts()}
-	addFields(h, &im.Shadow, &im.Enforced)
+	im := Impact{Version: v, Shadow: newCounts(), Enforced: newCounts(), Classes: map[FullClass]Paired{}}
+	addFields(h, &im.Shadow, &im.Enforced, im.Classes)
 	return im, nil
 }
 
@@ -79,19 +83,32 @@ func ReadRecent(ctx context.Context, rdb redis.UniversalClient, topic string, im
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("read recent impact of rules version %d: %w", im.Version, err)
 	}
-	im.Window, im.RecentShadow, im.RecentEnforced = window, newCounts(), newCounts()
+	im.Window, im.RecentShadow, im.RecentEnforced, im.RecentClasses = window, newCounts(), newCounts(), map[FullClass]Paired{}
 	for _, c := range cmds {
-		addFields(c.Val(), &im.RecentShadow, &im.RecentEnforced)
+		addFields(c.Val(), &im.RecentShadow, &im.RecentEnforced, im.RecentClasses)
 	}
 	return nil
 }
 
 // addFields adds an impact hash's fields ("shadow:critical:total", …) to the
-// counts of their phase.
-func addFields(h map[string]string, shadow, enforced *Counts) {
+// counts of their phase, and its class fields to classes.
+func addFields(h map[string]string, shadow, enforced *Counts, classes map[FullClass]Paired) {
 	for field, val := range h {
 		n, err := strconv.ParseInt(val, 10, 64)
 		if err != nil {
+			continue
+		}
+		if what, fc, ok := parseClassField(field); ok {
+			p := classes[fc]
+			switch what {
+			case "n":
+				p.N += n
+			case "cand":
+				p.Cand += n
+			case "parent":
+				p.Parent += n
+			}
+			classes[fc] = p
 			continue
 		}
 		parts := strings.Split(field, ":")

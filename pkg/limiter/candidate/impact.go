@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
@@ -22,6 +23,50 @@ import (
 type impactCounts struct {
 	total, blocked [admission.PriorityBulk + 1]atomic.Int64
 	errors         atomic.Int64
+	// classes are a shadow's paired counts by full class (priority, kind,
+	// plan, route): the candidate's and its parent's verdicts on the same
+	// decisions, at most maxImpactClasses of them; the rest count under the
+	// route "other". A read lock and a map lookup on the hot path (a struct
+	// key: nothing allocated), the write lock only for a new class.
+	classMu sync.RWMutex
+	classes map[rollout.FullClass]*pairedCounts
+}
+
+// pairedCounts are one full class's decisions and how many the candidate and
+// the parent blocked.
+type pairedCounts struct{ n, cand, parent atomic.Int64 }
+
+// maxImpactClasses bounds the classes one version's shadow counts.
+const maxImpactClasses = 512
+
+// AddPaired counts a decision both the candidate (cand) and the enforced
+// rules (parent) judged, by its full class.
+func (c *impactCounts) AddPaired(p admission.Priority, req limiter.Request, plan string, cand, parent bool) {
+	fc := rollout.FullClass{Priority: p.String(), Kind: string(req.Principal.Kind), Plan: plan, Route: req.Route}
+	c.classMu.RLock()
+	pc := c.classes[fc]
+	c.classMu.RUnlock()
+	if pc == nil {
+		c.classMu.Lock()
+		if c.classes == nil {
+			c.classes = map[rollout.FullClass]*pairedCounts{}
+		}
+		if _, ok := c.classes[fc]; !ok && len(c.classes) >= maxImpactClasses {
+			fc.Route = "other"
+		}
+		if pc = c.classes[fc]; pc == nil {
+			pc = &pairedCounts{}
+			c.classes[fc] = pc
+		}
+		c.classMu.Unlock()
+	}
+	pc.n.Add(1)
+	if cand {
+		pc.cand.Add(1)
+	}
+	if parent {
+		pc.parent.Add(1)
+	}
 }
 
 var _ limiter.Impact = (*impactCounts)(nil)
@@ -119,10 +164,15 @@ func (f *ImpactFlusher) Flush(ctx context.Context) error {
 	f.entries = kept
 	f.mu.Unlock()
 
+	type takenClass struct {
+		pc              *pairedCounts
+		n, cand, parent int64
+	}
 	type taken struct {
 		c              *impactCounts
 		total, blocked [admission.PriorityBulk + 1]int64
 		errors         int64
+		classes        []takenClass
 	}
 	var took []taken
 	pipe := f.rdb.Pipeline()
@@ -151,6 +201,23 @@ func (f *ImpactFlusher) Flush(ctx context.Context) error {
 			incr(en.phase+":errors", tk.errors)
 			wrote = true
 		}
+		en.counts.classMu.RLock()
+		for fc, pc := range en.counts.classes {
+			tc := takenClass{pc: pc, n: pc.n.Swap(0), cand: pc.cand.Swap(0), parent: pc.parent.Swap(0)}
+			if tc.n == 0 {
+				continue
+			}
+			incr(rollout.ImpactClassField("n", fc), tc.n)
+			if tc.cand > 0 {
+				incr(rollout.ImpactClassField("cand", fc), tc.cand)
+			}
+			if tc.parent > 0 {
+				incr(rollout.ImpactClassField("parent", fc), tc.parent)
+			}
+			tk.classes = append(tk.classes, tc)
+			wrote = true
+		}
+		en.counts.classMu.RUnlock()
 		if wrote {
 			pipe.Expire(ctx, key, impactTTL)
 			pipe.Expire(ctx, slot, redisx.RulesImpactSlotTTL)
@@ -167,6 +234,11 @@ func (f *ImpactFlusher) Flush(ctx context.Context) error {
 				tk.c.blocked[p].Add(tk.blocked[p])
 			}
 			tk.c.errors.Add(tk.errors)
+			for _, tc := range tk.classes {
+				tc.pc.n.Add(tc.n)
+				tc.pc.cand.Add(tc.cand)
+				tc.pc.parent.Add(tc.parent)
+			}
 		}
 		return err
 	}

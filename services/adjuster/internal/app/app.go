@@ -137,7 +137,7 @@ func Serve(ctx context.Context, env service.Env) error {
 		op := &rollout.Operator{Topic: topic, Audit: &rollout.DynamoAudit{Client: ddb, Table: table}, Claims: &rollout.DynamoClaims{Client: ddb, Table: table},
 			Validate: func(string, []byte) error { return errors.New("the controller publishes no new rules") }}
 		ctl := rollout.NewController(op, rdb, "adjuster/rollout", log, reg)
-		ctl.Window = cfg.RolloutWindow
+		ctl.Window, ctl.Gate = cfg.RolloutWindow, cfg.RolloutGate
 		run.Worker("rules rollout controller", ctl.Run)
 	}
 	log.Info("adjuster starting", "addr", addr.String(), "scales_key", cfg.ScalesKey, "topic", cfg.AdjustmentsTopic, "rules_topic", cfg.RulesTopic,

@@ -33,6 +33,7 @@ type Config struct {
 	AdjustmentsTopic  string               // FLOODGATE_ADJUSTMENTS_TOPIC
 	RulesTopic        string               // FLOODGATE_RULES_TOPIC: the rollout controller watches it (docs/rollouts.md); "" = off
 	RolloutWindow     time.Duration        // FLOODGATE_ADJUSTER_ROLLOUT_WINDOW: the controller's recent window (default 5m; 0 = cumulative only)
+	RolloutGate       rollout.ClassGate    // FLOODGATE_ADJUSTER_ROLLOUT_CLASS_LIMITS, FLOODGATE_ADJUSTER_ROLLOUT_MIN_CLASS (docs/rollouts.md)
 	DynamoEndpoint    string               // FLOODGATE_DYNAMODB_ENDPOINT (empty = AWS)
 	DynamoTablePrefix string               // FLOODGATE_DYNAMODB_TABLE_PREFIX
 	series.Influx                          // FLOODGATE_INFLUX_*
@@ -68,6 +69,10 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 	var err error
 	c.Filters, err = signalFilters(e)
 	v.Require(err == nil, "FLOODGATE_ADJUSTER_*_TAGS", "%v", err)
+	c.RolloutGate.Limits, err = rollout.ParseClassLimits(e.String("FLOODGATE_ADJUSTER_ROLLOUT_CLASS_LIMITS", ""))
+	v.Require(err == nil, "FLOODGATE_ADJUSTER_ROLLOUT_CLASS_LIMITS", "%v", err)
+	c.RolloutGate.MinClass = int64(e.Int("FLOODGATE_ADJUSTER_ROLLOUT_MIN_CLASS", rollout.DefaultMinClass))
+	v.Require(c.RolloutGate.MinClass >= 1, "FLOODGATE_ADJUSTER_ROLLOUT_MIN_CLASS", "%d: at least 1", c.RolloutGate.MinClass)
 	c.Tokens, err = admin.ParseTokens(e.String("FLOODGATE_ADJUSTER_TOKENS", ""))
 	v.Require(err == nil, "FLOODGATE_ADJUSTER_TOKENS", "%v", err)
 	c.Rules = control.Defaults()

@@ -27,6 +27,10 @@ type Reading struct {
 	At    time.Time
 	// OK is false when the signal had no data in the window.
 	OK bool
+	// Points is how many points the window's value was taken from (0: not
+	// counted). A median of fewer than MinShedPoints is not robust: such a
+	// signal may not raise the shed level.
+	Points int
 }
 
 // Signals are the controller's inputs: utilisations and rates as fractions in [0, 1].
@@ -184,8 +188,13 @@ func (c *Controller) cuts() []cut {
 // Fresh reports whether a reading is recent enough to act on at now.
 func (c *Controller) Fresh(now time.Time, r Reading) bool { return c.fresh(now, r) }
 
-func (c *Controller) fresh(now time.Time, r Reading) bool {
-	return r.OK && !r.At.After(now.Add(time.Minute)) && now.Sub(r.At) <= c.rules.StaleAfter.D()
+func (c *Controller) fresh(now time.Time, r Reading) bool { return c.rules.Fresh(now, r) }
+
+// Fresh reports whether a reading is known at now: it has a point in the
+// window, no newer than a minute ahead of now (clock skew) and no older than
+// StaleAfter.
+func (r Rules) Fresh(now time.Time, rd Reading) bool {
+	return rd.OK && !rd.At.After(now.Add(time.Minute)) && now.Sub(rd.At) <= r.StaleAfter.D()
 }
 
 // Step decides this tick's changes and updates the rules' memory (hysteresis).

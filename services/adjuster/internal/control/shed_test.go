@@ -2,6 +2,7 @@ package control
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -146,70 +147,200 @@ func TestShedStepResponse(t *testing.T) {
 }
 
 func TestShedderMechanics(t *testing.T) {
-	r := Defaults().Shed
+	r := Defaults().Shed // hold 5s, max_hold 20s, tick 3s
 	fresh := func(rd Reading) bool { return rd.OK }
-	at := func(m int) time.Time { return t0.Add(time.Duration(m) * 30 * time.Second) }
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	var sh Shedder
-	step := func(m int, cpu, errs float64) ShedStep {
-		return sh.Step(r, at(m), sig(at(m), cpu, 0.3, errs, 0), fresh, false)
+	step := func(s int, cpu, errs float64) ShedStep {
+		return sh.Step(r, at(s), sig(at(s), cpu, 0.3, errs, 0), fresh, false)
 	}
 
 	require.Equal(t, 0, step(0, 0.85, 0.01).Level, "under every line")
-	st := step(1, 0.96, 0.01)
+	st := step(5, 0.96, 0.01)
 	require.Equal(t, 2, st.Level, "straight to the highest level crossed")
 	require.Contains(t, st.Why, "cpu 0.96 > 0.95")
-	require.Equal(t, 3, step(2, 0.5, 0.45).Level, "either signal raises")
-	st = step(3, 0.5, 0.01)
+	require.Equal(t, 3, step(10, 0.5, 0.45).Level, "either signal raises")
+	st = step(12, 0.5, 0.01)
 	require.Equal(t, 3, st.Level)
-	require.Contains(t, st.Held, "holding level 3 until", "a level holds for hold (1m)")
-	require.Equal(t, 2, step(4, 0.5, 0.01).Level, "then comes down one level at a time")
-	st = sh.Step(r, at(7), Signals{CPU: Reading{Value: 0.1, At: at(7), OK: true}}, fresh, false)
-	require.Equal(t, 2, st.Level, "a stale signal neither raises nor releases")
-	require.Contains(t, st.Held, "signal error_rate, redis_latency is missing or stale")
-	require.Equal(t, 2, step(8, 0.94, 0.01).Level, "0.94 is above level 2's release line 0.95 × 0.95")
-	require.Equal(t, 1, step(9, 0.80, 0.01).Level)
+	require.Contains(t, st.Held, "holding level 3 until", "a level holds for hold (5s) after a raise")
+	require.Equal(t, at(15), *st.StepDownAt, "says when it steps down")
+	require.Equal(t, at(21), *st.ZeroAt, "and when it reaches 0: one level a tick (3s)")
+	st = step(15, 0.5, 0.01)
+	require.Equal(t, 2, st.Level, "then comes down one level a tick")
+	require.Equal(t, at(18), *st.StepDownAt)
+	st = step(20, 0.94, 0.01)
+	require.Equal(t, 2, st.Level, "0.94 is above level 2's release line 0.95 × 0.95")
+	require.Contains(t, st.Held, "cpu 0.94 not below its release line 0.9025")
+	require.Nil(t, st.StepDownAt, "a signal over the line: no time can be promised")
+	require.Equal(t, 1, step(25, 0.80, 0.01).Level)
+	require.Equal(t, 0, step(30, 0.80, 0.01).Level)
 
-	// A relapse right after a release doubles the hold.
-	require.Equal(t, 2, step(10, 0.951, 0.01).Level)
-	require.Equal(t, 2, step(12, 0.5, 0.01).Level, "hold is now 2m")
-	require.Equal(t, 2, step(13, 0.5, 0.01).Level)
-	require.Equal(t, 1, step(14, 0.5, 0.01).Level)
+	// A relapse right after a release doubles the hold, up to max_hold.
+	require.Equal(t, 2, step(35, 0.951, 0.01).Level)
+	st = step(40, 0.5, 0.01)
+	require.Equal(t, 2, st.Level, "hold is now 10s")
+	require.Contains(t, st.Held, "hold 10s since the last raise")
+	require.Equal(t, 1, step(45, 0.5, 0.01).Level)
+	require.Equal(t, 2, step(50, 0.96, 0.01).Level, "a second relapse: 20s")
+	require.Equal(t, 2, step(65, 0.5, 0.01).Level)
+	require.Equal(t, 1, step(70, 0.5, 0.01).Level)
+	require.Equal(t, 2, step(75, 0.96, 0.01).Level, "a third: 40s, but max_hold is 20s")
+	st = step(90, 0.5, 0.01)
+	require.Contains(t, st.Held, "hold 20s since the last raise")
+	require.Equal(t, 1, step(95, 0.5, 0.01).Level, "max_hold bounds the damping")
 
 	// The kill switch releases everything at once.
-	require.Equal(t, 2, step(15, 0.96, 0.01).Level)
-	require.Equal(t, 0, sh.Step(r, at(16), sig(at(16), 0.99, 0.3, 0.5, 0), fresh, true).Level)
+	require.Equal(t, 2, step(155, 0.96, 0.01).Level)
+	require.Equal(t, 0, sh.Step(r, at(160), sig(at(160), 0.99, 0.3, 0.5, 0), fresh, true).Level)
 	r.Disabled = true
-	require.Equal(t, 0, sh.Step(r, at(17), sig(at(17), 0.99, 0.3, 0.5, 0), fresh, false).Level)
+	require.Equal(t, 0, sh.Step(r, at(165), sig(at(165), 0.99, 0.3, 0.5, 0), fresh, false).Level)
+}
+
+// TestShedderLetsGoOfUnknownSignals: a missing or stale signal neither raises
+// nor holds a level — it is named unknown, and the level steps down on the
+// signals that are known, or on none.
+func TestShedderLetsGoOfUnknownSignals(t *testing.T) {
+	r := Defaults().Shed
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	fresh := func(now time.Time) func(Reading) bool {
+		return func(rd Reading) bool { return Defaults().Fresh(now, rd) }
+	}
+	redisOnly := func(now time.Time, v float64) Signals {
+		return Signals{RedisLatency: Reading{Value: v, At: now, OK: true}}
+	}
+	var sh Shedder
+	st := sh.Step(r, at(0), redisOnly(at(0), 0.95), fresh(at(0)), false)
+	require.Equal(t, 3, st.Level, "Redis latency alone raises, with cpu and error_rate missing")
+	require.Equal(t, []string{SignalCPU, SignalErrorRate}, st.Unknown)
+	require.Contains(t, st.Why, "cpu, error_rate unknown")
+	for s := 5; s <= 15; s += 5 {
+		st = sh.Step(r, at(s), redisOnly(at(s), 0.1), fresh(at(s)), false)
+	}
+	require.Equal(t, 0, st.Level, "released on the one known signal, one level a tick: %+v", st)
+
+	// Every signal gone (the metrics pipeline broke at level 3): nothing
+	// says the fleet is overloaded, so the level comes down.
+	st = sh.Step(r, at(20), redisOnly(at(20), 0.95), fresh(at(20)), false)
+	require.Equal(t, 3, st.Level)
+	last := at(20)
+	for s := 25; s <= 35; s += 5 {
+		// the last points stay in the window but age past stale_after (2m)
+		now := at(s).Add(2 * time.Minute)
+		st = sh.Step(r, now, Signals{RedisLatency: Reading{Value: 0.95, At: last, OK: true}}, fresh(now), false)
+		require.ElementsMatch(t, []string{SignalCPU, SignalErrorRate, SignalRedisLatency}, st.Unknown)
+	}
+	require.Equal(t, 0, st.Level, "a stale signal holds nothing: %+v", st)
+	require.Contains(t, st.Why, "no known signal")
+}
+
+// TestShedReleaseTime: overload (Redis latency at 0.95 of the budget), then
+// calm, read as the loop reads it — a limiter flushing a point every 5 s, the
+// median of the shed window's points, a shed tick every 5 s, no CPU or error
+// rate writer — with one noisy flush in the calm. The level engages within
+// two flushes, a noisy point neither raises nor holds it, and it is back to 0
+// within ReleaseBound(5s) (24 s) of the overload's end, whatever the phase
+// of the flushes against the ticks.
+func TestShedReleaseTime(t *testing.T) {
+	r := Defaults().Shed
+	const flush = 5 * time.Second
+	bound := r.ReleaseBound(flush)
+	require.LessOrEqual(t, bound, 30*time.Second, "the documented release time")
+	for phase := time.Duration(0); phase < flush; phase += time.Second {
+		t.Run(fmt.Sprintf("flush phase %s", phase), func(t *testing.T) {
+			start, end := 60*time.Second, 180*time.Second
+			noisy := end + 40*time.Second + phase
+			value := func(flushAt time.Duration) float64 {
+				// a flush covers (flushAt-flush, flushAt]: high if any of it was overloaded
+				if flushAt > start && flushAt-flush < end || flushAt == noisy {
+					return 0.95
+				}
+				return 0.1
+			}
+			var sh Shedder
+			engaged, zeroAt := time.Duration(-1), time.Duration(-1)
+			for now := time.Duration(0); now <= 5*time.Minute; now += r.Tick.D() {
+				var pts []float64
+				var newest time.Duration
+				for f := phase; f <= now; f += flush {
+					if f > now-r.Window.D() {
+						pts = append(pts, value(f))
+						newest = f
+					}
+				}
+				var s Signals
+				if len(pts) > 0 {
+					s.RedisLatency = Reading{Value: median(pts), At: t0.Add(newest), OK: true, Points: len(pts)}
+				}
+				st := sh.Step(r, t0.Add(now), s, func(rd Reading) bool { return Defaults().Fresh(t0.Add(now), rd) }, false)
+				switch {
+				case now < start:
+					require.Zero(t, st.Level)
+				case now >= end && st.Level == 0 && zeroAt < 0:
+					zeroAt = now - end
+				case now > end+bound:
+					require.Zero(t, st.Level, "at %s: %+v", now, st)
+				}
+				if st.Level > 0 && engaged < 0 {
+					engaged = now - start
+				}
+			}
+			require.LessOrEqual(t, engaged, 2*flush+r.Tick.D(), "engaged within two flushes and a tick")
+			require.GreaterOrEqual(t, zeroAt, time.Duration(0))
+			require.LessOrEqual(t, zeroAt, bound)
+			t.Logf("engaged %s after the overload began; level 0 %s after it ended (bound %s)", engaged, zeroAt, bound)
+		})
+	}
+}
+
+// TestShedderThinWindow: a window of fewer than MinShedPoints points — a
+// limiter's first flush after a cold start reads the whole budget — cannot
+// raise the level; three points can, and a thin window still keeps a level.
+func TestShedderThinWindow(t *testing.T) {
+	r := Defaults().Shed
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	fresh := func(rd Reading) bool { return rd.OK }
+	redis := func(s int, v float64, n int) Signals {
+		return Signals{RedisLatency: Reading{Value: v, At: at(s), OK: true, Points: n}}
+	}
+	var sh Shedder
+	require.Equal(t, 0, sh.Step(r, at(0), redis(0, 1, 1), fresh, false).Level, "one point raises nothing")
+	require.Equal(t, 0, sh.Step(r, at(3), redis(3, 1, 2), fresh, false).Level, "nor two")
+	require.Equal(t, 3, sh.Step(r, at(6), redis(6, 1, 3), fresh, false).Level, "three do")
+	st := sh.Step(r, at(20), redis(20, 0.95, 2), fresh, false)
+	require.Equal(t, 3, st.Level, "a thin window over the line keeps the level: %+v", st)
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	} else {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
 }
 
 func TestShedderOnRedisLatency(t *testing.T) {
 	r := Defaults().Shed // redis_latency_above 0.5, 0.7, 0.9 of the budget
 	fresh := func(rd Reading) bool { return rd.OK }
-	at := func(m int) time.Time { return t0.Add(time.Duration(m) * 30 * time.Second) }
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	var sh Shedder
-	step := func(m int, redis float64) ShedStep {
-		s := sig(at(m), 0.5, 0.3, 0.01, 0)
-		s.RedisLatency.Value = redis
-		return sh.Step(r, at(m), s, fresh, false)
+	step := func(s int, redis float64) ShedStep {
+		sg := sig(at(s), 0.5, 0.3, 0.01, 0)
+		sg.RedisLatency.Value = redis
+		return sh.Step(r, at(s), sg, fresh, false)
 	}
 	require.Equal(t, 0, step(0, 0.45).Level, "p99 at 45 % of the budget sheds nothing")
-	st := step(1, 0.75)
+	st := step(5, 0.75)
 	require.Equal(t, 2, st.Level, "a slow Redis sheds with CPU and errors calm")
 	require.Contains(t, st.Why, "redis_latency 0.75 > 0.7")
-	require.Equal(t, 2, step(3, 0.68).Level, "0.68 is above level 2's release line 0.7 × 0.95")
-	require.Equal(t, 1, step(4, 0.6).Level)
-	require.Equal(t, 1, step(5, 0.48).Level, "0.48 is above level 1's release line 0.5 × 0.95")
-	require.Equal(t, 0, step(7, 0.2).Level)
-
-	st = sh.Step(r, at(8), Signals{CPU: Reading{Value: 0.96, At: at(8), OK: true}, ErrorRate: Reading{At: at(8), OK: true}}, fresh, false)
-	require.Equal(t, 2, st.Level)
-	st = sh.Step(r, at(11), Signals{CPU: Reading{Value: 0.1, At: at(11), OK: true}, ErrorRate: Reading{At: at(11), OK: true}}, fresh, false)
-	require.Equal(t, 2, st.Level, "a missing Redis latency holds the level like any other signal")
-	require.Contains(t, st.Held, "redis_latency is missing or stale")
+	require.Equal(t, 2, step(10, 0.68).Level, "0.68 is above level 2's release line 0.7 × 0.95")
+	require.Equal(t, 1, step(15, 0.6).Level)
+	require.Equal(t, 1, step(20, 0.48).Level, "0.48 is above level 1's release line 0.5 × 0.95")
+	require.Equal(t, 0, step(25, 0.2).Level)
 
 	r.RedisLatencyAbove = nil
-	st = sh.Step(r, at(12), Signals{CPU: Reading{Value: 0.1, At: at(12), OK: true}, ErrorRate: Reading{At: at(12), OK: true}}, fresh, false)
-	require.Equal(t, 1, st.Level, "without thresholds Redis latency neither sheds nor holds")
+	require.Equal(t, 0, step(30, 0.99).Level, "without thresholds Redis latency does not shed")
 	rules := Defaults()
 	rules.Shed = r
 	require.NoError(t, rules.Validate(), "redis_latency_above may be empty")
@@ -225,6 +356,10 @@ func TestShedRuleValidation(t *testing.T) {
 		{"not ascending", func(s *ShedRule) { s.ErrorRateAbove = []float64{0.2, 0.1, 0.4} }, "shed.error_rate_above"},
 		{"redis latency past the budget", func(s *ShedRule) { s.RedisLatencyAbove = []float64{0.5, 0.9, 1.5} }, "shed.redis_latency_above"},
 		{"one redis latency threshold", func(s *ShedRule) { s.RedisLatencyAbove = []float64{0.5} }, "shed.redis_latency_above"},
+		{"no signal", func(s *ShedRule) { s.CPUAbove, s.ErrorRateAbove, s.RedisLatencyAbove = nil, nil, nil }, "shed.cpu_above"},
+		{"tick", func(s *ShedRule) { s.Tick = Duration(time.Hour) }, "shed.tick"},
+		{"window shorter than the tick", func(s *ShedRule) { s.Window = Duration(time.Second) }, "shed.window"},
+		{"max hold", func(s *ShedRule) { s.MaxHold = Duration(2 * time.Hour) }, "shed.max_hold"},
 		{"hysteresis", func(s *ShedRule) { s.Hysteresis = 1 }, "shed.hysteresis"},
 		{"retry after", func(s *ShedRule) { s.RetryAfter = 0 }, "shed.retry_after"},
 	} {

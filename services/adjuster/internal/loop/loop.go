@@ -29,6 +29,12 @@ type Source interface {
 	Read(ctx context.Context, now time.Time, window time.Duration) (control.Signals, error)
 }
 
+// ShedSource is a Source that can read only the shed signals, faster; the
+// shed tick uses it when the Source implements it.
+type ShedSource interface {
+	ReadShed(ctx context.Context, now time.Time, window time.Duration) (control.Signals, error)
+}
+
 // Scales is where the limiter reads the scales from.
 type Scales interface {
 	Load(ctx context.Context) (map[string]float64, error)
@@ -93,16 +99,23 @@ type Loop struct {
 	// tickMu serializes ticks and owns what only a tick touches.
 	tickMu   sync.Mutex
 	ctrl     *control.Controller
-	shed     control.Shedder
 	alerting map[string]bool
 	pending  []events.Adjustment
 	wasDry   bool
 	started  bool
 
+	// shedMu serializes shed ticks (their own cadence, shed.tick) and owns
+	// the shedder and its alerts.
+	shedMu       sync.Mutex
+	shed         control.Shedder
+	shedAlerting map[string]bool
+	shedNudge    chan struct{}
+
 	// mu guards what the admin API reads and writes while a tick runs.
 	mu       sync.Mutex
 	settings settings.Settings
 	status   Status
+	lastShed control.ShedStep
 }
 
 // Status is what the last tick saw and did (GET /v1/status).
@@ -116,7 +129,8 @@ func New(cfg Config) *Loop {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Loop{cfg: cfg, m: newMetrics(cfg.Registerer), nudge: make(chan struct{}, 1), alerting: map[string]bool{}}
+	return &Loop{cfg: cfg, m: newMetrics(cfg.Registerer), nudge: make(chan struct{}, 1), alerting: map[string]bool{},
+		shedNudge: make(chan struct{}, 1), shedAlerting: map[string]bool{}}
 }
 
 // Start loads the settings and the current scales, so the controller resumes
@@ -145,11 +159,13 @@ func (l *Loop) loadSettings(ctx context.Context) (settings.Settings, error) {
 	return settings.Current(ctx, l.cfg.Settings, l.cfg.Defaults)
 }
 
-// Nudge asks for a tick now (after a settings change).
+// Nudge asks for a tick and a shed tick now (after a settings change).
 func (l *Loop) Nudge() {
-	select {
-	case l.nudge <- struct{}{}:
-	default:
+	for _, c := range []chan struct{}{l.nudge, l.shedNudge} {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -163,11 +179,13 @@ func (l *Loop) Use(s settings.Settings) {
 	}
 }
 
-// Status returns what the last tick saw and did.
+// Status returns what the last tick saw and did, with the last shed tick's decision.
 func (l *Loop) Status() Status {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.status
+	st := l.status
+	st.Shed = l.lastShed
+	return st
 }
 
 // Settings returns the settings the loop runs with.
@@ -177,7 +195,8 @@ func (l *Loop) Settings() settings.Settings {
 	return l.settings.Clone()
 }
 
-// Run ticks every rules.tick (and on Nudge) until ctx is done.
+// Run ticks every rules.tick, shed ticks every shed.tick (and both on
+// Nudge) until ctx is done.
 func (l *Loop) Run(ctx context.Context) error {
 	l.tickMu.Lock()
 	started := l.started
@@ -187,6 +206,13 @@ func (l *Loop) Run(ctx context.Context) error {
 			return fmt.Errorf("start adjuster loop: %w", err)
 		}
 	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		l.runShed(ctx)
+	}()
+	defer wg.Wait()
 	for {
 		tickCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		l.Tick(tickCtx)
@@ -202,6 +228,119 @@ func (l *Loop) Run(ctx context.Context) error {
 		case <-t.C:
 		case <-l.nudge:
 			t.Stop()
+		}
+	}
+}
+
+// runShed shed-ticks every shed.tick (and on Nudge) until ctx is done; a
+// tick's own duration is part of the period, not added to it.
+func (l *Loop) runShed(ctx context.Context) {
+	for {
+		tick := l.Settings().Rules.Shed.Tick.D()
+		if tick <= 0 {
+			tick = l.Settings().Rules.Tick.D()
+		}
+		began := time.Now()
+		tickCtx, cancel := context.WithTimeout(ctx, 2*tick)
+		l.ShedTick(tickCtx)
+		cancel()
+		t := time.NewTimer(max(tick-time.Since(began), 0))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		case <-l.shedNudge:
+			t.Stop()
+		}
+	}
+}
+
+// ShedTick decides the shed level: it reads the signals over shed.window,
+// steps the shedder, alerts on the shed signals that are unknown, and writes
+// the level for the limiters (0 in a dry run) with a time to live of three
+// shed ticks, so shedding ends if this loop stops.
+func (l *Loop) ShedTick(ctx context.Context) {
+	l.shedMu.Lock()
+	defer l.shedMu.Unlock()
+	st := l.Settings()
+	r := st.Rules.Shed
+	now := l.cfg.Now()
+	var sig control.Signals
+	if !r.Disabled && !st.Frozen {
+		read := l.cfg.Source.Read
+		if ss, ok := l.cfg.Source.(ShedSource); ok {
+			read = ss.ReadShed
+		}
+		var err error
+		if sig, err = read(ctx, now, r.Window.D()); err != nil {
+			l.cfg.Logger.Error("adjuster shed tick", "step", "shed_signals", "err", err)
+			l.m.errors.WithLabelValues("shed_signals").Inc()
+			sig = control.Signals{} // every signal unknown: nothing holds a level
+		}
+	}
+	shed := l.shed.Step(r, now, sig, func(rd control.Reading) bool { return st.Rules.Fresh(now, rd) }, st.Frozen)
+	l.shedAlert(ctx, now, r, shed.Unknown, sig)
+	if l.cfg.Shed != nil {
+		level := shed.Level
+		if st.DryRun {
+			level = 0 // a dry run applies nothing
+		}
+		// Written every shed tick: the hash's time to live (three shed
+		// ticks) is what ends shedding if this loop stops.
+		if err := l.cfg.Shed.Set(ctx, level, r.RetryAfter.D(), shed.Why, 3*r.Tick.D()); err != nil {
+			l.cfg.Logger.Error("adjuster shed tick", "step", "write_shed", "err", err)
+			l.m.errors.WithLabelValues("write_shed").Inc()
+		}
+	}
+	if shed.Changed() {
+		l.cfg.Logger.Info("shed level change", "old", shed.Old, "new", shed.Level, "why", shed.Why, "unknown", shed.Unknown, "dry_run", st.DryRun)
+	}
+	l.m.shedLevel.WithLabelValues(fmt.Sprint(st.DryRun)).Set(float64(shed.Level))
+	l.mu.Lock()
+	l.lastShed = shed
+	l.mu.Unlock()
+}
+
+// shedAlert counts, logs and pages when a signal the shed rule reads is
+// unknown (missing or stale) — shedding is then blind to it — and resolves
+// when it is known again.
+func (l *Loop) shedAlert(ctx context.Context, now time.Time, r control.ShedRule, unknown []string, sig control.Signals) {
+	names := r.Signals()
+	for name := range l.shedAlerting {
+		if !slices.Contains(names, name) {
+			names = append(names, name) // no longer shed on: resolve below
+		}
+	}
+	for _, name := range names {
+		isUnknown := slices.Contains(unknown, name)
+		if isUnknown {
+			l.m.shedUnknown.WithLabelValues(name).Inc()
+			l.m.shedKnown.WithLabelValues(name).Set(0)
+		} else {
+			l.m.shedKnown.WithLabelValues(name).Set(1)
+		}
+		key := "shed:" + name
+		switch {
+		case isUnknown && !l.shedAlerting[name]:
+			l.shedAlerting[name] = true
+			last := sig.Get(name).At
+			l.cfg.Logger.Warn("shed signal missing or stale: it neither raises nor holds a shed level", "signal", name, "last_point", last)
+			l.m.alerts.WithLabelValues(key).Inc()
+			if l.cfg.Alerter != nil {
+				summary := fmt.Sprintf("Floodgate adjuster: shed signal %s is missing or stale; shedding cannot see it (levels come down on the others)", name)
+				if err := l.cfg.Alerter.Trigger(ctx, key, summary, map[string]any{"signal": name, "last_point": last, "checked_at": now, "use": "shedding"}); err != nil {
+					l.cfg.Logger.Error("page", "signal", name, "err", err)
+				}
+			}
+		case !isUnknown && l.shedAlerting[name]:
+			delete(l.shedAlerting, name)
+			l.cfg.Logger.Info("shed signal known again", "signal", name)
+			if l.cfg.Alerter != nil {
+				if err := l.cfg.Alerter.Resolve(ctx, key); err != nil {
+					l.cfg.Logger.Error("resolve page", "signal", name, "err", err)
+				}
+			}
 		}
 	}
 }
@@ -305,25 +444,12 @@ func (l *Loop) Tick(ctx context.Context) {
 			l.pending = nil
 		}
 	}
-	shed := l.shed.Step(st.Rules.Shed, now, sig, func(r control.Reading) bool { return l.ctrl.Fresh(now, r) }, st.Frozen)
-	if l.cfg.Shed != nil {
-		level := shed.Level
-		if st.DryRun {
-			level = 0 // a dry run applies nothing
-		}
-		// Written every tick: the hash's time to live (three ticks) is what
-		// ends shedding if this loop stops.
-		if err := l.cfg.Shed.Set(ctx, level, st.Rules.Shed.RetryAfter.D(), shed.Why, 3*st.Rules.Tick.D()); err != nil {
-			fail("write_shed", err)
-		}
-	}
-	if shed.Changed() {
-		l.cfg.Logger.Info("shed level change", "old", shed.Old, "new", shed.Level, "why", shed.Why, "dry_run", st.DryRun)
-	}
-	l.m.shedLevel.WithLabelValues(fmt.Sprint(st.DryRun)).Set(float64(shed.Level))
+	l.mu.Lock()
+	shedLevel := l.lastShed.Level
+	l.mu.Unlock()
 	scales := l.ctrl.Scales()
 	if l.cfg.Series != nil {
-		if err := l.cfg.Series.Record(ctx, effects.Point{At: now, Scales: scales, Signals: sig, DryRun: st.DryRun, Frozen: st.Frozen, ShedLevel: shed.Level}); err != nil {
+		if err := l.cfg.Series.Record(ctx, effects.Point{At: now, Scales: scales, Signals: sig, DryRun: st.DryRun, Frozen: st.Frozen, ShedLevel: shedLevel}); err != nil {
 			fail("series", err)
 		}
 	}
@@ -345,7 +471,7 @@ func (l *Loop) Tick(ctx context.Context) {
 	l.status = Status{
 		At: now, Version: st.Version, DryRun: st.DryRun, Frozen: st.Frozen, Scales: scales,
 		Signals: signalMap(sig), Stale: out.Stale, Engaged: l.ctrl.Engaged(), Held: out.Held,
-		Changes: out.Changes, Override: overrides, Errors: errs, Pending: len(l.pending), Shed: shed,
+		Changes: out.Changes, Override: overrides, Errors: errs, Pending: len(l.pending),
 	}
 }
 
@@ -447,6 +573,8 @@ type metrics struct {
 	signal      *prometheus.GaugeVec
 	scale       *prometheus.GaugeVec
 	shedLevel   *prometheus.GaugeVec
+	shedUnknown *prometheus.CounterVec
+	shedKnown   *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -456,11 +584,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		adjustments: f.CounterVec("floodgate_adjuster_adjustments_total", "Scale changes by scope, rule and dry_run.", "scope", "rule", "dry_run"),
 		errors:      f.CounterVec("floodgate_adjuster_errors_total", "Tick step failures by step (settings, signals, load_scales, write_scales, publish, series).", "step"),
 		stale:       f.CounterVec("floodgate_adjuster_stale_signals_total", "Ticks at which a signal was missing or stale.", "signal"),
-		alerts:      f.CounterVec("floodgate_adjuster_alerts_total", "Alerts raised because a signal went missing or stale.", "signal"),
+		alerts:      f.CounterVec("floodgate_adjuster_alerts_total", "Alerts raised because a signal went missing or stale (signal shed:<name> for a shed signal).", "signal"),
 		dropped:     f.Counter("floodgate_adjuster_dropped_events_total", "Adjustment events dropped because too many were waiting for Kafka."),
 		fresh:       f.GaugeVec("floodgate_adjuster_signal_fresh", "1 when the signal was fresh at the last tick.", "signal"),
 		signal:      f.GaugeVec("floodgate_adjuster_signal", "The signal's value at the last tick (fraction).", "signal"),
 		scale:       f.GaugeVec("floodgate_adjuster_scale", "Each scope's scale after the last tick.", "scope", "dry_run"),
-		shedLevel:   f.GaugeVec("floodgate_adjuster_shed_level", "The shed level the last tick decided (0 none, 1 bulk, 2 also best_effort, 3 also degraded); written as 0 in a dry run.", "dry_run"),
+		shedLevel:   f.GaugeVec("floodgate_adjuster_shed_level", "The shed level the last shed tick decided (0 none, 1 bulk, 2 also best_effort, 3 also degraded); written as 0 in a dry run.", "dry_run"),
+		shedUnknown: f.CounterVec("floodgate_adjuster_shed_unknown_signals_total", "Shed ticks at which a shed signal was missing or stale (unknown: it neither raised nor held a level).", "signal"),
+		shedKnown:   f.GaugeVec("floodgate_adjuster_shed_signal_known", "1 when the shed signal was known (fresh) at the last shed tick.", "signal"),
 	}
 }

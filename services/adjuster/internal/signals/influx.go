@@ -2,7 +2,7 @@
 //
 // What is read (all over the window ending at the step's time):
 //
-//	cpu               Telegraf's cpu input: 1 - mean(usage_idle)/100 where cpu = "cpu-total"
+//	cpu               Telegraf's cpu input: 1 - median(usage_idle)/100 where cpu = "cpu-total"
 //	mem               Telegraf's mem input: mean(used_percent)/100
 //	error rate        http_responses (written by gateways; field count = responses since
 //	                  the previous point, tag code_class = 1xx..5xx): sum(5xx) / sum(all).
@@ -14,11 +14,17 @@
 //	                  limiter_decisions (one point per gateway, scope and tier per flush,
 //	                  counts since the previous flush; the shadow field is left out, it
 //	                  counts a second observation of a decision already counted)
-//	redis latency     max(budget_used) of the limiters' limiter_redis points (one per
+//	redis latency     median(budget_used) of the limiters' limiter_redis points (one per
 //	                  limiter per flush: p99 Redis pipeline round trip ÷ the limiter's
 //	                  Redis budget), clamped to [0, 1]; 0 when limiter_decisions has
 //	                  points but no limiter decided through a pipeline (an idle Redis
 //	                  is not a slow one)
+//
+// CPU and Redis latency take the median of the window's points (every host's
+// or limiter's pooled): one noisy point — a single slow flush, a host's
+// spike — cannot move it, where a maximum held a shed level for as long as
+// the window remembered it. The error and abuse rates are ratios of sums: a
+// point weighs by the responses or decisions it counts.
 //
 // A signal with no point in the window is missing (Reading.OK false); the time of
 // the newest point decides whether it is stale.
@@ -34,6 +40,7 @@ import (
 	"time"
 
 	"github.com/influxdata/influxdb-client-go/v2/api"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/floodgate-dev/floodgate/pkg/series"
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/control"
@@ -82,12 +89,9 @@ func (x *Influx) Read(ctx context.Context, now time.Time, win time.Duration) (co
 		return s, fmt.Errorf("read signals: window %s must be positive", win)
 	}
 	start, stop := now.Add(-win), now
-	idle, err := x.aggregate(ctx, start, stop, "cpu", []string{"usage_idle"}, merge(x.Filters.Hosts, map[string]string{"cpu": "cpu-total"}), "mean")
-	if err != nil {
-		return s, fmt.Errorf("read cpu: %w", err)
-	}
-	if idle.OK {
-		s.CPU = control.Reading{Value: clamp01(1 - idle.Value/100), At: idle.At, OK: true}
+	var err error
+	if s.CPU, err = x.cpu(ctx, start, stop); err != nil {
+		return s, err
 	}
 	mem, err := x.aggregate(ctx, start, stop, "mem", []string{"used_percent"}, x.Filters.Hosts, "mean")
 	if err != nil {
@@ -96,16 +100,8 @@ func (x *Influx) Read(ctx context.Context, now time.Time, win time.Duration) (co
 	if mem.OK {
 		s.Mem = control.Reading{Value: clamp01(mem.Value / 100), At: mem.At, OK: true}
 	}
-	all, err := x.aggregate(ctx, start, stop, MeasurementHTTPResponses, []string{"count"}, x.Filters.HTTP, "sum")
-	if err != nil {
-		return s, fmt.Errorf("read http responses: %w", err)
-	}
-	if all.OK && all.Value > 0 {
-		five, err := x.aggregate(ctx, start, stop, MeasurementHTTPResponses, []string{"count"}, merge(x.Filters.HTTP, map[string]string{"code_class": "5xx"}), "sum")
-		if err != nil {
-			return s, fmt.Errorf("read http 5xx: %w", err)
-		}
-		s.ErrorRate = control.Reading{Value: clamp01(five.Value / all.Value), At: all.At, OK: true}
+	if s.ErrorRate, err = x.errorRate(ctx, start, stop); err != nil {
+		return s, err
 	}
 	decisions, err := x.aggregate(ctx, start, stop, MeasurementDecisions, decisionFields, x.Filters.Decisions, "sum")
 	if err != nil {
@@ -125,26 +121,100 @@ func (x *Influx) Read(ctx context.Context, now time.Time, win time.Duration) (co
 		// the limiter's points prove the pipeline is alive.
 		s.AbuseRate = control.Reading{Value: clamp01(abusive.Value / decisions.Value), At: decisions.At, OK: true}
 		s.AbusePerSec = detections.Value / win.Seconds()
-		rtt, err := x.aggregate(ctx, start, stop, MeasurementRedis, []string{"budget_used"}, gatewayOnly(x.Filters.Decisions), "max")
+		rtt, err := x.redisLatency(ctx, start, stop)
 		if err != nil {
-			return s, fmt.Errorf("read limiter redis latency: %w", err)
+			return s, err
 		}
-		s.RedisLatency = control.Reading{At: decisions.At, OK: true}
-		if rtt.OK {
-			s.RedisLatency = control.Reading{Value: clamp01(rtt.Value), At: rtt.At, OK: true}
-		}
+		s.RedisLatency = redisReading(decisions, rtt)
 	}
 	return s, nil
 }
 
-// agg is one aggregate and the time of the newest point it covered.
-type agg struct {
-	Value float64
-	At    time.Time
-	OK    bool
+// ReadShed reads only what shedding reads — CPU, the error rate and the
+// Redis latency — over the window ending at now, its queries at once: the
+// shed tick is short, and a slow InfluxDB must not stretch it.
+func (x *Influx) ReadShed(ctx context.Context, now time.Time, win time.Duration) (control.Signals, error) {
+	var s control.Signals
+	if win <= 0 {
+		return s, fmt.Errorf("read shed signals: window %s must be positive", win)
+	}
+	start, stop := now.Add(-win), now
+	var decisions, rtt agg
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) { s.CPU, err = x.cpu(gctx, start, stop); return err })
+	g.Go(func() (err error) { s.ErrorRate, err = x.errorRate(gctx, start, stop); return err })
+	g.Go(func() (err error) {
+		if decisions, err = x.aggregate(gctx, start, stop, MeasurementDecisions, decisionFields, x.Filters.Decisions, "sum"); err != nil {
+			return fmt.Errorf("read limiter decisions: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() (err error) { rtt, err = x.redisLatency(gctx, start, stop); return err })
+	if err := g.Wait(); err != nil {
+		return control.Signals{}, err
+	}
+	if decisions.OK && decisions.Value > 0 {
+		s.RedisLatency = redisReading(decisions, rtt)
+	}
+	return s, nil
 }
 
-// aggregate runs fn (mean, sum, max or count) over the fields across every series
+// cpu reads 1 − the median of usage_idle / 100.
+func (x *Influx) cpu(ctx context.Context, start, stop time.Time) (control.Reading, error) {
+	idle, err := x.aggregate(ctx, start, stop, "cpu", []string{"usage_idle"}, merge(x.Filters.Hosts, map[string]string{"cpu": "cpu-total"}), "median")
+	if err != nil {
+		return control.Reading{}, fmt.Errorf("read cpu: %w", err)
+	}
+	if !idle.OK {
+		return control.Reading{}, nil
+	}
+	return control.Reading{Value: clamp01(1 - idle.Value/100), At: idle.At, OK: true, Points: idle.Points}, nil
+}
+
+// errorRate reads Σ 5xx / Σ all responses.
+func (x *Influx) errorRate(ctx context.Context, start, stop time.Time) (control.Reading, error) {
+	all, err := x.aggregate(ctx, start, stop, MeasurementHTTPResponses, []string{"count"}, x.Filters.HTTP, "sum")
+	if err != nil {
+		return control.Reading{}, fmt.Errorf("read http responses: %w", err)
+	}
+	if !all.OK || all.Value <= 0 {
+		return control.Reading{}, nil
+	}
+	five, err := x.aggregate(ctx, start, stop, MeasurementHTTPResponses, []string{"count"}, merge(x.Filters.HTTP, map[string]string{"code_class": "5xx"}), "sum")
+	if err != nil {
+		return control.Reading{}, fmt.Errorf("read http 5xx: %w", err)
+	}
+	return control.Reading{Value: clamp01(five.Value / all.Value), At: all.At, OK: true}, nil
+}
+
+// redisLatency reads the median budget_used of the limiters' limiter_redis points.
+func (x *Influx) redisLatency(ctx context.Context, start, stop time.Time) (agg, error) {
+	rtt, err := x.aggregate(ctx, start, stop, MeasurementRedis, []string{"budget_used"}, gatewayOnly(x.Filters.Decisions), "median")
+	if err != nil {
+		return agg{}, fmt.Errorf("read limiter redis latency: %w", err)
+	}
+	return rtt, nil
+}
+
+// redisReading is the Redis latency signal: the median budget used, or 0 (an
+// idle Redis) when the limiters decided without a pipeline.
+func redisReading(decisions, rtt agg) control.Reading {
+	if rtt.OK {
+		return control.Reading{Value: clamp01(rtt.Value), At: rtt.At, OK: true, Points: rtt.Points}
+	}
+	return control.Reading{At: decisions.At, OK: true}
+}
+
+// agg is one aggregate, the time of the newest point it covered and how
+// many points it covered.
+type agg struct {
+	Value  float64
+	At     time.Time
+	OK     bool
+	Points int
+}
+
+// aggregate runs fn (mean, median, sum, max or count) over the fields across every series
 // that matches (the fields' values pooled), and finds the newest point's time,
 // in one query.
 func (x *Influx) aggregate(ctx context.Context, start, stop time.Time, measurement string, fields []string, tags map[string]string, fn string) (agg, error) {
@@ -168,6 +238,10 @@ func (x *Influx) aggregate(ctx context.Context, start, stop time.Time, measureme
 			if ts, ok := rec.ValueByKey("_time").(time.Time); ok {
 				out.At = ts
 			}
+		case "n":
+			if v, ok := series.Number(rec.Value()); ok {
+				out.Points = int(v)
+			}
 		}
 	}
 	if err := res.Err(); err != nil {
@@ -177,9 +251,14 @@ func (x *Influx) aggregate(ctx context.Context, start, stop time.Time, measureme
 	return out, nil
 }
 
-// FluxAggregate builds the query aggregate runs. Every value from
-// configuration is quoted as a Flux string literal.
+// FluxAggregate builds the query aggregate runs; fn "median" is the exact
+// 0.5 quantile (the mean of the two middle points of an even count). Every
+// value from configuration is quoted as a Flux string literal.
 func FluxAggregate(bucket string, start, stop time.Time, measurement string, fields []string, tags map[string]string, fn string) string {
+	call := fn + "()"
+	if fn == "median" {
+		call = `quantile(q: 0.5, method: "exact_mean")`
+	}
 	var f strings.Builder
 	fmt.Fprintf(&f, "r._measurement == %s and (", Quote(measurement))
 	for i, field := range fields {
@@ -197,9 +276,10 @@ func FluxAggregate(bucket string, start, stop time.Time, measurement string, fie
   |> filter(fn: (r) => %s)
   |> toFloat()
   |> group()
-data |> %s() |> yield(name: "agg")
+data |> %s |> yield(name: "agg")
 data |> max(column: "_time") |> keep(columns: ["_time"]) |> yield(name: "last")
-`, Quote(bucket), start.UTC().Format(time.RFC3339Nano), stop.UTC().Format(time.RFC3339Nano), f.String(), fn)
+data |> count() |> yield(name: "n")
+`, Quote(bucket), start.UTC().Format(time.RFC3339Nano), stop.UTC().Format(time.RFC3339Nano), f.String(), call)
 }
 
 // Quote returns s as a Flux string literal: backslash, double quote and the

@@ -63,9 +63,11 @@ func TestInfluxReadsSignals(t *testing.T) {
 		detectorPoint("rapid_fire", "enforced", 150, at(25*time.Second)),
 		detectorPoint("bot_like", "enforced", 50, at(24*time.Second)),
 		detectorPoint("distributed_ip", "simulated", 700, at(23*time.Second)),
-		// limiter_redis as ScopeCounts.TrackRedis writes them: the worst limiter counts;
-		// another gateway's must not.
+		// limiter_redis as ScopeCounts.TrackRedis writes them: the median of the
+		// window's points counts, so the one noisy flush (0.98) moves nothing;
+		// another gateway's points must not count.
 		redisPoint(run, 0.3, at(45*time.Second)),
+		redisPoint(run, 0.98, at(40*time.Second)),
 		redisPoint(run, 0.62, at(35*time.Second)),
 		redisPoint(run+"_other", 0.99, at(30*time.Second)),
 	}
@@ -79,7 +81,7 @@ func TestInfluxReadsSignals(t *testing.T) {
 		s, err := src.Read(ctx, now.Add(time.Second), time.Minute)
 		require.NoError(t, err)
 		require.True(t, s.CPU.OK && s.Mem.OK && s.ErrorRate.OK && s.AbuseRate.OK, "%+v", s)
-		require.InDelta(t, 0.85, s.CPU.Value, 1e-9, "1 - mean(20, 10)/100")
+		require.InDelta(t, 0.85, s.CPU.Value, 1e-9, "1 - median(20, 10)/100: the mean of the two middle points")
 		require.Equal(t, at(20*time.Second), s.CPU.At)
 		require.InDelta(t, 0.5, s.Mem.Value, 1e-9)
 		require.InDelta(t, 0.1, s.ErrorRate.Value, 1e-9, "100 of 1000")
@@ -88,8 +90,17 @@ func TestInfluxReadsSignals(t *testing.T) {
 		require.Equal(t, at(5*time.Second), s.AbuseRate.At)
 		require.InDelta(t, 2.0/60, s.AbusePerSec, 1e-9, "two enforced detections a minute")
 		require.True(t, s.RedisLatency.OK)
-		require.InDelta(t, 0.62, s.RedisLatency.Value, 1e-9, "the worst limiter's p99 share of its budget")
+		require.InDelta(t, 0.62, s.RedisLatency.Value, 1e-9, "the median of 0.3, 0.98, 0.62: one noisy flush cannot move it")
 		require.Equal(t, at(35*time.Second), s.RedisLatency.At)
+		require.Equal(t, 3, s.RedisLatency.Points, "counted: fewer than three points may not raise the shed level")
+		require.Equal(t, 2, s.CPU.Points)
+
+		shed, err := src.ReadShed(ctx, now.Add(time.Second), time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, s.CPU, shed.CPU, "the shed read agrees with the full one")
+		require.Equal(t, s.ErrorRate, shed.ErrorRate)
+		require.Equal(t, s.RedisLatency, shed.RedisLatency)
+		require.False(t, shed.Mem.OK || shed.AbuseRate.OK, "and reads nothing else")
 	})
 	t.Run("decisions without detections read an abuse rate of zero", func(t *testing.T) {
 		s, err := src.Read(ctx, now.Add(time.Second), 20*time.Second)

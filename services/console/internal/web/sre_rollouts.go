@@ -31,6 +31,38 @@ type impactRow struct {
 	Over           bool // above the version's maximum (critical only)
 }
 
+// classRow is one class of a candidate's traffic judged against its parent,
+// since the candidate began and over the recent window.
+type classRow struct {
+	rollout.ClassJudged
+	CandShare, ParentShare float64
+	RecentN                int64
+	RecentDiff             float64
+}
+
+// classRows judges a shadow's classes as the controller does by default.
+func classRows(im rollout.Impact) ([]classRow, float64) {
+	gate := rollout.DefaultClassGate()
+	recent := map[string]rollout.Paired{}
+	for c, p := range rollout.ClassesOf(im.RecentClasses) {
+		recent[c.String()] = p
+	}
+	var rows []classRow
+	conf, judged := 1.0, false
+	for _, j := range rollout.JudgeClasses(rollout.ClassesOf(im.Classes), gate.Limits, gate.MinClass) {
+		n := float64(max(j.N, 1))
+		rp := recent[j.Class.String()]
+		rows = append(rows, classRow{ClassJudged: j, CandShare: float64(j.Cand) / n, ParentShare: float64(j.Parent) / n, RecentN: rp.N, RecentDiff: rp.Diff()})
+		if j.Verdict != rollout.ClassFew {
+			conf, judged = min(conf, j.Confidence), true
+		}
+	}
+	if !judged {
+		conf = 0
+	}
+	return rows, conf
+}
+
 type rolloutsView struct {
 	Title      string
 	Topic      string
@@ -42,17 +74,24 @@ type rolloutsView struct {
 	ShadowEnds time.Time
 	CandImpact []impactRow
 	CandErrors int64
-	Diff       []rollout.DiffLine
-	Added      int
-	Removed    int
-	Versions   []rollout.Entry
-	Audit      []rollout.AuditEntry
-	CanEdit    bool
-	Defaults   rollout.Params
-	Form       rolloutForm
-	Done       string
-	Errors     []string
-	Note       string
+	// CandClasses are the candidate's classes judged against its parent on
+	// the same decisions (the controller's default class gate), the worst
+	// first, with the recent window's figures; CandConfidence the lowest
+	// confidence of the judged ones.
+	CandClasses    []classRow
+	CandConfidence float64
+	RecentWindow   time.Duration
+	Diff           []rollout.DiffLine
+	Added          int
+	Removed        int
+	Versions       []rollout.Entry
+	Audit          []rollout.AuditEntry
+	CanEdit        bool
+	Defaults       rollout.Params
+	Form           rolloutForm
+	Done           string
+	Errors         []string
+	Note           string
 }
 
 type rolloutForm struct {
@@ -116,6 +155,11 @@ func (s *Server) loadRollouts(r *http.Request) rolloutsView {
 		v.ShadowEnds = c.TS.Add(c.ShadowFor())
 		im := impact(c.Version)
 		v.CandImpact, v.CandErrors = impactRows(im.Shadow, c.MaxShare()), im.Shadow.Errors
+		v.RecentWindow = rollout.DefaultWindow
+		if err := rollout.ReadRecent(ctx, ro.Redis, v.Topic, &im, v.RecentWindow, now); err != nil {
+			v.Errors = append(v.Errors, "Recent impact could not be read (Redis): "+err.Error())
+		}
+		v.CandClasses, v.CandConfidence = classRows(im)
 		old := ""
 		if v.Enforced != nil {
 			old = v.Enforced.Rules

@@ -63,6 +63,11 @@ func TestRollouts(t *testing.T) {
 	// The limiters counted: 12 of 40 CRITICAL decisions would be blocked.
 	key := redisx.RulesImpactKey(name, 2)
 	require.NoError(t, e.rdb.HSet(ctx, key, "shadow:critical:total", 40, "shadow:critical:blocked", 12, "shadow:bulk:total", 7).Err())
+	// And, paired with the parent's answers by class: 953 of 1200 best_effort
+	// bot decisions would be blocked, against the parent's 2.
+	bots := rollout.FullClass{Priority: "best_effort", Kind: "bot", Plan: "pro", Route: "/channels/{id}/messages"}
+	require.NoError(t, e.rdb.HSet(ctx, key, rollout.ImpactClassField("n", bots), 1200, rollout.ImpactClassField("cand", bots), 953,
+		rollout.ImpactClassField("parent", bots), 2).Err())
 	viewer := e.signedIn(t, "viewer1")
 	code, body = viewer.get("/sre/rollouts")
 	require.Equal(t, http.StatusOK, code)
@@ -72,6 +77,9 @@ func TestRollouts(t *testing.T) {
 	require.Contains(t, body, `<span class="add">+  - {id: bots, tier: principal, kinds: [bot], limit: 1, period: 1h}</span>`)
 	require.Contains(t, body, `<tr><td>critical</td><td>40</td><td>12</td><td class="over">30.0 %</td></tr>`)
 	require.Contains(t, body, `<tr><td>bulk</td><td>7</td><td>0</td><td>0.0 %</td></tr>`)
+	require.Contains(t, body, `<tr data-class="kind=bot"><td><code>kind=bot</code></td><td>1200</td><td>79.4 %</td><td>0.2 %</td><td>79.2 %</td><td>5.0 %</td><td>0.0 %</td><td class="over">harm</td>`,
+		"the class a non-critical harm hides in, against its parent")
+	require.Contains(t, body, `id="candidate-confidence">0.0 %</span>`)
 	require.NotContains(t, body, `id="abort-form"`, "viewers see no actions")
 	res, _ = viewer.post("/sre/rollouts/abort", url.Values{"csrf": {viewer.csrf("/sre/rollouts")}, "reason": {"no"}})
 	require.Equal(t, http.StatusForbidden, res.StatusCode)

@@ -152,7 +152,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		OverLimitCache:       e.Int("FLOODGATE_LIMITER_OVERLIMIT_CACHE", 100_000),
 		RedisBatch:           e.Int("FLOODGATE_LIMITER_REDIS_BATCH", 64),
 		Influx:               series.ReadInflux(e),
-		InfluxInterval:       e.Duration("FLOODGATE_LIMITER_INFLUX_INTERVAL", 10*time.Second),
+		InfluxInterval:       e.Duration("FLOODGATE_LIMITER_INFLUX_INTERVAL", 5*time.Second),
 		EventBuffer:          e.Int("FLOODGATE_LIMITER_EVENT_BUFFER", 65536),
 	}
 	var ierr error

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
+	"github.com/floodgate-dev/floodgate/pkg/whatif"
 )
 
 const usage = `usage:
@@ -125,6 +127,7 @@ func changeCmd(ctx context.Context, env service.Env, cmd string, args []string) 
 	maxBlock := fs.Float64("max-critical-block", 100*def.MaxShare, "rollout: the CRITICAL block share, in percent, above which it is rolled back")
 	minCritical := fs.Int64("min-critical", def.MinCritical, "rollout: CRITICAL decisions judged before the share decides")
 	bootstrap := fs.Bool("bootstrap", false, "rollout: publish FILE as the first enforced version (an empty topic only)")
+	whatIfSpan := fs.String("whatif", "10m", `rollout, the first gate: replay this much recorded traffic (a duration before now) through FILE against the enforced version; a reject verdict refuses the rollout; "0" skips it`)
 	var file string
 	if cmd == "rollout" && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		file, args = args[0], args[1:]
@@ -160,6 +163,13 @@ func changeCmd(ctx context.Context, env service.Env, cmd string, args []string) 
 	case cmd == "rollout" && *bootstrap:
 		plan, err = op.Bootstrap(ctx, string(rules), actor)
 	case cmd == "rollout":
+		if *whatIfSpan != "0" {
+			verdict, err := whatIfGate(ctx, env, re.topic, file, *whatIfSpan)
+			if err != nil {
+				return err
+			}
+			actor.Reason += " [" + verdict + "]"
+		}
 		p := rollout.Params{ShadowFor: *shadow, WatchFor: *watch, MaxShare: *maxBlock / 100, MinCritical: *minCritical}
 		plan, err = op.Propose(ctx, string(rules), p, actor)
 	case cmd == "promote":
@@ -172,6 +182,54 @@ func changeCmd(ctx context.Context, env service.Env, cmd string, args []string) 
 	}
 	fmt.Fprintf(env.Stdout, "%s: version %d on %s\n", plan.Action, plan.Version, re.topic.Name)
 	return err
+}
+
+// whatIfGate is a rollout's first gate: the decisions recorded over the last
+// span replayed through the candidate file against the enforced version
+// (pkg/whatif, docs/whatif.md). A reject verdict refuses the rollout before
+// anything is published; otherwise the verdict, in words, goes into the
+// rollout's reason.
+func whatIfGate(ctx context.Context, env service.Env, topic *rollout.Topic, file, span string) (string, error) {
+	st, err := topic.Read(ctx)
+	if err != nil {
+		return "", err
+	}
+	enforced, ok := st.Enforced()
+	if !ok {
+		return "", rollout.ErrNoEnforced
+	}
+	baseline, err := limiter.ParseRules(fmt.Sprintf("version %d", enforced.Version), []byte(enforced.Rules))
+	if err != nil {
+		return "", fmt.Errorf("the enforced version %d: %w", enforced.Version, err)
+	}
+	candidate, _, err := limiter.LoadRulesFile(file)
+	if err != nil {
+		return "", err
+	}
+	a, err := parseWhatIfArgs([]string{"-rules", file, "-from", span}, env.Now(), env.Stderr)
+	if err != nil {
+		return "", fmt.Errorf("-whatif: %w", err)
+	}
+	cfg, err := ConfigFromEnv(env.Getenv)
+	if err != nil {
+		return "", fmt.Errorf("config: %w", err)
+	}
+	rep, err := replayWhatIf(ctx, env, cfg, a, candidate, baseline, fmt.Sprintf("enforced version %d", enforced.Version))
+	if errors.Is(err, whatif.ErrTooMany) {
+		return "", fmt.Errorf("what-if gate: the last %s holds more than %d decisions: give a shorter -whatif (or -whatif 0 to skip the gate): %w", span, a.maxEvents, err)
+	}
+	if err != nil {
+		return "", fmt.Errorf("what-if gate: %w", err)
+	}
+	verdict := fmt.Sprintf("what-if over the last %s: %s, confidence %s, %d decisions replayed", span, rep.Verdict, rep.Confidence, rep.Replayed)
+	fmt.Fprintln(env.Stdout, verdict)
+	for _, r := range rep.Reasons {
+		fmt.Fprintln(env.Stdout, "  "+r)
+	}
+	if rep.Verdict == whatif.VerdictReject {
+		return "", fmt.Errorf("%s: the rollout is refused, nothing was published (limiter whatif shows the report; -whatif 0 skips the gate)", verdict)
+	}
+	return verdict, nil
 }
 
 // statusCmd prints the state of the rules topic and the live impact.

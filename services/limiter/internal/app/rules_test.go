@@ -70,8 +70,9 @@ func auditPrefix(t *testing.T) (string, *rollout.DynamoAudit) {
 func TestRolloutCommands(t *testing.T) {
 	redistest.Client(t)
 	brokers, topic := rollouttest.Topic(t)
+	_, decisions := rollouttest.Topic(t) // the what-if gate's recorded traffic: none
 	prefix, audit := auditPrefix(t)
-	vars := map[string]string{"FLOODGATE_KAFKA_BROKERS": strings.Join(brokers, ","), "FLOODGATE_RULES_TOPIC": topic,
+	vars := map[string]string{"FLOODGATE_KAFKA_BROKERS": strings.Join(brokers, ","), "FLOODGATE_RULES_TOPIC": topic, "FLOODGATE_DECISIONS_TOPIC": decisions,
 		"FLOODGATE_DYNAMODB_ENDPOINT":     config.NewEnv(os.Getenv).String("FLOODGATE_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000"),
 		"FLOODGATE_DYNAMODB_TABLE_PREFIX": prefix, "USER": "alice"}
 	v1 := writeFile(t, "v1.yaml", "version: 1\nrules:\n  - {id: p, tier: principal, limit: 100, period: 1s}\n")
@@ -86,6 +87,8 @@ func TestRolloutCommands(t *testing.T) {
 	require.Contains(t, out, "rules.bootstrap: version 1")
 	out, err = cli(t, vars, "rollout", v2, "-reason", "halve the limit", "-shadow", "5m", "-max-critical-block", "2.5")
 	require.NoError(t, err)
+	require.Contains(t, out, "what-if over the last 10m: ", "the what-if verdict is the first gate")
+	require.Contains(t, out, "0 decisions replayed")
 	require.Contains(t, out, "rules.rollout: version 2")
 
 	out, err = cli(t, vars, "status")

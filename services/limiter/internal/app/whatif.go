@@ -141,28 +141,7 @@ func runWhatIf(ctx context.Context, env service.Env, args []string) error {
 		}
 	}
 
-	addrs := cfg.RedisAddrs
-	sentinel := cfg.SentinelMaster
-	if len(a.redis) > 0 {
-		addrs, sentinel = a.redis, ""
-	}
-	rdb := redisx.NewClient(redisx.Options{Addrs: addrs, SentinelMaster: sentinel, SentinelAddrs: cfg.SentinelAddrs,
-		DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, Security: cfg.RedisSecurity})
-	defer rdb.Close()
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = redisx.Ping(pctx, rdb)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("redis %v: %w", addrs, err)
-	}
-	ksec, err := stream.Secure(ctx, cfg.KafkaBrokers, cfg.KafkaSecurity, 5*time.Second, env.Log)
-	if err != nil {
-		return fmt.Errorf("kafka: %w", err)
-	}
-	src := &whatif.Source{Client: ksec.Client(cfg.KafkaBrokers, 30*time.Second), Topic: cfg.DecisionsTopic,
-		Slack: a.slack, MaxEvents: a.maxEvents}
-	rep, err := whatif.Run(ctx, src, a.from, a.to, whatif.Config{Redis: rdb, Candidate: candidate, Baseline: baseline,
-		Thresholds: a.thresholds, Top: a.top, Logger: env.Log, CandidateName: a.rules, BaselineName: baseName})
+	rep, err := replayWhatIf(ctx, env, cfg, a, candidate, baseline, baseName)
 	if err != nil {
 		return err
 	}
@@ -178,4 +157,35 @@ func runWhatIf(ctx context.Context, env service.Env, args []string) error {
 		return errors.New("what-if verdict: reject")
 	}
 	return nil
+}
+
+// replayWhatIf replays the decisions recorded in a's range through candidate
+// (baseline: the rules they were recorded under) and returns the report.
+func replayWhatIf(ctx context.Context, env service.Env, cfg Config, a whatIfArgs, candidate, baseline *limiter.Ruleset, baseName string) (*whatif.Report, error) {
+	addrs := cfg.RedisAddrs
+	sentinel := cfg.SentinelMaster
+	if len(a.redis) > 0 {
+		addrs, sentinel = a.redis, ""
+	}
+	rdb := redisx.NewClient(redisx.Options{Addrs: addrs, SentinelMaster: sentinel, SentinelAddrs: cfg.SentinelAddrs,
+		DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, Security: cfg.RedisSecurity})
+	defer rdb.Close()
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err := redisx.Ping(pctx, rdb)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("redis %v: %w", addrs, err)
+	}
+	ksec, err := stream.Secure(ctx, cfg.KafkaBrokers, cfg.KafkaSecurity, 5*time.Second, env.Log)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	src := &whatif.Source{Client: ksec.Client(cfg.KafkaBrokers, 30*time.Second), Topic: cfg.DecisionsTopic,
+		Slack: a.slack, MaxEvents: a.maxEvents}
+	rep, err := whatif.Run(ctx, src, a.from, a.to, whatif.Config{Redis: rdb, Candidate: candidate, Baseline: baseline,
+		Thresholds: a.thresholds, Top: a.top, Logger: env.Log, CandidateName: a.rules, BaselineName: baseName})
+	if err != nil {
+		return nil, err
+	}
+	return rep, nil
 }
