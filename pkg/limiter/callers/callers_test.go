@@ -18,9 +18,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/callers"
-	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/envoyrls"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/limitertest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
@@ -70,10 +70,10 @@ func TestSecurityUnauthenticatedChecksS2(t *testing.T) {
 		status           int
 		problem          string
 	}{
-		{"no token", "", body(1), http.StatusUnauthorized, server.ProblemUnauthenticated},
-		{"unknown token", "Bearer guess", body(1), http.StatusUnauthorized, server.ProblemUnauthenticated},
-		{"cost beyond the grant", "Bearer edge-token", body(1000000), http.StatusForbidden, server.ProblemForbidden},
-		{"a kind beyond the grant", "Bearer edge-token", `{"principal":{"kind":"bot","id":"b"},"ip":"203.0.113.7","method":"GET","route":"/x"}`, http.StatusForbidden, server.ProblemForbidden},
+		{"no token", "", body(1), http.StatusUnauthorized, httpapi.ProblemUnauthenticated},
+		{"unknown token", "Bearer guess", body(1), http.StatusUnauthorized, httpapi.ProblemUnauthenticated},
+		{"cost beyond the grant", "Bearer edge-token", body(1000000), http.StatusForbidden, httpapi.ProblemForbidden},
+		{"a kind beyond the grant", "Bearer edge-token", `{"principal":{"kind":"bot","id":"b"},"ip":"203.0.113.7","method":"GET","route":"/x"}`, http.StatusForbidden, httpapi.ProblemForbidden},
 		{"the gateway's own check", "Bearer edge-token", body(1), http.StatusOK, ""},
 	}
 	for _, tc := range cases {
@@ -85,7 +85,7 @@ func TestSecurityUnauthenticatedChecksS2(t *testing.T) {
 			resp, b := limitertest.Post(t, srv.URL, tc.body, hdr)
 			require.Equal(t, tc.status, resp.StatusCode, "%s", b)
 			if tc.problem != "" {
-				var p checkapi.Problem
+				var p httpapi.Problem
 				require.NoError(t, json.Unmarshal(b, &p))
 				require.Equal(t, tc.problem, p.Type)
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
@@ -62,7 +63,7 @@ func TestCheckAnswersAShedRequest(t *testing.T) {
 		"X-Request-Id": got.Headers["X-Request-Id"]}, got.Headers)
 	require.NotNil(t, got.Problem)
 	require.Equal(t, 503, got.Problem.Status)
-	require.Equal(t, ProblemReducedCapacity, got.Problem.Type)
+	require.Equal(t, httpapi.ProblemReducedCapacity, got.Problem.Type)
 	require.Equal(t, admission.StatusDegraded, got.Problem.UtilizationStatus)
 
 	require.Equal(t, []string{"shed:best_effort"}, obs.scopes, "InfluxDB counts shed requests by priority")
