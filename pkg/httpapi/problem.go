@@ -28,6 +28,7 @@ const (
 	ProblemUnauthenticated      = ProblemBase + "unauthenticated"       // 401: no or an unknown credential
 	ProblemForbidden            = ProblemBase + "forbidden"             // 403: the caller's role may not do this
 	ProblemNotFound             = ProblemBase + "not-found"             // 404
+	ProblemMethodNotAllowed     = ProblemBase + "method-not-allowed"    // 405: the route exists, not with this method (see Allow)
 	ProblemConflict             = ProblemBase + "conflict"              // 409: the state does not allow it now
 	ProblemPreconditionFailed   = ProblemBase + "precondition-failed"   // 412: If-Match does not match
 	ProblemTooLarge             = ProblemBase + "too-large"             // 413: body over the limit
