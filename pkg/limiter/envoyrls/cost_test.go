@@ -24,7 +24,7 @@ import (
 // an error would make Envoy fail open and let the request through.
 func TestSecurityEnvoyCostOverTheCapS3(t *testing.T) {
 	rdb := redistest.Client(t)
-	e := limitertest.Engine(t, rdb, limitertest.CostRules, nil)
+	e := limitertest.Engine(t, rdb, limitertest.CostRules(), nil)
 	pub := &kafkatest.Capture{}
 	s := server.New(server.Config{Engine: e, Publisher: pub, Topic: "decisions", Gateway: "test",
 		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})

@@ -23,7 +23,7 @@ import (
 // max_cost: the check is refused with a 400 problem (cost-over-limit),
 // nothing is counted in Redis and no decision event is published.
 func TestSecurityCostCappedPerRuleS3(t *testing.T) {
-	srv, pub := newTestServerRules(t, limitertest.CostRules, nil)
+	srv, pub := newTestServerRules(t, limitertest.CostRules(), nil)
 	victim := redistest.Unique(t, "victim")
 	body := func(kind, route string, cost int) string {
 		return `{"principal":{"kind":"` + kind + `","id":"` + victim + `"},"ip":"203.0.113.7","method":"GET","route":"` + route + `","cost":` + strconv.Itoa(cost) + `}`

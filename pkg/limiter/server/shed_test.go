@@ -20,17 +20,6 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 )
 
-// prioRules give two routes priorities and the rest best_effort.
-const prioRules = `
-version: 1
-defaults: {priority: best_effort}
-priorities:
-  - {method: POST, route: /v1/charges, priority: critical}
-  - {method: GET, route: /v1/export, priority: bulk}
-rules:
-  - {id: p, tier: principal, limit: 100, period: 1h}
-`
-
 // TestCheckAnswersAShedRequest: over HTTP a shed check is a decision like any
 // other (200 from the limiter) whose contract tells the gateway to answer 503
 // with the reduced-capacity problem, Retry-After and the utilization status; an
@@ -38,7 +27,7 @@ rules:
 func TestCheckAnswersAShedRequest(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Client(t)
-	e := limitertest.Engine(t, rdb, prioRules, nil)
+	e := limitertest.Engine(t, rdb, limitertest.PrioRules(), nil)
 	obs, pub := &scopeRecorder{}, &kafkatest.Capture{}
 	s := New(Config{Engine: e, Publisher: pub, Observer: obs, Topic: "decisions", Gateway: "test",
 		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
