@@ -15,22 +15,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
 	"github.com/floodgate-dev/floodgate/pkg/tracing"
 )
 
-// Request is one check: who, from where, doing what.
-type Request struct {
-	Principal events.Principal `json:"principal"`
-	IP        string           `json:"ip"`
-	Method    string           `json:"method"`
-	Route     string           `json:"route"`
-	Resource  string           `json:"resource,omitempty"`
-	Cost      int              `json:"cost,omitempty"`
-	// Priority is critical, degraded, best_effort or bulk; "" takes the
-	// route's default from the limiter's rules.
-	Priority string `json:"priority,omitempty"`
-}
+// Request is one check: who, from where, doing what — the limiter's
+// POST /v1/check body (checkapi.CheckRequest), one wire type for both sides.
+type Request = checkapi.CheckRequest
 
 // Decision is the limiter's answer and the exact contract to send to the client.
 type Decision struct {

@@ -35,8 +35,44 @@ func (m *Mux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Reque
 	m.Handle(pattern, http.HandlerFunc(h))
 }
 
-// ServeHTTP implements http.Handler.
-func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) { m.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. A request no pattern matches is
+// answered as a problem (404 not-found, 405 method-not-allowed with its
+// Allow header), as every other refusal is, never as text/plain.
+func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := m.mux.Handler(r); pattern == "" {
+		w = &unmatched{ResponseWriter: w, r: r}
+	}
+	m.mux.ServeHTTP(w, r)
+}
+
+// unmatched turns http.ServeMux's plain-text 404 and 405 into problems.
+type unmatched struct {
+	http.ResponseWriter
+	r       *http.Request
+	swallow bool // the plain-text body that follows is dropped
+}
+
+func (u *unmatched) WriteHeader(code int) {
+	typ := ProblemNotFound
+	switch code {
+	case http.StatusNotFound:
+	case http.StatusMethodNotAllowed:
+		typ = ProblemMethodNotAllowed
+	default:
+		u.ResponseWriter.WriteHeader(code)
+		return
+	}
+	u.swallow = true
+	u.Header().Del("X-Content-Type-Options")
+	WriteProblem(u.ResponseWriter, u.r, Problem{Type: typ, Status: code, Detail: u.r.Method + " " + u.r.URL.Path})
+}
+
+func (u *unmatched) Write(b []byte) (int, error) {
+	if u.swallow {
+		return len(b), nil
+	}
+	return u.ResponseWriter.Write(b)
+}
 
 // Routes lists the patterns served, sorted and without repeats. A
 // method-less "/" mount of a handler that lists its own routes (a Mux, or

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -45,4 +46,33 @@ func TestOpenAPIHandlerServesTheDocumentWithAnETag(t *testing.T) {
 	rec = httptest.NewRecorder()
 	OpenAPIHandler([]byte(`{"openapi":"3.1.1"}`)).ServeHTTP(rec, req)
 	require.Equal(t, http.StatusOK, rec.Code, "another document has another ETag")
+}
+
+// TestMuxAnswersUnmatchedAsProblems: a path no route serves is a 404
+// problem, a served path with another method a 405 problem with Allow.
+func TestMuxAnswersUnmatchedAsProblems(t *testing.T) {
+	m := NewMux()
+	m.HandleFunc("GET /v1/things", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		typ          string
+	}{
+		{http.MethodGet, "/nope", http.StatusNotFound, ProblemNotFound},
+		{http.MethodDelete, "/v1/things", http.StatusMethodNotAllowed, ProblemMethodNotAllowed},
+	} {
+		w := httptest.NewRecorder()
+		m.ServeHTTP(w, httptest.NewRequest(tc.method, tc.path, nil))
+		require.Equal(t, tc.status, w.Code)
+		require.Equal(t, ContentTypeProblem, w.Header().Get("Content-Type"))
+		var p Problem
+		require.NoError(t, json.Unmarshal(w.Body.Bytes(), &p))
+		require.Equal(t, tc.typ, p.Type)
+		if tc.status == http.StatusMethodNotAllowed {
+			require.Contains(t, w.Header().Get("Allow"), http.MethodGet)
+		}
+	}
+	w := httptest.NewRecorder()
+	m.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/things", nil))
+	require.Equal(t, http.StatusNoContent, w.Code, "matched routes are untouched")
 }

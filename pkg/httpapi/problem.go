@@ -28,6 +28,7 @@ const (
 	ProblemUnauthenticated      = ProblemBase + "unauthenticated"       // 401: no or an unknown credential
 	ProblemForbidden            = ProblemBase + "forbidden"             // 403: the caller's role may not do this
 	ProblemNotFound             = ProblemBase + "not-found"             // 404
+	ProblemMethodNotAllowed     = ProblemBase + "method-not-allowed"    // 405: the route exists, not with this method (see Allow)
 	ProblemConflict             = ProblemBase + "conflict"              // 409: the state does not allow it now
 	ProblemPreconditionFailed   = ProblemBase + "precondition-failed"   // 412: If-Match does not match
 	ProblemTooLarge             = ProblemBase + "too-large"             // 413: body over the limit
@@ -38,12 +39,20 @@ const (
 	ProblemUnavailable          = ProblemBase + "unavailable"           // 503: a dependency is down
 	ProblemBadGateway           = ProblemBase + "upstream-unavailable"  // 502: another service failed
 
-	// The limiter's 429 contract (pkg/limiter, docs/gateway.md): kept as they
-	// are, gateways and their clients match on them.
-	ProblemRateLimited     = ProblemBase + "rate-limited"
-	ProblemPenalized       = ProblemBase + "abnormal-usage-detected"
-	ProblemQuota           = ProblemBase + "quota-exceeded"
-	ProblemReducedCapacity = ProblemBase + "temporarily-reduced-capacity"
+	// The limiter's refusals (pkg/limiter/server, docs/gateway.md), as it
+	// sends them: a 429's (a shed request's 503) types are the ones
+	// draft-ietf-httpapi-ratelimit-headers-11 registers with IANA, below;
+	// gateways and their clients match on them.
+	ProblemRateLimited = ProblemIANAQuotaExceeded
+	ProblemPenalized   = ProblemIANAAbnormalUsageDetected
+	ProblemQuota       = ProblemIANAQuotaExceeded
+	// ProblemReducedCapacity: the adjuster scaled the deciding limit below 1
+	// or shed the request's priority (the platform is short of capacity),
+	// not the client's own excess.
+	ProblemReducedCapacity = ProblemIANATemporaryReducedCapacity
+	// ProblemCostOverLimit (400): a check's cost is over the max_cost of a
+	// rule or quota it matches; nothing was counted.
+	ProblemCostOverLimit = ProblemBase + "cost-over-limit"
 
 	// The problem types draft-ietf-httpapi-ratelimit-headers-11 registers with
 	// IANA. A problem of these types may carry ViolatedPolicies.
@@ -52,9 +61,10 @@ const (
 	ProblemIANAAbnormalUsageDetected    = "https://iana.org/assignments/http-problem-types#abnormal-usage-detected"
 )
 
-// Problem is an RFC 9457 problem document. CorrelationID is the request's
-// X-Request-Id; ViolatedPolicies is the draft-11 extension member of the
-// rate-limit problem types.
+// Problem is an RFC 9457 problem document — every service's, the limiter's
+// refusals included. CorrelationID is the request's X-Request-Id;
+// ViolatedPolicies is the draft-11 extension member of the rate-limit
+// problem types, UtilizationStatus the limiter's on a shed answer.
 type Problem struct {
 	Type             string   `json:"type"`
 	Title            string   `json:"title"`
@@ -63,6 +73,9 @@ type Problem struct {
 	Instance         string   `json:"instance,omitempty"`
 	CorrelationID    string   `json:"correlation_id,omitempty"`
 	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+	// UtilizationStatus is set on a shed answer (admission.StatusDegraded,
+	// admission.StatusCritical).
+	UtilizationStatus string `json:"cluster_utilization_status,omitempty"`
 }
 
 // Code is the problem type's last path segment or fragment ("not-found").

@@ -85,7 +85,7 @@ quotas:
 
 	// The penalty is read on the principal's slot, whatever node holds it.
 	p := events.Principal{Kind: events.PrincipalBot, ID: base + "}pen{"}
-	require.NoError(t, rdb.HSet(ctx, redisx.PenaltyKey("bot", p.ID), "m", "0.5").Err())
+	require.NoError(t, rdb.HSet(ctx, redisx.PenaltyKey("bot", p.ID), redisx.PenaltyFieldMultiplier, "0.5").Err())
 	r := check(t, e, Request{Principal: p, Method: "GET", Route: "/x", Cost: 1})
 	require.InDelta(t, 0.5, r.Penalty, 1e-9)
 	require.Equal(t, int64(5), r.Tiers[0].Limit)

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"errors"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,19 +11,18 @@ import (
 )
 
 // costRules: a bot rule at the default cap, a route whose rule allows large
-// costs (exports weigh their rows), a user quota with its own cap.
-const costRules = `version: 1
-defaults:
-  max_cost: 500
-costs:
-  - {method: POST, route: /imports, cost: 10}
-rules:
-  - {id: bots, tier: principal, kinds: [bot], limit: 100000, period: 1h}
-  - {id: users, tier: principal, kinds: [user], limit: 100000, period: 1h, max_cost: 5000}
-  - {id: exports, tier: endpoint, kinds: [user], method: GET, route: /exports, limit: 1000000, period: 1h, max_cost: 1000000}
-quotas:
-  - {kind: user, limit: 9000000, max_cost: 20000}
-`
+// costs, a user quota with its own cap (shared with the server's and envoy's
+// cost tests).
+var costRules = mustRead("limitertest/testdata/cost-rules.yaml")
+
+// mustRead is a test fixture's text.
+func mustRead(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
 
 func TestMaxCostRulesFile(t *testing.T) {
 	schema := compileRulesSchema(t)

@@ -126,7 +126,7 @@ func TestEngineAppliesPenaltyMultiplier(t *testing.T) {
 	e := newTestEngine(t, rdb, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 50, period: 1h}\n", nil)
 	ctx := context.Background()
 	p := principal(t)
-	require.NoError(t, rdb.HSet(ctx, redisx.PenaltyKey(string(p.Kind), p.ID), "m", "0.1").Err())
+	require.NoError(t, rdb.HSet(ctx, redisx.PenaltyKey(string(p.Kind), p.ID), redisx.PenaltyFieldMultiplier, "0.1").Err())
 	for range 5 {
 		r := check(t, e, Request{Principal: p, Cost: 1})
 		require.True(t, r.Allowed)
@@ -139,7 +139,7 @@ func TestEngineAppliesPenaltyMultiplier(t *testing.T) {
 
 	// A cost larger than the penalized limit can never fit: denied with a finite retry.
 	q := principal(t)
-	require.NoError(t, rdb.HSet(ctx, redisx.PenaltyKey(string(q.Kind), q.ID), "m", "0.1").Err())
+	require.NoError(t, rdb.HSet(ctx, redisx.PenaltyKey(string(q.Kind), q.ID), redisx.PenaltyFieldMultiplier, "0.1").Err())
 	r = check(t, e, Request{Principal: q, Cost: 6})
 	require.False(t, r.Allowed)
 	require.GreaterOrEqual(t, r.RetryAfter, time.Hour)
@@ -153,7 +153,7 @@ func TestEngineAppliesAdjusterScales(t *testing.T) {
 		"tier:resource", "2", "bogus", "3").Err())
 	require.NoError(t, e.rt.Refresh(ctx))
 	p := principal(t)
-	require.NoError(t, rdb.HSet(ctx, redisx.PenaltyKey(string(p.Kind), p.ID), "m", "0.5").Err())
+	require.NoError(t, rdb.HSet(ctx, redisx.PenaltyKey(string(p.Kind), p.ID), redisx.PenaltyFieldMultiplier, "0.5").Err())
 	r := check(t, e, Request{Principal: p, Method: "POST", Route: "/channels/{channel_id}/messages", Resource: "channel:9", Cost: 1})
 	require.True(t, r.Allowed)
 	limits := map[string]int64{}

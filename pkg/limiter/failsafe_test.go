@@ -202,7 +202,7 @@ func TestOverLimitCacheKeepsThePenaltyReason(t *testing.T) {
 	rdb := redistest.Client(t)
 	e := newTestEngine(t, rdb, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 10, period: 1h}\n", func(c *EngineConfig) { c.OverLimitEntries = 100 })
 	p := principal(t)
-	require.NoError(t, rdb.HSet(context.Background(), redisx.PenaltyKey(string(p.Kind), p.ID), "m", "0.1").Err())
+	require.NoError(t, rdb.HSet(context.Background(), redisx.PenaltyKey(string(p.Kind), p.ID), redisx.PenaltyFieldMultiplier, "0.1").Err())
 	require.True(t, check(t, e, Request{Principal: p, Cost: 1}).Allowed)
 	for i := range 3 {
 		r := check(t, e, Request{Principal: p, Cost: 1})

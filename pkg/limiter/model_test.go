@@ -268,7 +268,7 @@ func TestAlgorithmsMatchReferenceModel(t *testing.T) {
 				m := 1.0
 				if seed%2 == 1 {
 					m = []float64{0.1, 0.3, 0.5, 0.75}[rng.IntN(4)]
-					require.NoError(t, rdb.HSet(ctx, redisx.PenaltyKey(string(p.Kind), p.ID), "m", m).Err())
+					require.NoError(t, rdb.HSet(ctx, redisx.PenaltyKey(string(p.Kind), p.ID), redisx.PenaltyFieldMultiplier, m).Err())
 				}
 				md := &model{state: map[string]map[string]float64{}}
 				mrules := make([]modelRule, len(shapes))

@@ -12,15 +12,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 )
 
-const prioRules = `
-version: 1
-defaults: {priority: best_effort}
-priorities:
-  - {method: POST, route: /v1/charges, priority: critical}
-  - {method: GET, route: /v1/export, priority: bulk}
-rules:
-  - {id: p, tier: principal, limit: 100, period: 1h}
-`
+var prioRules = mustRead("limitertest/testdata/prio-rules.yaml")
 
 // TestEngineShedsByPriority: with the adjuster's shed hash in Redis the engine
 // refuses the lower buckets before asking Redis (their buckets are untouched)

@@ -69,7 +69,7 @@ quotas:
 	addr := netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})
 	req := Request{Principal: p, Cost: 1, IP: addr}
 	// A production penalty of 0.5 does not reach the isolated engine.
-	require.NoError(t, rdb.HSet(ctx, redisx.PenaltyKey(string(p.Kind), p.ID), "m", "0.5").Err())
+	require.NoError(t, rdb.HSet(ctx, redisx.PenaltyKey(string(p.Kind), p.ID), redisx.PenaltyFieldMultiplier, "0.5").Err())
 	t.Cleanup(func() { rdb.Del(ctx, redisx.PenaltyKey(string(p.Kind), p.ID)) })
 	for range 2 {
 		require.True(t, check(t, iso, req).Allowed)

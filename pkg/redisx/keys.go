@@ -121,6 +121,16 @@ func PenaltyKey(kind, id string) string {
 	return "fg:" + PrincipalTag(kind, id) + ":pen"
 }
 
+// Fields of a penalty hash (PenaltyKey): the detector writes them (its
+// apply script), the limiter's check script reads the multiplier (check.lua),
+// the console and the detector's pager read the rest.
+const (
+	PenaltyFieldMultiplier = "m"          // the limits' multiplier, in (0, 1]
+	PenaltyFieldLevel      = "level"      // the escalation level
+	PenaltyFieldExpiresAt  = "expires_at" // when it ends, Unix ms
+	PenaltyFieldAbuseID    = "abuse_id"   // the abuse.v1 event that set it
+)
+
 // DayUsageKey is the key of a principal's allowed units on one UTC day (YYYY-MM-DD).
 func DayUsageKey(kind, id, day string) string {
 	return "fg:" + PrincipalTag(kind, id) + ":day:" + Escape(day)

@@ -418,10 +418,14 @@ func (a *AsyncProducer) fail(msgs []kafka.Message, err error, why string) {
 		return
 	}
 	a.failed.Add(float64(len(msgs)))
-	a.log.Error("async messages not delivered", "messages", len(msgs), "reason", why, "err", err)
-	if a.cfg.OnFailed != nil {
-		cp := make([]kafka.Message, len(msgs))
-		copy(cp, msgs)
-		a.cfg.OnFailed(cp)
+	if a.cfg.OnFailed == nil {
+		a.log.Error("async messages not delivered", "messages", len(msgs), "reason", why, "err", err)
+		return
 	}
+	// Handed on, not lost: a journal keeps them and logs at ERROR only what
+	// it could not keep.
+	a.log.Warn("async messages not delivered to Kafka; handed on to be kept", "messages", len(msgs), "reason", why, "err", err)
+	cp := make([]kafka.Message, len(msgs))
+	copy(cp, msgs)
+	a.cfg.OnFailed(cp)
 }

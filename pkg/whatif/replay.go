@@ -342,7 +342,7 @@ func setPenalty(ctx context.Context, rdb redis.UniversalClient, prefix string, p
 	if m <= 0 || m >= 1 {
 		err = rdb.Del(ctx, key).Err()
 	} else {
-		err = rdb.HSet(ctx, key, "m", strconv.FormatFloat(m, 'g', -1, 64)).Err()
+		err = rdb.HSet(ctx, key, redisx.PenaltyFieldMultiplier, strconv.FormatFloat(m, 'g', -1, 64)).Err()
 		if err == nil {
 			err = rdb.PExpire(ctx, key, 24*time.Hour).Err()
 		}

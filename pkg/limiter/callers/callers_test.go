@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/callers"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
@@ -72,10 +73,10 @@ func TestSecurityUnauthenticatedChecksS2(t *testing.T) {
 		status           int
 		problem          string
 	}{
-		{"no token", "", body(1), http.StatusUnauthorized, server.ProblemUnauthenticated},
-		{"unknown token", "Bearer guess", body(1), http.StatusUnauthorized, server.ProblemUnauthenticated},
-		{"cost beyond the grant", "Bearer edge-token", body(1000000), http.StatusForbidden, server.ProblemForbidden},
-		{"a kind beyond the grant", "Bearer edge-token", `{"principal":{"kind":"bot","id":"b"},"ip":"203.0.113.7","method":"GET","route":"/x"}`, http.StatusForbidden, server.ProblemForbidden},
+		{"no token", "", body(1), http.StatusUnauthorized, httpapi.ProblemUnauthenticated},
+		{"unknown token", "Bearer guess", body(1), http.StatusUnauthorized, httpapi.ProblemUnauthenticated},
+		{"cost beyond the grant", "Bearer edge-token", body(1000000), http.StatusForbidden, httpapi.ProblemForbidden},
+		{"a kind beyond the grant", "Bearer edge-token", `{"principal":{"kind":"bot","id":"b"},"ip":"203.0.113.7","method":"GET","route":"/x"}`, http.StatusForbidden, httpapi.ProblemForbidden},
 		{"the gateway's own check", "Bearer edge-token", body(1), http.StatusOK, ""},
 	}
 	for _, tc := range cases {
@@ -87,7 +88,7 @@ func TestSecurityUnauthenticatedChecksS2(t *testing.T) {
 			resp, b := limitertest.Post(t, srv.URL, tc.body, hdr)
 			require.Equal(t, tc.status, resp.StatusCode, "%s", b)
 			if tc.problem != "" {
-				var p checkapi.Problem
+				var p httpapi.Problem
 				require.NoError(t, json.Unmarshal(b, &p))
 				require.Equal(t, tc.problem, p.Type)
 			}
@@ -187,9 +188,9 @@ func TestSecurityTokenNamesOnlyItsPrincipalsT2(t *testing.T) {
 	for i := range tries { // from many addresses, as the attacker did
 		resp, b := limitertest.Post(t, srv.URL, check(victim, fmt.Sprintf("198.51.100.%d", i+1), "/v1/things"), hdr)
 		require.Equal(t, http.StatusForbidden, resp.StatusCode, "%s", b)
-		var p checkapi.Problem
+		var p httpapi.Problem
 		require.NoError(t, json.Unmarshal(b, &p))
-		require.Equal(t, server.ProblemForbidden, p.Type)
+		require.Equal(t, httpapi.ProblemForbidden, p.Type)
 	}
 	resp, b := limitertest.Post(t, srv.URL, check("acme-"+victim, "198.51.100.1", "/admin/things"), hdr)
 	require.Equal(t, http.StatusForbidden, resp.StatusCode, "a route outside the grant: %s", b)
@@ -201,8 +202,8 @@ func TestSecurityTokenNamesOnlyItsPrincipalsT2(t *testing.T) {
 	require.NoError(t, err)
 	var batch struct {
 		Results []struct {
-			Status int               `json:"status"`
-			Error  *checkapi.Problem `json:"error"`
+			Status int              `json:"status"`
+			Error  *httpapi.Problem `json:"error"`
 		} `json:"results"`
 	}
 	require.NoError(t, json.NewDecoder(bresp.Body).Decode(&batch))
@@ -210,7 +211,7 @@ func TestSecurityTokenNamesOnlyItsPrincipalsT2(t *testing.T) {
 	require.Len(t, batch.Results, 1)
 	require.Equal(t, http.StatusForbidden, batch.Results[0].Status)
 	require.NotNil(t, batch.Results[0].Error)
-	require.Equal(t, server.ProblemForbidden, batch.Results[0].Error.Type)
+	require.Equal(t, httpapi.ProblemForbidden, batch.Results[0].Error.Type)
 	// gRPC.
 	g, _ := envoyrls.NewGRPCServer(s)
 	rls := rlsv3.NewRateLimitServiceClient(limitertest.DialGRPC(t, g))

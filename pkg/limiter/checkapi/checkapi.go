@@ -1,6 +1,6 @@
 // Package checkapi is the limiter's check contract on the wire: the body of
-// POST /v1/check and its batch form, the decision a gateway gets back, and the
-// RFC 9457 problem of a refusal — one definition for the server, its
+// POST /v1/check and its batch form and the decision a gateway gets back
+// (refusals are httpapi.Problem) — one definition for the server, its
 // in-process form (pkg/limiter/embedded) and the gateways' client (pkg/gateway).
 package checkapi
 
@@ -11,6 +11,7 @@ import (
 	"net/netip"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
 )
 
@@ -50,7 +51,7 @@ type CheckResponse struct {
 	Shed              bool              `json:"shed,omitempty"`
 	Utilization       string            `json:"cluster_utilization_status,omitempty"`
 	Headers           map[string]string `json:"headers"`
-	Problem           *Problem          `json:"problem,omitempty"`
+	Problem           *httpapi.Problem  `json:"problem,omitempty"`
 }
 
 // BatchRequest is the body of POST /v1/check/batch: up to MaxBatch checks,
@@ -69,26 +70,11 @@ type BatchResponse struct {
 type BatchResult struct {
 	Status int `json:"status"` // 200 decided, 400 invalid
 	*CheckResponse
-	Error *Problem `json:"error,omitempty"`
+	Error *httpapi.Problem `json:"error,omitempty"`
 }
 
 // MaxBatch bounds a batch.
 const MaxBatch = 100
-
-// Problem is an RFC 9457 problem document.
-type Problem struct {
-	Type          string `json:"type"`
-	Title         string `json:"title"`
-	Status        int    `json:"status"`
-	Detail        string `json:"detail,omitempty"`
-	Instance      string `json:"instance,omitempty"`
-	CorrelationID string `json:"correlation_id"`
-	// ViolatedPolicies names the RateLimit-Policy the request exceeded
-	// (draft-ietf-httpapi-ratelimit-headers); absent on a shed answer.
-	ViolatedPolicies []string `json:"violated-policies,omitempty"`
-	// UtilizationStatus is set on a shed answer (admission.StatusDegraded, admission.StatusCritical).
-	UtilizationStatus string `json:"cluster_utilization_status,omitempty"`
-}
 
 // Validate checks a decoded request and completes it: a cost of 0 is 1, and
 // the IP and priority are parsed (Addr, ParsedPriority).

@@ -23,7 +23,6 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/callers"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/candidate"
-	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
@@ -288,7 +287,7 @@ func (e *Limiter) Registry() *prometheus.Registry { return e.s.Registry() }
 
 // Check validates and decides one request exactly as the HTTP API does.
 func (e *Limiter) Check(ctx context.Context, r gateway.Request) (gateway.Decision, error) {
-	req := checkapi.CheckRequest{Principal: r.Principal, IP: r.IP, Method: r.Method, Route: r.Route, Resource: r.Resource, Cost: r.Cost, Priority: r.Priority}
+	req := r // a copy: Validate completes it
 	if err := req.Validate(); err != nil {
 		return gateway.Decision{}, fmt.Errorf("check: %w", err)
 	}

@@ -19,11 +19,10 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/journal"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
-	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/embedded"
-	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/pkg/stacktest"
@@ -93,9 +92,9 @@ rules:
 	retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
 	require.NoError(t, err)
 	require.Greater(t, retry, 1000, "one unit refills every 20 minutes")
-	var problem checkapi.Problem
+	var problem httpapi.Problem
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&problem))
-	require.Equal(t, server.ProblemRateLimited, problem.Type)
+	require.Equal(t, httpapi.ProblemRateLimited, problem.Type)
 	require.Equal(t, 3, upstream, "the denied request never reached the upstream")
 
 	// Run polls the rules file: a raised limit applies without a restart, and

@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
-	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/limitertest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
@@ -24,7 +24,7 @@ import (
 // an error would make Envoy fail open and let the request through.
 func TestSecurityEnvoyCostOverTheCapS3(t *testing.T) {
 	rdb := redistest.Client(t)
-	e := limitertest.Engine(t, rdb, limitertest.CostRules, nil)
+	e := limitertest.Engine(t, rdb, limitertest.CostRules(), nil)
 	pub := &kafkatest.Capture{}
 	s := server.New(server.Config{Engine: e, Publisher: pub, Topic: "decisions", Gateway: "test",
 		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
@@ -38,9 +38,9 @@ func TestSecurityEnvoyCostOverTheCapS3(t *testing.T) {
 		Descriptors: []*commonrl.RateLimitDescriptor{{Entries: entries}}})
 	require.NoError(t, err)
 	require.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, out.OverallCode)
-	var p checkapi.Problem
+	var p httpapi.Problem
 	require.NoError(t, json.Unmarshal(out.RawBody, &p))
-	require.Equal(t, server.ProblemCostOverLimit, p.Type)
+	require.Equal(t, httpapi.ProblemCostOverLimit, p.Type)
 	require.Contains(t, p.Detail, "over the max_cost 500 of rule bots")
 	require.Empty(t, pub.Messages())
 	n, err := rdb.Exists(context.Background(), redisx.BucketKey("bot", victim, "bots|tb")).Result()

@@ -303,7 +303,7 @@ func (e *EnvoyRLS) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReque
 // costRefusal answers a call with a descriptor over a max_cost: every
 // descriptor OVER_LIMIT, nothing counted, and a cost-over-limit problem body.
 func costRefusal(n int, corr string, err error) (*rlsv3.RateLimitResponse, error) {
-	body, jerr := json.Marshal(checkapi.Problem{Type: server.ProblemCostOverLimit, Title: "Cost Over Limit", Status: http.StatusTooManyRequests,
+	body, jerr := json.Marshal(httpapi.Problem{Type: httpapi.ProblemCostOverLimit, Title: "Cost Over Limit", Status: http.StatusTooManyRequests,
 		Detail: err.Error() + "; nothing was counted", CorrelationID: corr})
 	if jerr != nil {
 		return nil, status.Error(codes.Internal, fmt.Sprintf("encode problem: %v", jerr))

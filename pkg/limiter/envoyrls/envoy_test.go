@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
@@ -107,9 +108,9 @@ func TestEnvoyShouldRateLimitDecidesWithContractAndPublishes(t *testing.T) {
 		require.NotEmpty(t, h["Retry-After"])
 		require.Contains(t, h["RateLimit-Policy"], `"bot-global";q=2;w=60`, "the policy is the rule")
 		require.Equal(t, "application/problem+json", h["Content-Type"])
-		var p checkapi.Problem
+		var p httpapi.Problem
 		require.NoError(t, json.Unmarshal(r.GetRawBody(), &p))
-		require.Equal(t, server.ProblemRateLimited, p.Type)
+		require.Equal(t, httpapi.ProblemRateLimited, p.Type)
 		require.Equal(t, 429, p.Status)
 		require.Equal(t, "envoy-req-c", p.CorrelationID)
 	})

@@ -196,7 +196,7 @@ descriptors:
 	ctx := context.Background()
 	u := redistest.Unique(t, "pen")
 	pk := redisx.PenaltyKey("user", u)
-	require.NoError(t, f.rdb.HSet(ctx, pk, "m", "0.5").Err())
+	require.NoError(t, f.rdb.HSet(ctx, pk, redisx.PenaltyFieldMultiplier, "0.5").Err())
 	t.Cleanup(func() { f.rdb.Del(context.Background(), pk) })
 	r := f.call(t, limitertest.Descriptor("user", u))
 	require.Equal(t, uint32(2), r.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(), "4 × 0.5")

@@ -6,6 +6,7 @@ package limitertest
 import (
 	"context"
 	"crypto/sha256"
+	_ "embed"
 	"encoding/hex"
 	"io"
 	"log/slog"
@@ -36,20 +37,20 @@ rules:
   - {id: p, tier: principal, limit: 5, period: 1h}
 `
 
+//go:embed testdata/cost-rules.yaml
+var costRules string
+
 // CostRules: a bot rule at the default cap, a route whose rule allows large
-// costs (exports weigh their rows), a user quota with its own cap.
-const CostRules = `version: 1
-defaults:
-  max_cost: 500
-costs:
-  - {method: POST, route: /imports, cost: 10}
-rules:
-  - {id: bots, tier: principal, kinds: [bot], limit: 100000, period: 1h}
-  - {id: users, tier: principal, kinds: [user], limit: 100000, period: 1h, max_cost: 5000}
-  - {id: exports, tier: endpoint, kinds: [user], method: GET, route: /exports, limit: 1000000, period: 1h, max_cost: 1000000}
-quotas:
-  - {kind: user, limit: 9000000, max_cost: 20000}
-`
+// costs (exports weigh their rows), a user quota with its own cap
+// (testdata/cost-rules.yaml, which pkg/limiter's own tests read too).
+func CostRules() string { return costRules }
+
+//go:embed testdata/prio-rules.yaml
+var prioRules string
+
+// PrioRules give two routes priorities and the rest best_effort
+// (testdata/prio-rules.yaml, which pkg/limiter's own tests read too).
+func PrioRules() string { return prioRules }
 
 // Principal is a bot of the test's own.
 func Principal(t testing.TB) events.Principal {

@@ -8,27 +8,6 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
-	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
-)
-
-// Problem types a gateway sends with a 429 (a 503 for a shed request), one
-// per reason a request is refused: the types the RateLimit draft
-// (draft-ietf-httpapi-ratelimit-headers-11) registers with IANA.
-const (
-	ProblemRateLimited = httpapi.ProblemIANAQuotaExceeded
-	ProblemPenalized   = httpapi.ProblemIANAAbnormalUsageDetected
-	ProblemQuota       = httpapi.ProblemIANAQuotaExceeded
-	// ProblemReducedCapacity: the adjuster scaled the deciding limit below 1
-	// or shed the request's priority (the platform is short of capacity),
-	// not the client's own excess.
-	ProblemReducedCapacity = httpapi.ProblemIANATemporaryReducedCapacity
-	ProblemBadRequest      = "https://floodgate.dev/problems/invalid-request"
-	ProblemUnauthenticated = "https://floodgate.dev/problems/unauthenticated"
-	ProblemForbidden       = "https://floodgate.dev/problems/forbidden"
-	ProblemUnavailable     = "https://floodgate.dev/problems/unavailable"
-	// ProblemCostOverLimit (400): the check's cost is over the max_cost of a
-	// rule or quota it matches; nothing was counted.
-	ProblemCostOverLimit = "https://floodgate.dev/problems/cost-over-limit"
 )
 
 // Headers is the exact set of response headers a gateway must send for a decision:
@@ -117,20 +96,20 @@ func retryAfterSeconds(r limiter.Result) int64 {
 
 // DenialProblem is the body a gateway returns with the 429 — or, for a shed
 // answer, with a 503: the platform, not the client, is short of capacity.
-func DenialProblem(r limiter.Result, correlationID string) *checkapi.Problem {
+func DenialProblem(r limiter.Result, correlationID string) *httpapi.Problem {
 	if r.Allowed {
 		return nil
 	}
 	retry := strconv.FormatInt(retryAfterSeconds(r), 10)
 	if r.Shed {
-		return &checkapi.Problem{
-			Type: ProblemReducedCapacity, Title: "Service Unavailable", Status: 503,
+		return &httpapi.Problem{
+			Type: httpapi.ProblemReducedCapacity, Title: "Service Unavailable", Status: 503,
 			Detail:   "capacity is temporarily reduced: " + r.Priority.String() + " requests are shed; retry after " + retry + "s",
 			Instance: "urn:floodgate:decision:" + correlationID, CorrelationID: correlationID, UtilizationStatus: r.Utilization,
 		}
 	}
-	p := &checkapi.Problem{
-		Type:             ProblemRateLimited,
+	p := &httpapi.Problem{
+		Type:             httpapi.ProblemRateLimited,
 		Title:            "Too Many Requests",
 		Status:           429,
 		Detail:           "rate limit of the " + string(r.Tier) + " tier exceeded; retry after " + retry + "s",
@@ -140,13 +119,13 @@ func DenialProblem(r limiter.Result, correlationID string) *checkapi.Problem {
 	}
 	switch {
 	case r.Tier == events.TierPenalty:
-		p.Type = ProblemPenalized
+		p.Type = httpapi.ProblemPenalized
 		p.Detail = "abnormal usage detected: limits for this client are temporarily reduced; retry after " + retry + "s"
 	case r.Tier == events.TierQuota:
-		p.Type = ProblemQuota
+		p.Type = httpapi.ProblemQuota
 		p.Detail = "daily quota exceeded; it resets at 00:00 UTC, in " + retry + "s"
 	case r.Scale < 1:
-		p.Type = ProblemReducedCapacity
+		p.Type = httpapi.ProblemReducedCapacity
 		p.Detail = "capacity is temporarily reduced to protect the service; retry after " + retry + "s"
 	}
 	return p

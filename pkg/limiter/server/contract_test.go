@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 )
 
@@ -29,5 +30,5 @@ func TestShedIsNotAnOutage(t *testing.T) {
 // principal's limits answers with the abnormal-usage problem.
 func TestPenaltyDenialIsAbnormalUsage(t *testing.T) {
 	r := limiter.Result{Tier: events.TierPenalty, Penalty: 0.1, Scale: 1, Limit: 1, Period: 3600e9, RetryAfter: 1e9}
-	require.Equal(t, ProblemPenalized, DenialProblem(r, "c").Type)
+	require.Equal(t, httpapi.ProblemPenalized, DenialProblem(r, "c").Type)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/limitertest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
@@ -22,7 +23,7 @@ import (
 // max_cost: the check is refused with a 400 problem (cost-over-limit),
 // nothing is counted in Redis and no decision event is published.
 func TestSecurityCostCappedPerRuleS3(t *testing.T) {
-	srv, pub := newTestServerRules(t, limitertest.CostRules, nil)
+	srv, pub := newTestServerRules(t, limitertest.CostRules(), nil)
 	victim := redistest.Unique(t, "victim")
 	body := func(kind, route string, cost int) string {
 		return `{"principal":{"kind":"` + kind + `","id":"` + victim + `"},"ip":"203.0.113.7","method":"GET","route":"` + route + `","cost":` + strconv.Itoa(cost) + `}`
@@ -31,9 +32,9 @@ func TestSecurityCostCappedPerRuleS3(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(b))
 	require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"))
 	require.Equal(t, "s3-attack", resp.Header.Get("X-Request-Id"))
-	var p checkapi.Problem
+	var p httpapi.Problem
 	require.NoError(t, json.Unmarshal(b, &p))
-	require.Equal(t, ProblemCostOverLimit, p.Type)
+	require.Equal(t, httpapi.ProblemCostOverLimit, p.Type)
 	require.Equal(t, http.StatusBadRequest, p.Status)
 	require.Equal(t, "cost 1000000 is over the max_cost 500 of rule bots", p.Detail)
 	require.Equal(t, "s3-attack", p.CorrelationID)
@@ -72,9 +73,9 @@ func TestSecurityCostCappedPerRuleS3(t *testing.T) {
 				return
 			}
 			require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(out))
-			var p checkapi.Problem
+			var p httpapi.Problem
 			require.NoError(t, json.Unmarshal(out, &p))
-			require.Equal(t, ProblemCostOverLimit, p.Type)
+			require.Equal(t, httpapi.ProblemCostOverLimit, p.Type)
 			require.Equal(t, tc.detail, p.Detail)
 		})
 	}
@@ -84,14 +85,14 @@ func TestSecurityCostCappedPerRuleS3(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode, string(out))
 		var br struct {
 			Results []struct {
-				Status int               `json:"status"`
-				Error  *checkapi.Problem `json:"error"`
+				Status int              `json:"status"`
+				Error  *httpapi.Problem `json:"error"`
 			} `json:"results"`
 		}
 		require.NoError(t, json.Unmarshal(out, &br))
 		require.Len(t, br.Results, 2)
 		require.Equal(t, http.StatusOK, br.Results[0].Status)
 		require.Equal(t, http.StatusBadRequest, br.Results[1].Status)
-		require.Equal(t, ProblemCostOverLimit, br.Results[1].Error.Type)
+		require.Equal(t, httpapi.ProblemCostOverLimit, br.Results[1].Error.Type)
 	})
 }

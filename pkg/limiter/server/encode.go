@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
-	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
 )
 
 // appendCheckResponse appends exactly what json.NewEncoder(w).Encode(checkResponse(id, corr, r))
@@ -25,7 +25,7 @@ type batchAnswer struct {
 	id      string // the decision's, minted here
 	corr    string // the caller's correlation id
 	res     limiter.Result
-	invalid *checkapi.Problem
+	invalid *httpapi.Problem
 }
 
 // appendBatchResponse appends exactly what json.NewEncoder(w).Encode of the
@@ -166,7 +166,7 @@ func appendHeaders(b []byte, r limiter.Result, id string) []byte {
 	return append(b, '}')
 }
 
-func appendProblem(b []byte, p *checkapi.Problem) []byte {
+func appendProblem(b []byte, p *httpapi.Problem) []byte {
 	b = append(b, `{"type":`...)
 	b = appendString(b, p.Type)
 	b = append(b, `,"title":`...)
@@ -181,8 +181,10 @@ func appendProblem(b []byte, p *checkapi.Problem) []byte {
 		b = append(b, `,"instance":`...)
 		b = appendString(b, p.Instance)
 	}
-	b = append(b, `,"correlation_id":`...)
-	b = appendString(b, p.CorrelationID)
+	if p.CorrelationID != "" { // httpapi.Problem's omitempty
+		b = append(b, `,"correlation_id":`...)
+		b = appendString(b, p.CorrelationID)
+	}
 	if len(p.ViolatedPolicies) > 0 {
 		b = append(b, `,"violated-policies":[`...)
 		for i, v := range p.ViolatedPolicies {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
@@ -97,7 +98,7 @@ func TestAppendBatchResponseMatchesEncodingJSON(t *testing.T) {
 	answers := []batchAnswer{
 		{id: "dec-0", corr: "req-0", res: limiter.Result{Allowed: true, Tier: events.TierPrincipal, Rule: "bot-global", Limit: 50, Remaining: 49,
 			ResetAfter: 20 * time.Millisecond, Period: time.Second, Penalty: 1, Scale: 1}},
-		{id: "req-1", invalid: &checkapi.Problem{Type: ProblemBadRequest, Title: "Bad Request", Status: 400, Detail: `ip: "x<y" is not an address`, CorrelationID: "req-1"}},
+		{id: "req-1", invalid: &httpapi.Problem{Type: httpapi.ProblemInvalidRequest, Title: "Bad Request", Status: 400, Detail: `ip: "x<y" is not an address`, CorrelationID: "req-1"}},
 		{id: "dec-2", corr: "req-2", res: limiter.Result{Tier: events.TierPenalty, Rule: "bot-global", Limit: 12, ResetAfter: time.Second,
 			RetryAfter: 80 * time.Millisecond, Period: time.Second, Penalty: 0.25, Scale: 1}},
 		{id: "dec-3", corr: "req-3", res: limiter.Result{Allowed: true, Tier: events.TierIP, Degraded: true, Error: "redis circuit open", Penalty: 1, Scale: 2.5, NearLimit: true}},

@@ -195,21 +195,21 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	var req checkapi.CheckRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, maxCheckBody))
 	if err := dec.Decode(&req); err != nil {
-		s.problem(w, id, http.StatusBadRequest, ProblemBadRequest, "body: "+err.Error())
+		s.problem(w, id, http.StatusBadRequest, httpapi.ProblemInvalidRequest, "body: "+err.Error())
 		return
 	}
 	if err := req.Validate(); err != nil {
-		s.problem(w, id, http.StatusBadRequest, ProblemBadRequest, err.Error())
+		s.problem(w, id, http.StatusBadRequest, httpapi.ProblemInvalidRequest, err.Error())
 		return
 	}
 	if s.callers != nil {
 		if err := cl.Permit(&req); err != nil {
-			s.problem(w, id, http.StatusForbidden, ProblemForbidden, err.Error())
+			s.problem(w, id, http.StatusForbidden, httpapi.ProblemForbidden, err.Error())
 			return
 		}
 	}
 	if err := s.CheckCost(&req); err != nil {
-		s.problem(w, id, http.StatusBadRequest, ProblemCostOverLimit, err.Error())
+		s.problem(w, id, http.StatusBadRequest, httpapi.ProblemCostOverLimit, err.Error())
 		return
 	}
 	res := s.DecideResult(r.Context(), did, &req)
@@ -240,11 +240,11 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	var br checkapi.BatchRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, checkapi.MaxBatch*maxCheckBody))
 	if err := dec.Decode(&br); err != nil {
-		s.problem(w, id, http.StatusBadRequest, ProblemBadRequest, "body: "+err.Error())
+		s.problem(w, id, http.StatusBadRequest, httpapi.ProblemInvalidRequest, "body: "+err.Error())
 		return
 	}
 	if len(br.Checks) == 0 || len(br.Checks) > checkapi.MaxBatch {
-		s.problem(w, id, http.StatusBadRequest, ProblemBadRequest, fmt.Sprintf("checks: %d items, want 1..%d", len(br.Checks), checkapi.MaxBatch))
+		s.problem(w, id, http.StatusBadRequest, httpapi.ProblemInvalidRequest, fmt.Sprintf("checks: %d items, want 1..%d", len(br.Checks), checkapi.MaxBatch))
 		return
 	}
 	s.metrics.batch.Observe(float64(len(br.Checks)))
@@ -260,19 +260,19 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		if err == nil {
 			err = req.Validate()
 		}
-		typ, code := ProblemBadRequest, http.StatusBadRequest
+		typ, code := httpapi.ProblemInvalidRequest, http.StatusBadRequest
 		if err == nil && s.callers != nil {
 			if err = cl.Permit(&req); err != nil {
-				typ, code = ProblemForbidden, http.StatusForbidden
+				typ, code = httpapi.ProblemForbidden, http.StatusForbidden
 			}
 		}
 		if err == nil {
 			if err = s.CheckCost(&req); err != nil {
-				typ = ProblemCostOverLimit
+				typ = httpapi.ProblemCostOverLimit
 			}
 		}
 		if err != nil {
-			answers[i] = batchAnswer{id: cid, corr: cid, invalid: &checkapi.Problem{Type: typ,
+			answers[i] = batchAnswer{id: cid, corr: cid, invalid: &httpapi.Problem{Type: typ,
 				Title: http.StatusText(code), Status: code, Detail: err.Error(), CorrelationID: cid}}
 			continue
 		}
@@ -433,7 +433,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, id string)
 	if err != nil {
 		s.metrics.unauthenticated.Inc()
 		w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate-limiter"`)
-		s.problem(w, id, http.StatusUnauthorized, ProblemUnauthenticated, err.Error())
+		s.problem(w, id, http.StatusUnauthorized, httpapi.ProblemUnauthenticated, err.Error())
 		return callers.Caller{}, false
 	}
 	return cl, true

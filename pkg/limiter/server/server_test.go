@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
@@ -63,7 +64,7 @@ func TestCheckAnswersWithContractAndPublishesDecision(t *testing.T) {
 	require.Equal(t, "30", h["Retry-After"], "one token refills every 30s")
 	require.Equal(t, "req-c", h["X-Request-Id"])
 	require.NotNil(t, last.Problem)
-	require.Equal(t, ProblemRateLimited, last.Problem.Type)
+	require.Equal(t, httpapi.ProblemRateLimited, last.Problem.Type)
 	require.Equal(t, "https://iana.org/assignments/http-problem-types#quota-exceeded", last.Problem.Type, "the draft's registered type")
 	require.Equal(t, []string{"principal"}, last.Problem.ViolatedPolicies)
 	require.Equal(t, 429, last.Problem.Status)
@@ -102,9 +103,9 @@ func TestCheckRejectsBadInputWithProblem(t *testing.T) {
 			resp, b := limitertest.Post(t, srv.URL, tc.body, nil)
 			require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 			require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"))
-			var p checkapi.Problem
+			var p httpapi.Problem
 			require.NoError(t, json.Unmarshal(b, &p))
-			require.Equal(t, ProblemBadRequest, p.Type)
+			require.Equal(t, httpapi.ProblemInvalidRequest, p.Type)
 			require.Contains(t, p.Detail, tc.field)
 			require.NotEmpty(t, p.CorrelationID)
 			require.Equal(t, p.CorrelationID, resp.Header.Get("X-Request-Id"))
@@ -120,11 +121,11 @@ func TestDenialProblemTypes(t *testing.T) {
 		scale float64
 		want  string
 	}{
-		{"rate limited", events.TierPrincipal, 1, ProblemRateLimited},
-		{"penalty", events.TierPenalty, 1, ProblemPenalized},
-		{"penalty beats a reduced scale", events.TierPenalty, 0.5, ProblemPenalized},
-		{"quota", events.TierQuota, 1, ProblemQuota},
-		{"adjuster reduced capacity", events.TierEndpoint, 0.5, ProblemReducedCapacity},
+		{"rate limited", events.TierPrincipal, 1, httpapi.ProblemRateLimited},
+		{"penalty", events.TierPenalty, 1, httpapi.ProblemPenalized},
+		{"penalty beats a reduced scale", events.TierPenalty, 0.5, httpapi.ProblemPenalized},
+		{"quota", events.TierQuota, 1, httpapi.ProblemQuota},
+		{"adjuster reduced capacity", events.TierEndpoint, 0.5, httpapi.ProblemReducedCapacity},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -172,7 +173,7 @@ func TestBatchAnswersEachCheckIndependently(t *testing.T) {
 	require.Equal(t, http.StatusOK, out.Results[1].Status)
 	require.True(t, out.Results[1].Allowed, "b has its own bucket")
 	require.Equal(t, http.StatusBadRequest, out.Results[2].Status)
-	require.Equal(t, ProblemBadRequest, out.Results[2].Error.Type)
+	require.Equal(t, httpapi.ProblemInvalidRequest, out.Results[2].Error.Type)
 	require.Contains(t, out.Results[2].Error.Detail, "kind")
 	// a's two checks run concurrently: exactly one gets the single token.
 	require.NotEqual(t, out.Results[0].Allowed, out.Results[3].Allowed)
@@ -180,7 +181,7 @@ func TestBatchAnswersEachCheckIndependently(t *testing.T) {
 	if denied.Allowed {
 		denied = out.Results[3]
 	}
-	require.Equal(t, ProblemRateLimited, denied.Problem.Type)
+	require.Equal(t, httpapi.ProblemRateLimited, denied.Problem.Type)
 	require.Regexp(t, `^batch1-[03]$`, denied.Headers["X-Request-Id"], "each check gets its own correlation id")
 	require.NotRegexp(t, `^batch1`, denied.ID, "and a decision id of the server's")
 	require.Len(t, pub.Messages(), 3, "one event per decided check")

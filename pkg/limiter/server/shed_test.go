@@ -12,23 +12,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/limitertest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 )
-
-// prioRules give two routes priorities and the rest best_effort.
-const prioRules = `
-version: 1
-defaults: {priority: best_effort}
-priorities:
-  - {method: POST, route: /v1/charges, priority: critical}
-  - {method: GET, route: /v1/export, priority: bulk}
-rules:
-  - {id: p, tier: principal, limit: 100, period: 1h}
-`
 
 // TestCheckAnswersAShedRequest: over HTTP a shed check is a decision like any
 // other (200 from the limiter) whose contract tells the gateway to answer 503
@@ -37,7 +27,7 @@ rules:
 func TestCheckAnswersAShedRequest(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Client(t)
-	e := limitertest.Engine(t, rdb, prioRules, nil)
+	e := limitertest.Engine(t, rdb, limitertest.PrioRules(), nil)
 	obs, pub := &scopeRecorder{}, &kafkatest.Capture{}
 	s := New(Config{Engine: e, Publisher: pub, Observer: obs, Topic: "decisions", Gateway: "test",
 		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
@@ -62,7 +52,7 @@ func TestCheckAnswersAShedRequest(t *testing.T) {
 		"X-Request-Id": got.Headers["X-Request-Id"]}, got.Headers)
 	require.NotNil(t, got.Problem)
 	require.Equal(t, 503, got.Problem.Status)
-	require.Equal(t, ProblemReducedCapacity, got.Problem.Type)
+	require.Equal(t, httpapi.ProblemReducedCapacity, got.Problem.Type)
 	require.Equal(t, admission.StatusDegraded, got.Problem.UtilizationStatus)
 
 	require.Equal(t, []string{"shed:best_effort"}, obs.scopes, "InfluxDB counts shed requests by priority")

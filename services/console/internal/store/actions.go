@@ -94,8 +94,8 @@ func penaltyFrom(h map[string]string) (Penalty, bool) {
 	if len(h) == 0 {
 		return Penalty{}, false
 	}
-	exp, _ := strconv.ParseInt(h["expires_at"], 10, 64)
-	return Penalty{Multiplier: h["m"], Level: h["level"], AbuseID: h["abuse_id"], ExpiresAt: exp}, true
+	exp, _ := strconv.ParseInt(h[redisx.PenaltyFieldExpiresAt], 10, 64)
+	return Penalty{Multiplier: h[redisx.PenaltyFieldMultiplier], Level: h[redisx.PenaltyFieldLevel], AbuseID: h[redisx.PenaltyFieldAbuseID], ExpiresAt: exp}, true
 }
 
 // GetPenalty reads a principal's live penalty.

@@ -24,6 +24,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
@@ -196,7 +197,7 @@ func TestBrowserShedWhatIfRollout(t *testing.T) {
 		require.Equal(t, admission.StatusDegraded, r.Utilization)
 		require.NotNil(t, r.Problem, prio)
 		require.Equal(t, http.StatusServiceUnavailable, r.Problem.Status)
-		require.Equal(t, server.ProblemReducedCapacity, r.Problem.Type)
+		require.Equal(t, httpapi.ProblemReducedCapacity, r.Problem.Type)
 		require.NotEmpty(t, r.Headers["Retry-After"])
 	}
 	for _, prio := range []string{"critical", "degraded"} {

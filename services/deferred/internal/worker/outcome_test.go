@@ -25,10 +25,10 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/deferred"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/embedded"
-	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/deferred/internal/worker"
 )
@@ -525,7 +525,7 @@ func TestStatusPollsLimited(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(body), &p), body)
 	require.Equal(t, http.StatusTooManyRequests, p.Status)
-	require.Equal(t, server.ProblemRateLimited, p.Type)
+	require.Equal(t, httpapi.ProblemRateLimited, p.Type)
 
 	resp, _ = poll(e.run + "-mallory")
 	require.Equal(t, http.StatusNotFound, resp.StatusCode, "another principal's budget, and no access")

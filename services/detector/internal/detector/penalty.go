@@ -21,7 +21,8 @@ const (
 
 // applyPenalty merges a penalty into the principal's hash: the strongest multiplier,
 // the highest level and the latest expiry win, so writing the same penalty twice —
-// a redelivered message, a replayed partition — changes nothing.
+// a redelivered message, a replayed partition — changes nothing. Its field
+// names are redisx's PenaltyField constants.
 var applyPenalty = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -70,7 +71,7 @@ func (s *PenaltyStore) write(ctx context.Context, principal events.Principal, ab
 
 // Get reads a principal's current multiplier and expiry; 1 and zero time mean none.
 func (s *PenaltyStore) Get(ctx context.Context, principal events.Principal) (float64, time.Time, error) {
-	vals, err := s.rdb.HMGet(ctx, redisx.PenaltyKey(string(principal.Kind), principal.ID), "m", "expires_at").Result()
+	vals, err := s.rdb.HMGet(ctx, redisx.PenaltyKey(string(principal.Kind), principal.ID), redisx.PenaltyFieldMultiplier, redisx.PenaltyFieldExpiresAt).Result()
 	if err != nil {
 		return 0, time.Time{}, err
 	}

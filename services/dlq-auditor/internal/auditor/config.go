@@ -43,7 +43,6 @@ type ServiceConfig struct {
 	ReplayMax        int                  // FLOODGATE_DLQ_REPLAY_MAX: most records one replay or purge may select
 	ReplayTopics     []string             // FLOODGATE_DLQ_REPLAY_TOPICS: topics a dead letter may be replayed to besides the one its DLQ serves
 	CanaryTimeout    time.Duration        // FLOODGATE_DLQ_CANARY_TIMEOUT: how long a canary may take to be consumed
-	ShutdownTimeout  time.Duration        // FLOODGATE_SHUTDOWN_TIMEOUT
 }
 
 // ServiceConfigFromEnv reads and validates the configuration.
@@ -68,7 +67,6 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 		ReplayMax:        e.Int("FLOODGATE_DLQ_REPLAY_MAX", DefaultReplayMax),
 		ReplayTopics:     e.List("FLOODGATE_DLQ_REPLAY_TOPICS", ""),
 		CanaryTimeout:    e.Duration("FLOODGATE_DLQ_CANARY_TIMEOUT", DefaultCanaryTimeout),
-		ShutdownTimeout:  e.Duration("FLOODGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 	}
 	return config.Validated(c, e.Err())
 }
@@ -87,7 +85,6 @@ func (c ServiceConfig) Validate() error {
 	v.Require(c.ReplayRate > 0 && c.ReplayRate <= 10000, "FLOODGATE_DLQ_REPLAY_RATE", "%g: must be in (0, 10000] messages per second", c.ReplayRate)
 	v.Require(c.ReplayMax >= 1 && c.ReplayMax <= 100000, "FLOODGATE_DLQ_REPLAY_MAX", "%d: must be in 1..100000", c.ReplayMax)
 	v.Require(c.CanaryTimeout >= time.Second && c.CanaryTimeout <= 10*time.Minute, "FLOODGATE_DLQ_CANARY_TIMEOUT", "%s: must be in 1s..10m", c.CanaryTimeout)
-	v.Require(c.ShutdownTimeout > 0, "FLOODGATE_SHUTDOWN_TIMEOUT", "must be positive")
 	for _, b := range c.KafkaBrokers {
 		v.Require(strings.Contains(b, ":"), "FLOODGATE_KAFKA_BROKERS", "%q is not host:port", b)
 	}

@@ -78,7 +78,7 @@ descriptors:
 	alice, bob := "alice_"+run, "bob_"+run
 	// bob is penalized: the detector's multiplier in Redis, as it writes it.
 	penKey := redisx.PenaltyKey("user", bob)
-	require.NoError(t, rdb.HSet(ctx, penKey, "m", "0.5").Err())
+	require.NoError(t, rdb.HSet(ctx, penKey, redisx.PenaltyFieldMultiplier, "0.5").Err())
 	require.NoError(t, rdb.Expire(ctx, penKey, time.Minute).Err())
 	t.Cleanup(func() { rdb.Del(context.Background(), penKey) })
 

@@ -61,8 +61,6 @@ type Config struct {
 	JoinGroupBackoff  time.Duration
 	// MaxWait bounds one fetch (FLOODGATE_QUOTA_FETCH_MAX_WAIT).
 	MaxWait time.Duration
-	// ShutdownTimeout bounds the HTTP server's shutdown (FLOODGATE_SHUTDOWN_TIMEOUT).
-	ShutdownTimeout time.Duration
 	// Door holds the checks every decision passes before it is counted: size
 	// and decompression limits (FLOODGATE_STREAM_MAX_MESSAGE_BYTES,
 	// FLOODGATE_STREAM_MAX_DECOMPRESSED_BYTES) and the event-time window
@@ -129,7 +127,6 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		RebalanceTimeout:  e.Duration("FLOODGATE_QUOTA_REBALANCE_TIMEOUT", stream.DefaultRebalanceTimeout),
 		JoinGroupBackoff:  e.Duration("FLOODGATE_QUOTA_JOIN_BACKOFF", 0),
 		MaxWait:           e.Duration("FLOODGATE_QUOTA_FETCH_MAX_WAIT", 500*time.Millisecond),
-		ShutdownTimeout:   e.Duration("FLOODGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 		MaxEventCost:      int64(e.Int("FLOODGATE_EVENT_MAX_COST", events.DefaultMaxCost)),
 		DayQuotas:         e.String("FLOODGATE_EVENT_DAY_QUOTAS", events.DefaultDayQuotas),
 		DaySlack:          e.Int("FLOODGATE_EVENT_DAY_SLACK", events.DefaultDaySlackPercent),
@@ -183,7 +180,6 @@ func (c Config) Validate() error {
 			"%s: must be at least FLOODGATE_QUOTA_SESSION_TIMEOUT (%s)", c.RebalanceTimeout, c.SessionTimeout)
 	}
 	v.Require(c.MaxWait >= 10*time.Millisecond, "FLOODGATE_QUOTA_FETCH_MAX_WAIT", "%s: must be at least 10ms", c.MaxWait)
-	v.Require(c.ShutdownTimeout > 0, "FLOODGATE_SHUTDOWN_TIMEOUT", "must be positive")
 	v.Require(c.MaxEventCost >= 1 && c.MaxEventCost <= 1_000_000, "FLOODGATE_EVENT_MAX_COST",
 		"%d: must be in 1..1000000 (at least the largest max_cost of the limiter's rules)", c.MaxEventCost)
 	_, derr := events.ParseDayBounds(c.DayQuotas, 0)
