@@ -154,10 +154,7 @@ func MeasureHarm(src *labeled.Stream, labels map[string]*labeled.Label, all map[
 	}
 	sort.Slice(h.Families, func(i, j int) bool {
 		a, b := h.Families[i], h.Families[j]
-		if a.Abusive != b.Abusive {
-			return !a.Abusive
-		}
-		return a.Name < b.Name
+		return familyLess(a.Abusive, a.Name, b.Abusive, b.Name)
 	})
 	return h
 }

@@ -443,10 +443,7 @@ func score(res *Result, labels map[string]*labeled.Label, first map[string]event
 	}
 	sort.Slice(res.Families, func(i, j int) bool {
 		a, b := res.Families[i], res.Families[j]
-		if a.Abusive != b.Abusive {
-			return !a.Abusive
-		}
-		return a.Name < b.Name
+		return familyLess(a.Abusive, a.Name, b.Abusive, b.Name)
 	})
 	for p, pr := range byPat {
 		pr.LatP50, pr.LatP99 = Quantile(patLat[p], 0.5), Quantile(patLat[p], 0.99)
@@ -455,6 +452,14 @@ func score(res *Result, labels map[string]*labeled.Label, first map[string]event
 	sort.Slice(res.Patterns, func(i, j int) bool { return res.Patterns[i].Pattern < res.Patterns[j].Pattern })
 	res.RateP50, res.RateP99 = Quantile(rate, 0.5), Quantile(rate, 0.99)
 	res.FanOutP50, res.FanOutP99 = Quantile(fan, 0.5), Quantile(fan, 0.99)
+}
+
+// familyLess orders families legitimate first, then by name.
+func familyLess(abusiveA bool, nameA string, abusiveB bool, nameB string) bool {
+	if abusiveA != abusiveB {
+		return !abusiveA
+	}
+	return nameA < nameB
 }
 
 // Quantile is the q-quantile (nearest rank) of ds; 0 when empty.

@@ -121,14 +121,7 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 		if !hammering {
 			threshold = 1 / max(1-s.cfg.AutomatedDenialRatio/2, 0.01)
 		}
-		switch {
-		case denialRatio >= 0.9:
-			sev = events.SeverityCritical
-		case denialRatio >= 0.75:
-			sev = events.SeverityHigh
-		default:
-			sev = events.SeverityMedium
-		}
+		sev = denialSeverity(denialRatio)
 	} else {
 		// The common case, neither refused enough nor a window big enough
 		// to hold the line in sustainBuckets buckets, ends here.
@@ -216,15 +209,7 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 // held / expected, and sev is empty (the caller grades the score).
 func (s *Scorer) personPressure(st *rfState, sum int64, ratio, denials, expected float64) (held, score, threshold float64, sev events.Severity, ok bool) {
 	if denials >= float64(s.cfg.PersonMinDenials) && ratio >= s.cfg.PersonDenialRatio {
-		switch {
-		case ratio >= 0.9:
-			sev = events.SeverityCritical
-		case ratio >= 0.75:
-			sev = events.SeverityHigh
-		default:
-			sev = events.SeverityMedium
-		}
-		return 0, 1 / max(1-ratio, 0.01), 1 / max(1-s.cfg.PersonDenialRatio, 0.01), sev, true
+		return 0, 1 / max(1-ratio, 0.01), 1 / max(1-s.cfg.PersonDenialRatio, 0.01), denialSeverity(ratio), true
 	}
 	line := expected * s.cfg.Threshold
 	// Holding the line in sustainBuckets buckets takes more than that many
@@ -309,6 +294,18 @@ func slide(cur, prev *uint16, step uint32) {
 	case 2:
 		*prev, *cur = 0, 0
 	}
+}
+
+// denialSeverity grades a principal past its limit by the share of its
+// calls the limiter refused.
+func denialSeverity(ratio float64) events.Severity {
+	switch {
+	case ratio >= 0.9:
+		return events.SeverityCritical
+	case ratio >= 0.75:
+		return events.SeverityHigh
+	}
+	return events.SeverityMedium
 }
 
 // SeverityOf grades a score on the scale of the default threshold (5):
