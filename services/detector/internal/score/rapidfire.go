@@ -123,8 +123,6 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 		}
 		sev = denialSeverity(denialRatio)
 	} else {
-		// The common case, neither refused enough nor a window big enough
-		// to hold the line in sustainBuckets buckets, ends here.
 		all := st == &p.all
 		if all {
 			// Over all routes a person's devices add up: a phone's cold
@@ -143,6 +141,8 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 				p.setHoldMark(0)
 			}
 		}
+		// The common case, neither refused enough nor a window big enough
+		// to hold the line in sustainBuckets buckets, ends here.
 		if (denials < float64(s.cfg.PersonMinDenials) || denialRatio < s.cfg.PersonDenialRatio) &&
 			float64(sum)*1000 <= line*float64(int64(s.sustainBuckets)*s.widthMs) {
 			return score, nil
