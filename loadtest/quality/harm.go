@@ -56,7 +56,6 @@ type harmBucket struct {
 	at                time.Time
 	allowFrom, last   time.Time
 	allowance         float64
-	m                 float64 // multiplier at the last request (0: none yet)
 }
 
 // MeasureHarm replays src (the same held-out stream the pass produced)

@@ -228,7 +228,7 @@ func (n *Node) RootCause(err error) error {
 	if f == nil || time.Since(f.at) > 5*time.Second || strings.Contains(err.Error(), f.err.Error()) {
 		return err
 	}
-	return fmt.Errorf("%w (the call: %v)", f.err, err)
+	return fmt.Errorf("%w (the call: %w)", f.err, err)
 }
 
 // errRetired is what a retired connection's write returns. It wraps io.EOF

@@ -88,7 +88,7 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 		return score, nil
 	}
 	var sev events.Severity
-	threshold := s.cfg.Threshold
+	var threshold float64 // each kind sets its own line below
 	source := SourceFloor
 	switch {
 	case baseline*s.cfg.BaselineK >= max(routeRate, s.cfg.Floor):
