@@ -56,10 +56,14 @@ func TestGuardAnswersRapidResetWithGoaway(t *testing.T) {
 	defer cancel()
 	st := h2guardtest.Flood(ctx, addr, "/grpc.health.v1.Health/Check")
 	t.Logf("1 s of rapid reset: %+v", st)
-	require.Positive(t, st.Calm, "GOAWAY with ENHANCE_YOUR_CALM")
-	require.GreaterOrEqual(t, st.Conns, st.Calm)
+	// The server sends GOAWAY (ENHANCE_YOUR_CALM) and closes; the attacker's
+	// reader sees it only when the frame is read before the close's RST
+	// discards it (on a loaded machine it may not be), so the server's own
+	// count is the measure, and the attacker had to reconnect.
 	goaways := counter(t, reg, "test_grpc_abuse_goaways_total")
+	require.Positive(t, goaways, "GOAWAY with ENHANCE_YOUR_CALM sent")
 	require.GreaterOrEqual(t, goaways, float64(st.Calm), "counted")
+	require.Greater(t, st.Conns, int64(1), "the flooding connection was closed")
 	// The attacker wrote far more into its socket than the server read: the
 	// server stops reading a connection once its budget (200) is spent.
 	resets := counter(t, reg, "test_grpc_stream_resets_total")
