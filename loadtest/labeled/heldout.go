@@ -256,6 +256,9 @@ func NewHeldOut(h HeldOut) (*Stream, error) {
 				a.next = start
 				a.behaveH = (*actor).human
 			}
+			if pf, ok := peopleFamilies[f.Name]; ok {
+				s.people.newPerson(a, pf, i, n)
+			}
 			switch f.Name {
 			case "human":
 				human()
@@ -366,20 +369,6 @@ func NewHeldOut(h HeldOut) (*Stream, error) {
 				a.next = abuseAt
 				a.v6rotate = ipv6(r, 0x2600+uint16(r.IntN(0x100)))
 				a.behaveH = (*actor).fanOut
-			case "app_cold_start":
-				s.people.newPerson(a, famAppColdStart, i, n)
-			case "reconnect_storm":
-				s.people.newPerson(a, famReconnect, i, n)
-			case "retry_storm":
-				s.people.newPerson(a, famRetry, i, n)
-			case "page_fanout":
-				s.people.newPerson(a, famPageFanout, i, n)
-			case "notification_fanout":
-				s.people.newPerson(a, famNotification, i, n)
-			case "multi_device":
-				s.people.newPerson(a, famMultiDevice, i, n)
-			case "quiet_then_active":
-				s.people.newPerson(a, famQuiet, i, n)
 			case "ato_fanout":
 				human()
 				a.takeover = abuseAt

@@ -169,6 +169,13 @@ const (
 	famQuiet
 )
 
+// peopleFamilies names the people families of Families().
+var peopleFamilies = map[string]peopleFamily{
+	"app_cold_start": famAppColdStart, "reconnect_storm": famReconnect, "retry_storm": famRetry,
+	"page_fanout": famPageFanout, "notification_fanout": famNotification, "multi_device": famMultiDevice,
+	"quiet_then_active": famQuiet,
+}
+
 // person is the state of a people family's principal.
 type person struct {
 	w       *peopleWorld
