@@ -27,10 +27,7 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 		rid = rt.id
 	}
 	key := ph ^ (uint64(rid)+1)*0x9E3779B97F4A7C15
-	st, _ := s.rf.Get(key)
-	score, det := s.rapidOn(&st, d, ph, rt, rt, p, ms, sec, d.Route)
-	s.rf.Put(key, st)
-	return score, det
+	return s.rapidOn(s.rf.Ref(key), d, ph, rt, rt, p, ms, sec, d.Route)
 }
 
 // rapidOn counts the event in the window st and scores it. feed is the

@@ -265,7 +265,7 @@ func (s *Scorer) Observe(d *events.Decision, out []Detection) []Detection {
 	// by every such principal (never touched, it counts no principals, so
 	// the shared-address exemptions do not apply to it either).
 	known := !d.IP.IsUnspecified()
-	p, _ := s.ps.Get(ph)
+	p := s.ps.Ref(ph) // valid to the end: nothing below adds to or removes from s.ps
 	newIP := false
 	if known {
 		key, v6 := ipKey(d.IP)
@@ -273,13 +273,13 @@ func (s *Scorer) Observe(d *events.Decision, out []Detection) []Detection {
 		if s.ips.remote != nil {
 			s.ips.remote.Add(key, StableHash(d.Principal), sec)
 		}
-		if newIP = s.touchIPs(ph, &p, key, v6, sec); newIP {
-			s.countNewNetwork(&p, key, v6, sec)
+		if newIP = s.touchIPs(ph, p, key, v6, sec); newIP {
+			s.countNewNetwork(p, key, v6, sec)
 		}
 	}
-	s.countRequest(&p, sec)
-	s.countDecision(&p, d, sec)
-	s.gap(&p, ms)
+	s.countRequest(p, sec)
+	s.countDecision(p, d, sec)
+	s.gap(p, ms)
 	p.lastSec = max(p.lastSec, sec)
 
 	auto := automated(d.Principal.Kind)
@@ -287,13 +287,13 @@ func (s *Scorer) Observe(d *events.Decision, out []Detection) []Detection {
 		s.countRecentDenial(&p.all, d, ms)
 	}
 	rt := s.route(d.Route, auto)
-	rfScore, det := s.rapid(d, ph, rt, &p, ms, sec)
+	rfScore, det := s.rapid(d, ph, rt, p, ms, sec)
 	if !auto {
 		// People are also judged over all their routes together: a scraper
 		// walking four routes at 8 req/s each stays under every route's
 		// line while sending 32 req/s, four times the line a person crosses
 		// on one route. The cool-down keeps it to one rapid_fire a window.
-		allScore, allDet := s.rapidOn(&p.all, d, ph, nil, rt, &p, ms, sec, AllRoutes)
+		allScore, allDet := s.rapidOn(&p.all, d, ph, nil, rt, p, ms, sec, AllRoutes)
 		rfScore = max(rfScore, allScore)
 		if det == nil {
 			det = allDet
@@ -305,17 +305,16 @@ func (s *Scorer) Observe(d *events.Decision, out []Detection) []Detection {
 	hot := rfScore > s.cfg.Threshold/2
 	if newIP || (p.isBig() && s.big[ph].lastEval != sec) {
 		var near bool
-		if det, near = s.distributed(d, ph, &p, sec); det != nil {
+		if det, near = s.distributed(d, ph, p, sec); det != nil {
 			out = append(out, *det)
 		}
 		hot = hot || near
 	}
-	if det, near := s.botLike(d, ph, &p, sec); det != nil {
+	if det, near := s.botLike(d, ph, p, sec); det != nil {
 		out = append(out, *det)
 	} else {
 		hot = hot || near
 	}
-	s.ps.Put(ph, p)
 	if e := s.ev[ph]; e != nil || hot {
 		if e == nil {
 			e = &evidence{since: sec, routes: map[string]int64{}, ips: map[netip.Addr]int64{}}

@@ -111,6 +111,23 @@ func (t *table[V]) Put(key uint64, val V) {
 	t.n++
 }
 
+// Ref returns a pointer to key's value, adding key with the zero value
+// first when absent: one probe where Get then Put take two, and no copy of
+// V either way. The pointer is valid until the next Put, Ref, Delete or
+// DeleteFunc on t.
+func (t *table[V]) Ref(key uint64) *V {
+	if key == 0 {
+		t.hasZero = true
+		return &t.zero
+	}
+	if i := t.find(key); i >= 0 {
+		return &t.slots[i].val
+	}
+	var zero V
+	t.Put(key, zero)
+	return &t.slots[t.find(key)].val
+}
+
 // insert places a key known to be absent; there is a free slot.
 func (t *table[V]) insert(key uint64, val V) {
 	c := len(t.slots)

@@ -42,10 +42,15 @@ func TestTableAgainstMap(t *testing.T) {
 			for step := 0; step < 200_000; step++ {
 				k := tc.key(r)
 				switch op := r.IntN(10); {
-				case op < 6:
+				case op < 4:
 					v := r.Uint32()
 					tb.Put(k, v)
 					want[k] = v
+				case op < 6: // Ref adds a missing key as zero; a write through it stays
+					p := tb.Ref(k)
+					require.Equal(t, want[k], *p, "key %d", k)
+					*p += 7
+					want[k] += 7
 				case op < 9:
 					tb.Delete(k)
 					delete(want, k)
