@@ -116,14 +116,26 @@ func faultEngine(t *testing.T, o redisx.Options, budget time.Duration) *Engine {
 // proxyBudget is proxiedEngine's budget.
 const proxyBudget = 50 * time.Millisecond
 
+// slowBudget is the budget of the tests that slow Redis down to a share of
+// it: with the whole suite on two cores a goroutine can wait tens of
+// milliseconds for a core, so the slack between a slowed reply and the budget
+// (and between one handshake and two) must be much larger than that. The
+// claims are relative to the budget: a Redis slower by 60 % of it is within it.
+const slowBudget = 200 * time.Millisecond
+
 // proxiedEngine is faultEngine (budget proxyBudget, options o) on a Redis
 // process of the test's own behind a proxy the test slows down or stalls.
 func proxiedEngine(t *testing.T, o redisx.Options) (*Engine, *redistest.Proxy) {
 	t.Helper()
+	return proxiedEngineBudget(t, o, proxyBudget)
+}
+
+func proxiedEngineBudget(t *testing.T, o redisx.Options, budget time.Duration) (*Engine, *redistest.Proxy) {
+	t.Helper()
 	r := redistest.NewProc(t)
 	px := redistest.NewProxy(t, r.Addr)
 	o.Addrs = []string{px.Addr}
-	return faultEngine(t, o, proxyBudget), px
+	return faultEngine(t, o, budget), px
 }
 
 // TestClusterMasterKillStaysOnItsShard: SIGKILL one master of a 3-master
@@ -344,11 +356,12 @@ func TestReadOnlyReconnects(t *testing.T) {
 // TestRedisStallIsShort: one 60 ms stall of every Redis reply under load
 // gives degraded answers for at most 300 ms (on main ~1.05 s for every key:
 // 5 failures in a row opened one breaker for a fixed second), and a Redis
-// slower by 30 ms — past the old cliff at half the budget (+25 ms: 93.9 %
-// degraded when queue time counted against the budget) — gives none. The
-// chaos scenario redis-slow measures +40 ms on a quieter machine; here, with
-// the whole test suite on two cores and the delaying proxy in this process,
-// 10 ms of slack was too little (degraded answers at +40 ms in loaded runs).
+// slower by 60 % of the budget — past the old cliff at half the budget (+25
+// ms of 50: 93.9 % degraded when queue time counted against the budget) —
+// gives none. That part runs at slowBudget (+120 ms of 200): at +30 ms of 50
+// the 20 ms of slack was less than a goroutine's wait for a core with the
+// suite and other builds on two cores (2.7 % degraded at load average 20).
+// The chaos scenario redis-slow measures +40 ms of 50 on a quieter machine.
 func TestRedisStallIsShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Redis processes")
@@ -359,11 +372,12 @@ func TestRedisStallIsShort(t *testing.T) {
 		ps = append(ps, events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("%s-%d", redistest.Unique(t, "st"), i)})
 	}
 
-	t.Run("slow by 30 ms", func(t *testing.T) {
-		px.SetDelay(30 * time.Millisecond)
-		defer px.SetDelay(0)
+	t.Run("slow by 60 % of the budget", func(t *testing.T) {
+		e, px := proxiedEngineBudget(t, redisx.Options{}, slowBudget)
+		slow := slowBudget * 6 / 10
+		px.SetDelay(slow)
 		time.Sleep(100 * time.Millisecond)
-		ctx, stop := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, stop := context.WithTimeout(context.Background(), 3*time.Second)
 		defer stop()
 		got := drive(ctx, e, ps, 5*time.Millisecond)()
 		n, total := 0, 0
@@ -371,9 +385,9 @@ func TestRedisStallIsShort(t *testing.T) {
 			n += degradedAfter(ss, time.Time{})
 			total += len(ss)
 		}
-		t.Logf("+30 ms: %d of %d answers degraded", n, total)
+		t.Logf("+%v of %v: %d of %d answers degraded", slow, slowBudget, n, total)
 		require.Greater(t, total, 100)
-		require.LessOrEqual(t, float64(n), 0.01*float64(total), "a Redis slower by 30 ms is within the 50 ms budget")
+		require.LessOrEqual(t, float64(n), 0.01*float64(total), "a Redis slower by 60 %% of the budget is within it")
 	})
 
 	t.Run("60 ms stall", func(t *testing.T) {
