@@ -64,6 +64,7 @@ type EnvoyRLS struct {
 	requests    *prometheus.CounterVec
 	descriptors *envoyDescriptorMetrics
 	unnamed     prometheus.Counter
+	unknown     unknownDomains
 	// envoy answers the domains of an envoy ratelimit configuration with its
 	// semantics (see pkg/envoyconf); nil without one.
 	envoy *EnvoyConfig
@@ -71,7 +72,10 @@ type EnvoyRLS struct {
 
 // EnvoyConfig is an envoy ratelimit configuration served beside Floodgate's
 // own descriptor shape: calls for its domains are answered as envoy
-// ratelimit answers them, every other domain as before.
+// ratelimit answers them; a call for any other domain in Floodgate's shape
+// (a principal_kind or principal_id entry) as before, in envoy ratelimit's
+// shape OK without a limit, as envoy ratelimit answers a domain it has no
+// configuration for.
 type EnvoyConfig struct {
 	Source    *envoyconf.Source
 	Evaluator *envoyconf.Evaluator
@@ -154,7 +158,10 @@ func NewEnvoyRLS(s *server.Server) *EnvoyRLS {
 		unnamed: promauto.With(s.Registry()).NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_limiter_envoy_unattributed_total",
 			Help: "Envoy calls for a configured domain answered without a decision event: no entry named a principal (FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS).",
-		})}
+		}), unknown: unknownDomains{calls: promauto.With(s.Registry()).NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_limiter_envoy_unknown_domain_total",
+			Help: "Envoy calls for a domain the envoy ratelimit configuration does not have, in envoy ratelimit's descriptor shape: answered OK without a limit, as envoy ratelimit does (its domain_not_found).",
+		})}}
 }
 
 // MaxGRPCStreams is the most concurrent streams one gRPC connection may hold.
@@ -226,6 +233,11 @@ func (e *EnvoyRLS) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReque
 	if e.envoy != nil {
 		if cfg := e.envoy.Source.Config(); cfg.Has(in.GetDomain()) {
 			return e.envoyAnswer(ctx, cfg, in)
+		}
+		// A domain it does not have: envoy ratelimit answers OK without a
+		// limit; a call in Floodgate's own shape keeps its mapping.
+		if in.GetDomain() != "" && len(in.GetDescriptors()) > 0 && envoyShaped(in) {
+			return e.unknown.answer(e, in), nil
 		}
 	}
 	reqs, ids, err := envoyChecks(in)
