@@ -7,7 +7,8 @@
 //     which Floodgate answers from the same file (FLOODGATE_LIMITER_ENVOY_CONFIG);
 //
 //   - http: envoy ratelimit's POST /json against Floodgate's POST /v1/check
-//     with a principal limit of 100/s. The calls are not the same work:
+//     with a principal limit of 100/s, a fixed window as the peer's
+//     (-http-algorithm). The calls are not the same work:
 //     Floodgate's check also takes the IP, endpoint and resource tiers and
 //     publishes a decision event; envoy ratelimit's /json counts one descriptor.
 //
@@ -93,6 +94,7 @@ func run() error {
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file (make bench reads it)")
 	rate := flag.Float64("rate", 10000, "offered calls/s of the open-loop round per service and protocol; 0 = none")
 	lease := flag.Int("lease", 0, "HTTP only: Floodgate's 100/s rule leases this many units per instance (docs/limiter.md, Leases); 0 = exact, as envoy ratelimit")
+	algorithm := flag.String("http-algorithm", "fixed_window", "HTTP only: the algorithm of Floodgate's 100/s principal rule (fixed_window as envoy ratelimit's, token_bucket, gcra, …)")
 	pin := flag.Bool("pin", runtime.NumCPU() >= 2, "pin the service under test to -service-cpus alone and everything else (this generator, Redis, the broker, the services not under test) to -rest-cpus")
 	serviceCPUs := flag.String("service-cpus", "1", "with -pin: the cores of the service under test (taskset list)")
 	restCPUs := flag.String("rest-cpus", "0", "with -pin: the cores of everything else (taskset list)")
@@ -165,7 +167,7 @@ func run() error {
 		return err
 	}
 	defer peer.Stop()
-	fg, stop, err := startLimiter(root, cfgDir, *lease, place, stack, *profile != "")
+	fg, stop, err := startLimiter(root, cfgDir, *algorithm, *lease, place, stack, *profile != "")
 	if err != nil {
 		return err
 	}
@@ -575,7 +577,7 @@ type stackAddrs struct {
 // decision events (FLOODGATE_DECISIONS_TOPIC's default).
 var limiterTopics = []string{config.DefaultDecisionsTopic}
 
-func startLimiter(root, envoyDir string, lease int, place placement, stack stackAddrs, debug bool) (limiterAddrs, func(), error) {
+func startLimiter(root, envoyDir, algorithm string, lease int, place placement, stack stackAddrs, debug bool) (limiterAddrs, func(), error) {
 	dir, err := os.MkdirTemp("", "peerbench-limiter")
 	if err != nil {
 		return limiterAddrs{}, nil, err
@@ -587,15 +589,14 @@ func startLimiter(root, envoyDir string, lease int, place placement, stack stack
 		return limiterAddrs{}, nil, fmt.Errorf("build limiter: %w: %s", err, out)
 	}
 	httpAddr, grpcAddr := freeAddr(), freeAddr()
-	rule := "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=100" // a token bucket of 100/s per principal, every check to Redis
-	if lease > 0 {
-		rules := filepath.Join(dir, "rules.yaml")
-		body := fmt.Sprintf("version: 1\nrules:\n  - {id: principal, tier: principal, limit: 100, period: 1s, lease: %d}\n", lease)
-		if err := os.WriteFile(rules, []byte(body), 0o644); err != nil {
-			return limiterAddrs{}, nil, err
-		}
-		rule = "FLOODGATE_LIMITER_RULES=" + rules
+	// 100/s per principal, every check to Redis: envoy ratelimit's fixed
+	// window by default, as the peer counts it.
+	rules := filepath.Join(dir, "rules.yaml")
+	body := fmt.Sprintf("version: 1\nrules:\n  - {id: principal, tier: principal, limit: 100, period: 1s, algorithm: %s, lease: %d}\n", algorithm, lease)
+	if err := os.WriteFile(rules, []byte(body), 0o644); err != nil {
+		return limiterAddrs{}, nil, err
 	}
+	rule := "FLOODGATE_LIMITER_RULES=" + rules
 	lim := place.command(place.service, bin)
 	lim.Env = append(os.Environ(), "FLOODGATE_LIMITER_ADDR="+httpAddr, "FLOODGATE_LIMITER_GRPC_ADDR="+grpcAddr,
 		"FLOODGATE_LIMITER_ENVOY_CONFIG="+envoyDir, rule, "FLOODGATE_LIMITER_INFLUX_INTERVAL=0",
