@@ -101,6 +101,7 @@ func run() error {
 	redisFlag := flag.String("redis", "private", "private: a redis-server of this run's own on -rest-cpus (no persistence); else HOST:PORT of a running one (the shared stack's 127.0.0.1:6379, unpinned)")
 	brokerFlag := flag.String("broker", "private", "private: the local stack's broker binary on a port and -rest-cpus of this run's own, in memory; else HOST:PORT of a running one")
 	floor := flag.Bool("floor", true, "also measure a do-nothing server per protocol (loadtest/cmd/httpfloor -serve grpc / nethttp), pinned the same way")
+	baseline := flag.String("baseline", "", "also measure this prebuilt limiter binary (e.g. go build -o /tmp/limiter-before ./services/limiter at the commit before a change) as \"floodgate baseline\", alternating with the rest: a change's before and after from one run")
 	profile := flag.String("profile", "", "write CPU and allocation profiles of Floodgate's first round per protocol into this directory (its pprof listener; costs it a few % in that round)")
 	flag.Parse()
 	place, err := newPlacement(*pin, *serviceCPUs, *restCPUs)
@@ -167,11 +168,19 @@ func run() error {
 		return err
 	}
 	defer peer.Stop()
-	fg, stop, err := startLimiter(root, cfgDir, *algorithm, *lease, place, stack, *profile != "")
+	fg, stop, err := startLimiter(root, "", cfgDir, *algorithm, *lease, place, stack, *profile != "")
 	if err != nil {
 		return err
 	}
 	defer stop()
+	var base limiterAddrs
+	if *baseline != "" {
+		var stopBase func()
+		if base, stopBase, err = startLimiter(root, *baseline, cfgDir, *algorithm, *lease, place, stack, false); err != nil {
+			return err
+		}
+		defer stopBase()
+	}
 	// envoy ratelimit publishes nothing: the broker's CPU in its rounds is
 	// not its own, so its column stays 0.
 	peerPids, fgPids := pids{service: peer.Pid(), redis: stack.redisPid}, pids{service: fg.pid, redis: stack.redisPid, broker: stack.brokerPid}
@@ -185,7 +194,8 @@ func run() error {
 	}
 	// Every service starts on the service cores (GOMAXPROCS sized to them)
 	// and waits on the rest's until its round.
-	all := []int{peer.Pid(), fg.pid, floors.grpcPid, floors.httpPid}
+	all := []int{peer.Pid(), fg.pid, floors.grpcPid, floors.httpPid, base.pid}
+	basePids := pids{service: base.pid, redis: stack.redisPid, broker: stack.brokerPid}
 	for _, pid := range all {
 		if err := place.pin(pid, place.rest); err != nil {
 			return err
@@ -201,10 +211,16 @@ func run() error {
 			if *floor {
 				targets = append(targets, target{floorName, floors.grpc, pids{service: floors.grpcPid, redis: stack.redisPid}})
 			}
+			if *baseline != "" {
+				targets = append(targets, target{baselineName, base.grpc, basePids})
+			}
 		case "http":
 			targets = []target{{"envoy ratelimit", "http://" + peer.HTTPAddr + "/json", peerPids}, {"floodgate", "http://" + fg.http + "/v1/check", fgPids}}
 			if *floor {
 				targets = append(targets, target{floorName, "http://" + floors.http + "/v1/check", pids{service: floors.httpPid, redis: stack.redisPid}})
+			}
+			if *baseline != "" {
+				targets = append(targets, target{baselineName, "http://" + base.http + "/v1/check", basePids})
 			}
 		default:
 			return fmt.Errorf("-protocols: %q is not grpc or http", proto)
@@ -248,8 +264,12 @@ type target struct {
 	pids       pids // the processes on its calls' path
 }
 
-// floorName is the do-nothing server's name in the tables.
-const floorName = "floor (does nothing)"
+// floorName is the do-nothing server's name in the tables; baselineName
+// the -baseline limiter's.
+const (
+	floorName    = "floor (does nothing)"
+	baselineName = "floodgate baseline"
+)
 
 // genBusyMax is the busiest the generator's cores may be in a valid round:
 // beyond it the generator, not the service, may set the pace.
@@ -361,11 +381,16 @@ func compare(ctx context.Context, proto string, targets []target, domain string,
 		proto, c.Ratio, callers, conns, users)
 	fmt.Printf("service CPU per call, envoy ratelimit / floodgate: %.1f / %.1f µs = %.2f× per core-second (machine CPU per call: %.0f / %.0f µs)\n",
 		es.Service, fs.Service, c.ServiceCPURatio, es.Total(), fs.Total())
-	if len(c.Services) > 2 {
-		fl := c.Services[2].CPU
-		c.FloorCPURatio = fl.Service / max(fs.Service, 1e-9)
-		fmt.Printf("service CPU per call, floor / floodgate: %.1f / %.1f µs: floodgate costs %.2f× the floor (per core-second %.2f× of it)\n",
-			fl.Service, fs.Service, fs.Service/max(fl.Service, 1e-9), c.FloorCPURatio)
+	for _, sr := range c.Services[2:] {
+		switch sr.Name {
+		case floorName:
+			c.FloorCPURatio = sr.CPU.Service / max(fs.Service, 1e-9)
+			fmt.Printf("service CPU per call, floor / floodgate: %.1f / %.1f µs: floodgate costs %.2f× the floor (per core-second %.2f× of it)\n",
+				sr.CPU.Service, fs.Service, fs.Service/max(sr.CPU.Service, 1e-9), c.FloorCPURatio)
+		case baselineName:
+			fmt.Printf("service CPU per call, baseline / floodgate: %.1f / %.1f µs = %.2f× (envoy ratelimit / baseline %.2f×)\n",
+				sr.CPU.Service, fs.Service, sr.CPU.Service/max(fs.Service, 1e-9), es.Service/max(sr.CPU.Service, 1e-9))
+		}
 	}
 	fmt.Println()
 	return c, nil
@@ -413,7 +438,7 @@ func protoCaller(proto string, t target, domain string, conns int) (func(ctx con
 			return nil, nil, err
 		}
 		hc := &fasthttp.HostClient{Addr: u.Host, MaxConns: 1024, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second}
-		floodgate := t.name == "floodgate"
+		floodgate := t.name != "envoy ratelimit" // Floodgate, its baseline and the floor take a check
 		return func(_ context.Context, _, user int) error {
 			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 			defer fasthttp.ReleaseRequest(req)
@@ -577,16 +602,22 @@ type stackAddrs struct {
 // decision events (FLOODGATE_DECISIONS_TOPIC's default).
 var limiterTopics = []string{config.DefaultDecisionsTopic}
 
-func startLimiter(root, envoyDir, algorithm string, lease int, place placement, stack stackAddrs, debug bool) (limiterAddrs, func(), error) {
+// startLimiter runs the limiter built from root, or the binary prebuilt
+// when it is set (-baseline), with the benchmark's rules.
+func startLimiter(root, prebuilt, envoyDir, algorithm string, lease int, place placement, stack stackAddrs, debug bool) (limiterAddrs, func(), error) {
 	dir, err := os.MkdirTemp("", "peerbench-limiter")
 	if err != nil {
 		return limiterAddrs{}, nil, err
 	}
 	bin := filepath.Join(dir, "limiter")
-	cmd := exec.Command("go", "build", "-o", bin, "./services/limiter")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return limiterAddrs{}, nil, fmt.Errorf("build limiter: %w: %s", err, out)
+	if prebuilt != "" {
+		bin = prebuilt
+	} else {
+		cmd := exec.Command("go", "build", "-o", bin, "./services/limiter")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return limiterAddrs{}, nil, fmt.Errorf("build limiter: %w: %s", err, out)
+		}
 	}
 	httpAddr, grpcAddr := freeAddr(), freeAddr()
 	// 100/s per principal, every check to Redis: envoy ratelimit's fixed

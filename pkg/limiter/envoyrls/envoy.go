@@ -170,6 +170,10 @@ const MaxGRPCStreams = 1000
 // grpcStreamWorkers is how many goroutines serve gRPC streams for good.
 const grpcStreamWorkers = 128
 
+// grpcWindow is the static HTTP/2 flow-control window, per stream and per
+// connection.
+const grpcWindow = 1 << 20
+
 // NewGRPCServer returns a gRPC server with Envoy's rate-limit service on s and
 // the standard health service. Health reports SERVING (for "" and for
 // envoy.service.ratelimit.v3.RateLimitService) once SetServing(hs, true) is called.
@@ -194,6 +198,13 @@ func NewGRPCServer(s *server.Server, opts ...GRPCOption) (*grpc.Server, *health.
 		// again (12 % of the CPU profile at saturation); beyond them a stream
 		// gets its own goroutine as before.
 		grpc.NumStreamWorkers(grpcStreamWorkers),
+		// Static flow-control windows (1 MiB per stream and connection)
+		// turn off grpc-go's BDP estimator, which otherwise PINGs the
+		// client on every DATA frame received while no ping is out — at
+		// saturation, a frame written and one read for every few calls;
+		// rate-limit calls are a few hundred bytes, so the windows never
+		// bind.
+		grpc.InitialWindowSize(grpcWindow), grpc.InitialConnWindowSize(grpcWindow),
 		// Rapid reset (CVE-2023-44487; issue 37): a connection resetting
 		// streams past its budget is sent GOAWAY and closed (pkg/h2guard).
 		grpc.Creds(h2guard.Credentials(insecure.NewCredentials(), h2guard.New(h2guard.Config{}, reg, "floodgate_limiter_grpc"))),
