@@ -310,7 +310,10 @@ func compare(ctx context.Context, proto string, targets []target, domain string,
 			results = append(results, res)
 			mark := ""
 			if res.invalid {
-				mark = fmt.Sprintf("  INVALID: generator cpu %s %.0f %% busy", cpuList(place.rest), 100*res.busyOf(place.rest))
+				// The generator's own share says whether it or the
+				// machine's other tenants filled its cores.
+				mark = fmt.Sprintf("  INVALID: generator cpu %s %.0f %% busy (the generator itself %.0f %% of it)", cpuList(place.rest), 100*res.busyOf(place.rest),
+					100*res.cpu.Seconds()/res.duration.Seconds()/float64(len(place.rest)))
 			}
 			fmt.Printf("%s round %d %-20s %8.0f calls/s  %5.1f µs service CPU/call  p50 %-9s p99 %-9s errors %d  cores busy %s%s\n", proto, r+1, t.name,
 				float64(res.calls)/res.duration.Seconds(), float64(res.procs[0].Microseconds())/float64(max(res.calls, 1)), q(res.lat, 0.5), q(res.lat, 0.99), res.errors, busyString(res.busy), mark)
