@@ -30,3 +30,33 @@ func TestPeerTablePinned(t *testing.T) {
 		require.Contains(t, out, want)
 	}
 }
+
+// TestPeerTargetsPinned: a pinned report is judged per service core-second
+// (gRPC 3×, HTTP 2×) and against the floor (1.5×); a comparison whose
+// rounds were all INVALID is never met, whatever its ratio.
+func TestPeerTargetsPinned(t *testing.T) {
+	svc := func(name string, us float64, allInvalid bool) envoypeer.ServiceResult {
+		n := 0
+		if allInvalid {
+			n = 2
+		}
+		return envoypeer.ServiceResult{Name: name, CallsPerSec: 1000, CPU: envoypeer.CallCPU{Service: us}, Rounds: 2, Invalid: n, AllInvalid: allInvalid}
+	}
+	peer := &envoypeer.Report{Placement: "pinned", Comparisons: []envoypeer.Comparison{
+		{Protocol: "grpc", ServiceCPURatio: 3.3, FloorCPURatio: 0.8,
+			Services: []envoypeer.ServiceResult{svc("envoy ratelimit", 33, false), svc("floodgate", 10, false), svc("floor (does nothing)", 8, false)}},
+		{Protocol: "http", ServiceCPURatio: 2.5, FloorCPURatio: 0.9,
+			Services: []envoypeer.ServiceResult{svc("envoy ratelimit", 40, true), svc("floodgate", 16, true), svc("floor (does nothing)", 14.4, true)}},
+	}}
+	rep := &Report{values: map[string]Val{}, Sections: []*SectionResult{{Steps: []*StepResult{{Step: &Step{ID: "limiter-peer"}, Peer: peer}}}}}
+	out := rep.targetsMarkdown()
+	for _, want := range []string{
+		"| limiter ≥ 3× envoy ratelimit per service core-second over grpc (pinned, same run) | 3.30× (10.0 vs 33.0 µs service CPU per call) | **yes** |",
+		"| limiter within 1.5× of the do-nothing grpc floor's CPU per call (pinned, same run) | 1.25× (10.0 vs 8.0 µs) | **yes** |",
+		"| limiter ≥ 2× envoy ratelimit per service core-second over http (pinned, same run) | 2.50× (16.0 vs 40.0 µs service CPU per call), every round INVALID (generator's cores over 90 % busy) | **no** |",
+		"| limiter within 1.5× of the do-nothing http floor's CPU per call (pinned, same run) | 1.11× (16.0 vs 14.4 µs) | **no** |",
+	} {
+		require.Contains(t, out, want)
+	}
+	require.NotContains(t, out, "(same run, Redis and rule) |", "a pinned run is not judged in calls/s")
+}
