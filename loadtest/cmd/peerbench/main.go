@@ -315,6 +315,11 @@ func compare(ctx context.Context, proto string, targets []target, domain string,
 				mark = fmt.Sprintf("  INVALID: generator cpu %s %.0f %% busy (the generator itself %.0f %% of it)", cpuList(place.rest), 100*res.busyOf(place.rest),
 					100*res.cpu.Seconds()/res.duration.Seconds()/float64(len(place.rest)))
 			}
+			if place.on {
+				// A saturated service short of its core shares it with
+				// processes outside the run.
+				mark = fmt.Sprintf("  service ran %.0f %% of cpu %s", 100*res.procs[0].Seconds()/res.duration.Seconds()/float64(len(place.service)), cpuList(place.service)) + mark
+			}
 			fmt.Printf("%s round %d %-20s %8.0f calls/s  %5.1f µs service CPU/call  p50 %-9s p99 %-9s errors %d  cores busy %s%s\n", proto, r+1, t.name,
 				float64(res.calls)/res.duration.Seconds(), float64(res.procs[0].Microseconds())/float64(max(res.calls, 1)), q(res.lat, 0.5), q(res.lat, 0.99), res.errors, busyString(res.busy), mark)
 		}
