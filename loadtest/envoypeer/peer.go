@@ -155,9 +155,6 @@ func Start(ctx context.Context, o Options) (*Peer, error) {
 	for k, v := range env {
 		p.cmd.Env = append(p.cmd.Env, k+"="+v)
 	}
-	if len(o.Wrap) > 0 { // the wrapper is looked up on PATH
-		p.cmd.Env = append(p.cmd.Env, "PATH="+os.Getenv("PATH"))
-	}
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start envoy ratelimit: %w", err)
