@@ -57,6 +57,10 @@ test-unit: ## unit tests only (no stack): pure logic, codecs, fuzz seeds
 bench: ## run the benchmark suite on the local stack; writes docs/benchmarks.md and its plots in docs/bench/ (BENCH_ARGS="-quick -only limiter,pipeline,detector,ledger")
 	@FLOODGATE_WITH_CLUSTER=0 deploy/local/with-stack.sh bash -c '$(GO) run ./migrations/cmd/migrate >/dev/null && $(GO) run ./loadtest/cmd/benchreport $(BENCH_ARGS)'
 
+.PHONY: bench-peer
+bench-peer: ## the limiter beside envoy ratelimit and the do-nothing floors, pinned (service under test alone on cpu 1; generator, a private Redis and broker on cpu 0); PEER_ARGS="-duration 10s -rounds 4 -profile DIR"
+	$(GO) run ./loadtest/cmd/peerbench -duration 10s -rounds 2 -rate 0 $(PEER_ARGS)
+
 FUZZ_TARGETS := \
 	./pkg/events/:FuzzDecodeDecision ./pkg/events/:FuzzDecodeAbuse ./pkg/events/:FuzzDecodeAdjustment ./pkg/events/:FuzzDecodeDeferred \
 	./pkg/events/:FuzzParseIP ./pkg/events/:FuzzParseTime ./pkg/events/:FuzzValidRoute ./pkg/events/:FuzzParsePrincipalKey \

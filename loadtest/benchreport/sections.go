@@ -22,6 +22,12 @@ const (
 	targetRecall        = 0.995
 	targetFalsePosPct   = 0.001
 	targetPeerRatio     = 3.0 // issue 15: three times envoy ratelimit, side by side
+	// Issue 34, pinned runs (peerbench -pin): per service core-second, gRPC
+	// 3× and HTTP 2× envoy ratelimit's, each within 1.5× of the do-nothing
+	// floor's CPU per call.
+	targetPeerCoreGRPC = 3.0
+	targetPeerCoreHTTP = 2.0
+	targetFloorFactor  = 1.5
 )
 
 // qualityInstances are the detector instance counts of the held-out run, ascending.
@@ -380,7 +386,25 @@ func (rep *Report) targetsMarkdown() string {
 			if len(c.Services) == 2 {
 				measured += fmt.Sprintf(" (%s vs %s calls/s)", thousands(c.Services[1].CallsPerSec), thousands(c.Services[0].CallsPerSec))
 			}
-			row(fmt.Sprintf("limiter ≥ %g× envoy ratelimit over %s (same run, Redis and rule)", targetPeerRatio, c.Protocol), measured, c.Ratio >= targetPeerRatio, true)
+			if r.Peer.Placement == "" { // an unpinned run: issue 15's calls/s target
+				row(fmt.Sprintf("limiter ≥ %g× envoy ratelimit over %s (same run, Redis and rule)", targetPeerRatio, c.Protocol), measured, c.Ratio >= targetPeerRatio, true)
+			} else {
+				target := targetPeerCoreGRPC
+				if c.Protocol == "http" {
+					target = targetPeerCoreHTTP
+				}
+				valid := len(c.Services) >= 2 && !c.Services[0].AllInvalid && !c.Services[1].AllInvalid
+				m := fmt.Sprintf("%.2f× (%.1f vs %.1f µs service CPU per call)", c.ServiceCPURatio, c.Services[1].CPU.Service, c.Services[0].CPU.Service)
+				if !valid {
+					m += ", every round INVALID (generator's cores over 90 % busy)"
+				}
+				row(fmt.Sprintf("limiter ≥ %g× envoy ratelimit per service core-second over %s (pinned, same run)", target, c.Protocol), m, valid && c.ServiceCPURatio >= target, true)
+				if c.FloorCPURatio > 0 && len(c.Services) > 2 {
+					f := 1 / c.FloorCPURatio
+					row(fmt.Sprintf("limiter within %g× of the do-nothing %s floor's CPU per call (pinned, same run)", targetFloorFactor, c.Protocol),
+						fmt.Sprintf("%.2f× (%.1f vs %.1f µs)", f, c.Services[1].CPU.Service, c.Services[2].CPU.Service), valid && f <= targetFloorFactor, true)
+				}
+			}
 			for _, o := range c.Open {
 				if o.Name != "floodgate" || o.Offered != 10000 {
 					continue

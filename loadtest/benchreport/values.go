@@ -402,21 +402,38 @@ func get(vals map[string]Val, key string) float64 {
 	return math.NaN()
 }
 
-// peerTable shows Floodgate beside envoy ratelimit per protocol, with the ratio.
+// peerTable shows Floodgate beside envoy ratelimit (and the do-nothing
+// floor when it ran) per protocol, with the ratios per core-second.
 func peerTable(p *envoypeer.Report) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d alternating rounds of %s per service; %d callers (gRPC on %d connections); %s users; the same Redis and rule (100/s fixed window per user).\n\n",
+	fmt.Fprintf(&b, "%d alternating rounds of %s per service; %d callers (gRPC on %d connections); %s users; the same Redis and rule (100/s fixed window per user).\n",
 		p.Rounds, p.Duration, p.Callers, p.Conns, thousands(float64(p.Users)))
-	b.WriteString("| protocol | service | calls/s | p50 | p99 | errors | load generator CPU | CPU µs per call: service + Redis + broker + generator |\n|---|---|---|---|---|---|---|---|\n")
+	if p.Placement != "" {
+		fmt.Fprintf(&b, "Placement: %s. A round whose generator cores were over 90 %% busy is INVALID and left out (unless all were).\n", p.Placement)
+	}
+	b.WriteString("\n| protocol | service | calls/s | p50 | p99 | errors | load generator CPU | CPU µs per call: service + Redis + broker + generator | calls per service core-second | cores busy | rounds (invalid) |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range p.Comparisons {
 		for _, s := range c.Services {
-			fmt.Fprintf(&b, "| %s | %s | %s | %.2f ms | %.2f ms | %d | %.0f %% | %.0f + %.0f + %.0f + %.0f = %.0f |\n", c.Protocol, s.Name, thousands(s.CallsPerSec),
-				s.P50Ms, s.P99Ms, s.Errors, 100*s.LoadgenCPU, s.CPU.Service, s.CPU.Redis, s.CPU.Broker, s.CPU.Generator, s.CPU.Total())
+			busy := make([]string, len(s.CoreBusy))
+			for i, v := range s.CoreBusy {
+				busy[i] = fmt.Sprintf("cpu%d %.0f %%", i, 100*v)
+			}
+			inv := fmt.Sprintf("%d (%d)", s.Rounds, s.Invalid)
+			if s.AllInvalid {
+				inv += " **all invalid**"
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %.2f ms | %.2f ms | %d | %.0f %% | %.1f + %.1f + %.1f + %.1f = %.1f | %s | %s | %s |\n", c.Protocol, s.Name, thousands(s.CallsPerSec),
+				s.P50Ms, s.P99Ms, s.Errors, 100*s.LoadgenCPU, s.CPU.Service, s.CPU.Redis, s.CPU.Broker, s.CPU.Generator, s.CPU.Total(),
+				thousands(s.PerCoreSecond()), strings.Join(busy, " "), inv)
 		}
 	}
 	b.WriteString("\n")
 	for _, c := range p.Comparisons {
-		fmt.Fprintf(&b, "- %s: Floodgate / envoy ratelimit = **%.2f×** in calls/s; %.2f× in the service's own CPU per call\n", c.Protocol, c.Ratio, c.ServiceCPURatio)
+		fmt.Fprintf(&b, "- %s: Floodgate / envoy ratelimit = **%.2f×** in calls/s; **%.2f×** per service core-second", c.Protocol, c.Ratio, c.ServiceCPURatio)
+		if c.FloorCPURatio > 0 {
+			fmt.Fprintf(&b, "; Floodgate's CPU per call is %.2f× the do-nothing floor's", 1/c.FloorCPURatio)
+		}
+		b.WriteString("\n")
 	}
 	open := false
 	for _, c := range p.Comparisons {

@@ -50,7 +50,8 @@ func times(n int, c call) []call { return slices.Repeat([]call{c}, n) }
 // same call sequences — every case of envoy ratelimit's configuration
 // documentation, plus hits_addend, descriptor limit overrides, shadow and
 // quota mode, wildcards, share_threshold and replaces, on limits with and
-// without floodgate comments that keep envoy ratelimit's algorithm — and requires
+// without floodgate comments that keep envoy ratelimit's algorithm, and a
+// domain no file configures, plain and with a limit override — and requires
 // identical answers: overall code, per-descriptor code, current limit (name,
 // requests per unit, unit), limit remaining, time until reset, and the
 // response headers of LIMIT_RESPONSE_HEADERS_ENABLED.
@@ -86,6 +87,11 @@ func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 	dom := func(s string) string { return s + "_" + run }
 	override := d("override_key", "v"+run)
 	override.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_MINUTE}
+	// A domain no file configures: envoy ratelimit answers OK without a
+	// limit, a descriptor's own limit override included.
+	unconfigured := "unconfigured_" + run
+	unconfiguredOverride := d("user", "u"+run)
+	unconfiguredOverride.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_MINUTE}
 	withHits := d("azure", "hits")
 	withHits.HitsAddend = wrapperspb.UInt64(3)
 	sequences := map[string][]call{
@@ -112,6 +118,8 @@ func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 		"a descriptor that matches nothing":                         {{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("nothing", "here")}}},
 		"per-second limit inside one second":                        times(3, call{domain: dom("mongo_cps"), descs: []*rlcommon.RateLimitDescriptor{d("database", "default")}}),
 		"an empty descriptor list is an error":                      {{domain: dom("example")}},
+		"a domain with no configuration":                            times(2, call{domain: unconfigured, descs: []*rlcommon.RateLimitDescriptor{d("database", "users"), d("remote_address", "50.0.0.1")}}),
+		"a domain with no configuration, with a limit override":     times(3, call{domain: unconfigured, descs: []*rlcommon.RateLimitDescriptor{unconfiguredOverride}}),
 	}
 	compared, withHeaders := 0, 0
 	for name, seq := range sequences {

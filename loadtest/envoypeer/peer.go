@@ -97,6 +97,11 @@ type Options struct {
 	RedisAddr string            // host:port
 	KeyPrefix string            // CACHE_KEY_PREFIX, so runs never share counters
 	Env       map[string]string // more settings (SHADOW_MODE, …)
+	// Wrap, when set, is a command the peer runs under, its binary and
+	// nothing else appended (taskset -c 1: pinned from its start, so Go
+	// sizes GOMAXPROCS to the cores it is given; the process id is the
+	// peer's, as taskset execs it).
+	Wrap []string
 }
 
 // Start runs envoy ratelimit on loopback ports of its own, with statsd off
@@ -144,6 +149,9 @@ func Start(ctx context.Context, o Options) (*Peer, error) {
 		env[k] = v
 	}
 	p.cmd = exec.Command(o.Bin)
+	if len(o.Wrap) > 0 {
+		p.cmd = exec.Command(o.Wrap[0], append(o.Wrap[1:], o.Bin)...)
+	}
 	for k, v := range env {
 		p.cmd.Env = append(p.cmd.Env, k+"="+v)
 	}

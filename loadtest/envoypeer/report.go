@@ -3,11 +3,14 @@ package envoypeer
 // Report is what `peerbench -json` writes: Floodgate and envoy ratelimit side
 // by side, per protocol, from one run (make bench renders it).
 type Report struct {
-	Rounds      int          `json:"rounds"`
-	Duration    string       `json:"round_duration"`
-	Callers     int          `json:"callers"`
-	Conns       int          `json:"grpc_connections"`
-	Users       int          `json:"users"`
+	Rounds   int    `json:"rounds"`
+	Duration string `json:"round_duration"`
+	Callers  int    `json:"callers"`
+	Conns    int    `json:"grpc_connections"`
+	Users    int    `json:"users"`
+	// Placement says where the processes ran: pinned (the service under
+	// test on cores of its own) or not.
+	Placement   string       `json:"placement,omitempty"`
 	Comparisons []Comparison `json:"comparisons"`
 	// Events is what became of Floodgate's decision events over the run.
 	Events *Events `json:"decision_events,omitempty"`
@@ -32,7 +35,7 @@ func (e Events) Delivered() bool {
 // Comparison is one protocol's figures.
 type Comparison struct {
 	Protocol string          `json:"protocol"` // grpc or http
-	Services []ServiceResult `json:"services"` // envoy ratelimit, then floodgate
+	Services []ServiceResult `json:"services"` // envoy ratelimit, floodgate, then the do-nothing floor when it ran
 	// Ratio is Floodgate's calls/s over envoy ratelimit's.
 	Ratio float64 `json:"ratio"`
 	// ServiceCPURatio is envoy ratelimit's CPU per call over Floodgate's,
@@ -40,6 +43,10 @@ type Comparison struct {
 	// itself, apart from the Redis, broker and load generator they share
 	// the machine with.
 	ServiceCPURatio float64 `json:"service_cpu_ratio"`
+	// FloorCPURatio is the do-nothing floor's CPU per call over Floodgate's
+	// (Floodgate's calls per core-second over the floor's; 1 would be free):
+	// 0 when no floor ran.
+	FloorCPURatio float64 `json:"floor_cpu_ratio,omitempty"`
 	// Open is one open-loop round per service at a fixed offered rate
 	// (peerbench -rate), in Services' order; empty when none ran.
 	Open []OpenResult `json:"open_loop,omitempty"`
@@ -73,6 +80,25 @@ type ServiceResult struct {
 	// over the service's rounds, in µs (Linux /proc): where the machine's
 	// time went. Broker is 0 for envoy ratelimit, which publishes nothing.
 	CPU CallCPU `json:"cpu_us_per_call"`
+	// Rounds counts the closed-loop rounds the figures sum; Invalid the
+	// rounds left out because the generator's cores were over 90 % busy
+	// (pinned runs; when every round was, the figures sum them all and
+	// AllInvalid says so).
+	Rounds     int  `json:"rounds"`
+	Invalid    int  `json:"invalid_rounds"`
+	AllInvalid bool `json:"all_invalid,omitempty"`
+	// CoreBusy is each core's busy share (0..1, /proc/stat) over the
+	// service's rounds, cpu0 first.
+	CoreBusy []float64 `json:"core_busy,omitempty"`
+}
+
+// PerCoreSecond is the calls one core-second of the service's own CPU
+// answers (1e6 / its CPU µs per call).
+func (s ServiceResult) PerCoreSecond() float64 {
+	if s.CPU.Service <= 0 {
+		return 0
+	}
+	return 1e6 / s.CPU.Service
 }
 
 // CallCPU is CPU time per call, in µs, by process.

@@ -8,6 +8,10 @@
 //
 //	go run ./loadtest/cmd/httpfloor -rounds 2 -duration 8s -conns 64
 //
+// With -serve grpc it is the gRPC floor instead: envoy's ShouldRateLimit
+// answered OK, one OK status per descriptor, by a plain grpc-go server —
+// what peerbench measures beside envoy ratelimit and Floodgate.
+//
 // It bounds what a leaner HTTP stack could take off the limiter's CPU per
 // check (docs/benchmarks.md, "Beside envoy ratelimit"). With -rate it then
 // offers each server that many requests a second open loop (256 callers,
@@ -66,7 +70,7 @@ func main() {
 }
 
 func run() error {
-	serve := flag.String("serve", "", "internal: serve with nethttp or fasthttp and print the address")
+	serve := flag.String("serve", "", "serve with nethttp, fasthttp or grpc (a do-nothing envoy rate-limit service) on a loopback port, print the address and run until killed (peerbench's floors)")
 	rounds := flag.Int("rounds", 2, "rounds per server, alternating")
 	duration := flag.Duration("duration", 8*time.Second, "length of a round")
 	conns := flag.Int("conns", 64, "keep-alive connections, one caller each")
@@ -258,7 +262,9 @@ func serveWith(server string) error {
 			ctx.SetContentType("application/json")
 			ctx.SetBody(answer)
 		}}).Serve(ln)
+	case "grpc":
+		return serveGRPC(ln)
 	default:
-		return fmt.Errorf("-serve: %q is not nethttp or fasthttp", server)
+		return fmt.Errorf("-serve: %q is not nethttp, fasthttp or grpc", server)
 	}
 }

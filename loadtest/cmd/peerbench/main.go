@@ -7,7 +7,8 @@
 //     which Floodgate answers from the same file (FLOODGATE_LIMITER_ENVOY_CONFIG);
 //
 //   - http: envoy ratelimit's POST /json against Floodgate's POST /v1/check
-//     with a principal limit of 100/s. The calls are not the same work:
+//     with a principal limit of 100/s, a fixed window as the peer's
+//     (-http-algorithm). The calls are not the same work:
 //     Floodgate's check also takes the IP, endpoint and resource tiers and
 //     publishes a decision event; envoy ratelimit's /json counts one descriptor.
 //
@@ -50,6 +51,7 @@ import (
 	"github.com/floodgate-dev/floodgate/loadtest/envoypeer"
 	"github.com/floodgate-dev/floodgate/loadtest/internal/cputime"
 	"github.com/floodgate-dev/floodgate/loadtest/internal/openloop"
+	"github.com/floodgate-dev/floodgate/pkg/config"
 )
 
 func main() {
@@ -67,6 +69,19 @@ type result struct {
 	cpu      time.Duration    // the load generator's own CPU time in the round
 	procs    [3]time.Duration // CPU time of the service, Redis and the broker in the round
 	lat      []time.Duration
+	busy     []float64 // each core's busy share over the round (/proc/stat)
+	invalid  bool      // the generator's cores were over genBusyMax busy
+}
+
+// busyOf is the busiest of cpus over the round.
+func (r result) busyOf(cpus []int) float64 {
+	m := 0.0
+	for _, c := range cpus {
+		if c < len(r.busy) {
+			m = max(m, r.busy[c])
+		}
+	}
+	return m
 }
 
 func run() error {
@@ -79,8 +94,29 @@ func run() error {
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file (make bench reads it)")
 	rate := flag.Float64("rate", 10000, "offered calls/s of the open-loop round per service and protocol; 0 = none")
 	lease := flag.Int("lease", 0, "HTTP only: Floodgate's 100/s rule leases this many units per instance (docs/limiter.md, Leases); 0 = exact, as envoy ratelimit")
+	algorithm := flag.String("http-algorithm", "fixed_window", "HTTP only: the algorithm of Floodgate's 100/s principal rule (fixed_window as envoy ratelimit's, token_bucket, gcra, …)")
+	pin := flag.Bool("pin", runtime.NumCPU() >= 2, "pin the service under test to -service-cpus alone and everything else (this generator, Redis, the broker, the services not under test) to -rest-cpus")
+	serviceCPUs := flag.String("service-cpus", "1", "with -pin: the cores of the service under test (taskset list)")
+	restCPUs := flag.String("rest-cpus", "0", "with -pin: the cores of everything else (taskset list)")
+	redisFlag := flag.String("redis", "private", "private: a redis-server of this run's own on -rest-cpus (no persistence); else HOST:PORT of a running one (the shared stack's 127.0.0.1:6379, unpinned)")
+	brokerFlag := flag.String("broker", "private", "private: the local stack's broker binary on a port and -rest-cpus of this run's own, in memory; else HOST:PORT of a running one")
+	floor := flag.Bool("floor", true, "also measure a do-nothing server per protocol (loadtest/cmd/httpfloor -serve grpc / nethttp), pinned the same way")
+	baseline := flag.String("baseline", "", "also measure this prebuilt limiter binary (e.g. go build -o /tmp/limiter-before ./services/limiter at the commit before a change) as \"floodgate baseline\", alternating with the rest: a change's before and after from one run")
+	profile := flag.String("profile", "", "write CPU and allocation profiles of Floodgate's first round per protocol into this directory (its pprof listener; costs it a few % in that round)")
 	flag.Parse()
-	report := envoypeer.Report{Rounds: *rounds, Duration: duration.String(), Callers: *callers, Conns: *conns, Users: *users}
+	place, err := newPlacement(*pin, *serviceCPUs, *restCPUs)
+	if err != nil {
+		return err
+	}
+	if place.on {
+		// The generator's own threads, and every one it starts later.
+		if err := place.pin(os.Getpid(), place.rest); err != nil {
+			return err
+		}
+		runtime.GOMAXPROCS(len(place.rest))
+	}
+	report := envoypeer.Report{Rounds: *rounds, Duration: duration.String(), Callers: *callers, Conns: *conns, Users: *users, Placement: place.String()}
+	fmt.Printf("%s\n\n", place)
 	ctx := context.Background()
 	root, err := os.Getwd()
 	if err != nil {
@@ -101,40 +137,100 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	peer, err := envoypeer.Start(ctx, envoypeer.Options{Bin: bin, ConfigDir: cfgDir, RedisAddr: "127.0.0.1:6379", KeyPrefix: "peerbench_" + run + "_"})
+	stack := stackAddrs{redis: *redisFlag, broker: *brokerFlag}
+	if *redisFlag == "private" || *brokerFlag == "private" {
+		pv, err := startPrivate(ctx, place, root, *redisFlag == "private", *brokerFlag == "private", limiterTopics)
+		if err != nil {
+			return err
+		}
+		defer pv.stop()
+		if *redisFlag == "private" {
+			stack.redis, stack.redisPid = pv.redisAddr, pv.redisPid
+		}
+		if *brokerFlag == "private" {
+			stack.broker, stack.brokerPid = pv.brokerAddr, pv.brokerPid
+		}
+	}
+	if stack.redisPid == 0 {
+		if stack.redisPid, err = redisPid(ctx, stack.redis); err != nil {
+			return err
+		}
+	}
+	if stack.brokerPid == 0 {
+		stack.brokerPid = brokerPid()
+	}
+	var wrap []string
+	if place.on {
+		wrap = []string{"taskset", "-c", cpuList(place.service)}
+	}
+	peer, err := envoypeer.Start(ctx, envoypeer.Options{Bin: bin, ConfigDir: cfgDir, RedisAddr: stack.redis, KeyPrefix: "peerbench_" + run + "_", Wrap: wrap})
 	if err != nil {
 		return err
 	}
 	defer peer.Stop()
-	fg, stop, err := startLimiter(root, cfgDir, *lease)
+	fg, stop, err := startLimiter(root, "", cfgDir, *algorithm, *lease, place, stack, *profile != "")
 	if err != nil {
 		return err
 	}
 	defer stop()
-	rpid, err := redisPid(ctx, "127.0.0.1:6379")
-	if err != nil {
-		return err
+	var base limiterAddrs
+	if *baseline != "" {
+		var stopBase func()
+		if base, stopBase, err = startLimiter(root, *baseline, cfgDir, *algorithm, *lease, place, stack, false); err != nil {
+			return err
+		}
+		defer stopBase()
 	}
 	// envoy ratelimit publishes nothing: the broker's CPU in its rounds is
 	// not its own, so its column stays 0.
-	peerPids, fgPids := pids{service: peer.Pid(), redis: rpid}, pids{service: fg.pid, redis: rpid, broker: brokerPid()}
+	peerPids, fgPids := pids{service: peer.Pid(), redis: stack.redisPid}, pids{service: fg.pid, redis: stack.redisPid, broker: stack.brokerPid}
+	var floors floorAddrs
+	if *floor {
+		var stopFloors func()
+		if floors, stopFloors, err = startFloors(root, place); err != nil {
+			return err
+		}
+		defer stopFloors()
+	}
+	// Every service starts on the service cores (GOMAXPROCS sized to them)
+	// and waits on the rest's until its round.
+	all := []int{peer.Pid(), fg.pid, floors.grpcPid, floors.httpPid, base.pid}
+	basePids := pids{service: base.pid, redis: stack.redisPid, broker: stack.brokerPid}
+	for _, pid := range all {
+		if err := place.pin(pid, place.rest); err != nil {
+			return err
+		}
+	}
+	prof := profiler{dir: *profile, debugAddr: fg.debug, duration: *duration}
 
 	for _, proto := range strings.Split(*protocols, ",") {
 		var targets []target
 		switch proto {
 		case "grpc":
 			targets = []target{{"envoy ratelimit", peer.GRPCAddr, peerPids}, {"floodgate", fg.grpc, fgPids}}
+			if *floor {
+				targets = append(targets, target{floorName, floors.grpc, pids{service: floors.grpcPid, redis: stack.redisPid}})
+			}
+			if *baseline != "" {
+				targets = append(targets, target{baselineName, base.grpc, basePids})
+			}
 		case "http":
 			targets = []target{{"envoy ratelimit", "http://" + peer.HTTPAddr + "/json", peerPids}, {"floodgate", "http://" + fg.http + "/v1/check", fgPids}}
+			if *floor {
+				targets = append(targets, target{floorName, "http://" + floors.http + "/v1/check", pids{service: floors.httpPid, redis: stack.redisPid}})
+			}
+			if *baseline != "" {
+				targets = append(targets, target{baselineName, "http://" + base.http + "/v1/check", basePids})
+			}
 		default:
 			return fmt.Errorf("-protocols: %q is not grpc or http", proto)
 		}
-		c, err := compare(ctx, proto, targets, domain, *duration, *rounds, *callers, *conns, *users)
+		c, err := compare(ctx, proto, targets, domain, *duration, *rounds, *callers, *conns, *users, place, all, prof)
 		if err != nil {
 			return err
 		}
 		if *rate > 0 {
-			if c.Open, err = openRounds(ctx, proto, targets, domain, *duration, *rate, *conns, *users); err != nil {
+			if c.Open, err = openRounds(ctx, proto, targets[:2], domain, *duration, *rate, *conns, *users, place, all); err != nil {
 				return err
 			}
 		}
@@ -168,29 +264,80 @@ type target struct {
 	pids       pids // the processes on its calls' path
 }
 
-// compare runs alternating rounds against both targets over one protocol and
-// prints the per-round figures, the summary table and the ratio.
-func compare(ctx context.Context, proto string, targets []target, domain string, d time.Duration, rounds, callers, conns, users int) (envoypeer.Comparison, error) {
-	var all []result
+// floorName is the do-nothing server's name in the tables; baselineName
+// the -baseline limiter's.
+const (
+	floorName    = "floor (does nothing)"
+	baselineName = "floodgate baseline"
+)
+
+// genBusyMax is the busiest the generator's cores may be in a valid round:
+// beyond it the generator, not the service, may set the pace.
+const genBusyMax = 0.90
+
+// compare runs alternating rounds against the targets over one protocol
+// (each round's service alone on the service cores, every other process on
+// the rest's) and prints the per-round figures, the summary table and the
+// ratios. A round whose generator cores were over 90 % busy is INVALID and
+// left out of the sums, unless every round of the service was.
+func compare(ctx context.Context, proto string, targets []target, domain string, d time.Duration, rounds, callers, conns, users int, place placement, all []int, prof profiler) (envoypeer.Comparison, error) {
+	var results []result
 	for r := 0; r < rounds; r++ {
-		order := targets
+		order := slices.Clone(targets)
 		if r%2 == 1 {
-			order = []target{targets[1], targets[0]}
+			slices.Reverse(order)
 		}
 		for _, t := range order {
+			if err := place.onlyUnderTest(t.pids.service, all); err != nil {
+				return envoypeer.Comparison{}, err
+			}
 			call, closeAll, err := caller(proto, t, domain, conns)
 			if err != nil {
 				return envoypeer.Comparison{}, err
 			}
+			var stopProf func() error
+			if r == 0 && t.name == "floodgate" {
+				stopProf = prof.start(proto)
+			}
 			res := load(ctx, t, call, d, callers, users)
 			closeAll()
-			all = append(all, res)
-			fmt.Printf("%s round %d %-16s %8.0f calls/s  p50 %-9s p99 %-9s errors %d\n", proto, r+1, t.name,
-				float64(res.calls)/res.duration.Seconds(), q(res.lat, 0.5), q(res.lat, 0.99), res.errors)
+			if stopProf != nil {
+				if err := stopProf(); err != nil {
+					return envoypeer.Comparison{}, err
+				}
+			}
+			res.invalid = place.on && res.busyOf(place.rest) > genBusyMax
+			results = append(results, res)
+			mark := ""
+			if res.invalid {
+				// The generator's own share says whether it or the
+				// machine's other tenants filled its cores.
+				mark = fmt.Sprintf("  INVALID: generator cpu %s %.0f %% busy (the generator itself %.0f %% of it)", cpuList(place.rest), 100*res.busyOf(place.rest),
+					100*res.cpu.Seconds()/res.duration.Seconds()/float64(len(place.rest)))
+			}
+			if place.on {
+				// A saturated service short of its core shares it with
+				// processes outside the run.
+				mark = fmt.Sprintf("  service ran %.0f %% of cpu %s", 100*res.procs[0].Seconds()/res.duration.Seconds()/float64(len(place.service)), cpuList(place.service)) + mark
+			}
+			fmt.Printf("%s round %d %-20s %8.0f calls/s  %5.1f µs service CPU/call  p50 %-9s p99 %-9s errors %d  cores busy %s%s\n", proto, r+1, t.name,
+				float64(res.calls)/res.duration.Seconds(), float64(res.procs[0].Microseconds())/float64(max(res.calls, 1)), q(res.lat, 0.5), q(res.lat, 0.99), res.errors, busyString(res.busy), mark)
 		}
 	}
 	sum := map[string]*result{}
-	for _, r := range all {
+	count := map[string][2]int{} // rounds, invalid
+	for _, r := range results {
+		n := count[r.name]
+		n[0]++
+		if r.invalid {
+			n[1]++
+		}
+		count[r.name] = n
+	}
+	for _, r := range results {
+		if r.invalid && count[r.name][1] < count[r.name][0] {
+			continue // a valid round of the service exists: this one is left out
+		}
 		s := sum[r.name]
 		if s == nil {
 			s = &result{name: r.name}
@@ -204,30 +351,66 @@ func compare(ctx context.Context, proto string, targets []target, domain string,
 			s.procs[i] += r.procs[i]
 		}
 		s.lat = append(s.lat, r.lat...)
+		if s.busy == nil {
+			s.busy = make([]float64, len(r.busy))
+		}
+		for i := range min(len(s.busy), len(r.busy)) {
+			s.busy[i] += r.busy[i] * r.duration.Seconds()
+		}
 	}
 	c := envoypeer.Comparison{Protocol: proto}
-	fmt.Printf("\n%s\n| service | calls/s | p50 | p99 | errors | load generator CPU | CPU µs per call: service + Redis + broker + generator |\n|---|---|---|---|---|---|---|\n", proto)
+	fmt.Printf("\n%s\n| service | calls/s | p50 | p99 | errors | load generator CPU | CPU µs per call: service + Redis + broker + generator | calls per service core-second | cores busy | rounds (invalid) |\n|---|---|---|---|---|---|---|---|---|---|\n", proto)
 	for _, t := range targets {
 		s := sum[t.name]
 		slices.Sort(s.lat)
+		for i := range s.busy {
+			s.busy[i] /= s.duration.Seconds()
+		}
+		n := count[t.name]
 		sr := envoypeer.ServiceResult{Name: s.name, Calls: s.calls, Errors: s.errors, CallsPerSec: float64(s.calls) / s.duration.Seconds(),
 			P50Ms: msOf(q(s.lat, 0.5)), P99Ms: msOf(q(s.lat, 0.99)),
-			LoadgenCPU: s.cpu.Seconds() / (s.duration.Seconds() * float64(runtime.NumCPU()))}
+			LoadgenCPU: s.cpu.Seconds() / (s.duration.Seconds() * float64(runtime.NumCPU())),
+			Rounds:     n[0], Invalid: n[1], AllInvalid: n[1] == n[0], CoreBusy: s.busy}
 		perCall := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(max(s.calls, 1)) }
 		sr.CPU = envoypeer.CallCPU{Service: perCall(s.procs[0]), Redis: perCall(s.procs[1]), Broker: perCall(s.procs[2]), Generator: perCall(s.cpu)}
 		c.Services = append(c.Services, sr)
-		fmt.Printf("| %s | %.0f | %s | %s | %d | %.0f %% | %.0f + %.0f + %.0f + %.0f = %.0f |\n", s.name, sr.CallsPerSec, q(s.lat, 0.5), q(s.lat, 0.99), s.errors, 100*sr.LoadgenCPU,
-			sr.CPU.Service, sr.CPU.Redis, sr.CPU.Broker, sr.CPU.Generator, sr.CPU.Total())
+		inv := fmt.Sprintf("%d (%d)", n[0], n[1])
+		if sr.AllInvalid {
+			inv += " ALL INVALID"
+		}
+		fmt.Printf("| %s | %.0f | %s | %s | %d | %.0f %% | %.1f + %.1f + %.1f + %.1f = %.1f | %.0f | %s | %s |\n", s.name, sr.CallsPerSec, q(s.lat, 0.5), q(s.lat, 0.99), s.errors, 100*sr.LoadgenCPU,
+			sr.CPU.Service, sr.CPU.Redis, sr.CPU.Broker, sr.CPU.Generator, sr.CPU.Total(), sr.PerCoreSecond(), busyString(sr.CoreBusy), inv)
 	}
 	e, f := sum["envoy ratelimit"], sum["floodgate"]
 	c.Ratio = (float64(f.calls) / f.duration.Seconds()) / (float64(e.calls) / e.duration.Seconds())
 	es, fs := c.Services[0].CPU, c.Services[1].CPU
 	c.ServiceCPURatio = es.Service / max(fs.Service, 1e-9)
-	fmt.Printf("\nratio floodgate / envoy ratelimit over %s: %.2f× (%d callers on %d connections, %d users, 100/s fixed window)\n",
+	fmt.Printf("\nratio floodgate / envoy ratelimit over %s: %.2f× in calls/s (%d callers on %d connections, %d users, 100/s fixed window)\n",
 		proto, c.Ratio, callers, conns, users)
-	fmt.Printf("service CPU per call, envoy ratelimit / floodgate: %.0f / %.0f µs = %.2f× (machine CPU per call: %.0f / %.0f µs)\n\n",
+	fmt.Printf("service CPU per call, envoy ratelimit / floodgate: %.1f / %.1f µs = %.2f× per core-second (machine CPU per call: %.0f / %.0f µs)\n",
 		es.Service, fs.Service, c.ServiceCPURatio, es.Total(), fs.Total())
+	for _, sr := range c.Services[2:] {
+		switch sr.Name {
+		case floorName:
+			c.FloorCPURatio = sr.CPU.Service / max(fs.Service, 1e-9)
+			fmt.Printf("service CPU per call, floor / floodgate: %.1f / %.1f µs: floodgate costs %.2f× the floor (per core-second %.2f× of it)\n",
+				sr.CPU.Service, fs.Service, fs.Service/max(sr.CPU.Service, 1e-9), c.FloorCPURatio)
+		case baselineName:
+			fmt.Printf("service CPU per call, baseline / floodgate: %.1f / %.1f µs = %.2f× (envoy ratelimit / baseline %.2f×)\n",
+				sr.CPU.Service, fs.Service, sr.CPU.Service/max(fs.Service, 1e-9), es.Service/max(sr.CPU.Service, 1e-9))
+		}
+	}
+	fmt.Println()
 	return c, nil
+}
+
+// busyString prints each core's busy share: "cpu0 95 % cpu1 78 %".
+func busyString(b []float64) string {
+	parts := make([]string, len(b))
+	for i, v := range b {
+		parts[i] = fmt.Sprintf("cpu%d %.0f %%", i, 100*v)
+	}
+	return strings.Join(parts, " ")
 }
 
 func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -263,7 +446,7 @@ func protoCaller(proto string, t target, domain string, conns int) (func(ctx con
 			return nil, nil, err
 		}
 		hc := &fasthttp.HostClient{Addr: u.Host, MaxConns: 1024, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second}
-		floodgate := t.name == "floodgate"
+		floodgate := t.name != "envoy ratelimit" // Floodgate, its baseline and the floor take a check
 		return func(_ context.Context, _, user int) error {
 			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 			defer fasthttp.ReleaseRequest(req)
@@ -311,6 +494,7 @@ func load(ctx context.Context, t target, call func(ctx context.Context, worker, 
 	lats := make([][]time.Duration, callers)
 	end := time.Now().Add(d)
 	start, cpu0, procs0 := time.Now(), cputime.Self(), t.pids.cpu()
+	busy0, total0 := cputime.CoreTimes()
 	var wg sync.WaitGroup
 	for i := 0; i < callers; i++ {
 		wg.Add(1)
@@ -330,6 +514,7 @@ func load(ctx context.Context, t target, call func(ctx context.Context, worker, 
 	}
 	wg.Wait()
 	elapsed, cpu, procs := time.Since(start), cputime.Self()-cpu0, t.pids.cpu()
+	busy1, total1 := cputime.CoreTimes()
 	for i := range procs {
 		procs[i] -= procs0[i]
 	}
@@ -338,7 +523,8 @@ func load(ctx context.Context, t target, call func(ctx context.Context, worker, 
 		lat = append(lat, l...)
 	}
 	slices.Sort(lat)
-	return result{name: t.name, calls: calls.Load(), errors: errs.Load(), duration: elapsed, cpu: cpu, procs: procs, lat: lat}
+	return result{name: t.name, calls: calls.Load(), errors: errs.Load(), duration: elapsed, cpu: cpu, procs: procs, lat: lat,
+		busy: cputime.CoreBusy(busy0, total0, busy1, total1)}
 }
 
 // warm makes one call from each of n callers at once, so that every
@@ -362,12 +548,15 @@ const openWorkers = 256
 
 // openRounds runs one open-loop round per service at rate calls/s (the
 // second service first, as the closed-loop rounds alternate) and prints them.
-func openRounds(ctx context.Context, proto string, targets []target, domain string, d time.Duration, rate float64, conns, users int) ([]envoypeer.OpenResult, error) {
+func openRounds(ctx context.Context, proto string, targets []target, domain string, d time.Duration, rate float64, conns, users int, place placement, all []int) ([]envoypeer.OpenResult, error) {
 	out := make([]envoypeer.OpenResult, len(targets))
 	fmt.Printf("%s open loop at %.0f calls/s offered, %s per service, at most %d in flight\n\n| service | offered | achieved | p50 | p99 | p99.9 | errors |\n|---|---|---|---|---|---|---|\n",
 		proto, rate, d, openWorkers)
 	for i := len(targets) - 1; i >= 0; i-- {
 		t := targets[i]
+		if err := place.onlyUnderTest(t.pids.service, all); err != nil {
+			return nil, err
+		}
 		call, closeAll, err := caller(proto, t, domain, conns)
 		if err != nil {
 			return nil, err
@@ -407,35 +596,56 @@ func q(lat []time.Duration, f float64) time.Duration {
 }
 
 type limiterAddrs struct {
-	http, grpc string
-	pid        int
+	http, grpc, debug string
+	pid               int
 }
 
-func startLimiter(root, envoyDir string, lease int) (limiterAddrs, func(), error) {
+// stackAddrs are the Redis and broker the services use, and their processes.
+type stackAddrs struct {
+	redis, broker       string
+	redisPid, brokerPid int
+}
+
+// limiterTopics are the topics a private broker is given: the limiter's
+// decision events (FLOODGATE_DECISIONS_TOPIC's default).
+var limiterTopics = []string{config.DefaultDecisionsTopic}
+
+// startLimiter runs the limiter built from root, or the binary prebuilt
+// when it is set (-baseline), with the benchmark's rules.
+func startLimiter(root, prebuilt, envoyDir, algorithm string, lease int, place placement, stack stackAddrs, debug bool) (limiterAddrs, func(), error) {
 	dir, err := os.MkdirTemp("", "peerbench-limiter")
 	if err != nil {
 		return limiterAddrs{}, nil, err
 	}
 	bin := filepath.Join(dir, "limiter")
-	cmd := exec.Command("go", "build", "-o", bin, "./services/limiter")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return limiterAddrs{}, nil, fmt.Errorf("build limiter: %w: %s", err, out)
+	if prebuilt != "" {
+		bin = prebuilt
+	} else {
+		cmd := exec.Command("go", "build", "-o", bin, "./services/limiter")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return limiterAddrs{}, nil, fmt.Errorf("build limiter: %w: %s", err, out)
+		}
 	}
 	httpAddr, grpcAddr := freeAddr(), freeAddr()
-	rule := "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=100" // a token bucket of 100/s per principal, every check to Redis
-	if lease > 0 {
-		rules := filepath.Join(dir, "rules.yaml")
-		body := fmt.Sprintf("version: 1\nrules:\n  - {id: principal, tier: principal, limit: 100, period: 1s, lease: %d}\n", lease)
-		if err := os.WriteFile(rules, []byte(body), 0o644); err != nil {
-			return limiterAddrs{}, nil, err
-		}
-		rule = "FLOODGATE_LIMITER_RULES=" + rules
+	// 100/s per principal, every check to Redis: envoy ratelimit's fixed
+	// window by default, as the peer counts it.
+	rules := filepath.Join(dir, "rules.yaml")
+	body := fmt.Sprintf("version: 1\nrules:\n  - {id: principal, tier: principal, limit: 100, period: 1s, algorithm: %s, lease: %d}\n", algorithm, lease)
+	if err := os.WriteFile(rules, []byte(body), 0o644); err != nil {
+		return limiterAddrs{}, nil, err
 	}
-	lim := exec.Command(bin)
+	rule := "FLOODGATE_LIMITER_RULES=" + rules
+	lim := place.command(place.service, bin)
 	lim.Env = append(os.Environ(), "FLOODGATE_LIMITER_ADDR="+httpAddr, "FLOODGATE_LIMITER_GRPC_ADDR="+grpcAddr,
 		"FLOODGATE_LIMITER_ENVOY_CONFIG="+envoyDir, rule, "FLOODGATE_LIMITER_INFLUX_INTERVAL=0",
-		"FLOODGATE_JOURNAL_DIR="+filepath.Join(dir, "journal"), "FLOODGATE_GATEWAY=peerbench")
+		"FLOODGATE_JOURNAL_DIR="+filepath.Join(dir, "journal"), "FLOODGATE_GATEWAY=peerbench",
+		"FLOODGATE_REDIS_ADDRS="+stack.redis, "FLOODGATE_KAFKA_BROKERS="+stack.broker)
+	debugAddr := ""
+	if debug {
+		debugAddr = freeAddr()
+		lim.Env = append(lim.Env, "FLOODGATE_LIMITER_DEBUG_ADDR="+debugAddr)
+	}
 	lim.Stdout, lim.Stderr = os.Stderr, os.Stderr
 	if err := lim.Start(); err != nil {
 		return limiterAddrs{}, nil, err
@@ -444,7 +654,7 @@ func startLimiter(root, envoyDir string, lease int) (limiterAddrs, func(), error
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if c, err := net.DialTimeout("tcp", grpcAddr, 200*time.Millisecond); err == nil {
 			c.Close()
-			return limiterAddrs{http: httpAddr, grpc: grpcAddr, pid: lim.Process.Pid}, stop, nil
+			return limiterAddrs{http: httpAddr, grpc: grpcAddr, debug: debugAddr, pid: lim.Process.Pid}, stop, nil
 		}
 	}
 	stop()

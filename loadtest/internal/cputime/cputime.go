@@ -66,3 +66,40 @@ func Machine() time.Duration {
 	}
 	return time.Duration(busy) * clockTick
 }
+
+// CoreTimes is, per core in /proc/stat's order (cpu0, cpu1, …), its busy
+// time (user, nice, system, irq, softirq, steal) and its total time (idle
+// and iowait too), in ticks; nil when /proc/stat is unreadable.
+func CoreTimes() (busy, total []int64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return nil, nil
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
+			continue
+		}
+		var bz, tot int64
+		for i := 1; i < len(f) && i <= 8; i++ {
+			v, _ := strconv.ParseInt(f[i], 10, 64)
+			tot += v
+			if i != 4 && i != 5 { // idle, iowait
+				bz += v
+			}
+		}
+		busy, total = append(busy, bz), append(total, tot)
+	}
+	return busy, total
+}
+
+// CoreBusy is each core's busy share between two CoreTimes readings (0..1).
+func CoreBusy(busy0, total0, busy1, total1 []int64) []float64 {
+	out := make([]float64, min(len(busy0), len(busy1)))
+	for i := range out {
+		if dt := total1[i] - total0[i]; dt > 0 {
+			out[i] = float64(busy1[i]-busy0[i]) / float64(dt)
+		}
+	}
+	return out
+}

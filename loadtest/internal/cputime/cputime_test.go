@@ -2,8 +2,11 @@ package cputime
 
 import (
 	"os"
+	"runtime"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Of must agree with the kernel's other account of this process's CPU time
@@ -38,5 +41,49 @@ func TestMachineCountsThisProcess(t *testing.T) {
 	}
 	if m, r := Machine()-m0, Self()-r0; m < r*8/10-20*time.Millisecond {
 		t.Fatalf("Machine moved %s while this process spent %s", m, r)
+	}
+}
+
+// CoreTimes reads one line per core, and CoreBusy of a spin pinned to one
+// core shows that core busy: a parse of the wrong fields, or of the
+// machine's total line as a core, would not.
+func TestCoreBusyShowsAPinnedSpin(t *testing.T) {
+	b0, t0 := CoreTimes()
+	if len(b0) != runtime.NumCPU() || len(t0) != len(b0) {
+		t.Fatalf("CoreTimes: %d cores, %d totals; runtime.NumCPU() = %d", len(b0), len(t0), runtime.NumCPU())
+	}
+	r0, start := Self(), time.Now()
+	spun := make(chan error)
+	go func() {
+		// Locked and never unlocked: the pinned thread ends with the
+		// goroutine instead of returning to the pool.
+		runtime.LockOSThread()
+		var set unix.CPUSet
+		set.Set(0)
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			spun <- err
+			return
+		}
+		for x := 0; Self()-r0 < 300*time.Millisecond && time.Since(start) < 10*time.Second; x++ {
+			_ = x * x
+		}
+		spun <- nil
+	}()
+	if err := <-spun; err != nil {
+		t.Fatalf("pin to cpu 0: %v", err)
+	}
+	b1, t1 := CoreTimes()
+	busy := CoreBusy(b0, t0, b1, t1)
+	if len(busy) != len(b0) {
+		t.Fatalf("CoreBusy: %d shares for %d cores", len(busy), len(b0))
+	}
+	// The spin had cpu 0 for most of its wall time unless others took it.
+	if spun := Self() - r0; busy[0] < 0.8*spun.Seconds()/time.Since(start).Seconds()-0.1 {
+		t.Fatalf("cpu 0 %.2f busy while this thread spun %s of %s on it", busy[0], spun, time.Since(start))
+	}
+	for i, v := range busy {
+		if v < 0 || v > 1 {
+			t.Fatalf("cpu %d busy share %.2f, want 0..1", i, v)
+		}
 	}
 }

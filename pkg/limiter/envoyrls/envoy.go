@@ -64,6 +64,7 @@ type EnvoyRLS struct {
 	requests    *prometheus.CounterVec
 	descriptors *envoyDescriptorMetrics
 	unnamed     prometheus.Counter
+	unknown     unknownDomains
 	// envoy answers the domains of an envoy ratelimit configuration with its
 	// semantics (see pkg/envoyconf); nil without one.
 	envoy *EnvoyConfig
@@ -71,7 +72,10 @@ type EnvoyRLS struct {
 
 // EnvoyConfig is an envoy ratelimit configuration served beside Floodgate's
 // own descriptor shape: calls for its domains are answered as envoy
-// ratelimit answers them, every other domain as before.
+// ratelimit answers them; a call for any other domain in Floodgate's shape
+// (a principal_kind or principal_id entry) as before, in envoy ratelimit's
+// shape OK without a limit, as envoy ratelimit answers a domain it has no
+// configuration for.
 type EnvoyConfig struct {
 	Source    *envoyconf.Source
 	Evaluator *envoyconf.Evaluator
@@ -154,7 +158,10 @@ func NewEnvoyRLS(s *server.Server) *EnvoyRLS {
 		unnamed: promauto.With(s.Registry()).NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_limiter_envoy_unattributed_total",
 			Help: "Envoy calls for a configured domain answered without a decision event: no entry named a principal (FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS).",
-		})}
+		}), unknown: unknownDomains{calls: promauto.With(s.Registry()).NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_limiter_envoy_unknown_domain_total",
+			Help: "Envoy calls for a domain the envoy ratelimit configuration does not have, in envoy ratelimit's descriptor shape: answered OK without a limit, as envoy ratelimit does (its domain_not_found).",
+		})}}
 }
 
 // MaxGRPCStreams is the most concurrent streams one gRPC connection may hold.
@@ -162,6 +169,10 @@ const MaxGRPCStreams = 1000
 
 // grpcStreamWorkers is how many goroutines serve gRPC streams for good.
 const grpcStreamWorkers = 128
+
+// grpcWindow is the static HTTP/2 flow-control window, per stream and per
+// connection.
+const grpcWindow = 1 << 20
 
 // NewGRPCServer returns a gRPC server with Envoy's rate-limit service on s and
 // the standard health service. Health reports SERVING (for "" and for
@@ -187,6 +198,13 @@ func NewGRPCServer(s *server.Server, opts ...GRPCOption) (*grpc.Server, *health.
 		// again (12 % of the CPU profile at saturation); beyond them a stream
 		// gets its own goroutine as before.
 		grpc.NumStreamWorkers(grpcStreamWorkers),
+		// Static flow-control windows (1 MiB per stream and connection)
+		// turn off grpc-go's BDP estimator, which otherwise PINGs the
+		// client on every DATA frame received while no ping is out — at
+		// saturation, a frame written and one read for every few calls;
+		// rate-limit calls are a few hundred bytes, so the windows never
+		// bind.
+		grpc.InitialWindowSize(grpcWindow), grpc.InitialConnWindowSize(grpcWindow),
 		// Rapid reset (CVE-2023-44487; issue 37): a connection resetting
 		// streams past its budget is sent GOAWAY and closed (pkg/h2guard).
 		grpc.Creds(h2guard.Credentials(insecure.NewCredentials(), h2guard.New(h2guard.Config{}, reg, "floodgate_limiter_grpc"))),
@@ -226,6 +244,11 @@ func (e *EnvoyRLS) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReque
 	if e.envoy != nil {
 		if cfg := e.envoy.Source.Config(); cfg.Has(in.GetDomain()) {
 			return e.envoyAnswer(ctx, cfg, in)
+		}
+		// A domain it does not have: envoy ratelimit answers OK without a
+		// limit; a call in Floodgate's own shape keeps its mapping.
+		if in.GetDomain() != "" && len(in.GetDescriptors()) > 0 && envoyShaped(in) {
+			return e.unknown.answer(e, in), nil
 		}
 	}
 	reqs, ids, err := envoyChecks(in)

@@ -39,6 +39,7 @@ type envoyExt struct {
 	dir    string
 	domain string
 	eng    *limiter.Engine
+	reg    *prometheus.Registry
 }
 
 type envoyExtOpts struct {
@@ -89,7 +90,7 @@ func newEnvoyExt(t testing.TB, yaml string, o envoyExtOpts) envoyExt {
 		Identity:  &EnvoyIdentity{Keys: keys, IPKey: "remote_address", MethodKey: "method"}, FailureModeDeny: o.failureDeny}
 	g, _ := NewGRPCServer(s, WithEnvoyConfig(ec))
 	conn := limitertest.DialGRPC(t, g)
-	return envoyExt{rls: rlsv3.NewRateLimitServiceClient(conn), pub: pub, rdb: rdb, src: src, dir: dir, domain: domain, eng: e}
+	return envoyExt{rls: rlsv3.NewRateLimitServiceClient(conn), pub: pub, rdb: rdb, src: src, dir: dir, domain: domain, eng: e, reg: reg}
 }
 
 func (f envoyExt) call(t testing.TB, ds ...*rlcommon.RateLimitDescriptor) *rlsv3.RateLimitResponse {

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// floorAddrs are the do-nothing servers (loadtest/cmd/httpfloor -serve):
+// a gRPC rate-limit service answering OK and an HTTP check server answering
+// a fixed decision, each a process of its own.
+type floorAddrs struct {
+	grpc, http       string
+	grpcPid, httpPid int
+}
+
+// startFloors builds httpfloor and starts its gRPC and net/http servers on
+// the service cores (GOMAXPROCS sized to them).
+func startFloors(root string, place placement) (floorAddrs, func(), error) {
+	dir, err := os.MkdirTemp("", "peerbench-floor")
+	if err != nil {
+		return floorAddrs{}, nil, err
+	}
+	bin := filepath.Join(dir, "httpfloor")
+	build := exec.Command("go", "build", "-o", bin, "./loadtest/cmd/httpfloor")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return floorAddrs{}, nil, fmt.Errorf("build httpfloor: %w: %s", err, out)
+	}
+	var stops []func()
+	stopAll := func() {
+		for _, s := range stops {
+			s()
+		}
+		os.RemoveAll(dir)
+	}
+	serve := func(mode string) (string, int, error) {
+		cmd := place.command(place.service, bin, "-serve", mode)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return "", 0, err
+		}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			return "", 0, err
+		}
+		stops = append(stops, func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
+		r := bufio.NewReader(out)
+		addr, err := r.ReadString('\n')
+		if err != nil {
+			return "", 0, fmt.Errorf("httpfloor -serve %s: no address: %w", mode, err)
+		}
+		go func() { _, _ = io.Copy(io.Discard, r) }()
+		return strings.TrimSpace(addr), cmd.Process.Pid, nil
+	}
+	var f floorAddrs
+	if f.grpc, f.grpcPid, err = serve("grpc"); err != nil {
+		stopAll()
+		return floorAddrs{}, nil, err
+	}
+	if f.http, f.httpPid, err = serve("nethttp"); err != nil {
+		stopAll()
+		return floorAddrs{}, nil, err
+	}
+	return f, stopAll, nil
+}
+
+// profiler takes Floodgate's CPU profile over a round and its allocation
+// profile after it, from its pprof listener, into dir.
+type profiler struct {
+	dir, debugAddr string
+	duration       time.Duration
+}
+
+// start begins a CPU profile of the coming round (its length less a
+// second, so that it ends inside it); the function returned waits for it,
+// then takes the allocation profile, and writes both.
+func (p profiler) start(proto string) func() error {
+	if p.dir == "" || p.debugAddr == "" {
+		return nil
+	}
+	secs := max(int((p.duration-time.Second)/time.Second), 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- fetchTo(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.debugAddr, secs), filepath.Join(p.dir, "floodgate-"+proto+".cpu.pprof"))
+	}()
+	return func() error {
+		if err := <-done; err != nil {
+			return err
+		}
+		return fetchTo("http://"+p.debugAddr+"/debug/pprof/allocs", filepath.Join(p.dir, "floodgate-"+proto+".allocs.pprof"))
+	}
+}
+
+func fetchTo(url, path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	resp, err := http.Get(url)
+	if err != nil {
+		return fmt.Errorf("profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile %s: status %d", url, resp.StatusCode)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	fmt.Printf("profile: %s\n", path)
+	return f.Close()
+}
