@@ -42,7 +42,9 @@ type RecordBatcher struct {
 	client *kafka.Client
 	parts  atomic.Pointer[[]*recordPartition] // nil until Run has the partitions
 	held   atomic.Int64                       // records appended and not yet sent or failed
-	free   sync.Pool                          // *recordBatch
+	// free holds emptied batches for reuse: a list rather than a
+	// sync.Pool, so their buffers (up to batchBytes each) outlive GCs.
+	free chan *recordBatch
 
 	droppedFull, droppedClosed, sent, failed prometheus.Counter
 	queued                                   prometheus.Gauge
@@ -100,8 +102,8 @@ func NewRecordBatcher(cfg AsyncProducerConfig) *RecordBatcher {
 		sent:          metrics.asyncSent.WithLabelValues(cfg.Name),
 		failed:        metrics.asyncFailed.WithLabelValues(cfg.Name),
 		queued:        metrics.asyncQueued.WithLabelValues(cfg.Name + ":batched"),
+		free:          make(chan *recordBatch, 64),
 	}
-	r.free.New = func() any { return &recordBatch{buf: make([]byte, recordBatchHeader, 64<<10)} }
 	return r
 }
 
@@ -139,7 +141,7 @@ func (r *RecordBatcher) TryAppend(msg kafka.Message) bool {
 	b := p.cur
 	first := b == nil
 	if first {
-		b = r.free.Get().(*recordBatch)
+		b = r.newBatch()
 		p.cur = b
 	}
 	b.append(ts, msg.Key, msg.Value, msg.Headers)
@@ -346,9 +348,22 @@ func (r *RecordBatcher) send(ctx context.Context, partition int, b *recordBatch)
 	return n
 }
 
+// newBatch returns an empty batch, a recycled one when there is one.
+func (r *RecordBatcher) newBatch() *recordBatch {
+	select {
+	case b := <-r.free:
+		return b
+	default:
+		return &recordBatch{buf: make([]byte, recordBatchHeader, batchBytes+8<<10)}
+	}
+}
+
 // done forgets b's n records and recycles it.
 func (r *RecordBatcher) done(b *recordBatch, n int) {
 	r.queued.Set(float64(r.held.Add(-int64(n))))
 	b.reset()
-	r.free.Put(b)
+	select {
+	case r.free <- b:
+	default:
+	}
 }
