@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
+	"github.com/segmentio/kafka-go/protocol/produce"
+	"github.com/segmentio/kafka-go/protocol/rawproduce"
 
 	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
@@ -42,6 +45,8 @@ type RecordBatcher struct {
 	client *kafka.Client
 	parts  atomic.Pointer[[]*recordPartition] // nil until Run has the partitions
 	held   atomic.Int64                       // records appended and not yet sent or failed
+	sealed atomic.Int64                       // full batches waiting
+	wake   chan struct{}                      // cap 1: a first record, or a full batch
 	// free holds emptied batches for reuse: a list rather than a
 	// sync.Pool, so their buffers (up to batchBytes each) outlive GCs.
 	free chan *recordBatch
@@ -68,13 +73,13 @@ type recordPartition struct {
 	cur    *recordBatch   // open: TryAppend appends here
 	sealed []*recordBatch // full, waiting for the partition's writer
 	closed bool
-	wake   chan struct{} // cap 1: a first record, or a sealed batch
-	_      [64]byte      // keep partitions' locks on their own cache lines
+	_      [64]byte // keep partitions' locks on their own cache lines
 }
 
 // recordBatch is one v2 record batch being built: a header left blank until
 // seal, then the records.
 type recordBatch struct {
+	partition  int // set when taken for a write
 	buf        []byte
 	n          int32
 	first, max int64 // timestamps, ms
@@ -103,6 +108,7 @@ func NewRecordBatcher(cfg AsyncProducerConfig) *RecordBatcher {
 		failed:        metrics.asyncFailed.WithLabelValues(cfg.Name),
 		queued:        metrics.asyncQueued.WithLabelValues(cfg.Name + ":batched"),
 		free:          make(chan *recordBatch, 64),
+		wake:          make(chan struct{}, 1),
 	}
 	return r
 }
@@ -149,12 +155,12 @@ func (r *RecordBatcher) TryAppend(msg kafka.Message) bool {
 	if full {
 		p.sealed = append(p.sealed, b)
 		p.cur = nil
+		r.sealed.Add(1)
 	}
 	p.mu.Unlock()
-	r.held.Add(1)
-	if first || full {
+	if r.held.Add(1) == 1 || full {
 		select {
-		case p.wake <- struct{}{}:
+		case r.wake <- struct{}{}:
 		default:
 		}
 	}
@@ -180,172 +186,325 @@ func partitionOf(key []byte, n int) int {
 	return int(p)
 }
 
-// Run reads the topic's partitions (retrying until ctx is done), then writes
-// sealed batches until ctx is done; then it refuses new records, writes what
-// it holds until DrainTimeout and returns, with an error wrapping
-// ErrUndelivered when records were still unsent at the deadline (those are
-// also passed to OnFailed). Run may be called once.
+// Run reads the topic's partitions and their leaders (retrying until ctx is
+// done), then flushes until ctx is done; then it refuses new records,
+// flushes what it holds until DrainTimeout and returns, with an error
+// wrapping ErrUndelivered when records were still unsent at the deadline
+// (those are also passed to OnFailed). Run may be called once.
 func (r *RecordBatcher) Run(ctx context.Context) error {
 	if !r.ran.CompareAndSwap(false, true) {
 		return errors.New("stream: RecordBatcher.Run called twice")
 	}
-	n, err := r.partitions(ctx)
+	leaders, err := r.leaders(ctx)
 	if err != nil {
 		return nil // stopped before the topic was read: nothing was taken
 	}
-	parts := make([]*recordPartition, n)
+	parts := make([]*recordPartition, len(leaders))
 	for i := range parts {
-		parts[i] = &recordPartition{id: i, wake: make(chan struct{}, 1)}
+		parts[i] = &recordPartition{id: i}
 	}
 	r.parts.Store(&parts)
+	f := &flusher{r: r, parts: parts, leader: leaders}
 
 	wctx, cancelWrites := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWrites()
 	stopAfter := context.AfterFunc(ctx, func() { time.AfterFunc(r.cfg.DrainTimeout, cancelWrites) })
 	defer stopAfter()
 
-	var undelivered atomic.Int64
-	var wg sync.WaitGroup
-	for _, p := range parts {
-		wg.Go(func() { undelivered.Add(int64(r.runPartition(ctx, wctx, p))) })
+	timer := time.NewTimer(r.cfg.BatchTimeout)
+	timer.Stop()
+	defer timer.Stop()
+	for ctx.Err() == nil {
+		if r.held.Load() == 0 {
+			select { // wait for a first record
+			case <-r.wake:
+			case <-ctx.Done():
+				continue
+			}
+		}
+		// Linger: BatchTimeout, or until a batch is full.
+		timer.Reset(r.cfg.BatchTimeout)
+		for lingering := true; lingering && r.sealed.Load() == 0; {
+			select {
+			case <-r.wake:
+			case <-timer.C:
+				lingering = false
+			case <-ctx.Done():
+				lingering = false
+			}
+		}
+		timer.Stop()
+		f.flush(wctx)
 	}
-	<-ctx.Done()
+
+	// Drain: refuse new records, then send what is held.
 	for _, p := range parts {
 		p.mu.Lock()
 		p.closed = true
 		p.mu.Unlock()
-		select {
-		case p.wake <- struct{}{}:
-		default:
-		}
 	}
-	wg.Wait()
+	for r.held.Load() > 0 && wctx.Err() == nil {
+		f.flush(wctx)
+	}
+	undelivered := f.failAll(wctx.Err())
 	r.queued.Set(0)
-	if u := undelivered.Load(); u > 0 {
-		r.log.Error("record batcher stopped with undelivered messages", "undelivered", u)
-		return fmt.Errorf("record batcher %s: %w: %d at the drain deadline", r.cfg.Name, ErrUndelivered, u)
+	if undelivered > 0 {
+		r.log.Error("record batcher stopped with undelivered messages", "undelivered", undelivered)
+		return fmt.Errorf("record batcher %s: %w: %d at the drain deadline", r.cfg.Name, ErrUndelivered, undelivered)
 	}
 	return nil
 }
 
-// partitions reads how many partitions the topic has.
-func (r *RecordBatcher) partitions(ctx context.Context) (int, error) {
+// leaders reads the topic's partitions' leaders (broker ids, by partition).
+func (r *RecordBatcher) leaders(ctx context.Context) ([]int, error) {
 	bo := newBackoff(r.cfg.InitialBackoff, r.cfg.MaxBackoff)
 	for {
 		resp, err := r.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{r.cfg.Topic}})
 		if err == nil {
+			err = fmt.Errorf("topic %s: not in the metadata", r.cfg.Topic)
 			for _, t := range resp.Topics {
-				if t.Name == r.cfg.Topic && t.Error == nil && len(t.Partitions) > 0 {
-					return len(t.Partitions), nil
-				}
-				if t.Name == r.cfg.Topic && t.Error != nil {
+				switch {
+				case t.Name != r.cfg.Topic:
+				case t.Error != nil:
 					err = t.Error
+				case len(t.Partitions) == 0:
+					err = fmt.Errorf("topic %s has no partitions", r.cfg.Topic)
+				default:
+					out := make([]int, len(t.Partitions))
+					for _, p := range t.Partitions {
+						if p.ID < 0 || p.ID >= len(out) {
+							return nil, fmt.Errorf("topic %s: partition %d of %d", r.cfg.Topic, p.ID, len(out))
+						}
+						out[p.ID] = p.Leader.ID
+					}
+					return out, nil
 				}
-			}
-			if err == nil {
-				err = fmt.Errorf("topic %s has no partitions", r.cfg.Topic)
 			}
 		}
 		wait := min(bo.NextBackOff(), r.cfg.MaxBackoff)
 		r.log.Warn("read topic partitions; messages take the unbatched path until then", "topic", r.cfg.Topic, "backoff", wait, "err", err)
 		if !tick.Sleep(ctx, wait) {
-			return 0, ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
 }
 
-// runPartition writes p's batches: a sealed one at once, the open one
-// BatchTimeout after it was opened, everything once p is closed. It returns
-// how many records it gave up on after ctx was done.
-func (r *RecordBatcher) runPartition(ctx, wctx context.Context, p *recordPartition) int {
-	timer := time.NewTimer(r.cfg.BatchTimeout)
-	timer.Stop()
-	defer timer.Stop()
-	armed, expired := false, false
-	var undelivered int
-	for {
-		p.mu.Lock()
+// flusher is Run's sender: each flush takes at most one batch from every
+// partition (its oldest sealed one, else its open one), so a partition has
+// one request in flight and its batches land in order, and writes them in
+// one produce request per leader broker (acks=all).
+type flusher struct {
+	r       *RecordBatcher
+	parts   []*recordPartition
+	leader  []int         // partition → leader broker id (refreshed on leader errors)
+	tries   map[int]int   // partition → failed attempts of its oldest batch
+	retryAt time.Time     // after a failed write: the backoff's end
+	bo      *backoffState // nil until a write fails
+	taken   []*recordBatch
+}
+
+type backoffState struct{ next func() time.Duration }
+
+// flush writes one batch of every partition that holds one.
+func (f *flusher) flush(ctx context.Context) {
+	r := f.r
+	if d := time.Until(f.retryAt); d > 0 && !tick.Sleep(ctx, d) {
+		return
+	}
+	f.taken = f.taken[:0]
+	for _, p := range f.parts {
 		var b *recordBatch
-		tookOpen := false
+		p.mu.Lock()
 		if len(p.sealed) > 0 {
 			b = p.sealed[0]
 			copy(p.sealed, p.sealed[1:])
 			p.sealed[len(p.sealed)-1] = nil
 			p.sealed = p.sealed[:len(p.sealed)-1]
-		} else if p.cur != nil && (p.closed || expired) {
-			b, p.cur, tookOpen = p.cur, nil, true
+			r.sealed.Add(-1)
+		} else if p.cur != nil {
+			b, p.cur = p.cur, nil
 		}
-		open, closed := p.cur != nil, p.closed
 		p.mu.Unlock()
 		if b != nil {
-			if tookOpen {
-				expired = false
+			b.partition = p.id
+			b.seal()
+			f.taken = append(f.taken, b)
+		}
+	}
+	if len(f.taken) == 0 {
+		return
+	}
+	// One request per leader; usually one leader per broker in the cluster.
+	byLeader := make(map[int][]*recordBatch, 4)
+	for _, b := range f.taken {
+		byLeader[f.leader[b.partition]] = append(byLeader[f.leader[b.partition]], b)
+	}
+	errs := make([]error, len(f.taken)) // by position in f.taken, set by send
+	index := make(map[*recordBatch]int, len(f.taken))
+	for i, b := range f.taken {
+		index[b] = i
+	}
+	var wg sync.WaitGroup
+	for _, bs := range byLeader {
+		wg.Go(func() {
+			for i, err := range f.send(ctx, bs) {
+				errs[index[bs[i]]] = err
 			}
-			if u := r.send(wctx, p.id, b); ctx.Err() != nil {
-				undelivered += u
-			}
+		})
+	}
+	wg.Wait()
+	f.settle(ctx, errs)
+}
+
+// send writes batches (of partitions with one leader) in one produce
+// request and returns each one's error.
+func (f *flusher) send(ctx context.Context, batches []*recordBatch) []error {
+	r := f.r
+	out := make([]error, len(batches))
+	req := &rawproduce.Request{Acks: int16(kafka.RequireAll), Timeout: int32(r.client.Timeout.Milliseconds()),
+		Topics: []rawproduce.RequestTopic{{Topic: r.cfg.Topic, Partitions: make([]rawproduce.RequestPartition, len(batches))}}}
+	for i, b := range batches {
+		b.rd.reset(b.buf)
+		req.Topics[0].Partitions[i] = rawproduce.RequestPartition{Partition: int32(b.partition), RecordSet: protocol.RawRecordSet{Reader: &b.rd}}
+	}
+	rctx, cancel := context.WithTimeout(ctx, r.client.Timeout)
+	defer cancel()
+	m, err := r.client.Transport.RoundTrip(rctx, r.client.Addr, req)
+	res, ok := m.(*produce.Response)
+	if err == nil && !ok {
+		err = fmt.Errorf("produce: unexpected response %T", m)
+	}
+	if err != nil {
+		for i := range out {
+			out[i] = err
+		}
+		return out
+	}
+	byPartition := make(map[int32]int16, len(batches))
+	for _, t := range res.Topics {
+		for _, p := range t.Partitions {
+			byPartition[p.Partition] = p.ErrorCode
+		}
+	}
+	for i, b := range batches {
+		code, ok := byPartition[int32(b.partition)]
+		switch {
+		case !ok:
+			out[i] = fmt.Errorf("produce: no answer for partition %d", b.partition)
+		case code != 0:
+			out[i] = kafka.Error(code)
+		}
+	}
+	return out
+}
+
+// settle counts what f.taken's batches became: sent, retried (back at the
+// head of their partition, after a backoff), or given up on after
+// WriteAttempts (OnFailed).
+func (f *flusher) settle(ctx context.Context, errs []error) {
+	r := f.r
+	var failed error
+	for i, b := range f.taken {
+		err := errs[i]
+		if err == nil {
+			delete(f.tries, b.partition)
+			r.sent.Add(float64(b.n))
+			r.done(b, int(b.n))
 			continue
 		}
-		if closed {
-			return undelivered
+		failed = err
+		if f.tries == nil {
+			f.tries = map[int]int{}
 		}
-		if open && !armed {
-			timer.Reset(r.cfg.BatchTimeout)
-			armed = true
+		f.tries[b.partition]++
+		if f.tries[b.partition] >= r.cfg.WriteAttempts {
+			delete(f.tries, b.partition)
+			f.fail(b, err)
+			continue
 		}
-		select {
-		case <-p.wake:
-		case <-timer.C:
-			armed, expired = false, true
-		}
+		p := f.parts[b.partition]
+		p.mu.Lock()
+		p.sealed = append(p.sealed, nil)
+		copy(p.sealed[1:], p.sealed)
+		p.sealed[0] = b
+		p.mu.Unlock()
+		r.sealed.Add(1)
+	}
+	if failed == nil {
+		f.bo, f.retryAt = nil, time.Time{}
+		return
+	}
+	if f.bo == nil {
+		bo := newBackoff(r.cfg.InitialBackoff, r.cfg.MaxBackoff)
+		f.bo = &backoffState{next: bo.NextBackOff}
+	}
+	wait := min(f.bo.next(), r.cfg.MaxBackoff)
+	f.retryAt = time.Now().Add(wait)
+	r.log.Warn("batched write failed; retrying", "batches", len(f.taken), "backoff", wait, "err", failed)
+	if leaders, err := r.leadersOnce(ctx); err == nil && len(leaders) == len(f.leader) {
+		f.leader = leaders // a leader may have moved
 	}
 }
 
-// send writes b to partition, retrying up to WriteAttempts times, recycles
-// it, and returns how many records it gave up on (passed to OnFailed).
-func (r *RecordBatcher) send(ctx context.Context, partition int, b *recordBatch) int {
-	b.seal()
-	n := int(b.n)
-	var err error
-	var bo interface{ NextBackOff() time.Duration }
-	for attempt := 1; ; attempt++ {
-		b.rd.reset(b.buf)
-		var resp *kafka.ProduceResponse
-		resp, err = r.client.RawProduce(ctx, &kafka.RawProduceRequest{Topic: r.cfg.Topic, Partition: partition,
-			RequiredAcks: kafka.RequireAll, RawRecords: protocol.RawRecordSet{Reader: &b.rd}})
-		if err == nil && resp.Error != nil {
-			err = resp.Error
-		}
-		if err == nil {
-			r.sent.Add(float64(n))
-			r.done(b, n)
-			return 0
-		}
-		if attempt >= r.cfg.WriteAttempts || ctx.Err() != nil {
-			break
-		}
-		if bo == nil {
-			bo = newBackoff(r.cfg.InitialBackoff, r.cfg.MaxBackoff)
-		}
-		wait := min(bo.NextBackOff(), r.cfg.MaxBackoff)
-		r.log.Warn("batched write failed; retrying", "partition", partition, "messages", n, "attempt", attempt, "backoff", wait, "err", err)
-		if !tick.Sleep(ctx, wait) {
-			break
+// leadersOnce reads the leaders once (no retries).
+func (r *RecordBatcher) leadersOnce(ctx context.Context) ([]int, error) {
+	c, cancel := context.WithTimeout(ctx, r.client.Timeout)
+	defer cancel()
+	resp, err := r.client.Metadata(c, &kafka.MetadataRequest{Topics: []string{r.cfg.Topic}})
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range resp.Topics {
+		if t.Name == r.cfg.Topic && t.Error == nil {
+			out := make([]int, len(t.Partitions))
+			for _, p := range t.Partitions {
+				if p.ID >= 0 && p.ID < len(out) {
+					out[p.ID] = p.Leader.ID
+				}
+			}
+			return out, nil
 		}
 	}
+	return nil, fmt.Errorf("topic %s: not in the metadata", r.cfg.Topic)
+}
+
+// failAll gives up on every batch still held (the drain deadline passed)
+// and returns how many records that was.
+func (f *flusher) failAll(cause error) int {
+	var n int
+	for _, p := range f.parts {
+		p.mu.Lock()
+		bs := p.sealed
+		if p.cur != nil {
+			bs = append(bs, p.cur)
+		}
+		p.sealed, p.cur = nil, nil
+		p.mu.Unlock()
+		for _, b := range bs {
+			b.partition = p.id
+			n += int(b.n)
+			f.fail(b, cmp.Or(cause, error(context.DeadlineExceeded)))
+		}
+	}
+	return n
+}
+
+// fail counts b's records as failed and hands them to OnFailed.
+func (f *flusher) fail(b *recordBatch, err error) {
+	r := f.r
+	n := int(b.n)
 	r.failed.Add(float64(n))
-	msgs, derr := b.messages(r.cfg.Topic, partition)
+	msgs, derr := b.messages(r.cfg.Topic, b.partition)
 	switch {
 	case derr != nil: // a bug in append or decode, never input
 		r.log.Error("batched messages not delivered and not decodable", "messages", n, "err", errors.Join(err, derr))
 	case r.cfg.OnFailed == nil:
-		r.log.Error("batched messages not delivered", "messages", n, "err", err)
+		r.log.Error("batched messages not delivered", "messages", n, "partition", b.partition, "err", err)
 	default:
-		r.log.Warn("batched messages not delivered to Kafka; handed on to be kept", "messages", n, "err", err)
+		r.log.Warn("batched messages not delivered to Kafka; handed on to be kept", "messages", n, "partition", b.partition, "err", err)
 		r.cfg.OnFailed(msgs)
 	}
 	r.done(b, n)
-	return n
 }
 
 // newBatch returns an empty batch, a recycled one when there is one.

@@ -31,10 +31,20 @@ const benchBroker = "127.0.0.1:9092"
 // cpu-ns/event (the process's user+system CPU, every goroutine: the caller,
 // the producer, kafka-go's writer) include delivery; the broker is another
 // process and is not counted. It fails if an event is missing from the topic
-// (events produced vs events on the topic, as peerbench counts). Pinned:
+// (events produced vs events on the topic, as peerbench counts).
+// "burst" publishes as fast as it can (full batches); "30k_per_s" paces the
+// events at 30,000/s, about the limiter's pinned gRPC rate, so batches hold
+// what 5 ms of traffic brings a partition — the per-request cost counts.
+// Pinned:
 //
 //	taskset -c 1 go test -run '^$' -bench DecisionEventToBroker -benchtime 200000x -benchmem ./pkg/limiter/server/
 func BenchmarkDecisionEventToBroker(b *testing.B) {
+	b.Run("burst", func(b *testing.B) { benchEventsToBroker(b, 0) })
+	b.Run("30k_per_s", func(b *testing.B) { benchEventsToBroker(b, 30_000) })
+}
+
+// benchEventsToBroker publishes b.N events, rate a second (0: unpaced).
+func benchEventsToBroker(b *testing.B, rate int) {
 	const partitions = 12
 	topic := fmt.Sprintf("bench.decisions.%d", time.Now().UnixNano())
 	createBenchTopic(b, topic, partitions)
@@ -71,8 +81,20 @@ func BenchmarkDecisionEventToBroker(b *testing.B) {
 	b.ReportAllocs()
 	cpu0 := processCPU()
 	b.ResetTimer()
-	for i := range b.N {
-		emit(i)
+	if rate == 0 {
+		for i := range b.N {
+			emit(i)
+		}
+	} else {
+		// Each millisecond, the events due by then.
+		start := time.Now()
+		for i := 0; i < b.N; {
+			due := min(int(time.Since(start).Microseconds()*int64(rate)/1e6)+1, b.N)
+			for ; i < due; i++ {
+				emit(i)
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
 	cancel()
 	if err := <-done; err != nil {
