@@ -96,7 +96,7 @@ type Journal struct {
 	errHeld   int       // error lines held back since
 	warnLogAt time.Time // last warning line (logWarn); j.mu held
 	warnHeld  int       // warning lines held back since
-	ran      atomic.Bool
+	ran       atomic.Bool
 }
 
 // Open opens (or creates) the journal in cfg.Dir and recovers it:

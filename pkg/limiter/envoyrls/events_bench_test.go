@@ -100,7 +100,7 @@ descriptors:
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric(float64((processCPU() - cpu0).Nanoseconds())/float64(b.N), "cpu-ns/call")
+			b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/call")
 			if events {
 				if got := waitTopic(b, broker, topic, 12, int64(b.N)+1); got != int64(b.N)+1 {
 					b.Fatalf("events on the topic %d, calls %d: %d lost", got, b.N+1, int64(b.N)+1-got)
@@ -122,7 +122,9 @@ func createTopic(b *testing.B, broker, topic string, partitions int) {
 	if err := resp.Errors[topic]; err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _, _ = c.DeleteTopics(context.Background(), &kafka.DeleteTopicsRequest{Topics: []string{topic}}) })
+	b.Cleanup(func() {
+		_, _ = c.DeleteTopics(context.Background(), &kafka.DeleteTopicsRequest{Topics: []string{topic}})
+	})
 }
 
 // waitTopic waits up to 20s for the topic to hold want messages and returns
