@@ -24,21 +24,23 @@ import (
 // encodes a message straight into the open record batch (Kafka's v2 wire
 // format, uncompressed) of the partition its key hashes to, under that
 // partition's lock, and copies everything it keeps, so the caller reuses its
-// buffers and nothing is allocated per message. One goroutine per partition
-// seals its batch when full (BatchSize records or batchBytes) or
-// BatchTimeout after its first record, and writes it whole with
-// kafka-go's RawProduce (acks=all), retrying as the AsyncProducer does;
-// a batch given up on is decoded back into messages for OnFailed (the
+// buffers and nothing is allocated per message. A batch is sealed at
+// BatchSize records or batchBytes. Run's flusher, BatchTimeout after the
+// first record held (sooner when a batch is full), takes one batch of every
+// partition and writes them in one produce request per leader broker
+// (kafka-go's rawproduce, acks=all: the batch is the request's record set,
+// never encoded again), retrying what failed as the AsyncProducer does; a
+// batch given up on is decoded back into messages for OnFailed (the
 // journal). The partition is kafka.Hash's (FNV-1a of the key, as sarama),
 // so a key lands where the AsyncProducer and the journal's replay put it.
 //
 // It counts what it does in the AsyncProducer's metrics under the same
 // producer name — floodgate_stream_async_sent_total, _failed_total,
-// _dropped_total — and its records held in floodgate_stream_async_queued
-// with producer="<name>:batched". TryPublish refuses (false, counted) when
-// BufferSize records are held, before Run has read the topic's partitions,
-// and after Run has stopped: a caller such as journal.DurableProducer then
-// takes another path. Safe for concurrent use.
+// _dropped_total — and the records it holds in floodgate_stream_async_queued
+// with producer="<name>:batched". TryAppend refuses (false) before Run has
+// read the topic's partitions, and, counted, when BufferSize records are
+// held or after Run has stopped: a caller such as journal.DurableProducer
+// then takes another path. Safe for concurrent use.
 type RecordBatcher struct {
 	cfg    AsyncProducerConfig
 	log    *slog.Logger
@@ -158,7 +160,11 @@ func (r *RecordBatcher) TryAppend(msg kafka.Message) bool {
 		r.sealed.Add(1)
 	}
 	p.mu.Unlock()
-	if r.held.Add(1) == 1 || full {
+	if held := r.held.Add(1); held == 1 || full {
+		// The gauge leaves 0 with the first record held (peerbench and
+		// the drain checks wait for it to read 0); done sets it after
+		// every write.
+		r.queued.Set(float64(held))
 		select {
 		case r.wake <- struct{}{}:
 		default:
