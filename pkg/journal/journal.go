@@ -4,14 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"math"
 	"os"
-	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,30 +92,11 @@ type Journal struct {
 
 	lost atomic.Int64 // messages Append or Offer could not keep, cap drops excluded
 
-	errLogAt time.Time // last error line (logError); j.mu held
-	errHeld  int       // error lines held back since
-	ran      atomic.Bool
-}
-
-type journalSegment struct {
-	id       uint64
-	dir      string
-	size     int64 // bytes written (valid records), magic included
-	records  int64
-	ackedOff int64 // every record before this offset is acknowledged
-	prefix   int64 // records before ackedOff
-	acked    int64 // records acknowledged (some may lie past ackedOff)
-	sealed   bool  // no more appends; replayable
-	busy     bool  // the drainer is publishing from it: the cap must not drop it
-	dropped  bool  // removed by the cap
-}
-
-func (s *journalSegment) path() string {
-	return filepath.Join(s.dir, fmt.Sprintf("%020d%s", s.id, segmentFileSuffix))
-}
-
-func (s *journalSegment) checkpointPath() string {
-	return filepath.Join(s.dir, fmt.Sprintf("%020d%s", s.id, checkpointSuffix))
+	errLogAt  time.Time // last error line (logError); j.mu held
+	errHeld   int       // error lines held back since
+	warnLogAt time.Time // last warning line (logWarn); j.mu held
+	warnHeld  int       // warning lines held back since
+	ran       atomic.Bool
 }
 
 // Open opens (or creates) the journal in cfg.Dir and recovers it:
@@ -175,112 +150,6 @@ func Open(cfg Config) (*Journal, error) {
 		j.log.Info("journal has messages to replay", "pending", j.pending, "segments", len(j.segs), "bytes", j.bytes)
 	}
 	return j, nil
-}
-
-// recover scans the directory's segments; see Open.
-func (j *Journal) recover() error {
-	entries, err := os.ReadDir(j.cfg.Dir)
-	if err != nil {
-		return fmt.Errorf("list journal dir: %w", err)
-	}
-	var ids []uint64
-	checkpoints := map[uint64]bool{}
-	for _, e := range entries {
-		name := e.Name()
-		base, suffix, ok := strings.Cut(name, ".")
-		if !ok || e.IsDir() {
-			continue
-		}
-		id, err := strconv.ParseUint(base, 10, 64)
-		if err != nil || len(base) != 20 {
-			continue
-		}
-		switch "." + suffix {
-		case segmentFileSuffix:
-			ids = append(ids, id)
-		case checkpointSuffix:
-			checkpoints[id] = true
-		}
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		delete(checkpoints, id)
-		j.nextID = id + 1
-		seg := &journalSegment{id: id, dir: j.cfg.Dir, sealed: true}
-		keep, err := j.recoverSegment(seg)
-		if err != nil {
-			return err
-		}
-		if keep {
-			j.segs = append(j.segs, seg)
-			j.bytes += seg.size
-			j.pending += seg.records - seg.acked
-		}
-	}
-	for id := range checkpoints { // a segment deleted before its checkpoint
-		_ = os.Remove((&journalSegment{id: id, dir: j.cfg.Dir}).checkpointPath())
-	}
-	return nil
-}
-
-// recoverSegment scans one segment, truncates a torn tail, restores its
-// checkpoint, and deletes it when nothing in it is left to replay.
-func (j *Journal) recoverSegment(seg *journalSegment) (keep bool, err error) {
-	f, err := os.OpenFile(seg.path(), os.O_RDWR, 0)
-	if err != nil {
-		return false, fmt.Errorf("open segment: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return false, fmt.Errorf("stat segment: %w", err)
-	}
-	ckOff, ckRecords, ckOK := int64(0), int64(0), false
-	if b, err := os.ReadFile(seg.checkpointPath()); err == nil {
-		ckOff, ckRecords, ckOK = decodeCheckpoint(b)
-		if !ckOK {
-			j.log.Warn("journal checkpoint unreadable; replaying the segment from its start (consumers dedupe by ce_id)", "segment", seg.id)
-		}
-	}
-	seg.ackedOff = int64(len(segmentMagic))
-	records, valid, torn, err := scanSegment(f, func(end int64) {
-		if ckOK && end == ckOff {
-			seg.ackedOff = ckOff
-		}
-	})
-	if err != nil {
-		return false, fmt.Errorf("segment %d: %w", seg.id, err)
-	}
-	if seg.ackedOff == ckOff && ckOK {
-		seg.prefix, seg.acked = ckRecords, ckRecords
-	} else if ckOK {
-		j.log.Warn("journal checkpoint not on a record boundary; replaying the segment from its start", "segment", seg.id, "offset", ckOff)
-	}
-	if torn {
-		cut := st.Size() - valid
-		j.truncatedBytes.Add(float64(cut))
-		if valid < int64(len(segmentMagic)) {
-			j.log.Warn("journal segment torn before its header; removing it", "segment", seg.id, "bytes", st.Size())
-			j.removeSegmentFiles(seg)
-			return false, nil
-		}
-		j.log.Warn("journal segment has a torn or corrupt tail; truncating", "segment", seg.id, "valid_bytes", valid, "cut_bytes", cut, "records", records)
-		if err := f.Truncate(valid); err != nil {
-			return false, fmt.Errorf("truncate segment %d: %w", seg.id, err)
-		}
-		if err := f.Sync(); err != nil {
-			return false, fmt.Errorf("sync segment %d: %w", seg.id, err)
-		}
-	}
-	seg.size, seg.records = valid, records
-	if seg.acked > seg.records {
-		seg.prefix, seg.acked = seg.records, seg.records
-	}
-	if seg.acked >= seg.records {
-		j.removeSegmentFiles(seg)
-		return false, nil
-	}
-	return true, nil
 }
 
 // Append writes msgs to the journal (fsynced before it returns under
@@ -423,16 +292,27 @@ func (j *Journal) signal() {
 // batch fails the same way (15,373 ERROR lines in a 25 s outage on main).
 const journalLogEvery = 10 * time.Second
 
-// logError logs an error line at most once per journalLogEvery, counting the
-// lines it held back meanwhile. j.mu held.
+// logError logs an error line — messages lost — at most once per
+// journalLogEvery, counting the lines it held back meanwhile. j.mu held.
 func (j *Journal) logError(msg string, args ...any) {
+	j.logLimited(slog.LevelError, &j.errLogAt, &j.errHeld, msg, args...)
+}
+
+// logWarn is logError for trouble that loses nothing (a full disk whose
+// batches the memory buffer keeps), on its own budget so that it never
+// holds back a loss's ERROR line. j.mu held.
+func (j *Journal) logWarn(msg string, args ...any) {
+	j.logLimited(slog.LevelWarn, &j.warnLogAt, &j.warnHeld, msg, args...)
+}
+
+func (j *Journal) logLimited(level slog.Level, at *time.Time, held *int, msg string, args ...any) {
 	now := time.Now()
-	if !j.errLogAt.IsZero() && now.Sub(j.errLogAt) < journalLogEvery {
-		j.errHeld++
+	if !at.IsZero() && now.Sub(*at) < journalLogEvery {
+		*held++
 		return
 	}
-	j.log.Error(msg, append(args, "errors_not_logged", j.errHeld)...)
-	j.errLogAt, j.errHeld = now, 0
+	j.log.Log(context.Background(), level, msg, append(args, "errors_not_logged", *held)...)
+	*at, *held = now, 0
 }
 
 // drop counts n messages dropped for reason; lost marks messages that were
@@ -445,142 +325,6 @@ func (j *Journal) drop(reason string, n int64, lost bool) {
 	if lost {
 		j.lost.Add(n)
 	}
-}
-
-// activeSegment returns the segment being appended to, or nil. j.mu held.
-func (j *Journal) activeSegment() *journalSegment {
-	if j.active == nil || len(j.segs) == 0 {
-		return nil
-	}
-	return j.segs[len(j.segs)-1]
-}
-
-// roomBytes is what the journal's filesystem lets it hold now: what it
-// holds plus the free space less ReserveBytes (MaxInt64 where free space is
-// not known). j.mu held.
-func (j *Journal) roomBytes() int64 {
-	free, err := j.free(j.cfg.Dir)
-	if err != nil {
-		return math.MaxInt64
-	}
-	return j.bytes + free - j.cfg.ReserveBytes
-}
-
-// makeRoom makes need more bytes fit on disk. Over MaxBytes it drops the
-// oldest segments the drainer is not publishing from (ErrFull if that is
-// not enough); over the filesystem's room (roomBytes) it drops nothing and
-// returns errNoRoom: the records go to the memory buffer. j.mu held.
-func (j *Journal) makeRoom(need int64) error {
-	for j.bytes+need > j.cfg.MaxBytes {
-		var victim *journalSegment
-		for _, s := range j.segs {
-			if !s.busy {
-				victim = s
-				break
-			}
-		}
-		if victim == nil {
-			return ErrFull
-		}
-		if !victim.sealed {
-			j.sealActive()
-		}
-		j.dropSegment(victim)
-	}
-	if room := j.roomBytes(); j.bytes+need > room {
-		return fmt.Errorf("%w: %d bytes free after the %d-byte reserve, %d needed", errNoRoom, max(room-j.bytes, 0), j.cfg.ReserveBytes, need)
-	}
-	return nil
-}
-
-// dropSegment deletes seg because of the cap, counting what it still held.
-// j.mu held.
-func (j *Journal) dropSegment(seg *journalSegment) {
-	lostRecords := seg.records - seg.acked
-	j.segs = slices.DeleteFunc(j.segs, func(s *journalSegment) bool { return s == seg })
-	seg.dropped = true
-	j.bytes -= seg.size
-	j.pending -= lostRecords
-	j.drop(journalDropCap, lostRecords, false)
-	j.removeSegmentFiles(seg)
-	j.logError("journal over its size cap: oldest segment dropped", "segment", seg.id,
-		"messages_lost", lostRecords, "bytes", seg.size, "max_bytes", j.cfg.MaxBytes)
-}
-
-func (j *Journal) removeSegmentFiles(seg *journalSegment) {
-	if err := os.Remove(seg.path()); err != nil && !errors.Is(err, os.ErrNotExist) {
-		j.log.Error("remove journal segment", "segment", seg.id, "err", err)
-	}
-	if err := os.Remove(seg.checkpointPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
-		j.log.Warn("remove journal checkpoint", "segment", seg.id, "err", err)
-	}
-}
-
-// startSegment creates the next segment and makes it active. j.mu held.
-func (j *Journal) startSegment() (*journalSegment, error) {
-	seg := &journalSegment{id: j.nextID, dir: j.cfg.Dir, size: int64(len(segmentMagic)), ackedOff: int64(len(segmentMagic))}
-	f, err := os.OpenFile(seg.path(), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o640)
-	if err != nil {
-		return nil, fmt.Errorf("create segment: %w", err)
-	}
-	j.nextID++
-	if _, err := f.Write([]byte(segmentMagic)); err != nil {
-		_ = f.Close()
-		_ = os.Remove(seg.path())
-		return nil, fmt.Errorf("write segment header: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		_ = os.Remove(seg.path())
-		return nil, fmt.Errorf("sync segment: %w", err)
-	}
-	if err := syncDir(j.cfg.Dir); err != nil {
-		j.log.Warn("sync journal dir", "err", err)
-	}
-	j.active = f
-	j.segs = append(j.segs, seg)
-	j.bytes += seg.size
-	return seg, nil
-}
-
-// sealActive fsyncs and closes the active segment; it becomes replayable.
-// j.mu held.
-func (j *Journal) sealActive() {
-	seg := j.activeSegment()
-	if seg == nil {
-		return
-	}
-	j.syncActive()
-	if err := j.active.Close(); err != nil {
-		j.log.Warn("close journal segment", "segment", seg.id, "err", err)
-	}
-	j.active = nil
-	seg.sealed = true
-}
-
-// syncActive fsyncs the active segment if it has unsynced writes. j.mu held.
-func (j *Journal) syncActive() {
-	if j.active == nil || !j.dirty {
-		return
-	}
-	start := time.Now()
-	err := j.active.Sync()
-	j.fsyncSeconds.Observe(time.Since(start).Seconds())
-	if err != nil {
-		// Linux may drop the dirty pages after a failed fsync: the records
-		// are still readable by this process but may not survive a crash.
-		j.fsyncErrors.Inc()
-		j.log.Error("journal fsync failed", "err", err)
-		return
-	}
-	j.dirty = false
-}
-
-// Sync fsyncs the active segment now (whatever the policy).
-func (j *Journal) Sync() {
-	j.mu.Lock()
-	j.syncActive()
-	j.mu.Unlock()
 }
 
 func (j *Journal) updateGauges() {
@@ -706,16 +450,4 @@ func (j *Journal) Close() error {
 		errs = append(errs, fmt.Errorf("unlock journal dir: %w", err))
 	}
 	return errors.Join(errs...)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, io.EOF) {
-		return err
-	}
-	return nil
 }

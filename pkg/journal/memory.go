@@ -78,7 +78,7 @@ func (j *Journal) keep(buf []byte, n int64, counter prometheus.Counter, cause er
 		return fmt.Errorf("append %d messages: memory buffer full, %d dropped: %w", n, lost, ErrFull)
 	}
 	if !errors.Is(cause, errBehindMemory) {
-		j.logError("journal disk refuses writes: messages kept in memory",
+		j.logWarn("journal disk refuses writes: messages kept in memory",
 			"messages", kept, "memory_bytes", j.memBytes, "memory_max_bytes", j.cfg.MemoryBytes, "err", cause)
 	}
 	return nil

@@ -30,6 +30,9 @@ type outageCase struct {
 	maxBytes   int64         // journal cap; 0: roomy
 	outage     time.Duration // how long the broker is down
 	wantLosses bool          // the accounting must find lost events
+	// appendPath publishes with TryAppend, as the limiter's Emit does:
+	// events encoded into buffers each worker reuses, batched where born.
+	appendPath bool
 }
 
 // outageResult is what the scenario counted.
@@ -73,6 +76,7 @@ func TestDurableProducerSurvivesBrokerOutage(t *testing.T) {
 	}
 	tests := []outageCase{
 		{name: "journal keeps every accepted event", journal: true, outage: outage},
+		{name: "batched where born, the journal keeps every accepted event", journal: true, outage: outage, appendPath: true},
 		{name: "journal at its size cap drops the oldest and counts them", journal: true, maxBytes: 256 << 10, outage: 3 * time.Second},
 		{name: "without the journal accepted events are lost", journal: false, outage: 5 * time.Second, wantLosses: true},
 	}
@@ -156,6 +160,7 @@ func runOutage(t *testing.T, tt outageCase) outageResult {
 		wg.Go(func() {
 			tk := time.NewTicker(tick)
 			defer tk.Stop()
+			var key, value, idb []byte // reused by the append path
 			for n := 0; ; {
 				select {
 				case <-stopLoad:
@@ -171,7 +176,17 @@ func runOutage(t *testing.T, tt outageCase) outageResult {
 						Headers: stream.CloudEventHeaders("decision.v1", id, "floodgate/limiter/outage", time.Now()),
 					}
 					start := time.Now()
-					ok := d.TryPublish(msg)
+					var ok bool
+					if tt.appendPath {
+						key, value, idb = append(key[:0], msg.Key...), append(value[:0], msg.Value...), append(idb[:0], id...)
+						msg.Key, msg.Value, msg.Headers[0].Value = key, value, idb
+						ok = d.TryAppend(msg)
+						clear(key) // TryAppend copied what it keeps
+						clear(value)
+						clear(idb)
+					} else {
+						ok = d.TryPublish(msg)
+					}
 					if el := time.Since(start).Nanoseconds(); el > maxNanos.Load() {
 						maxNanos.Store(el) // racy max: good enough for a log line
 					}

@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -57,7 +58,10 @@ func (c DurableProducerConfig) Validate() error {
 // journaled during an outage arrives after newer ones sent live once Kafka
 // is back (decision events carry their own ts).
 type DurableProducer struct {
-	async   *stream.AsyncProducer
+	async *stream.AsyncProducer
+	// batch forms record batches where events are born (TryAppend); nil
+	// when the configuration has no default topic or another balancer.
+	batch   *stream.RecordBatcher
 	journal *Journal // nil when disabled
 	// journalErr is why a configured journal could not be opened (the
 	// producer then runs without it).
@@ -77,6 +81,7 @@ func NewDurableProducer(cfg DurableProducerConfig) (*DurableProducer, error) {
 	d := &DurableProducer{topic: cfg.Async.Topic, log: acfg.Logger.With("producer", acfg.Name)}
 	if cfg.Journal.Dir == "" {
 		d.async = stream.NewAsyncProducer(cfg.Async)
+		d.batch = newBatcher(cfg.Async)
 		return d, nil
 	}
 	jcfg := cfg.Journal
@@ -104,11 +109,13 @@ func NewDurableProducer(cfg DurableProducerConfig) (*DurableProducer, error) {
 			"dir", jcfg.Dir, "err", err)
 		d.journalErr = err
 		d.async = stream.NewAsyncProducer(cfg.Async)
+		d.batch = newBatcher(cfg.Async)
 		return d, nil
 	}
 	a := cfg.Async
 	a.OnFailed = j.OnFailed
 	d.async = stream.NewAsyncProducer(a)
+	d.batch = newBatcher(a)
 	d.journal = j
 	d.replay = stream.NewProducer(stream.ProducerConfig{
 		Brokers:      cfg.Async.Brokers,
@@ -146,14 +153,60 @@ func (d *DurableProducer) TryPublish(msg kafka.Message) bool {
 	return d.journal != nil && d.journal.Offer(msg)
 }
 
+// newBatcher is the RecordBatcher for a, or nil when a has no default
+// topic (the batcher writes one) or a balancer other than kafka.Hash (the
+// batcher hashes keys as kafka.Hash does).
+func newBatcher(a stream.AsyncProducerConfig) *stream.RecordBatcher {
+	if a.Topic == "" {
+		return nil
+	}
+	if _, hash := a.Balancer.(*kafka.Hash); a.Balancer != nil && !hash {
+		return nil
+	}
+	return stream.NewRecordBatcher(a)
+}
+
+// TryAppend is TryPublish for a caller that reuses its buffers: it copies
+// what it keeps, so msg's slices are the caller's again once it returns.
+// A message for the default topic is encoded at once into its partition's
+// record batch (stream.RecordBatcher: no allocation, batches formed here);
+// until Run has read the topic's partitions, for another topic, or when
+// the batcher holds its BufferSize, a copy takes TryPublish's paths (the
+// async producer, then the journal's hand-off queue). It never blocks.
+func (d *DurableProducer) TryAppend(msg kafka.Message) bool {
+	if msg.Topic == "" {
+		msg.Topic = d.topic
+	}
+	msg.Headers = withEventID(msg.Headers)
+	if d.batch != nil && msg.Topic == d.topic && d.batch.Ready() {
+		if d.batch.TryAppend(msg) {
+			return true
+		}
+		return d.journal != nil && d.journal.Offer(cloneMessage(msg))
+	}
+	return d.TryPublish(cloneMessage(msg))
+}
+
+// cloneMessage copies msg's key, value and headers.
+func cloneMessage(msg kafka.Message) kafka.Message {
+	msg.Key = bytes.Clone(msg.Key)
+	msg.Value = bytes.Clone(msg.Value)
+	hs := make([]kafka.Header, len(msg.Headers))
+	for i, h := range msg.Headers {
+		hs[i] = kafka.Header{Key: h.Key, Value: bytes.Clone(h.Value)}
+	}
+	msg.Headers = hs
+	return msg
+}
+
 // Run runs the producer and the journal until ctx is done. Then the async
-// producer drains (what it cannot send goes to the journal), the journal
-// writes what was offered to it and closes. Run returns an error wrapping
-// stream.ErrUndelivered only if messages were lost, not when they were journaled.
-// Run may be called once.
+// producer and the record batcher drain (what they cannot send goes to the
+// journal), the journal writes what was offered to it and closes. Run
+// returns an error wrapping stream.ErrUndelivered only if messages were
+// lost, not when they were journaled. Run may be called once.
 func (d *DurableProducer) Run(ctx context.Context) error {
 	if d.journal == nil {
-		return d.async.Run(ctx)
+		return errors.Join(d.runProducers(ctx)...)
 	}
 	jctx, stopJournal := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopJournal()
@@ -161,7 +214,7 @@ func (d *DurableProducer) Run(ctx context.Context) error {
 	go func() { jdone <- d.journal.Run(jctx, d.replay) }()
 
 	lostBefore := d.journal.lost.Load()
-	aerr := d.async.Run(ctx)
+	aerr := errors.Join(d.runProducers(ctx)...)
 	if errors.Is(aerr, stream.ErrUndelivered) && d.journal.lost.Load() == lostBefore {
 		d.log.Info("messages undelivered at shutdown are in the journal and will be replayed", "err", aerr)
 		aerr = nil
@@ -180,6 +233,18 @@ func (d *DurableProducer) Run(ctx context.Context) error {
 		d.log.Warn("replay writer still flushing; not waiting for it")
 	}
 	return errors.Join(aerr, jerr)
+}
+
+// runProducers runs the async producer and the record batcher until ctx is
+// done and both have drained, and returns their errors.
+func (d *DurableProducer) runProducers(ctx context.Context) []error {
+	if d.batch == nil {
+		return []error{d.async.Run(ctx)}
+	}
+	berr := make(chan error, 1)
+	go func() { berr <- d.batch.Run(ctx) }()
+	aerr := d.async.Run(ctx)
+	return []error{aerr, <-berr}
 }
 
 // withEventID returns hs with a ce_id header, adding a random UUID in a copy

@@ -47,6 +47,9 @@ type envoyExtOpts struct {
 	evalRedis   redis.UniversalClient // the evaluator's Redis; the test's when nil
 	failureDeny bool                  // EnvoyConfig.FailureModeDeny
 	drop        bool                  // drop the events (benchmarks)
+	publisher   server.Publisher      // the events' publisher (benchmarks); overrides drop
+	topic       string                // the events' topic; "decisions" when empty
+	anonymous   bool                  // no EnvoyIdentity: calls name no principal, no events
 }
 
 // envoySource writes yaml, with DOMAIN replaced by a domain of the test's
@@ -77,7 +80,14 @@ func newEnvoyExt(t testing.TB, yaml string, o envoyExtOpts) envoyExt {
 	if o.drop {
 		publisher = limitertest.DropPublisher{}
 	}
-	s := server.New(server.Config{Engine: e, Publisher: publisher, Topic: "decisions", Gateway: "envoy-ext",
+	if o.publisher != nil {
+		publisher = o.publisher
+	}
+	topic := o.topic
+	if topic == "" {
+		topic = "decisions"
+	}
+	s := server.New(server.Config{Engine: e, Publisher: publisher, Topic: topic, Gateway: "envoy-ext",
 		Logger: slog.New(slog.DiscardHandler), Registry: reg})
 	keys, err := ParseEnvoyPrincipalKeys(DefaultEnvoyPrincipalKeys, "remote_address")
 	require.NoError(t, err)
@@ -88,6 +98,9 @@ func newEnvoyExt(t testing.TB, yaml string, o envoyExtOpts) envoyExt {
 	ec := &EnvoyConfig{Source: src,
 		Evaluator: &envoyconf.Evaluator{Redis: evalRedis, Prefix: "fg:envoyext:" + domain + ":", Algorithms: NewEnvoyAlgorithms(evalRedis)},
 		Identity:  &EnvoyIdentity{Keys: keys, IPKey: "remote_address", MethodKey: "method"}, FailureModeDeny: o.failureDeny}
+	if o.anonymous {
+		ec.Identity = nil
+	}
 	g, _ := NewGRPCServer(s, WithEnvoyConfig(ec))
 	conn := limitertest.DialGRPC(t, g)
 	return envoyExt{rls: rlsv3.NewRateLimitServiceClient(conn), pub: pub, rdb: rdb, src: src, dir: dir, domain: domain, eng: e, reg: reg}

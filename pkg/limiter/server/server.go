@@ -54,6 +54,7 @@ type Server struct {
 	reg     *prometheus.Registry
 	tracing tracing.Tracing
 	tracer  *stream.Tracer // nil: tracing off
+	scratch sync.Pool      // *eventScratch (emit.go)
 }
 
 type metrics struct {
@@ -397,6 +398,10 @@ func DecisionEvent(id, gateway string, req limiter.Request, res limiter.Result) 
 // Emit encodes a decision event and hands it to the publisher, keyed by its
 // principal; every decision of every interface leaves through it.
 func (s *Server) Emit(ctx context.Context, ev *events.Decision) {
+	if a, ok := s.pub.(Appender); ok && s.tracer == nil {
+		s.emitAppend(a, ev)
+		return
+	}
 	value, err := events.EncodeDecision(ev)
 	if err != nil { // the request was validated; this is a bug, not bad input
 		s.metrics.errors.WithLabelValues("encode").Inc()

@@ -1,0 +1,154 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/journal"
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/stream"
+)
+
+// benchBroker is the local Kafka-protocol broker every service uses (make up).
+const benchBroker = "127.0.0.1:9092"
+
+// BenchmarkDecisionEventToBroker is what a decision event costs the limiter,
+// end to end: from the publisher call (a decision's event built, its id
+// minted, Emit) to the events acknowledged by the local broker, through the
+// production wiring (a DurableProducer with its journal, as the limiter
+// binary and the embedded limiter build it) on a 12-partition topic of its
+// own. The clock stops once the producer has drained, so ns/op and
+// cpu-ns/event (the process's user+system CPU, every goroutine: the caller,
+// the producer, kafka-go's writer) include delivery; the broker is another
+// process and is not counted. It fails if an event is missing from the topic
+// (events produced vs events on the topic, as peerbench counts).
+// "burst" publishes as fast as it can (full batches); "30k_per_s" paces the
+// events at 30,000/s, about the limiter's pinned gRPC rate, so batches hold
+// what 5 ms of traffic brings a partition — the per-request cost counts.
+// Pinned:
+//
+//	taskset -c 1 go test -run '^$' -bench DecisionEventToBroker -benchtime 200000x -benchmem ./pkg/limiter/server/
+func BenchmarkDecisionEventToBroker(b *testing.B) {
+	b.Run("burst", func(b *testing.B) { benchEventsToBroker(b, 0) })
+	b.Run("30k_per_s", func(b *testing.B) { benchEventsToBroker(b, 30_000) })
+}
+
+// benchEventsToBroker publishes b.N events, rate a second (0: unpaced).
+func benchEventsToBroker(b *testing.B, rate int) {
+	const partitions = 12
+	topic := fmt.Sprintf("bench.decisions.%d", time.Now().UnixNano())
+	createBenchTopic(b, topic, partitions)
+	reg := prometheus.NewRegistry()
+	log := slog.New(slog.DiscardHandler)
+	p, err := journal.NewDurableProducer(journal.DurableProducerConfig{
+		Async:   stream.AsyncProducerConfig{Name: "decisions", Brokers: []string{benchBroker}, Topic: topic, Logger: log, Registerer: reg},
+		Journal: journal.Config{Dir: b.TempDir()},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := New(Config{Publisher: p, Topic: topic, Gateway: "bench", Logger: log, Registry: reg})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+
+	reqs := make([]limiter.Request, 1000)
+	for i := range reqs {
+		reqs[i] = limiter.Request{Principal: events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("bot_%06d", i)},
+			IP: netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), Method: "POST", Route: "/channels/{channel_id}/messages"}
+	}
+	res := limiter.Result{Allowed: true, Tier: events.TierPrincipal, Rule: "p", Limit: 100, Remaining: 42, Penalty: 1, Scale: 1, Cost: 1}
+	emit := func(i int) {
+		r := res
+		r.Now = time.Now().UTC()
+		ev := DecisionEvent(NewDecisionID(), "bench", reqs[i%len(reqs)], r)
+		s.Emit(ctx, &ev)
+	}
+	// Warm up: connections and metadata, then count from here.
+	emit(0)
+	waitOffsets(b, topic, partitions, 1)
+
+	b.ReportAllocs()
+	cpu0 := processCPU()
+	b.ResetTimer()
+	if rate == 0 {
+		for i := range b.N {
+			emit(i)
+		}
+	} else {
+		// Each millisecond, the events due by then.
+		start := time.Now()
+		for i := 0; i < b.N; {
+			due := min(int(time.Since(start).Microseconds()*int64(rate)/1e6)+1, b.N)
+			for ; i < due; i++ {
+				emit(i)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	cpu := processCPU() - cpu0
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/event")
+	if n := p.Journal().Stats().Pending; n != 0 {
+		b.Logf("%d events journaled (replayed at the next start)", n)
+	}
+	got := waitOffsets(b, topic, partitions, int64(b.N)+1)
+	if got != int64(b.N)+1 {
+		b.Fatalf("events on the topic %d, produced %d: %d lost", got, b.N+1, int64(b.N)+1-got)
+	}
+}
+
+func createBenchTopic(b *testing.B, topic string, partitions int) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := &kafka.Client{Addr: kafka.TCP(benchBroker)}
+	resp, err := c.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}}})
+	if err != nil {
+		b.Fatalf("the local broker (make up) at %s: %v", benchBroker, err)
+	}
+	if err := resp.Errors[topic]; err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_, _ = c.DeleteTopics(context.Background(), &kafka.DeleteTopicsRequest{Topics: []string{topic}})
+	})
+}
+
+// waitOffsets waits up to 20s for the topic to hold want messages and
+// returns how many it holds.
+func waitOffsets(b *testing.B, topic string, partitions int, want int64) int64 {
+	b.Helper()
+	var sum int64
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		sum = 0
+		for _, o := range kafkatest.EndOffsets(b, benchBroker, topic, partitions) {
+			sum += o
+		}
+		if sum >= want || time.Now().After(deadline) {
+			return sum
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// processCPU is the user+system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
