@@ -244,7 +244,7 @@ func (h genHook) DialHook(next redis.DialHook) redis.DialHook {
 		if err != nil {
 			return nil, err
 		}
-		return &genConn{Conn: c, gen: h.gen.Load(), cur: h.gen}, nil
+		return withSyscall(&genConn{Conn: c, gen: h.gen.Load(), cur: h.gen}, c), nil
 	}
 }
 
