@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -147,28 +148,36 @@ func NewClient(o Options) redis.UniversalClient {
 		}
 		return cc
 	}
-	n := &Node{gen: new(atomic.Uint64), topology: o.Topology, readOnlyAt: new(atomic.Int64), dialErr: new(atomic.Pointer[dialFailure])}
+	n := &Node{gen: new(atomic.Uint64), topology: o.Topology, readOnlyAt: new(atomic.Int64), dialErr: new(atomic.Pointer[dialFailure]),
+		closed: make(chan struct{})}
 	if o.SentinelMaster != "" {
 		n.Client = redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: o.SentinelMaster, SentinelAddrs: o.SentinelAddrs,
-			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns,
+			Dialer:      defaultDialer(o.dialTimeout(), sec.TLS), // the master's and the sentinels' connect, as go-redis's own
+			DialTimeout: poolDialTimeout(o.dialTimeout()), ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns,
 			PipelinePoolSize: -1, DisableIdentity: true,
 			Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
 			SentinelUsername: sec.SentinelUsername, SentinelPassword: sec.SentinelPassword.Reveal(),
 		})
-		// Its Dialer also dials the sentinels (with their own credentials):
-		// the handshake goes ahead on the master's connections only.
-		n.AddHook(readyHook{hello: hello, timeout: o.dialTimeout()})
 		n.mode = "sentinel"
 	} else {
 		n.Client = redis.NewClient(&redis.Options{
 			Addr: o.Addrs[0], Dialer: handshakeAhead(defaultDialer(o.dialTimeout(), sec.TLS), hello, o.dialTimeout()),
-			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
+			DialTimeout: poolDialTimeout(o.dialTimeout()), ReadTimeout: o.ReadTimeout,
 			WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns,
 			PipelinePoolSize: -1, DisableIdentity: true, MaintNotificationsConfig: noMaint(),
 			Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
 		})
 		n.mode = "standalone"
+	}
+	// Hooks run in the order added, the first outermost: a dial waits for
+	// the server around every attempt (redialHook), and each attempt's
+	// failure is recorded by topologyHook below it.
+	n.AddHook(newRedialHook(redialEvery, n.closed))
+	if o.SentinelMaster != "" {
+		// Its Dialer also dials the sentinels (with their own credentials):
+		// the handshake goes ahead on the master's connections only.
+		n.AddHook(readyHook{hello: hello, timeout: o.dialTimeout()})
 	}
 	n.AddHook(genHook{gen: n.gen})
 	via := ViaDial
@@ -193,6 +202,14 @@ type Node struct {
 	topology   *Topology
 	readOnlyAt *atomic.Int64                // the last Reconnect, unix ns
 	dialErr    *atomic.Pointer[dialFailure] // the latest dial, when it failed; nil after one succeeded
+	closed     chan struct{}                // closed by Close: dials stop waiting for the server
+	closeOnce  sync.Once
+}
+
+// Close stops dials waiting for the server, then closes the client.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() { close(n.closed) })
+	return n.Client.Close()
 }
 
 // Mode is "standalone" or "sentinel".
