@@ -189,7 +189,7 @@ func NewClient(o Options) redis.UniversalClient {
 			o.Topology.mu.Unlock()
 		}
 	}
-	n.AddHook(topologyHook{t: o.Topology, via: via, readOnlyAt: n.readOnlyAt, dialErr: n.dialErr, node: true})
+	n.AddHook(topologyHook{t: o.Topology, via: via, readOnlyAt: n.readOnlyAt, dialErr: n.dialErr, node: true, seq: new(atomic.Uint64)})
 	return n
 }
 
