@@ -137,8 +137,9 @@ func NewClient(o Options) redis.UniversalClient {
 	sec := o.Security
 	hello := helloCommand(3, sec.Username, sec.Password.Reveal())
 	if o.SentinelMaster == "" && len(o.Addrs) > 1 {
+		cause := newClusterCause()
 		cc := redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: o.Addrs, Dialer: handshakeAhead(defaultDialer(o.dialTimeout(), sec.TLS), hello, o.dialTimeout()),
+			Addrs: o.Addrs, Dialer: cause.dialer(handshakeAhead(defaultDialer(o.dialTimeout(), sec.TLS), hello, o.dialTimeout())),
 			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
 			WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns, DisableIdentity: true, MaintNotificationsConfig: noMaint(),
 			Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
@@ -146,6 +147,8 @@ func NewClient(o Options) redis.UniversalClient {
 		if o.Topology != nil {
 			cc.AddHook(topologyHook{t: o.Topology})
 		}
+		cause.cc.Store(cc)
+		cc.AddHook(cause)
 		return cc
 	}
 	n := &Node{gen: new(atomic.Uint64), topology: o.Topology, readOnlyAt: new(atomic.Int64), dialErr: new(atomic.Pointer[dialFailure]),
@@ -238,14 +241,7 @@ func (n *Node) Master() string {
 // deadline or an EOF, which names a symptom, not the cause ("connection
 // refused", "all sentinels are unreachable"). Otherwise err itself.
 func (n *Node) RootCause(err error) error {
-	if err == nil {
-		return nil
-	}
-	f := n.dialErr.Load()
-	if f == nil || time.Since(f.at) > 5*time.Second || strings.Contains(err.Error(), f.err.Error()) {
-		return err
-	}
-	return fmt.Errorf("%w (the call: %w)", f.err, err)
+	return rootCause(n.dialErr.Load(), err)
 }
 
 // errRetired is what a retired connection's write returns. It wraps io.EOF
