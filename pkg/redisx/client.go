@@ -132,7 +132,11 @@ func (o Options) Validate() error {
 // A standalone or failover client is a *Node: besides the go-redis client it
 // can drop its connections (Reconnect), which the limiter does when a node
 // answers READONLY — the node it talks to was demoted, and the next dial asks
-// Sentinel where the master is now.
+// Sentinel where the master is now. Its dials wait for a server that cannot
+// be reached instead of failing (redialHook), so the first connection to a
+// promoted replica or a restarted server is made at once, not at go-redis's
+// once-a-second probe; Close ends the wait. A Cluster client's failed calls
+// name their master's failed dial (clusterCause).
 func NewClient(o Options) redis.UniversalClient {
 	sec := o.Security
 	hello := helloCommand(3, sec.Username, sec.Password.Reveal())
