@@ -159,6 +159,18 @@ func RedisSentinelFailover(ctx context.Context, e *Env, s Size, r *Result) error
 
 	r.metric("start line", "redis %s", redisConf)
 	r.metric("forced: promotion", "Sentinel promoted the replica %.1f s after the SIGKILL", promoted.Sub(killed).Seconds())
+	var firstFromRedis time.Time // the first answer from Redis after the kill
+	for _, c := range checks {
+		if c.OK && !c.Degraded && c.Start.After(killed) && (firstFromRedis.IsZero() || c.Start.Before(firstFromRedis)) {
+			firstFromRedis = c.Start
+		}
+	}
+	switchAt := time.Time{}
+	if len(switches) > 0 {
+		switchAt = switches[0].at
+	}
+	r.metric("forced: timeline", "from the promotion: the limiter's switch line %s, its first answer from Redis (a check started) %s, normal again %s",
+		ms(switchAt.Sub(promoted)), ms(firstFromRedis.Sub(promoted)), ms(last.Sub(promoted)))
 	r.metric("forced: failover", "%d checks, %s answered, %d degraded, normal again %s after the promotion (%.1f s after the kill)",
 		during.Sent, during.Availability(), during.Degraded, ms(last.Sub(promoted)), last.Sub(killed).Seconds())
 	r.metric("forced: after", "%d checks, %d degraded (stray budget misses), p99 %s", after.Sent, after.Degraded, ms(after.P99))

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -131,13 +132,18 @@ func (o Options) Validate() error {
 // A standalone or failover client is a *Node: besides the go-redis client it
 // can drop its connections (Reconnect), which the limiter does when a node
 // answers READONLY — the node it talks to was demoted, and the next dial asks
-// Sentinel where the master is now.
+// Sentinel where the master is now. Its dials wait for a server that cannot
+// be reached instead of failing (redialHook), so the first connection to a
+// promoted replica or a restarted server is made at once, not at go-redis's
+// once-a-second probe; Close ends the wait. A Cluster client's failed calls
+// name their master's failed dial (clusterCause).
 func NewClient(o Options) redis.UniversalClient {
 	sec := o.Security
 	hello := helloCommand(3, sec.Username, sec.Password.Reveal())
 	if o.SentinelMaster == "" && len(o.Addrs) > 1 {
+		cause := newClusterCause()
 		cc := redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: o.Addrs, Dialer: handshakeAhead(defaultDialer(o.dialTimeout(), sec.TLS), hello, o.dialTimeout()),
+			Addrs: o.Addrs, Dialer: cause.dialer(handshakeAhead(defaultDialer(o.dialTimeout(), sec.TLS), hello, o.dialTimeout())),
 			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
 			WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns, DisableIdentity: true, MaintNotificationsConfig: noMaint(),
 			Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
@@ -145,30 +151,40 @@ func NewClient(o Options) redis.UniversalClient {
 		if o.Topology != nil {
 			cc.AddHook(topologyHook{t: o.Topology})
 		}
+		cause.cc.Store(cc)
+		cc.AddHook(cause)
 		return cc
 	}
-	n := &Node{gen: new(atomic.Uint64), topology: o.Topology, readOnlyAt: new(atomic.Int64), dialErr: new(atomic.Pointer[dialFailure])}
+	n := &Node{gen: new(atomic.Uint64), topology: o.Topology, readOnlyAt: new(atomic.Int64), dialErr: new(atomic.Pointer[dialFailure]),
+		closed: make(chan struct{})}
 	if o.SentinelMaster != "" {
 		n.Client = redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: o.SentinelMaster, SentinelAddrs: o.SentinelAddrs,
-			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns,
+			Dialer:      defaultDialer(o.dialTimeout(), sec.TLS), // the master's and the sentinels' connect, as go-redis's own
+			DialTimeout: poolDialTimeout(o.dialTimeout()), ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns,
 			PipelinePoolSize: -1, DisableIdentity: true,
 			Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
 			SentinelUsername: sec.SentinelUsername, SentinelPassword: sec.SentinelPassword.Reveal(),
 		})
-		// Its Dialer also dials the sentinels (with their own credentials):
-		// the handshake goes ahead on the master's connections only.
-		n.AddHook(readyHook{hello: hello, timeout: o.dialTimeout()})
 		n.mode = "sentinel"
 	} else {
 		n.Client = redis.NewClient(&redis.Options{
 			Addr: o.Addrs[0], Dialer: handshakeAhead(defaultDialer(o.dialTimeout(), sec.TLS), hello, o.dialTimeout()),
-			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
+			DialTimeout: poolDialTimeout(o.dialTimeout()), ReadTimeout: o.ReadTimeout,
 			WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns,
 			PipelinePoolSize: -1, DisableIdentity: true, MaintNotificationsConfig: noMaint(),
 			Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
 		})
 		n.mode = "standalone"
+	}
+	// Hooks run in the order added, the first outermost: a dial waits for
+	// the server around every attempt (redialHook), and each attempt's
+	// failure is recorded by topologyHook below it.
+	n.AddHook(newRedialHook(redialEvery, n.closed))
+	if o.SentinelMaster != "" {
+		// Its Dialer also dials the sentinels (with their own credentials):
+		// the handshake goes ahead on the master's connections only.
+		n.AddHook(readyHook{hello: hello, timeout: o.dialTimeout()})
 	}
 	n.AddHook(genHook{gen: n.gen})
 	via := ViaDial
@@ -180,7 +196,7 @@ func NewClient(o Options) redis.UniversalClient {
 			o.Topology.mu.Unlock()
 		}
 	}
-	n.AddHook(topologyHook{t: o.Topology, via: via, readOnlyAt: n.readOnlyAt, dialErr: n.dialErr, node: true})
+	n.AddHook(topologyHook{t: o.Topology, via: via, readOnlyAt: n.readOnlyAt, dialErr: n.dialErr, node: true, seq: new(atomic.Uint64)})
 	return n
 }
 
@@ -193,6 +209,14 @@ type Node struct {
 	topology   *Topology
 	readOnlyAt *atomic.Int64                // the last Reconnect, unix ns
 	dialErr    *atomic.Pointer[dialFailure] // the latest dial, when it failed; nil after one succeeded
+	closed     chan struct{}                // closed by Close: dials stop waiting for the server
+	closeOnce  sync.Once
+}
+
+// Close stops dials waiting for the server, then closes the client.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() { close(n.closed) })
+	return n.Client.Close()
 }
 
 // Mode is "standalone" or "sentinel".
@@ -221,14 +245,7 @@ func (n *Node) Master() string {
 // deadline or an EOF, which names a symptom, not the cause ("connection
 // refused", "all sentinels are unreachable"). Otherwise err itself.
 func (n *Node) RootCause(err error) error {
-	if err == nil {
-		return nil
-	}
-	f := n.dialErr.Load()
-	if f == nil || time.Since(f.at) > 5*time.Second || strings.Contains(err.Error(), f.err.Error()) {
-		return err
-	}
-	return fmt.Errorf("%w (the call: %w)", f.err, err)
+	return rootCause(n.dialErr.Load(), err)
 }
 
 // errRetired is what a retired connection's write returns. It wraps io.EOF
@@ -244,7 +261,7 @@ func (h genHook) DialHook(next redis.DialHook) redis.DialHook {
 		if err != nil {
 			return nil, err
 		}
-		return &genConn{Conn: c, gen: h.gen.Load(), cur: h.gen}, nil
+		return withSyscall(&genConn{Conn: c, gen: h.gen.Load(), cur: h.gen}, c), nil
 	}
 }
 

@@ -2,6 +2,7 @@ package redisx_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -60,4 +61,38 @@ func TestPoolCollectorCountsHitsMissesAndConnections(t *testing.T) {
 	require.Equal(t, 4.0, m["floodgate_redis_pool_connections/idle"], "%v", m)
 	require.Equal(t, 0.0, m["floodgate_redis_pool_connections/in_use"], "%v", m)
 	require.Equal(t, 0.0, m["floodgate_redis_pool_timeouts_total"], "%v", m)
+}
+
+// TestIdleConnectionsAreReused: a command takes an idle connection when
+// there is one — go-redis's pool checks an idle connection's socket first,
+// and a wrapper that misreported it made every idle connection stale, so a
+// Sentinel client dialed a new connection for nearly every command (issue 38).
+func TestIdleConnectionsAreReused(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server and a sentinel")
+	}
+	master := redistest.NewProc(t)
+	name := "fg" + strings.ReplaceAll(redistest.Unique(t, "reuse"), "_", "")
+	sen := redistest.NewSentinel(t, name, master.Addr, 5*time.Second)
+	for _, tc := range []struct {
+		name string
+		o    redisx.Options
+	}{
+		{"standalone", redisx.Options{Addrs: []string{master.Addr}}},
+		{"sentinel", redisx.Options{SentinelMaster: name, SentinelAddrs: []string{sen.Addr}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.o.DialTimeout, tc.o.PoolSize, tc.o.MinIdleConns = time.Second, 4, 2
+			rdb := redisx.NewClient(tc.o)
+			t.Cleanup(func() { _ = rdb.Close() })
+			ctx := context.Background()
+			for range 200 {
+				require.NoError(t, rdb.Incr(ctx, "reuse").Err())
+			}
+			st := rdb.PoolStats()
+			require.Zero(t, st.StaleConns, "no idle connection taken for dead")
+			require.GreaterOrEqual(t, st.Hits, uint32(190), "commands found an idle connection")
+			require.LessOrEqual(t, st.TotalConns, uint32(4))
+		})
+	}
 }

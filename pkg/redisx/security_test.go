@@ -162,6 +162,7 @@ func TestSecureRedisCluster(t *testing.T) {
 		}
 	}
 	require.Len(t, owners, 3, "the keys landed on all three masters, each reached over TLS")
+	require.Zero(t, c.PoolStats().StaleConns, "idle TLS connections are reused, not taken for dead and dialed anew")
 
 	var logs bytes.Buffer
 	bad := secureClient(t, addrs, map[string]string{"FLOODGATE_REDIS_TLS": "true", "FLOODGATE_REDIS_TLS_CA_FILE": ca.CertFile,

@@ -29,10 +29,11 @@ type Topology struct {
 	changes *prometheus.CounterVec
 	info    *prometheus.GaugeVec
 
-	mu      sync.Mutex
-	name    string            // Sentinel's master name; "" otherwise
-	master  string            // a Node's master in use
-	slotMap map[string]string // a Cluster's slot ranges ("0-5460") → master
+	mu        sync.Mutex
+	name      string            // Sentinel's master name; "" otherwise
+	master    string            // a Node's master in use
+	masterSeq uint64            // the start order of the dial that found it
+	slotMap   map[string]string // a Cluster's slot ranges ("0-5460") → master
 }
 
 // NewTopology returns a Topology logging to log, its metrics registered on reg.
@@ -71,15 +72,23 @@ func (t *Topology) Master() string {
 	return t.master
 }
 
-// dialed records a connection to addr, the master of a Node.
-func (t *Topology) dialed(ctx context.Context, addr, via string) {
+// dialed records a connection to addr, the master of a Node, dialed
+// seq-th. It returns false for a stale connection: one to another address
+// than a dial started after it found — during a switch, a dial that asked
+// Sentinel before it reached the old master after the new one was in use.
+func (t *Topology) dialed(ctx context.Context, addr, via string, seq uint64) bool {
 	t.mu.Lock()
 	old := t.master
 	if old == addr {
+		t.masterSeq = max(t.masterSeq, seq)
 		t.mu.Unlock()
-		return
+		return true
 	}
-	t.master = addr
+	if seq < t.masterSeq {
+		t.mu.Unlock()
+		return false
+	}
+	t.master, t.masterSeq = addr, seq
 	name := t.name
 	t.mu.Unlock()
 	if old != "" {
@@ -88,10 +97,11 @@ func (t *Topology) dialed(ctx context.Context, addr, via string) {
 	t.info.WithLabelValues(addr, name).Set(1)
 	if old == "" {
 		t.log.InfoContext(ctx, "redis master in use", "master", addr, "sentinel_master", name, "via", via)
-		return
+		return true
 	}
 	t.changes.WithLabelValues(via).Inc()
 	t.log.WarnContext(ctx, "redis master changed", "old_master", old, "new_master", addr, "sentinel_master", name, "via", via)
+	return true
 }
 
 // slots records a CLUSTER SLOTS reply.
@@ -176,7 +186,8 @@ type topologyHook struct {
 	via        string
 	readOnlyAt *atomic.Int64 // unix ns of the last Reconnect after READONLY: a new master within readOnlyWindow was learned that way
 	dialErr    *atomic.Pointer[dialFailure]
-	node       bool // a Node: the conn says which server it reached (go-redis dials a placeholder address for Sentinel)
+	node       bool           // a Node: the conn says which server it reached (go-redis dials a placeholder address for Sentinel)
+	seq        *atomic.Uint64 // a Node's dials, numbered as they start
 }
 
 // readOnlyWindow is how long after a READONLY reply a new master counts as
@@ -188,26 +199,42 @@ type dialFailure struct {
 	at  time.Time
 }
 
+// staleRedials bounds how often a dial that reached a master already
+// replaced is tried again.
+const staleRedials = 3
+
 func (h topologyHook) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := next(ctx, network, addr)
-		if err != nil {
-			if h.dialErr != nil {
-				h.dialErr.Store(&dialFailure{err: err, at: time.Now()})
+		for attempt := 0; ; attempt++ {
+			var seq uint64
+			if h.seq != nil {
+				seq = h.seq.Add(1)
 			}
-			return nil, err
-		}
-		if h.dialErr != nil {
-			h.dialErr.Store(nil)
-		}
-		if h.t != nil && h.node {
+			c, err := next(ctx, network, addr)
+			if err != nil {
+				if h.dialErr != nil {
+					h.dialErr.Store(&dialFailure{err: err, at: time.Now()})
+				}
+				return nil, err
+			}
+			if h.dialErr != nil {
+				h.dialErr.Store(nil)
+			}
+			if h.t == nil || !h.node {
+				return c, nil
+			}
 			via := h.via
 			if at := h.readOnlyAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < readOnlyWindow {
 				via = ViaReadOnly
 			}
-			h.t.dialed(ctx, c.RemoteAddr().String(), via)
+			if h.t.dialed(ctx, c.RemoteAddr().String(), via, seq) || attempt == staleRedials {
+				return c, nil
+			}
+			// The old master, reached after the switch: go-redis's failover
+			// dropped its connections once, at the switch, and would keep
+			// this one — writable until Sentinel demotes the old master.
+			_ = c.Close()
 		}
-		return c, nil
 	}
 }
 

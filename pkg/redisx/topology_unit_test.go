@@ -35,3 +35,21 @@ func TestTopologyClusterSlotMap(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, n, "the dead master's series is gone")
 }
+
+// A dial that asked Sentinel before the switch and reached the old master
+// after a later dial had reached the new one is stale: refused, not logged
+// as a switch back.
+func TestTopologyStaleDial(t *testing.T) {
+	var logs bytes.Buffer
+	reg := prometheus.NewRegistry()
+	topo := NewTopology(slog.New(slog.NewJSONHandler(&logs, nil)), reg)
+	ctx := context.Background()
+	require.True(t, topo.dialed(ctx, "old:1", ViaSentinel, 1))
+	require.True(t, topo.dialed(ctx, "new:1", ViaSentinel, 3))
+	require.False(t, topo.dialed(ctx, "old:1", ViaSentinel, 2), "started before the dial that found the new master")
+	require.Equal(t, "new:1", topo.Master())
+	require.True(t, topo.dialed(ctx, "new:1", ViaSentinel, 2), "the master in use, whenever dialed")
+	require.True(t, topo.dialed(ctx, "old:1", ViaSentinel, 4), "a switch back, learned by a later dial")
+	require.Equal(t, 2.0, testutil.ToFloat64(topo.changes.WithLabelValues(ViaSentinel)))
+	require.Equal(t, 2, bytes.Count(logs.Bytes(), []byte(`"msg":"redis master changed"`)))
+}
