@@ -255,3 +255,18 @@ func (l *ConcurrencyLimit) update(now int64) {
 
 // Limit is the current limit.
 func (l *ConcurrencyLimit) Limit() int64 { return l.limit.Load() }
+
+// MarkStanding makes the permit queue stand until its interval next closes,
+// as an interval whose shortest wait exceeded Target does: for tests of what
+// a standing queue does outside this package.
+func (l *ConcurrencyLimit) MarkStanding() {
+	if l.queue == nil {
+		return
+	}
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	now := l.now()
+	l.queue.tick(now)
+	l.queue.standing = true
+	l.queue.seen, l.queue.minWait = true, l.queue.cfg.Target+1 // the interval under way stands too
+}
