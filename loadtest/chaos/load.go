@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +29,9 @@ type Check struct {
 	PriorityShed bool
 	Penalty      float64
 	Priority     string // as sent ("" when none)
+	// Dropped: answered as past its deadline (X-RateLimit-Error names it),
+	// though this caller was still waiting.
+	Dropped bool
 }
 
 // Load sends checks to a limiter at a fixed total rate from a pool of
@@ -44,6 +48,10 @@ type Load struct {
 	// Priority returns the priority bucket of the i-th check of worker w
 	// (critical, degraded, best_effort, bulk); nil: none sent.
 	Priority func(w, i int) string
+	// Deadline, when set, is each caller's: sent as X-Floodgate-Timeout-Ms,
+	// and the caller stops waiting for the answer after it (it fails open,
+	// as a gateway does). Zero: 2 s, no header.
+	Deadline time.Duration
 
 	mu      sync.Mutex
 	results []Check
@@ -132,14 +140,20 @@ func (l *Load) one(client *fasthttp.HostClient, p events.Principal, route, prior
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
 	req.SetBodyRaw(body)
+	timeout := 2 * time.Second
+	if l.Deadline > 0 {
+		timeout = l.Deadline
+		req.Header.Set("X-Floodgate-Timeout-Ms", strconv.FormatInt(l.Deadline.Milliseconds(), 10))
+	}
 	c := Check{Start: time.Now(), Principal: p, Priority: priority}
-	if err := client.Do(req, resp); err == nil && resp.StatusCode() == fasthttp.StatusOK {
+	if err := client.DoTimeout(req, resp, timeout); err == nil && resp.StatusCode() == fasthttp.StatusOK {
 		var out checkAnswer
 		if json.Unmarshal(resp.Body(), &out) == nil {
 			c.OK, c.ID, c.Allowed, c.Penalty = true, out.ID, out.Allowed, out.PenaltyMultiplier
 			c.Degraded = out.Headers["X-RateLimit-Error"] != "" || out.Degraded
 			c.Shed = out.Headers["X-RateLimit-Shed"] != ""
 			c.PriorityShed = out.Shed
+			c.Dropped = strings.Contains(out.Headers["X-RateLimit-Error"], "deadline exceeded")
 		}
 	}
 	c.Latency = time.Since(c.Start)

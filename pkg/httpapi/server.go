@@ -167,6 +167,13 @@ func NewMetrics(reg prometheus.Registerer, prefix string) *Metrics {
 	}
 }
 
+// NewConnMetrics registers only the open-connections gauge <prefix>_connections
+// (help says what bounds it), for a listener whose requests are counted
+// elsewhere or not at all (LimitListener); not for Middleware.
+func NewConnMetrics(reg prometheus.Registerer, prefix, help string) *Metrics {
+	return &Metrics{conns: promauto.With(reg).NewGauge(prometheus.GaugeOpts{Name: prefix + "_connections", Help: help})}
+}
+
 // Options configure Middleware.
 type Options struct {
 	Log     *slog.Logger

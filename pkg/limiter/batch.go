@@ -23,6 +23,9 @@ type batchItem struct {
 	out   []any
 	errs  []error // per call
 	done  chan struct{}
+	// deadline is the caller's (zero: none): an item still queued when it
+	// passes is answered ErrPastDeadline instead of being sent.
+	deadline time.Time
 }
 
 // scriptBatcher sends the script calls of concurrent checks in shared
@@ -53,8 +56,8 @@ var errOverloaded = errors.New("limiter overloaded")
 // run sends calls in the next pipeline and returns one result and one error
 // per call. It returns errOverloaded when the queue is full, or when ctx ends
 // before the calls were sent; ctx's error when ctx ends while they are in flight.
-func (b *scriptBatcher) run(ctx context.Context, calls []scriptCall) ([]any, []error, error) {
-	it := &batchItem{calls: calls, done: make(chan struct{})}
+func (b *scriptBatcher) run(ctx context.Context, calls []scriptCall, deadline time.Time) ([]any, []error, error) {
+	it := &batchItem{calls: calls, done: make(chan struct{}), deadline: deadline}
 	if !b.gc.Add(it) {
 		return nil, nil, errOverloaded
 	}
@@ -69,6 +72,30 @@ func (b *scriptBatcher) run(ctx context.Context, calls []scriptCall) ([]any, []e
 	}
 }
 
+// dropPastDeadline answers the items whose caller's deadline has passed with
+// ErrPastDeadline — no Redis time is spent on them — and returns the rest.
+func (b *scriptBatcher) dropPastDeadline(batch []*batchItem) []*batchItem {
+	var now time.Time
+	keep := batch[:0]
+	for _, it := range batch {
+		if !it.deadline.IsZero() {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			if !now.Before(it.deadline) {
+				it.errs = make([]error, len(it.calls))
+				for j := range it.errs {
+					it.errs[j] = ErrPastDeadline
+				}
+				close(it.done)
+				continue
+			}
+		}
+		keep = append(keep, it)
+	}
+	return keep
+}
+
 func isDone(it *batchItem) bool {
 	select {
 	case <-it.done:
@@ -81,6 +108,10 @@ func isDone(it *batchItem) bool {
 // flush sends every call of batch in one pipeline (EVALSHA, then EVAL for the
 // calls a node answered NOSCRIPT) and answers each item.
 func (b *scriptBatcher) flush(batch []*batchItem) {
+	batch = b.dropPastDeadline(batch)
+	if len(batch) == 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.budget)
 	defer cancel()
 	if b.m != nil {

@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
@@ -101,7 +102,7 @@ func (e *Engine) checkCandidate(ctx context.Context, c *Candidate, req Request) 
 		for j, i := range idx {
 			gs[j] = groups[i]
 		}
-		raw, perr, err := e.run(rctx, e.shards.of(gs[0].penaltyKey), gs)
+		raw, perr, err := e.run(rctx, e.shards.of(gs[0].penaltyKey), gs, time.Time{})
 		if err != nil {
 			return candidateVerdict{}
 		}

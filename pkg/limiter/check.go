@@ -28,6 +28,9 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 	if prio == admission.PriorityUnset {
 		prio = rs.Priority(req.Method, req.Route)
 	}
+	if pastDeadline(req.Deadline) { // the caller has given up: spend nothing
+		return Result{Priority: prio}, ErrPastDeadline
+	}
 	var status string
 	if e.rt != nil {
 		if sh := e.rt.Shedding(); sh.Level > 0 {
@@ -98,13 +101,21 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 	if r, ok := e.fromCache(groups, cost, plan, req.At); ok {
 		return finish(r, rs.NearLimit), nil
 	}
-	calls, remote := e.admit(groups)
+	calls, remote := e.admit(groups, req.Deadline)
 	raw := make([]any, len(groups))
 	errs := make([]error, len(groups))
-	if remote > 0 {
-		e.runShards(ctx, groups, calls, raw, errs)
+	switch {
+	case pastDeadline(req.Deadline): // it waited for a permit past the caller's deadline
+		for i := range errs {
+			errs[i] = ErrPastDeadline
+		}
+	case remote > 0:
+		e.runShards(ctx, groups, calls, raw, errs, req.Deadline)
 	}
 	if err := e.settle(ctx, calls, errs); err != nil {
+		if errors.Is(err, ErrPastDeadline) {
+			return Result{}, ErrPastDeadline
+		}
 		return Result{}, fmt.Errorf("check %s: %w", req.Principal.Key(), err)
 	}
 	res, outs, err := e.apply(groups, calls, raw, cost, plan, req.At)
@@ -137,9 +148,10 @@ func (e *Engine) fromCache(groups []*group, cost int64, plan string, at time.Tim
 
 // admit admits each group to its shard — once per shard when both groups
 // share one: the breaker first (a failing shard costs nothing), then the
-// shard's adaptive concurrency limit. remote counts the groups Redis will
-// be asked about.
-func (e *Engine) admit(groups []*group) (calls []shardCall, remote int) {
+// shard's adaptive concurrency limit, waiting for a permit in its queue at
+// most until deadline (zero: none). remote counts the groups Redis will be
+// asked about.
+func (e *Engine) admit(groups []*group, deadline time.Time) (calls []shardCall, remote int) {
 	calls = make([]shardCall, len(groups))
 	for i, g := range groups {
 		c := &calls[i]
@@ -156,7 +168,13 @@ func (e *Engine) admit(groups []*group) (calls []shardCall, remote int) {
 			c.local = localOutage
 			continue
 		}
-		if !c.sh.adm.Acquire() {
+		switch c.sh.adm.AcquireWait(deadline) {
+		case admission.Admitted:
+		case admission.PastDeadline:
+			done(ErrPastDeadline)
+			c.local = localShed // never answered: check ends with ErrPastDeadline
+			continue
+		default:
 			done(errOverloaded)
 			c.local = localShed
 			continue
@@ -169,9 +187,15 @@ func (e *Engine) admit(groups []*group) (calls []shardCall, remote int) {
 
 // settle tells each shard's breaker and admission limit its outcome, once
 // per shard, and marks the groups Redis did not answer with why. It returns
-// the context's error when the caller went away.
+// ErrPastDeadline when a call was not sent because its caller's deadline had
+// passed, the context's error when the caller went away.
 func (e *Engine) settle(ctx context.Context, calls []shardCall, errs []error) error {
 	var canceled error
+	for _, err := range errs {
+		if errors.Is(err, ErrPastDeadline) {
+			canceled = ErrPastDeadline
+		}
+	}
 	for i := range calls {
 		c := &calls[i]
 		if c.done == nil {
@@ -188,7 +212,7 @@ func (e *Engine) settle(ctx context.Context, calls []shardCall, errs []error) er
 		switch {
 		case err == nil:
 			c.done(nil)
-		case errors.Is(err, errOverloaded):
+		case errors.Is(err, errOverloaded), errors.Is(err, ErrPastDeadline):
 			c.done(err)
 			why = localShed
 		case ctx.Err() != nil:
@@ -471,7 +495,7 @@ func ipBucketID(a netip.Addr) string {
 // (concurrently when they are on two shards), and fills raw and errs per group.
 // The wait counts Redis time (each pipeline's own budget) plus the longest a
 // check may queue for a pipeline.
-func (e *Engine) runShards(ctx context.Context, groups []*group, calls []shardCall, raw []any, errs []error) {
+func (e *Engine) runShards(ctx context.Context, groups []*group, calls []shardCall, raw []any, errs []error, deadline time.Time) {
 	wait := e.budget
 	if e.batching {
 		wait += e.queueWait
@@ -496,7 +520,7 @@ func (e *Engine) runShards(ctx context.Context, groups []*group, calls []shardCa
 		for j, i := range idx[k] {
 			gs[j] = groups[i]
 		}
-		out, perr, err := e.run(rctx, shards[k], gs)
+		out, perr, err := e.run(rctx, shards[k], gs, deadline)
 		for j, i := range idx[k] {
 			switch {
 			case err != nil:

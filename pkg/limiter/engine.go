@@ -67,7 +67,21 @@ type Request struct {
 	// keys it writes live ReplayKeyTTL at least (Redis TTLs run on the wall
 	// clock, and a replay runs faster or slower than the traffic did).
 	At time.Time
+	// Deadline, when set, is the caller's: a check that reaches the engine
+	// past it, or is still waiting for a permit or a pipeline when it
+	// passes, is not decided (ErrPastDeadline) — the caller has failed open
+	// already, and every microsecond spent on it is taken from a caller
+	// still waiting.
+	Deadline time.Time
 }
+
+// ErrPastDeadline is a check not decided because its caller's deadline
+// (Request.Deadline) passed first: on arrival at the engine, while it waited
+// for a permit, or before its Redis round trip. Nothing was counted.
+var ErrPastDeadline = errors.New("the caller's deadline passed before the check was decided")
+
+// pastDeadline reports whether a deadline (zero: none) has passed.
+func pastDeadline(d time.Time) bool { return !d.IsZero() && !time.Now().Before(d) }
 
 // ReplayKeyTTL is the least a key written by a check with Request.At lives
 // (check.lua's REPLAY_TTL): longer than any replay, so no bucket expires in

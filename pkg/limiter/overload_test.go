@@ -44,14 +44,14 @@ func TestBatcherQueueIsBounded(t *testing.T) {
 		require.True(t, b.gc.Add(&batchItem{done: make(chan struct{})}))
 	}
 	start := time.Now()
-	_, _, err := b.run(context.Background(), nil)
+	_, _, err := b.run(context.Background(), nil, time.Time{})
 	require.ErrorIs(t, err, errOverloaded)
 	require.Less(t, time.Since(start), 100*time.Millisecond, "refused at once")
 
 	b.gc.MaxQueue = 10
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	_, _, err = b.run(ctx, nil)
+	_, _, err = b.run(ctx, nil, time.Time{})
 	require.ErrorIs(t, err, errOverloaded)
 	require.Equal(t, 2, b.gc.Queued(), "the timed-out check left the queue")
 }

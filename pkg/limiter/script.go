@@ -77,13 +77,13 @@ func (e *Engine) nowArg() string {
 // trip (EVALSHA, falling back to EVAL when a node answers NOSCRIPT): through
 // the shard's batcher, shared with concurrent checks, or on its own. It
 // returns one answer and one error per group, or an error for all.
-func (e *Engine) run(ctx context.Context, sh *shard, groups []*group) ([]any, []error, error) {
+func (e *Engine) run(ctx context.Context, sh *shard, groups []*group, deadline time.Time) ([]any, []error, error) {
 	if sh.batch != nil {
 		calls := make([]scriptCall, len(groups))
 		for i, g := range groups {
 			calls[i].keys, calls[i].args = g.args("c", g.now, "")
 		}
-		return sh.batch.run(ctx, calls)
+		return sh.batch.run(ctx, calls, deadline)
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.budget)
 	defer cancel()

@@ -122,7 +122,9 @@ func (s *shardSet) newShard(name string) *shard {
 		},
 		// A caller that went away, or a check shed before it reached Redis,
 		// says nothing about Redis.
-		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) || errors.Is(err, errOverloaded) },
+		IsExcluded: func(err error) bool {
+			return errors.Is(err, context.Canceled) || errors.Is(err, errOverloaded) || errors.Is(err, ErrPastDeadline)
+		},
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			if to == gobreaker.StateOpen {
 				open.Set(1)

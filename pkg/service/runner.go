@@ -202,6 +202,9 @@ type API struct {
 	MaxBody int64
 	// Server overrides the runner's FLOODGATE_HTTP_* settings when not nil.
 	Server *httpapi.ServerConfig
+	// Conns, when Metrics is "", counts the listener's open connections
+	// alone (httpapi.NewConnMetrics): a hot path without request metrics.
+	Conns *httpapi.Metrics
 }
 
 // Serve listens on api.Addr now (so a port in use fails start-up) and
@@ -222,7 +225,11 @@ func (r *Runner) Serve(api API) (net.Addr, error) {
 			r.metrics[api.Metrics] = m
 		}
 	}
-	ln, err := sc.Listen(api.Addr, m)
+	lm := m
+	if lm == nil {
+		lm = api.Conns
+	}
+	ln, err := sc.Listen(api.Addr, lm)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", api.Name, err)
 	}

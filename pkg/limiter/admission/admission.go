@@ -20,7 +20,9 @@ import (
 // and shrinks (at most by half a window) when queueing makes them grow. A
 // window in which fewer than half the permits were used leaves the limit
 // alone (the load, not the limit, was the bound). A check that finds the limit
-// reached is not queued: the engine answers it at once from local state.
+// reached waits for a permit in a short queue (AcquireWait, QueueConfig:
+// adaptive LIFO with CoDel) or, when it gets none in time, is answered from
+// local state by the engine.
 //
 // Acquire and Release are two atomic adds on the hot path; one goroutine per
 // window takes the mutex to move the limit. Safe for concurrent use.
@@ -32,6 +34,11 @@ type ConcurrencyLimit struct {
 	next     atomic.Int64 // when the window closes, ns since start
 	start    time.Time
 	since    func(time.Time) time.Duration // time.Since; tests move a clock
+
+	waiting atomic.Int64 // checks in queue (qmu guards the queue itself)
+	qmu     sync.Mutex
+	queue   *lifoCoDel // nil: no queue (cfg.Queue.MaxLen 0)
+	now     func() time.Time
 
 	mu       sync.Mutex
 	est      float64   // the limit, unrounded
@@ -51,18 +58,26 @@ type Config struct {
 	Smoothing         float64
 	BaselineBuckets   int           // baseline = min over this many buckets…
 	BaselineBucket    time.Duration // …of this length
+	// Queue is the wait for a permit when the limit is reached (adaptive
+	// LIFO with CoDel); zero: none, a check is refused at once.
+	Queue QueueConfig
 }
 
 // DefaultConfig is the limit every Redis shard starts with.
 func DefaultConfig() Config {
 	return Config{Min: 16, Max: 1024, Initial: 256, Window: 100 * time.Millisecond, MinSamples: 10,
-		Tolerance: 2, Slack: time.Millisecond, Smoothing: 0.5, BaselineBuckets: 3, BaselineBucket: time.Second}
+		Tolerance: 2, Slack: time.Millisecond, Smoothing: 0.5, BaselineBuckets: 3, BaselineBucket: time.Second,
+		Queue: DefaultQueueConfig()}
 }
 
 // NewConcurrencyLimit returns a limit at cfg.Initial; onChange, when set,
 // hears every new limit.
 func NewConcurrencyLimit(cfg Config, onChange func(int64)) *ConcurrencyLimit {
 	l := &ConcurrencyLimit{start: time.Now(), since: time.Since, est: float64(cfg.Initial), cfg: cfg, onChange: onChange}
+	l.now = func() time.Time { return l.start.Add(l.since(l.start)) }
+	if cfg.Queue.MaxLen > 0 {
+		l.queue = newLIFOCoDel(cfg.Queue)
+	}
 	l.limit.Store(cfg.Initial)
 	l.next.Store(int64(cfg.Window))
 	if onChange != nil {
@@ -84,10 +99,104 @@ func (l *ConcurrencyLimit) Acquire() bool {
 	return true
 }
 
-// Release returns a permit taken at start; the time since is its round trip
-// (a check that timed out counts its full wait).
+// AcquireWait takes a permit, waiting for one in the queue (adaptive LIFO
+// with CoDel, QueueConfig) when the limit is reached, at most until deadline
+// (zero: none). Without a queue it is Acquire: Admitted or Dropped.
+func (l *ConcurrencyLimit) AcquireWait(deadline time.Time) Outcome {
+	if l.Acquire() {
+		return Admitted
+	}
+	if l.queue == nil {
+		return Dropped
+	}
+	now := l.now()
+	w := &waiter{enq: now, deadline: deadline, ch: make(chan Outcome, 1)}
+	if pastDeadline(w, now) {
+		return PastDeadline
+	}
+	l.qmu.Lock()
+	l.waiting.Add(1)
+	if l.Acquire() { // a permit came back meanwhile
+		l.waiting.Add(-1)
+		l.qmu.Unlock()
+		return Admitted
+	}
+	if !l.queue.push(w) {
+		l.waiting.Add(-1)
+		l.qmu.Unlock()
+		return Dropped
+	}
+	d := l.queue.wait(w, now)
+	l.qmu.Unlock()
+	t := time.NewTimer(d)
+	select {
+	case o := <-w.ch:
+		t.Stop()
+		return o
+	case <-t.C:
+	}
+	l.qmu.Lock()
+	now = l.now()
+	if l.queue.remove(w, now) {
+		l.waiting.Add(-1)
+		l.qmu.Unlock()
+		if pastDeadline(w, now) {
+			return PastDeadline
+		}
+		return Dropped
+	}
+	l.qmu.Unlock()
+	return <-w.ch // handed a permit, or dropped, as the timer fired
+}
+
+// Waiting is the number of checks queued for a permit.
+func (l *ConcurrencyLimit) Waiting() int64 { return l.waiting.Load() }
+
+// Standing reports whether the permit queue stands (served newest first).
+func (l *ConcurrencyLimit) Standing() bool {
+	if l.queue == nil {
+		return false
+	}
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	return l.queue.Standing()
+}
+
+// handOff gives a permit the caller holds to the next waiter the queue
+// discipline picks; false when there is none (or the limit has shrunk below
+// the permits out), and the caller keeps it.
+func (l *ConcurrencyLimit) handOff() bool {
+	if l.inflight.Load() > l.limit.Load() {
+		return false
+	}
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	w := l.queue.next(l.now(), func(d *waiter, o Outcome) {
+		l.waiting.Add(-1)
+		d.ch <- o
+	})
+	if w == nil {
+		return false
+	}
+	l.waiting.Add(-1)
+	w.ch <- Admitted
+	return true
+}
+
+// Release returns a permit taken at start — to the next waiter when checks
+// queue for one; the time since start is its round trip (a check that timed
+// out counts its full wait).
 func (l *ConcurrencyLimit) Release(start time.Time) {
-	l.inflight.Add(-1)
+	switch {
+	case l.waiting.Load() > 0 && l.handOff():
+	default:
+		l.inflight.Add(-1)
+		// A check may have queued between the look at waiting and the
+		// release: take the permit back for it.
+		if l.waiting.Load() > 0 && l.Acquire() && !l.handOff() {
+			l.inflight.Add(-1)
+		}
+	}
 	now := l.since(l.start)
 	l.sum.Add(int64(now - start.Sub(l.start)))
 	l.n.Add(1)
@@ -146,3 +255,18 @@ func (l *ConcurrencyLimit) update(now int64) {
 
 // Limit is the current limit.
 func (l *ConcurrencyLimit) Limit() int64 { return l.limit.Load() }
+
+// MarkStanding makes the permit queue stand until its interval next closes,
+// as an interval whose shortest wait exceeded Target does: for tests of what
+// a standing queue does outside this package.
+func (l *ConcurrencyLimit) MarkStanding() {
+	if l.queue == nil {
+		return
+	}
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	now := l.now()
+	l.queue.tick(now)
+	l.queue.standing = true
+	l.queue.seen, l.queue.minWait = true, l.queue.cfg.Target+1 // the interval under way stands too
+}

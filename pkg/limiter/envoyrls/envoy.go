@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -25,6 +27,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -68,6 +71,10 @@ type EnvoyRLS struct {
 	// envoy answers the domains of an envoy ratelimit configuration with its
 	// semantics (see pkg/envoyconf); nil without one.
 	envoy *EnvoyConfig
+	// maxStreams bounds one connection's concurrent streams (WithMaxStreams);
+	// inFlight counts the calls being answered (floodgate_limiter_grpc_calls_in_flight).
+	maxStreams uint32
+	inFlight   atomic.Int64
 }
 
 // EnvoyConfig is an envoy ratelimit configuration served beside Floodgate's
@@ -147,13 +154,17 @@ type GRPCOption func(*EnvoyRLS)
 // WithEnvoyConfig serves an envoy ratelimit configuration's domains.
 func WithEnvoyConfig(c *EnvoyConfig) GRPCOption { return func(e *EnvoyRLS) { e.envoy = c } }
 
+// WithMaxStreams bounds the concurrent streams of one connection (default
+// MaxGRPCStreams); a client past it waits for a stream to end.
+func WithMaxStreams(n uint32) GRPCOption { return func(e *EnvoyRLS) { e.maxStreams = n } }
+
 var _ rlsv3.RateLimitServiceServer = (*EnvoyRLS)(nil)
 
 // NewEnvoyRLS returns the gRPC rate-limit service of s; its metrics go on s's registry.
 func NewEnvoyRLS(s *server.Server) *EnvoyRLS {
-	return &EnvoyRLS{s: s, requests: promauto.With(s.Registry()).NewCounterVec(prometheus.CounterOpts{
+	e := &EnvoyRLS{s: s, requests: promauto.With(s.Registry()).NewCounterVec(prometheus.CounterOpts{
 		Name: "floodgate_limiter_envoy_requests_total",
-		Help: "Envoy ShouldRateLimit calls by result (ok, over_limit, invalid, unavailable: Redis failed and a counted limit has no fail policy).",
+		Help: "Envoy ShouldRateLimit calls by result (ok, over_limit, invalid, unavailable: Redis failed and a counted limit has no fail policy; past_deadline: the caller's deadline passed before it was decided).",
 	}, []string{"result"}), descriptors: newEnvoyDescriptorMetrics(s.Registry()),
 		unnamed: promauto.With(s.Registry()).NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_limiter_envoy_unattributed_total",
@@ -162,6 +173,12 @@ func NewEnvoyRLS(s *server.Server) *EnvoyRLS {
 			Name: "floodgate_limiter_envoy_unknown_domain_total",
 			Help: "Envoy calls for a domain the envoy ratelimit configuration does not have, in envoy ratelimit's descriptor shape: answered OK without a limit, as envoy ratelimit does (its domain_not_found).",
 		})}}
+	if reg := s.Registry(); reg != nil {
+		_ = reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floodgate_limiter_grpc_calls_in_flight",
+			Help: "ShouldRateLimit calls being answered (streams are bounded per connection by FLOODGATE_LIMITER_GRPC_MAX_STREAMS)."},
+			func() float64 { return float64(e.inFlight.Load()) })) // already there when a second service shares the registry
+	}
+	return e
 }
 
 // MaxGRPCStreams is the most concurrent streams one gRPC connection may hold.
@@ -182,13 +199,17 @@ func NewGRPCServer(s *server.Server, opts ...GRPCOption) (*grpc.Server, *health.
 	if r := s.Registry(); r != nil {
 		reg = r
 	}
+	rls := NewEnvoyRLS(s)
+	for _, o := range opts {
+		o(rls)
+	}
 	// Envoy keeps HTTP/2 connections open indefinitely; a bounded connection age
 	// makes clients reconnect now and then, so limiter replicas added by the
 	// autoscaler receive their share of checks.
 	// Bounded: at most 1,000 concurrent streams per connection (on main one
 	// connection held 5,000), idle connections closed after 5 minutes, and
 	// clients pinging more often than every 5 s are sent away.
-	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(1 << 20), grpc.MaxConcurrentStreams(MaxGRPCStreams),
+	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(1 << 20), grpc.MaxConcurrentStreams(cmp.Or(rls.maxStreams, MaxGRPCStreams)),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionAge: 5 * time.Minute, MaxConnectionAgeGrace: 30 * time.Second, MaxConnectionIdle: 5 * time.Minute,
 		}),
@@ -214,10 +235,6 @@ func NewGRPCServer(s *server.Server, opts ...GRPCOption) (*grpc.Server, *health.
 	}
 	gopts = append(gopts, s.Tracing().GRPCServerOptions()...) // server spans, tracing on
 	g := grpc.NewServer(gopts...)
-	rls := NewEnvoyRLS(s)
-	for _, o := range opts {
-		o(rls)
-	}
 	rlsv3.RegisterRateLimitServiceServer(g, rls)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
@@ -235,12 +252,45 @@ func SetServing(hs *health.Server, ok bool) {
 	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, st)
 }
 
+// envoyTimeoutKey is Envoy's x-envoy-expected-rq-timeout-ms as gRPC metadata.
+var envoyTimeoutKey = strings.ToLower(server.HeaderEnvoyTimeout)
+
+// deadline is a call's deadline: its gRPC deadline (Envoy's rate-limit
+// filter sends its timeout as grpc-timeout), else Envoy's
+// x-envoy-expected-rq-timeout-ms metadata from now, else the limiter's
+// default (server.SetCheckTimeout); zero: none.
+func (e *EnvoyRLS) deadline(ctx context.Context) (time.Time, error) {
+	if d, ok := ctx.Deadline(); ok {
+		return d, nil
+	}
+	if v := metadata.ValueFromIncomingContext(ctx, envoyTimeoutKey); len(v) > 0 {
+		t, err := server.ParseTimeout(server.HeaderEnvoyTimeout, v[0])
+		if err != nil {
+			return time.Time{}, err
+		}
+		return time.Now().Add(t), nil
+	}
+	return e.s.DeadlineOf(ctx), nil
+}
+
 // ShouldRateLimit decides every descriptor of the request as one Floodgate check
 // (concurrently when there are several). The overall code is OVER_LIMIT when any
 // descriptor is; the response headers (and on a denial the problem body) are the
 // 429 contract of the deciding descriptor. A descriptor that does not map to a
 // check fails the whole call with InvalidArgument, before anything is consumed.
 func (e *EnvoyRLS) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	e.inFlight.Add(1)
+	defer e.inFlight.Add(-1)
+	deadline, err := e.deadline(ctx)
+	if err != nil {
+		e.requests.WithLabelValues("invalid").Inc()
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if !deadline.IsZero() && !time.Now().Before(deadline) { // the caller has failed open already: spend nothing
+		e.s.CountPastDeadline(server.ProtocolGRPC, "")
+		e.requests.WithLabelValues("past_deadline").Inc()
+		return nil, status.Error(codes.DeadlineExceeded, server.DeadlineReason)
+	}
 	if e.envoy != nil {
 		if cfg := e.envoy.Source.Config(); cfg.Has(in.GetDomain()) {
 			return e.envoyAnswer(ctx, cfg, in)
@@ -275,14 +325,21 @@ func (e *EnvoyRLS) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReque
 	results := make([]limiter.Result, len(reqs))
 	// Decision ids are minted here; a descriptor's request_id only correlates
 	// (a caller who chose the id could make many checks count once).
+	call := server.Call{Protocol: server.ProtocolGRPC, Deadline: deadline}
 	if len(reqs) == 1 {
-		results[0] = e.s.DecideResult(ctx, server.NewDecisionID(), &reqs[0])
+		results[0] = e.s.DecideCall(ctx, server.NewDecisionID(), &reqs[0], call)
 	} else {
 		var wg sync.WaitGroup
 		for i := range reqs {
-			wg.Go(func() { results[i] = e.s.DecideResult(ctx, server.NewDecisionID(), &reqs[i]) })
+			wg.Go(func() { results[i] = e.s.DecideCall(ctx, server.NewDecisionID(), &reqs[i], call) })
 		}
 		wg.Wait()
+	}
+	for _, r := range results {
+		if r.Error == server.DeadlineReason { // no one is waiting for the rest
+			e.requests.WithLabelValues("past_deadline").Inc()
+			return nil, status.Error(codes.DeadlineExceeded, server.DeadlineReason)
+		}
 	}
 	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(results))}
 	decide := 0

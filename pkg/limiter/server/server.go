@@ -55,6 +55,8 @@ type Server struct {
 	tracing tracing.Tracing
 	tracer  *stream.Tracer // nil: tracing off
 	scratch sync.Pool      // *eventScratch (emit.go)
+	// checkTimeout is a check's deadline when its caller names none (SetCheckTimeout).
+	checkTimeout time.Duration
 }
 
 type metrics struct {
@@ -67,6 +69,7 @@ type metrics struct {
 	batch     prometheus.Histogram
 
 	unauthenticated prometheus.Counter
+	pastDeadline    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -82,6 +85,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		batch: f.NewHistogram(prometheus.HistogramOpts{Name: "floodgate_limiter_batch_size", Help: "Checks per batch request.",
 			Buckets: []float64{1, 2, 5, 10, 20, 50, 100}}),
 		unauthenticated: f.NewCounter(prometheus.CounterOpts{Name: "floodgate_limiter_unauthenticated_total", Help: "Check requests refused for a missing or unknown bearer token."}),
+		pastDeadline: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_calls_dropped_past_deadline_total",
+			Help: "Checks not decided because their caller's deadline had passed (on arrival at the engine, waiting for a permit or a pipeline), by protocol and priority."}, []string{"protocol", "priority"}),
 	}
 }
 
@@ -193,6 +198,11 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	deadline, err := s.httpDeadline(r)
+	if err != nil {
+		s.problem(w, id, http.StatusBadRequest, httpapi.ProblemInvalidRequest, err.Error())
+		return
+	}
 	var req checkapi.CheckRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, maxCheckBody))
 	if err := dec.Decode(&req); err != nil {
@@ -213,7 +223,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, id, http.StatusBadRequest, httpapi.ProblemCostOverLimit, err.Error())
 		return
 	}
-	res := s.DecideResult(r.Context(), did, &req)
+	res := s.DecideCall(r.Context(), did, &req, Call{Protocol: ProtocolHTTP, Deadline: deadline})
 	bp := respBufs.Get().(*[]byte)
 	s.answer(w, id, bp, appendCheckResponse((*bp)[:0], did, id, res))
 }
@@ -236,6 +246,11 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	id := requestID(r)
 	cl, ok := s.authenticate(w, r, id)
 	if !ok {
+		return
+	}
+	deadline, err := s.httpDeadline(r)
+	if err != nil {
+		s.problem(w, id, http.StatusBadRequest, httpapi.ProblemInvalidRequest, err.Error())
 		return
 	}
 	var br checkapi.BatchRequest
@@ -281,7 +296,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		go func() { // independent principals live on independent keys: decide them concurrently
 			defer wg.Done()
 			did := NewDecisionID()
-			answers[i] = batchAnswer{id: did, corr: cid, res: s.DecideResult(r.Context(), did, &req)}
+			answers[i] = batchAnswer{id: did, corr: cid, res: s.DecideCall(r.Context(), did, &req, Call{Protocol: ProtocolHTTP, Deadline: deadline})}
 		}()
 	}
 	wg.Wait()
@@ -311,11 +326,25 @@ func (s *Server) CheckCost(req *checkapi.CheckRequest) error {
 	return nil
 }
 
-// DecideResult runs one validated check, counts it and publishes its decision
-// event; every interface (HTTP, batch, Envoy gRPC) goes through it.
+// DecideResult runs one validated check of an in-process caller (its
+// deadline is ctx's): DecideCall.
 func (s *Server) DecideResult(ctx context.Context, id string, req *checkapi.CheckRequest) limiter.Result {
+	return s.DecideCall(ctx, id, req, Call{Protocol: ProtocolInProcess, Deadline: s.DeadlineOf(ctx)})
+}
+
+// DecideCall runs one validated check, counts it and publishes its decision
+// event; every interface (HTTP, batch, Envoy gRPC, in-process) goes through
+// it. A check whose caller's deadline passes before it is decided is
+// answered as the caller fails open (DeadlineReason), counted apart and not
+// published.
+func (s *Server) DecideCall(ctx context.Context, id string, req *checkapi.CheckRequest, call Call) limiter.Result {
 	start := time.Now()
-	res, err := s.engine.Check(ctx, engineRequest(req))
+	ereq := engineRequest(req)
+	ereq.Deadline = call.Deadline
+	res, err := s.engine.Check(ctx, ereq)
+	if late, ok := s.pastDeadline(call, req, res, err); ok {
+		return late
+	}
 	if err != nil {
 		// Only a caller gone away or a malformed script answer end here; fail open
 		// and say so, like every degraded answer.

@@ -157,6 +157,7 @@ func Run(ctx context.Context, env service.Env) error {
 	}
 	srv := core.Server()
 	srv.SetReady(false) // ready once every listener is up
+	srv.SetCheckTimeout(cfg.CheckTimeout)
 	run.OnReady(srv.SetReady)
 	// The check API: no access log and no request metrics on the hot path
 	// (the engine counts decisions itself). FLOODGATE_LIMITER_IDLE_TIMEOUT and
@@ -168,7 +169,8 @@ func Run(ctx context.Context, env service.Env) error {
 		return fail(err)
 	}
 	addr, err := run.Serve(service.API{Name: "check api", Addr: cfg.HTTPAddr, Handler: srv.Handler(), Health: true,
-		Readiness: http.HandlerFunc(srv.ServeReady), Server: &checkServer, OpenAPI: doc})
+		Readiness: http.HandlerFunc(srv.ServeReady), Server: &checkServer, OpenAPI: doc,
+		Conns: httpapi.NewConnMetrics(reg, "floodgate_limiter_http", "Open connections of the check API (bounded by FLOODGATE_LIMITER_MAX_CONNS; more wait in the kernel's backlog).")})
 	if err != nil {
 		return fail(err)
 	}
@@ -197,7 +199,9 @@ func Run(ctx context.Context, env service.Env) error {
 			log.Warn("envoy rate-limit service not started; set FLOODGATE_LIMITER_GRPC_ADDR", "addr", cfg.GRPCAddr, "err", err)
 		default:
 			grpcAddr = grpcLn.Addr().String()
-			var opts []envoyrls.GRPCOption
+			grpcLn = httpapi.LimitListener(grpcLn, cfg.GRPCMaxConns, httpapi.NewConnMetrics(reg, "floodgate_limiter_grpc",
+				"Open gRPC connections (bounded by FLOODGATE_LIMITER_GRPC_MAX_CONNS; more wait in the kernel's backlog)."))
+			opts := []envoyrls.GRPCOption{envoyrls.WithMaxStreams(uint32(cfg.GRPCMaxStreams))}
 			if envoySrc != nil {
 				ec := &envoyrls.EnvoyConfig{Source: envoySrc,
 					Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoy:", GlobalShadow: cfg.EnvoyShadow,

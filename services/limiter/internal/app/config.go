@@ -110,6 +110,15 @@ type Config struct {
 	// MaxConns bounds the HTTP connections served at once (FLOODGATE_LIMITER_MAX_CONNS).
 	IdleTimeout time.Duration
 	MaxConns    int
+	// CheckTimeout is a check's deadline when its caller names none
+	// (FLOODGATE_LIMITER_CHECK_TIMEOUT; 0 = none): no X-Floodgate-Timeout-Ms
+	// or X-Envoy-Expected-Rq-Timeout-Ms header, no gRPC deadline.
+	CheckTimeout time.Duration
+	// GRPCMaxConns bounds the gRPC connections served at once
+	// (FLOODGATE_LIMITER_GRPC_MAX_CONNS); GRPCMaxStreams the concurrent
+	// streams of one (FLOODGATE_LIMITER_GRPC_MAX_STREAMS).
+	GRPCMaxConns   int
+	GRPCMaxStreams int
 }
 
 // ConfigFromEnv reads the configuration and validates it.
@@ -134,6 +143,9 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		Auth:                 e.String("FLOODGATE_LIMITER_AUTH", ""),
 		IdleTimeout:          e.Duration("FLOODGATE_LIMITER_IDLE_TIMEOUT", time.Minute),
 		MaxConns:             e.Int("FLOODGATE_LIMITER_MAX_CONNS", 10000),
+		CheckTimeout:         e.Duration("FLOODGATE_LIMITER_CHECK_TIMEOUT", time.Second),
+		GRPCMaxConns:         e.Int("FLOODGATE_LIMITER_GRPC_MAX_CONNS", 10000),
+		GRPCMaxStreams:       e.Int("FLOODGATE_LIMITER_GRPC_MAX_STREAMS", envoyrls.MaxGRPCStreams),
 		EnvoyShadow:          e.Bool("FLOODGATE_LIMITER_ENVOY_SHADOW_MODE", false),
 		EnvoyMerge:           e.Bool("FLOODGATE_LIMITER_ENVOY_MERGE_DOMAINS", false),
 		EnvoyFailureModeDeny: e.Bool("FLOODGATE_LIMITER_ENVOY_FAILURE_MODE_DENY", false),
@@ -206,6 +218,9 @@ func (c Config) Validate() error {
 	var v config.Check
 	v.Require(c.IdleTimeout >= 10*time.Millisecond && c.IdleTimeout <= time.Hour, "FLOODGATE_LIMITER_IDLE_TIMEOUT", "%s: must be in 10ms..1h", c.IdleTimeout)
 	v.Require(c.MaxConns >= 1 && c.MaxConns <= 1_000_000, "FLOODGATE_LIMITER_MAX_CONNS", "%d: must be in 1..1000000", c.MaxConns)
+	v.Require(c.CheckTimeout == 0 || (c.CheckTimeout >= time.Millisecond && c.CheckTimeout <= time.Minute), "FLOODGATE_LIMITER_CHECK_TIMEOUT", "%s: must be 0 (none) or in 1ms..1m", c.CheckTimeout)
+	v.Require(c.GRPCMaxConns >= 1 && c.GRPCMaxConns <= 1_000_000, "FLOODGATE_LIMITER_GRPC_MAX_CONNS", "%d: must be in 1..1000000", c.GRPCMaxConns)
+	v.Require(c.GRPCMaxStreams >= 1 && c.GRPCMaxStreams <= 100_000, "FLOODGATE_LIMITER_GRPC_MAX_STREAMS", "%d: must be in 1..100000", c.GRPCMaxStreams)
 	switch c.Auth {
 	case "none":
 	case "tokens":

@@ -1,0 +1,121 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
+)
+
+// The caller's deadline on the HTTP API: how long, from the moment the
+// limiter reads the request, the caller waits for the answer before it fails
+// open by itself. A check still undecided then is not decided at all
+// (limiter.ErrPastDeadline): the caller no longer listens.
+const (
+	// HeaderTimeout is Floodgate's own: milliseconds, 1..60000.
+	HeaderTimeout = "X-Floodgate-Timeout-Ms"
+	// HeaderEnvoyTimeout is what Envoy sends an upstream (and, as gRPC
+	// metadata, its rate-limit service): the route's timeout in ms. Read
+	// when HeaderTimeout is absent.
+	HeaderEnvoyTimeout = "X-Envoy-Expected-Rq-Timeout-Ms"
+	// MaxTimeout bounds a caller's timeout.
+	MaxTimeout = time.Minute
+)
+
+// Protocols, the label of floodgate_limiter_calls_dropped_past_deadline_total.
+const (
+	ProtocolHTTP      = "http"
+	ProtocolGRPC      = "grpc"
+	ProtocolInProcess = "in_process"
+)
+
+// DeadlineReason is the X-RateLimit-Error of an answer to a check whose
+// caller's deadline passed before it was decided: it fails open, as the
+// caller has by then (nothing was counted and no decision event sent).
+const DeadlineReason = "deadline exceeded before the check was decided"
+
+// Call is how a check reached the limiter: its protocol (a metrics label)
+// and its caller's deadline (zero: none).
+type Call struct {
+	Protocol string
+	Deadline time.Time
+}
+
+// SetCheckTimeout sets the deadline of a check whose caller names none (no
+// HeaderTimeout, HeaderEnvoyTimeout or gRPC deadline), from when the limiter
+// reads it; 0: none. Set before serving.
+func (s *Server) SetCheckTimeout(d time.Duration) { s.checkTimeout = d }
+
+// ParseTimeout reads a timeout header's value: whole milliseconds,
+// 1..MaxTimeout.
+func ParseTimeout(name, v string) (time.Duration, error) {
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ms < 1 || ms > MaxTimeout.Milliseconds() {
+		return 0, fmt.Errorf("%s %q: want whole milliseconds, 1..%d", name, v, MaxTimeout.Milliseconds())
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// httpDeadline is an HTTP check's deadline: HeaderTimeout, else
+// HeaderEnvoyTimeout, else the configured default, from now.
+func (s *Server) httpDeadline(r *http.Request) (time.Time, error) {
+	d := s.checkTimeout
+	for _, h := range [...]string{HeaderTimeout, HeaderEnvoyTimeout} {
+		if v := r.Header.Get(h); v != "" {
+			t, err := ParseTimeout(h, v)
+			if err != nil {
+				return time.Time{}, err
+			}
+			d = t
+			break
+		}
+	}
+	if d <= 0 {
+		return time.Time{}, nil
+	}
+	return time.Now().Add(d), nil
+}
+
+// DeadlineOf is a call's deadline from its context (gRPC's deadline, an
+// in-process caller's), else the configured default from now; zero: none.
+func (s *Server) DeadlineOf(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	if s.checkTimeout > 0 {
+		return time.Now().Add(s.checkTimeout)
+	}
+	return time.Time{}
+}
+
+// CountPastDeadline counts a call not decided because its caller's deadline
+// had passed, by protocol and priority ("none" for a call with none).
+func (s *Server) CountPastDeadline(protocol, priority string) {
+	if priority == "" {
+		priority = "none"
+	}
+	s.metrics.pastDeadline.WithLabelValues(protocol, priority).Inc()
+}
+
+// pastDeadline is the answer to a check the engine did not decide because
+// its caller's deadline had passed (limiter.ErrPastDeadline), or that was
+// still waiting for Redis when it passed: allowed and degraded, as the
+// caller fails open by itself.
+func (s *Server) pastDeadline(call Call, req *checkapi.CheckRequest, res limiter.Result, err error) (limiter.Result, bool) {
+	switch {
+	case errors.Is(err, limiter.ErrPastDeadline):
+		s.CountPastDeadline(call.Protocol, res.Priority.String())
+	case (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && !call.Deadline.IsZero() && !time.Now().Before(call.Deadline):
+		s.metrics.errors.WithLabelValues("deadline").Inc() // in flight when it passed: Redis may have counted it
+	default:
+		return res, false
+	}
+	return limiter.Result{Allowed: true, Tier: events.TierPrincipal, Penalty: 1, Scale: 1, Degraded: true, Priority: res.Priority,
+		Error: DeadlineReason, Now: time.Now().UTC(), Cost: max(req.Cost, 1)}, true
+}
