@@ -440,6 +440,11 @@ func TestDeadLettersAreAuditedReplayedAndAccountedFor(t *testing.T) {
 		require.Equal(t, res.ReplayID, header(replayed, auditor.HeaderReplayID))
 		require.Equal(t, brokenRecordIDs[0], header(replayed, auditor.HeaderReplayOf))
 		require.Equal(t, header(orig, stream.HeaderCEID), header(replayed, stream.HeaderCEID))
+		// The API call that caused the copy: the replay's correlation id.
+		corrs := []string{ins.Audit[0].CorrelationID, ins.Audit[1].CorrelationID}
+		require.True(t, httpapi.ValidRequestID(header(replayed, httpapi.KafkaHeaderRequestID)), "x-request-id set")
+		require.Contains(t, corrs, header(replayed, httpapi.KafkaHeaderRequestID))
+		require.NotEqual(t, corrs[0], corrs[1], "each replay call its own id")
 	})
 
 	t.Run("a poison canary stops its replay", func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/kafkascan"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/pkg/tick"
@@ -202,7 +203,7 @@ func (rp *Replayer) Replay(ctx context.Context, req ReplayRequest) (ReplayResult
 			return err
 		}
 		c.item.Canary = isCanary
-		off, err := rp.publish(ctx, res.ReplayID, c)
+		off, err := rp.publish(ctx, res.ReplayID, req.CorrelationID, c)
 		if err != nil {
 			c.item.Status, c.item.Error = StatusFailed, err.Error()
 			res.Failed++
@@ -275,13 +276,15 @@ func (rp *Replayer) abort(res ReplayResult, log *slog.Logger, reason string) Rep
 
 // publish writes the original message, with its dlq_* provenance (so only the
 // group that failed it handles it again — see stream.DLQRecord.Replay) and the
-// replay headers, to its source partition and returns the offset it got.
-func (rp *Replayer) publish(ctx context.Context, replayID string, c replayCandidate) (int64, error) {
+// replay headers, to its source partition and returns the offset it got. The
+// replay request's correlation id, when there is one, goes in the
+// httpapi.KafkaHeaderRequestID header: the API call that caused the record.
+func (rp *Replayer) publish(ctx context.Context, replayID, corr string, c replayCandidate) (int64, error) {
 	orig := c.orig.Replay()
-	headers := make([]kafka.Header, 0, len(orig.Headers)+3)
+	headers := make([]kafka.Header, 0, len(orig.Headers)+4)
 	for _, h := range orig.Headers {
 		switch h.Key {
-		case HeaderReplayID, HeaderReplayedAt, HeaderReplayOf: // from an earlier replay
+		case HeaderReplayID, HeaderReplayedAt, HeaderReplayOf, httpapi.KafkaHeaderRequestID: // from an earlier replay
 		default:
 			headers = append(headers, h)
 		}
@@ -291,6 +294,9 @@ func (rp *Replayer) publish(ctx context.Context, replayID string, c replayCandid
 		kafka.Header{Key: HeaderReplayedAt, Value: []byte(rp.Now().UTC().Format(tsLayout))},
 		kafka.Header{Key: HeaderReplayOf, Value: []byte(c.rec.ID)},
 	)
+	if corr != "" {
+		headers = append(headers, kafka.Header{Key: httpapi.KafkaHeaderRequestID, Value: []byte(corr)})
+	}
 	res, err := rp.Kafka.Produce(ctx, &kafka.ProduceRequest{
 		Topic:        c.orig.SourceTopic,
 		Partition:    c.orig.Partition,
