@@ -171,12 +171,12 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request) {
 	res, err := s.cfg.DLQ.Replay(r.Context(), ids, who.Reason+" (console user "+who.Name+")", who.CorrelationID)
 	var de *dlq.Error
 	switch {
-	case errors.As(err, &de):
+	case errors.As(err, &de) && de.Status < 500:
 		refuse(de.Status, "The dlq-auditor refused the replay: "+de.Message)
 		return
 	case err != nil:
 		s.cfg.Log.Error("dlq replay", "err", err, "correlation_id", who.CorrelationID)
-		refuse(http.StatusBadGateway, "The dlq-auditor could not be reached; the replay may not have run: "+err.Error())
+		refuse(http.StatusBadGateway, "The dlq-auditor failed or could not be reached; the replay may have run in part (each record it published is in its audit trail): "+err.Error())
 		return
 	}
 	after := map[string]any{"replay_id": res.ReplayID, "published": res.Published, "failed": res.Failed, "aborted": res.Aborted, "abort_reason": res.AbortReason}
