@@ -39,7 +39,7 @@ type dlqView struct {
 	Truncated bool
 	Records   []dlq.Record
 	CanReplay bool
-	Result    *dlq.ReplayResult
+	Result    *dlqapi.ReplayResult
 	Purged    *dlqapi.PurgeResult
 	Console   []store.AuditEntry
 	Errors    []string

@@ -402,7 +402,7 @@ func TestDeadLettersAreAuditedReplayedAndAccountedFor(t *testing.T) {
 		env["FLOODGATE_DLQ_TOKEN"] = sreToken
 		args := append([]string{"replay", "-reason", "ledger fixed", "-canary", "1"}, brokenRecordIDs...)
 		require.NoError(t, Run(ctx, cliEnv(t, getenv, &out, args)), out.String())
-		var res auditor.ReplayResult
+		var res dlqapi.ReplayResult
 		require.NoError(t, json.Unmarshal(out.Bytes(), &res))
 		require.False(t, res.Aborted, res.AbortReason)
 		require.Equal(t, len(brokenIDs), res.Published)
@@ -451,7 +451,7 @@ func TestDeadLettersAreAuditedReplayedAndAccountedFor(t *testing.T) {
 		var out bytes.Buffer
 		err := Run(ctx, cliEnv(t, getenv, &out, []string{"replay", "-reason", "try the poison", poisonID, brokenRecordIDs[0]}))
 		require.ErrorContains(t, err, "aborted")
-		var res auditor.ReplayResult
+		var res dlqapi.ReplayResult
 		require.NoError(t, json.Unmarshal(out.Bytes(), &res))
 		require.True(t, res.Aborted)
 		require.Contains(t, res.AbortReason, "dead-lettered again")
