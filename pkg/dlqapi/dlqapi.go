@@ -17,3 +17,24 @@ type PurgeResult struct {
 	Purged int         `json:"purged"`
 	Items  []PurgeItem `json:"items"`
 }
+
+// ReplayItem is one record's outcome in a replay.
+type ReplayItem struct {
+	ID              string `json:"id"`
+	Status          string `json:"status"`
+	Canary          bool   `json:"canary,omitempty"`
+	SourceTopic     string `json:"source_topic,omitempty"`
+	SourcePartition int    `json:"source_partition,omitempty"`
+	NewOffset       int64  `json:"new_offset,omitempty"` // where the replayed copy landed
+	Error           string `json:"error,omitempty"`
+}
+
+// ReplayResult is POST /v1/replays' answer.
+type ReplayResult struct {
+	ReplayID    string       `json:"replay_id"`
+	Published   int          `json:"published"`
+	Failed      int          `json:"failed"`
+	Aborted     bool         `json:"aborted"`
+	AbortReason string       `json:"abort_reason,omitempty"`
+	Items       []ReplayItem `json:"items"`
+}

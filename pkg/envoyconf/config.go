@@ -23,6 +23,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/floodgate-dev/floodgate/pkg/limiter"
+
 	"go.yaml.in/yaml/v3"
 )
 
@@ -105,9 +107,9 @@ type Limit struct {
 
 // Algorithm is how the limit counts: FixedWindow unless its floodgate
 // comment names another.
-func (l *Limit) Algorithm() Algorithm {
+func (l *Limit) Algorithm() limiter.Algorithm {
 	if l.Ext == nil || l.Ext.Algorithm == "" {
-		return FixedWindow
+		return limiter.FixedWindow
 	}
 	return l.Ext.Algorithm
 }

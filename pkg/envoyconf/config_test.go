@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/floodgate-dev/floodgate/pkg/limiter"
+
 	"github.com/stretchr/testify/require"
 )
 
@@ -175,14 +177,14 @@ descriptors:
 `)}}, Options{})
 	require.NoError(t, err)
 	ext := func(entries ...Entry) *Extension { return c.Lookup("d", entries).Limit.Ext }
-	require.Equal(t, &Extension{Algorithm: GCRA, Burst: 20, Fail: FailClosed, Source: "f.yaml:4"}, ext(Entry{"above", "x"}))
-	require.Equal(t, SlidingWindow, ext(Entry{"inline", "x"}).Algorithm)
+	require.Equal(t, &Extension{Algorithm: limiter.GCRA, Burst: 20, Fail: FailClosed, Source: "f.yaml:4"}, ext(Entry{"above", "x"}))
+	require.Equal(t, limiter.SlidingWindow, ext(Entry{"inline", "x"}).Algorithm)
 	require.Equal(t, "f.yaml:7", ext(Entry{"inline", "x"}).Source)
-	require.Equal(t, TokenBucket, ext(Entry{"block", "x"}).Algorithm)
+	require.Equal(t, limiter.TokenBucket, ext(Entry{"block", "x"}).Algorithm)
 	require.Equal(t, &Extension{Fail: FailOpen, Source: "f.yaml:12"}, ext(Entry{"item", "x"}))
 	require.Nil(t, ext(Entry{"plain", "x"}))
-	require.Equal(t, FixedWindow, c.Lookup("d", []Entry{{"plain", "x"}}).Limit.Algorithm())
-	require.Equal(t, &Extension{Algorithm: LeakyBucket, Burst: 3, Source: "f.yaml:21"}, ext(Entry{"parent", "p"}, Entry{"child", "c"}))
+	require.Equal(t, limiter.FixedWindow, c.Lookup("d", []Entry{{"plain", "x"}}).Limit.Algorithm())
+	require.Equal(t, &Extension{Algorithm: limiter.LeakyBucket, Burst: 3, Source: "f.yaml:21"}, ext(Entry{"parent", "p"}, Entry{"child", "c"}))
 }
 
 // TestFloodgateCommentErrorsNameFileAndLine: a floodgate comment is
@@ -234,7 +236,7 @@ func FuzzLoad(f *testing.F) {
 		var walk func(n *node)
 		walk = func(n *node) {
 			if l := n.limit; l != nil && l.Ext != nil {
-				if l.Unlimited && l.Ext.Algorithm.Floodgate() {
+				if l.Unlimited && Floodgate(l.Ext.Algorithm) {
 					t.Fatalf("an algorithm on an unlimited limit: %+v", l.Ext)
 				}
 				if l.Ext.Burst > 0 && !l.Ext.Algorithm.HasBurst() {
@@ -252,4 +254,20 @@ func FuzzLoad(f *testing.F) {
 			walk(d)
 		}
 	})
+}
+
+// Every algorithm a floodgate comment may name is one pkg/limiter's rules
+// (and so its check script) run.
+func TestEnvoyAlgorithmsAreTheEngines(t *testing.T) {
+	for _, a := range Algorithms {
+		if !Floodgate(a) {
+			continue
+		}
+		burst := ""
+		if a.HasBurst() {
+			burst = ", burst: 20"
+		}
+		_, err := limiter.ParseRules("r.yaml", []byte("version: 1\nrules:\n  - {id: x, tier: principal, limit: 10, period: 1m, algorithm: "+string(a)+burst+"}\n"))
+		require.NoError(t, err, a)
+	}
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/floodgate-dev/floodgate/pkg/limiter"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
@@ -163,7 +165,7 @@ type Evaluator struct {
 
 // AlgorithmCheck is one descriptor counted by one of Floodgate's algorithms.
 type AlgorithmCheck struct {
-	Algorithm Algorithm
+	Algorithm limiter.Algorithm
 	// Key is the algorithm's state; PenaltyKey, when set, the principal's
 	// penalty hash (field m), in Key's hash slot, whose multiplier applies.
 	Key, PenaltyKey string
@@ -273,7 +275,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 			hits = *d.HitsAddend
 		}
 		p := pending{i: i, hits: hits}
-		if alg := l.Algorithm(); alg.Floodgate() && st.Override == nil {
+		if alg := l.Algorithm(); Floodgate(alg) && st.Override == nil {
 			if e.Algorithms == nil {
 				return Response{}, fmt.Errorf("%s: algorithm %s: the evaluator runs no Floodgate algorithms", l.Source, alg)
 			}
@@ -473,7 +475,7 @@ func hashTag(key string) string {
 // algorithm starts from fresh state. With tag (a principal's "{…}") the key
 // lives in the principal's slot, beside its penalty; otherwise it has a tag
 // of its own, as a counter has.
-func (e *Evaluator) stateKey(domain string, entries []Entry, values []string, tag string, alg Algorithm) string {
+func (e *Evaluator) stateKey(domain string, entries []Entry, values []string, tag string, alg limiter.Algorithm) string {
 	var b strings.Builder
 	b.WriteString(e.Prefix)
 	if tag != "" {

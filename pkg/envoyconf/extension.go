@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/floodgate-dev/floodgate/pkg/limiter"
+
 	"go.yaml.in/yaml/v3"
 )
 
@@ -23,35 +25,23 @@ import (
 // side file in the directory would keep the directory loadable by it. YAML
 // comments are not part of the document it decodes.
 
-// Algorithm names how a limit counts.
-type Algorithm string
-
-// The algorithms a limit may select. FixedWindow is envoy ratelimit's own
-// (INCRBY per window, every hit counted, over the limit included) and the
-// default; the others are Floodgate's (pkg/limiter's check script), which
-// consume nothing when they deny.
-const (
-	FixedWindow   Algorithm = "fixed_window"
-	TokenBucket   Algorithm = "token_bucket"
-	GCRA          Algorithm = "gcra"
-	SlidingWindow Algorithm = "sliding_window"
-	LeakyBucket   Algorithm = "leaky_bucket"
-	SlidingLog    Algorithm = "sliding_window_log"
-)
+// The algorithms a limit may select are pkg/limiter's (limiter.Algorithm, one
+// definition). FixedWindow is envoy ratelimit's own here (INCRBY per window,
+// every hit counted, over the limit included) and the default; the others
+// are Floodgate's (pkg/limiter's check script), which consume nothing when
+// they deny.
 
 // Algorithms lists every algorithm a floodgate comment may name.
-var Algorithms = []Algorithm{FixedWindow, TokenBucket, GCRA, SlidingWindow, LeakyBucket, SlidingLog}
+var Algorithms = []limiter.Algorithm{limiter.FixedWindow, limiter.TokenBucket, limiter.GCRA, limiter.SlidingWindow,
+	limiter.LeakyBucket, limiter.SlidingLog}
 
-// HasBurst reports whether the algorithm has a capacity apart from its rate.
-func (a Algorithm) HasBurst() bool { return a == TokenBucket || a == GCRA || a == LeakyBucket }
-
-// Floodgate reports whether the algorithm is Floodgate's own rather than
-// envoy ratelimit's fixed window.
-func (a Algorithm) Floodgate() bool { return a != "" && a != FixedWindow }
+// Floodgate reports whether a is Floodgate's own rather than envoy
+// ratelimit's fixed window.
+func Floodgate(a limiter.Algorithm) bool { return a != "" && a != limiter.FixedWindow }
 
 // MaxSlidingLogLimit bounds a sliding_window_log limit, as pkg/limiter's
 // rules file does: its state is one sorted-set member per unit in the window.
-const MaxSlidingLogLimit = 10_000
+const MaxSlidingLogLimit = limiter.MaxSlidingLogLimit
 
 // FailPolicy says how a limit answers when Redis cannot be asked.
 type FailPolicy string
@@ -66,7 +56,7 @@ const (
 
 // Extension is a limit's Floodgate-only options.
 type Extension struct {
-	Algorithm Algorithm // "" or FixedWindow: envoy ratelimit's fixed window
+	Algorithm limiter.Algorithm // "" or limiter.FixedWindow: envoy ratelimit's fixed window
 	// Burst is the capacity of token_bucket, gcra and leaky_bucket; 0 means
 	// requests_per_unit.
 	Burst uint32
@@ -186,7 +176,7 @@ func (l *loader) extension(m *yaml.Node, lim *Limit) error {
 			if err != nil {
 				return err
 			}
-			ext.Algorithm = Algorithm(s)
+			ext.Algorithm = limiter.Algorithm(s)
 			for _, a := range Algorithms {
 				if a == ext.Algorithm {
 					return nil
@@ -218,13 +208,13 @@ func (l *loader) extension(m *yaml.Node, lim *Limit) error {
 		return fail("%v", err)
 	}
 	switch {
-	case lim.Unlimited && ext.Algorithm.Floodgate():
+	case lim.Unlimited && Floodgate(ext.Algorithm):
 		return fail("an unlimited rate_limit counts nothing; algorithm %s does not apply", ext.Algorithm)
 	case ext.Burst > 0 && !ext.Algorithm.HasBurst():
-		return fail("burst needs an algorithm with a capacity (token_bucket, gcra, leaky_bucket), not %q", cmpOr(string(ext.Algorithm), string(FixedWindow)))
-	case ext.Algorithm == SlidingLog && lim.RequestsPerUnit > MaxSlidingLogLimit:
+		return fail("burst needs an algorithm with a capacity (token_bucket, gcra, leaky_bucket), not %q", cmpOr(string(ext.Algorithm), string(limiter.FixedWindow)))
+	case ext.Algorithm == limiter.SlidingLog && lim.RequestsPerUnit > MaxSlidingLogLimit:
 		return fail("sliding_window_log keeps one entry per request; requests_per_unit must be at most %d (use sliding_window)", MaxSlidingLogLimit)
-	case ext.Algorithm.Floodgate() && lim.RequestsPerUnit == 0:
+	case Floodgate(ext.Algorithm) && lim.RequestsPerUnit == 0:
 		return fail("algorithm %s needs requests_per_unit of at least 1", ext.Algorithm)
 	}
 	lim.Ext = ext

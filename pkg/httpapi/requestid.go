@@ -14,7 +14,10 @@ import (
 const HeaderRequestID = "X-Request-Id"
 
 // KafkaHeaderRequestID is the Kafka record header a producer sets to the
-// request id of the API call that caused the record.
+// request id of the API call that caused the record: the dlq-auditor sets it
+// on every record a replay writes back. Decision events do not carry it (one
+// header fewer on the hot path); a decision is found by its ce_id, the
+// decision id the check's answer carries (beside its correlation id).
 const KafkaHeaderRequestID = "x-request-id"
 
 // LogKey is the slog attribute that carries the correlation id.

@@ -50,7 +50,7 @@ func (md *model) check(now float64, rules []modelRule, cost float64, m float64) 
 			capacity = eff(r.burst, r.scale, m)
 		}
 		if r.alg == "swl" {
-			lim = math.Min(lim, maxLogLimit)
+			lim = math.Min(lim, MaxSlidingLogLimit)
 		}
 		st := md.state[r.key]
 		var o modelOut
@@ -250,7 +250,7 @@ func TestAlgorithmsMatchReferenceModel(t *testing.T) {
 				shapes := make([]shape, 2)
 				for i := range shapes {
 					s := shape{limit: 1 + rng.IntN(20), period: time.Duration(50+rng.IntN(5000)) * time.Millisecond}
-					if alg.hasBurst() && rng.IntN(2) == 0 {
+					if alg.HasBurst() && rng.IntN(2) == 0 {
 						s.burst = s.limit + rng.IntN(10)
 					}
 					s.shadow = seed%3 == 2 && i == 1
@@ -393,7 +393,7 @@ rules:
 		require.NoError(t, e.rt.Refresh(ctx))
 		r := check(t, e, Request{Principal: p, Cost: 1})
 		require.True(t, r.Allowed)
-		require.Equal(t, int64(maxLogLimit), r.Tiers[0].Limit)
+		require.Equal(t, int64(MaxSlidingLogLimit), r.Tiers[0].Limit)
 	})
 
 	t.Run("Redis time: the limit holds", func(t *testing.T) {

@@ -295,8 +295,8 @@ func (p *parser) ruleLimit(n *yaml.Node, path string, fr fileRule, r *Rule) {
 	}
 	if fr.Limit < 1 || fr.Limit > 1_000_000_000 {
 		p.fail(p.line(n, "limit"), path+".limit", "%d: must be in 1..1000000000", fr.Limit)
-	} else if r.Algorithm == SlidingLog && fr.Limit > maxLogLimit {
-		p.fail(p.line(n, "limit"), path+".limit", "%d: sliding_window_log keeps one entry per unit; must be at most %d (use sliding_window)", fr.Limit, maxLogLimit)
+	} else if r.Algorithm == SlidingLog && fr.Limit > MaxSlidingLogLimit {
+		p.fail(p.line(n, "limit"), path+".limit", "%d: sliding_window_log keeps one entry per unit; must be at most %d (use sliding_window)", fr.Limit, MaxSlidingLogLimit)
 	}
 	d, err := time.ParseDuration(fr.Period)
 	switch {
@@ -311,7 +311,7 @@ func (p *parser) ruleLimit(n *yaml.Node, path string, fr fileRule, r *Rule) {
 	}
 	r.Period = d
 	if fr.Burst != 0 {
-		if !r.Algorithm.hasBurst() {
+		if !r.Algorithm.HasBurst() {
 			p.fail(p.line(n, "burst"), path+".burst", "%s has no burst; only token_bucket, gcra and leaky_bucket do", r.Algorithm)
 		} else if fr.Burst < fr.Limit && fr.Burst >= 0 || fr.Burst < 0 {
 			p.fail(p.line(n, "burst"), path+".burst", "%d: must be at least the limit %d", fr.Burst, fr.Limit)

@@ -31,10 +31,10 @@ const (
 
 const algorithms = "token_bucket|gcra|fixed_window|sliding_window|leaky_bucket|sliding_window_log"
 
-// maxLogLimit bounds a sliding_window_log rule's limit: its state is one sorted
+// MaxSlidingLogLimit bounds a sliding_window_log rule's limit: its state is one sorted
 // set member per unit in the window. check.lua caps the effective limit at the
 // same value (LOG_MAX) so an override cannot grow the set past it either.
-const maxLogLimit = 10_000
+const MaxSlidingLogLimit = 10_000
 
 func (a Algorithm) code() string {
 	switch a {
@@ -58,8 +58,8 @@ func (a Algorithm) code() string {
 	return ""
 }
 
-// hasBurst reports whether the algorithm has a capacity separate from its rate.
-func (a Algorithm) hasBurst() bool { return a == TokenBucket || a == GCRA || a == LeakyBucket }
+// HasBurst reports whether the algorithm has a capacity separate from its rate.
+func (a Algorithm) HasBurst() bool { return a == TokenBucket || a == GCRA || a == LeakyBucket }
 
 // FailPolicy says how a rule answers when Redis cannot be asked in time.
 type FailPolicy string

@@ -193,7 +193,7 @@ descriptors:
 	write(strings.Replace(conf, "  - key: plain\n", "  - key: plain\n    # floodgate: {algorithm: leaky_buckets}\n", 1))
 	_, err = f.src.Reload()
 	require.ErrorContains(t, err, "e.yaml:4: floodgate comment: algorithm \"leaky_buckets\"")
-	require.Equal(t, envoyconf.TokenBucket, f.src.Config().Lookup(f.domain, []envoyconf.Entry{{Key: "plain", Value: "x"}}).Limit.Algorithm(),
+	require.Equal(t, limiter.TokenBucket, f.src.Config().Lookup(f.domain, []envoyconf.Entry{{Key: "plain", Value: "x"}}).Limit.Algorithm(),
 		"an invalid edit keeps the configuration in force")
 }
 

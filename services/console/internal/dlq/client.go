@@ -63,25 +63,6 @@ type Inspection struct {
 	Audit     []AuditEntry    `json:"audit"`
 }
 
-// ReplayItem is one record's outcome in a replay.
-type ReplayItem struct {
-	ID        string `json:"id"`
-	Status    string `json:"status"`
-	Canary    bool   `json:"canary"`
-	NewOffset int64  `json:"new_offset"`
-	Error     string `json:"error"`
-}
-
-// ReplayResult is POST /v1/replays' answer.
-type ReplayResult struct {
-	ReplayID    string       `json:"replay_id"`
-	Published   int          `json:"published"`
-	Failed      int          `json:"failed"`
-	Aborted     bool         `json:"aborted"`
-	AbortReason string       `json:"abort_reason"`
-	Items       []ReplayItem `json:"items"`
-}
-
 // Error is a refusal from the auditor (Service "dlq-auditor").
 type Error = remote.Error
 
@@ -146,8 +127,8 @@ func (c *Client) Inspect(ctx context.Context, id string) (Inspection, error) {
 }
 
 // Replay replays the records (canary first) with a reason.
-func (c *Client) Replay(ctx context.Context, ids []string, reason, corr string) (ReplayResult, error) {
-	var out ReplayResult
+func (c *Client) Replay(ctx context.Context, ids []string, reason, corr string) (dlqapi.ReplayResult, error) {
+	var out dlqapi.ReplayResult
 	err := c.do(ctx, http.MethodPost, "/v1/replays", corr, map[string]any{"ids": ids, "reason": reason}, &out)
 	return out, err
 }

@@ -39,7 +39,7 @@ type dlqView struct {
 	Truncated bool
 	Records   []dlq.Record
 	CanReplay bool
-	Result    *dlq.ReplayResult
+	Result    *dlqapi.ReplayResult
 	Purged    *dlqapi.PurgeResult
 	Console   []store.AuditEntry
 	Errors    []string
@@ -169,14 +169,8 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := s.cfg.DLQ.Replay(r.Context(), ids, who.Reason+" (console user "+who.Name+")", who.CorrelationID)
-	var de *dlq.Error
-	switch {
-	case errors.As(err, &de):
-		refuse(de.Status, "The dlq-auditor refused the replay: "+de.Message)
-		return
-	case err != nil:
-		s.cfg.Log.Error("dlq replay", "err", err, "correlation_id", who.CorrelationID)
-		refuse(http.StatusBadGateway, "The dlq-auditor could not be reached; the replay may not have run: "+err.Error())
+	if err != nil {
+		s.dlqFailed(refuse, "replay", "the replay may have run in part (each record it published is in its audit trail)", who, err)
 		return
 	}
 	after := map[string]any{"replay_id": res.ReplayID, "published": res.Published, "failed": res.Failed, "aborted": res.Aborted, "abort_reason": res.AbortReason}
@@ -212,4 +206,18 @@ func (s *Server) checkDLQSelection(ids []string, who store.Actor, verb string) (
 		return http.StatusUnprocessableEntity, fmt.Sprintf("the reason is longer than %d bytes", store.MaxReason)
 	}
 	return 0, ""
+}
+
+// dlqFailed answers an auditor call for verb that did not succeed: a 4xx is
+// the auditor's refusal, passed on with its status; anything else (a 5xx, no
+// answer) is a failure that may have done part of the work — partly says
+// what — answered 502 and logged.
+func (s *Server) dlqFailed(refuse func(code int, msg string), verb, partly string, who store.Actor, err error) {
+	var de *dlq.Error
+	if errors.As(err, &de) && de.Status < 500 {
+		refuse(de.Status, "The dlq-auditor refused the "+verb+": "+de.Message)
+		return
+	}
+	s.cfg.Log.Error("dlq "+verb, "err", err, "correlation_id", who.CorrelationID)
+	refuse(http.StatusBadGateway, "The dlq-auditor failed or could not be reached; "+partly+": "+err.Error())
 }

@@ -1,11 +1,9 @@
 package web
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 
-	"github.com/floodgate-dev/floodgate/services/console/internal/dlq"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
 )
 
@@ -46,14 +44,8 @@ func (s *Server) dlqPurge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := s.cfg.DLQ.Purge(r.Context(), ids, who.Reason+" (console user "+who.Name+")", who.CorrelationID)
-	var de *dlq.Error
-	switch {
-	case errors.As(err, &de) && de.Status < 500:
-		refuse(de.Status, "The dlq-auditor refused the purge: "+de.Message)
-		return
-	case err != nil:
-		s.cfg.Log.Error("dlq purge", "err", err, "correlation_id", who.CorrelationID)
-		refuse(http.StatusBadGateway, "The dlq-auditor failed or could not be reached; some records may have been purged (each one it purged is in its audit trail): "+err.Error())
+	if err != nil {
+		s.dlqFailed(refuse, "purge", "some records may have been purged (each one it purged is in its audit trail)", who, err)
 		return
 	}
 	after := map[string]any{"purged": res.Purged, "items": res.Items}

@@ -33,8 +33,8 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
-	"github.com/floodgate-dev/floodgate/pkg/tracing"
 )
 
 // rig is one detector app running against an in-process broker.
@@ -119,7 +119,7 @@ func (r *rig) start(b *testing.B) {
 		level = slog.LevelInfo
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	go func() { done <- Run(ctx, getenv, log, tracing.Tracing{}) }()
+	go func() { done <- Run(ctx, service.NewEnv("detector", service.Stdio{Getenv: getenv}, log)) }()
 	var once sync.Once
 	var err error
 	select {

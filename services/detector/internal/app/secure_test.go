@@ -18,10 +18,10 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/pkg/tlstest"
-	"github.com/floodgate-dev/floodgate/pkg/tracing"
 )
 
 const (
@@ -85,7 +85,7 @@ func TestDetectorOnSecuredKafkaAndRedis(t *testing.T) {
 	stacktest.Needs(t, "starts redis-server")
 	env, sec, rsec := secureStack(t)
 	det := stacktest.Start(t, "detector", func(ctx context.Context, log *slog.Logger) error {
-		return Run(ctx, stacktest.Getenv(env), log, tracing.Tracing{})
+		return Run(ctx, service.NewEnv("detector", service.Stdio{Getenv: stacktest.Getenv(env)}, log))
 	})
 
 	bot := events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("secure%d", time.Now().UnixNano())}
@@ -162,7 +162,7 @@ func TestDetectorRefusesWrongCredentials(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			start := time.Now()
-			err := Run(ctx, stacktest.Getenv(bad), logs.Logger(slog.LevelDebug), tracing.Tracing{})
+			err := Run(ctx, service.NewEnv("detector", service.Stdio{Getenv: stacktest.Getenv(bad)}, logs.Logger(slog.LevelDebug)))
 			require.Error(t, err)
 			require.Less(t, time.Since(start), 10*time.Second, "refused at start-up, not after retrying")
 			require.Contains(t, err.Error(), tc.names)

@@ -48,7 +48,6 @@ type ServiceConfig struct {
 	PagerSeverity   string        // FLOODGATE_PAGERDUTY_MIN_SEVERITY (critical = score ≥ 10)
 	PagerPerMinute  int           // FLOODGATE_PAGERDUTY_MAX_PER_MINUTE
 	PagerResolve    time.Duration // FLOODGATE_PAGERDUTY_RESOLVE_INTERVAL
-	ShutdownTimeout time.Duration // FLOODGATE_SHUTDOWN_TIMEOUT
 }
 
 // ServiceConfigFromEnv reads and validates the configuration.
@@ -119,7 +118,6 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 		PagerSeverity:   e.String("FLOODGATE_PAGERDUTY_MIN_SEVERITY", "critical"),
 		PagerPerMinute:  e.Int("FLOODGATE_PAGERDUTY_MAX_PER_MINUTE", 10),
 		PagerResolve:    e.Duration("FLOODGATE_PAGERDUTY_RESOLVE_INTERVAL", 30*time.Second),
-		ShutdownTimeout: e.Duration("FLOODGATE_SHUTDOWN_TIMEOUT", 10*time.Second),
 	}
 	c.Policies = map[events.Pattern]PatternPolicy{}
 	for _, p := range []struct {
@@ -188,6 +186,5 @@ func (c ServiceConfig) Validate() error {
 	v.Require(sevOK, "FLOODGATE_PAGERDUTY_MIN_SEVERITY", "%q is not one of low|medium|high|critical", c.PagerSeverity)
 	v.Require(c.PagerPerMinute >= 1, "FLOODGATE_PAGERDUTY_MAX_PER_MINUTE", "%d: at least 1", c.PagerPerMinute)
 	v.Require(c.PagerResolve >= time.Second, "FLOODGATE_PAGERDUTY_RESOLVE_INTERVAL", "at least 1s")
-	v.Require(c.ShutdownTimeout > 0, "FLOODGATE_SHUTDOWN_TIMEOUT", "must be positive")
 	return v.Err()
 }

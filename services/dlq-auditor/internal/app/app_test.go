@@ -402,7 +402,7 @@ func TestDeadLettersAreAuditedReplayedAndAccountedFor(t *testing.T) {
 		env["FLOODGATE_DLQ_TOKEN"] = sreToken
 		args := append([]string{"replay", "-reason", "ledger fixed", "-canary", "1"}, brokenRecordIDs...)
 		require.NoError(t, Run(ctx, cliEnv(t, getenv, &out, args)), out.String())
-		var res auditor.ReplayResult
+		var res dlqapi.ReplayResult
 		require.NoError(t, json.Unmarshal(out.Bytes(), &res))
 		require.False(t, res.Aborted, res.AbortReason)
 		require.Equal(t, len(brokenIDs), res.Published)
@@ -440,13 +440,18 @@ func TestDeadLettersAreAuditedReplayedAndAccountedFor(t *testing.T) {
 		require.Equal(t, res.ReplayID, header(replayed, auditor.HeaderReplayID))
 		require.Equal(t, brokenRecordIDs[0], header(replayed, auditor.HeaderReplayOf))
 		require.Equal(t, header(orig, stream.HeaderCEID), header(replayed, stream.HeaderCEID))
+		// The API call that caused the copy: the replay's correlation id.
+		corrs := []string{ins.Audit[0].CorrelationID, ins.Audit[1].CorrelationID}
+		require.True(t, httpapi.ValidRequestID(header(replayed, httpapi.KafkaHeaderRequestID)), "x-request-id set")
+		require.Contains(t, corrs, header(replayed, httpapi.KafkaHeaderRequestID))
+		require.NotEqual(t, corrs[0], corrs[1], "each replay call its own id")
 	})
 
 	t.Run("a poison canary stops its replay", func(t *testing.T) {
 		var out bytes.Buffer
 		err := Run(ctx, cliEnv(t, getenv, &out, []string{"replay", "-reason", "try the poison", poisonID, brokenRecordIDs[0]}))
 		require.ErrorContains(t, err, "aborted")
-		var res auditor.ReplayResult
+		var res dlqapi.ReplayResult
 		require.NoError(t, json.Unmarshal(out.Bytes(), &res))
 		require.True(t, res.Aborted)
 		require.Contains(t, res.AbortReason, "dead-lettered again")

@@ -134,7 +134,7 @@ func runClient(ctx context.Context, cmd string, args []string, getenv config.Get
 				return fmt.Errorf("%w: nothing matches the filter", ErrUsage)
 			}
 		}
-		var out auditor.ReplayResult
+		var out dlqapi.ReplayResult
 		if err := c.do(ctx, http.MethodPost, "/v1/replays", nil,
 			api.ReplayBody{IDs: ids, Canary: *canary, Rate: *rate, Reason: *reason}, &out); err != nil {
 			return err

@@ -11,6 +11,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/floodgate-dev/floodgate/pkg/dlqapi"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/kafkascan"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/pkg/tick"
@@ -55,27 +57,6 @@ type ReplayRequest struct {
 	CorrelationID string
 }
 
-// ReplayItem is one record's outcome.
-type ReplayItem struct {
-	ID              string `json:"id"`
-	Status          string `json:"status"`
-	Canary          bool   `json:"canary,omitempty"`
-	SourceTopic     string `json:"source_topic,omitempty"`
-	SourcePartition int    `json:"source_partition,omitempty"`
-	NewOffset       int64  `json:"new_offset,omitempty"` // where the replayed copy landed
-	Error           string `json:"error,omitempty"`
-}
-
-// ReplayResult reports a replay.
-type ReplayResult struct {
-	ReplayID    string       `json:"replay_id"`
-	Published   int          `json:"published"`
-	Failed      int          `json:"failed"`
-	Aborted     bool         `json:"aborted"`
-	AbortReason string       `json:"abort_reason,omitempty"`
-	Items       []ReplayItem `json:"items"`
-}
-
 // Replayer publishes dead letters back to their source topics: the original
 // key, value and headers read byte for byte from the DLQ topic (the stored
 // copy is redacted), plus the replay headers, to the original partition so
@@ -118,31 +99,31 @@ func (rp *Replayer) replayTarget(rec Record) string {
 type replayCandidate struct {
 	rec  Record
 	orig stream.DLQRecord
-	item *ReplayItem
+	item *dlqapi.ReplayItem
 }
 
 // Replay runs req. It returns an error only when the replay could not start
 // (bad request, one already running, Kafka unreachable); per-record problems
 // and an aborted canary are in the result.
-func (rp *Replayer) Replay(ctx context.Context, req ReplayRequest) (ReplayResult, error) {
+func (rp *Replayer) Replay(ctx context.Context, req ReplayRequest) (dlqapi.ReplayResult, error) {
 	if err := checkSelection(req.IDs, rp.Max, req.Reason); err != nil {
-		return ReplayResult{}, err
+		return dlqapi.ReplayResult{}, err
 	}
 	if req.Rate < 0 || req.Canary < 0 {
-		return ReplayResult{}, fmt.Errorf("%w: rate and canary must not be negative", ErrBadRequest)
+		return dlqapi.ReplayResult{}, fmt.Errorf("%w: rate and canary must not be negative", ErrBadRequest)
 	}
 	seen := map[string]bool{}
 	for _, id := range req.IDs {
 		if _, _, _, err := ParseID(id); err != nil {
-			return ReplayResult{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
+			return dlqapi.ReplayResult{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
 		}
 		if seen[id] {
-			return ReplayResult{}, fmt.Errorf("%w: record %s selected twice", ErrBadRequest, id)
+			return dlqapi.ReplayResult{}, fmt.Errorf("%w: record %s selected twice", ErrBadRequest, id)
 		}
 		seen[id] = true
 	}
 	if !rp.running.TryLock() {
-		return ReplayResult{}, ErrReplayRunning
+		return dlqapi.ReplayResult{}, ErrReplayRunning
 	}
 	defer rp.running.Unlock()
 
@@ -154,7 +135,7 @@ func (rp *Replayer) Replay(ctx context.Context, req ReplayRequest) (ReplayResult
 	if canary == 0 {
 		canary = 1
 	}
-	res := ReplayResult{ReplayID: rp.NewID(), Items: make([]ReplayItem, len(req.IDs))}
+	res := dlqapi.ReplayResult{ReplayID: rp.NewID(), Items: make([]dlqapi.ReplayItem, len(req.IDs))}
 	log := rp.Logger.With("replay_id", res.ReplayID)
 
 	// Resolve every record and read its original before publishing anything.
@@ -168,7 +149,7 @@ func (rp *Replayer) Replay(ctx context.Context, req ReplayRequest) (ReplayResult
 			item.Status = StatusNotFound
 			continue
 		case err != nil:
-			return ReplayResult{}, err
+			return dlqapi.ReplayResult{}, err
 		case !rec.Replayable():
 			item.Status, item.Error = StatusNotReplayable, "not a valid dead-letter record: "+rec.ErrorMessage
 			continue
@@ -184,7 +165,7 @@ func (rp *Replayer) Replay(ctx context.Context, req ReplayRequest) (ReplayResult
 			continue
 		}
 		if err != nil {
-			return ReplayResult{}, err
+			return dlqapi.ReplayResult{}, err
 		}
 		orig, err := stream.ParseDLQRecord(msg)
 		if err != nil {
@@ -202,7 +183,7 @@ func (rp *Replayer) Replay(ctx context.Context, req ReplayRequest) (ReplayResult
 			return err
 		}
 		c.item.Canary = isCanary
-		off, err := rp.publish(ctx, res.ReplayID, c)
+		off, err := rp.publish(ctx, res.ReplayID, req.CorrelationID, c)
 		if err != nil {
 			c.item.Status, c.item.Error = StatusFailed, err.Error()
 			res.Failed++
@@ -240,7 +221,7 @@ func (rp *Replayer) Replay(ctx context.Context, req ReplayRequest) (ReplayResult
 		if _, ok := dlqMarks[c.rec.DLQTopic]; !ok {
 			marks, err := rp.highWatermarks(ctx, c.rec.DLQTopic)
 			if err != nil {
-				return ReplayResult{}, err
+				return dlqapi.ReplayResult{}, err
 			}
 			dlqMarks[c.rec.DLQTopic] = marks
 		}
@@ -267,7 +248,7 @@ func (rp *Replayer) Replay(ctx context.Context, req ReplayRequest) (ReplayResult
 	return res, nil
 }
 
-func (rp *Replayer) abort(res ReplayResult, log *slog.Logger, reason string) ReplayResult {
+func (rp *Replayer) abort(res dlqapi.ReplayResult, log *slog.Logger, reason string) dlqapi.ReplayResult {
 	res.Aborted, res.AbortReason = true, reason
 	log.Warn("replay aborted", "reason", reason, "published", res.Published)
 	return res
@@ -275,13 +256,15 @@ func (rp *Replayer) abort(res ReplayResult, log *slog.Logger, reason string) Rep
 
 // publish writes the original message, with its dlq_* provenance (so only the
 // group that failed it handles it again — see stream.DLQRecord.Replay) and the
-// replay headers, to its source partition and returns the offset it got.
-func (rp *Replayer) publish(ctx context.Context, replayID string, c replayCandidate) (int64, error) {
+// replay headers, to its source partition and returns the offset it got. The
+// replay request's correlation id, when there is one, goes in the
+// httpapi.KafkaHeaderRequestID header: the API call that caused the record.
+func (rp *Replayer) publish(ctx context.Context, replayID, corr string, c replayCandidate) (int64, error) {
 	orig := c.orig.Replay()
-	headers := make([]kafka.Header, 0, len(orig.Headers)+3)
+	headers := make([]kafka.Header, 0, len(orig.Headers)+4)
 	for _, h := range orig.Headers {
 		switch h.Key {
-		case HeaderReplayID, HeaderReplayedAt, HeaderReplayOf: // from an earlier replay
+		case HeaderReplayID, HeaderReplayedAt, HeaderReplayOf, httpapi.KafkaHeaderRequestID: // from an earlier replay
 		default:
 			headers = append(headers, h)
 		}
@@ -291,6 +274,9 @@ func (rp *Replayer) publish(ctx context.Context, replayID string, c replayCandid
 		kafka.Header{Key: HeaderReplayedAt, Value: []byte(rp.Now().UTC().Format(tsLayout))},
 		kafka.Header{Key: HeaderReplayOf, Value: []byte(c.rec.ID)},
 	)
+	if corr != "" {
+		headers = append(headers, kafka.Header{Key: httpapi.KafkaHeaderRequestID, Value: []byte(corr)})
+	}
 	res, err := rp.Kafka.Produce(ctx, &kafka.ProduceRequest{
 		Topic:        c.orig.SourceTopic,
 		Partition:    c.orig.Partition,

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi/openapitest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/pkg/service"
@@ -84,12 +86,14 @@ func TestRunServesEnvoyRateLimitServiceAndHealth(t *testing.T) {
 	openapitest.CheckServed(t, "http://"+httpAddr, want)
 
 	// /readyz on the check port is the limiter's own JSON readiness (Redis
-	// shards, journal), not the runner's plain "ok" that shadowed it.
+	// shards, the master in use, journal), not the runner's plain "ok" that
+	// shadowed it; the runner answers it through the limiter's handler.
 	resp, err = http.Get("http://" + httpAddr + "/readyz")
 	require.NoError(t, err)
 	var ready struct {
-		Status string            `json:"status"`
-		Redis  map[string]string `json:"redis"`
+		Status      string            `json:"status"`
+		Redis       map[string]string `json:"redis"`
+		RedisMaster string            `json:"redis_master"`
 	}
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&ready))
 	resp.Body.Close()
@@ -97,6 +101,17 @@ func TestRunServesEnvoyRateLimitServiceAndHealth(t *testing.T) {
 	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
 	require.Equal(t, "ok", ready.Status)
 	require.NotEmpty(t, ready.Redis, "the shards' breaker states")
+	require.Equal(t, config.DefaultRedisAddrs, ready.RedisMaster, "the master in use, from the Redis topology")
+
+	// /metrics on the check port is the runner's, on the registry the
+	// limiter's engine and server count on.
+	resp, err = http.Get("http://" + httpAddr + "/metrics")
+	require.NoError(t, err)
+	metrics, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Contains(t, string(metrics), "floodgate_redis_master")
+	require.Contains(t, string(metrics), "floodgate_limiter_redis_errors_total")
 
 	require.NoError(t, lim.Stop())
 }
