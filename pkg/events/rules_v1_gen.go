@@ -22,6 +22,8 @@ const (
 	MaxAuthorLen = 128
 	// MaxRolloutStepsLen is the maxLength of steps in the schemas.
 	MaxRolloutStepsLen = 64
+	// MaxWhatIfLen is the maxLength of whatif in the schemas.
+	MaxWhatIfLen = 256
 )
 
 // RulesState is a rules version's rollout state.
@@ -104,6 +106,12 @@ type RulesVersion struct {
 	// next, in milliseconds (at most 7 days). Absent: the shadow period's length. (0:
 	// absent)
 	StepWindowMs int64
+	// Whatif is "whatif": optional: the rollout's first gate, the what-if verdict on
+	// recorded traffic it passed before it was proposed (its replay of the decisions topic
+	// through the candidate against the enforced version), e.g. what-if over the last 10m:
+	// safe, confidence high, 5210 decisions replayed. Absent: the gate was skipped. ("":
+	// absent)
+	Whatif string
 }
 
 func (v *RulesVersion) appendJSON(b []byte) []byte {
@@ -153,6 +161,10 @@ func (v *RulesVersion) appendJSON(b []byte) []byte {
 		b = append(b, `,"step_window_ms":`...)
 		b = strconv.AppendInt(b, v.StepWindowMs, 10)
 	}
+	if v.Whatif != "" {
+		b = append(b, `,"whatif":`...)
+		b = appendString(b, v.Whatif)
+	}
 	b = append(b, '}')
 	return b
 }
@@ -189,6 +201,9 @@ func (v *RulesVersion) validate() *ValidationError {
 	}
 	if v.StepWindowMs != 0 {
 		c.at("step_window_ms", intRange(v.StepWindowMs, 1, 604_800_000))
+	}
+	if v.Whatif != "" {
+		c.at("whatif", validText(v.Whatif, MaxWhatIfLen, false))
 	}
 	return c.err
 }
@@ -231,6 +246,8 @@ func DecodeRulesVersion(data []byte) (RulesVersion, error) {
 			v.Step = o.int(15, "step", 1, 16)
 		case "step_window_ms":
 			v.StepWindowMs = o.int(16, "step_window_ms", 1, 604_800_000)
+		case "whatif":
+			v.Whatif = o.str(17, "whatif", fmtText, MaxWhatIfLen)
 		default:
 			o.skip()
 		}

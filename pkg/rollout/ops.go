@@ -34,6 +34,10 @@ type Params struct {
 	// for StepWindow before the next.
 	Steps      string
 	StepWindow time.Duration
+	// WhatIf is the what-if verdict on recorded traffic the rollout passed
+	// as its first gate, in words ("": the gate was skipped); carried on
+	// every record of the version.
+	WhatIf string
 }
 
 // DefaultParams are the command line's and the console's defaults.
@@ -49,6 +53,7 @@ func (p Params) Validate() error {
 	v.Require(p.WatchFor >= time.Second && p.WatchFor <= 7*24*time.Hour, "watch", "%s: must be in 1s..168h", p.WatchFor)
 	v.Require(p.MaxShare > 0 && p.MaxShare <= 1, "max-critical-block", "%g: must be in (0, 1] (0.05 = 5 %%)", p.MaxShare)
 	v.Require(p.MinCritical >= 1 && p.MinCritical <= 1_000_000, "min-critical", "%d: must be in 1..1000000", p.MinCritical)
+	v.Require(len(p.WhatIf) <= events.MaxWhatIfLen, "whatif", "at most %d characters", events.MaxWhatIfLen)
 	if p.Steps != "" {
 		_, err := ParseSteps(p.Steps)
 		v.Require(err == nil, "steps", "%v", err)
@@ -132,6 +137,7 @@ func PlanPropose(st *State, rules string, p Params, a Actor, now time.Time) (Pla
 		bps, _ := ParseSteps(p.Steps) // validated above
 		r.Steps, r.StepWindowMs = FormatSteps(bps), p.StepWindow.Milliseconds()
 	}
+	r.Whatif = p.WhatIf
 	return Plan{Action: ActionPropose, Version: v, Records: []events.RulesVersion{r}}, nil
 }
 

@@ -165,14 +165,14 @@ func changeCmd(ctx context.Context, env service.Env, cmd string, args []string) 
 	case cmd == "rollout" && *bootstrap:
 		plan, err = op.Bootstrap(ctx, string(rules), actor)
 	case cmd == "rollout":
+		verdict := ""
 		if *whatIfSpan != "0" {
-			verdict, err := whatIfGate(ctx, env, re.topic, file, *whatIfSpan)
-			if err != nil {
+			if verdict, err = whatIfGate(ctx, env, re.topic, file, *whatIfSpan); err != nil {
 				return err
 			}
 			actor.Reason += " [" + verdict + "]"
 		}
-		p := rollout.Params{ShadowFor: *shadow, WatchFor: *watch, MaxShare: *maxBlock / 100, MinCritical: *minCritical, Steps: *steps, StepWindow: *stepWindow}
+		p := rollout.Params{WhatIf: verdict, ShadowFor: *shadow, WatchFor: *watch, MaxShare: *maxBlock / 100, MinCritical: *minCritical, Steps: *steps, StepWindow: *stepWindow}
 		if *steps == "none" {
 			p.Steps = ""
 		}
@@ -283,6 +283,9 @@ func printStatus(_ context.Context, out io.Writer, st *rollout.State, impact fun
 		} else {
 			fmt.Fprintf(w, "step:\tenforced for %.2f %% of principals, watched until %s; rolled back on harm to version %d\n",
 				float64(c.SliceBP())/100, c.TS.Add(c.StepWindow()).Format(time.RFC3339), c.ParentVersion)
+		}
+		if c.Whatif != "" {
+			fmt.Fprintf(w, "first gate:\t%s\n", c.Whatif)
 		}
 		if c.Steps != "" {
 			fmt.Fprintf(w, "steps:\t%s %% of principals, each watched %s\n", c.Steps, c.StepWindow())

@@ -100,6 +100,7 @@ func TestRolloutCommands(t *testing.T) {
 	require.Contains(t, out, "enforced: version 1")
 	require.Contains(t, out, "candidate: version 2, shadow since")
 	require.Contains(t, out, "steps: 5,100 % of principals, each watched 2m0s")
+	require.Contains(t, out, "first gate: what-if over the last 10m: ", "the first gate's verdict is kept on the record")
 	require.Contains(t, out, "aborted above 2.5 % CRITICAL would-block")
 	require.Contains(t, out, "critical: 0 of 0 would block")
 
