@@ -146,8 +146,8 @@ func RolloutClassHarm(ctx context.Context, e *Env, s Size, r *Result) error {
 // rollout controller. A candidate that limits every bot to one call an
 // hour passes its shadow period on people's traffic alone (no bot calls
 // yet: a class the shadow never saw), and the controller takes it to its
-// first step, 1 % of principals. Then 2,000 declared bots (best_effort)
-// start calling: the controller must roll it back at that first step on
+// first step, 1 % of principals. Then 1,000 declared bots (best_effort)
+// start calling, each about every 2.5 s: the controller must roll it back at that first step on
 // the class's rise over its parent, audited with its figures, and the share
 // of bot calls it denied during the rollout must be at most 1 %.
 func RolloutStepHarm(ctx context.Context, e *Env, s Size, r *Result) error {
@@ -221,7 +221,7 @@ func RolloutStepHarm(ctx context.Context, e *Env, s Size, r *Result) error {
 		return err
 	}
 	stepAfter := time.Since(proposed)
-	bots := make([]events.Principal, 2000)
+	bots := make([]events.Principal, 1000)
 	inSlice := 0
 	for i := range bots {
 		bots[i] = events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("stepbot%d_%d", time.Now().UnixNano(), i)}
@@ -229,8 +229,8 @@ func RolloutStepHarm(ctx context.Context, e *Env, s Size, r *Result) error {
 			inSlice++
 		}
 	}
-	botLoad := &Load{URL: "http://" + lim.Addr, Rate: 300, Workers: 6,
-		Next:     func(w, i int) events.Principal { return bots[(w*7919+i*6)%len(bots)] },
+	botLoad := &Load{URL: "http://" + lim.Addr, Rate: 400, Workers: 8,
+		Next:     func(w, i int) events.Principal { return bots[(w+i*8)%len(bots)] }, // round robin over the bots
 		Priority: func(int, int) string { return "best_effort" }}
 	botsFrom := time.Now()
 	stopBots := startLoad(ctx, botLoad)
@@ -292,7 +292,7 @@ func RolloutStepHarm(ctx context.Context, e *Env, s Size, r *Result) error {
 		f, _ := row.After["figures"].(map[string]any)
 		return f
 	}
-	r.metric("candidate", "version 2 limits every bot to 1 call an hour (best_effort), people untouched; steps %s %%, shadow %s; people (critical) at 200 checks/s throughout, 2,000 bots at 300 checks/s from the first step on", params.Steps, params.ShadowFor)
+	r.metric("candidate", "version 2 limits every bot to 1 call an hour (best_effort), people untouched; steps %s %%, shadow %s; people (critical) at 200 checks/s throughout, 1,000 bots at 400 checks/s from the first step on", params.Steps, params.ShadowFor)
 	if stepRow != nil {
 		r.metric("first step", "reached %.1f s after the proposal: %s", stepAfter.Seconds(), stepRow.Reason)
 	}
