@@ -192,11 +192,17 @@ func judgeShadow(v *Verdict, c Entry, j shareJudged, classes []ClassJudged, conf
 		v.Reason = fmt.Sprintf("shadow period over, waiting for %d CRITICAL decisions; %s", c.MinSamples(), j.desc)
 	case len(classes) > 0 && classes[0].Verdict == ClassUnsure:
 		v.Reason = fmt.Sprintf("shadow period over, waiting for %s confidence: %s", pct(ConfidenceLevel), classes[0])
+	case len(steps) > 0 && judgedCount(classes) == 0:
+		// The confidence must hold before each step, the first included.
+		v.Reason = fmt.Sprintf("shadow period over, waiting for a class with enough decisions to be judged; %s", j.desc)
 	default:
 		v.Action = ActionPromote
 		v.Reason = fmt.Sprintf("shadow %s passed: %s ≤ %s", c.ShadowFor(), j.desc, pct(c.MaxShare()))
-		if len(classes) > 0 {
+		switch {
+		case judgedCount(classes) > 0:
 			v.Reason += fmt.Sprintf("; every class judged within its limit at ≥ %s confidence (lowest %.1f %%)", pct(ConfidenceLevel), 100*conf)
+		case len(classes) > 0:
+			v.Reason += "; no class had enough decisions to be judged"
 		}
 		if len(steps) > 0 {
 			v.Action = ActionStep
@@ -209,12 +215,7 @@ func judgeShadow(v *Verdict, c Entry, j shareJudged, classes []ClassJudged, conf
 // the next step, or (after the last) be promoted.
 func judgeStep(v *Verdict, c Entry, steps []int64, now time.Time) {
 	end := c.TS.Add(c.StepWindow())
-	judged := 0
-	for _, j := range v.StepClasses {
-		if j.Verdict != ClassFew {
-			judged++
-		}
-	}
+	judged := judgedCount(v.StepClasses)
 	lowest := "no class judged yet"
 	if judged > 0 {
 		lowest = fmt.Sprintf("lowest class confidence %.1f %% (%s)", 100*v.StepConfidence, v.StepClasses[0].Class)
@@ -237,6 +238,17 @@ func judgeStep(v *Verdict, c Entry, steps []int64, now time.Time) {
 			v.Reason += "; the last step: enforced"
 		}
 	}
+}
+
+// judgedCount counts the classes with enough decisions to be judged.
+func judgedCount(js []ClassJudged) int {
+	n := 0
+	for _, j := range js {
+		if j.Verdict != ClassFew {
+			n++
+		}
+	}
+	return n
 }
 
 // judge judges classes by the gate, the worst first, and the lowest

@@ -100,11 +100,20 @@ func TestGradualRollout(t *testing.T) {
 	sure := map[FullClass]Paired{people: {5000, 0, 0}, bots: {3000, 3, 2}}
 
 	st := steppedState(t, sre)
-	// The shadow period, then step 1.
+	// The shadow period, then step 1 — once a class was judged.
 	v, err := Judge(ctx, &st, stepImpact(0, nil, nil), t0.Add(5*time.Minute))
 	require.NoError(t, err)
 	require.Equal(t, "", v.Action, v.Reason)
 	now := t0.Add(10*time.Minute + time.Second)
+	few := func(context.Context, int64) (Impact, error) {
+		im := Impact{Shadow: newCounts(), Enforced: newCounts(), Classes: map[FullClass]Paired{people: {50, 0, 0}}}
+		im.Shadow.Total["critical"] = 500 // enough CRITICAL for the share, too few in any class
+		return im, nil
+	}
+	v, err = Judge(ctx, &st, few, now)
+	require.NoError(t, err)
+	require.Equal(t, "", v.Action, "the confidence must hold before the first step too: %s", v.Reason)
+	require.Contains(t, v.Reason, "waiting for a class with enough decisions")
 	v, err = Judge(ctx, &st, stepImpact(0, nil, nil), now)
 	require.NoError(t, err)
 	require.Equal(t, ActionStep, v.Action, v.Reason)
