@@ -141,3 +141,178 @@ func RolloutClassHarm(ctx context.Context, e *Env, s Size, r *Result) error {
 	r.require("the abort audited with its figures", abortRow != nil && abortRow.Actor == "adjuster/rollout" && strings.Contains(abortRow.Reason, "candidate"), "%+v", abortRow)
 	return nil
 }
+
+// RolloutStepHarm runs the limiter on a rules topic and the adjuster's
+// rollout controller. A candidate that limits every bot to one call an
+// hour passes its shadow period on people's traffic alone (no bot calls
+// yet: a class the shadow never saw), and the controller takes it to its
+// first step, 1 % of principals. Then 1,000 declared bots (best_effort)
+// start calling, each about every 2.5 s: the controller must roll it back at that first step on
+// the class's rise over its parent, audited with its figures, and the share
+// of bot calls it denied during the rollout must be at most 1 %.
+func RolloutStepHarm(ctx context.Context, e *Env, s Size, r *Result) error {
+	rd, b, err := e.StartStack(ctx)
+	if err != nil {
+		return err
+	}
+	prefix, err := e.Tables(ctx)
+	if err != nil {
+		return err
+	}
+	const topicName = "floodgate.rules.v1"
+	topic := rollout.NewTopic([]string{b.Addr}, nil, topicName, e.Log)
+	defer topic.Close()
+	table := prefix + dynamo.TableAuditLog
+	audit := &rollout.DynamoAudit{Client: e.DB(), Table: table}
+	op := &rollout.Operator{Topic: topic, Audit: audit, Claims: &rollout.DynamoClaims{Client: e.DB(), Table: table},
+		Validate: func(name string, b []byte) error { _, err := limiter.ParseRules(name, b); return err }}
+	sre := rollout.Actor{Name: "chaos", Reason: "rollout-step-harm", Via: "cli"}
+	if _, err := op.Bootstrap(ctx, harmParent, sre); err != nil {
+		return fmt.Errorf("bootstrap rules: %w", err)
+	}
+	lim, err := e.StartLimiter(ctx, b, rd, "", "FLOODGATE_RULES_TOPIC="+topicName, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=")
+	if err != nil {
+		return err
+	}
+	if _, err := e.startService(ctx, "adjuster", []string{
+		"FLOODGATE_REDIS_ADDRS=" + rd.Addr, "FLOODGATE_KAFKA_BROKERS=" + b.Addr,
+		"FLOODGATE_DYNAMODB_ENDPOINT=" + e.DynamoEndpoint, "FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix,
+		"FLOODGATE_INFLUX_URL=" + closedURL(), "FLOODGATE_RULES_TOPIC=" + topicName, "FLOODGATE_ADJUSTER_ROLLOUT_WINDOW=30s",
+	}); err != nil {
+		return err
+	}
+	people := users("stepharm", 50)
+	peopleLoad := &Load{URL: "http://" + lim.Addr, Rate: 200, Workers: 4,
+		Next:     func(w, i int) events.Principal { return people[(w*7919+i)%len(people)] },
+		Priority: func(int, int) string { return "critical" }}
+	stopPeople := startLoad(ctx, peopleLoad)
+	defer stopPeople()
+	_ = sleep(ctx, 3*time.Second)
+	params := rollout.DefaultParams()
+	params.ShadowFor, params.StepWindow = 5*time.Second, 10*time.Minute // the first step is never passed in this run
+	proposed := time.Now()
+	if _, err := op.Propose(ctx, harmCandidate, params, sre); err != nil {
+		return fmt.Errorf("propose the candidate: %w", err)
+	}
+	candidate := func() (rollout.Entry, error) {
+		st, err := topic.Read(ctx)
+		if err != nil {
+			return rollout.Entry{}, err
+		}
+		v, ok := st.Version(2)
+		if !ok {
+			return rollout.Entry{}, fmt.Errorf("version 2 not on the topic")
+		}
+		return v, nil
+	}
+	err = waitFor(ctx, 90*time.Second, "the controller takes the candidate to its first step", func() error {
+		v, err := candidate()
+		switch {
+		case err != nil:
+			return err
+		case v.State != events.RulesStateShadow:
+			return fmt.Errorf("version 2 %s before its first step: %s", v.State, v.Reason)
+		case v.Step < 1:
+			return fmt.Errorf("version 2 still in shadow")
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	stepAfter := time.Since(proposed)
+	bots := make([]events.Principal, 1000)
+	inSlice := 0
+	for i := range bots {
+		bots[i] = events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("stepbot%d_%d", time.Now().UnixNano(), i)}
+		if limiter.PrincipalSlice(bots[i]) < 100 {
+			inSlice++
+		}
+	}
+	botLoad := &Load{URL: "http://" + lim.Addr, Rate: 400, Workers: 8,
+		Next:     func(w, i int) events.Principal { return bots[(w+i*8)%len(bots)] }, // round robin over the bots
+		Priority: func(int, int) string { return "best_effort" }}
+	botsFrom := time.Now()
+	stopBots := startLoad(ctx, botLoad)
+	defer stopBots()
+	var final rollout.Entry
+	err = waitFor(ctx, 120*time.Second, "the controller rolls the candidate back at its step", func() error {
+		v, err := candidate()
+		if err != nil {
+			return err
+		}
+		if v.State == events.RulesStateShadow {
+			return fmt.Errorf("version 2 still at %s", v.StepName())
+		}
+		final = v
+		return nil
+	})
+	rolledAt := time.Now()
+	_ = sleep(ctx, 2*time.Second)
+	stopBots()
+	stopPeople()
+	if err != nil {
+		return err
+	}
+	var botAnswered, botDenied, peopleDenied int
+	deniedBots := map[string]bool{}
+	for _, c := range botLoad.Results() {
+		if !c.OK || c.Start.After(rolledAt) {
+			continue
+		}
+		botAnswered++
+		if !c.Allowed {
+			botDenied++
+			deniedBots[c.Principal.ID] = true
+		}
+	}
+	for _, c := range peopleLoad.Results() {
+		if c.OK && !c.Allowed {
+			peopleDenied++
+		}
+	}
+	affected := float64(botDenied) / float64(max(botAnswered, 1))
+	hist, err := audit.History(ctx, 10)
+	if err != nil {
+		return fmt.Errorf("read the rollout audit: %w", err)
+	}
+	var stepRow, rollbackRow *rollout.AuditEntry
+	for i := range hist {
+		switch {
+		case hist[i].Action == rollout.ActionRollback && rollbackRow == nil:
+			rollbackRow = &hist[i]
+		case hist[i].Action == rollout.ActionStep && stepRow == nil:
+			stepRow = &hist[i]
+		}
+	}
+	figures := func(row *rollout.AuditEntry) map[string]any {
+		if row == nil {
+			return nil
+		}
+		f, _ := row.After["figures"].(map[string]any)
+		return f
+	}
+	r.metric("candidate", "version 2 limits every bot to 1 call an hour (best_effort), people untouched; steps %s %%, shadow %s; people (critical) at 200 checks/s throughout, 1,000 bots at 400 checks/s from the first step on", params.Steps, params.ShadowFor)
+	if stepRow != nil {
+		r.metric("first step", "reached %.1f s after the proposal: %s", stepAfter.Seconds(), stepRow.Reason)
+	}
+	r.metric("outcome", "version 2 %s %.1f s after the bots began, at step %d: %s", final.State, rolledAt.Sub(botsFrom).Seconds(), final.Step, final.Reason)
+	r.metric("slice", "%d of %d bots (%.2f %%) hash into the 1 %% slice; %d bots were denied at least once", inSlice, len(bots), 100*float64(inSlice)/float64(len(bots)), len(deniedBots))
+	r.metric("affected", "%d of %d bot checks denied during the rollout (%.2f %%); people denied %d", botDenied, botAnswered, 100*affected, peopleDenied)
+	r.require("rolled back at its first step", final.State == events.RulesStateRolledBack && final.Step == 1, "state %s at step %d", final.State, final.Step)
+	r.require("on the harmed class, with its figures", strings.Contains(final.Reason, "kind=bot") || strings.Contains(final.Reason, "priority=best_effort"), "%s", final.Reason)
+	r.require("the share of bot checks affected ≤ the first step's 1 %", botAnswered > 0 && affected <= 0.01, "%.2f %% of %d", 100*affected, botAnswered)
+	r.require("only principals of the slice affected", func() bool {
+		for id := range deniedBots {
+			if limiter.PrincipalSlice(events.Principal{Kind: events.PrincipalBot, ID: id}) >= 100 {
+				return false
+			}
+		}
+		return true
+	}(), "%d bots denied", len(deniedBots))
+	r.require("people never denied", peopleDenied == 0, "%d denied", peopleDenied)
+	r.require("the step audited with its figures", stepRow != nil && stepRow.Actor == "adjuster/rollout" && figures(stepRow) != nil, "%+v", stepRow)
+	r.require("the rollback audited with its figures", rollbackRow != nil && rollbackRow.Actor == "adjuster/rollout" && figures(rollbackRow)["step"] == float64(1),
+		"%+v", rollbackRow)
+	return nil
+}

@@ -59,6 +59,7 @@ func Scenarios() []Scenario {
 		{"deferred-kill", "5,000 orders at 5× their limit through the reverse proxy on a deferring route; the broker SIGKILLed mid-burst and restarted, the deferred-work worker SIGKILLed during the replay and restarted", false, DeferredKill},
 		{"shed-release", "Redis replies delayed 46 ms (the limiters' Redis latency signal near its budget) under prioritised load for 30 s, then the delay removed; no CPU or error-rate writer: shedding must engage, keep critical answered, and let go within the stated release time", false, ShedRelease},
 		{"rollout-class-harm", "a rules candidate that would block almost every declared bot (best_effort) with CRITICAL untouched, in shadow beside its parent under load; the adjuster's controller must abort it on the class's rise before any of it is enforced", false, RolloutClassHarm},
+		{"rollout-step-harm", "a rules candidate that passes its shadow on people's traffic alone, then meets 1,000 declared bots (best_effort) it would block at its first step (1 % of principals); the controller must roll it back at that step, with the bot checks affected ≤ 1 %", false, RolloutStepHarm},
 		{"influx-pagerduty-down", "detector with InfluxDB on a closed port and PagerDuty answering 500 while rapid-fire bots run", false, InfluxPagerDown},
 	}
 }

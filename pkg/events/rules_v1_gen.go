@@ -20,6 +20,10 @@ const (
 	MaxRulesYAMLLen = 262144
 	// MaxAuthorLen is the maxLength of author in the schemas.
 	MaxAuthorLen = 128
+	// MaxRolloutStepsLen is the maxLength of steps in the schemas.
+	MaxRolloutStepsLen = 64
+	// MaxWhatIfLen is the maxLength of whatif in the schemas.
+	MaxWhatIfLen = 256
 )
 
 // RulesState is a rules version's rollout state.
@@ -51,8 +55,10 @@ type RulesVersion struct {
 	// (decimal).
 	Version int64
 	// State is "state": shadow: evaluated beside the enforced rules on live traffic without
-	// affecting answers; enforced: the rules in force; rolled_back: withdrawn (a shadow
-	// candidate aborted, or an enforced version replaced by its parent).
+	// affecting answers (with step above 0: enforced for the principals whose hash falls in
+	// the step's slice, in shadow for the others); enforced: the rules in force;
+	// rolled_back: withdrawn (a shadow candidate aborted or rolled back at a step, or an
+	// enforced version replaced by its parent).
 	State RulesState
 	// Rules is "rules": the rules file (YAML, version 1, schemas/rate-limits.schema.json),
 	// 1-262144 characters; tab and newline allowed.
@@ -85,6 +91,27 @@ type RulesVersion struct {
 	// MinCritical is "min_critical": optional: how many CRITICAL decisions must be judged
 	// before the share decides anything, 1-1000000. Absent: 20. (0: absent)
 	MinCritical int64
+	// Steps is "steps": optional: the gradual rollout's steps after the shadow period, as
+	// percentages of principals, increasing, comma-separated, the last 100 (e.g.
+	// 1,10,50,100): each step enforces the candidate for the principals whose key hashes
+	// into its slice (the same hash on every limiter replica) and is watched for
+	// step_window_ms before the next. Absent: promoted at once after the shadow period. ("":
+	// absent)
+	Steps string
+	// Step is "step": optional: the step in progress, 1 to the number of steps, on a
+	// candidate in state shadow; ts is when it began. Absent: the shadow period (nothing
+	// enforced). (0: absent)
+	Step int64
+	// StepWindowMs is "step_window_ms": optional: how long each step is watched before the
+	// next, in milliseconds (at most 7 days). Absent: the shadow period's length. (0:
+	// absent)
+	StepWindowMs int64
+	// Whatif is "whatif": optional: the rollout's first gate, the what-if verdict on
+	// recorded traffic it passed before it was proposed (its replay of the decisions topic
+	// through the candidate against the enforced version), e.g. what-if over the last 10m:
+	// safe, confidence high, 5210 decisions replayed. Absent: the gate was skipped. ("":
+	// absent)
+	Whatif string
 }
 
 func (v *RulesVersion) appendJSON(b []byte) []byte {
@@ -122,6 +149,22 @@ func (v *RulesVersion) appendJSON(b []byte) []byte {
 		b = append(b, `,"min_critical":`...)
 		b = strconv.AppendInt(b, v.MinCritical, 10)
 	}
+	if v.Steps != "" {
+		b = append(b, `,"steps":`...)
+		b = appendString(b, v.Steps)
+	}
+	if v.Step != 0 {
+		b = append(b, `,"step":`...)
+		b = strconv.AppendInt(b, v.Step, 10)
+	}
+	if v.StepWindowMs != 0 {
+		b = append(b, `,"step_window_ms":`...)
+		b = strconv.AppendInt(b, v.StepWindowMs, 10)
+	}
+	if v.Whatif != "" {
+		b = append(b, `,"whatif":`...)
+		b = appendString(b, v.Whatif)
+	}
 	b = append(b, '}')
 	return b
 }
@@ -149,6 +192,18 @@ func (v *RulesVersion) validate() *ValidationError {
 	}
 	if v.MinCritical != 0 {
 		c.at("min_critical", intRange(v.MinCritical, 1, 1_000_000))
+	}
+	if v.Steps != "" {
+		c.at("steps", validText(v.Steps, MaxRolloutStepsLen, false))
+	}
+	if v.Step != 0 {
+		c.at("step", intRange(v.Step, 1, 16))
+	}
+	if v.StepWindowMs != 0 {
+		c.at("step_window_ms", intRange(v.StepWindowMs, 1, 604_800_000))
+	}
+	if v.Whatif != "" {
+		c.at("whatif", validText(v.Whatif, MaxWhatIfLen, false))
 	}
 	return c.err
 }
@@ -185,6 +240,14 @@ func DecodeRulesVersion(data []byte) (RulesVersion, error) {
 			v.MaxCriticalBlockShare = o.float(12, "max_critical_block_share", 0, true, 1, true)
 		case "min_critical":
 			v.MinCritical = o.int(13, "min_critical", 1, 1_000_000)
+		case "steps":
+			v.Steps = o.str(14, "steps", fmtText, MaxRolloutStepsLen)
+		case "step":
+			v.Step = o.int(15, "step", 1, 16)
+		case "step_window_ms":
+			v.StepWindowMs = o.int(16, "step_window_ms", 1, 604_800_000)
+		case "whatif":
+			v.Whatif = o.str(17, "whatif", fmtText, MaxWhatIfLen)
 		default:
 			o.skip()
 		}

@@ -130,7 +130,7 @@ type benchImpact struct {
 
 type benchClass struct{ prio, kind, plan, route string }
 
-func (c *benchImpact) AddPaired(p admission.Priority, req Request, plan string, cand, _ bool) {
+func (c *benchImpact) AddPaired(p admission.Priority, req Request, plan string, cand, _, _ bool) {
 	k := benchClass{p.String(), string(req.Principal.Kind), plan, req.Route}
 	c.mu.RLock()
 	n := c.classes[k]

@@ -17,6 +17,33 @@ type Candidate struct {
 	Version int64
 	Rules   *Ruleset
 	Impact  Impact // its would-block counts; nil = not counted
+	// SliceBP, at a step of a gradual rollout, is the slice of principals
+	// the candidate answers for, in basis points of the principal-hash
+	// space (PrincipalSlice): 0 answers for none (shadow), 10000 for all.
+	// The enforced rules still judge every request beside it.
+	SliceBP int64
+}
+
+// Enforces reports whether the candidate answers for principal p: its
+// hash falls in the candidate's slice.
+func (c *Candidate) Enforces(p events.Principal) bool {
+	return c.SliceBP > 0 && PrincipalSlice(p) < c.SliceBP
+}
+
+// PrincipalSlice places principal p in the principal-hash space of gradual
+// rollouts: [0, 10000), from FNV-1a (64-bit) of its key ("kind:id"). Every
+// limiter replica places a principal the same, and a step's slice holds the
+// slices of the steps before it (a principal once in stays in).
+func PrincipalSlice(p events.Principal) int64 {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for _, s := range [...]string{string(p.Kind), ":", p.ID} {
+		for i := 0; i < len(s); i++ {
+			h ^= uint64(s[i])
+			h *= prime
+		}
+	}
+	return int64(h % 10000)
 }
 
 // Impact counts a rules version's decisions by priority: a rollout's
@@ -28,8 +55,9 @@ type Impact interface {
 	// AddError counts a check the version could not judge (Redis).
 	AddError()
 	// AddPaired counts a decision both a shadow candidate (cand: blocked)
-	// and the enforced rules (parent: blocked) judged, by its full class.
-	AddPaired(p admission.Priority, req Request, plan string, cand, parent bool)
+	// and the enforced rules (parent: blocked) judged, by its full class;
+	// answered: the candidate's verdict was the answer (its step's slice).
+	AddPaired(p admission.Priority, req Request, plan string, cand, parent, answered bool)
 }
 
 // candidateSource is a RuleSource that may also hold a candidate.
@@ -49,6 +77,8 @@ func (s *RuleStore) SetCandidate(c *Candidate) { s.cand.Store(c) }
 type candidateVerdict struct {
 	blocked bool
 	ok      bool // false: the candidate could not be asked (Redis)
+	// res is its answer, built only when it answers (Candidate.Enforces).
+	res Result
 }
 
 // checkCandidate judges req by the candidate's rules on the candidate's
@@ -59,8 +89,13 @@ type candidateVerdict struct {
 // at zero on the day it begins, and the ledger is the quota service's. Like
 // an enforced decision it is all or nothing: when one group would deny, the
 // other group's units are given back.
-func (e *Engine) checkCandidate(ctx context.Context, c *Candidate, req Request) candidateVerdict {
-	pg, ig, _, _ := e.bind(c.Rules, req)
+//
+// With answer, its verdict is built into the Result the caller gets (the
+// candidate answers for the principal at a step): its tiers as Redis gave
+// them, without teaching the engine's local state (over-limit cache, leases,
+// local buckets), which follows the enforced rules' keys.
+func (e *Engine) checkCandidate(ctx context.Context, c *Candidate, req Request, answer bool) candidateVerdict {
+	pg, ig, cost, plan := e.bind(c.Rules, req)
 	groups := make([]*group, 0, 2)
 	for _, g := range []*group{&pg, &ig} {
 		rules := g.rules[:0]
@@ -82,7 +117,11 @@ func (e *Engine) checkCandidate(ctx context.Context, c *Candidate, req Request) 
 		}
 	}
 	if len(groups) == 0 {
-		return candidateVerdict{ok: true}
+		v := candidateVerdict{ok: true}
+		if answer {
+			v.res = finish(Result{Allowed: true, Tier: events.TierPrincipal, Penalty: 1, Scale: 1, Now: e.localNow(req.At).UTC(), Cost: int(cost), Plan: plan}, c.Rules.NearLimit)
+		}
+		return v
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.budget+e.queueWait)
 	defer cancel()
@@ -128,5 +167,31 @@ func (e *Engine) checkCandidate(ctx context.Context, c *Candidate, req Request) 
 			}
 		}
 	}
-	return candidateVerdict{blocked: blocked, ok: true}
+	v := candidateVerdict{blocked: blocked, ok: true}
+	if answer {
+		v.res = candidateResult(groups, outs, blocked, cost, plan, c.Rules.NearLimit)
+	}
+	return v
+}
+
+// candidateResult is the answer of a candidate that answers for the
+// principal: its tiers, penalty and time as Redis gave them.
+func candidateResult(groups []*group, outs []scriptOut, blocked bool, cost int64, plan string, near float64) Result {
+	r := Result{Allowed: !blocked, Penalty: 1, Cost: int(cost), Plan: plan}
+	for i, g := range groups {
+		o := outs[i]
+		if g.penalize {
+			r.Penalty = o.mult
+		}
+		r.Now = o.now
+		for j, t := range o.tiers {
+			b := g.rules[j]
+			t.Rule, t.Tier, t.Algorithm, t.Shadow, t.Period, t.Scale, t.Quota = b.id, b.tier, b.alg, b.shadow, b.period, b.scale, b.limit
+			if !t.Allowed && t.RetryAfter < 0 {
+				t.RetryAfter = max(t.ResetAfter, b.period)
+			}
+			r.Tiers = append(r.Tiers, t)
+		}
+	}
+	return finish(r, near)
 }

@@ -45,12 +45,18 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 	// A candidate in shadow judges the request beside the enforced rules,
 	// concurrently (its own buckets; the answer waits for the slower of the
 	// two round trips, which share the shard's pipelines).
+	// At a step of a gradual rollout the candidate answers for the
+	// principals in its slice: both are still judged, and the candidate's
+	// verdict becomes the answer (the enforced one's when the candidate
+	// could not be asked, or when the enforced rules could not be judged).
 	var cand *Candidate
 	var verdict chan candidateVerdict
+	answers := false
 	if e.cands != nil {
 		if cand = e.cands.Candidate(); cand != nil {
+			answers = cand.Enforces(req.Principal)
 			verdict = make(chan candidateVerdict, 1)
-			go func() { verdict <- e.checkCandidate(ctx, cand, req) }()
+			go func() { verdict <- e.checkCandidate(ctx, cand, req, answers) }()
 		}
 	}
 	res, err := e.check(ctx, rs, req)
@@ -60,10 +66,15 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 		v := <-verdict
 		switch {
 		case v.ok && judged:
+			parentBlocked := !res.Allowed
+			if answers {
+				res = v.res
+				res.Priority, res.Utilization, res.RulesVersion = prio, status, cand.Version
+			}
 			res.CandidateVersion, res.CandidateBlocked = cand.Version, v.blocked
 			if cand.Impact != nil {
 				cand.Impact.Add(prio, v.blocked)
-				cand.Impact.AddPaired(prio, req, res.Plan, v.blocked, !res.Allowed)
+				cand.Impact.AddPaired(prio, req, res.Plan, v.blocked, parentBlocked, answers)
 			}
 		case !v.ok && cand.Impact != nil:
 			cand.Impact.AddError()

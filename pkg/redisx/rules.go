@@ -17,6 +17,9 @@ import (
 //	                                     starting at <unix> seconds (the replica's flush
 //	                                     time), kept RulesImpactSlotTTL: the controller's
 //	                                     recent window sums the slots it covers
+//	fg:rules:impact:<topic>:<version>:s<step>  the same counts since step <step> of a
+//	                                     gradual rollout began (0: its shadow period), kept
+//	                                     as long as the version's: a step is judged on its own
 //	fg:cand:<version>:{<kind>:<id>}:…    a candidate version's buckets: the same keys as the
 //	                                     enforced rules' under their own prefix (same hash
 //	                                     tag, same slot), so a candidate in shadow never
@@ -41,6 +44,12 @@ const (
 func RulesImpactSlotKey(topic string, v int64, t time.Time) string {
 	slot := t.Unix() - t.Unix()%int64(RulesImpactSlot/time.Second)
 	return RulesImpactKey(topic, v) + ":t" + strconv.FormatInt(slot, 10)
+}
+
+// RulesImpactStepKey is the hash of the decisions rules version v judged
+// since its step began (0: the shadow period).
+func RulesImpactStepKey(topic string, v, step int64) string {
+	return RulesImpactKey(topic, v) + ":s" + strconv.FormatInt(step, 10)
 }
 
 // CandidateKey is the key a candidate rules version v uses for key, an

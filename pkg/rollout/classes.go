@@ -263,6 +263,10 @@ func ImpactClassField(what string, fc FullClass) string {
 	return "cls:" + what + "|" + fc.Priority + "|" + fc.Kind + "|" + fc.Plan + "|" + fc.Route
 }
 
+// SlicePrefix marks the class fields of the decisions a candidate answered
+// at a step (its slice): ImpactClassField(SlicePrefix+"n", fc), ….
+const SlicePrefix = "slice-"
+
 // parseClassField reads an ImpactClassField.
 func parseClassField(field string) (what string, fc FullClass, ok bool) {
 	rest, ok := strings.CutPrefix(field, "cls:")

@@ -38,6 +38,14 @@ type Verdict struct {
 	// that their rise is within its limit (0 with none judged).
 	Classes    []ClassJudged
 	Confidence float64
+	// Step is the candidate's step (0: its shadow period) and SliceBP the
+	// principals it is enforced for, in basis points. StepClasses are its
+	// classes judged since the step began (what gates the next step), with
+	// their lowest confidence StepConfidence; SliceClasses those of the
+	// decisions it answered at the step.
+	Step, SliceBP             int64
+	StepClasses, SliceClasses []ClassJudged
+	StepConfidence            float64
 }
 
 // ClassGate is how a candidate's classes are judged: each class's limit on
@@ -62,17 +70,7 @@ func (g ClassGate) judgeClasses(im Impact) (all []ClassJudged, harm string, conf
 	if len(im.Classes) == 0 {
 		return nil, "", 0
 	}
-	all = JudgeClasses(ClassesOf(im.Classes), g.Limits, g.MinClass)
-	conf = 1
-	judged := false
-	for _, j := range all {
-		if j.Verdict != ClassFew {
-			conf, judged = min(conf, j.Confidence), true
-		}
-	}
-	if !judged {
-		conf = 0
-	}
+	all, conf = g.judge(im.Classes)
 	if all[0].Verdict == ClassHarm {
 		return all, ": " + all[0].String(), conf
 	}
@@ -104,43 +102,30 @@ func Judge(ctx context.Context, st *State, impact ImpactOf, now time.Time) (Verd
 }
 
 // JudgeWith is Judge with the class gate g. Besides CRITICAL's absolute
-// share, a candidate in shadow is judged on every class of its traffic
-// (priority, principal kind, route, plan: ClassesOf): the rise of its block
-// share over its parent's on the same decisions, with a one-sided
-// ConfidenceLevel interval from the class's decisions (Paired.Interval).
-//   - a class whose rise is above its limit with confidence, cumulative or
-//     recent, aborts the candidate, with the class's figures;
-//   - the candidate is promoted only once every class with at least
-//     g.MinClass decisions is within its limit with confidence; a class
-//     whose interval straddles its limit keeps it waiting in shadow.
+// share, a candidate is judged on every class of its traffic (priority,
+// principal kind, route, plan: ClassesOf): the rise of its block share over
+// its parent's on the same decisions, with a one-sided ConfidenceLevel
+// interval from the class's decisions (Paired.Interval).
+//   - a class whose rise is above its limit with confidence — since the
+//     candidate began, over the recent window, since its step began, or on
+//     the decisions it answered at its step — aborts the candidate in
+//     shadow, or rolls it back to its parent at a step, with the class's
+//     figures;
+//   - it leaves the shadow period only once every class with at least
+//     g.MinClass decisions is within its limit with confidence (a class
+//     whose interval straddles its limit keeps it waiting): to its first
+//     step, or promoted at once when it has no steps;
+//   - at a step (docs/rollouts.md, Gradual rollout) it is watched for its
+//     window, then goes to the next step — or, after the last, is promoted
+//     — only once every class judged since the step began is within its
+//     limit with confidence, and at least one class was judged.
 func JudgeWith(ctx context.Context, st *State, impact ImpactOf, now time.Time, g ClassGate) (Verdict, error) {
 	if c, ok := st.Candidate(); ok {
 		im, err := impact(ctx, c.Version)
 		if err != nil {
 			return Verdict{}, err
 		}
-		classes, harm, conf := g.judgeClasses(im)
-		v := Verdict{Version: c.Version, Classes: classes, Confidence: conf}
-		j := judgeShare("CRITICAL would-block share", im.Shadow, im.RecentShadow, im.Window, c)
-		switch {
-		case j.over != "":
-			v.Action, v.Reason = ActionAbort, "shadow"+j.over
-		case harm != "":
-			v.Action, v.Reason = ActionAbort, "shadow, harm beyond the class's limit"+harm
-		case now.Before(c.TS.Add(c.ShadowFor())):
-			v.Reason = fmt.Sprintf("in shadow until %s; %s", c.TS.Add(c.ShadowFor()).Format(time.RFC3339), j.desc)
-		case j.n < c.MinSamples():
-			v.Reason = fmt.Sprintf("shadow period over, waiting for %d CRITICAL decisions; %s", c.MinSamples(), j.desc)
-		case len(classes) > 0 && classes[0].Verdict == ClassUnsure:
-			v.Reason = fmt.Sprintf("shadow period over, waiting for %s confidence: %s", pct(ConfidenceLevel), classes[0])
-		default:
-			v.Action = ActionPromote
-			v.Reason = fmt.Sprintf("shadow %s passed: %s ≤ %s", c.ShadowFor(), j.desc, pct(c.MaxShare()))
-			if len(classes) > 0 {
-				v.Reason += fmt.Sprintf("; every class judged within its limit at ≥ %s confidence (lowest %.1f %%)", pct(ConfidenceLevel), 100*conf)
-			}
-		}
-		return v, nil
+		return judgeCandidate(c, im, now, g), nil
 	}
 	e, ok := st.Enforced()
 	if !ok || !Watching(e, now) {
@@ -156,6 +141,162 @@ func JudgeWith(ctx context.Context, st *State, impact ImpactOf, now time.Time, g
 			Reason: fmt.Sprintf("enforced%s; parent version %d restored", j.over, e.ParentVersion)}, nil
 	}
 	return Verdict{Version: e.Version, Reason: fmt.Sprintf("watched until %s; %s", e.TS.Add(e.WatchFor()).Format(time.RFC3339), j.desc)}, nil
+}
+
+// judgeCandidate judges candidate c, in shadow or at a step, on its impact.
+func judgeCandidate(c Entry, im Impact, now time.Time, g ClassGate) Verdict {
+	classes, harm, conf := g.judgeClasses(im)
+	v := Verdict{Version: c.Version, Classes: classes, Confidence: conf, Step: c.Step, SliceBP: c.SliceBP()}
+	steps := c.StepList()
+	stepped := c.Step > 0
+	if stepped {
+		v.StepClasses, v.StepConfidence = g.judge(im.StepClasses)
+		v.SliceClasses, _ = g.judge(im.StepSlice)
+		switch {
+		case harm != "":
+		case len(v.StepClasses) > 0 && v.StepClasses[0].Verdict == ClassHarm:
+			harm = fmt.Sprintf(", since %s began: %s", c.StepName(), v.StepClasses[0])
+		case len(v.SliceClasses) > 0 && v.SliceClasses[0].Verdict == ClassHarm:
+			harm = fmt.Sprintf(", on the decisions it answered at %s: %s", c.StepName(), v.SliceClasses[0])
+		}
+	}
+	j := judgeShare("CRITICAL would-block share", im.Shadow, im.RecentShadow, im.Window, c)
+	fail, where := ActionAbort, "shadow"
+	if stepped {
+		fail, where = ActionRollback, c.StepName()
+	}
+	restored := ""
+	if stepped {
+		restored = fmt.Sprintf("; parent version %d answers every principal again", c.ParentVersion)
+	}
+	switch {
+	case j.over != "":
+		v.Action, v.Reason = fail, where+j.over+restored
+	case harm != "":
+		v.Action, v.Reason = fail, where+", harm beyond the class's limit"+harm+restored
+	case !stepped:
+		judgeShadow(&v, c, j, classes, conf, steps, now)
+	default:
+		judgeStep(&v, c, steps, now)
+	}
+	return v
+}
+
+// judgeShadow decides a candidate in its shadow period that shows no harm:
+// wait, go to its first step, or (without steps) be promoted.
+func judgeShadow(v *Verdict, c Entry, j shareJudged, classes []ClassJudged, conf float64, steps []int64, now time.Time) {
+	switch {
+	case now.Before(c.TS.Add(c.ShadowFor())):
+		v.Reason = fmt.Sprintf("in shadow until %s; %s", c.TS.Add(c.ShadowFor()).Format(time.RFC3339), j.desc)
+	case j.n < c.MinSamples():
+		v.Reason = fmt.Sprintf("shadow period over, waiting for %d CRITICAL decisions; %s", c.MinSamples(), j.desc)
+	case len(classes) > 0 && classes[0].Verdict == ClassUnsure:
+		v.Reason = fmt.Sprintf("shadow period over, waiting for %s confidence: %s", pct(ConfidenceLevel), classes[0])
+	case len(steps) > 0 && judgedCount(classes) == 0:
+		// The confidence must hold before each step, the first included.
+		v.Reason = fmt.Sprintf("shadow period over, waiting for a class with enough decisions to be judged; %s", j.desc)
+	default:
+		v.Action = ActionPromote
+		v.Reason = fmt.Sprintf("shadow %s passed: %s ≤ %s", c.ShadowFor(), j.desc, pct(c.MaxShare()))
+		switch {
+		case judgedCount(classes) > 0:
+			v.Reason += fmt.Sprintf("; every class judged within its limit at ≥ %s confidence (lowest %.1f %%)", pct(ConfidenceLevel), 100*conf)
+		case len(classes) > 0:
+			v.Reason += "; no class had enough decisions to be judged"
+		}
+		if len(steps) > 0 {
+			v.Action = ActionStep
+			v.Reason += fmt.Sprintf("; step 1 of %d: enforced for %s of principals", len(steps), bpPct(steps[0]))
+		}
+	}
+}
+
+// judgeStep decides a candidate at a step that shows no harm: wait, go to
+// the next step, or (after the last) be promoted.
+func judgeStep(v *Verdict, c Entry, steps []int64, now time.Time) {
+	end := c.TS.Add(c.StepWindow())
+	judged := judgedCount(v.StepClasses)
+	lowest := "no class judged yet"
+	if judged > 0 {
+		lowest = fmt.Sprintf("lowest class confidence %.1f %% (%s)", 100*v.StepConfidence, v.StepClasses[0].Class)
+	}
+	switch {
+	case now.Before(end):
+		v.Reason = fmt.Sprintf("%s, watched until %s; %s", c.StepName(), end.Format(time.RFC3339), lowest)
+	case judged == 0:
+		v.Reason = fmt.Sprintf("%s window over, waiting for a class with enough decisions since it began", c.StepName())
+	case v.StepClasses[0].Verdict == ClassUnsure:
+		v.Reason = fmt.Sprintf("%s window over, waiting for %s confidence: %s", c.StepName(), pct(ConfidenceLevel), v.StepClasses[0])
+	default:
+		v.Reason = fmt.Sprintf("%s passed after %s: %d classes within their limits at ≥ %s confidence since it began (lowest %.1f %%)",
+			c.StepName(), c.StepWindow(), judged, pct(ConfidenceLevel), 100*v.StepConfidence)
+		if int(c.Step) < len(steps) {
+			v.Action = ActionStep
+			v.Reason += fmt.Sprintf("; step %d of %d: enforced for %s of principals", c.Step+1, len(steps), bpPct(steps[c.Step]))
+		} else {
+			v.Action = ActionPromote
+			v.Reason += "; the last step: enforced"
+		}
+	}
+}
+
+// judgedCount counts the classes with enough decisions to be judged.
+func judgedCount(js []ClassJudged) int {
+	n := 0
+	for _, j := range js {
+		if j.Verdict != ClassFew {
+			n++
+		}
+	}
+	return n
+}
+
+// judge judges classes by the gate, the worst first, and the lowest
+// confidence of those judged (0 with none).
+func (g ClassGate) judge(full map[FullClass]Paired) ([]ClassJudged, float64) {
+	if len(full) == 0 {
+		return nil, 0
+	}
+	all := JudgeClasses(ClassesOf(full), g.Limits, g.MinClass)
+	conf, judged := 1.0, false
+	for _, j := range all {
+		if j.Verdict != ClassFew {
+			conf, judged = min(conf, j.Confidence), true
+		}
+	}
+	if !judged {
+		conf = 0
+	}
+	return all, conf
+}
+
+// Figures are the verdict's figures for its audit row: the step, the
+// confidence and the worst classes judged.
+func (v Verdict) Figures() map[string]any {
+	out := map[string]any{"confidence": v.Confidence}
+	top := func(js []ClassJudged) []string {
+		var s []string
+		for _, j := range js {
+			if j.Verdict == ClassFew || len(s) == 5 {
+				break
+			}
+			s = append(s, j.String())
+		}
+		return s
+	}
+	if c := top(v.Classes); len(c) > 0 {
+		out["classes"] = c
+	}
+	if v.Step > 0 {
+		out["step"], out["slice_pct"], out["step_confidence"] = v.Step, float64(v.SliceBP)/100, v.StepConfidence
+		if c := top(v.StepClasses); len(c) > 0 {
+			out["step_classes"] = c
+		}
+		if c := top(v.SliceClasses); len(c) > 0 {
+			out["slice_classes"] = c
+		}
+	}
+	return out
 }
 
 // shareJudged is one phase's CRITICAL share judged against a version's bounds.
@@ -215,7 +356,7 @@ func NewController(op *Operator, rdb redis.UniversalClient, id string, log *slog
 	}
 	return &Controller{Operator: op, Redis: rdb, ID: id, Tick: time.Second, Window: DefaultWindow, Gate: DefaultClassGate(), Now: time.Now, Log: log,
 		actions: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{Name: "floodgate_adjuster_rollout_actions_total",
-			Help: "Rule rollout steps the controller took, by action (rules.promote, rules.abort, rules.rollback) and result (ok, error)."}, []string{"action", "result"})}
+			Help: "Rule rollout steps the controller took, by action (rules.step, rules.promote, rules.abort, rules.rollback) and result (ok, error)."}, []string{"action", "result"})}
 }
 
 // Last is the controller's latest verdict (nil before the first).
@@ -261,6 +402,11 @@ func (c *Controller) Step(ctx context.Context, st *State) (Verdict, error) {
 			return Impact{}, err
 		}
 		im.Window, im.RecentShadow, im.RecentEnforced, im.RecentClasses = recent.Window, recent.RecentShadow, recent.RecentEnforced, recent.RecentClasses
+		if cand, ok := st.Candidate(); ok && cand.Version == v && cand.Step > 0 {
+			if err := ReadStep(ctx, c.Redis, c.Operator.Topic.Name, &im, cand.Step); err != nil {
+				return Impact{}, err
+			}
+		}
 		return im, nil
 	}
 	gate := c.Gate
@@ -277,17 +423,34 @@ func (c *Controller) Step(ctx context.Context, st *State) (Verdict, error) {
 	}
 	a := Actor{Name: c.ID, Reason: v.Reason, Via: "controller"}
 	var plan func(*State) (Plan, error)
-	switch v.Action {
-	case ActionPromote:
+	// sameStep refuses a plan when the candidate is no longer the one judged
+	// at the step judged (an operator moved it in between).
+	sameStep := func(s *State) error {
+		if cand, ok := s.Candidate(); !ok || cand.Version != v.Version || cand.Step != v.Step {
+			return errStale
+		}
+		return nil
+	}
+	switch {
+	case v.Action == ActionPromote:
 		plan = func(s *State) (Plan, error) {
-			if cand, ok := s.Candidate(); !ok || cand.Version != v.Version {
-				return Plan{}, errStale
+			if err := sameStep(s); err != nil {
+				return Plan{}, err
 			}
 			return PlanPromote(s, a, now)
 		}
-	case ActionAbort:
+	case v.Action == ActionStep:
+		plan = func(s *State) (Plan, error) {
+			if err := sameStep(s); err != nil {
+				return Plan{}, err
+			}
+			return PlanStep(s, v.Version, a, now)
+		}
+	case v.Action == ActionAbort:
 		plan = func(s *State) (Plan, error) { return PlanAbort(s, v.Version, a, now) }
-	case ActionRollback:
+	case v.Action == ActionRollback && v.Step > 0:
+		plan = func(s *State) (Plan, error) { return PlanStepRollback(s, v.Version, a, now) }
+	case v.Action == ActionRollback:
 		plan = func(s *State) (Plan, error) {
 			if _, ok := s.Candidate(); ok {
 				return Plan{}, errStale
@@ -295,16 +458,22 @@ func (c *Controller) Step(ctx context.Context, st *State) (Verdict, error) {
 			return PlanRestore(s, v.Version, a, now)
 		}
 	}
-	_, err = c.Operator.Apply(ctx, a, plan)
+	figures := v.Figures()
+	withFigures := func(s *State) (Plan, error) {
+		p, err := plan(s)
+		p.Figures = figures
+		return p, err
+	}
+	_, err = c.Operator.Apply(ctx, a, withFigures)
 	switch {
-	case errors.Is(err, errStale), errors.Is(err, ErrNoCandidate), errors.Is(err, ErrNothingToUndo), errors.Is(err, ErrConflict):
+	case errors.Is(err, errStale), errors.Is(err, ErrNoCandidate), errors.Is(err, ErrNothingToUndo), errors.Is(err, ErrConflict), errors.Is(err, ErrNoStep):
 		return v, nil // someone else moved first; the next tick judges the new state
 	case err != nil:
 		c.actions.WithLabelValues(v.Action, "error").Inc()
 		return v, fmt.Errorf("%s version %d: %w", v.Action, v.Version, err)
 	}
 	c.actions.WithLabelValues(v.Action, "ok").Inc()
-	c.Log.Info("rules rollout step", "action", v.Action, "version", v.Version, "reason", v.Reason)
+	c.Log.Info("rules rollout step", "action", v.Action, "version", v.Version, "step", v.Step, "reason", v.Reason)
 	// The followed state lags the topic by up to a fetch: judge the next
 	// tick on the state as published.
 	if fresh, err := c.Operator.Topic.Read(ctx); err == nil {

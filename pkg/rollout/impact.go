@@ -46,9 +46,20 @@ type Impact struct {
 	// and its parent's verdicts on the same decisions (ImpactClassField).
 	Classes map[FullClass]Paired
 
+	// SliceClasses are the paired counts of the decisions the candidate
+	// answered (a step's slice of principals), since it began.
+	SliceClasses map[FullClass]Paired
+
 	Window                       time.Duration
 	RecentShadow, RecentEnforced Counts
 	RecentClasses                map[FullClass]Paired
+
+	// Step is the step the step counts are of (0: not read): since it began,
+	// all the decisions both versions judged (StepClasses, StepShadow) and
+	// those the candidate answered (StepSlice).
+	Step                   int64
+	StepShadow             Counts
+	StepClasses, StepSlice map[FullClass]Paired
 }
 
 func newCounts() Counts { return Counts{Total: map[string]int64{}, Blocked: map[string]int64{}} }
@@ -60,9 +71,22 @@ func ReadImpact(ctx context.Context, rdb redis.UniversalClient, topic string, v 
 	if err != nil {
 		return Impact{}, fmt.Errorf("read impact of rules version %d: %w", v, err)
 	}
-	im := Impact{Version: v, Shadow: newCounts(), Enforced: newCounts(), Classes: map[FullClass]Paired{}}
-	addFields(h, &im.Shadow, &im.Enforced, im.Classes)
+	im := Impact{Version: v, Shadow: newCounts(), Enforced: newCounts(), Classes: map[FullClass]Paired{}, SliceClasses: map[FullClass]Paired{}}
+	addFields(h, fieldSink{&im.Shadow, &im.Enforced, im.Classes, im.SliceClasses})
 	return im, nil
+}
+
+// ReadStep adds to im the counts of version im.Version since its step
+// began (redisx.RulesImpactStepKey).
+func ReadStep(ctx context.Context, rdb redis.UniversalClient, topic string, im *Impact, step int64) error {
+	h, err := rdb.HGetAll(ctx, redisx.RulesImpactStepKey(topic, im.Version, step)).Result()
+	if err != nil {
+		return fmt.Errorf("read impact of rules version %d at step %d: %w", im.Version, step, err)
+	}
+	im.Step, im.StepShadow, im.StepClasses, im.StepSlice = step, newCounts(), map[FullClass]Paired{}, map[FullClass]Paired{}
+	var enforced Counts = newCounts()
+	addFields(h, fieldSink{&im.StepShadow, &enforced, im.StepClasses, im.StepSlice})
+	return nil
 }
 
 // ReadRecent adds to im the counts of version im.Version over the window
@@ -84,22 +108,35 @@ func ReadRecent(ctx context.Context, rdb redis.UniversalClient, topic string, im
 		return fmt.Errorf("read recent impact of rules version %d: %w", im.Version, err)
 	}
 	im.Window, im.RecentShadow, im.RecentEnforced, im.RecentClasses = window, newCounts(), newCounts(), map[FullClass]Paired{}
+	slice := map[FullClass]Paired{} // the recent window judges all the paired decisions
 	for _, c := range cmds {
-		addFields(c.Val(), &im.RecentShadow, &im.RecentEnforced, im.RecentClasses)
+		addFields(c.Val(), fieldSink{&im.RecentShadow, &im.RecentEnforced, im.RecentClasses, slice})
 	}
 	return nil
 }
 
+// fieldSink is where addFields puts an impact hash's fields.
+type fieldSink struct {
+	shadow, enforced *Counts
+	classes, slice   map[FullClass]Paired
+}
+
 // addFields adds an impact hash's fields ("shadow:critical:total", …) to the
-// counts of their phase, and its class fields to classes.
-func addFields(h map[string]string, shadow, enforced *Counts, classes map[FullClass]Paired) {
+// counts of their phase, its class fields to classes and its slice's class
+// fields ("cls:slice-n|…") to slice.
+func addFields(h map[string]string, sink fieldSink) {
+	shadow, enforced := sink.shadow, sink.enforced
 	for field, val := range h {
 		n, err := strconv.ParseInt(val, 10, 64)
 		if err != nil {
 			continue
 		}
 		if what, fc, ok := parseClassField(field); ok {
-			p := classes[fc]
+			m := sink.classes
+			if w, ok := strings.CutPrefix(what, SlicePrefix); ok {
+				m, what = sink.slice, w
+			}
+			p := m[fc]
 			switch what {
 			case "n":
 				p.N += n
@@ -108,7 +145,7 @@ func addFields(h map[string]string, shadow, enforced *Counts, classes map[FullCl
 			case "parent":
 				p.Parent += n
 			}
-			classes[fc] = p
+			m[fc] = p
 			continue
 		}
 		parts := strings.Split(field, ":")

@@ -17,9 +17,10 @@ import (
 const (
 	ActionBootstrap = "rules.bootstrap" // the first version, enforced at once
 	ActionPropose   = "rules.rollout"   // a candidate starts in shadow
+	ActionStep      = "rules.step"      // the candidate is enforced for the next slice of principals
 	ActionPromote   = "rules.promote"   // the candidate is enforced
 	ActionAbort     = "rules.abort"     // the candidate in shadow is withdrawn
-	ActionRollback  = "rules.rollback"  // the enforced version is replaced by its parent
+	ActionRollback  = "rules.rollback"  // the enforced version (or a candidate at a step) is replaced by its parent
 )
 
 // Params are a rollout's parameters, carried on its records.
@@ -28,11 +29,21 @@ type Params struct {
 	WatchFor    time.Duration // after promotion
 	MaxShare    float64       // of CRITICAL decisions blocked, in (0, 1]
 	MinCritical int64         // CRITICAL decisions judged before the share decides
+	// Steps are the gradual rollout's slices of principals after the shadow
+	// period ("1,10,50,100", ParseSteps; "" promotes at once), each watched
+	// for StepWindow before the next.
+	Steps      string
+	StepWindow time.Duration
+	// WhatIf is the what-if verdict on recorded traffic the rollout passed
+	// as its first gate, in words ("": the gate was skipped); carried on
+	// every record of the version.
+	WhatIf string
 }
 
 // DefaultParams are the command line's and the console's defaults.
 func DefaultParams() Params {
-	return Params{ShadowFor: 10 * time.Minute, WatchFor: 15 * time.Minute, MaxShare: DefaultMaxCriticalBlockShare, MinCritical: DefaultMinCritical}
+	return Params{ShadowFor: 10 * time.Minute, WatchFor: 15 * time.Minute, MaxShare: DefaultMaxCriticalBlockShare, MinCritical: DefaultMinCritical,
+		Steps: DefaultSteps, StepWindow: 5 * time.Minute}
 }
 
 // Validate checks the parameters, naming the one that is wrong.
@@ -42,6 +53,12 @@ func (p Params) Validate() error {
 	v.Require(p.WatchFor >= time.Second && p.WatchFor <= 7*24*time.Hour, "watch", "%s: must be in 1s..168h", p.WatchFor)
 	v.Require(p.MaxShare > 0 && p.MaxShare <= 1, "max-critical-block", "%g: must be in (0, 1] (0.05 = 5 %%)", p.MaxShare)
 	v.Require(p.MinCritical >= 1 && p.MinCritical <= 1_000_000, "min-critical", "%d: must be in 1..1000000", p.MinCritical)
+	v.Require(len(p.WhatIf) <= events.MaxWhatIfLen, "whatif", "at most %d characters", events.MaxWhatIfLen)
+	if p.Steps != "" {
+		_, err := ParseSteps(p.Steps)
+		v.Require(err == nil, "steps", "%v", err)
+		v.Require(p.StepWindow >= time.Second && p.StepWindow <= 7*24*time.Hour, "step-window", "%s: must be in 1s..168h", p.StepWindow)
+	}
 	return v.Err()
 }
 
@@ -76,6 +93,9 @@ type Plan struct {
 	Action  string
 	Version int64 // the version the change is about
 	Records []events.RulesVersion
+	// Figures are what the change was decided on (the controller's
+	// measured shares and confidence), kept in the audit row's after.
+	Figures map[string]any
 }
 
 // PlanBootstrap publishes the first version, enforced at once (nothing to
@@ -113,6 +133,11 @@ func PlanPropose(st *State, rules string, p Params, a Actor, now time.Time) (Pla
 	r := record(v, events.RulesStateShadow, rules, a, now, now)
 	r.ParentVersion, r.ShadowForMs, r.WatchForMs = enf.Version, p.ShadowFor.Milliseconds(), p.WatchFor.Milliseconds()
 	r.MaxCriticalBlockShare, r.MinCritical = p.MaxShare, p.MinCritical
+	if p.Steps != "" {
+		bps, _ := ParseSteps(p.Steps) // validated above
+		r.Steps, r.StepWindowMs = FormatSteps(bps), p.StepWindow.Milliseconds()
+	}
+	r.Whatif = p.WhatIf
 	return Plan{Action: ActionPropose, Version: v, Records: []events.RulesVersion{r}}, nil
 }
 
@@ -272,7 +297,7 @@ func (o *Operator) do(ctx context.Context, a Actor, plan func(*State) (Plan, err
 		st.Apply(st.Next(), r) // the state after, for the audit row
 	}
 	if err := o.Audit.Audit(ctx, AuditEntry{At: o.now().UTC(), Actor: a.Name, Role: a.Role, Via: a.Via, Action: p.Action,
-		Version: p.Version, Reason: a.Reason, Before: before, After: summary(&st)}); err != nil {
+		Version: p.Version, Reason: a.Reason, Before: before, After: withFigures(summary(&st), p.Figures)}); err != nil {
 		return p, fmt.Errorf("published, but the audit row was not written: %w", err)
 	}
 	return p, nil
@@ -323,6 +348,18 @@ func summary(st *State) map[string]any {
 	}
 	if c, ok := st.Candidate(); ok {
 		out["candidate"] = c.Version
+		if c.Step > 0 {
+			out["candidate_step"] = c.Step
+			out["candidate_slice_pct"] = float64(c.SliceBP()) / 100
+		}
+	}
+	return out
+}
+
+// withFigures adds a change's figures to its audit summary.
+func withFigures(out, figures map[string]any) map[string]any {
+	if len(figures) > 0 {
+		out["figures"] = figures
 	}
 	return out
 }

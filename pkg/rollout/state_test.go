@@ -29,6 +29,7 @@ func shadowState(t *testing.T, a Actor) State {
 	apply(&st, p)
 	params := DefaultParams()
 	params.MinCritical = 100
+	params.Steps = "" // promoted at once (steps_test.go has the gradual rollout)
 	p, err = PlanPropose(&st, "r2", params, a, t0)
 	require.NoError(t, err)
 	apply(&st, p)

@@ -33,15 +33,19 @@ type impactCounts struct {
 }
 
 // pairedCounts are one full class's decisions and how many the candidate and
-// the parent blocked.
-type pairedCounts struct{ n, cand, parent atomic.Int64 }
+// the parent blocked: all of them, and (slice) those the candidate answered.
+type pairedCounts struct {
+	n, cand, parent        atomic.Int64
+	sliceN, sliceC, sliceP atomic.Int64
+}
 
 // maxImpactClasses bounds the classes one version's shadow counts.
 const maxImpactClasses = 512
 
 // AddPaired counts a decision both the candidate (cand) and the enforced
-// rules (parent) judged, by its full class.
-func (c *impactCounts) AddPaired(p admission.Priority, req limiter.Request, plan string, cand, parent bool) {
+// rules (parent) judged, by its full class; answered: the candidate's
+// verdict was the answer (its step's slice).
+func (c *impactCounts) AddPaired(p admission.Priority, req limiter.Request, plan string, cand, parent, answered bool) {
 	fc := rollout.FullClass{Priority: p.String(), Kind: string(req.Principal.Kind), Plan: plan, Route: req.Route}
 	c.classMu.RLock()
 	pc := c.classes[fc]
@@ -66,6 +70,15 @@ func (c *impactCounts) AddPaired(p admission.Priority, req limiter.Request, plan
 	}
 	if parent {
 		pc.parent.Add(1)
+	}
+	if answered {
+		pc.sliceN.Add(1)
+		if cand {
+			pc.sliceC.Add(1)
+		}
+		if parent {
+			pc.sliceP.Add(1)
+		}
 	}
 }
 
@@ -101,6 +114,9 @@ type ImpactFlusher struct {
 type impactEntry struct {
 	version int64
 	phase   string // rollout.PhaseShadow or rollout.PhaseEnforced
+	// step is a candidate's step (0: its shadow period), whose own hash
+	// (redisx.RulesImpactStepKey) gets its counts too; -1: none (enforced).
+	step    int64
 	counts  *impactCounts
 	retired bool
 }
@@ -113,11 +129,12 @@ func NewImpactFlusher(rdb redis.UniversalClient, topic string, log *slog.Logger)
 	return &ImpactFlusher{rdb: rdb, topic: topic, log: log, now: time.Now}
 }
 
-// track returns new counts for version v in phase, flushed until retired.
-func (f *ImpactFlusher) track(v int64, phase string) *impactCounts {
+// track returns new counts for version v in phase (at step, -1 for none),
+// flushed until retired.
+func (f *ImpactFlusher) track(v int64, phase string, step int64) *impactCounts {
 	c := &impactCounts{}
 	f.mu.Lock()
-	f.entries = append(f.entries, impactEntry{version: v, phase: phase, counts: c})
+	f.entries = append(f.entries, impactEntry{version: v, phase: phase, step: step, counts: c})
 	f.mu.Unlock()
 	return c
 }
@@ -165,8 +182,9 @@ func (f *ImpactFlusher) Flush(ctx context.Context) error {
 	f.mu.Unlock()
 
 	type takenClass struct {
-		pc              *pairedCounts
-		n, cand, parent int64
+		pc                     *pairedCounts
+		n, cand, parent        int64
+		sliceN, sliceC, sliceP int64
 	}
 	type taken struct {
 		c              *impactCounts
@@ -181,10 +199,18 @@ func (f *ImpactFlusher) Flush(ctx context.Context) error {
 		tk := taken{c: en.counts}
 		// The version's counts since it began, and the same counts in this
 		// flush's time slot (the controller's recent window).
+		// At a step (or in the shadow period), the counts since it began too.
 		key, slot := redisx.RulesImpactKey(f.topic, en.version), redisx.RulesImpactSlotKey(f.topic, en.version, now)
+		step := ""
+		if en.step >= 0 {
+			step = redisx.RulesImpactStepKey(f.topic, en.version, en.step)
+		}
 		incr := func(field string, n int64) {
 			pipe.HIncrBy(ctx, key, field, n)
 			pipe.HIncrBy(ctx, slot, field, n)
+			if step != "" {
+				pipe.HIncrBy(ctx, step, field, n)
+			}
 		}
 		wrote := false
 		for p := admission.PriorityCritical; p <= admission.PriorityBulk; p++ {
@@ -203,16 +229,19 @@ func (f *ImpactFlusher) Flush(ctx context.Context) error {
 		}
 		en.counts.classMu.RLock()
 		for fc, pc := range en.counts.classes {
-			tc := takenClass{pc: pc, n: pc.n.Swap(0), cand: pc.cand.Swap(0), parent: pc.parent.Swap(0)}
+			tc := takenClass{pc: pc, n: pc.n.Swap(0), cand: pc.cand.Swap(0), parent: pc.parent.Swap(0),
+				sliceN: pc.sliceN.Swap(0), sliceC: pc.sliceC.Swap(0), sliceP: pc.sliceP.Swap(0)}
 			if tc.n == 0 {
 				continue
 			}
-			incr(rollout.ImpactClassField("n", fc), tc.n)
-			if tc.cand > 0 {
-				incr(rollout.ImpactClassField("cand", fc), tc.cand)
-			}
-			if tc.parent > 0 {
-				incr(rollout.ImpactClassField("parent", fc), tc.parent)
+			for _, f := range [...]struct {
+				what string
+				n    int64
+			}{{"n", tc.n}, {"cand", tc.cand}, {"parent", tc.parent},
+				{rollout.SlicePrefix + "n", tc.sliceN}, {rollout.SlicePrefix + "cand", tc.sliceC}, {rollout.SlicePrefix + "parent", tc.sliceP}} {
+				if f.n > 0 {
+					incr(rollout.ImpactClassField(f.what, fc), f.n)
+				}
 			}
 			tk.classes = append(tk.classes, tc)
 			wrote = true
@@ -221,6 +250,9 @@ func (f *ImpactFlusher) Flush(ctx context.Context) error {
 		if wrote {
 			pipe.Expire(ctx, key, impactTTL)
 			pipe.Expire(ctx, slot, redisx.RulesImpactSlotTTL)
+			if step != "" {
+				pipe.Expire(ctx, step, impactTTL)
+			}
 			took = append(took, tk)
 		}
 	}
@@ -238,6 +270,9 @@ func (f *ImpactFlusher) Flush(ctx context.Context) error {
 				tc.pc.n.Add(tc.n)
 				tc.pc.cand.Add(tc.cand)
 				tc.pc.parent.Add(tc.parent)
+				tc.pc.sliceN.Add(tc.sliceN)
+				tc.pc.sliceC.Add(tc.sliceC)
+				tc.pc.sliceP.Add(tc.sliceP)
 			}
 		}
 		return err

@@ -43,7 +43,7 @@ func TestImpactRecentWindow(t *testing.T) {
 	now := time.Date(2026, 11, 27, 12, 0, 3, 0, time.UTC)
 	f := NewImpactFlusher(rdb, topic, slog.New(slog.DiscardHandler))
 	f.now = func() time.Time { return now }
-	c := f.track(7, rollout.PhaseShadow)
+	c := f.track(7, rollout.PhaseShadow, 0)
 	for range 900 { // the first ten minutes: good
 		c.Add(admission.PriorityCritical, false)
 	}
@@ -130,7 +130,7 @@ func TestControllerCatchesALateHarm(t *testing.T) {
 	t.Cleanup(func() { limitertest.CleanKeys(rdb, redisx.RulesImpactKey(name, p.Version)+"*") })
 
 	f := NewImpactFlusher(rdb, name, slog.New(slog.DiscardHandler))
-	c := f.track(p.Version, rollout.PhaseShadow)
+	c := f.track(p.Version, rollout.PhaseShadow, 0)
 	f.now = func() time.Time { return now.Add(-9 * time.Minute) }
 	for range 2000 {
 		c.Add(admission.PriorityCritical, false)

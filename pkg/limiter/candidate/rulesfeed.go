@@ -26,6 +26,7 @@ type RulesFeed struct {
 
 	st                  rollout.State
 	enforced, candidate int64          // versions in force (0: none from the topic)
+	step                int64          // the candidate's step (0: its shadow period)
 	rejected            map[int64]bool // versions refused (logged once)
 	versions            *prometheus.CounterVec
 	inForce             *prometheus.GaugeVec
@@ -87,7 +88,7 @@ func (f *RulesFeed) apply(st rollout.State) {
 	if e, ok := st.Enforced(); ok && e.Version != f.enforced {
 		if rs := f.parse(e, "enforced"); rs != nil {
 			if f.impact != nil {
-				rs.Impact = f.impact.track(e.Version, rollout.PhaseEnforced)
+				rs.Impact = f.impact.track(e.Version, rollout.PhaseEnforced, -1)
 			}
 			old := f.store.Rules()
 			f.store.Set(rs)
@@ -103,8 +104,15 @@ func (f *RulesFeed) apply(st rollout.State) {
 	}
 	c, ok := st.Candidate()
 	var rs *limiter.Ruleset
-	if ok && c.Version != f.candidate {
+	switch {
+	case ok && c.Version != f.candidate:
 		rs = f.parse(c, "candidate")
+	case ok && c.Step != f.step:
+		// The next step of the candidate in force: the same rules, a larger
+		// slice, and counts of its own since the step began.
+		if cur := f.store.Candidate(); cur != nil && cur.Version == c.Version {
+			rs = cur.Rules
+		}
 	}
 	switch {
 	case (!ok || (c.Version != f.candidate && rs == nil)) && f.candidate != 0:
@@ -113,13 +121,13 @@ func (f *RulesFeed) apply(st rollout.State) {
 		if f.impact != nil && old != nil {
 			f.impact.retire(old.Impact)
 		}
-		f.log.Info("rules candidate withdrawn", "version", f.candidate)
-		f.candidate = 0
+		f.log.Info("rules candidate withdrawn", "version", f.candidate, "step", f.step)
+		f.candidate, f.step = 0, 0
 		f.inForce.WithLabelValues("candidate").Set(0)
 	case rs != nil:
-		cand := &limiter.Candidate{Version: c.Version, Rules: rs}
+		cand := &limiter.Candidate{Version: c.Version, Rules: rs, SliceBP: c.SliceBP()}
 		if f.impact != nil {
-			cand.Impact = f.impact.track(c.Version, rollout.PhaseShadow)
+			cand.Impact = f.impact.track(c.Version, rollout.PhaseShadow, c.Step)
 		}
 		old := f.store.Candidate()
 		f.store.SetCandidate(cand)
@@ -128,8 +136,8 @@ func (f *RulesFeed) apply(st rollout.State) {
 		}
 		f.versions.WithLabelValues("candidate", "applied").Inc()
 		f.inForce.WithLabelValues("candidate").Set(float64(c.Version))
-		f.log.Info("rules candidate in shadow", "version", c.Version, "enforced", f.enforced, "author", c.Author, "reason", c.Reason)
-		f.candidate = c.Version
+		f.log.Info("rules candidate in force", "version", c.Version, "step", c.StepName(), "enforced", f.enforced, "author", c.Author, "reason", c.Reason)
+		f.candidate, f.step = c.Version, c.Step
 	}
 	if f.Applied != nil {
 		f.Applied(f.enforced, f.candidate)

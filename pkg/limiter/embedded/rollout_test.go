@@ -141,6 +141,7 @@ func TestRolloutAcrossReplicas(t *testing.T) {
 	t.Run("a bad candidate is aborted in shadow", func(t *testing.T) {
 		p := rollout.DefaultParams()
 		p.MinCritical = 10
+		p.Steps = "" // enforced at once after the shadow (pkg/limiter/candidate TestStepsOnTwoReplicas has the steps)
 		plan, err := op.Propose(ctx, rolloutBad, p, sre)
 		require.NoError(t, err)
 		require.EqualValues(t, 2, plan.Version)
@@ -172,6 +173,7 @@ func TestRolloutAcrossReplicas(t *testing.T) {
 	t.Run("a good candidate is promoted after its shadow period", func(t *testing.T) {
 		p := rollout.DefaultParams()
 		p.MinCritical = 10
+		p.Steps = "" // enforced at once after the shadow (pkg/limiter/candidate TestStepsOnTwoReplicas has the steps)
 		_, err := op.Propose(ctx, rolloutGood, p, sre)
 		require.NoError(t, err)
 		waitVersions(t, 1, 3, a, b)
@@ -194,6 +196,7 @@ func TestRolloutAcrossReplicas(t *testing.T) {
 		advance(time.Hour) // v3's watch is over
 		p := rollout.DefaultParams()
 		p.MinCritical = 10
+		p.Steps = "" // enforced at once after the shadow (pkg/limiter/candidate TestStepsOnTwoReplicas has the steps)
 		_, err := op.Propose(ctx, rolloutBad, p, sre)
 		require.NoError(t, err)
 		waitVersions(t, 3, 4, a, b)

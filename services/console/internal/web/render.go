@@ -35,11 +35,12 @@ func parseTemplates() (map[string]*template.Template, error) {
 			kind, id, _ := strings.Cut(key, ":")
 			return "/principals/" + url.PathEscape(kind) + "/" + url.PathEscape(id)
 		},
-		"pct":      func(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + " %" },
-		"statusfr": func(s string) string { return strings.ReplaceAll(s, "_", " ") },
-		"tsmilli":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
-		"cidrof":   func(pk string) string { return strings.TrimPrefix(pk, store.AllowCIDRPrefix) },
-		"dims":     whatIfDims,
+		"pct":       func(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + " %" },
+		"statusfr":  func(s string) string { return strings.ReplaceAll(s, "_", " ") },
+		"slicefrac": func(bp int64) float64 { return float64(bp) / 10000 },
+		"tsmilli":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
+		"cidrof":    func(pk string) string { return strings.TrimPrefix(pk, store.AllowCIDRPrefix) },
+		"dims":      whatIfDims,
 	}
 	for _, page := range []string{"login", "alerts", "alert", "rows", "scales", "fps", "error", "principal", "adjuster", "dlq", "dlqrecord", "blockrate", "overrides", "dlqpurge", "allowlist", "whatif", "rollouts", "deferred"} {
 		files := []string{"templates/layout.html", "templates/" + page + ".html"}

@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
+	"github.com/floodgate-dev/floodgate/pkg/whatif"
 	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
 )
 
@@ -40,16 +42,17 @@ type classRow struct {
 	RecentDiff             float64
 }
 
-// classRows judges a shadow's classes as the controller does by default.
-func classRows(im rollout.Impact) ([]classRow, float64) {
+// classRows judges a candidate's classes (full) as the controller does by
+// default, with the recent window's figures beside them (recent, may be nil).
+func classRows(full, recentFull map[rollout.FullClass]rollout.Paired) ([]classRow, float64) {
 	gate := rollout.DefaultClassGate()
 	recent := map[string]rollout.Paired{}
-	for c, p := range rollout.ClassesOf(im.RecentClasses) {
+	for c, p := range rollout.ClassesOf(recentFull) {
 		recent[c.String()] = p
 	}
 	var rows []classRow
 	conf, judged := 1.0, false
-	for _, j := range rollout.JudgeClasses(rollout.ClassesOf(im.Classes), gate.Limits, gate.MinClass) {
+	for _, j := range rollout.JudgeClasses(rollout.ClassesOf(full), gate.Limits, gate.MinClass) {
 		n := float64(max(j.N, 1))
 		rp := recent[j.Class.String()]
 		rows = append(rows, classRow{ClassJudged: j, CandShare: float64(j.Cand) / n, ParentShare: float64(j.Parent) / n, RecentN: rp.N, RecentDiff: rp.Diff()})
@@ -81,6 +84,15 @@ type rolloutsView struct {
 	CandClasses    []classRow
 	CandConfidence float64
 	RecentWindow   time.Duration
+	// At a step of the gradual rollout: the steps (StepRows), when the step
+	// is watched until, its classes judged since it began (what gates the
+	// next step) with their lowest confidence, and the classes of the
+	// decisions the candidate answered at it.
+	StepRows       []stepRow
+	StepEnds       time.Time
+	StepClasses    []classRow
+	StepConfidence float64
+	SliceClasses   []classRow
 	Diff           []rollout.DiffLine
 	Added          int
 	Removed        int
@@ -95,7 +107,30 @@ type rolloutsView struct {
 }
 
 type rolloutForm struct {
-	Rules, Shadow, Watch, MaxBlock, MinCritical string
+	Rules, Shadow, Watch, MaxBlock, MinCritical, Steps, StepWindow, WhatIf string
+}
+
+// stepRow is one step of a gradual rollout on the page.
+type stepRow struct {
+	N       int
+	Percent string
+	State   string // done, current, next
+}
+
+// stepRows lists c's steps after its shadow period.
+func stepRows(c rollout.Entry) []stepRow {
+	var rows []stepRow
+	for i, bp := range c.StepList() {
+		r := stepRow{N: i + 1, Percent: strconv.FormatFloat(float64(bp)/100, 'f', -1, 64) + " %", State: "next"}
+		switch {
+		case int64(i+1) < c.Step:
+			r.State = "done"
+		case int64(i+1) == c.Step:
+			r.State = "current"
+		}
+		rows = append(rows, r)
+	}
+	return rows
 }
 
 var rolloutDone = map[string]string{
@@ -103,6 +138,7 @@ var rolloutDone = map[string]string{
 	"aborted":    "Candidate aborted: every limiter drops it from its next fetch.",
 	"rolledback": "Rolled back: every limiter enforces the parent version again from its next fetch.",
 	"promoted":   "Candidate enforced: every limiter enforces it from its next fetch; the controller watches it.",
+	"steprolled": "Rolled back at its step: every limiter answers every principal with the parent version again from its next fetch.",
 }
 
 func impactRows(c rollout.Counts, max float64) []impactRow {
@@ -119,7 +155,8 @@ func (s *Server) loadRollouts(r *http.Request) rolloutsView {
 	def := rollout.DefaultParams()
 	v := rolloutsView{Title: "Rule rollouts", CanEdit: current(r).who.Role.Allows(auth.RoleSRE), Defaults: def,
 		Form: rolloutForm{Shadow: def.ShadowFor.String(), Watch: def.WatchFor.String(),
-			MaxBlock: strconv.FormatFloat(100*def.MaxShare, 'f', -1, 64), MinCritical: strconv.FormatInt(def.MinCritical, 10)}}
+			MaxBlock: strconv.FormatFloat(100*def.MaxShare, 'f', -1, 64), MinCritical: strconv.FormatInt(def.MinCritical, 10),
+			Steps: def.Steps, StepWindow: def.StepWindow.String(), WhatIf: defaultWhatIfSpan}}
 	ro := s.cfg.Rollouts
 	if ro == nil {
 		v.Note = "No rules topic is configured (FLOODGATE_RULES_TOPIC): the limiters serve their rules files."
@@ -159,7 +196,16 @@ func (s *Server) loadRollouts(r *http.Request) rolloutsView {
 		if err := rollout.ReadRecent(ctx, ro.Redis, v.Topic, &im, v.RecentWindow, now); err != nil {
 			v.Errors = append(v.Errors, "Recent impact could not be read (Redis): "+err.Error())
 		}
-		v.CandClasses, v.CandConfidence = classRows(im)
+		v.CandClasses, v.CandConfidence = classRows(im.Classes, im.RecentClasses)
+		v.StepRows = stepRows(c)
+		if c.Step > 0 {
+			v.StepEnds = c.TS.Add(c.StepWindow())
+			if err := rollout.ReadStep(ctx, ro.Redis, v.Topic, &im, c.Step); err != nil {
+				v.Errors = append(v.Errors, "The step's impact could not be read (Redis): "+err.Error())
+			}
+			v.StepClasses, v.StepConfidence = classRows(im.StepClasses, nil)
+			v.SliceClasses, _ = classRows(im.StepSlice, nil)
+		}
 		old := ""
 		if v.Enforced != nil {
 			old = v.Enforced.Rules
@@ -192,15 +238,82 @@ func (s *Server) rolloutsPage(w http.ResponseWriter, r *http.Request) {
 func (s *Server) rolloutStart(w http.ResponseWriter, r *http.Request) {
 	f := rolloutForm{Rules: strings.ReplaceAll(r.PostFormValue("rules"), "\r\n", "\n"), Shadow: strings.TrimSpace(r.PostFormValue("shadow")),
 		Watch: strings.TrimSpace(r.PostFormValue("watch")), MaxBlock: strings.TrimSpace(r.PostFormValue("max_block")),
-		MinCritical: strings.TrimSpace(r.PostFormValue("min_critical"))}
+		MinCritical: strings.TrimSpace(r.PostFormValue("min_critical")), Steps: strings.TrimSpace(r.PostFormValue("steps")),
+		StepWindow: strings.TrimSpace(r.PostFormValue("step_window")), WhatIf: strings.TrimSpace(r.PostFormValue("whatif"))}
 	s.rolloutChange(w, r, rollout.ActionPropose, "started", &f, func(ctx context.Context, op *rollout.Operator, a rollout.Actor) error {
 		p, err := f.params()
 		if err != nil {
 			return err
 		}
+		if strings.TrimSpace(a.Reason) == "" { // before the gate's verdict is added to it
+			return errors.New("reason: required (who changed the rules, and why)")
+		}
+		if p.WhatIf, err = s.rolloutWhatIf(ctx, op, f.Rules, f.WhatIf); err != nil {
+			return err
+		}
+		if p.WhatIf != "" {
+			a.Reason += " [" + p.WhatIf + "]"
+		}
 		_, err = op.Propose(ctx, f.Rules, p, a)
 		return err
 	})
+}
+
+// defaultWhatIfSpan is how much recorded traffic a rollout's first gate
+// replays by default (the command line's -whatif default).
+const defaultWhatIfSpan = "10m"
+
+// errWhatIfRejected: the first gate refused the rollout.
+type errWhatIfRejected string
+
+func (e errWhatIfRejected) Error() string { return string(e) }
+
+// rolloutWhatIf is a rollout's first gate, as the command line's: the
+// decisions recorded over the last span replayed through the candidate
+// against the enforced version (pkg/whatif). A reject verdict refuses the
+// rollout before anything is published; otherwise the verdict, in words,
+// goes on the rollout's record. span "0" skips it ("" returned).
+func (s *Server) rolloutWhatIf(ctx context.Context, op *rollout.Operator, rules, span string) (string, error) {
+	if span == "0" {
+		return "", nil
+	}
+	if span == "" {
+		span = defaultWhatIfSpan
+	}
+	d, err := time.ParseDuration(span)
+	if err != nil || d <= 0 || d > 24*time.Hour {
+		return "", errInvalidForm(`whatif: a duration in (0, 24h] of recorded traffic, such as 10m, or "0" to skip the gate`)
+	}
+	candidate, err := limiter.ParseRules("candidate", []byte(rules))
+	if err != nil {
+		return "", err
+	}
+	if s.cfg.WhatIf == nil {
+		return "", errInvalidForm(`whatif: what-if replays are not configured on this console (no decisions topic): give "0" to skip the first gate`)
+	}
+	st, err := op.Topic.Read(ctx)
+	if err != nil {
+		return "", err
+	}
+	enf, ok := st.Enforced()
+	if !ok {
+		return "", rollout.ErrNoEnforced
+	}
+	baseline, err := limiter.ParseRules(fmt.Sprintf("version %d", enf.Version), []byte(enf.Rules))
+	if err != nil {
+		return "", fmt.Errorf("the enforced version %d: %w", enf.Version, err)
+	}
+	now := s.cfg.Now()
+	rep, err := s.cfg.WhatIf.run(ctx, now.Add(-d), now, whatif.Config{Candidate: candidate, Baseline: baseline, Logger: s.cfg.Log,
+		CandidateName: "candidate (rollout)", BaselineName: fmt.Sprintf("enforced version %d", enf.Version)})
+	if err != nil {
+		return "", fmt.Errorf("what-if gate: %w", err)
+	}
+	verdict := fmt.Sprintf("what-if over the last %s: %s, confidence %s, %d decisions replayed", span, rep.Verdict, rep.Confidence, rep.Replayed)
+	if rep.Verdict == whatif.VerdictReject {
+		return "", errWhatIfRejected(verdict + ": the rollout is refused, nothing was published (" + strings.Join(rep.Reasons, "; ") + ")")
+	}
+	return verdict, nil
 }
 
 func (f rolloutForm) params() (rollout.Params, error) {
@@ -228,6 +341,18 @@ func (f rolloutForm) params() (rollout.Params, error) {
 			return p, errInvalidForm("min_critical: a whole number")
 		}
 	}
+	switch f.Steps {
+	case "":
+	case "none":
+		p.Steps = ""
+	default:
+		p.Steps = f.Steps
+	}
+	if f.StepWindow != "" {
+		if p.StepWindow, err = time.ParseDuration(f.StepWindow); err != nil {
+			return p, errInvalidForm("step_window: a duration such as 5m")
+		}
+	}
 	if err := p.Validate(); err != nil {
 		return p, errInvalidForm(err.Error())
 	}
@@ -247,9 +372,18 @@ func (s *Server) rolloutAbort(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// rolloutRollback rolls a candidate at a step back (every principal gets
+// the parent's answers again), or else restores the enforced version's
+// parent.
 func (s *Server) rolloutRollback(w http.ResponseWriter, r *http.Request) {
-	s.rolloutChange(w, r, rollout.ActionRollback, "rolledback", nil, func(ctx context.Context, op *rollout.Operator, a rollout.Actor) error {
-		_, err := op.Apply(ctx, a, func(st *rollout.State) (rollout.Plan, error) { return rollout.PlanRestore(st, 0, a, s.cfg.Now()) })
+	done := "rolledback"
+	s.rolloutChange(w, r, rollout.ActionRollback, done, nil, func(ctx context.Context, op *rollout.Operator, a rollout.Actor) error {
+		_, err := op.Apply(ctx, a, func(st *rollout.State) (rollout.Plan, error) {
+			if c, ok := st.Candidate(); ok && c.Step > 0 {
+				return rollout.PlanStepRollback(st, c.Version, a, s.cfg.Now())
+			}
+			return rollout.PlanRestore(st, 0, a, s.cfg.Now())
+		})
 		return err
 	})
 }
@@ -279,13 +413,16 @@ func (s *Server) rolloutChange(w http.ResponseWriter, r *http.Request, action, d
 	}
 	code, msg := http.StatusServiceUnavailable, err.Error()
 	var inv invalidForm
+	var rej errWhatIfRejected
 	switch {
 	case s.cfg.Rollouts == nil:
 		code = http.StatusNotFound
 	case errors.Is(err, rollout.ErrInProgress), errors.Is(err, rollout.ErrNoCandidate), errors.Is(err, rollout.ErrNothingToUndo),
 		errors.Is(err, rollout.ErrNoEnforced), errors.Is(err, rollout.ErrHasEnforced), errors.Is(err, rollout.ErrConflict):
 		code = http.StatusConflict
-	case errors.As(err, &inv), isRulesError(err), strings.HasPrefix(msg, "reason:"), strings.HasPrefix(msg, "rules:"), strings.HasPrefix(msg, "author:"):
+	case errors.Is(err, errBusy):
+		code = http.StatusConflict
+	case errors.As(err, &inv), errors.As(err, &rej), isRulesError(err), strings.HasPrefix(msg, "reason:"), strings.HasPrefix(msg, "rules:"), strings.HasPrefix(msg, "author:"):
 		code = http.StatusUnprocessableEntity
 	}
 	if code >= 500 {

@@ -6,13 +6,16 @@ import (
 	"net/http"
 	"net/url"
 	"testing"
+	"time"
 
+	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/rollout/rollouttest"
+	"github.com/floodgate-dev/floodgate/pkg/whatif"
 )
 
 const (
@@ -31,13 +34,17 @@ func TestRollouts(t *testing.T) {
 	t.Cleanup(func() { _ = topic.Close() })
 	var audit *rollout.DynamoAudit
 	var claims *rollout.DynamoClaims
+	_, decisions := rollouttest.Topic(t) // no decision recorded: the first gate replays nothing
 	e := newEnvWith(t, func(cfg *Config, prefix string) {
 		audit = &rollout.DynamoAudit{Table: prefix + dynamo.TableAuditLog}
 		claims = &rollout.DynamoClaims{Table: prefix + dynamo.TableAuditLog}
 		cfg.Rollouts = &Rollouts{Operator: &rollout.Operator{Topic: topic, Audit: audit, Claims: claims, Validate: ValidateRules}, Audit: audit}
+		cfg.WhatIf = &WhatIf{Timeout: 20 * time.Second,
+			Source: &whatif.Source{Client: &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second}, Topic: decisions, MaxEvents: 1000}}
 	})
 	audit.Client, claims.Client = e.ddb, e.ddb
 	e.web.cfg.Rollouts.Redis = e.rdb
+	e.web.cfg.WhatIf.Redis = e.rdb
 	ctx := context.Background()
 	t.Cleanup(func() { e.rdb.Del(ctx, redisx.RulesImpactKey(name, 2), redisx.RulesImpactKey(name, 3)) })
 
@@ -57,6 +64,12 @@ func TestRollouts(t *testing.T) {
 	require.Contains(t, html.UnescapeString(body), `candidate:3: rules[0] (bots).tier: "nowhere"`)
 	res, _ = start(rolloutV2, "")
 	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode, "a reason is required")
+	res, body = sre.post("/sre/rollouts", url.Values{"csrf": {sre.csrf("/sre/rollouts")}, "rules": {rolloutV2}, "reason": {"r"}, "steps": {"1,50"}})
+	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode)
+	require.Contains(t, html.UnescapeString(body), "the last step must be 100")
+	res, body = sre.post("/sre/rollouts", url.Values{"csrf": {sre.csrf("/sre/rollouts")}, "rules": {rolloutV2}, "reason": {"r"}, "whatif": {"forever"}})
+	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode)
+	require.Contains(t, html.UnescapeString(body), "whatif: a duration")
 	res, body = start(rolloutV2, "INC-77 one an hour")
 	require.Equal(t, http.StatusSeeOther, res.StatusCode, body)
 
@@ -73,11 +86,14 @@ func TestRollouts(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	body = html.UnescapeString(body)
 	require.Contains(t, body, "Version <strong>2</strong> in shadow")
+	require.Contains(t, body, "First gate, the what-if on recorded traffic: <strong>what-if over the last 10m: review, confidence low, 0 decisions replayed</strong>",
+		"the first gate ran on the console and its verdict is on the record")
+	require.Contains(t, body, `<li data-state="next">Step 1: 1 % of principals</li>`, "the default steps")
 	require.Contains(t, body, `<span class="del">-  - {id: bots, tier: principal, kinds: [bot], limit: 100, period: 1s}</span>`)
 	require.Contains(t, body, `<span class="add">+  - {id: bots, tier: principal, kinds: [bot], limit: 1, period: 1h}</span>`)
 	require.Contains(t, body, `<tr><td>critical</td><td>40</td><td>12</td><td class="over">30.0 %</td></tr>`)
 	require.Contains(t, body, `<tr><td>bulk</td><td>7</td><td>0</td><td>0.0 %</td></tr>`)
-	require.Contains(t, body, `<tr data-class="kind=bot"><td><code>kind=bot</code></td><td>1200</td><td>79.4 %</td><td>0.2 %</td><td>79.2 %</td><td>5.0 %</td><td>0.0 %</td><td class="over">harm</td>`,
+	require.Contains(t, body, `<tr data-class="kind=bot" data-verdict="harm"><td><code>kind=bot</code></td><td>1200</td><td>79.4 %</td><td>0.2 %</td><td>79.2 %</td><td>5.0 %</td><td>0.0 %</td><td class="over">harm</td>`,
 		"the class a non-critical harm hides in, against its parent")
 	require.Contains(t, body, `id="candidate-confidence">0.0 %</span>`)
 	require.NotContains(t, body, `id="abort-form"`, "viewers see no actions")

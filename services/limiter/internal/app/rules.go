@@ -126,6 +126,8 @@ func changeCmd(ctx context.Context, env service.Env, cmd string, args []string) 
 	watch := fs.Duration("watch", def.WatchFor, "rollout: how long it is watched once enforced")
 	maxBlock := fs.Float64("max-critical-block", 100*def.MaxShare, "rollout: the CRITICAL block share, in percent, above which it is rolled back")
 	minCritical := fs.Int64("min-critical", def.MinCritical, "rollout: CRITICAL decisions judged before the share decides")
+	steps := fs.String("steps", def.Steps, `rollout: after the shadow, the gradual steps as percentages of principals (by a hash of the principal), the last 100; "none" promotes at once`)
+	stepWindow := fs.Duration("step-window", def.StepWindow, "rollout: how long each step is watched before the next")
 	bootstrap := fs.Bool("bootstrap", false, "rollout: publish FILE as the first enforced version (an empty topic only)")
 	whatIfSpan := fs.String("whatif", "10m", `rollout, the first gate: replay this much recorded traffic (a duration before now) through FILE against the enforced version; a reject verdict refuses the rollout; "0" skips it`)
 	var file string
@@ -163,14 +165,17 @@ func changeCmd(ctx context.Context, env service.Env, cmd string, args []string) 
 	case cmd == "rollout" && *bootstrap:
 		plan, err = op.Bootstrap(ctx, string(rules), actor)
 	case cmd == "rollout":
+		verdict := ""
 		if *whatIfSpan != "0" {
-			verdict, err := whatIfGate(ctx, env, re.topic, file, *whatIfSpan)
-			if err != nil {
+			if verdict, err = whatIfGate(ctx, env, re.topic, file, *whatIfSpan); err != nil {
 				return err
 			}
 			actor.Reason += " [" + verdict + "]"
 		}
-		p := rollout.Params{ShadowFor: *shadow, WatchFor: *watch, MaxShare: *maxBlock / 100, MinCritical: *minCritical}
+		p := rollout.Params{WhatIf: verdict, ShadowFor: *shadow, WatchFor: *watch, MaxShare: *maxBlock / 100, MinCritical: *minCritical, Steps: *steps, StepWindow: *stepWindow}
+		if *steps == "none" {
+			p.Steps = ""
+		}
 		plan, err = op.Propose(ctx, string(rules), p, actor)
 	case cmd == "promote":
 		plan, err = op.Promote(ctx, actor)
@@ -271,9 +276,20 @@ func printStatus(_ context.Context, out io.Writer, st *rollout.State, impact fun
 		}
 	}
 	if c, ok := st.Candidate(); ok {
-		fmt.Fprintf(w, "candidate:\tversion %d in shadow since %s by %s: %s\n", c.Version, c.TS.Format(time.RFC3339), c.Author, c.Reason)
-		fmt.Fprintf(w, "shadow:\tuntil %s, aborted above %.1f %% CRITICAL would-block (after %d CRITICAL decisions)\n",
-			c.TS.Add(c.ShadowFor()).Format(time.RFC3339), 100*c.MaxShare(), c.MinSamples())
+		fmt.Fprintf(w, "candidate:\tversion %d, %s since %s by %s: %s\n", c.Version, c.StepName(), c.TS.Format(time.RFC3339), c.Author, c.Reason)
+		if c.Step == 0 {
+			fmt.Fprintf(w, "shadow:\tuntil %s, aborted above %.1f %% CRITICAL would-block (after %d CRITICAL decisions)\n",
+				c.TS.Add(c.ShadowFor()).Format(time.RFC3339), 100*c.MaxShare(), c.MinSamples())
+		} else {
+			fmt.Fprintf(w, "step:\tenforced for %.2f %% of principals, watched until %s; rolled back on harm to version %d\n",
+				float64(c.SliceBP())/100, c.TS.Add(c.StepWindow()).Format(time.RFC3339), c.ParentVersion)
+		}
+		if c.Whatif != "" {
+			fmt.Fprintf(w, "first gate:\t%s\n", c.Whatif)
+		}
+		if c.Steps != "" {
+			fmt.Fprintf(w, "steps:\t%s %% of principals, each watched %s\n", c.Steps, c.StepWindow())
+		}
 		if err := printImpact(w, impact, c.Version, rollout.PhaseShadow); err != nil {
 			return err
 		}
