@@ -22,9 +22,9 @@ import (
 type ACLNames struct {
 	// UserPrefix precedes each service's name in its Kafka user
 	// ("floodgate-" makes User:floodgate-limiter, …).
-	UserPrefix                                                              string
+	UserPrefix                                                                             string
 	DecisionsTopic, AbuseTopic, AdjustmentsTopic, RulesTopic, DeferredTopic, VerdictsTopic string
-	DetectorGroup, PagerGroup, QuotaGroup, DLQGroup, DeferredGroup          string
+	DetectorGroup, PagerGroup, QuotaGroup, DLQGroup, DeferredGroup                         string
 }
 
 func (n ACLNames) withDefaults() ACLNames {
