@@ -166,7 +166,8 @@ var knobs = []knob{
 	{"FLOODGATE_DETECTOR_PERSON_SUSTAIN", func(c Class) bool { return c.Pattern == events.PatternRapidFire && person(c.Kind) },
 		func(b score.Config, fps []score.Detection) (score.Config, string, string, bool) {
 			width := b.Window / score.NumBuckets
-			to := time.Duration(maxOf(fps, func(d score.Detection) float64 { return float64(d.Sustained) })) + width
+			// whole seconds, as the detector reads it
+			to := (time.Duration(maxOf(fps, func(d score.Detection) float64 { return float64(d.Sustained) })) + width + time.Second - 1).Truncate(time.Second)
 			old := b.PersonSustain
 			b.PersonSustain = to
 			return b, old.String(), to.String(), to > old

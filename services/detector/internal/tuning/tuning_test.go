@@ -147,11 +147,11 @@ func TestCandidatesMoveJustPastTheFalsePositives(t *testing.T) {
 		}
 	}
 	require.Equal(t, map[string]string{
-		"FLOODGATE_DETECTOR_RAPID_FIRE_THRESHOLD": "8.4",   // max score 8 × 1.05
-		"FLOODGATE_DETECTOR_RAPID_FIRE_RATE":      "6.3",   // max rate 30 / threshold 5 × 1.05
-		"FLOODGATE_DETECTOR_PERSON_MIN_DENIALS":   "31",    // max denials + 1
-		"FLOODGATE_DETECTOR_PERSON_DENIAL_RATIO":  "0.41",  // max ratio + 0.01
-		"FLOODGATE_DETECTOR_PERSON_SUSTAIN":       "3.75s", // max sustained + one bucket (10s / 8)
+		"FLOODGATE_DETECTOR_RAPID_FIRE_THRESHOLD": "8.4",  // max score 8 × 1.05
+		"FLOODGATE_DETECTOR_RAPID_FIRE_RATE":      "6.3",  // max rate 30 / threshold 5 × 1.05
+		"FLOODGATE_DETECTOR_PERSON_MIN_DENIALS":   "31",   // max denials + 1
+		"FLOODGATE_DETECTOR_PERSON_DENIAL_RATIO":  "0.41", // max ratio + 0.01
+		"FLOODGATE_DETECTOR_PERSON_SUSTAIN":       "4s",   // max sustained + one bucket (10s / 8), in whole seconds
 	}, got)
 	for _, p := range Candidates(score.DefaultConfig(), c, fps) {
 		for _, ch := range p.Changes {
