@@ -13,4 +13,5 @@ const (
 	AttrVerdictRoute      = "verdict_route"       // the detection's top route template, for precision by route
 	AttrVerdictNetwork    = "verdict_network"     // its network class (pkg/precision), for precision by network
 	AttrVerdictAllowUntil = "verdict_allow_until" // a false positive's allowlist expiry, RFC 3339
+	AttrVerdictLifted     = "verdict_lifted"      // BOOL: a false positive found a live penalty and lifted it
 )

@@ -98,6 +98,22 @@ func (s *Store) Judge(ctx context.Context, a Alert, j Judgement, who Actor) (Ver
 			v.PenaltyLifted = true
 		}
 	}
+	// What an earlier verdict set and this one does not is removed.
+	names["#vlift"] = dynamo.AttrVerdictLifted
+	var removes []string
+	if v.PenaltyLifted {
+		sets += ", #vlift = :vlift"
+		vals[":vlift"] = &types.AttributeValueMemberBOOL{Value: true}
+	} else {
+		removes = append(removes, "#vlift")
+	}
+	if !fp {
+		names["#vallow"] = dynamo.AttrVerdictAllowUntil
+		removes = append(removes, "#vallow")
+	}
+	if len(removes) > 0 {
+		sets += " REMOVE " + strings.Join(removes, ", ")
+	}
 	mark := &types.Update{TableName: aws.String(s.abuse), Key: recordKey(a), UpdateExpression: aws.String(sets),
 		ConditionExpression: aws.String("attribute_exists(pk)"), ExpressionAttributeNames: names, ExpressionAttributeValues: vals}
 	after := map[string]any{"verdict": v.Value, "verdict_id": v.ID, "pattern": a.Pattern, "route": v.Route, "network": v.Network}
@@ -142,6 +158,9 @@ func parseVerdict(it map[string]types.AttributeValue) Verdict {
 		Route: dynamo.Str(it[dynamo.AttrVerdictRoute]), Network: dynamo.Str(it[dynamo.AttrVerdictNetwork])}
 	v.At, _ = time.Parse(time.RFC3339Nano, dynamo.Str(it[dynamo.AttrVerdictAt]))
 	v.AllowUntil, _ = time.Parse(time.RFC3339, dynamo.Str(it[dynamo.AttrVerdictAllowUntil]))
+	if b, ok := it[dynamo.AttrVerdictLifted].(*types.AttributeValueMemberBOOL); ok {
+		v.PenaltyLifted = b.Value
+	}
 	return v
 }
 

@@ -161,6 +161,8 @@ func TestVerdictFalsePositiveLiftsThePenaltyInTheLimiter(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, events.VerdictConfirmed, got.Verdict.Value)
 	require.NotEqual(t, store.StatusFalsePositive, got.Status)
+	require.False(t, got.Verdict.PenaltyLifted, "what the false positive set is gone")
+	require.True(t, got.Verdict.AllowUntil.IsZero())
 	require.Len(t, pub.all(), 2)
 }
 
