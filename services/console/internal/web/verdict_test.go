@@ -7,11 +7,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
@@ -290,4 +293,30 @@ func TestPrecisionPageRenders(t *testing.T) {
 	code, page := c.get("/precision")
 	require.Equal(t, http.StatusOK, code, page)
 	require.Contains(t, page, "100.00 %")
+}
+
+// TestPrecisionGauges: the refresh sets the gauges the Prometheus rule and
+// the Grafana panel read, from the stored verdicts.
+func TestPrecisionGauges(t *testing.T) {
+	stacktest.Needs(t, "needs Redis and DynamoDB Local")
+	e, _ := newVerdictEnv(t)
+	e.web.cfg.Precision.Thresholds = precision.Thresholds{Default: 0.9, ByPattern: map[string]float64{"rapid_fire": 0.99}, MinJudged: 2}
+	now := time.Now()
+	for i, v := range []string{"confirmed", "confirmed", "false_positive", "unsure"} {
+		a := e.seed(t, "g"+strconv.Itoa(i), now.Add(-time.Duration(i+1)*time.Minute), events.PatternRapidFire, events.SeverityHigh, false)
+		code, body := e.postVerdict(t, "analyst", map[string]string{"principal": a.Principal, "key": a.SK, "verdict": v, "reason": "r", "allowlist_for": "1h"})
+		require.Equal(t, http.StatusOK, code, body)
+	}
+	e.web.refreshPrecision(context.Background())
+	m := e.web.precision
+	require.InDelta(t, 2.0/3, testutil.ToFloat64(m.pattern.WithLabelValues("rapid_fire")), 1e-9)
+	require.Equal(t, 3.0, testutil.ToFloat64(m.judged.WithLabelValues("rapid_fire")))
+	require.Equal(t, 0.99, testutil.ToFloat64(m.threshold.WithLabelValues("rapid_fire")))
+	require.Equal(t, 2.0, testutil.ToFloat64(m.minJudged))
+	g := []string{"rapid_fire", "bot", "/channels/{channel_id}/messages", precision.NetworkIPv4}
+	require.InDelta(t, 2.0/3, testutil.ToFloat64(m.group.WithLabelValues(g...)), 1e-9)
+	require.Equal(t, 1.0, testutil.ToFloat64(m.verdicts.WithLabelValues(append(g, "unsure")...)))
+	v, code := e.web.precisionTable(httptest.NewRequest(http.MethodGet, "/precision", nil))
+	require.Equal(t, http.StatusOK, code)
+	require.Len(t, v.Breaches, 1, "rapid_fire at 67 % over 3 judged is below 99 %")
 }
