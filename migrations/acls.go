@@ -22,9 +22,9 @@ import (
 type ACLNames struct {
 	// UserPrefix precedes each service's name in its Kafka user
 	// ("floodgate-" makes User:floodgate-limiter, …).
-	UserPrefix                                                              string
-	DecisionsTopic, AbuseTopic, AdjustmentsTopic, RulesTopic, DeferredTopic string
-	DetectorGroup, PagerGroup, QuotaGroup, DLQGroup, DeferredGroup          string
+	UserPrefix                                                                             string
+	DecisionsTopic, AbuseTopic, AdjustmentsTopic, RulesTopic, DeferredTopic, VerdictsTopic string
+	DetectorGroup, PagerGroup, QuotaGroup, DLQGroup, DeferredGroup                         string
 }
 
 func (n ACLNames) withDefaults() ACLNames {
@@ -39,6 +39,7 @@ func (n ACLNames) withDefaults() ACLNames {
 	def(&n.AdjustmentsTopic, config.DefaultAdjustmentsTopic)
 	def(&n.RulesTopic, config.DefaultRulesTopic)
 	def(&n.DeferredTopic, "floodgate.deferred.v1")
+	def(&n.VerdictsTopic, config.DefaultVerdictsTopic)
 	def(&n.DeferredGroup, "floodgate-deferred")
 	def(&n.DetectorGroup, "floodgate-detector")
 	def(&n.PagerGroup, "floodgate-pager")
@@ -64,13 +65,13 @@ type Grant struct {
 // the deferred-work worker reads deferred requests (its group) and writes
 // their dead letters; the rules versions are written by the adjuster's
 // rollout controller and the console's rollout page (and the `limiter
-// rollout` command, run with an operator's own user); the console reads
-// what it shows.
+// rollout` command, run with an operator's own user); the console writes
+// reviewers' verdicts and reads what it shows.
 func Grants(n ACLNames) []Grant {
 	n = n.withDefaults()
 	dlq := func(t string) string { return t + ".dlq" }
-	sources := []string{n.DecisionsTopic, n.AbuseTopic, n.AdjustmentsTopic, n.DeferredTopic}
-	dlqs := []string{dlq(n.DecisionsTopic), dlq(n.AbuseTopic), dlq(n.AdjustmentsTopic), dlq(n.DeferredTopic)}
+	sources := []string{n.DecisionsTopic, n.AbuseTopic, n.AdjustmentsTopic, n.DeferredTopic, n.VerdictsTopic}
+	dlqs := []string{dlq(n.DecisionsTopic), dlq(n.AbuseTopic), dlq(n.AdjustmentsTopic), dlq(n.DeferredTopic), dlq(n.VerdictsTopic)}
 	return []Grant{
 		{Service: "limiter", Produce: []string{n.DecisionsTopic, n.DeferredTopic}, Consume: []string{n.RulesTopic}},
 		{Service: "detector", Produce: []string{n.AbuseTopic, dlq(n.DecisionsTopic), dlq(n.AbuseTopic)},
@@ -79,7 +80,7 @@ func Grants(n ACLNames) []Grant {
 		{Service: "adjuster", Produce: []string{n.AdjustmentsTopic, n.RulesTopic}, Consume: []string{n.RulesTopic}},
 		{Service: "deferred", Produce: []string{dlq(n.DeferredTopic)}, Consume: []string{n.DeferredTopic}, Groups: []string{n.DeferredGroup}},
 		{Service: "dlq-auditor", Produce: sources, Consume: dlqs, Groups: []string{n.DLQGroup}},
-		{Service: "console", Produce: []string{n.RulesTopic}, Consume: append(append(slices.Clone(sources), dlqs...), n.RulesTopic)},
+		{Service: "console", Produce: []string{n.RulesTopic, n.VerdictsTopic}, Consume: append(append(slices.Clone(sources), dlqs...), n.RulesTopic)},
 	}
 }
 

@@ -27,6 +27,9 @@ const (
 	// (rule rollouts, docs/rollouts.md); nothing reads it unless
 	// FLOODGATE_LIMITER_RULES_TOPIC names it.
 	DefaultRulesTopic = "floodgate.rules.v1"
+	// DefaultVerdictsTopic carries trust-and-safety verdicts on detections
+	// (verdict.v1, written by the console; docs/console.md).
+	DefaultVerdictsTopic = "floodgate.verdicts.v1"
 )
 
 // Getenv looks up one environment variable; os.Getenv satisfies it and tests pass a map lookup.

@@ -23,25 +23,7 @@ const (
 	MaxTopicLen = 249
 	// MaxStepReasonLen is the maxLength of penalty.reason in the schemas.
 	MaxStepReasonLen = 256
-	// MaxVersionLen is the maxLength of detector_version in the schemas.
-	MaxVersionLen = 64
 )
-
-// Pattern is the kind of abuse a detection found. New patterns are added to v1
-// consumers-first (see schemas/README.md).
-type Pattern string
-
-// Values of Pattern.
-const (
-	PatternRapidFire          Pattern = "rapid_fire"
-	PatternDistributedIP      Pattern = "distributed_ip"
-	PatternCredentialStuffing Pattern = "credential_stuffing"
-	PatternScraping           Pattern = "scraping"
-	PatternBotLike            Pattern = "bot_like"
-)
-
-// Valid reports whether v is one of the values of Pattern.
-func (v Pattern) Valid() bool { return isEnum(enumPattern, v) }
 
 // Severity grades a detection.
 type Severity string

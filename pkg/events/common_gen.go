@@ -11,6 +11,8 @@ const (
 	MaxPrincipalIDLen = 128
 	// MaxRouteLen is the maxLength of evidence.top_routes[].route in the schemas.
 	MaxRouteLen = 256
+	// MaxVersionLen is the maxLength of detector_version in the schemas.
+	MaxVersionLen = 64
 	// MaxRuleLen is the maxLength of rule in the schemas.
 	MaxRuleLen = 128
 	// MaxReasonLen is the maxLength of reason in the schemas.
@@ -35,6 +37,22 @@ const (
 // Valid reports whether v is one of the values of PrincipalKind.
 func (v PrincipalKind) Valid() bool { return isEnum(enumPrincipalKind, v) }
 
+// Pattern is the kind of abuse a detection found. New patterns are added to v1
+// consumers-first (see schemas/README.md).
+type Pattern string
+
+// Values of Pattern.
+const (
+	PatternRapidFire          Pattern = "rapid_fire"
+	PatternDistributedIP      Pattern = "distributed_ip"
+	PatternCredentialStuffing Pattern = "credential_stuffing"
+	PatternScraping           Pattern = "scraping"
+	PatternBotLike            Pattern = "bot_like"
+)
+
+// Valid reports whether v is one of the values of Pattern.
+func (v Pattern) Valid() bool { return isEnum(enumPattern, v) }
+
 // Methods lists the values of Method, "|"-separated.
 const Methods = "GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS"
 
@@ -50,6 +68,7 @@ const (
 	enumTier
 	enumPriority
 	enumRulesState
+	enumVerdictValue
 )
 
 // enumValue returns the value of enum e equal to s. It returns a constant,
@@ -170,6 +189,15 @@ func enumValue[S ~string | ~[]byte](e enum, s S) (string, bool) {
 		case "rolled_back":
 			return "rolled_back", true
 		}
+	case enumVerdictValue:
+		switch string(s) {
+		case "confirmed":
+			return "confirmed", true
+		case "false_positive":
+			return "false_positive", true
+		case "unsure":
+			return "unsure", true
+		}
 	}
 	return "", false
 }
@@ -197,6 +225,8 @@ func (e enum) values() string {
 		return "critical|degraded|best_effort|bulk"
 	case enumRulesState:
 		return "shadow|enforced|rolled_back"
+	case enumVerdictValue:
+		return "confirmed|false_positive|unsure"
 	}
 	return ""
 }

@@ -22,6 +22,9 @@ func EncodeRulesVersion(v *RulesVersion) ([]byte, error) {
 	return AppendRulesVersion(make([]byte, 0, 512), v)
 }
 
+// EncodeVerdict validates v and encodes it as JSON.
+func EncodeVerdict(v *Verdict) ([]byte, error) { return AppendVerdict(make([]byte, 0, 512), v) }
+
 // AppendAbuse validates v and appends its JSON encoding to dst; on error dst
 // is returned unchanged. It does not allocate when dst has room.
 func AppendAbuse(dst []byte, v *Abuse) ([]byte, error) {
@@ -52,6 +55,12 @@ func AppendRulesVersion(dst []byte, v *RulesVersion) ([]byte, error) {
 	return appendEvent(dst, v.Validate(), v, (*RulesVersion).appendJSON)
 }
 
+// AppendVerdict validates v and appends its JSON encoding to dst; on error dst
+// is returned unchanged. It does not allocate when dst has room.
+func AppendVerdict(dst []byte, v *Verdict) ([]byte, error) {
+	return appendEvent(dst, v.Validate(), v, (*Verdict).appendJSON)
+}
+
 // Validate checks v against the abuse.v1 contract.
 func (v *Abuse) Validate() error { return withType(TypeAbuse, v.validate()) }
 
@@ -67,6 +76,9 @@ func (v *Deferred) Validate() error { return withType(TypeDeferred, v.validate()
 // Validate checks v against the rules.v1 contract.
 func (v *RulesVersion) Validate() error { return withType(TypeRulesVersion, v.validate()) }
 
+// Validate checks v against the verdict.v1 contract.
+func (v *Verdict) Validate() error { return withType(TypeVerdict, v.validate()) }
+
 // MarshalJSON implements json.Marshaler with EncodeAbuse.
 func (v Abuse) MarshalJSON() ([]byte, error) { return EncodeAbuse(&v) }
 
@@ -81,6 +93,9 @@ func (v Deferred) MarshalJSON() ([]byte, error) { return EncodeDeferred(&v) }
 
 // MarshalJSON implements json.Marshaler with EncodeRulesVersion.
 func (v RulesVersion) MarshalJSON() ([]byte, error) { return EncodeRulesVersion(&v) }
+
+// MarshalJSON implements json.Marshaler with EncodeVerdict.
+func (v Verdict) MarshalJSON() ([]byte, error) { return EncodeVerdict(&v) }
 
 // UnmarshalJSON implements json.Unmarshaler with DecodeAbuse.
 func (v *Abuse) UnmarshalJSON(data []byte) error { return unmarshal(v, data, DecodeAbuse) }
@@ -98,3 +113,6 @@ func (v *Deferred) UnmarshalJSON(data []byte) error { return unmarshal(v, data, 
 func (v *RulesVersion) UnmarshalJSON(data []byte) error {
 	return unmarshal(v, data, DecodeRulesVersion)
 }
+
+// UnmarshalJSON implements json.Unmarshaler with DecodeVerdict.
+func (v *Verdict) UnmarshalJSON(data []byte) error { return unmarshal(v, data, DecodeVerdict) }

@@ -16,7 +16,7 @@ import (
 const schemasDir = "../../schemas"
 
 // eventTypes are the contracts, in the order tests report them.
-var eventTypes = []string{TypeDecision, TypeAbuse, TypeAdjustment, TypeRulesVersion, TypeDeferred}
+var eventTypes = []string{TypeDecision, TypeAbuse, TypeAdjustment, TypeRulesVersion, TypeDeferred, TypeVerdict}
 
 // codec decodes and encodes one event type through this package, hiding the
 // concrete Go type so that tests can range over all contracts.
@@ -48,6 +48,8 @@ func codecFor(t testing.TB, typ string) codec {
 		return codecOf(DecodeRulesVersion, EncodeRulesVersion, (*RulesVersion).Validate)
 	case TypeDeferred:
 		return codecOf(DecodeDeferred, EncodeDeferred, (*Deferred).Validate)
+	case TypeVerdict:
+		return codecOf(DecodeVerdict, EncodeVerdict, (*Verdict).Validate)
 	}
 	t.Fatalf("no codec for %q", typ)
 	return codec{}

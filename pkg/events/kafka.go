@@ -16,3 +16,6 @@ func (a *Adjustment) Key() string { return a.Scope }
 
 // Key returns the Kafka message key of d: its principal's key.
 func (d *Deferred) Key() string { return d.Principal.Key() }
+
+// Key returns the Kafka message key of v: the judged detection's principal's key.
+func (v *Verdict) Key() string { return v.Principal.Key() }

@@ -24,6 +24,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/precision"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/series"
@@ -72,6 +73,12 @@ type Config struct {
 	OverrideSweep    time.Duration // FLOODGATE_CONSOLE_OVERRIDE_SWEEP (how often expired overrides are removed)
 	WhatIfMaxEvents  int           // FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS (decisions one what-if run may replay; 0 turns the page off)
 	RulesTopic       string        // FLOODGATE_RULES_TOPIC (the rule rollouts page; "" = not configured)
+
+	VerdictsTopic       string        // FLOODGATE_VERDICTS_TOPIC (verdict.v1 events of reviewers' verdicts)
+	DatacenterRanges    []string      // FLOODGATE_CONSOLE_DATACENTER_RANGES (CIDRs of hosting providers, for precision by network class)
+	PrecisionThresholds string        // FLOODGATE_CONSOLE_PRECISION_THRESHOLDS ("0.95,rapid_fire=0.99": default and per pattern)
+	PrecisionMinJudged  int           // FLOODGATE_CONSOLE_PRECISION_MIN_JUDGED (judged verdicts before a threshold is checked)
+	PrecisionWindow     time.Duration // FLOODGATE_CONSOLE_PRECISION_WINDOW (the detections the metrics and thresholds judge)
 }
 
 // ConfigFromEnv reads and validates the configuration.
@@ -112,6 +119,12 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		OverridesKey:     e.String("FLOODGATE_CONSOLE_OVERRIDES_KEY", limiter.OverridesKey),
 		OverrideSweep:    e.Duration("FLOODGATE_CONSOLE_OVERRIDE_SWEEP", 30*time.Second),
 		WhatIfMaxEvents:  e.Int("FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS", 200_000),
+
+		VerdictsTopic:       e.String("FLOODGATE_VERDICTS_TOPIC", config.DefaultVerdictsTopic),
+		DatacenterRanges:    e.List("FLOODGATE_CONSOLE_DATACENTER_RANGES", ""),
+		PrecisionThresholds: e.String("FLOODGATE_CONSOLE_PRECISION_THRESHOLDS", "0.95"),
+		PrecisionMinJudged:  e.Int("FLOODGATE_CONSOLE_PRECISION_MIN_JUDGED", 20),
+		PrecisionWindow:     e.Duration("FLOODGATE_CONSOLE_PRECISION_WINDOW", 7*24*time.Hour),
 	}
 	return config.Validated(c, e.Err())
 }
@@ -183,7 +196,30 @@ func (c Config) Validate() error {
 	if c.OverrideSweep < time.Second || c.OverrideSweep > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_OVERRIDE_SWEEP: %s not in 1s..10m", c.OverrideSweep))
 	}
+	if err := events.ValidTopic(c.VerdictsTopic); err != nil {
+		errs = append(errs, fmt.Errorf("FLOODGATE_VERDICTS_TOPIC: %w", err))
+	}
+	if _, err := precision.ParsePrefixes(c.DatacenterRanges); err != nil {
+		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_DATACENTER_RANGES: %w", err))
+	}
+	if _, err := precision.ParseThresholds(c.PrecisionThresholds); err != nil {
+		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_PRECISION_THRESHOLDS: %w", err))
+	}
+	if c.PrecisionMinJudged < 1 || c.PrecisionMinJudged > 1_000_000 {
+		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_PRECISION_MIN_JUDGED: %d not in 1..1000000", c.PrecisionMinJudged))
+	}
+	if c.PrecisionWindow < time.Hour || c.PrecisionWindow > store.MaxDays*24*time.Hour {
+		errs = append(errs, fmt.Errorf("FLOODGATE_CONSOLE_PRECISION_WINDOW: %s not in 1h..744h", c.PrecisionWindow))
+	}
 	return errors.Join(errs...)
+}
+
+// precisionConfig is the web server's precision settings (validated).
+func (c Config) precisionConfig() (precision.Classifier, web.PrecisionConfig) {
+	dc, _ := precision.ParsePrefixes(c.DatacenterRanges)
+	th, _ := precision.ParseThresholds(c.PrecisionThresholds)
+	th.MinJudged = int64(c.PrecisionMinJudged)
+	return precision.Classifier{Datacenter: dc}, web.PrecisionConfig{Window: c.PrecisionWindow, Thresholds: th}
 }
 
 // Run runs the subcommand in env.Args: none or "serve" serves; "user add
@@ -360,6 +396,10 @@ func Serve(ctx context.Context, env service.Env) error {
 		rollouts = &web.Rollouts{Operator: &rollout.Operator{Topic: topic, Audit: audit, Claims: claims, Now: env.Now, Validate: web.ValidateRules},
 			Redis: rdb, Audit: audit}
 	}
+	verdicts := stream.NewProducer(stream.ProducerConfig{Brokers: cfg.KafkaBrokers, Security: ksec, Topic: cfg.VerdictsTopic,
+		Logger: log, Registerer: env.Registry})
+	run.Closer("verdicts producer", verdicts.Close)
+	networks, prec := cfg.precisionConfig()
 	srv, err := web.New(web.Config{
 		Directory:     dir,
 		Sessions:      sessions,
@@ -385,6 +425,9 @@ func Serve(ctx context.Context, env service.Env) error {
 		WhatIf:       wif,
 		Rollouts:     rollouts,
 		Deferred:     deferred.NewStore(rdb),
+		Verdicts:     &web.KafkaVerdicts{Producer: verdicts, Source: "floodgate/console"},
+		Networks:     networks,
+		Precision:    prec,
 	})
 	if err != nil {
 		return err
@@ -399,6 +442,7 @@ func Serve(ctx context.Context, env service.Env) error {
 		return err
 	}
 	run.Worker("override sweeper", func(ctx context.Context) error { return srv.ExpireOverrides(ctx, cfg.OverrideSweep) })
+	run.Worker("precision", func(ctx context.Context) error { return srv.RefreshPrecision(ctx, time.Minute) })
 	run.Worker("users file reload", func(ctx context.Context) error { return dir.Run(ctx, 2*time.Second) })
 	log.Info("console listening", "addr", addr.String(), "users_file", cfg.UsersFile)
 	return run.Run(ctx)

@@ -34,6 +34,12 @@ func TestConfigFromEnv(t *testing.T) {
 		{name: "users file", env: map[string]string{"FLOODGATE_CONSOLE_USERS": ""}, wantErr: "FLOODGATE_CONSOLE_USERS"},
 		{name: "what-if max events", env: map[string]string{"FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS": "2000000"}, wantErr: "FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS: 2000000 not in 0..1000000"},
 		{name: "what-if max events not a number", env: map[string]string{"FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS": "lots"}, wantErr: "FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS"},
+		{name: "precision settings", env: map[string]string{"FLOODGATE_CONSOLE_PRECISION_THRESHOLDS": "0.9,rapid_fire=0.99", "FLOODGATE_CONSOLE_DATACENTER_RANGES": "198.51.100.0/24,2001:db8::/32"}},
+		{name: "verdicts topic", env: map[string]string{"FLOODGATE_VERDICTS_TOPIC": "bad topic"}, wantErr: "FLOODGATE_VERDICTS_TOPIC"},
+		{name: "datacenter ranges", env: map[string]string{"FLOODGATE_CONSOLE_DATACENTER_RANGES": "198.51.100.0/99"}, wantErr: "FLOODGATE_CONSOLE_DATACENTER_RANGES"},
+		{name: "precision thresholds", env: map[string]string{"FLOODGATE_CONSOLE_PRECISION_THRESHOLDS": "rapid_fire=2"}, wantErr: "FLOODGATE_CONSOLE_PRECISION_THRESHOLDS"},
+		{name: "precision min judged", env: map[string]string{"FLOODGATE_CONSOLE_PRECISION_MIN_JUDGED": "0"}, wantErr: "FLOODGATE_CONSOLE_PRECISION_MIN_JUDGED: 0 not in 1..1000000"},
+		{name: "precision window", env: map[string]string{"FLOODGATE_CONSOLE_PRECISION_WINDOW": "1000h"}, wantErr: "FLOODGATE_CONSOLE_PRECISION_WINDOW"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,6 +60,11 @@ func TestConfigFromEnv(t *testing.T) {
 			require.Equal(t, "http://127.0.0.1:8083", c.AdjusterURL)
 			require.Equal(t, "http://127.0.0.1:8084", c.DLQURL)
 			require.Equal(t, "floodgate/d30", c.InfluxBucket)
+			require.Equal(t, "floodgate.verdicts.v1", c.VerdictsTopic)
+			networks, prec := c.precisionConfig()
+			require.Equal(t, len(c.DatacenterRanges), len(networks.Datacenter))
+			require.Equal(t, int64(20), prec.Thresholds.MinJudged)
+			require.Equal(t, 7*24*time.Hour, prec.Window)
 		})
 	}
 }

@@ -82,6 +82,11 @@ type Alert struct {
 	FalsePositive string // who marked it
 	FPAt          string
 
+	// DetectorVersion is the detector version that made the detection.
+	DetectorVersion string
+	// Verdict is the latest reviewer verdict (Value "" when not judged).
+	Verdict Verdict
+
 	// Event is the stored abuse.v1 (IPs truncated); set by Get.
 	Event *events.Abuse
 }
@@ -272,6 +277,7 @@ func parseAlert(it map[string]types.AttributeValue, now time.Time) Alert {
 		ID: dynamo.Str(it["id"]), Pattern: dynamo.Str(it["pattern"]), Severity: dynamo.Str(it["severity"]), Mode: dynamo.Str(it["mode"]),
 		LiftedBy: dynamo.Str(it["lifted_by"]), LiftedAt: dynamo.Str(it["lifted_at"]),
 		FalsePositive: dynamo.Str(it["false_positive_by"]), FPAt: dynamo.Str(it["false_positive_at"]),
+		DetectorVersion: dynamo.Str(it["detector_version"]), Verdict: parseVerdict(it),
 	}
 	a.Score, _ = strconv.ParseFloat(dynamo.Num(it["score"]), 64)
 	a.Multiplier, _ = strconv.ParseFloat(dynamo.Num(it["multiplier"]), 64)
@@ -279,7 +285,7 @@ func parseAlert(it map[string]types.AttributeValue, now time.Time) Alert {
 	a.DetectedAt, _ = time.Parse(tsLayout, a.GSI1SK)
 	a.PenaltyUntil, _ = time.Parse(time.RFC3339, dynamo.Str(it["penalty_until"]))
 	switch {
-	case a.FPAt != "":
+	case a.Verdict.Value == events.VerdictFalsePositive, a.Verdict.Value == "" && a.FPAt != "":
 		a.Status = StatusFalsePositive
 	case a.LiftedAt != "":
 		a.Status = StatusLifted

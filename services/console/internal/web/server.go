@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/deferred"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
+	"github.com/floodgate-dev/floodgate/pkg/precision"
 	"github.com/floodgate-dev/floodgate/services/console/internal/adjuster"
 	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
 	"github.com/floodgate-dev/floodgate/services/console/internal/blockrate"
@@ -54,6 +55,9 @@ type Config struct {
 	Proxies       gateway.TrustedProxies // whose X-Forwarded-For names the client for the failure limits
 	WhatIf        *WhatIf                // what-if replays of the decisions topic (nil: the page says it is not configured)
 	Deferred      *deferred.Store        // deferred-work queues in Redis (nil: the page says it is not configured)
+	Verdicts      VerdictPublisher       // verdict.v1 events (nil: verdicts are stored, not published)
+	Networks      precision.Classifier   // network classes of detections, for precision
+	Precision     PrecisionConfig        // the precision page, metrics and thresholds
 }
 
 // Server is the console's HTTP handler.
@@ -63,6 +67,8 @@ type Server struct {
 	mux     *httpapi.Mux
 	metrics metrics
 	signIn  signInMetrics
+	// precision are the gauges RefreshPrecision sets (precision.go).
+	precision precisionMetrics
 }
 
 // metrics are the console's own; its request metrics
@@ -90,6 +96,7 @@ func New(cfg Config) (*Server, error) {
 		logins:  f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_console_logins_total", Help: "Sign-in attempts by outcome."}, []string{"outcome"}),
 	}
 	s.signIn = newSignInMetrics(f)
+	s.precision = newPrecisionMetrics(f)
 	pages, err := parseTemplates()
 	if err != nil {
 		return nil, err
