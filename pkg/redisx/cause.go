@@ -77,7 +77,7 @@ func (c *clusterCause) DialHook(next redis.DialHook) redis.DialHook { return nex
 func (c *clusterCause) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if w := c.wrap(ctx, cmd, err); w != err {
+		if w := c.wrap(ctx, cmd, err); w != err { //nolint:errorlint // identity: whether wrap replaced err
 			cmd.SetErr(w)
 			return w
 		}
@@ -93,7 +93,7 @@ func (c *clusterCause) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 		}
 		var first error
 		for _, cmd := range cmds {
-			if w := c.wrap(ctx, cmd, cmd.Err()); w != cmd.Err() {
+			if w := c.wrap(ctx, cmd, cmd.Err()); w != cmd.Err() { //nolint:errorlint // identity: whether wrap replaced it
 				cmd.SetErr(w)
 				first = cmp.Or(first, w)
 			}
