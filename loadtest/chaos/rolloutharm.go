@@ -28,36 +28,12 @@ const (
 // its parent, with the figures in the topic's record and the audit log, and
 // without one bot answer changed.
 func RolloutClassHarm(ctx context.Context, e *Env, s Size, r *Result) error {
-	rd, b, err := e.StartStack(ctx)
+	rig, err := startRolloutRig(ctx, e, "rollout-class-harm")
 	if err != nil {
 		return err
 	}
-	prefix, err := e.Tables(ctx)
-	if err != nil {
-		return err
-	}
-	const topicName = "floodgate.rules.v1"
-	topic := rollout.NewTopic([]string{b.Addr}, nil, topicName, e.Log)
-	defer topic.Close()
-	table := prefix + dynamo.TableAuditLog
-	audit := &rollout.DynamoAudit{Client: e.DB(), Table: table}
-	op := &rollout.Operator{Topic: topic, Audit: audit, Claims: &rollout.DynamoClaims{Client: e.DB(), Table: table},
-		Validate: func(name string, b []byte) error { _, err := limiter.ParseRules(name, b); return err }}
-	sre := rollout.Actor{Name: "chaos", Reason: "rollout-class-harm", Via: "cli"}
-	if _, err := op.Bootstrap(ctx, harmParent, sre); err != nil {
-		return fmt.Errorf("bootstrap rules: %w", err)
-	}
-	lim, err := e.StartLimiter(ctx, b, rd, "", "FLOODGATE_RULES_TOPIC="+topicName, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=")
-	if err != nil {
-		return err
-	}
-	if _, err := e.startService(ctx, "adjuster", []string{
-		"FLOODGATE_REDIS_ADDRS=" + rd.Addr, "FLOODGATE_KAFKA_BROKERS=" + b.Addr,
-		"FLOODGATE_DYNAMODB_ENDPOINT=" + e.DynamoEndpoint, "FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix,
-		"FLOODGATE_INFLUX_URL=" + closedURL(), "FLOODGATE_RULES_TOPIC=" + topicName, "FLOODGATE_ADJUSTER_ROLLOUT_WINDOW=30s",
-	}); err != nil {
-		return err
-	}
+	defer rig.topic.Close()
+	topic, audit, op, sre, lim := rig.topic, rig.audit, rig.op, rig.sre, rig.lim
 	people, bots := users("harm", 50), make([]events.Principal, 50)
 	for i := range bots {
 		bots[i] = events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("harmbot%d_%d", time.Now().UnixNano(), i)}
@@ -151,36 +127,12 @@ func RolloutClassHarm(ctx context.Context, e *Env, s Size, r *Result) error {
 // the class's rise over its parent, audited with its figures, and the share
 // of bot calls it denied during the rollout must be at most 1 %.
 func RolloutStepHarm(ctx context.Context, e *Env, s Size, r *Result) error {
-	rd, b, err := e.StartStack(ctx)
+	rig, err := startRolloutRig(ctx, e, "rollout-step-harm")
 	if err != nil {
 		return err
 	}
-	prefix, err := e.Tables(ctx)
-	if err != nil {
-		return err
-	}
-	const topicName = "floodgate.rules.v1"
-	topic := rollout.NewTopic([]string{b.Addr}, nil, topicName, e.Log)
-	defer topic.Close()
-	table := prefix + dynamo.TableAuditLog
-	audit := &rollout.DynamoAudit{Client: e.DB(), Table: table}
-	op := &rollout.Operator{Topic: topic, Audit: audit, Claims: &rollout.DynamoClaims{Client: e.DB(), Table: table},
-		Validate: func(name string, b []byte) error { _, err := limiter.ParseRules(name, b); return err }}
-	sre := rollout.Actor{Name: "chaos", Reason: "rollout-step-harm", Via: "cli"}
-	if _, err := op.Bootstrap(ctx, harmParent, sre); err != nil {
-		return fmt.Errorf("bootstrap rules: %w", err)
-	}
-	lim, err := e.StartLimiter(ctx, b, rd, "", "FLOODGATE_RULES_TOPIC="+topicName, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=")
-	if err != nil {
-		return err
-	}
-	if _, err := e.startService(ctx, "adjuster", []string{
-		"FLOODGATE_REDIS_ADDRS=" + rd.Addr, "FLOODGATE_KAFKA_BROKERS=" + b.Addr,
-		"FLOODGATE_DYNAMODB_ENDPOINT=" + e.DynamoEndpoint, "FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix,
-		"FLOODGATE_INFLUX_URL=" + closedURL(), "FLOODGATE_RULES_TOPIC=" + topicName, "FLOODGATE_ADJUSTER_ROLLOUT_WINDOW=30s",
-	}); err != nil {
-		return err
-	}
+	defer rig.topic.Close()
+	topic, audit, op, sre, lim := rig.topic, rig.audit, rig.op, rig.sre, rig.lim
 	people := users("stepharm", 50)
 	peopleLoad := &Load{URL: "http://" + lim.Addr, Rate: 200, Workers: 4,
 		Next:     func(w, i int) events.Principal { return people[(w*7919+i)%len(people)] },
@@ -315,4 +267,48 @@ func RolloutStepHarm(ctx context.Context, e *Env, s Size, r *Result) error {
 	r.require("the rollback audited with its figures", rollbackRow != nil && rollbackRow.Actor == "adjuster/rollout" && figures(rollbackRow)["step"] == float64(1),
 		"%+v", rollbackRow)
 	return nil
+}
+
+// rolloutRig is what both rollout scenarios start: a stack, the rules topic
+// bootstrapped with harmParent, the limiter on the topic and the adjuster's
+// rollout controller. The caller closes topic.
+type rolloutRig struct {
+	topic *rollout.Topic
+	audit *rollout.DynamoAudit
+	op    *rollout.Operator
+	sre   rollout.Actor
+	lim   *Service
+}
+
+func startRolloutRig(ctx context.Context, e *Env, scenario string) (*rolloutRig, error) {
+	rd, b, err := e.StartStack(ctx)
+	if err != nil {
+		return nil, err
+	}
+	prefix, err := e.Tables(ctx)
+	if err != nil {
+		return nil, err
+	}
+	const topicName = "floodgate.rules.v1"
+	topic := rollout.NewTopic([]string{b.Addr}, nil, topicName, e.Log)
+	rig := &rolloutRig{topic: topic, sre: rollout.Actor{Name: "chaos", Reason: scenario, Via: "cli"}}
+	table := prefix + dynamo.TableAuditLog
+	rig.audit = &rollout.DynamoAudit{Client: e.DB(), Table: table}
+	rig.op = &rollout.Operator{Topic: topic, Audit: rig.audit, Claims: &rollout.DynamoClaims{Client: e.DB(), Table: table},
+		Validate: func(name string, b []byte) error { _, err := limiter.ParseRules(name, b); return err }}
+	fail := func(err error) (*rolloutRig, error) { topic.Close(); return nil, err }
+	if _, err := rig.op.Bootstrap(ctx, harmParent, rig.sre); err != nil {
+		return fail(fmt.Errorf("bootstrap rules: %w", err))
+	}
+	if rig.lim, err = e.StartLimiter(ctx, b, rd, "", "FLOODGATE_RULES_TOPIC="+topicName, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT="); err != nil {
+		return fail(err)
+	}
+	if _, err := e.startService(ctx, "adjuster", []string{
+		"FLOODGATE_REDIS_ADDRS=" + rd.Addr, "FLOODGATE_KAFKA_BROKERS=" + b.Addr,
+		"FLOODGATE_DYNAMODB_ENDPOINT=" + e.DynamoEndpoint, "FLOODGATE_DYNAMODB_TABLE_PREFIX=" + prefix,
+		"FLOODGATE_INFLUX_URL=" + closedURL(), "FLOODGATE_RULES_TOPIC=" + topicName, "FLOODGATE_ADJUSTER_ROLLOUT_WINDOW=30s",
+	}); err != nil {
+		return fail(err)
+	}
+	return rig, nil
 }
