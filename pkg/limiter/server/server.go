@@ -54,7 +54,6 @@ type Server struct {
 	reg     *prometheus.Registry
 	tracing tracing.Tracing
 	tracer  *stream.Tracer // nil: tracing off
-	scratch sync.Pool      // *eventScratch (emit.go)
 	// checkTimeout is a check's deadline when its caller names none (SetCheckTimeout).
 	checkTimeout time.Duration
 }
@@ -425,12 +424,13 @@ func DecisionEvent(id, gateway string, req limiter.Request, res limiter.Result) 
 }
 
 // Emit encodes a decision event and hands it to the publisher, keyed by its
-// principal; every decision of every interface leaves through it.
+// principal; every decision of every interface leaves through it. It does
+// not use journal.DurableProducer.TryAppend (the record batcher): until the
+// batcher has read the topic's partitions TryAppend takes the async
+// producer's path, and events taken there were overtaken by later ones sent
+// through the batcher (a principal's events out of order on its partition,
+// TestEmbeddedEngineInAGoGateway in CI).
 func (s *Server) Emit(ctx context.Context, ev *events.Decision) {
-	if a, ok := s.pub.(Appender); ok && s.tracer == nil {
-		s.emitAppend(a, ev)
-		return
-	}
 	value, err := events.EncodeDecision(ev)
 	if err != nil { // the request was validated; this is a bug, not bad input
 		s.metrics.errors.WithLabelValues("encode").Inc()
