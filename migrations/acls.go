@@ -9,6 +9,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
 // Who may do what on Kafka: one SASL user per service, each allowed only the
@@ -69,9 +70,13 @@ type Grant struct {
 // reviewers' verdicts and reads what it shows.
 func Grants(n ACLNames) []Grant {
 	n = n.withDefaults()
-	dlq := func(t string) string { return t + ".dlq" }
+	dlq := func(t string) string { return t + stream.DLQSuffix }
 	sources := []string{n.DecisionsTopic, n.AbuseTopic, n.AdjustmentsTopic, n.DeferredTopic, n.VerdictsTopic}
 	dlqs := []string{dlq(n.DecisionsTopic), dlq(n.AbuseTopic), dlq(n.AdjustmentsTopic), dlq(n.DeferredTopic), dlq(n.VerdictsTopic)}
+	auditGroups := make([]string, len(dlqs))
+	for i, t := range dlqs {
+		auditGroups[i] = stream.AuditGroup(n.DLQGroup, t)
+	}
 	return []Grant{
 		{Service: "limiter", Produce: []string{n.DecisionsTopic, n.DeferredTopic}, Consume: []string{n.RulesTopic}},
 		{Service: "detector", Produce: []string{n.AbuseTopic, dlq(n.DecisionsTopic), dlq(n.AbuseTopic)},
@@ -79,7 +84,7 @@ func Grants(n ACLNames) []Grant {
 		{Service: "quota", Produce: []string{dlq(n.DecisionsTopic)}, Consume: []string{n.DecisionsTopic}, Groups: []string{n.QuotaGroup}},
 		{Service: "adjuster", Produce: []string{n.AdjustmentsTopic, n.RulesTopic}, Consume: []string{n.RulesTopic}},
 		{Service: "deferred", Produce: []string{dlq(n.DeferredTopic)}, Consume: []string{n.DeferredTopic}, Groups: []string{n.DeferredGroup}},
-		{Service: "dlq-auditor", Produce: sources, Consume: dlqs, Groups: []string{n.DLQGroup}},
+		{Service: "dlq-auditor", Produce: sources, Consume: dlqs, Groups: auditGroups},
 		{Service: "console", Produce: []string{n.RulesTopic, n.VerdictsTopic}, Consume: append(append(slices.Clone(sources), dlqs...), n.RulesTopic)},
 	}
 }

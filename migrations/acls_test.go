@@ -48,7 +48,7 @@ func TestSecurityOnlyTheLimiterWritesDecisionsS3(t *testing.T) {
 	var lines []string
 	k := NewKafka([]string{broker}, 1, secure("admin", "admin-Pa55"))
 	require.NoError(t, k.ApplyACLs(ctx, ACLEntries(n, Grants(n)), func(l string) { lines = append(lines, l) }))
-	require.Equal(t, []string{"kafka acls: 86 entries for 7 users"}, lines)
+	require.Equal(t, []string{"kafka acls: 94 entries for 7 users"}, lines)
 	require.NoError(t, k.ApplyACLs(ctx, ACLEntries(n, Grants(n)), func(string) {}), "applying again is a no-op")
 
 	require.NoError(t, produce("limiter", n.DecisionsTopic))
@@ -64,8 +64,8 @@ func TestSecurityOnlyTheLimiterWritesDecisionsS3(t *testing.T) {
 	require.ErrorContains(t, produce("limiter", n.AbuseTopic), "Unknown Topic", "the limiter writes decisions only")
 
 	// The quota ledger still reads decisions in its own group, and only there.
-	read := func(svc, group string) error {
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, Topic: n.DecisionsTopic, GroupID: group,
+	read := func(svc, topic, group string) error {
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, Topic: topic, GroupID: group,
 			Dialer: as(svc).Dialer(), StartOffset: kafka.FirstOffset, MaxWait: 100 * time.Millisecond})
 		defer r.Close()
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -73,6 +73,10 @@ func TestSecurityOnlyTheLimiterWritesDecisionsS3(t *testing.T) {
 		_, err := r.FetchMessage(rctx)
 		return err
 	}
-	require.NoError(t, read("quota", n.QuotaGroup))
-	require.Error(t, read("quota", n.DetectorGroup), "another service's group is refused")
+	require.NoError(t, read("quota", n.DecisionsTopic, n.QuotaGroup))
+	require.Error(t, read("quota", n.DecisionsTopic, n.DetectorGroup), "another service's group is refused")
+	// The dlq-auditor reads each dead-letter topic in that topic's own group.
+	dlq := n.DecisionsTopic + stream.DLQSuffix
+	require.NoError(t, read("dlq-auditor", dlq, stream.AuditGroup(n.DLQGroup, dlq)))
+	require.Error(t, read("dlq-auditor", dlq, n.DLQGroup), "the bare prefix is no group of the auditor's")
 }

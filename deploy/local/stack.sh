@@ -188,7 +188,10 @@ wait_healthy() {
 	deadline=$(($(now_us) + timeout * 1000000))
 	while :; do
 		if "${name}_health"; then return 0; fi
-		if [[ $name != redis ]] && ! pid=$(our_pid "$name"); then
+		# Alive, not our_pid: until the background subshell has exec'd the
+		# server its command line is this script's, which our_pid refuses
+		# (on a loaded machine the first poll can land there).
+		if [[ $name != redis ]] && { ! read -r pid <"$(pidfile "$name")" || ! alive "${pid:-x}"; }; then
 			err "$name: exited during start-up"
 			tail_log "$name"
 			return 1

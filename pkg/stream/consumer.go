@@ -246,7 +246,7 @@ func (c ConsumerConfig) Validate() error {
 
 func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	if c.DLQTopic == "" && c.Topic != "" {
-		c.DLQTopic = c.Topic + ".dlq"
+		c.DLQTopic = c.Topic + DLQSuffix
 	}
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
 	c.InitialBackoff, c.MaxBackoff = BackoffDefaults(c.InitialBackoff, c.MaxBackoff)

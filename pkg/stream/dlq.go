@@ -34,6 +34,18 @@ const (
 	HeaderDLQOriginalSHA256 = "dlq_original_sha256" // hex SHA-256 of the original value; empty when it was never read
 )
 
+// DLQSuffix ends the name of every dead-letter topic: a topic's dead letters
+// go to topic + DLQSuffix.
+const DLQSuffix = ".dlq"
+
+// AuditGroup is the consumer group with which the dlq-auditor reads one
+// dead-letter topic: prefix + "." + dlqTopic. Each topic has a group of its
+// own. With one group over every topic, each topic's consumer was a member of
+// the others' group: one member leaving (a shutdown, a topic's consumer
+// restarting) held every other topic in a rebalance, and a member closing
+// during it could wait out the rebalance timeout.
+func AuditGroup(prefix, dlqTopic string) string { return prefix + "." + dlqTopic }
+
 // MaxDLQErrorMessageBytes bounds the dlq_error_message header; longer messages
 // are cut at a UTF-8 boundary.
 const MaxDLQErrorMessageBytes = 1024

@@ -159,7 +159,7 @@ func Serve(ctx context.Context, env service.Env, hooks *Hooks) error {
 		Client: kc, Interval: cfg.DiscoverInterval, Logger: log, Metrics: metrics,
 		NewConsumer: func(topic string) (auditor.Runner, error) {
 			cc := stream.ConsumerConfig{
-				Brokers: cfg.KafkaBrokers, Security: ksec, Topic: topic, GroupID: cfg.Group, Service: "dlq-auditor",
+				Brokers: cfg.KafkaBrokers, Security: ksec, Topic: topic, GroupID: stream.AuditGroup(cfg.Group, topic), Service: "dlq-auditor",
 				// A record that cannot be stored is retried until it can (the
 				// partition waits), never dropped. The handler never fails
 				// permanently, so nothing goes to <topic>.dlq.dlq, which does

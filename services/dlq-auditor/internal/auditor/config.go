@@ -6,6 +6,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/series"
+	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
 // Defaults of the auditor's configuration.
@@ -20,7 +21,7 @@ const (
 	DefaultReplayMax        = 1000
 	DefaultCanaryTimeout    = 30 * time.Second
 	// DLQSuffix ends the name of every dead-letter topic.
-	DLQSuffix = ".dlq"
+	DLQSuffix = stream.DLQSuffix
 )
 
 // ServiceConfig is the auditor's start-up configuration, read from the environment.
@@ -28,7 +29,7 @@ type ServiceConfig struct {
 	HTTPAddr         string               // FLOODGATE_DLQ_ADDR: API, /healthz, /readyz, /metrics
 	KafkaBrokers     []string             // FLOODGATE_KAFKA_BROKERS
 	KafkaSecurity    config.KafkaSecurity // FLOODGATE_KAFKA_TLS*, FLOODGATE_KAFKA_SASL_* (docs/configuration.md)
-	Group            string               // FLOODGATE_DLQ_GROUP: consumer group on every *.dlq topic
+	Group            string               // FLOODGATE_DLQ_GROUP: prefix of the consumer groups, one per *.dlq topic (stream.AuditGroup)
 	DiscoverInterval time.Duration        // FLOODGATE_DLQ_DISCOVER_INTERVAL: how often new *.dlq topics are looked for
 	DynamoEndpoint   string               // FLOODGATE_DYNAMODB_ENDPOINT; empty = AWS
 	TablePrefix      string               // FLOODGATE_DYNAMODB_TABLE_PREFIX

@@ -85,7 +85,7 @@ type Replayer struct {
 
 // replayTarget reports why rec may not be replayed to its source topic, or "".
 func (rp *Replayer) replayTarget(rec Record) string {
-	if rec.SourceTopic != "" && rec.SourceTopic+".dlq" == rec.DLQTopic {
+	if rec.SourceTopic != "" && rec.SourceTopic+DLQSuffix == rec.DLQTopic {
 		return ""
 	}
 	for _, t := range rp.ReplayTopics {
