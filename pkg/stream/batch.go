@@ -101,7 +101,7 @@ type batchMode struct {
 // one partition's messages a batch at a time, committing a batch's offsets
 // right after h returned nil for it (CommitInterval still commits what the
 // door settled between batches). Everything else — the door, retries, dead
-// letters, metrics, the trace hook, rebalances — is the per-message
+// letters, metrics, the middleware, rebalances — is the per-message
 // Consumer's.
 //
 // Rebalance and shutdown: when a partition is revoked (or ctx is done), the
@@ -123,19 +123,23 @@ func NewBatchConsumer(cfg ConsumerConfig, bc BatchConfig, h BatchHandler) (*Cons
 		return nil, err
 	}
 	c.batch = &batchMode{cfg: bc.withDefaults(), handler: h}
+	c.call = c.compose(c.batchCall)
 	return c, nil
 }
 
 // batchCall adapts a BatchHandler to the shared middleware.
-func (c *Consumer) batchCall(ctx context.Context, msgs []kafka.Message, attempt int) ([]rejection, error) {
-	b := &Batch{Topic: c.cfg.Topic, Partition: msgs[0].Partition, Messages: msgs, Attempt: attempt}
+func (c *Consumer) batchCall(ctx context.Context, inv *Invocation) error {
+	msgs := inv.Messages
+	b := &Batch{Topic: inv.Topic, Partition: inv.Partition, Messages: msgs, Attempt: inv.Attempt}
+	inv.rejected = nil
 	err := c.batch.handler(ctx, b)
 	for _, rj := range b.rejected {
 		if rj.index < 0 || rj.index >= len(msgs) {
-			return nil, fmt.Errorf("batch handler rejected message %d of %d", rj.index, len(msgs))
+			return fmt.Errorf("batch handler rejected message %d of %d", rj.index, len(msgs))
 		}
 	}
-	return b.rejected, err
+	inv.rejected = b.rejected
+	return err
 }
 
 // consumeBatches is batch mode: messages that pass the door are gathered and
@@ -154,7 +158,7 @@ func (p *partitionRun) consumeBatches() {
 			return true
 		}
 		c.batchMessages.Observe(float64(len(msgs)))
-		if !c.handleUnit(p.hctx, msgs, c.batchCall) {
+		if !c.handleUnit(p.hctx, msgs) {
 			c.abandonCount.Inc()
 			return false
 		}

@@ -14,10 +14,12 @@
 // event-time window is dead-lettered (class event_time). Handlers that decode
 // the event time themselves check it with EventTimeWindow.
 //
-// Middleware. Both modes run the handler through the same code: TraceHook
-// around each invocation, panic recovery, the handle-time histogram and
-// outcome counters, retries with backoff, dead letters with the reason in
-// their headers, and aggregated dead-letter logging.
+// Middleware. Both modes run the handler through one chain of
+// HandlerMiddleware composed once per consumer (middleware.go): retries with
+// backoff, the handle-time histogram, the "process" span, the caller's
+// ConsumerConfig.Middleware and panic recovery around each invocation; then
+// the outcome counters, dead letters with the reason in their headers, and
+// aggregated dead-letter logging.
 //
 // Delivery contract. The Consumer commits an offset only after every message
 // before it on that partition was handled or dead-lettered, so a crash

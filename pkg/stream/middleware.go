@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,17 +10,38 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/segmentio/kafka-go"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
-// The middleware every handler runs inside, written once for both modes: a
-// unit is one message (per-message mode) or one partition's batch (batch
-// mode). Around each attempt: the trace hook and panic recovery; after it:
-// the handle-time histogram and the outcome counters; on failure: retries
-// with backoff, then a dead letter per message with the error class and
-// reason in its headers.
+// The middleware every handler runs inside, written once for both modes and
+// composed once per consumer (Watermill's HandlerMiddleware shape): an
+// invocation is one message (per-message mode) or one partition's batch
+// (batch mode). From the outside in: retries with backoff; per attempt, the
+// handle-time histogram, the "process" span (tracing on), the
+// ConsumerConfig.Middleware, panic recovery; then the handler. handleUnit
+// settles what the chain returns: the outcome counters, and a dead letter
+// per message with the error class and reason in its headers.
+
+// Invocation is one call of the handler: one message, or one partition's
+// batch in offset order; one attempt.
+type Invocation struct {
+	Topic, Group string
+	Partition    int
+	Messages     []kafka.Message // the caller owns them: middleware must not modify them
+	Attempt      int             // 1-based
+
+	started      time.Time   // of the latest attempt
+	firstFailure time.Time   // of the first failed attempt
+	rejected     []rejection // the batch handler's refusals, of the latest attempt
+}
+
+// HandlerFunc calls the handler, or the next middleware, on inv.
+type HandlerFunc func(ctx context.Context, inv *Invocation) error
+
+// HandlerMiddleware wraps a HandlerFunc: it may change the context, watch
+// the error, or call next more than once (Watermill's shape).
+type HandlerMiddleware func(next HandlerFunc) HandlerFunc
 
 // rejection is one message of a batch the handler refused permanently.
 type rejection struct {
@@ -27,11 +49,19 @@ type rejection struct {
 	err   error
 }
 
-// unitCall invokes the handler on msgs; attempt is 1-based. It returns the
-// messages the handler rejected (batch mode) and its error.
-type unitCall func(ctx context.Context, msgs []kafka.Message, attempt int) ([]rejection, error)
+// compose builds the consumer's chain around inner, once.
+func (c *Consumer) compose(inner HandlerFunc) HandlerFunc {
+	h := recovered(inner)
+	for i := len(c.cfg.Middleware) - 1; i >= 0; i-- {
+		h = c.cfg.Middleware[i](h)
+	}
+	if c.tracer != nil {
+		h = c.tracer.processing(h)
+	}
+	return c.retried(c.timed(h))
+}
 
-// handleUnit runs msgs (one partition's, in offset order) through the handler
+// handleUnit runs msgs (one partition's, in offset order) through the chain
 // until they are handled or dead-lettered, and reports whether they were;
 // false means hctx ended first (drain or rebalance deadline) and none of msgs
 // may be committed.
@@ -42,96 +72,113 @@ type unitCall func(ctx context.Context, msgs []kafka.Message, attempt int) ([]re
 //     message is dead-lettered at once as poison (event_time for an
 //     *EventTimeError).
 //   - a panic: every message is dead-lettered as handler_panic.
-//   - any other error: the whole unit is tried again with exponential
-//     backoff, up to MaxAttempts, then every message is dead-lettered as
-//     transient_exhausted.
-func (c *Consumer) handleUnit(hctx context.Context, msgs []kafka.Message, call unitCall) bool {
-	var firstFailure time.Time
-	var bo *backoff.ExponentialBackOff
-	for attempt := 1; ; attempt++ {
-		start := time.Now()
-		rejected, err := c.invoke(hctx, msgs, attempt, call)
-		c.handleSeconds.Observe(time.Since(start).Seconds())
-		if err == nil {
-			if len(rejected) > 0 && firstFailure.IsZero() {
-				firstFailure = start
+//   - any other error: retried (see retried), then every message is
+//     dead-lettered as transient_exhausted.
+func (c *Consumer) handleUnit(hctx context.Context, msgs []kafka.Message) bool {
+	inv := &Invocation{Topic: c.cfg.Topic, Group: c.cfg.GroupID, Partition: msgs[0].Partition, Messages: msgs, Attempt: 1}
+	err := c.call(hctx, inv)
+	if err == nil {
+		firstFailure := cmp.Or(inv.firstFailure, inv.started)
+		for _, rj := range inv.rejected {
+			if !c.deadLetter(hctx, msgs[rj.index], newDLQRecord(c, msgs[rj.index], classify(rj.err), rj.err, inv.Attempt, firstFailure)) {
+				return false
 			}
-			for _, rj := range rejected {
-				if !c.deadLetter(hctx, msgs[rj.index], newDLQRecord(c, msgs[rj.index], classify(rj.err), rj.err, attempt, firstFailure)) {
-					return false
-				}
-			}
-			n := float64(len(msgs) - len(rejected))
-			if attempt == 1 {
-				c.okCount.Add(n)
-			} else {
-				c.retriedCount.Add(n)
-			}
-			return true
 		}
-		if hctx.Err() != nil {
-			// The drain deadline passed; the failure may be the cancellation.
-			c.log.Warn("handler stopped by the drain or rebalance deadline; left for redelivery",
-				"partition", msgs[0].Partition, "offset", msgs[0].Offset, "messages", len(msgs), "err", err)
+		n := float64(len(msgs) - len(inv.rejected))
+		if inv.Attempt == 1 {
+			c.okCount.Add(n)
+		} else {
+			c.retriedCount.Add(n)
+		}
+		return true
+	}
+	if hctx.Err() != nil {
+		// The drain deadline passed; the failure may be the cancellation.
+		c.log.Warn("handler stopped by the drain or rebalance deadline; left for redelivery",
+			"partition", msgs[0].Partition, "offset", msgs[0].Offset, "messages", len(msgs), "err", err)
+		return false
+	}
+	class := ClassTransientExhausted
+	if final(err) {
+		class = classify(err)
+		if perr := (*panicError)(nil); errors.As(err, &perr) {
+			c.log.Error("handler panicked", "partition", msgs[0].Partition, "offset", msgs[0].Offset,
+				"messages", len(msgs), "panic", fmt.Sprint(perr.value), "stack", string(perr.stack))
+		}
+	}
+	for _, m := range msgs {
+		if !c.deadLetter(hctx, m, newDLQRecord(c, m, class, err, inv.Attempt, inv.firstFailure)) {
 			return false
 		}
-		if firstFailure.IsZero() {
-			firstFailure = start
-		}
-		var class ErrorClass
-		switch {
-		case IsPermanent(err) || classify(err) == ClassHandlerPanic:
-			class = classify(err)
-			if perr := (*panicError)(nil); errors.As(err, &perr) {
-				c.log.Error("handler panicked", "partition", msgs[0].Partition, "offset", msgs[0].Offset,
-					"messages", len(msgs), "panic", fmt.Sprint(perr.value), "stack", string(perr.stack))
+	}
+	return true
+}
+
+// final reports whether err must not be retried: permanent, or a panic.
+func final(err error) bool { return IsPermanent(err) || classify(err) == ClassHandlerPanic }
+
+// retried calls next again with exponential, jittered backoff while it fails
+// with an error that may pass (not permanent, not a panic), up to
+// MaxAttempts in all, and returns its last error; it stops early, returning
+// that error, when ctx ends (the drain or rebalance deadline).
+func (c *Consumer) retried(next HandlerFunc) HandlerFunc {
+	return func(ctx context.Context, inv *Invocation) error {
+		var bo *backoff.ExponentialBackOff
+		for ; ; inv.Attempt++ {
+			err := next(ctx, inv)
+			if err == nil {
+				return nil
 			}
-		case attempt < c.cfg.MaxAttempts:
+			if inv.firstFailure.IsZero() {
+				inv.firstFailure = inv.started
+			}
+			if ctx.Err() != nil || final(err) || inv.Attempt >= c.cfg.MaxAttempts {
+				return err
+			}
 			c.retryCount.Inc()
 			if bo == nil {
 				bo = c.newBackoff()
 			}
 			wait := min(bo.NextBackOff(), c.cfg.MaxBackoff)
-			c.log.Debug("handler failed; retrying", "partition", msgs[0].Partition, "offset", msgs[0].Offset,
-				"messages", len(msgs), "attempt", attempt, "backoff", wait, "err", err)
-			if !tick.Sleep(hctx, wait) {
-				return false
-			}
-			continue
-		default:
-			class = ClassTransientExhausted
-		}
-		for _, m := range msgs {
-			if !c.deadLetter(hctx, m, newDLQRecord(c, m, class, err, attempt, firstFailure)) {
-				return false
+			c.log.Debug("handler failed; retrying", "partition", inv.Partition, "offset", inv.Messages[0].Offset,
+				"messages", len(inv.Messages), "attempt", inv.Attempt, "backoff", wait, "err", err)
+			if !tick.Sleep(ctx, wait) {
+				return err
 			}
 		}
-		return true
 	}
 }
 
-// invoke calls the handler inside its process span (tracing on) and through
-// the trace hook, turning a panic into an error.
-func (c *Consumer) invoke(ctx context.Context, msgs []kafka.Message, attempt int, call unitCall) (rejected []rejection, err error) {
-	if c.tracer != nil {
-		var span trace.Span
-		ctx, span = c.tracer.process(ctx, &c.cfg, msgs, attempt)
+// timed observes each attempt's duration in the handle-time histogram.
+func (c *Consumer) timed(next HandlerFunc) HandlerFunc {
+	return func(ctx context.Context, inv *Invocation) error {
+		inv.started = time.Now()
+		err := next(ctx, inv)
+		c.handleSeconds.Observe(time.Since(inv.started).Seconds())
+		return err
+	}
+}
+
+// processing makes each attempt a "process <topic>" consumer span (see
+// Tracer.process).
+func (t *Tracer) processing(next HandlerFunc) HandlerFunc {
+	return func(ctx context.Context, inv *Invocation) (err error) {
+		ctx, span := t.process(ctx, inv)
 		defer func() { endSpan(span, err) }()
+		return next(ctx, inv)
 	}
-	if c.cfg.TraceHook != nil {
-		var end func(error)
-		ctx, end = c.cfg.TraceHook(ctx, Invocation{
-			Topic: c.cfg.Topic, Group: c.cfg.GroupID, Partition: msgs[0].Partition,
-			FirstOffset: msgs[0].Offset, LastOffset: msgs[len(msgs)-1].Offset, Messages: len(msgs), Attempt: attempt,
-		})
-		defer func() { end(err) }()
+}
+
+// recovered turns a panic in next into a *panicError.
+func recovered(next HandlerFunc) HandlerFunc {
+	return func(ctx context.Context, inv *Invocation) (err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				inv.rejected, err = nil, &panicError{value: v, stack: debug.Stack()}
+			}
+		}()
+		return next(ctx, inv)
 	}
-	defer func() {
-		if v := recover(); v != nil {
-			rejected, err = nil, &panicError{value: v, stack: debug.Stack()}
-		}
-	}()
-	return call(ctx, msgs, attempt)
 }
 
 // newDLQRecord describes msg failing with err.

@@ -154,12 +154,13 @@ func (t *Tracer) send(ctx context.Context, msgs []kafka.Message) (context.Contex
 // invocation. One message: the span is the child of the message's creation
 // context (a decision is one request's), and links to it too. A batch: a new
 // trace linking every message's creation context (up to maxLinks).
-func (t *Tracer) process(ctx context.Context, cfg *ConsumerConfig, msgs []kafka.Message, attempt int) (context.Context, trace.Span) {
+func (t *Tracer) process(ctx context.Context, inv *Invocation) (context.Context, trace.Span) {
+	msgs := inv.Messages
 	attrs := []attribute.KeyValue{semconv.MessagingSystemKafka, semconv.MessagingOperationTypeProcess,
-		semconv.MessagingOperationName("process"), semconv.MessagingDestinationName(cfg.Topic),
-		semconv.MessagingConsumerGroupName(cfg.GroupID),
+		semconv.MessagingOperationName("process"), semconv.MessagingDestinationName(inv.Topic),
+		semconv.MessagingConsumerGroupName(inv.Group),
 		semconv.MessagingDestinationPartitionID(strconv.Itoa(msgs[0].Partition)),
-		attribute.Int(tracing.AttrAttempt, attempt)}
+		attribute.Int(tracing.AttrAttempt, inv.Attempt)}
 	var links []trace.Link
 	if len(msgs) == 1 {
 		m := msgs[0]
@@ -182,7 +183,7 @@ func (t *Tracer) process(ctx context.Context, cfg *ConsumerConfig, msgs []kafka.
 			}
 		}
 	}
-	return t.tracer.Start(ctx, "process "+cfg.Topic, trace.WithSpanKind(trace.SpanKindConsumer),
+	return t.tracer.Start(ctx, "process "+inv.Topic, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attrs...), trace.WithLinks(links...))
 }
 

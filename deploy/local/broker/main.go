@@ -200,7 +200,25 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		"data_dir", cfg.DataDir, "sync", cfg.Sync, "version", version(),
 		"group_min_session_timeout", cfg.MinSessionTimeout)
 
+	// Group members kfake never times out are expired by the keeper (see
+	// sessions.go), which asks the cluster through a client of its own.
+	keeper := newSessionKeeper(cluster, log, min(time.Second, cfg.MinSessionTimeout/2))
+	keeperCl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ClientID("floodgate-broker-sessions"))
+	if err != nil {
+		cluster.Close()
+		return fmt.Errorf("session keeper client: %w", err)
+	}
+	keeperCtx, stopKeeper := context.WithCancel(ctx)
+	keeperDone := make(chan struct{})
+	go func() {
+		keeper.run(keeperCtx, keeperCl)
+		close(keeperDone)
+	}()
+
 	<-ctx.Done()
+	stopKeeper()
+	<-keeperDone
+	keeperCl.Close()
 	log.Info("shutting down", "close_timeout", cfg.CloseTimeout)
 	done := make(chan struct{})
 	go func() {
