@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
 )
@@ -101,6 +102,22 @@ func (s *Server) CountPastDeadline(protocol, priority string) {
 		priority = "none"
 	}
 	s.metrics.pastDeadline.WithLabelValues(protocol, priority).Inc()
+}
+
+// abortIfCallerGone drops an HTTP check whose caller has already closed its
+// connection (httpapi.CallerGone): it gave up on its deadline while the
+// request waited to be read — in the kernel's or the runtime's queues, which
+// a relative timeout counted from the read cannot see — and failed open by
+// itself. Nothing is decoded, decided or written: the handler is aborted
+// (http.ErrAbortHandler closes the connection) and the check counted in
+// floodgate_limiter_calls_dropped_past_deadline_total (priority "none": it
+// was not read). Under overload these are most of the queue; answering them
+// is the CPU the callers still waiting need.
+func (s *Server) abortIfCallerGone(r *http.Request) {
+	if httpapi.CallerGone(r) {
+		s.CountPastDeadline(ProtocolHTTP, "")
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // pastDeadline is the answer to a check the engine did not decide because
