@@ -122,13 +122,17 @@ func (s *Server) abortIfCallerGone(r *http.Request) {
 
 // pastDeadline is the answer to a check the engine did not decide because
 // its caller's deadline had passed (limiter.ErrPastDeadline), or that was
-// still waiting for Redis when it passed: allowed and degraded, as the
-// caller fails open by itself.
-func (s *Server) pastDeadline(call Call, req *checkapi.CheckRequest, res limiter.Result, err error) (limiter.Result, bool) {
+// still waiting for a permit or for Redis when it passed or when its caller
+// left (ctx cancelled: net/http cancels a request's context when its client
+// closes the connection): allowed and degraded, as the caller fails open by
+// itself. Not "check failed": under overload callers leave by the thousand,
+// and each would otherwise be a warning line.
+func (s *Server) pastDeadline(ctx context.Context, call Call, req *checkapi.CheckRequest, res limiter.Result, err error) (limiter.Result, bool) {
 	switch {
 	case errors.Is(err, limiter.ErrPastDeadline):
 		s.CountPastDeadline(call.Protocol, res.Priority.String())
-	case (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && !call.Deadline.IsZero() && !time.Now().Before(call.Deadline):
+	case (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) &&
+		(ctx.Err() != nil || !call.Deadline.IsZero() && !time.Now().Before(call.Deadline)):
 		s.metrics.errors.WithLabelValues("deadline").Inc() // in flight when it passed: Redis may have counted it
 	default:
 		return res, false

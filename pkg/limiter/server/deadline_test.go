@@ -185,3 +185,29 @@ func TestCallerGoneIsNotDecided(t *testing.T) {
 	require.Equal(t, 4, got.Remaining, "the abandoned check took nothing from Redis")
 	require.Len(t, pub.Messages(), 1)
 }
+
+// TestCallerLeftIsNotAFailure: a check whose caller left (its context
+// cancelled, as net/http does when the client closes the connection) is
+// answered as past its deadline and counted as such — nothing sent to Redis
+// when it had left on arrival — not as a failed check (a warning each).
+func TestCallerLeftIsNotAFailure(t *testing.T) {
+	s, srv, pub, reg := newDeadlineServer(t)
+	var req checkapi.CheckRequest
+	body := checkBody(t)
+	require.NoError(t, json.Unmarshal([]byte(body), &req))
+	require.NoError(t, req.Validate())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res := s.DecideCall(ctx, NewDecisionID(), &req, Call{Protocol: ProtocolHTTP})
+	require.True(t, res.Allowed)
+	require.True(t, res.Degraded)
+	require.Equal(t, DeadlineReason, res.Error)
+	require.Empty(t, pub.Messages(), "no decision was made: no event")
+	require.Equal(t, 1.0, promtest.Value(t, reg, "floodgate_limiter_calls_dropped_past_deadline_total", map[string]string{"protocol": "http", "priority": "degraded"}))
+	require.Equal(t, 0.0, promtest.Value(t, reg, "floodgate_limiter_errors_total", map[string]string{"kind": "check"}), "not a failed check")
+
+	_, b := limitertest.Post(t, srv.URL, body, nil)
+	var got checkapi.CheckResponse
+	require.NoError(t, json.Unmarshal(b, &got))
+	require.Equal(t, 4, got.Remaining, "the abandoned check took nothing from Redis")
+}

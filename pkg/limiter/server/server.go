@@ -343,7 +343,7 @@ func (s *Server) DecideCall(ctx context.Context, id string, req *checkapi.CheckR
 	ereq := engineRequest(req)
 	ereq.Deadline = call.Deadline
 	res, err := s.engine.Check(ctx, ereq)
-	if late, ok := s.pastDeadline(call, req, res, err); ok {
+	if late, ok := s.pastDeadline(ctx, call, req, res, err); ok {
 		return late
 	}
 	if err != nil {
