@@ -57,7 +57,7 @@ const (
 // this process are taken during each open-loop phase (in the work
 // directory; -keep keeps it).
 //
-// Invariants (held strictly): failed open ≤ 1 %, the abuser ≤ 1.2× its
+// Invariants (held strictly): failed open ≤ 1 % of the answers read within the deadline, the abuser ≤ 1.2× its
 // limit, RSS ≤ 400 MiB, and no call dropped for its deadline while its
 // caller still waited (the limiter's deadline starts when it reads the
 // request, after the caller's). Targets, reported with their figures (a
@@ -198,10 +198,15 @@ func Overload(ctx context.Context, e *Env, s Size, r *Result) error {
 		elapsed := cpu1.at - cpu0.at
 		checks := load.Results()
 		w := Summarise(checks, time.Time{}, time.Time{})
-		var failedOpen, shed, abuserAllowed, inTime, droppedWaiting int
+		var failedOpen, late, shed, abuserAllowed, inTime, droppedWaiting int
 		var crit []time.Duration
 		for _, c := range checks {
-			if c.OK && c.Degraded && !c.Shed {
+			if c.OK && c.Latency > overloadDeadline {
+				// Read after the caller's deadline: only a starved generator
+				// does (a gateway would have failed open by itself). Not one
+				// the caller acted on, so not in the failed-open share.
+				late++
+			} else if c.OK && c.Degraded && !c.Shed {
 				failedOpen++
 			}
 			if c.OK && c.Shed {
@@ -244,13 +249,13 @@ func Overload(ctx context.Context, e *Env, s Size, r *Result) error {
 		name := fmt.Sprintf("%.1f×", f)
 		goodput := float64(inTime) / elapsed.Seconds()
 		cpu, genSat := cpuPerCheck(cpu0, cpu1, w.Answered)
-		r.metric(name, "offered %d/s over 1024 connections, deadline %s; %d checks, %d answered within it (%.0f/s = %.0f %% of saturation; %.0f per limiter core-second), %d answered in all, p50 %s, p99 %s; critical p99 %s; %.2f %% shed, %.2f %% failed open; %.0f dropped past their deadline by the limiter; abuser admitted %.2f× its limit; peak RSS %d MiB, peak goroutines %.0f; %s; throttled in %d periods (%s waiting); load average %s; %s%s",
-			rate, overloadDeadline, w.Sent, inTime, goodput, 100*goodput/max(satRate, 1), perCoreSecond(cpu0, cpu1, inTime), w.Answered, ms(w.P50), ms(w.P99), ms(critP99),
-			pct(shed, w.Answered), pct(failedOpen, w.Answered), dropped1-dropped0, float64(abuserAllowed)/allowedMax, rss>>20, g, cpu,
+		r.metric(name, "offered %d/s over 1024 connections, deadline %s; %d checks, %d answered within it (%.0f/s = %.0f %% of saturation; %.0f per limiter core-second), %d answered in all (%d of them read after the deadline), p50 %s, p99 %s; critical p99 %s; %.2f %% shed, %.2f %% failed open; %.0f dropped past their deadline by the limiter; abuser admitted %.2f× its limit; peak RSS %d MiB, peak goroutines %.0f; %s; throttled in %d periods (%s waiting); load average %s; %s%s",
+			rate, overloadDeadline, w.Sent, inTime, goodput, 100*goodput/max(satRate, 1), perCoreSecond(cpu0, cpu1, inTime), w.Answered, late, ms(w.P50), ms(w.P99), ms(critP99),
+			pct(shed, w.Answered), pct(failedOpen, inTime), dropped1-dropped0, float64(abuserAllowed)/allowedMax, rss>>20, g, cpu,
 			thr1-thr0, ms(thrWait1-thrWait0), loadAverage(), profNote, invalidNote(genSat))
 		r.metric(name+" targets", "answers within the deadline ≥ 90 %% of saturation: %s (%.0f %%); critical p99 ≤ 25 ms: %s (%s)",
 			metOrNot(goodput >= 0.9*satRate), 100*goodput/max(satRate, 1), metOrNot(critP99 <= 25*time.Millisecond), ms(critP99))
-		r.require(name+": failed open ≤ 1 %", w.Answered > 0 && failedOpen*100 <= w.Answered, "%.2f %%", pct(failedOpen, w.Answered))
+		r.require(name+": failed open ≤ 1 %", inTime > 0 && failedOpen*100 <= inTime, "%.2f %% of %d answers within the deadline", pct(failedOpen, inTime), inTime)
 		r.require(name+": abuser ≤ 1.2× its limit", float64(abuserAllowed) <= 1.2*allowedMax, "%d allowed, limit %.0f", abuserAllowed, allowedMax)
 		r.require(name+": RSS ≤ 400 MiB", rss <= 400<<20, "%d MiB", rss>>20)
 		r.require(name+": no call dropped for its deadline while its caller waited", droppedWaiting == 0, "%d", droppedWaiting)
