@@ -202,7 +202,9 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, id, http.StatusBadRequest, httpapi.ProblemInvalidRequest, err.Error())
 		return
 	}
-	s.abortIfCallerGone(r)
+	if s.callerGone(w, r) {
+		return
+	}
 	var req checkapi.CheckRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, maxCheckBody))
 	if err := dec.Decode(&req); err != nil {
@@ -253,7 +255,9 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, id, http.StatusBadRequest, httpapi.ProblemInvalidRequest, err.Error())
 		return
 	}
-	s.abortIfCallerGone(r)
+	if s.callerGone(w, r) {
+		return
+	}
 	var br checkapi.BatchRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, checkapi.MaxBatch*maxCheckBody))
 	if err := dec.Decode(&br); err != nil {
