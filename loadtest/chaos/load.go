@@ -55,6 +55,14 @@ type Load struct {
 
 	mu      sync.Mutex
 	results []Check
+	bodies  sync.Map // bodyKey → []byte: each distinct body is encoded once
+}
+
+// bodyKey names a check's body: the principal and priority (the route and
+// the principal's address do not change during a run).
+type bodyKey struct {
+	p        events.Principal
+	priority string
 }
 
 // Run sends checks until ctx is done.
@@ -78,6 +86,9 @@ func (l *Load) Run(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			local := make([]Check, 0, 1024)
+			req, resp := l.request(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
 			timer := time.NewTimer(0)
 			<-timer.C
 			next := time.Now().Add(time.Duration(w) * interval / time.Duration(l.Workers))
@@ -100,7 +111,7 @@ func (l *Load) Run(ctx context.Context) {
 				if l.Priority != nil {
 					prio = l.Priority(w, i)
 				}
-				local = append(local, l.one(client, l.Next(w, i), route, prio))
+				local = append(local, l.one(client, req, resp, l.Next(w, i), route, prio))
 			}
 			l.mu.Lock()
 			l.results = append(l.results, local...)
@@ -119,41 +130,62 @@ type checkBody struct {
 }
 
 type checkAnswer struct {
-	ID                string            `json:"id"`
-	Allowed           bool              `json:"allowed"`
-	Degraded          bool              `json:"degraded"`
-	PenaltyMultiplier float64           `json:"penalty_multiplier"`
-	Headers           map[string]string `json:"headers"`
-	Shed              bool              `json:"shed"`
+	ID                string  `json:"id"`
+	Allowed           bool    `json:"allowed"`
+	Degraded          bool    `json:"degraded"`
+	PenaltyMultiplier float64 `json:"penalty_multiplier"`
+	Headers           struct {
+		Error string `json:"X-RateLimit-Error"`
+		Shed  string `json:"X-RateLimit-Shed"`
+	} `json:"headers"`
+	Shed bool `json:"shed"`
 }
 
-func (l *Load) one(client *fasthttp.HostClient, p events.Principal, route, priority string) Check {
+// request is a worker's request, reused for each of its checks: the URI,
+// method and headers set once, only the body changes.
+func (l *Load) request() *fasthttp.Request {
+	req := fasthttp.AcquireRequest()
+	req.SetRequestURI(l.URL + "/v1/check")
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	if l.Deadline > 0 {
+		req.Header.Set("X-Floodgate-Timeout-Ms", strconv.FormatInt(l.Deadline.Milliseconds(), 10))
+	}
+	return req
+}
+
+// body is the encoded check of p at priority, encoded on first use.
+func (l *Load) body(p events.Principal, route, priority string) []byte {
+	k := bodyKey{p, priority}
+	if b, ok := l.bodies.Load(k); ok {
+		return b.([]byte)
+	}
 	ip := "198.51.100.23"
 	if l.IP != nil {
 		ip = l.IP(p)
 	}
-	body, _ := json.Marshal(checkBody{Principal: p, IP: ip, Method: "GET", Route: route, Priority: priority})
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(l.URL + "/v1/check")
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentType("application/json")
-	req.SetBodyRaw(body)
+	b, _ := json.Marshal(checkBody{Principal: p, IP: ip, Method: "GET", Route: route, Priority: priority})
+	l.bodies.Store(k, b)
+	return b
+}
+
+// one sends one check on req and resp (the worker's) and records its outcome.
+func (l *Load) one(client *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, p events.Principal, route, priority string) Check {
+	req.SetBodyRaw(l.body(p, route, priority))
+	resp.Reset()
 	timeout := 2 * time.Second
 	if l.Deadline > 0 {
 		timeout = l.Deadline
-		req.Header.Set("X-Floodgate-Timeout-Ms", strconv.FormatInt(l.Deadline.Milliseconds(), 10))
 	}
 	c := Check{Start: time.Now(), Principal: p, Priority: priority}
 	if err := client.DoTimeout(req, resp, timeout); err == nil && resp.StatusCode() == fasthttp.StatusOK {
 		var out checkAnswer
 		if json.Unmarshal(resp.Body(), &out) == nil {
 			c.OK, c.ID, c.Allowed, c.Penalty = true, out.ID, out.Allowed, out.PenaltyMultiplier
-			c.Degraded = out.Headers["X-RateLimit-Error"] != "" || out.Degraded
-			c.Shed = out.Headers["X-RateLimit-Shed"] != ""
+			c.Degraded = out.Headers.Error != "" || out.Degraded
+			c.Shed = out.Headers.Shed != ""
 			c.PriorityShed = out.Shed
-			c.Dropped = strings.Contains(out.Headers["X-RateLimit-Error"], "deadline exceeded")
+			c.Dropped = strings.Contains(out.Headers.Error, "deadline exceeded")
 		}
 	}
 	c.Latency = time.Since(c.Start)

@@ -74,6 +74,7 @@ func (c ServerConfig) NewServer(h http.Handler, log *slog.Logger) *http.Server {
 		WriteTimeout:      c.WriteTimeout,
 		IdleTimeout:       c.IdleTimeout,
 		MaxHeaderBytes:    c.MaxHeaderBytes,
+		ConnContext:       ConnContext,
 	}
 	if log != nil {
 		s.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
@@ -133,6 +134,9 @@ type limitConn struct {
 	l    *limitListener
 	once sync.Once
 }
+
+// Unwrap is the accepted connection (CallerGone reads its socket).
+func (c *limitConn) Unwrap() net.Conn { return c.Conn }
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()

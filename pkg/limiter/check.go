@@ -28,7 +28,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 	if prio == admission.PriorityUnset {
 		prio = rs.Priority(req.Method, req.Route)
 	}
-	if pastDeadline(req.Deadline) { // the caller has given up: spend nothing
+	if pastDeadline(req.Deadline) || ctx.Err() != nil { // the caller has given up or gone: spend nothing
 		return Result{Priority: prio}, ErrPastDeadline
 	}
 	var status string

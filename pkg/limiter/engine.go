@@ -77,7 +77,8 @@ type Request struct {
 
 // ErrPastDeadline is a check not decided because its caller's deadline
 // (Request.Deadline) passed first: on arrival at the engine, while it waited
-// for a permit, or before its Redis round trip. Nothing was counted.
+// for a permit, or before its Redis round trip. Nothing was counted. A check
+// whose context is already done on arrival (its caller gone) ends the same way.
 var ErrPastDeadline = errors.New("the caller's deadline passed before the check was decided")
 
 // pastDeadline reports whether a deadline (zero: none) has passed.

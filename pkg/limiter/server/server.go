@@ -202,6 +202,9 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, id, http.StatusBadRequest, httpapi.ProblemInvalidRequest, err.Error())
 		return
 	}
+	if s.callerGone(w, r) {
+		return
+	}
 	var req checkapi.CheckRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, maxCheckBody))
 	if err := dec.Decode(&req); err != nil {
@@ -250,6 +253,9 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	deadline, err := s.httpDeadline(r)
 	if err != nil {
 		s.problem(w, id, http.StatusBadRequest, httpapi.ProblemInvalidRequest, err.Error())
+		return
+	}
+	if s.callerGone(w, r) {
 		return
 	}
 	var br checkapi.BatchRequest
@@ -341,7 +347,7 @@ func (s *Server) DecideCall(ctx context.Context, id string, req *checkapi.CheckR
 	ereq := engineRequest(req)
 	ereq.Deadline = call.Deadline
 	res, err := s.engine.Check(ctx, ereq)
-	if late, ok := s.pastDeadline(call, req, res, err); ok {
+	if late, ok := s.pastDeadline(ctx, call, req, res, err); ok {
 		return late
 	}
 	if err != nil {
