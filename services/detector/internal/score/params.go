@@ -371,4 +371,6 @@ func (t *Tuned) For(kind events.PrincipalKind, route string) *knobs {
 }
 
 // Config returns the configuration an event of kind on route is judged with.
-func (t *Tuned) Config(kind events.PrincipalKind, route string) Config { return t.For(kind, route).Config }
+func (t *Tuned) Config(kind events.PrincipalKind, route string) Config {
+	return t.For(kind, route).Config
+}

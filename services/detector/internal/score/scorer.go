@@ -208,15 +208,15 @@ type Scorer struct {
 	coolSec   uint32
 	// tuned holds the decision parameters per kind and route (params.go):
 	// the process's configuration until SetTuned swaps a version in.
-	tuned          *Tuned
-	fanSec         uint32
-	rf             table[rfState] // principal × route windows
-	ps             table[pState]  // principals
-	big            map[uint64]*bigIPSet
-	ev             map[uint64]*evidence
-	routes         [2]map[string]*routeStats // people's routes, automation's routes
-	watermark      int64                     // newest event time seen, ms
-	lastSweep      uint32
+	tuned     *Tuned
+	fanSec    uint32
+	rf        table[rfState] // principal × route windows
+	ps        table[pState]  // principals
+	big       map[uint64]*bigIPSet
+	ev        map[uint64]*evidence
+	routes    [2]map[string]*routeStats // people's routes, automation's routes
+	watermark int64                     // newest event time seen, ms
+	lastSweep uint32
 }
 
 // New returns a scorer for one partition. cfg must be valid.
@@ -233,7 +233,7 @@ func New(cfg Config, ips *IPStore) *Scorer {
 		big: map[uint64]*bigIPSet{},
 		ev:  map[uint64]*evidence{}, routes: [2]map[string]*routeStats{{}, {}},
 		fanSec: uint32(cfg.FanoutInterval.Seconds()),
-		tuned: Untuned(cfg),
+		tuned:  Untuned(cfg),
 	}
 }
 
