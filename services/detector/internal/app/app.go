@@ -19,10 +19,14 @@ import (
 	"github.com/floodgate-dev/floodgate/services/detector/internal/sharedip"
 )
 
-// Run serves until ctx is done (the detector has no subcommands).
+// Run serves until ctx is done; `detector propose` builds tuning proposals
+// (propose.go).
 func Run(ctx context.Context, env service.Env) error {
+	if len(env.Args) > 0 && env.Args[0] == "propose" {
+		return Propose(ctx, env, env.Args[1:])
+	}
 	if len(env.Args) > 0 {
-		return fmt.Errorf("unknown command %q: the detector takes none", env.Args[0])
+		return fmt.Errorf("unknown command %q: the detector takes none but propose", env.Args[0])
 	}
 	run, err := Build(ctx, env)
 	if err != nil {

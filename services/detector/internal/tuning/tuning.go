@@ -377,3 +377,61 @@ func Best(ds []events.Decision, base score.Config, cands []Proposal, judged map[
 	})
 	return out
 }
+
+// Verdicted is one reviewer verdict on a principal's detection, as stored.
+type Verdicted struct {
+	Principal string // kind:id
+	Verdict   events.VerdictValue
+}
+
+// Built is the best proposal of one class with its evaluation.
+type Built struct {
+	Proven
+	Decisions int
+}
+
+// Propose builds, for every class with at least minFPs false-positive
+// verdicts, the best proposal over the parameters cur in force (compiled
+// over base), proven by replaying ds: each verdict judges the principal's
+// detection replayed with the parameters in force (a verdict whose
+// principal the replay does not detect is left out: the recording does not
+// hold its detection). Classes are a pattern on a principal kind. Results
+// are ordered by class.
+func Propose(ds []events.Decision, base score.Config, cur score.Params, verdicts []Verdicted, minFPs int, t Targets) ([]Built, error) {
+	curTuned, err := score.Compile(base, cur, 0)
+	if err != nil {
+		return nil, fmt.Errorf("the parameters in force: %w", err)
+	}
+	dets := Detections(ds, base, curTuned)
+	judged := map[string]Judged{}
+	for _, v := range verdicts {
+		if d, ok := dets[v.Principal]; ok && (v.Verdict == events.VerdictConfirmed || v.Verdict == events.VerdictFalsePositive) {
+			judged[v.Principal] = Judged{Detection: d, Verdict: v.Verdict}
+		}
+	}
+	byClass := map[Class][]score.Detection{}
+	for _, j := range judged {
+		if j.Verdict == events.VerdictFalsePositive {
+			c := Class{Pattern: j.Detection.Pattern, Kind: j.Detection.Principal.Kind}
+			byClass[c] = append(byClass[c], j.Detection)
+		}
+	}
+	classes := make([]Class, 0, len(byClass))
+	for c, fps := range byClass {
+		if len(fps) >= max(minFPs, 1) {
+			classes = append(classes, c)
+		}
+	}
+	sort.Slice(classes, func(i, j int) bool { return classes[i].String() < classes[j].String() })
+	var out []Built
+	for _, c := range classes {
+		fps := byClass[c]
+		sort.Slice(fps, func(i, j int) bool { return fps[i].Principal.Key() < fps[j].Principal.Key() })
+		ranked := Best(ds, base, Candidates(base, cur, c, fps), judged, t)
+		if len(ranked) == 0 {
+			continue
+		}
+		out = append(out, Built{Proven: ranked[0], Decisions: len(ds)})
+	}
+	return out, nil
+}
