@@ -73,7 +73,6 @@ func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 	ok("POST", "/alert/lift", "analyst", url.Values{"p": {lift.Principal}, "k": {lift.SK}, "reason": {"load test"}})
 	ok("POST", "/alert/extend", "analyst", url.Values{"p": {extend.Principal}, "k": {extend.SK}, "reason": {"still at it"}, "duration": {"1h"}})
 	ok("POST", "/alert/allowlist", "analyst", url.Values{"p": {allow.Principal}, "k": {allow.SK}, "reason": {"partner"}, "duration": {"1h"}, "comment": {"c"}})
-	ok("POST", "/alert/false-positive", "analyst", url.Values{"p": {fp.Principal}, "k": {fp.SK}, "reason": {"declared bot"}})
 	ok("POST", "/alert/verdict", "analyst", url.Values{"p": {fp.Principal}, "k": {fp.SK}, "verdict": {"false_positive"}, "reason": {"declared bot"}, "duration": {"1d"}})
 	ok("POST", "/api/v1/verdicts", "analyst", url.Values{"p": {extend.Principal}, "k": {extend.SK}, "verdict": {"confirmed"}, "reason": {"seen"}})
 	ok("GET", "/api/v1/precision?by=route&days=2", "viewer", nil)

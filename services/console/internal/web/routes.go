@@ -32,7 +32,6 @@ func (s *Server) routes() error {
 	s.route("POST /alert/lift", s.authed(auth.RoleAnalyst, s.lift))
 	s.route("POST /alert/extend", s.authed(auth.RoleAnalyst, s.extend))
 	s.route("POST /alert/allowlist", s.authed(auth.RoleAnalyst, s.allowlist))
-	s.route("POST /alert/false-positive", s.authed(auth.RoleAnalyst, s.falsePositive))
 	s.route("POST /alert/verdict", s.authed(auth.RoleAnalyst, s.verdict))
 	s.route("POST /api/v1/verdicts", s.authed(auth.RoleAnalyst, s.verdict))
 	s.route("GET /precision", s.authed(auth.RoleViewer, s.precisionPage))
