@@ -123,6 +123,30 @@ func TestProposalFromTenFalsePositivesOfOneFamily(t *testing.T) {
 	require.GreaterOrEqual(t, float64(avoided), 0.9*float64(fam))
 	require.GreaterOrEqual(t, float64(kept), 0.995*float64(conf))
 
+	// The same through Propose, as `detector propose` runs it: the stored
+	// verdicts (the ten false positives and every confirmed one) over the
+	// recording, no parameters version in force.
+	var vs []Verdicted
+	for _, k := range keys[:10] {
+		vs = append(vs, Verdicted{Principal: k, Verdict: events.VerdictFalsePositive})
+	}
+	for k, j := range judged {
+		if j.Verdict == events.VerdictConfirmed {
+			vs = append(vs, Verdicted{Principal: k, Verdict: j.Verdict})
+		}
+	}
+	built, err := Propose(ds, base, score.Params{}, vs, 10, targets)
+	require.NoError(t, err)
+	require.Len(t, built, 1, "one class has ten false positives")
+	require.Equal(t, class, built[0].Proposal.Class)
+	require.True(t, built[0].Meets, "%s", built[0].Proposal)
+	require.Equal(t, len(ds), built[0].Decisions)
+	_, err = score.ParseParams(built[0].Proposal.Params.Marshal())
+	require.NoError(t, err, "the stored document reads back")
+	none, err := Propose(ds, base, score.Params{}, vs, 11, targets)
+	require.NoError(t, err)
+	require.Empty(t, none, "a class needs -min-fps false positives")
+
 	// A second recording the proposal was not built from.
 	ds2, labels2 := record(t, 8)
 	judged2 := simulate(Detections(ds2, base, nil), labels2)
