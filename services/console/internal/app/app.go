@@ -196,8 +196,10 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.ParamsTopic != "" {
-		if err := rollout.ValidTopic(c.ParamsTopic); err != nil || c.ParamsTopic == c.RulesTopic {
-			errs = append(errs, fmt.Errorf("FLOODGATE_DETECTOR_PARAMS_TOPIC: %q: a topic name, not the rules topic (%v)", c.ParamsTopic, err))
+		if err := rollout.ValidTopic(c.ParamsTopic); err != nil {
+			errs = append(errs, fmt.Errorf("FLOODGATE_DETECTOR_PARAMS_TOPIC: %w", err))
+		} else if c.ParamsTopic == c.RulesTopic {
+			errs = append(errs, fmt.Errorf("FLOODGATE_DETECTOR_PARAMS_TOPIC: %q is the rules topic", c.ParamsTopic))
 		}
 	}
 	if c.OverrideSweep < time.Second || c.OverrideSweep > 10*time.Minute {

@@ -207,4 +207,3 @@ func (s *Server) allowlist(w http.ResponseWriter, r *http.Request) {
 		return actionCode(err), err
 	})
 }
-
