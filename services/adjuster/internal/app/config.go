@@ -107,7 +107,8 @@ func (c Config) Validate() error {
 	}
 	if c.ParamsTopic != "" {
 		err := rollout.ValidTopic(c.ParamsTopic)
-		v.Require(err == nil && c.ParamsTopic != c.RulesTopic, "FLOODGATE_DETECTOR_PARAMS_TOPIC", "%v (and not the rules topic)", err)
+		v.Require(err == nil, "FLOODGATE_DETECTOR_PARAMS_TOPIC", "%v", err)
+		v.Require(c.ParamsTopic != c.RulesTopic, "FLOODGATE_DETECTOR_PARAMS_TOPIC", "%q is the rules topic", c.ParamsTopic)
 	}
 	v.Require(c.InfluxURL != "" && c.InfluxBucket != "", "FLOODGATE_INFLUX_URL/FLOODGATE_INFLUX_BUCKET", "required")
 	v.Require(c.ActorID != "" && len(c.ActorID) <= 128, "FLOODGATE_ADJUSTER_ID", "1-128 characters")
