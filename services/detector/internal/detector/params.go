@@ -32,7 +32,6 @@ type ParamsSet struct {
 	Candidate *score.Tuned // nil: none
 	Step      int64        // the candidate's step (0: its shadow period)
 	SliceBP   int64        // principals the candidate answers for, in basis points
-	enfCount  *rollout.Counter
 	candCount *rollout.Counter
 }
 
@@ -108,9 +107,6 @@ func (d *Detector) observe(partition int, ev *events.Decision) []score.Detection
 	}
 	dets := s.Observe(ev, nil)
 	if set.Candidate == nil {
-		if set.enfCount != nil {
-			set.enfCount.Add(priorityOf(ev), penalizes(dets))
-		}
 		return dets
 	}
 	c := d.candidate(partition, set)
@@ -125,14 +121,14 @@ func (d *Detector) observe(partition int, ev *events.Decision) []score.Detection
 	answered := set.SliceBP > 0 && rollout.PrincipalSlice(ev.Principal) < set.SliceBP
 	prio := priorityOf(ev)
 	if set.candCount != nil {
-		set.candCount.Add(prio, candPen)
+		// The absolute share a candidate is judged on is of the decisions
+		// it penalizes and its parent does not: abusers make most of the
+		// traffic, and both versions penalize them.
+		set.candCount.Add(prio, candPen && !parentPen)
 		set.candCount.AddPaired(rollout.FullClass{Priority: prio, Kind: string(ev.Principal.Kind), Plan: ev.Plan, Route: ev.Route}, candPen, parentPen, answered)
 	}
 	if answered {
 		return cdets
-	}
-	if set.enfCount != nil {
-		set.enfCount.Add(prio, penalizes(dets))
 	}
 	return dets
 }
@@ -203,7 +199,7 @@ type ParamsFeed struct {
 
 	enforced, candidate *score.Tuned
 	candStep            int64
-	untrackE, untrackC  func()
+	untrackC            func()
 	// refused versions are not compiled (nor logged) again on every fetch
 	refusedEnf, refusedCand int64
 }
@@ -292,23 +288,18 @@ func (f *ParamsFeed) Apply(st rollout.State) {
 	f.log.Info("detector parameters", "enforced", set.Enforced.Version, "candidate", cv, "step", set.Step, "slice_bp", set.SliceBP)
 }
 
-// track starts counting the set's versions (the previous counters are
-// flushed and retired).
+// track starts counting the set's candidate (the previous counter is
+// flushed and retired). An enforced version is not counted: its absolute
+// penalized share is mostly the abusers' traffic, so the controller's
+// watch of an enforced version has nothing to judge it on (it judges a
+// candidate against its parent on the same decisions).
 func (f *ParamsFeed) track(set *ParamsSet) {
 	if f.flusher == nil {
 		return
 	}
-	if f.untrackE != nil {
-		f.untrackE()
-		f.untrackE = nil
-	}
 	if f.untrackC != nil {
 		f.untrackC()
 		f.untrackC = nil
-	}
-	if v := set.Enforced.Version; v > 0 {
-		set.enfCount = rollout.NewCounter(v, rollout.PhaseEnforced, -1)
-		f.untrackE = f.flusher.Track(set.enfCount)
 	}
 	if set.Candidate != nil {
 		set.candCount = rollout.NewCounter(set.Candidate.Version, rollout.PhaseShadow, set.Step)

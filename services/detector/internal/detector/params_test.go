@@ -217,6 +217,11 @@ func TestParamsCandidateSameOnOneAndThreeInstances(t *testing.T) {
 		total += v
 	}
 	require.EqualValues(t, len(ds), total)
+	var added int64
+	for _, v := range im.Shadow.Blocked {
+		added += v
+	}
+	require.Zero(t, added, "the candidate penalizes nobody its parent does not")
 }
 
 func fnv32(s string) uint32 {
@@ -236,4 +241,55 @@ func principalOf(key string) events.Principal {
 		}
 	}
 	return events.Principal{ID: key}
+}
+
+// TestParamsHarmRolledBack: the rollout controller judges a detector
+// parameters candidate on the counts the detector flushed, as it judges
+// rules: a candidate at a step that penalizes people the parent does not
+// (a person's sustain of 0 s and one denial enough) is rolled back, while
+// the proposal that penalizes fewer passes.
+func TestParamsHarmRolledBack(t *testing.T) {
+	s, err := labeled.NewHeldOut(labeled.HeldOut{Seed: 7, Start: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC),
+		Duration: 2 * time.Minute, Legit: 1500, Abusive: 60, Prefix: "ph_"})
+	require.NoError(t, err)
+	var ds []events.Decision
+	var d events.Decision
+	for s.Next(&d) {
+		d.Priority = events.PriorityCritical
+		ds = append(ds, d)
+	}
+	rdb := redistest.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	judge := func(candidate string) rollout.Verdict {
+		brokers, name := rollouttest.Topic(t)
+		topic := rollout.NewTopic(brokers, nil, name, nil)
+		t.Cleanup(func() { _ = topic.Close() })
+		t.Cleanup(func() { limitertest.CleanKeys(rdb, redisx.RulesImpactKey(name, 2)+"*") })
+		require.NoError(t, topic.Publish(ctx, paramsRecord(1, "defaults: {}\n", events.RulesStateEnforced, 0), paramsRecord(2, candidate, events.RulesStateShadow, 1)))
+		det := paramsDetector(t)
+		flusher := &rollout.Flusher{Redis: rdb, Topic: name}
+		require.NoError(t, NewParamsFeed(topic, mistunedBase(), det, flusher, nil, prometheus.NewRegistry()).Sync(ctx))
+		for i := range ds {
+			det.observe(int(fnv32(ds[i].Principal.Key())%12), &ds[i])
+		}
+		require.NoError(t, flusher.Flush(ctx))
+		st, err := topic.Read(ctx)
+		require.NoError(t, err)
+		v, err := rollout.JudgeWith(ctx, &st, func(ctx context.Context, v int64) (rollout.Impact, error) {
+			im, err := rollout.ReadImpact(ctx, rdb, name, v)
+			if err == nil {
+				err = rollout.ReadStep(ctx, rdb, name, &im, 1)
+			}
+			return im, err
+		}, time.Now(), rollout.DefaultClassGate())
+		require.NoError(t, err)
+		return v
+	}
+	harm := judge("overrides:\n  - kind: user\n    person_sustain: 0s\n    person_min_denials: 1\n    person_denial_ratio: 0.01\n    rapid_fire_threshold: 1.1\n")
+	t.Logf("harmful: %s %s", harm.Action, harm.Reason)
+	require.Equal(t, rollout.ActionRollback, harm.Action, harm.Reason)
+	fix := judge("overrides:\n  - kind: user\n    person_sustain: 5s\n")
+	t.Logf("proposal: %q %s", fix.Action, fix.Reason)
+	require.NotEqual(t, rollout.ActionRollback, fix.Action, fix.Reason)
 }
