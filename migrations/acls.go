@@ -25,6 +25,7 @@ type ACLNames struct {
 	// ("floodgate-" makes User:floodgate-limiter, …).
 	UserPrefix                                                                             string
 	DecisionsTopic, AbuseTopic, AdjustmentsTopic, RulesTopic, DeferredTopic, VerdictsTopic string
+	ParamsTopic                                                                            string
 	DetectorGroup, PagerGroup, QuotaGroup, DLQGroup, DeferredGroup                         string
 }
 
@@ -39,6 +40,7 @@ func (n ACLNames) withDefaults() ACLNames {
 	def(&n.AbuseTopic, config.DefaultAbuseTopic)
 	def(&n.AdjustmentsTopic, config.DefaultAdjustmentsTopic)
 	def(&n.RulesTopic, config.DefaultRulesTopic)
+	def(&n.ParamsTopic, config.DefaultDetectorParamsTopic)
 	def(&n.DeferredTopic, "floodgate.deferred.v1")
 	def(&n.VerdictsTopic, config.DefaultVerdictsTopic)
 	def(&n.DeferredGroup, "floodgate-deferred")
@@ -63,7 +65,8 @@ type Grant struct {
 // back for paging (the pager group); the quota ledger reads decisions; each
 // consumer writes its dead letters; the adjuster writes adjustments; the
 // dlq-auditor reads the dead-letter topics and replays into their sources;
-// the deferred-work worker reads deferred requests (its group) and writes
+// the detector parameters versions are read by the detector and written as
+// the rules versions are; the deferred-work worker reads deferred requests (its group) and writes
 // their dead letters; the rules versions are written by the adjuster's
 // rollout controller and the console's rollout page (and the `limiter
 // rollout` command, run with an operator's own user); the console writes
@@ -80,12 +83,12 @@ func Grants(n ACLNames) []Grant {
 	return []Grant{
 		{Service: "limiter", Produce: []string{n.DecisionsTopic, n.DeferredTopic}, Consume: []string{n.RulesTopic}},
 		{Service: "detector", Produce: []string{n.AbuseTopic, dlq(n.DecisionsTopic), dlq(n.AbuseTopic)},
-			Consume: []string{n.DecisionsTopic, n.AbuseTopic}, Groups: []string{n.DetectorGroup, n.PagerGroup}},
+			Consume: []string{n.DecisionsTopic, n.AbuseTopic, n.ParamsTopic}, Groups: []string{n.DetectorGroup, n.PagerGroup}},
 		{Service: "quota", Produce: []string{dlq(n.DecisionsTopic)}, Consume: []string{n.DecisionsTopic}, Groups: []string{n.QuotaGroup}},
-		{Service: "adjuster", Produce: []string{n.AdjustmentsTopic, n.RulesTopic}, Consume: []string{n.RulesTopic}},
+		{Service: "adjuster", Produce: []string{n.AdjustmentsTopic, n.RulesTopic, n.ParamsTopic}, Consume: []string{n.RulesTopic, n.ParamsTopic}},
 		{Service: "deferred", Produce: []string{dlq(n.DeferredTopic)}, Consume: []string{n.DeferredTopic}, Groups: []string{n.DeferredGroup}},
 		{Service: "dlq-auditor", Produce: sources, Consume: dlqs, Groups: auditGroups},
-		{Service: "console", Produce: []string{n.RulesTopic, n.VerdictsTopic}, Consume: append(append(slices.Clone(sources), dlqs...), n.RulesTopic)},
+		{Service: "console", Produce: []string{n.RulesTopic, n.ParamsTopic, n.VerdictsTopic}, Consume: append(append(slices.Clone(sources), dlqs...), n.RulesTopic, n.ParamsTopic)},
 	}
 }
 

@@ -48,7 +48,7 @@ func TestSecurityOnlyTheLimiterWritesDecisionsS3(t *testing.T) {
 	var lines []string
 	k := NewKafka([]string{broker}, 1, secure("admin", "admin-Pa55"))
 	require.NoError(t, k.ApplyACLs(ctx, ACLEntries(n, Grants(n)), func(l string) { lines = append(lines, l) }))
-	require.Equal(t, []string{"kafka acls: 94 entries for 7 users"}, lines)
+	require.Equal(t, []string{"kafka acls: 104 entries for 7 users"}, lines)
 	require.NoError(t, k.ApplyACLs(ctx, ACLEntries(n, Grants(n)), func(string) {}), "applying again is a no-op")
 
 	require.NoError(t, produce("limiter", n.DecisionsTopic))

@@ -27,6 +27,10 @@ const (
 	// (rule rollouts, docs/rollouts.md); nothing reads it unless
 	// FLOODGATE_LIMITER_RULES_TOPIC names it.
 	DefaultRulesTopic = "floodgate.rules.v1"
+	// DefaultDetectorParamsTopic is the compacted topic of detector
+	// parameters versions, in the rules topic's format (docs/detector.md);
+	// nothing reads it unless FLOODGATE_DETECTOR_PARAMS_TOPIC names it.
+	DefaultDetectorParamsTopic = "floodgate.detector-params.v1"
 	// DefaultVerdictsTopic carries trust-and-safety verdicts on detections
 	// (verdict.v1, written by the console; docs/console.md).
 	DefaultVerdictsTopic = "floodgate.verdicts.v1"

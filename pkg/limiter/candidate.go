@@ -8,6 +8,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/rollout"
 )
 
 // Candidate is a rules version running in shadow beside the enforced rules
@@ -34,17 +35,7 @@ func (c *Candidate) Enforces(p events.Principal) bool {
 // rollouts: [0, 10000), from FNV-1a (64-bit) of its key ("kind:id"). Every
 // limiter replica places a principal the same, and a step's slice holds the
 // slices of the steps before it (a principal once in stays in).
-func PrincipalSlice(p events.Principal) int64 {
-	const offset, prime = 14695981039346656037, 1099511628211
-	h := uint64(offset)
-	for _, s := range [...]string{string(p.Kind), ":", p.ID} {
-		for i := 0; i < len(s); i++ {
-			h ^= uint64(s[i])
-			h *= prime
-		}
-	}
-	return int64(h % 10000)
-}
+func PrincipalSlice(p events.Principal) int64 { return rollout.PrincipalSlice(p) }
 
 // Impact counts a rules version's decisions by priority: a rollout's
 // would-block counts (pkg/limiter/candidate). Must be safe for concurrent use

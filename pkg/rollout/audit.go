@@ -47,6 +47,19 @@ type Auditor interface {
 type DynamoAudit struct {
 	Client *dynamodb.Client
 	Table  string // with the deployment's prefix
+	// Subject is the audit partition (AuditSubject when empty; the detector
+	// parameters topic's rollouts use ParamsAuditSubject).
+	Subject string
+}
+
+// ParamsAuditSubject is the audit partition of detector parameters rollouts.
+const ParamsAuditSubject = "detector-params#rollout"
+
+func (d *DynamoAudit) subject() string {
+	if d.Subject == "" {
+		return AuditSubject
+	}
+	return d.Subject
 }
 
 var _ Auditor = (*DynamoAudit)(nil)
@@ -58,7 +71,7 @@ func (d *DynamoAudit) Audit(ctx context.Context, e AuditEntry) error {
 	after, _ := json.Marshal(e.After)
 	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 	item := map[string]types.AttributeValue{
-		"pk": s(AuditSubject), "sk": s(sk), "gsi1pk": s("actor#" + e.Actor), "gsi1sk": s(sk),
+		"pk": s(d.subject()), "sk": s(sk), "gsi1pk": s("actor#" + e.Actor), "gsi1sk": s(sk),
 		"at": s(e.At.UTC().Format(time.RFC3339Nano)), "actor": s(e.Actor), "action": s(e.Action),
 		"reason": s(e.Reason), "abuse_id": s("rules-v" + strconv.FormatInt(e.Version, 10)),
 		"before": s(string(before)), "after": s(string(after)), "service": s(e.Via),
@@ -82,10 +95,10 @@ func (d *DynamoAudit) Audit(ctx context.Context, e AuditEntry) error {
 func (d *DynamoAudit) History(ctx context.Context, limit int) ([]AuditEntry, error) {
 	out, err := d.Client.Query(ctx, &dynamodb.QueryInput{TableName: aws.String(d.Table),
 		KeyConditionExpression:    aws.String("pk = :p"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: AuditSubject}},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: d.subject()}},
 		ScanIndexForward:          aws.Bool(false), Limit: aws.Int32(int32(limit)), ConsistentRead: aws.Bool(true)})
 	if err != nil {
-		return nil, fmt.Errorf("query audit log of %s: %w", AuditSubject, err)
+		return nil, fmt.Errorf("query audit log of %s: %w", d.subject(), err)
 	}
 	str := func(v types.AttributeValue) string {
 		if s, ok := v.(*types.AttributeValueMemberS); ok {

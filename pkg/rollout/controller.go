@@ -356,7 +356,8 @@ func NewController(op *Operator, rdb redis.UniversalClient, id string, log *slog
 	}
 	return &Controller{Operator: op, Redis: rdb, ID: id, Tick: time.Second, Window: DefaultWindow, Gate: DefaultClassGate(), Now: time.Now, Log: log,
 		actions: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{Name: "floodgate_adjuster_rollout_actions_total",
-			Help: "Rule rollout steps the controller took, by action (rules.step, rules.promote, rules.abort, rules.rollback) and result (ok, error)."}, []string{"action", "result"})}
+			Help:        "Rollout steps the controller took, by topic (rules, detector parameters), action (rules.step, rules.promote, rules.abort, rules.rollback) and result (ok, error).",
+			ConstLabels: prometheus.Labels{"topic": op.Topic.Name}}, []string{"action", "result"})}
 }
 
 // Last is the controller's latest verdict (nil before the first).

@@ -140,6 +140,20 @@ func Serve(ctx context.Context, env service.Env) error {
 		ctl.Window, ctl.Gate = cfg.RolloutWindow, cfg.RolloutGate
 		run.Worker("rules rollout controller", ctl.Run)
 	}
+	if cfg.ParamsTopic != "" {
+		// Detector parameters roll out the same way (docs/detector.md): the
+		// detector instances count both versions' penalties in the same
+		// hashes, so the same controller judges them.
+		topic := rollout.NewTopic(cfg.KafkaBrokers, ksec, cfg.ParamsTopic, log)
+		run.Closer("detector parameters topic producer", topic.Close)
+		table := cfg.DynamoTablePrefix + dynamo.TableAuditLog
+		op := &rollout.Operator{Topic: topic, Audit: &rollout.DynamoAudit{Client: ddb, Table: table, Subject: rollout.ParamsAuditSubject},
+			Claims:   &rollout.DynamoClaims{Client: ddb, Table: table},
+			Validate: func(string, []byte) error { return errors.New("the controller publishes no new parameters") }}
+		ctl := rollout.NewController(op, rdb, "adjuster/params-rollout", log, reg)
+		ctl.Window, ctl.Gate = cfg.RolloutWindow, cfg.RolloutGate
+		run.Worker("detector parameters rollout controller", ctl.Run)
+	}
 	log.Info("adjuster starting", "addr", addr.String(), "scales_key", cfg.ScalesKey, "topic", cfg.AdjustmentsTopic, "rules_topic", cfg.RulesTopic,
 		"tick", l.Settings().Rules.Tick.String(), "settings_version", l.Settings().Version)
 	return run.Run(ctx)

@@ -32,6 +32,7 @@ type Config struct {
 	KafkaSecurity     config.KafkaSecurity // FLOODGATE_KAFKA_TLS*, FLOODGATE_KAFKA_SASL_* (docs/configuration.md)
 	AdjustmentsTopic  string               // FLOODGATE_ADJUSTMENTS_TOPIC
 	RulesTopic        string               // FLOODGATE_RULES_TOPIC: the rollout controller watches it (docs/rollouts.md); "" = off
+	ParamsTopic       string               // FLOODGATE_DETECTOR_PARAMS_TOPIC: detector parameters rollouts, watched by a second controller (docs/detector.md); "" = off
 	RolloutWindow     time.Duration        // FLOODGATE_ADJUSTER_ROLLOUT_WINDOW: the controller's recent window (default 5m; 0 = cumulative only)
 	RolloutGate       rollout.ClassGate    // FLOODGATE_ADJUSTER_ROLLOUT_CLASS_LIMITS, FLOODGATE_ADJUSTER_ROLLOUT_MIN_CLASS (docs/rollouts.md)
 	DynamoEndpoint    string               // FLOODGATE_DYNAMODB_ENDPOINT (empty = AWS)
@@ -58,6 +59,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		KafkaSecurity:     config.ReadKafkaSecurity(e),
 		AdjustmentsTopic:  e.String("FLOODGATE_ADJUSTMENTS_TOPIC", config.DefaultAdjustmentsTopic),
 		RulesTopic:        e.String("FLOODGATE_RULES_TOPIC", ""),
+		ParamsTopic:       e.String("FLOODGATE_DETECTOR_PARAMS_TOPIC", ""),
 		RolloutWindow:     e.Duration("FLOODGATE_ADJUSTER_ROLLOUT_WINDOW", rollout.DefaultWindow),
 		DynamoEndpoint:    e.String("FLOODGATE_DYNAMODB_ENDPOINT", ""),
 		DynamoTablePrefix: e.String("FLOODGATE_DYNAMODB_TABLE_PREFIX", ""),
@@ -95,11 +97,18 @@ func (c Config) Validate() error {
 	v.Require(c.ShedKey != "", "FLOODGATE_ADJUSTER_SHED_KEY", "must not be empty")
 	v.Require(len(c.KafkaBrokers) > 0, "FLOODGATE_KAFKA_BROKERS", "at least one host:port")
 	v.Require(c.AdjustmentsTopic != "", "FLOODGATE_ADJUSTMENTS_TOPIC", "required")
+	if c.RulesTopic != "" || c.ParamsTopic != "" {
+		err := rollout.ValidWindow(c.RolloutWindow)
+		v.Require(err == nil, "FLOODGATE_ADJUSTER_ROLLOUT_WINDOW", "%v", err)
+	}
 	if c.RulesTopic != "" {
 		err := rollout.ValidTopic(c.RulesTopic)
 		v.Require(err == nil, "FLOODGATE_RULES_TOPIC", "%v", err)
-		err = rollout.ValidWindow(c.RolloutWindow)
-		v.Require(err == nil, "FLOODGATE_ADJUSTER_ROLLOUT_WINDOW", "%v", err)
+	}
+	if c.ParamsTopic != "" {
+		err := rollout.ValidTopic(c.ParamsTopic)
+		v.Require(err == nil, "FLOODGATE_DETECTOR_PARAMS_TOPIC", "%v", err)
+		v.Require(c.ParamsTopic != c.RulesTopic, "FLOODGATE_DETECTOR_PARAMS_TOPIC", "%q is the rules topic", c.ParamsTopic)
 	}
 	v.Require(c.InfluxURL != "" && c.InfluxBucket != "", "FLOODGATE_INFLUX_URL/FLOODGATE_INFLUX_BUCKET", "required")
 	v.Require(c.ActorID != "" && len(c.ActorID) <= 128, "FLOODGATE_ADJUSTER_ID", "1-128 characters")

@@ -73,6 +73,7 @@ type Config struct {
 	OverrideSweep    time.Duration // FLOODGATE_CONSOLE_OVERRIDE_SWEEP (how often expired overrides are removed)
 	WhatIfMaxEvents  int           // FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS (decisions one what-if run may replay; 0 turns the page off)
 	RulesTopic       string        // FLOODGATE_RULES_TOPIC (the rule rollouts page; "" = not configured)
+	ParamsTopic      string        // FLOODGATE_DETECTOR_PARAMS_TOPIC (the tuning proposals page; "" = not configured)
 
 	VerdictsTopic       string        // FLOODGATE_VERDICTS_TOPIC (verdict.v1 events of reviewers' verdicts)
 	DatacenterRanges    []string      // FLOODGATE_CONSOLE_DATACENTER_RANGES (CIDRs of hosting providers, for precision by network class)
@@ -116,6 +117,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 
 		AdjustmentsTopic: e.String("FLOODGATE_ADJUSTMENTS_TOPIC", config.DefaultAdjustmentsTopic),
 		RulesTopic:       e.String("FLOODGATE_RULES_TOPIC", ""),
+		ParamsTopic:      e.String("FLOODGATE_DETECTOR_PARAMS_TOPIC", ""),
 		OverridesKey:     e.String("FLOODGATE_CONSOLE_OVERRIDES_KEY", limiter.OverridesKey),
 		OverrideSweep:    e.Duration("FLOODGATE_CONSOLE_OVERRIDE_SWEEP", 30*time.Second),
 		WhatIfMaxEvents:  e.Int("FLOODGATE_CONSOLE_WHATIF_MAX_EVENTS", 200_000),
@@ -191,6 +193,13 @@ func (c Config) Validate() error {
 	if c.RulesTopic != "" {
 		if err := rollout.ValidTopic(c.RulesTopic); err != nil {
 			errs = append(errs, fmt.Errorf("FLOODGATE_RULES_TOPIC: %w", err))
+		}
+	}
+	if c.ParamsTopic != "" {
+		if err := rollout.ValidTopic(c.ParamsTopic); err != nil {
+			errs = append(errs, fmt.Errorf("FLOODGATE_DETECTOR_PARAMS_TOPIC: %w", err))
+		} else if c.ParamsTopic == c.RulesTopic {
+			errs = append(errs, fmt.Errorf("FLOODGATE_DETECTOR_PARAMS_TOPIC: %q is the rules topic", c.ParamsTopic))
 		}
 	}
 	if c.OverrideSweep < time.Second || c.OverrideSweep > 10*time.Minute {
@@ -396,6 +405,15 @@ func Serve(ctx context.Context, env service.Env) error {
 		rollouts = &web.Rollouts{Operator: &rollout.Operator{Topic: topic, Audit: audit, Claims: claims, Now: env.Now, Validate: web.ValidateRules},
 			Redis: rdb, Audit: audit}
 	}
+	var proposals *web.Proposals
+	if cfg.ParamsTopic != "" {
+		topic := rollout.NewTopic(cfg.KafkaBrokers, ksec, cfg.ParamsTopic, log)
+		run.Closer("detector parameters topic producer", topic.Close)
+		audit := &rollout.DynamoAudit{Client: ddb, Table: cfg.DynamoDB.TablePrefix + dynamo.TableAuditLog, Subject: rollout.ParamsAuditSubject}
+		claims := &rollout.DynamoClaims{Client: ddb, Table: cfg.DynamoDB.TablePrefix + dynamo.TableAuditLog, Now: env.Now}
+		proposals = &web.Proposals{DDB: ddb, Table: cfg.DynamoDB.TablePrefix + dynamo.TableRuntimeConfig, Audit: audit,
+			Operator: &rollout.Operator{Topic: topic, Audit: audit, Claims: claims, Now: env.Now, Validate: web.ValidateParams}}
+	}
 	verdicts := stream.NewProducer(stream.ProducerConfig{Brokers: cfg.KafkaBrokers, Security: ksec, Topic: cfg.VerdictsTopic,
 		Logger: log, Registerer: env.Registry})
 	run.Closer("verdicts producer", verdicts.Close)
@@ -424,6 +442,7 @@ func Serve(ctx context.Context, env service.Env) error {
 		OverridesKey: cfg.OverridesKey,
 		WhatIf:       wif,
 		Rollouts:     rollouts,
+		Proposals:    proposals,
 		Deferred:     deferred.NewStore(rdb),
 		Verdicts:     &web.KafkaVerdicts{Producer: verdicts, Source: "floodgate/console"},
 		Networks:     networks,

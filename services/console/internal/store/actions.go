@@ -323,37 +323,6 @@ func FalsePositivePK(pattern, version string) string {
 	return "detector#false_positives#" + pattern + "#" + version
 }
 
-// MarkFalsePositive marks the alert as a false positive and counts it for its
-// pattern and detector version, once.
-func (s *Store) MarkFalsePositive(ctx context.Context, a Alert, version string, who Actor) error {
-	if err := who.check(); err != nil {
-		return err
-	}
-	now := s.now().UTC()
-	mark := &types.Update{TableName: aws.String(s.abuse), Key: recordKey(a),
-		UpdateExpression:          aws.String("SET false_positive_at = :at, false_positive_by = :by"),
-		ConditionExpression:       aws.String("attribute_exists(pk) AND attribute_not_exists(false_positive_at)"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":at": sv(now.Format(time.RFC3339)), ":by": sv(who.Name)}}
-	count := &types.Update{TableName: aws.String(s.runtime),
-		Key:                       map[string]types.AttributeValue{"pk": sv(FalsePositivePK(a.Pattern, version))},
-		UpdateExpression:          aws.String("ADD #c :one SET pattern = :p, detector_version = :v, updated_at = :at"),
-		ExpressionAttributeNames:  map[string]string{"#c": "count"},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":one": nv(1), ":p": sv(a.Pattern), ":v": sv(version), ":at": sv(now.Format(time.RFC3339))}}
-	before := map[string]string{"status": a.Status}
-	after := map[string]string{"status": StatusFalsePositive, "pattern": a.Pattern, "detector_version": version}
-	err := s.write(ctx, s.entry(a, who, ActionFalsePositive, now, before, after),
-		types.TransactWriteItem{Update: mark}, types.TransactWriteItem{Update: count})
-	var canceled *types.TransactionCanceledException
-	if errors.As(err, &canceled) && len(canceled.CancellationReasons) > 1 &&
-		aws.ToString(canceled.CancellationReasons[1].Code) == "ConditionalCheckFailed" {
-		return ErrAlreadyMarked
-	}
-	if err != nil {
-		return fmt.Errorf("mark %s false positive: %w", a.ID, err)
-	}
-	return nil
-}
-
 // FalsePositiveCount is one pattern's count for one detector version.
 type FalsePositiveCount struct {
 	Pattern         string

@@ -85,7 +85,7 @@ func (s *Store) Judge(ctx context.Context, a Alert, j Judgement, who Actor) (Ver
 		vals[":vallow"], vals[":at"] = sv(v.AllowUntil.Format(time.RFC3339)), sv(now.Format(time.RFC3339))
 		e := AllowEntry{PK: AllowlistPK(a.Principal), ExpiresAt: v.AllowUntil.Unix(), Comment: who.Reason, CreatedBy: who.Name, CreatedAt: now.Format(time.RFC3339)}
 		items = append(items, types.TransactWriteItem{Put: s.allowPut(e)})
-		if a.FalsePositive == "" { // counted once per detection, as MarkFalsePositive does
+		if a.FalsePositive == "" { // counted once per detection
 			items = append(items, types.TransactWriteItem{Update: s.fpCount(a, now)})
 		}
 		res, err := liftScript.Run(ctx, s.rdb, []string{key}).Result()

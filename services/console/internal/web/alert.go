@@ -207,14 +207,3 @@ func (s *Server) allowlist(w http.ResponseWriter, r *http.Request) {
 		return actionCode(err), err
 	})
 }
-
-func (s *Server) falsePositive(w http.ResponseWriter, r *http.Request) {
-	s.action(w, r, store.ActionFalsePositive, "false_positive", func(a store.Alert, who store.Actor) (int, error) {
-		version := "unknown"
-		if a.Event != nil && a.Event.DetectorVersion != "" {
-			version = a.Event.DetectorVersion
-		}
-		err := s.cfg.Store.MarkFalsePositive(r.Context(), a, version, who)
-		return actionCode(err), err
-	})
-}

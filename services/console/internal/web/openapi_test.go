@@ -73,10 +73,10 @@ func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 	ok("POST", "/alert/lift", "analyst", url.Values{"p": {lift.Principal}, "k": {lift.SK}, "reason": {"load test"}})
 	ok("POST", "/alert/extend", "analyst", url.Values{"p": {extend.Principal}, "k": {extend.SK}, "reason": {"still at it"}, "duration": {"1h"}})
 	ok("POST", "/alert/allowlist", "analyst", url.Values{"p": {allow.Principal}, "k": {allow.SK}, "reason": {"partner"}, "duration": {"1h"}, "comment": {"c"}})
-	ok("POST", "/alert/false-positive", "analyst", url.Values{"p": {fp.Principal}, "k": {fp.SK}, "reason": {"declared bot"}})
 	ok("POST", "/alert/verdict", "analyst", url.Values{"p": {fp.Principal}, "k": {fp.SK}, "verdict": {"false_positive"}, "reason": {"declared bot"}, "duration": {"1d"}})
 	ok("POST", "/api/v1/verdicts", "analyst", url.Values{"p": {extend.Principal}, "k": {extend.SK}, "verdict": {"confirmed"}, "reason": {"seen"}})
 	ok("GET", "/api/v1/precision?by=route&days=2", "viewer", nil)
+	require.Equal(t, http.StatusNotFound, call("GET", "/api/v1/proposals", "viewer", nil, false).Status, "no detector parameters topic configured")
 	ok("POST", "/sre/overrides", "sre", url.Values{"field": {field}, "value": {`{"limits":{"free":9}}`}, "reason": {"INC-51"}})
 	e.web.cfg.Deferred = deferred.NewStore(e.rdb)
 	droute := "POST /openapi-test/" + e.run
@@ -90,7 +90,7 @@ func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 	// Without the adjuster and the dlq-auditor configured, their actions
 	// are refused; the refusal is still the document's.
 	for _, p := range []string{"/sre/adjuster/mode", "/sre/adjuster/rules", "/sre/dlq/replay", "/sre/dlq/purge", "/sre/whatif",
-		"/sre/rollouts", "/sre/rollouts/promote", "/sre/rollouts/abort", "/sre/rollouts/rollback"} {
+		"/sre/rollouts", "/sre/rollouts/promote", "/sre/rollouts/abort", "/sre/rollouts/rollback", "/sre/proposals/apply", "/api/v1/proposals/apply"} {
 		res := call("POST", p, "sre", url.Values{"etag": {`"1"`}, "reason": {"r"}, "rules": {"tick: 30s"}, "id": {"t.dlq/0/1"}, "confirm": {"yes"}}, false)
 		require.GreaterOrEqual(t, res.Status, 400, p)
 	}
@@ -99,7 +99,7 @@ func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 	// Every page.
 	for _, p := range []string{"/alerts", "/alerts/new?after=" + url.QueryEscape(now.Add(-time.Hour).Format("2006-01-02T15:04:05.000Z")),
 		alertPath(lift), "/principals/bot/" + url.PathEscape(e.run+"_oa_lift"), "/sre/adjuster", "/sre/dlq", "/sre/overrides",
-		"/sre/rollouts", "/sre/deferred", "/sre/block-rate", "/sre/whatif", "/scales", "/false-positives", "/precision", "/allowlist", "/login", "/static/style.css", "/static/app.js"} {
+		"/sre/rollouts", "/sre/proposals", "/sre/deferred", "/sre/block-rate", "/sre/whatif", "/scales", "/false-positives", "/precision", "/allowlist", "/login", "/static/style.css", "/static/app.js"} {
 		// Pages of services this console has no client for say so, with a 503.
 		res := call("GET", p, "admin", nil, false)
 		require.Contains(t, []int{http.StatusOK, http.StatusServiceUnavailable}, res.Status, p)

@@ -42,7 +42,7 @@ func parseTemplates() (map[string]*template.Template, error) {
 		"cidrof":    func(pk string) string { return strings.TrimPrefix(pk, store.AllowCIDRPrefix) },
 		"dims":      whatIfDims,
 	}
-	for _, page := range []string{"login", "alerts", "alert", "rows", "scales", "fps", "error", "principal", "adjuster", "dlq", "dlqrecord", "blockrate", "overrides", "dlqpurge", "allowlist", "whatif", "rollouts", "deferred", "precision"} {
+	for _, page := range []string{"login", "alerts", "alert", "rows", "scales", "fps", "error", "principal", "adjuster", "dlq", "dlqrecord", "blockrate", "overrides", "dlqpurge", "allowlist", "whatif", "rollouts", "deferred", "precision", "proposals"} {
 		files := []string{"templates/layout.html", "templates/" + page + ".html"}
 		if page == "alerts" {
 			files = append(files, "templates/rows.html")

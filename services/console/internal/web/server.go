@@ -52,6 +52,7 @@ type Config struct {
 	SignIn        *auth.Limiter          // sign-in and API-token failure limits in Redis (nil: no limit)
 	Devices       *auth.DeviceCookies    // device cookies: known browsers are never locked out by others' failures (nil: none)
 	Rollouts      *Rollouts              // the rules topic of rule rollouts (nil: the page says it is not configured)
+	Proposals     *Proposals             // tuning proposals and the detector parameters topic (nil: the page says it is not configured)
 	Proxies       gateway.TrustedProxies // whose X-Forwarded-For names the client for the failure limits
 	WhatIf        *WhatIf                // what-if replays of the decisions topic (nil: the page says it is not configured)
 	Deferred      *deferred.Store        // deferred-work queues in Redis (nil: the page says it is not configured)

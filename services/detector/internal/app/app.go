@@ -12,16 +12,21 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
+	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/services/detector/internal/detector"
 	"github.com/floodgate-dev/floodgate/services/detector/internal/sharedip"
 )
 
-// Run serves until ctx is done (the detector has no subcommands).
+// Run serves until ctx is done; `detector propose` builds tuning proposals
+// (propose.go).
 func Run(ctx context.Context, env service.Env) error {
+	if len(env.Args) > 0 && env.Args[0] == "propose" {
+		return Propose(ctx, env, env.Args[1:])
+	}
 	if len(env.Args) > 0 {
-		return fmt.Errorf("unknown command %q: the detector takes none", env.Args[0])
+		return fmt.Errorf("unknown command %q: the detector takes none but propose", env.Args[0])
 	}
 	run, err := Build(ctx, env)
 	if err != nil {
@@ -118,6 +123,22 @@ func Build(ctx context.Context, env service.Env) (_ *service.Runner, err error) 
 	}
 	det := detector.New(dcfg)
 	det.SetDayBound(detector.NewDayBound(cfg.DayBounds, reg))
+	var params *detector.ParamsFeed
+	var flusher *rollout.Flusher
+	if cfg.ParamsTopic != "" {
+		// Detector parameters versions (docs/detector.md): read up to the
+		// topic's end for up to 5 s, then followed; a topic that cannot be
+		// read keeps the environment's parameters and is followed afterwards.
+		topic := rollout.NewTopic(cfg.KafkaBrokers, ksec, cfg.ParamsTopic, log)
+		run.Closer("params topic", topic.Close)
+		flusher = &rollout.Flusher{Redis: rdb, Topic: cfg.ParamsTopic, Log: log}
+		params = detector.NewParamsFeed(topic, cfg.Score, det, flusher, log, reg)
+		syncCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := params.Sync(syncCtx); err != nil {
+			log.Warn("detector parameters topic not read at start; following it", "topic", cfg.ParamsTopic, "err", err)
+		}
+		cancel()
+	}
 	// After a restart or rebalance a partition is re-read from one window back
 	// (the longer of the rate and IP windows) so scoring is never blind; events
 	// before the committed offset rebuild state without repeating effects.
@@ -159,6 +180,10 @@ func Build(ctx context.Context, env service.Env) (_ *service.Runner, err error) 
 	run.Worker("penalty reassert", func(ctx context.Context) error { return penalties.RunReassert(ctx, time.Second, log) })
 	if shared != nil {
 		run.Worker("shared ips", shared.Run)
+	}
+	if params != nil {
+		run.Worker("params feed", params.Run)
+		run.Worker("params impact", func(ctx context.Context) error { return flusher.Run(ctx, time.Second) })
 	}
 	if records != nil {
 		run.Worker("allowlist refresh", func(ctx context.Context) error {

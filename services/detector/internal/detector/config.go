@@ -5,6 +5,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/series"
 	"github.com/floodgate-dev/floodgate/services/detector/internal/score"
 )
@@ -25,6 +26,7 @@ type ServiceConfig struct {
 	RedisSecurity  config.RedisSecurity // FLOODGATE_REDIS_USERNAME, FLOODGATE_REDIS_PASSWORD, FLOODGATE_REDIS_TLS*
 	DecisionsTopic string               // FLOODGATE_DECISIONS_TOPIC
 	AbuseTopic     string               // FLOODGATE_ABUSE_TOPIC
+	ParamsTopic    string               // FLOODGATE_DETECTOR_PARAMS_TOPIC: detector parameters versions (docs/detector.md); "" = the environment's alone
 	Group          string               // FLOODGATE_DETECTOR_GROUP
 	// StartOffset is where a new detector group starts on the decisions topic
 	// (FLOODGATE_DETECTOR_START_OFFSET): "first" (default) scores the whole
@@ -62,6 +64,7 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 		RedisSecurity:  config.ReadRedisSecurity(e),
 		DecisionsTopic: e.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
 		AbuseTopic:     e.String("FLOODGATE_ABUSE_TOPIC", config.DefaultAbuseTopic),
+		ParamsTopic:    e.String("FLOODGATE_DETECTOR_PARAMS_TOPIC", ""),
 		Group:          e.String("FLOODGATE_DETECTOR_GROUP", "floodgate-detector"),
 		PagerGroup:     e.String("FLOODGATE_PAGER_GROUP", "floodgate-pager"),
 		StartOffset:    e.String("FLOODGATE_DETECTOR_START_OFFSET", "first"),
@@ -155,6 +158,10 @@ func (c ServiceConfig) Validate() error {
 	v.Require(c.Group != "" && c.PagerGroup != "" && c.Group != c.PagerGroup, "FLOODGATE_DETECTOR_GROUP/FLOODGATE_PAGER_GROUP", "two different, non-empty consumer groups")
 	if err := c.Score.Validate(); err != nil {
 		v.Require(false, "score", "%v", err)
+	}
+	if c.ParamsTopic != "" {
+		err := rollout.ValidTopic(c.ParamsTopic)
+		v.Require(err == nil, "FLOODGATE_DETECTOR_PARAMS_TOPIC", "%v", err)
 	}
 	v.Require(c.Mode == "enforce" || c.Mode == "simulate", "FLOODGATE_DETECTOR_MODE", "%q is not one of enforce|simulate", c.Mode)
 	for pattern, p := range c.Policies {

@@ -103,12 +103,17 @@ type Detector struct {
 	metrics *metrics
 	day     *DayBound // cost and daily bound at the door (daybound.go); nil: cost only
 
-	mu        sync.Mutex
-	scorers   map[int]*score.Scorer
-	warm      map[int]int64 // partition → first offset whose effects count (after a rewind)
-	pending   map[int]pending
-	active    map[string]activePenalty // principal|pattern → enforced penalty, for the gauge
-	incidents map[string]incident      // principal|pattern → the incident in progress
+	params paramsHistory // the parameters versions in force (params.go)
+
+	mu             sync.Mutex
+	cands          map[int]*candState // a candidate parameters version's scorers, by partition
+	candIPs        *score.IPStore     // and their IP store
+	candIPsVersion int64
+	scorers        map[int]*score.Scorer
+	warm           map[int]int64 // partition → first offset whose effects count (after a rewind)
+	pending        map[int]pending
+	active         map[string]activePenalty // principal|pattern → enforced penalty, for the gauge
+	incidents      map[string]incident      // principal|pattern → the incident in progress
 }
 
 type pending struct {
@@ -159,7 +164,7 @@ func New(c Config) *Detector {
 	}
 	d := &Detector{
 		cfg: c, ips: score.NewIPStore(c.Score), blast: &BlastGuard{Limit: c.BlastLimit, Now: c.Now}, log: c.Logger,
-		scorers: map[int]*score.Scorer{}, warm: map[int]int64{}, pending: map[int]pending{}, active: map[string]activePenalty{}, incidents: map[string]incident{},
+		cands: map[int]*candState{}, scorers: map[int]*score.Scorer{}, warm: map[int]int64{}, pending: map[int]pending{}, active: map[string]activePenalty{}, incidents: map[string]incident{},
 	}
 	if d.blast.Limit <= 0 {
 		d.blast.Limit = 1 << 30
@@ -221,7 +226,7 @@ func (d *Detector) Handle(ctx context.Context, msg kafka.Message) error {
 			return err // permanent: dead-lettered with the reason, never scored
 		}
 		d.metrics.decoded.Inc()
-		p.dets = d.scorer(msg.Partition).Observe(&ev, nil)
+		p.dets = d.observe(msg.Partition, &ev)
 		if d.warmingUp(msg) {
 			d.metrics.warmup.Inc()
 			return nil // rebuilding state after a rewind: these were acted on before
@@ -569,6 +574,7 @@ func (d *Detector) Rewind(ctx context.Context, lookup OffsetLookup, partition in
 	}
 	d.mu.Lock()
 	delete(d.scorers, partition)
+	delete(d.cands, partition)
 	delete(d.pending, partition)
 	d.warm[partition] = committed
 	d.mu.Unlock()
@@ -579,6 +585,7 @@ func (d *Detector) Rewind(ctx context.Context, lookup OffsetLookup, partition in
 func (d *Detector) Revoked(partition int) {
 	d.mu.Lock()
 	delete(d.scorers, partition)
+	delete(d.cands, partition)
 	delete(d.pending, partition)
 	delete(d.warm, partition)
 	d.mu.Unlock()

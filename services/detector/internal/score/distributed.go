@@ -51,12 +51,12 @@ func (s *Scorer) countNewNetwork(p *pState, key uint64, v6 bool, sec uint32) {
 // newNetworks is how many new networks arrived within FanoutInterval up to
 // the newest one, counting it, if the newest arrived at sec (else 0): at
 // most FanoutMinNetworks, which is all the velocity rule asks.
-func (s *Scorer) newNetworks(p *pState, sec uint32) int {
+func (s *Scorer) newNetworks(p *pState, sec uint32, k *knobs) int {
 	if p.lastNewSec == 0 || p.lastNewSec != max(sec, 1) {
 		return 0
 	}
 	n, span := 1, uint32(0)
-	for _, g := range p.fanGaps[:s.cfg.FanoutMinNetworks-1] {
+	for _, g := range p.fanGaps[:k.FanoutMinNetworks-1] {
 		if span += uint32(g); g == maxFanGap || span > s.fanSec {
 			break
 		}
@@ -301,6 +301,7 @@ func (s *Scorer) countIPs(ph uint64, p *pState, sec uint32, withShared bool) ipC
 // distributed evaluates distributed_ip; it also reports whether the principal
 // is near the thresholds (worth collecting evidence for).
 func (s *Scorer) distributed(d *events.Decision, ph uint64, p *pState, sec uint32) (*Detection, bool) {
+	k := s.tuned.For(d.Principal.Kind, "")
 	if p.isBig() {
 		s.big[ph].lastEval = sec
 	}
@@ -308,7 +309,7 @@ func (s *Scorer) distributed(d *events.Decision, ph uint64, p *pState, sec uint3
 		return nil, false
 	}
 	c := s.countIPs(ph, p, sec, false)
-	minIPs := int64(s.cfg.MinDistinctIPs)
+	minIPs := int64(k.MinDistinctIPs)
 	near := c.distinct > minIPs/2
 	// Fan-out: an account (with or without history) that starts using many
 	// networks it never used is caught by the velocity of new networks,
@@ -317,10 +318,10 @@ func (s *Scorer) distributed(d *events.Decision, ph uint64, p *pState, sec uint3
 	// Automation is exempt: a bot or API key on new networks is a deploy or
 	// an autoscaled fleet; it is judged by its limits (rapid_fire) and by
 	// diversity over the window.
-	if fresh := s.newNetworks(p, sec); fresh >= s.cfg.FanoutMinNetworks && !automated(d.Principal.Kind) {
+	if fresh := s.newNetworks(p, sec, k); fresh >= k.FanoutMinNetworks && !automated(d.Principal.Kind) {
 		near = true
-		if cs := s.countIPs(ph, p, sec, true); cs.unshared >= int64(s.cfg.FanoutMinNetworks) {
-			return s.distributedDetection(d, p, sec, cs, int64(fresh)), true
+		if cs := s.countIPs(ph, p, sec, true); cs.unshared >= int64(k.FanoutMinNetworks) {
+			return s.distributedDetection(d, p, sec, cs, int64(fresh), k), true
 		}
 	}
 	if c.distinct <= minIPs {
@@ -328,29 +329,29 @@ func (s *Scorer) distributed(d *events.Decision, ph uint64, p *pState, sec uint3
 	}
 	reqs := max(s.requests(p, sec), 1)
 	diversity := math.Min(float64(c.distinct)/reqs, 1)
-	if diversity <= s.cfg.MinDiversity {
+	if diversity <= k.MinDiversity {
 		return nil, near
 	}
 	c = s.countIPs(ph, p, sec, true)
 	if c.unshared <= minIPs {
 		return nil, near
 	}
-	return s.distributedDetection(d, p, sec, c, 0), true
+	return s.distributedDetection(d, p, sec, c, 0, k), true
 }
 
-func (s *Scorer) distributedDetection(d *events.Decision, p *pState, sec uint32, c ipCounts, fresh int64) *Detection {
+func (s *Scorer) distributedDetection(d *events.Decision, p *pState, sec uint32, c ipCounts, fresh int64, k *knobs) *Detection {
 	p.cool[pDistributed] = sec + s.coolSec
-	win := s.cfg.IPWindow
+	win := k.IPWindow
 	start := d.TS.Add(-win)
 	reqs := max(s.requests(p, sec), 1)
-	score := float64(c.unshared) / float64(s.cfg.MinDistinctIPs)
+	score := float64(c.unshared) / float64(k.MinDistinctIPs)
 	first := minTime(time.UnixMilli(baseMs+int64(c.oldest-1)*1000).UTC(), d.TS)
-	netThreshold := int64(s.cfg.MinDistinctIPs)
+	netThreshold := int64(k.MinDistinctIPs)
 	if fresh > 0 {
-		netThreshold = int64(s.cfg.FanoutMinNetworks)
-		score = max(score, float64(fresh)/float64(s.cfg.FanoutMinNetworks))
+		netThreshold = int64(k.FanoutMinNetworks)
+		score = max(score, float64(fresh)/float64(k.FanoutMinNetworks))
 		// The fan-out began with the new networks, not with the history.
-		first = maxTime(first, d.TS.Add(-s.cfg.FanoutInterval))
+		first = maxTime(first, d.TS.Add(-k.FanoutInterval))
 	}
 	ratio, denials := s.denialRatio(p, sec)
 	return &Detection{

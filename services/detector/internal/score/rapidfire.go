@@ -39,6 +39,7 @@ func (s *Scorer) rapid(d *events.Decision, ph uint64, rt *routeStats, p *pState,
 // should catch feed it (up to threshold × its quantile) until it hides them;
 // the event's route keeps a busy route's bar.
 func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *routeStats, p *pState, ms int64, sec uint32, route string) (float64, *Detection) {
+	k := s.tuned.For(d.Principal.Kind, route)
 	b := uint32((ms - baseMs) / s.widthMs)
 	switch {
 	case st.head == 0 && st.counts == [NumBuckets]uint16{}:
@@ -78,8 +79,8 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 	if pop != nil && !auto {
 		routeRate = pop.q
 	}
-	expected := max(baseline*s.cfg.BaselineK, routeRate, s.cfg.Floor)
-	line := expected * s.cfg.Threshold // a person's line, before automation's limit replaces expected
+	expected := max(baseline*k.BaselineK, routeRate, k.Floor)
+	line := expected * k.Threshold // a person's line, before automation's limit replaces expected
 	score := observed / expected
 	if sec < p.cool[pRapid] {
 		return score, nil
@@ -88,9 +89,9 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 	var threshold float64 // each kind sets its own line below
 	source := SourceFloor
 	switch {
-	case baseline*s.cfg.BaselineK >= max(routeRate, s.cfg.Floor):
+	case baseline*k.BaselineK >= max(routeRate, k.Floor):
 		source = SourceHistory
-	case routeRate > s.cfg.Floor:
+	case routeRate > k.Floor:
 		source = SourcePopulation
 	}
 	if auto {
@@ -99,13 +100,13 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 		// a bot is for. It is rapid fire when it keeps hammering past its
 		// limit (most of its requests denied), or when one with a history
 		// jumps far above it while already being denied.
-		hammering := denialRatio >= s.cfg.AutomatedDenialRatio
+		hammering := denialRatio >= k.AutomatedDenialRatio
 		// Without a history the floor is the expectation, so a principal
 		// whose first requests already run past its limit (a cold flood)
 		// is a jump too; a new integration ramping inside its limits is
 		// never denied and never fires.
-		jump := denialRatio >= s.cfg.AutomatedDenialRatio/2 && score > s.cfg.Threshold
-		if observed <= s.cfg.Floor*s.cfg.Threshold || !(hammering || jump) {
+		jump := denialRatio >= k.AutomatedDenialRatio/2 && score > k.Threshold
+		if observed <= k.Floor*k.Threshold || !(hammering || jump) {
 			return score, nil
 		}
 		source = SourceLimit
@@ -114,9 +115,9 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 		// and the line is where AutomatedDenialRatio puts it.
 		expected = max(observed*(1-denialRatio), 1e-3)
 		score = observed / expected
-		threshold = 1 / max(1-s.cfg.AutomatedDenialRatio, 0.01)
+		threshold = 1 / max(1-k.AutomatedDenialRatio, 0.01)
 		if !hammering {
-			threshold = 1 / max(1-s.cfg.AutomatedDenialRatio/2, 0.01)
+			threshold = 1 / max(1-k.AutomatedDenialRatio/2, 0.01)
 		}
 		sev = denialSeverity(denialRatio)
 	} else {
@@ -129,8 +130,8 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 			// PersonSustain + the sustainBuckets a window needs. The line
 			// held is the person's own (history or floor), not the one of
 			// the route of each event, which changes from call to call.
-			own := max(baseline*s.cfg.BaselineK, s.cfg.Floor) * s.cfg.Threshold
-			if float64(sum)*1000 > own*float64(int64(s.sustainBuckets)*s.widthMs) && s.heldRate(st) > own {
+			own := max(baseline*k.BaselineK, k.Floor) * k.Threshold
+			if float64(sum)*1000 > own*float64(int64(k.sustainBuckets)*s.widthMs) && s.heldRate(st, k) > own {
 				if p.holdMark() == 0 {
 					p.setHoldMark(uint8(b%holdMod) + 1)
 				}
@@ -140,16 +141,16 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 		}
 		// The common case, neither refused enough nor a window big enough
 		// to hold the line in sustainBuckets buckets, ends here.
-		if (denials < float64(s.cfg.PersonMinDenials) || denialRatio < s.cfg.PersonDenialRatio) &&
-			float64(sum)*1000 <= line*float64(int64(s.sustainBuckets)*s.widthMs) {
+		if (denials < float64(k.PersonMinDenials) || denialRatio < k.PersonDenialRatio) &&
+			float64(sum)*1000 <= line*float64(int64(k.sustainBuckets)*s.widthMs) {
 			return score, nil
 		}
 		var ok bool
 		var held float64
-		if held, score, threshold, sev, ok = s.personPressure(st, sum, denialRatio, denials, expected); !ok {
+		if held, score, threshold, sev, ok = s.personPressure(st, sum, denialRatio, denials, expected, k); !ok {
 			return observed / expected, nil
 		}
-		if sev == "" && all && !s.heldLongEnough(p, b) {
+		if sev == "" && all && !s.heldLongEnough(p, b, k) {
 			return score, nil
 		}
 		if sev == "" { // the rate held, not the denials
@@ -163,7 +164,7 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 	}
 	// A shared IP alone never penalizes: an anonymous principal is usually
 	// identified by its address, so on a shared one it is many people.
-	if d.Principal.Kind == events.PrincipalAnonymous && s.ips.principals(ipKeyOnly(d.IP), sec) >= int64(s.cfg.SharedIPPrincipals) {
+	if d.Principal.Kind == events.PrincipalAnonymous && s.ips.principals(ipKeyOnly(d.IP), sec) >= int64(k.SharedIPPrincipals) {
 		return score, nil
 	}
 	p.cool[pRapid] = sec + s.coolSec
@@ -180,7 +181,7 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 	}
 	return score, &Detection{
 		Pattern: RapidFire, Principal: d.Principal, At: d.TS,
-		FirstEventAt: minTime(bucketTime(first, s.widthMs), d.TS), WindowStart: bucketTime(oldest, s.widthMs), Window: s.cfg.Window,
+		FirstEventAt: minTime(bucketTime(first, s.widthMs), d.TS), WindowStart: bucketTime(oldest, s.widthMs), Window: k.Window,
 		Score: score, Threshold: threshold, ObservedRate: observed, ExpectedRate: expected,
 		Baseline: baseline, RouteRate: routeRate, Count: sum, Route: route,
 		Severity: sev, Penalize: true, BaselineSource: source, DenialRatio: denialRatio,
@@ -204,15 +205,15 @@ func (s *Scorer) rapidOn(st *rfState, d *events.Decision, ph uint64, feed, pop *
 // the limit, as automation's is (1 / (1 - denial ratio)), and sev is set;
 // otherwise held is the rate of the buckets above the line, the score
 // held / expected, and sev is empty (the caller grades the score).
-func (s *Scorer) personPressure(st *rfState, sum int64, ratio, denials, expected float64) (held, score, threshold float64, sev events.Severity, ok bool) {
-	if denials >= float64(s.cfg.PersonMinDenials) && ratio >= s.cfg.PersonDenialRatio {
-		return 0, 1 / max(1-ratio, 0.01), 1 / max(1-s.cfg.PersonDenialRatio, 0.01), denialSeverity(ratio), true
+func (s *Scorer) personPressure(st *rfState, sum int64, ratio, denials, expected float64, k *knobs) (held, score, threshold float64, sev events.Severity, ok bool) {
+	if denials >= float64(k.PersonMinDenials) && ratio >= k.PersonDenialRatio {
+		return 0, 1 / max(1-ratio, 0.01), 1 / max(1-k.PersonDenialRatio, 0.01), denialSeverity(ratio), true
 	}
-	line := expected * s.cfg.Threshold
+	line := expected * k.Threshold
 	// Holding the line in sustainBuckets buckets takes more than that many
 	// buckets' worth of it in the window: most windows stop here.
-	if float64(sum) <= line*float64(int64(s.sustainBuckets)*s.widthMs)/1000 || s.heldRate(st) <= line {
-		return 0, 0, s.cfg.Threshold, "", false
+	if float64(sum) <= line*float64(int64(k.sustainBuckets)*s.widthMs)/1000 || s.heldRate(st, k) <= line {
+		return 0, 0, k.Threshold, "", false
 	}
 	// Held long enough: the score is the rate of the closed buckets above
 	// the line (the newest is still filling), so a person holding 5× the
@@ -225,25 +226,25 @@ func (s *Scorer) personPressure(st *rfState, sum int64, ratio, denials, expected
 		}
 	}
 	held = float64(over) * 1000 / float64(int64(n)*s.widthMs)
-	return held, held / expected, s.cfg.Threshold, "", true
+	return held, held / expected, k.Threshold, "", true
 }
 
 // heldLongEnough reports whether a person's all-routes window, at bucket b,
 // has held the line for PersonSustain since its hold mark.
-func (s *Scorer) heldLongEnough(p *pState, b uint32) bool {
+func (s *Scorer) heldLongEnough(p *pState, b uint32, k *knobs) bool {
 	m := p.holdMark()
 	if m == 0 {
 		return false
 	}
 	held := (b%holdMod + 1 + holdMod - uint32(m)) % holdMod // buckets
-	return time.Duration(int64(held)*s.widthMs)*time.Millisecond >= s.cfg.PersonSustain
+	return time.Duration(int64(held)*s.widthMs)*time.Millisecond >= k.PersonSustain
 }
 
 // heldRate is the rate (events/s) a window kept up in at least
 // sustainBuckets of its buckets: its sustainBuckets-th largest count.
-func (s *Scorer) heldRate(st *rfState) float64 {
+func (s *Scorer) heldRate(st *rfState, kn *knobs) float64 {
 	c := st.counts
-	k := s.sustainBuckets
+	k := kn.sustainBuckets
 	// Partial selection: k passes of "largest not yet taken" over 8 values.
 	var taken uint8
 	var v uint16

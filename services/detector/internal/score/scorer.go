@@ -206,17 +206,17 @@ type Scorer struct {
 	decay     []float64 // decay[g] = d^g for EWMA over g buckets, g < len
 	ipWinSec  uint32
 	coolSec   uint32
-	// sustainBuckets: a person's rate counts as pressure when it holds in
-	// this many of the window's buckets (Config.PersonSustain).
-	sustainBuckets int
-	fanSec         uint32
-	rf             table[rfState] // principal × route windows
-	ps             table[pState]  // principals
-	big            map[uint64]*bigIPSet
-	ev             map[uint64]*evidence
-	routes         [2]map[string]*routeStats // people's routes, automation's routes
-	watermark      int64                     // newest event time seen, ms
-	lastSweep      uint32
+	// tuned holds the decision parameters per kind and route (params.go):
+	// the process's configuration until SetTuned swaps a version in.
+	tuned     *Tuned
+	fanSec    uint32
+	rf        table[rfState] // principal × route windows
+	ps        table[pState]  // principals
+	big       map[uint64]*bigIPSet
+	ev        map[uint64]*evidence
+	routes    [2]map[string]*routeStats // people's routes, automation's routes
+	watermark int64                     // newest event time seen, ms
+	lastSweep uint32
 }
 
 // New returns a scorer for one partition. cfg must be valid.
@@ -232,9 +232,23 @@ func New(cfg Config, ips *IPStore) *Scorer {
 		ipWinSec: uint32(cfg.IPWindow.Seconds()), coolSec: uint32(cfg.Cooldown.Seconds()),
 		big: map[uint64]*bigIPSet{},
 		ev:  map[uint64]*evidence{}, routes: [2]map[string]*routeStats{{}, {}},
-		fanSec: uint32(cfg.FanoutInterval.Seconds()), sustainBuckets: cfg.sustainBuckets(),
+		fanSec: uint32(cfg.FanoutInterval.Seconds()),
+		tuned:  Untuned(cfg),
 	}
 }
+
+// SetTuned makes t the decision parameters of the events observed from now
+// on (nil: the scorer's configuration). t must be compiled over the
+// scorer's configuration (its state-shaping fields are the scorer's).
+func (s *Scorer) SetTuned(t *Tuned) {
+	if t == nil {
+		t = Untuned(s.cfg)
+	}
+	s.tuned = t
+}
+
+// Tuned is the decision parameters in use.
+func (s *Scorer) Tuned() *Tuned { return s.tuned }
 
 func (s *Scorer) principalHash(p events.Principal) uint64 {
 	var h maphash.Hash

@@ -7,11 +7,11 @@
 // candidate configuration, counting the confirmed detections kept and lost
 // and the false positives avoided.
 //
-// It builds on score's exported Config and never changes how score scores:
-// parameters are global to the detector today (score.Config has no
-// per-route or per-kind thresholds), so a proposal names the class it was
-// built from and the global change that avoids it, and its evaluation shows
-// what the change costs everywhere else.
+// A proposal is a detector parameters document (score.Params,
+// docs/detector.md): the parameters in force with the class's override —
+// its principal kind, and its route when the class names one — moved just
+// past what the false positives reached, so nothing outside the class
+// changes; its evaluation replays everything and shows what it costs.
 package tuning
 
 import (
@@ -29,14 +29,16 @@ import (
 // topic's partitions; one IP store shared, as the detector's instances do).
 const Partitions = 12
 
-// Detections replays ds through Partitions scorers with cfg, partitioned by
-// principal as the decisions topic is, and returns each principal's first
-// penalizing detection, by principal key.
-func Detections(ds []events.Decision, cfg score.Config) map[string]score.Detection {
+// Detections replays ds through Partitions scorers with cfg and the
+// parameters tu (nil: cfg alone), partitioned by principal as the decisions
+// topic is, and returns each principal's first penalizing detection, by
+// principal key.
+func Detections(ds []events.Decision, cfg score.Config, tu *score.Tuned) map[string]score.Detection {
 	ips := score.NewIPStore(cfg)
 	var scorers [Partitions]*score.Scorer
 	for i := range scorers {
 		scorers[i] = score.New(cfg, ips)
+		scorers[i].SetTuned(tu)
 	}
 	first := map[string]score.Detection{}
 	var out []score.Detection
@@ -89,16 +91,18 @@ func (c Class) Has(d score.Detection) bool {
 
 // Change is one parameter moved.
 type Change struct {
-	Param    string // the detector's environment variable
+	Param    string // the parameters document's name (score.KnobEnv)
 	From, To string
 }
 
-// Proposal is a configuration built from the false positives of a class.
+// Proposal is a parameters document built from the false positives of a
+// class: the document in force with the class's override moved.
 type Proposal struct {
 	Class   Class
 	From    int // false-positive verdicts it was built from
 	Changes []Change
-	Config  score.Config
+	Params  score.Params
+	Tuned   *score.Tuned
 }
 
 func (p Proposal) String() string {
@@ -118,6 +122,15 @@ type knob struct {
 	avoid   func(base score.Config, fps []score.Detection) (score.Config, string, string, bool)
 }
 
+// at is the class's configuration under tu: its kind's, on its route.
+func (c Class) at(tu *score.Tuned) score.Config {
+	route := c.Route
+	if route == "" {
+		route = score.AllRoutes
+	}
+	return tu.Config(c.Kind, route)
+}
+
 func person(k events.PrincipalKind) bool {
 	return k == events.PrincipalUser || k == events.PrincipalAnonymous
 }
@@ -135,35 +148,35 @@ func ftoa(f float64) string { return fmt.Sprintf("%.4g", f) }
 // knobs are the parameters of score.Config a proposal moves, each to just
 // past the largest value the false positives reached.
 var knobs = []knob{
-	{"FLOODGATE_DETECTOR_RAPID_FIRE_THRESHOLD", func(c Class) bool { return c.Pattern == events.PatternRapidFire },
+	{"rapid_fire_threshold", func(c Class) bool { return c.Pattern == events.PatternRapidFire },
 		func(b score.Config, fps []score.Detection) (score.Config, string, string, bool) {
 			to := maxOf(fps, func(d score.Detection) float64 { return d.Score }) * 1.05
 			old := b.Threshold
 			b.Threshold = to
 			return b, ftoa(old), ftoa(to), to > old
 		}},
-	{"FLOODGATE_DETECTOR_RAPID_FIRE_RATE", func(c Class) bool { return c.Pattern == events.PatternRapidFire },
+	{"rapid_fire_rate", func(c Class) bool { return c.Pattern == events.PatternRapidFire },
 		func(b score.Config, fps []score.Detection) (score.Config, string, string, bool) {
 			to := maxOf(fps, func(d score.Detection) float64 { return d.ObservedRate / b.Threshold }) * 1.05
 			old := b.Floor
 			b.Floor = to
 			return b, ftoa(old), ftoa(to), to > old
 		}},
-	{"FLOODGATE_DETECTOR_PERSON_MIN_DENIALS", func(c Class) bool { return c.Pattern == events.PatternRapidFire && person(c.Kind) },
+	{"person_min_denials", func(c Class) bool { return c.Pattern == events.PatternRapidFire && person(c.Kind) },
 		func(b score.Config, fps []score.Detection) (score.Config, string, string, bool) {
 			to := int(maxOf(fps, func(d score.Detection) float64 { return float64(d.Denials) })) + 1
 			old := b.PersonMinDenials
 			b.PersonMinDenials = to
 			return b, fmt.Sprint(old), fmt.Sprint(to), to > old
 		}},
-	{"FLOODGATE_DETECTOR_PERSON_DENIAL_RATIO", func(c Class) bool { return c.Pattern == events.PatternRapidFire && person(c.Kind) },
+	{"person_denial_ratio", func(c Class) bool { return c.Pattern == events.PatternRapidFire && person(c.Kind) },
 		func(b score.Config, fps []score.Detection) (score.Config, string, string, bool) {
 			to := min(1, maxOf(fps, func(d score.Detection) float64 { return d.DenialRatio })+0.01)
 			old := b.PersonDenialRatio
 			b.PersonDenialRatio = to
 			return b, ftoa(old), ftoa(to), to > old
 		}},
-	{"FLOODGATE_DETECTOR_PERSON_SUSTAIN", func(c Class) bool { return c.Pattern == events.PatternRapidFire && person(c.Kind) },
+	{"person_sustain", func(c Class) bool { return c.Pattern == events.PatternRapidFire && person(c.Kind) },
 		func(b score.Config, fps []score.Detection) (score.Config, string, string, bool) {
 			width := b.Window / score.NumBuckets
 			// whole seconds, as the detector reads it
@@ -172,21 +185,21 @@ var knobs = []knob{
 			b.PersonSustain = to
 			return b, old.String(), to.String(), to > old
 		}},
-	{"FLOODGATE_DETECTOR_AUTOMATED_DENIAL_RATIO", func(c Class) bool { return c.Pattern == events.PatternRapidFire && !person(c.Kind) },
+	{"automated_denial_ratio", func(c Class) bool { return c.Pattern == events.PatternRapidFire && !person(c.Kind) },
 		func(b score.Config, fps []score.Detection) (score.Config, string, string, bool) {
 			to := min(1, maxOf(fps, func(d score.Detection) float64 { return d.DenialRatio })+0.01)
 			old := b.AutomatedDenialRatio
 			b.AutomatedDenialRatio = to
 			return b, ftoa(old), ftoa(to), to > old
 		}},
-	{"FLOODGATE_DETECTOR_IP_MIN_DISTINCT", func(c Class) bool { return c.Pattern == events.PatternDistributedIP },
+	{"ip_min_distinct", func(c Class) bool { return c.Pattern == events.PatternDistributedIP },
 		func(b score.Config, fps []score.Detection) (score.Config, string, string, bool) {
 			to := int(maxOf(fps, func(d score.Detection) float64 { return float64(d.UnsharedIPs) })) + 1
 			old := b.MinDistinctIPs
 			b.MinDistinctIPs = to
 			return b, fmt.Sprint(old), fmt.Sprint(to), to > old
 		}},
-	{"FLOODGATE_DETECTOR_FANOUT_MIN_NETWORKS", func(c Class) bool { return c.Pattern == events.PatternDistributedIP },
+	{"fanout_min_networks", func(c Class) bool { return c.Pattern == events.PatternDistributedIP },
 		func(b score.Config, fps []score.Detection) (score.Config, string, string, bool) {
 			to := int(maxOf(fps, func(d score.Detection) float64 { return float64(d.NewNetworks) })) + 1
 			old := b.FanoutMinNetworks
@@ -196,40 +209,36 @@ var knobs = []knob{
 }
 
 // Candidates are the proposals the false positives fps (all of class c)
-// suggest: every applicable parameter alone, then every pair, each moved
-// just past what the false positives reached; invalid configurations are
-// left out.
-func Candidates(base score.Config, c Class, fps []score.Detection) []Proposal {
-	type move struct {
-		ch    Change
-		apply func(score.Config) score.Config
+// suggest over the parameters cur in force (compiled over base): every
+// applicable parameter alone, then every pair, each moved just past what
+// the false positives reached in the class's override; documents that do
+// not compile are left out.
+func Candidates(base score.Config, cur score.Params, c Class, fps []score.Detection) []Proposal {
+	curTuned, err := score.Compile(base, cur, 0)
+	if err != nil || len(fps) == 0 {
+		return nil
 	}
-	var moves []move
+	at := c.at(curTuned)
+	var moves []Change
 	for _, k := range knobs {
-		if !k.applies(c) || len(fps) == 0 {
+		if !k.applies(c) {
 			continue
 		}
-		_, from, to, ok := k.avoid(base, fps)
-		if !ok {
-			continue
+		if _, from, to, ok := k.avoid(at, fps); ok {
+			moves = append(moves, Change{k.param, from, to})
 		}
-		k := k
-		moves = append(moves, move{Change{k.param, from, to}, func(cfg score.Config) score.Config {
-			out, _, _, _ := k.avoid(cfg, fps)
-			return out
-		}})
 	}
 	var out []Proposal
-	add := func(ms ...move) {
-		cfg := base
-		var chs []Change
-		for _, m := range ms {
-			cfg = m.apply(cfg)
-			chs = append(chs, m.ch)
+	add := func(chs ...Change) {
+		p := withOverride(cur, c, chs)
+		if p.err != nil {
+			return
 		}
-		if cfg.Validate() == nil {
-			out = append(out, Proposal{Class: c, From: len(fps), Changes: chs, Config: cfg})
+		tu, err := score.Compile(base, p.params, 0)
+		if err != nil {
+			return
 		}
+		out = append(out, Proposal{Class: c, From: len(fps), Changes: chs, Params: p.params, Tuned: tu})
 	}
 	for _, m := range moves {
 		add(m)
@@ -240,6 +249,33 @@ func Candidates(base score.Config, c Class, fps []score.Detection) []Proposal {
 		}
 	}
 	return out
+}
+
+type built struct {
+	params score.Params
+	err    error
+}
+
+// withOverride copies cur with the changes set in the override of c's kind
+// and route (added when cur has none).
+func withOverride(cur score.Params, c Class, chs []Change) built {
+	p := score.Params{Defaults: cur.Defaults, Overrides: append([]score.Override(nil), cur.Overrides...)}
+	i := -1
+	for j, o := range p.Overrides {
+		if o.Kind == c.Kind && o.Route == c.Route {
+			i = j
+		}
+	}
+	if i < 0 {
+		p.Overrides = append(p.Overrides, score.Override{Kind: c.Kind, Route: c.Route})
+		i = len(p.Overrides) - 1
+	}
+	for _, ch := range chs {
+		if err := p.Overrides[i].Set(ch.Param, ch.To); err != nil {
+			return built{err: err}
+		}
+	}
+	return built{params: p}
 }
 
 // Evaluation is a configuration's replay against the judged detections of
@@ -270,9 +306,9 @@ func (e Evaluation) ClassAvoided() float64 {
 
 // Evaluate replays ds with cfg and compares it with the verdicts on the base
 // run's detections (judged, by principal key).
-func Evaluate(ds []events.Decision, cfg score.Config, c Class, judged map[string]Judged) Evaluation {
+func Evaluate(ds []events.Decision, cfg score.Config, tu *score.Tuned, c Class, judged map[string]Judged) Evaluation {
 	began := time.Now()
-	got := Detections(ds, cfg)
+	got := Detections(ds, cfg, tu)
 	var e Evaluation
 	for k, j := range judged {
 		_, still := got[k]
@@ -320,10 +356,10 @@ type Proven struct {
 // Best evaluates every candidate and returns them ranked: those meeting the
 // targets first, then by confirmed detections kept, class false positives
 // avoided, and fewer changes.
-func Best(ds []events.Decision, cands []Proposal, judged map[string]Judged, t Targets) []Proven {
+func Best(ds []events.Decision, base score.Config, cands []Proposal, judged map[string]Judged, t Targets) []Proven {
 	out := make([]Proven, 0, len(cands))
 	for _, p := range cands {
-		e := Evaluate(ds, p.Config, p.Class, judged)
+		e := Evaluate(ds, base, p.Tuned, p.Class, judged)
 		out = append(out, Proven{Proposal: p, Evaluation: e, Meets: e.Kept() >= t.MinKept && e.ClassAvoided() >= t.MinClassAvoided})
 	}
 	sort.SliceStable(out, func(i, j int) bool {
@@ -340,4 +376,62 @@ func Best(ds []events.Decision, cands []Proposal, judged map[string]Judged, t Ta
 		return len(a.Proposal.Changes) < len(b.Proposal.Changes)
 	})
 	return out
+}
+
+// Verdicted is one reviewer verdict on a principal's detection, as stored.
+type Verdicted struct {
+	Principal string // kind:id
+	Verdict   events.VerdictValue
+}
+
+// Built is the best proposal of one class with its evaluation.
+type Built struct {
+	Proven
+	Decisions int
+}
+
+// Propose builds, for every class with at least minFPs false-positive
+// verdicts, the best proposal over the parameters cur in force (compiled
+// over base), proven by replaying ds: each verdict judges the principal's
+// detection replayed with the parameters in force (a verdict whose
+// principal the replay does not detect is left out: the recording does not
+// hold its detection). Classes are a pattern on a principal kind. Results
+// are ordered by class.
+func Propose(ds []events.Decision, base score.Config, cur score.Params, verdicts []Verdicted, minFPs int, t Targets) ([]Built, error) {
+	curTuned, err := score.Compile(base, cur, 0)
+	if err != nil {
+		return nil, fmt.Errorf("the parameters in force: %w", err)
+	}
+	dets := Detections(ds, base, curTuned)
+	judged := map[string]Judged{}
+	for _, v := range verdicts {
+		if d, ok := dets[v.Principal]; ok && (v.Verdict == events.VerdictConfirmed || v.Verdict == events.VerdictFalsePositive) {
+			judged[v.Principal] = Judged{Detection: d, Verdict: v.Verdict}
+		}
+	}
+	byClass := map[Class][]score.Detection{}
+	for _, j := range judged {
+		if j.Verdict == events.VerdictFalsePositive {
+			c := Class{Pattern: j.Detection.Pattern, Kind: j.Detection.Principal.Kind}
+			byClass[c] = append(byClass[c], j.Detection)
+		}
+	}
+	classes := make([]Class, 0, len(byClass))
+	for c, fps := range byClass {
+		if len(fps) >= max(minFPs, 1) {
+			classes = append(classes, c)
+		}
+	}
+	sort.Slice(classes, func(i, j int) bool { return classes[i].String() < classes[j].String() })
+	var out []Built
+	for _, c := range classes {
+		fps := byClass[c]
+		sort.Slice(fps, func(i, j int) bool { return fps[i].Principal.Key() < fps[j].Principal.Key() })
+		ranked := Best(ds, base, Candidates(base, cur, c, fps), judged, t)
+		if len(ranked) == 0 {
+			continue
+		}
+		out = append(out, Built{Proven: ranked[0], Decisions: len(ds)})
+	}
+	return out, nil
 }

@@ -62,7 +62,7 @@ func TestProposalFromTenFalsePositivesOfOneFamily(t *testing.T) {
 	}
 	ds, labels := record(t, 7)
 	base := mistuned()
-	judged := simulate(Detections(ds, base), labels)
+	judged := simulate(Detections(ds, base, nil), labels)
 
 	// The family with the most false positives, and ten of its verdicts.
 	byFamily := map[string][]string{}
@@ -88,7 +88,7 @@ func TestProposalFromTenFalsePositivesOfOneFamily(t *testing.T) {
 	t.Logf("recorded: %d decisions, %d detections judged; family %s: %d false positives (class %s); building from 10", len(ds), len(judged), family, len(keys), class)
 
 	targets := Targets{MinClassAvoided: 0.9, MinKept: 0.995}
-	ranked := Best(ds, Candidates(base, class, fps), judged, targets)
+	ranked := Best(ds, base, Candidates(base, score.Params{}, class, fps), judged, targets)
 	require.NotEmpty(t, ranked)
 	for _, p := range ranked {
 		e := p.Evaluation
@@ -98,8 +98,8 @@ func TestProposalFromTenFalsePositivesOfOneFamily(t *testing.T) {
 	best := ranked[0]
 	require.True(t, best.Meets, "no candidate meets the targets")
 
-	familyAvoided := func(ds []events.Decision, labels map[string]*labeled.Label, cfg score.Config, judged map[string]Judged) (int, int, int, int) {
-		got := Detections(ds, cfg)
+	familyAvoided := func(ds []events.Decision, labels map[string]*labeled.Label, tu *score.Tuned, judged map[string]Judged) (int, int, int, int) {
+		got := Detections(ds, base, tu)
 		var fam, famAvoided, conf, kept int
 		for k, j := range judged {
 			_, still := got[k]
@@ -118,15 +118,39 @@ func TestProposalFromTenFalsePositivesOfOneFamily(t *testing.T) {
 		}
 		return fam, famAvoided, conf, kept
 	}
-	fam, avoided, conf, kept := familyAvoided(ds, labels, best.Proposal.Config, judged)
+	fam, avoided, conf, kept := familyAvoided(ds, labels, best.Proposal.Tuned, judged)
 	t.Logf("best on the recording it was built from: %s — %s false positives avoided %d/%d, confirmed kept %d/%d", best.Proposal, family, avoided, fam, kept, conf)
 	require.GreaterOrEqual(t, float64(avoided), 0.9*float64(fam))
 	require.GreaterOrEqual(t, float64(kept), 0.995*float64(conf))
 
+	// The same through Propose, as `detector propose` runs it: the stored
+	// verdicts (the ten false positives and every confirmed one) over the
+	// recording, no parameters version in force.
+	var vs []Verdicted
+	for _, k := range keys[:10] {
+		vs = append(vs, Verdicted{Principal: k, Verdict: events.VerdictFalsePositive})
+	}
+	for k, j := range judged {
+		if j.Verdict == events.VerdictConfirmed {
+			vs = append(vs, Verdicted{Principal: k, Verdict: j.Verdict})
+		}
+	}
+	built, err := Propose(ds, base, score.Params{}, vs, 10, targets)
+	require.NoError(t, err)
+	require.Len(t, built, 1, "one class has ten false positives")
+	require.Equal(t, class, built[0].Proposal.Class)
+	require.True(t, built[0].Meets, "%s", built[0].Proposal)
+	require.Equal(t, len(ds), built[0].Decisions)
+	_, err = score.ParseParams(built[0].Proposal.Params.Marshal())
+	require.NoError(t, err, "the stored document reads back")
+	none, err := Propose(ds, base, score.Params{}, vs, 11, targets)
+	require.NoError(t, err)
+	require.Empty(t, none, "a class needs -min-fps false positives")
+
 	// A second recording the proposal was not built from.
 	ds2, labels2 := record(t, 8)
-	judged2 := simulate(Detections(ds2, base), labels2)
-	fam, avoided, conf, kept = familyAvoided(ds2, labels2, best.Proposal.Config, judged2)
+	judged2 := simulate(Detections(ds2, base, nil), labels2)
+	fam, avoided, conf, kept = familyAvoided(ds2, labels2, best.Proposal.Tuned, judged2)
 	t.Logf("best on a second recording: %s false positives avoided %d/%d, confirmed kept %d/%d", family, avoided, fam, kept, conf)
 	require.GreaterOrEqual(t, float64(kept), 0.995*float64(conf), "held-out recording: confirmed kept")
 	require.GreaterOrEqual(t, float64(avoided), 0.9*float64(fam), "held-out recording: family false positives avoided")
@@ -140,23 +164,25 @@ func TestCandidatesMoveJustPastTheFalsePositives(t *testing.T) {
 	}
 	c := Class{Pattern: events.PatternRapidFire, Kind: events.PrincipalUser}
 	got := map[string]string{}
-	for _, p := range Candidates(base, c, fps) {
+	for _, p := range Candidates(base, score.Params{}, c, fps) {
 		if len(p.Changes) == 1 {
 			got[p.Changes[0].Param] = p.Changes[0].To
-			require.NoError(t, p.Config.Validate())
+			require.Len(t, p.Params.Overrides, 1, "one override: the class's kind")
+			require.Equal(t, events.PrincipalUser, p.Params.Overrides[0].Kind)
+			require.Equal(t, base, p.Tuned.Config(events.PrincipalBot, "/r"), "other kinds keep the parameters in force")
 		}
 	}
 	require.Equal(t, map[string]string{
-		"FLOODGATE_DETECTOR_RAPID_FIRE_THRESHOLD": "8.4",  // max score 8 × 1.05
-		"FLOODGATE_DETECTOR_RAPID_FIRE_RATE":      "6.3",  // max rate 30 / threshold 5 × 1.05
-		"FLOODGATE_DETECTOR_PERSON_MIN_DENIALS":   "31",   // max denials + 1
-		"FLOODGATE_DETECTOR_PERSON_DENIAL_RATIO":  "0.41", // max ratio + 0.01
-		"FLOODGATE_DETECTOR_PERSON_SUSTAIN":       "4s",   // max sustained + one bucket (10s / 8), in whole seconds
+		"rapid_fire_threshold": "8.4",  // max score 8 × 1.05
+		"rapid_fire_rate":      "6.3",  // max rate 30 / threshold 5 × 1.05
+		"person_min_denials":   "31",   // max denials + 1
+		"person_denial_ratio":  "0.41", // max ratio + 0.01
+		"person_sustain":       "4s",   // max sustained + one bucket (10s / 8), in whole seconds
 	}, got)
-	for _, p := range Candidates(score.DefaultConfig(), c, fps) {
+	for _, p := range Candidates(score.DefaultConfig(), score.Params{}, c, fps) {
 		for _, ch := range p.Changes {
-			require.NotEqual(t, "FLOODGATE_DETECTOR_PERSON_SUSTAIN", ch.Param, "a parameter already past the false positives is never moved back")
+			require.NotEqual(t, "person_sustain", ch.Param, "a parameter already past the false positives is never moved back")
 		}
 	}
-	require.Empty(t, Candidates(base, Class{Pattern: events.PatternBotLike, Kind: events.PrincipalUser}, fps), "bot_like never penalizes: nothing to move")
+	require.Empty(t, Candidates(base, score.Params{}, Class{Pattern: events.PatternBotLike, Kind: events.PrincipalUser}, fps), "bot_like never penalizes: nothing to move")
 }
