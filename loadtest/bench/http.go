@@ -79,6 +79,37 @@ func (r Result) Quantile(q float64) time.Duration {
 
 func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 60_000_000, 3) }
 
+// workerPool is goroutines that each record latencies into a histogram of
+// their own, merged into one as each ends.
+type workerPool struct {
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	hist *hdrhistogram.Histogram
+}
+
+// startWorkers starts n goroutines running work.
+func startWorkers(n int, work func(local *hdrhistogram.Histogram)) *workerPool {
+	p := &workerPool{hist: newHist()}
+	for range n {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			local := newHist()
+			work(local)
+			p.mu.Lock()
+			p.hist.Merge(local)
+			p.mu.Unlock()
+		}()
+	}
+	return p
+}
+
+// wait waits for every worker to end and returns their merged histogram.
+func (p *workerPool) wait() *hdrhistogram.Histogram {
+	p.wg.Wait()
+	return p.hist
+}
+
 // do sends one check and reports whether it got a 200.
 func (t *Target) do(ctx context.Context, i int64) bool {
 	body := t.Bodies[int(i%int64(len(t.Bodies)))]
@@ -103,27 +134,16 @@ func (t *Target) OpenLoop(ctx context.Context, rate float64, d time.Duration, wo
 	interval := time.Duration(float64(time.Second) / rate)
 	total := int64(d / interval)
 	jobs := make(chan time.Time, workers*4)
-	var mu sync.Mutex
-	hist := newHist()
 	var errs, seq atomic.Int64
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			local := newHist()
-			for intended := range jobs {
-				ok := t.do(ctx, seq.Add(1))
-				if !ok {
-					errs.Add(1)
-				}
-				_ = local.RecordValue(time.Since(intended).Microseconds())
+	p := startWorkers(workers, func(local *hdrhistogram.Histogram) {
+		for intended := range jobs {
+			ok := t.do(ctx, seq.Add(1))
+			if !ok {
+				errs.Add(1)
 			}
-			mu.Lock()
-			hist.Merge(local)
-			mu.Unlock()
-		}()
-	}
+			_ = local.RecordValue(time.Since(intended).Microseconds())
+		}
+	})
 	start := time.Now()
 	for i := int64(0); i < total && ctx.Err() == nil; i++ {
 		intended := start.Add(time.Duration(i) * interval)
@@ -133,7 +153,7 @@ func (t *Target) OpenLoop(ctx context.Context, rate float64, d time.Duration, wo
 		jobs <- intended // blocks only when every worker is busy and the queue is full: latency keeps counting
 	}
 	close(jobs)
-	wg.Wait()
+	hist := p.wait()
 	elapsed := time.Since(start)
 	return Result{Name: fmt.Sprintf("open %.0f/s", rate), Batch: t.Batch, Offered: rate, Achieved: float64(hist.TotalCount()) / elapsed.Seconds(),
 		Requests: hist.TotalCount(), Errors: errs.Load(), Hist: hist, Elapsed: elapsed}
@@ -143,33 +163,22 @@ func (t *Target) OpenLoop(ctx context.Context, rate float64, d time.Duration, wo
 func (t *Target) ClosedLoop(ctx context.Context, d time.Duration, workers int) Result {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	var mu sync.Mutex
-	hist := newHist()
 	var errs, seq atomic.Int64
-	var wg sync.WaitGroup
 	start := time.Now()
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			local := newHist()
-			for ctx.Err() == nil {
-				s := time.Now()
-				ok := t.do(ctx, seq.Add(1))
-				if ctx.Err() != nil {
-					break // the deadline cut this request short: not a server error
-				}
-				if !ok {
-					errs.Add(1)
-				}
-				_ = local.RecordValue(time.Since(s).Microseconds())
+	p := startWorkers(workers, func(local *hdrhistogram.Histogram) {
+		for ctx.Err() == nil {
+			s := time.Now()
+			ok := t.do(ctx, seq.Add(1))
+			if ctx.Err() != nil {
+				break // the deadline cut this request short: not a server error
 			}
-			mu.Lock()
-			hist.Merge(local)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+			if !ok {
+				errs.Add(1)
+			}
+			_ = local.RecordValue(time.Since(s).Microseconds())
+		}
+	})
+	hist := p.wait()
 	elapsed := time.Since(start)
 	return Result{Name: fmt.Sprintf("closed, %d workers", workers), Batch: t.Batch, Achieved: float64(hist.TotalCount()) / elapsed.Seconds(),
 		Requests: hist.TotalCount(), Errors: errs.Load(), Hist: hist, Elapsed: elapsed}

@@ -303,6 +303,20 @@ func (e *Env) StartStack(ctx context.Context) (*Redis, *Broker, error) {
 	return rd, b, nil
 }
 
+// StartStackTables starts a scenario's Redis and broker and creates its
+// tables (their name prefix).
+func (e *Env) StartStackTables(ctx context.Context) (*Redis, *Broker, string, error) {
+	rd, b, err := e.StartStack(ctx)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	prefix, err := e.Tables(ctx)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return rd, b, prefix, nil
+}
+
 // StartRedis starts a redis-server on a free port.
 func (e *Env) StartRedis(ctx context.Context) (*Redis, error) {
 	port, err := FreePort()

@@ -281,11 +281,7 @@ type rolloutRig struct {
 }
 
 func startRolloutRig(ctx context.Context, e *Env, scenario string) (*rolloutRig, error) {
-	rd, b, err := e.StartStack(ctx)
-	if err != nil {
-		return nil, err
-	}
-	prefix, err := e.Tables(ctx)
+	rd, b, prefix, err := e.StartStackTables(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -274,11 +274,7 @@ func BrokerKill(ctx context.Context, e *Env, s Size, r *Result) error {
 // limiter answers by its fail policy, and quota re-seeds the day counters
 // from the ledger.
 func RedisRestart(ctx context.Context, e *Env, s Size, r *Result) error {
-	rd, b, err := e.StartStack(ctx)
-	if err != nil {
-		return err
-	}
-	prefix, err := e.Tables(ctx)
+	rd, b, prefix, err := e.StartStackTables(ctx)
 	if err != nil {
 		return err
 	}
@@ -341,11 +337,7 @@ func RedisRestart(ctx context.Context, e *Env, s Size, r *Result) error {
 // (started by drive), then lets one instance finish and compares the ledger.
 func ledgerRun(ctx context.Context, e *Env, s Size, r *Result, dynamoEndpoint string,
 	drive func(ctx context.Context, start func() (*Service, error)) error) error {
-	rd, b, err := e.StartStack(ctx)
-	if err != nil {
-		return err
-	}
-	prefix, err := e.Tables(ctx)
+	rd, b, prefix, err := e.StartStackTables(ctx)
 	if err != nil {
 		return err
 	}

@@ -50,11 +50,7 @@ func ShedRelease(ctx context.Context, e *Env, s Size, r *Result) error {
 	if err := ping(ctx, influxURL+"/ping"); err != nil {
 		return fmt.Errorf("shed-release needs the local InfluxDB (make up): %w", err)
 	}
-	rd, b, err := e.StartStack(ctx)
-	if err != nil {
-		return err
-	}
-	prefix, err := e.Tables(ctx)
+	rd, b, prefix, err := e.StartStackTables(ctx)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/limitertest"
 	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
@@ -34,13 +35,7 @@ type call struct {
 	hits   uint32
 }
 
-func d(kv ...string) *rlcommon.RateLimitDescriptor {
-	out := &rlcommon.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		out.Entries = append(out.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return out
-}
+var d = limitertest.Descriptor
 
 func times(n int, c call) []call { return slices.Repeat([]call{c}, n) }
 

@@ -22,12 +22,7 @@ func TestHeldOut(t *testing.T) {
 	run := func(seed uint64) ([]events.Decision, map[string]*Label) {
 		s, err := NewHeldOut(heldOut(seed))
 		require.NoError(t, err)
-		var out []events.Decision
-		var d events.Decision
-		for s.Next(&d) {
-			out = append(out, d)
-		}
-		return out, s.Labels()
+		return s.All(), s.Labels()
 	}
 	a, labels := run(7)
 	b, _ := run(7)

@@ -157,6 +157,17 @@ func New(sc Scenario) *Stream {
 // Labels returns the ground truth of every principal, by principal key.
 func (s *Stream) Labels() map[string]*Label { return s.labels }
 
+// All returns the events Next has left to give, in order, held in memory
+// (for a new stream, the whole run; Next keeps memory flat).
+func (s *Stream) All() []events.Decision {
+	var out []events.Decision
+	var d events.Decision
+	for s.Next(&d) {
+		out = append(out, d)
+	}
+	return out
+}
+
 // Next fills d with the next event and reports false at the end of the run.
 func (s *Stream) Next(d *events.Decision) bool {
 	for s.actors.Len() > 0 {

@@ -134,3 +134,11 @@ func Validated[T interface{ Validate() error }](c T, errs ...error) (T, error) {
 	}
 	return c, c.Validate()
 }
+
+// Default sets *v to def when *v is not above zero: a config field left
+// zero (or set negative) takes its default.
+func Default[T ~int | ~int64 | ~float64](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}

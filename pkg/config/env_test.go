@@ -85,3 +85,17 @@ func TestValidated(t *testing.T) {
 		})
 	}
 }
+
+func TestDefaultFillsWhatIsNotPositive(t *testing.T) {
+	t.Parallel()
+	for _, v := range []time.Duration{0, -time.Second} {
+		Default(&v, time.Minute)
+		require.Equal(t, time.Minute, v)
+	}
+	set := 3
+	Default(&set, 64)
+	require.Equal(t, 3, set, "a positive value is kept")
+	ratio := 0.0
+	Default(&ratio, 0.5)
+	require.Equal(t, 0.5, ratio)
+}

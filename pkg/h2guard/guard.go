@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/credentials"
 )
@@ -71,24 +72,12 @@ type Guard struct {
 // <namespace>_abuse_goaways_total on reg (nil: not registered). Registering
 // twice on one registry shares the counters.
 func New(cfg Config, reg prometheus.Registerer, namespace string) *Guard {
-	if cfg.ResetBurst <= 0 {
-		cfg.ResetBurst = 200
-	}
-	if cfg.ResetRate <= 0 {
-		cfg.ResetRate = 100
-	}
-	if cfg.GoawayGrace <= 0 {
-		cfg.GoawayGrace = 100 * time.Millisecond
-	}
-	if cfg.Cooldown <= 0 {
-		cfg.Cooldown = 10 * time.Second
-	}
-	if cfg.Tarpit <= 0 {
-		cfg.Tarpit = time.Second
-	}
-	if cfg.MaxTarpitted <= 0 {
-		cfg.MaxTarpitted = 64
-	}
+	config.Default(&cfg.ResetBurst, 200)
+	config.Default(&cfg.ResetRate, 100)
+	config.Default(&cfg.GoawayGrace, 100*time.Millisecond)
+	config.Default(&cfg.Cooldown, 10*time.Second)
+	config.Default(&cfg.Tarpit, time.Second)
+	config.Default(&cfg.MaxTarpitted, 64)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/h2guard"
 	"github.com/floodgate-dev/floodgate/pkg/h2guard/h2guardtest"
+	"github.com/floodgate-dev/floodgate/pkg/promtest"
 )
 
 func serve(t *testing.T, reg prometheus.Registerer, cfg h2guard.Config) string {
@@ -60,17 +61,17 @@ func TestGuardAnswersRapidResetWithGoaway(t *testing.T) {
 	// reader sees it only when the frame is read before the close's RST
 	// discards it (on a loaded machine it may not be), so the server's own
 	// count is the measure, and the attacker had to reconnect.
-	goaways := counter(t, reg, "test_grpc_abuse_goaways_total")
+	goaways := promtest.Counter(t, reg, "test_grpc_abuse_goaways_total")
 	require.Positive(t, goaways, "GOAWAY with ENHANCE_YOUR_CALM sent")
 	require.GreaterOrEqual(t, goaways, float64(st.Calm), "counted")
 	require.Greater(t, st.Conns, int64(1), "the flooding connection was closed")
 	// The attacker wrote far more into its socket than the server read: the
 	// server stops reading a connection once its budget (200) is spent.
-	resets := counter(t, reg, "test_grpc_stream_resets_total")
+	resets := promtest.Counter(t, reg, "test_grpc_stream_resets_total")
 	t.Logf("resets read by the server: %.0f on %.0f closed connections", resets, goaways)
 	require.Less(t, resets/goaways, 400.0, "each connection is closed just past its budget")
 	check(t, conn) // the well-behaved connection was never touched
-	require.Positive(t, counter(t, reg, "test_grpc_abuse_refused_connections_total"),
+	require.Positive(t, promtest.Counter(t, reg, "test_grpc_abuse_refused_connections_total"),
 		"the flood's reconnections were closed at accept while its address cooled down")
 
 	// New connections from the address are served again after the cool-down.
@@ -79,20 +80,6 @@ func TestGuardAnswersRapidResetWithGoaway(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { fresh.Close() })
 	check(t, fresh)
-}
-
-// counter is the value of the counter name on reg.
-func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no %s", name)
-	return 0
 }
 
 // Envoy resets calls it stopped waiting for: a connection with many

@@ -39,6 +39,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
@@ -271,36 +272,18 @@ func NewEngine(c EngineConfig) (*Engine, error) {
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
-	if c.Budget <= 0 {
-		c.Budget = 50 * time.Millisecond
-	}
+	config.Default(&c.Budget, 50*time.Millisecond)
 	if c.BreakerFailures == 0 {
 		c.BreakerFailures = 10
 	}
-	if c.BreakerRatio <= 0 {
-		c.BreakerRatio = 0.5
-	}
-	if c.BreakerWindow <= 0 {
-		c.BreakerWindow = time.Second
-	}
-	if c.BreakerOpen <= 0 {
-		c.BreakerOpen = 200 * time.Millisecond
-	}
-	if c.QueueWait <= 0 {
-		c.QueueWait = 4 * c.Budget
-	}
-	if c.ClusterRefresh <= 0 {
-		c.ClusterRefresh = time.Second
-	}
-	if c.Heartbeat <= 0 {
-		c.Heartbeat = time.Second
-	}
-	if c.LogEvery <= 0 {
-		c.LogEvery = 10 * time.Second
-	}
-	if c.LocalBuckets <= 0 {
-		c.LocalBuckets = 100_000
-	}
+	config.Default(&c.BreakerRatio, 0.5)
+	config.Default(&c.BreakerWindow, time.Second)
+	config.Default(&c.BreakerOpen, 200*time.Millisecond)
+	config.Default(&c.QueueWait, 4*c.Budget)
+	config.Default(&c.ClusterRefresh, time.Second)
+	config.Default(&c.Heartbeat, time.Second)
+	config.Default(&c.LogEvery, 10*time.Second)
+	config.Default(&c.LocalBuckets, 100_000)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

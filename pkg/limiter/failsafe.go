@@ -103,17 +103,9 @@ func (e *Engine) fromOverLimitCache(groups []*group, cost int64, now time.Time) 
 // its share of what Redis said remains, so an abusive principal whose
 // bucket Redis has emptied is not given a fresh one when its next check is
 // shed. Sharded by key; bounded (a full shard is cleared).
-type localBuckets struct {
-	max    int // per shard
-	shards [localShards]localShard
-}
+type localBuckets struct{ keyShards[localBucket] }
 
-const localShards = 64
-
-type localShard struct {
-	mu      sync.Mutex
-	buckets map[string]*localBucket
-}
+type localShard = keyShard[localBucket]
 
 type localBucket struct {
 	tokens float64
@@ -134,31 +126,21 @@ type localBucket struct {
 }
 
 func newLocalBuckets(max int) *localBuckets {
-	l := &localBuckets{max: (max + localShards - 1) / localShards}
-	for i := range l.shards {
-		l.shards[i].buckets = make(map[string]*localBucket)
-	}
+	l := &localBuckets{}
+	l.init(max)
 	return l
 }
 
-func (l *localBuckets) shard(key string) *localShard {
-	h := uint32(2166136261) // FNV-1a
-	for i := 0; i < len(key); i++ {
-		h = (h ^ uint32(key[i])) * 16777619
-	}
-	return &l.shards[h%localShards]
-}
-
-// get returns key's bucket refilled to now (capacity cap, refilling limit
-// per period); s.mu is held.
-func (s *localShard) get(key string, max int, limit, capacity float64, period time.Duration, now time.Time) *localBucket {
-	b, ok := s.buckets[key]
+// get returns key's bucket in s refilled to now (capacity cap, refilling
+// limit per period); s.mu is held.
+func (l *localBuckets) get(s *localShard, key string, limit, capacity float64, period time.Duration, now time.Time) *localBucket {
+	b, ok := s.m[key]
 	if !ok {
-		if len(s.buckets) >= max {
-			clear(s.buckets) // bounded memory beats perfect memory
+		if len(s.m) >= l.max {
+			clear(s.m) // bounded memory beats perfect memory
 		}
 		b = &localBucket{tokens: capacity, ts: now}
-		s.buckets[key] = b
+		s.m[key] = b
 		return b
 	}
 	if d := now.Sub(b.ts); d > 0 {
@@ -188,7 +170,7 @@ func (l *localBuckets) take(key string, limit, capacity, cost int64, period time
 	s := l.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b := s.get(key, l.max, lim, capf, period, now)
+	b := l.get(s, key, lim, capf, period, now)
 	c := float64(cost)
 	if b.tokens >= c {
 		b.tokens -= c
@@ -219,7 +201,7 @@ func (l *localBuckets) observe(key string, limit, capacity, remaining, taken int
 	rem := float64(max(remaining, 0)) / float64(max(n, 1))
 	s := l.shard(key)
 	s.mu.Lock()
-	b := s.get(key, l.max, lim, capf, period, now)
+	b := l.get(s, key, lim, capf, period, now)
 	if remaining+taken >= capacity && !b.seen.IsZero() && now.After(b.seen) {
 		b.debt = max(0, b.debt-float64(now.Sub(b.seen))*lim/float64(period))
 	}

@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"context"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,12 +37,7 @@ func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 
 // deadRedis is a client for a port nothing listens on.
 func deadRedis(t *testing.T) (redis.UniversalClient, *countingHook) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	c := redisx.NewClient(redisx.Options{Addrs: []string{addr}, DialTimeout: 200 * time.Millisecond})
-	t.Cleanup(func() { _ = c.Close() })
+	c := redistest.Dead(t)
 	h := &countingHook{}
 	c.AddHook(h)
 	return c, h
@@ -66,14 +60,8 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-const failRules = `
-version: 1
-rules:
-  - {id: lenient, tier: principal, kinds: [user], limit: 1, period: 1h, fail: open}
-  - {id: strict, tier: principal, kinds: [bot], limit: 100, period: 1h, fail: closed}
-  - {id: local, tier: principal, kinds: [api_key], limit: 2, period: 1h, fail: local}
-  - {id: trial, tier: principal, kinds: [api_key], limit: 1, period: 1h, fail: closed, shadow: true}
-`
+// failRules: one rule per fail policy, and one in shadow.
+var failRules = mustRead("limitertest/testdata/fail-rules.yaml")
 
 func TestEngineFailPoliciesWhenRedisIsUnreachable(t *testing.T) {
 	rdb, _ := deadRedis(t)

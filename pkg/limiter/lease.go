@@ -26,19 +26,41 @@ import (
 // when its rule binds differently (a reloaded limit, a new scale or a
 // penalty's multiplier — a penalty written meanwhile takes effect at the
 // lease's end); its unused units are given back to Redis.
-type leases struct {
+type leases struct{ keyShards[lease] }
+
+const leaseLife = time.Second
+
+type leaseShard = keyShard[lease]
+
+// keyShards holds values by key in 64 maps, each behind its own lock, so
+// that checks of different keys seldom wait for each other (the leases, the
+// local buckets). Each map holds at most max values; what a full one drops
+// is its user's choice.
+type keyShards[V any] struct {
 	max    int // per shard
-	shards [leaseShards]leaseShard
+	shards [64]keyShard[V]
 }
 
-const (
-	leaseShards = 64
-	leaseLife   = time.Second
-)
-
-type leaseShard struct {
+type keyShard[V any] struct {
 	mu sync.Mutex
-	m  map[string]*lease
+	m  map[string]*V
+}
+
+// init makes the maps, room for max values in all.
+func (k *keyShards[V]) init(max int) {
+	k.max = (max + len(k.shards) - 1) / len(k.shards)
+	for i := range k.shards {
+		k.shards[i].m = make(map[string]*V)
+	}
+}
+
+// shard is key's shard, by FNV-1a of the key.
+func (k *keyShards[V]) shard(key string) *keyShard[V] {
+	h := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	return &k.shards[h%uint32(len(k.shards))]
 }
 
 // lease is one key's units held by this instance, and how often the key is
@@ -61,19 +83,9 @@ type lease struct {
 }
 
 func newLeases(max int) *leases {
-	l := &leases{max: (max + leaseShards - 1) / leaseShards}
-	for i := range l.shards {
-		l.shards[i].m = make(map[string]*lease)
-	}
+	l := &leases{}
+	l.init(max)
 	return l
-}
-
-func (l *leases) shard(key string) *leaseShard {
-	h := uint32(2166136261) // FNV-1a
-	for i := 0; i < len(key); i++ {
-		h = (h ^ uint32(key[i])) * 16777619
-	}
-	return &l.shards[h%leaseShards]
 }
 
 // take spends cost from key's lease when one is live, bound the same way and

@@ -169,12 +169,7 @@ func (p *parser) costs(rs *Ruleset, top *yaml.Node, fcs []fileCost) []int {
 	for i, c := range fcs {
 		n := item(costs, i)
 		path := fmt.Sprintf("costs[%d]", i)
-		if err := events.ValidMethod(c.Method); err != nil {
-			p.fail(p.line(n, "method"), path+".method", "%v", err)
-		}
-		if err := events.ValidRoute(c.Route); err != nil {
-			p.fail(p.line(n, "route"), path+".route", "%v", err)
-		}
+		p.methodRoute(n, path, c.Method, c.Route)
 		costLines[i] = p.line(n, "cost")
 		if c.Cost < 1 || c.Cost > 1_000_000 {
 			p.fail(costLines[i], path+".cost", "%d: must be in 1..1000000", c.Cost)
@@ -186,6 +181,17 @@ func (p *parser) costs(rs *Ruleset, top *yaml.Node, fcs []fileCost) []int {
 		rs.costs[k] = c.Cost
 	}
 	return costLines
+}
+
+// methodRoute checks the method and route of the item n at path (a cost's,
+// a priority's).
+func (p *parser) methodRoute(n *yaml.Node, path, method, route string) {
+	if err := events.ValidMethod(method); err != nil {
+		p.fail(p.line(n, "method"), path+".method", "%v", err)
+	}
+	if err := events.ValidRoute(route); err != nil {
+		p.fail(p.line(n, "route"), path+".route", "%v", err)
+	}
 }
 
 // priorities reads the default priority and each route's.
@@ -201,12 +207,7 @@ func (p *parser) priorities(rs *Ruleset, top *yaml.Node, doc *fileDoc) {
 	for i, fp := range doc.Priorities {
 		n := item(prios, i)
 		path := fmt.Sprintf("priorities[%d]", i)
-		if err := events.ValidMethod(fp.Method); err != nil {
-			p.fail(p.line(n, "method"), path+".method", "%v", err)
-		}
-		if err := events.ValidRoute(fp.Route); err != nil {
-			p.fail(p.line(n, "route"), path+".route", "%v", err)
-		}
+		p.methodRoute(n, path, fp.Method, fp.Route)
 		pr, err := admission.ParsePriority(fp.Priority)
 		if err != nil || pr == admission.PriorityUnset {
 			p.fail(p.line(n, "priority"), path+".priority", "%q: want one of %s", fp.Priority, admission.PriorityNames)

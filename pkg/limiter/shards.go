@@ -15,6 +15,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
 // A shard is one Redis node the engine writes to — the standalone server, the
@@ -34,24 +35,19 @@ type shard struct {
 	tripLog rateLog                // "redis circuit breaker opened" lines
 }
 
-// rateLog lets one line through per interval and counts the rest.
+// rateLog lets one line through per interval and counts the rest; safe for
+// concurrent use.
 type rateLog struct {
-	mu         sync.Mutex
-	last       time.Time
-	suppressed int
+	mu sync.Mutex
+	t  tick.Throttle
 }
 
 // allow reports whether to log now, and how many lines were held back since.
 func (r *rateLog) allow(now time.Time, every time.Duration) (bool, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.last.IsZero() && now.Sub(r.last) < every {
-		r.suppressed++
-		return false, 0
-	}
-	n := r.suppressed
-	r.last, r.suppressed = now, 0
-	return true, n
+	ok, n := r.t.Pass(now, every)
+	return ok, int(n)
 }
 
 // shardConfig is what every shard is built from.

@@ -63,6 +63,17 @@ func Value(t testing.TB, g prometheus.Gatherer, name string, want map[string]str
 	return sum
 }
 
+// Counter is the value of the first series of the metric called name (for a
+// counter without labels, its value). It fails t when g has no such metric.
+func Counter(t testing.TB, g prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	series := Gather(t, g, name)
+	if len(series) == 0 {
+		t.Fatalf("no metric %s", name)
+	}
+	return series[0].Value
+}
+
 // Has reports whether s has every label of want with its value.
 func (s Series) Has(want map[string]string) bool {
 	for k, v := range want {

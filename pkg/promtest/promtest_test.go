@@ -31,4 +31,6 @@ func TestGatherAndValue(t *testing.T) {
 	require.Zero(t, promtest.Value(t, reg, "test_calls_total", map[string]string{"method": ""}), "a label the series lacks is not an empty one")
 	require.Equal(t, 2.0, promtest.Value(t, reg, "test_seconds", nil), "a histogram's sample count")
 	require.Equal(t, 7.0, promtest.Value(t, reg, "test_open", nil))
+	promauto.With(reg).NewCounter(prometheus.CounterOpts{Name: "test_plain_total"}).Add(2)
+	require.Equal(t, 2.0, promtest.Counter(t, reg, "test_plain_total"))
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 )
 
 // LogEvery is how often a Logger lets a line of one cause through: the
@@ -26,12 +28,7 @@ type Logger struct {
 	now   func() time.Time
 
 	mu     sync.Mutex
-	causes map[string]*causeLog
-}
-
-type causeLog struct {
-	last time.Time
-	held int
+	causes map[string]*tick.Throttle
 }
 
 // NewLogger returns a Logger writing to log, one line per cause per every
@@ -43,7 +40,7 @@ func NewLogger(log *slog.Logger, every time.Duration, now func() time.Time) *Log
 	if now == nil {
 		now = time.Now
 	}
-	return &Logger{log: log.With("source", "go-redis"), every: every, now: now, causes: map[string]*causeLog{}}
+	return &Logger{log: log.With("source", "go-redis"), every: every, now: now, causes: map[string]*tick.Throttle{}}
 }
 
 // maxCauses bounds the causes remembered; go-redis has a few hundred
@@ -59,17 +56,14 @@ func (l *Logger) Printf(ctx context.Context, format string, v ...any) {
 		if len(l.causes) >= maxCauses {
 			clear(l.causes)
 		}
-		c = &causeLog{}
+		c = &tick.Throttle{}
 		l.causes[format] = c
 	}
-	if !c.last.IsZero() && now.Sub(c.last) < l.every {
-		c.held++
-		l.mu.Unlock()
+	ok, held := c.Pass(now, l.every)
+	l.mu.Unlock()
+	if !ok {
 		return
 	}
-	held := c.held
-	c.last, c.held = now, 0
-	l.mu.Unlock()
 
 	msg := strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: ")
 	level := slog.LevelWarn

@@ -5,11 +5,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 )
+
+// downServer is a redis-server of the test's own, killed, and a client
+// (a pool of two) of its address.
+func downServer(t *testing.T) (*redistest.Proc, redis.UniversalClient) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	p := redistest.NewProc(t)
+	p.Kill()
+	return p, redisx.NewClient(redisx.Options{Addrs: []string{p.Addr}, DialTimeout: 200 * time.Millisecond, PoolSize: 2})
+}
 
 // TestDialWaitsForTheServer: after more failed commands than the pool has
 // connections while the server is down — go-redis's pool then stops dialing
@@ -18,12 +31,7 @@ import (
 // started meanwhile, on the same address (issue 38: a promoted replica was
 // used up to a second late).
 func TestDialWaitsForTheServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts redis-server")
-	}
-	p := redistest.NewProc(t)
-	p.Kill()
-	rdb := redisx.NewClient(redisx.Options{Addrs: []string{p.Addr}, DialTimeout: 200 * time.Millisecond, PoolSize: 2})
+	p, rdb := downServer(t)
 	t.Cleanup(func() { _ = rdb.Close() })
 	for range 10 {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -45,12 +53,7 @@ func TestDialWaitsForTheServer(t *testing.T) {
 // TestCloseEndsDialsWaitingForTheServer: a command without a deadline
 // waiting for a server that is down returns once the client is closed.
 func TestCloseEndsDialsWaitingForTheServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts redis-server")
-	}
-	p := redistest.NewProc(t)
-	p.Kill()
-	rdb := redisx.NewClient(redisx.Options{Addrs: []string{p.Addr}, DialTimeout: 200 * time.Millisecond, PoolSize: 2})
+	_, rdb := downServer(t)
 	done := make(chan error, 1)
 	go func() { done <- rdb.Ping(context.Background()).Err() }()
 	time.Sleep(300 * time.Millisecond)

@@ -23,13 +23,21 @@ func apply(st *State, p Plan) {
 // judged once 100 CRITICAL decisions were counted.
 func shadowState(t *testing.T, a Actor) State {
 	t.Helper()
+	return proposedState(t, a, "") // promoted at once (steps_test.go has the gradual rollout)
+}
+
+// proposedState is a log with version 1 enforced and version 2 proposed at
+// t0 with the default params but steps, judged once 100 CRITICAL decisions
+// were counted.
+func proposedState(t *testing.T, a Actor, steps string) State {
+	t.Helper()
 	var st State
 	p, err := PlanBootstrap(&st, "r1", a, t0)
 	require.NoError(t, err)
 	apply(&st, p)
 	params := DefaultParams()
 	params.MinCritical = 100
-	params.Steps = "" // promoted at once (steps_test.go has the gradual rollout)
+	params.Steps = steps
 	p, err = PlanPropose(&st, "r2", params, a, t0)
 	require.NoError(t, err)
 	apply(&st, p)

@@ -59,15 +59,7 @@ func TestParamsValidateSteps(t *testing.T) {
 // 1,10,50,100 (a 10-minute shadow, 5-minute steps) at t0.
 func steppedState(t *testing.T, a Actor) State {
 	t.Helper()
-	var st State
-	p, err := PlanBootstrap(&st, "r1", a, t0)
-	require.NoError(t, err)
-	apply(&st, p)
-	params := DefaultParams()
-	params.MinCritical = 100
-	p, err = PlanPropose(&st, "r2", params, a, t0)
-	require.NoError(t, err)
-	apply(&st, p)
+	st := proposedState(t, a, DefaultParams().Steps)
 	c, _ := st.Candidate()
 	require.Equal(t, "1,10,50,100", c.Steps)
 	require.EqualValues(t, 5*time.Minute, c.StepWindow())

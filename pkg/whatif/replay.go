@@ -42,6 +42,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
+	"github.com/floodgate-dev/floodgate/pkg/rollout"
 )
 
 // PrefixBase starts every isolated keyspace's prefix: "fgwhatif:<run>:".
@@ -399,4 +400,23 @@ func DeleteKeys(ctx context.Context, rdb redis.UniversalClient, prefix string) (
 		return n, fmt.Errorf("delete keys under %s: %w", prefix, err)
 	}
 	return n, nil
+}
+
+// EnforcedBaseline is the baseline of a rollout's what-if gate: the version
+// the rules topic enforces, parsed, and its name in a report ("enforced
+// version N"). It is rollout.ErrNoEnforced when the topic enforces none.
+func EnforcedBaseline(ctx context.Context, topic *rollout.Topic) (*limiter.Ruleset, string, error) {
+	st, err := topic.Read(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	enf, ok := st.Enforced()
+	if !ok {
+		return nil, "", rollout.ErrNoEnforced
+	}
+	baseline, err := limiter.ParseRules(fmt.Sprintf("version %d", enf.Version), []byte(enf.Rules))
+	if err != nil {
+		return nil, "", fmt.Errorf("the enforced version %d: %w", enf.Version, err)
+	}
+	return baseline, fmt.Sprintf("enforced version %d", enf.Version), nil
 }

@@ -193,37 +193,32 @@ func (c *Callers) Authenticate(authorization string) (Caller, error) {
 // Permit reports whether the caller may ask for req: a *ScopeError, counted,
 // when req claims a cost, a principal or a route beyond the caller's grant.
 func (cl Caller) Permit(req *checkapi.CheckRequest) error {
-	var reason, detail string
-	switch {
-	case cl.MaxCost > 0 && req.Cost > cl.MaxCost:
-		reason, detail = "cost", fmt.Sprintf("cost %d: caller %s may ask for at most %d", req.Cost, cl.Name, cl.MaxCost)
-	case !cl.MayName(req.Principal.Kind):
-		reason, detail = "kind", fmt.Sprintf("principal kind %s: caller %s may not name it", req.Principal.Kind, cl.Name)
-	case !inScope(cl.IDs, req.Principal.ID):
-		reason, detail = "principal", fmt.Sprintf("principal %s %q: outside the ids caller %s may name", req.Principal.Kind, req.Principal.ID, cl.Name)
-	case !inScope(cl.Routes, req.Route):
-		reason, detail = "route", fmt.Sprintf("route %q: outside the routes caller %s may ask about", req.Route, cl.Name)
-	default:
-		return nil
+	if cl.MaxCost > 0 && req.Cost > cl.MaxCost {
+		return cl.refuse("cost", fmt.Sprintf("cost %d: caller %s may ask for at most %d", req.Cost, cl.Name, cl.MaxCost))
 	}
-	if cl.refused != nil {
-		cl.refused.WithLabelValues(cl.Name, reason).Inc()
+	if err := cl.PermitPrincipal(req.Principal); err != nil {
+		return err
 	}
-	return &ScopeError{Caller: cl.Name, Reason: reason, Detail: detail}
+	if !inScope(cl.Routes, req.Route) {
+		return cl.refuse("route", fmt.Sprintf("route %q: outside the routes caller %s may ask about", req.Route, cl.Name))
+	}
+	return nil
 }
 
 // PermitPrincipal is Permit for a call that names only a principal (an Envoy
 // descriptor tree of a configured domain): its kind and id.
 func (cl Caller) PermitPrincipal(p events.Principal) error {
-	var reason, detail string
 	switch {
 	case !cl.MayName(p.Kind):
-		reason, detail = "kind", fmt.Sprintf("principal kind %s: caller %s may not name it", p.Kind, cl.Name)
+		return cl.refuse("kind", fmt.Sprintf("principal kind %s: caller %s may not name it", p.Kind, cl.Name))
 	case !inScope(cl.IDs, p.ID):
-		reason, detail = "principal", fmt.Sprintf("principal %s %q: outside the ids caller %s may name", p.Kind, p.ID, cl.Name)
-	default:
-		return nil
+		return cl.refuse("principal", fmt.Sprintf("principal %s %q: outside the ids caller %s may name", p.Kind, p.ID, cl.Name))
 	}
+	return nil
+}
+
+// refuse counts a refusal of the caller for reason and returns it.
+func (cl Caller) refuse(reason, detail string) error {
 	if cl.refused != nil {
 		cl.refused.WithLabelValues(cl.Name, reason).Inc()
 	}

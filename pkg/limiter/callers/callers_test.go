@@ -50,21 +50,29 @@ func TestParseCallers(t *testing.T) {
 	}
 }
 
+// callersServer is a ready limiter server, one bucket on the local Redis,
+// whose callers are spec, publishing to pub and counting on reg, and an HTTP
+// server of its handler.
+func callersServer(t *testing.T, spec, gateway string, pub *kafkatest.Capture, reg *prometheus.Registry) (*server.Server, *httptest.Server) {
+	t.Helper()
+	e := limitertest.Engine(t, redistest.Client(t), limitertest.OneBucket, nil)
+	cs, err := callers.ParseCallers(spec)
+	require.NoError(t, err)
+	s := server.New(server.Config{Callers: cs, Engine: e, Publisher: pub, Topic: "decisions", Gateway: gateway,
+		Logger: slog.New(slog.DiscardHandler), Registry: reg})
+	s.SetReady(true)
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	return s, srv
+}
+
 // TestSecurityUnauthenticatedChecksS2 replays finding S2 of issue 22: anyone
 // who could reach the limiter could name a victim principal (with any cost)
 // and get it penalized. With callers configured, a check without a valid
 // token is refused over HTTP (the batch form too) and gRPC, and a gateway
 // cannot claim a cost or a principal kind beyond its grant.
 func TestSecurityUnauthenticatedChecksS2(t *testing.T) {
-	rdb := redistest.Client(t)
-	e := limitertest.Engine(t, rdb, limitertest.OneBucket, nil)
-	cs, err := callers.ParseCallers("edge:" + sum("edge-token") + ":10:user")
-	require.NoError(t, err)
-	s := server.New(server.Config{Callers: cs, Engine: e, Publisher: &kafkatest.Capture{}, Topic: "decisions", Gateway: "auth-test",
-		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
-	s.SetReady(true)
-	srv := httptest.NewServer(s.Handler())
-	t.Cleanup(srv.Close)
+	s, srv := callersServer(t, "edge:"+sum("edge-token")+":10:user", "auth-test", &kafkatest.Capture{}, prometheus.NewRegistry())
 	victim := `{"principal":{"kind":"user","id":"` + redistest.Unique(t, "victim") + `"},"ip":"203.0.113.7","method":"GET","route":"/users/@me","cost":%d}`
 	body := func(cost int) string { return fmt.Sprintf(victim, cost) }
 
@@ -167,17 +175,9 @@ func TestCallerScope(t *testing.T) {
 // and in the batch form, PermissionDenied over gRPC — counted in
 // floodgate_limiter_forbidden_total, and publishes no decision event.
 func TestSecurityTokenNamesOnlyItsPrincipalsT2(t *testing.T) {
-	rdb := redistest.Client(t)
-	e := limitertest.Engine(t, rdb, limitertest.OneBucket, nil)
-	cs, err := callers.ParseCallers("partner:" + sum("partner-token") + ":100:api_key:acme-*:/v1/*")
-	require.NoError(t, err)
 	pub := &kafkatest.Capture{}
 	reg := prometheus.NewRegistry()
-	s := server.New(server.Config{Callers: cs, Engine: e, Publisher: pub, Topic: "decisions", Gateway: "scope-test",
-		Logger: slog.New(slog.DiscardHandler), Registry: reg})
-	s.SetReady(true)
-	srv := httptest.NewServer(s.Handler())
-	t.Cleanup(srv.Close)
+	s, srv := callersServer(t, "partner:"+sum("partner-token")+":100:api_key:acme-*:/v1/*", "scope-test", pub, reg)
 	hdr := map[string]string{"Authorization": "Bearer partner-token"}
 	check := func(id, ip, route string) string {
 		return `{"principal":{"kind":"api_key","id":"` + id + `"},"ip":"` + ip + `","method":"GET","route":"` + route + `","cost":1}`

@@ -3,7 +3,6 @@ package candidate
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -12,9 +11,6 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
-	"github.com/floodgate-dev/floodgate/pkg/limiter/limitertest"
-	"github.com/floodgate-dev/floodgate/pkg/redisx"
-	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
 )
 
@@ -23,13 +19,9 @@ import (
 // impact hash and its slots, and the controller's reader sums them by
 // dimension; past maxImpactClasses classes, new routes count as "other".
 func TestImpactPairedClasses(t *testing.T) {
-	rdb := redistest.Client(t)
 	ctx := context.Background()
-	topic := redistest.Unique(t, "test.rules.classes")
-	t.Cleanup(func() { limitertest.CleanKeys(rdb, redisx.RulesImpactKey(topic, 9)+"*") })
 	now := time.Date(2026, 11, 29, 6, 0, 3, 0, time.UTC)
-	f := NewImpactFlusher(rdb, topic, slog.New(slog.DiscardHandler))
-	f.now = func() time.Time { return now }
+	f, rdb, topic := testFlusher(t, "test.rules.classes", 9, &now)
 	c := f.track(9, rollout.PhaseShadow, 2)
 	bot := limiter.Request{Principal: events.Principal{Kind: events.PrincipalBot, ID: "b"}, Route: "/users/@me:x"}
 	user := limiter.Request{Principal: events.Principal{Kind: events.PrincipalUser, ID: "u"}, Route: "/users/@me:x"}

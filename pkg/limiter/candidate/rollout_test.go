@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
@@ -32,17 +33,26 @@ func testOperator(topic *rollout.Topic, now func() time.Time) *rollout.Operator 
 	return &rollout.Operator{Topic: topic, Now: now, Validate: func(name string, b []byte) error { _, err := limiter.ParseRules(name, b); return err }}
 }
 
+// testFlusher is a flusher, on the local Redis, of a topic of the test's own
+// named after base, whose clock reads *now; version v's impact keys are
+// deleted after the test.
+func testFlusher(t *testing.T, base string, v int64, now *time.Time) (*ImpactFlusher, redis.UniversalClient, string) {
+	t.Helper()
+	rdb := redistest.Client(t)
+	topic := redistest.Unique(t, base)
+	t.Cleanup(func() { limitertest.CleanKeys(rdb, redisx.RulesImpactKey(topic, v)+"*") })
+	f := NewImpactFlusher(rdb, topic, slog.New(slog.DiscardHandler))
+	f.now = func() time.Time { return *now }
+	return f, rdb, topic
+}
+
 // TestImpactRecentWindow: the flusher adds each flush's counts to the
 // version's cumulative hash and to its time slot; the controller's recent
 // window sums only the slots it covers.
 func TestImpactRecentWindow(t *testing.T) {
-	rdb := redistest.Client(t)
 	ctx := context.Background()
-	topic := redistest.Unique(t, "test.rules.window")
-	t.Cleanup(func() { limitertest.CleanKeys(rdb, redisx.RulesImpactKey(topic, 7)+"*") })
 	now := time.Date(2026, 11, 27, 12, 0, 3, 0, time.UTC)
-	f := NewImpactFlusher(rdb, topic, slog.New(slog.DiscardHandler))
-	f.now = func() time.Time { return now }
+	f, rdb, topic := testFlusher(t, "test.rules.window", 7, &now)
 	c := f.track(7, rollout.PhaseShadow, 0)
 	for range 900 { // the first ten minutes: good
 		c.Add(admission.PriorityCritical, false)

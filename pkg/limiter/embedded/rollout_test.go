@@ -96,6 +96,16 @@ func testOperator(topic *rollout.Topic, now func() time.Time) *rollout.Operator 
 	return &rollout.Operator{Topic: topic, Now: now, Validate: func(name string, b []byte) error { _, err := limiter.ParseRules(name, b); return err }}
 }
 
+// shadowThenEnforce is the params of a candidate judged once 10 CRITICAL
+// decisions were counted and enforced at once after the shadow
+// (pkg/limiter/candidate TestStepsOnTwoReplicas has the steps).
+func shadowThenEnforce() rollout.Params {
+	p := rollout.DefaultParams()
+	p.MinCritical = 10
+	p.Steps = ""
+	return p
+}
+
 // TestRolloutAcrossReplicas runs rule rollouts against the real broker and
 // Redis with two limiter replicas: both load the same version; decision
 // events carry it and the candidate's verdict; a candidate that would block
@@ -139,9 +149,7 @@ func TestRolloutAcrossReplicas(t *testing.T) {
 	}
 
 	t.Run("a bad candidate is aborted in shadow", func(t *testing.T) {
-		p := rollout.DefaultParams()
-		p.MinCritical = 10
-		p.Steps = "" // enforced at once after the shadow (pkg/limiter/candidate TestStepsOnTwoReplicas has the steps)
+		p := shadowThenEnforce()
 		plan, err := op.Propose(ctx, rolloutBad, p, sre)
 		require.NoError(t, err)
 		require.EqualValues(t, 2, plan.Version)
@@ -171,9 +179,7 @@ func TestRolloutAcrossReplicas(t *testing.T) {
 	})
 
 	t.Run("a good candidate is promoted after its shadow period", func(t *testing.T) {
-		p := rollout.DefaultParams()
-		p.MinCritical = 10
-		p.Steps = "" // enforced at once after the shadow (pkg/limiter/candidate TestStepsOnTwoReplicas has the steps)
+		p := shadowThenEnforce()
 		_, err := op.Propose(ctx, rolloutGood, p, sre)
 		require.NoError(t, err)
 		waitVersions(t, 1, 3, a, b)
@@ -194,9 +200,7 @@ func TestRolloutAcrossReplicas(t *testing.T) {
 
 	t.Run("an enforced version that blocks CRITICAL traffic is rolled back", func(t *testing.T) {
 		advance(time.Hour) // v3's watch is over
-		p := rollout.DefaultParams()
-		p.MinCritical = 10
-		p.Steps = "" // enforced at once after the shadow (pkg/limiter/candidate TestStepsOnTwoReplicas has the steps)
+		p := shadowThenEnforce()
 		_, err := op.Propose(ctx, rolloutBad, p, sre)
 		require.NoError(t, err)
 		waitVersions(t, 3, 4, a, b)

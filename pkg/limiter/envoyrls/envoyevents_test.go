@@ -24,6 +24,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/limiter/callers"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/limitertest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
+	"github.com/floodgate-dev/floodgate/pkg/promtest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 )
 
@@ -169,12 +170,12 @@ func TestEnvoyScalesAndAttribution(t *testing.T) {
 	require.Equal(t, events.TierPrincipal, ev.Tier, "4 of 5 left is less room than 19 of 20")
 	require.Equal(t, int64(5), ev.Limit)
 
-	before := plainCounter(t, f.reg, "floodgate_limiter_envoy_unattributed_total")
+	before := promtest.Counter(t, f.reg, "floodgate_limiter_envoy_unattributed_total")
 	n := len(f.pub.Messages())
 	r, err = f.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: f.domain, Descriptors: []*rlcommon.RateLimitDescriptor{limitertest.Descriptor("route", "/search")}})
 	require.NoError(t, err)
 	require.Equal(t, rlsv3.RateLimitResponse_OK, r.GetOverallCode())
-	require.Equal(t, before+1, plainCounter(t, f.reg, "floodgate_limiter_envoy_unattributed_total"))
+	require.Equal(t, before+1, promtest.Counter(t, f.reg, "floodgate_limiter_envoy_unattributed_total"))
 	require.Len(t, f.pub.Messages(), n, "nothing published without a principal")
 }
 
@@ -218,22 +219,8 @@ func TestEnvoyEventsRespectCallerIDs(t *testing.T) {
 	n2, err := testutil.GatherAndCount(reg, "floodgate_limiter_forbidden_total")
 	require.NoError(t, err)
 	require.Equal(t, 1, n2, "one refusal series")
-	require.Equal(t, 1.0, plainCounter(t, reg, "floodgate_limiter_forbidden_total"), "counted, reason principal")
+	require.Equal(t, 1.0, promtest.Counter(t, reg, "floodgate_limiter_forbidden_total"), "counted, reason principal")
 	_, err = f.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: f.domain, Descriptors: []*rlcommon.RateLimitDescriptor{limitertest.Descriptor("api_key", "acme-k1")}})
 	require.NoError(t, err)
 	require.Equal(t, events.Principal{Kind: events.PrincipalAPIKey, ID: "acme-k1"}, f.last(t).Principal)
-}
-
-// plainCounter is the value of a counter without labels.
-func plainCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no counter %s", name)
-	return 0
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/floodgate-dev/floodgate/pkg/tick"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -19,9 +20,8 @@ const unknownLogEvery = time.Minute
 type unknownDomains struct {
 	calls prometheus.Counter
 
-	mu         sync.Mutex
-	lastLog    time.Time
-	suppressed int64
+	mu     sync.Mutex
+	logged tick.Throttle
 }
 
 // envoyShaped reports whether a call is for an envoy ratelimit domain rather
@@ -59,15 +59,11 @@ func (u *unknownDomains) answer(e *EnvoyRLS, in *rlsv3.RateLimitRequest) *rlsv3.
 
 func (u *unknownDomains) log(e *EnvoyRLS, domain string) {
 	u.mu.Lock()
-	now := time.Now()
-	if now.Sub(u.lastLog) < unknownLogEvery {
-		u.suppressed++
-		u.mu.Unlock()
+	ok, n := u.logged.Pass(time.Now(), unknownLogEvery)
+	u.mu.Unlock()
+	if !ok {
 		return
 	}
-	n := u.suppressed
-	u.lastLog, u.suppressed = now, 0
-	u.mu.Unlock()
 	if len(domain) > 128 {
 		domain = domain[:128]
 	}

@@ -52,6 +52,13 @@ var prioRules string
 // (testdata/prio-rules.yaml, which pkg/limiter's own tests read too).
 func PrioRules() string { return prioRules }
 
+//go:embed testdata/fail-rules.yaml
+var failRules string
+
+// FailRules: one rule per fail policy (open, closed, local), and one in shadow
+// (testdata/fail-rules.yaml, which pkg/limiter's own tests read too).
+func FailRules() string { return failRules }
+
 // Principal is a bot of the test's own.
 func Principal(t testing.TB) events.Principal {
 	return events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "lim")}

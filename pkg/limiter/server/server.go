@@ -193,22 +193,9 @@ func ids(r *http.Request) (decision, corr string) {
 
 func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	did, id := ids(r)
-	cl, ok := s.authenticate(w, r, id)
-	if !ok {
-		return
-	}
-	deadline, err := s.httpDeadline(r)
-	if err != nil {
-		s.problem(w, id, http.StatusBadRequest, httpapi.ProblemInvalidRequest, err.Error())
-		return
-	}
-	if s.callerGone(w, r) {
-		return
-	}
 	var req checkapi.CheckRequest
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxCheckBody))
-	if err := dec.Decode(&req); err != nil {
-		s.problem(w, id, http.StatusBadRequest, httpapi.ProblemInvalidRequest, "body: "+err.Error())
+	cl, deadline, ok := s.begin(w, r, id, &req, maxCheckBody)
+	if !ok {
 		return
 	}
 	if err := req.Validate(); err != nil {
@@ -244,24 +231,34 @@ func (s *Server) answer(w http.ResponseWriter, id string, bp *[]byte, body []byt
 	respBufs.Put(bp)
 }
 
-func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
-	id := requestID(r)
+// begin authenticates the caller, reads the call's deadline and decodes the
+// JSON body, at most limit bytes of it, into v. When one fails it has
+// answered with the problem and returns false.
+func (s *Server) begin(w http.ResponseWriter, r *http.Request, id string, v any, limit int64) (callers.Caller, time.Time, bool) {
 	cl, ok := s.authenticate(w, r, id)
 	if !ok {
-		return
+		return cl, time.Time{}, false
 	}
 	deadline, err := s.httpDeadline(r)
 	if err != nil {
 		s.problem(w, id, http.StatusBadRequest, httpapi.ProblemInvalidRequest, err.Error())
-		return
+		return cl, deadline, false
 	}
 	if s.callerGone(w, r) {
-		return
+		return cl, deadline, false
 	}
-	var br checkapi.BatchRequest
-	dec := json.NewDecoder(io.LimitReader(r.Body, checkapi.MaxBatch*maxCheckBody))
-	if err := dec.Decode(&br); err != nil {
+	if err := json.NewDecoder(io.LimitReader(r.Body, limit)).Decode(v); err != nil {
 		s.problem(w, id, http.StatusBadRequest, httpapi.ProblemInvalidRequest, "body: "+err.Error())
+		return cl, deadline, false
+	}
+	return cl, deadline, true
+}
+
+func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
+	id := requestID(r)
+	var br checkapi.BatchRequest
+	cl, deadline, ok := s.begin(w, r, id, &br, checkapi.MaxBatch*maxCheckBody)
+	if !ok {
 		return
 	}
 	if len(br.Checks) == 0 || len(br.Checks) > checkapi.MaxBatch {

@@ -4,6 +4,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -30,6 +31,23 @@ func Client(t testing.TB) redis.UniversalClient {
 	if err := redisx.Ping(ctx, c); err != nil {
 		t.Fatalf("redis at %v is not reachable — start the local stack with `make up`: %v", addrs, err)
 	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Dead returns a client of an address nothing listens on (a port just freed),
+// dialing with a 200 ms timeout; it is closed after the test.
+func Dead(t testing.TB) redis.UniversalClient {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatalf("close listener: %v", err)
+	}
+	c := redisx.NewClient(redisx.Options{Addrs: []string{addr}, DialTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

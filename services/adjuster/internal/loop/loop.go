@@ -313,33 +313,56 @@ func (l *Loop) shedAlert(ctx context.Context, now time.Time, r control.ShedRule,
 		}
 	}
 	for _, name := range names {
-		isUnknown := slices.Contains(unknown, name)
-		if isUnknown {
-			l.m.shedUnknown.WithLabelValues(name).Inc()
-			l.m.shedKnown.WithLabelValues(name).Set(0)
-		} else {
-			l.m.shedKnown.WithLabelValues(name).Set(1)
-		}
 		key := "shed:" + name
-		switch {
-		case isUnknown && !l.shedAlerting[name]:
-			l.shedAlerting[name] = true
-			last := sig.Get(name).At
-			l.cfg.Logger.Warn("shed signal missing or stale: it neither raises nor holds a shed level", "signal", name, "last_point", last)
-			l.m.alerts.WithLabelValues(key).Inc()
-			if l.cfg.Alerter != nil {
-				summary := fmt.Sprintf("Floodgate adjuster: shed signal %s is missing or stale; shedding cannot see it (levels come down on the others)", name)
-				if err := l.cfg.Alerter.Trigger(ctx, key, summary, map[string]any{"signal": name, "last_point": last, "checked_at": now, "use": "shedding"}); err != nil {
-					l.cfg.Logger.Error("page", "signal", name, "err", err)
-				}
+		l.page(ctx, l.shedAlerting, name, slices.Contains(unknown, name), signalPage{key: key, label: key,
+			bad: l.m.shedUnknown, good: l.m.shedKnown,
+			missing: "shed signal missing or stale: it neither raises nor holds a shed level", known: "shed signal known again",
+			summary: fmt.Sprintf("Floodgate adjuster: shed signal %s is missing or stale; shedding cannot see it (levels come down on the others)", name),
+			last:    sig.Get(name).At, details: map[string]any{"checked_at": now, "use": "shedding"}})
+	}
+}
+
+// signalPage is what the loop says of a signal gone missing or stale, and
+// back: key is the alerter's key, label the alerts counter's; bad counts
+// the ticks the signal was bad, good is 1 while it is good (by signal).
+type signalPage struct {
+	key, label     string
+	bad            *prometheus.CounterVec
+	good           *prometheus.GaugeVec
+	missing, known string // what it logs
+	summary        string // the page's
+	last           time.Time
+	details        map[string]any // beside "signal" and "last_point"
+}
+
+// page acts once when signal name turns bad (pages, logs and counts it) and
+// once when it turns good again (resolves the page, logs it); open holds the
+// signals paged for.
+func (l *Loop) page(ctx context.Context, open map[string]bool, name string, bad bool, p signalPage) {
+	if bad {
+		p.bad.WithLabelValues(name).Inc()
+		p.good.WithLabelValues(name).Set(0)
+	} else {
+		p.good.WithLabelValues(name).Set(1)
+	}
+	switch {
+	case bad && !open[name]:
+		open[name] = true
+		l.cfg.Logger.Warn(p.missing, "signal", name, "last_point", p.last)
+		l.m.alerts.WithLabelValues(p.label).Inc()
+		if l.cfg.Alerter != nil {
+			details := map[string]any{"signal": name, "last_point": p.last}
+			maps.Copy(details, p.details)
+			if err := l.cfg.Alerter.Trigger(ctx, p.key, p.summary, details); err != nil {
+				l.cfg.Logger.Error("page", "signal", name, "err", err)
 			}
-		case !isUnknown && l.shedAlerting[name]:
-			delete(l.shedAlerting, name)
-			l.cfg.Logger.Info("shed signal known again", "signal", name)
-			if l.cfg.Alerter != nil {
-				if err := l.cfg.Alerter.Resolve(ctx, key); err != nil {
-					l.cfg.Logger.Error("resolve page", "signal", name, "err", err)
-				}
+		}
+	case !bad && open[name]:
+		delete(open, name)
+		l.cfg.Logger.Info(p.known, "signal", name)
+		if l.cfg.Alerter != nil {
+			if err := l.cfg.Alerter.Resolve(ctx, p.key); err != nil {
+				l.cfg.Logger.Error("resolve page", "signal", name, "err", err)
 			}
 		}
 	}
@@ -479,36 +502,14 @@ func (l *Loop) Tick(ctx context.Context) {
 func (l *Loop) alert(ctx context.Context, now time.Time, stale []string, sig control.Signals) {
 	for _, name := range control.AllSignals {
 		isStale := slices.Contains(stale, name)
-		if isStale {
-			l.m.stale.WithLabelValues(name).Inc()
-			l.m.fresh.WithLabelValues(name).Set(0)
-		} else {
-			l.m.fresh.WithLabelValues(name).Set(1)
-			if r := sig.Get(name); r.OK {
-				l.m.signal.WithLabelValues(name).Set(r.Value)
-			}
+		if r := sig.Get(name); !isStale && r.OK {
+			l.m.signal.WithLabelValues(name).Set(r.Value)
 		}
-		switch {
-		case isStale && !l.alerting[name]:
-			l.alerting[name] = true
-			last := sig.Get(name).At
-			l.cfg.Logger.Warn("signal missing or stale: holding scales that depend on it", "signal", name, "last_point", last)
-			l.m.alerts.WithLabelValues(name).Inc()
-			if l.cfg.Alerter != nil {
-				summary := fmt.Sprintf("Floodgate adjuster: signal %s is missing or stale; limits will not rise", name)
-				if err := l.cfg.Alerter.Trigger(ctx, "signal:"+name, summary, map[string]any{"signal": name, "last_point": last, "checked_at": now}); err != nil {
-					l.cfg.Logger.Error("page", "signal", name, "err", err)
-				}
-			}
-		case !isStale && l.alerting[name]:
-			delete(l.alerting, name)
-			l.cfg.Logger.Info("signal fresh again", "signal", name)
-			if l.cfg.Alerter != nil {
-				if err := l.cfg.Alerter.Resolve(ctx, "signal:"+name); err != nil {
-					l.cfg.Logger.Error("resolve page", "signal", name, "err", err)
-				}
-			}
-		}
+		l.page(ctx, l.alerting, name, isStale, signalPage{key: "signal:" + name, label: name,
+			bad: l.m.stale, good: l.m.fresh,
+			missing: "signal missing or stale: holding scales that depend on it", known: "signal fresh again",
+			summary: fmt.Sprintf("Floodgate adjuster: signal %s is missing or stale; limits will not rise", name),
+			last:    sig.Get(name).At, details: map[string]any{"checked_at": now}})
 	}
 }
 

@@ -291,21 +291,13 @@ func (s *Server) rolloutWhatIf(ctx context.Context, op *rollout.Operator, rules,
 	if s.cfg.WhatIf == nil {
 		return "", errInvalidForm(`whatif: what-if replays are not configured on this console (no decisions topic): give "0" to skip the first gate`)
 	}
-	st, err := op.Topic.Read(ctx)
+	baseline, baselineName, err := whatif.EnforcedBaseline(ctx, op.Topic)
 	if err != nil {
 		return "", err
 	}
-	enf, ok := st.Enforced()
-	if !ok {
-		return "", rollout.ErrNoEnforced
-	}
-	baseline, err := limiter.ParseRules(fmt.Sprintf("version %d", enf.Version), []byte(enf.Rules))
-	if err != nil {
-		return "", fmt.Errorf("the enforced version %d: %w", enf.Version, err)
-	}
 	now := s.cfg.Now()
 	rep, err := s.cfg.WhatIf.run(ctx, now.Add(-d), now, whatif.Config{Candidate: candidate, Baseline: baseline, Logger: s.cfg.Log,
-		CandidateName: "candidate (rollout)", BaselineName: fmt.Sprintf("enforced version %d", enf.Version)})
+		CandidateName: "candidate (rollout)", BaselineName: baselineName})
 	if err != nil {
 		return "", fmt.Errorf("what-if gate: %w", err)
 	}

@@ -2,6 +2,7 @@ package score
 
 import (
 	"fmt"
+	hashfnv "hash/fnv"
 	"os"
 	"sort"
 	"strconv"
@@ -127,11 +128,9 @@ func pct(ds []time.Duration, q float64) string {
 	return s[min(len(s)-1, int(q*float64(len(s))))].Round(10 * time.Millisecond).String()
 }
 
+// fnv is FNV-1a (32-bit) of s.
 func fnv(s string) uint32 {
-	h := uint32(2166136261)
-	for i := 0; i < len(s); i++ {
-		h ^= uint32(s[i])
-		h *= 16777619
-	}
-	return h
+	h := hashfnv.New32a()
+	_, _ = h.Write([]byte(s))
+	return h.Sum32()
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/metric"
 	"github.com/floodgate-dev/floodgate/services/detector/internal/score"
 )
@@ -40,18 +41,10 @@ func (c Config) withDefaults() Config {
 	if c.Prefix == "" {
 		c.Prefix = "fg:ipshare:"
 	}
-	if c.FlushInterval <= 0 {
-		c.FlushInterval = 200 * time.Millisecond
-	}
-	if c.CacheFor <= 0 {
-		c.CacheFor = time.Second
-	}
-	if c.ReadTimeout <= 0 {
-		c.ReadTimeout = 50 * time.Millisecond
-	}
-	if c.MaxPending <= 0 {
-		c.MaxPending = 200_000
-	}
+	config.Default(&c.FlushInterval, 200*time.Millisecond)
+	config.Default(&c.CacheFor, time.Second)
+	config.Default(&c.ReadTimeout, 50*time.Millisecond)
+	config.Default(&c.MaxPending, 200_000)
 	return c
 }
 

@@ -195,17 +195,9 @@ func changeCmd(ctx context.Context, env service.Env, cmd string, args []string) 
 // anything is published; otherwise the verdict, in words, goes into the
 // rollout's reason.
 func whatIfGate(ctx context.Context, env service.Env, topic *rollout.Topic, file, span string) (string, error) {
-	st, err := topic.Read(ctx)
+	baseline, baselineName, err := whatif.EnforcedBaseline(ctx, topic)
 	if err != nil {
 		return "", err
-	}
-	enforced, ok := st.Enforced()
-	if !ok {
-		return "", rollout.ErrNoEnforced
-	}
-	baseline, err := limiter.ParseRules(fmt.Sprintf("version %d", enforced.Version), []byte(enforced.Rules))
-	if err != nil {
-		return "", fmt.Errorf("the enforced version %d: %w", enforced.Version, err)
 	}
 	candidate, _, err := limiter.LoadRulesFile(file)
 	if err != nil {
@@ -219,7 +211,7 @@ func whatIfGate(ctx context.Context, env service.Env, topic *rollout.Topic, file
 	if err != nil {
 		return "", fmt.Errorf("config: %w", err)
 	}
-	rep, err := replayWhatIf(ctx, env, cfg, a, candidate, baseline, fmt.Sprintf("enforced version %d", enforced.Version))
+	rep, err := replayWhatIf(ctx, env, cfg, a, candidate, baseline, baselineName)
 	if errors.Is(err, whatif.ErrTooMany) {
 		return "", fmt.Errorf("what-if gate: the last %s holds more than %d decisions: give a shorter -whatif (or -whatif 0 to skip the gate): %w", span, a.maxEvents, err)
 	}
