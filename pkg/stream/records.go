@@ -61,9 +61,9 @@ type RecordBatcher struct {
 	preMu     sync.Mutex
 	pre       []kafka.Message
 	preClosed bool
-	held   atomic.Int64                       // records appended and not yet sent or failed
-	sealed atomic.Int64                       // full batches waiting
-	wake   chan struct{}                      // cap 1: a first record, or a full batch
+	held      atomic.Int64  // records appended and not yet sent or failed
+	sealed    atomic.Int64  // full batches waiting
+	wake      chan struct{} // cap 1: a first record, or a full batch
 	// free holds emptied batches for reuse: a list rather than a
 	// sync.Pool, so their buffers (up to batchBytes each) outlive GCs.
 	free chan *recordBatch
