@@ -177,8 +177,6 @@ func requestID(r *http.Request) string {
 	return NewDecisionID()
 }
 
-// NewDecisionID mints a decision id (UUIDv7: unique, time-ordered).
-func NewDecisionID() string { return uuid.Must(uuid.NewV7()).String() }
 
 // ids are a check's decision id (always minted here) and its correlation id
 // (the request's, pkg/httpapi, or the decision id when there is none).
