@@ -77,8 +77,12 @@ func TestEmitThroughAnAppenderIsTheSameMessage(t *testing.T) {
 }
 
 // An event emitted through an Appender allocates nothing (the event itself
-// is built by the caller).
+// is built by the caller). Under -race sync.Pool drops some scratches on
+// purpose, so the count is checked in builds without it (make test).
 func TestEmitThroughAnAppenderAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts do not hold under -race (sync.Pool drops items on purpose)")
+	}
 	s := New(Config{Publisher: &copyAppender{discard: true}, Topic: "decisions", Gateway: "emit-test",
 		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	ev := emitEvent(7)
