@@ -207,8 +207,8 @@ func envoyDecision(id, gateway string, w *envoyWho, req *envoyconf.Request, resp
 	}
 	ev := events.Decision{
 		ID: id, TS: resp.Now.UTC(), Principal: w.principal, IP: w.ip, Method: w.method,
-		Allowed: resp.Overall != envoyconf.CodeOverLimit,
-		Tier: events.TierEndpoint, Shadow: shadow, Cost: 1, Gateway: gateway,
+		Allowed: resp.Overall != envoyconf.CodeOverLimit, Tier: events.TierEndpoint,
+		Shadow: shadow, Cost: 1, Gateway: gateway,
 		Envoy: envoyCall(req, sc), Degraded: resp.Degraded,
 	}
 	if !ev.IP.IsValid() {

@@ -177,7 +177,6 @@ func requestID(r *http.Request) string {
 	return NewDecisionID()
 }
 
-
 // ids are a check's decision id (always minted here) and its correlation id
 // (the request's, pkg/httpapi, or the decision id when there is none).
 func ids(r *http.Request) (decision, corr string) {
