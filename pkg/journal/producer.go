@@ -54,9 +54,27 @@ func (c DurableProducerConfig) Validate() error {
 // Delivery is at-least-once: a write that timed out may have succeeded and
 // then be replayed. Every message carries its event id in the ce_id header
 // (TryPublish adds a random one when missing) so consumers deduplicate.
-// Order per key is kept within each path but not across them: a message
-// journaled during an outage arrives after newer ones sent live once Kafka
-// is back (decision events carry their own ts).
+// Order per key. TryAppend's messages of a key reach their partition in
+// TryAppend's order while Kafka takes them: across the record batcher's
+// start (it holds them in arrival order until it knows the partitions) and
+// across retries (a failed batch is retried at its partition's head, one
+// request in flight per partition). The journal replays oldest first. Order
+// is not kept across a spill to the journal, which happens only while
+// Kafka is slow or down:
+//
+//   - a message the batcher refuses (BufferSize held) is offered to the
+//     journal, and a later one of its key taken once the batcher has room
+//     again is sent live, ahead of the journaled one's replay;
+//   - a batch given up on after WriteAttempts is journaled (OnFailed) while
+//     its partition's later batches are sent live, and it is written to the
+//     journal after messages offered to it earlier;
+//   - what the drain could not send at shutdown is replayed at the next
+//     start beside that process's live messages.
+//
+// Decision events carry their own ts. TryPublish's path (the async
+// producer, then the journal) keeps a key's order within itself likewise;
+// the two publish calls take different paths, so a topic's messages should
+// use one of them.
 type DurableProducer struct {
 	async *stream.AsyncProducer
 	// batch forms record batches where events are born (TryAppend); nil
@@ -169,16 +187,22 @@ func newBatcher(a stream.AsyncProducerConfig) *stream.RecordBatcher {
 // TryAppend is TryPublish for a caller that reuses its buffers: it copies
 // what it keeps, so msg's slices are the caller's again once it returns.
 // A message for the default topic is encoded at once into its partition's
-// record batch (stream.RecordBatcher: no allocation, batches formed here);
-// until Run has read the topic's partitions, for another topic, or when
-// the batcher holds its BufferSize, a copy takes TryPublish's paths (the
-// async producer, then the journal's hand-off queue). It never blocks.
+// record batch (stream.RecordBatcher: no allocation, batches formed here;
+// until the batcher has read the topic's partitions it keeps copies in
+// arrival order, never handing any to the async producer, so a key's
+// messages are not reordered by the switch); when the batcher holds its
+// BufferSize or has stopped, a copy is offered to the journal. A message
+// for another topic takes TryPublish's paths. It never blocks.
+//
+// Use one of TryAppend and TryPublish for a topic's messages: the two take
+// different paths (the record batcher, the async producer) and a key's
+// messages are ordered within a path only.
 func (d *DurableProducer) TryAppend(msg kafka.Message) bool {
 	if msg.Topic == "" {
 		msg.Topic = d.topic
 	}
 	msg.Headers = withEventID(msg.Headers)
-	if d.batch != nil && msg.Topic == d.topic && d.batch.Ready() {
+	if d.batch != nil && msg.Topic == d.topic {
 		if d.batch.TryAppend(msg) {
 			return true
 		}

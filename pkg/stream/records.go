@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -37,18 +38,32 @@ import (
 // It counts what it does in the AsyncProducer's metrics under the same
 // producer name — floodgate_stream_async_sent_total, _failed_total,
 // _dropped_total — and the records it holds in floodgate_stream_async_queued
-// with producer="<name>:batched". TryAppend refuses (false) before Run has
-// read the topic's partitions, and, counted, when BufferSize records are
-// held or after Run has stopped: a caller such as journal.DurableProducer
-// then takes another path. Safe for concurrent use.
+// with producer="<name>:batched". TryAppend refuses (false, counted) when
+// BufferSize records are held or after Run has stopped: a caller such as
+// journal.DurableProducer then takes another path.
+//
+// Order per key: a key's records are written in TryAppend's order, from the
+// first record on. Until Run has read the topic's partitions (a broker
+// unreachable at start-up) TryAppend keeps copies in one list in arrival
+// order; Run moves them into their partitions' batches, oldest first, before
+// it lets any later record in, so none overtakes an earlier one (taking the
+// AsyncProducer's path meanwhile did: issue 34). A partition has one
+// request in flight and a failed batch is retried at its partition's head.
+// Safe for concurrent use.
 type RecordBatcher struct {
 	cfg    AsyncProducerConfig
 	log    *slog.Logger
 	client *kafka.Client
 	parts  atomic.Pointer[[]*recordPartition] // nil until Run has the partitions
-	held   atomic.Int64                       // records appended and not yet sent or failed
-	sealed atomic.Int64                       // full batches waiting
-	wake   chan struct{}                      // cap 1: a first record, or a full batch
+	// Before parts is set: records held in arrival order (copies), and
+	// whether Run has stopped without reading the partitions. Run sets
+	// parts under preMu once it has moved pre into the partitions.
+	preMu     sync.Mutex
+	pre       []kafka.Message
+	preClosed bool
+	held      atomic.Int64  // records appended and not yet sent or failed
+	sealed    atomic.Int64  // full batches waiting
+	wake      chan struct{} // cap 1: a first record, or a full batch
 	// free holds emptied batches for reuse: a list rather than a
 	// sync.Pool, so their buffers (up to batchBytes each) outlive GCs.
 	free chan *recordBatch
@@ -116,7 +131,8 @@ func NewRecordBatcher(cfg AsyncProducerConfig) *RecordBatcher {
 }
 
 // Ready reports whether Run has read the topic's partitions, so TryAppend
-// takes records.
+// encodes records straight into their partitions' batches (before, it
+// keeps copies in arrival order).
 func (r *RecordBatcher) Ready() bool { return r.parts.Load() != nil }
 
 // TryAppend encodes msg (Key, Value, Headers, Time; a zero Time is now) into
@@ -127,13 +143,50 @@ func (r *RecordBatcher) Ready() bool { return r.parts.Load() != nil }
 func (r *RecordBatcher) TryAppend(msg kafka.Message) bool {
 	ps := r.parts.Load()
 	if ps == nil {
-		return false
+		if ok, held := r.tryHold(msg); held {
+			return ok
+		}
+		ps = r.parts.Load() // Run set it meanwhile
 	}
 	if r.held.Load() >= int64(r.cfg.BufferSize) {
 		r.droppedFull.Inc()
 		return false
 	}
-	parts := *ps
+	return r.appendTo(*ps, msg)
+}
+
+// tryHold keeps a copy of msg in r.pre while Run has not read the
+// partitions; held is false when it has (the caller appends to them).
+func (r *RecordBatcher) tryHold(msg kafka.Message) (ok, held bool) {
+	r.preMu.Lock()
+	defer r.preMu.Unlock()
+	switch {
+	case r.parts.Load() != nil:
+		return false, false
+	case r.preClosed:
+		r.droppedClosed.Inc()
+		return false, true
+	case r.held.Load() >= int64(r.cfg.BufferSize):
+		r.droppedFull.Inc()
+		return false, true
+	}
+	m := kafka.Message{Key: bytes.Clone(msg.Key), Value: bytes.Clone(msg.Value), Time: msg.Time, Headers: make([]kafka.Header, len(msg.Headers))}
+	for i, h := range msg.Headers {
+		m.Headers[i] = kafka.Header{Key: h.Key, Value: bytes.Clone(h.Value)}
+	}
+	if m.Time.IsZero() {
+		m.Time = time.Now()
+	}
+	r.pre = append(r.pre, m)
+	if r.held.Add(1) == 1 {
+		r.queued.Set(1)
+	}
+	return true, true
+}
+
+// appendTo encodes msg into its partition's open batch; false when the
+// batcher has stopped.
+func (r *RecordBatcher) appendTo(parts []*recordPartition, msg kafka.Message) bool {
 	p := parts[partitionOf(msg.Key, len(parts))]
 	t := msg.Time
 	if t.IsZero() {
@@ -203,13 +256,22 @@ func (r *RecordBatcher) Run(ctx context.Context) error {
 	}
 	leaders, err := r.leaders(ctx)
 	if err != nil {
-		return nil // stopped before the topic was read: nothing was taken
+		return r.failHeld(err) // stopped before the topic was read
 	}
 	parts := make([]*recordPartition, len(leaders))
 	for i := range parts {
 		parts[i] = &recordPartition{id: i}
 	}
+	// The records held so far go first, in arrival order; TryAppend waits
+	// on preMu meanwhile and then appends behind them.
+	r.preMu.Lock()
+	for i := range r.pre {
+		r.held.Add(-1) // appendTo counts it again
+		r.appendTo(parts, r.pre[i])
+	}
+	r.pre = nil
 	r.parts.Store(&parts)
+	r.preMu.Unlock()
 	f := &flusher{r: r, parts: parts, leader: leaders}
 
 	wctx, cancelWrites := context.WithCancel(context.WithoutCancel(ctx))
@@ -261,6 +323,32 @@ func (r *RecordBatcher) Run(ctx context.Context) error {
 	return nil
 }
 
+// failHeld gives up on the records held before the partitions were read
+// (Run stopped first): they are counted as failed and handed to OnFailed,
+// and later ones are refused.
+func (r *RecordBatcher) failHeld(cause error) error {
+	r.preMu.Lock()
+	held := r.pre
+	r.pre, r.preClosed = nil, true
+	r.preMu.Unlock()
+	r.held.Add(-int64(len(held)))
+	r.queued.Set(0)
+	if len(held) == 0 {
+		return nil
+	}
+	for i := range held {
+		held[i].Topic = r.cfg.Topic
+	}
+	r.failed.Add(float64(len(held)))
+	if r.cfg.OnFailed == nil {
+		r.log.Error("record batcher stopped before it read the topic's partitions; messages not delivered", "messages", len(held), "err", cause)
+	} else {
+		r.log.Warn("record batcher stopped before it read the topic's partitions; messages handed on to be kept", "messages", len(held), "err", cause)
+		r.cfg.OnFailed(held)
+	}
+	return fmt.Errorf("record batcher %s: %w: %d held before the topic's partitions were read", r.cfg.Name, ErrUndelivered, len(held))
+}
+
 // leaders reads the topic's partitions' leaders (broker ids, by partition).
 func (r *RecordBatcher) leaders(ctx context.Context) ([]int, error) {
 	bo := newBackoff(r.cfg.InitialBackoff, r.cfg.MaxBackoff)
@@ -288,7 +376,7 @@ func (r *RecordBatcher) leaders(ctx context.Context) ([]int, error) {
 			}
 		}
 		wait := min(bo.NextBackOff(), r.cfg.MaxBackoff)
-		r.log.Warn("read topic partitions; messages take the unbatched path until then", "topic", r.cfg.Topic, "backoff", wait, "err", err)
+		r.log.Warn("read topic partitions; messages are held in arrival order until then", "topic", r.cfg.Topic, "backoff", wait, "err", err)
 		if !tick.Sleep(ctx, wait) {
 			return nil, ctx.Err()
 		}

@@ -142,3 +142,37 @@ func TestRecordBatcherHandsFailedBatchesOn(t *testing.T) {
 	msgs := kafkatest.ReadPartition(t, addr, topic, 0, 1)
 	require.Equal(t, "small", string(msgs[0].Value))
 }
+
+// Records appended before Run has read the partitions are held in arrival
+// order; when Run stops first (no broker) they are counted as failed and
+// handed to OnFailed in that order, and later records are refused.
+func TestRecordBatcherHandsHeldRecordsOnWhenStoppedBeforeThePartitions(t *testing.T) {
+	var failed []kafka.Message
+	reg := prometheus.NewRegistry()
+	r := NewRecordBatcher(AsyncProducerConfig{Brokers: []string{kafkatest.DeadAddr(t)}, Topic: "held", BufferSize: 3,
+		InitialBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
+		OnFailed: func(m []kafka.Message) { failed = append(failed, m...) },
+		Logger:   streamtest.Logger(t, slog.LevelError), Registerer: reg})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	value := make([]byte, 0, 8)
+	for i := range 3 {
+		value = strconv.AppendInt(value[:0], int64(i), 10) // reused: the batcher keeps a copy
+		require.True(t, r.TryAppend(kafka.Message{Key: []byte("k"), Value: value}), "message %d", i)
+	}
+	require.False(t, r.TryAppend(kafka.Message{Key: []byte("k"), Value: []byte("over")}), "BufferSize held")
+	require.False(t, r.Ready())
+	cancel()
+	require.ErrorIs(t, <-done, ErrUndelivered)
+	require.Len(t, failed, 3)
+	for i, m := range failed {
+		require.Equal(t, strconv.Itoa(i), string(m.Value))
+		require.Equal(t, "held", m.Topic)
+		require.False(t, m.Time.IsZero())
+	}
+	require.False(t, r.TryAppend(kafka.Message{Key: []byte("k")}), "refused once stopped")
+	require.InDelta(t, 3, testutil.ToFloat64(r.failed), 0)
+	require.InDelta(t, 1, testutil.ToFloat64(r.droppedFull), 0)
+	require.InDelta(t, 1, testutil.ToFloat64(r.droppedClosed), 0)
+}

@@ -536,9 +536,11 @@ func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *r
 		e.s.CountDegraded()
 		e.requests.WithLabelValues("unavailable").Inc()
 		if e.envoy.Identity != nil && who.ok {
-			ev := envoyUnavailable(server.NewDecisionID(), e.s.Gateway(), &who, &req, !e.envoy.FailureModeDeny, tiers)
+			sc := newEnvoyScratch()
+			ev := envoyUnavailable(server.NewDecisionID(), e.s.Gateway(), &who, &req, !e.envoy.FailureModeDeny, tiers, sc)
 			e.s.Record(ev.Rule, ev.Tier, ev.Allowed, false)
 			e.s.Emit(ctx, &ev)
+			sc.release()
 		}
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
@@ -611,12 +613,14 @@ func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *r
 	}
 	if e.envoy.Identity != nil {
 		if who.ok {
-			ev := envoyDecision(server.NewDecisionID(), e.s.Gateway(), &who, &req, &resp, tiers)
+			sc := newEnvoyScratch()
+			ev := envoyDecision(server.NewDecisionID(), e.s.Gateway(), &who, &req, &resp, tiers, sc)
 			if qa != nil {
 				decideQuota(qa, &ev)
 			}
 			e.s.Record(ev.Rule, ev.Tier, ev.Allowed, ev.Shadow)
 			e.s.Emit(ctx, &ev)
+			sc.release()
 		} else {
 			e.unnamed.Inc()
 		}

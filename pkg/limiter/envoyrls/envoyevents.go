@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -176,7 +177,7 @@ const envoyNearLimit = 0.8
 // envoyDecision is the decision.v1 event of one call: the deciding
 // descriptor is the first over its limit, else the first a shadow or quota
 // mode let through over its limit, else the one with the least room left.
-func envoyDecision(id, gateway string, w *envoyWho, req *envoyconf.Request, resp *envoyconf.Response, tiers []events.Tier) events.Decision {
+func envoyDecision(id, gateway string, w *envoyWho, req *envoyconf.Request, resp *envoyconf.Response, tiers []events.Tier, sc *envoyScratch) events.Decision {
 	pick := -1
 	for i, st := range resp.Statuses {
 		if st.Code == envoyconf.CodeOverLimit {
@@ -206,9 +207,9 @@ func envoyDecision(id, gateway string, w *envoyWho, req *envoyconf.Request, resp
 	}
 	ev := events.Decision{
 		ID: id, TS: resp.Now.UTC(), Principal: w.principal, IP: w.ip, Method: w.method,
-		Route: envoyconf.DomainRoute(req.Domain), Allowed: resp.Overall != envoyconf.CodeOverLimit,
-		Tier: events.TierEndpoint, Shadow: shadow, Cost: 1, Gateway: gateway,
-		Envoy: envoyCall(req), Degraded: resp.Degraded,
+		Allowed: resp.Overall != envoyconf.CodeOverLimit, Tier: events.TierEndpoint,
+		Shadow: shadow, Cost: 1, Gateway: gateway,
+		Envoy: envoyCall(req, sc), Degraded: resp.Degraded,
 	}
 	if !ev.IP.IsValid() {
 		ev.IP = UnknownIP
@@ -243,6 +244,9 @@ func envoyDecision(id, gateway string, w *envoyWho, req *envoyconf.Request, resp
 			ev.Tier = events.TierPenalty
 		}
 	}
+	if ev.Route == "" { // no counted limit decided: the domain's route
+		ev.Route = envoyconf.DomainRoute(req.Domain)
+	}
 	ev.Cost = int64(min(max(hits, 1), 1_000_000))
 	if resp.Penalty > 0 && resp.Penalty < 1 {
 		ev.PenaltyMultiplier = resp.Penalty
@@ -254,11 +258,11 @@ func envoyDecision(id, gateway string, w *envoyWho, req *envoyconf.Request, resp
 // Redis could not count it (and some counted limit has no fail policy):
 // degraded, allowed as Envoy's failure_mode_deny makes it, with no limit
 // and the domain's route.
-func envoyUnavailable(id, gateway string, w *envoyWho, req *envoyconf.Request, allowed bool, tiers []events.Tier) events.Decision {
+func envoyUnavailable(id, gateway string, w *envoyWho, req *envoyconf.Request, allowed bool, tiers []events.Tier, sc *envoyScratch) events.Decision {
 	ev := events.Decision{
 		ID: id, TS: time.Now().UTC(), Principal: w.principal, IP: w.ip, Method: w.method,
 		Route: envoyconf.DomainRoute(req.Domain), Allowed: allowed, Tier: events.TierEndpoint,
-		Cost: envoyUnits(req, tiers), Gateway: gateway, Degraded: true, Envoy: envoyCall(req),
+		Cost: envoyUnits(req, tiers), Gateway: gateway, Degraded: true, Envoy: envoyCall(req, sc),
 	}
 	if !ev.IP.IsValid() {
 		ev.IP = UnknownIP
@@ -267,9 +271,38 @@ func envoyUnavailable(id, gateway string, w *envoyWho, req *envoyconf.Request, a
 	return ev
 }
 
-// envoyCall is the event's copy of the call, within decision.v1's bounds.
-func envoyCall(req *envoyconf.Request) *events.EnvoyCall {
-	c := &events.EnvoyCall{}
+// envoyScratch is where one call's event keeps its envoy object: the
+// object and its slices' backing arrays (decision.v1 bounds them), taken
+// from envoyScratches and given back once Server.Emit has returned (Emit
+// copies what it keeps), so an event allocates none of it.
+type envoyScratch struct {
+	call    events.EnvoyCall
+	descs   [events.MaxEnvoyDescriptors]events.EnvoyDescriptor
+	entries [events.MaxEnvoyDescriptors * events.MaxEnvoyEntries]events.EnvoyEntry
+	used    int // entries in use
+}
+
+var envoyScratches = sync.Pool{New: func() any { return new(envoyScratch) }}
+
+func newEnvoyScratch() *envoyScratch { return envoyScratches.Get().(*envoyScratch) }
+
+// release forgets what sc refers to and gives it back for reuse; the event
+// built in it must not be used afterwards.
+func (sc *envoyScratch) release() {
+	clear(sc.entries[:sc.used])
+	clear(sc.descs[:])
+	sc.call, sc.used = events.EnvoyCall{}, 0
+	envoyScratches.Put(sc)
+}
+
+// envoyCall is the event's copy of the call, within decision.v1's bounds,
+// built in sc (nil: a new one).
+func envoyCall(req *envoyconf.Request, sc *envoyScratch) *events.EnvoyCall {
+	if sc == nil {
+		sc = new(envoyScratch)
+	}
+	c := &sc.call
+	*c = events.EnvoyCall{}
 	var cut bool
 	c.Domain, cut = eventText(req.Domain, events.MaxEnvoyDomainLen)
 	c.Truncated = c.Truncated || cut
@@ -277,13 +310,15 @@ func envoyCall(req *envoyconf.Request) *events.EnvoyCall {
 	if len(ds) > events.MaxEnvoyDescriptors {
 		ds, c.Truncated = ds[:events.MaxEnvoyDescriptors], true
 	}
-	c.Descriptors = make([]events.EnvoyDescriptor, len(ds))
+	c.Descriptors = sc.descs[:len(ds):len(ds)]
+	n := 0
 	for i, d := range ds {
 		ens := d.Entries
 		if len(ens) > events.MaxEnvoyEntries {
 			ens, c.Truncated = ens[:events.MaxEnvoyEntries], true
 		}
-		out := make([]events.EnvoyEntry, len(ens))
+		out := sc.entries[n : n+len(ens) : n+len(ens)]
+		n += len(ens)
 		for j, en := range ens {
 			out[j].Key, cut = eventText(en.Key, events.MaxEnvoyKeyLen)
 			c.Truncated = c.Truncated || cut
@@ -292,6 +327,7 @@ func envoyCall(req *envoyconf.Request) *events.EnvoyCall {
 		}
 		c.Descriptors[i].Entries = out
 	}
+	sc.used = n
 	return c
 }
 

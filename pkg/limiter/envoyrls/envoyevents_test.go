@@ -88,7 +88,7 @@ func TestEnvoyCallIsBounded(t *testing.T) {
 		}
 		req.Descriptors = append(req.Descriptors, d)
 	}
-	c := envoyCall(&req)
+	c := envoyCall(&req, nil)
 	require.True(t, c.Truncated)
 	require.Len(t, c.Descriptors, events.MaxEnvoyDescriptors)
 	require.Len(t, c.Descriptors[0].Entries, events.MaxEnvoyEntries)
@@ -99,7 +99,7 @@ func TestEnvoyCallIsBounded(t *testing.T) {
 	_, err := events.EncodeDecision(&ev)
 	require.NoError(t, err, "a valid decision.v1")
 
-	small := envoyCall(&envoyconf.Request{Domain: "d", Descriptors: []envoyconf.Descriptor{{Entries: []envoyconf.Entry{{Key: "user", Value: "alice"}}}}})
+	small := envoyCall(&envoyconf.Request{Domain: "d", Descriptors: []envoyconf.Descriptor{{Entries: []envoyconf.Entry{{Key: "user", Value: "alice"}}}}}, nil)
 	require.False(t, small.Truncated)
 }
 
@@ -223,4 +223,25 @@ func TestEnvoyEventsRespectCallerIDs(t *testing.T) {
 	_, err = f.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: f.domain, Descriptors: []*rlcommon.RateLimitDescriptor{limitertest.Descriptor("api_key", "acme-k1")}})
 	require.NoError(t, err)
 	require.Equal(t, events.Principal{Kind: events.PrincipalAPIKey, ID: "acme-k1"}, f.last(t).Principal)
+}
+
+// A scratch reused for a smaller call after a larger one (as the pool
+// hands them out) builds the same envoy object as a fresh one, and
+// release forgets the call's strings.
+func TestEnvoyCallInAReusedScratch(t *testing.T) {
+	big := envoyconf.Request{Domain: "big"}
+	for i := range 3 {
+		big.Descriptors = append(big.Descriptors, envoyconf.Descriptor{Entries: []envoyconf.Entry{{Key: "k", Value: fmt.Sprint("v", i)}, {Key: "user", Value: "bob"}}})
+	}
+	small := envoyconf.Request{Domain: "d", Descriptors: []envoyconf.Descriptor{{Entries: []envoyconf.Entry{{Key: "user", Value: "alice"}}}}}
+	sc := new(envoyScratch)
+	require.Equal(t, envoyCall(&big, nil), envoyCall(&big, sc))
+	require.Equal(t, 6, sc.used)
+	got := envoyCall(&small, sc)
+	require.Equal(t, envoyCall(&small, nil), got)
+	require.Len(t, got.Descriptors, 1)
+	require.Equal(t, 1, cap(got.Descriptors[0].Entries), "a descriptor's entries cannot grow into the next one's")
+	sc.used = 6 // as after the big call: release clears every entry it used
+	sc.release()
+	require.Equal(t, envoyScratch{}, *sc)
 }

@@ -54,6 +54,7 @@ type Server struct {
 	reg     *prometheus.Registry
 	tracing tracing.Tracing
 	tracer  *stream.Tracer // nil: tracing off
+	scratch sync.Pool      // *eventScratch (emit.go)
 	// checkTimeout is a check's deadline when its caller names none (SetCheckTimeout).
 	checkTimeout time.Duration
 }
@@ -175,9 +176,6 @@ func requestID(r *http.Request) string {
 	}
 	return NewDecisionID()
 }
-
-// NewDecisionID mints a decision id (UUIDv7: unique, time-ordered).
-func NewDecisionID() string { return uuid.Must(uuid.NewV7()).String() }
 
 // ids are a check's decision id (always minted here) and its correlation id
 // (the request's, pkg/httpapi, or the decision id when there is none).
@@ -427,13 +425,17 @@ func DecisionEvent(id, gateway string, req limiter.Request, res limiter.Result) 
 }
 
 // Emit encodes a decision event and hands it to the publisher, keyed by its
-// principal; every decision of every interface leaves through it. It does
-// not use journal.DurableProducer.TryAppend (the record batcher): until the
-// batcher has read the topic's partitions TryAppend takes the async
-// producer's path, and events taken there were overtaken by later ones sent
-// through the batcher (a principal's events out of order on its partition,
-// TestEmbeddedEngineInAGoGateway in CI).
+// principal; every decision of every interface leaves through it. Through
+// an Appender (journal.DurableProducer: the record batcher, batches formed
+// here) every event, traced or not, takes TryAppend, and an untraced one is
+// encoded into reused buffers (emit.go) and allocates nothing; one path for
+// all of them keeps a principal's events in order on its partition.
 func (s *Server) Emit(ctx context.Context, ev *events.Decision) {
+	a, appender := s.pub.(Appender)
+	if appender && s.tracer == nil {
+		s.emitAppend(a, ev)
+		return
+	}
 	value, err := events.EncodeDecision(ev)
 	if err != nil { // the request was validated; this is a bug, not bad input
 		s.metrics.errors.WithLabelValues("encode").Inc()
@@ -451,6 +453,10 @@ func (s *Server) Emit(ctx context.Context, ev *events.Decision) {
 			attribute.String(tracing.AttrDecisionID, ev.ID), attribute.Bool(tracing.AttrAllowed, ev.Allowed),
 			attribute.String(tracing.AttrTier, string(ev.Tier)), attribute.String(tracing.AttrPrincipalKind, string(ev.Principal.Kind)),
 			attribute.Bool(tracing.AttrDegraded, ev.Degraded))
+	}
+	if appender {
+		a.TryAppend(msg)
+		return
 	}
 	s.pub.TryPublish(msg) // never blocks; a full buffer is counted by the publisher
 }
