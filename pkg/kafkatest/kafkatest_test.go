@@ -31,3 +31,10 @@ func TestStartClusterIsolated(t *testing.T) {
 	require.NotEqual(t, a1, a2, "each call gets its own broker")
 	require.NotNil(t, c1)
 }
+
+// TestGroupMemberKilledInJoinIsExpired: the test cluster expires a member
+// killed while its JoinGroup waited in a rebalance, as the local broker
+// program does (kfake alone never does; see ExpectKilledJoinerExpired).
+func TestGroupMemberKilledInJoinIsExpired(t *testing.T) {
+	ExpectKilledJoinerExpired(t, Start(t, nil))
+}

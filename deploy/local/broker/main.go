@@ -30,6 +30,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest/sessionkeeper"
 )
 
 func main() {
@@ -201,24 +203,16 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		"group_min_session_timeout", cfg.MinSessionTimeout)
 
 	// Group members kfake never times out are expired by the keeper (see
-	// sessions.go), which asks the cluster through a client of its own.
-	keeper := newSessionKeeper(cluster, log, min(time.Second, cfg.MinSessionTimeout/2))
-	keeperCl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ClientID("floodgate-broker-sessions"))
+	// pkg/kafkatest/sessionkeeper), which asks the cluster through a client
+	// of its own.
+	stopKeeper, err := sessionkeeper.Start(cluster, log, min(time.Second, cfg.MinSessionTimeout/2), kgo.ClientID("floodgate-broker-sessions"))
 	if err != nil {
 		cluster.Close()
-		return fmt.Errorf("session keeper client: %w", err)
+		return err
 	}
-	keeperCtx, stopKeeper := context.WithCancel(ctx)
-	keeperDone := make(chan struct{})
-	go func() {
-		keeper.run(keeperCtx, keeperCl)
-		close(keeperDone)
-	}()
 
 	<-ctx.Done()
 	stopKeeper()
-	<-keeperDone
-	keeperCl.Close()
 	log.Info("shutting down", "close_timeout", cfg.CloseTimeout)
 	done := make(chan struct{})
 	go func() {

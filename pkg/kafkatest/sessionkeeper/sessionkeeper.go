@@ -1,8 +1,13 @@
-package main
+// Package sessionkeeper expires the consumer-group members a kfake cluster
+// never times out. Both kfakes of this repository run it: the local broker
+// program (deploy/local/broker) and the in-process test broker
+// (pkg/kafkatest).
+package sessionkeeper
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -26,8 +31,9 @@ import (
 //
 // The chaos scenario consumer-kill hit it: the last quota instance owned
 // half the partitions for four minutes, the other half assigned to an
-// instance killed in its JoinGroup (deploy/local/broker's
-// TestGroupMemberKilledInJoinIsExpired replays it).
+// instance killed in its JoinGroup. kafkatest.ExpectKilledJoinerExpired
+// replays it; deploy/local/broker and pkg/kafkatest run it against their
+// clusters.
 //
 // sessionKeeper watches the group requests (JoinGroup, SyncGroup,
 // Heartbeat, OffsetCommit, LeaveGroup) and, for a stable group, sends a
@@ -58,6 +64,33 @@ type memberSeen struct {
 
 // groupKeys are the requests the keeper watches.
 var groupKeys = []kmsg.Key{kmsg.JoinGroup, kmsg.SyncGroup, kmsg.Heartbeat, kmsg.OffsetCommit, kmsg.LeaveGroup}
+
+// Start installs a keeper on cluster, sweeping every interval, and runs it
+// until stop, asking the cluster through a client of its own (opts added to
+// its seed brokers, the cluster's listen addresses). Install it before
+// clients join groups: members it never hears of are met at its first
+// sweep. Its client is plaintext and anonymous unless opts say otherwise: a
+// cluster that needs TLS or SASL it cannot ask, and it then expires nobody.
+// Closing the cluster does not stop the keeper; stop does (before the
+// cluster closes, or it would ask whatever listens on that port next).
+func Start(cluster *kfake.Cluster, log *slog.Logger, interval time.Duration, opts ...kgo.Opt) (stop func(), err error) {
+	k := newSessionKeeper(cluster, log, interval)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("session keeper client: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		k.run(ctx, cl)
+		close(done)
+	}()
+	return func() {
+		cancel()
+		<-done
+		cl.Close()
+	}, nil
+}
 
 // newSessionKeeper installs the keeper's request observers on cluster; run
 // starts its sweeps.
