@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/floodgate-dev/floodgate/pkg/tick"
@@ -129,9 +130,8 @@ func (g *generationRun) consume(ctx, gctx, hctx context.Context, a kafka.Partiti
 			c.log.Info("rewound partition", "partition", a.ID, "committed", a.Offset, "from", s)
 		}
 	}
-	if err := r.SetOffset(start); err != nil {
-		c.log.Error("set partition offset", "partition", a.ID, "offset", start, "err", err)
-		return // ends the generation: the group rebalances and retries
+	if !g.setOffset(stop, r, a.ID, start) {
+		return // the generation ended or the consumer stops
 	}
 	if a.Offset >= 0 {
 		ps.start.Store(a.Offset)
@@ -141,6 +141,31 @@ func (g *generationRun) consume(ctx, gctx, hctx context.Context, a kafka.Partiti
 		p.consumeBatches()
 	} else {
 		p.consumeMessages()
+	}
+}
+
+// setOffset positions r at offset, retrying with the consumer's backoff
+// until it succeeds or stop is done, and reports whether it succeeded. A
+// failed SetOffset does not end the generation (the partition goroutine
+// stays in it until the group ends it), so giving up would leave the
+// partition unread until the next rebalance, which a single instance never
+// has.
+func (g *generationRun) setOffset(stop context.Context, r partitionReader, partition int, offset int64) bool {
+	c := g.c
+	var bo *backoff.ExponentialBackOff
+	for {
+		err := r.SetOffset(offset)
+		if err == nil {
+			return true
+		}
+		if bo == nil {
+			bo = c.newBackoff()
+		}
+		wait := min(bo.NextBackOff(), c.cfg.MaxBackoff)
+		c.log.Error("set partition offset; retrying", "partition", partition, "offset", offset, "retry_in", wait, "err", err)
+		if !tick.Sleep(stop, wait) {
+			return false
+		}
 	}
 }
 
