@@ -3,6 +3,7 @@ package kafkatest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"testing"
@@ -22,7 +23,14 @@ import (
 // (package sessionkeeper) B holds its share forever and A's heartbeats keep
 // succeeding. With it, B is expired after its session timeout: A's
 // heartbeat reports the rebalance, and A rejoins alone. It creates the
-// topic and the group it uses (both named killed-joiner).
+// topic killed-joiner and groups killed-joiner-<try>.
+//
+// kfake answers a JoinGroup whose connection has closed at random (a
+// select between the reply and the closed connection), and when it does,
+// it times B out itself. An expiry seen before twice the session timeout
+// after B joined is kfake's (the keeper waits that long), so the scenario
+// did not happen: it is played again with a fresh group, up to
+// killedJoinerTries times.
 func ExpectKilledJoinerExpired(t testing.TB, addr string) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
@@ -30,7 +38,7 @@ func ExpectKilledJoinerExpired(t testing.TB, addr string) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
 	ct := kmsg.NewPtrCreateTopicsRequest()
@@ -40,8 +48,26 @@ func ExpectKilledJoinerExpired(t testing.TB, addr string) {
 	if resp, err := ct.RequestWith(ctx, cl); err != nil || resp.Topics[0].ErrorCode != 0 {
 		t.Fatalf("create topic: %v %+v", err, resp)
 	}
+	for try := 1; ; try++ {
+		if killedJoinerExpired(t, ctx, cl, addr, fmt.Sprintf("killed-joiner-%d", try)) {
+			return
+		}
+		if try == killedJoinerTries {
+			t.Fatalf("kfake timed the killed member out itself in all %d tries: the scenario never happened", try)
+		}
+		t.Logf("try %d: kfake timed the killed member out itself (it answered the closed connection); again", try)
+	}
+}
 
-	const group = "killed-joiner"
+// killedJoinerTries bounds the replays: each one misses the scenario with
+// probability 1/2.
+const killedJoinerTries = 12
+
+// killedJoinerExpired plays the scenario once in group and reports whether
+// the member killed in its join was expired no sooner than twice its
+// session timeout after it joined (false: kfake expired it itself).
+func killedJoinerExpired(t testing.TB, ctx context.Context, cl *kgo.Client, addr, group string) bool {
+	t.Helper()
 	const session = time.Second
 	meta := (&kmsg.ConsumerMemberMetadata{Topics: []string{"killed-joiner"}}).AppendTo(nil)
 	joinReq := func(member string) *kmsg.JoinGroupRequest {
@@ -110,6 +136,7 @@ func ExpectKilledJoinerExpired(t testing.TB, addr string) {
 	}
 	b := joinReq("")
 	b.Version = 1
+	joined := time.Now() // before the broker's first sight of B
 	if _, err := conn.Write(kmsg.NewRequestFormatter(kmsg.FormatterClientID("killed")).AppendRequest(nil, b, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -145,8 +172,10 @@ func ExpectKilledJoinerExpired(t testing.TB, addr string) {
 		}
 		break
 	}
+	expired := time.Since(joined)
 	resp = join(a)
 	if resp.ErrorCode != 0 || !slices.Equal(memberIDs(resp), []string{a}) {
 		t.Fatalf("join after the expiry: %v, members %v, want A alone", kerr.ErrorForCode(resp.ErrorCode), memberIDs(resp))
 	}
+	return expired >= 2*session
 }
