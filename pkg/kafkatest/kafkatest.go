@@ -49,8 +49,10 @@ func Start(t testing.TB, topics map[string]int32) string {
 // cleanup, before the cluster closes. Its client is plaintext and
 // anonymous: on a cluster with TLS or SASL it expires nobody. A test that
 // closes the cluster and starts another on the same port (kfake.Ports)
-// leaves the first keeper asking the second cluster, whose members it
-// never hears: such a test must not rely on group sessions there.
+// leaves the first keeper running until cleanup, asking the second cluster
+// about the groups it knew: it never hears their members there and would
+// expire them after twice their session timeout. (pkg/journal's outage test
+// restarts a cluster that way, with no consumer group.)
 func StartCluster(t testing.TB, topics map[string]int32, opts ...kfake.Opt) (*kfake.Cluster, string) {
 	t.Helper()
 	all := []kfake.Opt{
