@@ -47,12 +47,9 @@ func Start(t testing.TB, topics map[string]int32) string {
 // rebalance is expired after twice its session timeout, which kfake alone
 // never does. The keeper logs to t's output at warn level, and stops at
 // cleanup, before the cluster closes. Its client is plaintext and
-// anonymous: on a cluster with TLS or SASL it expires nobody. A test that
-// closes the cluster and starts another on the same port (kfake.Ports)
-// leaves the first keeper running until cleanup, asking the second cluster
-// about the groups it knew: it never hears their members there and would
-// expire them after twice their session timeout. (pkg/journal's outage test
-// restarts a cluster that way, with no consumer group.)
+// anonymous: on a cluster with TLS or SASL it expires nobody. A cluster
+// closed by the test keeps its keeper until cleanup; one started again on
+// its port is left alone by it (see sessionkeeper.Start).
 func StartCluster(t testing.TB, topics map[string]int32, opts ...kfake.Opt) (*kfake.Cluster, string) {
 	t.Helper()
 	all := []kfake.Opt{

@@ -6,10 +6,13 @@ package sessionkeeper
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -48,6 +51,13 @@ type sessionKeeper struct {
 	log      *slog.Logger
 	interval time.Duration
 
+	// probe is a group name no client uses, described with the watched
+	// groups; probed is set when this cluster sees that request. A
+	// description answered without it came from another cluster now on the
+	// same address (this one closed), whose members the keeper never hears.
+	probe  string
+	probed atomic.Bool
+
 	mu     sync.Mutex
 	groups map[string]*keptGroup
 }
@@ -71,8 +81,9 @@ var groupKeys = []kmsg.Key{kmsg.JoinGroup, kmsg.SyncGroup, kmsg.Heartbeat, kmsg.
 // clients join groups: members it never hears of are met at its first
 // sweep. Its client is plaintext and anonymous unless opts say otherwise: a
 // cluster that needs TLS or SASL it cannot ask, and it then expires nobody.
-// Closing the cluster does not stop the keeper; stop does (before the
-// cluster closes, or it would ask whatever listens on that port next).
+// Closing the cluster does not stop the keeper; stop does. Until then it
+// ignores what another cluster listening on the closed one's address
+// answers (it never hears that cluster's members).
 func Start(cluster *kfake.Cluster, log *slog.Logger, interval time.Duration, opts ...kgo.Opt) (stop func(), err error) {
 	k := newSessionKeeper(cluster, log, interval)
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}, opts...)...)
@@ -95,7 +106,13 @@ func Start(cluster *kfake.Cluster, log *slog.Logger, interval time.Duration, opt
 // newSessionKeeper installs the keeper's request observers on cluster; run
 // starts its sweeps.
 func newSessionKeeper(cluster *kfake.Cluster, log *slog.Logger, interval time.Duration) *sessionKeeper {
-	k := &sessionKeeper{log: log, interval: interval, groups: map[string]*keptGroup{}}
+	k := &sessionKeeper{log: log, interval: interval, groups: map[string]*keptGroup{}, probe: "sessionkeeper-probe-" + rand.Text()}
+	cluster.ControlKey(kmsg.DescribeGroups.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if r, ok := req.(*kmsg.DescribeGroupsRequest); ok && slices.Contains(r.Groups, k.probe) {
+			k.probed.Store(true)
+		}
+		return nil, nil, false
+	})
 	for _, key := range groupKeys {
 		cluster.ControlKey(key.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
 			k.observe(req, time.Now())
@@ -179,12 +196,17 @@ func (k *sessionKeeper) sweep(ctx context.Context, cl *kgo.Client, now time.Time
 		return
 	}
 	req := kmsg.NewPtrDescribeGroupsRequest()
-	req.Groups = names
+	req.Groups = append(names, k.probe)
+	k.probed.Store(false)
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
 		if ctx.Err() == nil {
 			k.log.Warn("session keeper: describe groups", "err", err)
 		}
+		return
+	}
+	if !k.probed.Load() {
+		k.log.Debug("session keeper: groups described by another cluster on this address; ignored")
 		return
 	}
 	type expired struct {
