@@ -33,7 +33,7 @@ import (
 var sum = limitertest.TokenHash
 
 func TestParseCallers(t *testing.T) {
-	c, err := callers.ParseCallers("edge:" + sum("t1") + ":10:user+anonymous, partner:" + sum("t2"))
+	c, err := callers.ParseCallers("edge:gateway:" + sum("t1") + ":10:user+anonymous, partner:gateway:" + sum("t2"))
 	require.NoError(t, err)
 	cl, err := c.Authenticate("Bearer t1")
 	require.NoError(t, err)
@@ -43,11 +43,27 @@ func TestParseCallers(t *testing.T) {
 	require.ErrorIs(t, err, callers.ErrUnauthenticated)
 	_, err = c.Authenticate("t1")
 	require.ErrorIs(t, err, callers.ErrUnauthenticated, "the scheme is required")
-	for _, bad := range []string{"", "edge", "edge:abc", "edge:" + sum("x") + ":0", "edge:" + sum("x") + ":5:robot",
-		"a:" + sum("x") + ",a:" + sum("y")} {
+	require.False(t, c.Legacy())
+	for _, bad := range []string{"", "edge", "edge:abc", "edge:gateway:" + sum("x") + ":0", "edge:gateway:" + sum("x") + ":5:robot",
+		"a:gateway:" + sum("x") + ",a:gateway:" + sum("y"), "edge:admin:" + sum("x"), "edge:" + sum("x") + ":0"} {
 		_, err := callers.ParseCallers(bad)
 		require.Error(t, err, bad)
 	}
+}
+
+// TestParseCallersLegacyForm: the former entries without a role,
+// name:sha256hex[:…], are read as role gateway for one release, and reported.
+func TestParseCallersLegacyForm(t *testing.T) {
+	old, err := callers.ParseCallers("edge:" + sum("t1") + ":10:user+anonymous, partner:" + sum("t2") + "::api_key:acme-*")
+	require.NoError(t, err)
+	require.True(t, old.Legacy())
+	cl, err := old.Authenticate("Bearer t1")
+	require.NoError(t, err)
+	require.Equal(t, 10, cl.MaxCost)
+	require.Equal(t, []events.PrincipalKind{events.PrincipalUser, events.PrincipalAnonymous}, cl.Kinds)
+	cl, err = old.Authenticate("Bearer t2")
+	require.NoError(t, err)
+	require.Equal(t, []string{"acme-*"}, cl.IDs)
 }
 
 // TestSecurityUnauthenticatedChecksS2 replays finding S2 of issue 22: anyone
@@ -58,7 +74,7 @@ func TestParseCallers(t *testing.T) {
 func TestSecurityUnauthenticatedChecksS2(t *testing.T) {
 	rdb := redistest.Client(t)
 	e := limitertest.Engine(t, rdb, limitertest.OneBucket, nil)
-	cs, err := callers.ParseCallers("edge:" + sum("edge-token") + ":10:user")
+	cs, err := callers.ParseCallers("edge:gateway:" + sum("edge-token") + ":10:user")
 	require.NoError(t, err)
 	s := server.New(server.Config{Callers: cs, Engine: e, Publisher: &kafkatest.Capture{}, Topic: "decisions", Gateway: "auth-test",
 		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
@@ -117,7 +133,7 @@ func TestSecurityUnauthenticatedChecksS2(t *testing.T) {
 }
 
 func TestCallerScope(t *testing.T) {
-	c, err := callers.ParseCallers("partner:" + sum("t") + ":100:api_key+bot:acme-*+solo%2Bid:/v1/*+/users/@me")
+	c, err := callers.ParseCallers("partner:gateway:" + sum("t") + ":100:api_key+bot:acme-*+solo%2Bid:/v1/*+/users/@me")
 	require.NoError(t, err)
 	cl, err := c.Authenticate("Bearer t")
 	require.NoError(t, err)
@@ -148,10 +164,10 @@ func TestCallerScope(t *testing.T) {
 		require.Equal(t, tc.reason, se.Reason)
 	}
 	for _, bad := range []string{
-		"p:" + sum("x") + ":1:api_key:a*b",
-		"p:" + sum("x") + ":1:api_key:%zz",
-		"p:" + sum("x") + ":1:api_key:a++b",
-		"p:" + sum("x") + ":1:api_key:a:/x:extra",
+		"p:gateway:" + sum("x") + ":1:api_key:a*b",
+		"p:gateway:" + sum("x") + ":1:api_key:%zz",
+		"p:gateway:" + sum("x") + ":1:api_key:a++b",
+		"p:gateway:" + sum("x") + ":1:api_key:a:/x:extra",
 	} {
 		_, err := callers.ParseCallers(bad)
 		require.Error(t, err, bad)
@@ -169,7 +185,7 @@ func TestCallerScope(t *testing.T) {
 func TestSecurityTokenNamesOnlyItsPrincipalsT2(t *testing.T) {
 	rdb := redistest.Client(t)
 	e := limitertest.Engine(t, rdb, limitertest.OneBucket, nil)
-	cs, err := callers.ParseCallers("partner:" + sum("partner-token") + ":100:api_key:acme-*:/v1/*")
+	cs, err := callers.ParseCallers("partner:gateway:" + sum("partner-token") + ":100:api_key:acme-*:/v1/*")
 	require.NoError(t, err)
 	pub := &kafkatest.Capture{}
 	reg := prometheus.NewRegistry()

@@ -83,6 +83,9 @@ func Run(ctx context.Context, env service.Env) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Callers.Legacy() {
+		log.Warn("FLOODGATE_LIMITER_CALLERS: entries without a role (name:sha256hex:…) are deprecated and will not be read after the next release; write name:gateway:sha256hex:… (docs/limiter.md)")
+	}
 
 	// Rules: a watched file, the single-bucket grid of FLOODGATE_LIMITER_PRINCIPAL_LIMIT, or the built-in grid.
 	var rules *limiter.Ruleset
