@@ -239,7 +239,7 @@ func Run(ctx context.Context, env service.Env) error {
 	}
 	// net/http/pprof on its own listener, off unless FLOODGATE_LIMITER_DEBUG_ADDR is set.
 	if cfg.DebugAddr != "" {
-		mux := http.NewServeMux()
+		mux := httpapi.NewMux() // a path it does not serve is a 404 problem, as on every port
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
