@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -10,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -78,16 +76,16 @@ func NewTokens(roles Roles, list []Token) (*Tokens, error) {
 	hashes := map[[sha256.Size]byte]bool{}
 	for i, t := range list {
 		if !ValidTokenName(t.Name) {
-			errs = append(errs, fmt.Errorf("token %d: name %q: want 1-64 of [A-Za-z0-9._@-]", i+1, t.Name))
+			errs = append(errs, fmt.Errorf("entry %d: name %q: want 1-64 of [A-Za-z0-9._@-]", i+1, t.Name))
 		}
 		if names[t.Name] {
-			errs = append(errs, fmt.Errorf("token %d: name %q appears twice", i+1, t.Name))
+			errs = append(errs, fmt.Errorf("entry %d: name %q appears twice", i+1, t.Name))
 		}
 		if hashes[t.Hash] {
-			errs = append(errs, fmt.Errorf("token %d (%s): the same token is listed twice", i+1, t.Name))
+			errs = append(errs, fmt.Errorf("entry %d (%s): the same token is listed twice", i+1, t.Name))
 		}
 		if !roles.Valid(t.Role) {
-			errs = append(errs, fmt.Errorf("token %d (%s): role %q is not one of %s", i+1, t.Name, t.Role, strings.Join(roles, "|")))
+			errs = append(errs, fmt.Errorf("entry %d (%s): role %q is not one of %s", i+1, t.Name, t.Role, strings.Join(roles, "|")))
 		}
 		names[t.Name], hashes[t.Hash] = true, true
 	}
@@ -105,69 +103,6 @@ func parseHash(s string) ([sha256.Size]byte, bool) {
 	}
 	copy(h[:], raw)
 	return h, true
-}
-
-// ParseTokenList reads the one-line form, comma-separated name:role:sha256hex
-// entries ("alice:sre:9f86d0…,dash:viewer:60303a…"), as an environment
-// variable holds it.
-func ParseTokenList(roles Roles, spec string) (*Tokens, error) {
-	var list []Token
-	var errs []error
-	for i, item := range strings.Split(spec, ",") {
-		if item = strings.TrimSpace(item); item == "" {
-			continue
-		}
-		parts := strings.Split(item, ":")
-		if len(parts) != 3 {
-			errs = append(errs, fmt.Errorf("token %d: want name:role:sha256hex", i+1))
-			continue
-		}
-		h, ok := parseHash(parts[2])
-		if !ok {
-			errs = append(errs, fmt.Errorf("token %d (%s): hash must be 64 hex digits (sha256 of the token)", i+1, parts[0]))
-			continue
-		}
-		list = append(list, Token{Name: parts[0], Role: parts[1], Hash: h})
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return NewTokens(roles, list)
-}
-
-// ParseTokenFile reads the file form: one "<name> <role> <sha256 hex>" per
-// line; blank lines and lines starting with # are skipped. Errors name the line.
-func ParseTokenFile(roles Roles, r io.Reader) (*Tokens, error) {
-	var list []Token
-	sc := bufio.NewScanner(r)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) != 3 {
-			return nil, fmt.Errorf("tokens line %d: want <name> <role> <sha256 hex>", n)
-		}
-		if !ValidTokenName(f[0]) {
-			return nil, fmt.Errorf("tokens line %d: name %q: want 1-64 of [A-Za-z0-9._@-]", n, f[0])
-		}
-		if !roles.Valid(f[1]) {
-			return nil, fmt.Errorf("tokens line %d: role %q is not one of %s", n, f[1], strings.Join(roles, "|"))
-		}
-		h, ok := parseHash(f[2])
-		if !ok {
-			return nil, fmt.Errorf("tokens line %d: %q is not a hex SHA-256", n, f[2])
-		}
-		if slices.ContainsFunc(list, func(t Token) bool { return t.Hash == h }) {
-			return nil, fmt.Errorf("tokens line %d: the same token is listed twice", n)
-		}
-		list = append(list, Token{Name: f[0], Role: f[1], Hash: h})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read tokens: %w", err)
-	}
-	return NewTokens(roles, list)
 }
 
 // Len is the number of tokens.

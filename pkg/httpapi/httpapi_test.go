@@ -80,24 +80,29 @@ func TestValidRequestID(t *testing.T) {
 func TestAuthTokensAndRoles(t *testing.T) {
 	roles := Roles{"viewer", "sre"}
 	viewerTok, sreTok := "fgt_viewer-token", "fgt_sre-token"
-	toks, err := ParseTokenList(roles, "dash:viewer:"+HashToken(viewerTok)+", alice:sre:"+strings.ToUpper(HashToken(sreTok)))
+	toks, err := ParseTokenSpec(roles, "dash:viewer:"+HashToken(viewerTok)+", alice:sre:"+strings.ToUpper(HashToken(sreTok)))
 	require.NoError(t, err)
 	require.Equal(t, 2, toks.Len())
-	fileToks, err := ParseTokenFile(roles, strings.NewReader("# comment\n\ndash viewer "+HashToken(viewerTok)+"\nalice sre "+HashToken(sreTok)+"\n"))
+	fileToks, err := ParseTokenSpec(roles, "# comment\n\n"+TokenSpecEntry("dash", "viewer", viewerTok)+"\n  "+TokenSpecEntry("alice", "sre", sreTok)+"\n")
 	require.NoError(t, err)
-	require.Equal(t, toks, fileToks, "both forms give the same tokens")
+	require.Equal(t, toks, fileToks, "one entry a line (a file) or comma-separated (a variable): the same tokens")
+	legacy, err := ParseLegacyTokenFile(roles, strings.NewReader("# comment\n\ndash viewer "+HashToken(viewerTok)+"\nalice sre "+HashToken(sreTok)+"\n"))
+	require.NoError(t, err)
+	require.Equal(t, toks, legacy, "the former file form still reads the same tokens")
 
 	for _, tc := range []struct{ spec, want string }{
-		{"x:viewer:abc", "token 1 (x): hash must be 64 hex digits"},
+		{"x:viewer:abc", "entry 1 (x): hash must be 64 hex digits"},
+		{"x:viewer:" + HashToken("a") + "\n# c\ny:sre:abc", "entry 2 (y): hash must be 64 hex digits"},
+		{"x:viewer:" + HashToken("a") + ":more", "entry 1: want name:role:sha256hex"},
 		{"x:admin:" + HashToken("a"), `role "admin" is not one of viewer|sre`},
 		{"x:viewer:" + HashToken("a") + ",x:sre:" + HashToken("b"), `name "x" appears twice`},
 		{"x:viewer:" + HashToken("a") + ",y:sre:" + HashToken("a"), "the same token is listed twice"},
 		{"nope", "want name:role:sha256hex"},
 	} {
-		_, err := ParseTokenList(roles, tc.spec)
+		_, err := ParseTokenSpec(roles, tc.spec)
 		require.ErrorContains(t, err, tc.want, tc.spec)
 	}
-	_, err = ParseTokenFile(roles, strings.NewReader("a viewer "+HashToken("a")+"\nb root "+HashToken("b")))
+	_, err = ParseLegacyTokenFile(roles, strings.NewReader("a viewer "+HashToken("a")+"\nb root "+HashToken("b")))
 	require.ErrorContains(t, err, "tokens line 2")
 
 	var audit []AuthEvent
@@ -253,4 +258,15 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	var m dto.Metric
 	require.NoError(t, c.Write(&m))
 	return m.GetCounter().GetValue()
+}
+
+func TestTokenEntriesWithFieldsOfTheirOwn(t *testing.T) {
+	roles := Roles{"gateway"}
+	entries, err := ParseTokenEntries(roles, "edge:gateway:"+HashToken("a")+":10:user,\npartner:gateway:"+HashToken("b"), 2)
+	require.NoError(t, err)
+	require.Len(t, entries, 2)
+	require.Equal(t, []string{"10", "user"}, entries[0].Extra)
+	require.Empty(t, entries[1].Extra)
+	_, err = ParseTokenEntries(roles, "edge:gateway:"+HashToken("a")+":1:2:3", 2)
+	require.ErrorContains(t, err, "entry 1: want name:role:sha256hex and up to 2 fields of its own")
 }

@@ -35,6 +35,17 @@ func (m *Mux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Reque
 	m.Handle(pattern, http.HandlerFunc(h))
 }
 
+// OnlyGET answers every method on path but GET and HEAD with a 405 problem
+// (Allow: GET, HEAD). A mux that mounts an API at "/" needs it for its own
+// GET routes: http.ServeMux would hand another method on them to the mount,
+// which answers 404 for a path it does not know. Not listed in Routes.
+func (m *Mux) OnlyGET(path string) {
+	m.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", "GET, HEAD")
+		WriteProblem(w, r, Problem{Type: ProblemMethodNotAllowed, Status: http.StatusMethodNotAllowed, Detail: r.Method + " " + r.URL.Path})
+	})
+}
+
 // ServeHTTP implements http.Handler. A request no pattern matches is
 // answered as a problem (404 not-found, 405 method-not-allowed with its
 // Allow header), as every other refusal is, never as text/plain.

@@ -174,6 +174,12 @@ func (r *Runner) Mount(api API) *httpapi.Mux {
 		mux.Handle("GET "+httpapi.OpenAPIPath, httpapi.OpenAPIHandler(api.OpenAPI))
 	}
 	if api.Handler != nil {
+		// Another method on the runner's own paths is a 405, not the API's 404.
+		for _, p := range mux.Routes() { // the runner's alone: the API is not mounted yet
+			if path, ok := strings.CutPrefix(p, "GET "); ok {
+				mux.OnlyGET(path)
+			}
+		}
 		mux.Handle("/", api.Handler)
 	}
 	return mux

@@ -151,7 +151,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	if err := writeUsersFile(filepath.Join(*binDir, "console"), usersFile, sec.Accounts); err != nil {
 		return summary{}, fmt.Errorf("%w (run `make build`)", err)
 	}
-	if err := os.WriteFile(dlqTokensFile, []byte("console sre "+httpapi.HashToken(sec.DLQToken)+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(dlqTokensFile, []byte(httpapi.TokenSpecEntry("console", "sre", sec.DLQToken)+"\n"), 0o600); err != nil {
 		return summary{}, err
 	}
 	// The adjuster's scales and shed level go to keys of this run: the

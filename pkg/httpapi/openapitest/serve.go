@@ -1,6 +1,7 @@
 package openapitest
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -24,7 +25,42 @@ func (d *Doc) Serve(t testing.TB, api service.API, mw httpapi.Options) *httptest
 	d.CheckRoutes(t, mounted.Routes())
 	srv := httptest.NewServer(httpapi.Middleware(mw, mounted))
 	t.Cleanup(srv.Close)
+	CheckUnmatched(t, srv.URL, httpapi.OpenAPIPath)
 	return srv
+}
+
+// CheckUnmatched fails t unless the service at base answers a path it does
+// not serve with a 404 problem and servedGET (a path it serves for GET) with
+// another method with a 405 problem carrying Allow: every refusal is
+// application/problem+json with a correlation id, never text/plain.
+func CheckUnmatched(t testing.TB, base, servedGET string) {
+	t.Helper()
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		typ          string
+	}{
+		{http.MethodGet, "/floodgate-no-such-path", http.StatusNotFound, httpapi.ProblemNotFound},
+		{http.MethodDelete, servedGET, http.StatusMethodNotAllowed, httpapi.ProblemMethodNotAllowed},
+	} {
+		req, err := http.NewRequest(tc.method, base+tc.path, nil)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		raw, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, tc.status, resp.StatusCode, "%s %s%s: %s", tc.method, base, tc.path, raw)
+		require.Equal(t, httpapi.ContentTypeProblem, resp.Header.Get("Content-Type"), "%s %s%s: %s", tc.method, base, tc.path, raw)
+		var p httpapi.Problem
+		require.NoError(t, json.Unmarshal(raw, &p), "%s", raw)
+		require.Equal(t, tc.typ, p.Type)
+		require.Equal(t, tc.status, p.Status)
+		require.NotEmpty(t, p.CorrelationID, "%s", raw)
+		if tc.status == http.StatusMethodNotAllowed {
+			require.Contains(t, resp.Header.Get("Allow"), http.MethodGet)
+		}
+	}
 }
 
 // CheckServed fails t unless the service at base (scheme://host:port) answers

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
 )
 
@@ -47,6 +48,7 @@ type Caller struct {
 type Callers struct {
 	byHash  map[[32]byte]Caller
 	refused *prometheus.CounterVec
+	legacy  bool
 }
 
 var _ prometheus.Collector = (*Callers)(nil)
@@ -62,44 +64,41 @@ type ScopeError struct {
 
 func (e *ScopeError) Error() string { return e.Detail }
 
-// ParseCallers reads FLOODGATE_LIMITER_CALLERS: comma-separated entries
-// name:sha256[:max_cost[:kind+kind…[:id+id…[:route+route…]]]], e.g.
-// "edge:9f86d0…:100:user+anonymous,partner:2c26b4…:100:api_key:acme-*:/v1/*".
+// RoleGateway is the one role of the limiter's callers: a gateway asking
+// for checks within its grant.
+const RoleGateway = "gateway"
+
+// ParseCallers reads FLOODGATE_LIMITER_CALLERS, a token spec (pkg/httpapi)
+// whose entries carry the caller's grant after the hash:
+// name:gateway:sha256hex[:max_cost[:kind+kind…[:id+id…[:route+route…]]]], e.g.
+// "edge:gateway:9f86d0…:100:user+anonymous,partner:gateway:2c26b4…:100:api_key:acme-*:/v1/*".
 // An id or route ending in '*' is a prefix; ids and routes are
 // percent-encoded where they hold ',', ':', '+', '*' or '%' (a route's own
 // percent-encoding doubled: %2525). An empty field grants any. Make a token
 // and its hash with `openssl rand -hex 32 | tee token | tr -d '\n' | sha256sum`.
+//
+// The former entries without the role, name:sha256hex[:…], are still read
+// for one release; Legacy reports them.
 func ParseCallers(spec string) (*Callers, error) {
 	c := &Callers{byHash: map[[32]byte]Caller{}, refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "floodgate_limiter_forbidden_total",
 		Help: "Checks refused (403, no decision) for claiming beyond their caller's grant, by caller and reason (cost, kind, principal, route).",
 	}, []string{"caller", "reason"})}
-	names := map[string]bool{}
-	for i, entry := range strings.Split(spec, ",") {
-		entry = strings.TrimSpace(entry)
-		if entry == "" {
-			continue
-		}
-		f := strings.Split(entry, ":")
-		if len(f) < 2 || len(f) > 6 {
-			return nil, fmt.Errorf("entry %d: want name:sha256[:max_cost[:kind+kind[:id+id[:route+route]]]]", i+1)
-		}
-		cl := Caller{Name: f[0], refused: c.refused}
-		if cl.Name == "" || len(cl.Name) > 64 || names[cl.Name] {
-			return nil, fmt.Errorf("entry %d: name %q: 1-64 characters, unique", i+1, cl.Name)
-		}
-		names[cl.Name] = true
-		sum, err := hex.DecodeString(f[1])
-		if err != nil || len(sum) != 32 {
-			return nil, fmt.Errorf("entry %d (%s): want the token's SHA-256 as 64 hex digits", i+1, cl.Name)
-		}
-		if len(f) > 2 && f[2] != "" {
-			if cl.MaxCost, err = strconv.Atoi(f[2]); err != nil || cl.MaxCost < 1 || cl.MaxCost > 1_000_000 {
-				return nil, fmt.Errorf("entry %d (%s): max_cost %q: 1..1000000", i+1, cl.Name, f[2])
+	spec, c.legacy = withRoles(spec)
+	entries, err := httpapi.ParseTokenEntries(httpapi.Roles{RoleGateway}, spec, 4)
+	if err != nil {
+		return nil, err
+	}
+	for i, en := range entries {
+		cl := Caller{Name: en.Name, refused: c.refused}
+		f := en.Extra
+		if len(f) > 0 && f[0] != "" {
+			if cl.MaxCost, err = strconv.Atoi(f[0]); err != nil || cl.MaxCost < 1 || cl.MaxCost > 1_000_000 {
+				return nil, fmt.Errorf("entry %d (%s): max_cost %q: 1..1000000", i+1, cl.Name, f[0])
 			}
 		}
-		if len(f) > 3 && f[3] != "" {
-			for _, k := range strings.Split(f[3], "+") {
+		if len(f) > 1 && f[1] != "" {
+			for _, k := range strings.Split(f[1], "+") {
 				kind := events.PrincipalKind(k)
 				if !kind.Valid() {
 					return nil, fmt.Errorf("entry %d (%s): kind %q is not one of user|bot|api_key|anonymous", i+1, cl.Name, k)
@@ -107,22 +106,51 @@ func ParseCallers(spec string) (*Callers, error) {
 				cl.Kinds = append(cl.Kinds, kind)
 			}
 		}
-		if len(f) > 4 {
-			if cl.IDs, err = scopeList(f[4]); err != nil {
+		if len(f) > 2 {
+			if cl.IDs, err = scopeList(f[2]); err != nil {
 				return nil, fmt.Errorf("entry %d (%s): ids: %w", i+1, cl.Name, err)
 			}
 		}
-		if len(f) > 5 {
-			if cl.Routes, err = scopeList(f[5]); err != nil {
+		if len(f) > 3 {
+			if cl.Routes, err = scopeList(f[3]); err != nil {
 				return nil, fmt.Errorf("entry %d (%s): routes: %w", i+1, cl.Name, err)
 			}
 		}
-		c.byHash[[32]byte(sum)] = cl
+		c.byHash[en.Hash] = cl
 	}
 	if len(c.byHash) == 0 {
 		return nil, errors.New("no callers")
 	}
 	return c, nil
+}
+
+// Legacy reports whether the spec held entries of the former form,
+// name:sha256hex[:…] (no role), read for one release only.
+func (c *Callers) Legacy() bool { return c != nil && c.legacy }
+
+// withRoles rewrites entries of the former form name:sha256hex[:…] as
+// name:gateway:sha256hex[:…]: a second field of 64 hex digits is a hash,
+// never a role.
+func withRoles(spec string) (string, bool) {
+	var out []string
+	legacy := false
+	for _, line := range strings.Split(spec, "\n") {
+		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		for _, item := range strings.Split(line, ",") {
+			if f := strings.SplitN(strings.TrimSpace(item), ":", 3); len(f) >= 2 && isHash(f[1]) {
+				item, legacy = f[0]+":"+RoleGateway+":"+strings.Join(f[1:], ":"), true
+			}
+			out = append(out, item)
+		}
+	}
+	return strings.Join(out, ","), legacy
+}
+
+func isHash(s string) bool {
+	b, err := hex.DecodeString(s)
+	return err == nil && len(b) == sha256.Size
 }
 
 // scopeList reads '+'-separated, percent-encoded patterns; a pattern whose

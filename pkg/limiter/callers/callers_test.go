@@ -33,7 +33,7 @@ import (
 var sum = limitertest.TokenHash
 
 func TestParseCallers(t *testing.T) {
-	c, err := callers.ParseCallers("edge:" + sum("t1") + ":10:user+anonymous, partner:" + sum("t2"))
+	c, err := callers.ParseCallers("edge:gateway:" + sum("t1") + ":10:user+anonymous, partner:gateway:" + sum("t2"))
 	require.NoError(t, err)
 	cl, err := c.Authenticate("Bearer t1")
 	require.NoError(t, err)
@@ -43,8 +43,9 @@ func TestParseCallers(t *testing.T) {
 	require.ErrorIs(t, err, callers.ErrUnauthenticated)
 	_, err = c.Authenticate("t1")
 	require.ErrorIs(t, err, callers.ErrUnauthenticated, "the scheme is required")
-	for _, bad := range []string{"", "edge", "edge:abc", "edge:" + sum("x") + ":0", "edge:" + sum("x") + ":5:robot",
-		"a:" + sum("x") + ",a:" + sum("y")} {
+	require.False(t, c.Legacy())
+	for _, bad := range []string{"", "edge", "edge:abc", "edge:gateway:" + sum("x") + ":0", "edge:gateway:" + sum("x") + ":5:robot",
+		"a:gateway:" + sum("x") + ",a:gateway:" + sum("y"), "edge:admin:" + sum("x"), "edge:" + sum("x") + ":0"} {
 		_, err := callers.ParseCallers(bad)
 		require.Error(t, err, bad)
 	}
@@ -66,13 +67,28 @@ func callersServer(t *testing.T, spec, gateway string, pub *kafkatest.Capture, r
 	return s, srv
 }
 
+// TestParseCallersLegacyForm: the former entries without a role,
+// name:sha256hex[:…], are read as role gateway for one release, and reported.
+func TestParseCallersLegacyForm(t *testing.T) {
+	old, err := callers.ParseCallers("edge:" + sum("t1") + ":10:user+anonymous, partner:" + sum("t2") + "::api_key:acme-*")
+	require.NoError(t, err)
+	require.True(t, old.Legacy())
+	cl, err := old.Authenticate("Bearer t1")
+	require.NoError(t, err)
+	require.Equal(t, 10, cl.MaxCost)
+	require.Equal(t, []events.PrincipalKind{events.PrincipalUser, events.PrincipalAnonymous}, cl.Kinds)
+	cl, err = old.Authenticate("Bearer t2")
+	require.NoError(t, err)
+	require.Equal(t, []string{"acme-*"}, cl.IDs)
+}
+
 // TestSecurityUnauthenticatedChecksS2 replays finding S2 of issue 22: anyone
 // who could reach the limiter could name a victim principal (with any cost)
 // and get it penalized. With callers configured, a check without a valid
 // token is refused over HTTP (the batch form too) and gRPC, and a gateway
 // cannot claim a cost or a principal kind beyond its grant.
 func TestSecurityUnauthenticatedChecksS2(t *testing.T) {
-	s, srv := callersServer(t, "edge:"+sum("edge-token")+":10:user", "auth-test", &kafkatest.Capture{}, prometheus.NewRegistry())
+	s, srv := callersServer(t, "edge:gateway:"+sum("edge-token")+":10:user", "auth-test", &kafkatest.Capture{}, prometheus.NewRegistry())
 	victim := `{"principal":{"kind":"user","id":"` + redistest.Unique(t, "victim") + `"},"ip":"203.0.113.7","method":"GET","route":"/users/@me","cost":%d}`
 	body := func(cost int) string { return fmt.Sprintf(victim, cost) }
 
@@ -125,7 +141,7 @@ func TestSecurityUnauthenticatedChecksS2(t *testing.T) {
 }
 
 func TestCallerScope(t *testing.T) {
-	c, err := callers.ParseCallers("partner:" + sum("t") + ":100:api_key+bot:acme-*+solo%2Bid:/v1/*+/users/@me")
+	c, err := callers.ParseCallers("partner:gateway:" + sum("t") + ":100:api_key+bot:acme-*+solo%2Bid:/v1/*+/users/@me")
 	require.NoError(t, err)
 	cl, err := c.Authenticate("Bearer t")
 	require.NoError(t, err)
@@ -156,10 +172,10 @@ func TestCallerScope(t *testing.T) {
 		require.Equal(t, tc.reason, se.Reason)
 	}
 	for _, bad := range []string{
-		"p:" + sum("x") + ":1:api_key:a*b",
-		"p:" + sum("x") + ":1:api_key:%zz",
-		"p:" + sum("x") + ":1:api_key:a++b",
-		"p:" + sum("x") + ":1:api_key:a:/x:extra",
+		"p:gateway:" + sum("x") + ":1:api_key:a*b",
+		"p:gateway:" + sum("x") + ":1:api_key:%zz",
+		"p:gateway:" + sum("x") + ":1:api_key:a++b",
+		"p:gateway:" + sum("x") + ":1:api_key:a:/x:extra",
 	} {
 		_, err := callers.ParseCallers(bad)
 		require.Error(t, err, bad)
@@ -177,7 +193,7 @@ func TestCallerScope(t *testing.T) {
 func TestSecurityTokenNamesOnlyItsPrincipalsT2(t *testing.T) {
 	pub := &kafkatest.Capture{}
 	reg := prometheus.NewRegistry()
-	s, srv := callersServer(t, "partner:"+sum("partner-token")+":100:api_key:acme-*:/v1/*", "scope-test", pub, reg)
+	s, srv := callersServer(t, "partner:gateway:"+sum("partner-token")+":100:api_key:acme-*:/v1/*", "scope-test", pub, reg)
 	hdr := map[string]string{"Authorization": "Bearer partner-token"}
 	check := func(id, ip, route string) string {
 		return `{"principal":{"kind":"api_key","id":"` + id + `"},"ip":"` + ip + `","method":"GET","route":"` + route + `","cost":1}`

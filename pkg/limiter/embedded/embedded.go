@@ -274,9 +274,10 @@ func (e *Limiter) Run(ctx context.Context) error {
 	return e.run(ctx)
 }
 
-// Server is the limiter's HTTP API on the same engine (POST /v1/check, the
-// batch form, /healthz, /readyz, /metrics), for a gateway that also wants to
-// answer remote checks; NewGRPCServer(e.Server()) adds Envoy's API.
+// Server is the limiter's HTTP API on the same engine (POST /v1/check and
+// the batch form; ServeReady answers a readiness probe, Registry holds the
+// metrics), for a gateway that also wants to answer remote checks;
+// NewGRPCServer(e.Server()) adds Envoy's API.
 func (e *Limiter) Server() *server.Server { return e.s }
 
 // Rules returns the rules in force.

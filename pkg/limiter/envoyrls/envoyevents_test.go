@@ -183,7 +183,7 @@ func TestEnvoyScalesAndAttribution(t *testing.T) {
 // entries either.
 func TestEnvoyEventsRespectCallerKinds(t *testing.T) {
 	const token = "envoy-events-token"
-	cs, err := callers.ParseCallers("edge:" + limitertest.TokenHash(token) + "::anonymous")
+	cs, err := callers.ParseCallers("edge:gateway:" + limitertest.TokenHash(token) + "::anonymous")
 	require.NoError(t, err)
 	f := newEnvoyEventsFixture(t, cs)
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token)
@@ -206,7 +206,7 @@ func TestEnvoyEventsRespectCallerKinds(t *testing.T) {
 // nothing published.
 func TestEnvoyEventsRespectCallerIDs(t *testing.T) {
 	const token = "envoy-ids-token"
-	cs, err := callers.ParseCallers("partner:" + limitertest.TokenHash(token) + "::api_key:acme-*")
+	cs, err := callers.ParseCallers("partner:gateway:" + limitertest.TokenHash(token) + "::api_key:acme-*")
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(cs)

@@ -28,7 +28,7 @@ func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 
 	rdb := redistest.Client(t)
 	e := limitertest.Engine(t, rdb, "version: 1\nrules:\n  - {id: principal, tier: principal, limit: 2, period: 1m}\n", nil)
-	cs, err := callers.ParseCallers("edge:" + limitertest.TokenHash("edge-token") + ":10:user+bot+anonymous")
+	cs, err := callers.ParseCallers("edge:gateway:" + limitertest.TokenHash("edge-token") + ":10:user+bot+anonymous")
 	require.NoError(t, err)
 	s := New(Config{Callers: cs, Engine: e, Publisher: &kafkatest.Capture{}, Topic: "decisions", Gateway: "openapi",
 		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})

@@ -15,7 +15,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/attribute"
 
@@ -149,14 +148,14 @@ func (s *Server) CountDegraded() { s.metrics.degraded.Inc() }
 // SetReady flips /readyz; main marks the server not ready first thing on SIGTERM.
 func (s *Server) SetReady(ok bool) { s.ready.Store(ok) }
 
-// Handler routes the limiter's HTTP API.
+// Handler routes the limiter's check API: POST /v1/check and its batch
+// form. /healthz, /readyz and /metrics are not its: the service's runner
+// (pkg/service) serves one of each in front of it, /readyz answered by
+// ServeReady (the limiter's readiness: Redis shards, journal, drain).
 func (s *Server) Handler() http.Handler {
 	mux := httpapi.NewMux() // lists its routes for the OpenAPI drift test
 	mux.HandleFunc("POST /v1/check", s.handleCheck)
 	mux.HandleFunc("POST /v1/check/batch", s.handleBatch)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-	mux.HandleFunc("GET /readyz", s.handleReady)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
 	return mux
 }
 

@@ -17,9 +17,9 @@ const (
 // roles orders the API's roles, least privileged first.
 func roles() httpapi.Roles { return httpapi.Roles{RoleViewer, RoleSRE} }
 
-// ParseTokens reads FLOODGATE_ADJUSTER_TOKENS: comma-separated
+// ParseTokens reads FLOODGATE_ADJUSTER_TOKENS, a token spec (pkg/httpapi):
 // name:role:sha256hex entries, e.g. "alice:sre:9f86d0…,dash:viewer:60303a…".
-func ParseTokens(spec string) (*httpapi.Tokens, error) { return httpapi.ParseTokenList(roles(), spec) }
+func ParseTokens(spec string) (*httpapi.Tokens, error) { return httpapi.ParseTokenSpec(roles(), spec) }
 
 // HashToken returns the hex SHA-256 of a token, as FLOODGATE_ADJUSTER_TOKENS stores it.
 func HashToken(token string) string { return httpapi.HashToken(token) }

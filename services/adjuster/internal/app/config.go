@@ -22,7 +22,7 @@ type Config struct {
 	HTTPAddr          string               // FLOODGATE_ADJUSTER_ADDR: admin API, /healthz, /readyz, /metrics
 	RulesFile         string               // FLOODGATE_ADJUSTER_RULES: YAML rules; empty = built-in defaults (= adjuster.yaml)
 	Rules             control.Rules        // parsed from RulesFile
-	Tokens            *httpapi.Tokens      // FLOODGATE_ADJUSTER_TOKENS: name:role:sha256hex,…
+	Tokens            *httpapi.Tokens      // FLOODGATE_ADJUSTER_TOKENS(_FILE): a token spec, name:role:sha256hex,…
 	ActorID           string               // FLOODGATE_ADJUSTER_ID: names this loop in adjustment events
 	RedisAddrs        []string             // FLOODGATE_REDIS_ADDRS
 	RedisSecurity     config.RedisSecurity // FLOODGATE_REDIS_USERNAME, FLOODGATE_REDIS_PASSWORD, FLOODGATE_REDIS_TLS*
@@ -75,7 +75,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 	v.Require(err == nil, "FLOODGATE_ADJUSTER_ROLLOUT_CLASS_LIMITS", "%v", err)
 	c.RolloutGate.MinClass = int64(e.Int("FLOODGATE_ADJUSTER_ROLLOUT_MIN_CLASS", rollout.DefaultMinClass))
 	v.Require(c.RolloutGate.MinClass >= 1, "FLOODGATE_ADJUSTER_ROLLOUT_MIN_CLASS", "%d: at least 1", c.RolloutGate.MinClass)
-	c.Tokens, err = admin.ParseTokens(e.String("FLOODGATE_ADJUSTER_TOKENS", ""))
+	c.Tokens, err = admin.ParseTokens(e.Secret("FLOODGATE_ADJUSTER_TOKENS", "FLOODGATE_ADJUSTER_TOKENS_FILE").Reveal())
 	v.Require(err == nil, "FLOODGATE_ADJUSTER_TOKENS", "%v", err)
 	c.Rules = control.Defaults()
 	if c.RulesFile != "" {

@@ -18,6 +18,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -83,12 +85,52 @@ type User struct {
 	PasswordHash string `yaml:"password_hash"`
 }
 
-// Token is one API token of the users file; only its SHA-256 is stored.
+// Token is one API token of the users file; only its SHA-256 is stored. In
+// the file it is a token-spec entry (pkg/httpapi), as every Floodgate
+// service lists its callers: "name:role:sha256hex". The former mapping
+// {name, role, sha256} is still read for one release (Directory.LegacyTokens).
 type Token struct {
-	Name   string `yaml:"name"`
-	Role   string `yaml:"role"`
-	SHA256 string `yaml:"sha256"`
+	Name   string
+	Role   string
+	SHA256 string
+
+	spec   string // the entry as the file has it
+	legacy bool   // written as the former mapping
 }
+
+// UnmarshalYAML reads a token-spec entry, or the former mapping.
+func (t *Token) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		*t = Token{spec: n.Value}
+		return nil
+	case yaml.MappingNode:
+		var m struct {
+			Name   string `yaml:"name"`
+			Role   string `yaml:"role"`
+			SHA256 string `yaml:"sha256"`
+		}
+		if err := n.Decode(&m); err != nil {
+			return err
+		}
+		*t = Token{Name: m.Name, Role: m.Role, SHA256: m.SHA256, legacy: true}
+		return nil
+	}
+	return fmt.Errorf("line %d: a token is \"name:role:sha256hex\"", n.Line)
+}
+
+// MarshalYAML writes the token-spec entry.
+func (t Token) MarshalYAML() (any, error) { return t.entry(), nil }
+
+func (t Token) entry() string {
+	if t.spec != "" {
+		return t.spec
+	}
+	return t.Name + ":" + t.Role + ":" + t.SHA256
+}
+
+// tokenRoles are the roles a token may have, in the order of Role.
+func tokenRoles() httpapi.Roles { return httpapi.Roles(roleNames[1:]) }
 
 // File is the users file (YAML).
 type File struct {
@@ -102,7 +144,12 @@ type Directory struct {
 	users  map[string]user
 	tokens map[[32]byte]Identity
 	dummy  []byte // a hash to compare against for unknown users (same timing)
+	legacy bool   // some token written as the former mapping
 }
+
+// LegacyTokens reports tokens written as the former mapping {name, role,
+// sha256}, read for one release only.
+func (d *Directory) LegacyTokens() bool { return d.legacy }
 
 type user struct {
 	hash []byte
@@ -168,14 +215,17 @@ func NewDirectory(f File) (*Directory, error) {
 		}
 		d.users[u.Name] = user{hash: []byte(u.PasswordHash), role: role, gen: generation(u.Name, u.PasswordHash, role)}
 	}
+	spec := make([]string, len(f.Tokens))
 	for i, t := range f.Tokens {
-		role := checkEntry(&errs, "tokens", i, t.Name, t.Role)
-		sum, err := hex.DecodeString(t.SHA256)
-		if err != nil || len(sum) != 32 {
-			errs = append(errs, fmt.Errorf("tokens[%d].sha256: want 64 hex digits", i))
-			continue
-		}
-		d.tokens[[32]byte(sum)] = Identity{Name: t.Name, Role: role, Via: "token"}
+		spec[i], d.legacy = t.entry(), d.legacy || t.legacy
+	}
+	entries, err := httpapi.ParseTokenEntries(tokenRoles(), strings.Join(spec, "\n"), 0)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("tokens: %w", err))
+	}
+	for _, t := range entries {
+		role, _ := ParseRole(t.Role) // ParseTokenEntries checked it
+		d.tokens[t.Hash] = Identity{Name: t.Name, Role: role, Via: "token"}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("users file: %w", err)
@@ -265,9 +315,9 @@ func UserLine(name string, role Role, hash string) string {
 	return fmt.Sprintf("  - {name: %s, role: %s, password_hash: %q}", name, role, hash)
 }
 
-// TokenLine is the users-file entry for a token.
+// TokenLine is the users-file entry for a token, a token-spec entry.
 func TokenLine(name string, role Role, sum string) string {
-	return fmt.Sprintf("  - {name: %s, role: %s, sha256: %s}", name, role, sum)
+	return fmt.Sprintf("  - %s:%s:%s", name, role, sum)
 }
 
 // BearerToken extracts the token of an "Authorization: Bearer" header.

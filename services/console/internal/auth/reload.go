@@ -37,7 +37,15 @@ func LoadReloading(path string, log *slog.Logger) (*ReloadingDirectory, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ReloadingDirectory{path: path, log: log, file: file}, nil
+	r := &ReloadingDirectory{path: path, log: log, file: file}
+	r.warnLegacy()
+	return r, nil
+}
+
+func (r *ReloadingDirectory) warnLegacy() {
+	if r.file.Current().LegacyTokens() && r.log != nil {
+		r.log.Warn("FLOODGATE_CONSOLE_USERS: tokens written as {name, role, sha256} are deprecated and will not be read after the next release; write \"name:role:sha256hex\" (docs/console.md)", "path", r.path)
+	}
 }
 
 // Password implements Users.
@@ -64,5 +72,6 @@ func (r *ReloadingDirectory) Run(ctx context.Context, every time.Duration) error
 			return
 		}
 		r.log.Info("users file reloaded", "path", r.path)
+		r.warnLegacy()
 	})
 }

@@ -4,7 +4,6 @@ package dlq
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
@@ -16,52 +15,14 @@ import (
 	"github.com/floodgate-dev/floodgate/services/console/internal/remote"
 )
 
-// Header is one Kafka header of a stored dead letter.
-type Header struct {
-	Key   string `json:"key"`
-	Value string `json:"value"`
-}
-
-// Record is one stored (redacted) dead letter.
-type Record struct {
-	ID              string    `json:"id"`
-	DLQTopic        string    `json:"dlq_topic"`
-	DLQPartition    int       `json:"dlq_partition"`
-	DLQOffset       int64     `json:"dlq_offset"`
-	DeadLetteredAt  time.Time `json:"dead_lettered_at"`
-	SourceTopic     string    `json:"source_topic"`
-	SourcePartition int       `json:"source_partition"`
-	SourceOffset    int64     `json:"source_offset"`
-	ConsumerGroup   string    `json:"consumer_group"`
-	Service         string    `json:"service"`
-	Class           string    `json:"class"`
-	ErrorMessage    string    `json:"error_message"`
-	Attempts        int       `json:"attempts"`
-	Headers         []Header  `json:"headers"`
-	Redaction       string    `json:"redaction"`
-	EventType       string    `json:"event_type"`
-	EventID         string    `json:"event_id"`
-	Replays         int       `json:"replays"`
-	LastReplayID    string    `json:"last_replay_id"`
-}
-
-// AuditEntry is one audited action on a record.
-type AuditEntry struct {
-	At     time.Time `json:"at"`
-	Actor  string    `json:"actor"`
-	Role   string    `json:"role"`
-	Action string    `json:"action"`
-	Reason string    `json:"reason"`
-}
-
-// Inspection is GET /v1/records/{id}.
-type Inspection struct {
-	Record    Record          `json:"record"`
-	KeyText   string          `json:"key_text"`
-	ValueText string          `json:"value_text"`
-	Payload   json.RawMessage `json:"payload"`
-	Audit     []AuditEntry    `json:"audit"`
-}
+// The auditor's documents, defined once in pkg/dlqapi: what the console
+// decodes is what the auditor encodes.
+type (
+	Header     = dlqapi.Header
+	Record     = dlqapi.Record
+	AuditEntry = dlqapi.AuditEntry
+	Inspection = dlqapi.Inspection
+)
 
 // Error is a refusal from the auditor (Service "dlq-auditor").
 type Error = remote.Error
@@ -101,10 +62,7 @@ func (c *Client) List(ctx context.Context, topic, class string, from, to time.Ti
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}
-		var page struct {
-			Records []Record `json:"records"`
-			Cursor  string   `json:"cursor"`
-		}
+		var page dlqapi.Page
 		if err := c.do(ctx, http.MethodGet, "/v1/records?"+q.Encode(), "", nil, &page); err != nil {
 			return nil, false, err
 		}
@@ -129,7 +87,7 @@ func (c *Client) Inspect(ctx context.Context, id string) (Inspection, error) {
 // Replay replays the records (canary first) with a reason.
 func (c *Client) Replay(ctx context.Context, ids []string, reason, corr string) (dlqapi.ReplayResult, error) {
 	var out dlqapi.ReplayResult
-	err := c.do(ctx, http.MethodPost, "/v1/replays", corr, map[string]any{"ids": ids, "reason": reason}, &out)
+	err := c.do(ctx, http.MethodPost, "/v1/replays", corr, dlqapi.ReplayBody{IDs: ids, Reason: reason}, &out)
 	return out, err
 }
 
@@ -137,6 +95,6 @@ func (c *Client) Replay(ctx context.Context, ids []string, reason, corr string) 
 // the dead letters stay on their DLQ topic until retention removes them.
 func (c *Client) Purge(ctx context.Context, ids []string, reason, corr string) (dlqapi.PurgeResult, error) {
 	var out dlqapi.PurgeResult
-	err := c.do(ctx, http.MethodPost, "/v1/purges", corr, map[string]any{"ids": ids, "reason": reason}, &out)
+	err := c.do(ctx, http.MethodPost, "/v1/purges", corr, dlqapi.PurgeBody{IDs: ids, Reason: reason}, &out)
 	return out, err
 }

@@ -158,7 +158,7 @@ func startDeadLetters(t *testing.T) *deadLetters {
 	token := "fgdlq_" + base64.RawURLEncoding.EncodeToString(raw)
 	sum := sha256.Sum256([]byte(token))
 	tokens := filepath.Join(t.TempDir(), "tokens")
-	require.NoError(t, os.WriteFile(tokens, []byte("console sre "+hex.EncodeToString(sum[:])+"\n"), 0o600))
+	require.NoError(t, os.WriteFile(tokens, []byte("console:sre:"+hex.EncodeToString(sum[:])+"\n"), 0o600))
 
 	var prefix string
 	e := newEnvWith(t, func(cfg *Config, p string) {

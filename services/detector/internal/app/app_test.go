@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi/openapitest"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stacktest"
@@ -54,6 +55,7 @@ func TestDetectorEndsWhenAPartDies(t *testing.T) {
 	go func() { done <- run.Run(ctx) }()
 
 	stacktest.WaitOK(t, "http://"+addr+"/readyz", 30*time.Second, "the detector's /readyz, from the runner")
+	openapitest.CheckUnmatched(t, "http://"+addr, "/healthz")
 	res, err := http.Get("http://" + addr + "/metrics")
 	require.NoError(t, err)
 	res.Body.Close()

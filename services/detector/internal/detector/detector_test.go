@@ -54,7 +54,7 @@ func newTestDetector(t *testing.T, pub Publisher, mod func(*Config)) *Detector {
 		Policies:   map[events.Pattern]PatternPolicy{score.RapidFire: {Multiplier: 0.1, TTL: time.Hour, Enforce: true}, score.DistributedIP: {Multiplier: 0.05, TTL: 6 * time.Hour, Enforce: true}},
 		Escalation: Escalation{Lookback: 24 * time.Hour, Quiet: 10 * time.Minute, Factor: 2, MaxTTL: 72 * time.Hour, Jitter: 0.1},
 		// The Redis store is held to the same contract (TestPenaltiesContract).
-		Penalties: newMemPenalties(time.Now), Publisher: pub, AbuseTopic: "abuse",
+		Penalties: NewMemPenalties(time.Now), Publisher: pub, AbuseTopic: "abuse",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry(),
 	}
 	if mod != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/floodgate-dev/floodgate/pkg/dlqapi"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/services/dlq-auditor/internal/auditor"
 )
@@ -147,16 +148,8 @@ func (s *Server) list(q *request) {
 	q.json(http.StatusOK, page)
 }
 
-// Inspection is one record with its payload decoded for reading.
-type Inspection struct {
-	Record auditor.Record `json:"record"`
-	// KeyText and ValueText are the (redacted) key and value as text when they
-	// are UTF-8; Payload is the value as JSON when it is JSON.
-	KeyText   string               `json:"key_text,omitempty"`
-	ValueText string               `json:"value_text,omitempty"`
-	Payload   json.RawMessage      `json:"payload,omitempty"`
-	Audit     []auditor.AuditEntry `json:"audit"`
-}
+// Inspection is GET /v1/records/{id}'s answer (pkg/dlqapi).
+type Inspection = dlqapi.Inspection
 
 func (s *Server) inspect(q *request) {
 	id := q.r.PathValue("id")
@@ -185,19 +178,12 @@ func (s *Server) inspect(q *request) {
 	q.json(http.StatusOK, out)
 }
 
-// ReplayBody is the body of POST /v1/replays.
-type ReplayBody struct {
-	IDs    []string `json:"ids"`
-	Canary int      `json:"canary"` // default 1
-	Rate   float64  `json:"rate"`   // messages per second; default and maximum: the server's
-	Reason string   `json:"reason"`
-}
-
-// PurgeBody is the body of POST /v1/purges.
-type PurgeBody struct {
-	IDs    []string `json:"ids"`
-	Reason string   `json:"reason"`
-}
+// ReplayBody and PurgeBody are the bodies of POST /v1/replays and
+// /v1/purges (pkg/dlqapi).
+type (
+	ReplayBody = dlqapi.ReplayBody
+	PurgeBody  = dlqapi.PurgeBody
+)
 
 func decodeBody(q *request, v any) bool {
 	if err := httpapi.DecodeJSON(q.r, v); err != nil {

@@ -4,7 +4,7 @@ package api
 
 import (
 	"fmt"
-	"io"
+	"strings"
 
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 )
@@ -31,10 +31,11 @@ func Allows(have, need string) bool { return roles().Allows(have, need) }
 // themselves are never stored. Immutable once loaded, so safe for concurrent use.
 type Tokens struct{ set *httpapi.Tokens }
 
-// HashToken returns the hex SHA-256 of token, as stored in the tokens file.
+// HashToken returns the hex SHA-256 of a token, as the token spec stores it.
 func HashToken(token string) string { return httpapi.HashToken(token) }
 
-// NewToken returns a fresh random token and its tokens-file line.
+// NewToken returns a fresh random token and its token-spec entry
+// (name:role:sha256hex) for FLOODGATE_DLQ_TOKENS or its file.
 func NewToken(name, role string) (token, line string, err error) {
 	if !httpapi.ValidTokenName(name) {
 		return "", "", fmt.Errorf("token name %q: want 1-64 of [A-Za-z0-9._@-]", name)
@@ -45,17 +46,40 @@ func NewToken(name, role string) (token, line string, err error) {
 	if token, err = httpapi.NewToken(TokenPrefix); err != nil {
 		return "", "", err
 	}
-	return token, fmt.Sprintf("%s %s %s", name, role, HashToken(token)), nil
+	return token, httpapi.TokenSpecEntry(name, role, token), nil
 }
 
-// ParseTokens reads a tokens file: one "<name> <role> <sha256 hex>" per line;
-// blank lines and lines starting with # are ignored. Errors name the line.
-func ParseTokens(r io.Reader) (*Tokens, error) {
-	set, err := httpapi.ParseTokenFile(roles(), r)
-	if err != nil {
-		return nil, err
+// ParseTokens reads FLOODGATE_DLQ_TOKENS (or the file FLOODGATE_DLQ_TOKENS_FILE
+// names): a token spec (pkg/httpapi), name:role:sha256hex entries one a line
+// or comma-separated. legacy reports the former file form, one
+// "<name> <role> <sha256 hex>" a line, still read for one release: entries
+// without a single ':' are.
+func ParseTokens(spec string) (t *Tokens, legacy bool, err error) {
+	var set *httpapi.Tokens
+	if legacy = isLegacy(spec); legacy {
+		set, err = httpapi.ParseLegacyTokenFile(roles(), strings.NewReader(spec))
+	} else {
+		set, err = httpapi.ParseTokenSpec(roles(), spec)
 	}
-	return &Tokens{set: set}, nil
+	if err != nil {
+		return nil, legacy, err
+	}
+	return &Tokens{set: set}, legacy, nil
+}
+
+// isLegacy: some line, not blank nor a comment, and none holds a ':'.
+func isLegacy(spec string) bool {
+	some := false
+	for _, line := range strings.Split(spec, "\n") {
+		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if strings.Contains(line, ":") {
+			return false
+		}
+		some = true
+	}
+	return some
 }
 
 // Lookup returns the principal of token (constant-time, pkg/httpapi).

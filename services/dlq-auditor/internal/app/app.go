@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"time"
 
 	"github.com/PagerDuty/go-pagerduty"
@@ -35,7 +34,7 @@ const Usage = `usage: dlq-auditor [command] [flags]
                  (or select with list's filters instead of ids)
   purge ID...    delete stored records (audited): -reason R
   completeness   produced vs processed vs dead-lettered: -topic T -group G [-from T] [-to T]
-  token          make an API token: -name N -role viewer|sre (prints the token and its tokens-file line)
+  token          make an API token: -name N -role viewer|sre (prints the token and its FLOODGATE_DLQ_TOKENS entry)
 
 The client commands call the API at FLOODGATE_DLQ_URL (default http://127.0.0.1:8084)
 with the token in FLOODGATE_DLQ_TOKEN.
@@ -83,20 +82,15 @@ func Serve(ctx context.Context, env service.Env, hooks *Hooks) error {
 	if err != nil {
 		return err
 	}
-	tokens := &api.Tokens{}
-	if cfg.TokensFile != "" {
-		f, err := os.Open(cfg.TokensFile)
-		if err != nil {
-			return fmt.Errorf("config: FLOODGATE_DLQ_TOKENS_FILE: %w", err)
-		}
-		tokens, err = api.ParseTokens(f)
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("config: FLOODGATE_DLQ_TOKENS_FILE %s: %w", cfg.TokensFile, err)
-		}
+	tokens, legacy, err := api.ParseTokens(cfg.Tokens.Reveal())
+	if err != nil {
+		return fmt.Errorf("config: FLOODGATE_DLQ_TOKENS (or its _FILE): %w", err)
+	}
+	if legacy {
+		log.Warn("FLOODGATE_DLQ_TOKENS_FILE: the \"<name> <role> <sha256>\" lines are deprecated and will not be read after the next release; write token-spec entries, name:role:sha256hex (docs/configuration.md)")
 	}
 	if tokens.Len() == 0 {
-		log.Warn("no API tokens: every API call will be refused; set FLOODGATE_DLQ_TOKENS_FILE (see `dlq-auditor token`)")
+		log.Warn("no API tokens: every API call will be refused; set FLOODGATE_DLQ_TOKENS or FLOODGATE_DLQ_TOKENS_FILE (see `dlq-auditor token`)")
 	}
 
 	metrics := auditor.NewMetrics(reg)

@@ -224,10 +224,10 @@ func TestDeadLettersAreAuditedReplayedAndAccountedFor(t *testing.T) {
 	doc, err := openapi.JSON(openapi.DLQAuditor)
 	require.NoError(t, err)
 	oas := openapitest.Load(t, doc)
-	var base string
+	var base, direct string
 	select {
 	case a := <-addrCh:
-		base = oas.Proxy(t, "http://"+a)
+		direct, base = "http://"+a, oas.Proxy(t, "http://"+a)
 	case err := <-auditorDone:
 		t.Fatalf("auditor did not start: %v", err)
 	}
@@ -510,6 +510,7 @@ func TestDeadLettersAreAuditedReplayedAndAccountedFor(t *testing.T) {
 			code, _ := call(http.MethodGet, p, "", nil, nil)
 			require.Equal(t, http.StatusOK, code, p)
 		}
+		openapitest.CheckUnmatched(t, direct, "/v1/records") // straight to the auditor: the proxy knows only the document's paths
 		code, _ := call(http.MethodGet, "/v1/completeness?topic="+topic+"&group="+group+"&from=yesterday", viewerToken, nil, nil)
 		require.Equal(t, http.StatusBadRequest, code)
 		oas.CheckCovered(t)

@@ -189,6 +189,6 @@ func tokenCmd(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
-	_, err = fmt.Fprintf(stdout, "token: %s\ntokens-file line (the server keeps only the hash):\n%s\n", token, line)
+	_, err = fmt.Fprintf(stdout, "token: %s\nFLOODGATE_DLQ_TOKENS entry (the server keeps only the hash):\n%s\n", token, line)
 	return err
 }

@@ -39,7 +39,7 @@ type ServiceConfig struct {
 	PagerURL         string               // FLOODGATE_PAGERDUTY_URL; empty = PagerDuty's Events API
 	AlertThreshold   int                  // FLOODGATE_DLQ_ALERT_THRESHOLD: dead letters per window and source topic that page
 	AlertWindow      time.Duration        // FLOODGATE_DLQ_ALERT_WINDOW
-	TokensFile       string               // FLOODGATE_DLQ_TOKENS_FILE: hashed API tokens; empty = every API call is refused
+	Tokens           config.Secret        // FLOODGATE_DLQ_TOKENS or the file FLOODGATE_DLQ_TOKENS_FILE: the API's callers, a token spec (pkg/httpapi); empty = every API call is refused
 	ReplayRate       float64              // FLOODGATE_DLQ_REPLAY_RATE: most messages per second one replay publishes
 	ReplayMax        int                  // FLOODGATE_DLQ_REPLAY_MAX: most records one replay or purge may select
 	ReplayTopics     []string             // FLOODGATE_DLQ_REPLAY_TOPICS: topics a dead letter may be replayed to besides the one its DLQ serves
@@ -63,7 +63,7 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 		PagerURL:         e.String("FLOODGATE_PAGERDUTY_URL", ""),
 		AlertThreshold:   e.Int("FLOODGATE_DLQ_ALERT_THRESHOLD", DefaultAlertThreshold),
 		AlertWindow:      e.Duration("FLOODGATE_DLQ_ALERT_WINDOW", DefaultAlertWindow),
-		TokensFile:       e.String("FLOODGATE_DLQ_TOKENS_FILE", ""),
+		Tokens:           e.Secret("FLOODGATE_DLQ_TOKENS", "FLOODGATE_DLQ_TOKENS_FILE"),
 		ReplayRate:       e.Float("FLOODGATE_DLQ_REPLAY_RATE", DefaultReplayRate),
 		ReplayMax:        e.Int("FLOODGATE_DLQ_REPLAY_MAX", DefaultReplayMax),
 		ReplayTopics:     e.List("FLOODGATE_DLQ_REPLAY_TOPICS", ""),

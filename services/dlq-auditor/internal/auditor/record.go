@@ -14,13 +14,13 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/floodgate-dev/floodgate/pkg/dlqapi"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
 // ClassInvalidRecord classifies a message on a DLQ topic that is not a
-// well-formed dead-letter record (a dlq_* header missing or malformed). It is
-// stored like any other, so nothing is lost, but cannot be replayed.
-const ClassInvalidRecord = "invalid_record"
+// well-formed dead-letter record (dlqapi.ClassInvalidRecord).
+const ClassInvalidRecord = dlqapi.ClassInvalidRecord
 
 // ServiceUnknown is the service of an invalid record.
 const ServiceUnknown = "unknown"
@@ -31,48 +31,12 @@ var ErrNotFound = errors.New("dlq record not found")
 // ErrBadID is wrapped by ParseID's errors.
 var ErrBadID = errors.New("bad dlq record id")
 
-// Header is a Kafka header with a UTF-8 value (redacted in stored copies).
-type Header struct {
-	Key   string `json:"key"`
-	Value string `json:"value"`
-}
-
-// Record is the stored, redacted copy of one dead letter. Its id is the dead
-// letter's own Kafka coordinates, where the original bytes can still be read.
-type Record struct {
-	ID             string    `json:"id"` // "<dlq topic>:<partition>:<offset>"
-	DLQTopic       string    `json:"dlq_topic"`
-	DLQPartition   int       `json:"dlq_partition"`
-	DLQOffset      int64     `json:"dlq_offset"`
-	DeadLetteredAt time.Time `json:"dead_lettered_at"` // the DLQ message's timestamp
-
-	SourceTopic     string    `json:"source_topic"`
-	SourcePartition int       `json:"source_partition"`
-	SourceOffset    int64     `json:"source_offset"`
-	SourceTime      time.Time `json:"source_time"`
-	ConsumerGroup   string    `json:"consumer_group"`
-	Service         string    `json:"service"`
-	Class           string    `json:"class"` // a stream.ErrorClass or ClassInvalidRecord
-	ErrorMessage    string    `json:"error_message"`
-	Attempts        int       `json:"attempts"`
-	FirstFailure    time.Time `json:"first_failure"`
-
-	Key       []byte   `json:"key"`   // redacted
-	Value     []byte   `json:"value"` // redacted
-	Headers   []Header `json:"headers"`
-	Redaction string   `json:"redaction"`            // RedactedDecision, RedactedAbuse or RedactedScrubbed
-	EventType string   `json:"event_type,omitempty"` // when the value decoded
-	EventID   string   `json:"event_id,omitempty"`
-
-	StoredAt       time.Time `json:"stored_at"`
-	ExpiresAt      time.Time `json:"expires_at"`
-	Replays        int       `json:"replays"`
-	LastReplayID   string    `json:"last_replay_id,omitempty"`
-	LastReplayedAt time.Time `json:"last_replayed_at,omitzero"`
-}
-
-// Replayable reports whether r names a source it can be replayed to.
-func (r *Record) Replayable() bool { return r.Class != ClassInvalidRecord && r.SourceTopic != "" }
+// Header, Record and ClassInvalidRecord are the API's (pkg/dlqapi): the
+// console decodes what the auditor stores and serves.
+type (
+	Header = dlqapi.Header
+	Record = dlqapi.Record
+)
 
 // RecordID builds a record id from a dead letter's coordinates.
 func RecordID(dlqTopic string, partition int, offset int64) string {

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/floodgate-dev/floodgate/pkg/dlqapi"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 )
 
@@ -109,11 +110,8 @@ type Filter struct {
 	Cursor  string // from the previous Page; empty for the first
 }
 
-// Page is one page of List's results, oldest first; Cursor is empty on the last.
-type Page struct {
-	Records []Record `json:"records"`
-	Cursor  string   `json:"cursor,omitempty"`
-}
+// Page is one page of List (pkg/dlqapi).
+type Page = dlqapi.Page
 
 type listCursor struct {
 	Day int               `json:"d"`
@@ -291,19 +289,9 @@ func (s *Store) MarkReplayed(ctx context.Context, id, replayID string, at time.T
 	return nil
 }
 
-// AuditEntry is one audited change, stored in the shared audit log: pk is
-// the subject ("dlq_record#<id>"), sk "<at>#<id>", gsi1 lists by actor.
-type AuditEntry struct {
-	ID            string            `json:"id"`
-	At            time.Time         `json:"at"`
-	Actor         string            `json:"actor"`
-	Role          string            `json:"role"`
-	Action        string            `json:"action"` // "dlq.replay", "dlq.purge"
-	Subject       string            `json:"subject"`
-	Reason        string            `json:"reason"`
-	CorrelationID string            `json:"correlation_id"`
-	Details       map[string]string `json:"details,omitempty"`
-}
+// AuditEntry is one audited change (pkg/dlqapi), stored in the shared audit
+// log: pk is the subject ("dlq_record#<id>"), sk "<at>#<id>", gsi1 lists by actor.
+type AuditEntry = dlqapi.AuditEntry
 
 // Audit actions.
 const (

@@ -83,6 +83,9 @@ func Run(ctx context.Context, env service.Env) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Callers.Legacy() {
+		log.Warn("FLOODGATE_LIMITER_CALLERS: entries without a role (name:sha256hex:…) are deprecated and will not be read after the next release; write name:gateway:sha256hex:… (docs/limiter.md)")
+	}
 
 	// Rules: a watched file, the single-bucket grid of FLOODGATE_LIMITER_PRINCIPAL_LIMIT, or the built-in grid.
 	var rules *limiter.Ruleset
@@ -236,7 +239,7 @@ func Run(ctx context.Context, env service.Env) error {
 	}
 	// net/http/pprof on its own listener, off unless FLOODGATE_LIMITER_DEBUG_ADDR is set.
 	if cfg.DebugAddr != "" {
-		mux := http.NewServeMux()
+		mux := httpapi.NewMux() // a path it does not serve is a 404 problem, as on every port
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

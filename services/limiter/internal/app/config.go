@@ -195,15 +195,16 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 	}
 	c.ProxyIdentityTrusted = identity
 	c.ProxyAnonIPv6Prefix = e.Int("FLOODGATE_LIMITER_PROXY_ANON_IPV6_PREFIX", 64)
+	callersSpec := e.Secret("FLOODGATE_LIMITER_CALLERS", "FLOODGATE_LIMITER_CALLERS_FILE")
 	jc, jerr := journal.ConfigFromEnv(getenv)
 	if err := errors.Join(append(perr, e.Err(), jerr, ierr)...); err != nil {
 		return Config{}, err
 	}
 	c.Journal = jc
-	if spec := e.String("FLOODGATE_LIMITER_CALLERS", ""); spec != "" {
+	if spec := callersSpec.Reveal(); spec != "" {
 		callers, err := callers.ParseCallers(spec)
 		if err != nil {
-			return Config{}, fmt.Errorf("FLOODGATE_LIMITER_CALLERS: %w", err)
+			return Config{}, fmt.Errorf("FLOODGATE_LIMITER_CALLERS (or its _FILE): %w", err)
 		}
 		c.Callers = callers
 	}
@@ -224,7 +225,7 @@ func (c Config) Validate() error {
 	switch c.Auth {
 	case "none":
 	case "tokens":
-		v.Require(c.Callers != nil, "FLOODGATE_LIMITER_CALLERS", "required with FLOODGATE_LIMITER_AUTH=tokens: name:sha256[:max_cost[:kind+kind[:id+id[:route+route]]]], …")
+		v.Require(c.Callers != nil, "FLOODGATE_LIMITER_CALLERS", "required with FLOODGATE_LIMITER_AUTH=tokens: name:gateway:sha256hex[:max_cost[:kind+kind[:id+id[:route+route]]]], …")
 	case "":
 		v.Require(false, "FLOODGATE_LIMITER_AUTH", "the limiter listens beyond loopback (%s, %s): choose tokens (gateways in FLOODGATE_LIMITER_CALLERS) or none (anyone who can connect may name any principal)", c.HTTPAddr, c.GRPCAddr)
 	default:

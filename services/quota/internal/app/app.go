@@ -108,6 +108,14 @@ func Serve(ctx context.Context, env service.Env) error {
 	if err != nil {
 		return err
 	}
+	var tokens *httpapi.Tokens
+	if cfg.Tokens != "" {
+		if tokens, err = usageapi.ParseTokens(cfg.Tokens.Reveal()); err != nil {
+			return fmt.Errorf("config: FLOODGATE_QUOTA_TOKENS: %w", err)
+		}
+	} else {
+		log.Warn("FLOODGATE_QUOTA_TOKENS is not set: the usage API answers anyone who reaches it (loopback only)", "addr", cfg.HTTPAddr)
+	}
 	metrics := ledger.NewMetrics(reg)
 
 	rdb, ksec, err := run.Connect(ctx, service.Backends{RedisAddrs: cfg.RedisAddrs, RedisSecurity: cfg.RedisSecurity,
@@ -132,15 +140,6 @@ func Serve(ctx context.Context, env service.Env) error {
 	}
 
 	mux := httpapi.NewMux()
-	var tokens *httpapi.Tokens
-	if cfg.Tokens != "" {
-		if tokens, err = usageapi.ParseTokens(cfg.Tokens); err != nil {
-			_ = rdb.Close()
-			return fmt.Errorf("config: FLOODGATE_QUOTA_TOKENS: %w", err)
-		}
-	} else {
-		log.Warn("FLOODGATE_QUOTA_TOKENS is not set: the usage API answers anyone who reaches it (loopback only)", "addr", cfg.HTTPAddr)
-	}
 	usageapi.Register(mux, store, tokens, env.Now, log)
 	doc, err := openapi.JSON(openapi.Quota)
 	if err != nil {

@@ -14,10 +14,11 @@ import (
 // Config is the quota service's start-up configuration, read from the environment.
 type Config struct {
 	HTTPAddr string // FLOODGATE_QUOTA_ADDR: usage API, /healthz, /readyz, /metrics
-	// Tokens are the usage API's callers (FLOODGATE_QUOTA_TOKENS,
-	// name:reader:sha256hex, comma-separated); required unless HTTPAddr is
-	// a loopback address (issue 22 S14: usage was readable by anyone).
-	Tokens        string
+	// Tokens are the usage API's callers, a token spec (pkg/httpapi:
+	// name:reader:sha256hex entries) in FLOODGATE_QUOTA_TOKENS or the file
+	// FLOODGATE_QUOTA_TOKENS_FILE names; required unless HTTPAddr is a
+	// loopback address (issue 22 S14: usage was readable by anyone).
+	Tokens        config.Secret
 	KafkaBrokers  []string             // FLOODGATE_KAFKA_BROKERS
 	KafkaSecurity config.KafkaSecurity // FLOODGATE_KAFKA_TLS*, FLOODGATE_KAFKA_SASL_* (docs/configuration.md)
 	// Kafka is KafkaSecurity built and checked at start-up (stream.Secure);
@@ -103,7 +104,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 	e := config.NewEnv(getenv)
 	c := Config{
 		HTTPAddr:       e.String("FLOODGATE_QUOTA_ADDR", DefaultAddr),
-		Tokens:         e.String("FLOODGATE_QUOTA_TOKENS", ""),
+		Tokens:         e.Secret("FLOODGATE_QUOTA_TOKENS", "FLOODGATE_QUOTA_TOKENS_FILE"),
 		KafkaBrokers:   e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
 		KafkaSecurity:  config.ReadKafkaSecurity(e),
 		RedisSecurity:  config.ReadRedisSecurity(e),

@@ -16,6 +16,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/ledger"
+	"github.com/floodgate-dev/floodgate/services/quota/internal/ledger/ledgertest"
 	"github.com/floodgate-dev/floodgate/services/quota/internal/quotatest"
 )
 
@@ -56,99 +57,16 @@ func (f *faultyDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput,
 	return out, err
 }
 
-func entries(offsets ...int64) []ledger.Entry {
-	out := make([]ledger.Entry, len(offsets))
-	for i, o := range offsets {
-		out[i] = ledger.Entry{Offset: o, Cost: o + 1} // cost distinguishes offsets
-	}
-	return out
-}
-
-// ledgerStore is the ledger as the consumer writes it and the usage API reads it.
-type ledgerStore interface {
-	ledger.Writer
-	ledger.UsageReader
-}
-
 // TestLedgerContract runs the contract of the ledger against the DynamoDB
 // store and the in-memory double (quotatest.MemLedger).
 func TestLedgerContract(t *testing.T) {
 	t.Run("dynamodb", func(t *testing.T) {
 		db, prefix := quotatest.LedgerTable(t)
 		store := ledger.NewStore(db, prefix+dynamo.TableQuotaLedger, 400, time.Now)
-		ledgerContract(t, func() ledgerStore { return store })
+		ledgertest.Run(t, func() ledgertest.Store { return store })
 	})
 	t.Run("memory", func(t *testing.T) {
-		ledgerContract(t, func() ledgerStore { return quotatest.NewMemLedger() })
-	})
-}
-
-// ledgerContract is what every ledger does: each decision's units count once
-// however often its partition's batch or its replay is written. The
-// principals of each case are unique, so open may return one shared store.
-func ledgerContract(t *testing.T, open func() ledgerStore) {
-	ctx := context.Background()
-	type write struct {
-		partition int
-		entries   []ledger.Entry
-		replay    *[2]int64 // partition/offset of a replayed dead letter, cost 100
-	}
-	tests := []struct {
-		name   string
-		writes []write
-		want   int64
-	}{
-		{"first write applies", []write{{0, entries(0, 1, 2), nil}}, 1 + 2 + 3},
-		{"same batch again is fenced", []write{{0, entries(0, 1, 2), nil}, {0, entries(0, 1, 2), nil}}, 6},
-		{"next batch applies", []write{{0, entries(0, 1), nil}, {0, entries(5, 7), nil}}, 1 + 2 + 6 + 8},
-		{"overlapping batch applies only the new offsets", []write{{3, entries(1, 2), nil}, {3, entries(1, 2, 3, 4), nil}}, 2 + 3 + 4 + 5},
-		{"a shorter redelivery after a longer write is fenced", []write{{3, entries(1, 2, 3), nil}, {3, entries(1, 2), nil}, {3, entries(3, 4), nil}}, 2 + 3 + 4 + 5},
-		{"partitions are fenced separately", []write{{1, entries(10), nil}, {2, entries(10), nil}, {1, entries(10), nil}}, 22},
-		{"a replay counts once", []write{{0, entries(4), nil}, {replay: &[2]int64{0, 4}}, {replay: &[2]int64{0, 4}}, {replay: &[2]int64{1, 4}}}, 5 + 100 + 100},
-	}
-	for i, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			store := open()
-			principal := "bot:fence" + time.Now().Format("150405.000000") + string(rune('a'+i))
-			var res ledger.WriteResult
-			var applied, fenced int64
-			var err error
-			for _, w := range tc.writes {
-				if w.replay != nil {
-					res, err = store.ApplyReplay(ctx, principal, "2026-01-02", int(w.replay[0]), w.replay[1], 100)
-				} else {
-					res, err = store.ApplyPartition(ctx, principal, "2026-01-02", w.partition, w.entries)
-				}
-				require.NoError(t, err)
-				applied, fenced = applied+res.Applied, fenced+res.Fenced
-			}
-			require.Equal(t, tc.want, res.Total, "total returned by the last write")
-			require.Equal(t, tc.want, applied, "units applied by all writes")
-			var offered int64
-			for _, w := range tc.writes {
-				if w.replay != nil {
-					offered += 100
-				}
-				for _, e := range w.entries {
-					offered += e.Cost
-				}
-			}
-			require.Equal(t, offered-tc.want, fenced, "units fenced by all writes")
-			got, err := store.Usage(ctx, principal, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC))
-			require.NoError(t, err)
-			require.Equal(t, []ledger.DayUsage{{Day: "2026-01-01", Units: 0}, {Day: "2026-01-02", Units: tc.want}}, got)
-		})
-	}
-	t.Run("days are kept apart", func(t *testing.T) {
-		store := open()
-		principal := "user:days" + time.Now().Format("150405.000000")
-		_, err := store.ApplyPartition(ctx, principal, "2026-01-02", 0, entries(0))
-		require.NoError(t, err)
-		_, err = store.ApplyPartition(ctx, principal, "2026-01-04", 0, entries(0, 1))
-		require.NoError(t, err)
-		got, err := store.Usage(ctx, principal, time.Date(2026, 1, 2, 23, 0, 0, 0, time.UTC), time.Date(2026, 1, 4, 1, 0, 0, 0, time.UTC))
-		require.NoError(t, err)
-		require.Equal(t, []ledger.DayUsage{{Day: "2026-01-02", Units: 1}, {Day: "2026-01-03", Units: 0}, {Day: "2026-01-04", Units: 3}}, got)
+		ledgertest.Run(t, func() ledgertest.Store { return quotatest.NewMemLedger() })
 	})
 }
 
@@ -165,7 +83,7 @@ func TestStoreFencing(t *testing.T) {
 		principal := "user:lost" + time.Now().Format("150405.000000")
 		var want int64
 		for batch := range 50 {
-			es := entries(int64(batch*3), int64(batch*3+1), int64(batch*3+2))
+			es := ledgertest.Entries(int64(batch*3), int64(batch*3+1), int64(batch*3+2))
 			for _, e := range es {
 				want += e.Cost
 			}
@@ -184,7 +102,7 @@ func TestStoreFencing(t *testing.T) {
 
 	t.Run("items expire retention days after their day", func(t *testing.T) {
 		principal := "user:ttl" + time.Now().Format("150405.000000")
-		_, err := store.ApplyPartition(ctx, principal, "2026-01-02", 0, entries(0))
+		_, err := store.ApplyPartition(ctx, principal, "2026-01-02", 0, ledgertest.Entries(0))
 		require.NoError(t, err)
 		out, err := db.GetItem(ctx, &dynamodb.GetItemInput{
 			TableName: aws.String(prefix + dynamo.TableQuotaLedger),

@@ -16,7 +16,7 @@ func TestConfigUsageTokensBeyondLoopback(t *testing.T) {
 	env := map[string]string{"FLOODGATE_QUOTA_ADDR": "0.0.0.0:8085", "FLOODGATE_QUOTA_TOKENS": "console:reader:" + strings.Repeat("ab", 32)}
 	cfg, err := ledger.ConfigFromEnv(func(k string) string { return env[k] })
 	require.NoError(t, err)
-	require.Equal(t, env["FLOODGATE_QUOTA_TOKENS"], cfg.Tokens)
+	require.Equal(t, env["FLOODGATE_QUOTA_TOKENS"], cfg.Tokens.Reveal())
 }
 
 func TestConfigFromEnv(t *testing.T) {

@@ -18,8 +18,9 @@ import (
 // Roles of the usage API's tokens: reader reads usage.
 func Roles() httpapi.Roles { return httpapi.Roles{"reader"} }
 
-// ParseTokens reads FLOODGATE_QUOTA_TOKENS (name:role:sha256hex, comma-separated).
-func ParseTokens(spec string) (*httpapi.Tokens, error) { return httpapi.ParseTokenList(Roles(), spec) }
+// ParseTokens reads FLOODGATE_QUOTA_TOKENS, a token spec (pkg/httpapi:
+// name:reader:sha256hex entries).
+func ParseTokens(spec string) (*httpapi.Tokens, error) { return httpapi.ParseTokenSpec(Roles(), spec) }
 
 // Register adds the usage route to mux. With tokens, a caller must send one
 // (Authorization: Bearer); nil serves anyone (loopback only, the config
