@@ -37,7 +37,8 @@ var lastV7 atomic.Int64
 
 // v7Time is now as Unix ms << 12 | the ms's fraction in 4096ths, greater
 // than every earlier one in the process (one more when the clock has not
-// moved on, or went back).
+// moved on, or went back). More than 4,096 ids in a millisecond move the
+// time ahead of the clock until the clock catches up.
 func v7Time() int64 {
 	now := time.Now().UnixNano()
 	t := now/1e6<<12 | (now%1e6)*4096/1e6
