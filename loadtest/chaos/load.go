@@ -48,13 +48,22 @@ type Load struct {
 	// Priority returns the priority bucket of the i-th check of worker w
 	// (critical, degraded, best_effort, bulk); nil: none sent.
 	Priority func(w, i int) string
-	// Deadline, when set, is each caller's: sent as X-Floodgate-Timeout-Ms,
-	// and the caller stops waiting for the answer after it (it fails open,
-	// as a gateway does). Zero: 2 s, no header.
+	// Deadline, when set, is each caller's: sent as X-Floodgate-Timeout-Ms
+	// (over gRPC, as the call's deadline), and the caller stops waiting for
+	// the answer after it (it fails open, as a gateway does). Zero: 2 s, no
+	// header.
 	Deadline time.Duration
+	// GRPCAddr, when set, sends each check as Envoy's ShouldRateLimit to the
+	// limiter's gRPC address instead of POST /v1/check, over Conns
+	// connections shared by the workers (a worker cancels its call at the
+	// deadline and keeps the connection, as Envoy does); Conns zero: one per
+	// worker.
+	GRPCAddr string
+	Conns    int
 
 	mu      sync.Mutex
 	results []Check
+	err     error // the connections could not be set up
 	bodies  sync.Map // bodyKey → []byte: each distinct body is encoded once
 }
 
@@ -72,9 +81,14 @@ type bodyKey struct {
 // limiter does not get — which is most of what an overload run measures
 // (docs/chaos.md, overload).
 func (l *Load) Run(ctx context.Context) {
-	client := &fasthttp.HostClient{Addr: strings.TrimPrefix(l.URL, "http://"), MaxConns: l.Workers,
-		ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, MaxConnWaitTimeout: 2 * time.Second}
-	defer client.CloseIdleConnections()
+	send, closeAll, err := l.senders()
+	if err != nil {
+		l.mu.Lock()
+		l.err = err
+		l.mu.Unlock()
+		return
+	}
+	defer closeAll()
 	interval := time.Duration(float64(time.Second) * float64(l.Workers) / float64(max(l.Rate, 1)))
 	route := l.Route
 	if route == "" {
@@ -86,9 +100,8 @@ func (l *Load) Run(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			local := make([]Check, 0, 1024)
-			req, resp := l.request(), fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(resp)
+			one, done := send(w)
+			defer done()
 			timer := time.NewTimer(0)
 			<-timer.C
 			next := time.Now().Add(time.Duration(w) * interval / time.Duration(l.Workers))
@@ -111,7 +124,7 @@ func (l *Load) Run(ctx context.Context) {
 				if l.Priority != nil {
 					prio = l.Priority(w, i)
 				}
-				local = append(local, l.one(client, req, resp, l.Next(w, i), route, prio))
+				local = append(local, one(l.Next(w, i), route, prio))
 			}
 			l.mu.Lock()
 			l.results = append(l.results, local...)
@@ -119,6 +132,29 @@ func (l *Load) Run(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
+}
+
+// sender sends one check of p on route at priority and returns its outcome.
+type sender func(p events.Principal, route, priority string) Check
+
+// senders returns, for worker w, its sender and what releases it, and what
+// closes the connections once every worker is done: fasthttp's client for
+// POST /v1/check, or gRPC connections for ShouldRateLimit (GRPCAddr).
+func (l *Load) senders() (func(w int) (sender, func()), func(), error) {
+	if l.GRPCAddr != "" {
+		return l.grpcSenders()
+	}
+	client := &fasthttp.HostClient{Addr: strings.TrimPrefix(l.URL, "http://"), MaxConns: l.Workers,
+		ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, MaxConnWaitTimeout: 2 * time.Second}
+	return func(int) (sender, func()) {
+		req, resp := l.request(), fasthttp.AcquireResponse()
+		return func(p events.Principal, route, priority string) Check {
+				return l.one(client, req, resp, p, route, priority)
+			}, func() {
+				fasthttp.ReleaseRequest(req)
+				fasthttp.ReleaseResponse(resp)
+			}
+	}, client.CloseIdleConnections, nil
 }
 
 type checkBody struct {
@@ -190,6 +226,13 @@ func (l *Load) one(client *fasthttp.HostClient, req *fasthttp.Request, resp *fas
 	}
 	c.Latency = time.Since(c.Start)
 	return c
+}
+
+// Err is why Run sent nothing: its connections could not be set up.
+func (l *Load) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
 }
 
 // Results returns every check sent (after Run returned).

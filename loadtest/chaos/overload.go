@@ -64,6 +64,22 @@ const (
 // loaded shared machine moves them): answers within the deadline ≥ 90 % of
 // saturation, critical p99 ≤ 25 ms.
 func Overload(ctx context.Context, e *Env, s Size, r *Result) error {
+	return overload(ctx, e, s, r, false)
+}
+
+// OverloadGRPC is Overload with every check sent as Envoy sends it: a
+// ShouldRateLimit call with the caller's deadline as its gRPC deadline, over
+// 64 HTTP/2 connections (Envoy's workers each keep one to the rate-limit
+// cluster). A caller that gives up cancels its stream and keeps its
+// connection, where an HTTP/1.1 caller closes it.
+func OverloadGRPC(ctx context.Context, e *Env, s Size, r *Result) error {
+	return overload(ctx, e, s, r, true)
+}
+
+// overloadGRPCConns are the open-loop phases' connections in the gRPC mode.
+const overloadGRPCConns = 64
+
+func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) error {
 	rd, b, err := e.StartStack(ctx)
 	if err != nil {
 		return err
@@ -77,10 +93,28 @@ func Overload(ctx context.Context, e *Env, s Size, r *Result) error {
 		return err
 	}
 	debugAddr := "127.0.0.1:" + strconv.Itoa(debugPort)
-	lim, err := e.StartLimiter(ctx, b, rd, "", "FLOODGATE_LIMITER_RULES="+rules, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=", "GOMAXPROCS=1",
-		"FLOODGATE_LIMITER_DEBUG_ADDR="+debugAddr)
+	grpcPort, err := FreePort()
 	if err != nil {
 		return err
+	}
+	grpcAddr := "127.0.0.1:" + strconv.Itoa(grpcPort)
+	lim, err := e.StartLimiter(ctx, b, rd, "", "FLOODGATE_LIMITER_RULES="+rules, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=", "GOMAXPROCS=1",
+		"FLOODGATE_LIMITER_DEBUG_ADDR="+debugAddr, "FLOODGATE_LIMITER_GRPC_ADDR="+grpcAddr)
+	if err != nil {
+		return err
+	}
+	// via sets l's transport: POST /v1/check over HTTP/1.1, or gRPC over
+	// conns connections.
+	via := func(l *Load, conns int) *Load {
+		if viaGRPC {
+			l.GRPCAddr, l.Conns = grpcAddr, conns
+		}
+		return l
+	}
+	if viaGRPC {
+		r.metric("transport", "gRPC ShouldRateLimit (Floodgate's descriptor), the caller's deadline as the call's; %d connections in the open-loop phases", overloadGRPCConns)
+	} else {
+		r.metric("transport", "HTTP/1.1 POST /v1/check, the caller's deadline in X-Floodgate-Timeout-Ms; a caller that gives up closes its connection")
 	}
 	profiles := filepath.Dir(rules)
 	pinned := runtime.NumCPU() >= 2
@@ -145,12 +179,15 @@ func Overload(ctx context.Context, e *Env, s Size, r *Result) error {
 	perCoreSecond := func(from, to cpuAt, n int) float64 {
 		return float64(n) / max((to.lim-from.lim).Seconds(), 0.01)
 	}
-	satLoad := &Load{URL: "http://" + lim.Addr, Rate: 1 << 30, Workers: 64, Next: func(w, i int) events.Principal { return people[(w*7919+i)%len(people)] }}
+	satLoad := via(&Load{URL: "http://" + lim.Addr, Rate: 1 << 30, Workers: 64, Next: func(w, i int) events.Principal { return people[(w*7919+i)%len(people)] }}, 4)
 	sat0 := cpuNow()
 	stop := startLoad(ctx, satLoad)
 	_ = sleep(ctx, phase)
 	stop()
 	sat1 := cpuNow()
+	if err := satLoad.Err(); err != nil {
+		return err
+	}
 	sat := Summarise(satLoad.Results(), time.Time{}, time.Time{})
 	satRate := float64(sat.Answered) / phase.Seconds()
 	satCPU, satGen := cpuPerCheck(sat0, sat1, sat.Answered)
@@ -159,7 +196,7 @@ func Overload(ctx context.Context, e *Env, s Size, r *Result) error {
 	for _, f := range []float64{1.3, 2} {
 		abuser := events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("abuser-%.1f-%d", f, time.Now().UnixNano())}
 		rate := int(f * satRate)
-		load := &Load{URL: "http://" + lim.Addr, Rate: rate, Workers: 1024, Deadline: overloadDeadline, Next: func(w, i int) events.Principal {
+		load := via(&Load{URL: "http://" + lim.Addr, Rate: rate, Workers: 1024, Deadline: overloadDeadline, Next: func(w, i int) events.Principal {
 			if (w+i)%10 == 0 {
 				return abuser
 			}
@@ -169,7 +206,7 @@ func Overload(ctx context.Context, e *Env, s Size, r *Result) error {
 				return "critical"
 			}
 			return ""
-		}}
+		}}, overloadGRPCConns)
 		var peakG float64
 		var mu sync.Mutex
 		sctx, cancel := context.WithCancel(ctx)
@@ -246,11 +283,18 @@ func Overload(ctx context.Context, e *Env, s Size, r *Result) error {
 		mu.Lock()
 		g := peakG
 		mu.Unlock()
+		if err := load.Err(); err != nil {
+			return err
+		}
+		conns := load.Workers
+		if viaGRPC {
+			conns = load.Conns
+		}
 		name := fmt.Sprintf("%.1f×", f)
 		goodput := float64(inTime) / elapsed.Seconds()
 		cpu, genSat := cpuPerCheck(cpu0, cpu1, w.Answered)
-		r.metric(name, "offered %d/s over 1024 connections, deadline %s; %d checks, %d answered within it (%.0f/s = %.0f %% of saturation; %.0f per limiter core-second), %d answered in all (%d of them read after the deadline), p50 %s, p99 %s; critical p99 %s; %.2f %% shed, %.2f %% failed open; %.0f dropped past their deadline by the limiter; abuser admitted %.2f× its limit; peak RSS %d MiB, peak goroutines %.0f; %s; throttled in %d periods (%s waiting); load average %s; %s%s",
-			rate, overloadDeadline, w.Sent, inTime, goodput, 100*goodput/max(satRate, 1), perCoreSecond(cpu0, cpu1, inTime), w.Answered, late, ms(w.P50), ms(w.P99), ms(critP99),
+		r.metric(name, "offered %d/s from 1024 callers over %d connections, deadline %s; %d checks, %d answered within it (%.0f/s = %.0f %% of saturation; %.0f per limiter core-second), %d answered in all (%d of them read after the deadline), p50 %s, p99 %s; critical p99 %s; %.2f %% shed, %.2f %% failed open; %.0f dropped past their deadline by the limiter; abuser admitted %.2f× its limit; peak RSS %d MiB, peak goroutines %.0f; %s; throttled in %d periods (%s waiting); load average %s; %s%s",
+			rate, conns, overloadDeadline, w.Sent, inTime, goodput, 100*goodput/max(satRate, 1), perCoreSecond(cpu0, cpu1, inTime), w.Answered, late, ms(w.P50), ms(w.P99), ms(critP99),
 			pct(shed, w.Answered), pct(failedOpen, inTime), dropped1-dropped0, float64(abuserAllowed)/allowedMax, rss>>20, g, cpu,
 			thr1-thr0, ms(thrWait1-thrWait0), loadAverage(), profNote, invalidNote(genSat))
 		r.metric(name+" targets", "answers within the deadline ≥ 90 %% of saturation: %s (%.0f %%); critical p99 ≤ 25 ms: %s (%s)",

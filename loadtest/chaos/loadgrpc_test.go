@@ -1,0 +1,111 @@
+package chaos
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/envoyrls"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
+)
+
+// rlsByID answers ShouldRateLimit by the principal id the call names, and
+// records each call's deadline and descriptor entries.
+type rlsByID struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	mu        sync.Mutex
+	deadlines []time.Duration
+	entries   map[string]string
+}
+
+func (s *rlsByID) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	entries := map[string]string{}
+	for _, e := range in.GetDescriptors()[0].GetEntries() {
+		entries[e.GetKey()] = e.GetValue()
+	}
+	d, _ := ctx.Deadline()
+	s.mu.Lock()
+	s.deadlines = append(s.deadlines, time.Until(d))
+	s.entries = entries
+	s.mu.Unlock()
+	h := func(kv ...string) []*corev3.HeaderValue {
+		out := []*corev3.HeaderValue{{Key: "X-Request-Id", Value: "id-" + entries[envoyrls.KeyPrincipalID]}}
+		for i := 0; i < len(kv); i += 2 {
+			out = append(out, &corev3.HeaderValue{Key: kv[i], Value: kv[i+1]})
+		}
+		return out
+	}
+	switch entries[envoyrls.KeyPrincipalID] {
+	case "allowed":
+		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, ResponseHeadersToAdd: h()}, nil
+	case "denied":
+		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, ResponseHeadersToAdd: h("Retry-After", "1")}, nil
+	case "failed-open":
+		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, ResponseHeadersToAdd: h("X-RateLimit-Error", "redis unavailable; answered by fail policy")}, nil
+	case "local":
+		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, ResponseHeadersToAdd: h("X-RateLimit-Shed", "answered from local state")}, nil
+	case "priority-shed":
+		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, ResponseHeadersToAdd: h("X-Floodgate-Utilization", "0.95")}, nil
+	case "past-deadline":
+		return nil, status.Error(codes.DeadlineExceeded, server.DeadlineReason)
+	default: // slow: answers after the caller gave up
+		time.Sleep(200 * time.Millisecond)
+		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}, nil
+	}
+}
+
+// TestGRPCLoad: the generator's gRPC mode sends Floodgate's descriptor with
+// the caller's deadline and reads each kind of answer as the HTTP mode does.
+func TestGRPCLoad(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	rls := &rlsByID{}
+	rlsv3.RegisterRateLimitServiceServer(srv, rls)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+
+	ids := []string{"allowed", "denied", "failed-open", "local", "priority-shed", "past-deadline", "slow"}
+	l := &Load{GRPCAddr: ln.Addr().String(), Conns: 2, Workers: 1, Rate: 100, Deadline: 50 * time.Millisecond, Route: "/v1/things",
+		Next:     func(_, i int) events.Principal { return events.Principal{Kind: events.PrincipalUser, ID: ids[i%len(ids)]} },
+		Priority: func(int, int) string { return "critical" }}
+	send, closeAll, err := l.senders()
+	require.NoError(t, err)
+	defer closeAll()
+	one, done := send(0)
+	defer done()
+	got := map[string]Check{}
+	for i, id := range ids {
+		got[id] = one(l.Next(0, i), l.Route, l.Priority(0, i))
+	}
+
+	require.Equal(t, map[string]string{envoyrls.KeyPrincipalKind: "user", envoyrls.KeyPrincipalID: "slow", envoyrls.KeyRemoteAddress: "198.51.100.23",
+		envoyrls.KeyMethod: "GET", envoyrls.KeyRoute: "/v1/things", envoyrls.KeyPriority: "critical"}, rls.entries)
+	for _, d := range rls.deadlines {
+		require.InDelta(t, float64(50*time.Millisecond), float64(d), float64(20*time.Millisecond), "the caller's deadline is the call's")
+	}
+	require.Equal(t, Check{OK: true, Allowed: true, ID: "id-allowed"}, strip(got["allowed"]))
+	require.Equal(t, Check{OK: true, ID: "id-denied"}, strip(got["denied"]))
+	require.Equal(t, Check{OK: true, Allowed: true, Degraded: true, ID: "id-failed-open"}, strip(got["failed-open"]))
+	require.Equal(t, Check{OK: true, Allowed: true, Degraded: true, Shed: true, ID: "id-local"}, strip(got["local"]))
+	require.Equal(t, Check{OK: true, PriorityShed: true, ID: "id-priority-shed"}, strip(got["priority-shed"]))
+	require.Equal(t, Check{OK: true, Degraded: true, Dropped: true}, strip(got["past-deadline"]), "the limiter's own past-deadline status is an answer")
+	require.Equal(t, Check{}, strip(got["slow"]), "an answer after the caller's deadline is none")
+	require.GreaterOrEqual(t, got["slow"].Latency, 50*time.Millisecond)
+	require.Less(t, got["slow"].Latency, 150*time.Millisecond, "the caller stops waiting at its deadline")
+}
+
+// strip keeps what the answer set.
+func strip(c Check) Check {
+	return Check{OK: c.OK, ID: c.ID, Allowed: c.Allowed, Degraded: c.Degraded, Shed: c.Shed, PriorityShed: c.PriorityShed, Dropped: c.Dropped}
+}
