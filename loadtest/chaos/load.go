@@ -63,7 +63,7 @@ type Load struct {
 
 	mu      sync.Mutex
 	results []Check
-	err     error // the connections could not be set up
+	err     error    // the connections could not be set up
 	bodies  sync.Map // bodyKey → []byte: each distinct body is encoded once
 }
 

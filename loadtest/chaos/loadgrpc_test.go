@@ -77,7 +77,9 @@ func TestGRPCLoad(t *testing.T) {
 
 	ids := []string{"allowed", "denied", "failed-open", "local", "priority-shed", "past-deadline", "slow"}
 	l := &Load{GRPCAddr: ln.Addr().String(), Conns: 2, Workers: 1, Rate: 100, Deadline: 50 * time.Millisecond, Route: "/v1/things",
-		Next:     func(_, i int) events.Principal { return events.Principal{Kind: events.PrincipalUser, ID: ids[i%len(ids)]} },
+		Next: func(_, i int) events.Principal {
+			return events.Principal{Kind: events.PrincipalUser, ID: ids[i%len(ids)]}
+		},
 		Priority: func(int, int) string { return "critical" }}
 	send, closeAll, err := l.senders()
 	require.NoError(t, err)
