@@ -1,10 +1,8 @@
 package stream
 
 import (
-	"context"
 	"errors"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,17 +39,9 @@ func TestConsumerSetOffsetFailureStillConsumes(t *testing.T) {
 	for i := range 3 {
 		publish(t, addr, kafka.Message{Topic: topic, Value: []byte(strconv.Itoa(i))})
 	}
-	var mu sync.Mutex
-	var offsets []int64
-	handler := func(_ context.Context, m kafka.Message) error {
-		mu.Lock()
-		defer mu.Unlock()
-		offsets = append(offsets, m.Offset)
-		return nil
-	}
-	seen := func() []int64 { mu.Lock(); defer mu.Unlock(); return append([]int64(nil), offsets...) }
+	var handled offsetLog
 	cfg := fastConsumerConfig(t, addr, topic, group, prometheus.NewRegistry())
-	c, err := NewConsumer(cfg, handler)
+	c, err := NewConsumer(cfg, handled.handle)
 	require.NoError(t, err)
 	var fails, calls atomic.Int32
 	fails.Store(2)
@@ -60,10 +50,10 @@ func TestConsumerSetOffsetFailureStillConsumes(t *testing.T) {
 		return failingSetOffset{partitionReader: newReader(partition), fails: &fails, calls: &calls}
 	}
 	stop := runConsumer(t, c)
-	require.Eventually(t, func() bool { return len(seen()) == 3 }, waitFor, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return len(handled.seen()) == 3 }, waitFor, 10*time.Millisecond,
 		"the partition is consumed although its reader could not be positioned at first")
 	require.NoError(t, stop())
-	require.Equal(t, []int64{0, 1, 2}, seen())
+	require.Equal(t, []int64{0, 1, 2}, handled.seen())
 	require.Equal(t, int32(3), calls.Load(), "two failed SetOffset calls, then one that worked")
 	require.Equal(t, int64(3), kafkatest.CommittedOffsets(t, addr, group, topic, 1)[0])
 }
