@@ -108,12 +108,7 @@ func TestParamsCandidateSameOnOneAndThreeInstances(t *testing.T) {
 	s, err := labeled.NewHeldOut(labeled.HeldOut{Seed: 7, Start: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC),
 		Duration: 2 * time.Minute, Legit: 3000, Abusive: 60, Prefix: "pp_"})
 	require.NoError(t, err)
-	var ds []events.Decision
-	var d events.Decision
-	for s.Next(&d) {
-		ds = append(ds, d)
-	}
-	labels := s.Labels()
+	ds, labels := s.All(), s.Labels()
 
 	rdb := redistest.Client(t)
 	t.Cleanup(func() { limitertest.CleanKeys(rdb, redisx.RulesImpactKey(name, 2)+"*") })
@@ -252,11 +247,9 @@ func TestParamsHarmRolledBack(t *testing.T) {
 	s, err := labeled.NewHeldOut(labeled.HeldOut{Seed: 7, Start: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC),
 		Duration: 2 * time.Minute, Legit: 1500, Abusive: 60, Prefix: "ph_"})
 	require.NoError(t, err)
-	var ds []events.Decision
-	var d events.Decision
-	for s.Next(&d) {
-		d.Priority = events.PriorityCritical
-		ds = append(ds, d)
+	ds := s.All()
+	for i := range ds {
+		ds[i].Priority = events.PriorityCritical
 	}
 	rdb := redistest.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
