@@ -574,11 +574,8 @@ func TestConsumerHandlesReplaysOnlyForTheFailedGroup(t *testing.T) {
 // group's committed offset never goes back meanwhile; OnRevoke reports the partition.
 func TestConsumerStartFromRewindsWithoutMovingCommitsBack(t *testing.T) {
 	const topic = "rewind"
-	addr := kafkatest.Start(t, map[string]int32{topic: 1, topic + ".dlq": 1})
-	for i := range 10 {
-		publish(t, addr, kafka.Message{Topic: topic, Value: []byte(strconv.Itoa(i))})
-	}
-	var handled offsetLog
+	addr := seeded(t, topic, 1, 10, 10)
+	var handled collector
 	pause := make(chan struct{})
 	paused := make(chan struct{}, 1)
 	handler := func(ctx context.Context, m kafka.Message) error {
@@ -592,7 +589,7 @@ func TestConsumerStartFromRewindsWithoutMovingCommitsBack(t *testing.T) {
 	first, err := NewConsumer(fastConsumerConfig(t, addr, topic, "g-rewind", prometheus.NewRegistry()), handled.handle)
 	require.NoError(t, err)
 	stop := runConsumer(t, first)
-	require.Eventually(t, func() bool { return len(handled.seen()) == 10 }, waitFor, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(handled.handledOffsets()) == 10 }, waitFor, 10*time.Millisecond)
 	require.NoError(t, stop())
 	require.Equal(t, int64(10), kafkatest.CommittedOffsets(t, addr, "g-rewind", topic, 1)[0])
 
@@ -613,10 +610,10 @@ func TestConsumerStartFromRewindsWithoutMovingCommitsBack(t *testing.T) {
 	time.Sleep(10 * cfg.CommitInterval)
 	require.Equal(t, int64(10), kafkatest.CommittedOffsets(t, addr, "g-rewind", topic, 1)[0], "re-reading history moved the group's offset back")
 	close(pause)
-	require.Eventually(t, func() bool { return len(handled.seen()) == 5 }, waitFor, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(handled.handledOffsets()) == 5 }, waitFor, 10*time.Millisecond)
 	require.NoError(t, stop())
 	require.Equal(t, []int64{10}, asked, "StartFrom gets the committed offset")
-	require.Equal(t, []int64{6, 7, 8, 9, 10}, handled.seen(), "history from the rewound offset, then the new message")
+	require.Equal(t, []int64{6, 7, 8, 9, 10}, handled.handledOffsets(), "history from the rewound offset, then the new message")
 	require.Equal(t, int64(11), kafkatest.CommittedOffsets(t, addr, "g-rewind", topic, 1)[0])
 	require.Equal(t, []int{0}, revoked)
 }
@@ -627,15 +624,12 @@ func TestConsumerStartFromRewindsWithoutMovingCommitsBack(t *testing.T) {
 // rebalance that a single instance never has.
 func TestConsumerStartFromFailureStillConsumes(t *testing.T) {
 	const topic, group = "rewind-fails", "g-rewind-fails"
-	addr := kafkatest.Start(t, map[string]int32{topic: 1, topic + ".dlq": 1})
-	for i := range 3 {
-		publish(t, addr, kafka.Message{Topic: topic, Value: []byte(strconv.Itoa(i))})
-	}
-	var handled offsetLog
+	addr := seeded(t, topic, 1, 3, 3)
+	var handled collector
 	first, err := NewConsumer(fastConsumerConfig(t, addr, topic, group, prometheus.NewRegistry()), handled.handle)
 	require.NoError(t, err)
 	stop := runConsumer(t, first)
-	require.Eventually(t, func() bool { return len(handled.seen()) == 3 }, waitFor, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(handled.handledOffsets()) == 3 }, waitFor, 10*time.Millisecond)
 	require.NoError(t, stop())
 	require.Equal(t, int64(3), kafkatest.CommittedOffsets(t, addr, group, topic, 1)[0])
 
@@ -650,38 +644,11 @@ func TestConsumerStartFromFailureStillConsumes(t *testing.T) {
 	second, err := NewConsumer(cfg, handled.handle)
 	require.NoError(t, err)
 	stop = runConsumer(t, second)
-	require.Eventually(t, func() bool { return len(handled.seen()) == 2 }, waitFor, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return len(handled.handledOffsets()) == 2 }, waitFor, 10*time.Millisecond,
 		"the partition is consumed although the rewind failed")
 	require.NoError(t, stop())
 	require.Equal(t, int32(3), tries.Load(), "three tries, then the committed offset")
-	require.Equal(t, []int64{3, 4}, handled.seen())
-}
-
-// offsetLog is a handler that records the offsets it is given; safe for
-// concurrent use.
-type offsetLog struct {
-	mu      sync.Mutex
-	offsets []int64
-}
-
-func (l *offsetLog) handle(_ context.Context, m kafka.Message) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.offsets = append(l.offsets, m.Offset)
-	return nil
-}
-
-// seen returns a copy of the offsets handled since the last reset.
-func (l *offsetLog) seen() []int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]int64(nil), l.offsets...)
-}
-
-func (l *offsetLog) reset() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.offsets = nil
+	require.Equal(t, []int64{3, 4}, handled.handledOffsets())
 }
 
 // committedNow returns the group's committed offset of partition 0, or -2

@@ -2,13 +2,11 @@ package stream
 
 import (
 	"errors"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
@@ -35,11 +33,8 @@ func (r failingSetOffset) SetOffset(offset int64) error {
 // unread until a rebalance that a lone member never gets.
 func TestConsumerSetOffsetFailureStillConsumes(t *testing.T) {
 	const topic, group = "setoffset-fails", "g-setoffset-fails"
-	addr := kafkatest.Start(t, map[string]int32{topic: 1, topic + ".dlq": 1})
-	for i := range 3 {
-		publish(t, addr, kafka.Message{Topic: topic, Value: []byte(strconv.Itoa(i))})
-	}
-	var handled offsetLog
+	addr := seeded(t, topic, 1, 3, 3)
+	var handled collector
 	cfg := fastConsumerConfig(t, addr, topic, group, prometheus.NewRegistry())
 	c, err := NewConsumer(cfg, handled.handle)
 	require.NoError(t, err)
@@ -50,10 +45,10 @@ func TestConsumerSetOffsetFailureStillConsumes(t *testing.T) {
 		return failingSetOffset{partitionReader: newReader(partition), fails: &fails, calls: &calls}
 	}
 	stop := runConsumer(t, c)
-	require.Eventually(t, func() bool { return len(handled.seen()) == 3 }, waitFor, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return len(handled.handledOffsets()) == 3 }, waitFor, 10*time.Millisecond,
 		"the partition is consumed although its reader could not be positioned at first")
 	require.NoError(t, stop())
-	require.Equal(t, []int64{0, 1, 2}, handled.seen())
+	require.Equal(t, []int64{0, 1, 2}, handled.handledOffsets())
 	require.Equal(t, int32(3), calls.Load(), "two failed SetOffset calls, then one that worked")
 	require.Equal(t, int64(3), kafkatest.CommittedOffsets(t, addr, group, topic, 1)[0])
 }
