@@ -40,9 +40,7 @@ func proposalFixture(id string, now time.Time) dynamo.Proposal {
 // analyst cannot apply (sre only), nor apply twice.
 func TestBrowserProposal(t *testing.T) {
 	bin, shots := browserSetup(t)
-	brokers, name := rollouttest.Topic(t)
-	topic := rollout.NewTopic(brokers, nil, name, nil)
-	t.Cleanup(func() { _ = topic.Close() })
+	topic, _ := rollouttest.OpenTopic(t)
 	pub := &memVerdicts{}
 	var audit *rollout.DynamoAudit
 	e := newEnvWith(t, func(cfg *Config, prefix string) {
