@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/limitertest"
 	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
@@ -205,7 +206,7 @@ func client(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
 
 func startLimiter(t *testing.T, envoyDir, topic string) string {
 	t.Helper()
-	createTopic(t, topic)
+	kafkatest.CreateTopic(t, "127.0.0.1:9092", topic, 1)
 	bin := filepath.Join(stacktest.Build(t, "limiter"), "limiter")
 	grpcAddr, httpAddr := stacktest.FreeAddr(t), stacktest.FreeAddr(t)
 	lim := exec.Command(bin)
@@ -233,15 +234,4 @@ func startLimiter(t *testing.T, envoyDir, topic string) string {
 	}
 	t.Fatalf("limiter did not listen on %s: %s", grpcAddr, logs.String())
 	return ""
-}
-
-// createTopic makes a topic of this run's own on the local broker.
-func createTopic(t *testing.T, topic string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c := &kafka.Client{Addr: kafka.TCP("127.0.0.1:9092")}
-	resp, err := c.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 1, ReplicationFactor: 1}}})
-	require.NoError(t, err, "the local broker (make up)")
-	require.NoError(t, resp.Errors[topic])
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 // TestTopologyReadOnlySwitch: the master a Sentinel client writes to is
@@ -33,7 +34,7 @@ func TestTopologyReadOnlySwitch(t *testing.T) {
 	name := "fg" + strings.ReplaceAll(redistest.Unique(t, "ro"), "_", "")
 	sen := redistest.NewSentinel(t, name, oldMaster.Addr, time.Minute) // never judges by itself here
 
-	var logs syncBuffer
+	var logs stacktest.Log
 	reg := prometheus.NewRegistry()
 	topo := redisx.NewTopology(slog.New(slog.NewJSONHandler(&logs, nil)), reg)
 	rdb := redisx.NewClient(redisx.Options{SentinelMaster: name, SentinelAddrs: []string{sen.Addr}, Topology: topo,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"log/slog"
+	"maps"
 	"strconv"
 	"testing"
 	"time"
@@ -59,10 +60,7 @@ func TestSecureRedis(t *testing.T) {
 		"FLOODGATE_REDIS_USERNAME": aclUser, "FLOODGATE_REDIS_PASSWORD": aclPass,
 	}
 	with := func(changes ...string) map[string]string {
-		m := map[string]string{}
-		for k, v := range good {
-			m[k] = v
-		}
+		m := maps.Clone(good)
 		for i := 0; i < len(changes); i += 2 {
 			if changes[i+1] == "" {
 				delete(m, changes[i])

@@ -1,11 +1,9 @@
 package redisx_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,24 +14,8 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestTopologySentinelSwitch: a graceful SENTINEL FAILOVER is the service's
 // own event — one "redis master changed" line naming the old and the new
@@ -55,7 +37,7 @@ func TestTopologySentinelSwitch(t *testing.T) {
 	name := "fg" + strings.ReplaceAll(redistest.Unique(t, "t"), "_", "")
 	sen := redistest.NewSentinel(t, name, master.Addr, time.Second)
 
-	var logs syncBuffer
+	var logs stacktest.Log
 	reg := prometheus.NewRegistry()
 	topo := redisx.NewTopology(slog.New(slog.NewJSONHandler(&logs, nil)), reg)
 	rdb := redisx.NewClient(redisx.Options{SentinelMaster: name, SentinelAddrs: []string{sen.Addr}, Topology: topo, DialTimeout: time.Second})

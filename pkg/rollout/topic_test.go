@@ -29,9 +29,7 @@ func auditTable(t *testing.T) *rollout.DynamoAudit {
 // that starts later and a follower see the same state, and every step is in
 // the audit log with who, how and why.
 func TestTopicAndAudit(t *testing.T) {
-	brokers, name := rollouttest.Topic(t)
-	topic := rollout.NewTopic(brokers, nil, name, nil)
-	t.Cleanup(func() { _ = topic.Close() })
+	topic, _ := rollouttest.OpenTopic(t)
 	audit := auditTable(t)
 	valid := func(_ string, b []byte) error {
 		if !strings.HasPrefix(string(b), "version: 1") {
@@ -118,9 +116,7 @@ func (b *barrierClaims) Claim(ctx context.Context, topic string, next int64, hol
 // topic; asked again, it is refused because a rollout is in shadow. A claim
 // whose writer died is taken over once its lease has passed.
 func TestConcurrentStartsCannotShareAVersion(t *testing.T) {
-	brokers, name := rollouttest.Topic(t)
-	topic := rollout.NewTopic(brokers, nil, name, nil)
-	t.Cleanup(func() { _ = topic.Close() })
+	topic, name := rollouttest.OpenTopic(t)
 	audit := auditTable(t)
 	claims := &rollout.DynamoClaims{Client: audit.Client, Table: audit.Table}
 	valid := func(string, []byte) error { return nil }

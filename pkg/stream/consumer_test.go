@@ -574,41 +574,26 @@ func TestConsumerHandlesReplaysOnlyForTheFailedGroup(t *testing.T) {
 // group's committed offset never goes back meanwhile; OnRevoke reports the partition.
 func TestConsumerStartFromRewindsWithoutMovingCommitsBack(t *testing.T) {
 	const topic = "rewind"
-	addr := kafkatest.Start(t, map[string]int32{topic: 1, topic + ".dlq": 1})
-	for i := range 10 {
-		publish(t, addr, kafka.Message{Topic: topic, Value: []byte(strconv.Itoa(i))})
-	}
-	var mu sync.Mutex
-	var offsets []int64
+	addr := seeded(t, topic, 1, 10, 10)
+	var handled collector
 	pause := make(chan struct{})
 	paused := make(chan struct{}, 1)
-	handler := func(_ context.Context, m kafka.Message) error {
+	handler := func(ctx context.Context, m kafka.Message) error {
 		if m.Offset == 8 && pause != nil {
 			paused <- struct{}{}
 			<-pause
 		}
-		mu.Lock()
-		offsets = append(offsets, m.Offset)
-		mu.Unlock()
-		return nil
+		return handled.handle(ctx, m)
 	}
-	seen := func() []int64 { mu.Lock(); defer mu.Unlock(); return append([]int64(nil), offsets...) }
 
-	first, err := NewConsumer(fastConsumerConfig(t, addr, topic, "g-rewind", prometheus.NewRegistry()), func(ctx context.Context, m kafka.Message) error {
-		mu.Lock()
-		defer mu.Unlock()
-		offsets = append(offsets, m.Offset)
-		return nil
-	})
+	first, err := NewConsumer(fastConsumerConfig(t, addr, topic, "g-rewind", prometheus.NewRegistry()), handled.handle)
 	require.NoError(t, err)
 	stop := runConsumer(t, first)
-	require.Eventually(t, func() bool { return len(seen()) == 10 }, waitFor, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(handled.handledOffsets()) == 10 }, waitFor, 10*time.Millisecond)
 	require.NoError(t, stop())
 	require.Equal(t, int64(10), kafkatest.CommittedOffsets(t, addr, "g-rewind", topic, 1)[0])
 
-	mu.Lock()
-	offsets = nil
-	mu.Unlock()
+	handled.reset()
 	publish(t, addr, kafka.Message{Topic: topic, Value: []byte("10")})
 	cfg := fastConsumerConfig(t, addr, topic, "g-rewind", prometheus.NewRegistry())
 	var asked []int64
@@ -625,10 +610,10 @@ func TestConsumerStartFromRewindsWithoutMovingCommitsBack(t *testing.T) {
 	time.Sleep(10 * cfg.CommitInterval)
 	require.Equal(t, int64(10), kafkatest.CommittedOffsets(t, addr, "g-rewind", topic, 1)[0], "re-reading history moved the group's offset back")
 	close(pause)
-	require.Eventually(t, func() bool { return len(seen()) == 5 }, waitFor, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(handled.handledOffsets()) == 5 }, waitFor, 10*time.Millisecond)
 	require.NoError(t, stop())
 	require.Equal(t, []int64{10}, asked, "StartFrom gets the committed offset")
-	require.Equal(t, []int64{6, 7, 8, 9, 10}, seen(), "history from the rewound offset, then the new message")
+	require.Equal(t, []int64{6, 7, 8, 9, 10}, handled.handledOffsets(), "history from the rewound offset, then the new message")
 	require.Equal(t, int64(11), kafkatest.CommittedOffsets(t, addr, "g-rewind", topic, 1)[0])
 	require.Equal(t, []int{0}, revoked)
 }
@@ -639,48 +624,31 @@ func TestConsumerStartFromRewindsWithoutMovingCommitsBack(t *testing.T) {
 // rebalance that a single instance never has.
 func TestConsumerStartFromFailureStillConsumes(t *testing.T) {
 	const topic, group = "rewind-fails", "g-rewind-fails"
-	addr := kafkatest.Start(t, map[string]int32{topic: 1, topic + ".dlq": 1})
-	for i := range 3 {
-		publish(t, addr, kafka.Message{Topic: topic, Value: []byte(strconv.Itoa(i))})
-	}
-	var mu sync.Mutex
-	var offsets []int64
-	handler := func(_ context.Context, m kafka.Message) error {
-		mu.Lock()
-		defer mu.Unlock()
-		offsets = append(offsets, m.Offset)
-		return nil
-	}
-	seen := func() []int64 { mu.Lock(); defer mu.Unlock(); return append([]int64(nil), offsets...) }
-	first, err := NewConsumer(fastConsumerConfig(t, addr, topic, group, prometheus.NewRegistry()), handler)
+	addr := seeded(t, topic, 1, 3, 3)
+	var handled collector
+	first, err := NewConsumer(fastConsumerConfig(t, addr, topic, group, prometheus.NewRegistry()), handled.handle)
 	require.NoError(t, err)
 	stop := runConsumer(t, first)
-	require.Eventually(t, func() bool { return len(seen()) == 3 }, waitFor, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(handled.handledOffsets()) == 3 }, waitFor, 10*time.Millisecond)
 	require.NoError(t, stop())
 	require.Equal(t, int64(3), kafkatest.CommittedOffsets(t, addr, group, topic, 1)[0])
 
-	mu.Lock()
-	offsets = nil
-	mu.Unlock()
+	handled.reset()
 	publish(t, addr, kafka.Message{Topic: topic, Value: []byte("3")}, kafka.Message{Topic: topic, Value: []byte("4")})
-	tries := 0
+	var tries atomic.Int32
 	cfg := fastConsumerConfig(t, addr, topic, group, prometheus.NewRegistry())
 	cfg.StartFrom = func(context.Context, int, int64) (int64, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		tries++
+		tries.Add(1)
 		return 0, errors.New("list offsets: broker not ready")
 	}
-	second, err := NewConsumer(cfg, handler)
+	second, err := NewConsumer(cfg, handled.handle)
 	require.NoError(t, err)
 	stop = runConsumer(t, second)
-	require.Eventually(t, func() bool { return len(seen()) == 2 }, waitFor, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return len(handled.handledOffsets()) == 2 }, waitFor, 10*time.Millisecond,
 		"the partition is consumed although the rewind failed")
 	require.NoError(t, stop())
-	mu.Lock()
-	defer mu.Unlock()
-	require.Equal(t, 3, tries, "three tries, then the committed offset")
-	require.Equal(t, []int64{3, 4}, offsets)
+	require.Equal(t, int32(3), tries.Load(), "three tries, then the committed offset")
+	require.Equal(t, []int64{3, 4}, handled.handledOffsets())
 }
 
 // committedNow returns the group's committed offset of partition 0, or -2

@@ -1,16 +1,12 @@
 package stream
 
 import (
-	"context"
 	"errors"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
@@ -37,21 +33,10 @@ func (r failingSetOffset) SetOffset(offset int64) error {
 // unread until a rebalance that a lone member never gets.
 func TestConsumerSetOffsetFailureStillConsumes(t *testing.T) {
 	const topic, group = "setoffset-fails", "g-setoffset-fails"
-	addr := kafkatest.Start(t, map[string]int32{topic: 1, topic + ".dlq": 1})
-	for i := range 3 {
-		publish(t, addr, kafka.Message{Topic: topic, Value: []byte(strconv.Itoa(i))})
-	}
-	var mu sync.Mutex
-	var offsets []int64
-	handler := func(_ context.Context, m kafka.Message) error {
-		mu.Lock()
-		defer mu.Unlock()
-		offsets = append(offsets, m.Offset)
-		return nil
-	}
-	seen := func() []int64 { mu.Lock(); defer mu.Unlock(); return append([]int64(nil), offsets...) }
+	addr := seeded(t, topic, 1, 3, 3)
+	var handled collector
 	cfg := fastConsumerConfig(t, addr, topic, group, prometheus.NewRegistry())
-	c, err := NewConsumer(cfg, handler)
+	c, err := NewConsumer(cfg, handled.handle)
 	require.NoError(t, err)
 	var fails, calls atomic.Int32
 	fails.Store(2)
@@ -60,10 +45,10 @@ func TestConsumerSetOffsetFailureStillConsumes(t *testing.T) {
 		return failingSetOffset{partitionReader: newReader(partition), fails: &fails, calls: &calls}
 	}
 	stop := runConsumer(t, c)
-	require.Eventually(t, func() bool { return len(seen()) == 3 }, waitFor, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return len(handled.handledOffsets()) == 3 }, waitFor, 10*time.Millisecond,
 		"the partition is consumed although its reader could not be positioned at first")
 	require.NoError(t, stop())
-	require.Equal(t, []int64{0, 1, 2}, seen())
+	require.Equal(t, []int64{0, 1, 2}, handled.handledOffsets())
 	require.Equal(t, int32(3), calls.Load(), "two failed SetOffset calls, then one that worked")
 	require.Equal(t, int64(3), kafkatest.CommittedOffsets(t, addr, group, topic, 1)[0])
 }

@@ -81,16 +81,19 @@ func requireAllCommitted(t testing.TB, addr, group, topic string, partitions int
 	require.Equal(t, kafkatest.EndOffsets(t, addr, topic, partitions), kafkatest.CommittedOffsets(t, addr, group, topic, partitions), msgAndArgs...)
 }
 
-// collector is a per-message handler that records the values it handled.
+// collector is a per-message handler that records the values and offsets
+// it handled.
 type collector struct {
-	mu   sync.Mutex
-	seen []string
+	mu      sync.Mutex
+	seen    []string
+	offsets []int64
 }
 
 func (c *collector) handle(_ context.Context, m kafka.Message) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seen = append(c.seen, string(m.Value))
+	c.offsets = append(c.offsets, m.Offset)
 	return nil
 }
 
@@ -98,6 +101,19 @@ func (c *collector) values() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]string(nil), c.seen...)
+}
+
+func (c *collector) handledOffsets() []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]int64(nil), c.offsets...)
+}
+
+// reset forgets what was handled so far.
+func (c *collector) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seen, c.offsets = nil, nil
 }
 
 func (c *collector) has(v string) bool {

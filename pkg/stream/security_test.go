@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -186,10 +187,7 @@ func TestSecureRefusesBadSettings(t *testing.T) {
 		"FLOODGATE_KAFKA_SASL_PASSWORD": scram512,
 	}
 	with := func(k, v string) map[string]string {
-		m := map[string]string{}
-		for a, b := range good {
-			m[a] = b
-		}
+		m := maps.Clone(good)
 		m[k] = v
 		return m
 	}

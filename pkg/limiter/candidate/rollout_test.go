@@ -125,9 +125,7 @@ func TestCandidateJudgesDailyQuota(t *testing.T) {
 // window: its cumulative share (2.9 %) is within the 5 % maximum, and a
 // controller judging cumulative shares only lets it run on.
 func TestControllerCatchesALateHarm(t *testing.T) {
-	brokers, name := rollouttest.Topic(t)
-	topic := rollout.NewTopic(brokers, nil, name, nil)
-	t.Cleanup(func() { _ = topic.Close() })
+	topic, name := rollouttest.OpenTopic(t)
 	rdb := redistest.Client(t)
 	ctx := context.Background()
 	now := time.Now()

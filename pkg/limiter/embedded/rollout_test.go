@@ -114,9 +114,7 @@ func shadowThenEnforce() rollout.Params {
 // version that blocks CRITICAL traffic once enforced is rolled back to its
 // parent; an invalid version is refused and the rules in force stay.
 func TestRolloutAcrossReplicas(t *testing.T) {
-	brokers, name := rollouttest.Topic(t)
-	topic := rollout.NewTopic(brokers, nil, name, nil)
-	t.Cleanup(func() { _ = topic.Close() })
+	topic, name := rollouttest.OpenTopic(t)
 	ctx := context.Background()
 	var mu sync.Mutex
 	now := time.Now()
@@ -127,7 +125,7 @@ func TestRolloutAcrossReplicas(t *testing.T) {
 
 	_, err := op.Bootstrap(ctx, rolloutV1, sre)
 	require.NoError(t, err)
-	a, b := startReplica(t, brokers, name, "edge-a"), startReplica(t, brokers, name, "edge-b")
+	a, b := startReplica(t, rollouttest.Brokers(), name, "edge-a"), startReplica(t, rollouttest.Brokers(), name, "edge-b")
 	waitVersions(t, 1, 0, a, b)
 	base := redistest.Unique(t, "rollout")
 	require.Zero(t, traffic(t, a, base+"_v1", 10))

@@ -13,7 +13,6 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/floodgate-dev/floodgate/pkg/journal"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
@@ -53,7 +52,7 @@ descriptors:
 			cancel := func() {}
 			if events {
 				topic = fmt.Sprintf("bench.envoy.%d", time.Now().UnixNano())
-				createTopic(b, broker, topic, 12)
+				kafkatest.CreateTopic(b, broker, topic, 12)
 				var err error
 				p, err = journal.NewDurableProducer(journal.DurableProducerConfig{
 					Async: stream.AsyncProducerConfig{Name: "decisions", Brokers: []string{broker}, Topic: topic,
@@ -81,7 +80,7 @@ descriptors:
 			}
 			call("warm", 0) // connections, scripts, the producer's metadata
 			if events {
-				waitTopic(b, broker, topic, 12, 1)
+				kafkatest.WaitEnd(b, broker, topic, 12, 1)
 			}
 			var worker atomic.Int64
 			b.SetParallelism(16)
@@ -102,43 +101,11 @@ descriptors:
 			b.StopTimer()
 			b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/call")
 			if events {
-				if got := waitTopic(b, broker, topic, 12, int64(b.N)+1); got != int64(b.N)+1 {
+				if got := kafkatest.WaitEnd(b, broker, topic, 12, int64(b.N)+1); got != int64(b.N)+1 {
 					b.Fatalf("events on the topic %d, calls %d: %d lost", got, b.N+1, int64(b.N)+1-got)
 				}
 			}
 		})
-	}
-}
-
-func createTopic(b *testing.B, broker, topic string, partitions int) {
-	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c := &kafka.Client{Addr: kafka.TCP(broker)}
-	resp, err := c.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}}})
-	if err != nil {
-		b.Fatalf("the local broker (make up) at %s: %v", broker, err)
-	}
-	if err := resp.Errors[topic]; err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_, _ = c.DeleteTopics(context.Background(), &kafka.DeleteTopicsRequest{Topics: []string{topic}})
-	})
-}
-
-// waitTopic waits up to 20s for the topic to hold want messages and returns
-// how many it holds.
-func waitTopic(b *testing.B, broker, topic string, partitions int, want int64) int64 {
-	b.Helper()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		var sum int64
-		for _, o := range kafkatest.EndOffsets(b, broker, topic, partitions) {
-			sum += o
-		}
-		if sum >= want || time.Now().After(deadline) {
-			return sum
-		}
 	}
 }
 

@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi/httpapitest"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/limitertest"
@@ -89,56 +88,49 @@ func TestHTTPDeadlineDefaults(t *testing.T) {
 	require.Less(t, time.Until(d), time.Hour, "Envoy's timeout replaces the default")
 }
 
-// TestPastDeadlineFailsOpenUncounted: a check whose caller's deadline has
-// passed on arrival at the engine is answered as the caller fails open
-// (allowed, degraded, X-RateLimit-Error), counted by protocol and priority,
-// never published, and Redis counts nothing of it.
-func TestPastDeadlineFailsOpenUncounted(t *testing.T) {
-	s, srv, pub, reg := newDeadlineServer(t)
-	var req checkapi.CheckRequest
-	body := checkBody(t)
-	require.NoError(t, json.Unmarshal([]byte(body), &req))
-	require.NoError(t, req.Validate())
-	res := s.DecideCall(context.Background(), NewDecisionID(), &req, Call{Protocol: ProtocolHTTP, Deadline: time.Now().Add(-time.Millisecond)})
-	require.True(t, res.Allowed)
-	require.True(t, res.Degraded)
-	require.Equal(t, DeadlineReason, res.Error)
-	require.Contains(t, Headers(res, "x")["X-RateLimit-Error"], DeadlineReason)
-	require.Empty(t, pub.Messages(), "no decision was made: no event")
-	require.Equal(t, 1.0, promtest.Value(t, reg, "floodgate_limiter_calls_dropped_past_deadline_total", map[string]string{"protocol": "http", "priority": "degraded"}))
+// TestLateCallsFailOpenUncounted: a check whose caller's deadline has
+// passed on arrival at the engine, or whose caller left (its context
+// cancelled, as net/http does when the client closes the connection), is
+// answered as the caller fails open (allowed, degraded, X-RateLimit-Error),
+// counted as dropped past its deadline by protocol and priority — not as a
+// failed check (a warning each) — never published, and Redis counts nothing
+// of it.
+func TestLateCallsFailOpenUncounted(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		late func() (context.Context, Call)
+	}{
+		{"deadline passed", func() (context.Context, Call) {
+			return context.Background(), Call{Protocol: ProtocolHTTP, Deadline: time.Now().Add(-time.Millisecond)}
+		}},
+		{"caller left", func() (context.Context, Call) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			return ctx, Call{Protocol: ProtocolHTTP}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, srv, pub, reg := newDeadlineServer(t)
+			var req checkapi.CheckRequest
+			body := checkBody(t)
+			require.NoError(t, json.Unmarshal([]byte(body), &req))
+			require.NoError(t, req.Validate())
+			ctx, call := tc.late()
+			res := s.DecideCall(ctx, NewDecisionID(), &req, call)
+			require.True(t, res.Allowed)
+			require.True(t, res.Degraded)
+			require.Equal(t, DeadlineReason, res.Error)
+			require.Contains(t, Headers(res, "x")["X-RateLimit-Error"], DeadlineReason)
+			require.Empty(t, pub.Messages(), "no decision was made: no event")
+			require.Equal(t, 1.0, promtest.Value(t, reg, "floodgate_limiter_calls_dropped_past_deadline_total", map[string]string{"protocol": "http", "priority": "degraded"}))
+			require.Equal(t, 0.0, promtest.Value(t, reg, "floodgate_limiter_errors_total", map[string]string{"kind": "check"}), "not a failed check")
 
-	_, b := limitertest.Post(t, srv.URL, body, nil)
-	var got checkapi.CheckResponse
-	require.NoError(t, json.Unmarshal(b, &got))
-	require.Equal(t, 4, got.Remaining, "the late check took nothing from Redis")
-}
-
-// gatedListener accepts only when told: a client's request (and its FIN)
-// are in the socket before the server reads them, as under overload.
-type gatedListener struct {
-	net.Listener
-	gate, done chan struct{}
-	once       sync.Once
-}
-
-func newGatedListener(t *testing.T) *gatedListener {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	return &gatedListener{Listener: ln, gate: make(chan struct{}), done: make(chan struct{})}
-}
-
-func (l *gatedListener) Accept() (net.Conn, error) {
-	select {
-	case <-l.gate:
-		return l.Listener.Accept()
-	case <-l.done:
-		return nil, net.ErrClosed
+			_, b := limitertest.Post(t, srv.URL, body, nil)
+			var got checkapi.CheckResponse
+			require.NoError(t, json.Unmarshal(b, &got))
+			require.Equal(t, 4, got.Remaining, "the late check took nothing from Redis")
+		})
 	}
-}
-
-func (l *gatedListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return l.Listener.Close()
 }
 
 // TestCallerGoneIsNotDecided: a check whose caller closed its connection
@@ -148,33 +140,21 @@ func (l *gatedListener) Close() error {
 // a caller still waiting gets its answer.
 func TestCallerGoneIsNotDecided(t *testing.T) {
 	s, _, pub, reg := newDeadlineServer(t)
-	gl := newGatedListener(t)
+	gl := httpapitest.NewGatedListener(t)
 	srv := httpapi.DefaultServerConfig().NewServer(s.Handler(), nil)
 	go func() { _ = srv.Serve(gl) }()
 	t.Cleanup(func() { _ = srv.Close() })
 
 	body := checkBody(t)
 	req := fmt.Sprintf("POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%s: 50\r\nContent-Length: %d\r\n\r\n%s", HeaderTimeout, len(body), body)
-	c, err := net.Dial("tcp", gl.Addr().String())
-	require.NoError(t, err)
-	defer func() { _ = c.Close() }()
-	_, err = c.Write([]byte(req))
-	require.NoError(t, err)
-	require.NoError(t, c.(*net.TCPConn).CloseWrite())
-	time.Sleep(10 * time.Millisecond) // the FIN crosses loopback before the accept
-	gl.gate <- struct{}{}
+	c := gl.Send(t, req, true)
 	n, err := c.Read(make([]byte, 1))
 	require.Zero(t, n, "nothing written to a caller that left")
 	require.Error(t, err)
 	require.Empty(t, pub.Messages(), "not decided: no event")
 	require.Equal(t, 1.0, promtest.Value(t, reg, "floodgate_limiter_calls_dropped_past_deadline_total", map[string]string{"protocol": "http", "priority": "none"}))
 
-	c2, err := net.Dial("tcp", gl.Addr().String())
-	require.NoError(t, err)
-	defer func() { _ = c2.Close() }()
-	_, err = c2.Write([]byte(req))
-	require.NoError(t, err)
-	gl.gate <- struct{}{}
+	c2 := gl.Send(t, req, false)
 	resp, err := http.ReadResponse(bufio.NewReader(c2), nil)
 	require.NoError(t, err)
 	b, err := io.ReadAll(resp.Body)
@@ -184,30 +164,4 @@ func TestCallerGoneIsNotDecided(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &got))
 	require.Equal(t, 4, got.Remaining, "the abandoned check took nothing from Redis")
 	require.Len(t, pub.Messages(), 1)
-}
-
-// TestCallerLeftIsNotAFailure: a check whose caller left (its context
-// cancelled, as net/http does when the client closes the connection) is
-// answered as past its deadline and counted as such — nothing sent to Redis
-// when it had left on arrival — not as a failed check (a warning each).
-func TestCallerLeftIsNotAFailure(t *testing.T) {
-	s, srv, pub, reg := newDeadlineServer(t)
-	var req checkapi.CheckRequest
-	body := checkBody(t)
-	require.NoError(t, json.Unmarshal([]byte(body), &req))
-	require.NoError(t, req.Validate())
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	res := s.DecideCall(ctx, NewDecisionID(), &req, Call{Protocol: ProtocolHTTP})
-	require.True(t, res.Allowed)
-	require.True(t, res.Degraded)
-	require.Equal(t, DeadlineReason, res.Error)
-	require.Empty(t, pub.Messages(), "no decision was made: no event")
-	require.Equal(t, 1.0, promtest.Value(t, reg, "floodgate_limiter_calls_dropped_past_deadline_total", map[string]string{"protocol": "http", "priority": "degraded"}))
-	require.Equal(t, 0.0, promtest.Value(t, reg, "floodgate_limiter_errors_total", map[string]string{"kind": "check"}), "not a failed check")
-
-	_, b := limitertest.Post(t, srv.URL, body, nil)
-	var got checkapi.CheckResponse
-	require.NoError(t, json.Unmarshal(b, &got))
-	require.Equal(t, 4, got.Remaining, "the abandoned check took nothing from Redis")
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/journal"
@@ -47,7 +46,7 @@ func BenchmarkDecisionEventToBroker(b *testing.B) {
 func benchEventsToBroker(b *testing.B, rate int) {
 	const partitions = 12
 	topic := fmt.Sprintf("bench.decisions.%d", time.Now().UnixNano())
-	createBenchTopic(b, topic, partitions)
+	kafkatest.CreateTopic(b, benchBroker, topic, partitions)
 	reg := prometheus.NewRegistry()
 	log := slog.New(slog.DiscardHandler)
 	p, err := journal.NewDurableProducer(journal.DurableProducerConfig{
@@ -76,7 +75,7 @@ func benchEventsToBroker(b *testing.B, rate int) {
 	}
 	// Warm up: connections and metadata, then count from here.
 	emit(0)
-	waitOffsets(b, topic, partitions, 1)
+	kafkatest.WaitEnd(b, benchBroker, topic, partitions, 1)
 
 	b.ReportAllocs()
 	cpu0 := processCPU()
@@ -106,43 +105,9 @@ func benchEventsToBroker(b *testing.B, rate int) {
 	if n := p.Journal().Stats().Pending; n != 0 {
 		b.Logf("%d events journaled (replayed at the next start)", n)
 	}
-	got := waitOffsets(b, topic, partitions, int64(b.N)+1)
+	got := kafkatest.WaitEnd(b, benchBroker, topic, partitions, int64(b.N)+1)
 	if got != int64(b.N)+1 {
 		b.Fatalf("events on the topic %d, produced %d: %d lost", got, b.N+1, int64(b.N)+1-got)
-	}
-}
-
-func createBenchTopic(b *testing.B, topic string, partitions int) {
-	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c := &kafka.Client{Addr: kafka.TCP(benchBroker)}
-	resp, err := c.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}}})
-	if err != nil {
-		b.Fatalf("the local broker (make up) at %s: %v", benchBroker, err)
-	}
-	if err := resp.Errors[topic]; err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_, _ = c.DeleteTopics(context.Background(), &kafka.DeleteTopicsRequest{Topics: []string{topic}})
-	})
-}
-
-// waitOffsets waits up to 20s for the topic to hold want messages and
-// returns how many it holds.
-func waitOffsets(b *testing.B, topic string, partitions int, want int64) int64 {
-	b.Helper()
-	var sum int64
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		sum = 0
-		for _, o := range kafkatest.EndOffsets(b, benchBroker, topic, partitions) {
-			sum += o
-		}
-		if sum >= want || time.Now().After(deadline) {
-			return sum
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/rollout"
 )
 
 var seq atomic.Int64
@@ -55,4 +56,14 @@ func Topic(t testing.TB) ([]string, string) {
 		_, _ = c.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{name}})
 	})
 	return brokers, name
+}
+
+// OpenTopic creates a unique rules topic (as Topic) and opens it on the local
+// brokers, closed when the test ends; it returns the topic and its name.
+func OpenTopic(t testing.TB) (*rollout.Topic, string) {
+	t.Helper()
+	brokers, name := Topic(t)
+	topic := rollout.NewTopic(brokers, nil, name, nil)
+	t.Cleanup(func() { _ = topic.Close() })
+	return topic, name
 }

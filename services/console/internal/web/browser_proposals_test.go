@@ -40,9 +40,7 @@ func proposalFixture(id string, now time.Time) dynamo.Proposal {
 // analyst cannot apply (sre only), nor apply twice.
 func TestBrowserProposal(t *testing.T) {
 	bin, shots := browserSetup(t)
-	brokers, name := rollouttest.Topic(t)
-	topic := rollout.NewTopic(brokers, nil, name, nil)
-	t.Cleanup(func() { _ = topic.Close() })
+	topic, _ := rollouttest.OpenTopic(t)
 	pub := &memVerdicts{}
 	var audit *rollout.DynamoAudit
 	e := newEnvWith(t, func(cfg *Config, prefix string) {
@@ -62,12 +60,7 @@ func TestBrowserProposal(t *testing.T) {
 	ctx := startBrowser(t, bin)
 	text := func(sel string) string { t.Helper(); return textOf(t, ctx, sel) }
 	require.NoError(t, chromedp.Do(ctx,
-		signIn(e.srv.URL, "analyst1"),
-		chromedp.Navigate(e.srv.URL+alertPath(a)),
-		chromedp.WaitVisible(chromedp.ID("verdict-form")),
-		chromedp.Click(chromedp.ID("verdict-false-positive")),
-		chromedp.SetValue(chromedp.ID("verdict-duration"), "7d"),
-		chromedp.SendKeys(chromedp.ID("verdict-reason"), "TS-81: one person, three devices"),
+		fillFalsePositive(e.srv.URL, a, "7d", "TS-81: one person, three devices"),
 		chromedp.Click(chromedp.ID("verdict-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`p.ok`)),
 	))
@@ -86,13 +79,7 @@ func TestBrowserProposal(t *testing.T) {
 	applyForms, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('form[action="/sre/proposals/apply"]').length`))
 	require.NoError(t, err)
 	require.Zero(t, applyForms, "no Apply for an analyst")
-	req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/api/v1/proposals/apply", strings.NewReader(url.Values{"id": {id}, "reason": {"x"}}.Encode()))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Authorization", "Bearer "+e.tokens["analyst"])
-	res, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	res.Body.Close()
+	res, _ := e.apiPost(t, "analyst", "/api/v1/proposals/apply", url.Values{"id": {id}, "reason": {"x"}})
 	require.Equal(t, http.StatusForbidden, res.StatusCode)
 
 	// The SRE applies it.
@@ -146,7 +133,7 @@ func TestBrowserProposal(t *testing.T) {
 	require.Equal(t, rollout.ActionPropose, rows[0].Action)
 
 	// Applied once: a second apply is refused.
-	req, err = http.NewRequest(http.MethodPost, e.srv.URL+"/api/v1/proposals/apply", strings.NewReader(`{"id":"`+id+`","reason":"again"}`))
+	req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/api/v1/proposals/apply", strings.NewReader(`{"id":"`+id+`","reason":"again"}`))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+e.tokens["sre"])

@@ -46,11 +46,9 @@ type rolloutRig struct {
 
 func newRolloutRig(t *testing.T) *rolloutRig {
 	t.Helper()
-	brokers, name := rollouttest.Topic(t)
+	topic, name := rollouttest.OpenTopic(t)
 	_, decisions := rollouttest.Topic(t)
-	topic := rollout.NewTopic(brokers, nil, name, nil)
-	t.Cleanup(func() { _ = topic.Close() })
-	return &rolloutRig{brokers: brokers, name: name, topic: topic, decisions: decisions, whatIf: "0"}
+	return &rolloutRig{brokers: rollouttest.Brokers(), name: name, topic: topic, decisions: decisions, whatIf: "0"}
 }
 
 // configure gives the console the rollouts, and what-if replays of a

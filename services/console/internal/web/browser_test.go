@@ -97,12 +97,10 @@ func TestBrowser(t *testing.T) {
 	limit, mult = botLimit(principal)
 	require.Equal(t, 1.0, mult, "the limiter no longer applies the lifted penalty")
 	require.Equal(t, int64(100), limit)
-	log, err := e.st.AuditLog(context.Background(), a.Principal, 5)
-	require.NoError(t, err)
-	require.Len(t, log, 1)
-	require.Equal(t, store.ActionLift, log[0].Action)
-	require.Equal(t, "analyst1", log[0].Actor)
-	require.Equal(t, "TS-42: verified partner load test", log[0].Reason)
+	row := e.onlyAudit(t, a)
+	require.Equal(t, store.ActionLift, row.Action)
+	require.Equal(t, "analyst1", row.Actor)
+	require.Equal(t, "TS-42: verified partner load test", row.Reason)
 
 	// Allowlist the alert's busiest network (offered from the evidence), then see it listed.
 	require.NoError(t, chromedp.Do(ctx,
@@ -210,6 +208,20 @@ func signIn(base, user string) chromedp.Action[chromedp.Void] {
 		chromedp.SendKeys(chromedp.ID("password"), testPassword),
 		chromedp.Submit(chromedp.ID("password")),
 		chromedp.WaitVisible(chromedp.ID("alert-rows")),
+	)
+}
+
+// fillFalsePositive signs analyst1 in at the console at base, opens alert
+// a's page and fills its verdict form: false positive, allowlisted for
+// duration, with reason. The caller submits it (verdict-submit).
+func fillFalsePositive(base string, a store.Alert, duration, reason string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(
+		signIn(base, "analyst1"),
+		chromedp.Navigate(base+alertPath(a)),
+		chromedp.WaitVisible(chromedp.ID("verdict-form")),
+		chromedp.Click(chromedp.ID("verdict-false-positive")),
+		chromedp.SetValue(chromedp.ID("verdict-duration"), duration),
+		chromedp.SendKeys(chromedp.ID("verdict-reason"), reason),
 	)
 }
 

@@ -34,12 +34,7 @@ func TestBrowserVerdict(t *testing.T) {
 	ctx := startBrowser(t, bin)
 	text := func(sel string) string { t.Helper(); return textOf(t, ctx, sel) }
 	require.NoError(t, chromedp.Do(ctx,
-		signIn(e.srv.URL, "analyst1"),
-		chromedp.Navigate(e.srv.URL+alertPath(a)),
-		chromedp.WaitVisible(chromedp.ID("verdict-form")),
-		chromedp.Click(chromedp.ID("verdict-false-positive")),
-		chromedp.SetValue(chromedp.ID("verdict-duration"), "30d"),
-		chromedp.SendKeys(chromedp.ID("verdict-reason"), "TS-77: one person's three devices reconnecting"),
+		fillFalsePositive(e.srv.URL, a, "30d", "TS-77: one person's three devices reconnecting"),
 		screenshot(shots, "console-verdict"),
 		chromedp.Click(chromedp.ID("verdict-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`p.ok`)),

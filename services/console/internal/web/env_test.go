@@ -224,6 +224,16 @@ func (b *browser) login(user string) {
 	require.Equal(b.t, "/alerts", res.Header.Get("Location"))
 }
 
+// onlyAudit returns the one entry of the audit log of a's principal,
+// failing t when there is not exactly one.
+func (e *testEnv) onlyAudit(t *testing.T, a store.Alert) store.AuditEntry {
+	t.Helper()
+	log, err := e.st.AuditLog(t.Context(), a.Principal, 10)
+	require.NoError(t, err)
+	require.Len(t, log, 1)
+	return log[0]
+}
+
 func alertPath(a store.Alert) string {
 	return "/alert?p=" + url.QueryEscape(a.Principal) + "&k=" + url.QueryEscape(a.SK)
 }

@@ -29,9 +29,7 @@ const (
 // impact the limiters counted, viewers cannot act, and the SRE's abort and
 // rollback are audited with who, the role and why.
 func TestRollouts(t *testing.T) {
-	brokers, name := rollouttest.Topic(t)
-	topic := rollout.NewTopic(brokers, nil, name, nil)
-	t.Cleanup(func() { _ = topic.Close() })
+	topic, name := rollouttest.OpenTopic(t)
 	var audit *rollout.DynamoAudit
 	var claims *rollout.DynamoClaims
 	_, decisions := rollouttest.Topic(t) // no decision recorded: the first gate replays nothing
@@ -40,7 +38,7 @@ func TestRollouts(t *testing.T) {
 		claims = &rollout.DynamoClaims{Table: prefix + dynamo.TableAuditLog}
 		cfg.Rollouts = &Rollouts{Operator: &rollout.Operator{Topic: topic, Audit: audit, Claims: claims, Validate: ValidateRules}, Audit: audit}
 		cfg.WhatIf = &WhatIf{Timeout: 20 * time.Second,
-			Source: &whatif.Source{Client: &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second}, Topic: decisions, MaxEvents: 1000}}
+			Source: &whatif.Source{Client: &kafka.Client{Addr: kafka.TCP(rollouttest.Brokers()...), Timeout: 5 * time.Second}, Topic: decisions, MaxEvents: 1000}}
 	})
 	audit.Client, claims.Client = e.ddb, e.ddb
 	e.web.cfg.Rollouts.Redis = e.rdb

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -177,10 +178,7 @@ func TestVerdictRefusals(t *testing.T) {
 	a := e.seed(t, "refuse", time.Now().Add(-time.Minute), events.PatternRapidFire, events.SeverityHigh, true)
 	ok := map[string]string{"principal": a.Principal, "key": a.SK, "verdict": "false_positive", "reason": "r", "allowlist_for": "1d"}
 	with := func(k, v string) map[string]string {
-		m := map[string]string{}
-		for kk, vv := range ok {
-			m[kk] = vv
-		}
+		m := maps.Clone(ok)
 		m[k] = v
 		return m
 	}

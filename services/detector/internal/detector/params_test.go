@@ -3,6 +3,7 @@ package detector
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"sort"
 	"testing"
@@ -53,9 +54,7 @@ func paramsDetector(t *testing.T) *Detector {
 // not compile is refused and counted (the one in force stays), and the next
 // valid one is applied.
 func TestParamsFeedAppliesLiveAndRefusesInvalid(t *testing.T) {
-	brokers, name := rollouttest.Topic(t)
-	topic := rollout.NewTopic(brokers, nil, name, nil)
-	t.Cleanup(func() { _ = topic.Close() })
+	topic, _ := rollouttest.OpenTopic(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	det := paramsDetector(t)
@@ -97,9 +96,7 @@ func TestParamsFeedAppliesLiveAndRefusesInvalid(t *testing.T) {
 // the partitions, each following the topic itself) give the same
 // detections, and both versions' verdicts are counted for the controller.
 func TestParamsCandidateSameOnOneAndThreeInstances(t *testing.T) {
-	brokers, name := rollouttest.Topic(t)
-	topic := rollout.NewTopic(brokers, nil, name, nil)
-	t.Cleanup(func() { _ = topic.Close() })
+	topic, name := rollouttest.OpenTopic(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	fix := "overrides:\n  - kind: user\n    person_sustain: 5s\n"
@@ -108,12 +105,7 @@ func TestParamsCandidateSameOnOneAndThreeInstances(t *testing.T) {
 	s, err := labeled.NewHeldOut(labeled.HeldOut{Seed: 7, Start: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC),
 		Duration: 2 * time.Minute, Legit: 3000, Abusive: 60, Prefix: "pp_"})
 	require.NoError(t, err)
-	var ds []events.Decision
-	var d events.Decision
-	for s.Next(&d) {
-		ds = append(ds, d)
-	}
-	labels := s.Labels()
+	ds, labels := s.All(), s.Labels()
 
 	rdb := redistest.Client(t)
 	t.Cleanup(func() { limitertest.CleanKeys(rdb, redisx.RulesImpactKey(name, 2)+"*") })
@@ -224,13 +216,11 @@ func TestParamsCandidateSameOnOneAndThreeInstances(t *testing.T) {
 	require.Zero(t, added, "the candidate penalizes nobody its parent does not")
 }
 
+// fnv32 is FNV-1a (32-bit) of s.
 func fnv32(s string) uint32 {
-	h := uint32(2166136261)
-	for i := 0; i < len(s); i++ {
-		h ^= uint32(s[i])
-		h *= 16777619
-	}
-	return h
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(s))
+	return h.Sum32()
 }
 
 // principalOf splits a principal key "kind:id".
@@ -252,19 +242,15 @@ func TestParamsHarmRolledBack(t *testing.T) {
 	s, err := labeled.NewHeldOut(labeled.HeldOut{Seed: 7, Start: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC),
 		Duration: 2 * time.Minute, Legit: 1500, Abusive: 60, Prefix: "ph_"})
 	require.NoError(t, err)
-	var ds []events.Decision
-	var d events.Decision
-	for s.Next(&d) {
-		d.Priority = events.PriorityCritical
-		ds = append(ds, d)
+	ds := s.All()
+	for i := range ds {
+		ds[i].Priority = events.PriorityCritical
 	}
 	rdb := redistest.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	judge := func(candidate string) rollout.Verdict {
-		brokers, name := rollouttest.Topic(t)
-		topic := rollout.NewTopic(brokers, nil, name, nil)
-		t.Cleanup(func() { _ = topic.Close() })
+		topic, name := rollouttest.OpenTopic(t)
 		t.Cleanup(func() { limitertest.CleanKeys(rdb, redisx.RulesImpactKey(name, 2)+"*") })
 		require.NoError(t, topic.Publish(ctx, paramsRecord(1, "defaults: {}\n", events.RulesStateEnforced, 0), paramsRecord(2, candidate, events.RulesStateShadow, 1)))
 		det := paramsDetector(t)

@@ -18,12 +18,7 @@ func record(t *testing.T, seed uint64) ([]events.Decision, map[string]*labeled.L
 	s, err := labeled.NewHeldOut(labeled.HeldOut{Seed: seed, Start: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC),
 		Duration: 4 * time.Minute, Legit: 3000, Abusive: 200, Prefix: "h_"})
 	require.NoError(t, err)
-	var ds []events.Decision
-	var d events.Decision
-	for s.Next(&d) {
-		ds = append(ds, d)
-	}
-	return ds, s.Labels()
+	return s.All(), s.Labels()
 }
 
 // simulate gives every detection the verdict a reviewer would from the

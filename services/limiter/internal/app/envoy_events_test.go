@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/pkg/stacktest"
@@ -24,17 +25,6 @@ import (
 
 // The local Kafka-protocol broker every service uses (make up).
 const localBroker = "127.0.0.1:9092"
-
-// createTopic makes a topic of this test's own on the local broker.
-func createTopic(t *testing.T, topic string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c := &kafka.Client{Addr: kafka.TCP(localBroker)}
-	resp, err := c.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 1, ReplicationFactor: 1}}})
-	require.NoError(t, err, "the local broker (make up) at %s", localBroker)
-	require.NoError(t, resp.Errors[topic])
-}
 
 func envoyDescriptor(kv ...string) *rlcommon.RateLimitDescriptor {
 	d := &rlcommon.RateLimitDescriptor{}
@@ -54,7 +44,7 @@ func TestEnvoyConfiguredCallsArePublishedAndPenalized(t *testing.T) {
 	rdb := redistest.Client(t)
 	run := redistest.Unique(t, "envoyev")
 	domain, topic := "edge_"+run, "envoyev."+run
-	createTopic(t, topic)
+	kafkatest.CreateTopic(t, localBroker, topic, 1)
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "edge.yaml"), fmt.Appendf(nil, `domain: %s
 descriptors:
