@@ -3,7 +3,6 @@ package app
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -189,21 +188,22 @@ func recordLabeled(t *testing.T, ctx context.Context, broker string, start time.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.DefaultProduceTopic(config.DefaultDecisionsTopic), kgo.ProducerLinger(5*time.Millisecond))
 	require.NoError(t, err)
 	defer cl.Close()
+	batch := make([]*kgo.Record, 0, 5000)
+	flush := func() {
+		require.NoError(t, cl.ProduceSync(ctx, batch...).FirstErr())
+		batch = batch[:0]
+	}
 	var ds []events.Decision
 	var d events.Decision
-	var failed error
 	for s.Next(&d) {
 		ds = append(ds, d)
 		b, err := events.EncodeDecision(&d)
 		require.NoError(t, err)
-		cl.Produce(ctx, &kgo.Record{Key: []byte(d.Principal.Key()), Value: b, Timestamp: d.TS}, func(_ *kgo.Record, err error) {
-			if err != nil {
-				failed = errors.Join(failed, err)
-			}
-		})
+		if batch = append(batch, &kgo.Record{Key: []byte(d.Principal.Key()), Value: b, Timestamp: d.TS}); len(batch) == cap(batch) {
+			flush()
+		}
 	}
-	require.NoError(t, cl.Flush(ctx))
-	require.NoError(t, failed)
+	flush()
 	return ds, s.Labels()
 }
 
