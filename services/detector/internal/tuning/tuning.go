@@ -141,6 +141,7 @@ type Proposal struct {
 	Changes []Change
 	Params  score.Params
 	Tuned   *score.Tuned
+	Rounds  int // how many times its parameters were moved further (0: just past the false positives)
 }
 
 func (p Proposal) String() string {
@@ -311,7 +312,7 @@ func further(base score.Config, cur score.Params, p Proposal, round int) (Propos
 	if err != nil {
 		return p, false
 	}
-	return Proposal{Class: p.Class, From: p.From, Changes: chs, Params: b.params, Tuned: tu}, true
+	return Proposal{Class: p.Class, From: p.From, Changes: chs, Params: b.params, Tuned: tu, Rounds: round}, true
 }
 
 // Spread is how much further each refinement moves a parameter.
@@ -398,15 +399,7 @@ func (e Evaluation) ClassAvoided() float64 {
 // run's detections (judged, by principal key); the class's false positives
 // are those of its family (c.Family()).
 func Evaluate(ds []events.Decision, cfg score.Config, tu *score.Tuned, c Class, judged map[string]Judged) Evaluation {
-	e, _ := evaluate(ds, cfg, tu, c, judged)
-	return e
-}
-
-// evaluate is Evaluate, also returning the replay's detections of the
-// family's false positives it did not avoid.
-func evaluate(ds []events.Decision, cfg score.Config, tu *score.Tuned, c Class, judged map[string]Judged) (Evaluation, []score.Detection) {
 	began := time.Now()
-	var left []score.Detection
 	got := Detections(ds, cfg, tu)
 	var e Evaluation
 	c = c.Family()
@@ -427,8 +420,6 @@ func evaluate(ds []events.Decision, cfg score.Config, tu *score.Tuned, c Class, 
 				e.ClassFPs++
 				if !still {
 					e.ClassFPAvoided++
-				} else {
-					left = append(left, got[k])
 				}
 			}
 		}
@@ -439,7 +430,7 @@ func evaluate(ds []events.Decision, cfg score.Config, tu *score.Tuned, c Class, 
 		}
 	}
 	e.Seconds = time.Since(began).Seconds()
-	return e, left
+	return e
 }
 
 // Targets are what a proposal must prove on replay.
@@ -458,7 +449,8 @@ type Proven struct {
 // Best evaluates every candidate and returns them ranked: those meeting the
 // targets first, then by confirmed detections kept, then a route override
 // before a kind's (it changes less of what nobody judged), then by the
-// family's false positives avoided, and fewer changes.
+// family's false positives avoided, fewer changes, and parameters moved
+// less far (Proposal.Rounds).
 func Best(ds []events.Decision, base score.Config, cands []Proposal, judged map[string]Judged, t Targets) []Proven {
 	return best(ds, base, cands, judged, t, nil)
 }
@@ -468,30 +460,32 @@ func Best(ds []events.Decision, base score.Config, cands []Proposal, judged map[
 const Refinements = 3
 
 // best is Best; with refine set, a candidate that leaves some of its
-// family's false positives is moved further (refine's round 1, 2, …, up to
-// Refinements; false when it cannot move that far), and the first move
-// that avoids more of them replaces it: a detection shows where a
-// behaviour crossed the line, not how far it goes on past it (a burst
-// whose rate keeps rising after its first detection), so a parameter moved
-// just past the detection is crossed again a moment later.
+// family's false positives is also moved further (refine's round 1, 2, …,
+// up to Refinements; false when it cannot move that far), and each move
+// that avoids more of them than the last is ranked beside it: a detection
+// shows where a behaviour crossed the line, not how far it goes on past it
+// (a burst whose rate keeps rising after its first detection), so a
+// parameter moved just past the detection is crossed again a moment later.
 func best(ds []events.Decision, base score.Config, cands []Proposal, judged map[string]Judged, t Targets,
 	refine func(p Proposal, round int) (Proposal, bool)) []Proven {
+	judge := func(p Proposal) Proven {
+		e := Evaluate(ds, base, p.Tuned, p.Class, judged)
+		return Proven{Proposal: p, Evaluation: e, Meets: e.Kept() >= t.MinKept && e.ClassAvoided() >= t.MinClassAvoided}
+	}
 	out := make([]Proven, 0, len(cands))
 	for _, p := range cands {
-		e, left := evaluate(ds, base, p.Tuned, p.Class, judged)
-		first := p
-		for i := 1; refine != nil && i <= Refinements && len(left) > 0; i++ {
-			q, ok := refine(first, i)
+		pr := judge(p)
+		out = append(out, pr)
+		for i := 1; refine != nil && i <= Refinements && pr.Evaluation.ClassFPAvoided < pr.Evaluation.ClassFPs; i++ {
+			q, ok := refine(p, i)
 			if !ok {
 				break
 			}
-			f, l := evaluate(ds, base, q.Tuned, q.Class, judged)
-			if f.ClassFPAvoided <= e.ClassFPAvoided {
-				continue
+			if qr := judge(q); qr.Evaluation.ClassFPAvoided > pr.Evaluation.ClassFPAvoided {
+				out = append(out, qr)
+				pr = qr
 			}
-			p, e, left = q, f, l
 		}
-		out = append(out, Proven{Proposal: p, Evaluation: e, Meets: e.Kept() >= t.MinKept && e.ClassAvoided() >= t.MinClassAvoided})
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		a, b := out[i], out[j]
@@ -507,7 +501,10 @@ func best(ds []events.Decision, base score.Config, cands []Proposal, judged map[
 		if a.Evaluation.ClassAvoided() != b.Evaluation.ClassAvoided() {
 			return a.Evaluation.ClassAvoided() > b.Evaluation.ClassAvoided()
 		}
-		return len(a.Proposal.Changes) < len(b.Proposal.Changes)
+		if len(a.Proposal.Changes) != len(b.Proposal.Changes) {
+			return len(a.Proposal.Changes) < len(b.Proposal.Changes)
+		}
+		return a.Proposal.Rounds < b.Proposal.Rounds
 	})
 	return out
 }
