@@ -64,8 +64,13 @@ func (d *DynamoAudit) subject() string {
 
 var _ Auditor = (*DynamoAudit)(nil)
 
-// Audit writes e as one new row.
+// Audit writes e as one new row; under ParamsAuditSubject its action is
+// named after the parameters (ParamsAction: rules.step → params.step), so
+// the two rollouts' steps never read alike.
 func (d *DynamoAudit) Audit(ctx context.Context, e AuditEntry) error {
+	if d.subject() == ParamsAuditSubject {
+		e.Action = ParamsAction(e.Action)
+	}
 	sk := e.At.UTC().Format("2006-01-02T15:04:05.000000000Z") + "#" + uuid.NewString()
 	before, _ := json.Marshal(e.Before)
 	after, _ := json.Marshal(e.After)

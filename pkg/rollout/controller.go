@@ -54,6 +54,27 @@ type Verdict struct {
 type ClassGate struct {
 	Limits   ClassLimits
 	MinClass int64
+	// MaxLost is the share of the decisions its parent penalizes that a
+	// candidate may stop penalizing (Impact.Lost) before it is aborted or
+	// rolled back, once at least MinLost of them were counted; 0: not
+	// judged (the rules: a rule candidate that blocks less harms nobody).
+	// The detector's parameters set it: a candidate that raises thresholds
+	// gives up penalties, which is harm when it is the abusers'.
+	MaxLost float64
+	MinLost int64
+}
+
+// DefaultMinLost is how many parent-penalized decisions the lost share
+// needs before it decides.
+const DefaultMinLost = 1000
+
+// lost judges im's lost share against the gate: "" within it (or not
+// judged yet), else the figures.
+func (g ClassGate) lost(im Impact) string {
+	if g.MaxLost <= 0 || im.Lost.Parent < max(g.MinLost, 1) || im.Lost.Share() <= g.MaxLost {
+		return ""
+	}
+	return fmt.Sprintf(", lost %d of the %d decisions its parent penalizes (%s > %s)", im.Lost.Lost, im.Lost.Parent, pct(im.Lost.Share()), pct(g.MaxLost))
 }
 
 // DefaultMinClass is how many decisions a class needs to be judged.
@@ -169,9 +190,12 @@ func judgeCandidate(c Entry, im Impact, now time.Time, g ClassGate) Verdict {
 	if stepped {
 		restored = fmt.Sprintf("; parent version %d answers every principal again", c.ParentVersion)
 	}
+	lost := g.lost(im)
 	switch {
 	case j.over != "":
 		v.Action, v.Reason = fail, where+j.over+restored
+	case lost != "":
+		v.Action, v.Reason = fail, where+lost+restored
 	case harm != "":
 		v.Action, v.Reason = fail, where+", harm beyond the class's limit"+harm+restored
 	case !stepped:

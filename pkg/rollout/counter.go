@@ -85,6 +85,14 @@ func (c *Counter) AddPaired(fc FullClass, cand, parent, answered bool) {
 	add("n", true)
 	add("cand", cand)
 	add("parent", parent)
+	if parent {
+		// Lost: what the enforced version penalizes and the candidate
+		// does not (Impact.Lost), over every class.
+		c.fields[LostField+":parent"]++
+		if !cand {
+			c.fields[LostField+":lost"]++
+		}
+	}
 	add(SlicePrefix+"n", answered)
 	add(SlicePrefix+"cand", answered && cand)
 	add(SlicePrefix+"parent", answered && parent)

@@ -50,6 +50,11 @@ type Impact struct {
 	// answered (a step's slice of principals), since it began.
 	SliceClasses map[FullClass]Paired
 
+	// Lost is, over every class, the decisions the parent penalized and,
+	// of those, the ones the candidate did not, since it began (the
+	// detector's parameters count it: Counter.AddPaired).
+	Lost Lost
+
 	Window                       time.Duration
 	RecentShadow, RecentEnforced Counts
 	RecentClasses                map[FullClass]Paired
@@ -62,6 +67,23 @@ type Impact struct {
 	StepClasses, StepSlice map[FullClass]Paired
 }
 
+// LostField starts the impact hash fields of Lost ("lost:parent",
+// "lost:lost").
+const LostField = "lost"
+
+// Lost is what a candidate gives up of what its parent catches: the
+// decisions the parent penalized (Parent) and those of them the candidate
+// does not (Lost).
+type Lost struct{ Parent, Lost int64 }
+
+// Share is Lost over Parent (0 with none).
+func (l Lost) Share() float64 {
+	if l.Parent == 0 {
+		return 0
+	}
+	return float64(l.Lost) / float64(l.Parent)
+}
+
 func newCounts() Counts { return Counts{Total: map[string]int64{}, Blocked: map[string]int64{}} }
 
 // ReadImpact reads the counts of version v of topic since it began
@@ -72,7 +94,7 @@ func ReadImpact(ctx context.Context, rdb redis.UniversalClient, topic string, v 
 		return Impact{}, fmt.Errorf("read impact of rules version %d: %w", v, err)
 	}
 	im := Impact{Version: v, Shadow: newCounts(), Enforced: newCounts(), Classes: map[FullClass]Paired{}, SliceClasses: map[FullClass]Paired{}}
-	addFields(h, fieldSink{&im.Shadow, &im.Enforced, im.Classes, im.SliceClasses})
+	addFields(h, fieldSink{&im.Shadow, &im.Enforced, im.Classes, im.SliceClasses, &im.Lost})
 	return im, nil
 }
 
@@ -85,7 +107,7 @@ func ReadStep(ctx context.Context, rdb redis.UniversalClient, topic string, im *
 	}
 	im.Step, im.StepShadow, im.StepClasses, im.StepSlice = step, newCounts(), map[FullClass]Paired{}, map[FullClass]Paired{}
 	var enforced Counts = newCounts()
-	addFields(h, fieldSink{&im.StepShadow, &enforced, im.StepClasses, im.StepSlice})
+	addFields(h, fieldSink{&im.StepShadow, &enforced, im.StepClasses, im.StepSlice, nil})
 	return nil
 }
 
@@ -110,7 +132,7 @@ func ReadRecent(ctx context.Context, rdb redis.UniversalClient, topic string, im
 	im.Window, im.RecentShadow, im.RecentEnforced, im.RecentClasses = window, newCounts(), newCounts(), map[FullClass]Paired{}
 	slice := map[FullClass]Paired{} // the recent window judges all the paired decisions
 	for _, c := range cmds {
-		addFields(c.Val(), fieldSink{&im.RecentShadow, &im.RecentEnforced, im.RecentClasses, slice})
+		addFields(c.Val(), fieldSink{&im.RecentShadow, &im.RecentEnforced, im.RecentClasses, slice, nil})
 	}
 	return nil
 }
@@ -119,6 +141,7 @@ func ReadRecent(ctx context.Context, rdb redis.UniversalClient, topic string, im
 type fieldSink struct {
 	shadow, enforced *Counts
 	classes, slice   map[FullClass]Paired
+	lost             *Lost // nil: not read
 }
 
 // addFields adds an impact hash's fields ("shadow:critical:total", …) to the
@@ -149,6 +172,14 @@ func addFields(h map[string]string, sink fieldSink) {
 			continue
 		}
 		parts := strings.Split(field, ":")
+		if parts[0] == LostField && len(parts) == 2 {
+			if sink.lost != nil && parts[1] == "parent" {
+				sink.lost.Parent += n
+			} else if sink.lost != nil && parts[1] == "lost" {
+				sink.lost.Lost += n
+			}
+			continue
+		}
 		var c *Counts
 		switch parts[0] {
 		case PhaseShadow:

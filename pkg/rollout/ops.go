@@ -23,6 +23,28 @@ const (
 	ActionRollback  = "rules.rollback"  // the enforced version (or a candidate at a step) is replaced by its parent
 )
 
+// Audit actions of detector parameters rollouts (subject
+// ParamsAuditSubject): the same steps, named after the parameters. The
+// operator, the controller and their plans speak of the rules' actions;
+// DynamoAudit writes a step under its subject's name (ParamsAction).
+const (
+	ParamsActionBootstrap = "params.bootstrap"
+	ParamsActionPropose   = "params.rollout"
+	ParamsActionStep      = "params.step"
+	ParamsActionPromote   = "params.promote"
+	ParamsActionAbort     = "params.abort"
+	ParamsActionRollback  = "params.rollback"
+)
+
+// ParamsAction is the parameters rollouts' name of the rule rollout action
+// a (rules.step → params.step); an action of neither is a itself.
+func ParamsAction(a string) string {
+	if rest, ok := strings.CutPrefix(a, "rules."); ok {
+		return "params." + rest
+	}
+	return a
+}
+
 // Params are a rollout's parameters, carried on its records.
 type Params struct {
 	ShadowFor   time.Duration // before promotion

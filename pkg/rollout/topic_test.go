@@ -178,3 +178,41 @@ func TestConcurrentStartsCannotShareAVersion(t *testing.T) {
 	now = now.Add(61 * time.Second)
 	require.NoError(t, lease.Claim(ctx, name, 99, "next", time.Minute), "the dead writer's lease has passed")
 }
+
+// TestParamsRolloutsAuditedUnderTheirOwnActions: the same operations on a
+// detector parameters topic, audited under ParamsAuditSubject, are written
+// as params.* actions; the rules' audit, in the same table, keeps rules.*.
+func TestParamsRolloutsAuditedUnderTheirOwnActions(t *testing.T) {
+	rules := auditTable(t)
+	params := &rollout.DynamoAudit{Client: rules.Client, Table: rules.Table, Subject: rollout.ParamsAuditSubject}
+	ctx := context.Background()
+	valid := func(string, []byte) error { return nil }
+	for _, audit := range []*rollout.DynamoAudit{rules, params} {
+		brokers, name := rollouttest.Topic(t)
+		topic := rollout.NewTopic(brokers, nil, name, nil)
+		t.Cleanup(func() { _ = topic.Close() })
+		op := &rollout.Operator{Topic: topic, Audit: audit, Validate: valid}
+		sre := rollout.Actor{Name: "sre1", Role: "sre", Reason: "a change", Via: "cli"}
+		_, err := op.Bootstrap(ctx, "a", sre)
+		require.NoError(t, err)
+		_, err = op.Propose(ctx, "b", rollout.DefaultParams(), sre)
+		require.NoError(t, err)
+		_, err = op.Rollback(ctx, sre)
+		require.NoError(t, err)
+	}
+	actions := func(a *rollout.DynamoAudit) []string {
+		hist, err := a.History(ctx, 10)
+		require.NoError(t, err)
+		var out []string
+		for _, h := range hist {
+			out = append(out, h.Action)
+		}
+		return out
+	}
+	require.Equal(t, []string{rollout.ActionAbort, rollout.ActionPropose, rollout.ActionBootstrap}, actions(rules))
+	require.Equal(t, []string{"params.abort", "params.rollout", "params.bootstrap"}, actions(params))
+	require.Equal(t, rollout.ParamsActionStep, rollout.ParamsAction(rollout.ActionStep))
+	require.Equal(t, rollout.ParamsActionRollback, rollout.ParamsAction(rollout.ActionRollback))
+	require.Equal(t, rollout.ParamsActionPromote, rollout.ParamsAction(rollout.ActionPromote))
+	require.Equal(t, "lift", rollout.ParamsAction("lift"), "not a rollout action")
+}

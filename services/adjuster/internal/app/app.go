@@ -152,6 +152,9 @@ func Serve(ctx context.Context, env service.Env) error {
 			Validate: func(string, []byte) error { return errors.New("the controller publishes no new parameters") }}
 		ctl := rollout.NewController(op, rdb, "adjuster/params-rollout", log, reg)
 		ctl.Window, ctl.Gate = cfg.RolloutWindow, cfg.RolloutGate
+		// A candidate that stops penalizing what its parent catches gives
+		// up detections: judged too (docs/detector.md).
+		ctl.Gate.MaxLost, ctl.Gate.MinLost = cfg.ParamsMaxLost, cfg.ParamsMinLost
 		run.Worker("detector parameters rollout controller", ctl.Run)
 	}
 	log.Info("adjuster starting", "addr", addr.String(), "scales_key", cfg.ScalesKey, "topic", cfg.AdjustmentsTopic, "rules_topic", cfg.RulesTopic,

@@ -17,6 +17,11 @@ import (
 	"github.com/floodgate-dev/floodgate/services/adjuster/internal/signals"
 )
 
+// DefaultParamsMaxLost is the share of its parent's penalized decisions a
+// detector parameters candidate may stop penalizing
+// (FLOODGATE_ADJUSTER_PARAMS_MAX_LOST, docs/detector.md).
+const DefaultParamsMaxLost = 0.1
+
 // Config is the adjuster's start-up configuration, read from the environment.
 type Config struct {
 	HTTPAddr          string               // FLOODGATE_ADJUSTER_ADDR: admin API, /healthz, /readyz, /metrics
@@ -35,6 +40,8 @@ type Config struct {
 	ParamsTopic       string               // FLOODGATE_DETECTOR_PARAMS_TOPIC: detector parameters rollouts, watched by a second controller (docs/detector.md); "" = off
 	RolloutWindow     time.Duration        // FLOODGATE_ADJUSTER_ROLLOUT_WINDOW: the controller's recent window (default 5m; 0 = cumulative only)
 	RolloutGate       rollout.ClassGate    // FLOODGATE_ADJUSTER_ROLLOUT_CLASS_LIMITS, FLOODGATE_ADJUSTER_ROLLOUT_MIN_CLASS (docs/rollouts.md)
+	ParamsMaxLost     float64              // FLOODGATE_ADJUSTER_PARAMS_MAX_LOST: the parameters controller's lost gate (ClassGate.MaxLost; 0 = off)
+	ParamsMinLost     int64                // FLOODGATE_ADJUSTER_PARAMS_MIN_LOST: ClassGate.MinLost
 	DynamoEndpoint    string               // FLOODGATE_DYNAMODB_ENDPOINT (empty = AWS)
 	DynamoTablePrefix string               // FLOODGATE_DYNAMODB_TABLE_PREFIX
 	series.Influx                          // FLOODGATE_INFLUX_*
@@ -75,6 +82,10 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 	v.Require(err == nil, "FLOODGATE_ADJUSTER_ROLLOUT_CLASS_LIMITS", "%v", err)
 	c.RolloutGate.MinClass = int64(e.Int("FLOODGATE_ADJUSTER_ROLLOUT_MIN_CLASS", rollout.DefaultMinClass))
 	v.Require(c.RolloutGate.MinClass >= 1, "FLOODGATE_ADJUSTER_ROLLOUT_MIN_CLASS", "%d: at least 1", c.RolloutGate.MinClass)
+	c.ParamsMaxLost = e.Float("FLOODGATE_ADJUSTER_PARAMS_MAX_LOST", DefaultParamsMaxLost)
+	v.Require(c.ParamsMaxLost >= 0 && c.ParamsMaxLost < 1, "FLOODGATE_ADJUSTER_PARAMS_MAX_LOST", "%g: a share in [0, 1) (0.1 = 10 %%; 0 = off)", c.ParamsMaxLost)
+	c.ParamsMinLost = int64(e.Int("FLOODGATE_ADJUSTER_PARAMS_MIN_LOST", rollout.DefaultMinLost))
+	v.Require(c.ParamsMinLost >= 1, "FLOODGATE_ADJUSTER_PARAMS_MIN_LOST", "%d: at least 1", c.ParamsMinLost)
 	c.Tokens, err = admin.ParseTokens(e.Secret("FLOODGATE_ADJUSTER_TOKENS", "FLOODGATE_ADJUSTER_TOKENS_FILE").Reveal())
 	v.Require(err == nil, "FLOODGATE_ADJUSTER_TOKENS", "%v", err)
 	c.Rules = control.Defaults()

@@ -130,7 +130,7 @@ func TestBrowserProposal(t *testing.T) {
 	require.NotEmpty(t, rows)
 	require.Equal(t, "sre1", rows[0].Actor)
 	require.Equal(t, "sre", rows[0].Role)
-	require.Equal(t, rollout.ActionPropose, rows[0].Action)
+	require.Equal(t, rollout.ParamsActionPropose, rows[0].Action)
 
 	// Applied once: a second apply is refused.
 	req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/api/v1/proposals/apply", strings.NewReader(`{"id":"`+id+`","reason":"again"}`))

@@ -90,7 +90,8 @@ func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 	// Without the adjuster and the dlq-auditor configured, their actions
 	// are refused; the refusal is still the document's.
 	for _, p := range []string{"/sre/adjuster/mode", "/sre/adjuster/rules", "/sre/dlq/replay", "/sre/dlq/purge", "/sre/whatif",
-		"/sre/rollouts", "/sre/rollouts/promote", "/sre/rollouts/abort", "/sre/rollouts/rollback", "/sre/proposals/apply", "/api/v1/proposals/apply"} {
+		"/sre/rollouts", "/sre/rollouts/promote", "/sre/rollouts/abort", "/sre/rollouts/rollback", "/sre/proposals/apply", "/api/v1/proposals/apply",
+		"/sre/proposals/rollback", "/api/v1/proposals/rollback"} {
 		res := call("POST", p, "sre", url.Values{"etag": {`"1"`}, "reason": {"r"}, "rules": {"tick: 30s"}, "id": {"t.dlq/0/1"}, "confirm": {"yes"}}, false)
 		require.GreaterOrEqual(t, res.Status, 400, p)
 	}

@@ -56,6 +56,8 @@ func (s *Server) routes() error {
 	s.route("POST /sre/proposals/apply", s.authed(auth.RoleSRE, s.proposalApply))
 	s.route("GET /api/v1/proposals", s.authed(auth.RoleViewer, s.apiProposals))
 	s.route("POST /api/v1/proposals/apply", s.authed(auth.RoleSRE, s.proposalApply))
+	s.route("POST /sre/proposals/rollback", s.authed(auth.RoleSRE, s.paramsRollback))
+	s.route("POST /api/v1/proposals/rollback", s.authed(auth.RoleSRE, s.paramsRollback))
 	s.route("GET /sre/deferred", s.authed(auth.RoleViewer, s.deferredPage))
 	s.route("POST /sre/deferred", s.authed(auth.RoleSRE, s.deferredAction))
 	s.route("GET /sre/block-rate", s.authed(auth.RoleViewer, s.blockRate))

@@ -282,3 +282,74 @@ func (s *Server) applyProposal(ctx context.Context, in applyRequest, who store.A
 	}
 	return plan.Version, nil
 }
+
+func init() {
+	doneMessages["params_rolledback"] = "Parameters rollout stopped: every detector drops the candidate (or enforces the parent version again) from its next fetch."
+}
+
+// rollbackRequest is POST /api/v1/proposals/rollback as JSON (the page
+// posts the same names as a form).
+type rollbackRequest struct {
+	Reason string `json:"reason"`
+}
+
+// paramsRollback stops a detector parameters rollout by hand: it aborts
+// the candidate in shadow, rolls a candidate at a step back (every
+// principal gets the enforced version's detections again), or, with no
+// candidate, restores the enforced version's parent — as the rules'
+// /sre/rollouts/abort and /sre/rollouts/rollback do. Role sre, a reason
+// required; audited by the Operator under detector-params#rollout as
+// params.abort or params.rollback.
+func (s *Server) paramsRollback(w http.ResponseWriter, r *http.Request) {
+	const action = "params.rollback"
+	who := s.actor(r)
+	var err error
+	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct == "application/json" {
+		var in rollbackRequest
+		if err = httpapi.DecodeJSON(r, &in); err != nil {
+			err = fmt.Errorf("%w: %w", errInvalidApply, err)
+		}
+		who.Reason = strings.TrimSpace(in.Reason)
+	}
+	var plan rollout.Plan
+	switch {
+	case err != nil:
+	case s.cfg.Proposals == nil:
+		err = errors.New("no detector parameters topic is configured (FLOODGATE_DETECTOR_PARAMS_TOPIC)")
+	case who.Reason == "":
+		err = fmt.Errorf("%w: reason: required", errInvalidApply)
+	default:
+		a := rollout.Actor{Name: who.Name, Role: who.Role, Reason: who.Reason, Via: "console"}
+		ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
+		plan, err = s.cfg.Proposals.Operator.Apply(ctx, a, func(st *rollout.State) (rollout.Plan, error) {
+			if c, ok := st.Candidate(); ok && c.Step > 0 {
+				return rollout.PlanStepRollback(st, c.Version, a, s.cfg.Now())
+			}
+			return rollout.PlanRollback(st, a, s.cfg.Now())
+		})
+		cancel()
+	}
+	if err == nil {
+		done := rollout.ParamsAction(plan.Action)
+		s.succeeded(w, r, action, who, map[string]any{"ok": true, "action": done, "version": plan.Version}, "/sre/proposals?done=params_rolledback",
+			"done", done, "version", plan.Version)
+		return
+	}
+	code := http.StatusServiceUnavailable
+	switch {
+	case s.cfg.Proposals == nil:
+		code = http.StatusNotFound
+	case errors.Is(err, rollout.ErrNoCandidate), errors.Is(err, rollout.ErrNothingToUndo), errors.Is(err, rollout.ErrConflict):
+		code = http.StatusConflict
+	case errors.Is(err, errInvalidApply), strings.HasPrefix(err.Error(), "reason:"), strings.HasPrefix(err.Error(), "author:"):
+		code = http.StatusUnprocessableEntity
+	}
+	if code >= 500 {
+		s.cfg.Log.Error("action failed", "action", action, "actor", who.Name, "err", err, "correlation_id", who.CorrelationID)
+	}
+	s.refuse(w, r, action, code, err.Error(), func(msg string) {
+		v := s.loadProposals(r)
+		v.Errors = append([]string{msg}, v.Errors...)
+		s.renderCode(w, r, code, "proposals", v)
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sort"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -36,6 +37,7 @@ func Propose(ctx context.Context, env service.Env, args []string) error {
 	fs.SetOutput(env.Stderr)
 	span := fs.Duration("span", time.Hour, "the recorded decisions and the verdicted detections of this long before now (1m..24h)")
 	minFPs := fs.Int("min-fps", 3, "false-positive verdicts a class needs for a proposal")
+	maxRead := fs.Int("max-detections", 200_000, "abuse records of the span read at most (judged or not); more is refused")
 	dry := fs.Bool("dry-run", false, "print the proposals, store nothing")
 	host, _ := os.Hostname()
 	as := fs.String("as", "detector-propose@"+host, "the proposer's name on the stored proposals")
@@ -47,6 +49,9 @@ func Propose(ctx context.Context, env service.Env, args []string) error {
 	}
 	if *minFPs < 1 || *minFPs > 1000 {
 		return fmt.Errorf("-min-fps %d: must be in 1..1000", *minFPs)
+	}
+	if *maxRead < 1 || *maxRead > 10_000_000 {
+		return fmt.Errorf("-max-detections %d: must be in 1..10000000", *maxRead)
 	}
 	cfg, err := detector.ServiceConfigFromEnv(env.Getenv)
 	if err != nil {
@@ -65,7 +70,7 @@ func Propose(ctx context.Context, env service.Env, args []string) error {
 	}
 	to := env.Now().UTC()
 	from := to.Add(-*span)
-	verdicts, err := readVerdicts(ctx, ddb, cfg.DynamoPrefix+dynamo.TableAbuseRecords, from)
+	verdicts, err := readVerdicts(ctx, ddb, cfg.DynamoPrefix+dynamo.TableAbuseRecords, from, to, *maxRead)
 	if err != nil {
 		return err
 	}
@@ -127,30 +132,51 @@ func stored(b tuning.Built, from, to time.Time, base int64, by string, now time.
 	return p
 }
 
-// readVerdicts scans the abuse records for the verdicts on detections made
-// since from (the latest verdict of each detection; a principal judged
-// twice keeps its latest detection's).
-func readVerdicts(ctx context.Context, ddb *dynamodb.Client, table string, from time.Time) ([]tuning.Verdicted, error) {
-	latest := map[string]struct {
+// detectedAt is how an abuse record's gsi1sk holds its detection time
+// (detector.DynamoRecords).
+const detectedAt = "2006-01-02T15:04:05.000Z"
+
+// ErrTooManyDetections is returned when the span holds more detections than
+// propose reads (-max-detections).
+var ErrTooManyDetections = errors.New("too many detections in the span")
+
+// readVerdicts reads the verdicts on the detections made in [from, to) —
+// the latest verdict of each principal's latest judged detection — by
+// querying the abuse records' day index (gsi1: day#YYYY-MM-DD, detected_at)
+// for each day of the span, never scanning the table. At most maxRead
+// records are read (judged or not); a span holding more is refused with
+// ErrTooManyDetections.
+func readVerdicts(ctx context.Context, ddb *dynamodb.Client, table string, from, to time.Time, maxRead int) ([]tuning.Verdicted, error) {
+	type judged struct {
 		sk string
 		v  events.VerdictValue
-	}{}
-	pages := dynamodb.NewScanPaginator(ddb, &dynamodb.ScanInput{TableName: aws.String(table),
-		FilterExpression:          aws.String("attribute_exists(#v) AND sk >= :from"),
-		ExpressionAttributeNames:  map[string]string{"#v": dynamo.AttrVerdict},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":from": &types.AttributeValueMemberS{Value: from.UTC().Format(time.RFC3339)}}})
-	for pages.HasMorePages() {
-		page, err := pages.NextPage(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("scan verdicts: %w", err)
-		}
-		for _, it := range page.Items {
-			pk, sk := dynamo.Str(it["pk"]), dynamo.Str(it["sk"])
-			if cur, ok := latest[pk]; !ok || sk > cur.sk {
-				latest[pk] = struct {
-					sk string
-					v  events.VerdictValue
-				}{sk, events.VerdictValue(dynamo.Str(it[dynamo.AttrVerdict]))}
+	}
+	latest := map[string]judged{}
+	read := 0
+	for day := from.UTC().Truncate(24 * time.Hour); day.Before(to); day = day.Add(24 * time.Hour) {
+		pages := dynamodb.NewQueryPaginator(ddb, &dynamodb.QueryInput{TableName: aws.String(table), IndexName: aws.String("gsi1"),
+			KeyConditionExpression:   aws.String("gsi1pk = :d AND gsi1sk BETWEEN :from AND :to"),
+			FilterExpression:         aws.String("attribute_exists(#v)"),
+			ProjectionExpression:     aws.String("pk, sk, #v"),
+			ExpressionAttributeNames: map[string]string{"#v": dynamo.AttrVerdict},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":d": &types.AttributeValueMemberS{Value: "day#" + day.Format("2006-01-02")},
+				// BETWEEN is inclusive: to less a millisecond keeps the span half-open
+				":from": &types.AttributeValueMemberS{Value: from.UTC().Format(detectedAt)},
+				":to":   &types.AttributeValueMemberS{Value: to.UTC().Add(-time.Millisecond).Format(detectedAt)}}})
+		for pages.HasMorePages() {
+			page, err := pages.NextPage(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("query the verdicts of %s: %w", day.Format("2006-01-02"), err)
+			}
+			if read += int(page.ScannedCount); read > maxRead {
+				return nil, fmt.Errorf("read the verdicts of %s..%s: %w (more than %d); shorten -span or raise -max-detections",
+					from.Format(time.RFC3339), to.Format(time.RFC3339), ErrTooManyDetections, maxRead)
+			}
+			for _, it := range page.Items {
+				pk, sk := dynamo.Str(it["pk"]), dynamo.Str(it["sk"])
+				if cur, ok := latest[pk]; !ok || sk > cur.sk {
+					latest[pk] = judged{sk, events.VerdictValue(dynamo.Str(it[dynamo.AttrVerdict]))}
+				}
 			}
 		}
 	}
@@ -158,5 +184,6 @@ func readVerdicts(ctx context.Context, ddb *dynamodb.Client, table string, from 
 	for pk, l := range latest {
 		out = append(out, tuning.Verdicted{Principal: pk, Verdict: l.v})
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Principal < out[j].Principal })
 	return out, nil
 }

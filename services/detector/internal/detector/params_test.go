@@ -249,6 +249,9 @@ func TestParamsHarmRolledBack(t *testing.T) {
 	rdb := redistest.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	lostGate := rollout.DefaultClassGate()
+	lostGate.MaxLost, lostGate.MinLost = 0.1, rollout.DefaultMinLost // the adjuster's parameters controller
+	var lost rollout.Lost
 	judge := func(candidate string) rollout.Verdict {
 		topic, name := rollouttest.OpenTopic(t)
 		t.Cleanup(func() { limitertest.CleanKeys(rdb, redisx.RulesImpactKey(name, 2)+"*") })
@@ -267,8 +270,9 @@ func TestParamsHarmRolledBack(t *testing.T) {
 			if err == nil {
 				err = rollout.ReadStep(ctx, rdb, name, &im, 1)
 			}
+			lost = im.Lost
 			return im, err
-		}, time.Now(), rollout.DefaultClassGate())
+		}, time.Now(), lostGate)
 		require.NoError(t, err)
 		return v
 	}
@@ -276,6 +280,15 @@ func TestParamsHarmRolledBack(t *testing.T) {
 	t.Logf("harmful: %s %s", harm.Action, harm.Reason)
 	require.Equal(t, rollout.ActionRollback, harm.Action, harm.Reason)
 	fix := judge("overrides:\n  - kind: user\n    person_sustain: 5s\n")
-	t.Logf("proposal: %q %s", fix.Action, fix.Reason)
+	t.Logf("proposal: %q %s; lost %d of %d penalized decisions (%.2f %%)", fix.Action, fix.Reason, lost.Lost, lost.Parent, 100*lost.Share())
 	require.NotEqual(t, rollout.ActionRollback, fix.Action, fix.Reason)
+	require.Positive(t, lost.Parent, "the parent's penalized decisions are counted")
+	require.LessOrEqual(t, lost.Share(), 0.1, "the proposal gives up only the people's penalties")
+	// A candidate that stops catching the abusers: no harm to any class
+	// (it penalizes less), but it loses what the parent catches.
+	blind := judge("defaults:\n  rapid_fire_threshold: 100\n  rapid_fire_rate: 100\n  automated_denial_ratio: 0.99\n")
+	t.Logf("blind: %s %s", blind.Action, blind.Reason)
+	require.Equal(t, rollout.ActionRollback, blind.Action, blind.Reason)
+	require.Contains(t, blind.Reason, "decisions its parent penalizes")
+	require.Greater(t, lost.Share(), 0.1)
 }

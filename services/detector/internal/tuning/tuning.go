@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -69,7 +70,9 @@ type Judged struct {
 }
 
 // Class is what a proposal is built for: the false positives of one
-// pattern on one principal kind (and, when set, one route).
+// pattern on one principal kind (its family), and, when set, the one route
+// template they concentrate on — the proposal is then an override of the
+// kind on that route, and leaves the kind's other routes alone.
 type Class struct {
 	Pattern events.Pattern
 	Kind    events.PrincipalKind
@@ -89,6 +92,41 @@ func (c Class) Has(d score.Detection) bool {
 	return d.Pattern == c.Pattern && d.Principal.Kind == c.Kind && (c.Route == "" || d.Route == c.Route)
 }
 
+// Family is the class on every route: the pattern on the kind. A
+// proposal's evaluation counts the false positives of its family, whatever
+// its route, so a route override is judged on all the false positives the
+// reviewers found, not only those on its route.
+func (c Class) Family() Class { return Class{Pattern: c.Pattern, Kind: c.Kind} }
+
+// concentrated is the route template holding at least share of fps (""
+// when none does). A person's window over all routes (score.AllRoutes) is
+// not a route: no route override reaches it.
+func concentrated(fps []score.Detection, share float64) string {
+	n := map[string]int{}
+	for _, d := range fps {
+		if d.Route != "" && d.Route != score.AllRoutes {
+			n[d.Route]++
+		}
+	}
+	for r, k := range n {
+		if float64(k) >= share*float64(len(fps)) {
+			return r
+		}
+	}
+	return ""
+}
+
+// onRoute is the detections of fps on route.
+func onRoute(fps []score.Detection, route string) []score.Detection {
+	var out []score.Detection
+	for _, d := range fps {
+		if d.Route == route {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
 // Change is one parameter moved.
 type Change struct {
 	Param    string // the parameters document's name (score.KnobEnv)
@@ -103,6 +141,7 @@ type Proposal struct {
 	Changes []Change
 	Params  score.Params
 	Tuned   *score.Tuned
+	Rounds  int // how many times its parameters were moved further (0: just past the false positives)
 }
 
 func (p Proposal) String() string {
@@ -251,6 +290,58 @@ func Candidates(base score.Config, cur score.Params, c Class, fps []score.Detect
 	return out
 }
 
+// further moves each of p's parameters Spread^round times as far from
+// the value in force as p moved it (a ratio at most 0.99, a duration in
+// whole seconds, a count rounded up); false when the document does not
+// compile (a value past its range).
+func further(base score.Config, cur score.Params, p Proposal, round int) (Proposal, bool) {
+	f := math.Pow(Spread, float64(round))
+	chs := make([]Change, 0, len(p.Changes))
+	for _, ch := range p.Changes {
+		to, ok := stretch(ch, f)
+		if !ok {
+			return p, false
+		}
+		chs = append(chs, Change{ch.Param, ch.From, to})
+	}
+	b := withOverride(cur, p.Class, chs)
+	if b.err != nil {
+		return p, false
+	}
+	tu, err := score.Compile(base, b.params, 0)
+	if err != nil {
+		return p, false
+	}
+	return Proposal{Class: p.Class, From: p.From, Changes: chs, Params: b.params, Tuned: tu, Rounds: round}, true
+}
+
+// Spread is how much further each refinement moves a parameter.
+const Spread = 4
+
+// stretch is ch's To moved f times as far from its From.
+func stretch(ch Change, f float64) (string, bool) {
+	if from, err := time.ParseDuration(ch.From); err == nil {
+		to, err := time.ParseDuration(ch.To)
+		if err != nil {
+			return "", false
+		}
+		return (from + time.Duration(float64(to-from)*f) + time.Second - 1).Truncate(time.Second).String(), true
+	}
+	from, err1 := strconv.ParseFloat(ch.From, 64)
+	to, err2 := strconv.ParseFloat(ch.To, 64)
+	if err1 != nil || err2 != nil {
+		return "", false
+	}
+	v := from + (to-from)*f
+	switch {
+	case strings.HasSuffix(ch.Param, "_ratio"):
+		v = min(v, 0.99)
+	case !strings.ContainsAny(ch.From+ch.To, ".e"): // a count
+		return strconv.Itoa(int(math.Ceil(v))), true
+	}
+	return ftoa(v), true
+}
+
 type built struct {
 	params score.Params
 	err    error
@@ -283,7 +374,7 @@ func withOverride(cur score.Params, c Class, chs []Change) built {
 type Evaluation struct {
 	Confirmed, ConfirmedKept  int // confirmed detections of the base run, and those the candidate still makes
 	FalsePositives, FPAvoided int // false-positive detections of the base run, and those the candidate no longer makes
-	ClassFPs, ClassFPAvoided  int // of those, the proposal's class
+	ClassFPs, ClassFPAvoided  int // of those, the proposal's family (its pattern and kind, on every route)
 	NewDetections             int // principals the candidate detects that the base did not (unjudged)
 	Seconds                   float64
 }
@@ -305,11 +396,13 @@ func (e Evaluation) ClassAvoided() float64 {
 }
 
 // Evaluate replays ds with cfg and compares it with the verdicts on the base
-// run's detections (judged, by principal key).
+// run's detections (judged, by principal key); the class's false positives
+// are those of its family (c.Family()).
 func Evaluate(ds []events.Decision, cfg score.Config, tu *score.Tuned, c Class, judged map[string]Judged) Evaluation {
 	began := time.Now()
 	got := Detections(ds, cfg, tu)
 	var e Evaluation
+	c = c.Family()
 	for k, j := range judged {
 		_, still := got[k]
 		switch j.Verdict {
@@ -354,13 +447,45 @@ type Proven struct {
 }
 
 // Best evaluates every candidate and returns them ranked: those meeting the
-// targets first, then by confirmed detections kept, class false positives
-// avoided, and fewer changes.
+// targets first, then by confirmed detections kept, then a route override
+// before a kind's (it changes less of what nobody judged), then by the
+// family's false positives avoided, fewer changes, and parameters moved
+// less far (Proposal.Rounds).
 func Best(ds []events.Decision, base score.Config, cands []Proposal, judged map[string]Judged, t Targets) []Proven {
+	return best(ds, base, cands, judged, t, nil)
+}
+
+// Refinements is how many times a candidate is moved again past the false
+// positives it still makes before it is ranked as it is.
+const Refinements = 3
+
+// best is Best; with refine set, a candidate that leaves some of its
+// family's false positives is also moved further (refine's round 1, 2, …,
+// up to Refinements; false when it cannot move that far), and each move
+// that avoids more of them than the last is ranked beside it: a detection
+// shows where a behaviour crossed the line, not how far it goes on past it
+// (a burst whose rate keeps rising after its first detection), so a
+// parameter moved just past the detection is crossed again a moment later.
+func best(ds []events.Decision, base score.Config, cands []Proposal, judged map[string]Judged, t Targets,
+	refine func(p Proposal, round int) (Proposal, bool)) []Proven {
+	judge := func(p Proposal) Proven {
+		e := Evaluate(ds, base, p.Tuned, p.Class, judged)
+		return Proven{Proposal: p, Evaluation: e, Meets: e.Kept() >= t.MinKept && e.ClassAvoided() >= t.MinClassAvoided}
+	}
 	out := make([]Proven, 0, len(cands))
 	for _, p := range cands {
-		e := Evaluate(ds, base, p.Tuned, p.Class, judged)
-		out = append(out, Proven{Proposal: p, Evaluation: e, Meets: e.Kept() >= t.MinKept && e.ClassAvoided() >= t.MinClassAvoided})
+		pr := judge(p)
+		out = append(out, pr)
+		for i := 1; refine != nil && i <= Refinements && pr.Evaluation.ClassFPAvoided < pr.Evaluation.ClassFPs; i++ {
+			q, ok := refine(p, i)
+			if !ok {
+				break
+			}
+			if qr := judge(q); qr.Evaluation.ClassFPAvoided > pr.Evaluation.ClassFPAvoided {
+				out = append(out, qr)
+				pr = qr
+			}
+		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		a, b := out[i], out[j]
@@ -370,10 +495,16 @@ func Best(ds []events.Decision, base score.Config, cands []Proposal, judged map[
 		if a.Evaluation.Kept() != b.Evaluation.Kept() {
 			return a.Evaluation.Kept() > b.Evaluation.Kept()
 		}
+		if narrow := a.Proposal.Class.Route != ""; narrow != (b.Proposal.Class.Route != "") {
+			return narrow
+		}
 		if a.Evaluation.ClassAvoided() != b.Evaluation.ClassAvoided() {
 			return a.Evaluation.ClassAvoided() > b.Evaluation.ClassAvoided()
 		}
-		return len(a.Proposal.Changes) < len(b.Proposal.Changes)
+		if len(a.Proposal.Changes) != len(b.Proposal.Changes) {
+			return len(a.Proposal.Changes) < len(b.Proposal.Changes)
+		}
+		return a.Proposal.Rounds < b.Proposal.Rounds
 	})
 	return out
 }
@@ -395,8 +526,12 @@ type Built struct {
 // over base), proven by replaying ds: each verdict judges the principal's
 // detection replayed with the parameters in force (a verdict whose
 // principal the replay does not detect is left out: the recording does not
-// hold its detection). Classes are a pattern on a principal kind. Results
-// are ordered by class.
+// hold its detection). Classes are a pattern on a principal kind; when at
+// least t.MinClassAvoided of a class's false positives are on one route
+// template, the candidates of an override of the kind on that route are
+// ranked beside the kind's (the route's false positives alone set them),
+// all evaluated on the class's false positives. Results are ordered by
+// class.
 func Propose(ds []events.Decision, base score.Config, cur score.Params, verdicts []Verdicted, minFPs int, t Targets) ([]Built, error) {
 	curTuned, err := score.Compile(base, cur, 0)
 	if err != nil {
@@ -427,7 +562,13 @@ func Propose(ds []events.Decision, base score.Config, cur score.Params, verdicts
 	for _, c := range classes {
 		fps := byClass[c]
 		sort.Slice(fps, func(i, j int) bool { return fps[i].Principal.Key() < fps[j].Principal.Key() })
-		ranked := Best(ds, base, Candidates(base, cur, c, fps), judged, t)
+		cands := Candidates(base, cur, c, fps)
+		if r := concentrated(fps, t.MinClassAvoided); r != "" {
+			rc := c
+			rc.Route = r
+			cands = append(cands, Candidates(base, cur, rc, onRoute(fps, r))...)
+		}
+		ranked := best(ds, base, cands, judged, t, func(p Proposal, round int) (Proposal, bool) { return further(base, cur, p, round) })
 		if len(ranked) == 0 {
 			continue
 		}
