@@ -380,7 +380,7 @@ func NewController(op *Operator, rdb redis.UniversalClient, id string, log *slog
 	}
 	return &Controller{Operator: op, Redis: rdb, ID: id, Tick: time.Second, Window: DefaultWindow, Gate: DefaultClassGate(), Now: time.Now, Log: log,
 		actions: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{Name: "floodgate_adjuster_rollout_actions_total",
-			Help:        "Rollout steps the controller took, by topic (rules, detector parameters), action (rules.step, rules.promote, rules.abort, rules.rollback) and result (ok, error).",
+			Help:        "Rollout steps the controller took, by topic (rules, detector parameters), action (rules.step, rules.promote, rules.abort, rules.rollback: the rules' names, also on the detector parameters topic, whose audit rows say params.*) and result (ok, error).",
 			ConstLabels: prometheus.Labels{"topic": op.Topic.Name}}, []string{"action", "result"})}
 }
 
@@ -398,7 +398,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return tick.Every(ctx, c.Tick, func(ctx context.Context) {
 			if st := c.st.Load(); st != nil {
 				if _, err := c.Step(ctx, st); err != nil && ctx.Err() == nil {
-					c.Log.Warn("rules rollout step", "err", err)
+					c.Log.Warn("rollout step", "topic", c.Operator.Topic.Name, "err", err)
 				}
 			}
 		})
@@ -498,7 +498,7 @@ func (c *Controller) Step(ctx context.Context, st *State) (Verdict, error) {
 		return v, fmt.Errorf("%s version %d: %w", v.Action, v.Version, err)
 	}
 	c.actions.WithLabelValues(v.Action, "ok").Inc()
-	c.Log.Info("rules rollout step", "action", v.Action, "version", v.Version, "step", v.Step, "reason", v.Reason)
+	c.Log.Info("rollout step", "topic", c.Operator.Topic.Name, "action", v.Action, "version", v.Version, "step", v.Step, "reason", v.Reason)
 	// The followed state lags the topic by up to a fetch: judge the next
 	// tick on the state as published.
 	if fresh, err := c.Operator.Topic.Read(ctx); err == nil {
