@@ -196,3 +196,49 @@ func TestFurtherMovesEachParameterFurther(t *testing.T) {
 		})
 	}
 }
+
+// TestThresholdMovesPastAutomationsRate: for automation the threshold
+// candidate is moved past the rate over the floor each false positive
+// reached (automation's score is measured against its limit, and the
+// threshold decides only whether its rate counts), and moved further it
+// avoids them on replay.
+func TestThresholdMovesPastAutomationsRate(t *testing.T) {
+	ds, family := routeRecording(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+	base := score.DefaultConfig()
+	dets := Detections(ds, base, nil)
+	var fps []score.Detection
+	for k, d := range dets {
+		if family[k] == "uploader" {
+			fps = append(fps, d)
+		}
+	}
+	require.NotEmpty(t, fps)
+	c := Class{Pattern: events.PatternRapidFire, Kind: events.PrincipalAPIKey, Route: routeUpload}
+	var threshold Proposal
+	for _, p := range Candidates(base, score.Params{}, c, fps) {
+		if len(p.Changes) == 1 && p.Changes[0].Param == "rapid_fire_threshold" {
+			threshold = p
+		}
+	}
+	require.NotNil(t, threshold.Tuned, "a threshold candidate for the class")
+	k := threshold.Tuned.Config(c.Kind, c.Route)
+	for _, d := range fps {
+		require.Greater(t, k.Floor*k.Threshold, d.ObservedRate, "%s: %s leaves its rate over the line", d.Principal.Key(), threshold)
+	}
+	avoidsAll := func(p Proposal) bool {
+		got := Detections(ds, base, p.Tuned)
+		for _, d := range fps {
+			if _, still := got[d.Principal.Key()]; still {
+				return false
+			}
+		}
+		return true
+	}
+	avoided := avoidsAll(threshold)
+	for round := 1; round <= 3 && !avoided; round++ {
+		p, ok := further(base, score.Params{}, threshold, round)
+		require.True(t, ok)
+		avoided = avoidsAll(p)
+	}
+	require.True(t, avoided, "the threshold, moved further, avoids the false positives")
+}

@@ -184,12 +184,24 @@ func maxOf(fps []score.Detection, f func(score.Detection) float64) float64 {
 
 func ftoa(f float64) string { return fmt.Sprintf("%.4g", f) }
 
+// thresholdReached is the rapid-fire threshold detection d went past. A
+// person's score is judged against it; automation's score is measured
+// against its limit (the denial ratio's line), and the threshold only
+// decides whether its rate counts at all (above Floor × Threshold), so
+// there it is the rate over the floor.
+func thresholdReached(b score.Config, d score.Detection) float64 {
+	if person(d.Principal.Kind) || b.Floor <= 0 {
+		return d.Score
+	}
+	return d.ObservedRate / b.Floor
+}
+
 // knobs are the parameters of score.Config a proposal moves, each to just
 // past the largest value the false positives reached.
 var knobs = []knob{
 	{"rapid_fire_threshold", func(c Class) bool { return c.Pattern == events.PatternRapidFire },
 		func(b score.Config, fps []score.Detection) (score.Config, string, string, bool) {
-			to := maxOf(fps, func(d score.Detection) float64 { return d.Score }) * 1.05
+			to := maxOf(fps, func(d score.Detection) float64 { return thresholdReached(b, d) }) * 1.05
 			old := b.Threshold
 			b.Threshold = to
 			return b, ftoa(old), ftoa(to), to > old
