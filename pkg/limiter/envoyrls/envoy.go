@@ -532,7 +532,10 @@ func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *r
 		if eng := e.s.Engine(); eng != nil {
 			if rt := eng.Runtime(); rt != nil {
 				if scales := rt.Scales(); len(scales) > 0 {
-					req.Scale = func(i int, l *envoyconf.Limit) float64 { return scales.For(tiers[i], who.method, l.Route) }
+					// The method and tiers by value: capturing who would move
+					// it to the heap on every call, scales or none.
+					method, tiers := who.method, tiers
+					req.Scale = func(i int, l *envoyconf.Limit) float64 { return scales.For(tiers[i], method, l.Route) }
 				}
 			}
 			if who.ok && len(req.Descriptors) > 0 {
