@@ -555,7 +555,7 @@ func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *r
 		e.requests.WithLabelValues("unavailable").Inc()
 		if e.envoy.Identity != nil && who.ok {
 			sc := newEnvoyScratch()
-			ev := envoyUnavailable(server.NewDecisionID(), e.s.Gateway(), &who, &req, !e.envoy.FailureModeDeny, tiers, sc)
+			ev := envoyUnavailable(sc.decisionID(), e.s.Gateway(), &who, &req, !e.envoy.FailureModeDeny, tiers, sc)
 			e.s.Record(ev.Rule, ev.Tier, ev.Allowed, false)
 			e.s.Emit(ctx, &ev)
 			sc.release()
@@ -632,7 +632,7 @@ func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *r
 	if e.envoy.Identity != nil {
 		if who.ok {
 			sc := newEnvoyScratch()
-			ev := envoyDecision(server.NewDecisionID(), e.s.Gateway(), &who, &req, &resp, tiers, sc)
+			ev := envoyDecision(sc.decisionID(), e.s.Gateway(), &who, &req, &resp, tiers, sc)
 			if qa != nil {
 				decideQuota(qa, &ev)
 			}

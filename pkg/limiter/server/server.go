@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -468,6 +469,9 @@ func DecisionEvent(id, gateway string, req limiter.Request, res limiter.Result) 
 // here) every event, traced or not, takes TryAppend, and an untraced one is
 // encoded into reused buffers (emit.go) and allocates nothing; one path for
 // all of them keeps a principal's events in order on its partition.
+// Emit keeps nothing of ev once it returns (a span keeps a copy of its id),
+// so the caller may build ev in memory it reuses (envoyrls mints the id
+// into its scratch).
 func (s *Server) Emit(ctx context.Context, ev *events.Decision) {
 	a, appender := s.pub.(Appender)
 	if appender && s.tracer == nil {
@@ -487,8 +491,9 @@ func (s *Server) Emit(ctx context.Context, ev *events.Decision) {
 		Headers: stream.CloudEventHeaders(events.CETypeDecision, ev.ID, "floodgate/limiter/"+s.gateway, ev.TS),
 	}
 	if s.tracer != nil {
-		msg.Headers = s.tracer.Create(ctx, s.topic, ev.ID, msg.Headers,
-			attribute.String(tracing.AttrDecisionID, ev.ID), attribute.Bool(tracing.AttrAllowed, ev.Allowed),
+		id := strings.Clone(ev.ID) // the span outlives ev
+		msg.Headers = s.tracer.Create(ctx, s.topic, id, msg.Headers,
+			attribute.String(tracing.AttrDecisionID, id), attribute.Bool(tracing.AttrAllowed, ev.Allowed),
 			attribute.String(tracing.AttrTier, string(ev.Tier)), attribute.String(tracing.AttrPrincipalKind, string(ev.Principal.Kind)),
 			attribute.Bool(tracing.AttrDegraded, ev.Degraded))
 	}
