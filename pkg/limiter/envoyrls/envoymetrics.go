@@ -33,8 +33,8 @@ type envoyDescriptorMetrics struct {
 	// limits holds, by *envoyconf.Limit, the series of a limit without
 	// detailed_metric (*limitSeries), resolved as its outcomes occur: a
 	// call's descriptor is counted without building its name or hashing
-	// three label values per outcome. At most maxCachedLimits limits
-	// (a configuration reload brings new ones); past it, uncached.
+	// three label values per outcome. About maxCachedLimits limits at most
+	// (a configuration reload brings new ones): past it, emptied.
 	limits sync.Map
 	cached atomic.Int64
 }
@@ -73,8 +73,7 @@ func (m *envoyDescriptorMetrics) counter(ls *limitSeries, outcome int) prometheu
 }
 
 // seriesOf is the limit's series: cached for a limit without
-// detailed_metric (while fewer than maxCachedLimits are), built for this
-// call otherwise.
+// detailed_metric, built for this call otherwise.
 func (m *envoyDescriptorMetrics) seriesOf(domain string, d envoyconf.Descriptor, l *envoyconf.Limit) *limitSeries {
 	if l.DetailedMetric {
 		return &limitSeries{domain: domain, name: m.detailedName(d)}
@@ -85,10 +84,12 @@ func (m *envoyDescriptorMetrics) seriesOf(domain string, d envoyconf.Descriptor,
 		}
 	}
 	ls := &limitSeries{domain: domain, name: strings.TrimPrefix(l.Path, domain+".")}
-	if m.cached.Load() < maxCachedLimits {
-		if _, loaded := m.limits.LoadOrStore(l, ls); !loaded {
-			m.cached.Add(1)
-		}
+	if m.cached.Load() >= maxCachedLimits { // mostly limits of configurations reloaded since
+		m.limits.Clear()
+		m.cached.Store(0)
+	}
+	if _, loaded := m.limits.LoadOrStore(l, ls); !loaded {
+		m.cached.Add(1)
 	}
 	return ls
 }
