@@ -1,6 +1,9 @@
 package redisx
 
-import "sync"
+import (
+	"runtime"
+	"sync"
+)
 
 // GroupCommit is the queue and the flusher slots of a group commit, the
 // shape of both of Floodgate's pipelined Redis writers (the limiter's check
@@ -19,6 +22,12 @@ import "sync"
 // p50 85 ms against 56 ms, and 12,362 checks answered in the phase
 // against 14,745 (`make chaos` redis-slow) — and at saturation its gain in
 // CPU per call was within the run-to-run noise (docs/benchmarks.md).
+// A caller that takes a slot while another pipeline is in flight yields
+// the processor once (runtime.Gosched) before it sends: on a saturated core
+// the callers behind it are runnable already and queue their items in that
+// moment, so the pipeline carries them (issue 34: at the pinned peerbench's
+// saturation, fewer pipelines, a write and a read system call each, per
+// check); with nothing else runnable, the yield returns at once.
 // Safe for concurrent use.
 type GroupCommit[T comparable] struct {
 	Max      int             // items a pipeline; default 64
@@ -58,6 +67,16 @@ func (g *GroupCommit[T]) Add(it T) bool {
 	g.pending = append(g.pending, it)
 	if g.flushing < g.flushers() {
 		g.flushing++
+		if g.flushing > 1 {
+			// Another pipeline is in flight, so the process is busy: let the
+			// goroutines ready to run queue their items first, so that this
+			// pipeline carries them too (on a saturated core the next
+			// callers are runnable already; with none, Gosched returns at
+			// once). The slot is this caller's meanwhile.
+			g.mu.Unlock()
+			runtime.Gosched()
+			g.mu.Lock()
+		}
 		g.flushUntil(it, true)
 		return true
 	}

@@ -113,12 +113,12 @@ func PrincipalTag(kind, id string) string {
 
 // BucketKey is the key of one tier's bucket state for a principal.
 func BucketKey(kind, id, tier string) string {
-	return "fg:" + PrincipalTag(kind, id) + ":tb:" + Escape(tier)
+	return "fg:{" + Escape(kind) + ":" + Escape(id) + "}:tb:" + Escape(tier) // PrincipalTag's, in one allocation
 }
 
 // PenaltyKey is the key of a principal's penalty hash.
 func PenaltyKey(kind, id string) string {
-	return "fg:" + PrincipalTag(kind, id) + ":pen"
+	return "fg:{" + Escape(kind) + ":" + Escape(id) + "}:pen" // PrincipalTag's, in one allocation
 }
 
 // Fields of a penalty hash (PenaltyKey): the detector writes them (its
@@ -133,7 +133,7 @@ const (
 
 // DayUsageKey is the key of a principal's allowed units on one UTC day (YYYY-MM-DD).
 func DayUsageKey(kind, id, day string) string {
-	return "fg:" + PrincipalTag(kind, id) + ":day:" + Escape(day)
+	return "fg:{" + Escape(kind) + ":" + Escape(id) + "}:day:" + Escape(day) // PrincipalTag's, in one allocation
 }
 
 // LimitersKey is the sorted set of live limiter instances (member: instance

@@ -43,6 +43,30 @@ func TestKeysShareOneHashTag(t *testing.T) {
 	}
 }
 
+// TestPrincipalKeysOneAllocation: a principal's keys are the "fg:" prefix,
+// its PrincipalTag and the suffix, built in one allocation when nothing
+// needs escaping (the limiter builds one a check).
+func TestPrincipalKeysOneAllocation(t *testing.T) {
+	tag := PrincipalTag("bot", "bot_abc123")
+	for _, c := range []struct {
+		name, got, want string
+		build           func() string
+	}{
+		{"bucket", BucketKey("bot", "bot_abc123", "principal"), "fg:" + tag + ":tb:principal", func() string { return BucketKey("bot", "bot_abc123", "principal") }},
+		{"penalty", PenaltyKey("bot", "bot_abc123"), "fg:" + tag + ":pen", func() string { return PenaltyKey("bot", "bot_abc123") }},
+		{"day usage", DayUsageKey("bot", "bot_abc123", "2026-11-29"), "fg:" + tag + ":day:2026-11-29", func() string { return DayUsageKey("bot", "bot_abc123", "2026-11-29") }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.got != c.want {
+				t.Fatalf("got %q, want %q", c.got, c.want)
+			}
+			if n := testing.AllocsPerRun(100, func() { _ = c.build() }); n != 1 {
+				t.Fatalf("%v allocations, want 1", n)
+			}
+		})
+	}
+}
+
 // hashTag mirrors Redis Cluster: the bytes between the first '{' and the next '}'.
 func hashTag(key string) string {
 	i := strings.IndexByte(key, '{')

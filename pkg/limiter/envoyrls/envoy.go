@@ -68,6 +68,25 @@ type EnvoyRLS struct {
 	// inFlight counts the calls being answered (floodgate_limiter_grpc_calls_in_flight).
 	maxStreams uint32
 	inFlight   atomic.Int64
+	// answered holds requests' series of the two answers nearly every call
+	// gets (0 ok, 1 over_limit), resolved at first use (answeredSeries).
+	answered [2]atomic.Pointer[prometheus.Counter]
+}
+
+// countAnswer counts a call answered ok or over_limit: on the hot path a
+// cached series instead of hashing the label value each call.
+func (e *EnvoyRLS) countAnswer(overLimit bool) {
+	i, result := 0, "ok"
+	if overLimit {
+		i, result = 1, "over_limit"
+	}
+	c := e.answered[i].Load()
+	if c == nil {
+		s := e.requests.WithLabelValues(result)
+		e.answered[i].Store(&s)
+		c = &s
+	}
+	(*c).Inc()
 }
 
 // EnvoyConfig is an envoy ratelimit configuration served beside Floodgate's
@@ -294,11 +313,7 @@ func (e *EnvoyRLS) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReque
 	for i, k := range keys {
 		out.ResponseHeadersToAdd[i] = &corev3.HeaderValue{Key: k, Value: h[k]}
 	}
-	result := "ok"
-	if out.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-		result = "over_limit"
-	}
-	e.requests.WithLabelValues(result).Inc()
+	e.countAnswer(out.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
 	return out, nil
 }
 
@@ -517,7 +532,10 @@ func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *r
 		if eng := e.s.Engine(); eng != nil {
 			if rt := eng.Runtime(); rt != nil {
 				if scales := rt.Scales(); len(scales) > 0 {
-					req.Scale = func(i int, l *envoyconf.Limit) float64 { return scales.For(tiers[i], who.method, l.Route) }
+					// The method and tiers by value: capturing who would move
+					// it to the heap on every call, scales or none.
+					method, tiers := who.method, tiers
+					req.Scale = func(i int, l *envoyconf.Limit) float64 { return scales.For(tiers[i], method, l.Route) }
 				}
 			}
 			if who.ok && len(req.Descriptors) > 0 {
@@ -537,7 +555,7 @@ func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *r
 		e.requests.WithLabelValues("unavailable").Inc()
 		if e.envoy.Identity != nil && who.ok {
 			sc := newEnvoyScratch()
-			ev := envoyUnavailable(server.NewDecisionID(), e.s.Gateway(), &who, &req, !e.envoy.FailureModeDeny, tiers, sc)
+			ev := envoyUnavailable(sc.decisionID(), e.s.Gateway(), &who, &req, !e.envoy.FailureModeDeny, tiers, sc)
 			e.s.Record(ev.Rule, ev.Tier, ev.Allowed, false)
 			e.s.Emit(ctx, &ev)
 			sc.release()
@@ -614,7 +632,7 @@ func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *r
 	if e.envoy.Identity != nil {
 		if who.ok {
 			sc := newEnvoyScratch()
-			ev := envoyDecision(server.NewDecisionID(), e.s.Gateway(), &who, &req, &resp, tiers, sc)
+			ev := envoyDecision(sc.decisionID(), e.s.Gateway(), &who, &req, &resp, tiers, sc)
 			if qa != nil {
 				decideQuota(qa, &ev)
 			}
@@ -625,10 +643,6 @@ func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *r
 			e.unnamed.Inc()
 		}
 	}
-	result := "ok"
-	if out.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-		result = "over_limit"
-	}
-	e.requests.WithLabelValues(result).Inc()
+	e.countAnswer(out.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
 	return out, nil
 }

@@ -8,10 +8,12 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/floodgate-dev/floodgate/pkg/envoyconf"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 )
 
@@ -280,6 +282,15 @@ type envoyScratch struct {
 	descs   [events.MaxEnvoyDescriptors]events.EnvoyDescriptor
 	entries [events.MaxEnvoyDescriptors * events.MaxEnvoyEntries]events.EnvoyEntry
 	used    int // entries in use
+	id      [server.DecisionIDLen]byte
+}
+
+// decisionID mints the event's decision id into sc: a string over sc's
+// bytes, valid until release (Server.Emit keeps nothing of the event), so
+// the id allocates nothing either.
+func (sc *envoyScratch) decisionID() string {
+	server.MintDecisionID(&sc.id)
+	return unsafe.String(&sc.id[0], len(sc.id))
 }
 
 var envoyScratches = sync.Pool{New: func() any { return new(envoyScratch) }}

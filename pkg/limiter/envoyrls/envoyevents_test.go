@@ -26,6 +26,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
 	"github.com/floodgate-dev/floodgate/pkg/promtest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
 func TestParseEnvoyPrincipalKeys(t *testing.T) {
@@ -244,4 +245,33 @@ func TestEnvoyCallInAReusedScratch(t *testing.T) {
 	sc.used = 6 // as after the big call: release clears every entry it used
 	sc.release()
 	require.Equal(t, envoyScratch{}, *sc)
+}
+
+// A call's decision id is minted into its scratch, which the next call
+// reuses: every published event keeps its own id, in its value and in its
+// ce_id header alike.
+func TestEnvoyEventIDsOutliveTheirScratch(t *testing.T) {
+	f := newEnvoyEventsFixture(t, nil)
+	ctx := context.Background()
+	key := redistest.Unique(t, "key")
+	for range 5 {
+		_, err := f.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: f.domain, Descriptors: []*rlcommon.RateLimitDescriptor{limitertest.Descriptor("api_key", key)}})
+		require.NoError(t, err)
+	}
+	msgs := f.pub.Messages()
+	require.Len(t, msgs, 5)
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		ev, err := events.DecodeDecision(m.Value)
+		require.NoError(t, err)
+		require.False(t, seen[ev.ID], "id %s published twice", ev.ID)
+		seen[ev.ID] = true
+		var ceID string
+		for _, h := range m.Headers {
+			if h.Key == stream.HeaderCEID {
+				ceID = string(h.Value)
+			}
+		}
+		require.Equal(t, ev.ID, ceID)
+	}
 }

@@ -3,6 +3,7 @@ package envoyrls
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -28,6 +29,69 @@ type envoyDescriptorMetrics struct {
 
 	mu       sync.Mutex
 	detailed map[string]struct{}
+
+	// limits holds, by *envoyconf.Limit, the series of a limit without
+	// detailed_metric (*limitSeries), resolved as its outcomes occur: a
+	// call's descriptor is counted without building its name or hashing
+	// three label values per outcome. About maxCachedLimits limits at most
+	// (a configuration reload brings new ones): past it, emptied.
+	limits sync.Map
+	cached atomic.Int64
+}
+
+// maxCachedLimits bounds envoyDescriptorMetrics.limits.
+const maxCachedLimits = 4096
+
+// The outcomes of a descriptor's answer, limitSeries' indexes.
+const (
+	outcomeTotal = iota
+	outcomeWithin
+	outcomeNear
+	outcomeOver
+	outcomeShadow
+	outcomes
+)
+
+// outcomeName is an outcome's label value.
+func outcomeName(outcome int) string {
+	return [outcomes]string{"total", "within_limit", "near_limit", "over_limit", "shadow_mode"}[outcome]
+}
+
+// limitSeries is one limit's series, by outcome, each resolved at its first use.
+type limitSeries struct {
+	domain, name string
+	series       [outcomes]atomic.Pointer[prometheus.Counter]
+}
+
+func (m *envoyDescriptorMetrics) counter(ls *limitSeries, outcome int) prometheus.Counter {
+	if c := ls.series[outcome].Load(); c != nil {
+		return *c
+	}
+	c := m.hits.WithLabelValues(ls.domain, ls.name, outcomeName(outcome))
+	ls.series[outcome].Store(&c)
+	return c
+}
+
+// seriesOf is the limit's series: cached for a limit without
+// detailed_metric, built for this call otherwise.
+func (m *envoyDescriptorMetrics) seriesOf(domain string, d envoyconf.Descriptor, l *envoyconf.Limit) *limitSeries {
+	if l.DetailedMetric {
+		return &limitSeries{domain: domain, name: m.detailedName(d)}
+	}
+	if v, ok := m.limits.Load(l); ok {
+		if ls := v.(*limitSeries); ls.domain == domain {
+			return ls
+		}
+	}
+	ls := &limitSeries{domain: domain, name: strings.TrimPrefix(l.Path, domain+".")}
+	if m.cached.Load() >= maxCachedLimits { // mostly limits of configurations reloaded since
+		m.limits.Clear()
+		m.cached.Store(0)
+	}
+	if _, loaded := m.limits.LoadOrStore(l, ls); !loaded {
+		m.cached.Add(1)
+	}
+	return ls
 }
 
 func newEnvoyDescriptorMetrics(reg prometheus.Registerer) *envoyDescriptorMetrics {
@@ -45,23 +109,20 @@ func (m *envoyDescriptorMetrics) observe(domain string, d envoyconf.Descriptor, 
 	if st.Limit == nil || st.Unlimited {
 		return
 	}
-	name := strings.TrimPrefix(st.Limit.Path, domain+".")
-	if st.Limit.DetailedMetric {
-		name = m.detailedName(d)
-	}
-	add := func(outcome string) { m.hits.WithLabelValues(domain, name, outcome).Add(float64(hits)) }
-	add("total")
+	ls := m.seriesOf(domain, d, st.Limit)
+	add := func(outcome int) { m.counter(ls, outcome).Add(float64(hits)) }
+	add(outcomeTotal)
 	rpu, _, _ := st.RequestsPerUnit()
 	switch {
 	case st.Shadowed:
-		add("shadow_mode")
+		add(outcomeShadow)
 	case st.Code == envoyconf.CodeOverLimit || st.QuotaExceeded:
-		add("over_limit")
+		add(outcomeOver)
 	case rpu > 0 && st.Count*5 >= uint64(rpu)*4: // envoy ratelimit's near-limit ratio, 0.8
-		add("near_limit")
-		add("within_limit")
+		add(outcomeNear)
+		add(outcomeWithin)
 	default:
-		add("within_limit")
+		add(outcomeWithin)
 	}
 }
 

@@ -79,3 +79,31 @@ func TestEnvoyDetailedMetricSeriesAreBounded(t *testing.T) {
 	require.Equal(t, overflowDescriptor, m.detailedName(envoyconf.Descriptor{Entries: []envoyconf.Entry{{Key: "user", Value: "one more"}}}))
 	require.Equal(t, "user_7", m.detailedName(envoyconf.Descriptor{Entries: []envoyconf.Entry{{Key: "user", Value: "7"}}}), "a known one keeps its name")
 }
+
+// The series cache holds about maxCachedLimits limits (a reload brings new
+// ones) and counts each limit's hits on its own series throughout.
+func TestEnvoyDescriptorSeriesCacheIsBounded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := newEnvoyDescriptorMetrics(reg)
+	const n = maxCachedLimits + 10
+	limits := make([]*envoyconf.Limit, n)
+	for i := range limits {
+		limits[i] = &envoyconf.Limit{Path: fmt.Sprintf("d.key_%d", i%3), RequestsPerUnit: 100}
+		m.observe("d", envoyconf.Descriptor{}, envoyconf.Status{Limit: limits[i], Code: envoyconf.CodeOK, Count: 1}, 1)
+		require.LessOrEqual(t, m.cached.Load(), int64(maxCachedLimits))
+	}
+	m.observe("d", envoyconf.Descriptor{}, envoyconf.Status{Limit: limits[0], Code: envoyconf.CodeOverLimit, Count: 101}, 2)
+	for k := range 3 {
+		want := float64(n / 3)
+		if k < n%3 {
+			want++
+		}
+		if k == 0 {
+			want += 2
+		}
+		require.Equal(t, want, promtest.Value(t, reg, "floodgate_limiter_envoy_descriptor_hits_total",
+			map[string]string{"domain": "d", "descriptor": fmt.Sprintf("key_%d", k), "outcome": "total"}), "key_%d", k)
+	}
+	require.Equal(t, 2.0, promtest.Value(t, reg, "floodgate_limiter_envoy_descriptor_hits_total",
+		map[string]string{"domain": "d", "descriptor": "key_0", "outcome": "over_limit"}))
+}

@@ -53,7 +53,7 @@ func (u *unknownDomains) answer(e *EnvoyRLS, in *rlsv3.RateLimitRequest) *rlsv3.
 	for i := range out.Statuses {
 		out.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	}
-	e.requests.WithLabelValues("ok").Inc()
+	e.countAnswer(false)
 	return out
 }
 

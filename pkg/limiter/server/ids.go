@@ -18,18 +18,27 @@ import (
 // plus its String was a fifth of a decision event's CPU (docs/benchmarks.md).
 // One allocation: the string.
 func NewDecisionID() string {
+	var s [DecisionIDLen]byte
+	MintDecisionID(&s)
+	return string(s[:])
+}
+
+// DecisionIDLen is a decision id's length: a UUID's 36 characters.
+const DecisionIDLen = 36
+
+// MintDecisionID writes a new decision id (NewDecisionID's) into s; no
+// allocation.
+func MintDecisionID(s *[DecisionIDLen]byte) {
 	t := v7Time()
 	var u [16]byte
 	binary.BigEndian.PutUint64(u[0:], uint64(t>>12)<<16|0x7000|uint64(t&0xfff))
 	binary.BigEndian.PutUint64(u[8:], rand.Uint64()&0x3fffffffffffffff|0x8000000000000000)
-	var s [36]byte
 	hex.Encode(s[0:8], u[0:4])
 	hex.Encode(s[9:13], u[4:6])
 	hex.Encode(s[14:18], u[6:8])
 	hex.Encode(s[19:23], u[8:10])
 	hex.Encode(s[24:36], u[10:16])
 	s[8], s[13], s[18], s[23] = '-', '-', '-', '-'
-	return string(s[:])
 }
 
 // lastV7 is the last id's time: Unix ms << 12 | the ms's fraction in 4096ths.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,6 +70,49 @@ type metrics struct {
 
 	unauthenticated prometheus.Counter
 	pastDeadline    *prometheus.CounterVec
+
+	// decisionSeries holds decisions' series of the known tiers (by
+	// tierIndex, then allowed 0 / denied 1), resolved at their first
+	// decision: a decision then costs no hashing of label values (a
+	// series still appears on /metrics only once counted).
+	decisionSeries [6][2]atomic.Pointer[prometheus.Counter]
+}
+
+// decision is floodgate_limiter_decisions_total's series of a decision.
+func (m *metrics) decision(tier events.Tier, allowed bool) prometheus.Counter {
+	o, outcome := 0, "allowed"
+	if !allowed {
+		o, outcome = 1, "denied"
+	}
+	i := tierIndex(tier)
+	if i < 0 {
+		return m.decisions.WithLabelValues(string(tier), outcome)
+	}
+	if c := m.decisionSeries[i][o].Load(); c != nil {
+		return *c
+	}
+	c := m.decisions.WithLabelValues(string(tier), outcome)
+	m.decisionSeries[i][o].Store(&c)
+	return c
+}
+
+// tierIndex numbers decision.v1's tiers; -1 for any other.
+func tierIndex(t events.Tier) int {
+	switch t {
+	case events.TierIP:
+		return 0
+	case events.TierPrincipal:
+		return 1
+	case events.TierEndpoint:
+		return 2
+	case events.TierResource:
+		return 3
+	case events.TierQuota:
+		return 4
+	case events.TierPenalty:
+		return 5
+	}
+	return -1
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -353,11 +397,7 @@ func (s *Server) DecideCall(ctx context.Context, id string, req *checkapi.CheckR
 			Error: "check failed", Now: time.Now().UTC(), Cost: max(req.Cost, 1)}
 	}
 	s.metrics.duration.Observe(time.Since(start).Seconds())
-	outcome := "allowed"
-	if !res.Allowed {
-		outcome = "denied"
-	}
-	s.metrics.decisions.WithLabelValues(string(res.Tier), outcome).Inc()
+	s.metrics.decision(res.Tier, res.Allowed).Inc()
 	scope := res.Rule
 	switch {
 	case res.Shed:
@@ -429,6 +469,9 @@ func DecisionEvent(id, gateway string, req limiter.Request, res limiter.Result) 
 // here) every event, traced or not, takes TryAppend, and an untraced one is
 // encoded into reused buffers (emit.go) and allocates nothing; one path for
 // all of them keeps a principal's events in order on its partition.
+// Emit keeps nothing of ev once it returns (a span keeps a copy of its id),
+// so the caller may build ev in memory it reuses (envoyrls mints the id
+// into its scratch).
 func (s *Server) Emit(ctx context.Context, ev *events.Decision) {
 	a, appender := s.pub.(Appender)
 	if appender && s.tracer == nil {
@@ -448,8 +491,9 @@ func (s *Server) Emit(ctx context.Context, ev *events.Decision) {
 		Headers: stream.CloudEventHeaders(events.CETypeDecision, ev.ID, "floodgate/limiter/"+s.gateway, ev.TS),
 	}
 	if s.tracer != nil {
-		msg.Headers = s.tracer.Create(ctx, s.topic, ev.ID, msg.Headers,
-			attribute.String(tracing.AttrDecisionID, ev.ID), attribute.Bool(tracing.AttrAllowed, ev.Allowed),
+		id := strings.Clone(ev.ID) // the span outlives ev
+		msg.Headers = s.tracer.Create(ctx, s.topic, id, msg.Headers,
+			attribute.String(tracing.AttrDecisionID, id), attribute.Bool(tracing.AttrAllowed, ev.Allowed),
 			attribute.String(tracing.AttrTier, string(ev.Tier)), attribute.String(tracing.AttrPrincipalKind, string(ev.Principal.Kind)),
 			attribute.Bool(tracing.AttrDegraded, ev.Degraded))
 	}
@@ -484,11 +528,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, id string)
 // Record counts an envoy-configured call's decision as every decision is
 // counted: by deciding tier and outcome, and per scope for the observer.
 func (s *Server) Record(rule string, tier events.Tier, allowed, shadow bool) {
-	outcome := "allowed"
-	if !allowed {
-		outcome = "denied"
-	}
-	s.metrics.decisions.WithLabelValues(string(tier), outcome).Inc()
+	s.metrics.decision(tier, allowed).Inc()
 	if s.obs != nil {
 		scope := rule
 		if scope == "" {
