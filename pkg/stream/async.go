@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -125,12 +124,7 @@ type AsyncProducer struct {
 	cfg AsyncProducerConfig
 	log *slog.Logger
 	p   *Producer
-	ch  chan kafka.Message
-
-	// mu orders TryPublish against the drain: once closed is set under the
-	// write lock, no send into ch can still be in progress.
-	mu     sync.RWMutex
-	closed bool
+	buf *Handoff[kafka.Message]
 
 	droppedFull, droppedClosed prometheus.Counter
 	sent, failed               prometheus.Counter
@@ -171,7 +165,7 @@ func NewAsyncProducer(cfg AsyncProducerConfig) *AsyncProducer {
 		cfg:           cfg,
 		log:           log,
 		p:             p,
-		ch:            make(chan kafka.Message, cfg.BufferSize),
+		buf:           NewHandoff[kafka.Message](cfg.BufferSize),
 		droppedFull:   metrics.asyncDropped.WithLabelValues(cfg.Name, dropFull),
 		droppedClosed: metrics.asyncDropped.WithLabelValues(cfg.Name, dropClosed),
 		sent:          metrics.asyncSent.WithLabelValues(cfg.Name),
@@ -185,21 +179,16 @@ func NewAsyncProducer(cfg AsyncProducerConfig) *AsyncProducer {
 // stopped. It never blocks. A message without a Topic goes to the producer's
 // default topic. The caller must not modify msg's slices afterwards.
 func (a *AsyncProducer) TryPublish(msg kafka.Message) bool {
-	a.mu.RLock()
-	if a.closed {
-		a.mu.RUnlock()
-		a.droppedClosed.Inc()
-		return false
-	}
-	select {
-	case a.ch <- msg:
-		a.mu.RUnlock()
+	queued, closed := a.buf.Offer(msg)
+	switch {
+	case queued:
 		return true
+	case closed:
+		a.droppedClosed.Inc()
 	default:
-		a.mu.RUnlock()
 		a.droppedFull.Inc()
-		return false
 	}
+	return false
 }
 
 // Run writes queued messages until ctx is done, then stops accepting
@@ -231,19 +220,17 @@ func (a *AsyncProducer) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
-		case msg := <-a.ch:
+		case msg := <-a.buf.C():
 			batch = append(batch[:0], msg)
 			batch = a.fill(ctx, batch, timer)
 			a.write(wctx, batch)
-			a.queued.Set(float64(len(a.ch)))
+			a.queued.Set(float64(a.buf.Len()))
 		}
 	}
 
 	// Drain: refuse new messages, then send what is left.
-	a.mu.Lock()
-	a.closed = true
-	a.mu.Unlock()
-	buffered := len(a.ch)
+	a.buf.Close()
+	buffered := a.buf.Len()
 	a.log.Info("async producer draining", "buffered", buffered)
 	var undelivered int
 	for {
@@ -300,7 +287,7 @@ func (a *AsyncProducer) fill(ctx context.Context, batch []kafka.Message, timer *
 			armed = true
 		}
 		select {
-		case msg := <-a.ch:
+		case msg := <-a.buf.C():
 			batch = append(batch, msg)
 		case <-timer.C:
 			armed = false
@@ -313,7 +300,7 @@ func (a *AsyncProducer) fill(ctx context.Context, batch []kafka.Message, timer *
 
 // take adds to batch, without waiting, what the buffer holds, up to BatchSize.
 func (a *AsyncProducer) take(batch []kafka.Message) []kafka.Message {
-	return TakeBuffered(a.ch, batch, a.cfg.BatchSize)
+	return TakeBuffered(a.buf.C(), batch, a.cfg.BatchSize)
 }
 
 // TakeBuffered appends to batch, without waiting, what ch holds, until batch
