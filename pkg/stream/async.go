@@ -137,11 +137,7 @@ type AsyncProducer struct {
 // running. Call cfg.Validate first: NewAsyncProducer does not fail.
 func NewAsyncProducer(cfg AsyncProducerConfig) *AsyncProducer {
 	cfg = cfg.WithDefaults()
-	metrics, err := NewMetrics(cfg.Registerer)
-	if err != nil {
-		cfg.Logger.Error("stream metrics left unregistered", "err", err)
-		metrics, _ = NewMetrics(nil)
-	}
+	metrics := producerMetrics(cfg.Registerer, cfg.Logger)
 	log := cfg.Logger.With("producer", cfg.Name)
 	p := newProducer(ProducerConfig{
 		Brokers:  cfg.Brokers,

@@ -140,11 +140,7 @@ type Producer struct {
 // cfg.Registerer, they are logged and left unregistered.
 func NewProducer(cfg ProducerConfig) *Producer {
 	cfg = cfg.withDefaults()
-	metrics, err := NewMetrics(cfg.Registerer)
-	if err != nil {
-		cfg.Logger.Error("stream metrics left unregistered", "err", err)
-		metrics, _ = NewMetrics(nil)
-	}
+	metrics := producerMetrics(cfg.Registerer, cfg.Logger)
 	p := newProducer(cfg, metrics)
 	p.tracer = NewTracer(cfg.Tracing)
 	return p
