@@ -77,11 +77,8 @@ type AsyncProducerConfig struct {
 
 // Validate checks the configuration; zero values that have defaults are valid.
 func (c AsyncProducerConfig) Validate() error {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: AsyncProducerConfig.%s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))
-	}
-	checkBrokers(c.Brokers, func(msg string) { bad("Brokers", "%s", msg) })
+	v := configCheck{config: "AsyncProducerConfig"}
+	v.brokers(c.Brokers)
 	for _, f := range []struct {
 		name string
 		v    int64
@@ -92,14 +89,14 @@ func (c AsyncProducerConfig) Validate() error {
 		{"DrainTimeout", int64(c.DrainTimeout)},
 	} {
 		if f.v < 0 {
-			bad(f.name, "must not be negative, got %d", f.v)
+			v.bad(f.name, "must not be negative, got %d", f.v)
 		}
 	}
 	d := c.WithDefaults()
 	if d.MaxBackoff < d.InitialBackoff {
-		bad("MaxBackoff", "must be at least InitialBackoff (%v), got %v", d.InitialBackoff, d.MaxBackoff)
+		v.bad("MaxBackoff", "must be at least InitialBackoff (%v), got %v", d.InitialBackoff, d.MaxBackoff)
 	}
-	return errors.Join(errs...)
+	return v.err()
 }
 
 // WithDefaults returns c with its zero fields that have defaults set to them
