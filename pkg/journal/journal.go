@@ -127,12 +127,12 @@ func Open(cfg Config) (*Journal, error) {
 		fsyncErrors:       m.fsyncErrors.WithLabelValues(cfg.Name),
 		fsyncSeconds:      m.fsyncSeconds.WithLabelValues(cfg.Name),
 		wake:              make(chan struct{}, 1),
-		queue:             stream.NewHandoff[kafka.Message](cfg.QueueSize),
 		free:              freeBytes,
 	}
 	for _, r := range []string{journalDropCap, journalDropQueueFull, journalDropClosed, journalDropWriteError, journalDropNoTopic, journalDropCorrupt, journalDropMemoryFull} {
 		j.dropped[r] = m.dropped.WithLabelValues(cfg.Name, r)
 	}
+	j.queue = stream.NewHandoff[kafka.Message](cfg.QueueSize, j.dropped[journalDropQueueFull], j.dropped[journalDropClosed])
 	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("create journal dir: %w", err)
 	}
@@ -169,16 +169,7 @@ func (j *Journal) OnFailed(msgs []kafka.Message) { _ = j.Append(msgs) }
 // counts it in floodgate_stream_journal_dropped_total. Messages offered are
 // counted as source "overflow".
 func (j *Journal) Offer(msg kafka.Message) bool {
-	queued, closed := j.queue.Offer(msg)
-	switch {
-	case queued:
-		return true
-	case closed:
-		j.dropped[journalDropClosed].Inc()
-	default:
-		j.dropped[journalDropQueueFull].Inc()
-	}
-	return false
+	return j.queue.Offer(msg)
 }
 
 func (j *Journal) append(msgs []kafka.Message, counter prometheus.Counter) error {

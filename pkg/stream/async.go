@@ -123,9 +123,8 @@ type AsyncProducer struct {
 	p   *Producer
 	buf *Handoff[kafka.Message]
 
-	droppedFull, droppedClosed prometheus.Counter
-	sent, failed               prometheus.Counter
-	queued                     prometheus.Gauge
+	sent, failed prometheus.Counter
+	queued       prometheus.Gauge
 
 	ran atomic.Bool
 }
@@ -155,15 +154,14 @@ func NewAsyncProducer(cfg AsyncProducerConfig) *AsyncProducer {
 		Logger:       log,
 	}.withDefaults(), metrics)
 	return &AsyncProducer{
-		cfg:           cfg,
-		log:           log,
-		p:             p,
-		buf:           NewHandoff[kafka.Message](cfg.BufferSize),
-		droppedFull:   metrics.asyncDropped.WithLabelValues(cfg.Name, dropFull),
-		droppedClosed: metrics.asyncDropped.WithLabelValues(cfg.Name, dropClosed),
-		sent:          metrics.asyncSent.WithLabelValues(cfg.Name),
-		failed:        metrics.asyncFailed.WithLabelValues(cfg.Name),
-		queued:        metrics.asyncQueued.WithLabelValues(cfg.Name),
+		cfg: cfg,
+		log: log,
+		p:   p,
+		buf: NewHandoff[kafka.Message](cfg.BufferSize,
+			metrics.asyncDropped.WithLabelValues(cfg.Name, dropFull), metrics.asyncDropped.WithLabelValues(cfg.Name, dropClosed)),
+		sent:   metrics.asyncSent.WithLabelValues(cfg.Name),
+		failed: metrics.asyncFailed.WithLabelValues(cfg.Name),
+		queued: metrics.asyncQueued.WithLabelValues(cfg.Name),
 	}
 }
 
@@ -172,16 +170,7 @@ func NewAsyncProducer(cfg AsyncProducerConfig) *AsyncProducer {
 // stopped. It never blocks. A message without a Topic goes to the producer's
 // default topic. The caller must not modify msg's slices afterwards.
 func (a *AsyncProducer) TryPublish(msg kafka.Message) bool {
-	queued, closed := a.buf.Offer(msg)
-	switch {
-	case queued:
-		return true
-	case closed:
-		a.droppedClosed.Inc()
-	default:
-		a.droppedFull.Inc()
-	}
-	return false
+	return a.buf.Offer(msg)
 }
 
 // Run writes queued messages until ctx is done, then stops accepting

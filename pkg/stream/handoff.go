@@ -1,6 +1,10 @@
 package stream
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Handoff is a bounded queue its senders never wait on, and that its reader
 // closes to refuse further offers: once Close returns no Offer is still
@@ -14,26 +18,33 @@ type Handoff[T any] struct {
 	mu     sync.RWMutex
 	closed bool
 	ch     chan T
+
+	droppedFull, droppedClosed prometheus.Counter // offers refused: the queue full, or closed
 }
 
-// NewHandoff returns a queue of up to size values.
-func NewHandoff[T any](size int) *Handoff[T] { return &Handoff[T]{ch: make(chan T, size)} }
+// NewHandoff returns a queue of up to size values whose refused offers are
+// counted in full (the queue was full) and closed (it was closed).
+func NewHandoff[T any](size int, full, closed prometheus.Counter) *Handoff[T] {
+	return &Handoff[T]{ch: make(chan T, size), droppedFull: full, droppedClosed: closed}
+}
 
-// Offer queues v and reports true, or reports false at once: the queue is
-// full, or it was closed (closed true). It never blocks.
-func (h *Handoff[T]) Offer(v T) (queued, closed bool) {
+// Offer queues v and reports true, or counts v refused and reports false at
+// once: the queue is full, or closed. It never blocks.
+func (h *Handoff[T]) Offer(v T) bool {
 	h.mu.RLock()
 	if h.closed {
 		h.mu.RUnlock()
-		return false, true
+		h.droppedClosed.Inc()
+		return false
 	}
 	select {
 	case h.ch <- v:
 		h.mu.RUnlock()
-		return true, false
+		return true
 	default:
 		h.mu.RUnlock()
-		return false, false
+		h.droppedFull.Inc()
+		return false
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -12,25 +14,22 @@ import (
 // however many senders raced it.
 func TestHandoff(t *testing.T) {
 	t.Run("full and closed", func(t *testing.T) {
-		h := NewHandoff[int](2)
+		full, closed := prometheus.NewCounter(prometheus.CounterOpts{Name: "full"}), prometheus.NewCounter(prometheus.CounterOpts{Name: "closed"})
+		h := NewHandoff[int](2, full, closed)
 		for i := range 2 {
-			queued, closed := h.Offer(i)
-			require.True(t, queued)
-			require.False(t, closed)
+			require.True(t, h.Offer(i))
 		}
-		queued, closed := h.Offer(2)
-		require.False(t, queued, "full")
-		require.False(t, closed)
+		require.False(t, h.Offer(2), "full")
 		require.Equal(t, 2, h.Len())
 		require.False(t, h.Close())
 		require.True(t, h.Close(), "closed already")
-		queued, closed = h.Offer(3)
-		require.False(t, queued)
-		require.True(t, closed)
+		require.False(t, h.Offer(3), "closed")
+		require.InDelta(t, 1, testutil.ToFloat64(full), 0)
+		require.InDelta(t, 1, testutil.ToFloat64(closed), 0)
 		require.Equal(t, []int{0, 1}, TakeBuffered(h.C(), nil, 10), "what was queued stays to be taken")
 	})
 	t.Run("senders racing Close", func(t *testing.T) {
-		h := NewHandoff[int](1 << 16)
+		h := NewHandoff[int](1<<16, prometheus.NewCounter(prometheus.CounterOpts{Name: "full"}), prometheus.NewCounter(prometheus.CounterOpts{Name: "closed"}))
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		accepted := 0
@@ -38,7 +37,7 @@ func TestHandoff(t *testing.T) {
 			wg.Go(func() {
 				n := 0
 				for i := range 2000 {
-					if queued, _ := h.Offer(i); queued {
+					if h.Offer(i) {
 						n++
 					}
 				}
