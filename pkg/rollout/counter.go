@@ -201,9 +201,9 @@ func (f *Flusher) Flush(ctx context.Context) error {
 	f.entries = kept
 	f.mu.Unlock()
 
-	now := time.Now
+	now := time.Now()
 	if f.Now != nil {
-		now = f.Now
+		now = f.Now()
 	}
 	var giveBack []func()
 	pipe := f.Redis.Pipeline()
@@ -211,7 +211,7 @@ func (f *Flusher) Flush(ctx context.Context) error {
 		// The version's counts since it began, and the same counts in this
 		// flush's time slot (the controller's recent window).
 		// At a step (or in the shadow period), the counts since it began too.
-		key, slot := redisx.RulesImpactKey(f.Topic, en.version), redisx.RulesImpactSlotKey(f.Topic, en.version, now())
+		key, slot := redisx.RulesImpactKey(f.Topic, en.version), redisx.RulesImpactSlotKey(f.Topic, en.version, now)
 		step := ""
 		if en.step >= 0 {
 			step = redisx.RulesImpactStepKey(f.Topic, en.version, en.step)
