@@ -3,8 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -317,7 +315,7 @@ func startProfiles(ctx context.Context, debugAddr, prefix string, d time.Duratio
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		limErr = fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", debugAddr, int(d.Seconds())), prefix+"-limiter.pprof")
+		limErr = cputime.Profile(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", debugAddr, int(d.Seconds())), prefix+"-limiter.pprof")
 	}()
 	f, err := os.Create(prefix + "-generator.pprof")
 	genErr := err
@@ -337,31 +335,6 @@ func startProfiles(ctx context.Context, debugAddr, prefix string, d time.Duratio
 		}
 		return "profiles " + prefix + "-{limiter,generator}.pprof"
 	}
-}
-
-// fetchTo writes the body of GET url to path.
-func fetchTo(ctx context.Context, url, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: status %d", url, resp.StatusCode)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // pin sets the CPU affinity of every thread of pid (taskset -a -p -c cpus).

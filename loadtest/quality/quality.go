@@ -27,11 +27,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/floodgate-dev/floodgate/loadtest/internal/cli"
 	"github.com/floodgate-dev/floodgate/loadtest/labeled"
 	"github.com/floodgate-dev/floodgate/migrations"
 	"github.com/floodgate-dev/floodgate/pkg/config"
@@ -500,19 +500,7 @@ func startDetectors(cfg Config, n int, run, decTopic, abuseTopic, group string) 
 	var cmds []*exec.Cmd
 	var files []*os.File
 	stop := func() {
-		for _, c := range cmds {
-			_ = c.Process.Signal(syscall.SIGTERM)
-		}
-		for _, c := range cmds {
-			done := make(chan struct{})
-			go func() { _ = c.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(20 * time.Second):
-				_ = c.Process.Kill()
-				<-done
-			}
-		}
+		cli.StopAll(cmds, 20*time.Second)
 		for _, f := range files {
 			_ = f.Close()
 		}

@@ -86,9 +86,7 @@ type Journal struct {
 
 	wake chan struct{} // an append happened: the drainer may have work
 
-	qmu     sync.RWMutex // orders Offer against closing the queue
-	qclosed bool
-	queue   chan kafka.Message
+	queue *stream.Handoff[kafka.Message] // Offer's hand-off to Run's disk writer
 
 	lost atomic.Int64 // messages Append or Offer could not keep, cap drops excluded
 
@@ -129,12 +127,12 @@ func Open(cfg Config) (*Journal, error) {
 		fsyncErrors:       m.fsyncErrors.WithLabelValues(cfg.Name),
 		fsyncSeconds:      m.fsyncSeconds.WithLabelValues(cfg.Name),
 		wake:              make(chan struct{}, 1),
-		queue:             make(chan kafka.Message, cfg.QueueSize),
 		free:              freeBytes,
 	}
 	for _, r := range []string{journalDropCap, journalDropQueueFull, journalDropClosed, journalDropWriteError, journalDropNoTopic, journalDropCorrupt, journalDropMemoryFull} {
 		j.dropped[r] = m.dropped.WithLabelValues(cfg.Name, r)
 	}
+	j.queue = stream.NewHandoff[kafka.Message](cfg.QueueSize, j.dropped[journalDropQueueFull], j.dropped[journalDropClosed])
 	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("create journal dir: %w", err)
 	}
@@ -171,21 +169,7 @@ func (j *Journal) OnFailed(msgs []kafka.Message) { _ = j.Append(msgs) }
 // counts it in floodgate_stream_journal_dropped_total. Messages offered are
 // counted as source "overflow".
 func (j *Journal) Offer(msg kafka.Message) bool {
-	j.qmu.RLock()
-	if j.qclosed {
-		j.qmu.RUnlock()
-		j.dropped[journalDropClosed].Inc()
-		return false
-	}
-	select {
-	case j.queue <- msg:
-		j.qmu.RUnlock()
-		return true
-	default:
-		j.qmu.RUnlock()
-		j.dropped[journalDropQueueFull].Inc()
-		return false
-	}
+	return j.queue.Offer(msg)
 }
 
 func (j *Journal) append(msgs []kafka.Message, counter prometheus.Counter) error {
@@ -348,7 +332,7 @@ type Stats struct {
 func (j *Journal) Stats() Stats {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return Stats{Pending: j.pending, Bytes: j.bytes, Segments: len(j.segs), Queued: len(j.queue), MemoryBytes: j.memBytes, MemoryMessages: len(j.mem)}
+	return Stats{Pending: j.pending, Bytes: j.bytes, Segments: len(j.segs), Queued: j.queue.Len(), MemoryBytes: j.memBytes, MemoryMessages: len(j.mem)}
 }
 
 // ReplayPublisher publishes messages and returns once all of them are
@@ -394,7 +378,7 @@ func (j *Journal) writeLoop(ctx context.Context) {
 		case <-ctx.Done():
 			j.closeQueue()
 			return
-		case m := <-j.queue:
+		case m := <-j.queue.C():
 			batch = j.fillFromQueue(append(batch[:0], m))
 			_ = j.append(batch, j.journaledOverflow)
 			clear(batch)
@@ -404,16 +388,12 @@ func (j *Journal) writeLoop(ctx context.Context) {
 
 // fillFromQueue appends to batch what the queue holds, up to cap(batch).
 func (j *Journal) fillFromQueue(batch []kafka.Message) []kafka.Message {
-	return stream.TakeBuffered(j.queue, batch, cap(batch))
+	return stream.TakeBuffered(j.queue.C(), batch, cap(batch))
 }
 
 // closeQueue refuses further offers and writes what is queued.
 func (j *Journal) closeQueue() {
-	j.qmu.Lock()
-	already := j.qclosed
-	j.qclosed = true
-	j.qmu.Unlock()
-	if already {
+	if j.queue.Close() {
 		return
 	}
 	batch := make([]kafka.Message, 0, max(j.cfg.ReplayBatchSize, 1))

@@ -30,25 +30,46 @@ func PrincipalSlice(p events.Principal) int64 {
 	return int64(h % BasisPoints)
 }
 
-// Counter counts the decisions one version of a topic judged, in the
-// fields ReadImpact reads (phase:priority:total|blocked, and the paired
-// class fields ImpactClassField), and adds them to the version's hashes on
-// Flush. The limiter replicas count rules versions on their hot path with
-// their own lock-free counts (pkg/limiter/candidate); Counter is the same
-// contract for readers that count at a lower rate (the detector's
-// parameters). Safe for concurrent use.
+// A Tally is the counts of one version in one phase that a Flusher adds to
+// the version's hashes: the limiter replicas' lock-free counts of rules
+// versions on their hot path (pkg/limiter/candidate), and Counter for
+// readers that count at a lower rate (the detector's parameters). Safe for
+// concurrent use.
+type Tally interface {
+	// Take passes add every field counted since the last Take (the fields
+	// ReadImpact reads, n > 0) and returns what adds them back after a
+	// failed flush.
+	Take(add func(field string, n int64)) (giveBack func())
+}
+
+// CountField is the impact hash field of a phase's decisions of a priority:
+// "<phase>:<priority>:total", or ":blocked" for those blocked (would have
+// blocked, in shadow).
+func CountField(phase, priority string, blocked bool) string {
+	if blocked {
+		return phase + ":" + priority + ":blocked"
+	}
+	return phase + ":" + priority + ":total"
+}
+
+// ErrorsField is the impact hash field of a phase's checks that could not be
+// judged: "<phase>:errors".
+func ErrorsField(phase string) string { return phase + ":errors" }
+
+// Counter is a Tally of the fields ReadImpact reads (phase:priority:total|blocked,
+// and the paired class fields ImpactClassField) under one lock.
 type Counter struct {
-	Version int64
-	Phase   string // PhaseShadow or PhaseEnforced
-	Step    int64  // a candidate's step (0: its shadow period); -1: none
+	Phase string // PhaseShadow or PhaseEnforced
 
 	mu     sync.Mutex
 	fields map[string]int64
 }
 
-// NewCounter returns counts of version v in phase at step (-1: none).
-func NewCounter(v int64, phase string, step int64) *Counter {
-	return &Counter{Version: v, Phase: phase, Step: step, fields: map[string]int64{}}
+var _ Tally = (*Counter)(nil)
+
+// NewCounter returns counts of a version in phase.
+func NewCounter(phase string) *Counter {
+	return &Counter{Phase: phase, fields: map[string]int64{}}
 }
 
 // maxCounterFields bounds one flush's fields: classes past it count under
@@ -59,9 +80,9 @@ const maxCounterFields = 4 * 512
 // blocked (shadow).
 func (c *Counter) Add(priority string, blocked bool) {
 	c.mu.Lock()
-	c.fields[c.Phase+":"+priority+":total"]++
+	c.fields[CountField(c.Phase, priority, false)]++
 	if blocked {
-		c.fields[c.Phase+":"+priority+":blocked"]++
+		c.fields[CountField(c.Phase, priority, true)]++
 	}
 	c.mu.Unlock()
 }
@@ -98,58 +119,67 @@ func (c *Counter) AddPaired(fc FullClass, cand, parent, answered bool) {
 	add(SlicePrefix+"parent", answered && parent)
 }
 
-// take empties the counts and returns them.
-func (c *Counter) take() map[string]int64 {
+// Take empties the counts, passing each to add.
+func (c *Counter) Take(add func(field string, n int64)) (giveBack func()) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	f := c.fields
 	c.fields = map[string]int64{}
-	return f
-}
-
-// giveBack puts counts a failed flush took back.
-func (c *Counter) giveBack(f map[string]int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.mu.Unlock()
 	for k, n := range f {
-		c.fields[k] += n
+		add(k, n)
+	}
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for k, n := range f {
+			c.fields[k] += n
+		}
 	}
 }
 
-// CounterTTL keeps a version's counts a month after its last decision.
-const CounterTTL = 30 * 24 * time.Hour
+// ImpactTTL keeps a version's counts a month after its last decision.
+const ImpactTTL = 30 * 24 * time.Hour
 
-// Flusher adds Counters to their versions' hashes on a topic
+// Flusher adds the Tallies of a topic's versions to their hashes
 // (redisx.RulesImpactKey, its time slot and its step's hash), where the
 // controller reads the sum over every counting process. Safe for
 // concurrent use.
 type Flusher struct {
 	Redis redis.UniversalClient
 	Topic string
-	Log   *slog.Logger
-	Now   func() time.Time
+	Log   *slog.Logger     // nil: failed flushes are not logged
+	Now   func() time.Time // the flush's time slot (redisx.RulesImpactSlotKey); nil: time.Now
 
-	mu       sync.Mutex
-	counters []*Counter
+	mu      sync.Mutex
+	entries []flushEntry
 }
 
-// Track flushes c from now on; the returned func stops it after the next
-// flush.
-func (f *Flusher) Track(c *Counter) (untrack func()) {
+type flushEntry struct {
+	version int64
+	// step is a candidate's step (0: its shadow period), whose own hash
+	// (redisx.RulesImpactStepKey) gets its counts too; -1: none (enforced).
+	step    int64
+	tally   Tally
+	retired bool
+}
+
+// Track flushes t, the counts of version v (at step, -1 for none), until
+// retired.
+func (f *Flusher) Track(v, step int64, t Tally) {
 	f.mu.Lock()
-	f.counters = append(f.counters, c)
+	f.entries = append(f.entries, flushEntry{version: v, step: step, tally: t})
 	f.mu.Unlock()
-	return func() {
-		_ = f.Flush(context.Background())
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for i, x := range f.counters {
-			if x == c {
-				f.counters = append(f.counters[:i], f.counters[i+1:]...)
-				return
-			}
+}
+
+// Retire stops tracking t after its next flush.
+func (f *Flusher) Retire(t Tally) {
+	f.mu.Lock()
+	for i := range f.entries {
+		if f.entries[i].tally == t {
+			f.entries[i].retired = true
 		}
 	}
+	f.mu.Unlock()
 }
 
 // Run flushes every interval until ctx is done, then once more.
@@ -165,49 +195,59 @@ func (f *Flusher) Run(ctx context.Context, every time.Duration) error {
 	return nil
 }
 
-// Flush adds what was counted since the last flush; a failed flush puts its
-// counts back.
+// Flush adds what was counted since the last flush to Redis. Counts a
+// failed flush took are put back.
 func (f *Flusher) Flush(ctx context.Context) error {
 	f.mu.Lock()
-	cs := append([]*Counter(nil), f.counters...)
+	entries := append([]flushEntry(nil), f.entries...)
+	kept := f.entries[:0]
+	for _, en := range f.entries {
+		if !en.retired {
+			kept = append(kept, en)
+		}
+	}
+	f.entries = kept
 	f.mu.Unlock()
-	now := time.Now
+
+	now := time.Now()
 	if f.Now != nil {
-		now = f.Now
+		now = f.Now()
 	}
-	type taken struct {
-		c *Counter
-		f map[string]int64
-	}
-	var took []taken
+	var giveBack []func()
 	pipe := f.Redis.Pipeline()
-	for _, c := range cs {
-		fields := c.take()
-		if len(fields) == 0 {
-			continue
+	for _, en := range entries {
+		// The version's counts since it began, and the same counts in this
+		// flush's time slot (the controller's recent window).
+		// At a step (or in the shadow period), the counts since it began too.
+		key, slot := redisx.RulesImpactKey(f.Topic, en.version), redisx.RulesImpactSlotKey(f.Topic, en.version, now)
+		step := ""
+		if en.step >= 0 {
+			step = redisx.RulesImpactStepKey(f.Topic, en.version, en.step)
 		}
-		took = append(took, taken{c, fields})
-		keys := []string{redisx.RulesImpactKey(f.Topic, c.Version), redisx.RulesImpactSlotKey(f.Topic, c.Version, now())}
-		if c.Step >= 0 {
-			keys = append(keys, redisx.RulesImpactStepKey(f.Topic, c.Version, c.Step))
-		}
-		for _, k := range keys {
-			for field, n := range fields {
-				pipe.HIncrBy(ctx, k, field, n)
+		wrote := false
+		back := en.tally.Take(func(field string, n int64) {
+			pipe.HIncrBy(ctx, key, field, n)
+			pipe.HIncrBy(ctx, slot, field, n)
+			if step != "" {
+				pipe.HIncrBy(ctx, step, field, n)
 			}
-		}
-		pipe.Expire(ctx, keys[0], CounterTTL)
-		pipe.Expire(ctx, keys[1], redisx.RulesImpactSlotTTL)
-		if len(keys) > 2 {
-			pipe.Expire(ctx, keys[2], CounterTTL)
+			wrote = true
+		})
+		if wrote {
+			pipe.Expire(ctx, key, ImpactTTL)
+			pipe.Expire(ctx, slot, redisx.RulesImpactSlotTTL)
+			if step != "" {
+				pipe.Expire(ctx, step, ImpactTTL)
+			}
+			giveBack = append(giveBack, back)
 		}
 	}
-	if len(took) == 0 {
+	if len(giveBack) == 0 {
 		return nil
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		for _, t := range took {
-			t.c.giveBack(t.f)
+		for _, back := range giveBack {
+			back()
 		}
 		return err
 	}

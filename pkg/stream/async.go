@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -78,11 +77,8 @@ type AsyncProducerConfig struct {
 
 // Validate checks the configuration; zero values that have defaults are valid.
 func (c AsyncProducerConfig) Validate() error {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: AsyncProducerConfig.%s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))
-	}
-	checkBrokers(c.Brokers, func(msg string) { bad("Brokers", "%s", msg) })
+	v := configCheck{config: "AsyncProducerConfig"}
+	v.brokers(c.Brokers)
 	for _, f := range []struct {
 		name string
 		v    int64
@@ -93,14 +89,14 @@ func (c AsyncProducerConfig) Validate() error {
 		{"DrainTimeout", int64(c.DrainTimeout)},
 	} {
 		if f.v < 0 {
-			bad(f.name, "must not be negative, got %d", f.v)
+			v.bad(f.name, "must not be negative, got %d", f.v)
 		}
 	}
 	d := c.WithDefaults()
 	if d.MaxBackoff < d.InitialBackoff {
-		bad("MaxBackoff", "must be at least InitialBackoff (%v), got %v", d.InitialBackoff, d.MaxBackoff)
+		v.bad("MaxBackoff", "must be at least InitialBackoff (%v), got %v", d.InitialBackoff, d.MaxBackoff)
 	}
-	return errors.Join(errs...)
+	return v.err()
 }
 
 // WithDefaults returns c with its zero fields that have defaults set to them
@@ -125,16 +121,10 @@ type AsyncProducer struct {
 	cfg AsyncProducerConfig
 	log *slog.Logger
 	p   *Producer
-	ch  chan kafka.Message
+	buf *Handoff[kafka.Message]
 
-	// mu orders TryPublish against the drain: once closed is set under the
-	// write lock, no send into ch can still be in progress.
-	mu     sync.RWMutex
-	closed bool
-
-	droppedFull, droppedClosed prometheus.Counter
-	sent, failed               prometheus.Counter
-	queued                     prometheus.Gauge
+	sent, failed prometheus.Counter
+	queued       prometheus.Gauge
 
 	ran atomic.Bool
 }
@@ -143,11 +133,7 @@ type AsyncProducer struct {
 // running. Call cfg.Validate first: NewAsyncProducer does not fail.
 func NewAsyncProducer(cfg AsyncProducerConfig) *AsyncProducer {
 	cfg = cfg.WithDefaults()
-	metrics, err := NewMetrics(cfg.Registerer)
-	if err != nil {
-		cfg.Logger.Error("stream metrics left unregistered", "err", err)
-		metrics, _ = NewMetrics(nil)
-	}
+	metrics := producerMetrics(cfg.Registerer, cfg.Logger)
 	log := cfg.Logger.With("producer", cfg.Name)
 	p := newProducer(ProducerConfig{
 		Brokers:  cfg.Brokers,
@@ -168,15 +154,14 @@ func NewAsyncProducer(cfg AsyncProducerConfig) *AsyncProducer {
 		Logger:       log,
 	}.withDefaults(), metrics)
 	return &AsyncProducer{
-		cfg:           cfg,
-		log:           log,
-		p:             p,
-		ch:            make(chan kafka.Message, cfg.BufferSize),
-		droppedFull:   metrics.asyncDropped.WithLabelValues(cfg.Name, dropFull),
-		droppedClosed: metrics.asyncDropped.WithLabelValues(cfg.Name, dropClosed),
-		sent:          metrics.asyncSent.WithLabelValues(cfg.Name),
-		failed:        metrics.asyncFailed.WithLabelValues(cfg.Name),
-		queued:        metrics.asyncQueued.WithLabelValues(cfg.Name),
+		cfg: cfg,
+		log: log,
+		p:   p,
+		buf: NewHandoff[kafka.Message](cfg.BufferSize,
+			metrics.asyncDropped.WithLabelValues(cfg.Name, dropFull), metrics.asyncDropped.WithLabelValues(cfg.Name, dropClosed)),
+		sent:   metrics.asyncSent.WithLabelValues(cfg.Name),
+		failed: metrics.asyncFailed.WithLabelValues(cfg.Name),
+		queued: metrics.asyncQueued.WithLabelValues(cfg.Name),
 	}
 }
 
@@ -185,21 +170,7 @@ func NewAsyncProducer(cfg AsyncProducerConfig) *AsyncProducer {
 // stopped. It never blocks. A message without a Topic goes to the producer's
 // default topic. The caller must not modify msg's slices afterwards.
 func (a *AsyncProducer) TryPublish(msg kafka.Message) bool {
-	a.mu.RLock()
-	if a.closed {
-		a.mu.RUnlock()
-		a.droppedClosed.Inc()
-		return false
-	}
-	select {
-	case a.ch <- msg:
-		a.mu.RUnlock()
-		return true
-	default:
-		a.mu.RUnlock()
-		a.droppedFull.Inc()
-		return false
-	}
+	return a.buf.Offer(msg)
 }
 
 // Run writes queued messages until ctx is done, then stops accepting
@@ -231,19 +202,17 @@ func (a *AsyncProducer) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
-		case msg := <-a.ch:
+		case msg := <-a.buf.C():
 			batch = append(batch[:0], msg)
 			batch = a.fill(ctx, batch, timer)
 			a.write(wctx, batch)
-			a.queued.Set(float64(len(a.ch)))
+			a.queued.Set(float64(a.buf.Len()))
 		}
 	}
 
 	// Drain: refuse new messages, then send what is left.
-	a.mu.Lock()
-	a.closed = true
-	a.mu.Unlock()
-	buffered := len(a.ch)
+	a.buf.Close()
+	buffered := a.buf.Len()
 	a.log.Info("async producer draining", "buffered", buffered)
 	var undelivered int
 	for {
@@ -300,7 +269,7 @@ func (a *AsyncProducer) fill(ctx context.Context, batch []kafka.Message, timer *
 			armed = true
 		}
 		select {
-		case msg := <-a.ch:
+		case msg := <-a.buf.C():
 			batch = append(batch, msg)
 		case <-timer.C:
 			armed = false
@@ -313,7 +282,7 @@ func (a *AsyncProducer) fill(ctx context.Context, batch []kafka.Message, timer *
 
 // take adds to batch, without waiting, what the buffer holds, up to BatchSize.
 func (a *AsyncProducer) take(batch []kafka.Message) []kafka.Message {
-	return TakeBuffered(a.ch, batch, a.cfg.BatchSize)
+	return TakeBuffered(a.buf.C(), batch, a.cfg.BatchSize)
 }
 
 // TakeBuffered appends to batch, without waiting, what ch holds, until batch

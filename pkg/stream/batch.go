@@ -69,20 +69,17 @@ type BatchConfig struct {
 // Validate checks the configuration; errors wrap ErrInvalidConfig and name
 // the field. Zero values take the defaults.
 func (c BatchConfig) Validate() error {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: BatchConfig.%s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))
-	}
+	v := configCheck{config: "BatchConfig"}
 	if c.MaxMessages < 0 {
-		bad("MaxMessages", "must be at least 1 (0 means %d), got %d", DefaultBatchMaxMessages, c.MaxMessages)
+		v.bad("MaxMessages", "must be at least 1 (0 means %d), got %d", DefaultBatchMaxMessages, c.MaxMessages)
 	}
 	if c.MaxBytes < 0 {
-		bad("MaxBytes", "must be at least 1 (0 means %d), got %d", DefaultBatchMaxBytes, c.MaxBytes)
+		v.bad("MaxBytes", "must be at least 1 (0 means %d), got %d", DefaultBatchMaxBytes, c.MaxBytes)
 	}
 	if c.Linger < 0 || (c.Linger > 0 && c.Linger < time.Millisecond) || c.Linger > time.Hour {
-		bad("Linger", "must be in 1ms..1h (0 means %v), got %v", DefaultBatchLinger, c.Linger)
+		v.bad("Linger", "must be in 1ms..1h (0 means %v), got %v", DefaultBatchLinger, c.Linger)
 	}
-	return errors.Join(errs...)
+	return v.err()
 }
 
 func (c BatchConfig) withDefaults() BatchConfig {

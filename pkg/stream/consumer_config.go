@@ -3,8 +3,6 @@ package stream
 import (
 	"cmp"
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -157,25 +155,22 @@ func (c ConsumerConfig) EventTimeWindow() EventTimeWindow {
 // Validate checks the configuration and how its fields relate. Zero values
 // that have defaults are valid. Errors wrap ErrInvalidConfig and name the field.
 func (c ConsumerConfig) Validate() error {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: ConsumerConfig.%s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))
-	}
-	checkBrokers(c.Brokers, func(msg string) { bad("Brokers", "%s", msg) })
+	v := configCheck{config: "ConsumerConfig"}
+	v.brokers(c.Brokers)
 	if c.Topic == "" {
-		bad("Topic", "required")
+		v.bad("Topic", "required")
 	}
 	if c.GroupID == "" {
-		bad("GroupID", "required")
+		v.bad("GroupID", "required")
 	}
 	if c.Service == "" {
-		bad("Service", "required")
+		v.bad("Service", "required")
 	}
 	if c.DLQTopic != "" && c.DLQTopic == c.Topic {
-		bad("DLQTopic", "must differ from Topic %q", c.Topic)
+		v.bad("DLQTopic", "must differ from Topic %q", c.Topic)
 	}
 	if c.MaxAttempts < 0 {
-		bad("MaxAttempts", "must be at least 1 (0 means %d), got %d", DefaultMaxAttempts, c.MaxAttempts)
+		v.bad("MaxAttempts", "must be at least 1 (0 means %d), got %d", DefaultMaxAttempts, c.MaxAttempts)
 	}
 	for _, d := range []struct {
 		name string
@@ -189,35 +184,35 @@ func (c ConsumerConfig) Validate() error {
 		{"MaxEventFuture", c.MaxEventFuture}, {"MaxEventAge", c.MaxEventAge},
 	} {
 		if d.v < 0 {
-			bad(d.name, "must not be negative, got %v", d.v)
+			v.bad(d.name, "must not be negative, got %v", d.v)
 		}
 	}
 	d := c.withDefaults()
 	if d.MaxBackoff < d.InitialBackoff {
-		bad("MaxBackoff", "must be at least InitialBackoff (%v), got %v", d.InitialBackoff, d.MaxBackoff)
+		v.bad("MaxBackoff", "must be at least InitialBackoff (%v), got %v", d.InitialBackoff, d.MaxBackoff)
 	}
 	if 3*d.HeartbeatInterval > d.SessionTimeout {
-		bad("HeartbeatInterval", "must be at most a third of SessionTimeout (%v), got %v", d.SessionTimeout, d.HeartbeatInterval)
+		v.bad("HeartbeatInterval", "must be at most a third of SessionTimeout (%v), got %v", d.SessionTimeout, d.HeartbeatInterval)
 	}
 	if d.RebalanceTimeout < d.SessionTimeout {
-		bad("RebalanceTimeout", "must be at least SessionTimeout (%v), got %v", d.SessionTimeout, d.RebalanceTimeout)
+		v.bad("RebalanceTimeout", "must be at least SessionTimeout (%v), got %v", d.SessionTimeout, d.RebalanceTimeout)
 	}
 	if c.MaxMessageBytes < 0 || (c.MaxMessageBytes > 0 && c.MaxMessageBytes < 1024) {
-		bad("MaxMessageBytes", "must be at least 1024 (0 means %d), got %d", DefaultMaxMessageBytes, c.MaxMessageBytes)
+		v.bad("MaxMessageBytes", "must be at least 1024 (0 means %d), got %d", DefaultMaxMessageBytes, c.MaxMessageBytes)
 	}
 	if c.MaxDecompressedBytes < 0 || (c.MaxDecompressedBytes > 0 && c.MaxDecompressedBytes < d.MaxMessageBytes) {
-		bad("MaxDecompressedBytes", "must be at least MaxMessageBytes (%d; 0 means %d), got %d", d.MaxMessageBytes, DefaultMaxDecompressedBytes, c.MaxDecompressedBytes)
+		v.bad("MaxDecompressedBytes", "must be at least MaxMessageBytes (%d; 0 means %d), got %d", d.MaxMessageBytes, DefaultMaxDecompressedBytes, c.MaxDecompressedBytes)
 	}
 	if c.StartOffset != 0 && c.StartOffset != kafka.FirstOffset && c.StartOffset != kafka.LastOffset {
-		bad("StartOffset", "must be kafka.FirstOffset (%d) or kafka.LastOffset (%d), got %d", kafka.FirstOffset, kafka.LastOffset, c.StartOffset)
+		v.bad("StartOffset", "must be kafka.FirstOffset (%d) or kafka.LastOffset (%d), got %d", kafka.FirstOffset, kafka.LastOffset, c.StartOffset)
 	}
 	if c.Logger == nil {
-		bad("Logger", "required")
+		v.bad("Logger", "required")
 	}
 	if c.Registerer == nil {
-		bad("Registerer", "required")
+		v.bad("Registerer", "required")
 	}
-	return errors.Join(errs...)
+	return v.err()
 }
 
 func (c ConsumerConfig) withDefaults() ConsumerConfig {

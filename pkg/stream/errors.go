@@ -8,6 +8,31 @@ import (
 // ErrInvalidConfig is wrapped by every configuration error (Validate, NewConsumer).
 var ErrInvalidConfig = errors.New("invalid config")
 
+// configCheck collects the errors of a configuration's Validate: each wraps
+// ErrInvalidConfig and names the field ("ConsumerConfig.Topic: required").
+type configCheck struct {
+	config string // the type's name
+	errs   []error
+}
+
+func (v *configCheck) bad(field, format string, args ...any) {
+	v.errs = append(v.errs, fmt.Errorf("%w: %s.%s: %s", ErrInvalidConfig, v.config, field, fmt.Sprintf(format, args...)))
+}
+
+// brokers checks a Brokers field: at least one address, none empty.
+func (v *configCheck) brokers(brokers []string) {
+	if len(brokers) == 0 {
+		v.bad("Brokers", "at least one broker address (host:port) is required")
+	}
+	for i, b := range brokers {
+		if b == "" {
+			v.bad("Brokers", "address %d is empty", i)
+		}
+	}
+}
+
+func (v *configCheck) err() error { return errors.Join(v.errs...) }
+
 // ErrorClass says why a message was dead-lettered; it is the value of the
 // dlq_error_class header.
 type ErrorClass string

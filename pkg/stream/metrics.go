@@ -2,6 +2,7 @@ package stream
 
 import (
 	"fmt"
+	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -88,4 +89,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, fmt.Errorf("register stream metrics: %w", err)
 	}
 	return m, nil
+}
+
+// producerMetrics is NewMetrics for the producers, which do not fail for
+// their metrics: when they cannot be registered on reg, why is logged and
+// they are left unregistered.
+func producerMetrics(reg prometheus.Registerer, log *slog.Logger) *Metrics {
+	m, err := NewMetrics(reg)
+	if err != nil {
+		log.Error("stream metrics left unregistered", "err", err)
+		m, _ = NewMetrics(nil)
+	}
+	return m
 }

@@ -77,38 +77,24 @@ type ProducerConfig struct {
 
 // Validate checks the configuration; zero values that have defaults are valid.
 func (c ProducerConfig) Validate() error {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: ProducerConfig.%s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))
-	}
-	checkBrokers(c.Brokers, func(msg string) { bad("Brokers", "%s", msg) })
+	v := configCheck{config: "ProducerConfig"}
+	v.brokers(c.Brokers)
 	if c.BatchTimeout < 0 {
-		bad("BatchTimeout", "must not be negative, got %v", c.BatchTimeout)
+		v.bad("BatchTimeout", "must not be negative, got %v", c.BatchTimeout)
 	}
 	if c.BatchSize < 0 {
-		bad("BatchSize", "must not be negative, got %d", c.BatchSize)
+		v.bad("BatchSize", "must not be negative, got %d", c.BatchSize)
 	}
 	if c.MaxAttempts < 0 {
-		bad("MaxAttempts", "must not be negative, got %d", c.MaxAttempts)
+		v.bad("MaxAttempts", "must not be negative, got %d", c.MaxAttempts)
 	}
 	if c.WriteTimeout < 0 {
-		bad("WriteTimeout", "must not be negative, got %v", c.WriteTimeout)
+		v.bad("WriteTimeout", "must not be negative, got %v", c.WriteTimeout)
 	}
 	if c.MetadataTTL < 0 {
-		bad("MetadataTTL", "must not be negative, got %v", c.MetadataTTL)
+		v.bad("MetadataTTL", "must not be negative, got %v", c.MetadataTTL)
 	}
-	return errors.Join(errs...)
-}
-
-func checkBrokers(brokers []string, bad func(string)) {
-	if len(brokers) == 0 {
-		bad("at least one broker address (host:port) is required")
-	}
-	for i, b := range brokers {
-		if b == "" {
-			bad(fmt.Sprintf("address %d is empty", i))
-		}
-	}
+	return v.err()
 }
 
 func (c ProducerConfig) withDefaults() ProducerConfig {
@@ -140,11 +126,7 @@ type Producer struct {
 // cfg.Registerer, they are logged and left unregistered.
 func NewProducer(cfg ProducerConfig) *Producer {
 	cfg = cfg.withDefaults()
-	metrics, err := NewMetrics(cfg.Registerer)
-	if err != nil {
-		cfg.Logger.Error("stream metrics left unregistered", "err", err)
-		metrics, _ = NewMetrics(nil)
-	}
+	metrics := producerMetrics(cfg.Registerer, cfg.Logger)
 	p := newProducer(cfg, metrics)
 	p.tracer = NewTracer(cfg.Tracing)
 	return p

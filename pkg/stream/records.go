@@ -109,11 +109,7 @@ type recordBatch struct {
 // cfg.Validate first.
 func NewRecordBatcher(cfg AsyncProducerConfig) *RecordBatcher {
 	cfg = cfg.WithDefaults()
-	metrics, err := NewMetrics(cfg.Registerer)
-	if err != nil {
-		cfg.Logger.Error("stream metrics left unregistered", "err", err)
-		metrics, _ = NewMetrics(nil)
-	}
+	metrics := producerMetrics(cfg.Registerer, cfg.Logger)
 	transport := cfg.Security.Transport()
 	r := &RecordBatcher{
 		cfg:           cfg,

@@ -37,7 +37,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/loadtest/internal/cli"
@@ -512,17 +511,6 @@ func startService(path, logPath string, env []string) (*exec.Cmd, error) {
 }
 
 func stopAll(procs []*exec.Cmd, out io.Writer) {
-	for _, p := range procs {
-		_ = p.Process.Signal(syscall.SIGTERM)
-	}
-	for _, p := range procs {
-		done := make(chan struct{})
-		go func() { _ = p.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = p.Process.Kill()
-		}
-	}
+	cli.StopAll(procs, 15*time.Second)
 	fmt.Fprintf(out, "stopped %d services: %s\n", len(procs), strings.Join(services[:len(procs)], ", "))
 }

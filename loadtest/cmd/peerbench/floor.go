@@ -2,15 +2,17 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/floodgate-dev/floodgate/loadtest/internal/cputime"
 )
 
 // floorAddrs are the do-nothing servers (loadtest/cmd/httpfloor -serve):
@@ -100,26 +102,14 @@ func (p profiler) start(proto string) func() error {
 	}
 }
 
+// fetchTo writes the profile at url to path, in a directory it creates.
 func fetchTo(url, path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	resp, err := http.Get(url)
-	if err != nil {
-		return fmt.Errorf("profile: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("profile %s: status %d", url, resp.StatusCode)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
+	if err := cputime.Profile(context.Background(), url, path); err != nil {
 		return err
 	}
 	fmt.Printf("profile: %s\n", path)
-	return f.Close()
+	return nil
 }

@@ -42,7 +42,7 @@ func testFlusher(t *testing.T, base string, v int64, now *time.Time) (*ImpactFlu
 	topic := redistest.Unique(t, base)
 	t.Cleanup(func() { limitertest.CleanKeys(rdb, redisx.RulesImpactKey(topic, v)+"*") })
 	f := NewImpactFlusher(rdb, topic, slog.New(slog.DiscardHandler))
-	f.now = func() time.Time { return *now }
+	f.Now = func() time.Time { return *now }
 	return f, rdb, topic
 }
 
@@ -139,12 +139,12 @@ func TestControllerCatchesALateHarm(t *testing.T) {
 
 	f := NewImpactFlusher(rdb, name, slog.New(slog.DiscardHandler))
 	c := f.track(p.Version, rollout.PhaseShadow, 0)
-	f.now = func() time.Time { return now.Add(-9 * time.Minute) }
+	f.Now = func() time.Time { return now.Add(-9 * time.Minute) }
 	for range 2000 {
 		c.Add(admission.PriorityCritical, false)
 	}
 	require.NoError(t, f.Flush(ctx))
-	f.now = func() time.Time { return now }
+	f.Now = func() time.Time { return now }
 	for i := range 100 {
 		c.Add(admission.PriorityCritical, i < 60)
 	}

@@ -40,6 +40,7 @@ func parseTemplates() (map[string]*template.Template, error) {
 		"slicefrac": func(bp int64) float64 { return float64(bp) / 10000 },
 		"tsmilli":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
 		"cidrof":    func(pk string) string { return strings.TrimPrefix(pk, store.AllowCIDRPrefix) },
+		"maxreason": func() int { return store.MaxReason },
 		"dims":      whatIfDims,
 	}
 	for _, page := range []string{"login", "alerts", "alert", "rows", "scales", "fps", "error", "principal", "adjuster", "dlq", "dlqrecord", "blockrate", "overrides", "dlqpurge", "allowlist", "whatif", "rollouts", "deferred", "precision", "proposals"} {

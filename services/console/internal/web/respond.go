@@ -1,9 +1,12 @@
 package web
 
 import (
+	"fmt"
+	"mime"
 	"net/http"
 	"strings"
 
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
 )
 
@@ -16,6 +19,20 @@ import (
 func (s *Server) actor(r *http.Request) store.Actor {
 	req := current(r)
 	return store.Actor{Name: req.who.Name, Role: req.who.Role.String(), Reason: strings.TrimSpace(r.PostFormValue("reason")), CorrelationID: req.corr}
+}
+
+// readAction reads an action's request: an API caller's JSON body into a T
+// (a malformed one is store.ErrInvalid), or a browser's form by fromForm.
+func readAction[T any](r *http.Request, fromForm func() T) (T, error) {
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if ct == "application/json" {
+		var in T
+		if err := httpapi.DecodeJSON(r, &in); err != nil {
+			return in, fmt.Errorf("%w: %w", store.ErrInvalid, err)
+		}
+		return in, nil
+	}
+	return fromForm(), nil
 }
 
 // outcome is a refusal's outcome label: "refused" (the caller's to fix)

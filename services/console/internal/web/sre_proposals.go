@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"mime"
 	"net/http"
 	"strings"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
-	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
@@ -135,16 +133,10 @@ type applyRequest struct {
 }
 
 func (s *Server) readApply(r *http.Request) (applyRequest, error) {
-	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if ct == "application/json" {
-		var in applyRequest
-		if err := httpapi.DecodeJSON(r, &in); err != nil {
-			return in, fmt.Errorf("%w: %w", store.ErrInvalid, err)
-		}
-		return in, nil
-	}
-	return applyRequest{ID: r.PostFormValue("id"), Reason: r.PostFormValue("reason"), Shadow: r.PostFormValue("shadow"),
-		Steps: r.PostFormValue("steps"), StepWindow: r.PostFormValue("step_window")}, nil
+	return readAction(r, func() applyRequest {
+		return applyRequest{ID: r.PostFormValue("id"), Reason: r.PostFormValue("reason"), Shadow: r.PostFormValue("shadow"),
+			Steps: r.PostFormValue("steps"), StepWindow: r.PostFormValue("step_window")}
+	})
 }
 
 // params reads an apply's rollout parameters over the defaults.
@@ -303,14 +295,8 @@ type rollbackRequest struct {
 func (s *Server) paramsRollback(w http.ResponseWriter, r *http.Request) {
 	const action = "params.rollback"
 	who := s.actor(r)
-	var err error
-	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct == "application/json" {
-		var in rollbackRequest
-		if err = httpapi.DecodeJSON(r, &in); err != nil {
-			err = fmt.Errorf("%w: %w", errInvalidApply, err)
-		}
-		who.Reason = strings.TrimSpace(in.Reason)
-	}
+	in, err := readAction(r, func() rollbackRequest { return rollbackRequest{Reason: who.Reason} })
+	who.Reason = strings.TrimSpace(in.Reason)
 	var plan rollout.Plan
 	switch {
 	case err != nil:
@@ -341,7 +327,7 @@ func (s *Server) paramsRollback(w http.ResponseWriter, r *http.Request) {
 		code = http.StatusNotFound
 	case errors.Is(err, rollout.ErrNoCandidate), errors.Is(err, rollout.ErrNothingToUndo), errors.Is(err, rollout.ErrConflict):
 		code = http.StatusConflict
-	case errors.Is(err, errInvalidApply), strings.HasPrefix(err.Error(), "reason:"), strings.HasPrefix(err.Error(), "author:"):
+	case errors.Is(err, errInvalidApply), errors.Is(err, store.ErrInvalid), strings.HasPrefix(err.Error(), "reason:"), strings.HasPrefix(err.Error(), "author:"):
 		code = http.StatusUnprocessableEntity
 	}
 	if code >= 500 {

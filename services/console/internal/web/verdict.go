@@ -3,7 +3,6 @@ package web
 import (
 	"context"
 	"fmt"
-	"mime"
 	"net/http"
 	"net/url"
 	"strings"
@@ -57,16 +56,10 @@ type verdictRequest struct {
 }
 
 func (s *Server) readVerdict(r *http.Request) (verdictRequest, error) {
-	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if ct == "application/json" {
-		var in verdictRequest
-		if err := httpapi.DecodeJSON(r, &in); err != nil {
-			return in, fmt.Errorf("%w: %w", store.ErrInvalid, err)
-		}
-		return in, nil
-	}
-	return verdictRequest{Principal: r.PostFormValue("p"), Key: r.PostFormValue("k"), Verdict: r.PostFormValue("verdict"),
-		Reason: r.PostFormValue("reason"), AllowlistFor: r.PostFormValue("duration")}, nil
+	return readAction(r, func() verdictRequest {
+		return verdictRequest{Principal: r.PostFormValue("p"), Key: r.PostFormValue("k"), Verdict: r.PostFormValue("verdict"),
+			Reason: r.PostFormValue("reason"), AllowlistFor: r.PostFormValue("duration")}
+	})
 }
 
 var verdictDone = map[events.VerdictValue]string{

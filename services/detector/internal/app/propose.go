@@ -120,12 +120,10 @@ func Propose(ctx context.Context, env service.Env, args []string) error {
 
 // stored is a built proposal as the console reads it.
 func stored(b tuning.Built, from, to time.Time, base int64, by string, now time.Time) dynamo.Proposal {
-	e := b.Evaluation
 	p := dynamo.Proposal{ID: uuid.Must(uuid.NewV7()).String(), CreatedAt: now.UTC(), CreatedBy: by,
 		Pattern: string(b.Proposal.Class.Pattern), Kind: string(b.Proposal.Class.Kind), Route: b.Proposal.Class.Route, FromVerdicts: b.Proposal.From,
 		Params: string(b.Proposal.Params.Marshal()), BaseVersion: base, SpanFrom: from, SpanTo: to, Decisions: b.Decisions, Meets: b.Meets,
-		Evidence: dynamo.Evidence{Confirmed: e.Confirmed, ConfirmedKept: e.ConfirmedKept, FalsePositives: e.FalsePositives, FPAvoided: e.FPAvoided,
-			ClassFPs: e.ClassFPs, ClassFPAvoided: e.ClassFPAvoided, NewDetections: e.NewDetections}}
+		Evidence: b.Evaluation.Evidence}
 	for _, c := range b.Proposal.Changes {
 		p.Changes = append(p.Changes, dynamo.ProposalChange{Param: c.Param, From: c.From, To: c.To})
 	}

@@ -199,7 +199,7 @@ type ParamsFeed struct {
 
 	enforced, candidate *score.Tuned
 	candStep            int64
-	untrackC            func()
+	counted             *rollout.Counter // the candidate counted, retired with its set
 	// refused versions are not compiled (nor logged) again on every fetch
 	refusedEnf, refusedCand int64
 }
@@ -289,7 +289,7 @@ func (f *ParamsFeed) Apply(st rollout.State) {
 }
 
 // track starts counting the set's candidate (the previous counter is
-// flushed and retired). An enforced version is not counted: its absolute
+// retired after its next flush). An enforced version is not counted: its absolute
 // penalized share is mostly the abusers' traffic, so the controller's
 // watch of an enforced version has nothing to judge it on (it judges a
 // candidate against its parent on the same decisions).
@@ -297,13 +297,14 @@ func (f *ParamsFeed) track(set *ParamsSet) {
 	if f.flusher == nil {
 		return
 	}
-	if f.untrackC != nil {
-		f.untrackC()
-		f.untrackC = nil
+	if f.counted != nil {
+		f.flusher.Retire(f.counted)
+		f.counted = nil
 	}
 	if set.Candidate != nil {
-		set.candCount = rollout.NewCounter(set.Candidate.Version, rollout.PhaseShadow, set.Step)
-		f.untrackC = f.flusher.Track(set.candCount)
+		set.candCount = rollout.NewCounter(rollout.PhaseShadow)
+		f.flusher.Track(set.Candidate.Version, set.Step, set.candCount)
+		f.counted = set.candCount
 	}
 }
 

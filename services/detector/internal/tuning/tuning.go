@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/services/detector/internal/score"
 )
@@ -382,29 +383,14 @@ func withOverride(cur score.Params, c Class, chs []Change) built {
 }
 
 // Evaluation is a configuration's replay against the judged detections of
-// the base configuration.
+// the base configuration: the counts a stored proposal carries (the base
+// run's confirmed detections and those the candidate still makes, its
+// false-positive detections and those the candidate no longer makes, the
+// class's, and the principals only the candidate detects), and how long it
+// took.
 type Evaluation struct {
-	Confirmed, ConfirmedKept  int // confirmed detections of the base run, and those the candidate still makes
-	FalsePositives, FPAvoided int // false-positive detections of the base run, and those the candidate no longer makes
-	ClassFPs, ClassFPAvoided  int // of those, the proposal's family (its pattern and kind, on every route)
-	NewDetections             int // principals the candidate detects that the base did not (unjudged)
-	Seconds                   float64
-}
-
-// Kept is the share of confirmed detections kept (1 when there were none).
-func (e Evaluation) Kept() float64 {
-	if e.Confirmed == 0 {
-		return 1
-	}
-	return float64(e.ConfirmedKept) / float64(e.Confirmed)
-}
-
-// ClassAvoided is the share of the class's false positives avoided.
-func (e Evaluation) ClassAvoided() float64 {
-	if e.ClassFPs == 0 {
-		return 0
-	}
-	return float64(e.ClassFPAvoided) / float64(e.ClassFPs)
+	dynamo.Evidence
+	Seconds float64
 }
 
 // Evaluate replays ds with cfg and compares it with the verdicts on the base
@@ -482,7 +468,7 @@ func best(ds []events.Decision, base score.Config, cands []Proposal, judged map[
 	refine func(p Proposal, round int) (Proposal, bool)) []Proven {
 	judge := func(p Proposal) Proven {
 		e := Evaluate(ds, base, p.Tuned, p.Class, judged)
-		return Proven{Proposal: p, Evaluation: e, Meets: e.Kept() >= t.MinKept && e.ClassAvoided() >= t.MinClassAvoided}
+		return Proven{Proposal: p, Evaluation: e, Meets: e.KeptShare() >= t.MinKept && e.ClassAvoidedShare() >= t.MinClassAvoided}
 	}
 	out := make([]Proven, 0, len(cands))
 	for _, p := range cands {
@@ -504,14 +490,14 @@ func best(ds []events.Decision, base score.Config, cands []Proposal, judged map[
 		if a.Meets != b.Meets {
 			return a.Meets
 		}
-		if a.Evaluation.Kept() != b.Evaluation.Kept() {
-			return a.Evaluation.Kept() > b.Evaluation.Kept()
+		if a.Evaluation.KeptShare() != b.Evaluation.KeptShare() {
+			return a.Evaluation.KeptShare() > b.Evaluation.KeptShare()
 		}
 		if narrow := a.Proposal.Class.Route != ""; narrow != (b.Proposal.Class.Route != "") {
 			return narrow
 		}
-		if a.Evaluation.ClassAvoided() != b.Evaluation.ClassAvoided() {
-			return a.Evaluation.ClassAvoided() > b.Evaluation.ClassAvoided()
+		if a.Evaluation.ClassAvoidedShare() != b.Evaluation.ClassAvoidedShare() {
+			return a.Evaluation.ClassAvoidedShare() > b.Evaluation.ClassAvoidedShare()
 		}
 		if len(a.Proposal.Changes) != len(b.Proposal.Changes) {
 			return len(a.Proposal.Changes) < len(b.Proposal.Changes)
