@@ -62,16 +62,14 @@ func TestLostDetectionsJudged(t *testing.T) {
 // candidate carry what the parent penalizes and the candidate does not,
 // read back into Impact.Lost.
 func TestCounterCountsLost(t *testing.T) {
-	c := NewCounter(2, PhaseShadow, 0)
+	c := NewCounter(PhaseShadow)
 	fc := FullClass{"degraded", "user", "free", "/m"}
 	for i := range 10 {
 		c.AddPaired(fc, i < 3, i < 8, false) // the candidate penalizes 3, the parent 8
 	}
 	c.AddPaired(FullClass{"degraded", "bot", "free", "/m"}, true, true, true)
 	h := map[string]string{}
-	for k, n := range c.take() {
-		h[k] = strconv.FormatInt(n, 10)
-	}
+	c.Take(func(k string, n int64) { h[k] = strconv.FormatInt(n, 10) })
 	im := Impact{Shadow: newCounts(), Enforced: newCounts(), Classes: map[FullClass]Paired{}, SliceClasses: map[FullClass]Paired{}}
 	addFields(h, fieldSink{&im.Shadow, &im.Enforced, im.Classes, im.SliceClasses, &im.Lost})
 	require.Equal(t, Lost{Parent: 9, Lost: 5}, im.Lost)
