@@ -165,3 +165,30 @@ func TestCallerGoneIsNotDecided(t *testing.T) {
 	require.Equal(t, 4, got.Remaining, "the abandoned check took nothing from Redis")
 	require.Len(t, pub.Messages(), 1)
 }
+
+// TestGoneGateSamplesUntilCallersLeave: callerGone peeks at the first check
+// of every goneSample while no caller has been found gone, and at every
+// check for goneWatch after one was.
+func TestGoneGateSamplesUntilCallersLeave(t *testing.T) {
+	var g goneGate
+	t0 := time.Unix(1_000_000, 0)
+	peeked := 0
+	for i := range 3 * goneSample {
+		if g.peek(t0) {
+			peeked++
+			require.Zero(t, i%goneSample, "check %d", i)
+		}
+	}
+	require.Equal(t, 3, peeked, "one in goneSample while callers wait")
+	g.found(t0)
+	for i := range goneSample {
+		require.True(t, g.peek(t0.Add(time.Duration(i)*goneWatch/goneSample)), "check %d within the watch", i)
+	}
+	peeked = 0
+	for range goneSample {
+		if g.peek(t0.Add(goneWatch)) {
+			peeked++
+		}
+	}
+	require.Equal(t, 1, peeked, "sampled again once the watch is over")
+}

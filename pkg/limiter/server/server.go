@@ -42,6 +42,7 @@ type Observer interface {
 
 // Server answers POST /v1/check, POST /v1/check/batch and the health endpoints.
 type Server struct {
+	gone    goneGate // which HTTP checks callerGone peeks at
 	callers *callers.Callers
 	engine  *limiter.Engine
 	pub     Publisher
