@@ -202,14 +202,7 @@ func (s *Server) proposalApply(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, store.ErrInvalid), errors.Is(err, errInvalidApply):
 		code = http.StatusUnprocessableEntity
 	}
-	if code >= 500 {
-		s.cfg.Log.Error("action failed", "action", action, "actor", who.Name, "err", err, "correlation_id", who.CorrelationID)
-	}
-	s.refuse(w, r, action, code, err.Error(), func(msg string) {
-		v := s.loadProposals(r)
-		v.Errors = append([]string{msg}, v.Errors...)
-		s.renderCode(w, r, code, "proposals", v)
-	})
+	s.refuseProposal(w, r, action, who, code, err)
 }
 
 var (
@@ -330,6 +323,12 @@ func (s *Server) paramsRollback(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, errInvalidApply), errors.Is(err, store.ErrInvalid), strings.HasPrefix(err.Error(), "reason:"), strings.HasPrefix(err.Error(), "author:"):
 		code = http.StatusUnprocessableEntity
 	}
+	s.refuseProposal(w, r, action, who, code, err)
+}
+
+// refuseProposal answers a proposals page action that failed with code
+// (logged from 500), the page rendered again with the error first.
+func (s *Server) refuseProposal(w http.ResponseWriter, r *http.Request, action string, who store.Actor, code int, err error) {
 	if code >= 500 {
 		s.cfg.Log.Error("action failed", "action", action, "actor", who.Name, "err", err, "correlation_id", who.CorrelationID)
 	}
