@@ -91,9 +91,13 @@ func TestGRPCLoad(t *testing.T) {
 		got[id] = one(l.Next(0, i), l.Route, l.Priority(0, i))
 	}
 
+	rls.mu.Lock()
+	entries, deadlines := rls.entries, rls.deadlines
+	rls.mu.Unlock()
 	require.Equal(t, map[string]string{envoyrls.KeyPrincipalKind: "user", envoyrls.KeyPrincipalID: "slow", envoyrls.KeyRemoteAddress: "198.51.100.23",
-		envoyrls.KeyMethod: "GET", envoyrls.KeyRoute: "/v1/things", envoyrls.KeyPriority: "critical"}, rls.entries)
-	for _, d := range rls.deadlines {
+		envoyrls.KeyMethod: "GET", envoyrls.KeyRoute: "/v1/things", envoyrls.KeyPriority: "critical"}, entries)
+	require.Len(t, deadlines, len(ids))
+	for _, d := range deadlines {
 		require.InDelta(t, float64(50*time.Millisecond), float64(d), float64(20*time.Millisecond), "the caller's deadline is the call's")
 	}
 	require.Equal(t, Check{OK: true, Allowed: true, ID: "id-allowed"}, strip(got["allowed"]))
