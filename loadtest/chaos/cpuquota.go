@@ -13,11 +13,12 @@ import (
 
 // CPUQuota is a CPU bandwidth limit on one process: a cgroup of its own
 // under the machine's cpu controller (cgroup v1 cpu.cfs_quota_us /
-// cpu.cfs_period_us, or cgroup v2 cpu.max), the process moved into it.
+// cpu.cfs_period_us, or cgroup v2 cpu.max) of the highest weight, the
+// process moved into it — it gets its quota whatever else runs beside it.
 // It lets one load-generator core offer 2× a service's saturation: the
 // service's saturation falls with its quota (docs/chaos.md, overload).
 type CPUQuota struct {
-	Cores  float64       // the quota, in cores (0.3: 30 % of one core)
+	Cores  float64       // the quota, in cores (0.3: 30 % of one core); 0: none (FavourCPU)
 	Period time.Duration // the enforcement period
 	dir    string        // the cgroup's directory
 	parent string        // where the process was (to move it back)
@@ -39,37 +40,55 @@ func LimitCPU(pid int, cores float64, period time.Duration) (*CPUQuota, error) {
 	if cores <= 0 || period < time.Millisecond || period > time.Second {
 		return nil, fmt.Errorf("cpu quota %.2f cores per %s: want cores > 0 and a period of 1ms..1s", cores, period)
 	}
-	q := &CPUQuota{Cores: cores, Period: period}
 	periodUS := period.Microseconds()
 	quotaUS := max(int64(cores*float64(periodUS)), 1000) // the kernel's floor is 1 ms
-	name := fmt.Sprintf("floodgate-chaos-%d", pid)
+	q, err := newCPUGroup(fmt.Sprintf("floodgate-chaos-%d", pid),
+		[][2]string{{"cpu.cfs_period_us", strconv.FormatInt(periodUS, 10)}, {"cpu.cfs_quota_us", strconv.FormatInt(quotaUS, 10)}, v1Favoured},
+		[][2]string{{"cpu.max", fmt.Sprintf("%d %d", quotaUS, periodUS)}, v2Favoured}, pid)
+	if err != nil {
+		return nil, err
+	}
+	q.Cores, q.Period = cores, period
+	return q, nil
+}
+
+// The highest CPU weight a cgroup can have (v1 cpu.shares, v2 cpu.weight):
+// against the machine's other processes (1024 / 100 each) a favoured group
+// gets its CPU whenever it is runnable, so other work on a shared machine
+// takes only what it leaves.
+var (
+	v1Favoured = [2]string{"cpu.shares", "262144"}
+	v2Favoured = [2]string{"cpu.weight", "10000"}
+)
+
+// FavourCPU puts pids into a new cgroup of the highest CPU weight and no
+// quota: a measurement's own processes (the load generator, Redis, the
+// broker) keep their core whatever else the machine runs.
+func FavourCPU(pids ...int) (*CPUQuota, error) {
+	return newCPUGroup(fmt.Sprintf("floodgate-chaos-favoured-%d", os.Getpid()), [][2]string{v1Favoured}, [][2]string{v2Favoured}, pids...)
+}
+
+// newCPUGroup makes a cgroup named name under the machine's cpu controller
+// with the files v1 or v2 (whichever the machine has) and moves pids into it.
+func newCPUGroup(name string, v1, v2 [][2]string, pids ...int) (*CPUQuota, error) {
+	q := &CPUQuota{}
+	files := v1
 	switch {
 	case exists(filepath.Join(cgroupV1CPU, "cpu.cfs_quota_us")):
 		q.dir, q.parent = filepath.Join(cgroupV1CPU, name), cgroupV1CPU
-		if err := os.Mkdir(q.dir, 0o755); err != nil {
-			return nil, fmt.Errorf("cgroup v1 cpu: %w", err)
-		}
-		if err := writeFiles(q.dir, [][2]string{
-			{"cpu.cfs_period_us", strconv.FormatInt(periodUS, 10)},
-			{"cpu.cfs_quota_us", strconv.FormatInt(quotaUS, 10)},
-		}); err != nil {
-			_ = os.Remove(q.dir)
-			return nil, err
-		}
 	case controllerOn(cgroupV2, "cpu"):
-		q.v2, q.dir, q.parent = true, filepath.Join(cgroupV2, name), cgroupV2
-		if err := os.Mkdir(q.dir, 0o755); err != nil {
-			return nil, fmt.Errorf("cgroup v2: %w", err)
-		}
-		if err := writeFiles(q.dir, [][2]string{{"cpu.max", fmt.Sprintf("%d %d", quotaUS, periodUS)}}); err != nil {
-			_ = os.Remove(q.dir)
-			return nil, err
-		}
+		q.v2, q.dir, q.parent, files = true, filepath.Join(cgroupV2, name), cgroupV2, v2
 	default:
 		return nil, errors.New("no writable cpu controller (neither " + cgroupV1CPU + "/cpu.cfs_quota_us nor cpu in " + cgroupV2 + "/cgroup.subtree_control)")
 	}
-	if err := writeFiles(q.dir, [][2]string{{"cgroup.procs", strconv.Itoa(pid)}}); err != nil {
-		_ = os.Remove(q.dir)
+	if err := os.Mkdir(q.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("cgroup: %w", err)
+	}
+	for _, pid := range pids {
+		files = append(files, [2]string{"cgroup.procs", strconv.Itoa(pid)})
+	}
+	if err := writeFiles(q.dir, files); err != nil {
+		_ = q.Remove()
 		return nil, err
 	}
 	return q, nil
@@ -77,10 +96,18 @@ func LimitCPU(pid int, cores float64, period time.Duration) (*CPUQuota, error) {
 
 // String names the quota as the kernel holds it.
 func (q *CPUQuota) String() string {
+	weight := v1Favoured
 	if q.v2 {
-		return fmt.Sprintf("%.2f core (cgroup v2 cpu.max %d %d)", q.Cores, int64(q.Cores*float64(q.Period.Microseconds())), q.Period.Microseconds())
+		weight = v2Favoured
 	}
-	return fmt.Sprintf("%.2f core (cgroup v1 cpu.cfs_quota_us %d per cpu.cfs_period_us %d)", q.Cores, int64(q.Cores*float64(q.Period.Microseconds())), q.Period.Microseconds())
+	w := weight[0] + " " + weight[1]
+	switch {
+	case q.Cores == 0:
+		return "cgroup " + w
+	case q.v2:
+		return fmt.Sprintf("%.2f core (cgroup v2 cpu.max %d %d, %s)", q.Cores, int64(q.Cores*float64(q.Period.Microseconds())), q.Period.Microseconds(), w)
+	}
+	return fmt.Sprintf("%.2f core (cgroup v1 cpu.cfs_quota_us %d per cpu.cfs_period_us %d, %s)", q.Cores, int64(q.Cores*float64(q.Period.Microseconds())), q.Period.Microseconds(), w)
 }
 
 // Throttled is how many periods the process ran out of quota in, and for

@@ -2,7 +2,10 @@ package chaos
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,4 +45,34 @@ func TestThrottledReadsBothCgroupVersions(t *testing.T) {
 			require.Equal(t, tc.want, d)
 		})
 	}
+}
+
+// TestFavourCPUMovesAndRestores: a favoured group holds the processes at the
+// highest CPU weight, and Remove hands them back to the root group.
+func TestFavourCPUMovesAndRestores(t *testing.T) {
+	sleep := exec.Command("sleep", "30")
+	require.NoError(t, sleep.Start())
+	t.Cleanup(func() { _ = sleep.Process.Kill(); _ = sleep.Wait() })
+	g, err := FavourCPU(sleep.Process.Pid)
+	if err != nil && strings.Contains(err.Error(), "no writable cpu controller") {
+		t.Skip("this machine has no writable cpu controller: ", err)
+	}
+	require.NoError(t, err)
+	procs, err := os.ReadFile(filepath.Join(g.dir, "cgroup.procs"))
+	require.NoError(t, err)
+	require.Contains(t, strings.Fields(string(procs)), strconv.Itoa(sleep.Process.Pid))
+	weight := v1Favoured
+	if g.v2 {
+		weight = v2Favoured
+	}
+	w, err := os.ReadFile(filepath.Join(g.dir, weight[0]))
+	require.NoError(t, err)
+	require.Equal(t, weight[1], strings.TrimSpace(string(w)))
+	require.Contains(t, g.String(), weight[0]+" "+weight[1])
+
+	require.NoError(t, g.Remove())
+	require.NoDirExists(t, g.dir)
+	procs, err = os.ReadFile(filepath.Join(g.parent, "cgroup.procs"))
+	require.NoError(t, err)
+	require.Contains(t, strings.Fields(string(procs)), strconv.Itoa(sleep.Process.Pid), "back in the root group")
 }

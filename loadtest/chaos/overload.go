@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -126,7 +127,16 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 			}
 		}
 		defer func() { _ = pin(os.Getpid(), "0-"+strconv.Itoa(runtime.NumCPU()-1)) }()
-		r.metric("pinning", "limiter on core 1 (GOMAXPROCS 1), load generator, Redis and broker on core 0; load average %s", loadAverage())
+		// Favoured, the generator, Redis and the broker keep core 0 whatever
+		// else the machine runs (the limiter's quota group is favoured too).
+		favoured := "not favoured"
+		if g, err := FavourCPU(rd.proc.Pid(), b.proc.Pid(), os.Getpid()); err != nil {
+			favoured = "not favoured: " + err.Error()
+		} else {
+			defer func() { _ = g.Remove() }()
+			favoured = "favoured (" + g.String() + ")"
+		}
+		r.metric("pinning", "limiter on core 1 (GOMAXPROCS 1), load generator, Redis and broker on core 0, %s; load average %s", favoured, loadAverage())
 	} else {
 		r.metric("pinning", "none: one core; load average %s", loadAverage())
 	}
@@ -147,31 +157,30 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 	phase := max(s.Outage/2, 5*time.Second)
 
 	// CPU per answered check, of the limiter and of this process (the load
-	// generator), and each core's busy share: a phase whose generator core
-	// was over 90 % busy measured the generator, not the limiter.
+	// generator), and each core's busy share: a phase in which the
+	// generator, Redis and the broker needed over 90 % of their core
+	// measured the generator, not the limiter (the rest of the machine's
+	// work on that core runs in what they leave: FavourCPU).
 	type cpuAt struct {
-		at, lim, gen time.Duration
-		cores        []time.Duration
+		at, lim, gen, harness time.Duration
+		cores                 []time.Duration
 	}
 	start := time.Now()
 	cpuNow := func() cpuAt {
-		return cpuAt{time.Since(start), cputime.Of(lim.Pid()), cputime.Self(), coreBusy()}
+		gen := cputime.Self()
+		return cpuAt{time.Since(start), cputime.Of(lim.Pid()), gen, gen + cputime.Of(rd.proc.Pid()) + cputime.Of(b.proc.Pid()), coreBusy()}
 	}
 	cpuPerCheck := func(from, to cpuAt, answered int) (string, bool) {
 		n := float64(max(answered, 1))
 		wall := (to.at - from.at).Seconds()
 		var busy []string
-		genSaturated := false
 		for i := range min(len(from.cores), len(to.cores)) {
-			share := (to.cores[i] - from.cores[i]).Seconds() / wall
-			busy = append(busy, fmt.Sprintf("core %d %.0f %%", i, 100*share))
-			if i == 0 && share > 0.9 {
-				genSaturated = true
-			}
+			busy = append(busy, fmt.Sprintf("core %d %.0f %%", i, 100*(to.cores[i]-from.cores[i]).Seconds()/wall))
 		}
-		return fmt.Sprintf("CPU per answered check: limiter %.0f µs, load generator %.0f µs; limiter %.0f %% of a core, load generator %.0f %%; %s busy",
+		harness := (to.harness - from.harness).Seconds() / wall
+		return fmt.Sprintf("CPU per answered check: limiter %.0f µs, load generator %.0f µs; limiter %.0f %% of a core, load generator %.0f %% (with Redis and the broker %.0f %%); %s busy",
 			float64((to.lim-from.lim).Microseconds())/n, float64((to.gen-from.gen).Microseconds())/n,
-			100*(to.lim-from.lim).Seconds()/wall, 100*(to.gen-from.gen).Seconds()/wall, strings.Join(busy, ", ")), genSaturated
+			100*(to.lim-from.lim).Seconds()/wall, 100*(to.gen-from.gen).Seconds()/wall, 100*harness, strings.Join(busy, ", ")), harness > 0.9
 	}
 	// perCoreSecond is n answers over the limiter's CPU time between from and to.
 	perCoreSecond := func(from, to cpuAt, n int) float64 {
@@ -205,7 +214,8 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 			}
 			return ""
 		}}, overloadGRPCConns)
-		var peakG float64
+		var peakG, peakWaiting float64
+		gateLimits := map[float64]bool{}
 		var mu sync.Mutex
 		sctx, cancel := context.WithCancel(ctx)
 		go func() {
@@ -215,10 +225,21 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 					peakG = max(peakG, g)
 					mu.Unlock()
 				}
+				if viaGRPC {
+					w, _ := lim.Metric(sctx, "floodgate_limiter_grpc_gate_waiting")
+					l, err := lim.Metric(sctx, "floodgate_limiter_grpc_gate_limit")
+					mu.Lock()
+					peakWaiting = max(peakWaiting, w)
+					if err == nil {
+						gateLimits[l] = true
+					}
+					mu.Unlock()
+				}
 				_ = sleep(sctx, 500*time.Millisecond)
 			}
 		}()
 		dropped0, _ := lim.Metric(ctx, "floodgate_limiter_calls_dropped_past_deadline_total") // absent until the first drop
+		left0, _ := lim.Metric(ctx, "floodgate_limiter_grpc_gate_left_total")
 		thr0, thrWait0 := throttled()
 		cpu0 := cpuNow()
 		stop := startLoad(ctx, load)
@@ -230,6 +251,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		thr1, thrWait1 := throttled()
 		profNote := prof()
 		dropped1, _ := lim.Metric(ctx, "floodgate_limiter_calls_dropped_past_deadline_total")
+		left1, _ := lim.Metric(ctx, "floodgate_limiter_grpc_gate_left_total")
 		elapsed := cpu1.at - cpu0.at
 		checks := load.Results()
 		w := Summarise(checks, time.Time{}, time.Time{})
@@ -280,6 +302,10 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		}
 		mu.Lock()
 		g := peakG
+		gateNote := "" // FLOODGATE_LIMITER_GRPC_GATE_MAX set
+		if limits := slices.Sorted(maps.Keys(gateLimits)); len(limits) > 0 {
+			gateNote = fmt.Sprintf("limit %.0f–%.0f, at most %.0f waiting, %.0f left to their callers", limits[0], limits[len(limits)-1], peakWaiting, left1-left0)
+		}
 		mu.Unlock()
 		if err := load.Err(); err != nil {
 			return err
@@ -295,6 +321,9 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 			rate, conns, overloadDeadline, w.Sent, inTime, goodput, 100*goodput/max(satRate, 1), perCoreSecond(cpu0, cpu1, inTime), w.Answered, late, ms(w.P50), ms(w.P99), ms(critP99),
 			pct(shed, w.Answered), pct(failedOpen, inTime), dropped1-dropped0, float64(abuserAllowed)/allowedMax, rss>>20, g, cpu,
 			thr1-thr0, ms(thrWait1-thrWait0), loadAverage(), profNote, invalidNote(genSat))
+		if gateNote != "" {
+			r.metric(name+" entry gate", "%s", gateNote)
+		}
 		r.metric(name+" targets", "answers within the deadline ≥ 90 %% of saturation: %s (%.0f %%); critical p99 ≤ 25 ms: %s (%s)",
 			metOrNot(goodput >= 0.9*satRate), 100*goodput/max(satRate, 1), metOrNot(critP99 <= 25*time.Millisecond), ms(critP99))
 		r.require(name+": failed open ≤ 1 %", inTime > 0 && failedOpen*100 <= inTime, "%.2f %% of %d answers within the deadline", pct(failedOpen, inTime), inTime)
@@ -385,7 +414,7 @@ func loadAverage() string {
 
 func invalidNote(genSaturated bool) string {
 	if genSaturated {
-		return " — INVALID: the generator's core was over 90 % busy"
+		return " — INVALID: the generator, Redis and the broker used over 90 % of their core"
 	}
 	return ""
 }

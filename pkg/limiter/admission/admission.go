@@ -99,6 +99,15 @@ func (l *ConcurrencyLimit) Acquire() bool {
 	return true
 }
 
+// Take takes a permit even when the limit is reached, for the calls that
+// are never queued (CRITICAL at a server's entry); it is released as any
+// other.
+func (l *ConcurrencyLimit) Take() {
+	if in := l.inflight.Add(1); in > l.peak.Load() {
+		l.peak.Store(in)
+	}
+}
+
 // AcquireWait takes a permit, waiting for one in the queue (adaptive LIFO
 // with CoDel, QueueConfig) when the limit is reached, at most until deadline
 // (zero: none). Without a queue it is Acquire: Admitted or Dropped.

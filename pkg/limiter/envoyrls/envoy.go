@@ -30,6 +30,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/callers"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
@@ -68,6 +69,9 @@ type EnvoyRLS struct {
 	// inFlight counts the calls being answered (floodgate_limiter_grpc_calls_in_flight).
 	maxStreams uint32
 	inFlight   atomic.Int64
+	// gate bounds the calls decided at once (gate.go, WithGate); nil: none.
+	gateCfg admission.Config
+	gate    *gate
 	// answered holds requests' series of the two answers nearly every call
 	// gets (0 ok, 1 over_limit), resolved at first use (answeredSeries).
 	answered [2]atomic.Pointer[prometheus.Counter]
@@ -231,6 +235,14 @@ func (e *EnvoyRLS) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReque
 		e.s.CountPastDeadline(server.ProtocolGRPC, "")
 		e.requests.WithLabelValues("past_deadline").Inc()
 		return nil, status.Error(codes.DeadlineExceeded, server.DeadlineReason)
+	}
+	if e.gate != nil {
+		start, err := e.gate.enter(ctx, deadline, critical(in.GetDescriptors()))
+		if err != nil {
+			e.requests.WithLabelValues("past_deadline").Inc()
+			return nil, err
+		}
+		defer e.gate.exit(start)
 	}
 	if e.envoy != nil {
 		if cfg := e.envoy.Source.Config(); cfg.Has(in.GetDomain()) {

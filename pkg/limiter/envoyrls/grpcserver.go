@@ -41,6 +41,9 @@ func NewGRPCServer(s *server.Server, opts ...GRPCOption) (*grpc.Server, *health.
 	for _, o := range opts {
 		o(rls)
 	}
+	if rls.gateCfg.Max > 0 {
+		rls.gate = newGate(rls.gateCfg, reg)
+	}
 	// Envoy keeps HTTP/2 connections open indefinitely; a bounded connection age
 	// makes clients reconnect now and then, so limiter replicas added by the
 	// autoscaler receive their share of checks.

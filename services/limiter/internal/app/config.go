@@ -119,6 +119,10 @@ type Config struct {
 	// streams of one (FLOODGATE_LIMITER_GRPC_MAX_STREAMS).
 	GRPCMaxConns   int
 	GRPCMaxStreams int
+	// GRPCGateMax is the most ShouldRateLimit calls the entry gate lets be
+	// decided at once, its adaptive limit's ceiling
+	// (FLOODGATE_LIMITER_GRPC_GATE_MAX; 0, the default: no gate).
+	GRPCGateMax int
 }
 
 // ConfigFromEnv reads the configuration and validates it.
@@ -146,6 +150,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		CheckTimeout:         e.Duration("FLOODGATE_LIMITER_CHECK_TIMEOUT", time.Second),
 		GRPCMaxConns:         e.Int("FLOODGATE_LIMITER_GRPC_MAX_CONNS", 10000),
 		GRPCMaxStreams:       e.Int("FLOODGATE_LIMITER_GRPC_MAX_STREAMS", envoyrls.MaxGRPCStreams),
+		GRPCGateMax:          e.Int("FLOODGATE_LIMITER_GRPC_GATE_MAX", 0),
 		EnvoyShadow:          e.Bool("FLOODGATE_LIMITER_ENVOY_SHADOW_MODE", false),
 		EnvoyMerge:           e.Bool("FLOODGATE_LIMITER_ENVOY_MERGE_DOMAINS", false),
 		EnvoyFailureModeDeny: e.Bool("FLOODGATE_LIMITER_ENVOY_FAILURE_MODE_DENY", false),
@@ -221,6 +226,8 @@ func (c Config) Validate() error {
 	v.Require(c.MaxConns >= 1 && c.MaxConns <= 1_000_000, "FLOODGATE_LIMITER_MAX_CONNS", "%d: must be in 1..1000000", c.MaxConns)
 	v.Require(c.CheckTimeout == 0 || (c.CheckTimeout >= time.Millisecond && c.CheckTimeout <= time.Minute), "FLOODGATE_LIMITER_CHECK_TIMEOUT", "%s: must be 0 (none) or in 1ms..1m", c.CheckTimeout)
 	v.Require(c.GRPCMaxConns >= 1 && c.GRPCMaxConns <= 1_000_000, "FLOODGATE_LIMITER_GRPC_MAX_CONNS", "%d: must be in 1..1000000", c.GRPCMaxConns)
+	v.Require(c.GRPCGateMax == 0 || c.GRPCGateMax >= envoyrls.GateMin && c.GRPCGateMax <= 100_000, "FLOODGATE_LIMITER_GRPC_GATE_MAX",
+		"%d: must be 0 (no gate) or in %d..100000", c.GRPCGateMax, envoyrls.GateMin)
 	v.Require(c.GRPCMaxStreams >= 1 && c.GRPCMaxStreams <= 100_000, "FLOODGATE_LIMITER_GRPC_MAX_STREAMS", "%d: must be in 1..100000", c.GRPCMaxStreams)
 	switch c.Auth {
 	case "none":

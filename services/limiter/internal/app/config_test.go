@@ -26,6 +26,7 @@ func TestConfigFromEnvNamesBadVariables(t *testing.T) {
 		{"check timeout off", map[string]string{"FLOODGATE_LIMITER_CHECK_TIMEOUT": "0s"}, ""},
 		{"grpc connections", map[string]string{"FLOODGATE_LIMITER_GRPC_MAX_CONNS": "0"}, "FLOODGATE_LIMITER_GRPC_MAX_CONNS"},
 		{"grpc streams", map[string]string{"FLOODGATE_LIMITER_GRPC_MAX_STREAMS": "0"}, "FLOODGATE_LIMITER_GRPC_MAX_STREAMS"},
+		{"grpc gate", map[string]string{"FLOODGATE_LIMITER_GRPC_GATE_MAX": "3"}, "FLOODGATE_LIMITER_GRPC_GATE_MAX"},
 		{"grpc off", map[string]string{"FLOODGATE_LIMITER_GRPC_ADDR": "off"}, ""},
 		{"debug on the grpc address", map[string]string{"FLOODGATE_LIMITER_DEBUG_ADDR": "127.0.0.1:8081"}, "FLOODGATE_LIMITER_DEBUG_ADDR"},
 		{"influx interval", map[string]string{"FLOODGATE_LIMITER_INFLUX_INTERVAL": "1ms"}, "FLOODGATE_LIMITER_INFLUX_INTERVAL"},

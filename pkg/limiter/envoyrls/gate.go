@@ -1,0 +1,118 @@
+package envoyrls
+
+// The entry gate: how many ShouldRateLimit calls are decided at once, and
+// which of the others wait. Past saturation the calls queue somewhere; left
+// to themselves they queue first in, first out in the runtime's run queue,
+// every call waits for all the others, and the limiter decides calls whose
+// callers have given up (a gRPC deadline is relative: a call that waited in
+// the socket still looks on time). Behind the gate the queue is the gate's:
+// served newest first while it stands (adaptive LIFO with CoDel), its
+// oldest left to their callers' deadlines, and the transport keeps reading
+// the sockets dry — so the calls that are decided are the fresh ones.
+
+import (
+	"context"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
+)
+
+// GateConfig is the entry gate of at most max calls decided at once: the
+// engine's adaptive concurrency limit (admission.DefaultConfig, a gradient
+// on a call's time from the gate to its answer) between 8 and max, with its
+// adaptive LIFO/CoDel queue.
+func GateConfig(max int) admission.Config {
+	cfg := admission.DefaultConfig()
+	cfg.Max = int64(max)
+	cfg.Min = min(GateMin, cfg.Max)
+	cfg.Initial = min(64, cfg.Max)
+	return cfg
+}
+
+// GateMin is the fewest calls the entry gate lets through at once.
+const GateMin = 8
+
+// WithGate puts an entry gate of at most max calls decided at once in front
+// of the service (GateConfig); 0: none (the default).
+func WithGate(max int) GRPCOption {
+	return func(e *EnvoyRLS) {
+		if max > 0 {
+			e.gateCfg = GateConfig(max)
+		}
+	}
+}
+
+// gate is the entry gate of one EnvoyRLS.
+type gate struct {
+	lim  *admission.ConcurrencyLimit
+	left *prometheus.CounterVec
+}
+
+func newGate(cfg admission.Config, reg prometheus.Registerer) *gate {
+	limit := promauto.With(reg).NewGauge(prometheus.GaugeOpts{Name: "floodgate_limiter_grpc_gate_limit",
+		Help: "ShouldRateLimit calls the entry gate lets be decided at once (adaptive; CRITICAL calls pass it regardless)."})
+	g := &gate{lim: admission.NewConcurrencyLimit(cfg, func(v int64) { limit.Set(float64(v)) }),
+		left: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_grpc_gate_left_total",
+			Help: "ShouldRateLimit calls the entry gate did not let through, by outcome (dropped: queued too long while the queue stood, left to the caller's deadline; past_deadline: the deadline passed in the queue)."},
+			[]string{"outcome"})}
+	if reg != nil {
+		_ = reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floodgate_limiter_grpc_gate_waiting",
+			Help: "ShouldRateLimit calls waiting at the entry gate."}, func() float64 { return float64(g.lim.Waiting()) }))
+	}
+	return g
+}
+
+// enter lets a call through the gate, or waits for its turn; it returns
+// the time it went through (for exit) or the error the call ends with. A
+// CRITICAL call is never queued. A call dropped from a standing queue is
+// not answered: it waits for its caller to give up (the caller fails open
+// on its timeout, as it would on an error, and the limiter writes nothing
+// for it); one without a deadline is answered Unavailable at once.
+func (g *gate) enter(ctx context.Context, deadline time.Time, critical bool) (time.Time, error) {
+	if critical {
+		g.lim.Take()
+		return time.Now(), nil
+	}
+	switch g.lim.AcquireWait(deadline) {
+	case admission.Admitted:
+		return time.Now(), nil
+	case admission.PastDeadline:
+		g.left.WithLabelValues("past_deadline").Inc()
+		return time.Time{}, status.Error(codes.DeadlineExceeded, server.DeadlineReason)
+	}
+	g.left.WithLabelValues("dropped").Inc()
+	if deadline.IsZero() {
+		return time.Time{}, status.Error(codes.Unavailable, "overloaded")
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return time.Time{}, status.Error(codes.DeadlineExceeded, server.DeadlineReason)
+}
+
+// exit lets the next call through.
+func (g *gate) exit(start time.Time) { g.lim.Release(start) }
+
+// critical reports whether a call names the CRITICAL priority in its
+// descriptors (a route's default priority is not looked up before the gate).
+func critical(descs []*rlcommon.RateLimitDescriptor) bool {
+	for _, d := range descs {
+		for _, en := range d.GetEntries() {
+			if en.GetKey() == KeyPriority && en.GetValue() == string(events.PriorityCritical) {
+				return true
+			}
+		}
+	}
+	return false
+}
