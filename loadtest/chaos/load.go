@@ -32,6 +32,9 @@ type Check struct {
 	// Dropped: answered as past its deadline (X-RateLimit-Error names it),
 	// though this caller was still waiting.
 	Dropped bool
+	// Overloaded: not decided, answered UNAVAILABLE by the limiter's entry
+	// gate (envoyrls.Overloaded); not OK — the gateway fails open on it.
+	Overloaded bool
 }
 
 // Load sends checks to a limiter at a fixed total rate from a pool of

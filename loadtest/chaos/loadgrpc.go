@@ -87,8 +87,12 @@ func (l *Load) grpcSenders() (func(w int) (sender, func()), func(), error) {
 // OK, degraded and dropped, as the HTTP answer's X-RateLimit-Error is.
 func grpcOutcome(c *Check, resp *rlsv3.RateLimitResponse, err error) {
 	if err != nil {
-		if st, ok := status.FromError(err); ok && st.Code() == codes.DeadlineExceeded && st.Message() == server.DeadlineReason {
+		st, _ := status.FromError(err)
+		switch {
+		case st.Code() == codes.DeadlineExceeded && st.Message() == server.DeadlineReason:
 			c.OK, c.Degraded, c.Dropped = true, true, true
+		case st.Code() == codes.Unavailable && st.Message() == envoyrls.Overloaded:
+			c.Overloaded = true
 		}
 		return
 	}

@@ -58,6 +58,8 @@ func (s *rlsByID) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReques
 		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, ResponseHeadersToAdd: h("X-Floodgate-Utilization", "0.95")}, nil
 	case "past-deadline":
 		return nil, status.Error(codes.DeadlineExceeded, server.DeadlineReason)
+	case "overloaded":
+		return nil, status.Error(codes.Unavailable, envoyrls.Overloaded)
 	default: // slow: answers after the caller gave up
 		time.Sleep(200 * time.Millisecond)
 		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}, nil
@@ -75,7 +77,7 @@ func TestGRPCLoad(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 
-	ids := []string{"allowed", "denied", "failed-open", "local", "priority-shed", "past-deadline", "slow"}
+	ids := []string{"allowed", "denied", "failed-open", "local", "priority-shed", "past-deadline", "overloaded", "slow"}
 	l := &Load{GRPCAddr: ln.Addr().String(), Conns: 2, Workers: 1, Rate: 100, Deadline: 50 * time.Millisecond, Route: "/v1/things",
 		Next: func(_, i int) events.Principal {
 			return events.Principal{Kind: events.PrincipalUser, ID: ids[i%len(ids)]}
@@ -106,6 +108,7 @@ func TestGRPCLoad(t *testing.T) {
 	require.Equal(t, Check{OK: true, Allowed: true, Degraded: true, Shed: true, ID: "id-local"}, strip(got["local"]))
 	require.Equal(t, Check{OK: true, PriorityShed: true, ID: "id-priority-shed"}, strip(got["priority-shed"]))
 	require.Equal(t, Check{OK: true, Degraded: true, Dropped: true}, strip(got["past-deadline"]), "the limiter's own past-deadline status is an answer")
+	require.Equal(t, Check{Overloaded: true}, strip(got["overloaded"]), "the entry gate's refusal is no decision")
 	require.Equal(t, Check{}, strip(got["slow"]), "an answer after the caller's deadline is none")
 	require.GreaterOrEqual(t, got["slow"].Latency, 50*time.Millisecond)
 	require.Less(t, got["slow"].Latency, 150*time.Millisecond, "the caller stops waiting at its deadline")
@@ -113,5 +116,5 @@ func TestGRPCLoad(t *testing.T) {
 
 // strip keeps what the answer set.
 func strip(c Check) Check {
-	return Check{OK: c.OK, ID: c.ID, Allowed: c.Allowed, Degraded: c.Degraded, Shed: c.Shed, PriorityShed: c.PriorityShed, Dropped: c.Dropped}
+	return Check{OK: c.OK, ID: c.ID, Allowed: c.Allowed, Degraded: c.Degraded, Shed: c.Shed, PriorityShed: c.PriorityShed, Dropped: c.Dropped, Overloaded: c.Overloaded}
 }

@@ -255,7 +255,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		elapsed := cpu1.at - cpu0.at
 		checks := load.Results()
 		w := Summarise(checks, time.Time{}, time.Time{})
-		var failedOpen, late, shed, abuserAllowed, inTime, droppedWaiting int
+		var failedOpen, late, shed, abuserAllowed, inTime, droppedWaiting, overloaded int
 		var crit []time.Duration
 		for _, c := range checks {
 			if c.OK && c.Latency > overloadDeadline {
@@ -268,6 +268,9 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 			}
 			if c.OK && c.Shed {
 				shed++
+			}
+			if c.Overloaded && c.Latency <= overloadDeadline {
+				overloaded++
 			}
 			if c.OK && c.Allowed && c.Principal == abuser {
 				abuserAllowed++
@@ -322,7 +325,8 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 			pct(shed, w.Answered), pct(failedOpen, inTime), dropped1-dropped0, float64(abuserAllowed)/allowedMax, rss>>20, g, cpu,
 			thr1-thr0, ms(thrWait1-thrWait0), loadAverage(), profNote, invalidNote(genSat))
 		if gateNote != "" {
-			r.metric(name+" entry gate", "%s", gateNote)
+			r.metric(name+" entry gate", "%s; %d answered UNAVAILABLE within the deadline (%.2f %% of the calls sent; not decided, the gateway fails open on them at once)",
+				gateNote, overloaded, pct(overloaded, w.Sent))
 		}
 		r.metric(name+" targets", "answers within the deadline ≥ 90 %% of saturation: %s (%.0f %%); critical p99 ≤ 25 ms: %s (%s)",
 			metOrNot(goodput >= 0.9*satRate), 100*goodput/max(satRate, 1), metOrNot(critP99 <= 25*time.Millisecond), ms(critP99))

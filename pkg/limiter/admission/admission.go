@@ -58,6 +58,12 @@ type Config struct {
 	Smoothing         float64
 	BaselineBuckets   int           // baseline = min over this many buckets…
 	BaselineBucket    time.Duration // …of this length
+	// Baseline, when set, is the baseline instead of the measured one: the
+	// limit then keeps the average time a permit is held near Tolerance ×
+	// (Baseline + Slack) — a latency target, for a limit in front of work
+	// whose unloaded time cannot be measured under load (a CPU quota's
+	// stalls inflate every window's average alike).
+	Baseline time.Duration
 	// Queue is the wait for a permit when the limit is reached (adaptive
 	// LIFO with CoDel); zero: none, a check is refused at once.
 	Queue QueueConfig
@@ -245,6 +251,9 @@ func (l *ConcurrencyLimit) update(now int64) {
 	base := l.mins[0]
 	for _, m := range l.mins[1:] {
 		base = min(base, m)
+	}
+	if l.cfg.Baseline > 0 {
+		base = float64(l.cfg.Baseline)
 	}
 
 	if float64(peak) < l.est/2 {

@@ -180,7 +180,7 @@ var _ rlsv3.RateLimitServiceServer = (*EnvoyRLS)(nil)
 func NewEnvoyRLS(s *server.Server) *EnvoyRLS {
 	e := &EnvoyRLS{s: s, requests: promauto.With(s.Registry()).NewCounterVec(prometheus.CounterOpts{
 		Name: "floodgate_limiter_envoy_requests_total",
-		Help: "Envoy ShouldRateLimit calls by result (ok, over_limit, invalid, unavailable: Redis failed and a counted limit has no fail policy; past_deadline: the caller's deadline passed before it was decided).",
+		Help: "Envoy ShouldRateLimit calls by result (ok, over_limit, invalid, unavailable: Redis failed and a counted limit has no fail policy; past_deadline: the caller's deadline passed before it was decided; overloaded: dropped by the entry gate).",
 	}, []string{"result"}), descriptors: newEnvoyDescriptorMetrics(s.Registry()),
 		unnamed: promauto.With(s.Registry()).NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_limiter_envoy_unattributed_total",
@@ -237,9 +237,9 @@ func (e *EnvoyRLS) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReque
 		return nil, status.Error(codes.DeadlineExceeded, server.DeadlineReason)
 	}
 	if e.gate != nil {
-		start, err := e.gate.enter(ctx, deadline, critical(in.GetDescriptors()))
+		start, err := e.gate.enter(deadline, critical(in.GetDescriptors()))
 		if err != nil {
-			e.requests.WithLabelValues("past_deadline").Inc()
+			e.requests.WithLabelValues(gateResult(err)).Inc()
 			return nil, err
 		}
 		defer e.gate.exit(start)

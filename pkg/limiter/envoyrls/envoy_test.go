@@ -42,7 +42,7 @@ type rlsFixture struct {
 
 // newRLS serves the Envoy rate-limit service over TCP on the real engine and
 // Redis, and dials it with a real gRPC client.
-func newRLS(t testing.TB, rules string) rlsFixture {
+func newRLS(t testing.TB, rules string, opts ...GRPCOption) rlsFixture {
 	t.Helper()
 	rdb := redistest.Client(t)
 	e := limitertest.Engine(t, rdb, rules, func(c *limiter.EngineConfig) { c.OverLimitEntries = 1000 })
@@ -51,7 +51,7 @@ func newRLS(t testing.TB, rules string) rlsFixture {
 	reg := prometheus.NewRegistry()
 	s := server.New(server.Config{Engine: e, Publisher: pub, Topic: "decisions", Gateway: "envoy-test",
 		Logger: slog.New(slog.DiscardHandler), Registry: reg})
-	g, hs := NewGRPCServer(s)
+	g, hs := NewGRPCServer(s, opts...)
 	SetServing(hs, true)
 	conn := limitertest.DialGRPC(t, g)
 	return rlsFixture{rls: rlsv3.NewRateLimitServiceClient(conn), health: healthpb.NewHealthClient(conn), pub: pub, reg: reg, eng: e}
@@ -293,25 +293,33 @@ func FuzzEnvoyCheck(f *testing.F) {
 }
 
 // BenchmarkEnvoyShouldRateLimit: Envoy RLS calls over gRPC on loopback TCP, one
-// descriptor each, against the real engine and Redis (go test -run '^$' -bench EnvoyShouldRateLimit).
+// descriptor each, against the real engine and Redis, without and with an
+// entry gate (go test -run '^$' -bench EnvoyShouldRateLimit).
 func BenchmarkEnvoyShouldRateLimit(b *testing.B) {
-	f := newRLS(b, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 1000000000, period: 1s}\n")
-	base := redistest.Unique(b, "envoy_bench")
-	var worker atomic.Int64
-	b.SetParallelism(16)
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		w := worker.Add(1)
-		for i := 0; pb.Next(); i++ {
-			r, err := f.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "bench",
-				Descriptors: []*rlcommon.RateLimitDescriptor{limitertest.BotDescriptor(base + "_" + strconv.FormatInt(w, 10) + "_" + strconv.Itoa(i%1000))}})
-			if err != nil || r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
-				b.Errorf("should rate limit: %v %v", err, r.GetOverallCode())
-				return
-			}
-		}
-	})
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
+	for _, bc := range []struct {
+		name string
+		gate int
+	}{{"no_gate", 0}, {"gate_8", 8}, {"gate_1024", 1024}} {
+		b.Run(bc.name, func(b *testing.B) {
+			f := newRLS(b, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 1000000000, period: 1s}\n", WithGate(bc.gate))
+			base := redistest.Unique(b, "envoy_bench")
+			var worker atomic.Int64
+			b.SetParallelism(16)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				w := worker.Add(1)
+				for i := 0; pb.Next(); i++ {
+					r, err := f.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "bench",
+						Descriptors: []*rlcommon.RateLimitDescriptor{limitertest.BotDescriptor(base + "_" + strconv.FormatInt(w, 10) + "_" + strconv.Itoa(i%1000))}})
+					if err != nil || r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+						b.Errorf("should rate limit: %v %v", err, r.GetOverallCode())
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
+		})
+	}
 }
 
 // TestEnvoyHeadersPickTheClosestDescriptor: LIMIT_RESPONSE_HEADERS_ENABLED's

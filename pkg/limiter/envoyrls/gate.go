@@ -7,11 +7,10 @@ package envoyrls
 // callers have given up (a gRPC deadline is relative: a call that waited in
 // the socket still looks on time). Behind the gate the queue is the gate's:
 // served newest first while it stands (adaptive LIFO with CoDel), its
-// oldest left to their callers' deadlines, and the transport keeps reading
-// the sockets dry — so the calls that are decided are the fresh ones.
+// oldest answered UNAVAILABLE at once, and the transport keeps reading the
+// sockets dry — so the calls that are decided are the fresh ones.
 
 import (
-	"context"
 	"time"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -26,16 +25,23 @@ import (
 )
 
 // GateConfig is the entry gate of at most max calls decided at once: the
-// engine's adaptive concurrency limit (admission.DefaultConfig, a gradient
-// on a call's time from the gate to its answer) between 8 and max, with its
-// adaptive LIFO/CoDel queue.
+// engine's adaptive concurrency limit (admission.DefaultConfig) between 8
+// and max, steered to keep a call's time from the gate to its answer near
+// GateTarget (shrinking when it is longer, growing while it is shorter),
+// with its adaptive LIFO/CoDel queue.
 func GateConfig(max int) admission.Config {
 	cfg := admission.DefaultConfig()
 	cfg.Max = int64(max)
 	cfg.Min = min(GateMin, cfg.Max)
 	cfg.Initial = min(64, cfg.Max)
+	cfg.Baseline, cfg.Tolerance, cfg.Slack = GateTarget, 1, 0
 	return cfg
 }
+
+// GateTarget is the time from the gate to the answer the entry gate's limit
+// aims at: short beside a gateway's 20–50 ms, long beside a call's own cost
+// (tens of µs of CPU and a Redis round trip).
+const GateTarget = 5 * time.Millisecond
 
 // GateMin is the fewest calls the entry gate lets through at once.
 const GateMin = 8
@@ -61,7 +67,7 @@ func newGate(cfg admission.Config, reg prometheus.Registerer) *gate {
 		Help: "ShouldRateLimit calls the entry gate lets be decided at once (adaptive; CRITICAL calls pass it regardless)."})
 	g := &gate{lim: admission.NewConcurrencyLimit(cfg, func(v int64) { limit.Set(float64(v)) }),
 		left: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_grpc_gate_left_total",
-			Help: "ShouldRateLimit calls the entry gate did not let through, by outcome (dropped: queued too long while the queue stood, left to the caller's deadline; past_deadline: the deadline passed in the queue)."},
+			Help: "ShouldRateLimit calls the entry gate did not let through, by outcome (dropped: queued too long, answered UNAVAILABLE; past_deadline: the deadline passed in the queue)."},
 			[]string{"outcome"})}
 	if reg != nil {
 		_ = reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floodgate_limiter_grpc_gate_waiting",
@@ -72,11 +78,11 @@ func newGate(cfg admission.Config, reg prometheus.Registerer) *gate {
 
 // enter lets a call through the gate, or waits for its turn; it returns
 // the time it went through (for exit) or the error the call ends with. A
-// CRITICAL call is never queued. A call dropped from a standing queue is
-// not answered: it waits for its caller to give up (the caller fails open
-// on its timeout, as it would on an error, and the limiter writes nothing
-// for it); one without a deadline is answered Unavailable at once.
-func (g *gate) enter(ctx context.Context, deadline time.Time, critical bool) (time.Time, error) {
+// CRITICAL call is never queued. A call that waited its longest (while the
+// queue stands, twice its CoDel target) is answered UNAVAILABLE at once, as
+// Envoy's adaptive concurrency answers 503: its caller applies its failure
+// mode now rather than at its timeout, and nothing more is spent on it.
+func (g *gate) enter(deadline time.Time, critical bool) (time.Time, error) {
 	if critical {
 		g.lim.Take()
 		return time.Now(), nil
@@ -89,17 +95,12 @@ func (g *gate) enter(ctx context.Context, deadline time.Time, critical bool) (ti
 		return time.Time{}, status.Error(codes.DeadlineExceeded, server.DeadlineReason)
 	}
 	g.left.WithLabelValues("dropped").Inc()
-	if deadline.IsZero() {
-		return time.Time{}, status.Error(codes.Unavailable, "overloaded")
-	}
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-	return time.Time{}, status.Error(codes.DeadlineExceeded, server.DeadlineReason)
+	return time.Time{}, status.Error(codes.Unavailable, Overloaded)
 }
+
+// Overloaded is the message of the UNAVAILABLE answer to a call the entry
+// gate dropped.
+const Overloaded = "overloaded: not decided (the limiter's entry gate dropped the call)"
 
 // exit lets the next call through.
 func (g *gate) exit(start time.Time) { g.lim.Release(start) }
@@ -115,4 +116,12 @@ func critical(descs []*rlcommon.RateLimitDescriptor) bool {
 		}
 	}
 	return false
+}
+
+// gateResult is the requests result of a call the gate did not let through.
+func gateResult(err error) string {
+	if status.Code(err) == codes.DeadlineExceeded {
+		return "past_deadline"
+	}
+	return "overloaded"
 }
