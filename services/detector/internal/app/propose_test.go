@@ -5,7 +5,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sort"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -64,7 +65,7 @@ func TestProposeAgainstTheStack(t *testing.T) {
 	var verdicts []tuning.Verdicted
 	fpsByClass := map[string]int{}
 	unjudged := 0
-	for _, k := range sortedKeys(dets) {
+	for _, k := range slices.Sorted(maps.Keys(dets)) {
 		d := dets[k]
 		a := abuseOf(d, d.At)
 		require.NoError(t, recs.Put(ctx, &a))
@@ -242,13 +243,4 @@ func judge(t *testing.T, ctx context.Context, ddb *dynamodb.Client, prefix strin
 		ExpressionAttributeNames:  map[string]string{"#v": dynamo.AttrVerdict, "#vby": dynamo.AttrVerdictBy, "#vat": dynamo.AttrVerdictAt},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":v": s(string(v)), ":by": s("analyst1"), ":at": s(time.Now().UTC().Format(time.RFC3339Nano))}})
 	require.NoError(t, err, "verdict on %s", a.ID)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
