@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -157,7 +158,7 @@ func (m *model) checkMSKPolicies(n migrations.ACLNames) []string {
 	}
 	var out []string
 	regen := "regenerate with `go run ./migrations/cmd/migrate -msk-iam-policies " + mskPolicyDir + "`"
-	for _, name := range sortedKeys(want) {
+	for _, name := range slices.Sorted(maps.Keys(want)) {
 		got, ok := m.mskPolicies[name]
 		switch {
 		case !ok:
@@ -166,7 +167,7 @@ func (m *model) checkMSKPolicies(n migrations.ACLNames) []string {
 			out = append(out, fmt.Sprintf("%s/%s: not the grants of migrations/acls.go; %s", mskPolicyDir, name, regen))
 		}
 	}
-	for _, name := range sortedKeys(m.mskPolicies) {
+	for _, name := range slices.Sorted(maps.Keys(m.mskPolicies)) {
 		if _, ok := want[name]; !ok {
 			out = append(out, fmt.Sprintf("%s/%s: no service of migrations/acls.go has this policy; remove it", mskPolicyDir, name))
 		}

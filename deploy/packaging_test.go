@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"go/parser"
 	"go/token"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -872,7 +873,7 @@ func (m *model) sortedPrograms() []*program {
 // checkEnv reports variables the program does not read, and topic values migrations/ lacks.
 func (m *model) checkEnv(where string, p *program, env map[string]string) []string {
 	var out []string
-	for _, k := range sortedKeys(env) {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
 		if !strings.HasPrefix(k, "FLOODGATE_") {
 			continue
 		}
@@ -906,7 +907,7 @@ func checkConnections(where string, p *program, env map[string]string, args []st
 			only = "," + args[i+1] + ","
 		}
 	}
-	for _, k := range sortedKeys(connVars) {
+	for _, k := range slices.Sorted(maps.Keys(connVars)) {
 		if _, set := env[k]; set || !p.reads(k) {
 			continue
 		}
@@ -925,7 +926,7 @@ func checkConnections(where string, p *program, env map[string]string, args []st
 func (m *model) listenPort(where string, p *program, env map[string]string) (int, []string) {
 	var out []string
 	port, primary := 0, ""
-	for _, k := range sortedKeys(env) {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
 		if !strings.HasSuffix(k, "_ADDR") || !strings.HasPrefix(k, "FLOODGATE_") {
 			continue
 		}
@@ -949,7 +950,7 @@ func (m *model) listenPort(where string, p *program, env map[string]string) (int
 		}
 	}
 	if port == 0 && len(p.listen) > 0 {
-		out = append(out, fmt.Sprintf("%s: %s listens on 127.0.0.1 by default; set one of %v to 0.0.0.0:<port>", where, p.name, sortedKeys(p.listen)))
+		out = append(out, fmt.Sprintf("%s: %s listens on 127.0.0.1 by default; set one of %v to 0.0.0.0:<port>", where, p.name, slices.Sorted(maps.Keys(p.listen))))
 	}
 	return port, out
 }
@@ -957,7 +958,7 @@ func (m *model) listenPort(where string, p *program, env map[string]string) (int
 // listenPorts are the ports of every listen address the program has a default for in env.
 func (m *model) listenPorts(p *program, env map[string]string) []int {
 	var out []int
-	for _, k := range sortedKeys(env) {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
 		if _, ok := p.listen[k]; !ok {
 			continue
 		}
@@ -1555,7 +1556,7 @@ func checkConfig(m *model) []string {
 			}
 		}
 	}
-	for _, key := range sortedKeys(config) {
+	for _, key := range slices.Sorted(maps.Keys(config)) {
 		if !used["floodgate-config/"+key] {
 			out = append(out, fmt.Sprintf("k8s floodgate-config: %s is used by no workload", key))
 		}
@@ -1994,7 +1995,7 @@ var (
 // false when no source defines the metric.
 func (m *model) metricLabels(name string) (labels []string, ok bool) {
 	for _, cand := range []string{name, strings.TrimSuffix(name, "_bucket"), strings.TrimSuffix(name, "_sum"), strings.TrimSuffix(name, "_count")} {
-		for _, path := range sortedKeys(m.goSources) {
+		for _, path := range slices.Sorted(maps.Keys(m.goSources)) {
 			src := m.goSources[path]
 			i := strings.Index(src, `"`+cand+`"`)
 			if i < 0 {
@@ -2044,7 +2045,7 @@ func (m *model) metricLabels(name string) (labels []string, ok bool) {
 func checkGrafana(m *model) []string {
 	var out []string
 	uids := map[string]string{}
-	for _, file := range sortedKeys(m.dashboards) {
+	for _, file := range slices.Sorted(maps.Keys(m.dashboards)) {
 		d := m.dashboards[file]
 		if d.UID == "" || uids[d.UID] != "" {
 			out = append(out, fmt.Sprintf("grafana %s: uid %q is empty or also used by %s", file, d.UID, uids[d.UID]))
@@ -2177,15 +2178,6 @@ func checkDocs(m *model) []string {
 			out = append(out, fmt.Sprintf("docs/deployment.md: the IAM section does not name table %s", tb))
 		}
 	}
-	return out
-}
-
-func sortedKeys[V any](mp map[string]V) []string {
-	out := make([]string, 0, len(mp))
-	for k := range mp {
-		out = append(out, k)
-	}
-	sort.Strings(out)
 	return out
 }
 

@@ -9,6 +9,7 @@ package deploy_test
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -54,7 +55,7 @@ var mustBeRequired = map[string][]string{
 
 func checkComposeLoopback(m *model) []string {
 	var out []string
-	for _, name := range sortedKeys(m.compose.Services) {
+	for _, name := range slices.Sorted(maps.Keys(m.compose.Services)) {
 		for _, p := range m.compose.Services[name].Ports {
 			// host_ip:host_port:container_port; without a host_ip Docker binds every interface.
 			host := ""
@@ -90,9 +91,9 @@ func checkComposeSecrets(m *model) []string {
 			generated[n] = strings.Contains(script, "^"+n+"=")
 		}
 	}
-	for _, name := range sortedKeys(m.compose.Services) {
+	for _, name := range slices.Sorted(maps.Keys(m.compose.Services)) {
 		env := m.compose.Services[name].env()
-		for _, k := range sortedKeys(env) {
+		for _, k := range slices.Sorted(maps.Keys(env)) {
 			v := env[k]
 			if mm := requiredRef.FindStringSubmatch(v); mm != nil {
 				if !generated[mm[1]] {

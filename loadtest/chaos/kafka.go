@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/migrations"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/kafkascan"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
@@ -202,34 +203,14 @@ func (b *Broker) Lag(ctx context.Context, group, topic string) (int64, error) {
 
 // ReadAll reads every message of topic up to its current end.
 func (b *Broker) ReadAll(ctx context.Context, topic string, f func(kafka.Message)) (int, error) {
-	ends, err := b.ends(ctx, topic)
-	if err != nil {
-		return 0, err
-	}
+	c := &kafka.Client{Addr: kafka.TCP(b.Addr), Timeout: 30 * time.Second}
 	n := 0
-	for id, end := range ends {
-		if end == 0 {
-			continue
-		}
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{b.Addr}, Topic: topic, Partition: id,
-			MaxWait: 100 * time.Millisecond, MaxBytes: 8 << 20})
-		for {
-			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			m, err := r.FetchMessage(rctx)
-			cancel()
-			if err != nil {
-				_ = r.Close()
-				return n, fmt.Errorf("read %s/%d: %w", topic, id, err)
-			}
-			f(m)
-			n++
-			if m.Offset >= end-1 {
-				break
-			}
-		}
-		_ = r.Close()
-	}
-	return n, nil
+	err := kafkascan.All(ctx, c, topic, func(m kafka.Message) bool {
+		f(m)
+		n++
+		return true
+	})
+	return n, err
 }
 
 // Header returns the value of the header key, or "".

@@ -36,6 +36,7 @@ import (
 	"github.com/floodgate-dev/floodgate/migrations"
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/kafkascan"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
@@ -558,48 +559,23 @@ func groupLag(ctx context.Context, admin *kafka.Client, topic, group string, par
 // readAbuse reads every abuse.v1 event on topic, per principal key, in
 // detected_at order (the first detection first).
 func readAbuse(ctx context.Context, brokers []string, sec *stream.Security, topic string) (map[string][]events.Abuse, error) {
-	dialer := sec.Dialer()
-	conn, err := dialer.DialContext(ctx, "tcp", brokers[0])
-	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", brokers[0], err)
-	}
-	parts, err := conn.ReadPartitions(topic)
-	_ = conn.Close()
-	if err != nil {
-		return nil, fmt.Errorf("partitions of %s: %w", topic, err)
-	}
-	admin := sec.Client(brokers, 10*time.Second)
 	all := map[string][]events.Abuse{}
-	for _, p := range parts {
-		ends, err := admin.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: {kafka.LastOffsetOf(p.ID)}}})
+	var derr error
+	err := kafkascan.All(ctx, sec.Client(brokers, 10*time.Second), topic, func(m kafka.Message) bool {
+		a, err := events.DecodeAbuse(m.Value)
 		if err != nil {
-			return nil, fmt.Errorf("list offsets: %w", err)
+			derr = fmt.Errorf("decode abuse at %s/%d@%d: %w", topic, m.Partition, m.Offset, err)
+			return false
 		}
-		end := ends.Topics[topic][0].LastOffset
-		if end == 0 {
-			continue
-		}
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Dialer: dialer, Topic: topic, Partition: p.ID, MaxWait: 200 * time.Millisecond})
-		for {
-			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			m, err := r.FetchMessage(rctx)
-			cancel()
-			if err != nil {
-				_ = r.Close()
-				return nil, fmt.Errorf("read %s/%d: %w", topic, p.ID, err)
-			}
-			a, err := events.DecodeAbuse(m.Value)
-			if err != nil {
-				_ = r.Close()
-				return nil, fmt.Errorf("decode abuse at %s/%d@%d: %w", topic, p.ID, m.Offset, err)
-			}
-			k := a.Principal.Key()
-			all[k] = append(all[k], a)
-			if m.Offset+1 >= end {
-				break
-			}
-		}
-		_ = r.Close()
+		k := a.Principal.Key()
+		all[k] = append(all[k], a)
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if derr != nil {
+		return nil, derr
 	}
 	for _, as := range all {
 		sort.SliceStable(as, func(i, j int) bool { return as[i].DetectedAt.Before(as[j].DetectedAt) })

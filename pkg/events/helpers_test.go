@@ -35,24 +35,23 @@ func codecOf[T any](decode func([]byte) (T, error), encode func(*T) ([]byte, err
 	}
 }
 
+// codecs are the codecs by event type.
+var codecs = map[string]codec{
+	TypeDecision:     codecOf(DecodeDecision, EncodeDecision, (*Decision).Validate),
+	TypeAbuse:        codecOf(DecodeAbuse, EncodeAbuse, (*Abuse).Validate),
+	TypeAdjustment:   codecOf(DecodeAdjustment, EncodeAdjustment, (*Adjustment).Validate),
+	TypeRulesVersion: codecOf(DecodeRulesVersion, EncodeRulesVersion, (*RulesVersion).Validate),
+	TypeDeferred:     codecOf(DecodeDeferred, EncodeDeferred, (*Deferred).Validate),
+	TypeVerdict:      codecOf(DecodeVerdict, EncodeVerdict, (*Verdict).Validate),
+}
+
 func codecFor(t testing.TB, typ string) codec {
 	t.Helper()
-	switch typ {
-	case TypeDecision:
-		return codecOf(DecodeDecision, EncodeDecision, (*Decision).Validate)
-	case TypeAbuse:
-		return codecOf(DecodeAbuse, EncodeAbuse, (*Abuse).Validate)
-	case TypeAdjustment:
-		return codecOf(DecodeAdjustment, EncodeAdjustment, (*Adjustment).Validate)
-	case TypeRulesVersion:
-		return codecOf(DecodeRulesVersion, EncodeRulesVersion, (*RulesVersion).Validate)
-	case TypeDeferred:
-		return codecOf(DecodeDeferred, EncodeDeferred, (*Deferred).Validate)
-	case TypeVerdict:
-		return codecOf(DecodeVerdict, EncodeVerdict, (*Verdict).Validate)
+	c, ok := codecs[typ]
+	if !ok {
+		t.Fatalf("no codec for %q", typ)
 	}
-	t.Fatalf("no codec for %q", typ)
-	return codec{}
+	return c
 }
 
 // typeOfFile returns the event type an example file is for: its name starts

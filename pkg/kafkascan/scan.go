@@ -73,6 +73,31 @@ func Scan(ctx context.Context, c *kafka.Client, topic string, partition int, fro
 	return nil
 }
 
+// All calls fn for every message of topic, partition by partition in order,
+// each from its first offset up to the end it had when All began, until fn
+// returns false. Messages produced meanwhile are not read.
+func All(ctx context.Context, c *kafka.Client, topic string, fn func(kafka.Message) bool) error {
+	parts, err := Partitions(ctx, c, topic)
+	if err != nil {
+		return err
+	}
+	first, end, err := PartitionBounds(ctx, c, topic, parts)
+	if err != nil {
+		return err
+	}
+	more := true
+	for _, p := range parts {
+		err := Scan(ctx, c, topic, p, first[p], end[p], func(m kafka.Message) bool {
+			more = fn(m)
+			return more
+		})
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
 // Records calls fn with each record of a fetch's answer at offset from or
 // later, in order — a batch may start before the offset asked for — until
 // fn returns false or an error. It returns fn's error, or the error reading

@@ -87,6 +87,23 @@ func TestScan(t *testing.T) {
 	})
 }
 
+func TestAll(t *testing.T) {
+	f := newFixture(t)
+	read := func(stop int) []string {
+		var got []string
+		require.NoError(t, All(context.Background(), f.c, f.topic, func(m kafka.Message) bool {
+			got = append(got, fmt.Sprintf("%d:%s", m.Partition, m.Value))
+			return stop == 0 || len(got) < stop
+		}))
+		return got
+	}
+	require.Equal(t, []string{"0:m0", "0:m1", "0:m2", "0:m3", "0:m4", "0:m5", "0:m6", "0:m7", "0:m8", "0:m9", "1:n0", "1:n1", "1:n2"}, read(0),
+		"every partition in order, each to its end")
+	require.Equal(t, []string{"0:m0", "0:m1", "0:m2"}, read(3), "fn false stops, the next partition unread")
+	err := All(context.Background(), f.c, "nope", func(kafka.Message) bool { return true })
+	require.Error(t, err, "a missing topic")
+}
+
 func TestPartitionsSinceAndBounds(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()

@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -128,11 +128,11 @@ type adjusterStatus struct {
 func (s adjusterStatus) String() string {
 	var b strings.Builder
 	b.WriteString("scales")
-	for _, k := range sortedKeys(s.Scales) {
+	for _, k := range slices.Sorted(maps.Keys(s.Scales)) {
 		fmt.Fprintf(&b, " %s=%.2f", k, s.Scales[k])
 	}
 	b.WriteString("; signals")
-	for _, k := range sortedKeys(s.Signals) {
+	for _, k := range slices.Sorted(maps.Keys(s.Signals)) {
 		if v := s.Signals[k]; v != nil {
 			fmt.Fprintf(&b, " %s=%.2f", k, *v)
 		} else {
@@ -141,7 +141,7 @@ func (s adjusterStatus) String() string {
 	}
 	if len(s.Engaged) > 0 {
 		b.WriteString("; rules engaged:")
-		for _, k := range sortedKeys(s.Engaged) {
+		for _, k := range slices.Sorted(maps.Keys(s.Engaged)) {
 			fmt.Fprintf(&b, " %s(%s)", k, strings.Join(s.Engaged[k], ","))
 		}
 	}
@@ -149,15 +149,6 @@ func (s adjusterStatus) String() string {
 		b.WriteString("; dry run")
 	}
 	return b.String()
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func (o *observer) adjusterStatus(ctx context.Context) (adjusterStatus, error) {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/floodgate-dev/floodgate/loadtest/labeled"
 	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
@@ -205,23 +204,7 @@ func recordLabeled(t *testing.T, ctx context.Context, broker string, start time.
 	t.Helper()
 	s, err := labeled.NewHeldOut(labeled.HeldOut{Seed: 7, Start: start, Duration: 3 * time.Minute, Legit: 1000, Abusive: 60, Prefix: prefix})
 	require.NoError(t, err)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.DefaultProduceTopic(config.DefaultDecisionsTopic), kgo.ProducerLinger(5*time.Millisecond))
-	require.NoError(t, err)
-	defer cl.Close()
-	batch := make([]*kgo.Record, 0, 5000)
-	flush := func() {
-		require.NoError(t, cl.ProduceSync(ctx, batch...).FirstErr())
-		batch = batch[:0]
-	}
-	var d events.Decision
-	for s.Next(&d) {
-		b, err := events.EncodeDecision(&d)
-		require.NoError(t, err)
-		if batch = append(batch, &kgo.Record{Key: []byte(d.Principal.Key()), Value: b, Timestamp: d.TS}); len(batch) == cap(batch) {
-			flush()
-		}
-	}
-	flush()
+	kafkatest.ProduceDecisions(t, ctx, broker, config.DefaultDecisionsTopic, s.All())
 	return s.Labels()
 }
 

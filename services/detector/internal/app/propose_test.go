@@ -5,7 +5,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sort"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,7 +14,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/floodgate-dev/floodgate/loadtest/labeled"
 	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
@@ -64,7 +64,7 @@ func TestProposeAgainstTheStack(t *testing.T) {
 	var verdicts []tuning.Verdicted
 	fpsByClass := map[string]int{}
 	unjudged := 0
-	for _, k := range sortedKeys(dets) {
+	for _, k := range slices.Sorted(maps.Keys(dets)) {
 		d := dets[k]
 		a := abuseOf(d, d.At)
 		require.NoError(t, recs.Put(ctx, &a))
@@ -185,25 +185,8 @@ func recordLabeled(t *testing.T, ctx context.Context, broker string, start time.
 	t.Helper()
 	s, err := labeled.NewHeldOut(labeled.HeldOut{Seed: 7, Start: start, Duration: 3 * time.Minute, Legit: 1000, Abusive: 60, Prefix: "pt_"})
 	require.NoError(t, err)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.DefaultProduceTopic(config.DefaultDecisionsTopic), kgo.ProducerLinger(5*time.Millisecond))
-	require.NoError(t, err)
-	defer cl.Close()
-	batch := make([]*kgo.Record, 0, 5000)
-	flush := func() {
-		require.NoError(t, cl.ProduceSync(ctx, batch...).FirstErr())
-		batch = batch[:0]
-	}
-	var ds []events.Decision
-	var d events.Decision
-	for s.Next(&d) {
-		ds = append(ds, d)
-		b, err := events.EncodeDecision(&d)
-		require.NoError(t, err)
-		if batch = append(batch, &kgo.Record{Key: []byte(d.Principal.Key()), Value: b, Timestamp: d.TS}); len(batch) == cap(batch) {
-			flush()
-		}
-	}
-	flush()
+	ds := s.All()
+	kafkatest.ProduceDecisions(t, ctx, broker, config.DefaultDecisionsTopic, ds)
 	return ds, s.Labels()
 }
 
@@ -242,13 +225,4 @@ func judge(t *testing.T, ctx context.Context, ddb *dynamodb.Client, prefix strin
 		ExpressionAttributeNames:  map[string]string{"#v": dynamo.AttrVerdict, "#vby": dynamo.AttrVerdictBy, "#vat": dynamo.AttrVerdictAt},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":v": s(string(v)), ":by": s("analyst1"), ":at": s(time.Now().UTC().Format(time.RFC3339Nano))}})
 	require.NoError(t, err, "verdict on %s", a.ID)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }

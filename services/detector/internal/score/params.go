@@ -47,9 +47,27 @@ var KnobEnv = map[string]string{
 	"fanout_min_networks":    "FLOODGATE_DETECTOR_FANOUT_MIN_NETWORKS",
 }
 
+// fields are the knobs' fields by document name: the numbers and the
+// integers (person_sustain, a duration as text, is the one string).
+func (k *Knobs) fields() (numbers map[string]**float64, integers map[string]**int) {
+	numbers = map[string]**float64{
+		"rapid_fire_threshold":   &k.RapidFireThreshold,
+		"rapid_fire_rate":        &k.RapidFireRate,
+		"automated_denial_ratio": &k.AutomatedDenialRatio,
+		"person_denial_ratio":    &k.PersonDenialRatio,
+	}
+	integers = map[string]**int{
+		"person_min_denials":  &k.PersonMinDenials,
+		"ip_min_distinct":     &k.IPMinDistinct,
+		"fanout_min_networks": &k.FanoutMinNetworks,
+	}
+	return numbers, integers
+}
+
 // Set moves one parameter by its document name to the text value v.
 func (k *Knobs) Set(name, v string) error {
-	f := func(p **float64) error {
+	numbers, integers := k.fields()
+	if p, ok := numbers[name]; ok {
 		var x float64
 		if _, err := fmt.Sscan(v, &x); err != nil {
 			return fmt.Errorf("%s: %q is not a number", name, v)
@@ -57,7 +75,7 @@ func (k *Knobs) Set(name, v string) error {
 		*p = &x
 		return nil
 	}
-	i := func(p **int) error {
+	if p, ok := integers[name]; ok {
 		var x int
 		if _, err := fmt.Sscan(v, &x); err != nil {
 			return fmt.Errorf("%s: %q is not an integer", name, v)
@@ -65,24 +83,9 @@ func (k *Knobs) Set(name, v string) error {
 		*p = &x
 		return nil
 	}
-	switch name {
-	case "rapid_fire_threshold":
-		return f(&k.RapidFireThreshold)
-	case "rapid_fire_rate":
-		return f(&k.RapidFireRate)
-	case "automated_denial_ratio":
-		return f(&k.AutomatedDenialRatio)
-	case "person_denial_ratio":
-		return f(&k.PersonDenialRatio)
-	case "person_sustain":
+	if name == "person_sustain" {
 		k.PersonSustain = v
 		return nil
-	case "person_min_denials":
-		return i(&k.PersonMinDenials)
-	case "ip_min_distinct":
-		return i(&k.IPMinDistinct)
-	case "fanout_min_networks":
-		return i(&k.FanoutMinNetworks)
 	}
 	return fmt.Errorf("%q is not a detector parameter", name)
 }
@@ -217,35 +220,15 @@ func (p Params) Describe() string {
 }
 
 func (k Knobs) get(name string) (string, bool) {
-	f := func(p *float64) (string, bool) {
-		if p == nil {
-			return "", false
-		}
-		return fmt.Sprintf("%.4g", *p), true
+	numbers, integers := k.fields()
+	if p, ok := numbers[name]; ok && *p != nil {
+		return fmt.Sprintf("%.4g", **p), true
 	}
-	i := func(p *int) (string, bool) {
-		if p == nil {
-			return "", false
-		}
-		return fmt.Sprint(*p), true
+	if p, ok := integers[name]; ok && *p != nil {
+		return fmt.Sprint(**p), true
 	}
-	switch name {
-	case "rapid_fire_threshold":
-		return f(k.RapidFireThreshold)
-	case "rapid_fire_rate":
-		return f(k.RapidFireRate)
-	case "automated_denial_ratio":
-		return f(k.AutomatedDenialRatio)
-	case "person_denial_ratio":
-		return f(k.PersonDenialRatio)
-	case "person_sustain":
+	if name == "person_sustain" {
 		return k.PersonSustain, k.PersonSustain != ""
-	case "person_min_denials":
-		return i(k.PersonMinDenials)
-	case "ip_min_distinct":
-		return i(k.IPMinDistinct)
-	case "fanout_min_networks":
-		return i(k.FanoutMinNetworks)
 	}
 	return "", false
 }

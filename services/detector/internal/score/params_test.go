@@ -79,6 +79,28 @@ func TestParamsRefused(t *testing.T) {
 // all routes is rapid fire with a 1 s sustain and not with the default 5 s;
 // a document raising users' sustain to 5 s avoids it, and one naming bots
 // only does not.
+func TestKnobsSetAndGet(t *testing.T) {
+	var k Knobs
+	require.NoError(t, k.Set("rapid_fire_rate", "2.5"))
+	require.NoError(t, k.Set("ip_min_distinct", "7"))
+	require.NoError(t, k.Set("person_sustain", "4s"))
+	require.Equal(t, Knobs{RapidFireRate: new(2.5), IPMinDistinct: new(7), PersonSustain: "4s"}, k)
+	for name, want := range map[string]string{"rapid_fire_rate": "2.5", "ip_min_distinct": "7", "person_sustain": "4s"} {
+		got, ok := k.get(name)
+		require.True(t, ok, name)
+		require.Equal(t, want, got, name)
+	}
+	for _, name := range []string{"rapid_fire_threshold", "fanout_min_networks", "nope"} {
+		_, ok := k.get(name)
+		require.False(t, ok, "%s is not set", name)
+	}
+
+	require.EqualError(t, k.Set("rapid_fire_threshold", "high"), `rapid_fire_threshold: "high" is not a number`)
+	require.EqualError(t, k.Set("fanout_min_networks", "many"), `fanout_min_networks: "many" is not an integer`)
+	require.EqualError(t, k.Set("rapid_fire_treshold", "6"), `"rapid_fire_treshold" is not a detector parameter`)
+	require.Nil(t, k.RapidFireThreshold, "a refused value leaves the knob unset")
+}
+
 func TestParamsMoveADetection(t *testing.T) {
 	base := DefaultConfig()
 	base.PersonSustain = time.Second

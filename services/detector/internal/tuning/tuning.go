@@ -159,7 +159,7 @@ func (p Proposal) String() string {
 type knob struct {
 	param   string
 	applies func(Class) bool
-	avoid   func(base score.Config, fps []score.Detection) (score.Config, string, string, bool)
+	avoid   func(base score.Config, fps []score.Detection) (from, to string, ok bool)
 }
 
 // at is the class's configuration under tu: its kind's, on its route.
@@ -201,62 +201,46 @@ func thresholdReached(b score.Config, d score.Detection) float64 {
 // past the largest value the false positives reached.
 var knobs = []knob{
 	{"rapid_fire_threshold", func(c Class) bool { return c.Pattern == events.PatternRapidFire },
-		func(b score.Config, fps []score.Detection) (score.Config, string, string, bool) {
+		func(b score.Config, fps []score.Detection) (string, string, bool) {
 			to := maxOf(fps, func(d score.Detection) float64 { return thresholdReached(b, d) }) * 1.05
-			old := b.Threshold
-			b.Threshold = to
-			return b, ftoa(old), ftoa(to), to > old
+			return ftoa(b.Threshold), ftoa(to), to > b.Threshold
 		}},
 	{"rapid_fire_rate", func(c Class) bool { return c.Pattern == events.PatternRapidFire },
-		func(b score.Config, fps []score.Detection) (score.Config, string, string, bool) {
+		func(b score.Config, fps []score.Detection) (string, string, bool) {
 			to := maxOf(fps, func(d score.Detection) float64 { return d.ObservedRate / b.Threshold }) * 1.05
-			old := b.Floor
-			b.Floor = to
-			return b, ftoa(old), ftoa(to), to > old
+			return ftoa(b.Floor), ftoa(to), to > b.Floor
 		}},
 	{"person_min_denials", func(c Class) bool { return c.Pattern == events.PatternRapidFire && person(c.Kind) },
-		func(b score.Config, fps []score.Detection) (score.Config, string, string, bool) {
+		func(b score.Config, fps []score.Detection) (string, string, bool) {
 			to := int(maxOf(fps, func(d score.Detection) float64 { return float64(d.Denials) })) + 1
-			old := b.PersonMinDenials
-			b.PersonMinDenials = to
-			return b, fmt.Sprint(old), fmt.Sprint(to), to > old
+			return fmt.Sprint(b.PersonMinDenials), fmt.Sprint(to), to > b.PersonMinDenials
 		}},
 	{"person_denial_ratio", func(c Class) bool { return c.Pattern == events.PatternRapidFire && person(c.Kind) },
-		func(b score.Config, fps []score.Detection) (score.Config, string, string, bool) {
+		func(b score.Config, fps []score.Detection) (string, string, bool) {
 			to := min(1, maxOf(fps, func(d score.Detection) float64 { return d.DenialRatio })+0.01)
-			old := b.PersonDenialRatio
-			b.PersonDenialRatio = to
-			return b, ftoa(old), ftoa(to), to > old
+			return ftoa(b.PersonDenialRatio), ftoa(to), to > b.PersonDenialRatio
 		}},
 	{"person_sustain", func(c Class) bool { return c.Pattern == events.PatternRapidFire && person(c.Kind) },
-		func(b score.Config, fps []score.Detection) (score.Config, string, string, bool) {
+		func(b score.Config, fps []score.Detection) (string, string, bool) {
 			width := b.Window / score.NumBuckets
 			// whole seconds, as the detector reads it
 			to := (time.Duration(maxOf(fps, func(d score.Detection) float64 { return float64(d.Sustained) })) + width + time.Second - 1).Truncate(time.Second)
-			old := b.PersonSustain
-			b.PersonSustain = to
-			return b, old.String(), to.String(), to > old
+			return b.PersonSustain.String(), to.String(), to > b.PersonSustain
 		}},
 	{"automated_denial_ratio", func(c Class) bool { return c.Pattern == events.PatternRapidFire && !person(c.Kind) },
-		func(b score.Config, fps []score.Detection) (score.Config, string, string, bool) {
+		func(b score.Config, fps []score.Detection) (string, string, bool) {
 			to := min(1, maxOf(fps, func(d score.Detection) float64 { return d.DenialRatio })+0.01)
-			old := b.AutomatedDenialRatio
-			b.AutomatedDenialRatio = to
-			return b, ftoa(old), ftoa(to), to > old
+			return ftoa(b.AutomatedDenialRatio), ftoa(to), to > b.AutomatedDenialRatio
 		}},
 	{"ip_min_distinct", func(c Class) bool { return c.Pattern == events.PatternDistributedIP },
-		func(b score.Config, fps []score.Detection) (score.Config, string, string, bool) {
+		func(b score.Config, fps []score.Detection) (string, string, bool) {
 			to := int(maxOf(fps, func(d score.Detection) float64 { return float64(d.UnsharedIPs) })) + 1
-			old := b.MinDistinctIPs
-			b.MinDistinctIPs = to
-			return b, fmt.Sprint(old), fmt.Sprint(to), to > old
+			return fmt.Sprint(b.MinDistinctIPs), fmt.Sprint(to), to > b.MinDistinctIPs
 		}},
 	{"fanout_min_networks", func(c Class) bool { return c.Pattern == events.PatternDistributedIP },
-		func(b score.Config, fps []score.Detection) (score.Config, string, string, bool) {
+		func(b score.Config, fps []score.Detection) (string, string, bool) {
 			to := int(maxOf(fps, func(d score.Detection) float64 { return float64(d.NewNetworks) })) + 1
-			old := b.FanoutMinNetworks
-			b.FanoutMinNetworks = to
-			return b, fmt.Sprint(old), fmt.Sprint(to), to > old
+			return fmt.Sprint(b.FanoutMinNetworks), fmt.Sprint(to), to > b.FanoutMinNetworks
 		}},
 }
 
@@ -276,7 +260,7 @@ func Candidates(base score.Config, cur score.Params, c Class, fps []score.Detect
 		if !k.applies(c) {
 			continue
 		}
-		if _, from, to, ok := k.avoid(at, fps); ok {
+		if from, to, ok := k.avoid(at, fps); ok {
 			moves = append(moves, Change{k.param, from, to})
 		}
 	}
