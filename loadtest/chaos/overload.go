@@ -39,7 +39,7 @@ const overloadDeadline = 50 * time.Millisecond
 // period), which alone would exceed the callers' 50 ms.
 const (
 	overloadQuota       = 0.3
-	overloadQuotaPeriod = 10 * time.Millisecond
+	overloadQuotaPeriod = 4 * time.Millisecond
 )
 
 // Overload measures the limiter's saturation pinned to a core of its own
