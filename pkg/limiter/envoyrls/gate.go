@@ -11,13 +11,16 @@ package envoyrls
 // sockets dry — so the calls that are decided are the fresh ones.
 
 import (
+	"context"
 	"time"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
@@ -58,8 +61,9 @@ func WithGate(max int) GRPCOption {
 
 // gate is the entry gate of one EnvoyRLS.
 type gate struct {
-	lim  *admission.ConcurrencyLimit
-	left *prometheus.CounterVec
+	lim     *admission.ConcurrencyLimit
+	left    *prometheus.CounterVec
+	refused prometheus.Counter // left{outcome="refused"}: at the door (tap)
 }
 
 func newGate(cfg admission.Config, reg prometheus.Registerer) *gate {
@@ -67,8 +71,9 @@ func newGate(cfg admission.Config, reg prometheus.Registerer) *gate {
 		Help: "ShouldRateLimit calls the entry gate lets be decided at once (adaptive; CRITICAL calls pass it regardless)."})
 	g := &gate{lim: admission.NewConcurrencyLimit(cfg, func(v int64) { limit.Set(float64(v)) }),
 		left: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_grpc_gate_left_total",
-			Help: "ShouldRateLimit calls the entry gate did not let through, by outcome (dropped: queued too long, answered UNAVAILABLE; past_deadline: the deadline passed in the queue)."},
+			Help: "ShouldRateLimit calls the entry gate did not let through, by outcome (refused: at the door, before the call was read, while a full round waited; dropped: queued too long; both answered UNAVAILABLE; past_deadline: the deadline passed in the queue)."},
 			[]string{"outcome"})}
+	g.refused = g.left.WithLabelValues("refused")
 	if reg != nil {
 		_ = reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floodgate_limiter_grpc_gate_waiting",
 			Help: "ShouldRateLimit calls waiting at the entry gate."}, func() float64 { return float64(g.lim.Waiting()) }))
@@ -95,12 +100,32 @@ func (g *gate) enter(deadline time.Time, critical bool) (time.Time, error) {
 		return time.Time{}, status.Error(codes.DeadlineExceeded, server.DeadlineReason)
 	}
 	g.left.WithLabelValues("dropped").Inc()
-	return time.Time{}, status.Error(codes.Unavailable, Overloaded)
+	return time.Time{}, errRefused
 }
 
 // Overloaded is the message of the UNAVAILABLE answer to a call the entry
 // gate dropped.
 const Overloaded = "overloaded: not decided (the limiter's entry gate dropped the call)"
+
+// tap is the gate's door (grpc.InTapHandle): it runs in the connection's
+// reader as a ShouldRateLimit stream opens, before grpc-go gives the stream
+// a goroutine or reads its message, and refuses it — UNAVAILABLE, written
+// by the transport at once — while the queue already holds a full round of
+// waiting calls (as many as the limit lets through at once). A refusal
+// there costs the frame's headers alone, so a limiter far past saturation
+// keeps reading its sockets dry and what it queues is fresh. The door
+// cannot see a call's priority (it is in the message): CRITICAL calls are
+// refused there like any other. Other methods (health) pass.
+func (g *gate) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if info.FullMethodName == rlsv3.RateLimitService_ShouldRateLimit_FullMethodName && g.lim.Waiting() >= g.lim.Limit() {
+		g.refused.Inc()
+		return nil, errRefused
+	}
+	return ctx, nil
+}
+
+// errRefused is the door's answer, made once.
+var errRefused = status.Error(codes.Unavailable, Overloaded)
 
 // exit lets the next call through.
 func (g *gate) exit(start time.Time) { g.lim.Release(start) }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
@@ -99,4 +100,41 @@ func TestShouldRateLimitPassesTheGate(t *testing.T) {
 	require.EqualValues(t, 4, r.GetStatuses()[0].GetLimitRemaining(), "only the CRITICAL call counted")
 	require.Len(t, pub.Messages(), 1)
 	rls.gate.exit(held)
+}
+
+// TestGateDoorRefusesWhileARoundWaits: the door refuses a ShouldRateLimit
+// stream while as many calls wait as the limit lets through, and lets it
+// in again once they have gone; other methods always pass.
+func TestGateDoorRefusesWhileARoundWaits(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	g := newGate(oneAtATime(), reg)
+	rls := &tap.Info{FullMethodName: rlsv3.RateLimitService_ShouldRateLimit_FullMethodName}
+	health := &tap.Info{FullMethodName: "/grpc.health.v1.Health/Check"}
+	_, err := g.tap(context.Background(), rls)
+	require.NoError(t, err, "nobody waits")
+
+	held, err := g.enter(time.Time{}, false)
+	require.NoError(t, err)
+	_, err = g.tap(context.Background(), rls)
+	require.NoError(t, err, "the limit is reached but nobody waits yet")
+	waited := make(chan error, 1)
+	go func() {
+		start, err := g.enter(time.Now().Add(time.Second), false)
+		if err == nil {
+			g.exit(start)
+		}
+		waited <- err
+	}()
+	require.Eventually(t, func() bool { return g.lim.Waiting() == 1 }, time.Second, time.Millisecond)
+	_, err = g.tap(context.Background(), rls)
+	require.Equal(t, codes.Unavailable, status.Code(err))
+	require.Equal(t, Overloaded, status.Convert(err).Message())
+	_, err = g.tap(context.Background(), health)
+	require.NoError(t, err, "health checks pass the door")
+	require.Equal(t, 1.0, promtest.Value(t, reg, "floodgate_limiter_grpc_gate_left_total", map[string]string{"outcome": "refused"}))
+
+	g.exit(held)
+	require.NoError(t, <-waited)
+	_, err = g.tap(context.Background(), rls)
+	require.NoError(t, err, "open again")
 }

@@ -75,6 +75,9 @@ func NewGRPCServer(s *server.Server, opts ...GRPCOption) (*grpc.Server, *health.
 		gopts = append(gopts, grpc.UnaryInterceptor(cs.AuthInterceptor))
 	}
 	gopts = append(gopts, s.Tracing().GRPCServerOptions()...) // server spans, tracing on
+	if rls.gate != nil {
+		gopts = append(gopts, grpc.InTapHandle(rls.gate.tap))
+	}
 	g := grpc.NewServer(gopts...)
 	rlsv3.RegisterRateLimitServiceServer(g, rls)
 	hs := health.NewServer()
