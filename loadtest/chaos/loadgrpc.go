@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
@@ -72,6 +73,11 @@ func (l *Load) grpcSenders() (func(w int) (sender, func()), func(), error) {
 		return func(p events.Principal, route, priority string) Check {
 			c := Check{Start: time.Now(), Principal: p, Priority: priority}
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			if priority == string(events.PriorityCritical) {
+				// As a gateway's rate-limit cluster for its CRITICAL routes
+				// sends it (envoyrls.MetadataPriority).
+				ctx = metadata.AppendToOutgoingContext(ctx, envoyrls.MetadataPriority, priority)
+			}
 			resp, err := client.ShouldRateLimit(ctx, request(p, route, priority))
 			cancel()
 			c.Latency = time.Since(c.Start)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
@@ -26,6 +27,7 @@ type rlsByID struct {
 	mu        sync.Mutex
 	deadlines []time.Duration
 	entries   map[string]string
+	priority  []string // the last call's envoyrls.MetadataPriority
 }
 
 func (s *rlsByID) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
@@ -34,9 +36,11 @@ func (s *rlsByID) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReques
 		entries[e.GetKey()] = e.GetValue()
 	}
 	d, _ := ctx.Deadline()
+	md, _ := metadata.FromIncomingContext(ctx)
 	s.mu.Lock()
 	s.deadlines = append(s.deadlines, time.Until(d))
 	s.entries = entries
+	s.priority = md.Get(envoyrls.MetadataPriority)
 	s.mu.Unlock()
 	h := func(kv ...string) []*corev3.HeaderValue {
 		out := []*corev3.HeaderValue{{Key: "X-Request-Id", Value: "id-" + entries[envoyrls.KeyPrincipalID]}}
@@ -94,8 +98,9 @@ func TestGRPCLoad(t *testing.T) {
 	}
 
 	rls.mu.Lock()
-	entries, deadlines := rls.entries, rls.deadlines
+	entries, deadlines, priority := rls.entries, rls.deadlines, rls.priority
 	rls.mu.Unlock()
+	require.Equal(t, []string{"critical"}, priority, "a CRITICAL call says so in its metadata, for the door")
 	require.Equal(t, map[string]string{envoyrls.KeyPrincipalKind: "user", envoyrls.KeyPrincipalID: "slow", envoyrls.KeyRemoteAddress: "198.51.100.23",
 		envoyrls.KeyMethod: "GET", envoyrls.KeyRoute: "/v1/things", envoyrls.KeyPriority: "critical"}, entries)
 	require.Len(t, deadlines, len(ids))

@@ -26,6 +26,10 @@ type Size struct {
 	KillRounds    int           // SIGKILL rounds of the consumer scenario
 	FaultRate     float64       // share of DynamoDB writes failed
 	Before, After time.Duration // load before the fault and after recovery
+	// Saturation, when set, is what the overload scenarios offer 1.3× and
+	// 2× of and judge against, instead of the saturation they measure: two
+	// limiter configurations compared at the same offered load.
+	Saturation int
 }
 
 // Quick is sized for CI; Full for make chaos.

@@ -237,7 +237,8 @@ func (e *EnvoyRLS) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReque
 		return nil, status.Error(codes.DeadlineExceeded, server.DeadlineReason)
 	}
 	if e.gate != nil {
-		start, err := e.gate.enter(deadline, critical(in.GetDescriptors()))
+		md, _ := metadata.FromIncomingContext(ctx)
+		start, err := e.gate.enter(deadline, criticalMetadata(md) || critical(in.GetDescriptors()))
 		if err != nil {
 			e.requests.WithLabelValues(gateResult(err)).Inc()
 			return nil, err

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
@@ -115,9 +116,11 @@ const Overloaded = "overloaded: not decided (the limiter's entry gate dropped th
 // there costs the frame's headers alone, so a limiter far past saturation
 // keeps reading its sockets dry and what it queues is fresh. The door
 // cannot see a call's priority (it is in the message): CRITICAL calls are
-// refused there like any other. Other methods (health) pass.
+// refused there unless the stream's metadata says so (MetadataPriority).
+// Other methods (health) pass.
 func (g *gate) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
-	if info.FullMethodName == rlsv3.RateLimitService_ShouldRateLimit_FullMethodName && g.lim.Waiting() >= g.lim.Limit() {
+	if info.FullMethodName == rlsv3.RateLimitService_ShouldRateLimit_FullMethodName && g.lim.Waiting() >= g.lim.Limit() &&
+		!criticalMetadata(info.Header) {
 		g.refused.Inc()
 		return nil, errRefused
 	}
@@ -129,6 +132,19 @@ var errRefused = status.Error(codes.Unavailable, Overloaded)
 
 // exit lets the next call through.
 func (g *gate) exit(start time.Time) { g.lim.Release(start) }
+
+// MetadataPriority is the gRPC metadata a gateway names a call's priority
+// in for the entry gate's door, which cannot read the descriptors: Envoy
+// sets it for every call of a rate-limit cluster (its grpc_service's
+// initial_metadata), so a gateway sends its CRITICAL routes' calls through
+// a cluster of their own that carries `x-floodgate-priority: critical`.
+const MetadataPriority = "x-floodgate-priority"
+
+// criticalMetadata reports whether md names the CRITICAL priority.
+func criticalMetadata(md metadata.MD) bool {
+	v := md[MetadataPriority]
+	return len(v) > 0 && v[0] == string(events.PriorityCritical)
+}
 
 // critical reports whether a call names the CRITICAL priority in its
 // descriptors (a route's default priority is not looked up before the gate).

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
@@ -99,6 +100,11 @@ func TestShouldRateLimitPassesTheGate(t *testing.T) {
 	require.Equal(t, rlsv3.RateLimitResponse_OK, r.GetOverallCode())
 	require.EqualValues(t, 4, r.GetStatuses()[0].GetLimitRemaining(), "only the CRITICAL call counted")
 	require.Len(t, pub.Messages(), 1)
+
+	byMetadata := metadata.NewIncomingContext(context.Background(), metadata.Pairs(MetadataPriority, "critical"))
+	r, err = rls.ShouldRateLimit(byMetadata, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{limitertest.BotDescriptor(id)}})
+	require.NoError(t, err, "CRITICAL by its metadata passes too")
+	require.EqualValues(t, 3, r.GetStatuses()[0].GetLimitRemaining())
 	rls.gate.exit(held)
 }
 
@@ -131,6 +137,8 @@ func TestGateDoorRefusesWhileARoundWaits(t *testing.T) {
 	require.Equal(t, Overloaded, status.Convert(err).Message())
 	_, err = g.tap(context.Background(), health)
 	require.NoError(t, err, "health checks pass the door")
+	_, err = g.tap(context.Background(), &tap.Info{FullMethodName: rls.FullMethodName, Header: metadata.Pairs(MetadataPriority, "critical")})
+	require.NoError(t, err, "a call its metadata names CRITICAL passes the door")
 	require.Equal(t, 1.0, promtest.Value(t, reg, "floodgate_limiter_grpc_gate_left_total", map[string]string{"outcome": "refused"}))
 
 	g.exit(held)
