@@ -58,6 +58,7 @@ func TestFavourCPUMovesAndRestores(t *testing.T) {
 		t.Skip("this machine has no writable cpu controller: ", err)
 	}
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Remove() }) // a failed assertion leaves no group behind
 	procs, err := os.ReadFile(filepath.Join(g.dir, "cgroup.procs"))
 	require.NoError(t, err)
 	require.Contains(t, strings.Fields(string(procs)), strconv.Itoa(sleep.Process.Pid))
