@@ -35,7 +35,10 @@ func (s *rlsByID) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReques
 	for _, e := range in.GetDescriptors()[0].GetEntries() {
 		entries[e.GetKey()] = e.GetValue()
 	}
-	d, _ := ctx.Deadline()
+	d, ok := ctx.Deadline()
+	if !ok {
+		d = time.Now().Add(time.Hour) // none: the test's check fails
+	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	s.mu.Lock()
 	s.deadlines = append(s.deadlines, time.Until(d))
@@ -105,7 +108,9 @@ func TestGRPCLoad(t *testing.T) {
 		envoyrls.KeyMethod: "GET", envoyrls.KeyRoute: "/v1/things", envoyrls.KeyPriority: "critical"}, entries)
 	require.Len(t, deadlines, len(ids))
 	for _, d := range deadlines {
-		require.InDelta(t, float64(50*time.Millisecond), float64(d), float64(20*time.Millisecond), "the caller's deadline is the call's")
+		// What is left of it when the handler runs: at most the caller's
+		// 50 ms (less by however long the server took to get to it).
+		require.LessOrEqual(t, d, 50*time.Millisecond, "the caller's deadline is the call's")
 	}
 	require.Equal(t, Check{OK: true, Allowed: true, ID: "id-allowed"}, strip(got["allowed"]))
 	require.Equal(t, Check{OK: true, ID: "id-denied"}, strip(got["denied"]))
