@@ -666,3 +666,40 @@ func TestErrorsIs(t *testing.T) {
 	wrapped := errors.Join(errors.New("consume"), err)
 	require.ErrorIs(t, wrapped, ErrInvalid)
 }
+
+// TestStringScan reads a string whose first byte that is not plain ASCII
+// sits at every offset of rawString's eight-byte steps, with bytes after it
+// that a borrow from it could make look special too.
+func TestStringScan(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, body, want string // the literal is `"` + prefix + body (closing quote included)
+		bad              bool
+	}{
+		{name: "end", body: `"`, want: ""},
+		{name: "escape", body: `\n"`, want: "\n"},
+		{name: "unicode escape", body: `\u00e9"`, want: "é"},
+		{name: "utf-8", body: "é\"", want: "é"},
+		{name: "del", body: "\x7f\"", want: "\x7f"},
+		{name: "control", body: "\x01\"", bad: true},
+		{name: "invalid utf-8", body: "\xff\"", bad: true},
+		{name: "unterminated", body: "bcd", bad: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for n := range 24 {
+				prefix := strings.Repeat("a", n)
+				for _, after := range []string{"", "\x01\\\"\xff,\"x\":1}"} {
+					d := &decoder{data: []byte(`"` + prefix + tt.body + after)}
+					got, err := d.rawString()
+					if tt.bad {
+						require.NotNil(t, err, "prefix %d", n)
+						continue
+					}
+					require.Nil(t, err, "prefix %d", n)
+					require.Equal(t, prefix+tt.want, string(got), "prefix %d", n)
+					require.Equal(t, 1+n+len(tt.body), d.pos, "prefix %d", n)
+				}
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package events
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -183,7 +184,11 @@ func (d *decoder) rawString() ([]byte, *ValidationError) {
 			x := binary.LittleEndian.Uint64(d.data[i:])
 			q := x ^ (lsb * '"')
 			s := x ^ (lsb * '\\')
-			if (x|(x-lsb*0x20)|(q-lsb)|(s-lsb))&msb != 0 {
+			if m := (x | (x - lsb*0x20) | (q - lsb) | (s - lsb)) & msb; m != 0 {
+				// The lowest byte flagged is the first that is not plain
+				// (a borrow only carries up from a flagged byte): step
+				// onto it, so the byte loop below has nothing to do.
+				i += bits.TrailingZeros64(m) / 8
 				break
 			}
 			i += 8

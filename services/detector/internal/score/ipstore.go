@@ -126,15 +126,17 @@ func (s *IPStore) shard(key uint64) *ipShard {
 	return &s.shards[(key*0x9E3779B97F4A7C15)>>58]
 }
 
-// touch records that principal ph used key at second sec.
+// touch records that principal ph used key at second sec. The address's
+// record is updated in place (table.Ref): one probe, where Get then Put took
+// two.
 func (s *IPStore) touch(key uint64, ph uint64, sec uint32) {
 	sh := s.shard(key)
 	sh.mu.Lock()
-	info, _ := sh.m.Get(key)
+	defer sh.mu.Unlock()
+	info := sh.m.Ref(key) // valid to the end: nothing below adds to or removes from sh.m
 	p32 := uint32(ph)
 	if info.isMany() {
 		sh.many[key].add(ph, p32, sec, s.winSec)
-		sh.mu.Unlock()
 		return
 	}
 	free := -1
@@ -142,8 +144,6 @@ func (s *IPStore) touch(key uint64, ph uint64, sec uint32) {
 		switch {
 		case info.ps[i].key == p32 && info.ps[i].last != 0:
 			info.ps[i].last = max(info.ps[i].last, sec)
-			sh.m.Put(key, info)
-			sh.mu.Unlock()
 			return
 		case free < 0 && (info.ps[i].last == 0 || info.ps[i].last+s.winSec < sec):
 			free = i
@@ -151,17 +151,15 @@ func (s *IPStore) touch(key uint64, ph uint64, sec uint32) {
 	}
 	if free >= 0 {
 		info.ps[free] = slot{key: p32, last: sec}
-	} else {
-		m := &manyPrincipals{exact: make(map[uint32]uint32, 8)}
-		for _, p := range info.ps {
-			m.exact[p.key] = p.last
-		}
-		m.add(ph, p32, sec, s.winSec)
-		sh.many[key] = m
-		info.ps = [3]slot{{last: manyMark}}
+		return
 	}
-	sh.m.Put(key, info)
-	sh.mu.Unlock()
+	m := &manyPrincipals{exact: make(map[uint32]uint32, 8)}
+	for _, p := range info.ps {
+		m.exact[p.key] = p.last
+	}
+	m.add(ph, p32, sec, s.winSec)
+	sh.many[key] = m
+	info.ps = [3]slot{{last: manyMark}}
 }
 
 func (m *manyPrincipals) add(ph uint64, p32, sec, win uint32) {

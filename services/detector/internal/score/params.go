@@ -233,7 +233,7 @@ func (k Knobs) get(name string) (string, bool) {
 	return "", false
 }
 
-// tunedKey is one level of a compiled document.
+// tunedKey names one level of a document: a kind, a route or both.
 type tunedKey struct {
 	kind  events.PrincipalKind
 	route string
@@ -247,15 +247,37 @@ type knobs struct {
 
 func newKnobs(c Config) *knobs { return &knobs{Config: c, sustainBuckets: c.sustainBuckets()} }
 
+// kinds are the principal kinds, in the order of a Tuned's per-kind arrays.
+var kinds = [...]events.PrincipalKind{events.PrincipalUser, events.PrincipalBot, events.PrincipalAPIKey, events.PrincipalAnonymous}
+
+// kindIndex is kind's place in kinds; false for none of them. (A switch on
+// the constants: it runs for every event.)
+func kindIndex(kind events.PrincipalKind) (int, bool) {
+	switch kind {
+	case events.PrincipalUser:
+		return 0, true
+	case events.PrincipalBot:
+		return 1, true
+	case events.PrincipalAPIKey:
+		return 2, true
+	case events.PrincipalAnonymous:
+		return 3, true
+	}
+	return 0, false
+}
+
 // Tuned is a parameters document compiled over a base configuration: the
 // decision parameters of every kind and route it names. Immutable; safe for
 // concurrent use.
 type Tuned struct {
 	Version int64 // the parameters version (0: the process's configuration)
 	base    *knobs
-	byKind  map[events.PrincipalKind]*knobs
-	byKR    map[tunedKey]*knobs // kind+route, and ("", route)
-	routes  bool                // any route-level entry
+	byKind  [len(kinds)]*knobs // nil: the kind has no level of its own
+	// byRoute holds the routes the document names, each with its kinds'
+	// levels there (kind and route, or the route's for every kind without
+	// its own; nil: none). Looked up for every event: one string key,
+	// where a kind-and-route key cost two string hashes.
+	byRoute map[string]*[len(kinds)]*knobs
 }
 
 // Compile lays p over base for every level it names and validates each
@@ -276,7 +298,7 @@ func Compile(base Config, p Params, version int64) (*Tuned, error) {
 		}
 		return newKnobs(c)
 	}
-	t := &Tuned{Version: version, byKind: map[events.PrincipalKind]*knobs{}, byKR: map[tunedKey]*knobs{}}
+	t := &Tuned{Version: version, byRoute: map[string]*[len(kinds)]*knobs{}}
 	t.base = level("defaults", base, p.Defaults)
 	kindKnobs := map[events.PrincipalKind]Knobs{}
 	routeKnobs := map[string]Knobs{}
@@ -288,26 +310,31 @@ func Compile(base Config, p Params, version int64) (*Tuned, error) {
 			routeKnobs[o.Route] = o.Knobs
 		}
 	}
-	for _, kind := range []events.PrincipalKind{events.PrincipalUser, events.PrincipalBot, events.PrincipalAPIKey, events.PrincipalAnonymous} {
+	for i, kind := range kinds {
 		if k, ok := kindKnobs[kind]; ok {
-			t.byKind[kind] = level("kind="+string(kind), base, p.Defaults, k)
+			t.byKind[i] = level("kind="+string(kind), base, p.Defaults, k)
 		}
 	}
 	for _, o := range p.Overrides {
 		if o.Route == "" {
 			continue
 		}
-		t.routes = true
+		r := t.byRoute[o.Route]
+		if r == nil {
+			r = new([len(kinds)]*knobs)
+			t.byRoute[o.Route] = r
+		}
 		if o.Kind == "" {
-			for _, kind := range []events.PrincipalKind{events.PrincipalUser, events.PrincipalBot, events.PrincipalAPIKey, events.PrincipalAnonymous} {
+			for i, kind := range kinds {
 				if _, own := p.find(kind, o.Route); own {
 					continue
 				}
-				t.byKR[tunedKey{kind, o.Route}] = level("route="+o.Route+" kind="+string(kind), base, p.Defaults, kindKnobs[kind], o.Knobs)
+				r[i] = level("route="+o.Route+" kind="+string(kind), base, p.Defaults, kindKnobs[kind], o.Knobs)
 			}
 			continue
 		}
-		t.byKR[tunedKey{o.Kind, o.Route}] = level("kind="+string(o.Kind)+" route="+o.Route, base, p.Defaults, kindKnobs[o.Kind], routeKnobs[o.Route], o.Knobs)
+		i, _ := kindIndex(o.Kind) // ParseParams checked the kind
+		r[i] = level("kind="+string(o.Kind)+" route="+o.Route, base, p.Defaults, kindKnobs[o.Kind], routeKnobs[o.Route], o.Knobs)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -327,7 +354,7 @@ func (p Params) find(kind events.PrincipalKind, route string) (Knobs, bool) {
 
 // Untuned is base as a Tuned with no document (version 0).
 func Untuned(base Config) *Tuned {
-	return &Tuned{base: newKnobs(base), byKind: map[events.PrincipalKind]*knobs{}, byKR: map[tunedKey]*knobs{}}
+	return &Tuned{base: newKnobs(base)}
 }
 
 // ParseTuned parses and compiles a document in one call.
@@ -342,12 +369,16 @@ func ParseTuned(base Config, data []byte, version int64) (*Tuned, error) {
 // For returns the parameters an event of kind on route is judged with
 // (route AllRoutes or "": the kind's).
 func (t *Tuned) For(kind events.PrincipalKind, route string) *knobs {
-	if t.routes && route != "" && route != AllRoutes {
-		if k := t.byKR[tunedKey{kind, route}]; k != nil {
-			return k
+	i, ok := kindIndex(kind)
+	if !ok {
+		return t.base
+	}
+	if len(t.byRoute) > 0 && route != "" && route != AllRoutes {
+		if r := t.byRoute[route]; r != nil && r[i] != nil {
+			return r[i]
 		}
 	}
-	if k := t.byKind[kind]; k != nil {
+	if k := t.byKind[i]; k != nil {
 		return k
 	}
 	return t.base
