@@ -27,11 +27,7 @@ import (
 // metadata is read when the call has no gRPC deadline and must be whole
 // milliseconds.
 func TestEnvoyCallPastItsDeadlineCostsNothing(t *testing.T) {
-	rdb := redistest.Client(t)
-	e := limitertest.Engine(t, rdb, "version: 1\nrules:\n  - {id: bots, tier: principal, limit: 5, period: 1m}\n", nil)
-	pub, reg := &kafkatest.Capture{}, prometheus.NewRegistry()
-	s := server.New(server.Config{Engine: e, Publisher: pub, Topic: "decisions", Gateway: "envoy-test", Logger: slog.New(slog.DiscardHandler), Registry: reg})
-	rls := NewEnvoyRLS(s)
+	rls, pub, reg := fiveABot(t)
 	id := redistest.Unique(t, "late_bot")
 	in := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{limitertest.BotDescriptor(id)}}
 
@@ -53,4 +49,14 @@ func TestEnvoyCallPastItsDeadlineCostsNothing(t *testing.T) {
 	require.Equal(t, rlsv3.RateLimitResponse_OK, r.GetOverallCode())
 	require.Len(t, pub.Messages(), 1, "decided and published")
 	require.EqualValues(t, 4, r.GetStatuses()[0].GetLimitRemaining(), "the late call took nothing")
+}
+
+// fiveABot is the service on the real engine and Redis with one rule (5 a
+// minute per principal), called directly; its decision events and metrics.
+func fiveABot(t *testing.T) (*EnvoyRLS, *kafkatest.Capture, *prometheus.Registry) {
+	rdb := redistest.Client(t)
+	e := limitertest.Engine(t, rdb, "version: 1\nrules:\n  - {id: bots, tier: principal, limit: 5, period: 1m}\n", nil)
+	pub, reg := &kafkatest.Capture{}, prometheus.NewRegistry()
+	s := server.New(server.Config{Engine: e, Publisher: pub, Topic: "decisions", Gateway: "envoy-test", Logger: slog.New(slog.DiscardHandler), Registry: reg})
+	return NewEnvoyRLS(s), pub, reg
 }

@@ -2,7 +2,6 @@ package envoyrls
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
-	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/limitertest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
@@ -79,11 +77,7 @@ func TestGateAnswersWhatItCannotServe(t *testing.T) {
 // never decided or published, and counted; a CRITICAL one is decided past a
 // full gate.
 func TestShouldRateLimitPassesTheGate(t *testing.T) {
-	rdb := redistest.Client(t)
-	e := limitertest.Engine(t, rdb, "version: 1\nrules:\n  - {id: bots, tier: principal, limit: 5, period: 1m}\n", nil)
-	pub, reg := &kafkatest.Capture{}, prometheus.NewRegistry()
-	s := server.New(server.Config{Engine: e, Publisher: pub, Topic: "decisions", Gateway: "envoy-test", Logger: slog.New(slog.DiscardHandler), Registry: reg})
-	rls := NewEnvoyRLS(s)
+	rls, pub, reg := fiveABot(t)
 	rls.gate = newGate(oneAtATime(), reg)
 	held, err := rls.gate.enter(time.Time{}, false)
 	require.NoError(t, err)
