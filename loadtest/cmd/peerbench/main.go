@@ -102,6 +102,7 @@ func run() error {
 	brokerFlag := flag.String("broker", "private", "private: the local stack's broker binary on a port and -rest-cpus of this run's own, in memory; else HOST:PORT of a running one")
 	floor := flag.Bool("floor", true, "also measure a do-nothing server per protocol (loadtest/cmd/httpfloor -serve grpc / nethttp), pinned the same way")
 	baseline := flag.String("baseline", "", "also measure this prebuilt limiter binary (e.g. go build -o /tmp/limiter-before ./services/limiter at the commit before a change) as \"floodgate baseline\", alternating with the rest: a change's before and after from one run")
+	favourFlag := flag.Bool("favour", true, "put this generator, the services and a private Redis and broker into one cgroup of the highest CPU weight (cgroup v1 cpu.shares 262144 / v2 cpu.weight 10000), so other work on the machine runs only in what they leave; needs a writable cpu controller (root)")
 	profile := flag.String("profile", "", "write CPU and allocation profiles of Floodgate's first round per protocol into this directory (its pprof listener; costs it a few % in that round)")
 	flag.Parse()
 	place, err := newPlacement(*pin, *serviceCPUs, *restCPUs)
@@ -201,6 +202,25 @@ func run() error {
 			return err
 		}
 	}
+	members := []member{{"generator", os.Getpid()}, {"envoy ratelimit", peer.Pid()}, {"floodgate", fg.pid},
+		{"floodgate baseline", base.pid}, {"grpc floor", floors.grpcPid}, {"http floor", floors.httpPid}}
+	var shared []string
+	if *redisFlag == "private" {
+		members = append(members, member{"redis", stack.redisPid})
+	} else {
+		shared = append(shared, "redis "+stack.redis)
+	}
+	if *brokerFlag == "private" {
+		members = append(members, member{"broker", stack.brokerPid})
+	} else {
+		shared = append(shared, "broker "+stack.broker)
+	}
+	favoured, unfavour := favour(*favourFlag, members, shared)
+	if unfavour != nil {
+		defer unfavour()
+	}
+	fmt.Printf("%s\n\n", favoured)
+	report.Placement += "; " + favoured
 	prof := profiler{dir: *profile, debugAddr: fg.debug, duration: *duration}
 
 	for _, proto := range strings.Split(*protocols, ",") {
