@@ -19,6 +19,12 @@
 // latency target): calls are sent on a fixed schedule and each latency runs
 // from when its call was due, so a service that falls behind is charged for
 // the wait (no coordinated omission).
+//
+// Pinned (-pin), the service under test runs alone on -service-cpus and
+// everything else on -rest-cpus; favoured (-favour), the run's processes
+// are in one cgroup of the highest CPU weight, so the rest of a shared
+// machine's work runs only in what they leave (the output's second line
+// says whether they were, or why not).
 package main
 
 import (
@@ -70,7 +76,7 @@ type result struct {
 	procs    [3]time.Duration // CPU time of the service, Redis and the broker in the round
 	lat      []time.Duration
 	busy     []float64 // each core's busy share over the round (/proc/stat)
-	invalid  bool      // the generator's cores were over genBusyMax busy
+	invalid  bool      // the generator's cores were over genBusyMax busy (favoured: by the harness)
 }
 
 // busyOf is the busiest of cpus over the round.
@@ -309,8 +315,9 @@ func (r result) harnessShare(rest []int) float64 {
 // compare runs alternating rounds against the targets over one protocol
 // (each round's service alone on the service cores, every other process on
 // the rest's) and prints the per-round figures, the summary table and the
-// ratios. A round whose generator cores were over 90 % busy is INVALID and
-// left out of the sums, unless every round of the service was.
+// ratios. A round whose generator cores were over 90 % busy (favoured: 90 %
+// used by the generator, Redis and the broker) is INVALID and left out of
+// the sums, unless every round of the service was.
 func compare(ctx context.Context, proto string, targets []target, domain string, d time.Duration, rounds, callers, conns, users int, place placement, all []int, prof profiler) (envoypeer.Comparison, error) {
 	var results []result
 	for r := 0; r < rounds; r++ {
