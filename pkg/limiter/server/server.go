@@ -265,9 +265,12 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 // answer writes body (JSON built in *bp) with 200 and puts *bp back in the
 // pool, grown to body's capacity.
 func (s *Server) answer(w http.ResponseWriter, id string, bp *[]byte, body []byte) {
-	w.Header().Set("X-Request-Id", id)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	h := w.Header()
+	if v := h[httpapi.HeaderRequestID]; len(v) != 1 || v[0] != id { // httpapi.Middleware has set it already
+		h[httpapi.HeaderRequestID] = []string{id}
+	}
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
 	if _, err := w.Write(body); err != nil {
 		s.log.Debug("write response", "err", err)
