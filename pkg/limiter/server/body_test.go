@@ -85,8 +85,71 @@ func TestDecodeBodyAsBefore(t *testing.T) {
 func FuzzDecodeBody(f *testing.F) {
 	f.Add([]byte(`{"principal":{"kind":"user","id":"u1"},"ip":"203.0.113.7","method":"GET","route":"/v1/items"}`), uint16(8192))
 	f.Add([]byte(`{"cost":"x"} {}`), uint16(5))
+	f.Add([]byte(`{"principal":{"kind":"bot","id":"b"},"cost":-25,"plan":"pro","priority":"critical","resource":"r"}`), uint16(8192))
 	f.Add([]byte(``), uint16(0))
 	f.Fuzz(func(t *testing.T, body []byte, limit uint16) {
 		requireDecodesAsBefore(t, func() io.Reader { return strings.NewReader(string(body)) }, int64(limit))
 	})
+}
+
+// TestDecodeCheckAsJSON: the plain form decodeCheck takes decodes as json
+// does, and every body outside it is left to json (false, req untouched);
+// either way decodeBody answers as before.
+func TestDecodeCheckAsJSON(t *testing.T) {
+	all := `{"principal":{"kind":"bot","id":"b-7"},"ip":"2001:db8::1","method":"POST","route":"/channels/{channel_id}/messages","resource":"r1","cost":25,"plan":"pro","priority":"critical"}`
+	for _, tc := range []struct {
+		body  string
+		plain bool
+	}{
+		{all, true},
+		{`{"principal":{"kind":"user","id":"u00042"},"ip":"203.0.113.7","method":"GET","route":"/v1/items"}`, true},
+		{" {\n\t\"route\" : \"/x\" ,\r\n \"principal\":{ \"id\":\"a\", \"kind\":\"user\" } } \n", true},
+		{`{"cost":-3}`, true},
+		{`{"cost":0}`, true},
+		{`{"cost":-0}`, true},
+		{`{"cost":123456789012345678}`, true},
+		{`{"cost":1234567890123456789}`, false},
+		{`{"cost":99999999999999999999}`, false},
+		{`{"cost":1.0}`, false},
+		{`{"cost":1e2}`, false},
+		{`{"cost":01}`, false},
+		{`{"cost":-}`, false},
+		{`{"cost":"1"}`, false},
+		{`{"cost":null}`, false},
+		{`{"route":null}`, false},
+		{`{}`, false},
+		{`{"route":"/a","route":"/b"}`, false},
+		{`{"principal":{"kind":"user"},"principal":{"id":"x"}}`, false},
+		{`{"Route":"/a"}`, false},
+		{`{"ROUTE":"/a"}`, false},
+		{`{"principal":{"Kind":"user","ID":"x"}}`, false},
+		{`{"route":"/a\/b"}`, false},
+		{`{"route":"/a\u0041"}`, false},
+		{`{"route":"/é"}`, false},
+		{"{\"route\":\"/a\x7f\"}", false},
+		{"{\"route\":\"/a\tb\"}", false},
+		{`{"extra":1,"route":"/a"}`, false},
+		{`{"route":"/a","principal":{"kind":"user","id":"x","extra":true}}`, false},
+		{`{"route":"/a",}`, false},
+		{`{"route":"/a"} {}`, false},
+		{`{"route":"/a"}x`, false},
+		{`{"route":"/a"`, false},
+		{`{"route" "/a"}`, false},
+		{`{"principal":[]}`, false},
+		{`[]`, false},
+		{``, false},
+	} {
+		t.Run(tc.body, func(t *testing.T) {
+			var req checkapi.CheckRequest
+			require.Equal(t, tc.plain, decodeCheck([]byte(tc.body), &req))
+			if tc.plain {
+				var want checkapi.CheckRequest
+				require.NoError(t, json.Unmarshal([]byte(tc.body), &want))
+				require.Equal(t, want, req)
+			} else {
+				require.Equal(t, checkapi.CheckRequest{}, req, "left untouched")
+			}
+			requireDecodesAsBefore(t, func() io.Reader { return strings.NewReader(tc.body) }, maxCheckBody)
+		})
+	}
 }

@@ -308,15 +308,19 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, id string, v any,
 // bytes are read into a pooled buffer, and when they are one JSON value
 // (every well-formed check) json.Unmarshal decodes them, which is what
 // Decode does once it has read the value, without a Decoder's allocations.
-// Anything else (an empty or malformed body, a value with more after it, a
-// read error) is decoded as before, by a Decoder over the same bytes, into a
-// v set back to zero.
+// A check in the plain form gateways send is decoded by decodeCheck, with
+// json.Unmarshal's result, for less still. Anything else (an empty or
+// malformed body, a value with more after it, a read error) is decoded as
+// before, by a Decoder over the same bytes, into a v set back to zero.
 func decodeBody(body io.Reader, limit int64, v any) error {
 	bp := respBufs.Get().(*[]byte)
 	defer respBufs.Put(bp)
 	buf, rerr := readUpTo(body, (*bp)[:0], limit)
 	*bp = buf[:0]
 	if rerr == nil {
+		if req, ok := v.(*checkapi.CheckRequest); ok && decodeCheck(buf, req) {
+			return nil
+		}
 		if err := json.Unmarshal(buf, v); err == nil {
 			return nil
 		}
