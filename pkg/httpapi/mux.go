@@ -4,7 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	"path"
 	"slices"
+	"strings"
 )
 
 // Mux is an http.ServeMux that remembers the patterns it was given, so a
@@ -14,6 +16,59 @@ import (
 type Mux struct {
 	mux    http.ServeMux
 	routes []muxRoute
+	known  knownRoutes // requests that surely match a pattern (ServeHTTP)
+}
+
+// knownRoutes tells, without a routing lookup, that a request matches one
+// of a Mux's patterns, so ServeHTTP need not look it up twice (once to
+// know whether it matches, once to serve it: each lookup costs about as
+// much as the rest of the mux, allocations included). It answers only
+// what it is sure of; otherwise the Mux asks http.ServeMux.
+type knownRoutes struct {
+	// all: a method-less, host-less "/" is registered, so every request
+	// but CONNECT (matched against its host, not its path) matches.
+	all bool
+	// exact: the methods ("" for any) of each host-less pattern without
+	// wildcards, by its clean path.
+	exact map[string][]string
+}
+
+// add records pattern (http.ServeMux's syntax: "[METHOD ][HOST]/[PATH]").
+func (k *knownRoutes) add(pattern string) {
+	method, p := "", pattern
+	if i := strings.IndexAny(pattern, " \t"); i >= 0 {
+		method, p = pattern[:i], strings.TrimLeft(pattern[i:], " \t")
+	}
+	switch {
+	case p == "/" && method == "":
+		k.all = true
+	case !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "{}%") || strings.HasSuffix(p, "/") || path.Clean(p) != p:
+		// A host, a wildcard, an escape or a subtree: matched by more than its path.
+	default:
+		if k.exact == nil {
+			k.exact = map[string][]string{}
+		}
+		k.exact[p] = append(k.exact[p], method)
+	}
+}
+
+// matches reports whether r surely matches a recorded pattern.
+func (k *knownRoutes) matches(r *http.Request) bool {
+	if r.Method == http.MethodConnect {
+		return false
+	}
+	if k.all {
+		return true
+	}
+	if r.URL.RawPath != "" {
+		return false
+	}
+	for _, m := range k.exact[r.URL.Path] {
+		if m == "" || m == r.Method || m == http.MethodGet && r.Method == http.MethodHead {
+			return true
+		}
+	}
+	return false
 }
 
 type muxRoute struct {
@@ -28,6 +83,7 @@ func NewMux() *Mux { return &Mux{} }
 func (m *Mux) Handle(pattern string, h http.Handler) {
 	m.mux.Handle(pattern, h)
 	m.routes = append(m.routes, muxRoute{pattern: pattern, h: h})
+	m.known.add(pattern)
 }
 
 // HandleFunc registers h for pattern.
@@ -44,14 +100,17 @@ func (m *Mux) OnlyGET(path string) {
 		w.Header().Set("Allow", "GET, HEAD")
 		WriteProblem(w, r, Problem{Type: ProblemMethodNotAllowed, Status: http.StatusMethodNotAllowed, Detail: r.Method + " " + r.URL.Path})
 	})
+	m.known.add(path)
 }
 
 // ServeHTTP implements http.Handler. A request no pattern matches is
 // answered as a problem (404 not-found, 405 method-not-allowed with its
 // Allow header), as every other refusal is, never as text/plain.
 func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if _, pattern := m.mux.Handler(r); pattern == "" {
-		w = &unmatched{ResponseWriter: w, r: r}
+	if !m.known.matches(r) {
+		if _, pattern := m.mux.Handler(r); pattern == "" {
+			w = &unmatched{ResponseWriter: w, r: r}
+		}
 	}
 	m.mux.ServeHTTP(w, r)
 }

@@ -76,3 +76,55 @@ func TestMuxAnswersUnmatchedAsProblems(t *testing.T) {
 	m.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/things", nil))
 	require.Equal(t, http.StatusNoContent, w.Code, "matched routes are untouched")
 }
+
+// TestMuxKnownRoutesAgreeWithServeMux: what the Mux takes as surely matched
+// without a lookup, http.ServeMux matches too (a pattern), for the limiter's
+// two muxes (the runner's front with its "/" mount, the API's exact routes)
+// and one with wildcards, subtrees and a host; requests of every kind,
+// unclean and escaped paths, HEAD and CONNECT included.
+func TestMuxKnownRoutesAgreeWithServeMux(t *testing.T) {
+	ok := func(http.ResponseWriter, *http.Request) {}
+	api := NewMux()
+	api.HandleFunc("POST /v1/check", ok)
+	api.HandleFunc("POST /v1/check/batch", ok)
+	front := NewMux()
+	front.HandleFunc("GET /healthz", ok)
+	front.HandleFunc("GET /metrics", ok)
+	front.OnlyGET("/healthz")
+	front.OnlyGET("/metrics")
+	front.Handle("/", api)
+	other := NewMux()
+	other.HandleFunc("GET /v1/items/{id}", ok)
+	other.HandleFunc("/static/", ok)
+	other.HandleFunc("example.com/v1/host", ok)
+	other.HandleFunc("DELETE\t/v1/items", ok)
+	other.HandleFunc("/v1/any", ok)
+	other.HandleFunc("GET /v1/a%2Fb", ok)
+	rootGET := NewMux()
+	rootGET.HandleFunc("GET /", ok)
+	rootGET.HandleFunc("POST /v1/check", ok)
+	paths := []string{"/v1/check", "/v1/check/", "/v1/check/batch", "/v1//check", "/v1/./check", "/v1/x/../check", "/V1/check",
+		"/healthz", "/metrics", "/", "", "*", "/v1/items", "/v1/items/7", "/static", "/static/a.css", "/v1/host", "/v1/any",
+		"/v1/a%2Fb", "/v1/%63heck", "/nothing"}
+	methods := []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodDelete, http.MethodOptions, http.MethodConnect, "BREW"}
+	surely := 0
+	for name, m := range map[string]*Mux{"api": api, "front": front, "other": other, "rootGET": rootGET} {
+		for _, p := range paths {
+			for _, method := range methods {
+				for _, host := range []string{"limiter.local", "example.com"} {
+					r := httptest.NewRequest(http.MethodGet, "http://"+host+"/", nil)
+					r.Method = method
+					u, err := r.URL.Parse(p)
+					require.NoError(t, err)
+					r.URL, r.Host = u, host
+					_, pattern := m.mux.Handler(r)
+					if m.known.matches(r) {
+						surely++
+						require.NotEmpty(t, pattern, "%s: %s %s (host %s) taken as matched, ServeMux matches nothing", name, method, p, host)
+					}
+				}
+			}
+		}
+	}
+	require.Greater(t, surely, 100, "the fast path is taken")
+}

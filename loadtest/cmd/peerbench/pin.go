@@ -23,6 +23,10 @@ import (
 type placement struct {
 	on            bool
 	service, rest []int
+	// favoured: the run's processes are in a cgroup of the highest CPU
+	// weight (favour), so the machine's other work on the rest's cores
+	// runs in what they leave.
+	favoured bool
 }
 
 // parseCPUs reads a taskset-style list: "1", "0,2", "2-3".

@@ -1,6 +1,7 @@
-package chaos
+package cgroup
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,16 +13,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestLimitCPURejectsBadQuotas: a quota must be positive and its period
+// TestLimitRejectsBadQuotas: a quota must be positive and its period
 // within what the kernel takes; the error names both.
-func TestLimitCPURejectsBadQuotas(t *testing.T) {
+func TestLimitRejectsBadQuotas(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		cores  float64
 		period time.Duration
 	}{{"no cores", 0, 10 * time.Millisecond}, {"period too short", 0.3, 500 * time.Microsecond}, {"period too long", 0.3, 2 * time.Second}} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := LimitCPU(os.Getpid(), tc.cores, tc.period)
+			_, err := Limit("floodgate-test-bad-quota", os.Getpid(), tc.cores, tc.period)
 			require.ErrorContains(t, err, "want cores > 0 and a period of 1ms..1s")
 		})
 	}
@@ -40,20 +41,20 @@ func TestThrottledReadsBothCgroupVersions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "cpu.stat"), []byte(tc.stat), 0o644))
-			n, d := (&CPUQuota{dir: dir}).Throttled()
+			n, d := (&Group{dir: dir}).Throttled()
 			require.Equal(t, int64(7), n)
 			require.Equal(t, tc.want, d)
 		})
 	}
 }
 
-// TestFavourCPUMovesAndRestores: a favoured group holds the processes at the
+// TestFavourMovesAndRestores: a favoured group holds the processes at the
 // highest CPU weight, and Remove hands them back to the root group.
-func TestFavourCPUMovesAndRestores(t *testing.T) {
+func TestFavourMovesAndRestores(t *testing.T) {
 	sleep := exec.Command("sleep", "30")
 	require.NoError(t, sleep.Start())
 	t.Cleanup(func() { _ = sleep.Process.Kill(); _ = sleep.Wait() })
-	g, err := FavourCPU(sleep.Process.Pid)
+	g, err := Favour(fmt.Sprintf("floodgate-test-favoured-%d", os.Getpid()), sleep.Process.Pid)
 	if err != nil && strings.Contains(err.Error(), "no writable cpu controller") {
 		t.Skip("this machine has no writable cpu controller: ", err)
 	}
