@@ -14,7 +14,7 @@ import (
 type CPUQuota = cgroup.Group
 
 // LimitCPU puts pid into a new cgroup limited to cores of CPU time per
-// period (cgroup.Limit). A short period (10 ms) keeps a throttled process's
+// period (cgroup.Limit). A short period (overload uses 4 ms) keeps a throttled process's
 // stall short; the error says why when the machine has no writable cpu
 // controller.
 func LimitCPU(pid int, cores float64, period time.Duration) (*CPUQuota, error) {
