@@ -113,8 +113,9 @@ const Overloaded = "overloaded: not decided (the limiter's entry gate dropped th
 // a goroutine or reads its message, and refuses it — UNAVAILABLE, written
 // by the transport at once — while the queue already holds a full round of
 // waiting calls (as many as the limit lets through at once). A refusal
-// there costs the frame's headers alone, so a limiter far past saturation
-// keeps reading its sockets dry and what it queues is fresh. The door
+// there skips the stream's goroutine, its message and its decision (not
+// the reading of its frames nor the writing of its trailers), so a limiter
+// past saturation keeps reading its sockets and what it queues is fresh. The door
 // cannot see a call's priority (it is in the message): CRITICAL calls are
 // refused there unless the stream's metadata says so (MetadataPriority).
 // Other methods (health) pass.
