@@ -129,7 +129,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		defer func() { _ = pin(os.Getpid(), "0-"+strconv.Itoa(runtime.NumCPU()-1)) }()
 		// Favoured, the generator, Redis and the broker keep core 0 whatever
 		// else the machine runs (the limiter's quota group is favoured too).
-		favoured := "not favoured"
+		var favoured string
 		if g, err := FavourCPU(rd.proc.Pid(), b.proc.Pid(), os.Getpid()); err != nil {
 			favoured = "not favoured: " + err.Error()
 		} else {

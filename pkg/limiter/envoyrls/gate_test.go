@@ -29,6 +29,21 @@ func oneAtATime() admission.Config {
 	return cfg
 }
 
+// queued starts a call (a second to its deadline) that waits in g's queue
+// and leaves as soon as it is let through; its outcome comes on the channel.
+func queued(t *testing.T, g *gate) <-chan error {
+	out := make(chan error, 1)
+	go func() {
+		start, err := g.enter(time.Now().Add(time.Second), false)
+		if err == nil {
+			g.exit(start)
+		}
+		out <- err
+	}()
+	require.Eventually(t, func() bool { return g.lim.Waiting() == 1 }, time.Second, time.Millisecond)
+	return out
+}
+
 // TestGateAnswersWhatItCannotServe: past the gate's limit a call waits its
 // turn and is handed the permit a call gives back; one that does not get it
 // in time is answered UNAVAILABLE, one whose deadline passes in the queue
@@ -43,15 +58,7 @@ func TestGateAnswersWhatItCannotServe(t *testing.T) {
 	require.NoError(t, err, "CRITICAL passes a full gate")
 	g.exit(crit)
 
-	admitted := make(chan error, 1)
-	go func() {
-		start, err := g.enter(time.Now().Add(time.Second), false)
-		if err == nil {
-			g.exit(start)
-		}
-		admitted <- err
-	}()
-	require.Eventually(t, func() bool { return g.lim.Waiting() == 1 }, time.Second, time.Millisecond)
+	admitted := queued(t, g)
 	g.exit(first)
 	require.NoError(t, <-admitted, "the waiter got the permit the first call gave back")
 
@@ -117,15 +124,7 @@ func TestGateDoorRefusesWhileARoundWaits(t *testing.T) {
 	require.NoError(t, err)
 	_, err = g.tap(context.Background(), rls)
 	require.NoError(t, err, "the limit is reached but nobody waits yet")
-	waited := make(chan error, 1)
-	go func() {
-		start, err := g.enter(time.Now().Add(time.Second), false)
-		if err == nil {
-			g.exit(start)
-		}
-		waited <- err
-	}()
-	require.Eventually(t, func() bool { return g.lim.Waiting() == 1 }, time.Second, time.Millisecond)
+	waited := queued(t, g)
 	_, err = g.tap(context.Background(), rls)
 	require.Equal(t, codes.Unavailable, status.Code(err))
 	require.Equal(t, Overloaded, status.Convert(err).Message())

@@ -26,8 +26,13 @@ func decodeCheck(b []byte, req *checkapi.CheckRequest) bool {
 		seen |= bit
 		return true
 	}
+	// str reads a string member into dst, once (bit).
+	str := func(dst *string, bit uint16) bool {
+		v, ok := d.str()
+		*dst = v
+		return ok && once(bit)
+	}
 	ok := d.object(func(key []byte) bool {
-		var s string
 		switch string(key) {
 		case "principal":
 			return once(1<<0) && d.object(func(key []byte) bool {
@@ -37,9 +42,7 @@ func decodeCheck(b []byte, req *checkapi.CheckRequest) bool {
 					out.Principal.Kind = events.PrincipalKind(k)
 					return ok && once(1<<1)
 				case "id":
-					var ok bool
-					out.Principal.ID, ok = d.str()
-					return ok && once(1<<2)
+					return str(&out.Principal.ID, 1<<2)
 				}
 				return false
 			})
@@ -48,35 +51,17 @@ func decodeCheck(b []byte, req *checkapi.CheckRequest) bool {
 			out.Cost = n
 			return ok && once(1<<3)
 		case "ip":
-			var ok bool
-			s, ok = d.str()
-			out.IP = s
-			return ok && once(1<<4)
+			return str(&out.IP, 1<<4)
 		case "method":
-			var ok bool
-			s, ok = d.str()
-			out.Method = s
-			return ok && once(1<<5)
+			return str(&out.Method, 1<<5)
 		case "route":
-			var ok bool
-			s, ok = d.str()
-			out.Route = s
-			return ok && once(1<<6)
+			return str(&out.Route, 1<<6)
 		case "resource":
-			var ok bool
-			s, ok = d.str()
-			out.Resource = s
-			return ok && once(1<<7)
+			return str(&out.Resource, 1<<7)
 		case "plan":
-			var ok bool
-			s, ok = d.str()
-			out.Plan = s
-			return ok && once(1<<8)
+			return str(&out.Plan, 1<<8)
 		case "priority":
-			var ok bool
-			s, ok = d.str()
-			out.Priority = s
-			return ok && once(1<<9)
+			return str(&out.Priority, 1<<9)
 		}
 		return false
 	})
