@@ -35,8 +35,10 @@ const overloadDeadline = 50 * time.Millisecond
 // The limiter's CPU quota in the overload scenario: a third of its core, so
 // that its saturation falls to what this process, on a core of its own with
 // Redis and the broker, can offer twice over. The period is short so that a
-// throttled limiter stalls for at most 7 ms at a time, not 70 ms (a 100 ms
-// period), which alone would exceed the callers' 50 ms.
+// throttled limiter stalls for at most 2.8 ms at a time — under CoDel's 5 ms
+// target (a 10 ms period stalled it 7 ms, and every queue looked standing),
+// and far from 70 ms (a 100 ms period), which alone would exceed the
+// callers' 50 ms.
 const (
 	overloadQuota       = 0.3
 	overloadQuotaPeriod = 4 * time.Millisecond
