@@ -34,6 +34,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/limiter/callers"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
+	"github.com/floodgate-dev/floodgate/pkg/metric"
 )
 
 // Descriptor entry keys the Envoy rate-limit service accepts. Each descriptor is
@@ -74,7 +75,7 @@ type EnvoyRLS struct {
 	gate    *gate
 	// answered holds requests' series of the two answers nearly every call
 	// gets (0 ok, 1 over_limit), resolved at first use (answeredSeries).
-	answered [2]atomic.Pointer[prometheus.Counter]
+	answered [2]metric.Series
 }
 
 // countAnswer counts a call answered ok or over_limit: on the hot path a
@@ -84,13 +85,7 @@ func (e *EnvoyRLS) countAnswer(overLimit bool) {
 	if overLimit {
 		i, result = 1, "over_limit"
 	}
-	c := e.answered[i].Load()
-	if c == nil {
-		s := e.requests.WithLabelValues(result)
-		e.answered[i].Store(&s)
-		c = &s
-	}
-	(*c).Inc()
+	e.answered[i].Get(func() prometheus.Counter { return e.requests.WithLabelValues(result) }).Inc()
 }
 
 // EnvoyConfig is an envoy ratelimit configuration served beside Floodgate's

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/floodgate-dev/floodgate/pkg/envoyconf"
+	"github.com/floodgate-dev/floodgate/pkg/metric"
 )
 
 // maxDetailedSeries bounds the descriptor series detailed_metric creates
@@ -60,16 +61,11 @@ func outcomeName(outcome int) string {
 // limitSeries is one limit's series, by outcome, each resolved at its first use.
 type limitSeries struct {
 	domain, name string
-	series       [outcomes]atomic.Pointer[prometheus.Counter]
+	series       [outcomes]metric.Series
 }
 
 func (m *envoyDescriptorMetrics) counter(ls *limitSeries, outcome int) prometheus.Counter {
-	if c := ls.series[outcome].Load(); c != nil {
-		return *c
-	}
-	c := m.hits.WithLabelValues(ls.domain, ls.name, outcomeName(outcome))
-	ls.series[outcome].Store(&c)
-	return c
+	return ls.series[outcome].Get(func() prometheus.Counter { return m.hits.WithLabelValues(ls.domain, ls.name, outcomeName(outcome)) })
 }
 
 // seriesOf is the limit's series: cached for a limit without

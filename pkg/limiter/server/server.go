@@ -27,6 +27,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/callers"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/checkapi"
+	"github.com/floodgate-dev/floodgate/pkg/metric"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 	"github.com/floodgate-dev/floodgate/pkg/tracing"
 )
@@ -79,7 +80,7 @@ type metrics struct {
 	// tierIndex, then allowed 0 / denied 1), resolved at their first
 	// decision: a decision then costs no hashing of label values (a
 	// series still appears on /metrics only once counted).
-	decisionSeries [6][2]atomic.Pointer[prometheus.Counter]
+	decisionSeries [6][2]metric.Series
 }
 
 // decision is floodgate_limiter_decisions_total's series of a decision.
@@ -92,12 +93,7 @@ func (m *metrics) decision(tier events.Tier, allowed bool) prometheus.Counter {
 	if i < 0 {
 		return m.decisions.WithLabelValues(string(tier), outcome)
 	}
-	if c := m.decisionSeries[i][o].Load(); c != nil {
-		return *c
-	}
-	c := m.decisions.WithLabelValues(string(tier), outcome)
-	m.decisionSeries[i][o].Store(&c)
-	return c
+	return m.decisionSeries[i][o].Get(func() prometheus.Counter { return m.decisions.WithLabelValues(string(tier), outcome) })
 }
 
 // tierIndex numbers decision.v1's tiers; -1 for any other.
