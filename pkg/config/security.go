@@ -97,6 +97,7 @@ func (v TLSVars) Refusal(err error) string {
 		recordErr tls.RecordHeaderError
 		alertErr  tls.AlertError
 		mismatch  *TransportMismatchError
+		noCert    *ClientCertRequiredError
 	)
 	switch {
 	case err == nil:
@@ -107,6 +108,8 @@ func (v TLSVars) Refusal(err error) string {
 	case errors.As(err, &mismatch):
 		return fmt.Sprintf("the %s at %s speaks plaintext on this port, but %s is true: set %s=false, or point %s at its TLS port",
 			v.peer, mismatch.Addr, v.enabled, v.enabled, v.addrs)
+	case errors.As(err, &noCert):
+		return fmt.Sprintf("the %s at %s asks for a client certificate and none is configured: set %s and %s", v.peer, noCert.Addr, v.cert, v.key)
 	case errors.As(err, &hostErr): // before verifyErr, which wraps it
 		return fmt.Sprintf("the %s's TLS certificate is for another name: check %s or %s", v.peer, v.addrs, v.serverName)
 	case errors.As(err, &unknownCA), errors.As(err, &invalid), errors.As(err, &verifyErr):

@@ -3,6 +3,7 @@ package redisx
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -27,24 +28,24 @@ func transportMismatch(ctx context.Context, c redis.UniversalClient, err error) 
 		c = w.Unwrap()
 	}
 	var addr string
-	var tlsOn bool
+	var conf *tls.Config
 	switch c := c.(type) {
 	case *Node:
 		if c.mode != "standalone" {
 			return nil
 		}
 		o := c.Options()
-		addr, tlsOn = o.Addr, o.TLSConfig != nil
+		addr, conf = o.Addr, o.TLSConfig
 	case *redis.ClusterClient:
 		o := c.Options()
 		if len(o.Addrs) == 0 {
 			return nil
 		}
-		addr, tlsOn = o.Addrs[0], o.TLSConfig != nil
+		addr, conf = o.Addrs[0], o.TLSConfig
 	default:
 		return nil
 	}
-	if mm := config.ProbeTransport(context.WithoutCancel(ctx), addr, tlsOn, err, respPing, time.Second); mm != nil {
+	if mm := config.ProbeTransport(context.WithoutCancel(ctx), addr, conf, err, respPing, time.Second); mm != nil {
 		return fmt.Errorf("%w: %s: %w", ErrAccess, config.RedisTLS().Refusal(mm), mm)
 	}
 	return nil

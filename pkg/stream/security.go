@@ -38,6 +38,15 @@ type Security struct {
 	franz kgosasl.Mechanism // franz-go
 }
 
+// tlsConf is the clients' TLS settings, nil for plaintext (and for no
+// Security at all).
+func (s *Security) tlsConf() *tls.Config {
+	if s == nil {
+		return nil
+	}
+	return s.tls
+}
+
 // NewSecurity builds the clients' settings from c (read by
 // config.ReadKafkaSecurity). For aws-msk-iam it loads the AWS SDK's default
 // configuration (region and credential chain; credentials are fetched at
@@ -202,7 +211,7 @@ func CheckAccess(ctx context.Context, brokers []string, sec *Security, timeout t
 		if refused := classifyAccess(err, sec); refused != nil {
 			return refused
 		}
-		if mm := transportMismatch(parent, b, sec != nil && sec.tls != nil, err); mm != nil {
+		if mm := transportMismatch(parent, b, sec.tlsConf(), err); mm != nil {
 			return mm
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", b, err))
@@ -251,7 +260,7 @@ func checkPlaintext(ctx context.Context, brokers []string, timeout time.Duration
 		if err == nil {
 			return nil
 		}
-		if mm := transportMismatch(context.WithoutCancel(ctx), b, false, err); mm != nil {
+		if mm := transportMismatch(context.WithoutCancel(ctx), b, nil, err); mm != nil {
 			return mm
 		}
 	}
@@ -259,10 +268,11 @@ func checkPlaintext(ctx context.Context, brokers []string, timeout time.Duration
 }
 
 // transportMismatch explains a failed connection to broker b (made with TLS
-// when tlsOn): an error wrapping ErrKafkaAccess naming FLOODGATE_KAFKA_TLS
-// when the broker speaks the other transport, nil otherwise.
-func transportMismatch(ctx context.Context, b string, tlsOn bool, err error) error {
-	mm := config.ProbeTransport(ctx, b, tlsOn, err, func(_ context.Context, c net.Conn) bool {
+// conf, nil for plaintext): an error wrapping ErrKafkaAccess naming the
+// variables to fix when the broker speaks the other transport or wants a
+// client certificate the client has not, nil otherwise.
+func transportMismatch(ctx context.Context, b string, conf *tls.Config, err error) error {
+	mm := config.ProbeTransport(ctx, b, conf, err, func(_ context.Context, c net.Conn) bool {
 		_, err := kafka.NewConn(c, "", 0).ApiVersions()
 		return err == nil
 	}, time.Second)
