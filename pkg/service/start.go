@@ -29,20 +29,11 @@ func Start[C any](env Env, read func(config.Getenv) (C, error), httpDefaults htt
 	return cfg, run, nil
 }
 
-// Backends are the Redis and the Kafka brokers a service needs before it
-// can start, with how it reaches them.
-type Backends struct {
-	RedisAddrs    []string
-	RedisSecurity config.RedisSecurity
-	KafkaBrokers  []string
-	KafkaSecurity config.KafkaSecurity
-}
-
 // Connect returns a Redis client once Redis answers (redisx.Connect; the
 // runner closes it last) and the Kafka transport once the brokers accept it
 // (stream.Secure, as "kafka: …" when they do not). On an error nothing is
 // left open. Until Run, a caller that gives up closes the client itself.
-func (r *Runner) Connect(ctx context.Context, b Backends) (redis.UniversalClient, *stream.Security, error) {
+func (r *Runner) Connect(ctx context.Context, b config.Backends) (redis.UniversalClient, *stream.Security, error) {
 	rdb, err := redisx.Connect(ctx, redisx.Options{Addrs: b.RedisAddrs, DialTimeout: time.Second, Security: b.RedisSecurity}, r.env.Log)
 	if err != nil {
 		return nil, nil, err

@@ -49,7 +49,7 @@ func TestStartNamesWhichConfigurationIsWrong(t *testing.T) {
 // settings the error says kafka and no client is left to close.
 func TestConnectClosesRedisWithTheRunner(t *testing.T) {
 	ctx := stacktest.Context(t, 30*time.Second, "the local Redis")
-	b := Backends{RedisAddrs: stacktest.Local().RedisAddrs, KafkaBrokers: []string{kafkatest.Start(t, nil)}}
+	b := config.Backends{RedisAddrs: stacktest.Local().RedisAddrs, KafkaBrokers: []string{kafkatest.Start(t, nil)}}
 
 	run := testRunner(t, 5*time.Second)
 	rdb, ksec, err := run.Connect(ctx, b)

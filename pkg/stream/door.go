@@ -162,17 +162,16 @@ type DoorLimits struct {
 	MaxEventAge          time.Duration // FLOODGATE_EVENT_MAX_AGE
 }
 
-// DoorLimitsFromEnv reads the door's limits (defaults when unset) and
-// validates them; errors name the variable.
-func DoorLimitsFromEnv(getenv config.Getenv) (DoorLimits, error) {
-	e := config.NewEnv(getenv)
-	l := DoorLimits{
+// ReadDoorLimits reads the door's limits (defaults when unset) into e, as
+// config.ReadKafkaSecurity reads the transport; the service's Validate calls
+// their Validate.
+func ReadDoorLimits(e *config.Env) DoorLimits {
+	return DoorLimits{
 		MaxMessageBytes:      e.Int("FLOODGATE_STREAM_MAX_MESSAGE_BYTES", DefaultMaxMessageBytes),
 		MaxDecompressedBytes: e.Int("FLOODGATE_STREAM_MAX_DECOMPRESSED_BYTES", DefaultMaxDecompressedBytes),
 		MaxEventFuture:       e.Duration("FLOODGATE_EVENT_MAX_FUTURE", DefaultMaxEventFuture),
 		MaxEventAge:          e.Duration("FLOODGATE_EVENT_MAX_AGE", DefaultMaxEventAge),
 	}
-	return config.Validated(l, e.Err())
 }
 
 // Validate checks the limits and how they relate; errors name the variable.

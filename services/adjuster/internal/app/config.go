@@ -24,30 +24,27 @@ const DefaultParamsMaxLost = 0.1
 
 // Config is the adjuster's start-up configuration, read from the environment.
 type Config struct {
-	HTTPAddr          string               // FLOODGATE_ADJUSTER_ADDR: admin API, /healthz, /readyz, /metrics
-	RulesFile         string               // FLOODGATE_ADJUSTER_RULES: YAML rules; empty = built-in defaults (= adjuster.yaml)
-	Rules             control.Rules        // parsed from RulesFile
-	Tokens            *httpapi.Tokens      // FLOODGATE_ADJUSTER_TOKENS(_FILE): a token spec, name:role:sha256hex,…
-	ActorID           string               // FLOODGATE_ADJUSTER_ID: names this loop in adjustment events
-	RedisAddrs        []string             // FLOODGATE_REDIS_ADDRS
-	RedisSecurity     config.RedisSecurity // FLOODGATE_REDIS_USERNAME, FLOODGATE_REDIS_PASSWORD, FLOODGATE_REDIS_TLS*
-	ScalesKey         string               // FLOODGATE_ADJUSTER_SCALES_KEY (tests only; default fg:scales)
-	ShedKey           string               // FLOODGATE_ADJUSTER_SHED_KEY (tests only; default fg:shed)
-	KafkaBrokers      []string             // FLOODGATE_KAFKA_BROKERS
-	KafkaSecurity     config.KafkaSecurity // FLOODGATE_KAFKA_TLS*, FLOODGATE_KAFKA_SASL_* (docs/configuration.md)
-	AdjustmentsTopic  string               // FLOODGATE_ADJUSTMENTS_TOPIC
-	RulesTopic        string               // FLOODGATE_RULES_TOPIC: the rollout controller watches it (docs/rollouts.md); "" = off
-	ParamsTopic       string               // FLOODGATE_DETECTOR_PARAMS_TOPIC: detector parameters rollouts, watched by a second controller (docs/detector.md); "" = off
-	RolloutWindow     time.Duration        // FLOODGATE_ADJUSTER_ROLLOUT_WINDOW: the controller's recent window (default 5m; 0 = cumulative only)
-	RolloutGate       rollout.ClassGate    // FLOODGATE_ADJUSTER_ROLLOUT_CLASS_LIMITS, FLOODGATE_ADJUSTER_ROLLOUT_MIN_CLASS (docs/rollouts.md)
-	ParamsMaxLost     float64              // FLOODGATE_ADJUSTER_PARAMS_MAX_LOST: the parameters controller's lost gate (ClassGate.MaxLost; 0 = off)
-	ParamsMinLost     int64                // FLOODGATE_ADJUSTER_PARAMS_MIN_LOST: ClassGate.MinLost
-	DynamoEndpoint    string               // FLOODGATE_DYNAMODB_ENDPOINT (empty = AWS)
-	DynamoTablePrefix string               // FLOODGATE_DYNAMODB_TABLE_PREFIX
-	series.Influx                          // FLOODGATE_INFLUX_*
-	Filters           signals.Filters      // FLOODGATE_ADJUSTER_{HOST,HTTP,ABUSE,DECISION}_TAGS (see signalFilters)
-	PagerRoutingKey   string               // FLOODGATE_PAGERDUTY_ROUTING_KEY; empty disables paging
-	PagerURL          string               // FLOODGATE_PAGERDUTY_URL
+	HTTPAddr          string            // FLOODGATE_ADJUSTER_ADDR: admin API, /healthz, /readyz, /metrics
+	RulesFile         string            // FLOODGATE_ADJUSTER_RULES: YAML rules; empty = built-in defaults (= adjuster.yaml)
+	Rules             control.Rules     // parsed from RulesFile
+	Tokens            *httpapi.Tokens   // FLOODGATE_ADJUSTER_TOKENS(_FILE): a token spec, name:role:sha256hex,…
+	ActorID           string            // FLOODGATE_ADJUSTER_ID: names this loop in adjustment events
+	config.Backends                     // FLOODGATE_REDIS_*, FLOODGATE_KAFKA_*
+	ScalesKey         string            // FLOODGATE_ADJUSTER_SCALES_KEY (tests only; default fg:scales)
+	ShedKey           string            // FLOODGATE_ADJUSTER_SHED_KEY (tests only; default fg:shed)
+	AdjustmentsTopic  string            // FLOODGATE_ADJUSTMENTS_TOPIC
+	RulesTopic        string            // FLOODGATE_RULES_TOPIC: the rollout controller watches it (docs/rollouts.md); "" = off
+	ParamsTopic       string            // FLOODGATE_DETECTOR_PARAMS_TOPIC: detector parameters rollouts, watched by a second controller (docs/detector.md); "" = off
+	RolloutWindow     time.Duration     // FLOODGATE_ADJUSTER_ROLLOUT_WINDOW: the controller's recent window (default 5m; 0 = cumulative only)
+	RolloutGate       rollout.ClassGate // FLOODGATE_ADJUSTER_ROLLOUT_CLASS_LIMITS, FLOODGATE_ADJUSTER_ROLLOUT_MIN_CLASS (docs/rollouts.md)
+	ParamsMaxLost     float64           // FLOODGATE_ADJUSTER_PARAMS_MAX_LOST: the parameters controller's lost gate (ClassGate.MaxLost; 0 = off)
+	ParamsMinLost     int64             // FLOODGATE_ADJUSTER_PARAMS_MIN_LOST: ClassGate.MinLost
+	DynamoEndpoint    string            // FLOODGATE_DYNAMODB_ENDPOINT (empty = AWS)
+	DynamoTablePrefix string            // FLOODGATE_DYNAMODB_TABLE_PREFIX
+	series.Influx                       // FLOODGATE_INFLUX_*
+	Filters           signals.Filters   // FLOODGATE_ADJUSTER_{HOST,HTTP,ABUSE,DECISION}_TAGS (see signalFilters)
+	PagerRoutingKey   string            // FLOODGATE_PAGERDUTY_ROUTING_KEY; empty disables paging
+	PagerURL          string            // FLOODGATE_PAGERDUTY_URL
 }
 
 // ConfigFromEnv reads and validates the configuration.
@@ -58,12 +55,9 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		HTTPAddr:          e.String("FLOODGATE_ADJUSTER_ADDR", "127.0.0.1:8083"),
 		RulesFile:         e.String("FLOODGATE_ADJUSTER_RULES", ""),
 		ActorID:           e.String("FLOODGATE_ADJUSTER_ID", "adjuster@"+host),
-		RedisAddrs:        e.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs),
-		RedisSecurity:     config.ReadRedisSecurity(e),
+		Backends:          config.ReadBackends(e),
 		ScalesKey:         e.String("FLOODGATE_ADJUSTER_SCALES_KEY", redisx.ScalesKey),
 		ShedKey:           e.String("FLOODGATE_ADJUSTER_SHED_KEY", redisx.ShedKey),
-		KafkaBrokers:      e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
-		KafkaSecurity:     config.ReadKafkaSecurity(e),
 		AdjustmentsTopic:  e.String("FLOODGATE_ADJUSTMENTS_TOPIC", config.DefaultAdjustmentsTopic),
 		RulesTopic:        e.String("FLOODGATE_RULES_TOPIC", ""),
 		ParamsTopic:       e.String("FLOODGATE_DETECTOR_PARAMS_TOPIC", ""),

@@ -29,8 +29,7 @@ func Run(ctx context.Context, env service.Env) error {
 	if err != nil {
 		return err
 	}
-	rdb, ksec, err := run.Connect(ctx, service.Backends{RedisAddrs: cfg.RedisAddrs, RedisSecurity: cfg.RedisSecurity,
-		KafkaBrokers: cfg.KafkaBrokers, KafkaSecurity: cfg.KafkaSecurity})
+	rdb, ksec, err := run.Connect(ctx, cfg.Backends)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"errors"
 	"net/url"
 	"strings"
 	"time"
@@ -14,13 +15,10 @@ import (
 // Config is the worker's start-up configuration, read from the environment
 // (docs/deferred.md lists every variable).
 type Config struct {
-	HTTPAddr      string // FLOODGATE_DEFERRED_ADDR: /healthz, /readyz, /metrics
-	KafkaBrokers  []string
-	KafkaSecurity config.KafkaSecurity
-	Topic         string // FLOODGATE_DEFERRED_TOPIC
-	Group         string // FLOODGATE_DEFERRED_GROUP
-	RedisAddrs    []string
-	RedisSecurity config.RedisSecurity
+	HTTPAddr        string // FLOODGATE_DEFERRED_ADDR: /healthz, /readyz, /metrics
+	config.Backends        // FLOODGATE_REDIS_*, FLOODGATE_KAFKA_*
+	Topic           string // FLOODGATE_DEFERRED_TOPIC
+	Group           string // FLOODGATE_DEFERRED_GROUP
 
 	Upstream        string        // FLOODGATE_DEFERRED_UPSTREAM: base URL the request path is appended to
 	UpstreamTimeout time.Duration // FLOODGATE_DEFERRED_UPSTREAM_TIMEOUT: one attempt
@@ -49,12 +47,9 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 	e := config.NewEnv(getenv)
 	c := Config{
 		HTTPAddr:        e.String("FLOODGATE_DEFERRED_ADDR", DefaultAddr),
-		KafkaBrokers:    e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
-		KafkaSecurity:   config.ReadKafkaSecurity(e),
+		Backends:        config.ReadBackends(e),
 		Topic:           e.String("FLOODGATE_DEFERRED_TOPIC", deferred.DefaultTopic),
 		Group:           e.String("FLOODGATE_DEFERRED_GROUP", DefaultGroup),
-		RedisAddrs:      e.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs),
-		RedisSecurity:   config.ReadRedisSecurity(e),
 		Upstream:        e.String("FLOODGATE_DEFERRED_UPSTREAM", ""),
 		UpstreamTimeout: e.Duration("FLOODGATE_DEFERRED_UPSTREAM_TIMEOUT", 10*time.Second),
 		ServiceToken:    e.Secret("FLOODGATE_DEFERRED_SERVICE_TOKEN", "FLOODGATE_DEFERRED_SERVICE_TOKEN_FILE"),
@@ -67,10 +62,9 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		ResultHeaders:   e.List("FLOODGATE_DEFERRED_RESULT_HEADERS", "Content-Type,Location,ETag"),
 		MaxBackoff:      e.Duration("FLOODGATE_DEFERRED_MAX_BACKOFF", 5*time.Second),
 		DrainTimeout:    e.Duration("FLOODGATE_DEFERRED_DRAIN_TIMEOUT", 10*time.Second),
+		Door:            stream.ReadDoorLimits(e),
 	}
-	door, derr := stream.DoorLimitsFromEnv(getenv)
-	c.Door = door
-	return config.Validated(c, e.Err(), derr)
+	return config.Validated(c, e.Err())
 }
 
 // Validate checks ranges and how fields relate; errors name the variable.
@@ -94,7 +88,7 @@ func (c Config) Validate() error {
 		v.Require(h != "" && !strings.ContainsAny(h, " :\t"), "FLOODGATE_DEFERRED_RESULT_HEADERS", "%q: not a header name", h)
 		v.Require(!strings.EqualFold(h, "Set-Cookie"), "FLOODGATE_DEFERRED_RESULT_HEADERS", "Set-Cookie is never kept for a replayed request")
 	}
-	return v.Err()
+	return errors.Join(v.Err(), c.Door.Validate())
 }
 
 func validBaseURL(s string) bool {

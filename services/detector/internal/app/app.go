@@ -49,8 +49,7 @@ func Build(ctx context.Context, env service.Env) (_ *service.Runner, err error) 
 	if err != nil {
 		return nil, err
 	}
-	rdb, ksec, err := run.Connect(ctx, service.Backends{RedisAddrs: cfg.RedisAddrs, RedisSecurity: cfg.RedisSecurity,
-		KafkaBrokers: cfg.KafkaBrokers, KafkaSecurity: cfg.KafkaSecurity})
+	rdb, ksec, err := run.Connect(ctx, cfg.Backends)
 	if err != nil {
 		return nil, err
 	}

@@ -12,22 +12,19 @@ import (
 
 // ServiceConfig is the detector's start-up configuration, read from the environment.
 type ServiceConfig struct {
-	HTTPAddr       string               // FLOODGATE_DETECTOR_ADDR: /healthz, /readyz, /metrics
-	SharedIPs      string               // FLOODGATE_DETECTOR_SHARED_IPS: redis (share per-address counts across instances) | off
-	MaxEventSkew   time.Duration        // FLOODGATE_DETECTOR_MAX_EVENT_SKEW: events dated further in the future are dead-lettered
-	MaxEventAge    time.Duration        // FLOODGATE_DETECTOR_MAX_EVENT_AGE: events older than this are dead-lettered
-	MaxEventCost   int64                // FLOODGATE_EVENT_MAX_COST: events with a larger cost are dead-lettered
-	DayQuotas      string               // FLOODGATE_EVENT_DAY_QUOTAS: kind=units, the largest daily quota of each kind
-	DaySlack       int                  // FLOODGATE_EVENT_DAY_SLACK: percent over DayQuotas an honest limiter may admit
-	DayBounds      events.DayBounds     // DayQuotas plus DaySlack: allowed units past it in a day are dead-lettered (issue 37)
-	RedisAddrs     []string             // FLOODGATE_REDIS_ADDRS
-	KafkaBrokers   []string             // FLOODGATE_KAFKA_BROKERS
-	KafkaSecurity  config.KafkaSecurity // FLOODGATE_KAFKA_TLS*, FLOODGATE_KAFKA_SASL_* (docs/configuration.md)
-	RedisSecurity  config.RedisSecurity // FLOODGATE_REDIS_USERNAME, FLOODGATE_REDIS_PASSWORD, FLOODGATE_REDIS_TLS*
-	DecisionsTopic string               // FLOODGATE_DECISIONS_TOPIC
-	AbuseTopic     string               // FLOODGATE_ABUSE_TOPIC
-	ParamsTopic    string               // FLOODGATE_DETECTOR_PARAMS_TOPIC: detector parameters versions (docs/detector.md); "" = the environment's alone
-	Group          string               // FLOODGATE_DETECTOR_GROUP
+	HTTPAddr        string           // FLOODGATE_DETECTOR_ADDR: /healthz, /readyz, /metrics
+	SharedIPs       string           // FLOODGATE_DETECTOR_SHARED_IPS: redis (share per-address counts across instances) | off
+	MaxEventSkew    time.Duration    // FLOODGATE_DETECTOR_MAX_EVENT_SKEW: events dated further in the future are dead-lettered
+	MaxEventAge     time.Duration    // FLOODGATE_DETECTOR_MAX_EVENT_AGE: events older than this are dead-lettered
+	MaxEventCost    int64            // FLOODGATE_EVENT_MAX_COST: events with a larger cost are dead-lettered
+	DayQuotas       string           // FLOODGATE_EVENT_DAY_QUOTAS: kind=units, the largest daily quota of each kind
+	DaySlack        int              // FLOODGATE_EVENT_DAY_SLACK: percent over DayQuotas an honest limiter may admit
+	DayBounds       events.DayBounds // DayQuotas plus DaySlack: allowed units past it in a day are dead-lettered (issue 37)
+	config.Backends                  // FLOODGATE_REDIS_*, FLOODGATE_KAFKA_*
+	DecisionsTopic  string           // FLOODGATE_DECISIONS_TOPIC
+	AbuseTopic      string           // FLOODGATE_ABUSE_TOPIC
+	ParamsTopic     string           // FLOODGATE_DETECTOR_PARAMS_TOPIC: detector parameters versions (docs/detector.md); "" = the environment's alone
+	Group           string           // FLOODGATE_DETECTOR_GROUP
 	// StartOffset is where a new detector group starts on the decisions topic
 	// (FLOODGATE_DETECTOR_START_OFFSET): "first" (default) scores the whole
 	// retained history; "last" only live traffic, for a throwaway group.
@@ -58,10 +55,7 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 	def := score.DefaultConfig()
 	c := ServiceConfig{
 		HTTPAddr:       e.String("FLOODGATE_DETECTOR_ADDR", "127.0.0.1:8082"),
-		RedisAddrs:     e.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs),
-		KafkaBrokers:   e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
-		KafkaSecurity:  config.ReadKafkaSecurity(e),
-		RedisSecurity:  config.ReadRedisSecurity(e),
+		Backends:       config.ReadBackends(e),
 		DecisionsTopic: e.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
 		AbuseTopic:     e.String("FLOODGATE_ABUSE_TOPIC", config.DefaultAbuseTopic),
 		ParamsTopic:    e.String("FLOODGATE_DETECTOR_PARAMS_TOPIC", ""),

@@ -118,8 +118,7 @@ func Serve(ctx context.Context, env service.Env) error {
 	}
 	metrics := ledger.NewMetrics(reg)
 
-	rdb, ksec, err := run.Connect(ctx, service.Backends{RedisAddrs: cfg.RedisAddrs, RedisSecurity: cfg.RedisSecurity,
-		KafkaBrokers: cfg.KafkaBrokers, KafkaSecurity: cfg.KafkaSecurity})
+	rdb, ksec, err := run.Connect(ctx, cfg.Backends)
 	if err != nil {
 		return err
 	}

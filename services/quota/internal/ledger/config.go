@@ -18,16 +18,13 @@ type Config struct {
 	// name:reader:sha256hex entries) in FLOODGATE_QUOTA_TOKENS or the file
 	// FLOODGATE_QUOTA_TOKENS_FILE names; required unless HTTPAddr is a
 	// loopback address (issue 22 S14: usage was readable by anyone).
-	Tokens        config.Secret
-	KafkaBrokers  []string             // FLOODGATE_KAFKA_BROKERS
-	KafkaSecurity config.KafkaSecurity // FLOODGATE_KAFKA_TLS*, FLOODGATE_KAFKA_SASL_* (docs/configuration.md)
+	Tokens          config.Secret
+	config.Backends // FLOODGATE_REDIS_*, FLOODGATE_KAFKA_*
 	// Kafka is KafkaSecurity built and checked at start-up (stream.Secure);
 	// nil is plaintext.
 	Kafka          *stream.Security
-	DecisionsTopic string               // FLOODGATE_DECISIONS_TOPIC
-	Group          string               // FLOODGATE_QUOTA_GROUP
-	RedisAddrs     []string             // FLOODGATE_REDIS_ADDRS
-	RedisSecurity  config.RedisSecurity // FLOODGATE_REDIS_USERNAME, FLOODGATE_REDIS_PASSWORD, FLOODGATE_REDIS_TLS*
+	DecisionsTopic string // FLOODGATE_DECISIONS_TOPIC
+	Group          string // FLOODGATE_QUOTA_GROUP
 	Dynamo         dynamo.Options
 
 	// FlushInterval is how long a partition's batch gathers decisions (from
@@ -105,12 +102,9 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 	c := Config{
 		HTTPAddr:       e.String("FLOODGATE_QUOTA_ADDR", DefaultAddr),
 		Tokens:         e.Secret("FLOODGATE_QUOTA_TOKENS", "FLOODGATE_QUOTA_TOKENS_FILE"),
-		KafkaBrokers:   e.List("FLOODGATE_KAFKA_BROKERS", config.DefaultKafkaBrokers),
-		KafkaSecurity:  config.ReadKafkaSecurity(e),
-		RedisSecurity:  config.ReadRedisSecurity(e),
+		Backends:       config.ReadBackends(e),
 		DecisionsTopic: e.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
 		Group:          e.String("FLOODGATE_QUOTA_GROUP", DefaultGroup),
-		RedisAddrs:     e.List("FLOODGATE_REDIS_ADDRS", config.DefaultRedisAddrs),
 		Dynamo: dynamo.Options{
 			Endpoint:    e.String("FLOODGATE_DYNAMODB_ENDPOINT", ""),
 			Region:      e.String("FLOODGATE_DYNAMODB_REGION", ""),
@@ -131,11 +125,10 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		MaxEventCost:      int64(e.Int("FLOODGATE_EVENT_MAX_COST", events.DefaultMaxCost)),
 		DayQuotas:         e.String("FLOODGATE_EVENT_DAY_QUOTAS", events.DefaultDayQuotas),
 		DaySlack:          e.Int("FLOODGATE_EVENT_DAY_SLACK", events.DefaultDaySlackPercent),
+		Door:              stream.ReadDoorLimits(e),
 	}
 	c.DayBounds, _ = events.ParseDayBounds(c.DayQuotas, c.DaySlack) // an error is Validate's
-	door, derr := stream.DoorLimitsFromEnv(getenv)
-	c.Door = door
-	return config.Validated(c, e.Err(), derr)
+	return config.Validated(c, e.Err())
 }
 
 // Validate checks ranges and how fields relate; errors name the variable.
