@@ -5,7 +5,6 @@ import (
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
@@ -28,8 +27,7 @@ type RulesFeed struct {
 	enforced, candidate int64          // versions in force (0: none from the topic)
 	step                int64          // the candidate's step (0: its shadow period)
 	rejected            map[int64]bool // versions refused (logged once)
-	versions            *prometheus.CounterVec
-	inForce             *prometheus.GaugeVec
+	metrics             rollout.FeedMetrics
 	// Applied, when set, is called after every state the feed applied (tests wait on it).
 	Applied func(enforced, candidate int64)
 }
@@ -37,12 +35,10 @@ type RulesFeed struct {
 // NewRulesFeed returns a feed of topic into store; impact gets the counts of
 // every version it puts in force (nil: none counted).
 func NewRulesFeed(topic *rollout.Topic, store *limiter.RuleStore, impact *ImpactFlusher, log *slog.Logger, reg prometheus.Registerer) *RulesFeed {
-	f := promauto.With(reg)
 	return &RulesFeed{topic: topic, store: store, impact: impact, log: log, rejected: map[int64]bool{},
-		versions: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_rules_versions_total",
-			Help: "Rules versions from the rules topic, by role (enforced, candidate) and result (applied, rejected: invalid, the rules in force kept)."}, []string{"role", "result"}),
-		inForce: f.NewGaugeVec(prometheus.GaugeOpts{Name: "floodgate_limiter_rules_version",
-			Help: "The rules version in force (role enforced; 0 = a file or the built-in grid) and in shadow (role candidate; 0 = none)."}, []string{"role"}),
+		metrics: rollout.NewFeedMetrics(reg, "limiter_rules",
+			"Rules versions from the rules topic, by role (enforced, candidate) and result (applied, rejected: invalid, the rules in force kept).",
+			"The rules version in force (role enforced; 0 = a file or the built-in grid) and in shadow (role candidate; 0 = none)."),
 	}
 }
 
@@ -75,7 +71,7 @@ func (f *RulesFeed) parse(e rollout.Entry, role string) *limiter.Ruleset {
 	rs, err := limiter.ParseRules(versionName(e.Version), []byte(e.Rules))
 	if err != nil {
 		f.rejected[e.Version] = true
-		f.versions.WithLabelValues(role, "rejected").Inc()
+		f.metrics.Rejected(role)
 		f.log.Error("rules version rejected; keeping the rules in force", "version", e.Version, "role", role,
 			"enforced", f.enforced, "candidate", f.candidate, "author", e.Author, "err", err)
 		return nil
@@ -86,7 +82,7 @@ func (f *RulesFeed) parse(e rollout.Entry, role string) *limiter.Ruleset {
 
 func (f *RulesFeed) apply(st rollout.State) {
 	if e, ok := st.Enforced(); ok && e.Version != f.enforced {
-		if rs := f.parse(e, "enforced"); rs != nil {
+		if rs := f.parse(e, rollout.RoleEnforced); rs != nil {
 			if f.impact != nil {
 				rs.Impact = f.impact.track(e.Version, rollout.PhaseEnforced, -1)
 			}
@@ -95,8 +91,8 @@ func (f *RulesFeed) apply(st rollout.State) {
 			if f.impact != nil {
 				f.impact.retire(old.Impact)
 			}
-			f.versions.WithLabelValues("enforced", "applied").Inc()
-			f.inForce.WithLabelValues("enforced").Set(float64(e.Version))
+			f.metrics.Applied(rollout.RoleEnforced)
+			f.metrics.InForce(rollout.RoleEnforced, e.Version)
 			f.log.Info("rules version enforced", "version", e.Version, "previous", f.enforced, "rules", len(rs.Rules),
 				"quotas", len(rs.Quotas), "author", e.Author, "reason", e.Reason)
 			f.enforced = e.Version
@@ -106,7 +102,7 @@ func (f *RulesFeed) apply(st rollout.State) {
 	var rs *limiter.Ruleset
 	switch {
 	case ok && c.Version != f.candidate:
-		rs = f.parse(c, "candidate")
+		rs = f.parse(c, rollout.RoleCandidate)
 	case ok && c.Step != f.step:
 		// The next step of the candidate in force: the same rules, a larger
 		// slice, and counts of its own since the step began.
@@ -123,7 +119,7 @@ func (f *RulesFeed) apply(st rollout.State) {
 		}
 		f.log.Info("rules candidate withdrawn", "version", f.candidate, "step", f.step)
 		f.candidate, f.step = 0, 0
-		f.inForce.WithLabelValues("candidate").Set(0)
+		f.metrics.InForce(rollout.RoleCandidate, 0)
 	case rs != nil:
 		cand := &limiter.Candidate{Version: c.Version, Rules: rs, SliceBP: c.SliceBP()}
 		if f.impact != nil {
@@ -134,8 +130,8 @@ func (f *RulesFeed) apply(st rollout.State) {
 		if f.impact != nil && old != nil {
 			f.impact.retire(old.Impact)
 		}
-		f.versions.WithLabelValues("candidate", "applied").Inc()
-		f.inForce.WithLabelValues("candidate").Set(float64(c.Version))
+		f.metrics.Applied(rollout.RoleCandidate)
+		f.metrics.InForce(rollout.RoleCandidate, c.Version)
 		f.log.Info("rules candidate in force", "version", c.Version, "step", c.StepName(), "enforced", f.enforced, "author", c.Author, "reason", c.Reason)
 		f.candidate, f.step = c.Version, c.Step
 	}

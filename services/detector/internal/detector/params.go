@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
@@ -194,8 +193,7 @@ type ParamsFeed struct {
 	flusher *rollout.Flusher // nil: nothing counted
 	log     *slog.Logger
 
-	versions *prometheus.CounterVec
-	inForce  *prometheus.GaugeVec
+	metrics rollout.FeedMetrics
 
 	enforced, candidate *score.Tuned
 	candStep            int64
@@ -210,12 +208,10 @@ func NewParamsFeed(topic *rollout.Topic, base score.Config, det *Detector, flush
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	f := promauto.With(reg)
 	return &ParamsFeed{topic: topic, base: base, det: det, flusher: flusher, log: log, candStep: -1,
-		versions: f.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_detector_params_versions_total",
-			Help: "Detector parameters versions read from the topic, by role (enforced, candidate) and result (applied, rejected)."}, []string{"role", "result"}),
-		inForce: f.NewGaugeVec(prometheus.GaugeOpts{Name: "floodgate_detector_params_version",
-			Help: "The detector parameters version in force (enforced) and in rollout (candidate; 0: none)."}, []string{"role"}),
+		metrics: rollout.NewFeedMetrics(reg, "detector_params",
+			"Detector parameters versions read from the topic, by role (enforced, candidate) and result (applied, rejected).",
+			"The detector parameters version in force (enforced) and in rollout (candidate; 0: none)."),
 	}
 }
 
@@ -243,7 +239,7 @@ func (f *ParamsFeed) Apply(st rollout.State) {
 	if e, ok := st.Enforced(); ok {
 		from = e.TS
 		if (f.enforced == nil || f.enforced.Version != e.Version) && f.refusedEnf != e.Version {
-			if tu := f.compile(e, "enforced"); tu != nil {
+			if tu := f.compile(e, rollout.RoleEnforced); tu != nil {
 				f.enforced, changed = tu, true
 			} else {
 				f.refusedEnf = e.Version
@@ -255,7 +251,7 @@ func (f *ParamsFeed) Apply(st rollout.State) {
 	case !ok && f.candidate != nil:
 		f.candidate, changed = nil, true
 	case ok && (f.candidate == nil || f.candidate.Version != c.Version) && f.refusedCand != c.Version:
-		if f.candidate, changed = f.compile(c, "candidate"), true; f.candidate == nil {
+		if f.candidate, changed = f.compile(c, rollout.RoleCandidate), true; f.candidate == nil {
 			f.refusedCand = c.Version
 		}
 	}
@@ -279,12 +275,12 @@ func (f *ParamsFeed) Apply(st rollout.State) {
 	}
 	f.track(set)
 	f.det.SetParams(set)
-	f.inForce.WithLabelValues("enforced").Set(float64(set.Enforced.Version))
+	f.metrics.InForce(rollout.RoleEnforced, set.Enforced.Version)
 	cv := int64(0)
 	if set.Candidate != nil {
 		cv = set.Candidate.Version
 	}
-	f.inForce.WithLabelValues("candidate").Set(float64(cv))
+	f.metrics.InForce(rollout.RoleCandidate, cv)
 	f.log.Info("detector parameters", "enforced", set.Enforced.Version, "candidate", cv, "step", set.Step, "slice_bp", set.SliceBP)
 }
 
@@ -313,10 +309,10 @@ func (f *ParamsFeed) track(set *ParamsSet) {
 func (f *ParamsFeed) compile(e rollout.Entry, role string) *score.Tuned {
 	tu, err := score.ParseTuned(f.base, []byte(e.Rules), e.Version)
 	if err != nil {
-		f.versions.WithLabelValues(role, "rejected").Inc()
+		f.metrics.Rejected(role)
 		f.log.Error("detector parameters version rejected; keeping the parameters in force", "version", e.Version, "role", role, "err", err)
 		return nil
 	}
-	f.versions.WithLabelValues(role, "applied").Inc()
+	f.metrics.Applied(role)
 	return tu
 }

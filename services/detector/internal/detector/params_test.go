@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/loadtest/labeled"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/limitertest"
+	"github.com/floodgate-dev/floodgate/pkg/promtest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
@@ -78,7 +78,7 @@ func TestParamsFeedAppliesLiveAndRefusesInvalid(t *testing.T) {
 
 	require.NoError(t, topic.Publish(ctx, paramsRecord(2, "overrides:\n  - kind: user\n    person_sustain: 90s\n", events.RulesStateEnforced, 0)))
 	require.Eventually(t, func() bool {
-		return testutil.ToFloat64(feed.versions.WithLabelValues("enforced", "rejected")) == 1
+		return promtest.Value(t, reg, "floodgate_detector_params_versions_total", map[string]string{"role": "enforced", "result": "rejected"}) == 1
 	}, 20*time.Second, 50*time.Millisecond, "the invalid version is refused")
 	require.EqualValues(t, 1, version(), "the parameters in force stay")
 
