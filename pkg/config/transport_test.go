@@ -20,24 +20,11 @@ import (
 // handshake is done (SO_LINGER 0). It returns the address.
 func tlsPeer(t *testing.T, conf *tls.Config) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				_ = c.(*net.TCPConn).SetLinger(0)
-				tc := tls.Server(c, conf)
-				_ = tc.HandshakeContext(context.Background())
-				_ = c.Close()
-			}()
-		}
-	}()
-	return ln.Addr().String()
+	return tlstest.Peer(t, func(c net.Conn) {
+		_ = c.(*net.TCPConn).SetLinger(0)
+		_ = tls.Server(c, conf).HandshakeContext(context.Background())
+		_ = c.Close()
+	})
 }
 
 // A TLS client with no certificate, refused by a reset instead of an alert

@@ -107,23 +107,12 @@ func TestDialedAheadConnectionsAreReadyOnFirstUse(t *testing.T) {
 // answers HELLO makes the dial fail within the dial timeout (the pool then
 // backs off as for any dial error), not a command later.
 func TestHandshakeNeverAnsweredFailsTheDial(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { _ = c.Close() })
-		}
-	}()
-	rdb := redisx.NewClient(redisx.Options{Addrs: []string{ln.Addr().String()}, DialTimeout: 200 * time.Millisecond,
+	silent := tlstest.Peer(t, func(c net.Conn) { t.Cleanup(func() { _ = c.Close() }) })
+	rdb := redisx.NewClient(redisx.Options{Addrs: []string{silent}, DialTimeout: 200 * time.Millisecond,
 		ReadTimeout: 5 * time.Second, PoolSize: 1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	start := time.Now()
-	err = rdb.Ping(context.Background()).Err()
+	err := rdb.Ping(context.Background()).Err()
 	require.ErrorContains(t, err, "HELLO on a new connection")
 	require.Less(t, time.Since(start), 5*time.Second, "bounded by the dial timeout (with go-redis's dial retries), not the read timeout")
 }

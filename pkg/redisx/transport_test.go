@@ -23,23 +23,13 @@ import (
 func tlsOnlyServer(t *testing.T) string {
 	t.Helper()
 	ca := tlstest.NewCA(t, "tls-only")
-	lis, err := tls.Listen("tcp", "127.0.0.1:0", tlstest.ServerConfig(ca.Server("tls-only"), nil))
-	require.NoError(t, err)
-	t.Cleanup(func() { lis.Close() })
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-				_, _ = io.Copy(io.Discard, c)
-			}()
-		}
-	}()
-	return lis.Addr().String()
+	conf := tlstest.ServerConfig(ca.Server("tls-only"), nil)
+	return tlstest.Peer(t, func(c net.Conn) {
+		tc := tls.Server(c, conf)
+		defer tc.Close()
+		_ = tc.SetDeadline(time.Now().Add(5 * time.Second))
+		_, _ = io.Copy(io.Discard, tc)
+	})
 }
 
 // TestSecurityTransportMismatchT6 replays row 6 of issue 37 for Redis: a
