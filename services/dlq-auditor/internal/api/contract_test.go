@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -63,6 +64,17 @@ func TestConsoleDecodesWhatTheAuditorEncodes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []dlqapi.Record{stored}, page.Records, "a listed record decodes to what the auditor stored")
 	require.Empty(t, page.Cursor)
+	q.Set("topic", "floodgate.none.v1")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, hs.URL+"/v1/records?"+q.Encode(), nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := hs.Client().Do(req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode, string(body))
+	require.JSONEq(t, `{"records": []}`, string(body), "no records: an empty list, not null")
 
 	var ins dlqapi.Inspection
 	_, err = console.Do(ctx, httpapi.Call{Method: http.MethodGet, Path: "/v1/records/" + url.PathEscape(rec.ID), Out: &ins})

@@ -142,9 +142,6 @@ func (s *Server) list(q *request) {
 		s.failErr(q, err)
 		return
 	}
-	if page.Records == nil {
-		page.Records = []auditor.Record{}
-	}
 	q.json(http.StatusOK, page)
 }
 
@@ -171,9 +168,6 @@ func (s *Server) inspect(q *request) {
 	if err != nil {
 		s.failErr(q, err)
 		return
-	}
-	if out.Audit == nil {
-		out.Audit = []auditor.AuditEntry{}
 	}
 	q.json(http.StatusOK, out)
 }

@@ -118,7 +118,8 @@ type listCursor struct {
 	Key map[string]string `json:"k,omitempty"`
 }
 
-// List returns records matching f, oldest first, one page at a time.
+// List returns records matching f, oldest first, one page at a time; a page
+// of none has empty Records, not nil (the API answers [], not null).
 func (s *Store) List(ctx context.Context, f Filter) (Page, error) {
 	if f.Topic == "" && f.Service == "" {
 		return Page{}, fmt.Errorf("%w: topic or service is required", ErrBadFilter)
@@ -157,7 +158,7 @@ func (s *Store) List(ctx context.Context, f Filter) (Page, error) {
 	for d := f.From.UTC().Truncate(24 * time.Hour); !d.After(f.To.UTC()); d = d.Add(24 * time.Hour) {
 		days = append(days, dayOf(d))
 	}
-	var page Page
+	page := Page{Records: []Record{}}
 	for day := cur.Day; day < len(days); day++ {
 		var start map[string]types.AttributeValue
 		if day == cur.Day && cur.Key != nil {
@@ -355,7 +356,8 @@ func (s *Store) Purge(ctx context.Context, id string, e AuditEntry) error {
 	return nil
 }
 
-// AuditOf returns the audit entries of one subject, oldest first.
+// AuditOf returns the audit entries of one subject, oldest first; empty, not
+// nil, when there are none.
 func (s *Store) AuditOf(ctx context.Context, subject string) ([]AuditEntry, error) {
 	out, err := s.ddb.Query(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(s.audit),
