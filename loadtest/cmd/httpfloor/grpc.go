@@ -6,6 +6,8 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+
+	"github.com/floodgate-dev/floodgate/pkg/grpcfast"
 )
 
 // okRLS answers every ShouldRateLimit OK, one OK status per descriptor,
@@ -26,6 +28,14 @@ func (okRLS) ShouldRateLimit(_ context.Context, in *rlsv3.RateLimitRequest) (*rl
 // serveGRPC serves okRLS on ln with grpc-go's defaults.
 func serveGRPC(ln net.Listener) error {
 	g := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(g, okRLS{})
+	return g.Serve(ln)
+}
+
+// serveGRPCFast serves okRLS on ln with pkg/grpcfast, Floodgate's own
+// HTTP/2 transport for unary gRPC: the floor of a call on it.
+func serveGRPCFast(ln net.Listener) error {
+	g := grpcfast.New(grpcfast.Config{})
 	rlsv3.RegisterRateLimitServiceServer(g, okRLS{})
 	return g.Serve(ln)
 }

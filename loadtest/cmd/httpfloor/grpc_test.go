@@ -15,9 +15,15 @@ import (
 // The gRPC floor answers ShouldRateLimit over TCP OK, one OK status per
 // descriptor and nothing else, as peerbench's floor must.
 func TestGRPCFloorAnswersOK(t *testing.T) {
+	for name, serve := range map[string]func(net.Listener) error{"grpc-go": serveGRPC, "grpcfast": serveGRPCFast} {
+		t.Run(name, func(t *testing.T) { testFloor(t, serve) })
+	}
+}
+
+func testFloor(t *testing.T, serve func(net.Listener) error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	go func() { _ = serveGRPC(ln) }()
+	go func() { _ = serve(ln) }()
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close(); _ = ln.Close() })

@@ -10,7 +10,8 @@
 //
 // With -serve grpc it is the gRPC floor instead: envoy's ShouldRateLimit
 // answered OK, one OK status per descriptor, by a plain grpc-go server —
-// what peerbench measures beside envoy ratelimit and Floodgate.
+// what peerbench measures beside envoy ratelimit and Floodgate; with -serve
+// grpcfast the same service on pkg/grpcfast, Floodgate's own transport.
 //
 // It bounds what a leaner HTTP stack could take off the limiter's CPU per
 // check (docs/benchmarks.md, "Beside envoy ratelimit"). With -rate it then
@@ -70,7 +71,7 @@ func main() {
 }
 
 func run() error {
-	serve := flag.String("serve", "", "serve with nethttp, fasthttp or grpc (a do-nothing envoy rate-limit service) on a loopback port, print the address and run until killed (peerbench's floors)")
+	serve := flag.String("serve", "", "serve with nethttp, fasthttp, grpc or grpcfast (a do-nothing envoy rate-limit service on grpc-go or on pkg/grpcfast) on a loopback port, print the address and run until killed (peerbench's floors)")
 	rounds := flag.Int("rounds", 2, "rounds per server, alternating")
 	duration := flag.Duration("duration", 8*time.Second, "length of a round")
 	conns := flag.Int("conns", 64, "keep-alive connections, one caller each")
@@ -264,7 +265,9 @@ func serveWith(server string) error {
 		}}).Serve(ln)
 	case "grpc":
 		return serveGRPC(ln)
+	case "grpcfast":
+		return serveGRPCFast(ln)
 	default:
-		return fmt.Errorf("-serve: %q is not nethttp, fasthttp or grpc", server)
+		return fmt.Errorf("-serve: %q is not nethttp, fasthttp, grpc or grpcfast", server)
 	}
 }

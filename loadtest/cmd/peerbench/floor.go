@@ -16,11 +16,12 @@ import (
 )
 
 // floorAddrs are the do-nothing servers (loadtest/cmd/httpfloor -serve):
-// a gRPC rate-limit service answering OK and an HTTP check server answering
-// a fixed decision, each a process of its own.
+// a gRPC rate-limit service answering OK (on grpc-go, and on pkg/grpcfast)
+// and an HTTP check server answering a fixed decision, each a process of
+// its own.
 type floorAddrs struct {
-	grpc, http       string
-	grpcPid, httpPid int
+	grpc, grpcFast, http          string
+	grpcPid, grpcFastPid, httpPid int
 }
 
 // startFloors builds httpfloor and starts its gRPC and net/http servers on
@@ -65,6 +66,10 @@ func startFloors(root string, place placement) (floorAddrs, func(), error) {
 	}
 	var f floorAddrs
 	if f.grpc, f.grpcPid, err = serve("grpc"); err != nil {
+		stopAll()
+		return floorAddrs{}, nil, err
+	}
+	if f.grpcFast, f.grpcFastPid, err = serve("grpcfast"); err != nil {
 		stopAll()
 		return floorAddrs{}, nil, err
 	}

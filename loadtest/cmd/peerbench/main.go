@@ -197,7 +197,7 @@ func run() error {
 	}
 	// Every service starts on the service cores (GOMAXPROCS sized to them)
 	// and waits on the rest's until its round.
-	all := []int{peer.Pid(), fg.pid, floors.grpcPid, floors.httpPid, base.pid}
+	all := []int{peer.Pid(), fg.pid, floors.grpcPid, floors.grpcFastPid, floors.httpPid, base.pid}
 	basePids := pids{service: base.pid, redis: stack.redisPid, broker: stack.brokerPid}
 	for _, pid := range all {
 		if err := place.pin(pid, place.rest); err != nil {
@@ -205,7 +205,7 @@ func run() error {
 		}
 	}
 	members := []member{{"generator", os.Getpid()}, {"envoy ratelimit", peer.Pid()}, {"floodgate", fg.pid},
-		{"floodgate baseline", base.pid}, {"grpc floor", floors.grpcPid}, {"http floor", floors.httpPid}}
+		{"floodgate baseline", base.pid}, {"grpc floor", floors.grpcPid}, {"grpcfast floor", floors.grpcFastPid}, {"http floor", floors.httpPid}}
 	var shared []string
 	if *redisFlag == "private" {
 		members = append(members, member{"redis", stack.redisPid})
@@ -232,7 +232,8 @@ func run() error {
 		case "grpc":
 			targets = []target{{"envoy ratelimit", peer.GRPCAddr, peerPids}, {"floodgate", fg.grpc, fgPids}}
 			if *floor {
-				targets = append(targets, target{floorName, floors.grpc, pids{service: floors.grpcPid, redis: stack.redisPid}})
+				targets = append(targets, target{floorName, floors.grpc, pids{service: floors.grpcPid, redis: stack.redisPid}},
+					target{fastFloorName, floors.grpcFast, pids{service: floors.grpcFastPid, redis: stack.redisPid}})
 			}
 			if *baseline != "" {
 				targets = append(targets, target{baselineName, base.grpc, basePids})
@@ -287,11 +288,13 @@ type target struct {
 	pids       pids // the processes on its calls' path
 }
 
-// floorName is the do-nothing server's name in the tables; baselineName
-// the -baseline limiter's.
+// floorName is the do-nothing server's name in the tables, fastFloorName
+// the same gRPC service's on pkg/grpcfast; baselineName the -baseline
+// limiter's.
 const (
-	floorName    = "floor (does nothing)"
-	baselineName = "floodgate baseline"
+	floorName     = "floor (does nothing)"
+	fastFloorName = "floor on grpcfast"
+	baselineName  = "floodgate baseline"
 )
 
 // genBusyMax is the busiest the generator's cores may be in a valid round:
@@ -438,6 +441,9 @@ func compare(ctx context.Context, proto string, targets []target, domain string,
 			c.FloorCPURatio = sr.CPU.Service / max(fs.Service, 1e-9)
 			fmt.Printf("service CPU per call, floor / floodgate: %.1f / %.1f µs: floodgate costs %.2f× the floor (per core-second %.2f× of it)\n",
 				sr.CPU.Service, fs.Service, fs.Service/max(sr.CPU.Service, 1e-9), c.FloorCPURatio)
+		case fastFloorName:
+			fmt.Printf("service CPU per call, floor on grpcfast / floodgate: %.1f / %.1f µs (envoy ratelimit / grpcfast floor %.2f×)\n",
+				sr.CPU.Service, fs.Service, es.Service/max(sr.CPU.Service, 1e-9))
 		case baselineName:
 			fmt.Printf("service CPU per call, baseline / floodgate: %.1f / %.1f µs = %.2f× (envoy ratelimit / baseline %.2f×)\n",
 				sr.CPU.Service, fs.Service, sr.CPU.Service/max(fs.Service, 1e-9), es.Service/max(sr.CPU.Service, 1e-9))

@@ -1,0 +1,404 @@
+package grpcfast
+
+// One connection: its reader (serve, the only goroutine that reads frames)
+// and the state the reader and the calls share under mu.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/peer"
+)
+
+// initialWindow is HTTP/2's flow-control window before SETTINGS change it.
+const initialWindow = 65535
+
+// maxPending bounds the answers and control frames waiting to be written:
+// past it the reader stops reading until the client has read (a client
+// that sends but never reads cannot grow the server's memory).
+const maxPending = 1 << 20
+
+// maxEmptyFrames bounds the DATA frames without data or END_STREAM, and the
+// SETTINGS frames, a connection may send (CVE-2019-9518, -9515): beyond it
+// is a flood, not a client.
+const maxEmptyFrames = 1000
+
+type conn struct {
+	s       *Server
+	nc      net.Conn
+	br      *bufio.Reader
+	fr      *http2.Framer
+	ctx     context.Context // the calls' parent: the peer, cancelled when the connection closes
+	cancel  context.CancelCauseFunc
+	connWin int64 // the connection's receive window the server grants
+
+	// The reader's own.
+	recvAvail   int64 // connection credit the client still has
+	recvPending int64 // connection credit to return
+	buffered    int64 // bytes of requests not yet complete
+	lastPing    time.Time
+	pingStrikes int
+	empty       int // empty DATA and SETTINGS frames seen
+
+	mu         sync.Mutex
+	room       *sync.Cond // the reader waits here while len(wbuf) > maxPending
+	streams    map[uint32]*stream
+	lastID     uint32 // the highest stream the client opened (GOAWAY's last stream)
+	wbuf       []byte // frames to write
+	spare      []byte
+	flushing   bool
+	sendAvail  int64 // connection credit the server has
+	peerWin    int64 // the client's SETTINGS_INITIAL_WINDOW_SIZE
+	peerFrame  int   // the client's SETTINGS_MAX_FRAME_SIZE
+	blocked    []*stream
+	sentData   bool // the server sent an answer since the last PING (ping strikes)
+	goingAway  bool
+	closeAfter bool // close once wbuf is written (GOAWAY sent, no stream left)
+	closed     bool
+	idleSince  time.Time // when the last stream ended; zero while there is one
+	timers     []*time.Timer
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	c := &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 32<<10), streams: map[uint32]*stream{},
+		sendAvail: initialWindow, peerWin: initialWindow, peerFrame: 16384, idleSince: time.Now()}
+	c.room = sync.NewCond(&c.mu)
+	c.connWin = max(int64(s.cfg.Window), 2*int64(s.cfg.MaxRecvMsgSize+5))
+	c.recvAvail = initialWindow
+	c.fr = http2.NewFramer(nil, c.br)
+	c.fr.SetReuseFrames()
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.fr.MaxHeaderListSize = s.cfg.MaxHeaderListSize
+	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: nc.RemoteAddr(), LocalAddr: nc.LocalAddr()})
+	c.ctx, c.cancel = context.WithCancelCause(ctx)
+	return c
+}
+
+// serve reads the client's frames until the connection ends.
+func (c *conn) serve() {
+	defer c.s.forget(c)
+	err := c.handshake()
+	for err == nil {
+		c.waitRoom()
+		var f http2.Frame
+		if f, err = c.fr.ReadFrame(); err != nil {
+			var se http2.StreamError
+			if errors.As(err, &se) {
+				c.resetStream(se.StreamID, se.Code)
+				err = nil
+				continue
+			}
+			break
+		}
+		err = c.frame(f)
+	}
+	var ce http2.ConnectionError
+	switch {
+	case errors.As(err, &ce):
+		c.goAway(http2.ErrCode(ce), nil, false)
+	case errors.Is(err, http2.ErrFrameTooLarge):
+		c.goAway(http2.ErrCodeFrameSize, nil, false)
+	default:
+		c.close(err)
+	}
+}
+
+// handshake reads the client's preface, sends the server's SETTINGS and
+// the connection's window, and starts the connection's age and idle timers.
+func (c *conn) handshake() error {
+	cfg := &c.s.cfg
+	_ = c.nc.SetReadDeadline(time.Now().Add(cfg.HandshakeTimeout))
+	var pre [len(http2.ClientPreface)]byte
+	if _, err := io.ReadFull(c.br, pre[:]); err != nil {
+		return err
+	}
+	if !bytes.Equal(pre[:], []byte(http2.ClientPreface)) {
+		return errors.New("grpcfast: not an HTTP/2 preface")
+	}
+	// The client's first frame must be its SETTINGS (RFC 9113 §3.4).
+	f, err := c.fr.ReadFrame()
+	if err != nil {
+		return err
+	}
+	if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	_ = c.nc.SetReadDeadline(time.Time{})
+	c.mu.Lock()
+	c.wbuf = appendSettings(c.wbuf, cfg)
+	c.wbuf = appendWindowUpdate(c.wbuf, 0, uint32(c.connWin-initialWindow))
+	c.recvAvail = c.connWin
+	c.mu.Unlock()
+	if err := c.frame(f); err != nil {
+		return err
+	}
+	c.startTimers()
+	return nil
+}
+
+// waitRoom holds the reader while too much waits to be written.
+func (c *conn) waitRoom() {
+	c.mu.Lock()
+	for len(c.wbuf) > maxPending && !c.closed {
+		c.room.Wait()
+	}
+	c.mu.Unlock()
+}
+
+// frame handles one frame from the client; an error ends the connection.
+func (c *conn) frame(f http2.Frame) error {
+	switch f := f.(type) {
+	case *http2.MetaHeadersFrame:
+		return c.headers(f)
+	case *http2.DataFrame:
+		return c.data(f)
+	case *http2.WindowUpdateFrame:
+		return c.windowUpdate(f)
+	case *http2.SettingsFrame:
+		return c.settings(f)
+	case *http2.PingFrame:
+		return c.ping(f)
+	case *http2.RSTStreamFrame:
+		return c.rstStream(f)
+	case *http2.GoAwayFrame:
+		c.goAway(http2.ErrCodeNo, nil, true)
+		return nil
+	case *http2.PushPromiseFrame:
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	default: // PRIORITY, unknown types: ignored (RFC 9113 §5.5)
+		return nil
+	}
+}
+
+func (c *conn) settings(f *http2.SettingsFrame) error {
+	if f.IsAck() {
+		return nil
+	}
+	if c.empty++; c.empty > maxEmptyFrames {
+		return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
+	}
+	if err := f.ForeachSetting(func(s http2.Setting) error { return s.Valid() }); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
+		delta := int64(v) - c.peerWin
+		c.peerWin = int64(v)
+		for _, st := range c.streams {
+			st.sendAvail += delta
+		}
+	}
+	if v, ok := f.Value(http2.SettingMaxFrameSize); ok {
+		c.peerFrame = int(v)
+	}
+	c.wbuf = appendFrameHeader(c.wbuf, 0, http2.FrameSettings, http2.FlagSettingsAck, 0)
+	c.unblockLocked()
+	c.kickLocked()
+	return nil
+}
+
+func (c *conn) ping(f *http2.PingFrame) error {
+	if f.IsAck() {
+		return nil
+	}
+	now := time.Now()
+	c.mu.Lock()
+	if c.sentData {
+		c.sentData, c.pingStrikes = false, 0
+	}
+	c.mu.Unlock()
+	if !c.lastPing.IsZero() && now.Sub(c.lastPing) < c.s.cfg.PingMinTime {
+		if c.pingStrikes++; c.pingStrikes > 2 {
+			c.goAway(http2.ErrCodeEnhanceYourCalm, []byte("too_many_pings"), false)
+			return errors.New("grpcfast: too many pings")
+		}
+	}
+	c.lastPing = now
+	c.mu.Lock()
+	c.wbuf = appendFrameHeader(c.wbuf, 8, http2.FramePing, http2.FlagPingAck, 0)
+	c.wbuf = append(c.wbuf, f.Data[:]...)
+	c.kickLocked()
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *conn) windowUpdate(f *http2.WindowUpdateFrame) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	inc := int64(f.Increment)
+	if f.StreamID == 0 {
+		if c.sendAvail+inc > 1<<31-1 {
+			return http2.ConnectionError(http2.ErrCodeFlowControl)
+		}
+		c.sendAvail += inc
+	} else if st := c.streams[f.StreamID]; st != nil {
+		if st.sendAvail+inc > 1<<31-1 {
+			c.resetLocked(st, http2.ErrCodeFlowControl)
+			return nil
+		}
+		st.sendAvail += inc
+	} else if f.StreamID > c.lastID {
+		return http2.ConnectionError(http2.ErrCodeProtocol) // an idle stream
+	}
+	c.unblockLocked()
+	c.kickLocked()
+	return nil
+}
+
+func (c *conn) rstStream(f *http2.RSTStreamFrame) error {
+	c.mu.Lock()
+	if f.StreamID > c.lastID {
+		c.mu.Unlock()
+		return http2.ConnectionError(http2.ErrCodeProtocol) // an idle stream
+	}
+	st := c.streams[f.StreamID]
+	if st != nil {
+		c.dropLocked(st)
+		c.kickLocked()
+	}
+	c.mu.Unlock()
+	if st != nil && !st.dispatched {
+		c.discard(st)
+	}
+	return nil
+}
+
+// resetStream answers a stream error: RST_STREAM, and the stream dropped.
+func (c *conn) resetStream(id uint32, code http2.ErrCode) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st := c.streams[id]; st != nil {
+		c.resetLocked(st, code)
+		return
+	}
+	c.wbuf = appendRST(c.wbuf, id, code)
+	c.kickLocked()
+}
+
+// resetLocked sends RST_STREAM for st and drops it.
+func (c *conn) resetLocked(st *stream, code http2.ErrCode) {
+	c.wbuf = appendRST(c.wbuf, st.id, code)
+	c.dropLocked(st)
+	c.kickLocked()
+}
+
+// dropLocked forgets st: its call's context is cancelled, an answer not
+// yet written is not written, and its request bytes are released.
+func (c *conn) dropLocked(st *stream) {
+	if st.gone {
+		return
+	}
+	st.gone = true
+	delete(c.streams, st.id)
+	if st.cancel != nil {
+		st.cancel()
+	}
+	c.endedLocked()
+}
+
+// endedLocked notes a stream's end: the connection may have become idle, or
+// drained after GOAWAY.
+func (c *conn) endedLocked() {
+	if len(c.streams) > 0 {
+		return
+	}
+	c.idleSince = time.Now()
+	if c.goingAway {
+		c.closeAfter = true // the caller kicks
+	}
+}
+
+// goAway sends GOAWAY with the last stream the server took. Graceful, the
+// connection closes when its last stream ends; otherwise at once, once the
+// frame is written.
+func (c *conn) goAway(code http2.ErrCode, debug []byte, graceful bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	if !c.goingAway || !graceful {
+		c.wbuf = appendGoAway(c.wbuf, c.lastID, code, debug)
+	}
+	c.goingAway = true
+	if !graceful || len(c.streams) == 0 {
+		c.closeAfter = true
+	}
+	c.kickLocked()
+}
+
+// close ends the connection at once: its calls' contexts are cancelled,
+// nothing more is written.
+func (c *conn) close(cause error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	for _, t := range c.timers {
+		t.Stop()
+	}
+	for _, st := range c.streams {
+		st.gone = true
+	}
+	clear(c.streams)
+	c.blocked = nil
+	c.room.Broadcast()
+	c.mu.Unlock()
+	if cause == nil {
+		cause = io.EOF
+	}
+	c.cancel(cause)
+	_ = c.nc.Close()
+}
+
+// startTimers closes the connection (GOAWAY, then its grace) past its age,
+// and when it has had no stream for MaxConnectionIdle.
+func (c *conn) startTimers() {
+	cfg := &c.s.cfg
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if age := cfg.MaxConnectionAge; age > 0 {
+		// ±10 %, as grpc-go, so that a fleet's connections do not all
+		// reconnect at once.
+		age += time.Duration((time.Now().UnixNano()%200 - 100)) * age / 1000
+		c.timers = append(c.timers, time.AfterFunc(age, func() {
+			c.goAway(http2.ErrCodeNo, nil, true)
+			if g := cfg.MaxConnectionAgeGrace; g > 0 {
+				c.mu.Lock()
+				if !c.closed {
+					c.timers = append(c.timers, time.AfterFunc(g, func() { c.close(errors.New("grpcfast: max connection age")) }))
+				}
+				c.mu.Unlock()
+			}
+		}))
+	}
+	if idle := cfg.MaxConnectionIdle; idle > 0 {
+		var t *time.Timer
+		t = time.AfterFunc(idle, func() {
+			c.mu.Lock()
+			since, closed := c.idleSince, c.closed
+			c.mu.Unlock()
+			switch {
+			case closed:
+			case !since.IsZero() && time.Since(since) >= idle:
+				c.goAway(http2.ErrCodeNo, nil, true)
+			case since.IsZero():
+				t.Reset(idle)
+			default:
+				t.Reset(idle - time.Since(since))
+			}
+		})
+		c.timers = append(c.timers, t)
+	}
+}

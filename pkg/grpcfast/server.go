@@ -1,0 +1,307 @@
+// Package grpcfast is a small HTTP/2 (h2c, cleartext) server for unary gRPC
+// calls: a second transport beside grpc-go for a service whose calls are
+// small and many (Envoy's ShouldRateLimit), where grpc-go's transport — a
+// goroutine and contexts per stream, its loopy writer, a write per call at
+// low concurrency — costs more CPU than the call itself (docs/limiter.md,
+// "The gRPC transport").
+//
+// Per connection it runs one goroutine that reads frames (golang.org/x/net's
+// http2.Framer and hpack, with their CONTINUATION and header-list bounds) and
+// one goroutine per call; answers are appended to one buffer and written
+// together, one write for every batch of answers ready at once. It speaks
+// what a gRPC client needs and no more: unary methods registered from a
+// grpc.ServiceDesc (streaming methods are answered UNIMPLEMENTED),
+// identity encoding only, grpc-timeout as the call's deadline, metadata in
+// the call's context, flow control both ways, PING, RST_STREAM, GOAWAY with
+// a graceful drain, and the connection age and idle bounds of grpc-go's
+// keepalive.ServerParameters.
+package grpcfast
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/tap"
+)
+
+// Config bounds the server. The zero value takes the defaults.
+type Config struct {
+	// MaxConcurrentStreams is the most calls one connection may have open
+	// (SETTINGS_MAX_CONCURRENT_STREAMS; default 1000). A client past it has
+	// its new streams refused (RST_STREAM REFUSED_STREAM).
+	MaxConcurrentStreams uint32
+	// MaxRecvMsgSize bounds a request message (default 4 MiB, as grpc-go);
+	// MaxSendMsgSize an answer (default 4 MiB).
+	MaxRecvMsgSize int
+	MaxSendMsgSize int
+	// MaxHeaderListSize bounds a request's header list, hpack-decoded
+	// (SETTINGS_MAX_HEADER_LIST_SIZE; default 16 KiB). A stream past it is
+	// refused; a connection that goes on sending CONTINUATION frames past
+	// it is closed (CVE-2023-45288).
+	MaxHeaderListSize uint32
+	// Window is the flow-control window the server grants each stream and
+	// the connection (default 1 MiB).
+	Window uint32
+	// MaxConnectionIdle closes (GOAWAY) a connection without a call for
+	// this long; MaxConnectionAge one this old, after MaxConnectionAgeGrace
+	// for its calls to end (0: no bound), as grpc-go's
+	// keepalive.ServerParameters.
+	MaxConnectionIdle     time.Duration
+	MaxConnectionAge      time.Duration
+	MaxConnectionAgeGrace time.Duration
+	// PingMinTime is how often a client may PING while the server has sent
+	// nothing since (default 5 s, grpc-go's keepalive.EnforcementPolicy with
+	// PermitWithoutStream): after two pings closer than that the connection
+	// is sent GOAWAY (ENHANCE_YOUR_CALM, "too_many_pings").
+	PingMinTime time.Duration
+	// HandshakeTimeout bounds the wait for a client's preface (default 10 s);
+	// WriteTimeout a write to a client that does not read (default 20 s).
+	HandshakeTimeout time.Duration
+	WriteTimeout     time.Duration
+	// Interceptor, when set, wraps every unary call (as grpc.UnaryInterceptor).
+	Interceptor grpc.UnaryServerInterceptor
+	// Tap, when set, sees every call as its headers arrive, before its
+	// message is read (as grpc.InTapHandle); an error answers the call with
+	// its status at once.
+	Tap tap.ServerInHandle
+	// Workers is how many goroutines run calls for good (default 128):
+	// their stacks have grown to what a call needs, where a goroutine per
+	// call grows a new one every time (a quarter of the CPU of a
+	// do-nothing call). Past them a call gets a goroutine of its own.
+	Workers int
+	// WrapConn, when set, wraps every accepted connection (a rapid-reset
+	// guard: pkg/h2guard's Guard.Conn); returning nil closes it.
+	WrapConn func(net.Conn) net.Conn
+}
+
+func (c *Config) defaults() {
+	def := func(v *uint32, d uint32) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.MaxConcurrentStreams, 1000)
+	def(&c.MaxHeaderListSize, 16<<10)
+	def(&c.Window, 1<<20)
+	if c.MaxRecvMsgSize <= 0 {
+		c.MaxRecvMsgSize = 4 << 20
+	}
+	if c.MaxSendMsgSize <= 0 {
+		c.MaxSendMsgSize = 4 << 20
+	}
+	if c.PingMinTime <= 0 {
+		c.PingMinTime = 5 * time.Second
+	}
+	if c.Workers <= 0 {
+		c.Workers = 128
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = 10 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 20 * time.Second
+	}
+}
+
+// ErrServerClosed is what Serve returns after Shutdown or Close.
+var ErrServerClosed = errors.New("grpcfast: server closed")
+
+// Server serves unary gRPC methods over h2c; safe for concurrent use.
+type Server struct {
+	cfg     Config
+	methods map[string]method // by full method name, "/pkg.Service/Method"
+	streams map[string]bool   // streaming methods: answered UNIMPLEMENTED
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*conn]struct{}
+	closing   bool
+	drained   chan struct{} // closed when closing and the last connection has gone
+
+	work    chan *stream  // calls for an idle worker
+	workers int           // started, under mu
+	quit    chan struct{} // closed by Close: the workers end
+}
+
+type method struct {
+	srv     any
+	handler grpc.MethodHandler
+}
+
+var _ grpc.ServiceRegistrar = (*Server)(nil)
+
+// New returns a server with cfg's bounds and no services.
+func New(cfg Config) *Server {
+	cfg.defaults()
+	return &Server{cfg: cfg, methods: map[string]method{}, streams: map[string]bool{},
+		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}, drained: make(chan struct{}),
+		work: make(chan *stream), quit: make(chan struct{})}
+}
+
+// run hands a call to an idle worker, or to a new one while there are
+// fewer than Workers, or else to a goroutine of its own.
+func (s *Server) run(st *stream) {
+	select {
+	case s.work <- st:
+		return
+	default:
+	}
+	s.mu.Lock()
+	spawn := s.workers < s.cfg.Workers
+	if spawn {
+		s.workers++
+	}
+	s.mu.Unlock()
+	if spawn {
+		go s.worker(st)
+		return
+	}
+	go st.c.call(st)
+}
+
+func (s *Server) worker(st *stream) {
+	for {
+		st.c.call(st)
+		select {
+		case st = <-s.work:
+		case <-s.quit:
+			return
+		}
+	}
+}
+
+// RegisterService registers desc's unary methods on impl (as grpc.Server's,
+// so that generated Register…Server functions take this server); its
+// streaming methods are answered UNIMPLEMENTED. Call it before Serve.
+func (s *Server) RegisterService(desc *grpc.ServiceDesc, impl any) {
+	for _, m := range desc.Methods {
+		s.methods["/"+desc.ServiceName+"/"+m.MethodName] = method{srv: impl, handler: m.Handler}
+	}
+	for _, st := range desc.Streams {
+		s.streams["/"+desc.ServiceName+"/"+st.StreamName] = true
+	}
+}
+
+// Serve accepts connections on ln until Shutdown or Close, then returns
+// ErrServerClosed (or the listener's error).
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		_ = ln.Close()
+		return ErrServerClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+	}()
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closing := s.closing
+			s.mu.Unlock()
+			if closing {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() { // as net/http: EMFILE and the like pass
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		if s.cfg.WrapConn != nil {
+			if nc = s.cfg.WrapConn(nc); nc == nil {
+				continue
+			}
+		}
+		c := newConn(s, nc)
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			_ = nc.Close()
+			continue
+		}
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		go c.serve()
+	}
+}
+
+// forget drops a closed connection.
+func (s *Server) forget(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	if s.closing && len(s.conns) == 0 {
+		select {
+		case <-s.drained:
+		default:
+			close(s.drained)
+		}
+	}
+	s.mu.Unlock()
+}
+
+// Shutdown stops accepting, sends every connection GOAWAY and waits for
+// their calls to end and the connections to close, or for ctx to be done
+// (then it closes them: Close). It is grpc.Server.GracefulStop with a
+// deadline.
+func (s *Server) Shutdown(ctx context.Context) error {
+	conns := s.stop()
+	for _, c := range conns {
+		c.goAway(http2.ErrCodeNo, nil, true)
+	}
+	select {
+	case <-s.drained:
+		return nil
+	case <-ctx.Done():
+		s.Close()
+		return ctx.Err()
+	}
+}
+
+// Close stops accepting and closes every connection at once, failing their
+// calls' contexts.
+func (s *Server) Close() {
+	for _, c := range s.stop() {
+		c.close(errors.New("grpcfast: server closed"))
+	}
+}
+
+// stop marks the server closing, closes its listeners and returns its
+// connections.
+func (s *Server) stop() []*conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closing {
+		s.closing = true
+		if len(s.conns) == 0 {
+			close(s.drained)
+		}
+	}
+	for ln := range s.listeners {
+		_ = ln.Close()
+	}
+	select {
+	case <-s.quit:
+	default:
+		close(s.quit)
+	}
+	out := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		out = append(out, c)
+	}
+	return out
+}

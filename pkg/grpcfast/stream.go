@@ -1,0 +1,482 @@
+package grpcfast
+
+// One call: its headers and message as the reader gathers them, its
+// dispatch to the method's handler on a goroutine of its own, and its answer.
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+	"google.golang.org/protobuf/proto"
+)
+
+type stream struct {
+	c        *conn
+	id       uint32
+	method   string
+	m        method
+	md       metadata.MD
+	base     context.Context // the tap's context, or the connection's
+	deadline time.Time       // zero: none
+	ctx      context.Context // the call's, from dispatch to its worker
+	body     []byte          // the request message, from dispatch to its worker
+
+	// The reader's own until dispatch.
+	msg         []byte
+	recvAvail   int64 // stream credit the client still has
+	recvPending int64 // stream credit to return
+
+	// Under the connection's mu.
+	recvDone   bool // the request's END_STREAM came
+	dispatched bool
+	cancel     context.CancelFunc
+	sendAvail  int64
+	out        []byte // answer bytes the windows have not let out yet
+	trailers   []byte // the answer's trailer block, sent after out
+	blocked    bool
+	gone       bool        // ended: answered, reset or the connection closed
+	hdr, trl   metadata.MD // set by the handler (grpc.SetHeader, grpc.SetTrailer)
+}
+
+var _ grpc.ServerTransportStream = (*stream)(nil)
+
+func (c *conn) headers(f *http2.MetaHeadersFrame) error {
+	id := f.StreamID
+	if id%2 == 0 {
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	c.mu.Lock()
+	last, open := c.lastID, c.streams[id] != nil
+	c.mu.Unlock()
+	if id <= last {
+		if open { // trailers from the client: a unary request has none
+			c.resetStream(id, http2.ErrCodeProtocol)
+			return nil
+		}
+		return http2.ConnectionError(http2.ErrCodeStreamClosed)
+	}
+	st := &stream{c: c, id: id, base: c.ctx, recvAvail: int64(c.s.cfg.Window)}
+	var path, meth, ctype, timeout, enc string
+	for _, hf := range f.Fields {
+		switch hf.Name {
+		case ":path":
+			path = hf.Value
+		case ":method":
+			meth = hf.Value
+		case "content-type":
+			ctype = hf.Value
+		case "grpc-timeout":
+			timeout = hf.Value
+		case "grpc-encoding":
+			enc = hf.Value
+		}
+		if hf.Name == ":authority" || hf.Name == "user-agent" || !reserved(hf.Name) {
+			if st.md == nil {
+				st.md = make(metadata.MD, len(f.Fields))
+			}
+			v := hf.Value
+			if strings.HasSuffix(hf.Name, "-bin") {
+				b, err := decodeBin(v)
+				if err != nil {
+					return c.refuse(st, f.StreamEnded(), codes.Internal, fmt.Sprintf("grpc: malformed binary metadata %q: %v", hf.Name, err))
+				}
+				v = string(b)
+			}
+			st.md[hf.Name] = append(st.md[hf.Name], v)
+		}
+	}
+	c.mu.Lock()
+	c.lastID = id
+	if c.goingAway || len(c.streams) >= int(c.s.cfg.MaxConcurrentStreams) {
+		c.wbuf = appendRST(c.wbuf, id, http2.ErrCodeRefusedStream)
+		c.kickLocked()
+		c.mu.Unlock()
+		return nil
+	}
+	st.sendAvail = c.peerWin
+	c.streams[id] = st
+	c.idleSince = time.Time{}
+	c.mu.Unlock()
+	st.method = path
+	switch {
+	case f.Truncated:
+		return c.refuse(st, f.StreamEnded(), codes.ResourceExhausted, fmt.Sprintf("grpc: header list larger than %d bytes", c.s.cfg.MaxHeaderListSize))
+	case f.PseudoValue("scheme") == "" || path == "" || meth == "":
+		c.resetStream(id, http2.ErrCodeProtocol) // malformed (RFC 9113 §8.3.1)
+		return nil
+	case meth != "POST":
+		return c.refuseHTTP(st, f.StreamEnded(), "405")
+	case ctype != "application/grpc" && !strings.HasPrefix(ctype, "application/grpc+") && !strings.HasPrefix(ctype, "application/grpc;"):
+		return c.refuseHTTP(st, f.StreamEnded(), "415")
+	case enc != "" && enc != "identity":
+		return c.refuse(st, f.StreamEnded(), codes.Unimplemented, fmt.Sprintf("grpc: Decompressor is not installed for grpc-encoding %q", enc))
+	}
+	if timeout != "" {
+		d, err := parseTimeout(timeout)
+		if err != nil {
+			return c.refuse(st, f.StreamEnded(), codes.Internal, fmt.Sprintf("grpc: malformed grpc-timeout %q: %v", timeout, err))
+		}
+		st.deadline = time.Now().Add(d)
+	}
+	m, ok := c.s.methods[path]
+	if !ok {
+		msg := fmt.Sprintf("unknown method %s", path)
+		if c.s.streams[path] {
+			msg = fmt.Sprintf("method %s is streaming: this server serves unary methods only", path)
+		}
+		return c.refuse(st, f.StreamEnded(), codes.Unimplemented, msg)
+	}
+	st.m = m
+	if c.s.cfg.Tap != nil {
+		ctx, err := c.s.cfg.Tap(c.ctx, &tap.Info{FullMethodName: path, Header: st.md})
+		if err != nil {
+			s, _ := status.FromError(err)
+			return c.refuse(st, f.StreamEnded(), s.Code(), s.Message())
+		}
+		if ctx != nil {
+			st.base = ctx
+		}
+	}
+	if f.StreamEnded() {
+		c.dispatch(st)
+	}
+	return nil
+}
+
+// refuse answers a call with a status before reading its message.
+// Called by the reader.
+func (c *conn) refuse(st *stream, ended bool, code codes.Code, msg string) error {
+	c.mu.Lock()
+	if c.streams[st.id] == nil && !st.gone { // not taken (the decoding of metadata failed first)
+		c.streams[st.id] = st
+		c.lastID = max(c.lastID, st.id)
+	}
+	st.recvDone = ended
+	c.statusLocked(st, status.New(code, msg))
+	c.kickLocked()
+	c.mu.Unlock()
+	c.discard(st)
+	return nil
+}
+
+// discard releases what the reader holds of a stream that ended before its
+// request was complete.
+func (c *conn) discard(st *stream) {
+	if st == nil || len(st.msg) == 0 {
+		return
+	}
+	n := int64(len(st.msg))
+	st.msg = nil
+	c.buffered -= n
+	c.release(n)
+}
+
+// refuseHTTP answers a request that is not gRPC with an HTTP status alone.
+func (c *conn) refuseHTTP(st *stream, ended bool, code string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st.recvDone = ended
+	block := appendString(appendInt(nil, 0, 4, 8), code) // :status, literal value
+	c.wbuf = appendHeaders(c.wbuf, st.id, block, true, c.peerFrame)
+	c.finishLocked(st)
+	c.kickLocked()
+	return nil
+}
+
+func (c *conn) data(f *http2.DataFrame) error {
+	id, n := f.StreamID, int64(f.Length)
+	c.mu.Lock()
+	st, last := c.streams[id], c.lastID
+	c.mu.Unlock()
+	if id > last {
+		return http2.ConnectionError(http2.ErrCodeProtocol) // an idle stream
+	}
+	if n > c.recvAvail {
+		return http2.ConnectionError(http2.ErrCodeFlowControl)
+	}
+	c.recvAvail -= n
+	if n == 0 && !f.StreamEnded() {
+		if c.empty++; c.empty > maxEmptyFrames {
+			return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
+		}
+	}
+	if st == nil || st.dispatched {
+		c.release(n) // a stream that ended: its late data is dropped
+		return nil
+	}
+	if n > st.recvAvail {
+		c.release(n)
+		c.resetStream(id, http2.ErrCodeFlowControl)
+		c.discard(st)
+		return nil
+	}
+	st.recvAvail -= n
+	data := f.Data()
+	if limit := c.s.cfg.MaxRecvMsgSize + 5; len(st.msg)+len(data) > limit {
+		c.release(n)
+		return c.refuse(st, f.StreamEnded(), codes.ResourceExhausted,
+			fmt.Sprintf("grpc: received message larger than max (%d vs. %d)", len(st.msg)+len(data)-5, c.s.cfg.MaxRecvMsgSize))
+	}
+	if st.msg == nil && f.StreamEnded() {
+		st.msg = make([]byte, 0, len(data))
+	}
+	st.msg = append(st.msg, data...)
+	c.buffered += int64(len(data))
+	c.release(n - int64(len(data))) // padding
+	if f.StreamEnded() {
+		c.dispatch(st)
+		return nil
+	}
+	if st.recvPending += n; st.recvPending >= int64(c.s.cfg.Window)/4 {
+		c.mu.Lock()
+		c.wbuf = appendWindowUpdate(c.wbuf, id, uint32(st.recvPending))
+		c.kickLocked()
+		c.mu.Unlock()
+		st.recvAvail += st.recvPending
+		st.recvPending = 0
+	}
+	return nil
+}
+
+// release returns connection credit: for padding and dropped data at once,
+// for a request's bytes once it is complete (so that incomplete requests
+// hold at most the connection's window).
+func (c *conn) release(n int64) {
+	if c.recvPending += n; c.recvPending < c.connWin/4 {
+		return
+	}
+	c.mu.Lock()
+	c.wbuf = appendWindowUpdate(c.wbuf, 0, uint32(c.recvPending))
+	c.kickLocked()
+	c.mu.Unlock()
+	c.recvAvail += c.recvPending
+	c.recvPending = 0
+}
+
+// dispatch starts the call of a complete request on a goroutine of its own.
+func (c *conn) dispatch(st *stream) {
+	msg := st.msg
+	st.msg = nil
+	c.buffered -= int64(len(msg))
+	c.release(int64(len(msg)))
+	var bad string
+	switch {
+	case len(msg) < 5:
+		bad = "grpc: no request message"
+	case msg[0] != 0:
+		bad = "grpc: compressed flag set with identity or empty encoding"
+	case int(binary.BigEndian.Uint32(msg[1:5])) != len(msg)-5:
+		bad = "grpc: the request is not one whole message"
+	}
+	if bad != "" {
+		c.mu.Lock()
+		st.recvDone = true
+		if !st.gone {
+			c.statusLocked(st, status.New(codes.Internal, bad))
+			c.kickLocked()
+		}
+		c.mu.Unlock()
+		return
+	}
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if st.deadline.IsZero() {
+		ctx, cancel = context.WithCancel(st.base)
+	} else {
+		ctx, cancel = context.WithDeadline(st.base, st.deadline)
+	}
+	c.mu.Lock()
+	st.recvDone = true
+	if st.gone {
+		c.mu.Unlock()
+		cancel()
+		return
+	}
+	st.dispatched, st.cancel = true, cancel
+	c.mu.Unlock()
+	if st.md != nil {
+		ctx = metadata.NewIncomingContext(ctx, st.md)
+	}
+	st.ctx, st.body = grpc.NewContextWithServerTransportStream(ctx, st), msg[5:]
+	c.s.run(st)
+}
+
+// bufs holds answer buffers between calls.
+var bufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+
+// call runs the method's handler and writes its answer.
+func (c *conn) call(st *stream) {
+	ctx, body := st.ctx, st.body
+	st.ctx, st.body = nil, nil
+	resp, err := st.m.handler(st.m.srv, ctx, func(v any) error {
+		pm, ok := v.(proto.Message)
+		if !ok {
+			return status.Errorf(codes.Internal, "grpc: %T is not a proto message", v)
+		}
+		if err := proto.Unmarshal(body, pm); err != nil {
+			return status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
+		}
+		return nil
+	}, c.s.cfg.Interceptor)
+	if err != nil {
+		c.answerErr(st, err)
+		return
+	}
+	pm, ok := resp.(proto.Message)
+	if !ok {
+		c.answerErr(st, status.Errorf(codes.Internal, "grpc: %T is not a proto message", resp))
+		return
+	}
+	bp := bufs.Get().(*[]byte)
+	out, err := proto.MarshalOptions{}.MarshalAppend(append((*bp)[:0], 0, 0, 0, 0, 0), pm)
+	switch {
+	case err != nil:
+		c.answerErr(st, status.Errorf(codes.Internal, "grpc: error marshalling response: %v", err))
+	case len(out)-5 > c.s.cfg.MaxSendMsgSize:
+		c.answerErr(st, status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max (%d vs. %d)", len(out)-5, c.s.cfg.MaxSendMsgSize))
+	default:
+		binary.BigEndian.PutUint32(out[1:5], uint32(len(out)-5))
+		c.answer(st, out)
+	}
+	if cap(out) <= 64<<10 {
+		*bp = out[:0]
+		bufs.Put(bp)
+	}
+}
+
+// answer writes a message and OK trailers (with the handler's header and
+// trailer metadata, if it set any).
+func (c *conn) answer(st *stream, out []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st.gone {
+		return
+	}
+	block := respHeaders
+	if len(st.hdr) > 0 {
+		block = appendMD(append([]byte(nil), respHeaders...), st.hdr)
+	}
+	c.wbuf = appendHeaders(c.wbuf, st.id, block, false, c.peerFrame)
+	st.trailers = okTrailers
+	if len(st.trl) > 0 {
+		st.trailers = appendMD(append([]byte(nil), okTrailers...), st.trl)
+	}
+	st.out = out
+	c.sendLocked(st)
+	if st.blocked {
+		st.out = append([]byte(nil), st.out...) // out goes back to the pool
+	}
+	c.kickLocked()
+}
+
+// answerErr writes the status of a failed call.
+func (c *conn) answerErr(st *stream, err error) {
+	s, ok := status.FromError(err)
+	if !ok && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		s = status.FromContextError(err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st.gone {
+		return
+	}
+	c.statusLocked(st, s)
+	c.kickLocked()
+}
+
+// statusLocked writes a trailers-only answer and ends the stream.
+func (c *conn) statusLocked(st *stream, s *status.Status) {
+	block := appendStatus(append([]byte(nil), respHeaders...), uint32(s.Code()), s.Message(), detailsOf(s))
+	if len(st.trl) > 0 {
+		block = appendMD(block, st.trl)
+	}
+	c.wbuf = appendHeaders(c.wbuf, st.id, block, true, c.peerFrame)
+	c.finishLocked(st)
+}
+
+func detailsOf(s *status.Status) []byte {
+	p := s.Proto()
+	if len(p.GetDetails()) == 0 {
+		return nil
+	}
+	b, err := proto.Marshal(p)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// Method, SetHeader, SendHeader and SetTrailer make the stream the call's
+// grpc.ServerTransportStream: headers and trailers set by the handler leave
+// with its answer (SendHeader does not send them earlier).
+func (st *stream) Method() string { return st.method }
+
+func (st *stream) SetHeader(md metadata.MD) error {
+	st.c.mu.Lock()
+	defer st.c.mu.Unlock()
+	st.hdr = metadata.Join(st.hdr, md)
+	return nil
+}
+
+func (st *stream) SendHeader(md metadata.MD) error { return st.SetHeader(md) }
+
+func (st *stream) SetTrailer(md metadata.MD) error {
+	st.c.mu.Lock()
+	defer st.c.mu.Unlock()
+	st.trl = metadata.Join(st.trl, md)
+	return nil
+}
+
+// parseTimeout reads grpc-timeout: at most 8 digits and a unit.
+func parseTimeout(s string) (time.Duration, error) {
+	if len(s) < 2 || len(s) > 9 {
+		return 0, errors.New("not 1 to 8 digits and a unit")
+	}
+	v, err := strconv.ParseUint(s[:len(s)-1], 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	var unit time.Duration
+	switch s[len(s)-1] {
+	case 'H':
+		unit = time.Hour
+	case 'M':
+		unit = time.Minute
+	case 'S':
+		unit = time.Second
+	case 'm':
+		unit = time.Millisecond
+	case 'u':
+		unit = time.Microsecond
+	case 'n':
+		unit = time.Nanosecond
+	default:
+		return 0, errors.New("unknown unit")
+	}
+	if v > uint64(math.MaxInt64/int64(unit)) {
+		return math.MaxInt64, nil
+	}
+	return time.Duration(v) * unit, nil
+}
+
+// decodeBin decodes a binary header, padded or not.
+func decodeBin(v string) ([]byte, error) {
+	if len(v)%4 == 0 {
+		return base64.StdEncoding.DecodeString(v)
+	}
+	return base64.RawStdEncoding.DecodeString(v)
+}
