@@ -59,7 +59,7 @@ type conn struct {
 	peerWin    int64 // the client's SETTINGS_INITIAL_WINDOW_SIZE
 	peerFrame  int   // the client's SETTINGS_MAX_FRAME_SIZE
 	blocked    []*stream
-	sentData   bool // the server sent an answer since the last PING (ping strikes)
+	sentData   bool // the server sent headers or data since the last PING (ping strikes)
 	goingAway  bool
 	closeAfter bool // close once wbuf is written (GOAWAY sent, no stream left)
 	closed     bool
@@ -210,13 +210,17 @@ func (c *conn) ping(f *http2.PingFrame) error {
 	if f.IsAck() {
 		return nil
 	}
+	// grpc-go's rule: a ping after the server sent headers or data is
+	// free; others closer than PingMinTime are strikes, and the third ends
+	// the connection.
 	now := time.Now()
 	c.mu.Lock()
-	if c.sentData {
-		c.sentData, c.pingStrikes = false, 0
-	}
+	free := c.sentData
+	c.sentData = false
 	c.mu.Unlock()
-	if !c.lastPing.IsZero() && now.Sub(c.lastPing) < c.s.cfg.PingMinTime {
+	if free {
+		c.pingStrikes = 0
+	} else if !c.lastPing.IsZero() && now.Sub(c.lastPing) < c.s.cfg.PingMinTime {
 		if c.pingStrikes++; c.pingStrikes > 2 {
 			c.goAway(http2.ErrCodeEnhanceYourCalm, []byte("too_many_pings"), false)
 			return errors.New("grpcfast: too many pings")

@@ -44,9 +44,14 @@ type Config struct {
 	// refused; a connection that goes on sending CONTINUATION frames past
 	// it is closed (CVE-2023-45288).
 	MaxHeaderListSize uint32
-	// Window is the flow-control window the server grants each stream and
-	// the connection (default 1 MiB).
+	// Window is the flow-control window the server grants each stream
+	// (default 1 MiB); the connection's is the larger of it and twice
+	// MaxRecvMsgSize.
 	Window uint32
+	// MaxConnBuffered bounds the bytes of a connection's requests not yet
+	// complete (default the larger of 16 MiB and 4 MaxRecvMsgSize): a
+	// request that would go past it is refused RESOURCE_EXHAUSTED.
+	MaxConnBuffered int
 	// MaxConnectionIdle closes (GOAWAY) a connection without a call for
 	// this long; MaxConnectionAge one this old, after MaxConnectionAgeGrace
 	// for its calls to end (0: no bound), as grpc-go's
@@ -74,8 +79,9 @@ type Config struct {
 	// call grows a new one every time (a quarter of the CPU of a
 	// do-nothing call). Past them a call gets a goroutine of its own.
 	Workers int
-	// WrapConn, when set, wraps every accepted connection (a rapid-reset
-	// guard: pkg/h2guard's Guard.Conn); returning nil closes it.
+	// WrapConn, when set, wraps every accepted connection on its own
+	// goroutine (a rapid-reset guard: pkg/h2guard); returning nil drops it
+	// (WrapConn closes it).
 	WrapConn func(net.Conn) net.Conn
 }
 
@@ -90,6 +96,9 @@ func (c *Config) defaults() {
 	def(&c.Window, 1<<20)
 	if c.MaxRecvMsgSize <= 0 {
 		c.MaxRecvMsgSize = 4 << 20
+	}
+	if c.MaxConnBuffered <= 0 {
+		c.MaxConnBuffered = max(16<<20, 4*c.MaxRecvMsgSize)
 	}
 	if c.MaxSendMsgSize <= 0 {
 		c.MaxSendMsgSize = 4 << 20
@@ -108,7 +117,7 @@ func (c *Config) defaults() {
 	}
 }
 
-// ErrServerClosed is what Serve returns after Shutdown or Close.
+// ErrServerClosed is what Serve returns when called after Shutdown or Close.
 var ErrServerClosed = errors.New("grpcfast: server closed")
 
 // Server serves unary gRPC methods over h2c; safe for concurrent use.
@@ -187,8 +196,8 @@ func (s *Server) RegisterService(desc *grpc.ServiceDesc, impl any) {
 	}
 }
 
-// Serve accepts connections on ln until Shutdown or Close, then returns
-// ErrServerClosed (or the listener's error).
+// Serve accepts connections on ln until Shutdown or Close, then returns nil
+// (as grpc.Server's), or the listener's error.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.closing {
@@ -211,7 +220,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			closing := s.closing
 			s.mu.Unlock()
 			if closing {
-				return ErrServerClosed
+				return nil
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() { // as net/http: EMFILE and the like pass
@@ -222,22 +231,28 @@ func (s *Server) Serve(ln net.Listener) error {
 			return err
 		}
 		backoff = 0
-		if s.cfg.WrapConn != nil {
-			if nc = s.cfg.WrapConn(nc); nc == nil {
-				continue
-			}
-		}
-		c := newConn(s, nc)
-		s.mu.Lock()
-		if s.closing {
-			s.mu.Unlock()
-			_ = nc.Close()
-			continue
-		}
-		s.conns[c] = struct{}{}
-		s.mu.Unlock()
-		go c.serve()
+		go s.serveConn(nc)
 	}
+}
+
+// serveConn wraps an accepted connection (on its own goroutine: a guard may
+// hold it a while) and serves it.
+func (s *Server) serveConn(nc net.Conn) {
+	if s.cfg.WrapConn != nil {
+		if nc = s.cfg.WrapConn(nc); nc == nil {
+			return
+		}
+	}
+	c := newConn(s, nc)
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		_ = nc.Close()
+		return
+	}
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	c.serve()
 }
 
 // forget drops a closed connection.

@@ -179,10 +179,8 @@ func (c *conn) discard(st *stream) {
 	if st == nil || len(st.msg) == 0 {
 		return
 	}
-	n := int64(len(st.msg))
+	c.buffered -= int64(len(st.msg))
 	st.msg = nil
-	c.buffered -= n
-	c.release(n)
 }
 
 // refuseHTTP answers a request that is not gRPC with an HTTP status alone.
@@ -231,12 +229,17 @@ func (c *conn) data(f *http2.DataFrame) error {
 		return c.refuse(st, f.StreamEnded(), codes.ResourceExhausted,
 			fmt.Sprintf("grpc: received message larger than max (%d vs. %d)", len(st.msg)+len(data)-5, c.s.cfg.MaxRecvMsgSize))
 	}
+	if c.buffered+int64(len(data)) > int64(c.s.cfg.MaxConnBuffered) {
+		c.release(n)
+		return c.refuse(st, f.StreamEnded(), codes.ResourceExhausted,
+			fmt.Sprintf("grpcfast: the connection's requests under way are past %d bytes", c.s.cfg.MaxConnBuffered))
+	}
 	if st.msg == nil && f.StreamEnded() {
 		st.msg = make([]byte, 0, len(data))
 	}
 	st.msg = append(st.msg, data...)
 	c.buffered += int64(len(data))
-	c.release(n - int64(len(data))) // padding
+	c.release(n)
 	if f.StreamEnded() {
 		c.dispatch(st)
 		return nil
@@ -252,9 +255,8 @@ func (c *conn) data(f *http2.DataFrame) error {
 	return nil
 }
 
-// release returns connection credit: for padding and dropped data at once,
-// for a request's bytes once it is complete (so that incomplete requests
-// hold at most the connection's window).
+// release returns connection credit, for every byte as it is read (the
+// requests under way are bounded by MaxConnBuffered instead).
 func (c *conn) release(n int64) {
 	if c.recvPending += n; c.recvPending < c.connWin/4 {
 		return
@@ -272,7 +274,6 @@ func (c *conn) dispatch(st *stream) {
 	msg := st.msg
 	st.msg = nil
 	c.buffered -= int64(len(msg))
-	c.release(int64(len(msg)))
 	var bad string
 	switch {
 	case len(msg) < 5:

@@ -122,6 +122,7 @@ func (c *conn) sendLocked(st *stream) {
 			return
 		}
 		c.wbuf = append(appendFrameHeader(c.wbuf, n, http2.FrameData, 0, st.id), st.out[:n]...)
+		c.sentData = true
 		st.out = st.out[n:]
 		c.sendAvail -= int64(n)
 		st.sendAvail -= int64(n)

@@ -215,7 +215,10 @@ func Run(ctx context.Context, env service.Env) error {
 				}
 				opts = append(opts, envoyrls.WithEnvoyConfig(ec))
 			}
-			grpcSrv, hs := envoyrls.NewGRPCServer(srv, opts...)
+			grpcSrv, hs, err := envoyrls.NewTransportServer(cfg.GRPCTransport, srv, opts...)
+			if err != nil {
+				return fail(fmt.Errorf("FLOODGATE_LIMITER_GRPC_TRANSPORT: %w", err))
+			}
 			run.OnReady(func(ready bool) {
 				if ready {
 					envoyrls.SetServing(hs, true)
@@ -223,18 +226,7 @@ func Run(ctx context.Context, env service.Env) error {
 					hs.Shutdown() // every service NOT_SERVING
 				}
 			})
-			run.Listener("envoy rls grpc", func() error { return grpcSrv.Serve(grpcLn) }, func(ctx context.Context) error {
-				stopped := make(chan struct{})
-				go func() { grpcSrv.GracefulStop(); close(stopped) }()
-				select {
-				case <-stopped:
-					return nil
-				case <-ctx.Done():
-					grpcSrv.Stop()
-					<-stopped
-					return ctx.Err()
-				}
-			})
+			run.Listener("envoy rls grpc", func() error { return grpcSrv.Serve(grpcLn) }, grpcSrv.Shutdown)
 		}
 	}
 	// net/http/pprof on its own listener, off unless FLOODGATE_LIMITER_DEBUG_ADDR is set.

@@ -123,6 +123,11 @@ type Config struct {
 	// decided at once, its adaptive limit's ceiling
 	// (FLOODGATE_LIMITER_GRPC_GATE_MAX; 0, the default: no gate).
 	GRPCGateMax int
+	// GRPCTransport is what serves the gRPC port
+	// (FLOODGATE_LIMITER_GRPC_TRANSPORT): grpc-go (the default) or
+	// floodgate, pkg/grpcfast's h2c transport for unary calls
+	// (docs/limiter.md, "The gRPC transport").
+	GRPCTransport string
 }
 
 // ConfigFromEnv reads the configuration and validates it.
@@ -151,6 +156,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		GRPCMaxConns:         e.Int("FLOODGATE_LIMITER_GRPC_MAX_CONNS", 10000),
 		GRPCMaxStreams:       e.Int("FLOODGATE_LIMITER_GRPC_MAX_STREAMS", envoyrls.MaxGRPCStreams),
 		GRPCGateMax:          e.Int("FLOODGATE_LIMITER_GRPC_GATE_MAX", 0),
+		GRPCTransport:        e.String("FLOODGATE_LIMITER_GRPC_TRANSPORT", envoyrls.TransportGRPCGo),
 		EnvoyShadow:          e.Bool("FLOODGATE_LIMITER_ENVOY_SHADOW_MODE", false),
 		EnvoyMerge:           e.Bool("FLOODGATE_LIMITER_ENVOY_MERGE_DOMAINS", false),
 		EnvoyFailureModeDeny: e.Bool("FLOODGATE_LIMITER_ENVOY_FAILURE_MODE_DENY", false),
@@ -228,6 +234,7 @@ func (c Config) Validate() error {
 	v.Require(c.GRPCMaxConns >= 1 && c.GRPCMaxConns <= 1_000_000, "FLOODGATE_LIMITER_GRPC_MAX_CONNS", "%d: must be in 1..1000000", c.GRPCMaxConns)
 	v.Require(c.GRPCGateMax == 0 || c.GRPCGateMax >= envoyrls.GateMin && c.GRPCGateMax <= 100_000, "FLOODGATE_LIMITER_GRPC_GATE_MAX",
 		"%d: must be 0 (no gate) or in %d..100000", c.GRPCGateMax, envoyrls.GateMin)
+	v.Require(envoyrls.ValidTransport(c.GRPCTransport), "FLOODGATE_LIMITER_GRPC_TRANSPORT", "%q: must be grpc-go or floodgate", c.GRPCTransport)
 	v.Require(c.GRPCMaxStreams >= 1 && c.GRPCMaxStreams <= 100_000, "FLOODGATE_LIMITER_GRPC_MAX_STREAMS", "%d: must be in 1..100000", c.GRPCMaxStreams)
 	switch c.Auth {
 	case "none":

@@ -1,0 +1,483 @@
+package grpcfast
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding/gzip"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// testService answers UnaryCall with a payload of the asked size, echoes
+// metadata "echo" back as header and trailer, and holds a call whose
+// payload body is "wait" until released (or its context ends).
+type testService struct {
+	testpb.UnimplementedTestServiceServer
+	release  chan struct{}
+	started  chan struct{}
+	deadline atomic.Value // time.Time of the last call's context
+}
+
+func (s *testService) EmptyCall(ctx context.Context, _ *testpb.Empty) (*testpb.Empty, error) {
+	return &testpb.Empty{}, nil
+}
+
+func (s *testService) UnaryCall(ctx context.Context, in *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+	if d, ok := ctx.Deadline(); ok {
+		s.deadline.Store(d)
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get("echo"); len(v) > 0 {
+		_ = grpc.SetHeader(ctx, metadata.Pairs("echo", v[0]))
+		_ = grpc.SetTrailer(ctx, metadata.Pairs("echo-trailer", v[0]))
+	}
+	if v := md.Get("blob-bin"); len(v) > 0 {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs("blob-bin", v[0]))
+	}
+	switch string(in.GetPayload().GetBody()) {
+	case "wait":
+		s.started <- struct{}{}
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	case "sleep":
+		time.Sleep(10 * time.Millisecond)
+	case "fail":
+		return nil, status.Error(codes.FailedPrecondition, "nope: 100% wrong\nline")
+	}
+	return &testpb.SimpleResponse{Payload: &testpb.Payload{Body: make([]byte, in.GetResponseSize())}}, nil
+}
+
+type fixture struct {
+	srv  *Server
+	svc  *testService
+	addr string
+	conn *grpc.ClientConn
+	hs   *health.Server
+	done chan error // Serve's return
+}
+
+func serve(t *testing.T, cfg Config) *fixture {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	f := &fixture{srv: New(cfg), svc: &testService{release: make(chan struct{}), started: make(chan struct{}, 100)},
+		addr: ln.Addr().String(), hs: health.NewServer(), done: make(chan error, 1)}
+	testpb.RegisterTestServiceServer(f.srv, f.svc)
+	healthpb.RegisterHealthServer(f.srv, f.hs)
+	go func() { f.done <- f.srv.Serve(ln) }()
+	t.Cleanup(f.srv.Close)
+	f.conn = dial(t, f.addr)
+	return f
+}
+
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestUnaryCalls(t *testing.T) {
+	f := serve(t, Config{})
+	c := testpb.NewTestServiceClient(f.conn)
+	ctx := ctxT(t)
+	t.Run("empty request and answer", func(t *testing.T) {
+		_, err := c.EmptyCall(ctx, &testpb.Empty{})
+		require.NoError(t, err)
+	})
+	t.Run("a message each way", func(t *testing.T) {
+		r, err := c.UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: 100, Payload: &testpb.Payload{Body: []byte("hi")}})
+		require.NoError(t, err)
+		require.Len(t, r.GetPayload().GetBody(), 100)
+	})
+	t.Run("a status with a message to encode", func(t *testing.T) {
+		_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte("fail")}})
+		require.Equal(t, codes.FailedPrecondition, status.Code(err))
+		require.Equal(t, "nope: 100% wrong\nline", status.Convert(err).Message())
+	})
+	t.Run("many calls one after another on one connection", func(t *testing.T) {
+		for range 2000 {
+			_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: 10})
+			require.NoError(t, err)
+		}
+	})
+}
+
+// Messages past the windows (64 KiB the client grants at first, 1 MiB per
+// stream the server grants) flow both ways; a message past MaxRecvMsgSize
+// is refused RESOURCE_EXHAUSTED.
+func TestLargeMessagesAndFlowControl(t *testing.T) {
+	f := serve(t, Config{Window: 256 << 10, MaxRecvMsgSize: 3 << 20, MaxSendMsgSize: 3 << 20})
+	c := testpb.NewTestServiceClient(f.conn)
+	ctx := ctxT(t)
+	big := make([]byte, 2<<20)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := c.UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: 2 << 20, Payload: &testpb.Payload{Body: big}},
+				grpc.MaxCallRecvMsgSize(4<<20))
+			if !errors.Is(err, nil) {
+				t.Error(err)
+				return
+			}
+			if len(r.GetPayload().GetBody()) != 2<<20 {
+				t.Errorf("answer of %d bytes", len(r.GetPayload().GetBody()))
+			}
+		}()
+	}
+	wg.Wait()
+	_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{Payload: &testpb.Payload{Body: make([]byte, 4<<20)}}, grpc.MaxCallSendMsgSize(8<<20))
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+	_, err = c.UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: 4 << 20}, grpc.MaxCallRecvMsgSize(8<<20))
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+	// The connection still serves.
+	_, err = c.EmptyCall(ctx, &testpb.Empty{})
+	require.NoError(t, err)
+}
+
+func TestDeadlines(t *testing.T) {
+	f := serve(t, Config{})
+	c := testpb.NewTestServiceClient(f.conn)
+	t.Run("grpc-timeout is the call's deadline", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		want, _ := ctx.Deadline()
+		_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{})
+		require.NoError(t, err)
+		got := f.svc.deadline.Load().(time.Time)
+		require.WithinDuration(t, want, got, 100*time.Millisecond)
+	})
+	t.Run("a call past its deadline ends with DEADLINE_EXCEEDED and its context", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte("wait")}})
+		require.Equal(t, codes.DeadlineExceeded, status.Code(err))
+		<-f.svc.started
+	})
+	t.Run("the client's cancel (RST_STREAM) ends the call's context", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte("wait")}})
+			errc <- err
+		}()
+		<-f.svc.started
+		cancel()
+		require.Equal(t, codes.Canceled, status.Code(<-errc))
+		// The connection still serves.
+		_, err := c.EmptyCall(ctxT(t), &testpb.Empty{})
+		require.NoError(t, err)
+	})
+}
+
+func TestMetadataAndInterceptor(t *testing.T) {
+	auth := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if info.FullMethod == "/grpc.health.v1.Health/Check" {
+			return handler(ctx, req)
+		}
+		md, _ := metadata.FromIncomingContext(ctx)
+		if v := md.Get("authorization"); len(v) != 1 || v[0] != "Bearer good" {
+			return nil, status.Error(codes.Unauthenticated, "who are you")
+		}
+		if grpc.ServerTransportStreamFromContext(ctx).Method() != info.FullMethod {
+			return nil, status.Error(codes.Internal, "method")
+		}
+		return handler(ctx, req)
+	}
+	f := serve(t, Config{Interceptor: auth})
+	c := testpb.NewTestServiceClient(f.conn)
+	ctx := ctxT(t)
+	_, err := c.EmptyCall(ctx, &testpb.Empty{})
+	require.Equal(t, codes.Unauthenticated, status.Code(err))
+	_, err = c.EmptyCall(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer bad"), &testpb.Empty{})
+	require.Equal(t, codes.Unauthenticated, status.Code(err))
+
+	blob := string([]byte{0, 1, 2, 255, 'x'})
+	var hdr, trl metadata.MD
+	_, err = c.UnaryCall(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer good", "echo", "hello", "blob-bin", blob),
+		&testpb.SimpleRequest{}, grpc.Header(&hdr), grpc.Trailer(&trl))
+	require.NoError(t, err)
+	require.Equal(t, []string{"hello"}, hdr.Get("echo"))
+	require.Equal(t, []string{"hello"}, trl.Get("echo-trailer"))
+	require.Equal(t, []string{blob}, trl.Get("blob-bin"), "binary metadata both ways")
+
+	f.hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	r, err := healthpb.NewHealthClient(f.conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err, "health passes the interceptor as AuthInterceptor lets it")
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, r.GetStatus())
+}
+
+func TestWhatIsNotServed(t *testing.T) {
+	f := serve(t, Config{})
+	ctx := ctxT(t)
+	for _, m := range []string{"/grpc.testing.TestService/Nope", "/nope.Service/Call", "/grpc.testing.TestService/UnimplementedCall"} {
+		err := f.conn.Invoke(ctx, m, &testpb.Empty{}, &testpb.Empty{})
+		require.Equal(t, codes.Unimplemented, status.Code(err), m)
+	}
+	t.Run("a streaming method", func(t *testing.T) {
+		s, err := testpb.NewTestServiceClient(f.conn).FullDuplexCall(ctx)
+		require.NoError(t, err)
+		_, err = s.Recv()
+		require.Equal(t, codes.Unimplemented, status.Code(err))
+		require.Contains(t, status.Convert(err).Message(), "streaming")
+	})
+	t.Run("grpc-encoding other than identity", func(t *testing.T) {
+		_, err := testpb.NewTestServiceClient(f.conn).UnaryCall(ctx, &testpb.SimpleRequest{}, grpc.UseCompressor(gzip.Name))
+		require.Equal(t, codes.Unimplemented, status.Code(err))
+	})
+	t.Run("health is served", func(t *testing.T) {
+		f.hs.SetServingStatus("x", healthpb.HealthCheckResponse_NOT_SERVING)
+		r, err := healthpb.NewHealthClient(f.conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "x"})
+		require.NoError(t, err)
+		require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, r.GetStatus())
+		_, err = healthpb.NewHealthClient(f.conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "unknown"})
+		require.Equal(t, codes.NotFound, status.Code(err))
+	})
+	// The connection still serves.
+	_, err := testpb.NewTestServiceClient(f.conn).EmptyCall(ctx, &testpb.Empty{})
+	require.NoError(t, err)
+}
+
+// Thousands of calls at once on one connection, past its
+// MaxConcurrentStreams: the client waits for streams, every call answered.
+func TestManyConcurrentStreams(t *testing.T) {
+	f := serve(t, Config{MaxConcurrentStreams: 50, Workers: 8})
+	c := testpb.NewTestServiceClient(f.conn)
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 2000 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: 64, Payload: &testpb.Payload{Body: []byte("sleep")}}); err != nil {
+				failed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	require.Zero(t, failed.Load())
+}
+
+// Shutdown sends GOAWAY: the call under way finishes, new calls go to a new
+// connection (here: none, so they fail UNAVAILABLE), Serve returns nil.
+func TestShutdownDrains(t *testing.T) {
+	f := serve(t, Config{})
+	c := testpb.NewTestServiceClient(f.conn)
+	ctx := ctxT(t)
+	_, err := c.EmptyCall(ctx, &testpb.Empty{})
+	require.NoError(t, err)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: 5, Payload: &testpb.Payload{Body: []byte("wait")}})
+		errc <- err
+	}()
+	<-f.svc.started
+	shut := make(chan error, 1)
+	go func() { shut <- f.srv.Shutdown(ctx) }()
+	require.Eventually(t, func() bool { // the listener is closed: no new connection
+		c, err := net.Dial("tcp", f.addr)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err != nil
+	}, 5*time.Second, 10*time.Millisecond)
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned %v with a call under way", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(f.svc.release)
+	require.NoError(t, <-errc, "the call under way is answered")
+	require.NoError(t, <-shut)
+	require.NoError(t, <-f.done)
+}
+
+// Shutdown's ctx bounds the drain: then the connections are closed.
+func TestShutdownDeadlineCloses(t *testing.T) {
+	f := serve(t, Config{})
+	c := testpb.NewTestServiceClient(f.conn)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.UnaryCall(context.Background(), &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte("wait")}})
+		errc <- err
+	}()
+	<-f.svc.started
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, f.srv.Shutdown(ctx), context.DeadlineExceeded)
+	require.Equal(t, codes.Unavailable, status.Code(<-errc))
+}
+
+// rawConn is a client speaking HTTP/2 by hand.
+type rawConn struct {
+	nc  net.Conn
+	fr  *http2.Framer
+	enc *hpack.Encoder
+	hb  bytes.Buffer
+}
+
+func rawDial(t *testing.T, addr string) *rawConn {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = nc.Close() })
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	r := &rawConn{nc: nc, fr: http2.NewFramer(nc, nc)}
+	r.enc = hpack.NewEncoder(&r.hb)
+	_, err = io.WriteString(nc, http2.ClientPreface)
+	require.NoError(t, err)
+	require.NoError(t, r.fr.WriteSettings())
+	return r
+}
+
+func (r *rawConn) block(kv ...string) []byte {
+	r.hb.Reset()
+	for i := 0; i < len(kv); i += 2 {
+		_ = r.enc.WriteField(hpack.HeaderField{Name: kv[i], Value: kv[i+1]})
+	}
+	return bytes.Clone(r.hb.Bytes())
+}
+
+var callHeaders = []string{":method", "POST", ":scheme", "http", ":path", "/grpc.testing.TestService/EmptyCall",
+	":authority", "x", "content-type", "application/grpc", "te", "trailers"}
+
+// goAway reads frames until GOAWAY and the connection's end; it returns
+// GOAWAY's code.
+func (r *rawConn) goAway(t *testing.T) http2.ErrCode {
+	t.Helper()
+	code := http2.ErrCode(0xff)
+	for {
+		f, err := r.fr.ReadFrame()
+		if err != nil {
+			require.NotEqual(t, http2.ErrCode(0xff), code, "the connection ended without GOAWAY: %v", err)
+			return code
+		}
+		if g, ok := f.(*http2.GoAwayFrame); ok {
+			code = g.ErrCode
+		}
+	}
+}
+
+func TestMalformedClients(t *testing.T) {
+	f := serve(t, Config{MaxHeaderListSize: 4 << 10})
+	t.Run("not HTTP/2: closed", func(t *testing.T) {
+		nc, err := net.Dial("tcp", f.addr)
+		require.NoError(t, err)
+		defer nc.Close()
+		_, _ = io.WriteString(nc, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = io.Copy(io.Discard, nc)
+		require.NoError(t, err, "closed by the server")
+	})
+	t.Run("CONTINUATION flood: GOAWAY and closed (CVE-2023-45288)", func(t *testing.T) {
+		r := rawDial(t, f.addr)
+		require.NoError(t, r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: r.block(callHeaders...)}))
+		junk := r.block("x-junk", string(bytes.Repeat([]byte("a"), 1000)))
+		sent := 0
+		for ; sent < 10000; sent++ { // 10 MB, if the server went on reading
+			if err := r.fr.WriteContinuation(1, false, junk); err != nil {
+				break
+			}
+		}
+		require.Less(t, sent, 10000, "the server stopped reading")
+		code := r.goAway(t)
+		require.Contains(t, []http2.ErrCode{http2.ErrCodeProtocol, http2.ErrCodeCompression}, code)
+	})
+	t.Run("DATA on stream 0: GOAWAY PROTOCOL_ERROR", func(t *testing.T) {
+		r := rawDial(t, f.addr)
+		require.NoError(t, r.fr.WriteRawFrame(http2.FrameData, 0, 0, []byte("x")))
+		require.Equal(t, http2.ErrCodeProtocol, r.goAway(t))
+	})
+	t.Run("a stream id going backwards: GOAWAY", func(t *testing.T) {
+		r := rawDial(t, f.addr)
+		require.NoError(t, r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 5, BlockFragment: r.block(callHeaders...), EndHeaders: true}))
+		require.NoError(t, r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: r.block(callHeaders...), EndHeaders: true}))
+		require.Equal(t, http2.ErrCodeStreamClosed, r.goAway(t))
+	})
+	t.Run("a window past 2^31-1: GOAWAY FLOW_CONTROL_ERROR", func(t *testing.T) {
+		r := rawDial(t, f.addr)
+		require.NoError(t, r.fr.WriteWindowUpdate(0, 1<<31-1))
+		require.Equal(t, http2.ErrCodeFlowControl, r.goAway(t))
+	})
+	t.Run("pings too often: GOAWAY ENHANCE_YOUR_CALM", func(t *testing.T) {
+		r := rawDial(t, f.addr)
+		for i := range 10 {
+			if r.fr.WritePing(false, [8]byte{byte(i)}) != nil {
+				break
+			}
+		}
+		require.Equal(t, http2.ErrCodeEnhanceYourCalm, r.goAway(t))
+	})
+	t.Run("a header list past the bound: the call is refused, the connection serves", func(t *testing.T) {
+		r := rawDial(t, f.addr)
+		hs := append([]string{}, callHeaders...)
+		for _, k := range []string{"x-a", "x-b", "x-c", "x-d"} {
+			hs = append(hs, k, string(bytes.Repeat([]byte("b"), 2<<10)))
+		}
+		require.NoError(t, r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: r.block(hs...), EndHeaders: true, EndStream: true}))
+		require.NoError(t, r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: r.block(callHeaders...), EndHeaders: true}))
+		require.NoError(t, r.fr.WriteData(3, true, []byte{0, 0, 0, 0, 0}))
+		r.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+		got := map[uint32]string{}
+		for len(got) < 2 {
+			f, err := r.fr.ReadFrame()
+			require.NoError(t, err)
+			if mh, ok := f.(*http2.MetaHeadersFrame); ok && mh.StreamEnded() {
+				got[mh.StreamID] = mh.PseudoValue("status") + " " + mh.Fields[len(mh.Fields)-1].Value
+				for _, hf := range mh.Fields {
+					if hf.Name == "grpc-status" {
+						got[mh.StreamID] = hf.Value
+					}
+				}
+			}
+		}
+		require.Equal(t, map[uint32]string{1: "8", 3: "0"}, got) // RESOURCE_EXHAUSTED, OK
+	})
+}
+
+// Idle and aged connections are sent GOAWAY; the client reconnects.
+func TestConnectionIdleAndAge(t *testing.T) {
+	f := serve(t, Config{MaxConnectionIdle: 100 * time.Millisecond})
+	r := rawDial(t, f.addr)
+	require.Equal(t, http2.ErrCodeNo, r.goAway(t))
+
+	g := serve(t, Config{MaxConnectionAge: 100 * time.Millisecond, MaxConnectionAgeGrace: 100 * time.Millisecond})
+	r = rawDial(t, g.addr)
+	require.Equal(t, http2.ErrCodeNo, r.goAway(t))
+	c := testpb.NewTestServiceClient(g.conn)
+	for range 3 {
+		_, err := c.EmptyCall(ctxT(t), &testpb.Empty{})
+		require.NoError(t, err)
+		time.Sleep(150 * time.Millisecond)
+	}
+}

@@ -1,0 +1,127 @@
+package envoyrls
+
+// The two transports the rate-limit service runs on
+// (FLOODGATE_LIMITER_GRPC_TRANSPORT): grpc-go (NewGRPCServer), and
+// Floodgate's own h2c transport for unary calls (NewFastServer,
+// pkg/grpcfast), which costs a call about half of grpc-go's CPU. Both
+// serve the same EnvoyRLS, the same health service and interceptors.
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/floodgate-dev/floodgate/pkg/grpcfast"
+	"github.com/floodgate-dev/floodgate/pkg/h2guard"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
+)
+
+// The transports, by their configuration names.
+const (
+	TransportGRPCGo    = "grpc-go"
+	TransportFloodgate = "floodgate"
+)
+
+// Transports are the names ValidTransport accepts.
+var Transports = []string{TransportGRPCGo, TransportFloodgate}
+
+// ValidTransport reports whether name is a transport.
+func ValidTransport(name string) bool { return name == TransportGRPCGo || name == TransportFloodgate }
+
+// GRPCServer is the rate-limit service's server on either transport.
+type GRPCServer interface {
+	// Serve accepts connections on ln until Shutdown.
+	Serve(ln net.Listener) error
+	// Shutdown stops accepting, lets the calls under way finish (GOAWAY)
+	// and returns when they have, or closes every connection when ctx is
+	// done first and returns ctx's error.
+	Shutdown(ctx context.Context) error
+}
+
+// NewTransportServer returns the service on the named transport with its
+// health service (NOT_SERVING until SetServing).
+func NewTransportServer(transport string, s *server.Server, opts ...GRPCOption) (GRPCServer, *health.Server, error) {
+	switch transport {
+	case TransportGRPCGo, "":
+		g, hs := NewGRPCServer(s, opts...)
+		return grpcGoServer{g}, hs, nil
+	case TransportFloodgate:
+		f, hs := NewFastServer(s, opts...)
+		return f, hs, nil
+	}
+	return nil, nil, fmt.Errorf("gRPC transport %q: not one of %v", transport, Transports)
+}
+
+// grpcGoServer is a grpc.Server with Shutdown.
+type grpcGoServer struct{ *grpc.Server }
+
+func (g grpcGoServer) Shutdown(ctx context.Context) error {
+	stopped := make(chan struct{})
+	go func() { g.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+		return nil
+	case <-ctx.Done():
+		g.Stop()
+		<-stopped
+		return ctx.Err()
+	}
+}
+
+// NewFastServer is NewGRPCServer on pkg/grpcfast: the same service, health,
+// caller authentication (AuthInterceptor), entry gate (its door as the
+// transport's tap), rapid-reset guard (pkg/h2guard on every connection),
+// stream and message bounds, windows and connection age and idle limits.
+// What it does not have: tracing spans (otelgrpc is grpc-go's), and
+// health's Watch (a streaming method; answered UNIMPLEMENTED — Check, which
+// Kubernetes' and Envoy's gRPC health checks use, is served).
+func NewFastServer(s *server.Server, opts ...GRPCOption) (*grpcfast.Server, *health.Server) {
+	var reg prometheus.Registerer
+	if r := s.Registry(); r != nil {
+		reg = r
+	}
+	rls := NewEnvoyRLS(s)
+	for _, o := range opts {
+		o(rls)
+	}
+	guard := h2guard.Credentials(insecure.NewCredentials(), h2guard.New(h2guard.Config{}, reg, "floodgate_limiter_grpc"))
+	cfg := grpcfast.Config{
+		MaxConcurrentStreams: cmp.Or(rls.maxStreams, MaxGRPCStreams),
+		MaxRecvMsgSize:       1 << 20,
+		Window:               grpcWindow,
+		MaxConnectionIdle:    5 * time.Minute, MaxConnectionAge: 5 * time.Minute, MaxConnectionAgeGrace: 30 * time.Second,
+		PingMinTime: 5 * time.Second,
+		Workers:     grpcStreamWorkers,
+		// The guard admits (or tarpits) the connection and reads its
+		// frames for resets past the budget.
+		WrapConn: func(c net.Conn) net.Conn {
+			gc, _, err := guard.ServerHandshake(c)
+			if err != nil {
+				return nil
+			}
+			return gc
+		},
+	}
+	if cs := s.Callers(); cs != nil {
+		cfg.Interceptor = cs.AuthInterceptor
+	}
+	if rls.gateCfg.Max > 0 {
+		rls.gate = newGate(rls.gateCfg, reg)
+		cfg.Tap = rls.gate.tap
+	}
+	f := grpcfast.New(cfg)
+	rlsv3.RegisterRateLimitServiceServer(f, rls)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(f, hs)
+	SetServing(hs, false)
+	return f, hs
+}
