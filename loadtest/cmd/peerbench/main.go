@@ -105,6 +105,7 @@ func run() error {
 	floor := flag.Bool("floor", true, "also measure a do-nothing server per protocol (loadtest/cmd/httpfloor -serve grpc / nethttp), pinned the same way")
 	baseline := flag.String("baseline", "", "also measure this prebuilt limiter binary (e.g. go build -o /tmp/limiter-before ./services/limiter at the commit before a change) as \"floodgate baseline\", alternating with the rest: a change's before and after from one run")
 	favourFlag := flag.Bool("favour", true, "put this generator, the services and a private Redis and broker into one cgroup of the highest CPU weight (cgroup v1 cpu.shares 262144 / v2 cpu.weight 10000), so other work on the machine runs only in what they leave; needs a writable cpu controller (root)")
+	transport := flag.String("transport", "", "FLOODGATE_LIMITER_GRPC_TRANSPORT of the Floodgate under test only (grpc-go or floodgate; the -baseline keeps its environment's): with -baseline set to the same build, the two transports in one run")
 	profile := flag.String("profile", "", "write CPU and allocation profiles of Floodgate's first round per protocol into this directory (its pprof listener; costs it a few % in that round)")
 	flag.Parse()
 	place, err := newPlacement(*pin, *serviceCPUs, *restCPUs)
@@ -171,7 +172,11 @@ func run() error {
 		return err
 	}
 	defer peer.Stop()
-	fg, stop, err := startLimiter(root, "", cfgDir, *algorithm, *lease, place, stack, *profile != "")
+	var fgEnv []string
+	if *transport != "" {
+		fgEnv = append(fgEnv, "FLOODGATE_LIMITER_GRPC_TRANSPORT="+*transport)
+	}
+	fg, stop, err := startLimiter(root, "", cfgDir, *algorithm, *lease, place, stack, *profile != "", fgEnv...)
 	if err != nil {
 		return err
 	}

@@ -76,8 +76,9 @@ type stackAddrs struct {
 var limiterTopics = []string{config.DefaultDecisionsTopic}
 
 // startLimiter runs the limiter built from root, or the binary prebuilt
-// when it is set (-baseline), with the benchmark's rules.
-func startLimiter(root, prebuilt, envoyDir, algorithm string, lease int, place placement, stack stackAddrs, debug bool) (limiterAddrs, func(), error) {
+// when it is set (-baseline), with the benchmark's rules and extra
+// environment (-transport).
+func startLimiter(root, prebuilt, envoyDir, algorithm string, lease int, place placement, stack stackAddrs, debug bool, extra ...string) (limiterAddrs, func(), error) {
 	dir, err := os.MkdirTemp("", "peerbench-limiter")
 	if err != nil {
 		return limiterAddrs{}, nil, err
@@ -106,6 +107,7 @@ func startLimiter(root, prebuilt, envoyDir, algorithm string, lease int, place p
 		"FLOODGATE_LIMITER_ENVOY_CONFIG="+envoyDir, rule, "FLOODGATE_LIMITER_INFLUX_INTERVAL=0",
 		"FLOODGATE_JOURNAL_DIR="+filepath.Join(dir, "journal"), "FLOODGATE_GATEWAY=peerbench",
 		"FLOODGATE_REDIS_ADDRS="+stack.redis, "FLOODGATE_KAFKA_BROKERS="+stack.broker)
+	lim.Env = append(lim.Env, extra...)
 	debugAddr := ""
 	if debug {
 		debugAddr = freeAddr()

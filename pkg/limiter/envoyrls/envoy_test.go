@@ -51,9 +51,8 @@ func newRLS(t testing.TB, rules string, opts ...GRPCOption) rlsFixture {
 	reg := prometheus.NewRegistry()
 	s := server.New(server.Config{Engine: e, Publisher: pub, Topic: "decisions", Gateway: "envoy-test",
 		Logger: slog.New(slog.DiscardHandler), Registry: reg})
-	g, hs := NewGRPCServer(s, opts...)
+	conn, hs := dialService(t, s, opts...)
 	SetServing(hs, true)
-	conn := limitertest.DialGRPC(t, g)
 	return rlsFixture{rls: rlsv3.NewRateLimitServiceClient(conn), health: healthpb.NewHealthClient(conn), pub: pub, reg: reg, eng: e}
 }
 

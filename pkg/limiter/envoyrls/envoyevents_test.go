@@ -132,10 +132,9 @@ descriptors:
 		Logger: slog.New(slog.DiscardHandler), Registry: reg, Callers: cs})
 	keys, err := ParseEnvoyPrincipalKeys(DefaultEnvoyPrincipalKeys, "remote_address")
 	require.NoError(t, err)
-	g, _ := NewGRPCServer(s, WithEnvoyConfig(&EnvoyConfig{Source: src,
+	conn, _ := dialService(t, s, WithEnvoyConfig(&EnvoyConfig{Source: src,
 		Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoytest:" + domain + ":"},
 		Identity:  &EnvoyIdentity{Keys: keys, IPKey: "remote_address", MethodKey: "method"}}))
-	conn := limitertest.DialGRPC(t, g)
 	return envoyEventsFixture{rls: rlsv3.NewRateLimitServiceClient(conn), pub: pub, reg: reg, eng: e, domain: domain}
 }
 

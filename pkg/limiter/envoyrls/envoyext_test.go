@@ -101,8 +101,7 @@ func newEnvoyExt(t testing.TB, yaml string, o envoyExtOpts) envoyExt {
 	if o.anonymous {
 		ec.Identity = nil
 	}
-	g, _ := NewGRPCServer(s, WithEnvoyConfig(ec))
-	conn := limitertest.DialGRPC(t, g)
+	conn, _ := dialService(t, s, WithEnvoyConfig(ec))
 	return envoyExt{rls: rlsv3.NewRateLimitServiceClient(conn), pub: pub, rdb: rdb, src: src, dir: dir, domain: domain, eng: e, reg: reg}
 }
 

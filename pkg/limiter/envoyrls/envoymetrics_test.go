@@ -38,9 +38,8 @@ descriptors:
 	reg := prometheus.NewRegistry()
 	s := server.New(server.Config{Engine: e, Publisher: &kafkatest.Capture{}, Topic: "decisions", Gateway: "envoy-test",
 		Logger: slog.New(slog.DiscardHandler), Registry: reg})
-	g, _ := NewGRPCServer(s, WithEnvoyConfig(&EnvoyConfig{Source: src, Headers: DefaultEnvoyHeaders(),
+	conn, _ := dialService(t, s, WithEnvoyConfig(&EnvoyConfig{Source: src, Headers: DefaultEnvoyHeaders(),
 		Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoytest:" + domain + ":"}}))
-	conn := limitertest.DialGRPC(t, g)
 	rls := rlsv3.NewRateLimitServiceClient(conn)
 
 	var last *rlsv3.RateLimitResponse

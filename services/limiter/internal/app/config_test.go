@@ -28,6 +28,8 @@ func TestConfigFromEnvNamesBadVariables(t *testing.T) {
 		{"grpc streams", map[string]string{"FLOODGATE_LIMITER_GRPC_MAX_STREAMS": "0"}, "FLOODGATE_LIMITER_GRPC_MAX_STREAMS"},
 		{"grpc gate", map[string]string{"FLOODGATE_LIMITER_GRPC_GATE_MAX": "3"}, "FLOODGATE_LIMITER_GRPC_GATE_MAX"},
 		{"grpc off", map[string]string{"FLOODGATE_LIMITER_GRPC_ADDR": "off"}, ""},
+		{"grpc transport unknown", map[string]string{"FLOODGATE_LIMITER_GRPC_TRANSPORT": "grpc"}, "FLOODGATE_LIMITER_GRPC_TRANSPORT"},
+		{"grpc transport floodgate", map[string]string{"FLOODGATE_LIMITER_GRPC_TRANSPORT": "floodgate"}, ""},
 		{"debug on the grpc address", map[string]string{"FLOODGATE_LIMITER_DEBUG_ADDR": "127.0.0.1:8081"}, "FLOODGATE_LIMITER_DEBUG_ADDR"},
 		{"influx interval", map[string]string{"FLOODGATE_LIMITER_INFLUX_INTERVAL": "1ms"}, "FLOODGATE_LIMITER_INFLUX_INTERVAL"},
 		{"beyond loopback without a choice of auth", map[string]string{"FLOODGATE_LIMITER_ADDR": "0.0.0.0:8080"}, "FLOODGATE_LIMITER_AUTH"},

@@ -1,0 +1,122 @@
+package envoyrls
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate-dev/floodgate/pkg/h2guard/h2guardtest"
+	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/limitertest"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
+	"github.com/floodgate-dev/floodgate/pkg/promtest"
+	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+)
+
+// transportEnv names the transport the wire tests serve on (grpc-go when
+// unset); TestWireTestsOnTheFloodgateTransport runs them again on the
+// other.
+const transportEnv = "FLOODGATE_TEST_GRPC_TRANSPORT"
+
+// dialService serves s on the test's transport over TCP and dials it with
+// grpc-go's client.
+func dialService(t testing.TB, s *server.Server, opts ...GRPCOption) (*grpc.ClientConn, *health.Server) {
+	t.Helper()
+	g, hs, err := NewTransportServer(os.Getenv(transportEnv), s, opts...)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = g.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = g.Shutdown(ctx)
+	})
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn, hs
+}
+
+// The Envoy tests over the wire (every one that serves through dialService)
+// again, on pkg/grpcfast: the same answers, events, metrics and
+// authentication from either transport.
+func TestWireTestsOnTheFloodgateTransport(t *testing.T) {
+	if os.Getenv(transportEnv) != "" {
+		t.Skip("this is the run on the other transport")
+	}
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	redistest.Client(t) // fails loudly without the stack, as the tests it runs
+	cmd := exec.Command(os.Args[0], "-test.run=^TestEnvoy", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), transportEnv+"="+TransportFloodgate)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "--- PASS: TestEnvoyShouldRateLimitDecidesWithContractAndPublishes")
+}
+
+func TestTransportNames(t *testing.T) {
+	s := server.New(server.Config{Engine: limitertest.Engine(t, redistest.Client(t), limitertest.OneBucket, nil),
+		Publisher: &kafkatest.Capture{}, Topic: "decisions", Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+	_, _, err := NewTransportServer("netty", s)
+	require.ErrorContains(t, err, `"netty"`)
+	for _, name := range Transports {
+		require.True(t, ValidTransport(name))
+	}
+	require.False(t, ValidTransport("grpc"))
+}
+
+// On the Floodgate transport a rapid-reset flood is sent GOAWAY
+// (ENHANCE_YOUR_CALM) by pkg/h2guard, as on grpc-go, and health keeps
+// answering; the entry gate lets calls through.
+func TestFloodgateTransportGuardsAndGates(t *testing.T) {
+	rdb := redistest.Client(t)
+	reg := prometheus.NewRegistry()
+	s := server.New(server.Config{Engine: limitertest.Engine(t, rdb, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 1000, period: 1s}\n", nil),
+		Publisher: &kafkatest.Capture{}, Topic: "decisions", Logger: slog.New(slog.DiscardHandler), Registry: reg})
+	g, hs := NewFastServer(s, WithGate(GateMin))
+	SetServing(hs, true)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = g.Serve(ln) }()
+	t.Cleanup(g.Close)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	r, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge",
+		Descriptors: []*rlcommon.RateLimitDescriptor{limitertest.BotDescriptor(redistest.Unique(t, "fast_bot"))}})
+	require.NoError(t, err)
+	require.Equal(t, rlsv3.RateLimitResponse_OK, r.GetOverallCode())
+	require.Equal(t, 1.0, promtest.Value(t, reg, "floodgate_limiter_envoy_requests_total", map[string]string{"result": "ok"}))
+
+	fctx, fcancel := context.WithTimeout(ctx, time.Second)
+	defer fcancel()
+	st := h2guardtest.Flood(fctx, ln.Addr().String(), rlsv3.RateLimitService_ShouldRateLimit_FullMethodName)
+	require.Positive(t, st.Calm, "the flood was sent GOAWAY ENHANCE_YOUR_CALM: %+v", st)
+	require.Positive(t, promtest.Value(t, reg, "floodgate_limiter_grpc_abuse_goaways_total", nil))
+
+	hr, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: rlsv3.RateLimitService_ServiceDesc.ServiceName})
+	require.NoError(t, err)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, hr.GetStatus())
+	_, err = healthpb.NewHealthClient(conn).List(ctx, &healthpb.HealthListRequest{})
+	require.NotEqual(t, codes.Unavailable, status.Code(err), "a unary health method is served or refused, never dropped")
+}
