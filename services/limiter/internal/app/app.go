@@ -258,7 +258,7 @@ func Run(ctx context.Context, env service.Env) error {
 	if counts != nil {
 		run.Tail("influxdb counts", func(ctx context.Context) error { return counts.Run(ctx, cfg.InfluxInterval) })
 	}
-	log.Info("limiter serving", "addr", addr.String(), "grpc_addr", grpcAddr, "debug_addr", cfg.DebugAddr, "redis", redisOpts, "kafka", cfg.KafkaBrokers,
+	log.Info("limiter serving", "addr", addr.String(), "grpc_addr", grpcAddr, "grpc_transport", cfg.GRPCTransport, "debug_addr", cfg.DebugAddr, "redis", redisOpts, "kafka", cfg.KafkaBrokers,
 		"topic", cfg.DecisionsTopic, "rules", core.Rules().Source, "rules_topic", cfg.RulesTopic, "rules_version", core.Rules().Version, "rule_count", len(core.Rules().Rules), "shadow", core.Rules().Shadow || cfg.Shadow)
 	return run.Run(ctx)
 }
