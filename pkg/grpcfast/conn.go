@@ -63,13 +63,14 @@ type conn struct {
 	goingAway  bool
 	closeAfter bool // close once wbuf is written (GOAWAY sent, no stream left)
 	closed     bool
-	idleSince  time.Time // when the last stream ended; zero while there is one
+	busy       bool      // a stream was open since the idle timer last looked
+	deadline   time.Time // the write deadline set on nc
 	timers     []*time.Timer
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 32<<10), streams: map[uint32]*stream{},
-		sendAvail: initialWindow, peerWin: initialWindow, peerFrame: 16384, idleSince: time.Now()}
+		sendAvail: initialWindow, peerWin: initialWindow, peerFrame: 16384}
 	c.room = sync.NewCond(&c.mu)
 	c.connWin = max(int64(s.cfg.Window), 2*int64(s.cfg.MaxRecvMsgSize+5))
 	c.recvAvail = initialWindow
@@ -315,7 +316,6 @@ func (c *conn) endedLocked() {
 	if len(c.streams) > 0 {
 		return
 	}
-	c.idleSince = time.Now()
 	if c.goingAway {
 		c.closeAfter = true // the caller kicks
 	}
@@ -388,19 +388,27 @@ func (c *conn) startTimers() {
 		}))
 	}
 	if idle := cfg.MaxConnectionIdle; idle > 0 {
+		// Every idle/2 the timer looks: a connection without a stream at
+		// both of two looks in a row, and none in between, has been idle
+		// for at least idle/2 and at most idle (no clock read per call).
 		var t *time.Timer
-		t = time.AfterFunc(idle, func() {
+		quiet := 0
+		t = time.AfterFunc(idle/2, func() {
 			c.mu.Lock()
-			since, closed := c.idleSince, c.closed
+			if c.busy || len(c.streams) > 0 {
+				quiet = 0
+			} else {
+				quiet++
+			}
+			c.busy = false
+			closed := c.closed
 			c.mu.Unlock()
 			switch {
 			case closed:
-			case !since.IsZero() && time.Since(since) >= idle:
+			case quiet >= 2:
 				c.goAway(http2.ErrCodeNo, nil, true)
-			case since.IsZero():
-				t.Reset(idle)
 			default:
-				t.Reset(idle - time.Since(since))
+				t.Reset(idle / 2)
 			}
 		})
 		c.timers = append(c.timers, t)

@@ -109,7 +109,7 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 	}
 	st.sendAvail = c.peerWin
 	c.streams[id] = st
-	c.idleSince = time.Time{}
+	c.busy = true
 	c.mu.Unlock()
 	st.method = path
 	switch {

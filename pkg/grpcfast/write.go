@@ -83,7 +83,13 @@ func (c *conn) kickLocked() {
 		buf := c.wbuf
 		c.wbuf = c.spare[:0]
 		c.mu.Unlock()
-		_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+		// The write deadline moves at most every WriteTimeout/2, not per
+		// write: a write blocked on a client that does not read fails
+		// within WriteTimeout/2 to WriteTimeout.
+		if now := time.Now(); c.deadline.Sub(now) < c.s.cfg.WriteTimeout/2 {
+			c.deadline = now.Add(c.s.cfg.WriteTimeout)
+			_ = c.nc.SetWriteDeadline(c.deadline)
+		}
 		_, err := c.nc.Write(buf)
 		c.mu.Lock()
 		if cap(buf) <= 4*maxPending {
