@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -71,6 +72,10 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 	}
 	st := &stream{c: c, id: id, base: c.ctx, recvAvail: int64(c.s.cfg.Window)}
 	var path, meth, ctype, timeout, enc string
+	var vals []string // the metadata's values, one backing array for the call
+	if n := metadataFields(f.Fields); n > 0 {
+		st.md, vals = make(metadata.MD, n), make([]string, 0, n)
+	}
 	for _, hf := range f.Fields {
 		switch hf.Name {
 		case ":path":
@@ -84,10 +89,7 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 		case "grpc-encoding":
 			enc = hf.Value
 		}
-		if hf.Name == ":authority" || hf.Name == "user-agent" || !reserved(hf.Name) {
-			if st.md == nil {
-				st.md = make(metadata.MD, len(f.Fields))
-			}
+		if isMetadata(hf.Name) {
 			v := hf.Value
 			if strings.HasSuffix(hf.Name, "-bin") {
 				b, err := decodeBin(v)
@@ -96,7 +98,12 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 				}
 				v = string(b)
 			}
-			st.md[hf.Name] = append(st.md[hf.Name], v)
+			if prev := st.md[hf.Name]; prev != nil {
+				st.md[hf.Name] = append(prev, v)
+			} else {
+				vals = append(vals, v)
+				st.md[hf.Name] = vals[len(vals)-1 : len(vals) : len(vals)]
+			}
 		}
 	}
 	c.mu.Lock()
@@ -155,6 +162,23 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 		c.dispatch(st)
 	}
 	return nil
+}
+
+// isMetadata reports whether a request header is the call's metadata:
+// what gRPC does not reserve, and :authority and user-agent (as grpc-go).
+func isMetadata(name string) bool {
+	return name == ":authority" || name == "user-agent" || !reserved(name)
+}
+
+// metadataFields counts the fields isMetadata keeps.
+func metadataFields(fs []hpack.HeaderField) int {
+	n := 0
+	for _, hf := range fs {
+		if isMetadata(hf.Name) {
+			n++
+		}
+	}
+	return n
 }
 
 // refuse answers a call with a status before reading its message.
