@@ -60,6 +60,7 @@ type conn struct {
 	peerFrame  int   // the client's SETTINGS_MAX_FRAME_SIZE
 	blocked    []*stream
 	sentData   bool // the server sent headers or data since the last PING (ping strikes)
+	greeted    bool // the server's SETTINGS are in wbuf: frames may follow
 	goingAway  bool
 	closeAfter bool // close once wbuf is written (GOAWAY sent, no stream left)
 	closed     bool
@@ -134,6 +135,11 @@ func (c *conn) handshake() error {
 	}
 	_ = c.nc.SetReadDeadline(time.Time{})
 	c.mu.Lock()
+	if c.goingAway { // shut down during the handshake
+		c.mu.Unlock()
+		return errors.New("grpcfast: shutting down")
+	}
+	c.greeted = true
 	c.wbuf = appendSettings(c.wbuf, cfg)
 	c.wbuf = appendWindowUpdate(c.wbuf, 0, uint32(c.connWin-initialWindow))
 	c.recvAvail = c.connWin
@@ -328,6 +334,13 @@ func (c *conn) goAway(code http2.ErrCode, debug []byte, graceful bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
+		return
+	}
+	if !c.greeted { // before the server's SETTINGS nothing may be sent
+		c.goingAway = true
+		c.mu.Unlock()
+		c.close(errors.New("grpcfast: shutting down"))
+		c.mu.Lock()
 		return
 	}
 	if !c.goingAway || !graceful {
