@@ -36,9 +36,8 @@ type conn struct {
 	nc      net.Conn
 	br      *bufio.Reader
 	fr      *http2.Framer
-	ctx     context.Context // the calls' parent: the peer, cancelled when the connection closes
-	cancel  context.CancelCauseFunc
-	connWin int64 // the connection's receive window the server grants
+	ctx     context.Context // the calls' parent: the peer (not cancelable: close cancels each call's own)
+	connWin int64           // the connection's receive window the server grants
 
 	// The reader's own.
 	recvAvail   int64 // connection credit the client still has
@@ -79,8 +78,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c.fr.SetReuseFrames()
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.MaxHeaderListSize = s.cfg.MaxHeaderListSize
-	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: nc.RemoteAddr(), LocalAddr: nc.LocalAddr()})
-	c.ctx, c.cancel = context.WithCancelCause(ctx)
+	c.ctx = peer.NewContext(context.Background(), &peer.Peer{Addr: nc.RemoteAddr(), LocalAddr: nc.LocalAddr()})
 	return c
 }
 
@@ -89,6 +87,14 @@ func (c *conn) serve() {
 	defer c.s.forget(c)
 	err := c.handshake()
 	for err == nil {
+		// What the reader appends (acks, window updates, refusals) is
+		// written when it has read all it has, or has too much to write:
+		// with the answers of the calls it has just handed out, in one
+		// write, not one per frame. Calls' answers are written by their
+		// workers.
+		if c.br.Buffered() == 0 {
+			c.flushReader()
+		}
 		c.waitRoom()
 		var f http2.Frame
 		if f, err = c.fr.ReadFrame(); err != nil {
@@ -109,7 +115,7 @@ func (c *conn) serve() {
 	case errors.Is(err, http2.ErrFrameTooLarge):
 		c.goAway(http2.ErrCodeFrameSize, nil, false)
 	default:
-		c.close(err)
+		c.close()
 	}
 }
 
@@ -151,10 +157,24 @@ func (c *conn) handshake() error {
 	return nil
 }
 
+// flushReader writes what the reader appended, unless a write is under
+// way that will take it.
+func (c *conn) flushReader() {
+	c.mu.Lock()
+	if len(c.wbuf) > 0 || c.closeAfter {
+		c.kickLocked()
+	}
+	c.mu.Unlock()
+}
+
 // waitRoom holds the reader while too much waits to be written.
 func (c *conn) waitRoom() {
 	c.mu.Lock()
 	for len(c.wbuf) > maxPending && !c.closed {
+		if !c.flushing {
+			c.kickLocked()
+			continue
+		}
 		c.room.Wait()
 	}
 	c.mu.Unlock()
@@ -209,7 +229,6 @@ func (c *conn) settings(f *http2.SettingsFrame) error {
 	}
 	c.wbuf = appendFrameHeader(c.wbuf, 0, http2.FrameSettings, http2.FlagSettingsAck, 0)
 	c.unblockLocked()
-	c.kickLocked()
 	return nil
 }
 
@@ -237,7 +256,6 @@ func (c *conn) ping(f *http2.PingFrame) error {
 	c.mu.Lock()
 	c.wbuf = appendFrameHeader(c.wbuf, 8, http2.FramePing, http2.FlagPingAck, 0)
 	c.wbuf = append(c.wbuf, f.Data[:]...)
-	c.kickLocked()
 	c.mu.Unlock()
 	return nil
 }
@@ -261,7 +279,6 @@ func (c *conn) windowUpdate(f *http2.WindowUpdateFrame) error {
 		return http2.ConnectionError(http2.ErrCodeProtocol) // an idle stream
 	}
 	c.unblockLocked()
-	c.kickLocked()
 	return nil
 }
 
@@ -274,7 +291,6 @@ func (c *conn) rstStream(f *http2.RSTStreamFrame) error {
 	st := c.streams[f.StreamID]
 	if st != nil {
 		c.dropLocked(st)
-		c.kickLocked()
 	}
 	c.mu.Unlock()
 	if st != nil && !st.dispatched {
@@ -292,14 +308,12 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 		return
 	}
 	c.wbuf = appendRST(c.wbuf, id, code)
-	c.kickLocked()
 }
 
 // resetLocked sends RST_STREAM for st and drops it.
 func (c *conn) resetLocked(st *stream, code http2.ErrCode) {
 	c.wbuf = appendRST(c.wbuf, st.id, code)
 	c.dropLocked(st)
-	c.kickLocked()
 }
 
 // dropLocked forgets st: its call's context is cancelled, an answer not
@@ -339,7 +353,7 @@ func (c *conn) goAway(code http2.ErrCode, debug []byte, graceful bool) {
 	if !c.greeted { // before the server's SETTINGS nothing may be sent
 		c.goingAway = true
 		c.mu.Unlock()
-		c.close(errors.New("grpcfast: shutting down"))
+		c.close()
 		c.mu.Lock()
 		return
 	}
@@ -355,7 +369,7 @@ func (c *conn) goAway(code http2.ErrCode, debug []byte, graceful bool) {
 
 // close ends the connection at once: its calls' contexts are cancelled,
 // nothing more is written.
-func (c *conn) close(cause error) {
+func (c *conn) close() {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -365,17 +379,20 @@ func (c *conn) close(cause error) {
 	for _, t := range c.timers {
 		t.Stop()
 	}
+	var cancels []context.CancelFunc
 	for _, st := range c.streams {
 		st.gone = true
+		if st.cancel != nil {
+			cancels = append(cancels, st.cancel)
+		}
 	}
 	clear(c.streams)
 	c.blocked = nil
 	c.room.Broadcast()
 	c.mu.Unlock()
-	if cause == nil {
-		cause = io.EOF
+	for _, cancel := range cancels {
+		cancel()
 	}
-	c.cancel(cause)
 	_ = c.nc.Close()
 }
 
@@ -394,7 +411,7 @@ func (c *conn) startTimers() {
 			if g := cfg.MaxConnectionAgeGrace; g > 0 {
 				c.mu.Lock()
 				if !c.closed {
-					c.timers = append(c.timers, time.AfterFunc(g, func() { c.close(errors.New("grpcfast: max connection age")) }))
+					c.timers = append(c.timers, time.AfterFunc(g, c.close))
 				}
 				c.mu.Unlock()
 			}

@@ -291,7 +291,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // calls' contexts.
 func (s *Server) Close() {
 	for _, c := range s.stop() {
-		c.close(errors.New("grpcfast: server closed"))
+		c.close()
 	}
 }
 

@@ -110,7 +110,6 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 	c.lastID = id
 	if c.goingAway || len(c.streams) >= int(c.s.cfg.MaxConcurrentStreams) {
 		c.wbuf = appendRST(c.wbuf, id, http2.ErrCodeRefusedStream)
-		c.kickLocked()
 		c.mu.Unlock()
 		return nil
 	}
@@ -191,7 +190,6 @@ func (c *conn) refuse(st *stream, ended bool, code codes.Code, msg string) error
 	}
 	st.recvDone = ended
 	c.statusLocked(st, status.New(code, msg))
-	c.kickLocked()
 	c.mu.Unlock()
 	c.discard(st)
 	return nil
@@ -215,7 +213,6 @@ func (c *conn) refuseHTTP(st *stream, ended bool, code string) error {
 	block := appendString(appendInt(nil, 0, 4, 8), code) // :status, literal value
 	c.wbuf = appendHeaders(c.wbuf, st.id, block, true, c.peerFrame)
 	c.finishLocked(st)
-	c.kickLocked()
 	return nil
 }
 
@@ -271,7 +268,6 @@ func (c *conn) data(f *http2.DataFrame) error {
 	if st.recvPending += n; st.recvPending >= int64(c.s.cfg.Window)/4 {
 		c.mu.Lock()
 		c.wbuf = appendWindowUpdate(c.wbuf, id, uint32(st.recvPending))
-		c.kickLocked()
 		c.mu.Unlock()
 		st.recvAvail += st.recvPending
 		st.recvPending = 0
@@ -287,7 +283,6 @@ func (c *conn) release(n int64) {
 	}
 	c.mu.Lock()
 	c.wbuf = appendWindowUpdate(c.wbuf, 0, uint32(c.recvPending))
-	c.kickLocked()
 	c.mu.Unlock()
 	c.recvAvail += c.recvPending
 	c.recvPending = 0
@@ -312,7 +307,6 @@ func (c *conn) dispatch(st *stream) {
 		st.recvDone = true
 		if !st.gone {
 			c.statusLocked(st, status.New(codes.Internal, bad))
-			c.kickLocked()
 		}
 		c.mu.Unlock()
 		return

@@ -101,7 +101,7 @@ func (c *conn) kickLocked() {
 		if err != nil {
 			c.flushing = false
 			c.mu.Unlock()
-			c.close(err)
+			c.close()
 			c.mu.Lock()
 			return
 		}
@@ -109,7 +109,7 @@ func (c *conn) kickLocked() {
 	c.flushing = false
 	if c.closeAfter && !c.closed {
 		c.mu.Unlock()
-		c.close(nil)
+		c.close()
 		c.mu.Lock()
 	}
 }
