@@ -100,6 +100,11 @@ func (c *conn) serve() {
 		if f, err = c.fr.ReadFrame(); err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
+				c.mu.Lock()
+				if se.StreamID%2 == 1 && se.StreamID > c.lastID { // a malformed new stream: its late frames are not an idle stream's
+					c.lastID = se.StreamID
+				}
+				c.mu.Unlock()
 				c.resetStream(se.StreamID, se.Code)
 				err = nil
 				continue

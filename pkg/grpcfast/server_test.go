@@ -481,3 +481,55 @@ func TestConnectionIdleAndAge(t *testing.T) {
 		time.Sleep(150 * time.Millisecond)
 	}
 }
+
+func TestParseTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"1S", time.Second, true}, {"50m", 50 * time.Millisecond, true}, {"7u", 7 * time.Microsecond, true},
+		{"3n", 3, true}, {"2M", 2 * time.Minute, true}, {"1H", time.Hour, true},
+		{"99999999H", maxTimeout, true}, {"S", 0, false}, {"123456789S", 0, false}, {"1x", 0, false}, {"-1S", 0, false},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			d, err := parseTimeout(tc.in)
+			if !tc.ok {
+				require.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, d)
+		})
+	}
+}
+
+// A stream the framer finds malformed (an unknown pseudo-header) is reset;
+// its DATA after that does not end the connection, which serves on.
+func TestMalformedStreamIsResetAlone(t *testing.T) {
+	f := serve(t, Config{})
+	r := rawDial(t, f.addr)
+	bad := append(append([]string{}, callHeaders...), ":bogus", "x")
+	require.NoError(t, r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: r.block(bad...), EndHeaders: true}))
+	require.NoError(t, r.fr.WriteData(1, true, []byte{0, 0, 0, 0, 0}))
+	require.NoError(t, r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: r.block(callHeaders...), EndHeaders: true}))
+	require.NoError(t, r.fr.WriteData(3, true, []byte{0, 0, 0, 0, 0}))
+	r.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	var reset bool
+	for {
+		fr, err := r.fr.ReadFrame()
+		require.NoError(t, err)
+		switch fr := fr.(type) {
+		case *http2.RSTStreamFrame:
+			require.Equal(t, uint32(1), fr.StreamID)
+			reset = true
+		case *http2.MetaHeadersFrame:
+			if fr.StreamID == 3 && fr.StreamEnded() {
+				require.True(t, reset)
+				return
+			}
+		case *http2.GoAwayFrame:
+			t.Fatalf("GOAWAY %v", fr.ErrCode)
+		}
+	}
+}

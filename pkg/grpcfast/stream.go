@@ -9,7 +9,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -460,6 +459,9 @@ func (st *stream) SetTrailer(md metadata.MD) error {
 	return nil
 }
 
+// maxTimeout bounds a grpc-timeout (99999999H would overflow a deadline).
+const maxTimeout = 100 * 365 * 24 * time.Hour
+
 // parseTimeout reads grpc-timeout: at most 8 digits and a unit.
 func parseTimeout(s string) (time.Duration, error) {
 	if len(s) < 2 || len(s) > 9 {
@@ -486,8 +488,8 @@ func parseTimeout(s string) (time.Duration, error) {
 	default:
 		return 0, errors.New("unknown unit")
 	}
-	if v > uint64(math.MaxInt64/int64(unit)) {
-		return math.MaxInt64, nil
+	if v > uint64(maxTimeout/unit) {
+		return maxTimeout, nil
 	}
 	return time.Duration(v) * unit, nil
 }
