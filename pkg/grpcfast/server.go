@@ -74,6 +74,12 @@ type Config struct {
 	// message is read (as grpc.InTapHandle); an error answers the call with
 	// its status at once.
 	Tap tap.ServerInHandle
+	// PastDeadline, when set, is told of a call whose grpc-timeout had
+	// already passed when its request was complete: the call is answered
+	// DEADLINE_EXCEEDED with the message it returns, at once, its message
+	// not decoded and its handler not run (the caller has given up). Unset,
+	// such a call goes to its handler with a context already done.
+	PastDeadline func(fullMethod string) string
 	// Workers is how many goroutines run calls for good (default 128):
 	// their stacks have grown to what a call needs, where a goroutine per
 	// call grows a new one every time (a quarter of the CPU of a

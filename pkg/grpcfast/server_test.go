@@ -533,3 +533,38 @@ func TestMalformedStreamIsResetAlone(t *testing.T) {
 		}
 	}
 }
+
+// With PastDeadline set, a call whose grpc-timeout passed before its
+// message came is answered DEADLINE_EXCEEDED by the transport; its handler
+// does not run.
+func TestPastDeadlineIsAnsweredByTheTransport(t *testing.T) {
+	var told atomic.Int64
+	f := serve(t, Config{PastDeadline: func(m string) string {
+		if m == testpb.TestService_UnaryCall_FullMethodName {
+			told.Add(1)
+		}
+		return "too late"
+	}})
+	r := rawDial(t, f.addr)
+	hs := append(append([]string{}, callHeaders...), "grpc-timeout", "1m")
+	hs[5] = testpb.TestService_UnaryCall_FullMethodName
+	require.NoError(t, r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: r.block(hs...), EndHeaders: true}))
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, r.fr.WriteData(1, true, []byte{0, 0, 0, 0, 0}))
+	r.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	for {
+		fr, err := r.fr.ReadFrame()
+		require.NoError(t, err)
+		if mh, ok := fr.(*http2.MetaHeadersFrame); ok && mh.StreamEnded() {
+			got := map[string]string{}
+			for _, hf := range mh.Fields {
+				got[hf.Name] = hf.Value
+			}
+			require.Equal(t, "4", got["grpc-status"])
+			require.Equal(t, "too late", got["grpc-message"])
+			break
+		}
+	}
+	require.EqualValues(t, 1, told.Load())
+	require.Nil(t, f.svc.deadline.Load(), "the handler did not run")
+}

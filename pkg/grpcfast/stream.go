@@ -301,11 +301,15 @@ func (c *conn) dispatch(st *stream) {
 	case int(binary.BigEndian.Uint32(msg[1:5])) != len(msg)-5:
 		bad = "grpc: the request is not one whole message"
 	}
+	code := codes.Internal
+	if past := c.s.cfg.PastDeadline; bad == "" && past != nil && !st.deadline.IsZero() && !time.Now().Before(st.deadline) {
+		code, bad = codes.DeadlineExceeded, past(st.method)
+	}
 	if bad != "" {
 		c.mu.Lock()
 		st.recvDone = true
 		if !st.gone {
-			c.statusLocked(st, status.New(codes.Internal, bad))
+			c.statusLocked(st, status.New(code, bad))
 		}
 		c.mu.Unlock()
 		return

@@ -118,6 +118,16 @@ func NewFastServer(s *server.Server, opts ...GRPCOption) (*grpcfast.Server, *hea
 		rls.gate = newGate(rls.gateCfg, reg)
 		cfg.Tap = rls.gate.tap
 	}
+	// A call whose grpc-timeout passed before its message was read is
+	// answered by the transport, as ShouldRateLimit would (counted the same
+	// way), before a worker or the message decoding is spent on it.
+	cfg.PastDeadline = func(method string) string {
+		if method == rlsv3.RateLimitService_ShouldRateLimit_FullMethodName {
+			s.CountPastDeadline(server.ProtocolGRPC, "")
+			rls.requests.WithLabelValues("past_deadline").Inc()
+		}
+		return server.DeadlineReason
+	}
 	f := grpcfast.New(cfg)
 	rlsv3.RegisterRateLimitServiceServer(f, rls)
 	hs := health.NewServer()

@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"net"
@@ -13,6 +14,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -108,6 +111,12 @@ func TestFloodgateTransportGuardsAndGates(t *testing.T) {
 	require.Equal(t, rlsv3.RateLimitResponse_OK, r.GetOverallCode())
 	require.Equal(t, 1.0, promtest.Value(t, reg, "floodgate_limiter_envoy_requests_total", map[string]string{"result": "ok"}))
 
+	// A call whose grpc-timeout passed before its message came: answered
+	// by the transport, counted as ShouldRateLimit counts it.
+	require.Equal(t, "4", latePost(t, ln.Addr().String()), "DEADLINE_EXCEEDED")
+	require.Equal(t, 1.0, promtest.Value(t, reg, "floodgate_limiter_calls_dropped_past_deadline_total", map[string]string{"protocol": "grpc", "priority": "none"}))
+	require.Equal(t, 1.0, promtest.Value(t, reg, "floodgate_limiter_envoy_requests_total", map[string]string{"result": "past_deadline"}))
+
 	fctx, fcancel := context.WithTimeout(ctx, time.Second)
 	defer fcancel()
 	st := h2guardtest.Flood(fctx, ln.Addr().String(), rlsv3.RateLimitService_ShouldRateLimit_FullMethodName)
@@ -119,4 +128,40 @@ func TestFloodgateTransportGuardsAndGates(t *testing.T) {
 	require.Equal(t, healthpb.HealthCheckResponse_SERVING, hr.GetStatus())
 	_, err = healthpb.NewHealthClient(conn).List(ctx, &healthpb.HealthListRequest{})
 	require.NotEqual(t, codes.Unavailable, status.Code(err), "a unary health method is served or refused, never dropped")
+}
+
+// latePost sends ShouldRateLimit by hand with a grpc-timeout of 1 ms and its
+// message 20 ms later, and returns the answer's grpc-status.
+func latePost(t *testing.T, addr string) string {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+	fr := http2.NewFramer(nc, nc)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	_, err = nc.Write([]byte(http2.ClientPreface))
+	require.NoError(t, err)
+	require.NoError(t, fr.WriteSettings())
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, kv := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", rlsv3.RateLimitService_ShouldRateLimit_FullMethodName},
+		{":authority", "x"}, {"content-type", "application/grpc"}, {"grpc-timeout", "1m"}} {
+		require.NoError(t, enc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]}))
+	}
+	require.NoError(t, fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true}))
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, fr.WriteData(1, true, []byte{0, 0, 0, 0, 0}))
+	for {
+		f, err := fr.ReadFrame()
+		require.NoError(t, err)
+		if mh, ok := f.(*http2.MetaHeadersFrame); ok && mh.StreamEnded() {
+			for _, hf := range mh.Fields {
+				if hf.Name == "grpc-status" {
+					return hf.Value
+				}
+			}
+			return ""
+		}
+	}
 }
