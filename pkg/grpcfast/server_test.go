@@ -23,6 +23,7 @@ import (
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 )
 
 // testService answers UnaryCall with a payload of the asked size, echoes
@@ -567,4 +568,25 @@ func TestPastDeadlineIsAnsweredByTheTransport(t *testing.T) {
 	}
 	require.EqualValues(t, 1, told.Load())
 	require.Nil(t, f.svc.deadline.Load(), "the handler did not run")
+}
+
+// Tap sees a call as its headers arrive, with its metadata; its error is
+// the call's answer, and the handler does not run.
+func TestTapRefusesBeforeTheMessage(t *testing.T) {
+	f := serve(t, Config{Tap: func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		if info.FullMethodName == testpb.TestService_UnaryCall_FullMethodName && len(info.Header.Get("critical")) == 0 {
+			return nil, status.Error(codes.Unavailable, "overloaded")
+		}
+		return ctx, nil
+	}})
+	c := testpb.NewTestServiceClient(f.conn)
+	ctx := ctxT(t)
+	_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{})
+	require.Equal(t, codes.Unavailable, status.Code(err))
+	require.Equal(t, "overloaded", status.Convert(err).Message())
+	require.Nil(t, f.svc.deadline.Load())
+	_, err = c.UnaryCall(metadata.AppendToOutgoingContext(ctx, "critical", "1"), &testpb.SimpleRequest{})
+	require.NoError(t, err, "the tap read the metadata")
+	_, err = c.EmptyCall(ctx, &testpb.Empty{})
+	require.NoError(t, err, "other methods pass")
 }
