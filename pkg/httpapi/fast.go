@@ -82,7 +82,6 @@ func (c ServerConfig) NewFastServer(routes []FastRoute, h http.Handler, o Option
 		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
 			return fasthttp.RequestConfig{ReadTimeout: readTimeout}
 		},
-		Name:                         "",
 		Concurrency:                  c.MaxConns,
 		ReadBufferSize:               c.MaxHeaderBytes,
 		ReadTimeout:                  c.ReadHeaderTimeout,
