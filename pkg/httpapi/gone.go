@@ -33,6 +33,11 @@ func CallerGone(r *http.Request) bool {
 	if !ok {
 		return false
 	}
+	return connGone(c)
+}
+
+// connGone is CallerGone of the connection c.
+func connGone(c net.Conn) bool {
 	for {
 		u, ok := c.(interface{ Unwrap() net.Conn })
 		if !ok {

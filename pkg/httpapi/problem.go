@@ -128,6 +128,21 @@ func BadRequest(format string, args ...any) *Error {
 // (the X-Request-Id the Middleware put in its context). A zero Type becomes
 // about:blank, a zero Title the status text.
 func WriteProblem(w http.ResponseWriter, r *http.Request, p Problem) {
+	if p.CorrelationID == "" && r != nil {
+		p.CorrelationID = RequestID(r.Context())
+	}
+	status, body := problemBody(p)
+	h := w.Header()
+	h.Set("Content-Type", ContentTypeProblem)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Cache-Control", "no-store")
+	h.Del("Content-Encoding")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// problemBody is p's status and JSON (a line), its defaults filled in.
+func problemBody(p Problem) (int, []byte) {
 	if p.Status == 0 {
 		p.Status = http.StatusInternalServerError
 	}
@@ -137,22 +152,12 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, p Problem) {
 	if p.Title == "" {
 		p.Title = http.StatusText(p.Status)
 	}
-	if p.CorrelationID == "" && r != nil {
-		p.CorrelationID = RequestID(r.Context())
-	}
 	body, err := json.Marshal(p)
 	if err != nil { // a Problem always encodes; keep the answer well-formed anyway
 		body = []byte(`{"type":"about:blank","title":"Internal Server Error","status":500}`)
 		p.Status = http.StatusInternalServerError
 	}
-	body = append(body, '\n')
-	h := w.Header()
-	h.Set("Content-Type", ContentTypeProblem)
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("Cache-Control", "no-store")
-	h.Del("Content-Encoding")
-	w.WriteHeader(p.Status)
-	_, _ = w.Write(body)
+	return p.Status, append(body, '\n')
 }
 
 // WriteError answers err: an *Error (anywhere in its chain) as itself, with

@@ -55,8 +55,13 @@ var errOverloaded = errors.New("limiter overloaded")
 
 // run sends calls in the next pipeline and returns one result and one error
 // per call. It returns errOverloaded when the queue is full, or when ctx ends
-// before the calls were sent; ctx's error when ctx ends while they are in flight.
-func (b *scriptBatcher) run(ctx context.Context, calls []scriptCall, deadline time.Time) ([]any, []error, error) {
+// or wait (> 0) passes before the calls were sent; ctx's error
+// (context.DeadlineExceeded for wait) when that happens while they are in
+// flight. A caller whose Add sent its own pipeline is answered by then and
+// starts no timer; the others (under load, most: one flusher a pipeline)
+// start one, a single allocation where a context with a deadline took
+// three.
+func (b *scriptBatcher) run(ctx context.Context, calls []scriptCall, deadline time.Time, wait time.Duration) ([]any, []error, error) {
 	it := &batchItem{calls: calls, done: make(chan struct{}), deadline: deadline}
 	if !b.gc.Add(it) {
 		return nil, nil, errOverloaded
@@ -64,12 +69,27 @@ func (b *scriptBatcher) run(ctx context.Context, calls []scriptCall, deadline ti
 	select {
 	case <-it.done:
 		return it.out, it.errs, nil
-	case <-ctx.Done():
-		if b.gc.Remove(it) { // never sent: it is overload, not Redis
-			return nil, nil, errOverloaded
-		}
-		return nil, nil, ctx.Err()
+	default:
 	}
+	var expired <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		expired = t.C
+	}
+	var err error
+	select {
+	case <-it.done:
+		return it.out, it.errs, nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-expired:
+		err = context.DeadlineExceeded
+	}
+	if b.gc.Remove(it) { // never sent: it is overload, not Redis
+		return nil, nil, errOverloaded
+	}
+	return nil, nil, err
 }
 
 // dropPastDeadline answers the items whose caller's deadline has passed with

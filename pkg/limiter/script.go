@@ -76,14 +76,16 @@ func (e *Engine) nowArg() string {
 // run sends one script call per group to one shard in one pipelined round
 // trip (EVALSHA, falling back to EVAL when a node answers NOSCRIPT): through
 // the shard's batcher, shared with concurrent checks, or on its own. It
-// returns one answer and one error per group, or an error for all.
-func (e *Engine) run(ctx context.Context, sh *shard, groups []*group, deadline time.Time) ([]any, []error, error) {
+// returns one answer and one error per group, or an error for all. wait
+// bounds a batched call's time in the batcher (0: ctx alone does);
+// unbatched, ctx and the budget bound the round trip.
+func (e *Engine) run(ctx context.Context, sh *shard, groups []*group, deadline time.Time, wait time.Duration) ([]any, []error, error) {
 	if sh.batch != nil {
 		calls := make([]scriptCall, len(groups))
 		for i, g := range groups {
 			calls[i].keys, calls[i].args = g.args("c", g.now, "")
 		}
-		return sh.batch.run(ctx, calls, deadline)
+		return sh.batch.run(ctx, calls, deadline, wait)
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.budget)
 	defer cancel()

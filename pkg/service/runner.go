@@ -211,6 +211,11 @@ type API struct {
 	// Conns, when Metrics is "", counts the listener's open connections
 	// alone (httpapi.NewConnMetrics): a hot path without request metrics.
 	Conns *httpapi.Metrics
+	// Fast, when not nil, serves the API on fasthttp instead of net/http
+	// (httpapi.ServerConfig.NewFastServer): these routes natively, every
+	// other request as net/http would serve it. With tracing on the
+	// routes are not served natively (their spans need net/http's chain).
+	Fast []httpapi.FastRoute
 }
 
 // Serve listens on api.Addr now (so a port in use fails start-up) and
@@ -246,8 +251,19 @@ func (r *Runner) Serve(api API) (net.Addr, error) {
 	if r.env.Tracing.Enabled() {
 		h = routeSpan(h)
 	}
-	h = httpapi.Middleware(httpapi.Options{Log: r.env.Log, Metrics: m, AccessLog: api.AccessLog, MaxBody: api.MaxBody}, h)
+	o := httpapi.Options{Log: r.env.Log, Metrics: m, AccessLog: api.AccessLog, MaxBody: api.MaxBody}
+	h = httpapi.Middleware(o, h)
 	h = r.env.Tracing.Handler(h) // outermost: the server span, continuing the caller's traceparent
+	if api.Fast != nil {
+		routes := api.Fast
+		if r.env.Tracing.Enabled() {
+			routes = nil
+		}
+		srv := sc.NewFastServer(routes, h, o, r.env.Log)
+		r.Listener(api.Name, func() error { return httpapi.ServeFast(srv, ln) },
+			func(ctx context.Context) error { return httpapi.ShutdownFast(ctx, srv) })
+		return ln.Addr(), nil
+	}
 	srv := sc.NewServer(h, r.env.Log)
 	r.HTTPServer(api.Name, srv, ln)
 	return ln.Addr(), nil

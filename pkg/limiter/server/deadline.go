@@ -67,16 +67,25 @@ func ParseTimeout(name, v string) (time.Duration, error) {
 // httpDeadline is an HTTP check's deadline: HeaderTimeout, else
 // HeaderEnvoyTimeout, else the configured default, from now.
 func (s *Server) httpDeadline(r *http.Request) (time.Time, error) {
+	return s.headerDeadline(r.Header.Get(HeaderTimeout), r.Header.Get(HeaderEnvoyTimeout))
+}
+
+// headerDeadline is httpDeadline of the two headers' values ("": absent).
+func (s *Server) headerDeadline(timeout, envoy string) (time.Time, error) {
 	d := s.checkTimeout
-	for _, h := range [...]string{HeaderTimeout, HeaderEnvoyTimeout} {
-		if v := r.Header.Get(h); v != "" {
-			t, err := ParseTimeout(h, v)
-			if err != nil {
-				return time.Time{}, err
-			}
-			d = t
-			break
+	switch {
+	case timeout != "":
+		t, err := ParseTimeout(HeaderTimeout, timeout)
+		if err != nil {
+			return time.Time{}, err
 		}
+		d = t
+	case envoy != "":
+		t, err := ParseTimeout(HeaderEnvoyTimeout, envoy)
+		if err != nil {
+			return time.Time{}, err
+		}
+		d = t
 	}
 	if d <= 0 {
 		return time.Time{}, nil

@@ -313,6 +313,13 @@ func decodeBody(body io.Reader, limit int64, v any) error {
 	defer respBufs.Put(bp)
 	buf, rerr := readUpTo(body, (*bp)[:0], limit)
 	*bp = buf[:0]
+	return decodeBytes(buf, rerr, v)
+}
+
+// decodeBytes is decodeBody of the body's first bytes, buf, read up to its
+// limit; rerr is the error that ended the read (nil: the body's end or the
+// limit).
+func decodeBytes(buf []byte, rerr error, v any) error {
 	if rerr == nil {
 		if req, ok := v.(*checkapi.CheckRequest); ok && decodeCheck(buf, req) {
 			return nil
@@ -573,14 +580,26 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, id string)
 	if s.callers == nil {
 		return callers.Caller{}, true
 	}
-	cl, err := s.callers.Authenticate(r.Header.Get("Authorization"))
+	cl, err := s.authorize(r.Header.Get("Authorization"))
 	if err != nil {
-		s.metrics.unauthenticated.Inc()
-		w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate-limiter"`)
+		w.Header().Set("WWW-Authenticate", authChallenge)
 		s.problem(w, id, http.StatusUnauthorized, httpapi.ProblemUnauthenticated, err.Error())
 		return callers.Caller{}, false
 	}
 	return cl, true
+}
+
+// authChallenge is the WWW-Authenticate of a 401.
+const authChallenge = `Bearer realm="floodgate-limiter"`
+
+// authorize is the caller of an Authorization header's bearer token (s.callers
+// set); a refusal is counted.
+func (s *Server) authorize(header string) (callers.Caller, error) {
+	cl, err := s.callers.Authenticate(header)
+	if err != nil {
+		s.metrics.unauthenticated.Inc()
+	}
+	return cl, err
 }
 
 // Record counts an envoy-configured call's decision as every decision is

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -25,93 +24,95 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 )
 
-func newTestServer(t *testing.T, limit int) (*httptest.Server, *kafkatest.Capture) {
-	return newTestServerRules(t, fmt.Sprintf("version: 1\nrules:\n  - {id: principal, tier: principal, limit: %d, period: 1m}\n", limit), nil)
+func newTestServer(t *testing.T, tr string, limit int) (testServer, *kafkatest.Capture) {
+	return newTestServerRules(t, tr, fmt.Sprintf("version: 1\nrules:\n  - {id: principal, tier: principal, limit: %d, period: 1m}\n", limit), nil)
 }
 
-func newTestServerRules(t *testing.T, rules string, obs Observer) (*httptest.Server, *kafkatest.Capture) {
+func newTestServerRules(t *testing.T, tr, rules string, obs Observer) (testServer, *kafkatest.Capture) {
 	rdb := redistest.Client(t)
 	e := limitertest.Engine(t, rdb, rules, nil)
 	pub := &kafkatest.Capture{}
 	s := New(Config{Engine: e, Publisher: pub, Observer: obs, Topic: "decisions", Gateway: "test",
 		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	s.SetReady(true)
-	srv := httptest.NewServer(s.Handler())
-	t.Cleanup(srv.Close)
-	return srv, pub
+	return testServer{URL: serveOn(t, s, tr)}, pub
 }
 
 func TestCheckAnswersWithContractAndPublishesDecision(t *testing.T) {
-	srv, pub := newTestServer(t, 2)
-	id := redistest.Unique(t, "bot")
-	body := `{"principal":{"kind":"bot","id":"` + id + `"},"ip":"2001:db8::7","method":"POST","route":"/channels/{channel_id}/messages","resource":"channel:123"}`
+	forTransports(t, func(t *testing.T, tr string) {
+		srv, pub := newTestServer(t, tr, 2)
+		id := redistest.Unique(t, "bot")
+		body := `{"principal":{"kind":"bot","id":"` + id + `"},"ip":"2001:db8::7","method":"POST","route":"/channels/{channel_id}/messages","resource":"channel:123"}`
 
-	var last checkapi.CheckResponse
-	for i := 0; i < 3; i++ {
-		resp, b := limitertest.Post(t, srv.URL, body, map[string]string{"X-Request-Id": "req-" + string(rune('a'+i))})
-		require.Equal(t, http.StatusOK, resp.StatusCode)
-		require.NoError(t, json.Unmarshal(b, &last))
-	}
-	require.False(t, last.Allowed)
-	require.NotEqual(t, "req-c", last.ID, "the decision id is the server's, never the caller's")
-	h := last.Headers
-	require.Equal(t, "req-c", h["X-Request-Id"], "a valid caller correlation id is kept, for correlation")
-	require.Equal(t, "2", h["X-RateLimit-Limit"])
-	require.Equal(t, "0", h["X-RateLimit-Remaining"])
-	require.Equal(t, "principal", h["X-RateLimit-Scope"])
-	require.Equal(t, `"principal";q=2;w=60`, h["RateLimit-Policy"])
-	require.Equal(t, `"principal";r=0;t=30`, h["RateLimit"], "on a denial t is when a request fits again, as Retry-After")
-	require.Equal(t, "30", h["Retry-After"], "one token refills every 30s")
-	require.Equal(t, "req-c", h["X-Request-Id"])
-	require.NotNil(t, last.Problem)
-	require.Equal(t, httpapi.ProblemRateLimited, last.Problem.Type)
-	require.Equal(t, "https://iana.org/assignments/http-problem-types#quota-exceeded", last.Problem.Type, "the draft's registered type")
-	require.Equal(t, []string{"principal"}, last.Problem.ViolatedPolicies)
-	require.Equal(t, 429, last.Problem.Status)
+		var last checkapi.CheckResponse
+		for i := 0; i < 3; i++ {
+			resp, b := limitertest.Post(t, srv.URL, body, map[string]string{"X-Request-Id": "req-" + string(rune('a'+i))})
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			require.NoError(t, json.Unmarshal(b, &last))
+		}
+		require.False(t, last.Allowed)
+		require.NotEqual(t, "req-c", last.ID, "the decision id is the server's, never the caller's")
+		h := last.Headers
+		require.Equal(t, "req-c", h["X-Request-Id"], "a valid caller correlation id is kept, for correlation")
+		require.Equal(t, "2", h["X-RateLimit-Limit"])
+		require.Equal(t, "0", h["X-RateLimit-Remaining"])
+		require.Equal(t, "principal", h["X-RateLimit-Scope"])
+		require.Equal(t, `"principal";q=2;w=60`, h["RateLimit-Policy"])
+		require.Equal(t, `"principal";r=0;t=30`, h["RateLimit"], "on a denial t is when a request fits again, as Retry-After")
+		require.Equal(t, "30", h["Retry-After"], "one token refills every 30s")
+		require.Equal(t, "req-c", h["X-Request-Id"])
+		require.NotNil(t, last.Problem)
+		require.Equal(t, httpapi.ProblemRateLimited, last.Problem.Type)
+		require.Equal(t, "https://iana.org/assignments/http-problem-types#quota-exceeded", last.Problem.Type, "the draft's registered type")
+		require.Equal(t, []string{"principal"}, last.Problem.ViolatedPolicies)
+		require.Equal(t, 429, last.Problem.Status)
 
-	require.Len(t, pub.Messages(), 3, "every decision is published")
-	m := pub.Messages()[2]
-	require.Equal(t, "decisions", m.Topic)
-	require.Equal(t, "bot:"+id, string(m.Key))
-	d, err := events.DecodeDecision(m.Value)
-	require.NoError(t, err, "published events pass the codec's validation")
-	require.False(t, d.Allowed)
-	require.Equal(t, "2001:db8::7", d.IP.String())
-	require.Equal(t, "test", d.Gateway)
-	require.Equal(t, "channel:123", d.Resource)
-	ce := map[string]string{}
-	for _, hd := range m.Headers {
-		ce[hd.Key] = string(hd.Value)
-	}
-	require.Equal(t, events.CETypeDecision, ce["ce_type"])
-	require.Equal(t, last.ID, ce["ce_id"], "the CloudEvents id is the decision id the answer carries")
-	require.Equal(t, last.ID, d.ID)
+		require.Len(t, pub.Messages(), 3, "every decision is published")
+		m := pub.Messages()[2]
+		require.Equal(t, "decisions", m.Topic)
+		require.Equal(t, "bot:"+id, string(m.Key))
+		d, err := events.DecodeDecision(m.Value)
+		require.NoError(t, err, "published events pass the codec's validation")
+		require.False(t, d.Allowed)
+		require.Equal(t, "2001:db8::7", d.IP.String())
+		require.Equal(t, "test", d.Gateway)
+		require.Equal(t, "channel:123", d.Resource)
+		ce := map[string]string{}
+		for _, hd := range m.Headers {
+			ce[hd.Key] = string(hd.Value)
+		}
+		require.Equal(t, events.CETypeDecision, ce["ce_type"])
+		require.Equal(t, last.ID, ce["ce_id"], "the CloudEvents id is the decision id the answer carries")
+		require.Equal(t, last.ID, d.ID)
+	})
 }
 
 func TestCheckRejectsBadInputWithProblem(t *testing.T) {
-	srv, pub := newTestServer(t, 10)
-	cases := []struct{ name, body, field string }{
-		{"not json", `{"principal":`, "body"},
-		{"bad kind", `{"principal":{"kind":"robot","id":"x"},"ip":"1.2.3.4","method":"GET","route":"/a"}`, "kind"},
-		{"bad ip", `{"principal":{"kind":"bot","id":"x"},"ip":"1.2.3","method":"GET","route":"/a"}`, "ip"},
-		{"bad method", `{"principal":{"kind":"bot","id":"x"},"ip":"1.2.3.4","method":"FETCH","route":"/a"}`, "method"},
-		{"raw path instead of template", `{"principal":{"kind":"bot","id":"x"},"ip":"1.2.3.4","method":"GET","route":"/a?b=1"}`, "route"},
-		{"cost out of range", `{"principal":{"kind":"bot","id":"x"},"ip":"1.2.3.4","method":"GET","route":"/a","cost":-3}`, "cost"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			resp, b := limitertest.Post(t, srv.URL, tc.body, nil)
-			require.Equal(t, http.StatusBadRequest, resp.StatusCode)
-			require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"))
-			var p httpapi.Problem
-			require.NoError(t, json.Unmarshal(b, &p))
-			require.Equal(t, httpapi.ProblemInvalidRequest, p.Type)
-			require.Contains(t, p.Detail, tc.field)
-			require.NotEmpty(t, p.CorrelationID)
-			require.Equal(t, p.CorrelationID, resp.Header.Get("X-Request-Id"))
-		})
-	}
-	require.Empty(t, pub.Messages(), "rejected requests publish nothing")
+	forTransports(t, func(t *testing.T, tr string) {
+		srv, pub := newTestServer(t, tr, 10)
+		cases := []struct{ name, body, field string }{
+			{"not json", `{"principal":`, "body"},
+			{"bad kind", `{"principal":{"kind":"robot","id":"x"},"ip":"1.2.3.4","method":"GET","route":"/a"}`, "kind"},
+			{"bad ip", `{"principal":{"kind":"bot","id":"x"},"ip":"1.2.3","method":"GET","route":"/a"}`, "ip"},
+			{"bad method", `{"principal":{"kind":"bot","id":"x"},"ip":"1.2.3.4","method":"FETCH","route":"/a"}`, "method"},
+			{"raw path instead of template", `{"principal":{"kind":"bot","id":"x"},"ip":"1.2.3.4","method":"GET","route":"/a?b=1"}`, "route"},
+			{"cost out of range", `{"principal":{"kind":"bot","id":"x"},"ip":"1.2.3.4","method":"GET","route":"/a","cost":-3}`, "cost"},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				resp, b := limitertest.Post(t, srv.URL, tc.body, nil)
+				require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+				require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"))
+				var p httpapi.Problem
+				require.NoError(t, json.Unmarshal(b, &p))
+				require.Equal(t, httpapi.ProblemInvalidRequest, p.Type)
+				require.Contains(t, p.Detail, tc.field)
+				require.NotEmpty(t, p.CorrelationID)
+				require.Equal(t, p.CorrelationID, resp.Header.Get("X-Request-Id"))
+			})
+		}
+		require.Empty(t, pub.Messages(), "rejected requests publish nothing")
+	})
 }
 
 func TestDenialProblemTypes(t *testing.T) {
@@ -154,42 +155,44 @@ func TestHeadersRoundRetryUp(t *testing.T) {
 }
 
 func TestBatchAnswersEachCheckIndependently(t *testing.T) {
-	srv, pub := newTestServer(t, 1)
-	a, b := redistest.Unique(t, "a"), redistest.Unique(t, "b")
-	item := func(id string) string {
-		return `{"principal":{"kind":"bot","id":"` + id + `"},"ip":"192.0.2.1","method":"GET","route":"/x"}`
-	}
-	body := `{"checks":[` + item(a) + `,` + item(b) + `,{"principal":{"kind":"robot","id":"x"}},` + item(a) + `]}`
-	req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/check/batch", strings.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("X-Request-Id", "batch1")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	var out checkapi.BatchResponse
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
-	require.Len(t, out.Results, 4)
-	require.Equal(t, http.StatusOK, out.Results[1].Status)
-	require.True(t, out.Results[1].Allowed, "b has its own bucket")
-	require.Equal(t, http.StatusBadRequest, out.Results[2].Status)
-	require.Equal(t, httpapi.ProblemInvalidRequest, out.Results[2].Error.Type)
-	require.Contains(t, out.Results[2].Error.Detail, "kind")
-	// a's two checks run concurrently: exactly one gets the single token.
-	require.NotEqual(t, out.Results[0].Allowed, out.Results[3].Allowed)
-	denied := out.Results[0]
-	if denied.Allowed {
-		denied = out.Results[3]
-	}
-	require.Equal(t, httpapi.ProblemRateLimited, denied.Problem.Type)
-	require.Regexp(t, `^batch1-[03]$`, denied.Headers["X-Request-Id"], "each check gets its own correlation id")
-	require.NotRegexp(t, `^batch1`, denied.ID, "and a decision id of the server's")
-	require.Len(t, pub.Messages(), 3, "one event per decided check")
+	forTransports(t, func(t *testing.T, tr string) {
+		srv, pub := newTestServer(t, tr, 1)
+		a, b := redistest.Unique(t, "a"), redistest.Unique(t, "b")
+		item := func(id string) string {
+			return `{"principal":{"kind":"bot","id":"` + id + `"},"ip":"192.0.2.1","method":"GET","route":"/x"}`
+		}
+		body := `{"checks":[` + item(a) + `,` + item(b) + `,{"principal":{"kind":"robot","id":"x"}},` + item(a) + `]}`
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/check/batch", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("X-Request-Id", "batch1")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		var out checkapi.BatchResponse
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+		require.Len(t, out.Results, 4)
+		require.Equal(t, http.StatusOK, out.Results[1].Status)
+		require.True(t, out.Results[1].Allowed, "b has its own bucket")
+		require.Equal(t, http.StatusBadRequest, out.Results[2].Status)
+		require.Equal(t, httpapi.ProblemInvalidRequest, out.Results[2].Error.Type)
+		require.Contains(t, out.Results[2].Error.Detail, "kind")
+		// a's two checks run concurrently: exactly one gets the single token.
+		require.NotEqual(t, out.Results[0].Allowed, out.Results[3].Allowed)
+		denied := out.Results[0]
+		if denied.Allowed {
+			denied = out.Results[3]
+		}
+		require.Equal(t, httpapi.ProblemRateLimited, denied.Problem.Type)
+		require.Regexp(t, `^batch1-[03]$`, denied.Headers["X-Request-Id"], "each check gets its own correlation id")
+		require.NotRegexp(t, `^batch1`, denied.ID, "and a decision id of the server's")
+		require.Len(t, pub.Messages(), 3, "one event per decided check")
 
-	for _, bad := range []string{`{"checks":[]}`, `{"checks":` + strings.Repeat("[", 1) + strings.TrimSuffix(strings.Repeat(item(a)+",", checkapi.MaxBatch+1), ",") + `]}`, `nope`} {
-		resp, b := postPath(t, srv.URL+"/v1/check/batch", bad)
-		require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(b))
-	}
+		for _, bad := range []string{`{"checks":[]}`, `{"checks":` + strings.Repeat("[", 1) + strings.TrimSuffix(strings.Repeat(item(a)+",", checkapi.MaxBatch+1), ",") + `]}`, `nope`} {
+			resp, b := postPath(t, srv.URL+"/v1/check/batch", bad)
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(b))
+		}
+	})
 }
 
 func postPath(t *testing.T, url, body string) (*http.Response, []byte) {
@@ -213,31 +216,33 @@ func (o *observed) Observe(scope string, tier events.Tier, allowed, shadow bool)
 }
 
 func TestEventsCarryShadowNearLimitAndRule(t *testing.T) {
-	obs := &observed{}
-	srv, pub := newTestServerRules(t, "version: 1\nrules:\n  - {id: real, tier: principal, limit: 5, period: 1h}\n  - {id: trial, tier: principal, limit: 1, period: 1h, shadow: true}\n", obs)
-	id := redistest.Unique(t, "bot")
-	body := `{"principal":{"kind":"bot","id":"` + id + `"},"ip":"192.0.2.1","method":"GET","route":"/x"}`
-	var last checkapi.CheckResponse
-	for range 4 {
-		_, b := limitertest.Post(t, srv.URL, body, nil)
-		require.NoError(t, json.Unmarshal(b, &last))
-	}
-	require.True(t, last.Allowed)
-	require.True(t, last.Shadow)
-	require.True(t, last.NearLimit, "4 of 5 used")
-	require.Equal(t, "real", last.Rule)
-	d, err := events.DecodeDecision(pub.Messages()[3].Value)
-	require.NoError(t, err)
-	require.True(t, d.Shadow)
-	require.True(t, d.NearLimit)
-	require.Equal(t, "real", d.Rule)
-	require.False(t, d.Degraded)
-	first, err := events.DecodeDecision(pub.Messages()[0].Value)
-	require.NoError(t, err)
-	require.False(t, first.Shadow)
-	require.False(t, first.NearLimit)
-	require.Contains(t, obs.seen, "trial/principal/true/true", "shadow counts per scope")
-	require.Contains(t, obs.seen, "real/principal/true/false")
+	forTransports(t, func(t *testing.T, tr string) {
+		obs := &observed{}
+		srv, pub := newTestServerRules(t, tr, "version: 1\nrules:\n  - {id: real, tier: principal, limit: 5, period: 1h}\n  - {id: trial, tier: principal, limit: 1, period: 1h, shadow: true}\n", obs)
+		id := redistest.Unique(t, "bot")
+		body := `{"principal":{"kind":"bot","id":"` + id + `"},"ip":"192.0.2.1","method":"GET","route":"/x"}`
+		var last checkapi.CheckResponse
+		for range 4 {
+			_, b := limitertest.Post(t, srv.URL, body, nil)
+			require.NoError(t, json.Unmarshal(b, &last))
+		}
+		require.True(t, last.Allowed)
+		require.True(t, last.Shadow)
+		require.True(t, last.NearLimit, "4 of 5 used")
+		require.Equal(t, "real", last.Rule)
+		d, err := events.DecodeDecision(pub.Messages()[3].Value)
+		require.NoError(t, err)
+		require.True(t, d.Shadow)
+		require.True(t, d.NearLimit)
+		require.Equal(t, "real", d.Rule)
+		require.False(t, d.Degraded)
+		first, err := events.DecodeDecision(pub.Messages()[0].Value)
+		require.NoError(t, err)
+		require.False(t, first.Shadow)
+		require.False(t, first.NearLimit)
+		require.Contains(t, obs.seen, "trial/principal/true/true", "shadow counts per scope")
+		require.Contains(t, obs.seen, "real/principal/true/false")
+	})
 }
 
 // TestSecurityCallerChosenIDsS7 replays finding S7 of issue 22: twenty checks
@@ -245,21 +250,23 @@ func TestEventsCarryShadowNearLimitAndRule(t *testing.T) {
 // which the quota ledger (deduplicating by id) counted once. Decision ids are
 // now minted by the limiter; the caller's id is echoed for correlation only.
 func TestSecurityCallerChosenIDsS7(t *testing.T) {
-	srv, pub := newTestServer(t, 100)
-	body := `{"principal":{"kind":"user","id":"` + redistest.Unique(t, "s7") + `"},"ip":"203.0.113.7","method":"GET","route":"/users/@me"}`
-	for range 20 {
-		resp, _ := limitertest.Post(t, srv.URL, body, map[string]string{"X-Request-Id": "same-id"})
-		require.Equal(t, http.StatusOK, resp.StatusCode)
-		require.Equal(t, "same-id", resp.Header.Get("X-Request-Id"))
-	}
-	ids := map[string]bool{}
-	for _, m := range pub.Messages() {
-		ev, err := events.DecodeDecision(m.Value)
-		require.NoError(t, err)
-		ids[ev.ID] = true
-	}
-	require.Len(t, ids, 20, "twenty decisions, twenty ids")
-	require.False(t, ids["same-id"])
+	forTransports(t, func(t *testing.T, tr string) {
+		srv, pub := newTestServer(t, tr, 100)
+		body := `{"principal":{"kind":"user","id":"` + redistest.Unique(t, "s7") + `"},"ip":"203.0.113.7","method":"GET","route":"/users/@me"}`
+		for range 20 {
+			resp, _ := limitertest.Post(t, srv.URL, body, map[string]string{"X-Request-Id": "same-id"})
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			require.Equal(t, "same-id", resp.Header.Get("X-Request-Id"))
+		}
+		ids := map[string]bool{}
+		for _, m := range pub.Messages() {
+			ev, err := events.DecodeDecision(m.Value)
+			require.NoError(t, err)
+			ids[ev.ID] = true
+		}
+		require.Len(t, ids, 20, "twenty decisions, twenty ids")
+		require.False(t, ids["same-id"])
+	})
 }
 
 // TestRateLimitPolicyIsTheConfiguredOne: RateLimit-Policy names the rule with

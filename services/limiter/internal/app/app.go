@@ -171,9 +171,13 @@ func Run(ctx context.Context, env service.Env) error {
 	if err != nil {
 		return fail(err)
 	}
-	addr, err := run.Serve(service.API{Name: "check api", Addr: cfg.HTTPAddr, Handler: srv.Handler(), Health: true,
+	checkAPI := service.API{Name: "check api", Addr: cfg.HTTPAddr, Handler: srv.Handler(), Health: true,
 		Readiness: http.HandlerFunc(srv.ServeReady), Server: &checkServer, OpenAPI: doc,
-		Conns: httpapi.NewConnMetrics(reg, "floodgate_limiter_http", "Open connections of the check API (bounded by FLOODGATE_LIMITER_MAX_CONNS; more wait in the kernel's backlog).")})
+		Conns: httpapi.NewConnMetrics(reg, "floodgate_limiter_http", "Open connections of the check API (bounded by FLOODGATE_LIMITER_MAX_CONNS; more wait in the kernel's backlog).")}
+	if cfg.HTTPServer == httpapi.TransportFastHTTP {
+		checkAPI.Fast = srv.FastRoutes()
+	}
+	addr, err := run.Serve(checkAPI)
 	if err != nil {
 		return fail(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/journal"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/callers"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/envoyrls"
@@ -110,6 +111,10 @@ type Config struct {
 	// MaxConns bounds the HTTP connections served at once (FLOODGATE_LIMITER_MAX_CONNS).
 	IdleTimeout time.Duration
 	MaxConns    int
+	// HTTPServer is what serves the check API (FLOODGATE_LIMITER_HTTP_SERVER):
+	// fasthttp (POST /v1/check natively, every other request through
+	// net/http's handlers) or nethttp.
+	HTTPServer string
 	// CheckTimeout is a check's deadline when its caller names none
 	// (FLOODGATE_LIMITER_CHECK_TIMEOUT; 0 = none): no X-Floodgate-Timeout-Ms
 	// or X-Envoy-Expected-Rq-Timeout-Ms header, no gRPC deadline.
@@ -152,6 +157,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		Auth:                 e.String("FLOODGATE_LIMITER_AUTH", ""),
 		IdleTimeout:          e.Duration("FLOODGATE_LIMITER_IDLE_TIMEOUT", time.Minute),
 		MaxConns:             e.Int("FLOODGATE_LIMITER_MAX_CONNS", 10000),
+		HTTPServer:           e.String("FLOODGATE_LIMITER_HTTP_SERVER", httpapi.TransportFastHTTP),
 		CheckTimeout:         e.Duration("FLOODGATE_LIMITER_CHECK_TIMEOUT", time.Second),
 		GRPCMaxConns:         e.Int("FLOODGATE_LIMITER_GRPC_MAX_CONNS", 10000),
 		GRPCMaxStreams:       e.Int("FLOODGATE_LIMITER_GRPC_MAX_STREAMS", envoyrls.MaxGRPCStreams),
@@ -230,6 +236,8 @@ func (c Config) Validate() error {
 	var v config.Check
 	v.Require(c.IdleTimeout >= 10*time.Millisecond && c.IdleTimeout <= time.Hour, "FLOODGATE_LIMITER_IDLE_TIMEOUT", "%s: must be in 10ms..1h", c.IdleTimeout)
 	v.Require(c.MaxConns >= 1 && c.MaxConns <= 1_000_000, "FLOODGATE_LIMITER_MAX_CONNS", "%d: must be in 1..1000000", c.MaxConns)
+	v.Require(c.HTTPServer == httpapi.TransportFastHTTP || c.HTTPServer == httpapi.TransportNetHTTP, "FLOODGATE_LIMITER_HTTP_SERVER",
+		"%q: must be %s or %s", c.HTTPServer, httpapi.TransportFastHTTP, httpapi.TransportNetHTTP)
 	v.Require(c.CheckTimeout == 0 || (c.CheckTimeout >= time.Millisecond && c.CheckTimeout <= time.Minute), "FLOODGATE_LIMITER_CHECK_TIMEOUT", "%s: must be 0 (none) or in 1ms..1m", c.CheckTimeout)
 	v.Require(c.GRPCMaxConns >= 1 && c.GRPCMaxConns <= 1_000_000, "FLOODGATE_LIMITER_GRPC_MAX_CONNS", "%d: must be in 1..1000000", c.GRPCMaxConns)
 	v.Require(c.GRPCGateMax == 0 || c.GRPCGateMax >= envoyrls.GateMin && c.GRPCGateMax <= 100_000, "FLOODGATE_LIMITER_GRPC_GATE_MAX",
