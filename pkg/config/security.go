@@ -314,21 +314,10 @@ func (s RedisSecurity) Describe() string {
 
 // Backends are the Redis and the Kafka brokers a service needs before it can
 // start (service.Runner.Connect), with how it reaches them. Services embed
-// them in their Config.
+// them in their Config and read them with backends.Read.
 type Backends struct {
 	RedisAddrs    []string      // FLOODGATE_REDIS_ADDRS
 	RedisSecurity RedisSecurity // FLOODGATE_REDIS_USERNAME, FLOODGATE_REDIS_PASSWORD, FLOODGATE_REDIS_TLS*
 	KafkaBrokers  []string      // FLOODGATE_KAFKA_BROKERS
 	KafkaSecurity KafkaSecurity // FLOODGATE_KAFKA_TLS*, FLOODGATE_KAFKA_SASL_* (docs/configuration.md)
-}
-
-// ReadBackends reads the addresses of Redis and the Kafka brokers and their
-// transport settings into e.
-func ReadBackends(e *Env) Backends {
-	return Backends{
-		RedisAddrs:    e.List("FLOODGATE_REDIS_ADDRS", DefaultRedisAddrs),
-		RedisSecurity: ReadRedisSecurity(e),
-		KafkaBrokers:  e.List("FLOODGATE_KAFKA_BROKERS", DefaultKafkaBrokers),
-		KafkaSecurity: ReadKafkaSecurity(e),
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/config/backends"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
@@ -55,7 +56,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		HTTPAddr:          e.String("FLOODGATE_ADJUSTER_ADDR", "127.0.0.1:8083"),
 		RulesFile:         e.String("FLOODGATE_ADJUSTER_RULES", ""),
 		ActorID:           e.String("FLOODGATE_ADJUSTER_ID", "adjuster@"+host),
-		Backends:          config.ReadBackends(e),
+		Backends:          backends.Read(e),
 		ScalesKey:         e.String("FLOODGATE_ADJUSTER_SCALES_KEY", redisx.ScalesKey),
 		ShedKey:           e.String("FLOODGATE_ADJUSTER_SHED_KEY", redisx.ShedKey),
 		AdjustmentsTopic:  e.String("FLOODGATE_ADJUSTMENTS_TOPIC", config.DefaultAdjustmentsTopic),

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/config/backends"
 	"github.com/floodgate-dev/floodgate/pkg/deferred"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
@@ -47,7 +48,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 	e := config.NewEnv(getenv)
 	c := Config{
 		HTTPAddr:        e.String("FLOODGATE_DEFERRED_ADDR", DefaultAddr),
-		Backends:        config.ReadBackends(e),
+		Backends:        backends.Read(e),
 		Topic:           e.String("FLOODGATE_DEFERRED_TOPIC", deferred.DefaultTopic),
 		Group:           e.String("FLOODGATE_DEFERRED_GROUP", DefaultGroup),
 		Upstream:        e.String("FLOODGATE_DEFERRED_UPSTREAM", ""),

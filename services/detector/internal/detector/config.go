@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/config/backends"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/series"
@@ -55,7 +56,7 @@ func ServiceConfigFromEnv(getenv config.Getenv) (ServiceConfig, error) {
 	def := score.DefaultConfig()
 	c := ServiceConfig{
 		HTTPAddr:       e.String("FLOODGATE_DETECTOR_ADDR", "127.0.0.1:8082"),
-		Backends:       config.ReadBackends(e),
+		Backends:       backends.Read(e),
 		DecisionsTopic: e.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
 		AbuseTopic:     e.String("FLOODGATE_ABUSE_TOPIC", config.DefaultAbuseTopic),
 		ParamsTopic:    e.String("FLOODGATE_DETECTOR_PARAMS_TOPIC", ""),

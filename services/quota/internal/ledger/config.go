@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/config"
+	"github.com/floodgate-dev/floodgate/pkg/config/backends"
 	"github.com/floodgate-dev/floodgate/pkg/dynamo"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
@@ -102,7 +103,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 	c := Config{
 		HTTPAddr:       e.String("FLOODGATE_QUOTA_ADDR", DefaultAddr),
 		Tokens:         e.Secret("FLOODGATE_QUOTA_TOKENS", "FLOODGATE_QUOTA_TOKENS_FILE"),
-		Backends:       config.ReadBackends(e),
+		Backends:       backends.Read(e),
 		DecisionsTopic: e.String("FLOODGATE_DECISIONS_TOPIC", config.DefaultDecisionsTopic),
 		Group:          e.String("FLOODGATE_QUOTA_GROUP", DefaultGroup),
 		Dynamo: dynamo.Options{
