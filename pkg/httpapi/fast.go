@@ -170,9 +170,15 @@ func (f *fastServer) serveRoute(ctx *fasthttp.RequestCtx, h FastHandler, pattern
 
 // fastError answers a request fasthttp could not read as a problem, as
 // every refusal is: a header over the read buffer 431, a body over the
-// limit 413, a timeout 408, anything else 400.
+// limit 413, a timeout 408, anything else 400 — with a correlation id, the
+// caller's when its header was read and well formed.
 func fastError(ctx *fasthttp.RequestCtx, err error) {
-	p := Problem{Type: ProblemInvalidRequest, Status: http.StatusBadRequest, Detail: "malformed request"}
+	id := string(ctx.Request.Header.Peek(HeaderRequestID))
+	if !ValidRequestID(id) {
+		id = NewRequestID()
+	}
+	ctx.Response.Header.Set(HeaderRequestID, id)
+	p := Problem{Type: ProblemInvalidRequest, Status: http.StatusBadRequest, Detail: "malformed request", CorrelationID: id}
 	var small *fasthttp.ErrSmallBuffer
 	var netErr net.Error
 	switch {

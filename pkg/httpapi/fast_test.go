@@ -111,9 +111,12 @@ func TestFastServerKeepsTheContract(t *testing.T) {
 		require.Equal(t, "p-1", p.CorrelationID)
 	})
 	t.Run("body over the bound is a 413 problem", func(t *testing.T) {
-		resp := post("/fast", "", strings.Repeat("x", 65))
+		resp := post("/fast", "big-1", strings.Repeat("x", 65))
 		require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
-		require.Equal(t, ProblemTooLarge, readProblem(t, resp).Type)
+		require.Equal(t, "big-1", resp.Header.Get(HeaderRequestID))
+		p := readProblem(t, resp)
+		require.Equal(t, ProblemTooLarge, p.Type)
+		require.Equal(t, "big-1", p.CorrelationID, "a refusal before routing keeps the caller's correlation id")
 	})
 	t.Run("header over the bound is a 431 problem", func(t *testing.T) {
 		req, err := http.NewRequest(http.MethodPost, base+"/fast", nil)
@@ -123,7 +126,10 @@ func TestFastServerKeepsTheContract(t *testing.T) {
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
-		require.Equal(t, ProblemInvalidRequest, readProblem(t, resp).Type)
+		p := readProblem(t, resp)
+		require.Equal(t, ProblemInvalidRequest, p.Type)
+		require.True(t, ValidRequestID(p.CorrelationID), "a minted correlation id: %q", p.CorrelationID)
+		require.Equal(t, p.CorrelationID, resp.Header.Get(HeaderRequestID))
 	})
 }
 
