@@ -20,6 +20,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,17 @@ type Config struct {
 	// were reset.
 	ResetBurst int
 	ResetRate  float64
+	// MinLifetime: a stream reset at least this long after the client opened
+	// it is a caller that stopped waiting (its deadline passed while the
+	// server was busy) and spends no budget (default 10 ms; Envoy's premature
+	// reset is the same idea). A rapid reset resets a stream at once — in the
+	// same packet that opened it — so the server starts work the client never
+	// waits for; a caller that waited holds its stream like any other call,
+	// bounded by the server's concurrent streams. Without it an overloaded
+	// server took its callers' timeouts for an attack and closed and banned
+	// their address: the overload scenario (loadtest/chaos, 50 ms deadlines)
+	// saw 55 connections sent GOAWAY within 4 s.
+	MinLifetime time.Duration
 	// GoawayGrace bounds how long the guard waits for the server's writer to
 	// finish a frame before it closes without a GOAWAY (default 100 ms).
 	GoawayGrace time.Duration
@@ -74,6 +86,7 @@ type Guard struct {
 func New(cfg Config, reg prometheus.Registerer, namespace string) *Guard {
 	config.Default(&cfg.ResetBurst, 200)
 	config.Default(&cfg.ResetRate, 100)
+	config.Default(&cfg.MinLifetime, 10*time.Millisecond)
 	config.Default(&cfg.GoawayGrace, 100*time.Millisecond)
 	config.Default(&cfg.Cooldown, 10*time.Second)
 	config.Default(&cfg.Tarpit, time.Second)
@@ -192,6 +205,8 @@ type conn struct {
 	streams   int64
 	resets    int64
 	maxStream uint32
+	opened    [openRing]opened // the newest streams opened, oldest overwritten
+	nOpened   int
 
 	wmu     sync.Mutex // the server's writes, and the GOAWAY between two frames
 	out     parser
@@ -199,6 +214,36 @@ type conn struct {
 	done    bool   // GOAWAY sent (or given up on): nothing more is written
 	sent    chan struct{}
 	aborted atomic.Bool // closed for abuse: the guard closes it when drained
+}
+
+// openRing is how many of a connection's newest streams the guard keeps the
+// opening time of (about MaxGRPCStreams).
+const openRing = 1024
+
+type opened struct {
+	id uint32
+	at time.Time
+}
+
+// openedAt is when stream id was opened, or, for a stream older than the
+// ring, the newest time it may have been opened (the ring's oldest entry).
+func (c *conn) openedAt(id uint32) time.Time {
+	n := min(c.nOpened, openRing)
+	first := 0
+	if c.nOpened > openRing {
+		first = c.nOpened % openRing
+	}
+	at := func(i int) *opened { return &c.opened[(first+i)%openRing] }
+	i := sort.Search(n, func(i int) bool { return at(i).id >= id })
+	switch {
+	case n == 0:
+		return c.g.cfg.Now()
+	case i < n && at(i).id == id:
+		return at(i).at
+	case i == 0:
+		return at(0).at
+	}
+	return c.g.cfg.Now() // never opened (a reset of an idle stream): premature
 }
 
 // Read passes the client's bytes on, judging its frames as they go by.
@@ -218,11 +263,16 @@ func (c *conn) frame(typ byte, stream uint32) bool {
 		if stream > c.maxStream {
 			c.maxStream = stream
 			c.streams++
+			c.opened[c.nOpened%openRing] = opened{id: stream, at: c.g.cfg.Now()}
+			c.nOpened++
 		}
 	case frameRSTStream:
 		c.g.resets.Inc()
-		c.resets++
 		now := c.g.cfg.Now()
+		if now.Sub(c.openedAt(stream)) >= c.g.cfg.MinLifetime {
+			return false // a caller that waited, then gave up
+		}
+		c.resets++
 		c.tokens = min(float64(c.g.cfg.ResetBurst), c.tokens+now.Sub(c.last).Seconds()*c.g.cfg.ResetRate)
 		c.last = now
 		if c.tokens >= 1 {

@@ -136,3 +136,66 @@ func TestGuardSparesCancellingClients(t *testing.T) {
 		})
 	}
 }
+
+// A caller that gives up on calls it waited for (its deadline passed while
+// the server was busy) resets every stream, and is never closed: only a
+// reset within MinLifetime of the stream's opening is a rapid reset. The
+// same frames with no time between opening and reset are.
+func TestGuardSparesCallersPastTheirDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		waited     time.Duration
+		wantClosed bool
+	}{
+		{"reset after waiting 20 ms", 20 * time.Millisecond, false},
+		{"reset at once", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var clock atomic.Int64
+			g := h2guard.New(h2guard.Config{ResetBurst: 10, ResetRate: 1, MinLifetime: 10 * time.Millisecond,
+				Now: func() time.Time { return time.Unix(0, clock.Load()) }}, nil, "t")
+			client, server := net.Pipe()
+			defer client.Close()
+			c := g.Conn(server)
+			var abused atomic.Bool
+			go func() {
+				buf := make([]byte, 1<<16)
+				for {
+					if _, err := c.Read(buf); err != nil {
+						abused.Store(errors.Is(err, h2guard.ErrAbuse))
+						return
+					}
+				}
+			}()
+			go func() {
+				buf := make([]byte, 4096)
+				for {
+					if _, err := client.Read(buf); err != nil {
+						return
+					}
+				}
+			}()
+			// net.Pipe hands bytes to one Read at a time: once the PING after
+			// a batch is taken, the guard has judged the batch before it.
+			ping := append([]byte{0, 0, 8, 0x6, 0, 0, 0, 0, 0}, make([]byte, 8)...)
+			var opens, resets []byte
+			for i := 1; i <= 600; i++ {
+				id := uint32(2*i + 1)
+				opens = binary.BigEndian.AppendUint32(append(opens, 0, 0, 0, 0x1, 0x4), id)
+				resets = binary.BigEndian.AppendUint32(append(resets, 0, 0, 4, 0x3, 0), id)
+				resets = append(resets, 0, 0, 0, 8) // CANCEL
+			}
+			_, err := client.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
+			require.NoError(t, err)
+			_, err = client.Write(append(opens, ping...))
+			require.NoError(t, err)
+			_, err = client.Write(ping)
+			require.NoError(t, err)
+			clock.Add(int64(tc.waited))
+			_, _ = client.Write(resets)
+			_, _ = client.Write(ping)
+			time.Sleep(50 * time.Millisecond)
+			require.Equal(t, tc.wantClosed, abused.Load())
+		})
+	}
+}
