@@ -134,8 +134,12 @@ func TestSecurityDayBoundT1(t *testing.T) {
 	victim := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "victim")}
 	other := events.Principal{Kind: events.PrincipalBot, ID: redistest.Unique(t, "other")}
 	now := time.Now().UTC().Truncate(time.Millisecond)
+	// Decision ids are unique per decision, as the limiter's are: the ledger
+	// skips an id it has seen on the partition, so two bots' decisions must
+	// not share one (when both bots hash to one partition, a shared "r1-0"
+	// dropped the second bot's first eight as duplicates).
 	dec := func(p events.Principal, id string, cost int64) kafka.Message {
-		return quotatest.Message(events.Decision{ID: id + "-" + group, TS: now, Principal: p, IP: netip.MustParseAddr("203.0.113.7"),
+		return quotatest.Message(events.Decision{ID: p.ID + "-" + id + "-" + group, TS: now, Principal: p, IP: netip.MustParseAddr("203.0.113.7"),
 			Method: "POST", Route: "/v1/things", Allowed: true, Tier: "principal", Cost: cost, Limit: 100, Remaining: 50, Gateway: "attacker"})
 	}
 	atCap := func(p events.Principal, round string, n int) []kafka.Message {
