@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -133,39 +132,36 @@ func (f *fastServer) serveRoute(ctx *fasthttp.RequestCtx, h FastHandler, pattern
 	if f.o.Metrics != nil || f.o.AccessLog {
 		start = time.Now()
 	}
-	id := string(ctx.Request.Header.Peek(HeaderRequestID))
-	if !ValidRequestID(id) {
-		id = NewRequestID()
-	}
-	ctx.Response.Header.Set(HeaderRequestID, id)
+	id := fastRequestID(ctx)
 	defer func() {
 		if p := recover(); p != nil {
 			f.o.Log.Error("handler panic", "method", string(ctx.Method()), "path", string(ctx.Path()), "panic", fmt.Sprint(p), LogKey, id)
 			ctx.Response.Reset()
 			ctx.Response.Header.Set(HeaderRequestID, id)
-			WriteFastProblem(ctx, Problem{Type: ProblemInternal, Status: http.StatusInternalServerError,
-				Detail: "internal error; quote request id " + id + " to an operator", CorrelationID: id})
+			WriteFastProblem(ctx, internalProblem(id))
 		}
 		if f.o.Metrics == nil && !f.o.AccessLog {
 			return
 		}
 		code, elapsed := ctx.Response.StatusCode(), time.Since(start)
-		if f.o.Metrics != nil {
-			f.o.Metrics.requests.WithLabelValues(pattern, strconv.Itoa(code)).Inc()
-			f.o.Metrics.duration.WithLabelValues(pattern).Observe(elapsed.Seconds())
-		}
+		f.o.observe(pattern, code, elapsed)
 		if f.o.AccessLog {
-			level := slog.LevelInfo
-			if code >= 500 {
-				level = slog.LevelWarn
-			}
-			f.o.Log.LogAttrs(context.Background(), level, "http request", slog.String("method", string(ctx.Method())),
-				slog.String("path", string(ctx.Path())), slog.String("route", pattern), slog.Int("status", code),
-				slog.Int("bytes", len(ctx.Response.Body())), slog.Duration("duration", elapsed),
-				slog.String("remote", ctx.RemoteAddr().String()), slog.String(LogKey, id))
+			f.o.logRequest(context.Background(), string(ctx.Method()), string(ctx.Path()), pattern, ctx.RemoteAddr().String(),
+				code, int64(len(ctx.Response.Body())), elapsed, slog.String(LogKey, id))
 		}
 	}()
 	h(ctx, id)
+}
+
+// fastRequestID is the request's correlation id — the caller's
+// X-Request-Id when well formed, else minted — echoed on the answer.
+func fastRequestID(ctx *fasthttp.RequestCtx) string {
+	id := string(ctx.Request.Header.Peek(HeaderRequestID))
+	if !ValidRequestID(id) {
+		id = NewRequestID()
+	}
+	ctx.Response.Header.Set(HeaderRequestID, id)
+	return id
 }
 
 // fastError answers a request fasthttp could not read as a problem, as
@@ -173,11 +169,7 @@ func (f *fastServer) serveRoute(ctx *fasthttp.RequestCtx, h FastHandler, pattern
 // limit 413, a timeout 408, anything else 400 — with a correlation id, the
 // caller's when its header was read and well formed.
 func fastError(ctx *fasthttp.RequestCtx, err error) {
-	id := string(ctx.Request.Header.Peek(HeaderRequestID))
-	if !ValidRequestID(id) {
-		id = NewRequestID()
-	}
-	ctx.Response.Header.Set(HeaderRequestID, id)
+	id := fastRequestID(ctx)
 	p := Problem{Type: ProblemInvalidRequest, Status: http.StatusBadRequest, Detail: "malformed request", CorrelationID: id}
 	var small *fasthttp.ErrSmallBuffer
 	var netErr net.Error

@@ -221,8 +221,7 @@ func Middleware(o Options, next http.Handler) http.Handler {
 				}
 				o.Log.ErrorContext(r.Context(), "handler panic", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(p))
 				if !sw.wrote {
-					WriteProblem(sw, r, Problem{Type: ProblemInternal, Status: http.StatusInternalServerError,
-						Detail: "internal error; quote request id " + id + " to an operator"})
+					WriteProblem(sw, r, internalProblem(id))
 				}
 			}
 			route := r.Pattern
@@ -234,26 +233,44 @@ func Middleware(o Options, next http.Handler) http.Handler {
 				code = http.StatusOK
 			}
 			elapsed := time.Since(start)
-			if o.Metrics != nil {
-				o.Metrics.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
-				o.Metrics.duration.WithLabelValues(route).Observe(elapsed.Seconds())
-			}
+			o.observe(route, code, elapsed)
 			if o.AccessLog {
-				level := slog.LevelInfo
-				if code >= 500 {
-					level = slog.LevelWarn
-				}
-				attrs := []slog.Attr{slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("route", route),
-					slog.Int("status", code), slog.Int64("bytes", sw.bytes), slog.Duration("duration", elapsed),
-					slog.String("remote", r.RemoteAddr)}
+				var who []slog.Attr
 				if c := info.caller; c.Name != "" {
-					attrs = append(attrs, slog.String("actor", c.Name), slog.String("role", c.Role))
+					who = []slog.Attr{slog.String("actor", c.Name), slog.String("role", c.Role)}
 				}
-				o.Log.LogAttrs(r.Context(), level, "http request", attrs...)
+				o.logRequest(r.Context(), r.Method, r.URL.Path, route, r.RemoteAddr, code, sw.bytes, elapsed, who...)
 			}
 		}()
 		next.ServeHTTP(sw, r)
 	})
+}
+
+// internalProblem answers a handler's panic: no detail but the id to quote.
+func internalProblem(id string) Problem {
+	return Problem{Type: ProblemInternal, Status: http.StatusInternalServerError,
+		Detail: "internal error; quote request id " + id + " to an operator", CorrelationID: id}
+}
+
+// observe counts a request in o.Metrics, when set.
+func (o Options) observe(route string, code int, elapsed time.Duration) {
+	if o.Metrics != nil {
+		o.Metrics.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+		o.Metrics.duration.WithLabelValues(route).Observe(elapsed.Seconds())
+	}
+}
+
+// logRequest writes a request's access-log line (Options.AccessLog), at
+// WARN for a 5xx; extra follows the common attributes.
+func (o Options) logRequest(ctx context.Context, method, path, route, remote string, code int, bytes int64, elapsed time.Duration, extra ...slog.Attr) {
+	level := slog.LevelInfo
+	if code >= 500 {
+		level = slog.LevelWarn
+	}
+	attrs := append([]slog.Attr{slog.String("method", method), slog.String("path", path), slog.String("route", route),
+		slog.Int("status", code), slog.Int64("bytes", bytes), slog.Duration("duration", elapsed),
+		slog.String("remote", remote)}, extra...)
+	o.Log.LogAttrs(ctx, level, "http request", attrs...)
 }
 
 // statusWriter records the status and size of an answer. It unwraps for

@@ -53,18 +53,8 @@ func (s *Server) fastCheck(ctx *fasthttp.RequestCtx, id string) {
 		fastProblem(ctx, id, http.StatusBadRequest, httpapi.ProblemInvalidRequest, "body: "+err.Error())
 		return
 	}
-	if err := req.Validate(); err != nil {
-		fastProblem(ctx, id, http.StatusBadRequest, httpapi.ProblemInvalidRequest, err.Error())
-		return
-	}
-	if s.callers != nil {
-		if err := cl.Permit(&req); err != nil {
-			fastProblem(ctx, id, http.StatusForbidden, httpapi.ProblemForbidden, err.Error())
-			return
-		}
-	}
-	if err := s.CheckCost(&req); err != nil {
-		fastProblem(ctx, id, http.StatusBadRequest, httpapi.ProblemCostOverLimit, err.Error())
+	if status, typ, err := s.vet(cl, &req); err != nil {
+		fastProblem(ctx, id, status, typ, err.Error())
 		return
 	}
 	res := s.DecideCall(httpapi.WithRequestID(context.Background(), id), did, &req, Call{Protocol: ProtocolHTTP, Deadline: deadline})

@@ -239,23 +239,31 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := req.Validate(); err != nil {
-		s.problem(w, id, http.StatusBadRequest, httpapi.ProblemInvalidRequest, err.Error())
-		return
-	}
-	if s.callers != nil {
-		if err := cl.Permit(&req); err != nil {
-			s.problem(w, id, http.StatusForbidden, httpapi.ProblemForbidden, err.Error())
-			return
-		}
-	}
-	if err := s.CheckCost(&req); err != nil {
-		s.problem(w, id, http.StatusBadRequest, httpapi.ProblemCostOverLimit, err.Error())
+	if status, typ, err := s.vet(cl, &req); err != nil {
+		s.problem(w, id, status, typ, err.Error())
 		return
 	}
 	res := s.DecideCall(r.Context(), did, &req, Call{Protocol: ProtocolHTTP, Deadline: deadline})
 	bp := respBufs.Get().(*[]byte)
 	s.answer(w, id, bp, appendCheckResponse((*bp)[:0], did, id, res))
+}
+
+// vet checks a decoded check before it is decided — its fields, the
+// caller's right to name its principal (when callers are configured), its
+// cost — and on a refusal returns the problem's status and type with why.
+func (s *Server) vet(cl callers.Caller, req *checkapi.CheckRequest) (int, string, error) {
+	if err := req.Validate(); err != nil {
+		return http.StatusBadRequest, httpapi.ProblemInvalidRequest, err
+	}
+	if s.callers != nil {
+		if err := cl.Permit(req); err != nil {
+			return http.StatusForbidden, httpapi.ProblemForbidden, err
+		}
+	}
+	if err := s.CheckCost(req); err != nil {
+		return http.StatusBadRequest, httpapi.ProblemCostOverLimit, err
+	}
+	return 0, "", nil
 }
 
 // answer writes body (JSON built in *bp) with 200 and puts *bp back in the
@@ -380,20 +388,10 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 			cid = uuid.Must(uuid.NewV7()).String()
 		}
 		var req checkapi.CheckRequest
+		code, typ := http.StatusBadRequest, httpapi.ProblemInvalidRequest
 		err := json.Unmarshal(raw, &req)
 		if err == nil {
-			err = req.Validate()
-		}
-		typ, code := httpapi.ProblemInvalidRequest, http.StatusBadRequest
-		if err == nil && s.callers != nil {
-			if err = cl.Permit(&req); err != nil {
-				typ, code = httpapi.ProblemForbidden, http.StatusForbidden
-			}
-		}
-		if err == nil {
-			if err = s.CheckCost(&req); err != nil {
-				typ = httpapi.ProblemCostOverLimit
-			}
+			code, typ, err = s.vet(cl, &req)
 		}
 		if err != nil {
 			answers[i] = batchAnswer{id: cid, corr: cid, invalid: &httpapi.Problem{Type: typ,
