@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"bufio"
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -28,14 +27,6 @@ func serveFast(t *testing.T, c ServerConfig, routes []FastRoute, h http.Handler,
 		require.NoError(t, <-done)
 	})
 	return ln.Addr().String()
-}
-
-func readProblem(t *testing.T, resp *http.Response) Problem {
-	t.Helper()
-	require.Equal(t, ContentTypeProblem, resp.Header.Get("Content-Type"))
-	var p Problem
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
-	return p
 }
 
 // TestFastServerKeepsTheContract: a native route and the handler behind the
@@ -95,18 +86,18 @@ func TestFastServerKeepsTheContract(t *testing.T) {
 	t.Run("404 and 405 are problems", func(t *testing.T) {
 		resp := post("/nowhere", "nf-1", "")
 		require.Equal(t, http.StatusNotFound, resp.StatusCode)
-		p := readProblem(t, resp)
+		p := decodeProblemBody(t, resp)
 		require.Equal(t, ProblemNotFound, p.Type)
 		require.Equal(t, "nf-1", p.CorrelationID)
 		resp = post("/other", "", "")
 		require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
-		require.Equal(t, ProblemMethodNotAllowed, readProblem(t, resp).Type)
+		require.Equal(t, ProblemMethodNotAllowed, decodeProblemBody(t, resp).Type)
 	})
 	t.Run("panic is a 500 problem", func(t *testing.T) {
 		resp := post("/panic", "p-1", "")
 		require.Equal(t, http.StatusInternalServerError, resp.StatusCode)
 		require.Equal(t, "p-1", resp.Header.Get(HeaderRequestID))
-		p := readProblem(t, resp)
+		p := decodeProblemBody(t, resp)
 		require.Equal(t, ProblemInternal, p.Type)
 		require.Equal(t, "p-1", p.CorrelationID)
 	})
@@ -114,7 +105,7 @@ func TestFastServerKeepsTheContract(t *testing.T) {
 		resp := post("/fast", "big-1", strings.Repeat("x", 65))
 		require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
 		require.Equal(t, "big-1", resp.Header.Get(HeaderRequestID))
-		p := readProblem(t, resp)
+		p := decodeProblemBody(t, resp)
 		require.Equal(t, ProblemTooLarge, p.Type)
 		require.Equal(t, "big-1", p.CorrelationID, "a refusal before routing keeps the caller's correlation id")
 	})
@@ -126,7 +117,7 @@ func TestFastServerKeepsTheContract(t *testing.T) {
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
-		p := readProblem(t, resp)
+		p := decodeProblemBody(t, resp)
 		require.Equal(t, ProblemInvalidRequest, p.Type)
 		require.True(t, ValidRequestID(p.CorrelationID), "a minted correlation id: %q", p.CorrelationID)
 		require.Equal(t, p.CorrelationID, resp.Header.Get(HeaderRequestID))

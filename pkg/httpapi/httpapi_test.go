@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// decodeProblemBody requires a problem+json answer and decodes it.
 func decodeProblemBody(t *testing.T, res *http.Response) Problem {
 	t.Helper()
 	require.Equal(t, ContentTypeProblem, res.Header.Get("Content-Type"))
