@@ -18,7 +18,6 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -42,17 +41,11 @@ func dialService(t testing.TB, s *server.Server, opts ...GRPCOption) (*grpc.Clie
 	t.Helper()
 	g, hs, err := NewTransportServer(os.Getenv(transportEnv), s, opts...)
 	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = g.Serve(ln) }()
-	t.Cleanup(func() {
+	_, conn := limitertest.ServeGRPC(t, g.Serve, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = g.Shutdown(ctx)
 	})
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
 	return conn, hs
 }
 
@@ -95,13 +88,7 @@ func TestFloodgateTransportGuardsAndGates(t *testing.T) {
 		Publisher: &kafkatest.Capture{}, Topic: "decisions", Logger: slog.New(slog.DiscardHandler), Registry: reg})
 	g, hs := NewFastServer(s, WithGate(GateMin))
 	SetServing(hs, true)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = g.Serve(ln) }()
-	t.Cleanup(g.Close)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
+	addr, conn := limitertest.ServeGRPC(t, g.Serve, g.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -113,13 +100,13 @@ func TestFloodgateTransportGuardsAndGates(t *testing.T) {
 
 	// A call whose grpc-timeout passed before its message came: answered
 	// by the transport, counted as ShouldRateLimit counts it.
-	require.Equal(t, "4", latePost(t, ln.Addr().String()), "DEADLINE_EXCEEDED")
+	require.Equal(t, "4", latePost(t, addr), "DEADLINE_EXCEEDED")
 	require.Equal(t, 1.0, promtest.Value(t, reg, "floodgate_limiter_calls_dropped_past_deadline_total", map[string]string{"protocol": "grpc", "priority": "none"}))
 	require.Equal(t, 1.0, promtest.Value(t, reg, "floodgate_limiter_envoy_requests_total", map[string]string{"result": "past_deadline"}))
 
 	fctx, fcancel := context.WithTimeout(ctx, time.Second)
 	defer fcancel()
-	st := h2guardtest.Flood(fctx, ln.Addr().String(), rlsv3.RateLimitService_ShouldRateLimit_FullMethodName)
+	st := h2guardtest.Flood(fctx, addr, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName)
 	require.Positive(t, st.Calm, "the flood was sent GOAWAY ENHANCE_YOUR_CALM: %+v", st)
 	require.Positive(t, promtest.Value(t, reg, "floodgate_limiter_grpc_abuse_goaways_total", nil))
 

@@ -139,14 +139,24 @@ func Post(t testing.TB, url, body string, hdr map[string]string) (*http.Response
 // DialGRPC serves g on a loopback port for the test and dials it.
 func DialGRPC(t testing.TB, g *grpc.Server) *grpc.ClientConn {
 	t.Helper()
+	_, conn := ServeGRPC(t, g.Serve, g.Stop)
+	return conn
+}
+
+// ServeGRPC runs serve on a loopback port until the test ends (then stop is
+// called, after the connection is closed) and dials that port with grpc-go's
+// client: for a server of either transport (grpc-go's, pkg/grpcfast's). It
+// returns the address and the connection.
+func ServeGRPC(t testing.TB, serve func(net.Listener) error, stop func()) (string, *grpc.ClientConn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	go func() { _ = g.Serve(ln) }()
-	t.Cleanup(g.Stop)
+	go func() { _ = serve(ln) }()
+	t.Cleanup(stop)
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() })
-	return conn
+	t.Cleanup(func() { _ = conn.Close() })
+	return ln.Addr().String(), conn
 }
 
 // Descriptor is an Envoy rate-limit descriptor of the key-value pairs kv.
