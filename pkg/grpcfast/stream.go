@@ -466,6 +466,12 @@ func (st *stream) SetTrailer(md metadata.MD) error {
 // maxTimeout bounds a grpc-timeout (99999999H would overflow a deadline).
 const maxTimeout = 100 * 365 * 24 * time.Hour
 
+// timeoutUnits are grpc-timeout's units by their letter; 0: not a unit.
+var timeoutUnits = [256]time.Duration{
+	'H': time.Hour, 'M': time.Minute, 'S': time.Second,
+	'm': time.Millisecond, 'u': time.Microsecond, 'n': time.Nanosecond,
+}
+
 // parseTimeout reads grpc-timeout: at most 8 digits and a unit.
 func parseTimeout(s string) (time.Duration, error) {
 	if len(s) < 2 || len(s) > 9 {
@@ -475,21 +481,8 @@ func parseTimeout(s string) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	var unit time.Duration
-	switch s[len(s)-1] {
-	case 'H':
-		unit = time.Hour
-	case 'M':
-		unit = time.Minute
-	case 'S':
-		unit = time.Second
-	case 'm':
-		unit = time.Millisecond
-	case 'u':
-		unit = time.Microsecond
-	case 'n':
-		unit = time.Nanosecond
-	default:
+	unit := timeoutUnits[s[len(s)-1]]
+	if unit == 0 {
 		return 0, errors.New("unknown unit")
 	}
 	if v > uint64(maxTimeout/unit) {
