@@ -1,6 +1,8 @@
 package rollout
 
 import (
+	"context"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -39,4 +41,36 @@ func (m FeedMetrics) Rejected(role string) { m.versions.WithLabelValues(role, "r
 // InForce shows version as the one of role in force (0: none).
 func (m FeedMetrics) InForce(role string, version int64) {
 	m.inForce.WithLabelValues(role).Set(float64(version))
+}
+
+// Feed hands the states of a rollout topic to apply: Sync reads the topic to
+// its end, Run follows it from there (from its start when Sync was not called
+// or failed) until ctx is done. apply gets a copy of each state of its own.
+// Sync, then Run, from one goroutine.
+type Feed struct {
+	topic *Topic
+	apply func(State)
+	st    State // where Sync stopped
+}
+
+// NewFeed returns a feed of topic to apply.
+func NewFeed(topic *Topic, apply func(State)) *Feed {
+	return &Feed{topic: topic, apply: apply}
+}
+
+// Sync reads the topic to its end and applies what it says; an error means
+// the topic could not be read (nothing is applied).
+func (f *Feed) Sync(ctx context.Context) error {
+	st, err := f.topic.Read(ctx)
+	if err != nil {
+		return err
+	}
+	f.st = st
+	f.apply(st.Clone())
+	return nil
+}
+
+// Run follows the topic from where Sync stopped until ctx is done.
+func (f *Feed) Run(ctx context.Context) error {
+	return f.topic.Follow(ctx, f.st.Clone(), f.apply)
 }

@@ -23,7 +23,7 @@ type RulesFeed struct {
 	impact *ImpactFlusher
 	log    *slog.Logger
 
-	st                  rollout.State
+	feed                *rollout.Feed
 	enforced, candidate int64          // versions in force (0: none from the topic)
 	step                int64          // the candidate's step (0: its shadow period)
 	rejected            map[int64]bool // versions refused (logged once)
@@ -35,29 +35,24 @@ type RulesFeed struct {
 // NewRulesFeed returns a feed of topic into store; impact gets the counts of
 // every version it puts in force (nil: none counted).
 func NewRulesFeed(topic *rollout.Topic, store *limiter.RuleStore, impact *ImpactFlusher, log *slog.Logger, reg prometheus.Registerer) *RulesFeed {
-	return &RulesFeed{topic: topic, store: store, impact: impact, log: log, rejected: map[int64]bool{},
+	f := &RulesFeed{topic: topic, store: store, impact: impact, log: log, rejected: map[int64]bool{},
 		metrics: rollout.NewFeedMetrics(reg, "limiter_rules",
 			"Rules versions from the rules topic, by role (enforced, candidate) and result (applied, rejected: invalid, the rules in force kept).",
 			"The rules version in force (role enforced; 0 = a file or the built-in grid) and in shadow (role candidate; 0 = none)."),
 	}
+	f.feed = rollout.NewFeed(topic, f.apply)
+	return f
 }
 
 // Sync reads the topic to its end and applies what it says; an error means
 // the topic could not be read (the store is unchanged).
-func (f *RulesFeed) Sync(ctx context.Context) error {
-	st, err := f.topic.Read(ctx)
-	if err != nil {
-		return err
-	}
-	f.st = st
-	f.apply(st.Clone())
-	return nil
-}
+func (f *RulesFeed) Sync(ctx context.Context) error { return f.feed.Sync(ctx) }
 
-// Run follows the topic from where Sync stopped until ctx is done.
+// Run follows the topic from where Sync stopped until ctx is done, then
+// closes it.
 func (f *RulesFeed) Run(ctx context.Context) error {
 	defer f.topic.Close()
-	return f.topic.Follow(ctx, f.st.Clone(), f.apply)
+	return f.feed.Run(ctx)
 }
 
 // Versions returns the enforced and candidate versions in force (0: none).

@@ -1,7 +1,6 @@
 package detector
 
 import (
-	"context"
 	"log/slog"
 	"sync"
 	"time"
@@ -185,9 +184,10 @@ func priorityOf(ev *events.Decision) string {
 }
 
 // ParamsFeed follows the detector parameters topic and gives the detector
-// each version the topic enforces or rolls out.
+// each version the topic enforces or rolls out: Sync reads the topic to its
+// end, Run follows it from there until ctx is done (rollout.Feed).
 type ParamsFeed struct {
-	topic   *rollout.Topic
+	*rollout.Feed
 	base    score.Config
 	det     *Detector
 	flusher *rollout.Flusher // nil: nothing counted
@@ -208,26 +208,13 @@ func NewParamsFeed(topic *rollout.Topic, base score.Config, det *Detector, flush
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &ParamsFeed{topic: topic, base: base, det: det, flusher: flusher, log: log, candStep: -1,
+	f := &ParamsFeed{base: base, det: det, flusher: flusher, log: log, candStep: -1,
 		metrics: rollout.NewFeedMetrics(reg, "detector_params",
 			"Detector parameters versions read from the topic, by role (enforced, candidate) and result (applied, rejected).",
 			"The detector parameters version in force (enforced) and in rollout (candidate; 0: none)."),
 	}
-}
-
-// Sync reads the topic once (up to its end) and applies its state.
-func (f *ParamsFeed) Sync(ctx context.Context) error {
-	st, err := f.topic.Read(ctx)
-	if err != nil {
-		return err
-	}
-	f.Apply(st)
-	return nil
-}
-
-// Run follows the topic until ctx is done.
-func (f *ParamsFeed) Run(ctx context.Context) error {
-	return f.topic.Follow(ctx, rollout.State{}, f.Apply)
+	f.Feed = rollout.NewFeed(topic, f.Apply)
+	return f
 }
 
 // Apply makes st's enforced version and candidate the detector's. A version
