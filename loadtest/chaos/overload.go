@@ -79,7 +79,8 @@ func OverloadGRPC(ctx context.Context, e *Env, s Size, r *Result) error {
 	return overload(ctx, e, s, r, true)
 }
 
-// overloadGRPCConns are the open-loop phases' connections in the gRPC mode.
+// overloadGRPCConns are the open-loop phases' connections in the gRPC mode
+// (Size.GRPCConns sets another number).
 const overloadGRPCConns = 64
 
 func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) error {
@@ -114,8 +115,12 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		}
 		return l
 	}
+	grpcConns := overloadGRPCConns
+	if s.GRPCConns > 0 {
+		grpcConns = s.GRPCConns
+	}
 	if viaGRPC {
-		r.metric("transport", "gRPC ShouldRateLimit (Floodgate's descriptor), the caller's deadline as the call's; %d connections in the open-loop phases", overloadGRPCConns)
+		r.metric("transport", "gRPC ShouldRateLimit (Floodgate's descriptor), the caller's deadline as the call's; %d connections in the open-loop phases", grpcConns)
 	} else {
 		r.metric("transport", "HTTP/1.1 POST /v1/check, the caller's deadline in X-Floodgate-Timeout-Ms; a caller that gives up closes its connection")
 	}
@@ -224,7 +229,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 				return "critical"
 			}
 			return ""
-		}}, overloadGRPCConns)
+		}}, grpcConns)
 		var peakG, peakRunnable, peakWaiting float64
 		gateLimits := map[float64]bool{}
 		var mu sync.Mutex
