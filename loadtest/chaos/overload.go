@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/loadtest/internal/cputime"
+	"github.com/floodgate-dev/floodgate/loadtest/internal/promtext"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 )
 
@@ -77,7 +79,8 @@ func OverloadGRPC(ctx context.Context, e *Env, s Size, r *Result) error {
 	return overload(ctx, e, s, r, true)
 }
 
-// overloadGRPCConns are the open-loop phases' connections in the gRPC mode.
+// overloadGRPCConns are the open-loop phases' connections in the gRPC mode
+// (Size.GRPCConns sets another number).
 const overloadGRPCConns = 64
 
 func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) error {
@@ -112,8 +115,12 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		}
 		return l
 	}
+	grpcConns := overloadGRPCConns
+	if s.GRPCConns > 0 {
+		grpcConns = s.GRPCConns
+	}
 	if viaGRPC {
-		r.metric("transport", "gRPC ShouldRateLimit (Floodgate's descriptor), the caller's deadline as the call's; %d connections in the open-loop phases", overloadGRPCConns)
+		r.metric("transport", "gRPC ShouldRateLimit (Floodgate's descriptor), the caller's deadline as the call's; %d connections in the open-loop phases", grpcConns)
 	} else {
 		r.metric("transport", "HTTP/1.1 POST /v1/check, the caller's deadline in X-Floodgate-Timeout-Ms; a caller that gives up closes its connection")
 	}
@@ -222,8 +229,8 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 				return "critical"
 			}
 			return ""
-		}}, overloadGRPCConns)
-		var peakG, peakWaiting float64
+		}}, grpcConns)
+		var peakG, peakRunnable, peakWaiting float64
 		gateLimits := map[float64]bool{}
 		var mu sync.Mutex
 		sctx, cancel := context.WithCancel(ctx)
@@ -232,6 +239,11 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 				if g, err := lim.Metric(sctx, "go_goroutines"); err == nil {
 					mu.Lock()
 					peakG = max(peakG, g)
+					mu.Unlock()
+				}
+				if g, err := lim.Metric(sctx, "go_sched_goroutines_runnable_goroutines"); err == nil {
+					mu.Lock()
+					peakRunnable = max(peakRunnable, g)
 					mu.Unlock()
 				}
 				if viaGRPC {
@@ -250,6 +262,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		dropped0, _ := lim.Metric(ctx, "floodgate_limiter_calls_dropped_past_deadline_total") // absent until the first drop
 		left0, _ := lim.Metric(ctx, "floodgate_limiter_grpc_gate_left_total")
 		thr0, thrWait0 := throttled()
+		sched0 := schedLatencies(ctx, lim)
 		cpu0 := cpuNow()
 		stop := startLoad(ctx, load)
 		prof := startProfiles(ctx, debugAddr, filepath.Join(profiles, fmt.Sprintf("%.1fx", f)), phase-2*time.Second)
@@ -258,6 +271,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		cancel()
 		cpu1 := cpuNow()
 		thr1, thrWait1 := throttled()
+		sched1 := schedLatencies(ctx, lim)
 		profNote := prof()
 		dropped1, _ := lim.Metric(ctx, "floodgate_limiter_calls_dropped_past_deadline_total")
 		left1, _ := lim.Metric(ctx, "floodgate_limiter_grpc_gate_left_total")
@@ -333,6 +347,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 			rate, conns, overloadDeadline, w.Sent, inTime, goodput, 100*goodput/max(satRate, 1), perCoreSecond(cpu0, cpu1, inTime), w.Answered, late, ms(w.P50), ms(w.P99), ms(critP99),
 			pct(shed, w.Answered), pct(failedOpen, inTime), dropped1-dropped0, float64(abuserAllowed)/allowedMax, rss>>20, g, cpu,
 			thr1-thr0, ms(thrWait1-thrWait0), loadAverage(), profNote, invalidNote(genSat))
+		r.metric(name+" run queue", "%s; runnable goroutines at most %.0f (sampled every 0.5 s)", schedNote(sched0, sched1), peakRunnable)
 		if gateNote != "" {
 			r.metric(name+" entry gate", "%s; %d answered UNAVAILABLE within the deadline (%.2f %% of the calls sent; not decided, the gateway fails open on them at once)",
 				gateNote, overloaded, pct(overloaded, w.Sent))
@@ -345,6 +360,27 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		r.require(name+": no call dropped for its deadline while its caller waited", droppedWaiting == 0, "%d", droppedWaiting)
 	}
 	return nil
+}
+
+// schedNote says how long the limiter's goroutines waited for its CPU
+// between two scrapes of go_sched_latencies_seconds (the runtime samples
+// the waits; its buckets are coarse): the share over about 1 ms and over
+// about 10 ms, and the bound every wait fell under.
+func schedNote(from, to []promtext.Bucket) string {
+	if len(from) == 0 || len(from) != len(to) {
+		return "waits for the CPU: not read"
+	}
+	total := to[len(to)-1].Count - from[len(from)-1].Count
+	over1, b1, most := promtext.Above(from, to, 0.0009)
+	over10, b10, _ := promtext.Above(from, to, 0.01)
+	bound := func(s float64) string {
+		if math.IsInf(s, 1) {
+			return "+Inf"
+		}
+		return ms(seconds(s))
+	}
+	return fmt.Sprintf("waits for the CPU (the runtime's sample): %.0f, %.1f %% over %s, %.1f %% over %s, all under %s",
+		total, 100*over1/max(total, 1), bound(b1), 100*over10/max(total, 1), bound(b10), bound(most))
 }
 
 // startProfiles takes a CPU profile of the limiter (its pprof listener at

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -137,6 +138,9 @@ type Server struct {
 	conns     map[*conn]struct{}
 	closing   bool
 	drained   chan struct{} // closed when closing and the last connection has gone
+
+	refusals  sync.Map     // refusalKey → trailers-only block (refusal)
+	nRefusals atomic.Int32 // refusal blocks made (at most maxRefusals kept)
 
 	work    chan *stream  // calls for an idle worker
 	workers int           // started, under mu

@@ -590,3 +590,27 @@ func TestTapRefusesBeforeTheMessage(t *testing.T) {
 	_, err = c.EmptyCall(ctx, &testpb.Empty{})
 	require.NoError(t, err, "other methods pass")
 }
+
+// A refusal's trailer block is the status answer statusLocked writes, made
+// once per status (a door under overload refuses calls by the thousand),
+// capped so that a block cannot be appended into, and kept for at most
+// maxRefusals statuses (a refusal's message may name what a client sent).
+func TestRefusalBlocksAreMadeOnce(t *testing.T) {
+	s := New(Config{})
+	want := appendStatus(append([]byte(nil), respHeaders...), uint32(codes.Unavailable), "overloaded: 100% busy", nil)
+	a := s.refusal(codes.Unavailable, "overloaded: 100% busy")
+	require.Equal(t, want, a)
+	require.Equal(t, len(a), cap(a), "full: an append copies it")
+	b := s.refusal(codes.Unavailable, "overloaded: 100% busy")
+	require.Same(t, &a[0], &b[0], "made once")
+	require.Zero(t, testing.AllocsPerRun(100, func() { s.refusal(codes.Unavailable, "overloaded: 100% busy") }))
+
+	for i := range 2 * maxRefusals {
+		s.refusal(codes.Unimplemented, "unknown method /x/"+string(rune('a'+i%26))+string(rune('a'+i/26)))
+	}
+	kept := 0
+	s.refusals.Range(func(any, any) bool { kept++; return true })
+	require.Equal(t, maxRefusals, kept)
+	require.Equal(t, appendStatus(append([]byte(nil), respHeaders...), uint32(codes.Unimplemented), "unknown method /x/zz", nil),
+		s.refusal(codes.Unimplemented, "unknown method /x/zz"), "past the bound, made each time")
+}

@@ -188,7 +188,8 @@ func (c *conn) refuse(st *stream, ended bool, code codes.Code, msg string) error
 		c.lastID = max(c.lastID, st.id)
 	}
 	st.recvDone = ended
-	c.statusLocked(st, status.New(code, msg))
+	c.wbuf = appendHeaders(c.wbuf, st.id, c.s.refusal(code, msg), true, c.peerFrame)
+	c.finishLocked(st)
 	c.mu.Unlock()
 	c.discard(st)
 	return nil
@@ -309,7 +310,8 @@ func (c *conn) dispatch(st *stream) {
 		c.mu.Lock()
 		st.recvDone = true
 		if !st.gone {
-			c.statusLocked(st, status.New(code, bad))
+			c.wbuf = appendHeaders(c.wbuf, st.id, c.s.refusal(code, bad), true, c.peerFrame)
+			c.finishLocked(st)
 		}
 		c.mu.Unlock()
 		return

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"google.golang.org/grpc/codes"
 )
 
 func appendFrameHeader(b []byte, length int, typ http2.FrameType, flags http2.Flags, stream uint32) []byte {
@@ -161,4 +162,31 @@ func (c *conn) unblockLocked() {
 			c.sendLocked(st)
 		}
 	}
+}
+
+// maxRefusals bounds the refusals' trailer blocks a server keeps.
+const maxRefusals = 64
+
+// refusalKey names a refusal's status.
+type refusalKey struct {
+	code codes.Code
+	msg  string
+}
+
+// refusal is the trailers-only block of a call refused with code and msg
+// before its message was read (refuse): made once per status and kept, as
+// a door that refuses most calls under overload refuses them all alike —
+// no status, no block and no copy of the status proto per refusal. The
+// caller must not write into it.
+func (s *Server) refusal(code codes.Code, msg string) []byte {
+	k := refusalKey{code, msg}
+	if b, ok := s.refusals.Load(k); ok {
+		return b.([]byte)
+	}
+	b := appendStatus(append([]byte(nil), respHeaders...), uint32(code), msg, nil)
+	b = b[:len(b):len(b)]
+	if s.nRefusals.Load() < maxRefusals && s.nRefusals.Add(1) <= maxRefusals {
+		s.refusals.Store(k, b)
+	}
+	return b
 }
