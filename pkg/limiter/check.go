@@ -117,9 +117,12 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 		return finish(r, rs.NearLimit), nil
 	}
 	calls, raw, errs := sc.calls[:len(groups)], sc.raw[:len(groups)], sc.errs[:len(groups)]
-	remote := e.admit(groups, calls, req.Deadline)
+	remote, admitted := e.admit(groups, calls, req.Deadline)
+	if admitted.IsZero() { // no clock read of admit's to go by
+		admitted = time.Now()
+	}
 	switch {
-	case pastDeadline(req.Deadline): // it waited for a permit past the caller's deadline
+	case !req.Deadline.IsZero() && !admitted.Before(req.Deadline): // it waited for a permit past the caller's deadline
 		for i := range errs {
 			errs[i] = ErrPastDeadline
 		}
@@ -176,8 +179,9 @@ type checkScratch struct {
 // share one: the breaker first (a failing shard costs nothing), then the
 // shard's adaptive concurrency limit, waiting for a permit in its queue at
 // most until deadline (zero: none) — into calls, one per group. remote
-// counts the groups Redis will be asked about.
-func (e *Engine) admit(groups []*group, calls []shardCall, deadline time.Time) (remote int) {
+// counts the groups Redis will be asked about; at is when the last of them
+// was admitted (zero: none was).
+func (e *Engine) admit(groups []*group, calls []shardCall, deadline time.Time) (remote int, at time.Time) {
 	for i, g := range groups {
 		c := &calls[i]
 		c.sh = e.shards.of(g.penaltyKey)
@@ -204,10 +208,11 @@ func (e *Engine) admit(groups []*group, calls []shardCall, deadline time.Time) (
 			c.local = localShed
 			continue
 		}
-		c.done, c.start = done, time.Now()
+		at = time.Now()
+		c.done, c.start = done, at
 		remote++
 	}
-	return remote
+	return remote, at
 }
 
 // settle tells each shard's breaker and admission limit its outcome, once
