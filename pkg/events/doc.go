@@ -13,7 +13,9 @@
 // errors.Is(err, ErrInvalid) for malformed JSON and for any contract violation,
 // so a consumer can send such a message straight to its dead-letter topic.
 // Encoding validates too, so a producer cannot publish an event that its own
-// consumers would reject. Unknown members are ignored by decoders (see the
+// consumers would reject; the one exception is AppendDecisionUnchecked, for
+// the limiter, which builds its decision events valid by construction.
+// Unknown members are ignored by decoders (see the
 // versioning rules in schemas/README.md).
 //
 // The types, encoders, decoders and validation of the events are generated

@@ -22,10 +22,29 @@ type batchItem struct {
 	calls []scriptCall
 	out   []any
 	errs  []error // per call
+	cmds  []*redis.Cmd
 	done  chan struct{}
 	// deadline is the caller's (zero: none): an item still queued when it
 	// passes is answered ErrPastDeadline instead of being sent.
 	deadline time.Time
+	// room for a check's calls (two at most: the principal's and the
+	// IP's), so that its slices take no allocations of their own
+	callBuf [2]scriptCall
+	outBuf  [2]any
+	errBuf  [2]error
+	cmdBuf  [2]*redis.Cmd
+}
+
+// newBatchItem is an item of n calls, their slices in its own room when
+// it has enough.
+func newBatchItem(n int, deadline time.Time) *batchItem {
+	it := &batchItem{done: make(chan struct{}), deadline: deadline}
+	if n <= len(it.callBuf) {
+		it.calls, it.out, it.errs, it.cmds = it.callBuf[:n], it.outBuf[:n], it.errBuf[:n], it.cmdBuf[:n]
+		return it
+	}
+	it.calls, it.out, it.errs, it.cmds = make([]scriptCall, n), make([]any, n), make([]error, n), make([]*redis.Cmd, n)
+	return it
 }
 
 // scriptBatcher sends the script calls of concurrent checks in shared
@@ -53,16 +72,15 @@ func newScriptBatcher(rdb redis.UniversalClient, script *redis.Script, max, maxQ
 // was sent. It says nothing about Redis.
 var errOverloaded = errors.New("limiter overloaded")
 
-// run sends calls in the next pipeline and returns one result and one error
-// per call. It returns errOverloaded when the queue is full, or when ctx ends
+// run sends the item's calls in the next pipeline and returns one result and
+// one error per call. It returns errOverloaded when the queue is full, or when ctx ends
 // or wait (> 0) passes before the calls were sent; ctx's error
 // (context.DeadlineExceeded for wait) when that happens while they are in
 // flight. A caller whose Add sent its own pipeline is answered by then and
 // starts no timer; the others (under load, most: one flusher a pipeline)
 // start one, a single allocation where a context with a deadline took
 // three.
-func (b *scriptBatcher) run(ctx context.Context, calls []scriptCall, deadline time.Time, wait time.Duration) ([]any, []error, error) {
-	it := &batchItem{calls: calls, done: make(chan struct{}), deadline: deadline}
+func (b *scriptBatcher) run(ctx context.Context, it *batchItem, wait time.Duration) ([]any, []error, error) {
 	if !b.gc.Add(it) {
 		return nil, nil, errOverloaded
 	}
@@ -103,7 +121,6 @@ func (b *scriptBatcher) dropPastDeadline(batch []*batchItem) []*batchItem {
 				now = time.Now()
 			}
 			if !now.Before(it.deadline) {
-				it.errs = make([]error, len(it.calls))
 				for j := range it.errs {
 					it.errs[j] = ErrPastDeadline
 				}
@@ -137,33 +154,29 @@ func (b *scriptBatcher) flush(batch []*batchItem) {
 	if b.m != nil {
 		defer b.m.roundTrip(time.Now())
 	}
-	cmds := make([][]*redis.Cmd, len(batch))
 	pipe := b.rdb.Pipeline()
-	for i, it := range batch {
-		cmds[i] = make([]*redis.Cmd, len(it.calls))
+	for _, it := range batch {
 		for j, c := range it.calls {
-			cmds[i][j] = b.script.EvalSha(ctx, pipe, c.keys, c.args...)
+			it.cmds[j] = b.script.EvalSha(ctx, pipe, c.keys, c.args...)
 		}
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
 	var retry redis.Pipeliner
-	for i, it := range batch {
+	for _, it := range batch {
 		for j, c := range it.calls {
-			if err := cmds[i][j].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			if err := it.cmds[j].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 				if retry == nil {
 					retry = b.rdb.Pipeline()
 				}
-				cmds[i][j] = b.script.Eval(ctx, retry, c.keys, c.args...)
+				it.cmds[j] = b.script.Eval(ctx, retry, c.keys, c.args...)
 			}
 		}
 	}
 	if retry != nil {
 		_, _ = retry.Exec(ctx)
 	}
-	for i, it := range batch {
-		it.out = make([]any, len(it.calls))
-		it.errs = make([]error, len(it.calls))
-		for j, c := range cmds[i] {
+	for _, it := range batch {
+		for j, c := range it.cmds {
 			if err := c.Err(); err != nil {
 				it.errs[j] = fmt.Errorf("run check script: %w", err)
 				continue

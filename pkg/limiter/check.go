@@ -56,7 +56,8 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 		if cand = e.cands.Candidate(); cand != nil {
 			answers = cand.Enforces(req.Principal)
 			verdict = make(chan candidateVerdict, 1)
-			go func() { verdict <- e.checkCandidate(ctx, cand, req, answers) }()
+			creq := req // the goroutine's own copy: req stays on the stack without a candidate
+			go func() { verdict <- e.checkCandidate(ctx, cand, creq, answers) }()
 		}
 	}
 	res, err := e.check(ctx, rs, req)
@@ -93,18 +94,21 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 // Redis's answers (apply), answer the rest without it (withoutRedis) and give
 // back what one group took when the whole was denied (refundSplit).
 func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, error) {
-	pg, ig, cost, plan := e.bind(rs, req)
+	sc := new(checkScratch)
+	var cost int64
+	var plan string
+	sc.pg, sc.ig, cost, plan = e.bind(rs, req)
 	// The local clock of the over-limit cache and the local buckets: the
 	// decision's own time in a replay, so nothing of a replay follows the
 	// wall clock (a cache entry held "until" wall time would deny a replayed
 	// request its event time allows); the engine's clock, read when used,
 	// otherwise (localNow).
-	groups := make([]*group, 0, 2)
-	if len(pg.rules) > 0 {
-		groups = append(groups, &pg)
+	groups := sc.groups[:0]
+	if len(sc.pg.rules) > 0 {
+		groups = append(groups, &sc.pg)
 	}
-	if len(ig.rules) > 0 {
-		groups = append(groups, &ig)
+	if len(sc.ig.rules) > 0 {
+		groups = append(groups, &sc.ig)
 	}
 	if len(groups) == 0 {
 		return Result{Allowed: true, Tier: events.TierPrincipal, Penalty: 1, Scale: 1, Now: e.localNow(req.At).UTC(), Cost: int(cost), Plan: plan}, nil
@@ -112,11 +116,13 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 	if r, ok := e.fromCache(groups, cost, plan, req.At); ok {
 		return finish(r, rs.NearLimit), nil
 	}
-	calls, remote := e.admit(groups, req.Deadline)
-	raw := make([]any, len(groups))
-	errs := make([]error, len(groups))
+	calls, raw, errs := sc.calls[:len(groups)], sc.raw[:len(groups)], sc.errs[:len(groups)]
+	remote, admitted := e.admit(groups, calls, req.Deadline)
+	if admitted.IsZero() { // no clock read of admit's to go by
+		admitted = time.Now()
+	}
 	switch {
-	case pastDeadline(req.Deadline): // it waited for a permit past the caller's deadline
+	case !req.Deadline.IsZero() && !admitted.Before(req.Deadline): // it waited for a permit past the caller's deadline
 		for i := range errs {
 			errs[i] = ErrPastDeadline
 		}
@@ -129,7 +135,8 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 		}
 		return Result{}, fmt.Errorf("check %s: %w", req.Principal.Key(), err)
 	}
-	res, outs, err := e.apply(groups, calls, raw, cost, plan, req.At)
+	outs := sc.outs[:len(groups)]
+	res, err := e.apply(groups, calls, raw, outs, cost, plan, req.At)
 	if err != nil {
 		return Result{}, fmt.Errorf("check %s: %w", req.Principal.Key(), err)
 	}
@@ -157,13 +164,24 @@ func (e *Engine) fromCache(groups []*group, cost int64, plan string, at time.Tim
 	return Result{}, false
 }
 
+// checkScratch is what a check keeps per group — two at most, the
+// principal's and the IP's — in one allocation.
+type checkScratch struct {
+	pg, ig group
+	groups [2]*group
+	calls  [2]shardCall
+	raw    [2]any
+	errs   [2]error
+	outs   [2]scriptOut
+}
+
 // admit admits each group to its shard — once per shard when both groups
 // share one: the breaker first (a failing shard costs nothing), then the
 // shard's adaptive concurrency limit, waiting for a permit in its queue at
-// most until deadline (zero: none). remote counts the groups Redis will be
-// asked about.
-func (e *Engine) admit(groups []*group, deadline time.Time) (calls []shardCall, remote int) {
-	calls = make([]shardCall, len(groups))
+// most until deadline (zero: none) — into calls, one per group. remote
+// counts the groups Redis will be asked about; at is when the last of them
+// was admitted (zero: none was).
+func (e *Engine) admit(groups []*group, calls []shardCall, deadline time.Time) (remote int, at time.Time) {
 	for i, g := range groups {
 		c := &calls[i]
 		c.sh = e.shards.of(g.penaltyKey)
@@ -190,10 +208,11 @@ func (e *Engine) admit(groups []*group, deadline time.Time) (calls []shardCall, 
 			c.local = localShed
 			continue
 		}
-		c.done, c.start = done, time.Now()
+		at = time.Now()
+		c.done, c.start = done, at
 		remote++
 	}
-	return calls, remote
+	return remote, at
 }
 
 // settle tells each shard's breaker and admission limit its outcome, once
@@ -244,18 +263,18 @@ func (e *Engine) settle(ctx context.Context, calls []shardCall, errs []error) er
 }
 
 // apply reads Redis's answers into the result — its tiers, penalty and time
-// — and teaches local state what Redis said: the over-limit cache, the
-// leases, and the local buckets a shed or degraded answer continues from.
-func (e *Engine) apply(groups []*group, calls []shardCall, raw []any, cost int64, plan string, at time.Time) (Result, []scriptOut, error) {
+// — and into outs, one per group; and teaches local state what Redis said:
+// the over-limit cache, the leases, and the local buckets a shed or
+// degraded answer continues from.
+func (e *Engine) apply(groups []*group, calls []shardCall, raw []any, outs []scriptOut, cost int64, plan string, at time.Time) (Result, error) {
 	res := Result{Allowed: true, Penalty: 1, Cost: int(cost), Plan: plan}
-	outs := make([]scriptOut, len(groups))
 	for i, g := range groups {
 		if calls[i].local != 0 {
 			continue
 		}
 		o, err := parseOut(raw[i], len(g.rules))
 		if err != nil {
-			return Result{}, nil, err
+			return Result{}, err
 		}
 		outs[i] = o
 		res.Allowed = res.Allowed && o.allowed
@@ -291,7 +310,7 @@ func (e *Engine) apply(groups []*group, calls []shardCall, raw []any, cost int64
 			e.local.observe(b.keys[0], lim, capacity, t.Remaining, taken, b.period, n, now)
 		}
 	}
-	return res, outs, nil
+	return res, nil
 }
 
 // withoutRedis answers the groups Redis did not: from local state when the

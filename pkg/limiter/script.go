@@ -39,31 +39,48 @@ type group struct {
 	replay     bool   // now is a replayed decision's own time (Request.At)
 }
 
+// args is the script call of g: its keys and arguments. An int64 or a
+// non-constant string held in an interface is an allocation of its own, so
+// the arguments are pointers into one array of numbers and one of strings
+// (go-redis writes *int64 and *string as their values): three allocations
+// a call, however many rules.
 func (g *group) args(mode string, now string, mask string) ([]string, []any) {
-	keys := make([]string, 0, len(g.rules)+2)
-	keys = append(keys, g.penaltyKey)
-	args := make([]any, 0, 5+10*len(g.rules))
-	pen := "0"
-	if g.penalize {
-		pen = "1"
+	nkeys, ndays := 1, 0
+	for i := range g.rules {
+		nkeys, ndays = nkeys+len(g.rules[i].keys), ndays+len(g.rules[i].days)
 	}
+	keys := make([]string, 0, nkeys)
+	keys = append(keys, g.penaltyKey)
+	args := make([]any, 0, 5+9*len(g.rules)+ndays)
+	nums := make([]int64, 0, 1+7*len(g.rules)+ndays)
+	strs := make([]string, 0, 4+3*len(g.rules))
+	num := func(v int64) any { nums = append(nums, v); return &nums[len(nums)-1] }
+	str := func(v string) any { strs = append(strs, v); return &strs[len(strs)-1] }
 	if mode == "c" && g.replay {
 		mode = "p" // a check on a replay's clock: check.lua keeps its keys ReplayKeyTTL at least
 	}
-	args = append(args, mode, now, pen, mask, len(g.rules))
+	args = append(args, str(mode), str(now), str(flag(g.penalize)), str(mask), num(int64(len(g.rules))))
 	for _, b := range g.rules {
-		shadow := "0"
-		if b.shadow {
-			shadow = "1"
-		}
 		keys = append(keys, b.keys...)
-		args = append(args, b.alg.code(), b.limit, b.period.Milliseconds(), b.burst,
-			strconv.FormatFloat(b.scale, 'g', -1, 64), b.cost, shadow, b.lease, len(b.keys))
+		scale := "1"
+		if b.scale != 1 {
+			scale = strconv.FormatFloat(b.scale, 'g', -1, 64)
+		}
+		args = append(args, str(b.alg.code()), num(b.limit), num(b.period.Milliseconds()), num(b.burst),
+			str(scale), num(b.cost), str(flag(b.shadow)), num(b.lease), num(int64(len(b.keys))))
 		for _, d := range b.days {
-			args = append(args, d)
+			args = append(args, num(d))
 		}
 	}
 	return keys, args
+}
+
+// flag is a boolean argument of the script: "1" or "0".
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 func (e *Engine) nowArg() string {
@@ -81,11 +98,11 @@ func (e *Engine) nowArg() string {
 // unbatched, ctx and the budget bound the round trip.
 func (e *Engine) run(ctx context.Context, sh *shard, groups []*group, deadline time.Time, wait time.Duration) ([]any, []error, error) {
 	if sh.batch != nil {
-		calls := make([]scriptCall, len(groups))
+		it := newBatchItem(len(groups), deadline)
 		for i, g := range groups {
-			calls[i].keys, calls[i].args = g.args("c", g.now, "")
+			it.calls[i].keys, it.calls[i].args = g.args("c", g.now, "")
 		}
-		return sh.batch.run(ctx, calls, deadline, wait)
+		return sh.batch.run(ctx, it, wait)
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.budget)
 	defer cancel()

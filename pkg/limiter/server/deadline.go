@@ -67,11 +67,11 @@ func ParseTimeout(name, v string) (time.Duration, error) {
 // httpDeadline is an HTTP check's deadline: HeaderTimeout, else
 // HeaderEnvoyTimeout, else the configured default, from now.
 func (s *Server) httpDeadline(r *http.Request) (time.Time, error) {
-	return s.headerDeadline(r.Header.Get(HeaderTimeout), r.Header.Get(HeaderEnvoyTimeout))
+	return s.headerDeadline(time.Now(), r.Header.Get(HeaderTimeout), r.Header.Get(HeaderEnvoyTimeout))
 }
 
 // headerDeadline is httpDeadline of the two headers' values ("": absent).
-func (s *Server) headerDeadline(timeout, envoy string) (time.Time, error) {
+func (s *Server) headerDeadline(now time.Time, timeout, envoy string) (time.Time, error) {
 	d := s.checkTimeout
 	switch {
 	case timeout != "":
@@ -90,7 +90,7 @@ func (s *Server) headerDeadline(timeout, envoy string) (time.Time, error) {
 	if d <= 0 {
 		return time.Time{}, nil
 	}
-	return time.Now().Add(d), nil
+	return now.Add(d), nil
 }
 
 // DeadlineOf is a call's deadline from its context (gRPC's deadline, an

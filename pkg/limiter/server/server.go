@@ -53,6 +53,10 @@ type Server struct {
 	obs     Observer
 	topic   string
 	gateway string
+	// trusted: the gateway is a valid event member (events.ValidGateway),
+	// so Emit's events are valid by construction and are not validated
+	// again (emitAppend).
+	trusted bool
 	log     *slog.Logger
 	metrics *metrics
 	ready   atomic.Bool
@@ -160,7 +164,7 @@ func New(c Config) *Server {
 	}
 	return &Server{
 		callers: c.Callers, engine: c.Engine, pub: c.Publisher, obs: c.Observer, topic: c.Topic, gateway: c.Gateway,
-		log: c.Logger, reg: c.Registry, metrics: newMetrics(c.Registry),
+		trusted: events.ValidGateway(c.Gateway) == nil, log: c.Logger, reg: c.Registry, metrics: newMetrics(c.Registry),
 		tracing: c.Tracing, tracer: stream.NewTracer(c.Tracing),
 	}
 }
@@ -507,12 +511,17 @@ func (s *Server) publish(ctx context.Context, id string, req *checkapi.CheckRequ
 
 // DecisionEvent is the decision.v1 event of res, the answer to req, by
 // gateway: what every interface of the limiter publishes (the what-if's
-// fidelity test records its traffic with it too).
+// fidelity test records its traffic with it too). It is valid when req was
+// (checkapi.CheckRequest.Validate), the id is a decision id and the gateway
+// a valid one (events.ValidGateway): the engine's numbers are kept within
+// the contract here, so Emit encodes it without validating it again
+// (FuzzDecisionEventIsValid).
 func DecisionEvent(id, gateway string, req limiter.Request, res limiter.Result) events.Decision {
 	ev := events.Decision{
 		ID: id, TS: res.Now, Principal: req.Principal, IP: req.IP,
 		Method: req.Method, Route: req.Route, Resource: req.Resource, Allowed: res.Allowed,
-		Tier: res.Tier, Shadow: res.Shadow, Cost: int64(min(max(res.Cost, 1), 1_000_000)), Limit: int64(res.Limit), Remaining: int64(res.Remaining),
+		Tier: res.Tier, Shadow: res.Shadow, Cost: int64(min(max(res.Cost, 1), 1_000_000)),
+		Limit: int64(min(max(res.Limit, 0), events.MaxSafeInteger)), Remaining: int64(min(max(res.Remaining, 0), events.MaxSafeInteger)),
 		Gateway: gateway, NearLimit: res.NearLimit, Degraded: res.Degraded, Rule: res.Rule,
 		Priority: res.Priority.Event(), Shed: res.Shed, Plan: res.Plan,
 		RulesVersion: res.RulesVersion, CandidateVersion: res.CandidateVersion, CandidateBlocked: res.CandidateBlocked,
@@ -520,7 +529,7 @@ func DecisionEvent(id, gateway string, req limiter.Request, res limiter.Result) 
 	if ev.Rule == "" && res.Shadow {
 		ev.Rule = res.ShadowRule
 	}
-	if res.Penalty < 1 {
+	if res.Penalty > 0 && res.Penalty < 1 {
 		ev.PenaltyMultiplier = res.Penalty
 	}
 	return ev
