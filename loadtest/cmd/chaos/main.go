@@ -34,7 +34,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, log *sl
 	doc := fs.String("doc", "docs/chaos.md", "write the report between the result markers of this file (empty: do not write)")
 	only := fs.String("only", "", "comma-separated scenario names to run (default: all)")
 	keep := fs.Bool("keep", false, "keep the work directory (logs, data) after the run")
-	grpcConns := fs.Int("overload-grpc-conns", 0, "overload-grpc: the open-loop phases' connections (0: 64)")
+	grpcConns := fs.Int("overload-grpc-conns", 0, "overload-grpc: the open-loop phases' connections (0: 1024)")
 	saturation := fs.Int("overload-saturation", 0, "overload scenarios: offer 1.3× and 2× of this many checks/s and judge against it, instead of the saturation they measure (0: measured)")
 	if err := fs.Parse(args); err != nil {
 		return err
