@@ -268,7 +268,7 @@ func (c Config) Validate() error {
 		{"FLOODGATE_LIMITER_ENVOY_REMAINING_HEADER", c.EnvoyRemainingHeader}, {"FLOODGATE_LIMITER_ENVOY_RESET_HEADER", c.EnvoyResetHeader}} {
 		v.Require(httpguts.ValidHeaderFieldName(h.v), h.name, "%q is not an HTTP header name", h.v)
 	}
-	v.Require(len(c.Gateway) >= 1 && len(c.Gateway) <= 64, "FLOODGATE_GATEWAY", "1 to 64 characters")
+	v.Require(events.ValidGateway(c.Gateway) == nil, "FLOODGATE_GATEWAY", "%q: 1 to 64 characters of UTF-8 text without control characters (it names this limiter in every decision event)", c.Gateway)
 	v.Require(c.PrincipalLimit >= 0, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT", "%d: must be at least 1 (or unset)", c.PrincipalLimit)
 	v.Require(c.PrincipalLimit == 0 || c.RulesPath == "", "FLOODGATE_LIMITER_PRINCIPAL_LIMIT", "set together with FLOODGATE_LIMITER_RULES; put the limit in the rules file instead")
 	v.Require(c.RulesPoll >= 10*time.Millisecond, "FLOODGATE_LIMITER_RULES_POLL", "%s: must be at least 10ms", c.RulesPoll)

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -28,6 +29,9 @@ func TestConfigFromEnvNamesBadVariables(t *testing.T) {
 		{"grpc streams", map[string]string{"FLOODGATE_LIMITER_GRPC_MAX_STREAMS": "0"}, "FLOODGATE_LIMITER_GRPC_MAX_STREAMS"},
 		{"grpc gate", map[string]string{"FLOODGATE_LIMITER_GRPC_GATE_MAX": "3"}, "FLOODGATE_LIMITER_GRPC_GATE_MAX"},
 		{"grpc off", map[string]string{"FLOODGATE_LIMITER_GRPC_ADDR": "off"}, ""},
+		{"gateway with a control character", map[string]string{"FLOODGATE_GATEWAY": "edge\x01"}, "FLOODGATE_GATEWAY"},
+		{"gateway of 65 characters", map[string]string{"FLOODGATE_GATEWAY": strings.Repeat("a", 65)}, "FLOODGATE_GATEWAY"},
+		{"gateway of 64 two-byte characters", map[string]string{"FLOODGATE_GATEWAY": strings.Repeat("é", 64)}, ""},
 		{"grpc transport unknown", map[string]string{"FLOODGATE_LIMITER_GRPC_TRANSPORT": "grpc"}, "FLOODGATE_LIMITER_GRPC_TRANSPORT"},
 		{"grpc transport floodgate", map[string]string{"FLOODGATE_LIMITER_GRPC_TRANSPORT": "floodgate"}, ""},
 		{"debug on the grpc address", map[string]string{"FLOODGATE_LIMITER_DEBUG_ADDR": "127.0.0.1:8081"}, "FLOODGATE_LIMITER_DEBUG_ADDR"},
