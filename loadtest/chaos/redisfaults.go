@@ -30,15 +30,11 @@ func RedisSlow(ctx context.Context, e *Env, s Size, r *Result) error {
 	if err != nil {
 		return err
 	}
-	px, err := e.StartFaultProxy(ctx, rd.Addr)
+	lim, px, err := e.StartLimiterBehindFaultProxy(ctx, b, rd)
 	if err != nil {
 		return err
 	}
 	defer px.Kill()
-	lim, err := e.StartLimiter(ctx, b, &Redis{Addr: px.Addr}, "")
-	if err != nil {
-		return err
-	}
 	ps := users("rs", s.Principals)
 	// Enough workers that a check taking 45 ms still leaves the offered rate
 	// at s.Rate (each worker waits for its answer).

@@ -62,6 +62,23 @@ func (e *Env) StartLimiter(ctx context.Context, b *Broker, r *Redis, journalDir 
 	return e.startService(ctx, "limiter", append(env, extra...))
 }
 
+// StartLimiterBehindFaultProxy starts a fault proxy in front of r and a
+// limiter (as StartLimiter, no journal) whose Redis is the proxy, for the
+// scenarios that slow or stall Redis. The caller kills the proxy; when the
+// limiter does not start, it is killed here.
+func (e *Env) StartLimiterBehindFaultProxy(ctx context.Context, b *Broker, r *Redis, extra ...string) (*Service, *FaultProxy, error) {
+	px, err := e.StartFaultProxy(ctx, r.Addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	lim, err := e.StartLimiter(ctx, b, &Redis{Addr: px.Addr}, "", extra...)
+	if err != nil {
+		px.Kill()
+		return nil, nil, err
+	}
+	return lim, px, nil
+}
+
 // StartQuota starts one quota instance in group with short group timings.
 func (e *Env) StartQuota(ctx context.Context, b *Broker, r *Redis, dynamoEndpoint, prefix, group string) (*Service, error) {
 	return e.startService(ctx, "quota", []string{

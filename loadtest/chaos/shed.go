@@ -54,17 +54,13 @@ func ShedRelease(ctx context.Context, e *Env, s Size, r *Result) error {
 	if err != nil {
 		return err
 	}
-	px, err := e.StartFaultProxy(ctx, rd.Addr)
-	if err != nil {
-		return err
-	}
-	defer px.Kill()
 	gateway := fmt.Sprintf("chaos-shed-%d", time.Now().UnixNano())
-	lim, err := e.StartLimiter(ctx, b, &Redis{Addr: px.Addr}, "", "FLOODGATE_GATEWAY="+gateway,
+	lim, px, err := e.StartLimiterBehindFaultProxy(ctx, b, rd, "FLOODGATE_GATEWAY="+gateway,
 		"FLOODGATE_INFLUX_URL="+influxURL, "FLOODGATE_LIMITER_INFLUX_INTERVAL=5s")
 	if err != nil {
 		return err
 	}
+	defer px.Kill()
 	token, err := httpapi.NewToken("fga_")
 	if err != nil {
 		return err
