@@ -17,15 +17,15 @@ import (
 
 // floorAddrs are the do-nothing servers (loadtest/cmd/httpfloor -serve):
 // a gRPC rate-limit service answering OK (on grpc-go, and on pkg/grpcfast)
-// and an HTTP check server answering a fixed decision, each a process of
-// its own.
+// and an HTTP check server answering a fixed decision (on net/http, and on
+// fasthttp, the limiter's HTTP server), each a process of its own.
 type floorAddrs struct {
-	grpc, grpcFast, http          string
-	grpcPid, grpcFastPid, httpPid int
+	grpc, grpcFast, http, httpFast             string
+	grpcPid, grpcFastPid, httpPid, httpFastPid int
 }
 
-// startFloors builds httpfloor and starts its gRPC and net/http servers on
-// the service cores (GOMAXPROCS sized to them).
+// startFloors builds httpfloor and starts its gRPC, net/http and fasthttp
+// servers on the service cores (GOMAXPROCS sized to them).
 func startFloors(root string, place placement) (floorAddrs, func(), error) {
 	dir, err := os.MkdirTemp("", "peerbench-floor")
 	if err != nil {
@@ -74,6 +74,10 @@ func startFloors(root string, place placement) (floorAddrs, func(), error) {
 		return floorAddrs{}, nil, err
 	}
 	if f.http, f.httpPid, err = serve("nethttp"); err != nil {
+		stopAll()
+		return floorAddrs{}, nil, err
+	}
+	if f.httpFast, f.httpFastPid, err = serve("fasthttp"); err != nil {
 		stopAll()
 		return floorAddrs{}, nil, err
 	}

@@ -102,7 +102,7 @@ func run() error {
 	restCPUs := flag.String("rest-cpus", "0", "with -pin: the cores of everything else (taskset list)")
 	redisFlag := flag.String("redis", "private", "private: a redis-server of this run's own on -rest-cpus (no persistence); else HOST:PORT of a running one (the shared stack's 127.0.0.1:6379, unpinned)")
 	brokerFlag := flag.String("broker", "private", "private: the local stack's broker binary on a port and -rest-cpus of this run's own, in memory; else HOST:PORT of a running one")
-	floor := flag.Bool("floor", true, "also measure a do-nothing server per protocol (loadtest/cmd/httpfloor -serve grpc / nethttp), pinned the same way")
+	floor := flag.Bool("floor", true, "also measure do-nothing servers per protocol (loadtest/cmd/httpfloor -serve grpc and grpcfast / nethttp and fasthttp), pinned the same way")
 	baseline := flag.String("baseline", "", "also measure this prebuilt limiter binary (e.g. go build -o /tmp/limiter-before ./services/limiter at the commit before a change) as \"floodgate baseline\", alternating with the rest: a change's before and after from one run")
 	favourFlag := flag.Bool("favour", true, "put this generator, the services and a private Redis and broker into one cgroup of the highest CPU weight (cgroup v1 cpu.shares 262144 / v2 cpu.weight 10000), so other work on the machine runs only in what they leave; needs a writable cpu controller (root)")
 	transport := flag.String("transport", "", "FLOODGATE_LIMITER_GRPC_TRANSPORT of the Floodgate under test only (grpc-go or floodgate; the -baseline keeps its environment's): with -baseline set to the same build, the two transports in one run")
@@ -202,7 +202,7 @@ func run() error {
 	}
 	// Every service starts on the service cores (GOMAXPROCS sized to them)
 	// and waits on the rest's until its round.
-	all := []int{peer.Pid(), fg.pid, floors.grpcPid, floors.grpcFastPid, floors.httpPid, base.pid}
+	all := []int{peer.Pid(), fg.pid, floors.grpcPid, floors.grpcFastPid, floors.httpPid, floors.httpFastPid, base.pid}
 	basePids := pids{service: base.pid, redis: stack.redisPid, broker: stack.brokerPid}
 	for _, pid := range all {
 		if err := place.pin(pid, place.rest); err != nil {
@@ -210,7 +210,8 @@ func run() error {
 		}
 	}
 	members := []member{{"generator", os.Getpid()}, {"envoy ratelimit", peer.Pid()}, {"floodgate", fg.pid},
-		{"floodgate baseline", base.pid}, {"grpc floor", floors.grpcPid}, {"grpcfast floor", floors.grpcFastPid}, {"http floor", floors.httpPid}}
+		{"floodgate baseline", base.pid}, {"grpc floor", floors.grpcPid}, {"grpcfast floor", floors.grpcFastPid}, {"http floor", floors.httpPid},
+		{"fasthttp floor", floors.httpFastPid}}
 	var shared []string
 	if *redisFlag == "private" {
 		members = append(members, member{"redis", stack.redisPid})
@@ -246,7 +247,8 @@ func run() error {
 		case "http":
 			targets = []target{{"envoy ratelimit", "http://" + peer.HTTPAddr + "/json", peerPids}, {"floodgate", "http://" + fg.http + "/v1/check", fgPids}}
 			if *floor {
-				targets = append(targets, target{floorName, "http://" + floors.http + "/v1/check", pids{service: floors.httpPid, redis: stack.redisPid}})
+				targets = append(targets, target{floorName, "http://" + floors.http + "/v1/check", pids{service: floors.httpPid, redis: stack.redisPid}},
+					target{fastHTTPFloorName, "http://" + floors.httpFast + "/v1/check", pids{service: floors.httpFastPid, redis: stack.redisPid}})
 			}
 			if *baseline != "" {
 				targets = append(targets, target{baselineName, "http://" + base.http + "/v1/check", basePids})
@@ -293,13 +295,15 @@ type target struct {
 	pids       pids // the processes on its calls' path
 }
 
-// floorName is the do-nothing server's name in the tables, fastFloorName
-// the same gRPC service's on pkg/grpcfast; baselineName the -baseline
-// limiter's.
+// floorName is the do-nothing server's name in the tables (gRPC on
+// grpc-go, HTTP on net/http), fastFloorName the same gRPC service's on
+// pkg/grpcfast, fastHTTPFloorName the same HTTP server's on fasthttp (the
+// limiter's own HTTP server); baselineName the -baseline limiter's.
 const (
-	floorName     = "floor (does nothing)"
-	fastFloorName = "floor on grpcfast"
-	baselineName  = "floodgate baseline"
+	floorName         = "floor (does nothing)"
+	fastFloorName     = "floor on grpcfast"
+	fastHTTPFloorName = "floor on fasthttp"
+	baselineName      = "floodgate baseline"
 )
 
 // genBusyMax is the busiest the generator's cores may be in a valid round:
@@ -449,6 +453,9 @@ func compare(ctx context.Context, proto string, targets []target, domain string,
 		case fastFloorName:
 			fmt.Printf("service CPU per call, floor on grpcfast / floodgate: %.1f / %.1f µs (envoy ratelimit / grpcfast floor %.2f×)\n",
 				sr.CPU.Service, fs.Service, es.Service/max(sr.CPU.Service, 1e-9))
+		case fastHTTPFloorName:
+			fmt.Printf("service CPU per call, floor on fasthttp / floodgate: %.1f / %.1f µs: floodgate costs %.2f× the fasthttp floor\n",
+				sr.CPU.Service, fs.Service, fs.Service/max(sr.CPU.Service, 1e-9))
 		case baselineName:
 			fmt.Printf("service CPU per call, baseline / floodgate: %.1f / %.1f µs = %.2f× (envoy ratelimit / baseline %.2f×)\n",
 				sr.CPU.Service, fs.Service, sr.CPU.Service/max(fs.Service, 1e-9), es.Service/max(sr.CPU.Service, 1e-9))
