@@ -95,6 +95,15 @@ func noMaint() *maintnotifications.Config {
 	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
 
+// protocol is the RESP version every connection speaks: RESP2. Floodgate
+// uses no RESP3 feature (no client-side caching, no push notifications:
+// maintenance notifications are off, noMaint; no Pub/Sub), and on a RESP3
+// connection go-redis peeks for a pending push notification before every
+// reply (processPendingPushNotificationWithReader: 1–2.5 % of the limiter's
+// CPU in the pinned peerbench, issue 34). go-redis's typed commands and the
+// scripts' replies read the same on both.
+const protocol = 2
+
 // Validate checks the options; errors name the environment variables.
 func (o Options) Validate() error {
 	if o.SentinelMaster != "" {
@@ -139,14 +148,14 @@ func (o Options) Validate() error {
 // name their master's failed dial (clusterCause).
 func NewClient(o Options) redis.UniversalClient {
 	sec := o.Security
-	hello := helloCommand(3, sec.Username, sec.Password.Reveal())
+	hello := helloCommand(protocol, sec.Username, sec.Password.Reveal())
 	if o.SentinelMaster == "" && len(o.Addrs) > 1 {
 		cause := newClusterCause()
 		cc := redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: o.Addrs, Dialer: cause.dialer(handshakeAhead(defaultDialer(o.dialTimeout(), sec.TLS), hello, o.dialTimeout())),
 			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
 			WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns, DisableIdentity: true, MaintNotificationsConfig: noMaint(),
-			Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
+			Protocol: protocol, Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
 		})
 		if o.Topology != nil {
 			cc.AddHook(topologyHook{t: o.Topology})
@@ -162,7 +171,7 @@ func NewClient(o Options) redis.UniversalClient {
 			MasterName: o.SentinelMaster, SentinelAddrs: o.SentinelAddrs,
 			Dialer:      defaultDialer(o.dialTimeout(), sec.TLS), // the master's and the sentinels' connect, as go-redis's own
 			DialTimeout: poolDialTimeout(o.dialTimeout()), ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns,
-			PipelinePoolSize: -1, DisableIdentity: true,
+			PipelinePoolSize: -1, DisableIdentity: true, Protocol: protocol,
 			Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
 			SentinelUsername: sec.SentinelUsername, SentinelPassword: sec.SentinelPassword.Reveal(),
 		})
@@ -173,7 +182,7 @@ func NewClient(o Options) redis.UniversalClient {
 			DialTimeout: poolDialTimeout(o.dialTimeout()), ReadTimeout: o.ReadTimeout,
 			WriteTimeout: o.WriteTimeout, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns,
 			PipelinePoolSize: -1, DisableIdentity: true, MaintNotificationsConfig: noMaint(),
-			Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
+			Protocol: protocol, Username: sec.Username, Password: sec.Password.Reveal(), TLSConfig: sec.TLS,
 		})
 		n.mode = "standalone"
 	}
