@@ -195,9 +195,11 @@ func WriteFastProblem(ctx *fasthttp.RequestCtx, p Problem) {
 	ctx.SetBody(body)
 }
 
-// ServeFast runs srv on ln until it is shut down.
+// ServeFast runs srv on ln until it is shut down. Its connections
+// (fastConn) read a request in one system call where fasthttp would make
+// two, and put a deadline on the socket only when a read or write waits.
 func ServeFast(srv *fasthttp.Server, ln net.Listener) error {
-	return srv.Serve(ln)
+	return srv.Serve(fastListener{ln})
 }
 
 // ShutdownFast stops srv accepting and waits for in-flight requests until
