@@ -7,8 +7,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -113,8 +111,8 @@ func DeferredKill(ctx context.Context, e *Env, s Size, r *Result) error {
 	defer upSrv.Close()
 	upURL := "http://" + ln.Addr().String()
 
-	rules := filepath.Join(e.TempDir("rules"), "rate-limits.yaml")
-	if err := os.WriteFile(rules, []byte(deferredRules), 0o644); err != nil {
+	rules, err := e.RulesFile("rules", deferredRules)
+	if err != nil {
 		return err
 	}
 	proxyPort, err := FreePort()

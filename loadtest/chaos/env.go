@@ -155,6 +155,13 @@ func (e *Env) TempDir(name string) string {
 	return d
 }
 
+// RulesFile writes a limiter rules file (FLOODGATE_LIMITER_RULES) with
+// yaml into a new directory named after name, and returns its path.
+func (e *Env) RulesFile(name, yaml string) (string, error) {
+	path := filepath.Join(e.TempDir(name), "rules.yaml")
+	return path, os.WriteFile(path, []byte(yaml), 0o644)
+}
+
 // DB is a client of the real DynamoDB Local (not through any fault proxy).
 func (e *Env) DB() *dynamodb.Client { return e.db }
 

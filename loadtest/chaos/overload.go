@@ -72,8 +72,9 @@ func Overload(ctx context.Context, e *Env, s Size, r *Result) error {
 
 // OverloadGRPC is Overload with every check sent as Envoy sends it: a
 // ShouldRateLimit call with the caller's deadline as its gRPC deadline, over
-// 64 HTTP/2 connections (Envoy's workers each keep one to the rate-limit
-// cluster). A caller that gives up cancels its stream and keeps its
+// overloadGRPCConns HTTP/2 connections in the open-loop phases (a fleet of
+// Envoys, each worker keeping one to the rate-limit cluster; 4 in the
+// closed-loop saturation phase). A caller that gives up cancels its stream and keeps its
 // connection, where an HTTP/1.1 caller closes it.
 func OverloadGRPC(ctx context.Context, e *Env, s Size, r *Result) error {
 	return overload(ctx, e, s, r, true)
@@ -90,8 +91,8 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 	if err != nil {
 		return err
 	}
-	rules := filepath.Join(e.TempDir("overload"), "rules.yaml")
-	if err := os.WriteFile(rules, []byte(overloadRules), 0o644); err != nil {
+	rules, err := e.RulesFile("overload", overloadRules)
+	if err != nil {
 		return err
 	}
 	debugPort, err := FreePort()

@@ -61,7 +61,7 @@ func Scenarios() []Scenario {
 		{"redis-flushall", "rapid-fire bots penalized, then stopped; Redis FLUSHALLed: penalties must come back without re-detection", false, RedisFlushAll},
 		{"detector-kill", "one of two detectors in a consumer group SIGKILLed while rapid-fire bots run; more bots start at the kill", false, DetectorKill},
 		{"overload", "the limiter alone on core 1: open-loop load at 1.3× and 2× its pinned saturation over 1,024 connections, every caller giving up after 50 ms; a tenth from an abusive bot under a fail-open rule, a tenth critical", false, Overload},
-		{"overload-grpc", "overload with every check an Envoy ShouldRateLimit call over 64 HTTP/2 connections (-overload-grpc-conns sets another number), the caller's 50 ms deadline as the call's gRPC deadline (a caller that gives up cancels its stream and keeps its connection)", false, OverloadGRPC},
+		{"overload-grpc", "overload with every check an Envoy ShouldRateLimit call over 1,024 HTTP/2 connections (-overload-grpc-conns sets another number), the caller's 50 ms deadline as the call's gRPC deadline (a caller that gives up cancels its stream and keeps its connection)", false, OverloadGRPC},
 		{"redis-sentinel-failover", "the Redis master behind Sentinel SIGKILLed under load; Sentinel promotes the replica; the old master back as a replica, then a graceful SENTINEL FAILOVER to it", false, RedisSentinelFailover},
 		{"consumer-kill", "quota consumers SIGKILLed at random points, two members at once every other round (rebalances)", true, ConsumerKill},
 		{"dynamodb-errors", "a share of DynamoDB writes throttled (400), failed (500) or applied with the answer lost (500)", true, DynamoErrors},
