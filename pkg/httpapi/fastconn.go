@@ -54,23 +54,20 @@ type fastConn struct {
 	// the bytes read ahead, not yet returned. readFD is c.readFrom bound
 	// once (a method value bound per call would be an allocation per
 	// call); into is where it reads (nil: a pooled buffer), n and err its
-	// result, waited whether it found the socket empty.
+	// result.
 	buf     *[]byte
 	pending []byte
 	readFD  func(fd uintptr) bool
 	into    []byte
 	n       int
 	err     error
-	waited  bool
 
 	// The writer's: writeFD is c.writeTo bound once; out is what it
-	// writes, wn how much of it is written, werr its error, wwaited
-	// whether it found the socket full.
+	// writes, wn how much of it is written, werr its error.
 	writeFD func(fd uintptr) bool
 	out     []byte
 	wn      int
 	werr    error
-	wwaited bool
 
 	mu          sync.Mutex
 	read, write lazyDeadline
@@ -81,6 +78,9 @@ type lazyDeadline struct {
 	write         bool // the write deadline; else the read deadline
 	want, applied time.Time
 	waiting       bool // a call waits for the socket: a deadline set goes to it at once
+	// waited: the call under way found the socket empty (a read) or full
+	// (a write); the direction's own, not under mu.
+	waited bool
 }
 
 // readAheadMin is the shortest read that reads into the caller's buffer
@@ -135,17 +135,7 @@ func (c *fastConn) Read(p []byte) (int, error) {
 	if len(p) >= readAheadMin {
 		c.into = p
 	}
-	c.waited = false
-	err := c.raw.Read(c.readFD)
-	if c.waited {
-		c.done(&c.read)
-	}
-	if err != nil && c.stale(&c.read, err) {
-		c.waited = false
-		if err = c.raw.Read(c.readFD); c.waited {
-			c.done(&c.read)
-		}
-	}
+	err := c.onSocket(&c.read)
 	if err == nil {
 		err = c.err
 	}
@@ -188,8 +178,8 @@ func (c *fastConn) readFrom(fd uintptr) bool {
 		if bp != nil {
 			readAheadBufs.Put(bp)
 		}
-		if !c.waited {
-			c.waited = true
+		if !c.read.waited {
+			c.read.waited = true
 			if err := c.wait(&c.read); err != nil {
 				c.n, c.err = 0, err
 				return true
@@ -208,17 +198,8 @@ func (c *fastConn) Write(p []byte) (int, error) {
 	if c.raw == nil {
 		return c.Conn.Write(p)
 	}
-	c.out, c.wn, c.werr, c.wwaited = p, 0, nil, false
-	err := c.raw.Write(c.writeFD)
-	if c.wwaited {
-		c.done(&c.write)
-	}
-	if err != nil && c.stale(&c.write, err) {
-		c.wwaited = false
-		if err = c.raw.Write(c.writeFD); c.wwaited {
-			c.done(&c.write)
-		}
-	}
+	c.out, c.wn, c.werr = p, 0, nil
+	err := c.onSocket(&c.write)
 	if err == nil {
 		err = c.werr
 	}
@@ -243,8 +224,8 @@ func (c *fastConn) writeTo(fd uintptr) bool {
 		case nil:
 		case syscall.EINTR:
 		case syscall.EAGAIN:
-			if !c.wwaited {
-				c.wwaited = true
+			if !c.write.waited {
+				c.write.waited = true
 				if err := c.wait(&c.write); err != nil {
 					c.werr = err
 					return true
@@ -257,6 +238,28 @@ func (c *fastConn) writeTo(fd uintptr) bool {
 		}
 	}
 	return true
+}
+
+// onSocket runs d's direction's callback (readFrom or writeTo) on the raw
+// connection, and once more when it failed on a deadline the socket kept
+// from an earlier wait (stale).
+func (c *fastConn) onSocket(d *lazyDeadline) error {
+	var err error
+	for try := 0; try < 2; try++ {
+		d.waited = false
+		if d.write {
+			err = c.raw.Write(c.writeFD)
+		} else {
+			err = c.raw.Read(c.readFD)
+		}
+		if d.waited {
+			c.done(d)
+		}
+		if err == nil || !c.stale(d, err) {
+			break
+		}
+	}
+	return err
 }
 
 // wait marks d's direction waiting and puts its deadline on the socket.

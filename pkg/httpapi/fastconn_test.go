@@ -84,25 +84,18 @@ func TestFastConnReadsAsTheConnection(t *testing.T) {
 	})
 	t.Run("deadline", func(t *testing.T) {
 		c, _ := fastPair(t)
-		require.NoError(t, c.SetReadDeadline(time.Now().Add(50*time.Millisecond)))
-		var b [1]byte
-		_, err := c.Read(b[:])
-		require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+		err := readTimesOut(t, c, 50*time.Millisecond)
 		var ne net.Error
 		require.True(t, errors.As(err, &ne) && ne.Timeout())
 		require.Nil(t, c.buf, "an idle connection holds no buffer")
 	})
 	t.Run("a deadline set while a read waits ends the wait", func(t *testing.T) {
 		c, _ := fastPair(t)
-		go func() {
-			time.Sleep(50 * time.Millisecond)
-			_ = c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
-		}()
-		start := time.Now()
-		var b [1]byte
-		_, err := c.Read(b[:])
-		require.ErrorIs(t, err, os.ErrDeadlineExceeded)
-		require.Less(t, time.Since(start), 2*time.Second)
+		lateDeadlineEndsTheWait(t, c.SetReadDeadline, func() error {
+			var b [1]byte
+			_, err := c.Read(b[:])
+			return err
+		})
 	})
 	t.Run("a deadline bounds a large read's wait too", func(t *testing.T) {
 		c, _ := fastPair(t)
@@ -129,12 +122,10 @@ func TestFastConnReadsAsTheConnection(t *testing.T) {
 	})
 	t.Run("a passed deadline of an earlier wait does not fail a read under a new one", func(t *testing.T) {
 		c, client := fastPair(t)
-		require.NoError(t, c.SetReadDeadline(time.Now().Add(20*time.Millisecond)))
+		readTimesOut(t, c, 20*time.Millisecond)
 		var b [1]byte
-		_, err := c.Read(b[:])
-		require.ErrorIs(t, err, os.ErrDeadlineExceeded)
 		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
-		_, err = io.WriteString(client, "x")
+		_, err := io.WriteString(client, "x")
 		require.NoError(t, err)
 		time.Sleep(20 * time.Millisecond)
 		n, err := c.Read(b[:])
@@ -222,14 +213,10 @@ func TestFastConnWritesAsTheConnection(t *testing.T) {
 	})
 	t.Run("a deadline set while a write waits ends the wait", func(t *testing.T) {
 		c, _ := fastPair(t)
-		go func() {
-			time.Sleep(50 * time.Millisecond)
-			_ = c.SetDeadline(time.Now().Add(20 * time.Millisecond))
-		}()
-		start := time.Now()
-		_, err := c.Write(make([]byte, 64<<20))
-		require.ErrorIs(t, err, os.ErrDeadlineExceeded)
-		require.Less(t, time.Since(start), 2*time.Second)
+		lateDeadlineEndsTheWait(t, c.SetDeadline, func() error {
+			_, err := c.Write(make([]byte, 64<<20))
+			return err
+		})
 	})
 	t.Run("the peer's reset is an error", func(t *testing.T) {
 		c, client := fastPair(t)
@@ -246,4 +233,28 @@ func TestFastConnWritesAsTheConnection(t *testing.T) {
 		var oe *net.OpError
 		require.ErrorAs(t, err, &oe)
 	})
+}
+
+// lateDeadlineEndsTheWait runs op, which waits for the socket, and sets a
+// deadline with set 50 ms into its wait: op must fail on it, soon.
+func lateDeadlineEndsTheWait(t *testing.T, set func(time.Time) error, op func() error) {
+	t.Helper()
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		_ = set(time.Now().Add(20 * time.Millisecond))
+	}()
+	start := time.Now()
+	require.ErrorIs(t, op(), os.ErrDeadlineExceeded)
+	require.Less(t, time.Since(start), 2*time.Second)
+}
+
+// readTimesOut reads a byte with a read deadline d away from a connection
+// the peer sends nothing on: the read must fail on the deadline.
+func readTimesOut(t *testing.T, c *fastConn, d time.Duration) error {
+	t.Helper()
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(d)))
+	var b [1]byte
+	_, err := c.Read(b[:])
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	return err
 }
