@@ -65,21 +65,15 @@ func startFloors(root string, place placement) (floorAddrs, func(), error) {
 		return strings.TrimSpace(addr), cmd.Process.Pid, nil
 	}
 	var f floorAddrs
-	if f.grpc, f.grpcPid, err = serve("grpc"); err != nil {
-		stopAll()
-		return floorAddrs{}, nil, err
-	}
-	if f.grpcFast, f.grpcFastPid, err = serve("grpcfast"); err != nil {
-		stopAll()
-		return floorAddrs{}, nil, err
-	}
-	if f.http, f.httpPid, err = serve("nethttp"); err != nil {
-		stopAll()
-		return floorAddrs{}, nil, err
-	}
-	if f.httpFast, f.httpFastPid, err = serve("fasthttp"); err != nil {
-		stopAll()
-		return floorAddrs{}, nil, err
+	for _, fl := range []struct {
+		mode string
+		addr *string
+		pid  *int
+	}{{"grpc", &f.grpc, &f.grpcPid}, {"grpcfast", &f.grpcFast, &f.grpcFastPid}, {"nethttp", &f.http, &f.httpPid}, {"fasthttp", &f.httpFast, &f.httpFastPid}} {
+		if *fl.addr, *fl.pid, err = serve(fl.mode); err != nil {
+			stopAll()
+			return floorAddrs{}, nil, err
+		}
 	}
 	return f, stopAll, nil
 }
