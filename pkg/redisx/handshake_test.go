@@ -3,6 +3,7 @@ package redisx_test
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -115,4 +116,17 @@ func TestHandshakeNeverAnsweredFailsTheDial(t *testing.T) {
 	err := rdb.Ping(context.Background()).Err()
 	require.ErrorContains(t, err, "HELLO on a new connection")
 	require.Less(t, time.Since(start), 5*time.Second, "bounded by the dial timeout (with go-redis's dial retries), not the read timeout")
+}
+
+// TestConnectionsSpeakRESP2: every redisx connection is a RESP2 one (the
+// HELLO sent ahead at dial and go-redis's own Protocol agree): on RESP3
+// go-redis peeks for a push notification before every reply, and
+// Floodgate uses no RESP3 feature (redisx.NewClient, issue 34).
+func TestConnectionsSpeakRESP2(t *testing.T) {
+	redistest.Client(t)
+	rdb := redisx.NewClient(redisx.Options{Addrs: []string{"127.0.0.1:6379"}, DialTimeout: time.Second, ReadTimeout: 2 * time.Second, PoolSize: 2})
+	t.Cleanup(func() { _ = rdb.Close() })
+	info, err := rdb.Do(context.Background(), "CLIENT", "INFO").Text()
+	require.NoError(t, err)
+	require.Contains(t, strings.Fields(info), "resp=2", info)
 }
