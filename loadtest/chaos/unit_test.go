@@ -2,9 +2,12 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -107,4 +110,55 @@ func TestDynamoFaults(t *testing.T) {
 	require.Equal(t, map[string]int64{"throttled": 10, "server_error": 10, "lost_answer": 10}, counts)
 	require.Equal(t, int64(60), writes)
 	require.Equal(t, int64(30+10), upstreamWrites.Load(), "30 passed while off, 10 applied with a lost answer")
+}
+
+// TestCapacityFindsThePeakGoodput: the capacity search goes past the knee
+// to the most answers within the deadline any rate gets, stops two steps
+// after they stop rising, and marks the knee.
+func TestCapacityFindsThePeakGoodput(t *testing.T) {
+	// A limiter that answers in time all it is offered up to 1,000/s, then
+	// 1,000/s of what it is offered up to 1,500/s, then less.
+	inTime := func(rate int) int {
+		switch {
+		case rate <= 1000:
+			return rate
+		case rate <= 1500:
+			return 1000
+		}
+		return max(2500-rate, 0)
+	}
+	var offered []int
+	got, notes, err := capacity(2000, func(rate int) (capacityStepResult, error) {
+		offered = append(offered, rate)
+		return capacityStepResult{rate: rate, sent: rate, inTime: inTime(rate), span: time.Second}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != 1000 {
+		t.Errorf("capacity = %.0f/s, want the peak, 1000/s (steps %v)", got, notes)
+	}
+	if want := []int{400, 500, 625, 781, 976, 1220, 1525, 1907}; !slices.Equal(offered, want) {
+		t.Errorf("offered %v, want %v: rising ×1.25 from 0.2× and two flat steps past the peak", offered, want)
+	}
+	for i, n := range notes {
+		if knee := strings.Contains(n, "the knee"); knee != (i == 4) {
+			t.Errorf("step %d (%s): knee marked %v, want it on 976/s only, the highest rate answered ≥ 95 %% in time", i, n, knee)
+		}
+	}
+
+	// A goodput that never stops rising ends the search at capacitySteps;
+	// a step's error ends it at once.
+	steps := 0
+	got, _, err = capacity(2000, func(rate int) (capacityStepResult, error) {
+		steps++
+		return capacityStepResult{rate: rate, sent: rate, inTime: rate, span: time.Second}, nil
+	})
+	if err != nil || steps != capacitySteps || got < 2000*capacityFrom*math.Pow(capacityRise, capacitySteps-2) {
+		t.Errorf("rising forever: %d steps, capacity %.0f, err %v; want %d steps and the last step's rate", steps, got, err, capacitySteps)
+	}
+	boom := errors.New("boom")
+	if _, _, err := capacity(2000, func(int) (capacityStepResult, error) { return capacityStepResult{}, boom }); !errors.Is(err, boom) {
+		t.Errorf("a failed step: err %v, want %v", err, boom)
+	}
 }
