@@ -247,14 +247,14 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		// traffic: the most answers within the deadline per second it gives
 		// at any rate (capacity).
 		capRate, steps, err := capacity(closedRate, func(rate int) (capacityStepResult, error) {
-			return capacityStepOf(ctx, openLoad(rate, newAbuser("capacity")), func() time.Duration { return cputime.Of(lim.Pid()) })
+			return capacityStepOf(ctx, openLoad(rate, newAbuser("capacity")), phase, func() time.Duration { return cputime.Of(lim.Pid()) })
 		})
 		if err != nil {
 			return err
 		}
 		satRate = capRate
-		r.metric("saturation used", "%.0f checks/s (%.0f %% of the closed loop's), the limiter's capacity for the open-loop phases' traffic: the most answers within the deadline per second at offered rates rising ×%.2f from %.2f× of the closed loop's saturation (%s each) until they stop rising: %s; the open-loop phases offer 1.3× and 2× of it and are judged against it",
-			capRate, 100*capRate/max(closedRate, 1), capacityRise, capacityFrom, capacityStep, strings.Join(steps, "; "))
+		r.metric("saturation used", "%.0f checks/s (%.0f %% of the closed loop's), the limiter's capacity for the open-loop phases' traffic: the most answers within the deadline per second at offered rates rising ×%.2f from %.2f× of the closed loop's saturation (%s each, measured as the phases are) until they stop rising: %s; the open-loop phases offer 1.3× and 2× of it and are judged against it",
+			capRate, 100*capRate/max(closedRate, 1), capacityRise, capacityFrom, phase, strings.Join(steps, "; "))
 	}
 
 	for _, f := range []float64{1.3, 2} {
@@ -395,12 +395,12 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 
 // The open-loop capacity search (capacity): offered rates from
 // capacityFrom of the closed loop's saturation, each capacityRise times the
-// last, capacityStep each, at most capacitySteps of them; the knee is the
-// highest rate answered capacityInTime within the deadline.
+// last, at most capacitySteps of them, each as long as an open-loop phase
+// and measured as one (capacityStepOf); the knee is the highest rate
+// answered capacityInTime within the deadline.
 const (
-	capacityFrom   = 0.2
+	capacityFrom   = 0.3
 	capacityRise   = 1.25
-	capacityStep   = 5 * time.Second
 	capacitySteps  = 12
 	capacityInTime = 0.95
 )
@@ -446,28 +446,22 @@ func capacity(closed float64, step func(rate int) (capacityStepResult, error)) (
 	return best, notes, nil
 }
 
-// capacityStepOf runs load for capacityStep and measures it: its first
-// second (connections dialled, stacks grown) and its last 100 ms (calls cut
-// off by its end) are not counted. limCPU is the limiter's CPU time so far.
-func capacityStepOf(ctx context.Context, l *Load, limCPU func() time.Duration) (capacityStepResult, error) {
+// capacityStepOf runs load for d and measures it as an open-loop phase is
+// measured: every call it sent, over the time from its start to its stop.
+// limCPU is the limiter's CPU time so far.
+func capacityStepOf(ctx context.Context, l *Load, d time.Duration, limCPU func() time.Duration) (capacityStepResult, error) {
+	start, cpu0 := time.Now(), limCPU()
 	stop := startLoad(ctx, l)
-	_ = sleep(ctx, time.Second)
-	from, cpu0 := time.Now(), limCPU()
-	_ = sleep(ctx, capacityStep-time.Second-100*time.Millisecond)
-	to, cpu1 := time.Now(), limCPU()
-	_ = sleep(ctx, 100*time.Millisecond)
+	_ = sleep(ctx, d)
 	stop()
+	m := capacityStepResult{rate: l.Rate, span: time.Since(start), cpu: limCPU() - cpu0}
 	if err := l.Err(); err != nil {
-		return capacityStepResult{}, err
+		return m, err
 	}
 	if err := ctx.Err(); err != nil {
-		return capacityStepResult{}, err
+		return m, err
 	}
-	m := capacityStepResult{rate: l.Rate, span: to.Sub(from), cpu: cpu1 - cpu0}
 	for _, c := range l.Results() {
-		if c.Start.Before(from) || !c.Start.Before(to) {
-			continue
-		}
 		m.sent++
 		if answeredInTime(c) {
 			m.inTime++

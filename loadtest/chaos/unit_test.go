@@ -138,12 +138,12 @@ func TestCapacityFindsThePeakGoodput(t *testing.T) {
 	if got != 1000 {
 		t.Errorf("capacity = %.0f/s, want the peak, 1000/s (steps %v)", got, notes)
 	}
-	if want := []int{400, 500, 625, 781, 976, 1220, 1525, 1907}; !slices.Equal(offered, want) {
-		t.Errorf("offered %v, want %v: rising ×1.25 from 0.2× and two flat steps past the peak", offered, want)
+	if want := []int{600, 750, 937, 1171, 1464, 1831}; !slices.Equal(offered, want) {
+		t.Errorf("offered %v, want %v: rising ×1.25 from 0.3× and two flat steps past the peak", offered, want)
 	}
 	for i, n := range notes {
-		if knee := strings.Contains(n, "the knee"); knee != (i == 4) {
-			t.Errorf("step %d (%s): knee marked %v, want it on 976/s only, the highest rate answered ≥ 95 %% in time", i, n, knee)
+		if knee := strings.Contains(n, "the knee"); knee != (i == 2) {
+			t.Errorf("step %d (%s): knee marked %v, want it on 937/s only, the highest rate answered ≥ 95 %% in time", i, n, knee)
 		}
 	}
 
