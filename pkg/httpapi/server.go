@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,13 @@ type ServerConfig struct {
 	IdleTimeout       time.Duration // FLOODGATE_HTTP_IDLE_TIMEOUT: a keep-alive connection waiting for its next request
 	MaxConns          int           // FLOODGATE_HTTP_MAX_CONNS: open connections per listener; more wait in the kernel's backlog
 	MaxHeaderBytes    int           // FLOODGATE_HTTP_MAX_HEADER_BYTES
+	// Backlog (FLOODGATE_HTTP_BACKLOG) bounds the connections the kernel
+	// holds connected but not yet accepted; past it a new connection's
+	// SYN is dropped, at no cost to the server, and its client retries or
+	// gives up. 0: the system's bound (net.core.somaxconn, as Go's
+	// net.Listen). A server past saturation accepts its backlog in order,
+	// oldest first, so a long one is a queue of callers who have gone.
+	Backlog int
 }
 
 // DefaultServerConfig is what an unset variable means.
@@ -50,6 +58,7 @@ func ServerConfigFromEnv(e *config.Env, def ServerConfig) ServerConfig {
 		IdleTimeout:       e.Duration("FLOODGATE_HTTP_IDLE_TIMEOUT", def.IdleTimeout),
 		MaxConns:          e.Int("FLOODGATE_HTTP_MAX_CONNS", def.MaxConns),
 		MaxHeaderBytes:    e.Int("FLOODGATE_HTTP_MAX_HEADER_BYTES", def.MaxHeaderBytes),
+		Backlog:           e.Int("FLOODGATE_HTTP_BACKLOG", def.Backlog),
 	}
 }
 
@@ -62,6 +71,7 @@ func (c ServerConfig) Validate() error {
 	v.Require(c.IdleTimeout > 0 && c.IdleTimeout <= time.Hour, "FLOODGATE_HTTP_IDLE_TIMEOUT", "%s: want (0, 1h]", c.IdleTimeout)
 	v.Require(c.MaxConns >= 1 && c.MaxConns <= 1_000_000, "FLOODGATE_HTTP_MAX_CONNS", "%d: want 1..1000000", c.MaxConns)
 	v.Require(c.MaxHeaderBytes >= 4<<10 && c.MaxHeaderBytes <= 1<<20, "FLOODGATE_HTTP_MAX_HEADER_BYTES", "%d: want 4096..1048576", c.MaxHeaderBytes)
+	v.Require(c.Backlog >= 0 && c.Backlog <= 65535, "FLOODGATE_HTTP_BACKLOG", "%d: want 0 (the system's) or 1..65535", c.Backlog)
 	return v.Err()
 }
 
@@ -82,13 +92,37 @@ func (c ServerConfig) NewServer(h http.Handler, log *slog.Logger) *http.Server {
 	return s
 }
 
-// Listen opens addr with c's connection limit.
+// Listen opens addr with c's backlog and connection limit.
 func (c ServerConfig) Listen(addr string, m *Metrics) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
+	if c.Backlog > 0 {
+		if err := SetBacklog(ln, c.Backlog); err != nil {
+			_ = ln.Close()
+			return nil, fmt.Errorf("listen %s: FLOODGATE_HTTP_BACKLOG %d: %w", addr, c.Backlog, err)
+		}
+	}
 	return LimitListener(ln, c.MaxConns, m), nil
+}
+
+// SetBacklog sets a listening TCP socket's backlog to n: listen(2) again
+// on the open socket, which Linux allows and which changes only the bound.
+func SetBacklog(ln net.Listener, n int) error {
+	tl, ok := ln.(*net.TCPListener)
+	if !ok {
+		return fmt.Errorf("not a TCP listener (%T)", ln)
+	}
+	rc, err := tl.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var lerr error
+	if err := rc.Control(func(fd uintptr) { lerr = syscall.Listen(int(fd), n) }); err != nil {
+		return err
+	}
+	return lerr
 }
 
 // LimitListener accepts at most n connections at once: Accept waits while n

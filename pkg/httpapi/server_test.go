@@ -158,9 +158,59 @@ func TestServerConfigFromEnv(t *testing.T) {
 	require.Equal(t, 10, sc.MaxConns)
 	require.Equal(t, 5*time.Second, sc.ReadHeaderTimeout)
 
+	require.Equal(t, 0, sc.Backlog, "unset: the system's backlog")
+
+	vars = map[string]string{"FLOODGATE_HTTP_BACKLOG": "70000"}
+	e = config.NewEnv(func(k string) string { return vars[k] })
+	require.ErrorContains(t, ServerConfigFromEnv(e, DefaultServerConfig()).Validate(), "FLOODGATE_HTTP_BACKLOG")
+
 	vars = map[string]string{"FLOODGATE_HTTP_MAX_CONNS": "0", "FLOODGATE_HTTP_WRITE_TIMEOUT": "forever"}
 	e = config.NewEnv(func(k string) string { return vars[k] })
 	sc = ServerConfigFromEnv(e, DefaultServerConfig())
 	require.ErrorContains(t, e.Err(), "FLOODGATE_HTTP_WRITE_TIMEOUT")
 	require.ErrorContains(t, sc.Validate(), "FLOODGATE_HTTP_MAX_CONNS")
+}
+
+// TestListenBacklog: with FLOODGATE_HTTP_BACKLOG set, the kernel completes
+// at most about that many connections the server has not accepted; the
+// others' SYNs are dropped and their dials time out. With the system's
+// backlog (net.core.somaxconn, in the thousands) all of them complete.
+func TestListenBacklog(t *testing.T) {
+	const backlog, dials = 4, 24
+	connected := func(sc ServerConfig) int {
+		t.Helper()
+		ln, err := sc.Listen("127.0.0.1:0", nil) // never accepted
+		require.NoError(t, err)
+		defer ln.Close()
+		var (
+			mu sync.Mutex
+			n  int
+			wg sync.WaitGroup
+		)
+		for range dials {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, err := net.DialTimeout("tcp", ln.Addr().String(), 300*time.Millisecond)
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				mu.Lock()
+				n++
+				mu.Unlock()
+				time.Sleep(500 * time.Millisecond) // held until every dial has ended
+			}()
+		}
+		wg.Wait()
+		return n
+	}
+	sc := DefaultServerConfig()
+	require.Equal(t, dials, connected(sc), "the system's backlog holds every dial")
+	sc.Backlog = backlog
+	n := connected(sc)
+	require.LessOrEqual(t, n, backlog+1, "a backlog of %d completes at most %d connections (Linux holds one more than the bound)", backlog, backlog+1)
+	require.Positive(t, n, "the backlog still takes connections")
+
+	require.ErrorContains(t, SetBacklog(nil, 1), "not a TCP listener")
 }
