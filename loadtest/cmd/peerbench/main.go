@@ -20,7 +20,8 @@
 // every service is offered the same calls on a fixed schedule, each latency
 // runs from when its call was due, so a service that falls behind is
 // charged for the wait (no coordinated omission), and a round that achieved
-// under 99 % of the rate says BEHIND. They are accounted as the closed-loop
+// under 99 % of the rate, or answered its median call over 10 ms after its
+// due time, says BEHIND. They are accounted as the closed-loop
 // rounds are — CPU per call of the service, Redis, the broker and the
 // generator, each core's busy share, INVALID when the generator's cores
 // were over 90 % busy — and give the per core-second ratios at equal load,

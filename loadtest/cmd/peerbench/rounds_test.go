@@ -43,6 +43,11 @@ func TestSummarizeEqualLoad(t *testing.T) {
 	require.InDelta(t, 1.0, c.FloorCPURatio, 1e-9)
 	require.Zero(t, c.Services[0].Behind)
 
+	queued := round("envoy ratelimit", 3, 1000, 50*time.Millisecond, false)
+	require.False(t, queued.behind(), "no latencies: none late")
+	queued.lat = []time.Duration{time.Millisecond, 150 * time.Millisecond, 200 * time.Millisecond}
+	require.True(t, queued.behind(), "every call made, the median 150 ms after its due time")
+
 	tallies := map[string]*tally{"envoy ratelimit": {rounds: 2, used: []int{1, 2}}, "floodgate": {rounds: 2, invalid: 1, used: []int{1}},
 		floorName: {rounds: 2, invalid: 2, used: []int{1, 2}}}
 	require.Equal(t, "figures and ratios NOT all from valid rounds: envoy ratelimit 1,2; floodgate 1; floor (does nothing) 1,2 (every one INVALID)",
