@@ -410,7 +410,7 @@ func (rep *Report) targetsMarkdown() string {
 					continue
 				}
 				measured := fmt.Sprintf("p99 %.2f ms at 10,000/s offered (%s/s achieved, %d errors)", o.P99Ms, thousands(o.Achieved), o.Errors)
-				if len(c.Open) == 2 {
+				if len(c.Open) >= 2 {
 					measured += fmt.Sprintf("; envoy ratelimit p99 %.2f ms", c.Open[0].P99Ms)
 				}
 				row(fmt.Sprintf("limiter p99 ≤ %g ms at 10k checks/s (%s, beside envoy ratelimit)", targetP99At10kMs, c.Protocol), measured,

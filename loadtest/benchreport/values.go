@@ -439,7 +439,7 @@ func peerTable(p *envoypeer.Report) string {
 	for _, c := range p.Comparisons {
 		for _, o := range c.Open {
 			if !open {
-				b.WriteString("\nOpen loop, one round per service at a fixed offered rate (latency from each call's due time):\n\n" +
+				b.WriteString("\nOpen loop, every service offered the same rate over alternating rounds (latency from each call's due time):\n\n" +
 					"| protocol | service | offered | achieved | p50 | p99 | p99.9 | errors |\n|---|---|---|---|---|---|---|---|\n")
 				open = true
 			}

@@ -47,9 +47,19 @@ type Comparison struct {
 	// (Floodgate's calls per core-second over the floor's; 1 would be free):
 	// 0 when no floor ran.
 	FloorCPURatio float64 `json:"floor_cpu_ratio,omitempty"`
-	// Open is one open-loop round per service at a fixed offered rate
-	// (peerbench -rate), in Services' order; empty when none ran.
+	// Open is each service's latencies in the open-loop rounds at a fixed
+	// offered rate (peerbench -rate; EqualLoad's, from the rounds its sums
+	// hold), in EqualLoad.Services' order; empty when none ran.
 	Open []OpenResult `json:"open_loop,omitempty"`
+	// Offered is the calls/s every service was offered in these rounds:
+	// 0 for the closed-loop rounds, the rate in EqualLoad.
+	Offered float64 `json:"offered_per_sec,omitempty"`
+	// EqualLoad is the open-loop rounds (peerbench -rate): every service
+	// offered the same calls/s over alternating rounds, accounted as the
+	// closed-loop ones (CPU per call, cores busy, INVALID rounds left
+	// out), so its per core-second ratios hold where the closed loop's
+	// generator saturates its cores first (issue 34); nil when none ran.
+	EqualLoad *Comparison `json:"equal_load,omitempty"`
 }
 
 // OpenResult is one service's open-loop round: calls sent on a fixed
@@ -73,6 +83,7 @@ type ServiceResult struct {
 	CallsPerSec float64 `json:"calls_per_sec"`
 	P50Ms       float64 `json:"p50_ms"`
 	P99Ms       float64 `json:"p99_ms"`
+	P999Ms      float64 `json:"p999_ms,omitempty"`
 	// LoadgenCPU is the load generator's own CPU time over its rounds'
 	// wall time × cores: the share of the machine the measurement took.
 	LoadgenCPU float64 `json:"loadgen_cpu_share"`
@@ -80,13 +91,15 @@ type ServiceResult struct {
 	// over the service's rounds, in µs (Linux /proc): where the machine's
 	// time went. Broker is 0 for envoy ratelimit, which publishes nothing.
 	CPU CallCPU `json:"cpu_us_per_call"`
-	// Rounds counts the closed-loop rounds the figures sum; Invalid the
-	// rounds left out because the generator's cores were over 90 % busy
-	// (pinned runs; when every round was, the figures sum them all and
-	// AllInvalid says so).
+	// Rounds counts the service's rounds; Invalid the rounds left out
+	// because the generator's cores were over 90 % busy (pinned runs; when
+	// every round was, the figures sum them all and AllInvalid says so);
+	// Behind the open-loop rounds that achieved under 99 % of the offered
+	// calls/s.
 	Rounds     int  `json:"rounds"`
 	Invalid    int  `json:"invalid_rounds"`
 	AllInvalid bool `json:"all_invalid,omitempty"`
+	Behind     int  `json:"behind_schedule_rounds,omitempty"`
 	// CoreBusy is each core's busy share (0..1, /proc/stat) over the
 	// service's rounds, cpu0 first.
 	CoreBusy []float64 `json:"core_busy,omitempty"`

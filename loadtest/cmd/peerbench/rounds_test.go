@@ -1,0 +1,57 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestSummarizeEqualLoad: an open-loop run's sums leave out a service's
+// INVALID rounds while it has a valid one, sum them all when it has none
+// (and say so), count the rounds that fell BEHIND the offered rate, and
+// give the per core-second ratios from the rounds they hold.
+func TestSummarizeEqualLoad(t *testing.T) {
+	round := func(name string, n int, calls int64, service time.Duration, invalid bool) result {
+		return result{name: name, round: n, offered: 1000, calls: calls, duration: time.Second,
+			procs: [3]time.Duration{service}, busy: []float64{0.5, 0.5}, invalid: invalid}
+	}
+	results := []result{
+		round("envoy ratelimit", 1, 1000, 50*time.Millisecond, false),
+		round("floodgate", 1, 1000, 10*time.Millisecond, false),
+		round(floorName, 1, 900, 9*time.Millisecond, true),
+		round(floorName, 2, 900, 9*time.Millisecond, true),
+		round("floodgate", 2, 1000, 40*time.Millisecond, true), // left out: round 1 was valid
+		round("envoy ratelimit", 2, 1000, 50*time.Millisecond, false),
+	}
+	targets := []target{{name: "envoy ratelimit"}, {name: "floodgate"}, {name: floorName}}
+	g := regime{rate: 1000, callers: 8, conns: 4, users: 10, d: time.Second}
+	c := summarize("grpc", targets, g, results)
+
+	require.Equal(t, 1000.0, c.Offered)
+	fg := c.Services[1]
+	require.Equal(t, int64(1000), fg.Calls, "the INVALID round 2 is left out")
+	require.Equal(t, 1, fg.Invalid)
+	require.False(t, fg.AllInvalid)
+	require.InDelta(t, 10.0, fg.CPU.Service, 1e-9)
+	require.InDelta(t, 5.0, c.ServiceCPURatio, 1e-9, "50 µs against 10 µs a call")
+
+	floor := c.Services[2]
+	require.True(t, floor.AllInvalid)
+	require.Equal(t, int64(1800), floor.Calls, "every round INVALID: all are summed")
+	require.Equal(t, 2, floor.Behind, "900 of 1,000 calls/s offered")
+	require.InDelta(t, 1.0, c.FloorCPURatio, 1e-9)
+	require.Zero(t, c.Services[0].Behind)
+
+	queued := round("envoy ratelimit", 3, 1000, 50*time.Millisecond, false)
+	require.False(t, queued.behind(), "no latencies: none late")
+	queued.lat = []time.Duration{time.Millisecond, 150 * time.Millisecond, 200 * time.Millisecond}
+	require.True(t, queued.behind(), "every call made, the median 150 ms after its due time")
+
+	tallies := map[string]*tally{"envoy ratelimit": {rounds: 2, used: []int{1, 2}}, "floodgate": {rounds: 2, invalid: 1, used: []int{1}},
+		floorName: {rounds: 2, invalid: 2, used: []int{1, 2}}}
+	require.Equal(t, "figures and ratios NOT all from valid rounds: envoy ratelimit 1,2; floodgate 1; floor (does nothing) 1,2 (every one INVALID)",
+		sources(targets, tallies))
+	delete(tallies, floorName)
+	require.Equal(t, "figures and ratios from valid rounds only: envoy ratelimit 1,2; floodgate 1", sources(targets[:2], tallies))
+}
