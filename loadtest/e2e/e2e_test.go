@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +25,10 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
+
+// userEvery is the normal user's pace beside the bot: 10 checks a second,
+// a fifth of its limit.
+const userEvery = 100 * time.Millisecond
 
 type checkResponse struct {
 	Allowed           bool              `json:"allowed"`
@@ -63,6 +68,8 @@ func TestRapidFireIsPenalizedEndToEnd(t *testing.T) {
 	}
 	stacktest.Exec(t, filepath.Join(bin, "limiter"), append(common,
 		"FLOODGATE_LIMITER_ADDR="+limiterAddr,
+		// Not the default 127.0.0.1:8081, which another test's limiter may hold.
+		"FLOODGATE_LIMITER_GRPC_ADDR=off",
 		"FLOODGATE_LIMITER_PRINCIPAL_LIMIT=50",
 		"FLOODGATE_GATEWAY=e2e",
 	))
@@ -100,22 +107,36 @@ func TestRapidFireIsPenalizedEndToEnd(t *testing.T) {
 	require.True(t, first.Allowed)
 	require.Equal(t, 50, first.Limit, "the rule's limit before any penalty")
 
-	// The bot fires checks back to back — hundreds a second, far over the 20/s
-	// threshold — until its decisions show the penalty; the user keeps a human pace.
+	// The bot fires checks back to back — thousands a second, far over the 20/s
+	// threshold and its 50/s limit — until its decisions show the penalty; the
+	// user keeps a human pace by the clock (10/s, well inside its 50/s), never
+	// by the bot's: one user check per 100 bot checks was 67/s, over its limit,
+	// when a fast bot waited 4 s for a slow detection.
 	var penalized *checkResponse
 	userResults := []checkResponse{first}
-	deadline := time.Now().Add(60 * time.Second)
-	for i := 0; penalized == nil && time.Now().Before(deadline); i++ {
-		r := check(bot, "203.0.113.9")
-		if r.PenaltyMultiplier < 1 {
-			penalized = &r
-			break
+	start := time.Now()
+	deadline, nextUser := start.Add(60*time.Second), start.Add(userEvery)
+	var botChecks, botDenied int
+	var last checkResponse
+	for penalized == nil && time.Now().Before(deadline) {
+		last = check(bot, "203.0.113.9")
+		botChecks++
+		if !last.Allowed {
+			botDenied++
 		}
-		if i%100 == 0 {
+		if last.PenaltyMultiplier < 1 {
+			penalized = &last
+		}
+		if now := time.Now(); now.After(nextUser) {
 			userResults = append(userResults, check(user, "198.51.100.7"))
+			nextUser = now.Add(userEvery)
 		}
 	}
-	require.NotNil(t, penalized, "the rapid-fire bot was never penalized")
+	took := time.Since(start)
+	require.NotNil(t, penalized, "the rapid-fire bot was never penalized within %s: %d checks (%.0f/s; the detector needs over 100/s), %d denied, the last %+v",
+		took.Round(time.Millisecond), botChecks, float64(botChecks)/took.Seconds(), botDenied, last)
+	t.Logf("bot penalized after %d checks in %s (%.0f/s, %d denied)", botChecks, took.Round(time.Millisecond), float64(botChecks)/took.Seconds(), botDenied)
+	penaltySeen := time.Now()
 	require.InDelta(t, 0.1, penalized.PenaltyMultiplier, 1e-9)
 	require.Equal(t, 5, penalized.Limit, "effective limit = rule 50 × penalty 0.1")
 
@@ -124,12 +145,12 @@ func TestRapidFireIsPenalizedEndToEnd(t *testing.T) {
 	var denied *checkResponse
 	for i := 0; i < 20 && denied == nil; i++ {
 		r := check(bot, "203.0.113.9")
-		require.Equal(t, 5, r.Limit)
+		require.Equal(t, 5, r.Limit, "bot check %d after the penalty: %+v", i+1, r)
 		if !r.Allowed {
 			denied = &r
 		}
 	}
-	require.NotNil(t, denied, "20 rapid checks against a limit of 5 must be denied")
+	require.NotNil(t, denied, "20 rapid checks against a limit of 5 must be denied; none was in %s", time.Since(penaltySeen).Round(time.Millisecond))
 	require.Equal(t, "penalty", denied.Tier)
 	require.Equal(t, "penalty", denied.Headers["X-RateLimit-Scope"])
 	require.NotEmpty(t, denied.Headers["Retry-After"])
@@ -138,10 +159,10 @@ func TestRapidFireIsPenalizedEndToEnd(t *testing.T) {
 
 	// The normal user was never touched.
 	userResults = append(userResults, check(user, "198.51.100.7"))
-	for _, r := range userResults {
-		require.True(t, r.Allowed)
-		require.Equal(t, 50, r.Limit)
-		require.Equal(t, 1.0, r.PenaltyMultiplier)
+	for i, r := range userResults {
+		require.True(t, r.Allowed, "user check %d of %d (one each %s) was denied: %+v", i+1, len(userResults), userEvery, r)
+		require.Equal(t, 50, r.Limit, "user check %d of %d: %+v", i+1, len(userResults), r)
+		require.Equal(t, 1.0, r.PenaltyMultiplier, "user check %d of %d: %+v", i+1, len(userResults), r)
 	}
 	exists, err := rdb.Exists(ctx, redisx.PenaltyKey(string(user.Kind), user.ID)).Result()
 	require.NoError(t, err)
@@ -150,14 +171,18 @@ func TestRapidFireIsPenalizedEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, ttl, time.Minute, "penalty carries its TTL")
 
-	// The abuse event on Kafka carries the evidence.
-	abuse := readAbuse(t, ctx, brokers, bot)
+	// The abuse event on Kafka carries the evidence. The detector publishes it
+	// after the penalty is written and the abuse record put in DynamoDB, so it
+	// may come well after the limiter showed the penalty.
+	abuse := readAbuse(t, ctx, brokers, bot, penaltySeen, 30*time.Second)
 	require.Equal(t, events.PatternRapidFire, abuse.Pattern)
 	// The bot's pace depends on how busy the machine is; what must hold is that
 	// a bot is measured against its limit (50/s here): the score is its rate
 	// against what the limiter let through, past twice that it fires, and the
 	// severity follows the denial ratio.
-	require.NotNil(t, abuse.Evidence.Basis)
+	require.NotNil(t, abuse.Evidence.Basis, "abuse event %+v", abuse)
+	t.Logf("abuse evidence: score %.2f, observed %.0f/s, baseline %.1f/s, threshold %.1f/s, denial ratio %.2f, severity %s",
+		abuse.Score, abuse.Evidence.ObservedRate, abuse.Evidence.BaselineRate, abuse.Evidence.Threshold, abuse.Evidence.Basis.DenialRatio, abuse.Severity)
 	require.Equal(t, events.BasisLimit, abuse.Evidence.Basis.Source)
 	require.GreaterOrEqual(t, abuse.Evidence.Basis.DenialRatio, 0.5)
 	require.Greater(t, abuse.Evidence.ObservedRate, 20.0)
@@ -178,35 +203,68 @@ func TestRapidFireIsPenalizedEndToEnd(t *testing.T) {
 	requireInfluxDetection(t, ctx, influxURL, abuse.DetectedAt)
 }
 
-func readAbuse(t *testing.T, ctx context.Context, brokers string, p events.Principal) events.Abuse {
+// readAbuse waits up to timeout for p's abuse event on the abuse topic,
+// reading all its partitions at once from their start (p's partition is the
+// hash of its key), and fails saying what the partitions held when it does
+// not come. penaltySeen is when the limiter first showed the penalty, for the
+// log.
+func readAbuse(t *testing.T, ctx context.Context, brokers string, p events.Principal, penaltySeen time.Time, timeout time.Duration) events.Abuse {
 	t.Helper()
-	// The abuse topic has several partitions; read them all.
 	conn, err := kafka.DialContext(ctx, "tcp", brokers)
 	require.NoError(t, err)
 	parts, err := conn.ReadPartitions(config.DefaultAbuseTopic)
 	conn.Close()
 	require.NoError(t, err)
-	for _, part := range parts {
-		pr := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{brokers}, Topic: config.DefaultAbuseTopic, Partition: part.ID, MaxWait: 200 * time.Millisecond})
-		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		for {
-			m, err := pr.ReadMessage(rctx)
-			if err != nil {
-				break
-			}
-			if string(m.Key) == p.Key() {
-				cancel()
-				pr.Close()
-				a, err := events.DecodeAbuse(m.Value)
-				require.NoError(t, err)
-				return a
-			}
-		}
-		cancel()
-		pr.Close()
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	type seen struct {
+		keys []string
+		err  error
 	}
-	t.Fatalf("no abuse event for %s on %s", p.Key(), config.DefaultAbuseTopic)
-	return events.Abuse{}
+	var (
+		mu    sync.Mutex
+		found *kafka.Message
+		held  = make([]seen, len(parts))
+		wg    sync.WaitGroup
+	)
+	for i, part := range parts {
+		wg.Go(func() {
+			r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{brokers}, Topic: config.DefaultAbuseTopic, Partition: part.ID, MaxWait: 200 * time.Millisecond})
+			defer r.Close()
+			for {
+				m, err := r.ReadMessage(rctx)
+				mu.Lock()
+				switch {
+				case err != nil:
+					held[i].err = err
+				case string(m.Key) == p.Key():
+					if found == nil {
+						found = &m
+					}
+					cancel()
+				default:
+					held[i].keys = append(held[i].keys, string(m.Key))
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if found == nil {
+		var got []string
+		for i, h := range held {
+			got = append(got, fmt.Sprintf("partition %d: %d other events %v, then %v", parts[i].ID, len(h.keys), h.keys, h.err))
+		}
+		t.Fatalf("no abuse event for %s on %s within %s of the penalty showing: %s",
+			p.Key(), config.DefaultAbuseTopic, time.Since(penaltySeen).Round(time.Millisecond), strings.Join(got, "; "))
+	}
+	t.Logf("abuse event for %s on partition %d, written %s after the penalty showed", p.Key(), found.Partition, found.Time.Sub(penaltySeen).Round(time.Millisecond))
+	a, err := events.DecodeAbuse(found.Value)
+	require.NoError(t, err)
+	return a
 }
 
 func requireInfluxDetection(t *testing.T, ctx context.Context, url string, at time.Time) {
