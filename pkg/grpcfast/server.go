@@ -13,8 +13,8 @@
 // grpc.ServiceDesc (streaming methods are answered UNIMPLEMENTED),
 // identity encoding only, grpc-timeout as the call's deadline, metadata in
 // the call's context, flow control both ways, PING, RST_STREAM, GOAWAY with
-// a graceful drain, and the connection age and idle bounds of grpc-go's
-// keepalive.ServerParameters.
+// a graceful drain, and the connection age and idle bounds and keepalive
+// pings of grpc-go's keepalive.ServerParameters.
 package grpcfast
 
 import (
@@ -60,6 +60,16 @@ type Config struct {
 	MaxConnectionIdle     time.Duration
 	MaxConnectionAge      time.Duration
 	MaxConnectionAgeGrace time.Duration
+	// KeepaliveTime is how long a connection may go without a frame from
+	// the client before the server PINGs it, and KeepaliveTimeout how long
+	// the server then waits for a frame (the ack or any other) before it
+	// closes the connection (KeepaliveTime 0: no pings; KeepaliveTimeout
+	// 0: 20 s), as grpc-go's keepalive.ServerParameters Time and Timeout.
+	// Silence is noticed after KeepaliveTime to 5/4 of it: the reader
+	// counts frames and one timer per connection looks at the count, with
+	// nothing per frame but the count.
+	KeepaliveTime    time.Duration
+	KeepaliveTimeout time.Duration
 	// PingMinTime is how often a client may PING while the server has sent
 	// nothing since (default 5 s, grpc-go's keepalive.EnforcementPolicy with
 	// PermitWithoutStream): after two pings closer than that the connection
@@ -112,6 +122,9 @@ func (c *Config) defaults() {
 	}
 	if c.PingMinTime <= 0 {
 		c.PingMinTime = 5 * time.Second
+	}
+	if c.KeepaliveTimeout <= 0 {
+		c.KeepaliveTimeout = 20 * time.Second
 	}
 	if c.Workers <= 0 {
 		c.Workers = 128

@@ -614,3 +614,105 @@ func TestRefusalBlocksAreMadeOnce(t *testing.T) {
 	require.Equal(t, appendStatus(append([]byte(nil), respHeaders...), uint32(codes.Unimplemented), "unknown method /x/zz", nil),
 		s.refusal(codes.Unimplemented, "unknown method /x/zz"), "past the bound, made each time")
 }
+
+// A client silent for KeepaliveTime is PINGed and, if nothing comes back
+// within KeepaliveTimeout, closed; one that acks, or keeps sending, stays.
+func TestKeepalive(t *testing.T) {
+	const every, timeout = 200 * time.Millisecond, 200 * time.Millisecond
+	var accepted atomic.Int32
+	f := serve(t, Config{KeepaliveTime: every, KeepaliveTimeout: timeout,
+		WrapConn: func(c net.Conn) net.Conn { accepted.Add(1); return c }})
+
+	t.Run("a client that does not ack is closed", func(t *testing.T) {
+		start := time.Now()
+		r := rawDial(t, f.addr)
+		var pinged time.Time
+		for {
+			fr, err := r.fr.ReadFrame()
+			if err != nil {
+				require.ErrorIs(t, err, io.EOF)
+				break
+			}
+			require.NotEqual(t, http2.FrameGoAway, fr.Header().Type)
+			if p, ok := fr.(*http2.PingFrame); ok && !p.IsAck() {
+				require.True(t, pinged.IsZero(), "one ping, then closed")
+				require.Equal(t, keepalivePing, p.Data)
+				pinged = time.Now()
+			}
+		}
+		require.False(t, pinged.IsZero(), "pinged before it was closed")
+		require.GreaterOrEqual(t, pinged.Sub(start), every)
+		require.GreaterOrEqual(t, time.Since(pinged), timeout/2)
+		require.Less(t, time.Since(start), 5*time.Second)
+	})
+
+	t.Run("no ping while frames flow; a client that acks stays", func(t *testing.T) {
+		r := rawDial(t, f.addr)
+		stop := make(chan struct{})
+		wrote := make(chan error, 1)
+		go func() { // a frame every every/5, for 6 periods
+			tick := time.NewTicker(every / 5)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					wrote <- nil
+					return
+				case <-tick.C:
+					if err := r.fr.WriteWindowUpdate(0, 1); err != nil {
+						wrote <- err
+						return
+					}
+				}
+			}
+		}()
+		pings := func(d time.Duration, ack bool) int {
+			n := 0
+			_ = r.nc.SetReadDeadline(time.Now().Add(d))
+			defer func() { _ = r.nc.SetReadDeadline(time.Now().Add(10 * time.Second)) }()
+			for {
+				fr, err := r.fr.ReadFrame()
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					return n
+				}
+				require.NoError(t, err)
+				if p, ok := fr.(*http2.PingFrame); ok && !p.IsAck() {
+					n++
+					if ack {
+						require.NoError(t, r.fr.WritePing(true, p.Data))
+					}
+				}
+			}
+		}
+		require.Zero(t, pings(6*every, false), "pinged while frames flowed")
+		close(stop)
+		require.NoError(t, <-wrote)
+		require.GreaterOrEqual(t, pings(6*every, true), 3, "pinged each period once silent, the acks no ping strikes")
+
+		// Still served.
+		require.NoError(t, r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: r.block(callHeaders...), EndHeaders: true}))
+		require.NoError(t, r.fr.WriteData(1, true, []byte{0, 0, 0, 0, 0}))
+		r.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+		for {
+			fr, err := r.fr.ReadFrame()
+			require.NoError(t, err)
+			if mh, ok := fr.(*http2.MetaHeadersFrame); ok && mh.StreamEnded() {
+				require.Equal(t, "0", mh.Fields[len(mh.Fields)-1].Value) // grpc-status OK
+				break
+			}
+		}
+	})
+
+	t.Run("a grpc-go client stays connected", func(t *testing.T) {
+		before := accepted.Load()
+		conn := dial(t, f.addr)
+		c := testpb.NewTestServiceClient(conn)
+		_, err := c.EmptyCall(ctxT(t), &testpb.Empty{})
+		require.NoError(t, err)
+		time.Sleep(5 * every)
+		_, err = c.EmptyCall(ctxT(t), &testpb.Empty{})
+		require.NoError(t, err)
+		require.Equal(t, before+1, accepted.Load(), "one connection throughout")
+	})
+}

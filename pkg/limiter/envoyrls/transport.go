@@ -80,7 +80,8 @@ func (g grpcGoServer) Shutdown(ctx context.Context) error {
 // NewFastServer is NewGRPCServer on pkg/grpcfast: the same service, health,
 // caller authentication (AuthInterceptor), entry gate (its door as the
 // transport's tap), rapid-reset guard (pkg/h2guard on every connection),
-// stream and message bounds, windows and connection age and idle limits.
+// stream and message bounds, windows, connection age and idle limits and
+// keepalive pings.
 // What it does not have: tracing spans (otelgrpc is grpc-go's), and
 // health's Watch (a streaming method; answered UNIMPLEMENTED — Check, which
 // Kubernetes' and Envoy's gRPC health checks use, is served).
@@ -99,6 +100,10 @@ func NewFastServer(s *server.Server, opts ...GRPCOption) (*grpcfast.Server, *hea
 		MaxRecvMsgSize:       1 << 20,
 		Window:               grpcWindow,
 		MaxConnectionIdle:    5 * time.Minute, MaxConnectionAge: 5 * time.Minute, MaxConnectionAgeGrace: 30 * time.Second,
+		// grpc-go's keepalive defaults, which NewGRPCServer keeps: a
+		// client silent for 2 h is pinged, and closed if it does not
+		// answer within 20 s.
+		KeepaliveTime: 2 * time.Hour, KeepaliveTimeout: 20 * time.Second,
 		PingMinTime: 5 * time.Second,
 		Workers:     grpcStreamWorkers,
 		// The guard admits (or tarpits) the connection and reads its
