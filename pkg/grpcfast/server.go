@@ -27,6 +27,7 @@ import (
 
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/tap"
 )
 
@@ -81,6 +82,13 @@ type Config struct {
 	WriteTimeout     time.Duration
 	// Interceptor, when set, wraps every unary call (as grpc.UnaryInterceptor).
 	Interceptor grpc.UnaryServerInterceptor
+	// StatsHandler, when set, is told of every call that reaches dispatch
+	// (its request complete, past the tap and the method lookup) as
+	// grpc.StatsHandler's is: TagRPC (its context is the call's), then
+	// InHeader, Begin and End — no payload, OutHeader or OutTrailer
+	// events. otelgrpc.NewServerHandler makes the same server spans on it
+	// as on grpc-go. Nil: none of it, at no cost.
+	StatsHandler stats.Handler
 	// Tap, when set, sees every call as its headers arrive, before its
 	// message is read (as grpc.InTapHandle); an error answers the call with
 	// its status at once.

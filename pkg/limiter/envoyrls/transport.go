@@ -80,11 +80,11 @@ func (g grpcGoServer) Shutdown(ctx context.Context) error {
 // NewFastServer is NewGRPCServer on pkg/grpcfast: the same service, health,
 // caller authentication (AuthInterceptor), entry gate (its door as the
 // transport's tap), rapid-reset guard (pkg/h2guard on every connection),
-// stream and message bounds, windows, connection age and idle limits and
-// keepalive pings.
-// What it does not have: tracing spans (otelgrpc is grpc-go's), and
-// health's Watch (a streaming method; answered UNIMPLEMENTED — Check, which
-// Kubernetes' and Envoy's gRPC health checks use, is served).
+// stream and message bounds, windows, connection age and idle limits,
+// keepalive pings and, tracing on, otelgrpc's server spans.
+// What it does not have: health's Watch (a streaming method; answered
+// UNIMPLEMENTED — Check, which Kubernetes' and Envoy's gRPC health checks
+// use, is served).
 func NewFastServer(s *server.Server, opts ...GRPCOption) (*grpcfast.Server, *health.Server) {
 	var reg prometheus.Registerer
 	if r := s.Registry(); r != nil {
@@ -119,6 +119,7 @@ func NewFastServer(s *server.Server, opts ...GRPCOption) (*grpcfast.Server, *hea
 	if cs := s.Callers(); cs != nil {
 		cfg.Interceptor = cs.AuthInterceptor
 	}
+	cfg.StatsHandler = s.Tracing().GRPCStatsHandler() // server spans, tracing on (nil off)
 	if rls.gateCfg.Max > 0 {
 		rls.gate = newGate(rls.gateCfg, reg)
 		cfg.Tap = rls.gate.tap
