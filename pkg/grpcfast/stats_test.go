@@ -38,13 +38,18 @@ type serverSpan struct {
 	InHandler bool // the span the interceptor (and so the handler) saw
 }
 
-// tracedCalls serves the test service on a server that start returns the
-// address of, with the limiter's tracing (pkg/tracing's otelgrpc handler)
+// servable is either server: grpc-go's or this package's.
+type servable interface {
+	grpc.ServiceRegistrar
+	Serve(net.Listener) error
+}
+
+// tracedCalls serves the test service on the server newServer makes, with the limiter's tracing (pkg/tracing's otelgrpc handler)
 // and an interceptor that notes the span in the call's context (and
 // refuses a call with metadata "refuse"); it makes an OK call, a failed
 // one, a refused one and a health check through a traced grpc-go client,
 // and returns the server spans, sorted by status code.
-func tracedCalls(t *testing.T, start func(sh stats.Handler, icpt grpc.UnaryServerInterceptor, svc *testService, hs *health.Server) string) []serverSpan {
+func tracedCalls(t *testing.T, newServer func(sh stats.Handler, icpt grpc.UnaryServerInterceptor) (servable, func())) []serverSpan {
 	t.Helper()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
@@ -60,10 +65,14 @@ func tracedCalls(t *testing.T, start func(sh stats.Handler, icpt grpc.UnaryServe
 		}
 		return h(ctx, req)
 	}
-	hs := health.NewServer()
-	addr := start(tracing.Tracing{Provider: tp, Propagator: prop}.GRPCStatsHandler(), icpt,
-		&testService{release: make(chan struct{}), started: make(chan struct{}, 1)}, hs)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	srv, stop := newServer(tracing.Tracing{Provider: tp, Propagator: prop}.GRPCStatsHandler(), icpt)
+	testpb.RegisterTestServiceServer(srv, &testService{release: make(chan struct{}), started: make(chan struct{}, 1)})
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(prop))))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
@@ -114,28 +123,13 @@ func tracedCalls(t *testing.T, start func(sh stats.Handler, icpt grpc.UnaryServe
 // the same name, kind, attributes and status, the child of the client's
 // span, and in the handler's context.
 func TestServerSpansAsGRPCGo(t *testing.T) {
-	listen := func(t *testing.T) net.Listener {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		return ln
-	}
-	fast := tracedCalls(t, func(sh stats.Handler, icpt grpc.UnaryServerInterceptor, svc *testService, hs *health.Server) string {
+	fast := tracedCalls(t, func(sh stats.Handler, icpt grpc.UnaryServerInterceptor) (servable, func()) {
 		s := New(Config{StatsHandler: sh, Interceptor: icpt})
-		testpb.RegisterTestServiceServer(s, svc)
-		healthpb.RegisterHealthServer(s, hs)
-		ln := listen(t)
-		go func() { _ = s.Serve(ln) }()
-		t.Cleanup(s.Close)
-		return ln.Addr().String()
+		return s, s.Close
 	})
-	grpcGo := tracedCalls(t, func(sh stats.Handler, icpt grpc.UnaryServerInterceptor, svc *testService, hs *health.Server) string {
+	grpcGo := tracedCalls(t, func(sh stats.Handler, icpt grpc.UnaryServerInterceptor) (servable, func()) {
 		s := grpc.NewServer(grpc.StatsHandler(sh), grpc.UnaryInterceptor(icpt))
-		testpb.RegisterTestServiceServer(s, svc)
-		healthpb.RegisterHealthServer(s, hs)
-		ln := listen(t)
-		go func() { _ = s.Serve(ln) }()
-		t.Cleanup(s.Stop)
-		return ln.Addr().String()
+		return s, s.Stop
 	})
 	require.Equal(t, grpcGo, fast)
 
