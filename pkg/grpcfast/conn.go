@@ -63,6 +63,7 @@ type conn struct {
 	sentData   bool // the server sent headers or data since the last PING (ping strikes)
 	greeted    bool // the server's SETTINGS are in wbuf: frames may follow
 	goingAway  bool
+	ending     bool // Shutdown: server-streaming calls end at once (endStreaming)
 	closeAfter bool // close once wbuf is written (GOAWAY sent, no stream left)
 	closed     bool
 	busy       bool      // a stream was open since the idle timer last looked
@@ -335,6 +336,9 @@ func (c *conn) dropLocked(st *stream) {
 	delete(c.streams, st.id)
 	if st.cancel != nil {
 		st.cancel()
+	}
+	if st.m.stream != nil {
+		c.room.Broadcast() // its SendMsg may wait for the window
 	}
 	c.endedLocked()
 }

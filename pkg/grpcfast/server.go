@@ -9,8 +9,9 @@
 // http2.Framer and hpack, with their CONTINUATION and header-list bounds) and
 // one goroutine per call; answers are appended to one buffer and written
 // together, one write for every batch of answers ready at once. It speaks
-// what a gRPC client needs and no more: unary methods registered from a
-// grpc.ServiceDesc (streaming methods are answered UNIMPLEMENTED),
+// what a gRPC client needs and no more: unary and server-streaming methods
+// (a health Watch) registered from a grpc.ServiceDesc (client- and
+// bidi-streaming methods are answered UNIMPLEMENTED),
 // identity encoding only, grpc-timeout as the call's deadline, metadata in
 // the call's context, flow control both ways, PING, RST_STREAM, GOAWAY with
 // a graceful drain, and the connection age and idle bounds and keepalive
@@ -152,7 +153,7 @@ var ErrServerClosed = errors.New("grpcfast: server closed")
 type Server struct {
 	cfg     Config
 	methods map[string]method // by full method name, "/pkg.Service/Method"
-	streams map[string]bool   // streaming methods: answered UNIMPLEMENTED
+	streams map[string]bool   // client- and bidi-streaming methods: answered UNIMPLEMENTED
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -170,7 +171,8 @@ type Server struct {
 
 type method struct {
 	srv     any
-	handler grpc.MethodHandler
+	handler grpc.MethodHandler // a unary method's
+	stream  grpc.StreamHandler // a server-streaming method's
 }
 
 var _ grpc.ServiceRegistrar = (*Server)(nil)
@@ -215,15 +217,21 @@ func (s *Server) worker(st *stream) {
 	}
 }
 
-// RegisterService registers desc's unary methods on impl (as grpc.Server's,
-// so that generated Register…Server functions take this server); its
-// streaming methods are answered UNIMPLEMENTED. Call it before Serve.
+// RegisterService registers desc's unary and server-streaming methods on
+// impl (as grpc.Server's, so that generated Register…Server functions take
+// this server); its client- and bidi-streaming methods are answered
+// UNIMPLEMENTED. Call it before Serve.
 func (s *Server) RegisterService(desc *grpc.ServiceDesc, impl any) {
 	for _, m := range desc.Methods {
 		s.methods["/"+desc.ServiceName+"/"+m.MethodName] = method{srv: impl, handler: m.Handler}
 	}
 	for _, st := range desc.Streams {
-		s.streams["/"+desc.ServiceName+"/"+st.StreamName] = true
+		name := "/" + desc.ServiceName + "/" + st.StreamName
+		if st.ServerStreams && !st.ClientStreams {
+			s.methods[name] = method{srv: impl, stream: st.Handler}
+		} else {
+			s.streams[name] = true
+		}
 	}
 }
 
@@ -303,11 +311,13 @@ func (s *Server) forget(c *conn) {
 // Shutdown stops accepting, sends every connection GOAWAY and waits for
 // their calls to end and the connections to close, or for ctx to be done
 // (then it closes them: Close). It is grpc.Server.GracefulStop with a
-// deadline.
+// deadline, but for server-streaming calls (a health Watch), which would
+// never end by themselves: they are ended at once, UNAVAILABLE.
 func (s *Server) Shutdown(ctx context.Context) error {
 	conns := s.stop()
 	for _, c := range conns {
 		c.goAway(http2.ErrCodeNo, nil, true)
+		c.endStreaming()
 	}
 	select {
 	case <-s.drained:

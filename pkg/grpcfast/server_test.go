@@ -68,6 +68,23 @@ func (s *testService) UnaryCall(ctx context.Context, in *testpb.SimpleRequest) (
 	return &testpb.SimpleResponse{Payload: &testpb.Payload{Body: make([]byte, in.GetResponseSize())}}, nil
 }
 
+// StreamingOutputCall sends a message of each asked size, with header
+// "echo" set, then its status (ResponseStatus, or OK) with trailer
+// "echo-trailer".
+func (s *testService) StreamingOutputCall(in *testpb.StreamingOutputCallRequest, out testpb.TestService_StreamingOutputCallServer) error {
+	_ = out.SetHeader(metadata.Pairs("echo", "h"))
+	out.SetTrailer(metadata.Pairs("echo-trailer", "t"))
+	for _, p := range in.GetResponseParameters() {
+		if err := out.Send(&testpb.StreamingOutputCallResponse{Payload: &testpb.Payload{Body: make([]byte, p.GetSize())}}); err != nil {
+			return err
+		}
+	}
+	if rs := in.GetResponseStatus(); rs != nil {
+		return status.Error(codes.Code(rs.GetCode()), rs.GetMessage())
+	}
+	return nil
+}
+
 type fixture struct {
 	srv  *Server
 	svc  *testService
@@ -249,7 +266,7 @@ func TestWhatIsNotServed(t *testing.T) {
 		require.NoError(t, err)
 		_, err = s.Recv()
 		require.Equal(t, codes.Unimplemented, status.Code(err))
-		require.Contains(t, status.Convert(err).Message(), "streaming")
+		require.Contains(t, status.Convert(err).Message(), "bidi-streaming")
 	})
 	t.Run("grpc-encoding other than identity", func(t *testing.T) {
 		_, err := testpb.NewTestServiceClient(f.conn).UnaryCall(ctx, &testpb.SimpleRequest{}, grpc.UseCompressor(gzip.Name))
@@ -714,4 +731,117 @@ func TestKeepalive(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, before+1, accepted.Load(), "one connection throughout")
 	})
+}
+
+// openStreams counts the streams open on the server's connections.
+func openStreams(s *Server) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for c := range s.conns {
+		c.mu.Lock()
+		n += len(c.streams)
+		c.mu.Unlock()
+	}
+	return n
+}
+
+// A server-streaming call: its messages within the flow-control windows
+// (more than they hold at once), headers and trailers, its status after
+// messages or alone.
+func TestServerStreaming(t *testing.T) {
+	f := serve(t, Config{})
+	c := testpb.NewTestServiceClient(f.conn)
+	t.Run("messages past the windows, then OK", func(t *testing.T) {
+		req := &testpb.StreamingOutputCallRequest{}
+		for range 40 {
+			req.ResponseParameters = append(req.ResponseParameters, &testpb.ResponseParameters{Size: 100 << 10})
+		}
+		var hdr, trl metadata.MD
+		s, err := c.StreamingOutputCall(ctxT(t), req, grpc.Header(&hdr), grpc.Trailer(&trl))
+		require.NoError(t, err)
+		n := 0
+		for {
+			m, err := s.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			require.NoError(t, err)
+			require.Len(t, m.GetPayload().GetBody(), 100<<10)
+			n++
+		}
+		require.Equal(t, 40, n) // 4 MB: four times the stream's window
+		require.Equal(t, []string{"h"}, hdr.Get("echo"))
+		require.Equal(t, []string{"t"}, trl.Get("echo-trailer"))
+	})
+	t.Run("a status after messages, and alone", func(t *testing.T) {
+		for _, sent := range []int{1, 0} {
+			req := &testpb.StreamingOutputCallRequest{ResponseStatus: &testpb.EchoStatus{Code: int32(codes.Aborted), Message: "stop"}}
+			for range sent {
+				req.ResponseParameters = append(req.ResponseParameters, &testpb.ResponseParameters{Size: 10})
+			}
+			s, err := c.StreamingOutputCall(ctxT(t), req)
+			require.NoError(t, err)
+			for range sent {
+				_, err = s.Recv()
+				require.NoError(t, err)
+			}
+			_, err = s.Recv()
+			require.Equal(t, codes.Aborted, status.Code(err))
+			require.Equal(t, "stop", status.Convert(err).Message())
+		}
+	})
+	require.Eventually(t, func() bool { return openStreams(f.srv) == 0 }, 5*time.Second, 10*time.Millisecond)
+}
+
+// Health Watch with grpc-go's health client: the status at once, then each
+// change, until the client cancels; Shutdown ends a Watch UNAVAILABLE at
+// once rather than wait for it.
+func TestHealthWatch(t *testing.T) {
+	f := serve(t, Config{})
+	hc := healthpb.NewHealthClient(f.conn)
+	next := func(w grpc.ServerStreamingClient[healthpb.HealthCheckResponse]) healthpb.HealthCheckResponse_ServingStatus {
+		t.Helper()
+		r, err := w.Recv()
+		require.NoError(t, err)
+		return r.GetStatus()
+	}
+	f.hs.SetServingStatus("svc", healthpb.HealthCheckResponse_SERVING)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{Service: "svc"})
+	require.NoError(t, err)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, next(w))
+	f.hs.SetServingStatus("svc", healthpb.HealthCheckResponse_NOT_SERVING)
+	require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, next(w))
+	f.hs.SetServingStatus("svc", healthpb.HealthCheckResponse_SERVING)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, next(w))
+
+	unknown, err := hc.Watch(ctxT(t), &healthpb.HealthCheckRequest{Service: "nope"})
+	require.NoError(t, err)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVICE_UNKNOWN, next(unknown))
+
+	cancel() // the client goes: its stream ends on the server
+	_, err = w.Recv()
+	require.Equal(t, codes.Canceled, status.Code(err))
+	require.Eventually(t, func() bool { return openStreams(f.srv) == 1 }, 5*time.Second, 10*time.Millisecond)
+
+	// Unary calls beside a Watch.
+	_, err = testpb.NewTestServiceClient(f.conn).EmptyCall(ctxT(t), &testpb.Empty{})
+	require.NoError(t, err)
+
+	// The limiter's shutdown: health NOT_SERVING, then the server's drain.
+	w, err = hc.Watch(ctxT(t), &healthpb.HealthCheckRequest{Service: "svc"})
+	require.NoError(t, err)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, next(w))
+	f.hs.Shutdown()
+	require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, next(w))
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer scancel()
+	start := time.Now()
+	require.NoError(t, f.srv.Shutdown(sctx), "the drain does not wait for Watch streams")
+	require.Less(t, time.Since(start), 4*time.Second)
+	for _, s := range []grpc.ServerStreamingClient[healthpb.HealthCheckResponse]{w, unknown} {
+		_, err = s.Recv()
+		require.Equal(t, codes.Unavailable, status.Code(err))
+	}
 }

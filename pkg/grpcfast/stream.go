@@ -51,6 +51,7 @@ type stream struct {
 	out        []byte // answer bytes the windows have not let out yet
 	trailers   []byte // the answer's trailer block, sent after out
 	blocked    bool
+	sentHdr    bool        // a server-streaming call's headers are written
 	gone       bool        // ended: answered, reset or the connection closed
 	hdr, trl   metadata.MD // set by the handler (grpc.SetHeader, grpc.SetTrailer)
 }
@@ -144,7 +145,7 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 	if !ok {
 		msg := fmt.Sprintf("unknown method %s", path)
 		if c.s.streams[path] {
-			msg = fmt.Sprintf("method %s is streaming: this server serves unary methods only", path)
+			msg = fmt.Sprintf("method %s is client- or bidi-streaming: this server serves unary and server-streaming methods only", path)
 		}
 		return c.refuse(st, f.StreamEnded(), codes.Unimplemented, msg)
 	}
@@ -349,6 +350,10 @@ func (c *conn) dispatch(st *stream) {
 	st.dispatched, st.cancel = true, cancel
 	c.mu.Unlock()
 	st.ctx, st.body = grpc.NewContextWithServerTransportStream(ctx, st), msg[5:]
+	if st.m.stream != nil {
+		go c.callStream(st) // a stream may last: not on a worker
+		return
+	}
 	c.s.run(st)
 }
 
@@ -452,12 +457,19 @@ func (c *conn) answer(st *stream, out []byte) {
 	c.kickLocked()
 }
 
-// answerErr writes the status of a failed call and returns it as an error.
-func (c *conn) answerErr(st *stream, err error) error {
+// statusOf is a handler's error as the call's status (nil: OK; a context's
+// error: CANCELLED or DEADLINE_EXCEEDED; any other: UNKNOWN).
+func statusOf(err error) *status.Status {
 	s, ok := status.FromError(err)
 	if !ok && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		s = status.FromContextError(err)
 	}
+	return s
+}
+
+// answerErr writes the status of a failed call and returns it as an error.
+func (c *conn) answerErr(st *stream, err error) error {
+	s := statusOf(err)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !st.gone {

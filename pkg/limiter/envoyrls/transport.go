@@ -81,10 +81,9 @@ func (g grpcGoServer) Shutdown(ctx context.Context) error {
 // caller authentication (AuthInterceptor), entry gate (its door as the
 // transport's tap), rapid-reset guard (pkg/h2guard on every connection),
 // stream and message bounds, windows, connection age and idle limits,
-// keepalive pings and, tracing on, otelgrpc's server spans.
-// What it does not have: health's Watch (a streaming method; answered
-// UNIMPLEMENTED — Check, which Kubernetes' and Envoy's gRPC health checks
-// use, is served).
+// keepalive pings, health's Watch (a server-streaming method, which
+// Shutdown ends where grpc-go's drain waits for it) and, tracing on,
+// otelgrpc's server spans.
 func NewFastServer(s *server.Server, opts ...GRPCOption) (*grpcfast.Server, *health.Server) {
 	var reg prometheus.Registerer
 	if r := s.Registry(); r != nil {

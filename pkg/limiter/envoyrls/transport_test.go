@@ -203,3 +203,43 @@ func TestTransportsTraceCalls(t *testing.T) {
 		})
 	}
 }
+
+// The limiter's health Watch on either transport: the status, its change
+// when the limiter stops being ready, and a drain that does not wait for
+// the Watch (grpc-go's GracefulStop does: its Shutdown ends at the
+// deadline, closing the stream).
+func TestTransportsServeHealthWatch(t *testing.T) {
+	rdb := redistest.Client(t)
+	for _, name := range Transports {
+		t.Run(name, func(t *testing.T) {
+			s := server.New(server.Config{Engine: limitertest.Engine(t, rdb, limitertest.OneBucket, nil),
+				Publisher: &kafkatest.Capture{}, Topic: "decisions", Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+			g, hs, err := NewTransportServer(name, s)
+			require.NoError(t, err)
+			SetServing(hs, true)
+			_, conn := limitertest.ServeGRPC(t, g.Serve, func() {})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: rlsv3.RateLimitService_ServiceDesc.ServiceName})
+			require.NoError(t, err)
+			r, err := w.Recv()
+			require.NoError(t, err)
+			require.Equal(t, healthpb.HealthCheckResponse_SERVING, r.GetStatus())
+			hs.Shutdown() // the limiter, not ready
+			r, err = w.Recv()
+			require.NoError(t, err)
+			require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, r.GetStatus())
+
+			sctx, scancel := context.WithTimeout(context.Background(), time.Second)
+			defer scancel()
+			start := time.Now()
+			err = g.Shutdown(sctx)
+			t.Logf("%s: Shutdown with a Watch open: %v after %v", name, err, time.Since(start).Round(time.Millisecond))
+			if name == TransportFloodgate {
+				require.NoError(t, err)
+			}
+			_, err = w.Recv()
+			require.Equal(t, codes.Unavailable, status.Code(err))
+		})
+	}
+}
