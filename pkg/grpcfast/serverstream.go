@@ -71,6 +71,7 @@ func (c *conn) endStreaming() {
 		}
 	}
 	if ended {
+		c.room.Broadcast() // a SendMsg waiting for the window: the stream has ended
 		c.kickLocked()
 	}
 }
@@ -124,7 +125,7 @@ func (ss *serverStream) SendMsg(m any) error {
 	binary.BigEndian.PutUint32(out[1:5], uint32(len(out)-5))
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for len(st.out) > 0 && !st.gone && !c.closed {
+	for len(st.out) > 0 && !st.gone && !c.closed && st.trailers == nil {
 		c.room.Wait()
 	}
 	if st.gone || c.closed || st.trailers != nil {
