@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -38,6 +39,7 @@ type conn struct {
 	fr      *http2.Framer
 	ctx     context.Context // the calls' parent: the peer (not cancelable: close cancels each call's own)
 	connWin int64           // the connection's receive window the server grants
+	frames  atomic.Uint64   // frames read, for the keepalive timer
 
 	// The reader's own.
 	recvAvail   int64 // connection credit the client still has
@@ -61,6 +63,7 @@ type conn struct {
 	sentData   bool // the server sent headers or data since the last PING (ping strikes)
 	greeted    bool // the server's SETTINGS are in wbuf: frames may follow
 	goingAway  bool
+	ending     bool // Shutdown: server-streaming calls end at once (endStreaming)
 	closeAfter bool // close once wbuf is written (GOAWAY sent, no stream left)
 	closed     bool
 	busy       bool      // a stream was open since the idle timer last looked
@@ -97,7 +100,9 @@ func (c *conn) serve() {
 		}
 		c.waitRoom()
 		var f http2.Frame
-		if f, err = c.fr.ReadFrame(); err != nil {
+		f, err = c.fr.ReadFrame()
+		c.frames.Add(1)
+		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
 				c.mu.Lock()
@@ -238,7 +243,7 @@ func (c *conn) settings(f *http2.SettingsFrame) error {
 }
 
 func (c *conn) ping(f *http2.PingFrame) error {
-	if f.IsAck() {
+	if f.IsAck() { // the server's keepalive ping answered: the frame count has moved
 		return nil
 	}
 	// grpc-go's rule: a ping after the server sent headers or data is
@@ -332,6 +337,9 @@ func (c *conn) dropLocked(st *stream) {
 	if st.cancel != nil {
 		st.cancel()
 	}
+	if st.m.stream != nil {
+		c.room.Broadcast() // its SendMsg may wait for the window
+	}
 	c.endedLocked()
 }
 
@@ -402,7 +410,8 @@ func (c *conn) close() {
 }
 
 // startTimers closes the connection (GOAWAY, then its grace) past its age,
-// and when it has had no stream for MaxConnectionIdle.
+// when it has had no stream for MaxConnectionIdle, and when its client has
+// not answered a keepalive PING.
 func (c *conn) startTimers() {
 	cfg := &c.s.cfg
 	c.mu.Lock()
@@ -448,4 +457,47 @@ func (c *conn) startTimers() {
 		})
 		c.timers = append(c.timers, t)
 	}
+	if ka := cfg.KeepaliveTime; ka > 0 {
+		c.timers = append(c.timers, c.keepalive(ka, cfg.KeepaliveTimeout))
+	}
+}
+
+// keepalivePing is the data of the server's keepalive PING.
+var keepalivePing = [8]byte{'f', 'g', 'k', 'e', 'e', 'p', 'a', 'l'}
+
+// keepalive starts the connection's keepalive timer. Every every/4 it
+// looks at the count of frames read: after four looks in a row that saw
+// none (silence for every to 5/4 every), it PINGs the client; if no frame
+// has come timeout later, it closes the connection (as grpc-go, without
+// GOAWAY: the client is not there to read it). Called with mu held.
+func (c *conn) keepalive(every, timeout time.Duration) *time.Timer {
+	var t *time.Timer
+	seen, quiet, pinged := c.frames.Load(), 0, false
+	t = time.AfterFunc(every/4, func() {
+		next := every / 4
+		switch n := c.frames.Load(); {
+		case n != seen:
+			seen, quiet, pinged = n, 0, false
+		case pinged:
+			c.close()
+			return
+		default:
+			quiet++
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.closed {
+			return
+		}
+		if quiet >= 4 {
+			c.wbuf = appendFrameHeader(c.wbuf, 8, http2.FramePing, 0, 0)
+			c.wbuf = append(c.wbuf, keepalivePing[:]...)
+			pinged, next = true, timeout
+			c.kickLocked()
+		}
+		if !c.closed {
+			t.Reset(next)
+		}
+	})
+	return t
 }

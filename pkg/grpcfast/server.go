@@ -9,12 +9,13 @@
 // http2.Framer and hpack, with their CONTINUATION and header-list bounds) and
 // one goroutine per call; answers are appended to one buffer and written
 // together, one write for every batch of answers ready at once. It speaks
-// what a gRPC client needs and no more: unary methods registered from a
-// grpc.ServiceDesc (streaming methods are answered UNIMPLEMENTED),
+// what a gRPC client needs and no more: unary and server-streaming methods
+// (a health Watch) registered from a grpc.ServiceDesc (client- and
+// bidi-streaming methods are answered UNIMPLEMENTED),
 // identity encoding only, grpc-timeout as the call's deadline, metadata in
 // the call's context, flow control both ways, PING, RST_STREAM, GOAWAY with
-// a graceful drain, and the connection age and idle bounds of grpc-go's
-// keepalive.ServerParameters.
+// a graceful drain, and the connection age and idle bounds and keepalive
+// pings of grpc-go's keepalive.ServerParameters.
 package grpcfast
 
 import (
@@ -27,6 +28,7 @@ import (
 
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/tap"
 )
 
@@ -60,6 +62,16 @@ type Config struct {
 	MaxConnectionIdle     time.Duration
 	MaxConnectionAge      time.Duration
 	MaxConnectionAgeGrace time.Duration
+	// KeepaliveTime is how long a connection may go without a frame from
+	// the client before the server PINGs it, and KeepaliveTimeout how long
+	// the server then waits for a frame (the ack or any other) before it
+	// closes the connection (KeepaliveTime 0: no pings; KeepaliveTimeout
+	// 0: 20 s), as grpc-go's keepalive.ServerParameters Time and Timeout.
+	// Silence is noticed after KeepaliveTime to 5/4 of it: the reader
+	// counts frames and one timer per connection looks at the count, with
+	// nothing per frame but the count.
+	KeepaliveTime    time.Duration
+	KeepaliveTimeout time.Duration
 	// PingMinTime is how often a client may PING while the server has sent
 	// nothing since (default 5 s, grpc-go's keepalive.EnforcementPolicy with
 	// PermitWithoutStream): after two pings closer than that the connection
@@ -71,6 +83,13 @@ type Config struct {
 	WriteTimeout     time.Duration
 	// Interceptor, when set, wraps every unary call (as grpc.UnaryInterceptor).
 	Interceptor grpc.UnaryServerInterceptor
+	// StatsHandler, when set, is told of every call that reaches dispatch
+	// (its request complete, past the tap and the method lookup) as
+	// grpc.StatsHandler's is: TagRPC (its context is the call's), then
+	// InHeader, Begin and End — no payload, OutHeader or OutTrailer
+	// events. otelgrpc.NewServerHandler makes the same server spans on it
+	// as on grpc-go. Nil: none of it, at no cost.
+	StatsHandler stats.Handler
 	// Tap, when set, sees every call as its headers arrive, before its
 	// message is read (as grpc.InTapHandle); an error answers the call with
 	// its status at once.
@@ -113,6 +132,9 @@ func (c *Config) defaults() {
 	if c.PingMinTime <= 0 {
 		c.PingMinTime = 5 * time.Second
 	}
+	if c.KeepaliveTimeout <= 0 {
+		c.KeepaliveTimeout = 20 * time.Second
+	}
 	if c.Workers <= 0 {
 		c.Workers = 128
 	}
@@ -131,7 +153,7 @@ var ErrServerClosed = errors.New("grpcfast: server closed")
 type Server struct {
 	cfg     Config
 	methods map[string]method // by full method name, "/pkg.Service/Method"
-	streams map[string]bool   // streaming methods: answered UNIMPLEMENTED
+	streams map[string]bool   // client- and bidi-streaming methods: answered UNIMPLEMENTED
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -149,7 +171,8 @@ type Server struct {
 
 type method struct {
 	srv     any
-	handler grpc.MethodHandler
+	handler grpc.MethodHandler // a unary method's
+	stream  grpc.StreamHandler // a server-streaming method's
 }
 
 var _ grpc.ServiceRegistrar = (*Server)(nil)
@@ -194,15 +217,21 @@ func (s *Server) worker(st *stream) {
 	}
 }
 
-// RegisterService registers desc's unary methods on impl (as grpc.Server's,
-// so that generated Register…Server functions take this server); its
-// streaming methods are answered UNIMPLEMENTED. Call it before Serve.
+// RegisterService registers desc's unary and server-streaming methods on
+// impl (as grpc.Server's, so that generated Register…Server functions take
+// this server); its client- and bidi-streaming methods are answered
+// UNIMPLEMENTED. Call it before Serve.
 func (s *Server) RegisterService(desc *grpc.ServiceDesc, impl any) {
 	for _, m := range desc.Methods {
 		s.methods["/"+desc.ServiceName+"/"+m.MethodName] = method{srv: impl, handler: m.Handler}
 	}
 	for _, st := range desc.Streams {
-		s.streams["/"+desc.ServiceName+"/"+st.StreamName] = true
+		name := "/" + desc.ServiceName + "/" + st.StreamName
+		if st.ServerStreams && !st.ClientStreams {
+			s.methods[name] = method{srv: impl, stream: st.Handler}
+		} else {
+			s.streams[name] = true
+		}
 	}
 }
 
@@ -282,11 +311,13 @@ func (s *Server) forget(c *conn) {
 // Shutdown stops accepting, sends every connection GOAWAY and waits for
 // their calls to end and the connections to close, or for ctx to be done
 // (then it closes them: Close). It is grpc.Server.GracefulStop with a
-// deadline.
+// deadline, but for server-streaming calls (a health Watch), which would
+// never end by themselves: they are ended at once, UNAVAILABLE.
 func (s *Server) Shutdown(ctx context.Context) error {
 	conns := s.stop()
 	for _, c := range conns {
 		c.goAway(http2.ErrCodeNo, nil, true)
+		c.endStreaming()
 	}
 	select {
 	case <-s.drained:

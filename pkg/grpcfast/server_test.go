@@ -68,6 +68,23 @@ func (s *testService) UnaryCall(ctx context.Context, in *testpb.SimpleRequest) (
 	return &testpb.SimpleResponse{Payload: &testpb.Payload{Body: make([]byte, in.GetResponseSize())}}, nil
 }
 
+// StreamingOutputCall sends a message of each asked size, with header
+// "echo" set, then its status (ResponseStatus, or OK) with trailer
+// "echo-trailer".
+func (s *testService) StreamingOutputCall(in *testpb.StreamingOutputCallRequest, out testpb.TestService_StreamingOutputCallServer) error {
+	_ = out.SetHeader(metadata.Pairs("echo", "h"))
+	out.SetTrailer(metadata.Pairs("echo-trailer", "t"))
+	for _, p := range in.GetResponseParameters() {
+		if err := out.Send(&testpb.StreamingOutputCallResponse{Payload: &testpb.Payload{Body: make([]byte, p.GetSize())}}); err != nil {
+			return err
+		}
+	}
+	if rs := in.GetResponseStatus(); rs != nil {
+		return status.Error(codes.Code(rs.GetCode()), rs.GetMessage())
+	}
+	return nil
+}
+
 type fixture struct {
 	srv  *Server
 	svc  *testService
@@ -249,7 +266,7 @@ func TestWhatIsNotServed(t *testing.T) {
 		require.NoError(t, err)
 		_, err = s.Recv()
 		require.Equal(t, codes.Unimplemented, status.Code(err))
-		require.Contains(t, status.Convert(err).Message(), "streaming")
+		require.Contains(t, status.Convert(err).Message(), "bidi-streaming")
 	})
 	t.Run("grpc-encoding other than identity", func(t *testing.T) {
 		_, err := testpb.NewTestServiceClient(f.conn).UnaryCall(ctx, &testpb.SimpleRequest{}, grpc.UseCompressor(gzip.Name))
@@ -371,6 +388,24 @@ func (r *rawConn) block(kv ...string) []byte {
 
 var callHeaders = []string{":method", "POST", ":scheme", "http", ":path", "/grpc.testing.TestService/EmptyCall",
 	":authority", "x", "content-type", "application/grpc", "te", "trailers"}
+
+// trailers reads frames until a header block that ends its stream, and
+// returns its fields by name.
+func (r *rawConn) trailers(t *testing.T) map[string]string {
+	t.Helper()
+	r.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	for {
+		f, err := r.fr.ReadFrame()
+		require.NoError(t, err)
+		if mh, ok := f.(*http2.MetaHeadersFrame); ok && mh.StreamEnded() {
+			got := map[string]string{}
+			for _, hf := range mh.Fields {
+				got[hf.Name] = hf.Value
+			}
+			return got
+		}
+	}
+}
 
 // goAway reads frames until GOAWAY and the connection's end; it returns
 // GOAWAY's code.
@@ -552,20 +587,9 @@ func TestPastDeadlineIsAnsweredByTheTransport(t *testing.T) {
 	require.NoError(t, r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: r.block(hs...), EndHeaders: true}))
 	time.Sleep(20 * time.Millisecond)
 	require.NoError(t, r.fr.WriteData(1, true, []byte{0, 0, 0, 0, 0}))
-	r.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	for {
-		fr, err := r.fr.ReadFrame()
-		require.NoError(t, err)
-		if mh, ok := fr.(*http2.MetaHeadersFrame); ok && mh.StreamEnded() {
-			got := map[string]string{}
-			for _, hf := range mh.Fields {
-				got[hf.Name] = hf.Value
-			}
-			require.Equal(t, "4", got["grpc-status"])
-			require.Equal(t, "too late", got["grpc-message"])
-			break
-		}
-	}
+	got := r.trailers(t)
+	require.Equal(t, "4", got["grpc-status"])
+	require.Equal(t, "too late", got["grpc-message"])
 	require.EqualValues(t, 1, told.Load())
 	require.Nil(t, f.svc.deadline.Load(), "the handler did not run")
 }
@@ -613,4 +637,211 @@ func TestRefusalBlocksAreMadeOnce(t *testing.T) {
 	require.Equal(t, maxRefusals, kept)
 	require.Equal(t, appendStatus(append([]byte(nil), respHeaders...), uint32(codes.Unimplemented), "unknown method /x/zz", nil),
 		s.refusal(codes.Unimplemented, "unknown method /x/zz"), "past the bound, made each time")
+}
+
+// A client silent for KeepaliveTime is PINGed and, if nothing comes back
+// within KeepaliveTimeout, closed; one that acks, or keeps sending, stays.
+func TestKeepalive(t *testing.T) {
+	const every, timeout = 200 * time.Millisecond, 200 * time.Millisecond
+	var accepted atomic.Int32
+	f := serve(t, Config{KeepaliveTime: every, KeepaliveTimeout: timeout,
+		WrapConn: func(c net.Conn) net.Conn { accepted.Add(1); return c }})
+
+	t.Run("a client that does not ack is closed", func(t *testing.T) {
+		start := time.Now()
+		r := rawDial(t, f.addr)
+		var pinged time.Time
+		for {
+			fr, err := r.fr.ReadFrame()
+			if err != nil {
+				require.ErrorIs(t, err, io.EOF)
+				break
+			}
+			require.NotEqual(t, http2.FrameGoAway, fr.Header().Type)
+			if p, ok := fr.(*http2.PingFrame); ok && !p.IsAck() {
+				require.True(t, pinged.IsZero(), "one ping, then closed")
+				require.Equal(t, keepalivePing, p.Data)
+				pinged = time.Now()
+			}
+		}
+		require.False(t, pinged.IsZero(), "pinged before it was closed")
+		require.GreaterOrEqual(t, pinged.Sub(start), every)
+		require.GreaterOrEqual(t, time.Since(pinged), timeout/2)
+		require.Less(t, time.Since(start), 5*time.Second)
+	})
+
+	t.Run("no ping while frames flow; a client that acks stays", func(t *testing.T) {
+		r := rawDial(t, f.addr)
+		stop := make(chan struct{})
+		wrote := make(chan error, 1)
+		go func() { // a frame every every/5, for 6 periods
+			tick := time.NewTicker(every / 5)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					wrote <- nil
+					return
+				case <-tick.C:
+					if err := r.fr.WriteWindowUpdate(0, 1); err != nil {
+						wrote <- err
+						return
+					}
+				}
+			}
+		}()
+		pings := func(d time.Duration, ack bool) int {
+			n := 0
+			_ = r.nc.SetReadDeadline(time.Now().Add(d))
+			defer func() { _ = r.nc.SetReadDeadline(time.Now().Add(10 * time.Second)) }()
+			for {
+				fr, err := r.fr.ReadFrame()
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					return n
+				}
+				require.NoError(t, err)
+				if p, ok := fr.(*http2.PingFrame); ok && !p.IsAck() {
+					n++
+					if ack {
+						require.NoError(t, r.fr.WritePing(true, p.Data))
+					}
+				}
+			}
+		}
+		require.Zero(t, pings(6*every, false), "pinged while frames flowed")
+		close(stop)
+		require.NoError(t, <-wrote)
+		require.GreaterOrEqual(t, pings(6*every, true), 3, "pinged each period once silent, the acks no ping strikes")
+
+		// Still served.
+		require.NoError(t, r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: r.block(callHeaders...), EndHeaders: true}))
+		require.NoError(t, r.fr.WriteData(1, true, []byte{0, 0, 0, 0, 0}))
+		require.Equal(t, "0", r.trailers(t)["grpc-status"])
+	})
+
+	t.Run("a grpc-go client stays connected", func(t *testing.T) {
+		before := accepted.Load()
+		conn := dial(t, f.addr)
+		c := testpb.NewTestServiceClient(conn)
+		_, err := c.EmptyCall(ctxT(t), &testpb.Empty{})
+		require.NoError(t, err)
+		time.Sleep(5 * every)
+		_, err = c.EmptyCall(ctxT(t), &testpb.Empty{})
+		require.NoError(t, err)
+		require.Equal(t, before+1, accepted.Load(), "one connection throughout")
+	})
+}
+
+// openStreams counts the streams open on the server's connections.
+func openStreams(s *Server) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for c := range s.conns {
+		c.mu.Lock()
+		n += len(c.streams)
+		c.mu.Unlock()
+	}
+	return n
+}
+
+// A server-streaming call: its messages within the flow-control windows
+// (more than they hold at once), headers and trailers, its status after
+// messages or alone.
+func TestServerStreaming(t *testing.T) {
+	f := serve(t, Config{})
+	c := testpb.NewTestServiceClient(f.conn)
+	t.Run("messages past the windows, then OK", func(t *testing.T) {
+		req := &testpb.StreamingOutputCallRequest{}
+		for range 40 {
+			req.ResponseParameters = append(req.ResponseParameters, &testpb.ResponseParameters{Size: 100 << 10})
+		}
+		var hdr, trl metadata.MD
+		s, err := c.StreamingOutputCall(ctxT(t), req, grpc.Header(&hdr), grpc.Trailer(&trl))
+		require.NoError(t, err)
+		n := 0
+		for {
+			m, err := s.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			require.NoError(t, err)
+			require.Len(t, m.GetPayload().GetBody(), 100<<10)
+			n++
+		}
+		require.Equal(t, 40, n) // 4 MB: four times the stream's window
+		require.Equal(t, []string{"h"}, hdr.Get("echo"))
+		require.Equal(t, []string{"t"}, trl.Get("echo-trailer"))
+	})
+	t.Run("a status after messages, and alone", func(t *testing.T) {
+		for _, sent := range []int{1, 0} {
+			req := &testpb.StreamingOutputCallRequest{ResponseStatus: &testpb.EchoStatus{Code: int32(codes.Aborted), Message: "stop"}}
+			for range sent {
+				req.ResponseParameters = append(req.ResponseParameters, &testpb.ResponseParameters{Size: 10})
+			}
+			s, err := c.StreamingOutputCall(ctxT(t), req)
+			require.NoError(t, err)
+			for range sent {
+				_, err = s.Recv()
+				require.NoError(t, err)
+			}
+			_, err = s.Recv()
+			require.Equal(t, codes.Aborted, status.Code(err))
+			require.Equal(t, "stop", status.Convert(err).Message())
+		}
+	})
+	require.Eventually(t, func() bool { return openStreams(f.srv) == 0 }, 5*time.Second, 10*time.Millisecond)
+}
+
+// Health Watch with grpc-go's health client: the status at once, then each
+// change, until the client cancels; Shutdown ends a Watch UNAVAILABLE at
+// once rather than wait for it.
+func TestHealthWatch(t *testing.T) {
+	f := serve(t, Config{})
+	hc := healthpb.NewHealthClient(f.conn)
+	next := func(w grpc.ServerStreamingClient[healthpb.HealthCheckResponse]) healthpb.HealthCheckResponse_ServingStatus {
+		t.Helper()
+		r, err := w.Recv()
+		require.NoError(t, err)
+		return r.GetStatus()
+	}
+	f.hs.SetServingStatus("svc", healthpb.HealthCheckResponse_SERVING)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{Service: "svc"})
+	require.NoError(t, err)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, next(w))
+	f.hs.SetServingStatus("svc", healthpb.HealthCheckResponse_NOT_SERVING)
+	require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, next(w))
+	f.hs.SetServingStatus("svc", healthpb.HealthCheckResponse_SERVING)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, next(w))
+
+	unknown, err := hc.Watch(ctxT(t), &healthpb.HealthCheckRequest{Service: "nope"})
+	require.NoError(t, err)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVICE_UNKNOWN, next(unknown))
+
+	cancel() // the client goes: its stream ends on the server
+	_, err = w.Recv()
+	require.Equal(t, codes.Canceled, status.Code(err))
+	require.Eventually(t, func() bool { return openStreams(f.srv) == 1 }, 5*time.Second, 10*time.Millisecond)
+
+	// Unary calls beside a Watch.
+	_, err = testpb.NewTestServiceClient(f.conn).EmptyCall(ctxT(t), &testpb.Empty{})
+	require.NoError(t, err)
+
+	// The limiter's shutdown: health NOT_SERVING, then the server's drain.
+	w, err = hc.Watch(ctxT(t), &healthpb.HealthCheckRequest{Service: "svc"})
+	require.NoError(t, err)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, next(w))
+	f.hs.Shutdown()
+	require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, next(w))
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer scancel()
+	start := time.Now()
+	require.NoError(t, f.srv.Shutdown(sctx), "the drain does not wait for Watch streams")
+	require.Less(t, time.Since(start), 4*time.Second)
+	for _, s := range []grpc.ServerStreamingClient[healthpb.HealthCheckResponse]{w, unknown} {
+		_, err = s.Recv()
+		require.Equal(t, codes.Unavailable, status.Code(err))
+	}
 }

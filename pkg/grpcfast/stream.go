@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/proto"
@@ -34,6 +36,7 @@ type stream struct {
 	deadline time.Time       // zero: none
 	ctx      context.Context // the call's, from dispatch to its worker
 	body     []byte          // the request message, from dispatch to its worker
+	begin    time.Time       // the stats handler's Begin (StatsHandler set)
 
 	// The reader's own until dispatch.
 	msg         []byte
@@ -48,6 +51,7 @@ type stream struct {
 	out        []byte // answer bytes the windows have not let out yet
 	trailers   []byte // the answer's trailer block, sent after out
 	blocked    bool
+	sentHdr    bool        // a server-streaming call's headers are written
 	gone       bool        // ended: answered, reset or the connection closed
 	hdr, trl   metadata.MD // set by the handler (grpc.SetHeader, grpc.SetTrailer)
 }
@@ -141,7 +145,7 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 	if !ok {
 		msg := fmt.Sprintf("unknown method %s", path)
 		if c.s.streams[path] {
-			msg = fmt.Sprintf("method %s is streaming: this server serves unary methods only", path)
+			msg = fmt.Sprintf("method %s is client- or bidi-streaming: this server serves unary and server-streaming methods only", path)
 		}
 		return c.refuse(st, f.StreamEnded(), codes.Unimplemented, msg)
 	}
@@ -306,6 +310,14 @@ func (c *conn) dispatch(st *stream) {
 	if past := c.s.cfg.PastDeadline; bad == "" && past != nil && !st.deadline.IsZero() && !time.Now().Before(st.deadline) {
 		code, bad = codes.DeadlineExceeded, past(st.method)
 	}
+	ctx := st.base
+	if st.md != nil {
+		ctx = metadata.NewIncomingContext(ctx, st.md)
+	}
+	sh := c.s.cfg.StatsHandler
+	if sh != nil {
+		ctx = c.statsBegin(sh, st, ctx)
+	}
 	if bad != "" {
 		c.mu.Lock()
 		st.recvDone = true
@@ -314,29 +326,58 @@ func (c *conn) dispatch(st *stream) {
 			c.finishLocked(st)
 		}
 		c.mu.Unlock()
+		if sh != nil {
+			statsEnd(sh, ctx, st, status.New(code, bad))
+		}
 		return
 	}
-	var ctx context.Context
 	var cancel context.CancelFunc
 	if st.deadline.IsZero() {
-		ctx, cancel = context.WithCancel(st.base)
+		ctx, cancel = context.WithCancel(ctx)
 	} else {
-		ctx, cancel = context.WithDeadline(st.base, st.deadline)
+		ctx, cancel = context.WithDeadline(ctx, st.deadline)
 	}
 	c.mu.Lock()
 	st.recvDone = true
 	if st.gone {
 		c.mu.Unlock()
 		cancel()
+		if sh != nil {
+			statsEnd(sh, ctx, st, status.New(codes.Canceled, "grpc: the client cancelled the call"))
+		}
 		return
 	}
 	st.dispatched, st.cancel = true, cancel
 	c.mu.Unlock()
-	if st.md != nil {
-		ctx = metadata.NewIncomingContext(ctx, st.md)
-	}
 	st.ctx, st.body = grpc.NewContextWithServerTransportStream(ctx, st), msg[5:]
+	if st.m.stream != nil {
+		go c.callStream(st) // a stream may last: not on a worker
+		return
+	}
 	c.s.run(st)
+}
+
+// statsBegin tells the stats handler of a call, as grpc-go does: TagRPC,
+// whose context becomes the call's, then InHeader and Begin.
+func (c *conn) statsBegin(sh stats.Handler, st *stream, ctx context.Context) context.Context {
+	ctx = sh.TagRPC(ctx, &stats.RPCTagInfo{FullMethodName: st.method})
+	in := &stats.InHeader{FullMethod: st.method, Header: st.md}
+	if p, ok := peer.FromContext(c.ctx); ok {
+		in.RemoteAddr, in.LocalAddr = p.Addr, p.LocalAddr
+	}
+	sh.HandleRPC(ctx, in)
+	st.begin = time.Now()
+	sh.HandleRPC(ctx, &stats.Begin{BeginTime: st.begin})
+	return ctx
+}
+
+// statsEnd tells the stats handler a call has ended with s.
+func statsEnd(sh stats.Handler, ctx context.Context, st *stream, s *status.Status) {
+	end := &stats.End{BeginTime: st.begin, EndTime: time.Now()}
+	if s.Code() != codes.OK {
+		end.Error = s.Err()
+	}
+	sh.HandleRPC(ctx, end)
 }
 
 // bufs holds answer buffers between calls.
@@ -356,22 +397,30 @@ func (c *conn) call(st *stream) {
 		}
 		return nil
 	}, c.s.cfg.Interceptor)
-	if err != nil {
-		c.answerErr(st, err)
-		return
+	if err == nil {
+		err = c.reply(st, resp)
 	}
+	if err != nil {
+		err = c.answerErr(st, err)
+	}
+	if sh := c.s.cfg.StatsHandler; sh != nil {
+		statsEnd(sh, ctx, st, status.Convert(err))
+	}
+}
+
+// reply writes the handler's answer, or returns why it cannot be sent.
+func (c *conn) reply(st *stream, resp any) error {
 	pm, ok := resp.(proto.Message)
 	if !ok {
-		c.answerErr(st, status.Errorf(codes.Internal, "grpc: %T is not a proto message", resp))
-		return
+		return status.Errorf(codes.Internal, "grpc: %T is not a proto message", resp)
 	}
 	bp := bufs.Get().(*[]byte)
 	out, err := proto.MarshalOptions{}.MarshalAppend(append((*bp)[:0], 0, 0, 0, 0, 0), pm)
 	switch {
 	case err != nil:
-		c.answerErr(st, status.Errorf(codes.Internal, "grpc: error marshalling response: %v", err))
+		err = status.Errorf(codes.Internal, "grpc: error marshalling response: %v", err)
 	case len(out)-5 > c.s.cfg.MaxSendMsgSize:
-		c.answerErr(st, status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max (%d vs. %d)", len(out)-5, c.s.cfg.MaxSendMsgSize))
+		err = status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max (%d vs. %d)", len(out)-5, c.s.cfg.MaxSendMsgSize)
 	default:
 		binary.BigEndian.PutUint32(out[1:5], uint32(len(out)-5))
 		c.answer(st, out)
@@ -380,6 +429,7 @@ func (c *conn) call(st *stream) {
 		*bp = out[:0]
 		bufs.Put(bp)
 	}
+	return err
 }
 
 // answer writes a message and OK trailers (with the handler's header and
@@ -407,19 +457,26 @@ func (c *conn) answer(st *stream, out []byte) {
 	c.kickLocked()
 }
 
-// answerErr writes the status of a failed call.
-func (c *conn) answerErr(st *stream, err error) {
+// statusOf is a handler's error as the call's status (nil: OK; a context's
+// error: CANCELLED or DEADLINE_EXCEEDED; any other: UNKNOWN).
+func statusOf(err error) *status.Status {
 	s, ok := status.FromError(err)
 	if !ok && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		s = status.FromContextError(err)
 	}
+	return s
+}
+
+// answerErr writes the status of a failed call and returns it as an error.
+func (c *conn) answerErr(st *stream, err error) error {
+	s := statusOf(err)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if st.gone {
-		return
+	if !st.gone {
+		c.statusLocked(st, s)
+		c.kickLocked()
 	}
-	c.statusLocked(st, s)
-	c.kickLocked()
+	return s.Err()
 }
 
 // statusLocked writes a trailers-only answer and ends the stream.

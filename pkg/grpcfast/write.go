@@ -116,8 +116,8 @@ func (c *conn) kickLocked() {
 }
 
 // sendLocked writes as much of st's answer as the flow-control windows
-// allow, and its trailers once the message is out; a stream whose answer
-// does not fit waits in blocked for WINDOW_UPDATE.
+// allow, and its trailers (if set) once the message is out; a stream whose
+// answer does not fit waits in blocked for WINDOW_UPDATE.
 func (c *conn) sendLocked(st *stream) {
 	for len(st.out) > 0 {
 		n := int(min(int64(len(st.out)), c.sendAvail, st.sendAvail, int64(c.peerFrame)))
@@ -133,6 +133,9 @@ func (c *conn) sendLocked(st *stream) {
 		st.out = st.out[n:]
 		c.sendAvail -= int64(n)
 		st.sendAvail -= int64(n)
+	}
+	if st.trailers == nil { // a server-streaming call's message, not its end
+		return
 	}
 	c.wbuf = appendHeaders(c.wbuf, st.id, st.trailers, true, c.peerFrame)
 	st.trailers = nil
@@ -160,6 +163,9 @@ func (c *conn) unblockLocked() {
 		st.blocked = false
 		if !st.gone {
 			c.sendLocked(st)
+		}
+		if st.m.stream != nil {
+			c.room.Broadcast() // its SendMsg may wait for the window
 		}
 	}
 }

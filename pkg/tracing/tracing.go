@@ -110,11 +110,20 @@ func (t Tracing) GRPCServerOptions() []grpc.ServerOption {
 	if !t.Enabled() {
 		return nil
 	}
-	return []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(
+	return []grpc.ServerOption{grpc.StatsHandler(t.GRPCStatsHandler())}
+}
+
+// GRPCStatsHandler is the stats handler GRPCServerOptions installs, for a
+// server that takes one directly (pkg/grpcfast); nil when off.
+func (t Tracing) GRPCStatsHandler() stats.Handler {
+	if !t.Enabled() {
+		return nil
+	}
+	return otelgrpc.NewServerHandler(
 		otelgrpc.WithTracerProvider(t.Provider),
 		otelgrpc.WithPropagators(t.Propagators()),
 		otelgrpc.WithFilter(func(info *stats.RPCTagInfo) bool {
 			return !strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.Health/")
 		}),
-	))}
+	)
 }

@@ -80,10 +80,10 @@ func (g grpcGoServer) Shutdown(ctx context.Context) error {
 // NewFastServer is NewGRPCServer on pkg/grpcfast: the same service, health,
 // caller authentication (AuthInterceptor), entry gate (its door as the
 // transport's tap), rapid-reset guard (pkg/h2guard on every connection),
-// stream and message bounds, windows and connection age and idle limits.
-// What it does not have: tracing spans (otelgrpc is grpc-go's), and
-// health's Watch (a streaming method; answered UNIMPLEMENTED — Check, which
-// Kubernetes' and Envoy's gRPC health checks use, is served).
+// stream and message bounds, windows, connection age and idle limits,
+// keepalive pings, health's Watch (a server-streaming method, which
+// Shutdown ends where grpc-go's drain waits for it) and, tracing on,
+// otelgrpc's server spans.
 func NewFastServer(s *server.Server, opts ...GRPCOption) (*grpcfast.Server, *health.Server) {
 	var reg prometheus.Registerer
 	if r := s.Registry(); r != nil {
@@ -99,6 +99,10 @@ func NewFastServer(s *server.Server, opts ...GRPCOption) (*grpcfast.Server, *hea
 		MaxRecvMsgSize:       1 << 20,
 		Window:               grpcWindow,
 		MaxConnectionIdle:    5 * time.Minute, MaxConnectionAge: 5 * time.Minute, MaxConnectionAgeGrace: 30 * time.Second,
+		// grpc-go's keepalive defaults, which NewGRPCServer keeps: a
+		// client silent for 2 h is pinged, and closed if it does not
+		// answer within 20 s.
+		KeepaliveTime: 2 * time.Hour, KeepaliveTimeout: 20 * time.Second,
 		PingMinTime: 5 * time.Second,
 		Workers:     grpcStreamWorkers,
 		// The guard admits (or tarpits) the connection and reads its
@@ -114,6 +118,7 @@ func NewFastServer(s *server.Server, opts ...GRPCOption) (*grpcfast.Server, *hea
 	if cs := s.Callers(); cs != nil {
 		cfg.Interceptor = cs.AuthInterceptor
 	}
+	cfg.StatsHandler = s.Tracing().GRPCStatsHandler() // server spans, tracing on (nil off)
 	if rls.gateCfg.Max > 0 {
 		rls.gate = newGate(rls.gateCfg, reg)
 		cfg.Tap = rls.gate.tap

@@ -14,12 +14,16 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-dev/floodgate/pkg/h2guard/h2guardtest"
@@ -28,6 +32,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
 	"github.com/floodgate-dev/floodgate/pkg/promtest"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
+	"github.com/floodgate-dev/floodgate/pkg/tracing"
 )
 
 // transportEnv names the transport the wire tests serve on (grpc-go when
@@ -150,5 +155,91 @@ func latePost(t *testing.T, addr string) string {
 			}
 			return ""
 		}
+	}
+}
+
+// Tracing on, either transport makes ShouldRateLimit otelgrpc's server span,
+// the child of the traceparent Envoy sends, and traces no health check.
+func TestTransportsTraceCalls(t *testing.T) {
+	const callerTrace, callerSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	rdb := redistest.Client(t)
+	for _, name := range Transports {
+		t.Run(name, func(t *testing.T) {
+			rec := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+			s := server.New(server.Config{Engine: limitertest.Engine(t, rdb, limitertest.OneBucket, nil),
+				Publisher: &kafkatest.Capture{}, Topic: "decisions", Logger: slog.New(slog.DiscardHandler),
+				Registry: prometheus.NewRegistry(), Tracing: tracing.Tracing{Provider: tp}})
+			s.SetReady(true)
+			g, hs, err := NewTransportServer(name, s)
+			require.NoError(t, err)
+			SetServing(hs, true)
+			_, conn := limitertest.ServeGRPC(t, g.Serve, func() { _ = g.Shutdown(context.Background()) })
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(
+				metadata.AppendToOutgoingContext(ctx, "traceparent", "00-"+callerTrace+"-"+callerSpan+"-01"),
+				&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{limitertest.BotDescriptor(redistest.Unique(t, "traced"))}})
+			require.NoError(t, err)
+			_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+			require.NoError(t, err)
+
+			var got []sdktrace.ReadOnlySpan
+			require.Eventually(t, func() bool {
+				got = got[:0]
+				for _, sp := range rec.Ended() {
+					if sp.SpanKind() == trace.SpanKindServer {
+						got = append(got, sp)
+					}
+				}
+				return len(got) > 0
+			}, 5*time.Second, 10*time.Millisecond)
+			require.Len(t, got, 1, "one server span: the health check is not traced")
+			sp := got[0]
+			require.Equal(t, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName[1:], sp.Name())
+			require.Equal(t, callerTrace, sp.SpanContext().TraceID().String())
+			require.Equal(t, callerSpan, sp.Parent().SpanID().String())
+			require.True(t, sp.Parent().IsRemote())
+		})
+	}
+}
+
+// The limiter's health Watch on either transport: the status, its change
+// when the limiter stops being ready, and a drain that does not wait for
+// the Watch (grpc-go's GracefulStop does: its Shutdown ends at the
+// deadline, closing the stream).
+func TestTransportsServeHealthWatch(t *testing.T) {
+	rdb := redistest.Client(t)
+	for _, name := range Transports {
+		t.Run(name, func(t *testing.T) {
+			s := server.New(server.Config{Engine: limitertest.Engine(t, rdb, limitertest.OneBucket, nil),
+				Publisher: &kafkatest.Capture{}, Topic: "decisions", Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+			g, hs, err := NewTransportServer(name, s)
+			require.NoError(t, err)
+			SetServing(hs, true)
+			_, conn := limitertest.ServeGRPC(t, g.Serve, func() {})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: rlsv3.RateLimitService_ServiceDesc.ServiceName})
+			require.NoError(t, err)
+			r, err := w.Recv()
+			require.NoError(t, err)
+			require.Equal(t, healthpb.HealthCheckResponse_SERVING, r.GetStatus())
+			hs.Shutdown() // the limiter, not ready
+			r, err = w.Recv()
+			require.NoError(t, err)
+			require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, r.GetStatus())
+
+			sctx, scancel := context.WithTimeout(context.Background(), time.Second)
+			defer scancel()
+			start := time.Now()
+			err = g.Shutdown(sctx)
+			t.Logf("%s: Shutdown with a Watch open: %v after %v", name, err, time.Since(start).Round(time.Millisecond))
+			if name == TransportFloodgate {
+				require.NoError(t, err)
+			}
+			_, err = w.Recv()
+			require.Equal(t, codes.Unavailable, status.Code(err))
+		})
 	}
 }

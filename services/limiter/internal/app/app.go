@@ -223,10 +223,6 @@ func Run(ctx context.Context, env service.Env) error {
 			if err != nil {
 				return fail(fmt.Errorf("FLOODGATE_LIMITER_GRPC_TRANSPORT: %w", err))
 			}
-			if cfg.GRPCTransport == envoyrls.TransportFloodgate && env.Tracing.Enabled() {
-				log.Warn("tracing is on but the floodgate gRPC transport makes no spans (grpc-go's otelgrpc does): gRPC calls are not traced",
-					"FLOODGATE_LIMITER_GRPC_TRANSPORT", cfg.GRPCTransport)
-			}
 			run.OnReady(func(ready bool) {
 				if ready {
 					envoyrls.SetServing(hs, true)
