@@ -172,7 +172,7 @@ func TestServerConfigFromEnv(t *testing.T) {
 }
 
 // TestListenBacklog: with FLOODGATE_HTTP_BACKLOG set, the kernel completes
-// at most one connection more than it that the server has not accepted;
+// that many connections the server has not accepted, or one more;
 // the next one's SYN is dropped and its dial times out. With the system's
 // backlog (net.core.somaxconn, in the thousands) all of them complete. The
 // dials are made one after another: dials racing each other can each be
@@ -202,7 +202,8 @@ func TestListenBacklog(t *testing.T) {
 	sc := DefaultServerConfig()
 	require.Equal(t, dials, connected(sc), "the system's backlog holds every dial")
 	sc.Backlog = backlog
-	require.Equal(t, backlog+1, connected(sc), "a backlog of %d completes %d connections (Linux holds one more than the bound)", backlog, backlog+1)
+	n := connected(sc)
+	require.True(t, n == backlog || n == backlog+1, "a backlog of %d completes %d connections, want %d or one more (Linux holds one more than the bound)", backlog, n, backlog)
 
 	require.ErrorContains(t, SetBacklog(nil, 1), "not a TCP listener")
 }
