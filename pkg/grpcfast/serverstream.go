@@ -6,14 +6,12 @@ package grpcfast
 
 import (
 	"context"
-	"encoding/binary"
 	"io"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 )
 
 // errShutdown is the status of a server-streaming call Shutdown ends.
@@ -94,35 +92,20 @@ func (ss *serverStream) RecvMsg(m any) error {
 		return io.EOF
 	}
 	ss.read = true
-	pm, ok := m.(proto.Message)
-	if !ok {
-		return status.Errorf(codes.Internal, "grpc: %T is not a proto message", m)
-	}
 	body := ss.body
 	ss.body = nil
-	if err := proto.Unmarshal(body, pm); err != nil {
-		return status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
-	}
-	return nil
+	return decodeRequest(body, m)
 }
 
 // SendMsg writes a message (after the headers, the first time). It waits
 // while the stream's previous message is held by flow control, and fails
 // once the stream has ended.
 func (ss *serverStream) SendMsg(m any) error {
-	pm, ok := m.(proto.Message)
-	if !ok {
-		return status.Errorf(codes.Internal, "grpc: %T is not a proto message", m)
-	}
 	st, c := ss.st, ss.st.c
-	out, err := proto.MarshalOptions{}.MarshalAppend([]byte{0, 0, 0, 0, 0}, pm)
+	out, err := frameMessage(nil, m, c.s.cfg.MaxSendMsgSize)
 	if err != nil {
-		return status.Errorf(codes.Internal, "grpc: error marshalling response: %v", err)
+		return err
 	}
-	if len(out)-5 > c.s.cfg.MaxSendMsgSize {
-		return status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max (%d vs. %d)", len(out)-5, c.s.cfg.MaxSendMsgSize)
-	}
-	binary.BigEndian.PutUint32(out[1:5], uint32(len(out)-5))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for len(st.out) > 0 && !st.gone && !c.closed && st.trailers == nil {
@@ -138,7 +121,8 @@ func (ss *serverStream) SendMsg(m any) error {
 	return nil
 }
 
-// sendHeaderLocked writes the call's headers, once.
+// sendHeaderLocked writes the call's headers (with the handler's header
+// metadata, if it set any), once.
 func (c *conn) sendHeaderLocked(st *stream) {
 	if st.sentHdr {
 		return

@@ -387,16 +387,7 @@ var bufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 func (c *conn) call(st *stream) {
 	ctx, body := st.ctx, st.body
 	st.ctx, st.body = nil, nil
-	resp, err := st.m.handler(st.m.srv, ctx, func(v any) error {
-		pm, ok := v.(proto.Message)
-		if !ok {
-			return status.Errorf(codes.Internal, "grpc: %T is not a proto message", v)
-		}
-		if err := proto.Unmarshal(body, pm); err != nil {
-			return status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
-		}
-		return nil
-	}, c.s.cfg.Interceptor)
+	resp, err := st.m.handler(st.m.srv, ctx, func(v any) error { return decodeRequest(body, v) }, c.s.cfg.Interceptor)
 	if err == nil {
 		err = c.reply(st, resp)
 	}
@@ -408,21 +399,42 @@ func (c *conn) call(st *stream) {
 	}
 }
 
-// reply writes the handler's answer, or returns why it cannot be sent.
-func (c *conn) reply(st *stream, resp any) error {
-	pm, ok := resp.(proto.Message)
+// decodeRequest decodes a request message's body into m.
+func decodeRequest(body []byte, m any) error {
+	pm, ok := m.(proto.Message)
 	if !ok {
-		return status.Errorf(codes.Internal, "grpc: %T is not a proto message", resp)
+		return status.Errorf(codes.Internal, "grpc: %T is not a proto message", m)
 	}
-	bp := bufs.Get().(*[]byte)
-	out, err := proto.MarshalOptions{}.MarshalAppend(append((*bp)[:0], 0, 0, 0, 0, 0), pm)
+	if err := proto.Unmarshal(body, pm); err != nil {
+		return status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
+	}
+	return nil
+}
+
+// frameMessage appends m to dst as a gRPC message (its 5-byte prefix, then
+// the encoding), or says why it cannot be sent (max bounds its size); dst,
+// grown, is returned either way.
+func frameMessage(dst []byte, m any, max int) ([]byte, error) {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return dst, status.Errorf(codes.Internal, "grpc: %T is not a proto message", m)
+	}
+	out, err := proto.MarshalOptions{}.MarshalAppend(append(dst, 0, 0, 0, 0, 0), pm)
 	switch {
 	case err != nil:
-		err = status.Errorf(codes.Internal, "grpc: error marshalling response: %v", err)
-	case len(out)-5 > c.s.cfg.MaxSendMsgSize:
-		err = status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max (%d vs. %d)", len(out)-5, c.s.cfg.MaxSendMsgSize)
-	default:
-		binary.BigEndian.PutUint32(out[1:5], uint32(len(out)-5))
+		return out, status.Errorf(codes.Internal, "grpc: error marshalling response: %v", err)
+	case len(out)-5 > max:
+		return out, status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max (%d vs. %d)", len(out)-5, max)
+	}
+	binary.BigEndian.PutUint32(out[1:5], uint32(len(out)-5))
+	return out, nil
+}
+
+// reply writes the handler's answer, or returns why it cannot be sent.
+func (c *conn) reply(st *stream, resp any) error {
+	bp := bufs.Get().(*[]byte)
+	out, err := frameMessage((*bp)[:0], resp, c.s.cfg.MaxSendMsgSize)
+	if err == nil {
 		c.answer(st, out)
 	}
 	if cap(out) <= 64<<10 {
@@ -440,11 +452,7 @@ func (c *conn) answer(st *stream, out []byte) {
 	if st.gone {
 		return
 	}
-	block := respHeaders
-	if len(st.hdr) > 0 {
-		block = appendMD(append([]byte(nil), respHeaders...), st.hdr)
-	}
-	c.wbuf = appendHeaders(c.wbuf, st.id, block, false, c.peerFrame)
+	c.sendHeaderLocked(st)
 	st.trailers = okTrailers
 	if len(st.trl) > 0 {
 		st.trailers = appendMD(append([]byte(nil), okTrailers...), st.trl)
