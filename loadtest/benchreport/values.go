@@ -411,6 +411,9 @@ func peerTable(p *envoypeer.Report) string {
 	if p.Placement != "" {
 		fmt.Fprintf(&b, "Placement: %s. A round whose generator cores were over 90 %% busy is INVALID and left out (unless all were).\n", p.Placement)
 	}
+	if p.Quota > 0 {
+		fmt.Fprintf(&b, "Closed loop: each service ran its rounds under a CPU quota of %.2f core (its own cgroup, 4 ms period), so that its saturation was within the generator's reach; calls per service core-second are calls/s over the CPU it used.\n", p.Quota)
+	}
 	b.WriteString("\n| protocol | service | calls/s | p50 | p99 | errors | load generator CPU | CPU µs per call: service + Redis + broker + generator | calls per service core-second | cores busy | rounds (invalid) |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range p.Comparisons {
 		for _, s := range c.Services {

@@ -10,7 +10,11 @@ type Report struct {
 	Users    int    `json:"users"`
 	// Placement says where the processes ran: pinned (the service under
 	// test on cores of its own) or not.
-	Placement   string       `json:"placement,omitempty"`
+	Placement string `json:"placement,omitempty"`
+	// Quota is the CPU quota, in cores, each service ran its closed-loop
+	// rounds under (peerbench -quota), so that its saturation was within
+	// the generator's reach; 0: none.
+	Quota       float64      `json:"quota_cores,omitempty"`
 	Comparisons []Comparison `json:"comparisons"`
 	// Events is what became of Floodgate's decision events over the run.
 	Events *Events `json:"decision_events,omitempty"`

@@ -22,10 +22,10 @@ type member struct {
 // round's figures are the service's and not its neighbours'. A shared
 // Redis or broker (-redis / -broker HOST:PORT) is not moved: it is not the
 // run's to move. The line returned says what was done, or why not; remove
-// undoes it (nil when nothing was).
-func favour(on bool, members []member, shared []string) (line string, remove func()) {
+// undoes it (nil when nothing was), and g is the cgroup (nil when none).
+func favour(on bool, members []member, shared []string) (line string, g *cgroup.Group, remove func()) {
 	if !on {
-		return "not favoured (-favour=false): the run's processes share their cores with the machine's other work at equal weight", nil
+		return "not favoured (-favour=false): the run's processes share their cores with the machine's other work at equal weight", nil, nil
 	}
 	var pids []int
 	var names []string
@@ -38,13 +38,13 @@ func favour(on bool, members []member, shared []string) (line string, remove fun
 	g, err := cgroup.Favour(fmt.Sprintf("floodgate-peerbench-%d", os.Getpid()), pids...)
 	if err != nil {
 		// Unfavoured figures are still figures: the line says they are.
-		return "NOT favoured (" + err.Error() + "): the run's processes share their cores with the machine's other work at equal weight", nil
+		return "NOT favoured (" + err.Error() + "): the run's processes share their cores with the machine's other work at equal weight", nil, nil
 	}
 	line = fmt.Sprintf("favoured: %s holds %s", g, strings.Join(names, ", "))
 	if len(shared) > 0 {
 		line += "; not moved (shared, not this run's): " + strings.Join(shared, ", ")
 	}
-	return line, func() {
+	return line, g, func() {
 		if err := g.Remove(); err != nil {
 			fmt.Fprintf(os.Stderr, "peerbench: %v\n", err)
 		}

@@ -95,7 +95,7 @@ func (p profiler) start(proto string) func() error {
 	secs := max(int((p.duration-time.Second)/time.Second), 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- fetchTo(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.debugAddr, secs), filepath.Join(p.dir, "floodgate-"+proto+".cpu.pprof"))
+		done <- fetchTo(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.debugAddr, secs), p.cpuPath(proto))
 	}()
 	return func() error {
 		if err := <-done; err != nil {
@@ -103,6 +103,11 @@ func (p profiler) start(proto string) func() error {
 		}
 		return fetchTo("http://"+p.debugAddr+"/debug/pprof/allocs", filepath.Join(p.dir, "floodgate-"+proto+".allocs.pprof"))
 	}
+}
+
+// cpuPath is where the CPU profile of proto's round goes.
+func (p profiler) cpuPath(proto string) string {
+	return filepath.Join(p.dir, "floodgate-"+proto+".cpu.pprof")
 }
 
 // fetchTo writes the profile at url to path, in a directory it creates.

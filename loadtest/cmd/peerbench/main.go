@@ -87,7 +87,8 @@ func run() error {
 	baseline := flag.String("baseline", "", "also measure this prebuilt limiter binary (e.g. go build -o /tmp/limiter-before ./services/limiter at the commit before a change) as \"floodgate baseline\", alternating with the rest: a change's before and after from one run")
 	favourFlag := flag.Bool("favour", true, "put this generator, the services and a private Redis and broker into one cgroup of the highest CPU weight (cgroup v1 cpu.shares 262144 / v2 cpu.weight 10000), so other work on the machine runs only in what they leave; needs a writable cpu controller (root)")
 	transport := flag.String("transport", "", "FLOODGATE_LIMITER_GRPC_TRANSPORT of the Floodgate under test only (grpc-go or floodgate; the -baseline keeps its environment's): with -baseline set to the same build, the two transports in one run")
-	profile := flag.String("profile", "", "write CPU and allocation profiles of Floodgate's first round per protocol into this directory (its pprof listener; costs it a few % in that round)")
+	quota := flag.Float64("quota", 0, "closed-loop rounds only: each service runs its rounds under a CPU quota of this many cores (its own cgroup, cpu bandwidth per 4 ms period), so that its saturation is within the generator's reach on -rest-cpus; 0 = none. A round whose service used under 85 % of the quota says SHORT (raise -callers)")
+	profile := flag.String("profile", "", "write CPU and allocation profiles of Floodgate's first round per protocol (closed loop; open loop with -closed=false) into this directory (its pprof listener; costs it a few % in that round)")
 	flag.Parse()
 	if !*closed && (*rate <= 0 || *jsonOut != "") {
 		return fmt.Errorf("-closed=false needs -rate > 0 and no -json (make bench reads the closed-loop rounds)")
@@ -103,7 +104,7 @@ func run() error {
 		}
 		runtime.GOMAXPROCS(len(place.rest))
 	}
-	report := envoypeer.Report{Rounds: *rounds, Duration: duration.String(), Callers: *callers, Conns: *conns, Users: *users, Placement: place.String()}
+	report := envoypeer.Report{Rounds: *rounds, Duration: duration.String(), Callers: *callers, Conns: *conns, Users: *users, Placement: place.String(), Quota: *quota}
 	fmt.Printf("%s\n\n", place)
 	ctx := context.Background()
 	root, err := os.Getwd()
@@ -207,10 +208,10 @@ func run() error {
 	} else {
 		shared = append(shared, "broker "+stack.broker)
 	}
-	favoured, unfavour := favour(*favourFlag, members, shared)
+	favoured, group, unfavour := favour(*favourFlag, members, shared)
 	if unfavour != nil {
 		defer unfavour()
-		place.favoured = true
+		place.favoured, place.group = true, group
 	}
 	fmt.Printf("%s\n\n", favoured)
 	report.Placement += "; " + favoured
@@ -242,14 +243,18 @@ func run() error {
 		}
 		var c envoypeer.Comparison
 		if *closed {
-			if c, err = compare(ctx, proto, targets, domain, regime{callers: *callers, conns: *conns, users: *users, d: *duration}, *rounds, place, all, prof); err != nil {
+			if c, err = compare(ctx, proto, targets, domain, regime{callers: *callers, conns: *conns, users: *users, d: *duration, quota: *quota}, *rounds, place, all, prof); err != nil {
 				return err
 			}
 		}
 		if *rate > 0 {
 			// Every connection carries calls: at most max(openWorkers, -conns) in flight.
 			open := regime{rate: *rate, callers: max(openWorkers, *conns), conns: *conns, users: *users, d: *duration}
-			eq, err := compare(ctx, proto, targets, domain, open, *rounds, place, all, profiler{})
+			openProf := profiler{} // profiles come from the closed loop's rounds, when there are any
+			if !*closed {
+				openProf = prof
+			}
+			eq, err := compare(ctx, proto, targets, domain, open, *rounds, place, all, openProf)
 			if err != nil {
 				return err
 			}

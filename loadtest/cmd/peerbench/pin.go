@@ -15,6 +15,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/floodgate-dev/floodgate/loadtest/internal/cgroup"
 )
 
 // placement is where a run's processes may run: the service under test on
@@ -27,6 +29,32 @@ type placement struct {
 	// weight (favour), so the machine's other work on the rest's cores
 	// runs in what they leave.
 	favoured bool
+	group    *cgroup.Group // the favoured cgroup, nil when not favoured
+}
+
+// quotaPeriod is the CPU bandwidth period of a service under -quota: short,
+// as the chaos overload scenario's, so that a throttled service's stall is
+// a few ms and not a 100 ms default period's.
+const quotaPeriod = 4 * time.Millisecond
+
+// limit puts the service pid under a CPU quota of cores (a cgroup of its
+// own, of the favoured weight) for a round. undo reports how many periods
+// throttled it and moves it back to the favoured cgroup, or to the root
+// one when the run is not favoured.
+func (p placement) limit(pid int, cores float64) (undo func() (throttled int64, err error), err error) {
+	q, err := cgroup.Limit(fmt.Sprintf("floodgate-peerbench-quota-%d", pid), pid, cores, quotaPeriod)
+	if err != nil {
+		return nil, fmt.Errorf("-quota: %w", err)
+	}
+	return func() (int64, error) {
+		throttled, _ := q.Throttled()
+		if p.group != nil {
+			if err := p.group.Add(pid); err != nil {
+				return throttled, err
+			}
+		}
+		return throttled, q.Remove()
+	}, nil
 }
 
 // parseCPUs reads a taskset-style list: "1", "0,2", "2-3".

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/loadtest/envoypeer"
+	"github.com/floodgate-dev/floodgate/loadtest/internal/cpusplit"
 	"github.com/floodgate-dev/floodgate/loadtest/internal/cputime"
 	"github.com/floodgate-dev/floodgate/loadtest/internal/openloop"
 )
@@ -26,13 +27,18 @@ type regime struct {
 	callers, conns int
 	users          int
 	d              time.Duration
+	quota          float64 // closed loop: each service's CPU quota in cores (placement.limit); 0: none
 }
 
 func (g regime) String() string {
 	if g.rate > 0 {
 		return fmt.Sprintf("open loop at %.0f calls/s offered to every service, at most %d in flight on %d connections, %d users, 100/s fixed window", g.rate, g.callers, g.conns, g.users)
 	}
-	return fmt.Sprintf("%d callers on %d connections, %d users, 100/s fixed window", g.callers, g.conns, g.users)
+	s := fmt.Sprintf("%d callers on %d connections, %d users, 100/s fixed window", g.callers, g.conns, g.users)
+	if g.quota > 0 {
+		s += fmt.Sprintf(", each service under a CPU quota of %.2f core per %s", g.quota, quotaPeriod)
+	}
+	return s
 }
 
 // An open-loop round kept to its schedule when it achieved at least
@@ -97,6 +103,23 @@ type result struct {
 	lat      []time.Duration
 	busy     []float64 // each core's busy share over the round (/proc/stat)
 	invalid  bool      // the generator's cores were over genBusyMax busy (favoured: by the harness)
+	quota    float64   // the service's CPU quota in cores (-quota); 0: none
+	// throttled is how many quota periods of the round stopped the service
+	// short (cgroup cpu.stat nr_throttled).
+	throttled int64
+}
+
+// quotaMin is the least share of its quota a service under -quota must use
+// for its round to have measured it saturated. CFS bandwidth control at a
+// 4 ms period gives a saturated service a little less than its quota: the
+// services here, every one throttled in most periods, used 89–100 % of 0.3
+// and 0.6 core (2026-11-30).
+const quotaMin = 0.85
+
+// short: a round under a quota whose service did not use most of it, so
+// the callers, not the quota, set its pace.
+func (r result) short() bool {
+	return r.quota > 0 && r.procs[0].Seconds()/r.duration.Seconds() < quotaMin*r.quota
 }
 
 // busyOf is the busiest of cpus over the round.
@@ -193,14 +216,34 @@ func measureRounds(ctx context.Context, proto string, targets []target, domain s
 			if r == 0 && t.name == "floodgate" {
 				stopProf = prof.start(proto)
 			}
+			var unlimit func() (int64, error)
+			if g.quota > 0 {
+				if unlimit, err = place.limit(t.pids.service, g.quota); err != nil {
+					closeAll()
+					return nil, err
+				}
+			}
 			res := load(ctx, t, call, g)
 			closeAll()
+			if unlimit != nil {
+				if res.throttled, err = unlimit(); err != nil {
+					return nil, err
+				}
+				res.quota = g.quota
+			}
+			res.round = r + 1
 			if stopProf != nil {
 				if err := stopProf(); err != nil {
 					return nil, err
 				}
+				perCall := float64(res.procs[0].Microseconds()) / float64(max(res.calls, 1))
+				parts, err := cpusplit.File(prof.cpuPath(proto))
+				if err != nil {
+					return nil, err
+				}
+				fmt.Printf("%s round %d floodgate, where its %.1f µs of CPU per call went (its CPU profile over the round, loadtest/internal/cpusplit): %s\n",
+					g.label(proto), r+1, perCall, cpusplit.PerCall(parts, perCall))
 			}
-			res.round = r + 1
 			res.invalid = place.on && res.busyOf(place.rest) > genBusyMax
 			if place.favoured {
 				res.invalid = place.on && res.harnessShare(place.rest) > genBusyMax
@@ -243,6 +286,12 @@ func roundMarks(res result, place placement) string {
 		// A saturated service short of its core shares it with
 		// processes outside the run.
 		mark = fmt.Sprintf("  service ran %.0f %% of cpu %s", 100*res.procs[0].Seconds()/res.duration.Seconds()/float64(len(place.service)), cpuList(place.service)) + mark
+	}
+	if res.quota > 0 {
+		mark += fmt.Sprintf("  quota %.2f core, throttled in %d periods", res.quota, res.throttled)
+	}
+	if res.short() {
+		mark += fmt.Sprintf("  SHORT of its quota: used %.0f %% of it, so the callers set its pace", 100*res.procs[0].Seconds()/res.duration.Seconds()/res.quota)
 	}
 	if res.behind() {
 		mark += fmt.Sprintf("  BEHIND the schedule: achieved %.1f %% of the offered calls/s, median call %s after its due time", 100*res.achieved()/res.offered, q(res.lat, 0.5))

@@ -137,6 +137,12 @@ func (q *Group) Throttled() (periods int64, waited time.Duration) {
 	return periods, waited
 }
 
+// Add moves pid into the cgroup (out of whichever it was in: a process is
+// in one cgroup of a hierarchy).
+func (q *Group) Add(pid int) error {
+	return writeFiles(q.dir, [][2]string{{"cgroup.procs", strconv.Itoa(pid)}})
+}
+
 // Remove moves what is left in the cgroup back to its parent and removes it.
 func (q *Group) Remove() error {
 	if b, err := os.ReadFile(filepath.Join(q.dir, "cgroup.procs")); err == nil {
