@@ -103,8 +103,14 @@ type Config struct {
 	// Workers is how many goroutines run calls for good (default 128):
 	// their stacks have grown to what a call needs, where a goroutine per
 	// call grows a new one every time (a quarter of the CPU of a
-	// do-nothing call). Past them a call gets a goroutine of its own.
+	// do-nothing call). Past them, while every worker is busy, a call
+	// starts a spare worker, which takes further calls until none has come
+	// for SpareIdle and then ends: a standing queue of more calls than
+	// Workers does not grow a stack per call either.
 	Workers int
+	// SpareIdle is how long a spare worker waits for another call before
+	// it ends (default 100 ms).
+	SpareIdle time.Duration
 	// WrapConn, when set, wraps every accepted connection on its own
 	// goroutine (a rapid-reset guard: pkg/h2guard); returning nil drops it
 	// (WrapConn closes it).
@@ -134,6 +140,9 @@ func (c *Config) defaults() {
 	}
 	if c.KeepaliveTimeout <= 0 {
 		c.KeepaliveTimeout = 20 * time.Second
+	}
+	if c.SpareIdle <= 0 {
+		c.SpareIdle = 100 * time.Millisecond
 	}
 	if c.Workers <= 0 {
 		c.Workers = 128
@@ -166,6 +175,7 @@ type Server struct {
 
 	work    chan *stream  // calls for an idle worker
 	workers int           // started, under mu
+	nSpares atomic.Int64  // spare workers started
 	quit    chan struct{} // closed by Close: the workers end
 }
 
@@ -186,7 +196,7 @@ func New(cfg Config) *Server {
 }
 
 // run hands a call to an idle worker, or to a new one while there are
-// fewer than Workers, or else to a goroutine of its own.
+// fewer than Workers, or else to a new spare worker.
 func (s *Server) run(st *stream) {
 	select {
 	case s.work <- st:
@@ -203,7 +213,7 @@ func (s *Server) run(st *stream) {
 		go s.worker(st)
 		return
 	}
-	go st.c.call(st)
+	go s.spare(st)
 }
 
 func (s *Server) worker(st *stream) {
@@ -211,6 +221,25 @@ func (s *Server) worker(st *stream) {
 		st.c.call(st)
 		select {
 		case st = <-s.work:
+		case <-s.quit:
+			return
+		}
+	}
+}
+
+// spare is a worker past Config.Workers: it ends when no call has come for
+// Config.SpareIdle.
+func (s *Server) spare(st *stream) {
+	s.nSpares.Add(1)
+	idle := time.NewTimer(s.cfg.SpareIdle)
+	defer idle.Stop()
+	for {
+		st.c.call(st)
+		idle.Reset(s.cfg.SpareIdle)
+		select {
+		case st = <-s.work:
+		case <-idle.C:
+			return
 		case <-s.quit:
 			return
 		}

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -844,4 +847,75 @@ func TestHealthWatch(t *testing.T) {
 		_, err = s.Recv()
 		require.Equal(t, codes.Unavailable, status.Code(err))
 	}
+}
+
+// Past Workers, calls start spare workers; a spare takes further calls
+// (none is started while idle ones wait) and ends once none has come for
+// SpareIdle.
+func TestSpareWorkers(t *testing.T) {
+	ctx := ctxT(t)
+	held := func(f *fixture, n int) *sync.WaitGroup {
+		var wg sync.WaitGroup
+		c := testpb.NewTestServiceClient(f.conn)
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte("wait")}})
+				assert.NoError(t, err)
+			}()
+		}
+		for range n {
+			<-f.svc.started
+		}
+		return &wg
+	}
+
+	t.Run("reused", func(t *testing.T) {
+		f := serve(t, Config{Workers: 2, SpareIdle: time.Minute})
+		wg := held(f, 10)
+		require.EqualValues(t, 8, f.srv.nSpares.Load(), "10 calls held at once: 2 workers and 8 spares")
+		close(f.svc.release)
+		wg.Wait()
+		require.Eventually(t, func() bool { return parked("worker")+parked("spare") == 10 }, 5*time.Second, 5*time.Millisecond)
+
+		c := testpb.NewTestServiceClient(f.conn)
+		var calls sync.WaitGroup
+		for range 10 {
+			calls.Add(1)
+			go func() {
+				defer calls.Done()
+				_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte("sleep")}})
+				assert.NoError(t, err)
+			}()
+		}
+		calls.Wait()
+		require.EqualValues(t, 8, f.srv.nSpares.Load(), "the idle spares took the calls: none started")
+	})
+	t.Run("ended when idle", func(t *testing.T) {
+		f := serve(t, Config{Workers: 1, SpareIdle: 20 * time.Millisecond})
+		wg := held(f, 5)
+		require.EqualValues(t, 4, f.srv.nSpares.Load())
+		close(f.svc.release)
+		wg.Wait()
+		require.Eventually(t, func() bool { return running("spare") == 0 }, 5*time.Second, 5*time.Millisecond, "spares end after SpareIdle")
+		require.Equal(t, 1, running("worker"), "the worker stays")
+	})
+}
+
+// running counts the goroutines in (*Server).fn; parked those of them
+// waiting in a select (for a call).
+func running(fn string) int { return goroutinesIn(fn, false) }
+func parked(fn string) int  { return goroutinesIn(fn, true) }
+
+func goroutinesIn(fn string, selecting bool) int {
+	buf := make([]byte, 8<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "grpcfast.(*Server)."+fn+"(") && (!selecting || strings.Contains(strings.SplitN(g, "\n", 2)[0], "[select")) {
+			n++
+		}
+	}
+	return n
 }
