@@ -58,8 +58,8 @@ bench: ## run the benchmark suite on the local stack; writes docs/benchmarks.md 
 	@FLOODGATE_WITH_CLUSTER=0 deploy/local/with-stack.sh bash -c '$(GO) run ./migrations/cmd/migrate >/dev/null && $(GO) run ./loadtest/cmd/benchreport $(BENCH_ARGS)'
 
 .PHONY: bench-peer
-bench-peer: ## the limiter beside envoy ratelimit and the do-nothing floors, pinned (service under test alone on cpu 1; generator, a private Redis and broker on cpu 0); PEER_ARGS="-duration 10s -rounds 4 -profile DIR"
-	$(GO) run ./loadtest/cmd/peerbench -duration 10s -rounds 2 -rate 0 $(PEER_ARGS)
+bench-peer: ## the limiter beside envoy ratelimit and the do-nothing floors, pinned (service under test alone on cpu 1; generator, a private Redis and broker on cpu 0), each saturating a 0.3-core quota; PEER_ARGS="-duration 10s -rounds 4 -profile DIR"
+	$(GO) run ./loadtest/cmd/peerbench -duration 10s -rounds 2 -rate 0 -quota 0.3 -callers 256 $(PEER_ARGS)
 
 FUZZ_TARGETS := \
 	./pkg/events/:FuzzDecodeDecision ./pkg/events/:FuzzDecodeAbuse ./pkg/events/:FuzzDecodeAdjustment ./pkg/events/:FuzzDecodeDeferred \

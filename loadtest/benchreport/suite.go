@@ -113,13 +113,18 @@ func Suite(o Options) []Section {
 				"-duration", o.Duration.String(), "-json", batchJSON},
 		}}
 	// envoy ratelimit beside the limiter, one run, same Redis and rule,
-	// alternating rounds; the open-loop rounds at 8,000 calls/s, a rate
-	// envoy ratelimit keeps up with pinned (at 10,000/s its rounds fell
-	// behind: docs/benchmarks.md, equal load).
+	// alternating rounds; the closed-loop rounds with each service under a
+	// 0.3-core quota and 256 callers, so that every service saturates its
+	// quota before the generator fills its core (unquota'd, Floodgate's
+	// rounds were generator-bound: docs/benchmarks.md, "Per core-second at
+	// saturation"); the open-loop rounds at 8,000 calls/s, a rate envoy
+	// ratelimit keeps up with pinned (at 10,000/s its rounds fell behind:
+	// docs/benchmarks.md, equal load).
 	peerJSON := filepath.Join(o.DataDir, "limiter-peer.json")
-	pargs := []string{"-duration", "10s", "-rounds", "4", "-rate", "8000"}
+	quota := []string{"-quota", "0.3", "-callers", "256", "-rate", "8000"}
+	pargs := append([]string{"-duration", "10s", "-rounds", "4"}, quota...)
 	if o.Quick {
-		pargs = []string{"-duration", "2s", "-rounds", "2", "-rate", "8000"}
+		pargs = append([]string{"-duration", "2s", "-rounds", "2"}, quota...)
 	}
 	peer := &Step{ID: "limiter-peer", Title: "Limiter beside envoy ratelimit over gRPC and HTTP (same run, Redis and rule)", Kind: Peer, JSON: peerJSON,
 		Commands: [][]string{append(append([]string{"go", "run", "./loadtest/cmd/peerbench"}, pargs...), "-json", peerJSON)}}
