@@ -299,11 +299,11 @@ func roundMarks(res result, place placement) string {
 	return mark
 }
 
-// tally is what a service's rounds were: how many, which were INVALID or
-// BEHIND, and which the sums hold.
+// tally is what a service's rounds were: how many, which were INVALID,
+// BEHIND or SHORT, and which the sums hold.
 type tally struct {
-	rounds, invalid, behind int
-	used                    []int
+	rounds, invalid, behind, short int
+	used                           []int
 }
 
 // summarize sums each service's rounds (its valid ones, or all when none
@@ -323,6 +323,9 @@ func summarize(proto string, targets []target, g regime, results []result) envoy
 		}
 		if r.behind() {
 			n.behind++
+		}
+		if r.short() {
+			n.short++
 		}
 	}
 	sum := map[string]*result{}
@@ -375,6 +378,9 @@ func summarize(proto string, targets []target, g regime, results []result) envoy
 		}
 		if n.behind > 0 {
 			inv += fmt.Sprintf(" BEHIND the schedule in %d", n.behind)
+		}
+		if n.short > 0 {
+			inv += fmt.Sprintf(" SHORT of the quota in %d", n.short)
 		}
 		fmt.Printf("| %s | %.0f | %s | %s | %s | %d | %.0f %% | %.1f + %.1f + %.1f + %.1f = %.1f | %.0f | %s | %s |\n", s.name, sr.CallsPerSec, q(s.lat, 0.5), q(s.lat, 0.99), q(s.lat, 0.999), s.errors, 100*sr.LoadgenCPU,
 			sr.CPU.Service, sr.CPU.Redis, sr.CPU.Broker, sr.CPU.Generator, sr.CPU.Total(), sr.PerCoreSecond(), busyString(sr.CoreBusy), inv)

@@ -55,3 +55,20 @@ func TestSummarizeEqualLoad(t *testing.T) {
 	delete(tallies, floorName)
 	require.Equal(t, "figures and ratios from valid rounds only: envoy ratelimit 1,2; floodgate 1", sources(targets[:2], tallies))
 }
+
+// TestShortOfItsQuota: a round under -quota whose service used under 85 %
+// of it is SHORT, and its line says so; one that used its quota, or ran
+// with none, is not.
+func TestShortOfItsQuota(t *testing.T) {
+	r := result{name: "floodgate", calls: 1000, duration: 10 * time.Second, quota: 0.3, throttled: 2000,
+		procs: [3]time.Duration{2400 * time.Millisecond}}
+	require.True(t, r.short(), "24 % of a core under 0.3")
+	require.Contains(t, roundMarks(r, placement{}), "SHORT of its quota: used 80 % of it")
+	require.Contains(t, roundMarks(r, placement{}), "quota 0.30 core, throttled in 2000 periods")
+	r.procs[0] = 2900 * time.Millisecond
+	require.False(t, r.short(), "29 % of a core under 0.3")
+	require.NotContains(t, roundMarks(r, placement{}), "SHORT")
+	r.quota = 0
+	require.False(t, r.short())
+	require.NotContains(t, roundMarks(r, placement{}), "quota")
+}
