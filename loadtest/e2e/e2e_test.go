@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/floodgate-dev/floodgate/migrations/migrationstest"
 	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/kafkascan"
 	"github.com/floodgate-dev/floodgate/pkg/redisx"
 	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
@@ -204,62 +204,32 @@ func TestRapidFireIsPenalizedEndToEnd(t *testing.T) {
 }
 
 // readAbuse waits up to timeout for p's abuse event on the abuse topic,
-// reading all its partitions at once from their start (p's partition is the
-// hash of its key), and fails saying what the partitions held when it does
-// not come. penaltySeen is when the limiter first showed the penalty, for the
-// log.
+// scanning all its partitions (kafkascan.All) again until it comes, and
+// fails saying what the last scan held when it does not. penaltySeen is
+// when the limiter first showed the penalty, for the log.
 func readAbuse(t *testing.T, ctx context.Context, brokers string, p events.Principal, penaltySeen time.Time, timeout time.Duration) events.Abuse {
 	t.Helper()
-	conn, err := kafka.DialContext(ctx, "tcp", brokers)
-	require.NoError(t, err)
-	parts, err := conn.ReadPartitions(config.DefaultAbuseTopic)
-	conn.Close()
-	require.NoError(t, err)
-	rctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	type seen struct {
-		keys []string
-		err  error
-	}
-	var (
-		mu    sync.Mutex
-		found *kafka.Message
-		held  = make([]seen, len(parts))
-		wg    sync.WaitGroup
-	)
-	for i, part := range parts {
-		wg.Go(func() {
-			r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{brokers}, Topic: config.DefaultAbuseTopic, Partition: part.ID, MaxWait: 200 * time.Millisecond})
-			defer r.Close()
-			for {
-				m, err := r.ReadMessage(rctx)
-				mu.Lock()
-				switch {
-				case err != nil:
-					held[i].err = err
-				case string(m.Key) == p.Key():
-					if found == nil {
-						found = &m
-					}
-					cancel()
-				default:
-					held[i].keys = append(held[i].keys, string(m.Key))
-				}
-				mu.Unlock()
-				if err != nil {
-					return
-				}
+	c := &kafka.Client{Addr: kafka.TCP(brokers), Timeout: 10 * time.Second}
+	var found *kafka.Message
+	var others []string
+	var err error
+	for deadline := time.Now().Add(timeout); found == nil && time.Now().Before(deadline); {
+		others = others[:0]
+		err = kafkascan.All(ctx, c, config.DefaultAbuseTopic, func(m kafka.Message) bool {
+			if string(m.Key) == p.Key() {
+				found = &m
+				return false
 			}
+			others = append(others, string(m.Key))
+			return true
 		})
-	}
-	wg.Wait()
-	if found == nil {
-		var got []string
-		for i, h := range held {
-			got = append(got, fmt.Sprintf("partition %d: %d other events %v, then %v", parts[i].ID, len(h.keys), h.keys, h.err))
+		if found == nil {
+			time.Sleep(200 * time.Millisecond)
 		}
-		t.Fatalf("no abuse event for %s on %s within %s of the penalty showing: %s",
-			p.Key(), config.DefaultAbuseTopic, time.Since(penaltySeen).Round(time.Millisecond), strings.Join(got, "; "))
+	}
+	if found == nil {
+		t.Fatalf("no abuse event for %s on %s within %s of the penalty showing: the last scan held %d other events %v (error: %v)",
+			p.Key(), config.DefaultAbuseTopic, time.Since(penaltySeen).Round(time.Millisecond), len(others), others, err)
 	}
 	t.Logf("abuse event for %s on partition %d, written %s after the penalty showed", p.Key(), found.Partition, found.Time.Sub(penaltySeen).Round(time.Millisecond))
 	a, err := events.DecodeAbuse(found.Value)

@@ -47,7 +47,8 @@ const (
 
 const fg = "github.com/floodgate-dev/floodgate/"
 
-var rules = []rule{
+// callRules give a part to the frames of a call's own code.
+var callRules = []rule{
 	{Event, []string{
 		"github.com/segmentio/kafka-go",
 		fg + "pkg/stream.", fg + "pkg/journal.", fg + "pkg/events.",
@@ -66,6 +67,12 @@ var rules = []rule{
 		"google.golang.org/grpc", "google.golang.org/protobuf", "golang.org/x/net/http2",
 		"github.com/valyala/fasthttp", "net/http.",
 	}},
+}
+
+// runtimeRules give the runtime's own work a part when no frame of a
+// stack names a part of the call (a background mark worker's stack holds
+// no frame of the program).
+var runtimeRules = []rule{
 	{GC, []string{"runtime.gcBgMarkWorker", "runtime.bgsweep", "runtime.bgscavenge", "runtime.gcStart", "runtime.forEachP"}},
 	{Scheduler, []string{"runtime.mcall", "runtime.schedule", "runtime.findRunnable", "runtime.netpoll", "runtime.sysmon", "runtime.mstart", "runtime.goexit0", "runtime.park_m"}},
 }
@@ -73,21 +80,16 @@ var rules = []rule{
 // Order is the parts in the order they are printed.
 var Order = []string{Transport, Engine, Redis, Event, Scheduler, GC, Other}
 
-// partOf is the part of a stack (innermost frame first): the first frame
-// a rule names; for the runtime's rules, any frame (a background mark
-// worker's stack holds no frame of the program).
+// partOf is the part of a stack (innermost frame first): that of the
+// first frame callRules name, else of the first runtimeRules name, else
+// Other.
 func partOf(stack []string) string {
-	for _, fn := range stack {
-		for _, r := range rules[:4] {
-			if hasPrefix(fn, r.prefixes) {
-				return r.part
-			}
-		}
-	}
-	for _, fn := range stack {
-		for _, r := range rules[4:] {
-			if hasPrefix(fn, r.prefixes) {
-				return r.part
+	for _, rules := range [][]rule{callRules, runtimeRules} {
+		for _, fn := range stack {
+			for _, r := range rules {
+				if hasPrefix(fn, r.prefixes) {
+					return r.part
+				}
 			}
 		}
 	}
