@@ -57,6 +57,9 @@ type Scenario struct {
 }
 
 // Default is the scenario the report in docs/detector.md uses, times scale.
+// Its start is a fixed date, so the scorers see the same stream on every run;
+// traffic sent where event times meet the wall clock (the detector's
+// FLOODGATE_DETECTOR_MAX_EVENT_AGE, a TTL) must set Start relative to now.
 func Default(scale float64) Scenario {
 	n := func(x int) int { return max(1, int(math.Round(float64(x)*scale))) }
 	return Scenario{

@@ -186,7 +186,7 @@ func BenchmarkBrokerThroughput(b *testing.B) {
 	ctx := context.Background()
 	r := newRig(b)
 	// Events dated an hour ago: inside the detector's event-age window
-	// (FLOODGATE_EVENT_MAX_AGE) whatever the day; the scenario's fixed
+	// (FLOODGATE_DETECTOR_MAX_EVENT_AGE) whatever the day; the scenario's fixed
 	// start went out of it a week after it was written, and every event
 	// was dead-lettered as too old.
 	sc := labeled.Default(1)

@@ -153,9 +153,12 @@ func TestProposeReadsABoundedSpan(t *testing.T) {
 	ctx := stacktest.Context(t, 2*time.Minute, "the local stack's DynamoDB Local; run `make test`")
 	ddb, prefix := migrationstest.DynamoTables(t, "propb", dynamo.TableAbuseRecords)
 	table := prefix + dynamo.TableAbuseRecords
-	recs := &detector.DynamoRecords{Client: ddb, AbuseTable: table, Retention: 24 * time.Hour}
+	// The records live their retention after detection (the table's TTL,
+	// which DynamoDB Local applies within seconds): around the last midnight,
+	// the oldest is at most 25 h 30 min old, so 48 h outlive the test.
+	recs := &detector.DynamoRecords{Client: ddb, AbuseTable: table, Retention: 48 * time.Hour}
 	// Spans crossing midnight read both days.
-	midnight := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	midnight := time.Now().UTC().Truncate(24 * time.Hour)
 	at := []time.Duration{-90 * time.Minute, -time.Minute, time.Minute, 90 * time.Minute, 3 * time.Hour}
 	for i, off := range at {
 		d := score.Detection{Pattern: events.PatternRapidFire, Principal: events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprint("b", i)}, At: midnight.Add(off),

@@ -76,6 +76,10 @@ func TestStoreFencing(t *testing.T) {
 	db, prefix := quotatest.LedgerTable(t)
 	store := ledger.NewStore(db, prefix+dynamo.TableQuotaLedger, 400, time.Now)
 	ctx := context.Background()
+	// Yesterday: a fixed day's item would be written already expired once
+	// its retention is over, and DynamoDB Local deletes it within seconds.
+	day := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, -1)
+	dayKey := day.Format(ledger.DayLayout)
 
 	t.Run("retries after lost answers count once", func(t *testing.T) {
 		faulty := newFaultyDB(db, 0.3, 0.3)
@@ -88,30 +92,30 @@ func TestStoreFencing(t *testing.T) {
 				want += e.Cost
 			}
 			for {
-				if _, err := fstore.ApplyPartition(ctx, principal, "2026-01-02", 0, es); err == nil {
+				if _, err := fstore.ApplyPartition(ctx, principal, dayKey, 0, es); err == nil {
 					break
 				}
 			}
 		}
 		require.Positive(t, faulty.lost.Load(), "the test injected lost answers")
 		require.Positive(t, faulty.throttled.Load(), "the test injected throttling")
-		got, err := store.Usage(ctx, principal, time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC))
+		got, err := store.Usage(ctx, principal, day, day)
 		require.NoError(t, err)
 		require.Equal(t, want, got[0].Units)
 	})
 
 	t.Run("items expire retention days after their day", func(t *testing.T) {
 		principal := "user:ttl" + time.Now().Format("150405.000000")
-		_, err := store.ApplyPartition(ctx, principal, "2026-01-02", 0, ledgertest.Entries(0))
+		_, err := store.ApplyPartition(ctx, principal, dayKey, 0, ledgertest.Entries(0))
 		require.NoError(t, err)
 		out, err := db.GetItem(ctx, &dynamodb.GetItemInput{
 			TableName: aws.String(prefix + dynamo.TableQuotaLedger),
 			Key: map[string]types.AttributeValue{
-				"pk": &types.AttributeValueMemberS{Value: principal}, "sk": &types.AttributeValueMemberS{Value: "2026-01-02"},
+				"pk": &types.AttributeValueMemberS{Value: principal}, "sk": &types.AttributeValueMemberS{Value: dayKey},
 			},
 		})
 		require.NoError(t, err)
-		want := time.Date(2026, 1, 3, 0, 0, 0, 0, time.UTC).Add(400 * 24 * time.Hour).Unix()
+		want := day.Add(24 * time.Hour).Add(400 * 24 * time.Hour).Unix()
 		require.Equal(t, &types.AttributeValueMemberN{Value: itoa(want)}, out.Item["expires_at"])
 	})
 }

@@ -35,6 +35,11 @@ func Entries(offsets ...int64) []ledger.Entry {
 // principals of each case are unique, so open may return one shared store.
 func Run(t *testing.T, open func() Store) {
 	ctx := context.Background()
+	// Recent days: an item lives the store's retention after its day (the
+	// table's TTL, which DynamoDB Local applies within seconds of a write);
+	// a fixed day's items are written already expired once that has passed.
+	day0 := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, -3)
+	day := func(n int) string { return day0.AddDate(0, 0, n).Format(ledger.DayLayout) }
 	type write struct {
 		partition int
 		entries   []ledger.Entry
@@ -62,9 +67,9 @@ func Run(t *testing.T, open func() Store) {
 			var err error
 			for _, w := range tc.writes {
 				if w.replay != nil {
-					res, err = store.ApplyReplay(ctx, principal, "2026-01-02", int(w.replay[0]), w.replay[1], 100)
+					res, err = store.ApplyReplay(ctx, principal, day(1), int(w.replay[0]), w.replay[1], 100)
 				} else {
-					res, err = store.ApplyPartition(ctx, principal, "2026-01-02", w.partition, w.entries)
+					res, err = store.ApplyPartition(ctx, principal, day(1), w.partition, w.entries)
 				}
 				require.NoError(t, err)
 				applied, fenced = applied+res.Applied, fenced+res.Fenced
@@ -81,20 +86,20 @@ func Run(t *testing.T, open func() Store) {
 				}
 			}
 			require.Equal(t, offered-tc.want, fenced, "units fenced by all writes")
-			got, err := store.Usage(ctx, principal, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC))
+			got, err := store.Usage(ctx, principal, day0, day0.Add(36*time.Hour))
 			require.NoError(t, err)
-			require.Equal(t, []ledger.DayUsage{{Day: "2026-01-01", Units: 0}, {Day: "2026-01-02", Units: tc.want}}, got)
+			require.Equal(t, []ledger.DayUsage{{Day: day(0), Units: 0}, {Day: day(1), Units: tc.want}}, got)
 		})
 	}
 	t.Run("days are kept apart", func(t *testing.T) {
 		store := open()
 		principal := "user:days" + time.Now().Format("150405.000000")
-		_, err := store.ApplyPartition(ctx, principal, "2026-01-02", 0, Entries(0))
+		_, err := store.ApplyPartition(ctx, principal, day(1), 0, Entries(0))
 		require.NoError(t, err)
-		_, err = store.ApplyPartition(ctx, principal, "2026-01-04", 0, Entries(0, 1))
+		_, err = store.ApplyPartition(ctx, principal, day(3), 0, Entries(0, 1))
 		require.NoError(t, err)
-		got, err := store.Usage(ctx, principal, time.Date(2026, 1, 2, 23, 0, 0, 0, time.UTC), time.Date(2026, 1, 4, 1, 0, 0, 0, time.UTC))
+		got, err := store.Usage(ctx, principal, day0.Add(47*time.Hour), day0.Add(73*time.Hour))
 		require.NoError(t, err)
-		require.Equal(t, []ledger.DayUsage{{Day: "2026-01-02", Units: 1}, {Day: "2026-01-03", Units: 0}, {Day: "2026-01-04", Units: 3}}, got)
+		require.Equal(t, []ledger.DayUsage{{Day: day(1), Units: 1}, {Day: day(2), Units: 0}, {Day: day(3), Units: 3}}, got)
 	})
 }
