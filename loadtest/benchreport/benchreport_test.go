@@ -237,6 +237,37 @@ func TestReportHasEverySectionCommandTableAndPlot(t *testing.T) {
 	require.Equal(t, readTestdata(t, "ledger.txt"), raw)
 }
 
+// TestProseBetweenASectionsSummaryAndItsSteps: a template may split a
+// section into its summary (sectionSummary) and its steps (sectionSteps) to
+// keep hand-written prose beside the summary it speaks of; together they are
+// the section, and a section left out with -only shows its prose after the
+// "not run" line. The embedded template keeps the detector's decode + score
+// history there.
+func TestProseBetweenASectionsSummaryAndItsSteps(t *testing.T) {
+	rep := fixtureReport(t, testOptions(t))
+	whole, err := rep.Markdown(`{{section "detector"}}`)
+	require.NoError(t, err)
+	split, err := rep.Markdown(`{{sectionSummary "detector"}}PROSE{{sectionSteps "detector"}}`)
+	require.NoError(t, err)
+	require.Equal(t, whole, strings.Replace(split, "PROSE", "", 1))
+	summaryAt, proseAt, stepAt := strings.Index(split, "| decode + score, one core |"), strings.Index(split, "PROSE"), strings.Index(split, "#### ")
+	require.True(t, summaryAt >= 0 && summaryAt < proseAt && proseAt < stepAt, "summary %d, prose %d, first step %d", summaryAt, proseAt, stepAt)
+
+	md, err := rep.Markdown("")
+	require.NoError(t, err)
+	summaryAt = strings.Index(md, "| decode + score, one core |")
+	proseAt = strings.Index(md, "**Decode + score is now the median of 5 runs (2026-11-27).**")
+	stepAt = strings.Index(md, "#### Detection quality on held-out labeled traffic")
+	require.True(t, summaryAt >= 0 && summaryAt < proseAt && proseAt < stepAt, "summary %d, prose %d, first step %d", summaryAt, proseAt, stepAt)
+
+	for _, s := range rep.Sections {
+		s.Ran = s.Name != "detector"
+	}
+	notRun, err := rep.Markdown(`{{sectionSummary "detector"}}PROSE{{sectionSteps "detector"}}END`)
+	require.NoError(t, err)
+	require.Equal(t, "_Not run in this report (left out with `-only`)._\nPROSEEND", notRun)
+}
+
 // svgTexts parses an SVG as XML and returns its <text> contents.
 func svgTexts(t *testing.T, svg []byte) []string {
 	t.Helper()

@@ -129,13 +129,9 @@ func (rep *Report) Markdown(tmpl string) (string, error) {
 		bySection[s.Name] = s
 	}
 	funcs := template.FuncMap{
-		"section": func(name string) (string, error) {
-			s, ok := bySection[name]
-			if !ok {
-				return "", fmt.Errorf("template: no section %q", name)
-			}
-			return rep.sectionMarkdown(s), nil
-		},
+		"section":        sectionFunc(bySection, rep.sectionMarkdown),
+		"sectionSummary": sectionFunc(bySection, rep.sectionSummary),
+		"sectionSteps":   sectionFunc(bySection, rep.sectionSteps),
 		"v": func(key string) string {
 			v, ok := rep.values[key]
 			if !ok {
@@ -268,19 +264,49 @@ func (rep *Report) chartErr(name string) string {
 	return "its benchmark did not run"
 }
 
+// sectionFunc is a template function that renders the named section with
+// render.
+func sectionFunc(bySection map[string]*SectionResult, render func(*SectionResult) string) func(string) (string, error) {
+	return func(name string) (string, error) {
+		s, ok := bySection[name]
+		if !ok {
+			return "", fmt.Errorf("template: no section %q", name)
+		}
+		return render(s), nil
+	}
+}
+
 // sectionMarkdown is the generated part of a section: its summary tables
-// and plots, then each command with its run, load and full results.
+// and plots, then each command with its run, load and full results. The
+// template may take the two apart (sectionSummary, then sectionSteps) to put
+// prose between them.
 func (rep *Report) sectionMarkdown(s *SectionResult) string {
-	var b strings.Builder
+	return rep.sectionSummary(s) + rep.sectionSteps(s)
+}
+
+// sectionSummary is the first part of sectionMarkdown: when the section
+// ran, its load and its summary tables and plots.
+func (rep *Report) sectionSummary(s *SectionResult) string {
 	if !s.Ran {
 		return "_Not run in this report (left out with `-only`)._\n"
 	}
+	var b strings.Builder
 	fmt.Fprintf(&b, "Ran %s for %s; 1-minute load average %s before, %s after.\n\n", s.Started.Format("2006-01-02 15:04:05 MST"),
 		s.Elapsed.Round(time.Second), fmtLoad(s.LoadBefore), fmtLoad(s.LoadAfter))
 	if s.Failed() {
 		b.WriteString("**FAILED**: a command of this section failed; its results below are partial or missing.\n\n")
 	}
 	b.WriteString(summary(s.Name, rep))
+	return b.String()
+}
+
+// sectionSteps is the rest of sectionMarkdown: each command with its run,
+// load and full results (nothing when the section did not run).
+func (rep *Report) sectionSteps(s *SectionResult) string {
+	if !s.Ran {
+		return ""
+	}
+	var b strings.Builder
 	for _, r := range s.Steps {
 		fmt.Fprintf(&b, "#### %s\n\n```sh\n%s\n```\n\n", r.Step.Title, strings.Join(r.Step.CommandLines(), "\n"))
 		fmt.Fprintf(&b, "Ran %s for %s; load average %s → %s.", r.Started.Format("15:04:05 MST"), r.Elapsed.Round(100*time.Millisecond),
