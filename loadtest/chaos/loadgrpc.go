@@ -10,10 +10,10 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate-dev/floodgate/loadtest/internal/envoyclient"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/envoyrls"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
@@ -35,7 +35,7 @@ func (l *Load) grpcSenders() (func(w int) (sender, func()), func(), error) {
 		}
 	}
 	for range n {
-		c, err := grpc.NewClient(l.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		c, err := envoyclient.Dial(l.GRPCAddr)
 		if err != nil {
 			closeAll()
 			return nil, nil, err

@@ -53,10 +53,9 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/valyala/fasthttp"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/floodgate-dev/floodgate/loadtest/envoypeer"
+	"github.com/floodgate-dev/floodgate/loadtest/internal/envoyclient"
 )
 
 func main() {
@@ -357,7 +356,7 @@ func protoCaller(proto string, t target, domain string, conns int) (callFunc, fu
 	clients := make([]rlsv3.RateLimitServiceClient, conns)
 	var closers []func() error
 	for i := range clients {
-		c, err := grpc.NewClient(t.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		c, err := envoyclient.Dial(t.addr)
 		if err != nil {
 			return nil, nil, err
 		}
