@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -293,7 +294,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		dropped0, _ := lim.Metric(ctx, "floodgate_limiter_calls_dropped_past_deadline_total") // absent until the first drop
 		left0, _ := lim.Metric(ctx, "floodgate_limiter_grpc_gate_left_total")
 		thr0, thrWait0 := throttled()
-		sched0 := schedLatencies(ctx, lim)
+		sched0, gen0 := schedLatencies(ctx, lim), ownSchedLatencies()
 		cpu0 := cpuNow()
 		stop := startLoad(ctx, load)
 		prof := startProfiles(ctx, debugAddr, filepath.Join(profiles, fmt.Sprintf("%.1fx", f)), phase-2*time.Second)
@@ -302,7 +303,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		cancel()
 		cpu1 := cpuNow()
 		thr1, thrWait1 := throttled()
-		sched1 := schedLatencies(ctx, lim)
+		sched1, gen1 := schedLatencies(ctx, lim), ownSchedLatencies()
 		profNote := prof()
 		dropped1, _ := lim.Metric(ctx, "floodgate_limiter_calls_dropped_past_deadline_total")
 		left1, _ := lim.Metric(ctx, "floodgate_limiter_grpc_gate_left_total")
@@ -378,7 +379,8 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 			rate, conns, overloadDeadline, w.Sent, inTime, goodput, 100*goodput/max(satRate, 1), 100*goodput/max(closedRate, 1), perCoreSecond(cpu0, cpu1, inTime), w.Answered, late, ms(w.P50), ms(w.P99), ms(critP99),
 			pct(shed, w.Answered), pct(failedOpen, inTime), dropped1-dropped0, float64(abuserAllowed)/allowedMax, rss>>20, g, cpu,
 			thr1-thr0, ms(thrWait1-thrWait0), loadAverage(), profNote, invalidNote(genSat))
-		r.metric(name+" run queue", "%s; runnable goroutines at most %.0f (sampled every 0.5 s)", schedNote(sched0, sched1), peakRunnable)
+		r.metric(name+" run queue", "%s; runnable goroutines at most %.0f (sampled every 0.5 s); the load generator's own goroutines: %s",
+			schedNote(sched0, sched1), peakRunnable, schedNote(gen0, gen1))
 		if gateNote != "" {
 			r.metric(name+" entry gate", "%s; %d answered UNAVAILABLE within the deadline (%.2f %% of the calls sent; not decided, the gateway fails open on them at once)",
 				gateNote, overloaded, pct(overloaded, w.Sent))
@@ -493,6 +495,25 @@ func schedNote(from, to []promtext.Bucket) string {
 	}
 	return fmt.Sprintf("waits for the CPU (the runtime's sample): %.0f, %.1f %% over %s, %.1f %% over %s, all under %s",
 		total, 100*over1/max(total, 1), bound(b1), 100*over10/max(total, 1), bound(b10), bound(most))
+}
+
+// ownSchedLatencies is this process's go_sched_latencies_seconds, from
+// runtime/metrics: how long the load generator's own goroutines waited for
+// a CPU — a caller's latency includes its wait to read the answer.
+func ownSchedLatencies() []promtext.Bucket {
+	sample := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return nil
+	}
+	h := sample[0].Value.Float64Histogram()
+	out := make([]promtext.Bucket, len(h.Counts))
+	var n float64
+	for i, c := range h.Counts {
+		n += float64(c)
+		out[i] = promtext.Bucket{LE: h.Buckets[i+1], Count: n} // cumulative, by upper bound, as the exposition has them
+	}
+	return out
 }
 
 // startProfiles takes a CPU profile of the limiter (its pprof listener at

@@ -7,8 +7,10 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -161,4 +163,26 @@ func TestCapacityFindsThePeakGoodput(t *testing.T) {
 	if _, _, err := capacity(2000, func(int) (capacityStepResult, error) { return capacityStepResult{}, boom }); !errors.Is(err, boom) {
 		t.Errorf("a failed step: err %v, want %v", err, boom)
 	}
+}
+
+// The generator's own waits for a CPU read as the limiter's scrape does:
+// cumulative buckets, +Inf last, that schedNote can read.
+func TestOwnSchedLatencies(t *testing.T) {
+	before := ownSchedLatencies()
+	var wg sync.WaitGroup
+	for range 256 { // goroutines that wait for a CPU (the runtime samples one transition in 8)
+		wg.Add(1)
+		go func() { defer wg.Done(); runtime.Gosched() }()
+	}
+	wg.Wait()
+	after := ownSchedLatencies()
+	require.NotEmpty(t, after)
+	require.Len(t, after, len(before))
+	require.True(t, math.IsInf(after[len(after)-1].LE, 1), "+Inf last")
+	for i := 1; i < len(after); i++ {
+		require.GreaterOrEqual(t, after[i].Count, after[i-1].Count, "cumulative")
+		require.Greater(t, after[i].LE, after[i-1].LE, "by upper bound")
+	}
+	require.Greater(t, after[len(after)-1].Count, before[len(before)-1].Count, "the waits since were counted")
+	require.Contains(t, schedNote(before, after), "waits for the CPU (the runtime's sample)")
 }
