@@ -1,17 +1,16 @@
 package chaos
 
 import (
-	"context"
+	"errors"
 	"strings"
 	"sync"
 	"time"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate-dev/floodgate/loadtest/internal/envoyclient"
 	"github.com/floodgate-dev/floodgate/pkg/events"
@@ -22,32 +21,42 @@ import (
 // grpcSenders sends checks as Envoy does: ShouldRateLimit in Floodgate's own
 // descriptor shape (one descriptor naming the principal, address, method,
 // route and priority), over l.Conns connections, each call with the caller's
-// deadline as its gRPC deadline.
+// deadline as its gRPC deadline; at the deadline the call is reset and the
+// caller stops waiting, and the connection stays.
+//
+// The connections are envoyclient.Wire, not grpc-go's client: over a
+// thousand connections grpc-go's reader and writer goroutines, contexts and
+// per-call buffers made this process wait for its own core for tens of
+// milliseconds at its 99th percentile, as long as the limiter's waits it is
+// there to measure (docs/chaos.md, "a generator that does not stall").
+// Each latency runs from the call's write to the read of its last frame.
 func (l *Load) grpcSenders() (func(w int) (sender, func()), func(), error) {
 	n := l.Conns
 	if n <= 0 {
 		n = max(l.Workers, 1)
 	}
-	conns := make([]*grpc.ClientConn, 0, n)
+	dial := func() (*envoyclient.Wire[*grpcCaller], error) {
+		return envoyclient.DialWire(l.GRPCAddr, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, (*grpcCaller).answered)
+	}
+	conns := make([]*wireSlot, 0, n)
 	closeAll := func() {
 		for _, c := range conns {
-			_ = c.Close()
+			_ = c.get().Close()
 		}
 	}
 	for range n {
-		c, err := envoyclient.Dial(l.GRPCAddr)
+		c, err := dial()
 		if err != nil {
 			closeAll()
 			return nil, nil, err
 		}
-		c.Connect()
-		conns = append(conns, c)
+		conns = append(conns, &wireSlot{w: c})
 	}
-	var reqs sync.Map // bodyKey → *rlsv3.RateLimitRequest: built once, only read after
-	request := func(p events.Principal, route, priority string) *rlsv3.RateLimitRequest {
+	var reqs sync.Map // bodyKey → []byte: encoded once, only read after
+	request := func(p events.Principal, route, priority string) []byte {
 		k := bodyKey{p, priority}
 		if r, ok := reqs.Load(k); ok {
-			return r.(*rlsv3.RateLimitRequest)
+			return r.([]byte)
 		}
 		ip := "198.51.100.23"
 		if l.IP != nil {
@@ -60,46 +69,122 @@ func (l *Load) grpcSenders() (func(w int) (sender, func()), func(), error) {
 		if priority != "" {
 			entries = append(entries, &rlcommon.RateLimitDescriptor_Entry{Key: envoyrls.KeyPriority, Value: priority})
 		}
-		r := &rlsv3.RateLimitRequest{Domain: "floodgate", Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: entries}}}
-		reqs.Store(k, r)
-		return r
+		b, err := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "floodgate", Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: entries}}})
+		if err != nil {
+			panic(err) // a message of strings always encodes
+		}
+		reqs.Store(k, b)
+		return b
 	}
 	timeout := 2 * time.Second
 	if l.Deadline > 0 {
 		timeout = l.Deadline
 	}
+	// As a gateway's rate-limit cluster for its CRITICAL routes sends it
+	// (envoyrls.MetadataPriority).
+	critical := []hpack.HeaderField{{Name: envoyrls.MetadataPriority, Value: string(events.PriorityCritical)}}
 	return func(w int) (sender, func()) {
-		client := rlsv3.NewRateLimitServiceClient(conns[w%len(conns)])
+		slot := conns[w%len(conns)]
+		g := &grpcCaller{answer: make(chan Check, 1)}
+		timer := time.NewTimer(time.Hour)
+		timer.Stop()
 		return func(p events.Principal, route, priority string) Check {
-			c := Check{Start: time.Now(), Principal: p, Priority: priority}
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			g.check = Check{Start: time.Now(), Principal: p, Priority: priority}
+			var md []hpack.HeaderField
 			if priority == string(events.PriorityCritical) {
-				// As a gateway's rate-limit cluster for its CRITICAL routes
-				// sends it (envoyrls.MetadataPriority).
-				ctx = metadata.AppendToOutgoingContext(ctx, envoyrls.MetadataPriority, priority)
+				md = critical
 			}
-			resp, err := client.ShouldRateLimit(ctx, request(p, route, priority))
-			cancel()
-			c.Latency = time.Since(c.Start)
-			grpcOutcome(&c, resp, err)
-			return c
+			conn := slot.get()
+			id, err := conn.Call(g, timeout, md, request(p, route, priority))
+			if err != nil {
+				// Not sent: the connection is full (the caller fails open) or
+				// gone (dialled again for the next call).
+				c := g.check
+				c.Latency = time.Since(c.Start)
+				if errors.Is(err, envoyclient.ErrClosed) {
+					slot.replace(conn, dial)
+				}
+				return c
+			}
+			timer.Reset(timeout)
+			select {
+			case c := <-g.answer:
+				timer.Stop()
+				return c
+			case <-timer.C:
+				if _, sent, waiting := conn.Cancel(id); waiting {
+					c := g.check
+					c.Latency = time.Since(sent)
+					return c
+				}
+				return <-g.answer // being delivered
+			}
 		}, func() {}
 	}, closeAll, nil
+}
+
+// wireSlot is a connection the workers w, w+n, … share, dialled again when
+// the server has closed it (GOAWAY at its maximum connection age).
+type wireSlot struct {
+	mu sync.Mutex
+	w  *envoyclient.Wire[*grpcCaller]
+}
+
+func (s *wireSlot) get() *envoyclient.Wire[*grpcCaller] {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w
+}
+
+// replace swaps old for a new connection, unless another worker has.
+func (s *wireSlot) replace(old *envoyclient.Wire[*grpcCaller], dial func() (*envoyclient.Wire[*grpcCaller], error)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w != old {
+		return
+	}
+	if nc, err := dial(); err == nil {
+		s.w = nc
+		_ = old.Close()
+	}
+}
+
+// grpcCaller is one worker's call in flight over a Wire: its check, filled
+// in by the connection's reader from the answer.
+type grpcCaller struct {
+	check  Check
+	answer chan Check
+}
+
+// answered runs on the connection's reader: the check's latency ends here,
+// where the answer's last frame is read.
+func (g *grpcCaller) answered(a envoyclient.Answer) {
+	c := g.check
+	c.Latency = a.At.Sub(a.Sent)
+	grpcOutcome(&c, a)
+	g.answer <- c
 }
 
 // grpcOutcome reads a ShouldRateLimit answer into c as the HTTP sender reads
 // a /v1/check answer. The limiter's own "past its deadline" status, read
 // before the caller's deadline, is an answer (the caller fails open on it):
 // OK, degraded and dropped, as the HTTP answer's X-RateLimit-Error is.
-func grpcOutcome(c *Check, resp *rlsv3.RateLimitResponse, err error) {
-	if err != nil {
-		st, _ := status.FromError(err)
-		switch {
-		case st.Code() == codes.DeadlineExceeded && st.Message() == server.DeadlineReason:
-			c.OK, c.Degraded, c.Dropped = true, true, true
-		case st.Code() == codes.Unavailable && st.Message() == envoyrls.Overloaded:
-			c.Overloaded = true
-		}
+func grpcOutcome(c *Check, a envoyclient.Answer) {
+	if a.Err != nil {
+		return
+	}
+	switch {
+	case a.Code == codes.DeadlineExceeded && a.Message == server.DeadlineReason:
+		c.OK, c.Degraded, c.Dropped = true, true, true
+		return
+	case a.Code == codes.Unavailable && a.Message == envoyrls.Overloaded:
+		c.Overloaded = true
+		return
+	case a.Code != codes.OK:
+		return
+	}
+	resp := &rlsv3.RateLimitResponse{}
+	if proto.Unmarshal(a.Body, resp) != nil {
 		return
 	}
 	c.OK = true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -127,4 +129,51 @@ func TestGRPCLoad(t *testing.T) {
 // strip keeps what the answer set.
 func strip(c Check) Check {
 	return Check{OK: c.OK, ID: c.ID, Allowed: c.Allowed, Degraded: c.Degraded, Shed: c.Shed, PriorityShed: c.PriorityShed, Dropped: c.Dropped, Overloaded: c.Overloaded}
+}
+
+// countingListener counts the connections it accepts.
+type countingListener struct {
+	net.Listener
+	n atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
+}
+
+// TestGRPCLoadRedials: a server that sends its connections away (GOAWAY at
+// its maximum connection age, as the limiter does every 5 minutes) costs
+// the generator the call that met the closed connection, not the rest of
+// the run.
+func TestGRPCLoadRedials(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ln := &countingListener{Listener: inner}
+	srv := grpc.NewServer(grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: 150 * time.Millisecond, MaxConnectionAgeGrace: time.Second}))
+	rlsv3.RegisterRateLimitServiceServer(srv, &rlsByID{})
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+
+	l := &Load{GRPCAddr: inner.Addr().String(), Conns: 1, Workers: 1, Rate: 100, Deadline: 50 * time.Millisecond,
+		Next: func(int, int) events.Principal { return events.Principal{Kind: events.PrincipalUser, ID: "allowed"} }}
+	send, closeAll, err := l.senders()
+	require.NoError(t, err)
+	defer closeAll()
+	one, done := send(0)
+	defer done()
+	const calls = 60
+	answered := 0
+	for range calls {
+		if one(l.Next(0, 0), "/v1/things", "").OK {
+			answered++
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	goaways := int(ln.n.Load()) - 1
+	require.GreaterOrEqual(t, goaways, 3, "the server sent the connection away during the run")
+	require.GreaterOrEqual(t, answered, calls-goaways, "at most the call meeting each closed connection is lost")
 }

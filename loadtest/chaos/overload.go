@@ -312,6 +312,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		w := Summarise(checks, time.Time{}, time.Time{})
 		var failedOpen, late, shed, abuserAllowed, inTime, droppedWaiting, overloaded int
 		var crit []time.Duration
+		critInTime := 0
 		for _, c := range checks {
 			if c.OK && c.Latency > overloadDeadline {
 				// Read after the caller's deadline: only a starved generator
@@ -341,6 +342,9 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 				droppedWaiting++
 			}
 			if c.Priority == "critical" {
+				if answeredInTime(c) {
+					critInTime++
+				}
 				lat := c.Latency
 				if !c.OK {
 					lat = max(lat, overloadDeadline) // no answer: as late as the caller waited
@@ -349,10 +353,13 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 			}
 		}
 		slices.Sort(crit)
-		var critP99 time.Duration
-		if len(crit) > 0 {
-			critP99 = crit[min(len(crit)-1, len(crit)*99/100)]
+		critQ := func(q int) time.Duration {
+			if len(crit) == 0 {
+				return 0
+			}
+			return crit[min(len(crit)-1, len(crit)*q/100)]
 		}
+		critP99 := critQ(99)
 		allowedMax := 50 + 50*elapsed.Seconds() // burst + refill
 		rss, err := peakRSS(lim.Pid())
 		if err != nil {
@@ -385,6 +392,8 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 			r.metric(name+" entry gate", "%s; %d answered UNAVAILABLE within the deadline (%.2f %% of the calls sent; not decided, the gateway fails open on them at once)",
 				gateNote, overloaded, pct(overloaded, w.Sent))
 		}
+		r.metric(name+" critical", "%d sent, %.2f %% answered within the deadline; p50 %s, p90 %s, p99 %s (a call not answered counts as the deadline)",
+			len(crit), pct(critInTime, len(crit)), ms(critQ(50)), ms(critQ(90)), ms(critP99))
 		r.metric(name+" targets", "answers within the deadline ≥ 90 %% of saturation: %s (%.0f %%); critical p99 ≤ 25 ms: %s (%s)",
 			metOrNot(goodput >= 0.9*satRate), 100*goodput/max(satRate, 1), metOrNot(critP99 <= 25*time.Millisecond), ms(critP99))
 		r.require(name+": failed open ≤ 1 %", inTime > 0 && failedOpen*100 <= inTime, "%.2f %% of %d answers within the deadline", pct(failedOpen, inTime), inTime)

@@ -1,5 +1,8 @@
 // Package envoyclient dials the limiter's gRPC port as Envoy's rate-limit
-// filter does on the wire, for the load generators (peerbench, chaos).
+// filter does on the wire, for the load generators: Dial gives a grpc-go
+// client connection (peerbench), Wire a connection without grpc-go's
+// client, for an open-loop generator with a thousand connections on one
+// core (chaos overload-grpc).
 //
 // grpc-go's client estimates the connection's bandwidth-delay product: on
 // every DATA frame it receives while no such ping is out it sends a PING,

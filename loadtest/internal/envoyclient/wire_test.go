@@ -1,0 +1,275 @@
+package envoyclient
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+const rlsPath = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+// rls is a rate-limit service whose answer each test chooses.
+type rls struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	answer func(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error)
+}
+
+func (s *rls) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return s.answer(ctx, req)
+}
+
+// serveRLS starts a grpc-go server on loopback with answer as the service.
+func serveRLS(t *testing.T, answer func(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error)) (string, *grpc.Server) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	g := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(g, &rls{answer: answer})
+	go func() { _ = g.Serve(ln) }()
+	t.Cleanup(g.Stop)
+	return ln.Addr().String(), g
+}
+
+// answers collects what a Wire delivers.
+type answers struct {
+	mu  sync.Mutex
+	got map[int]Answer
+	ch  chan int
+}
+
+func newAnswers() *answers { return &answers{got: map[int]Answer{}, ch: make(chan int, 100000)} }
+
+func (a *answers) done(tag int, ans Answer) {
+	ans.Body = append([]byte(nil), ans.Body...) // valid only during the callback
+	a.mu.Lock()
+	a.got[tag] = ans
+	a.mu.Unlock()
+	a.ch <- tag
+}
+
+func (a *answers) wait(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		select {
+		case <-a.ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("an answer did not come within 10 s")
+		}
+	}
+}
+
+func request(t *testing.T, user string) []byte {
+	b, err := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*rlcommon.RateLimitDescriptor{
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "user", Value: user}}}}})
+	require.NoError(t, err)
+	return b
+}
+
+func TestWireCallsAsGRPCGoAnswersThem(t *testing.T) {
+	type seen struct {
+		user     string
+		deadline time.Duration
+		prio     []string
+	}
+	var mu sync.Mutex
+	var saw []seen
+	addr, _ := serveRLS(t, func(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+		dl, has := ctx.Deadline()
+		if !has {
+			dl = time.Now().Add(24 * time.Hour)
+		}
+		md, _ := metadata.FromIncomingContext(ctx)
+		user := req.GetDescriptors()[0].GetEntries()[0].GetValue()
+		mu.Lock()
+		saw = append(saw, seen{user, time.Until(dl), md.Get("x-floodgate-priority")})
+		mu.Unlock()
+		if user == "refused" {
+			return nil, status.Error(codes.Unavailable, "overloaded: not decided (the gate dropped it) 100%")
+		}
+		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT,
+			ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: "X-Request-Id", Value: "id-" + user}}}, nil
+	})
+	a := newAnswers()
+	w, err := DialWire(addr, rlsPath, a.done)
+	require.NoError(t, err)
+	defer w.Close()
+
+	_, err = w.Call(1, 50*time.Millisecond, []hpack.HeaderField{{Name: "x-floodgate-priority", Value: "critical"}}, request(t, "alice"))
+	require.NoError(t, err)
+	_, err = w.Call(2, 0, nil, request(t, "refused"))
+	require.NoError(t, err)
+	a.wait(t, 2)
+
+	ok := a.got[1]
+	require.NoError(t, ok.Err)
+	require.Equal(t, codes.OK, ok.Code)
+	var resp rlsv3.RateLimitResponse
+	require.NoError(t, proto.Unmarshal(ok.Body, &resp))
+	require.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, resp.GetOverallCode())
+	require.Equal(t, "id-alice", resp.GetResponseHeadersToAdd()[0].GetValue())
+	require.False(t, ok.At.Before(ok.Sent))
+
+	refused := a.got[2]
+	require.NoError(t, refused.Err)
+	require.Equal(t, codes.Unavailable, refused.Code)
+	require.Equal(t, "overloaded: not decided (the gate dropped it) 100%", refused.Message)
+	require.Empty(t, refused.Body)
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, saw, 2)
+	for _, s := range saw {
+		if s.user == "alice" { // the timeout arrived as the call's deadline, the metadata as metadata
+			require.Greater(t, s.deadline, 30*time.Millisecond)
+			require.LessOrEqual(t, s.deadline, 50*time.Millisecond)
+			require.Equal(t, []string{"critical"}, s.prio)
+		} else {
+			require.Greater(t, s.deadline, time.Hour, "no timeout sent: no deadline")
+		}
+	}
+}
+
+// More answer bytes than the 1 MiB window: the connection's window is
+// given back as answers are read, or the server stops writing.
+func TestWireGivesTheWindowBack(t *testing.T) {
+	big := strings.Repeat("x", 4096)
+	addr, _ := serveRLS(t, func(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
+			ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: "X-Big", Value: big}}}, nil
+	})
+	a := newAnswers()
+	w, err := DialWire(addr, rlsPath, a.done)
+	require.NoError(t, err)
+	defer w.Close()
+	const calls = 1500 // ≈ 6 MiB of answers
+	msg := request(t, "bob")
+	for i := range calls {
+		for {
+			_, err := w.Call(i, 0, nil, msg)
+			if errors.Is(err, ErrBusy) { // the server's stream limit or window: wait as a gateway would
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			require.NoError(t, err)
+			break
+		}
+		if i%100 == 99 {
+			a.wait(t, 100)
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	require.Len(t, a.got, calls)
+	for _, ans := range a.got {
+		require.Equal(t, codes.OK, ans.Code)
+		require.Greater(t, len(ans.Body), 4096)
+	}
+}
+
+func TestWireCancelResetsTheStream(t *testing.T) {
+	ended := make(chan error, 1)
+	addr, _ := serveRLS(t, func(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+		<-ctx.Done()
+		ended <- ctx.Err()
+		return nil, ctx.Err()
+	})
+	a := newAnswers()
+	w, err := DialWire(addr, rlsPath, a.done)
+	require.NoError(t, err)
+	defer w.Close()
+	id, err := w.Call(7, time.Hour, nil, request(t, "carol"))
+	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond)
+	tag, sent, waiting := w.Cancel(id)
+	require.True(t, waiting)
+	require.Equal(t, 7, tag)
+	require.False(t, sent.IsZero())
+	select {
+	case err := <-ended:
+		require.ErrorIs(t, err, context.Canceled, "the server saw the caller leave")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server's call was not cancelled")
+	}
+	_, _, waiting = w.Cancel(id)
+	require.False(t, waiting, "cancelled once")
+	time.Sleep(50 * time.Millisecond)
+	a.mu.Lock()
+	require.Empty(t, a.got, "a cancelled call is not answered")
+	a.mu.Unlock()
+}
+
+// A server going away: calls it took finish, new ones are refused with
+// ErrClosed, and Close ends the ones still waiting.
+func TestWireGoAwayAndClose(t *testing.T) {
+	release := make(chan struct{})
+	addr, g := serveRLS(t, func(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+		if req.GetDescriptors()[0].GetEntries()[0].GetValue() == "slow" {
+			<-release
+		}
+		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}, nil
+	})
+	a := newAnswers()
+	w, err := DialWire(addr, rlsPath, a.done)
+	require.NoError(t, err)
+	_, err = w.Call(1, 0, nil, request(t, "slow"))
+	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond)
+	stopped := make(chan struct{})
+	go func() { g.GracefulStop(); close(stopped) }()
+	require.Eventually(t, func() bool { return w.Err() != nil }, 5*time.Second, 5*time.Millisecond)
+	_, err = w.Call(2, 0, nil, request(t, "late"))
+	require.ErrorIs(t, err, ErrClosed)
+	close(release)
+	a.wait(t, 1)
+	require.Equal(t, codes.OK, a.got[1].Code, "the call the server took before GOAWAY finished")
+	<-stopped
+
+	// Close with a call waiting on a server that never answers.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	held := make(chan net.Conn, 1) // accepted and never answered
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			held <- c
+		}
+	}()
+	defer func() {
+		if c := <-held; c != nil {
+			_ = c.Close()
+		}
+	}()
+	w2, err := DialWire(ln.Addr().String(), rlsPath, a.done)
+	require.NoError(t, err)
+	_, err = w2.Call(3, 0, nil, request(t, "never"))
+	require.NoError(t, err)
+	require.NoError(t, w2.Close())
+	a.wait(t, 1)
+	require.ErrorIs(t, a.got[3].Err, ErrClosed)
+}
+
+func TestGRPCTimeout(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		50 * time.Millisecond:       "50m",
+		1500 * time.Microsecond:     "1500u",
+		time.Nanosecond:             "1u",
+		30 * time.Hour:              "108000S",
+		99999999 * time.Millisecond: "99999999m",
+	} {
+		require.Equal(t, want, grpcTimeout(d), d)
+	}
+}
