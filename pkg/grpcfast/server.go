@@ -21,6 +21,7 @@ package grpcfast
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/tap"
+	"google.golang.org/protobuf/proto"
 )
 
 // Config bounds the server. The zero value takes the defaults.
@@ -115,6 +117,37 @@ type Config struct {
 	// goroutine (a rapid-reset guard: pkg/h2guard); returning nil drops it
 	// (WrapConn closes it).
 	WrapConn func(net.Conn) net.Conn
+	// Codec decodes requests and encodes answers (default protobuf's
+	// proto.Unmarshal and proto.MarshalOptions.MarshalAppend).
+	Codec Codec
+}
+
+// Codec is the encoding of a call's messages (grpc-go's encoding.CodecV2
+// on whole messages). It must be safe for concurrent use.
+type Codec interface {
+	// Unmarshal decodes a request's body into m, keeping nothing of body.
+	Unmarshal(body []byte, m any) error
+	// MarshalAppend appends m's encoding to dst and returns dst, grown.
+	MarshalAppend(dst []byte, m any) ([]byte, error)
+}
+
+// protoCodec is the default Codec.
+type protoCodec struct{}
+
+func (protoCodec) Unmarshal(body []byte, m any) error {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return fmt.Errorf("%T is not a proto message", m)
+	}
+	return proto.Unmarshal(body, pm)
+}
+
+func (protoCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return dst, fmt.Errorf("%T is not a proto message", m)
+	}
+	return proto.MarshalOptions{}.MarshalAppend(dst, pm)
 }
 
 func (c *Config) defaults() {
@@ -126,6 +159,9 @@ func (c *Config) defaults() {
 	def(&c.MaxConcurrentStreams, 1000)
 	def(&c.MaxHeaderListSize, 16<<10)
 	def(&c.Window, 1<<20)
+	if c.Codec == nil {
+		c.Codec = protoCodec{}
+	}
 	if c.MaxRecvMsgSize <= 0 {
 		c.MaxRecvMsgSize = 4 << 20
 	}

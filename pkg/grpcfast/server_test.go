@@ -151,6 +151,49 @@ func TestUnaryCalls(t *testing.T) {
 	})
 }
 
+// countingCodec is the default codec, counting its calls, refusing to
+// decode a request whose payload body is "undecodable".
+type countingCodec struct{ decoded, encoded atomic.Int64 }
+
+func (c *countingCodec) Unmarshal(body []byte, m any) error {
+	c.decoded.Add(1)
+	if bytes.Contains(body, []byte("undecodable")) {
+		return errors.New("undecodable")
+	}
+	return protoCodec{}.Unmarshal(body, m)
+}
+
+func (c *countingCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
+	c.encoded.Add(1)
+	return protoCodec{}.MarshalAppend(dst, m)
+}
+
+// TestCodec: Config.Codec decodes every request and encodes every answer,
+// of unary and server-streaming calls; a request it cannot decode is
+// answered INTERNAL.
+func TestCodec(t *testing.T) {
+	codec := &countingCodec{}
+	f := serve(t, Config{Codec: codec})
+	c := testpb.NewTestServiceClient(f.conn)
+	ctx := ctxT(t)
+	r, err := c.UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: 7})
+	require.NoError(t, err)
+	require.Len(t, r.GetPayload().GetBody(), 7)
+	st, err := c.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{ResponseParameters: []*testpb.ResponseParameters{{Size: 1}, {Size: 2}}})
+	require.NoError(t, err)
+	for {
+		if _, err := st.Recv(); err != nil {
+			require.ErrorIs(t, err, io.EOF)
+			break
+		}
+	}
+	require.Equal(t, int64(2), codec.decoded.Load())
+	require.Equal(t, int64(3), codec.encoded.Load())
+	_, err = c.UnaryCall(ctx, &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte("undecodable")}})
+	require.Equal(t, codes.Internal, status.Code(err))
+	require.Contains(t, status.Convert(err).Message(), "undecodable")
+}
+
 // Messages past the windows (64 KiB the client grants at first, 1 MiB per
 // stream the server grants) flow both ways; a message past MaxRecvMsgSize
 // is refused RESOURCE_EXHAUSTED.

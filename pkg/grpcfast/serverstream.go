@@ -94,7 +94,7 @@ func (ss *serverStream) RecvMsg(m any) error {
 	ss.read = true
 	body := ss.body
 	ss.body = nil
-	return decodeRequest(body, m)
+	return ss.st.c.decodeRequest(body, m)
 }
 
 // SendMsg writes a message (after the headers, the first time). It waits
@@ -102,7 +102,7 @@ func (ss *serverStream) RecvMsg(m any) error {
 // once the stream has ended.
 func (ss *serverStream) SendMsg(m any) error {
 	st, c := ss.st, ss.st.c
-	out, err := frameMessage(nil, m, c.s.cfg.MaxSendMsgSize)
+	out, err := c.frameMessage(nil, m)
 	if err != nil {
 		return err
 	}

@@ -387,7 +387,7 @@ var bufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 func (c *conn) call(st *stream) {
 	ctx, body := st.ctx, st.body
 	st.ctx, st.body = nil, nil
-	resp, err := st.m.handler(st.m.srv, ctx, func(v any) error { return decodeRequest(body, v) }, c.s.cfg.Interceptor)
+	resp, err := st.m.handler(st.m.srv, ctx, func(v any) error { return c.decodeRequest(body, v) }, c.s.cfg.Interceptor)
 	if err == nil {
 		err = c.reply(st, resp)
 	}
@@ -400,40 +400,33 @@ func (c *conn) call(st *stream) {
 }
 
 // decodeRequest decodes a request message's body into m.
-func decodeRequest(body []byte, m any) error {
-	pm, ok := m.(proto.Message)
-	if !ok {
-		return status.Errorf(codes.Internal, "grpc: %T is not a proto message", m)
-	}
-	if err := proto.Unmarshal(body, pm); err != nil {
+func (c *conn) decodeRequest(body []byte, m any) error {
+	if err := c.s.cfg.Codec.Unmarshal(body, m); err != nil {
 		return status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
 	}
 	return nil
 }
 
 // frameMessage appends m to dst as a gRPC message (its 5-byte prefix, then
-// the encoding), or says why it cannot be sent (max bounds its size); dst,
-// grown, is returned either way.
-func frameMessage(dst []byte, m any, max int) ([]byte, error) {
-	pm, ok := m.(proto.Message)
-	if !ok {
-		return dst, status.Errorf(codes.Internal, "grpc: %T is not a proto message", m)
-	}
-	out, err := proto.MarshalOptions{}.MarshalAppend(append(dst, 0, 0, 0, 0, 0), pm)
-	switch {
+// the encoding), or says why it cannot be sent (MaxSendMsgSize bounds its
+// size); dst, grown, is returned either way.
+func (c *conn) frameMessage(dst []byte, m any) ([]byte, error) {
+	at := len(dst)
+	out, err := c.s.cfg.Codec.MarshalAppend(append(dst, 0, 0, 0, 0, 0), m)
+	switch n, max := len(out)-at-5, c.s.cfg.MaxSendMsgSize; {
 	case err != nil:
 		return out, status.Errorf(codes.Internal, "grpc: error marshalling response: %v", err)
-	case len(out)-5 > max:
-		return out, status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max (%d vs. %d)", len(out)-5, max)
+	case n > max:
+		return out, status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max (%d vs. %d)", n, max)
 	}
-	binary.BigEndian.PutUint32(out[1:5], uint32(len(out)-5))
+	binary.BigEndian.PutUint32(out[at+1:at+5], uint32(len(out)-at-5))
 	return out, nil
 }
 
 // reply writes the handler's answer, or returns why it cannot be sent.
 func (c *conn) reply(st *stream, resp any) error {
 	bp := bufs.Get().(*[]byte)
-	out, err := frameMessage((*bp)[:0], resp, c.s.cfg.MaxSendMsgSize)
+	out, err := c.frameMessage((*bp)[:0], resp)
 	if err == nil {
 		c.answer(st, out)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/pkg/h2guard"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
+	"github.com/floodgate-dev/floodgate/pkg/rlscodec"
 )
 
 // MaxGRPCStreams is the most concurrent streams one gRPC connection may hold.
@@ -70,6 +71,10 @@ func NewGRPCServer(s *server.Server, opts ...GRPCOption) (*grpc.Server, *health.
 		// Rapid reset (CVE-2023-44487; issue 37): a connection resetting
 		// streams past its budget is sent GOAWAY and closed (pkg/h2guard).
 		grpc.Creds(h2guard.Credentials(insecure.NewCredentials(), h2guard.New(h2guard.Config{}, reg, "floodgate_limiter_grpc"))),
+		// Requests decoded and answers encoded by hand (pkg/rlscodec),
+		// every other message by grpc-go's proto codec; on this server
+		// only, and without a lookup by content-subtype per message.
+		grpc.ForceServerCodecV2(rlscodec.NewCodec()),
 	}
 	if cs := s.Callers(); cs != nil {
 		gopts = append(gopts, grpc.UnaryInterceptor(cs.AuthInterceptor))

@@ -23,6 +23,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/grpcfast"
 	"github.com/floodgate-dev/floodgate/pkg/h2guard"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/server"
+	"github.com/floodgate-dev/floodgate/pkg/rlscodec"
 )
 
 // The transports, by their configuration names.
@@ -105,6 +106,7 @@ func NewFastServer(s *server.Server, opts ...GRPCOption) (*grpcfast.Server, *hea
 		KeepaliveTime: 2 * time.Hour, KeepaliveTimeout: 20 * time.Second,
 		PingMinTime: 5 * time.Second,
 		Workers:     grpcStreamWorkers,
+		Codec:       rlscodec.Bytes{}, // as NewGRPCServer's
 		// The guard admits (or tarpits) the connection and reads its
 		// frames for resets past the budget.
 		WrapConn: func(c net.Conn) net.Conn {
