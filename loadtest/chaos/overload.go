@@ -268,23 +268,20 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		sctx, cancel := context.WithCancel(ctx)
 		go func() {
 			for sctx.Err() == nil {
-				if g, err := lim.Metric(sctx, "go_goroutines"); err == nil {
+				// One scrape a sample: each costs the limiter CPU it is
+				// short of.
+				e, err := lim.Metrics(sctx)
+				if err == nil {
+					g, _ := e.Sum("go_goroutines")
+					runnable, _ := e.Sum("go_sched_goroutines_runnable_goroutines")
 					mu.Lock()
-					peakG = max(peakG, g)
-					mu.Unlock()
-				}
-				if g, err := lim.Metric(sctx, "go_sched_goroutines_runnable_goroutines"); err == nil {
-					mu.Lock()
-					peakRunnable = max(peakRunnable, g)
-					mu.Unlock()
-				}
-				if viaGRPC {
-					w, _ := lim.Metric(sctx, "floodgate_limiter_grpc_gate_waiting")
-					l, err := lim.Metric(sctx, "floodgate_limiter_grpc_gate_limit")
-					mu.Lock()
-					peakWaiting = max(peakWaiting, w)
-					if err == nil {
-						gateLimits[l] = true
+					peakG, peakRunnable = max(peakG, g), max(peakRunnable, runnable)
+					if viaGRPC {
+						w, _ := e.Sum("floodgate_limiter_grpc_gate_waiting")
+						peakWaiting = max(peakWaiting, w)
+						if l, ok := e.Sum("floodgate_limiter_grpc_gate_limit"); ok {
+							gateLimits[l] = true
+						}
 					}
 					mu.Unlock()
 				}

@@ -108,12 +108,21 @@ func (e *Env) StartDetector(ctx context.Context, b *Broker, r *Redis, group, inf
 	return e.startService(ctx, "detector", append(env, extra...))
 }
 
+// Metrics is one scrape of the service's /metrics.
+func (s *Service) Metrics(ctx context.Context) (promtext.Exposition, error) {
+	e, err := promtext.Get(ctx, "http://"+s.Addr+"/metrics")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.Name, err)
+	}
+	return e, nil
+}
+
 // Metric sums the samples of a Prometheus metric on the service's /metrics
 // (a name, or a series written out: promtext.Exposition.Sum).
 func (s *Service) Metric(ctx context.Context, name string) (float64, error) {
-	e, err := promtext.Get(ctx, "http://"+s.Addr+"/metrics")
+	e, err := s.Metrics(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", s.Name, err)
+		return 0, err
 	}
 	v, ok := e.Sum(name)
 	if !ok {

@@ -5,6 +5,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/stretchr/testify/require"
 )
 
 const exposition = `# HELP x_total Things.
@@ -79,4 +83,32 @@ func TestAboveCountsTheTailBetweenTwoScrapes(t *testing.T) {
 	if n, _, most := Above(from, from, 0.003); n != 0 || most != 0 {
 		t.Errorf("no observations: %v, %v", n, most)
 	}
+}
+
+// TestScrapesUncompressed: a service's own exposition handler (promhttp)
+// is asked for no compression, so the scrape costs it no gzip.
+func TestScrapesUncompressed(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "calls_total", Help: "calls"})
+	reg.MustRegister(c)
+	c.Add(3)
+	var encodings []string
+	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		encodings = append(encodings, rec.Header().Get("Content-Encoding"))
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+	}))
+	defer srv.Close()
+	e, err := Get(context.Background(), srv.URL)
+	require.NoError(t, err)
+	v, ok := e.Sum("calls_total")
+	require.True(t, ok)
+	require.InDelta(t, 3.0, v, 0)
+	require.Equal(t, []string{""}, encodings, "the handler did not compress")
 }
