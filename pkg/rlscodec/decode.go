@@ -44,40 +44,27 @@ func UnmarshalRequest(b []byte, m *rlsv3.RateLimitRequest) error {
 		d.ds = make([]rlcommon.RateLimitDescriptor, nd)
 		m.Descriptors = make([]*rlcommon.RateLimitDescriptor, 0, nd)
 	}
-	var unknown []byte
-	for rest := b; len(rest) > 0; {
-		num, typ, n, err := tag(rest)
-		if err != nil {
-			return err
-		}
-		rest = rest[n:]
+	return fields(b, m, func(num protowire.Number, typ protowire.Type, rest []byte) (int, bool, error) {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
-			m.Domain, n, err = d.str(rest)
+			v, n, err := d.str(rest)
+			m.Domain = v
+			return n, true, err
 		case num == 2 && typ == protowire.BytesType:
-			var v []byte
-			if v, n = consumeBytes(rest); n < 0 {
-				return ErrInvalidWire
+			v, n, err := message(rest)
+			if err != nil {
+				return 0, true, err
 			}
 			ds := &d.ds[len(m.Descriptors)]
 			m.Descriptors = append(m.Descriptors, ds)
-			err = d.descriptor(v, ds)
+			return n, true, d.descriptor(v, ds)
 		case num == 3 && typ == protowire.VarintType:
-			var v uint64
-			if v, n = protowire.ConsumeVarint(rest); n < 0 {
-				return ErrInvalidWire
-			}
+			v, n, err := varint(rest)
 			m.HitsAddend = uint32(v)
-		default:
-			unknown, n, err = skip(unknown, num, typ, rest)
+			return n, true, err
 		}
-		if err != nil {
-			return err
-		}
-		rest = rest[n:]
-	}
-	keepUnknown(m, unknown)
-	return nil
+		return 0, false, nil
+	})
 }
 
 // decoder holds what a request's messages are carved from: its strings
@@ -145,114 +132,115 @@ func (d *decoder) descriptor(b []byte, m *rlcommon.RateLimitDescriptor) error {
 		es = make([]rlcommon.RateLimitDescriptor_Entry, ne)
 		m.Entries = make([]*rlcommon.RateLimitDescriptor_Entry, 0, ne)
 	}
-	var unknown []byte
-	for rest := b; len(rest) > 0; {
-		num, typ, n, err := tag(rest)
-		if err != nil {
-			return err
+	return fields(b, m, func(num protowire.Number, typ protowire.Type, rest []byte) (int, bool, error) {
+		if num == 4 && typ == protowire.VarintType {
+			v, n, err := varint(rest)
+			m.IsNegativeHits = protowire.DecodeBool(v)
+			return n, true, err
 		}
-		rest = rest[n:]
-		switch {
-		case num == 1 && typ == protowire.BytesType:
-			var v []byte
-			if v, n = consumeBytes(rest); n < 0 {
-				return ErrInvalidWire
-			}
+		if num > 3 || typ != protowire.BytesType {
+			return 0, false, nil
+		}
+		v, n, err := message(rest)
+		if err != nil {
+			return 0, true, err
+		}
+		switch num {
+		case 1:
 			e := &es[len(m.Entries)]
 			m.Entries = append(m.Entries, e)
 			err = d.entry(v, e)
-		case num == 2 && typ == protowire.BytesType:
-			var v []byte
-			if v, n = consumeBytes(rest); n < 0 {
-				return ErrInvalidWire
-			}
+		case 2:
 			if m.Limit == nil {
 				m.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{}
 			}
 			err = override(v, m.Limit)
-		case num == 3 && typ == protowire.BytesType:
-			var v []byte
-			if v, n = consumeBytes(rest); n < 0 {
-				return ErrInvalidWire
-			}
+		case 3:
 			if m.HitsAddend == nil {
 				m.HitsAddend = &wrapperspb.UInt64Value{}
 			}
 			err = uint64Value(v, m.HitsAddend)
-		case num == 4 && typ == protowire.VarintType:
-			var v uint64
-			if v, n = protowire.ConsumeVarint(rest); n < 0 {
-				return ErrInvalidWire
-			}
-			m.IsNegativeHits = protowire.DecodeBool(v)
-		default:
-			unknown, n, err = skip(unknown, num, typ, rest)
 		}
-		if err != nil {
-			return err
-		}
-		rest = rest[n:]
-	}
-	keepUnknown(m, unknown)
-	return nil
+		return n, true, err
+	})
 }
 
 func (d *decoder) entry(b []byte, m *rlcommon.RateLimitDescriptor_Entry) error {
-	var unknown []byte
-	for rest := b; len(rest) > 0; {
-		num, typ, n, err := tag(rest)
-		if err != nil {
-			return err
+	return fields(b, m, func(num protowire.Number, typ protowire.Type, rest []byte) (int, bool, error) {
+		if (num != 1 && num != 2) || typ != protowire.BytesType {
+			return 0, false, nil
 		}
-		rest = rest[n:]
-		switch {
-		case num == 1 && typ == protowire.BytesType:
-			m.Key, n, err = d.str(rest)
-		case num == 2 && typ == protowire.BytesType:
-			m.Value, n, err = d.str(rest)
-		default:
-			unknown, n, err = skip(unknown, num, typ, rest)
+		v, n, err := d.str(rest)
+		if num == 1 {
+			m.Key = v
+		} else {
+			m.Value = v
 		}
-		if err != nil {
-			return err
-		}
-		rest = rest[n:]
-	}
-	keepUnknown(m, unknown)
-	return nil
+		return n, true, err
+	})
 }
 
 func override(b []byte, m *rlcommon.RateLimitDescriptor_RateLimitOverride) error {
-	var unknown []byte
-	for rest := b; len(rest) > 0; {
-		num, typ, n, err := tag(rest)
-		if err != nil {
-			return err
-		}
-		rest = rest[n:]
+	return fields(b, m, func(num protowire.Number, typ protowire.Type, rest []byte) (int, bool, error) {
 		switch {
 		case num == 1 && typ == protowire.VarintType:
-			var v uint64
-			if v, n = protowire.ConsumeVarint(rest); n < 0 {
-				return ErrInvalidWire
-			}
+			v, n, err := varint(rest)
 			m.RequestsPerUnit = uint32(v)
+			return n, true, err
 		case num == 2 && typ == protowire.VarintType:
-			var v uint64
-			if v, n = protowire.ConsumeVarint(rest); n < 0 {
-				return ErrInvalidWire
-			}
+			v, n, err := varint(rest)
 			m.Unit = typev3.RateLimitUnit(int32(v))
+			return n, true, err
 		case num == 3 && typ == protowire.BytesType:
-			var v []byte
-			if v, n = consumeBytes(rest); n < 0 {
-				return ErrInvalidWire
+			v, n, err := message(rest)
+			if err != nil {
+				return 0, true, err
 			}
 			if m.UnitMultiplier == nil {
 				m.UnitMultiplier = &wrapperspb.UInt32Value{}
 			}
-			err = uint32Value(v, m.UnitMultiplier)
-		default:
+			return n, true, uint32Value(v, m.UnitMultiplier)
+		}
+		return 0, false, nil
+	})
+}
+
+func uint64Value(b []byte, m *wrapperspb.UInt64Value) error {
+	return fields(b, m, func(num protowire.Number, typ protowire.Type, rest []byte) (int, bool, error) {
+		if num != 1 || typ != protowire.VarintType {
+			return 0, false, nil
+		}
+		v, n, err := varint(rest)
+		m.Value = v
+		return n, true, err
+	})
+}
+
+func uint32Value(b []byte, m *wrapperspb.UInt32Value) error {
+	return fields(b, m, func(num protowire.Number, typ protowire.Type, rest []byte) (int, bool, error) {
+		if num != 1 || typ != protowire.VarintType {
+			return 0, false, nil
+		}
+		v, n, err := varint(rest)
+		m.Value = uint32(v)
+		return n, true, err
+	})
+}
+
+// fields walks the fields of message b: field decodes the ones m knows
+// (how much of rest the value took, or known false for one it does not
+// know) and every other is kept as m's unknown fields, as proto keeps
+// them.
+func fields(b []byte, m proto.Message, field func(num protowire.Number, typ protowire.Type, rest []byte) (n int, known bool, err error)) error {
+	var unknown []byte
+	for rest := b; len(rest) > 0; {
+		num, typ, n, err := tag(rest)
+		if err != nil {
+			return err
+		}
+		rest = rest[n:]
+		n, known, err := field(num, typ, rest)
+		if err == nil && !known {
 			unknown, n, err = skip(unknown, num, typ, rest)
 		}
 		if err != nil {
@@ -264,50 +252,22 @@ func override(b []byte, m *rlcommon.RateLimitDescriptor_RateLimitOverride) error
 	return nil
 }
 
-func uint64Value(b []byte, m *wrapperspb.UInt64Value) error {
-	var unknown []byte
-	for rest := b; len(rest) > 0; {
-		num, typ, n, err := tag(rest)
-		if err != nil {
-			return err
-		}
-		rest = rest[n:]
-		if num == 1 && typ == protowire.VarintType {
-			var v uint64
-			if v, n = protowire.ConsumeVarint(rest); n < 0 {
-				return ErrInvalidWire
-			}
-			m.Value = v
-		} else if unknown, n, err = skip(unknown, num, typ, rest); err != nil {
-			return err
-		}
-		rest = rest[n:]
+// varint consumes a varint field's value.
+func varint(b []byte) (uint64, int, error) {
+	v, n := protowire.ConsumeVarint(b)
+	if n < 0 {
+		return 0, 0, ErrInvalidWire
 	}
-	keepUnknown(m, unknown)
-	return nil
+	return v, n, nil
 }
 
-func uint32Value(b []byte, m *wrapperspb.UInt32Value) error {
-	var unknown []byte
-	for rest := b; len(rest) > 0; {
-		num, typ, n, err := tag(rest)
-		if err != nil {
-			return err
-		}
-		rest = rest[n:]
-		if num == 1 && typ == protowire.VarintType {
-			var v uint64
-			if v, n = protowire.ConsumeVarint(rest); n < 0 {
-				return ErrInvalidWire
-			}
-			m.Value = uint32(v)
-		} else if unknown, n, err = skip(unknown, num, typ, rest); err != nil {
-			return err
-		}
-		rest = rest[n:]
+// message consumes a length-delimited field's value.
+func message(b []byte) ([]byte, int, error) {
+	v, n := consumeBytes(b)
+	if n < 0 {
+		return nil, 0, ErrInvalidWire
 	}
-	keepUnknown(m, unknown)
-	return nil
+	return v, n, nil
 }
 
 // tag consumes a field's tag as proto does: a field number in
