@@ -264,6 +264,9 @@ func Run(ctx context.Context, env service.Env) error {
 	}
 	log.Info("limiter serving", "addr", addr.String(), "grpc_addr", grpcAddr, "grpc_transport", cfg.GRPCTransport, "debug_addr", cfg.DebugAddr, "redis", redisOpts, "kafka", cfg.KafkaBrokers,
 		"topic", cfg.DecisionsTopic, "rules", core.Rules().Source, "rules_topic", cfg.RulesTopic, "rules_version", core.Rules().Version, "rule_count", len(core.Rules().Rules), "shadow", core.Rules().Shadow || cfg.Shadow)
+	if !server.Publishing {
+		log.Warn("built with -tags floodgate_noevents: no decision event is published (a benchmark build, never one to deploy)")
+	}
 	return run.Run(ctx)
 }
 
