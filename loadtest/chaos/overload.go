@@ -291,7 +291,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		dropped0, _ := lim.Metric(ctx, "floodgate_limiter_calls_dropped_past_deadline_total") // absent until the first drop
 		left0, _ := lim.Metric(ctx, "floodgate_limiter_grpc_gate_left_total")
 		thr0, thrWait0 := throttled()
-		sched0, gen0 := schedLatencies(ctx, lim), ownSchedLatencies()
+		sched0, gen0, check0 := schedLatencies(ctx, lim), ownSchedLatencies(), checkSeconds(ctx, lim)
 		cpu0 := cpuNow()
 		stop := startLoad(ctx, load)
 		prof := startProfiles(ctx, debugAddr, filepath.Join(profiles, fmt.Sprintf("%.1fx", f)), phase-2*time.Second)
@@ -300,7 +300,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		cancel()
 		cpu1 := cpuNow()
 		thr1, thrWait1 := throttled()
-		sched1, gen1 := schedLatencies(ctx, lim), ownSchedLatencies()
+		sched1, gen1, check1 := schedLatencies(ctx, lim), ownSchedLatencies(), checkSeconds(ctx, lim)
 		profNote := prof()
 		dropped1, _ := lim.Metric(ctx, "floodgate_limiter_calls_dropped_past_deadline_total")
 		left1, _ := lim.Metric(ctx, "floodgate_limiter_grpc_gate_left_total")
@@ -389,8 +389,8 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 			r.metric(name+" entry gate", "%s; %d answered UNAVAILABLE within the deadline (%.2f %% of the calls sent; not decided, the gateway fails open on them at once)",
 				gateNote, overloaded, pct(overloaded, w.Sent))
 		}
-		r.metric(name+" critical", "%d sent, %.2f %% answered within the deadline; p50 %s, p90 %s, p99 %s (a call not answered counts as the deadline)",
-			len(crit), pct(critInTime, len(crit)), ms(critQ(50)), ms(critQ(90)), ms(critP99))
+		r.metric(name+" critical", "%d sent, %.2f %% answered within the deadline; p50 %s, p90 %s, p99 %s (a call not answered counts as the deadline); all calls: %s",
+			len(crit), pct(critInTime, len(crit)), ms(critQ(50)), ms(critQ(90)), ms(critP99), checkNote(check0, check1))
 		r.metric(name+" targets", "answers within the deadline ≥ 90 %% of saturation: %s (%.0f %%); critical p99 ≤ 25 ms: %s (%s)",
 			metOrNot(goodput >= 0.9*satRate), 100*goodput/max(satRate, 1), metOrNot(critP99 <= 25*time.Millisecond), ms(critP99))
 		r.require(name+": failed open ≤ 1 %", inTime > 0 && failedOpen*100 <= inTime, "%.2f %% of %d answers within the deadline", pct(failedOpen, inTime), inTime)
@@ -501,6 +501,38 @@ func schedNote(from, to []promtext.Bucket) string {
 	}
 	return fmt.Sprintf("waits for the CPU (the runtime's sample): %.0f, %.1f %% over %s, %.1f %% over %s, all under %s",
 		total, 100*over1/max(total, 1), bound(b1), 100*over10/max(total, 1), bound(b10), bound(most))
+}
+
+// checkNote reads the limiter's floodgate_limiter_check_seconds between two
+// scrapes: how long deciding a check took once its call reached the engine
+// (the Redis round trip included, the wait to be read and to be written
+// not), to tell a CRITICAL call's lateness inside the limiter's decision
+// from its lateness before and after it.
+func checkNote(from, to []promtext.Bucket) string {
+	if len(to) == 0 || len(from) != len(to) {
+		return "checks decided: not read"
+	}
+	total := to[len(to)-1].Count - from[len(from)-1].Count
+	over10, _, most := promtext.Above(from, to, 0.01)
+	over25, _, _ := promtext.Above(from, to, 0.025)
+	all := "+Inf"
+	if !math.IsInf(most, 1) {
+		all = ms(seconds(most))
+	}
+	if over10 == 0 {
+		all = "10ms"
+	}
+	return fmt.Sprintf("checks decided by the engine (floodgate_limiter_check_seconds, Redis round trip included): %.0f, %.2f %% over 10 ms, %.2f %% over 25 ms, all under %s",
+		total, 100*over10/max(total, 1), 100*over25/max(total, 1), all)
+}
+
+// checkSeconds is one scrape of the limiter's check-time histogram.
+func checkSeconds(ctx context.Context, lim *Service) []promtext.Bucket {
+	e, err := lim.Metrics(ctx)
+	if err != nil {
+		return nil
+	}
+	return e.Buckets("floodgate_limiter_check_seconds")
 }
 
 // ownSchedLatencies is this process's go_sched_latencies_seconds, from

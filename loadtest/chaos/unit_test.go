@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/loadtest/internal/promtext"
 )
 
 func TestSummarise(t *testing.T) {
@@ -185,4 +187,22 @@ func TestOwnSchedLatencies(t *testing.T) {
 	}
 	require.Greater(t, after[len(after)-1].Count, before[len(before)-1].Count, "the waits since were counted")
 	require.Contains(t, schedNote(before, after), "waits for the CPU (the runtime's sample)")
+}
+
+// TestCheckNote: the engine's check times between two scrapes, by share
+// over 10 and 25 ms.
+func TestCheckNote(t *testing.T) {
+	b := func(counts ...float64) []promtext.Bucket {
+		les := []float64{0.005, 0.01, 0.025, 0.05, math.Inf(1)}
+		out := make([]promtext.Bucket, len(les))
+		for i := range les {
+			out[i] = promtext.Bucket{LE: les[i], Count: counts[i]}
+		}
+		return out
+	}
+	from := b(10, 10, 10, 10, 10)
+	to := b(90, 100, 105, 110, 110) // 100 decided: 10 over 10 ms, 5 over 25 ms, none over 50 ms
+	require.Equal(t, "checks decided by the engine (floodgate_limiter_check_seconds, Redis round trip included): 100, 10.00 % over 10 ms, 5.00 % over 25 ms, all under 50.0 ms",
+		checkNote(from, to))
+	require.Equal(t, "checks decided: not read", checkNote(nil, nil))
 }
