@@ -487,20 +487,7 @@ func answeredInTime(c Check) bool { return c.OK && c.Latency <= overloadDeadline
 // the waits; its buckets are coarse): the share over about 1 ms and over
 // about 10 ms, and the bound every wait fell under.
 func schedNote(from, to []promtext.Bucket) string {
-	if len(from) == 0 || len(from) != len(to) {
-		return "waits for the CPU: not read"
-	}
-	total := to[len(to)-1].Count - from[len(from)-1].Count
-	over1, b1, most := promtext.Above(from, to, 0.0009)
-	over10, b10, _ := promtext.Above(from, to, 0.01)
-	bound := func(s float64) string {
-		if math.IsInf(s, 1) {
-			return "+Inf"
-		}
-		return ms(seconds(s))
-	}
-	return fmt.Sprintf("waits for the CPU (the runtime's sample): %.0f, %.1f %% over %s, %.1f %% over %s, all under %s",
-		total, 100*over1/max(total, 1), bound(b1), 100*over10/max(total, 1), bound(b10), bound(most))
+	return tailNote("waits for the CPU (the runtime's sample)", from, to, 0.0009, 0.01)
 }
 
 // checkNote reads the limiter's floodgate_limiter_check_seconds between two
@@ -509,21 +496,36 @@ func schedNote(from, to []promtext.Bucket) string {
 // not), to tell a CRITICAL call's lateness inside the limiter's decision
 // from its lateness before and after it.
 func checkNote(from, to []promtext.Bucket) string {
+	return tailNote("checks decided by the engine (floodgate_limiter_check_seconds, Redis round trip included)", from, to, 0.01, 0.025)
+}
+
+// tailNote says what a histogram observed between two scrapes: how many,
+// the share over each of limits (ascending; each read as the first bucket
+// bound at or over it) and the bound every observation fell under.
+func tailNote(what string, from, to []promtext.Bucket, limits ...float64) string {
 	if len(to) == 0 || len(from) != len(to) {
-		return "checks decided: not read"
+		return what + ": not read"
+	}
+	bound := func(s float64) string {
+		if math.IsInf(s, 1) {
+			return "+Inf"
+		}
+		return ms(seconds(s))
 	}
 	total := to[len(to)-1].Count - from[len(from)-1].Count
-	over10, _, most := promtext.Above(from, to, 0.01)
-	over25, _, _ := promtext.Above(from, to, 0.025)
-	all := "+Inf"
-	if !math.IsInf(most, 1) {
-		all = ms(seconds(most))
+	note := fmt.Sprintf("%s: %.0f", what, total)
+	all := ""
+	for i, limit := range limits {
+		n, b, most := promtext.Above(from, to, limit)
+		note += fmt.Sprintf(", %.2f %% over %s", 100*n/max(total, 1), bound(b))
+		if i == 0 {
+			all = bound(b) // none over the first limit: all under its bound
+			if n > 0 {
+				all = bound(most)
+			}
+		}
 	}
-	if over10 == 0 {
-		all = "10ms"
-	}
-	return fmt.Sprintf("checks decided by the engine (floodgate_limiter_check_seconds, Redis round trip included): %.0f, %.2f %% over 10 ms, %.2f %% over 25 ms, all under %s",
-		total, 100*over10/max(total, 1), 100*over25/max(total, 1), all)
+	return note + ", all under " + all
 }
 
 // checkSeconds is one scrape of the limiter's check-time histogram.

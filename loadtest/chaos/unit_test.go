@@ -202,7 +202,9 @@ func TestCheckNote(t *testing.T) {
 	}
 	from := b(10, 10, 10, 10, 10)
 	to := b(90, 100, 105, 110, 110) // 100 decided: 10 over 10 ms, 5 over 25 ms, none over 50 ms
-	require.Equal(t, "checks decided by the engine (floodgate_limiter_check_seconds, Redis round trip included): 100, 10.00 % over 10 ms, 5.00 % over 25 ms, all under 50.0 ms",
+	require.Equal(t, "checks decided by the engine (floodgate_limiter_check_seconds, Redis round trip included): 100, 10.00 % over 10.0 ms, 5.00 % over 25.0 ms, all under 50.0 ms",
 		checkNote(from, to))
-	require.Equal(t, "checks decided: not read", checkNote(nil, nil))
+	require.Equal(t, "checks decided by the engine (floodgate_limiter_check_seconds, Redis round trip included): not read", checkNote(nil, nil))
+	none := b(100, 110, 110, 110, 110) // 100 decided, none over 10 ms
+	require.Contains(t, checkNote(from, none), "0.00 % over 10.0 ms, 0.00 % over 25.0 ms, all under 10.0 ms")
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -418,23 +419,11 @@ func grpcTimeout(d time.Duration) string {
 	return strconv.FormatInt(int64(min(d/time.Second, 1e8-1)), 10) + "S"
 }
 
-// decodeGRPCMessage undoes grpc-message's percent-encoding.
+// decodeGRPCMessage undoes grpc-message's percent-encoding; a message
+// that is not valid percent-encoding is kept as it came.
 func decodeGRPCMessage(s string) string {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '%' {
-			b := make([]byte, 0, len(s))
-			for j := 0; j < len(s); j++ {
-				if s[j] == '%' && j+2 < len(s) {
-					if v, err := strconv.ParseUint(s[j+1:j+3], 16, 8); err == nil {
-						b = append(b, byte(v))
-						j += 2
-						continue
-					}
-				}
-				b = append(b, s[j])
-			}
-			return string(b)
-		}
+	if m, err := url.PathUnescape(s); err == nil {
+		return m
 	}
 	return s
 }
