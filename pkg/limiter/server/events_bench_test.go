@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/journal"
 	"github.com/floodgate-dev/floodgate/pkg/kafkatest"
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
+	"github.com/floodgate-dev/floodgate/pkg/promtest"
 	"github.com/floodgate-dev/floodgate/pkg/stream"
 )
 
@@ -116,28 +117,11 @@ func benchEventsToBroker(b *testing.B, rate int) {
 	b.StopTimer()
 	cpu := processCPU() - cpu0
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/event")
-	b.ReportMetric(counterSum(b, reg, "floodgate_stream_journaled_total")/float64(b.N), "journaled/event")
+	b.ReportMetric(promtest.Value(b, reg, "floodgate_stream_journaled_total", nil)/float64(b.N), "journaled/event")
 	got := kafkatest.WaitEnd(b, benchBroker, topic, partitions, int64(b.N)+1)
 	if got != int64(b.N)+1 {
 		b.Fatalf("events on the topic %d, produced %d: %d lost", got, b.N+1, int64(b.N)+1-got)
 	}
-}
-
-// counterSum is the sum of a counter's series in reg.
-func counterSum(b *testing.B, reg *prometheus.Registry, name string) float64 {
-	mfs, err := reg.Gather()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
 }
 
 // processCPU is the user+system CPU time this process has used.
