@@ -258,8 +258,12 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 			capRate, 100*capRate/max(closedRate, 1), capacityRise, capacityFrom, phase, strings.Join(steps, "; "))
 	}
 
-	for _, f := range []float64{1.3, 2} {
-		abuser := newAbuser(fmt.Sprintf("%.1f", f))
+	phases := []float64{1.3, 2}
+	repeats := max(s.OverloadRepeat, 1)
+	goodputs := map[float64][]float64{} // % of saturation answered in time, per phase and repeat
+	for i := range repeats * len(phases) {
+		f, rep := phases[i%len(phases)], i/len(phases)+1
+		abuser := newAbuser(fmt.Sprintf("%.1f-%d", f, rep))
 		rate := int(f * satRate)
 		load := openLoad(rate, abuser)
 		var peakG, peakRunnable, peakWaiting float64
@@ -377,7 +381,11 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 			conns = load.Conns
 		}
 		name := fmt.Sprintf("%.1f×", f)
+		if repeats > 1 {
+			name += fmt.Sprintf(" #%d", rep)
+		}
 		goodput := float64(inTime) / elapsed.Seconds()
+		goodputs[f] = append(goodputs[f], 100*goodput/max(satRate, 1))
 		cpu, genSat := cpuPerCheck(cpu0, cpu1, w.Answered)
 		r.metric(name, "offered %d/s from 1024 callers over %d connections, deadline %s; %d checks, %d answered within it (%.0f/s = %.0f %% of saturation, %.0f %% of the closed loop's; %.0f per limiter core-second), %d answered in all (%d of them read after the deadline), p50 %s, p99 %s; critical p99 %s; %.2f %% shed, %.2f %% failed open; %.0f dropped past their deadline by the limiter; abuser admitted %.2f× its limit; peak RSS %d MiB, peak goroutines %.0f; %s; throttled in %d periods (%s waiting); load average %s; %s%s",
 			rate, conns, overloadDeadline, w.Sent, inTime, goodput, 100*goodput/max(satRate, 1), 100*goodput/max(closedRate, 1), perCoreSecond(cpu0, cpu1, inTime), w.Answered, late, ms(w.P50), ms(w.P99), ms(critP99),
@@ -398,7 +406,30 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		r.require(name+": RSS ≤ 400 MiB", rss <= 400<<20, "%d MiB", rss>>20)
 		r.require(name+": no call dropped for its deadline while its caller waited", droppedWaiting == 0, "%d", droppedWaiting)
 	}
+	if repeats > 1 {
+		for _, f := range phases {
+			r.metric(fmt.Sprintf("%.1f× over %d repeats", f, repeats), "answers within the deadline, %% of saturation: %s", spread(goodputs[f]))
+		}
+	}
 	return nil
+}
+
+// spread is a sample's median and range, and its values in order of
+// measurement ("median 88 (45–107): 86, 48, …").
+func spread(v []float64) string {
+	if len(v) == 0 {
+		return "none"
+	}
+	sorted := slices.Sorted(slices.Values(v))
+	med := sorted[len(sorted)/2]
+	if len(sorted)%2 == 0 {
+		med = (sorted[len(sorted)/2-1] + med) / 2
+	}
+	each := make([]string, len(v))
+	for i, x := range v {
+		each[i] = fmt.Sprintf("%.0f", x)
+	}
+	return fmt.Sprintf("median %.0f (%.0f–%.0f): %s", med, sorted[0], sorted[len(sorted)-1], strings.Join(each, ", "))
 }
 
 // The open-loop capacity search (capacity): offered rates from

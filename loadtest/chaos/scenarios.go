@@ -34,6 +34,11 @@ type Size struct {
 	// open-loop phases use instead of 64 (Envoy's workers' one each): a
 	// fleet of gateways opens many more.
 	GRPCConns int
+	// OverloadRepeat, when above 1, runs the overload scenarios' 1.3× and
+	// 2× phases that many times in turn against the same limiter and
+	// reports each phase's spread: one phase at 2× moves with the
+	// machine's speed from run to run (docs/chaos.md, 2026-11-30).
+	OverloadRepeat int
 }
 
 // Quick is sized for CI; Full for make chaos.

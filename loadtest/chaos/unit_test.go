@@ -208,3 +208,10 @@ func TestCheckNote(t *testing.T) {
 	none := b(100, 110, 110, 110, 110) // 100 decided, none over 10 ms
 	require.Contains(t, checkNote(from, none), "0.00 % over 10.0 ms, 0.00 % over 25.0 ms, all under 10.0 ms")
 }
+
+func TestSpread(t *testing.T) {
+	require.Equal(t, "none", spread(nil))
+	require.Equal(t, "median 65 (45–107): 86, 48, 45, 107, 65", spread([]float64{86, 48, 45, 107, 65}))
+	require.Equal(t, "median 57 (44–86): 86, 48, 44, 66", spread([]float64{86, 48, 44, 66}), "an even count: the mean of the middle two")
+	require.Equal(t, "median 90 (90–90): 90", spread([]float64{90}))
+}
