@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"os"
@@ -265,6 +266,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		f, rep := phases[i%len(phases)], i/len(phases)+1
 		abuser := newAbuser(fmt.Sprintf("%.1f-%d", f, rep))
 		rate := int(f * satRate)
+		probe := coreProbe(ctx)
 		load := openLoad(rate, abuser)
 		var peakG, peakRunnable, peakWaiting float64
 		gateLimits := map[float64]bool{}
@@ -391,6 +393,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 			rate, conns, overloadDeadline, w.Sent, inTime, goodput, 100*goodput/max(satRate, 1), 100*goodput/max(closedRate, 1), perCoreSecond(cpu0, cpu1, inTime), w.Answered, late, ms(w.P50), ms(w.P99), ms(critP99),
 			pct(shed, w.Answered), pct(failedOpen, inTime), dropped1-dropped0, float64(abuserAllowed)/allowedMax, rss>>20, g, cpu,
 			thr1-thr0, ms(thrWait1-thrWait0), loadAverage(), profNote, invalidNote(genSat))
+		r.metric(name+" core 1", "%s, just before the phase", probe)
 		r.metric(name+" run queue", "%s; runnable goroutines at most %.0f (sampled every 0.5 s); the load generator's own goroutines: %s",
 			schedNote(sched0, sched1), peakRunnable, schedNote(gen0, gen1))
 		if gateNote != "" {
@@ -617,6 +620,30 @@ func startProfiles(ctx context.Context, debugAddr, prefix string, d time.Duratio
 		}
 		return "profiles " + prefix + "-{limiter,generator}.pprof"
 	}
+}
+
+// coreProbe times a fixed piece of work on core 1, the limiter's (the
+// sha256 of 64 MiB, by sha256sum under taskset -c 1): this machine's cores
+// run faster or slower from one minute to the next, and a phase's answers
+// within the deadline move with them.
+func coreProbe(ctx context.Context) string {
+	const size = 64 << 20
+	cmd := exec.CommandContext(ctx, "taskset", "-c", "1", "sha256sum")
+	cmd.Stdin = io.LimitReader(zeros{}, size)
+	start := time.Now()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Sprintf("speed probe failed: %v: %s", err, out)
+	}
+	wall := time.Since(start)
+	return fmt.Sprintf("sha256 of 64 MiB in %s (%s of CPU)", ms(wall), ms(cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime()))
+}
+
+// zeros reads as an endless run of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }
 
 // pin sets the CPU affinity of every thread of pid (taskset -a -p -c cpus).

@@ -215,3 +215,10 @@ func TestSpread(t *testing.T) {
 	require.Equal(t, "median 57 (44–86): 86, 48, 44, 66", spread([]float64{86, 48, 44, 66}), "an even count: the mean of the middle two")
 	require.Equal(t, "median 90 (90–90): 90", spread([]float64{90}))
 }
+
+func TestCoreProbe(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("the probe runs on core 1; this machine has one core")
+	}
+	require.Regexp(t, `^sha256 of 64 MiB in [0-9.]+ ms \([0-9.]+ ms of CPU\)$`, coreProbe(context.Background()))
+}
