@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"io"
 	"maps"
 	"math"
 	"os"
@@ -622,28 +621,15 @@ func startProfiles(ctx context.Context, debugAddr, prefix string, d time.Duratio
 	}
 }
 
-// coreProbe times a fixed piece of work on core 1, the limiter's (the
-// sha256 of 64 MiB, by sha256sum under taskset -c 1): this machine's cores
-// run faster or slower from one minute to the next, and a phase's answers
-// within the deadline move with them.
+// coreProbe is a speed probe of core 1, the limiter's (cputime.Probe):
+// this machine's cores run faster or slower from one minute to the next,
+// and a phase's answers within the deadline move with them.
 func coreProbe(ctx context.Context) string {
-	const size = 64 << 20
-	cmd := exec.CommandContext(ctx, "taskset", "-c", "1", "sha256sum")
-	cmd.Stdin = io.LimitReader(zeros{}, size)
-	start := time.Now()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Sprintf("speed probe failed: %v: %s", err, out)
+	wall, cpu, err := cputime.Probe(ctx, "1")
+	if err != nil {
+		return err.Error()
 	}
-	wall := time.Since(start)
-	return fmt.Sprintf("sha256 of 64 MiB in %s (%s of CPU)", ms(wall), ms(cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime()))
-}
-
-// zeros reads as an endless run of zero bytes.
-type zeros struct{}
-
-func (zeros) Read(p []byte) (int, error) {
-	clear(p)
-	return len(p), nil
+	return fmt.Sprintf("sha256 of 64 MiB in %s (%s of CPU)", ms(wall), ms(cpu))
 }
 
 // pin sets the CPU affinity of every thread of pid (taskset -a -p -c cpus).

@@ -107,6 +107,10 @@ type result struct {
 	// throttled is how many quota periods of the round stopped the service
 	// short (cgroup cpu.stat nr_throttled).
 	throttled int64
+	// probe is the CPU time the speed probe took on the service's cores just
+	// before the round (cputime.Probe; 0: not pinned): the same work takes
+	// more when the core runs slower, and so does every call.
+	probe time.Duration
 }
 
 // quotaMin is the least share of its quota a service under -quota must use
@@ -208,6 +212,14 @@ func measureRounds(ctx context.Context, proto string, targets []target, domain s
 			if err := place.onlyUnderTest(t.pids.service, all); err != nil {
 				return nil, err
 			}
+			var probe time.Duration
+			if place.on {
+				_, cpu, err := cputime.Probe(ctx, cpuList(place.service))
+				if err != nil {
+					return nil, err
+				}
+				probe = cpu
+			}
 			call, closeAll, err := caller(proto, t, domain, g.conns)
 			if err != nil {
 				return nil, err
@@ -231,7 +243,7 @@ func measureRounds(ctx context.Context, proto string, targets []target, domain s
 				}
 				res.quota = g.quota
 			}
-			res.round = r + 1
+			res.round, res.probe = r+1, probe
 			if stopProf != nil {
 				if err := stopProf(); err != nil {
 					return nil, err
@@ -265,9 +277,10 @@ func rateString(res result) string {
 	return s
 }
 
-// roundMarks is what a round's line says after its figures: the service's
-// share of its cores, the harness's or the generator cores' busy share,
-// INVALID, and BEHIND when an open-loop round fell behind its schedule.
+// roundMarks is what a round's line says after its figures: the speed
+// probe, the service's share of its cores, the harness's or the generator
+// cores' busy share, INVALID, and BEHIND when an open-loop round fell
+// behind its schedule.
 func roundMarks(res result, place placement) string {
 	mark := ""
 	switch {
@@ -295,6 +308,9 @@ func roundMarks(res result, place placement) string {
 	}
 	if res.behind() {
 		mark += fmt.Sprintf("  BEHIND the schedule: achieved %.1f %% of the offered calls/s, median call %s after its due time", 100*res.achieved()/res.offered, q(res.lat, 0.5))
+	}
+	if res.probe > 0 {
+		mark += fmt.Sprintf("  speed probe before it %.0f ms CPU", float64(res.probe.Microseconds())/1000)
 	}
 	return mark
 }

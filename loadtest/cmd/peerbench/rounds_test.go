@@ -72,3 +72,12 @@ func TestShortOfItsQuota(t *testing.T) {
 	require.False(t, r.short())
 	require.NotContains(t, roundMarks(r, placement{}), "quota")
 }
+
+// TestRoundMarksTheProbe: a pinned round's line says what the speed probe
+// took just before it; a round without one says nothing of it.
+func TestRoundMarksTheProbe(t *testing.T) {
+	r := result{name: "floodgate", calls: 1000, duration: 10 * time.Second, probe: 212400 * time.Microsecond}
+	require.Contains(t, roundMarks(r, placement{}), "speed probe before it 212 ms CPU")
+	r.probe = 0
+	require.NotContains(t, roundMarks(r, placement{}), "probe")
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -131,4 +132,32 @@ func Profile(ctx context.Context, url, path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// ProbeBytes is how much Probe hashes.
+const ProbeBytes = 64 << 20
+
+// Probe times a fixed piece of work on the given cores (a taskset list,
+// "1"): the sha256 of ProbeBytes zeros by sha256sum under taskset. It
+// returns the wall time and the CPU time the work took. On a shared or
+// virtual machine the same work takes more CPU time when the core runs
+// slower (a busy SMT sibling, a host under load): on this one it took
+// 203–321 ms within minutes (docs/chaos.md, 2026-11-30), and load tests'
+// figures moved with it.
+func Probe(ctx context.Context, cpus string) (wall, cpu time.Duration, err error) {
+	cmd := exec.CommandContext(ctx, "taskset", "-c", cpus, "sha256sum")
+	cmd.Stdin = io.LimitReader(zeros{}, ProbeBytes)
+	start := time.Now()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return 0, 0, fmt.Errorf("speed probe (taskset -c %s sha256sum): %w: %s", cpus, err, out)
+	}
+	return time.Since(start), cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), nil
+}
+
+// zeros reads as an endless run of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }

@@ -1,11 +1,13 @@
 package cputime
 
 import (
+	"context"
 	"os"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
 
@@ -86,4 +88,15 @@ func TestCoreBusyShowsAPinnedSpin(t *testing.T) {
 			t.Fatalf("cpu %d busy share %.2f, want 0..1", i, v)
 		}
 	}
+}
+
+// Probe's work takes CPU time on the core it names, and a core list
+// taskset refuses is an error, not a zero.
+func TestProbe(t *testing.T) {
+	wall, cpu, err := Probe(context.Background(), "0")
+	require.NoError(t, err)
+	require.Greater(t, cpu, 10*time.Millisecond, "hashing 64 MiB takes CPU")
+	require.GreaterOrEqual(t, wall, cpu/2)
+	_, _, err = Probe(context.Background(), "4096")
+	require.Error(t, err)
 }
