@@ -6,7 +6,6 @@ import (
 	"maps"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/metrics"
@@ -179,19 +178,20 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 	// work on that core runs in what they leave: FavourCPU).
 	type cpuAt struct {
 		at, lim, gen, harness time.Duration
-		cores                 []time.Duration
+		busy, total           []int64 // per core (cputime.CoreTimes)
 	}
 	start := time.Now()
 	cpuNow := func() cpuAt {
 		gen := cputime.Self()
-		return cpuAt{time.Since(start), cputime.Of(lim.Pid()), gen, gen + cputime.Of(rd.proc.Pid()) + cputime.Of(b.proc.Pid()), coreBusy()}
+		busy, total := cputime.CoreTimes()
+		return cpuAt{time.Since(start), cputime.Of(lim.Pid()), gen, gen + cputime.Of(rd.proc.Pid()) + cputime.Of(b.proc.Pid()), busy, total}
 	}
 	cpuPerCheck := func(from, to cpuAt, answered int) (string, bool) {
 		n := float64(max(answered, 1))
 		wall := (to.at - from.at).Seconds()
 		var busy []string
-		for i := range min(len(from.cores), len(to.cores)) {
-			busy = append(busy, fmt.Sprintf("core %d %.0f %%", i, 100*(to.cores[i]-from.cores[i]).Seconds()/wall))
+		for i, share := range cputime.CoreBusy(from.busy, from.total, to.busy, to.total) {
+			busy = append(busy, fmt.Sprintf("core %d %.0f %%", i, 100*share))
 		}
 		harness := (to.harness - from.harness).Seconds() / wall
 		return fmt.Sprintf("CPU per answered check: limiter %.0f µs, load generator %.0f µs; limiter %.0f %% of a core, load generator %.0f %% (with Redis and the broker %.0f %%); %s busy",
@@ -619,63 +619,6 @@ func startProfiles(ctx context.Context, debugAddr, prefix string, d time.Duratio
 		}
 		return "profiles " + prefix + "-{limiter,generator}.pprof"
 	}
-}
-
-// coreProbe is a speed probe of core 1, the limiter's (cputime.Probe):
-// this machine's cores run faster or slower from one minute to the next,
-// and a phase's answers within the deadline move with them.
-func coreProbe(ctx context.Context) string {
-	wall, cpu, err := cputime.Probe(ctx, "1")
-	if err != nil {
-		return err.Error()
-	}
-	return fmt.Sprintf("sha256 of 64 MiB in %s (%s of CPU)", ms(wall), ms(cpu))
-}
-
-// pin sets the CPU affinity of every thread of pid (taskset -a -p -c cpus).
-func pin(pid int, cpus string) error {
-	if out, err := exec.Command("taskset", "-a", "-p", "-c", cpus, strconv.Itoa(pid)).CombinedOutput(); err != nil {
-		return fmt.Errorf("taskset -c %s %d: %w: %s", cpus, pid, err, out)
-	}
-	return nil
-}
-
-// coreBusy is each core's busy time so far (/proc/stat: all but idle and
-// iowait); nil when it cannot be read.
-func coreBusy() []time.Duration {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return nil
-	}
-	var out []time.Duration
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 6 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
-			continue
-		}
-		var busy int64
-		for i, v := range f[1:] {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			if i != 3 && i != 4 { // idle, iowait
-				busy += n
-			}
-		}
-		out = append(out, time.Duration(busy)*time.Second/100) // USER_HZ
-	}
-	return out
-}
-
-// loadAverage is the 1-, 5- and 15-minute load average.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 func invalidNote(genSaturated bool) string {
