@@ -47,7 +47,14 @@ func check(t *testing.T, conn *grpc.ClientConn) {
 // on every connection it opens; callers beside it are served throughout.
 func TestGuardAnswersRapidResetWithGoaway(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	addr := serve(t, reg, h2guard.Config{Cooldown: time.Second, Tarpit: 10 * time.Millisecond})
+	// The budget alone is under test: no reset is old enough to be a caller
+	// that stopped waiting (MinLifetime), and the bucket barely refills. With
+	// the defaults, a loaded machine (CI) read a flood's HEADERS and its RST
+	// more than 10 ms apart, so resets spent no budget, and the one closed
+	// connection had read 402 of them.
+	const burst = 200
+	addr := serve(t, reg, h2guard.Config{Cooldown: time.Second, Tarpit: 10 * time.Millisecond,
+		ResetBurst: burst, ResetRate: 1, MinLifetime: time.Hour})
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
@@ -69,7 +76,7 @@ func TestGuardAnswersRapidResetWithGoaway(t *testing.T) {
 	// server stops reading a connection once its budget (200) is spent.
 	resets := promtest.Counter(t, reg, "test_grpc_stream_resets_total")
 	t.Logf("resets read by the server: %.0f on %.0f closed connections", resets, goaways)
-	require.Less(t, resets/goaways, 400.0, "each connection is closed just past its budget")
+	require.Less(t, resets/goaways, burst*1.25, "each connection is closed just past its budget")
 	check(t, conn) // the well-behaved connection was never touched
 	require.Positive(t, promtest.Counter(t, reg, "test_grpc_abuse_refused_connections_total"),
 		"the flood's reconnections were closed at accept while its address cooled down")
