@@ -117,11 +117,15 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 		return finish(r, rs.NearLimit), nil
 	}
 	calls, raw, errs := sc.calls[:len(groups)], sc.raw[:len(groups)], sc.errs[:len(groups)]
-	remote, admitted := e.admit(groups, calls, req.Deadline)
+	remote, admitted, canceled := e.admit(ctx.Done(), groups, calls, req.Deadline)
 	if admitted.IsZero() { // no clock read of admit's to go by
 		admitted = time.Now()
 	}
 	switch {
+	case canceled: // the caller went away while it waited for a permit
+		for i := range errs {
+			errs[i] = context.Canceled
+		}
 	case !req.Deadline.IsZero() && !admitted.Before(req.Deadline): // it waited for a permit past the caller's deadline
 		for i := range errs {
 			errs[i] = ErrPastDeadline
@@ -134,6 +138,9 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 			return Result{}, ErrPastDeadline
 		}
 		return Result{}, fmt.Errorf("check %s: %w", req.Principal.Key(), err)
+	}
+	if canceled { // no group was admitted: nothing was settled to say so
+		return Result{}, fmt.Errorf("check %s: %w", req.Principal.Key(), context.Canceled)
 	}
 	outs := sc.outs[:len(groups)]
 	res, err := e.apply(groups, calls, raw, outs, cost, plan, req.At)
@@ -178,10 +185,12 @@ type checkScratch struct {
 // admit admits each group to its shard — once per shard when both groups
 // share one: the breaker first (a failing shard costs nothing), then the
 // shard's adaptive concurrency limit, waiting for a permit in its queue at
-// most until deadline (zero: none) — into calls, one per group. remote
-// counts the groups Redis will be asked about; at is when the last of them
-// was admitted (zero: none was).
-func (e *Engine) admit(groups []*group, calls []shardCall, deadline time.Time) (remote int, at time.Time) {
+// most until deadline (zero: none) and while its caller waits (gone: the
+// caller's ctx.Done()) — into calls, one per group. remote counts the groups
+// Redis will be asked about; at is when the last of them was admitted (zero:
+// none was); canceled, whether the caller went away while a permit was
+// awaited.
+func (e *Engine) admit(gone <-chan struct{}, groups []*group, calls []shardCall, deadline time.Time) (remote int, at time.Time, canceled bool) {
 	for i, g := range groups {
 		c := &calls[i]
 		c.sh = e.shards.of(g.penaltyKey)
@@ -197,11 +206,15 @@ func (e *Engine) admit(groups []*group, calls []shardCall, deadline time.Time) (
 			c.local = localOutage
 			continue
 		}
-		switch c.sh.adm.AcquireWait(deadline) {
+		switch c.sh.adm.AcquireWait(gone, deadline) {
 		case admission.Admitted:
 		case admission.PastDeadline:
 			done(ErrPastDeadline)
 			c.local = localShed // never answered: check ends with ErrPastDeadline
+			continue
+		case admission.Canceled:
+			done(context.Canceled)
+			c.local, canceled = localShed, true // never answered: check ends with context.Canceled
 			continue
 		default:
 			done(errOverloaded)
@@ -212,7 +225,7 @@ func (e *Engine) admit(groups []*group, calls []shardCall, deadline time.Time) (
 		c.done, c.start = done, at
 		remote++
 	}
-	return remote, at
+	return remote, at, canceled
 }
 
 // settle tells each shard's breaker and admission limit its outcome, once

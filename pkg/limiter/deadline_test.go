@@ -111,3 +111,36 @@ func TestStandingQueueAnswersNewestFirst(t *testing.T) {
 	require.Equal(t, 2, byIndex[0].res.Remaining, "the oldest last")
 	require.False(t, byIndex[0].res.Degraded)
 }
+
+// TestCanceledWhileWaitingForAPermitCostsNothing: a check whose caller goes
+// away (its context cancelled, as when Envoy resets the call) while it waits
+// for a shard's permit leaves the queue at once with context.Canceled, and
+// Redis counts nothing of it.
+func TestCanceledWhileWaitingForAPermitCostsNothing(t *testing.T) {
+	rdb := redistest.Client(t)
+	adm := admission.DefaultConfig()
+	adm.Initial, adm.Min, adm.Max = 1, 1, 1
+	adm.Queue.MaxWait = time.Hour // only the cancellation can end the wait
+	e := newTestEngine(t, rdb, oneBucket, func(c *EngineConfig) { c.admission = &adm })
+	lim := e.shards.single.adm
+	require.True(t, lim.Acquire()) // the one permit, held by the test
+
+	p := events.Principal{Kind: events.PrincipalUser, ID: redistest.Unique(t, "gone")}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := e.Check(ctx, Request{Principal: p, Method: "GET", Route: "/x", Cost: 1})
+		errc <- err
+	}()
+	require.Eventually(t, func() bool { return lim.Waiting() == 1 }, 10*time.Second, time.Millisecond)
+	cancel()
+	select {
+	case err := <-errc:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancelled check still waits for a permit")
+	}
+	require.Zero(t, lim.Waiting())
+	lim.Release(time.Now())
+	require.Equal(t, 4, remaining(t, e, p), "never sent: Redis counted nothing")
+}

@@ -116,8 +116,9 @@ func (l *ConcurrencyLimit) Take() {
 
 // AcquireWait takes a permit, waiting for one in the queue (adaptive LIFO
 // with CoDel, QueueConfig) when the limit is reached, at most until deadline
-// (zero: none). Without a queue it is Acquire: Admitted or Dropped.
-func (l *ConcurrencyLimit) AcquireWait(deadline time.Time) Outcome {
+// (zero: none) and while done (the caller's ctx.Done(); nil: never) is
+// open. Without a queue it is Acquire: Admitted or Dropped.
+func (l *ConcurrencyLimit) AcquireWait(done <-chan struct{}, deadline time.Time) Outcome {
 	if l.Acquire() {
 		return Admitted
 	}
@@ -144,11 +145,15 @@ func (l *ConcurrencyLimit) AcquireWait(deadline time.Time) Outcome {
 	d := l.queue.wait(w, now)
 	l.qmu.Unlock()
 	t := time.NewTimer(d)
+	left := Dropped
 	select {
 	case o := <-w.ch:
 		t.Stop()
 		return o
 	case <-t.C:
+	case <-done:
+		t.Stop()
+		left = Canceled
 	}
 	l.qmu.Lock()
 	now = l.now()
@@ -158,7 +163,7 @@ func (l *ConcurrencyLimit) AcquireWait(deadline time.Time) Outcome {
 		if pastDeadline(w, now) {
 			return PastDeadline
 		}
-		return Dropped
+		return left
 	}
 	l.qmu.Unlock()
 	return <-w.ch // handed a permit, or dropped, as the timer fired

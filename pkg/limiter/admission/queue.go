@@ -15,6 +15,10 @@ const (
 	// PastDeadline: the caller's deadline passed while the check waited;
 	// nothing more is spent on it.
 	PastDeadline
+	// Canceled: the caller went away (its context was cancelled — Envoy
+	// resets a call it stopped waiting for) while the check waited; nothing
+	// more is spent on it.
+	Canceled
 )
 
 func (o Outcome) String() string {
@@ -25,6 +29,8 @@ func (o Outcome) String() string {
 		return "dropped"
 	case PastDeadline:
 		return "past_deadline"
+	case Canceled:
+		return "canceled"
 	}
 	return "outcome(?)"
 }

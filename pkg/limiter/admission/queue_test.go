@@ -159,7 +159,7 @@ func TestAcquireWaitHandsPermitsOn(t *testing.T) {
 	got := make(chan int, 3)
 	for i := range 3 {
 		go func() {
-			require.Equal(t, Admitted, l.AcquireWait(time.Time{}))
+			require.Equal(t, Admitted, l.AcquireWait(nil, time.Time{}))
 			got <- i
 		}()
 		require.Eventually(t, func() bool { return l.Waiting() == int64(i+1) }, 10*time.Second, time.Millisecond)
@@ -183,13 +183,13 @@ func TestAcquireWaitPastDeadline(t *testing.T) {
 	cfg.Initial, cfg.Min = 1, 1
 	l := NewConcurrencyLimit(cfg, nil)
 	require.True(t, l.Acquire())
-	require.Equal(t, PastDeadline, l.AcquireWait(time.Now().Add(-time.Millisecond)))
+	require.Equal(t, PastDeadline, l.AcquireWait(nil, time.Now().Add(-time.Millisecond)))
 	require.Zero(t, l.Waiting())
 
 	cfg.Queue = QueueConfig{}
 	l = NewConcurrencyLimit(cfg, nil)
 	require.True(t, l.Acquire())
-	require.Equal(t, Dropped, l.AcquireWait(time.Time{}))
+	require.Equal(t, Dropped, l.AcquireWait(nil, time.Time{}))
 	require.Equal(t, int64(1), l.inflight.Load())
 }
 
@@ -205,7 +205,7 @@ func TestAcquireWaitNeverOverAdmits(t *testing.T) {
 	for range 32 {
 		wg.Go(func() {
 			for range 300 {
-				if l.AcquireWait(time.Time{}) != Admitted {
+				if l.AcquireWait(nil, time.Time{}) != Admitted {
 					continue
 				}
 				if h := held.Add(1); h > peak.Load() {
@@ -221,4 +221,33 @@ func TestAcquireWaitNeverOverAdmits(t *testing.T) {
 	require.LessOrEqual(t, peak.Load(), int64(4))
 	require.Zero(t, l.inflight.Load())
 	require.Zero(t, l.Waiting())
+}
+
+// TestAcquireWaitCanceled: a waiter whose caller goes away leaves the queue
+// at once (Canceled), takes no permit, and the next release goes to the
+// waiter behind it.
+func TestAcquireWaitCanceled(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Initial, cfg.Min = 1, 1
+	cfg.Queue.MaxWait = time.Hour // only the cancellation or a release ends a wait
+	l := NewConcurrencyLimit(cfg, nil)
+	require.True(t, l.Acquire())
+
+	gone := make(chan struct{})
+	first := make(chan Outcome, 1)
+	go func() { first <- l.AcquireWait(gone, time.Time{}) }()
+	require.Eventually(t, func() bool { return l.Waiting() == 1 }, 10*time.Second, time.Millisecond)
+	second := make(chan Outcome, 1)
+	go func() { second <- l.AcquireWait(nil, time.Time{}) }()
+	require.Eventually(t, func() bool { return l.Waiting() == 2 }, 10*time.Second, time.Millisecond)
+
+	close(gone)
+	require.Equal(t, Canceled, <-first)
+	require.Equal(t, int64(1), l.Waiting())
+	require.Equal(t, int64(1), l.inflight.Load(), "the cancelled waiter took no permit")
+	l.Release(time.Now())
+	require.Equal(t, Admitted, <-second, "the permit went to the waiter that stayed")
+	l.Release(time.Now())
+	require.Zero(t, l.inflight.Load())
+	require.Equal(t, "canceled", Canceled.String())
 }

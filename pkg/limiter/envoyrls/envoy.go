@@ -175,7 +175,7 @@ var _ rlsv3.RateLimitServiceServer = (*EnvoyRLS)(nil)
 func NewEnvoyRLS(s *server.Server) *EnvoyRLS {
 	e := &EnvoyRLS{s: s, requests: promauto.With(s.Registry()).NewCounterVec(prometheus.CounterOpts{
 		Name: "floodgate_limiter_envoy_requests_total",
-		Help: "Envoy ShouldRateLimit calls by result (ok, over_limit, invalid, unavailable: Redis failed and a counted limit has no fail policy; past_deadline: the caller's deadline passed before it was decided; overloaded: dropped by the entry gate).",
+		Help: "Envoy ShouldRateLimit calls by result (ok, over_limit, invalid, unavailable: Redis failed and a counted limit has no fail policy; past_deadline: the caller's deadline passed before it was decided; overloaded: dropped by the entry gate; canceled: the caller went away while the call waited at the entry gate).",
 	}, []string{"result"}), descriptors: newEnvoyDescriptorMetrics(s.Registry()),
 		unnamed: promauto.With(s.Registry()).NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_limiter_envoy_unattributed_total",
@@ -233,7 +233,7 @@ func (e *EnvoyRLS) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReque
 	}
 	if e.gate != nil {
 		md, _ := metadata.FromIncomingContext(ctx)
-		start, err := e.gate.enter(deadline, criticalMetadata(md) || critical(in.GetDescriptors()))
+		start, err := e.gate.enter(ctx.Done(), deadline, criticalMetadata(md) || critical(in.GetDescriptors()))
 		if err != nil {
 			e.requests.WithLabelValues(gateResult(err)).Inc()
 			return nil, err

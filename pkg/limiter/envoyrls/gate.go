@@ -72,7 +72,7 @@ func newGate(cfg admission.Config, reg prometheus.Registerer) *gate {
 		Help: "ShouldRateLimit calls the entry gate lets be decided at once (adaptive; CRITICAL calls pass it regardless)."})
 	g := &gate{lim: admission.NewConcurrencyLimit(cfg, func(v int64) { limit.Set(float64(v)) }),
 		left: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_grpc_gate_left_total",
-			Help: "ShouldRateLimit calls the entry gate did not let through, by outcome (refused: at the door, before the call was read, while a full round waited; dropped: queued too long; both answered UNAVAILABLE; past_deadline: the deadline passed in the queue)."},
+			Help: "ShouldRateLimit calls the entry gate did not let through, by outcome (refused: at the door, before the call was read, while a full round waited; dropped: queued too long; both answered UNAVAILABLE; past_deadline: the deadline passed in the queue; canceled: the caller went away while queued)."},
 			[]string{"outcome"})}
 	g.refused = g.left.WithLabelValues("refused")
 	if reg != nil {
@@ -88,17 +88,20 @@ func newGate(cfg admission.Config, reg prometheus.Registerer) *gate {
 // queue stands, twice its CoDel target) is answered UNAVAILABLE at once, as
 // Envoy's adaptive concurrency answers 503: its caller applies its failure
 // mode now rather than at its timeout, and nothing more is spent on it.
-func (g *gate) enter(deadline time.Time, critical bool) (time.Time, error) {
+func (g *gate) enter(done <-chan struct{}, deadline time.Time, critical bool) (time.Time, error) {
 	if critical {
 		g.lim.Take()
 		return time.Now(), nil
 	}
-	switch g.lim.AcquireWait(deadline) {
+	switch g.lim.AcquireWait(done, deadline) {
 	case admission.Admitted:
 		return time.Now(), nil
 	case admission.PastDeadline:
 		g.left.WithLabelValues("past_deadline").Inc()
 		return time.Time{}, status.Error(codes.DeadlineExceeded, server.DeadlineReason)
+	case admission.Canceled:
+		g.left.WithLabelValues("canceled").Inc()
+		return time.Time{}, errCanceled
 	}
 	g.left.WithLabelValues("dropped").Inc()
 	return time.Time{}, errRefused
@@ -131,6 +134,10 @@ func (g *gate) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 // errRefused is the door's answer, made once.
 var errRefused = status.Error(codes.Unavailable, Overloaded)
 
+// errCanceled ends a call whose caller went away while it waited at the
+// gate; no one reads the answer.
+var errCanceled = status.Error(codes.Canceled, "canceled: the caller went away while the call waited at the entry gate")
+
 // exit lets the next call through.
 func (g *gate) exit(start time.Time) { g.lim.Release(start) }
 
@@ -162,8 +169,11 @@ func critical(descs []*rlcommon.RateLimitDescriptor) bool {
 
 // gateResult is the requests result of a call the gate did not let through.
 func gateResult(err error) string {
-	if status.Code(err) == codes.DeadlineExceeded {
+	switch status.Code(err) {
+	case codes.DeadlineExceeded:
 		return "past_deadline"
+	case codes.Canceled:
+		return "canceled"
 	}
 	return "overloaded"
 }

@@ -34,7 +34,7 @@ func oneAtATime() admission.Config {
 func queued(t *testing.T, g *gate) <-chan error {
 	out := make(chan error, 1)
 	go func() {
-		start, err := g.enter(time.Now().Add(time.Second), false)
+		start, err := g.enter(nil, time.Now().Add(time.Second), false)
 		if err == nil {
 			g.exit(start)
 		}
@@ -47,14 +47,15 @@ func queued(t *testing.T, g *gate) <-chan error {
 // TestGateAnswersWhatItCannotServe: past the gate's limit a call waits its
 // turn and is handed the permit a call gives back; one that does not get it
 // in time is answered UNAVAILABLE, one whose deadline passes in the queue
-// DEADLINE_EXCEEDED; a CRITICAL call is never queued.
+// DEADLINE_EXCEEDED, one whose caller goes away there CANCELED at once; a
+// CRITICAL call is never queued.
 func TestGateAnswersWhatItCannotServe(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	g := newGate(oneAtATime(), reg)
-	first, err := g.enter(time.Time{}, false)
+	first, err := g.enter(nil, time.Time{}, false)
 	require.NoError(t, err)
 
-	crit, err := g.enter(time.Time{}, true)
+	crit, err := g.enter(nil, time.Time{}, true)
 	require.NoError(t, err, "CRITICAL passes a full gate")
 	g.exit(crit)
 
@@ -62,21 +63,34 @@ func TestGateAnswersWhatItCannotServe(t *testing.T) {
 	g.exit(first)
 	require.NoError(t, <-admitted, "the waiter got the permit the first call gave back")
 
-	held, err := g.enter(time.Time{}, false)
+	held, err := g.enter(nil, time.Time{}, false)
 	require.NoError(t, err)
 	began := time.Now()
-	_, err = g.enter(time.Now().Add(10*time.Second), false)
+	_, err = g.enter(nil, time.Now().Add(10*time.Second), false)
 	require.Equal(t, codes.Unavailable, status.Code(err), "waited its 20 ms")
 	require.Equal(t, Overloaded, status.Convert(err).Message())
 	require.GreaterOrEqual(t, time.Since(began), 20*time.Millisecond)
 	require.Equal(t, "overloaded", gateResult(err))
 	require.Equal(t, 1.0, promtest.Value(t, reg, "floodgate_limiter_grpc_gate_left_total", map[string]string{"outcome": "dropped"}))
 
-	_, err = g.enter(time.Now().Add(5*time.Millisecond), false)
+	_, err = g.enter(nil, time.Now().Add(5*time.Millisecond), false)
 	require.Equal(t, codes.DeadlineExceeded, status.Code(err), "its deadline passed in the queue")
 	require.Equal(t, server.DeadlineReason, status.Convert(err).Message())
 	require.Equal(t, "past_deadline", gateResult(err))
 	require.Equal(t, 1.0, promtest.Value(t, reg, "floodgate_limiter_grpc_gate_left_total", map[string]string{"outcome": "past_deadline"}))
+
+	gone := make(chan struct{})
+	left := make(chan error, 1)
+	go func() {
+		_, err := g.enter(gone, time.Now().Add(10*time.Second), false)
+		left <- err
+	}()
+	require.Eventually(t, func() bool { return g.lim.Waiting() == 1 }, time.Second, time.Millisecond)
+	close(gone) // the caller resets the call while it waits
+	err = <-left
+	require.Equal(t, codes.Canceled, status.Code(err), "its caller went away in the queue")
+	require.Equal(t, "canceled", gateResult(err))
+	require.Equal(t, 1.0, promtest.Value(t, reg, "floodgate_limiter_grpc_gate_left_total", map[string]string{"outcome": "canceled"}))
 	g.exit(held)
 }
 
@@ -86,7 +100,7 @@ func TestGateAnswersWhatItCannotServe(t *testing.T) {
 func TestShouldRateLimitPassesTheGate(t *testing.T) {
 	rls, pub, reg := fiveABot(t)
 	rls.gate = newGate(oneAtATime(), reg)
-	held, err := rls.gate.enter(time.Time{}, false)
+	held, err := rls.gate.enter(nil, time.Time{}, false)
 	require.NoError(t, err)
 
 	id := redistest.Unique(t, "gated_bot")
@@ -120,7 +134,7 @@ func TestGateDoorRefusesWhileARoundWaits(t *testing.T) {
 	_, err := g.tap(context.Background(), rls)
 	require.NoError(t, err, "nobody waits")
 
-	held, err := g.enter(time.Time{}, false)
+	held, err := g.enter(nil, time.Time{}, false)
 	require.NoError(t, err)
 	_, err = g.tap(context.Background(), rls)
 	require.NoError(t, err, "the limit is reached but nobody waits yet")
