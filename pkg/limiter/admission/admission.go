@@ -157,7 +157,7 @@ func (l *ConcurrencyLimit) AcquireWait(done <-chan struct{}, deadline time.Time)
 	}
 	l.qmu.Lock()
 	now = l.now()
-	if l.queue.remove(w, now) {
+	if l.queue.remove(w, now, left == Canceled) {
 		l.waiting.Add(-1)
 		l.qmu.Unlock()
 		if pastDeadline(w, now) {

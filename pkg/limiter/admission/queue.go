@@ -165,15 +165,22 @@ pick:
 	return nil
 }
 
-// remove takes w out of the queue (its wait ran out); false when it was no
-// longer there (handed a permit or dropped meanwhile).
-func (c *lifoCoDel) remove(w *waiter, now time.Time) bool {
+// remove takes w out of the queue — its wait ran out, or (canceled) its
+// caller went away; false when it was no longer there (handed a permit or
+// dropped meanwhile). A wait that ran out is a wait the queue imposed and
+// counts toward its standing; a caller that left may have been read late and
+// waited here only a moment, which says nothing about the queue's delay
+// (it would pull the interval's shortest wait down and keep a standing
+// queue first-in-first-out).
+func (c *lifoCoDel) remove(w *waiter, now time.Time, canceled bool) bool {
 	for i, x := range c.q {
 		if x == w {
 			copy(c.q[i:], c.q[i+1:])
 			c.q[len(c.q)-1] = nil
 			c.q = c.q[:len(c.q)-1]
-			c.observe(now, now.Sub(w.enq))
+			if !canceled {
+				c.observe(now, now.Sub(w.enq))
+			}
 			return true
 		}
 	}

@@ -127,6 +127,28 @@ func TestQueueDropsPastDeadline(t *testing.T) {
 	}
 }
 
+// TestQueueStandsThroughCancellations: a caller that leaves a standing
+// queue after a moment (read late, it gave up soon after) does not count as
+// a short wait: the waits served still decide, and the queue keeps standing.
+// Counted, its 1 ms would be the interval's shortest and the queue would go
+// back to first-in-first-out under load.
+func TestQueueStandsThroughCancellations(t *testing.T) {
+	f := newFakeQueue()
+	cfg := f.c.cfg
+	f.c.standing, f.c.seen, f.c.intervalEnd = true, false, f.now.Add(cfg.Interval)
+	waiting := &waiter{enq: f.now} // a waiter already queued, never observed as empty
+	f.c.q = append(f.c.q, waiting)
+	f.advance(time.Millisecond)
+	gone := f.push(0)
+	f.advance(time.Millisecond)
+	require.True(t, f.c.remove(gone, f.now, true), "its caller went away")
+	f.advance(cfg.Target)
+	require.Same(t, waiting, f.next(), "served after Target + 2 ms")
+	f.advance(cfg.Interval)
+	f.next() // the interval closes
+	require.True(t, f.c.Standing(), "the shortest wait served exceeded Target")
+}
+
 // TestQueueIsBounded: a full queue refuses; a waiter's wait is bounded by
 // MaxWait and by its deadline.
 func TestQueueIsBounded(t *testing.T) {
@@ -140,8 +162,8 @@ func TestQueueIsBounded(t *testing.T) {
 	require.Equal(t, f.c.cfg.MaxWait, f.c.wait(f.c.q[0], f.now))
 	f.advance(time.Hour)
 	require.Zero(t, f.c.wait(w, f.now))
-	require.True(t, f.c.remove(w, f.now))
-	require.False(t, f.c.remove(w, f.now), "already gone")
+	require.True(t, f.c.remove(w, f.now, false))
+	require.False(t, f.c.remove(w, f.now, false), "already gone")
 }
 
 // TestAcquireWaitHandsPermitsOn: at its limit a ConcurrencyLimit queues
