@@ -23,8 +23,14 @@ import (
 // MaxGRPCStreams is the most concurrent streams one gRPC connection may hold.
 const MaxGRPCStreams = 1000
 
-// grpcStreamWorkers is how many goroutines serve gRPC streams for good.
-const grpcStreamWorkers = 128
+// grpcStreamWorkers is how many goroutines serve gRPC streams for good. A
+// call beyond them runs on a new goroutine whose stack grows on the way in
+// (runtime.newstack): at 256 calls in flight, 128 workers left 4 % of the
+// limiter's CPU to that, 256 left 0.75 % (docs/benchmarks.md). Each worker
+// keeps a stack of a few KiB. grpcfast keeps its own default (128): past
+// its workers a call starts a spare worker that stays for further calls,
+// not a goroutine of its own.
+const grpcStreamWorkers = 256
 
 // grpcWindow is the static HTTP/2 flow-control window, per stream and per
 // connection.

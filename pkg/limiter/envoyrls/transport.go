@@ -105,7 +105,6 @@ func NewFastServer(s *server.Server, opts ...GRPCOption) (*grpcfast.Server, *hea
 		// answer within 20 s.
 		KeepaliveTime: 2 * time.Hour, KeepaliveTimeout: 20 * time.Second,
 		PingMinTime: 5 * time.Second,
-		Workers:     grpcStreamWorkers,
 		Codec:       rlscodec.Bytes{}, // as NewGRPCServer's
 		// The guard admits (or tarpits) the connection and reads its
 		// frames for resets past the budget.
