@@ -63,6 +63,13 @@ type Load struct {
 	// worker.
 	GRPCAddr string
 	Conns    int
+	// CriticalCluster, over gRPC, sends the critical checks over Conns
+	// connections of their own, each with envoyrls.MetadataPriority: as a
+	// gateway sends its CRITICAL routes' calls, through a rate-limit cluster
+	// of their own whose every call carries that metadata (each of its
+	// workers with a connection to each cluster). False: every call shares
+	// the Conns connections, the critical ones marked one by one.
+	CriticalCluster bool
 
 	mu      sync.Mutex
 	results []Check

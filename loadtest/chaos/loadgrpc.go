@@ -38,19 +38,29 @@ func (l *Load) grpcSenders() (func(w int) (sender, func()), func(), error) {
 	dial := func() (*envoyclient.Wire[*grpcCaller], error) {
 		return envoyclient.DialWire(l.GRPCAddr, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, (*grpcCaller).answered)
 	}
-	conns := make([]*wireSlot, 0, n)
+	var conns, critConns []*wireSlot
 	closeAll := func() {
-		for _, c := range conns {
+		for _, c := range append(conns, critConns...) {
 			_ = c.get().Close()
 		}
 	}
-	for range n {
-		c, err := dial()
-		if err != nil {
-			closeAll()
-			return nil, nil, err
+	dialAll := func(into *[]*wireSlot) error {
+		for range n {
+			c, err := dial()
+			if err != nil {
+				return err
+			}
+			*into = append(*into, &wireSlot{w: c})
 		}
-		conns = append(conns, &wireSlot{w: c})
+		return nil
+	}
+	err := dialAll(&conns)
+	if err == nil && l.CriticalCluster {
+		err = dialAll(&critConns)
+	}
+	if err != nil {
+		closeAll()
+		return nil, nil, err
 	}
 	var reqs sync.Map // bodyKey → []byte: encoded once, only read after
 	request := func(p events.Principal, route, priority string) []byte {
@@ -84,15 +94,19 @@ func (l *Load) grpcSenders() (func(w int) (sender, func()), func(), error) {
 	// (envoyrls.MetadataPriority).
 	critical := []hpack.HeaderField{{Name: envoyrls.MetadataPriority, Value: string(events.PriorityCritical)}}
 	return func(w int) (sender, func()) {
-		slot := conns[w%len(conns)]
+		slot, critSlot := conns[w%len(conns)], slotOf(critConns, w)
 		g := &grpcCaller{answer: make(chan Check, 1)}
 		timer := time.NewTimer(time.Hour)
 		timer.Stop()
 		return func(p events.Principal, route, priority string) Check {
 			g.check = Check{Start: time.Now(), Principal: p, Priority: priority}
 			var md []hpack.HeaderField
+			slot := slot
 			if priority == string(events.PriorityCritical) {
 				md = critical
+				if critSlot != nil {
+					slot = critSlot
+				}
 			}
 			conn := slot.get()
 			id, err := conn.Call(g, timeout, md, request(p, route, priority))
@@ -121,6 +135,14 @@ func (l *Load) grpcSenders() (func(w int) (sender, func()), func(), error) {
 			}
 		}, func() {}
 	}, closeAll, nil
+}
+
+// slotOf is worker w's slot of slots, nil when there are none.
+func slotOf(slots []*wireSlot, w int) *wireSlot {
+	if len(slots) == 0 {
+		return nil
+	}
+	return slots[w%len(slots)]
 }
 
 // wireSlot is a connection the workers w, w+n, … share, dialled again when

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
@@ -29,7 +31,8 @@ type rlsByID struct {
 	mu        sync.Mutex
 	deadlines []time.Duration
 	entries   map[string]string
-	priority  []string // the last call's envoyrls.MetadataPriority
+	priority  []string                  // the last call's envoyrls.MetadataPriority
+	byConn    map[string]map[string]int // each connection's calls (client address) by their MetadataPriority
 }
 
 func (s *rlsByID) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
@@ -46,6 +49,15 @@ func (s *rlsByID) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReques
 	s.deadlines = append(s.deadlines, time.Until(d))
 	s.entries = entries
 	s.priority = md.Get(envoyrls.MetadataPriority)
+	if p, ok := peer.FromContext(ctx); ok {
+		if s.byConn == nil {
+			s.byConn = map[string]map[string]int{}
+		}
+		if s.byConn[p.Addr.String()] == nil {
+			s.byConn[p.Addr.String()] = map[string]int{}
+		}
+		s.byConn[p.Addr.String()][strings.Join(s.priority, ",")]++
+	}
 	s.mu.Unlock()
 	h := func(kv ...string) []*corev3.HeaderValue {
 		out := []*corev3.HeaderValue{{Key: "X-Request-Id", Value: "id-" + entries[envoyrls.KeyPrincipalID]}}
@@ -176,4 +188,45 @@ func TestGRPCLoadRedials(t *testing.T) {
 	goaways := int(ln.n.Load()) - 1
 	require.GreaterOrEqual(t, goaways, 3, "the server sent the connection away during the run")
 	require.GreaterOrEqual(t, answered, calls-goaways, "at most the call meeting each closed connection is lost")
+}
+
+// TestGRPCLoadCriticalCluster: with CriticalCluster the critical calls go
+// over connections of their own, as many as the others, every one of them
+// marked critical, and no other call shares them.
+func TestGRPCLoadCriticalCluster(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ln := &countingListener{Listener: inner}
+	srv := grpc.NewServer()
+	rls := &rlsByID{}
+	rlsv3.RegisterRateLimitServiceServer(srv, rls)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+
+	l := &Load{GRPCAddr: inner.Addr().String(), Conns: 2, Workers: 2, Rate: 100, Deadline: time.Second, CriticalCluster: true,
+		Next: func(int, int) events.Principal { return events.Principal{Kind: events.PrincipalUser, ID: "allowed"} },
+		Priority: func(_, i int) string {
+			if i%2 == 0 {
+				return "critical"
+			}
+			return ""
+		}}
+	send, closeAll, err := l.senders()
+	require.NoError(t, err)
+	defer closeAll()
+	for w := range 2 {
+		one, done := send(w)
+		for i := range 10 {
+			require.True(t, one(l.Next(w, i), "/v1/things", l.Priority(w, i)).OK)
+		}
+		done()
+	}
+	require.Equal(t, int64(4), ln.n.Load(), "two connections for each cluster")
+	rls.mu.Lock()
+	defer rls.mu.Unlock()
+	require.Len(t, rls.byConn, 4, "every connection carried calls")
+	for addr, calls := range rls.byConn {
+		require.Len(t, calls, 1, "connection %s carried one kind of call: %v", addr, calls)
+		require.Equal(t, 5, calls["critical"]+calls[""], "connection %s: %v", addr, calls)
+	}
 }

@@ -126,7 +126,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		grpcConns = s.GRPCConns
 	}
 	if viaGRPC {
-		r.metric("transport", "gRPC ShouldRateLimit (Floodgate's descriptor), the caller's deadline as the call's; %d connections in the open-loop phases", grpcConns)
+		r.metric("transport", "gRPC ShouldRateLimit (Floodgate's descriptor), the caller's deadline as the call's; %d connections in the open-loop phases, and %[1]d more for the critical calls (a gateway's CRITICAL cluster, envoyrls.MetadataPriority on each call)", grpcConns)
 	} else {
 		r.metric("transport", "HTTP/1.1 POST /v1/check, the caller's deadline in X-Floodgate-Timeout-Ms; a caller that gives up closes its connection")
 	}
@@ -216,11 +216,19 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 	satCPU, satGen := cpuPerCheck(sat0, sat1, sat.Answered)
 	r.metric("saturation", "%.0f checks/s (64 callers, closed loop) = %.0f per limiter core-second, p99 %s; %s%s", satRate, perCoreSecond(sat0, sat1, sat.Answered), ms(sat.P99), satCPU, invalidNote(satGen))
 	closedRate := satRate
+	// The entry gate's paced-read turns by how they came, and the calls
+	// that left it by outcome.
+	readTurns := func(ctx context.Context, lim *Service) map[string]float64 {
+		return seriesByLabel(ctx, lim, "floodgate_limiter_grpc_read_turns_total", "how", "at_once", "given", "max_wait")
+	}
+	gateLeft := func(ctx context.Context, lim *Service) map[string]float64 {
+		return seriesByLabel(ctx, lim, "floodgate_limiter_grpc_gate_left_total", "outcome", "refused", "dropped", "past_deadline", "canceled")
+	}
 	// openLoad is the open-loop phases' traffic at rate: 1,024 callers, each
 	// giving up after the deadline, a tenth of the checks from abuser and a
 	// tenth marked critical.
 	openLoad := func(rate int, abuser events.Principal) *Load {
-		return via(&Load{URL: "http://" + lim.Addr, Rate: rate, Workers: 1024, Deadline: overloadDeadline, Next: func(w, i int) events.Principal {
+		return via(&Load{CriticalCluster: viaGRPC, URL: "http://" + lim.Addr, Rate: rate, Workers: 1024, Deadline: overloadDeadline, Next: func(w, i int) events.Principal {
 			if (w+i)%10 == 0 {
 				return abuser
 			}
@@ -295,6 +303,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		}()
 		dropped0, _ := lim.Metric(ctx, "floodgate_limiter_calls_dropped_past_deadline_total") // absent until the first drop
 		left0, _ := lim.Metric(ctx, "floodgate_limiter_grpc_gate_left_total")
+		turns0, gone0 := readTurns(ctx, lim), gateLeft(ctx, lim)
 		thr0, thrWait0 := throttled()
 		sched0, gen0, check0 := schedLatencies(ctx, lim), ownSchedLatencies(), checkSeconds(ctx, lim)
 		cpu0 := cpuNow()
@@ -309,6 +318,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		profNote := prof()
 		dropped1, _ := lim.Metric(ctx, "floodgate_limiter_calls_dropped_past_deadline_total")
 		left1, _ := lim.Metric(ctx, "floodgate_limiter_grpc_gate_left_total")
+		turns1, gone1 := readTurns(ctx, lim), gateLeft(ctx, lim)
 		elapsed := cpu1.at - cpu0.at
 		checks := load.Results()
 		w := Summarise(checks, time.Time{}, time.Time{})
@@ -371,7 +381,13 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		g := peakG
 		gateNote := "" // FLOODGATE_LIMITER_GRPC_GATE_MAX set
 		if limits := slices.Sorted(maps.Keys(gateLimits)); len(limits) > 0 {
-			gateNote = fmt.Sprintf("limit %.0f–%.0f, at most %.0f waiting, %.0f left to their callers", limits[0], limits[len(limits)-1], peakWaiting, left1-left0)
+			gateNote = fmt.Sprintf("limit %.0f–%.0f, at most %.0f waiting, %.0f left to their callers (refused at the door %.0f, dropped from the queue %.0f, past their deadline %.0f, canceled %.0f)",
+				limits[0], limits[len(limits)-1], peakWaiting, left1-left0, gone1["refused"]-gone0["refused"], gone1["dropped"]-gone0["dropped"],
+				gone1["past_deadline"]-gone0["past_deadline"], gone1["canceled"]-gone0["canceled"])
+			if turns1["given"] > 0 {
+				gateNote += fmt.Sprintf("; reads paced (FLOODGATE_LIMITER_GRPC_GATE_PACE): turns at once %.0f, given %.0f, after the longest wait %.0f",
+					turns1["at_once"]-turns0["at_once"], turns1["given"]-turns0["given"], turns1["max_wait"]-turns0["max_wait"])
+			}
 		}
 		mu.Unlock()
 		if err := load.Err(); err != nil {
@@ -519,6 +535,20 @@ func answeredInTime(c Check) bool { return c.OK && c.Latency <= overloadDeadline
 // between two scrapes of go_sched_latencies_seconds (the runtime samples
 // the waits; its buckets are coarse): the share over about 1 ms and over
 // about 10 ms, and the bound every wait fell under.
+// seriesByLabel reads metric's series whose label is each of values from
+// the service (absent: 0).
+func seriesByLabel(ctx context.Context, lim *Service, metric, label string, values ...string) map[string]float64 {
+	out := map[string]float64{}
+	e, err := lim.Metrics(ctx)
+	if err != nil {
+		return out
+	}
+	for _, v := range values {
+		out[v], _ = e.Sum(fmt.Sprintf("%s{%s=%q}", metric, label, v))
+	}
+	return out
+}
+
 func schedNote(from, to []promtext.Bucket) string {
 	return tailNote("waits for the CPU (the runtime's sample)", from, to, 0.0009, 0.01)
 }

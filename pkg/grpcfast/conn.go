@@ -40,6 +40,7 @@ type conn struct {
 	ctx     context.Context // the calls' parent: the peer (not cancelable: close cancels each call's own)
 	connWin int64           // the connection's receive window the server grants
 	frames  atomic.Uint64   // frames read, for the keepalive timer
+	paced   *pacedConn      // the socket under nc, when its reads are paced (Config.ReadPacer)
 
 	// The reader's own.
 	recvAvail   int64 // connection credit the client still has

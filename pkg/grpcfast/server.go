@@ -113,6 +113,11 @@ type Config struct {
 	// SpareIdle is how long a spare worker waits for another call before
 	// it ends (default 100 ms).
 	SpareIdle time.Duration
+	// ReadPacer, when set, paces the reads of every accepted TCP
+	// connection (ReadPacer; pace.go): once its socket has had nothing to
+	// read, a connection waits for the pacer's turn before it reads what
+	// arrives, until a call's metadata takes it out of pacing.
+	ReadPacer ReadPacer
 	// WrapConn, when set, wraps every accepted connection on its own
 	// goroutine (a rapid-reset guard: pkg/h2guard); returning nil drops it
 	// (WrapConn closes it).
@@ -342,12 +347,19 @@ func (s *Server) Serve(ln net.Listener) error {
 // serveConn wraps an accepted connection (on its own goroutine: a guard may
 // hold it a while) and serves it.
 func (s *Server) serveConn(nc net.Conn) {
+	var paced *pacedConn
+	if s.cfg.ReadPacer != nil {
+		if paced = pace(nc, s.cfg.ReadPacer); paced != nil {
+			nc = paced
+		}
+	}
 	if s.cfg.WrapConn != nil {
 		if nc = s.cfg.WrapConn(nc); nc == nil {
 			return
 		}
 	}
 	c := newConn(s, nc)
+	c.paced = paced
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()

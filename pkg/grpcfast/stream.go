@@ -150,6 +150,9 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 		return c.refuse(st, f.StreamEnded(), codes.Unimplemented, msg)
 	}
 	st.m = m
+	if c.paced != nil && st.md != nil && !c.paced.unpaced.Load() && c.s.cfg.ReadPacer.Unpaced(st.md) {
+		c.paced.unpace()
+	}
 	if c.s.cfg.Tap != nil {
 		ctx, err := c.s.cfg.Tap(c.ctx, &tap.Info{FullMethodName: path, Header: st.md})
 		if err != nil {

@@ -73,6 +73,7 @@ type EnvoyRLS struct {
 	// gate bounds the calls decided at once (gate.go, WithGate); nil: none.
 	gateCfg admission.Config
 	gate    *gate
+	pace    bool // WithReadPacing
 	// answered holds requests' series of the two answers nearly every call
 	// gets (0 ok, 1 over_limit), resolved at first use (answeredSeries).
 	answered [2]metric.Series

@@ -8,7 +8,9 @@ package envoyrls
 // the socket still looks on time). Behind the gate the queue is the gate's:
 // served newest first while it stands (adaptive LIFO with CoDel), its
 // oldest answered UNAVAILABLE at once, and the transport keeps reading the
-// sockets dry — so the calls that are decided are the fresh ones.
+// sockets dry — so the calls that are decided are the fresh ones. With
+// WithReadPacing the transport reads only while the queue has room
+// (pace.go).
 
 import (
 	"context"
@@ -65,6 +67,7 @@ type gate struct {
 	lim     *admission.ConcurrencyLimit
 	left    *prometheus.CounterVec
 	refused prometheus.Counter // left{outcome="refused"}: at the door (tap)
+	pacer   *pacer             // its read side (WithReadPacing), or nil
 }
 
 func newGate(cfg admission.Config, reg prometheus.Registerer) *gate {
@@ -93,7 +96,11 @@ func (g *gate) enter(done <-chan struct{}, deadline time.Time, critical bool) (t
 		g.lim.Take()
 		return time.Now(), nil
 	}
-	switch g.lim.AcquireWait(done, deadline) {
+	outcome := g.lim.AcquireWait(done, deadline)
+	if outcome != admission.Admitted && g.pacer != nil { // it left the queue without a permit (exit's kick counts a permit handed on)
+		g.pacer.kick()
+	}
+	switch outcome {
 	case admission.Admitted:
 		return time.Now(), nil
 	case admission.PastDeadline:
@@ -139,7 +146,12 @@ var errRefused = status.Error(codes.Unavailable, Overloaded)
 var errCanceled = status.Error(codes.Canceled, "canceled: the caller went away while the call waited at the entry gate")
 
 // exit lets the next call through.
-func (g *gate) exit(start time.Time) { g.lim.Release(start) }
+func (g *gate) exit(start time.Time) {
+	g.lim.Release(start)
+	if g.pacer != nil { // a queued call may have gone through, or the limit grown
+		g.pacer.kick()
+	}
+}
 
 // MetadataPriority is the gRPC metadata a gateway names a call's priority
 // in for the entry gate's door, which cannot read the descriptors: Envoy

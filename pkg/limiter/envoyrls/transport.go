@@ -123,6 +123,9 @@ func NewFastServer(s *server.Server, opts ...GRPCOption) (*grpcfast.Server, *hea
 	if rls.gateCfg.Max > 0 {
 		rls.gate = newGate(rls.gateCfg, reg)
 		cfg.Tap = rls.gate.tap
+		if rls.pace {
+			cfg.ReadPacer = newPacer(rls.gate, ReadMaxWait, reg)
+		}
 	}
 	// A call whose grpc-timeout passed before its message was read is
 	// answered by the transport, as ShouldRateLimit would (counted the same

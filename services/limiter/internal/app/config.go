@@ -128,6 +128,10 @@ type Config struct {
 	// decided at once, its adaptive limit's ceiling
 	// (FLOODGATE_LIMITER_GRPC_GATE_MAX; 0, the default: no gate).
 	GRPCGateMax int
+	// GRPCGatePace paces the gRPC connections' reads by the entry gate's
+	// queue, newest first (FLOODGATE_LIMITER_GRPC_GATE_PACE; default
+	// false): the floodgate transport and a gate only.
+	GRPCGatePace bool
 	// GRPCTransport is what serves the gRPC port
 	// (FLOODGATE_LIMITER_GRPC_TRANSPORT): grpc-go (the default) or
 	// floodgate, pkg/grpcfast's h2c transport for unary calls
@@ -162,6 +166,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		GRPCMaxConns:         e.Int("FLOODGATE_LIMITER_GRPC_MAX_CONNS", 10000),
 		GRPCMaxStreams:       e.Int("FLOODGATE_LIMITER_GRPC_MAX_STREAMS", envoyrls.MaxGRPCStreams),
 		GRPCGateMax:          e.Int("FLOODGATE_LIMITER_GRPC_GATE_MAX", 0),
+		GRPCGatePace:         e.Bool("FLOODGATE_LIMITER_GRPC_GATE_PACE", false),
 		GRPCTransport:        e.String("FLOODGATE_LIMITER_GRPC_TRANSPORT", envoyrls.TransportGRPCGo),
 		EnvoyShadow:          e.Bool("FLOODGATE_LIMITER_ENVOY_SHADOW_MODE", false),
 		EnvoyMerge:           e.Bool("FLOODGATE_LIMITER_ENVOY_MERGE_DOMAINS", false),
@@ -243,6 +248,8 @@ func (c Config) Validate() error {
 	v.Require(c.GRPCGateMax == 0 || c.GRPCGateMax >= envoyrls.GateMin && c.GRPCGateMax <= 100_000, "FLOODGATE_LIMITER_GRPC_GATE_MAX",
 		"%d: must be 0 (no gate) or in %d..100000", c.GRPCGateMax, envoyrls.GateMin)
 	v.Require(envoyrls.ValidTransport(c.GRPCTransport), "FLOODGATE_LIMITER_GRPC_TRANSPORT", "%q: must be grpc-go or floodgate", c.GRPCTransport)
+	v.Require(!c.GRPCGatePace || c.GRPCGateMax > 0 && c.GRPCTransport == envoyrls.TransportFloodgate, "FLOODGATE_LIMITER_GRPC_GATE_PACE",
+		"true: needs FLOODGATE_LIMITER_GRPC_GATE_MAX > 0 and FLOODGATE_LIMITER_GRPC_TRANSPORT=%s (got %d and %q)", envoyrls.TransportFloodgate, c.GRPCGateMax, c.GRPCTransport)
 	v.Require(c.GRPCMaxStreams >= 1 && c.GRPCMaxStreams <= 100_000, "FLOODGATE_LIMITER_GRPC_MAX_STREAMS", "%d: must be in 1..100000", c.GRPCMaxStreams)
 	switch c.Auth {
 	case "none":

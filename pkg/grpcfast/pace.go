@@ -1,0 +1,133 @@
+package grpcfast
+
+// Paced reading: past saturation, a server that reads every call spends its
+// CPU on reading and refusing calls it cannot decide (over a thousand
+// connections, a read, its empty read and a write for each), while the
+// calls it could decide wait behind the readers. With a ReadPacer, a
+// connection whose socket has become readable waits for a turn before it
+// reads: the server reads what it can decide, newest first, and what it
+// cannot stays in the kernel, where it costs nothing until it is read with
+// the rest of its connection's backlog, in one read.
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"google.golang.org/grpc/metadata"
+)
+
+// ReadPacer paces what the connections read (Config.ReadPacer).
+type ReadPacer interface {
+	// Turn returns when a connection whose socket has become readable may
+	// read it, or at once when done is closed (the connection is closing).
+	// It is not asked for the reads that follow one that returned data:
+	// those read the rest of a backlog already let in.
+	Turn(done <-chan struct{})
+	// Unpaced reports whether a call's metadata takes its connection out
+	// of pacing for good (a gateway's cluster for its CRITICAL routes).
+	Unpaced(md metadata.MD) bool
+}
+
+// pacedConn is an accepted TCP connection whose reads wait for the pacer's
+// turn once the socket has had nothing to read. Only the connection's
+// reader reads it.
+type pacedConn struct {
+	net.Conn
+	rc      syscall.RawConn
+	pacer   ReadPacer
+	unpaced atomic.Bool
+	done    chan struct{}
+	once    sync.Once
+
+	// The reader's own, for readFrom (readFn: made once, not per read).
+	readFn func(fd uintptr) bool
+	buf    []byte
+	n      int
+	err    error
+	woken  bool
+}
+
+// pace wraps nc in a pacedConn, or returns nil when neither nc nor a
+// connection it wraps (Unwrap, as a listener's that counts connections)
+// has a raw socket. The pacedConn reads the socket itself and leaves the
+// rest (Close above all) to nc.
+func pace(nc net.Conn, p ReadPacer) *pacedConn {
+	for inner := nc; inner != nil; {
+		if sc, ok := inner.(syscall.Conn); ok {
+			rc, err := sc.SyscallConn()
+			if err != nil {
+				return nil
+			}
+			c := &pacedConn{Conn: nc, rc: rc, pacer: p, done: make(chan struct{})}
+			c.readFn = c.readFrom
+			return c
+		}
+		u, ok := inner.(interface{ Unwrap() net.Conn })
+		if !ok {
+			return nil
+		}
+		inner = u.Unwrap()
+	}
+	return nil
+}
+
+// Read reads what the socket holds into b; when it holds nothing, it waits
+// until the socket is readable and then for the pacer's turn.
+func (c *pacedConn) Read(b []byte) (int, error) {
+	if c.unpaced.Load() || len(b) == 0 {
+		return c.Conn.Read(b)
+	}
+	c.buf, c.woken = b, false
+	err := c.rc.Read(c.readFn)
+	n := c.n
+	if err == nil {
+		err = c.err
+	}
+	c.buf, c.err = nil, nil
+	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			err = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+		}
+		return 0, err
+	}
+	return n, nil
+}
+
+// readFrom is the raw connection's read callback: called at once, and again
+// each time the socket may have become readable after it reported false.
+// Only those later calls wait for the pacer's turn.
+func (c *pacedConn) readFrom(fd uintptr) bool {
+	if c.woken {
+		c.pacer.Turn(c.done)
+	}
+	c.woken = true
+	var err error
+	for {
+		c.n, err = syscall.Read(int(fd), c.buf)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	switch {
+	case err == syscall.EAGAIN:
+		return false
+	case err != nil:
+		c.n, c.err = 0, err
+	case c.n == 0:
+		c.err = io.EOF
+	}
+	return true
+}
+
+// unpace reads the connection without the pacer from now on.
+func (c *pacedConn) unpace() { c.unpaced.Store(true) }
+
+// Close closes the connection, ending a wait for a turn.
+func (c *pacedConn) Close() error {
+	c.once.Do(func() { close(c.done) })
+	return c.Conn.Close()
+}

@@ -1,0 +1,134 @@
+package grpcfast
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+)
+
+// testPacer gives turns at once until held; held, each turn waits for a
+// value on give (or the connection's closing). Metadata "critical" unpaces.
+type testPacer struct {
+	held    atomic.Bool
+	give    chan struct{}
+	asked   atomic.Int64 // turns asked for
+	waiting atomic.Int64
+	closing atomic.Int64 // waits ended by the connection's closing
+}
+
+func (p *testPacer) Turn(done <-chan struct{}) {
+	p.asked.Add(1)
+	if !p.held.Load() {
+		return
+	}
+	p.waiting.Add(1)
+	defer p.waiting.Add(-1)
+	select {
+	case <-p.give:
+	case <-done:
+		p.closing.Add(1)
+	}
+}
+
+func (p *testPacer) Unpaced(md metadata.MD) bool { return len(md.Get("critical")) > 0 }
+
+// A paced connection reads a call that arrives while it waits for data
+// only once the pacer gives it a turn; a call with the metadata that
+// unpaces its connection makes the connection's later calls need none;
+// closing the server ends a wait for a turn.
+func TestPacedReads(t *testing.T) {
+	p := &testPacer{give: make(chan struct{})}
+	f := serve(t, Config{ReadPacer: p})
+	c := testpb.NewTestServiceClient(f.conn)
+	ctx := ctxT(t)
+	_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{})
+	require.NoError(t, err)
+	require.Positive(t, p.asked.Load(), "the connection asked for turns")
+
+	t.Run("a call waits for its connection's turn", func(t *testing.T) {
+		time.Sleep(50 * time.Millisecond) // the reader back waiting for data
+		p.held.Store(true)
+		defer p.held.Store(false)
+		answered := make(chan error, 1)
+		go func() {
+			_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: 3})
+			answered <- err
+		}()
+		require.Eventually(t, func() bool { return p.waiting.Load() == 1 }, 5*time.Second, time.Millisecond)
+		select {
+		case err := <-answered:
+			t.Fatalf("answered before its turn: %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		p.give <- struct{}{}
+		select {
+		case err := <-answered:
+			require.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("not answered after its turn")
+		}
+	})
+
+	t.Run("a critical call unpaces its connection", func(t *testing.T) {
+		conn := dial(t, f.addr)
+		cc := testpb.NewTestServiceClient(conn)
+		_, err := cc.UnaryCall(metadata.AppendToOutgoingContext(ctx, "critical", "1"), &testpb.SimpleRequest{})
+		require.NoError(t, err)
+		time.Sleep(50 * time.Millisecond)
+		p.held.Store(true)
+		defer p.held.Store(false)
+		asked := p.asked.Load()
+		for range 20 {
+			_, err := cc.UnaryCall(ctx, &testpb.SimpleRequest{})
+			require.NoError(t, err)
+		}
+		require.Equal(t, asked, p.asked.Load(), "no turn asked for on the unpaced connection")
+		require.Zero(t, p.waiting.Load())
+	})
+
+	t.Run("closing ends a wait", func(t *testing.T) {
+		time.Sleep(50 * time.Millisecond)
+		p.held.Store(true)
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() { _, _ = c.UnaryCall(cctx, &testpb.SimpleRequest{}) }()
+		require.Eventually(t, func() bool { return p.waiting.Load() == 1 }, 5*time.Second, time.Millisecond)
+		f.srv.Close()
+		require.Eventually(t, func() bool { return p.waiting.Load() == 0 }, 5*time.Second, time.Millisecond)
+		require.Equal(t, int64(1), p.closing.Load())
+	})
+}
+
+// A connection is paced through the wrappers a listener puts around it
+// (Unwrap); one with no socket under it is served unpaced.
+func TestPaceFindsTheSocket(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+			defer c.Close()
+			time.Sleep(time.Second)
+		}
+	}()
+	nc, err := ln.Accept()
+	require.NoError(t, err)
+	defer nc.Close()
+	w := wrapped{nc}
+	pc := pace(w, &testPacer{})
+	require.NotNil(t, pc)
+	require.Equal(t, net.Conn(w), pc.Conn, "Close and the rest stay the wrapper's")
+	require.Nil(t, pace(opaque{nc}, &testPacer{}))
+}
+
+type wrapped struct{ net.Conn }
+
+func (w wrapped) Unwrap() net.Conn { return w.Conn }
+
+type opaque struct{ net.Conn }

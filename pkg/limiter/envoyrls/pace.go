@@ -1,0 +1,136 @@
+package envoyrls
+
+// The entry gate's read side (WithReadPacing, pkg/grpcfast only): the
+// connections read only while the gate's queue has room, newest first.
+// Past saturation the door alone keeps reading every call to refuse it —
+// over a thousand connections a read, an empty read and a write each,
+// about a quarter of what deciding a call costs, which at 2× saturation
+// leaves half the CPU for decisions. Paced, a connection whose socket has
+// become readable waits for a turn; the turn goes to the connection that
+// became readable last (its calls the freshest), when a call leaves the
+// gate's queue. What is not read waits in the kernel, costs nothing, and
+// is read later with the rest of its connection's backlog in one read —
+// by then mostly calls and their resets (the caller gave up), dropped
+// without a decision. A connection of a gateway's CRITICAL cluster
+// (MetadataPriority) is not paced.
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"google.golang.org/grpc/metadata"
+)
+
+// ReadMaxWait is the longest a paced connection waits for a turn: past it,
+// it reads anyway, so that no connection goes unread (its PINGs and
+// resets unanswered) for longer. What such a read brings is mostly stale
+// (its callers gone), so it is rare: with 1 s instead, a 2× overload
+// read a thousand connections' stale backlogs every second and answered
+// fewer calls in time (31–34 % of saturation against 36–46 %, three
+// alternated pairs; docs/chaos.md).
+const ReadMaxWait = 10 * time.Second
+
+// WithReadPacing paces the reads of the entry gate's connections
+// (pkg/grpcfast's transport only; WithGate must be set): a grpcfast.ReadPacer
+// of the gate's (pace.go).
+func WithReadPacing(on bool) GRPCOption {
+	return func(e *EnvoyRLS) { e.pace = on }
+}
+
+// pacer is the entry gate's grpcfast.ReadPacer: connections waiting for a
+// turn, newest on top.
+type pacer struct {
+	g       *gate
+	maxWait time.Duration
+	n       atomic.Int64 // len(stack)
+	mu      sync.Mutex
+	stack   []chan struct{}
+	turns   *prometheus.CounterVec
+	atOnce  prometheus.Counter
+	given   prometheus.Counter
+}
+
+func newPacer(g *gate, maxWait time.Duration, reg prometheus.Registerer) *pacer {
+	p := &pacer{g: g, maxWait: maxWait,
+		turns: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{Name: "floodgate_limiter_grpc_read_turns_total",
+			Help: "Reads of a paced gRPC connection whose socket had become readable, by how the turn came (at_once: the gate's queue had room; given: a call left the queue; max_wait: the connection waited its longest; closing: it was closing)."},
+			[]string{"how"})}
+	p.atOnce, p.given = p.turns.WithLabelValues("at_once"), p.turns.WithLabelValues("given")
+	if reg != nil {
+		_ = reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floodgate_limiter_grpc_read_waiting",
+			Help: "Paced gRPC connections waiting for a turn to read."}, func() float64 { return float64(p.n.Load()) }))
+	}
+	g.pacer = p
+	return p
+}
+
+// room is how many more connections may read now: the gate reads while its
+// queue holds less than half a round (as many calls as it lets through at
+// once), so that a call is ready whenever one leaves and the queue's wait
+// stays short.
+func (p *pacer) room() int64 {
+	return max(1, p.g.lim.Limit()/2) - p.g.lim.Waiting()
+}
+
+// Turn waits for the connection's turn (grpcfast.ReadPacer).
+func (p *pacer) Turn(done <-chan struct{}) {
+	if p.n.Load() == 0 && p.room() > 0 {
+		p.atOnce.Inc()
+		return
+	}
+	ch := make(chan struct{}, 1)
+	p.mu.Lock()
+	p.stack = append(p.stack, ch)
+	p.n.Add(1)
+	p.mu.Unlock()
+	p.kick() // the queue may have room already
+	t := time.NewTimer(p.maxWait)
+	defer t.Stop()
+	select {
+	case <-ch:
+		p.given.Inc()
+		return
+	case <-t.C:
+		p.leave(ch, "max_wait")
+	case <-done:
+		p.leave(ch, "closing")
+	}
+}
+
+// leave takes ch off the stack, unless it was given a turn meanwhile.
+func (p *pacer) leave(ch chan struct{}, how string) {
+	p.mu.Lock()
+	for i := len(p.stack) - 1; i >= 0; i-- {
+		if p.stack[i] == ch {
+			p.stack = append(p.stack[:i], p.stack[i+1:]...)
+			p.n.Add(-1)
+			break
+		}
+	}
+	p.mu.Unlock()
+	p.turns.WithLabelValues(how).Inc()
+}
+
+// kick gives as many turns as the gate's queue has room for, newest
+// first. The gate calls it whenever a call leaves its queue or its limit.
+func (p *pacer) kick() {
+	if p.n.Load() == 0 {
+		return
+	}
+	p.mu.Lock()
+	for room := p.room(); room > 0 && len(p.stack) > 0; room-- {
+		last := len(p.stack) - 1
+		p.stack[last] <- struct{}{}
+		p.stack[last] = nil
+		p.stack = p.stack[:last]
+		p.n.Add(-1)
+	}
+	p.mu.Unlock()
+}
+
+// Unpaced reports whether a call comes from a gateway's CRITICAL cluster
+// (grpcfast.ReadPacer): its connection is read at once from then on.
+func (p *pacer) Unpaced(md metadata.MD) bool { return criticalMetadata(md) }

@@ -1,0 +1,87 @@
+package envoyrls
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/floodgate-dev/floodgate/pkg/events"
+	"github.com/floodgate-dev/floodgate/pkg/limiter/admission"
+)
+
+// TestPacerGivesTurnsNewestFirst: a connection reads at once while the
+// gate's queue holds less than half a round; past it, connections wait,
+// and each call that leaves the queue gives a turn to the connection that
+// began waiting last; one that waits its longest reads anyway.
+func TestPacerGivesTurnsNewestFirst(t *testing.T) {
+	cfg := GateConfig(8) // a limit of 8, fixed
+	cfg.Queue = admission.QueueConfig{Target: time.Second, Interval: time.Second, MaxWait: 10 * time.Second, MaxLen: 100}
+	reg := prometheus.NewRegistry()
+	g := newGate(cfg, reg)
+	const maxWait = 2 * time.Second
+	p := newPacer(g, maxWait, reg)
+
+	p.Turn(nil)
+	require.Equal(t, 1.0, testutil.ToFloat64(p.atOnce), "nothing queued: a turn at once")
+
+	var permits []time.Time
+	for range 8 {
+		start, err := g.enter(nil, time.Time{}, false)
+		require.NoError(t, err)
+		permits = append(permits, start)
+	}
+	hold := make(chan struct{})
+	defer close(hold)
+	for i := range 4 { // half a round queued: no room
+		go func() {
+			if start, err := g.enter(nil, time.Now().Add(time.Minute), false); err == nil {
+				<-hold
+				g.exit(start)
+			}
+		}()
+		require.Eventually(t, func() bool { return g.lim.Waiting() == int64(i+1) }, time.Second, time.Millisecond)
+	}
+
+	turned := make([]chan time.Time, 3)
+	began := time.Now()
+	for i := range turned {
+		turned[i] = make(chan time.Time, 1)
+		go func() {
+			p.Turn(nil)
+			turned[i] <- time.Now()
+		}()
+		require.Eventually(t, func() bool { return p.n.Load() == int64(i+1) }, time.Second, time.Millisecond)
+	}
+	for i := range turned {
+		require.Empty(t, turned[i], "connection %d read without a turn", i)
+	}
+
+	g.exit(permits[0]) // a queued call goes through: room for one
+	select {
+	case <-turned[2]:
+	case <-time.After(time.Second):
+		t.Fatal("the newest connection was given no turn")
+	}
+	require.Equal(t, 1.0, testutil.ToFloat64(p.given))
+	require.Equal(t, int64(2), p.n.Load(), "the two older connections still wait")
+	require.Empty(t, turned[0])
+	require.Empty(t, turned[1])
+
+	for i := range 2 {
+		select {
+		case at := <-turned[i]:
+			require.GreaterOrEqual(t, at.Sub(began), maxWait, "connection %d read before its longest wait", i)
+		case <-time.After(3 * maxWait):
+			t.Fatalf("connection %d still waits past its longest wait", i)
+		}
+	}
+	require.Equal(t, 2.0, testutil.ToFloat64(p.turns.WithLabelValues("max_wait")))
+	require.Zero(t, p.n.Load())
+
+	require.True(t, p.Unpaced(metadata.Pairs(MetadataPriority, string(events.PriorityCritical))), "a CRITICAL cluster's connection is not paced")
+	require.False(t, p.Unpaced(metadata.Pairs(MetadataPriority, "degraded")))
+}
