@@ -25,8 +25,12 @@ type ReadPacer interface {
 	// Turn returns when a connection whose socket has become readable may
 	// read it, or at once when done is closed (the connection is closing).
 	// It is not asked for the reads that follow one that returned data:
-	// those read the rest of a backlog already let in.
-	Turn(done <-chan struct{})
+	// those read the rest of a backlog already let in. When it returns
+	// true the turn counts until the connection calls Done: once it has
+	// handled what the turn read (it reads again, or closes).
+	Turn(done <-chan struct{}) (counted bool)
+	// Done ends a counted turn.
+	Done()
 	// Unpaced reports whether a call's metadata takes its connection out
 	// of pacing for good (a gateway's cluster for its CRITICAL routes).
 	Unpaced(md metadata.MD) bool
@@ -40,6 +44,7 @@ type pacedConn struct {
 	rc      syscall.RawConn
 	pacer   ReadPacer
 	unpaced atomic.Bool
+	owed    atomic.Bool // a counted turn not yet ended (Done)
 	done    chan struct{}
 	once    sync.Once
 
@@ -78,6 +83,7 @@ func pace(nc net.Conn, p ReadPacer) *pacedConn {
 // Read reads what the socket holds into b; when it holds nothing, it waits
 // until the socket is readable and then for the pacer's turn.
 func (c *pacedConn) Read(b []byte) (int, error) {
+	c.settle() // what the last turn read is handled
 	if c.unpaced.Load() || len(b) == 0 {
 		return c.Conn.Read(b)
 	}
@@ -102,7 +108,8 @@ func (c *pacedConn) Read(b []byte) (int, error) {
 // Only those later calls wait for the pacer's turn.
 func (c *pacedConn) readFrom(fd uintptr) bool {
 	if c.woken {
-		c.pacer.Turn(c.done)
+		c.settle() // a turn that found nothing
+		c.owed.Store(c.pacer.Turn(c.done))
 	}
 	c.woken = true
 	var err error
@@ -123,11 +130,19 @@ func (c *pacedConn) readFrom(fd uintptr) bool {
 	return true
 }
 
+// settle ends the connection's counted turn, if it holds one.
+func (c *pacedConn) settle() {
+	if c.owed.CompareAndSwap(true, false) {
+		c.pacer.Done()
+	}
+}
+
 // unpace reads the connection without the pacer from now on.
 func (c *pacedConn) unpace() { c.unpaced.Store(true) }
 
 // Close closes the connection, ending a wait for a turn.
 func (c *pacedConn) Close() error {
 	c.once.Do(func() { close(c.done) })
+	c.settle()
 	return c.Conn.Close()
 }

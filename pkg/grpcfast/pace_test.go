@@ -20,21 +20,28 @@ type testPacer struct {
 	asked   atomic.Int64 // turns asked for
 	waiting atomic.Int64
 	closing atomic.Int64 // waits ended by the connection's closing
+	counted atomic.Int64 // counted turns not yet ended
 }
 
-func (p *testPacer) Turn(done <-chan struct{}) {
+func (p *testPacer) Turn(done <-chan struct{}) bool {
 	p.asked.Add(1)
+	p.counted.Add(1)
 	if !p.held.Load() {
-		return
+		return true
 	}
 	p.waiting.Add(1)
 	defer p.waiting.Add(-1)
 	select {
 	case <-p.give:
+		return true
 	case <-done:
 		p.closing.Add(1)
+		p.counted.Add(-1)
+		return false
 	}
 }
+
+func (p *testPacer) Done() { p.counted.Add(-1) }
 
 func (p *testPacer) Unpaced(md metadata.MD) bool { return len(md.Get("critical")) > 0 }
 
@@ -73,6 +80,8 @@ func TestPacedReads(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("not answered after its turn")
 		}
+		require.Eventually(t, func() bool { return p.counted.Load() == 0 }, 5*time.Second, time.Millisecond,
+			"every counted turn ended once its reads were handled")
 	})
 
 	t.Run("a critical call unpaces its connection", func(t *testing.T) {

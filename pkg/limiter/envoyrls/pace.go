@@ -46,6 +46,7 @@ type pacer struct {
 	g       *gate
 	maxWait time.Duration
 	n       atomic.Int64 // len(stack)
+	granted atomic.Int64 // counted turns not yet ended: their calls are not in the queue yet
 	mu      sync.Mutex
 	stack   []chan struct{}
 	turns   *prometheus.CounterVec
@@ -68,18 +69,23 @@ func newPacer(g *gate, maxWait time.Duration, reg prometheus.Registerer) *pacer 
 }
 
 // room is how many more connections may read now: the gate reads while its
-// queue holds less than half a round (as many calls as it lets through at
-// once), so that a call is ready whenever one leaves and the queue's wait
-// stays short.
+// queue, with the calls of the turns under way, holds less than half a
+// round (as many calls as it lets through at once), so that a call is
+// ready whenever one leaves and the queue's wait stays short. A turn under
+// way counts until its connection has handled what it read: without that,
+// every call leaving the queue gave turns again before the last ones'
+// calls had reached it, and thousands of readers waited for the CPU.
 func (p *pacer) room() int64 {
-	return max(1, p.g.lim.Limit()/2) - p.g.lim.Waiting()
+	return max(1, p.g.lim.Limit()/2) - p.g.lim.Waiting() - p.granted.Load()
 }
 
-// Turn waits for the connection's turn (grpcfast.ReadPacer).
-func (p *pacer) Turn(done <-chan struct{}) {
+// Turn waits for the connection's turn (grpcfast.ReadPacer); a turn given
+// (at once or by kick) counts until Done.
+func (p *pacer) Turn(done <-chan struct{}) bool {
 	if p.n.Load() == 0 && p.room() > 0 {
+		p.granted.Add(1)
 		p.atOnce.Inc()
-		return
+		return true
 	}
 	ch := make(chan struct{}, 1)
 	p.mu.Lock()
@@ -92,26 +98,37 @@ func (p *pacer) Turn(done <-chan struct{}) {
 	select {
 	case <-ch:
 		p.given.Inc()
-		return
+		return true
 	case <-t.C:
-		p.leave(ch, "max_wait")
+		return p.leave(ch, "max_wait")
 	case <-done:
-		p.leave(ch, "closing")
+		return p.leave(ch, "closing")
 	}
 }
 
-// leave takes ch off the stack, unless it was given a turn meanwhile.
-func (p *pacer) leave(ch chan struct{}, how string) {
+// Done ends a counted turn (grpcfast.ReadPacer): its calls are on their
+// way to the queue, or were not calls. It gives no turn itself: turns
+// follow the calls that leave the queue (a kick here let reads feed reads,
+// faster than the calls reached the queue, and it filled far past its
+// limit).
+func (p *pacer) Done() { p.granted.Add(-1) }
+
+// leave takes ch off the stack; it reports whether ch was given a
+// (counted) turn meanwhile after all.
+func (p *pacer) leave(ch chan struct{}, how string) bool {
 	p.mu.Lock()
 	for i := len(p.stack) - 1; i >= 0; i-- {
 		if p.stack[i] == ch {
 			p.stack = append(p.stack[:i], p.stack[i+1:]...)
 			p.n.Add(-1)
-			break
+			p.mu.Unlock()
+			p.turns.WithLabelValues(how).Inc()
+			return false
 		}
 	}
 	p.mu.Unlock()
-	p.turns.WithLabelValues(how).Inc()
+	p.given.Inc()
+	return true
 }
 
 // kick gives as many turns as the gate's queue has room for, newest
@@ -121,8 +138,9 @@ func (p *pacer) kick() {
 		return
 	}
 	p.mu.Lock()
-	for room := p.room(); room > 0 && len(p.stack) > 0; room-- {
+	for len(p.stack) > 0 && p.room() > 0 {
 		last := len(p.stack) - 1
+		p.granted.Add(1)
 		p.stack[last] <- struct{}{}
 		p.stack[last] = nil
 		p.stack = p.stack[:last]

@@ -16,7 +16,8 @@ import (
 // TestPacerGivesTurnsNewestFirst: a connection reads at once while the
 // gate's queue holds less than half a round; past it, connections wait,
 // and each call that leaves the queue gives a turn to the connection that
-// began waiting last; one that waits its longest reads anyway.
+// began waiting last, counted until that connection has handled its read;
+// one that waits its longest reads anyway.
 func TestPacerGivesTurnsNewestFirst(t *testing.T) {
 	cfg := GateConfig(8) // a limit of 8, fixed
 	cfg.Queue = admission.QueueConfig{Target: time.Second, Interval: time.Second, MaxWait: 10 * time.Second, MaxLen: 100}
@@ -25,8 +26,9 @@ func TestPacerGivesTurnsNewestFirst(t *testing.T) {
 	const maxWait = 2 * time.Second
 	p := newPacer(g, maxWait, reg)
 
-	p.Turn(nil)
+	require.True(t, p.Turn(nil), "a turn at once counts until Done")
 	require.Equal(t, 1.0, testutil.ToFloat64(p.atOnce), "nothing queued: a turn at once")
+	p.Done()
 
 	var permits []time.Time
 	for range 8 {
@@ -71,6 +73,24 @@ func TestPacerGivesTurnsNewestFirst(t *testing.T) {
 	require.Empty(t, turned[0])
 	require.Empty(t, turned[1])
 
+	// The newest connection's turn counts until it has handled its read:
+	// only then is there room for another, and a turn handed back gives
+	// none by itself.
+	require.Equal(t, int64(1), p.granted.Load())
+	newcomer := make(chan struct{})
+	go func() {
+		p.Turn(nil)
+		close(newcomer)
+	}()
+	require.Eventually(t, func() bool { return p.n.Load() == 3 }, time.Second, time.Millisecond, "no room: the newcomer waits")
+	p.Done()
+	require.Empty(t, turned[1], "a turn handed back gives none by itself")
+	p.kick() // as the next call leaving the queue does
+	select {
+	case <-newcomer:
+	case <-time.After(time.Second):
+		t.Fatal("the newest connection was given no turn")
+	}
 	for i := range 2 {
 		select {
 		case at := <-turned[i]:
@@ -80,6 +100,7 @@ func TestPacerGivesTurnsNewestFirst(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2.0, testutil.ToFloat64(p.turns.WithLabelValues("max_wait")))
+	require.Equal(t, 2.0, testutil.ToFloat64(p.given))
 	require.Zero(t, p.n.Load())
 
 	require.True(t, p.Unpaced(metadata.Pairs(MetadataPriority, string(events.PriorityCritical))), "a CRITICAL cluster's connection is not paced")
