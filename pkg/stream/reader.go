@@ -45,6 +45,7 @@ type kgoPartitionReader struct {
 	maxWait  time.Duration
 	maxBytes int // decompressed batch bound
 	log      *slog.Logger
+	opts     []kgo.Opt // more client options, after the reader's own (tests: hooks)
 
 	cl      *kgo.Client
 	pending []kafka.Message
@@ -85,6 +86,7 @@ func (r *kgoPartitionReader) SetOffset(offset int64) error {
 		kgo.MaxDecompressBatchBytes(r.maxBytes),
 		kgo.WithLogger(kgoLogger{log: r.log}),
 	}, r.sec.kgoOpts()...)
+	opts = append(opts, r.opts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("partition reader %s/%d: %w", r.topic, r.part, err)
@@ -96,6 +98,14 @@ func (r *kgoPartitionReader) SetOffset(offset int64) error {
 // FetchMessage returns the next message, waiting until one arrives or ctx
 // ends. A batch over the decompression bound comes back as
 // *errBatchTooLarge.
+//
+// Records a poll took are kept, and come first, even when ctx ended
+// meanwhile: the client's position is already past them. ctx can end after
+// the client handed them over and before the poll returns (a batch's linger
+// deadline landing then, or the goroutine descheduled there on a loaded
+// machine); dropped there, they were skipped for good — the partition went
+// on after them and the batch consumer committed past messages no handler
+// had seen (units missing from the quota ledger).
 func (r *kgoPartitionReader) FetchMessage(ctx context.Context) (kafka.Message, error) {
 	if r.cl == nil {
 		return kafka.Message{}, errors.New("partition reader: SetOffset was not called")
@@ -107,9 +117,6 @@ func (r *kgoPartitionReader) FetchMessage(ctx context.Context) (kafka.Message, e
 			return kafka.Message{}, r.tooBig
 		}
 		fs := r.cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return kafka.Message{}, err
-		}
 		var ferr error
 		fs.EachPartition(func(p kgo.FetchTopicPartition) {
 			if p.Err != nil {
@@ -126,6 +133,10 @@ func (r *kgoPartitionReader) FetchMessage(ctx context.Context) (kafka.Message, e
 		})
 		if len(r.pending) > 0 {
 			break // messages before a refused batch come first
+		}
+		// ctx only now, after the poll's records (or refused batch) are kept.
+		if err := ctx.Err(); err != nil {
+			return kafka.Message{}, err
 		}
 		if ferr != nil {
 			return kafka.Message{}, ferr
