@@ -106,3 +106,31 @@ func TestPacerGivesTurnsNewestFirst(t *testing.T) {
 	require.True(t, p.Unpaced(metadata.Pairs(MetadataPriority, string(events.PriorityCritical))), "a CRITICAL cluster's connection is not paced")
 	require.False(t, p.Unpaced(metadata.Pairs(MetadataPriority, "degraded")))
 }
+
+// TestPacerDoneGivesTurnsWhileNothingQueues: with calls under way but none
+// queued, no call will leave the queue to give a turn; a turn handed back
+// gives the next one, so a connection does not wait its longest after a
+// burst.
+func TestPacerDoneGivesTurnsWhileNothingQueues(t *testing.T) {
+	g := newGate(GateConfig(8), nil) // room: half a round, 4
+	p := newPacer(g, time.Hour, nil)
+	for range 8 {
+		_, err := g.enter(nil, time.Time{}, false)
+		require.NoError(t, err)
+	}
+	for range 4 {
+		require.True(t, p.Turn(nil))
+	}
+	turned := make(chan struct{})
+	go func() {
+		p.Turn(nil)
+		close(turned)
+	}()
+	require.Eventually(t, func() bool { return p.n.Load() == 1 }, time.Second, time.Millisecond, "four turns under way: no room")
+	p.Done()
+	select {
+	case <-turned:
+	case <-time.After(time.Second):
+		t.Fatal("a turn handed back with nothing queued gave none")
+	}
+}
