@@ -25,20 +25,18 @@ type testPacer struct {
 
 func (p *testPacer) Turn(done <-chan struct{}) bool {
 	p.asked.Add(1)
+	if p.held.Load() {
+		p.waiting.Add(1)
+		defer p.waiting.Add(-1)
+		select {
+		case <-p.give:
+		case <-done:
+			p.closing.Add(1)
+			return false
+		}
+	}
 	p.counted.Add(1)
-	if !p.held.Load() {
-		return true
-	}
-	p.waiting.Add(1)
-	defer p.waiting.Add(-1)
-	select {
-	case <-p.give:
-		return true
-	case <-done:
-		p.closing.Add(1)
-		p.counted.Add(-1)
-		return false
-	}
+	return true
 }
 
 func (p *testPacer) Done() { p.counted.Add(-1) }
@@ -85,20 +83,22 @@ func TestPacedReads(t *testing.T) {
 	})
 
 	t.Run("a critical call unpaces its connection", func(t *testing.T) {
-		conn := dial(t, f.addr)
-		cc := testpb.NewTestServiceClient(conn)
+		// A server of its own: the other connection's reads (a client's
+		// PING, say) would ask this pacer for turns too.
+		p2 := &testPacer{give: make(chan struct{})}
+		f2 := serve(t, Config{ReadPacer: p2})
+		cc := testpb.NewTestServiceClient(f2.conn)
 		_, err := cc.UnaryCall(metadata.AppendToOutgoingContext(ctx, "critical", "1"), &testpb.SimpleRequest{})
 		require.NoError(t, err)
 		time.Sleep(50 * time.Millisecond)
-		p.held.Store(true)
-		defer p.held.Store(false)
-		asked := p.asked.Load()
+		p2.held.Store(true)
+		asked := p2.asked.Load()
 		for range 20 {
 			_, err := cc.UnaryCall(ctx, &testpb.SimpleRequest{})
 			require.NoError(t, err)
 		}
-		require.Equal(t, asked, p.asked.Load(), "no turn asked for on the unpaced connection")
-		require.Zero(t, p.waiting.Load())
+		require.Equal(t, asked, p2.asked.Load(), "no turn asked for on the unpaced connection")
+		require.Zero(t, p2.waiting.Load())
 	})
 
 	t.Run("closing ends a wait", func(t *testing.T) {
