@@ -172,6 +172,9 @@ func (l *ConcurrencyLimit) AcquireWait(done <-chan struct{}, deadline time.Time)
 // Waiting is the number of checks queued for a permit.
 func (l *ConcurrencyLimit) Waiting() int64 { return l.waiting.Load() }
 
+// InFlight is how many permits are held.
+func (l *ConcurrencyLimit) InFlight() int64 { return l.inflight.Load() }
+
 // Standing reports whether the permit queue stands (served newest first).
 func (l *ConcurrencyLimit) Standing() bool {
 	if l.queue == nil {

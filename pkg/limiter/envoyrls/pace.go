@@ -107,15 +107,16 @@ func (p *pacer) Turn(done <-chan struct{}) bool {
 }
 
 // Done ends a counted turn (grpcfast.ReadPacer): its calls are on their
-// way to the queue, or were not calls. While calls queue it gives no turn
-// itself: turns follow the calls that leave the queue (a kick here let
-// reads feed reads faster than their calls reached the queue, and it
-// filled far past its limit). With the queue empty no call will leave it,
-// so it gives the turns the room now has: a connection does not wait for
-// ReadMaxWait after a burst.
+// way to the queue, or were not calls. While the gate has calls it gives
+// no turn itself: turns follow the calls that leave the queue (a kick here
+// let reads feed reads faster than their calls reached the queue — with
+// the queue full, it filled far past its limit; with it merely empty
+// between calls, thousands of readers waited for the CPU). With the gate
+// idle no call will leave it, so it gives the turns the room now has: a
+// connection does not wait out ReadMaxWait after a burst.
 func (p *pacer) Done() {
 	p.granted.Add(-1)
-	if p.g.lim.Waiting() == 0 {
+	if p.g.lim.InFlight() == 0 && p.g.lim.Waiting() == 0 {
 		p.kick()
 	}
 }

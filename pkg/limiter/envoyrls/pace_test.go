@@ -107,17 +107,13 @@ func TestPacerGivesTurnsNewestFirst(t *testing.T) {
 	require.False(t, p.Unpaced(metadata.Pairs(MetadataPriority, "degraded")))
 }
 
-// TestPacerDoneGivesTurnsWhileNothingQueues: with calls under way but none
-// queued, no call will leave the queue to give a turn; a turn handed back
-// gives the next one, so a connection does not wait its longest after a
-// burst.
-func TestPacerDoneGivesTurnsWhileNothingQueues(t *testing.T) {
+// TestPacerDoneGivesTurnsWhileTheGateIsIdle: while the gate has a call, a
+// turn handed back gives none (the call's exit will); with the gate idle
+// no call will leave it, so a turn handed back gives the next one, and a
+// connection does not wait its longest after a burst.
+func TestPacerDoneGivesTurnsWhileTheGateIsIdle(t *testing.T) {
 	g := newGate(GateConfig(8), nil) // room: half a round, 4
 	p := newPacer(g, time.Hour, nil)
-	for range 8 {
-		_, err := g.enter(nil, time.Time{}, false)
-		require.NoError(t, err)
-	}
 	for range 4 {
 		require.True(t, p.Turn(nil))
 	}
@@ -127,10 +123,19 @@ func TestPacerDoneGivesTurnsWhileNothingQueues(t *testing.T) {
 		close(turned)
 	}()
 	require.Eventually(t, func() bool { return p.n.Load() == 1 }, time.Second, time.Millisecond, "four turns under way: no room")
+	start, err := g.enter(nil, time.Time{}, false)
+	require.NoError(t, err)
+	p.Done()
+	select {
+	case <-turned:
+		t.Fatal("a turn handed back gave one while a call was under way")
+	case <-time.After(50 * time.Millisecond):
+	}
+	g.lim.Release(start) // idle again, without exit's own kick
 	p.Done()
 	select {
 	case <-turned:
 	case <-time.After(time.Second):
-		t.Fatal("a turn handed back with nothing queued gave none")
+		t.Fatal("a turn handed back with the gate idle gave none")
 	}
 }
