@@ -218,10 +218,10 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 	closedRate := satRate
 	// The entry gate's paced-read turns by how they came, and the calls
 	// that left it by outcome.
-	readTurns := func(ctx context.Context, lim *Service) map[string]float64 {
+	readTurns := func() map[string]float64 {
 		return seriesByLabel(ctx, lim, "floodgate_limiter_grpc_read_turns_total", "how", "at_once", "given", "max_wait")
 	}
-	gateLeft := func(ctx context.Context, lim *Service) map[string]float64 {
+	gateLeft := func() map[string]float64 {
 		return seriesByLabel(ctx, lim, "floodgate_limiter_grpc_gate_left_total", "outcome", "refused", "dropped", "past_deadline", "canceled")
 	}
 	// openLoad is the open-loop phases' traffic at rate: 1,024 callers, each
@@ -302,8 +302,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 			}
 		}()
 		dropped0, _ := lim.Metric(ctx, "floodgate_limiter_calls_dropped_past_deadline_total") // absent until the first drop
-		left0, _ := lim.Metric(ctx, "floodgate_limiter_grpc_gate_left_total")
-		turns0, gone0 := readTurns(ctx, lim), gateLeft(ctx, lim)
+		turns0, gone0 := readTurns(), gateLeft()
 		thr0, thrWait0 := throttled()
 		sched0, gen0, check0 := schedLatencies(ctx, lim), ownSchedLatencies(), checkSeconds(ctx, lim)
 		cpu0 := cpuNow()
@@ -317,8 +316,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		sched1, gen1, check1 := schedLatencies(ctx, lim), ownSchedLatencies(), checkSeconds(ctx, lim)
 		profNote := prof()
 		dropped1, _ := lim.Metric(ctx, "floodgate_limiter_calls_dropped_past_deadline_total")
-		left1, _ := lim.Metric(ctx, "floodgate_limiter_grpc_gate_left_total")
-		turns1, gone1 := readTurns(ctx, lim), gateLeft(ctx, lim)
+		turns1, gone1 := readTurns(), gateLeft()
 		elapsed := cpu1.at - cpu0.at
 		checks := load.Results()
 		w := Summarise(checks, time.Time{}, time.Time{})
@@ -381,9 +379,10 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		g := peakG
 		gateNote := "" // FLOODGATE_LIMITER_GRPC_GATE_MAX set
 		if limits := slices.Sorted(maps.Keys(gateLimits)); len(limits) > 0 {
+			left := func(outcome string) float64 { return gone1[outcome] - gone0[outcome] }
 			gateNote = fmt.Sprintf("limit %.0f–%.0f, at most %.0f waiting, %.0f left to their callers (refused at the door %.0f, dropped from the queue %.0f, past their deadline %.0f, canceled %.0f)",
-				limits[0], limits[len(limits)-1], peakWaiting, left1-left0, gone1["refused"]-gone0["refused"], gone1["dropped"]-gone0["dropped"],
-				gone1["past_deadline"]-gone0["past_deadline"], gone1["canceled"]-gone0["canceled"])
+				limits[0], limits[len(limits)-1], peakWaiting, left("refused")+left("dropped")+left("past_deadline")+left("canceled"),
+				left("refused"), left("dropped"), left("past_deadline"), left("canceled"))
 			if turns1["given"] > 0 {
 				gateNote += fmt.Sprintf("; reads paced (FLOODGATE_LIMITER_GRPC_GATE_PACE): turns at once %.0f, given %.0f, after the longest wait %.0f",
 					turns1["at_once"]-turns0["at_once"], turns1["given"]-turns0["given"], turns1["max_wait"]-turns0["max_wait"])
@@ -531,10 +530,6 @@ func capacityStepOf(ctx context.Context, l *Load, d time.Duration, limCPU func()
 // caller's deadline.
 func answeredInTime(c Check) bool { return c.OK && c.Latency <= overloadDeadline }
 
-// schedNote says how long the limiter's goroutines waited for its CPU
-// between two scrapes of go_sched_latencies_seconds (the runtime samples
-// the waits; its buckets are coarse): the share over about 1 ms and over
-// about 10 ms, and the bound every wait fell under.
 // seriesByLabel reads metric's series whose label is each of values from
 // the service (absent: 0).
 func seriesByLabel(ctx context.Context, lim *Service, metric, label string, values ...string) map[string]float64 {
@@ -549,6 +544,10 @@ func seriesByLabel(ctx context.Context, lim *Service, metric, label string, valu
 	return out
 }
 
+// schedNote says how long the limiter's goroutines waited for its CPU
+// between two scrapes of go_sched_latencies_seconds (the runtime samples
+// the waits; its buckets are coarse): the share over about 1 ms and over
+// about 10 ms, and the bound every wait fell under.
 func schedNote(from, to []promtext.Bucket) string {
 	return tailNote("waits for the CPU (the runtime's sample)", from, to, 0.0009, 0.01)
 }
