@@ -32,21 +32,32 @@ type ReadPacer interface {
 	// Done ends a counted turn.
 	Done()
 	// Unpaced reports whether a call's metadata takes its connection out
-	// of pacing for good (a gateway's cluster for its CRITICAL routes).
+	// of pacing for good (a gateway's cluster for its CRITICAL routes). A
+	// connection is read unpaced until its first call that is not: what it
+	// is cannot be known before a call is read, and a connection of the
+	// CRITICAL cluster that waited a turn for its first call — as each of
+	// a thousand new connections would under overload — was late.
 	Unpaced(md metadata.MD) bool
 }
+
+// A paced connection's states: read unpaced until a call shows what it is.
+const (
+	paceUndecided int32 = iota // no call yet: unpaced
+	paceOn                     // a call not for the CRITICAL cluster: paced
+	paceOff                    // a call for the CRITICAL cluster: unpaced for good
+)
 
 // pacedConn is an accepted TCP connection whose reads wait for the pacer's
 // turn once the socket has had nothing to read. Only the connection's
 // reader reads it.
 type pacedConn struct {
 	net.Conn
-	rc      syscall.RawConn
-	pacer   ReadPacer
-	unpaced atomic.Bool
-	owed    atomic.Bool // a counted turn not yet ended (Done)
-	done    chan struct{}
-	once    sync.Once
+	rc    syscall.RawConn
+	pacer ReadPacer
+	state atomic.Int32 // paceUndecided, paceOn or paceOff
+	owed  atomic.Bool  // a counted turn not yet ended (Done)
+	done  chan struct{}
+	once  sync.Once
 
 	// The reader's own, for readFrom (readFn: made once, not per read).
 	readFn func(fd uintptr) bool
@@ -81,10 +92,11 @@ func pace(nc net.Conn, p ReadPacer) *pacedConn {
 }
 
 // Read reads what the socket holds into b; when it holds nothing, it waits
-// until the socket is readable and then for the pacer's turn.
+// until the socket is readable and then, once the connection is paced, for
+// the pacer's turn.
 func (c *pacedConn) Read(b []byte) (int, error) {
 	c.settle() // what the last turn read is handled
-	if c.unpaced.Load() || len(b) == 0 {
+	if c.state.Load() != paceOn || len(b) == 0 {
 		return c.Conn.Read(b)
 	}
 	c.buf, c.woken = b, false
@@ -137,8 +149,18 @@ func (c *pacedConn) settle() {
 	}
 }
 
-// unpace reads the connection without the pacer from now on.
-func (c *pacedConn) unpace() { c.unpaced.Store(true) }
+// sawCall moves the connection on a call read whole: paced from its first call
+// that is not for the CRITICAL cluster, unpaced for good from one that is.
+func (c *pacedConn) sawCall(md metadata.MD) {
+	if c.state.Load() == paceOff {
+		return
+	}
+	if md != nil && c.pacer.Unpaced(md) {
+		c.state.Store(paceOff)
+		return
+	}
+	c.state.CompareAndSwap(paceUndecided, paceOn)
+}
 
 // Close closes the connection, ending a wait for a turn.
 func (c *pacedConn) Close() error {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/connectivity"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 )
@@ -43,18 +44,36 @@ func (p *testPacer) Done() { p.counted.Add(-1) }
 
 func (p *testPacer) Unpaced(md metadata.MD) bool { return len(md.Get("critical")) > 0 }
 
-// A paced connection reads a call that arrives while it waits for data
-// only once the pacer gives it a turn; a call with the metadata that
-// unpaces its connection makes the connection's later calls need none;
-// closing the server ends a wait for a turn.
+// A new connection is read unpaced until its first call; once a call has
+// shown it is not for the CRITICAL cluster, a call that arrives while the
+// connection waits for data is read only once the pacer gives it a turn; a
+// call with the metadata that unpaces its connection makes the
+// connection's later calls need none; closing the server ends a wait for a
+// turn.
 func TestPacedReads(t *testing.T) {
 	p := &testPacer{give: make(chan struct{})}
 	f := serve(t, Config{ReadPacer: p})
 	c := testpb.NewTestServiceClient(f.conn)
 	ctx := ctxT(t)
-	_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{})
+	f.conn.Connect()
+	require.Eventually(t, func() bool { return f.conn.GetState() == connectivity.Ready }, 5*time.Second, time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // the reader waiting for data
+	p.held.Store(true)                // a turn asked for would wait
+	first, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err := c.UnaryCall(first, &testpb.SimpleRequest{})
+	cancel()
+	require.NoError(t, err, "the first call needs no turn")
+	p.held.Store(false)
+	require.Eventually(t, func() bool { // a read after the call (a PING, say) may wait: give it its turn
+		select {
+		case p.give <- struct{}{}:
+		default:
+		}
+		return p.waiting.Load() == 0
+	}, 5*time.Second, time.Millisecond)
+	_, err = c.UnaryCall(ctx, &testpb.SimpleRequest{})
 	require.NoError(t, err)
-	require.Positive(t, p.asked.Load(), "the connection asked for turns")
+	require.Positive(t, p.asked.Load(), "paced from its first call")
 
 	t.Run("a call waits for its connection's turn", func(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // the reader back waiting for data
@@ -88,6 +107,11 @@ func TestPacedReads(t *testing.T) {
 		p2 := &testPacer{give: make(chan struct{})}
 		f2 := serve(t, Config{ReadPacer: p2})
 		cc := testpb.NewTestServiceClient(f2.conn)
+		for range 2 { // paced by the first call, then a call of its own
+			_, err := cc.UnaryCall(ctx, &testpb.SimpleRequest{})
+			require.NoError(t, err)
+		}
+		require.Positive(t, p2.asked.Load(), "paced")
 		_, err := cc.UnaryCall(metadata.AppendToOutgoingContext(ctx, "critical", "1"), &testpb.SimpleRequest{})
 		require.NoError(t, err)
 		time.Sleep(50 * time.Millisecond)

@@ -150,9 +150,6 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 		return c.refuse(st, f.StreamEnded(), codes.Unimplemented, msg)
 	}
 	st.m = m
-	if c.paced != nil && st.md != nil && !c.paced.unpaced.Load() && c.s.cfg.ReadPacer.Unpaced(st.md) {
-		c.paced.unpace()
-	}
 	if c.s.cfg.Tap != nil {
 		ctx, err := c.s.cfg.Tap(c.ctx, &tap.Info{FullMethodName: path, Header: st.md})
 		if err != nil {
@@ -297,6 +294,9 @@ func (c *conn) release(n int64) {
 
 // dispatch starts the call of a complete request on a goroutine of its own.
 func (c *conn) dispatch(st *stream) {
+	if c.paced != nil {
+		c.paced.sawCall(st.md) // once the whole call is read: no turn between its frames
+	}
 	msg := st.msg
 	st.msg = nil
 	c.buffered -= int64(len(msg))
