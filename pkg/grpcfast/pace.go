@@ -31,6 +31,13 @@ type ReadPacer interface {
 	Turn(done <-chan struct{}) (counted bool)
 	// Done ends a counted turn.
 	Done()
+	// Dispatched is told of each call a paced connection's reader hands to
+	// a worker, and Started when the worker starts it: between the two
+	// the call waits for the CPU, and a pacer that gave turns only by what
+	// its queue holds would let reads run ahead of the workers (their calls
+	// runnable by the hundred, past their deadlines before they start).
+	Dispatched()
+	Started()
 	// Unpaced reports whether a call's metadata takes its connection out
 	// of pacing for good (a gateway's cluster for its CRITICAL routes). A
 	// connection is read unpaced until its first call that is not: what it

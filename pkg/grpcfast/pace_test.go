@@ -22,6 +22,8 @@ type testPacer struct {
 	waiting atomic.Int64
 	closing atomic.Int64 // waits ended by the connection's closing
 	counted atomic.Int64 // counted turns not yet ended
+	transit atomic.Int64 // calls dispatched, not started
+	started atomic.Int64
 }
 
 func (p *testPacer) Turn(done <-chan struct{}) bool {
@@ -41,6 +43,10 @@ func (p *testPacer) Turn(done <-chan struct{}) bool {
 }
 
 func (p *testPacer) Done() { p.counted.Add(-1) }
+
+func (p *testPacer) Dispatched() { p.transit.Add(1) }
+
+func (p *testPacer) Started() { p.transit.Add(-1); p.started.Add(1) }
 
 func (p *testPacer) Unpaced(md metadata.MD) bool { return len(md.Get("critical")) > 0 }
 
@@ -74,6 +80,8 @@ func TestPacedReads(t *testing.T) {
 	_, err = c.UnaryCall(ctx, &testpb.SimpleRequest{})
 	require.NoError(t, err)
 	require.Positive(t, p.asked.Load(), "paced from its first call")
+	require.Equal(t, int64(2), p.started.Load(), "the calls of a connection paced from their dispatch are counted to their worker")
+	require.Zero(t, p.transit.Load())
 
 	t.Run("a call waits for its connection's turn", func(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // the reader back waiting for data

@@ -37,6 +37,7 @@ type stream struct {
 	ctx      context.Context // the call's, from dispatch to its worker
 	body     []byte          // the request message, from dispatch to its worker
 	begin    time.Time       // the stats handler's Begin (StatsHandler set)
+	paced    bool            // read on a paced connection: the pacer hears when it starts
 
 	// The reader's own until dispatch.
 	msg         []byte
@@ -357,6 +358,10 @@ func (c *conn) dispatch(st *stream) {
 		go c.callStream(st) // a stream may last: not on a worker
 		return
 	}
+	if c.paced != nil && c.paced.state.Load() == paceOn {
+		st.paced = true
+		c.s.cfg.ReadPacer.Dispatched()
+	}
 	c.s.run(st)
 }
 
@@ -388,6 +393,9 @@ var bufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 
 // call runs the method's handler and writes its answer.
 func (c *conn) call(st *stream) {
+	if st.paced {
+		c.s.cfg.ReadPacer.Started()
+	}
 	ctx, body := st.ctx, st.body
 	st.ctx, st.body = nil, nil
 	resp, err := st.m.handler(st.m.srv, ctx, func(v any) error { return c.decodeRequest(body, v) }, c.s.cfg.Interceptor)

@@ -47,6 +47,7 @@ type pacer struct {
 	maxWait time.Duration
 	n       atomic.Int64 // len(stack)
 	granted atomic.Int64 // counted turns not yet ended: their calls are not in the queue yet
+	transit atomic.Int64 // calls read, handed to a worker, not started: not in the queue yet either
 	mu      sync.Mutex
 	stack   []chan struct{}
 	turns   *prometheus.CounterVec
@@ -72,11 +73,12 @@ func newPacer(g *gate, maxWait time.Duration, reg prometheus.Registerer) *pacer 
 // queue, with the calls of the turns under way, holds less than half a
 // round (as many calls as it lets through at once), so that a call is
 // ready whenever one leaves and the queue's wait stays short. A turn under
-// way counts until its connection has handled what it read: without that,
-// every call leaving the queue gave turns again before the last ones'
-// calls had reached it, and thousands of readers waited for the CPU.
+// way counts until its connection has handled what it read, and each call
+// it handed to a worker until the worker starts it: without that, every
+// call leaving the queue gave turns again before the last ones' calls had
+// reached it, and thousands of readers (or workers) waited for the CPU.
 func (p *pacer) room() int64 {
-	return max(1, p.g.lim.Limit()/2) - p.g.lim.Waiting() - p.granted.Load()
+	return max(1, p.g.lim.Limit()/2) - p.g.lim.Waiting() - p.granted.Load() - p.transit.Load()
 }
 
 // Turn waits for the connection's turn (grpcfast.ReadPacer); a turn given
@@ -116,6 +118,19 @@ func (p *pacer) Turn(done <-chan struct{}) bool {
 // connection does not wait out ReadMaxWait after a burst.
 func (p *pacer) Done() {
 	p.granted.Add(-1)
+	if p.g.lim.InFlight() == 0 && p.g.lim.Waiting() == 0 {
+		p.kick()
+	}
+}
+
+// Dispatched counts a call on its way to a worker (grpcfast.ReadPacer).
+func (p *pacer) Dispatched() { p.transit.Add(1) }
+
+// Started ends Dispatched's count: the call is about to enter the gate.
+// While the gate is idle no call will leave it to give turns, so this
+// gives them, as Done does.
+func (p *pacer) Started() {
+	p.transit.Add(-1)
 	if p.g.lim.InFlight() == 0 && p.g.lim.Waiting() == 0 {
 		p.kick()
 	}

@@ -139,3 +139,37 @@ func TestPacerDoneGivesTurnsWhileTheGateIsIdle(t *testing.T) {
 		t.Fatal("a turn handed back with the gate idle gave none")
 	}
 }
+
+// TestPacerCountsCallsOnTheirWayToAWorker: a call read and handed to a
+// worker takes room until the worker starts it, as a queued call does, so
+// reads cannot run ahead of the workers; with the gate idle, a call
+// started gives the turns the room now has.
+func TestPacerCountsCallsOnTheirWayToAWorker(t *testing.T) {
+	g := newGate(GateConfig(8), nil) // room: half a round, 4
+	p := newPacer(g, time.Hour, nil)
+	for range 4 {
+		p.Dispatched()
+	}
+	turned := make(chan struct{})
+	go func() {
+		p.Turn(nil)
+		close(turned)
+	}()
+	require.Eventually(t, func() bool { return p.n.Load() == 1 }, time.Second, time.Millisecond, "four calls on their way: no room")
+	start, err := g.enter(nil, time.Time{}, false)
+	require.NoError(t, err)
+	p.Started()
+	select {
+	case <-turned:
+		t.Fatal("a call started gave a turn while the gate had a call")
+	case <-time.After(50 * time.Millisecond):
+	}
+	g.lim.Release(start) // idle again, without exit's own kick
+	p.Started()
+	select {
+	case <-turned:
+	case <-time.After(time.Second):
+		t.Fatal("a call started with the gate idle gave no turn")
+	}
+	require.Equal(t, int64(2), p.transit.Load())
+}
