@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -57,6 +58,12 @@ func (l *Load) grpcSenders() (func(w int) (sender, func()), func(), error) {
 	err := dialAll(&conns)
 	if err == nil && l.CriticalCluster {
 		err = dialAll(&critConns)
+	}
+	if err == nil {
+		// The phase's clock starts on connections the server has taken: a
+		// gateway's are long-lived, and a thousand handshakes in the
+		// phase's first second would be measured as the overload's.
+		err = settled(append(conns, critConns...), 30*time.Second)
 	}
 	if err != nil {
 		closeAll()
@@ -135,6 +142,21 @@ func (l *Load) grpcSenders() (func(w int) (sender, func()), func(), error) {
 			}
 		}, func() {}
 	}, closeAll, nil
+}
+
+// settled waits until the server has sent its SETTINGS on every
+// connection, at most for d.
+func settled(slots []*wireSlot, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for i, s := range slots {
+		select {
+		case <-s.get().Settled():
+		case <-t.C:
+			return fmt.Errorf("the server's SETTINGS not read on %d of %d connections within %s", len(slots)-i, len(slots), d)
+		}
+	}
+	return nil
 }
 
 // slotOf is worker w's slot of slots, nil when there are none.

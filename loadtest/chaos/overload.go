@@ -126,7 +126,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		grpcConns = s.GRPCConns
 	}
 	if viaGRPC {
-		r.metric("transport", "gRPC ShouldRateLimit (Floodgate's descriptor), the caller's deadline as the call's; %d connections in the open-loop phases, and %[1]d more for the critical calls (a gateway's CRITICAL cluster, envoyrls.MetadataPriority on each call)", grpcConns)
+		r.metric("transport", "gRPC ShouldRateLimit (Floodgate's descriptor), the caller's deadline as the call's; %d connections in the open-loop phases, and %[1]d more for the critical calls (a gateway's CRITICAL cluster, envoyrls.MetadataPriority on each call); each phase starts once the limiter has sent its SETTINGS on every connection", grpcConns)
 	} else {
 		r.metric("transport", "HTTP/1.1 POST /v1/check, the caller's deadline in X-Floodgate-Timeout-Ms; a caller that gives up closes its connection")
 	}

@@ -76,6 +76,8 @@ type Wire[T any] struct {
 	closed  error
 
 	readDone chan struct{}
+	settled  chan struct{} // closed when the server's SETTINGS are read
+	settle   sync.Once
 }
 
 type call[T any] struct {
@@ -103,7 +105,7 @@ func DialWire[T any](addr, path string, done func(T, Answer)) (*Wire[T], error) 
 		return nil, err
 	}
 	w := &Wire[T]{nc: nc, path: path, auth: addr, done: done, next: 1, calls: map[uint32]*call[T]{},
-		window: 65535, streamW: 65535, maxStr: 1<<31 - 1, readDone: make(chan struct{})}
+		window: 65535, streamW: 65535, maxStr: 1<<31 - 1, readDone: make(chan struct{}), settled: make(chan struct{})}
 	w.bw = bufio.NewWriterSize(nc, 16<<10)
 	w.wfr = http2.NewFramer(w.bw, nil)
 	w.henc = hpack.NewEncoder(hbufWriter[T]{w})
@@ -209,6 +211,10 @@ func (w *Wire[T]) Cancel(id uint32) (T, time.Time, bool) {
 	return tag, sent, true
 }
 
+// Settled is closed once the server's SETTINGS have been read: the server
+// has taken the connection and finished its handshake.
+func (w *Wire[T]) Settled() <-chan struct{} { return w.settled }
+
 // Close closes the connection and waits for its reader; calls still
 // waiting are answered with ErrClosed.
 func (w *Wire[T]) Close() error {
@@ -279,6 +285,7 @@ func (w *Wire[T]) read(fr *http2.Framer) {
 				})
 				err = w.write(func() error { return w.wfr.WriteSettingsAck() })
 				w.mu.Unlock()
+				w.settle.Do(func() { close(w.settled) })
 			case *http2.PingFrame:
 				if !f.IsAck() {
 					w.mu.Lock()

@@ -273,3 +273,36 @@ func TestGRPCTimeout(t *testing.T) {
 		require.Equal(t, want, grpcTimeout(d), d)
 	}
 }
+
+// TestWireSettled: Settled closes once the server's SETTINGS are read, and
+// stays open while a server has accepted the connection but said nothing.
+func TestWireSettled(t *testing.T) {
+	addr, _ := serveRLS(t, func(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+		return &rlsv3.RateLimitResponse{}, nil
+	})
+	w, err := DialWire(addr, rlsPath, func(int, Answer) {})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	select {
+	case <-w.Settled():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server's SETTINGS were not read")
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never speaks
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			t.Cleanup(func() { _ = c.Close() })
+		}
+	}()
+	mute, err := DialWire(ln.Addr().String(), rlsPath, func(int, Answer) {})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = mute.Close() })
+	select {
+	case <-mute.Settled():
+		t.Fatal("settled without the server's SETTINGS")
+	case <-time.After(100 * time.Millisecond):
+	}
+}
