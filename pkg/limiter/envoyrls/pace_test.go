@@ -107,69 +107,47 @@ func TestPacerGivesTurnsNewestFirst(t *testing.T) {
 	require.False(t, p.Unpaced(metadata.Pairs(MetadataPriority, "degraded")))
 }
 
-// TestPacerDoneGivesTurnsWhileTheGateIsIdle: while the gate has a call, a
-// turn handed back gives none (the call's exit will); with the gate idle
-// no call will leave it, so a turn handed back gives the next one, and a
-// connection does not wait its longest after a burst.
-func TestPacerDoneGivesTurnsWhileTheGateIsIdle(t *testing.T) {
-	g := newGate(GateConfig(8), nil) // room: half a round, 4
-	p := newPacer(g, time.Hour, nil)
-	for range 4 {
-		require.True(t, p.Turn(nil))
+// TestPacerGivesTurnsWhileTheGateIsIdle: the room is taken by turns under
+// way (until Done) and by calls on their way to a worker (until Started),
+// so reads cannot run ahead of the workers. While the gate has a call, a
+// turn handed back or a call started gives no turn (the call's exit will);
+// with the gate idle no call will leave it, so either gives the turns the
+// room now has, and a connection does not wait its longest after a burst.
+func TestPacerGivesTurnsWhileTheGateIsIdle(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		take, release func(p *pacer)
+	}{
+		{"a turn handed back", func(p *pacer) { require.True(t, p.Turn(nil)) }, (*pacer).Done},
+		{"a call started", (*pacer).Dispatched, (*pacer).Started},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGate(GateConfig(8), nil) // room: half a round, 4
+			p := newPacer(g, time.Hour, nil)
+			for range 4 {
+				tc.take(p)
+			}
+			turned := make(chan struct{})
+			go func() {
+				p.Turn(nil)
+				close(turned)
+			}()
+			require.Eventually(t, func() bool { return p.n.Load() == 1 }, time.Second, time.Millisecond, "the room taken: the next waits")
+			start, err := g.enter(nil, time.Time{}, false)
+			require.NoError(t, err)
+			tc.release(p)
+			select {
+			case <-turned:
+				t.Fatalf("%s gave a turn while a call was under way", tc.name)
+			case <-time.After(50 * time.Millisecond):
+			}
+			g.lim.Release(start) // idle again, without exit's own kick
+			tc.release(p)
+			select {
+			case <-turned:
+			case <-time.After(time.Second):
+				t.Fatalf("%s with the gate idle gave no turn", tc.name)
+			}
+		})
 	}
-	turned := make(chan struct{})
-	go func() {
-		p.Turn(nil)
-		close(turned)
-	}()
-	require.Eventually(t, func() bool { return p.n.Load() == 1 }, time.Second, time.Millisecond, "four turns under way: no room")
-	start, err := g.enter(nil, time.Time{}, false)
-	require.NoError(t, err)
-	p.Done()
-	select {
-	case <-turned:
-		t.Fatal("a turn handed back gave one while a call was under way")
-	case <-time.After(50 * time.Millisecond):
-	}
-	g.lim.Release(start) // idle again, without exit's own kick
-	p.Done()
-	select {
-	case <-turned:
-	case <-time.After(time.Second):
-		t.Fatal("a turn handed back with the gate idle gave none")
-	}
-}
-
-// TestPacerCountsCallsOnTheirWayToAWorker: a call read and handed to a
-// worker takes room until the worker starts it, as a queued call does, so
-// reads cannot run ahead of the workers; with the gate idle, a call
-// started gives the turns the room now has.
-func TestPacerCountsCallsOnTheirWayToAWorker(t *testing.T) {
-	g := newGate(GateConfig(8), nil) // room: half a round, 4
-	p := newPacer(g, time.Hour, nil)
-	for range 4 {
-		p.Dispatched()
-	}
-	turned := make(chan struct{})
-	go func() {
-		p.Turn(nil)
-		close(turned)
-	}()
-	require.Eventually(t, func() bool { return p.n.Load() == 1 }, time.Second, time.Millisecond, "four calls on their way: no room")
-	start, err := g.enter(nil, time.Time{}, false)
-	require.NoError(t, err)
-	p.Started()
-	select {
-	case <-turned:
-		t.Fatal("a call started gave a turn while the gate had a call")
-	case <-time.After(50 * time.Millisecond):
-	}
-	g.lim.Release(start) // idle again, without exit's own kick
-	p.Started()
-	select {
-	case <-turned:
-	case <-time.After(time.Second):
-		t.Fatal("a call started with the gate idle gave no turn")
-	}
-	require.Equal(t, int64(2), p.transit.Load())
 }
