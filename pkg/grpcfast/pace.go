@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"google.golang.org/grpc/metadata"
 )
@@ -72,6 +73,10 @@ type pacedConn struct {
 	n      int
 	err    error
 	woken  bool
+	// arrived is when the socket became readable for the last read, which
+	// had found it empty: when the first call that read brought arrived
+	// (zero: not known, or taken by that call's HEADERS).
+	arrived time.Time
 }
 
 // pace wraps nc in a pacedConn, or returns nil when neither nc nor a
@@ -103,6 +108,7 @@ func pace(nc net.Conn, p ReadPacer) *pacedConn {
 // the pacer's turn.
 func (c *pacedConn) Read(b []byte) (int, error) {
 	c.settle() // what the last turn read is handled
+	c.arrived = time.Time{}
 	if c.state.Load() != paceOn || len(b) == 0 {
 		return c.Conn.Read(b)
 	}
@@ -128,6 +134,7 @@ func (c *pacedConn) Read(b []byte) (int, error) {
 func (c *pacedConn) readFrom(fd uintptr) bool {
 	if c.woken {
 		c.settle() // a turn that found nothing
+		c.arrived = time.Now()
 		c.owed.Store(c.pacer.Turn(c.done))
 	}
 	c.woken = true
@@ -147,6 +154,16 @@ func (c *pacedConn) readFrom(fd uintptr) bool {
 		c.err = io.EOF
 	}
 	return true
+}
+
+// arrival returns, once, when the first call of the last read arrived,
+// if the read had waited for the socket (zero otherwise). The reader asks
+// on a call's HEADERS: a call that waited for its turn past its deadline
+// is then past it when read, and is answered without a worker.
+func (c *pacedConn) arrival() time.Time {
+	at := c.arrived
+	c.arrived = time.Time{}
+	return at
 }
 
 // settle ends the connection's counted turn, if it holds one.

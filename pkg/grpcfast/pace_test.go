@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/connectivity"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
@@ -173,3 +175,47 @@ type wrapped struct{ net.Conn }
 func (w wrapped) Unwrap() net.Conn { return w.Conn }
 
 type opaque struct{ net.Conn }
+
+// TestPacedCallDeadlineCountsFromItsArrival: a call that waited in the
+// socket for its connection's turn has its deadline counted from when it
+// arrived, not from when it was read; one whose deadline passed while it
+// waited is answered by the transport, without a worker.
+func TestPacedCallDeadlineCountsFromItsArrival(t *testing.T) {
+	var told atomic.Int64
+	p := &testPacer{give: make(chan struct{})}
+	f := serve(t, Config{ReadPacer: p, PastDeadline: func(string) string { told.Add(1); return "too late" }})
+	r := rawDial(t, f.addr)
+	r.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	call := func(id uint32, timeout string) {
+		hs := append(append([]string{}, callHeaders...), "grpc-timeout", timeout)
+		hs[5] = testpb.TestService_UnaryCall_FullMethodName
+		require.NoError(t, r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: r.block(hs...), EndHeaders: true}))
+		require.NoError(t, r.fr.WriteData(id, true, []byte{0, 0, 0, 0, 0}))
+	}
+	answer := func() map[string]string {
+		for {
+			f, err := r.fr.ReadFrame()
+			require.NoError(t, err)
+			if mh, ok := f.(*http2.MetaHeadersFrame); ok && mh.StreamEnded() {
+				got := map[string]string{}
+				for _, hf := range mh.Fields {
+					got[hf.Name] = hf.Value
+				}
+				return got
+			}
+		}
+	}
+	call(1, "10S") // the first call: read unpaced, paced from then on
+	require.Equal(t, "0", answer()["grpc-status"])
+	time.Sleep(50 * time.Millisecond) // the reader waiting for data
+	p.held.Store(true)
+	call(3, "100m")
+	require.Eventually(t, func() bool { return p.waiting.Load() == 1 }, 5*time.Second, time.Millisecond)
+	time.Sleep(150 * time.Millisecond) // past its 100 ms, unread
+	p.held.Store(false)
+	p.give <- struct{}{}
+	got := answer()
+	require.Equal(t, "4", got["grpc-status"], "DEADLINE_EXCEEDED: %v", got)
+	require.Equal(t, "too late", got["grpc-message"])
+	require.EqualValues(t, 1, told.Load())
+}

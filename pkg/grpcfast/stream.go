@@ -75,6 +75,10 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 		return http2.ConnectionError(http2.ErrCodeStreamClosed)
 	}
 	st := &stream{c: c, id: id, base: c.ctx, recvAvail: int64(c.s.cfg.Window)}
+	var arrived time.Time // the first call of a paced read: when it arrived
+	if c.paced != nil {
+		arrived = c.paced.arrival()
+	}
 	var path, meth, ctype, timeout, enc string
 	var vals []string // the metadata's values, one backing array for the call
 	if n := metadataFields(f.Fields); n > 0 {
@@ -141,6 +145,9 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 			return c.refuse(st, f.StreamEnded(), codes.Internal, fmt.Sprintf("grpc: malformed grpc-timeout %q: %v", timeout, err))
 		}
 		st.deadline = time.Now().Add(d)
+		if !arrived.IsZero() { // it waited in the socket for its turn: from then
+			st.deadline = arrived.Add(d)
+		}
 	}
 	m, ok := c.s.methods[path]
 	if !ok {
