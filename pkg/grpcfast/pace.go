@@ -173,7 +173,8 @@ func (c *pacedConn) settle() {
 	}
 }
 
-// sawCall moves the connection on a call read whole: paced from its first call
+// sawCall moves the connection on a call read whole (or refused at the
+// door, which reads no more of it): paced from its first call
 // that is not for the CRITICAL cluster, unpaced for good from one that is.
 func (c *pacedConn) sawCall(md metadata.MD) {
 	if c.state.Load() == paceOff {

@@ -10,9 +10,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 )
 
 // testPacer gives turns at once until held; held, each turn waits for a
@@ -218,4 +221,40 @@ func TestPacedCallDeadlineCountsFromItsArrival(t *testing.T) {
 	require.Equal(t, "4", got["grpc-status"], "DEADLINE_EXCEEDED: %v", got)
 	require.Equal(t, "too late", got["grpc-message"])
 	require.EqualValues(t, 1, told.Load())
+}
+
+// TestPacedFromACallRefusedAtTheDoor: a connection whose first call the
+// tap refuses is paced from then on, as one whose first call was served:
+// under overload the door may refuse a connection's every call.
+func TestPacedFromACallRefusedAtTheDoor(t *testing.T) {
+	var refuse atomic.Bool
+	refuse.Store(true)
+	p := &testPacer{give: make(chan struct{})}
+	f := serve(t, Config{ReadPacer: p, Tap: func(ctx context.Context, _ *tap.Info) (context.Context, error) {
+		if refuse.Load() {
+			return nil, status.Error(codes.Unavailable, "the door")
+		}
+		return ctx, nil
+	}})
+	c := testpb.NewTestServiceClient(f.conn)
+	ctx := ctxT(t)
+	_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{})
+	require.Equal(t, codes.Unavailable, status.Code(err))
+	refuse.Store(false)
+	time.Sleep(50 * time.Millisecond) // the reader waiting for data
+	p.held.Store(true)
+	answered := make(chan error, 1)
+	go func() {
+		_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{})
+		answered <- err
+	}()
+	require.Eventually(t, func() bool { return p.waiting.Load() == 1 }, 5*time.Second, time.Millisecond)
+	select {
+	case err := <-answered:
+		t.Fatalf("answered before its turn: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	p.held.Store(false)
+	p.give <- struct{}{}
+	require.NoError(t, <-answered)
 }

@@ -161,6 +161,9 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 	if c.s.cfg.Tap != nil {
 		ctx, err := c.s.cfg.Tap(c.ctx, &tap.Info{FullMethodName: path, Header: st.md})
 		if err != nil {
+			if c.paced != nil { // refused whole: what its connection is, is known
+				c.paced.sawCall(st.md)
+			}
 			s, _ := status.FromError(err)
 			return c.refuse(st, f.StreamEnded(), s.Code(), s.Message())
 		}
