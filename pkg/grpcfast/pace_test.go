@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
@@ -92,17 +91,10 @@ func TestPacedReads(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // the reader back waiting for data
 		p.held.Store(true)
 		defer p.held.Store(false)
-		answered := make(chan error, 1)
-		go func() {
+		answered := callWaitingForATurn(t, p, func() error {
 			_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: 3})
-			answered <- err
-		}()
-		require.Eventually(t, func() bool { return p.waiting.Load() == 1 }, 5*time.Second, time.Millisecond)
-		select {
-		case err := <-answered:
-			t.Fatalf("answered before its turn: %v", err)
-		case <-time.After(100 * time.Millisecond):
-		}
+			return err
+		})
 		p.give <- struct{}{}
 		select {
 		case err := <-answered:
@@ -188,28 +180,14 @@ func TestPacedCallDeadlineCountsFromItsArrival(t *testing.T) {
 	p := &testPacer{give: make(chan struct{})}
 	f := serve(t, Config{ReadPacer: p, PastDeadline: func(string) string { told.Add(1); return "too late" }})
 	r := rawDial(t, f.addr)
-	r.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	call := func(id uint32, timeout string) {
 		hs := append(append([]string{}, callHeaders...), "grpc-timeout", timeout)
 		hs[5] = testpb.TestService_UnaryCall_FullMethodName
 		require.NoError(t, r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: r.block(hs...), EndHeaders: true}))
 		require.NoError(t, r.fr.WriteData(id, true, []byte{0, 0, 0, 0, 0}))
 	}
-	answer := func() map[string]string {
-		for {
-			f, err := r.fr.ReadFrame()
-			require.NoError(t, err)
-			if mh, ok := f.(*http2.MetaHeadersFrame); ok && mh.StreamEnded() {
-				got := map[string]string{}
-				for _, hf := range mh.Fields {
-					got[hf.Name] = hf.Value
-				}
-				return got
-			}
-		}
-	}
 	call(1, "10S") // the first call: read unpaced, paced from then on
-	require.Equal(t, "0", answer()["grpc-status"])
+	require.Equal(t, "0", r.trailers(t)["grpc-status"])
 	time.Sleep(50 * time.Millisecond) // the reader waiting for data
 	p.held.Store(true)
 	call(3, "100m")
@@ -217,7 +195,7 @@ func TestPacedCallDeadlineCountsFromItsArrival(t *testing.T) {
 	time.Sleep(150 * time.Millisecond) // past its 100 ms, unread
 	p.held.Store(false)
 	p.give <- struct{}{}
-	got := answer()
+	got := r.trailers(t)
 	require.Equal(t, "4", got["grpc-status"], "DEADLINE_EXCEEDED: %v", got)
 	require.Equal(t, "too late", got["grpc-message"])
 	require.EqualValues(t, 1, told.Load())
@@ -243,18 +221,27 @@ func TestPacedFromACallRefusedAtTheDoor(t *testing.T) {
 	refuse.Store(false)
 	time.Sleep(50 * time.Millisecond) // the reader waiting for data
 	p.held.Store(true)
-	answered := make(chan error, 1)
-	go func() {
+	answered := callWaitingForATurn(t, p, func() error {
 		_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{})
-		answered <- err
-	}()
+		return err
+	})
+	p.held.Store(false)
+	p.give <- struct{}{}
+	require.NoError(t, <-answered)
+}
+
+// callWaitingForATurn starts call while p holds every turn, and returns
+// where its answer will come, once the call's connection waits for a turn
+// and the call is still unanswered 100 ms later.
+func callWaitingForATurn(t *testing.T, p *testPacer, call func() error) <-chan error {
+	t.Helper()
+	answered := make(chan error, 1)
+	go func() { answered <- call() }()
 	require.Eventually(t, func() bool { return p.waiting.Load() == 1 }, 5*time.Second, time.Millisecond)
 	select {
 	case err := <-answered:
 		t.Fatalf("answered before its turn: %v", err)
 	case <-time.After(100 * time.Millisecond):
 	}
-	p.held.Store(false)
-	p.give <- struct{}{}
-	require.NoError(t, <-answered)
+	return answered
 }

@@ -436,10 +436,13 @@ var callHeaders = []string{":method", "POST", ":scheme", "http", ":path", "/grpc
 	":authority", "x", "content-type", "application/grpc", "te", "trailers"}
 
 // trailers reads frames until a header block that ends its stream, and
-// returns its fields by name.
+// returns its fields by name. The connection keeps one decoder: a later
+// answer's block may name the table entries of an earlier one.
 func (r *rawConn) trailers(t *testing.T) map[string]string {
 	t.Helper()
-	r.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	if r.fr.ReadMetaHeaders == nil {
+		r.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	}
 	for {
 		f, err := r.fr.ReadFrame()
 		require.NoError(t, err)
