@@ -302,6 +302,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 			}
 		}()
 		dropped0, _ := lim.Metric(ctx, "floodgate_limiter_calls_dropped_past_deadline_total") // absent until the first drop
+		canceled0 := canceledCalls(ctx, lim)
 		turns0, gone0 := readTurns(), gateLeft()
 		thr0, thrWait0 := throttled()
 		sched0, gen0, check0 := schedLatencies(ctx, lim), ownSchedLatencies(), checkSeconds(ctx, lim)
@@ -316,6 +317,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		sched1, gen1, check1 := schedLatencies(ctx, lim), ownSchedLatencies(), checkSeconds(ctx, lim)
 		profNote := prof()
 		dropped1, _ := lim.Metric(ctx, "floodgate_limiter_calls_dropped_past_deadline_total")
+		canceled1 := canceledCalls(ctx, lim)
 		turns1, gone1 := readTurns(), gateLeft()
 		elapsed := cpu1.at - cpu0.at
 		checks := load.Results()
@@ -403,9 +405,9 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		goodput := float64(inTime) / elapsed.Seconds()
 		goodputs[f] = append(goodputs[f], 100*goodput/max(satRate, 1))
 		cpu, genSat := cpuPerCheck(cpu0, cpu1, w.Answered)
-		r.metric(name, "offered %d/s from 1024 callers over %d connections, deadline %s; %d checks, %d answered within it (%.0f/s = %.0f %% of saturation, %.0f %% of the closed loop's; %.0f per limiter core-second), %d answered in all (%d of them read after the deadline), p50 %s, p99 %s; critical p99 %s; %.2f %% shed, %.2f %% failed open; %.0f dropped past their deadline by the limiter; abuser admitted %.2f× its limit; peak RSS %d MiB, peak goroutines %.0f; %s; throttled in %d periods (%s waiting); load average %s; %s%s",
+		r.metric(name, "offered %d/s from 1024 callers over %d connections, deadline %s; %d checks, %d answered within it (%.0f/s = %.0f %% of saturation, %.0f %% of the closed loop's; %.0f per limiter core-second), %d answered in all (%d of them read after the deadline), p50 %s, p99 %s; critical p99 %s; %.2f %% shed, %.2f %% failed open; %.0f dropped past their deadline by the limiter, %.0f reset by their callers before they were run (not answered); abuser admitted %.2f× its limit; peak RSS %d MiB, peak goroutines %.0f; %s; throttled in %d periods (%s waiting); load average %s; %s%s",
 			rate, conns, overloadDeadline, w.Sent, inTime, goodput, 100*goodput/max(satRate, 1), 100*goodput/max(closedRate, 1), perCoreSecond(cpu0, cpu1, inTime), w.Answered, late, ms(w.P50), ms(w.P99), ms(critP99),
-			pct(shed, w.Answered), pct(failedOpen, inTime), dropped1-dropped0, float64(abuserAllowed)/allowedMax, rss>>20, g, cpu,
+			pct(shed, w.Answered), pct(failedOpen, inTime), dropped1-dropped0, canceled1-canceled0, float64(abuserAllowed)/allowedMax, rss>>20, g, cpu,
 			thr1-thr0, ms(thrWait1-thrWait0), loadAverage(), profNote, invalidNote(genSat))
 		r.metric(name+" core 1", "%s, just before the phase", probe)
 		r.metric(name+" run queue", "%s; runnable goroutines at most %.0f (sampled every 0.5 s); the load generator's own goroutines: %s",
@@ -542,6 +544,16 @@ func seriesByLabel(ctx context.Context, lim *Service, metric, label string, valu
 		out[v], _ = e.Sum(fmt.Sprintf("%s{%s=%q}", metric, label, v))
 	}
 	return out
+}
+
+// canceledCalls is how many ShouldRateLimit calls the limiter has counted
+// as reset by their callers before they were run: not through the entry
+// gate, whose own cancellations its note gives, but before dispatch
+// (grpcfast.Config.Abandoned).
+func canceledCalls(ctx context.Context, lim *Service) float64 {
+	all := seriesByLabel(ctx, lim, "floodgate_limiter_envoy_requests_total", "result", "canceled")["canceled"]
+	gate := seriesByLabel(ctx, lim, "floodgate_limiter_grpc_gate_left_total", "outcome", "canceled")["canceled"]
+	return all - gate
 }
 
 // schedNote says how long the limiter's goroutines waited for its CPU

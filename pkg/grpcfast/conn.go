@@ -43,9 +43,10 @@ type conn struct {
 	paced   *pacedConn      // the socket under nc, when its reads are paced (Config.ReadPacer)
 
 	// The reader's own.
-	recvAvail   int64 // connection credit the client still has
-	recvPending int64 // connection credit to return
-	buffered    int64 // bytes of requests not yet complete
+	ready       []*stream // calls read whole, dispatched once the next frame needs the socket
+	recvAvail   int64     // connection credit the client still has
+	recvPending int64     // connection credit to return
+	buffered    int64     // bytes of requests not yet complete
 	lastPing    time.Time
 	pingStrikes int
 	empty       int // empty DATA and SETTINGS frames seen
@@ -91,12 +92,17 @@ func (c *conn) serve() {
 	defer c.s.forget(c)
 	err := c.handshake()
 	for err == nil {
-		// What the reader appends (acks, window updates, refusals) is
-		// written when it has read all it has, or has too much to write:
-		// with the answers of the calls it has just handed out, in one
-		// write, not one per frame. Calls' answers are written by their
-		// workers.
-		if c.br.Buffered() == 0 {
+		// The calls read whole are dispatched, and what the reader appended
+		// (acks, window updates, refusals) is written, once the next frame
+		// is not all in the read buffer: when the reader has handled all
+		// it has read and would wait for the socket (or has too much to
+		// write), in one write, not one per frame. A call whose client
+		// reset it in the same read is neither run nor answered: under
+		// overload, a connection read after a wait brings its calls that
+		// passed their deadline meanwhile together with their RST_STREAM.
+		// Calls' answers are written by their workers.
+		if !c.frameBuffered() {
+			c.dispatchReady()
 			c.flushReader()
 		}
 		c.waitRoom()
@@ -166,6 +172,30 @@ func (c *conn) handshake() error {
 	}
 	c.startTimers()
 	return nil
+}
+
+// frameBuffered reports whether the next frame is all in the read buffer,
+// so that reading it will not wait for the socket. A HEADERS frame without
+// END_HEADERS is not: its CONTINUATION frames are read with it.
+func (c *conn) frameBuffered() bool {
+	if c.br.Buffered() < frameHeaderLen {
+		return false
+	}
+	h, _ := c.br.Peek(frameHeaderLen) // buffered: no read
+	n := int(h[0])<<16 | int(h[1])<<8 | int(h[2])
+	if http2.FrameType(h[3]) == http2.FrameHeaders && http2.Flags(h[4])&http2.FlagHeadersEndHeaders == 0 {
+		return false
+	}
+	return c.br.Buffered() >= frameHeaderLen+n
+}
+
+// dispatchReady dispatches the calls read whole since the last time.
+func (c *conn) dispatchReady() {
+	for i, st := range c.ready {
+		c.ready[i] = nil
+		c.dispatch(st)
+	}
+	c.ready = c.ready[:0]
 }
 
 // flushReader writes what the reader appended, unless a write is under
@@ -306,6 +336,9 @@ func (c *conn) rstStream(f *http2.RSTStreamFrame) error {
 	c.mu.Unlock()
 	if st != nil && !st.dispatched {
 		c.discard(st)
+		if ab := c.s.cfg.Abandoned; ab != nil && st.method != "" {
+			ab(st.method)
+		}
 	}
 	return nil
 }

@@ -102,6 +102,12 @@ type Config struct {
 	// not decoded and its handler not run (the caller has given up). Unset,
 	// such a call goes to its handler with a context already done.
 	PastDeadline func(fullMethod string) string
+	// Abandoned, when set, is told of a call its client reset (RST_STREAM)
+	// before it was dispatched: before its request was complete, or in the
+	// read that completed it — as a call that waited in the socket past
+	// its deadline under overload comes, with its client's reset behind
+	// it. Such a call is neither run nor answered.
+	Abandoned func(fullMethod string)
 	// Workers is how many goroutines run calls for good (default 128):
 	// their stacks have grown to what a call needs, where a goroutine per
 	// call grows a new one every time (a quarter of the CPU of a

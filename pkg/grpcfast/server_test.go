@@ -965,3 +965,83 @@ func goroutinesIn(fn string, selecting bool) int {
 	}
 	return n
 }
+
+// A call whose client reset it in the read that completed its request — as
+// a call that waited in the socket past its deadline comes under overload,
+// its client's RST_STREAM behind it — is neither run nor answered, and
+// Abandoned is told; the call after it in the same read is served.
+func TestCallResetInItsOwnReadIsNotRun(t *testing.T) {
+	var ran, abandoned atomic.Int64
+	f := serve(t, Config{
+		Interceptor: func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			ran.Add(1)
+			return h(ctx, req)
+		},
+		Abandoned: func(m string) {
+			if m == testpb.TestService_UnaryCall_FullMethodName {
+				abandoned.Add(1)
+			}
+		},
+	})
+	r := rawDial(t, f.addr)
+	var b bytes.Buffer
+	fw := http2.NewFramer(&b, nil)
+	writeCall(t, r, fw, 1)
+	require.NoError(t, fw.WriteRSTStream(1, http2.ErrCodeCancel))
+	writeCall(t, r, fw, 3)
+	_, err := r.nc.Write(b.Bytes()) // one segment: one read
+	require.NoError(t, err)
+	require.Equal(t, uint32(3), r.answered(t), "the reset call is not answered")
+	require.EqualValues(t, 1, ran.Load())
+	require.EqualValues(t, 1, abandoned.Load())
+}
+
+// A call read whole is dispatched when the rest of the read buffer does not
+// hold a whole frame: it does not wait for the socket to bring the rest.
+func TestCallBeforeAPartialFrameIsServed(t *testing.T) {
+	for name, rest := range map[string]func(fw *http2.Framer, r *rawConn) []byte{
+		"a frame header cut short": func(*http2.Framer, *rawConn) []byte { return []byte{0, 0, 5, 0} },
+		"HEADERS without its CONTINUATION": func(fw *http2.Framer, r *rawConn) []byte {
+			hs := append([]string{}, callHeaders...)
+			require.NoError(t, fw.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: r.block(hs...)}))
+			return nil
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := serve(t, Config{})
+			r := rawDial(t, f.addr)
+			var b bytes.Buffer
+			fw := http2.NewFramer(&b, nil)
+			writeCall(t, r, fw, 1)
+			b.Write(rest(fw, r))
+			_, err := r.nc.Write(b.Bytes())
+			require.NoError(t, err)
+			require.Equal(t, uint32(1), r.answered(t))
+		})
+	}
+}
+
+// writeCall writes a whole UnaryCall request on stream id with fw.
+func writeCall(t *testing.T, r *rawConn, fw *http2.Framer, id uint32) {
+	t.Helper()
+	hs := append([]string{}, callHeaders...)
+	hs[5] = testpb.TestService_UnaryCall_FullMethodName
+	require.NoError(t, fw.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: r.block(hs...), EndHeaders: true}))
+	require.NoError(t, fw.WriteData(id, true, []byte{0, 0, 0, 0, 0}))
+}
+
+// answered reads frames until a header block that ends its stream, and
+// returns the stream.
+func (r *rawConn) answered(t *testing.T) uint32 {
+	t.Helper()
+	if r.fr.ReadMetaHeaders == nil {
+		r.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	}
+	for {
+		f, err := r.fr.ReadFrame()
+		require.NoError(t, err)
+		if mh, ok := f.(*http2.MetaHeadersFrame); ok && mh.StreamEnded() {
+			return mh.StreamID
+		}
+	}
+}

@@ -172,7 +172,7 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 		}
 	}
 	if f.StreamEnded() {
-		c.dispatch(st)
+		c.ready = append(c.ready, st)
 	}
 	return nil
 }
@@ -277,7 +277,7 @@ func (c *conn) data(f *http2.DataFrame) error {
 	c.buffered += int64(len(data))
 	c.release(n)
 	if f.StreamEnded() {
-		c.dispatch(st)
+		c.ready = append(c.ready, st)
 		return nil
 	}
 	if st.recvPending += n; st.recvPending >= int64(c.s.cfg.Window)/4 {
@@ -303,10 +303,17 @@ func (c *conn) release(n int64) {
 	c.recvPending = 0
 }
 
-// dispatch starts the call of a complete request on a goroutine of its own.
+// dispatch starts the call of a complete request on a goroutine of its own,
+// unless its client has reset it since.
 func (c *conn) dispatch(st *stream) {
 	if c.paced != nil {
 		c.paced.sawCall(st.md) // once the whole call is read: no turn between its frames
+	}
+	c.mu.Lock()
+	gone := st.gone
+	c.mu.Unlock()
+	if gone {
+		return
 	}
 	msg := st.msg
 	st.msg = nil

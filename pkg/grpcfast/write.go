@@ -14,6 +14,9 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
+// frameHeaderLen is an HTTP/2 frame header's length (RFC 9113 §4.1).
+const frameHeaderLen = 9
+
 func appendFrameHeader(b []byte, length int, typ http2.FrameType, flags http2.Flags, stream uint32) []byte {
 	return append(b, byte(length>>16), byte(length>>8), byte(length), byte(typ), byte(flags),
 		byte(stream>>24)&0x7f, byte(stream>>16), byte(stream>>8), byte(stream))

@@ -176,7 +176,7 @@ var _ rlsv3.RateLimitServiceServer = (*EnvoyRLS)(nil)
 func NewEnvoyRLS(s *server.Server) *EnvoyRLS {
 	e := &EnvoyRLS{s: s, requests: promauto.With(s.Registry()).NewCounterVec(prometheus.CounterOpts{
 		Name: "floodgate_limiter_envoy_requests_total",
-		Help: "Envoy ShouldRateLimit calls by result (ok, over_limit, invalid, unavailable: Redis failed and a counted limit has no fail policy; past_deadline: the caller's deadline passed before it was decided; overloaded: dropped by the entry gate; canceled: the caller went away while the call waited at the entry gate).",
+		Help: "Envoy ShouldRateLimit calls by result (ok, over_limit, invalid, unavailable: Redis failed and a counted limit has no fail policy; past_deadline: the caller's deadline passed before it was decided; overloaded: dropped by the entry gate; canceled: the caller went away while the call waited at the entry gate, or, on the floodgate transport, before the call was dispatched).",
 	}, []string{"result"}), descriptors: newEnvoyDescriptorMetrics(s.Registry()),
 		unnamed: promauto.With(s.Registry()).NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_limiter_envoy_unattributed_total",

@@ -137,6 +137,14 @@ func NewFastServer(s *server.Server, opts ...GRPCOption) (*grpcfast.Server, *hea
 		}
 		return server.DeadlineReason
 	}
+	// A call its caller reset before it was dispatched (under overload:
+	// read after its deadline, with the caller's reset behind it) costs no
+	// worker and no answer; it is counted as a call whose caller went away.
+	cfg.Abandoned = func(method string) {
+		if method == rlsv3.RateLimitService_ShouldRateLimit_FullMethodName {
+			rls.requests.WithLabelValues("canceled").Inc()
+		}
+	}
 	f := grpcfast.New(cfg)
 	rlsv3.RegisterRateLimitServiceServer(f, rls)
 	hs := health.NewServer()

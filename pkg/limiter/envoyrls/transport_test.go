@@ -109,6 +109,12 @@ func TestFloodgateTransportGuardsAndGates(t *testing.T) {
 	require.Equal(t, 1.0, promtest.Value(t, reg, "floodgate_limiter_calls_dropped_past_deadline_total", map[string]string{"protocol": "grpc", "priority": "none"}))
 	require.Equal(t, 1.0, promtest.Value(t, reg, "floodgate_limiter_envoy_requests_total", map[string]string{"result": "past_deadline"}))
 
+	// A call its caller reset in the read that completed it: neither run
+	// nor answered, counted as a call whose caller went away.
+	resetPost(t, addr)
+	require.Equal(t, 1.0, promtest.Value(t, reg, "floodgate_limiter_envoy_requests_total", map[string]string{"result": "canceled"}))
+	require.Equal(t, 1.0, promtest.Value(t, reg, "floodgate_limiter_envoy_requests_total", map[string]string{"result": "ok"}), "not run")
+
 	fctx, fcancel := context.WithTimeout(ctx, time.Second)
 	defer fcancel()
 	st := h2guardtest.Flood(fctx, addr, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName)
@@ -122,15 +128,16 @@ func TestFloodgateTransportGuardsAndGates(t *testing.T) {
 	require.NotEqual(t, codes.Unavailable, status.Code(err), "a unary health method is served or refused, never dropped")
 }
 
-// latePost sends ShouldRateLimit by hand with a grpc-timeout of 1 ms and its
-// message 20 ms later, and returns the answer's grpc-status.
-func latePost(t *testing.T, addr string) string {
+// rlsConn dials addr for a ShouldRateLimit call sent by hand: the preface
+// is sent, fr reads and writes nc, and block is the call's header block,
+// its grpc-timeout timeout.
+func rlsConn(t *testing.T, addr, timeout string) (nc net.Conn, fr *http2.Framer, block []byte) {
 	t.Helper()
 	nc, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
-	defer nc.Close()
+	t.Cleanup(func() { _ = nc.Close() })
 	_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
-	fr := http2.NewFramer(nc, nc)
+	fr = http2.NewFramer(nc, nc)
 	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	_, err = nc.Write([]byte(http2.ClientPreface))
 	require.NoError(t, err)
@@ -138,10 +145,42 @@ func latePost(t *testing.T, addr string) string {
 	var hb bytes.Buffer
 	enc := hpack.NewEncoder(&hb)
 	for _, kv := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", rlsv3.RateLimitService_ShouldRateLimit_FullMethodName},
-		{":authority", "x"}, {"content-type", "application/grpc"}, {"grpc-timeout", "1m"}} {
+		{":authority", "x"}, {"content-type", "application/grpc"}, {"grpc-timeout", timeout}} {
 		require.NoError(t, enc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]}))
 	}
-	require.NoError(t, fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true}))
+	return nc, fr, hb.Bytes()
+}
+
+// resetPost sends ShouldRateLimit by hand, its caller's RST_STREAM and a
+// PING in one write, and returns once the PING is acked; the call must
+// not be answered.
+func resetPost(t *testing.T, addr string) {
+	t.Helper()
+	nc, fr, block := rlsConn(t, addr, "1S")
+	var b bytes.Buffer
+	w := http2.NewFramer(&b, nil)
+	require.NoError(t, w.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block, EndHeaders: true}))
+	require.NoError(t, w.WriteData(1, true, []byte{0, 0, 0, 0, 0}))
+	require.NoError(t, w.WriteRSTStream(1, http2.ErrCodeCancel))
+	require.NoError(t, w.WritePing(false, [8]byte{'r', 'e', 's', 'e', 't'}))
+	_, err := nc.Write(b.Bytes()) // one segment: one read
+	require.NoError(t, err)
+	for {
+		f, err := fr.ReadFrame()
+		require.NoError(t, err)
+		require.Zero(t, f.Header().StreamID, "the reset call answered: %v", f)
+		if p, ok := f.(*http2.PingFrame); ok && p.IsAck() {
+			return
+		}
+	}
+}
+
+// latePost sends ShouldRateLimit by hand with a grpc-timeout of 1 ms and its
+// message 20 ms later, and returns the answer's grpc-status.
+func latePost(t *testing.T, addr string) string {
+	t.Helper()
+	_, fr, block := rlsConn(t, addr, "1m")
+	require.NoError(t, fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block, EndHeaders: true}))
 	time.Sleep(20 * time.Millisecond)
 	require.NoError(t, fr.WriteData(1, true, []byte{0, 0, 0, 0, 0}))
 	for {
