@@ -436,9 +436,20 @@ var callHeaders = []string{":method", "POST", ":scheme", "http", ":path", "/grpc
 	":authority", "x", "content-type", "application/grpc", "te", "trailers"}
 
 // trailers reads frames until a header block that ends its stream, and
-// returns its fields by name. The connection keeps one decoder: a later
-// answer's block may name the table entries of an earlier one.
+// returns its fields by name.
 func (r *rawConn) trailers(t *testing.T) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	for _, hf := range r.ended(t).Fields {
+		got[hf.Name] = hf.Value
+	}
+	return got
+}
+
+// ended reads frames until a header block that ends its stream, and
+// returns it. The connection keeps one decoder: a later answer's block may
+// name the table entries of an earlier one.
+func (r *rawConn) ended(t *testing.T) *http2.MetaHeadersFrame {
 	t.Helper()
 	if r.fr.ReadMetaHeaders == nil {
 		r.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -447,11 +458,7 @@ func (r *rawConn) trailers(t *testing.T) map[string]string {
 		f, err := r.fr.ReadFrame()
 		require.NoError(t, err)
 		if mh, ok := f.(*http2.MetaHeadersFrame); ok && mh.StreamEnded() {
-			got := map[string]string{}
-			for _, hf := range mh.Fields {
-				got[hf.Name] = hf.Value
-			}
-			return got
+			return mh
 		}
 	}
 }
@@ -991,7 +998,7 @@ func TestCallResetInItsOwnReadIsNotRun(t *testing.T) {
 	writeCall(t, r, fw, 3)
 	_, err := r.nc.Write(b.Bytes()) // one segment: one read
 	require.NoError(t, err)
-	require.Equal(t, uint32(3), r.answered(t), "the reset call is not answered")
+	require.Equal(t, uint32(3), r.ended(t).StreamID, "the reset call is not answered")
 	require.EqualValues(t, 1, ran.Load())
 	require.EqualValues(t, 1, abandoned.Load())
 }
@@ -1016,7 +1023,7 @@ func TestCallBeforeAPartialFrameIsServed(t *testing.T) {
 			b.Write(rest(fw, r))
 			_, err := r.nc.Write(b.Bytes())
 			require.NoError(t, err)
-			require.Equal(t, uint32(1), r.answered(t))
+			require.Equal(t, uint32(1), r.ended(t).StreamID)
 		})
 	}
 }
@@ -1028,20 +1035,4 @@ func writeCall(t *testing.T, r *rawConn, fw *http2.Framer, id uint32) {
 	hs[5] = testpb.TestService_UnaryCall_FullMethodName
 	require.NoError(t, fw.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: r.block(hs...), EndHeaders: true}))
 	require.NoError(t, fw.WriteData(id, true, []byte{0, 0, 0, 0, 0}))
-}
-
-// answered reads frames until a header block that ends its stream, and
-// returns the stream.
-func (r *rawConn) answered(t *testing.T) uint32 {
-	t.Helper()
-	if r.fr.ReadMetaHeaders == nil {
-		r.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	}
-	for {
-		f, err := r.fr.ReadFrame()
-		require.NoError(t, err)
-		if mh, ok := f.(*http2.MetaHeadersFrame); ok && mh.StreamEnded() {
-			return mh.StreamID
-		}
-	}
 }
