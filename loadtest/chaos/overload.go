@@ -454,83 +454,6 @@ func spread(v []float64) string {
 	return fmt.Sprintf("median %.0f (%.0f–%.0f): %s", med, sorted[0], sorted[len(sorted)-1], strings.Join(each, ", "))
 }
 
-// The open-loop capacity search (capacity): offered rates from
-// capacityFrom of the closed loop's saturation, each capacityRise times the
-// last, at most capacitySteps of them, each as long as an open-loop phase
-// and measured as one (capacityStepOf); the knee is the highest rate
-// answered capacityInTime within the deadline.
-const (
-	capacityFrom   = 0.3
-	capacityRise   = 1.25
-	capacitySteps  = 12
-	capacityInTime = 0.95
-)
-
-// capacityStepResult is one step of the capacity search: calls sent and
-// answered within the deadline over span, and the limiter's CPU time over it.
-type capacityStepResult struct {
-	rate, sent, inTime int
-	span, cpu          time.Duration
-}
-
-// capacity offers rising rates (capacityFrom of closed, then ×capacityRise
-// each step), measured by step, until the answers within the deadline per
-// second stop rising (two steps in a row that add less than 2 %) or
-// capacitySteps have run, and returns the most of them any step had — the
-// limiter's saturation for that traffic — and a note per step, the knee
-// marked.
-func capacity(closed float64, step func(rate int) (capacityStepResult, error)) (float64, []string, error) {
-	var notes []string
-	best, knee, flat := 0.0, -1, 0
-	for i, f := 0, capacityFrom; i < capacitySteps && flat < 2; i, f = i+1, f*capacityRise {
-		m, err := step(max(int(f*closed), 1))
-		if err != nil {
-			return 0, notes, err
-		}
-		goodput := float64(m.inTime) / max(m.span.Seconds(), 0.001)
-		share := float64(m.inTime) / float64(max(m.sent, 1))
-		if share >= capacityInTime {
-			knee = i
-		}
-		notes = append(notes, fmt.Sprintf("%d/s offered, %.1f %% within the deadline (%.0f/s, %.0f µs of limiter CPU each)",
-			m.rate, 100*share, goodput, float64(m.cpu.Microseconds())/float64(max(m.inTime, 1))))
-		if goodput < 1.02*best {
-			flat++
-		} else {
-			flat = 0
-		}
-		best = max(best, goodput)
-	}
-	if knee >= 0 {
-		notes[knee] += fmt.Sprintf(" — the knee: the highest rate answered ≥ %.0f %% within the deadline", 100*capacityInTime)
-	}
-	return best, notes, nil
-}
-
-// capacityStepOf runs load for d and measures it as an open-loop phase is
-// measured: every call it sent, over the time from its start to its stop.
-// limCPU is the limiter's CPU time so far.
-func capacityStepOf(ctx context.Context, l *Load, d time.Duration, limCPU func() time.Duration) (capacityStepResult, error) {
-	start, cpu0 := time.Now(), limCPU()
-	stop := startLoad(ctx, l)
-	_ = sleep(ctx, d)
-	stop()
-	m := capacityStepResult{rate: l.Rate, span: time.Since(start), cpu: limCPU() - cpu0}
-	if err := l.Err(); err != nil {
-		return m, err
-	}
-	if err := ctx.Err(); err != nil {
-		return m, err
-	}
-	for _, c := range l.Results() {
-		m.sent++
-		if answeredInTime(c) {
-			m.inTime++
-		}
-	}
-	return m, nil
-}
-
 // answeredInTime reports whether c was answered, a decision, within the
 // caller's deadline.
 func answeredInTime(c Check) bool { return c.OK && c.Latency <= overloadDeadline }
@@ -554,8 +477,12 @@ func seriesByLabel(ctx context.Context, lim *Service, metric, label string, valu
 // gate, whose own cancellations its note gives, but before dispatch
 // (grpcfast.Config.Abandoned).
 func canceledCalls(ctx context.Context, lim *Service) float64 {
-	all := seriesByLabel(ctx, lim, "floodgate_limiter_envoy_requests_total", "result", "canceled")["canceled"]
-	gate := seriesByLabel(ctx, lim, "floodgate_limiter_grpc_gate_left_total", "outcome", "canceled")["canceled"]
+	e, err := lim.Metrics(ctx) // one scrape: each costs the limiter CPU it is short of
+	if err != nil {
+		return 0
+	}
+	all, _ := e.Sum(`floodgate_limiter_envoy_requests_total{result="canceled"}`)
+	gate, _ := e.Sum(`floodgate_limiter_grpc_gate_left_total{outcome="canceled"}`)
 	return all - gate
 }
 

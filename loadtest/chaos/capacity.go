@@ -1,0 +1,87 @@
+package chaos
+
+// The overload scenarios' capacity search: the limiter's saturation for the
+// open-loop phases' own traffic, measured in the run.
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// The open-loop capacity search (capacity): offered rates from
+// capacityFrom of the closed loop's saturation, each capacityRise times the
+// last, at most capacitySteps of them, each as long as an open-loop phase
+// and measured as one (capacityStepOf); the knee is the highest rate
+// answered capacityInTime within the deadline.
+const (
+	capacityFrom   = 0.3
+	capacityRise   = 1.25
+	capacitySteps  = 12
+	capacityInTime = 0.95
+)
+
+// capacityStepResult is one step of the capacity search: calls sent and
+// answered within the deadline over span, and the limiter's CPU time over it.
+type capacityStepResult struct {
+	rate, sent, inTime int
+	span, cpu          time.Duration
+}
+
+// capacity offers rising rates (capacityFrom of closed, then ×capacityRise
+// each step), measured by step, until the answers within the deadline per
+// second stop rising (two steps in a row that add less than 2 %) or
+// capacitySteps have run, and returns the most of them any step had — the
+// limiter's saturation for that traffic — and a note per step, the knee
+// marked.
+func capacity(closed float64, step func(rate int) (capacityStepResult, error)) (float64, []string, error) {
+	var notes []string
+	best, knee, flat := 0.0, -1, 0
+	for i, f := 0, capacityFrom; i < capacitySteps && flat < 2; i, f = i+1, f*capacityRise {
+		m, err := step(max(int(f*closed), 1))
+		if err != nil {
+			return 0, notes, err
+		}
+		goodput := float64(m.inTime) / max(m.span.Seconds(), 0.001)
+		share := float64(m.inTime) / float64(max(m.sent, 1))
+		if share >= capacityInTime {
+			knee = i
+		}
+		notes = append(notes, fmt.Sprintf("%d/s offered, %.1f %% within the deadline (%.0f/s, %.0f µs of limiter CPU each)",
+			m.rate, 100*share, goodput, float64(m.cpu.Microseconds())/float64(max(m.inTime, 1))))
+		if goodput < 1.02*best {
+			flat++
+		} else {
+			flat = 0
+		}
+		best = max(best, goodput)
+	}
+	if knee >= 0 {
+		notes[knee] += fmt.Sprintf(" — the knee: the highest rate answered ≥ %.0f %% within the deadline", 100*capacityInTime)
+	}
+	return best, notes, nil
+}
+
+// capacityStepOf runs load for d and measures it as an open-loop phase is
+// measured: every call it sent, over the time from its start to its stop.
+// limCPU is the limiter's CPU time so far.
+func capacityStepOf(ctx context.Context, l *Load, d time.Duration, limCPU func() time.Duration) (capacityStepResult, error) {
+	start, cpu0 := time.Now(), limCPU()
+	stop := startLoad(ctx, l)
+	_ = sleep(ctx, d)
+	stop()
+	m := capacityStepResult{rate: l.Rate, span: time.Since(start), cpu: limCPU() - cpu0}
+	if err := l.Err(); err != nil {
+		return m, err
+	}
+	if err := ctx.Err(); err != nil {
+		return m, err
+	}
+	for _, c := range l.Results() {
+		m.sent++
+		if answeredInTime(c) {
+			m.inTime++
+		}
+	}
+	return m, nil
+}
