@@ -223,6 +223,11 @@ func (c *conn) waitRoom() {
 
 // frame handles one frame from the client; an error ends the connection.
 func (c *conn) frame(f http2.Frame) error {
+	if _, call := f.(*http2.MetaHeadersFrame); !call && c.paced != nil {
+		// A read that a WINDOW_UPDATE, PING or reset woke: when it came
+		// says nothing of a call behind it, which may have come later.
+		c.paced.arrival()
+	}
 	switch f := f.(type) {
 	case *http2.MetaHeadersFrame:
 		return c.headers(f)

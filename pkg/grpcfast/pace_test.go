@@ -201,6 +201,34 @@ func TestPacedCallDeadlineCountsFromItsArrival(t *testing.T) {
 	require.EqualValues(t, 1, told.Load())
 }
 
+// A paced read woken by a frame that is not a call (a WINDOW_UPDATE) does
+// not date the call behind it: that call came later, and its deadline is
+// not counted from the frame's arrival.
+func TestPacedArrivalIsACallsOnly(t *testing.T) {
+	p := &testPacer{give: make(chan struct{})}
+	f := serve(t, Config{ReadPacer: p, PastDeadline: func(string) string { return "too late" }})
+	r := rawDial(t, f.addr)
+	call := func(id uint32, timeout string) {
+		hs := append(append([]string{}, callHeaders...), "grpc-timeout", timeout)
+		hs[5] = testpb.TestService_UnaryCall_FullMethodName
+		require.NoError(t, r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: r.block(hs...), EndHeaders: true}))
+		require.NoError(t, r.fr.WriteData(id, true, []byte{0, 0, 0, 0, 0}))
+	}
+	call(1, "10S") // read unpaced, paced from then on
+	require.Equal(t, "0", r.trailers(t)["grpc-status"])
+	time.Sleep(50 * time.Millisecond) // the reader waiting for data
+	p.held.Store(true)
+	require.NoError(t, r.fr.WriteWindowUpdate(0, 1000))
+	require.Eventually(t, func() bool { return p.waiting.Load() == 1 }, 5*time.Second, time.Millisecond)
+	time.Sleep(150 * time.Millisecond)
+	call(3, "100m") // 150 ms after the WINDOW_UPDATE, well within its own 100 ms
+	time.Sleep(10 * time.Millisecond)
+	p.held.Store(false)
+	p.give <- struct{}{}
+	got := r.trailers(t)
+	require.Equal(t, "0", got["grpc-status"], "served, not dated by the WINDOW_UPDATE: %v", got)
+}
+
 // TestPacedFromACallRefusedAtTheDoor: a connection whose first call the
 // tap refuses is paced from then on, as one whose first call was served:
 // under overload the door may refuse a connection's every call.
