@@ -187,6 +187,15 @@ func (c *pacedConn) sawCall(md metadata.MD) {
 	c.state.CompareAndSwap(paceUndecided, paceOn)
 }
 
+// critical reports whether c is a connection of a gateway's CRITICAL
+// cluster (ReadPacer.Unpaced): it writes an answer at once, without the
+// yield that lets the connection's other calls ready now join the write. Its
+// calls are few, and on a saturated core that yield is a whole turn of the
+// run queue, which a CRITICAL call would wait behind everyone else's.
+func (c *conn) critical() bool {
+	return c.paced != nil && c.paced.state.Load() == paceOff
+}
+
 // Close closes the connection, ending a wait for a turn.
 func (c *pacedConn) Close() error {
 	c.once.Do(func() { close(c.done) })

@@ -81,7 +81,9 @@ func (c *conn) kickLocked() {
 	}
 	c.flushing = true
 	c.mu.Unlock()
-	runtime.Gosched() // the calls ready now append their answers first
+	if !c.critical() {
+		runtime.Gosched() // the calls ready now append their answers first
+	}
 	c.mu.Lock()
 	for !c.closed && len(c.wbuf) > 0 {
 		buf := c.wbuf

@@ -79,9 +79,15 @@ var errOverloaded = errors.New("limiter overloaded")
 // flight. A caller whose Add sent its own pipeline is answered by then and
 // starts no timer; the others (under load, most: one flusher a pipeline)
 // start one, a single allocation where a context with a deadline took
-// three.
-func (b *scriptBatcher) run(ctx context.Context, it *batchItem, wait time.Duration) ([]any, []error, error) {
-	if !b.gc.Add(it) {
+// three. An urgent item (a CRITICAL check's) is queued ahead of the others
+// and, when its caller sends, sent without waiting for them
+// (redisx.GroupCommit.AddFirst).
+func (b *scriptBatcher) run(ctx context.Context, it *batchItem, wait time.Duration, urgent bool) ([]any, []error, error) {
+	add := b.gc.Add
+	if urgent {
+		add = b.gc.AddFirst
+	}
+	if !add(it) {
 		return nil, nil, errOverloaded
 	}
 	select {

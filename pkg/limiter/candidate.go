@@ -132,7 +132,7 @@ func (e *Engine) checkCandidate(ctx context.Context, c *Candidate, req Request, 
 		for j, i := range idx {
 			gs[j] = groups[i]
 		}
-		raw, perr, err := e.run(rctx, e.shards.of(gs[0].penaltyKey), gs, time.Time{}, 0)
+		raw, perr, err := e.run(rctx, e.shards.of(gs[0].penaltyKey), gs, time.Time{}, 0, req.Priority == admission.PriorityCritical)
 		if err != nil {
 			return candidateVerdict{}
 		}

@@ -27,6 +27,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 	prio := req.Priority
 	if prio == admission.PriorityUnset {
 		prio = rs.Priority(req.Method, req.Route)
+		req.Priority = prio
 	}
 	if pastDeadline(req.Deadline) || ctx.Err() != nil { // the caller has given up or gone: spend nothing
 		return Result{Priority: prio}, ErrPastDeadline
@@ -131,7 +132,7 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 			errs[i] = ErrPastDeadline
 		}
 	case remote > 0:
-		e.runShards(ctx, groups, calls, raw, errs, req.Deadline)
+		e.runShards(ctx, groups, calls, raw, errs, req.Deadline, req.Priority == admission.PriorityCritical)
 	}
 	if err := e.settle(ctx, calls, errs); err != nil {
 		if errors.Is(err, ErrPastDeadline) {
@@ -542,8 +543,9 @@ func ipBucketID(a netip.Addr) string {
 // unbatched (wait is its budget then). No context of its own per check:
 // its timer, cancel context and Done channel were 4 % of the limiter's CPU
 // in the pinned HTTP peerbench, the batcher's timer alone 1 %
-// (docs/benchmarks.md).
-func (e *Engine) runShards(ctx context.Context, groups []*group, calls []shardCall, raw []any, errs []error, deadline time.Time) {
+// (docs/benchmarks.md). A CRITICAL check's calls go out first (urgent:
+// scriptBatcher.run).
+func (e *Engine) runShards(ctx context.Context, groups []*group, calls []shardCall, raw []any, errs []error, deadline time.Time, urgent bool) {
 	wait := e.budget
 	if e.batching {
 		wait += e.queueWait
@@ -566,7 +568,7 @@ func (e *Engine) runShards(ctx context.Context, groups []*group, calls []shardCa
 		for j, i := range idx[k] {
 			gs[j] = groups[i]
 		}
-		out, perr, err := e.run(ctx, shards[k], gs, deadline, wait)
+		out, perr, err := e.run(ctx, shards[k], gs, deadline, wait, urgent)
 		for j, i := range idx[k] {
 			switch {
 			case err != nil:

@@ -44,19 +44,19 @@ func TestBatcherQueueIsBounded(t *testing.T) {
 		require.True(t, b.gc.Add(&batchItem{done: make(chan struct{})}))
 	}
 	start := time.Now()
-	_, _, err := b.run(context.Background(), newBatchItem(0, time.Time{}), time.Second)
+	_, _, err := b.run(context.Background(), newBatchItem(0, time.Time{}), time.Second, false)
 	require.ErrorIs(t, err, errOverloaded)
 	require.Less(t, time.Since(start), 100*time.Millisecond, "refused at once")
 
 	b.gc.MaxQueue = 10
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	_, _, err = b.run(ctx, newBatchItem(0, time.Time{}), 0)
+	_, _, err = b.run(ctx, newBatchItem(0, time.Time{}), 0, false)
 	require.ErrorIs(t, err, errOverloaded)
 	require.Equal(t, 2, b.gc.Queued(), "the check whose context ended left the queue")
 
 	start = time.Now()
-	_, _, err = b.run(context.Background(), newBatchItem(0, time.Time{}), 20*time.Millisecond)
+	_, _, err = b.run(context.Background(), newBatchItem(0, time.Time{}), 20*time.Millisecond, false)
 	require.ErrorIs(t, err, errOverloaded)
 	require.Equal(t, 2, b.gc.Queued(), "the check that waited past its bound left the queue")
 	require.GreaterOrEqual(t, time.Since(start), 20*time.Millisecond, "after its bound")

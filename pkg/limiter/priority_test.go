@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,4 +89,53 @@ func TestRulesPriorities(t *testing.T) {
 	require.ErrorContains(t, err, "r.yaml:8: priorities[1]: a priority for GET /a is already set")
 	_, err = ParseRules("r.yaml", []byte("version: 1\ndefaults: {priority: low}\n"+oneBucket[len("\nversion: 1\n"):]))
 	require.ErrorContains(t, err, "defaults.priority")
+}
+
+// TestCriticalChecksGoFirstToRedis: while every pipeline slot is taken, a
+// CRITICAL check (its own priority, or its route's default) is queued ahead
+// of the checks already waiting, so the next pipeline carries it; the
+// others keep their order.
+func TestCriticalChecksGoFirstToRedis(t *testing.T) {
+	rdb := redistest.Client(t)
+	e := newTestEngine(t, rdb, prioRules, func(c *EngineConfig) { c.RedisBatch = 2 })
+	sh := e.shards.all()[0]
+	require.NotNil(t, sh.batch)
+	var mu sync.Mutex
+	var pipelines [][]time.Time // each pipeline's items, by their deadline
+	flush := sh.batch.gc.Flush
+	sh.batch.gc.Flush = func(batch []*batchItem) {
+		mu.Lock()
+		var ds []time.Time
+		for _, it := range batch {
+			ds = append(ds, it.deadline)
+		}
+		pipelines = append(pipelines, ds)
+		mu.Unlock()
+		flush(batch)
+	}
+	release := sh.batch.gc.Hold()
+	base := time.Now().Add(time.Hour).Truncate(time.Second)
+	reqs := []Request{ // in the order they queue; each named by its deadline
+		{Principal: principal(t), Method: "GET", Route: "/v1/other", Deadline: base.Add(1 * time.Second)},
+		{Principal: principal(t), Method: "GET", Route: "/v1/other", Deadline: base.Add(2 * time.Second)},
+		{Principal: principal(t), Method: "GET", Route: "/v1/other", Deadline: base.Add(3 * time.Second), Priority: admission.PriorityCritical},
+		{Principal: principal(t), Method: "POST", Route: "/v1/charges", Deadline: base.Add(4 * time.Second)},
+	}
+	errs := make(chan error, len(reqs))
+	for i, req := range reqs {
+		go func() {
+			_, err := e.Check(context.Background(), req)
+			errs <- err
+		}()
+		require.Eventually(t, func() bool { return sh.batch.gc.Queued() == i+1 }, 5*time.Second, time.Millisecond)
+	}
+	release()
+	for range reqs {
+		require.NoError(t, <-errs)
+	}
+	d := func(i int) time.Time { return reqs[i].Deadline }
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, [][]time.Time{{d(3), d(2)}, {d(0), d(1)}}, pipelines,
+		"both CRITICAL checks in the first pipeline (the later first), then the others in their order")
 }

@@ -95,14 +95,15 @@ func (e *Engine) nowArg() string {
 // the shard's batcher, shared with concurrent checks, or on its own. It
 // returns one answer and one error per group, or an error for all. wait
 // bounds a batched call's time in the batcher (0: ctx alone does);
-// unbatched, ctx and the budget bound the round trip.
-func (e *Engine) run(ctx context.Context, sh *shard, groups []*group, deadline time.Time, wait time.Duration) ([]any, []error, error) {
+// unbatched, ctx and the budget bound the round trip. An urgent call goes
+// ahead of the batched calls waiting (scriptBatcher.run).
+func (e *Engine) run(ctx context.Context, sh *shard, groups []*group, deadline time.Time, wait time.Duration, urgent bool) ([]any, []error, error) {
 	if sh.batch != nil {
 		it := newBatchItem(len(groups), deadline)
 		for i, g := range groups {
 			it.calls[i].keys, it.calls[i].args = g.args("c", g.now, "")
 		}
-		return sh.batch.run(ctx, it, wait)
+		return sh.batch.run(ctx, it, wait, urgent)
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.budget)
 	defer cancel()

@@ -58,16 +58,29 @@ func (g *GroupCommit[T]) flushers() int {
 // Add queues it and returns false when the queue is full (MaxQueue). When it
 // takes a flusher slot, Add sends pipelines until it is answered before it
 // returns; otherwise it returns at once and a flusher will send it.
-func (g *GroupCommit[T]) Add(it T) bool {
+func (g *GroupCommit[T]) Add(it T) bool { return g.add(it, false) }
+
+// AddFirst is Add for an item that must not wait for the others (a
+// CRITICAL check): it is queued ahead of them, so the next pipeline carries
+// it, and a caller that takes a flusher slot sends at once, without the
+// yield that lets the callers behind it join its pipeline. On a saturated
+// core that yield is a whole turn of the run queue.
+func (g *GroupCommit[T]) AddFirst(it T) bool { return g.add(it, true) }
+
+func (g *GroupCommit[T]) add(it T, first bool) bool {
 	g.mu.Lock()
 	if g.MaxQueue > 0 && len(g.pending) >= g.MaxQueue {
 		g.mu.Unlock()
 		return false
 	}
 	g.pending = append(g.pending, it)
+	if first && len(g.pending) > 1 {
+		copy(g.pending[1:], g.pending[:len(g.pending)-1])
+		g.pending[0] = it
+	}
 	if g.flushing < g.flushers() {
 		g.flushing++
-		if g.flushing > 1 {
+		if g.flushing > 1 && !first {
 			// Another pipeline is in flight, so the process is busy: let the
 			// goroutines ready to run queue their items first, so that this
 			// pipeline carries them too (on a saturated core the next

@@ -131,3 +131,38 @@ func TestGroupCommitQueueBound(t *testing.T) {
 	}
 	require.Zero(t, b.hits.Load(), "a removed item is never sent")
 }
+
+// TestGroupCommitAddFirstGoesAhead: an item added with AddFirst while
+// others wait is in the next pipeline, ahead of them.
+func TestGroupCommitAddFirstGoesAhead(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var order []int
+	g := newGC(1, 1, func(batch []*gcItem) {
+		mu.Lock()
+		for _, it := range batch {
+			order = append(order, it.id)
+		}
+		mu.Unlock()
+		answer(batch)
+	})
+	release := g.Hold()
+	items := make([]*gcItem, 3)
+	for i := range items {
+		items[i] = &gcItem{id: i, done: make(chan struct{})}
+	}
+	require.True(t, g.Add(items[0]))
+	require.True(t, g.Add(items[1]))
+	require.True(t, g.AddFirst(items[2]))
+	release()
+	for _, it := range items {
+		select {
+		case <-it.done:
+		case <-time.After(2 * time.Second):
+			t.Fatal("an item was never answered")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{2, 0, 1}, order, "the urgent item first, the others in their order")
+}
