@@ -118,7 +118,7 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 		return finish(r, rs.NearLimit), nil
 	}
 	calls, raw, errs := sc.calls[:len(groups)], sc.raw[:len(groups)], sc.errs[:len(groups)]
-	remote, admitted, canceled := e.admit(ctx.Done(), groups, calls, req.Deadline)
+	remote, admitted, canceled := e.admit(ctx.Done(), groups, calls, req.Deadline, req.Priority == admission.PriorityCritical)
 	if admitted.IsZero() { // no clock read of admit's to go by
 		admitted = time.Now()
 	}
@@ -190,8 +190,9 @@ type checkScratch struct {
 // caller's ctx.Done()) — into calls, one per group. remote counts the groups
 // Redis will be asked about; at is when the last of them was admitted (zero:
 // none was); canceled, whether the caller went away while a permit was
-// awaited.
-func (e *Engine) admit(gone <-chan struct{}, groups []*group, calls []shardCall, deadline time.Time) (remote int, at time.Time, canceled bool) {
+// awaited. A CRITICAL check (critical) is never queued: it takes a permit
+// past the limit, as at the gRPC entry gate.
+func (e *Engine) admit(gone <-chan struct{}, groups []*group, calls []shardCall, deadline time.Time, critical bool) (remote int, at time.Time, canceled bool) {
 	for i, g := range groups {
 		c := &calls[i]
 		c.sh = e.shards.of(g.penaltyKey)
@@ -207,7 +208,13 @@ func (e *Engine) admit(gone <-chan struct{}, groups []*group, calls []shardCall,
 			c.local = localOutage
 			continue
 		}
-		switch c.sh.adm.AcquireWait(gone, deadline) {
+		outcome := admission.Admitted
+		if critical {
+			c.sh.adm.Take()
+		} else {
+			outcome = c.sh.adm.AcquireWait(gone, deadline)
+		}
+		switch outcome {
 		case admission.Admitted:
 		case admission.PastDeadline:
 			done(ErrPastDeadline)

@@ -144,3 +144,37 @@ func TestCanceledWhileWaitingForAPermitCostsNothing(t *testing.T) {
 	lim.Release(time.Now())
 	require.Equal(t, 4, remaining(t, e, p), "never sent: Redis counted nothing")
 }
+
+// TestCriticalCheckIsNeverQueuedForAPermit: with the shard's one permit
+// held, a CRITICAL check (its own priority) is decided at once and gives its
+// permit back, while another check waits in the queue.
+func TestCriticalCheckIsNeverQueuedForAPermit(t *testing.T) {
+	rdb := redistest.Client(t)
+	adm := admission.DefaultConfig()
+	adm.Initial, adm.Min, adm.Max = 1, 1, 1
+	adm.Queue.MaxWait = time.Hour
+	e := newTestEngine(t, rdb, oneBucket, func(c *EngineConfig) { c.admission = &adm })
+	lim := e.shards.single.adm
+	require.True(t, lim.Acquire()) // the one permit, held by the test
+
+	waiter := events.Principal{Kind: events.PrincipalUser, ID: redistest.Unique(t, "waits")}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := e.Check(context.Background(), Request{Principal: waiter, Method: "GET", Route: "/x", Cost: 1})
+		errc <- err
+	}()
+	require.Eventually(t, func() bool { return lim.Waiting() == 1 }, 10*time.Second, time.Millisecond)
+
+	critical := events.Principal{Kind: events.PrincipalUser, ID: redistest.Unique(t, "critical")}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := e.Check(ctx, Request{Principal: critical, Method: "GET", Route: "/x", Cost: 1, Priority: admission.PriorityCritical})
+	require.NoError(t, err, "decided while the permit was held")
+	require.True(t, r.Allowed)
+	require.False(t, r.Degraded)
+	require.Equal(t, int64(1), lim.Waiting(), "the other check still waits")
+	require.Equal(t, int64(1), lim.InFlight(), "the CRITICAL check's permit is given back")
+
+	lim.Release(time.Now())
+	require.NoError(t, <-errc)
+}
