@@ -33,31 +33,44 @@ import (
 // GateConfig is the entry gate of at most max calls decided at once: the
 // engine's adaptive concurrency limit (admission.DefaultConfig) between 8
 // and max, steered to keep a call's time from the gate to its answer near
-// GateTarget (shrinking when it is longer, growing while it is shorter),
-// with its adaptive LIFO/CoDel queue.
-func GateConfig(max int) admission.Config {
+// target (0: GateTarget), shrinking when it is longer and growing while it
+// is shorter, with its adaptive LIFO/CoDel queue.
+func GateConfig(max int, target time.Duration) admission.Config {
+	if target <= 0 {
+		target = GateTarget
+	}
 	cfg := admission.DefaultConfig()
 	cfg.Max = int64(max)
 	cfg.Min = min(GateMin, cfg.Max)
 	cfg.Initial = min(64, cfg.Max)
-	cfg.Baseline, cfg.Tolerance, cfg.Slack = GateTarget, 1, 0
+	cfg.Baseline, cfg.Tolerance, cfg.Slack = target, 1, 0
 	return cfg
 }
 
-// GateTarget is the time from the gate to the answer the entry gate's limit
-// aims at: short beside a gateway's 20–50 ms, long beside a call's own cost
-// (tens of µs of CPU and a Redis round trip).
+// GateTarget is the default time from the gate to the answer the entry
+// gate's limit aims at: short beside a gateway's 20–50 ms, long beside a
+// call's own cost (tens of µs of CPU and a Redis round trip). A shorter
+// target keeps fewer calls runnable at once: with 2 ms, CRITICAL calls were
+// answered in half the time under overload, and a closed loop of 64 callers
+// got about a quarter fewer answers (docs/chaos.md, 2026-12-01 07:50–08:00).
 const GateTarget = 5 * time.Millisecond
+
+// GateTargetMin and GateTargetMax bound a configured target.
+const (
+	GateTargetMin = time.Millisecond
+	GateTargetMax = 50 * time.Millisecond
+)
 
 // GateMin is the fewest calls the entry gate lets through at once.
 const GateMin = 8
 
-// WithGate puts an entry gate of at most max calls decided at once in front
-// of the service (GateConfig); 0: none (the default).
-func WithGate(max int) GRPCOption {
+// WithGate puts an entry gate of at most max calls decided at once, aiming
+// at target (0: GateTarget), in front of the service (GateConfig); max 0:
+// none (the default).
+func WithGate(max int, target time.Duration) GRPCOption {
 	return func(e *EnvoyRLS) {
 		if max > 0 {
-			e.gateCfg = GateConfig(max)
+			e.gateCfg = GateConfig(max, target)
 		}
 	}
 }

@@ -24,7 +24,7 @@ import (
 // oneAtATime is a gate that lets one call through, queues up to 8 for at
 // most 20 ms (10 ms once the queue stands).
 func oneAtATime() admission.Config {
-	cfg := GateConfig(1)
+	cfg := GateConfig(1, 0)
 	cfg.Queue = admission.QueueConfig{Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond, MaxWait: 20 * time.Millisecond, MaxLen: 8}
 	return cfg
 }
@@ -152,4 +152,12 @@ func TestGateDoorRefusesWhileARoundWaits(t *testing.T) {
 	require.NoError(t, <-waited)
 	_, err = g.tap(context.Background(), rls)
 	require.NoError(t, err, "open again")
+}
+
+// TestGateConfigTarget: the gate's limit aims at the configured target, and
+// at GateTarget when none is given.
+func TestGateConfigTarget(t *testing.T) {
+	require.Equal(t, 2*time.Millisecond, GateConfig(64, 2*time.Millisecond).Baseline)
+	require.Equal(t, GateTarget, GateConfig(64, 0).Baseline)
+	require.Equal(t, int64(64), GateConfig(64, 0).Max)
 }

@@ -208,7 +208,7 @@ func Run(ctx context.Context, env service.Env) error {
 			grpcAddr = grpcLn.Addr().String()
 			grpcLn = httpapi.LimitListener(grpcLn, cfg.GRPCMaxConns, httpapi.NewConnMetrics(reg, "floodgate_limiter_grpc",
 				"Open gRPC connections (bounded by FLOODGATE_LIMITER_GRPC_MAX_CONNS; more wait in the kernel's backlog)."))
-			opts := []envoyrls.GRPCOption{envoyrls.WithMaxStreams(uint32(cfg.GRPCMaxStreams)), envoyrls.WithGate(cfg.GRPCGateMax), envoyrls.WithReadPacing(cfg.GRPCGatePace)}
+			opts := []envoyrls.GRPCOption{envoyrls.WithMaxStreams(uint32(cfg.GRPCMaxStreams)), envoyrls.WithGate(cfg.GRPCGateMax, cfg.GRPCGateTarget), envoyrls.WithReadPacing(cfg.GRPCGatePace)}
 			if envoySrc != nil {
 				ec := &envoyrls.EnvoyConfig{Source: envoySrc,
 					Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoy:", GlobalShadow: cfg.EnvoyShadow,

@@ -128,6 +128,10 @@ type Config struct {
 	// decided at once, its adaptive limit's ceiling
 	// (FLOODGATE_LIMITER_GRPC_GATE_MAX; 0, the default: no gate).
 	GRPCGateMax int
+	// GRPCGateTarget is the time from the gate to the answer the entry
+	// gate's adaptive limit aims at (FLOODGATE_LIMITER_GRPC_GATE_TARGET;
+	// default envoyrls.GateTarget, 5ms).
+	GRPCGateTarget time.Duration
 	// GRPCGatePace paces the gRPC connections' reads by the entry gate's
 	// queue, newest first (FLOODGATE_LIMITER_GRPC_GATE_PACE; default
 	// false): the floodgate transport and a gate only.
@@ -166,6 +170,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		GRPCMaxConns:         e.Int("FLOODGATE_LIMITER_GRPC_MAX_CONNS", 10000),
 		GRPCMaxStreams:       e.Int("FLOODGATE_LIMITER_GRPC_MAX_STREAMS", envoyrls.MaxGRPCStreams),
 		GRPCGateMax:          e.Int("FLOODGATE_LIMITER_GRPC_GATE_MAX", 0),
+		GRPCGateTarget:       e.Duration("FLOODGATE_LIMITER_GRPC_GATE_TARGET", envoyrls.GateTarget),
 		GRPCGatePace:         e.Bool("FLOODGATE_LIMITER_GRPC_GATE_PACE", false),
 		GRPCTransport:        e.String("FLOODGATE_LIMITER_GRPC_TRANSPORT", envoyrls.TransportGRPCGo),
 		EnvoyShadow:          e.Bool("FLOODGATE_LIMITER_ENVOY_SHADOW_MODE", false),
@@ -247,6 +252,8 @@ func (c Config) Validate() error {
 	v.Require(c.GRPCMaxConns >= 1 && c.GRPCMaxConns <= 1_000_000, "FLOODGATE_LIMITER_GRPC_MAX_CONNS", "%d: must be in 1..1000000", c.GRPCMaxConns)
 	v.Require(c.GRPCGateMax == 0 || c.GRPCGateMax >= envoyrls.GateMin && c.GRPCGateMax <= 100_000, "FLOODGATE_LIMITER_GRPC_GATE_MAX",
 		"%d: must be 0 (no gate) or in %d..100000", c.GRPCGateMax, envoyrls.GateMin)
+	v.Require(c.GRPCGateTarget >= envoyrls.GateTargetMin && c.GRPCGateTarget <= envoyrls.GateTargetMax, "FLOODGATE_LIMITER_GRPC_GATE_TARGET",
+		"%s: must be in %s..%s", c.GRPCGateTarget, envoyrls.GateTargetMin, envoyrls.GateTargetMax)
 	v.Require(envoyrls.ValidTransport(c.GRPCTransport), "FLOODGATE_LIMITER_GRPC_TRANSPORT", "%q: must be grpc-go or floodgate", c.GRPCTransport)
 	v.Require(!c.GRPCGatePace || c.GRPCGateMax > 0 && c.GRPCTransport == envoyrls.TransportFloodgate, "FLOODGATE_LIMITER_GRPC_GATE_PACE",
 		"true: needs FLOODGATE_LIMITER_GRPC_GATE_MAX > 0 and FLOODGATE_LIMITER_GRPC_TRANSPORT=%s (got %d and %q)", envoyrls.TransportFloodgate, c.GRPCGateMax, c.GRPCTransport)
