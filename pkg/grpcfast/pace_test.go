@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/net/http2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
@@ -180,17 +179,11 @@ func TestPacedCallDeadlineCountsFromItsArrival(t *testing.T) {
 	p := &testPacer{give: make(chan struct{})}
 	f := serve(t, Config{ReadPacer: p, PastDeadline: func(string) string { told.Add(1); return "too late" }})
 	r := rawDial(t, f.addr)
-	call := func(id uint32, timeout string) {
-		hs := append(append([]string{}, callHeaders...), "grpc-timeout", timeout)
-		hs[5] = testpb.TestService_UnaryCall_FullMethodName
-		require.NoError(t, r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: r.block(hs...), EndHeaders: true}))
-		require.NoError(t, r.fr.WriteData(id, true, []byte{0, 0, 0, 0, 0}))
-	}
-	call(1, "10S") // the first call: read unpaced, paced from then on
+	r.unaryCall(t, 1, "10S") // the first call: read unpaced, paced from then on
 	require.Equal(t, "0", r.trailers(t)["grpc-status"])
 	time.Sleep(50 * time.Millisecond) // the reader waiting for data
 	p.held.Store(true)
-	call(3, "100m")
+	r.unaryCall(t, 3, "100m")
 	require.Eventually(t, func() bool { return p.waiting.Load() == 1 }, 5*time.Second, time.Millisecond)
 	time.Sleep(150 * time.Millisecond) // past its 100 ms, unread
 	p.held.Store(false)
@@ -208,20 +201,14 @@ func TestPacedArrivalIsACallsOnly(t *testing.T) {
 	p := &testPacer{give: make(chan struct{})}
 	f := serve(t, Config{ReadPacer: p, PastDeadline: func(string) string { return "too late" }})
 	r := rawDial(t, f.addr)
-	call := func(id uint32, timeout string) {
-		hs := append(append([]string{}, callHeaders...), "grpc-timeout", timeout)
-		hs[5] = testpb.TestService_UnaryCall_FullMethodName
-		require.NoError(t, r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: r.block(hs...), EndHeaders: true}))
-		require.NoError(t, r.fr.WriteData(id, true, []byte{0, 0, 0, 0, 0}))
-	}
-	call(1, "10S") // read unpaced, paced from then on
+	r.unaryCall(t, 1, "10S") // read unpaced, paced from then on
 	require.Equal(t, "0", r.trailers(t)["grpc-status"])
 	time.Sleep(50 * time.Millisecond) // the reader waiting for data
 	p.held.Store(true)
 	require.NoError(t, r.fr.WriteWindowUpdate(0, 1000))
 	require.Eventually(t, func() bool { return p.waiting.Load() == 1 }, 5*time.Second, time.Millisecond)
 	time.Sleep(150 * time.Millisecond)
-	call(3, "100m") // 150 ms after the WINDOW_UPDATE, well within its own 100 ms
+	r.unaryCall(t, 3, "100m") // 150 ms after the WINDOW_UPDATE, well within its own 100 ms
 	time.Sleep(10 * time.Millisecond)
 	p.held.Store(false)
 	p.give <- struct{}{}

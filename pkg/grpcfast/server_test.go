@@ -435,6 +435,22 @@ func (r *rawConn) block(kv ...string) []byte {
 var callHeaders = []string{":method", "POST", ":scheme", "http", ":path", "/grpc.testing.TestService/EmptyCall",
 	":authority", "x", "content-type", "application/grpc", "te", "trailers"}
 
+// unaryHeaders sends the HEADERS of a UnaryCall on stream id with
+// grpc-timeout timeout.
+func (r *rawConn) unaryHeaders(t *testing.T, id uint32, timeout string) {
+	t.Helper()
+	hs := append(append([]string{}, callHeaders...), "grpc-timeout", timeout)
+	hs[5] = testpb.TestService_UnaryCall_FullMethodName
+	require.NoError(t, r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: r.block(hs...), EndHeaders: true}))
+}
+
+// unaryCall sends a whole UnaryCall (unaryHeaders, then an empty message).
+func (r *rawConn) unaryCall(t *testing.T, id uint32, timeout string) {
+	t.Helper()
+	r.unaryHeaders(t, id, timeout)
+	require.NoError(t, r.fr.WriteData(id, true, []byte{0, 0, 0, 0, 0}))
+}
+
 // trailers reads frames until a header block that ends its stream, and
 // returns its fields by name.
 func (r *rawConn) trailers(t *testing.T) map[string]string {
@@ -638,9 +654,7 @@ func TestPastDeadlineIsAnsweredByTheTransport(t *testing.T) {
 		return "too late"
 	}})
 	r := rawDial(t, f.addr)
-	hs := append(append([]string{}, callHeaders...), "grpc-timeout", "1m")
-	hs[5] = testpb.TestService_UnaryCall_FullMethodName
-	require.NoError(t, r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: r.block(hs...), EndHeaders: true}))
+	r.unaryHeaders(t, 1, "1m")
 	time.Sleep(20 * time.Millisecond)
 	require.NoError(t, r.fr.WriteData(1, true, []byte{0, 0, 0, 0, 0}))
 	got := r.trailers(t)

@@ -118,7 +118,8 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 		return finish(r, rs.NearLimit), nil
 	}
 	calls, raw, errs := sc.calls[:len(groups)], sc.raw[:len(groups)], sc.errs[:len(groups)]
-	remote, admitted, canceled := e.admit(ctx.Done(), groups, calls, req.Deadline, req.Priority == admission.PriorityCritical)
+	critical := req.Priority == admission.PriorityCritical // never queued, sent first (admit, runShards)
+	remote, admitted, canceled := e.admit(ctx.Done(), groups, calls, req.Deadline, critical)
 	if admitted.IsZero() { // no clock read of admit's to go by
 		admitted = time.Now()
 	}
@@ -132,7 +133,7 @@ func (e *Engine) check(ctx context.Context, rs *Ruleset, req Request) (Result, e
 			errs[i] = ErrPastDeadline
 		}
 	case remote > 0:
-		e.runShards(ctx, groups, calls, raw, errs, req.Deadline, req.Priority == admission.PriorityCritical)
+		e.runShards(ctx, groups, calls, raw, errs, req.Deadline, critical)
 	}
 	if err := e.settle(ctx, calls, errs); err != nil {
 		if errors.Is(err, ErrPastDeadline) {
