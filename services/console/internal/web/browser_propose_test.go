@@ -213,6 +213,7 @@ func listAlerts(t *testing.T, ctx context.Context, st *store.Store, since, until
 	t.Helper()
 	var out []store.Alert
 	cur := ""
+	seen := map[string]bool{}
 	for {
 		page, next, err := st.List(ctx, store.Filter{Since: since, Until: until, PageSize: 100, Cursor: cur})
 		require.NoError(t, err)
@@ -220,6 +221,8 @@ func listAlerts(t *testing.T, ctx context.Context, st *store.Store, since, until
 		if next == "" {
 			break
 		}
+		require.False(t, seen[next], "the alert list repeats a cursor after %d alerts", len(out))
+		seen[next] = true
 		cur = next
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Principal+out[i].SK < out[j].Principal+out[j].SK })
