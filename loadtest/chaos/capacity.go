@@ -66,6 +66,9 @@ func capacity(closed float64, step func(rate int) (capacityStepResult, error)) (
 // measured: every call it sent, over the time from its start to its stop.
 // limCPU is the limiter's CPU time so far.
 func capacityStepOf(ctx context.Context, l *Load, d time.Duration, limCPU func() time.Duration) (capacityStepResult, error) {
+	if err := l.Open(); err != nil {
+		return capacityStepResult{rate: l.Rate}, err
+	}
 	start, cpu0 := time.Now(), limCPU()
 	stop := startLoad(ctx, l)
 	_ = sleep(ctx, d)

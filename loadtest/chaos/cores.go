@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/loadtest/internal/cgroup"
@@ -67,4 +68,23 @@ func loadAverage() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// renice sets the nice value of every thread of pid (threads it starts
+// later inherit it from the thread that starts them).
+func renice(pid, nice int) error {
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, nice); err != nil {
+			return fmt.Errorf("nice %d for thread %d of %d: %w", nice, tid, pid, err)
+		}
+	}
+	return nil
 }

@@ -70,11 +70,17 @@ type Load struct {
 	// workers with a connection to each cluster). False: every call shares
 	// the Conns connections, the critical ones marked one by one.
 	CriticalCluster bool
+	// CriticalAddr, with CriticalCluster, is where the critical cluster's
+	// connections go: a limiter of its own serving a gateway's CRITICAL
+	// routes. Empty: GRPCAddr.
+	CriticalAddr string
 
-	mu      sync.Mutex
-	results []Check
-	err     error    // the connections could not be set up
-	bodies  sync.Map // bodyKey → []byte: each distinct body is encoded once
+	mu       sync.Mutex
+	results  []Check
+	err      error                        // the connections could not be set up
+	send     func(w int) (sender, func()) // set by Open
+	closeAll func()
+	bodies   sync.Map // bodyKey → []byte: each distinct body is encoded once
 }
 
 // bodyKey names a check's body: the principal and priority (the route and
@@ -91,14 +97,11 @@ type bodyKey struct {
 // limiter does not get — which is most of what an overload run measures
 // (docs/chaos.md, overload).
 func (l *Load) Run(ctx context.Context) {
-	send, closeAll, err := l.senders()
-	if err != nil {
-		l.mu.Lock()
-		l.err = err
-		l.mu.Unlock()
+	if l.Open() != nil {
 		return
 	}
-	defer closeAll()
+	send := l.send
+	defer l.closeAll()
 	interval := time.Duration(float64(time.Second) * float64(l.Workers) / float64(max(l.Rate, 1)))
 	route := l.Route
 	if route == "" {
@@ -142,6 +145,25 @@ func (l *Load) Run(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
+}
+
+// Open sets up the load's connections — over gRPC dialled, settled and
+// each warmed by a call (grpcSenders) — so that a phase's clock can start
+// on them; Run opens them itself when Open was not called. The error is
+// also Err's.
+func (l *Load) Open() error {
+	if l.send != nil {
+		return nil
+	}
+	send, closeAll, err := l.senders()
+	if err != nil {
+		l.mu.Lock()
+		l.err = err
+		l.mu.Unlock()
+		return err
+	}
+	l.send, l.closeAll = send, closeAll
+	return nil
 }
 
 // sender sends one check of p on route at priority and returns its outcome.

@@ -36,8 +36,14 @@ func (l *Load) grpcSenders() (func(w int) (sender, func()), func(), error) {
 	if n <= 0 {
 		n = max(l.Workers, 1)
 	}
-	dial := func() (*envoyclient.Wire[*grpcCaller], error) {
-		return envoyclient.DialWire(l.GRPCAddr, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, (*grpcCaller).answered)
+	dialTo := func(addr string) func() (*envoyclient.Wire[*grpcCaller], error) {
+		return func() (*envoyclient.Wire[*grpcCaller], error) {
+			return envoyclient.DialWire(addr, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, (*grpcCaller).answered)
+		}
+	}
+	dial, critDial := dialTo(l.GRPCAddr), dialTo(l.GRPCAddr)
+	if l.CriticalAddr != "" {
+		critDial = dialTo(l.CriticalAddr)
 	}
 	var conns, critConns []*wireSlot
 	closeAll := func() {
@@ -45,7 +51,7 @@ func (l *Load) grpcSenders() (func(w int) (sender, func()), func(), error) {
 			_ = c.get().Close()
 		}
 	}
-	dialAll := func(into *[]*wireSlot) error {
+	dialAll := func(into *[]*wireSlot, dial func() (*envoyclient.Wire[*grpcCaller], error)) error {
 		for range n {
 			c, err := dial()
 			if err != nil {
@@ -55,9 +61,9 @@ func (l *Load) grpcSenders() (func(w int) (sender, func()), func(), error) {
 		}
 		return nil
 	}
-	err := dialAll(&conns)
+	err := dialAll(&conns, dial)
 	if err == nil && l.CriticalCluster {
-		err = dialAll(&critConns)
+		err = dialAll(&critConns, critDial)
 	}
 	if err == nil {
 		// The phase's clock starts on connections the server has taken: a
@@ -100,6 +106,13 @@ func (l *Load) grpcSenders() (func(w int) (sender, func()), func(), error) {
 	// As a gateway's rate-limit cluster for its CRITICAL routes sends it
 	// (envoyrls.MetadataPriority).
 	critical := []hpack.HeaderField{{Name: envoyrls.MetadataPriority, Value: string(events.PriorityCritical)}}
+	// Each connection carries one call before the phase, as a gateway's
+	// long-lived connections have: a connection's first call costs the
+	// limiter its set-up (buffers, decoder state), which would otherwise be
+	// measured as the phase's first second.
+	warmUp := events.Principal{Kind: events.PrincipalUser, ID: "warm-up"}
+	warm(conns, nil, request(warmUp, "/v1/things", ""))
+	warm(critConns, critical, request(warmUp, "/v1/things", string(events.PriorityCritical)))
 	return func(w int) (sender, func()) {
 		slot, critSlot := conns[w%len(conns)], slotOf(critConns, w)
 		g := &grpcCaller{answer: make(chan Check, 1)}
@@ -108,11 +121,11 @@ func (l *Load) grpcSenders() (func(w int) (sender, func()), func(), error) {
 		return func(p events.Principal, route, priority string) Check {
 			g.check = Check{Start: time.Now(), Principal: p, Priority: priority}
 			var md []hpack.HeaderField
-			slot := slot
+			slot, redial := slot, dial
 			if priority == string(events.PriorityCritical) {
 				md = critical
 				if critSlot != nil {
-					slot = critSlot
+					slot, redial = critSlot, critDial
 				}
 			}
 			conn := slot.get()
@@ -123,7 +136,7 @@ func (l *Load) grpcSenders() (func(w int) (sender, func()), func(), error) {
 				c := g.check
 				c.Latency = time.Since(c.Start)
 				if errors.Is(err, envoyclient.ErrClosed) {
-					slot.replace(conn, dial)
+					slot.replace(conn, redial)
 				}
 				return c
 			}
@@ -143,6 +156,39 @@ func (l *Load) grpcSenders() (func(w int) (sender, func()), func(), error) {
 		}, func() {}
 	}, closeAll, nil
 }
+
+// warm sends one call over each connection of slots, at most warmInFlight
+// at a time, and waits for each answer (or two seconds); the answers are
+// not results.
+func warm(slots []*wireSlot, md []hpack.HeaderField, body []byte) {
+	sem := make(chan struct{}, warmInFlight)
+	var wg sync.WaitGroup
+	for _, s := range slots {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			g := &grpcCaller{answer: make(chan Check, 1)}
+			conn := s.get()
+			id, err := conn.Call(g, 2*time.Second, md, body)
+			if err != nil {
+				return
+			}
+			select {
+			case <-g.answer:
+			case <-time.After(2 * time.Second):
+				if _, _, waiting := conn.Cancel(id); !waiting {
+					<-g.answer // being delivered
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// warmInFlight bounds the warm-up's calls in flight: it readies the
+// connections without overloading the limiter before the phase.
+const warmInFlight = 64
 
 // settled waits until the server has sent its SETTINGS on every
 // connection, at most for d.

@@ -2,6 +2,8 @@ package chaos
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -107,6 +109,10 @@ func TestGRPCLoad(t *testing.T) {
 	send, closeAll, err := l.senders()
 	require.NoError(t, err)
 	defer closeAll()
+	rls.mu.Lock()
+	require.Len(t, rls.deadlines, l.Conns, "each connection warmed by a call")
+	rls.deadlines = nil
+	rls.mu.Unlock()
 	one, done := send(0)
 	defer done()
 	got := map[string]Check{}
@@ -192,41 +198,82 @@ func TestGRPCLoadRedials(t *testing.T) {
 
 // TestGRPCLoadCriticalCluster: with CriticalCluster the critical calls go
 // over connections of their own, as many as the others, every one of them
-// marked critical, and no other call shares them.
+// marked critical, and no other call shares them; with CriticalAddr those
+// connections go to a server of their own. Each connection has carried one
+// call (its warm-up) before the load's first.
 func TestGRPCLoadCriticalCluster(t *testing.T) {
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ln := &countingListener{Listener: inner}
-	srv := grpc.NewServer()
-	rls := &rlsByID{}
-	rlsv3.RegisterRateLimitServiceServer(srv, rls)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-
-	l := &Load{GRPCAddr: inner.Addr().String(), Conns: 2, Workers: 2, Rate: 100, Deadline: time.Second, CriticalCluster: true,
-		Next: func(int, int) events.Principal { return events.Principal{Kind: events.PrincipalUser, ID: "allowed"} },
-		Priority: func(_, i int) string {
-			if i%2 == 0 {
-				return "critical"
-			}
-			return ""
-		}}
-	send, closeAll, err := l.senders()
-	require.NoError(t, err)
-	defer closeAll()
-	for w := range 2 {
-		one, done := send(w)
-		for i := range 10 {
-			require.True(t, one(l.Next(w, i), "/v1/things", l.Priority(w, i)).OK)
-		}
-		done()
+	serve := func() (*countingListener, *rlsByID) {
+		inner, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ln := &countingListener{Listener: inner}
+		srv := grpc.NewServer()
+		rls := &rlsByID{}
+		rlsv3.RegisterRateLimitServiceServer(srv, rls)
+		go func() { _ = srv.Serve(ln) }()
+		t.Cleanup(srv.Stop)
+		return ln, rls
 	}
-	require.Equal(t, int64(4), ln.n.Load(), "two connections for each cluster")
-	rls.mu.Lock()
-	defer rls.mu.Unlock()
-	require.Len(t, rls.byConn, 4, "every connection carried calls")
-	for addr, calls := range rls.byConn {
-		require.Len(t, calls, 1, "connection %s carried one kind of call: %v", addr, calls)
-		require.Equal(t, 5, calls["critical"]+calls[""], "connection %s: %v", addr, calls)
+	calls := func(rls *rlsByID) map[string]map[string]int {
+		rls.mu.Lock()
+		defer rls.mu.Unlock()
+		out := map[string]map[string]int{}
+		for addr, c := range rls.byConn {
+			out[addr] = maps.Clone(c)
+		}
+		return out
+	}
+	for _, own := range []bool{false, true} {
+		t.Run(fmt.Sprintf("server of its own %v", own), func(t *testing.T) {
+			ln, rls := serve()
+			critLn, critRLS := ln, rls
+			l := &Load{GRPCAddr: ln.Addr().String(), Conns: 2, Workers: 2, Rate: 100, Deadline: time.Second, CriticalCluster: true,
+				Next: func(int, int) events.Principal { return events.Principal{Kind: events.PrincipalUser, ID: "allowed"} },
+				Priority: func(_, i int) string {
+					if i%2 == 0 {
+						return "critical"
+					}
+					return ""
+				}}
+			if own {
+				critLn, critRLS = serve()
+				l.CriticalAddr = critLn.Addr().String()
+			}
+			require.NoError(t, l.Open())
+			defer l.closeAll()
+			warmed := map[string]int{}
+			for _, byConn := range []map[string]map[string]int{calls(rls), calls(critRLS)} {
+				for addr, c := range byConn {
+					warmed[addr] = c["critical"] + c[""]
+				}
+			}
+			require.Len(t, warmed, 4, "every connection warmed: %v", warmed)
+			for addr, n := range warmed {
+				require.Equal(t, 1, n, "connection %s carried one warm-up call", addr)
+			}
+			for w := range 2 {
+				one, done := l.send(w)
+				for i := range 10 {
+					require.True(t, one(l.Next(w, i), "/v1/things", l.Priority(w, i)).OK)
+				}
+				done()
+			}
+			if own {
+				require.Equal(t, int64(2), ln.n.Load(), "two connections to the limiter")
+				require.Equal(t, int64(2), critLn.n.Load(), "two to the critical cluster's")
+			} else {
+				require.Equal(t, int64(4), ln.n.Load(), "two connections for each cluster")
+			}
+			for _, byConn := range []map[string]map[string]int{calls(rls), calls(critRLS)} {
+				for addr, c := range byConn {
+					require.Len(t, c, 1, "connection %s carried one kind of call: %v", addr, c)
+					require.Equal(t, 6, c["critical"]+c[""], "connection %s: its warm-up and 5 calls: %v", addr, c)
+				}
+			}
+			if own {
+				for addr, c := range calls(critRLS) {
+					require.Equal(t, 6, c["critical"], "the critical server's connection %s carried critical calls only", addr)
+				}
+			}
+		})
 	}
 }

@@ -83,6 +83,15 @@ func OverloadGRPC(ctx context.Context, e *Env, s Size, r *Result) error {
 	return overload(ctx, e, s, r, true)
 }
 
+// criticalLimiterNice is the critical cluster's own limiter's nice value
+// (Size.CriticalLimiter): a higher CPU weight than the other limiter's in
+// the one quota they share, so that it runs first when both can — the
+// deployment's whole point. At the same weight it waited behind the other
+// limiter's whole share of each quota period: in 2 pairs on 2026-12-01
+// (11:18–11:25), CRITICAL in time at 2× was 96.6–96.7 % at nice 0 and
+// 99.6–100 % at nice -10.
+const criticalLimiterNice = -10
+
 // overloadGRPCConns are the open-loop phases' connections in the gRPC mode
 // (Size.GRPCConns sets another number): issue 34's overload target is
 // stated over at least 1,000 connections — a fleet of gateways, each
@@ -108,10 +117,47 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		return err
 	}
 	grpcAddr := "127.0.0.1:" + strconv.Itoa(grpcPort)
-	lim, err := e.StartLimiter(ctx, b, rd, "", "FLOODGATE_LIMITER_RULES="+rules, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=", "GOMAXPROCS=1",
-		"FLOODGATE_LIMITER_DEBUG_ADDR="+debugAddr, "FLOODGATE_LIMITER_GRPC_ADDR="+grpcAddr)
+	limEnv := []string{"FLOODGATE_LIMITER_RULES=" + rules, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=", "GOMAXPROCS=1"}
+	lim, err := e.StartLimiter(ctx, b, rd, "", append(limEnv, "FLOODGATE_LIMITER_DEBUG_ADDR="+debugAddr, "FLOODGATE_LIMITER_GRPC_ADDR="+grpcAddr)...)
 	if err != nil {
 		return err
+	}
+	// limiters are the processes under test: lim, and the critical
+	// cluster's own limiter when Size.CriticalLimiter asks for one (same
+	// rules, Redis and broker; pinned and limited with lim).
+	limiters := []*Service{lim}
+	var crit *Service
+	critAddr := ""
+	if viaGRPC && s.CriticalLimiter {
+		port, err := FreePort()
+		if err != nil {
+			return err
+		}
+		critAddr = "127.0.0.1:" + strconv.Itoa(port)
+		if crit, err = e.StartLimiter(ctx, b, rd, "", append(limEnv, "FLOODGATE_LIMITER_GRPC_ADDR="+critAddr)...); err != nil {
+			return err
+		}
+		limiters = append(limiters, crit)
+		if err := renice(crit.Pid(), criticalLimiterNice); err != nil {
+			return err
+		}
+	}
+	// limCPU is the CPU time the limiters have used.
+	limCPU := func() time.Duration {
+		var t time.Duration
+		for _, l := range limiters {
+			t += cputime.Of(l.Pid())
+		}
+		return t
+	}
+	// limMetric sums one metric over the limiters (absent: 0).
+	limMetric := func(name string) float64 {
+		var sum float64
+		for _, l := range limiters {
+			v, _ := l.Metric(ctx, name)
+			sum += v
+		}
+		return sum
 	}
 	// via sets l's transport: POST /v1/check over HTTP/1.1, or gRPC over
 	// conns connections.
@@ -127,14 +173,19 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 	}
 	if viaGRPC {
 		r.metric("transport", "gRPC ShouldRateLimit (Floodgate's descriptor), the caller's deadline as the call's; %d connections in the open-loop phases, and %[1]d more for the critical calls (a gateway's CRITICAL cluster, envoyrls.MetadataPriority on each call); each phase starts once the limiter has sent its SETTINGS on every connection", grpcConns)
+		if crit != nil {
+			r.metric("critical limiter", "the critical cluster is served by a second limiter process of its own (-overload-critical-limiter): same rules, Redis and broker, GOMAXPROCS 1, pinned with the first and in its CPU quota, at nice %d; every limiter figure below (CPU, per core-second, drops, the largest RSS) is both processes' together", criticalLimiterNice)
+		}
 	} else {
 		r.metric("transport", "HTTP/1.1 POST /v1/check, the caller's deadline in X-Floodgate-Timeout-Ms; a caller that gives up closes its connection")
 	}
 	profiles := filepath.Dir(rules)
 	pinned := runtime.NumCPU() >= 2
 	if pinned {
-		if err := pin(lim.Pid(), "1"); err != nil {
-			return err
+		for _, l := range limiters {
+			if err := pin(l.Pid(), "1"); err != nil {
+				return err
+			}
 		}
 		for _, pid := range []int{rd.proc.Pid(), b.proc.Pid(), os.Getpid()} {
 			if err := pin(pid, "0"); err != nil {
@@ -160,6 +211,11 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		r.metric("CPU quota", "none (%v): the limiter has its whole core, and one generator core cannot offer 2× its saturation", err)
 	} else {
 		defer func() { _ = quota.Remove() }()
+		if crit != nil {
+			if err := quota.Add(crit.Pid()); err != nil {
+				return err
+			}
+		}
 		r.metric("CPU quota", "limiter limited to %s", quota)
 	}
 	throttled := func() (int64, time.Duration) {
@@ -184,7 +240,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 	cpuNow := func() cpuAt {
 		gen := cputime.Self()
 		busy, total := cputime.CoreTimes()
-		return cpuAt{time.Since(start), cputime.Of(lim.Pid()), gen, gen + cputime.Of(rd.proc.Pid()) + cputime.Of(b.proc.Pid()), busy, total}
+		return cpuAt{time.Since(start), limCPU(), gen, gen + cputime.Of(rd.proc.Pid()) + cputime.Of(b.proc.Pid()), busy, total}
 	}
 	cpuPerCheck := func(from, to cpuAt, answered int) (string, bool) {
 		n := float64(max(answered, 1))
@@ -203,6 +259,9 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		return float64(n) / max((to.lim-from.lim).Seconds(), 0.01)
 	}
 	satLoad := via(&Load{URL: "http://" + lim.Addr, Rate: 1 << 30, Workers: 64, Next: func(w, i int) events.Principal { return people[(w*7919+i)%len(people)] }}, 4)
+	if err := satLoad.Open(); err != nil {
+		return err
+	}
 	sat0 := cpuNow()
 	stop := startLoad(ctx, satLoad)
 	_ = sleep(ctx, phase)
@@ -228,7 +287,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 	// giving up after the deadline, a tenth of the checks from abuser and a
 	// tenth marked critical.
 	openLoad := func(rate int, abuser events.Principal) *Load {
-		return via(&Load{CriticalCluster: viaGRPC, URL: "http://" + lim.Addr, Rate: rate, Workers: 1024, Deadline: overloadDeadline, Next: func(w, i int) events.Principal {
+		return via(&Load{CriticalCluster: viaGRPC, CriticalAddr: critAddr, URL: "http://" + lim.Addr, Rate: rate, Workers: 1024, Deadline: overloadDeadline, Next: func(w, i int) events.Principal {
 			if (w+i)%10 == 0 {
 				return abuser
 			}
@@ -256,7 +315,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		// traffic: the most answers within the deadline per second it gives
 		// at any rate (capacity).
 		capRate, steps, err := capacity(closedRate, func(rate int) (capacityStepResult, error) {
-			return capacityStepOf(ctx, openLoad(rate, newAbuser("capacity")), phase, func() time.Duration { return cputime.Of(lim.Pid()) })
+			return capacityStepOf(ctx, openLoad(rate, newAbuser("capacity")), phase, limCPU)
 		})
 		if err != nil {
 			return err
@@ -275,6 +334,9 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		rate := int(f * satRate)
 		probe := coreProbe(ctx)
 		load := openLoad(rate, abuser)
+		if err := load.Open(); err != nil { // the phase's clock starts on its connections
+			return err
+		}
 		var peakG, peakRunnable, peakWaiting float64
 		gateLimits := map[float64]bool{}
 		var mu sync.Mutex
@@ -301,11 +363,15 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 				_ = sleep(sctx, 500*time.Millisecond)
 			}
 		}()
-		dropped0, _ := lim.Metric(ctx, "floodgate_limiter_calls_dropped_past_deadline_total") // absent until the first drop
-		canceled0 := canceledCalls(ctx, lim)
+		dropped0 := limMetric("floodgate_limiter_calls_dropped_past_deadline_total") // absent until the first drop
+		canceled0 := canceledCalls(ctx, limiters)
 		turns0, gone0 := readTurns(), gateLeft()
 		thr0, thrWait0 := throttled()
 		sched0, gen0, check0 := schedLatencies(ctx, lim), ownSchedLatencies(), checkSeconds(ctx, lim)
+		var critSched0, critCheck0 []promtext.Bucket
+		if crit != nil {
+			critSched0, critCheck0 = schedLatencies(ctx, crit), checkSeconds(ctx, crit)
+		}
 		cpu0 := cpuNow()
 		began := time.Now()
 		stop := startLoad(ctx, load)
@@ -316,9 +382,13 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		cpu1 := cpuNow()
 		thr1, thrWait1 := throttled()
 		sched1, gen1, check1 := schedLatencies(ctx, lim), ownSchedLatencies(), checkSeconds(ctx, lim)
+		var critSched1, critCheck1 []promtext.Bucket
+		if crit != nil {
+			critSched1, critCheck1 = schedLatencies(ctx, crit), checkSeconds(ctx, crit)
+		}
 		profNote := prof()
-		dropped1, _ := lim.Metric(ctx, "floodgate_limiter_calls_dropped_past_deadline_total")
-		canceled1 := canceledCalls(ctx, lim)
+		dropped1 := limMetric("floodgate_limiter_calls_dropped_past_deadline_total")
+		canceled1 := canceledCalls(ctx, limiters)
 		turns1, gone1 := readTurns(), gateLeft()
 		elapsed := cpu1.at - cpu0.at
 		checks := load.Results()
@@ -376,9 +446,13 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		}
 		critP99 := critQ(99)
 		allowedMax := 50 + 50*elapsed.Seconds() // burst + refill
-		rss, err := peakRSS(lim.Pid())
-		if err != nil {
-			return err
+		var rss int64                           // the largest limiter's
+		for _, l := range limiters {
+			n, err := peakRSS(l.Pid())
+			if err != nil {
+				return err
+			}
+			rss = max(rss, n)
 		}
 		mu.Lock()
 		g := peakG
@@ -421,6 +495,9 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		}
 		r.metric(name+" critical", "%d sent, %.2f %% answered within the deadline (of the %d not, %d sent in the phase's first second); p50 %s, p90 %s, p99 %s (a call not answered counts as the deadline); all calls: %s",
 			len(crit), pct(critInTime, len(crit)), len(crit)-critInTime, critMissedFirst, ms(critQ(50)), ms(critQ(90)), ms(critP99), checkNote(check0, check1))
+		if crit != nil {
+			r.metric(name+" critical limiter", "%s; %s", schedNote(critSched0, critSched1), checkNote(critCheck0, critCheck1))
+		}
 		r.metric(name+" targets", "answers within the deadline ≥ 90 %% of saturation: %s (%.0f %%); critical p99 ≤ 25 ms: %s (%s)",
 			metOrNot(goodput >= 0.9*satRate), 100*goodput/max(satRate, 1), metOrNot(critP99 <= 25*time.Millisecond), ms(critP99))
 		r.require(name+": failed open ≤ 1 %", inTime > 0 && failedOpen*100 <= inTime, "%.2f %% of %d answers within the deadline", pct(failedOpen, inTime), inTime)
@@ -472,18 +549,22 @@ func seriesByLabel(ctx context.Context, lim *Service, metric, label string, valu
 	return out
 }
 
-// canceledCalls is how many ShouldRateLimit calls the limiter has counted
+// canceledCalls is how many ShouldRateLimit calls the limiters have counted
 // as reset by their callers before they were run: not through the entry
 // gate, whose own cancellations its note gives, but before dispatch
 // (grpcfast.Config.Abandoned).
-func canceledCalls(ctx context.Context, lim *Service) float64 {
-	e, err := lim.Metrics(ctx) // one scrape: each costs the limiter CPU it is short of
-	if err != nil {
-		return 0
+func canceledCalls(ctx context.Context, limiters []*Service) float64 {
+	var n float64
+	for _, lim := range limiters {
+		e, err := lim.Metrics(ctx) // one scrape: each costs the limiter CPU it is short of
+		if err != nil {
+			continue
+		}
+		all, _ := e.Sum(`floodgate_limiter_envoy_requests_total{result="canceled"}`)
+		gate, _ := e.Sum(`floodgate_limiter_grpc_gate_left_total{outcome="canceled"}`)
+		n += all - gate
 	}
-	all, _ := e.Sum(`floodgate_limiter_envoy_requests_total{result="canceled"}`)
-	gate, _ := e.Sum(`floodgate_limiter_grpc_gate_left_total{outcome="canceled"}`)
-	return all - gate
+	return n
 }
 
 // schedNote says how long the limiter's goroutines waited for its CPU

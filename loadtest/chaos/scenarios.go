@@ -39,6 +39,11 @@ type Size struct {
 	// reports each phase's spread: one phase at 2× moves with the
 	// machine's speed from run to run (docs/chaos.md, 2026-11-30).
 	OverloadRepeat int
+	// CriticalLimiter, in overload-grpc, serves the critical cluster from a
+	// second limiter of its own on the same core, in the same CPU quota,
+	// against the same Redis and rules: the deployment that keeps a
+	// CRITICAL call out of the run queue the rest of the traffic fills.
+	CriticalLimiter bool
 }
 
 // Quick is sized for CI; Full for make chaos.

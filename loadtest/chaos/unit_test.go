@@ -1,12 +1,16 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
@@ -220,4 +224,32 @@ func TestSpread(t *testing.T) {
 // scenarios need two cores, as this test does).
 func TestCoreProbe(t *testing.T) {
 	require.Regexp(t, `^sha256 of 64 MiB in [0-9.]+ ms \([0-9.]+ ms of CPU\)$`, coreProbe(context.Background()))
+}
+
+// TestRenice: every thread of a process gets the nice value.
+func TestRenice(t *testing.T) {
+	if os.Getenv("FLOODGATE_RENICE_HELPER") != "" {
+		time.Sleep(10 * time.Second) // a Go process: several threads
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRenice$")
+	cmd.Env = append(os.Environ(), "FLOODGATE_RENICE_HELPER=1")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	tasks := func() []os.DirEntry {
+		d, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		require.NoError(t, err)
+		return d
+	}
+	require.Eventually(t, func() bool { return len(tasks()) > 1 }, 5*time.Second, 10*time.Millisecond, "the helper's threads")
+	require.NoError(t, renice(pid, 7))
+	for _, task := range tasks() {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		require.NoError(t, err)
+		// After the command name's ")": state is field 3, nice field 19.
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		require.Equal(t, "7", fields[16], "nice of thread %s", task.Name())
+	}
+	require.Error(t, renice(1<<22, 0), "no such process")
 }

@@ -37,6 +37,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, log *sl
 	grpcConns := fs.Int("overload-grpc-conns", 0, "overload-grpc: the open-loop phases' connections (0: 1024)")
 	saturation := fs.Int("overload-saturation", 0, "overload scenarios: offer 1.3× and 2× of this many checks/s and judge against it, instead of the saturation they measure (0: measured)")
 	repeat := fs.Int("overload-repeat", 1, "overload scenarios: run the 1.3× and 2× phases this many times in turn and report each phase's median and range")
+	critLimiter := fs.Bool("overload-critical-limiter", false, "overload-grpc: serve the critical cluster from a limiter of its own, on the same core and in the same CPU quota")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -47,6 +48,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, log *sl
 	size.Saturation = *saturation
 	size.GRPCConns = *grpcConns
 	size.OverloadRepeat = *repeat
+	size.CriticalLimiter = *critLimiter
 	e, err := chaos.NewEnv(ctx, chaos.Options{DynamoEndpoint: getenv("FLOODGATE_DYNAMODB_ENDPOINT"), KeepWorkDir: *keep, Logger: log})
 	if err != nil {
 		return err
