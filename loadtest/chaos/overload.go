@@ -127,14 +127,19 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 	// rules, Redis and broker; pinned and limited with lim).
 	limiters := []*Service{lim}
 	var crit *Service
-	critAddr := ""
+	critAddr, critDebugAddr := "", ""
 	if viaGRPC && s.CriticalLimiter {
 		port, err := FreePort()
 		if err != nil {
 			return err
 		}
 		critAddr = "127.0.0.1:" + strconv.Itoa(port)
-		if crit, err = e.StartLimiter(ctx, b, rd, "", append(limEnv, "FLOODGATE_LIMITER_GRPC_ADDR="+critAddr)...); err != nil {
+		critDebug, err := FreePort()
+		if err != nil {
+			return err
+		}
+		critDebugAddr = "127.0.0.1:" + strconv.Itoa(critDebug)
+		if crit, err = e.StartLimiter(ctx, b, rd, "", append(limEnv, "FLOODGATE_LIMITER_GRPC_ADDR="+critAddr, "FLOODGATE_LIMITER_DEBUG_ADDR="+critDebugAddr)...); err != nil {
 			return err
 		}
 		limiters = append(limiters, crit)
@@ -369,13 +374,23 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		thr0, thrWait0 := throttled()
 		sched0, gen0, check0 := schedLatencies(ctx, lim), ownSchedLatencies(), checkSeconds(ctx, lim)
 		var critSched0, critCheck0 []promtext.Bucket
+		var critCPU0 time.Duration
 		if crit != nil {
-			critSched0, critCheck0 = schedLatencies(ctx, crit), checkSeconds(ctx, crit)
+			critSched0, critCheck0, critCPU0 = schedLatencies(ctx, crit), checkSeconds(ctx, crit), cputime.Of(crit.Pid())
 		}
 		cpu0 := cpuNow()
 		began := time.Now()
 		stop := startLoad(ctx, load)
-		prof := startProfiles(ctx, debugAddr, filepath.Join(profiles, fmt.Sprintf("%.1fx", f)), phase-2*time.Second)
+		prefix := filepath.Join(profiles, fmt.Sprintf("%.1fx", f))
+		prof := startProfiles(ctx, debugAddr, prefix, phase-2*time.Second)
+		critProf := make(chan error, 1)
+		if crit != nil {
+			go func() {
+				critProf <- cputime.Profile(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", critDebugAddr, int((phase-2*time.Second).Seconds())), prefix+"-critical-limiter.pprof")
+			}()
+		} else {
+			critProf <- nil
+		}
 		_ = sleep(ctx, phase)
 		stop()
 		cancel()
@@ -383,10 +398,16 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		thr1, thrWait1 := throttled()
 		sched1, gen1, check1 := schedLatencies(ctx, lim), ownSchedLatencies(), checkSeconds(ctx, lim)
 		var critSched1, critCheck1 []promtext.Bucket
+		var critCPU1 time.Duration
 		if crit != nil {
-			critSched1, critCheck1 = schedLatencies(ctx, crit), checkSeconds(ctx, crit)
+			critSched1, critCheck1, critCPU1 = schedLatencies(ctx, crit), checkSeconds(ctx, crit), cputime.Of(crit.Pid())
 		}
 		profNote := prof()
+		if err := <-critProf; err != nil {
+			profNote += fmt.Sprintf("; critical limiter's profile: %v", err)
+		} else if crit != nil {
+			profNote += ", " + prefix + "-critical-limiter.pprof"
+		}
 		dropped1 := limMetric("floodgate_limiter_calls_dropped_past_deadline_total")
 		canceled1 := canceledCalls(ctx, limiters)
 		turns1, gone1 := readTurns(), gateLeft()
@@ -496,7 +517,9 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		r.metric(name+" critical", "%d sent, %.2f %% answered within the deadline (of the %d not, %d sent in the phase's first second); p50 %s, p90 %s, p99 %s (a call not answered counts as the deadline); all calls: %s",
 			len(crit), pct(critInTime, len(crit)), len(crit)-critInTime, critMissedFirst, ms(critQ(50)), ms(critQ(90)), ms(critP99), checkNote(check0, check1))
 		if crit != nil {
-			r.metric(name+" critical limiter", "%s; %s", schedNote(critSched0, critSched1), checkNote(critCheck0, critCheck1))
+			r.metric(name+" critical limiter", "%.0f %% of a core, %.0f µs of its CPU per critical call answered; %s; %s",
+				100*(critCPU1-critCPU0).Seconds()/elapsed.Seconds(), float64((critCPU1-critCPU0).Microseconds())/float64(max(critInTime, 1)),
+				schedNote(critSched0, critSched1), checkNote(critCheck0, critCheck1))
 		}
 		r.metric(name+" targets", "answers within the deadline ≥ 90 %% of saturation: %s (%.0f %%); critical p99 ≤ 25 ms: %s (%s)",
 			metOrNot(goodput >= 0.9*satRate), 100*goodput/max(satRate, 1), metOrNot(critP99 <= 25*time.Millisecond), ms(critP99))
