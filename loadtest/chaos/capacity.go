@@ -64,9 +64,10 @@ func capacity(closed float64, step func(rate int) (capacityStepResult, error)) (
 
 // capacityStepOf runs load for d and measures it as an open-loop phase is
 // measured: every call it sent, over the time from its start to its stop.
-// limCPU is the limiter's CPU time so far.
-func capacityStepOf(ctx context.Context, l *Load, d time.Duration, limCPU func() time.Duration) (capacityStepResult, error) {
-	if err := l.Open(); err != nil {
+// limCPU is the limiter's CPU time so far; open readies l before the clock
+// starts (openForPhase).
+func capacityStepOf(ctx context.Context, l *Load, d time.Duration, limCPU func() time.Duration, open func(*Load) error) (capacityStepResult, error) {
+	if err := open(l); err != nil {
 		return capacityStepResult{rate: l.Rate}, err
 	}
 	start, cpu0 := time.Now(), limCPU()

@@ -3,11 +3,14 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
@@ -81,6 +84,51 @@ func Overload(ctx context.Context, e *Env, s Size, r *Result) error {
 // connection, where an HTTP/1.1 caller closes it.
 func OverloadGRPC(ctx context.Context, e *Env, s Size, r *Result) error {
 	return overload(ctx, e, s, r, true)
+}
+
+// overloadGeneratorGOGC is this process's GOGC during the overload
+// scenarios: a phase of 10 s allocates less than four times what is live
+// after the collection before it, so no collection falls inside one.
+const overloadGeneratorGOGC = 400
+
+// openForPhase opens l's connections (Load.Open) and then collects the
+// garbage of the limiters (their pprof listeners at debugAddrs: GET
+// /debug/pprof/heap?gc=1) and of this process, so that the phase's clock
+// starts on warm connections and no phase pays for the last one's: each
+// phase dials its connections anew, where a gateway's live for minutes,
+// and the limiters' heaps grew by about 190 MB of closed connections'
+// buffers a phase, collected in 100–125 ms of marking on their
+// throttled core during the next one (docs/chaos.md, 2026-12-01 11:00–11:53).
+func openForPhase(ctx context.Context, l *Load, debugAddrs ...string) error {
+	if err := l.Open(); err != nil {
+		return err
+	}
+	for _, addr := range debugAddrs {
+		if err := collectGarbage(ctx, addr); err != nil {
+			return err
+		}
+	}
+	runtime.GC()
+	return nil
+}
+
+// collectGarbage has the Go process serving pprof at addr run a garbage
+// collection (net/http/pprof's heap profile with gc=1).
+func collectGarbage(ctx context.Context, addr string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/heap?gc=1", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("collect the garbage of %s: %w", addr, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("collect the garbage of %s: status %d", addr, resp.StatusCode)
+	}
+	return nil
 }
 
 // criticalLimiterNice is the critical cluster's own limiter's nice value
@@ -185,6 +233,17 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		r.metric("transport", "HTTP/1.1 POST /v1/check, the caller's deadline in X-Floodgate-Timeout-Ms; a caller that gives up closes its connection")
 	}
 	profiles := filepath.Dir(rules)
+	// This process's heap is mostly its connections' buffers, and it is
+	// collected before each phase (openForPhase); with the default GOGC a
+	// phase met a collection whose marking ran 40–390 ms on the generator's
+	// one core, its own goroutines then waiting up to 168 ms to read
+	// answers (docs/chaos.md, 2026-12-01 11:00–11:53).
+	defer debug.SetGCPercent(debug.SetGCPercent(overloadGeneratorGOGC))
+	debugAddrs := []string{debugAddr}
+	if crit != nil {
+		debugAddrs = append(debugAddrs, critDebugAddr)
+	}
+	open := func(l *Load) error { return openForPhase(ctx, l, debugAddrs...) }
 	pinned := runtime.NumCPU() >= 2
 	if pinned {
 		for _, l := range limiters {
@@ -264,7 +323,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		return float64(n) / max((to.lim-from.lim).Seconds(), 0.01)
 	}
 	satLoad := via(&Load{URL: "http://" + lim.Addr, Rate: 1 << 30, Workers: 64, Next: func(w, i int) events.Principal { return people[(w*7919+i)%len(people)] }}, 4)
-	if err := satLoad.Open(); err != nil {
+	if err := open(satLoad); err != nil {
 		return err
 	}
 	sat0 := cpuNow()
@@ -320,7 +379,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		// traffic: the most answers within the deadline per second it gives
 		// at any rate (capacity).
 		capRate, steps, err := capacity(closedRate, func(rate int) (capacityStepResult, error) {
-			return capacityStepOf(ctx, openLoad(rate, newAbuser("capacity")), phase, limCPU)
+			return capacityStepOf(ctx, openLoad(rate, newAbuser("capacity")), phase, limCPU, open)
 		})
 		if err != nil {
 			return err
@@ -339,7 +398,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		rate := int(f * satRate)
 		probe := coreProbe(ctx)
 		load := openLoad(rate, abuser)
-		if err := load.Open(); err != nil { // the phase's clock starts on its connections
+		if err := open(load); err != nil {
 			return err
 		}
 		var peakG, peakRunnable, peakWaiting float64
