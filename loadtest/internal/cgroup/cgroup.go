@@ -45,7 +45,10 @@ func Limit(name string, pid int, cores float64, period time.Duration) (*Group, e
 		return nil, fmt.Errorf("cpu quota %.2f cores per %s: want cores > 0 and a period of 1ms..1s", cores, period)
 	}
 	periodUS := period.Microseconds()
-	quotaUS := max(int64(cores*float64(periodUS)), 1000) // the kernel's floor is 1 ms
+	quotaUS := int64(cores * float64(periodUS))
+	if quotaUS < 1000 { // the kernel refuses a quota under 1 ms
+		return nil, fmt.Errorf("cpu quota %.2f cores per %s is %d µs, under the kernel's 1 ms floor: want a period of at least %s", cores, period, quotaUS, time.Duration(float64(time.Millisecond)/cores).Round(time.Microsecond))
+	}
 	q, err := newGroup(name,
 		[][2]string{{"cpu.cfs_period_us", strconv.FormatInt(periodUS, 10)}, {"cpu.cfs_quota_us", strconv.FormatInt(quotaUS, 10)}, v1Favoured},
 		[][2]string{{"cpu.max", fmt.Sprintf("%d %d", quotaUS, periodUS)}, v2Favoured}, pid)

@@ -26,6 +26,10 @@ func TestLimitRejectsBadQuotas(t *testing.T) {
 			require.ErrorContains(t, err, "want cores > 0 and a period of 1ms..1s")
 		})
 	}
+	// 0.3 of a core per 1 ms is a 300 µs quota, which the kernel refuses;
+	// rounding it up to 1 ms would leave the process a whole core.
+	_, err := Limit("floodgate-test-bad-quota", os.Getpid(), 0.3, time.Millisecond)
+	require.ErrorContains(t, err, "300 µs, under the kernel's 1 ms floor: want a period of at least 3.333ms")
 }
 
 // TestThrottledReadsBothCgroupVersions: cgroup v1 counts the wait in ns
