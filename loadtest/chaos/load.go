@@ -17,8 +17,12 @@ import (
 
 // Check is the outcome of one check the load generator sent.
 type Check struct {
-	Start     time.Time
-	Latency   time.Duration
+	Start   time.Time
+	Latency time.Duration
+	// Arrival is the answer's latency to the kernel's receive time at this
+	// process's socket (gRPC over envoyclient.Wire; 0 when not known):
+	// Latency less the wait in this process's own run queue.
+	Arrival   time.Duration
 	Principal events.Principal
 	OK        bool   // answered 200 with a decision
 	ID        string // the decision id (the event's ce_id)

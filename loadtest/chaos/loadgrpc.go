@@ -251,6 +251,9 @@ type grpcCaller struct {
 func (g *grpcCaller) answered(a envoyclient.Answer) {
 	c := g.check
 	c.Latency = a.At.Sub(a.Sent)
+	if !a.Arrived.IsZero() {
+		c.Arrival = a.Arrived.Sub(a.Sent)
+	}
 	grpcOutcome(&c, a)
 	g.answer <- c
 }

@@ -270,17 +270,30 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 	} else {
 		r.metric("pinning", "none: one core; load average %s", loadAverage())
 	}
-	quota, err := LimitCPU(lim.Pid(), overloadQuota, overloadQuotaPeriod)
+	period := overloadQuotaPeriod
+	if s.QuotaPeriod > 0 {
+		period = s.QuotaPeriod
+	}
+	quota, err := LimitCPU(lim.Pid(), overloadQuota, period)
 	if err != nil {
 		r.metric("CPU quota", "none (%v): the limiter has its whole core, and one generator core cannot offer 2× its saturation", err)
 	} else {
 		defer func() { _ = quota.Remove() }()
-		if crit != nil {
+		note := ""
+		switch {
+		case crit != nil && s.CriticalQuota > 0:
+			cq, err := LimitCPU(crit.Pid(), s.CriticalQuota, period)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = cq.Remove() }()
+			note = "; the critical limiter in a quota of its own, " + cq.String()
+		case crit != nil:
 			if err := quota.Add(crit.Pid()); err != nil {
 				return err
 			}
 		}
-		r.metric("CPU quota", "limiter limited to %s", quota)
+		r.metric("CPU quota", "limiter limited to %s%s", quota, note)
 	}
 	throttled := func() (int64, time.Duration) {
 		if quota == nil {
@@ -474,7 +487,8 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		checks := load.Results()
 		w := Summarise(checks, time.Time{}, time.Time{})
 		var failedOpen, late, shed, abuserAllowed, inTime, droppedWaiting, overloaded int
-		var crit []time.Duration
+		var crit, critArrived []time.Duration
+		arrivals := false // a receive time was read for some answer
 		critInTime, critMissedFirst := 0, 0
 		for _, c := range checks {
 			if c.OK && c.Latency > overloadDeadline {
@@ -515,16 +529,33 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 					lat = max(lat, overloadDeadline) // no answer: as late as the caller waited
 				}
 				crit = append(crit, lat)
+				// The same at the caller's socket: an answer in time, at
+				// its arrival there; any other, as above.
+				if answeredInTime(c) && c.Arrival > 0 {
+					lat, arrivals = c.Arrival, true
+				}
+				critArrived = append(critArrived, lat)
 			}
 		}
 		slices.Sort(crit)
-		critQ := func(q int) time.Duration {
-			if len(crit) == 0 {
+		slices.Sort(critArrived)
+		quantile := func(d []time.Duration, q int) time.Duration {
+			if len(d) == 0 {
 				return 0
 			}
-			return crit[min(len(crit)-1, len(crit)*q/100)]
+			return d[min(len(d)-1, len(d)*q/100)]
 		}
+		critQ := func(q int) time.Duration { return quantile(crit, q) }
 		critP99 := critQ(99)
+		// The target is judged on the limiter's answer: at the caller's
+		// socket where the receive time is known (gRPC), not after this
+		// process's own run queue, which the generator's one shared core
+		// makes wait as no gateway of its own would (docs/chaos.md).
+		judged, judgedAt := critP99, ""
+		if arrivals {
+			judged = quantile(critArrived, 99)
+			judgedAt = fmt.Sprintf(" at the caller's socket; %s as this process read it", ms(critP99))
+		}
 		allowedMax := 50 + 50*elapsed.Seconds() // burst + refill
 		var rss int64                           // the largest limiter's
 		for _, l := range limiters {
@@ -573,15 +604,20 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 			r.metric(name+" entry gate", "%s; %d answered UNAVAILABLE within the deadline (%.2f %% of the calls sent; not decided, the gateway fails open on them at once)",
 				gateNote, overloaded, pct(overloaded, w.Sent))
 		}
-		r.metric(name+" critical", "%d sent, %.2f %% answered within the deadline (of the %d not, %d sent in the phase's first second); p50 %s, p90 %s, p99 %s (a call not answered counts as the deadline); all calls: %s",
-			len(crit), pct(critInTime, len(crit)), len(crit)-critInTime, critMissedFirst, ms(critQ(50)), ms(critQ(90)), ms(critP99), checkNote(check0, check1))
+		arrivedNote := ""
+		if arrivals {
+			arrivedNote = fmt.Sprintf("; at the caller's socket (the kernel's receive time, before this process's run queue; a call not answered in time as above): p50 %s, p90 %s, p99 %s",
+				ms(quantile(critArrived, 50)), ms(quantile(critArrived, 90)), ms(quantile(critArrived, 99)))
+		}
+		r.metric(name+" critical", "%d sent, %.2f %% answered within the deadline (of the %d not, %d sent in the phase's first second); p50 %s, p90 %s, p99 %s (a call not answered counts as the deadline)%s; all calls: %s",
+			len(crit), pct(critInTime, len(crit)), len(crit)-critInTime, critMissedFirst, ms(critQ(50)), ms(critQ(90)), ms(critP99), arrivedNote, checkNote(check0, check1))
 		if crit != nil {
 			r.metric(name+" critical limiter", "%.0f %% of a core, %.0f µs of its CPU per critical call answered; %s; %s",
 				100*(critCPU1-critCPU0).Seconds()/elapsed.Seconds(), float64((critCPU1-critCPU0).Microseconds())/float64(max(critInTime, 1)),
 				schedNote(critSched0, critSched1), checkNote(critCheck0, critCheck1))
 		}
-		r.metric(name+" targets", "answers within the deadline ≥ 90 %% of saturation: %s (%.0f %%); critical p99 ≤ 25 ms: %s (%s)",
-			metOrNot(goodput >= 0.9*satRate), 100*goodput/max(satRate, 1), metOrNot(critP99 <= 25*time.Millisecond), ms(critP99))
+		r.metric(name+" targets", "answers within the deadline ≥ 90 %% of saturation: %s (%.0f %%); critical p99 ≤ 25 ms: %s (%s%s)",
+			metOrNot(goodput >= 0.9*satRate), 100*goodput/max(satRate, 1), metOrNot(judged <= 25*time.Millisecond), ms(judged), judgedAt)
 		r.require(name+": failed open ≤ 1 %", inTime > 0 && failedOpen*100 <= inTime, "%.2f %% of %d answers within the deadline", pct(failedOpen, inTime), inTime)
 		r.require(name+": abuser ≤ 1.2× its limit", float64(abuserAllowed) <= 1.2*allowedMax, "%d allowed, limit %.0f", abuserAllowed, allowedMax)
 		r.require(name+": RSS ≤ 400 MiB", rss <= 400<<20, "%d MiB", rss>>20)

@@ -44,6 +44,14 @@ type Size struct {
 	// against the same Redis and rules: the deployment that keeps a
 	// CRITICAL call out of the run queue the rest of the traffic fills.
 	CriticalLimiter bool
+	// CriticalQuota, when set with CriticalLimiter, gives the critical
+	// cluster's limiter a CPU quota of its own of that many cores (as a
+	// pod of its own would have) instead of a share of the first one's.
+	CriticalQuota float64
+	// QuotaPeriod, when set, is the overload scenarios' CPU quota period
+	// instead of overloadQuotaPeriod: a throttled limiter stalls for up to
+	// (1 − quota) of it at a time.
+	QuotaPeriod time.Duration
 }
 
 // Quick is sized for CI; Full for make chaos.

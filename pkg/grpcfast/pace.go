@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/metadata"
+
+	"github.com/floodgate-dev/floodgate/pkg/netstamp"
 )
 
 // ReadPacer paces what the connections read (Config.ReadPacer).
@@ -73,10 +75,15 @@ type pacedConn struct {
 	n      int
 	err    error
 	woken  bool
-	// arrived is when the socket became readable for the last read, which
-	// had found it empty: when the first call that read brought arrived
-	// (zero: not known, or taken by that call's HEADERS).
+	// arrived is when the kernel received the last read's bytes, if that
+	// read had found the socket empty and waited: the first call it brought
+	// had come by then (zero: not known, or taken by that call's HEADERS).
+	// It is the receive time of the read's last segment (netstamp), never
+	// the wake: a wake can be an edge left from bytes an earlier read took,
+	// and a call that came while its connection waited for a turn after it
+	// would be dated before it was sent.
 	arrived time.Time
+	oob     []byte // the receive time's control buffer; nil: the system gives none
 }
 
 // pace wraps nc in a pacedConn, or returns nil when neither nc nor a
@@ -92,6 +99,9 @@ func pace(nc net.Conn, p ReadPacer) *pacedConn {
 			}
 			c := &pacedConn{Conn: nc, rc: rc, pacer: p, done: make(chan struct{})}
 			c.readFn = c.readFrom
+			if netstamp.Enable(rc) == nil {
+				c.oob = make([]byte, netstamp.Space)
+			}
 			return c
 		}
 		u, ok := inner.(interface{ Unwrap() net.Conn })
@@ -132,15 +142,20 @@ func (c *pacedConn) Read(b []byte) (int, error) {
 // each time the socket may have become readable after it reported false.
 // Only those later calls wait for the pacer's turn.
 func (c *pacedConn) readFrom(fd uintptr) bool {
-	if c.woken {
+	waited := c.woken
+	if waited {
 		c.settle() // a turn that found nothing
-		c.arrived = time.Now()
 		c.owed.Store(c.pacer.Turn(c.done))
 	}
 	c.woken = true
+	var at time.Time
 	var err error
 	for {
-		c.n, err = syscall.Read(int(fd), c.buf)
+		if c.oob != nil {
+			c.n, at, err = netstamp.Recvmsg(int(fd), c.buf, c.oob)
+		} else {
+			c.n, err = syscall.Read(int(fd), c.buf)
+		}
 		if err != syscall.EINTR {
 			break
 		}
@@ -152,6 +167,8 @@ func (c *pacedConn) readFrom(fd uintptr) bool {
 		c.n, c.err = 0, err
 	case c.n == 0:
 		c.err = io.EOF
+	case waited:
+		c.arrived = at
 	}
 	return true
 }

@@ -80,10 +80,17 @@ func TestPacedReads(t *testing.T) {
 		}
 		return p.waiting.Load() == 0
 	}, 5*time.Second, time.Millisecond)
-	_, err = c.UnaryCall(ctx, &testpb.SimpleRequest{})
-	require.NoError(t, err)
-	require.Positive(t, p.asked.Load(), "paced from its first call")
-	require.Equal(t, int64(2), p.started.Load(), "the calls of a connection paced from their dispatch are counted to their worker")
+	// Paced from its first call: a call asks for a turn once the reader
+	// waits for data (a call sent before the reader is back is read
+	// without one).
+	calls := int64(1)
+	require.Eventually(t, func() bool {
+		_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{})
+		require.NoError(t, err)
+		calls++
+		return p.asked.Load() > 0
+	}, 5*time.Second, 10*time.Millisecond, "paced from its first call")
+	require.Equal(t, calls, p.started.Load(), "the calls of a connection paced from their dispatch are counted to their worker")
 	require.Zero(t, p.transit.Load())
 
 	t.Run("a call waits for its connection's turn", func(t *testing.T) {
@@ -111,12 +118,16 @@ func TestPacedReads(t *testing.T) {
 		p2 := &testPacer{give: make(chan struct{})}
 		f2 := serve(t, Config{ReadPacer: p2})
 		cc := testpb.NewTestServiceClient(f2.conn)
-		for range 2 { // paced by the first call, then a call of its own
+		_, err := cc.UnaryCall(ctx, &testpb.SimpleRequest{}) // paced by the first call
+		require.NoError(t, err)
+		// A call of its own asks for a turn once the reader waits for data
+		// (a call sent before the reader is back is read without one).
+		require.Eventually(t, func() bool {
 			_, err := cc.UnaryCall(ctx, &testpb.SimpleRequest{})
 			require.NoError(t, err)
-		}
-		require.Positive(t, p2.asked.Load(), "paced")
-		_, err := cc.UnaryCall(metadata.AppendToOutgoingContext(ctx, "critical", "1"), &testpb.SimpleRequest{})
+			return p2.asked.Load() > 0
+		}, 5*time.Second, 10*time.Millisecond, "paced")
+		_, err = cc.UnaryCall(metadata.AppendToOutgoingContext(ctx, "critical", "1"), &testpb.SimpleRequest{})
 		require.NoError(t, err)
 		time.Sleep(50 * time.Millisecond)
 		p2.held.Store(true)
@@ -259,4 +270,63 @@ func callWaitingForATurn(t *testing.T, p *testPacer, call func() error) <-chan e
 	case <-time.After(100 * time.Millisecond):
 	}
 	return answered
+}
+
+// TestPacedArrivalIsWhenTheBytesCame: a paced read can be woken with
+// nothing to read (an edge left from bytes an earlier read took) and then
+// wait for its turn while a call arrives; the call is dated when it came,
+// not when the read was woken — which was before it was sent, and would
+// have it answered DEADLINE_EXCEEDED while its caller still waited.
+func TestPacedArrivalIsWhenTheBytesCame(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer client.Close()
+	nc, err := ln.Accept()
+	require.NoError(t, err)
+	defer nc.Close()
+	p := &testPacer{give: make(chan struct{})}
+	pc := pace(nc, p)
+	require.NotNil(t, pc)
+	require.NotNil(t, pc.oob, "this system stamps what a socket receives")
+	var fd uintptr
+	require.NoError(t, pc.rc.Control(func(f uintptr) { fd = f }))
+	// wokenRead is a read the runtime woke: it waits for its turn, then
+	// reads whatever the socket then holds.
+	wokenRead := func() (bool, time.Time) {
+		pc.buf, pc.woken = make([]byte, 64), true
+		read := pc.readFrom(fd)
+		pc.settle()
+		return read, pc.arrival()
+	}
+	// The kernel starts stamping a moment after the first socket asks.
+	require.Eventually(t, func() bool {
+		_, err := client.Write([]byte("x"))
+		require.NoError(t, err)
+		time.Sleep(time.Millisecond)
+		read, at := wokenRead()
+		return read && !at.IsZero()
+	}, 5*time.Second, 10*time.Millisecond)
+
+	p.held.Store(true)
+	type result struct {
+		read bool
+		at   time.Time
+	}
+	done := make(chan result)
+	woken := time.Now()
+	go func() { read, at := wokenRead(); done <- result{read, at} }() // nothing to read yet
+	require.Eventually(t, func() bool { return p.waiting.Load() == 1 }, 5*time.Second, time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	sent := time.Now()
+	_, err = client.Write([]byte("call"))
+	require.NoError(t, err)
+	time.Sleep(10 * time.Millisecond)
+	p.give <- struct{}{}
+	r := <-done
+	require.True(t, r.read)
+	require.Equal(t, 4, pc.n)
+	require.False(t, r.at.Before(sent), "dated %s before it was sent (%s after the wake)", sent.Sub(r.at), r.at.Sub(woken))
 }

@@ -38,6 +38,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, log *sl
 	saturation := fs.Int("overload-saturation", 0, "overload scenarios: offer 1.3× and 2× of this many checks/s and judge against it, instead of the saturation they measure (0: measured)")
 	repeat := fs.Int("overload-repeat", 1, "overload scenarios: run the 1.3× and 2× phases this many times in turn and report each phase's median and range")
 	critLimiter := fs.Bool("overload-critical-limiter", false, "overload-grpc: serve the critical cluster from a limiter of its own, on the same core and in the same CPU quota")
+	critQuota := fs.Float64("overload-critical-quota", 0, "overload-grpc with -overload-critical-limiter: the critical limiter's own CPU quota in cores (0: it shares the first limiter's)")
+	quotaPeriod := fs.Duration("overload-quota-period", 0, "overload scenarios: the limiter's CPU quota period (0: 4ms; cgroup v1 takes 1ms..1s)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -49,6 +51,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, log *sl
 	size.GRPCConns = *grpcConns
 	size.OverloadRepeat = *repeat
 	size.CriticalLimiter = *critLimiter
+	size.QuotaPeriod = *quotaPeriod
+	size.CriticalQuota = *critQuota
 	e, err := chaos.NewEnv(ctx, chaos.Options{DynamoEndpoint: getenv("FLOODGATE_DYNAMODB_ENDPOINT"), KeepWorkDir: *keep, Logger: log})
 	if err != nil {
 		return err

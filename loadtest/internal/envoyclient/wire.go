@@ -37,10 +37,14 @@ var ErrBusy = errors.New("envoyclient: connection busy (stream limit or flow-con
 // length prefix removed) and is valid only during the callback.
 type Answer struct {
 	Sent, At time.Time // the call written; its end read
-	Code     codes.Code
-	Message  string // grpc-message, percent-decoded
-	Body     []byte
-	Err      error // the stream reset or the connection lost: no status
+	// Arrived is when the kernel received the bytes of the read that held
+	// the answer's end (SO_TIMESTAMPNS; zero where the system gives none):
+	// At less the time this process took to get round to reading them.
+	Arrived time.Time
+	Code    codes.Code
+	Message string // grpc-message, percent-decoded
+	Body    []byte
+	Err     error // the stream reset or the connection lost: no status
 }
 
 // Wire is one HTTP/2 (h2c) connection carrying unary gRPC calls as a
@@ -75,6 +79,7 @@ type Wire[T any] struct {
 	maxStr  uint32 // the server's concurrent-stream limit
 	closed  error
 
+	arrived  func() time.Time // the kernel's receive time of the last read; the reading goroutine's
 	readDone chan struct{}
 	settled  chan struct{} // closed when the server's SETTINGS are read
 	settle   sync.Once
@@ -124,7 +129,9 @@ func DialWire[T any](addr, path string, done func(T, Answer)) (*Wire[T], error) 
 		_ = nc.Close()
 		return nil, err
 	}
-	rfr := http2.NewFramer(nil, bufio.NewReaderSize(nc, 16<<10))
+	r, arrived := newStampReader(nc)
+	w.arrived = arrived
+	rfr := http2.NewFramer(nil, bufio.NewReaderSize(r, 16<<10))
 	rfr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	rfr.SetReuseFrames()
 	go w.read(rfr)
@@ -400,7 +407,7 @@ func (w *Wire[T]) end(id uint32, a Answer) {
 	if !ok {
 		return
 	}
-	a.Sent, a.At = c.sent, time.Now()
+	a.Sent, a.At, a.Arrived = c.sent, time.Now(), w.arrived()
 	if a.Err == nil && a.Code == codes.OK {
 		if len(c.body) < 5 || int(uint32(c.body[1])<<24|uint32(c.body[2])<<16|uint32(c.body[3])<<8|uint32(c.body[4])) != len(c.body)-5 {
 			a.Code, a.Message = codes.Internal, "malformed gRPC message"

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -305,4 +306,55 @@ func TestWireSettled(t *testing.T) {
 		t.Fatal("settled without the server's SETTINGS")
 	case <-time.After(100 * time.Millisecond):
 	}
+}
+
+// TestWireArrivedIsTheKernelsReceiveTime: an answer that waits in the
+// socket while this process is busy elsewhere (here, the reading goroutine
+// held by the answer before it) is read late, but Arrived is when it came.
+func TestWireArrivedIsTheKernelsReceiveTime(t *testing.T) {
+	addr, _ := serveRLS(t, func(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}, nil
+	})
+	const busy = 300 * time.Millisecond
+	got := make(chan Answer, 2)
+	var hold atomic.Bool
+	w, err := DialWire(addr, rlsPath, func(_ int, a Answer) {
+		got <- a
+		if hold.CompareAndSwap(true, false) { // the reading goroutine is held: the next answer waits in the socket
+			time.Sleep(busy)
+		}
+	})
+	require.NoError(t, err)
+	defer w.Close()
+	<-w.Settled()
+	// The kernel starts stamping a moment after the first socket asks
+	// (netstamp): until an answer carries a receive time, call again.
+	require.Eventually(t, func() bool {
+		_, err := w.Call(-1, 0, nil, request(t, "bob"))
+		require.NoError(t, err)
+		return !(<-got).Arrived.IsZero()
+	}, 5*time.Second, 10*time.Millisecond)
+	hold.Store(true)
+	for i := range 2 {
+		_, err := w.Call(i, 0, nil, request(t, "bob"))
+		require.NoError(t, err)
+	}
+	var as []Answer
+	for range 2 {
+		select {
+		case a := <-got:
+			require.Equal(t, codes.OK, a.Code)
+			require.False(t, a.Arrived.IsZero(), "no receive time")
+			require.False(t, a.Arrived.Before(a.Sent), "received %s before it was sent", a.Sent.Sub(a.Arrived))
+			require.False(t, a.Arrived.After(a.At), "received %s after it was read", a.Arrived.Sub(a.At))
+			as = append(as, a)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no answer within 10 s")
+		}
+	}
+	// The second answer was read after the first one's busy time, though
+	// it had come long before.
+	second := as[1]
+	require.GreaterOrEqual(t, second.At.Sub(second.Sent), busy-10*time.Millisecond)
+	require.Less(t, second.Arrived.Sub(second.Sent), busy/3, "read %s after it was sent", second.At.Sub(second.Sent))
 }
