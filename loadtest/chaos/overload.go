@@ -274,6 +274,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 	if s.QuotaPeriod > 0 {
 		period = s.QuotaPeriod
 	}
+	var critQuota *CPUQuota // the critical limiter's own (Size.CriticalQuota)
 	quota, err := LimitCPU(lim.Pid(), overloadQuota, period)
 	if err != nil {
 		r.metric("CPU quota", "none (%v): the limiter has its whole core, and one generator core cannot offer 2× its saturation", err)
@@ -282,10 +283,10 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		note := ""
 		switch {
 		case crit != nil && s.CriticalQuota > 0:
-			cq, err := LimitCPU(crit.Pid(), s.CriticalQuota, period)
-			if err != nil {
+			if critQuota, err = LimitCPU(crit.Pid(), s.CriticalQuota, period); err != nil {
 				return err
 			}
+			cq := critQuota
 			defer func() { _ = cq.Remove() }()
 			note = "; the critical limiter in a quota of its own, " + cq.String()
 		case crit != nil:
@@ -444,6 +445,11 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		canceled0 := canceledCalls(ctx, limiters)
 		turns0, gone0 := readTurns(), gateLeft()
 		thr0, thrWait0 := throttled()
+		var critThr0 int64
+		var critThrWait0 time.Duration
+		if critQuota != nil {
+			critThr0, critThrWait0 = critQuota.Throttled()
+		}
 		sched0, gen0, check0 := schedLatencies(ctx, lim), ownSchedLatencies(), checkSeconds(ctx, lim)
 		var critSched0, critCheck0 []promtext.Bucket
 		var critCPU0 time.Duration
@@ -468,6 +474,11 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		cancel()
 		cpu1 := cpuNow()
 		thr1, thrWait1 := throttled()
+		critThrottled := ""
+		if critQuota != nil {
+			n, wait := critQuota.Throttled()
+			critThrottled = fmt.Sprintf("; its own quota throttled in %d periods (%s waiting)", n-critThr0, ms(wait-critThrWait0))
+		}
 		sched1, gen1, check1 := schedLatencies(ctx, lim), ownSchedLatencies(), checkSeconds(ctx, lim)
 		var critSched1, critCheck1 []promtext.Bucket
 		var critCPU1 time.Duration
@@ -612,9 +623,9 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		r.metric(name+" critical", "%d sent, %.2f %% answered within the deadline (of the %d not, %d sent in the phase's first second); p50 %s, p90 %s, p99 %s (a call not answered counts as the deadline)%s; all calls: %s",
 			len(crit), pct(critInTime, len(crit)), len(crit)-critInTime, critMissedFirst, ms(critQ(50)), ms(critQ(90)), ms(critP99), arrivedNote, checkNote(check0, check1))
 		if crit != nil {
-			r.metric(name+" critical limiter", "%.0f %% of a core, %.0f µs of its CPU per critical call answered; %s; %s",
+			r.metric(name+" critical limiter", "%.0f %% of a core, %.0f µs of its CPU per critical call answered%s; %s; %s",
 				100*(critCPU1-critCPU0).Seconds()/elapsed.Seconds(), float64((critCPU1-critCPU0).Microseconds())/float64(max(critInTime, 1)),
-				schedNote(critSched0, critSched1), checkNote(critCheck0, critCheck1))
+				critThrottled, schedNote(critSched0, critSched1), checkNote(critCheck0, critCheck1))
 		}
 		r.metric(name+" targets", "answers within the deadline ≥ 90 %% of saturation: %s (%.0f %%); critical p99 ≤ 25 ms: %s (%s%s)",
 			metOrNot(goodput >= 0.9*satRate), 100*goodput/max(satRate, 1), metOrNot(judged <= 25*time.Millisecond), ms(judged), judgedAt)
