@@ -43,6 +43,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, log *sl
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if *critQuota != 0 && !*critLimiter {
+		return errors.New("-overload-critical-quota needs -overload-critical-limiter")
+	}
 	size, command := chaos.Full, "go run ./loadtest/cmd/chaos"
 	if *quick {
 		size, command = chaos.Quick, command+" -quick"

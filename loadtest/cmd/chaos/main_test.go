@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -32,4 +34,11 @@ func TestWriteDoc(t *testing.T) {
 			require.Equal(t, tc.want, string(b))
 		})
 	}
+}
+
+// A quota for the critical cluster's own limiter with no such limiter is
+// refused before anything starts.
+func TestCriticalQuotaNeedsTheCriticalLimiter(t *testing.T) {
+	err := run(context.Background(), []string{"-only", "overload-grpc", "-overload-critical-quota", "0.5"}, func(string) string { return "" }, slog.New(slog.DiscardHandler))
+	require.EqualError(t, err, "-overload-critical-quota needs -overload-critical-limiter")
 }
