@@ -156,12 +156,12 @@ func (c *pacedConn) readFrom(fd uintptr) bool {
 		} else {
 			c.n, err = syscall.Read(int(fd), c.buf)
 		}
-		if err != syscall.EINTR {
+		if !errors.Is(err, syscall.EINTR) {
 			break
 		}
 	}
 	switch {
-	case err == syscall.EAGAIN:
+	case errors.Is(err, syscall.EAGAIN):
 		return false
 	case err != nil:
 		c.n, c.err = 0, err

@@ -1,6 +1,7 @@
 package netstamp
 
 import (
+	"errors"
 	"net"
 	"syscall"
 	"testing"
@@ -33,7 +34,7 @@ func TestRecvmsgStampsWhenTheBytesCame(t *testing.T) {
 		var rerr error
 		require.NoError(t, rc.Read(func(fd uintptr) bool {
 			n, at, rerr = Recvmsg(int(fd), buf, oob)
-			return rerr != syscall.EAGAIN
+			return !errors.Is(rerr, syscall.EAGAIN)
 		}))
 		require.NoError(t, rerr)
 		return n, at

@@ -1,6 +1,7 @@
 package envoyclient
 
 import (
+	"errors"
 	"io"
 	"net"
 	"syscall"
@@ -42,7 +43,7 @@ func (s *stampReader) Read(p []byte) (int, error) {
 	var err error
 	if rerr := s.rc.Read(func(fd uintptr) bool {
 		n, at, err = netstamp.Recvmsg(int(fd), p, s.oob)
-		return err != syscall.EAGAIN
+		return !errors.Is(err, syscall.EAGAIN)
 	}); rerr != nil {
 		return 0, rerr
 	}
