@@ -32,15 +32,19 @@ type capacityStepResult struct {
 // each step), measured by step, until the answers within the deadline per
 // second stop rising (two steps in a row that add less than 2 %) or
 // capacitySteps have run, and returns the most of them any step had — the
-// limiter's saturation for that traffic — and a note per step, the knee
-// marked.
-func capacity(closed float64, step func(rate int) (capacityStepResult, error)) (float64, []string, error) {
+// limiter's saturation for that traffic —, the rate offered in that step
+// (the first such step), and a note per step, the knee marked.
+//
+// The most of several noisy steps is biased upward (the best of them is
+// partly luck): the overload scenarios measure the best step's rate again,
+// beside each open-loop phase, for a figure without that bias.
+func capacity(closed float64, step func(rate int) (capacityStepResult, error)) (float64, int, []string, error) {
 	var notes []string
-	best, knee, flat := 0.0, -1, 0
+	best, bestRate, knee, flat := 0.0, 0, -1, 0
 	for i, f := 0, capacityFrom; i < capacitySteps && flat < 2; i, f = i+1, f*capacityRise {
 		m, err := step(max(int(f*closed), 1))
 		if err != nil {
-			return 0, notes, err
+			return 0, 0, notes, err
 		}
 		goodput := float64(m.inTime) / max(m.span.Seconds(), 0.001)
 		share := float64(m.inTime) / float64(max(m.sent, 1))
@@ -54,12 +58,14 @@ func capacity(closed float64, step func(rate int) (capacityStepResult, error)) (
 		} else {
 			flat = 0
 		}
-		best = max(best, goodput)
+		if goodput > best {
+			best, bestRate = goodput, m.rate
+		}
 	}
 	if knee >= 0 {
 		notes[knee] += fmt.Sprintf(" — the knee: the highest rate answered ≥ %.0f %% within the deadline", 100*capacityInTime)
 	}
-	return best, notes, nil
+	return best, bestRate, notes, nil
 }
 
 // capacityStepOf runs load for d and measures it as an open-loop phase is

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/loadtest/internal/promtext"
+	"github.com/floodgate-dev/floodgate/pkg/events"
 )
 
 func TestSummarise(t *testing.T) {
@@ -136,15 +137,15 @@ func TestCapacityFindsThePeakGoodput(t *testing.T) {
 		return max(2500-rate, 0)
 	}
 	var offered []int
-	got, notes, err := capacity(2000, func(rate int) (capacityStepResult, error) {
+	got, gotRate, notes, err := capacity(2000, func(rate int) (capacityStepResult, error) {
 		offered = append(offered, rate)
 		return capacityStepResult{rate: rate, sent: rate, inTime: inTime(rate), span: time.Second}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != 1000 {
-		t.Errorf("capacity = %.0f/s, want the peak, 1000/s (steps %v)", got, notes)
+	if got != 1000 || gotRate != 1171 {
+		t.Errorf("capacity = %.0f/s at %d/s offered, want the peak, 1000/s, first at 1171/s (steps %v)", got, gotRate, notes)
 	}
 	if want := []int{600, 750, 937, 1171, 1464, 1831}; !slices.Equal(offered, want) {
 		t.Errorf("offered %v, want %v: rising ×1.25 from 0.3× and two flat steps past the peak", offered, want)
@@ -158,7 +159,7 @@ func TestCapacityFindsThePeakGoodput(t *testing.T) {
 	// A goodput that never stops rising ends the search at capacitySteps;
 	// a step's error ends it at once.
 	steps := 0
-	got, _, err = capacity(2000, func(rate int) (capacityStepResult, error) {
+	got, _, _, err = capacity(2000, func(rate int) (capacityStepResult, error) {
 		steps++
 		return capacityStepResult{rate: rate, sent: rate, inTime: rate, span: time.Second}, nil
 	})
@@ -166,9 +167,43 @@ func TestCapacityFindsThePeakGoodput(t *testing.T) {
 		t.Errorf("rising forever: %d steps, capacity %.0f, err %v; want %d steps and the last step's rate", steps, got, err, capacitySteps)
 	}
 	boom := errors.New("boom")
-	if _, _, err := capacity(2000, func(int) (capacityStepResult, error) { return capacityStepResult{}, boom }); !errors.Is(err, boom) {
+	if _, _, _, err := capacity(2000, func(int) (capacityStepResult, error) { return capacityStepResult{}, boom }); !errors.Is(err, boom) {
 		t.Errorf("a failed step: err %v, want %v", err, boom)
 	}
+}
+
+// tallyPhase counts what an overload phase's callers got as the targets
+// and invariants read it: a late answer is neither in time nor failed
+// open, a critical call not answered counts as the deadline, and its
+// latency at the socket is used where it was read.
+func TestTallyPhase(t *testing.T) {
+	began := time.Unix(1000, 0)
+	abuser := events.Principal{Kind: events.PrincipalBot, ID: "abuser"}
+	person := events.Principal{Kind: events.PrincipalUser, ID: "u1"}
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	checks := []Check{
+		{Start: began, Latency: ms(10), Principal: person, OK: true, Allowed: true},
+		{Start: began, Latency: ms(60), Principal: person, OK: true, Allowed: true, Degraded: true}, // late: not failed open
+		{Start: began, Latency: ms(20), Principal: person, OK: true, Allowed: true, Degraded: true}, // failed open
+		{Start: began, Latency: ms(20), Principal: person, OK: true, Degraded: true, Shed: true},    // shed
+		{Start: began, Latency: ms(5), Principal: person, Overloaded: true},                         // UNAVAILABLE in time
+		{Start: began, Latency: ms(70), Principal: person, Overloaded: true},                        // UNAVAILABLE, read late
+		{Start: began, Latency: ms(15), Principal: abuser, OK: true, Allowed: true},                 // abuser admitted
+		{Start: began, Latency: ms(15), Principal: abuser, OK: true},                                // abuser refused
+		{Start: began, Latency: ms(30), Principal: person, OK: true, Dropped: true},                 // dropped while waiting
+		{Start: began, Latency: ms(8), Arrival: ms(3), Principal: person, OK: true, Priority: "critical"},
+		{Start: began.Add(ms(500)), Latency: ms(50), Principal: person, Priority: "critical"},            // not answered, first second
+		{Start: began.Add(ms(1500)), Latency: ms(40), Principal: person, Priority: "critical"},           // not answered: counts as 50 ms
+		{Start: began.Add(ms(1500)), Latency: ms(55), Principal: person, OK: true, Priority: "critical"}, // late
+	}
+	got := tallyPhase(checks, abuser, began)
+	want := phaseTally{inTime: 7, late: 2, failedOpen: 1, shed: 1, overloaded: 1, droppedWaiting: 1, abuserAllowed: 1,
+		crit: []time.Duration{ms(8), ms(50), ms(50), ms(55)}, critArrived: []time.Duration{ms(3), ms(50), ms(50), ms(55)},
+		arrivals: true, critInTime: 1, critMissedFirst: 1}
+	require.Equal(t, want, got)
+	require.Equal(t, ms(55), quantile(got.crit, 99))
+	require.Equal(t, ms(3), quantile(got.critArrived, 0))
+	require.Zero(t, quantile(nil, 99))
 }
 
 // The generator's own waits for a CPU read as the limiter's scrape does:

@@ -183,7 +183,10 @@ func TestBrowserShedWhatIfRollout(t *testing.T) {
 	))
 	shedding := textOf(t, b, "#shedding")
 	require.Contains(t, shedding, "2 — bulk and best_effort shed")
-	require.Contains(t, shedding, "cpu 0.97 > 0.95")
+	// The page explains the level by CPU: the raise's reason, or, once a
+	// later shed tick has held the level, the hold's ("cpu 0.97 not below
+	// its release line"); which one depends on how long the browser took.
+	require.Regexp(t, `cpu 0\.97 > 0\.95|holding level 2: cpu 0\.97 not below its release line`, shedding)
 
 	// The limiter's real answers: BULK and BEST_EFFORT shed, CRITICAL and
 	// DEGRADED served, every answer saying the platform is degraded. They are
