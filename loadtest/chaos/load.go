@@ -78,8 +78,16 @@ type Load struct {
 	// connections go: a limiter of its own serving a gateway's CRITICAL
 	// routes. Empty: GRPCAddr.
 	CriticalAddr string
+	// Rates and Slice, when both set, interleave offered rates: the k-th
+	// Slice since the load started (Started) offers Rates[k%len(Rates)]
+	// instead of Rate, each worker's calls staggered afresh at each slice's
+	// start. Conditions interleaved so finely share a machine whose speed
+	// drifts over seconds (docs/chaos.md, 2026-12-02 05:00–).
+	Rates []int
+	Slice time.Duration
 
 	mu       sync.Mutex
+	started  time.Time // when Run started its workers
 	results  []Check
 	err      error                        // the connections could not be set up
 	send     func(w int) (sender, func()) // set by Open
@@ -106,7 +114,23 @@ func (l *Load) Run(ctx context.Context) {
 	}
 	send := l.send
 	defer l.closeAll()
-	interval := time.Duration(float64(time.Second) * float64(l.Workers) / float64(max(l.Rate, 1)))
+	start := time.Now()
+	l.mu.Lock()
+	l.started = start
+	l.mu.Unlock()
+	sliceOf := func(t time.Time) int {
+		if len(l.Rates) == 0 || l.Slice <= 0 {
+			return 0
+		}
+		return int(t.Sub(start) / l.Slice)
+	}
+	intervalOf := func(k int) time.Duration {
+		rate := l.Rate
+		if len(l.Rates) > 0 && l.Slice > 0 {
+			rate = l.Rates[k%len(l.Rates)]
+		}
+		return time.Duration(float64(time.Second) * float64(l.Workers) / float64(max(rate, 1)))
+	}
 	route := l.Route
 	if route == "" {
 		route = "/v1/things"
@@ -121,7 +145,8 @@ func (l *Load) Run(ctx context.Context) {
 			defer done()
 			timer := time.NewTimer(0)
 			<-timer.C
-			next := time.Now().Add(time.Duration(w) * interval / time.Duration(l.Workers))
+			k, interval := 0, intervalOf(0)
+			next := start.Add(time.Duration(w) * interval / time.Duration(l.Workers))
 			for i := 0; ctx.Err() == nil; i++ {
 				if d := time.Until(next); d > 0 {
 					timer.Reset(d)
@@ -134,6 +159,11 @@ func (l *Load) Run(ctx context.Context) {
 					}
 				}
 				next = next.Add(interval)
+				if kk := sliceOf(next); kk != k {
+					// A slice of another rate: this worker's place in it.
+					k, interval = kk, intervalOf(kk)
+					next = start.Add(time.Duration(k)*l.Slice + time.Duration(w)*interval/time.Duration(l.Workers))
+				}
 				if time.Until(next) < -time.Second {
 					next = time.Now() // do not burst to catch up after a long stall
 				}
@@ -149,6 +179,13 @@ func (l *Load) Run(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
+}
+
+// Started is when Run started sending (zero before).
+func (l *Load) Started() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.started
 }
 
 // Open sets up the load's connections — over gRPC dialled, settled and

@@ -274,7 +274,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		return events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("abuser-%s-%d", tag, time.Now().UnixNano())}
 	}
 	// bestRate is the offered rate of the capacity search's best step (0:
-	// no search), measured again beside each phase.
+	// no search), offered again interleaved with the phases' rates.
 	bestRate := 0
 	if s.Saturation > 0 {
 		// Another run's saturation: the phases offer and are judged against it.
@@ -295,59 +295,62 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 			return err
 		}
 		o.satRate, bestRate = capRate, offered
-		r.metric("saturation used", "%.0f checks/s (%.0f %% of the closed loop's), the limiter's capacity for the open-loop phases' traffic: the most answers within the deadline per second at offered rates rising ×%.2f from %.2f× of the closed loop's saturation (%s each, measured as the phases are) until they stop rising: %s; the open-loop phases offer 1.3× and 2× of it; being the best of several noisy steps, it is measured again at its offered rate (%d/s) between the two phases (\"saturation again\"), and each phase is judged against that",
+		r.metric("saturation used", "%.0f checks/s (%.0f %% of the closed loop's), the limiter's capacity for the open-loop phases' traffic: the most answers within the deadline per second at offered rates rising ×%.2f from %.2f× of the closed loop's saturation (%s each, measured as the phases are) until they stop rising: %s; the open-loop phases offer 1.3× and 2× of it; being the best of several noisy steps on a machine whose speed moves, each phase's rate is also interleaved with the best step's (%d/s) and judged against it (\"interleaved\")",
 			capRate, 100*capRate/max(o.closedRate, 1), capacityRise, capacityFrom, o.length, strings.Join(steps, "; "), offered)
 	}
 
 	phases := []float64{1.3, 2}
 	repeats := max(s.OverloadRepeat, 1)
 	// % of saturation answered in time, per phase and repeat: against the
-	// capacity search's best step, and against saturation measured again.
-	ofBest, ofAgain := map[float64][]float64{}, map[float64][]float64{}
+	// capacity search's best step, and, interleaved, against its rate.
+	ofBest, ofInterleaved := map[float64][]float64{}, map[float64][]float64{}
 	for rep := 1; rep <= repeats; rep++ {
 		suffix := ""
 		if repeats > 1 {
 			suffix = fmt.Sprintf(" #%d", rep)
 		}
-		outcomes := map[float64]phaseOutcome{}
-		again := 0.0
+		outcomes := make([]phaseOutcome, len(phases))
 		for i, f := range phases {
-			if i == 1 && bestRate > 0 {
-				// Saturation again, between the phases: beside both in time,
-				// as the machine's speed drifts.
-				out, err := o.phase(ctx, "saturation again"+suffix, 1, bestRate, newAbuser(fmt.Sprintf("again-%d", rep)))
-				if err != nil {
-					return err
-				}
-				again = out.goodput
-			}
-			name := fmt.Sprintf("%.1f×%s", f, suffix)
-			out, err := o.phase(ctx, name, f, int(f*o.satRate), newAbuser(fmt.Sprintf("%.1f-%d", f, rep)))
+			out, err := o.phase(ctx, fmt.Sprintf("%.1f×%s", f, suffix), f, int(f*o.satRate), newAbuser(fmt.Sprintf("%.1f-%d", f, rep)))
 			if err != nil {
 				return err
 			}
-			outcomes[f] = out
+			outcomes[i] = out
 		}
-		for _, f := range phases {
-			out := outcomes[f]
-			name := fmt.Sprintf("%.1f×%s", f, suffix)
+		// The same rates interleaved with the best step's: each judged
+		// against saturation measured at the same moments.
+		var inter []interleavedRate
+		if bestRate > 0 {
+			rates, names := []int{bestRate}, []string{"saturation (the best step's rate)"}
+			for _, f := range phases {
+				rates, names = append(rates, int(f*o.satRate)), append(names, fmt.Sprintf("%.1f×", f))
+			}
+			if inter, err = o.interleaved(ctx, rates, newAbuser(fmt.Sprintf("interleaved-%d", rep))); err != nil {
+				return err
+			}
+			r.metric("interleaved"+suffix, "%s", interleavedNote(inter, names))
+		}
+		for i, f := range phases {
+			out := outcomes[i]
 			best := 100 * out.goodput / max(o.satRate, 1)
 			ofBest[f] = append(ofBest[f], best)
 			judged, of := best, fmt.Sprintf("%.0f %% of saturation", best)
-			if again > 0 {
-				judged = 100 * out.goodput / again
-				ofAgain[f] = append(ofAgain[f], judged)
-				of = fmt.Sprintf("%.0f %% of saturation measured again beside it, %.0f/s; %.0f %% of the capacity search's best step", judged, again, best)
+			if inter != nil {
+				sat, at := inter[0], inter[i+1]
+				judged = 100 * at.goodput() / max(sat.goodput(), 1)
+				ofInterleaved[f] = append(ofInterleaved[f], judged)
+				of = fmt.Sprintf("interleaved with saturation's rate: %.0f %% of its answers within the deadline per second, %.0f %% of its per limiter core-second; this phase alone %.0f %% of the capacity search's best step",
+					judged, 100*at.perCoreSecond()/max(sat.perCoreSecond(), 1), best)
 			}
-			r.metric(name+" targets", "answers within the deadline ≥ 90 %% of saturation: %s (%s); critical p99 ≤ 25 ms: %s (%s%s)",
+			r.metric(fmt.Sprintf("%.1f×%s targets", f, suffix), "answers within the deadline ≥ 90 %% of saturation: %s (%s); critical p99 ≤ 25 ms: %s (%s%s)",
 				metOrNot(judged >= 90), of, metOrNot(out.critP99 <= 25*time.Millisecond), ms(out.critP99), out.judgedAt)
 		}
 	}
 	if repeats > 1 {
 		for _, f := range phases {
 			note := "answers within the deadline, % of saturation: " + spread(ofBest[f])
-			if len(ofAgain[f]) > 0 {
-				note = "answers within the deadline, % of saturation measured again beside it: " + spread(ofAgain[f]) + "; of the capacity search's best step: " + spread(ofBest[f])
+			if len(ofInterleaved[f]) > 0 {
+				note = "answers within the deadline, % of saturation's interleaved with it: " + spread(ofInterleaved[f]) + "; alone, of the capacity search's best step: " + spread(ofBest[f])
 			}
 			r.metric(fmt.Sprintf("%.1f× over %d repeats", f, repeats), "%s", note)
 		}

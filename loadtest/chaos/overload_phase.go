@@ -205,6 +205,7 @@ func (o *overloadRun) phase(ctx context.Context, name string, f float64, rate in
 		}
 	}()
 	dropped0 := o.limMetric(ctx, "floodgate_limiter_calls_dropped_past_deadline_total") // absent until the first drop
+	gcCPU0, gcCycles0 := o.limMetric(ctx, "go_cpu_classes_gc_total_cpu_seconds_total"), o.limMetric(ctx, "go_gc_duration_seconds_count")
 	canceled0 := canceledCalls(ctx, o.limiters)
 	turns0, gone0 := o.readTurns(ctx), o.gateLeft(ctx)
 	thr0, thrWait0 := o.throttled()
@@ -255,6 +256,7 @@ func (o *overloadRun) phase(ctx context.Context, name string, f float64, rate in
 		profNote += ", " + prefix + "-critical-limiter.pprof"
 	}
 	dropped1 := o.limMetric(ctx, "floodgate_limiter_calls_dropped_past_deadline_total")
+	gcCPU1, gcCycles1 := o.limMetric(ctx, "go_cpu_classes_gc_total_cpu_seconds_total"), o.limMetric(ctx, "go_gc_duration_seconds_count")
 	canceled1 := canceledCalls(ctx, o.limiters)
 	turns1, gone1 := o.readTurns(ctx), o.gateLeft(ctx)
 	elapsed := cpu1.at - cpu0.at
@@ -307,6 +309,8 @@ func (o *overloadRun) phase(ctx context.Context, name string, f float64, rate in
 		pct(t.shed, w.Answered), pct(t.failedOpen, t.inTime), dropped1-dropped0, canceled1-canceled0, float64(t.abuserAllowed)/allowedMax, rss>>20, g, cpu,
 		thr1-thr0, ms(thrWait1-thrWait0), loadAverage(), profNote, invalidNote(genSat))
 	r.metric(name+" core 1", "%s, just before the phase", probe)
+	r.metric(name+" collector", "the limiter's garbage collector: %.0f cycles, %.0f ms of CPU (the runtime's estimate, go_cpu_classes_gc_total_cpu_seconds_total), %.0f %% of the limiter's",
+		gcCycles1-gcCycles0, 1000*(gcCPU1-gcCPU0), 100*(gcCPU1-gcCPU0)/max((cpu1.lim-cpu0.lim).Seconds(), 0.001))
 	r.metric(name+" run queue", "%s; runnable goroutines at most %.0f (sampled every 0.5 s); the load generator's own goroutines: %s",
 		schedNote(sched0, sched1), peakRunnable, schedNote(gen0, gen1))
 	if gateNote != "" {

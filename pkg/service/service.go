@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"regexp"
 	"syscall"
 	"time"
 
@@ -123,15 +124,21 @@ func Exec(ctx context.Context, name string, run Func, io Stdio) int {
 const TracingFlushTimeout = 5 * time.Second
 
 // RuntimeCollectors are the Go runtime's and the process's metrics every
-// service serves, with the scheduler's: go_sched_latencies_seconds is how
+// service serves, with the scheduler's — go_sched_latencies_seconds is how
 // long goroutines waited for a CPU, what a budget lost on cores shared with
-// other processes shows as.
+// other processes shows as — and the runtime's CPU classes
+// (go_cpu_classes_gc_total_cpu_seconds_total and the rest): how much of the
+// process's CPU the garbage collector took, which grows as the heap nears
+// the memory limit.
 func RuntimeCollectors() []prometheus.Collector {
 	return []prometheus.Collector{
-		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler, cpuClasses)),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
 }
+
+// cpuClasses are the runtime's /cpu/classes/… metrics.
+var cpuClasses = collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/cpu/classes/.*`)}
 
 // NewEnv builds an Env with a fresh registry (RuntimeCollectors) and the
 // wall clock.
