@@ -206,6 +206,36 @@ func TestTallyPhase(t *testing.T) {
 	require.Zero(t, quantile(nil, 99))
 }
 
+// A load with Rates and Slice offers each rate in its turn: the checks it
+// starts in each slice follow that slice's rate.
+func TestLoadInterleavesRates(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"allowed": true}`)
+	}))
+	defer srv.Close()
+	const slice = 400 * time.Millisecond
+	l := &Load{URL: srv.URL, Workers: 16, Rates: []int{50, 250}, Slice: slice,
+		Next: func(w, i int) events.Principal { return events.Principal{Kind: events.PrincipalUser, ID: "u"} }}
+	stop := startLoad(context.Background(), l)
+	time.Sleep(4*slice + slice/2)
+	stop()
+	require.NoError(t, l.Err())
+	start := l.Started()
+	require.False(t, start.IsZero())
+	per := make([]int, 4) // checks started in each of the first four slices
+	for _, c := range l.Results() {
+		if k := int(c.Start.Sub(start) / slice); k >= 0 && k < len(per) {
+			per[k]++
+		}
+	}
+	// 20 and 100 checks a slice as offered; the machine may run late, not
+	// early, so the high slices hold well over twice the low ones.
+	low, high := per[0]+per[2], per[1]+per[3]
+	require.InDelta(t, 40, low, 12, "low slices %v", per)
+	require.Greater(t, high, 3*low, "slices %v: 250/s against 50/s", per)
+}
+
 // The generator's own waits for a CPU read as the limiter's scrape does:
 // cumulative buckets, +Inf last, that schedNote can read.
 func TestOwnSchedLatencies(t *testing.T) {

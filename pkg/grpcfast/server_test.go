@@ -97,7 +97,7 @@ type fixture struct {
 	done chan error // Serve's return
 }
 
-func serve(t *testing.T, cfg Config) *fixture {
+func serve(t testing.TB, cfg Config) *fixture {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -111,7 +111,7 @@ func serve(t *testing.T, cfg Config) *fixture {
 	return f
 }
 
-func dial(t *testing.T, addr string) *grpc.ClientConn {
+func dial(t testing.TB, addr string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
@@ -410,7 +410,7 @@ type rawConn struct {
 	hb  bytes.Buffer
 }
 
-func rawDial(t *testing.T, addr string) *rawConn {
+func rawDial(t testing.TB, addr string) *rawConn {
 	t.Helper()
 	nc, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
