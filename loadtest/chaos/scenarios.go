@@ -102,7 +102,7 @@ func RunAll(ctx context.Context, e *Env, s Size, quick bool, report func(Result)
 		}
 		r := Result{Name: sc.Name, Fault: sc.Fault}
 		start := time.Now()
-		sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		sctx, cancel := context.WithTimeout(ctx, scenarioTimeout(s))
 		r.Err = sc.Run(sctx, e, s, &r)
 		cancel()
 		r.Elapsed = time.Since(start)
@@ -112,6 +112,13 @@ func RunAll(ctx context.Context, e *Env, s Size, quick bool, report func(Result)
 		out = append(out, r)
 	}
 	return out
+}
+
+// scenarioTimeout bounds one scenario's run: 5 minutes, and 2 more for each
+// overload repeat past the first (Size.OverloadRepeat; a repeat of
+// overload-grpc, interleaved phase included, takes about 75 s).
+func scenarioTimeout(s Size) time.Duration {
+	return 5*time.Minute + time.Duration(max(s.OverloadRepeat-1, 0))*2*time.Minute
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -236,6 +236,14 @@ func TestLoadInterleavesRates(t *testing.T) {
 	require.Greater(t, high, 3*low, "slices %v: 250/s against 50/s", per)
 }
 
+// A scenario has 5 minutes, and 2 more for each overload repeat past the
+// first.
+func TestScenarioTimeout(t *testing.T) {
+	require.Equal(t, 5*time.Minute, scenarioTimeout(Size{}))
+	require.Equal(t, 5*time.Minute, scenarioTimeout(Size{OverloadRepeat: 1}))
+	require.Equal(t, 9*time.Minute, scenarioTimeout(Size{OverloadRepeat: 3}))
+}
+
 // The generator's own waits for a CPU read as the limiter's scrape does:
 // cumulative buckets, +Inf last, that schedNote can read.
 func TestOwnSchedLatencies(t *testing.T) {
