@@ -118,15 +118,16 @@ func (l *Load) Run(ctx context.Context) {
 	l.mu.Lock()
 	l.started = start
 	l.mu.Unlock()
+	interleaved := len(l.Rates) > 0 && l.Slice > 0
 	sliceOf := func(t time.Time) int {
-		if len(l.Rates) == 0 || l.Slice <= 0 {
+		if !interleaved {
 			return 0
 		}
 		return int(t.Sub(start) / l.Slice)
 	}
 	intervalOf := func(k int) time.Duration {
 		rate := l.Rate
-		if len(l.Rates) > 0 && l.Slice > 0 {
+		if interleaved {
 			rate = l.Rates[k%len(l.Rates)]
 		}
 		return time.Duration(float64(time.Second) * float64(l.Workers) / float64(max(rate, 1)))

@@ -26,15 +26,17 @@ const (
 	interleaveRounds = 5
 )
 
+// interleavedSpan is each rate's counted time in an interleaved phase.
+const interleavedSpan = interleaveRounds * (interleaveSlice - interleaveGuard)
+
 // interleavedRate is one rate's share of an interleaved phase.
 type interleavedRate struct {
 	rate   int
 	inTime int           // answered within the deadline, in its counted time
-	span   time.Duration // its counted time
 	cpu    time.Duration // the limiters' CPU over its counted time
 }
 
-func (m interleavedRate) goodput() float64 { return float64(m.inTime) / max(m.span.Seconds(), 0.001) }
+func (m interleavedRate) goodput() float64 { return float64(m.inTime) / interleavedSpan.Seconds() }
 
 func (m interleavedRate) perCoreSecond() float64 {
 	return float64(m.inTime) / max(m.cpu.Seconds(), 0.01)
@@ -80,9 +82,7 @@ func (o *overloadRun) interleaved(ctx context.Context, rates []int, abuser event
 		out[i].rate = r
 	}
 	for k, m := range marks {
-		i := k % len(rates)
-		out[i].span += interleaveSlice - interleaveGuard
-		out[i].cpu += m.end - m.counted
+		out[k%len(rates)].cpu += m.end - m.counted
 	}
 	for _, c := range load.Results() {
 		at := c.Start.Sub(start)
