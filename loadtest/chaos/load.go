@@ -39,6 +39,10 @@ type Check struct {
 	// Overloaded: not decided, answered UNAVAILABLE by the limiter's entry
 	// gate (envoyrls.Overloaded); not OK — the gateway fails open on it.
 	Overloaded bool
+	// GaveUp: the caller's deadline passed while it waited for the answer
+	// it had not read; the call was reset (gRPC). Its answer may still
+	// have come (Load.AnsweredAfterGivingUp).
+	GaveUp bool
 }
 
 // Load sends checks to a limiter at a fixed total rate from a pool of
@@ -86,9 +90,12 @@ type Load struct {
 	Rates []int
 	Slice time.Duration
 
-	mu       sync.Mutex
-	started  time.Time // when Run started its workers
-	results  []Check
+	mu      sync.Mutex
+	started time.Time // when Run started its workers
+	results []Check
+	// after: the critical cluster's calls given up on whose answers came
+	// anyway (AnsweredAfterGivingUp).
+	after    []Check
 	err      error                        // the connections could not be set up
 	send     func(w int) (sender, func()) // set by Open
 	closeAll func()
@@ -314,6 +321,17 @@ func (l *Load) Results() []Check {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.results
+}
+
+// AnsweredAfterGivingUp returns the critical cluster's calls (gRPC, with
+// CriticalCluster) that this process gave up on at their deadline and
+// whose answers came anyway, each as answered when it reached this
+// machine (Arrival): calls the limiter may have answered in time, read
+// late because this process's reading goroutine waited for its CPU.
+func (l *Load) AnsweredAfterGivingUp() []Check {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.after
 }
 
 // Window summarises the checks that started in [from, to).

@@ -41,9 +41,16 @@ func (l *Load) grpcSenders() (func(w int) (sender, func()), func(), error) {
 			return envoyclient.DialWire(addr, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, (*grpcCaller).answered)
 		}
 	}
-	dial, critDial := dialTo(l.GRPCAddr), dialTo(l.GRPCAddr)
+	critAddr := l.GRPCAddr
 	if l.CriticalAddr != "" {
-		critDial = dialTo(l.CriticalAddr)
+		critAddr = l.CriticalAddr
+	}
+	dial, critDial := dialTo(l.GRPCAddr), func() (*envoyclient.Wire[*grpcCaller], error) {
+		c, err := dialTo(critAddr)()
+		if err == nil {
+			c.OnAnswerAfterCancel(l.answeredAfterGivingUp)
+		}
+		return c, err
 	}
 	var conns, critConns []*wireSlot
 	closeAll := func() {
@@ -148,7 +155,7 @@ func (l *Load) grpcSenders() (func(w int) (sender, func()), func(), error) {
 			case <-timer.C:
 				if _, sent, waiting := conn.Cancel(id); waiting {
 					c := g.check
-					c.Latency = time.Since(sent)
+					c.Latency, c.GaveUp = time.Since(sent), true
 					return c
 				}
 				return <-g.answer // being delivered
@@ -256,6 +263,19 @@ func (g *grpcCaller) answered(a envoyclient.Answer) {
 	}
 	grpcOutcome(&c, a)
 	g.answer <- c
+}
+
+// answeredAfterGivingUp keeps the answer to a critical call given up on at
+// its deadline (envoyclient.Wire.OnAnswerAfterCancel).
+func (l *Load) answeredAfterGivingUp(a envoyclient.Answer) {
+	c := Check{Start: a.Sent, Latency: a.At.Sub(a.Sent), Priority: string(events.PriorityCritical), GaveUp: true}
+	if !a.Arrived.IsZero() {
+		c.Arrival = a.Arrived.Sub(a.Sent)
+	}
+	grpcOutcome(&c, a)
+	l.mu.Lock()
+	l.after = append(l.after, c)
+	l.mu.Unlock()
 }
 
 // grpcOutcome reads a ShouldRateLimit answer into c as the HTTP sender reads

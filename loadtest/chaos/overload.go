@@ -273,9 +273,9 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 	newAbuser := func(tag string) events.Principal {
 		return events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("abuser-%s-%d", tag, time.Now().UnixNano())}
 	}
-	// bestRate is the offered rate of the capacity search's best step (0:
-	// no search), offered again interleaved with the phases' rates.
-	bestRate := 0
+	// searched: the capacity was measured in this run, and the phases'
+	// rates are offered again interleaved with saturation's.
+	searched := false
 	if s.Saturation > 0 {
 		// Another run's saturation: the phases offer and are judged against it.
 		o.satRate = float64(s.Saturation)
@@ -294,9 +294,9 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 		if err != nil {
 			return err
 		}
-		o.satRate, bestRate = capRate, offered
-		r.metric("saturation used", "%.0f checks/s (%.0f %% of the closed loop's), the limiter's capacity for the open-loop phases' traffic: the most answers within the deadline per second at offered rates rising ×%.2f from %.2f× of the closed loop's saturation (%s each, measured as the phases are) until they stop rising: %s; the open-loop phases offer 1.3× and 2× of it; being the best of several noisy steps on a machine whose speed moves, each phase's rate is also interleaved with the best step's (%d/s), and judged against the most any of them answered within the deadline per second then (\"interleaved\")",
-			capRate, 100*capRate/max(o.closedRate, 1), capacityRise, capacityFrom, o.length, strings.Join(steps, "; "), offered)
+		o.satRate, searched = capRate, true
+		r.metric("saturation used", "%.0f checks/s (%.0f %% of the closed loop's, at %d/s offered), the limiter's capacity for the open-loop phases' traffic: the most answers within the deadline per second at offered rates rising ×%.2f from %.2f× of the closed loop's saturation (%s each, measured as the phases are) until they stop rising: %s; the open-loop phases offer 1.3× and 2× of it; being the best of several noisy steps on a machine whose speed moves, each phase's rate is also interleaved with 1.0× of it, and judged against the most any of the three answered within the deadline per second then (\"interleaved\")",
+			capRate, 100*capRate/max(o.closedRate, 1), offered, capacityRise, capacityFrom, o.length, strings.Join(steps, "; "))
 	}
 
 	phases := []float64{1.3, 2}
@@ -317,22 +317,26 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 			}
 			outcomes[i] = out
 		}
-		// The same rates interleaved with the best step's: each judged
-		// against saturation measured at the same moments.
+		// The same rates interleaved with saturation's own: each judged
+		// against saturation measured at the same moments. Saturation's
+		// rate, not the best step's offered one: when the machine sped up
+		// late in the search, its best step came deep in overload (9,042/s
+		// offered for 2,498/s answered on 2026-12-02, 08:10), and the
+		// slices after it inherited its backlog.
 		var inter []interleavedRate
-		if bestRate > 0 {
-			rates, names := []int{bestRate}, []string{"saturation (the best step's rate)"}
+		if searched {
+			rates, names := []int{int(o.satRate)}, []string{"1.0× (saturation)"}
 			for _, f := range phases {
 				rates, names = append(rates, int(f*o.satRate)), append(names, fmt.Sprintf("%.1f×", f))
 			}
-			if inter, err = o.interleaved(ctx, rates, newAbuser(fmt.Sprintf("interleaved-%d", rep))); err != nil {
+			if inter, err = o.interleaved(ctx, "interleaved"+suffix, rates, newAbuser(fmt.Sprintf("interleaved-%d", rep))); err != nil {
 				return err
 			}
 			r.metric("interleaved"+suffix, "%s", interleavedNote(inter, names))
 		}
 		// Saturation, interleaved: the most any of the rates answered
-		// within the deadline per second — the best step's rate need not
-		// be the limiter's best at these moments.
+		// within the deadline per second — the capacity search's figure
+		// need not be the limiter's best at these moments.
 		var most interleavedRate
 		for _, m := range inter {
 			if m.goodput() > most.goodput() {

@@ -44,8 +44,9 @@ func (m interleavedRate) perCoreSecond() float64 {
 
 // interleaved offers rates in turn, interleaveSlice each, interleaveRounds
 // times over, and measures each rate over its slices, the first
-// interleaveGuard of each left out.
-func (o *overloadRun) interleaved(ctx context.Context, rates []int, abuser events.Principal) ([]interleavedRate, error) {
+// interleaveGuard of each left out. The phase as a whole (name) is held to
+// the overload invariants, as the others are.
+func (o *overloadRun) interleaved(ctx context.Context, name string, rates []int, abuser events.Principal) ([]interleavedRate, error) {
 	load := o.openLoad(rates[0], abuser)
 	load.Rates, load.Slice = rates, interleaveSlice
 	if err := o.open(ctx, load); err != nil {
@@ -77,6 +78,12 @@ func (o *overloadRun) interleaved(ctx context.Context, rates []int, abuser event
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	rss, err := o.peakRSS()
+	if err != nil {
+		return nil, err
+	}
+	checks := load.Results()
+	requireInvariants(o.r, name, tallyPhase(checks, load.AnsweredAfterGivingUp(), abuser, start), abuserAllowedMax(time.Duration(n)*interleaveSlice), rss)
 	out := make([]interleavedRate, len(rates))
 	for i, r := range rates {
 		out[i].rate = r
@@ -84,7 +91,7 @@ func (o *overloadRun) interleaved(ctx context.Context, rates []int, abuser event
 	for k, m := range marks {
 		out[k%len(rates)].cpu += m.end - m.counted
 	}
-	for _, c := range load.Results() {
+	for _, c := range checks {
 		at := c.Start.Sub(start)
 		k := int(at / interleaveSlice)
 		if at < 0 || k >= n || at-time.Duration(k)*interleaveSlice < interleaveGuard {

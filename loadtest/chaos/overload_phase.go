@@ -262,7 +262,7 @@ func (o *overloadRun) phase(ctx context.Context, name string, f float64, rate in
 	elapsed := cpu1.at - cpu0.at
 	checks := load.Results()
 	w := Summarise(checks, time.Time{}, time.Time{})
-	t := tallyPhase(checks, abuser, began)
+	t := tallyPhase(checks, load.AnsweredAfterGivingUp(), abuser, began)
 	critQ := func(q int) time.Duration { return quantile(t.crit, q) }
 	out := phaseOutcome{goodput: float64(t.inTime) / elapsed.Seconds(), critP99: critQ(99)}
 	// The target is judged on the limiter's answer: at the caller's
@@ -273,14 +273,10 @@ func (o *overloadRun) phase(ctx context.Context, name string, f float64, rate in
 		out.critP99 = quantile(t.critArrived, 99)
 		out.judgedAt = fmt.Sprintf(" at the caller's socket; %s as this process read it", ms(critQ(99)))
 	}
-	allowedMax := 50 + 50*elapsed.Seconds() // burst + refill
-	var rss int64                           // the largest limiter's
-	for _, l := range o.limiters {
-		n, err := peakRSS(l.Pid())
-		if err != nil {
-			return out, err
-		}
-		rss = max(rss, n)
+	allowedMax := abuserAllowedMax(elapsed)
+	rss, err := o.peakRSS()
+	if err != nil {
+		return out, err
 	}
 	mu.Lock()
 	g := peakG
@@ -319,8 +315,8 @@ func (o *overloadRun) phase(ctx context.Context, name string, f float64, rate in
 	}
 	arrivedNote := ""
 	if t.arrivals {
-		arrivedNote = fmt.Sprintf("; at the caller's socket (the kernel's receive time, before this process's run queue; a call not answered in time as above): p50 %s, p90 %s, p99 %s",
-			ms(quantile(t.critArrived, 50)), ms(quantile(t.critArrived, 90)), ms(quantile(t.critArrived, 99)))
+		arrivedNote = fmt.Sprintf("; at the caller's socket (the kernel's receive time, before this process's run queue; a call not answered in time as above, but one given up on whose answer came anyway at that answer's receive time): p50 %s, p90 %s, p99 %s; of the %d this process gave up on at their deadline, %d had their answer at its socket within the deadline",
+			ms(quantile(t.critArrived, 50)), ms(quantile(t.critArrived, 90)), ms(quantile(t.critArrived, 99)), t.critGaveUp, t.critGaveUpInTime)
 	}
 	r.metric(name+" critical", "%d sent, %.2f %% answered within the deadline (of the %d not, %d sent in the phase's first second); p50 %s, p90 %s, p99 %s (a call not answered counts as the deadline)%s; all calls: %s",
 		len(t.crit), pct(t.critInTime, len(t.crit)), len(t.crit)-t.critInTime, t.critMissedFirst, ms(critQ(50)), ms(critQ(90)), ms(critQ(99)), arrivedNote, checkNote(check0, check1))
@@ -329,11 +325,35 @@ func (o *overloadRun) phase(ctx context.Context, name string, f float64, rate in
 			100*(critCPU1-critCPU0).Seconds()/elapsed.Seconds(), float64((critCPU1-critCPU0).Microseconds())/float64(max(t.critInTime, 1)),
 			critThrottled, schedNote(critSched0, critSched1), checkNote(critCheck0, critCheck1))
 	}
+	requireInvariants(r, name, t, allowedMax, rss)
+	return out, nil
+}
+
+// abuserAllowedMax is what the overload rules admit of the abuser over
+// elapsed: its burst and refill.
+func abuserAllowedMax(elapsed time.Duration) float64 { return 50 + 50*elapsed.Seconds() }
+
+// peakRSS is the largest peak RSS of the limiters so far.
+func (o *overloadRun) peakRSS() (int64, error) {
+	var rss int64
+	for _, l := range o.limiters {
+		n, err := peakRSS(l.Pid())
+		if err != nil {
+			return 0, err
+		}
+		rss = max(rss, n)
+	}
+	return rss, nil
+}
+
+// requireInvariants states the overload invariants of phase name: what its
+// callers got (t), the abuser's admissions against allowedMax, and the
+// limiters' peak RSS.
+func requireInvariants(r *Result, name string, t phaseTally, allowedMax float64, rss int64) {
 	r.require(name+": failed open ≤ 1 %", t.inTime > 0 && t.failedOpen*100 <= t.inTime, "%.2f %% of %d answers within the deadline", pct(t.failedOpen, t.inTime), t.inTime)
 	r.require(name+": abuser ≤ 1.2× its limit", float64(t.abuserAllowed) <= 1.2*allowedMax, "%d allowed, limit %.0f", t.abuserAllowed, allowedMax)
 	r.require(name+": RSS ≤ 400 MiB", rss <= 400<<20, "%d MiB", rss>>20)
 	r.require(name+": no call dropped for its deadline while its caller waited", t.droppedWaiting == 0, "%d", t.droppedWaiting)
-	return out, nil
 }
 
 // phaseTally is what the callers of one phase got.
@@ -354,12 +374,18 @@ type phaseTally struct {
 	arrivals          bool
 	critInTime        int
 	critMissedFirst   int // critical calls not answered in time, sent in the phase's first second
+	// critGaveUp: critical calls this process gave up on at their
+	// deadline; critGaveUpInTime: those whose answer had reached its
+	// socket within the deadline (read late by this process).
+	critGaveUp, critGaveUpInTime int
 }
 
 // tallyPhase counts checks of a phase that began at began, abuser's
-// admissions among them.
-func tallyPhase(checks []Check, abuser events.Principal, began time.Time) phaseTally {
+// admissions among them. after are the critical calls given up on whose
+// answers came anyway (Load.AnsweredAfterGivingUp).
+func tallyPhase(checks, after []Check, abuser events.Principal, began time.Time) phaseTally {
 	var t phaseTally
+	var gaveUp []time.Duration // critical calls given up on, as long as the caller waited
 	for _, c := range checks {
 		if c.OK && c.Latency > overloadDeadline {
 			// Read after the caller's deadline: only a starved generator
@@ -400,13 +426,38 @@ func tallyPhase(checks []Check, abuser events.Principal, began time.Time) phaseT
 			}
 			t.crit = append(t.crit, lat)
 			// The same at the caller's socket: an answer in time, at its
-			// arrival there; any other, as above.
-			if answeredInTime(c) && c.Arrival > 0 {
+			// arrival there; any other, as above (those given up on below).
+			switch {
+			case answeredInTime(c) && c.Arrival > 0:
 				lat, t.arrivals = c.Arrival, true
+			case c.GaveUp:
+				gaveUp = append(gaveUp, lat)
+				continue
 			}
 			t.critArrived = append(t.critArrived, lat)
 		}
 	}
+	// A call given up on whose answer reached the socket anyway counts
+	// at that answer's arrival: the limiter's answer, which this process
+	// read late. Each takes the place of one given up on (the shortest
+	// wait: the tail keeps the longest); the others stay as the caller
+	// waited.
+	t.critGaveUp = len(gaveUp)
+	slices.Sort(gaveUp)
+	for _, c := range after {
+		if len(gaveUp) == 0 {
+			break
+		}
+		if !c.OK || c.Arrival <= 0 {
+			continue
+		}
+		gaveUp = gaveUp[1:]
+		t.critArrived, t.arrivals = append(t.critArrived, c.Arrival), true
+		if c.Arrival <= overloadDeadline {
+			t.critGaveUpInTime++
+		}
+	}
+	t.critArrived = append(t.critArrived, gaveUp...)
 	slices.Sort(t.crit)
 	slices.Sort(t.critArrived)
 	return t

@@ -192,14 +192,23 @@ func TestTallyPhase(t *testing.T) {
 		{Start: began, Latency: ms(15), Principal: abuser, OK: true},                                // abuser refused
 		{Start: began, Latency: ms(30), Principal: person, OK: true, Dropped: true},                 // dropped while waiting
 		{Start: began, Latency: ms(8), Arrival: ms(3), Principal: person, OK: true, Priority: "critical"},
-		{Start: began.Add(ms(500)), Latency: ms(50), Principal: person, Priority: "critical"},            // not answered, first second
-		{Start: began.Add(ms(1500)), Latency: ms(40), Principal: person, Priority: "critical"},           // not answered: counts as 50 ms
-		{Start: began.Add(ms(1500)), Latency: ms(55), Principal: person, OK: true, Priority: "critical"}, // late
+		{Start: began.Add(ms(500)), Latency: ms(50), Principal: person, Priority: "critical", GaveUp: true}, // not answered, first second; its answer came after
+		{Start: began.Add(ms(600)), Latency: ms(52), Principal: person, Priority: "critical", GaveUp: true}, // not answered, and no answer came
+		{Start: began.Add(ms(1500)), Latency: ms(40), Principal: person, Priority: "critical"},              // not answered: counts as 50 ms
+		{Start: began.Add(ms(1500)), Latency: ms(55), Principal: person, OK: true, Priority: "critical"},    // late
 	}
-	got := tallyPhase(checks, abuser, began)
+	// What came for calls given up on: one answer that had reached the
+	// socket 20 ms after it was sent, one with no receive time (not
+	// counted), and one refused.
+	after := []Check{
+		{Start: began.Add(ms(500)), Latency: ms(80), Arrival: ms(20), OK: true, Priority: "critical", GaveUp: true},
+		{Start: began.Add(ms(600)), Latency: ms(90), OK: true, Priority: "critical", GaveUp: true},
+		{Start: began.Add(ms(600)), Latency: ms(90), Arrival: ms(30), Overloaded: true, Priority: "critical", GaveUp: true},
+	}
+	got := tallyPhase(checks, after, abuser, began)
 	want := phaseTally{inTime: 7, late: 2, failedOpen: 1, shed: 1, overloaded: 1, droppedWaiting: 1, abuserAllowed: 1,
-		crit: []time.Duration{ms(8), ms(50), ms(50), ms(55)}, critArrived: []time.Duration{ms(3), ms(50), ms(50), ms(55)},
-		arrivals: true, critInTime: 1, critMissedFirst: 1}
+		crit: []time.Duration{ms(8), ms(50), ms(50), ms(52), ms(55)}, critArrived: []time.Duration{ms(3), ms(20), ms(50), ms(52), ms(55)},
+		arrivals: true, critInTime: 1, critMissedFirst: 2, critGaveUp: 2, critGaveUpInTime: 1}
 	require.Equal(t, want, got)
 	require.Equal(t, ms(55), quantile(got.crit, 99))
 	require.Equal(t, ms(3), quantile(got.critArrived, 0))

@@ -78,6 +78,12 @@ type Wire[T any] struct {
 	streamW int64  // the server's initial stream window
 	maxStr  uint32 // the server's concurrent-stream limit
 	closed  error
+	// cancelled are the calls Cancel reset while they waited, by stream
+	// id: an answer the server had written before the reset still comes,
+	// and goes to afterCancel (OnAnswerAfterCancel). Only while
+	// afterCancel is set.
+	cancelled   map[uint32]*call[T]
+	afterCancel func(Answer)
 
 	arrived  func() time.Time // the kernel's receive time of the last read; the reading goroutine's
 	readDone chan struct{}
@@ -206,7 +212,7 @@ func (w *Wire[T]) Cancel(id uint32) (T, time.Time, bool) {
 	}
 	delete(w.calls, id)
 	tag, sent := c.tag, c.sent
-	w.release(c)
+	w.rememberCancelled(id, c)
 	if w.closed == nil {
 		if err := w.wfr.WriteRSTStream(id, http2.ErrCodeCancel); err == nil {
 			err = w.bw.Flush()
@@ -216,6 +222,47 @@ func (w *Wire[T]) Cancel(id uint32) (T, time.Time, bool) {
 		}
 	}
 	return tag, sent, true
+}
+
+// OnAnswerAfterCancel has f hear of every answer that comes for a call
+// Cancel reset while it waited (Sent, At and Arrived set as for done): an
+// answer that reached this machine before the caller gave up waited in the
+// socket while this process's reading goroutine waited for its CPU, and
+// its Arrived says so. f runs on the reading goroutine and must not
+// block; set it before the first Cancel.
+func (w *Wire[T]) OnAnswerAfterCancel(f func(Answer)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.afterCancel, w.cancelled = f, map[uint32]*call[T]{}
+}
+
+// maxCancelled bounds the calls a connection keeps after Cancel: beyond
+// it, those sent more than cancelledFor ago are forgotten (a server that
+// had not answered before the reset never will), and while it is still
+// full a reset call is not kept.
+const (
+	maxCancelled = 4096
+	cancelledFor = 10 * time.Second
+)
+
+// rememberCancelled keeps call c, stream id, reset while it waited, for
+// afterCancel; without one it is released. Called with mu held.
+func (w *Wire[T]) rememberCancelled(id uint32, c *call[T]) {
+	if w.afterCancel != nil && len(w.cancelled) >= maxCancelled {
+		for old, oc := range w.cancelled {
+			if time.Since(oc.sent) > cancelledFor {
+				delete(w.cancelled, old)
+				w.release(oc)
+			}
+		}
+	}
+	if w.afterCancel == nil || len(w.cancelled) >= maxCancelled {
+		w.release(c)
+		return
+	}
+	var zero T
+	c.tag = zero // the caller's, which it may use again
+	w.cancelled[id] = c
 }
 
 // Settled is closed once the server's SETTINGS have been read: the server
@@ -313,7 +360,7 @@ func (w *Wire[T]) read(fr *http2.Framer) {
 					unacked = 0
 				}
 				w.mu.Lock()
-				if c, ok := w.calls[f.StreamID]; ok {
+				if c := w.waiting(f.StreamID); c != nil {
 					c.body = append(c.body, f.Data()...)
 				}
 				w.mu.Unlock()
@@ -371,7 +418,7 @@ func (w *Wire[T]) write(frame func() error) error {
 func (w *Wire[T]) headers(f *http2.MetaHeadersFrame) {
 	if !f.StreamEnded() {
 		w.mu.Lock()
-		if c, ok := w.calls[f.StreamID]; ok {
+		if c := w.waiting(f.StreamID); c != nil {
 			c.head = true
 		}
 		w.mu.Unlock()
@@ -396,15 +443,28 @@ func (w *Wire[T]) headers(f *http2.MetaHeadersFrame) {
 	w.end(f.StreamID, a)
 }
 
-// end delivers stream id's answer if the call is still waiting.
+// waiting is stream id's call, waiting or reset while it waited (nil:
+// neither). Called with mu held.
+func (w *Wire[T]) waiting(id uint32) *call[T] {
+	if c, ok := w.calls[id]; ok {
+		return c
+	}
+	return w.cancelled[id]
+}
+
+// end delivers stream id's answer if the call is still waiting, or to
+// afterCancel if it was reset while it waited.
 func (w *Wire[T]) end(id uint32, a Answer) {
 	w.mu.Lock()
-	c, ok := w.calls[id]
-	if ok {
+	c, waiting := w.calls[id]
+	if waiting {
 		delete(w.calls, id)
+	} else if cc, was := w.cancelled[id]; was {
+		delete(w.cancelled, id)
+		c = cc
 	}
 	w.mu.Unlock()
-	if !ok {
+	if c == nil {
 		return
 	}
 	a.Sent, a.At, a.Arrived = c.sent, time.Now(), w.arrived()
@@ -415,7 +475,12 @@ func (w *Wire[T]) end(id uint32, a Answer) {
 			a.Body = c.body[5:]
 		}
 	}
-	w.done(c.tag, a)
+	switch {
+	case waiting:
+		w.done(c.tag, a)
+	case a.Err == nil: // reset after it had been answered: the answer came anyway
+		w.afterCancel(a)
+	}
 	w.mu.Lock()
 	w.release(c)
 	w.mu.Unlock()

@@ -358,3 +358,70 @@ func TestWireArrivedIsTheKernelsReceiveTime(t *testing.T) {
 	require.GreaterOrEqual(t, second.At.Sub(second.Sent), busy-10*time.Millisecond)
 	require.Less(t, second.Arrived.Sub(second.Sent), busy/3, "read %s after it was sent", second.At.Sub(second.Sent))
 }
+
+// A call given up on while its answer waited in the socket (the reading
+// goroutine busy) is not delivered to done; its answer goes to
+// OnAnswerAfterCancel's function, with when it reached this machine, and
+// a call reset before the server answered brings nothing.
+func TestWireAnswerAfterCancel(t *testing.T) {
+	release := make(chan struct{})
+	addr, _ := serveRLS(t, func(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+		if req.GetDescriptors()[0].GetEntries()[0].GetValue() == "never" {
+			<-ctx.Done() // answers only after the reset: nothing comes
+			return nil, ctx.Err()
+		}
+		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}, nil
+	})
+	const busy = 300 * time.Millisecond
+	got := make(chan int, 4)
+	var hold atomic.Bool
+	w, err := DialWire(addr, rlsPath, func(tag int, a Answer) {
+		got <- tag
+		if hold.CompareAndSwap(true, false) { // the reading goroutine is held: the next answer waits in the socket
+			<-release
+		}
+	})
+	require.NoError(t, err)
+	defer w.Close()
+	after := make(chan Answer, 4)
+	w.OnAnswerAfterCancel(func(a Answer) { after <- a })
+	<-w.Settled()
+	never, err := w.Call(9, 0, nil, request(t, "never"))
+	require.NoError(t, err)
+	hold.Store(true)
+	_, err = w.Call(1, 0, nil, request(t, "bob"))
+	require.NoError(t, err)
+	require.Equal(t, 1, <-got)
+	id, err := w.Call(2, 0, nil, request(t, "bob"))
+	require.NoError(t, err)
+	time.Sleep(busy) // call 2's answer reaches the socket; its reader is held
+	_, _, waiting := w.Cancel(id)
+	require.True(t, waiting, "call 2's answer was not read yet")
+	_, _, waiting = w.Cancel(never)
+	require.True(t, waiting)
+	close(release)
+	select {
+	case a := <-after:
+		require.Equal(t, codes.OK, a.Code)
+		require.NotEmpty(t, a.Body, "the answer's message")
+		require.False(t, a.Sent.IsZero())
+		require.GreaterOrEqual(t, a.At.Sub(a.Sent), busy, "read once the reader was free")
+		if !a.Arrived.IsZero() { // the kernel's receive time, where the system gives one
+			require.Less(t, a.Arrived.Sub(a.Sent), busy/3, "it had come long before it was read")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the answer to the call given up on did not come")
+	}
+	// The connection goes on: a new call is answered as usual, and
+	// neither cancelled call reached done or came after.
+	_, err = w.Call(3, 0, nil, request(t, "bob"))
+	require.NoError(t, err)
+	require.Equal(t, 3, <-got)
+	select {
+	case tag := <-got:
+		t.Fatalf("call %d delivered after it was cancelled", tag)
+	case a := <-after:
+		t.Fatalf("a second answer after cancel: %+v", a)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
