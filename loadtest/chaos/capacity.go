@@ -36,9 +36,9 @@ type capacityStepResult struct {
 // (the first such step), and a note per step, the knee marked.
 //
 // The most of several noisy steps is biased upward (the best of them is
-// partly luck): the overload scenarios offer the best step's rate again,
-// interleaved with each open-loop phase's, for a figure without that bias
-// (overloadRun.interleaved).
+// partly luck): the overload scenarios offer that saturation again as a
+// rate, interleaved with each open-loop phase's, for a figure without that
+// bias (overloadRun.interleaved).
 func capacity(closed float64, step func(rate int) (capacityStepResult, error)) (float64, int, []string, error) {
 	var notes []string
 	best, bestRate, knee, flat := 0.0, 0, -1, 0
