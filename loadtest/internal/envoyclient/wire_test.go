@@ -317,15 +317,7 @@ func TestWireArrivedIsTheKernelsReceiveTime(t *testing.T) {
 	})
 	const busy = 300 * time.Millisecond
 	got := make(chan Answer, 2)
-	var hold atomic.Bool
-	w, err := DialWire(addr, rlsPath, func(_ int, a Answer) {
-		got <- a
-		if hold.CompareAndSwap(true, false) { // the reading goroutine is held: the next answer waits in the socket
-			time.Sleep(busy)
-		}
-	})
-	require.NoError(t, err)
-	defer w.Close()
+	w, hold := dialHeld(t, addr, func(_ int, a Answer) { got <- a }, func() { time.Sleep(busy) })
 	<-w.Settled()
 	// The kernel starts stamping a moment after the first socket asks
 	// (netstamp): until an answer carries a receive time, call again.
@@ -359,6 +351,24 @@ func TestWireArrivedIsTheKernelsReceiveTime(t *testing.T) {
 	require.Less(t, second.Arrived.Sub(second.Sent), busy/3, "read %s after it was sent", second.At.Sub(second.Sent))
 }
 
+// dialHeld dials addr with done hearing each answer and, once hold is
+// set, the reading goroutine held in wait after the next one: the answer
+// after that waits unread in the socket, as it does while this process's
+// core is busy elsewhere.
+func dialHeld(t *testing.T, addr string, done func(int, Answer), wait func()) (*Wire[int], *atomic.Bool) {
+	t.Helper()
+	hold := new(atomic.Bool)
+	w, err := DialWire(addr, rlsPath, func(tag int, a Answer) {
+		done(tag, a)
+		if hold.CompareAndSwap(true, false) {
+			wait()
+		}
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	return w, hold
+}
+
 // A call given up on while its answer waited in the socket (the reading
 // goroutine busy) is not delivered to done; its answer goes to
 // OnAnswerAfterCancel's function, with when it reached this machine, and
@@ -374,15 +384,10 @@ func TestWireAnswerAfterCancel(t *testing.T) {
 	})
 	const busy = 300 * time.Millisecond
 	got := make(chan int, 4)
-	var hold atomic.Bool
-	w, err := DialWire(addr, rlsPath, func(tag int, a Answer) {
-		got <- tag
-		if hold.CompareAndSwap(true, false) { // the reading goroutine is held: the next answer waits in the socket
-			<-release
-		}
-	})
-	require.NoError(t, err)
-	defer w.Close()
+	w, hold := dialHeld(t, addr, func(tag int, _ Answer) { got <- tag }, func() { <-release })
+	var freed sync.Once
+	free := func() { freed.Do(func() { close(release) }) }
+	t.Cleanup(free) // before Close, which waits for the reading goroutine
 	after := make(chan Answer, 4)
 	w.OnAnswerAfterCancel(func(a Answer) { after <- a })
 	<-w.Settled()
@@ -399,7 +404,7 @@ func TestWireAnswerAfterCancel(t *testing.T) {
 	require.True(t, waiting, "call 2's answer was not read yet")
 	_, _, waiting = w.Cancel(never)
 	require.True(t, waiting)
-	close(release)
+	free()
 	select {
 	case a := <-after:
 		require.Equal(t, codes.OK, a.Code)
