@@ -31,6 +31,26 @@ func TestStartCreatesTopicsAndNothingElse(t *testing.T) {
 	require.Equal(t, map[string]int{"a": 3, "a.dlq": 1}, Partitions(t, addr))
 }
 
+// A group no consumer has joined yet has nothing committed, as a group
+// that has joined and committed nothing; once it commits, its offsets.
+func TestCommittedOffsetsOfAGroupNotYetKnown(t *testing.T) {
+	addr := Start(t, map[string]int32{"a": 2})
+	require.Equal(t, []int64{-1, -1}, CommittedOffsets(t, addr, "not-joined", "a", 2))
+
+	client := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 10 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	g, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{ID: "joined", Brokers: []string{addr}, Topics: []string{"a"}})
+	require.NoError(t, err)
+	defer g.Close()
+	gen, err := g.Next(ctx)
+	require.NoError(t, err)
+	_, err = client.OffsetCommit(ctx, &kafka.OffsetCommitRequest{GroupID: "joined", GenerationID: int(gen.ID), MemberID: gen.MemberID,
+		Topics: map[string][]kafka.OffsetCommit{"a": {{Partition: 1, Offset: 7}}}})
+	require.NoError(t, err)
+	require.Equal(t, []int64{-1, 7}, CommittedOffsets(t, addr, "joined", "a", 2))
+}
+
 func TestStartClusterIsolated(t *testing.T) {
 	c1, a1 := StartCluster(t, map[string]int32{"x": 1})
 	_, a2 := StartCluster(t, nil)
