@@ -248,17 +248,21 @@ const (
 // rememberCancelled keeps call c, stream id, reset while it waited, for
 // afterCancel; without one it is released. Called with mu held.
 func (w *Wire[T]) rememberCancelled(id uint32, c *call[T]) {
-	if w.afterCancel != nil && len(w.cancelled) >= maxCancelled {
+	if w.afterCancel == nil {
+		w.release(c)
+		return
+	}
+	if len(w.cancelled) >= maxCancelled {
 		for old, oc := range w.cancelled {
 			if time.Since(oc.sent) > cancelledFor {
 				delete(w.cancelled, old)
 				w.release(oc)
 			}
 		}
-	}
-	if w.afterCancel == nil || len(w.cancelled) >= maxCancelled {
-		w.release(c)
-		return
+		if len(w.cancelled) >= maxCancelled {
+			w.release(c)
+			return
+		}
 	}
 	var zero T
 	c.tag = zero // the caller's, which it may use again
