@@ -157,7 +157,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 	}
 	o := &overloadRun{r: r, viaGRPC: viaGRPC, debugAddr: "127.0.0.1:" + strconv.Itoa(debugPort), grpcAddr: "127.0.0.1:" + strconv.Itoa(grpcPort),
 		harness: []int{rd.proc.Pid(), b.proc.Pid()}, people: users("ov", 1000), conns: overloadGRPCConns,
-		length: max(s.Outage/2, 5*time.Second), profiles: filepath.Dir(rules)}
+		length: max(s.Outage/2, 5*time.Second), profiles: filepath.Dir(rules), trace: s.Trace}
 	if s.GRPCConns > 0 {
 		o.conns = s.GRPCConns
 	}

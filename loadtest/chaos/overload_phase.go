@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/loadtest/internal/cputime"
 	"github.com/floodgate-dev/floodgate/loadtest/internal/promtext"
+	"github.com/floodgate-dev/floodgate/loadtest/internal/schedwait"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 )
 
@@ -39,6 +41,7 @@ type overloadRun struct {
 	conns            int           // the open-loop phases' gRPC connections
 	length           time.Duration // of each phase and capacity step
 	profiles         string        // the directory the phases' profiles go to
+	trace            time.Duration // of the limiter, in each phase (Size.Trace); 0: none
 	start            time.Time
 	// satRate is what the phases are judged against, closedRate the closed
 	// loop's saturation.
@@ -167,6 +170,40 @@ type phaseOutcome struct {
 	judgedAt string
 }
 
+// startTrace takes a runtime trace of the limiter for o.trace from the
+// middle of the phase, into prefix-limiter.trace (o.trace 0: none); the
+// returned func waits for it and says what its goroutines waited for the
+// CPU (schedwait), or why not.
+func (o *overloadRun) startTrace(ctx context.Context, prefix string) func() string {
+	if o.trace <= 0 {
+		return func() string { return "" }
+	}
+	path := prefix + "-limiter.trace"
+	done := make(chan error, 1)
+	go func() {
+		if err := sleep(ctx, max(0, o.length-o.trace)/2); err != nil {
+			done <- err
+			return
+		}
+		done <- cputime.Profile(ctx, fmt.Sprintf("http://%s/debug/pprof/trace?seconds=%g", o.debugAddr, o.trace.Seconds()), path)
+	}()
+	return func() string {
+		if err := <-done; err != nil {
+			return fmt.Sprintf("; trace: %v", err)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Sprintf("; trace: %v", err)
+		}
+		defer f.Close()
+		r, err := schedwait.Read(f)
+		if err != nil {
+			return fmt.Sprintf("; trace %s: %v", path, err)
+		}
+		return fmt.Sprintf("; trace %s (go run ./loadtest/cmd/schedwait %s): the limiter's goroutines waited to run once runnable, by what had woken them, %s", path, path, r.Line())
+	}
+}
+
 // phase offers rate open loop for o.length, a tenth of it from abuser,
 // reports the phase as name (its figures, the limiters' CPU, run queue,
 // gate and critical calls) and checks its invariants; profiles go to files
@@ -233,6 +270,7 @@ func (o *overloadRun) phase(ctx context.Context, name string, f float64, rate in
 	} else {
 		critProf <- nil
 	}
+	traced := o.startTrace(ctx, prefix)
 	_ = sleep(ctx, o.length)
 	stop()
 	cancel()
@@ -249,7 +287,7 @@ func (o *overloadRun) phase(ctx context.Context, name string, f float64, rate in
 	if crit != nil {
 		critSched1, critCheck1, critCPU1 = schedLatencies(ctx, crit), checkSeconds(ctx, crit), cputime.Of(crit.Pid())
 	}
-	profNote := prof()
+	profNote := prof() + traced()
 	if err := <-critProf; err != nil {
 		profNote += fmt.Sprintf("; critical limiter's profile: %v", err)
 	} else if crit != nil {

@@ -52,6 +52,14 @@ type Size struct {
 	// instead of overloadQuotaPeriod: a throttled limiter stalls for up to
 	// (1 − quota) of it at a time.
 	QuotaPeriod time.Duration
+	// Trace, when set, takes a runtime execution trace of the limiter this
+	// long from the middle of each open-loop phase (its pprof listener's
+	// /debug/pprof/trace, beside the phase's CPU profiles), and adds to the
+	// phase's line how long its goroutines waited to run once runnable, by
+	// how they were woken (loadtest/internal/schedwait). Tracing costs the
+	// limiter CPU: a run with it is a diagnosis, not a measurement of the
+	// targets.
+	Trace time.Duration
 }
 
 // Quick is sized for CI; Full for make chaos.

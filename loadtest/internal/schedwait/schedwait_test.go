@@ -1,0 +1,125 @@
+package schedwait
+
+import (
+	"bytes"
+	"net"
+	"runtime"
+	"runtime/trace"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestReadSplitsWaitsByHowWoken traces goroutines woken by the network
+// poller, a timer and a channel, and a yield, and finds each under its kind
+// with where it had blocked.
+func TestReadSplitsWaitsByHowWoken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer client.Close()
+	server, err := ln.Accept()
+	require.NoError(t, err)
+	defer server.Close()
+
+	var buf bytes.Buffer
+	require.NoError(t, trace.Start(&buf))
+	done := make(chan struct{})
+	go readsTheNetwork(server, done)
+	go sleeps(done)
+	ch := make(chan int)
+	go receives(ch)
+	go yields(done)
+	time.Sleep(10 * time.Millisecond) // each blocks
+	for i := range 3 {
+		_, err := client.Write([]byte{byte(i)})
+		require.NoError(t, err)
+		ch <- i
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(done)
+	_, _ = client.Write([]byte{9})
+	close(ch)
+	time.Sleep(10 * time.Millisecond)
+	trace.Stop()
+
+	r, err := Read(&buf)
+	require.NoError(t, err)
+	require.Greater(t, r.Span, 20*time.Millisecond)
+	found := map[string]Class{}
+	for _, c := range r.Classes {
+		if strings.Contains(c.Where, "schedwait.") {
+			found[c.Kind+" "+c.Where[:strings.Index(c.Where+" ", " ")]] = c
+		}
+	}
+	for _, want := range []string{
+		KindNetwork + " schedwait.readsTheNetwork",
+		KindTimer + " schedwait.sleeps",
+		"chan receive schedwait.receives",
+		KindYield + " schedwait.yields",
+	} {
+		c, ok := found[want]
+		require.True(t, ok, "no %q among %v", want, keys(found))
+		require.NotEmpty(t, c.Waits)
+		require.LessOrEqual(t, c.Quantile(0), c.Quantile(0.99), "sorted")
+	}
+	kinds := map[string]bool{}
+	for _, c := range r.ByKind() {
+		kinds[c.Kind] = true
+	}
+	require.True(t, kinds[KindNetwork] && kinds[KindTimer] && kinds[KindYield], "by kind: %v", kinds)
+	require.Contains(t, r.Line(), KindNetwork+" ")
+}
+
+func keys(m map[string]Class) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func readsTheNetwork(c net.Conn, done chan struct{}) {
+	b := make([]byte, 1)
+	for {
+		if _, err := c.Read(b); err != nil {
+			return
+		}
+		select {
+		case <-done:
+			return
+		default:
+		}
+	}
+}
+
+func sleeps(done chan struct{}) {
+	for {
+		time.Sleep(2 * time.Millisecond)
+		select {
+		case <-done:
+			return
+		default:
+		}
+	}
+}
+
+func receives(ch chan int) {
+	for range ch {
+	}
+}
+
+func yields(done chan struct{}) {
+	for {
+		select {
+		case <-done:
+			return
+		default:
+			runtime.Gosched()
+		}
+	}
+}
