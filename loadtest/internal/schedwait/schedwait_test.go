@@ -10,26 +10,21 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/tlstest"
 )
 
 // TestReadSplitsWaitsByHowWoken traces goroutines woken by the network
 // poller, a timer and a channel, and a yield, and finds each under its kind
 // with where it had blocked.
 func TestReadSplitsWaitsByHowWoken(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
+	done := make(chan struct{})
+	client, err := net.Dial("tcp", tlstest.Peer(t, func(c net.Conn) { readsTheNetwork(c, done) }))
 	require.NoError(t, err)
 	defer client.Close()
-	server, err := ln.Accept()
-	require.NoError(t, err)
-	defer server.Close()
 
 	var buf bytes.Buffer
 	require.NoError(t, trace.Start(&buf))
-	done := make(chan struct{})
-	go readsTheNetwork(server, done)
 	go sleeps(done)
 	ch := make(chan int)
 	go receives(ch)
@@ -84,6 +79,7 @@ func keys(m map[string]Class) []string {
 }
 
 func readsTheNetwork(c net.Conn, done chan struct{}) {
+	defer c.Close()
 	b := make([]byte, 1)
 	for {
 		if _, err := c.Read(b); err != nil {
