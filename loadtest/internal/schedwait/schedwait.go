@@ -11,6 +11,7 @@
 package schedwait
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -109,7 +110,7 @@ func Read(r io.Reader) (Report, error) {
 	var first, last trace.Time
 	for {
 		ev, err := tr.ReadEvent()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
