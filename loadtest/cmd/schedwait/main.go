@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/floodgate-dev/floodgate/loadtest/internal/cli"
 	"github.com/floodgate-dev/floodgate/loadtest/internal/schedwait"
@@ -52,6 +53,11 @@ func run(args []string, out io.Writer) error {
 		}
 	}
 	table(r.ByKind(), -1)
+	fmt.Fprintf(out, "\nthe trace had %s; by length:\n", r.GapLine())
+	fmt.Fprintf(out, "%10s %8s\n", "ms", "stretches")
+	for _, b := range schedwait.Histogram(r.Gaps.Waits, 2*time.Millisecond) {
+		fmt.Fprintf(out, "%4.0f–%-4.0f %8d\n", float64(b.From)/1e6, float64(b.From+2*time.Millisecond)/1e6, b.N)
+	}
 	fmt.Fprintln(out, "\nby how woken and where:")
 	table(r.Classes, *top)
 	return nil

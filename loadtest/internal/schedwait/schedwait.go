@@ -28,6 +28,10 @@ const (
 	KindYield   = "yield"   // runtime.Gosched or preempted
 	KindNew     = "new"     // a goroutine just started
 	KindBefore  = "blocked before the trace"
+
+	// GapMin is the shortest stretch without an event counted in
+	// Report.Gaps: a busy process emits events every few µs.
+	GapMin = 200 * time.Microsecond
 	// Any other Kind is the runtime's reason for the block ("chan
 	// receive", "select", "sync", …): another goroutine woke it.
 )
@@ -58,8 +62,12 @@ func (c Class) Sum() time.Duration {
 
 // Report is a trace's waits.
 type Report struct {
-	Span    time.Duration // from the trace's first event to its last
-	Classes []Class       // the most waited first
+	Span time.Duration // from the trace's first event to its last
+	// Gaps are the stretches of the trace over GapMin with no event at
+	// all: the process neither ran nor was woken (off the CPU, throttled
+	// or preempted by a neighbour, or idle). Kind "no event".
+	Gaps    Class
+	Classes []Class // the most waited first
 }
 
 // ByKind merges r's classes by Kind, the most waited first.
@@ -108,6 +116,7 @@ func Read(r io.Reader) (Report, error) {
 	gs := map[trace.GoID]*g{}
 	classes := map[[2]string]*Class{}
 	var first, last trace.Time
+	var gaps []time.Duration
 	for {
 		ev, err := tr.ReadEvent()
 		if errors.Is(err, io.EOF) {
@@ -118,6 +127,9 @@ func Read(r io.Reader) (Report, error) {
 		}
 		if first == 0 {
 			first = ev.Time()
+		}
+		if gap := time.Duration(ev.Time() - last); last != 0 && gap > GapMin {
+			gaps = append(gaps, gap)
 		}
 		last = ev.Time()
 		if ev.Kind() != trace.EventStateTransition {
@@ -170,7 +182,8 @@ func Read(r io.Reader) (Report, error) {
 			}
 		}
 	}
-	out := Report{Span: time.Duration(last - first)}
+	slices.Sort(gaps)
+	out := Report{Span: time.Duration(last - first), Gaps: Class{Kind: "no event", Waits: gaps}}
 	for _, c := range classes {
 		slices.Sort(c.Waits)
 		out.Classes = append(out.Classes, *c)
@@ -224,7 +237,39 @@ func (r Report) Line() string {
 	for _, c := range r.ByKind() {
 		parts = append(parts, fmt.Sprintf("%s %d (p50 %s, p90 %s, p99 %s)", c.Kind, len(c.Waits), ms(c.Quantile(.5)), ms(c.Quantile(.9)), ms(c.Quantile(.99))))
 	}
-	return fmt.Sprintf("over %s: %s", ms(r.Span), strings.Join(parts, ", "))
+	return fmt.Sprintf("over %s: %s; %s", ms(r.Span), strings.Join(parts, ", "), r.GapLine())
+}
+
+// GapLine says how much of the trace had no event (Gaps).
+func (r Report) GapLine() string {
+	g := r.Gaps
+	if len(g.Waits) == 0 {
+		return "no stretch without an event over " + GapMin.String()
+	}
+	return fmt.Sprintf("no event for %.0f %% of it, in %d stretches over %s (p50 %s, p90 %s, longest %s)",
+		100*float64(g.Sum())/float64(max(r.Span, 1)), len(g.Waits), GapMin, ms(g.Quantile(.5)), ms(g.Quantile(.9)), ms(g.Quantile(1)))
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
+
+// Bucket is one bar of a Histogram: N durations in [From, From+width).
+type Bucket struct {
+	From time.Duration
+	N    int
+}
+
+// Histogram counts sorted ds in buckets of width, from 0 to the longest
+// (empty buckets between included).
+func Histogram(ds []time.Duration, width time.Duration) []Bucket {
+	if len(ds) == 0 || width <= 0 {
+		return nil
+	}
+	out := make([]Bucket, int(ds[len(ds)-1]/width)+1)
+	for i := range out {
+		out[i].From = time.Duration(i) * width
+	}
+	for _, d := range ds {
+		out[int(d/width)].N++
+	}
+	return out
+}

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"runtime/trace"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,16 +20,18 @@ import (
 // with where it had blocked.
 func TestReadSplitsWaitsByHowWoken(t *testing.T) {
 	done := make(chan struct{})
-	client, err := net.Dial("tcp", tlstest.Peer(t, func(c net.Conn) { readsTheNetwork(c, done) }))
+	var ended sync.WaitGroup // every goroutine of the test's
+	ended.Add(4)
+	client, err := net.Dial("tcp", tlstest.Peer(t, func(c net.Conn) { defer ended.Done(); readsTheNetwork(c, done) }))
 	require.NoError(t, err)
 	defer client.Close()
 
 	var buf bytes.Buffer
 	require.NoError(t, trace.Start(&buf))
-	go sleeps(done)
 	ch := make(chan int)
-	go receives(ch)
-	go yields(done)
+	for _, f := range []func(){func() { sleeps(done) }, func() { receives(ch) }, func() { yields(done) }} {
+		go func() { defer ended.Done(); f() }()
+	}
 	time.Sleep(10 * time.Millisecond) // each blocks
 	for i := range 3 {
 		_, err := client.Write([]byte{byte(i)})
@@ -39,7 +42,8 @@ func TestReadSplitsWaitsByHowWoken(t *testing.T) {
 	close(done)
 	_, _ = client.Write([]byte{9})
 	close(ch)
-	time.Sleep(10 * time.Millisecond)
+	ended.Wait()
+	time.Sleep(30 * time.Millisecond) // nothing runs
 	trace.Stop()
 
 	r, err := Read(&buf)
@@ -68,6 +72,20 @@ func TestReadSplitsWaitsByHowWoken(t *testing.T) {
 	}
 	require.True(t, kinds[KindNetwork] && kinds[KindTimer] && kinds[KindYield], "by kind: %v", kinds)
 	require.Contains(t, r.Line(), KindNetwork+" ")
+
+	// The last 30 ms, every goroutine here ended, have no event but the
+	// runtime's own: the longest stretch without one is most of them.
+	require.NotEmpty(t, r.Gaps.Waits)
+	require.GreaterOrEqual(t, r.Gaps.Quantile(1), 10*time.Millisecond)
+	require.Less(t, r.Gaps.Sum(), r.Span)
+	require.Contains(t, r.Line(), "no event for ")
+}
+
+func TestHistogram(t *testing.T) {
+	ms := func(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
+	got := Histogram([]time.Duration{ms(0.5), ms(2.5), ms(3), ms(6.9)}, ms(2))
+	require.Equal(t, []Bucket{{0, 1}, {ms(2), 2}, {ms(4), 0}, {ms(6), 1}}, got)
+	require.Nil(t, Histogram(nil, ms(2)))
 }
 
 func keys(m map[string]Class) []string {
