@@ -16,7 +16,7 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: install-stack
-install-stack: ## install Redis, DynamoDB Local, InfluxDB 1.8.10 and the Kafka-protocol broker (idempotent)
+install-stack: ## install Redis, DynamoDB Local, InfluxDB 1.8.10, the Kafka-protocol broker and the tests' HTTP/2 tools (nghttp2-client) (idempotent)
 	@$(STACK) install
 
 .PHONY: up

@@ -11,7 +11,8 @@
 #   stack.sh purge                     down everything and delete .local/data
 #   stack.sh redis-cluster up|down|status
 #
-# Components: redis dynamodb influxdb kafka (default: all four).
+# Components: redis dynamodb influxdb kafka (default: all four). up and install
+# also install the tools the tests use: nghttp and h2load (nghttp2-client).
 set -euo pipefail
 
 SCRIPT_DIR=$(cd -P -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
@@ -96,6 +97,14 @@ ensure_base_tools() {
 	command -v ss >/dev/null || pkgs+=(iproute2)
 	command -v setsid >/dev/null || pkgs+=(util-linux)
 	if ((${#pkgs[@]})); then apt_install "${pkgs[@]}"; fi
+}
+
+# Tools the tests drive the services with: nghttp and h2load, nghttp2's own
+# HTTP/2 client and load generator (nghttp2 is Envoy's HTTP/2 codec), which
+# call the limiter's gRPC transports over h2c.
+ensure_test_tools() {
+	if command -v h2load >/dev/null && command -v nghttp >/dev/null; then return 0; fi
+	apt_install nghttp2-client
 }
 
 pidfile() { printf '%s/%s.pid' "$RUN" "$1"; }
@@ -635,7 +644,7 @@ cluster_status_row() {
 # --------------------------------------------------------------- commands
 
 usage() {
-	sed -n '2,15s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+	sed -n '2,16s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
 }
 
 # components ARG...: validate component names into COMPONENTS (default: all).
@@ -668,6 +677,9 @@ cmd_up() {
 	components "$@"
 	lock
 	ensure_base_tools
+	# The stack runs without them: a machine that cannot install them (no
+	# apt, no root) still gets its stack up, and the tests say what is missing.
+	(ensure_test_tools) || err "stack.sh: warning: nghttp2-client not installed; the tests that need nghttp and h2load will fail"
 	local c failed=()
 	for c in "${COMPONENTS[@]}"; do up_one "$c" || failed+=("$c"); done
 	if ((${#failed[@]})); then die "not up: ${failed[*]}"; fi
@@ -677,6 +689,7 @@ cmd_install() {
 	components "$@"
 	lock
 	ensure_base_tools
+	ensure_test_tools
 	local c failed=()
 	for c in "${COMPONENTS[@]}"; do
 		if "${c}_install"; then say "$c: installed"; else failed+=("$c"); fi
