@@ -157,7 +157,7 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 	}
 	o := &overloadRun{r: r, viaGRPC: viaGRPC, debugAddr: "127.0.0.1:" + strconv.Itoa(debugPort), grpcAddr: "127.0.0.1:" + strconv.Itoa(grpcPort),
 		harness: []int{rd.proc.Pid(), b.proc.Pid()}, people: users("ov", 1000), conns: overloadGRPCConns,
-		length: max(s.Outage/2, 5*time.Second), profiles: filepath.Dir(rules), trace: s.Trace}
+		length: max(s.Outage/2, 5*time.Second), profiles: filepath.Dir(rules), trace: s.Trace, perfHz: s.Perf}
 	if s.GRPCConns > 0 {
 		o.conns = s.GRPCConns
 	}
@@ -333,6 +333,9 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 				return err
 			}
 			r.metric("interleaved"+suffix, "%s", interleavedNote(inter, names))
+			if o.perfHz > 0 {
+				r.metric("interleaved"+suffix+" perf", "%s", o.interleavedPerfNote("interleaved"+suffix, inter, names))
+			}
 		}
 		// Saturation, interleaved: the most any of the rates answered
 		// within the deadline per second — the capacity search's figure

@@ -42,6 +42,7 @@ type overloadRun struct {
 	length           time.Duration // of each phase and capacity step
 	profiles         string        // the directory the phases' profiles go to
 	trace            time.Duration // of the limiter, in each phase (Size.Trace); 0: none
+	perfHz           int           // perf's samples a second in the interleaved phases (Size.Perf); 0: none
 	start            time.Time
 	// satRate is what the phases are judged against, closedRate the closed
 	// loop's saturation.

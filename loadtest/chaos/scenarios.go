@@ -60,6 +60,13 @@ type Size struct {
 	// limiter CPU: a run with it is a diagnosis, not a measurement of the
 	// targets.
 	Trace time.Duration
+	// Perf, when set, samples the limiters with perf (linux-perf) this
+	// many times a second of their CPU, call chains and kernel frames
+	// included, over each interleaved phase, and sorts the samples into
+	// the slices of each rate (loadtest/internal/perfsplit): where a call's
+	// CPU goes at each rate, on the same moments of the machine. Like
+	// Trace, a diagnosis.
+	Perf int
 }
 
 // Quick is sized for CI; Full for make chaos.

@@ -19,8 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/floodgate-dev/floodgate/loadtest/internal/perfsplit"
 	"github.com/floodgate-dev/floodgate/loadtest/internal/promtext"
 	"github.com/floodgate-dev/floodgate/pkg/events"
 )
@@ -334,4 +336,24 @@ func TestRenice(t *testing.T) {
 		require.Equal(t, "7", fields[16], "nice of thread %s", task.Name())
 	}
 	require.Error(t, renice(1<<22, 0), "no such process")
+}
+
+func TestInterleavedPerfNote(t *testing.T) {
+	const fg = "github.com/floodgate-dev/floodgate/"
+	read, decide := "runtime.goexit;"+fg+"pkg/grpcfast.(*conn).readLoop;syscall.read", "runtime.goexit;"+fg+"pkg/limiter/server.(*Server).Check"
+	o := &overloadRun{perfHz: 999, profiles: "/work"}
+	rs := []interleavedRate{
+		// 1,000 answers on 100 ms of CPU: 100 µs each, half reading.
+		{rate: 100, inTime: 1000, cpu: 100 * time.Millisecond, stacks: perfsplit.Stacks{read: 50, decide: 50}},
+		// 2,000 answers on 300 ms: 150 µs each, two thirds reading.
+		{rate: 200, inTime: 2000, cpu: 300 * time.Millisecond, stacks: perfsplit.Stacks{read: 200, decide: 100}},
+	}
+	note := o.interleavedPerfNote("interleaved #2", rs, []string{"1.0×", "2.0×"})
+	assert.Contains(t, note, "/work/interleaved-2-limiters.perf.data")
+	assert.Contains(t, note, "1.0× 100 samples, transport 50.0 + engine 50.0 +")
+	assert.Contains(t, note, "2.0× 300 samples, transport 100.0 + engine 50.0 +")
+	assert.Contains(t, note, "grew most from 1.0× to 2.0× (µs per answer, inclusive): "+fg+"pkg/grpcfast.(*conn).readLoop 50.0 → 100.0")
+
+	rs[0].perfErr = errors.New("perf record: exit status 255")
+	assert.Equal(t, "perf: perf record: exit status 255", o.interleavedPerfNote("interleaved", rs, []string{"1.0×", "2.0×"}))
 }

@@ -41,6 +41,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, log *sl
 	critQuota := fs.Float64("overload-critical-quota", 0, "overload-grpc with -overload-critical-limiter: the critical limiter's own CPU quota in cores (0: it shares the first limiter's)")
 	quotaPeriod := fs.Duration("overload-quota-period", 0, "overload scenarios: the limiter's CPU quota period (0: 4ms; cgroup v1 takes 1ms..1s)")
 	traceFor := fs.Duration("overload-trace", 0, "overload scenarios: take a runtime trace of the limiter this long from the middle of each open-loop phase and report its goroutines' waits for the CPU by how they were woken (it slows the limiter: a diagnosis, not a measurement)")
+	perfHz := fs.Int("overload-perf", 0, "overload scenarios: sample the limiter with perf (linux-perf) this many times a second over each interleaved phase and report where a call's CPU went at each rate, by the rates' slices (a diagnosis; 0: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -58,6 +59,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, log *sl
 	size.QuotaPeriod = *quotaPeriod
 	size.CriticalQuota = *critQuota
 	size.Trace = *traceFor
+	size.Perf = *perfHz
 	e, err := chaos.NewEnv(ctx, chaos.Options{DynamoEndpoint: getenv("FLOODGATE_DYNAMODB_ENDPOINT"), KeepWorkDir: *keep, Logger: log})
 	if err != nil {
 		return err

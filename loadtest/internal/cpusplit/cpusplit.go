@@ -131,8 +131,7 @@ func Split(p *profile.Profile) ([]Part, error) {
 	if idx < 0 {
 		return nil, fmt.Errorf("not a CPU profile: no \"cpu\" sample type")
 	}
-	sums := map[string]int64{}
-	var total int64
+	var t Tally
 	var stack []string
 	for _, s := range p.Sample {
 		stack = stack[:0]
@@ -144,16 +143,37 @@ func Split(p *profile.Profile) ([]Part, error) {
 				}
 			}
 		}
-		v := s.Value[idx]
-		sums[partOf(stack)] += v
-		total += v
+		t.Add(stack, s.Value[idx])
 	}
-	if total == 0 {
+	return t.Parts()
+}
+
+// A Tally adds samples up by part: a CPU profile's, or perf's
+// (loadtest/internal/perfsplit), whose frames are named as pprof names
+// them.
+type Tally struct {
+	sums  map[string]int64
+	total int64
+}
+
+// Add counts v of CPU (samples, or nanoseconds) for a stack, innermost
+// frame first.
+func (t *Tally) Add(stack []string, v int64) {
+	if t.sums == nil {
+		t.sums = map[string]int64{}
+	}
+	t.sums[partOf(stack)] += v
+	t.total += v
+}
+
+// Parts is the shares of what was added, in Order.
+func (t *Tally) Parts() ([]Part, error) {
+	if t.total == 0 {
 		return nil, fmt.Errorf("the profile holds no CPU samples")
 	}
 	parts := make([]Part, len(Order))
 	for i, name := range Order {
-		parts[i] = Part{Name: name, Share: float64(sums[name]) / float64(total)}
+		parts[i] = Part{Name: name, Share: float64(t.sums[name]) / float64(t.total)}
 	}
 	return parts, nil
 }

@@ -1,0 +1,214 @@
+package perfsplit
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// script is `perf script --ns -F tid,time,ip,sym` output as perf 6.1 wrote
+// it on this project's machine (a Go program hashing, one sample taken in
+// a timer interrupt), with a recursive chain and an unnamed frame added.
+const script = " 9531   397.611523817: \n" +
+	"\t           911d6 crypto/internal/fips140/sha256.blockSHANI.abi0\n" +
+	"\t           8f608 crypto/internal/fips140/sha256.(*Digest).Write\n" +
+	"\t           8e658 crypto/sha256.Sum256\n" +
+	"\t           8e73b main.main\n" +
+	"\t           492c7 runtime.main\n" +
+	"\t           80d61 runtime.goexit.abi0\n" +
+	"\n" +
+	" 9531   397.612905862: \n" +
+	"\tffffffff82260674 irqentry_exit_to_user_mode\n" +
+	"\tffffffff81000e06 asm_sysvec_apic_timer_interrupt\n" +
+	"\t           91225 crypto/internal/fips140/sha256.blockSHANI.abi0\n" +
+	"\t           8f608 crypto/internal/fips140/sha256.(*Digest).Write\n" +
+	"\t           8e658 crypto/sha256.Sum256\n" +
+	"\t           8e73b main.main\n" +
+	"\t           492c7 runtime.main\n" +
+	"\t           80d61 runtime.goexit.abi0\n" +
+	"\n" +
+	" 9532   398.000000001: \n" +
+	"\t           10000 main.walk\n" +
+	"\t           10010 main.walk\n" +
+	"\t           10020 type:.eq.[2]interface {}\n" +
+	"\t        7f00aa01 [unknown]\n" +
+	"\n" +
+	" 9531   399.500000000: \n" +
+	"\t           8e73b main.main\n" +
+	"\n"
+
+func TestReadSortsSamplesIntoTheirWindows(t *testing.T) {
+	const s = int64(1e9)
+	got, err := Read(strings.NewReader(script), []Window{
+		{From: 398 * s, To: 399 * s, Key: 2}, // given out of order
+		{From: 397 * s, To: 397*s + 612_000_000, Key: 1},
+		{From: 397*s + 612_000_000, To: 398 * s, Key: 3},
+	})
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+
+	assert.Equal(t, Stacks{"runtime.goexit.abi0;runtime.main;main.main;crypto/sha256.Sum256;crypto/internal/fips140/sha256.(*Digest).Write;crypto/internal/fips140/sha256.blockSHANI.abi0": 1}, got[1])
+	assert.Equal(t, 1, got[3].Samples(), "the interrupt's sample, 612.9 ms in")
+	for chain := range got[3] {
+		assert.Equal(t, "irqentry_exit_to_user_mode", Frames(chain)[0], "innermost first")
+	}
+	assert.Equal(t, Stacks{"[unknown];type:.eq.[2]interface {};main.walk;main.walk": 1}, got[2], "a symbol with a space kept whole")
+	// 399.5 s is in no window: left out.
+	assert.Equal(t, 3, got[1].Samples()+got[2].Samples()+got[3].Samples())
+}
+
+func TestInclusiveCountsAFunctionOncePerSample(t *testing.T) {
+	s := Stacks{"main;walk;walk;leaf": 2, "main;other": 3}
+	assert.Equal(t, map[string]int{"main": 5, "walk": 2, "leaf": 2, "other": 3}, s.Inclusive())
+	assert.Equal(t, 5, s.Samples())
+}
+
+func TestReadRefusesWhatIsNotPerfScript(t *testing.T) {
+	for name, in := range map[string]string{
+		"a frame before any header": "\t  1234 main.main\n",
+		"microseconds, not --ns":    " 9531   397.611523: \n\t 1 main.main\n",
+		"not a header":              "perf: no samples\n",
+	} {
+		_, err := Read(strings.NewReader(in), []Window{{From: 0, To: 1 << 62, Key: 1}})
+		assert.Error(t, err, name)
+	}
+	_, err := Read(strings.NewReader(script), []Window{{From: 0, To: 10, Key: 1}, {From: 5, To: 20, Key: 2}})
+	assert.ErrorContains(t, err, "overlap")
+}
+
+func TestGrewOrdersByGrowthPerUnit(t *testing.T) {
+	a := Stacks{"main;read": 10, "main;decide": 10}
+	b := Stacks{"main;read": 30, "main;decide": 6, "main;refuse": 8}
+	// One sample of a stands for 1 µs a unit, one of b for 0.5.
+	g := Grew(a, b, 1, 0.5, 3)
+	require.Len(t, g, 3)
+	assert.Equal(t, Growth{Func: "read", A: 10, B: 15}, g[0])
+	assert.Equal(t, Growth{Func: "refuse", A: 0, B: 4}, g[1], "new in b")
+	assert.Equal(t, Growth{Func: "main", A: 20, B: 22}, g[2])
+	assert.Equal(t, Growth{Func: "decide", A: 10, B: 3}, Grew(a, b, 1, 0.5, 10)[3], "shrunk: last")
+}
+
+// TestRecordSplitsARealProcessByTime records a child that hashes with one
+// function, then with another, and finds each in its own window: perf's
+// clock and MonoClock agree.
+func TestRecordSplitsARealProcessByTime(t *testing.T) {
+	if testing.Short() {
+		t.Skip("records with perf (linux-perf)")
+	}
+	_, err := exec.LookPath("perf")
+	require.NoError(t, err, "perf not found: apt-get install linux-perf")
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "hasher")
+	src := filepath.Join(dir, "main.go")
+	require.NoError(t, os.WriteFile(src, []byte(hasher), 0o644))
+	build := exec.Command("go", "build", "-o", bin, src)
+	build.Dir = dir
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	mono, err := MonoClock()
+	require.NoError(t, err)
+	child := exec.Command(bin)
+	child.Dir = dir
+	stdout, err := child.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, child.Start())
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	ready := make([]byte, 6)
+	_, err = stdout.Read(ready) // "ready\n": hashing with first from now
+	require.NoError(t, err)
+
+	rec, err := Record(999, filepath.Join(dir, "perf.data"), child.Process.Pid)
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond) // perf attached
+	start := time.Now()
+	// The child switches from first to second 700 ms after it printed
+	// ready and stops at 1,400 ms; the windows keep 150 ms clear of the
+	// switch.
+	time.Sleep(time.Until(start.Add(1200 * time.Millisecond)))
+	require.NoError(t, rec.Stop())
+	_ = stdout.Close()
+
+	switchAt := readyAt(t, dir)
+	got, err := rec.Split(context.Background(), []Window{
+		{From: mono(start), To: switchAt - int64(150*time.Millisecond), Key: 1},
+		{From: switchAt + int64(150*time.Millisecond), To: switchAt + int64(500*time.Millisecond), Key: 2},
+	})
+	require.NoError(t, err)
+	first, second := got[1].Inclusive(), got[2].Inclusive()
+	require.Greater(t, got[1].Samples(), 50, "samples before the switch")
+	require.Greater(t, got[2].Samples(), 50, "samples after the switch")
+	assert.Greater(t, first["main.first"], got[1].Samples()*9/10, "before the switch: first")
+	assert.Zero(t, first["main.second"], "before the switch")
+	assert.Greater(t, second["main.second"], got[2].Samples()*9/10, "after the switch: second")
+	assert.Zero(t, second["main.first"], "after the switch")
+
+	require.NoError(t, WriteFolded(filepath.Join(dir, "first.folded"), got[1]))
+	folded, err := os.ReadFile(filepath.Join(dir, "first.folded"))
+	require.NoError(t, err)
+	assert.Contains(t, string(folded), ";main.first")
+}
+
+// readyAt is the CLOCK_MONOTONIC time the hasher wrote when it switched.
+func readyAt(t *testing.T, dir string) int64 {
+	t.Helper()
+	var b []byte
+	require.Eventually(t, func() bool {
+		var err error
+		b, err = os.ReadFile(filepath.Join(dir, "switched"))
+		return err == nil && len(b) > 0
+	}, 5*time.Second, 10*time.Millisecond)
+	var at int64
+	_, err := fmt.Sscan(string(b), &at)
+	require.NoError(t, err)
+	return at
+}
+
+// hasher hashes with first for 600 ms, writes the CLOCK_MONOTONIC time it
+// switched to the file "switched", then hashes with second for 600 ms.
+const hasher = `package main
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+var sink [32]byte
+
+//go:noinline
+func first(b []byte) { sink = sha256.Sum256(b) }
+
+//go:noinline
+func second(b []byte) { sink = sha256.Sum256(b) }
+
+func mono() int64 {
+	var ts syscall.Timespec
+	syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 1, uintptr(unsafe.Pointer(&ts)), 0)
+	return ts.Nano()
+}
+
+func main() {
+	b := make([]byte, 4096)
+	fmt.Println("ready")
+	start := time.Now()
+	for time.Since(start) < 700*time.Millisecond {
+		first(b)
+	}
+	os.WriteFile("switched", []byte(fmt.Sprint(mono())), 0o644)
+	for time.Since(start) < 1400*time.Millisecond {
+		second(b)
+	}
+}
+`
