@@ -58,12 +58,14 @@ type conn struct {
 	wbuf       []byte // frames to write
 	spare      []byte
 	flushing   bool
-	sendAvail  int64 // connection credit the server has
-	peerWin    int64 // the client's SETTINGS_INITIAL_WINDOW_SIZE
-	peerFrame  int   // the client's SETTINGS_MAX_FRAME_SIZE
-	blocked    []*stream
-	sentData   bool // the server sent headers or data since the last PING (ping strikes)
-	greeted    bool // the server's SETTINGS are in wbuf: frames may follow
+	sendAvail  int64    // connection credit the server has
+	peerWin    int64    // the client's SETTINGS_INITIAL_WINDOW_SIZE
+	peerFrame  int      // the client's SETTINGS_MAX_FRAME_SIZE
+	connWait   waitList // answers waiting for the connection window (flow.go)
+	streamWait waitList // answers waiting for their stream's window
+	retried    uint64   // waiting answers tried after a window grew (the tests count them)
+	sentData   bool     // the server sent headers or data since the last PING (ping strikes)
+	greeted    bool     // the server's SETTINGS are in wbuf: frames may follow
 	goingAway  bool
 	ending     bool // Shutdown: server-streaming calls end at once (endStreaming)
 	closeAfter bool // close once wbuf is written (GOAWAY sent, no stream left)
@@ -263,18 +265,22 @@ func (c *conn) settings(f *http2.SettingsFrame) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
+	moved := false
+	if v, ok := f.Value(http2.SettingInitialWindowSize); ok && int64(v) != c.peerWin {
 		delta := int64(v) - c.peerWin
 		c.peerWin = int64(v)
 		for _, st := range c.streams {
 			st.sendAvail += delta
 		}
+		moved = true
 	}
 	if v, ok := f.Value(http2.SettingMaxFrameSize); ok {
 		c.peerFrame = int(v)
 	}
 	c.wbuf = appendFrameHeader(c.wbuf, 0, http2.FrameSettings, http2.FlagSettingsAck, 0)
-	c.unblockLocked()
+	if moved {
+		c.peerWindowLocked()
+	}
 	return nil
 }
 
@@ -315,16 +321,17 @@ func (c *conn) windowUpdate(f *http2.WindowUpdateFrame) error {
 			return http2.ConnectionError(http2.ErrCodeFlowControl)
 		}
 		c.sendAvail += inc
+		c.connRoomLocked()
 	} else if st := c.streams[f.StreamID]; st != nil {
 		if st.sendAvail+inc > 1<<31-1 {
 			c.resetLocked(st, http2.ErrCodeFlowControl)
 			return nil
 		}
 		st.sendAvail += inc
+		c.streamRoomLocked(st)
 	} else if f.StreamID > c.lastID {
 		return http2.ConnectionError(http2.ErrCodeProtocol) // an idle stream
 	}
-	c.unblockLocked()
 	return nil
 }
 
@@ -373,6 +380,8 @@ func (c *conn) dropLocked(st *stream) {
 	}
 	st.gone = true
 	delete(c.streams, st.id)
+	c.unwaitLocked(st)
+	st.out = nil // not to be written
 	if st.cancel != nil {
 		st.cancel()
 	}
@@ -439,7 +448,8 @@ func (c *conn) close() {
 		}
 	}
 	clear(c.streams)
-	c.blocked = nil
+	c.connWait.clear()
+	c.streamWait.clear()
 	c.room.Broadcast()
 	c.mu.Unlock()
 	for _, cancel := range cancels {

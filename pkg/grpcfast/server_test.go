@@ -29,9 +29,10 @@ import (
 	"google.golang.org/grpc/tap"
 )
 
-// testService answers UnaryCall with a payload of the asked size, echoes
-// metadata "echo" back as header and trailer, and holds a call whose
-// payload body is "wait" until released (or its context ends).
+// testService answers UnaryCall with a payload of the asked size (the
+// request's payload body repeated, or zeros), echoes metadata "echo" back as
+// header and trailer, and holds a call whose payload body is "wait" until
+// released (or its context ends).
 type testService struct {
 	testpb.UnimplementedTestServiceServer
 	release  chan struct{}
@@ -68,7 +69,16 @@ func (s *testService) UnaryCall(ctx context.Context, in *testpb.SimpleRequest) (
 	case "fail":
 		return nil, status.Error(codes.FailedPrecondition, "nope: 100% wrong\nline")
 	}
-	return &testpb.SimpleResponse{Payload: &testpb.Payload{Body: make([]byte, in.GetResponseSize())}}, nil
+	return &testpb.SimpleResponse{Payload: &testpb.Payload{Body: fill(int(in.GetResponseSize()), in.GetPayload().GetBody())}}, nil
+}
+
+// fill returns n bytes of pattern repeated (zeros if pattern is empty).
+func fill(n int, pattern []byte) []byte {
+	b := make([]byte, n)
+	for i := 0; len(pattern) > 0 && i < n; i += len(pattern) {
+		copy(b[i:], pattern)
+	}
+	return b
 }
 
 // StreamingOutputCall sends a message of each asked size, with header

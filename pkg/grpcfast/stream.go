@@ -49,9 +49,10 @@ type stream struct {
 	dispatched bool
 	cancel     context.CancelFunc
 	sendAvail  int64
-	out        []byte // answer bytes the windows have not let out yet
-	trailers   []byte // the answer's trailer block, sent after out
-	blocked    bool
+	out        []byte      // answer bytes the windows have not let out yet
+	trailers   []byte      // the answer's trailer block, sent after out
+	waiting    *waitList   // the list st waits in for a window (flow.go), or nil
+	prev, next *stream     // st's neighbours there
 	sentHdr    bool        // a server-streaming call's headers are written
 	gone       bool        // ended: answered, reset or the connection closed
 	hdr, trl   metadata.MD // set by the handler (grpc.SetHeader, grpc.SetTrailer)
@@ -480,7 +481,7 @@ func (c *conn) answer(st *stream, out []byte) {
 	}
 	st.out = out
 	c.sendLocked(st)
-	if st.blocked {
+	if st.waiting != nil {
 		st.out = append([]byte(nil), st.out...) // out goes back to the pool
 	}
 	c.kickLocked()

@@ -122,15 +122,12 @@ func (c *conn) kickLocked() {
 
 // sendLocked writes as much of st's answer as the flow-control windows
 // allow, and its trailers (if set) once the message is out; a stream whose
-// answer does not fit waits in blocked for WINDOW_UPDATE.
+// answer does not fit waits for WINDOW_UPDATE (flow.go).
 func (c *conn) sendLocked(st *stream) {
 	for len(st.out) > 0 {
 		n := int(min(int64(len(st.out)), c.sendAvail, st.sendAvail, int64(c.peerFrame)))
 		if n <= 0 {
-			if !st.blocked {
-				st.blocked = true
-				c.blocked = append(c.blocked, st)
-			}
+			c.waitLocked(st)
 			return
 		}
 		c.wbuf = append(appendFrameHeader(c.wbuf, n, http2.FrameData, 0, st.id), st.out[:n]...)
@@ -139,6 +136,7 @@ func (c *conn) sendLocked(st *stream) {
 		c.sendAvail -= int64(n)
 		st.sendAvail -= int64(n)
 	}
+	c.unwaitLocked(st)
 	if st.trailers == nil { // a server-streaming call's message, not its end
 		return
 	}
@@ -155,24 +153,6 @@ func (c *conn) finishLocked(st *stream) {
 	}
 	c.sentData = true
 	c.dropLocked(st)
-}
-
-// unblockLocked sends what the windows now allow of the blocked answers.
-func (c *conn) unblockLocked() {
-	if len(c.blocked) == 0 {
-		return
-	}
-	waiting := c.blocked
-	c.blocked = nil
-	for _, st := range waiting {
-		st.blocked = false
-		if !st.gone {
-			c.sendLocked(st)
-		}
-		if st.m.stream != nil {
-			c.room.Broadcast() // its SendMsg may wait for the window
-		}
-	}
 }
 
 // maxRefusals bounds the refusals' trailer blocks a server keeps.
