@@ -1,10 +1,10 @@
 package envoyrls
 
 // The two transports the rate-limit service runs on
-// (FLOODGATE_LIMITER_GRPC_TRANSPORT): grpc-go (NewGRPCServer), and
-// Floodgate's own h2c transport for unary calls (NewFastServer,
-// pkg/grpcfast), which costs a call about half of grpc-go's CPU. Both
-// serve the same EnvoyRLS, the same health service and interceptors.
+// (FLOODGATE_LIMITER_GRPC_TRANSPORT): Floodgate's own h2c transport for
+// unary calls (NewFastServer, pkg/grpcfast; the limiter's default), which
+// costs a call about half of grpc-go's CPU, and grpc-go (NewGRPCServer).
+// Both serve the same EnvoyRLS, the same health service and interceptors.
 
 import (
 	"cmp"

@@ -137,8 +137,8 @@ type Config struct {
 	// false): the floodgate transport and a gate only.
 	GRPCGatePace bool
 	// GRPCTransport is what serves the gRPC port
-	// (FLOODGATE_LIMITER_GRPC_TRANSPORT): grpc-go (the default) or
-	// floodgate, pkg/grpcfast's h2c transport for unary calls
+	// (FLOODGATE_LIMITER_GRPC_TRANSPORT): floodgate (the default),
+	// pkg/grpcfast's h2c transport for unary calls, or grpc-go
 	// (docs/limiter.md, "The gRPC transport").
 	GRPCTransport string
 }
@@ -172,7 +172,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		GRPCGateMax:          e.Int("FLOODGATE_LIMITER_GRPC_GATE_MAX", 0),
 		GRPCGateTarget:       e.Duration("FLOODGATE_LIMITER_GRPC_GATE_TARGET", envoyrls.GateTarget),
 		GRPCGatePace:         e.Bool("FLOODGATE_LIMITER_GRPC_GATE_PACE", false),
-		GRPCTransport:        e.String("FLOODGATE_LIMITER_GRPC_TRANSPORT", envoyrls.TransportGRPCGo),
+		GRPCTransport:        e.String("FLOODGATE_LIMITER_GRPC_TRANSPORT", envoyrls.TransportFloodgate),
 		EnvoyShadow:          e.Bool("FLOODGATE_LIMITER_ENVOY_SHADOW_MODE", false),
 		EnvoyMerge:           e.Bool("FLOODGATE_LIMITER_ENVOY_MERGE_DOMAINS", false),
 		EnvoyFailureModeDeny: e.Bool("FLOODGATE_LIMITER_ENVOY_FAILURE_MODE_DENY", false),

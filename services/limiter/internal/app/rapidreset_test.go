@@ -125,7 +125,8 @@ func TestRapidResetLimiterProcess(t *testing.T) {
 	startLimiter(t, map[string]string{
 		"FLOODGATE_LIMITER_ADDR": os.Getenv("FLOODGATE_T5_HTTP"), "FLOODGATE_LIMITER_GRPC_ADDR": os.Getenv("FLOODGATE_T5_GRPC"),
 		"FLOODGATE_GATEWAY": "t5-test", "FLOODGATE_LIMITER_INFLUX_INTERVAL": "0", "FLOODGATE_JOURNAL_DIR": t.TempDir(),
-		// FLOODGATE_LIMITER_GRPC_TRANSPORT=floodgate go test -run T5: the same on pkg/grpcfast.
+		// On the default transport (pkg/grpcfast); FLOODGATE_LIMITER_GRPC_TRANSPORT=grpc-go
+		// go test -run T5: the same on grpc-go.
 		"FLOODGATE_LIMITER_GRPC_TRANSPORT": os.Getenv("FLOODGATE_LIMITER_GRPC_TRANSPORT"),
 	})
 	_, _ = io.Copy(io.Discard, os.Stdin)
