@@ -3,6 +3,7 @@ package perfsplit
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,7 +99,9 @@ func TestGrewOrdersByGrowthPerUnit(t *testing.T) {
 
 // TestRecordSplitsARealProcessByTime records a child that hashes with one
 // function, then with another, and finds each in its own window: perf's
-// clock and MonoClock agree.
+// clock and MonoClock agree. The child switches after a span of its own CPU
+// time, not of the clock's, so a loaded machine gives each window as many
+// samples as an idle one.
 func TestRecordSplitsARealProcessByTime(t *testing.T) {
 	if testing.Short() {
 		t.Skip("records with perf (linux-perf)")
@@ -118,34 +121,43 @@ func TestRecordSplitsARealProcessByTime(t *testing.T) {
 	require.NoError(t, err)
 	child := exec.Command(bin)
 	child.Dir = dir
+	stdin, err := child.StdinPipe()
+	require.NoError(t, err)
 	stdout, err := child.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, child.Start())
 	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
 	ready := make([]byte, 6)
-	_, err = stdout.Read(ready) // "ready\n": hashing with first from now
+	_, err = io.ReadFull(stdout, ready) // "ready\n": waiting for "go"
 	require.NoError(t, err)
 
 	rec, err := Record(999, filepath.Join(dir, "perf.data"), child.Process.Pid)
 	require.NoError(t, err)
-	time.Sleep(100 * time.Millisecond) // perf attached
+	time.Sleep(200 * time.Millisecond) // perf attached
 	start := time.Now()
-	// The child switches from first to second 700 ms after it printed
-	// ready and stops at 1,400 ms; the windows keep 150 ms clear of the
-	// switch.
-	time.Sleep(time.Until(start.Add(1200 * time.Millisecond)))
+	_, err = io.WriteString(stdin, "go\n")
+	require.NoError(t, err)
+	exited := make(chan error, 1)
+	go func() { _, _ = io.Copy(io.Discard, stdout); exited <- child.Wait() }()
+	select {
+	case err := <-exited:
+		require.NoError(t, err, "the hasher")
+	case <-time.After(60 * time.Second):
+		t.Fatal("the hasher did not finish its 600 ms of CPU in 60 s")
+	}
 	require.NoError(t, rec.Stop())
-	_ = stdout.Close()
 
-	switchAt := readyAt(t, dir)
+	// The windows keep 20 ms clear of the switch: the child reads the
+	// clock between its last call of one and its first of the other.
+	switchAt := switchedAt(t, dir)
 	got, err := rec.Split(context.Background(), []Window{
-		{From: mono(start), To: switchAt - int64(150*time.Millisecond), Key: 1},
-		{From: switchAt + int64(150*time.Millisecond), To: switchAt + int64(500*time.Millisecond), Key: 2},
+		{From: mono(start), To: switchAt - int64(20*time.Millisecond), Key: 1},
+		{From: switchAt + int64(20*time.Millisecond), To: mono(time.Now()), Key: 2},
 	})
 	require.NoError(t, err)
 	first, second := got[1].Inclusive(), got[2].Inclusive()
-	require.Greater(t, got[1].Samples(), 50, "samples before the switch")
-	require.Greater(t, got[2].Samples(), 50, "samples after the switch")
+	require.Greater(t, got[1].Samples(), 100, "samples before the switch (300 ms of CPU at 999 Hz)")
+	require.Greater(t, got[2].Samples(), 100, "samples after the switch (300 ms of CPU at 999 Hz)")
 	assert.Greater(t, first["main.first"], got[1].Samples()*9/10, "before the switch: first")
 	assert.Zero(t, first["main.second"], "before the switch")
 	assert.Greater(t, second["main.second"], got[2].Samples()*9/10, "after the switch: second")
@@ -157,26 +169,24 @@ func TestRecordSplitsARealProcessByTime(t *testing.T) {
 	assert.Contains(t, string(folded), ";main.first")
 }
 
-// readyAt is the CLOCK_MONOTONIC time the hasher wrote when it switched.
-func readyAt(t *testing.T, dir string) int64 {
+// switchedAt is the CLOCK_MONOTONIC time the hasher wrote when it switched.
+func switchedAt(t *testing.T, dir string) int64 {
 	t.Helper()
-	var b []byte
-	require.Eventually(t, func() bool {
-		var err error
-		b, err = os.ReadFile(filepath.Join(dir, "switched"))
-		return err == nil && len(b) > 0
-	}, 5*time.Second, 10*time.Millisecond)
+	b, err := os.ReadFile(filepath.Join(dir, "switched"))
+	require.NoError(t, err)
 	var at int64
-	_, err := fmt.Sscan(string(b), &at)
+	_, err = fmt.Sscan(string(b), &at)
 	require.NoError(t, err)
 	return at
 }
 
-// hasher hashes with first for 600 ms, writes the CLOCK_MONOTONIC time it
-// switched to the file "switched", then hashes with second for 600 ms.
+// hasher waits for "go" on its stdin, hashes with first for 300 ms of its
+// own CPU time, writes the CLOCK_MONOTONIC time it switched to the file
+// "switched", then hashes with second for 300 ms of CPU.
 const hasher = `package main
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"fmt"
 	"os"
@@ -193,22 +203,30 @@ func first(b []byte) { sink = sha256.Sum256(b) }
 //go:noinline
 func second(b []byte) { sink = sha256.Sum256(b) }
 
-func mono() int64 {
+func clock(id uintptr) time.Duration {
 	var ts syscall.Timespec
-	syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 1, uintptr(unsafe.Pointer(&ts)), 0)
-	return ts.Nano()
+	syscall.Syscall(syscall.SYS_CLOCK_GETTIME, id, uintptr(unsafe.Pointer(&ts)), 0)
+	return time.Duration(ts.Nano())
 }
+
+const monotonic, processCPU = 1, 2
 
 func main() {
 	b := make([]byte, 4096)
 	fmt.Println("ready")
-	start := time.Now()
-	for time.Since(start) < 700*time.Millisecond {
-		first(b)
+	bufio.NewReader(os.Stdin).ReadString('\n')
+	// The CPU clock is a system call: read it every 64 hashes.
+	start := clock(processCPU)
+	for clock(processCPU)-start < 300*time.Millisecond {
+		for range 64 {
+			first(b)
+		}
 	}
-	os.WriteFile("switched", []byte(fmt.Sprint(mono())), 0o644)
-	for time.Since(start) < 1400*time.Millisecond {
-		second(b)
+	os.WriteFile("switched", []byte(fmt.Sprint(int64(clock(monotonic)))), 0o644)
+	for clock(processCPU)-start < 600*time.Millisecond {
+		for range 64 {
+			second(b)
+		}
 	}
 }
 `
