@@ -89,6 +89,7 @@ func Scenarios() []Scenario {
 		{"broker-kill", "Kafka broker SIGKILLed under limiter load (journal on), down for the outage, restarted on its data dir", true, BrokerKill},
 		{"redis-restart", "Redis SIGKILLed under limiter load and restarted empty", false, RedisRestart},
 		{"redis-slow", "Redis replies delayed by 20 ms, then 40 ms (the budget is 50 ms), then one 60 ms stall", false, RedisSlow},
+		{"redis-slow-grpc", "Redis replies delayed by 20 ms, then 40 ms, under Envoy-shaped gRPC checks with a 50 ms deadline: what a slow Redis does to the gRPC entry gate (FLOODGATE_LIMITER_GRPC_GATE_MAX from the environment)", false, RedisSlowGRPC},
 		{"redis-cluster-failover", "a master of a 3-master Redis Cluster with replicas SIGKILLed under load; its replica takes over", false, RedisClusterFailover},
 		{"journal-disk-full", "the limiter's journal on a 4 MiB disk while the broker is down under load", false, JournalDiskFull},
 		{"redis-flushall", "rapid-fire bots penalized, then stopped; Redis FLUSHALLed: penalties must come back without re-detection", false, RedisFlushAll},

@@ -357,3 +357,19 @@ func TestInterleavedPerfNote(t *testing.T) {
 	rs[0].perfErr = errors.New("perf record: exit status 255")
 	assert.Equal(t, "perf: perf record: exit status 255", o.interleavedPerfNote("interleaved", rs, []string{"1.0×", "2.0×"}))
 }
+
+func TestTallyRedisSlow(t *testing.T) {
+	at := time.Unix(1000, 0)
+	checks := []Check{
+		{Start: at, Latency: 30 * time.Millisecond, OK: true},                             // decided
+		{Start: at, Latency: 10 * time.Millisecond, OK: true, Degraded: true, Shed: true}, // degraded (shed)
+		{Start: at, Latency: 5 * time.Millisecond, Overloaded: true},                      // the gate's UNAVAILABLE
+		{Start: at, Latency: 51 * time.Millisecond, OK: true},                             // too late
+		{Start: at, Latency: 50 * time.Millisecond, GaveUp: true},                         // none
+		{Start: at.Add(-time.Millisecond), Latency: time.Millisecond, OK: true},           // before the phase
+		{Start: at.Add(time.Second), Latency: time.Millisecond, OK: true},                 // after it
+	}
+	got := tallyRedisSlow(checks, at, at.Add(time.Second))
+	require.Equal(t, redisSlowTally{sent: 5, inTime: 1, degraded: 1, overloaded: 1, none: 2}, got)
+	require.InDelta(t, 20.0, got.pct(got.inTime), 1e-9)
+}
