@@ -121,11 +121,7 @@ func tailNote(what string, from, to []promtext.Bucket, limits ...float64) string
 
 // checkSeconds is one scrape of the limiter's check-time histogram.
 func checkSeconds(ctx context.Context, lim *Service) []promtext.Bucket {
-	e, err := lim.Metrics(ctx)
-	if err != nil {
-		return nil
-	}
-	return e.Buckets("floodgate_limiter_check_seconds")
+	return lim.Buckets(ctx, "floodgate_limiter_check_seconds")
 }
 
 // ownSchedLatencies is this process's go_sched_latencies_seconds, from

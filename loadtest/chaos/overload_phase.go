@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -218,6 +219,7 @@ func (o *overloadRun) phase(ctx context.Context, name string, f float64, rate in
 	}
 	var peakG, peakRunnable, peakWaiting float64
 	gateLimits := map[float64]bool{}
+	targetLo, targetHi := math.Inf(1), 0.0
 	var mu sync.Mutex
 	sctx, cancel := context.WithCancel(ctx)
 	go func() {
@@ -235,6 +237,9 @@ func (o *overloadRun) phase(ctx context.Context, name string, f float64, rate in
 					peakWaiting = max(peakWaiting, w)
 					if l, ok := e.Sum("floodgate_limiter_grpc_gate_limit"); ok {
 						gateLimits[l] = true
+					}
+					if tg, ok := e.Sum("floodgate_limiter_grpc_gate_target_seconds"); ok {
+						targetLo, targetHi = min(targetLo, tg), max(targetHi, tg)
 					}
 				}
 				mu.Unlock()
@@ -325,6 +330,9 @@ func (o *overloadRun) phase(ctx context.Context, name string, f float64, rate in
 		gateNote = fmt.Sprintf("limit %.0f–%.0f, at most %.0f waiting, %.0f left to their callers (refused at the door %.0f, dropped from the queue %.0f, past their deadline %.0f, canceled %.0f)",
 			limits[0], limits[len(limits)-1], peakWaiting, left("refused")+left("dropped")+left("past_deadline")+left("canceled"),
 			left("refused"), left("dropped"), left("past_deadline"), left("canceled"))
+		if targetHi > 0 {
+			gateNote += fmt.Sprintf("; target %.1f–%.1f ms (FLOODGATE_LIMITER_GRPC_GATE_TARGET above the shortest Redis round trip of late)", 1000*targetLo, 1000*targetHi)
+		}
 		if turns1["given"] > 0 {
 			gateNote += fmt.Sprintf("; reads paced (FLOODGATE_LIMITER_GRPC_GATE_PACE): turns at once %.0f, given %.0f, after the longest wait %.0f",
 				turns1["at_once"]-turns0["at_once"], turns1["given"]-turns0["given"], turns1["max_wait"]-turns0["max_wait"])

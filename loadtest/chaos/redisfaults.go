@@ -132,11 +132,7 @@ func poolMisses(ctx context.Context, lim *Service) float64 {
 // CPU (the Go runtime's go_sched_latencies_seconds; nil when /metrics cannot
 // be read).
 func schedLatencies(ctx context.Context, lim *Service) []promtext.Bucket {
-	e, err := promtext.Get(ctx, "http://"+lim.Addr+"/metrics")
-	if err != nil {
-		return nil
-	}
-	return e.Buckets("go_sched_latencies_seconds")
+	return lim.Buckets(ctx, "go_sched_latencies_seconds")
 }
 
 // seconds is s as a Duration (+Inf as the largest).

@@ -4,8 +4,9 @@ package chaos
 // limiter short of CPU from one waiting for Redis. The gRPC entry gate
 // (FLOODGATE_LIMITER_GRPC_GATE_MAX, passed through from this process's
 // environment, as every FLOODGATE_* is) aims at a time from the gate to the
-// answer that includes the Redis round trip: a slow Redis shrinks it as CPU
-// overload does (docs/chaos.md, 2026-12-02 15:30–15:33).
+// answer above Redis's shortest round trip of late: a slow Redis must move
+// its target, not shrink its limit as CPU overload does (docs/chaos.md,
+// 2026-12-02 15:30–15:35 and the session after).
 
 import (
 	"context"
@@ -54,13 +55,26 @@ func RedisSlowGRPC(ctx context.Context, e *Env, s Size, r *Result) error {
 		Next: func(w, i int) events.Principal { return ps[(w*7919+i)%len(ps)] }}
 	stop := startLoad(ctx, load)
 	marks := make([]time.Time, 0, len(redisSlowGRPCDelays)+1)
-	for _, d := range redisSlowGRPCDelays {
+	gateAt := make([]string, len(redisSlowGRPCDelays)) // the gate's limit and target near each phase's end
+	engine := make([]string, len(redisSlowGRPCDelays)) // the engine's check and pipeline times over each phase
+	for k, d := range redisSlowGRPCDelays {
 		if err := px.SetDelay(ctx, d); err != nil {
 			stop()
 			return err
 		}
 		marks = append(marks, time.Now())
-		_ = sleep(ctx, redisSlowGRPCPhase)
+		check0, pipe0 := checkSeconds(ctx, lim), lim.Buckets(ctx, "floodgate_limiter_redis_pipeline_seconds")
+		_ = sleep(ctx, redisSlowGRPCPhase-time.Second)
+		engine[k] = "; " + tailNote("checks decided by the engine (floodgate_limiter_check_seconds)", check0, checkSeconds(ctx, lim), d.Seconds()+0.005, 0.05) +
+			"; " + tailNote("Redis pipelines (floodgate_limiter_redis_pipeline_seconds)", pipe0, lim.Buckets(ctx, "floodgate_limiter_redis_pipeline_seconds"), d.Seconds()+0.005, 0.05)
+		if m, err := lim.Metrics(ctx); err == nil {
+			l, okL := m.Sum("floodgate_limiter_grpc_gate_limit")
+			tg, okT := m.Sum("floodgate_limiter_grpc_gate_target_seconds")
+			if okL && okT {
+				gateAt[k] = fmt.Sprintf("; the entry gate near the phase's end: limit %.0f, target %.1f ms", l, 1000*tg)
+			}
+		}
+		_ = sleep(ctx, time.Second)
 	}
 	marks = append(marks, time.Now())
 	stop()
@@ -74,8 +88,8 @@ func RedisSlowGRPC(ctx context.Context, e *Env, s Size, r *Result) error {
 	for k, d := range redisSlowGRPCDelays {
 		t := tallyRedisSlow(checks, marks[k].Add(time.Second), marks[k+1])
 		name := fmt.Sprintf("+%d ms", d.Milliseconds())
-		r.metric(name, "%d checks: %.1f %% decided from Redis within the deadline; %.1f %% answered degraded within it (local state: shed, or the rule's fail policy), %.1f %% UNAVAILABLE from the entry gate, %.1f %% with no answer within the deadline",
-			t.sent, t.pct(t.inTime), t.pct(t.degraded), t.pct(t.overloaded), t.pct(t.none))
+		r.metric(name, "%d checks: %.1f %% decided from Redis within the deadline; %.1f %% answered degraded within it (local state: shed, or the rule's fail policy), %.1f %% UNAVAILABLE from the entry gate, %.1f %% with no answer within the deadline%s",
+			t.sent, t.pct(t.inTime), t.pct(t.degraded), t.pct(t.overloaded), t.pct(t.none), gateAt[k]+engine[k])
 		if d == 0 {
 			r.require(name+": decided within the deadline ≥ 99 %", t.pct(t.inTime) >= 99, "%.1f %%", t.pct(t.inTime))
 		} else if d < overloadDeadline/2 {

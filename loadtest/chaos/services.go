@@ -117,6 +117,16 @@ func (s *Service) Metrics(ctx context.Context) (promtext.Exposition, error) {
 	return e, nil
 }
 
+// Buckets is a histogram's cumulative buckets on the service's /metrics;
+// nil when it cannot be read.
+func (s *Service) Buckets(ctx context.Context, name string) []promtext.Bucket {
+	e, err := s.Metrics(ctx)
+	if err != nil {
+		return nil
+	}
+	return e.Buckets(name)
+}
+
 // Metric sums the samples of a Prometheus metric on the service's /metrics
 // (a name, or a series written out: promtext.Exposition.Sum).
 func (s *Service) Metric(ctx context.Context, name string) (float64, error) {

@@ -64,6 +64,12 @@ type Config struct {
 	// whose unloaded time cannot be measured under load (a CPU quota's
 	// stalls inflate every window's average alike).
 	Baseline time.Duration
+	// DependencyWait, with Baseline, is added to it each window: the least
+	// time a permit spends waiting on a dependency the limit cannot speed
+	// up (for the gRPC entry gate, Redis's round trip: its floor,
+	// redisx.RoundTripFloor), so that a slower dependency raises the target
+	// instead of shrinking the limit. Nil: none.
+	DependencyWait func() time.Duration
 	// Queue is the wait for a permit when the limit is reached (adaptive
 	// LIFO with CoDel); zero: none, a check is refused at once.
 	Queue QueueConfig
@@ -241,7 +247,11 @@ func (l *ConcurrencyLimit) update(now int64) {
 	}
 	sum := l.sum.Swap(0)
 	n = l.n.Swap(0)
-	peak := l.peak.Swap(0)
+	// A permit handed from one call to the next (a standing queue) is
+	// taken without Acquire: what is held now is a peak too, else a limit
+	// that shrank while a queue stood would read its own bound as light
+	// load and never grow back.
+	peak := max(l.peak.Swap(0), l.inflight.Load())
 	l.next.Store(now + int64(l.cfg.Window))
 	recent := float64(sum) / float64(max(n, 1))
 
@@ -261,7 +271,7 @@ func (l *ConcurrencyLimit) update(now int64) {
 		base = min(base, m)
 	}
 	if l.cfg.Baseline > 0 {
-		base = float64(l.cfg.Baseline)
+		base = float64(l.target())
 	}
 
 	if float64(peak) < l.est/2 {
@@ -276,7 +286,33 @@ func (l *ConcurrencyLimit) update(now int64) {
 		if l.onChange != nil {
 			l.onChange(v)
 		}
+		// Room the queue is waiting for: hand it out now, not only as
+		// permits come back (which hand on one each, never more).
+		for l.waiting.Load() > 0 && l.Acquire() {
+			if !l.handOff() {
+				l.inflight.Add(-1)
+				break
+			}
+		}
 	}
+}
+
+// target is the fixed baseline, with the dependency's wait.
+func (l *ConcurrencyLimit) target() time.Duration {
+	if l.cfg.DependencyWait == nil {
+		return l.cfg.Baseline
+	}
+	return l.cfg.Baseline + max(l.cfg.DependencyWait(), 0)
+}
+
+// Target is the average time a permit is held that the limit aims at —
+// Tolerance × (Baseline + DependencyWait + Slack) — or 0 when its baseline
+// is measured instead.
+func (l *ConcurrencyLimit) Target() time.Duration {
+	if l.cfg.Baseline <= 0 {
+		return 0
+	}
+	return time.Duration(l.cfg.Tolerance * float64(l.target()+l.cfg.Slack))
 }
 
 // Limit is the current limit.

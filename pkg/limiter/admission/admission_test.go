@@ -91,6 +91,32 @@ func TestConcurrencyLimitAdapts(t *testing.T) {
 		}
 		require.Greater(t, s.l.Limit(), int64(200), "the limit recovers once the baseline is the new round trip")
 	})
+	t.Run("a fixed target rises with its dependency's wait", func(t *testing.T) {
+		fixed := cfg
+		fixed.Baseline, fixed.Tolerance, fixed.Slack = 5*time.Millisecond, 1, 0
+		wait := 20 * time.Millisecond
+		fixed.DependencyWait = func() time.Duration { return wait }
+		s := newSimLimit(fixed)
+		require.Equal(t, 25*time.Millisecond, s.l.Target())
+		for range 30 { // Redis 20 ms slower, the limiter's own part 4 ms
+			s.window(int(s.l.Limit()), 24*time.Millisecond)
+		}
+		require.Greater(t, s.l.Limit(), int64(200), "under target: the limit grows")
+		high := s.l.Limit()
+		for range 30 { // the limiter's own queueing: 15 ms above the same Redis
+			s.window(int(s.l.Limit()), 35*time.Millisecond)
+		}
+		require.Less(t, s.l.Limit(), high/4, "its own queueing still shrinks it")
+
+		without := fixed
+		without.DependencyWait = nil
+		s = newSimLimit(without)
+		require.Equal(t, 5*time.Millisecond, s.l.Target())
+		for range 30 {
+			s.window(int(s.l.Limit()), 24*time.Millisecond)
+		}
+		require.Less(t, s.l.Limit(), int64(64), "without it the same slower Redis shrinks the limit")
+	})
 }
 
 // BenchmarkAdmission compares the engine's admission limit with

@@ -273,3 +273,43 @@ func TestAcquireWaitCanceled(t *testing.T) {
 	require.Zero(t, l.inflight.Load())
 	require.Equal(t, "canceled", Canceled.String())
 }
+
+// TestLimitGrowsWhileAQueueStands: a limit whose permits are all handed
+// from call to call (a standing queue, no Acquire) still reads them as
+// used, and grows while calls finish under their target, handing the new
+// room to the queue at once — a limit that shrank under a passing spike
+// recovers with the queue still there.
+func TestLimitGrowsWhileAQueueStands(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Initial, cfg.Min, cfg.Max = 8, 8, 64
+	cfg.Baseline, cfg.Tolerance, cfg.Slack = 10*time.Millisecond, 1, 0
+	// nothing leaves the queue but by a permit: the test's clock jumps
+	cfg.Queue = QueueConfig{Target: time.Hour, Interval: time.Hour, MaxWait: time.Hour, MaxLen: 1024}
+	var now atomic.Int64 // the limit's clock, ns since its start
+	l := NewConcurrencyLimit(cfg, nil)
+	l.since = func(time.Time) time.Duration { return time.Duration(now.Load()) }
+	for range 8 {
+		require.True(t, l.Acquire())
+	}
+	const waiters = 300
+	admitted := make(chan struct{}, waiters)
+	for range waiters {
+		go func() {
+			if l.AcquireWait(nil, time.Time{}) == Admitted {
+				admitted <- struct{}{}
+			}
+		}()
+	}
+	require.Eventually(t, func() bool { return l.Waiting() == waiters }, 10*time.Second, time.Millisecond)
+	for range 20 { // 20 windows of 12 calls, each holding its permit 2 ms of a 10 ms target
+		for range 12 {
+			start := l.start.Add(time.Duration(now.Load()))
+			now.Add(int64(2 * time.Millisecond))
+			l.Release(start)
+			<-admitted // handed on
+		}
+		now.Add(int64(cfg.Window))
+	}
+	require.Greater(t, l.Limit(), int64(20), "the limit grew window after window while permits were handed on")
+	require.Equal(t, l.Limit(), l.InFlight(), "the queue was given the room as it grew")
+}

@@ -300,7 +300,7 @@ func BenchmarkEnvoyShouldRateLimit(b *testing.B) {
 		gate int
 	}{{"no_gate", 0}, {"gate_8", 8}, {"gate_1024", 1024}} {
 		b.Run(bc.name, func(b *testing.B) {
-			f := newRLS(b, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 1000000000, period: 1s}\n", WithGate(bc.gate, 0))
+			f := newRLS(b, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 1000000000, period: 1s}\n", WithGate(bc.gate, 0, nil))
 			base := redistest.Unique(b, "envoy_bench")
 			var worker atomic.Int64
 			b.SetParallelism(16)

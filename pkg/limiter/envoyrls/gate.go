@@ -33,9 +33,16 @@ import (
 // GateConfig is the entry gate of at most max calls decided at once: the
 // engine's adaptive concurrency limit (admission.DefaultConfig) between 8
 // and max, steered to keep a call's time from the gate to its answer near
-// target (0: GateTarget), shrinking when it is longer and growing while it
-// is shorter, with its adaptive LIFO/CoDel queue.
-func GateConfig(max int, target time.Duration) admission.Config {
+// target (0: GateTarget) above the time Redis takes — twice redisFloor
+// (nil: none), the shortest round trip of late (redisx.RoundTripFloor): a
+// call waits for at most one pipeline's round trip before its own goes out
+// (redisx.GroupCommit), and behind a slow link the pipelines bunch so that
+// many do; the sum capped at GateTargetMax — shrinking when it is longer
+// and growing while it is shorter, with its adaptive LIFO/CoDel queue. So
+// the target is one of the limiter's own queueing: a Redis 20 ms slower
+// moves the floor, not the limit, while calls queueing for the limiter's
+// CPU lengthen the time without lengthening the floor.
+func GateConfig(max int, target time.Duration, redisFloor func() time.Duration) admission.Config {
 	if target <= 0 {
 		target = GateTarget
 	}
@@ -44,6 +51,9 @@ func GateConfig(max int, target time.Duration) admission.Config {
 	cfg.Min = min(GateMin, cfg.Max)
 	cfg.Initial = min(64, cfg.Max)
 	cfg.Baseline, cfg.Tolerance, cfg.Slack = target, 1, 0
+	if redisFloor != nil {
+		cfg.DependencyWait = func() time.Duration { return min(2*redisFloor(), GateTargetMax) }
+	}
 	return cfg
 }
 
@@ -65,12 +75,12 @@ const (
 const GateMin = 8
 
 // WithGate puts an entry gate of at most max calls decided at once, aiming
-// at target (0: GateTarget), in front of the service (GateConfig); max 0:
-// none (the default).
-func WithGate(max int, target time.Duration) GRPCOption {
+// at target (0: GateTarget) above redisFloor, in front of the service
+// (GateConfig); max 0: none (the default).
+func WithGate(max int, target time.Duration, redisFloor func() time.Duration) GRPCOption {
 	return func(e *EnvoyRLS) {
 		if max > 0 {
-			e.gateCfg = GateConfig(max, target)
+			e.gateCfg = GateConfig(max, target, redisFloor)
 		}
 	}
 }
@@ -94,6 +104,9 @@ func newGate(cfg admission.Config, reg prometheus.Registerer) *gate {
 	if reg != nil {
 		_ = reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floodgate_limiter_grpc_gate_waiting",
 			Help: "ShouldRateLimit calls waiting at the entry gate."}, func() float64 { return float64(g.lim.Waiting()) }))
+		_ = reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floodgate_limiter_grpc_gate_target_seconds",
+			Help: "The average time from the entry gate to the answer its limit aims at: FLOODGATE_LIMITER_GRPC_GATE_TARGET above the shortest Redis round trip of late."},
+			func() float64 { return g.lim.Target().Seconds() }))
 	}
 	return g
 }

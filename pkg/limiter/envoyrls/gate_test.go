@@ -24,7 +24,7 @@ import (
 // oneAtATime is a gate that lets one call through, queues up to 8 for at
 // most 20 ms (10 ms once the queue stands).
 func oneAtATime() admission.Config {
-	cfg := GateConfig(1, 0)
+	cfg := GateConfig(1, 0, nil)
 	cfg.Queue = admission.QueueConfig{Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond, MaxWait: 20 * time.Millisecond, MaxLen: 8}
 	return cfg
 }
@@ -155,9 +155,21 @@ func TestGateDoorRefusesWhileARoundWaits(t *testing.T) {
 }
 
 // TestGateConfigTarget: the gate's limit aims at the configured target, and
-// at GateTarget when none is given.
+// at GateTarget when none is given, above Redis's floor and the wait for a
+// pipeline (as long again), the two capped at GateTargetMax.
 func TestGateConfigTarget(t *testing.T) {
-	require.Equal(t, 2*time.Millisecond, GateConfig(64, 2*time.Millisecond).Baseline)
-	require.Equal(t, GateTarget, GateConfig(64, 0).Baseline)
-	require.Equal(t, int64(64), GateConfig(64, 0).Max)
+	require.Equal(t, 2*time.Millisecond, GateConfig(64, 2*time.Millisecond, nil).Baseline)
+	require.Equal(t, GateTarget, GateConfig(64, 0, nil).Baseline)
+	require.Equal(t, int64(64), GateConfig(64, 0, nil).Max)
+	require.Nil(t, GateConfig(64, 0, nil).DependencyWait)
+
+	floor := 20 * time.Millisecond
+	cfg := GateConfig(64, 0, func() time.Duration { return floor })
+	require.Equal(t, 40*time.Millisecond, cfg.DependencyWait())
+	lim := admission.NewConcurrencyLimit(cfg, nil)
+	require.Equal(t, GateTarget+40*time.Millisecond, lim.Target(), "the limit aims above it")
+	floor = 0
+	require.Equal(t, GateTarget, lim.Target(), "no round trip of late: the target alone")
+	floor = time.Second
+	require.Equal(t, GateTargetMax, cfg.DependencyWait())
 }

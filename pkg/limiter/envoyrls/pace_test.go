@@ -19,7 +19,7 @@ import (
 // began waiting last, counted until that connection has handled its read;
 // one that waits its longest reads anyway.
 func TestPacerGivesTurnsNewestFirst(t *testing.T) {
-	cfg := GateConfig(8, 0) // a limit of 8, fixed
+	cfg := GateConfig(8, 0, nil) // a limit of 8, fixed
 	cfg.Queue = admission.QueueConfig{Target: time.Second, Interval: time.Second, MaxWait: 10 * time.Second, MaxLen: 100}
 	reg := prometheus.NewRegistry()
 	g := newGate(cfg, reg)
@@ -122,7 +122,7 @@ func TestPacerGivesTurnsWhileTheGateIsIdle(t *testing.T) {
 		{"a call started", (*pacer).Dispatched, (*pacer).Started},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := newGate(GateConfig(8, 0), nil) // room: half a round, 4
+			g := newGate(GateConfig(8, 0, nil), nil) // room: half a round, 4
 			p := newPacer(g, time.Hour, nil)
 			for range 4 {
 				tc.take(p)

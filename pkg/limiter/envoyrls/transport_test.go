@@ -91,7 +91,7 @@ func TestFloodgateTransportGuardsAndGates(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s := server.New(server.Config{Engine: limitertest.Engine(t, rdb, "version: 1\nrules:\n  - {id: p, tier: principal, limit: 1000, period: 1s}\n", nil),
 		Publisher: &kafkatest.Capture{}, Topic: "decisions", Logger: slog.New(slog.DiscardHandler), Registry: reg})
-	g, hs := NewFastServer(s, WithGate(GateMin, 0))
+	g, hs := NewFastServer(s, WithGate(GateMin, 0, nil))
 	SetServing(hs, true)
 	addr, conn := limitertest.ServeGRPC(t, g.Serve, g.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

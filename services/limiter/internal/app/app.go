@@ -111,6 +111,8 @@ func Run(ctx context.Context, env service.Env) error {
 		Topology:     redisx.NewTopology(log, reg)}
 	rdb := redisx.NewClient(redisOpts)
 	run.Closer("redis", rdb.Close)
+	redisFloor := redisx.NewRoundTripFloor(0) // the gRPC entry gate's target sits above it
+	rdb.AddHook(redisFloor)
 	reg.MustRegister(redisx.PoolCollector(rdb))
 	fail := func(err error) error {
 		_ = rdb.Close()
@@ -208,7 +210,7 @@ func Run(ctx context.Context, env service.Env) error {
 			grpcAddr = grpcLn.Addr().String()
 			grpcLn = httpapi.LimitListener(grpcLn, cfg.GRPCMaxConns, httpapi.NewConnMetrics(reg, "floodgate_limiter_grpc",
 				"Open gRPC connections (bounded by FLOODGATE_LIMITER_GRPC_MAX_CONNS; more wait in the kernel's backlog)."))
-			opts := []envoyrls.GRPCOption{envoyrls.WithMaxStreams(uint32(cfg.GRPCMaxStreams)), envoyrls.WithGate(cfg.GRPCGateMax, cfg.GRPCGateTarget), envoyrls.WithReadPacing(cfg.GRPCGatePace)}
+			opts := []envoyrls.GRPCOption{envoyrls.WithMaxStreams(uint32(cfg.GRPCMaxStreams)), envoyrls.WithGate(cfg.GRPCGateMax, cfg.GRPCGateTarget, redisFloor.Floor), envoyrls.WithReadPacing(cfg.GRPCGatePace)}
 			if envoySrc != nil {
 				ec := &envoyrls.EnvoyConfig{Source: envoySrc,
 					Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoy:", GlobalShadow: cfg.EnvoyShadow,
