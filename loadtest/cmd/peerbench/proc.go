@@ -106,7 +106,11 @@ func startLimiter(root, prebuilt, envoyDir, algorithm string, lease int, place p
 	lim.Env = append(os.Environ(), "FLOODGATE_LIMITER_ADDR="+httpAddr, "FLOODGATE_LIMITER_GRPC_ADDR="+grpcAddr,
 		"FLOODGATE_LIMITER_ENVOY_CONFIG="+envoyDir, rule, "FLOODGATE_LIMITER_INFLUX_INTERVAL=0",
 		"FLOODGATE_JOURNAL_DIR="+filepath.Join(dir, "journal"), "FLOODGATE_GATEWAY=peerbench",
-		"FLOODGATE_REDIS_ADDRS="+stack.redis, "FLOODGATE_KAFKA_BROKERS="+stack.broker)
+		"FLOODGATE_REDIS_ADDRS="+stack.redis, "FLOODGATE_KAFKA_BROKERS="+stack.broker,
+		// A closed loop wants every call decided, as the peer (which has no
+		// entry gate) decides them: the gate's refusals of callers beyond
+		// its round would count as cheap answers.
+		"FLOODGATE_LIMITER_GRPC_GATE_MAX=0")
 	lim.Env = append(lim.Env, extra...)
 	debugAddr := ""
 	if debug {

@@ -158,9 +158,12 @@ func TestRecordSplitsARealProcessByTime(t *testing.T) {
 	first, second := got[1].Inclusive(), got[2].Inclusive()
 	require.Greater(t, got[1].Samples(), 100, "samples before the switch (300 ms of CPU at 999 Hz)")
 	require.Greater(t, got[2].Samples(), 100, "samples after the switch (300 ms of CPU at 999 Hz)")
-	assert.Greater(t, first["main.first"], got[1].Samples()*9/10, "before the switch: first")
+	// Most samples, not all: the process's other threads (the runtime's
+	// sysmon, its collector) are sampled too, more of them on a loaded
+	// machine (87 % in first once, under make test).
+	assert.Greater(t, first["main.first"], got[1].Samples()*3/4, "before the switch: first")
 	assert.Zero(t, first["main.second"], "before the switch")
-	assert.Greater(t, second["main.second"], got[2].Samples()*9/10, "after the switch: second")
+	assert.Greater(t, second["main.second"], got[2].Samples()*3/4, "after the switch: second")
 	assert.Zero(t, second["main.first"], "after the switch")
 
 	require.NoError(t, WriteFolded(filepath.Join(dir, "first.folded"), got[1]))

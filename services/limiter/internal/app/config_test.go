@@ -1,6 +1,7 @@
 package app
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 
@@ -31,7 +32,9 @@ func TestConfigFromEnvNamesBadVariables(t *testing.T) {
 		{"grpc gate target too short", map[string]string{"FLOODGATE_LIMITER_GRPC_GATE_TARGET": "100us"}, "FLOODGATE_LIMITER_GRPC_GATE_TARGET"},
 		{"grpc gate target too long", map[string]string{"FLOODGATE_LIMITER_GRPC_GATE_TARGET": "1s"}, "FLOODGATE_LIMITER_GRPC_GATE_TARGET"},
 		{"grpc gate target", map[string]string{"FLOODGATE_LIMITER_GRPC_GATE_MAX": "64", "FLOODGATE_LIMITER_GRPC_GATE_TARGET": "2ms"}, ""},
-		{"grpc reads paced without a gate", map[string]string{"FLOODGATE_LIMITER_GRPC_GATE_PACE": "true", "FLOODGATE_LIMITER_GRPC_TRANSPORT": "floodgate"}, "FLOODGATE_LIMITER_GRPC_GATE_PACE"},
+		{"grpc reads paced without a gate", map[string]string{"FLOODGATE_LIMITER_GRPC_GATE_PACE": "true", "FLOODGATE_LIMITER_GRPC_GATE_MAX": "0", "FLOODGATE_LIMITER_GRPC_TRANSPORT": "floodgate"}, "FLOODGATE_LIMITER_GRPC_GATE_PACE"},
+		{"grpc gate off", map[string]string{"FLOODGATE_LIMITER_GRPC_GATE_MAX": "0"}, ""},
+		{"grpc-go with the default gate", map[string]string{"FLOODGATE_LIMITER_GRPC_TRANSPORT": "grpc-go"}, ""},
 		{"grpc reads paced on grpc-go", map[string]string{"FLOODGATE_LIMITER_GRPC_GATE_PACE": "true", "FLOODGATE_LIMITER_GRPC_GATE_MAX": "64", "FLOODGATE_LIMITER_GRPC_TRANSPORT": "grpc-go"}, "FLOODGATE_LIMITER_GRPC_GATE_PACE"},
 		{"grpc reads paced on the default transport", map[string]string{"FLOODGATE_LIMITER_GRPC_GATE_PACE": "true", "FLOODGATE_LIMITER_GRPC_GATE_MAX": "64"}, ""},
 		{"grpc reads paced", map[string]string{"FLOODGATE_LIMITER_GRPC_GATE_PACE": "true", "FLOODGATE_LIMITER_GRPC_GATE_MAX": "64", "FLOODGATE_LIMITER_GRPC_TRANSPORT": "floodgate"}, ""},
@@ -83,6 +86,30 @@ func TestConfigFromEnvNamesBadVariables(t *testing.T) {
 				return
 			}
 			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+// TestGRPCGateDefaults: the entry gate is on unless set to 0, 64 calls at
+// once per processor, its reads paced on the floodgate transport only —
+// grpc-go keeps the gate and starts without pacing, not with an error.
+func TestGRPCGateDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		max  int
+		pace bool
+	}{
+		{"defaults", nil, 64 * runtime.GOMAXPROCS(0), true},
+		{"grpc-go", map[string]string{"FLOODGATE_LIMITER_GRPC_TRANSPORT": "grpc-go"}, 64 * runtime.GOMAXPROCS(0), false},
+		{"off", map[string]string{"FLOODGATE_LIMITER_GRPC_GATE_MAX": "0"}, 0, false},
+		{"reads not paced", map[string]string{"FLOODGATE_LIMITER_GRPC_GATE_PACE": "false"}, 64 * runtime.GOMAXPROCS(0), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := ConfigFromEnv(func(k string) string { return tc.env[k] })
+			require.NoError(t, err)
+			require.Equal(t, tc.max, c.GRPCGateMax)
+			require.Equal(t, tc.pace, c.GRPCGatePace)
 		})
 	}
 }
