@@ -45,8 +45,12 @@ func RedisSlowGRPC(ctx context.Context, e *Env, s Size, r *Result) error {
 	}
 	defer px.Kill()
 	gate := "no entry gate"
-	if g := os.Getenv("FLOODGATE_LIMITER_GRPC_GATE_MAX"); g != "" && g != "0" {
-		gate = fmt.Sprintf("entry gate %s, paced reads %q", g, os.Getenv("FLOODGATE_LIMITER_GRPC_GATE_PACE"))
+	switch g := os.Getenv("FLOODGATE_LIMITER_GRPC_GATE_MAX"); g {
+	case "0":
+	case "":
+		gate = fmt.Sprintf("entry gate of the default size (64 per processor), paced reads %q (empty: the default)", os.Getenv("FLOODGATE_LIMITER_GRPC_GATE_PACE"))
+	default:
+		gate = fmt.Sprintf("entry gate %s, paced reads %q (empty: the default)", g, os.Getenv("FLOODGATE_LIMITER_GRPC_GATE_PACE"))
 	}
 	r.metric("limiter", "%s, transport %q (empty: the default), both cores, %d checks/s over 64 connections, deadline %s",
 		gate, os.Getenv("FLOODGATE_LIMITER_GRPC_TRANSPORT"), s.Rate, overloadDeadline)
