@@ -331,7 +331,7 @@ func (o *overloadRun) phase(ctx context.Context, name string, f float64, rate in
 			limits[0], limits[len(limits)-1], peakWaiting, left("refused")+left("dropped")+left("past_deadline")+left("canceled"),
 			left("refused"), left("dropped"), left("past_deadline"), left("canceled"))
 		if targetHi > 0 {
-			gateNote += fmt.Sprintf("; target %.1f–%.1f ms (FLOODGATE_LIMITER_GRPC_GATE_TARGET above the shortest Redis round trip of late)", 1000*targetLo, 1000*targetHi)
+			gateNote += fmt.Sprintf("; target %.1f–%.1f ms (FLOODGATE_LIMITER_GRPC_GATE_TARGET above twice the shortest Redis round trip of late)", 1000*targetLo, 1000*targetHi)
 		}
 		if turns1["given"] > 0 {
 			gateNote += fmt.Sprintf("; reads paced (FLOODGATE_LIMITER_GRPC_GATE_PACE): turns at once %.0f, given %.0f, after the longest wait %.0f",

@@ -37,7 +37,7 @@ import (
 // (nil: none), the shortest round trip of late (redisx.RoundTripFloor): a
 // call waits for at most one pipeline's round trip before its own goes out
 // (redisx.GroupCommit), and behind a slow link the pipelines bunch so that
-// many do; the sum capped at GateTargetMax — shrinking when it is longer
+// many do; that part capped at GateTargetMax — shrinking when it is longer
 // and growing while it is shorter, with its adaptive LIFO/CoDel queue. So
 // the target is one of the limiter's own queueing: a Redis 20 ms slower
 // moves the floor, not the limit, while calls queueing for the limiter's
@@ -105,7 +105,7 @@ func newGate(cfg admission.Config, reg prometheus.Registerer) *gate {
 		_ = reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floodgate_limiter_grpc_gate_waiting",
 			Help: "ShouldRateLimit calls waiting at the entry gate."}, func() float64 { return float64(g.lim.Waiting()) }))
 		_ = reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floodgate_limiter_grpc_gate_target_seconds",
-			Help: "The average time from the entry gate to the answer its limit aims at: FLOODGATE_LIMITER_GRPC_GATE_TARGET above the shortest Redis round trip of late."},
+			Help: "The average time from the entry gate to the answer its limit aims at: FLOODGATE_LIMITER_GRPC_GATE_TARGET above twice the shortest Redis round trip of late."},
 			func() float64 { return g.lim.Target().Seconds() }))
 	}
 	return g
