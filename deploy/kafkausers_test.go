@@ -1,10 +1,11 @@
 package deploy_test
 
 // Kafka identities of the production overlay (issue 22, S3): every workload signs in to Kafka
-// as its own user — the user migrations/acls.go grants exactly that service's topics and groups
-// — with a password from a Secret no other workload reads, and the MSK IAM policy documents in
-// deploy/aws/msk-iam are the same grants, generated from migrations.Grants (`migrate
-// -msk-iam-policies`) and compared byte for byte here, so neither can drift from the ACLs.
+// as its program's own user — the user migrations/acls.go grants exactly that service's topics
+// and groups — with a password from a Secret no other program's workload reads, and the MSK IAM
+// policy documents in deploy/aws/msk-iam are the same grants, generated from migrations.Grants
+// (`migrate -msk-iam-policies`) and compared byte for byte here, so neither can drift from the
+// ACLs.
 
 import (
 	"bytes"
@@ -90,13 +91,15 @@ func checkKafkaUsers(m *model) []string {
 	for _, g := range m.overlay.SecretGenerator {
 		secrets[g.Name] = true
 	}
-	users := map[string]string{}     // Kafka user → workload
-	passwords := map[string]string{} // Secret → workload
+	// A user and its password Secret belong to a program: the CRITICAL limiter signs in as the
+	// limiter, whose grants it needs, and no other program's workload may.
+	users := map[string]string{}     // Kafka user → program
+	passwords := map[string]string{} // Secret → program
 	for _, w := range m.workloads(m.base) {
 		if !w.prog.reads("FLOODGATE_KAFKA_BROKERS") {
 			continue
 		}
-		where := fmt.Sprintf("k8s overlay production %s %s", w.obj.Kind, w.prog.name)
+		where := fmt.Sprintf("k8s overlay production %s %s", w.obj.Kind, w.name())
 		if !grants[w.prog.name] && w.prog.name != "migrate" {
 			out = append(out, fmt.Sprintf("%s: a Kafka client without grants in migrations/acls.go (Grants)", where))
 		}
@@ -104,7 +107,7 @@ func checkKafkaUsers(m *model) []string {
 		want := strings.TrimPrefix(n.User(w.prog.name), "User:")
 		if user := env["FLOODGATE_KAFKA_SASL_USERNAME"]; user != want {
 			out = append(out, fmt.Sprintf("%s: FLOODGATE_KAFKA_SASL_USERNAME=%q, want its own user %q (the ACLs of migrations/acls.go are granted to it)", where, user, want))
-		} else if prev, dup := users[user]; dup {
+		} else if prev, dup := users[user]; dup && prev != w.prog.name {
 			out = append(out, fmt.Sprintf("%s: Kafka user %q is also %s's", where, user, prev))
 		} else {
 			users[user] = w.prog.name
@@ -117,7 +120,7 @@ func checkKafkaUsers(m *model) []string {
 			out = append(out, fmt.Sprintf("%s: FLOODGATE_KAFKA_SASL_PASSWORD reads Secret %q, which the overlay does not generate", where, pw.ValueFrom.SecretKeyRef.Name))
 		default:
 			s := pw.ValueFrom.SecretKeyRef.Name
-			if prev, dup := passwords[s]; dup {
+			if prev, dup := passwords[s]; dup && prev != w.prog.name {
 				out = append(out, fmt.Sprintf("%s: FLOODGATE_KAFKA_SASL_PASSWORD shares Secret %q with %s: one Secret per Kafka user", where, s, prev))
 			}
 			passwords[s] = w.prog.name
@@ -134,7 +137,7 @@ func checkKafkaUsers(m *model) []string {
 				continue
 			}
 			if owner, ok := passwords[e.ValueFrom.SecretKeyRef.Name]; ok && owner != w.prog.name {
-				out = append(out, fmt.Sprintf("k8s overlay production %s: %s reads %s's Kafka password Secret %q", w.prog.name, name, owner, e.ValueFrom.SecretKeyRef.Name))
+				out = append(out, fmt.Sprintf("k8s overlay production %s: %s reads %s's Kafka password Secret %q", w.name(), name, owner, e.ValueFrom.SecretKeyRef.Name))
 			}
 		}
 	}
@@ -199,7 +202,7 @@ func TestSecurityKafkaUsersRenderedS3(t *testing.T) {
 		if (o.Kind != "Deployment" && o.Kind != "Job") || o.Spec.Template == nil {
 			continue
 		}
-		p := m.programs[o.Metadata.Name]
+		p := m.programOf(&o)
 		require.NotNil(t, p, "%s %s", o.Kind, o.Metadata.Name)
 		if !p.reads("FLOODGATE_KAFKA_BROKERS") {
 			continue
@@ -217,8 +220,10 @@ func TestSecurityKafkaUsersRenderedS3(t *testing.T) {
 		require.NotNil(t, pw.ValueFrom, o.Metadata.Name)
 		require.NotNil(t, pw.ValueFrom.SecretKeyRef, o.Metadata.Name)
 		secret := pw.ValueFrom.SecretKeyRef.Name
-		require.NotContains(t, seen, secret, "%s shares its password Secret with %s", o.Metadata.Name, seen[secret])
-		seen[secret] = o.Metadata.Name
+		if prev, ok := seen[secret]; ok {
+			require.Equal(t, p.name, prev, "%s shares its password Secret with %s", o.Metadata.Name, prev)
+		}
+		seen[secret] = p.name
 	}
 	var want []string
 	for _, g := range migrations.Grants(n) {

@@ -11,6 +11,7 @@ package deploy_test
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"go/parser"
@@ -636,6 +637,7 @@ type k8sObject struct {
 	} `yaml:"spec"`
 	Data map[string]string `yaml:"data"`
 	file string
+	raw  map[string]any // the whole document, for comparing what the fields above leave out
 }
 
 type scrapeEndpoint struct {
@@ -765,12 +767,15 @@ func parseObjects(t *testing.T, path string) []*k8sObject {
 	dec := yaml.NewDecoder(bytes.NewReader(readFile(t, path)))
 	var out []*k8sObject
 	for {
-		var o k8sObject
-		err := dec.Decode(&o)
+		var doc yaml.Node
+		err := dec.Decode(&doc)
 		if err != nil {
 			require.ErrorContains(t, err, "EOF", path)
 			return out
 		}
+		var o k8sObject
+		require.NoError(t, doc.Decode(&o), path)
+		require.NoError(t, doc.Decode(&o.raw), path)
 		if o.Kind == "" {
 			continue
 		}
@@ -827,6 +832,7 @@ var checks = []check{
 	{"k8s-services-and-probes", checkServices},
 	{"k8s-consumers", checkConsumers},
 	{"k8s-autoscaling-and-disruption", checkScaling},
+	{"k8s-variants", checkVariants},
 	{"k8s-config-and-secrets", checkConfig},
 	{"k8s-network-policies", checkNetworkPolicies},
 	{"k8s-overlay", checkOverlay},
@@ -1174,11 +1180,18 @@ func endpoints(v string) []hostPort {
 	return out
 }
 
-// workload is a Deployment or the migrate Job with its program.
+// workload is a Deployment or the migrate Job with its program. Most are named after their
+// program; a variant (the CRITICAL limiter, limiter-critical) runs the program under
+// another name, in a container named after the program.
 type workload struct {
 	obj  *k8sObject
 	prog *program
 }
+
+func (w workload) name() string { return w.obj.Metadata.Name }
+
+// variant reports whether the workload runs its program under a name of its own.
+func (w workload) variant() bool { return w.name() != w.prog.name }
 
 func (w workload) pod() *podSpec { return &w.obj.Spec.Template.Spec }
 
@@ -1212,18 +1225,58 @@ func (w workload) env(config map[string]string) map[string]string {
 	return out
 }
 
-func (m *model) workloads(k *kustomization) []workload {
-	var out []workload
-	for _, p := range m.sortedPrograms() {
-		kind := "Deployment"
-		if p.name == "migrate" {
-			kind = "Job"
-		}
-		if o := k.find(kind, p.name); o != nil && o.Spec.Template != nil {
-			out = append(out, workload{o, p})
+// programOf is the program a Deployment or Job runs: the one it is named after, else the one
+// a container of it is named after; nil for neither.
+func (m *model) programOf(o *k8sObject) *program {
+	if o == nil || o.Spec.Template == nil {
+		return nil
+	}
+	if p := m.programs[o.Metadata.Name]; p != nil {
+		return p
+	}
+	for _, c := range o.Spec.Template.Spec.Containers {
+		if p := m.programs[c.Name]; p != nil {
+			return p
 		}
 	}
+	return nil
+}
+
+// workloads are k's Deployments of the services and its migrate Job, by program (migrate
+// last), each program's own Deployment before its variants.
+func (m *model) workloads(k *kustomization) []workload {
+	var out []workload
+	for _, kind := range []string{"Deployment", "Job"} {
+		for _, o := range k.kind(kind) {
+			if p := m.programOf(o); p != nil && (p.name == "migrate") == (kind == "Job") {
+				out = append(out, workload{o, p})
+			}
+		}
+	}
+	bit := func(b bool) int {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	slices.SortFunc(out, func(a, b workload) int {
+		return cmp.Or(
+			cmp.Compare(bit(a.prog.name == "migrate"), bit(b.prog.name == "migrate")),
+			cmp.Compare(a.prog.name, b.prog.name),
+			cmp.Compare(bit(a.variant()), bit(b.variant())),
+			cmp.Compare(a.name(), b.name()))
+	})
 	return out
+}
+
+// own is the Deployment (the Job for migrate) named after w's program.
+func (m *model) own(k *kustomization, w workload) *workload {
+	for _, o := range m.workloads(k) {
+		if o.prog == w.prog && !o.variant() {
+			return &o
+		}
+	}
+	return nil
 }
 
 func (m *model) baseConfig() map[string]string {
@@ -1249,13 +1302,13 @@ func checkWorkloads(m *model) []string {
 	}
 	for _, kind := range []string{"Deployment", "Job", "StatefulSet", "DaemonSet"} {
 		for _, o := range k.kind(kind) {
-			if p := m.programs[o.Metadata.Name]; p == nil {
-				out = append(out, fmt.Sprintf("k8s base %s: %s %q matches no program", o.file, kind, o.Metadata.Name))
+			if m.programOf(o) == nil {
+				out = append(out, fmt.Sprintf("k8s base %s: %s %q matches no program (by its name or a container's)", o.file, kind, o.Metadata.Name))
 			}
 		}
 	}
 	for _, w := range m.workloads(k) {
-		where := fmt.Sprintf("k8s %s %s", w.obj.Kind, w.prog.name)
+		where := fmt.Sprintf("k8s %s %s", w.obj.Kind, w.name())
 		pod := w.pod()
 		c := w.main()
 		if c == nil {
@@ -1351,7 +1404,7 @@ func checkServices(m *model) []string {
 		if w.obj.Kind != "Deployment" {
 			continue
 		}
-		where := "k8s Deployment " + w.prog.name
+		where := "k8s Deployment " + w.name()
 		c := w.main()
 		if c == nil {
 			continue
@@ -1396,7 +1449,7 @@ func checkServices(m *model) []string {
 		}
 		for _, sp := range svc.Spec.Ports {
 			if got := c.port(sp.TargetPort); !slices.Contains(ports, got) {
-				out = append(out, fmt.Sprintf("k8s Service %s: port %s targets %d, but %s listens on %s", svc.Metadata.Name, sp.Name, got, w.prog.name, strings.Trim(fmt.Sprint(ports), "[]")))
+				out = append(out, fmt.Sprintf("k8s Service %s: port %s targets %d, but %s listens on %s", svc.Metadata.Name, sp.Name, got, w.name(), strings.Trim(fmt.Sprint(ports), "[]")))
 			}
 		}
 	}
@@ -1445,7 +1498,7 @@ func checkConsumers(m *model) []string {
 		if w.obj.Kind != "Deployment" {
 			continue
 		}
-		where := "k8s Deployment " + w.prog.name
+		where := "k8s Deployment " + w.name()
 		topics := consumed(w.obj)
 		if w.prog.consumer && len(topics) == 0 {
 			out = append(out, fmt.Sprintf("%s: %s joins a consumer group (reads a FLOODGATE_*_GROUP) but has no %s annotation", where, w.prog.name, consumesAnno))
@@ -1463,7 +1516,7 @@ func checkConsumers(m *model) []string {
 			out = append(out, fmt.Sprintf("%s: %d replicas, but %v has only %d partitions", where, replicas, topics, limit))
 		}
 		for _, h := range m.base.kind("HorizontalPodAutoscaler") {
-			if h.Spec.ScaleTargetRef != nil && h.Spec.ScaleTargetRef.Name == w.prog.name && limit > 0 && h.Spec.MaxReplicas > limit {
+			if h.Spec.ScaleTargetRef != nil && h.Spec.ScaleTargetRef.Name == w.name() && limit > 0 && h.Spec.MaxReplicas > limit {
 				out = append(out, fmt.Sprintf("k8s HorizontalPodAutoscaler %s: maxReplicas %d exceeds the %d partitions of %v", h.Metadata.Name, h.Spec.MaxReplicas, limit, topics))
 			}
 		}
@@ -1471,15 +1524,29 @@ func checkConsumers(m *model) []string {
 	return out
 }
 
+// autoscaler is the HorizontalPodAutoscaler of k that scales Deployment name, or nil.
+func (k *kustomization) autoscaler(name string) *k8sObject {
+	for _, h := range k.kind("HorizontalPodAutoscaler") {
+		if t := h.Spec.ScaleTargetRef; t != nil && t.Kind == "Deployment" && t.Name == name {
+			return h
+		}
+	}
+	return nil
+}
+
 func checkScaling(m *model) []string {
 	var out []string
 	k := m.base
-	if h := k.find("HorizontalPodAutoscaler", "limiter"); h == nil || h.Spec.ScaleTargetRef == nil ||
-		h.Spec.ScaleTargetRef.Kind != "Deployment" || h.Spec.ScaleTargetRef.Name != "limiter" ||
-		h.Spec.MinReplicas == nil || *h.Spec.MinReplicas < 2 || h.Spec.MaxReplicas < *h.Spec.MinReplicas {
-		out = append(out, "k8s: the limiter needs a HorizontalPodAutoscaler on Deployment limiter with 2 <= minReplicas <= maxReplicas")
-	} else if d := k.find("Deployment", "limiter"); d != nil && d.Spec.Replicas != nil {
-		out = append(out, "k8s Deployment limiter: replicas is set, but the HorizontalPodAutoscaler owns it (an apply would reset the count)")
+	// The limiter scales on CPU: each of its Deployments (its own, the CRITICAL one) has an HPA.
+	for _, w := range m.workloads(k) {
+		if w.prog.name != "limiter" {
+			continue
+		}
+		if h := k.autoscaler(w.name()); h == nil || h.Spec.MinReplicas == nil || *h.Spec.MinReplicas < 2 || h.Spec.MaxReplicas < *h.Spec.MinReplicas {
+			out = append(out, fmt.Sprintf("k8s: the limiter needs a HorizontalPodAutoscaler on Deployment %s with 2 <= minReplicas <= maxReplicas", w.name()))
+		} else if w.obj.Spec.Replicas != nil {
+			out = append(out, fmt.Sprintf("k8s Deployment %s: replicas is set, but the HorizontalPodAutoscaler owns it (an apply would reset the count)", w.name()))
+		}
 	}
 	for _, h := range k.kind("HorizontalPodAutoscaler") {
 		if h.Spec.ScaleTargetRef == nil || k.find(h.Spec.ScaleTargetRef.Kind, h.Spec.ScaleTargetRef.Name) == nil {
@@ -1501,7 +1568,7 @@ func checkScaling(m *model) []string {
 				if w.obj.Spec.Replicas != nil {
 					replicas = *w.obj.Spec.Replicas
 				}
-				if h := k.find("HorizontalPodAutoscaler", w.prog.name); h != nil && h.Spec.MinReplicas != nil {
+				if h := k.autoscaler(w.name()); h != nil && h.Spec.MinReplicas != nil {
 					replicas = *h.Spec.MinReplicas
 				}
 				if pdb.Spec.MinAvailable != nil && pdb.Spec.MinAvailable.str == "" && pdb.Spec.MinAvailable.num >= replicas {
@@ -1510,7 +1577,7 @@ func checkScaling(m *model) []string {
 			}
 		}
 		if n != 1 {
-			out = append(out, fmt.Sprintf("k8s Deployment %s: %d PodDisruptionBudgets select it, want 1", w.prog.name, n))
+			out = append(out, fmt.Sprintf("k8s Deployment %s: %d PodDisruptionBudgets select it, want 1", w.name(), n))
 		}
 	}
 	return out
@@ -1541,7 +1608,7 @@ func checkConfig(m *model) []string {
 					}
 					vals, ok := k.generated(ref.gens, ref.r.Name)
 					if _, has := vals[ref.r.Key]; !ok || !has {
-						out = append(out, fmt.Sprintf("k8s %s %s: %s refers to %s %s key %s, which the kustomization does not generate", w.obj.Kind, w.prog.name, e.Name, ref.kind, ref.r.Name, ref.r.Key))
+						out = append(out, fmt.Sprintf("k8s %s %s: %s refers to %s %s key %s, which the kustomization does not generate", w.obj.Kind, w.name(), e.Name, ref.kind, ref.r.Name, ref.r.Key))
 					}
 					used[ref.r.Name+"/"+ref.r.Key] = true
 				}
@@ -1550,7 +1617,7 @@ func checkConfig(m *model) []string {
 		for _, v := range pod.Volumes {
 			if v.Secret != nil {
 				if _, ok := k.generated(k.SecretGenerator, v.Secret.SecretName); !ok {
-					out = append(out, fmt.Sprintf("k8s %s %s: volume %s mounts Secret %s, which the kustomization does not generate", w.obj.Kind, w.prog.name, v.Name, v.Secret.SecretName))
+					out = append(out, fmt.Sprintf("k8s %s %s: volume %s mounts Secret %s, which the kustomization does not generate", w.obj.Kind, w.name(), v.Name, v.Secret.SecretName))
 				}
 				used[v.Secret.SecretName+"/"] = true
 			}
@@ -1625,7 +1692,7 @@ func (m *model) checkEgress(where string, k *kustomization, policies []*k8sObjec
 		sort.Ints(ports)
 		for _, port := range ports {
 			if !egressAllowed(policies, labels, port) {
-				out = append(out, fmt.Sprintf("%s: no NetworkPolicy lets %s reach port %d (%s)", where, w.prog.name, port, need[port]))
+				out = append(out, fmt.Sprintf("%s: no NetworkPolicy lets %s reach port %d (%s)", where, w.name(), port, need[port]))
 			}
 		}
 	}
@@ -1669,7 +1736,7 @@ func checkNetworkPolicies(m *model) []string {
 					}
 				}
 				if !ok {
-					out = append(out, fmt.Sprintf("k8s Service %s: no NetworkPolicy admits traffic to %s port %d", svc.Metadata.Name, w.prog.name, port))
+					out = append(out, fmt.Sprintf("k8s Service %s: no NetworkPolicy admits traffic to %s port %d", svc.Metadata.Name, w.name(), port))
 				}
 			}
 		}
@@ -1837,7 +1904,7 @@ func checkMonitoring(m *model) []string {
 			case tg.port != metrics:
 				out = append(out, fmt.Sprintf("%s: scrapes %s port %d, but its /metrics is on %d", where, p.name, tg.port, metrics))
 			default:
-				scraped[p.name] = true
+				scraped[tg.w.name()] = true
 				if !admitsFromNamespace(policies, tg.w.obj.Spec.Template.Metadata.Labels, tg.port, monitoringNamespace) {
 					out = append(out, fmt.Sprintf("%s: no NetworkPolicy admits Prometheus (namespace %s) to %s port %d", where, monitoringNamespace, p.name, tg.port))
 				}
@@ -1845,8 +1912,8 @@ func checkMonitoring(m *model) []string {
 		}
 	}
 	for _, w := range m.workloads(m.base) {
-		if w.obj.Kind == "Deployment" && w.prog.servesMetrics() && !scraped[w.prog.name] {
-			out = append(out, fmt.Sprintf("k8s monitoring: %s serves /metrics but no ServiceMonitor or PodMonitor scrapes it", w.prog.name))
+		if w.obj.Kind == "Deployment" && w.prog.servesMetrics() && !scraped[w.name()] {
+			out = append(out, fmt.Sprintf("k8s monitoring: %s serves /metrics but no ServiceMonitor or PodMonitor scrapes it", w.name()))
 		}
 	}
 	return out
@@ -1900,13 +1967,12 @@ func checkOverlay(m *model) []string {
 	}
 	for _, p := range o.patches {
 		where := fmt.Sprintf("k8s overlay production %s: %s %s", p.file, p.Kind, p.Metadata.Name)
-		if p.Kind != "ServiceAccount" && m.base.find(p.Kind, p.Metadata.Name) == nil {
+		base := m.base.find(p.Kind, p.Metadata.Name)
+		if p.Kind != "ServiceAccount" && base == nil {
 			out = append(out, where+" patches nothing in the base")
 			continue
 		}
-		prog := m.programs[p.Metadata.Name]
-		if p.Kind == "Deployment" && prog != nil {
-			base := m.base.find("Deployment", p.Metadata.Name)
+		if prog := m.programOf(base); p.Kind == "Deployment" && prog != nil {
 			limit, problems := m.maxConsumers(where, consumed(base))
 			out = append(out, problems...)
 			if p.Spec.Replicas != nil && limit > 0 && *p.Spec.Replicas > limit {
@@ -2218,6 +2284,13 @@ func TestChecksCatchDrift(t *testing.T) {
 		require.NotNil(t, o, name)
 		return o
 	}
+	// rawCtr is the first container of o (a Deployment or a patch) as parsed, for checkVariants.
+	rawCtr := func(o *k8sObject) map[string]any {
+		require.NotNil(t, o)
+		c, ok := list(dig(o.raw, "spec", "template", "spec")["containers"])[0].(map[string]any)
+		require.True(t, ok, o.Metadata.Name)
+		return c
+	}
 
 	tests := []struct {
 		name   string
@@ -2363,6 +2436,49 @@ func TestChecksCatchDrift(t *testing.T) {
 		}, "maxReplicas 20 exceeds the 12 partitions"},
 		{"k8s limiter without HPA", checkScaling, func(m *model) { drop(m.base, "HorizontalPodAutoscaler", "limiter") }, "HorizontalPodAutoscaler on Deployment limiter"},
 		{"k8s limiter replicas fight the HPA", checkScaling, func(m *model) { deploy(m, "limiter").Spec.Replicas = ptr(3) }, "the HorizontalPodAutoscaler owns it"},
+		{"k8s CRITICAL limiter without HPA", checkScaling, func(m *model) { drop(m.base, "HorizontalPodAutoscaler", criticalLimiter) },
+			"HorizontalPodAutoscaler on Deployment limiter-critical"},
+		{"k8s CRITICAL limiter without PDB", checkScaling, func(m *model) { drop(m.base, "PodDisruptionBudget", criticalLimiter) },
+			"Deployment limiter-critical: 0 PodDisruptionBudgets select it"},
+		{"k8s CRITICAL limiter runs as root", checkWorkloads, func(m *model) {
+			var root int64
+			deploy(m, criticalLimiter).Spec.Template.Spec.SecurityContext.RunAsUser = &root
+		}, "k8s Deployment limiter-critical: pod securityContext must set runAsNonRoot"},
+		{"k8s CRITICAL limiter Redis egress blocked", checkNetworkPolicies, func(m *model) {
+			e := &m.base.find("NetworkPolicy", "egress-redis").Spec.PodSelector.MatchExpressions[0]
+			e.Values = slices.DeleteFunc(e.Values, func(v string) bool { return v == criticalLimiter })
+		}, "no NetworkPolicy lets limiter-critical reach port 6379"},
+		{"k8s variant env drifts from its program", checkVariants, func(m *model) {
+			c := rawCtr(deploy(m, criticalLimiter))
+			c["env"] = append(list(c["env"]), map[string]any{"name": "FLOODGATE_LIMITER_GRPC_GATE_MAX", "value": "8"})
+		}, "k8s Deployment limiter-critical: spec.template.spec.containers[0].env differs from Deployment limiter's"},
+		{"k8s variant image drifts from its program", checkVariants, func(m *model) {
+			rawCtr(deploy(m, criticalLimiter))["image"] = "floodgate/limiter:old"
+		}, "spec.template.spec.containers[0].image differs from Deployment limiter's"},
+		{"k8s variant probe drifts from its program", checkVariants, func(m *model) {
+			dig(rawCtr(deploy(m, "limiter")), "readinessProbe")["periodSeconds"] = 10
+		}, "spec.template.spec.containers[0].readinessProbe.periodSeconds differs"},
+		{"k8s variant patched apart in the overlay", checkVariants, func(m *model) {
+			c := rawCtr(m.overlay.patch("Deployment", criticalLimiter))
+			c["env"] = list(c["env"])[:1]
+		}, "k8s overlay production Deployment limiter-critical: spec.template.spec.containers[0].env differs"},
+		{"k8s variant not patched in the overlay", checkVariants, func(m *model) {
+			m.overlay.patches = slices.DeleteFunc(m.overlay.patches, func(o *k8sObject) bool {
+				return o.Kind == "Deployment" && o.Metadata.Name == criticalLimiter
+			})
+		}, "k8s overlay production: patches one of Deployment limiter and limiter-critical, not both"},
+		{"k8s variant in its program's Service", checkVariants, func(m *model) {
+			deploy(m, criticalLimiter).Spec.Template.Metadata.Labels[nameLabel] = "limiter"
+		}, "Service limiter selects its pods and limiter's"},
+		{"k8s variant unreachable from gateways", checkVariants, func(m *model) {
+			drop(m.base, "NetworkPolicy", "limiter-critical-from-gateways")
+		}, "k8s Deployment limiter-critical: no NetworkPolicy admits namespaceSelector: matchLabels: floodgate.dev/gateway: \"true\" → TCP/8081, as for limiter"},
+		{"k8s variant reachable from the deferred worker", checkVariants, func(m *model) {
+			np := m.base.find("NetworkPolicy", "limiter-critical-from-gateways")
+			np.Spec.Ingress = append(np.Spec.Ingress, netRule{From: []any{map[string]any{"namespaceSelector": map[string]any{}}}})
+		}, "a NetworkPolicy admits namespaceSelector: {} → every port, which limiter does not"},
+		{"k8s variant without its program's Deployment", checkVariants, func(m *model) { drop(m.base, "Deployment", "limiter") },
+			"runs limiter, which has no Deployment limiter of its own to copy"},
 		{"k8s PDB missing", checkScaling, func(m *model) { drop(m.base, "PodDisruptionBudget", "detector") }, "0 PodDisruptionBudgets select it"},
 		{"k8s PDB blocks drains", checkScaling, func(m *model) {
 			m.base.find("PodDisruptionBudget", "dlq-auditor").Spec.MaxUnavailable = nil
@@ -2451,6 +2567,9 @@ func TestChecksCatchDrift(t *testing.T) {
 		{"service with /metrics has no monitor", checkMonitoring, func(m *model) {
 			drop(m.monitoring, "ServiceMonitor", "console")
 		}, "console serves /metrics but no ServiceMonitor or PodMonitor scrapes it"},
+		{"CRITICAL limiter has no monitor", checkMonitoring, func(m *model) {
+			drop(m.monitoring, "ServiceMonitor", criticalLimiter)
+		}, "limiter-critical serves /metrics but no ServiceMonitor or PodMonitor scrapes it"},
 		{"pod monitor names a port the container lacks", checkMonitoring, func(m *model) {
 			o := monitor(m, "dlq-auditor")
 			o.Kind, o.Spec.PodMetricsEndpoints, o.Spec.Endpoints = "PodMonitor", o.Spec.Endpoints, nil

@@ -250,6 +250,22 @@ func TestSecurityPackagingCatchesDrift(t *testing.T) {
 				return o.Kind == "Deployment" && o.Metadata.Name == "deferred"
 			})
 		}, `Deployment deferred: FLOODGATE_KAFKA_SASL_USERNAME="", want its own user "floodgate-deferred"`},
+		{"the CRITICAL limiter as a Kafka user without grants", func(m *model) {
+			c := m.overlay.patch("Deployment", criticalLimiter).Spec.Template.Spec.Containers[0]
+			for j, e := range c.Env {
+				if e.Name == "FLOODGATE_KAFKA_SASL_USERNAME" {
+					c.Env[j].Value = "limiter-critical"
+				}
+			}
+		}, `Deployment limiter-critical: FLOODGATE_KAFKA_SASL_USERNAME="limiter-critical", want its own user "floodgate-limiter"`},
+		{"another program's Kafka password on the CRITICAL limiter", func(m *model) {
+			c := m.overlay.patch("Deployment", criticalLimiter).Spec.Template.Spec.Containers[0]
+			for j, e := range c.Env {
+				if e.Name == "FLOODGATE_KAFKA_SASL_PASSWORD" {
+					c.Env[j].ValueFrom.SecretKeyRef.Name = "floodgate-kafka-quota"
+				}
+			}
+		}, `Deployment quota: FLOODGATE_KAFKA_SASL_PASSWORD shares Secret "floodgate-kafka-quota" with limiter`},
 		{"a shared Kafka password", func(m *model) {
 			for _, p := range m.overlay.patches {
 				if p.Metadata.Name != "quota" || p.Spec.Template == nil {
