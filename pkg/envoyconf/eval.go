@@ -246,7 +246,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 		algo *AlgorithmCheck
 		read func(context.Context) (AlgorithmResult, error)
 	}
-	var todo []pending
+	todo := make([]pending, 0, len(matches))
 	penalizeFixed, algos := false, 0
 	for i, m := range matches {
 		l := m.Limit
@@ -477,6 +477,7 @@ func hashTag(key string) string {
 // of its own, as a counter has.
 func (e *Evaluator) stateKey(domain string, entries []Entry, values []string, tag string, alg limiter.Algorithm) string {
 	var b strings.Builder
+	b.Grow(len(e.Prefix) + len(tag) + descriptorLen(domain, entries, values) + len(":alg:") + len(alg) + 2)
 	b.WriteString(e.Prefix)
 	if tag != "" {
 		b.WriteString(tag)
@@ -491,6 +492,17 @@ func (e *Evaluator) stateKey(domain string, entries []Entry, values []string, ta
 	b.WriteString(":alg:")
 	b.WriteString(string(alg))
 	return b.String()
+}
+
+// descriptorLen is how long writeDescriptor's text is when nothing in it
+// needs escaping: the key builders grow their buffer by it once (escaping,
+// rare, grows it again).
+func descriptorLen(domain string, entries []Entry, values []string) int {
+	n := len(domain)
+	for i, en := range entries {
+		n += len(en.Key) + len(values[i]) + 2
+	}
+	return n
 }
 
 // writeDescriptor writes domain:key=value:… of a descriptor to b, each part
@@ -533,11 +545,13 @@ func Effective(limit uint32, factor float64) uint32 {
 // into another key or another cluster slot, one hash tag per counter.
 func (e *Evaluator) counterKey(domain string, entries []Entry, values []string, start int64) string {
 	var b strings.Builder
+	b.Grow(len(e.Prefix) + descriptorLen(domain, entries, values) + len("{}:") + 20)
 	b.WriteString(e.Prefix)
 	b.WriteByte('{')
 	writeDescriptor(&b, domain, entries, values)
 	b.WriteString("}:")
-	b.WriteString(strconv.FormatInt(start, 10))
+	var num [20]byte
+	b.Write(strconv.AppendInt(num[:0], start, 10))
 	return b.String()
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -50,6 +51,15 @@ type envoyExtOpts struct {
 	publisher   server.Publisher      // the events' publisher (benchmarks); overrides drop
 	topic       string                // the events' topic; "decisions" when empty
 	anonymous   bool                  // no EnvoyIdentity: calls name no principal, no events
+	inProcess   bool                  // call the handler directly, without a transport (benchmarks)
+}
+
+// inProcessRLS calls a handler as a client would, without a transport: a
+// benchmark of the handler alone.
+type inProcessRLS struct{ h *EnvoyRLS }
+
+func (c inProcessRLS) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest, _ ...grpc.CallOption) (*rlsv3.RateLimitResponse, error) {
+	return c.h.ShouldRateLimit(ctx, in)
 }
 
 // envoySource writes yaml, with DOMAIN replaced by a domain of the test's
@@ -101,8 +111,17 @@ func newEnvoyExt(t testing.TB, yaml string, o envoyExtOpts) envoyExt {
 	if o.anonymous {
 		ec.Identity = nil
 	}
-	conn, _ := dialService(t, s, WithEnvoyConfig(ec))
-	return envoyExt{rls: rlsv3.NewRateLimitServiceClient(conn), pub: pub, rdb: rdb, src: src, dir: dir, domain: domain, eng: e, reg: reg}
+	var rls rlsv3.RateLimitServiceClient
+	if o.inProcess {
+		ec.Evaluator.Coalescer = &redisx.Coalescer{Redis: evalRedis} // as the limiter runs it
+		h := NewEnvoyRLS(s)
+		WithEnvoyConfig(ec)(h)
+		rls = inProcessRLS{h}
+	} else {
+		conn, _ := dialService(t, s, WithEnvoyConfig(ec))
+		rls = rlsv3.NewRateLimitServiceClient(conn)
+	}
+	return envoyExt{rls: rls, pub: pub, rdb: rdb, src: src, dir: dir, domain: domain, eng: e, reg: reg}
 }
 
 func (f envoyExt) call(t testing.TB, ds ...*rlcommon.RateLimitDescriptor) *rlsv3.RateLimitResponse {
@@ -329,7 +348,8 @@ descriptors:
 }
 
 // BenchmarkEnvoyConfigured: ShouldRateLimit for an envoy-configured domain
-// over gRPC on loopback TCP against real Redis, one user descriptor per call
+// over gRPC on loopback TCP (handler: called in process) against real Redis,
+// one user descriptor per call
 // with Identity on (events built and dropped): envoy ratelimit's fixed
 // window; the same with the user's daily quota checked in the pipeline; and
 // the limit counted by GCRA through a floodgate comment
@@ -345,13 +365,17 @@ descriptors:
 `
 	const noQuota = "version: 1\nrules:\n  - {id: p, tier: principal, limit: 1000000000, period: 1s}\n"
 	const quota = noQuota + "quotas:\n  - {kind: user, plan: default, limit: 1000000000000}\n"
-	for _, bc := range []struct{ name, rules, key string }{
-		{"fixed_window", noQuota, "user"},
-		{"fixed_window+daily_quota", quota, "user"},
-		{"gcra", noQuota, "gcra_user"},
+	for _, bc := range []struct {
+		name, rules, key string
+		inProcess        bool
+	}{
+		{"fixed_window", noQuota, "user", false},
+		{"fixed_window+daily_quota", quota, "user", false},
+		{"gcra", noQuota, "gcra_user", false},
+		{"fixed_window/handler", noQuota, "user", true}, // the handler alone: no transport's allocations in allocs/op
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			f := newEnvoyExt(b, conf, envoyExtOpts{rules: bc.rules, drop: true})
+			f := newEnvoyExt(b, conf, envoyExtOpts{rules: bc.rules, drop: true, inProcess: bc.inProcess})
 			base := redistest.Unique(b, "envoy_bench")
 			var worker atomic.Int64
 			b.SetParallelism(16)
