@@ -1,10 +1,11 @@
 // Package deploy_test checks the production packaging against the code, so the Dockerfile,
 // docker-compose.yml, the Kubernetes manifests and the Grafana dashboards cannot drift from
 // what the programs really read, listen on, consume and export. Nothing here runs Docker or a
-// cluster (there is neither on a developer machine or in CI): the files are parsed and
-// cross-checked with the Go sources, migrations/ and each other.
+// cluster (there is neither on a developer machine or in CI): the files are parsed, the
+// Kubernetes kustomizations rendered in-process as `kubectl kustomize` renders them
+// (render_test.go), and the result cross-checked with the Go sources, migrations/ and each other.
 //
-// Every check is a function from the parsed model to a list of problems. TestPackaging runs
+// Every check is a function from the model to a list of problems. TestPackaging runs
 // them on the files as they are and wants none; TestChecksCatchDrift breaks a fresh copy of
 // the model one way per case and wants the matching problem, so no check can pass vacuously.
 package deploy_test
@@ -97,9 +98,9 @@ type model struct {
 
 	docker     *dockerfile
 	compose    *composeFile
-	base       *kustomization
-	overlay    *kustomization
-	monitoring *kustomization        // deploy/k8s/monitoring: Prometheus Operator objects, optional
+	base       *rendered             // deploy/k8s/base, rendered
+	overlay    *rendered             // deploy/k8s/overlays/production, rendered
+	monitoring *rendered             // deploy/k8s/monitoring: Prometheus Operator objects, optional
 	dashboards map[string]*dashboard // file name → dashboard
 	alerts     alertRules            // deploy/prometheus/alerts.yml
 	runbooks   string                // docs/runbooks.md
@@ -155,9 +156,9 @@ func loadModel(t *testing.T) *model {
 
 	m.docker = parseDockerfile(t, filepath.Join(root, "deploy/docker/Dockerfile"))
 	m.compose = parseCompose(t, filepath.Join(root, "deploy/docker-compose.yml"))
-	m.base = parseKustomization(t, filepath.Join(root, "deploy/k8s/base"))
-	m.overlay = parseKustomization(t, filepath.Join(root, "deploy/k8s/overlays/production"))
-	m.monitoring = parseKustomization(t, filepath.Join(root, "deploy/k8s/monitoring"))
+	renders, err := committed()
+	require.NoError(t, err)
+	m.setRenders(t, renders)
 	dashFiles, err := filepath.Glob(filepath.Join(root, "deploy/grafana/dashboards/*.json"))
 	require.NoError(t, err)
 	require.NotEmpty(t, dashFiles)
@@ -595,6 +596,7 @@ type k8sObject struct {
 	Kind       string `yaml:"kind"`
 	Metadata   struct {
 		Name        string            `yaml:"name"`
+		Namespace   string            `yaml:"namespace"`
 		Labels      map[string]string `yaml:"labels"`
 		Annotations map[string]string `yaml:"annotations"`
 	} `yaml:"metadata"`
@@ -635,9 +637,8 @@ type k8sObject struct {
 		PodMetricsEndpoints []scrapeEndpoint `yaml:"podMetricsEndpoints"`
 		NamespaceSelector   yaml.Node        `yaml:"namespaceSelector"`
 	} `yaml:"spec"`
-	Data map[string]string `yaml:"data"`
-	file string
-	raw  map[string]any // the whole document, for comparing what the fields above leave out
+	Data map[string]string `yaml:"data"` // a ConfigMap's, or a Secret's base64-encoded (values)
+	raw  map[string]any    // the whole document, for comparing what the fields above leave out
 }
 
 type scrapeEndpoint struct {
@@ -682,106 +683,6 @@ func (o *k8sObject) serviceSelector() map[string]string {
 	var s map[string]string
 	_ = o.Spec.Selector.Decode(&s)
 	return s
-}
-
-type generator struct {
-	Name     string   `yaml:"name"`
-	Behavior string   `yaml:"behavior"`
-	Literals []string `yaml:"literals"`
-	Files    []string `yaml:"files"`
-}
-
-func (g generator) values() map[string]string {
-	out := map[string]string{}
-	for _, l := range g.Literals {
-		k, v, _ := strings.Cut(l, "=")
-		out[k] = v
-	}
-	return out
-}
-
-type kustomization struct {
-	dir       string
-	Namespace string   `yaml:"namespace"`
-	Resources []string `yaml:"resources"`
-	Images    []struct {
-		Name    string `yaml:"name"`
-		NewName string `yaml:"newName"`
-		NewTag  string `yaml:"newTag"`
-	} `yaml:"images"`
-	ConfigMapGenerator []generator `yaml:"configMapGenerator"`
-	SecretGenerator    []generator `yaml:"secretGenerator"`
-	Patches            []struct {
-		Path string `yaml:"path"`
-	} `yaml:"patches"`
-	objects []*k8sObject // resources that are files in this directory
-	patches []*k8sObject
-}
-
-func (k *kustomization) find(kind, name string) *k8sObject {
-	for _, o := range k.objects {
-		if o.Kind == kind && o.Metadata.Name == name {
-			return o
-		}
-	}
-	return nil
-}
-
-func (k *kustomization) kind(kind string) []*k8sObject {
-	var out []*k8sObject
-	for _, o := range k.objects {
-		if o.Kind == kind {
-			out = append(out, o)
-		}
-	}
-	return out
-}
-
-func (k *kustomization) generated(gens []generator, name string) (map[string]string, bool) {
-	for _, g := range gens {
-		if g.Name == name {
-			return g.values(), true
-		}
-	}
-	return nil, false
-}
-
-func parseKustomization(t *testing.T, dir string) *kustomization {
-	t.Helper()
-	k := &kustomization{dir: dir}
-	require.NoError(t, yaml.Unmarshal(readFile(t, filepath.Join(dir, "kustomization.yaml")), k))
-	for _, r := range k.Resources {
-		if st, err := os.Stat(filepath.Join(dir, r)); err == nil && st.IsDir() {
-			continue // another kustomization (the overlay's base)
-		}
-		k.objects = append(k.objects, parseObjects(t, filepath.Join(dir, r))...)
-	}
-	for _, p := range k.Patches {
-		k.patches = append(k.patches, parseObjects(t, filepath.Join(dir, p.Path))...)
-	}
-	return k
-}
-
-func parseObjects(t *testing.T, path string) []*k8sObject {
-	t.Helper()
-	dec := yaml.NewDecoder(bytes.NewReader(readFile(t, path)))
-	var out []*k8sObject
-	for {
-		var doc yaml.Node
-		err := dec.Decode(&doc)
-		if err != nil {
-			require.ErrorContains(t, err, "EOF", path)
-			return out
-		}
-		var o k8sObject
-		require.NoError(t, doc.Decode(&o), path)
-		require.NoError(t, doc.Decode(&o.raw), path)
-		if o.Kind == "" {
-			continue
-		}
-		o.file = filepath.Base(path)
-		out = append(out, &o)
-	}
 }
 
 // ---- Grafana and Prometheus ----------------------------------------------------------------
@@ -1195,6 +1096,9 @@ func (w workload) variant() bool { return w.name() != w.prog.name }
 
 func (w workload) pod() *podSpec { return &w.obj.Spec.Template.Spec }
 
+// labels are the labels of w's pods.
+func (w workload) labels() map[string]string { return w.obj.Spec.Template.Metadata.Labels }
+
 func (w workload) main() *container {
 	for i := range w.pod().Containers {
 		if w.pod().Containers[i].Name == w.prog.name {
@@ -1202,27 +1106,6 @@ func (w workload) main() *container {
 		}
 	}
 	return nil
-}
-
-// env resolves the container's variables: literal values, ConfigMap keys from config, and
-// "<secret>" for secret references.
-func (w workload) env(config map[string]string) map[string]string {
-	out := map[string]string{}
-	c := w.main()
-	if c == nil {
-		return out
-	}
-	for _, e := range c.Env {
-		switch {
-		case e.ValueFrom == nil:
-			out[e.Name] = e.Value
-		case e.ValueFrom.ConfigMapKeyRef != nil:
-			out[e.Name] = config[e.ValueFrom.ConfigMapKeyRef.Key]
-		default:
-			out[e.Name] = "<ref>"
-		}
-	}
-	return out
 }
 
 // programOf is the program a Deployment or Job runs: the one it is named after, else the one
@@ -1244,7 +1127,7 @@ func (m *model) programOf(o *k8sObject) *program {
 
 // workloads are k's Deployments of the services and its migrate Job, by program (migrate
 // last), each program's own Deployment before its variants.
-func (m *model) workloads(k *kustomization) []workload {
+func (m *model) workloads(k *rendered) []workload {
 	var out []workload
 	for _, kind := range []string{"Deployment", "Job"} {
 		for _, o := range k.kind(kind) {
@@ -1269,8 +1152,8 @@ func (m *model) workloads(k *kustomization) []workload {
 	return out
 }
 
-// own is the Deployment (the Job for migrate) named after w's program.
-func (m *model) own(k *kustomization, w workload) *workload {
+// own is the Deployment (the Job for migrate) of k named after w's program.
+func (m *model) own(k *rendered, w workload) *workload {
 	for _, o := range m.workloads(k) {
 		if o.prog == w.prog && !o.variant() {
 			return &o
@@ -1279,46 +1162,68 @@ func (m *model) own(k *kustomization, w workload) *workload {
 	return nil
 }
 
-func (m *model) baseConfig() map[string]string {
-	c, _ := m.base.generated(m.base.ConfigMapGenerator, "floodgate-config")
-	return c
+// renders are what a cluster receives from the base and from the production overlay; most
+// checks hold both.
+func (m *model) renders() []*rendered { return []*rendered{m.base, m.overlay} }
+
+// splitImage splits an image reference into its repository and its tag or digest.
+func splitImage(image string) (repo, version string) {
+	if r, d, ok := strings.Cut(image, "@"); ok {
+		return r, d
+	}
+	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
+		return image[:i], image[i+1:]
+	}
+	return image, ""
 }
 
 func checkWorkloads(m *model) []string {
 	var out []string
-	k := m.base
-	images := map[string]bool{}
-	for _, im := range k.Images {
-		images[im.Name] = true
+	for _, k := range m.renders() {
+		out = append(out, m.checkWorkloadsOf(k)...)
 	}
+	if s := m.compose.Services["migrate"]; s != nil {
+		out = append(out, checkMigrateArgs("compose migrate", m.programs["migrate"], s.Command)...)
+	}
+	return out
+}
+
+func (m *model) checkWorkloadsOf(k *rendered) []string {
+	var out []string
 	for _, p := range m.sortedPrograms() {
 		kind := "Deployment"
 		if p.name == "migrate" {
 			kind = "Job"
 		}
 		if o := k.find(kind, p.name); o == nil || o.Spec.Template == nil {
-			out = append(out, fmt.Sprintf("k8s base: no %s %q for %s", kind, p.name, p.dir))
+			out = append(out, fmt.Sprintf("%s: no %s %q for %s", k.where, kind, p.name, p.dir))
 		}
 	}
 	for _, kind := range []string{"Deployment", "Job", "StatefulSet", "DaemonSet"} {
 		for _, o := range k.kind(kind) {
 			if m.programOf(o) == nil {
-				out = append(out, fmt.Sprintf("k8s base %s: %s %q matches no program (by its name or a container's)", o.file, kind, o.Metadata.Name))
+				out = append(out, fmt.Sprintf("%s %s %q: matches no program (by its name or a container's)", k.where, kind, o.Metadata.Name))
 			}
 		}
 	}
+	for _, sa := range k.kind("ServiceAccount") {
+		if m.programs[sa.Metadata.Name] == nil {
+			out = append(out, fmt.Sprintf("%s ServiceAccount %s: is no program's ServiceAccount", k.where, sa.Metadata.Name))
+		}
+	}
 	for _, w := range m.workloads(k) {
-		where := fmt.Sprintf("k8s %s %s", w.obj.Kind, w.name())
+		where := fmt.Sprintf("%s %s %s", k.where, w.obj.Kind, w.name())
 		pod := w.pod()
 		c := w.main()
 		if c == nil {
 			out = append(out, fmt.Sprintf("%s: no container named %s", where, w.prog.name))
 			continue
 		}
-		if c.Image != "floodgate/"+w.prog.name || !images[c.Image] {
-			out = append(out, fmt.Sprintf("%s: image %q, want floodgate/%s listed in kustomization images", where, c.Image, w.prog.name))
+		// The kustomization's images give every image its tag (the base) or its registry too.
+		if repo, version := splitImage(c.Image); (repo != "floodgate/"+w.prog.name && !strings.HasSuffix(repo, "/floodgate/"+w.prog.name)) || version == "" {
+			out = append(out, fmt.Sprintf("%s: image %q, want floodgate/%s with the tag the kustomization's images give it", where, c.Image, w.prog.name))
 		}
-		if sel := w.obj.labelSelector(); w.obj.Kind == "Deployment" && (sel == nil || !sel.matches(w.obj.Spec.Template.Metadata.Labels)) {
+		if sel := w.obj.labelSelector(); w.obj.Kind == "Deployment" && (sel == nil || !sel.matches(w.labels())) {
 			out = append(out, fmt.Sprintf("%s: selector does not match its pod labels", where))
 		}
 		if pod.ServiceAccountName != w.prog.name || k.find("ServiceAccount", w.prog.name) == nil {
@@ -1340,7 +1245,7 @@ func checkWorkloads(m *model) []string {
 				out = append(out, fmt.Sprintf("%s container %s: needs cpu and memory requests and a memory limit", where, ct.Name))
 			}
 		}
-		env := w.env(m.baseConfig())
+		env := k.env(w)
 		out = append(out, m.checkEnv(where, w.prog, env)...)
 		out = append(out, checkConnections(where, w.prog, env, c.Args)...)
 		for _, e := range c.Env {
@@ -1362,15 +1267,9 @@ func checkWorkloads(m *model) []string {
 				out = append(out, fmt.Sprintf("%s: terminationGracePeriodSeconds %d does not cover preStop %ds + FLOODGATE_SHUTDOWN_TIMEOUT %s", where, grace, pre, d))
 			}
 		}
-	}
-	if j := k.find("Job", "migrate"); j != nil && j.Spec.Template != nil {
-		w := workload{j, m.programs["migrate"]}
-		if c := w.main(); c != nil {
-			out = append(out, checkMigrateArgs("k8s Job migrate", w.prog, c.Args)...)
+		if w.prog.name == "migrate" {
+			out = append(out, checkMigrateArgs(where, w.prog, c.Args)...)
 		}
-	}
-	if s := m.compose.Services["migrate"]; s != nil {
-		out = append(out, checkMigrateArgs("compose migrate", m.programs["migrate"], s.Command)...)
 	}
 	return out
 }
@@ -1397,24 +1296,38 @@ func checkMigrateArgs(where string, migrate *program, args []string) []string {
 	return out
 }
 
+// selectsPods reports whether a Service's selector takes pods with labels.
+func selectsPods(svc *k8sObject, labels map[string]string) bool {
+	sel := svc.serviceSelector()
+	return len(sel) > 0 && (&labelSelector{MatchLabels: sel}).matches(labels)
+}
+
 func checkServices(m *model) []string {
 	var out []string
-	k := m.base
+	for _, k := range m.renders() {
+		out = append(out, m.checkServicesOf(k)...)
+	}
+	return out
+}
+
+func (m *model) checkServicesOf(k *rendered) []string {
+	var out []string
 	for _, w := range m.workloads(k) {
 		if w.obj.Kind != "Deployment" {
 			continue
 		}
-		where := "k8s Deployment " + w.name()
+		where := fmt.Sprintf("%s Deployment %s", k.where, w.name())
 		c := w.main()
 		if c == nil {
 			continue
 		}
-		port, problems := m.listenPort(where, w.prog, w.env(m.baseConfig()))
+		env := k.env(w)
+		port, problems := m.listenPort(where, w.prog, env)
 		out = append(out, problems...)
 		if port == 0 {
 			continue
 		}
-		ports := m.listenPorts(w.prog, w.env(m.baseConfig()))
+		ports := m.listenPorts(w.prog, env)
 		for _, lp := range ports {
 			if !slices.ContainsFunc(c.Ports, func(p struct {
 				Name          string `yaml:"name"`
@@ -1438,8 +1351,7 @@ func checkServices(m *model) []string {
 		}
 		var svc *k8sObject
 		for _, s := range k.kind("Service") {
-			sel := s.serviceSelector()
-			if len(sel) > 0 && (&labelSelector{MatchLabels: sel}).matches(w.obj.Spec.Template.Metadata.Labels) {
+			if selectsPods(s, w.labels()) {
 				svc = s
 			}
 		}
@@ -1449,16 +1361,13 @@ func checkServices(m *model) []string {
 		}
 		for _, sp := range svc.Spec.Ports {
 			if got := c.port(sp.TargetPort); !slices.Contains(ports, got) {
-				out = append(out, fmt.Sprintf("k8s Service %s: port %s targets %d, but %s listens on %s", svc.Metadata.Name, sp.Name, got, w.name(), strings.Trim(fmt.Sprint(ports), "[]")))
+				out = append(out, fmt.Sprintf("%s Service %s: port %s targets %d, but %s listens on %s", k.where, svc.Metadata.Name, sp.Name, got, w.name(), strings.Trim(fmt.Sprint(ports), "[]")))
 			}
 		}
 	}
 	for _, s := range k.kind("Service") {
-		sel := s.serviceSelector()
-		if !slices.ContainsFunc(m.workloads(k), func(w workload) bool {
-			return len(sel) > 0 && (&labelSelector{MatchLabels: sel}).matches(w.obj.Spec.Template.Metadata.Labels)
-		}) {
-			out = append(out, fmt.Sprintf("k8s Service %s: selects no workload", s.Metadata.Name))
+		if !slices.ContainsFunc(m.workloads(k), func(w workload) bool { return selectsPods(s, w.labels()) }) {
+			out = append(out, fmt.Sprintf("%s Service %s: selects no workload", k.where, s.Metadata.Name))
 		}
 	}
 	return out
@@ -1494,30 +1403,30 @@ func (m *model) maxConsumers(where string, topics []string) (int, []string) {
 
 func checkConsumers(m *model) []string {
 	var out []string
-	for _, w := range m.workloads(m.base) {
-		if w.obj.Kind != "Deployment" {
-			continue
-		}
-		where := "k8s Deployment " + w.name()
-		topics := consumed(w.obj)
-		if w.prog.consumer && len(topics) == 0 {
-			out = append(out, fmt.Sprintf("%s: %s joins a consumer group (reads a FLOODGATE_*_GROUP) but has no %s annotation", where, w.prog.name, consumesAnno))
-		}
-		if len(topics) == 0 {
-			continue
-		}
-		limit, problems := m.maxConsumers(where, topics)
-		out = append(out, problems...)
-		replicas := 1
-		if w.obj.Spec.Replicas != nil {
-			replicas = *w.obj.Spec.Replicas
-		}
-		if limit > 0 && replicas > limit {
-			out = append(out, fmt.Sprintf("%s: %d replicas, but %v has only %d partitions", where, replicas, topics, limit))
-		}
-		for _, h := range m.base.kind("HorizontalPodAutoscaler") {
-			if h.Spec.ScaleTargetRef != nil && h.Spec.ScaleTargetRef.Name == w.name() && limit > 0 && h.Spec.MaxReplicas > limit {
-				out = append(out, fmt.Sprintf("k8s HorizontalPodAutoscaler %s: maxReplicas %d exceeds the %d partitions of %v", h.Metadata.Name, h.Spec.MaxReplicas, limit, topics))
+	for _, k := range m.renders() {
+		for _, w := range m.workloads(k) {
+			if w.obj.Kind != "Deployment" {
+				continue
+			}
+			where := fmt.Sprintf("%s Deployment %s", k.where, w.name())
+			topics := consumed(w.obj)
+			if w.prog.consumer && len(topics) == 0 {
+				out = append(out, fmt.Sprintf("%s: %s joins a consumer group (reads a FLOODGATE_*_GROUP) but has no %s annotation", where, w.prog.name, consumesAnno))
+			}
+			if len(topics) == 0 {
+				continue
+			}
+			limit, problems := m.maxConsumers(where, topics)
+			out = append(out, problems...)
+			replicas := 1
+			if w.obj.Spec.Replicas != nil {
+				replicas = *w.obj.Spec.Replicas
+			}
+			if limit > 0 && replicas > limit {
+				out = append(out, fmt.Sprintf("%s: %d replicas, but %v has only %d partitions", where, replicas, topics, limit))
+			}
+			if h := k.autoscaler(w.name()); h != nil && limit > 0 && h.Spec.MaxReplicas > limit {
+				out = append(out, fmt.Sprintf("%s HorizontalPodAutoscaler %s: maxReplicas %d exceeds the %d partitions of %v", k.where, h.Metadata.Name, h.Spec.MaxReplicas, limit, topics))
 			}
 		}
 	}
@@ -1525,7 +1434,7 @@ func checkConsumers(m *model) []string {
 }
 
 // autoscaler is the HorizontalPodAutoscaler of k that scales Deployment name, or nil.
-func (k *kustomization) autoscaler(name string) *k8sObject {
+func (k *rendered) autoscaler(name string) *k8sObject {
 	for _, h := range k.kind("HorizontalPodAutoscaler") {
 		if t := h.Spec.ScaleTargetRef; t != nil && t.Kind == "Deployment" && t.Name == name {
 			return h
@@ -1536,21 +1445,32 @@ func (k *kustomization) autoscaler(name string) *k8sObject {
 
 func checkScaling(m *model) []string {
 	var out []string
-	k := m.base
+	for _, k := range m.renders() {
+		out = append(out, m.checkScalingOf(k)...)
+	}
+	return out
+}
+
+func (m *model) checkScalingOf(k *rendered) []string {
+	var out []string
 	// The limiter scales on CPU: each of its Deployments (its own, the CRITICAL one) has an HPA.
 	for _, w := range m.workloads(k) {
 		if w.prog.name != "limiter" {
 			continue
 		}
 		if h := k.autoscaler(w.name()); h == nil || h.Spec.MinReplicas == nil || *h.Spec.MinReplicas < 2 || h.Spec.MaxReplicas < *h.Spec.MinReplicas {
-			out = append(out, fmt.Sprintf("k8s: the limiter needs a HorizontalPodAutoscaler on Deployment %s with 2 <= minReplicas <= maxReplicas", w.name()))
+			out = append(out, fmt.Sprintf("%s: the limiter needs a HorizontalPodAutoscaler on Deployment %s with 2 <= minReplicas <= maxReplicas", k.where, w.name()))
 		} else if w.obj.Spec.Replicas != nil {
-			out = append(out, fmt.Sprintf("k8s Deployment %s: replicas is set, but the HorizontalPodAutoscaler owns it (an apply would reset the count)", w.name()))
+			out = append(out, fmt.Sprintf("%s Deployment %s: replicas is set, but the HorizontalPodAutoscaler owns it (an apply would reset the count)", k.where, w.name()))
 		}
 	}
 	for _, h := range k.kind("HorizontalPodAutoscaler") {
+		where := fmt.Sprintf("%s HorizontalPodAutoscaler %s", k.where, h.Metadata.Name)
 		if h.Spec.ScaleTargetRef == nil || k.find(h.Spec.ScaleTargetRef.Kind, h.Spec.ScaleTargetRef.Name) == nil {
-			out = append(out, fmt.Sprintf("k8s HorizontalPodAutoscaler %s: targets nothing in the base", h.Metadata.Name))
+			out = append(out, where+": targets nothing in the render")
+		}
+		if h.Spec.MinReplicas != nil && h.Spec.MaxReplicas < *h.Spec.MinReplicas {
+			out = append(out, fmt.Sprintf("%s: maxReplicas %d below minReplicas %d", where, h.Spec.MaxReplicas, *h.Spec.MinReplicas))
 		}
 	}
 	for _, w := range m.workloads(k) {
@@ -1559,10 +1479,11 @@ func checkScaling(m *model) []string {
 		}
 		n := 0
 		for _, pdb := range k.kind("PodDisruptionBudget") {
-			if sel := pdb.labelSelector(); sel != nil && len(sel.MatchLabels)+len(sel.MatchExpressions) > 0 && sel.matches(w.obj.Spec.Template.Metadata.Labels) {
+			if sel := pdb.labelSelector(); sel != nil && len(sel.MatchLabels)+len(sel.MatchExpressions) > 0 && sel.matches(w.labels()) {
 				n++
+				where := fmt.Sprintf("%s PodDisruptionBudget %s", k.where, pdb.Metadata.Name)
 				if pdb.Spec.MinAvailable == nil && pdb.Spec.MaxUnavailable == nil {
-					out = append(out, fmt.Sprintf("k8s PodDisruptionBudget %s: sets neither minAvailable nor maxUnavailable", pdb.Metadata.Name))
+					out = append(out, where+": sets neither minAvailable nor maxUnavailable")
 				}
 				replicas := 1
 				if w.obj.Spec.Replicas != nil {
@@ -1572,12 +1493,12 @@ func checkScaling(m *model) []string {
 					replicas = *h.Spec.MinReplicas
 				}
 				if pdb.Spec.MinAvailable != nil && pdb.Spec.MinAvailable.str == "" && pdb.Spec.MinAvailable.num >= replicas {
-					out = append(out, fmt.Sprintf("k8s PodDisruptionBudget %s: minAvailable %d with %d replicas blocks every node drain", pdb.Metadata.Name, pdb.Spec.MinAvailable.num, replicas))
+					out = append(out, fmt.Sprintf("%s: minAvailable %d with %d replicas blocks every node drain", where, pdb.Spec.MinAvailable.num, replicas))
 				}
 			}
 		}
 		if n != 1 {
-			out = append(out, fmt.Sprintf("k8s Deployment %s: %d PodDisruptionBudgets select it, want 1", w.name(), n))
+			out = append(out, fmt.Sprintf("%s Deployment %s: %d PodDisruptionBudgets select it, want 1", k.where, w.name(), n))
 		}
 	}
 	return out
@@ -1585,13 +1506,21 @@ func checkScaling(m *model) []string {
 
 func checkConfig(m *model) []string {
 	var out []string
-	k := m.base
-	config, ok := k.generated(k.ConfigMapGenerator, "floodgate-config")
-	if !ok {
-		return []string{"k8s base: no configMapGenerator floodgate-config"}
+	for _, k := range m.renders() {
+		out = append(out, m.checkConfigOf(k)...)
+	}
+	return out
+}
+
+func (m *model) checkConfigOf(k *rendered) []string {
+	var out []string
+	config := k.config()
+	if config == nil {
+		return []string{k.where + ": no ConfigMap of the configMapGenerator floodgate-config"}
 	}
 	used := map[string]bool{}
 	for _, w := range m.workloads(k) {
+		where := fmt.Sprintf("%s %s %s", k.where, w.obj.Kind, w.name())
 		pod := w.pod()
 		for _, c := range pod.Containers {
 			for _, e := range c.Env {
@@ -1600,43 +1529,46 @@ func checkConfig(m *model) []string {
 				}
 				for _, ref := range []struct {
 					r    *keyRef
-					gens []generator
 					kind string
-				}{{e.ValueFrom.ConfigMapKeyRef, k.ConfigMapGenerator, "ConfigMap"}, {e.ValueFrom.SecretKeyRef, k.SecretGenerator, "Secret"}} {
+				}{{e.ValueFrom.ConfigMapKeyRef, "ConfigMap"}, {e.ValueFrom.SecretKeyRef, "Secret"}} {
 					if ref.r == nil {
 						continue
 					}
-					vals, ok := k.generated(ref.gens, ref.r.Name)
-					if _, has := vals[ref.r.Key]; !ok || !has {
-						out = append(out, fmt.Sprintf("k8s %s %s: %s refers to %s %s key %s, which the kustomization does not generate", w.obj.Kind, w.name(), e.Name, ref.kind, ref.r.Name, ref.r.Key))
+					// A reference the kustomization resolved names the generated object (its
+					// content hash included); one it did not names nothing in the render.
+					if _, ok := k.keyRef(ref.kind, ref.r); !ok {
+						out = append(out, fmt.Sprintf("%s: %s refers to %s %s key %s, which the kustomization does not generate", where, e.Name, ref.kind, ref.r.Name, ref.r.Key))
 					}
-					used[ref.r.Name+"/"+ref.r.Key] = true
+					if o := k.find(ref.kind, ref.r.Name); o != nil {
+						used[generatorName(o)+"/"+ref.r.Key] = true
+					}
 				}
 			}
 		}
 		for _, v := range pod.Volumes {
-			if v.Secret != nil {
-				if _, ok := k.generated(k.SecretGenerator, v.Secret.SecretName); !ok {
-					out = append(out, fmt.Sprintf("k8s %s %s: volume %s mounts Secret %s, which the kustomization does not generate", w.obj.Kind, w.name(), v.Name, v.Secret.SecretName))
-				}
-				used[v.Secret.SecretName+"/"] = true
+			switch {
+			case v.Secret != nil && k.find("Secret", v.Secret.SecretName) == nil:
+				out = append(out, fmt.Sprintf("%s: volume %s mounts Secret %s, which the kustomization does not generate", where, v.Name, v.Secret.SecretName))
+			case v.ConfigMap != nil && k.find("ConfigMap", v.ConfigMap.Name) == nil:
+				out = append(out, fmt.Sprintf("%s: volume %s mounts ConfigMap %s, which the kustomization does not generate", where, v.Name, v.ConfigMap.Name))
 			}
 		}
 	}
 	for _, key := range slices.Sorted(maps.Keys(config)) {
 		if !used["floodgate-config/"+key] {
-			out = append(out, fmt.Sprintf("k8s floodgate-config: %s is used by no workload", key))
+			out = append(out, fmt.Sprintf("%s floodgate-config: %s is used by no workload", k.where, key))
 		}
 		if strings.HasSuffix(key, "_TOPIC") {
 			if _, ok := m.partitions[config[key]]; !ok {
-				out = append(out, fmt.Sprintf("k8s floodgate-config: %s=%q is not a topic in migrations/", key, config[key]))
+				out = append(out, fmt.Sprintf("%s floodgate-config: %s=%q is not a topic in migrations/", k.where, key, config[key]))
 			}
 		}
 	}
-	for _, g := range k.SecretGenerator {
-		for key, v := range g.values() {
-			if !strings.Contains(v, placeholder) {
-				out = append(out, fmt.Sprintf("k8s Secret %s: %s is not a %s placeholder; real secrets never live in git", g.Name, key, placeholder))
+	for _, s := range k.kind("Secret") {
+		vals := s.values()
+		for _, key := range slices.Sorted(maps.Keys(vals)) {
+			if !strings.Contains(vals[key], placeholder) {
+				out = append(out, fmt.Sprintf("%s Secret %s: %s is not a %s placeholder; real secrets never live in git", k.where, generatorName(s), key, placeholder))
 			}
 		}
 	}
@@ -1679,20 +1611,15 @@ func needs(env map[string]string) map[int]string {
 	return out
 }
 
-func (m *model) checkEgress(where string, k *kustomization, policies []*k8sObject, config map[string]string) []string {
+// checkEgress: every workload of k may reach the ports of the endpoints it is configured with.
+func (m *model) checkEgress(k *rendered) []string {
 	var out []string
+	policies := k.kind("NetworkPolicy")
 	for _, w := range m.workloads(k) {
-		labels := w.obj.Spec.Template.Metadata.Labels
-		env := w.env(config)
-		need := needs(env)
-		ports := make([]int, 0, len(need))
-		for port := range need {
-			ports = append(ports, port)
-		}
-		sort.Ints(ports)
-		for _, port := range ports {
-			if !egressAllowed(policies, labels, port) {
-				out = append(out, fmt.Sprintf("%s: no NetworkPolicy lets %s reach port %d (%s)", where, w.name(), port, need[port]))
+		need := needs(k.env(w))
+		for _, port := range slices.Sorted(maps.Keys(need)) {
+			if !egressAllowed(policies, w.labels(), port) {
+				out = append(out, fmt.Sprintf("%s: no NetworkPolicy lets %s reach port %d (%s)", k.where, w.name(), port, need[port]))
 			}
 		}
 	}
@@ -1701,7 +1628,14 @@ func (m *model) checkEgress(where string, k *kustomization, policies []*k8sObjec
 
 func checkNetworkPolicies(m *model) []string {
 	var out []string
-	k := m.base
+	for _, k := range m.renders() {
+		out = append(out, m.checkNetworkPoliciesOf(k)...)
+	}
+	return out
+}
+
+func (m *model) checkNetworkPoliciesOf(k *rendered) []string {
+	var out []string
 	policies := k.kind("NetworkPolicy")
 	deny := false
 	for _, np := range policies {
@@ -1713,15 +1647,14 @@ func checkNetworkPolicies(m *model) []string {
 		}
 	}
 	if !deny {
-		out = append(out, "k8s: no default-deny NetworkPolicy (podSelector {}, Ingress and Egress, no rules)")
+		out = append(out, k.where+": no default-deny NetworkPolicy (podSelector {}, Ingress and Egress, no rules)")
 	}
-	out = append(out, m.checkEgress("k8s base", k, policies, m.baseConfig())...)
+	out = append(out, m.checkEgress(k)...)
 	// Every Service port admits somebody.
 	for _, svc := range k.kind("Service") {
-		sel := svc.serviceSelector()
 		for _, w := range m.workloads(k) {
-			labels := w.obj.Spec.Template.Metadata.Labels
-			if len(sel) == 0 || !(&labelSelector{MatchLabels: sel}).matches(labels) {
+			labels := w.labels()
+			if !selectsPods(svc, labels) {
 				continue
 			}
 			c := w.main()
@@ -1736,7 +1669,7 @@ func checkNetworkPolicies(m *model) []string {
 					}
 				}
 				if !ok {
-					out = append(out, fmt.Sprintf("k8s Service %s: no NetworkPolicy admits traffic to %s port %d", svc.Metadata.Name, w.name(), port))
+					out = append(out, fmt.Sprintf("%s Service %s: no NetworkPolicy admits traffic to %s port %d", k.where, svc.Metadata.Name, w.name(), port))
 				}
 			}
 		}
@@ -1783,29 +1716,25 @@ func admitsFromNamespace(policies []*k8sObject, labels map[string]string, port i
 // checkMonitoring holds deploy/k8s/monitoring to the base: each ServiceMonitor selects a Service
 // and names a port of it (each PodMonitor selects pods and names a containerPort) that reaches
 // the program's /metrics listener, Prometheus in the monitoring namespace may connect, every
-// service that serves /metrics is scraped, and the base and overlay stay free of the CRDs.
+// service that serves /metrics is scraped, and the base and overlay render without the CRDs.
 func checkMonitoring(m *model) []string {
 	var out []string
 	k := m.monitoring
-	for _, kk := range []*kustomization{m.base, m.overlay} {
-		for _, o := range append(slices.Clone(kk.objects), kk.patches...) {
+	for _, kk := range m.renders() {
+		for _, o := range kk.objects {
 			if strings.HasPrefix(o.APIVersion, "monitoring.coreos.com/") {
-				out = append(out, fmt.Sprintf("k8s %s %s %s %s: needs the Prometheus Operator's CRDs; it belongs in deploy/k8s/monitoring", rel(m.root, kk.dir), o.file, o.Kind, o.Metadata.Name))
-			}
-		}
-		for _, r := range kk.Resources {
-			if filepath.Base(r) == "monitoring" {
-				out = append(out, fmt.Sprintf("k8s %s: includes %s; it must render without the Prometheus Operator's CRDs", rel(m.root, kk.dir), r))
+				out = append(out, fmt.Sprintf("%s %s %s: needs the Prometheus Operator's CRDs; it belongs in deploy/k8s/monitoring, which %s must not include", kk.where, o.Kind, o.Metadata.Name, kk.dir))
 			}
 		}
 	}
-	if k.Namespace != m.base.Namespace {
-		out = append(out, fmt.Sprintf("k8s monitoring: namespace %q, want the base's %q (a monitor selects Services in its own namespace)", k.Namespace, m.base.Namespace))
-	}
+	ns := m.base.namespace()
 	policies := m.base.kind("NetworkPolicy")
 	scraped := map[string]bool{}
 	for _, o := range k.objects {
-		where := fmt.Sprintf("k8s monitoring %s %s %s", o.file, o.Kind, o.Metadata.Name)
+		where := fmt.Sprintf("%s %s %s", k.where, o.Kind, o.Metadata.Name)
+		if o.Metadata.Namespace != ns {
+			out = append(out, fmt.Sprintf("%s: namespace %q, want the base's %q (a monitor selects Services in its own namespace)", where, o.Metadata.Namespace, ns))
+		}
 		eps := o.Spec.Endpoints
 		switch o.Kind {
 		case "ServiceMonitor":
@@ -1864,9 +1793,8 @@ func checkMonitoring(m *model) []string {
 						out = append(out, fmt.Sprintf("%s: names port %q, which Service %s does not have (%s)", where, ep.Port, svc.Metadata.Name, strings.Join(names, ", ")))
 						continue
 					}
-					ss := svc.serviceSelector()
 					for _, w := range m.workloads(m.base) {
-						if len(ss) > 0 && (&labelSelector{MatchLabels: ss}).matches(w.obj.Spec.Template.Metadata.Labels) && w.main() != nil {
+						if selectsPods(svc, w.labels()) && w.main() != nil {
 							targets = append(targets, target{w, w.main().port(svc.Spec.Ports[i].TargetPort)})
 						}
 					}
@@ -1879,7 +1807,7 @@ func checkMonitoring(m *model) []string {
 			n := 0
 			for _, w := range m.workloads(m.base) {
 				c := w.main()
-				if w.obj.Kind != "Deployment" || c == nil || !sel.matches(w.obj.Spec.Template.Metadata.Labels) {
+				if w.obj.Kind != "Deployment" || c == nil || !sel.matches(w.labels()) {
 					continue
 				}
 				n++
@@ -1897,7 +1825,7 @@ func checkMonitoring(m *model) []string {
 		}
 		for _, tg := range targets {
 			p := tg.w.prog
-			metrics, _ := m.listenPort("", p, tg.w.env(m.baseConfig()))
+			metrics, _ := m.listenPort("", p, m.base.env(tg.w))
 			switch {
 			case !p.servesMetrics():
 				out = append(out, fmt.Sprintf("%s: scrapes %s, which serves no /metrics", where, p.name))
@@ -1905,7 +1833,7 @@ func checkMonitoring(m *model) []string {
 				out = append(out, fmt.Sprintf("%s: scrapes %s port %d, but its /metrics is on %d", where, p.name, tg.port, metrics))
 			default:
 				scraped[tg.w.name()] = true
-				if !admitsFromNamespace(policies, tg.w.obj.Spec.Template.Metadata.Labels, tg.port, monitoringNamespace) {
+				if !admitsFromNamespace(policies, tg.w.labels(), tg.port, monitoringNamespace) {
 					out = append(out, fmt.Sprintf("%s: no NetworkPolicy admits Prometheus (namespace %s) to %s port %d", where, monitoringNamespace, p.name, tg.port))
 				}
 			}
@@ -1913,126 +1841,130 @@ func checkMonitoring(m *model) []string {
 	}
 	for _, w := range m.workloads(m.base) {
 		if w.obj.Kind == "Deployment" && w.prog.servesMetrics() && !scraped[w.name()] {
-			out = append(out, fmt.Sprintf("k8s monitoring: %s serves /metrics but no ServiceMonitor or PodMonitor scrapes it", w.name()))
+			out = append(out, fmt.Sprintf("%s: %s serves /metrics but no ServiceMonitor or PodMonitor scrapes it", k.where, w.name()))
 		}
 	}
 	return out
 }
 
+// checkOverlay holds the production overlay to its purpose: the base with production values,
+// images and limiter rules. (The checks above hold its render as they hold the base's.)
 func checkOverlay(m *model) []string {
 	var out []string
 	o := m.overlay
-	if !slices.Contains(o.Resources, "../../base") {
-		out = append(out, "k8s overlay production: must build on ../../base")
+	// It builds on the base: whatever the base renders, it renders too (a generated object by
+	// its generator's name: the content hash differs).
+	for _, b := range m.base.objects {
+		if !slices.ContainsFunc(o.objects, func(x *k8sObject) bool { return x.Kind == b.Kind && generatorName(x) == generatorName(b) }) {
+			out = append(out, fmt.Sprintf("%s: renders no %s %s, which the base does: it must build on ../../base", o.where, b.Kind, generatorName(b)))
+		}
 	}
-	config := m.baseConfig()
-	merged := map[string]string{}
-	for k, v := range config {
-		merged[k] = v
+	// Its floodgate-config is the base's with production values (behavior: merge): the same keys.
+	base, config := m.base.config(), o.config()
+	for _, k := range slices.Sorted(maps.Keys(base)) {
+		if _, ok := config[k]; !ok {
+			out = append(out, fmt.Sprintf("%s: floodgate-config lacks %s, which the base sets (merge into the base's floodgate-config: behavior: merge)", o.where, k))
+		}
 	}
-	for _, g := range o.ConfigMapGenerator {
-		if g.Name != "floodgate-config" {
+	for _, k := range slices.Sorted(maps.Keys(config)) {
+		if _, ok := base[k]; !ok {
+			out = append(out, fmt.Sprintf("%s: floodgate-config sets %s, which no base workload uses", o.where, k))
+		}
+	}
+	if rf, _ := strconv.Atoi(config["FLOODGATE_KAFKA_REPLICATION_FACTOR"]); rf < 3 {
+		out = append(out, fmt.Sprintf("%s: FLOODGATE_KAFKA_REPLICATION_FACTOR=%q, want >= 3", o.where, config["FLOODGATE_KAFKA_REPLICATION_FACTOR"]))
+	}
+	if len(endpoints(config["FLOODGATE_REDIS_ADDRS"])) < 2 {
+		out = append(out, o.where+": FLOODGATE_REDIS_ADDRS should list the Redis Cluster's nodes")
+	}
+	if config["FLOODGATE_DYNAMODB_ENDPOINT"] != "" {
+		out = append(out, o.where+": FLOODGATE_DYNAMODB_ENDPOINT must be empty (AWS DynamoDB)")
+	}
+	// Its images are the production ones: the overlay's images cover every program.
+	for _, w := range m.workloads(o) {
+		if b := m.base.find(w.obj.Kind, w.name()); b != nil {
+			if c, bc := w.main(), (workload{b, w.prog}).main(); c != nil && bc != nil && c.Image == bc.Image {
+				out = append(out, fmt.Sprintf("%s %s %s: image %q is the base's; the overlay's images must set the production one", o.where, w.obj.Kind, w.name(), c.Image))
+			}
+		}
+	}
+	return append(out, m.checkRules(o)...)
+}
+
+// checkRules: the workloads of k that read limiter rules (FLOODGATE_LIMITER_RULES) find them in
+// a file of a ConfigMap mounted at that path, valid against schemas/rate-limits.schema.json; at
+// least one does.
+func (m *model) checkRules(k *rendered) []string {
+	var out []string
+	n := 0
+	for _, w := range m.workloads(k) {
+		path, ok := k.env(w)["FLOODGATE_LIMITER_RULES"]
+		if !ok {
 			continue
 		}
-		if g.Behavior != "merge" {
-			out = append(out, "k8s overlay production: floodgate-config must use behavior: merge")
-		}
-		for k, v := range g.values() {
-			if _, ok := config[k]; !ok {
-				out = append(out, fmt.Sprintf("k8s overlay production: floodgate-config sets %s, which no base workload uses", k))
-			}
-			merged[k] = v
-		}
-	}
-	if rf, _ := strconv.Atoi(merged["FLOODGATE_KAFKA_REPLICATION_FACTOR"]); rf < 3 {
-		out = append(out, fmt.Sprintf("k8s overlay production: FLOODGATE_KAFKA_REPLICATION_FACTOR=%q, want >= 3", merged["FLOODGATE_KAFKA_REPLICATION_FACTOR"]))
-	}
-	if len(endpoints(merged["FLOODGATE_REDIS_ADDRS"])) < 2 {
-		out = append(out, "k8s overlay production: FLOODGATE_REDIS_ADDRS should list the Redis Cluster's nodes")
-	}
-	if merged["FLOODGATE_DYNAMODB_ENDPOINT"] != "" {
-		out = append(out, "k8s overlay production: FLOODGATE_DYNAMODB_ENDPOINT must be empty (AWS DynamoDB)")
-	}
-	out = append(out, m.checkEgress("k8s overlay production", m.base, m.base.kind("NetworkPolicy"), merged)...)
-	for _, im := range o.Images {
-		if k := m.base; !slices.ContainsFunc(k.Images, func(b struct {
-			Name    string `yaml:"name"`
-			NewName string `yaml:"newName"`
-			NewTag  string `yaml:"newTag"`
-		}) bool {
-			return b.Name == im.Name
-		}) {
-			out = append(out, fmt.Sprintf("k8s overlay production: image %s is not in the base", im.Name))
-		}
-	}
-	for _, p := range o.patches {
-		where := fmt.Sprintf("k8s overlay production %s: %s %s", p.file, p.Kind, p.Metadata.Name)
-		base := m.base.find(p.Kind, p.Metadata.Name)
-		if p.Kind != "ServiceAccount" && base == nil {
-			out = append(out, where+" patches nothing in the base")
+		n++
+		where := fmt.Sprintf("%s %s %s", k.where, w.obj.Kind, w.name())
+		rules, ok := k.mountedFile(w, path)
+		if !ok {
+			out = append(out, fmt.Sprintf("%s: FLOODGATE_LIMITER_RULES=%s is no file of a ConfigMap mounted in container %s", where, path, w.prog.name))
 			continue
 		}
-		if prog := m.programOf(base); p.Kind == "Deployment" && prog != nil {
-			limit, problems := m.maxConsumers(where, consumed(base))
-			out = append(out, problems...)
-			if p.Spec.Replicas != nil && limit > 0 && *p.Spec.Replicas > limit {
-				out = append(out, fmt.Sprintf("%s: %d replicas, but %v has only %d partitions", where, *p.Spec.Replicas, consumed(base), limit))
-			}
-			if p.Spec.Template != nil {
-				for _, c := range p.Spec.Template.Spec.Containers {
-					env := map[string]string{}
-					for _, e := range c.Env {
-						env[e.Name] = e.Value
-					}
-					out = append(out, m.checkEnv(where, prog, env)...)
-				}
-			}
-		}
-		if p.Kind == "HorizontalPodAutoscaler" && p.Spec.MinReplicas != nil && p.Spec.MaxReplicas < *p.Spec.MinReplicas {
-			out = append(out, where+": maxReplicas below minReplicas")
-		}
-		if p.Kind == "ServiceAccount" && m.programs[p.Metadata.Name] == nil {
-			out = append(out, where+" is no program's ServiceAccount")
-		}
+		out = append(out, m.checkRulesFile(fmt.Sprintf("%s: %s", where, path), rules)...)
 	}
-	for _, g := range o.ConfigMapGenerator {
-		for _, f := range g.Files {
-			if _, err := os.Stat(filepath.Join(o.dir, f)); err != nil {
-				out = append(out, fmt.Sprintf("k8s overlay production: configMapGenerator %s: %v", g.Name, err))
-			}
-		}
+	if n == 0 {
+		out = append(out, k.where+": no workload reads limiter rules (FLOODGATE_LIMITER_RULES)")
 	}
-	out = append(out, m.checkRulesFile(filepath.Join(o.dir, "rate-limits.yaml"))...)
 	return out
 }
 
-// checkRulesFile validates the overlay's limiter rules against schemas/rate-limits.schema.json.
-func (m *model) checkRulesFile(path string) []string {
+// mountedFile is the content of the file at path in w's container: a key of a ConfigMap
+// volume mounted above it.
+func (k *rendered) mountedFile(w workload, path string) (string, bool) {
+	c := w.main()
+	if c == nil {
+		return "", false
+	}
+	for _, vm := range c.VolumeMounts {
+		key, ok := strings.CutPrefix(path, strings.TrimSuffix(vm.MountPath, "/")+"/")
+		if !ok {
+			continue
+		}
+		for _, v := range w.pod().Volumes {
+			if v.Name != vm.Name || v.ConfigMap == nil {
+				continue
+			}
+			if cm := k.find("ConfigMap", v.ConfigMap.Name); cm != nil {
+				s, ok := cm.values()[key]
+				return s, ok
+			}
+		}
+	}
+	return "", false
+}
+
+// checkRulesFile validates limiter rules against schemas/rate-limits.schema.json.
+func (m *model) checkRulesFile(where, rules string) []string {
 	schemaPath := filepath.Join(m.root, "schemas/rate-limits.schema.json")
 	c := jsonschema.NewCompiler()
 	sch, err := c.Compile(schemaPath)
 	if err != nil {
 		return []string{fmt.Sprintf("compile %s: %v", schemaPath, err)}
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return []string{err.Error()}
-	}
 	var doc any
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return []string{fmt.Sprintf("%s: %v", rel(m.root, path), err)}
+	if err := yaml.Unmarshal([]byte(rules), &doc); err != nil {
+		return []string{fmt.Sprintf("%s: %v", where, err)}
 	}
 	// Round-trip through JSON so the validator sees JSON types.
 	js, err := json.Marshal(doc)
 	if err != nil {
-		return []string{fmt.Sprintf("%s: %v", rel(m.root, path), err)}
+		return []string{fmt.Sprintf("%s: %v", where, err)}
 	}
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(js))
 	if err != nil {
 		return []string{err.Error()}
 	}
 	if err := sch.Validate(inst); err != nil {
-		return []string{fmt.Sprintf("%s does not match schemas/rate-limits.schema.json: %v", rel(m.root, path), err)}
+		return []string{fmt.Sprintf("%s does not match schemas/rate-limits.schema.json: %v", where, err)}
 	}
 	return nil
 }
@@ -2260,23 +2192,10 @@ func TestChecksCatchDrift(t *testing.T) {
 		require.NotNil(t, c, name)
 		return c
 	}
-	drop := func(k *kustomization, kind, name string) {
+	drop := func(k *rendered, kind, name string) {
 		n := len(k.objects)
 		k.objects = slices.DeleteFunc(k.objects, func(o *k8sObject) bool { return o.Kind == kind && o.Metadata.Name == name })
 		require.Less(t, len(k.objects), n, "%s %s", kind, name)
-	}
-	literal := func(gens []generator, name, key, value string) {
-		for i := range gens {
-			if gens[i].Name != name {
-				continue
-			}
-			gens[i].Literals = slices.DeleteFunc(gens[i].Literals, func(l string) bool { return strings.HasPrefix(l, key+"=") })
-			if value != "<delete>" {
-				gens[i].Literals = append(gens[i].Literals, key+"="+value)
-			}
-			return
-		}
-		t.Fatalf("no generator %s", name)
 	}
 	ptr := func(n int) *int { return &n }
 	monitor := func(m *model, name string) *k8sObject {
@@ -2284,12 +2203,19 @@ func TestChecksCatchDrift(t *testing.T) {
 		require.NotNil(t, o, name)
 		return o
 	}
-	// rawCtr is the first container of o (a Deployment or a patch) as parsed, for checkVariants.
+	// rawCtr is the first container of o as rendered, for checkVariants.
 	rawCtr := func(o *k8sObject) map[string]any {
 		require.NotNil(t, o)
 		c, ok := list(dig(o.raw, "spec", "template", "spec")["containers"])[0].(map[string]any)
 		require.True(t, ok, o.Metadata.Name)
 		return c
+	}
+	// edit breaks a kustomization's file (relative to deploy/k8s) and renders again.
+	edit := func(m *model, file, old, new string) {
+		m.rerender(t, map[string]func(string) string{k8sDir + "/" + file: func(s string) string {
+			require.Contains(t, s, old, file)
+			return strings.Replace(s, old, new, 1)
+		}})
 	}
 
 	tests := []struct {
@@ -2449,8 +2375,8 @@ func TestChecksCatchDrift(t *testing.T) {
 			e.Values = slices.DeleteFunc(e.Values, func(v string) bool { return v == criticalLimiter })
 		}, "no NetworkPolicy lets limiter-critical reach port 6379"},
 		{"k8s variant env drifts from its program", checkVariants, func(m *model) {
-			c := rawCtr(deploy(m, criticalLimiter))
-			c["env"] = append(list(c["env"]), map[string]any{"name": "FLOODGATE_LIMITER_GRPC_GATE_MAX", "value": "8"})
+			edit(m, "base/limiter-critical/cpu-request.yaml", "          resources:\n",
+				"          env:\n            - {name: FLOODGATE_LIMITER_GRPC_GATE_MAX, value: \"8\"}\n          resources:\n")
 		}, "k8s Deployment limiter-critical: spec.template.spec.containers[0].env differs from Deployment limiter's"},
 		{"k8s variant image drifts from its program", checkVariants, func(m *model) {
 			rawCtr(deploy(m, criticalLimiter))["image"] = "floodgate/limiter:old"
@@ -2459,17 +2385,22 @@ func TestChecksCatchDrift(t *testing.T) {
 			dig(rawCtr(deploy(m, "limiter")), "readinessProbe")["periodSeconds"] = 10
 		}, "spec.template.spec.containers[0].readinessProbe.periodSeconds differs"},
 		{"k8s variant patched apart in the overlay", checkVariants, func(m *model) {
-			c := rawCtr(m.overlay.patch("Deployment", criticalLimiter))
-			c["env"] = list(c["env"])[:1]
+			edit(m, "overlays/production/kustomization.yaml", "labelSelector: app.kubernetes.io/component=decision-api}",
+				"labelSelector: app.kubernetes.io/name=limiter}")
 		}, "k8s overlay production Deployment limiter-critical: spec.template.spec.containers[0].env differs"},
-		{"k8s variant not patched in the overlay", checkVariants, func(m *model) {
-			m.overlay.patches = slices.DeleteFunc(m.overlay.patches, func(o *k8sObject) bool {
-				return o.Kind == "Deployment" && o.Metadata.Name == criticalLimiter
-			})
-		}, "k8s overlay production: patches one of Deployment limiter and limiter-critical, not both"},
 		{"k8s variant in its program's Service", checkVariants, func(m *model) {
-			deploy(m, criticalLimiter).Spec.Template.Metadata.Labels[nameLabel] = "limiter"
+			edit(m, "base/limiter-critical/kustomization.yaml", "includeSelectors: true", "includeSelectors: false")
 		}, "Service limiter selects its pods and limiter's"},
+		{"k8s variant spreads its program's pods", checkVariants, func(m *model) {
+			tc := list(dig(deploy(m, criticalLimiter).raw, "spec", "template", "spec")["topologySpreadConstraints"])[0].(map[string]any)
+			dig(tc, "labelSelector", "matchLabels")[nameLabel] = "limiter"
+		}, "k8s Deployment limiter-critical: its topologySpreadConstraints must spread its own pods"},
+		{"k8s variant scaled by its program's HPA", checkVariants, func(m *model) {
+			m.base.find("HorizontalPodAutoscaler", criticalLimiter).Spec.ScaleTargetRef.Name = "limiter"
+		}, "2 HorizontalPodAutoscalers scale Deployment limiter (limiter, limiter-critical), want one each"},
+		{"k8s variant under a ServiceAccount of its own", checkWorkloads, func(m *model) {
+			deploy(m, criticalLimiter).Spec.Template.Spec.ServiceAccountName = criticalLimiter
+		}, `k8s Deployment limiter-critical: must run as its own ServiceAccount "limiter"`},
 		{"k8s variant unreachable from gateways", checkVariants, func(m *model) {
 			drop(m.base, "NetworkPolicy", "limiter-critical-from-gateways")
 		}, "k8s Deployment limiter-critical: no NetworkPolicy admits namespaceSelector: matchLabels: floodgate.dev/gateway: \"true\" → TCP/8081, as for limiter"},
@@ -2478,23 +2409,45 @@ func TestChecksCatchDrift(t *testing.T) {
 			np.Spec.Ingress = append(np.Spec.Ingress, netRule{From: []any{map[string]any{"namespaceSelector": map[string]any{}}}})
 		}, "a NetworkPolicy admits namespaceSelector: {} → every port, which limiter does not"},
 		{"k8s variant without its program's Deployment", checkVariants, func(m *model) { drop(m.base, "Deployment", "limiter") },
-			"runs limiter, which has no Deployment limiter of its own to copy"},
+			"runs limiter, which has no Deployment limiter of its own to derive from"},
+		{"k8s CRITICAL limiter's CPU limit under 3× its HPA's hold", checkCriticalLimiter, func(m *model) {
+			edit(m, "base/limiter-critical/cpu-request.yaml", "            requests: {cpu: 500m}\n",
+				"            requests: {cpu: 500m}\n            limits: {cpu: 500m}\n")
+		}, "k8s Deployment limiter-critical: CPU limit 500m is under 3× the 200m its HPA holds it at (40 % of 500m)"},
+		{"k8s CRITICAL limiter's HPA off CPU", checkCriticalLimiter, func(m *model) {
+			edit(m, "base/limiter-critical/hpa.yaml", "path: /spec/metrics/0/resource/target/averageUtilization, value: 40}",
+				"path: /spec/metrics/0/resource/target/averageUtilization, value: 0}")
+		}, "k8s Deployment limiter-critical: needs a CPU request, a CPU limit and an HPA on CPU utilization"},
+		{"k8s CRITICAL limiter's Service without gRPC", checkCriticalLimiter, func(m *model) {
+			m.overlay.find("Service", criticalLimiter).Spec.Ports[1].Port = 9081
+		}, "k8s overlay production Service limiter-critical: must select its pods on grpc port 8081"},
 		{"k8s PDB missing", checkScaling, func(m *model) { drop(m.base, "PodDisruptionBudget", "detector") }, "0 PodDisruptionBudgets select it"},
 		{"k8s PDB blocks drains", checkScaling, func(m *model) {
 			m.base.find("PodDisruptionBudget", "dlq-auditor").Spec.MaxUnavailable = nil
 			m.base.find("PodDisruptionBudget", "dlq-auditor").Spec.MinAvailable = &intOrString{num: 1}
 		}, "blocks every node drain"},
 		{"k8s ConfigMap key missing", checkConfig, func(m *model) {
-			literal(m.base.ConfigMapGenerator, "floodgate-config", "FLOODGATE_REDIS_ADDRS", "<delete>")
+			m.base.setValue(t, "ConfigMap", "floodgate-config", "FLOODGATE_REDIS_ADDRS", "<delete>")
 		}, "key FLOODGATE_REDIS_ADDRS, which the kustomization does not generate"},
+		{"k8s reference left at a generator's name", checkConfig, func(m *model) {
+			e := m.container(t, m.base, "Deployment", criticalLimiter).envVar("FLOODGATE_LIMITER_CALLERS")
+			e.ValueFrom.SecretKeyRef.Name = "limiter-secrets" // what kustomize resolves to limiter-secrets-<hash>
+		}, "k8s Deployment limiter-critical: FLOODGATE_LIMITER_CALLERS refers to Secret limiter-secrets key FLOODGATE_LIMITER_CALLERS, which the kustomization does not generate"},
+		{"k8s rules volume of no ConfigMap", checkConfig, func(m *model) {
+			o := m.overlay.find("Deployment", "limiter")
+			o.Spec.Template.Spec.Volumes[0].ConfigMap.Name = "limiter-rule"
+		}, "k8s overlay production Deployment limiter: volume rules mounts ConfigMap limiter-rule, which the kustomization does not generate"},
 		{"k8s unused ConfigMap key", checkConfig, func(m *model) {
-			literal(m.base.ConfigMapGenerator, "floodgate-config", "FLOODGATE_UNUSED", "x")
-		}, "FLOODGATE_UNUSED is used by no workload"},
+			m.base.setValue(t, "ConfigMap", "floodgate-config", "FLOODGATE_UNUSED", "x")
+		}, "k8s floodgate-config: FLOODGATE_UNUSED is used by no workload"},
 		{"k8s real secret committed", checkConfig, func(m *model) {
-			literal(m.base.SecretGenerator, "floodgate-secrets", "FLOODGATE_PAGERDUTY_ROUTING_KEY", "R0ut1ngKeyFromProd")
+			m.base.setValue(t, "Secret", "floodgate-secrets", "FLOODGATE_PAGERDUTY_ROUTING_KEY", "R0ut1ngKeyFromProd")
 		}, "is not a CHANGE-ME placeholder"},
+		{"overlay real secret committed", checkConfig, func(m *model) {
+			m.overlay.setValue(t, "Secret", "floodgate-kafka-quota", "FLOODGATE_KAFKA_SASL_PASSWORD", "hunter2")
+		}, "k8s overlay production Secret floodgate-kafka-quota: FLOODGATE_KAFKA_SASL_PASSWORD is not a CHANGE-ME placeholder"},
 		{"k8s topic in config not in migrations", checkConfig, func(m *model) {
-			literal(m.base.ConfigMapGenerator, "floodgate-config", "FLOODGATE_DECISIONS_TOPIC", "decisions")
+			m.base.setValue(t, "ConfigMap", "floodgate-config", "FLOODGATE_DECISIONS_TOPIC", "decisions")
 		}, `FLOODGATE_DECISIONS_TOPIC="decisions" is not a topic`},
 		{"k8s no default deny", checkNetworkPolicies, func(m *model) { drop(m.base, "NetworkPolicy", "default-deny") }, "no default-deny"},
 		{"k8s Redis egress blocked", checkNetworkPolicies, func(m *model) { drop(m.base, "NetworkPolicy", "egress-redis") }, "reach port 6379"},
@@ -2503,35 +2456,48 @@ func TestChecksCatchDrift(t *testing.T) {
 			drop(m.base, "NetworkPolicy", "limiter-from-gateways")
 			drop(m.base, "NetworkPolicy", "allow-prometheus")
 		}, "no NetworkPolicy admits traffic to limiter port 8080"},
-		{"overlay consumer replicas over partitions", checkOverlay, func(m *model) {
-			for _, p := range m.overlay.patches {
-				if p.Kind == "Deployment" && p.Metadata.Name == "quota" {
-					p.Spec.Replicas = ptr(24)
-				}
-			}
-		}, "24 replicas"},
+		{"overlay consumer replicas over partitions", checkConsumers, func(m *model) {
+			m.overlay.find("Deployment", "quota").Spec.Replicas = ptr(24)
+		}, "k8s overlay production Deployment quota: 24 replicas"},
+		{"overlay HPA max under min", checkScaling, func(m *model) {
+			m.overlay.find("HorizontalPodAutoscaler", "limiter").Spec.MaxReplicas = 5
+		}, "k8s overlay production HorizontalPodAutoscaler limiter: maxReplicas 5 below minReplicas 6"},
+		{"overlay variable nobody reads", checkWorkloads, func(m *model) {
+			c := m.container(t, m.overlay, "Deployment", "detector")
+			c.Env = append(c.Env, envVar{Name: "FLOODGATE_DETECTOR_ENFORCE_TYPO", Value: "true"})
+		}, "k8s overlay production Deployment detector: FLOODGATE_DETECTOR_ENFORCE_TYPO is set but detector"},
+		{"overlay ServiceAccount of no program", checkWorkloads, func(m *model) {
+			o := &k8sObject{Kind: "ServiceAccount"}
+			o.Metadata.Name = "billing"
+			m.overlay.objects = append(m.overlay.objects, o)
+		}, "k8s overlay production ServiceAccount billing: is no program's ServiceAccount"},
+		{"overlay without the base", checkOverlay, func(m *model) { drop(m.overlay, "NetworkPolicy", "default-deny") },
+			"k8s overlay production: renders no NetworkPolicy default-deny, which the base does"},
 		{"overlay replication factor 1", checkOverlay, func(m *model) {
-			literal(m.overlay.ConfigMapGenerator, "floodgate-config", "FLOODGATE_KAFKA_REPLICATION_FACTOR", "1")
+			m.overlay.setValue(t, "ConfigMap", "floodgate-config", "FLOODGATE_KAFKA_REPLICATION_FACTOR", "1")
 		}, "want >= 3"},
 		{"overlay keeps DynamoDB Local", checkOverlay, func(m *model) {
-			literal(m.overlay.ConfigMapGenerator, "floodgate-config", "FLOODGATE_DYNAMODB_ENDPOINT", "http://dynamodb:8000")
+			m.overlay.setValue(t, "ConfigMap", "floodgate-config", "FLOODGATE_DYNAMODB_ENDPOINT", "http://dynamodb:8000")
 		}, "must be empty"},
-		{"overlay Kafka on a port the policies block", checkOverlay, func(m *model) {
-			literal(m.overlay.ConfigMapGenerator, "floodgate-config", "FLOODGATE_KAFKA_BROKERS", "b-1.example:19092")
-		}, "reach port 19092"},
+		{"overlay Kafka on a port the policies block", checkNetworkPolicies, func(m *model) {
+			m.overlay.setValue(t, "ConfigMap", "floodgate-config", "FLOODGATE_KAFKA_BROKERS", "b-1.example:19092")
+		}, "k8s overlay production: no NetworkPolicy lets limiter reach port 19092"},
 		{"overlay config key nothing uses", checkOverlay, func(m *model) {
-			literal(m.overlay.ConfigMapGenerator, "floodgate-config", "FLOODGATE_NEW_THING", "1")
+			m.overlay.setValue(t, "ConfigMap", "floodgate-config", "FLOODGATE_NEW_THING", "1")
 		}, "FLOODGATE_NEW_THING, which no base workload uses"},
-		{"overlay patch of nothing", checkOverlay, func(m *model) {
-			o := &k8sObject{Kind: "Deployment", file: "x.yaml"}
-			o.Metadata.Name = "billing"
-			m.overlay.patches = append(m.overlay.patches, o)
-		}, "patches nothing in the base"},
+		{"overlay config replaces the base's", checkOverlay, func(m *model) {
+			edit(m, "overlays/production/kustomization.yaml", "    behavior: merge\n", "    behavior: replace\n")
+		}, "k8s overlay production: floodgate-config lacks FLOODGATE_ABUSE_TOPIC, which the base sets"},
+		{"overlay image of the base", checkOverlay, func(m *model) {
+			edit(m, "overlays/production/kustomization.yaml", "  - {name: floodgate/quota, newName: registry.example.com/floodgate/quota, newTag: \"0.1.0\"}\n", "")
+		}, `k8s overlay production Deployment quota: image "floodgate/quota:dev" is the base's`},
 		{"overlay rules file invalid", checkOverlay, func(m *model) {
-			dir := t.TempDir()
-			require.NoError(t, os.WriteFile(filepath.Join(dir, "rate-limits.yaml"), []byte("version: 2\nrules: []\n"), 0o600))
-			m.overlay.dir = dir
-		}, "does not match schemas/rate-limits.schema.json"},
+			m.overlay.setValue(t, "ConfigMap", "limiter-rules", "rate-limits.yaml", "version: 2\nrules: []\n")
+		}, "k8s overlay production Deployment limiter: /etc/floodgate/limiter/rate-limits.yaml does not match schemas/rate-limits.schema.json"},
+		{"overlay rules not mounted", checkOverlay, func(m *model) {
+			c := m.container(t, m.overlay, "Deployment", criticalLimiter)
+			c.VolumeMounts = nil
+		}, "k8s overlay production Deployment limiter-critical: FLOODGATE_LIMITER_RULES=/etc/floodgate/limiter/rate-limits.yaml is no file of a ConfigMap mounted in container limiter"},
 		{"dashboard metric the code does not export", checkGrafana, func(m *model) {
 			for _, d := range m.dashboards {
 				d.Panels = append(d.Panels, panel{Title: "x", Targets: []struct {

@@ -4,7 +4,8 @@ package deploy_test
 // beyond the host's loopback, no secret with a default or a literal value, the compose secrets
 // generated on first run, the console's session secret from a Secret and its trusted proxies
 // set in the production overlay. Same shape as packaging_test.go: each check is a function of
-// the parsed model; the drift test breaks a fresh model one way per case.
+// the model (the Kubernetes manifests as rendered); the drift test breaks a fresh model one way
+// per case.
 
 import (
 	"bytes"
@@ -126,42 +127,30 @@ func checkComposeSecrets(m *model) []string {
 
 func checkK8sSecurity(m *model) []string {
 	var out []string
-	for _, k := range []*kustomization{m.base, m.overlay} {
-		for _, objs := range [][]*k8sObject{k.objects, k.patches} {
-			for _, o := range objs {
-				if o.Spec.Template == nil {
-					continue
-				}
-				for _, c := range o.Spec.Template.Spec.Containers {
-					for _, e := range c.Env {
-						if secretVar.MatchString(e.Name) && (e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil) {
-							out = append(out, fmt.Sprintf("k8s %s %s/%s: %s must come from a Secret (secretKeyRef), not a value", filepath.Base(k.dir), o.Kind, o.Metadata.Name, e.Name))
-						}
+	for _, k := range m.renders() {
+		for _, o := range k.objects {
+			if o.Spec.Template == nil {
+				continue
+			}
+			for _, c := range append(slices.Clone(o.Spec.Template.Spec.Containers), o.Spec.Template.Spec.InitContainers...) {
+				for _, e := range c.Env {
+					if secretVar.MatchString(e.Name) && (e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil) {
+						out = append(out, fmt.Sprintf("%s %s %s: %s must come from a Secret (secretKeyRef), not a value", k.where, o.Kind, o.Metadata.Name, e.Name))
 					}
 				}
 			}
 		}
-	}
-	if c := m.base.find("Deployment", "console"); c != nil {
-		w := workload{c, m.programs["console"]}
-		if w.env(nil)["FLOODGATE_CONSOLE_SESSION_SECRET"] != "<ref>" {
-			out = append(out, "k8s console: FLOODGATE_CONSOLE_SESSION_SECRET must be set from a Secret (the console listens on 0.0.0.0 and refuses to start without it)")
+		if c := k.find("Deployment", "console"); c != nil {
+			if k.env(workload{c, m.programs["console"]})["FLOODGATE_CONSOLE_SESSION_SECRET"] != "<ref>" {
+				out = append(out, k.where+" console: FLOODGATE_CONSOLE_SESSION_SECRET must be set from a Secret (the console listens on 0.0.0.0 and refuses to start without it)")
+			}
+		} else {
+			out = append(out, k.where+": no console Deployment")
 		}
-	} else {
-		out = append(out, "k8s base: no console Deployment")
 	}
 	proxies := ""
-	for _, p := range m.overlay.patches {
-		if p.Kind != "Deployment" || p.Metadata.Name != "console" || p.Spec.Template == nil {
-			continue
-		}
-		for _, c := range p.Spec.Template.Spec.Containers {
-			for _, e := range c.Env {
-				if e.Name == "FLOODGATE_CONSOLE_TRUSTED_PROXIES" {
-					proxies = e.Value
-				}
-			}
-		}
+	if c := m.overlay.find("Deployment", "console"); c != nil {
+		proxies = m.overlay.env(workload{c, m.programs["console"]})["FLOODGATE_CONSOLE_TRUSTED_PROXIES"]
 	}
 	list, err := gateway.ParseTrustedProxies(strings.Split(proxies, ","))
 	switch {
@@ -177,6 +166,26 @@ func checkK8sSecurity(m *model) []string {
 		}
 	}
 	return out
+}
+
+// container is the main container of k's kind/name (named after its program).
+func (m *model) container(t *testing.T, k *rendered, kind, name string) *container {
+	t.Helper()
+	o := k.find(kind, name)
+	require.NotNil(t, o, "%s: %s %s", k.dir, kind, name)
+	c := workload{o, m.programOf(o)}.main()
+	require.NotNil(t, c, "%s: %s %s", k.dir, kind, name)
+	return c
+}
+
+// envVar is c's variable name, or nil.
+func (c *container) envVar(name string) *envVar {
+	for i := range c.Env {
+		if c.Env[i].Name == name {
+			return &c.Env[i]
+		}
+	}
+	return nil
 }
 
 func TestSecurityPackagingCatchesDrift(t *testing.T) {
@@ -219,72 +228,42 @@ func TestSecurityPackagingCatchesDrift(t *testing.T) {
 			m.compose.Services["grafana"].Environment["GF_AUTH_ANONYMOUS_ENABLED"] = "true"
 		}, "GF_AUTH_ANONYMOUS_ENABLED"},
 		{"the session secret as a value in k8s", func(m *model) {
-			c := workload{m.base.find("Deployment", "console"), m.programs["console"]}.main()
-			for i := range c.Env {
-				if c.Env[i].Name == "FLOODGATE_CONSOLE_SESSION_SECRET" {
-					c.Env[i].ValueFrom, c.Env[i].Value = nil, "hunter2hunter2hunter2hunter2hunter2"
-				}
-			}
+			e := m.container(t, m.base, "Deployment", "console").envVar("FLOODGATE_CONSOLE_SESSION_SECRET")
+			e.ValueFrom, e.Value = nil, "hunter2hunter2hunter2hunter2hunter2"
 		}, "FLOODGATE_CONSOLE_SESSION_SECRET must come from a Secret"},
 		{"no trusted proxies in the overlay", func(m *model) {
-			m.overlay.patches = slices.DeleteFunc(m.overlay.patches, func(o *k8sObject) bool {
-				return o.Kind == "Deployment" && o.Metadata.Name == "console"
-			})
+			c := m.container(t, m.overlay, "Deployment", "console")
+			c.Env = slices.DeleteFunc(c.Env, func(e envVar) bool { return e.Name == "FLOODGATE_CONSOLE_TRUSTED_PROXIES" })
 		}, "the console must set FLOODGATE_CONSOLE_TRUSTED_PROXIES"},
 		{"one Kafka user for every service", func(m *model) {
-			for _, p := range m.overlay.patches {
-				if p.Spec.Template == nil {
-					continue
-				}
-				for i := range p.Spec.Template.Spec.Containers {
-					for j, e := range p.Spec.Template.Spec.Containers[i].Env {
-						if e.Name == "FLOODGATE_KAFKA_SASL_USERNAME" {
-							p.Spec.Template.Spec.Containers[i].Env[j].Value = "floodgate"
-						}
-					}
+			for _, w := range m.workloads(m.overlay) {
+				if e := w.main().envVar("FLOODGATE_KAFKA_SASL_USERNAME"); e != nil {
+					e.Value = "floodgate"
 				}
 			}
 		}, `k8s overlay production Deployment limiter: FLOODGATE_KAFKA_SASL_USERNAME="floodgate", want its own user "floodgate-limiter"`},
 		{"a service without its own Kafka user", func(m *model) {
-			m.overlay.patches = slices.DeleteFunc(m.overlay.patches, func(o *k8sObject) bool {
-				return o.Kind == "Deployment" && o.Metadata.Name == "deferred"
-			})
+			c := m.container(t, m.overlay, "Deployment", "deferred")
+			c.Env = slices.DeleteFunc(c.Env, func(e envVar) bool { return e.Name == "FLOODGATE_KAFKA_SASL_USERNAME" })
 		}, `Deployment deferred: FLOODGATE_KAFKA_SASL_USERNAME="", want its own user "floodgate-deferred"`},
 		{"the CRITICAL limiter as a Kafka user without grants", func(m *model) {
-			c := m.overlay.patch("Deployment", criticalLimiter).Spec.Template.Spec.Containers[0]
-			for j, e := range c.Env {
-				if e.Name == "FLOODGATE_KAFKA_SASL_USERNAME" {
-					c.Env[j].Value = "limiter-critical"
-				}
-			}
+			m.container(t, m.overlay, "Deployment", criticalLimiter).envVar("FLOODGATE_KAFKA_SASL_USERNAME").Value = "limiter-critical"
 		}, `Deployment limiter-critical: FLOODGATE_KAFKA_SASL_USERNAME="limiter-critical", want its own user "floodgate-limiter"`},
 		{"another program's Kafka password on the CRITICAL limiter", func(m *model) {
-			c := m.overlay.patch("Deployment", criticalLimiter).Spec.Template.Spec.Containers[0]
-			for j, e := range c.Env {
-				if e.Name == "FLOODGATE_KAFKA_SASL_PASSWORD" {
-					c.Env[j].ValueFrom.SecretKeyRef.Name = "floodgate-kafka-quota"
-				}
-			}
+			e := m.container(t, m.overlay, "Deployment", criticalLimiter).envVar("FLOODGATE_KAFKA_SASL_PASSWORD")
+			e.ValueFrom.SecretKeyRef.Name = m.overlay.generated("Secret", "floodgate-kafka-quota").Metadata.Name
 		}, `Deployment quota: FLOODGATE_KAFKA_SASL_PASSWORD shares Secret "floodgate-kafka-quota" with limiter`},
 		{"a shared Kafka password", func(m *model) {
-			for _, p := range m.overlay.patches {
-				if p.Metadata.Name != "quota" || p.Spec.Template == nil {
-					continue
-				}
-				for j, e := range p.Spec.Template.Spec.Containers[0].Env {
-					if e.Name == "FLOODGATE_KAFKA_SASL_PASSWORD" {
-						p.Spec.Template.Spec.Containers[0].Env[j].ValueFrom.SecretKeyRef.Name = "floodgate-kafka-detector"
-					}
-				}
-			}
+			e := m.container(t, m.overlay, "Deployment", "quota").envVar("FLOODGATE_KAFKA_SASL_PASSWORD")
+			e.ValueFrom.SecretKeyRef.Name = m.overlay.generated("Secret", "floodgate-kafka-detector").Metadata.Name
 		}, `shares Secret "floodgate-kafka-detector"`},
+		{"a Kafka password from a Secret the overlay does not generate", func(m *model) {
+			e := m.container(t, m.overlay, "Deployment", "quota").envVar("FLOODGATE_KAFKA_SASL_PASSWORD")
+			e.ValueFrom.SecretKeyRef.Name = "floodgate-kafka-quota"
+		}, `FLOODGATE_KAFKA_SASL_PASSWORD reads Secret "floodgate-kafka-quota", which the overlay does not generate`},
 		{"ACLs not applied", func(m *model) {
-			for _, p := range m.overlay.patches {
-				if p.Kind == "Job" && p.Spec.Template != nil {
-					p.Spec.Template.Spec.Containers[0].Env = slices.DeleteFunc(p.Spec.Template.Spec.Containers[0].Env,
-						func(e envVar) bool { return e.Name == "FLOODGATE_KAFKA_ACLS" })
-				}
-			}
+			c := m.container(t, m.overlay, "Job", "migrate")
+			c.Env = slices.DeleteFunc(c.Env, func(e envVar) bool { return e.Name == "FLOODGATE_KAFKA_ACLS" })
 		}, "FLOODGATE_KAFKA_ACLS must be"},
 		{"an IAM policy edited by hand", func(m *model) {
 			m.mskPolicies["quota.json"] = bytes.Replace(m.mskPolicies["quota.json"], []byte("ReadData"), []byte("WriteData"), 1)
@@ -293,11 +272,7 @@ func TestSecurityPackagingCatchesDrift(t *testing.T) {
 			delete(m.mskPolicies, "console.json")
 		}, "deploy/aws/msk-iam/console.json: missing"},
 		{"every client trusted", func(m *model) {
-			for _, p := range m.overlay.patches {
-				if p.Kind == "Deployment" && p.Metadata.Name == "console" {
-					p.Spec.Template.Spec.Containers[0].Env[0].Value = "0.0.0.0/0"
-				}
-			}
+			m.container(t, m.overlay, "Deployment", "console").envVar("FLOODGATE_CONSOLE_TRUSTED_PROXIES").Value = "0.0.0.0/0"
 		}, "trusts 0.0.0.0/0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

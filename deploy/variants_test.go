@@ -1,12 +1,14 @@
 package deploy_test
 
-// Variants of a program's Deployment (the CRITICAL limiter, limiter-critical;
-// docs/envoy.md, "CRITICAL routes through a cluster of their own"): the same program under
-// another name, for other callers. The rules every workload meets run on it through
-// m.workloads; checkVariants holds it to its program's own Deployment, so the two cannot drift:
-// the same pod spec all but the resources and the pods' name label, in the base and in the
-// overlay; pods no selector of the other takes; the same callers from other namespaces and the
-// same egress.
+// Variants of a program's Deployment (the CRITICAL limiter, limiter-critical; docs/envoy.md,
+// "CRITICAL routes through a cluster of their own"): the same program under another name, for
+// other callers. deploy/k8s/base/limiter-critical derives it from the limiter's manifests with
+// kustomize (a name suffix, a name label, patches of its CPU request and HPA); what comes out is
+// held here, in the base's render and in the production overlay's. The rules every workload
+// meets run on it through m.workloads; checkVariants holds it to its program's own Deployment:
+// the same pod spec but for the resources and the pods' name label; pods no selector of the
+// other takes and an autoscaler of its own; the same callers from other namespaces and the same
+// egress.
 
 import (
 	"cmp"
@@ -28,26 +30,20 @@ const criticalLimiter = "limiter-critical"
 const nameLabel = "app.kubernetes.io/name"
 
 // shape is what a variant shares with its program's Deployment: the object's metadata and spec
-// (a patch's too) without the replicas, the selector, the name label, the containers' resources
-// and the topology spread's selector (each spreads its own pods); nil for no object.
+// without the name, the name label (the object's, its selector's, its pods' and its topology
+// spread's), the replicas and the containers' resources; nil for no object.
 func shape(o *k8sObject) map[string]any {
 	if o == nil {
 		return nil
 	}
 	out := map[string]any{"metadata": clone(o.raw["metadata"]), "spec": clone(o.raw["spec"])}
-	meta, _ := out["metadata"].(map[string]any)
+	meta, spec := dig(out, "metadata"), dig(out, "spec")
 	delete(meta, "name")
-	if labels, ok := meta["labels"].(map[string]any); ok {
-		delete(labels, nameLabel)
-	}
-	spec, _ := out["spec"].(map[string]any)
+	delete(dig(meta, "labels"), nameLabel)
 	delete(spec, "replicas")
-	delete(spec, "selector")
-	tmpl, _ := spec["template"].(map[string]any)
-	if labels, ok := dig(tmpl, "metadata")["labels"].(map[string]any); ok {
-		delete(labels, nameLabel)
-	}
-	pod := dig(tmpl, "spec")
+	delete(dig(spec, "selector", "matchLabels"), nameLabel)
+	delete(dig(spec, "template", "metadata", "labels"), nameLabel)
+	pod := dig(spec, "template", "spec")
 	for _, c := range list(pod["containers"]) {
 		if c, ok := c.(map[string]any); ok {
 			delete(c, "resources")
@@ -55,7 +51,7 @@ func shape(o *k8sObject) map[string]any {
 	}
 	for _, tc := range list(pod["topologySpreadConstraints"]) {
 		if tc, ok := tc.(map[string]any); ok {
-			delete(tc, "labelSelector")
+			delete(dig(tc, "labelSelector", "matchLabels"), nameLabel)
 		}
 	}
 	return out
@@ -132,21 +128,10 @@ func keySet(ms ...map[string]any) map[string]bool {
 	return out
 }
 
-// patch is the overlay's patch of kind/name, or nil.
-func (k *kustomization) patch(kind, name string) *k8sObject {
-	for _, p := range k.patches {
-		if p.Kind == kind && p.Metadata.Name == name {
-			return p
-		}
-	}
-	return nil
-}
-
 // selects reports whether o's selector (a Service's map, or a label selector) takes labels.
 func selects(o *k8sObject, labels map[string]string) bool {
 	if o.Kind == "Service" {
-		sel := o.serviceSelector()
-		return len(sel) > 0 && (&labelSelector{MatchLabels: sel}).matches(labels)
+		return selectsPods(o, labels)
 	}
 	sel := o.labelSelector()
 	return sel != nil && len(sel.MatchLabels)+len(sel.MatchExpressions) > 0 && sel.matches(labels)
@@ -208,45 +193,37 @@ func egressPorts(policies []*k8sObject, labels map[string]string) []int {
 
 func checkVariants(m *model) []string {
 	var out []string
-	for _, w := range m.workloads(m.base) {
-		if !w.variant() {
-			continue
+	for _, k := range m.renders() {
+		for _, w := range m.workloads(k) {
+			if !w.variant() {
+				continue
+			}
+			own := m.own(k, w)
+			if own == nil {
+				out = append(out, fmt.Sprintf("%s %s %s: runs %s, which has no %s %s of its own to derive from", k.where, w.obj.Kind, w.name(), w.prog.name, w.obj.Kind, w.prog.name))
+				continue
+			}
+			out = append(out, variantSpec(k, w, *own)...)
+			out = append(out, variantSelectors(k, w, *own)...)
+			out = append(out, variantNetwork(k, w, *own)...)
 		}
-		own := m.own(m.base, w)
-		if own == nil {
-			out = append(out, fmt.Sprintf("k8s %s %s: runs %s, which has no %s %s of its own to copy", w.obj.Kind, w.name(), w.prog.name, w.obj.Kind, w.prog.name))
-			continue
-		}
-		out = append(out, m.variantSpec(w, *own)...)
-		out = append(out, m.variantSelectors(w, *own)...)
-		out = append(out, m.variantNetwork(w, *own)...)
 	}
 	return out
 }
 
-// variantSpec: w's pod spec is own's, in the base and in the overlay's patches, but for shape's
-// exceptions; its topology spread selects its own pods.
-func (m *model) variantSpec(w, own workload) []string {
+// variantSpec: w's pod spec is own's but for shape's exceptions; its topology spread selects its
+// own pods.
+func variantSpec(k *rendered, w, own workload) []string {
 	var out []string
-	where := fmt.Sprintf("k8s %s %s", w.obj.Kind, w.name())
-	why := fmt.Sprintf("differs from %s %s's (a variant differs from its program's only in name, labels and resources)", own.obj.Kind, own.name())
+	where := fmt.Sprintf("%s %s %s", k.where, w.obj.Kind, w.name())
 	for _, p := range diffPaths("", shape(own.obj), shape(w.obj)) {
-		out = append(out, fmt.Sprintf("%s: %s %s", where, p, why))
-	}
-	ownPatch, patch := m.overlay.patch(own.obj.Kind, own.name()), m.overlay.patch(w.obj.Kind, w.name())
-	switch {
-	case (ownPatch == nil) != (patch == nil):
-		out = append(out, fmt.Sprintf("k8s overlay production: patches one of %s %s and %s, not both", w.obj.Kind, own.name(), w.name()))
-	case patch != nil:
-		for _, p := range diffPaths("", shape(ownPatch), shape(patch)) {
-			out = append(out, fmt.Sprintf("k8s overlay production %s %s: %s %s", w.obj.Kind, w.name(), p, why))
-		}
+		out = append(out, fmt.Sprintf("%s: %s differs from %s %s's (a variant differs from its program's only in name, name label and resources)", where, p, own.obj.Kind, own.name()))
 	}
 	for _, tc := range list(dig(w.obj.raw, "spec", "template", "spec")["topologySpreadConstraints"]) {
 		var sel labelSelector
 		tcm, _ := tc.(map[string]any)
 		b, _ := yaml.Marshal(dig(tcm, "labelSelector"))
-		if yaml.Unmarshal(b, &sel) != nil || len(sel.MatchLabels)+len(sel.MatchExpressions) == 0 || !sel.matches(w.obj.Spec.Template.Metadata.Labels) {
+		if yaml.Unmarshal(b, &sel) != nil || len(sel.MatchLabels)+len(sel.MatchExpressions) == 0 || !sel.matches(w.labels()) || sel.matches(own.labels()) {
 			out = append(out, where+": its topologySpreadConstraints must spread its own pods (labelSelector)")
 		}
 	}
@@ -254,15 +231,26 @@ func (m *model) variantSpec(w, own workload) []string {
 }
 
 // variantSelectors: no Service, PodDisruptionBudget or Deployment takes the pods of both, so
-// the program's callers never reach the variant's pods and neither's budget counts the other's.
-func (m *model) variantSelectors(w, own workload) []string {
+// the program's callers never reach the variant's pods and neither's budget counts the other's;
+// no two HorizontalPodAutoscalers scale one of them.
+func variantSelectors(k *rendered, w, own workload) []string {
 	var out []string
-	labels, ownLabels := w.obj.Spec.Template.Metadata.Labels, own.obj.Spec.Template.Metadata.Labels
 	for _, kind := range []string{"Service", "PodDisruptionBudget", "Deployment"} {
-		for _, o := range m.base.kind(kind) {
-			if selects(o, labels) && selects(o, ownLabels) {
-				out = append(out, fmt.Sprintf("k8s %s %s: %s %s selects its pods and %s's: give it a %s label of its own", w.obj.Kind, w.name(), kind, o.Metadata.Name, own.name(), nameLabel))
+		for _, o := range k.kind(kind) {
+			if selects(o, w.labels()) && selects(o, own.labels()) {
+				out = append(out, fmt.Sprintf("%s %s %s: %s %s selects its pods and %s's: give it a %s label of its own", k.where, w.obj.Kind, w.name(), kind, o.Metadata.Name, own.name(), nameLabel))
 			}
+		}
+	}
+	for _, d := range []workload{own, w} {
+		var hpas []string
+		for _, h := range k.kind("HorizontalPodAutoscaler") {
+			if t := h.Spec.ScaleTargetRef; t != nil && t.Kind == d.obj.Kind && t.Name == d.name() {
+				hpas = append(hpas, h.Metadata.Name)
+			}
+		}
+		if len(hpas) > 1 {
+			out = append(out, fmt.Sprintf("%s %s %s: %d HorizontalPodAutoscalers scale Deployment %s (%s), want one each", k.where, w.obj.Kind, w.name(), len(hpas), d.name(), strings.Join(hpas, ", ")))
 		}
 	}
 	return out
@@ -270,12 +258,11 @@ func (m *model) variantSelectors(w, own workload) []string {
 
 // variantNetwork: the same callers from other namespaces (the gateways, Prometheus) and the
 // same egress as own.
-func (m *model) variantNetwork(w, own workload) []string {
+func variantNetwork(k *rendered, w, own workload) []string {
 	var out []string
-	where := fmt.Sprintf("k8s %s %s", w.obj.Kind, w.name())
-	policies := m.base.kind("NetworkPolicy")
-	labels, ownLabels := w.obj.Spec.Template.Metadata.Labels, own.obj.Spec.Template.Metadata.Labels
-	want, got := callersFromNamespaces(policies, ownLabels), callersFromNamespaces(policies, labels)
+	where := fmt.Sprintf("%s %s %s", k.where, w.obj.Kind, w.name())
+	policies := k.kind("NetworkPolicy")
+	want, got := callersFromNamespaces(policies, own.labels()), callersFromNamespaces(policies, w.labels())
 	for _, c := range want {
 		if !slices.Contains(got, c) {
 			out = append(out, fmt.Sprintf("%s: no NetworkPolicy admits %s, as for %s", where, c, own.name()))
@@ -286,71 +273,102 @@ func (m *model) variantNetwork(w, own workload) []string {
 			out = append(out, fmt.Sprintf("%s: a NetworkPolicy admits %s, which %s does not", where, c, own.name()))
 		}
 	}
-	if wantE, gotE := egressPorts(policies, ownLabels), egressPorts(policies, labels); !slices.Equal(wantE, gotE) {
+	if wantE, gotE := egressPorts(policies, own.labels()), egressPorts(policies, w.labels()); !slices.Equal(wantE, gotE) {
 		out = append(out, fmt.Sprintf("%s: may reach ports %v, %s %v", where, gotE, own.name(), wantE))
 	}
 	return out
 }
 
-// TestCriticalLimiter: the Deployment and Service Envoy's CRITICAL cluster addresses
-// (docs/envoy.md) are the limiter's, container and all, with a CPU budget of their own.
-func TestCriticalLimiter(t *testing.T) {
-	m := loadModel(t)
-	o := m.base.find("Deployment", criticalLimiter)
-	require.NotNil(t, o, "deploy/k8s/base/limiter-critical.yaml: Deployment %s", criticalLimiter)
-	w := workload{o, m.programOf(o)}
-	require.NotNil(t, w.prog)
-	require.Equal(t, "limiter", w.prog.name, "it runs the limiter")
-	own := m.own(m.base, w)
-	require.NotNil(t, own)
-
-	// The pod spec, container (image, env, ports, probes, lifecycle, security) included, is the
-	// limiter's but for resources and the name label; in production too.
-	require.Equal(t, shape(own.obj), shape(w.obj), "deploy/k8s/base: %s against limiter", criticalLimiter)
-	require.NotNil(t, m.overlay.patch("Deployment", criticalLimiter), "the overlay patches it as it patches the limiter")
-	require.Equal(t, shape(m.overlay.patch("Deployment", "limiter")), shape(m.overlay.patch("Deployment", criticalLimiter)),
-		"deploy/k8s/overlays/production: %s against limiter", criticalLimiter)
-	require.Empty(t, checkVariants(m))
-
-	svc := m.base.find("Service", criticalLimiter)
-	require.NotNil(t, svc, "Envoy's CRITICAL cluster addresses Service %s", criticalLimiter)
-	require.True(t, slices.ContainsFunc(svc.Spec.Ports, func(p struct {
-		Name       string      `yaml:"name"`
-		Port       int         `yaml:"port"`
-		TargetPort intOrString `yaml:"targetPort"`
-	}) bool {
-		return p.Name == "grpc" && p.Port == 8081
-	}), "Service %s: grpc port 8081, the address docs/envoy.md gives Envoy", criticalLimiter)
-
-	// A CPU limit well above what it uses: at least 3× the CPU its HPA holds it at. A 0.5-core
-	// limit at 14–19 % of a core (about 3×) met the CRITICAL p99 target, 0.25 core did not
-	// (docs/chaos.md, 2026-12-02 01:00–02:12).
-	c := w.main()
-	require.NotNil(t, c)
-	request, limit := millicores(t, c.Resources.Requests["cpu"]), millicores(t, c.Resources.Limits["cpu"])
-	h := m.base.autoscaler(criticalLimiter)
-	require.NotNil(t, h)
-	var target int
-	for _, mt := range list(dig(h.raw, "spec")["metrics"]) {
-		mm, _ := mt.(map[string]any)
-		if r := dig(mm, "resource"); r["name"] == "cpu" {
-			target, _ = dig(r, "target")["averageUtilization"].(int)
+// checkCriticalLimiter: the Deployment and Service Envoy's CRITICAL cluster addresses
+// (docs/envoy.md: limiter-critical.floodgate.svc:8081) run the limiter, with a CPU limit well
+// above what it uses: at least 3× the CPU its HPA holds it at. A 0.5-core limit at 14–19 % of a
+// core (about 3×) met the CRITICAL p99 target, 0.25 core did not (docs/chaos.md, 2026-12-02
+// 01:00–02:12).
+func checkCriticalLimiter(m *model) []string {
+	var out []string
+	for _, k := range m.renders() {
+		where := fmt.Sprintf("%s Deployment %s", k.where, criticalLimiter)
+		o := k.find("Deployment", criticalLimiter)
+		p := m.programOf(o)
+		if p == nil || p.name != "limiter" {
+			out = append(out, where+": missing, or runs no limiter")
+			continue
+		}
+		w := workload{o, p}
+		svc := k.find("Service", criticalLimiter)
+		if svc == nil || !selectsPods(svc, w.labels()) || !slices.ContainsFunc(svc.Spec.Ports, func(p struct {
+			Name       string      `yaml:"name"`
+			Port       int         `yaml:"port"`
+			TargetPort intOrString `yaml:"targetPort"`
+		}) bool {
+			return p.Name == "grpc" && p.Port == 8081
+		}) {
+			out = append(out, fmt.Sprintf("%s Service %s: must select its pods on grpc port 8081, the address docs/envoy.md gives Envoy", k.where, criticalLimiter))
+		}
+		c := w.main()
+		if c == nil {
+			continue // checkWorkloads says so
+		}
+		request, okR := millicores(c.Resources.Requests["cpu"])
+		limit, okL := millicores(c.Resources.Limits["cpu"])
+		target := 0
+		if h := k.autoscaler(criticalLimiter); h != nil {
+			for _, mt := range list(dig(h.raw, "spec")["metrics"]) {
+				mm, _ := mt.(map[string]any)
+				if r := dig(mm, "resource"); r["name"] == "cpu" {
+					target, _ = dig(r, "target")["averageUtilization"].(int)
+				}
+			}
+		}
+		if !okR || !okL || target <= 0 {
+			out = append(out, where+": needs a CPU request, a CPU limit and an HPA on CPU utilization")
+			continue
+		}
+		if used := request * target / 100; limit < 3*used {
+			out = append(out, fmt.Sprintf("%s: CPU limit %dm is under 3× the %dm its HPA holds it at (%d %% of %dm)", where, limit, used, target, request))
 		}
 	}
-	require.Positive(t, target, "HorizontalPodAutoscaler %s: a CPU utilization target", criticalLimiter)
-	used := request * target / 100
-	require.GreaterOrEqual(t, limit, 3*used, "CPU limit %dm against %dm held by the HPA (%d %% of %dm)", limit, used, target, request)
+	return out
 }
 
 // millicores parses a CPU quantity ("2", "500m", "0.5").
-func millicores(t *testing.T, q string) int {
-	t.Helper()
+func millicores(q string) (int, bool) {
 	if v, ok := strings.CutSuffix(q, "m"); ok {
 		n, err := strconv.Atoi(v)
-		require.NoError(t, err, q)
-		return n
+		return n, err == nil
 	}
 	f, err := strconv.ParseFloat(q, 64)
-	require.NoError(t, err, q)
-	return int(f * 1000)
+	return int(f * 1000), err == nil
+}
+
+// TestCriticalLimiter: the Deployment and Service Envoy's CRITICAL cluster addresses
+// (docs/envoy.md) are the limiter's, container and all, with a CPU budget of their own, in the
+// base and in production.
+func TestCriticalLimiter(t *testing.T) {
+	m := loadModel(t)
+	for _, k := range m.renders() {
+		t.Run(k.dir, func(t *testing.T) {
+			for _, kind := range []string{"Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget"} {
+				for _, name := range []string{"limiter", criticalLimiter} {
+					require.NotNil(t, k.find(kind, name), "%s %s", kind, name)
+				}
+			}
+			o := k.find("Deployment", criticalLimiter)
+			w := workload{o, m.programOf(o)}
+			require.NotNil(t, w.prog)
+			require.Equal(t, "limiter", w.prog.name, "it runs the limiter")
+			require.NotNil(t, w.main(), "in a container named limiter")
+			require.Equal(t, "limiter", w.pod().ServiceAccountName, "as the limiter's ServiceAccount")
+			require.Equal(t, criticalLimiter, w.labels()[nameLabel])
+			own := m.own(k, w)
+			require.NotNil(t, own)
+
+			// The pod spec, container (image, env, ports, probes, lifecycle, security, volumes)
+			// included, is the limiter's but for resources and the name label.
+			require.Equal(t, shape(own.obj), shape(w.obj), "%s against limiter", criticalLimiter)
+			require.NotEqual(t, own.main().Resources, w.main().Resources, "its own CPU budget")
+		})
+	}
+	require.Empty(t, checkCriticalLimiter(m))
+	require.Empty(t, checkVariants(m))
 }
