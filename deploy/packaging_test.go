@@ -1166,6 +1166,15 @@ func (m *model) own(k *rendered, w workload) *workload {
 // checks hold both.
 func (m *model) renders() []*rendered { return []*rendered{m.base, m.overlay} }
 
+// eachRender is check's problems in the base and in the overlay.
+func (m *model) eachRender(check func(*rendered) []string) []string {
+	var out []string
+	for _, k := range m.renders() {
+		out = append(out, check(k)...)
+	}
+	return out
+}
+
 // splitImage splits an image reference into its repository and its tag or digest.
 func splitImage(image string) (repo, version string) {
 	if r, d, ok := strings.Cut(image, "@"); ok {
@@ -1178,10 +1187,7 @@ func splitImage(image string) (repo, version string) {
 }
 
 func checkWorkloads(m *model) []string {
-	var out []string
-	for _, k := range m.renders() {
-		out = append(out, m.checkWorkloadsOf(k)...)
-	}
+	out := m.eachRender(m.checkWorkloadsOf)
 	if s := m.compose.Services["migrate"]; s != nil {
 		out = append(out, checkMigrateArgs("compose migrate", m.programs["migrate"], s.Command)...)
 	}
@@ -1302,13 +1308,7 @@ func selectsPods(svc *k8sObject, labels map[string]string) bool {
 	return len(sel) > 0 && (&labelSelector{MatchLabels: sel}).matches(labels)
 }
 
-func checkServices(m *model) []string {
-	var out []string
-	for _, k := range m.renders() {
-		out = append(out, m.checkServicesOf(k)...)
-	}
-	return out
-}
+func checkServices(m *model) []string { return m.eachRender(m.checkServicesOf) }
 
 func (m *model) checkServicesOf(k *rendered) []string {
 	var out []string
@@ -1443,13 +1443,7 @@ func (k *rendered) autoscaler(name string) *k8sObject {
 	return nil
 }
 
-func checkScaling(m *model) []string {
-	var out []string
-	for _, k := range m.renders() {
-		out = append(out, m.checkScalingOf(k)...)
-	}
-	return out
-}
+func checkScaling(m *model) []string { return m.eachRender(m.checkScalingOf) }
 
 func (m *model) checkScalingOf(k *rendered) []string {
 	var out []string
@@ -1504,13 +1498,7 @@ func (m *model) checkScalingOf(k *rendered) []string {
 	return out
 }
 
-func checkConfig(m *model) []string {
-	var out []string
-	for _, k := range m.renders() {
-		out = append(out, m.checkConfigOf(k)...)
-	}
-	return out
-}
+func checkConfig(m *model) []string { return m.eachRender(m.checkConfigOf) }
 
 func (m *model) checkConfigOf(k *rendered) []string {
 	var out []string
@@ -1626,13 +1614,7 @@ func (m *model) checkEgress(k *rendered) []string {
 	return out
 }
 
-func checkNetworkPolicies(m *model) []string {
-	var out []string
-	for _, k := range m.renders() {
-		out = append(out, m.checkNetworkPoliciesOf(k)...)
-	}
-	return out
-}
+func checkNetworkPolicies(m *model) []string { return m.eachRender(m.checkNetworkPoliciesOf) }
 
 func (m *model) checkNetworkPoliciesOf(k *rendered) []string {
 	var out []string

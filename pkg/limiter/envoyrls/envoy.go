@@ -521,14 +521,9 @@ func currentLimit(r limiter.Result) *rlsv3.RateLimitResponse_RateLimit {
 // quota, publishing the decision.
 func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	req := envoyconf.Request{Domain: in.GetDomain(), HitsAddend: in.GetHitsAddend(), Descriptors: make([]envoyconf.Descriptor, len(in.GetDescriptors()))}
-	n := 0
-	for _, d := range in.GetDescriptors() {
-		n += len(d.GetEntries())
-	}
-	entries := make([]envoyconf.Entry, n) // one backing array for every descriptor's entries
 	for i, d := range in.GetDescriptors() {
 		ds := &req.Descriptors[i]
-		ds.Entries, entries = entries[:len(d.GetEntries()):len(d.GetEntries())], entries[len(d.GetEntries()):]
+		ds.Entries = make([]envoyconf.Entry, len(d.GetEntries()))
 		for j, en := range d.GetEntries() {
 			ds.Entries[j] = envoyconf.Entry{Key: en.GetKey(), Value: en.GetValue()}
 		}
@@ -599,25 +594,22 @@ func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *r
 			quota.Refund(ctx, a.Consumed) // denied by another limit: the quota keeps its units
 		}
 	}
-	out, parts := newEnvoyAnswer(len(resp.Statuses))
-	out.OverallCode = rlsv3.RateLimitResponse_Code(resp.Overall)
+	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_Code(resp.Overall),
+		Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(resp.Statuses))}
 	quotaAt := -1
 	if qa != nil && qa.WouldDeny {
 		quotaAt = slices.Index(tiers, events.TierPrincipal)
 	}
 	for i, st := range resp.Statuses {
-		p := &parts[i]
-		ds := &p.status
-		ds.Code, ds.LimitRemaining = rlsv3.RateLimitResponse_Code(st.Code), st.LimitRemaining
+		ds := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_Code(st.Code), LimitRemaining: st.LimitRemaining}
 		if rpu, unit, ok := st.RequestsPerUnit(); ok {
+			name := ""
 			if st.Override == nil {
-				p.limit.Name = st.Limit.Name
+				name = st.Limit.Name
 			}
-			p.limit.RequestsPerUnit, p.limit.Unit = rpu, rlsv3.RateLimitResponse_RateLimit_Unit(unit)
-			ds.CurrentLimit = &p.limit
+			ds.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: rpu, Unit: rlsv3.RateLimitResponse_RateLimit_Unit(unit)}
 			if st.ResetAfter > 0 {
-				p.reset.Seconds, p.reset.Nanos = durationParts(st.ResetAfter)
-				ds.DurationUntilReset = &p.reset
+				ds.DurationUntilReset = durationpb.New(st.ResetAfter)
 			}
 		}
 		if i == quotaAt && st.Code != envoyconf.CodeOverLimit {
@@ -689,44 +681,4 @@ func (e *EnvoyRLS) redisDown(ctx context.Context, who *envoyWho, req *envoyconf.
 		sc.release()
 	}
 	return status.Error(codes.Unavailable, err.Error())
-}
-
-// envoyStatus is one descriptor's status in an answer with the messages it
-// points at, allocated together: one allocation per answer instead of three
-// per descriptor (BenchmarkEnvoyConfigured's allocs/op).
-type envoyStatus struct {
-	status rlsv3.RateLimitResponse_DescriptorStatus
-	limit  rlsv3.RateLimitResponse_RateLimit
-	reset  durationpb.Duration
-}
-
-// envoyAnswerOne is an answer to the common call of one descriptor, its
-// status and the status's slice in one allocation.
-type envoyAnswerOne struct {
-	out   rlsv3.RateLimitResponse
-	ptr   [1]*rlsv3.RateLimitResponse_DescriptorStatus
-	parts [1]envoyStatus
-}
-
-// newEnvoyAnswer returns an answer with n statuses, each pointing at its
-// part, and the parts to fill.
-func newEnvoyAnswer(n int) (*rlsv3.RateLimitResponse, []envoyStatus) {
-	var out *rlsv3.RateLimitResponse
-	var parts []envoyStatus
-	if n == 1 {
-		a := &envoyAnswerOne{}
-		a.ptr[0] = &a.parts[0].status
-		a.out.Statuses, out, parts = a.ptr[:], &a.out, a.parts[:]
-	} else {
-		out, parts = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}, make([]envoyStatus, n)
-		for i := range parts {
-			out.Statuses[i] = &parts[i].status
-		}
-	}
-	return out, parts
-}
-
-// durationParts is d as a protobuf Duration's fields (durationpb.New's).
-func durationParts(d time.Duration) (int64, int32) {
-	return int64(d / time.Second), int32(d % time.Second)
 }
