@@ -412,6 +412,18 @@ type composeService struct {
 	} `yaml:"depends_on"`
 }
 
+// setComposeEnv is a break for the drift tests: it sets variable key of compose service
+// svc to value.
+func setComposeEnv(svc, key, value string) func(*model) {
+	return func(m *model) { m.compose.Services[svc].Environment[key] = value }
+}
+
+// unsetComposeEnv is a break for the drift tests: it removes variable key from compose
+// service svc.
+func unsetComposeEnv(svc, key string) func(*model) {
+	return func(m *model) { delete(m.compose.Services[svc].Environment, key) }
+}
+
 func (s *composeService) env() map[string]string {
 	out := map[string]string{}
 	for k, v := range s.Environment {
@@ -2192,12 +2204,23 @@ func TestChecksCatchDrift(t *testing.T) {
 		require.True(t, ok, o.Metadata.Name)
 		return c
 	}
-	// edit breaks a kustomization's file (relative to deploy/k8s) and renders again.
-	edit := func(m *model, file, old, new string) {
-		m.rerender(t, map[string]func(string) string{k8sDir + "/" + file: func(s string) string {
-			require.Contains(t, s, old, file)
-			return strings.Replace(s, old, new, 1)
-		}})
+	// baseConfig and overlayConfig set (value "<delete>": delete) key of the floodgate-config
+	// ConfigMap the base or the production overlay generates.
+	baseConfig := func(key, value string) func(*model) {
+		return func(m *model) { m.base.setValue(t, "ConfigMap", "floodgate-config", key, value) }
+	}
+	overlayConfig := func(key, value string) func(*model) {
+		return func(m *model) { m.overlay.setValue(t, "ConfigMap", "floodgate-config", key, value) }
+	}
+	// edit breaks a kustomization's file (relative to deploy/k8s), replacing old with new, and
+	// renders again.
+	edit := func(file, old, new string) func(*model) {
+		return func(m *model) {
+			m.rerender(t, map[string]func(string) string{k8sDir + "/" + file: func(s string) string {
+				require.Contains(t, s, old, file)
+				return strings.Replace(s, old, new, 1)
+			}})
+		}
 	}
 
 	tests := []struct {
@@ -2235,36 +2258,28 @@ func TestChecksCatchDrift(t *testing.T) {
 			st.healthcheck = strings.Replace(st.healthcheck, ":8085/", ":8086/", 1)
 		}, "HEALTHCHECK"},
 		{"compose service missing", checkCompose, func(m *model) { delete(m.compose.Services, "detector") }, `no service "detector"`},
-		{"compose variable nobody reads", checkCompose, func(m *model) {
-			m.compose.Services["limiter"].Environment["FLOODGATE_LIMITER_TYPO"] = "1"
-		}, "FLOODGATE_LIMITER_TYPO is set but limiter"},
-		{"compose variable on the wrong service", checkCompose, func(m *model) {
-			m.compose.Services["limiter"].Environment["FLOODGATE_QUOTA_GROUP"] = "g"
-		}, "FLOODGATE_QUOTA_GROUP is set but limiter"},
-		{"compose port differs from the code", checkCompose, func(m *model) {
-			m.compose.Services["detector"].Environment["FLOODGATE_DETECTOR_ADDR"] = "0.0.0.0:9999"
-		}, "differs from the code's default 8082"},
+		{"compose variable nobody reads", checkCompose, setComposeEnv("limiter", "FLOODGATE_LIMITER_TYPO", "1"),
+			"FLOODGATE_LIMITER_TYPO is set but limiter"},
+		{"compose variable on the wrong service", checkCompose, setComposeEnv("limiter", "FLOODGATE_QUOTA_GROUP", "g"),
+			"FLOODGATE_QUOTA_GROUP is set but limiter"},
+		{"compose port differs from the code", checkCompose, setComposeEnv("detector", "FLOODGATE_DETECTOR_ADDR", "0.0.0.0:9999"),
+			"differs from the code's default 8082"},
 		{"compose healthcheck on the wrong port", checkCompose, func(m *model) {
 			m.compose.Services["limiter"].Healthcheck.Test = []string{"CMD", "/usr/local/bin/probe", "http://127.0.0.1:8081/readyz"}
 		}, "does not probe its port 8080"},
 		{"compose service does not wait for migrate", checkCompose, func(m *model) {
 			delete(m.compose.Services["quota"].DependsOn, "migrate")
 		}, "service_completed_successfully"},
-		{"compose kafka creates topics", checkCompose, func(m *model) {
-			m.compose.Services["kafka"].Environment["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] = "true"
-		}, "KAFKA_AUTO_CREATE_TOPICS_ENABLE=false"},
-		{"compose influx bucket of the 1.8 stack", checkCompose, func(m *model) {
-			m.compose.Services["detector"].Environment["FLOODGATE_INFLUX_BUCKET"] = "floodgate/d30"
-		}, "InfluxDB 2 is set up with bucket"},
-		{"compose topic not in migrations", checkCompose, func(m *model) {
-			m.compose.Services["detector"].Environment["FLOODGATE_ABUSE_TOPIC"] = "floodgate.abuse.v2"
-		}, `"floodgate.abuse.v2" is not a topic`},
-		{"compose endpoint left at loopback", checkCompose, func(m *model) {
-			delete(m.compose.Services["quota"].Environment, "FLOODGATE_REDIS_ADDRS")
-		}, "reads FLOODGATE_REDIS_ADDRS but it is not set"},
-		{"compose endpoint names no service", checkCompose, func(m *model) {
-			m.compose.Services["quota"].Environment["FLOODGATE_KAFKA_BROKERS"] = "broker:9092"
-		}, `"broker", which is no compose service`},
+		{"compose kafka creates topics", checkCompose, setComposeEnv("kafka", "KAFKA_AUTO_CREATE_TOPICS_ENABLE", "true"),
+			"KAFKA_AUTO_CREATE_TOPICS_ENABLE=false"},
+		{"compose influx bucket of the 1.8 stack", checkCompose, setComposeEnv("detector", "FLOODGATE_INFLUX_BUCKET", "floodgate/d30"),
+			"InfluxDB 2 is set up with bucket"},
+		{"compose topic not in migrations", checkCompose, setComposeEnv("detector", "FLOODGATE_ABUSE_TOPIC", "floodgate.abuse.v2"),
+			`"floodgate.abuse.v2" is not a topic`},
+		{"compose endpoint left at loopback", checkCompose, unsetComposeEnv("quota", "FLOODGATE_REDIS_ADDRS"),
+			"reads FLOODGATE_REDIS_ADDRS but it is not set"},
+		{"compose endpoint names no service", checkCompose, setComposeEnv("quota", "FLOODGATE_KAFKA_BROKERS", "broker:9092"),
+			`"broker", which is no compose service`},
 		{"compose runs as root", checkCompose, func(m *model) { m.compose.Services["adjuster"].User = "root" }, "must run as 65532"},
 		{"compose migrate flag that does not exist", checkWorkloads, func(m *model) {
 			m.compose.Services["migrate"].Command = []string{"-olny", "kafka"}
@@ -2291,8 +2306,7 @@ func TestChecksCatchDrift(t *testing.T) {
 			c.Env = append(c.Env, envVar{Name: "FLOODGATE_QUOTA_FLUSH_INTERVALL", Value: "1s"})
 		}, "FLOODGATE_QUOTA_FLUSH_INTERVALL is set but quota"},
 		{"k8s endpoint left at loopback", checkWorkloads, func(m *model) {
-			c := ctr(m, "detector")
-			c.Env = slices.DeleteFunc(c.Env, func(e envVar) bool { return e.Name == "FLOODGATE_KAFKA_BROKERS" })
+			ctr(m, "detector").dropEnv("FLOODGATE_KAFKA_BROKERS")
 		}, "reads FLOODGATE_KAFKA_BROKERS but it is not set"},
 		{"k8s grace period shorter than the drain", checkWorkloads, func(m *model) {
 			deploy(m, "limiter").Spec.Template.Spec.TerminationGracePeriodSeconds = ptr(20)
@@ -2318,9 +2332,8 @@ func TestChecksCatchDrift(t *testing.T) {
 		{"k8s gRPC port unreachable from gateways", checkNetworkPolicies, func(m *model) {
 			drop(m.base, "NetworkPolicy", "limiter-from-gateways")
 		}, "no NetworkPolicy admits traffic to limiter port 8081"},
-		{"compose console without its port", checkCompose, func(m *model) {
-			delete(m.compose.Services["console"].Environment, "FLOODGATE_CONSOLE_ADDR")
-		}, "console listens on 127.0.0.1 by default"},
+		{"compose console without its port", checkCompose, unsetComposeEnv("console", "FLOODGATE_CONSOLE_ADDR"),
+			"console listens on 127.0.0.1 by default"},
 		{"k8s Service targets the wrong port", checkServices, func(m *model) {
 			m.base.find("Service", "limiter").Spec.Ports[0].TargetPort = intOrString{num: 9090}
 		}, "targets 9090, but limiter listens on 8080"},
@@ -2356,23 +2369,23 @@ func TestChecksCatchDrift(t *testing.T) {
 			e := &m.base.find("NetworkPolicy", "egress-redis").Spec.PodSelector.MatchExpressions[0]
 			e.Values = slices.DeleteFunc(e.Values, func(v string) bool { return v == criticalLimiter })
 		}, "no NetworkPolicy lets limiter-critical reach port 6379"},
-		{"k8s variant env drifts from its program", checkVariants, func(m *model) {
-			edit(m, "base/limiter-critical/cpu-request.yaml", "          resources:\n",
-				"          env:\n            - {name: FLOODGATE_LIMITER_GRPC_GATE_MAX, value: \"8\"}\n          resources:\n")
-		}, "k8s Deployment limiter-critical: spec.template.spec.containers[0].env differs from Deployment limiter's"},
+		{"k8s variant env drifts from its program", checkVariants,
+			edit("base/limiter-critical/cpu-request.yaml", "          resources:\n",
+				"          env:\n            - {name: FLOODGATE_LIMITER_GRPC_GATE_MAX, value: \"8\"}\n          resources:\n"),
+			"k8s Deployment limiter-critical: spec.template.spec.containers[0].env differs from Deployment limiter's"},
 		{"k8s variant image drifts from its program", checkVariants, func(m *model) {
 			rawCtr(deploy(m, criticalLimiter))["image"] = "floodgate/limiter:old"
 		}, "spec.template.spec.containers[0].image differs from Deployment limiter's"},
 		{"k8s variant probe drifts from its program", checkVariants, func(m *model) {
 			dig(rawCtr(deploy(m, "limiter")), "readinessProbe")["periodSeconds"] = 10
 		}, "spec.template.spec.containers[0].readinessProbe.periodSeconds differs"},
-		{"k8s variant patched apart in the overlay", checkVariants, func(m *model) {
-			edit(m, "overlays/production/kustomization.yaml", "labelSelector: app.kubernetes.io/component=decision-api}",
-				"labelSelector: app.kubernetes.io/name=limiter}")
-		}, "k8s overlay production Deployment limiter-critical: spec.template.spec.containers[0].env differs"},
-		{"k8s variant in its program's Service", checkVariants, func(m *model) {
-			edit(m, "base/limiter-critical/kustomization.yaml", "includeSelectors: true", "includeSelectors: false")
-		}, "Service limiter selects its pods and limiter's"},
+		{"k8s variant patched apart in the overlay", checkVariants,
+			edit("overlays/production/kustomization.yaml", "labelSelector: app.kubernetes.io/component=decision-api}",
+				"labelSelector: app.kubernetes.io/name=limiter}"),
+			"k8s overlay production Deployment limiter-critical: spec.template.spec.containers[0].env differs"},
+		{"k8s variant in its program's Service", checkVariants,
+			edit("base/limiter-critical/kustomization.yaml", "includeSelectors: true", "includeSelectors: false"),
+			"Service limiter selects its pods and limiter's"},
 		{"k8s variant spreads its program's pods", checkVariants, func(m *model) {
 			tc := list(dig(deploy(m, criticalLimiter).raw, "spec", "template", "spec")["topologySpreadConstraints"])[0].(map[string]any)
 			dig(tc, "labelSelector", "matchLabels")[nameLabel] = "limiter"
@@ -2392,14 +2405,14 @@ func TestChecksCatchDrift(t *testing.T) {
 		}, "a NetworkPolicy admits namespaceSelector: {} → every port, which limiter does not"},
 		{"k8s variant without its program's Deployment", checkVariants, func(m *model) { drop(m.base, "Deployment", "limiter") },
 			"runs limiter, which has no Deployment limiter of its own to derive from"},
-		{"k8s CRITICAL limiter's CPU limit under 3× its HPA's hold", checkCriticalLimiter, func(m *model) {
-			edit(m, "base/limiter-critical/cpu-request.yaml", "            requests: {cpu: 500m}\n",
-				"            requests: {cpu: 500m}\n            limits: {cpu: 500m}\n")
-		}, "k8s Deployment limiter-critical: CPU limit 500m is under 3× the 200m its HPA holds it at (40 % of 500m)"},
-		{"k8s CRITICAL limiter's HPA off CPU", checkCriticalLimiter, func(m *model) {
-			edit(m, "base/limiter-critical/hpa.yaml", "path: /spec/metrics/0/resource/target/averageUtilization, value: 40}",
-				"path: /spec/metrics/0/resource/target/averageUtilization, value: 0}")
-		}, "k8s Deployment limiter-critical: needs a CPU request, a CPU limit and an HPA on CPU utilization"},
+		{"k8s CRITICAL limiter's CPU limit under 3× its HPA's hold", checkCriticalLimiter,
+			edit("base/limiter-critical/cpu-request.yaml", "            requests: {cpu: 500m}\n",
+				"            requests: {cpu: 500m}\n            limits: {cpu: 500m}\n"),
+			"k8s Deployment limiter-critical: CPU limit 500m is under 3× the 200m its HPA holds it at (40 % of 500m)"},
+		{"k8s CRITICAL limiter's HPA off CPU", checkCriticalLimiter,
+			edit("base/limiter-critical/hpa.yaml", "path: /spec/metrics/0/resource/target/averageUtilization, value: 40}",
+				"path: /spec/metrics/0/resource/target/averageUtilization, value: 0}"),
+			"k8s Deployment limiter-critical: needs a CPU request, a CPU limit and an HPA on CPU utilization"},
 		{"k8s CRITICAL limiter's Service without gRPC", checkCriticalLimiter, func(m *model) {
 			m.overlay.find("Service", criticalLimiter).Spec.Ports[1].Port = 9081
 		}, "k8s overlay production Service limiter-critical: must select its pods on grpc port 8081"},
@@ -2408,9 +2421,8 @@ func TestChecksCatchDrift(t *testing.T) {
 			m.base.find("PodDisruptionBudget", "dlq-auditor").Spec.MaxUnavailable = nil
 			m.base.find("PodDisruptionBudget", "dlq-auditor").Spec.MinAvailable = &intOrString{num: 1}
 		}, "blocks every node drain"},
-		{"k8s ConfigMap key missing", checkConfig, func(m *model) {
-			m.base.setValue(t, "ConfigMap", "floodgate-config", "FLOODGATE_REDIS_ADDRS", "<delete>")
-		}, "key FLOODGATE_REDIS_ADDRS, which the kustomization does not generate"},
+		{"k8s ConfigMap key missing", checkConfig, baseConfig("FLOODGATE_REDIS_ADDRS", "<delete>"),
+			"key FLOODGATE_REDIS_ADDRS, which the kustomization does not generate"},
 		{"k8s reference left at a generator's name", checkConfig, func(m *model) {
 			e := m.container(t, m.base, "Deployment", criticalLimiter).envVar("FLOODGATE_LIMITER_CALLERS")
 			e.ValueFrom.SecretKeyRef.Name = "limiter-secrets" // what kustomize resolves to limiter-secrets-<hash>
@@ -2419,18 +2431,16 @@ func TestChecksCatchDrift(t *testing.T) {
 			o := m.overlay.find("Deployment", "limiter")
 			o.Spec.Template.Spec.Volumes[0].ConfigMap.Name = "limiter-rule"
 		}, "k8s overlay production Deployment limiter: volume rules mounts ConfigMap limiter-rule, which the kustomization does not generate"},
-		{"k8s unused ConfigMap key", checkConfig, func(m *model) {
-			m.base.setValue(t, "ConfigMap", "floodgate-config", "FLOODGATE_UNUSED", "x")
-		}, "k8s floodgate-config: FLOODGATE_UNUSED is used by no workload"},
+		{"k8s unused ConfigMap key", checkConfig, baseConfig("FLOODGATE_UNUSED", "x"),
+			"k8s floodgate-config: FLOODGATE_UNUSED is used by no workload"},
 		{"k8s real secret committed", checkConfig, func(m *model) {
 			m.base.setValue(t, "Secret", "floodgate-secrets", "FLOODGATE_PAGERDUTY_ROUTING_KEY", "R0ut1ngKeyFromProd")
 		}, "is not a CHANGE-ME placeholder"},
 		{"overlay real secret committed", checkConfig, func(m *model) {
 			m.overlay.setValue(t, "Secret", "floodgate-kafka-quota", "FLOODGATE_KAFKA_SASL_PASSWORD", "hunter2")
 		}, "k8s overlay production Secret floodgate-kafka-quota: FLOODGATE_KAFKA_SASL_PASSWORD is not a CHANGE-ME placeholder"},
-		{"k8s topic in config not in migrations", checkConfig, func(m *model) {
-			m.base.setValue(t, "ConfigMap", "floodgate-config", "FLOODGATE_DECISIONS_TOPIC", "decisions")
-		}, `FLOODGATE_DECISIONS_TOPIC="decisions" is not a topic`},
+		{"k8s topic in config not in migrations", checkConfig, baseConfig("FLOODGATE_DECISIONS_TOPIC", "decisions"),
+			`FLOODGATE_DECISIONS_TOPIC="decisions" is not a topic`},
 		{"k8s no default deny", checkNetworkPolicies, func(m *model) { drop(m.base, "NetworkPolicy", "default-deny") }, "no default-deny"},
 		{"k8s Redis egress blocked", checkNetworkPolicies, func(m *model) { drop(m.base, "NetworkPolicy", "egress-redis") }, "reach port 6379"},
 		{"k8s DNS blocked", checkNetworkPolicies, func(m *model) { drop(m.base, "NetworkPolicy", "allow-dns") }, "reach port 53"},
@@ -2455,24 +2465,19 @@ func TestChecksCatchDrift(t *testing.T) {
 		}, "k8s overlay production ServiceAccount billing: is no program's ServiceAccount"},
 		{"overlay without the base", checkOverlay, func(m *model) { drop(m.overlay, "NetworkPolicy", "default-deny") },
 			"k8s overlay production: renders no NetworkPolicy default-deny, which the base does"},
-		{"overlay replication factor 1", checkOverlay, func(m *model) {
-			m.overlay.setValue(t, "ConfigMap", "floodgate-config", "FLOODGATE_KAFKA_REPLICATION_FACTOR", "1")
-		}, "want >= 3"},
-		{"overlay keeps DynamoDB Local", checkOverlay, func(m *model) {
-			m.overlay.setValue(t, "ConfigMap", "floodgate-config", "FLOODGATE_DYNAMODB_ENDPOINT", "http://dynamodb:8000")
-		}, "must be empty"},
-		{"overlay Kafka on a port the policies block", checkNetworkPolicies, func(m *model) {
-			m.overlay.setValue(t, "ConfigMap", "floodgate-config", "FLOODGATE_KAFKA_BROKERS", "b-1.example:19092")
-		}, "k8s overlay production: no NetworkPolicy lets limiter reach port 19092"},
-		{"overlay config key nothing uses", checkOverlay, func(m *model) {
-			m.overlay.setValue(t, "ConfigMap", "floodgate-config", "FLOODGATE_NEW_THING", "1")
-		}, "FLOODGATE_NEW_THING, which no base workload uses"},
-		{"overlay config replaces the base's", checkOverlay, func(m *model) {
-			edit(m, "overlays/production/kustomization.yaml", "    behavior: merge\n", "    behavior: replace\n")
-		}, "k8s overlay production: floodgate-config lacks FLOODGATE_ABUSE_TOPIC, which the base sets"},
-		{"overlay image of the base", checkOverlay, func(m *model) {
-			edit(m, "overlays/production/kustomization.yaml", "  - {name: floodgate/quota, newName: registry.example.com/floodgate/quota, newTag: \"0.1.0\"}\n", "")
-		}, `k8s overlay production Deployment quota: image "floodgate/quota:dev" is the base's`},
+		{"overlay replication factor 1", checkOverlay, overlayConfig("FLOODGATE_KAFKA_REPLICATION_FACTOR", "1"), "want >= 3"},
+		{"overlay keeps DynamoDB Local", checkOverlay, overlayConfig("FLOODGATE_DYNAMODB_ENDPOINT", "http://dynamodb:8000"), "must be empty"},
+		{"overlay Kafka on a port the policies block", checkNetworkPolicies, overlayConfig("FLOODGATE_KAFKA_BROKERS", "b-1.example:19092"),
+			"k8s overlay production: no NetworkPolicy lets limiter reach port 19092"},
+		{"overlay config key nothing uses", checkOverlay, overlayConfig("FLOODGATE_NEW_THING", "1"),
+			"FLOODGATE_NEW_THING, which no base workload uses"},
+		{"overlay config replaces the base's", checkOverlay,
+			edit("overlays/production/kustomization.yaml", "    behavior: merge\n", "    behavior: replace\n"),
+			"k8s overlay production: floodgate-config lacks FLOODGATE_ABUSE_TOPIC, which the base sets"},
+		{"overlay image of the base", checkOverlay,
+			edit("overlays/production/kustomization.yaml",
+				"  - {name: floodgate/quota, newName: registry.example.com/floodgate/quota, newTag: \"0.1.0\"}\n", ""),
+			`k8s overlay production Deployment quota: image "floodgate/quota:dev" is the base's`},
 		{"overlay rules file invalid", checkOverlay, func(m *model) {
 			m.overlay.setValue(t, "ConfigMap", "limiter-rules", "rate-limits.yaml", "version: 2\nrules: []\n")
 		}, "k8s overlay production Deployment limiter: /etc/floodgate/limiter/rate-limits.yaml does not match schemas/rate-limits.schema.json"},

@@ -178,6 +178,11 @@ func (m *model) container(t *testing.T, k *rendered, kind, name string) *contain
 	return c
 }
 
+// dropEnv removes variable name from c.
+func (c *container) dropEnv(name string) {
+	c.Env = slices.DeleteFunc(c.Env, func(e envVar) bool { return e.Name == name })
+}
+
 // envVar is c's variable name, or nil.
 func (c *container) envVar(name string) *envVar {
 	for i := range c.Env {
@@ -189,51 +194,39 @@ func (c *container) envVar(name string) *envVar {
 }
 
 func TestSecurityPackagingCatchesDrift(t *testing.T) {
+	// publish is a break that publishes compose service svc's ports as given.
+	publish := func(svc string, ports ...string) func(*model) {
+		return func(m *model) { m.compose.Services[svc].Ports = ports }
+	}
 	for _, tc := range []struct {
 		name    string
 		breakIt func(m *model)
 		want    string
 	}{
-		{"Grafana on every interface", func(m *model) {
-			m.compose.Services["grafana"].Ports = []string{"3000:3000"}
-		}, `compose grafana: port "3000:3000" is published on every interface`},
-		{"Prometheus on 0.0.0.0", func(m *model) {
-			m.compose.Services["prometheus"].Ports = []string{"0.0.0.0:9090:9090"}
-		}, "compose prometheus: port"},
-		{"the limiter on every interface", func(m *model) {
-			m.compose.Services["limiter"].Ports = []string{"8080:8080"}
-		}, "compose limiter: port"},
-		{"Grafana admin/admin", func(m *model) {
-			m.compose.Services["grafana"].Environment["GF_SECURITY_ADMIN_PASSWORD"] = "admin"
-		}, "compose grafana: GF_SECURITY_ADMIN_PASSWORD"},
-		{"Grafana without a password", func(m *model) {
-			delete(m.compose.Services["grafana"].Environment, "GF_SECURITY_ADMIN_PASSWORD")
-		}, "compose grafana: GF_SECURITY_ADMIN_PASSWORD is not set"},
-		{"a default InfluxDB token", func(m *model) {
-			m.compose.Services["influxdb"].Environment["DOCKER_INFLUXDB_INIT_ADMIN_TOKEN"] = "${FLOODGATE_INFLUX_TOKEN:-floodgate-compose-dev-token-not-secret}"
-		}, "compose influxdb: DOCKER_INFLUXDB_INIT_ADMIN_TOKEN"},
-		{"a default token on a service", func(m *model) {
-			m.compose.Services["detector"].Environment["FLOODGATE_INFLUX_TOKEN"] = "${FLOODGATE_INFLUX_TOKEN:-dev}"
-		}, "compose detector: FLOODGATE_INFLUX_TOKEN"},
-		{"a literal credential", func(m *model) {
-			m.compose.Services["adjuster"].Environment["FLOODGATE_ADJUSTER_TOKENS"] = "ops:sre:abc"
-		}, "compose adjuster: FLOODGATE_ADJUSTER_TOKENS"},
-		{"the console without its session secret", func(m *model) {
-			delete(m.compose.Services["console"].Environment, "FLOODGATE_CONSOLE_SESSION_SECRET")
-		}, "compose console: FLOODGATE_CONSOLE_SESSION_SECRET is not set"},
-		{"a required secret nobody generates", func(m *model) {
-			m.compose.Services["grafana"].Environment["GF_SECURITY_ADMIN_PASSWORD"] = "${GF_PASSWORD:?run secrets.sh}"
-		}, "requires ${GF_PASSWORD}, which deploy/compose/secrets.sh does not generate"},
-		{"anonymous Grafana", func(m *model) {
-			m.compose.Services["grafana"].Environment["GF_AUTH_ANONYMOUS_ENABLED"] = "true"
-		}, "GF_AUTH_ANONYMOUS_ENABLED"},
+		{"Grafana on every interface", publish("grafana", "3000:3000"), `compose grafana: port "3000:3000" is published on every interface`},
+		{"Prometheus on 0.0.0.0", publish("prometheus", "0.0.0.0:9090:9090"), "compose prometheus: port"},
+		{"the limiter on every interface", publish("limiter", "8080:8080"), "compose limiter: port"},
+		{"Grafana admin/admin", setComposeEnv("grafana", "GF_SECURITY_ADMIN_PASSWORD", "admin"), "compose grafana: GF_SECURITY_ADMIN_PASSWORD"},
+		{"Grafana without a password", unsetComposeEnv("grafana", "GF_SECURITY_ADMIN_PASSWORD"),
+			"compose grafana: GF_SECURITY_ADMIN_PASSWORD is not set"},
+		{"a default InfluxDB token",
+			setComposeEnv("influxdb", "DOCKER_INFLUXDB_INIT_ADMIN_TOKEN", "${FLOODGATE_INFLUX_TOKEN:-floodgate-compose-dev-token-not-secret}"),
+			"compose influxdb: DOCKER_INFLUXDB_INIT_ADMIN_TOKEN"},
+		{"a default token on a service", setComposeEnv("detector", "FLOODGATE_INFLUX_TOKEN", "${FLOODGATE_INFLUX_TOKEN:-dev}"),
+			"compose detector: FLOODGATE_INFLUX_TOKEN"},
+		{"a literal credential", setComposeEnv("adjuster", "FLOODGATE_ADJUSTER_TOKENS", "ops:sre:abc"),
+			"compose adjuster: FLOODGATE_ADJUSTER_TOKENS"},
+		{"the console without its session secret", unsetComposeEnv("console", "FLOODGATE_CONSOLE_SESSION_SECRET"),
+			"compose console: FLOODGATE_CONSOLE_SESSION_SECRET is not set"},
+		{"a required secret nobody generates", setComposeEnv("grafana", "GF_SECURITY_ADMIN_PASSWORD", "${GF_PASSWORD:?run secrets.sh}"),
+			"requires ${GF_PASSWORD}, which deploy/compose/secrets.sh does not generate"},
+		{"anonymous Grafana", setComposeEnv("grafana", "GF_AUTH_ANONYMOUS_ENABLED", "true"), "GF_AUTH_ANONYMOUS_ENABLED"},
 		{"the session secret as a value in k8s", func(m *model) {
 			e := m.container(t, m.base, "Deployment", "console").envVar("FLOODGATE_CONSOLE_SESSION_SECRET")
 			e.ValueFrom, e.Value = nil, "hunter2hunter2hunter2hunter2hunter2"
 		}, "FLOODGATE_CONSOLE_SESSION_SECRET must come from a Secret"},
 		{"no trusted proxies in the overlay", func(m *model) {
-			c := m.container(t, m.overlay, "Deployment", "console")
-			c.Env = slices.DeleteFunc(c.Env, func(e envVar) bool { return e.Name == "FLOODGATE_CONSOLE_TRUSTED_PROXIES" })
+			m.container(t, m.overlay, "Deployment", "console").dropEnv("FLOODGATE_CONSOLE_TRUSTED_PROXIES")
 		}, "the console must set FLOODGATE_CONSOLE_TRUSTED_PROXIES"},
 		{"one Kafka user for every service", func(m *model) {
 			for _, w := range m.workloads(m.overlay) {
@@ -243,8 +236,7 @@ func TestSecurityPackagingCatchesDrift(t *testing.T) {
 			}
 		}, `k8s overlay production Deployment limiter: FLOODGATE_KAFKA_SASL_USERNAME="floodgate", want its own user "floodgate-limiter"`},
 		{"a service without its own Kafka user", func(m *model) {
-			c := m.container(t, m.overlay, "Deployment", "deferred")
-			c.Env = slices.DeleteFunc(c.Env, func(e envVar) bool { return e.Name == "FLOODGATE_KAFKA_SASL_USERNAME" })
+			m.container(t, m.overlay, "Deployment", "deferred").dropEnv("FLOODGATE_KAFKA_SASL_USERNAME")
 		}, `Deployment deferred: FLOODGATE_KAFKA_SASL_USERNAME="", want its own user "floodgate-deferred"`},
 		{"the CRITICAL limiter as a Kafka user without grants", func(m *model) {
 			m.container(t, m.overlay, "Deployment", criticalLimiter).envVar("FLOODGATE_KAFKA_SASL_USERNAME").Value = "limiter-critical"
@@ -262,8 +254,7 @@ func TestSecurityPackagingCatchesDrift(t *testing.T) {
 			e.ValueFrom.SecretKeyRef.Name = "floodgate-kafka-quota"
 		}, `FLOODGATE_KAFKA_SASL_PASSWORD reads Secret "floodgate-kafka-quota", which the overlay does not generate`},
 		{"ACLs not applied", func(m *model) {
-			c := m.container(t, m.overlay, "Job", "migrate")
-			c.Env = slices.DeleteFunc(c.Env, func(e envVar) bool { return e.Name == "FLOODGATE_KAFKA_ACLS" })
+			m.container(t, m.overlay, "Job", "migrate").dropEnv("FLOODGATE_KAFKA_ACLS")
 		}, "FLOODGATE_KAFKA_ACLS must be"},
 		{"an IAM policy edited by hand", func(m *model) {
 			m.mskPolicies["quota.json"] = bytes.Replace(m.mskPolicies["quota.json"], []byte("ReadData"), []byte("WriteData"), 1)

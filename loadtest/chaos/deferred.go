@@ -115,16 +115,16 @@ func DeferredKill(ctx context.Context, e *Env, s Size, r *Result) error {
 	if err != nil {
 		return err
 	}
-	proxyPort, err := FreePort()
+	proxyAddr, err := FreeAddr()
 	if err != nil {
 		return err
 	}
-	proxy := "http://127.0.0.1:" + strconv.Itoa(proxyPort)
+	proxy := "http://" + proxyAddr
 	lim, err := e.startService(ctx, "limiter", []string{
 		"FLOODGATE_KAFKA_BROKERS=" + b.Addr, "FLOODGATE_REDIS_ADDRS=" + rd.Addr, "FLOODGATE_LIMITER_RULES=" + rules,
 		"FLOODGATE_LIMITER_INFLUX_INTERVAL=0", "FLOODGATE_GATEWAY=chaos-deferred", "FLOODGATE_JOURNAL_DIR=" + e.TempDir("journal"),
 		"FLOODGATE_LIMITER_GRPC_ADDR=off",
-		"FLOODGATE_LIMITER_PROXY_ADDR=127.0.0.1:" + strconv.Itoa(proxyPort), "FLOODGATE_LIMITER_PROXY_UPSTREAM=" + upURL,
+		"FLOODGATE_LIMITER_PROXY_ADDR=" + proxyAddr, "FLOODGATE_LIMITER_PROXY_UPSTREAM=" + upURL,
 		"FLOODGATE_LIMITER_PROXY_ROUTES=POST /orders", "FLOODGATE_LIMITER_PROXY_TRUSTED=127.0.0.1",
 		// The load generator is the authenticating layer: without this every
 		// order was anonymous:127.0.0.1, one principal at 50× its limit.

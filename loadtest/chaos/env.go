@@ -199,6 +199,16 @@ func FreePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
+// FreeAddr returns "127.0.0.1:port" for a port FreePort finds, an address for a
+// service to listen on.
+func FreeAddr() (string, error) {
+	port, err := FreePort()
+	if err != nil {
+		return "", err
+	}
+	return "127.0.0.1:" + strconv.Itoa(port), nil
+}
+
 // Proc is one subprocess with its log file.
 type Proc struct {
 	Name, LogPath string

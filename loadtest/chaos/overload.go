@@ -147,15 +147,15 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 	if err != nil {
 		return err
 	}
-	debugPort, err := FreePort()
+	debugAddr, err := FreeAddr()
 	if err != nil {
 		return err
 	}
-	grpcPort, err := FreePort()
+	grpcAddr, err := FreeAddr()
 	if err != nil {
 		return err
 	}
-	o := &overloadRun{r: r, viaGRPC: viaGRPC, debugAddr: "127.0.0.1:" + strconv.Itoa(debugPort), grpcAddr: "127.0.0.1:" + strconv.Itoa(grpcPort),
+	o := &overloadRun{r: r, viaGRPC: viaGRPC, debugAddr: debugAddr, grpcAddr: grpcAddr,
 		harness: []int{rd.proc.Pid(), b.proc.Pid()}, people: users("ov", 1000), conns: overloadGRPCConns,
 		length: max(s.Outage/2, 5*time.Second), profiles: filepath.Dir(rules), trace: s.Trace, perfHz: s.Perf}
 	if s.GRPCConns > 0 {
@@ -170,16 +170,12 @@ func overload(ctx context.Context, e *Env, s Size, r *Result, viaGRPC bool) erro
 	// rules, Redis and broker; pinned and limited with lim).
 	o.limiters = []*Service{o.lim}
 	if viaGRPC && s.CriticalLimiter {
-		port, err := FreePort()
-		if err != nil {
+		if o.critAddr, err = FreeAddr(); err != nil {
 			return err
 		}
-		o.critAddr = "127.0.0.1:" + strconv.Itoa(port)
-		critDebug, err := FreePort()
-		if err != nil {
+		if o.critDebugAddr, err = FreeAddr(); err != nil {
 			return err
 		}
-		o.critDebugAddr = "127.0.0.1:" + strconv.Itoa(critDebug)
 		if o.crit, err = e.StartLimiter(ctx, b, rd, "", append(limEnv, "FLOODGATE_LIMITER_GRPC_ADDR="+o.critAddr, "FLOODGATE_LIMITER_DEBUG_ADDR="+o.critDebugAddr)...); err != nil {
 			return err
 		}

@@ -12,7 +12,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
@@ -34,11 +33,10 @@ func RedisSlowGRPC(ctx context.Context, e *Env, s Size, r *Result) error {
 	if err != nil {
 		return err
 	}
-	port, err := FreePort()
+	grpcAddr, err := FreeAddr()
 	if err != nil {
 		return err
 	}
-	grpcAddr := "127.0.0.1:" + strconv.Itoa(port)
 	lim, px, err := e.StartLimiterBehindFaultProxy(ctx, b, rd, "FLOODGATE_LIMITER_GRPC_ADDR="+grpcAddr)
 	if err != nil {
 		return err

@@ -33,12 +33,11 @@ func RolloutClassHarm(ctx context.Context, e *Env, s Size, r *Result) error {
 		return err
 	}
 	defer rig.topic.Close()
-	topic, audit, op, sre, lim := rig.topic, rig.audit, rig.op, rig.sre, rig.lim
 	people, bots := users("harm", 50), make([]events.Principal, 50)
 	for i := range bots {
 		bots[i] = events.Principal{Kind: events.PrincipalBot, ID: fmt.Sprintf("harmbot%d_%d", time.Now().UnixNano(), i)}
 	}
-	load := &Load{URL: "http://" + lim.Addr, Rate: 200, Workers: 8,
+	load := &Load{URL: "http://" + rig.lim.Addr, Rate: 200, Workers: 8,
 		Next: func(w, i int) events.Principal {
 			if (w+i)%2 == 0 {
 				return people[(w*7919+i)%len(people)]
@@ -56,23 +55,10 @@ func RolloutClassHarm(ctx context.Context, e *Env, s Size, r *Result) error {
 	_ = sleep(ctx, 3*time.Second)
 	started := time.Now()
 	params := rollout.DefaultParams() // 10 minutes of shadow: promotion is far off
-	if _, err := op.Propose(ctx, harmCandidate, params, sre); err != nil {
-		return fmt.Errorf("propose the candidate: %w", err)
+	if err := rig.propose(ctx, params); err != nil {
+		return err
 	}
-	var final rollout.Entry
-	err = waitFor(ctx, 90*time.Second, "the controller aborts the candidate", func() error {
-		st, err := topic.Read(ctx)
-		if err != nil {
-			return err
-		}
-		for _, v := range st.Versions() {
-			if v.Version == 2 && v.State != events.RulesStateShadow {
-				final = v
-				return nil
-			}
-		}
-		return fmt.Errorf("version 2 still in shadow")
-	})
+	final, err := rig.decided(ctx, 90*time.Second, "the controller aborts the candidate")
 	abortedAfter := time.Since(started)
 	_ = sleep(ctx, 2*time.Second)
 	stop()
@@ -96,17 +82,11 @@ func RolloutClassHarm(ctx context.Context, e *Env, s Size, r *Result) error {
 			}
 		}
 	}
-	hist, err := audit.History(ctx, 10)
+	audited, err := rig.audited(ctx)
 	if err != nil {
-		return fmt.Errorf("read the rollout audit: %w", err)
+		return err
 	}
-	var abortRow *rollout.AuditEntry
-	for i := range hist {
-		if hist[i].Action == rollout.ActionAbort {
-			abortRow = &hist[i]
-			break
-		}
-	}
+	abortRow := audited[rollout.ActionAbort]
 	r.metric("candidate", "version 2 limits every bot to 1 call an hour (best_effort), people untouched; 200 checks/s, half people (critical), half bots")
 	r.metric("outcome", "version 2 %s %.1f s after it was proposed (shadow period %s): %s", final.State, abortedAfter.Seconds(), params.ShadowFor, final.Reason)
 	r.metric("answers", "%d bot checks answered, %d denied; people denied %d", botAnswered, botDenied, peopleDenied)
@@ -132,9 +112,8 @@ func RolloutStepHarm(ctx context.Context, e *Env, s Size, r *Result) error {
 		return err
 	}
 	defer rig.topic.Close()
-	topic, audit, op, sre, lim := rig.topic, rig.audit, rig.op, rig.sre, rig.lim
 	people := users("stepharm", 50)
-	peopleLoad := &Load{URL: "http://" + lim.Addr, Rate: 200, Workers: 4,
+	peopleLoad := &Load{URL: "http://" + rig.lim.Addr, Rate: 200, Workers: 4,
 		Next:     func(w, i int) events.Principal { return people[(w*7919+i)%len(people)] },
 		Priority: func(int, int) string { return "critical" }}
 	stopPeople := startLoad(ctx, peopleLoad)
@@ -143,22 +122,11 @@ func RolloutStepHarm(ctx context.Context, e *Env, s Size, r *Result) error {
 	params := rollout.DefaultParams()
 	params.ShadowFor, params.StepWindow = 5*time.Second, 10*time.Minute // the first step is never passed in this run
 	proposed := time.Now()
-	if _, err := op.Propose(ctx, harmCandidate, params, sre); err != nil {
-		return fmt.Errorf("propose the candidate: %w", err)
-	}
-	candidate := func() (rollout.Entry, error) {
-		st, err := topic.Read(ctx)
-		if err != nil {
-			return rollout.Entry{}, err
-		}
-		v, ok := st.Version(2)
-		if !ok {
-			return rollout.Entry{}, fmt.Errorf("version 2 not on the topic")
-		}
-		return v, nil
+	if err := rig.propose(ctx, params); err != nil {
+		return err
 	}
 	err = waitFor(ctx, 90*time.Second, "the controller takes the candidate to its first step", func() error {
-		v, err := candidate()
+		v, err := rig.candidate(ctx)
 		switch {
 		case err != nil:
 			return err
@@ -181,24 +149,13 @@ func RolloutStepHarm(ctx context.Context, e *Env, s Size, r *Result) error {
 			inSlice++
 		}
 	}
-	botLoad := &Load{URL: "http://" + lim.Addr, Rate: 400, Workers: 8,
+	botLoad := &Load{URL: "http://" + rig.lim.Addr, Rate: 400, Workers: 8,
 		Next:     func(w, i int) events.Principal { return bots[(w+i*8)%len(bots)] }, // round robin over the bots
 		Priority: func(int, int) string { return "best_effort" }}
 	botsFrom := time.Now()
 	stopBots := startLoad(ctx, botLoad)
 	defer stopBots()
-	var final rollout.Entry
-	err = waitFor(ctx, 120*time.Second, "the controller rolls the candidate back at its step", func() error {
-		v, err := candidate()
-		if err != nil {
-			return err
-		}
-		if v.State == events.RulesStateShadow {
-			return fmt.Errorf("version 2 still at %s", v.StepName())
-		}
-		final = v
-		return nil
-	})
+	final, err := rig.decided(ctx, 120*time.Second, "the controller rolls the candidate back at its step")
 	rolledAt := time.Now()
 	_ = sleep(ctx, 2*time.Second)
 	stopBots()
@@ -224,19 +181,11 @@ func RolloutStepHarm(ctx context.Context, e *Env, s Size, r *Result) error {
 		}
 	}
 	affected := float64(botDenied) / float64(max(botAnswered, 1))
-	hist, err := audit.History(ctx, 10)
+	audited, err := rig.audited(ctx)
 	if err != nil {
-		return fmt.Errorf("read the rollout audit: %w", err)
+		return err
 	}
-	var stepRow, rollbackRow *rollout.AuditEntry
-	for i := range hist {
-		switch {
-		case hist[i].Action == rollout.ActionRollback && rollbackRow == nil:
-			rollbackRow = &hist[i]
-		case hist[i].Action == rollout.ActionStep && stepRow == nil:
-			stepRow = &hist[i]
-		}
-	}
+	stepRow, rollbackRow := audited[rollout.ActionStep], audited[rollout.ActionRollback]
 	figures := func(row *rollout.AuditEntry) map[string]any {
 		if row == nil {
 			return nil
@@ -307,4 +256,61 @@ func startRolloutRig(ctx context.Context, e *Env, scenario string) (*rolloutRig,
 		return fail(err)
 	}
 	return rig, nil
+}
+
+// propose proposes harmCandidate (it becomes version 2) with params.
+func (rig *rolloutRig) propose(ctx context.Context, params rollout.Params) error {
+	if _, err := rig.op.Propose(ctx, harmCandidate, params, rig.sre); err != nil {
+		return fmt.Errorf("propose the candidate: %w", err)
+	}
+	return nil
+}
+
+// candidate reads the latest record of the candidate, version 2, from the
+// rules topic.
+func (rig *rolloutRig) candidate(ctx context.Context) (rollout.Entry, error) {
+	st, err := rig.topic.Read(ctx)
+	if err != nil {
+		return rollout.Entry{}, err
+	}
+	v, ok := st.Version(2)
+	if !ok {
+		return rollout.Entry{}, fmt.Errorf("version 2 not on the topic")
+	}
+	return v, nil
+}
+
+// decided waits up to timeout for the controller to take the candidate out
+// of shadow and its steps (enforced, aborted or rolled back) and returns its
+// record; what names the wait in the error.
+func (rig *rolloutRig) decided(ctx context.Context, timeout time.Duration, what string) (rollout.Entry, error) {
+	var final rollout.Entry
+	err := waitFor(ctx, timeout, what, func() error {
+		v, err := rig.candidate(ctx)
+		if err != nil {
+			return err
+		}
+		if v.State == events.RulesStateShadow {
+			return fmt.Errorf("version 2 still at %s", v.StepName())
+		}
+		final = v
+		return nil
+	})
+	return final, err
+}
+
+// audited reads the ten newest rollout audit records and returns the newest of
+// each action among them.
+func (rig *rolloutRig) audited(ctx context.Context) (map[string]*rollout.AuditEntry, error) {
+	hist, err := rig.audit.History(ctx, 10)
+	if err != nil {
+		return nil, fmt.Errorf("read the rollout audit: %w", err)
+	}
+	newest := map[string]*rollout.AuditEntry{}
+	for i := range hist {
+		if newest[hist[i].Action] == nil {
+			newest[hist[i].Action] = &hist[i]
+		}
+	}
+	return newest, nil
 }

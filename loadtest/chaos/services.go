@@ -18,11 +18,10 @@ type Service struct {
 }
 
 func (e *Env) startService(ctx context.Context, name string, env []string) (*Service, error) {
-	port, err := FreePort()
+	addr, err := FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
 	key := map[string]string{"limiter": "FLOODGATE_LIMITER_ADDR", "detector": "FLOODGATE_DETECTOR_ADDR", "quota": "FLOODGATE_QUOTA_ADDR", "deferred": "FLOODGATE_DEFERRED_ADDR", "adjuster": "FLOODGATE_ADJUSTER_ADDR"}[name]
 	p, err := e.Start(name, filepath.Join(e.Bin, name), nil, append(env, key+"="+addr, "FLOODGATE_SHUTDOWN_TIMEOUT=20s"))
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
+
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 // testPacer gives turns at once until held; held, each turn waits for a
@@ -156,18 +158,7 @@ func TestPacedReads(t *testing.T) {
 // A connection is paced through the wrappers a listener puts around it
 // (Unwrap); one with no socket under it is served unpaced.
 func TestPaceFindsTheSocket(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	go func() {
-		if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
-			defer c.Close()
-			time.Sleep(time.Second)
-		}
-	}()
-	nc, err := ln.Accept()
-	require.NoError(t, err)
-	defer nc.Close()
+	_, nc := stacktest.TCPPair(t)
 	w := wrapped{nc}
 	pc := pace(w, &testPacer{})
 	require.NotNil(t, pc)
@@ -234,12 +225,7 @@ func TestPacedFromACallRefusedAtTheDoor(t *testing.T) {
 	var refuse atomic.Bool
 	refuse.Store(true)
 	p := &testPacer{give: make(chan struct{})}
-	f := serve(t, Config{ReadPacer: p, Tap: func(ctx context.Context, _ *tap.Info) (context.Context, error) {
-		if refuse.Load() {
-			return nil, status.Error(codes.Unavailable, "the door")
-		}
-		return ctx, nil
-	}})
+	f := serve(t, Config{ReadPacer: p, Tap: refusingTap("the door", func(*tap.Info) bool { return refuse.Load() })})
 	c := testpb.NewTestServiceClient(f.conn)
 	ctx := ctxT(t)
 	_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{})
@@ -278,15 +264,7 @@ func callWaitingForATurn(t *testing.T, p *testPacer, call func() error) <-chan e
 // not when the read was woken — which was before it was sent, and would
 // have it answered DEADLINE_EXCEEDED while its caller still waited.
 func TestPacedArrivalIsWhenTheBytesCame(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	require.NoError(t, err)
-	defer client.Close()
-	nc, err := ln.Accept()
-	require.NoError(t, err)
-	defer nc.Close()
+	client, nc := stacktest.TCPPair(t)
 	p := &testPacer{give: make(chan struct{})}
 	pc := pace(nc, p)
 	require.NotNil(t, pc)
@@ -321,7 +299,7 @@ func TestPacedArrivalIsWhenTheBytesCame(t *testing.T) {
 	require.Eventually(t, func() bool { return p.waiting.Load() == 1 }, 5*time.Second, time.Millisecond)
 	time.Sleep(100 * time.Millisecond)
 	sent := time.Now()
-	_, err = client.Write([]byte("call"))
+	_, err := client.Write([]byte("call"))
 	require.NoError(t, err)
 	time.Sleep(10 * time.Millisecond)
 	p.give <- struct{}{}

@@ -677,12 +677,9 @@ func TestPastDeadlineIsAnsweredByTheTransport(t *testing.T) {
 // Tap sees a call as its headers arrive, with its metadata; its error is
 // the call's answer, and the handler does not run.
 func TestTapRefusesBeforeTheMessage(t *testing.T) {
-	f := serve(t, Config{Tap: func(ctx context.Context, info *tap.Info) (context.Context, error) {
-		if info.FullMethodName == testpb.TestService_UnaryCall_FullMethodName && len(info.Header.Get("critical")) == 0 {
-			return nil, status.Error(codes.Unavailable, "overloaded")
-		}
-		return ctx, nil
-	}})
+	f := serve(t, Config{Tap: refusingTap("overloaded", func(info *tap.Info) bool {
+		return info.FullMethodName == testpb.TestService_UnaryCall_FullMethodName && len(info.Header.Get("critical")) == 0
+	})})
 	c := testpb.NewTestServiceClient(f.conn)
 	ctx := ctxT(t)
 	_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{})
@@ -693,6 +690,17 @@ func TestTapRefusesBeforeTheMessage(t *testing.T) {
 	require.NoError(t, err, "the tap read the metadata")
 	_, err = c.EmptyCall(ctx, &testpb.Empty{})
 	require.NoError(t, err, "other methods pass")
+}
+
+// refusingTap is a Tap that answers UNAVAILABLE with msg to every call
+// refuse picks, and lets the others through.
+func refusingTap(msg string, refuse func(*tap.Info) bool) tap.ServerInHandle {
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		if refuse(info) {
+			return nil, status.Error(codes.Unavailable, msg)
+		}
+		return ctx, nil
+	}
 }
 
 // A refusal's trailer block is the status answer statusLocked writes, made

@@ -8,21 +8,15 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-dev/floodgate/pkg/stacktest"
 )
 
 // TestRecvmsgStampsWhenTheBytesCame: bytes that wait in the socket are
 // stamped with their arrival, not with the read that takes them later; a
 // read returning two writes is stamped with the later one's.
 func TestRecvmsgStampsWhenTheBytesCame(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	require.NoError(t, err)
-	defer client.Close()
-	server, err := ln.Accept()
-	require.NoError(t, err)
-	defer server.Close()
+	client, server := stacktest.TCPPair(t)
 	rc, err := server.(*net.TCPConn).SyscallConn()
 	require.NoError(t, err)
 	require.NoError(t, Enable(rc))

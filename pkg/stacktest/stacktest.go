@@ -1,11 +1,12 @@
 // Package stacktest holds what the tests of Floodgate's services and load
 // tests repeat around the local stack: a context for a test that needs the
-// stack (skipped under -short), a free loopback address, a service run in
-// the test's process with its log captured, a service binary run as a child
-// process until the test ends (Exec), waiting for a readiness URL, and a
-// PagerDuty Events API v2 receiver. Redis, the broker and DynamoDB
-// have their own helpers (redistest, kafkatest, quotatest); this package
-// only joins what every app test does with them.
+// stack (skipped under -short), a free loopback address, a loopback TCP
+// connection (TCPPair), a service run in the test's process with its log
+// captured, a service binary run as a child process until the test ends
+// (Exec), waiting for a readiness URL, and a PagerDuty Events API v2
+// receiver. Redis, the broker and DynamoDB have their own helpers
+// (redistest, kafkatest, quotatest); this package only joins what every app
+// test does with them.
 package stacktest
 
 import (
@@ -41,6 +42,29 @@ func FreeAddr(t testing.TB) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// TCPPair returns the two ends of a loopback TCP connection: the client's,
+// dialled, and the server's, accepted (a *net.TCPConn); both are closed when
+// the test ends.
+func TCPPair(t testing.TB) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatalf("dial %s: %v", ln.Addr(), err)
+	}
+	t.Cleanup(func() { client.Close() })
+	server, err = ln.Accept()
+	if err != nil {
+		t.Fatalf("accept: %v", err)
+	}
+	t.Cleanup(func() { server.Close() })
+	return client, server
 }
 
 // Getenv reads a service's environment from m (service.Stdio.Getenv,

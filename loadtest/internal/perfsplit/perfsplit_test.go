@@ -20,21 +20,13 @@ import (
 // a timer interrupt), with a recursive chain and an unnamed frame added.
 const script = " 9531   397.611523817: \n" +
 	"\t           911d6 crypto/internal/fips140/sha256.blockSHANI.abi0\n" +
-	"\t           8f608 crypto/internal/fips140/sha256.(*Digest).Write\n" +
-	"\t           8e658 crypto/sha256.Sum256\n" +
-	"\t           8e73b main.main\n" +
-	"\t           492c7 runtime.main\n" +
-	"\t           80d61 runtime.goexit.abi0\n" +
+	hashCallers +
 	"\n" +
 	" 9531   397.612905862: \n" +
 	"\tffffffff82260674 irqentry_exit_to_user_mode\n" +
 	"\tffffffff81000e06 asm_sysvec_apic_timer_interrupt\n" +
 	"\t           91225 crypto/internal/fips140/sha256.blockSHANI.abi0\n" +
-	"\t           8f608 crypto/internal/fips140/sha256.(*Digest).Write\n" +
-	"\t           8e658 crypto/sha256.Sum256\n" +
-	"\t           8e73b main.main\n" +
-	"\t           492c7 runtime.main\n" +
-	"\t           80d61 runtime.goexit.abi0\n" +
+	hashCallers +
 	"\n" +
 	" 9532   398.000000001: \n" +
 	"\t           10000 main.walk\n" +
@@ -45,6 +37,14 @@ const script = " 9531   397.611523817: \n" +
 	" 9531   399.500000000: \n" +
 	"\t           8e73b main.main\n" +
 	"\n"
+
+// hashCallers are the callers of the hashing leaf (blockSHANI), the same in
+// both of script's hashing samples, innermost first.
+const hashCallers = "\t           8f608 crypto/internal/fips140/sha256.(*Digest).Write\n" +
+	"\t           8e658 crypto/sha256.Sum256\n" +
+	"\t           8e73b main.main\n" +
+	"\t           492c7 runtime.main\n" +
+	"\t           80d61 runtime.goexit.abi0\n"
 
 func TestReadSortsSamplesIntoTheirWindows(t *testing.T) {
 	const s = int64(1e9)

@@ -17,6 +17,11 @@ func sig(now time.Time, cpu, mem, errRate, abuse float64) Signals {
 	return Signals{CPU: r(cpu), Mem: r(mem), ErrorRate: r(errRate), AbuseRate: r(abuse), RedisLatency: r(0.1)}
 }
 
+// fresh is a step's input of nothing but fresh signals (sig) at its now.
+func fresh(cpu, mem, errRate, abuse float64) func(now time.Time) Input {
+	return func(now time.Time) Input { return Input{Now: now, Signals: sig(now, cpu, mem, errRate, abuse)} }
+}
+
 func TestAdjusterYAMLIsTheDefaults(t *testing.T) {
 	data, err := os.ReadFile("../../adjuster.yaml")
 	require.NoError(t, err)
@@ -67,30 +72,14 @@ func TestStep(t *testing.T) {
 		want    []Change
 		stale   []string
 	}{
-		{
-			name: "cpu high cuts global by 0.7",
-			in:   func(now time.Time) Input { return Input{Now: now, Signals: sig(now, 0.9, 0.5, 0, 0)} },
-			want: []Change{{Scope: "global", Old: 1, New: 0.7, Rule: RuleCPUHigh}},
-		},
-		{
-			name: "error rate high cuts global by 0.8",
-			in:   func(now time.Time) Input { return Input{Now: now, Signals: sig(now, 0.6, 0.5, 0.08, 0)} },
-			want: []Change{{Scope: "global", Old: 1, New: 0.8, Rule: RuleErrorRateHigh}},
-		},
-		{
-			name: "the strongest firing cut wins",
-			in:   func(now time.Time) Input { return Input{Now: now, Signals: sig(now, 0.95, 0.5, 0.08, 0)} },
-			want: []Change{{Scope: "global", Old: 1, New: 0.7, Rule: RuleCPUHigh}},
-		},
-		{
-			name: "abuse high halves the ip tier only",
-			in:   func(now time.Time) Input { return Input{Now: now, Signals: sig(now, 0.6, 0.5, 0, 0.2)} },
-			want: []Change{{Scope: "tier:ip", Old: 1, New: 0.5, Rule: RuleAbuseHigh}},
-		},
+		{name: "cpu high cuts global by 0.7", in: fresh(0.9, 0.5, 0, 0), want: []Change{{Scope: "global", Old: 1, New: 0.7, Rule: RuleCPUHigh}}},
+		{name: "error rate high cuts global by 0.8", in: fresh(0.6, 0.5, 0.08, 0), want: []Change{{Scope: "global", Old: 1, New: 0.8, Rule: RuleErrorRateHigh}}},
+		{name: "the strongest firing cut wins", in: fresh(0.95, 0.5, 0.08, 0), want: []Change{{Scope: "global", Old: 1, New: 0.7, Rule: RuleCPUHigh}}},
+		{name: "abuse high halves the ip tier only", in: fresh(0.6, 0.5, 0, 0.2), want: []Change{{Scope: "tier:ip", Old: 1, New: 0.5, Rule: RuleAbuseHigh}}},
 		{
 			name:    "low cpu and memory recover toward max",
 			initial: map[string]float64{"global": 0.5, "tier:ip": 0.95},
-			in:      func(now time.Time) Input { return Input{Now: now, Signals: sig(now, 0.3, 0.4, 0, 0)} },
+			in:      fresh(0.3, 0.4, 0, 0),
 			want: []Change{
 				{Scope: "global", Old: 0.5, New: 0.55, Rule: RuleRecover},
 				{Scope: "tier:ip", Old: 0.95, New: 1, Rule: RuleRecover},
@@ -99,7 +88,7 @@ func TestStep(t *testing.T) {
 		{
 			name:    "high memory blocks recovery",
 			initial: map[string]float64{"global": 0.5},
-			in:      func(now time.Time) Input { return Input{Now: now, Signals: sig(now, 0.3, 0.7, 0, 0)} },
+			in:      fresh(0.3, 0.7, 0, 0),
 		},
 		{
 			name:    "a stale signal never raises",
@@ -135,13 +124,13 @@ func TestStep(t *testing.T) {
 		{
 			name:    "cut stops at the minimum",
 			initial: map[string]float64{"global": 0.12},
-			in:      func(now time.Time) Input { return Input{Now: now, Signals: sig(now, 0.95, 0.4, 0, 0)} },
+			in:      fresh(0.95, 0.4, 0, 0),
 			want:    []Change{{Scope: "global", Old: 0.12, New: 0.1, Rule: RuleCPUHigh}},
 		},
 		{
 			name:    "a scale outside its bounds is clamped",
 			initial: map[string]float64{"global": 3},
-			in:      func(now time.Time) Input { return Input{Now: now, Signals: sig(now, 0.6, 0.5, 0, 0)} },
+			in:      fresh(0.6, 0.5, 0, 0),
 			want:    []Change{{Scope: "global", Old: 3, New: 1, Rule: RuleBounds}},
 		},
 		{

@@ -25,6 +25,27 @@ func current(r *http.Request) request {
 	return v
 }
 
+// editState is the part of an SRE page's view that says whether its forms
+// are shown (CanEdit: to SREs, while what they change can be read) and what
+// went wrong (Errors).
+type editState struct {
+	CanEdit bool
+	Errors  []string
+}
+
+// editStateFor starts the editState of a page r asks for: the forms are
+// shown when r's user is an SRE.
+func editStateFor(r *http.Request) editState {
+	return editState{CanEdit: current(r).who.Role.Allows(auth.RoleSRE)}
+}
+
+// readOnly shows msg and hides the forms: what they change is not
+// configured or could not be read.
+func (e *editState) readOnly(msg string) {
+	e.Errors = append(e.Errors, msg)
+	e.CanEdit = false
+}
+
 // authed resolves the caller (a bearer token, else the session cookie), checks
 // its role and, for a session's POST, its CSRF token.
 func (s *Server) authed(need auth.Role, h http.HandlerFunc) http.HandlerFunc {

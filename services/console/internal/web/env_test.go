@@ -217,6 +217,16 @@ func (b *browser) csrf(path string) string {
 	return m[1]
 }
 
+// act posts an action on alert a to path (actionForm: csrf, a, then kv as
+// name, value pairs), requires the answer's status to be want and returns
+// its body.
+func (b *browser) act(t *testing.T, path, csrf string, a store.Alert, want int, kv ...string) string {
+	t.Helper()
+	res, body := b.post(path, actionForm(csrf, a, kv...))
+	require.Equal(t, want, res.StatusCode, body)
+	return body
+}
+
 func (b *browser) login(user string) {
 	tok := b.csrf("/login")
 	res, body := b.post("/login", url.Values{"csrf": {tok}, "username": {user}, "password": {testPassword}, "next": {"/alerts"}})

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/floodgate-dev/floodgate/services/console/internal/adjuster"
-	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
 )
 
@@ -30,10 +29,9 @@ type adjusterView struct {
 	Scopes   []scopeRow
 	History  []adjuster.AuditRecord
 	Console  []store.AuditEntry
-	CanEdit  bool
 	Loaded   bool
 	Done     string
-	Errors   []string
+	editState
 }
 
 var adjusterDone = map[string]string{
@@ -42,17 +40,15 @@ var adjusterDone = map[string]string{
 }
 
 func (s *Server) loadAdjuster(r *http.Request) adjusterView {
-	v := adjusterView{Title: "Adjuster", CanEdit: current(r).who.Role.Allows(auth.RoleSRE)}
+	v := adjusterView{Title: "Adjuster", editState: editStateFor(r)}
 	if s.cfg.Adjuster == nil {
-		v.Errors = append(v.Errors, "No adjuster is configured (FLOODGATE_CONSOLE_ADJUSTER_URL, FLOODGATE_CONSOLE_ADJUSTER_TOKEN).")
-		v.CanEdit = false
+		v.readOnly("No adjuster is configured (FLOODGATE_CONSOLE_ADJUSTER_URL, FLOODGATE_CONSOLE_ADJUSTER_TOKEN).")
 		return v
 	}
 	ctx := r.Context()
 	var err error
 	if v.Settings, v.ETag, err = s.cfg.Adjuster.Settings(ctx); err != nil {
-		v.Errors = append(v.Errors, "Adjuster settings unavailable: "+err.Error())
-		v.CanEdit = false
+		v.readOnly("Adjuster settings unavailable: " + err.Error())
 	} else {
 		v.Loaded = true
 		var buf bytes.Buffer

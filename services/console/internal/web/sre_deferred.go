@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/deferred"
-	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
 )
 
@@ -27,25 +26,22 @@ type deferredRow struct {
 }
 
 type deferredView struct {
-	Title   string
-	Routes  []deferredRow
-	CanEdit bool
-	Audit   []store.AuditEntry
-	Done    string
-	Errors  []string
+	Title  string
+	Routes []deferredRow
+	Audit  []store.AuditEntry
+	Done   string
+	editState
 }
 
 func (s *Server) loadDeferred(r *http.Request) deferredView {
-	v := deferredView{Title: "Deferred work", CanEdit: current(r).who.Role.Allows(auth.RoleSRE)}
+	v := deferredView{Title: "Deferred work", editState: editStateFor(r)}
 	if s.cfg.Deferred == nil {
-		v.Errors = append(v.Errors, "Deferred work is not configured (the console has no Redis store for it).")
-		v.CanEdit = false
+		v.readOnly("Deferred work is not configured (the console has no Redis store for it).")
 		return v
 	}
 	routes, err := s.cfg.Deferred.Routes(r.Context())
 	if err != nil {
-		v.Errors = append(v.Errors, "Deferred queues could not be read (Redis): "+err.Error())
-		v.CanEdit = false
+		v.readOnly("Deferred queues could not be read (Redis): " + err.Error())
 	}
 	now := s.cfg.Now()
 	for _, route := range routes {

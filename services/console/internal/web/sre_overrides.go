@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
-	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
 	"github.com/floodgate-dev/floodgate/services/console/internal/store"
 )
 
@@ -20,14 +19,13 @@ type overrideForm struct {
 }
 
 type overridesView struct {
-	Title   string
-	Key     string
-	List    []store.Override
-	CanEdit bool
-	Form    overrideForm
-	Audit   []store.AuditEntry
-	Done    string
-	Errors  []string
+	Title string
+	Key   string
+	List  []store.Override
+	Form  overrideForm
+	Audit []store.AuditEntry
+	Done  string
+	editState
 }
 
 var overrideDone = map[string]string{
@@ -46,12 +44,11 @@ func (s *Server) overridesKey() string {
 }
 
 func (s *Server) loadOverrides(r *http.Request) overridesView {
-	v := overridesView{Title: "Limit overrides", Key: s.overridesKey(), CanEdit: current(r).who.Role.Allows(auth.RoleSRE),
+	v := overridesView{Title: "Limit overrides", Key: s.overridesKey(), editState: editStateFor(r),
 		Form: overrideForm{Value: overrideExample}}
 	var err error
 	if v.List, err = s.cfg.Store.Overrides(r.Context(), v.Key); err != nil {
-		v.Errors = append(v.Errors, "Overrides could not be read (Redis): "+err.Error())
-		v.CanEdit = false
+		v.readOnly("Overrides could not be read (Redis): " + err.Error())
 	}
 	if v.Audit, err = s.cfg.Store.AuditOf(r.Context(), store.SubjectOverrides, 30); err != nil {
 		v.Errors = append(v.Errors, "Console audit log unavailable: "+err.Error())

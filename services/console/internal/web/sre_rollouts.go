@@ -14,7 +14,6 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/limiter"
 	"github.com/floodgate-dev/floodgate/pkg/rollout"
 	"github.com/floodgate-dev/floodgate/pkg/whatif"
-	"github.com/floodgate-dev/floodgate/services/console/internal/auth"
 )
 
 // Rollouts is what the rule rollouts page reads and changes: the rules
@@ -98,12 +97,11 @@ type rolloutsView struct {
 	Removed        int
 	Versions       []rollout.Entry
 	Audit          []rollout.AuditEntry
-	CanEdit        bool
 	Defaults       rollout.Params
 	Form           rolloutForm
 	Done           string
-	Errors         []string
 	Note           string
+	editState
 }
 
 type rolloutForm struct {
@@ -153,7 +151,7 @@ func impactRows(c rollout.Counts, max float64) []impactRow {
 
 func (s *Server) loadRollouts(r *http.Request) rolloutsView {
 	def := rollout.DefaultParams()
-	v := rolloutsView{Title: "Rule rollouts", CanEdit: current(r).who.Role.Allows(auth.RoleSRE), Defaults: def,
+	v := rolloutsView{Title: "Rule rollouts", editState: editStateFor(r), Defaults: def,
 		Form: rolloutForm{Shadow: def.ShadowFor.String(), Watch: def.WatchFor.String(),
 			MaxBlock: strconv.FormatFloat(100*def.MaxShare, 'f', -1, 64), MinCritical: strconv.FormatInt(def.MinCritical, 10),
 			Steps: def.Steps, StepWindow: def.StepWindow.String(), WhatIf: defaultWhatIfSpan}}
@@ -168,8 +166,7 @@ func (s *Server) loadRollouts(r *http.Request) rolloutsView {
 	defer cancel()
 	st, err := ro.Operator.Topic.Read(ctx)
 	if err != nil {
-		v.Errors = append(v.Errors, "The rules topic could not be read (Kafka "+v.Topic+"): "+err.Error())
-		v.CanEdit = false
+		v.readOnly("The rules topic could not be read (Kafka " + v.Topic + "): " + err.Error())
 		return v
 	}
 	now := s.cfg.Now()

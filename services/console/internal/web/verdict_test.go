@@ -231,9 +231,8 @@ func TestVerdictFromTheAlertPage(t *testing.T) {
 
 	b := e.signedIn(t, "analyst1")
 	csrf := b.csrf(alertPath(a))
-	res, body := b.post("/alert/verdict", actionForm("bad-csrf", a, "verdict", "false_positive", "reason", "x", "duration", "1d"))
-	require.Equal(t, http.StatusForbidden, res.StatusCode, body)
-	res, body = b.post("/alert/verdict", actionForm(csrf, a, "verdict", "false_positive", "reason", "known app poller", "duration", "1d"))
+	b.act(t, "/alert/verdict", "bad-csrf", a, http.StatusForbidden, "verdict", "false_positive", "reason", "x", "duration", "1d")
+	res, body := b.post("/alert/verdict", actionForm(csrf, a, "verdict", "false_positive", "reason", "known app poller", "duration", "1d"))
 	require.Equal(t, http.StatusSeeOther, res.StatusCode, body)
 	require.Contains(t, res.Header.Get("Location"), "done=verdict_false_positive")
 	_, page = b.get(res.Header.Get("Location"))
