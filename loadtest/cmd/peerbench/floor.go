@@ -81,33 +81,44 @@ func startFloors(root string, place placement) (floorAddrs, func(), error) {
 // profiler takes Floodgate's CPU profile over a round and its allocation
 // profile after it, from its pprof listener, into dir.
 type profiler struct {
-	dir, debugAddr string
-	duration       time.Duration
+	dir string
+	// debugAddrs: the pprof listener of each target profiled, by name
+	// (Floodgate's, and the -baseline's when there is one).
+	debugAddrs map[string]string
+	duration   time.Duration
 }
 
-// start begins a CPU profile of the coming round (its length less a
-// second, so that it ends inside it); the function returned waits for it,
-// then takes the allocation profile, and writes both.
-func (p profiler) start(proto string) func() error {
-	if p.dir == "" || p.debugAddr == "" {
+// start begins a CPU profile of name's coming round (its length less a
+// second, so that it ends inside it), or returns nil when name is not
+// profiled; the function returned waits for it, then takes the allocation
+// profile, and writes both.
+func (p profiler) start(name, proto string) func() error {
+	addr := p.debugAddrs[name]
+	if p.dir == "" || addr == "" {
 		return nil
 	}
 	secs := max(int((p.duration-time.Second)/time.Second), 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- fetchTo(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.debugAddr, secs), p.cpuPath(proto))
+		done <- fetchTo(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), p.cpuPath(name, proto))
 	}()
 	return func() error {
 		if err := <-done; err != nil {
 			return err
 		}
-		return fetchTo("http://"+p.debugAddr+"/debug/pprof/allocs", filepath.Join(p.dir, "floodgate-"+proto+".allocs.pprof"))
+		return fetchTo("http://"+addr+"/debug/pprof/allocs", filepath.Join(p.dir, p.file(name, proto)+".allocs.pprof"))
 	}
 }
 
-// cpuPath is where the CPU profile of proto's round goes.
-func (p profiler) cpuPath(proto string) string {
-	return filepath.Join(p.dir, "floodgate-"+proto+".cpu.pprof")
+// file is the start of the name of name's profiles for proto:
+// floodgate-grpc, floodgate-baseline-grpc.
+func (p profiler) file(name, proto string) string {
+	return strings.ReplaceAll(name, " ", "-") + "-" + proto
+}
+
+// cpuPath is where the CPU profile of name's round for proto goes.
+func (p profiler) cpuPath(name, proto string) string {
+	return filepath.Join(p.dir, p.file(name, proto)+".cpu.pprof")
 }
 
 // fetchTo writes the profile at url to path, in a directory it creates.

@@ -87,7 +87,7 @@ func run() error {
 	favourFlag := flag.Bool("favour", true, "put this generator, the services and a private Redis and broker into one cgroup of the highest CPU weight (cgroup v1 cpu.shares 262144 / v2 cpu.weight 10000), so other work on the machine runs only in what they leave; needs a writable cpu controller (root)")
 	transport := flag.String("transport", "", "FLOODGATE_LIMITER_GRPC_TRANSPORT of the Floodgate under test only (grpc-go or floodgate; the -baseline keeps its environment's): with -baseline set to the same build, the two transports in one run")
 	quota := flag.Float64("quota", 0, "closed-loop rounds only: each service runs its rounds under a CPU quota of this many cores (its own cgroup, cpu bandwidth per 4 ms period), so that its saturation is within the generator's reach on -rest-cpus; 0 = none. A round whose service used under 85 % of the quota says SHORT (raise -callers)")
-	profile := flag.String("profile", "", "write CPU and allocation profiles of Floodgate's first round per protocol (closed loop; open loop with -closed=false) into this directory (its pprof listener; costs it a few % in that round)")
+	profile := flag.String("profile", "", "write CPU and allocation profiles of Floodgate's first round per protocol (closed loop; open loop with -closed=false) into this directory (its pprof listener; costs it a few % in that round), and of the -baseline's first round too")
 	flag.Parse()
 	if !*closed && (*rate <= 0 || *jsonOut != "") {
 		return fmt.Errorf("-closed=false needs -rate > 0 and no -json (make bench reads the closed-loop rounds)")
@@ -168,7 +168,7 @@ func run() error {
 	var base limiterAddrs
 	if *baseline != "" {
 		var stopBase func()
-		if base, stopBase, err = startLimiter(root, *baseline, cfgDir, *algorithm, *lease, place, stack, false); err != nil {
+		if base, stopBase, err = startLimiter(root, *baseline, cfgDir, *algorithm, *lease, place, stack, *profile != ""); err != nil {
 			return err
 		}
 		defer stopBase()
@@ -214,7 +214,7 @@ func run() error {
 	}
 	fmt.Printf("%s\n\n", favoured)
 	report.Placement += "; " + favoured
-	prof := profiler{dir: *profile, debugAddr: fg.debug, duration: *duration}
+	prof := profiler{dir: *profile, debugAddrs: map[string]string{"floodgate": fg.debug, baselineName: base.debug}, duration: *duration}
 
 	for _, proto := range strings.Split(*protocols, ",") {
 		var targets []target

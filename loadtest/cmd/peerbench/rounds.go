@@ -225,8 +225,8 @@ func measureRounds(ctx context.Context, proto string, targets []target, domain s
 				return nil, err
 			}
 			var stopProf func() error
-			if r == 0 && t.name == "floodgate" {
-				stopProf = prof.start(proto)
+			if r == 0 {
+				stopProf = prof.start(t.name, proto)
 			}
 			var unlimit func() (int64, error)
 			if g.quota > 0 {
@@ -249,12 +249,12 @@ func measureRounds(ctx context.Context, proto string, targets []target, domain s
 					return nil, err
 				}
 				perCall := float64(res.procs[0].Microseconds()) / float64(max(res.calls, 1))
-				parts, err := cpusplit.File(prof.cpuPath(proto))
+				parts, err := cpusplit.File(prof.cpuPath(t.name, proto))
 				if err != nil {
 					return nil, err
 				}
-				fmt.Printf("%s round %d floodgate, where its %.1f µs of CPU per call went (its CPU profile over the round, loadtest/internal/cpusplit): %s\n",
-					g.label(proto), r+1, perCall, cpusplit.PerCall(parts, perCall))
+				fmt.Printf("%s round %d %s, where its %.1f µs of CPU per call went (its CPU profile over the round, loadtest/internal/cpusplit): %s\n",
+					g.label(proto), r+1, t.name, perCall, cpusplit.PerCall(parts, perCall))
 			}
 			res.invalid = place.on && res.busyOf(place.rest) > genBusyMax
 			if place.favoured {
