@@ -193,10 +193,18 @@ type Recording struct {
 	Path   string
 	cmd    *exec.Cmd
 	stderr bytes.Buffer
+	// ctl and ack: perf's control and acknowledgement pipes, our ends,
+	// open until Stop (perf stops recording when they hang up).
+	ctl, ack *os.File
 }
 
 // Record starts sampling pids (every thread, those they start later too)
-// hz times a second of their CPU, with call chains, into path.
+// hz times a second of their CPU, with call chains, into path. It returns
+// once perf samples: perf starts with its events disabled (-D -1), and
+// Record enables them through perf's control descriptor and waits for its
+// acknowledgement (--control fd:…), up to attachTimeout. A fixed wait for
+// perf to attach was too short on a loaded machine: a window before it
+// went unsampled.
 func Record(hz int, path string, pids ...int) (*Recording, error) {
 	if len(pids) == 0 {
 		return nil, errors.New("perf record: no process")
@@ -205,18 +213,68 @@ func Record(hz int, path string, pids ...int) (*Recording, error) {
 	for i, p := range pids {
 		ps[i] = strconv.Itoa(p)
 	}
-	rec := &Recording{Path: path}
+	ctlR, ctlW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	ackR, ackW, err := os.Pipe()
+	if err != nil {
+		ctlR.Close()
+		ctlW.Close()
+		return nil, err
+	}
+	rec := &Recording{Path: path, ctl: ctlW, ack: ackR}
+	// perf's fds 3 and 4: the control pipe's read end, the ack pipe's write end.
 	rec.cmd = exec.Command("perf", "record", "-q", "-F", strconv.Itoa(hz), "-g", "-k", "CLOCK_MONOTONIC",
-		"-p", strings.Join(ps, ","), "-o", path)
+		"-D", "-1", "--control", "fd:3,4", "-p", strings.Join(ps, ","), "-o", path)
+	rec.cmd.ExtraFiles = []*os.File{ctlR, ackW}
 	rec.cmd.Stderr = &rec.stderr
-	if err := rec.cmd.Start(); err != nil {
+	err = rec.cmd.Start()
+	ctlR.Close()
+	ackW.Close()
+	if err != nil {
+		rec.closePipes()
 		return nil, fmt.Errorf("perf record (apt-get install linux-perf): %w", err)
+	}
+	if err := enable(ctlW, ackR); err != nil {
+		_ = rec.cmd.Process.Kill()
+		_ = rec.cmd.Wait()
+		rec.closePipes()
+		return nil, fmt.Errorf("perf record: %w: %s", err, strings.TrimSpace(rec.stderr.String()))
 	}
 	return rec, nil
 }
 
+// attachTimeout bounds how long Record waits for perf to acknowledge that
+// its events are enabled.
+const attachTimeout = 30 * time.Second
+
+// enable asks perf to enable its events and waits for its "ack".
+func enable(ctl io.Writer, ack *os.File) error {
+	if _, err := io.WriteString(ctl, "enable\n"); err != nil {
+		return fmt.Errorf("enable events: %w", err)
+	}
+	if err := ack.SetReadDeadline(time.Now().Add(attachTimeout)); err != nil {
+		return err
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(ack, buf); err != nil {
+		return fmt.Errorf("no ack of enabled events: %w", err)
+	}
+	if string(buf) != "ack\n" {
+		return fmt.Errorf("enable events: perf answered %q", buf)
+	}
+	return nil
+}
+
+func (r *Recording) closePipes() {
+	r.ctl.Close()
+	r.ack.Close()
+}
+
 // Stop ends the recording and waits for perf to write it out.
 func (r *Recording) Stop() error {
+	defer r.closePipes()
 	if err := r.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		return fmt.Errorf("perf record: %w", err)
 	}

@@ -133,7 +133,6 @@ func TestRecordSplitsARealProcessByTime(t *testing.T) {
 
 	rec, err := Record(999, filepath.Join(dir, "perf.data"), child.Process.Pid)
 	require.NoError(t, err)
-	time.Sleep(200 * time.Millisecond) // perf attached
 	start := time.Now()
 	_, err = io.WriteString(stdin, "go\n")
 	require.NoError(t, err)
