@@ -194,7 +194,7 @@ type Recording struct {
 	cmd    *exec.Cmd
 	stderr bytes.Buffer
 	// ctl and ack: perf's control and acknowledgement pipes, our ends,
-	// open until Stop (perf stops recording when they hang up).
+	// open until Stop (closed at once, perf wrote an empty recording).
 	ctl, ack *os.File
 }
 
