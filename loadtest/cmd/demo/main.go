@@ -420,8 +420,7 @@ func summarize(ctx context.Context, addrs []string, sec config.RedisSecurity, ac
 
 func printAbuse(out io.Writer, a events.Abuse) {
 	fmt.Fprintf(out, "\n  ** %s detected: %s (severity %s, score %.1f)\n", a.Pattern, a.Principal.Key(), a.Severity, a.Score)
-	fmt.Fprintf(out, "     evidence: %.1f checks/s vs threshold %.1f/s (window %ds); %d events; %d distinct IPs; first event %s\n",
-		a.Evidence.ObservedRate, a.Evidence.Threshold, a.Window.Seconds, a.Evidence.EventCount, a.Evidence.DistinctIPs,
+	fmt.Fprintf(out, "     evidence: %s; %d events; first event %s\n", a.EvidenceSummary(), a.Evidence.EventCount,
 		events.FormatTime(a.FirstEventAt))
 	for _, r := range a.Evidence.TopRoutes {
 		fmt.Fprintf(out, "     route %-40s %d\n", r.Route, r.Count)
@@ -476,14 +475,19 @@ func pagerReceiver() (*http.Server, string, <-chan string) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var ev struct {
+			Action   string `json:"event_action"`
 			DedupKey string `json:"dedup_key"`
 			Payload  struct {
 				Summary string `json:"summary"`
 			} `json:"payload"`
 		}
 		_ = json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&ev)
+		page := ev.Payload.Summary
+		if ev.Action != "trigger" { // a resolve or an acknowledge carries no payload
+			page = ev.Action + " " + ev.DedupKey
+		}
 		select {
-		case pages <- ev.Payload.Summary:
+		case pages <- page:
 		default:
 		}
 		w.WriteHeader(http.StatusAccepted)

@@ -282,6 +282,34 @@ func TestPagerTriggersCapsAndResolvesWhenThePenaltyIsLifted(t *testing.T) {
 	require.Zero(t, n, "resolved once")
 }
 
+// TestPageOfDistributedIPNamesItsNetworks: a taken-over account spread
+// over many addresses is slow, so its page says how many networks it came
+// from against the line, not a rate of nearly nothing.
+func TestPageOfDistributedIPNamesItsNetworks(t *testing.T) {
+	ctx := context.Background()
+	recv := stacktest.PagerDutyFor(t)
+	p, _ := redisPager(t, recv)
+	user := events.Principal{Kind: events.PrincipalUser, ID: redistest.Unique(t, "fanout")}
+	now := time.Now().UTC().Truncate(time.Second)
+	a := events.Abuse{ID: fmt.Sprintf("ab_fanout_%d", now.UnixNano()), DetectedAt: now, Principal: user,
+		Pattern: events.PatternDistributedIP, Severity: events.SeverityCritical, Score: 12,
+		Window: events.Window{Start: now.Add(-300 * time.Second), End: now, Seconds: 300}, FirstEventAt: now.Add(-20 * time.Second),
+		Evidence: events.Evidence{ObservedRate: 12.0 / 300, EventCount: 12, DistinctIPs: 12, DistinctIP24: 12,
+			Basis: &events.Basis{Source: events.BasisNetworks, BaselineKind: events.PrincipalUser, NewNetworks: 12, NetworkThreshold: 8}},
+		Penalty:         events.Penalty{Multiplier: 0.5, ExpiresAt: now.Add(time.Hour), Level: 1, Mode: events.PenaltyEnforced},
+		DetectorVersion: Version}
+	b, err := events.EncodeAbuse(&a)
+	require.NoError(t, err)
+	require.NoError(t, p.Handle(ctx, kafka.Message{Value: b}))
+	sent := recv.Events(DedupKey(events.PatternDistributedIP, user))
+	require.Len(t, sent, 1)
+	payload, _ := sent[0]["payload"].(map[string]any)
+	summary := fmt.Sprint(payload["summary"])
+	require.Contains(t, summary, "12 distinct addresses (12 IPv4 /24s, 0 IPv6 /64s) in 300s")
+	require.Contains(t, summary, "against a line of 8 unshared networks")
+	require.NotContains(t, summary, "/s", "no rate: %s", summary)
+}
+
 // TestPagerOutageDoesNotUseUpTheCap: attempts that fail while PagerDuty is down
 // are retried (an error for the consume loop) and do not count against the
 // per-minute cap, so every page goes out once PagerDuty is back.

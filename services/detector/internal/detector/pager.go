@@ -149,8 +149,8 @@ func (p *Pager) Handle(ctx context.Context, msg kafka.Message) error {
 		DedupKey:   dedup,
 		Client:     "Floodgate detector",
 		Payload: &pagerduty.V2Payload{
-			Summary: fmt.Sprintf("%s abuse by %s: score %.1f (%.1f req/s); limits cut to %.0f%% until %s",
-				a.Pattern, a.Principal.Key(), a.Score, a.Evidence.ObservedRate,
+			Summary: fmt.Sprintf("%s abuse by %s: score %.1f (%s); limits cut to %.0f%% until %s",
+				a.Pattern, a.Principal.Key(), a.Score, a.EvidenceSummary(),
 				a.Penalty.Multiplier*100, a.Penalty.ExpiresAt.Format(time.RFC3339)),
 			Source:    "floodgate-detector",
 			Severity:  pdSeverity,
