@@ -42,11 +42,13 @@ build: ## build every service and tool into .local/bin
 
 .PHONY: demo
 demo: build ## run the whole pipeline and the console on the local stack: people, services and two abusers, the verdict, then the console stays browsable (Ctrl-C stops all it started)
+	@deploy/local/stack.sh install telegraf >/dev/null
 	@FLOODGATE_WITH_CLUSTER=0 deploy/local/with-stack.sh bash -c '$(BIN)/migrate >/dev/null && $(BIN)/demo $(DEMO_ARGS)'
 
 .PHONY: test
 test: ## install and start what is needed, run unit and integration tests on the real stack, stop what was started
 	@deploy/local/browser.sh >/dev/null
+	@deploy/local/stack.sh install telegraf >/dev/null
 	@deploy/local/with-stack.sh bash -c '$(GO) run ./migrations/cmd/migrate >/dev/null && $(GO) test -count=1 -timeout 20m ./...'
 
 .PHONY: test-unit

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Floodgate's local stack of real components: Redis, DynamoDB Local, InfluxDB
 # and a Kafka-protocol broker (kfake), installed and run from the repository,
-# with every file under <repo>/.local. See deploy/local/README.md.
+# with every file under <repo>/.local; on request Telegraf too, writing this
+# host's cpu and mem to the InfluxDB for the adjuster. See deploy/local/README.md.
 #
 #   stack.sh up      [component...]   install what is missing, start, health-check
 #   stack.sh down    [--purge] [component...]
@@ -11,8 +12,9 @@
 #   stack.sh purge                     down everything and delete .local/data
 #   stack.sh redis-cluster up|down|status
 #
-# Components: redis dynamodb influxdb kafka (default: all four). up and install
-# also install the tools the tests use: nghttp and h2load (nghttp2-client).
+# Components: redis dynamodb influxdb kafka (default: all four), and telegraf
+# (only when named; down with no names stops it too). up and install also
+# install the tools the tests use: nghttp and h2load (nghttp2-client).
 set -euo pipefail
 
 SCRIPT_DIR=$(cd -P -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
@@ -41,6 +43,12 @@ DYNAMODB_DIR=$SCRIPT_DIR/dynamodb
 BROKER_SRC=$SCRIPT_DIR/broker
 BROKER_BIN=$BIN/floodgate-broker
 ALL_COMPONENTS=(redis dynamodb influxdb kafka)
+# Telegraf, built with only the plugins deploy/telegraf/telegraf.conf uses
+# (its custom-build tags): a few seconds to build, not minutes.
+TELEGRAF_VERSION=1.37.2
+TELEGRAF_PKG=github.com/influxdata/telegraf/cmd/telegraf@v$TELEGRAF_VERSION
+TELEGRAF_TAGS=custom,inputs.cpu,inputs.mem,outputs.influxdb_v2
+TELEGRAF_INTERVAL=${FLOODGATE_STACK_TELEGRAF_INTERVAL:-10s}
 
 # ---------------------------------------------------------------- helpers
 
@@ -128,6 +136,7 @@ cmdline_pattern() {
 	dynamodb) printf 'DynamoDBLocal.jar' ;;
 	influxdb) printf 'influxd' ;;
 	kafka) printf 'floodgate-broker' ;;
+	telegraf) printf 'telegraf --strict-env-handling --config' ;;
 	esac
 }
 
@@ -417,6 +426,54 @@ influxdb_version() {
 	printf 'influxd %s' "${v:-?}"
 }
 
+# --------------------------------------------------------------- telegraf
+# This host's cpu and mem, as Telegraf writes them on the hosts of a real
+# fleet, into the stack's InfluxDB: the adjuster's cpu and mem signals.
+
+telegraf_ports() { :; } # it listens on nothing
+telegraf_addr() { printf 'to 127.0.0.1:%s' "$INFLUXDB_PORT"; }
+
+telegraf_install() {
+	[[ -x $BIN/telegraf && $("$BIN/telegraf" --version 2>/dev/null) == "Telegraf $TELEGRAF_VERSION" ]] && return 0
+	need telegraf go "install Go 1.26+ from https://go.dev/dl/" || return 1
+	local log=$LOGS/telegraf-build.log tmp=$BIN/.telegraf-build
+	say "telegraf: building telegraf v$TELEGRAF_VERSION ($TELEGRAF_TAGS) with go install (log: ${log#"$ROOT"/})"
+	rm -rf "$tmp"
+	mkdir -p "$tmp"
+	if ! (cd "$ROOT" && GOBIN=$tmp go install -tags "$TELEGRAF_TAGS" \
+		-ldflags "-X github.com/influxdata/telegraf/internal.Version=$TELEGRAF_VERSION" "$TELEGRAF_PKG") >>"$log" 2>&1; then
+		tail -n 15 "$log" | sed 's/^/    | /' >&2
+		err "telegraf: go install $TELEGRAF_PKG failed"
+		return 1
+	fi
+	mv -f "$tmp/telegraf" "$BIN/telegraf"
+	rm -rf "$tmp"
+}
+
+telegraf_start() {
+	if [[ $(curl -s --max-time 2 "http://127.0.0.1:$INFLUXDB_PORT/query" --data-urlencode 'q=SHOW RETENTION POLICIES ON floodgate') != *'"d30"'* ]]; then
+		err "telegraf: the InfluxDB on 127.0.0.1:$INFLUXDB_PORT has no floodgate/d30 to write to: start it (stack.sh up influxdb) and apply the migrations (make migrate)"
+		return 1
+	fi
+	date +%s >"$RUN/telegraf.started"
+	start_bg telegraf env FLOODGATE_INFLUX_URL="http://127.0.0.1:$INFLUXDB_PORT" FLOODGATE_INFLUX_BUCKET=floodgate/d30 \
+		FLOODGATE_INFLUX_TOKEN= FLOODGATE_INFLUX_ORG= FLOODGATE_TELEGRAF_INTERVAL="$TELEGRAF_INTERVAL" \
+		"$BIN/telegraf" --strict-env-handling --config "$ROOT/deploy/telegraf/telegraf.conf"
+}
+
+# InfluxDB holds a mem point of this host's stamped since this Telegraf
+# started and within the last minute: it gathers and writes.
+telegraf_health() {
+	our_pid telegraf >/dev/null || return 1
+	local host since=0
+	host=$(hostname)
+	read -r since <"$RUN/telegraf.started" 2>/dev/null || true
+	[[ $(curl -s --max-time 2 "http://127.0.0.1:$INFLUXDB_PORT/query?db=floodgate" \
+		--data-urlencode "q=SELECT last(used_percent) FROM \"d30\".\"mem\" WHERE host = '${host//\'/}' AND time >= ${since:-0}s AND time > now() - 60s") == *'"values"'* ]]
+}
+
+telegraf_version() { "$BIN/telegraf" --version 2>/dev/null | awk '{print "telegraf " $2}'; }
+
 # ------------------------------------------------------------------ kafka
 
 kafka_ports() {
@@ -653,11 +710,11 @@ components() {
 	local c
 	for c in "$@"; do
 		case $c in
-		redis | dynamodb | influxdb | kafka) COMPONENTS+=("$c") ;;
+		redis | dynamodb | influxdb | kafka | telegraf) COMPONENTS+=("$c") ;;
 		dynamo) COMPONENTS+=(dynamodb) ;;
 		influx) COMPONENTS+=(influxdb) ;;
 		broker) COMPONENTS+=(kafka) ;;
-		*) err "stack.sh: unknown component '$c' (want: ${ALL_COMPONENTS[*]})"; exit 2 ;;
+		*) err "stack.sh: unknown component '$c' (want: ${ALL_COMPONENTS[*]} telegraf)"; exit 2 ;;
 		esac
 	done
 	((${#COMPONENTS[@]})) || COMPONENTS=("${ALL_COMPONENTS[@]}")
@@ -707,6 +764,8 @@ cmd_down() {
 	done
 	components "${args[@]}"
 	lock
+	# Telegraf writes to the InfluxDB: it stops first, and with everything.
+	if ((${#args[@]} == 0)) && our_pid telegraf >/dev/null; then down_one telegraf; fi
 	for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do down_one "${COMPONENTS[i]}"; done
 	if ((${#args[@]} == 0)) && cluster_running; then cluster_down; fi
 	if ((purge)); then
@@ -725,6 +784,7 @@ cmd_status() {
 	local c bad=0
 	printf '%-14s %-22s %-10s %-8s %s\n' COMPONENT ADDRESS STATE PID NOTE
 	for c in "${COMPONENTS[@]}"; do status_row "$c" "$("${c}_addr")" || bad=1; done
+	if (($# == 0)) && our_pid telegraf >/dev/null; then status_row telegraf "$(telegraf_addr)" || bad=1; fi
 	if (($# == 0)) && cluster_running; then cluster_status_row || bad=1; fi
 	return $bad
 }

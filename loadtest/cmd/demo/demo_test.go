@@ -25,7 +25,8 @@ import (
 // topics, groups, Redis keys and ports — for 45 s. It requires that no
 // legitimate principal was penalized and both abusers were; that the quota
 // ledger counted the watched principal, the adjuster answered /v1/status with
-// ticks and the dlq-auditor recorded the demo's dead letter; and, while the
+// ticks, cpu and mem among its fresh signals (from the Telegraf the demo
+// runs, which `make test` builds), and the dlq-auditor recorded the demo's dead letter; and, while the
 // demo runs, that the console answers with the accounts the demo printed: the
 // analyst signs in (a wrong password does not), the SRE opens the adjuster page
 // and the dead letter's page, and headless Chromium (FLOODGATE_CHROMIUM,
@@ -46,7 +47,9 @@ func TestDemoTraffic(t *testing.T) {
 		err error
 	}
 	done := make(chan result, 1)
+	root := stacktest.Root(t)
 	args := []string{"-duration", "45s", "-stay=false", "-bin", dir, "-logs", dir,
+		"-telegraf", filepath.Join(root, ".local/bin/telegraf"), "-telegraf-config", filepath.Join(root, "deploy/telegraf/telegraf.conf"),
 		"-limiter-addr", stacktest.FreeAddr(t), "-detector-addr", stacktest.FreeAddr(t), "-quota-addr", stacktest.FreeAddr(t), "-adjuster-addr", stacktest.FreeAddr(t),
 		"-dlq-addr", stacktest.FreeAddr(t), "-console-addr", stacktest.FreeAddr(t), "-topics", fmt.Sprintf("floodgate.demotest.%d", time.Now().UnixNano())}
 	go func() {
@@ -64,7 +67,7 @@ func TestDemoTraffic(t *testing.T) {
 	defer func() {
 		t.Log(out.String())
 		if t.Failed() {
-			for _, svc := range services {
+			for _, svc := range append([]string{"telegraf"}, services...) {
 				b, _ := os.ReadFile(filepath.Join(dir, "demo-"+svc+".log"))
 				t.Logf("%s log (last 2 KB):\n%s", svc, b[max(0, len(b)-2048):])
 			}
@@ -143,6 +146,9 @@ func TestDemoTraffic(t *testing.T) {
 	// The declared bot at 20 checks/s for 45 s, never limited: ~900 units.
 	require.Greater(t, sum.QuotaUnits, int64(500), "quota ledger's count of %s", sum.QuotaPrincipal)
 	require.GreaterOrEqual(t, sum.AdjusterTicks, 1, "adjuster ticks seen in /v1/status")
+	// Telegraf wrote this host's cpu and mem under the run's fleet tag, and
+	// the adjuster, narrowed to that fleet, read them (its tick at +30 s).
+	require.Subset(t, sum.AdjusterFresh, []string{"cpu", "mem"}, "signals the adjuster read fresh")
 	// The quota ledger's group starts at the topic's end before the event is
 	// sent, so its dead letter is certain; the detector's too once its group
 	// joined in time (it starts at the end when it owns its partitions).

@@ -72,6 +72,7 @@ type summary struct {
 	QuotaPrincipal string   // whose usage the demo read from the quota usage API
 	QuotaUnits     int64    // its units today, read after the traffic
 	AdjusterTicks  int      // adjuster ticks seen in its /v1/status
+	AdjusterFresh  []string // the signals the adjuster read fresh at a tick (sorted)
 	DeadLetters    []string // the dlq-auditor's records of the demo's dead letter
 	ConsoleURL     string
 }
@@ -87,6 +88,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	pollers := fs.Int("pollers", 10, "apps polling every 2–10 s")
 	botRate := fs.Float64("bot-rate", 300, "checks per second of the rapid-fire bot")
 	binDir := fs.String("bin", ".local/bin", "where `make build` put the services")
+	telegrafBin := fs.String("telegraf", ".local/bin/telegraf", "Telegraf, writing this host's cpu and mem for the adjuster as on a fleet's hosts (`deploy/local/stack.sh install telegraf` builds it)")
+	telegrafConf := fs.String("telegraf-config", "deploy/telegraf/telegraf.conf", "the configuration Telegraf runs with")
 	logDir := fs.String("logs", ".local/log", "where service logs go")
 	limiterAddr := fs.String("limiter-addr", "127.0.0.1:8080", "the limiter's HTTP address")
 	detectorAddr := fs.String("detector-addr", "127.0.0.1:8082", "the detector's HTTP address")
@@ -176,6 +179,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		return summary{}, err
 	}
 
+	// Telegraf, as on the hosts of the fleet Floodgate protects: this host's
+	// cpu and mem, tagged with this run's fleet, which the adjuster reads.
+	fleet := "demo-" + runID
+	telegraf, err := startService(*telegrafBin, filepath.Join(*logDir, "demo-telegraf.log"), []string{"FLOODGATE_TELEGRAF_FLEET=" + fleet,
+		"FLOODGATE_TELEGRAF_INTERVAL=5s", "FLOODGATE_INFLUX_URL=" + env.String("FLOODGATE_INFLUX_URL", config.DefaultInfluxURL),
+		"FLOODGATE_INFLUX_BUCKET=" + env.String("FLOODGATE_INFLUX_BUCKET", config.DefaultInfluxBucket)}, "--strict-env-handling", "--config", *telegrafConf)
+	if err != nil {
+		return summary{}, fmt.Errorf("%w (deploy/local/stack.sh install telegraf builds it)", err)
+	}
+	defer cli.StopAll([]*exec.Cmd{telegraf}, 15*time.Second)
+
 	pager, pagerURL, pages := pagerReceiver()
 	defer pager.Close()
 	procs := []*exec.Cmd{}
@@ -198,6 +212,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		{"quota", append([]string{"FLOODGATE_QUOTA_ADDR=" + *quotaAddr, "FLOODGATE_QUOTA_GROUP=" + quotaGroup,
 			"FLOODGATE_QUOTA_TOKENS=console:reader:" + httpapi.HashToken(sec.QuotaToken), dynamoEnv}, topicEnv...)},
 		{"adjuster", append([]string{"FLOODGATE_ADJUSTER_ADDR=" + *adjusterAddr, "FLOODGATE_ADJUSTER_TOKENS=console:sre:" + httpapi.HashToken(sec.AdjusterToken),
+			"FLOODGATE_ADJUSTER_HOST_TAGS=fleet=" + fleet,
 			"FLOODGATE_ADJUSTER_SCALES_KEY=" + scalesKey, "FLOODGATE_ADJUSTER_SHED_KEY=" + shedKey, dynamoEnv}, topicEnv...)},
 		{"dlq-auditor", []string{"FLOODGATE_DLQ_ADDR=" + *dlqAddr, "FLOODGATE_DLQ_GROUP=" + dlqGroup, "FLOODGATE_DLQ_TOKENS_FILE=" + dlqTokensFile, dynamoEnv}},
 		{"console", append([]string{"FLOODGATE_CONSOLE_ADDR=" + *consoleAddr, "FLOODGATE_CONSOLE_USERS=" + usersFile,
@@ -260,6 +275,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 			sum.QuotaUnits = n.quotaUnits
 		case !n.adjusterTick.IsZero():
 			sum.AdjusterTicks++
+			for _, sig := range n.fresh {
+				if !slices.Contains(sum.AdjusterFresh, sig) {
+					sum.AdjusterFresh = append(sum.AdjusterFresh, sig)
+				}
+			}
+			slices.Sort(sum.AdjusterFresh)
 		case n.deadLetter != "":
 			sum.DeadLetters = append(sum.DeadLetters, n.deadLetter)
 		}
@@ -349,7 +370,8 @@ wait:
 		fmt.Fprintf(out, "  %-18s %d allowed, %d blocked, %d errors\n", c, st.Allowed.Load(), st.Denied.Load(), st.Errors.Load())
 	}
 	fmt.Fprintf(out, "  %-18s %s: %d units today (its usage API)\n", "quota ledger", sum.QuotaPrincipal, sum.QuotaUnits)
-	fmt.Fprintf(out, "  %-18s %d tick(s) seen in /v1/status (one every 30 s; scales in %s)\n", "adjuster", sum.AdjusterTicks, scalesKey)
+	fmt.Fprintf(out, "  %-18s %d tick(s) seen in /v1/status (one every 30 s; scales in %s); signals read fresh: %s (cpu and mem from Telegraf, fleet %s)\n",
+		"adjuster", sum.AdjusterTicks, scalesKey, strings.Join(sum.AdjusterFresh, ", "), fleet)
 	fmt.Fprintf(out, "  %-18s %d record(s) of the demo dead letter %s\n", "dlq-auditor", len(sum.DeadLetters), strings.Join(sum.DeadLetters, ", "))
 	if *stay && ctx.Err() == nil {
 		fmt.Fprintln(out, "\neverything keeps running for you to browse; Ctrl-C stops it")
@@ -497,7 +519,7 @@ func pagerReceiver() (*http.Server, string, <-chan string) {
 	return srv, "http://" + ln.Addr().String(), pages
 }
 
-func startService(path, logPath string, env []string) (*exec.Cmd, error) {
+func startService(path, logPath string, env []string, args ...string) (*exec.Cmd, error) {
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
 		return nil, err
 	}
@@ -505,7 +527,7 @@ func startService(path, logPath string, env []string) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(path)
+	cmd := exec.Command(path, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {

@@ -24,6 +24,7 @@ type note struct {
 	// one of these is set
 	quotaUnits   int64     // the quota ledger's count of today's units for the watched principal
 	adjusterTick time.Time // a new tick of the adjuster
+	fresh        []string  // with adjusterTick: the signals it read fresh
 	deadLetter   string    // a demo dead letter recorded by the dlq-auditor (its record id)
 }
 
@@ -64,7 +65,7 @@ func (o *observer) watch(ctx context.Context, interval time.Duration, out chan<-
 		}
 		if st, err := o.adjusterStatus(ctx); err == nil && !st.At.IsZero() && st.At.After(lastTick) {
 			lastTick = st.At
-			if !send(note{adjusterTick: st.At, line: ">> adjuster tick at " + st.At.UTC().Format("15:04:05") + ": " + st.String()}) {
+			if !send(note{adjusterTick: st.At, fresh: st.fresh(), line: ">> adjuster tick at " + st.At.UTC().Format("15:04:05") + ": " + st.String()}) {
 				return
 			}
 		}
@@ -123,6 +124,18 @@ type adjusterStatus struct {
 	Signals map[string]*float64 `json:"signals"`
 	Stale   []string            `json:"stale"`
 	Engaged map[string][]string `json:"engaged"`
+}
+
+// fresh are the signals the tick read, neither missing nor stale.
+func (s adjusterStatus) fresh() []string {
+	var out []string
+	for k, v := range s.Signals {
+		if v != nil && !slices.Contains(s.Stale, k) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (s adjusterStatus) String() string {
