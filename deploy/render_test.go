@@ -28,6 +28,7 @@ const (
 	baseDir       = k8sDir + "/base"
 	overlayDir    = k8sDir + "/overlays/production"
 	monitoringDir = k8sDir + "/monitoring"
+	telegrafDir   = "deploy/telegraf"
 )
 
 // rendered is the output of one kustomization.
@@ -37,20 +38,26 @@ type rendered struct {
 	objects []*k8sObject
 }
 
-// k8sSources copies root's deploy/k8s into an in-memory filesystem, at the same paths under /.
+// k8sSources copies root's deploy/k8s, and deploy/telegraf that the base includes, into an
+// in-memory filesystem, at the same paths under /.
 func k8sSources(root string) (filesys.FileSystem, error) {
 	fsys := filesys.MakeFsInMemory()
-	err := filepath.WalkDir(filepath.Join(root, k8sDir), func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(path)
+	for _, dir := range []string{k8sDir, telegrafDir} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			return fsys.WriteFile("/"+rel(root, path), b)
+		})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		return fsys.WriteFile("/"+rel(root, path), b)
-	})
-	return fsys, err
+	}
+	return fsys, nil
 }
 
 // renderAll renders the base, the production overlay and the monitoring objects of fsys, as
