@@ -378,20 +378,30 @@ dynamodb_version() {
 influxdb_ports() { printf '%s\n' "$INFLUXDB_PORT" "$INFLUXDB_RPC_PORT"; }
 influxdb_addr() { printf '127.0.0.1:%s' "$INFLUXDB_PORT"; }
 
-influxdb_install() {
-	[[ -x $BIN/influxd ]] && return 0
-	need influxdb go "install Go 1.26+ from https://go.dev/dl/" || return 1
-	local log=$LOGS/influxdb-build.log tmp=$BIN/.influxd-build
-	say "influxdb: building influxd v$INFLUXDB_VERSION with go install (about a minute, once; log: ${log#"$ROOT"/})"
+# go_install NAME BINARY WHAT GO-INSTALL-ARGS...: build BINARY into $BIN with
+# go install (through a scratch GOBIN, so a failed build leaves no half
+# binary), its output in NAME's build log; WHAT is said first.
+go_install() {
+	local name=$1 binary=$2 what=$3
+	shift 3
+	need "$name" go "install Go 1.26+ from https://go.dev/dl/" || return 1
+	local log=$LOGS/$name-build.log tmp=$BIN/.$binary-build
+	say "$name: building $what with go install (log: ${log#"$ROOT"/})"
 	rm -rf "$tmp"
 	mkdir -p "$tmp"
-	if ! (cd "$ROOT" && GOBIN=$tmp go install -ldflags "-X main.version=$INFLUXDB_VERSION -X main.branch=$INFLUXDB_VERSION" "$INFLUXDB_PKG") >>"$log" 2>&1; then
+	if ! (cd "$ROOT" && GOBIN=$tmp go install "$@") >>"$log" 2>&1; then
 		tail -n 15 "$log" | sed 's/^/    | /' >&2
-		err "influxdb: go install $INFLUXDB_PKG failed"
+		err "$name: go install ${*: -1} failed"
 		return 1
 	fi
-	mv -f "$tmp/influxd" "$BIN/influxd"
+	mv -f "$tmp/$binary" "$BIN/$binary"
 	rm -rf "$tmp"
+}
+
+influxdb_install() {
+	[[ -x $BIN/influxd ]] && return 0
+	go_install influxdb influxd "influxd v$INFLUXDB_VERSION (about a minute, once)" \
+		-ldflags "-X main.version=$INFLUXDB_VERSION -X main.branch=$INFLUXDB_VERSION" "$INFLUXDB_PKG"
 }
 
 # Render deploy/local/influxdb.conf into .local/run/influxdb.conf.
@@ -435,19 +445,8 @@ telegraf_addr() { printf 'to 127.0.0.1:%s' "$INFLUXDB_PORT"; }
 
 telegraf_install() {
 	[[ -x $BIN/telegraf && $("$BIN/telegraf" --version 2>/dev/null) == "Telegraf $TELEGRAF_VERSION" ]] && return 0
-	need telegraf go "install Go 1.26+ from https://go.dev/dl/" || return 1
-	local log=$LOGS/telegraf-build.log tmp=$BIN/.telegraf-build
-	say "telegraf: building telegraf v$TELEGRAF_VERSION ($TELEGRAF_TAGS) with go install (log: ${log#"$ROOT"/})"
-	rm -rf "$tmp"
-	mkdir -p "$tmp"
-	if ! (cd "$ROOT" && GOBIN=$tmp go install -tags "$TELEGRAF_TAGS" \
-		-ldflags "-X github.com/influxdata/telegraf/internal.Version=$TELEGRAF_VERSION" "$TELEGRAF_PKG") >>"$log" 2>&1; then
-		tail -n 15 "$log" | sed 's/^/    | /' >&2
-		err "telegraf: go install $TELEGRAF_PKG failed"
-		return 1
-	fi
-	mv -f "$tmp/telegraf" "$BIN/telegraf"
-	rm -rf "$tmp"
+	go_install telegraf telegraf "telegraf v$TELEGRAF_VERSION ($TELEGRAF_TAGS)" -tags "$TELEGRAF_TAGS" \
+		-ldflags "-X github.com/influxdata/telegraf/internal.Version=$TELEGRAF_VERSION" "$TELEGRAF_PKG"
 }
 
 telegraf_start() {
