@@ -30,6 +30,14 @@ func TestTelegrafPackaging(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, reads)
+	// CPU sheds on the median of a 15 s window, which needs three points of each writer
+	// (docs/adjuster.md, "Priority shedding"): Telegraf writes every 5 s unless told otherwise,
+	// and nothing ships telling it otherwise.
+	interval := regexp.MustCompile(`\$\{FLOODGATE_TELEGRAF_INTERVAL:-([^}]*)\}`).FindAllStringSubmatch(conf, -1)
+	require.Len(t, interval, 2, "interval and flush_interval")
+	for _, d := range interval {
+		require.Equal(t, "5s", d[1], "telegraf.conf's default interval")
+	}
 
 	stack := string(readFile(t, filepath.Join(m.root, "deploy/local/stack.sh")))
 	v := regexp.MustCompile(`(?m)^TELEGRAF_VERSION=(\S+)$`).FindStringSubmatch(stack)
@@ -61,6 +69,11 @@ func TestTelegrafPackaging(t *testing.T) {
 			names = append(names, e.Name)
 		}
 		checkEnv(t, k.where+" DaemonSet telegraf", names, reads, required)
+		for _, e := range c.Env {
+			if e.Name == "FLOODGATE_TELEGRAF_INTERVAL" {
+				require.Equal(t, "5s", e.Value, "%s: the shed window needs three points", k.where)
+			}
+		}
 
 		// The file it reads is the ConfigMap generated from deploy/telegraf/telegraf.conf.
 		cmName := ""

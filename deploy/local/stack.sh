@@ -48,7 +48,7 @@ ALL_COMPONENTS=(redis dynamodb influxdb kafka)
 TELEGRAF_VERSION=1.37.2
 TELEGRAF_PKG=github.com/influxdata/telegraf/cmd/telegraf@v$TELEGRAF_VERSION
 TELEGRAF_TAGS=custom,inputs.cpu,inputs.mem,outputs.influxdb_v2
-TELEGRAF_INTERVAL=${FLOODGATE_STACK_TELEGRAF_INTERVAL:-10s}
+TELEGRAF_INTERVAL=${FLOODGATE_STACK_TELEGRAF_INTERVAL:-5s}
 
 # ---------------------------------------------------------------- helpers
 
