@@ -50,6 +50,8 @@ func TestTelegrafPackaging(t *testing.T) {
 	require.Contains(t, svc.Command, "--strict-env-handling")
 	require.Contains(t, svc.Volumes, "./telegraf/telegraf.conf:/etc/telegraf/telegraf.conf:ro")
 	require.True(t, svc.ReadOnly)
+	require.NotContains(t, []string{"", "0", "root", "0:0"}, svc.User, "compose telegraf runs as root: the image's entrypoint would setpriv, which cap_drop forbids")
+	require.Equal(t, []string{"ALL"}, svc.CapDrop)
 	checkEnv(t, "compose telegraf", slices.Collect(maps.Keys(svc.Environment)), reads, required, "HOST_PROC")
 
 	for _, k := range []*rendered{m.base, m.overlay} {
