@@ -52,11 +52,14 @@ func TestTelegrafWritesWhatTheAdjusterReads(t *testing.T) {
 	defer cancel()
 	src := &Influx{Query: client.QueryAPI(""), Bucket: bucket, Filters: Filters{Hosts: map[string]string{"fleet": fleet}}}
 	var s control.Signals
-	require.Eventually(t, func() bool {
-		s, err = src.Read(ctx, time.Now(), time.Minute)
-		require.NoError(t, err)
-		return s.CPU.OK && s.Mem.OK && s.CPU.Points >= 3
-	}, 45*time.Second, 500*time.Millisecond, "cpu and mem of fleet %s never read fresh", fleet)
+	var readErr error
+	ok := false
+	for deadline := time.Now().Add(45 * time.Second); !ok && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		s, readErr = src.Read(ctx, time.Now(), time.Minute)
+		ok = readErr == nil && s.CPU.OK && s.Mem.OK && s.CPU.Points >= 3
+	}
+	require.NoError(t, readErr)
+	require.True(t, ok, "cpu and mem of fleet %s never read fresh: %+v", fleet, s)
 	require.GreaterOrEqual(t, s.CPU.Value, 0.0)
 	require.LessOrEqual(t, s.CPU.Value, 1.0)
 	require.WithinDuration(t, time.Now(), s.CPU.At, 10*time.Second)
