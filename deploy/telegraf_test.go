@@ -67,24 +67,20 @@ func TestTelegrafPackaging(t *testing.T) {
 		dir, file := filepath.Split(c.Args[i+1])
 		require.Equal(t, "telegraf.conf", file)
 		var names []string
+		tokenRef := ""
 		for _, e := range c.Env {
 			names = append(names, e.Name)
+			switch {
+			case e.Name == "FLOODGATE_INFLUX_TOKEN" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil:
+				tokenRef = e.ValueFrom.SecretKeyRef.Key
+			case e.Name == "FLOODGATE_TELEGRAF_INTERVAL":
+				require.Equal(t, "5s", e.Value, "%s: the shed window needs three points", k.where)
+			}
 		}
 		checkEnv(t, k.where+" DaemonSet telegraf", names, reads, required)
 		// Every node holds Telegraf's token: its own (write-only, docs/adjuster.md), never the
 		// services' FLOODGATE_INFLUX_TOKEN.
-		tokenRef := ""
-		for _, e := range c.Env {
-			if e.Name == "FLOODGATE_INFLUX_TOKEN" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
-				tokenRef = e.ValueFrom.SecretKeyRef.Key
-			}
-		}
 		require.Equal(t, "telegraf-influx-token", tokenRef, "%s: Telegraf's InfluxDB token", k.where)
-		for _, e := range c.Env {
-			if e.Name == "FLOODGATE_TELEGRAF_INTERVAL" {
-				require.Equal(t, "5s", e.Value, "%s: the shed window needs three points", k.where)
-			}
-		}
 
 		// The file it reads is the ConfigMap generated from deploy/telegraf/telegraf.conf.
 		cmName := ""
