@@ -58,16 +58,7 @@ func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 	require.NoError(t, err)
 
 	run := fmt.Sprint(time.Now().UnixNano())
-	cfgDir := t.TempDir()
-	domainRE := regexp.MustCompile(`(?m)^domain: (\S+)$`)
-	files, err := filepath.Glob(filepath.Join(root, "pkg", "envoyconf", "testdata", "*.yaml"))
-	require.NoError(t, err)
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		require.NoError(t, err)
-		b = domainRE.ReplaceAll(b, []byte("domain: ${1}_"+run))
-		require.NoError(t, os.WriteFile(filepath.Join(cfgDir, filepath.Base(f)), b, 0o644))
-	}
+	cfgDir := configDir(t, root, run)
 	peer, err := Start(ctx, Options{Bin: bin, ConfigDir: cfgDir, RedisAddr: "127.0.0.1:6379", KeyPrefix: "envoypeer_" + run + "_",
 		Env: map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true"}})
 	require.NoError(t, err)
@@ -80,45 +71,8 @@ func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 	fg := startLimiter(t, cfgDir, "envoypeer."+run)
 
 	peerC, fgC := client(t, peer.GRPCAddr), client(t, fg)
-	dom := func(s string) string { return s + "_" + run }
-	override := d("override_key", "v"+run)
-	override.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_MINUTE}
-	// A domain no file configures: envoy ratelimit answers OK without a
-	// limit, a descriptor's own limit override included.
-	unconfigured := "unconfigured_" + run
-	unconfiguredOverride := d("user", "u"+run)
-	unconfiguredOverride.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_MINUTE}
-	withHits := d("azure", "hits")
-	withHits.HitsAddend = wrapperspb.UInt64(3)
-	sequences := map[string][]call{
-		"key and value; a value not configured": append(times(3, call{domain: dom("mongo_cps"), descs: []*rlcommon.RateLimitDescriptor{d("database", "users")}}),
-			call{domain: dom("mongo_cps"), descs: []*rlcommon.RateLimitDescriptor{d("database", "other")}}),
-		"nested key per value, and the top-level key, in one call": times(7, call{domain: dom("messaging"), descs: []*rlcommon.RateLimitDescriptor{
-			d("message_type", "marketing", "to_number", "2061111111"), d("to_number", "2061111111")}}),
-		"most specific match: a blocked address and another": {
-			{domain: dom("edge_proxy_per_ip"), descs: []*rlcommon.RateLimitDescriptor{d("remote_address", "50.0.0.5")}},
-			{domain: dom("edge_proxy_per_ip"), descs: []*rlcommon.RateLimitDescriptor{d("remote_address", "50.0.0.1")}},
-			{domain: dom("edge_proxy_per_ip"), descs: []*rlcommon.RateLimitDescriptor{d("remote_address", "50.0.0.1")}},
-		},
-		"two levels; too long and too short descriptors": append(times(4, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("key", "value", "subkey", "s")}}),
-			call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("key", "value"), d("key", "value", "subkey", "s", "x", "y")}}),
-		"unlimited and a per-minute limit":                          times(5, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("ldap", "x"), d("azure", "y")}}),
-		"shadow mode answers OK while counting":                     times(3, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("service", "s", "user", "user-a"), d("service", "s", "user", "user-b")}}),
-		"replaces lifts the named limit":                            times(5, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("key_1", "value_1", "user", "bkthomps"), d("key_2", "value_2", "user", "bkthomps")}}),
-		"trailing wildcard, one counter per value":                  times(4, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("path", "/files/a.pdf"), d("path", "/files/b.pdf")}}),
-		"share_threshold: one counter for all values":               {{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("bucket", "shared-a")}}, {domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("bucket", "shared-b")}}, {domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("bucket", "shared-c")}}, {domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("bucket", "shared-d")}}},
-		"quota mode reports the violation and never fails the call": times(3, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("q", "hot"), d("azure", "quota")}}),
-		"request hits_addend":                                       times(3, call{domain: dom("example"), hits: 2, descs: []*rlcommon.RateLimitDescriptor{d("hour_key", "h")}}),
-		"descriptor hits_addend":                                    times(2, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{withHits}}),
-		"descriptor limit override":                                 times(3, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{override}}),
-		"a descriptor that matches nothing":                         {{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("nothing", "here")}}},
-		"per-second limit inside one second":                        times(3, call{domain: dom("mongo_cps"), descs: []*rlcommon.RateLimitDescriptor{d("database", "default")}}),
-		"an empty descriptor list is an error":                      {{domain: dom("example")}},
-		"a domain with no configuration":                            times(2, call{domain: unconfigured, descs: []*rlcommon.RateLimitDescriptor{d("database", "users"), d("remote_address", "50.0.0.1")}}),
-		"a domain with no configuration, with a limit override":     times(3, call{domain: unconfigured, descs: []*rlcommon.RateLimitDescriptor{unconfiguredOverride}}),
-	}
 	compared, withHeaders := 0, 0
-	for name, seq := range sequences {
+	for name, seq := range sequences(run) {
 		t.Run(name, func(t *testing.T) {
 			alignWindow()
 			for i, c := range seq {
@@ -164,6 +118,118 @@ func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 	require.Equal(t, map[events.PrincipalKind]int{events.PrincipalUser: 8, events.PrincipalAnonymous: 3}, kinds)
 }
 
+// TestFleetMovesFromEnvoyRatelimitWithoutWindowsStartingAgain moves a fleet
+// the way an operator does, a few gateways at a time: envoy ratelimit and
+// Floodgate (FLOODGATE_LIMITER_ENVOY_KEYS=envoy_ratelimit, envoy ratelimit's
+// CACHE_KEY_PREFIX) on one Redis, every sequence's calls alternating
+// between them, must answer exactly as one envoy ratelimit answers the
+// whole sequence alone — each counts on from the other's hits. In
+// Floodgate's own keys the two would count apart and every answer after
+// the first would differ.
+func TestFleetMovesFromEnvoyRatelimitWithoutWindowsStartingAgain(t *testing.T) {
+	ctx := stacktest.Context(t, 5*time.Minute, "runs envoy ratelimit and the limiter against the local stack")
+	root := stacktest.Root(t)
+	bin, err := Install(ctx, filepath.Join(root, ".local", "bin"))
+	require.NoError(t, err)
+
+	run := fmt.Sprint(time.Now().UnixNano())
+	cfgDir := configDir(t, root, run)
+	headers := map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true"}
+	alone, err := Start(ctx, Options{Bin: bin, ConfigDir: cfgDir, RedisAddr: "127.0.0.1:6379", KeyPrefix: "alone_" + run + "_", Env: headers})
+	require.NoError(t, err)
+	t.Cleanup(alone.Stop)
+	shared := "moving_" + run + "_"
+	old, err := Start(ctx, Options{Bin: bin, ConfigDir: cfgDir, RedisAddr: "127.0.0.1:6379", KeyPrefix: shared, Env: headers})
+	require.NoError(t, err)
+	t.Cleanup(old.Stop)
+	fg := startLimiter(t, cfgDir, "envoypeer.moving."+run,
+		"FLOODGATE_LIMITER_ENVOY_KEYS=envoy_ratelimit", "FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX="+shared)
+
+	aloneC, fleet := client(t, alone.GRPCAddr), []rlsv3.RateLimitServiceClient{client(t, old.GRPCAddr), client(t, fg)}
+	compared, counted := 0, 0
+	for name, seq := range sequences(run) {
+		t.Run(name, func(t *testing.T) {
+			alignWindow()
+			for i, c := range seq {
+				req := &rlsv3.RateLimitRequest{Domain: c.domain, Descriptors: c.descs, HitsAddend: c.hits}
+				want, werr := aloneC.ShouldRateLimit(ctx, req)
+				got, gerr := fleet[i%2].ShouldRateLimit(ctx, req)
+				if werr != nil || gerr != nil {
+					require.Error(t, werr, "call %d: envoy ratelimit alone answered, the fleet said %v", i, gerr)
+					require.Error(t, gerr, "call %d: envoy ratelimit alone failed (%v), the fleet answered %v", i, werr, got)
+					continue
+				}
+				require.Equal(t, summary(want), summary(got), "call %d of %q, answered by %s", i, name, [2]string{"envoy ratelimit", "Floodgate"}[i%2])
+				compared++
+				if i > 0 && slices.ContainsFunc(got.GetStatuses(), func(s *rlsv3.RateLimitResponse_DescriptorStatus) bool { return s.GetCurrentLimit() != nil }) {
+					counted++
+				}
+			}
+		})
+	}
+	require.Greater(t, compared, 40)
+	require.Greater(t, counted, 25, "answers after a sequence's first that depend on a counter")
+	require.Empty(t, old.ConfigError(), "envoy ratelimit refused the configuration")
+}
+
+// configDir is a copy of pkg/envoyconf/testdata with every domain suffixed
+// by "_"+run, so that runs never share counters.
+func configDir(t *testing.T, root, run string) string {
+	dir := t.TempDir()
+	domainRE := regexp.MustCompile(`(?m)^domain: (\S+)$`)
+	files, err := filepath.Glob(filepath.Join(root, "pkg", "envoyconf", "testdata", "*.yaml"))
+	require.NoError(t, err)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		b = domainRE.ReplaceAll(b, []byte("domain: ${1}_"+run))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o644))
+	}
+	return dir
+}
+
+// sequences are the call sequences the differential tests send, by name,
+// for configDir(…, run)'s domains.
+func sequences(run string) map[string][]call {
+	dom := func(s string) string { return s + "_" + run }
+	override := d("override_key", "v"+run)
+	override.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_MINUTE}
+	// A domain no file configures: envoy ratelimit answers OK without a
+	// limit, a descriptor's own limit override included.
+	unconfigured := "unconfigured_" + run
+	unconfiguredOverride := d("user", "u"+run)
+	unconfiguredOverride.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_MINUTE}
+	withHits := d("azure", "hits")
+	withHits.HitsAddend = wrapperspb.UInt64(3)
+	return map[string][]call{
+		"key and value; a value not configured": append(times(3, call{domain: dom("mongo_cps"), descs: []*rlcommon.RateLimitDescriptor{d("database", "users")}}),
+			call{domain: dom("mongo_cps"), descs: []*rlcommon.RateLimitDescriptor{d("database", "other")}}),
+		"nested key per value, and the top-level key, in one call": times(7, call{domain: dom("messaging"), descs: []*rlcommon.RateLimitDescriptor{
+			d("message_type", "marketing", "to_number", "2061111111"), d("to_number", "2061111111")}}),
+		"most specific match: a blocked address and another": {
+			{domain: dom("edge_proxy_per_ip"), descs: []*rlcommon.RateLimitDescriptor{d("remote_address", "50.0.0.5")}},
+			{domain: dom("edge_proxy_per_ip"), descs: []*rlcommon.RateLimitDescriptor{d("remote_address", "50.0.0.1")}},
+			{domain: dom("edge_proxy_per_ip"), descs: []*rlcommon.RateLimitDescriptor{d("remote_address", "50.0.0.1")}},
+		},
+		"two levels; too long and too short descriptors": append(times(4, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("key", "value", "subkey", "s")}}),
+			call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("key", "value"), d("key", "value", "subkey", "s", "x", "y")}}),
+		"unlimited and a per-minute limit":                          times(5, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("ldap", "x"), d("azure", "y")}}),
+		"shadow mode answers OK while counting":                     times(3, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("service", "s", "user", "user-a"), d("service", "s", "user", "user-b")}}),
+		"replaces lifts the named limit":                            times(5, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("key_1", "value_1", "user", "bkthomps"), d("key_2", "value_2", "user", "bkthomps")}}),
+		"trailing wildcard, one counter per value":                  times(4, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("path", "/files/a.pdf"), d("path", "/files/b.pdf")}}),
+		"share_threshold: one counter for all values":               {{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("bucket", "shared-a")}}, {domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("bucket", "shared-b")}}, {domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("bucket", "shared-c")}}, {domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("bucket", "shared-d")}}},
+		"quota mode reports the violation and never fails the call": times(3, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("q", "hot"), d("azure", "quota")}}),
+		"request hits_addend":                                       times(3, call{domain: dom("example"), hits: 2, descs: []*rlcommon.RateLimitDescriptor{d("hour_key", "h")}}),
+		"descriptor hits_addend":                                    times(2, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{withHits}}),
+		"descriptor limit override":                                 times(3, call{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{override}}),
+		"a descriptor that matches nothing":                         {{domain: dom("example"), descs: []*rlcommon.RateLimitDescriptor{d("nothing", "here")}}},
+		"per-second limit inside one second":                        times(3, call{domain: dom("mongo_cps"), descs: []*rlcommon.RateLimitDescriptor{d("database", "default")}}),
+		"an empty descriptor list is an error":                      {{domain: dom("example")}},
+		"a domain with no configuration":                            times(2, call{domain: unconfigured, descs: []*rlcommon.RateLimitDescriptor{d("database", "users"), d("remote_address", "50.0.0.1")}}),
+		"a domain with no configuration, with a limit override":     times(3, call{domain: unconfigured, descs: []*rlcommon.RateLimitDescriptor{unconfiguredOverride}}),
+	}
+}
+
 // summary is the comparable part of an answer; time until reset in whole
 // seconds (both read the clock a moment apart); the response headers
 // (LIMIT_RESPONSE_HEADERS_ENABLED on both) in order.
@@ -204,7 +270,9 @@ func client(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
 	return rlsv3.NewRateLimitServiceClient(conn)
 }
 
-func startLimiter(t *testing.T, envoyDir, topic string) string {
+// startLimiter runs the limiter binary with envoyDir's configuration,
+// publishing to topic, with env added to its environment.
+func startLimiter(t *testing.T, envoyDir, topic string, env ...string) string {
 	t.Helper()
 	kafkatest.CreateTopic(t, "127.0.0.1:9092", topic, 1)
 	bin := filepath.Join(stacktest.Build(t, "limiter"), "limiter")
@@ -214,6 +282,7 @@ func startLimiter(t *testing.T, envoyDir, topic string) string {
 		"FLOODGATE_LIMITER_ENVOY_CONFIG="+envoyDir, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=100", "FLOODGATE_LIMITER_INFLUX_INTERVAL=0",
 		"FLOODGATE_JOURNAL_DIR="+t.TempDir(), "FLOODGATE_GATEWAY=envoy-differential", "FLOODGATE_LIMITER_ENVOY_RESPONSE_HEADERS=true",
 		"FLOODGATE_DECISIONS_TOPIC="+topic)
+	lim.Env = append(lim.Env, env...)
 	var logs bytes.Buffer
 	lim.Stdout, lim.Stderr = &logs, &logs
 	require.NoError(t, lim.Start())

@@ -148,8 +148,20 @@ const MaxUint32 = math.MaxUint32
 // Safe for concurrent use.
 type Evaluator struct {
 	Redis redis.UniversalClient
-	// Prefix starts every counter key, e.g. "fg:envoy:".
+	// Prefix starts every key in Floodgate's own format, e.g. "fg:envoy:":
+	// the fixed-window counters (unless EnvoyRatelimitKeys) and the state
+	// of Floodgate's algorithms.
 	Prefix string
+	// EnvoyRatelimitKeys keys the fixed-window counters as envoy ratelimit
+	// does, byte for byte: EnvoyRatelimitPrefix (its CACHE_KEY_PREFIX),
+	// then domain_key_value_…_window. Floodgate and envoy ratelimit on one
+	// Redis then count in the same counters, so a fleet can move from one
+	// to the other without a window starting again. Those keys are not
+	// escaped, as envoy ratelimit's are not: a value with "_" in it can
+	// name another descriptor's counter (Floodgate's own format escapes
+	// every part and gives each counter a hash tag of its own).
+	EnvoyRatelimitKeys   bool
+	EnvoyRatelimitPrefix string
 	// GlobalShadow answers OK overall whatever the descriptors say (envoy
 	// ratelimit's global shadow switch); statuses still tell the truth.
 	GlobalShadow bool
@@ -544,12 +556,35 @@ func Effective(limit uint32, factor float64) uint32 {
 // the domain, the keys and the counter values, escaped so no value can move
 // into another key or another cluster slot, one hash tag per counter.
 func (e *Evaluator) counterKey(domain string, entries []Entry, values []string, start int64) string {
+	if e.EnvoyRatelimitKeys {
+		return envoyRatelimitKey(e.EnvoyRatelimitPrefix, domain, entries, values, start)
+	}
 	var b strings.Builder
 	b.Grow(len(e.Prefix) + descriptorLen(domain, entries, values) + len("{}:") + 20)
 	b.WriteString(e.Prefix)
 	b.WriteByte('{')
 	writeDescriptor(&b, domain, entries, values)
 	b.WriteString("}:")
+	var num [20]byte
+	b.Write(strconv.AppendInt(num[:0], start, 10))
+	return b.String()
+}
+
+// envoyRatelimitKey is envoy ratelimit's key for a descriptor's counter in
+// the window starting at start (its CacheKeyGenerator): prefix, the domain
+// and "_", each entry's key and counter value followed by "_", then start.
+func envoyRatelimitKey(prefix, domain string, entries []Entry, values []string, start int64) string {
+	var b strings.Builder
+	b.Grow(len(prefix) + descriptorLen(domain, entries, values) + 1 + 20)
+	b.WriteString(prefix)
+	b.WriteString(domain)
+	b.WriteByte('_')
+	for i, en := range entries {
+		b.WriteString(en.Key)
+		b.WriteByte('_')
+		b.WriteString(values[i])
+		b.WriteByte('_')
+	}
 	var num [20]byte
 	b.Write(strconv.AppendInt(num[:0], start, 10))
 	return b.String()

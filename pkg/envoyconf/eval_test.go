@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-dev/floodgate/pkg/events"
@@ -126,4 +127,81 @@ descriptors:
 	require.Equal(t, 0.5, resp.Statuses[1].Scale)
 	require.Equal(t, CodeOK, resp.Statuses[1].Code, "5 hits of 5")
 	require.Equal(t, uint32(0), resp.Statuses[1].LimitRemaining)
+}
+
+// In envoy ratelimit's keys the counters are the ones envoy ratelimit
+// itself counts in — its CacheKeyGenerator's bytes, share_threshold's
+// pattern in place of the value — so a count it left is continued; the
+// state of Floodgate's own algorithms stays under Prefix.
+func TestEvaluateInEnvoyRatelimitsKeys(t *testing.T) {
+	rdb := redistest.Client(t)
+	ctx := context.Background()
+	c, err := Load([]File{{Name: "k.yaml", Data: []byte(`domain: k
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+    descriptors:
+      - key: path
+        rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: bucket
+    value: shared-*
+    share_threshold: true
+    rate_limit: {unit: second, requests_per_unit: 3}
+  # floodgate: {algorithm: gcra}
+  - key: gcra
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`)}}, Options{})
+	require.NoError(t, err)
+	run := redistest.Unique(t, "envoy_keys")
+	now := time.Unix(1_800_000_042, 0)
+	prefix := "ratelimit_" + run + "_"
+	ev := &Evaluator{Redis: rdb, Prefix: "fg:envoytest:" + run + ":", EnvoyRatelimitKeys: true, EnvoyRatelimitPrefix: prefix,
+		Now: func() time.Time { return now }}
+
+	minute := prefix + "k_user_" + run + "_1800000000"
+	hour := prefix + "k_user_" + run + "_path_/a_b_1800000000"
+	shared := prefix + "k_bucket_shared-*_1800000042"
+	t.Cleanup(func() { rdb.Del(context.Background(), minute, hour, shared) })
+	// envoy ratelimit counted 9 of the minute's 10 before this instance took over.
+	require.NoError(t, rdb.Set(ctx, minute, 9, time.Minute).Err())
+
+	resp, err := ev.Evaluate(ctx, c, Request{Domain: "k", Descriptors: []Descriptor{
+		{Entries: e("user", run)}, {Entries: e("user", run, "path", "/a_b")}, {Entries: e("bucket", "shared-x")}}})
+	require.NoError(t, err)
+	require.Equal(t, CodeOK, resp.Statuses[0].Code)
+	require.Equal(t, uint32(0), resp.Statuses[0].LimitRemaining, "the tenth hit of the minute, counted on from envoy ratelimit's 9")
+	require.Equal(t, uint32(4), resp.Statuses[1].LimitRemaining)
+	require.Equal(t, uint32(2), resp.Statuses[2].LimitRemaining)
+	for key, want := range map[string]string{minute: "10", hour: "1", shared: "1"} {
+		got, err := rdb.Get(ctx, key).Result()
+		require.NoError(t, err, "envoy ratelimit's key %q", key)
+		require.Equal(t, want, got, key)
+	}
+	ttl, err := rdb.TTL(ctx, hour).Result()
+	require.NoError(t, err)
+	require.Equal(t, time.Hour, ttl.Round(time.Second), "EXPIRE of the unit, as envoy ratelimit without jitter")
+
+	resp, err = ev.Evaluate(ctx, c, Request{Domain: "k", Descriptors: []Descriptor{{Entries: e("user", run)}, {Entries: e("bucket", "shared-y")}}})
+	require.NoError(t, err)
+	require.Equal(t, CodeOverLimit, resp.Statuses[0].Code, "the eleventh")
+	require.Equal(t, uint32(1), resp.Statuses[1].LimitRemaining, "another value, the same shared counter")
+
+	// Floodgate's algorithms have no counter in envoy ratelimit: their
+	// state keeps Floodgate's format under Prefix.
+	var alg keyRecorder
+	ev.Algorithms = &alg
+	_, err = ev.Evaluate(ctx, c, Request{Domain: "k", Descriptors: []Descriptor{{Entries: e("gcra", run)}}})
+	require.NoError(t, err)
+	require.Equal(t, []string{"fg:envoytest:" + run + ":{k:gcra=" + run + "}:alg:gcra"}, alg.keys)
+}
+
+// keyRecorder is an AlgorithmRunner that records the state keys it is
+// asked about and allows every check.
+type keyRecorder struct{ keys []string }
+
+func (r *keyRecorder) Queue(_ context.Context, _ redis.Pipeliner, c *AlgorithmCheck) func(context.Context) (AlgorithmResult, error) {
+	r.keys = append(r.keys, c.Key)
+	return func(context.Context) (AlgorithmResult, error) {
+		return AlgorithmResult{Allowed: true, Limit: int64(c.Limit), Remaining: int64(c.Limit) - 1, Penalty: 1}, nil
+	}
 }

@@ -21,6 +21,12 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/series"
 )
 
+// The values of FLOODGATE_LIMITER_ENVOY_KEYS.
+const (
+	EnvoyKeysFloodgate      = "floodgate"
+	EnvoyKeysEnvoyRatelimit = "envoy_ratelimit"
+)
+
 // DefaultGRPCAddr is where Envoy's rate-limit service listens by default.
 const DefaultGRPCAddr = "127.0.0.1:8081"
 
@@ -95,6 +101,13 @@ type Config struct {
 	// FLOODGATE_LIMITER_ENVOY_{LIMIT,REMAINING,RESET}_HEADER.
 	EnvoyHeaders                                             bool
 	EnvoyLimitHeader, EnvoyRemainingHeader, EnvoyResetHeader string
+	// EnvoyKeys is how the fixed-window counters of envoy domains are keyed
+	// in Redis (FLOODGATE_LIMITER_ENVOY_KEYS): "floodgate", or
+	// "envoy_ratelimit" — envoy ratelimit's own keys, starting with
+	// EnvoyKeyPrefix (its CACHE_KEY_PREFIX,
+	// FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX), so that both count in the
+	// same counters while a fleet moves over.
+	EnvoyKeys, EnvoyKeyPrefix string
 	// EnvoyIdentity names the descriptor keys of a call's principal
 	// (FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS, "none" = nil), client address
 	// (FLOODGATE_LIMITER_ENVOY_IP_KEY) and method
@@ -190,6 +203,8 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		EnvoyLimitHeader:     e.String("FLOODGATE_LIMITER_ENVOY_LIMIT_HEADER", "RateLimit-Limit"),
 		EnvoyRemainingHeader: e.String("FLOODGATE_LIMITER_ENVOY_REMAINING_HEADER", "RateLimit-Remaining"),
 		EnvoyResetHeader:     e.String("FLOODGATE_LIMITER_ENVOY_RESET_HEADER", "RateLimit-Reset"),
+		EnvoyKeys:            e.String("FLOODGATE_LIMITER_ENVOY_KEYS", EnvoyKeysFloodgate),
+		EnvoyKeyPrefix:       e.String("FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX", ""),
 		PrincipalLimit:       e.Int("FLOODGATE_LIMITER_PRINCIPAL_LIMIT", 0),
 		PrincipalPeriod:      e.Duration("FLOODGATE_LIMITER_PRINCIPAL_PERIOD", time.Second),
 		RulesPoll:            e.Duration("FLOODGATE_LIMITER_RULES_POLL", time.Second),
@@ -293,6 +308,11 @@ func (c Config) Validate() error {
 		{"FLOODGATE_LIMITER_ENVOY_REMAINING_HEADER", c.EnvoyRemainingHeader}, {"FLOODGATE_LIMITER_ENVOY_RESET_HEADER", c.EnvoyResetHeader}} {
 		v.Require(httpguts.ValidHeaderFieldName(h.v), h.name, "%q is not an HTTP header name", h.v)
 	}
+	v.Require(c.EnvoyKeys == EnvoyKeysFloodgate || c.EnvoyKeys == EnvoyKeysEnvoyRatelimit, "FLOODGATE_LIMITER_ENVOY_KEYS",
+		"%q: must be %s or %s", c.EnvoyKeys, EnvoyKeysFloodgate, EnvoyKeysEnvoyRatelimit)
+	v.Require(c.EnvoyKeyPrefix == "" || c.EnvoyKeys == EnvoyKeysEnvoyRatelimit, "FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX",
+		"set, but FLOODGATE_LIMITER_ENVOY_KEYS is %s: the prefix is envoy ratelimit's CACHE_KEY_PREFIX, for its keys (FLOODGATE_LIMITER_ENVOY_KEYS=%s)", c.EnvoyKeys, EnvoyKeysEnvoyRatelimit)
+	v.Require(len(c.EnvoyKeyPrefix) <= 256, "FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX", "%d bytes: at most 256", len(c.EnvoyKeyPrefix))
 	v.Require(events.ValidGateway(c.Gateway) == nil, "FLOODGATE_GATEWAY", "%q: 1 to 64 characters of UTF-8 text without control characters (it names this limiter in every decision event)", c.Gateway)
 	v.Require(c.PrincipalLimit >= 0, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT", "%d: must be at least 1 (or unset)", c.PrincipalLimit)
 	v.Require(c.PrincipalLimit == 0 || c.RulesPath == "", "FLOODGATE_LIMITER_PRINCIPAL_LIMIT", "set together with FLOODGATE_LIMITER_RULES; put the limit in the rules file instead")
