@@ -71,29 +71,9 @@ func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 	fg := startLimiter(t, cfgDir, "envoypeer."+run)
 
 	peerC, fgC := client(t, peer.GRPCAddr), client(t, fg)
-	compared, withHeaders := 0, 0
-	for name, seq := range sequences(run) {
-		t.Run(name, func(t *testing.T) {
-			alignWindow()
-			for i, c := range seq {
-				req := &rlsv3.RateLimitRequest{Domain: c.domain, Descriptors: c.descs, HitsAddend: c.hits}
-				want, werr := peerC.ShouldRateLimit(ctx, req)
-				got, gerr := fgC.ShouldRateLimit(ctx, req)
-				if werr != nil || gerr != nil {
-					require.Error(t, werr, "call %d: envoy ratelimit answered, Floodgate said %v", i, gerr)
-					require.Error(t, gerr, "call %d: envoy ratelimit failed (%v), Floodgate answered %v", i, werr, got)
-					continue
-				}
-				require.Equal(t, summary(want), summary(got), "call %d of %q", i, name)
-				compared++
-				if len(got.GetResponseHeadersToAdd()) > 0 {
-					withHeaders++
-				}
-			}
-		})
-	}
-	require.Greater(t, compared, 40)
-	require.Greater(t, withHeaders, 30, "answers with RateLimit-* headers compared")
+	tally := answerAlike(ctx, t, run, peerC, func(int) answerer { return answerer{fgC, "Floodgate"} })
+	require.Greater(t, tally.compared, 40)
+	require.Greater(t, tally.withHeaders, 30, "answers with RateLimit-* headers compared")
 	// The directory, floodgate comments included (misc.yaml: azure and
 	// hour_key keep the fixed window with a fail policy, gcra_key is GCRA),
 	// loaded in envoy ratelimit unchanged.
@@ -146,30 +126,104 @@ func TestFleetMovesFromEnvoyRatelimitWithoutWindowsStartingAgain(t *testing.T) {
 		"FLOODGATE_LIMITER_ENVOY_KEYS=envoy_ratelimit", "FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX="+shared)
 
 	aloneC, fleet := client(t, alone.GRPCAddr), []rlsv3.RateLimitServiceClient{client(t, old.GRPCAddr), client(t, fg)}
-	compared, counted := 0, 0
+	tally := answerAlike(ctx, t, run, aloneC, func(i int) answerer {
+		return [2]answerer{{fleet[0], "envoy ratelimit"}, {fleet[1], "Floodgate"}}[i%2]
+	})
+	require.Greater(t, tally.compared, 40)
+	require.Greater(t, tally.counted, 25, "answers after a sequence's first that depend on a counter")
+	require.Empty(t, old.ConfigError(), "envoy ratelimit refused the configuration")
+}
+
+// TestDifferentialGlobalModes compares envoy ratelimit's global switches,
+// SHADOW_MODE (the overall code always OK) and QUOTA_MODE (every limit in
+// quota mode, descriptor limit overrides included), with Floodgate's
+// FLOODGATE_LIMITER_ENVOY_SHADOW_MODE and _QUOTA_MODE: every sequence of the
+// differential test must get the same answers.
+func TestDifferentialGlobalModes(t *testing.T) {
+	ctx := stacktest.Context(t, 5*time.Minute, "runs envoy ratelimit and the limiter against the local stack")
+	root := stacktest.Root(t)
+	bin, err := Install(ctx, filepath.Join(root, ".local", "bin"))
+	require.NoError(t, err)
+	for _, mode := range []struct{ peer, floodgate string }{
+		{"SHADOW_MODE", "FLOODGATE_LIMITER_ENVOY_SHADOW_MODE"},
+		{"QUOTA_MODE", "FLOODGATE_LIMITER_ENVOY_QUOTA_MODE"},
+	} {
+		t.Run(mode.peer, func(t *testing.T) {
+			run := fmt.Sprint(time.Now().UnixNano())
+			cfgDir := configDir(t, root, run)
+			peer, err := Start(ctx, Options{Bin: bin, ConfigDir: cfgDir, RedisAddr: "127.0.0.1:6379", KeyPrefix: "global_" + run + "_",
+				Env: map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", mode.peer: "true"}})
+			require.NoError(t, err)
+			t.Cleanup(peer.Stop)
+			fg := client(t, startLimiter(t, cfgDir, "envoypeer.global."+run, mode.floodgate+"=true"))
+			n := answerAlike(ctx, t, run, client(t, peer.GRPCAddr), func(int) answerer { return answerer{fg, "Floodgate"} })
+			require.Greater(t, n.compared, 40)
+			require.Zero(t, n.overLimit, "no call fails in either mode")
+			if mode.peer == "SHADOW_MODE" {
+				require.Greater(t, n.descOver, 10, "descriptors over their limit, the call OK")
+			} else {
+				require.Zero(t, n.descOver)
+				require.Greater(t, n.descQuota, 10, "descriptors over their limit, answered OK by quota mode")
+			}
+			require.Empty(t, peer.ConfigError())
+		})
+	}
+}
+
+// answerer is a service under comparison, by name.
+type answerer struct {
+	rlsv3.RateLimitServiceClient
+	name string
+}
+
+// tally counts the answers answerAlike compared: those with RateLimit-*
+// headers, those after a sequence's first call that carry a limit (a
+// counter's answer), and those OVER_LIMIT overall; and of their
+// descriptors, those OVER_LIMIT and those quota mode let through (OK, a
+// limit, nothing remaining, no reset).
+type tally struct{ compared, withHeaders, counted, overLimit, descOver, descQuota int }
+
+// answerAlike sends every call sequence to want and to the service by(i)
+// names for call i, and requires the same answers (summary) and the same
+// errors.
+func answerAlike(ctx context.Context, t *testing.T, run string, want rlsv3.RateLimitServiceClient, by func(i int) answerer) tally {
+	var n tally
 	for name, seq := range sequences(run) {
 		t.Run(name, func(t *testing.T) {
 			alignWindow()
 			for i, c := range seq {
 				req := &rlsv3.RateLimitRequest{Domain: c.domain, Descriptors: c.descs, HitsAddend: c.hits}
-				want, werr := aloneC.ShouldRateLimit(ctx, req)
-				got, gerr := fleet[i%2].ShouldRateLimit(ctx, req)
+				a := by(i)
+				w, werr := want.ShouldRateLimit(ctx, req)
+				got, gerr := a.ShouldRateLimit(ctx, req)
 				if werr != nil || gerr != nil {
-					require.Error(t, werr, "call %d: envoy ratelimit alone answered, the fleet said %v", i, gerr)
-					require.Error(t, gerr, "call %d: envoy ratelimit alone failed (%v), the fleet answered %v", i, werr, got)
+					require.Error(t, werr, "call %d: the reference answered, %s said %v", i, a.name, gerr)
+					require.Error(t, gerr, "call %d: the reference failed (%v), %s answered %v", i, werr, a.name, got)
 					continue
 				}
-				require.Equal(t, summary(want), summary(got), "call %d of %q, answered by %s", i, name, [2]string{"envoy ratelimit", "Floodgate"}[i%2])
-				compared++
+				require.Equal(t, summary(w), summary(got), "call %d of %q, answered by %s", i, name, a.name)
+				n.compared++
+				if len(got.GetResponseHeadersToAdd()) > 0 {
+					n.withHeaders++
+				}
 				if i > 0 && slices.ContainsFunc(got.GetStatuses(), func(s *rlsv3.RateLimitResponse_DescriptorStatus) bool { return s.GetCurrentLimit() != nil }) {
-					counted++
+					n.counted++
+				}
+				if got.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+					n.overLimit++
+				}
+				for _, st := range got.GetStatuses() {
+					switch {
+					case st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT:
+						n.descOver++
+					case st.GetCurrentLimit() != nil && st.GetLimitRemaining() == 0 && st.GetDurationUntilReset() == nil:
+						n.descQuota++
+					}
 				}
 			}
 		})
 	}
-	require.Greater(t, compared, 40)
-	require.Greater(t, counted, 25, "answers after a sequence's first that depend on a counter")
-	require.Empty(t, old.ConfigError(), "envoy ratelimit refused the configuration")
+	return n
 }
 
 // configDir is a copy of pkg/envoyconf/testdata with every domain suffixed

@@ -165,6 +165,11 @@ type Evaluator struct {
 	// GlobalShadow answers OK overall whatever the descriptors say (envoy
 	// ratelimit's global shadow switch); statuses still tell the truth.
 	GlobalShadow bool
+	// GlobalQuota puts every limit in quota mode, a descriptor's limit
+	// override included (envoy ratelimit's global QUOTA_MODE): a descriptor
+	// over its limit answers OK, its limit and 0 remaining, and never fails
+	// the call.
+	GlobalQuota bool
 	// Coalescer, when set, sends the counters of concurrent calls in shared
 	// pipelines (on Redis, not in Prefix's keys); nil: one pipeline per call.
 	Coalescer *redisx.Coalescer
@@ -293,7 +298,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 			}
 			c := &AlgorithmCheck{Algorithm: alg, Limit: l.RequestsPerUnit, Burst: l.Ext.Burst,
 				Period: time.Duration(l.Unit.Seconds()) * time.Second, Scale: st.Scale, Hits: hits,
-				Shadow: l.ShadowMode || l.QuotaMode}
+				Shadow: l.ShadowMode || l.QuotaMode || e.GlobalQuota}
 			tag := ""
 			if d.Penalize && req.PenaltyKey != "" {
 				tag, c.PenaltyKey = hashTag(req.PenaltyKey), req.PenaltyKey
@@ -357,7 +362,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 		failed = p.cmd.Err()
 	}
 	if failed != nil {
-		resp, ok := degrade(statuses, matches, now, e.GlobalShadow)
+		resp, ok := e.degrade(statuses, matches, now)
 		if !ok {
 			return Response{}, fmt.Errorf("%w: %w", ErrRedis, failed)
 		}
@@ -399,7 +404,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 		switch {
 		case st.Limit.ShadowMode && st.Override == nil:
 			st.Code, st.Shadowed = CodeOK, true
-		case st.Limit.QuotaMode && st.Override == nil:
+		case st.Limit.QuotaMode && st.Override == nil, e.GlobalQuota:
 			// Quota mode (envoy ratelimit v1.4.1-…20260122): the
 			// violation is reported as OK with no time until reset,
 			// and never fails the call.
@@ -429,9 +434,9 @@ func (r *Response) finish(globalShadow bool) {
 // answers OVER_LIMIT with nothing remaining until its window ends; a limit
 // without a policy answers UNKNOWN), and open limits alone allow it (each
 // OK with its whole limit remaining). Otherwise ok is false and the call
-// fails as envoy ratelimit's does. Shadow, quota and global shadow mode turn
+// fails as envoy ratelimit's does. Shadow, quota and the global modes turn
 // a closed limit's denial into OK as they do Redis's.
-func degrade(statuses []Status, matches []Match, now time.Time, globalShadow bool) (Response, bool) {
+func (e *Evaluator) degrade(statuses []Status, matches []Match, now time.Time) (Response, bool) {
 	out := make([]Status, len(statuses))
 	closed, unknown := false, false
 	for i, st := range statuses {
@@ -448,7 +453,7 @@ func degrade(statuses []Status, matches []Match, now time.Time, globalShadow boo
 		switch policy {
 		case FailClosed:
 			n.Effective, n.Code, n.ResetAfter = Effective(l.RequestsPerUnit, st.Scale), CodeOverLimit, ResetAfter(l.Unit, now)
-			if l.ShadowMode || l.QuotaMode {
+			if l.ShadowMode || l.QuotaMode || e.GlobalQuota {
 				n.Code, n.Shadowed = CodeOK, l.ShadowMode
 			} else {
 				closed = true
@@ -465,7 +470,7 @@ func degrade(statuses []Status, matches []Match, now time.Time, globalShadow boo
 		return Response{}, false
 	}
 	resp := Response{Statuses: out, Penalty: 1, Now: now, Degraded: true}
-	resp.finish(globalShadow)
+	resp.finish(e.GlobalShadow)
 	return resp, true
 }
 

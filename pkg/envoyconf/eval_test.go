@@ -197,11 +197,49 @@ descriptors:
 
 // keyRecorder is an AlgorithmRunner that records the state keys it is
 // asked about and allows every check.
-type keyRecorder struct{ keys []string }
+type keyRecorder struct {
+	keys   []string
+	shadow []bool
+}
 
 func (r *keyRecorder) Queue(_ context.Context, _ redis.Pipeliner, c *AlgorithmCheck) func(context.Context) (AlgorithmResult, error) {
-	r.keys = append(r.keys, c.Key)
+	r.keys, r.shadow = append(r.keys, c.Key), append(r.shadow, c.Shadow)
 	return func(context.Context) (AlgorithmResult, error) {
 		return AlgorithmResult{Allowed: true, Limit: int64(c.Limit), Remaining: int64(c.Limit) - 1, Penalty: 1}, nil
+	}
+}
+
+// Global quota mode (envoy ratelimit's QUOTA_MODE) reaches what the
+// differential test cannot: a fail-closed limit's answer while Redis is
+// down, and Floodgate's algorithms, which then report and never deny.
+func TestGlobalQuotaModeReachesFailPoliciesAndAlgorithms(t *testing.T) {
+	c, err := Load([]File{{Name: "q.yaml", Data: []byte(`domain: q
+descriptors:
+  - key: closed
+    # floodgate: {fail: closed}
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: gcra
+    # floodgate: {algorithm: gcra}
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`)}}, Options{})
+	require.NoError(t, err)
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { down.Close() })
+	closed := Request{Domain: "q", Descriptors: []Descriptor{{Entries: e("closed", "c")}}}
+	for _, quota := range []bool{false, true} {
+		resp, err := (&Evaluator{Redis: down, Prefix: "fg:envoytest:", GlobalQuota: quota}).Evaluate(context.Background(), c, closed)
+		require.NoError(t, err, "the fail policy answers")
+		require.True(t, resp.Degraded)
+		want := map[bool]Code{false: CodeOverLimit, true: CodeOK}[quota]
+		require.Equal(t, want, resp.Overall, "global quota mode %v", quota)
+		require.Equal(t, want, resp.Statuses[0].Code)
+	}
+
+	for _, quota := range []bool{false, true} {
+		var alg keyRecorder
+		_, err := (&Evaluator{Redis: redistest.Client(t), Prefix: "fg:envoytest:", GlobalQuota: quota, Algorithms: &alg}).Evaluate(context.Background(), c,
+			Request{Domain: "q", Descriptors: []Descriptor{{Entries: e("gcra", "g")}}})
+		require.NoError(t, err)
+		require.Equal(t, []bool{quota}, alg.shadow, "the algorithm reports without denying in global quota mode")
 	}
 }

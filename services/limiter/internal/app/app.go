@@ -213,7 +213,7 @@ func Run(ctx context.Context, env service.Env) error {
 			opts := []envoyrls.GRPCOption{envoyrls.WithMaxStreams(uint32(cfg.GRPCMaxStreams)), envoyrls.WithGate(cfg.GRPCGateMax, cfg.GRPCGateTarget, redisFloor.Floor), envoyrls.WithReadPacing(cfg.GRPCGatePace)}
 			if envoySrc != nil {
 				ec := &envoyrls.EnvoyConfig{Source: envoySrc,
-					Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoy:", GlobalShadow: cfg.EnvoyShadow,
+					Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoy:", GlobalShadow: cfg.EnvoyShadow, GlobalQuota: cfg.EnvoyQuota,
 						EnvoyRatelimitKeys: cfg.EnvoyKeys == EnvoyKeysEnvoyRatelimit, EnvoyRatelimitPrefix: cfg.EnvoyKeyPrefix,
 						Coalescer: &redisx.Coalescer{Redis: rdb}, Algorithms: envoyrls.NewEnvoyAlgorithms(rdb)},
 					Identity: cfg.EnvoyIdentity, FailureModeDeny: cfg.EnvoyFailureModeDeny}

@@ -86,10 +86,10 @@ type Config struct {
 	// (FLOODGATE_LIMITER_ENVOY_CONFIG, every *.yaml in it); their domains are
 	// answered on the gRPC API with envoy ratelimit's semantics. EnvoyShadow
 	// is its global shadow switch (FLOODGATE_LIMITER_ENVOY_SHADOW_MODE),
+	// EnvoyQuota its global QUOTA_MODE (FLOODGATE_LIMITER_ENVOY_QUOTA_MODE),
 	// EnvoyMerge its MERGE_DOMAIN_CONFIG (FLOODGATE_LIMITER_ENVOY_MERGE_DOMAINS).
-	EnvoyConfigDir string
-	EnvoyShadow    bool
-	EnvoyMerge     bool
+	EnvoyConfigDir                      string
+	EnvoyShadow, EnvoyQuota, EnvoyMerge bool
 	// EnvoyFailureModeDeny is Envoy's failure_mode_deny for those domains
 	// (FLOODGATE_LIMITER_ENVOY_FAILURE_MODE_DENY): whether a call that fails
 	// (Redis unavailable and no fail policy) is denied by Envoy — what its
@@ -197,6 +197,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		GRPCGateTarget:       e.Duration("FLOODGATE_LIMITER_GRPC_GATE_TARGET", envoyrls.GateTarget),
 		GRPCTransport:        e.String("FLOODGATE_LIMITER_GRPC_TRANSPORT", envoyrls.TransportFloodgate),
 		EnvoyShadow:          e.Bool("FLOODGATE_LIMITER_ENVOY_SHADOW_MODE", false),
+		EnvoyQuota:           e.Bool("FLOODGATE_LIMITER_ENVOY_QUOTA_MODE", false),
 		EnvoyMerge:           e.Bool("FLOODGATE_LIMITER_ENVOY_MERGE_DOMAINS", false),
 		EnvoyFailureModeDeny: e.Bool("FLOODGATE_LIMITER_ENVOY_FAILURE_MODE_DENY", false),
 		EnvoyHeaders:         e.Bool("FLOODGATE_LIMITER_ENVOY_RESPONSE_HEADERS", false),
