@@ -210,6 +210,10 @@ func Run(ctx context.Context, env service.Env) error {
 			grpcAddr = grpcLn.Addr().String()
 			grpcLn = httpapi.LimitListener(grpcLn, cfg.GRPCMaxConns, httpapi.NewConnMetrics(reg, "floodgate_limiter_grpc",
 				"Open gRPC connections (bounded by FLOODGATE_LIMITER_GRPC_MAX_CONNS; more wait in the kernel's backlog)."))
+			if cfg.GRPCTLS != nil {
+				cfg.GRPCTLS.SetLogger(log)
+				grpcLn = cfg.GRPCTLS.Listener(grpcLn)
+			}
 			opts := []envoyrls.GRPCOption{envoyrls.WithMaxStreams(uint32(cfg.GRPCMaxStreams)), envoyrls.WithGate(cfg.GRPCGateMax, cfg.GRPCGateTarget, redisFloor.Floor), envoyrls.WithReadPacing(cfg.GRPCGatePace)}
 			if envoySrc != nil {
 				ec := &envoyrls.EnvoyConfig{Source: envoySrc,
@@ -265,7 +269,7 @@ func Run(ctx context.Context, env service.Env) error {
 	if counts != nil {
 		run.Tail("influxdb counts", func(ctx context.Context) error { return counts.Run(ctx, cfg.InfluxInterval) })
 	}
-	log.Info("limiter serving", "addr", addr.String(), "grpc_addr", grpcAddr, "grpc_transport", cfg.GRPCTransport, "debug_addr", cfg.DebugAddr, "redis", redisOpts, "kafka", cfg.KafkaBrokers,
+	log.Info("limiter serving", "addr", addr.String(), "grpc_addr", grpcAddr, "grpc_tls", cfg.GRPCTLS.Mode(), "grpc_transport", cfg.GRPCTransport, "debug_addr", cfg.DebugAddr, "redis", redisOpts, "kafka", cfg.KafkaBrokers,
 		"topic", cfg.DecisionsTopic, "rules", core.Rules().Source, "rules_topic", cfg.RulesTopic, "rules_version", core.Rules().Version, "rule_count", len(core.Rules().Rules), "shadow", core.Rules().Shadow || cfg.Shadow)
 	if !server.Publishing {
 		log.Warn("built with -tags floodgate_noevents: no decision event is published (a benchmark build, never one to deploy)")

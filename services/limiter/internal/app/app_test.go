@@ -14,6 +14,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -38,7 +39,13 @@ func startLimiter(t *testing.T, env map[string]string) *stacktest.Service {
 // client on the same connection.
 func rlsClient(t *testing.T, ctx context.Context, addr, service string) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return rlsClientWith(t, ctx, addr, service, insecure.NewCredentials())
+}
+
+// rlsClientWith is rlsClient over the transport creds.
+func rlsClientWith(t *testing.T, ctx context.Context, addr, service string, creds credentials.TransportCredentials) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	health := healthpb.NewHealthClient(conn)

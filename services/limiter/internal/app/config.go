@@ -27,6 +27,12 @@ const (
 	EnvoyKeysEnvoyRatelimit = "envoy_ratelimit"
 )
 
+// GRPCTLSVars are the gRPC port's TLS variables, envoy ratelimit's
+// GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY, GRPC_CLIENT_TLS_CACERT and
+// GRPC_CLIENT_TLS_SAN.
+var GRPCTLSVars = config.ServerTLSVars{Cert: "FLOODGATE_LIMITER_GRPC_TLS_CERT_FILE", Key: "FLOODGATE_LIMITER_GRPC_TLS_KEY_FILE",
+	ClientCA: "FLOODGATE_LIMITER_GRPC_TLS_CLIENT_CA_FILE", ClientSAN: "FLOODGATE_LIMITER_GRPC_TLS_CLIENT_NAMES"}
+
 // DefaultGRPCAddr is where Envoy's rate-limit service listens by default.
 const DefaultGRPCAddr = "127.0.0.1:8081"
 
@@ -108,6 +114,9 @@ type Config struct {
 	// FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX), so that both count in the
 	// same counters while a fleet moves over.
 	EnvoyKeys, EnvoyKeyPrefix string
+	// GRPCTLS serves the gRPC port over TLS, mutual with a client CA
+	// (FLOODGATE_LIMITER_GRPC_TLS_*); nil: plaintext.
+	GRPCTLS *config.ServerTLS
 	// EnvoyIdentity names the descriptor keys of a call's principal
 	// (FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS, "none" = nil), client address
 	// (FLOODGATE_LIMITER_ENVOY_IP_KEY) and method
@@ -250,6 +259,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 	c.ProxyIdentityTrusted = identity
 	c.ProxyAnonIPv6Prefix = e.Int("FLOODGATE_LIMITER_PROXY_ANON_IPV6_PREFIX", 64)
 	callersSpec := e.Secret("FLOODGATE_LIMITER_CALLERS", "FLOODGATE_LIMITER_CALLERS_FILE")
+	c.GRPCTLS = e.ServerTLS(GRPCTLSVars, "h2")
 	jc, jerr := journal.ConfigFromEnv(getenv)
 	if err := errors.Join(append(perr, e.Err(), jerr, ierr)...); err != nil {
 		return Config{}, err
@@ -299,6 +309,7 @@ func (c Config) Validate() error {
 	}
 	v.Require(c.HTTPAddr != "", "FLOODGATE_LIMITER_ADDR", "required")
 	v.Require(c.GRPCAddr != "" && c.GRPCAddr != c.HTTPAddr, "FLOODGATE_LIMITER_GRPC_ADDR", "host:port other than FLOODGATE_LIMITER_ADDR, or off")
+	v.Require(c.GRPCTLS == nil || c.GRPCAddr != "off", GRPCTLSVars.Cert, "set, but FLOODGATE_LIMITER_GRPC_ADDR is off")
 	v.Require(c.DebugAddr == "" || (c.DebugAddr != c.HTTPAddr && c.DebugAddr != c.GRPCAddr), "FLOODGATE_LIMITER_DEBUG_ADDR", "host:port other than the HTTP and gRPC addresses, or unset")
 	v.Require(len(c.RedisAddrs) > 0, "FLOODGATE_REDIS_ADDRS", "at least one host:port")
 	v.Require(c.SentinelMaster == "" || len(c.SentinelAddrs) > 0, "FLOODGATE_REDIS_SENTINEL_ADDRS", "at least one host:port is required with FLOODGATE_REDIS_SENTINEL_MASTER")

@@ -58,6 +58,8 @@ func TestConfigFromEnvNamesBadVariables(t *testing.T) {
 		{"callers role unknown", map[string]string{"FLOODGATE_LIMITER_AUTH": "tokens", "FLOODGATE_LIMITER_CALLERS": "edge:admin:" + "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}, "FLOODGATE_LIMITER_CALLERS"},
 		{"auth unknown", map[string]string{"FLOODGATE_LIMITER_AUTH": "maybe"}, "FLOODGATE_LIMITER_AUTH"},
 		{"envoy header name", map[string]string{"FLOODGATE_LIMITER_ENVOY_RESET_HEADER": "Reset Time"}, "FLOODGATE_LIMITER_ENVOY_RESET_HEADER"},
+		{"grpc tls without its key", map[string]string{"FLOODGATE_LIMITER_GRPC_TLS_CERT_FILE": "/etc/tls/tls.crt"}, "FLOODGATE_LIMITER_GRPC_TLS_KEY_FILE"},
+		{"grpc client CA without grpc tls", map[string]string{"FLOODGATE_LIMITER_GRPC_TLS_CLIENT_CA_FILE": "/etc/tls/ca.crt"}, "FLOODGATE_LIMITER_GRPC_TLS_CLIENT_CA_FILE"},
 		{"envoy keys unknown", map[string]string{"FLOODGATE_LIMITER_ENVOY_KEYS": "lyft"}, "FLOODGATE_LIMITER_ENVOY_KEYS"},
 		{"envoy key prefix with floodgate's keys", map[string]string{"FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX": "rl_"}, "FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX"},
 		{"envoy key prefix too long", map[string]string{"FLOODGATE_LIMITER_ENVOY_KEYS": "envoy_ratelimit", "FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX": strings.Repeat("p", 257)}, "FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX"},
