@@ -17,7 +17,8 @@ import (
 // ServerTLSVars names the variables of one listener's TLS: its certificate
 // chain and key (both set: TLS; neither: plaintext), and for mutual TLS the
 // CA its clients' certificates must chain to and, optionally, names of which
-// a client certificate must carry one.
+// a client certificate must carry one. A listener without mutual TLS leaves
+// ClientCA and ClientSAN empty.
 type ServerTLSVars struct {
 	Cert, Key, ClientCA, ClientSAN string
 }
@@ -47,7 +48,11 @@ type ServerTLS struct {
 // CA are an error.
 func (e *Env) ServerTLS(v ServerTLSVars, proto string) *ServerTLS {
 	cert, key := e.String(v.Cert, ""), e.String(v.Key, "")
-	ca, sans := e.String(v.ClientCA, ""), e.List(v.ClientSAN, "")
+	var ca string
+	var sans []string
+	if v.ClientCA != "" {
+		ca, sans = e.String(v.ClientCA, ""), e.List(v.ClientSAN, "")
+	}
 	if cert == "" && key == "" {
 		for _, set := range []struct {
 			name string
@@ -135,22 +140,28 @@ func (s *ServerTLS) SetLogger(l *slog.Logger) {
 	s.certs.log = l
 }
 
-// Listener serves TLS on ln. Each connection's handshake runs on its first
-// read or write, in the goroutine that serves it, bounded by
-// HandshakeTimeout. The connection it returns exposes no socket below it,
-// so nothing that reads a raw socket (read pacing, caller-gone checks)
-// reads past TLS.
-func (s *ServerTLS) Listener(ln net.Listener) net.Listener {
-	return &tlsListener{Listener: ln, cfg: s.cfg, timeout: s.handshake}
+// Listener serves TLS on ln for a server that runs each handshake under
+// its own read deadline, as net/http and fasthttp do: its connections are
+// *tls.Conn, so handlers see the connection's TLS state. A *tls.Conn
+// offers no socket below it (no Unwrap, no syscall.Conn), so nothing that
+// reads a raw socket (read pacing, caller-gone checks) reads past TLS.
+func (s *ServerTLS) Listener(ln net.Listener) net.Listener { return tls.NewListener(ln, s.cfg) }
+
+// BoundedListener is Listener for a server that may read a new connection
+// without a deadline (the gRPC transports): each connection's handshake
+// runs on its first read or write, in the goroutine that serves it, bounded
+// by HandshakeTimeout.
+func (s *ServerTLS) BoundedListener(ln net.Listener) net.Listener {
+	return &boundedListener{Listener: ln, cfg: s.cfg, timeout: s.handshake}
 }
 
-type tlsListener struct {
+type boundedListener struct {
 	net.Listener
 	cfg     *tls.Config
 	timeout time.Duration
 }
 
-func (l *tlsListener) Accept() (net.Conn, error) {
+func (l *boundedListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err

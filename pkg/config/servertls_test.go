@@ -61,7 +61,7 @@ func serve(t *testing.T, s *ServerTLS) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	tl := s.Listener(ln)
+	tl := s.BoundedListener(ln)
 	t.Cleanup(func() { _ = tl.Close() })
 	go func() {
 		for {

@@ -34,7 +34,15 @@ type ServerConfig struct {
 	// net.Listen). A server past saturation accepts its backlog in order,
 	// oldest first, so a long one is a queue of callers who have gone.
 	Backlog int
+	// TLS serves every listener over TLS (FLOODGATE_HTTP_TLS_CERT_FILE and
+	// _KEY_FILE); nil: plaintext.
+	TLS *config.ServerTLS
 }
+
+// HTTPTLSVars are the variables of the HTTP ports' TLS: a server
+// certificate only — the probes and Prometheus that read these ports hold
+// no client certificate; callers authenticate with their tokens.
+var HTTPTLSVars = config.ServerTLSVars{Cert: "FLOODGATE_HTTP_TLS_CERT_FILE", Key: "FLOODGATE_HTTP_TLS_KEY_FILE"}
 
 // DefaultServerConfig is what an unset variable means.
 func DefaultServerConfig() ServerConfig {
@@ -59,6 +67,7 @@ func ServerConfigFromEnv(e *config.Env, def ServerConfig) ServerConfig {
 		MaxConns:          e.Int("FLOODGATE_HTTP_MAX_CONNS", def.MaxConns),
 		MaxHeaderBytes:    e.Int("FLOODGATE_HTTP_MAX_HEADER_BYTES", def.MaxHeaderBytes),
 		Backlog:           e.Int("FLOODGATE_HTTP_BACKLOG", def.Backlog),
+		TLS:               e.ServerTLS(HTTPTLSVars, "http/1.1"),
 	}
 }
 
@@ -92,7 +101,7 @@ func (c ServerConfig) NewServer(h http.Handler, log *slog.Logger) *http.Server {
 	return s
 }
 
-// Listen opens addr with c's backlog and connection limit.
+// Listen opens addr with c's backlog, connection limit and TLS.
 func (c ServerConfig) Listen(addr string, m *Metrics) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -104,7 +113,11 @@ func (c ServerConfig) Listen(addr string, m *Metrics) (net.Listener, error) {
 			return nil, fmt.Errorf("listen %s: FLOODGATE_HTTP_BACKLOG %d: %w", addr, c.Backlog, err)
 		}
 	}
-	return LimitListener(ln, c.MaxConns, m), nil
+	ln = LimitListener(ln, c.MaxConns, m)
+	if c.TLS != nil {
+		ln = c.TLS.Listener(ln) // the servers bound each handshake with their read deadline
+	}
+	return ln, nil
 }
 
 // SetBacklog sets a listening TCP socket's backlog to n: listen(2) again

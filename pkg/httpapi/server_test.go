@@ -169,6 +169,12 @@ func TestServerConfigFromEnv(t *testing.T) {
 	sc = ServerConfigFromEnv(e, DefaultServerConfig())
 	require.ErrorContains(t, e.Err(), "FLOODGATE_HTTP_WRITE_TIMEOUT")
 	require.ErrorContains(t, sc.Validate(), "FLOODGATE_HTTP_MAX_CONNS")
+
+	require.Nil(t, ServerConfigFromEnv(config.NewEnv(func(string) string { return "" }), DefaultServerConfig()).TLS, "plaintext unless set")
+	vars = map[string]string{"FLOODGATE_HTTP_TLS_CERT_FILE": "/etc/tls/tls.crt"}
+	e = config.NewEnv(func(k string) string { return vars[k] })
+	ServerConfigFromEnv(e, DefaultServerConfig())
+	require.ErrorContains(t, e.Err(), "FLOODGATE_HTTP_TLS_KEY_FILE", "a certificate without its key")
 }
 
 // TestListenBacklog: with FLOODGATE_HTTP_BACKLOG set, the kernel completes

@@ -212,7 +212,7 @@ func Run(ctx context.Context, env service.Env) error {
 				"Open gRPC connections (bounded by FLOODGATE_LIMITER_GRPC_MAX_CONNS; more wait in the kernel's backlog)."))
 			if cfg.GRPCTLS != nil {
 				cfg.GRPCTLS.SetLogger(log)
-				grpcLn = cfg.GRPCTLS.Listener(grpcLn)
+				grpcLn = cfg.GRPCTLS.BoundedListener(grpcLn)
 			}
 			opts := []envoyrls.GRPCOption{envoyrls.WithMaxStreams(uint32(cfg.GRPCMaxStreams)), envoyrls.WithGate(cfg.GRPCGateMax, cfg.GRPCGateTarget, redisFloor.Floor), envoyrls.WithReadPacing(cfg.GRPCGatePace)}
 			if envoySrc != nil {

@@ -3,6 +3,10 @@ package app
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/floodgate-dev/floodgate/pkg/httpapi"
 	"github.com/floodgate-dev/floodgate/pkg/limiter/envoyrls"
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 	"github.com/floodgate-dev/floodgate/pkg/stacktest"
@@ -77,6 +82,59 @@ func TestGRPCOverMutualTLS(t *testing.T) {
 				cancel()
 				_ = conn.Close()
 				require.Error(t, err, "%s: refused", name)
+			}
+		})
+	}
+}
+
+// TestCheckAPIOverTLS serves the check API, its probes and metrics over TLS
+// (FLOODGATE_HTTP_TLS_*) on both HTTP servers: a client that trusts the CA
+// is answered and the limit enforced; a plaintext request is not served.
+func TestCheckAPIOverTLS(t *testing.T) {
+	redistest.Client(t)
+	ca := tlstest.NewCA(t, "http-tls")
+	server := ca.Server("limiter")
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	for _, transport := range []string{httpapi.TransportFastHTTP, httpapi.TransportNetHTTP} {
+		t.Run(transport, func(t *testing.T) {
+			addr := stacktest.FreeAddr(t)
+			lim := startLimiter(t, map[string]string{
+				"FLOODGATE_LIMITER_ADDR": addr, "FLOODGATE_LIMITER_GRPC_ADDR": "off", "FLOODGATE_LIMITER_HTTP_SERVER": transport,
+				"FLOODGATE_GATEWAY": "tls-test", "FLOODGATE_LIMITER_PRINCIPAL_LIMIT": "2", "FLOODGATE_LIMITER_PRINCIPAL_PERIOD": "1m",
+				"FLOODGATE_LIMITER_INFLUX_INTERVAL": "0",
+				"FLOODGATE_HTTP_TLS_CERT_FILE":      server.CertFile, "FLOODGATE_HTTP_TLS_KEY_FILE": server.KeyFile,
+			})
+			require.Eventually(t, func() bool {
+				resp, err := client.Get("https://" + addr + "/readyz")
+				if err != nil {
+					return false
+				}
+				resp.Body.Close()
+				return resp.StatusCode == http.StatusOK
+			}, 15*time.Second, 50*time.Millisecond, "ready over TLS\n%s", lim.Log.String())
+			id := redistest.Unique(t, "tls_http_bot")
+			var allowed []bool
+			for range 3 {
+				body := fmt.Sprintf(`{"principal":{"kind":"bot","id":%q},"ip":"203.0.113.7","method":"POST","route":"/x","cost":1}`, id)
+				resp, err := client.Post("https://"+addr+"/v1/check", "application/json", strings.NewReader(body))
+				require.NoError(t, err)
+				var d struct {
+					Allowed bool `json:"allowed"`
+				}
+				require.NoError(t, json.NewDecoder(resp.Body).Decode(&d))
+				resp.Body.Close()
+				allowed = append(allowed, d.Allowed)
+			}
+			require.Equal(t, []bool{true, true, false}, allowed)
+			resp, err := client.Get("https://" + addr + "/metrics")
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode, "metrics over TLS")
+
+			resp, err = (&http.Client{Timeout: 3 * time.Second}).Get("http://" + addr + "/healthz")
+			if err == nil {
+				resp.Body.Close()
+				require.NotEqual(t, http.StatusOK, resp.StatusCode, "plaintext is not served")
 			}
 		})
 	}
