@@ -52,10 +52,7 @@ func times(n int, c call) []call { return slices.Repeat([]call{c}, n) }
 // requests per unit, unit), limit remaining, time until reset, and the
 // response headers of LIMIT_RESPONSE_HEADERS_ENABLED.
 func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
-	ctx := stacktest.Context(t, 5*time.Minute, "runs envoy ratelimit and the limiter against the local stack")
-	root := stacktest.Root(t)
-	bin, err := Install(ctx, filepath.Join(root, ".local", "bin"))
-	require.NoError(t, err)
+	ctx, root, bin := setup(t)
 
 	run := fmt.Sprint(time.Now().UnixNano())
 	cfgDir := configDir(t, root, run)
@@ -107,10 +104,7 @@ func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 // Floodgate's own keys the two would count apart and every answer after
 // the first would differ.
 func TestFleetMovesFromEnvoyRatelimitWithoutWindowsStartingAgain(t *testing.T) {
-	ctx := stacktest.Context(t, 5*time.Minute, "runs envoy ratelimit and the limiter against the local stack")
-	root := stacktest.Root(t)
-	bin, err := Install(ctx, filepath.Join(root, ".local", "bin"))
-	require.NoError(t, err)
+	ctx, root, bin := setup(t)
 
 	run := fmt.Sprint(time.Now().UnixNano())
 	cfgDir := configDir(t, root, run)
@@ -140,10 +134,7 @@ func TestFleetMovesFromEnvoyRatelimitWithoutWindowsStartingAgain(t *testing.T) {
 // FLOODGATE_LIMITER_ENVOY_SHADOW_MODE and _QUOTA_MODE: every sequence of the
 // differential test must get the same answers.
 func TestDifferentialGlobalModes(t *testing.T) {
-	ctx := stacktest.Context(t, 5*time.Minute, "runs envoy ratelimit and the limiter against the local stack")
-	root := stacktest.Root(t)
-	bin, err := Install(ctx, filepath.Join(root, ".local", "bin"))
-	require.NoError(t, err)
+	ctx, root, bin := setup(t)
 	for _, mode := range []struct{ peer, floodgate string }{
 		{"SHADOW_MODE", "FLOODGATE_LIMITER_ENVOY_SHADOW_MODE"},
 		{"QUOTA_MODE", "FLOODGATE_LIMITER_ENVOY_QUOTA_MODE"},
@@ -224,6 +215,16 @@ func answerAlike(ctx context.Context, t *testing.T, run string, want rlsv3.RateL
 		})
 	}
 	return n
+}
+
+// setup is what every test here starts from: its context, the
+// repository's root and envoy ratelimit's binary (installed once).
+func setup(t *testing.T) (context.Context, string, string) {
+	ctx := stacktest.Context(t, 5*time.Minute, "runs envoy ratelimit and the limiter against the local stack")
+	root := stacktest.Root(t)
+	bin, err := Install(ctx, filepath.Join(root, ".local", "bin"))
+	require.NoError(t, err)
+	return ctx, root, bin
 }
 
 // configDir is a copy of pkg/envoyconf/testdata with every domain suffixed

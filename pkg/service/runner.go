@@ -114,6 +114,9 @@ func NewRunnerWith(env Env, cfg RunnerConfig) *Runner {
 	if env.Registry == nil {
 		env.Registry = prometheus.NewRegistry()
 	}
+	if cfg.HTTP.TLS != nil {
+		cfg.HTTP.TLS.SetLogger(env.Log) // a renewal that fails to load is the service's log line
+	}
 	r := &Runner{env: env, cfg: cfg, health: httpapi.NewMux(), metrics: map[string]*httpapi.Metrics{}}
 	r.health.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	r.health.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {

@@ -56,6 +56,25 @@ func rlsClientWith(t *testing.T, ctx context.Context, addr, service string, cred
 	return rlsv3.NewRateLimitServiceClient(conn)
 }
 
+// requireTwoOfThree sends a new bot's check three times in Floodgate's
+// descriptor shape to a limiter whose principal limit is 2 a minute: OK,
+// OK, OVER_LIMIT.
+func requireTwoOfThree(t *testing.T, ctx context.Context, rls rlsv3.RateLimitServiceClient, bot string) {
+	t.Helper()
+	d := &rlcommon.RateLimitDescriptor{}
+	for _, kv := range [][2]string{{"principal_kind", "bot"}, {"principal_id", redistest.Unique(t, bot)},
+		{"remote_address", "203.0.113.9"}, {"method", "GET"}, {"route", "/x"}} {
+		d.Entries = append(d.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: kv[0], Value: kv[1]})
+	}
+	var codes []rlsv3.RateLimitResponse_Code
+	for range 3 {
+		r, err := rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{d}})
+		require.NoError(t, err)
+		codes = append(codes, r.GetOverallCode())
+	}
+	require.Equal(t, []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT}, codes)
+}
+
 // The limiter binary's wiring: HTTP, Envoy's rate-limit service with gRPC health,
 // and the pprof listener, against the local Redis and Kafka-protocol broker.
 func TestRunServesEnvoyRateLimitServiceAndHealth(t *testing.T) {
@@ -69,18 +88,7 @@ func TestRunServesEnvoyRateLimitServiceAndHealth(t *testing.T) {
 	lim := startLimiter(t, env)
 	ctx := t.Context()
 	rls := rlsClient(t, ctx, grpcAddr, "envoy.service.ratelimit.v3.RateLimitService")
-	d := &rlcommon.RateLimitDescriptor{}
-	for _, kv := range [][2]string{{"principal_kind", "bot"}, {"principal_id", redistest.Unique(t, "app_bot")},
-		{"remote_address", "203.0.113.9"}, {"method", "GET"}, {"route", "/x"}} {
-		d.Entries = append(d.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: kv[0], Value: kv[1]})
-	}
-	var codes []rlsv3.RateLimitResponse_Code
-	for range 3 {
-		r, err := rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{d}})
-		require.NoError(t, err)
-		codes = append(codes, r.GetOverallCode())
-	}
-	require.Equal(t, []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT}, codes)
+	requireTwoOfThree(t, ctx, rls, "app_bot")
 
 	resp, err := http.Get("http://" + debugAddr + "/debug/pprof/")
 	require.NoError(t, err)
