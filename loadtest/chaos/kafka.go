@@ -201,16 +201,36 @@ func (b *Broker) Lag(ctx context.Context, group, topic string) (int64, error) {
 	return lag, nil
 }
 
-// ReadAll reads every message of topic up to its current end.
+// ReadAll reads every message of topic up to its current end. A read that
+// fails is read again from the start, up to 5 times: a broker restarted
+// moments before, on a loaded machine, once answered a ListOffsets with
+// UNKNOWN_SERVER_ERROR (make test, 2026-12-03), and the count is of what
+// the topic holds, not of how the first read went. f sees each message once,
+// after the read that succeeded.
 func (b *Broker) ReadAll(ctx context.Context, topic string, f func(kafka.Message)) (int, error) {
 	c := &kafka.Client{Addr: kafka.TCP(b.Addr), Timeout: 30 * time.Second}
-	n := 0
-	err := kafkascan.All(ctx, c, topic, func(m kafka.Message) bool {
+	var msgs []kafka.Message
+	var err error
+	for attempt := range 5 {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+		msgs = msgs[:0]
+		if err = kafkascan.All(ctx, c, topic, func(m kafka.Message) bool { msgs = append(msgs, m); return true }); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range msgs {
 		f(m)
-		n++
-		return true
-	})
-	return n, err
+	}
+	return len(msgs), nil
 }
 
 // Header returns the value of the header key, or "".
