@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/httpapi/openapitest"
 	"github.com/floodgate-dev/floodgate/pkg/service"
 	"github.com/floodgate-dev/floodgate/pkg/stacktest"
+	"github.com/floodgate-dev/floodgate/pkg/tlstest"
 	"github.com/floodgate-dev/floodgate/schemas/openapi"
 )
 
@@ -72,6 +74,42 @@ func TestConfigFromEnv(t *testing.T) {
 // TestRunServesReadiness runs the console against the local stack: /readyz is 200
 // while it serves, and Run returns cleanly when its context ends.
 func TestRunServesReadiness(t *testing.T) {
+	addr := startConsole(t, nil)
+	want, err := openapi.JSON(openapi.Console)
+	require.NoError(t, err)
+	openapitest.CheckServed(t, "http://"+addr, want)
+	resp, err := http.Get("http://" + addr + "/login")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.NotEmpty(t, resp.Cookies())
+	for _, c := range resp.Cookies() {
+		require.False(t, c.Secure, "plaintext, FLOODGATE_CONSOLE_SECURE_COOKIES unset: %s", c.Name)
+	}
+}
+
+// TestRunOverTLS serves the console over TLS (FLOODGATE_HTTP_TLS_*, the
+// runner's): its handlers see the connection's TLS, so the cookies it sets
+// are Secure without FLOODGATE_CONSOLE_SECURE_COOKIES.
+func TestRunOverTLS(t *testing.T) {
+	ca := tlstest.NewCA(t, "console")
+	pair := ca.Server("console")
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	addr := startConsole(t, map[string]string{"FLOODGATE_HTTP_TLS_CERT_FILE": pair.CertFile, "FLOODGATE_HTTP_TLS_KEY_FILE": pair.KeyFile}, client)
+	resp, err := client.Get("https://" + addr + "/login")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NotEmpty(t, resp.Cookies())
+	for _, c := range resp.Cookies() {
+		require.True(t, c.Secure, "%s over TLS", c.Name)
+	}
+}
+
+// startConsole runs the console app with an empty users file and more
+// settings from env until the test ends, and waits until /readyz answers
+// 200 (over https when a client is given).
+func startConsole(t *testing.T, env map[string]string, client ...*http.Client) string {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("needs the local stack; run `make test`")
 	}
@@ -81,29 +119,36 @@ func TestRunServesReadiness(t *testing.T) {
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
-	env := map[string]string{"FLOODGATE_CONSOLE_USERS": users, "FLOODGATE_CONSOLE_ADDR": addr,
+	all := map[string]string{"FLOODGATE_CONSOLE_USERS": users, "FLOODGATE_CONSOLE_ADDR": addr,
 		"FLOODGATE_DYNAMODB_ENDPOINT": "http://127.0.0.1:8000"}
 	if v := os.Getenv("FLOODGATE_DYNAMODB_ENDPOINT"); v != "" {
-		env["FLOODGATE_DYNAMODB_ENDPOINT"] = v
+		all["FLOODGATE_DYNAMODB_ENDPOINT"] = v
+	}
+	for k, v := range env {
+		all[k] = v
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, service.NewEnv("console", service.Stdio{Getenv: func(k string) string { return env[k] }}, slog.New(slog.DiscardHandler)))
+		done <- Run(ctx, service.NewEnv("console", service.Stdio{Getenv: func(k string) string { return all[k] }}, slog.New(slog.DiscardHandler)))
 	}()
+	t.Cleanup(func() {
+		cancel()
+		stacktest.Returned(t, done, 15*time.Second, "Run returns after its context ended")
+	})
+	c, url := http.DefaultClient, "http://"+addr+"/readyz"
+	if len(client) > 0 {
+		c, url = client[0], "https://"+addr+"/readyz"
+	}
 	require.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + addr + "/readyz")
+		resp, err := c.Get(url)
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}, 20*time.Second, 50*time.Millisecond, "the console never became ready")
-	want, err := openapi.JSON(openapi.Console)
-	require.NoError(t, err)
-	openapitest.CheckServed(t, "http://"+addr, want)
-	cancel()
-	stacktest.Returned(t, done, 15*time.Second, "Run returns after its context ended")
+	return addr
 }
 
 // TestRemotesWithoutTokens: the adjuster's and the dlq-auditor's clients
