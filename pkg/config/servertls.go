@@ -141,10 +141,10 @@ func (s *ServerTLS) SetLogger(l *slog.Logger) {
 }
 
 // Listener serves TLS on ln for a server that runs each handshake under
-// its own read deadline, as net/http and fasthttp do: its connections are
-// *tls.Conn, so handlers see the connection's TLS state. A *tls.Conn
-// offers no socket below it (no Unwrap, no syscall.Conn), so nothing that
-// reads a raw socket (read pacing, caller-gone checks) reads past TLS.
+// its own read deadline, as net/http and fasthttp do; net/http's handlers
+// see the connection's TLS state (Request.TLS). A *tls.Conn offers no
+// socket below it (no Unwrap, no syscall.Conn), so nothing that reads a raw
+// socket (read pacing, caller-gone checks) reads past TLS.
 func (s *ServerTLS) Listener(ln net.Listener) net.Listener { return tls.NewListener(ln, s.cfg) }
 
 // BoundedListener is Listener for a server that may read a new connection
