@@ -140,16 +140,7 @@ func (e *Env) tls(v TLSVars) *tls.Config {
 	}
 	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: name}
 	if ca != "" {
-		pem, err := os.ReadFile(ca)
-		if err != nil {
-			e.errs = append(e.errs, fmt.Errorf("%s=%q: %w", v.ca, ca, err))
-		} else {
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				e.errs = append(e.errs, fmt.Errorf("%s=%q: no PEM certificate in the file", v.ca, ca))
-			}
-			c.RootCAs = pool
-		}
+		c.RootCAs = e.caPool(v.ca, ca)
 	}
 	switch {
 	case (cert == "") != (key == ""):
@@ -164,6 +155,23 @@ func (e *Env) tls(v TLSVars) *tls.Config {
 		}
 	}
 	return c
+}
+
+// caPool reads the PEM certificates of the file path, which the variable
+// name names; nil, with the error recorded naming the variable, when the
+// file cannot be read or holds no certificate.
+func (e *Env) caPool(name, path string) *x509.CertPool {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		e.errs = append(e.errs, fmt.Errorf("%s=%q: %w", name, path, err))
+		return nil
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		e.errs = append(e.errs, fmt.Errorf("%s=%q: no PEM certificate in the file", name, path))
+		return nil
+	}
+	return pool
 }
 
 // Kafka SASL mechanisms (FLOODGATE_KAFKA_SASL_MECHANISM).

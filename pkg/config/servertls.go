@@ -3,7 +3,6 @@ package config
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net"
@@ -54,13 +53,12 @@ func (e *Env) ServerTLS(v ServerTLSVars, proto string) *ServerTLS {
 		ca, sans = e.String(v.ClientCA, ""), e.List(v.ClientSAN, "")
 	}
 	if cert == "" && key == "" {
-		for _, set := range []struct {
-			name string
-			on   bool
-		}{{v.ClientCA, ca != ""}, {v.ClientSAN, len(sans) > 0}} {
-			if set.on {
-				e.errs = append(e.errs, fmt.Errorf("%s is set but %s and %s are not: client certificates need TLS", set.name, v.Cert, v.Key))
-			}
+		const needTLS = "%s is set but %s and %s are not: client certificates need TLS"
+		if ca != "" {
+			e.errs = append(e.errs, fmt.Errorf(needTLS, v.ClientCA, v.Cert, v.Key))
+		}
+		if len(sans) > 0 {
+			e.errs = append(e.errs, fmt.Errorf(needTLS, v.ClientSAN, v.Cert, v.Key))
 		}
 		return nil
 	}
@@ -75,14 +73,8 @@ func (e *Env) ServerTLS(v ServerTLSVars, proto string) *ServerTLS {
 	}
 	c := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{proto}, GetCertificate: files.get}
 	if ca != "" {
-		pem, err := os.ReadFile(ca)
-		if err != nil {
-			e.errs = append(e.errs, fmt.Errorf("%s=%q: %w", v.ClientCA, ca, err))
-			return nil
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			e.errs = append(e.errs, fmt.Errorf("%s=%q: no PEM certificate in the file", v.ClientCA, ca))
+		pool := e.caPool(v.ClientCA, ca)
+		if pool == nil {
 			return nil
 		}
 		c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
