@@ -65,7 +65,7 @@ func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 	// reads its penalty with the counters and applies the scales: with none
 	// in force the answers must still be envoy ratelimit's. Its events go to
 	// a topic of this run's own.
-	fg := startLimiter(t, cfgDir, "envoypeer."+run)
+	fg, _ := startLimiter(t, cfgDir, "envoypeer."+run)
 
 	peerC, fgC := client(t, peer.GRPCAddr), client(t, fg)
 	tally := answerAlike(ctx, t, run, peerC, func(int) answerer { return answerer{fgC, "Floodgate"} })
@@ -116,7 +116,7 @@ func TestFleetMovesFromEnvoyRatelimitWithoutWindowsStartingAgain(t *testing.T) {
 	old, err := Start(ctx, Options{Bin: bin, ConfigDir: cfgDir, RedisAddr: "127.0.0.1:6379", KeyPrefix: shared, Env: headers})
 	require.NoError(t, err)
 	t.Cleanup(old.Stop)
-	fg := startLimiter(t, cfgDir, "envoypeer.moving."+run,
+	fg, _ := startLimiter(t, cfgDir, "envoypeer.moving."+run,
 		"FLOODGATE_LIMITER_ENVOY_KEYS=envoy_ratelimit", "FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX="+shared)
 
 	aloneC, fleet := client(t, alone.GRPCAddr), []rlsv3.RateLimitServiceClient{client(t, old.GRPCAddr), client(t, fg)}
@@ -146,7 +146,8 @@ func TestDifferentialGlobalModes(t *testing.T) {
 				Env: map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", mode.peer: "true"}})
 			require.NoError(t, err)
 			t.Cleanup(peer.Stop)
-			fg := client(t, startLimiter(t, cfgDir, "envoypeer.global."+run, mode.floodgate+"=true"))
+			fgAddr, _ := startLimiter(t, cfgDir, "envoypeer.global."+run, mode.floodgate+"=true")
+			fg := client(t, fgAddr)
 			n := answerAlike(ctx, t, run, client(t, peer.GRPCAddr), func(int) answerer { return answerer{fg, "Floodgate"} })
 			require.Greater(t, n.compared, 40)
 			require.Zero(t, n.overLimit, "no call fails in either mode")
@@ -160,6 +161,37 @@ func TestDifferentialGlobalModes(t *testing.T) {
 		})
 	}
 }
+
+// TestDifferentialOverJSON compares envoy ratelimit's POST /json, its
+// endpoint for clients that cannot speak gRPC, with Floodgate's on the check
+// API: every sequence of the differential test must get the same answers,
+// with the same HTTP statuses (200 OK, 429 OVER_LIMIT, 500 UNKNOWN:
+// limitertest.JSONClient checks them), and a refusal where envoy ratelimit
+// refuses.
+func TestDifferentialOverJSON(t *testing.T) {
+	ctx, root, bin := setup(t)
+	run := fmt.Sprint(time.Now().UnixNano())
+	cfgDir := configDir(t, root, run)
+	peer, err := Start(ctx, Options{Bin: bin, ConfigDir: cfgDir, RedisAddr: "127.0.0.1:6379", KeyPrefix: "json_" + run + "_",
+		Env: map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true"}})
+	require.NoError(t, err)
+	t.Cleanup(peer.Stop)
+	waitListen(t, peer.HTTPAddr, stringer(peer.Logs))
+	_, fgHTTP := startLimiter(t, cfgDir, "envoypeer.json."+run)
+	waitListen(t, fgHTTP, stringer(func() string { return "" }))
+
+	fg := answerer{limitertest.JSONClient{URL: "http://" + fgHTTP}, "Floodgate over /json"}
+	n := answerAlike(ctx, t, run, limitertest.JSONClient{URL: "http://" + peer.HTTPAddr}, func(int) answerer { return fg })
+	require.Greater(t, n.compared, 40)
+	require.Greater(t, n.overLimit, 5, "answers 429 OVER_LIMIT compared")
+	require.Greater(t, n.withHeaders, 30, "answers with RateLimit-* headers compared")
+	require.Empty(t, peer.ConfigError())
+}
+
+// stringer is a func as a fmt.Stringer.
+type stringer func() string
+
+func (s stringer) String() string { return s() }
 
 // answerer is a service under comparison, by name.
 type answerer struct {
@@ -326,12 +358,13 @@ func client(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
 }
 
 // startLimiter runs the limiter binary with envoyDir's configuration,
-// publishing to topic, with env added to its environment.
-func startLimiter(t *testing.T, envoyDir, topic string, env ...string) string {
+// publishing to topic, with env added to its environment, and returns its
+// gRPC and HTTP addresses.
+func startLimiter(t *testing.T, envoyDir, topic string, env ...string) (grpcAddr, httpAddr string) {
 	t.Helper()
 	kafkatest.CreateTopic(t, "127.0.0.1:9092", topic, 1)
 	bin := filepath.Join(stacktest.Build(t, "limiter"), "limiter")
-	grpcAddr, httpAddr := stacktest.FreeAddr(t), stacktest.FreeAddr(t)
+	grpcAddr, httpAddr = stacktest.FreeAddr(t), stacktest.FreeAddr(t)
 	lim := exec.Command(bin)
 	lim.Env = append(os.Environ(), "FLOODGATE_LIMITER_ADDR="+httpAddr, "FLOODGATE_LIMITER_GRPC_ADDR="+grpcAddr,
 		"FLOODGATE_LIMITER_ENVOY_CONFIG="+envoyDir, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT=100", "FLOODGATE_LIMITER_INFLUX_INTERVAL=0",
@@ -348,14 +381,20 @@ func startLimiter(t *testing.T, envoyDir, topic string, env ...string) string {
 			t.Logf("limiter log:\n%s", logs.String())
 		}
 	})
+	waitListen(t, grpcAddr, &logs)
+	return grpcAddr, httpAddr
+}
+
+// waitListen waits up to 30 s for addr to take connections.
+func waitListen(t *testing.T, addr string, logs fmt.Stringer) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if c, err := net.DialTimeout("tcp", grpcAddr, 200*time.Millisecond); err == nil {
+		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
 			_ = c.Close()
-			return grpcAddr
+			return
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("limiter did not listen on %s: %s", grpcAddr, logs.String())
-	return ""
+	t.Fatalf("nothing listened on %s: %s", addr, logs.String())
 }

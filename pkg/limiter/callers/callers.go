@@ -260,7 +260,13 @@ func (cl Caller) MayName(k events.PrincipalKind) bool {
 
 type callerKey struct{}
 
-// From is the authenticated caller of ctx (AuthInterceptor put it there), if any.
+// NewContext is ctx carrying cl, an authenticated caller.
+func NewContext(ctx context.Context, cl Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, cl)
+}
+
+// From is the authenticated caller of ctx (AuthInterceptor or NewContext put
+// it there), if any.
 func From(ctx context.Context) (Caller, bool) {
 	cl, ok := ctx.Value(callerKey{}).(Caller)
 	return cl, ok
@@ -281,5 +287,5 @@ func (c *Callers) AuthInterceptor(ctx context.Context, req any, info *grpc.Unary
 	if err != nil {
 		return nil, status.Error(codes.Unauthenticated, err.Error())
 	}
-	return handler(context.WithValue(ctx, callerKey{}, cl), req)
+	return handler(NewContext(ctx, cl), req)
 }

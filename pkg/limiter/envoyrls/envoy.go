@@ -172,8 +172,10 @@ func WithMaxStreams(n uint32) GRPCOption { return func(e *EnvoyRLS) { e.maxStrea
 
 var _ rlsv3.RateLimitServiceServer = (*EnvoyRLS)(nil)
 
-// NewEnvoyRLS returns the gRPC rate-limit service of s; its metrics go on s's registry.
-func NewEnvoyRLS(s *server.Server) *EnvoyRLS {
+// NewEnvoyRLS returns the rate-limit service of s with opts; its metrics go
+// on s's registry. One serves the gRPC transport (NewTransportServer) and
+// the HTTP API's /json (server.ServeEnvoyJSON).
+func NewEnvoyRLS(s *server.Server, opts ...GRPCOption) *EnvoyRLS {
 	e := &EnvoyRLS{s: s, requests: promauto.With(s.Registry()).NewCounterVec(prometheus.CounterOpts{
 		Name: "floodgate_limiter_envoy_requests_total",
 		Help: "Envoy ShouldRateLimit calls by result (ok, over_limit, invalid, unavailable: Redis failed and a counted limit has no fail policy; past_deadline: the caller's deadline passed before it was decided; overloaded: dropped by the entry gate; canceled: the caller went away while the call waited at the entry gate, or, on the floodgate transport, before the call was dispatched).",
@@ -189,6 +191,16 @@ func NewEnvoyRLS(s *server.Server) *EnvoyRLS {
 		_ = reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floodgate_limiter_grpc_calls_in_flight",
 			Help: "ShouldRateLimit calls being answered (streams are bounded per connection by FLOODGATE_LIMITER_GRPC_MAX_STREAMS)."},
 			func() float64 { return float64(e.inFlight.Load()) })) // already there when a second service shares the registry
+	}
+	for _, o := range opts {
+		o(e)
+	}
+	if e.gateCfg.Max > 0 { // one gate for every transport's calls, /json's too
+		var reg prometheus.Registerer
+		if r := s.Registry(); r != nil {
+			reg = r
+		}
+		e.gate = newGate(e.gateCfg, reg)
 	}
 	return e
 }

@@ -3,6 +3,7 @@ package envoyrls
 import (
 	"context"
 	"log/slog"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -112,12 +113,16 @@ func newEnvoyExt(t testing.TB, yaml string, o envoyExtOpts) envoyExt {
 		ec.Identity = nil
 	}
 	var rls rlsv3.RateLimitServiceClient
-	if o.inProcess {
+	switch {
+	case o.inProcess:
 		ec.Evaluator.Coalescer = &redisx.Coalescer{Redis: evalRedis} // as the limiter runs it
-		h := NewEnvoyRLS(s)
-		WithEnvoyConfig(ec)(h)
-		rls = inProcessRLS{h}
-	} else {
+		rls = inProcessRLS{NewEnvoyRLS(s, WithEnvoyConfig(ec))}
+	case os.Getenv(jsonEnv) != "": // the check API's /json (TestEnvoyExtTestsOverJSON)
+		s.ServeEnvoyJSON(NewEnvoyRLS(s, WithEnvoyConfig(ec)))
+		srv := httptest.NewServer(s.Handler())
+		t.Cleanup(srv.Close)
+		rls = limitertest.JSONClient{URL: srv.URL}
+	default:
 		conn, _ := dialService(t, s, WithEnvoyConfig(ec))
 		rls = rlsv3.NewRateLimitServiceClient(conn)
 	}

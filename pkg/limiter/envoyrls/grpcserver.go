@@ -40,16 +40,14 @@ const grpcWindow = 1 << 20
 // the standard health service. Health reports SERVING (for "" and for
 // envoy.service.ratelimit.v3.RateLimitService) once SetServing(hs, true) is called.
 func NewGRPCServer(s *server.Server, opts ...GRPCOption) (*grpc.Server, *health.Server) {
+	return newGRPCServer(NewEnvoyRLS(s, opts...))
+}
+
+func newGRPCServer(rls *EnvoyRLS) (*grpc.Server, *health.Server) {
+	s := rls.s
 	var reg prometheus.Registerer // the reset guard's counters; none without a registry
 	if r := s.Registry(); r != nil {
 		reg = r
-	}
-	rls := NewEnvoyRLS(s)
-	for _, o := range opts {
-		o(rls)
-	}
-	if rls.gateCfg.Max > 0 {
-		rls.gate = newGate(rls.gateCfg, reg)
 	}
 	// Envoy keeps HTTP/2 connections open indefinitely; a bounded connection age
 	// makes clients reconnect now and then, so limiter replicas added by the

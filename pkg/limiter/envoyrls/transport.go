@@ -48,15 +48,16 @@ type GRPCServer interface {
 	Shutdown(ctx context.Context) error
 }
 
-// NewTransportServer returns the service on the named transport with its
-// health service (NOT_SERVING until SetServing).
-func NewTransportServer(transport string, s *server.Server, opts ...GRPCOption) (GRPCServer, *health.Server, error) {
+// NewTransportServer returns rls on the named transport with its health
+// service (NOT_SERVING until SetServing). The limiter's HTTP API serves the
+// same rls on envoy ratelimit's /json (server.ServeEnvoyJSON).
+func NewTransportServer(transport string, rls *EnvoyRLS) (GRPCServer, *health.Server, error) {
 	switch transport {
 	case TransportGRPCGo, "":
-		g, hs := NewGRPCServer(s, opts...)
+		g, hs := newGRPCServer(rls)
 		return grpcGoServer{g}, hs, nil
 	case TransportFloodgate:
-		f, hs := NewFastServer(s, opts...)
+		f, hs := newFastServer(rls)
 		return f, hs, nil
 	}
 	return nil, nil, fmt.Errorf("gRPC transport %q: not one of %v", transport, Transports)
@@ -86,13 +87,14 @@ func (g grpcGoServer) Shutdown(ctx context.Context) error {
 // Shutdown ends where grpc-go's drain waits for it) and, tracing on,
 // otelgrpc's server spans.
 func NewFastServer(s *server.Server, opts ...GRPCOption) (*grpcfast.Server, *health.Server) {
+	return newFastServer(NewEnvoyRLS(s, opts...))
+}
+
+func newFastServer(rls *EnvoyRLS) (*grpcfast.Server, *health.Server) {
+	s := rls.s
 	var reg prometheus.Registerer
 	if r := s.Registry(); r != nil {
 		reg = r
-	}
-	rls := NewEnvoyRLS(s)
-	for _, o := range opts {
-		o(rls)
 	}
 	guard := h2guard.Credentials(insecure.NewCredentials(), h2guard.New(h2guard.Config{}, reg, "floodgate_limiter_grpc"))
 	cfg := grpcfast.Config{
@@ -120,8 +122,7 @@ func NewFastServer(s *server.Server, opts ...GRPCOption) (*grpcfast.Server, *hea
 		cfg.Interceptor = cs.AuthInterceptor
 	}
 	cfg.StatsHandler = s.Tracing().GRPCStatsHandler() // server spans, tracing on (nil off)
-	if rls.gateCfg.Max > 0 {
-		rls.gate = newGate(rls.gateCfg, reg)
+	if rls.gate != nil {
 		cfg.Tap = rls.gate.tap
 		if rls.pace {
 			cfg.ReadPacer = newPacer(rls.gate, ReadMaxWait, reg)

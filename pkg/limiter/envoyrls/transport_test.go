@@ -44,7 +44,7 @@ const transportEnv = "FLOODGATE_TEST_GRPC_TRANSPORT"
 // grpc-go's client.
 func dialService(t testing.TB, s *server.Server, opts ...GRPCOption) (*grpc.ClientConn, *health.Server) {
 	t.Helper()
-	g, hs, err := NewTransportServer(os.Getenv(transportEnv), s, opts...)
+	g, hs, err := NewTransportServer(os.Getenv(transportEnv), NewEnvoyRLS(s, opts...))
 	require.NoError(t, err)
 	_, conn := limitertest.ServeGRPC(t, g.Serve, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -75,7 +75,7 @@ func TestWireTestsOnTheFloodgateTransport(t *testing.T) {
 func TestTransportNames(t *testing.T) {
 	s := server.New(server.Config{Engine: limitertest.Engine(t, redistest.Client(t), limitertest.OneBucket, nil),
 		Publisher: &kafkatest.Capture{}, Topic: "decisions", Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
-	_, _, err := NewTransportServer("netty", s)
+	_, _, err := NewTransportServer("netty", NewEnvoyRLS(s))
 	require.ErrorContains(t, err, `"netty"`)
 	for _, name := range Transports {
 		require.True(t, ValidTransport(name))
@@ -210,7 +210,7 @@ func TestTransportsTraceCalls(t *testing.T) {
 				Publisher: &kafkatest.Capture{}, Topic: "decisions", Logger: slog.New(slog.DiscardHandler),
 				Registry: prometheus.NewRegistry(), Tracing: tracing.Tracing{Provider: tp}})
 			s.SetReady(true)
-			g, hs, err := NewTransportServer(name, s)
+			g, hs, err := NewTransportServer(name, NewEnvoyRLS(s))
 			require.NoError(t, err)
 			SetServing(hs, true)
 			_, conn := limitertest.ServeGRPC(t, g.Serve, func() { _ = g.Shutdown(context.Background()) })
@@ -253,7 +253,7 @@ func TestTransportsServeHealthWatch(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := server.New(server.Config{Engine: limitertest.Engine(t, rdb, limitertest.OneBucket, nil),
 				Publisher: &kafkatest.Capture{}, Topic: "decisions", Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
-			g, hs, err := NewTransportServer(name, s)
+			g, hs, err := NewTransportServer(name, NewEnvoyRLS(s))
 			require.NoError(t, err)
 			SetServing(hs, true)
 			_, conn := limitertest.ServeGRPC(t, g.Serve, func() {})

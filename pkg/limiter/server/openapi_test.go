@@ -1,9 +1,16 @@
 package server
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -64,6 +71,37 @@ func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 	res = d.Do(t, nil, srv.URL, openapitest.Request{Method: "POST", Path: "/v1/check/batch", Header: auth, Body: `{"checks":[]}`, Invalid: true})
 	require.Equal(t, http.StatusBadRequest, res.Status)
 
+	// envoy ratelimit's endpoints: /json answers 404 until a service is set
+	// (the answers of envoyrls.EnvoyRLS itself are its tests'); then an
+	// answer in each of its shapes, and a malformed body.
+	envoyCall := `{"domain":"edge","descriptors":[{"entries":[{"key":"user","value":"` + id + `"}]}]}`
+	res = d.Do(t, nil, srv.URL, openapitest.Request{Method: "POST", Path: "/json", Header: auth, Body: envoyCall})
+	require.Equal(t, http.StatusNotFound, res.Status)
+	rls := &stubRLS{}
+	s.ServeEnvoyJSON(rls)
+	for code, want := range map[rlsv3.RateLimitResponse_Code]int{rlsv3.RateLimitResponse_OK: 200, rlsv3.RateLimitResponse_OVER_LIMIT: 429, rlsv3.RateLimitResponse_UNKNOWN: 500} {
+		rls.resp = &rlsv3.RateLimitResponse{OverallCode: code, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: code,
+			CurrentLimit:   &rlsv3.RateLimitResponse_RateLimit{Name: "per_user", RequestsPerUnit: 10, Unit: rlsv3.RateLimitResponse_RateLimit_MINUTE},
+			LimitRemaining: 3, DurationUntilReset: durationpb.New(1500 * time.Millisecond)}}}
+		res = d.Do(t, nil, srv.URL, openapitest.Request{Method: "POST", Path: "/json", Header: auth, Body: envoyCall})
+		require.Equal(t, want, res.Status, "%s", code)
+		if got := res.JSON(t)["overallCode"]; code != rlsv3.RateLimitResponse_UNKNOWN {
+			require.Equal(t, code.String(), got)
+		} else {
+			require.Nil(t, got, "protojson leaves out a zero enum, as envoy ratelimit's answer")
+		}
+	}
+	rls.err = status.Error(codes.Unavailable, "redis down")
+	res = d.Do(t, nil, srv.URL, openapitest.Request{Method: "POST", Path: "/json", Header: auth, Body: envoyCall})
+	require.Equal(t, http.StatusServiceUnavailable, res.Status)
+	res = d.Do(t, nil, srv.URL, openapitest.Request{Method: "POST", Path: "/json", Header: auth, Body: `{"domain":`, Invalid: true})
+	require.Equal(t, http.StatusBadRequest, res.Status)
+	res = d.Do(t, nil, srv.URL, openapitest.Request{Method: "POST", Path: "/json", Header: http.Header{"Content-Type": {"application/json"}}, Body: envoyCall})
+	require.Equal(t, http.StatusUnauthorized, res.Status)
+	res = d.Do(t, nil, srv.URL, openapitest.Request{Method: "GET", Path: "/healthcheck"})
+	require.Equal(t, http.StatusOK, res.Status)
+	require.Equal(t, "OK", string(res.Body))
+
 	// The operational endpoints and the document itself.
 	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
 		res = d.Do(t, nil, srv.URL, openapitest.Request{Method: "GET", Path: p})
@@ -77,4 +115,15 @@ func TestOpenAPIDocumentMatchesServer(t *testing.T) {
 	res = d.Do(t, nil, srv.URL, openapitest.Request{Method: "GET", Path: httpapi.OpenAPIPath, Header: http.Header{"If-None-Match": {res.Header.Get("ETag")}}})
 	require.Equal(t, http.StatusNotModified, res.Status)
 	d.CheckCovered(t)
+}
+
+// stubRLS answers every call with resp, or err.
+type stubRLS struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	resp *rlsv3.RateLimitResponse
+	err  error
+}
+
+func (r *stubRLS) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return r.resp, r.err
 }

@@ -30,7 +30,8 @@ func TestOneOfEachOperationalEndpoint(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s := New(Config{Engine: e, Publisher: &kafkatest.Capture{}, Topic: "decisions", Gateway: "ready-test",
 		Logger: slog.New(slog.DiscardHandler), Registry: reg})
-	require.Equal(t, []string{"POST /v1/check", "POST /v1/check/batch"}, httpapi.Routes(s.Handler()), "the check API alone")
+	require.Equal(t, []string{"GET /healthcheck", "POST /json", "POST /v1/check", "POST /v1/check/batch"}, httpapi.Routes(s.Handler()),
+		"the check API and envoy ratelimit's two endpoints alone")
 
 	run := service.NewRunnerWith(service.Env{Registry: reg}, service.RunnerConfig{HTTP: httpapi.DefaultServerConfig()})
 	run.OnReady(s.SetReady)

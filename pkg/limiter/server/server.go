@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -66,6 +67,8 @@ type Server struct {
 	scratch sync.Pool      // *eventScratch (emit.go)
 	// checkTimeout is a check's deadline when its caller names none (SetCheckTimeout).
 	checkTimeout time.Duration
+	// envoyJSON answers envoy ratelimit's /json (ServeEnvoyJSON; nil: 404).
+	envoyJSON rlsv3.RateLimitServiceServer
 }
 
 type metrics struct {
@@ -197,13 +200,16 @@ func (s *Server) CountDegraded() { s.metrics.degraded.Inc() }
 func (s *Server) SetReady(ok bool) { s.ready.Store(ok) }
 
 // Handler routes the limiter's check API: POST /v1/check and its batch
-// form. /healthz, /readyz and /metrics are not its: the service's runner
+// form, and envoy ratelimit's POST /json and GET /healthcheck (envoyjson.go).
+// /healthz, /readyz and /metrics are not its: the service's runner
 // (pkg/service) serves one of each in front of it, /readyz answered by
 // ServeReady (the limiter's readiness: Redis shards, journal, drain).
 func (s *Server) Handler() http.Handler {
 	mux := httpapi.NewMux() // lists its routes for the OpenAPI drift test
 	mux.HandleFunc("POST /v1/check", s.handleCheck)
 	mux.HandleFunc("POST /v1/check/batch", s.handleBatch)
+	mux.HandleFunc("POST /json", s.handleEnvoyJSON)
+	mux.HandleFunc("GET /healthcheck", s.handleHealthcheck)
 	return mux
 }
 

@@ -164,6 +164,36 @@ func Run(ctx context.Context, env service.Env) error {
 	srv.SetReady(false) // ready once every listener is up
 	srv.SetCheckTimeout(cfg.CheckTimeout)
 	run.OnReady(srv.SetReady)
+	// envoy ratelimit's configuration, served on the gRPC API beside Floodgate's own.
+	var envoySrc *envoyconf.Source
+	if cfg.EnvoyConfigDir != "" {
+		if envoySrc, err = envoyconf.OpenDir(cfg.EnvoyConfigDir, envoyconf.Options{MergeDomains: cfg.EnvoyMerge}, log); err != nil {
+			return fail(fmt.Errorf("FLOODGATE_LIMITER_ENVOY_CONFIG: %w", err))
+		}
+		envoyHup := make(chan os.Signal, 1)
+		signal.Notify(envoyHup, syscall.SIGHUP)
+		defer signal.Stop(envoyHup)
+		run.Tail("envoy config reload", func(ctx context.Context) error { return envoySrc.Run(ctx, 2*time.Second, envoyHup) })
+		log.Info("envoy ratelimit configuration loaded", "dir", cfg.EnvoyConfigDir, "domains", envoySrc.Config().Domains())
+	}
+
+	// Envoy's rate-limit service: on FLOODGATE_LIMITER_GRPC_ADDR below, and
+	// on the check API's /json, as envoy ratelimit serves it.
+	opts := []envoyrls.GRPCOption{envoyrls.WithMaxStreams(uint32(cfg.GRPCMaxStreams)), envoyrls.WithGate(cfg.GRPCGateMax, cfg.GRPCGateTarget, redisFloor.Floor), envoyrls.WithReadPacing(cfg.GRPCGatePace)}
+	if envoySrc != nil {
+		ec := &envoyrls.EnvoyConfig{Source: envoySrc,
+			Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoy:", GlobalShadow: cfg.EnvoyShadow, GlobalQuota: cfg.EnvoyQuota,
+				EnvoyRatelimitKeys: cfg.EnvoyKeys == EnvoyKeysEnvoyRatelimit, EnvoyRatelimitPrefix: cfg.EnvoyKeyPrefix,
+				Coalescer: &redisx.Coalescer{Redis: rdb}, Algorithms: envoyrls.NewEnvoyAlgorithms(rdb)},
+			Identity: cfg.EnvoyIdentity, FailureModeDeny: cfg.EnvoyFailureModeDeny}
+		if cfg.EnvoyHeaders {
+			ec.Headers = &envoyrls.EnvoyHeaders{Limit: cfg.EnvoyLimitHeader, Remaining: cfg.EnvoyRemainingHeader, Reset: cfg.EnvoyResetHeader}
+		}
+		opts = append(opts, envoyrls.WithEnvoyConfig(ec))
+	}
+	rls := envoyrls.NewEnvoyRLS(srv, opts...)
+	srv.ServeEnvoyJSON(rls)
+
 	// The check API: no access log and no request metrics on the hot path
 	// (the engine counts decisions itself). FLOODGATE_LIMITER_IDLE_TIMEOUT and
 	// _MAX_CONNS bound its connections (issue 22 S6).
@@ -184,19 +214,6 @@ func Run(ctx context.Context, env service.Env) error {
 		return fail(err)
 	}
 
-	// envoy ratelimit's configuration, served on the gRPC API beside Floodgate's own.
-	var envoySrc *envoyconf.Source
-	if cfg.EnvoyConfigDir != "" {
-		if envoySrc, err = envoyconf.OpenDir(cfg.EnvoyConfigDir, envoyconf.Options{MergeDomains: cfg.EnvoyMerge}, log); err != nil {
-			return fail(fmt.Errorf("FLOODGATE_LIMITER_ENVOY_CONFIG: %w", err))
-		}
-		envoyHup := make(chan os.Signal, 1)
-		signal.Notify(envoyHup, syscall.SIGHUP)
-		defer signal.Stop(envoyHup)
-		run.Tail("envoy config reload", func(ctx context.Context) error { return envoySrc.Run(ctx, 2*time.Second, envoyHup) })
-		log.Info("envoy ratelimit configuration loaded", "dir", cfg.EnvoyConfigDir, "domains", envoySrc.Config().Domains())
-	}
-
 	// Envoy's rate-limit service and gRPC health on FLOODGATE_LIMITER_GRPC_ADDR.
 	grpcAddr := "off"
 	if cfg.GRPCAddr != "off" {
@@ -214,19 +231,7 @@ func Run(ctx context.Context, env service.Env) error {
 				cfg.GRPCTLS.SetLogger(log)
 				grpcLn = cfg.GRPCTLS.BoundedListener(grpcLn)
 			}
-			opts := []envoyrls.GRPCOption{envoyrls.WithMaxStreams(uint32(cfg.GRPCMaxStreams)), envoyrls.WithGate(cfg.GRPCGateMax, cfg.GRPCGateTarget, redisFloor.Floor), envoyrls.WithReadPacing(cfg.GRPCGatePace)}
-			if envoySrc != nil {
-				ec := &envoyrls.EnvoyConfig{Source: envoySrc,
-					Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoy:", GlobalShadow: cfg.EnvoyShadow, GlobalQuota: cfg.EnvoyQuota,
-						EnvoyRatelimitKeys: cfg.EnvoyKeys == EnvoyKeysEnvoyRatelimit, EnvoyRatelimitPrefix: cfg.EnvoyKeyPrefix,
-						Coalescer: &redisx.Coalescer{Redis: rdb}, Algorithms: envoyrls.NewEnvoyAlgorithms(rdb)},
-					Identity: cfg.EnvoyIdentity, FailureModeDeny: cfg.EnvoyFailureModeDeny}
-				if cfg.EnvoyHeaders {
-					ec.Headers = &envoyrls.EnvoyHeaders{Limit: cfg.EnvoyLimitHeader, Remaining: cfg.EnvoyRemainingHeader, Reset: cfg.EnvoyResetHeader}
-				}
-				opts = append(opts, envoyrls.WithEnvoyConfig(ec))
-			}
-			grpcSrv, hs, err := envoyrls.NewTransportServer(cfg.GRPCTransport, srv, opts...)
+			grpcSrv, hs, err := envoyrls.NewTransportServer(cfg.GRPCTransport, rls)
 			if err != nil {
 				return fail(fmt.Errorf("FLOODGATE_LIMITER_GRPC_TRANSPORT: %w", err))
 			}
