@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"maps"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +20,7 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -56,10 +60,7 @@ func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 
 	run := fmt.Sprint(time.Now().UnixNano())
 	cfgDir := configDir(t, root, run)
-	peer, err := Start(ctx, Options{Bin: bin, ConfigDir: cfgDir, RedisAddr: "127.0.0.1:6379", KeyPrefix: "envoypeer_" + run + "_",
-		Env: map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true"}})
-	require.NoError(t, err)
-	t.Cleanup(peer.Stop)
+	peer := startPeer(ctx, t, bin, cfgDir, "envoypeer_"+run+"_", nil)
 	// Floodgate publishes a decision event for every call that names a
 	// principal (FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS on, the default),
 	// reads its penalty with the counters and applies the scales: with none
@@ -108,14 +109,9 @@ func TestFleetMovesFromEnvoyRatelimitWithoutWindowsStartingAgain(t *testing.T) {
 
 	run := fmt.Sprint(time.Now().UnixNano())
 	cfgDir := configDir(t, root, run)
-	headers := map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true"}
-	alone, err := Start(ctx, Options{Bin: bin, ConfigDir: cfgDir, RedisAddr: "127.0.0.1:6379", KeyPrefix: "alone_" + run + "_", Env: headers})
-	require.NoError(t, err)
-	t.Cleanup(alone.Stop)
+	alone := startPeer(ctx, t, bin, cfgDir, "alone_"+run+"_", nil)
 	shared := "moving_" + run + "_"
-	old, err := Start(ctx, Options{Bin: bin, ConfigDir: cfgDir, RedisAddr: "127.0.0.1:6379", KeyPrefix: shared, Env: headers})
-	require.NoError(t, err)
-	t.Cleanup(old.Stop)
+	old := startPeer(ctx, t, bin, cfgDir, shared, nil)
 	fg, _ := startLimiter(t, cfgDir, "envoypeer.moving."+run,
 		"FLOODGATE_LIMITER_ENVOY_KEYS=envoy_ratelimit", "FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX="+shared)
 
@@ -142,10 +138,7 @@ func TestDifferentialGlobalModes(t *testing.T) {
 		t.Run(mode.peer, func(t *testing.T) {
 			run := fmt.Sprint(time.Now().UnixNano())
 			cfgDir := configDir(t, root, run)
-			peer, err := Start(ctx, Options{Bin: bin, ConfigDir: cfgDir, RedisAddr: "127.0.0.1:6379", KeyPrefix: "global_" + run + "_",
-				Env: map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", mode.peer: "true"}})
-			require.NoError(t, err)
-			t.Cleanup(peer.Stop)
+			peer := startPeer(ctx, t, bin, cfgDir, "global_"+run+"_", map[string]string{mode.peer: "true"})
 			fgAddr, _ := startLimiter(t, cfgDir, "envoypeer.global."+run, mode.floodgate+"=true")
 			fg := client(t, fgAddr)
 			n := answerAlike(ctx, t, run, client(t, peer.GRPCAddr), func(int) answerer { return answerer{fg, "Floodgate"} })
@@ -162,6 +155,48 @@ func TestDifferentialGlobalModes(t *testing.T) {
 	}
 }
 
+// TestDifferentialLocalCache compares envoy ratelimit's local cache
+// (LOCAL_CACHE_SIZE_IN_BYTES) with FLOODGATE_LIMITER_ENVOY_LOCAL_CACHE_ENTRIES:
+// a counter over its limit is answered from the process, not counted in
+// Redis, until its window ends. Both count in envoy ratelimit's key format,
+// each under a prefix of its own, so that after every sequence each counter
+// can be read from both: the same answers, and the same count in every
+// counter — the hits neither counted included.
+func TestDifferentialLocalCache(t *testing.T) {
+	ctx, root, bin := setup(t)
+	run := fmt.Sprint(time.Now().UnixNano())
+	cfgDir := configDir(t, root, run)
+	peerPrefix, fgPrefix := "peercache_"+run+"_", "fgcache_"+run+"_"
+	peer := startPeer(ctx, t, bin, cfgDir, peerPrefix, map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576"})
+	fgAddr, fgHTTP := startLimiter(t, cfgDir, "envoypeer.cache."+run, "FLOODGATE_LIMITER_ENVOY_KEYS=envoy_ratelimit",
+		"FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX="+fgPrefix, "FLOODGATE_LIMITER_ENVOY_LOCAL_CACHE_ENTRIES=1000")
+
+	n := answerAlike(ctx, t, run, client(t, peer.GRPCAddr), func(int) answerer { return answerer{client(t, fgAddr), "Floodgate"} })
+	require.Greater(t, n.compared, 40)
+	require.Greater(t, n.overLimit, 5)
+
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	keys, err := rdb.Keys(ctx, peerPrefix+"*").Result()
+	require.NoError(t, err)
+	require.Greater(t, len(keys), 15, "envoy ratelimit's counters")
+	for _, k := range keys {
+		want, err := rdb.Get(ctx, k).Result()
+		require.NoError(t, err)
+		got, err := rdb.Get(ctx, fgPrefix+strings.TrimPrefix(k, peerPrefix)).Result()
+		require.NoError(t, err, "Floodgate's counter of %s", k)
+		require.Equal(t, want, got, "the count of %s", strings.TrimPrefix(k, peerPrefix))
+	}
+	res, err := http.Get("http://" + fgHTTP + "/metrics")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	metrics, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	cached := regexp.MustCompile(`(?m)^floodgate_limiter_envoy_descriptor_hits_total\{[^}]*outcome="over_limit_with_local_cache"[^}]*\} (\d+)`).FindAllSubmatch(metrics, -1)
+	require.NotEmpty(t, cached, "hits answered from the local cache")
+	require.Empty(t, peer.ConfigError())
+}
+
 // TestDifferentialOverJSON compares envoy ratelimit's POST /json, its
 // endpoint for clients that cannot speak gRPC, with Floodgate's on the check
 // API: every sequence of the differential test must get the same answers,
@@ -172,13 +207,8 @@ func TestDifferentialOverJSON(t *testing.T) {
 	ctx, root, bin := setup(t)
 	run := fmt.Sprint(time.Now().UnixNano())
 	cfgDir := configDir(t, root, run)
-	peer, err := Start(ctx, Options{Bin: bin, ConfigDir: cfgDir, RedisAddr: "127.0.0.1:6379", KeyPrefix: "json_" + run + "_",
-		Env: map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true"}})
-	require.NoError(t, err)
-	t.Cleanup(peer.Stop)
-	waitListen(t, peer.HTTPAddr, stringer(peer.Logs))
+	peer := startPeer(ctx, t, bin, cfgDir, "json_"+run+"_", nil)
 	_, fgHTTP := startLimiter(t, cfgDir, "envoypeer.json."+run)
-	waitListen(t, fgHTTP, stringer(func() string { return "" }))
 
 	fg := answerer{limitertest.JSONClient{URL: "http://" + fgHTTP}, "Floodgate over /json"}
 	n := answerAlike(ctx, t, run, limitertest.JSONClient{URL: "http://" + peer.HTTPAddr}, func(int) answerer { return fg })
@@ -187,11 +217,6 @@ func TestDifferentialOverJSON(t *testing.T) {
 	require.Greater(t, n.withHeaders, 30, "answers with RateLimit-* headers compared")
 	require.Empty(t, peer.ConfigError())
 }
-
-// stringer is a func as a fmt.Stringer.
-type stringer func() string
-
-func (s stringer) String() string { return s() }
 
 // answerer is a service under comparison, by name.
 type answerer struct {
@@ -381,12 +406,26 @@ func startLimiter(t *testing.T, envoyDir, topic string, env ...string) (grpcAddr
 			t.Logf("limiter log:\n%s", logs.String())
 		}
 	})
-	waitListen(t, grpcAddr, &logs)
+	waitListen(t, grpcAddr, logs.String)
 	return grpcAddr, httpAddr
 }
 
+// startPeer runs envoy ratelimit with cfgDir's configuration on the local
+// Redis, its keys under prefix, with LIMIT_RESPONSE_HEADERS_ENABLED and env's
+// settings, until the test ends; it returns once both its ports listen.
+func startPeer(ctx context.Context, t *testing.T, bin, cfgDir, prefix string, env map[string]string) *Peer {
+	t.Helper()
+	all := map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true"}
+	maps.Copy(all, env)
+	p, err := Start(ctx, Options{Bin: bin, ConfigDir: cfgDir, RedisAddr: "127.0.0.1:6379", KeyPrefix: prefix, Env: all})
+	require.NoError(t, err)
+	t.Cleanup(p.Stop)
+	waitListen(t, p.HTTPAddr, p.Logs)
+	return p
+}
+
 // waitListen waits up to 30 s for addr to take connections.
-func waitListen(t *testing.T, addr string, logs fmt.Stringer) {
+func waitListen(t *testing.T, addr string, logs func() string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -396,5 +435,5 @@ func waitListen(t *testing.T, addr string, logs fmt.Stringer) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("nothing listened on %s: %s", addr, logs.String())
+	t.Fatalf("nothing listened on %s: %s", addr, logs())
 }

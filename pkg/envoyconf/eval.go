@@ -91,6 +91,9 @@ type Status struct {
 	Penalty, Scale float64
 	// Degraded: Redis could not be asked; the limit's fail policy answered.
 	Degraded bool
+	// Cached: the counter was in the LocalCache, over its limit; Redis was
+	// not asked and the hit not counted.
+	Cached bool
 }
 
 // RequestsPerUnit and Unit of the limit that applied, override, scale and
@@ -170,6 +173,10 @@ type Evaluator struct {
 	// over its limit answers OK, its limit and 0 remaining, and never fails
 	// the call.
 	GlobalQuota bool
+	// LocalCache, when set, answers the fixed-window counters Redis said were
+	// over their limit without asking it again until their window ends
+	// (envoy ratelimit's LOCAL_CACHE_SIZE_IN_BYTES).
+	LocalCache *LocalCache
 	// Coalescer, when set, sends the counters of concurrent calls in shared
 	// pipelines (on Redis, not in Prefix's keys); nil: one pipeline per call.
 	Coalescer *redisx.Coalescer
@@ -255,16 +262,17 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 		}
 	}
 	type pending struct {
-		i    int
-		hits uint64
-		key  string
-		ttl  time.Duration
-		cmd  *redis.IntCmd // fixed window
-		algo *AlgorithmCheck
-		read func(context.Context) (AlgorithmResult, error)
+		i      int
+		hits   uint64
+		key    string
+		ttl    time.Duration
+		cmd    *redis.IntCmd // fixed window
+		cached bool          // fixed window, over its limit in the LocalCache: no command
+		algo   *AlgorithmCheck
+		read   func(context.Context) (AlgorithmResult, error)
 	}
 	todo := make([]pending, 0, len(matches))
-	penalizeFixed, algos := false, 0
+	penalizeFixed, algos, asks := false, 0, 0
 	for i, m := range matches {
 		l := m.Limit
 		switch {
@@ -306,23 +314,30 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 			c.Key = e.stateKey(req.Domain, d.Entries, m.CounterValues, tag, alg)
 			p.algo = c
 			algos++
+			asks++
 		} else {
 			secs := l.Unit.Seconds()
 			start := now.Unix() / secs * secs
 			p.key = e.counterKey(req.Domain, d.Entries, m.CounterValues, start)
 			p.ttl = time.Duration(secs) * time.Second
-			penalizeFixed = penalizeFixed || d.Penalize
+			if p.cached = e.LocalCache != nil && e.LocalCache.over(p.key, Effective(st.Configured(), st.Scale), now); !p.cached {
+				penalizeFixed = penalizeFixed || d.Penalize
+				asks++
+			}
 		}
 		todo = append(todo, p)
 	}
 	var pen *redis.StringCmd
 	var failed error
-	if len(todo) > 0 || req.Also != nil {
+	if asks > 0 || req.Also != nil {
 		add := func(ctx context.Context, pipe redis.Pipeliner) {
 			for k := range todo {
 				p := &todo[k]
 				if p.algo != nil {
 					p.read = e.Algorithms.Queue(ctx, pipe, p.algo)
+					continue
+				}
+				if p.cached {
 					continue
 				}
 				p.cmd = pipe.IncrBy(ctx, p.key, int64(p.hits))
@@ -359,7 +374,9 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 			}
 			continue
 		}
-		failed = p.cmd.Err()
+		if !p.cached {
+			failed = p.cmd.Err()
+		}
 	}
 	if failed != nil {
 		resp, ok := e.degrade(statuses, matches, now)
@@ -386,6 +403,11 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 			} else {
 				st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
 			}
+		} else if p.cached {
+			// As envoy ratelimit: over, nothing remaining, the hit not counted.
+			st.Effective = Effective(st.Configured(), st.Scale)
+			_, unit, _ := st.RequestsPerUnit()
+			st.ResetAfter, st.Cached, st.Count, over = ResetAfter(unit, now), true, uint64(st.Effective)+p.hits, true
 		} else {
 			count := uint64(p.cmd.Val())
 			st.Count = count
@@ -394,6 +416,8 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 			st.ResetAfter = ResetAfter(unit, now)
 			if over = count > uint64(st.Effective); !over {
 				st.LimitRemaining = uint32(uint64(st.Effective) - count)
+			} else if e.LocalCache != nil {
+				e.LocalCache.put(p.key, Effective(st.Configured(), st.Scale), now.Add(st.ResetAfter), now)
 			}
 		}
 		st.Code = CodeOK

@@ -195,6 +195,12 @@ func NewEnvoyRLS(s *server.Server, opts ...GRPCOption) *EnvoyRLS {
 	for _, o := range opts {
 		o(e)
 	}
+	if reg := s.Registry(); reg != nil && e.envoy != nil && e.envoy.Evaluator.LocalCache != nil {
+		lc := e.envoy.Evaluator.LocalCache
+		_ = reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floodgate_limiter_envoy_local_cache_entries",
+			Help: "Over-limit counters of envoy domains in the local cache (FLOODGATE_LIMITER_ENVOY_LOCAL_CACHE_ENTRIES), ended ones not yet swept out included."},
+			func() float64 { return float64(lc.Len()) })) // already there when a second service shares the registry
+	}
 	if e.gateCfg.Max > 0 { // one gate for every transport's calls, /json's too
 		var reg prometheus.Registerer
 		if r := s.Registry(); r != nil {

@@ -22,8 +22,8 @@ const overflowDescriptor = "_overflow"
 
 // envoyDescriptorMetrics are envoy ratelimit's per-descriptor stats
 // (ratelimit.service.rate_limit.<domain>.<descriptor>.total_hits, over_limit,
-// near_limit, within_limit, shadow_mode) as Prometheus counters with domain
-// and descriptor labels. The descriptor is the limit's configuration path
+// near_limit, within_limit, shadow_mode, over_limit_with_local_cache) as
+// Prometheus counters with domain and descriptor labels. The descriptor is the limit's configuration path
 // (key_value.key…), or with detailed_metric the call's own entries.
 type envoyDescriptorMetrics struct {
 	hits *prometheus.CounterVec
@@ -50,12 +50,13 @@ const (
 	outcomeNear
 	outcomeOver
 	outcomeShadow
+	outcomeCached
 	outcomes
 )
 
 // outcomeName is an outcome's label value.
 func outcomeName(outcome int) string {
-	return [outcomes]string{"total", "within_limit", "near_limit", "over_limit", "shadow_mode"}[outcome]
+	return [outcomes]string{"total", "within_limit", "near_limit", "over_limit", "shadow_mode", "over_limit_with_local_cache"}[outcome]
 }
 
 // limitSeries is one limit's series, by outcome, each resolved at its first use.
@@ -94,7 +95,7 @@ func newEnvoyDescriptorMetrics(reg prometheus.Registerer) *envoyDescriptorMetric
 	return &envoyDescriptorMetrics{
 		hits: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_limiter_envoy_descriptor_hits_total",
-			Help: "Hits on envoy ratelimit descriptors with a limit, by domain, descriptor (the limit's configuration path; the call's entries with detailed_metric) and outcome (total, within_limit, near_limit, over_limit, shadow_mode): envoy ratelimit's per-descriptor stats.",
+			Help: "Hits on envoy ratelimit descriptors with a limit, by domain, descriptor (the limit's configuration path; the call's entries with detailed_metric) and outcome (total, within_limit, near_limit, over_limit, shadow_mode, over_limit_with_local_cache): envoy ratelimit's per-descriptor stats.",
 		}, []string{"domain", "descriptor", "outcome"}),
 		detailed: map[string]struct{}{},
 	}
@@ -108,6 +109,9 @@ func (m *envoyDescriptorMetrics) observe(domain string, d envoyconf.Descriptor, 
 	ls := m.seriesOf(domain, d, st.Limit)
 	add := func(outcome int) { m.counter(ls, outcome).Add(float64(hits)) }
 	add(outcomeTotal)
+	if st.Cached { // besides over_limit or shadow_mode, as envoy ratelimit's stats
+		add(outcomeCached)
+	}
 	rpu, _, _ := st.RequestsPerUnit()
 	switch {
 	case st.Shadowed:

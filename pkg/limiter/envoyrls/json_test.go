@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -36,21 +34,9 @@ const jsonEnv = "FLOODGATE_TEST_ENVOY_JSON"
 // quota, a failing Redis, unknown domains) again over /json: the same
 // answers, errors and decision events as over gRPC.
 func TestEnvoyExtTestsOverJSON(t *testing.T) {
-	if os.Getenv(jsonEnv) != "" {
-		t.Skip("this is the run over /json")
-	}
-	if testing.Short() {
-		t.Skip("-short")
-	}
-	redistest.Client(t) // fails loudly without the stack, as the tests it runs
-	cmd := exec.Command(os.Args[0], "-test.run=^TestEnvoy(Extension|DailyQuota|RedisFailure|UnknownDomain)", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), jsonEnv+"=1")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	for _, name := range []string{"TestEnvoyExtensionSwitchesTheAlgorithm", "TestEnvoyExtensionAppliesThePenalty",
-		"TestEnvoyDailyQuotaDeniesOnceExhausted", "TestEnvoyRedisFailureIsADegradedDecision", "TestEnvoyUnknownDomainAnswersOKWithoutALimit"} {
-		require.Contains(t, string(out), "--- PASS: "+name, "over /json")
-	}
+	runAgain(t, jsonEnv, "1", "^TestEnvoy(Extension|DailyQuota|RedisFailure|UnknownDomain)", "TestEnvoyExtensionSwitchesTheAlgorithm",
+		"TestEnvoyExtensionAppliesThePenalty", "TestEnvoyDailyQuotaDeniesOnceExhausted", "TestEnvoyRedisFailureIsADegradedDecision",
+		"TestEnvoyUnknownDomainAnswersOKWithoutALimit")
 }
 
 // What /json does beyond envoy ratelimit's: callers authenticate and may

@@ -58,18 +58,29 @@ func dialService(t testing.TB, s *server.Server, opts ...GRPCOption) (*grpc.Clie
 // again, on pkg/grpcfast: the same answers, events, metrics and
 // authentication from either transport.
 func TestWireTestsOnTheFloodgateTransport(t *testing.T) {
-	if os.Getenv(transportEnv) != "" {
-		t.Skip("this is the run on the other transport")
+	runAgain(t, transportEnv, TransportFloodgate, "^TestEnvoy", "TestEnvoyShouldRateLimitDecidesWithContractAndPublishes")
+}
+
+// runAgain runs this package's tests matching pattern again in a process of
+// their own, with env set to val, and requires them to pass, the tests
+// named by mustPass among them. It skips in that process itself, and with
+// -short.
+func runAgain(t *testing.T, env, val, pattern string, mustPass ...string) {
+	t.Helper()
+	if os.Getenv(env) != "" {
+		t.Skip("this is the run with " + env + " set")
 	}
 	if testing.Short() {
 		t.Skip("-short")
 	}
 	redistest.Client(t) // fails loudly without the stack, as the tests it runs
-	cmd := exec.Command(os.Args[0], "-test.run=^TestEnvoy", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), transportEnv+"="+TransportFloodgate)
+	cmd := exec.Command(os.Args[0], "-test.run="+pattern, "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), env+"="+val)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	require.Contains(t, string(out), "--- PASS: TestEnvoyShouldRateLimitDecidesWithContractAndPublishes")
+	for _, name := range mustPass {
+		require.Contains(t, string(out), "--- PASS: "+name, "with %s=%s", env, val)
+	}
 }
 
 func TestTransportNames(t *testing.T) {

@@ -186,6 +186,9 @@ func Run(ctx context.Context, env service.Env) error {
 				EnvoyRatelimitKeys: cfg.EnvoyKeys == EnvoyKeysEnvoyRatelimit, EnvoyRatelimitPrefix: cfg.EnvoyKeyPrefix,
 				Coalescer: &redisx.Coalescer{Redis: rdb}, Algorithms: envoyrls.NewEnvoyAlgorithms(rdb)},
 			Identity: cfg.EnvoyIdentity, FailureModeDeny: cfg.EnvoyFailureModeDeny}
+		if cfg.EnvoyLocalCache > 0 {
+			ec.Evaluator.LocalCache = envoyconf.NewLocalCache(cfg.EnvoyLocalCache)
+		}
 		if cfg.EnvoyHeaders {
 			ec.Headers = &envoyrls.EnvoyHeaders{Limit: cfg.EnvoyLimitHeader, Remaining: cfg.EnvoyRemainingHeader, Reset: cfg.EnvoyResetHeader}
 		}

@@ -33,6 +33,10 @@ const (
 var GRPCTLSVars = config.ServerTLSVars{Cert: "FLOODGATE_LIMITER_GRPC_TLS_CERT_FILE", Key: "FLOODGATE_LIMITER_GRPC_TLS_KEY_FILE",
 	ClientCA: "FLOODGATE_LIMITER_GRPC_TLS_CLIENT_CA_FILE", ClientSAN: "FLOODGATE_LIMITER_GRPC_TLS_CLIENT_NAMES"}
 
+// MaxEnvoyLocalCache bounds FLOODGATE_LIMITER_ENVOY_LOCAL_CACHE_ENTRIES:
+// about 100 bytes a counter, 100 MiB at most.
+const MaxEnvoyLocalCache = 1 << 20
+
 // DefaultGRPCAddr is where Envoy's rate-limit service listens by default.
 const DefaultGRPCAddr = "127.0.0.1:8081"
 
@@ -114,6 +118,11 @@ type Config struct {
 	// FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX), so that both count in the
 	// same counters while a fleet moves over.
 	EnvoyKeys, EnvoyKeyPrefix string
+	// EnvoyLocalCache is how many over-limit counters of envoy domains are
+	// kept in process until their window ends, answered without Redis
+	// (FLOODGATE_LIMITER_ENVOY_LOCAL_CACHE_ENTRIES; envoy ratelimit's
+	// LOCAL_CACHE_SIZE_IN_BYTES); 0: none.
+	EnvoyLocalCache int
 	// GRPCTLS serves the gRPC port over TLS, mutual with a client CA
 	// (FLOODGATE_LIMITER_GRPC_TLS_*); nil: plaintext.
 	GRPCTLS *config.ServerTLS
@@ -215,6 +224,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		EnvoyResetHeader:     e.String("FLOODGATE_LIMITER_ENVOY_RESET_HEADER", "RateLimit-Reset"),
 		EnvoyKeys:            e.String("FLOODGATE_LIMITER_ENVOY_KEYS", EnvoyKeysFloodgate),
 		EnvoyKeyPrefix:       e.String("FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX", ""),
+		EnvoyLocalCache:      e.Int("FLOODGATE_LIMITER_ENVOY_LOCAL_CACHE_ENTRIES", 0),
 		PrincipalLimit:       e.Int("FLOODGATE_LIMITER_PRINCIPAL_LIMIT", 0),
 		PrincipalPeriod:      e.Duration("FLOODGATE_LIMITER_PRINCIPAL_PERIOD", time.Second),
 		RulesPoll:            e.Duration("FLOODGATE_LIMITER_RULES_POLL", time.Second),
@@ -325,6 +335,8 @@ func (c Config) Validate() error {
 	v.Require(c.EnvoyKeyPrefix == "" || c.EnvoyKeys == EnvoyKeysEnvoyRatelimit, "FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX",
 		"set, but FLOODGATE_LIMITER_ENVOY_KEYS is %s: the prefix is envoy ratelimit's CACHE_KEY_PREFIX, for its keys (FLOODGATE_LIMITER_ENVOY_KEYS=%s)", c.EnvoyKeys, EnvoyKeysEnvoyRatelimit)
 	v.Require(len(c.EnvoyKeyPrefix) <= 256, "FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX", "%d bytes: at most 256", len(c.EnvoyKeyPrefix))
+	v.Require(c.EnvoyLocalCache >= 0 && c.EnvoyLocalCache <= MaxEnvoyLocalCache, "FLOODGATE_LIMITER_ENVOY_LOCAL_CACHE_ENTRIES",
+		"%d: 0 (none) to %d counters", c.EnvoyLocalCache, MaxEnvoyLocalCache)
 	v.Require(events.ValidGateway(c.Gateway) == nil, "FLOODGATE_GATEWAY", "%q: 1 to 64 characters of UTF-8 text without control characters (it names this limiter in every decision event)", c.Gateway)
 	v.Require(c.PrincipalLimit >= 0, "FLOODGATE_LIMITER_PRINCIPAL_LIMIT", "%d: must be at least 1 (or unset)", c.PrincipalLimit)
 	v.Require(c.PrincipalLimit == 0 || c.RulesPath == "", "FLOODGATE_LIMITER_PRINCIPAL_LIMIT", "set together with FLOODGATE_LIMITER_RULES; put the limit in the rules file instead")
