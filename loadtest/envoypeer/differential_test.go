@@ -155,26 +155,61 @@ func TestDifferentialGlobalModes(t *testing.T) {
 	}
 }
 
-// TestDifferentialLocalCache compares envoy ratelimit's local cache
-// (LOCAL_CACHE_SIZE_IN_BYTES) with FLOODGATE_LIMITER_ENVOY_LOCAL_CACHE_ENTRIES:
-// a counter over its limit is answered from the process, not counted in
-// Redis, until its window ends. Both count in envoy ratelimit's key format,
-// each under a prefix of its own, so that after every sequence each counter
-// can be read from both: the same answers, and the same count in every
-// counter — the hits neither counted included.
-func TestDifferentialLocalCache(t *testing.T) {
+// TestDifferentialCounters compares the settings of envoy ratelimit that
+// change what is counted, not what is answered, with Floodgate's:
+// LOCAL_CACHE_SIZE_IN_BYTES (a counter over its limit is answered from the
+// process, not counted, until its window ends;
+// FLOODGATE_LIMITER_ENVOY_LOCAL_CACHE_ENTRIES) and
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT (a call one counter denies does
+// not increment the others; FLOODGATE_LIMITER_ENVOY_STOP_INCREMENT_WHEN_OVER_LIMIT),
+// each alone and together. Both services count in envoy ratelimit's key
+// format, each under a prefix of its own, so that after every sequence each
+// counter can be read from both: the same answers, and the same count in
+// every counter.
+func TestDifferentialCounters(t *testing.T) {
 	ctx, root, bin := setup(t)
-	run := fmt.Sprint(time.Now().UnixNano())
-	cfgDir := configDir(t, root, run)
-	peerPrefix, fgPrefix := "peercache_"+run+"_", "fgcache_"+run+"_"
-	peer := startPeer(ctx, t, bin, cfgDir, peerPrefix, map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576"})
-	fgAddr, fgHTTP := startLimiter(t, cfgDir, "envoypeer.cache."+run, "FLOODGATE_LIMITER_ENVOY_KEYS=envoy_ratelimit",
-		"FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX="+fgPrefix, "FLOODGATE_LIMITER_ENVOY_LOCAL_CACHE_ENTRIES=1000")
+	for _, c := range []struct {
+		name   string
+		peer   map[string]string
+		fg     []string
+		metric string // a per-descriptor outcome Floodgate must have counted
+	}{
+		{"local cache", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576"},
+			[]string{"FLOODGATE_LIMITER_ENVOY_LOCAL_CACHE_ENTRIES=1000"}, "over_limit_with_local_cache"},
+		{"stop increment when over limit", map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"},
+			[]string{"FLOODGATE_LIMITER_ENVOY_STOP_INCREMENT_WHEN_OVER_LIMIT=true"}, ""},
+		{"both", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"},
+			[]string{"FLOODGATE_LIMITER_ENVOY_LOCAL_CACHE_ENTRIES=1000", "FLOODGATE_LIMITER_ENVOY_STOP_INCREMENT_WHEN_OVER_LIMIT=true"}, "over_limit_with_local_cache"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			run := fmt.Sprint(time.Now().UnixNano())
+			cfgDir := configDir(t, root, run)
+			peerPrefix, fgPrefix := "peercount_"+run+"_", "fgcount_"+run+"_"
+			peer := startPeer(ctx, t, bin, cfgDir, peerPrefix, c.peer)
+			fgAddr, fgHTTP := startLimiter(t, cfgDir, "envoypeer.counters."+run, append([]string{"FLOODGATE_LIMITER_ENVOY_KEYS=envoy_ratelimit",
+				"FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX=" + fgPrefix}, c.fg...)...)
 
-	n := answerAlike(ctx, t, run, client(t, peer.GRPCAddr), func(int) answerer { return answerer{client(t, fgAddr), "Floodgate"} })
-	require.Greater(t, n.compared, 40)
-	require.Greater(t, n.overLimit, 5)
+			n := answerAlike(ctx, t, run, client(t, peer.GRPCAddr), func(int) answerer { return answerer{client(t, fgAddr), "Floodgate"} })
+			require.Greater(t, n.compared, 40)
+			require.Greater(t, n.overLimit, 5)
+			requireSameCounts(ctx, t, peerPrefix, fgPrefix)
+			if c.metric != "" {
+				res, err := http.Get("http://" + fgHTTP + "/metrics")
+				require.NoError(t, err)
+				defer res.Body.Close()
+				metrics, err := io.ReadAll(res.Body)
+				require.NoError(t, err)
+				require.Regexp(t, `(?m)^floodgate_limiter_envoy_descriptor_hits_total\{[^}]*outcome="`+c.metric+`"[^}]*\} [1-9]`, string(metrics))
+			}
+			require.Empty(t, peer.ConfigError())
+		})
+	}
+}
 
+// requireSameCounts requires every counter under peerPrefix to hold the
+// count of the same counter under fgPrefix.
+func requireSameCounts(ctx context.Context, t *testing.T, peerPrefix, fgPrefix string) {
+	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
 	keys, err := rdb.Keys(ctx, peerPrefix+"*").Result()
@@ -187,14 +222,6 @@ func TestDifferentialLocalCache(t *testing.T) {
 		require.NoError(t, err, "Floodgate's counter of %s", k)
 		require.Equal(t, want, got, "the count of %s", strings.TrimPrefix(k, peerPrefix))
 	}
-	res, err := http.Get("http://" + fgHTTP + "/metrics")
-	require.NoError(t, err)
-	defer res.Body.Close()
-	metrics, err := io.ReadAll(res.Body)
-	require.NoError(t, err)
-	cached := regexp.MustCompile(`(?m)^floodgate_limiter_envoy_descriptor_hits_total\{[^}]*outcome="over_limit_with_local_cache"[^}]*\} (\d+)`).FindAllSubmatch(metrics, -1)
-	require.NotEmpty(t, cached, "hits answered from the local cache")
-	require.Empty(t, peer.ConfigError())
 }
 
 // TestDifferentialOverJSON compares envoy ratelimit's POST /json, its

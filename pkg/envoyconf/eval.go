@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -173,6 +174,15 @@ type Evaluator struct {
 	// over its limit answers OK, its limit and 0 remaining, and never fails
 	// the call.
 	GlobalQuota bool
+	// StopIncrementOverLimit is envoy ratelimit's
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: a call's fixed-window
+	// counters are read first (a round trip of its own), and when one of
+	// them would pass its limit, or is in the LocalCache, the call's other
+	// counters are not incremented — a call that will be denied does not
+	// spend the other descriptors' allowance. The threshold is the limit
+	// times the adjuster's scale (the principal's penalty is read with the
+	// increments, after it); Floodgate's algorithms are charged as before.
+	StopIncrementOverLimit bool
 	// LocalCache, when set, answers the fixed-window counters Redis said were
 	// over their limit without asking it again until their window ends
 	// (envoy ratelimit's LOCAL_CACHE_SIZE_IN_BYTES).
@@ -222,6 +232,76 @@ type AlgorithmRunner interface {
 // fail policies instead (Response.Degraded) or not at all.
 var ErrRedis = errors.New("envoy counters: redis")
 
+// pending is a counted descriptor of a call on its way to Redis.
+type pending struct {
+	i      int
+	hits   uint64
+	key    string
+	ttl    time.Duration
+	cmd    *redis.IntCmd // fixed window
+	incr   uint64        // fixed window: what cmd adds (hits, or 0: StopIncrementOverLimit)
+	cached bool          // fixed window, over its limit in the LocalCache: no command
+	algo   *AlgorithmCheck
+	read   func(context.Context) (AlgorithmResult, error)
+}
+
+// fixed reports whether p is a fixed-window counter Redis is asked about.
+func (p *pending) fixed() bool { return p.algo == nil && !p.cached }
+
+// stopIncrements is StopIncrementOverLimit: it reads the fixed-window
+// counters of todo and, when one of them would pass its limit (statuses
+// hold each one's configured limit and scale) or one is in the LocalCache,
+// leaves the others' increment at 0, as envoy ratelimit does.
+func (e *Evaluator) stopIncrements(ctx context.Context, statuses []Status, todo []pending) error {
+	if !slices.ContainsFunc(todo, func(p pending) bool { return p.fixed() }) {
+		return nil // nothing to increment, or to stop
+	}
+	over := slices.ContainsFunc(todo, func(p pending) bool { return p.cached })
+	var near []bool
+	if !over {
+		gets := make([]*redis.StringCmd, len(todo))
+		read := func(ctx context.Context, pipe redis.Pipeliner) {
+			for k := range todo {
+				if todo[k].fixed() {
+					gets[k] = pipe.Get(ctx, todo[k].key)
+				}
+			}
+		}
+		if e.Coalescer != nil {
+			if err := e.Coalescer.Do(ctx, read); err != nil {
+				return err
+			}
+		} else {
+			pipe := e.Redis.Pipeline()
+			read(ctx, pipe)
+			_, _ = pipe.Exec(ctx) // errors per command, below
+		}
+		near = make([]bool, len(todo))
+		for k, g := range gets {
+			if g == nil {
+				continue
+			}
+			n, err := g.Uint64()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return err
+			}
+			st := &statuses[todo[k].i]
+			if near[k] = n+todo[k].hits > uint64(Effective(st.Configured(), st.Scale)); near[k] {
+				over = true
+			}
+		}
+	}
+	if !over {
+		return nil
+	}
+	for k := range todo {
+		if todo[k].fixed() && (near == nil || !near[k]) {
+			todo[k].incr = 0
+		}
+	}
+	return nil
+}
+
 // Evaluate answers req with cfg. A domain cfg does not have answers OK for
 // every descriptor (envoy ratelimit does the same). An error wrapping
 // ErrRedis means the counters could not be read and some counted limit has
@@ -261,16 +341,6 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 			}
 		}
 	}
-	type pending struct {
-		i      int
-		hits   uint64
-		key    string
-		ttl    time.Duration
-		cmd    *redis.IntCmd // fixed window
-		cached bool          // fixed window, over its limit in the LocalCache: no command
-		algo   *AlgorithmCheck
-		read   func(context.Context) (AlgorithmResult, error)
-	}
 	todo := make([]pending, 0, len(matches))
 	penalizeFixed, algos, asks := false, 0, 0
 	for i, m := range matches {
@@ -299,7 +369,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 		if d.HitsAddend != nil {
 			hits = *d.HitsAddend
 		}
-		p := pending{i: i, hits: hits}
+		p := pending{i: i, hits: hits, incr: hits}
 		if alg := l.Algorithm(); Floodgate(alg) && st.Override == nil {
 			if e.Algorithms == nil {
 				return Response{}, fmt.Errorf("%s: algorithm %s: the evaluator runs no Floodgate algorithms", l.Source, alg)
@@ -329,7 +399,10 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 	}
 	var pen *redis.StringCmd
 	var failed error
-	if asks > 0 || req.Also != nil {
+	if e.StopIncrementOverLimit {
+		failed = e.stopIncrements(ctx, statuses, todo)
+	}
+	if failed == nil && (asks > 0 || req.Also != nil) {
 		add := func(ctx context.Context, pipe redis.Pipeliner) {
 			for k := range todo {
 				p := &todo[k]
@@ -340,7 +413,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 				if p.cached {
 					continue
 				}
-				p.cmd = pipe.IncrBy(ctx, p.key, int64(p.hits))
+				p.cmd = pipe.IncrBy(ctx, p.key, int64(p.incr))
 				pipe.Expire(ctx, p.key, p.ttl)
 			}
 			if penalizeFixed && req.PenaltyKey != "" {

@@ -2,6 +2,7 @@ package envoyconf
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -111,4 +112,60 @@ func TestLocalCacheIsBounded(t *testing.T) {
 	require.False(t, lc.over("b", 1, later))
 	require.False(t, lc.over("a", 2, later), "another limit: the entry does not stand")
 	require.Equal(t, 1, lc.Len(), "and is dropped")
+}
+
+// With StopIncrementOverLimit a call that one counter will deny does not
+// increment its other counters (envoy ratelimit's
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT): the counter over its limit is
+// counted, the others answer from their count unchanged; once the denying
+// counter is in the LocalCache no counter of the call is incremented.
+func TestEvaluateStopsIncrementsWhenOverLimit(t *testing.T) {
+	rdb := redistest.Client(t)
+	ctx := context.Background()
+	c, err := Load([]File{{Name: "s.yaml", Data: []byte(`domain: s
+descriptors:
+  - key: tight
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: wide
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`)}}, Options{})
+	require.NoError(t, err)
+	run := redistest.Unique(t, "envoy_stop")
+	now := time.Unix(1_800_000_000, 0)
+	for _, cache := range []bool{false, true} {
+		ev := &Evaluator{Redis: rdb, Prefix: "fg:envoytest:" + run + ":" + strconv.FormatBool(cache) + ":", StopIncrementOverLimit: true,
+			Now: func() time.Time { return now }}
+		if cache {
+			ev.LocalCache = NewLocalCache(10)
+		}
+		req := Request{Domain: "s", Descriptors: []Descriptor{{Entries: e("tight", run)}, {Entries: e("wide", run)}}}
+		tight := ev.counterKey("s", e("tight", run), []string{run}, now.Unix())
+		wide := ev.counterKey("s", e("wide", run), []string{run}, now.Unix())
+		t.Cleanup(func() { rdb.Del(context.Background(), tight, wide) })
+		for i, want := range []Code{CodeOK, CodeOverLimit, CodeOverLimit} {
+			resp, err := ev.Evaluate(ctx, c, req)
+			require.NoError(t, err)
+			require.Equal(t, want, resp.Overall, "cache %v, call %d", cache, i)
+			require.Equal(t, uint32(9), resp.Statuses[1].LimitRemaining, "cache %v, call %d: wide counted once", cache, i)
+		}
+		require.Equal(t, "1", rdb.Get(ctx, wide).Val(), "cache %v: the denied calls did not spend wide's allowance", cache)
+		wantTight := "3"
+		if cache {
+			wantTight = "2" // the third call was answered from the cache
+		}
+		require.Equal(t, wantTight, rdb.Get(ctx, tight).Val(), "cache %v", cache)
+	}
+
+	// Without it every counter counts every hit, as envoy ratelimit's default.
+	ev := &Evaluator{Redis: rdb, Prefix: "fg:envoytest:" + run + ":off:", Now: func() time.Time { return now }}
+	req := Request{Domain: "s", Descriptors: []Descriptor{{Entries: e("tight", run)}, {Entries: e("wide", run)}}}
+	for range 3 {
+		_, err := ev.Evaluate(ctx, c, req)
+		require.NoError(t, err)
+	}
+	wide := ev.counterKey("s", e("wide", run), []string{run}, now.Unix())
+	t.Cleanup(func() {
+		rdb.Del(context.Background(), wide, ev.counterKey("s", e("tight", run), []string{run}, now.Unix()))
+	})
+	require.Equal(t, "3", rdb.Get(ctx, wide).Val())
 }

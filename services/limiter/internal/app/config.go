@@ -123,6 +123,11 @@ type Config struct {
 	// (FLOODGATE_LIMITER_ENVOY_LOCAL_CACHE_ENTRIES; envoy ratelimit's
 	// LOCAL_CACHE_SIZE_IN_BYTES); 0: none.
 	EnvoyLocalCache int
+	// EnvoyStopIncrement: a call's counters are read first, and a call one
+	// of them would deny does not increment the others
+	// (FLOODGATE_LIMITER_ENVOY_STOP_INCREMENT_WHEN_OVER_LIMIT; envoy
+	// ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
+	EnvoyStopIncrement bool
 	// GRPCTLS serves the gRPC port over TLS, mutual with a client CA
 	// (FLOODGATE_LIMITER_GRPC_TLS_*); nil: plaintext.
 	GRPCTLS *config.ServerTLS
@@ -225,6 +230,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		EnvoyKeys:            e.String("FLOODGATE_LIMITER_ENVOY_KEYS", EnvoyKeysFloodgate),
 		EnvoyKeyPrefix:       e.String("FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX", ""),
 		EnvoyLocalCache:      e.Int("FLOODGATE_LIMITER_ENVOY_LOCAL_CACHE_ENTRIES", 0),
+		EnvoyStopIncrement:   e.Bool("FLOODGATE_LIMITER_ENVOY_STOP_INCREMENT_WHEN_OVER_LIMIT", false),
 		PrincipalLimit:       e.Int("FLOODGATE_LIMITER_PRINCIPAL_LIMIT", 0),
 		PrincipalPeriod:      e.Duration("FLOODGATE_LIMITER_PRINCIPAL_PERIOD", time.Second),
 		RulesPoll:            e.Duration("FLOODGATE_LIMITER_RULES_POLL", time.Second),
