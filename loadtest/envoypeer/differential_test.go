@@ -2,6 +2,7 @@ package envoypeer
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -204,6 +206,116 @@ func TestDifferentialCounters(t *testing.T) {
 			require.Empty(t, peer.ConfigError())
 		})
 	}
+}
+
+// TestDifferentialDescriptorStats compares envoy ratelimit's per-descriptor
+// stats (its Prometheus sink: ratelimit_service_rate_limit_{total_hits,
+// within_limit,near_limit,over_limit,shadow_mode}{domain,key1,key2}) with
+// floodgate_limiter_envoy_descriptor_hits_total after every sequence of the
+// differential test, at NEAR_LIMIT_RATIO's default and at 0.5
+// (FLOODGATE_LIMITER_ENVOY_NEAR_LIMIT_RATIO): the same count for every
+// descriptor and outcome.
+func TestDifferentialDescriptorStats(t *testing.T) {
+	ctx, root, bin := setup(t)
+	for _, ratio := range []string{"", "0.5"} {
+		t.Run("ratio "+cmp.Or(ratio, "default"), func(t *testing.T) {
+			run := fmt.Sprint(time.Now().UnixNano())
+			cfgDir := configDir(t, root, run)
+			promAddr := stacktest.FreeAddr(t)
+			peerEnv := map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": promAddr, "STATS_FLUSH_INTERVAL": "100ms"}
+			var fgEnv []string
+			if ratio != "" {
+				peerEnv["NEAR_LIMIT_RATIO"] = ratio
+				fgEnv = append(fgEnv, "FLOODGATE_LIMITER_ENVOY_NEAR_LIMIT_RATIO="+ratio)
+			}
+			peer := startPeer(ctx, t, bin, cfgDir, "stats_"+run+"_", peerEnv)
+			waitListen(t, promAddr, peer.Logs)
+			fgAddr, fgHTTP := startLimiter(t, cfgDir, "envoypeer.stats."+run, fgEnv...)
+			answerAlike(ctx, t, run, client(t, peer.GRPCAddr), func(int) answerer { return answerer{client(t, fgAddr), "Floodgate"} })
+			time.Sleep(500 * time.Millisecond) // envoy ratelimit's stats flush every 100 ms
+
+			outcomes := map[string]string{"total_hits": "total", "within_limit": "within_limit", "near_limit": "near_limit",
+				"over_limit": "over_limit", "shadow_mode": "shadow_mode"}
+			// envoy ratelimit's names join a descriptor's levels with dots and
+			// write a dot in a value as "_": both sides are compared with
+			// every dot as "_".
+			flat := func(domain, desc, outcome string) string {
+				return domain + " " + strings.ReplaceAll(desc, ".", "_") + " " + outcome
+			}
+			want := map[string]float64{} // domain descriptor outcome → hits
+			for _, sm := range scrape(t, "http://"+promAddr+"/metrics") {
+				outcome, ok := outcomes[strings.TrimPrefix(sm.name, "ratelimit_service_rate_limit_")]
+				if !ok || !strings.HasSuffix(sm.labels["domain"], "_"+run) {
+					continue
+				}
+				desc := sm.labels["key1"]
+				if k2 := sm.labels["key2"]; k2 != "" {
+					desc += "." + k2
+				}
+				want[flat(sm.labels["domain"], desc, outcome)] = sm.value
+			}
+			got := map[string]float64{}
+			for _, sm := range scrape(t, "http://"+fgHTTP+"/metrics") {
+				if sm.name == "floodgate_limiter_envoy_descriptor_hits_total" {
+					got[flat(sm.labels["domain"], sm.labels["descriptor"], sm.labels["outcome"])] = sm.value
+				}
+			}
+			compared, near := 0, 0
+			for k, v := range want {
+				if v == 0 {
+					continue
+				}
+				require.Equal(t, v, got[k], "%s", k)
+				compared++
+				if strings.HasSuffix(k, " near_limit") {
+					near++
+				}
+			}
+			t.Logf("%d series compared, %d of them near_limit", compared, near)
+			require.Greater(t, compared, 20, "series compared")
+			require.Greater(t, near, 2, "near_limit series compared")
+			require.Empty(t, peer.ConfigError())
+		})
+	}
+}
+
+// sample is one series of a Prometheus text exposition.
+type sample struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+var (
+	sampleRE = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$`)
+	labelRE  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
+)
+
+// scrape reads url's exposition.
+func scrape(t *testing.T, url string) []sample {
+	t.Helper()
+	res, err := http.Get(url)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	var out []sample
+	for _, line := range strings.Split(string(b), "\n") {
+		m := sampleRE.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		v, err := strconv.ParseFloat(m[3], 64)
+		if err != nil {
+			continue
+		}
+		sm := sample{name: m[1], labels: map[string]string{}, value: v}
+		for _, l := range labelRE.FindAllStringSubmatch(m[2], -1) {
+			sm.labels[l[1]] = l[2]
+		}
+		out = append(out, sm)
+	}
+	return out
 }
 
 // requireSameCounts requires every counter under peerPrefix to hold the

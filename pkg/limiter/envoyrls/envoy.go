@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -110,6 +111,11 @@ type EnvoyConfig struct {
 	// Envoy does when a call fails (Redis unavailable, no fail policy), so
 	// the call's degraded decision event says whether it was allowed.
 	FailureModeDeny bool
+	// NearLimitRatio is envoy ratelimit's NEAR_LIMIT_RATIO, in (0, 1]: the
+	// share of a limit past which its hits count near_limit in
+	// floodgate_limiter_envoy_descriptor_hits_total; 0 means
+	// DefaultNearLimitRatio.
+	NearLimitRatio float64
 }
 
 // EnvoyHeaders names the response headers envoy ratelimit adds with
@@ -647,7 +653,7 @@ func (e *EnvoyRLS) envoyAnswer(ctx context.Context, cfg *envoyconf.Config, in *r
 		if h := req.Descriptors[i].HitsAddend; h != nil {
 			hits = *h
 		}
-		e.descriptors.observe(req.Domain, req.Descriptors[i], st, hits)
+		e.descriptors.observe(req.Domain, req.Descriptors[i], st, hits, cmp.Or(e.envoy.NearLimitRatio, DefaultNearLimitRatio))
 	}
 	if e.envoy.Headers != nil {
 		e.envoy.Headers.add(out)

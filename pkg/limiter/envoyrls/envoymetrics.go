@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -101,28 +102,55 @@ func newEnvoyDescriptorMetrics(reg prometheus.Registerer) *envoyDescriptorMetric
 	}
 }
 
-// observe counts one descriptor's answer: hits is what it added.
-func (m *envoyDescriptorMetrics) observe(domain string, d envoyconf.Descriptor, st envoyconf.Status, hits uint64) {
+// DefaultNearLimitRatio is envoy ratelimit's NEAR_LIMIT_RATIO default.
+const DefaultNearLimitRatio = 0.8
+
+// observe counts one descriptor's answer as envoy ratelimit's stats count
+// it (its BaseRateLimiter): hits is what the call added. A hit past the
+// limit is over_limit; of a call that crosses the limit, only the hits past
+// it, and those between the near threshold — floor(limit × nearRatio) —
+// and the limit are near_limit. An allowed call's hits are within_limit,
+// and those past the near threshold near_limit as well. A shadow-mode limit
+// exceeded counts over_limit and shadow_mode; an answer from the local
+// cache over_limit and over_limit_with_local_cache.
+func (m *envoyDescriptorMetrics) observe(domain string, d envoyconf.Descriptor, st envoyconf.Status, hits uint64, nearRatio float64) {
 	if st.Limit == nil || st.Unlimited {
 		return
 	}
 	ls := m.seriesOf(domain, d, st.Limit)
-	add := func(outcome int) { m.counter(ls, outcome).Add(float64(hits)) }
-	add(outcomeTotal)
-	if st.Cached { // besides over_limit or shadow_mode, as envoy ratelimit's stats
-		add(outcomeCached)
+	add := func(outcome int, n uint64) {
+		if n > 0 {
+			m.counter(ls, outcome).Add(float64(n))
+		}
 	}
+	add(outcomeTotal, hits)
 	rpu, _, _ := st.RequestsPerUnit()
+	limit := uint64(rpu)
+	near := uint64(math.Floor(float64(float32(limit) * float32(nearRatio)))) // as envoy ratelimit computes it, in float32
+	after := st.Count
+	before := after - min(hits, after)
 	switch {
-	case st.Shadowed:
-		add(outcomeShadow)
-	case st.Code == envoyconf.CodeOverLimit || st.QuotaExceeded:
-		add(outcomeOver)
-	case rpu > 0 && st.Count*5 >= uint64(rpu)*4: // envoy ratelimit's near-limit ratio, 0.8
-		add(outcomeNear)
-		add(outcomeWithin)
+	case st.Cached:
+		add(outcomeOver, hits)
+		add(outcomeCached, hits)
+		if st.Shadowed {
+			add(outcomeShadow, hits)
+		}
+	case st.Code == envoyconf.CodeOverLimit || st.QuotaExceeded || st.Shadowed:
+		past := hits
+		if before < limit {
+			past = after - limit
+			add(outcomeNear, limit-max(near, before))
+		}
+		add(outcomeOver, past)
+		if st.Shadowed {
+			add(outcomeShadow, past)
+		}
 	default:
-		add(outcomeWithin)
+		if after > near {
+			add(outcomeNear, after-max(near, before))
+		}
+		add(outcomeWithin, hits)
 	}
 }
 

@@ -59,7 +59,7 @@ descriptors:
 	}
 
 	want := map[[2]string]float64{
-		{"database_users", "total"}: 6, {"database_users", "within_limit"}: 5, {"database_users", "near_limit"}: 2, {"database_users", "over_limit"}: 1,
+		{"database_users", "total"}: 6, {"database_users", "within_limit"}: 5, {"database_users", "near_limit"}: 1, {"database_users", "over_limit"}: 1,
 		{"user_alice", "total"}: 3, {"user_alice", "within_limit"}: 2, {"user_alice", "near_limit"}: 1, {"user_alice", "over_limit"}: 1,
 	}
 	got := map[[2]string]float64{}
@@ -88,10 +88,10 @@ func TestEnvoyDescriptorSeriesCacheIsBounded(t *testing.T) {
 	limits := make([]*envoyconf.Limit, n)
 	for i := range limits {
 		limits[i] = &envoyconf.Limit{Path: fmt.Sprintf("d.key_%d", i%3), RequestsPerUnit: 100}
-		m.observe("d", envoyconf.Descriptor{}, envoyconf.Status{Limit: limits[i], Code: envoyconf.CodeOK, Count: 1}, 1)
+		m.observe("d", envoyconf.Descriptor{}, envoyconf.Status{Limit: limits[i], Code: envoyconf.CodeOK, Count: 1}, 1, DefaultNearLimitRatio)
 		require.LessOrEqual(t, m.cached.Load(), int64(maxCachedLimits))
 	}
-	m.observe("d", envoyconf.Descriptor{}, envoyconf.Status{Limit: limits[0], Code: envoyconf.CodeOverLimit, Count: 101}, 2)
+	m.observe("d", envoyconf.Descriptor{}, envoyconf.Status{Limit: limits[0], Code: envoyconf.CodeOverLimit, Count: 102}, 2, DefaultNearLimitRatio)
 	for k := range 3 {
 		want := float64(n / 3)
 		if k < n%3 {
@@ -105,4 +105,52 @@ func TestEnvoyDescriptorSeriesCacheIsBounded(t *testing.T) {
 	}
 	require.Equal(t, 2.0, promtest.Value(t, reg, "floodgate_limiter_envoy_descriptor_hits_total",
 		map[string]string{"domain": "d", "descriptor": "key_0", "outcome": "over_limit"}))
+}
+
+// Each answer is counted as envoy ratelimit's BaseRateLimiter counts it:
+// of a call that crosses the limit only the hits past it are over_limit,
+// and those between the near threshold (floor(limit × ratio), in float32)
+// and the limit near_limit.
+func TestEnvoyDescriptorStatsCountAsEnvoyRatelimits(t *testing.T) {
+	limit := &envoyconf.Limit{Path: "d.k", RequestsPerUnit: 10, Unit: envoyconf.UnitMinute}
+	three := &envoyconf.Limit{Path: "d.three", RequestsPerUnit: 3, Unit: envoyconf.UnitMinute}
+	for _, c := range []struct {
+		name  string
+		st    envoyconf.Status
+		hits  uint64
+		ratio float64
+		want  map[string]float64
+	}{
+		{"allowed, crossing the near threshold", envoyconf.Status{Limit: limit, Code: envoyconf.CodeOK, Count: 9}, 2, 0.8,
+			map[string]float64{"total": 2, "within_limit": 2, "near_limit": 1}},
+		{"allowed, past the near threshold", envoyconf.Status{Limit: limit, Code: envoyconf.CodeOK, Count: 9}, 1, 0.8,
+			map[string]float64{"total": 1, "within_limit": 1, "near_limit": 1}},
+		{"allowed, at the near threshold", envoyconf.Status{Limit: limit, Code: envoyconf.CodeOK, Count: 8}, 1, 0.8,
+			map[string]float64{"total": 1, "within_limit": 1}},
+		{"crossing the limit", envoyconf.Status{Limit: limit, Code: envoyconf.CodeOverLimit, Count: 12}, 3, 0.8,
+			map[string]float64{"total": 3, "over_limit": 2, "near_limit": 1}},
+		{"past the limit", envoyconf.Status{Limit: limit, Code: envoyconf.CodeOverLimit, Count: 11}, 1, 0.8,
+			map[string]float64{"total": 1, "over_limit": 1}},
+		{"shadow mode, crossing", envoyconf.Status{Limit: limit, Code: envoyconf.CodeOK, Shadowed: true, Count: 12}, 3, 0.8,
+			map[string]float64{"total": 3, "over_limit": 2, "near_limit": 1, "shadow_mode": 2}},
+		{"quota mode", envoyconf.Status{Limit: limit, Code: envoyconf.CodeOK, QuotaExceeded: true, Count: 11}, 1, 0.8,
+			map[string]float64{"total": 1, "over_limit": 1}},
+		{"the local cache", envoyconf.Status{Limit: limit, Code: envoyconf.CodeOverLimit, Cached: true, Count: 12}, 2, 0.8,
+			map[string]float64{"total": 2, "over_limit": 2, "over_limit_with_local_cache": 2}},
+		{"another ratio", envoyconf.Status{Limit: limit, Code: envoyconf.CodeOK, Count: 6}, 1, 0.5,
+			map[string]float64{"total": 1, "within_limit": 1, "near_limit": 1}},
+		{"float32 threshold: floor(3 × 0.8) = 2", envoyconf.Status{Limit: three, Code: envoyconf.CodeOK, Count: 3}, 1, 0.8,
+			map[string]float64{"total": 1, "within_limit": 1, "near_limit": 1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			m := newEnvoyDescriptorMetrics(reg)
+			m.observe("d", envoyconf.Descriptor{}, c.st, c.hits, c.ratio)
+			got := map[string]float64{}
+			for _, s := range promtest.Gather(t, reg, "floodgate_limiter_envoy_descriptor_hits_total") {
+				got[s.Labels["outcome"]] = s.Value
+			}
+			require.Equal(t, c.want, got)
+		})
+	}
 }

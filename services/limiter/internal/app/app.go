@@ -185,7 +185,7 @@ func Run(ctx context.Context, env service.Env) error {
 			Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoy:", GlobalShadow: cfg.EnvoyShadow, GlobalQuota: cfg.EnvoyQuota,
 				EnvoyRatelimitKeys: cfg.EnvoyKeys == EnvoyKeysEnvoyRatelimit, EnvoyRatelimitPrefix: cfg.EnvoyKeyPrefix, StopIncrementOverLimit: cfg.EnvoyStopIncrement,
 				Coalescer: &redisx.Coalescer{Redis: rdb}, Algorithms: envoyrls.NewEnvoyAlgorithms(rdb)},
-			Identity: cfg.EnvoyIdentity, FailureModeDeny: cfg.EnvoyFailureModeDeny}
+			Identity: cfg.EnvoyIdentity, FailureModeDeny: cfg.EnvoyFailureModeDeny, NearLimitRatio: cfg.EnvoyNearLimitRatio}
 		if cfg.EnvoyLocalCache > 0 {
 			ec.Evaluator.LocalCache = envoyconf.NewLocalCache(cfg.EnvoyLocalCache)
 		}

@@ -128,6 +128,10 @@ type Config struct {
 	// (FLOODGATE_LIMITER_ENVOY_STOP_INCREMENT_WHEN_OVER_LIMIT; envoy
 	// ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
 	EnvoyStopIncrement bool
+	// EnvoyNearLimitRatio is the share of a limit past which its hits count
+	// near_limit (FLOODGATE_LIMITER_ENVOY_NEAR_LIMIT_RATIO; envoy
+	// ratelimit's NEAR_LIMIT_RATIO), in (0, 1].
+	EnvoyNearLimitRatio float64
 	// GRPCTLS serves the gRPC port over TLS, mutual with a client CA
 	// (FLOODGATE_LIMITER_GRPC_TLS_*); nil: plaintext.
 	GRPCTLS *config.ServerTLS
@@ -231,6 +235,7 @@ func ConfigFromEnv(getenv config.Getenv) (Config, error) {
 		EnvoyKeyPrefix:       e.String("FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX", ""),
 		EnvoyLocalCache:      e.Int("FLOODGATE_LIMITER_ENVOY_LOCAL_CACHE_ENTRIES", 0),
 		EnvoyStopIncrement:   e.Bool("FLOODGATE_LIMITER_ENVOY_STOP_INCREMENT_WHEN_OVER_LIMIT", false),
+		EnvoyNearLimitRatio:  e.Float("FLOODGATE_LIMITER_ENVOY_NEAR_LIMIT_RATIO", envoyrls.DefaultNearLimitRatio),
 		PrincipalLimit:       e.Int("FLOODGATE_LIMITER_PRINCIPAL_LIMIT", 0),
 		PrincipalPeriod:      e.Duration("FLOODGATE_LIMITER_PRINCIPAL_PERIOD", time.Second),
 		RulesPoll:            e.Duration("FLOODGATE_LIMITER_RULES_POLL", time.Second),
@@ -341,6 +346,7 @@ func (c Config) Validate() error {
 	v.Require(c.EnvoyKeyPrefix == "" || c.EnvoyKeys == EnvoyKeysEnvoyRatelimit, "FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX",
 		"set, but FLOODGATE_LIMITER_ENVOY_KEYS is %s: the prefix is envoy ratelimit's CACHE_KEY_PREFIX, for its keys (FLOODGATE_LIMITER_ENVOY_KEYS=%s)", c.EnvoyKeys, EnvoyKeysEnvoyRatelimit)
 	v.Require(len(c.EnvoyKeyPrefix) <= 256, "FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX", "%d bytes: at most 256", len(c.EnvoyKeyPrefix))
+	v.Require(c.EnvoyNearLimitRatio > 0 && c.EnvoyNearLimitRatio <= 1, "FLOODGATE_LIMITER_ENVOY_NEAR_LIMIT_RATIO", "%v: a share of the limit, in (0, 1]", c.EnvoyNearLimitRatio)
 	v.Require(c.EnvoyLocalCache >= 0 && c.EnvoyLocalCache <= MaxEnvoyLocalCache, "FLOODGATE_LIMITER_ENVOY_LOCAL_CACHE_ENTRIES",
 		"%d: 0 (none) to %d counters", c.EnvoyLocalCache, MaxEnvoyLocalCache)
 	v.Require(events.ValidGateway(c.Gateway) == nil, "FLOODGATE_GATEWAY", "%q: 1 to 64 characters of UTF-8 text without control characters (it names this limiter in every decision event)", c.Gateway)
