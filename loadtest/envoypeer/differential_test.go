@@ -60,8 +60,7 @@ func times(n int, c call) []call { return slices.Repeat([]call{c}, n) }
 func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 	ctx, root, bin := setup(t)
 
-	run := fmt.Sprint(time.Now().UnixNano())
-	cfgDir := configDir(t, root, run)
+	run, cfgDir := newRun(t, root)
 	peer := startPeer(ctx, t, bin, cfgDir, "envoypeer_"+run+"_", nil)
 	// Floodgate publishes a decision event for every call that names a
 	// principal (FLOODGATE_LIMITER_ENVOY_PRINCIPAL_KEYS on, the default),
@@ -109,8 +108,7 @@ func TestDifferentialAgainstEnvoyRatelimit(t *testing.T) {
 func TestFleetMovesFromEnvoyRatelimitWithoutWindowsStartingAgain(t *testing.T) {
 	ctx, root, bin := setup(t)
 
-	run := fmt.Sprint(time.Now().UnixNano())
-	cfgDir := configDir(t, root, run)
+	run, cfgDir := newRun(t, root)
 	alone := startPeer(ctx, t, bin, cfgDir, "alone_"+run+"_", nil)
 	shared := "moving_" + run + "_"
 	old := startPeer(ctx, t, bin, cfgDir, shared, nil)
@@ -138,8 +136,7 @@ func TestDifferentialGlobalModes(t *testing.T) {
 		{"QUOTA_MODE", "FLOODGATE_LIMITER_ENVOY_QUOTA_MODE"},
 	} {
 		t.Run(mode.peer, func(t *testing.T) {
-			run := fmt.Sprint(time.Now().UnixNano())
-			cfgDir := configDir(t, root, run)
+			run, cfgDir := newRun(t, root)
 			peer := startPeer(ctx, t, bin, cfgDir, "global_"+run+"_", map[string]string{mode.peer: "true"})
 			fgAddr, _ := startLimiter(t, cfgDir, "envoypeer.global."+run, mode.floodgate+"=true")
 			fg := client(t, fgAddr)
@@ -184,8 +181,7 @@ func TestDifferentialCounters(t *testing.T) {
 			[]string{"FLOODGATE_LIMITER_ENVOY_LOCAL_CACHE_ENTRIES=1000", "FLOODGATE_LIMITER_ENVOY_STOP_INCREMENT_WHEN_OVER_LIMIT=true"}, "over_limit_with_local_cache"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			run := fmt.Sprint(time.Now().UnixNano())
-			cfgDir := configDir(t, root, run)
+			run, cfgDir := newRun(t, root)
 			peerPrefix, fgPrefix := "peercount_"+run+"_", "fgcount_"+run+"_"
 			peer := startPeer(ctx, t, bin, cfgDir, peerPrefix, c.peer)
 			fgAddr, fgHTTP := startLimiter(t, cfgDir, "envoypeer.counters."+run, append([]string{"FLOODGATE_LIMITER_ENVOY_KEYS=envoy_ratelimit",
@@ -219,8 +215,7 @@ func TestDifferentialDescriptorStats(t *testing.T) {
 	ctx, root, bin := setup(t)
 	for _, ratio := range []string{"", "0.5"} {
 		t.Run("ratio "+cmp.Or(ratio, "default"), func(t *testing.T) {
-			run := fmt.Sprint(time.Now().UnixNano())
-			cfgDir := configDir(t, root, run)
+			run, cfgDir := newRun(t, root)
 			promAddr := stacktest.FreeAddr(t)
 			peerEnv := map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": promAddr, "STATS_FLUSH_INTERVAL": "100ms"}
 			var fgEnv []string
@@ -344,8 +339,7 @@ func requireSameCounts(ctx context.Context, t *testing.T, peerPrefix, fgPrefix s
 // refuses.
 func TestDifferentialOverJSON(t *testing.T) {
 	ctx, root, bin := setup(t)
-	run := fmt.Sprint(time.Now().UnixNano())
-	cfgDir := configDir(t, root, run)
+	run, cfgDir := newRun(t, root)
 	peer := startPeer(ctx, t, bin, cfgDir, "json_"+run+"_", nil)
 	_, fgHTTP := startLimiter(t, cfgDir, "envoypeer.json."+run)
 
@@ -421,6 +415,13 @@ func setup(t *testing.T) (context.Context, string, string) {
 	bin, err := Install(ctx, filepath.Join(root, ".local", "bin"))
 	require.NoError(t, err)
 	return ctx, root, bin
+}
+
+// newRun names a run of its own and copies the configuration for it
+// (configDir).
+func newRun(t *testing.T, root string) (run, cfgDir string) {
+	run = fmt.Sprint(time.Now().UnixNano())
+	return run, configDir(t, root, run)
 }
 
 // configDir is a copy of pkg/envoyconf/testdata with every domain suffixed

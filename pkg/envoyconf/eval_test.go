@@ -14,6 +14,14 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 )
 
+// loadYAML loads one configuration file.
+func loadYAML(t *testing.T, yaml string) *Config {
+	t.Helper()
+	c, err := Load([]File{{Name: "t.yaml", Data: []byte(yaml)}}, Options{})
+	require.NoError(t, err)
+	return c
+}
+
 func TestRouteJoin(t *testing.T) {
 	long := strings.Repeat("k", 200)
 	cases := []struct {
@@ -75,14 +83,13 @@ func TestEffective(t *testing.T) {
 func TestEvaluatePenaltyAndScale(t *testing.T) {
 	rdb := redistest.Client(t)
 	ctx := context.Background()
-	c, err := Load([]File{{Name: "p.yaml", Data: []byte(`domain: p
+	c := loadYAML(t, `domain: p
 descriptors:
   - key: user
     rate_limit: {unit: minute, requests_per_unit: 10}
   - key: shared
     rate_limit: {unit: minute, requests_per_unit: 10}
-`)}}, Options{})
-	require.NoError(t, err)
+`)
 	run := redistest.Unique(t, "envoy_pen")
 	ev := &Evaluator{Redis: rdb, Prefix: "fg:envoytest:" + run + ":", Now: func() time.Time { return time.Unix(1_800_000_000, 0) }}
 	penKey := redisx.PenaltyKey("user", run)
@@ -95,6 +102,7 @@ descriptors:
 		{Entries: e("shared", run)},
 	}}
 	var resp Response
+	var err error
 	for range 4 {
 		resp, err = ev.Evaluate(ctx, c, req)
 		require.NoError(t, err)
@@ -136,7 +144,7 @@ descriptors:
 func TestEvaluateInEnvoyRatelimitsKeys(t *testing.T) {
 	rdb := redistest.Client(t)
 	ctx := context.Background()
-	c, err := Load([]File{{Name: "k.yaml", Data: []byte(`domain: k
+	c := loadYAML(t, `domain: k
 descriptors:
   - key: user
     rate_limit: {unit: minute, requests_per_unit: 10}
@@ -150,8 +158,7 @@ descriptors:
   # floodgate: {algorithm: gcra}
   - key: gcra
     rate_limit: {unit: minute, requests_per_unit: 2}
-`)}}, Options{})
-	require.NoError(t, err)
+`)
 	run := redistest.Unique(t, "envoy_keys")
 	now := time.Unix(1_800_000_042, 0)
 	prefix := "ratelimit_" + run + "_"
@@ -213,7 +220,7 @@ func (r *keyRecorder) Queue(_ context.Context, _ redis.Pipeliner, c *AlgorithmCh
 // differential test cannot: a fail-closed limit's answer while Redis is
 // down, and Floodgate's algorithms, which then report and never deny.
 func TestGlobalQuotaModeReachesFailPoliciesAndAlgorithms(t *testing.T) {
-	c, err := Load([]File{{Name: "q.yaml", Data: []byte(`domain: q
+	c := loadYAML(t, `domain: q
 descriptors:
   - key: closed
     # floodgate: {fail: closed}
@@ -221,8 +228,7 @@ descriptors:
   - key: gcra
     # floodgate: {algorithm: gcra}
     rate_limit: {unit: minute, requests_per_unit: 10}
-`)}}, Options{})
-	require.NoError(t, err)
+`)
 	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { down.Close() })
 	closed := Request{Domain: "q", Descriptors: []Descriptor{{Entries: e("closed", "c")}}}

@@ -12,6 +12,20 @@ import (
 	"github.com/floodgate-dev/floodgate/pkg/redisx/redistest"
 )
 
+// countingConf is the configuration of the tests of what is counted.
+const countingConf = `domain: l
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: watched
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: tight
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: wide
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`
+
 // With a LocalCache a counter Redis said is over its limit is answered
 // over, nothing remaining, without asking Redis (its count stays) until its
 // window ends, as envoy ratelimit's LOCAL_CACHE_SIZE_IN_BYTES does; shadow
@@ -19,15 +33,7 @@ import (
 func TestEvaluateWithTheLocalCache(t *testing.T) {
 	rdb := redistest.Client(t)
 	ctx := context.Background()
-	c, err := Load([]File{{Name: "l.yaml", Data: []byte(`domain: l
-descriptors:
-  - key: user
-    rate_limit: {unit: minute, requests_per_unit: 2}
-  - key: watched
-    shadow_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-`)}}, Options{})
-	require.NoError(t, err)
+	c := loadYAML(t, countingConf)
 	run := redistest.Unique(t, "envoy_lc")
 	now := time.Unix(1_800_000_000, 0) // the start of a minute
 	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 50 * time.Millisecond})
@@ -122,14 +128,7 @@ func TestLocalCacheIsBounded(t *testing.T) {
 func TestEvaluateStopsIncrementsWhenOverLimit(t *testing.T) {
 	rdb := redistest.Client(t)
 	ctx := context.Background()
-	c, err := Load([]File{{Name: "s.yaml", Data: []byte(`domain: s
-descriptors:
-  - key: tight
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: wide
-    rate_limit: {unit: minute, requests_per_unit: 10}
-`)}}, Options{})
-	require.NoError(t, err)
+	c := loadYAML(t, countingConf)
 	run := redistest.Unique(t, "envoy_stop")
 	now := time.Unix(1_800_000_000, 0)
 	for _, cache := range []bool{false, true} {
@@ -138,9 +137,9 @@ descriptors:
 		if cache {
 			ev.LocalCache = NewLocalCache(10)
 		}
-		req := Request{Domain: "s", Descriptors: []Descriptor{{Entries: e("tight", run)}, {Entries: e("wide", run)}}}
-		tight := ev.counterKey("s", e("tight", run), []string{run}, now.Unix())
-		wide := ev.counterKey("s", e("wide", run), []string{run}, now.Unix())
+		req := Request{Domain: "l", Descriptors: []Descriptor{{Entries: e("tight", run)}, {Entries: e("wide", run)}}}
+		tight := ev.counterKey("l", e("tight", run), []string{run}, now.Unix())
+		wide := ev.counterKey("l", e("wide", run), []string{run}, now.Unix())
 		t.Cleanup(func() { rdb.Del(context.Background(), tight, wide) })
 		for i, want := range []Code{CodeOK, CodeOverLimit, CodeOverLimit} {
 			resp, err := ev.Evaluate(ctx, c, req)
@@ -158,14 +157,14 @@ descriptors:
 
 	// Without it every counter counts every hit, as envoy ratelimit's default.
 	ev := &Evaluator{Redis: rdb, Prefix: "fg:envoytest:" + run + ":off:", Now: func() time.Time { return now }}
-	req := Request{Domain: "s", Descriptors: []Descriptor{{Entries: e("tight", run)}, {Entries: e("wide", run)}}}
+	req := Request{Domain: "l", Descriptors: []Descriptor{{Entries: e("tight", run)}, {Entries: e("wide", run)}}}
 	for range 3 {
 		_, err := ev.Evaluate(ctx, c, req)
 		require.NoError(t, err)
 	}
-	wide := ev.counterKey("s", e("wide", run), []string{run}, now.Unix())
+	wide := ev.counterKey("l", e("wide", run), []string{run}, now.Unix())
 	t.Cleanup(func() {
-		rdb.Del(context.Background(), wide, ev.counterKey("s", e("tight", run), []string{run}, now.Unix()))
+		rdb.Del(context.Background(), wide, ev.counterKey("l", e("tight", run), []string{run}, now.Unix()))
 	})
 	require.Equal(t, "3", rdb.Get(ctx, wide).Val())
 }
