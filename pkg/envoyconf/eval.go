@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -174,6 +175,11 @@ type Evaluator struct {
 	// over its limit answers OK, its limit and 0 remaining, and never fails
 	// the call.
 	GlobalQuota bool
+	// ExpirationJitter, when positive, lengthens each counter's EXPIRE by a
+	// random whole number of seconds below it (envoy ratelimit's
+	// EXPIRATION_JITTER_MAX_SECONDS), so that the counters of one window do
+	// not all expire in the same second.
+	ExpirationJitter time.Duration
 	// StopIncrementOverLimit is envoy ratelimit's
 	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: a call's fixed-window
 	// counters are read first (a round trip of its own), and when one of
@@ -414,7 +420,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, cfg *Config, req Request) (Res
 					continue
 				}
 				p.cmd = pipe.IncrBy(ctx, p.key, int64(p.incr))
-				pipe.Expire(ctx, p.key, p.ttl)
+				pipe.Expire(ctx, p.key, p.ttl+e.jitter())
 			}
 			if penalizeFixed && req.PenaltyKey != "" {
 				pen = pipe.HGet(ctx, req.PenaltyKey, "m")
@@ -569,6 +575,15 @@ func (e *Evaluator) degrade(statuses []Status, matches []Match, now time.Time) (
 	resp := Response{Statuses: out, Penalty: 1, Now: now, Degraded: true}
 	resp.finish(e.GlobalShadow)
 	return resp, true
+}
+
+// jitter is a random whole number of seconds below ExpirationJitter (0
+// without it).
+func (e *Evaluator) jitter() time.Duration {
+	if s := int64(e.ExpirationJitter / time.Second); s > 0 {
+		return time.Duration(rand.Int64N(s)) * time.Second
+	}
+	return 0
 }
 
 // hashTag is the "{…}" of a key.

@@ -168,3 +168,35 @@ func TestEvaluateStopsIncrementsWhenOverLimit(t *testing.T) {
 	})
 	require.Equal(t, "3", rdb.Get(ctx, wide).Val())
 }
+
+// ExpirationJitter lengthens each counter's expiry by a random whole number
+// of seconds below it (envoy ratelimit's EXPIRATION_JITTER_MAX_SECONDS);
+// without it a counter expires one window's length after its last hit.
+func TestEvaluateExpirationJitter(t *testing.T) {
+	rdb := redistest.Client(t)
+	ctx := context.Background()
+	c := loadYAML(t, countingConf)
+	run := redistest.Unique(t, "envoy_jitter")
+	now := time.Now()
+	clock := func() time.Time { return now }
+	ttls := map[time.Duration]bool{}
+	for i := range 20 {
+		ev := &Evaluator{Redis: rdb, Prefix: "fg:envoytest:" + run + ":" + strconv.Itoa(i) + ":", ExpirationJitter: 300 * time.Second, Now: clock}
+		_, err := ev.Evaluate(ctx, c, Request{Domain: "l", Descriptors: []Descriptor{{Entries: e("wide", run)}}})
+		require.NoError(t, err)
+		key := ev.counterKey("l", e("wide", run), []string{run}, now.Unix()/60*60)
+		t.Cleanup(func() { rdb.Del(context.Background(), key) })
+		ttl := rdb.TTL(ctx, key).Val()
+		require.GreaterOrEqual(t, ttl, 59*time.Second, "a minute, and the jitter")
+		require.Less(t, ttl, 360*time.Second)
+		ttls[ttl] = true
+	}
+	require.Greater(t, len(ttls), 5, "the jitter is random: %v", ttls)
+
+	ev := &Evaluator{Redis: rdb, Prefix: "fg:envoytest:" + run + ":none:", Now: clock}
+	_, err := ev.Evaluate(ctx, c, Request{Domain: "l", Descriptors: []Descriptor{{Entries: e("wide", run)}}})
+	require.NoError(t, err)
+	key := ev.counterKey("l", e("wide", run), []string{run}, now.Unix()/60*60)
+	t.Cleanup(func() { rdb.Del(context.Background(), key) })
+	require.LessOrEqual(t, rdb.TTL(ctx, key).Val(), 60*time.Second)
+}

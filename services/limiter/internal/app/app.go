@@ -184,7 +184,8 @@ func Run(ctx context.Context, env service.Env) error {
 		ec := &envoyrls.EnvoyConfig{Source: envoySrc,
 			Evaluator: &envoyconf.Evaluator{Redis: rdb, Prefix: "fg:envoy:", GlobalShadow: cfg.EnvoyShadow, GlobalQuota: cfg.EnvoyQuota,
 				EnvoyRatelimitKeys: cfg.EnvoyKeys == EnvoyKeysEnvoyRatelimit, EnvoyRatelimitPrefix: cfg.EnvoyKeyPrefix, StopIncrementOverLimit: cfg.EnvoyStopIncrement,
-				Coalescer: &redisx.Coalescer{Redis: rdb}, Algorithms: envoyrls.NewEnvoyAlgorithms(rdb)},
+				ExpirationJitter: cfg.EnvoyExpirationJitter,
+				Coalescer:        &redisx.Coalescer{Redis: rdb}, Algorithms: envoyrls.NewEnvoyAlgorithms(rdb)},
 			Identity: cfg.EnvoyIdentity, FailureModeDeny: cfg.EnvoyFailureModeDeny, NearLimitRatio: cfg.EnvoyNearLimitRatio}
 		if cfg.EnvoyLocalCache > 0 {
 			ec.Evaluator.LocalCache = envoyconf.NewLocalCache(cfg.EnvoyLocalCache)

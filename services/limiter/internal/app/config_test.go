@@ -66,6 +66,8 @@ func TestConfigFromEnvNamesBadVariables(t *testing.T) {
 		{"envoy ratelimit's keys", map[string]string{"FLOODGATE_LIMITER_ENVOY_KEYS": "envoy_ratelimit", "FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX": "rl_"}, ""},
 		{"envoy local cache", map[string]string{"FLOODGATE_LIMITER_ENVOY_LOCAL_CACHE_ENTRIES": "100000"}, ""},
 		{"envoy near-limit ratio", map[string]string{"FLOODGATE_LIMITER_ENVOY_NEAR_LIMIT_RATIO": "0.5"}, ""},
+		{"envoy expiration jitter", map[string]string{"FLOODGATE_LIMITER_ENVOY_EXPIRATION_JITTER_MAX_SECONDS": "300"}, ""},
+		{"envoy expiration jitter negative", map[string]string{"FLOODGATE_LIMITER_ENVOY_EXPIRATION_JITTER_MAX_SECONDS": "-1"}, "FLOODGATE_LIMITER_ENVOY_EXPIRATION_JITTER_MAX_SECONDS"},
 		{"envoy near-limit ratio 0", map[string]string{"FLOODGATE_LIMITER_ENVOY_NEAR_LIMIT_RATIO": "0"}, "FLOODGATE_LIMITER_ENVOY_NEAR_LIMIT_RATIO"},
 		{"envoy near-limit ratio over 1", map[string]string{"FLOODGATE_LIMITER_ENVOY_NEAR_LIMIT_RATIO": "1.5"}, "FLOODGATE_LIMITER_ENVOY_NEAR_LIMIT_RATIO"},
 		{"envoy local cache negative", map[string]string{"FLOODGATE_LIMITER_ENVOY_LOCAL_CACHE_ENTRIES": "-1"}, "FLOODGATE_LIMITER_ENVOY_LOCAL_CACHE_ENTRIES"},
