@@ -123,7 +123,10 @@ func register(reg prometheus.Registerer, c prometheus.Counter) prometheus.Counte
 // Admit reports whether a new connection from remote may be served: false
 // while its address cools down after a connection closed for abuse.
 func (g *Guard) Admit(remote net.Addr) bool {
-	host := hostOf(remote)
+	host, ok := banKey(remote)
+	if !ok {
+		return true // nothing to have banned
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	until, ok := g.banned[host]
@@ -140,6 +143,10 @@ func (g *Guard) Admit(remote net.Addr) bool {
 
 // ban starts remote's cool-down, dropping the cool-downs that ended.
 func (g *Guard) ban(remote net.Addr) {
+	host, ok := banKey(remote)
+	if !ok {
+		return
+	}
 	now := g.cfg.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -148,7 +155,7 @@ func (g *Guard) ban(remote net.Addr) {
 			delete(g.banned, h)
 		}
 	}
-	g.banned[hostOf(remote)] = now.Add(g.cfg.Cooldown)
+	g.banned[host] = now.Add(g.cfg.Cooldown)
 }
 
 // refuse closes a connection of an address that is cooling down, after
@@ -163,14 +170,18 @@ func (g *Guard) refuse(c net.Conn) {
 	_ = c.Close()
 }
 
-func hostOf(a net.Addr) string {
-	if a == nil {
-		return ""
+// banKey is what a connection from a is banned by: its host (an IP). ok is
+// false for an address that is not a TCP one, a unix socket's peer above
+// all, which every client of the socket shares: a connection from it is
+// closed for abuse all the same, and no one is banned.
+func banKey(a net.Addr) (string, bool) {
+	if a == nil || (a.Network() != "tcp" && a.Network() != "tcp4" && a.Network() != "tcp6") {
+		return "", false
 	}
 	if h, _, err := net.SplitHostPort(a.String()); err == nil {
-		return h
+		return h, true
 	}
-	return a.String()
+	return a.String(), true
 }
 
 // ErrCooling refuses a connection whose address is cooling down.

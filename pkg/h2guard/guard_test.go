@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,15 +25,20 @@ import (
 
 func serve(t *testing.T, reg prometheus.Registerer, cfg h2guard.Config) string {
 	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	serveOn(t, lis, reg, cfg)
+	return lis.Addr().String()
+}
+
+func serveOn(t *testing.T, lis net.Listener, reg prometheus.Registerer, cfg h2guard.Config) {
+	t.Helper()
 	g := grpc.NewServer(grpc.MaxConcurrentStreams(1000),
 		grpc.Creds(h2guard.Credentials(insecure.NewCredentials(), h2guard.New(cfg, reg, "test_grpc"))))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
-	return lis.Addr().String()
 }
 
 func check(t *testing.T, conn *grpc.ClientConn) {
@@ -87,6 +94,32 @@ func TestGuardAnswersRapidResetWithGoaway(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { fresh.Close() })
 	check(t, fresh)
+}
+
+// On a unix socket every client has the same (empty) address: a flooding
+// connection is closed as on TCP, but no address is banned, so the
+// socket's other clients keep connecting.
+func TestGuardOnAUnixSocketBansNoOne(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	dir, err := os.MkdirTemp("", "h2g")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	path := filepath.Join(dir, "g.sock")
+	lis, err := net.Listen("unix", path)
+	require.NoError(t, err)
+	serveOn(t, lis, reg, h2guard.Config{Cooldown: time.Hour, Tarpit: 10 * time.Millisecond, ResetBurst: 200, ResetRate: 1, MinLifetime: time.Hour})
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st := h2guardtest.Flood(ctx, "unix:"+path, "/grpc.health.v1.Health/Check")
+	t.Logf("1 s of rapid reset over a unix socket: %+v", st)
+	require.Positive(t, promtest.Counter(t, reg, "test_grpc_abuse_goaways_total"), "the flooding connection was closed")
+	require.Greater(t, st.Conns, int64(1))
+	require.Zero(t, promtest.Counter(t, reg, "test_grpc_abuse_refused_connections_total"), "no connection refused for its address")
+	fresh, err := grpc.NewClient("unix:"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { fresh.Close() })
+	check(t, fresh) // within the hour-long cool-down a TCP address would have
 }
 
 // Envoy resets calls it stopped waiting for: a connection with many

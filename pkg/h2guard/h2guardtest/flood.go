@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -24,7 +25,7 @@ type Stats struct {
 	Calm    int64 // of which ENHANCE_YOUR_CALM
 }
 
-// Flood attacks addr until ctx is done, opening streams on path (a gRPC
+// Flood attacks addr (host:port, or unix:PATH) until ctx is done, opening streams on path (a gRPC
 // method such as /grpc.health.v1.Health/Check) and resetting each at once,
 // in batches of 64 pairs per write.
 func Flood(ctx context.Context, addr, path string) Stats {
@@ -45,7 +46,11 @@ func Flood(ctx context.Context, addr, path string) Stats {
 // one floods one connection until it breaks or ctx is done.
 func one(ctx context.Context, addr string, block []byte, st *Stats) {
 	d := net.Dialer{Timeout: time.Second}
-	c, err := d.DialContext(ctx, "tcp", addr)
+	network := "tcp"
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		network, addr = "unix", path
+	}
+	c, err := d.DialContext(ctx, network, addr)
 	if err != nil {
 		time.Sleep(10 * time.Millisecond)
 		return

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"net/url"
@@ -23,6 +22,7 @@ import (
 
 	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
 
+	"github.com/floodgate-dev/floodgate/pkg/config"
 	"github.com/floodgate-dev/floodgate/pkg/envoyconf"
 	"github.com/floodgate-dev/floodgate/pkg/gateway"
 	"github.com/floodgate-dev/floodgate/pkg/httpapi"
@@ -221,7 +221,7 @@ func Run(ctx context.Context, env service.Env) error {
 	// Envoy's rate-limit service and gRPC health on FLOODGATE_LIMITER_GRPC_ADDR.
 	grpcAddr := "off"
 	if cfg.GRPCAddr != "off" {
-		grpcLn, err := net.Listen("tcp", cfg.GRPCAddr)
+		grpcLn, err := config.Listen(cfg.GRPCAddr) // host:port, or unix:PATH
 		switch {
 		case err != nil && cfg.GRPCAddrSet:
 			return fail(fmt.Errorf("listen %s (FLOODGATE_LIMITER_GRPC_ADDR): %w", cfg.GRPCAddr, err))
@@ -229,6 +229,9 @@ func Run(ctx context.Context, env service.Env) error {
 			log.Warn("envoy rate-limit service not started; set FLOODGATE_LIMITER_GRPC_ADDR", "addr", cfg.GRPCAddr, "err", err)
 		default:
 			grpcAddr = grpcLn.Addr().String()
+			if _, unix := config.UnixSocket(cfg.GRPCAddr); unix {
+				grpcAddr = cfg.GRPCAddr
+			}
 			grpcLn = httpapi.LimitListener(grpcLn, cfg.GRPCMaxConns, httpapi.NewConnMetrics(reg, "floodgate_limiter_grpc",
 				"Open gRPC connections (bounded by FLOODGATE_LIMITER_GRPC_MAX_CONNS; more wait in the kernel's backlog)."))
 			if cfg.GRPCTLS != nil {

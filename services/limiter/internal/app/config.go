@@ -44,8 +44,10 @@ const DefaultGRPCAddr = "127.0.0.1:8081"
 type Config struct {
 	HTTPAddr string // FLOODGATE_LIMITER_ADDR
 	// GRPCAddr serves Envoy's rate-limit service and gRPC health
-	// (FLOODGATE_LIMITER_GRPC_ADDR, "off" disables). GRPCAddrSet is false when the
-	// variable was unset: then a taken default port is logged, not fatal.
+	// (FLOODGATE_LIMITER_GRPC_ADDR: host:port, or unix:PATH for a unix
+	// socket, envoy ratelimit's GRPC_UDS; "off" disables). GRPCAddrSet is
+	// false when the variable was unset: then a taken default port is
+	// logged, not fatal.
 	GRPCAddr    string
 	GRPCAddrSet bool
 	// DebugAddr serves net/http/pprof (FLOODGATE_LIMITER_DEBUG_ADDR); "" = off.
@@ -335,7 +337,7 @@ func (c Config) Validate() error {
 		v.Require(false, "FLOODGATE_LIMITER_CALLERS", "set, but FLOODGATE_LIMITER_AUTH is none: set FLOODGATE_LIMITER_AUTH=tokens")
 	}
 	v.Require(c.HTTPAddr != "", "FLOODGATE_LIMITER_ADDR", "required")
-	v.Require(c.GRPCAddr != "" && c.GRPCAddr != c.HTTPAddr, "FLOODGATE_LIMITER_GRPC_ADDR", "host:port other than FLOODGATE_LIMITER_ADDR, or off")
+	v.Require(c.GRPCAddr != "" && c.GRPCAddr != c.HTTPAddr, "FLOODGATE_LIMITER_GRPC_ADDR", "host:port other than FLOODGATE_LIMITER_ADDR, unix:PATH (a unix socket), or off")
 	v.Require(c.GRPCTLS == nil || c.GRPCAddr != "off", GRPCTLSVars.Cert, "set, but FLOODGATE_LIMITER_GRPC_ADDR is off")
 	v.Require(c.DebugAddr == "" || (c.DebugAddr != c.HTTPAddr && c.DebugAddr != c.GRPCAddr), "FLOODGATE_LIMITER_DEBUG_ADDR", "host:port other than the HTTP and gRPC addresses, or unset")
 	v.Require(len(c.RedisAddrs) > 0, "FLOODGATE_REDIS_ADDRS", "at least one host:port")

@@ -65,6 +65,7 @@ func TestConfigFromEnvNamesBadVariables(t *testing.T) {
 		{"envoy key prefix too long", map[string]string{"FLOODGATE_LIMITER_ENVOY_KEYS": "envoy_ratelimit", "FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX": strings.Repeat("p", 257)}, "FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX"},
 		{"envoy ratelimit's keys", map[string]string{"FLOODGATE_LIMITER_ENVOY_KEYS": "envoy_ratelimit", "FLOODGATE_LIMITER_ENVOY_CACHE_KEY_PREFIX": "rl_"}, ""},
 		{"envoy local cache", map[string]string{"FLOODGATE_LIMITER_ENVOY_LOCAL_CACHE_ENTRIES": "100000"}, ""},
+		{"grpc on a unix socket, no auth", map[string]string{"FLOODGATE_LIMITER_GRPC_ADDR": "unix:/run/floodgate/rls.sock"}, ""},
 		{"envoy near-limit ratio", map[string]string{"FLOODGATE_LIMITER_ENVOY_NEAR_LIMIT_RATIO": "0.5"}, ""},
 		{"envoy expiration jitter", map[string]string{"FLOODGATE_LIMITER_ENVOY_EXPIRATION_JITTER_MAX_SECONDS": "300"}, ""},
 		{"envoy expiration jitter negative", map[string]string{"FLOODGATE_LIMITER_ENVOY_EXPIRATION_JITTER_MAX_SECONDS": "-1"}, "FLOODGATE_LIMITER_ENVOY_EXPIRATION_JITTER_MAX_SECONDS"},
