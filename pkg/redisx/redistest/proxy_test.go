@@ -28,11 +28,13 @@ func TestProxyTimesRedisApartFromItsDelay(t *testing.T) {
 	for range 3 {
 		require.NoError(t, rdb.Ping(ctx).Err())
 	}
-	n, _ := px.Upstream()
-	require.Zero(t, n, "PING answers at once; the proxy's delay is not Redis's time")
+	// PING answers at once: the proxy's 30 ms are not Redis's time. (A
+	// loaded machine may still hold a PING past LateBy, never near 30 ms.)
+	pings, most := px.Upstream()
+	require.Less(t, most, 20*time.Millisecond, "PING answers at once; the proxy's delay is not Redis's time")
 	require.ErrorIs(t, rdb.Do(ctx, "BLPOP", redistest.Unique(t, "upstream"), "0.05").Err(), redis.Nil)
 	n, most := px.Upstream()
-	require.Equal(t, int64(1), n)
+	require.Equal(t, pings+1, n, "the BLPOP is counted")
 	require.GreaterOrEqual(t, most, 50*time.Millisecond)
 	require.Less(t, most, 500*time.Millisecond)
 }
